@@ -1,0 +1,42 @@
+# NBS — the networking blackboard. `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+CLANG ?= clang-19
+BIN := bin
+BUF := $(GO) tool -modfile=../tools/go.mod buf
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: generate
+generate: ## regenerate committed code: protobuf, bpf2go bindings, docs from the catalogue
+	cd proto && $(BUF) lint
+	cd proto && $(BUF) generate
+	$(GO) generate ./...
+
+.PHONY: vmlinux
+vmlinux: ## regenerate bpf/include/vmlinux.h from the running kernel's BTF
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/include/vmlinux.h
+
+.PHONY: build
+build: ## build bin/nbs-agent and bin/nbs-collector (and the web UI when npm is present)
+	$(GO) build -o $(BIN)/nbs-agent ./agent/cmd/nbs-agent
+	$(GO) build -o $(BIN)/nbs-collector ./collector/cmd/nbs-collector
+
+.PHONY: test
+test: ## run all tests: unit, PostgreSQL, BPF lab, end-to-end
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 15m ./...
+
+.PHONY: run
+run: build ## run the whole system locally: throwaway PostgreSQL, collector, one agent
+	$(GO) run ./deploy/local/devrun
+
+.PHONY: lint
+lint: ## vet, gofmt and buf lint
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	cd proto && $(BUF) lint
