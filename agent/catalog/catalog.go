@@ -1,0 +1,79 @@
+// Package catalog is the single source of truth for what each metric is:
+// its id path, title, unit, kind, the description an operator reads, and its
+// default threshold. The collector and UI render whatever the agent
+// announces from here, so a new metric needs no change anywhere else.
+package catalog
+
+import (
+	"fmt"
+	"strings"
+
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+type Kind int
+
+const (
+	Rate      Kind = iota + 1 // a counter; reports carry its increase per interval
+	Gauge                     // a level
+	Histogram                 // a latency distribution
+)
+
+// Threshold levels compare against the headline value: per second for a
+// rate, the level for a gauge.
+type Threshold struct {
+	Warn, Crit float64
+	Below      bool   // raise when the value is at or below the levels
+	Hold       uint32 // consecutive intervals before the state rises
+	Baseline   uint32 // > 0: levels multiply the moving median of this many intervals
+}
+
+type Metric struct {
+	ID          string
+	Title       string
+	Unit        string
+	Kind        Kind
+	Description string
+	Threshold   *Threshold
+}
+
+// Parent returns the id of the metric's parent, "" for a root.
+func (m Metric) Parent() string { return Parent(m.ID) }
+
+func Parent(id string) string {
+	if i := strings.LastIndexByte(id, '/'); i >= 0 {
+		return id[:i]
+	}
+	return ""
+}
+
+func (t *Threshold) Proto() *nbsv1.Threshold {
+	if t == nil {
+		return nil
+	}
+	c := nbsv1.Comparison_COMPARISON_ABOVE
+	if t.Below {
+		c = nbsv1.Comparison_COMPARISON_BELOW
+	}
+	return &nbsv1.Threshold{Warn: t.Warn, Crit: t.Crit, Comparison: c, HoldIntervals: t.Hold, BaselineIntervals: t.Baseline}
+}
+
+// ThresholdFromProto converts an override pushed by the collector.
+func ThresholdFromProto(p *nbsv1.Threshold) (Threshold, error) {
+	t := Threshold{Warn: p.GetWarn(), Crit: p.GetCrit(), Hold: p.GetHoldIntervals(), Baseline: p.GetBaselineIntervals()}
+	switch p.GetComparison() {
+	case nbsv1.Comparison_COMPARISON_ABOVE:
+	case nbsv1.Comparison_COMPARISON_BELOW:
+		t.Below = true
+	default:
+		return t, fmt.Errorf("threshold comparison %v is neither above nor below", p.GetComparison())
+	}
+	return t, nil
+}
+
+func (m Metric) Proto() *nbsv1.MetricDefinition {
+	return &nbsv1.MetricDefinition{
+		Id: m.ID, Title: m.Title, Unit: m.Unit, Kind: nbsv1.MetricKind(m.Kind),
+		Description: m.Description, DefaultThreshold: m.Threshold.Proto(),
+	}
+}

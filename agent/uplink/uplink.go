@@ -1,0 +1,238 @@
+// Package uplink streams an agent's reports to the collector: Hello, then
+// every report in sequence, resending what was not acked after a reconnect,
+// with backoff and jitter between attempts.
+package uplink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// Agent is what the uplink needs from the rest of the agent.
+type Agent interface {
+	// Hello describes the node now, with every metric it knows.
+	Hello() *nbsv1.Hello
+	// Definition returns a metric's definition, for metrics that appear
+	// after the Hello of a stream.
+	Definition(id string) (*nbsv1.MetricDefinition, bool)
+	// ApplyConfig receives each Config the collector pushes.
+	ApplyConfig(*nbsv1.Config)
+}
+
+type Options struct {
+	Address    string
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+	DialOpts   []grpc.DialOption
+}
+
+type Uplink struct {
+	opts   Options
+	outbox *Outbox
+	agent  Agent
+	log    *slog.Logger
+}
+
+func New(opts Options, outbox *Outbox, agent Agent, log *slog.Logger) *Uplink {
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 500 * time.Millisecond
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 30 * time.Second
+	}
+	return &Uplink{opts: opts, outbox: outbox, agent: agent, log: log}
+}
+
+// Run keeps a stream open until ctx ends.
+func (u *Uplink) Run(ctx context.Context) error {
+	dial := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+	}, u.opts.DialOpts...)
+	conn, err := grpc.NewClient(u.opts.Address, dial...)
+	if err != nil {
+		return fmt.Errorf("collector address %q: %w", u.opts.Address, err)
+	}
+	defer conn.Close()
+	client := nbsv1.NewAgentServiceClient(conn)
+
+	backoff := u.opts.MinBackoff
+	for {
+		start := time.Now()
+		acked, err := u.session(ctx, client)
+		if ctx.Err() != nil {
+			return nil
+		}
+		// A stream that worked for a while earns a quick reconnect.
+		if acked > 0 || time.Since(start) > u.opts.MaxBackoff {
+			backoff = u.opts.MinBackoff
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		u.log.Warn("collector stream ended; reconnecting", "address", u.opts.Address, "err", err,
+			"in", wait.Round(time.Millisecond), "unacked", u.outbox.Len())
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil
+		}
+		backoff = min(backoff*2, u.opts.MaxBackoff)
+	}
+}
+
+// session runs one stream; it returns how many reports were acked on it.
+func (u *Uplink) session(ctx context.Context, client nbsv1.AgentServiceClient) (int, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := client.Connect(sctx)
+	if err != nil {
+		return 0, fmt.Errorf("open stream: %w", err)
+	}
+	hello := u.agent.Hello()
+	announced := make(map[string]bool, len(hello.GetMetrics()))
+	for _, m := range hello.GetMetrics() {
+		announced[m.GetId()] = true
+	}
+	if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Hello{Hello: hello}}); err != nil {
+		// Send reports io.EOF and keeps the stream's real status for Recv.
+		_, rerr := stream.Recv()
+		return 0, fmt.Errorf("send hello: %w", errors.Join(err, rerr))
+	}
+
+	type recvResult struct {
+		acked int
+		err   error
+	}
+	recvDone := make(chan recvResult, 1)
+	go func() {
+		n, err := u.receive(stream)
+		recvDone <- recvResult{n, err}
+		cancel()
+	}()
+
+	var cursor uint64
+	var sendErr error
+send:
+	for {
+		reports, changed := u.outbox.After(cursor)
+		for _, r := range reports {
+			msg := u.withNewMetrics(r, announced)
+			if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: msg}}); err != nil {
+				sendErr = err
+				break send
+			}
+			cursor = r.GetSequence()
+		}
+		select {
+		case <-changed:
+		case <-sctx.Done():
+			break send
+		}
+	}
+	_ = stream.CloseSend()
+	cancel()
+	res := <-recvDone
+	// The receive side holds the stream's real status; Send only says io.EOF.
+	if res.err != nil && status.Code(res.err) != codes.Canceled {
+		return res.acked, res.err
+	}
+	return res.acked, sendErr
+}
+
+// withNewMetrics attaches definitions of metrics this stream's Hello did not
+// announce. The stored report is not modified: on another stream it may be
+// announced differently.
+func (u *Uplink) withNewMetrics(r *nbsv1.Report, announced map[string]bool) *nbsv1.Report {
+	var defs []*nbsv1.MetricDefinition
+	need := func(id string) {
+		if announced[id] {
+			return
+		}
+		if d, ok := u.agent.Definition(id); ok {
+			defs = append(defs, d)
+			announced[id] = true
+		}
+	}
+	for _, s := range r.GetSamples() {
+		need(s.GetMetricId())
+	}
+	for _, h := range r.GetHistograms() {
+		need(h.GetMetricId())
+	}
+	for _, e := range r.GetEvents() {
+		need(e.GetMetricId())
+	}
+	if len(defs) == 0 {
+		return r
+	}
+	// Parents must be defined before (or with) their children.
+	var withParents []*nbsv1.MetricDefinition
+	for _, d := range defs {
+		withParents = append(withParents, u.missingAncestors(d.GetId(), announced)...)
+		withParents = append(withParents, d)
+	}
+	c := proto.Clone(r).(*nbsv1.Report)
+	c.NewMetrics = withParents
+	return c
+}
+
+func (u *Uplink) missingAncestors(id string, announced map[string]bool) []*nbsv1.MetricDefinition {
+	var chain []*nbsv1.MetricDefinition
+	for p := parent(id); p != ""; p = parent(p) {
+		if announced[p] {
+			break
+		}
+		if d, ok := u.agent.Definition(p); ok {
+			chain = append([]*nbsv1.MetricDefinition{d}, chain...)
+			announced[p] = true
+		}
+	}
+	return chain
+}
+
+func parent(id string) string {
+	for i := len(id) - 1; i >= 0; i-- {
+		if id[i] == '/' {
+			return id[:i]
+		}
+	}
+	return ""
+}
+
+func (u *Uplink) receive(stream nbsv1.AgentService_ConnectClient) (int, error) {
+	acked := 0
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return acked, errors.New("collector closed the stream")
+			}
+			return acked, err
+		}
+		switch msg := m.GetMsg().(type) {
+		case *nbsv1.ConnectResponse_Ack:
+			u.outbox.Ack(msg.Ack.GetSequence())
+			acked++
+		case *nbsv1.ConnectResponse_Reject:
+			// The collector can never store it: keeping it would block nothing
+			// but would be resent forever.
+			u.log.Error("collector rejected a report", "seq", msg.Reject.GetSequence(), "reason", msg.Reject.GetReason())
+			u.outbox.Ack(msg.Reject.GetSequence())
+		case *nbsv1.ConnectResponse_Config:
+			u.agent.ApplyConfig(msg.Config)
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package api
+
+import (
+	"strings"
+	"time"
+
+	"github.com/nbs-project/nbs/collector/store"
+)
+
+// TreeNode is one metric of a node's tree as the API serves it.
+type TreeNode struct {
+	ID          string           `json:"id"`
+	Title       string           `json:"title"`
+	Unit        string           `json:"unit"`
+	Kind        string           `json:"kind"`
+	Description string           `json:"description"`
+	Value       *float64         `json:"value"`
+	Count       *float64         `json:"count,omitempty"` // a rate's increase over the interval
+	State       string           `json:"state"`
+	OwnState    string           `json:"own_state"`
+	UpdatedAt   *time.Time       `json:"updated_at,omitempty"`
+	Threshold   *store.Threshold `json:"threshold"`
+	Children    []*TreeNode      `json:"children"`
+
+	worst store.State
+}
+
+// BuildTree assembles the nested tree of a node from its definitions and
+// newest values. The agent streams a child only when it is not OK or has a
+// non-zero increase, so a child missing from the newest report is OK and, if
+// it is a rate, zero.
+func BuildTree(defs []store.MetricDef, latest store.Latest, thresholds map[string]*store.Threshold) []*TreeNode {
+	byPath := make(map[string]*TreeNode, len(defs))
+	var roots []*TreeNode
+	newest := latest.Time.UnixMilli()
+	for _, d := range defs { // sorted by path: parents first
+		n := &TreeNode{ID: d.Path, Title: d.Title, Unit: d.Unit, Kind: d.Kind.String(), Description: d.Description,
+			Threshold: d.DefaultThreshold, Children: []*TreeNode{}}
+		if t, ok := thresholds[d.Path]; ok {
+			n.Threshold = t
+		}
+		own := store.StateOK
+		if v, ok := latest.Metrics[d.Path]; ok {
+			at := time.UnixMilli(v.TimeMS).UTC()
+			n.UpdatedAt = &at
+			current := v.TimeMS >= newest
+			switch {
+			case current:
+				own = v.State
+				n.Value = ptr(v.Value)
+				if d.Kind == store.KindRate {
+					n.Count = ptr(v.Value)
+					n.Value = ptr(perSecond(v.Value, v.IntervalMS))
+				}
+			case d.Kind == store.KindRate:
+				n.Value, n.Count = ptr(0.0), ptr(0.0)
+			default:
+				n.Value = ptr(v.Value) // last known level; not streamed since, so it was OK
+			}
+		} else if d.Kind == store.KindRate && !latest.Time.IsZero() {
+			n.Value, n.Count = ptr(0.0), ptr(0.0)
+		}
+		n.OwnState, n.worst = own.String(), own
+		byPath[d.Path] = n
+		parent := ""
+		if i := strings.LastIndexByte(d.Path, '/'); i >= 0 {
+			parent = d.Path[:i]
+		}
+		if p := byPath[parent]; p != nil {
+			p.Children = append(p.Children, n)
+		} else {
+			roots = append(roots, n)
+		}
+	}
+	for _, r := range roots {
+		propagate(r)
+	}
+	return roots
+}
+
+// propagate makes a parent's state the worst of its own and its children's,
+// so a child over its threshold signals up to its root.
+func propagate(n *TreeNode) store.State {
+	for _, c := range n.Children {
+		n.worst = store.Worse(n.worst, propagate(c))
+	}
+	n.State = n.worst.String()
+	return n.worst
+}
+
+func perSecond(increase float64, intervalMS uint32) float64 {
+	if intervalMS == 0 {
+		return 0
+	}
+	return increase / (float64(intervalMS) / 1000)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,202 @@
+// Package app wires the collector's parts together: store, ingest, HTTP.
+// It is used by the nbs-collector command and by end-to-end tests alike.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/nbs-project/nbs/collector/api"
+	"github.com/nbs-project/nbs/collector/ingest"
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+	"github.com/nbs-project/nbs/web"
+)
+
+type Config struct {
+	GRPCAddr   string
+	HTTPAddr   string
+	DBURL      string
+	Retention  time.Duration
+	DBWriters  int
+	MaxMsgSize int
+	// Window bounds what one stream may have in flight: with gRPC's default
+	// auto-tuned windows a collector buffered ~2 GB when Postgres fell behind.
+	StreamWindow int32
+}
+
+// RegisterFlags binds the configuration to command-line flags with defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.GRPCAddr, "grpc.listen-address", ":7701", "address for agent streams (gRPC)")
+	fs.StringVar(&c.HTTPAddr, "http.listen-address", ":7700", "address for the web UI, JSON API, /metrics and health")
+	fs.StringVar(&c.DBURL, "db.url", os.Getenv("NBS_DB_URL"), "PostgreSQL URL (env NBS_DB_URL), e.g. postgres://nbs@db:5432/nbs")
+	fs.DurationVar(&c.Retention, "retention", 30*24*time.Hour, "how long reports are kept; older day partitions are dropped")
+	fs.IntVar(&c.DBWriters, "db.writers", 2, "concurrent database writers (about one per database core)")
+	fs.IntVar(&c.MaxMsgSize, "grpc.max-message-bytes", 4<<20, "largest message an agent may send")
+	c.StreamWindow = 64 << 10
+}
+
+func (c *Config) Validate() error {
+	var errs []error
+	if c.DBURL == "" {
+		errs = append(errs, errors.New("--db.url (or env NBS_DB_URL) is required"))
+	}
+	if c.Retention < 24*time.Hour {
+		errs = append(errs, fmt.Errorf("--retention %s is shorter than one day partition", c.Retention))
+	}
+	if c.DBWriters < 1 || c.DBWriters > 64 {
+		errs = append(errs, fmt.Errorf("--db.writers %d must be from 1 to 64", c.DBWriters))
+	}
+	if c.MaxMsgSize < 64<<10 || c.MaxMsgSize > 64<<20 {
+		errs = append(errs, fmt.Errorf("--grpc.max-message-bytes %d must be from 64 KiB to 64 MiB", c.MaxMsgSize))
+	}
+	return errors.Join(errs...)
+}
+
+type Collector struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *telemetry.Metrics
+
+	mu       sync.Mutex
+	grpcAddr net.Addr
+	httpAddr net.Addr
+	ready    chan struct{}
+}
+
+func New(cfg Config, log *slog.Logger) *Collector {
+	if cfg.StreamWindow == 0 {
+		cfg.StreamWindow = 64 << 10
+	}
+	if cfg.MaxMsgSize == 0 {
+		cfg.MaxMsgSize = 4 << 20
+	}
+	if cfg.DBWriters == 0 {
+		cfg.DBWriters = 2
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = 30 * 24 * time.Hour
+	}
+	return &Collector{cfg: cfg, log: log, metrics: telemetry.New(), ready: make(chan struct{})}
+}
+
+// Ready is closed once both listeners accept connections.
+func (c *Collector) Ready() <-chan struct{} { return c.ready }
+
+// Addrs returns the bound addresses (useful with port 0); valid after Ready.
+func (c *Collector) Addrs() (grpcAddr, httpAddr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.grpcAddr.String(), c.httpAddr.String()
+}
+
+// Run serves until ctx ends, then shuts down gracefully.
+func (c *Collector) Run(ctx context.Context) error {
+	if err := c.cfg.Validate(); err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, c.cfg.DBURL, c.log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	grpcLis, err := net.Listen("tcp", c.cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("listen for gRPC on %s: %w", c.cfg.GRPCAddr, err)
+	}
+	httpLis, err := net.Listen("tcp", c.cfg.HTTPAddr)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("listen for HTTP on %s: %w", c.cfg.HTTPAddr, err)
+	}
+	c.mu.Lock()
+	c.grpcAddr, c.httpAddr = grpcLis.Addr(), httpLis.Addr()
+	c.mu.Unlock()
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	writer := ingest.NewWriter(st, ingest.WriterOptions{Workers: c.cfg.DBWriters}, c.log.With("part", "writer"), c.metrics)
+	limits := ingest.DefaultLimits()
+	limits.MaxAge = c.cfg.Retention
+	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits}, c.log.With("part", "ingest"), c.metrics)
+
+	grpcSrv := grpc.NewServer(
+		grpc.MaxRecvMsgSize(c.cfg.MaxMsgSize),
+		grpc.InitialWindowSize(c.cfg.StreamWindow),
+		grpc.InitialConnWindowSize(16*c.cfg.StreamWindow),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	nbsv1.RegisterAgentServiceServer(grpcSrv, ingestSrv)
+
+	httpAPI := api.New(st, ingestSrv, web.Handler(), c.log.With("part", "api"), c.metrics)
+	httpSrv := &http.Server{Handler: httpAPI.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return runCtx }}
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	wg.Go(func() { writer.Run(runCtx) })
+	wg.Go(func() { c.retain(runCtx, st) })
+	wg.Go(func() {
+		if err := grpcSrv.Serve(grpcLis); err != nil {
+			errc <- fmt.Errorf("serve gRPC: %w", err)
+		}
+	})
+	wg.Go(func() {
+		if err := httpSrv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serve HTTP: %w", err)
+		}
+	})
+	c.log.Info("collector ready", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String())
+	close(c.ready)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	c.log.Info("collector stopping")
+	shutdownCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer stop()
+	_ = httpSrv.Shutdown(shutdownCtx)
+	// Streams are long-lived, so GracefulStop would wait for agents to hang
+	// up; stopping is safe because nothing un-acked is lost: agents resend.
+	grpcSrv.Stop()
+	cancel()
+	wg.Wait()
+	return runErr
+}
+
+// retain drops day partitions older than the retention, hourly.
+func (c *Collector) retain(ctx context.Context, st *store.Store) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		dropped, err := st.DropPartitionsBefore(ctx, time.Now().Add(-c.cfg.Retention))
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("retention", "err", err)
+		}
+		if len(dropped) > 0 {
+			c.log.Info("retention dropped partitions", "partitions", dropped)
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}

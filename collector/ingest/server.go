@@ -1,0 +1,322 @@
+// Package ingest is the collector's gRPC side: it validates what agents send,
+// hands reports to the batching writer and acks them after commit.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// Registry is what a stream needs from the store to register a node.
+type Registry interface {
+	UpsertNode(ctx context.Context, n store.Node) (int32, error)
+	UpsertDefinitions(ctx context.Context, nodeID int32, defs []store.MetricDef) (map[string]int32, error)
+}
+
+// ConfigSource computes the effective Config for a node (thresholds, peers,
+// expand requests).
+type ConfigSource interface {
+	ConfigFor(ctx context.Context, node store.Node) (*nbsv1.Config, error)
+}
+
+// StaticConfig sends the same Config to every node: the catalogue defaults.
+type StaticConfig struct{}
+
+func (StaticConfig) ConfigFor(context.Context, store.Node) (*nbsv1.Config, error) {
+	return &nbsv1.Config{Version: 1}, nil
+}
+
+type Server struct {
+	nbsv1.UnimplementedAgentServiceServer
+
+	registry     Registry
+	writer       *Writer
+	config       ConfigSource
+	limits       Limits
+	helloTimeout time.Duration
+	log          *slog.Logger
+	metrics      *telemetry.Metrics
+
+	mu      sync.Mutex
+	streams map[string]*stream // by node name
+}
+
+type ServerOptions struct {
+	Limits       Limits
+	HelloTimeout time.Duration
+	Config       ConfigSource
+}
+
+func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m *telemetry.Metrics) *Server {
+	if opts.HelloTimeout <= 0 {
+		opts.HelloTimeout = 30 * time.Second
+	}
+	if opts.Config == nil {
+		opts.Config = StaticConfig{}
+	}
+	if opts.Limits == (Limits{}) {
+		opts.Limits = DefaultLimits()
+	}
+	return &Server{registry: reg, writer: w, config: opts.Config, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
+		log: log, metrics: m, streams: map[string]*stream{}}
+}
+
+type streamMetric struct {
+	id   int32
+	kind store.Kind
+}
+
+// stream is the state of one agent connection. Only the receiving goroutine
+// touches metrics and lastSeq; out is drained by the sending goroutine.
+type stream struct {
+	node     store.Node
+	instance uint64
+	metrics  map[string]*streamMetric
+	lastSeq  uint64
+	out      chan *nbsv1.ConnectResponse
+	ctx      context.Context
+}
+
+// send queues a message for the agent; false if the stream has ended.
+func (st *stream) send(m *nbsv1.ConnectResponse) bool {
+	select {
+	case st.out <- m:
+		return true
+	case <-st.ctx.Done():
+		return false
+	}
+}
+
+// trySend is for the database writers, which serve every stream and must
+// not wait on one slow agent. A dropped ack is safe: the agent resends and
+// the duplicate is acked again.
+func (st *stream) trySend(m *nbsv1.ConnectResponse) {
+	select {
+	case st.out <- m:
+	default:
+	}
+}
+
+// Connect serves one agent's stream: Hello, then reports until either side ends it.
+func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
+	ctx, cancel := context.WithCancel(grpcStream.Context())
+	defer cancel()
+
+	hello, err := s.awaitHello(ctx, grpcStream)
+	if err != nil {
+		return err
+	}
+	node, defs, rej := s.limits.checkHello(hello)
+	if rej != nil {
+		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
+		return status.Error(codes.InvalidArgument, rej.msg)
+	}
+	node.ID, err = s.registry.UpsertNode(ctx, node)
+	if err != nil {
+		s.log.Error("register node", "node", node.Name, "err", err)
+		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+	}
+	ids, err := s.registry.UpsertDefinitions(ctx, node.ID, defs)
+	if err != nil {
+		s.log.Error("register metric definitions", "node", node.Name, "err", err)
+		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+	}
+	st := &stream{node: node, instance: node.InstanceID, metrics: make(map[string]*streamMetric, len(defs)),
+		out: make(chan *nbsv1.ConnectResponse, 256), ctx: ctx}
+	for _, d := range defs {
+		st.metrics[d.Path] = &streamMetric{id: ids[d.Path], kind: d.Kind}
+	}
+	cfg, err := s.config.ConfigFor(ctx, node)
+	if err != nil {
+		s.log.Error("compute config", "node", node.Name, "err", err)
+		return status.Error(codes.Unavailable, "collector cannot compute this node's config; retry later")
+	}
+	st.out <- &nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Config{Config: cfg}}
+
+	s.register(st)
+	defer s.unregister(st)
+	s.log.Info("agent connected", "node", node.Name, "instance", fmt.Sprintf("%016x", node.InstanceID), "metrics", len(defs))
+
+	sendErr := make(chan error, 1)
+	go func() { sendErr <- s.sendLoop(ctx, grpcStream, st) }()
+
+	recvErr := s.recvLoop(ctx, grpcStream, st)
+	cancel()
+	if err := <-sendErr; recvErr == nil {
+		recvErr = err
+	}
+	s.log.Info("agent disconnected", "node", node.Name, "reason", recvErr)
+	if status.Code(recvErr) == codes.Canceled || errors.Is(recvErr, context.Canceled) {
+		return nil
+	}
+	return recvErr
+}
+
+func (s *Server) awaitHello(ctx context.Context, gs nbsv1.AgentService_ConnectServer) (*nbsv1.Hello, error) {
+	type result struct {
+		m   *nbsv1.ConnectRequest
+		err error
+	}
+	ch := make(chan result, 1)
+	// Recv has no deadline of its own; this goroutine ends when the stream does.
+	go func() {
+		m, err := gs.Recv()
+		ch <- result{m, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, r.err
+		}
+		if h := r.m.GetHello(); h != nil {
+			return h, nil
+		}
+		s.metrics.Rejects.WithLabelValues("protocol").Inc()
+		return nil, status.Error(codes.InvalidArgument, "the first message of a stream must be a Hello")
+	case <-time.After(s.helloTimeout):
+		s.metrics.Rejects.WithLabelValues("protocol").Inc()
+		return nil, status.Errorf(codes.DeadlineExceeded, "no Hello within %s", s.helloTimeout)
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+func (s *Server) recvLoop(ctx context.Context, gs nbsv1.AgentService_ConnectServer, st *stream) error {
+	for {
+		m, err := gs.Recv()
+		if err != nil {
+			return err
+		}
+		switch msg := m.GetMsg().(type) {
+		case *nbsv1.ConnectRequest_Report:
+			if err := s.handleReport(ctx, st, msg.Report); err != nil {
+				return err
+			}
+		case *nbsv1.ConnectRequest_Hello:
+			s.metrics.Rejects.WithLabelValues("protocol").Inc()
+			return status.Error(codes.InvalidArgument, "a second Hello on one stream: open a new stream to re-identify")
+		default:
+			s.metrics.Rejects.WithLabelValues("protocol").Inc()
+			return status.Error(codes.InvalidArgument, "empty or unknown message: expected a Report")
+		}
+	}
+}
+
+func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) error {
+	rep, newDefs, rej := s.limits.checkReport(r, st, time.Now())
+	if rej != nil {
+		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
+		s.metrics.Reports.WithLabelValues("rejected").Inc()
+		s.log.Warn("report rejected", "node", st.node.Name, "seq", r.GetSequence(), "reason", rej.msg)
+		if rej.reason != "sequence_backwards" {
+			st.lastSeq = max(st.lastSeq, r.GetSequence())
+		}
+		st.send(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Reject{Reject: &nbsv1.Reject{Sequence: r.GetSequence(), Reason: rej.msg}}})
+		return nil
+	}
+	if len(newDefs) > 0 {
+		ids, err := s.registry.UpsertDefinitions(ctx, st.node.ID, newDefs)
+		if err != nil {
+			s.log.Error("register new metric definitions", "node", st.node.Name, "err", err)
+			return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+		}
+		for _, d := range newDefs {
+			st.metrics[d.Path] = &streamMetric{id: ids[d.Path], kind: d.Kind}
+		}
+	}
+	st.lastSeq = rep.Seq
+	rep.NodeID = st.node.ID
+	for i := range rep.Samples {
+		rep.Samples[i].MetricID = st.metrics[rep.Samples[i].Path].id
+	}
+	for i := range rep.Histograms {
+		rep.Histograms[i].MetricID = st.metrics[rep.Histograms[i].Path].id
+	}
+	for i := range rep.Events {
+		rep.Events[i].MetricID = st.metrics[rep.Events[i].Path].id
+	}
+	seq := rep.Seq
+	return s.writer.Submit(ctx, rep, func(duplicate bool, err error) {
+		if err != nil {
+			st.trySend(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Reject{Reject: &nbsv1.Reject{
+				Sequence: seq, Reason: "the database refused this report: " + err.Error()}}})
+			return
+		}
+		st.trySend(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Ack{Ack: &nbsv1.Ack{Sequence: seq, Duplicate: duplicate}}})
+	})
+}
+
+func (s *Server) sendLoop(ctx context.Context, gs nbsv1.AgentService_ConnectServer, st *stream) error {
+	for {
+		select {
+		case m := <-st.out:
+			if err := gs.Send(m); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func (s *Server) register(st *stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streams[st.node.Name] = st
+	s.metrics.Streams.Set(float64(len(s.streams)))
+}
+
+func (s *Server) unregister(st *stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A reconnect may already have replaced this stream.
+	if s.streams[st.node.Name] == st {
+		delete(s.streams, st.node.Name)
+	}
+	s.metrics.Streams.Set(float64(len(s.streams)))
+}
+
+// Connected reports whether a node has a stream open on this collector.
+func (s *Server) Connected(node string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streams[node] != nil
+}
+
+// PushConfig recomputes and sends the effective Config to the named nodes
+// connected here (all of them when names is empty).
+func (s *Server) PushConfig(ctx context.Context, names ...string) {
+	s.mu.Lock()
+	var targets []*stream
+	if len(names) == 0 {
+		for _, st := range s.streams {
+			targets = append(targets, st)
+		}
+	} else {
+		for _, n := range names {
+			if st := s.streams[n]; st != nil {
+				targets = append(targets, st)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, st := range targets {
+		cfg, err := s.config.ConfigFor(ctx, st.node)
+		if err != nil {
+			s.log.Error("compute config", "node", st.node.Name, "err", err)
+			continue
+		}
+		st.send(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Config{Config: cfg}})
+	}
+}

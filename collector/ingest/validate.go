@@ -1,0 +1,312 @@
+package ingest
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/nbs-project/nbs/collector/store"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// Limits bound what one agent may send. Everything beyond them is refused
+// with a message that names the limit, never truncated silently.
+type Limits struct {
+	MaxMetrics       int           // definitions per node
+	MaxSamples       int           // samples per report
+	MaxHistograms    int           // histograms per report
+	MaxBuckets       int           // buckets per histogram
+	MaxEvents        int           // events per report
+	MaxEventFields   int           // fields per event
+	MaxStringLen     int           // any label, field or text value
+	MaxLabels        int           // labels per node
+	MaxFutureSkew    time.Duration // how far ahead of the collector's clock a report may be
+	MaxAge           time.Duration // how old a resent report may be (the retention)
+	MinInterval      time.Duration
+	MaxInterval      time.Duration
+	MaxAbsoluteValue float64
+}
+
+func DefaultLimits() Limits {
+	return Limits{
+		MaxMetrics: 20000, MaxSamples: 20000, MaxHistograms: 2000, MaxBuckets: 4096,
+		MaxEvents: 1000, MaxEventFields: 32, MaxStringLen: 4096, MaxLabels: 64,
+		MaxFutureSkew: 10 * time.Minute, MaxAge: 30 * 24 * time.Hour,
+		MinInterval: 100 * time.Millisecond, MaxInterval: time.Hour,
+		MaxAbsoluteValue: 1e18,
+	}
+}
+
+// rejection is a validation failure with a low-cardinality reason for the
+// rejects metric and a message for the agent's operator.
+type rejection struct {
+	reason string
+	msg    string
+}
+
+func (r *rejection) Error() string { return r.msg }
+
+func reject(reason, format string, args ...any) *rejection {
+	return &rejection{reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+var (
+	nodeNameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+	labelKeyRE   = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+	metricPathRE = regexp.MustCompile(`^[a-z0-9_]+(/[a-z0-9_.:-]+){0,7}$`)
+)
+
+func validMetricPath(p string) bool { return len(p) <= 255 && metricPathRE.MatchString(p) }
+
+func parentPath(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i]
+	}
+	return ""
+}
+
+// checkHello validates a Hello and converts it.
+func (l Limits) checkHello(h *nbsv1.Hello) (store.Node, []store.MetricDef, *rejection) {
+	var n store.Node
+	if !nodeNameRE.MatchString(h.GetNodeName()) {
+		return n, nil, reject("bad_hello", "hello: node_name %q must be 1-253 characters of letters, digits, '.', '_' or '-'", h.GetNodeName())
+	}
+	if len(h.GetLabels()) > l.MaxLabels {
+		return n, nil, reject("bad_hello", "hello: %d labels, at most %d allowed", len(h.GetLabels()), l.MaxLabels)
+	}
+	for k, v := range h.GetLabels() {
+		if !labelKeyRE.MatchString(k) {
+			return n, nil, reject("bad_hello", "hello: label key %q must match %s", k, labelKeyRE)
+		}
+		if len(v) > l.MaxStringLen {
+			return n, nil, reject("bad_hello", "hello: label %s is %d bytes, at most %d allowed", k, len(v), l.MaxStringLen)
+		}
+	}
+	if h.GetInstanceId() == 0 {
+		return n, nil, reject("bad_hello", "hello: instance_id must be set (a random number chosen at agent start)")
+	}
+	if iv := time.Duration(h.GetIntervalMs()) * time.Millisecond; iv < l.MinInterval || iv > l.MaxInterval {
+		return n, nil, reject("bad_hello", "hello: interval_ms %d outside [%d, %d]", h.GetIntervalMs(), l.MinInterval.Milliseconds(), l.MaxInterval.Milliseconds())
+	}
+	if len(h.GetMetrics()) > l.MaxMetrics {
+		return n, nil, reject("bad_hello", "hello: %d metric definitions, at most %d allowed", len(h.GetMetrics()), l.MaxMetrics)
+	}
+	for _, s := range []string{h.GetAgentVersion(), h.GetKernelRelease()} {
+		if len(s) > l.MaxStringLen {
+			return n, nil, reject("bad_hello", "hello: a version string is %d bytes, at most %d allowed", len(s), l.MaxStringLen)
+		}
+	}
+	n = store.Node{
+		Name: h.GetNodeName(), Labels: h.GetLabels(), AgentVersion: h.GetAgentVersion(),
+		KernelRelease: h.GetKernelRelease(), InstanceID: h.GetInstanceId(), IntervalMS: h.GetIntervalMs(),
+	}
+	for _, c := range h.GetCapabilities() {
+		if c.GetName() == "" || len(c.GetName()) > 128 || len(c.GetReason()) > l.MaxStringLen {
+			return n, nil, reject("bad_hello", "hello: capability %q: name must be 1-128 bytes and reason at most %d", c.GetName(), l.MaxStringLen)
+		}
+		n.Capabilities = append(n.Capabilities, store.Capability{Name: c.GetName(), Available: c.GetAvailable(), Reason: c.GetReason()})
+	}
+	defs, rej := l.checkDefinitions(h.GetMetrics(), nil)
+	if rej != nil {
+		return n, nil, reject("bad_hello", "hello: %s", rej.msg)
+	}
+	return n, defs, nil
+}
+
+// checkDefinitions validates new metric definitions against those already
+// known on the stream; every non-root metric's parent must be defined.
+func (l Limits) checkDefinitions(in []*nbsv1.MetricDefinition, known map[string]*streamMetric) ([]store.MetricDef, *rejection) {
+	batch := make(map[string]bool, len(in))
+	for _, d := range in {
+		batch[d.GetId()] = true
+	}
+	defs := make([]store.MetricDef, 0, len(in))
+	for _, d := range in {
+		p := d.GetId()
+		if !validMetricPath(p) {
+			return nil, reject("bad_definition", "metric id %q must be a lower-case path like tcp_reset/sent/no_socket", p)
+		}
+		if parent := parentPath(p); parent != "" && !batch[parent] && known[parent] == nil {
+			return nil, reject("bad_definition", "metric %s: parent %s is not defined", p, parent)
+		}
+		if d.GetKind() < nbsv1.MetricKind_METRIC_KIND_RATE || d.GetKind() > nbsv1.MetricKind_METRIC_KIND_HISTOGRAM {
+			return nil, reject("bad_definition", "metric %s: kind %v is not rate, gauge or histogram", p, d.GetKind())
+		}
+		if d.GetTitle() == "" || len(d.GetTitle()) > 256 || len(d.GetUnit()) > 64 || len(d.GetDescription()) > l.MaxStringLen {
+			return nil, reject("bad_definition", "metric %s: title must be 1-256 bytes, unit at most 64, description at most %d", p, l.MaxStringLen)
+		}
+		def := store.MetricDef{Path: p, Title: d.GetTitle(), Unit: d.GetUnit(), Kind: store.Kind(d.GetKind()), Description: d.GetDescription()}
+		if t := d.GetDefaultThreshold(); t != nil {
+			thr, err := ThresholdFromProto(t)
+			if err != nil {
+				return nil, reject("bad_definition", "metric %s: default threshold: %v", p, err)
+			}
+			def.DefaultThreshold = &thr
+		}
+		defs = append(defs, def)
+	}
+	return defs, nil
+}
+
+// ThresholdFromProto validates a wire threshold.
+func ThresholdFromProto(t *nbsv1.Threshold) (store.Threshold, error) {
+	thr := store.Threshold{Warn: t.GetWarn(), Crit: t.GetCrit(), HoldIntervals: t.GetHoldIntervals(), BaselineIntervals: t.GetBaselineIntervals()}
+	switch t.GetComparison() {
+	case nbsv1.Comparison_COMPARISON_ABOVE:
+		thr.Comparison = "above"
+	case nbsv1.Comparison_COMPARISON_BELOW:
+		thr.Comparison = "below"
+	default:
+		return thr, fmt.Errorf("comparison must be above or below")
+	}
+	return thr, ValidateThreshold(thr)
+}
+
+// ValidateThreshold checks levels are finite, ordered for the comparison, and
+// the hold and baseline windows are bounded.
+func ValidateThreshold(t store.Threshold) error {
+	if math.IsNaN(t.Warn) || math.IsInf(t.Warn, 0) || math.IsNaN(t.Crit) || math.IsInf(t.Crit, 0) {
+		return fmt.Errorf("warn and crit must be finite numbers")
+	}
+	switch t.Comparison {
+	case "above":
+		if t.Warn > t.Crit {
+			return fmt.Errorf("warn (%g) must not be above crit (%g) when the comparison is above", t.Warn, t.Crit)
+		}
+	case "below":
+		if t.Warn < t.Crit {
+			return fmt.Errorf("warn (%g) must not be below crit (%g) when the comparison is below", t.Warn, t.Crit)
+		}
+	default:
+		return fmt.Errorf("comparison %q must be above or below", t.Comparison)
+	}
+	if t.HoldIntervals > 1000 {
+		return fmt.Errorf("hold_intervals %d is more than 1000", t.HoldIntervals)
+	}
+	if t.BaselineIntervals > 10000 {
+		return fmt.Errorf("baseline_intervals %d is more than 10000", t.BaselineIntervals)
+	}
+	if t.BaselineIntervals > 0 && (t.Warn <= 0 || t.Crit <= 0) {
+		return fmt.Errorf("baseline thresholds are multiples of the baseline and must be > 0")
+	}
+	return nil
+}
+
+// checkReport validates a report against the stream's state and converts it.
+// It does not change the stream: the caller commits new definitions and the
+// sequence only once the report is accepted.
+func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.Report, []store.MetricDef, *rejection) {
+	var out store.Report
+	if r.GetSequence() == 0 {
+		return out, nil, reject("bad_sequence", "report: sequence must start at 1")
+	}
+	if r.GetSequence() <= st.lastSeq {
+		return out, nil, reject("sequence_backwards", "report %d: sequence went backwards (last on this stream was %d)", r.GetSequence(), st.lastSeq)
+	}
+	ts := time.Unix(0, r.GetTimeUnixNano())
+	if ts.After(now.Add(l.MaxFutureSkew)) {
+		return out, nil, reject("bad_time", "report %d: time %s is %s ahead of the collector's clock (max %s): check the node's clock sync",
+			r.GetSequence(), ts.UTC().Format(time.RFC3339), ts.Sub(now).Round(time.Second), l.MaxFutureSkew)
+	}
+	if ts.Before(now.Add(-l.MaxAge)) {
+		return out, nil, reject("bad_time", "report %d: time %s is older than the retention (%s)", r.GetSequence(), ts.UTC().Format(time.RFC3339), l.MaxAge)
+	}
+	if iv := time.Duration(r.GetIntervalMs()) * time.Millisecond; iv < l.MinInterval || iv > l.MaxInterval {
+		return out, nil, reject("bad_interval", "report %d: interval_ms %d outside [%d, %d]", r.GetSequence(), r.GetIntervalMs(), l.MinInterval.Milliseconds(), l.MaxInterval.Milliseconds())
+	}
+	switch {
+	case len(r.GetSamples()) > l.MaxSamples:
+		return out, nil, reject("too_large", "report %d: %d samples, at most %d allowed", r.GetSequence(), len(r.GetSamples()), l.MaxSamples)
+	case len(r.GetEvents()) > l.MaxEvents:
+		return out, nil, reject("too_large", "report %d: %d events, at most %d allowed", r.GetSequence(), len(r.GetEvents()), l.MaxEvents)
+	case len(r.GetHistograms()) > l.MaxHistograms:
+		return out, nil, reject("too_large", "report %d: %d histograms, at most %d allowed", r.GetSequence(), len(r.GetHistograms()), l.MaxHistograms)
+	case len(st.metrics)+len(r.GetNewMetrics()) > l.MaxMetrics:
+		return out, nil, reject("too_large", "report %d: node would have more than %d metrics", r.GetSequence(), l.MaxMetrics)
+	}
+	newDefs, rej := l.checkDefinitions(r.GetNewMetrics(), st.metrics)
+	if rej != nil {
+		return out, nil, reject(rej.reason, "report %d: %s", r.GetSequence(), rej.msg)
+	}
+	pending := make(map[string]store.Kind, len(newDefs))
+	for _, d := range newDefs {
+		pending[d.Path] = d.Kind
+	}
+	kindOf := func(path string) (store.Kind, bool) {
+		if m := st.metrics[path]; m != nil {
+			return m.kind, true
+		}
+		k, ok := pending[path]
+		return k, ok
+	}
+
+	out = store.Report{InstanceID: st.instance, Seq: r.GetSequence(), Time: ts, IntervalMS: r.GetIntervalMs(), Snapshot: r.GetSnapshot()}
+	seen := make(map[string]bool, len(r.GetSamples()))
+	for _, s := range r.GetSamples() {
+		p := s.GetMetricId()
+		kind, ok := kindOf(p)
+		if !ok {
+			return out, nil, reject("unknown_metric", "report %d: unknown metric %q (not in the hello or new_metrics)", r.GetSequence(), p)
+		}
+		if seen[p] {
+			return out, nil, reject("bad_value", "report %d: metric %s appears twice", r.GetSequence(), p)
+		}
+		seen[p] = true
+		v := s.GetValue()
+		if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) > l.MaxAbsoluteValue {
+			return out, nil, reject("bad_value", "report %d: metric %s: value %g is not a finite number below %g", r.GetSequence(), p, v, l.MaxAbsoluteValue)
+		}
+		if kind == store.KindRate && v < 0 {
+			return out, nil, reject("bad_value", "report %d: metric %s: a rate's increase cannot be negative (%g)", r.GetSequence(), p, v)
+		}
+		if s.GetState() < nbsv1.State_STATE_OK || s.GetState() > nbsv1.State_STATE_UNKNOWN {
+			return out, nil, reject("bad_value", "report %d: metric %s: state %v is not OK, WARN, CRIT or UNKNOWN", r.GetSequence(), p, s.GetState())
+		}
+		out.Samples = append(out.Samples, store.Sample{Path: p, Value: v, State: store.State(s.GetState())})
+	}
+	for _, h := range r.GetHistograms() {
+		p := h.GetMetricId()
+		if kind, ok := kindOf(p); !ok || kind != store.KindHistogram {
+			return out, nil, reject("unknown_metric", "report %d: histogram for %q, which is not a defined histogram metric", r.GetSequence(), p)
+		}
+		idx, cnt := h.GetBucketIndex(), h.GetBucketCount()
+		if len(idx) != len(cnt) || len(idx) > l.MaxBuckets {
+			return out, nil, reject("bad_histogram", "report %d: histogram %s: %d indexes and %d counts (must be equal and at most %d)", r.GetSequence(), p, len(idx), len(cnt), l.MaxBuckets)
+		}
+		var total uint64
+		hist := store.Histogram{Path: p, Count: h.GetCount(), Sum: h.GetSum(), BucketIndex: make([]int32, len(idx)), BucketCount: make([]int64, len(cnt))}
+		for i := range idx {
+			if (i > 0 && idx[i] <= idx[i-1]) || idx[i] > math.MaxInt32 || cnt[i] > math.MaxInt64 {
+				return out, nil, reject("bad_histogram", "report %d: histogram %s: bucket indexes must be strictly increasing and in range", r.GetSequence(), p)
+			}
+			hist.BucketIndex[i], hist.BucketCount[i] = int32(idx[i]), int64(cnt[i])
+			total += cnt[i]
+		}
+		if total != h.GetCount() || math.IsNaN(h.GetSum()) || math.IsInf(h.GetSum(), 0) {
+			return out, nil, reject("bad_histogram", "report %d: histogram %s: count %d does not equal the bucket total %d, or sum is not finite", r.GetSequence(), p, h.GetCount(), total)
+		}
+		out.Histograms = append(out.Histograms, hist)
+	}
+	for _, e := range r.GetEvents() {
+		p := e.GetMetricId()
+		if _, ok := kindOf(p); !ok {
+			return out, nil, reject("unknown_metric", "report %d: event for unknown metric %q", r.GetSequence(), p)
+		}
+		if len(e.GetFields()) > l.MaxEventFields {
+			return out, nil, reject("too_large", "report %d: event with %d fields, at most %d allowed", r.GetSequence(), len(e.GetFields()), l.MaxEventFields)
+		}
+		for k, v := range e.GetFields() {
+			if len(k) == 0 || len(k) > 64 || len(v) > l.MaxStringLen {
+				return out, nil, reject("too_large", "report %d: event field %q: key must be 1-64 bytes and value at most %d", r.GetSequence(), k, l.MaxStringLen)
+			}
+		}
+		et := time.Unix(0, e.GetTimeUnixNano())
+		if et.Before(now.Add(-l.MaxAge)) || et.After(now.Add(l.MaxFutureSkew)) {
+			et = ts // keep the evidence, at the report's time, rather than refuse a report for a bad event clock
+		}
+		out.Events = append(out.Events, store.Event{Path: p, Time: et, Fields: e.GetFields()})
+	}
+	return out, newDefs, nil
+}

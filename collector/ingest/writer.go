@@ -1,0 +1,188 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
+)
+
+// ReportWriter is what the writer needs from the store.
+type ReportWriter interface {
+	WriteReports(ctx context.Context, reports []store.Report) (map[store.ReportKey]bool, error)
+}
+
+// Stored is called once a report is durably stored, or refused for good.
+type Stored func(duplicate bool, err error)
+
+type pending struct {
+	report store.Report
+	done   Stored
+}
+
+// Writer batches reports from every stream into COPY transactions. Its queue
+// is bounded: when PostgreSQL falls behind, Submit blocks, the stream stops
+// reading, and gRPC flow control pushes back to the agents, which hold their
+// un-acked reports. Nothing is acked before it is committed.
+type Writer struct {
+	store    ReportWriter
+	log      *slog.Logger
+	metrics  *telemetry.Metrics
+	queue    chan pending
+	workers  int
+	maxBatch int
+	maxWait  time.Duration
+	// OnStored, if set, sees every newly stored report after commit (alert evaluation).
+	onStored func([]store.Report)
+}
+
+type WriterOptions struct {
+	Workers   int           // concurrent database writers; about one per core
+	QueueSize int           // reports waiting across all streams
+	MaxBatch  int           // reports per transaction
+	MaxWait   time.Duration // how long a partial batch may wait
+	OnStored  func([]store.Report)
+}
+
+func NewWriter(st ReportWriter, opts WriterOptions, log *slog.Logger, m *telemetry.Metrics) *Writer {
+	if opts.Workers <= 0 {
+		opts.Workers = 2
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = 4096
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 500
+	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = 100 * time.Millisecond
+	}
+	return &Writer{store: st, log: log, metrics: m, queue: make(chan pending, opts.QueueSize),
+		workers: opts.Workers, maxBatch: opts.MaxBatch, maxWait: opts.MaxWait, onStored: opts.OnStored}
+}
+
+// Submit queues a report; it blocks while the queue is full.
+func (w *Writer) Submit(ctx context.Context, r store.Report, done Stored) error {
+	select {
+	case w.queue <- pending{report: r, done: done}:
+		w.metrics.WriteQueue.Set(float64(len(w.queue)))
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run writes until ctx ends. Reports still queued then are not acked; their
+// agents resend them to the next collector.
+func (w *Writer) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range w.workers {
+		wg.Go(func() { w.work(ctx) })
+	}
+	wg.Wait()
+}
+
+func (w *Writer) work(ctx context.Context) {
+	batch := make([]pending, 0, w.maxBatch)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		batch = batch[:0]
+		select {
+		case p := <-w.queue:
+			batch = append(batch, p)
+		case <-ctx.Done():
+			return
+		}
+		timer.Reset(w.maxWait)
+	fill:
+		for len(batch) < w.maxBatch {
+			select {
+			case p := <-w.queue:
+				batch = append(batch, p)
+			case <-timer.C:
+				break fill
+			case <-ctx.Done():
+				return
+			}
+		}
+		w.metrics.WriteQueue.Set(float64(len(w.queue)))
+		w.write(ctx, batch)
+	}
+}
+
+// write commits a batch, retrying transient failures until ctx ends. A batch
+// that fails for a reason in the data is split so one bad report cannot hold
+// back the others.
+func (w *Writer) write(ctx context.Context, batch []pending) {
+	reports := make([]store.Report, len(batch))
+	for i, p := range batch {
+		reports[i] = p.report
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		start := time.Now()
+		inserted, err := w.store.WriteReports(ctx, reports)
+		if err == nil {
+			w.metrics.DBWrite.Observe(time.Since(start).Seconds())
+			w.metrics.DBBatch.Observe(float64(len(batch)))
+			var stored []store.Report
+			for _, p := range batch {
+				isNew := inserted[p.report.Key()]
+				if isNew {
+					stored = append(stored, p.report)
+					w.metrics.Reports.WithLabelValues("stored").Inc()
+					w.metrics.Samples.Add(float64(len(p.report.Samples)))
+				} else {
+					w.metrics.Reports.WithLabelValues("duplicate").Inc()
+				}
+				p.done(!isNew, nil)
+			}
+			if w.onStored != nil && len(stored) > 0 {
+				w.onStored(stored)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		w.metrics.DBErrors.Inc()
+		if permanent(err) {
+			if len(batch) == 1 {
+				w.log.Error("report refused by the database", "seq", batch[0].report.Seq, "node_id", batch[0].report.NodeID, "err", err)
+				w.metrics.Reports.WithLabelValues("rejected").Inc()
+				w.metrics.Rejects.WithLabelValues("database").Inc()
+				batch[0].done(false, err)
+				return
+			}
+			mid := len(batch) / 2
+			w.write(ctx, batch[:mid])
+			w.write(ctx, batch[mid:])
+			return
+		}
+		w.log.Warn("database write failed; retrying", "reports", len(batch), "in", backoff, "err", err)
+		select {
+		case <-time.After(backoff + rand.N(backoff/2)):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// permanent reports errors caused by the data (SQL classes 22 and 23), which
+// no retry will fix, as opposed to connection loss or a restarting server.
+func permanent(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return len(pgErr.Code) == 5 && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23")
+	}
+	return false
+}

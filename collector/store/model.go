@@ -1,0 +1,181 @@
+// Package store is the collector's PostgreSQL system of record: nodes and
+// their metric definitions, reports (samples, histograms, evidence) written
+// idempotently in COPY batches, and the read side for the API.
+package store
+
+import (
+	"time"
+)
+
+// State is a metric's health; the numbers match nbs.v1.State so they can be
+// stored and compared without translation tables.
+type State int16
+
+const (
+	StateUnspecified State = 0
+	StateOK          State = 1
+	StateWarn        State = 2
+	StateCrit        State = 3
+	StateUnknown     State = 4
+)
+
+func (s State) String() string {
+	switch s {
+	case StateOK:
+		return "ok"
+	case StateWarn:
+		return "warn"
+	case StateCrit:
+		return "crit"
+	case StateUnknown:
+		return "unknown"
+	}
+	return "unspecified"
+}
+
+// Severity orders states for "worst of": UNKNOWN ranks above OK (a missing
+// source deserves a look) and below WARN.
+func (s State) Severity() int {
+	switch s {
+	case StateOK:
+		return 1
+	case StateUnknown:
+		return 2
+	case StateWarn:
+		return 3
+	case StateCrit:
+		return 4
+	}
+	return 0
+}
+
+// Worse returns the more severe of two states.
+func Worse(a, b State) State {
+	if b.Severity() > a.Severity() {
+		return b
+	}
+	return a
+}
+
+// Kind is how a metric's value is to be read.
+type Kind int16
+
+const (
+	KindUnspecified Kind = 0
+	KindRate        Kind = 1 // stored value is the counter's increase over the interval
+	KindGauge       Kind = 2
+	KindHistogram   Kind = 3
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindRate:
+		return "rate"
+	case KindGauge:
+		return "gauge"
+	case KindHistogram:
+		return "histogram"
+	}
+	return "unspecified"
+}
+
+// Threshold mirrors nbs.v1.Threshold in the shape stored as JSON.
+type Threshold struct {
+	Warn              float64 `json:"warn"`
+	Crit              float64 `json:"crit"`
+	Comparison        string  `json:"comparison"` // "above" or "below"
+	HoldIntervals     uint32  `json:"hold_intervals"`
+	BaselineIntervals uint32  `json:"baseline_intervals,omitempty"`
+}
+
+type Capability struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+type Node struct {
+	ID            int32
+	Name          string
+	Labels        map[string]string
+	AgentVersion  string
+	KernelRelease string
+	InstanceID    uint64
+	IntervalMS    uint32
+	Capabilities  []Capability
+	FirstSeen     time.Time
+	LastHello     time.Time
+}
+
+type MetricDef struct {
+	Path             string
+	Title            string
+	Unit             string
+	Kind             Kind
+	Description      string
+	DefaultThreshold *Threshold
+}
+
+type Sample struct {
+	MetricID int32
+	Path     string
+	Value    float64
+	State    State
+}
+
+type Histogram struct {
+	MetricID    int32
+	Path        string
+	Count       uint64
+	Sum         float64
+	BucketIndex []int32
+	BucketCount []int64
+}
+
+type Event struct {
+	MetricID int32
+	Path     string
+	Time     time.Time
+	Fields   map[string]string
+}
+
+// Report is one agent report, with metric paths already resolved to ids.
+type Report struct {
+	NodeID     int32
+	InstanceID uint64
+	Seq        uint64
+	Time       time.Time
+	IntervalMS uint32
+	Snapshot   bool
+	Samples    []Sample
+	Histograms []Histogram
+	Events     []Event
+}
+
+// ReportKey identifies a report for deduplication.
+type ReportKey struct {
+	NodeID     int32
+	InstanceID uint64
+	Seq        uint64
+}
+
+func (r *Report) Key() ReportKey { return ReportKey{r.NodeID, r.InstanceID, r.Seq} }
+
+// LatestValue is the newest value of one metric of a node.
+type LatestValue struct {
+	Value float64 `json:"v"`
+	State State   `json:"s"`
+	// Unix milliseconds of the report that carried it.
+	TimeMS int64 `json:"t"`
+	// Report interval, to turn a rate's increase into a per-second value.
+	IntervalMS uint32 `json:"i"`
+}
+
+// Latest is a node's newest state: every metric's newest value, and when the
+// node last reported at all.
+type Latest struct {
+	Time       time.Time
+	IntervalMS uint32
+	SnapshotAt time.Time
+	Metrics    map[string]LatestValue
+}

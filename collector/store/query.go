@@ -1,0 +1,276 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const nodeColumns = `id, name, labels, agent_version, kernel_release, instance_id, interval_ms, capabilities, first_seen, last_hello`
+
+func scanNode(row pgx.Row) (Node, error) {
+	var n Node
+	var labels, caps []byte
+	var inst int64
+	var interval int32
+	if err := row.Scan(&n.ID, &n.Name, &labels, &n.AgentVersion, &n.KernelRelease, &inst, &interval, &caps, &n.FirstSeen, &n.LastHello); err != nil {
+		return n, err
+	}
+	n.InstanceID, n.IntervalMS = uint64(inst), uint32(interval)
+	if err := json.Unmarshal(labels, &n.Labels); err != nil {
+		return n, fmt.Errorf("decode labels of node %s: %w", n.Name, err)
+	}
+	if err := json.Unmarshal(caps, &n.Capabilities); err != nil {
+		return n, fmt.Errorf("decode capabilities of node %s: %w", n.Name, err)
+	}
+	return n, nil
+}
+
+// Nodes lists every node ever seen, by name.
+func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) { return scanNode(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return nodes, nil
+}
+
+// NodeByName returns ErrNotFound for an unknown node.
+func (s *Store) NodeByName(ctx context.Context, name string) (Node, error) {
+	n, err := scanNode(s.pool.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = $1`, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return n, fmt.Errorf("node %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return n, fmt.Errorf("read node %q: %w", name, err)
+	}
+	return n, nil
+}
+
+func scanDef(r pgx.CollectableRow) (MetricDef, error) {
+	var d MetricDef
+	var thr []byte
+	if err := r.Scan(&d.Path, &d.Title, &d.Unit, &d.Kind, &d.Description, &thr); err != nil {
+		return d, err
+	}
+	if thr != nil {
+		d.DefaultThreshold = &Threshold{}
+		if err := json.Unmarshal(thr, d.DefaultThreshold); err != nil {
+			return d, fmt.Errorf("decode threshold of %s: %w", d.Path, err)
+		}
+	}
+	return d, nil
+}
+
+// Definitions returns a node's metric definitions ordered by path, so a
+// parent always precedes its children.
+func (s *Store) Definitions(ctx context.Context, nodeID int32) ([]MetricDef, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT p.path, m.title, m.unit, m.kind, m.description, m.default_threshold
+		FROM node_metrics m JOIN metric_paths p ON p.id = m.metric_id
+		WHERE m.node_id = $1 ORDER BY p.path`, nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("read definitions of node %d: %w", nodeID, err)
+	}
+	defs, err := pgx.CollectRows(rows, scanDef)
+	if err != nil {
+		return nil, fmt.Errorf("read definitions of node %d: %w", nodeID, err)
+	}
+	return defs, nil
+}
+
+// RootDefinitions returns every node's root metric definitions, for the fleet view.
+func (s *Store) RootDefinitions(ctx context.Context) (map[int32][]MetricDef, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT m.node_id, p.path, m.title, m.unit, m.kind, m.description, m.default_threshold
+		FROM node_metrics m JOIN metric_paths p ON p.id = m.metric_id
+		WHERE strpos(p.path, '/') = 0 ORDER BY m.node_id, p.path`)
+	if err != nil {
+		return nil, fmt.Errorf("read root definitions: %w", err)
+	}
+	defer rows.Close()
+	out := map[int32][]MetricDef{}
+	for rows.Next() {
+		var node int32
+		var d MetricDef
+		var thr []byte
+		if err := rows.Scan(&node, &d.Path, &d.Title, &d.Unit, &d.Kind, &d.Description, &thr); err != nil {
+			return nil, fmt.Errorf("scan root definition: %w", err)
+		}
+		if thr != nil {
+			d.DefaultThreshold = &Threshold{}
+			if err := json.Unmarshal(thr, d.DefaultThreshold); err != nil {
+				return nil, fmt.Errorf("decode threshold of %s: %w", d.Path, err)
+			}
+		}
+		out[node] = append(out[node], d)
+	}
+	return out, rows.Err()
+}
+
+func scanLatest(ts time.Time, interval int32, snap *time.Time, raw []byte) (Latest, error) {
+	l := Latest{Time: ts, IntervalMS: uint32(interval)}
+	if snap != nil {
+		l.SnapshotAt = *snap
+	}
+	if err := json.Unmarshal(raw, &l.Metrics); err != nil {
+		return l, fmt.Errorf("decode latest values: %w", err)
+	}
+	return l, nil
+}
+
+// Latest returns a node's newest values; ok is false if it never reported.
+func (s *Store) Latest(ctx context.Context, nodeID int32) (l Latest, ok bool, err error) {
+	var ts time.Time
+	var interval int32
+	var snap *time.Time
+	var raw []byte
+	err = s.pool.QueryRow(ctx, `SELECT ts, interval_ms, snapshot_ts, metrics FROM node_latest WHERE node_id = $1`, nodeID).
+		Scan(&ts, &interval, &snap, &raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return l, false, nil
+	}
+	if err != nil {
+		return l, false, fmt.Errorf("read latest of node %d: %w", nodeID, err)
+	}
+	l, err = scanLatest(ts, interval, snap, raw)
+	return l, err == nil, err
+}
+
+// LatestAll returns the newest values of every node that reported.
+func (s *Store) LatestAll(ctx context.Context) (map[int32]Latest, error) {
+	rows, err := s.pool.Query(ctx, `SELECT node_id, ts, interval_ms, snapshot_ts, metrics FROM node_latest`)
+	if err != nil {
+		return nil, fmt.Errorf("read latest values: %w", err)
+	}
+	defer rows.Close()
+	out := map[int32]Latest{}
+	for rows.Next() {
+		var node int32
+		var ts time.Time
+		var interval int32
+		var snap *time.Time
+		var raw []byte
+		if err := rows.Scan(&node, &ts, &interval, &snap, &raw); err != nil {
+			return nil, fmt.Errorf("scan latest values: %w", err)
+		}
+		l, err := scanLatest(ts, interval, snap, raw)
+		if err != nil {
+			return nil, err
+		}
+		out[node] = l
+	}
+	return out, rows.Err()
+}
+
+// Bucket aggregates one metric over the reports of a time step. A report
+// that does not carry the metric counts as zero for a rate (the agent always
+// sends a non-zero increase) and as missing for a gauge.
+type Bucket struct {
+	Start      time.Time
+	Sum        float64 // sum of the values present
+	Max        float64 // largest value present
+	Present    int     // reports that carried the metric
+	Reports    int     // reports in the step
+	IntervalMS int64   // summed report intervals
+	Worst      State   // worst state among the reports that carried it
+}
+
+// Series aggregates a node's metric into steps over [from, to).
+func (s *Store) Series(ctx context.Context, nodeID int32, path string, from, to time.Time, step time.Duration) ([]Bucket, error) {
+	ids, err := s.lookupMetricID(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	// Severity order (OK < UNKNOWN < WARN < CRIT) is not the enum order.
+	rows, err := s.pool.Query(ctx, `
+		SELECT date_bin($5::interval, r.ts, $3::timestamptz) AS b,
+			coalesce(sum(r.vals[p.i]), 0), coalesce(max(r.vals[p.i]), 0), count(p.i), count(*), sum(r.interval_ms),
+			coalesce(max(CASE r.states[p.i] WHEN 3 THEN 4 WHEN 2 THEN 3 WHEN 4 THEN 2 WHEN 1 THEN 1 ELSE 0 END), 0)
+		FROM reports r CROSS JOIN LATERAL (SELECT array_position(r.metric_ids, $2) AS i) p
+		WHERE r.node_id = $1 AND r.ts >= $3 AND r.ts < $4
+		GROUP BY b ORDER BY b`, nodeID, ids, from, to, step)
+	if err != nil {
+		return nil, fmt.Errorf("read series %s of node %d: %w", path, nodeID, err)
+	}
+	defer rows.Close()
+	var out []Bucket
+	for rows.Next() {
+		var b Bucket
+		var sev int
+		if err := rows.Scan(&b.Start, &b.Sum, &b.Max, &b.Present, &b.Reports, &b.IntervalMS, &sev); err != nil {
+			return nil, fmt.Errorf("scan series: %w", err)
+		}
+		b.Worst = [...]State{StateUnspecified, StateOK, StateUnknown, StateWarn, StateCrit}[sev]
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) lookupMetricID(ctx context.Context, path string) (int32, error) {
+	s.mu.Lock()
+	id, ok := s.metricIDs[path]
+	s.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	err := s.pool.QueryRow(ctx, `SELECT id FROM metric_paths WHERE path = $1`, path).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("metric %q: %w", path, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("look up metric %q: %w", path, err)
+	}
+	return id, nil
+}
+
+// StoredEvent is one piece of evidence as read back.
+type StoredEvent struct {
+	Time   time.Time
+	Metric string
+	Fields map[string]string
+}
+
+// Events returns a node's newest evidence for a metric and its descendants.
+func (s *Store) Events(ctx context.Context, nodeID int32, path string, from, to time.Time, limit int) ([]StoredEvent, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT e.ts, p.path, e.fields FROM events e JOIN metric_paths p ON p.id = e.metric_id
+		WHERE e.node_id = $1 AND (p.path = $2 OR p.path LIKE $3) AND e.ts >= $4 AND e.ts < $5
+		ORDER BY e.ts DESC LIMIT $6`, nodeID, path, likePrefix(path)+"/%", from, to, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events of %s: %w", path, err)
+	}
+	defer rows.Close()
+	var out []StoredEvent
+	for rows.Next() {
+		var e StoredEvent
+		var raw []byte
+		if err := rows.Scan(&e.Time, &e.Metric, &raw); err != nil {
+			return nil, fmt.Errorf("scan event: %w", err)
+		}
+		if err := json.Unmarshal(raw, &e.Fields); err != nil {
+			return nil, fmt.Errorf("decode event: %w", err)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func likePrefix(s string) string {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' || s[i] == '_' || s[i] == '\\' {
+			out = append(out, '\\')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}

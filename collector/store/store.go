@@ -1,0 +1,238 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nbs-project/nbs/migrations"
+)
+
+// ErrNotFound is returned by lookups of a node or metric that does not exist.
+var ErrNotFound = errors.New("not found")
+
+type Store struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+
+	mu         sync.Mutex
+	metricIDs  map[string]int32
+	partitions map[string]bool // "reports_20261121" etc. known to exist
+}
+
+// Open connects, applies pending migrations and returns a ready Store.
+func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if cfg.MaxConns < 4 {
+		cfg.MaxConns = 4
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create database pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database %s@%s:%d/%s: %w", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+	}
+	n, err := Migrate(ctx, pool, migrations.FS)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if n > 0 {
+		log.Info("applied database migrations", "count", n)
+	}
+	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, partitions: map[string]bool{}}, nil
+}
+
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks the database answers, for readiness.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// Pool exposes the connection pool to packages that own their own tables
+// (thresholds, alerts) so there is one pool per process.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// UpsertNode records a node's Hello and returns its id.
+func (s *Store) UpsertNode(ctx context.Context, n Node) (int32, error) {
+	labels, err := json.Marshal(nonNilMap(n.Labels))
+	if err != nil {
+		return 0, fmt.Errorf("encode labels: %w", err)
+	}
+	caps, err := json.Marshal(n.Capabilities)
+	if err != nil {
+		return 0, fmt.Errorf("encode capabilities: %w", err)
+	}
+	var id int32
+	err = s.pool.QueryRow(ctx, `
+		INSERT INTO nodes (name, labels, agent_version, kernel_release, instance_id, interval_ms, capabilities)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (name) DO UPDATE SET labels = EXCLUDED.labels, agent_version = EXCLUDED.agent_version,
+			kernel_release = EXCLUDED.kernel_release, instance_id = EXCLUDED.instance_id,
+			interval_ms = EXCLUDED.interval_ms, capabilities = EXCLUDED.capabilities, last_hello = now()
+		RETURNING id`,
+		n.Name, labels, n.AgentVersion, n.KernelRelease, int64(n.InstanceID), int32(n.IntervalMS), caps).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("upsert node %q: %w", n.Name, err)
+	}
+	return id, nil
+}
+
+// MetricIDs resolves metric paths to their dictionary ids, creating missing ones.
+func (s *Store) MetricIDs(ctx context.Context, paths []string) (map[string]int32, error) {
+	out := make(map[string]int32, len(paths))
+	var missing []string
+	s.mu.Lock()
+	for _, p := range paths {
+		if id, ok := s.metricIDs[p]; ok {
+			out[p] = id
+		} else {
+			missing = append(missing, p)
+		}
+	}
+	s.mu.Unlock()
+	if len(missing) == 0 {
+		return out, nil
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO metric_paths (path) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, missing); err != nil {
+		return nil, fmt.Errorf("insert metric paths: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT path, id FROM metric_paths WHERE path = ANY($1)`, missing)
+	if err != nil {
+		return nil, fmt.Errorf("read metric paths: %w", err)
+	}
+	defer rows.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for rows.Next() {
+		var p string
+		var id int32
+		if err := rows.Scan(&p, &id); err != nil {
+			return nil, fmt.Errorf("scan metric path: %w", err)
+		}
+		s.metricIDs[p] = id
+		out[p] = id
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read metric paths: %w", err)
+	}
+	return out, nil
+}
+
+// UpsertDefinitions records what a node's agent says its metrics are and
+// returns the path → id mapping for them.
+func (s *Store) UpsertDefinitions(ctx context.Context, nodeID int32, defs []MetricDef) (map[string]int32, error) {
+	paths := make([]string, len(defs))
+	for i, d := range defs {
+		paths[i] = d.Path
+	}
+	ids, err := s.MetricIDs(ctx, paths)
+	if err != nil {
+		return nil, err
+	}
+	batch := &pgx.Batch{}
+	for _, d := range defs {
+		var thr []byte
+		if d.DefaultThreshold != nil {
+			if thr, err = json.Marshal(d.DefaultThreshold); err != nil {
+				return nil, fmt.Errorf("encode threshold of %s: %w", d.Path, err)
+			}
+		}
+		batch.Queue(`
+			INSERT INTO node_metrics (node_id, metric_id, title, unit, kind, description, default_threshold)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			ON CONFLICT (node_id, metric_id) DO UPDATE SET title = EXCLUDED.title, unit = EXCLUDED.unit,
+				kind = EXCLUDED.kind, description = EXCLUDED.description, default_threshold = EXCLUDED.default_threshold`,
+			nodeID, ids[d.Path], d.Title, d.Unit, int16(d.Kind), d.Description, thr)
+	}
+	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, fmt.Errorf("upsert metric definitions of node %d: %w", nodeID, err)
+	}
+	return ids, nil
+}
+
+// ensurePartitions creates the day partitions a batch needs. Creating them
+// on demand (rather than by a scheduler) means a report is never refused for
+// lack of a partition.
+func (s *Store) ensurePartitions(ctx context.Context, reports []Report) error {
+	days := map[string]time.Time{}
+	for _, r := range reports {
+		d := r.Time.UTC().Truncate(24 * time.Hour)
+		days[d.Format("20060102")] = d
+	}
+	for suffix, day := range days {
+		for _, table := range []string{"reports", "histograms", "events"} {
+			name := table + "_" + suffix
+			s.mu.Lock()
+			known := s.partitions[name]
+			s.mu.Unlock()
+			if known {
+				continue
+			}
+			_, err := s.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+				name, table, day.Format(time.RFC3339), day.Add(24*time.Hour).Format(time.RFC3339)))
+			// Two collectors can race on IF NOT EXISTS; losing the race is fine.
+			var pgErr *pgconn.PgError
+			if err != nil && !(errors.As(err, &pgErr) && (pgErr.Code == "42P07" || pgErr.Code == "23505")) {
+				return fmt.Errorf("create partition %s: %w", name, err)
+			}
+			s.mu.Lock()
+			s.partitions[name] = true
+			s.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// DropPartitionsBefore drops day partitions that end before cutoff: retention
+// is a DROP, not a DELETE.
+func (s *Store) DropPartitionsBefore(ctx context.Context, cutoff time.Time) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT c.relname FROM pg_inherits i
+		JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
+		WHERE p.relname IN ('reports', 'histograms', 'events')`)
+	if err != nil {
+		return nil, fmt.Errorf("list partitions: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list partitions: %w", err)
+	}
+	var dropped []string
+	for _, n := range names {
+		if len(n) < 8 {
+			continue
+		}
+		day, err := time.Parse("20060102", n[len(n)-8:])
+		if err != nil || !day.Add(24*time.Hour).Before(cutoff) {
+			continue
+		}
+		if _, err := s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{n}.Sanitize()); err != nil {
+			return dropped, fmt.Errorf("drop partition %s: %w", n, err)
+		}
+		s.mu.Lock()
+		delete(s.partitions, n)
+		s.mu.Unlock()
+		dropped = append(dropped, n)
+	}
+	return dropped, nil
+}
+
+func nonNilMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}

@@ -1,0 +1,187 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// stagingDDL creates per-connection staging tables. Rows are COPYed there and
+// moved with INSERT … ON CONFLICT DO NOTHING: COPY alone cannot skip reports
+// that are already stored, and resends after a reconnect are normal.
+const stagingDDL = `
+CREATE TEMP TABLE IF NOT EXISTS stage_reports (LIKE reports) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS stage_histograms (LIKE histograms) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS stage_events (LIKE events) ON COMMIT DELETE ROWS;`
+
+// moveStaged inserts the staged reports that are new and, only for those,
+// their histograms and events, so a resent report adds nothing twice.
+const moveStaged = `
+WITH ins AS (
+	INSERT INTO reports SELECT * FROM stage_reports ON CONFLICT DO NOTHING
+	RETURNING node_id, instance_id, seq
+), h AS (
+	INSERT INTO histograms SELECT s.* FROM stage_histograms s JOIN ins USING (node_id, instance_id, seq)
+), e AS (
+	INSERT INTO events SELECT s.* FROM stage_events s JOIN ins USING (node_id, instance_id, seq)
+)
+SELECT node_id, instance_id, seq FROM ins`
+
+// mergeLatest folds newer values over older ones. A report older than what is
+// stored (a late resend) must not move the node's newest state backwards.
+const mergeLatest = `
+INSERT INTO node_latest (node_id, ts, interval_ms, snapshot_ts, metrics)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (node_id) DO UPDATE SET
+	metrics = node_latest.metrics || EXCLUDED.metrics,
+	ts = EXCLUDED.ts,
+	interval_ms = EXCLUDED.interval_ms,
+	snapshot_ts = coalesce(EXCLUDED.snapshot_ts, node_latest.snapshot_ts)
+WHERE node_latest.ts <= EXCLUDED.ts`
+
+// WriteReports stores a batch in one transaction. It returns, for every
+// report of the batch, whether it was new; false means it was already stored.
+func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportKey]bool, error) {
+	result := make(map[ReportKey]bool, len(reports))
+	unique := make([]Report, 0, len(reports))
+	for _, r := range reports {
+		if _, seen := result[r.Key()]; seen {
+			continue
+		}
+		result[r.Key()] = false
+		unique = append(unique, r)
+	}
+	if len(unique) == 0 {
+		return result, nil
+	}
+	if err := s.ensurePartitions(ctx, unique); err != nil {
+		return nil, err
+	}
+
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, stagingDDL); err != nil {
+			return fmt.Errorf("create staging tables: %w", err)
+		}
+		if err := copyStaged(ctx, tx, unique); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, moveStaged)
+		if err != nil {
+			return fmt.Errorf("insert staged reports: %w", err)
+		}
+		for rows.Next() {
+			var k ReportKey
+			var inst, seq int64
+			if err := rows.Scan(&k.NodeID, &inst, &seq); err != nil {
+				rows.Close()
+				return fmt.Errorf("scan inserted report: %w", err)
+			}
+			k.InstanceID, k.Seq = uint64(inst), uint64(seq)
+			result[k] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("insert staged reports: %w", err)
+		}
+		return s.updateLatest(ctx, tx, unique, result)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("write %d reports: %w", len(unique), err)
+	}
+	return result, nil
+}
+
+func copyStaged(ctx context.Context, tx pgx.Tx, reports []Report) error {
+	var hists, events [][]any
+	rows := make([][]any, 0, len(reports))
+	for _, r := range reports {
+		ids := make([]int32, len(r.Samples))
+		vals := make([]float64, len(r.Samples))
+		states := make([]int16, len(r.Samples))
+		for i, smp := range r.Samples {
+			ids[i], vals[i], states[i] = smp.MetricID, smp.Value, int16(smp.State)
+		}
+		inst, seq := int64(r.InstanceID), int64(r.Seq)
+		rows = append(rows, []any{r.NodeID, inst, seq, r.Time, int32(r.IntervalMS), r.Snapshot, ids, vals, states})
+		for _, h := range r.Histograms {
+			hists = append(hists, []any{r.NodeID, inst, seq, r.Time, h.MetricID, int64(h.Count), h.Sum, h.BucketIndex, h.BucketCount})
+		}
+		for _, e := range r.Events {
+			fields, err := json.Marshal(e.Fields)
+			if err != nil {
+				return fmt.Errorf("encode event fields: %w", err)
+			}
+			events = append(events, []any{r.NodeID, inst, seq, e.Time, e.MetricID, fields})
+		}
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_reports"},
+		[]string{"node_id", "instance_id", "seq", "ts", "interval_ms", "snapshot", "metric_ids", "vals", "states"},
+		pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("copy reports: %w", err)
+	}
+	if len(hists) > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_histograms"},
+			[]string{"node_id", "instance_id", "seq", "ts", "metric_id", "count", "sum", "bucket_index", "bucket_count"},
+			pgx.CopyFromRows(hists)); err != nil {
+			return fmt.Errorf("copy histograms: %w", err)
+		}
+	}
+	if len(events) > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_events"},
+			[]string{"node_id", "instance_id", "seq", "ts", "metric_id", "fields"},
+			pgx.CopyFromRows(events)); err != nil {
+			return fmt.Errorf("copy events: %w", err)
+		}
+	}
+	return nil
+}
+
+// updateLatest merges the batch's new reports into one row per node, so the
+// database sees one upsert per node and batch rather than one per sample.
+func (s *Store) updateLatest(ctx context.Context, tx pgx.Tx, reports []Report, inserted map[ReportKey]bool) error {
+	type acc struct {
+		ts         time.Time
+		intervalMS uint32
+		snapshot   *time.Time
+		metrics    map[string]LatestValue
+	}
+	byNode := map[int32]*acc{}
+	sorted := make([]Report, 0, len(reports))
+	for _, r := range reports {
+		if inserted[r.Key()] {
+			sorted = append(sorted, r)
+		}
+	}
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Time.Before(sorted[j].Time) })
+	for _, r := range sorted {
+		a := byNode[r.NodeID]
+		if a == nil {
+			a = &acc{metrics: map[string]LatestValue{}}
+			byNode[r.NodeID] = a
+		}
+		a.ts, a.intervalMS = r.Time, r.IntervalMS
+		if r.Snapshot {
+			t := r.Time
+			a.snapshot = &t
+		}
+		for _, smp := range r.Samples {
+			a.metrics[smp.Path] = LatestValue{Value: smp.Value, State: smp.State, TimeMS: r.Time.UnixMilli(), IntervalMS: r.IntervalMS}
+		}
+	}
+	batch := &pgx.Batch{}
+	for node, a := range byNode {
+		m, err := json.Marshal(a.metrics)
+		if err != nil {
+			return fmt.Errorf("encode latest values: %w", err)
+		}
+		batch.Queue(mergeLatest, node, a.ts, int32(a.intervalMS), a.snapshot, m)
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("update latest values: %w", err)
+	}
+	return nil
+}

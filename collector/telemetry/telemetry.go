@@ -1,0 +1,66 @@
+// Package telemetry holds the collector's own health metrics, exported on
+// /metrics in the Prometheus format.
+package telemetry
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics is created once per collector process and passed to the parts
+// that report into it; it owns its registry, so tests can make their own.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Streams       prometheus.Gauge
+	Reports       *prometheus.CounterVec // result: stored, duplicate, rejected
+	Samples       prometheus.Counter
+	Rejects       *prometheus.CounterVec // reason
+	DBWrite       prometheus.Histogram
+	DBBatch       prometheus.Histogram
+	DBErrors      prometheus.Counter
+	WriteQueue    prometheus.Gauge
+	HTTPRequests  *prometheus.CounterVec
+	HTTPDurations *prometheus.HistogramVec
+}
+
+func New() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		Streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nbs_collector_streams", Help: "Agent streams currently open on this collector."}),
+		Reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nbs_collector_reports_total", Help: "Reports received, by result (stored, duplicate, rejected)."}, []string{"result"}),
+		Samples: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nbs_collector_samples_total", Help: "Samples stored."}),
+		Rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nbs_collector_rejects_total", Help: "Messages rejected, by reason."}, []string{"reason"}),
+		DBWrite: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "nbs_collector_db_write_seconds", Help: "Time to write one batch of reports to PostgreSQL.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		DBBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "nbs_collector_db_batch_reports", Help: "Reports per database write batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+		DBErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nbs_collector_db_errors_total", Help: "Failed database write attempts (retried)."}),
+		WriteQueue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nbs_collector_write_queue_reports", Help: "Reports waiting to be written to PostgreSQL."}),
+		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nbs_collector_http_requests_total", Help: "HTTP requests by route and status code."}, []string{"route", "code"}),
+		HTTPDurations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "nbs_collector_http_request_seconds", Help: "HTTP request latency by route.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"route"}),
+	}
+	m.Registry.MustRegister(m.Streams, m.Reports, m.Samples, m.Rejects, m.DBWrite, m.DBBatch, m.DBErrors,
+		m.WriteQueue, m.HTTPRequests, m.HTTPDurations,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the registry.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
