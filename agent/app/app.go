@@ -1,0 +1,242 @@
+// Package app runs a node agent: it opens the sources of every branch, folds
+// their readings into the node's metric tree each interval, and streams
+// reports to the collector. It is used by nbs-agent and by tests alike.
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/agent/source/resets"
+	"github.com/nbs-project/nbs/agent/tree"
+	"github.com/nbs-project/nbs/agent/uplink"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+type Agent struct {
+	cfg      Config
+	log      *slog.Logger
+	tree     *tree.Tree
+	outbox   *uplink.Outbox
+	instance uint64
+	kernel   string
+	version  string
+
+	mu      sync.Mutex
+	caps    []*nbsv1.Capability
+	sources []source.Source
+
+	expandUntil atomic.Int64 // Unix nanoseconds
+	reports     atomic.Uint64
+}
+
+func New(cfg Config, log *slog.Logger) *Agent {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	inst := binary.LittleEndian.Uint64(b[:]) | 1 // never zero
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	version := "devel"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	return &Agent{cfg: cfg, log: log, tree: tree.New(), outbox: uplink.NewOutbox(cfg.BufferReports),
+		instance: inst, kernel: unix.ByteSliceToString(uts.Release[:]), version: version}
+}
+
+// Run measures and streams until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.cfg.Validate(); err != nil {
+		return err
+	}
+	ns, err := netns.Resolve(a.cfg.Netns)
+	if err != nil {
+		return fmt.Errorf("--netns %q: %w", a.cfg.Netns, err)
+	}
+	rs, err := resets.Open(ctx, resets.Options{Netns: ns, AllNetns: a.cfg.Netns == "",
+		EvidencePerSecond: uint32(a.cfg.EvidencePerSecond), DisableBPF: !a.cfg.BPF, Logger: a.log.With("source", "tcp_reset")})
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.sources = []source.Source{rs}
+	for _, s := range a.sources {
+		a.caps = append(a.caps, s.Capabilities()...)
+	}
+	a.mu.Unlock()
+	defer func() {
+		for _, s := range a.sources {
+			if err := s.Close(); err != nil {
+				a.log.Warn("close source", "source", s.Name(), "err", err)
+			}
+		}
+	}()
+	for _, c := range a.caps {
+		if !c.GetAvailable() {
+			a.log.Warn("capability unavailable", "capability", c.GetName(), "reason", c.GetReason())
+		}
+	}
+
+	// The first reading is the baseline: reports count from here.
+	prev := a.collect(ctx)
+	last := time.Now()
+
+	up := uplink.New(uplink.Options{Address: a.cfg.CollectorAddress}, a.outbox, a, a.log.With("part", "uplink"))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := up.Run(ctx); err != nil {
+			a.log.Error("uplink stopped", "err", err)
+		}
+	})
+	defer wg.Wait()
+	a.log.Info("agent running", "node", a.cfg.NodeName, "collector", a.cfg.CollectorAddress, "interval", a.cfg.Interval,
+		"netns", ns.String(), "instance", fmt.Sprintf("%016x", a.instance))
+
+	ticker := time.NewTicker(a.cfg.Interval)
+	defer ticker.Stop()
+	var seq uint64
+	lastSnapshot := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-ticker.C:
+			cur := a.collect(ctx)
+			elapsed := now.Sub(last)
+			last = now
+			full := now.Sub(lastSnapshot) >= a.cfg.SnapshotEvery || now.UnixNano() < a.expandUntil.Load()
+			if now.Sub(lastSnapshot) >= a.cfg.SnapshotEvery {
+				lastSnapshot = now
+			}
+			seq++
+			a.outbox.Add(a.report(seq, now, elapsed, prev, cur, full))
+			a.reports.Add(1)
+			prev = cur
+		}
+	}
+}
+
+// reading merges every source's collection of one interval.
+type reading struct {
+	counters map[string]uint64
+	gauges   map[string]float64
+	events   []*nbsv1.Event
+}
+
+func (a *Agent) collect(ctx context.Context) reading {
+	r := reading{counters: map[string]uint64{}, gauges: map[string]float64{}}
+	for _, s := range a.sources {
+		got, err := s.Collect(ctx)
+		if err != nil {
+			// Its metrics go UNKNOWN this interval; the others still report.
+			a.log.Warn("collect", "source", s.Name(), "err", err)
+			continue
+		}
+		if added := a.tree.Define(got.Metrics...); len(added) > 0 {
+			a.log.Debug("new metrics", "source", s.Name(), "count", len(added))
+		}
+		for k, v := range got.Counters {
+			r.counters[k] = v
+		}
+		for k, v := range got.Gauges {
+			r.gauges[k] = v
+		}
+		r.events = append(r.events, got.Events...)
+	}
+	return r
+}
+
+func (a *Agent) report(seq uint64, now time.Time, elapsed time.Duration, prev, cur reading, full bool) *nbsv1.Report {
+	secs := elapsed.Seconds()
+	values := make(map[string]float64, len(cur.counters)+len(cur.gauges))
+	increases := make(map[string]float64, len(cur.counters))
+	for id, v := range cur.counters {
+		// Sources count from their own start, so a counter never legitimately
+		// goes backwards; if one does, nothing is made up.
+		inc := float64(v - min(prev.counters[id], v))
+		increases[id] = inc
+		values[id] = inc / secs
+	}
+	for id, v := range cur.gauges {
+		values[id] = v
+	}
+	res := a.tree.Evaluate(values)
+	ids := a.tree.Select(res, increases, full)
+	r := &nbsv1.Report{Sequence: seq, TimeUnixNano: now.UnixNano(), IntervalMs: uint32(math.Round(float64(elapsed) / float64(time.Millisecond))),
+		Snapshot: full, Events: cur.events}
+	for _, id := range ids {
+		m, _ := a.tree.Metric(id)
+		v, ok := values[id]
+		if m.Kind == catalog.Rate {
+			v = increases[id]
+		}
+		if !ok {
+			v = 0
+		}
+		r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: id, Value: v, State: res.State[id]})
+	}
+	return r
+}
+
+// Hello describes the node for a new stream.
+func (a *Agent) Hello() *nbsv1.Hello {
+	a.mu.Lock()
+	caps := append([]*nbsv1.Capability(nil), a.caps...)
+	a.mu.Unlock()
+	h := &nbsv1.Hello{NodeName: a.cfg.NodeName, Labels: a.cfg.Labels, AgentVersion: a.version, KernelRelease: a.kernel,
+		InstanceId: a.instance, Capabilities: caps, IntervalMs: uint32(a.cfg.Interval.Milliseconds())}
+	for _, m := range a.tree.Metrics() {
+		h.Metrics = append(h.Metrics, m.Proto())
+	}
+	return h
+}
+
+// Definition returns one metric's definition for a stream's new_metrics.
+func (a *Agent) Definition(id string) (*nbsv1.MetricDefinition, bool) {
+	m, ok := a.tree.Metric(id)
+	if !ok {
+		return nil, false
+	}
+	return m.Proto(), true
+}
+
+// ApplyConfig takes the collector's effective thresholds and expand request
+// without a restart.
+func (a *Agent) ApplyConfig(c *nbsv1.Config) {
+	overrides := make(map[string]catalog.Threshold, len(c.GetThresholds()))
+	var bad []error
+	for id, t := range c.GetThresholds() {
+		thr, err := catalog.ThresholdFromProto(t)
+		if err != nil {
+			bad = append(bad, fmt.Errorf("%s: %w", id, err))
+			continue
+		}
+		overrides[id] = thr
+	}
+	if len(bad) > 0 {
+		a.log.Warn("ignoring invalid thresholds from the collector", "err", errors.Join(bad...))
+	}
+	a.tree.SetThresholds(overrides, c.GetDisabledThresholds())
+	a.expandUntil.Store(c.GetExpandUntilUnixNano())
+	a.log.Info("config applied", "version", c.GetVersion(), "threshold_overrides", len(overrides))
+}
+
+// Pending is the number of reports not yet acked by the collector.
+func (a *Agent) Pending() int { return a.outbox.Len() }
+
+// Reports is the number of reports produced so far.
+func (a *Agent) Reports() uint64 { return a.reports.Load() }

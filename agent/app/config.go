@@ -1,0 +1,105 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+type Config struct {
+	CollectorAddress  string
+	NodeName          string
+	Interval          time.Duration
+	Netns             string
+	Labels            Labels
+	BufferReports     int
+	EvidencePerSecond uint
+	SnapshotEvery     time.Duration
+	BPF               bool
+}
+
+// RegisterFlags binds the configuration to flags with production defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	host, _ := os.Hostname()
+	fs.StringVar(&c.CollectorAddress, "collector.address", "127.0.0.1:7701", "collector gRPC address host:port")
+	fs.StringVar(&c.NodeName, "node.name", host, "this node's name in the fleet (default: the host name)")
+	fs.DurationVar(&c.Interval, "interval", 10*time.Second, "report interval")
+	fs.StringVar(&c.Netns, "netns", "", "watch one network namespace only: a name under /run/netns or a path (default: every namespace for BPF, the agent's own for /proc)")
+	fs.Var(&c.Labels, "labels", "node labels k=v,... (e.g. customer=acme,rack=r12), used for grouping, thresholds, alerts and reports")
+	fs.IntVar(&c.BufferReports, "buffer.reports", 8640, "un-acked reports kept while the collector is unreachable (8640 = 24h at 10s); the oldest are dropped beyond")
+	fs.UintVar(&c.EvidencePerSecond, "evidence.per-second", 20, "evidence events per second the kernel may emit (rate limit enforced in BPF)")
+	fs.DurationVar(&c.SnapshotEvery, "snapshot.every", 5*time.Minute, "send the full tree this often, so history exists at coarse grain")
+	fs.BoolVar(&c.BPF, "bpf", true, "use eBPF; false forces the /proc fallback")
+}
+
+var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+
+func (c *Config) Validate() error {
+	var errs []error
+	if c.CollectorAddress == "" {
+		errs = append(errs, errors.New("--collector.address is required"))
+	}
+	if !nodeNameRE.MatchString(c.NodeName) {
+		errs = append(errs, fmt.Errorf("--node.name %q: use 1-253 letters, digits, '.', '_' or '-'", c.NodeName))
+	}
+	if c.Interval < 100*time.Millisecond || c.Interval > time.Hour {
+		errs = append(errs, fmt.Errorf("--interval %s must be from 100ms to 1h", c.Interval))
+	}
+	if c.BufferReports < 1 || c.BufferReports > 1_000_000 {
+		errs = append(errs, fmt.Errorf("--buffer.reports %d must be from 1 to 1000000", c.BufferReports))
+	}
+	if c.EvidencePerSecond > 100_000 {
+		errs = append(errs, fmt.Errorf("--evidence.per-second %d is more than 100000", c.EvidencePerSecond))
+	}
+	if c.SnapshotEvery < c.Interval {
+		errs = append(errs, fmt.Errorf("--snapshot.every %s is shorter than --interval %s", c.SnapshotEvery, c.Interval))
+	}
+	return errors.Join(errs...)
+}
+
+// Labels is a flag.Value for k=v,k=v.
+type Labels map[string]string
+
+var labelKeyRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+func (l *Labels) String() string {
+	if l == nil || len(*l) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(*l))
+	for k := range *l {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + (*l)[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *Labels) Set(s string) error {
+	if *l == nil {
+		*l = Labels{}
+	}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return fmt.Errorf("label %q: want key=value", part)
+		}
+		if !labelKeyRE.MatchString(k) {
+			return fmt.Errorf("label key %q: use lower-case letters, digits and '_', starting with a letter", k)
+		}
+		(*l)[k] = v
+	}
+	return nil
+}

@@ -1,0 +1,46 @@
+// Command nbs-agent measures this node's kernel networking and streams it to
+// an NBS collector.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nbs-project/nbs/agent/app"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	fs := flag.NewFlagSet("nbs-agent", flag.ContinueOnError)
+	var cfg app.Config
+	cfg.RegisterFlags(fs)
+	level := fs.String("log.level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(os.Stderr, "nbs-agent: --log.level %q: use debug, info, warn or error\n", *level)
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "nbs-agent: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := app.New(cfg, log).Run(ctx); err != nil {
+		log.Error("agent failed", "err", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,208 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	agentapp "github.com/nbs-project/nbs/agent/app"
+	collectorapp "github.com/nbs-project/nbs/collector/app"
+	"github.com/nbs-project/nbs/internal/pgcluster"
+)
+
+func TestMain(m *testing.M) { pgcluster.Main(m) }
+
+func testLogger(t *testing.T, part string) *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("NBS_TEST_VERBOSE") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level})).With("part", part)
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// collector runs an in-process collector until stopped.
+type collector struct {
+	grpcAddr, httpAddr string
+	stop               func()
+}
+
+func startCollector(t *testing.T, dbURL, grpcAddr string) *collector {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := collectorapp.New(collectorapp.Config{GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0", DBURL: dbURL}, testLogger(t, "collector"))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case <-c.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("collector did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("collector not ready within 30s")
+	}
+	g, h := c.Addrs()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("collector: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return &collector{grpcAddr: g, httpAddr: h, stop: stop}
+}
+
+type agent struct {
+	*agentapp.Agent
+	stop func()
+}
+
+func startAgent(t *testing.T, cfg agentapp.Config) *agent {
+	t.Helper()
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.BufferReports == 0 {
+		cfg.BufferReports = 1000
+	}
+	if cfg.SnapshotEvery == 0 {
+		cfg.SnapshotEvery = time.Hour
+	}
+	if cfg.EvidencePerSecond == 0 {
+		cfg.EvidencePerSecond = 1000
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := agentapp.New(cfg, testLogger(t, "agent:"+cfg.NodeName))
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent %s: %v", cfg.NodeName, err)
+		}
+	}
+	t.Cleanup(stop)
+	return &agent{Agent: a, stop: stop}
+}
+
+func getJSON(t *testing.T, url string, out any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(body, out); err != nil {
+			t.Fatalf("GET %s: decode %q: %v", url, body, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// eventually polls cond until it returns "" or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		if last = cond(); last == "" {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("after %s: %s", timeout, last)
+}
+
+type treeNode struct {
+	ID       string      `json:"id"`
+	Title    string      `json:"title"`
+	Unit     string      `json:"unit"`
+	Value    *float64    `json:"value"`
+	Count    *float64    `json:"count"`
+	State    string      `json:"state"`
+	Children []*treeNode `json:"children"`
+}
+
+type treeResp struct {
+	Node  string      `json:"node"`
+	Roots []*treeNode `json:"roots"`
+}
+
+func (tr treeResp) find(id string) *treeNode {
+	var walk func([]*treeNode) *treeNode
+	walk = func(ns []*treeNode) *treeNode {
+		for _, n := range ns {
+			if n.ID == id {
+				return n
+			}
+			if f := walk(n.Children); f != nil {
+				return f
+			}
+		}
+		return nil
+	}
+	return walk(tr.Roots)
+}
+
+type seriesResp struct {
+	Points []struct {
+		T     time.Time `json:"t"`
+		Value *float64  `json:"value"`
+		Count *float64  `json:"count"`
+		State string    `json:"state"`
+	} `json:"points"`
+}
+
+// storedTotal sums a rate metric's increases over everything stored.
+func storedTotal(t *testing.T, c *collector, node, metric string) float64 {
+	t.Helper()
+	var s seriesResp
+	url := fmt.Sprintf("http://%s/api/v1/nodes/%s/series?metric=%s&from=%d", c.httpAddr, node, metric, time.Now().Add(-time.Hour).UnixMilli())
+	if code := getJSON(t, url, &s); code != http.StatusOK {
+		return -1
+	}
+	var sum float64
+	for _, p := range s.Points {
+		if p.Count != nil {
+			sum += *p.Count
+		}
+	}
+	return sum
+}
