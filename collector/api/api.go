@@ -45,7 +45,9 @@ func (a *API) Mount(f func(r chi.Router)) { a.mounts = append(a.mounts, f) }
 func (a *API) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, middleware.RealIP, a.observe, middleware.Recoverer)
-	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, map[string]string{"status": "ok"}) })
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
 	r.Get("/readyz", a.ready)
 	r.Handle("/metrics", a.metrics.Handler())
 	r.Route("/api/v1", func(r chi.Router) {

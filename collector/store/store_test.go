@@ -1,0 +1,172 @@
+package store
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/nbs-project/nbs/internal/pgcluster"
+)
+
+func TestMain(m *testing.M) { pgcluster.Main(m) }
+
+func openTest(t *testing.T) *Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
+func TestLoadMigrationsRejectsBadNumbering(t *testing.T) {
+	cases := []struct {
+		name  string
+		files fstest.MapFS
+		want  string
+	}{
+		{"gap", fstest.MapFS{"001_a.sql": {}, "003_c.sql": {}}, "expected version 002"},
+		{"duplicate", fstest.MapFS{"001_a.sql": {}, "001_b.sql": {}}, "expected version 002"},
+		{"bad name", fstest.MapFS{"001_a.sql": {}, "2_b.sql": {}}, "must be NNN_lower_snake.sql"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := loadMigrations(c.files)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("loadMigrations = %v, want error containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	st := openTest(t)
+	n, err := Migrate(context.Background(), st.pool, fstest.MapFS{"001_init.sql": {Data: []byte("SELECT 1")}})
+	if err != nil || n != 0 {
+		t.Fatalf("second migrate: applied %d, err %v; want 0, nil", n, err)
+	}
+}
+
+func TestWriteReportsIsIdempotentAndMergesLatest(t *testing.T) {
+	st := openTest(t)
+	ctx := context.Background()
+	node, err := st.UpsertNode(ctx, Node{Name: "n1", Labels: map[string]string{"customer": "acme"}, InstanceID: 7, IntervalMS: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := st.UpsertDefinitions(ctx, node, []MetricDef{
+		{Path: "tcp_reset", Title: "TCP resets", Unit: "resets/s", Kind: KindRate, DefaultThreshold: &Threshold{Warn: 1, Crit: 2, Comparison: "above"}},
+		{Path: "tcp_reset/sent", Title: "Sent", Unit: "resets/s", Kind: KindRate},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Truncate(time.Second)
+	mk := func(seq uint64, at time.Time, root, sent float64) Report {
+		r := Report{NodeID: node, InstanceID: 7, Seq: seq, Time: at, IntervalMS: 1000,
+			Samples: []Sample{{MetricID: ids["tcp_reset"], Path: "tcp_reset", Value: root, State: StateWarn}}}
+		if sent > 0 {
+			r.Samples = append(r.Samples, Sample{MetricID: ids["tcp_reset/sent"], Path: "tcp_reset/sent", Value: sent, State: StateCrit})
+			r.Events = []Event{{MetricID: ids["tcp_reset/sent"], Path: "tcp_reset/sent", Time: at, Fields: map[string]string{"reason": "no_socket"}}}
+		}
+		return r
+	}
+	first := []Report{mk(1, t0, 5, 5), mk(2, t0.Add(time.Second), 3, 0)}
+	got, err := st.WriteReports(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range first {
+		if !got[r.Key()] {
+			t.Errorf("report %d: inserted = false on first write", r.Seq)
+		}
+	}
+	// A resend (after a reconnect) plus one new report, with a duplicate
+	// inside the batch itself.
+	again := []Report{mk(2, t0.Add(time.Second), 3, 0), mk(3, t0.Add(2*time.Second), 4, 4), mk(3, t0.Add(2*time.Second), 4, 4)}
+	got, err = st.WriteReports(ctx, again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[again[0].Key()] || !got[again[1].Key()] {
+		t.Errorf("resend: inserted = %v; want seq 2 false, seq 3 true", got)
+	}
+	var reports, events int
+	if err := st.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM reports), (SELECT count(*) FROM events)`).Scan(&reports, &events); err != nil {
+		t.Fatal(err)
+	}
+	if reports != 3 || events != 2 {
+		t.Errorf("stored %d reports and %d events; want 3 and 2", reports, events)
+	}
+
+	l, ok, err := st.Latest(ctx, node)
+	if err != nil || !ok {
+		t.Fatalf("latest: ok=%v err=%v", ok, err)
+	}
+	if !l.Time.Equal(t0.Add(2*time.Second)) || l.Metrics["tcp_reset"].Value != 4 || l.Metrics["tcp_reset/sent"].State != StateCrit {
+		t.Errorf("latest = %+v; want time t0+2s, root 4, sent CRIT", l)
+	}
+	// An old report arriving late must not move the latest state backwards.
+	if _, err := st.WriteReports(ctx, []Report{mk(9, t0.Add(-time.Hour), 99, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if l2, _, _ := st.Latest(ctx, node); l2.Metrics["tcp_reset"].Value != 4 {
+		t.Errorf("late report overwrote latest: root = %v, want 4", l2.Metrics["tcp_reset"].Value)
+	}
+
+	buckets, err := st.Series(ctx, node, "tcp_reset/sent", t0.Add(-time.Minute), t0.Add(time.Minute), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	var present int
+	for _, b := range buckets {
+		sum += b.Sum
+		present += b.Present
+	}
+	if len(buckets) != 3 || sum != 9 || present != 2 {
+		t.Errorf("series: %d buckets, sum %v, present %d; want 3, 9, 2", len(buckets), sum, present)
+	}
+	evs, err := st.Events(ctx, node, "tcp_reset", t0.Add(-time.Minute), t0.Add(time.Minute), 10)
+	if err != nil || len(evs) != 2 || evs[0].Fields["reason"] != "no_socket" {
+		t.Errorf("events under tcp_reset = %+v, %v; want 2 with reason no_socket", evs, err)
+	}
+}
+
+func TestRetentionDropsWholeDays(t *testing.T) {
+	st := openTest(t)
+	ctx := context.Background()
+	node, err := st.UpsertNode(ctx, Node{Name: "old", InstanceID: 1, IntervalMS: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := st.UpsertDefinitions(ctx, node, []MetricDef{{Path: "drops", Title: "Drops", Unit: "drops/s", Kind: KindRate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	var batch []Report
+	for i, age := range []time.Duration{0, 3 * 24 * time.Hour, 10 * 24 * time.Hour} {
+		batch = append(batch, Report{NodeID: node, InstanceID: 1, Seq: uint64(i + 1), Time: now.Add(-age), IntervalMS: 1000,
+			Samples: []Sample{{MetricID: ids["drops"], Path: "drops", Value: 1, State: StateOK}}})
+	}
+	if _, err := st.WriteReports(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	dropped, err := st.DropPartitionsBefore(ctx, now.Add(-5*24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dropped) != 3 { // reports, histograms, events of the 10-day-old day
+		t.Errorf("dropped %v; want the three partitions of one day", dropped)
+	}
+	var n int
+	if err := st.pool.QueryRow(ctx, `SELECT count(*) FROM reports`).Scan(&n); err != nil || n != 2 {
+		t.Errorf("reports left = %d (%v); want 2", n, err)
+	}
+}
