@@ -1,0 +1,407 @@
+// Package tcpreset counts the TCP resets a host sends (by the kernel's reset
+// reason) and receives (by the state of the socket that got them), per
+// network namespace, and streams rate-limited evidence events naming the
+// flows involved.
+//
+// It attaches tp_btf programs to the tcp_send_reset and tcp_receive_reset
+// tracepoints (bpf/tcp_reset.bpf.c). Counting and the evidence rate limit
+// happen in the kernel; user space only reads.
+package tcpreset
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultEvidencePerSecond is the evidence rate when Options leaves it 0.
+const DefaultEvidencePerSecond = 20
+
+// ErrClosed is returned by methods called after Close.
+var ErrClosed = errors.New("tcp_reset probe closed")
+
+// Direction says whether this host sent or received a reset.
+type Direction uint8
+
+// The values are those of enum nbs_rst_direction in the BPF program; 0 is
+// deliberately not a direction so a zero Key is recognisably empty.
+const (
+	DirectionSent     Direction = 1
+	DirectionReceived Direction = 2
+)
+
+func (d Direction) String() string {
+	switch d {
+	case DirectionSent:
+		return "sent"
+	case DirectionReceived:
+		return "received"
+	}
+	return fmt.Sprintf("direction_%d", uint8(d))
+}
+
+// Key identifies one counter. Code is an enum sk_rst_reason value for sent
+// resets and a TCP state for received ones; name it with Names.
+type Key struct {
+	Direction Direction
+	Code      uint32
+}
+
+// Options configure Load.
+type Options struct {
+	// NetnsInode restricts counting and evidence to one network namespace
+	// (its inode, as netns.Handle.Inode); 0 counts every namespace.
+	NetnsInode uint32
+	// EvidencePerSecond caps evidence events over all CPUs; 0 means
+	// DefaultEvidencePerSecond. Resets beyond it are still counted.
+	EvidencePerSecond uint32
+	Logger            *slog.Logger
+}
+
+// Event is one reset as evidence. Src and Dst are those of the RST packet:
+// for a sent reset Src is this host's end, for a received one Src is the
+// peer that sent it. They are the zero AddrPort if the kernel had neither a
+// socket nor readable headers.
+type Event struct {
+	Time      time.Time
+	Netns     uint32
+	Direction Direction
+	// Reason is the kernel's reset reason for sent resets ("no_socket");
+	// empty for received ones, for which the kernel gives none.
+	Reason string
+	// State is the socket's TCP state when the reset was sent or received
+	// ("established"); empty when no socket was involved (no_socket).
+	State    string
+	Src, Dst netip.AddrPort
+}
+
+// Stats are the probe's own losses, cumulative, summed over CPUs.
+type Stats struct {
+	// Suppressed evidence events, withheld by the kernel-side rate limit.
+	Suppressed uint64
+	// RingFull evidence events lost because the reader lagged.
+	RingFull uint64
+	// CountErrors are resets that could not be counted (counter map full).
+	CountErrors uint64
+}
+
+// Probe is a loaded and attached pair of reset programs.
+type Probe struct {
+	objs  tcpresetObjects
+	links []link.Link
+	names Names
+	log   *slog.Logger
+	// monoToUnix is added to a bpf_ktime_get_ns() (CLOCK_MONOTONIC) stamp to
+	// get Unix nanoseconds. Taken once at load: a later clock step or
+	// suspend shifts event times by that much, never their order.
+	monoToUnix int64
+
+	mu     sync.Mutex
+	closed bool
+	reader *ringbuf.Reader // of the running ReadEvents, so Close can end it
+}
+
+// Load loads and attaches both programs. It detects support by loading the
+// real programs: cilium's feature probes test with fentry, which this
+// project's kernels refuse although tp_btf works.
+func Load(opts Options) (*Probe, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	limit := opts.EvidencePerSecond
+	if limit == 0 {
+		limit = DefaultEvidencePerSecond
+	}
+
+	names, err := LoadNames()
+	if err != nil {
+		return nil, fmt.Errorf("load tcp_reset names: %w", err)
+	}
+	spec, err := loadTcpreset()
+	if err != nil {
+		return nil, fmt.Errorf("parse tcp_reset object: %w", err)
+	}
+	for name, val := range map[string]uint32{
+		tcpresetVarTargetNetns:    opts.NetnsInode,
+		tcpresetVarEvidencePerSec: limit,
+	} {
+		v, ok := spec.Variables[name]
+		if !ok {
+			return nil, fmt.Errorf("set %s: not in the tcp_reset object", name)
+		}
+		if err := v.Set(val); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+
+	p := &Probe{names: names, log: log, monoToUnix: monoToUnixOffset()}
+	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			log.Debug("tcp_reset verifier log", "log", fmt.Sprintf("%+v", ve))
+		}
+		return nil, fmt.Errorf("load tcp_reset programs: %w (%s)", err, loadHint(err))
+	}
+	for _, a := range []struct {
+		tp   string
+		prog *ebpf.Program
+	}{
+		{"tcp_send_reset", p.objs.NbsRstSend},
+		{"tcp_receive_reset", p.objs.NbsRstRecv},
+	} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: a.prog, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			p.closeKernel()
+			return nil, fmt.Errorf("attach %s: %w (%s)", a.tp, err, loadHint(err))
+		}
+		p.links = append(p.links, l)
+	}
+	log.Info("tcp_reset probe attached", "netns", opts.NetnsInode, "evidence_per_sec", limit)
+	return p, nil
+}
+
+// loadHint says in operator terms what a load or attach failure usually
+// means. Permission errors get their own hint: cilium's suggests raising
+// RLIMIT_MEMLOCK, which is wrong on the kernels this needs.
+func loadHint(err error) string {
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		return "needs CAP_BPF and CAP_PERFMON, or root"
+	}
+	return "needs CAP_BPF/root and a kernel (6.10+) with BTF tracepoint tcp_send_reset(sk, skb, reason)"
+}
+
+// monoToUnixOffset measures realtime - CLOCK_MONOTONIC, bracketing the
+// monotonic read by two wall-clock reads to halve the error.
+func monoToUnixOffset() int64 {
+	var ts unix.Timespec
+	before := time.Now()
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail for CLOCK_MONOTONIC
+	after := time.Now()
+	mid := before.UnixNano() + after.Sub(before).Nanoseconds()/2
+	return mid - ts.Nano()
+}
+
+// Names returns the reason and state names read from the kernel at load.
+func (p *Probe) Names() Names { return p.names }
+
+// Programs returns the attached programs by tracepoint name, e.g. for
+// run-time statistics.
+func (p *Probe) Programs() map[string]*ebpf.Program {
+	return map[string]*ebpf.Program{
+		"tcp_send_reset":    p.objs.NbsRstSend,
+		"tcp_receive_reset": p.objs.NbsRstRecv,
+	}
+}
+
+// Counts returns cumulative reset counts, summed over CPUs and, when the
+// probe counts every namespace, over namespaces (see CountsByNetns).
+func (p *Probe) Counts() (map[Key]uint64, error) {
+	out := map[Key]uint64{}
+	err := p.iterate(func(_ uint32, k Key, v uint64) { out[k] += v })
+	return out, err
+}
+
+// CountsByNetns is Counts split by network-namespace inode.
+func (p *Probe) CountsByNetns() (map[uint32]map[Key]uint64, error) {
+	out := map[uint32]map[Key]uint64{}
+	err := p.iterate(func(ns uint32, k Key, v uint64) {
+		if out[ns] == nil {
+			out[ns] = map[Key]uint64{}
+		}
+		out[ns][k] += v
+	})
+	return out, err
+}
+
+func (p *Probe) iterate(fn func(netns uint32, k Key, v uint64)) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("read tcp_reset counts: %w", ErrClosed)
+	}
+	var (
+		k    tcpresetNbsRstKey
+		vals []uint64
+	)
+	it := p.objs.RstCounts.Iterate()
+	for it.Next(&k, &vals) {
+		var sum uint64
+		for _, v := range vals {
+			sum += v
+		}
+		fn(k.Netns, Key{Direction: Direction(k.Direction), Code: k.Code}, sum)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read tcp_reset counts: %w", err)
+	}
+	return nil
+}
+
+// Suppressed returns how many evidence events the kernel-side rate limit
+// has withheld, cumulative.
+func (p *Probe) Suppressed() (uint64, error) {
+	s, err := p.Stats()
+	return s.Suppressed, err
+}
+
+// Stats returns the probe's own losses.
+func (p *Probe) Stats() (Stats, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return Stats{}, fmt.Errorf("read tcp_reset stats: %w", ErrClosed)
+	}
+	var per []tcpresetNbsRstStats
+	if err := p.objs.RstStats.Lookup(uint32(0), &per); err != nil {
+		return Stats{}, fmt.Errorf("read tcp_reset stats: %w", err)
+	}
+	var s Stats
+	for _, c := range per {
+		s.Suppressed += c.Suppressed
+		s.RingFull += c.RingFull
+		s.CountErrors += c.CountErrors
+	}
+	return s, nil
+}
+
+// ReadEvents calls fn for each evidence event until ctx is done or the probe
+// is closed, then returns nil. Only one ReadEvents may run at a time: the
+// ring has a single consumer position. fn runs on the calling goroutine and
+// should be quick; while it blocks, the kernel drops evidence (Stats.RingFull).
+func (p *Probe) ReadEvents(ctx context.Context, fn func(Event)) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return fmt.Errorf("read tcp_reset events: %w", ErrClosed)
+	}
+	if p.reader != nil {
+		p.mu.Unlock()
+		return errors.New("read tcp_reset events: already being read")
+	}
+	rd, err := ringbuf.NewReader(p.objs.RstEvents)
+	if err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("open tcp_reset event ring: %w", err)
+	}
+	p.reader = rd
+	p.mu.Unlock()
+
+	// Closing the reader is the only way to interrupt a blocked Read
+	// (SetDeadline waits for the lock a blocked Read holds). Wait for the
+	// closer if it started, so no goroutine outlives this call.
+	closerDone := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(closerDone)
+		_ = rd.Close()
+	})
+	defer func() {
+		if !stop() {
+			<-closerDone
+		}
+		p.mu.Lock()
+		p.reader = nil
+		p.mu.Unlock()
+		_ = rd.Close()
+	}()
+
+	var rec ringbuf.Record
+	for {
+		if err := rd.ReadInto(&rec); err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("read tcp_reset events: %w", err)
+		}
+		ev, err := p.decode(rec.RawSample)
+		if err != nil {
+			p.log.Warn("skip malformed tcp_reset event", "err", err)
+			continue
+		}
+		fn(ev)
+	}
+}
+
+func (p *Probe) decode(raw []byte) (Event, error) {
+	var r tcpresetNbsRstEvent
+	if _, err := binary.Decode(raw, binary.NativeEndian, &r); err != nil {
+		return Event{}, fmt.Errorf("decode %d bytes: %w", len(raw), err)
+	}
+	ev := Event{
+		Time:      time.Unix(0, int64(r.TsNs)+p.monoToUnix),
+		Netns:     r.Netns,
+		Direction: Direction(r.Direction),
+		Src:       addrPort(r.Family, r.Saddr, r.Sport),
+		Dst:       addrPort(r.Family, r.Daddr, r.Dport),
+	}
+	if ev.Direction == DirectionSent {
+		ev.Reason = p.names.Reason(r.Reason)
+	}
+	if r.State != 0 { // 0 is no TCP state: the kernel had no socket
+		ev.State = p.names.State(uint32(r.State))
+	}
+	return ev, nil
+}
+
+// addrPort builds an address from the event's 16 bytes. IPv4-mapped IPv6
+// addresses (a dual-stack socket talking IPv4) are shown as IPv4.
+func addrPort(family uint16, b [16]byte, port uint16) netip.AddrPort {
+	switch family {
+	case unix.AF_INET:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[:4])), port)
+	case unix.AF_INET6:
+		return netip.AddrPortFrom(netip.AddrFrom16(b).Unmap(), port)
+	}
+	return netip.AddrPort{}
+}
+
+// Close detaches the programs, frees the maps and ends a running ReadEvents.
+// It holds the lock throughout so no Counts or Stats call can be using a map
+// descriptor while it is closed.
+func (p *Probe) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+
+	var errs []error
+	// Closing the reader interrupts ReadEvents; its own cleanup, which
+	// needs the lock, runs after we return.
+	if p.reader != nil {
+		if err := p.reader.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close tcp_reset event reader: %w", err))
+		}
+	}
+	if err := p.closeKernel(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// closeKernel detaches what was attached and frees programs and maps.
+func (p *Probe) closeKernel() error {
+	var errs []error
+	for _, l := range p.links {
+		if err := l.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("detach tcp_reset program: %w", err))
+		}
+	}
+	p.links = nil
+	if err := p.objs.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close tcp_reset objects: %w", err))
+	}
+	return errors.Join(errs...)
+}

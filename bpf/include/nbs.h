@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Shared helpers for the NBS BPF programs.
+ *
+ * The helpers that take `struct sock *` / `struct sk_buff *` expect BTF-typed
+ * pointers as handed to tp_btf (BPF_PROG_TYPE_TRACING) programs, the only
+ * tracing attach type that works on our target kernels (see KERNEL.md). They
+ * use direct loads, which the verifier turns into fault-tolerant PROBE_MEM
+ * loads with CO-RE field offsets: one instruction each instead of a
+ * bpf_probe_read_kernel() call per hop, which matters on hot paths.
+ * Raw memory that is not BTF-typed (packet headers behind skb->head) is read
+ * with bpf_probe_read_kernel().
+ */
+#pragma once
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+/* vmlinux.h carries types, not macros. These values are uapi. */
+#define NBS_AF_INET 2
+#define NBS_AF_INET6 10
+#define NBS_NSEC_PER_SEC 1000000000ULL
+
+/* Network-namespace inode (what `stat /run/netns/X` shows) of a socket of any
+ * kind: full, request or timewait — skc_net lives in the shared sock_common.
+ * 0 when sk is NULL. */
+static __always_inline __u32 nbs_sk_netns(const struct sock *sk)
+{
+	if (!sk)
+		return 0;
+	return sk->__sk_common.skc_net.net->ns.inum;
+}
+
+/* Network-namespace inode of an skb: the device it arrived on / leaves by is
+ * the most reliable source (an skb answered by a NO_SOCKET reset has no
+ * socket); fall back to the owning socket. 0 when unknown. */
+static __always_inline __u32 nbs_skb_netns(const struct sk_buff *skb)
+{
+	struct net_device *dev;
+
+	if (!skb)
+		return 0;
+	dev = skb->dev;
+	if (dev)
+		return dev->nd_net.net->ns.inum;
+	return nbs_sk_netns(skb->sk);
+}
+
+/* A TCP/UDP 4-tuple in a family-neutral form. Addresses are in network byte
+ * order (IPv4 in the first 4 bytes), ports in host byte order. */
+struct nbs_tuple {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u16 sport;
+	__u16 dport;
+	__u16 family;
+};
+
+/* The kernel's sk_fullsock(): false for timewait and request sockets, which
+ * share only sock_common with a full socket. */
+static __always_inline bool nbs_sk_fullsock(const struct sock *sk)
+{
+	__u8 state = sk->__sk_common.skc_state;
+
+	return state != TCP_TIME_WAIT && state != TCP_NEW_SYN_RECV;
+}
+
+/* Local -> remote tuple of a socket of any kind (full, request, timewait).
+ * The local port of a full socket comes from inet_sport: skc_num is zeroed
+ * when the socket releases its port on the way to CLOSE, which is exactly
+ * when most resets are sent. */
+static __always_inline void nbs_sk_tuple(const struct sock *sk, struct nbs_tuple *t)
+{
+	const struct sock_common *c = &sk->__sk_common;
+
+	t->family = c->skc_family;
+	if (nbs_sk_fullsock(sk))
+		t->sport = bpf_ntohs(BPF_CORE_READ((const struct inet_sock *)sk, inet_sport));
+	else
+		t->sport = c->skc_num;
+	t->dport = bpf_ntohs(c->skc_dport);
+	if (t->family == NBS_AF_INET6) {
+		bpf_probe_read_kernel(t->saddr, 16, &c->skc_v6_rcv_saddr);
+		bpf_probe_read_kernel(t->daddr, 16, &c->skc_v6_daddr);
+	} else {
+		__builtin_memset(t->saddr, 0, 16);
+		__builtin_memset(t->daddr, 0, 16);
+		*(__u32 *)t->saddr = c->skc_rcv_saddr;
+		*(__u32 *)t->daddr = c->skc_daddr;
+	}
+}
+
+/* Tuple of the packet in skb, read from its IP and TCP/UDP headers
+ * (skb->head + network_header / transport_header, which the receive path has
+ * set by the time TCP runs). Returns 0 on success, -1 if the headers could not
+ * be read or the IP version is neither 4 nor 6. */
+static __always_inline int nbs_skb_tuple(const struct sk_buff *skb, struct nbs_tuple *t)
+{
+	unsigned char *head = skb->head;
+	__u16 nh = skb->network_header;
+	__u16 th = skb->transport_header;
+	__u8 ver;
+	__be16 ports[2];
+
+	if (bpf_probe_read_kernel(&ver, 1, head + nh))
+		return -1;
+	ver >>= 4;
+	if (ver == 4) {
+		struct iphdr ip;
+
+		if (bpf_probe_read_kernel(&ip, sizeof(ip), head + nh))
+			return -1;
+		t->family = NBS_AF_INET;
+		__builtin_memset(t->saddr, 0, 16);
+		__builtin_memset(t->daddr, 0, 16);
+		*(__u32 *)t->saddr = ip.saddr;
+		*(__u32 *)t->daddr = ip.daddr;
+	} else if (ver == 6) {
+		struct ipv6hdr ip6;
+
+		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), head + nh))
+			return -1;
+		t->family = NBS_AF_INET6;
+		__builtin_memcpy(t->saddr, &ip6.saddr, 16);
+		__builtin_memcpy(t->daddr, &ip6.daddr, 16);
+	} else {
+		return -1;
+	}
+	/* source and dest are the first two fields of both tcphdr and udphdr */
+	if (bpf_probe_read_kernel(ports, sizeof(ports), head + th))
+		return -1;
+	t->sport = bpf_ntohs(ports[0]);
+	t->dport = bpf_ntohs(ports[1]);
+	return 0;
+}
