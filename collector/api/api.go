@@ -24,9 +24,15 @@ type Live interface {
 	Connected(node string) bool
 }
 
+// Thresholds resolves the thresholds in force for a node's metrics.
+type Thresholds interface {
+	Thresholds(ctx context.Context, n store.Node, defs []store.MetricDef) (map[string]*store.Threshold, error)
+}
+
 type API struct {
-	store   *store.Store
-	live    Live
+	store      *store.Store
+	live       Live
+	thresholds Thresholds
 	log     *slog.Logger
 	metrics *telemetry.Metrics
 	ui      http.Handler
@@ -36,6 +42,10 @@ type API struct {
 func New(st *store.Store, live Live, ui http.Handler, log *slog.Logger, m *telemetry.Metrics) *API {
 	return &API{store: st, live: live, ui: ui, log: log, metrics: m}
 }
+
+// SetThresholds makes trees show effective thresholds instead of the
+// catalogue defaults.
+func (a *API) SetThresholds(t Thresholds) { a.thresholds = t }
 
 // Mount lets other parts of the collector (thresholds, alerts, reports) add
 // their routes under /api/v1 with the same middleware and error envelope.
@@ -229,7 +239,14 @@ func (a *API) getTree(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err, a.log)
 		return
 	}
-	body := map[string]any{"node": n.Name, "time": nil, "interval_ms": n.IntervalMS, "roots": BuildTree(defs, l, nil)}
+	var thresholds map[string]*store.Threshold
+	if a.thresholds != nil {
+		if thresholds, err = a.thresholds.Thresholds(ctx, n, defs); err != nil {
+			WriteError(w, r, err, a.log)
+			return
+		}
+	}
+	body := map[string]any{"node": n.Name, "time": nil, "interval_ms": n.IntervalMS, "roots": BuildTree(defs, l, thresholds)}
 	if ok {
 		body["time"] = l.Time.UTC()
 	}

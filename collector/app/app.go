@@ -19,6 +19,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/ingest"
+	"github.com/nbs-project/nbs/collector/nodeconfig"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
@@ -132,7 +133,9 @@ func (c *Collector) Run(ctx context.Context) error {
 	writer := ingest.NewWriter(st, ingest.WriterOptions{Workers: c.cfg.DBWriters}, c.log.With("part", "writer"), c.metrics)
 	limits := ingest.DefaultLimits()
 	limits.MaxAge = c.cfg.Retention
-	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits}, c.log.With("part", "ingest"), c.metrics)
+	configs := nodeconfig.New(st, c.log.With("part", "nodeconfig"))
+	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs}, c.log.With("part", "ingest"), c.metrics)
+	configs.SetPusher(ingestSrv)
 
 	grpcSrv := grpc.NewServer(
 		grpc.MaxRecvMsgSize(c.cfg.MaxMsgSize),
@@ -144,6 +147,8 @@ func (c *Collector) Run(ctx context.Context) error {
 	nbsv1.RegisterAgentServiceServer(grpcSrv, ingestSrv)
 
 	httpAPI := api.New(st, ingestSrv, web.Handler(), c.log.With("part", "api"), c.metrics)
+	httpAPI.SetThresholds(configs)
+	httpAPI.Mount(configs.Routes)
 	httpSrv := &http.Server{Handler: httpAPI.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return runCtx }}
 
@@ -151,6 +156,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	wg.Go(func() { writer.Run(runCtx) })
 	wg.Go(func() { c.retain(runCtx, st) })
+	wg.Go(func() { configs.Listen(runCtx, st.Pool()) })
 	wg.Go(func() {
 		if err := grpcSrv.Serve(grpcLis); err != nil {
 			errc <- fmt.Errorf("serve gRPC: %w", err)

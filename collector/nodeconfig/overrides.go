@@ -1,0 +1,239 @@
+// Package nodeconfig owns what the collector pushes down to agents: threshold
+// overrides by scope and live expand requests. Changes made through any
+// collector reach the one holding a node's stream through PostgreSQL
+// LISTEN/NOTIFY.
+package nodeconfig
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nbs-project/nbs/collector/ingest"
+	"github.com/nbs-project/nbs/collector/store"
+)
+
+// Scope says where an override applies.
+type Scope struct {
+	Kind     string            `json:"kind"` // global, selector or node
+	Selector map[string]string `json:"selector,omitempty"`
+	Node     string            `json:"node,omitempty"`
+}
+
+// Override is one stored operator override.
+type Override struct {
+	ID        int64            `json:"id"`
+	Scope     Scope            `json:"scope"`
+	Metric    string           `json:"metric"`
+	Threshold *store.Threshold `json:"threshold"`
+	Disabled  bool             `json:"disabled"`
+	UpdatedAt time.Time        `json:"updated_at"`
+}
+
+var (
+	metricRE   = regexp.MustCompile(`^[a-z0-9_]+(/[a-z0-9_.:-]+){0,7}$`)
+	labelKeyRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+	nodeRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+)
+
+// ErrInvalid marks an override that cannot be stored as given.
+var ErrInvalid = errors.New("invalid override")
+
+// Validate checks an override as a user submitted it.
+func (o *Override) Validate() error {
+	var errs []string
+	switch o.Scope.Kind {
+	case "global":
+		if len(o.Scope.Selector) > 0 || o.Scope.Node != "" {
+			errs = append(errs, "scope global takes neither selector nor node")
+		}
+	case "selector":
+		if len(o.Scope.Selector) == 0 {
+			errs = append(errs, "scope selector needs at least one label, e.g. {\"customer\":\"acme\"}")
+		}
+		for k := range o.Scope.Selector {
+			if !labelKeyRE.MatchString(k) {
+				errs = append(errs, fmt.Sprintf("selector label %q is not a valid label key", k))
+			}
+		}
+		if o.Scope.Node != "" {
+			errs = append(errs, "scope selector takes no node")
+		}
+	case "node":
+		if !nodeRE.MatchString(o.Scope.Node) {
+			errs = append(errs, fmt.Sprintf("scope node needs a node name, got %q", o.Scope.Node))
+		}
+		if len(o.Scope.Selector) > 0 {
+			errs = append(errs, "scope node takes no selector")
+		}
+	default:
+		errs = append(errs, fmt.Sprintf("scope.kind %q must be global, selector or node", o.Scope.Kind))
+	}
+	if !metricRE.MatchString(o.Metric) {
+		errs = append(errs, fmt.Sprintf("metric %q is not a metric id like tcp_reset/sent/no_socket", o.Metric))
+	}
+	switch {
+	case o.Disabled && o.Threshold != nil:
+		errs = append(errs, "give either a threshold or disabled: true, not both")
+	case !o.Disabled && o.Threshold == nil:
+		errs = append(errs, "threshold is required (or disabled: true to switch the metric's threshold off)")
+	case o.Threshold != nil:
+		if err := ingest.ValidateThreshold(*o.Threshold); err != nil {
+			errs = append(errs, "threshold: "+err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// specificity orders scopes: node beats selector beats global; among
+// selectors, one naming more labels is more specific.
+func (o *Override) specificity() int {
+	switch o.Scope.Kind {
+	case "node":
+		return 1000
+	case "selector":
+		return 100 + len(o.Scope.Selector)
+	}
+	return 0
+}
+
+func (o *Override) matches(n store.Node) bool {
+	switch o.Scope.Kind {
+	case "node":
+		return o.Scope.Node == n.Name
+	case "selector":
+		for k, v := range o.Scope.Selector {
+			if n.Labels[k] != v {
+				return false
+			}
+		}
+		return true
+	}
+	return true
+}
+
+// Source names where an effective threshold comes from, for operators.
+func (o *Override) Source() string {
+	switch o.Scope.Kind {
+	case "node":
+		return "node"
+	case "selector":
+		keys := make([]string, 0, len(o.Scope.Selector))
+		for k := range o.Scope.Selector {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + "=" + o.Scope.Selector[k]
+		}
+		return "selector:" + strings.Join(parts, ",")
+	}
+	return "global"
+}
+
+// Effective is the threshold in force for one metric of a node.
+type Effective struct {
+	Metric     string           `json:"metric"`
+	Threshold  *store.Threshold `json:"threshold"`
+	Source     string           `json:"source"`
+	OverrideID int64            `json:"override_id,omitempty"`
+}
+
+// Resolve picks, per metric, the most specific override matching the node;
+// ties go to the most recently updated.
+func Resolve(n store.Node, overrides []Override) map[string]*Override {
+	best := map[string]*Override{}
+	for i := range overrides {
+		o := &overrides[i]
+		if !o.matches(n) {
+			continue
+		}
+		cur := best[o.Metric]
+		if cur == nil || o.specificity() > cur.specificity() ||
+			(o.specificity() == cur.specificity() && o.UpdatedAt.After(cur.UpdatedAt)) {
+			best[o.Metric] = o
+		}
+	}
+	return best
+}
+
+// repo is the overrides table.
+type repo struct{ pool *pgxpool.Pool }
+
+func (r repo) list(ctx context.Context) ([]Override, error) {
+	rows, err := r.pool.Query(ctx, `SELECT id, scope_kind, selector, node, metric, threshold, disabled, updated_at
+		FROM threshold_overrides ORDER BY metric, scope_kind, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list threshold overrides: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Override, error) {
+		var o Override
+		var sel, thr []byte
+		if err := row.Scan(&o.ID, &o.Scope.Kind, &sel, &o.Scope.Node, &o.Metric, &thr, &o.Disabled, &o.UpdatedAt); err != nil {
+			return o, err
+		}
+		if err := json.Unmarshal(sel, &o.Scope.Selector); err != nil {
+			return o, fmt.Errorf("decode selector of override %d: %w", o.ID, err)
+		}
+		if len(o.Scope.Selector) == 0 {
+			o.Scope.Selector = nil
+		}
+		if thr != nil {
+			o.Threshold = &store.Threshold{}
+			if err := json.Unmarshal(thr, o.Threshold); err != nil {
+				return o, fmt.Errorf("decode threshold of override %d: %w", o.ID, err)
+			}
+		}
+		return o, nil
+	})
+}
+
+func (r repo) put(ctx context.Context, o Override) (Override, error) {
+	sel, err := json.Marshal(nonNil(o.Scope.Selector))
+	if err != nil {
+		return o, fmt.Errorf("encode selector: %w", err)
+	}
+	var thr []byte
+	if o.Threshold != nil {
+		if thr, err = json.Marshal(o.Threshold); err != nil {
+			return o, fmt.Errorf("encode threshold: %w", err)
+		}
+	}
+	err = r.pool.QueryRow(ctx, `
+		INSERT INTO threshold_overrides (scope_kind, selector, node, metric, threshold, disabled)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (scope_kind, selector, node, metric) DO UPDATE
+			SET threshold = EXCLUDED.threshold, disabled = EXCLUDED.disabled, updated_at = now()
+		RETURNING id, updated_at`, o.Scope.Kind, sel, o.Scope.Node, o.Metric, thr, o.Disabled).Scan(&o.ID, &o.UpdatedAt)
+	if err != nil {
+		return o, fmt.Errorf("store threshold override: %w", err)
+	}
+	return o, nil
+}
+
+func (r repo) delete(ctx context.Context, id int64) (bool, error) {
+	tag, err := r.pool.Exec(ctx, `DELETE FROM threshold_overrides WHERE id = $1`, id)
+	if err != nil {
+		return false, fmt.Errorf("delete threshold override %d: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}

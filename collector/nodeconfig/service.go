@@ -1,0 +1,311 @@
+package nodeconfig
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nbs-project/nbs/collector/api"
+	"github.com/nbs-project/nbs/collector/ingest"
+	"github.com/nbs-project/nbs/collector/store"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// notifyChannel carries config changes between collectors.
+const notifyChannel = "nbs_config"
+
+// Pusher sends the recomputed Config to nodes connected to this collector.
+type Pusher interface {
+	PushConfig(ctx context.Context, nodes ...string)
+}
+
+type Service struct {
+	repo   repo
+	store  *store.Store
+	log    *slog.Logger
+	pusher Pusher
+
+	mu     sync.Mutex
+	expand map[string]time.Time // node → stream the full tree until
+}
+
+func New(st *store.Store, log *slog.Logger) *Service {
+	return &Service{repo: repo{st.Pool()}, store: st, log: log, expand: map[string]time.Time{}}
+}
+
+// SetPusher connects the service to the ingest server (which in turn asks
+// the service for configs, hence the setter).
+func (s *Service) SetPusher(p Pusher) { s.pusher = p }
+
+var _ ingest.ConfigSource = (*Service)(nil)
+
+// ConfigFor computes a node's effective Config.
+func (s *Service) ConfigFor(ctx context.Context, n store.Node) (*nbsv1.Config, error) {
+	overrides, err := s.repo.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &nbsv1.Config{Version: uint64(time.Now().UnixNano()), Thresholds: map[string]*nbsv1.Threshold{}}
+	for metric, o := range Resolve(n, overrides) {
+		if o.Disabled {
+			cfg.DisabledThresholds = append(cfg.DisabledThresholds, metric)
+			continue
+		}
+		cfg.Thresholds[metric] = thresholdProto(*o.Threshold)
+	}
+	s.mu.Lock()
+	if until, ok := s.expand[n.Name]; ok && time.Now().Before(until) {
+		cfg.ExpandUntilUnixNano = until.UnixNano()
+	}
+	s.mu.Unlock()
+	return cfg, nil
+}
+
+func thresholdProto(t store.Threshold) *nbsv1.Threshold {
+	c := nbsv1.Comparison_COMPARISON_ABOVE
+	if t.Comparison == "below" {
+		c = nbsv1.Comparison_COMPARISON_BELOW
+	}
+	return &nbsv1.Threshold{Warn: t.Warn, Crit: t.Crit, Comparison: c, HoldIntervals: t.HoldIntervals, BaselineIntervals: t.BaselineIntervals}
+}
+
+// Effective resolves every metric of a node: override, else catalogue default.
+func (s *Service) Effective(ctx context.Context, n store.Node, defs []store.MetricDef) ([]Effective, error) {
+	overrides, err := s.repo.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	best := Resolve(n, overrides)
+	out := make([]Effective, 0, len(defs))
+	for _, d := range defs {
+		e := Effective{Metric: d.Path, Threshold: d.DefaultThreshold, Source: "default"}
+		if o := best[d.Path]; o != nil {
+			e.Threshold, e.Source, e.OverrideID = o.Threshold, o.Source(), o.ID
+			if o.Disabled {
+				e.Threshold = nil
+				e.Source += " (disabled)"
+			}
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Thresholds implements api.Thresholds: effective thresholds by metric.
+func (s *Service) Thresholds(ctx context.Context, n store.Node, defs []store.MetricDef) (map[string]*store.Threshold, error) {
+	eff, err := s.Effective(ctx, n, defs)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]*store.Threshold, len(eff))
+	for _, e := range eff {
+		m[e.Metric] = e.Threshold
+	}
+	return m, nil
+}
+
+type change struct {
+	Kind  string `json:"kind"` // thresholds or expand
+	Node  string `json:"node,omitempty"`
+	Until int64  `json:"until,omitempty"`
+}
+
+// announce applies a change here at once and tells the other collectors.
+func (s *Service) announce(ctx context.Context, c change) {
+	s.apply(ctx, c)
+	payload, _ := json.Marshal(c)
+	if _, err := s.repo.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, string(payload)); err != nil {
+		s.log.Warn("notify other collectors", "err", err)
+	}
+}
+
+func (s *Service) apply(ctx context.Context, c change) {
+	if s.pusher == nil {
+		return
+	}
+	switch c.Kind {
+	case "thresholds":
+		s.pusher.PushConfig(ctx)
+	case "expand":
+		s.mu.Lock()
+		if cur := s.expand[c.Node]; time.Unix(0, c.Until).After(cur) {
+			s.expand[c.Node] = time.Unix(0, c.Until)
+		}
+		for n, until := range s.expand {
+			if time.Now().After(until) {
+				delete(s.expand, n)
+			}
+		}
+		s.mu.Unlock()
+		s.pusher.PushConfig(ctx, c.Node)
+	}
+}
+
+// Listen follows other collectors' changes until ctx ends, reconnecting
+// after database errors.
+func (s *Service) Listen(ctx context.Context, pool *pgxpool.Pool) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx, pool)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("config change listener lost; retrying", "err", err, "in", backoff)
+		select {
+		case <-time.After(backoff + rand.N(backoff/2)):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func (s *Service) listenOnce(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire listener connection: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return fmt.Errorf("listen %s: %w", notifyChannel, err)
+	}
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		var c change
+		if err := json.Unmarshal([]byte(n.Payload), &c); err != nil {
+			s.log.Warn("ignoring malformed config notification", "payload", n.Payload, "err", err)
+			continue
+		}
+		s.apply(ctx, c)
+	}
+}
+
+// Routes adds the thresholds and expand endpoints under /api/v1.
+func (s *Service) Routes(r chi.Router) {
+	r.Get("/thresholds", s.listOverrides)
+	r.Put("/thresholds", s.putOverride)
+	r.Delete("/thresholds/{id}", s.deleteOverride)
+	r.Get("/nodes/{node}/thresholds", s.nodeThresholds)
+	r.Post("/nodes/{node}/expand", s.expandNode)
+}
+
+func (s *Service) listOverrides(w http.ResponseWriter, r *http.Request) {
+	os, err := s.repo.list(r.Context())
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	if os == nil {
+		os = []Override{}
+	}
+	api.WriteJSON(w, http.StatusOK, map[string]any{"overrides": os})
+}
+
+func decodeStrict(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return api.BadRequest("request body: %v", err)
+	}
+	return nil
+}
+
+func (s *Service) putOverride(w http.ResponseWriter, r *http.Request) {
+	var o Override
+	if err := decodeStrict(r, &o); err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	if err := o.Validate(); err != nil {
+		api.WriteError(w, r, api.BadRequest("%v", err), s.log)
+		return
+	}
+	stored, err := s.repo.put(r.Context(), o)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	s.log.Info("threshold override set", "id", stored.ID, "metric", stored.Metric, "scope", stored.Source())
+	s.announce(r.Context(), change{Kind: "thresholds"})
+	api.WriteJSON(w, http.StatusOK, stored)
+}
+
+func (s *Service) deleteOverride(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
+	if err != nil {
+		api.WriteError(w, r, api.BadRequest("override id %q is not a number", chi.URLParam(r, "id")), s.log)
+		return
+	}
+	ok, err := s.repo.delete(r.Context(), id)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	if !ok {
+		api.WriteError(w, r, fmt.Errorf("threshold override %d: %w", id, api.ErrNotFound), s.log)
+		return
+	}
+	s.announce(r.Context(), change{Kind: "thresholds"})
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Service) nodeThresholds(w http.ResponseWriter, r *http.Request) {
+	n, err := s.store.NodeByName(r.Context(), chi.URLParam(r, "node"))
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	defs, err := s.store.Definitions(r.Context(), n.ID)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	eff, err := s.Effective(r.Context(), n, defs)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, map[string]any{"node": n.Name, "thresholds": eff})
+}
+
+// maxExpand bounds how long one request keeps a node's full tree streaming.
+const maxExpand = time.Hour
+
+func (s *Service) expandNode(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Seconds int `json:"seconds"`
+	}
+	if err := decodeStrict(r, &req); err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	if req.Seconds < 1 || time.Duration(req.Seconds)*time.Second > maxExpand {
+		api.WriteError(w, r, api.BadRequest("seconds %d must be from 1 to %d", req.Seconds, int(maxExpand.Seconds())), s.log)
+		return
+	}
+	n, err := s.store.NodeByName(r.Context(), chi.URLParam(r, "node"))
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	until := time.Now().Add(time.Duration(req.Seconds) * time.Second)
+	s.announce(r.Context(), change{Kind: "expand", Node: n.Name, Until: until.UnixNano()})
+	api.WriteJSON(w, http.StatusAccepted, map[string]any{"node": n.Name, "until": until.UTC()})
+}
