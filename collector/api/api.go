@@ -33,10 +33,10 @@ type API struct {
 	store      *store.Store
 	live       Live
 	thresholds Thresholds
-	log     *slog.Logger
-	metrics *telemetry.Metrics
-	ui      http.Handler
-	mounts  []func(chi.Router)
+	log        *slog.Logger
+	metrics    *telemetry.Metrics
+	ui         http.Handler
+	mounts     []func(chi.Router)
 }
 
 func New(st *store.Store, live Live, ui http.Handler, log *slog.Logger, m *telemetry.Metrics) *API {
