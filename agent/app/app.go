@@ -24,6 +24,7 @@ import (
 	"github.com/nbs-project/nbs/agent/source/resets"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/agent/uplink"
+	"github.com/nbs-project/nbs/internal/loglinear"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -132,13 +133,14 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // reading merges every source's collection of one interval.
 type reading struct {
-	counters map[string]uint64
-	gauges   map[string]float64
-	events   []*nbsv1.Event
+	counters   map[string]uint64
+	gauges     map[string]float64
+	histograms map[string]*loglinear.Histogram
+	events     []*nbsv1.Event
 }
 
 func (a *Agent) collect(ctx context.Context) reading {
-	r := reading{counters: map[string]uint64{}, gauges: map[string]float64{}}
+	r := reading{counters: map[string]uint64{}, gauges: map[string]float64{}, histograms: map[string]*loglinear.Histogram{}}
 	for _, s := range a.sources {
 		got, err := s.Collect(ctx)
 		if err != nil {
@@ -154,6 +156,9 @@ func (a *Agent) collect(ctx context.Context) reading {
 		}
 		for k, v := range got.Gauges {
 			r.gauges[k] = v
+		}
+		for k, h := range got.Histograms {
+			r.histograms[k] = h
 		}
 		r.events = append(r.events, got.Events...)
 	}
@@ -174,6 +179,12 @@ func (a *Agent) report(seq uint64, now time.Time, elapsed time.Duration, prev, c
 	for id, v := range cur.gauges {
 		values[id] = v
 	}
+	for id, h := range cur.histograms {
+		values[id] = 0 // a source with nothing to measure this interval is healthy, not unknown
+		if m, ok := a.tree.Metric(id); ok && h.Count > 0 {
+			values[id] = h.Quantile(m.Quantile) / max(m.Scale, 1)
+		}
+	}
 	res := a.tree.Evaluate(values)
 	ids := a.tree.Select(res, increases, full)
 	r := &nbsv1.Report{Sequence: seq, TimeUnixNano: now.UnixNano(), IntervalMs: uint32(math.Round(float64(elapsed) / float64(time.Millisecond))),
@@ -188,8 +199,20 @@ func (a *Agent) report(seq uint64, now time.Time, elapsed time.Duration, prev, c
 			v = 0
 		}
 		r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: id, Value: v, State: res.State[id]})
+		if h := cur.histograms[id]; h != nil && h.Count > 0 {
+			r.Histograms = append(r.Histograms, histogramProto(id, h))
+		}
 	}
 	return r
+}
+
+func histogramProto(id string, h *loglinear.Histogram) *nbsv1.Histogram {
+	idx := h.Sorted()
+	p := &nbsv1.Histogram{MetricId: id, Count: h.Count, Sum: h.Sum, BucketIndex: idx, BucketCount: make([]uint64, len(idx))}
+	for i, b := range idx {
+		p.BucketCount[i] = h.Counts[b]
+	}
+	return p
 }
 
 // Hello describes the node for a new stream.

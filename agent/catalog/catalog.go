@@ -35,6 +35,11 @@ type Metric struct {
 	Kind        Kind
 	Description string
 	Threshold   *Threshold
+	// Histograms: the headline value is this quantile (0.99 = p99) of the
+	// interval's distribution, divided by Scale to be in Unit (recorded
+	// nanoseconds / 1e6 = ms).
+	Quantile float64
+	Scale    float64
 }
 
 // Parent returns the id of the metric's parent, "" for a root.

@@ -6,6 +6,7 @@ import (
 	"context"
 
 	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/internal/loglinear"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -18,6 +19,9 @@ type Reading struct {
 	Counters map[string]uint64
 	// Gauges are levels by metric id.
 	Gauges map[string]float64
+	// Histograms are distributions of this interval only (not cumulative),
+	// by metric id, in the shared log-linear layout.
+	Histograms map[string]*loglinear.Histogram
 	// Events are evidence gathered since the previous collection.
 	Events []*nbsv1.Event
 }

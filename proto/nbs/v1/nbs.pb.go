@@ -392,7 +392,9 @@ type Hello struct {
 	// The node's metric tree: every metric the agent knows about now.
 	Metrics []*MetricDefinition `protobuf:"bytes,7,rep,name=metrics,proto3" json:"metrics,omitempty"`
 	// The report interval the agent runs with.
-	IntervalMs    uint32 `protobuf:"varint,8,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	IntervalMs uint32 `protobuf:"varint,8,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	// Address other nodes should ping to reach this one (empty: not a ping peer).
+	PingAddress   string `protobuf:"bytes,9,opt,name=ping_address,json=pingAddress,proto3" json:"ping_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -481,6 +483,13 @@ func (x *Hello) GetIntervalMs() uint32 {
 		return x.IntervalMs
 	}
 	return 0
+}
+
+func (x *Hello) GetPingAddress() string {
+	if x != nil {
+		return x.PingAddress
+	}
+	return ""
 }
 
 type Capability struct {
@@ -1229,7 +1238,7 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"\x03ack\x18\x01 \x01(\v2\v.nbs.v1.AckH\x00R\x03ack\x12(\n" +
 	"\x06reject\x18\x02 \x01(\v2\x0e.nbs.v1.RejectH\x00R\x06reject\x12(\n" +
 	"\x06config\x18\x03 \x01(\v2\x0e.nbs.v1.ConfigH\x00R\x06configB\x05\n" +
-	"\x03msg\"\x8c\x03\n" +
+	"\x03msg\"\xaf\x03\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x121\n" +
 	"\x06labels\x18\x02 \x03(\v2\x19.nbs.v1.Hello.LabelsEntryR\x06labels\x12#\n" +
@@ -1240,7 +1249,8 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"\fcapabilities\x18\x06 \x03(\v2\x12.nbs.v1.CapabilityR\fcapabilities\x122\n" +
 	"\ametrics\x18\a \x03(\v2\x18.nbs.v1.MetricDefinitionR\ametrics\x12\x1f\n" +
 	"\vinterval_ms\x18\b \x01(\rR\n" +
-	"intervalMs\x1a9\n" +
+	"intervalMs\x12!\n" +
+	"\fping_address\x18\t \x01(\tR\vpingAddress\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
