@@ -231,8 +231,14 @@ func TestRun(t *testing.T) {
 			defer cancel()
 			var stdout, stderr syncBuffer
 			if tt.ctrlC {
+				// Wait for the agent's first line too: by then it has
+				// recorded its arguments and set up its signal handling.
+				ready := func() bool {
+					out := stdout.String()
+					return strings.Contains(out, "NBS is running") && strings.Contains(out, "[agent] agent starting")
+				}
 				go func() {
-					for ctx.Err() == nil && !strings.Contains(stdout.String(), "NBS is running") {
+					for ctx.Err() == nil && !ready() {
 						time.Sleep(20 * time.Millisecond)
 					}
 					cancel()
