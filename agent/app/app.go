@@ -68,13 +68,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--netns %q: %w", a.cfg.Netns, err)
 	}
-	rs, err := resets.Open(ctx, resets.Options{Netns: ns, AllNetns: a.cfg.Netns == "",
-		EvidencePerSecond: uint32(a.cfg.EvidencePerSecond), DisableBPF: !a.cfg.BPF, Logger: a.log.With("source", "tcp_reset")})
+	sources, err := a.openSources(ctx, ns)
 	if err != nil {
 		return err
 	}
 	a.mu.Lock()
-	a.sources = []source.Source{rs}
+	a.sources = sources
 	for _, s := range a.sources {
 		a.caps = append(a.caps, s.Capabilities()...)
 	}
@@ -129,6 +128,31 @@ func (a *Agent) Run(ctx context.Context) error {
 			prev = cur
 		}
 	}
+}
+
+// openSources opens one source per branch of the tree. A source that cannot
+// run degrades itself (and says why in its capabilities); an error here is
+// for a node where not even the fallback works.
+func (a *Agent) openSources(ctx context.Context, ns netns.Handle) ([]source.Source, error) {
+	var opened []source.Source
+	fail := func(err error) ([]source.Source, error) {
+		for _, s := range opened {
+			_ = s.Close()
+		}
+		return nil, err
+	}
+	allNetns := a.cfg.Netns == ""
+
+	rs, err := resets.Open(ctx, resets.Options{Netns: ns, AllNetns: allNetns,
+		EvidencePerSecond: uint32(a.cfg.EvidencePerSecond), DisableBPF: !a.cfg.BPF, Logger: a.log.With("source", "tcp_reset")})
+	if err != nil {
+		return fail(err)
+	}
+	opened = append(opened, rs)
+
+	// New branches: open here, append to opened, return fail(err) on error.
+
+	return opened, nil
 }
 
 // reading merges every source's collection of one interval.
