@@ -35,6 +35,10 @@ test: ## run all tests: unit, PostgreSQL, BPF lab, end-to-end
 run: build ## run the whole system locally: throwaway PostgreSQL, collector, one agent
 	$(GO) run ./deploy/local/devrun
 
+.PHONY: db-stop
+db-stop: ## stop the make-run PostgreSQL cluster in .run/pg
+	$(GO) run ./deploy/local/devrun --stop-db
+
 .PHONY: lint
 lint: ## vet, gofmt and buf lint
 	$(GO) vet ./...
