@@ -157,6 +157,8 @@ type treeNode struct {
 	Value    *float64    `json:"value"`
 	Count    *float64    `json:"count"`
 	State    string      `json:"state"`
+	Recent   *float64    `json:"recent_count"`
+	RecentSt string      `json:"recent_state"`
 	Children []*treeNode `json:"children"`
 }
 

@@ -108,6 +108,10 @@ func TestResetsByReasonEndToEnd(t *testing.T) {
 			t.Errorf("tree node %s is incomplete: %+v", id, n)
 		}
 	}
+	// The burst is over by now, but the tree's recent window still shows it.
+	if nb := tr.find("tcp_reset/sent/no_socket"); nb != nil && (nb.Recent == nil || *nb.Recent != n || nb.RecentSt != "crit") {
+		t.Errorf("no_socket recent: count %v state %q; want %d and crit", nb.Recent, nb.RecentSt, n)
+	}
 	if tr.find("tcp_reset/sent/tcp_state") != nil {
 		t.Error("lab-b's tree shows tcp_state, which only lab-a sent")
 	}

@@ -147,7 +147,7 @@ func summarize(n store.Node, defs []store.MetricDef, latest store.Latest, ok, co
 		s.LastReport = &t
 		iv := time.Duration(max(latest.IntervalMS, 1)) * time.Millisecond
 		s.Stale = now.Sub(latest.Time) > staleAfter*iv
-		s.Roots = BuildTree(defs, latest, nil)
+		s.Roots = BuildTree(defs, latest, nil, nil)
 		worst = store.StateOK
 		for _, r := range s.Roots {
 			r.Children = nil // the fleet view shows roots only
@@ -246,7 +246,20 @@ func (a *API) getTree(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	body := map[string]any{"node": n.Name, "time": nil, "interval_ms": n.IntervalMS, "roots": BuildTree(defs, l, thresholds)}
+	window := 5 * time.Minute
+	if ws := r.URL.Query().Get("window"); ws != "" {
+		if window, err = time.ParseDuration(ws); err != nil || window < time.Second || window > 24*time.Hour {
+			WriteError(w, r, badRequest("window %q must be a duration from 1s to 24h, e.g. 5m", ws), nil)
+			return
+		}
+	}
+	recent, err := a.store.RecentByMetric(ctx, n.ID, time.Now().Add(-window))
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	body := map[string]any{"node": n.Name, "time": nil, "interval_ms": n.IntervalMS, "window_s": int(window.Seconds()),
+		"roots": BuildTree(defs, l, thresholds, recent)}
 	if ok {
 		body["time"] = l.Time.UTC()
 	}

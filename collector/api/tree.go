@@ -20,7 +20,11 @@ type TreeNode struct {
 	OwnState    string           `json:"own_state"`
 	UpdatedAt   *time.Time       `json:"updated_at,omitempty"`
 	Threshold   *store.Threshold `json:"threshold"`
-	Children    []*TreeNode      `json:"children"`
+	// Over the recent window (the tree's ?window=, default 5m): a rate's
+	// total increase, and the worst state any report carried.
+	RecentCount *float64    `json:"recent_count,omitempty"`
+	RecentState string      `json:"recent_state,omitempty"`
+	Children    []*TreeNode `json:"children"`
 
 	worst store.State
 }
@@ -29,7 +33,7 @@ type TreeNode struct {
 // newest values. The agent streams a child only when it is not OK or has a
 // non-zero increase, so a child missing from the newest report is OK and, if
 // it is a rate, zero.
-func BuildTree(defs []store.MetricDef, latest store.Latest, thresholds map[string]*store.Threshold) []*TreeNode {
+func BuildTree(defs []store.MetricDef, latest store.Latest, thresholds map[string]*store.Threshold, recent map[string]store.Recent) []*TreeNode {
 	byPath := make(map[string]*TreeNode, len(defs))
 	var roots []*TreeNode
 	newest := latest.Time.UnixMilli()
@@ -61,6 +65,13 @@ func BuildTree(defs []store.MetricDef, latest store.Latest, thresholds map[strin
 			n.Value, n.Count = ptr(0.0), ptr(0.0)
 		}
 		n.OwnState, n.worst = own.String(), own
+		if recent != nil {
+			rc := recent[d.Path]
+			if d.Kind == store.KindRate {
+				n.RecentCount = ptr(rc.Sum)
+			}
+			n.RecentState = store.Worse(store.StateOK, rc.Worst).String()
+		}
 		byPath[d.Path] = n
 		parent := ""
 		if i := strings.LastIndexByte(d.Path, '/'); i >= 0 {

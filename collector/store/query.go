@@ -274,3 +274,37 @@ func likePrefix(s string) string {
 	}
 	return string(out)
 }
+
+// Recent is a metric's activity over a recent window.
+type Recent struct {
+	Sum   float64 // summed values (a rate's total increase)
+	Worst State
+}
+
+// RecentByMetric sums each metric of a node over [since, now]: what the tree
+// shows besides the newest interval, so a burst is still visible after it ends.
+func (s *Store) RecentByMetric(ctx context.Context, nodeID int32, since time.Time) (map[string]Recent, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT p.path, sum(u.v),
+			max(CASE u.s WHEN 3 THEN 4 WHEN 2 THEN 3 WHEN 4 THEN 2 WHEN 1 THEN 1 ELSE 0 END)
+		FROM reports r CROSS JOIN LATERAL unnest(r.metric_ids, r.vals, r.states) AS u(m, v, s)
+		JOIN metric_paths p ON p.id = u.m
+		WHERE r.node_id = $1 AND r.ts >= $2
+		GROUP BY p.path`, nodeID, since)
+	if err != nil {
+		return nil, fmt.Errorf("read recent values of node %d: %w", nodeID, err)
+	}
+	defer rows.Close()
+	out := map[string]Recent{}
+	for rows.Next() {
+		var path string
+		var r Recent
+		var sev int
+		if err := rows.Scan(&path, &r.Sum, &sev); err != nil {
+			return nil, fmt.Errorf("scan recent value: %w", err)
+		}
+		r.Worst = [...]State{StateUnspecified, StateOK, StateUnknown, StateWarn, StateCrit}[sev]
+		out[path] = r
+	}
+	return out, rows.Err()
+}
