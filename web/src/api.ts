@@ -1,0 +1,189 @@
+// The collector's JSON API (/api/v1) as the UI uses it. Every error becomes
+// an ApiError carrying the collector's own message, which the UI shows.
+
+export type State = 'ok' | 'warn' | 'crit' | 'unknown';
+
+export interface Threshold {
+  warn: number;
+  crit: number;
+  comparison: 'above' | 'below' | string;
+  hold_intervals: number;
+  baseline_intervals?: number;
+}
+
+export interface TreeNode {
+  id: string;
+  title: string;
+  unit: string;
+  kind: string; // rate | gauge | histogram (others render as gauges)
+  description: string;
+  value: number | null;
+  count?: number | null;
+  state: string;
+  own_state: string;
+  updated_at?: string | null;
+  threshold: Threshold | null;
+  children: TreeNode[] | null;
+}
+
+export interface Capability {
+  name: string;
+  available: boolean;
+  reason?: string;
+}
+
+export interface NodeSummary {
+  name: string;
+  labels: Record<string, string>;
+  state: string;
+  connected: boolean;
+  stale: boolean;
+  last_report: string | null;
+  interval_ms: number;
+  agent_version: string;
+  kernel_release: string;
+  capabilities: Capability[];
+  roots: TreeNode[];
+}
+
+export interface Tree {
+  node: string;
+  time: string | null;
+  interval_ms: number;
+  roots: TreeNode[];
+}
+
+export interface Point {
+  t: string;
+  value: number | null;
+  max?: number | null;
+  count?: number | null;
+  state: string;
+  [field: string]: unknown;
+}
+
+export interface Series {
+  node: string;
+  metric: string;
+  unit: string;
+  kind: string;
+  from: string;
+  to: string;
+  step_ms: number;
+  points: Point[];
+  // Histogram percentiles over time, when the collector serves them: one
+  // array per percentile, aligned with points.
+  percentiles?: Record<string, (number | null)[]>;
+}
+
+export interface Evidence {
+  t: string;
+  metric: string;
+  fields: Record<string, string>;
+}
+
+export interface Scope {
+  kind: 'global' | 'selector' | 'node';
+  selector?: Record<string, string>;
+  node?: string;
+}
+
+export interface Override {
+  id: number | string;
+  scope: Scope;
+  metric: string;
+  threshold: Threshold | null;
+  disabled?: boolean;
+  updated_at?: string;
+}
+
+export interface Effective {
+  metric: string;
+  threshold: Threshold | null;
+  source: string;
+  override_id?: number | string;
+}
+
+export interface OverrideInput {
+  scope: Scope;
+  metric: string;
+  threshold?: Threshold;
+  disabled?: boolean;
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+  get notFound(): boolean {
+    return this.status === 404;
+  }
+}
+
+export function isAbort(err: unknown): boolean {
+  return err instanceof DOMException && err.name === 'AbortError';
+}
+
+async function request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+  let resp: Response;
+  try {
+    resp = await fetch(path, {
+      method,
+      signal,
+      headers: body === undefined ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (err) {
+    if (isAbort(err)) throw err;
+    throw new ApiError(0, 'network', `Cannot reach the collector (${(err as Error).message || 'network error'}).`);
+  }
+  if (resp.status === 204) return undefined as T;
+  const text = await resp.text();
+  let data: unknown = undefined;
+  if (text) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      if (resp.ok) throw new ApiError(resp.status, 'bad_response', `The collector sent something that is not JSON for ${path}.`);
+    }
+  }
+  if (!resp.ok) {
+    const e = (data as { error?: { code?: string; message?: string } } | undefined)?.error;
+    throw new ApiError(resp.status, e?.code ?? `http_${resp.status}`, e?.message ?? `${method} ${path}: HTTP ${resp.status} ${resp.statusText}`.trim());
+  }
+  return data as T;
+}
+
+const enc = encodeURIComponent;
+const nodePath = (node: string) => `/api/v1/nodes/${enc(node)}`;
+
+function query(params: Record<string, string | number | undefined>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== '') q.set(k, String(v));
+  const s = q.toString();
+  return s ? `?${s}` : '';
+}
+
+export const api = {
+  nodes: (signal?: AbortSignal) => request<{ nodes: NodeSummary[] }>('GET', '/api/v1/nodes', undefined, signal).then((r) => r.nodes ?? []),
+  node: (node: string, signal?: AbortSignal) => request<NodeSummary>('GET', nodePath(node), undefined, signal),
+  tree: (node: string, signal?: AbortSignal) => request<Tree>('GET', `${nodePath(node)}/tree`, undefined, signal),
+  series: (node: string, metric: string, from: number, to: number, step?: string, signal?: AbortSignal) =>
+    request<Series>('GET', `${nodePath(node)}/series${query({ metric, from, to, step })}`, undefined, signal),
+  events: (node: string, metric: string, from: number, to: number, limit: number, signal?: AbortSignal) =>
+    request<{ events: Evidence[] }>('GET', `${nodePath(node)}/events${query({ metric, from, to, limit })}`, undefined, signal).then(
+      (r) => r.events ?? [],
+    ),
+  overrides: (signal?: AbortSignal) => request<{ overrides: Override[] }>('GET', '/api/v1/thresholds', undefined, signal).then((r) => r.overrides ?? []),
+  effective: (node: string, signal?: AbortSignal) =>
+    request<{ thresholds: Effective[] }>('GET', `${nodePath(node)}/thresholds`, undefined, signal).then((r) => r.thresholds ?? []),
+  putOverride: (o: OverrideInput) => request<Override>('PUT', '/api/v1/thresholds', o),
+  deleteOverride: (id: number | string) => request<void>('DELETE', `/api/v1/thresholds/${enc(String(id))}`),
+  expand: (node: string, seconds: number) => request<{ until?: string }>('POST', `${nodePath(node)}/expand`, { seconds }),
+  alerts: (signal?: AbortSignal) => request<unknown>('GET', '/api/v1/alerts', undefined, signal),
+};

@@ -1,0 +1,203 @@
+import { useEffect, useRef } from 'preact/hooks';
+import uPlot from 'uplot';
+import 'uplot/dist/uPlot.min.css';
+import type { Series, Threshold } from '../api';
+import { type ChartData, chartData, summarize } from '../chartdata';
+import { formatCompact, formatTime, formatValue } from '../format';
+import { useScheme } from '../hooks';
+
+function css(name: string, fallback: string): string {
+  const v = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  return v || fallback;
+}
+
+/** Upper end of the y axis: the data, and the threshold levels when they are in reach. */
+export function yMax(dataMax: number, t: Threshold | null | undefined): number {
+  let top = Math.max(dataMax, 0);
+  if (t && !t.baseline_intervals && t.comparison !== 'below') {
+    const levels = [t.warn, t.crit].filter((v) => Number.isFinite(v)).sort((a, b) => a - b);
+    for (const l of levels) if (l <= Math.max(top, levels[0]) * 3) top = Math.max(top, l);
+  } else if (t && !t.baseline_intervals) {
+    top = Math.max(top, t.warn, t.crit);
+  }
+  return top > 0 ? top * 1.08 : 1;
+}
+
+interface Props {
+  series: Series;
+  threshold: Threshold | null | undefined;
+  title: string;
+  height?: number;
+  onZoom?: (from: number, to: number) => void;
+}
+
+/** The metric over time: line(s), threshold lines, and WARN/CRIT state bands. Drag to zoom. */
+export function Chart({ series, threshold, title, height = 240, onZoom }: Props) {
+  const box = useRef<HTMLDivElement>(null);
+  const plot = useRef<uPlot | null>(null);
+  const scheme = useScheme();
+  const data = chartData(series);
+  const zoom = useRef(onZoom);
+  zoom.current = onZoom;
+
+  useEffect(() => {
+    const el = box.current;
+    if (!el) return;
+    const u = new uPlot(options(series, data, series.unit, threshold, el.clientWidth || 600, height, (f, t) => zoom.current?.(f, t)), toAligned(data), el);
+    plot.current = u;
+    const ro = typeof ResizeObserver === 'function' ? new ResizeObserver(() => u.setSize({ width: el.clientWidth || 600, height })) : null;
+    ro?.observe(el);
+    return () => {
+      ro?.disconnect();
+      u.destroy();
+      plot.current = null;
+    };
+    // Rebuilt when the shape changes; new data of the same shape goes through setData below.
+  }, [scheme, height, series.unit, series.kind, data.lines.map((l) => l.key).join(), JSON.stringify(threshold)]);
+
+  useEffect(() => {
+    const u = plot.current;
+    if (!u) return;
+    Object.assign(u, { nbs: data, nbsSeries: series });
+    u.setData(toAligned(data));
+  });
+
+  const s = summarize(data);
+  const label =
+    data.xs.length === 0
+      ? `${title}: no data in this range`
+      : `${title} over time: ${data.xs.length} points from ${formatTime(data.xs[0] * 1000)} to ${formatTime(data.xs[data.xs.length - 1] * 1000)}; ` +
+        `min ${formatValue(s.min, series.unit)}, max ${formatValue(s.max, series.unit)}, last ${formatValue(s.last, series.unit)}; ` +
+        `${s.raised} intervals in WARN or CRIT.`;
+
+  return (
+    <figure class="chart" aria-label={label} role="img">
+      <div ref={box} class="chart-canvas" />
+      {data.xs.length === 0 && <div class="chart-empty">No data in this range.</div>}
+    </figure>
+  );
+}
+
+/** 24-hour tick labels; the date where it changes or the span is long. */
+function timeTicks(u: uPlot, splits: number[]): string[] {
+  const span = (u.scales.x.max ?? 0) - (u.scales.x.min ?? 0);
+  const pad = (n: number) => String(n).padStart(2, '0');
+  let lastDay = '';
+  return splits.map((v) => {
+    const d = new Date(v * 1000);
+    const day = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+    const hm = span <= 300 ? `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}` : `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+    const showDay = span > 86400 && day !== lastDay;
+    lastDay = day;
+    return span > 3 * 86400 ? `${pad(d.getMonth() + 1)}-${pad(d.getDate())}` : showDay ? `${hm}\n${day.slice(5)}` : hm;
+  });
+}
+
+/** The x axis spans the requested range, not only the stored points. */
+function xRange(s: Series, min: number | null, max: number | null): [number, number] {
+  const f = Date.parse(s.from) / 1000;
+  const t = Date.parse(s.to) / 1000;
+  if (Number.isFinite(f) && Number.isFinite(t) && f < t) return [f, t];
+  return [min ?? 0, max ?? 1];
+}
+
+function toAligned(d: ChartData): uPlot.AlignedData {
+  return [d.xs, ...d.lines.map((l) => l.values)] as uPlot.AlignedData;
+}
+
+function options(series: Series, d: ChartData, unit: string, t: Threshold | null | undefined, width: number, height: number, onZoom: (from: number, to: number) => void): uPlot.Options {
+  const fg = css('--fg-muted', '#667');
+  const grid = css('--chart-grid', 'rgba(128,128,128,0.15)');
+  const palette = [css('--chart-1', '#2f6fde'), css('--chart-2', '#9a5cd0'), css('--chart-3', '#1a9c8c'), css('--chart-4', '#c2410c')];
+  const warn = css('--warn', '#c98a00');
+  const crit = css('--crit', '#d0342c');
+  const bandWarn = css('--band-warn', 'rgba(230,170,0,0.14)');
+  const bandCrit = css('--band-crit', 'rgba(220,50,40,0.16)');
+  const font = `11px ${css('--font-sans', 'system-ui, sans-serif')}`;
+
+  const bands = (u: uPlot) => {
+    const cd = (u as unknown as { nbs?: ChartData }).nbs ?? d;
+    const { ctx } = u;
+    const { top, height: h } = u.bbox;
+    ctx.save();
+    for (let i = 0; i < cd.xs.length; i++) {
+      const st = cd.states[i];
+      if (st !== 'warn' && st !== 'crit') continue;
+      const x0 = u.valToPos(cd.xs[i], 'x', true);
+      const x1 = u.valToPos(cd.xs[i] + cd.stepS, 'x', true);
+      ctx.fillStyle = st === 'crit' ? bandCrit : bandWarn;
+      ctx.fillRect(x0, top, Math.max(1, x1 - x0), h);
+    }
+    ctx.restore();
+  };
+
+  const lines = (u: uPlot) => {
+    if (!t || t.baseline_intervals) return;
+    const { ctx } = u;
+    const { left, width: w } = u.bbox;
+    ctx.save();
+    ctx.setLineDash([6, 4]);
+    ctx.lineWidth = Math.max(1, devicePixelRatio);
+    ctx.font = font.replace('11px', `${Math.round(11 * devicePixelRatio)}px`);
+    for (const [level, color, name] of [
+      [t.warn, warn, 'warn'],
+      [t.crit, crit, 'crit'],
+    ] as const) {
+      const max = u.scales.y.max ?? 0;
+      const min = u.scales.y.min ?? 0;
+      if (level > max || level < min) continue;
+      const y = Math.round(u.valToPos(level, 'y', true)) + 0.5;
+      ctx.strokeStyle = color;
+      ctx.beginPath();
+      ctx.moveTo(left, y);
+      ctx.lineTo(left + w, y);
+      ctx.stroke();
+      ctx.fillStyle = color;
+      ctx.textAlign = 'right';
+      ctx.fillText(`${name} ${formatCompact(level, unit)}`, left + w - 4 * devicePixelRatio, y - 4 * devicePixelRatio);
+    }
+    ctx.restore();
+  };
+
+  return {
+    width,
+    height,
+    series: [
+      { value: (_u, v) => (v == null ? '—' : formatTime(v * 1000)) },
+      ...d.lines.map((l, i) => ({
+        label: l.label,
+        stroke: l.key === 'max' ? fg : palette[i % palette.length],
+        width: l.secondary ? 1 : 1.75,
+        dash: l.secondary ? [3, 3] : undefined,
+        spanGaps: false,
+        points: { show: d.xs.length < 60 },
+        value: (_u: uPlot, v: number | null) => (v == null ? '—' : formatValue(v, unit)),
+      })),
+    ],
+    scales: {
+      x: { time: true, range: (u, min, max) => xRange((u as unknown as { nbsSeries?: Series }).nbsSeries ?? series, min, max) },
+      y: {
+        range: (_u, min, max) => [Math.min(0, min ?? 0), yMax(max ?? 0, t)],
+      },
+    },
+    axes: [
+      { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font, values: (u, splits) => timeTicks(u, splits) },
+      { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font, size: 56, values: (_u, vals) => vals.map((v) => formatCompact(v, unit)) },
+    ],
+    legend: { show: true, live: true },
+    cursor: { drag: { x: true, y: false, setScale: false } },
+    hooks: {
+      drawAxes: [bands],
+      draw: [lines],
+      setSelect: [
+        (u: uPlot) => {
+          if (u.select.width < 4) return;
+          const from = u.posToVal(u.select.left, 'x');
+          const to = u.posToVal(u.select.left + u.select.width, 'x');
+          u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+          if (to > from) onZoom(Math.round(from * 1000), Math.round(to * 1000));
+        },
+      ],
+    },
+  };
+}

@@ -1,0 +1,314 @@
+import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { type ApiError, type NodeSummary, type TreeNode, api, isAbort } from '../api';
+import { gridValues } from '../chartdata';
+import { formatAgo, formatDuration } from '../format';
+import { useNow, usePoll } from '../hooks';
+import { fleetHref, linkClick, navigate, nodeHref, withParams } from '../route';
+import { normState, stateLabel } from '../state';
+import { type TimeRange, rangeFromParams, rangeToParams, resolveRange, stepFor } from '../timerange';
+import { allIds, ancestors, defaultOpen, explaining, findNode } from '../tree';
+import { MetricView } from './MetricView';
+import { TimeRangePicker } from './TimeRangePicker';
+import { Tree } from './Tree';
+import { ErrorBox, Loading, StaleNotice, StateBadge } from './common';
+
+const LIVE_SECONDS = 300; // each expand request keeps the full tree streaming this long
+const LIVE_RENEW_MS = 240_000;
+
+export function treeRefreshMs(intervalMs: number | undefined): number {
+  return Math.min(10_000, Math.max(2_000, intervalMs || 10_000));
+}
+
+export function NodePage({ node, params }: { node: string; params: URLSearchParams }) {
+  const summary = usePoll(`node:${node}`, (s) => api.node(node, s), 10_000);
+  const intervalMs = summary.data?.interval_ms;
+  const tree = usePoll(`tree:${node}`, (s) => api.tree(node, s), treeRefreshMs(intervalMs));
+  const range = rangeFromParams(params);
+  const metric = params.get('metric');
+  const live = params.get('live') === '1';
+  const roots = tree.data?.roots ?? [];
+
+  const go = useCallback((changes: Record<string, string | string[] | null>, replace = false) => navigate(nodeHref(node, withParams(params, changes)), { replace }), [node, params]);
+
+  useEffect(() => {
+    document.title = `${node} · NBS`;
+  }, [node]);
+
+  // Branches: open by default where a raised child is; the URL keeps what the user changed.
+  const userOpen = params.getAll('open');
+  const userClosed = params.getAll('closed');
+  const defaults = useMemo(() => defaultOpen(roots), [tree.data]);
+  const openSet = useMemo(() => {
+    const s = new Set([...defaults, ...userOpen]);
+    userClosed.forEach((id) => s.delete(id));
+    if (metric) ancestors(metric).forEach((id) => userClosed.includes(id) || s.add(id));
+    return s;
+  }, [defaults, params]);
+  const toggle = (id: string, open: boolean) => {
+    const o = new Set(userOpen);
+    const c = new Set(userClosed);
+    if (open) {
+      c.delete(id);
+      if (!defaults.has(id)) o.add(id);
+    } else {
+      o.delete(id);
+      if (defaults.has(id) || (metric && ancestors(metric).includes(id))) c.add(id);
+    }
+    go({ open: [...o], closed: [...c] }, true);
+  };
+  const setAll = (open: boolean) => go(open ? { open: allIds(roots), closed: null } : { open: null, closed: allIds(roots) }, true);
+
+  // Without a metric in the URL, show the one that explains the worst root.
+  const explains = useMemo(() => explaining(roots)?.id ?? null, [tree.data]);
+  const autoSelected = useRef(false);
+  useEffect(() => {
+    if (!tree.data || autoSelected.current) return;
+    autoSelected.current = true;
+    if (!metric && explains) go({ metric: explains }, true);
+  }, [tree.data]);
+
+  useLiveExpand(node, live);
+  const [liveErr, setLiveErr] = useState<string>('');
+  useEffect(() => {
+    const on = (e: Event) => setLiveErr((e as CustomEvent<string>).detail);
+    window.addEventListener('nbs:live-error', on);
+    return () => window.removeEventListener('nbs:live-error', on);
+  }, []);
+  useEffect(() => setLiveErr(''), [live]);
+
+  const [visible, setVisible] = useState<string[]>([]);
+  const sparks = useSparks(node, visible, range, intervalMs ?? 10_000);
+
+  const selected = metric ? findNode(roots, metric) : null;
+  const setRange = (r: TimeRange) => go(rangeToParams(r));
+
+  if (summary.error?.notFound || tree.error?.notFound) {
+    return (
+      <div class="page">
+        <ErrorBox title={`Node “${node}” is not known to this collector`} error={(summary.error ?? tree.error)!} />
+        <p>
+          <a href={fleetHref()} onClick={linkClick}>
+            Back to the fleet
+          </a>
+        </p>
+      </div>
+    );
+  }
+
+  return (
+    <div class="page node-page">
+      <NodeHeader node={node} summary={summary.data} error={summary.error} live={live} onLive={(on) => go({ live: on ? '1' : null }, true)} liveErr={liveErr} treeTime={tree.data?.time ?? null} />
+      <div class="toolbar">
+        <TimeRangePicker range={range} onChange={setRange} />
+        <div class="toolbar-spacer" />
+        <button type="button" class="btn btn-sm btn-quiet" onClick={() => setAll(true)} disabled={!roots.length}>
+          Expand all
+        </button>
+        <button type="button" class="btn btn-sm btn-quiet" onClick={() => setAll(false)} disabled={!roots.length}>
+          Collapse all
+        </button>
+        {(userOpen.length > 0 || userClosed.length > 0) && (
+          <button type="button" class="btn btn-sm btn-quiet" onClick={() => go({ open: null, closed: null }, true)} title="Open exactly the raised branches again">
+            Reset to raised
+          </button>
+        )}
+      </div>
+      {tree.data && <StaleNotice error={tree.error} />}
+      <div class="node-layout">
+        <section class="panel tree-panel" aria-label="Metric tree">
+          {tree.loading && !tree.error && <Loading what="the metric tree" />}
+          {!tree.data && tree.error && <ErrorBox title="Cannot load the metric tree" error={tree.error} onRetry={tree.refresh} />}
+          {tree.data && (
+            <Tree
+              roots={roots}
+              isOpen={(id) => openSet.has(id)}
+              onToggle={toggle}
+              selected={metric}
+              onSelect={(id) => go({ metric: id })}
+              sparks={sparks}
+              explains={explains}
+              onVisible={setVisible}
+            />
+          )}
+          {tree.data && !tree.data.time && <p class="muted small">This node has not sent a report yet; values appear with its first report.</p>}
+        </section>
+        <section class="panel metric-panel" aria-label="Metric detail">
+          {metric ? (
+            <MetricView
+              node={node}
+              metricId={metric}
+              tn={selected}
+              range={range}
+              labels={summary.data?.labels ?? {}}
+              intervalMs={intervalMs ?? 10_000}
+              onZoom={(from, to) => setRange({ kind: 'absolute', from, to })}
+              onThresholdChange={tree.refresh}
+            />
+          ) : (
+            <div class="hint">
+              <h2>Pick a metric</h2>
+              <p>
+                {tree.data && roots.every((r) => normState(r.state) === 'ok')
+                  ? 'Every root of this node is OK. Select a row to see its chart, thresholds and evidence.'
+                  : 'Select a row of the tree to see its chart, thresholds and evidence.'}
+              </p>
+              <p class="muted small">Keyboard: ↑ ↓ move, → opens, ← closes, Enter selects.</p>
+            </div>
+          )}
+        </section>
+      </div>
+    </div>
+  );
+}
+
+function NodeHeader({ node, summary, error, live, onLive, liveErr, treeTime }: { node: string; summary?: NodeSummary; error: ApiError | null; live: boolean; onLive: (on: boolean) => void; liveErr: string; treeTime: string | null }) {
+  const now = useNow(1000);
+  const s = normState(summary?.state);
+  const missing = summary?.capabilities?.filter((c) => !c.available) ?? [];
+  return (
+    <div class="node-head">
+      <div class="node-title">
+        <h1>{node}</h1>
+        {summary && <StateBadge state={s} />}
+        {summary && (
+          <span class={`conn ${summary.connected ? 'conn-on' : 'conn-off'}`}>
+            <span class="conn-dot" aria-hidden="true" />
+            {summary.connected ? 'connected' : 'disconnected'}
+          </span>
+        )}
+        {summary?.stale && <span class="tag tag-warn">stale</span>}
+        <div class="toolbar-spacer" />
+        <button
+          type="button"
+          class={`btn live-btn${live ? ' live-on' : ''}`}
+          aria-pressed={live}
+          onClick={() => onLive(!live)}
+          title="Live mode asks the agent to stream its full tree (not only raised branches) while you watch"
+        >
+          <span class="live-dot" aria-hidden="true" /> {live ? 'Live: full tree' : 'Go live'}
+        </button>
+      </div>
+      {liveErr && (
+        <p class="field-error" role="alert">
+          Live mode: {liveErr}
+        </p>
+      )}
+      {error && !summary && <ErrorBox title="Cannot load the node" error={error} />}
+      {summary && (
+        <dl class="node-facts">
+          <div>
+            <dt>Last report</dt>
+            <dd title={summary.last_report ?? ''}>{formatAgo(summary.last_report ?? treeTime, now)}</dd>
+          </div>
+          <div>
+            <dt>Interval</dt>
+            <dd>{summary.interval_ms ? formatDuration(summary.interval_ms) : '—'}</dd>
+          </div>
+          <div>
+            <dt>Agent</dt>
+            <dd>{summary.agent_version || '—'}</dd>
+          </div>
+          <div>
+            <dt>Kernel</dt>
+            <dd>{summary.kernel_release || '—'}</dd>
+          </div>
+          <div>
+            <dt>Labels</dt>
+            <dd class="labels">
+              {Object.keys(summary.labels ?? {}).length === 0 && <span class="muted">none</span>}
+              {Object.entries(summary.labels ?? {}).map(([k, v]) => (
+                <a key={k} class="tag" href={fleetHref(new URLSearchParams({ [`l.${k}`]: v }))} onClick={linkClick} title={`Fleet nodes with ${k}=${v}`}>
+                  {k}={v}
+                </a>
+              ))}
+            </dd>
+          </div>
+        </dl>
+      )}
+      {missing.length > 0 && (
+        <ul class="capabilities" aria-label="Missing sources">
+          {missing.map((c) => (
+            <li key={c.name}>
+              <span class="tag tag-warn">{c.name} unavailable</span> {c.reason}
+            </li>
+          ))}
+        </ul>
+      )}
+      {summary && normState(summary.state) !== 'ok' && summary.roots.length > 0 && (
+        <p class="sr-only" aria-live="polite">
+          {node} is {stateLabel[s]}
+        </p>
+      )}
+    </div>
+  );
+}
+
+/** While live, asks the collector to have the agent stream its full tree, renewed before it lapses. */
+function useLiveExpand(node: string, live: boolean) {
+  useEffect(() => {
+    if (!live) return;
+    let stopped = false;
+    const ask = () =>
+      api.expand(node, LIVE_SECONDS).then(
+        () => window.dispatchEvent(new CustomEvent('nbs:live-error', { detail: '' })),
+        (err: ApiError) => {
+          if (stopped) return;
+          const msg = err.notFound && /route/i.test(err.message) ? 'this collector cannot expand nodes.' : err.message;
+          window.dispatchEvent(new CustomEvent('nbs:live-error', { detail: msg }));
+        },
+      );
+    void ask();
+    const id = setInterval(ask, LIVE_RENEW_MS);
+    return () => {
+      stopped = true;
+      clearInterval(id);
+    };
+  }, [node, live]);
+}
+
+/** Sparkline values for the visible rows, fetched a few at a time and refreshed every 30 s. */
+function useSparks(node: string, ids: string[], range: TimeRange, intervalMs: number): Record<string, (number | null)[]> {
+  const [data, setData] = useState<{ key: string; values: Record<string, (number | null)[]> }>({ key: '', values: {} });
+  const [tick, setTick] = useState(0);
+  const rangeKey = range.kind === 'relative' ? range.last : `${range.from}-${range.to}`;
+  const key = `${node}|${rangeKey}`;
+  const have = data.key === key ? data.values : {};
+  const fetchedAt = useRef(new Map<string, number>());
+
+  useEffect(() => {
+    if (range.kind !== 'relative') return;
+    const id = setInterval(() => !document.hidden && setTick((t) => t + 1), 30_000);
+    return () => clearInterval(id);
+  }, [key]);
+
+  useEffect(() => {
+    if (data.key !== key) fetchedAt.current.clear();
+    const ctl = new AbortController();
+    const now = Date.now();
+    const todo = ids.filter((id) => now - (fetchedAt.current.get(id) ?? 0) > 25_000);
+    if (!todo.length) return;
+    const { from, to } = resolveRange(range);
+    const step = stepFor(to - from, 60, intervalMs);
+    let i = 0;
+    const worker = async () => {
+      while (i < todo.length && !ctl.signal.aborted) {
+        const id = todo[i++];
+        try {
+          const s = await api.series(node, id, from, to, step, ctl.signal);
+          fetchedAt.current.set(id, Date.now());
+          const values = gridValues(s, from, to);
+          setData((d) => ({ key, values: { ...(d.key === key ? d.values : {}), [id]: values } }));
+        } catch (err) {
+          if (isAbort(err)) return;
+          fetchedAt.current.set(id, Date.now()); // do not hammer a failing metric; retry on the next tick
+        }
+      }
+    };
+    void Promise.all([worker(), worker(), worker(), worker()]);
+    return () => ctl.abort();
+  }, [key, ids.join('\n'), tick]);
+
+  return have as Record<string, (number | null)[]>;
+}
+
+export type { TreeNode };

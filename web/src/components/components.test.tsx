@@ -1,0 +1,209 @@
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+import type { Evidence } from '../api';
+import { branch, leaf, node, resetTree } from '../fixtures';
+import { click, fakeApi, mount, press, type, waitFor } from '../testutil';
+import { defaultOpen } from '../tree';
+import { EvidenceTable, evidenceColumns } from './Evidence';
+import { FleetPage } from './Fleet';
+import { buildRequest, draftFrom, mapServerError, ThresholdEditor } from './ThresholdEditor';
+import { Tree } from './Tree';
+
+const $ = (root: ParentNode, sel: string) => {
+  const el = root.querySelector(sel);
+  if (!el) throw new Error(`no ${sel}`);
+  return el as HTMLElement;
+};
+const $$ = (root: ParentNode, sel: string) => [...root.querySelectorAll(sel)] as HTMLElement[];
+
+beforeEach(() => history.replaceState(null, '', '/'));
+
+describe('Tree', () => {
+  const roots = resetTree();
+  const setup = (selected: string | null = null) => {
+    const open = defaultOpen(roots);
+    const onToggle = vi.fn();
+    const onSelect = vi.fn();
+    const el = mount(<Tree roots={roots} isOpen={(id) => open.has(id)} onToggle={onToggle} selected={selected} onSelect={onSelect} explains="tcp_reset/sent/no_socket" />);
+    return { el, onToggle, onSelect };
+  };
+
+  it('renders an ARIA tree opened down to the raised child', () => {
+    const { el } = setup('tcp_reset/sent/no_socket');
+    const items = $$(el, '[role=treeitem]');
+    expect(items.map((i) => i.dataset.id)).toContain('tcp_reset/sent/no_socket');
+    const noSocket = $(el, '[data-id="tcp_reset/sent/no_socket"]');
+    expect(noSocket.getAttribute('aria-level')).toBe('3');
+    expect(noSocket.getAttribute('aria-selected')).toBe('true');
+    expect(noSocket.textContent).toContain('CRIT');
+    expect(noSocket.textContent).toContain('20 resets/s');
+    expect(noSocket.textContent).toContain('explains');
+    expect(noSocket.tabIndex).toBe(0); // the roving focus starts on the selection
+    expect($(el, '[data-id="tcp_reset"]').getAttribute('aria-expanded')).toBe('true');
+    expect($(el, '[data-id="latency"]').getAttribute('aria-expanded')).toBe('false');
+    expect(el.querySelector('[data-id="latency/rto"]')).toBeNull();
+  });
+
+  it('is driven by the keyboard', () => {
+    const { el, onToggle, onSelect } = setup();
+    const root = $(el, '[data-id="tcp_reset"]');
+    press(root, 'ArrowDown');
+    expect(document.activeElement).toBe($(el, '[data-id="tcp_reset/received"]'));
+    press(document.activeElement!, 'End');
+    expect(document.activeElement).toBe($(el, '[data-id="latency"]'));
+    press(document.activeElement!, 'ArrowRight');
+    expect(onToggle).toHaveBeenCalledWith('latency', true);
+    press($(el, '[data-id="tcp_reset/sent"]'), 'ArrowLeft');
+    expect(onToggle).toHaveBeenCalledWith('tcp_reset/sent', false);
+    press($(el, '[data-id="tcp_reset/sent/tcp_state"]'), 'ArrowLeft');
+    expect(document.activeElement).toBe($(el, '[data-id="tcp_reset/sent"]'));
+    press(document.activeElement!, 'Enter');
+    expect(onSelect).toHaveBeenCalledWith('tcp_reset/sent');
+  });
+
+  it('toggles with the caret without selecting', () => {
+    const { el, onToggle, onSelect } = setup();
+    click($(el, '[data-id="latency"] .caret'));
+    expect(onToggle).toHaveBeenCalledWith('latency', true);
+    expect(onSelect).not.toHaveBeenCalled();
+  });
+
+  it('renders any tree that arrives, not only resets', () => {
+    const roots = [branch('ping', [leaf('ping/10.0.0.1/rtt_p99', 'warn', 3.2)]), leaf('agent')];
+    roots[0].children![0].unit = 'ms';
+    const el = mount(<Tree roots={roots} isOpen={() => true} onToggle={() => {}} selected={null} onSelect={() => {}} />);
+    expect($(el, '[data-id="ping/10.0.0.1/rtt_p99"]').textContent).toContain('3.2 ms');
+  });
+});
+
+describe('FleetPage', () => {
+  const nodes = [
+    node('db-1', 'ok', { customer: 'acme', rack: 'r1' }),
+    node('web-1', 'crit', { customer: 'acme', rack: 'r2' }),
+    node('web-2', 'warn', { customer: 'globex' }),
+    node('cache-1', 'unknown', {}, { stale: true }),
+  ];
+
+  it('shows every node, worst first, with counts per state', async () => {
+    fakeApi({ 'GET /api/v1/nodes': () => [200, { nodes }] });
+    const el = mount(<FleetPage params={new URLSearchParams()} />);
+    await waitFor(() => expect($$(el, '.tile')).toHaveLength(4));
+    expect($$(el, '.tile').map((t) => t.dataset.node)).toEqual(['web-1', 'web-2', 'cache-1', 'db-1']);
+    expect($(el, '.count-btn.st-crit').textContent).toContain('1');
+    expect($(el, '.tile.st-crit').getAttribute('href')).toBe('/nodes/web-1');
+    expect($(el, '[data-node="cache-1"]').textContent).toContain('stale');
+  });
+
+  it('filters by search, state and label and groups by label from the URL', async () => {
+    fakeApi({ 'GET /api/v1/nodes': () => [200, { nodes }] });
+    const el = mount(<FleetPage params={new URLSearchParams('q=web&group=customer')} />);
+    await waitFor(() => expect($$(el, '.tile')).toHaveLength(2));
+    expect($$(el, '.group-head').map((h) => h.textContent?.trim())).toEqual(['customer = acme (1)', 'customer = globex (1)']);
+    const el2 = mount(<FleetPage params={new URLSearchParams('state=crit&state=warn&l.customer=acme')} />);
+    await waitFor(() => expect($$(el2, '.tile').map((t) => t.dataset.node)).toEqual(['web-1']));
+    const el3 = mount(<FleetPage params={new URLSearchParams('q=rack=r1')} />);
+    await waitFor(() => expect($$(el3, '.tile').map((t) => t.dataset.node)).toEqual(['db-1']));
+  });
+
+  it('writes filters into the URL', async () => {
+    fakeApi({ 'GET /api/v1/nodes': () => [200, { nodes }] });
+    const el = mount(<FleetPage params={new URLSearchParams()} />);
+    await waitFor(() => $(el, '.tile'));
+    click($(el, '.count-btn.st-crit'));
+    expect(location.search).toBe('?state=crit');
+    type($(el, 'input[type=search]') as HTMLInputElement, 'web');
+    expect(new URLSearchParams(location.search).get('q')).toBe('web');
+  });
+
+  it('shows the collector error', async () => {
+    fakeApi({ 'GET /api/v1/nodes': () => [500, { error: { code: 'internal', message: 'internal error; the collector log has the details (request x)' } }] });
+    const el = mount(<FleetPage params={new URLSearchParams()} />);
+    await waitFor(() => expect($(el, '[role=alert]').textContent).toContain('collector log has the details'));
+  });
+
+  it('explains an empty fleet', async () => {
+    fakeApi({ 'GET /api/v1/nodes': () => [200, { nodes: [] }] });
+    const el = mount(<FleetPage params={new URLSearchParams()} />);
+    await waitFor(() => expect(el.textContent).toContain('No node has reported'));
+  });
+});
+
+describe('Evidence', () => {
+  const events: Evidence[] = [
+    { t: '2026-01-01T00:00:01Z', metric: 'tcp_reset/sent/no_socket', fields: { src: '10.0.0.2:9', dst: '10.0.0.1:4000', reason: 'no_socket', netns: '1', extra: 'x' } },
+    { t: '2026-01-01T00:00:00Z', metric: 'tcp_reset/received/syn_sent', fields: { src: '10.0.0.2:9', dst: '10.0.0.1:4001', state: 'syn_sent' } },
+  ];
+  it('orders columns for reading and shows each event', () => {
+    expect(evidenceColumns(events)).toEqual(['reason', 'state', 'src', 'dst', 'netns', 'extra']);
+    const el = mount(<EvidenceTable events={events} metric="tcp_reset" error={null} loading={false} limit={200} onRetry={() => {}} />);
+    expect($$(el, 'tbody tr')).toHaveLength(2);
+    expect($$(el, 'thead th').map((t) => t.textContent)).toEqual(['Time', 'Metric', 'reason', 'state', 'src', 'dst', 'netns', 'extra']);
+    expect($(el, 'tbody tr').textContent).toContain('sent/no_socket');
+  });
+  it('says when there is none', () => {
+    const el = mount(<EvidenceTable events={[]} metric="m" error={null} loading={false} limit={200} onRetry={() => {}} />);
+    expect(el.textContent).toContain('No evidence');
+  });
+});
+
+describe('ThresholdEditor', () => {
+  const t = { warn: 1, crit: 10, comparison: 'above', hold_intervals: 1 };
+
+  it('validates before sending', () => {
+    const d = draftFrom(t, 'selector', '');
+    expect(buildRequest(d, 'm', 'n').errors.selector).toMatch(/at least one label/);
+    expect(buildRequest({ ...d, selector: 'customer=acme', warn: '20' }, 'm', 'n').errors.warn).toMatch(/must not be above crit/);
+    expect(buildRequest({ ...d, selector: 'customer=acme', hold: '1.5' }, 'm', 'n').errors.hold).toMatch(/whole number/);
+    expect(buildRequest({ ...d, selector: 'customer=acme', crit: 'x' }, 'm', 'n').errors.crit).toMatch(/number/);
+    expect(buildRequest({ ...d, scope: 'node' }, 'm', 'n').req).toEqual({ scope: { kind: 'node', node: 'n' }, metric: 'm', threshold: { ...t } });
+    expect(buildRequest({ ...d, scope: 'global', disabled: true }, 'm', 'n').req).toEqual({ scope: { kind: 'global' }, metric: 'm', disabled: true });
+  });
+
+  it('maps the collector messages to fields', () => {
+    expect(mapServerError('bad request: invalid override: threshold: warn (5) must not be above crit (1) when the comparison is above')).toEqual({
+      warn: 'threshold: warn (5) must not be above crit (1) when the comparison is above',
+    });
+    expect(mapServerError('bad request: invalid override: selector label "A" is not a valid label key; scope.kind "x" must be global, selector or node')).toMatchObject({
+      selector: expect.stringContaining('label'),
+      scope: expect.stringContaining('must be global'),
+    });
+  });
+
+  it('shows the effective value and source, saves, and shows server errors next to the field', async () => {
+    let effective = { metric: 'tcp_reset/sent/no_socket', threshold: t, source: 'default' };
+    const calls = fakeApi({
+      'GET /api/v1/thresholds': () => [200, { overrides: [] }],
+      'GET /api/v1/nodes/lab-b/thresholds': () => [200, { thresholds: [effective] }],
+      'PUT /api/v1/thresholds': (_u, init) => {
+        const body = JSON.parse(String(init?.body));
+        if (body.threshold.crit > 1000) return [400, { error: { code: 'bad_request', message: 'bad request: invalid override: threshold: crit is silly' } }];
+        effective = { ...effective, threshold: body.threshold, source: 'node' };
+        return [200, { id: 7, ...body, disabled: false, updated_at: new Date().toISOString() }];
+      },
+    });
+    const saved = vi.fn();
+    const el = mount(<ThresholdEditor node="lab-b" labels={{ customer: 'acme' }} metric="tcp_reset/sent/no_socket" unit="resets/s" fallback={t} onSaved={saved} />);
+    await waitFor(() => expect($(el, '[data-testid=threshold-source]').textContent).toBe('default'));
+    expect(el.textContent).toContain('WARN when above 1 resets/s, CRIT when above 10 resets/s.');
+
+    click($(el, 'button.btn-sm'));
+    type($(el, '#th-crit') as HTMLInputElement, '5000');
+    type($(el, '#th-warn') as HTMLInputElement, '100');
+    click($(el, 'button[type=submit]'));
+    await waitFor(() => expect($(el, '#th-crit-err').textContent).toContain('crit is silly'));
+    expect($(el, '#th-crit').getAttribute('aria-invalid')).toBe('true');
+
+    type($(el, '#th-crit') as HTMLInputElement, '500');
+    click($(el, 'button[type=submit]'));
+    await waitFor(() => expect($(el, '[data-testid=threshold-source]').textContent).toBe('node'));
+    expect(saved).toHaveBeenCalled();
+    const put = calls.find((c) => c.method === 'PUT' && (c.body as { threshold: { crit: number } }).threshold.crit === 500);
+    expect(put?.body).toEqual({ scope: { kind: 'node', node: 'lab-b' }, metric: 'tcp_reset/sent/no_socket', threshold: { warn: 100, crit: 500, comparison: 'above', hold_intervals: 1 } });
+  });
+
+  it('hides the editor when the collector has no thresholds API', async () => {
+    fakeApi({});
+    const el = mount(<ThresholdEditor node="n" labels={{}} metric="m" unit="" fallback={t} onSaved={() => {}} />);
+    await waitFor(() => expect(el.textContent).toContain('does not offer threshold overrides'));
+    expect(el.querySelector('button')).toBeNull();
+  });
+});

@@ -1,0 +1,106 @@
+import type { Threshold } from './api';
+
+// Numbers, units and times as operators read them.
+
+const SI = [
+  { v: 1e12, s: 'T' },
+  { v: 1e9, s: 'G' },
+  { v: 1e6, s: 'M' },
+  { v: 1e3, s: 'k' },
+];
+const IEC = [
+  { v: 2 ** 40, s: 'Ti' },
+  { v: 2 ** 30, s: 'Gi' },
+  { v: 2 ** 20, s: 'Mi' },
+  { v: 2 ** 10, s: 'Ki' },
+];
+
+/** Up to three significant digits, no exponent for ordinary magnitudes. */
+export function formatNumber(v: number): string {
+  if (!Number.isFinite(v)) return String(v);
+  if (v === 0) return '0';
+  const a = Math.abs(v);
+  if (a >= 100 || Number.isInteger(v)) return (Math.round(v * 10) / 10).toLocaleString('en-US', { maximumFractionDigits: a >= 100 ? 0 : 1 });
+  if (a >= 10) return v.toFixed(1).replace(/\.0$/, '');
+  if (a >= 0.01) return trimZeros(v.toFixed(a >= 1 ? 2 : 3));
+  return v.toPrecision(2);
+}
+
+function trimZeros(s: string): string {
+  return s.includes('.') ? s.replace(/0+$/, '').replace(/\.$/, '') : s;
+}
+
+const isBytes = (unit: string) => /^(bytes?|B)(\/s)?$/.test(unit);
+
+/** Compact: 12.3k, 4.5M; bytes in binary multiples. */
+export function formatCompact(v: number, unit = ''): string {
+  const a = Math.abs(v);
+  const table = isBytes(unit) ? IEC : SI;
+  for (const { v: m, s } of table) {
+    if (a >= m * (table === SI ? 10 : 1)) return `${formatNumber(v / m)}${s}`;
+  }
+  return formatNumber(v);
+}
+
+/** A value with its unit; null (no data) as an em dash. */
+export function formatValue(v: number | null | undefined, unit: string): string {
+  if (v === null || v === undefined || Number.isNaN(v)) return '—';
+  const n = formatCompact(v, unit);
+  if (!unit) return n;
+  if (unit === '%') return `${n}%`;
+  if (isBytes(unit)) {
+    const rate = unit.endsWith('/s') ? '/s' : '';
+    const m = IEC.find((x) => Math.abs(v) >= x.v);
+    return m ? `${formatNumber(v / m.v)} ${m.s}B${rate}` : `${formatNumber(v)} B${rate}`;
+  }
+  return `${n} ${unit}`;
+}
+
+/** A time of day, with the date when it is not today. */
+export function formatTime(iso: string | number | Date | null | undefined, now = new Date()): string {
+  if (iso === null || iso === undefined || iso === '') return '—';
+  const d = iso instanceof Date ? iso : new Date(iso);
+  if (Number.isNaN(d.getTime())) return '—';
+  const time = d.toLocaleTimeString('en-GB', { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  if (d.toDateString() === now.toDateString()) return time;
+  return `${d.toLocaleDateString('en-CA')} ${time}`;
+}
+
+/** "4s ago", "3 min ago", "2 h ago", "5 d ago". */
+export function formatAgo(iso: string | null | undefined, now = Date.now()): string {
+  if (!iso) return 'never';
+  const t = new Date(iso).getTime();
+  if (Number.isNaN(t)) return 'never';
+  const s = Math.max(0, Math.round((now - t) / 1000));
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.round(s / 60)} min ago`;
+  if (s < 86400) return `${Math.round(s / 3600)} h ago`;
+  return `${Math.round(s / 86400)} d ago`;
+}
+
+export function formatDuration(ms: number): string {
+  if (ms % 86400000 === 0) return `${ms / 86400000}d`;
+  if (ms % 3600000 === 0) return `${ms / 3600000}h`;
+  if (ms % 60000 === 0) return `${ms / 60000}m`;
+  if (ms % 1000 === 0) return `${ms / 1000}s`;
+  return `${ms}ms`;
+}
+
+/** Short form for a tree row: "> 1 · > 10" or "×5 · ×10 of baseline". */
+export function thresholdShort(t: Threshold | null | undefined): string {
+  if (!t) return '';
+  const op = t.comparison === 'below' ? '<' : '>';
+  if (t.baseline_intervals) return `${op} ×${formatNumber(t.warn)} · ×${formatNumber(t.crit)} base`;
+  return `${op} ${formatNumber(t.warn)} · ${op} ${formatNumber(t.crit)}`;
+}
+
+/** Full sentence for titles and the metric view. */
+export function thresholdLong(t: Threshold | null | undefined, unit: string): string {
+  if (!t) return 'No threshold: this metric never changes state by itself.';
+  const dir = t.comparison === 'below' ? 'below' : 'above';
+  const hold = t.hold_intervals > 1 ? ` for ${t.hold_intervals} consecutive intervals` : '';
+  if (t.baseline_intervals) {
+    return `WARN when ${dir} ${formatNumber(t.warn)}× and CRIT when ${dir} ${formatNumber(t.crit)}× its median over the last ${t.baseline_intervals} intervals${hold}.`;
+  }
+  return `WARN when ${dir} ${formatValue(t.warn, unit)}, CRIT when ${dir} ${formatValue(t.crit, unit)}${hold}.`;
+}

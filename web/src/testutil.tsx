@@ -1,0 +1,82 @@
+// Helpers for component tests (happy-dom): mount, wait, and a fake collector API.
+import { type VNode, render } from 'preact';
+import { act } from 'preact/test-utils';
+import { afterEach, vi } from 'vitest';
+
+let mounted: HTMLElement[] = [];
+
+export function mount(v: VNode): HTMLElement {
+  const el = document.createElement('div');
+  document.body.appendChild(el);
+  act(() => render(v, el));
+  mounted.push(el);
+  return el;
+}
+
+afterEach(() => {
+  mounted.forEach((el) => {
+    render(null, el);
+    el.remove();
+  });
+  mounted = [];
+  vi.unstubAllGlobals();
+  vi.useRealTimers();
+});
+
+/** Polls cond (after letting promises and renders settle) until it does not throw. */
+export async function waitFor<T>(cond: () => T, timeoutMs = 2000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    await act(async () => {
+      await new Promise((r) => setTimeout(r, 5));
+    });
+    try {
+      return cond();
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw last;
+  }
+}
+
+type Handler = (url: URL, init: RequestInit | undefined) => [number, unknown] | Promise<[number, unknown]>;
+
+/** Stubs fetch: the first route whose "METHOD /path" prefix matches answers. */
+export function fakeApi(routes: Record<string, Handler>) {
+  const calls: { method: string; url: URL; body?: unknown }[] = [];
+  const fn = vi.fn(async (input: RequestInfo | URL, init?: RequestInit) => {
+    const url = new URL(String(input), 'http://nbs.test');
+    const method = (init?.method ?? 'GET').toUpperCase();
+    calls.push({ method, url, body: init?.body ? JSON.parse(String(init.body)) : undefined });
+    for (const [k, h] of Object.entries(routes)) {
+      const [m, p] = k.split(' ');
+      if (m === method && url.pathname === p) {
+        const [status, body] = await h(url, init);
+        return new Response(body === undefined ? null : JSON.stringify(body), { status, headers: { 'Content-Type': 'application/json' } });
+      }
+    }
+    return new Response(JSON.stringify({ error: { code: 'not_found', message: `no API route ${method} ${url.pathname}: not found` } }), { status: 404 });
+  });
+  vi.stubGlobal('fetch', fn);
+  return calls;
+}
+
+export function press(el: Element, key: string) {
+  act(() => {
+    el.dispatchEvent(new KeyboardEvent('keydown', { key, bubbles: true, cancelable: true }));
+  });
+}
+
+export function click(el: Element) {
+  act(() => {
+    (el as HTMLElement).click();
+  });
+}
+
+export function type(el: HTMLInputElement | HTMLSelectElement, value: string) {
+  act(() => {
+    el.value = value;
+    el.dispatchEvent(new Event(el.tagName === 'SELECT' ? 'change' : 'input', { bubbles: true }));
+  });
+}
