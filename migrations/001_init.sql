@@ -29,6 +29,9 @@ CREATE TABLE node_metrics (
     kind              smallint NOT NULL,
     description       text     NOT NULL,
     default_threshold jsonb,
+    -- Histograms: recorded value / scale is in unit; quantile is the headline.
+    scale             float8   NOT NULL DEFAULT 1,
+    quantile          float8   NOT NULL DEFAULT 0,
     PRIMARY KEY (node_id, metric_id)
 );
 

@@ -79,6 +79,6 @@ func ThresholdFromProto(p *nbsv1.Threshold) (Threshold, error) {
 func (m Metric) Proto() *nbsv1.MetricDefinition {
 	return &nbsv1.MetricDefinition{
 		Id: m.ID, Title: m.Title, Unit: m.Unit, Kind: nbsv1.MetricKind(m.Kind),
-		Description: m.Description, DefaultThreshold: m.Threshold.Proto(),
+		Description: m.Description, DefaultThreshold: m.Threshold.Proto(), Scale: m.Scale, Quantile: m.Quantile,
 	}
 }

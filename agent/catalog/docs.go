@@ -1,5 +1,10 @@
 package catalog
 
+import (
+	"maps"
+	"slices"
+)
+
 //go:generate go run ./gendocs -o ../../docs/metrics.md
 
 // Branch is one root and what can grow under it, for the documentation.
@@ -29,15 +34,4 @@ func Documented() []Branch {
 	return []Branch{resets}
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	for i := 1; i < len(keys); i++ {
-		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
-			keys[j], keys[j-1] = keys[j-1], keys[j]
-		}
-	}
-	return keys
-}
+func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

@@ -137,7 +137,15 @@ func (l Limits) checkDefinitions(in []*nbsv1.MetricDefinition, known map[string]
 		if d.GetTitle() == "" || len(d.GetTitle()) > 256 || len(d.GetUnit()) > 64 || len(d.GetDescription()) > l.MaxStringLen {
 			return nil, reject("bad_definition", "metric %s: title must be 1-256 bytes, unit at most 64, description at most %d", p, l.MaxStringLen)
 		}
-		def := store.MetricDef{Path: p, Title: d.GetTitle(), Unit: d.GetUnit(), Kind: store.Kind(d.GetKind()), Description: d.GetDescription()}
+		scale, q := d.GetScale(), d.GetQuantile()
+		if scale == 0 {
+			scale = 1
+		}
+		if math.IsNaN(scale) || math.IsInf(scale, 0) || scale <= 0 || math.IsNaN(q) || q < 0 || q > 1 {
+			return nil, reject("bad_definition", "metric %s: scale must be a positive number and quantile within [0, 1]", p)
+		}
+		def := store.MetricDef{Path: p, Title: d.GetTitle(), Unit: d.GetUnit(), Kind: store.Kind(d.GetKind()), Description: d.GetDescription(),
+			Scale: scale, Quantile: q}
 		if t := d.GetDefaultThreshold(); t != nil {
 			thr, err := ThresholdFromProto(t)
 			if err != nil {

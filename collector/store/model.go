@@ -114,6 +114,8 @@ type MetricDef struct {
 	Kind             Kind
 	Description      string
 	DefaultThreshold *Threshold
+	Scale            float64 // histograms: recorded value / Scale is in Unit
+	Quantile         float64 // histograms: the headline quantile
 }
 
 type Sample struct {

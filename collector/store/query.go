@@ -58,7 +58,7 @@ func (s *Store) NodeByName(ctx context.Context, name string) (Node, error) {
 func scanDef(r pgx.CollectableRow) (MetricDef, error) {
 	var d MetricDef
 	var thr []byte
-	if err := r.Scan(&d.Path, &d.Title, &d.Unit, &d.Kind, &d.Description, &thr); err != nil {
+	if err := r.Scan(&d.Path, &d.Title, &d.Unit, &d.Kind, &d.Description, &thr, &d.Scale, &d.Quantile); err != nil {
 		return d, err
 	}
 	if thr != nil {
@@ -74,7 +74,7 @@ func scanDef(r pgx.CollectableRow) (MetricDef, error) {
 // parent always precedes its children.
 func (s *Store) Definitions(ctx context.Context, nodeID int32) ([]MetricDef, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT p.path, m.title, m.unit, m.kind, m.description, m.default_threshold
+		SELECT p.path, m.title, m.unit, m.kind, m.description, m.default_threshold, m.scale, m.quantile
 		FROM node_metrics m JOIN metric_paths p ON p.id = m.metric_id
 		WHERE m.node_id = $1 ORDER BY p.path`, nodeID)
 	if err != nil {

@@ -151,11 +151,12 @@ func (s *Store) UpsertDefinitions(ctx context.Context, nodeID int32, defs []Metr
 			}
 		}
 		batch.Queue(`
-			INSERT INTO node_metrics (node_id, metric_id, title, unit, kind, description, default_threshold)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			INSERT INTO node_metrics (node_id, metric_id, title, unit, kind, description, default_threshold, scale, quantile)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 			ON CONFLICT (node_id, metric_id) DO UPDATE SET title = EXCLUDED.title, unit = EXCLUDED.unit,
-				kind = EXCLUDED.kind, description = EXCLUDED.description, default_threshold = EXCLUDED.default_threshold`,
-			nodeID, ids[d.Path], d.Title, d.Unit, int16(d.Kind), d.Description, thr)
+				kind = EXCLUDED.kind, description = EXCLUDED.description, default_threshold = EXCLUDED.default_threshold,
+				scale = EXCLUDED.scale, quantile = EXCLUDED.quantile`,
+			nodeID, ids[d.Path], d.Title, d.Unit, int16(d.Kind), d.Description, thr, d.Scale, d.Quantile)
 	}
 	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, fmt.Errorf("upsert metric definitions of node %d: %w", nodeID, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/migrations"
 )
 
 func TestMain(m *testing.M) { pgcluster.Main(m) }
@@ -44,11 +45,15 @@ func TestLoadMigrationsRejectsBadNumbering(t *testing.T) {
 	}
 }
 
-func TestMigrateIsIdempotent(t *testing.T) {
+func TestMigrateIsIdempotentAndRefusesAnOlderCollector(t *testing.T) {
 	st := openTest(t)
-	n, err := Migrate(context.Background(), st.pool, fstest.MapFS{"001_init.sql": {Data: []byte("SELECT 1")}})
+	n, err := Migrate(context.Background(), st.pool, migrations.FS)
 	if err != nil || n != 0 {
 		t.Fatalf("second migrate: applied %d, err %v; want 0, nil", n, err)
+	}
+	_, err = Migrate(context.Background(), st.pool, fstest.MapFS{"001_init.sql": {Data: []byte("SELECT 1")}})
+	if err == nil || !strings.Contains(err.Error(), "upgrade the collector") {
+		t.Fatalf("migrate with fewer migrations than applied: %v; want an error asking to upgrade", err)
 	}
 }
 

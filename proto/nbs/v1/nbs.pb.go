@@ -646,8 +646,13 @@ type MetricDefinition struct {
 	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
 	// Absent when the metric has no default threshold.
 	DefaultThreshold *Threshold `protobuf:"bytes,6,opt,name=default_threshold,json=defaultThreshold,proto3" json:"default_threshold,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// HISTOGRAM: recorded values divided by scale are in unit (1e6 turns
+	// nanoseconds into ms); 0 means 1.
+	Scale float64 `protobuf:"fixed64,7,opt,name=scale,proto3" json:"scale,omitempty"`
+	// HISTOGRAM: the quantile the headline value is (0.99 = p99).
+	Quantile      float64 `protobuf:"fixed64,8,opt,name=quantile,proto3" json:"quantile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetricDefinition) Reset() {
@@ -720,6 +725,20 @@ func (x *MetricDefinition) GetDefaultThreshold() *Threshold {
 		return x.DefaultThreshold
 	}
 	return nil
+}
+
+func (x *MetricDefinition) GetScale() float64 {
+	if x != nil {
+		return x.Scale
+	}
+	return 0
+}
+
+func (x *MetricDefinition) GetQuantile() float64 {
+	if x != nil {
+		return x.Quantile
+	}
+	return 0
 }
 
 // Report is one interval's measurements. Roots are always present; children
@@ -1266,14 +1285,16 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"comparison\x18\x03 \x01(\x0e2\x12.nbs.v1.ComparisonR\n" +
 	"comparison\x12%\n" +
 	"\x0ehold_intervals\x18\x04 \x01(\rR\rholdIntervals\x12-\n" +
-	"\x12baseline_intervals\x18\x05 \x01(\rR\x11baselineIntervals\"\xd6\x01\n" +
+	"\x12baseline_intervals\x18\x05 \x01(\rR\x11baselineIntervals\"\x88\x02\n" +
 	"\x10MetricDefinition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n" +
 	"\x04unit\x18\x03 \x01(\tR\x04unit\x12&\n" +
 	"\x04kind\x18\x04 \x01(\x0e2\x12.nbs.v1.MetricKindR\x04kind\x12 \n" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\x12>\n" +
-	"\x11default_threshold\x18\x06 \x01(\v2\x11.nbs.v1.ThresholdR\x10defaultThreshold\"\xc6\x02\n" +
+	"\x11default_threshold\x18\x06 \x01(\v2\x11.nbs.v1.ThresholdR\x10defaultThreshold\x12\x14\n" +
+	"\x05scale\x18\a \x01(\x01R\x05scale\x12\x1a\n" +
+	"\bquantile\x18\b \x01(\x01R\bquantile\"\xc6\x02\n" +
 	"\x06Report\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x1f\n" +

@@ -1,0 +1,63 @@
+package app
+
+import (
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLabelsFlag(t *testing.T) {
+	cases := []struct {
+		in      string
+		want    string
+		wantErr string
+	}{
+		{"customer=acme,rack=r12", "customer=acme,rack=r12", ""},
+		{" region=eu , ", "region=eu", ""},
+		{"customer", "", "want key=value"},
+		{"Customer=acme", "", "lower-case"},
+	}
+	for _, c := range cases {
+		var l Labels
+		err := l.Set(c.in)
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("Set(%q) = %v, want error %q", c.in, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || l.String() != c.want {
+			t.Errorf("Set(%q) = %q, %v; want %q", c.in, l.String(), err, c.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	base := func() Config {
+		var c Config
+		c.RegisterFlags(flag.NewFlagSet("t", flag.ContinueOnError))
+		c.NodeName = "node-1"
+		return c
+	}
+	if err := func() error { c := base(); return c.Validate() }(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	cases := []struct {
+		mut  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Interval = time.Millisecond }, "--interval"},
+		{func(c *Config) { c.NodeName = "bad name" }, "--node.name"},
+		{func(c *Config) { c.BufferReports = 0 }, "--buffer.reports"},
+		{func(c *Config) { c.SnapshotEvery = time.Second }, "--snapshot.every"},
+		{func(c *Config) { c.CollectorAddress = "" }, "--collector.address"},
+	}
+	for _, cs := range cases {
+		c := base()
+		cs.mut(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), cs.want) {
+			t.Errorf("Validate() = %v, want an error naming %s", err, cs.want)
+		}
+	}
+}
