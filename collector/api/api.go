@@ -276,6 +276,16 @@ type Point struct {
 	Max   *float64  `json:"max,omitempty"`
 	Count *float64  `json:"count,omitempty"`
 	State string    `json:"state"`
+	// Histograms: percentiles of the step's merged distribution, in unit.
+	Percentiles *Percentiles `json:"percentiles,omitempty"`
+}
+
+type Percentiles struct {
+	P50     float64 `json:"p50"`
+	P90     float64 `json:"p90"`
+	P99     float64 `json:"p99"`
+	Max     float64 `json:"max"`
+	Samples uint64  `json:"samples"`
 }
 
 func (a *API) getSeries(w http.ResponseWriter, r *http.Request) {
@@ -342,6 +352,23 @@ func (a *API) getSeries(w http.ResponseWriter, r *http.Request) {
 			p.State = store.StateOK.String()
 		}
 		points = append(points, p)
+	}
+	if def.Kind == store.KindHistogram {
+		hs, err := a.store.HistogramSeries(ctx, n.ID, metric, from, to, step)
+		if err != nil {
+			WriteError(w, r, err, a.log)
+			return
+		}
+		scale := max(def.Scale, 1)
+		byStart := make(map[int64]*Percentiles, len(hs))
+		for _, hb := range hs {
+			h := hb.Hist
+			byStart[hb.Start.UnixNano()] = &Percentiles{P50: h.Quantile(0.5) / scale, P90: h.Quantile(0.9) / scale,
+				P99: h.Quantile(0.99) / scale, Max: h.Max() / scale, Samples: h.Count}
+		}
+		for i := range points {
+			points[i].Percentiles = byStart[points[i].Time.UnixNano()]
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"node": n.Name, "metric": metric, "unit": def.Unit, "kind": def.Kind.String(),

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/nbs-project/nbs/collector/alert"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
@@ -36,6 +37,9 @@ type Config struct {
 	// Window bounds what one stream may have in flight: with gRPC's default
 	// auto-tuned windows a collector buffered ~2 GB when Postgres fell behind.
 	StreamWindow int32
+	// ExternalURL is where people reach this NBS, for links in alerts.
+	ExternalURL string
+	Alert       alert.Config
 }
 
 // RegisterFlags binds the configuration to command-line flags with defaults.
@@ -47,6 +51,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.DBWriters, "db.writers", 2, "concurrent database writers (about one per database core)")
 	fs.IntVar(&c.MaxMsgSize, "grpc.max-message-bytes", 4<<20, "largest message an agent may send")
 	c.StreamWindow = 64 << 10
+	fs.StringVar(&c.ExternalURL, "web.external-url", "", "URL people use to reach this NBS, for links in alerts (default http://<http.listen-address>)")
+	c.Alert.RegisterFlags(fs)
 }
 
 func (c *Config) Validate() error {
@@ -63,6 +69,7 @@ func (c *Config) Validate() error {
 	if c.MaxMsgSize < 64<<10 || c.MaxMsgSize > 64<<20 {
 		errs = append(errs, fmt.Errorf("--grpc.max-message-bytes %d must be from 64 KiB to 64 MiB", c.MaxMsgSize))
 	}
+	errs = append(errs, alert.ValidateExternalURL(c.ExternalURL), c.Alert.Validate())
 	return errors.Join(errs...)
 }
 
@@ -130,7 +137,17 @@ func (c *Collector) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	writer := ingest.NewWriter(st, ingest.WriterOptions{Workers: c.cfg.DBWriters}, c.log.With("part", "writer"), c.metrics)
+	alertCfg := c.cfg.Alert
+	if alertCfg.ExternalURL = c.cfg.ExternalURL; alertCfg.ExternalURL == "" {
+		alertCfg.ExternalURL = alert.DefaultExternalURL(httpLis.Addr().String())
+	}
+	alerts, err := alert.New(st, alertCfg, c.log.With("part", "alert"))
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	writer := ingest.NewWriter(st, ingest.WriterOptions{Workers: c.cfg.DBWriters, OnStored: alerts.OnStored}, c.log.With("part", "writer"), c.metrics)
 	limits := ingest.DefaultLimits()
 	limits.MaxAge = c.cfg.Retention
 	configs := nodeconfig.New(st, c.log.With("part", "nodeconfig"))
@@ -149,6 +166,8 @@ func (c *Collector) Run(ctx context.Context) error {
 	httpAPI := api.New(st, ingestSrv, web.Handler(), c.log.With("part", "api"), c.metrics)
 	httpAPI.SetThresholds(configs)
 	httpAPI.Mount(configs.Routes)
+	alerts.SetThresholds(configs)
+	httpAPI.Mount(alerts.Routes)
 	httpSrv := &http.Server{Handler: httpAPI.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return runCtx }}
 
@@ -157,6 +176,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	wg.Go(func() { writer.Run(runCtx) })
 	wg.Go(func() { c.retain(runCtx, st) })
 	wg.Go(func() { configs.Listen(runCtx, st.Pool()) })
+	wg.Go(func() { alerts.Run(runCtx) })
 	wg.Go(func() {
 		if err := grpcSrv.Serve(grpcLis); err != nil {
 			errc <- fmt.Errorf("serve gRPC: %w", err)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/nbs-project/nbs/internal/loglinear"
 )
 
 const nodeColumns = `id, name, labels, agent_version, kernel_release, instance_id, interval_ms, capabilities, first_seen, last_hello`
@@ -305,6 +307,51 @@ func (s *Store) RecentByMetric(ctx context.Context, nodeID int32, since time.Tim
 		}
 		r.Worst = [...]State{StateUnspecified, StateOK, StateUnknown, StateWarn, StateCrit}[sev]
 		out[path] = r
+	}
+	return out, rows.Err()
+}
+
+// HistogramBucket is one step of a histogram metric: the merged
+// distribution of every report in the step.
+type HistogramBucket struct {
+	Start time.Time
+	Hist  *loglinear.Histogram
+}
+
+// HistogramSeries merges a node's histograms into steps over [from, to).
+// Merging bucket counts is exact, so percentiles of a step are those of all
+// its samples, not an average of per-report percentiles.
+func (s *Store) HistogramSeries(ctx context.Context, nodeID int32, path string, from, to time.Time, step time.Duration) ([]HistogramBucket, error) {
+	id, err := s.lookupMetricID(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT date_bin($5::interval, ts, $3::timestamptz) AS b, bucket_index, bucket_count, sum
+		FROM histograms WHERE node_id = $1 AND metric_id = $2 AND ts >= $3 AND ts < $4
+		ORDER BY b`, nodeID, id, from, to, step)
+	if err != nil {
+		return nil, fmt.Errorf("read histograms %s of node %d: %w", path, nodeID, err)
+	}
+	defer rows.Close()
+	var out []HistogramBucket
+	for rows.Next() {
+		var b time.Time
+		var idx []int32
+		var cnt []int64
+		var sum float64
+		if err := rows.Scan(&b, &idx, &cnt, &sum); err != nil {
+			return nil, fmt.Errorf("scan histogram: %w", err)
+		}
+		if len(out) == 0 || !out[len(out)-1].Start.Equal(b) {
+			out = append(out, HistogramBucket{Start: b, Hist: loglinear.New()})
+		}
+		h := out[len(out)-1].Hist
+		for i := range idx {
+			h.Counts[uint32(idx[i])] += uint64(cnt[i])
+			h.Count += uint64(cnt[i])
+		}
+		h.Sum += sum
 	}
 	return out, rows.Err()
 }

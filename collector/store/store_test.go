@@ -8,6 +8,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/nbs-project/nbs/internal/loglinear"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 	"github.com/nbs-project/nbs/migrations"
 )
@@ -173,5 +174,52 @@ func TestRetentionDropsWholeDays(t *testing.T) {
 	var n int
 	if err := st.pool.QueryRow(ctx, `SELECT count(*) FROM reports`).Scan(&n); err != nil || n != 2 {
 		t.Errorf("reports left = %d (%v); want 2", n, err)
+	}
+}
+
+// Histograms of several reports merge exactly within a step.
+func TestHistogramSeriesMergesBuckets(t *testing.T) {
+	st := openTest(t)
+	ctx := context.Background()
+	node, err := st.UpsertNode(ctx, Node{Name: "h", InstanceID: 1, IntervalMS: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := st.UpsertDefinitions(ctx, node, []MetricDef{{Path: "ping", Title: "Ping", Unit: "ms", Kind: KindHistogram, Scale: 1e6, Quantile: 0.99}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Truncate(time.Minute)
+	all := loglinear.New()
+	var batch []Report
+	for i := range 4 {
+		h := loglinear.New()
+		for v := range 100 {
+			h.Record(uint64((v + 1) * (i + 1) * 10000)) // 10 µs .. 4 ms
+		}
+		all.Merge(h)
+		hist := Histogram{MetricID: ids["ping"], Path: "ping", Count: h.Count, Sum: h.Sum}
+		for _, b := range h.Sorted() {
+			hist.BucketIndex = append(hist.BucketIndex, int32(b))
+			hist.BucketCount = append(hist.BucketCount, int64(h.Counts[b]))
+		}
+		batch = append(batch, Report{NodeID: node, InstanceID: 1, Seq: uint64(i + 1), Time: t0.Add(time.Duration(i) * time.Second),
+			IntervalMS: 1000, Samples: []Sample{{MetricID: ids["ping"], Path: "ping", Value: h.Quantile(0.99) / 1e6, State: StateOK}},
+			Histograms: []Histogram{hist}})
+	}
+	if _, err := st.WriteReports(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	steps, err := st.HistogramSeries(ctx, node, "ping", t0.Add(-time.Minute), t0.Add(time.Minute), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(steps) != 1 || steps[0].Hist.Count != 400 {
+		t.Fatalf("got %d steps (first count %v), want one step of 400 samples", len(steps), steps)
+	}
+	for _, q := range []float64{0.5, 0.99} {
+		if got, want := steps[0].Hist.Quantile(q), all.Quantile(q); got != want {
+			t.Errorf("p%v of the merged step = %v, want %v", q*100, got, want)
+		}
 	}
 }

@@ -1,0 +1,81 @@
+// Package alert pages on-call when a node's metric (or too many nodes of a
+// group) stays in a bad state, through Prometheus Alertmanager and a signed
+// webhook, exactly once per breach and with a resolve when it clears.
+//
+// # Rules
+//
+// Rules live in PostgreSQL (alert_rules) and are managed through
+// /api/v1/alert-rules. A node rule matches a metric id or a glob in which *
+// stands for one path segment ("*" is every root, "tcp_reset/sent/*" every
+// sent-reset reason) at a state or worse, for N report intervals or S
+// seconds. A group rule counts the nodes matching a label selector (per
+// value of group_by labels) whose matched metrics are at the state or worse
+// and fires at N nodes or X percent. The schema migration creates one
+// default, NBSRootCritical: every root at CRIT for 2 intervals, severity
+// critical; it is created once, so deleting or disabling it sticks.
+//
+// # Evaluation: one leader, fed from PostgreSQL
+//
+// Collectors are stateless and several may run behind one load balancer, so
+// each node's reports may arrive at any of them, yet each breach must page
+// exactly once. Exactly one collector evaluates: the holder of a PostgreSQL
+// advisory lock, taken on a dedicated connection (not a pooled one, which
+// could be recycled and silently drop the lock). Everyone else retries the
+// lock every LeaderRetry; when the leader's process or connection dies the
+// server frees the lock (TCP keepalives are set on that connection so a
+// vanished host is noticed within seconds) and the next collector takes it.
+// A leader pings its connection every second and steps down when that fails.
+// On taking the lock it increments an epoch in alert_leader; every write of
+// its evaluator checks that epoch in the same transaction, so a leader that
+// lost its lock without noticing cannot overwrite its successor's state.
+//
+// The evaluator reads reports from the reports table, never from memory:
+//
+//   - Every collector's writer calls OnStored after each commit. The hook
+//     only queues the node ids on a bounded channel (it runs on a database
+//     writer and must not block; on overflow it asks for a full sweep).
+//   - The leader's forwarder marks those nodes dirty for its own evaluator;
+//     a follower's sends them as NOTIFY nbs_alert_wake. The leader LISTENs on
+//     its lock connection, so the wake-ups of all collectors reach it
+//     (a round trip of a millisecond or two, well inside the two intervals
+//     promised).
+//   - For each dirty node the evaluator reads the reports newer than the
+//     node's watermark, in report order, and runs them through the Engine.
+//     Every sweepEvery it reads all nodes, in case a notification was lost.
+//
+// Because the reports table is the input, a new leader needs no hand-over:
+// it loads the open alerts and per-node watermarks (flushed at least every
+// second) and replays what it has not seen, capped at Lookback per node.
+// Replays are idempotent: an instance ignores reports at or before its last
+// transition, and a resolved identity ignores reports before its resolve.
+//
+// The Engine is a pure state machine (no I/O, no clock). A node rule's
+// instance is pending from its first breaching report, whose coverage
+// starts one interval before the report's time; it fires when the breach
+// covers the hold (two consecutive CRIT reports cover two intervals), and
+// resolves on the first report in which the metric is no longer breaching.
+// A gap of gapIntervals without reports restarts a pending breach. The
+// explaining child is the worst non-OK descendant in the same report, the
+// deepest of equally bad ones. Group rules are evaluated on the collector's
+// clock after every cycle and every second; a node silent for 3 intervals
+// counts as UNKNOWN, one silent for 15 minutes no longer counts.
+//
+// Labels are frozen when an alert fires (alertname, severity, node, root,
+// metric = the explaining child, the node's labels, the rule's labels),
+// because Alertmanager identifies an alert by its label set.
+//
+// # Delivery: a transactional outbox
+//
+// A transition and its notifications (one row per Alertmanager and one for
+// the webhook in alert_deliveries) are written in one transaction with the
+// instance, so a crash can neither lose a page or a resolve nor repeat one
+// that was delivered. The leader's sender drains due rows; failures retry
+// with exponential backoff (1 s doubling to 5 min, given up after a day and
+// kept in the log as failed). Webhook notifications of one alert go out in
+// order (a resolve never overtakes its firing) and carry an idempotency key
+// for the rare send that succeeds but is not recorded. Alertmanager gets
+// every firing alert again every ResendInterval with endsAt four intervals
+// ahead, as Prometheus does, and recent resolves for 15 minutes; a new
+// leader posts them all at once. Alertmanager deduplicates by labels, so a
+// collector restart or failover neither pages again nor loses the resolve.
+package alert

@@ -1,0 +1,331 @@
+package alert
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/collector/store"
+)
+
+var t0 = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+
+const (
+	ok   = store.StateOK
+	warn = store.StateWarn
+	crit = store.StateCrit
+)
+
+func smp(path string, v float64, s store.State) Sample { return Sample{Path: path, Value: v, State: s} }
+
+// roots is a healthy tcp_reset and latency, the way an agent always sends roots.
+func roots(resetState store.State, extra ...Sample) []Sample {
+	return append([]Sample{smp("tcp_reset", 0, resetState), smp("latency", 0, ok)}, extra...)
+}
+
+func rootCrit() Rule {
+	return Rule{ID: 1, Name: "NBSRootCritical", Kind: KindNode, Metric: "*", State: "crit", ForIntervals: 2, Severity: "critical", Enabled: true}
+}
+
+// describeChanges renders changes as "kind:metric[>child]" for comparison.
+func describeChanges(cs []Change) []string {
+	out := []string{}
+	for _, c := range cs {
+		s := c.Kind.String() + ":" + c.Inst.Metric
+		if c.Inst.Kind == KindGroup {
+			s = c.Kind.String() + ":" + c.Inst.Fingerprint
+		}
+		if c.Kind == ChangeFired && c.Inst.Child != c.Inst.Metric && c.Inst.Kind == KindNode {
+			s += ">" + c.Inst.Child
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+type step struct {
+	at      float64 // seconds after t0 (report time)
+	node    string  // default "web-1"
+	samples []Sample
+	want    []string
+}
+
+func TestEngineNodeRules(t *testing.T) {
+	cases := []struct {
+		name  string
+		rules []Rule
+		steps []step
+	}{
+		{"fires on the second CRIT report and resolves on the first OK one", []Rule{rootCrit()}, []step{
+			{at: 1, samples: roots(ok), want: []string{}},
+			{at: 2, samples: roots(crit, smp("tcp_reset/sent", 200, crit), smp("tcp_reset/sent/no_socket", 200, crit)), want: []string{"pending:tcp_reset"}},
+			{at: 3, samples: roots(crit, smp("tcp_reset/sent", 200, crit), smp("tcp_reset/sent/no_socket", 200, crit)), want: []string{"fired:tcp_reset>tcp_reset/sent/no_socket"}},
+			{at: 4, samples: roots(crit, smp("tcp_reset/sent/no_socket", 200, crit)), want: []string{}},
+			{at: 5, samples: roots(ok), want: []string{"resolved:tcp_reset"}},
+			{at: 6, samples: roots(ok), want: []string{}},
+		}},
+		{"a breach shorter than the hold never pages", []Rule{rootCrit()}, []step{
+			{at: 1, samples: roots(crit), want: []string{"pending:tcp_reset"}},
+			{at: 2, samples: roots(warn), want: []string{"cleared:tcp_reset"}},
+			{at: 3, samples: roots(crit), want: []string{"pending:tcp_reset"}},
+			{at: 4, samples: roots(ok), want: []string{"cleared:tcp_reset"}},
+		}},
+		{"WARN does not match a CRIT rule", []Rule{rootCrit()}, []step{
+			{at: 1, samples: roots(warn), want: []string{}},
+			{at: 2, samples: roots(warn), want: []string{}},
+		}},
+		{"a WARN rule matches CRIT too", []Rule{{ID: 2, Name: "W", Kind: KindNode, Metric: "tcp_reset", State: "warn", ForIntervals: 1, Severity: "warning", Enabled: true}}, []step{
+			{at: 1, samples: roots(crit), want: []string{"fired:tcp_reset"}},
+			{at: 2, samples: roots(warn), want: []string{}},
+			{at: 3, samples: roots(ok), want: []string{"resolved:tcp_reset"}},
+		}},
+		{"for_seconds 3 needs three one-second reports", []Rule{{ID: 3, Name: "S", Kind: KindNode, Metric: "*", State: "crit", ForSeconds: 3, Severity: "critical", Enabled: true}}, []step{
+			{at: 1, samples: roots(crit), want: []string{"pending:tcp_reset"}},
+			{at: 2, samples: roots(crit), want: []string{}},
+			{at: 2.998, samples: roots(crit), want: []string{"fired:tcp_reset"}}, // jitter within a tenth of an interval
+		}},
+		{"a gap in the reports restarts a pending breach", []Rule{rootCrit()}, []step{
+			{at: 1, samples: roots(crit), want: []string{"pending:tcp_reset"}},
+			{at: 6, samples: roots(crit), want: []string{"pending:tcp_reset"}},
+			{at: 7, samples: roots(crit), want: []string{"fired:tcp_reset"}},
+		}},
+		{"reports at or before the watermark change nothing", []Rule{rootCrit()}, []step{
+			{at: 1, samples: roots(crit), want: []string{"pending:tcp_reset"}},
+			{at: 2, samples: roots(crit), want: []string{"fired:tcp_reset"}},
+			{at: 1, samples: roots(ok), want: []string{}},
+			{at: 2, samples: roots(ok), want: []string{}},
+			{at: 3, samples: roots(crit), want: []string{}},
+		}},
+		{"each root is its own alert", []Rule{rootCrit()}, []step{
+			{at: 1, samples: []Sample{smp("tcp_reset", 1, crit), smp("latency", 1, crit), smp("latency/rto", 1, crit)}, want: []string{"pending:latency", "pending:tcp_reset"}},
+			{at: 2, samples: []Sample{smp("tcp_reset", 1, crit), smp("latency", 1, crit), smp("latency/rto", 1, crit)}, want: []string{"fired:latency>latency/rto", "fired:tcp_reset"}},
+			{at: 3, samples: []Sample{smp("tcp_reset", 1, ok), smp("latency", 1, crit)}, want: []string{"resolved:tcp_reset"}},
+		}},
+		{"the explanation is the worst descendant, the deepest of equals", []Rule{{ID: 4, Name: "R", Kind: KindNode, Metric: "*", State: "warn", ForIntervals: 1, Severity: "warning", Enabled: true}}, []step{
+			{at: 1, samples: roots(crit,
+				smp("tcp_reset/received", 5, warn), smp("tcp_reset/received/established", 5, warn),
+				smp("tcp_reset/sent", 30, crit), smp("tcp_reset/sent/no_socket", 3, warn)),
+				want: []string{"fired:tcp_reset>tcp_reset/sent"}},
+		}},
+		{"a rule on one child: absent from a report means OK", []Rule{{ID: 5, Name: "C", Kind: KindNode, Metric: "tcp_reset/sent/*", State: "warn", ForIntervals: 1, Severity: "warning", Enabled: true}}, []step{
+			{at: 1, samples: roots(crit, smp("tcp_reset/sent", 20, crit), smp("tcp_reset/sent/no_socket", 20, crit), smp("tcp_reset/sent/tcp_state", 2, warn)),
+				want: []string{"fired:tcp_reset/sent/no_socket", "fired:tcp_reset/sent/tcp_state"}},
+			{at: 2, samples: roots(warn, smp("tcp_reset/sent", 2, warn), smp("tcp_reset/sent/tcp_state", 2, warn)),
+				want: []string{"resolved:tcp_reset/sent/no_socket"}},
+		}},
+		{"the selector limits the rule to matching nodes", []Rule{{ID: 6, Name: "Acme", Kind: KindNode, Metric: "*", State: "crit", ForIntervals: 1, Severity: "critical", Selector: map[string]string{"customer": "acme"}, Enabled: true}}, []step{
+			{at: 1, node: "other", samples: roots(crit), want: []string{}},
+			{at: 1, node: "web-1", samples: roots(crit), want: []string{"fired:tcp_reset"}},
+		}},
+	}
+	labels := map[string]map[string]string{"web-1": {"customer": "acme"}, "other": {"customer": "zeta"}}
+	ids := map[string]int32{"web-1": 1, "other": 2}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := NewEngine()
+			if got := e.SetRules(c.rules, t0); len(got) != 0 {
+				t.Fatalf("SetRules on an empty engine = %v", describeChanges(got))
+			}
+			for i, s := range c.steps {
+				node := s.node
+				if node == "" {
+					node = "web-1"
+				}
+				at := t0.Add(time.Duration(s.at * float64(time.Second)))
+				o := Observation{Node: NodeInfo{ID: ids[node], Name: node, Labels: labels[node]}, Time: at, Interval: time.Second, Samples: s.samples}
+				got := describeChanges(e.Observe(o, at))
+				if !reflect.DeepEqual(got, s.want) {
+					t.Fatalf("step %d (t=%vs): changes %v, want %v", i, s.at, got, s.want)
+				}
+			}
+		})
+	}
+}
+
+func TestEngineFiredInstanceCarriesEvidence(t *testing.T) {
+	e := NewEngine()
+	e.SetRules([]Rule{rootCrit()}, t0)
+	node := NodeInfo{ID: 7, Name: "web-7", Labels: map[string]string{"customer": "acme"}}
+	for i := 1; i <= 2; i++ {
+		at := t0.Add(time.Duration(i) * time.Second)
+		cs := e.Observe(Observation{Node: node, Time: at, Interval: time.Second, Samples: roots(crit, smp("tcp_reset/sent/no_socket", 187, crit))}, at)
+		if i == 2 {
+			if len(cs) != 1 || cs[0].Kind != ChangeFired {
+				t.Fatalf("changes %v, want one fired", describeChanges(cs))
+			}
+			inst := cs[0].Inst
+			want := Evidence{ObservedAt: at, Interval: time.Second, State: crit, Value: 0, Child: "tcp_reset/sent/no_socket", ChildState: crit, ChildValue: 187}
+			if !reflect.DeepEqual(inst.Evidence, want) {
+				t.Errorf("evidence %+v, want %+v", inst.Evidence, want)
+			}
+			if inst.Since != t0 || inst.FiredAt != at || inst.Node != "web-7" || inst.Fingerprint != "n:1:7:tcp_reset" {
+				t.Errorf("instance %+v: want since t0, fired at t0+2s, node web-7, fingerprint n:1:7:tcp_reset", inst)
+			}
+		}
+	}
+}
+
+// A new leader restores open instances and watermarks from the database and
+// replays reports; nothing may page twice or resolve early.
+func TestEngineRestoreAndReplay(t *testing.T) {
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	node := NodeInfo{ID: 1, Name: "web-1"}
+	obs := func(s int, st store.State) Observation {
+		return Observation{Node: node, Time: at(s), Interval: time.Second, Samples: roots(st)}
+	}
+	t.Run("firing instance: replayed breaching reports do not page again", func(t *testing.T) {
+		e := NewEngine()
+		e.Restore(&Instance{ID: 9, Fingerprint: "n:1:1:tcp_reset", RuleID: 1, RuleName: "NBSRootCritical", Kind: KindNode,
+			NodeID: 1, Node: "web-1", Metric: "tcp_reset", State: Firing, Since: at(0), LastTS: at(2), FiredAt: at(2)})
+		e.SetWatermark(1, at(1)) // flushed before the fire: the replay starts earlier
+		if cs := e.SetRules([]Rule{rootCrit()}, at(5)); len(cs) != 0 {
+			t.Fatalf("SetRules: %v", describeChanges(cs))
+		}
+		for s, st := range map[int]store.State{2: crit} {
+			if cs := e.Observe(obs(s, st), at(5)); len(cs) != 0 {
+				t.Fatalf("replay of t=%d: %v", s, describeChanges(cs))
+			}
+		}
+		if cs := e.Observe(obs(3, crit), at(5)); len(cs) != 0 {
+			t.Fatalf("t=3 crit: %v", describeChanges(cs))
+		}
+		if got := describeChanges(e.Observe(obs(4, ok), at(5))); !reflect.DeepEqual(got, []string{"resolved:tcp_reset"}) {
+			t.Fatalf("t=4 ok: %v, want the resolve", got)
+		}
+	})
+	t.Run("resolved identity: replayed reports before the resolve do not reopen it", func(t *testing.T) {
+		e := NewEngine()
+		e.RestoreResolved("n:1:1:tcp_reset", at(4))
+		e.SetWatermark(1, at(1))
+		e.SetRules([]Rule{rootCrit()}, at(6))
+		for s := 2; s <= 4; s++ {
+			st := crit
+			if s == 4 {
+				st = ok
+			}
+			if cs := e.Observe(obs(s, st), at(6)); len(cs) != 0 {
+				t.Fatalf("replay of t=%d: %v", s, describeChanges(cs))
+			}
+		}
+		if got := describeChanges(e.Observe(obs(5, crit), at(6))); !reflect.DeepEqual(got, []string{"pending:tcp_reset"}) {
+			t.Fatalf("a new breach after the resolve: %v, want pending", got)
+		}
+	})
+	t.Run("pending instance continues across the hand-over", func(t *testing.T) {
+		e := NewEngine()
+		e.Restore(&Instance{ID: 3, Fingerprint: "n:1:1:tcp_reset", RuleID: 1, Kind: KindNode, NodeID: 1, Node: "web-1",
+			Metric: "tcp_reset", State: Pending, Since: at(0), LastTS: at(1)})
+		e.SetWatermark(1, at(4)) // seen breaching up to t=4 by the previous leader (long gap from LastTS)
+		e.SetRules([]Rule{{ID: 1, Name: "R", Kind: KindNode, Metric: "*", State: "crit", ForIntervals: 6, Severity: "critical", Enabled: true}}, at(5))
+		if got := describeChanges(e.Observe(obs(5, crit), at(5))); len(got) != 0 {
+			t.Fatalf("t=5: %v, want still pending", got)
+		}
+		if got := describeChanges(e.Observe(obs(6, crit), at(6))); !reflect.DeepEqual(got, []string{"fired:tcp_reset"}) {
+			t.Fatalf("t=6: %v, want fired (six intervals since t=0)", got)
+		}
+	})
+	t.Run("deleting a rule resolves its firing alerts and clears pending ones", func(t *testing.T) {
+		e := NewEngine()
+		e.SetRules([]Rule{rootCrit(), {ID: 2, Name: "Slow", Kind: KindNode, Metric: "latency", State: "crit", ForIntervals: 5, Severity: "warning", Enabled: true}}, at(0))
+		e.Observe(Observation{Node: node, Time: at(1), Interval: time.Second, Samples: []Sample{smp("tcp_reset", 1, crit), smp("latency", 1, crit)}}, at(1))
+		e.Observe(Observation{Node: node, Time: at(2), Interval: time.Second, Samples: []Sample{smp("tcp_reset", 1, crit), smp("latency", 1, crit)}}, at(2))
+		got := describeChanges(e.SetRules(nil, at(3)))
+		if !reflect.DeepEqual(got, []string{"resolved:tcp_reset", "cleared:latency"}) {
+			t.Fatalf("SetRules(nil): %v", got)
+		}
+		if len(e.Open()) != 0 {
+			t.Errorf("open instances left: %d", len(e.Open()))
+		}
+	})
+}
+
+func TestEngineGroupRules(t *testing.T) {
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	type report struct {
+		node  string
+		state store.State
+	}
+	fleet := map[string]map[string]string{
+		"a1": {"customer": "acme", "rack": "r1"}, "a2": {"customer": "acme", "rack": "r1"},
+		"a3": {"customer": "acme", "rack": "r2"}, "a4": {"customer": "acme", "rack": "r2"},
+		"z1": {"customer": "zeta", "rack": "r1"},
+	}
+	ids := map[string]int32{"a1": 1, "a2": 2, "a3": 3, "a4": 4, "z1": 5}
+	type gstep struct {
+		at      float64
+		reports []report
+		want    []string
+	}
+	cases := []struct {
+		name  string
+		rule  Rule
+		steps []gstep
+	}{
+		{"at least 2 acme nodes WARN for 2 intervals",
+			Rule{ID: 1, Name: "AcmeWarn", Kind: KindGroup, Metric: "*", State: "warn", ForIntervals: 2, MinNodes: 2, Severity: "warning", Selector: map[string]string{"customer": "acme"}, Enabled: true},
+			[]gstep{
+				{1, []report{{"a1", ok}, {"a2", ok}, {"a3", ok}, {"a4", ok}, {"z1", crit}}, []string{}},
+				{2, []report{{"a1", warn}, {"a2", ok}, {"a3", ok}, {"a4", ok}, {"z1", crit}}, []string{}},
+				{3, []report{{"a1", warn}, {"a2", crit}, {"a3", ok}, {"a4", ok}, {"z1", crit}}, []string{`pending:g:1:`}},
+				{4, []report{{"a1", warn}, {"a2", crit}, {"a3", ok}, {"a4", ok}}, []string{}},
+				{5, []report{{"a1", warn}, {"a2", crit}, {"a3", ok}, {"a4", ok}}, []string{`fired:g:1:`}},
+				{6, []report{{"a1", ok}, {"a2", crit}, {"a3", ok}, {"a4", ok}}, []string{`resolved:g:1:`}},
+			}},
+		{"50% of a rack CRIT, per rack",
+			Rule{ID: 2, Name: "RackCrit", Kind: KindGroup, Metric: "tcp_reset", State: "crit", ForIntervals: 1, MinPercent: 50, GroupBy: []string{"rack"}, Severity: "critical", Enabled: true},
+			[]gstep{
+				{1, []report{{"a1", crit}, {"a2", ok}, {"a3", ok}, {"a4", ok}, {"z1", ok}}, []string{}}, // r1: 1 of 3
+				{2, []report{{"a1", crit}, {"a2", ok}, {"a3", crit}, {"a4", ok}, {"z1", crit}}, []string{`pending:g:2:rack="r1"`, `pending:g:2:rack="r2"`}},
+				{3, []report{{"a1", crit}, {"a2", ok}, {"a3", ok}, {"a4", ok}, {"z1", crit}}, []string{`cleared:g:2:rack="r2"`, `fired:g:2:rack="r1"`}},
+			}},
+		{"a silent node counts as UNKNOWN",
+			Rule{ID: 3, Name: "Silent", Kind: KindGroup, Metric: "*", State: "unknown", ForSeconds: 1, MinNodes: 1, Severity: "warning", Selector: map[string]string{"rack": "r2"}, Enabled: true},
+			[]gstep{
+				{1, []report{{"a3", ok}, {"a4", ok}}, []string{}},
+				{2, []report{{"a3", ok}}, []string{}},
+				{4, []report{{"a3", ok}}, []string{}},
+				{5.5, []report{{"a3", ok}}, []string{`pending:g:3:`}}, // a4 silent for 4.5 intervals
+				{6.5, []report{{"a3", ok}}, []string{`fired:g:3:`}},
+				{7, []report{{"a3", ok}, {"a4", ok}}, []string{`resolved:g:3:`}},
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := NewEngine()
+			e.SetRules([]Rule{c.rule}, t0)
+			for i, s := range c.steps {
+				for _, r := range s.reports {
+					e.Observe(Observation{Node: NodeInfo{ID: ids[r.node], Name: r.node, Labels: fleet[r.node]}, Time: at(s.at),
+						Interval: time.Second, Samples: []Sample{smp("tcp_reset", 0, r.state)}}, at(s.at))
+				}
+				got := describeChanges(e.EvaluateGroups(at(s.at)))
+				if !reflect.DeepEqual(got, s.want) {
+					t.Fatalf("step %d (t=%vs): changes %v, want %v", i, s.at, got, s.want)
+				}
+			}
+		})
+	}
+}
+
+func TestGroupEvidenceNamesTheNodes(t *testing.T) {
+	e := NewEngine()
+	e.SetRules([]Rule{{ID: 1, Name: "G", Kind: KindGroup, Metric: "*", State: "crit", ForIntervals: 1, MinNodes: 2, Severity: "critical", Enabled: true}}, t0)
+	for i := range 3 {
+		name := fmt.Sprintf("n%d", i)
+		st := crit
+		if i == 1 {
+			st = ok
+		}
+		e.Observe(Observation{Node: NodeInfo{ID: int32(i + 1), Name: name}, Time: t0, Interval: time.Second, Samples: roots(st)}, t0)
+	}
+	cs := e.EvaluateGroups(t0)
+	if len(cs) != 1 {
+		t.Fatalf("changes %v", describeChanges(cs))
+	}
+	ev := cs[0].Inst.Evidence
+	if ev.InState != 2 || ev.Total != 3 || strings.Join(ev.Nodes, ",") != "n0,n2" {
+		t.Errorf("evidence %+v: want 2 of 3, nodes n0,n2", ev)
+	}
+}
