@@ -21,8 +21,16 @@ generate: ## regenerate committed code: protobuf, bpf2go bindings, docs from the
 vmlinux: ## regenerate bpf/include/vmlinux.h from the running kernel's BTF
 	bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/include/vmlinux.h
 
+# The collector embeds web/dist; without npm it still builds, and serves a
+# page that says how to build the UI.
+HAVE_NPM := $(shell command -v npm 2>/dev/null)
+
+.PHONY: web
+web: ## build the web UI into web/dist (npm ci when node_modules is missing or older than the lock file)
+	cd web && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && npm run build
+
 .PHONY: build
-build: ## build bin/nbs-agent and bin/nbs-collector (and the web UI when npm is present)
+build: $(if $(HAVE_NPM),web) ## build bin/nbs-agent and bin/nbs-collector (and the web UI when npm is present)
 	$(GO) build -o $(BIN)/nbs-agent ./agent/cmd/nbs-agent
 	$(GO) build -o $(BIN)/nbs-collector ./collector/cmd/nbs-collector
 

@@ -23,6 +23,10 @@ export interface TreeNode {
   own_state: string;
   updated_at?: string | null;
   threshold: Threshold | null;
+  // Over the tree's recent window (window_s): a rate's total increase and the
+  // worst state any report carried, so a burst that ended stays visible.
+  recent_count?: number | null;
+  recent_state?: string;
   children: TreeNode[] | null;
 }
 
@@ -50,7 +54,25 @@ export interface Tree {
   node: string;
   time: string | null;
   interval_ms: number;
+  window_s?: number;
   roots: TreeNode[];
+}
+
+export interface Alert {
+  id: number;
+  rule: string;
+  kind: string;
+  severity: string;
+  state: string; // pending | firing | resolved
+  node?: string;
+  root?: string;
+  metric?: string;
+  child?: string;
+  group?: Record<string, string>;
+  since?: string;
+  value?: number | null;
+  summary?: string;
+  tree_url?: string;
 }
 
 export interface Point {
@@ -185,5 +207,5 @@ export const api = {
   putOverride: (o: OverrideInput) => request<Override>('PUT', '/api/v1/thresholds', o),
   deleteOverride: (id: number | string) => request<void>('DELETE', `/api/v1/thresholds/${enc(String(id))}`),
   expand: (node: string, seconds: number) => request<{ until?: string }>('POST', `${nodePath(node)}/expand`, { seconds }),
-  alerts: (signal?: AbortSignal) => request<unknown>('GET', '/api/v1/alerts', undefined, signal),
+  alerts: (signal?: AbortSignal) => request<{ alerts?: Alert[] }>('GET', '/api/v1/alerts?state=open', undefined, signal).then((r) => r.alerts ?? []),
 };

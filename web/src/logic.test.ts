@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Series } from './api';
 import { chartData, gridValues } from './chartdata';
+import { yMax } from './components/Chart';
 import { resetTree } from './fixtures';
 import { formatAgo, formatValue, thresholdLong, thresholdShort } from './format';
 import { parseRoute, withParams } from './route';
@@ -92,6 +93,36 @@ describe('tree', () => {
     expect(rows[7]).toMatchObject({ open: false, hasChildren: true, posinset: 2, setsize: 2 });
     expect(findNode(roots, 'latency/rto')?.title).toBe('rto');
     expect(ancestors('a/b/c')).toEqual(['a', 'a/b']);
+  });
+});
+
+describe('recent window', () => {
+  it('guides to a burst that ended within the window', () => {
+    const roots = resetTree();
+    // Now everything is OK again, but tcp_state was CRIT within the window.
+    const calm = JSON.parse(JSON.stringify(roots).replace(/"(state|own_state)":"(warn|crit)"/g, '"$1":"ok"')) as typeof roots;
+    const sent = findNode(calm, 'tcp_reset/sent')!;
+    sent.recent_state = 'crit';
+    calm[0].recent_state = 'crit';
+    const child = findNode(calm, 'tcp_reset/sent/tcp_state')!;
+    child.recent_state = 'crit';
+    child.recent_count = 40;
+    expect([...defaultOpen(calm)].sort()).toEqual(['tcp_reset', 'tcp_reset/sent']);
+    expect(explaining(calm)?.id).toBe('tcp_reset/sent/tcp_state');
+    // A current CRIT beats a recent one.
+    expect(explaining(roots)?.id).toBe('tcp_reset/sent/no_socket');
+  });
+});
+
+describe('chart scale', () => {
+  const t = { warn: 1, crit: 10, comparison: 'above', hold_intervals: 1 };
+  it('shows threshold levels within reach of the data', () => {
+    expect(yMax(25, t)).toBeCloseTo(27);
+    expect(yMax(5, t)).toBeCloseTo(10.8);
+    expect(yMax(0, t)).toBeCloseTo(1.08);
+    expect(yMax(0, { ...t, warn: 1000, crit: 5000 })).toBeCloseTo(1080);
+    expect(yMax(25, { ...t, warn: 1000, crit: 5000 })).toBeCloseTo(27);
+    expect(yMax(3, null)).toBeCloseTo(3.24);
   });
 });
 

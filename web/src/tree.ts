@@ -2,6 +2,12 @@
 import type { TreeNode } from './api';
 import { raised, sev } from './state';
 
+/** A node needs attention when it is raised now or was within the recent window. */
+export const attention = (n: TreeNode): boolean => raised(n.state) || raised(n.recent_state);
+
+/** Orders by the current state first, then the recent one. */
+const score = (n: TreeNode): number => sev(n.state) * 10 + sev(n.recent_state ?? 'ok');
+
 export const kids = (n: TreeNode): TreeNode[] => n.children ?? [];
 
 /** Every branch that should open by default: a raised node with a raised child, so non-OK
@@ -9,23 +15,25 @@ export const kids = (n: TreeNode): TreeNode[] => n.children ?? [];
 export function defaultOpen(roots: TreeNode[]): Set<string> {
   const open = new Set<string>();
   const walk = (n: TreeNode) => {
-    if (raised(n.state) && kids(n).some((c) => raised(c.state))) open.add(n.id);
+    if (attention(n) && kids(n).some(attention)) open.add(n.id);
     kids(n).forEach(walk);
   };
   roots.forEach(walk);
   return open;
 }
 
-/** The metric that explains the worst root: follow the worst child down while it is raised. */
+/** The metric that explains the worst root: follow the worst child down while it needs attention
+ *  (raised now, else raised within the recent window). */
 export function explaining(roots: TreeNode[]): TreeNode | null {
   let best: TreeNode | null = null;
-  for (const r of roots) if (raised(r.state) && (!best || sev(r.state) > sev(best.state))) best = r;
+  for (const r of roots) if (attention(r) && (!best || score(r) > score(best))) best = r;
   let n = best;
   while (n) {
     let next: TreeNode | null = null;
     for (const c of kids(n)) {
-      if (!raised(c.state)) continue;
-      if (!next || sev(c.state) > sev(next.state) || (sev(c.state) === sev(next.state) && (c.value ?? 0) > (next.value ?? 0))) next = c;
+      if (!attention(c)) continue;
+      const better = !next || score(c) > score(next) || (score(c) === score(next) && (c.recent_count ?? c.value ?? 0) > (next.recent_count ?? next.value ?? 0));
+      if (better) next = c;
     }
     if (!next) return n;
     n = next;

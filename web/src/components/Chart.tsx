@@ -11,14 +11,15 @@ function css(name: string, fallback: string): string {
   return v || fallback;
 }
 
-/** Upper end of the y axis: the data, and the threshold levels when they are in reach. */
+/** Upper end of the y axis: the data, and the threshold levels within reach of it (up to
+ *  3× the data; with no data above 0, the lower level), so the lines give scale without
+ *  flattening the data. Levels beyond are named at the top edge instead. */
 export function yMax(dataMax: number, t: Threshold | null | undefined): number {
   let top = Math.max(dataMax, 0);
-  if (t && !t.baseline_intervals && t.comparison !== 'below') {
-    const levels = [t.warn, t.crit].filter((v) => Number.isFinite(v)).sort((a, b) => a - b);
-    for (const l of levels) if (l <= Math.max(top, levels[0]) * 3) top = Math.max(top, l);
-  } else if (t && !t.baseline_intervals) {
-    top = Math.max(top, t.warn, t.crit);
+  if (t && !t.baseline_intervals) {
+    const levels = [t.warn, t.crit].filter((v) => Number.isFinite(v) && v > 0).sort((a, b) => a - b);
+    if (top <= 0 && levels.length) top = levels[0];
+    for (const l of levels) if (l <= top * 3) top = Math.max(top, l);
   }
   return top > 0 ? top * 1.08 : 1;
 }
@@ -145,7 +146,15 @@ function options(series: Series, d: ChartData, unit: string, t: Threshold | null
     ] as const) {
       const max = u.scales.y.max ?? 0;
       const min = u.scales.y.min ?? 0;
-      if (level > max || level < min) continue;
+      if (level < min) continue;
+      if (level > max) {
+        // Off the scale: name it at the top edge.
+        ctx.fillStyle = color;
+        ctx.textAlign = 'right';
+        const yTop = u.bbox.top + (name === 'warn' ? 12 : 26) * devicePixelRatio;
+        ctx.fillText(`${name} ${formatCompact(level, unit)} ↑`, left + w - 4 * devicePixelRatio, yTop);
+        continue;
+      }
       const y = Math.round(u.valToPos(level, 'y', true)) + 0.5;
       ctx.strokeStyle = color;
       ctx.beginPath();

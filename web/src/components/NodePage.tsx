@@ -128,6 +128,7 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
               sparks={sparks}
               explains={explains}
               onVisible={setVisible}
+              windowS={tree.data.window_s}
             />
           )}
           {tree.data && !tree.data.time && <p class="muted small">This node has not sent a report yet; values appear with its first report.</p>}

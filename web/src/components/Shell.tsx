@@ -1,6 +1,6 @@
 import type { ComponentChildren } from 'preact';
-import { useEffect, useState } from 'preact/hooks';
-import { api } from '../api';
+import { useEffect, useRef, useState } from 'preact/hooks';
+import { type Alert, api } from '../api';
 import { usePoll } from '../hooks';
 import { fleetHref, linkClick, nodeHref, withParams } from '../route';
 import { normState } from '../state';
@@ -50,54 +50,62 @@ export function ThemeToggle() {
   );
 }
 
-interface AlertLike {
-  node?: string;
-  metric?: string;
-  state?: string;
-  status?: string;
-  summary?: string;
-  labels?: Record<string, string>;
-}
+const severityState = (s: string) => (/^crit/i.test(s) ? 'crit' : /^warn/i.test(s) ? 'warn' : normState(s));
 
-function alertsOf(body: unknown): AlertLike[] {
-  const list = Array.isArray(body) ? body : (body as { alerts?: unknown })?.alerts;
-  return Array.isArray(list) ? (list as AlertLike[]).filter((a) => a && typeof a === 'object') : [];
-}
-
-/** Firing alerts, when this collector has an alerts API; hidden when it does not (404). */
+/** Open alerts, when this collector has an alerts API; hidden when it does not (404). */
 function AlertsIndicator() {
   const [absent, setAbsent] = useState(false);
-  const polled = usePoll(absent ? 'alerts:absent' : 'alerts', (s) => (absent ? Promise.resolve(null) : api.alerts(s)), absent ? 0 : 30000);
+  const box = useRef<HTMLDetailsElement>(null);
+  useEffect(() => {
+    // Close the popover on a click elsewhere or Escape.
+    const close = (e: Event) => {
+      const d = box.current;
+      if (!d?.open) return;
+      if (e instanceof KeyboardEvent ? e.key === 'Escape' : !d.contains(e.target as Node)) d.open = false;
+    };
+    document.addEventListener('click', close);
+    document.addEventListener('keydown', close);
+    return () => {
+      document.removeEventListener('click', close);
+      document.removeEventListener('keydown', close);
+    };
+  }, []);
+  const polled = usePoll(absent ? 'alerts:absent' : 'alerts', (s) => (absent ? Promise.resolve([] as Alert[]) : api.alerts(s)), absent ? 0 : 15000);
   useEffect(() => {
     if (polled.error?.notFound) setAbsent(true);
   }, [polled.error]);
-  if (absent || polled.error || !polled.data) return null;
-  const alerts = alertsOf(polled.data).filter((a) => !/resolved|inactive|ok/i.test(a.status ?? a.state ?? ''));
+  if (absent || !polled.data) return null;
+  const alerts = polled.data.filter((a) => a.state !== 'resolved');
+  const firing = alerts.filter((a) => a.state === 'firing');
   return (
-    <details class="alerts">
-      <summary class={`btn btn-quiet${alerts.length ? ' alerts-firing' : ''}`}>
-        Alerts <span class="count">{alerts.length}</span>
+    <details class="alerts" ref={box}>
+      <summary class={`btn btn-quiet${firing.length ? ' alerts-firing' : ''}`} aria-label={`Alerts: ${firing.length} firing, ${alerts.length - firing.length} pending`}>
+        Alerts <span class="count">{firing.length}</span>
       </summary>
-      <div class="alerts-pop" role="region" aria-label="Firing alerts">
+      <div class="alerts-pop" role="region" aria-label="Open alerts">
+        {polled.error && <p class="field-error">Cannot refresh alerts: {polled.error.message}</p>}
         {alerts.length === 0 ? (
           <p class="muted">No alert is firing.</p>
         ) : (
           <ul>
-            {alerts.slice(0, 50).map((a, i) => {
-              const node = a.node ?? a.labels?.node;
-              const metric = a.metric ?? a.labels?.metric;
-              const text = `${node ?? 'group'}${metric ? ` · ${metric}` : ''}`;
+            {alerts.slice(0, 50).map((a) => {
+              const metric = a.child || a.metric;
+              const where = a.node ?? Object.entries(a.group ?? {}).map(([k, v]) => `${k}=${v}`).join(', ');
               return (
-                <li key={i}>
-                  <StateDot state={normState(a.state ?? a.labels?.severity ?? 'crit')} />{' '}
-                  {node ? (
-                    <a href={nodeHref(node, metric ? withParams(new URLSearchParams(), { metric }) : undefined)} onClick={linkClick}>
-                      {text}
+                <li key={a.id}>
+                  <StateDot state={severityState(a.severity)} /> <strong>{a.rule}</strong>{' '}
+                  {a.node ? (
+                    <a href={nodeHref(a.node, metric ? withParams(new URLSearchParams(), { metric }) : undefined)} onClick={linkClick}>
+                      {a.node}
+                      {metric ? ` · ${metric}` : ''}
                     </a>
                   ) : (
-                    text
+                    <a href={fleetHref()} onClick={linkClick}>
+                      {where || 'fleet'}
+                    </a>
                   )}
-                  {a.summary && <span class="muted"> — {a.summary}</span>}
+                  {a.state !== 'firing' && <span class="muted"> ({a.state})</span>}
+                  {a.summary && <div class="muted small">{a.summary}</div>}
                 </li>
               );
             })}

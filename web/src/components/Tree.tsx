@@ -1,7 +1,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { TreeNode } from '../api';
-import { formatValue, thresholdLong, thresholdShort } from '../format';
-import { normState, stateLabel } from '../state';
+import { formatCompact, formatDuration, formatValue, thresholdLong, thresholdShort } from '../format';
+import { normState, raised, stateLabel } from '../state';
 import { type Row, visibleRows } from '../tree';
 import { Sparkline } from './Sparkline';
 import { StateBadge } from './common';
@@ -15,10 +15,13 @@ export interface TreeProps {
   sparks?: Record<string, (number | null)[]>;
   explains?: string | null;
   onVisible?: (ids: string[]) => void;
+  windowS?: number; // the recent window the tree's recent_count/recent_state cover
 }
 
 /** The metric tree as an ARIA tree: arrows move, → opens, ← closes or goes up, Enter selects. */
-export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, explains, onVisible }: TreeProps) {
+export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, explains, onVisible, windowS }: TreeProps) {
+  const win = windowS ? formatDuration(windowS * 1000) : '';
+  const hasRecent = rows0(roots);
   const rows = visibleRows(roots, isOpen);
   const [focus, setFocus] = useState<string | null>(null);
   const refs = useRef(new Map<string, HTMLDivElement>());
@@ -82,6 +85,7 @@ export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, expl
         <span>Metric</span>
         <span>State</span>
         <span class="num">Value</span>
+        <span class="num">{hasRecent ? `Last ${win || 'window'}` : ''}</span>
         <span>Trend</span>
         <span>Threshold</span>
       </div>
@@ -139,6 +143,7 @@ export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, expl
               {own !== s && own !== 'ok' && <span class="sr-only">, own state {stateLabel[own]}</span>}
             </span>
             <span class="tree-value num">{formatValue(n.value, n.unit)}</span>
+            <Recent n={n} win={win} />
             <span class="tree-spark">
               <Sparkline values={sparks?.[n.id]} state={s} label={n.title} />
             </span>
@@ -149,5 +154,32 @@ export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, expl
         );
       })}
     </div>
+  );
+}
+
+/** Whether any metric carries recent-window data (older collectors do not send it). */
+function rows0(roots: TreeNode[]): boolean {
+  return roots.some((r) => r.recent_state !== undefined || r.recent_count != null);
+}
+
+/** The recent window: a rate's total, and a state raised then if it is not now. */
+function Recent({ n, win }: { n: TreeNode; win: string }) {
+  const rs = normState(n.recent_state ?? 'ok');
+  const now = normState(n.state);
+  const showWas = raised(rs) && rs !== now;
+  const countUnit = n.unit.replace(/\/s$/, '');
+  const count = n.recent_count;
+  const title = [
+    count != null ? `${formatCompact(count)} ${countUnit} in the last ${win || 'window'}` : '',
+    raised(rs) ? `worst state in the last ${win || 'window'}: ${stateLabel[rs]}` : '',
+  ]
+    .filter(Boolean)
+    .join('; ');
+  return (
+    <span class={`tree-recent num${showWas ? ` st-${rs}` : ''}`} title={title || undefined}>
+      {showWas && <span class={`dot st-${rs}`} aria-hidden="true" />}
+      {showWas && <span class="sr-only">was {stateLabel[rs]}</span>}
+      {count != null && count > 0 ? formatCompact(count) : ''}
+    </span>
   );
 }

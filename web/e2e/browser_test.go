@@ -1,0 +1,311 @@
+// Package e2e drives the operator UI in a real headless Chromium against a
+// real collector (in-process, on a throwaway PostgreSQL) fed by a real agent
+// that watches real TCP resets in a network-namespace lab.
+//
+// It needs the UI built into the collector (cd web && npm ci && npm run
+// build, before `go test`), Node.js, and Debian's chromium. Without them it
+// skips, or fails when CI=true.
+//
+//	go test ./web/e2e -run TestBrowser -v
+//	NBS_UPDATE_SCREENSHOTS=1 go test ./web/e2e   # also refreshes docs/screenshots/tree.png
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	agentapp "github.com/nbs-project/nbs/agent/app"
+	collectorapp "github.com/nbs-project/nbs/collector/app"
+	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/pgcluster"
+)
+
+func TestMain(m *testing.M) { pgcluster.Main(m) }
+
+const chromium = "/usr/bin/chromium"
+
+// skipOrFail skips for a missing prerequisite, but fails in CI, where
+// .ci/run installs and builds everything this test needs.
+func skipOrFail(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s (CI=true: the browser test must run)", msg)
+	}
+	t.Skip(msg)
+}
+
+func TestBrowser(t *testing.T) {
+	webDir, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeBin, err := exec.LookPath("node")
+	if err != nil {
+		skipOrFail(t, "node (Node.js) is not installed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(webDir, "node_modules", "playwright-core")); err != nil {
+		skipOrFail(t, "web/node_modules is missing: run `cd web && npm ci` (%v)", err)
+	}
+	if _, err := os.Stat(chromium); err != nil {
+		skipOrFail(t, "%s is missing: apt-get install chromium (%v)", chromium, err)
+	}
+	if _, err := os.Stat(filepath.Join(webDir, "dist", "index.html")); err != nil {
+		skipOrFail(t, "the UI is not built: run `cd web && npm run build` before go test, so the collector embeds it (%v)", err)
+	}
+	artifacts := os.Getenv("NBS_ARTIFACTS")
+	if artifacts != "" {
+		artifacts = filepath.Join(artifacts, "web-e2e")
+	} else {
+		artifacts = filepath.Join(webDir, "e2e", "artifacts")
+	}
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	lab := netlab.New(t)
+	httpAddr, grpcAddr := startCollector(t, pgcluster.Database(t))
+	startAgent(t, agentapp.Config{NodeName: "lab-b", Netns: lab.B, CollectorAddress: grpcAddr, BPF: true,
+		Labels: agentapp.Labels{"customer": "acme", "rack": "r1"}})
+	startAgent(t, agentapp.Config{NodeName: "lab-a", Netns: lab.A, CollectorAddress: grpcAddr, BPF: true,
+		Labels: agentapp.Labels{"customer": "globex", "rack": "r2"}})
+	base := "http://" + httpAddr
+
+	// The collector must serve the built UI, not the "not built" page: the
+	// test binary embeds web/dist as it was when it was compiled.
+	if body := get(t, base+"/"); !strings.Contains(body, `id="app"`) {
+		skipOrFail(t, "the collector in this test binary embeds no UI (web/dist was built after compiling?): %.200s", body)
+	}
+	waitReported(t, base, "lab-a", "lab-b")
+
+	// Resets keep coming for the whole browser run: 15 to 40 NO_SOCKET resets
+	// a second sent by B, always over the 10/s crit level of
+	// tcp_reset/sent/no_socket.
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		resetLoop(ctx, t, lab)
+	}()
+	t.Cleanup(func() { stop(); wg.Wait() })
+	waitTreeState(t, base, "lab-b", "tcp_reset/sent/no_socket", "crit")
+	updatePicture := os.Getenv("NBS_UPDATE_SCREENSHOTS") == "1"
+	if updatePicture {
+		// A minute and a half of history, so the README picture has trends to show.
+		time.Sleep(90 * time.Second)
+	}
+
+	cmdCtx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cmdCtx, nodeBin, filepath.Join(webDir, "e2e", "browser.mjs"))
+	cmd.Dir = webDir
+	cmd.Env = append(os.Environ(),
+		"NBS_URL="+base,
+		"NBS_NODE=lab-b",
+		"NBS_OTHER_NODE=lab-a",
+		"NBS_METRIC=tcp_reset/sent/no_socket",
+		"NBS_EVIDENCE_SRC="+netip.AddrPortFrom(lab.IPB, lab.ClosedPort).String(),
+		"NBS_ARTIFACTS="+artifacts,
+		"NBS_CHROMIUM="+chromium,
+	)
+	out := &lineLogger{t: t}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("browser run failed: %v (screenshots in %s)", err, artifacts)
+	}
+	t.Logf("screenshots in %s", artifacts)
+
+	if updatePicture {
+		dst := filepath.Join(webDir, "..", "docs", "screenshots", "tree.png")
+		if err := copyFile(filepath.Join(artifacts, "tree.png"), dst); err != nil {
+			t.Fatalf("update %s: %v", dst, err)
+		}
+		t.Logf("updated %s", dst)
+	}
+}
+
+// resetLoop connects from A to B's closed port 15 to 40 times a second (a
+// wave with a 30 s period, so charts have a shape) until ctx ends; each
+// connect draws a NO_SOCKET reset from B.
+func resetLoop(ctx context.Context, t *testing.T, lab *netlab.Lab) {
+	dst := &unix.SockaddrInet4{Port: int(lab.ClosedPort), Addr: lab.IPB.As4()}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for k := 0; ; k++ {
+		n := 3 + (k/15)%6 // per 200 ms tick: 3..8, a step every 3 s
+		if (k/15)%12 >= 6 {
+			n = 8 - (k/15)%6
+		}
+		err := lab.Do(lab.A, func() error {
+			for i := 0; i < n; i++ {
+				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+				if err != nil {
+					return err
+				}
+				err = unix.Connect(fd, dst)
+				unix.Close(fd)
+				if !errors.Is(err, unix.ECONNREFUSED) {
+					return fmt.Errorf("connect to %s:%d: got %v, want ECONNREFUSED", lab.IPB, lab.ClosedPort, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("reset loop: %v", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func startCollector(t *testing.T, dbURL string) (httpAddr, grpcAddr string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := collectorapp.New(collectorapp.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DBURL: dbURL}, logger(t, "collector"))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case <-c.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("collector did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("collector not ready within 30s")
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("collector: %v", err)
+		}
+	})
+	g, h := c.Addrs()
+	return h, g
+}
+
+func startAgent(t *testing.T, cfg agentapp.Config) {
+	t.Helper()
+	cfg.Interval, cfg.BufferReports, cfg.SnapshotEvery, cfg.EvidencePerSecond = time.Second, 1000, time.Hour, 1000
+	ctx, cancel := context.WithCancel(context.Background())
+	a := agentapp.New(cfg, logger(t, "agent:"+cfg.NodeName))
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent %s: %v", cfg.NodeName, err)
+		}
+	})
+}
+
+func logger(t *testing.T, part string) *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("NBS_TEST_VERBOSE") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(&lineLogger{t: t}, &slog.HandlerOptions{Level: level})).With("part", part)
+}
+
+// lineLogger writes whole lines to the test log.
+type lineLogger struct {
+	t   *testing.T
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := strings.IndexByte(string(l.buf), '\n')
+		if i < 0 {
+			break
+		}
+		l.t.Log(string(l.buf[:i]))
+		l.buf = l.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func eventually(t *testing.T, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		if last = cond(); last == "" {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("after %s: %s", timeout, last)
+}
+
+func waitReported(t *testing.T, base string, nodes ...string) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() string {
+		body := get(t, base+"/api/v1/nodes")
+		for _, n := range nodes {
+			if !strings.Contains(body, `"name": "`+n+`"`) || strings.Count(body, `"last_report": null`) > 0 {
+				return "nodes have not all reported: " + body
+			}
+		}
+		return ""
+	})
+}
+
+func waitTreeState(t *testing.T, base, node, metric, state string) {
+	t.Helper()
+	eventually(t, 20*time.Second, func() string {
+		body := get(t, base+"/api/v1/nodes/"+node+"/tree")
+		i := strings.Index(body, `"id": "`+metric+`"`)
+		if i < 0 {
+			return fmt.Sprintf("tree of %s has no %s yet", node, metric)
+		}
+		if j := strings.Index(body[i:], `"state": "`); j < 0 || !strings.HasPrefix(body[i+j+len(`"state": "`):], state+`"`) {
+			return fmt.Sprintf("%s of %s is not %s yet", metric, node, state)
+		}
+		return ""
+	})
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o644)
+}
