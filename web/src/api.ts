@@ -81,6 +81,8 @@ export interface Point {
   max?: number | null;
   count?: number | null;
   state: string;
+  // Histograms: percentiles of the step's merged distribution, in unit.
+  percentiles?: { p50?: number; p90?: number; p99?: number; max?: number; samples?: number; [q: string]: number | undefined } | null;
   [field: string]: unknown;
 }
 
@@ -93,9 +95,6 @@ export interface Series {
   to: string;
   step_ms: number;
   points: Point[];
-  // Histogram percentiles over time, when the collector serves them: one
-  // array per percentile, aligned with points.
-  percentiles?: Record<string, (number | null)[]>;
 }
 
 export interface Evidence {

@@ -17,13 +17,23 @@ export interface ChartData {
 
 const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
 
+/** A point's percentile q (p50, p90, …, max): from its percentiles object, else a field of the point. */
+function pct(p: Series['points'][number], q: string): number | null {
+  return num(p.percentiles?.[q]) ?? num(p[q]);
+}
+
 export function chartData(s: Series): ChartData {
   const stepS = Math.max(1, (s.step_ms || 1000) / 1000);
   const pts = [...(s.points ?? [])].sort((a, b) => Date.parse(a.t) - Date.parse(b.t));
-  const pctKeys = new Set<string>(Object.keys(s.percentiles ?? {}));
-  for (const p of pts) for (const k of Object.keys(p)) if (/^p\d+(\.\d+)?$/.test(k)) pctKeys.add(k);
-  const pcts = [...pctKeys].sort((a, b) => parseFloat(a.slice(1)) - parseFloat(b.slice(1)));
-  const hasMax = s.kind !== 'rate' && pts.some((p) => num(p.max) !== null);
+  // Histograms: percentile lines (p50, p90, p99, …) and the max of the merged distribution.
+  const qs = new Set<string>();
+  for (const p of pts) {
+    for (const k of Object.keys(p.percentiles ?? {})) if (/^p\d+(\.\d+)?$/.test(k)) qs.add(k);
+    for (const k of Object.keys(p)) if (/^p\d+(\.\d+)?$/.test(k)) qs.add(k);
+  }
+  const pcts = [...qs].sort((a, b) => parseFloat(a.slice(1)) - parseFloat(b.slice(1)));
+  const hasPctMax = pts.some((p) => num(p.percentiles?.max) !== null);
+  const withPct = pcts.length > 0;
 
   const xs: number[] = [];
   const states: string[] = [];
@@ -34,24 +44,29 @@ export function chartData(s: Series): ChartData {
     states.push('');
     Object.values(cols).forEach((c) => c.push(null));
   };
-  pts.forEach((p, i) => {
+  for (const p of pts) {
     const t = Date.parse(p.t) / 1000;
     const prev = xs[xs.length - 1];
     if (xs.length && t - prev > stepS * 1.5) pushGap(prev + stepS); // missing reports: break the line
     xs.push(t);
     states.push(p.state ?? '');
     cols.value.push(num(p.value));
-    cols.max.push(num(p.max));
-    pcts.forEach((k) => cols[k].push(num((s.percentiles?.[k] ?? [])[i]) ?? num(p[k])));
-  });
+    cols.max.push(withPct && hasPctMax ? num(p.percentiles?.max) : num(p.max));
+    pcts.forEach((k) => cols[k].push(pct(p, k)));
+  }
 
   const lines: Line[] = [];
-  const main = s.kind === 'rate' ? 'per second' : s.kind === 'histogram' ? 'mean' : 'average';
+  if (withPct) {
+    // The percentiles say more than the average of the headline value; keep it only
+    // where no percentile was stored.
+    pcts.forEach((k) => lines.push({ key: k, label: k, values: cols[k], secondary: false }));
+    if (cols.max.some((v) => v !== null)) lines.push({ key: 'max', label: 'max', values: cols.max, secondary: true });
+    if (pcts.every((k) => cols[k].every((v) => v === null))) lines.unshift({ key: 'value', label: 'headline', values: cols.value, secondary: false });
+    return { xs, lines, states, stepS };
+  }
+  const main = s.kind === 'rate' ? 'per second' : s.kind === 'histogram' ? 'headline' : 'average';
   lines.push({ key: 'value', label: main, values: cols.value, secondary: false });
-  pcts.forEach((k) => lines.push({ key: k, label: k, values: cols[k], secondary: false }));
-  if (hasMax) lines.push({ key: 'max', label: 'max', values: cols.max, secondary: true });
-  // Histograms whose only data is percentiles: drop an empty mean line.
-  if (pcts.length && cols.value.every((v) => v === null)) lines.shift();
+  if (s.kind !== 'rate' && cols.max.some((v) => v !== null)) lines.push({ key: 'max', label: 'max', values: cols.max, secondary: true });
   return { xs, lines, states, stepS };
 }
 

@@ -37,7 +37,8 @@ export function formatCompact(v: number, unit = ''): string {
   const a = Math.abs(v);
   const table = isBytes(unit) ? IEC : SI;
   for (const { v: m, s } of table) {
-    if (a >= m * (table === SI ? 10 : 1)) return `${formatNumber(v / m)}${s}`;
+    // 1,234 stays as it is; from 10k on, and for M and beyond, use the suffix.
+    if (a >= (m === 1e3 ? 1e4 : m)) return `${formatNumber(v / m)}${s}`;
   }
   return formatNumber(v);
 }

@@ -18,6 +18,9 @@ describe('format', () => {
     expect(formatValue(2048, 'bytes')).toBe('2 KiB');
     expect(formatValue(12.5, '%')).toBe('12.5%');
     expect(formatValue(3, '')).toBe('3');
+    expect(formatValue(1234, 'pkts/s')).toBe('1,234 pkts/s');
+    expect(formatValue(1_318_000, 'packets')).toBe('1.32M packets');
+    expect(formatValue(2.5e9, '')).toBe('2.5G');
   });
   it('describes thresholds', () => {
     const t = { warn: 1, crit: 10, comparison: 'above', hold_intervals: 3 };
@@ -136,17 +139,24 @@ describe('chart data', () => {
     to: '2026-01-01T00:01:00Z',
     step_ms: 10000,
     points: [
-      { t: '2026-01-01T00:00:00Z', value: 1, max: 4, state: 'ok', p99: 3 },
-      { t: '2026-01-01T00:00:10Z', value: 2, max: 5, state: 'warn', p99: 4 },
+      { t: '2026-01-01T00:00:00Z', value: 1, max: 4, state: 'ok', percentiles: { p50: 0.5, p90: 1, p99: 3, max: 6, samples: 10 } },
+      { t: '2026-01-01T00:00:10Z', value: 2, max: 5, state: 'warn', percentiles: { p50: 0.6, p90: 2, p99: 4, max: 7, samples: 12 } },
       { t: '2026-01-01T00:00:40Z', value: null, state: 'ok' },
     ],
   };
-  it('breaks lines at missing reports and shows percentiles and max', () => {
+  it('shows histogram percentiles over time, breaking lines at missing reports', () => {
     const d = chartData(s);
     expect(d.xs).toEqual([1767225600, 1767225610, 1767225620, 1767225640]);
-    expect(d.lines.map((l) => l.key)).toEqual(['value', 'p99', 'max']);
-    expect(d.lines[0].values).toEqual([1, 2, null, null]);
+    expect(d.lines.map((l) => l.key)).toEqual(['p50', 'p90', 'p99', 'max']);
+    expect(d.lines[2].values).toEqual([3, 4, null, null]);
+    expect(d.lines[3].values).toEqual([6, 7, null, null]);
     expect(d.states).toEqual(['ok', 'warn', '', 'ok']);
+  });
+  it('shows a gauge as its average and max, a rate as per second', () => {
+    const g = chartData({ ...s, kind: 'gauge', points: s.points.map(({ percentiles: _p, ...p }) => p) });
+    expect(g.lines.map((l) => `${l.key}:${l.label}`)).toEqual(['value:average', 'max:max']);
+    const r = chartData({ ...s, kind: 'rate', points: s.points.map(({ percentiles: _p, max: _m, ...p }) => p) });
+    expect(r.lines.map((l) => l.label)).toEqual(['per second']);
   });
   it('lays values on the range grid', () => {
     expect(gridValues(s, Date.parse(s.from), Date.parse(s.to))).toEqual([1, 2, null, null, null, null]);

@@ -179,7 +179,6 @@ function options(series: Series, d: ChartData, unit: string, t: Threshold | null
         width: l.secondary ? 1 : 1.75,
         dash: l.secondary ? [3, 3] : undefined,
         spanGaps: false,
-        points: { show: d.xs.length < 60 },
         value: (_u: uPlot, v: number | null) => (v == null ? '—' : formatValue(v, unit)),
       })),
     ],

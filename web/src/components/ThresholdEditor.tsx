@@ -87,29 +87,26 @@ export function buildRequest(d: Draft, metric: string, node: string): { req?: Ov
   return { req: { scope, metric, threshold }, errors };
 }
 
+/** Which form field a part of a collector message is about. */
+function fieldOf(part: string): Field {
+  const p = part.toLowerCase();
+  if (/^scope selector needs/.test(p)) return 'selector';
+  if (/^scope/.test(p)) return 'scope';
+  if (/selector|label/.test(p)) return 'selector';
+  if (/baseline/.test(p)) return 'baseline';
+  if (/\bhold/.test(p)) return 'hold';
+  if (/comparison/.test(p) && !/\b(warn|crit)\b/.test(p)) return 'comparison';
+  if (/\bwarn\b/.test(p)) return 'warn';
+  if (/\bcrit\b/.test(p)) return 'crit';
+  return 'form';
+}
+
 /** Puts each part of a collector 400 message next to the field it is about. */
 export function mapServerError(message: string): FieldErrors {
   const out: FieldErrors = {};
-  const body = message.replace(/^(bad request|invalid override):\s*/gi, '').replace(/^(bad request|invalid override):\s*/gi, '');
+  const body = message.replace(/^((bad request|invalid override):\s*)+/i, '');
   for (const part of body.split(/;\s+/)) {
-    const p = part.toLowerCase();
-    const f: Field = /^scope selector needs/.test(p)
-      ? 'selector'
-      : /^scope/.test(p)
-        ? 'scope'
-        : /selector|label/.test(p)
-          ? 'selector'
-          : /baseline/.test(p)
-          ? 'baseline'
-          : /\bhold/.test(p)
-            ? 'hold'
-            : /comparison/.test(p) && !/warn|crit/.test(p)
-              ? 'comparison'
-              : /\bwarn\b/.test(p)
-                ? 'warn'
-                : /\bcrit\b/.test(p)
-                  ? 'crit'
-                  : 'form';
+    const f = fieldOf(part);
     out[f] = out[f] ? `${out[f]}; ${part}` : part;
   }
   return out;

@@ -21,7 +21,7 @@ export interface TreeProps {
 /** The metric tree as an ARIA tree: arrows move, → opens, ← closes or goes up, Enter selects. */
 export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, explains, onVisible, windowS }: TreeProps) {
   const win = windowS ? formatDuration(windowS * 1000) : '';
-  const hasRecent = rows0(roots);
+  const hasRecent = hasRecentData(roots);
   const rows = visibleRows(roots, isOpen);
   const [focus, setFocus] = useState<string | null>(null);
   const refs = useRef(new Map<string, HTMLDivElement>());
@@ -158,7 +158,7 @@ export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, expl
 }
 
 /** Whether any metric carries recent-window data (older collectors do not send it). */
-function rows0(roots: TreeNode[]): boolean {
+function hasRecentData(roots: TreeNode[]): boolean {
   return roots.some((r) => r.recent_state !== undefined || r.recent_count != null);
 }
 
