@@ -211,7 +211,7 @@ try {
   await waitRowState(metric, 'CRIT', 30_000);
   await page.locator('.metric-view .uplot canvas').first().waitFor();
   await page.locator('table.evidence tbody tr').first().waitFor();
-  await page.waitForFunction(() => document.querySelectorAll('.tree-spark svg path').length > 0);
+  await page.waitForFunction(() => document.querySelectorAll('.tree-spark svg :is(path, circle)').length > 0);
   await page.waitForTimeout(500);
   await shot('tree');
   const toggle = page.locator('.theme-toggle');
