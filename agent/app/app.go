@@ -21,6 +21,8 @@ import (
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/agent/source/drops"
+	"github.com/nbs-project/nbs/agent/source/latency"
 	"github.com/nbs-project/nbs/agent/source/resets"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/agent/uplink"
@@ -149,6 +151,20 @@ func (a *Agent) openSources(ctx context.Context, ns netns.Handle) ([]source.Sour
 		return fail(err)
 	}
 	opened = append(opened, rs)
+
+	lat, err := latency.Open(ctx, latency.Options{Netns: ns, AllNetns: allNetns, DisableBPF: !a.cfg.BPF,
+		Logger: a.log.With("source", "latency")})
+	if err != nil {
+		return fail(err)
+	}
+	opened = append(opened, lat)
+
+	dr, err := drops.Open(ctx, drops.Options{Netns: ns, AllNetns: allNetns, EvidencePerSecond: uint32(a.cfg.EvidencePerSecond),
+		DisableBPF: !a.cfg.BPF, Logger: a.log.With("source", "drops")})
+	if err != nil {
+		return fail(err)
+	}
+	opened = append(opened, dr)
 
 	// New branches: open here, append to opened, return fail(err) on error.
 

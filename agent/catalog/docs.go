@@ -31,7 +31,15 @@ func Documented() []Branch {
 	for _, reason := range sortedKeys(resetReasonHelp) {
 		resets.Notes = append(resets.Notes, ResetSentReason(reason))
 	}
-	return []Branch{resets}
+	latency := Branch{Root: Latency, Metrics: LatencyTree()}
+	drops := Branch{Root: Drops, Metrics: DropsTree(), Children: []Metric{DropReason("<reason>"), DropOverflow()}}
+	for _, pc := range DropProcCounters() {
+		drops.Children = append(drops.Children, pc.Metric)
+	}
+	for _, reason := range sortedKeys(dropReasonHelp) {
+		drops.Notes = append(drops.Notes, DropReason(reason))
+	}
+	return []Branch{resets, latency, drops}
 }
 
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

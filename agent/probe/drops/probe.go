@@ -1,0 +1,385 @@
+// Package drops counts the packets the kernel drops, by the kernel's own drop
+// reason (enum skb_drop_reason, named from BTF), and streams rate-limited
+// evidence events naming the packets and the code that dropped them.
+//
+// It attaches one tp_btf program to the kfree_skb tracepoint
+// (bpf/drops.bpf.c). Counting happens in a per-CPU array indexed by reason,
+// so a drop costs one array lookup and one increment; the evidence rate limit
+// is enforced in the kernel.
+package drops
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultEvidencePerSecond is the evidence rate when Options leaves it 0.
+const DefaultEvidencePerSecond = 20
+
+// Slots is the number of reason codes the kernel-side table holds; codes at
+// or above Overflow share the last slot.
+const (
+	Slots    = 512
+	Overflow = Slots - 1
+)
+
+// ErrClosed is returned by methods called after Close.
+var ErrClosed = errors.New("drops probe closed")
+
+// Options configure Load.
+type Options struct {
+	// NetnsInode restricts counting and evidence to one network namespace
+	// (its inode, as netns.Handle.Inode); 0 counts every namespace.
+	NetnsInode uint32
+	// EvidencePerSecond caps evidence events over all CPUs; 0 means
+	// DefaultEvidencePerSecond, negative means none.
+	EvidencePerSecond int
+	Logger            *slog.Logger
+}
+
+// Counts are cumulative drops since load, summed over CPUs.
+type Counts struct {
+	// ByReason maps an enum skb_drop_reason value below Overflow to its count.
+	ByReason map[uint32]uint64
+	// Overflow counts drops whose reason is Overflow or above: reasons this
+	// table has no slot for (subsystem reasons, or a far newer kernel).
+	// Their evidence events carry the exact reason.
+	Overflow uint64
+}
+
+// Event is one drop as evidence. Src and Dst are those of the dropped packet
+// (Src sent it), the zero AddrPort when its headers were not readable, with
+// port 0 for protocols without ports.
+type Event struct {
+	Time  time.Time
+	Netns uint32
+	// Reason is the kernel's drop reason ("netfilter_drop"), Code its value.
+	Reason string
+	Code   uint32
+	// Protocol is "tcp", "udp", "icmp", ... for IP packets, else the
+	// ethertype ("ethertype_0x0806").
+	Protocol string
+	Src, Dst netip.AddrPort
+	// Ifindex is the device the packet arrived on (or was on), 0 if none.
+	Ifindex uint32
+	// Location is the kernel address that dropped the packet; Functions
+	// names it.
+	Location uint64
+}
+
+// Stats are the probe's own losses, cumulative, summed over CPUs.
+type Stats struct {
+	// Suppressed evidence events, withheld by the kernel-side rate limit.
+	Suppressed uint64
+	// RingFull evidence events lost because the reader lagged.
+	RingFull uint64
+}
+
+// Probe is the loaded and attached kfree_skb program.
+type Probe struct {
+	objs       dropsObjects
+	link       link.Link
+	names      Names
+	syms       *ksyms
+	log        *slog.Logger
+	monoToUnix int64
+
+	mu     sync.Mutex
+	closed bool
+	reader *ringbuf.Reader
+}
+
+// Load loads and attaches the program. It detects support by loading the
+// real program: cilium's feature probes test tracing programs with fentry,
+// which this project's kernels refuse although tp_btf works.
+func Load(opts Options) (*Probe, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	limit := uint32(DefaultEvidencePerSecond)
+	switch {
+	case opts.EvidencePerSecond < 0:
+		limit = 0
+	case opts.EvidencePerSecond > 0:
+		limit = uint32(opts.EvidencePerSecond)
+	}
+
+	names, err := LoadNames()
+	if err != nil {
+		return nil, fmt.Errorf("load drop reason names: %w", err)
+	}
+	if names.Max() >= Overflow {
+		log.Warn("kernel has more drop reasons than the probe has slots; the rest are counted as overflow",
+			"reasons", names.Max(), "slots", Overflow)
+	}
+	spec, err := loadDrops()
+	if err != nil {
+		return nil, fmt.Errorf("parse drops object: %w", err)
+	}
+	for name, val := range map[string]uint32{
+		dropsVarTargetNetns:    opts.NetnsInode,
+		dropsVarEvidencePerSec: limit,
+	} {
+		v, ok := spec.Variables[name]
+		if !ok {
+			return nil, fmt.Errorf("set %s: not in the drops object", name)
+		}
+		if err := v.Set(val); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+
+	p := &Probe{names: names, syms: newKsyms(), log: log, monoToUnix: monoToUnixOffset()}
+	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			log.Debug("drops verifier log", "log", fmt.Sprintf("%+v", ve))
+		}
+		return nil, fmt.Errorf("load drops program: %w (%s)", err, loadHint(err))
+	}
+	l, err := link.AttachTracing(link.TracingOptions{Program: p.objs.NbsKfreeSkb, AttachType: ebpf.AttachTraceRawTp})
+	if err != nil {
+		_ = p.objs.Close()
+		return nil, fmt.Errorf("attach kfree_skb: %w (%s)", err, loadHint(err))
+	}
+	p.link = l
+	log.Info("drops probe attached", "netns", opts.NetnsInode, "evidence_per_sec", limit)
+	return p, nil
+}
+
+func loadHint(err error) string {
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		return "needs CAP_BPF and CAP_PERFMON, or root"
+	}
+	return "needs CAP_BPF/root and a kernel (5.17+, rx_sk argument 6.12+) with BTF tracepoint kfree_skb(skb, location, reason, rx_sk)"
+}
+
+// monoToUnixOffset measures realtime - CLOCK_MONOTONIC, bracketing the
+// monotonic read by two wall-clock reads.
+func monoToUnixOffset() int64 {
+	var ts unix.Timespec
+	before := time.Now()
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	after := time.Now()
+	return before.UnixNano() + after.Sub(before).Nanoseconds()/2 - ts.Nano()
+}
+
+// Names returns the reason names read from the kernel at load.
+func (p *Probe) Names() Names { return p.names }
+
+// Programs returns the attached program by tracepoint name, for run-time
+// statistics.
+func (p *Probe) Programs() map[string]*ebpf.Program {
+	return map[string]*ebpf.Program{"kfree_skb": p.objs.NbsKfreeSkb}
+}
+
+func (p *Probe) percpu() ([]dropsNbsDropPercpu, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	var per []dropsNbsDropPercpu
+	if err := p.objs.DropPercpu.Lookup(uint32(0), &per); err != nil {
+		return nil, err
+	}
+	return per, nil
+}
+
+// Functions names drop locations (Event.Location) as "function+0xoffset"
+// from /proc/kallsyms; addresses it cannot name (addresses hidden by
+// kptr_restrict, code since unloaded) are left out. Each call with new
+// addresses costs one read of kallsyms, so pass them in batches.
+func (p *Probe) Functions(locations []uint64) map[uint64]string {
+	return p.syms.names(locations)
+}
+
+// Counts returns cumulative drops by reason.
+func (p *Probe) Counts() (Counts, error) {
+	per, err := p.percpu()
+	if err != nil {
+		return Counts{}, fmt.Errorf("read drop counts: %w", err)
+	}
+	c := Counts{ByReason: map[uint32]uint64{}}
+	for i := range per {
+		for code, v := range per[i].Reason[:Overflow] {
+			if v != 0 {
+				c.ByReason[uint32(code)] += v
+			}
+		}
+		c.Overflow += per[i].Reason[Overflow]
+	}
+	return c, nil
+}
+
+// Stats returns the probe's own losses.
+func (p *Probe) Stats() (Stats, error) {
+	per, err := p.percpu()
+	if err != nil {
+		return Stats{}, fmt.Errorf("read drops stats: %w", err)
+	}
+	var s Stats
+	for i := range per {
+		s.Suppressed += per[i].Suppressed
+		s.RingFull += per[i].RingFull
+	}
+	return s, nil
+}
+
+// ReadEvents calls fn for each evidence event until ctx is done or the probe
+// is closed, then returns nil. Only one ReadEvents may run at a time. fn runs
+// on the calling goroutine and should be quick; while it blocks, the kernel
+// drops evidence (Stats.RingFull).
+func (p *Probe) ReadEvents(ctx context.Context, fn func(Event)) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return fmt.Errorf("read drop events: %w", ErrClosed)
+	}
+	if p.reader != nil {
+		p.mu.Unlock()
+		return errors.New("read drop events: already being read")
+	}
+	rd, err := ringbuf.NewReader(p.objs.DropEvents)
+	if err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("open drop event ring: %w", err)
+	}
+	p.reader = rd
+	p.mu.Unlock()
+
+	// Closing the reader is the only way to interrupt a blocked Read; wait
+	// for the closer if it started, so no goroutine outlives this call.
+	closerDone := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(closerDone)
+		_ = rd.Close()
+	})
+	defer func() {
+		if !stop() {
+			<-closerDone
+		}
+		p.mu.Lock()
+		p.reader = nil
+		p.mu.Unlock()
+		_ = rd.Close()
+	}()
+
+	var rec ringbuf.Record
+	for {
+		if err := rd.ReadInto(&rec); err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("read drop events: %w", err)
+		}
+		ev, err := p.decode(rec.RawSample)
+		if err != nil {
+			p.log.Warn("skip malformed drop event", "err", err)
+			continue
+		}
+		fn(ev)
+	}
+}
+
+func (p *Probe) decode(raw []byte) (Event, error) {
+	var r dropsNbsDropEvent
+	if _, err := binary.Decode(raw, binary.NativeEndian, &r); err != nil {
+		return Event{}, fmt.Errorf("decode %d bytes: %w", len(raw), err)
+	}
+	ev := Event{
+		Time:     time.Unix(0, int64(r.TsNs)+p.monoToUnix),
+		Netns:    r.Netns,
+		Reason:   p.names.Reason(r.Reason),
+		Code:     r.Reason,
+		Protocol: protocol(r.L3proto, r.Family, r.L4proto),
+		Src:      addrPort(r.Family, r.Saddr, r.Sport),
+		Dst:      addrPort(r.Family, r.Daddr, r.Dport),
+		Ifindex:  r.Ifindex,
+		Location: r.Location,
+	}
+	return ev, nil
+}
+
+func protocol(l3 uint16, family uint16, l4 uint8) string {
+	if family == 0 {
+		switch l3 {
+		case 0:
+			return ""
+		case unix.ETH_P_IP:
+			return "ipv4"
+		case unix.ETH_P_IPV6:
+			return "ipv6"
+		case unix.ETH_P_ARP:
+			return "arp"
+		}
+		return fmt.Sprintf("ethertype_0x%04x", l3)
+	}
+	switch l4 {
+	case unix.IPPROTO_TCP:
+		return "tcp"
+	case unix.IPPROTO_UDP:
+		return "udp"
+	case unix.IPPROTO_ICMP:
+		return "icmp"
+	case unix.IPPROTO_ICMPV6:
+		return "icmpv6"
+	case unix.IPPROTO_SCTP:
+		return "sctp"
+	case unix.IPPROTO_UDPLITE:
+		return "udplite"
+	case unix.IPPROTO_GRE:
+		return "gre"
+	case unix.IPPROTO_ESP:
+		return "esp"
+	}
+	return fmt.Sprintf("ipproto_%d", l4)
+}
+
+// addrPort builds an address from the event's 16 bytes; IPv4-mapped IPv6
+// addresses are shown as IPv4.
+func addrPort(family uint16, b [16]byte, port uint16) netip.AddrPort {
+	switch family {
+	case unix.AF_INET:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[:4])), port)
+	case unix.AF_INET6:
+		return netip.AddrPortFrom(netip.AddrFrom16(b).Unmap(), port)
+	}
+	return netip.AddrPort{}
+}
+
+// Close detaches the program, frees the maps and ends a running ReadEvents.
+func (p *Probe) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	var errs []error
+	if p.reader != nil {
+		if err := p.reader.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close drop event reader: %w", err))
+		}
+	}
+	if err := p.link.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("detach kfree_skb: %w", err))
+	}
+	if err := p.objs.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close drops objects: %w", err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,309 @@
+// Package drops is the drops branch: packets the kernel dropped, by the
+// kernel's own reason from BPF (kfree_skb), with evidence; or a few /proc
+// counters where BPF is unavailable.
+package drops
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/agent/probe/drops"
+	"github.com/nbs-project/nbs/agent/procnet"
+	"github.com/nbs-project/nbs/agent/source"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+const (
+	capBPF  = "bpf.drops"
+	capProc = "proc.drops"
+)
+
+// Options configure Open.
+type Options struct {
+	Netns netns.Handle
+	// AllNetns counts drops in every namespace; otherwise only in Netns.
+	// /proc counters always come from Netns.
+	AllNetns bool
+	// EvidencePerSecond caps evidence events in the kernel; 0 means the
+	// probe's default.
+	EvidencePerSecond uint32
+	// MaxEventsPerInterval bounds evidence per report.
+	MaxEventsPerInterval int
+	// DisableBPF forces the /proc fallback.
+	DisableBPF bool
+	Logger     *slog.Logger
+	// SoftnetPath is /proc/net/softnet_stat unless set (tests).
+	SoftnetPath string
+}
+
+// Source is the drops branch, from BPF or /proc.
+type Source struct {
+	ns     netns.Handle
+	log    *slog.Logger
+	max    int
+	bpfWhy string
+
+	// BPF
+	probe  *drops.Probe
+	names  drops.Names
+	mu     sync.Mutex
+	events []*nbsv1.Event
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// /proc
+	softnet string
+	base    map[string]uint64
+}
+
+// Open loads the BPF probe, or falls back to /proc and says why.
+func Open(ctx context.Context, opts Options) (*Source, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxEventsPerInterval <= 0 {
+		opts.MaxEventsPerInterval = 100
+	}
+	s := &Source{ns: opts.Netns, log: opts.Logger, max: opts.MaxEventsPerInterval, bpfWhy: "disabled by --bpf=false",
+		softnet: opts.SoftnetPath}
+	if s.softnet == "" {
+		s.softnet = "/proc/net/softnet_stat"
+	}
+	if !opts.DisableBPF {
+		inode := opts.Netns.Inode
+		if opts.AllNetns {
+			inode = 0
+		}
+		p, err := drops.Load(drops.Options{NetnsInode: inode, EvidencePerSecond: int(opts.EvidencePerSecond), Logger: opts.Logger})
+		if err == nil {
+			s.startBPF(ctx, p)
+			return s, nil
+		}
+		s.bpfWhy = err.Error()
+		opts.Logger.Warn("drops: BPF unavailable, falling back to /proc counters (no per-reason split, no evidence)", "err", err)
+	}
+	if _, err := s.collectProc(); err != nil {
+		return nil, fmt.Errorf("drops: BPF unavailable (%s) and /proc fallback failed: %w", s.bpfWhy, err)
+	}
+	return s, nil
+}
+
+func (s *Source) startBPF(ctx context.Context, p *drops.Probe) {
+	s.probe, s.names, s.bpfWhy = p, p.Names(), ""
+	s.done = make(chan struct{})
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	go func() {
+		defer close(s.done)
+		if err := p.ReadEvents(rctx, s.add); err != nil {
+			s.log.Error("drops: evidence reader stopped", "err", err)
+		}
+	}()
+}
+
+func (s *Source) Name() string {
+	if s.probe != nil {
+		return "drops (bpf)"
+	}
+	return "drops (/proc)"
+}
+
+func (s *Source) Capabilities() []*nbsv1.Capability {
+	if s.probe != nil {
+		return []*nbsv1.Capability{{Name: capBPF, Available: true}}
+	}
+	return []*nbsv1.Capability{
+		{Name: capBPF, Available: false, Reason: s.bpfWhy},
+		{Name: capProc, Available: true, Reason: "UDP no-port and receive-buffer drops, IP input discards and listen drops " +
+			"from /proc/net/{snmp,snmp6,netstat} of " + s.ns.String() + ", CPU backlog drops from softnet_stat (host-wide); " +
+			"no per-reason split or evidence"},
+	}
+}
+
+// Programs returns the BPF program by tracepoint, nil on /proc.
+func (s *Source) Programs() map[string]*ebpf.Program {
+	if s.probe == nil {
+		return nil
+	}
+	return s.probe.Programs()
+}
+
+// metricFor names the child of a reason code.
+func (s *Source) metricFor(code uint32) catalog.Metric {
+	return catalog.DropReason(s.names.Reason(code))
+}
+
+func (s *Source) add(e drops.Event) {
+	id := catalog.Drops + "/" + e.Reason
+	if e.Code >= drops.Overflow {
+		id = catalog.DropsOverflow
+	}
+	fields := map[string]string{
+		"reason": e.Reason,
+		"code":   strconv.FormatUint(uint64(e.Code), 10),
+		"netns":  strconv.FormatUint(uint64(e.Netns), 10),
+	}
+	if e.Protocol != "" {
+		fields["protocol"] = e.Protocol
+	}
+	if e.Src.IsValid() {
+		fields["src"] = e.Src.String()
+		fields["dst"] = e.Dst.String()
+	}
+	if e.Ifindex != 0 {
+		fields["ifindex"] = strconv.FormatUint(uint64(e.Ifindex), 10)
+	}
+	if e.Location != 0 {
+		fields["location"] = fmt.Sprintf("%#x", e.Location)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.events) >= s.max {
+		return
+	}
+	s.events = append(s.events, &nbsv1.Event{MetricId: id, TimeUnixNano: e.Time.UnixNano(), Fields: fields})
+}
+
+func (s *Source) Collect(context.Context) (source.Reading, error) {
+	if s.probe == nil {
+		return s.collectProc()
+	}
+	c, err := s.probe.Counts()
+	if err != nil {
+		return source.Reading{}, fmt.Errorf("read drop counters: %w", err)
+	}
+	r := source.Reading{Metrics: catalog.DropsTree(), Counters: map[string]uint64{catalog.Drops: 0}}
+	for code, v := range c.ByReason {
+		m := s.metricFor(code)
+		r.Metrics = append(r.Metrics, m)
+		r.Counters[m.ID] += v
+		if m.ID != catalog.DropsNotSpecified {
+			r.Counters[catalog.Drops] += v
+		}
+	}
+	if c.Overflow > 0 {
+		r.Metrics = append(r.Metrics, catalog.DropOverflow())
+		r.Counters[catalog.DropsOverflow] = c.Overflow
+		r.Counters[catalog.Drops] += c.Overflow
+	}
+	s.mu.Lock()
+	r.Events, s.events = s.events, nil
+	s.mu.Unlock()
+	s.nameFunctions(r.Events)
+	// An event may name a reason whose counter the read above missed (it
+	// raced the read); define it so the event is never orphaned.
+	for _, e := range r.Events {
+		switch id := e.GetMetricId(); {
+		case r.Counters[id] > 0:
+		case id == catalog.DropsOverflow:
+			r.Metrics = append(r.Metrics, catalog.DropOverflow())
+		default:
+			r.Metrics = append(r.Metrics, catalog.DropReason(e.GetFields()["reason"]))
+		}
+	}
+	return r, nil
+}
+
+// nameFunctions adds the kernel function that dropped each packet, looked
+// up for the whole batch at once.
+func (s *Source) nameFunctions(events []*nbsv1.Event) {
+	locs := make([]uint64, 0, len(events))
+	for _, e := range events {
+		if a, err := strconv.ParseUint(e.GetFields()["location"], 0, 64); err == nil {
+			locs = append(locs, a)
+		}
+	}
+	if len(locs) == 0 {
+		return
+	}
+	names := s.probe.Functions(locs)
+	for _, e := range events {
+		if a, err := strconv.ParseUint(e.GetFields()["location"], 0, 64); err == nil && names[a] != "" {
+			e.Fields["function"] = names[a]
+		}
+	}
+}
+
+func (s *Source) readProc() (procnet.Counters, error) {
+	c := procnet.Counters{}
+	for _, f := range []string{"/proc/thread-self/net/snmp", "/proc/thread-self/net/netstat", "/proc/thread-self/net/snmp6"} {
+		data, err := s.ns.ReadFile(f)
+		if err != nil {
+			if f == "/proc/thread-self/net/snmp6" && os.IsNotExist(err) {
+				continue // IPv6 disabled
+			}
+			return nil, err
+		}
+		parse := procnet.Parse
+		if f == "/proc/thread-self/net/snmp6" {
+			parse = procnet.ParseSNMP6
+		}
+		if err := parse(data, c); err != nil {
+			return nil, fmt.Errorf("parse %s: %w", f, err)
+		}
+	}
+	data, err := os.ReadFile(s.softnet)
+	if err != nil {
+		return nil, err
+	}
+	sn, err := procnet.ParseSoftnet(data)
+	if err != nil {
+		return nil, err
+	}
+	c["softnet.dropped"] = sn.Dropped + sn.FlowLimit
+	return c, nil
+}
+
+func (s *Source) collectProc() (source.Reading, error) {
+	c, err := s.readProc()
+	if err != nil {
+		return source.Reading{}, err
+	}
+	pcs := catalog.DropProcCounters()
+	abs := make(map[string]uint64, len(pcs))
+	r := source.Reading{Metrics: catalog.DropsTree()}
+	for _, pc := range pcs {
+		r.Metrics = append(r.Metrics, pc.Metric)
+		var v uint64
+		for _, name := range pc.Counters {
+			v += c[name]
+		}
+		if pc.HostWide {
+			v = c["softnet.dropped"]
+		}
+		abs[pc.Metric.ID] = v
+	}
+	if s.base == nil {
+		s.base = abs
+	}
+	r.Counters = make(map[string]uint64, len(abs)+1)
+	for id, v := range abs {
+		d := v - min(s.base[id], v)
+		r.Counters[id] = d
+		r.Counters[catalog.Drops] += d
+	}
+	return r, nil
+}
+
+func (s *Source) Close() error {
+	if s.probe == nil {
+		return nil
+	}
+	err := s.probe.Close()
+	s.cancel()
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+		s.log.Warn("drops: evidence reader did not stop within 5s")
+	}
+	return err
+}

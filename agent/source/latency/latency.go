@@ -1,0 +1,180 @@
+// Package latency is the always-on part of the latency branch: TCP
+// retransmitted segments and retransmission timeouts from BPF (exact, in
+// every watched namespace), or from /proc where BPF is unavailable; lost
+// retransmissions, listen queue, socket memory and memory pressure counters
+// from /proc/net/netstat; softnet drops and time squeeze from
+// /proc/net/softnet_stat.
+package latency
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/agent/probe/retrans"
+	"github.com/nbs-project/nbs/agent/procnet"
+	"github.com/nbs-project/nbs/agent/source"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+const (
+	capBPF  = "bpf.latency.retransmits"
+	capProc = "proc.latency"
+)
+
+// Options configure Open.
+type Options struct {
+	Netns netns.Handle
+	// AllNetns counts retransmits in every namespace; otherwise only in
+	// Netns. /proc counters always come from Netns.
+	AllNetns bool
+	// DisableBPF forces the /proc fallback.
+	DisableBPF bool
+	Logger     *slog.Logger
+	// SoftnetPath is /proc/net/softnet_stat unless set (tests).
+	SoftnetPath string
+}
+
+// Source reads the always-on latency children.
+type Source struct {
+	ns       netns.Handle
+	allNetns bool
+	probe    *retrans.Probe // nil on /proc
+	bpfWhy   string
+	softnet  string
+	log      *slog.Logger
+	// base holds the /proc values at the first collection: the kernel's
+	// counters run since boot, reports count from the agent's start.
+	base map[string]uint64
+}
+
+// Open loads the retransmit probe, or falls back to /proc and says why.
+func Open(_ context.Context, opts Options) (*Source, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Source{ns: opts.Netns, allNetns: opts.AllNetns, softnet: opts.SoftnetPath, log: opts.Logger,
+		bpfWhy: "disabled by --bpf=false"}
+	if s.softnet == "" {
+		s.softnet = "/proc/net/softnet_stat"
+	}
+	if !opts.DisableBPF {
+		inode := opts.Netns.Inode
+		if opts.AllNetns {
+			inode = 0
+		}
+		p, err := retrans.Load(retrans.Options{NetnsInode: inode, Logger: opts.Logger})
+		if err == nil {
+			s.probe, s.bpfWhy = p, ""
+		} else {
+			s.bpfWhy = err.Error()
+			opts.Logger.Warn("latency: BPF unavailable, retransmits and RTOs from /proc counters of the watched namespace only", "err", err)
+		}
+	}
+	if _, err := s.Collect(context.Background()); err != nil {
+		if s.probe != nil {
+			_ = s.probe.Close()
+		}
+		return nil, fmt.Errorf("latency: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Source) Name() string {
+	if s.probe != nil {
+		return "latency (bpf)"
+	}
+	return "latency (/proc)"
+}
+
+func (s *Source) Capabilities() []*nbsv1.Capability {
+	scope := "the namespace " + s.ns.String()
+	if s.probe != nil && s.allNetns {
+		scope = "the agent's own namespace only (retransmits and RTOs cover every namespace)"
+	}
+	proc := &nbsv1.Capability{Name: capProc, Available: true, Reason: "lost retransmits, listen, socket memory and " +
+		"memory pressure counters from /proc/net/netstat of " + scope + "; softnet from /proc/net/softnet_stat (host-wide)"}
+	if s.probe == nil {
+		return []*nbsv1.Capability{{Name: capBPF, Available: false, Reason: s.bpfWhy + "; retransmits and RTOs from " +
+			"TcpRetransSegs and TcpExtTCPTimeouts of the watched namespace"}, proc}
+	}
+	return []*nbsv1.Capability{{Name: capBPF, Available: true}, proc}
+}
+
+// Programs returns the BPF programs by tracepoint, nil on /proc.
+func (s *Source) Programs() map[string]*ebpf.Program {
+	if s.probe == nil {
+		return nil
+	}
+	return s.probe.Programs()
+}
+
+func (s *Source) readProc() (procnet.Counters, error) {
+	c := procnet.Counters{}
+	for _, f := range []string{"/proc/thread-self/net/snmp", "/proc/thread-self/net/netstat"} {
+		data, err := s.ns.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		if err := procnet.Parse(data, c); err != nil {
+			return nil, fmt.Errorf("parse %s: %w", f, err)
+		}
+	}
+	data, err := os.ReadFile(s.softnet)
+	if err != nil {
+		return nil, err
+	}
+	sn, err := procnet.ParseSoftnet(data)
+	if err != nil {
+		return nil, err
+	}
+	c["softnet.dropped"] = sn.Dropped + sn.FlowLimit
+	c["softnet.time_squeeze"] = sn.TimeSqueeze
+	return c, nil
+}
+
+func (s *Source) Collect(context.Context) (source.Reading, error) {
+	c, err := s.readProc()
+	if err != nil {
+		return source.Reading{}, err
+	}
+	abs := make(map[string]uint64, len(catalog.LatencyProcCounters)+2)
+	for id, counter := range catalog.LatencyProcCounters {
+		abs[id] = c[counter]
+	}
+	abs[catalog.LatencySoftnetDropped] = c["softnet.dropped"]
+	abs[catalog.LatencySoftnetSqueeze] = c["softnet.time_squeeze"]
+	if s.base == nil {
+		s.base = abs
+	}
+	r := source.Reading{Metrics: catalog.LatencyTree(), Counters: make(map[string]uint64, len(abs)+4)}
+	for id, v := range abs {
+		r.Counters[id] = v - min(s.base[id], v)
+	}
+	if s.probe != nil {
+		// Counted since load, in the namespaces the probe watches.
+		bc, err := s.probe.Counts()
+		if err != nil {
+			return source.Reading{}, err
+		}
+		r.Counters[catalog.LatencyRetransmits] = bc.Retransmits()
+		r.Counters[catalog.LatencyRTO] = bc.RTOs
+	}
+	r.Counters[catalog.Latency] = r.Counters[catalog.LatencyRetransmits]
+	r.Counters[catalog.LatencySocketDrops] = r.Counters[catalog.LatencySocketRcvQ] + r.Counters[catalog.LatencySocketBacklog] +
+		r.Counters[catalog.LatencySocketPruned] + r.Counters[catalog.LatencySocketOFO]
+	r.Counters[catalog.LatencySoftnet] = r.Counters[catalog.LatencySoftnetDropped] + r.Counters[catalog.LatencySoftnetSqueeze]
+	return r, nil
+}
+
+func (s *Source) Close() error {
+	if s.probe == nil {
+		return nil
+	}
+	return s.probe.Close()
+}

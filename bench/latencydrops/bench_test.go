@@ -1,0 +1,165 @@
+// Package latencydrops measures what the always-on programs of the latency
+// and drops branches cost per run, under load in the namespace lab:
+//
+//	go test -run '^$' -bench . -benchtime 1x ./bench/latencydrops/
+//
+// Run time statistics are switched on with BPF_ENABLE_STATS (the same
+// counters as kernel.bpf_stats_enabled=1, but reference-counted and undone
+// when the benchmark ends) and read with Program.Stats(). Each program's
+// statistics are sampled every 100 ms during the load; the benchmark reports
+// the median of those windows' ns/run (the figure BENCHMARKS.md records),
+// the overall mean and the number of runs.
+package latencydrops
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/agent/probe/drops"
+	"github.com/nbs-project/nbs/agent/probe/retrans"
+	"github.com/nbs-project/nbs/internal/netlab"
+)
+
+// sampler records a program's statistics every 100 ms.
+type sampler struct {
+	prog    *ebpf.Program
+	windows []float64 // ns/run of each window with runs
+	first   *ebpf.ProgramStats
+	last    *ebpf.ProgramStats
+	stop    chan struct{}
+	done    sync.WaitGroup
+}
+
+func sample(b *testing.B, prog *ebpf.Program) *sampler {
+	s := &sampler{prog: prog, stop: make(chan struct{})}
+	st, err := prog.Stats()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.first, s.last = st, st
+	s.done.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-tick.C:
+				s.take()
+			}
+		}
+	})
+	return s
+}
+
+func (s *sampler) take() {
+	st, err := s.prog.Stats()
+	if err != nil {
+		return
+	}
+	if runs := st.RunCount - s.last.RunCount; runs > 0 {
+		s.windows = append(s.windows, float64(st.Runtime-s.last.Runtime)/float64(runs))
+	}
+	s.last = st
+}
+
+// report stops sampling and reports median and mean ns/run and runs.
+func (s *sampler) report(b *testing.B, name string) {
+	close(s.stop)
+	s.done.Wait()
+	s.take()
+	runs := s.last.RunCount - s.first.RunCount
+	if runs == 0 || len(s.windows) == 0 {
+		b.Fatalf("%s: the program never ran under the load", name)
+	}
+	slices.Sort(s.windows)
+	median := s.windows[len(s.windows)/2]
+	mean := float64(s.last.Runtime-s.first.Runtime) / float64(runs)
+	b.ReportMetric(median, "ns/run-median")
+	b.ReportMetric(mean, "ns/run-mean")
+	b.ReportMetric(float64(runs), "runs")
+	b.ReportMetric(float64(s.last.RecursionMisses-s.first.RecursionMisses), "recursion-misses")
+	b.Logf("%s: %d runs, median %.0f ns/run over %d windows, mean %.0f ns/run", name, runs, median, len(s.windows), mean)
+}
+
+func enableStats(b *testing.B) {
+	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		netlab.SkipOrFail(b, "BPF_ENABLE_STATS: %v", err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+}
+
+// BenchmarkKfreeSkb floods B with UDP to a closed port (every datagram is a
+// no_socket drop) and through a netfilter drop rule, as fast as one sender
+// goes, for each way the agent loads the program.
+func BenchmarkKfreeSkb(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts func(l *netlab.Lab) drops.Options
+	}{
+		{"one-netns/evidence", func(l *netlab.Lab) drops.Options {
+			return drops.Options{NetnsInode: l.Inode(b, l.B)}
+		}},
+		{"all-netns/evidence", func(*netlab.Lab) drops.Options { return drops.Options{} }},
+		{"one-netns/no-evidence", func(l *netlab.Lab) drops.Options {
+			return drops.Options{NetnsInode: l.Inode(b, l.B), EvidencePerSecond: -1}
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			l := netlab.New(b)
+			l.Nft(b, l.B, `table inet nbs_bench {
+	chain in {
+		type filter hook input priority 0; policy accept;
+		udp dport 7777 counter drop
+	}
+}`)
+			p, err := drops.Load(c.opts(l))
+			if err != nil {
+				netlab.SkipOrFail(b, "drops: %v", err)
+			}
+			defer p.Close()
+			enableStats(b)
+			for i := 0; i < b.N; i++ {
+				s := sample(b, p.Programs()["kfree_skb"])
+				for _, port := range []uint16{9999, 7777} {
+					l.SendUDP(b, l.A, netip.AddrPortFrom(l.IPB, port), 100_000, 64, 0)
+				}
+				s.report(b, "kfree_skb")
+			}
+		})
+	}
+}
+
+// BenchmarkRetransmit runs a bulk transfer through 5% random loss.
+func BenchmarkRetransmit(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		netA bool
+	}{{"one-netns", true}, {"all-netns", false}} {
+		b.Run(c.name, func(b *testing.B) {
+			l := netlab.New(b)
+			opts := retrans.Options{}
+			if c.netA {
+				opts.NetnsInode = l.Inode(b, l.A)
+			}
+			p, err := retrans.Load(opts)
+			if err != nil {
+				netlab.SkipOrFail(b, "retrans: %v", err)
+			}
+			defer p.Close()
+			enableStats(b)
+			for i := 0; i < b.N; i++ {
+				s := sample(b, p.Programs()["tcp_retransmit_skb"])
+				l.LossyBulk(b, 50, 5*time.Second)
+				s.report(b, "tcp_retransmit_skb")
+			}
+		})
+	}
+}
