@@ -23,6 +23,7 @@ import (
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/drops"
 	"github.com/nbs-project/nbs/agent/source/latency"
+	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
 	"github.com/nbs-project/nbs/agent/source/resets"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/agent/uplink"
@@ -42,6 +43,9 @@ type Agent struct {
 	mu      sync.Mutex
 	caps    []*nbsv1.Capability
 	sources []source.Source
+	ping    *pingsrc.Source
+	// pingAddress is what this node announces for peers to ping.
+	pingAddress string
 
 	expandUntil atomic.Int64 // Unix nanoseconds
 	reports     atomic.Uint64
@@ -70,6 +74,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--netns %q: %w", a.cfg.Netns, err)
 	}
+	pingAddress, err := a.cfg.pingAddress(ns)
+	if err != nil {
+		a.log.Warn("ping: cannot detect this node's address; not announcing one (set --ping.address)", "err", err)
+	}
+	a.mu.Lock()
+	a.pingAddress = pingAddress
+	a.mu.Unlock()
 	sources, err := a.openSources(ctx, ns)
 	if err != nil {
 		return err
@@ -166,6 +177,17 @@ func (a *Agent) openSources(ctx context.Context, ns netns.Handle) ([]source.Sour
 	}
 	opened = append(opened, dr)
 
+	targets, _ := pingsrc.ParseTargets(a.cfg.PingTargets) // checked by Validate
+	ps, err := pingsrc.Open(ctx, pingsrc.Options{Netns: ns, Targets: targets, Interval: a.cfg.PingInterval,
+		Logger: a.log.With("source", "ping")})
+	if err != nil {
+		return fail(err)
+	}
+	opened = append(opened, ps)
+	a.mu.Lock()
+	a.ping = ps
+	a.mu.Unlock()
+
 	// New branches: open here, append to opened, return fail(err) on error.
 
 	return opened, nil
@@ -188,6 +210,7 @@ func (a *Agent) collect(ctx context.Context) reading {
 			a.log.Warn("collect", "source", s.Name(), "err", err)
 			continue
 		}
+		a.tree.Forget(got.Retired...)
 		if added := a.tree.Define(got.Metrics...); len(added) > 0 {
 			a.log.Debug("new metrics", "source", s.Name(), "count", len(added))
 		}
@@ -259,9 +282,10 @@ func histogramProto(id string, h *loglinear.Histogram) *nbsv1.Histogram {
 func (a *Agent) Hello() *nbsv1.Hello {
 	a.mu.Lock()
 	caps := append([]*nbsv1.Capability(nil), a.caps...)
+	pingAddress := a.pingAddress
 	a.mu.Unlock()
 	h := &nbsv1.Hello{NodeName: a.cfg.NodeName, Labels: a.cfg.Labels, AgentVersion: a.version, KernelRelease: a.kernel,
-		InstanceId: a.instance, Capabilities: caps, IntervalMs: uint32(a.cfg.Interval.Milliseconds())}
+		InstanceId: a.instance, Capabilities: caps, IntervalMs: uint32(a.cfg.Interval.Milliseconds()), PingAddress: pingAddress}
 	for _, m := range a.tree.Metrics() {
 		h.Metrics = append(h.Metrics, m.Proto())
 	}
@@ -295,6 +319,12 @@ func (a *Agent) ApplyConfig(c *nbsv1.Config) {
 	}
 	a.tree.SetThresholds(overrides, c.GetDisabledThresholds())
 	a.expandUntil.Store(c.GetExpandUntilUnixNano())
+	a.mu.Lock()
+	ps := a.ping
+	a.mu.Unlock()
+	if ps != nil {
+		ps.SetPeers(c.GetPingTargets())
+	}
 	a.log.Info("config applied", "version", c.GetVersion(), "threshold_overrides", len(overrides))
 }
 

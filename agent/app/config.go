@@ -4,11 +4,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"regexp"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/nbs-project/nbs/agent/netns"
+	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
 )
 
 type Config struct {
@@ -21,6 +25,13 @@ type Config struct {
 	EvidencePerSecond uint
 	SnapshotEvery     time.Duration
 	BPF               bool
+	// PingTargets are always pinged: "host" or "name=host", comma-separated.
+	PingTargets string
+	// PingInterval spaces the echoes to each target (0: 1s).
+	PingInterval time.Duration
+	// PingAddress is announced to the collector for peers to ping: an IP,
+	// "" to detect the watched namespace's primary IPv4, "none" for none.
+	PingAddress string
 }
 
 // RegisterFlags binds the configuration to flags with production defaults.
@@ -35,6 +46,29 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.UintVar(&c.EvidencePerSecond, "evidence.per-second", 20, "evidence events per second the kernel may emit (rate limit enforced in BPF)")
 	fs.DurationVar(&c.SnapshotEvery, "snapshot.every", 5*time.Minute, "send the full tree this often, so history exists at coarse grain")
 	fs.BoolVar(&c.BPF, "bpf", true, "use eBPF; false forces the /proc fallback")
+	fs.StringVar(&c.PingTargets, "ping.targets", "", "hosts to ping always, comma-separated: an IP or DNS name, optionally named (gw=10.0.0.1); the collector adds fleet peers")
+	fs.DurationVar(&c.PingInterval, "ping.interval", time.Second, "spacing of ICMP echoes to each ping target")
+	fs.StringVar(&c.PingAddress, "ping.address", "", "address peers should ping to reach this node (default: the primary IPv4 of the watched namespace; \"none\" to announce none)")
+}
+
+// pingAddress is what the Hello announces: the flag's address, nothing for
+// "none", else the watched namespace's primary IPv4.
+func (c *Config) pingAddress(ns netns.Handle) (string, error) {
+	switch c.PingAddress {
+	case "none":
+		return "", nil
+	case "":
+		a, err := pingsrc.DetectAddress(ns)
+		if err != nil || !a.IsValid() {
+			return "", err
+		}
+		return a.String(), nil
+	}
+	a, err := netip.ParseAddr(c.PingAddress)
+	if err != nil {
+		return "", err
+	}
+	return a.Unmap().String(), nil
 }
 
 var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
@@ -55,6 +89,17 @@ func (c *Config) Validate() error {
 	}
 	if c.EvidencePerSecond > 100_000 {
 		errs = append(errs, fmt.Errorf("--evidence.per-second %d is more than 100000", c.EvidencePerSecond))
+	}
+	if _, err := pingsrc.ParseTargets(c.PingTargets); err != nil {
+		errs = append(errs, fmt.Errorf("--ping.targets: %w", err))
+	}
+	if c.PingInterval != 0 && (c.PingInterval < 10*time.Millisecond || c.PingInterval > time.Hour) {
+		errs = append(errs, fmt.Errorf("--ping.interval %s must be from 10ms to 1h", c.PingInterval))
+	}
+	if c.PingAddress != "" && c.PingAddress != "none" {
+		if a, err := netip.ParseAddr(c.PingAddress); err != nil || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
+			errs = append(errs, fmt.Errorf("--ping.address %q: want a unicast, non-loopback IP address without a zone, or \"none\"", c.PingAddress))
+		}
 	}
 	if c.SnapshotEvery < c.Interval {
 		errs = append(errs, fmt.Errorf("--snapshot.every %s is shorter than --interval %s", c.SnapshotEvery, c.Interval))

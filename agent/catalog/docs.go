@@ -39,7 +39,8 @@ func Documented() []Branch {
 	for _, reason := range sortedKeys(dropReasonHelp) {
 		drops.Notes = append(drops.Notes, DropReason(reason))
 	}
-	return []Branch{resets, latency, drops}
+	ping := Branch{Root: Ping, Metrics: PingTree(), Children: PingTarget(Ping+"/<target>", "")}
+	return []Branch{resets, latency, drops, ping}
 }
 
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

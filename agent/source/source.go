@@ -24,6 +24,10 @@ type Reading struct {
 	Histograms map[string]*loglinear.Histogram
 	// Events are evidence gathered since the previous collection.
 	Events []*nbsv1.Event
+	// Retired lists metric ids the source stopped measuring since the
+	// previous collection (a ping target removed): the agent forgets them
+	// and their subtrees, so they do not linger as UNKNOWN.
+	Retired []string
 }
 
 // Source is one branch of the tree.

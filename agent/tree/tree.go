@@ -6,6 +6,7 @@ package tree
 import (
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/nbs-project/nbs/agent/catalog"
@@ -84,6 +85,33 @@ func (t *Tree) Define(ms ...catalog.Metric) []catalog.Metric {
 		sort.Strings(t.order)
 	}
 	return added
+}
+
+// Forget removes metrics and their subtrees (and their threshold state), so
+// a child its source stopped measuring is no longer UNKNOWN. Defining it
+// again later starts it afresh.
+func (t *Tree) Forget(ids ...string) {
+	if len(ids) == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gone := func(id string) bool {
+		for _, f := range ids {
+			if id == f || strings.HasPrefix(id, f+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	t.order = slices.DeleteFunc(t.order, func(id string) bool {
+		if !gone(id) {
+			return false
+		}
+		delete(t.metrics, id)
+		delete(t.eval, id)
+		return true
+	})
 }
 
 // Metric returns a definition by id.

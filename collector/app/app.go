@@ -37,6 +37,9 @@ type Config struct {
 	// Window bounds what one stream may have in flight: with gRPC's default
 	// auto-tuned windows a collector buffered ~2 GB when Postgres fell behind.
 	StreamWindow int32
+	// PingPeers is how many fleet peers each node is told to ping
+	// (0: the default 8; negative: no ping mesh).
+	PingPeers int
 	// ExternalURL is where people reach this NBS, for links in alerts.
 	ExternalURL string
 	Alert       alert.Config
@@ -50,6 +53,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Retention, "retention", 30*24*time.Hour, "how long reports are kept; older day partitions are dropped")
 	fs.IntVar(&c.DBWriters, "db.writers", 2, "concurrent database writers (about one per database core)")
 	fs.IntVar(&c.MaxMsgSize, "grpc.max-message-bytes", 4<<20, "largest message an agent may send")
+	fs.IntVar(&c.PingPeers, "ping.peers", nodeconfig.DefaultPingPeers, "fleet peers each node pings and is pinged by, drawn deterministically from the nodes that announce a ping address (-1: no ping mesh)")
 	c.StreamWindow = 64 << 10
 	fs.StringVar(&c.ExternalURL, "web.external-url", "", "URL people use to reach this NBS, for links in alerts (default http://<http.listen-address>)")
 	c.Alert.RegisterFlags(fs)
@@ -62,6 +66,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Retention < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--retention %s is shorter than one day partition", c.Retention))
+	}
+	if c.PingPeers > 1000 {
+		errs = append(errs, fmt.Errorf("--ping.peers %d is more than 1000", c.PingPeers))
 	}
 	if c.DBWriters < 1 || c.DBWriters > 64 {
 		errs = append(errs, fmt.Errorf("--db.writers %d must be from 1 to 64", c.DBWriters))
@@ -151,6 +158,9 @@ func (c *Collector) Run(ctx context.Context) error {
 	limits := ingest.DefaultLimits()
 	limits.MaxAge = c.cfg.Retention
 	configs := nodeconfig.New(st, c.log.With("part", "nodeconfig"))
+	if c.cfg.PingPeers != 0 {
+		configs.SetPingPeers(c.cfg.PingPeers)
+	}
 	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs}, c.log.With("part", "ingest"), c.metrics)
 	configs.SetPusher(ingestSrv)
 

@@ -3,6 +3,7 @@ package ingest
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"regexp"
 	"strings"
 	"time"
@@ -98,9 +99,14 @@ func (l Limits) checkHello(h *nbsv1.Hello) (store.Node, []store.MetricDef, *reje
 			return n, nil, reject("bad_hello", "hello: a version string is %d bytes, at most %d allowed", len(s), l.MaxStringLen)
 		}
 	}
+	pingAddr, err := checkPingAddress(h.GetPingAddress())
+	if err != nil {
+		return n, nil, reject("bad_hello", "hello: ping_address %.64q: %v", h.GetPingAddress(), err)
+	}
 	n = store.Node{
 		Name: h.GetNodeName(), Labels: h.GetLabels(), AgentVersion: h.GetAgentVersion(),
 		KernelRelease: h.GetKernelRelease(), InstanceID: h.GetInstanceId(), IntervalMS: h.GetIntervalMs(),
+		PingAddress: pingAddr,
 	}
 	for _, c := range h.GetCapabilities() {
 		if c.GetName() == "" || len(c.GetName()) > 128 || len(c.GetReason()) > l.MaxStringLen {
@@ -113,6 +119,24 @@ func (l Limits) checkHello(h *nbsv1.Hello) (store.Node, []store.MetricDef, *reje
 		return n, nil, reject("bad_hello", "hello: %s", rej.msg)
 	}
 	return n, defs, nil
+}
+
+// checkPingAddress accepts an empty address (not a ping peer) or a unicast
+// IP other nodes can ping; it returns the canonical form.
+func checkPingAddress(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	a, err := netip.ParseAddr(s)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("not an IP address")
+	case a.Zone() != "":
+		return "", fmt.Errorf("a scoped address (%%zone) means nothing to other nodes")
+	case a.IsUnspecified(), a.IsMulticast(), a.IsLoopback():
+		return "", fmt.Errorf("must be a unicast, non-loopback address")
+	}
+	return a.Unmap().String(), nil
 }
 
 // checkDefinitions validates new metric definitions against those already

@@ -35,12 +35,16 @@ type Service struct {
 	log    *slog.Logger
 	pusher Pusher
 
+	peers *peerSet
+
 	mu     sync.Mutex
 	expand map[string]time.Time // node → stream the full tree until
+	runCtx context.Context      // Listen's, once it runs
 }
 
 func New(st *store.Store, log *slog.Logger) *Service {
-	return &Service{repo: repo{st.Pool()}, store: st, log: log, expand: map[string]time.Time{}}
+	return &Service{repo: repo{st.Pool()}, store: st, log: log, expand: map[string]time.Time{},
+		peers: &peerSet{k: DefaultPingPeers, pool: st.Pool()}}
 }
 
 // SetPusher connects the service to the ingest server (which in turn asks
@@ -68,6 +72,9 @@ func (s *Service) ConfigFor(ctx context.Context, n store.Node) (*nbsv1.Config, e
 		cfg.ExpandUntilUnixNano = until.UnixNano()
 	}
 	s.mu.Unlock()
+	if cfg.PingTargets, err = s.pingTargets(ctx, n); err != nil {
+		return nil, err
+	}
 	return cfg, nil
 }
 
@@ -115,7 +122,7 @@ func (s *Service) Thresholds(ctx context.Context, n store.Node, defs []store.Met
 }
 
 type change struct {
-	Kind  string `json:"kind"` // thresholds or expand
+	Kind  string `json:"kind"` // thresholds, expand or peers
 	Node  string `json:"node,omitempty"`
 	Until int64  `json:"until,omitempty"`
 }
@@ -136,6 +143,13 @@ func (s *Service) apply(ctx context.Context, c change) {
 	switch c.Kind {
 	case "thresholds":
 		s.pusher.PushConfig(ctx)
+	case "peers":
+		// Read the new fleet first, so the configs below use it and this
+		// change is not taken for another one.
+		if _, _, err := s.peers.current(ctx, nil, true); err != nil {
+			s.log.Warn("read ping peers", "err", err)
+		}
+		s.pusher.PushConfig(ctx)
 	case "expand":
 		s.mu.Lock()
 		if cur := s.expand[c.Node]; time.Unix(0, c.Until).After(cur) {
@@ -154,6 +168,12 @@ func (s *Service) apply(ctx context.Context, c change) {
 // Listen follows other collectors' changes until ctx ends, reconnecting
 // after database errors.
 func (s *Service) Listen(ctx context.Context, pool *pgxpool.Pool) {
+	s.mu.Lock()
+	s.runCtx = ctx
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { s.refreshPeers(ctx) })
 	backoff := time.Second
 	for ctx.Err() == nil {
 		err := s.listenOnce(ctx, pool)

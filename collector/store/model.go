@@ -105,6 +105,8 @@ type Node struct {
 	Capabilities  []Capability
 	FirstSeen     time.Time
 	LastHello     time.Time
+	// PingAddress is where other nodes ping this one ("" = not a peer).
+	PingAddress string
 }
 
 type MetricDef struct {

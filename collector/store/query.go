@@ -12,14 +12,14 @@ import (
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
 
-const nodeColumns = `id, name, labels, agent_version, kernel_release, instance_id, interval_ms, capabilities, first_seen, last_hello`
+const nodeColumns = `id, name, labels, agent_version, kernel_release, instance_id, interval_ms, capabilities, first_seen, last_hello, ping_address`
 
 func scanNode(row pgx.Row) (Node, error) {
 	var n Node
 	var labels, caps []byte
 	var inst int64
 	var interval int32
-	if err := row.Scan(&n.ID, &n.Name, &labels, &n.AgentVersion, &n.KernelRelease, &inst, &interval, &caps, &n.FirstSeen, &n.LastHello); err != nil {
+	if err := row.Scan(&n.ID, &n.Name, &labels, &n.AgentVersion, &n.KernelRelease, &inst, &interval, &caps, &n.FirstSeen, &n.LastHello, &n.PingAddress); err != nil {
 		return n, err
 	}
 	n.InstanceID, n.IntervalMS = uint64(inst), uint32(interval)

@@ -77,13 +77,14 @@ func (s *Store) UpsertNode(ctx context.Context, n Node) (int32, error) {
 	}
 	var id int32
 	err = s.pool.QueryRow(ctx, `
-		INSERT INTO nodes (name, labels, agent_version, kernel_release, instance_id, interval_ms, capabilities)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		INSERT INTO nodes (name, labels, agent_version, kernel_release, instance_id, interval_ms, capabilities, ping_address)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 		ON CONFLICT (name) DO UPDATE SET labels = EXCLUDED.labels, agent_version = EXCLUDED.agent_version,
 			kernel_release = EXCLUDED.kernel_release, instance_id = EXCLUDED.instance_id,
-			interval_ms = EXCLUDED.interval_ms, capabilities = EXCLUDED.capabilities, last_hello = now()
+			interval_ms = EXCLUDED.interval_ms, capabilities = EXCLUDED.capabilities,
+			ping_address = EXCLUDED.ping_address, last_hello = now()
 		RETURNING id`,
-		n.Name, labels, n.AgentVersion, n.KernelRelease, int64(n.InstanceID), int32(n.IntervalMS), caps).Scan(&id)
+		n.Name, labels, n.AgentVersion, n.KernelRelease, int64(n.InstanceID), int32(n.IntervalMS), caps, n.PingAddress).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("upsert node %q: %w", n.Name, err)
 	}

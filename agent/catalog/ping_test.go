@@ -1,0 +1,55 @@
+package catalog
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The collector's rule for metric ids (collector/ingest).
+var metricPathRE = regexp.MustCompile(`^[a-z0-9_]+(/[a-z0-9_.:-]+){0,7}$`)
+
+func TestPingSegment(t *testing.T) {
+	cases := map[string]string{
+		"198.18.0.2":             "198.18.0.2",
+		"2001:db8::1":            "2001:db8::1",
+		"Web-1.Example":          "web-1.example",
+		"gw one/two":             "gw_one_two",
+		"clock":                  "clock_",
+		"":                       "_",
+		"ünïcode":                "_n_code",
+		strings.Repeat("a", 300): strings.Repeat("a", 128),
+	}
+	for in, want := range cases {
+		if got := PingSegment(in); got != want {
+			t.Errorf("PingSegment(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// Every id of a target's subtree is one the collector accepts, for any
+// target name, and the subtree never collides with ping/clock.
+func TestPingTargetIDsAreValid(t *testing.T) {
+	for _, name := range []string{"198.18.0.2", "2001:db8::1", "Node_A", "clock", "a b", strings.Repeat("x", 300)} {
+		id := PingTargetID(name)
+		if id == PingClock {
+			t.Errorf("target %q takes the clock's id", name)
+		}
+		for _, m := range PingTarget(id, name) {
+			if len(m.ID) > 255 || !metricPathRE.MatchString(m.ID) {
+				t.Errorf("target %q: id %q is not a valid metric path", name, m.ID)
+			}
+			if m.Parent() != Ping && !strings.HasPrefix(m.ID, id+"/") && m.ID != id {
+				t.Errorf("target %q: %q is outside its subtree", name, m.ID)
+			}
+			if m.Kind == Histogram && (m.Scale != 1e6 || m.Quantile != 0.99) {
+				t.Errorf("%s: histogram without the ms scale and p99 headline", m.ID)
+			}
+		}
+	}
+	for _, m := range PingTree() {
+		if !metricPathRE.MatchString(m.ID) {
+			t.Errorf("%q is not a valid metric path", m.ID)
+		}
+	}
+}

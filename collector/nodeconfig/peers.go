@@ -1,0 +1,300 @@
+package nodeconfig
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nbs-project/nbs/collector/store"
+)
+
+// The ping mesh. Every node that announces a ping address is a candidate
+// peer. The candidates are laid out on K/2 rings, each ordered by a
+// different hash of the node name (K/2 random permutations of the fleet),
+// and each node pings its successor and predecessor on every ring. So:
+//   - the choice is deterministic and identical on every collector, with
+//     no state to share;
+//   - every node pings K others and is pinged by exactly those K (a node
+//     is its neighbours' neighbour), so no node goes unwatched; the rare
+//     peer that is a neighbour on two rings makes the set one smaller;
+//   - it is stable: a node joining or leaving changes one peer of each of
+//     its K neighbours and nothing else;
+//   - the rings are random, so a node's peers are spread over racks and
+//     customers: a mesh that crosses them is what finds a bad link between
+//     them, so labels are ignored on purpose.
+//
+// A fleet of at most K+1 such nodes is a full mesh. A node without a ping
+// address pings the neighbours it would have and is pinged by no one.
+
+// DefaultPingPeers is how many peers each node pings.
+const DefaultPingPeers = 8
+
+const (
+	// A node silent for this long (no Hello, no report) is no longer
+	// handed out as a peer; until then its pingers report it lost, which
+	// is the point while it is down.
+	peerMaxAge = 15 * time.Minute
+	// peerPushDelay coalesces a burst of joins (a fleet starting) into one
+	// push of new peer sets to every node.
+	peerPushDelay = 5 * time.Second
+	// peerRefreshEvery re-reads the fleet to notice nodes that went silent.
+	peerRefreshEvery = time.Minute
+)
+
+type peer struct {
+	name, addr string
+}
+
+// peerSet caches the candidate peers and notices when they change.
+type peerSet struct {
+	k    int
+	pool *pgxpool.Pool
+
+	mu      sync.Mutex
+	list    []peer // by name
+	mesh    *mesh  // of list, for k
+	fp      uint64 // fingerprint of list; 0 before the first read
+	readAt  time.Time
+	pending bool // a push of new peer sets is scheduled
+}
+
+func (p *peerSet) read(ctx context.Context) ([]peer, error) {
+	rows, err := p.pool.Query(ctx, `
+		SELECT n.name, n.ping_address FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id
+		WHERE n.ping_address <> '' AND greatest(n.last_hello, l.ts) > now() - make_interval(secs => $1)
+		ORDER BY n.name`, peerMaxAge.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("read ping peers: %w", err)
+	}
+	defer rows.Close()
+	var out []peer
+	for rows.Next() {
+		var pr peer
+		if err := rows.Scan(&pr.name, &pr.addr); err != nil {
+			return nil, fmt.Errorf("read ping peers: %w", err)
+		}
+		out = append(out, pr)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read ping peers: %w", err)
+	}
+	return out, nil
+}
+
+// current returns the mesh of the fleet's peers, as n would see it: a
+// node whose own announcement is missing from the cache (it just joined,
+// or changed its address) forces a fresh read. changed reports that the
+// fleet's peers differ from what earlier configs were computed from.
+func (p *peerSet) current(ctx context.Context, n *store.Node, force bool) (m *mesh, changed bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !force && p.fp != 0 && time.Since(p.readAt) < peerRefreshEvery && (n == nil || p.reflects(*n)) {
+		if p.mesh == nil || p.mesh.k != p.k {
+			p.mesh = newMesh(p.list, p.k)
+		}
+		return p.mesh, false, nil
+	}
+	list, err := p.read(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	fp := fingerprint(list)
+	changed = p.fp != 0 && fp != p.fp
+	p.list, p.fp, p.readAt = list, fp, time.Now()
+	p.mesh = newMesh(list, p.k)
+	return p.mesh, changed, nil
+}
+
+// reflects says whether the cached list agrees with what n announced.
+func (p *peerSet) reflects(n store.Node) bool {
+	i, found := slices.BinarySearchFunc(p.list, n.Name, func(pr peer, name string) int {
+		switch {
+		case pr.name < name:
+			return -1
+		case pr.name > name:
+			return 1
+		}
+		return 0
+	})
+	if n.PingAddress == "" {
+		return !found
+	}
+	return found && p.list[i].addr == n.PingAddress
+}
+
+func fingerprint(list []peer) uint64 {
+	h := fnv.New64a()
+	for _, pr := range list {
+		h.Write([]byte(pr.name))
+		h.Write([]byte{0})
+		h.Write([]byte(pr.addr))
+		h.Write([]byte{0})
+	}
+	return h.Sum64() | 1 // never 0, which means "not read yet"
+}
+
+// mesh is the fleet's candidates laid out on rings, built once per
+// candidate list so each config costs O(K log N).
+type mesh struct {
+	k     int
+	all   []peer       // every candidate, for a full mesh
+	rings [][]ringSlot // each sorted by pos
+}
+
+type ringSlot struct {
+	pos uint64
+	peer
+}
+
+func newMesh(candidates []peer, k int) *mesh {
+	m := &mesh{k: k, all: candidates}
+	if k <= 0 || len(candidates) <= k+1 {
+		return m
+	}
+	for r := range (k + 1) / 2 {
+		ring := make([]ringSlot, len(candidates))
+		for i, c := range candidates {
+			ring[i] = ringSlot{ringPos(r, c.name), c}
+		}
+		sort.Slice(ring, func(i, j int) bool { return ring[i].before(ring[j].pos, ring[j].name) })
+		m.rings = append(m.rings, ring)
+	}
+	return m
+}
+
+func (s ringSlot) before(pos uint64, name string) bool {
+	return s.pos < pos || (s.pos == pos && s.name < name)
+}
+
+// peersOf returns node's ping targets as "name=address".
+func (m *mesh) peersOf(node string) []string {
+	var out []string
+	add := func(p peer) {
+		t := p.name + "=" + p.addr
+		if p.name != node && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	if m.k <= 0 {
+		return nil
+	}
+	if m.rings == nil {
+		for _, p := range m.all {
+			add(p)
+		}
+		return out
+	}
+	for r, ring := range m.rings {
+		pos := ringPos(r, node)
+		i := sort.Search(len(ring), func(i int) bool { return !ring[i].before(pos, node) })
+		succ := i % len(ring) // where node sits or would be inserted
+		if ring[succ].name == node {
+			succ = (i + 1) % len(ring)
+		}
+		pred := (i - 1 + len(ring)) % len(ring)
+		add(ring[succ].peer)
+		// With an odd K the last ring gives only a successor.
+		if 2*r+1 < m.k {
+			add(ring[pred].peer)
+		}
+	}
+	return out
+}
+
+// ringPos places a name on ring r: FNV-1a of both, finished with the
+// splitmix64 mixer so similar names (web-1, web-2) spread evenly.
+func ringPos(r int, name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte{byte(r), byte(r >> 8), 0})
+	h.Write([]byte(name))
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// pingTargets is the peer part of a node's Config. A change in the fleet's
+// peers schedules one push of fresh configs to every node, here and (via
+// NOTIFY) on the other collectors.
+func (s *Service) pingTargets(ctx context.Context, n store.Node) ([]string, error) {
+	m, changed, err := s.peers.current(ctx, &n, false)
+	if err != nil {
+		return nil, err
+	}
+	if changed {
+		s.schedulePeerPush()
+	}
+	return m.peersOf(n.Name), nil
+}
+
+func (s *Service) schedulePeerPush() {
+	s.peers.mu.Lock()
+	defer s.peers.mu.Unlock()
+	if s.peers.pending {
+		return
+	}
+	s.peers.pending = true
+	time.AfterFunc(peerPushDelay, func() {
+		s.peers.mu.Lock()
+		s.peers.pending = false
+		s.peers.mu.Unlock()
+		ctx := s.baseContext()
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Info("ping peers changed; pushing new peer sets")
+		s.announce(ctx, change{Kind: "peers"})
+	})
+}
+
+// refreshPeers re-reads the fleet periodically, so a node that went silent
+// leaves its pingers' peer sets without anyone joining.
+func (s *Service) refreshPeers(ctx context.Context) {
+	t := time.NewTicker(peerRefreshEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, changed, err := s.peers.current(ctx, nil, true)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("refresh ping peers", "err", err)
+			}
+			continue
+		}
+		if changed {
+			s.schedulePeerPush()
+		}
+	}
+}
+
+// baseContext is the context of Listen (the collector's run), for work
+// started by timers.
+func (s *Service) baseContext() context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runCtx == nil {
+		return context.Background()
+	}
+	return s.runCtx
+}
+
+// SetPingPeers sets how many peers each node pings (0 or less turns the
+// mesh off).
+func (s *Service) SetPingPeers(k int) {
+	s.peers.mu.Lock()
+	defer s.peers.mu.Unlock()
+	s.peers.k = max(k, 0)
+}

@@ -1,0 +1,195 @@
+package nodeconfig
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/pgcluster"
+)
+
+func TestMain(m *testing.M) { pgcluster.Main(m) }
+
+func fleet(n int) []peer {
+	ps := make([]peer, n)
+	for i := range ps {
+		ps[i] = peer{name: fmt.Sprintf("node-%03d", i), addr: fmt.Sprintf("10.0.%d.%d", i/256, i%256)}
+	}
+	return ps
+}
+
+func name(target string) string { return strings.SplitN(target, "=", 2)[0] }
+
+func TestMesh(t *testing.T) {
+	const k = 8
+	ps := fleet(200)
+	m := newMesh(ps, k)
+	got := m.peersOf("node-007")
+	if len(got) < k-1 || len(got) > k {
+		t.Fatalf("%d peers, want %d", len(got), k)
+	}
+	if !slices.Equal(got, newMesh(ps, k).peersOf("node-007")) {
+		t.Fatal("not deterministic")
+	}
+	for _, g := range got {
+		if name(g) == "node-007" {
+			t.Fatal("a node is its own peer")
+		}
+		if !strings.Contains(g, "=10.0.") {
+			t.Fatalf("target %q is not name=address", g)
+		}
+	}
+	if got := newMesh(ps[:5], k).peersOf("node-000"); len(got) != 4 {
+		t.Fatalf("5 nodes, k=8: %v, want a full mesh of the 4 others", got)
+	}
+	if got := newMesh(ps, k).peersOf("not-a-candidate"); len(got) < k-1 {
+		t.Fatalf("a node without an address pings %v, want about %d", got, k)
+	}
+	if got := newMesh(ps, 0).peersOf("node-000"); len(got) != 0 {
+		t.Fatalf("k=0: %v", got)
+	}
+	if got := newMesh(nil, k).peersOf("node-000"); len(got) != 0 {
+		t.Fatalf("empty fleet: %v", got)
+	}
+
+	// Every node is pinged by the K it pings (a node is its neighbours'
+	// neighbour), so by about K others.
+	before := map[string][]string{}
+	in := map[string]int{}
+	for _, p := range ps {
+		before[p.name] = m.peersOf(p.name)
+		for _, g := range before[p.name] {
+			in[name(g)]++
+		}
+	}
+	lo, hi := len(ps), 0
+	for _, p := range ps {
+		lo, hi = min(lo, in[p.name]), max(hi, in[p.name])
+		for _, g := range before[p.name] {
+			if !slices.Contains(before[name(g)], p.name+"="+p.addr) {
+				t.Fatalf("%s pings %s but not the other way round", p.name, g)
+			}
+		}
+	}
+	t.Logf("200 nodes, k=%d: each pinged by %d to %d others", k, lo, hi)
+	if lo < k-2 || hi > k {
+		t.Errorf("in-degree from %d to %d, want about %d", lo, hi, k)
+	}
+
+	// Stable: a node joining changes one peer of at most K nodes.
+	m2 := newMesh(append(slices.Clone(ps), peer{name: "node-new", addr: "10.9.9.9"}), k)
+	changed := 0
+	for _, p := range ps {
+		diff := 0
+		for _, g := range m2.peersOf(p.name) {
+			if !slices.Contains(before[p.name], g) {
+				diff++
+			}
+		}
+		if diff > 1 {
+			t.Fatalf("%s: %d peers changed when one node joined", p.name, diff)
+		}
+		changed += diff
+	}
+	t.Logf("a node joining 200 changed %d peer sets", changed)
+	if changed > k {
+		t.Errorf("%d peer sets changed on one join, want at most %d", changed, k)
+	}
+
+	// An odd K: the last ring gives a successor only.
+	if got := newMesh(ps, 3).peersOf("node-001"); len(got) < 2 || len(got) > 3 {
+		t.Errorf("k=3: %v", got)
+	}
+}
+
+type fakePusher struct {
+	mu     sync.Mutex
+	pushes int
+}
+
+func (f *fakePusher) PushConfig(context.Context, ...string) {
+	f.mu.Lock()
+	f.pushes++
+	f.mu.Unlock()
+}
+
+func (f *fakePusher) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pushes
+}
+
+// The collector hands each node the others that announce a ping address,
+// and when a node joins (or changes its address) it pushes new peer sets
+// to everyone, once per burst.
+func TestConfigForHandsOutPeers(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	svc := New(st, slog.New(slog.DiscardHandler))
+	push := &fakePusher{}
+	svc.SetPusher(push)
+
+	hello := func(name, addr string) store.Node {
+		t.Helper()
+		n := store.Node{Name: name, InstanceID: 1, IntervalMS: 1000, PingAddress: addr}
+		if n.ID, err = st.UpsertNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	targets := func(n store.Node) string {
+		t.Helper()
+		cfg, err := svc.ConfigFor(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(cfg.GetPingTargets(), ",")
+	}
+
+	a := hello("a", "198.18.0.1")
+	if got := targets(a); got != "" {
+		t.Fatalf("a alone: targets %q", got)
+	}
+	b := hello("b", "198.18.0.2")
+	if got := targets(b); got != "a=198.18.0.1" {
+		t.Fatalf("b: targets %q", got)
+	}
+	if got := targets(a); got != "b=198.18.0.2" {
+		t.Fatalf("a after b joined: targets %q", got)
+	}
+	c := hello("c", "") // pings, is not pinged
+	if got := targets(c); got != "a=198.18.0.1,b=198.18.0.2" && got != "b=198.18.0.2,a=198.18.0.1" {
+		t.Fatalf("c: targets %q", got)
+	}
+	if got := targets(a); got != "b=198.18.0.2" {
+		t.Fatalf("a must not ping c, which has no address: %q", got)
+	}
+	deadline := time.Now().Add(peerPushDelay + 5*time.Second)
+	for push.count() == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := push.count(); n != 1 {
+		t.Fatalf("%d pushes after b joined, want 1 (coalesced)", n)
+	}
+	b = hello("b", "198.18.0.22")
+	if got := targets(b); got != "a=198.18.0.1" {
+		t.Fatalf("b: targets %q", got)
+	}
+	if got := targets(a); got != "b=198.18.0.22" {
+		t.Fatalf("a after b's address changed: targets %q", got)
+	}
+	svc.SetPingPeers(-1)
+	if got := targets(a); got != "" {
+		t.Fatalf("mesh off: targets %q", got)
+	}
+}
