@@ -15,13 +15,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/nbs-project/nbs/agent/probe/evidence"
 	"golang.org/x/sys/unix"
 )
 
@@ -98,7 +98,7 @@ type Probe struct {
 
 	mu     sync.Mutex
 	closed bool
-	reader *ringbuf.Reader
+	ring   *evidence.Ring
 }
 
 // Load loads and attaches the program. It detects support by loading the
@@ -157,6 +157,7 @@ func Load(opts Options) (*Probe, error) {
 	}
 	p.link = l
 	log.Info("drops probe attached", "netns", opts.NetnsInode, "evidence_per_sec", limit)
+	p.ring = evidence.NewRing("drop", p.objs.DropEvents, ErrClosed)
 	return p, nil
 }
 
@@ -244,55 +245,14 @@ func (p *Probe) Stats() (Stats, error) {
 // on the calling goroutine and should be quick; while it blocks, the kernel
 // drops evidence (Stats.RingFull).
 func (p *Probe) ReadEvents(ctx context.Context, fn func(Event)) error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return fmt.Errorf("read drop events: %w", ErrClosed)
-	}
-	if p.reader != nil {
-		p.mu.Unlock()
-		return errors.New("read drop events: already being read")
-	}
-	rd, err := ringbuf.NewReader(p.objs.DropEvents)
-	if err != nil {
-		p.mu.Unlock()
-		return fmt.Errorf("open drop event ring: %w", err)
-	}
-	p.reader = rd
-	p.mu.Unlock()
-
-	// Closing the reader is the only way to interrupt a blocked Read; wait
-	// for the closer if it started, so no goroutine outlives this call.
-	closerDone := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(closerDone)
-		_ = rd.Close()
-	})
-	defer func() {
-		if !stop() {
-			<-closerDone
-		}
-		p.mu.Lock()
-		p.reader = nil
-		p.mu.Unlock()
-		_ = rd.Close()
-	}()
-
-	var rec ringbuf.Record
-	for {
-		if err := rd.ReadInto(&rec); err != nil {
-			if errors.Is(err, os.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("read drop events: %w", err)
-		}
-		ev, err := p.decode(rec.RawSample)
+	return p.ring.Read(ctx, func(raw []byte) {
+		ev, err := p.decode(raw)
 		if err != nil {
 			p.log.Warn("skip malformed drop event", "err", err)
-			continue
+			return
 		}
 		fn(ev)
-	}
+	})
 }
 
 func (p *Probe) decode(raw []byte) (Event, error) {
@@ -370,10 +330,9 @@ func (p *Probe) Close() error {
 	}
 	p.closed = true
 	var errs []error
-	if p.reader != nil {
-		if err := p.reader.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close drop event reader: %w", err))
-		}
+	// Ends a running ReadEvents before the ring's map is freed.
+	if err := p.ring.Close(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := p.link.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("detach kfree_skb: %w", err))

@@ -349,9 +349,7 @@ func TestProgramsAndClose(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- p.ReadEvents(context.Background(), func(Event) {}) }()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		p.mu.Lock()
-		running := p.reader != nil
-		p.mu.Unlock()
+		running := p.ring.Reading()
 		if running || time.Now().After(deadline) {
 			break
 		}

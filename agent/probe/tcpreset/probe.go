@@ -15,13 +15,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/nbs-project/nbs/agent/probe/evidence"
 	"golang.org/x/sys/unix"
 )
 
@@ -109,7 +109,7 @@ type Probe struct {
 
 	mu     sync.Mutex
 	closed bool
-	reader *ringbuf.Reader // of the running ReadEvents, so Close can end it
+	ring   *evidence.Ring
 }
 
 // Load loads and attaches both programs. It detects support by loading the
@@ -169,6 +169,7 @@ func Load(opts Options) (*Probe, error) {
 		p.links = append(p.links, l)
 	}
 	log.Info("tcp_reset probe attached", "netns", opts.NetnsInode, "evidence_per_sec", limit)
+	p.ring = evidence.NewRing("tcp_reset", p.objs.RstEvents, ErrClosed)
 	return p, nil
 }
 
@@ -281,56 +282,14 @@ func (p *Probe) Stats() (Stats, error) {
 // ring has a single consumer position. fn runs on the calling goroutine and
 // should be quick; while it blocks, the kernel drops evidence (Stats.RingFull).
 func (p *Probe) ReadEvents(ctx context.Context, fn func(Event)) error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return fmt.Errorf("read tcp_reset events: %w", ErrClosed)
-	}
-	if p.reader != nil {
-		p.mu.Unlock()
-		return errors.New("read tcp_reset events: already being read")
-	}
-	rd, err := ringbuf.NewReader(p.objs.RstEvents)
-	if err != nil {
-		p.mu.Unlock()
-		return fmt.Errorf("open tcp_reset event ring: %w", err)
-	}
-	p.reader = rd
-	p.mu.Unlock()
-
-	// Closing the reader is the only way to interrupt a blocked Read
-	// (SetDeadline waits for the lock a blocked Read holds). Wait for the
-	// closer if it started, so no goroutine outlives this call.
-	closerDone := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(closerDone)
-		_ = rd.Close()
-	})
-	defer func() {
-		if !stop() {
-			<-closerDone
-		}
-		p.mu.Lock()
-		p.reader = nil
-		p.mu.Unlock()
-		_ = rd.Close()
-	}()
-
-	var rec ringbuf.Record
-	for {
-		if err := rd.ReadInto(&rec); err != nil {
-			if errors.Is(err, os.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("read tcp_reset events: %w", err)
-		}
-		ev, err := p.decode(rec.RawSample)
+	return p.ring.Read(ctx, func(raw []byte) {
+		ev, err := p.decode(raw)
 		if err != nil {
 			p.log.Warn("skip malformed tcp_reset event", "err", err)
-			continue
+			return
 		}
 		fn(ev)
-	}
+	})
 }
 
 func (p *Probe) decode(raw []byte) (Event, error) {
@@ -378,12 +337,9 @@ func (p *Probe) Close() error {
 	p.closed = true
 
 	var errs []error
-	// Closing the reader interrupts ReadEvents; its own cleanup, which
-	// needs the lock, runs after we return.
-	if p.reader != nil {
-		if err := p.reader.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close tcp_reset event reader: %w", err))
-		}
+	// Ends a running ReadEvents before the ring's map is freed.
+	if err := p.ring.Close(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := p.closeKernel(); err != nil {
 		errs = append(errs, err)

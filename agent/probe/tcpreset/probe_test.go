@@ -463,9 +463,7 @@ func TestReadEventsStops(t *testing.T) {
 func waitReading(t *testing.T, p *Probe) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		p.mu.Lock()
-		running := p.reader != nil
-		p.mu.Unlock()
+		running := p.ring.Reading()
 		if running {
 			return
 		}
