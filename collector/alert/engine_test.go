@@ -52,7 +52,7 @@ type step struct {
 	want    []string
 }
 
-func TestEngineNodeRules(t *testing.T) {
+func TestAlertEngineNodeRules(t *testing.T) {
 	cases := []struct {
 		name  string
 		rules []Rule
@@ -144,7 +144,7 @@ func TestEngineNodeRules(t *testing.T) {
 	}
 }
 
-func TestEngineFiredInstanceCarriesEvidence(t *testing.T) {
+func TestAlertEngineFiredInstanceCarriesEvidence(t *testing.T) {
 	e := NewEngine()
 	e.SetRules([]Rule{rootCrit()}, t0)
 	node := NodeInfo{ID: 7, Name: "web-7", Labels: map[string]string{"customer": "acme"}}
@@ -169,7 +169,7 @@ func TestEngineFiredInstanceCarriesEvidence(t *testing.T) {
 
 // A new leader restores open instances and watermarks from the database and
 // replays reports; nothing may page twice or resolve early.
-func TestEngineRestoreAndReplay(t *testing.T) {
+func TestAlertEngineRestoreAndReplay(t *testing.T) {
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	node := NodeInfo{ID: 1, Name: "web-1"}
 	obs := func(s int, st store.State) Observation {
@@ -232,7 +232,7 @@ func TestEngineRestoreAndReplay(t *testing.T) {
 		e.Observe(Observation{Node: node, Time: at(1), Interval: time.Second, Samples: []Sample{smp("tcp_reset", 1, crit), smp("latency", 1, crit)}}, at(1))
 		e.Observe(Observation{Node: node, Time: at(2), Interval: time.Second, Samples: []Sample{smp("tcp_reset", 1, crit), smp("latency", 1, crit)}}, at(2))
 		got := describeChanges(e.SetRules(nil, at(3)))
-		if !reflect.DeepEqual(got, []string{"resolved:tcp_reset", "cleared:latency"}) {
+		if !reflect.DeepEqual(got, []string{"resolved:latency", "resolved:tcp_reset", "cleared:latency"}) {
 			t.Fatalf("SetRules(nil): %v", got)
 		}
 		if len(e.Open()) != 0 {
@@ -241,7 +241,7 @@ func TestEngineRestoreAndReplay(t *testing.T) {
 	})
 }
 
-func TestEngineGroupRules(t *testing.T) {
+func TestAlertEngineGroupRules(t *testing.T) {
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	type report struct {
 		node  string
@@ -278,7 +278,7 @@ func TestEngineGroupRules(t *testing.T) {
 			[]gstep{
 				{1, []report{{"a1", crit}, {"a2", ok}, {"a3", ok}, {"a4", ok}, {"z1", ok}}, []string{}}, // r1: 1 of 3
 				{2, []report{{"a1", crit}, {"a2", ok}, {"a3", crit}, {"a4", ok}, {"z1", crit}}, []string{`pending:g:2:rack="r1"`, `pending:g:2:rack="r2"`}},
-				{3, []report{{"a1", crit}, {"a2", ok}, {"a3", ok}, {"a4", ok}, {"z1", crit}}, []string{`cleared:g:2:rack="r2"`, `fired:g:2:rack="r1"`}},
+				{3, []report{{"a1", crit}, {"a2", ok}, {"a3", ok}, {"a4", ok}, {"z1", crit}}, []string{`fired:g:2:rack="r1"`, `cleared:g:2:rack="r2"`}},
 			}},
 		{"a silent node counts as UNKNOWN",
 			Rule{ID: 3, Name: "Silent", Kind: KindGroup, Metric: "*", State: "unknown", ForSeconds: 1, MinNodes: 1, Severity: "warning", Selector: map[string]string{"rack": "r2"}, Enabled: true},
@@ -309,7 +309,7 @@ func TestEngineGroupRules(t *testing.T) {
 	}
 }
 
-func TestGroupEvidenceNamesTheNodes(t *testing.T) {
+func TestAlertGroupEvidenceNamesTheNodes(t *testing.T) {
 	e := NewEngine()
 	e.SetRules([]Rule{{ID: 1, Name: "G", Kind: KindGroup, Metric: "*", State: "crit", ForIntervals: 1, MinNodes: 2, Severity: "critical", Enabled: true}}, t0)
 	for i := range 3 {

@@ -1,0 +1,86 @@
+package alert
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestAlertWakePayloadsRoundTrip(t *testing.T) {
+	ids := make([]int32, 3000)
+	for i := range ids {
+		ids[i] = int32(1_000_000 + i)
+	}
+	var back []int32
+	payloads := wakePayloads(ids)
+	if len(payloads) < 2 {
+		t.Fatalf("%d payloads for 3000 ids; want them split under the NOTIFY limit", len(payloads))
+	}
+	for _, p := range payloads {
+		if len(p) > maxPayload {
+			t.Errorf("payload of %d bytes, limit %d", len(p), maxPayload)
+		}
+		got, all := parseWake(p)
+		if all {
+			t.Fatalf("payload %q parsed as a full sweep", p[:20])
+		}
+		back = append(back, got...)
+	}
+	if !reflect.DeepEqual(back, ids) {
+		t.Errorf("ids did not survive the round trip")
+	}
+	if _, all := parseWake("*"); !all {
+		t.Error(`"*" must mean every node`)
+	}
+	if _, all := parseWake("1,x"); !all {
+		t.Error("an unreadable payload must fall back to a full sweep")
+	}
+}
+
+func TestAlertFmtNum(t *testing.T) {
+	for v, want := range map[float64]string{187.6: "188", 200: "200", 10: "10", 2.5: "2.5", 2.25: "2.25", 0.01234: "0.0123", 0: "0"} {
+		if got := fmtNum(v); got != want {
+			t.Errorf("fmtNum(%v) = %q, want %q", v, got, want)
+		}
+	}
+}
+
+func TestAlertDefaultExternalURL(t *testing.T) {
+	cases := map[string]string{"127.0.0.1:7700": "http://127.0.0.1:7700", "[::1]:7700": "http://[::1]:7700"}
+	for addr, want := range cases {
+		if got := DefaultExternalURL(addr); got != want {
+			t.Errorf("DefaultExternalURL(%q) = %q, want %q", addr, got, want)
+		}
+	}
+	for _, addr := range []string{":7700", "0.0.0.0:7700", "[::]:7700"} {
+		if got := DefaultExternalURL(addr); strings.Contains(got, "0.0.0.0") || strings.Contains(got, "[::]") || strings.HasPrefix(got, "http://:") {
+			t.Errorf("DefaultExternalURL(%q) = %q: a wildcard address nobody can open", addr, got)
+		}
+	}
+}
+
+func TestAlertConfigValidate(t *testing.T) {
+	cases := []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, ""},
+		{Config{AlertmanagerURLs: URLList{"http://am:9093", "http://am2:9093"}}, ""},
+		{Config{AlertmanagerURLs: URLList{"am:9093"}}, "--alertmanager.url"},
+		{Config{WebhookURL: "https://hooks.example.com/nbs"}, "--alert.webhook-secret-file is required"},
+		{Config{WebhookURL: "hooks", WebhookSecretFile: "/s"}, "--alert.webhook-url \"hooks\""},
+		{Config{ResendInterval: 1}, "--alert.resend-interval"},
+	}
+	for _, c := range cases {
+		err := c.cfg.Validate()
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("Validate(%+v) = %v, want %q", c.cfg, err, c.want)
+		}
+	}
+	var l URLList
+	l.Set("http://a:9093, http://b:9093")
+	l.Set("http://c:9093")
+	if len(l) != 3 || l[1] != "http://b:9093" {
+		t.Errorf("URLList = %v, want three URLs from comma-separated and repeated flags", l)
+	}
+}

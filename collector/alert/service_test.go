@@ -1,0 +1,432 @@
+package alert
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nbs-project/nbs/collector/alert/notify/alertmanager"
+	"github.com/nbs-project/nbs/collector/alert/notify/webhook"
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/pgcluster"
+)
+
+func TestMain(m *testing.M) { pgcluster.Main(m) }
+
+// receivers stands in for Alertmanager and a webhook endpoint.
+type receivers struct {
+	t      *testing.T
+	secret []byte
+	am     *httptest.Server
+	hook   *httptest.Server
+
+	mu       sync.Mutex
+	posts    [][]alertmanager.Alert
+	messages []webhook.Message
+	failHook int // answer this many webhook requests with 503
+}
+
+func newReceivers(t *testing.T) *receivers {
+	r := &receivers{t: t, secret: []byte("a test secret of 32 bytes, long!")}
+	r.am = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var alerts []alertmanager.Alert
+		if err := json.NewDecoder(req.Body).Decode(&alerts); err != nil {
+			t.Errorf("alertmanager: decode: %v", err)
+		}
+		r.mu.Lock()
+		r.posts = append(r.posts, alerts)
+		r.mu.Unlock()
+	}))
+	r.hook = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		if err := webhook.Verify(r.secret, req.Header.Get(webhook.SignatureHeader), req.Header.Get(webhook.TimestampHeader), body, time.Now(), time.Minute); err != nil {
+			t.Errorf("webhook: %v", err)
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.failHook > 0 {
+			r.failHook--
+			http.Error(w, "down for a moment", http.StatusServiceUnavailable)
+			return
+		}
+		var m webhook.Message
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Errorf("webhook: decode: %v", err)
+		}
+		r.messages = append(r.messages, m)
+	}))
+	t.Cleanup(r.am.Close)
+	t.Cleanup(r.hook.Close)
+	return r
+}
+
+func (r *receivers) config(t *testing.T) Config {
+	file := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(file, append(r.secret, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return Config{AlertmanagerURLs: URLList{r.am.URL}, WebhookURL: r.hook.URL, WebhookSecretFile: file,
+		ResendInterval: time.Minute, ExternalURL: "https://nbs.example.com", LeaderRetry: 100 * time.Millisecond}
+}
+
+// events lists the webhook messages as "status:rule:node:metric".
+func (r *receivers) events() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []string{}
+	for _, m := range r.messages {
+		out = append(out, fmt.Sprintf("%s:%s:%s:%s", m.Status, m.Alert.Rule, m.Alert.Node, m.Alert.Metric))
+	}
+	return out
+}
+
+// lastAM returns the newest state Alertmanager was told about an alert.
+func (r *receivers) lastAM(alertname, node string) (alertmanager.Alert, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var last alertmanager.Alert
+	n := 0
+	for _, p := range r.posts {
+		for _, a := range p {
+			if a.Labels["alertname"] == alertname && a.Labels["node"] == node {
+				last = a
+				n++
+			}
+		}
+	}
+	return last, n
+}
+
+type fixture struct {
+	st    *store.Store
+	node  store.Node
+	ids   map[string]int32
+	seq   uint64
+	clock time.Time
+}
+
+func newFixture(t *testing.T, db string) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, db, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	f := &fixture{st: st, node: store.Node{Name: "web-1", Labels: map[string]string{"customer": "acme"}, InstanceID: 1, IntervalMS: 1000},
+		clock: time.Now().Add(-time.Second).Truncate(time.Millisecond)}
+	if f.node.ID, err = st.UpsertNode(ctx, f.node); err != nil {
+		t.Fatal(err)
+	}
+	thr := &store.Threshold{Warn: 1, Crit: 10, Comparison: "above", HoldIntervals: 1}
+	f.ids, err = st.UpsertDefinitions(ctx, f.node.ID, []store.MetricDef{
+		{Path: "tcp_reset", Title: "TCP resets", Unit: "resets/s", Kind: store.KindRate, DefaultThreshold: &store.Threshold{Warn: 20, Crit: 200, Comparison: "above"}},
+		{Path: "tcp_reset/sent", Title: "Resets sent", Unit: "resets/s", Kind: store.KindRate},
+		{Path: "tcp_reset/sent/no_socket", Title: "Sent: no_socket", Unit: "resets/s", Kind: store.KindRate, DefaultThreshold: thr},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// report stores the next one-second report (root value and state, and the
+// no_socket child when resets > 0) and runs the writer's hook.
+func (f *fixture) report(t *testing.T, svc *Service, resets float64) {
+	t.Helper()
+	f.seq++
+	f.clock = f.clock.Add(time.Second)
+	st := store.StateOK
+	if resets >= 10 {
+		st = store.StateCrit
+	}
+	r := store.Report{NodeID: f.node.ID, InstanceID: 1, Seq: f.seq, Time: f.clock, IntervalMS: 1000,
+		Samples: []store.Sample{{MetricID: f.ids["tcp_reset"], Path: "tcp_reset", Value: resets, State: st}}}
+	if resets > 0 {
+		r.Samples = append(r.Samples,
+			store.Sample{MetricID: f.ids["tcp_reset/sent"], Path: "tcp_reset/sent", Value: resets, State: st},
+			store.Sample{MetricID: f.ids["tcp_reset/sent/no_socket"], Path: "tcp_reset/sent/no_socket", Value: resets, State: st})
+	}
+	if _, err := f.st.WriteReports(context.Background(), []store.Report{r}); err != nil {
+		t.Fatal(err)
+	}
+	svc.OnStored([]store.Report{r})
+}
+
+type running struct {
+	*Service
+	stop func()
+}
+
+func start(t *testing.T, st *store.Store, cfg Config, name string) *running {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("svc", name)
+	svc, err := New(st, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { svc.Run(ctx); close(done) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return &running{Service: svc, stop: stop}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func waitFor(t *testing.T, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		if last = cond(); last == "" {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("after %s: %s", timeout, last)
+}
+
+func waitLeading(t *testing.T, svc *running) {
+	t.Helper()
+	waitFor(t, 5*time.Second, func() string {
+		if !svc.Leading() {
+			return "service never took the alert lead"
+		}
+		return ""
+	})
+}
+
+// The default rule pages once through both targets with the right labels
+// and annotations, survives a restart without paging again, and delivers
+// the resolve after it.
+func TestAlertServiceFiresOnceAcrossRestart(t *testing.T) {
+	rcv := newReceivers(t)
+	f := newFixture(t, pgcluster.Database(t))
+	cfg := rcv.config(t)
+	svc := start(t, f.st, cfg, "first")
+	waitLeading(t, svc)
+
+	f.report(t, svc.Service, 0)
+	f.report(t, svc.Service, 187)
+	time.Sleep(200 * time.Millisecond)
+	if ev := rcv.events(); len(ev) != 0 {
+		t.Fatalf("paged after one CRIT report: %v", ev)
+	}
+	f.report(t, svc.Service, 187)
+	waitFor(t, 3*time.Second, func() string {
+		if ev := rcv.events(); len(ev) != 1 || ev[0] != "firing:NBSRootCritical:web-1:tcp_reset/sent/no_socket" {
+			return fmt.Sprintf("webhook events %v", ev)
+		}
+		if _, n := rcv.lastAM("NBSRootCritical", "web-1"); n == 0 {
+			return "nothing posted to alertmanager"
+		}
+		return ""
+	})
+	a, _ := rcv.lastAM("NBSRootCritical", "web-1")
+	wantLabels := map[string]string{"alertname": "NBSRootCritical", "severity": "critical", "node": "web-1", "root": "tcp_reset",
+		"metric": "tcp_reset/sent/no_socket", "customer": "acme"}
+	if fmt.Sprint(a.Labels) != fmt.Sprint(wantLabels) {
+		t.Errorf("alertmanager labels %v, want %v", a.Labels, wantLabels)
+	}
+	if want := "https://nbs.example.com/nodes/web-1?metric=tcp_reset%2Fsent%2Fno_socket"; a.GeneratorURL != want || a.Annotations["tree_url"] != want {
+		t.Errorf("links %q / %q, want %q", a.GeneratorURL, a.Annotations["tree_url"], want)
+	}
+	for _, want := range []string{"187 resets/s", "crit 10 resets/s", "tcp_reset is CRIT at 187 resets/s"} {
+		if !strings.Contains(a.Annotations["description"], want) {
+			t.Errorf("description %q lacks %q", a.Annotations["description"], want)
+		}
+	}
+	if a.Annotations["summary"] != "tcp_reset is CRIT on web-1: tcp_reset/sent/no_socket at 187 resets/s" {
+		t.Errorf("summary %q", a.Annotations["summary"])
+	}
+	if until := time.Until(a.EndsAt); until < 3*time.Minute || until > 5*time.Minute {
+		t.Errorf("firing endsAt %s ahead, want about %d resend intervals", until, resendFactor)
+	}
+	startsAt := a.StartsAt
+
+	// Restart mid-alert: the new term re-posts to Alertmanager (same
+	// labels, same startsAt) and sends nothing new to the webhook.
+	svc.stop()
+	_, before := rcv.lastAM("NBSRootCritical", "web-1")
+	svc = start(t, f.st, cfg, "second")
+	waitLeading(t, svc)
+	f.report(t, svc.Service, 150)
+	waitFor(t, 3*time.Second, func() string {
+		if _, n := rcv.lastAM("NBSRootCritical", "web-1"); n <= before {
+			return "the new leader did not re-post the firing alert"
+		}
+		return ""
+	})
+	if a, _ := rcv.lastAM("NBSRootCritical", "web-1"); !a.StartsAt.Equal(startsAt) || a.Labels["metric"] != "tcp_reset/sent/no_socket" {
+		t.Errorf("re-post after restart: startsAt %s (was %s), labels %v", a.StartsAt, startsAt, a.Labels)
+	}
+	f.report(t, svc.Service, 0)
+	waitFor(t, 3*time.Second, func() string {
+		ev := rcv.events()
+		want := []string{"firing:NBSRootCritical:web-1:tcp_reset/sent/no_socket", "resolved:NBSRootCritical:web-1:tcp_reset/sent/no_socket"}
+		if fmt.Sprint(ev) != fmt.Sprint(want) {
+			return fmt.Sprintf("webhook events %v, want %v", ev, want)
+		}
+		if a, _ := rcv.lastAM("NBSRootCritical", "web-1"); a.EndsAt.IsZero() || a.EndsAt.After(time.Now()) {
+			return fmt.Sprintf("alertmanager was not told of the resolve: endsAt %s", a.EndsAt)
+		}
+		return ""
+	})
+}
+
+// With two collectors, reports stored by the follower reach the leader
+// through NOTIFY; the alert fires once; when the leader dies the follower
+// takes over and delivers the resolve.
+func TestAlertServiceFailover(t *testing.T) {
+	rcv := newReceivers(t)
+	db := pgcluster.Database(t)
+	f := newFixture(t, db)
+	cfg := rcv.config(t)
+	a := start(t, f.st, cfg, "a")
+	waitLeading(t, a)
+	b := start(t, f.st, cfg, "b")
+	time.Sleep(300 * time.Millisecond)
+	if b.Leading() {
+		t.Fatal("two leaders")
+	}
+	start := time.Now()
+	for range 2 {
+		f.report(t, b.Service, 50) // the agent's stream is on b
+	}
+	waitFor(t, 3*time.Second, func() string {
+		if ev := rcv.events(); len(ev) != 1 {
+			return fmt.Sprintf("webhook events %v, want one firing", ev)
+		}
+		return ""
+	})
+	t.Logf("fired %s after the second report via the follower", time.Since(start))
+	a.stop()
+	waitLeading(t, b)
+	f.report(t, b.Service, 0)
+	waitFor(t, 3*time.Second, func() string {
+		if ev := rcv.events(); len(ev) != 2 || !strings.HasPrefix(ev[1], "resolved:") {
+			return fmt.Sprintf("webhook events %v, want firing then resolved", ev)
+		}
+		return ""
+	})
+}
+
+// A webhook that fails is retried with backoff until it answers; the delivery
+// log records the attempts.
+func TestAlertServiceRetriesWebhook(t *testing.T) {
+	rcv := newReceivers(t)
+	rcv.failHook = 2
+	f := newFixture(t, pgcluster.Database(t))
+	svc := start(t, f.st, rcv.config(t), "only")
+	waitLeading(t, svc)
+	for range 3 {
+		f.report(t, svc.Service, 20)
+	}
+	waitFor(t, 10*time.Second, func() string {
+		if ev := rcv.events(); len(ev) != 1 {
+			return fmt.Sprintf("webhook events %v after failures, want the firing delivered", ev)
+		}
+		return ""
+	})
+	var attempts int
+	var status string
+	if err := f.st.Pool().QueryRow(context.Background(), `SELECT attempts, status FROM alert_deliveries WHERE target = 'webhook'`).Scan(&attempts, &status); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 3 || status != "delivered" {
+		t.Errorf("delivery log: %d attempts, %s; want 3, delivered", attempts, status)
+	}
+}
+
+func TestAlertRulesAPI(t *testing.T) {
+	f := newFixture(t, pgcluster.Database(t))
+	svc, err := New(f.st, Config{ExternalURL: "http://nbs"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.Route("/api/v1", svc.Routes)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	do := func(method, path, body string) (int, string) {
+		req, _ := http.NewRequest(method, srv.URL+"/api/v1"+path, strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// The default exists from the migration.
+	code, body := do("GET", "/alert-rules", "")
+	if code != 200 || !strings.Contains(body, `"name": "NBSRootCritical"`) || !strings.Contains(body, `"builtin": true`) || !strings.Contains(body, `"for_intervals": 2`) {
+		t.Fatalf("GET rules: %d %s", code, body)
+	}
+	bad := []struct{ body, want string }{
+		{`{"name":"X","state":"crit","severity":"critical"}`, "give for_intervals"},
+		{`{"name":"X","state":"crit","for_intervals":1,"severity":"critical","kind":"group"}`, "needs min_nodes"},
+		{`{"name":"X","bogus":1}`, "unknown field"},
+		{`[]`, "request body"},
+	}
+	for _, b := range bad {
+		if code, body := do("POST", "/alert-rules", b.body); code != 400 || !strings.Contains(body, b.want) || !strings.Contains(body, `"bad_request"`) {
+			t.Errorf("POST %s: %d %s; want 400 mentioning %q", b.body, code, body, b.want)
+		}
+	}
+	code, body = do("POST", "/alert-rules", `{"name":"AcmeWarn","kind":"group","state":"warn","for_seconds":60,"severity":"warning","selector":{"customer":"acme"},"min_percent":25}`)
+	if code != 201 {
+		t.Fatalf("POST group rule: %d %s", code, body)
+	}
+	var created Rule
+	json.Unmarshal([]byte(body), &created)
+	if !created.Enabled || created.Metric != "*" {
+		t.Errorf("created %+v: want enabled, metric * by default", created)
+	}
+	if code, body := do("POST", "/alert-rules", `{"name":"AcmeWarn","state":"crit","for_intervals":1,"severity":"critical"}`); code != 409 {
+		t.Errorf("duplicate name: %d %s, want 409", code, body)
+	}
+	if code, body := do("PUT", fmt.Sprintf("/alert-rules/%d", created.ID), `{"name":"AcmeWarn","kind":"group","state":"crit","for_seconds":60,"severity":"warning","min_nodes":2,"enabled":false}`); code != 200 || !strings.Contains(body, `"enabled": false`) {
+		t.Errorf("PUT: %d %s", code, body)
+	}
+	if code, _ := do("PUT", "/alert-rules/999", `{"name":"Y","state":"crit","for_intervals":1,"severity":"critical"}`); code != 404 {
+		t.Errorf("PUT unknown: %d, want 404", code)
+	}
+	if code, _ := do("GET", "/alert-rules/abc", ""); code != 400 {
+		t.Errorf("GET /alert-rules/abc: %d, want 400", code)
+	}
+	if code, _ := do("DELETE", fmt.Sprintf("/alert-rules/%d", created.ID), ""); code != 204 {
+		t.Errorf("DELETE: %d, want 204", code)
+	}
+	if code, _ := do("DELETE", fmt.Sprintf("/alert-rules/%d", created.ID), ""); code != 404 {
+		t.Errorf("second DELETE: %d, want 404", code)
+	}
+	if code, body := do("GET", "/alerts?state=burning", ""); code != 400 || !strings.Contains(body, "state") {
+		t.Errorf("GET alerts?state=burning: %d %s", code, body)
+	}
+	if code, body := do("GET", "/alerts", ""); code != 200 || !strings.Contains(body, `"alerts": []`) || !strings.Contains(body, `"evaluator"`) {
+		t.Errorf("GET alerts: %d %s", code, body)
+	}
+}
