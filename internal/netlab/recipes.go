@@ -50,7 +50,7 @@ func (l *Lab) ConnectRefused(t testing.TB, from string, dst netip.AddrPort, n in
 			if err != nil {
 				return err
 			}
-			err = unix.Connect(fd, sockaddr(dst))
+			err = connect(fd, sockaddr(dst))
 			unix.Close(fd)
 			if !errors.Is(err, unix.ECONNREFUSED) {
 				return fmt.Errorf("connect %d to %s: got %v, want ECONNREFUSED", i, dst, err)
@@ -179,7 +179,7 @@ func (l *Lab) pairs(t testing.TB, n int, step func(c, s *sock) error) {
 			if c, err = newSocket(dst.Addr()); err != nil {
 				return err
 			}
-			return unix.Connect(c, sockaddr(dst))
+			return connect(c, sockaddr(dst))
 		})
 		if err != nil {
 			if c >= 0 {
@@ -242,8 +242,32 @@ func sockaddr(ap netip.AddrPort) unix.Sockaddr {
 	return &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
 }
 
-func waitReadable(fd int) error {
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+// connect is unix.Connect that survives EINTR. A blocking connect that a
+// signal (Go's preemption) interrupts keeps going in the kernel and cannot
+// be restarted; its outcome is read from SO_ERROR once the socket is
+// writable. Retrying instead would send a second SYN and count twice.
+func connect(fd int, sa unix.Sockaddr) error {
+	err := unix.Connect(fd, sa)
+	if !errors.Is(err, unix.EINTR) {
+		return err
+	}
+	if err := waitFor(fd, unix.POLLOUT); err != nil {
+		return err
+	}
+	soErr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if err != nil {
+		return fmt.Errorf("SO_ERROR: %w", err)
+	}
+	if soErr != 0 {
+		return unix.Errno(soErr)
+	}
+	return nil
+}
+
+func waitReadable(fd int) error { return waitFor(fd, unix.POLLIN) }
+
+func waitFor(fd int, events int16) error {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: events}}
 	for {
 		n, err := unix.Poll(fds, int(stepTimeout.Milliseconds()))
 		if errors.Is(err, unix.EINTR) {
@@ -253,7 +277,7 @@ func waitReadable(fd int) error {
 			return fmt.Errorf("poll: %w", err)
 		}
 		if n == 0 {
-			return fmt.Errorf("no data arrived within %s", stepTimeout)
+			return fmt.Errorf("socket not ready (events %#x) within %s", events, stepTimeout)
 		}
 		return nil
 	}

@@ -126,7 +126,7 @@ func (l *Lab) LossyBulk(t testing.TB, permille int, d time.Duration) BulkResult 
 		if c, err = newSocket(l.IPB); err != nil {
 			return err
 		}
-		return unix.Connect(c, sockaddr(netip.AddrPortFrom(l.IPB, BulkPort)))
+		return connect(c, sockaddr(netip.AddrPortFrom(l.IPB, BulkPort)))
 	}); err != nil {
 		if c >= 0 {
 			unix.Close(c)
