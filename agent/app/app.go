@@ -21,9 +21,13 @@ import (
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/agent/source/agentself"
 	"github.com/nbs-project/nbs/agent/source/drops"
+	"github.com/nbs-project/nbs/agent/source/flows"
 	"github.com/nbs-project/nbs/agent/source/latency"
+	"github.com/nbs-project/nbs/agent/source/latencytx"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
+	"github.com/nbs-project/nbs/agent/source/qdisc"
 	"github.com/nbs-project/nbs/agent/source/resets"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/agent/uplink"
@@ -44,6 +48,7 @@ type Agent struct {
 	caps    []*nbsv1.Capability
 	sources []source.Source
 	ping    *pingsrc.Source
+	self    *agentself.Source // the agent branch; it also attaches triggered sources
 	// pingAddress is what this node announces for peers to ping.
 	pingAddress string
 
@@ -136,7 +141,9 @@ func (a *Agent) Run(ctx context.Context) error {
 				lastSnapshot = now
 			}
 			seq++
-			a.outbox.Add(a.report(seq, now, elapsed, prev, cur, full))
+			rep, res := a.report(seq, now, elapsed, prev, cur, full)
+			a.outbox.Add(rep)
+			a.adapt(ctx, now, res)
 			a.reports.Add(1)
 			prev = cur
 		}
@@ -188,7 +195,37 @@ func (a *Agent) openSources(ctx context.Context, ns netns.Handle) ([]source.Sour
 	a.ping = ps
 	a.mu.Unlock()
 
+	txOpts := latencytx.Options{Netns: ns, AllNetns: allNetns, CgroupPath: a.cfg.CgroupPath,
+		SampleEvery: uint32(a.cfg.TxSample), DisableBPF: !a.cfg.BPF, Logger: a.log.With("source", "latency/tx")}
+	tx, err := latencytx.Open(ctx, txOpts)
+	if err != nil {
+		return fail(err)
+	}
+	opened = append(opened, tx)
+	qd, err := qdisc.Open(ctx, qdisc.Options{Netns: ns, AllNetns: allNetns, DisableBPF: !a.cfg.BPF,
+		Logger: a.log.With("source", "latency/qdisc")})
+	if err != nil {
+		return fail(err)
+	}
+	opened = append(opened, qd)
+	fl, err := flows.Open(ctx, flows.Options{Netns: ns, AllNetns: allNetns, DisableBPF: !a.cfg.BPF,
+		Logger: a.log.With("source", "latency/flows")})
+	if err != nil {
+		return fail(err)
+	}
+	opened = append(opened, fl)
+
 	// New branches: open here, append to opened, return fail(err) on error.
+
+	// The agent branch comes last: it measures the BPF programs of every
+	// source above and attaches the triggered ones.
+	self := agentself.New(agentself.Options{Sources: append([]source.Source(nil), opened...),
+		Pending: a.outbox.Len, Dropped: a.outbox.Dropped, BudgetPercent: a.cfg.OverheadBudget,
+		Hold: a.cfg.TriggeredHold, MaxOn: a.cfg.TriggeredMax, Logger: a.log.With("source", "agent")})
+	opened = append(opened, self)
+	a.mu.Lock()
+	a.self = self
+	a.mu.Unlock()
 
 	return opened, nil
 }
@@ -228,7 +265,18 @@ func (a *Agent) collect(ctx context.Context) reading {
 	return r
 }
 
-func (a *Agent) report(seq uint64, now time.Time, elapsed time.Duration, prev, cur reading, full bool) *nbsv1.Report {
+// adapt lets the agent branch attach or detach triggered sources from this
+// interval's tree state.
+func (a *Agent) adapt(ctx context.Context, now time.Time, res tree.Result) {
+	a.mu.Lock()
+	self := a.self
+	a.mu.Unlock()
+	if self != nil {
+		self.Adapt(ctx, now, res, time.Unix(0, a.expandUntil.Load()))
+	}
+}
+
+func (a *Agent) report(seq uint64, now time.Time, elapsed time.Duration, prev, cur reading, full bool) (*nbsv1.Report, tree.Result) {
 	secs := elapsed.Seconds()
 	values := make(map[string]float64, len(cur.counters)+len(cur.gauges))
 	increases := make(map[string]float64, len(cur.counters))
@@ -266,7 +314,7 @@ func (a *Agent) report(seq uint64, now time.Time, elapsed time.Duration, prev, c
 			r.Histograms = append(r.Histograms, histogramProto(id, h))
 		}
 	}
-	return r
+	return r, res
 }
 
 func histogramProto(id string, h *loglinear.Histogram) *nbsv1.Histogram {

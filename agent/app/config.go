@@ -4,12 +4,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"regexp"
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/netns"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
@@ -32,6 +35,17 @@ type Config struct {
 	// PingAddress is announced to the collector for peers to ping: an IP,
 	// "" to detect the watched namespace's primary IPv4, "none" for none.
 	PingAddress string
+	// CgroupPath is the cgroup v2 directory whose connections TX
+	// timestamping samples ("": the hierarchy's root, the whole node).
+	CgroupPath string
+	// TxSample times 1 in this many TCP connections (0: off).
+	TxSample uint
+	// OverheadBudget is the percent of one CPU all BPF programs may use
+	// before triggered ones are detached (0: 1%).
+	OverheadBudget float64
+	// TriggeredHold keeps triggered sources attached after their trouble
+	// clears (0: 2m); TriggeredMax is their longest stretch (0: 15m).
+	TriggeredHold, TriggeredMax time.Duration
 }
 
 // RegisterFlags binds the configuration to flags with production defaults.
@@ -49,6 +63,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PingTargets, "ping.targets", "", "hosts to ping always, comma-separated: an IP or DNS name, optionally named (gw=10.0.0.1); the collector adds fleet peers")
 	fs.DurationVar(&c.PingInterval, "ping.interval", time.Second, "spacing of ICMP echoes to each ping target")
 	fs.StringVar(&c.PingAddress, "ping.address", "", "address peers should ping to reach this node (default: the primary IPv4 of the watched namespace; \"none\" to announce none)")
+	fs.StringVar(&c.CgroupPath, "cgroup.path", "", "cgroup v2 directory whose processes' TCP connections TX timestamping samples (default: the root of the cgroup v2 mount, i.e. the whole node)")
+	fs.UintVar(&c.TxSample, "tx-timestamping.sample", 64, "time 1 in this many TCP connections with BPF TX timestamping (sendmsg → qdisc → driver → ACK); 1 = every connection, 0 = off")
+	fs.Float64Var(&c.OverheadBudget, "overhead.budget", 1, "percent of one CPU the agent's BPF programs may use; triggered (per-packet) programs are detached beyond it")
+	fs.DurationVar(&c.TriggeredHold, "triggered.hold", 2*time.Minute, "keep triggered programs (qdisc sojourn, per-flow detail) attached this long after their branch is healthy again")
+	fs.DurationVar(&c.TriggeredMax, "triggered.max", 15*time.Minute, "longest stretch triggered programs stay attached; then they rest for --triggered.hold")
 }
 
 // pingAddress is what the Hello announces: the flag's address, nothing for
@@ -103,6 +122,24 @@ func (c *Config) Validate() error {
 	}
 	if c.SnapshotEvery < c.Interval {
 		errs = append(errs, fmt.Errorf("--snapshot.every %s is shorter than --interval %s", c.SnapshotEvery, c.Interval))
+	}
+	if c.TxSample > 1<<20 {
+		errs = append(errs, fmt.Errorf("--tx-timestamping.sample %d is more than %d", c.TxSample, 1<<20))
+	}
+	if c.OverheadBudget < 0 || c.OverheadBudget > 100 || math.IsNaN(c.OverheadBudget) {
+		errs = append(errs, fmt.Errorf("--overhead.budget %g must be from 0 to 100 (percent of one CPU)", c.OverheadBudget))
+	}
+	if c.TriggeredHold < 0 || c.TriggeredHold > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("--triggered.hold %s must be from 0 to 24h", c.TriggeredHold))
+	}
+	if c.TriggeredMax < 0 || c.TriggeredMax > 24*time.Hour || (c.TriggeredMax > 0 && c.TriggeredMax < c.Interval) {
+		errs = append(errs, fmt.Errorf("--triggered.max %s must be from --interval to 24h", c.TriggeredMax))
+	}
+	if c.CgroupPath != "" {
+		var fs unix.Statfs_t
+		if err := unix.Statfs(c.CgroupPath, &fs); err != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
+			errs = append(errs, fmt.Errorf("--cgroup.path %q is not a cgroup v2 directory", c.CgroupPath))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -32,6 +32,12 @@ func Documented() []Branch {
 		resets.Notes = append(resets.Notes, ResetSentReason(reason))
 	}
 	latency := Branch{Root: Latency, Metrics: LatencyTree()}
+	latency.Metrics = append(latency.Metrics, LatencyTXTree()...)
+	latency.Metrics = append(latency.Metrics, LatencyQdiscTree()...)
+	latency.Metrics = append(latency.Metrics, LatencyFlowsTree()...)
+	latency.Children = append(latency.Children, QdiscDevice("<device>", "<device>", 0))
+	agent := Branch{Root: Agent, Metrics: AgentTree(),
+		Children: append(AgentProgram("<program>"), AgentTriggeredSource("<source>", "<branch>"))}
 	drops := Branch{Root: Drops, Metrics: DropsTree(), Children: []Metric{DropReason("<reason>"), DropOverflow()}}
 	for _, pc := range DropProcCounters() {
 		drops.Children = append(drops.Children, pc.Metric)
@@ -40,7 +46,7 @@ func Documented() []Branch {
 		drops.Notes = append(drops.Notes, DropReason(reason))
 	}
 	ping := Branch{Root: Ping, Metrics: PingTree(), Children: PingTarget(Ping+"/<target>", "")}
-	return []Branch{resets, latency, drops, ping}
+	return []Branch{resets, latency, drops, ping, agent}
 }
 
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

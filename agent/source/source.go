@@ -5,6 +5,8 @@ package source
 import (
 	"context"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/internal/loglinear"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
@@ -37,4 +39,31 @@ type Source interface {
 	// Capabilities say what the source can measure here, and why not.
 	Capabilities() []*nbsv1.Capability
 	Close() error
+}
+
+// Programs is implemented by sources that run BPF programs, so the agent
+// can measure what each costs (the agent branch) and keep within its
+// overhead budget. Keys name the attach point ("tcp_send_reset"); a source
+// without programs returns nil.
+type Programs interface {
+	Programs() map[string]*ebpf.Program
+}
+
+// Adaptive is implemented by sources whose programs run per packet, so the
+// agent attaches them only while they are needed: while a metric under
+// Trigger (other than the source's own, under Branch) is WARN or CRIT, or
+// an operator has expanded the node; for a bounded time; and within the
+// overhead budget. While detached, a source reports no metrics under
+// Branch and retires those it reported.
+type Adaptive interface {
+	Source
+	Programs
+	// Trigger is the branch whose trouble calls for this source ("latency").
+	Trigger() string
+	// Branch is the subtree the source measures ("latency/qdisc").
+	Branch() string
+	// SetActive attaches (true) or detaches (false) the per-packet programs.
+	SetActive(ctx context.Context, on bool) error
+	// Active says whether they are attached.
+	Active() bool
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/probe/tcpreset"
@@ -95,6 +97,9 @@ func (s *bpfSource) Name() string { return "tcp_reset (bpf)" }
 func (s *bpfSource) Capabilities() []*nbsv1.Capability {
 	return []*nbsv1.Capability{{Name: capBPF, Available: true}}
 }
+
+// Programs returns the probe's programs, for the agent branch's cost figures.
+func (s *bpfSource) Programs() map[string]*ebpf.Program { return s.probe.Programs() }
 
 func metricFor(names tcpreset.Names, k tcpreset.Key) catalog.Metric {
 	if k.Direction == tcpreset.DirectionSent {

@@ -1,0 +1,69 @@
+package catalog
+
+// The agent branch: what measuring costs this node, and whether the
+// agent's reports are getting through.
+const (
+	Agent              = "agent"
+	AgentBPF           = "agent/bpf"
+	AgentOutbox        = "agent/outbox"
+	AgentOutboxDropped = "agent/outbox/dropped"
+	AgentTriggered     = "agent/triggered"
+)
+
+// AgentTree is the fixed part of the agent branch; a child per BPF program
+// and per triggered source is added at run time.
+func AgentTree() []Metric {
+	return []Metric{
+		{ID: Agent, Title: "Agent overhead", Unit: "% of a CPU", Kind: Gauge,
+			Description: "CPU time the agent's BPF programs used during the interval, in percent of one CPU, from " +
+				"the kernel's own run-time statistics (BPF_ENABLE_STATS, the mechanism behind " +
+				"kernel.bpf_stats_enabled, turned on while the agent runs). Always-on programs cost little per " +
+				"event but run on every reset, retransmit, drop or sampled write; triggered programs run on every " +
+				"packet and are detached when they would take the total over --overhead.budget. The children show " +
+				"each program's cost, the report backlog and which triggered sources are attached.",
+			Threshold: &Threshold{Warn: 2, Crit: 10, Hold: 3}},
+		{ID: AgentBPF, Title: "BPF program runs", Unit: "runs/s", Kind: Gauge,
+			Description: "Runs per second of all the agent's BPF programs together. The children give each " +
+				"program's runs per second, nanoseconds per run and share of a CPU."},
+		{ID: AgentOutbox, Title: "Reports awaiting acknowledgement", Unit: "reports", Kind: Gauge,
+			Description: "Reports the agent has made that the collector has not yet acknowledged (stored). A few is " +
+				"normal; a growing number means the collector is unreachable or slow, and the oldest reports are " +
+				"dropped once --buffer.reports are waiting (see dropped)."},
+		{ID: AgentOutboxDropped, Title: "Reports dropped", Unit: "reports/s", Kind: Rate,
+			Description: "Reports thrown away because --buffer.reports un-acknowledged ones were already waiting: " +
+				"measurements lost for good. The collector was unreachable for longer than the buffer covers; " +
+				"check the agent's connectivity and the collector's health, or raise --buffer.reports.",
+			Threshold: &Threshold{Warn: 0.001, Crit: 1, Hold: 1}},
+		{ID: AgentTriggered, Title: "Triggered sources attached", Unit: "sources", Kind: Gauge,
+			Description: "Triggered sources (per-packet BPF programs) attached now. Each is attached while its " +
+				"branch is in trouble or an operator is looking, for at most --triggered.max at a stretch, kept " +
+				"for --triggered.hold after the trouble clears, and detached when it would take the agent over " +
+				"--overhead.budget. The evidence says when and why each was attached or detached."},
+	}
+}
+
+// AgentProgram is the subtree of one BPF program.
+func AgentProgram(name string) []Metric {
+	id := AgentBPF + "/" + name
+	return []Metric{
+		{ID: id, Title: name + " CPU", Unit: "% of a CPU", Kind: Gauge,
+			Description: "CPU time BPF program " + name + " used during the interval, in percent of one CPU. " +
+				"Its children give runs per second and nanoseconds per run (the kernel's run-time statistics)."},
+		{ID: id + "/ns_per_run", Title: name + " ns/run", Unit: "ns", Kind: Gauge,
+			Description: "Average nanoseconds per run of BPF program " + name + " during the interval (over its " +
+				"whole life when it did not run in the interval). Map updates and hash lookups cost most."},
+		{ID: id + "/runs_per_sec", Title: name + " runs/s", Unit: "runs/s", Kind: Gauge,
+			Description: "Runs per second of BPF program " + name + " during the interval: how often its " +
+				"attach point fired (packets, segments, events)."},
+	}
+}
+
+// AgentTriggeredSource is the child saying whether one triggered source is
+// attached.
+func AgentTriggeredSource(name, branch string) Metric {
+	return Metric{ID: AgentTriggered + "/" + name, Title: name + " attached", Unit: "attached", Kind: Gauge,
+		Description: "1 while the triggered source " + name + " (which measures " + branch + ") is attached, 0 " +
+			"otherwise. It is attached while its parent branch has a child in WARN or CRIT or an operator has " +
+			"expanded the node, and detached after --triggered.hold without either, after --triggered.max at a " +
+			"stretch, or when it would take the agent over --overhead.budget; events say which."}
+}

@@ -1,0 +1,53 @@
+package catalog
+
+import (
+	"regexp"
+	"testing"
+)
+
+// The collector's rule for metric ids (collector/ingest).
+var idRE = regexp.MustCompile(`^[a-z0-9_]+(/[a-z0-9_.:-]+){0,7}$`)
+
+func TestMetricSegment(t *testing.T) {
+	for in, want := range map[string]string{
+		"vA": "va", "eth0": "eth0", "veth1@if2": "veth1_if2", "br-lan.10": "br-lan.10", "": "_", "wlp0s20f3": "wlp0s20f3",
+	} {
+		got := MetricSegment(in)
+		if got != want {
+			t.Errorf("MetricSegment(%q) = %q, want %q", in, got, want)
+		}
+		if !idRE.MatchString("latency/qdisc/" + got) {
+			t.Errorf("latency/qdisc/%s is not a valid metric id", got)
+		}
+	}
+}
+
+// Every metric of these branches has a valid id, a defined parent, a
+// description, and histograms a quantile and a scale.
+func TestLatencyTXAndAgentDefinitions(t *testing.T) {
+	all := append(LatencyTree(), LatencyTXTree()...)
+	all = append(all, LatencyQdiscTree()...)
+	all = append(all, QdiscDevice("va", "vA", 0), QdiscDevice("eth0.ns4026532598", "eth0", 4026532598))
+	all = append(all, LatencyFlowsTree()...)
+	all = append(all, AgentTree()...)
+	all = append(all, AgentProgram(MetricSegment("tcp_send_reset"))...)
+	all = append(all, AgentTriggeredSource("latency_qdisc", LatencyQdisc))
+	defined := map[string]bool{}
+	for _, m := range all {
+		defined[m.ID] = true
+	}
+	for _, m := range all {
+		if !idRE.MatchString(m.ID) {
+			t.Errorf("%s: invalid id", m.ID)
+		}
+		if p := m.Parent(); p != "" && !defined[p] {
+			t.Errorf("%s: parent %s undefined", m.ID, p)
+		}
+		if m.Title == "" || m.Unit == "" || len(m.Description) < 40 {
+			t.Errorf("%s: title %q, unit %q, description %q", m.ID, m.Title, m.Unit, m.Description)
+		}
+		if m.Kind == Histogram && (m.Quantile <= 0 || m.Scale != 1e6) {
+			t.Errorf("%s: histogram with quantile %v, scale %v", m.ID, m.Quantile, m.Scale)
+		}
+	}
+}

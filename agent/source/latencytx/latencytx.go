@@ -1,0 +1,145 @@
+// Package latencytx is the latency/tx branch: where a write's time goes on
+// its way out (sendmsg → qdisc → driver → ACK), from sampled BPF TX
+// timestamping. It needs BPF and Linux 6.15+; elsewhere the branch is
+// absent and the capability says why.
+package latencytx
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/cgroupv2"
+	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/agent/probe/bpfhist"
+	"github.com/nbs-project/nbs/agent/probe/tcptx"
+	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/internal/loglinear"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+const capName = "bpf.latency.tx_timestamping"
+
+// Options configure Open.
+type Options struct {
+	Netns netns.Handle
+	// AllNetns samples connections of every namespace; otherwise only Netns's.
+	AllNetns bool
+	// CgroupPath is the cgroup v2 directory whose processes' connections
+	// are sampled; "" is the root of the hierarchy (the whole node).
+	CgroupPath string
+	// SampleEvery times 1 in this many connections; 0 turns the branch off.
+	SampleEvery uint32
+	DisableBPF  bool
+	Logger      *slog.Logger
+}
+
+// Source reads the TX stage histograms.
+type Source struct {
+	probe  *tcptx.Probe // nil when unavailable
+	why    string       // why unavailable, or what is missing
+	deltas [tcptx.Stages]bpfhist.Delta
+}
+
+// Open loads and attaches the probe, or returns a source that reports
+// nothing and says why.
+func Open(_ context.Context, opts Options) (*Source, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Source{}
+	switch {
+	case opts.DisableBPF:
+		s.why = "disabled by --bpf=false"
+		return s, nil
+	case opts.SampleEvery == 0:
+		s.why = "disabled by --tx-timestamping.sample=0"
+		return s, nil
+	}
+	path := opts.CgroupPath
+	if path == "" {
+		root, err := cgroupv2.Root()
+		if err != nil {
+			s.why = err.Error()
+			log.Warn("latency/tx: no cgroup v2 to attach to; TX timestamping off", "err", err)
+			return s, nil
+		}
+		path = root
+	}
+	inode := opts.Netns.Inode
+	if opts.AllNetns {
+		inode = 0
+	}
+	p, err := tcptx.Load(tcptx.Options{CgroupPath: path, NetnsInode: inode, SampleEvery: opts.SampleEvery, Logger: log})
+	if err != nil {
+		s.why = err.Error()
+		log.Warn("latency/tx: TX timestamping unavailable", "err", err)
+		return s, nil
+	}
+	s.probe, s.why = p, p.Partial()
+	// Count from now: the first report covers the first interval.
+	if hs, err := p.Histograms(); err == nil {
+		for i := range s.deltas {
+			s.deltas[i].Reset(hs[i])
+		}
+	}
+	return s, nil
+}
+
+func (s *Source) Name() string { return "latency/tx (bpf)" }
+
+func (s *Source) Capabilities() []*nbsv1.Capability {
+	if s.probe == nil {
+		return []*nbsv1.Capability{{Name: capName, Available: false, Reason: s.why}}
+	}
+	return []*nbsv1.Capability{{Name: capName, Available: true, Reason: s.why}}
+}
+
+// Programs returns the probe's programs, nil when it is unavailable.
+func (s *Source) Programs() map[string]*ebpf.Program {
+	if s.probe == nil {
+		return nil
+	}
+	return s.probe.Programs()
+}
+
+var stageIDs = [tcptx.Stages]string{
+	tcptx.SendmsgToQdisc:  catalog.LatencyTXSendmsgToQdisc,
+	tcptx.QdiscToDriver:   catalog.LatencyTXQdiscToDriver,
+	tcptx.DriverToAck:     catalog.LatencyTXDriverToAck,
+	tcptx.SendmsgToDriver: catalog.LatencyTX,
+}
+
+func (s *Source) Collect(context.Context) (source.Reading, error) {
+	if s.probe == nil {
+		return source.Reading{}, nil
+	}
+	hs, err := s.probe.Histograms()
+	if err != nil {
+		return source.Reading{}, fmt.Errorf("read TX stage histograms: %w", err)
+	}
+	r := source.Reading{Metrics: catalog.LatencyTXTree(), Histograms: make(map[string]*loglinear.Histogram, tcptx.Stages)}
+	for i, id := range stageIDs {
+		r.Histograms[id] = s.deltas[i].Next(hs[i])
+	}
+	return r, nil
+}
+
+// Stats returns the probe's counts (zero when unavailable).
+func (s *Source) Stats() (tcptx.Stats, error) {
+	if s.probe == nil {
+		return tcptx.Stats{}, nil
+	}
+	return s.probe.Stats()
+}
+
+func (s *Source) Close() error {
+	if s.probe == nil {
+		return nil
+	}
+	return s.probe.Close()
+}

@@ -1,0 +1,196 @@
+// Package latencytx measures what the BPF programs of latency/tx (always
+// on) and of latency/qdisc and latency/flows (triggered) cost per run,
+// under load in the namespace lab:
+//
+//	NBS_REQUIRE_BPF=1 go test -run '^$' -bench . -benchtime 1x ./bench/latencytx/
+//
+// Run-time statistics are switched on with BPF_ENABLE_STATS (the counters
+// kernel.bpf_stats_enabled=1 turns on, reference-counted and undone when
+// the benchmark ends) and read with Program.Stats() every 100 ms during each
+// load; the benchmark reports the median of those windows' ns/run, the mean
+// over the load and the number of runs, per program and load.
+package latencytx
+
+import (
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/agent/probe/qdiscsojourn"
+	"github.com/nbs-project/nbs/agent/probe/tcpflows"
+	"github.com/nbs-project/nbs/agent/probe/tcptx"
+	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/txlab"
+)
+
+func TestMain(m *testing.M) {
+	txlab.MaybeHelper()
+	os.Exit(m.Run())
+}
+
+// sampler records a program's statistics every 100 ms.
+type sampler struct {
+	prog        *ebpf.Program
+	windows     []float64 // ns/run of each window with runs
+	first, last *ebpf.ProgramStats
+	stop        chan struct{}
+	done        sync.WaitGroup
+}
+
+func sample(b *testing.B, prog *ebpf.Program) *sampler {
+	s := &sampler{prog: prog, stop: make(chan struct{})}
+	st, err := prog.Stats()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.first, s.last = st, st
+	s.done.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-tick.C:
+				s.take()
+			}
+		}
+	})
+	return s
+}
+
+func (s *sampler) take() {
+	st, err := s.prog.Stats()
+	if err != nil {
+		return
+	}
+	if runs := st.RunCount - s.last.RunCount; runs > 0 {
+		s.windows = append(s.windows, float64(st.Runtime-s.last.Runtime)/float64(runs))
+	}
+	s.last = st
+}
+
+func (s *sampler) report(b *testing.B, name string) {
+	close(s.stop)
+	s.done.Wait()
+	s.take()
+	runs := s.last.RunCount - s.first.RunCount
+	if runs == 0 || len(s.windows) == 0 {
+		b.Logf("%s: did not run under this load", name)
+		return
+	}
+	slices.Sort(s.windows)
+	median := s.windows[len(s.windows)/2]
+	mean := float64(s.last.Runtime-s.first.Runtime) / float64(runs)
+	b.ReportMetric(median, name+"-ns/run")
+	b.ReportMetric(mean, name+"-mean-ns/run")
+	b.ReportMetric(float64(runs), name+"-runs")
+	b.Logf("%-26s median %5.0f ns/run, mean %5.0f ns/run, %8d runs", name, median, mean, runs)
+}
+
+type rig struct {
+	lab   *netlab.Lab
+	cg    *txlab.Cgroup
+	sink  *txlab.Sink
+	progs map[string]*ebpf.Program
+}
+
+// setup builds the lab and loads every program: TX timestamping on the
+// test cgroup sampling 1 in sampleEvery connections, qdisc sojourn and
+// per-flow sampling attached, all restricted to namespace A like an agent
+// started with --netns.
+func setup(b *testing.B, sampleEvery uint32) *rig {
+	b.Helper()
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		netlab.SkipOrFail(b, "BPF_ENABLE_STATS: %v", err)
+	}
+	b.Cleanup(func() { stats.Close() })
+	r := &rig{lab: netlab.New(b), progs: map[string]*ebpf.Program{}}
+	r.cg = txlab.NewCgroup(b)
+	ns := r.lab.Inode(b, r.lab.A)
+	tx, err := tcptx.Load(tcptx.Options{CgroupPath: r.cg.Path, NetnsInode: ns, SampleEvery: sampleEvery})
+	if err != nil {
+		netlab.SkipOrFail(b, "%v", err)
+	}
+	b.Cleanup(func() { tx.Close() })
+	qd, err := qdiscsojourn.Load(qdiscsojourn.Options{NetnsInode: ns})
+	if err != nil {
+		netlab.SkipOrFail(b, "%v", err)
+	}
+	b.Cleanup(func() { qd.Close() })
+	fl, err := tcpflows.Load(tcpflows.Options{NetnsInode: ns})
+	if err != nil {
+		netlab.SkipOrFail(b, "%v", err)
+	}
+	b.Cleanup(func() { fl.Close() })
+	if err := qd.Attach(); err != nil {
+		b.Fatal(err)
+	}
+	if err := fl.Attach(); err != nil {
+		b.Fatal(err)
+	}
+	for _, ps := range []map[string]*ebpf.Program{tx.Programs(), qd.Programs(), fl.Programs()} {
+		for k, p := range ps {
+			r.progs[k] = p
+		}
+	}
+	r.sink = txlab.NewSink(b, r.lab, r.lab.B, r.lab.IPB)
+	return r
+}
+
+// under runs load while sampling every program.
+func (r *rig) under(b *testing.B, load string, run func()) {
+	b.Helper()
+	names := make([]string, 0, len(r.progs))
+	for k := range r.progs {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	ss := make([]*sampler, len(names))
+	for i, k := range names {
+		ss[i] = sample(b, r.progs[k])
+	}
+	run()
+	b.Logf("load %s:", load)
+	for i, k := range names {
+		ss[i].report(b, load+"/"+k)
+	}
+}
+
+func loads(b *testing.B, r *rig) {
+	r.under(b, "spaced", func() {
+		r.cg.Send(b, r.lab.A, txlab.SendSpec{Dst: r.sink.Addr, Messages: 3000, Size: 1000, Gap: time.Millisecond})
+	})
+	r.under(b, "bulk", func() {
+		r.cg.Send(b, r.lab.A, txlab.SendSpec{Dst: r.sink.Addr, Conns: 4, Size: 64 << 10, Duration: 3 * time.Second})
+	})
+	r.lab.Exec(b, r.lab.A, "tc", "qdisc", "replace", "dev", "vA", "root", "tbf", "rate", "10mbit", "burst", "1mbit", "latency", "400ms")
+	r.under(b, "tbf", func() {
+		r.cg.Send(b, r.lab.A, txlab.SendSpec{Dst: r.sink.Addr, Conns: 4, Size: 64 << 10, Duration: 3 * time.Second})
+	})
+	r.lab.Exec(b, r.lab.A, "tc", "qdisc", "del", "dev", "vA", "root")
+}
+
+// Every connection of the cgroup sampled (--tx-timestamping.sample=1): the
+// cost per timestamped write and per packet.
+func BenchmarkSampleAll(b *testing.B) {
+	r := setup(b, 1)
+	for b.Loop() {
+		loads(b, r)
+	}
+}
+
+// No connection sampled (1 in 2^20): what the always-on programs cost every
+// other socket of the node.
+func BenchmarkSampleNone(b *testing.B) {
+	r := setup(b, 1<<20)
+	for b.Loop() {
+		loads(b, r)
+	}
+}
