@@ -1,8 +1,9 @@
 // Drives the NBS UI in headless Chromium (Debian's, via playwright-core) the
 // way an operator would: fleet → red node → tree opened down to the child
 // that explains it → chart and evidence → live mode → a threshold edit that
-// changes the state. Fails on any step, console error or page error, and
-// saves screenshots. Run by web/e2e/browser_test.go; by hand:
+// changes the state → the firing alert, its delivery log and the alert rules
+// editor. Fails on any step, console error or page error, and saves
+// screenshots. Run by web/e2e/browser_test.go; by hand:
 //
 //   NBS_URL=http://127.0.0.1:7700 NBS_NODE=vm NBS_METRIC=tcp_reset/sent/no_socket node e2e/browser.mjs
 //
@@ -10,7 +11,10 @@
 // NBS_METRIC (the metric that explains it), NBS_OTHER_NODE (optional second
 // node), NBS_EVIDENCE_SRC (optional expected evidence source), NBS_ARTIFACTS
 // (screenshot directory), NBS_CHROMIUM (default /usr/bin/chromium),
-// NBS_SKIP_THRESHOLD_EDIT=1 to leave thresholds alone (e.g. on a shared collector).
+// NBS_SKIP_THRESHOLD_EDIT=1 to leave thresholds alone (e.g. on a shared collector),
+// NBS_ALERT_RULE (a rule expected to fire on NBS_NODE, e.g. NBSRootCritical),
+// NBS_ALERT_ROOT (its root), NBS_ALERT_RECEIVER (a receiver expected in its
+// delivery log, e.g. webhook), NBS_SKIP_RULE_EDIT=1 to leave alert rules alone.
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -204,6 +208,113 @@ try {
     await waitRowState(metric, 'CRIT', 30_000);
   }
 
+  if (!env.NBS_ALERT_RULE) {
+    console.log('  alerts skipped: no NBS_ALERT_RULE expected to fire');
+  } else if (!(await apiExists('/api/v1/alerts'))) {
+    console.log('  alerts skipped: this collector has no /api/v1/alerts');
+  } else {
+    const rule = env.NBS_ALERT_RULE;
+    step('the header links to the alerts page');
+    await page.goto(base + '/');
+    await page.locator('details.alerts summary').click();
+    await page.getByRole('link', { name: 'All alerts and history' }).click();
+    await page.waitForURL((u) => u.pathname === '/alerts');
+    check(!(await page.locator('details.alerts').evaluate((d) => d.open)), 'the alerts popover stayed open');
+
+    step(`the alerts page shows ${rule} firing on ${nodeName}, linked to the tree at the explaining metric`);
+    const firingRow = page.locator(`.open-alerts tr[data-state=firing][data-node="${nodeName}"][data-rule="${rule}"]`).first();
+    await firingRow.waitFor({ timeout: 30_000 });
+    const cells = await firingRow.locator('td').allInnerTexts();
+    console.log(`  firing: ${cells.map((c) => c.replace(/\s+/g, ' ').trim()).join(' | ')}`);
+    check(/critical/.test(cells[0]), `severity cell is "${cells[0]}"`);
+    if (env.NBS_ALERT_ROOT) check(cells[4].trim() === env.NBS_ALERT_ROOT, `root cell is "${cells[4]}", want ${env.NBS_ALERT_ROOT}`);
+    const treeLink = firingRow.locator('.alert-metric a');
+    const href = await treeLink.getAttribute('href');
+    check(href === `/nodes/${encodeURIComponent(nodeName)}?metric=${encodeURIComponent(metric)}`, `tree link is ${href}, want the node at ${metric}`);
+    check(/ vs warn .*crit/.test(cells[6]), `value cell "${cells[6]}" does not compare with the threshold`);
+    const firstRow = await page.locator('.open-alerts tbody tr').first().getAttribute('data-state');
+    check(firstRow === 'firing', `the first open alert is ${firstRow}, want firing first`);
+    await page.waitForFunction(() => Number(document.querySelector('details.alerts .count')?.textContent) >= 1, null, { timeout: 30_000 });
+    const thresholdEdited = env.NBS_SKIP_THRESHOLD_EDIT !== '1' && (await apiExists('/api/v1/thresholds'));
+    if (thresholdEdited) {
+      // The override turned the root OK for a while: that alert resolved and is history now.
+      await page.locator(`.history tr[data-node="${nodeName}"][data-rule="${rule}"]`).first().waitFor({ timeout: 30_000 });
+    }
+    await shot('alerts');
+
+    step('the alert filters live in the URL');
+    if (env.NBS_OTHER_NODE) {
+      await page.getByLabel('Node', { exact: true }).selectOption(env.NBS_OTHER_NODE);
+      await page.waitForFunction((n) => new URL(location.href).searchParams.get('node') === n, env.NBS_OTHER_NODE);
+      await page.waitForFunction((n) => ![...document.querySelectorAll('.open-alerts tr[data-node]')].some((r) => r.dataset.node === n), nodeName);
+      await page.reload();
+      await page.locator('.alerts-section h2').first().waitFor();
+      check((await page.getByLabel('Node', { exact: true }).inputValue()) === env.NBS_OTHER_NODE, 'node filter lost on reload');
+    }
+    await page.getByLabel('State', { exact: true }).selectOption('resolved');
+    await page.waitForFunction(() => new URL(location.href).searchParams.get('state') === 'resolved' && !document.querySelector('.open-alerts') && !!document.querySelector('#history-h'));
+    await page.getByRole('button', { name: 'Clear filters' }).click();
+    await page.waitForFunction(() => location.search === '');
+    await firingRow.waitFor();
+
+    step('the alert detail shows the delivery log');
+    await firingRow.locator('a.alert-rule').focus();
+    await page.keyboard.press('Enter'); // rows are plain links: the keyboard opens them
+    await page.waitForURL((u) => /^\/alerts\/\d+$/.test(u.pathname));
+    await page.locator('.alert-page h1').waitFor();
+    check((await page.locator('.alert-page h1').innerText()).includes(rule), 'detail heading lacks the rule');
+    if (env.NBS_ALERT_RECEIVER) {
+      const delivered = page.locator(`table.deliveries tr[data-status=delivered]`).filter({ hasText: env.NBS_ALERT_RECEIVER }).first();
+      await delivered.waitFor({ timeout: 30_000 });
+      console.log(`  delivery: ${(await delivered.innerText()).replace(/\s+/g, ' ')}`);
+    }
+    await shot('alert-detail');
+    await page.getByRole('link', { name: /in the tree$/ }).click();
+    await page.waitForURL((u) => u.pathname === `/nodes/${encodeURIComponent(nodeName)}`);
+    await row(metric).waitFor();
+    check((await row(metric).getAttribute('aria-selected')) === 'true', `${metric} is not selected after following the alert`);
+
+    if (env.NBS_SKIP_RULE_EDIT === '1') {
+      console.log('  rule edit skipped (NBS_SKIP_RULE_EDIT=1)');
+    } else {
+      step('the alert rules editor: collector validation by field, a duplicate name, create and delete');
+      await page.goto(base + '/alerts');
+      await page.locator('nav.tabs').getByRole('link', { name: 'Rules' }).click();
+      await page.waitForURL((u) => u.pathname === '/alerts/rules');
+      await page.locator(`.rules-table tr[data-rule="${rule}"]`).waitFor();
+      allowed.push({ text: /status of 40[09]/, url: /\/api\/v1\/alert-rules$/ });
+      await page.getByRole('button', { name: 'New rule…' }).click();
+      check((await page.evaluate(() => document.activeElement?.id)) === 'rule-name', 'the form does not focus its first field');
+      await page.keyboard.type('1 bad');
+      await page.getByLabel('Metric or pattern').fill('Tcp Reset');
+      await page.getByRole('button', { name: 'Create rule' }).click();
+      await page.locator('#rule-name-err').waitFor();
+      await page.locator('#rule-metric-err').waitFor();
+      check(/letters, digits/.test(await page.locator('#rule-name-err').innerText()), 'name error does not say what is wrong');
+      check((await page.getByLabel('Name', { exact: true }).getAttribute('aria-invalid')) === 'true', 'name field not marked invalid');
+      await shot('rule-errors');
+      await page.getByLabel('Name', { exact: true }).fill(rule);
+      await page.getByLabel('Metric or pattern').fill('tcp_reset/sent/*');
+      await page.getByRole('button', { name: 'Create rule' }).click();
+      await page.locator('#rule-name-err').filter({ hasText: 'exists already' }).waitFor();
+      const name = 'E2eAcmeQuorum';
+      await page.getByLabel('Name', { exact: true }).fill(name);
+      await page.getByRole('radio', { name: /^group:/ }).check();
+      await page.getByLabel('Node selector').fill('customer=nobody');
+      await page.getByLabel('Fire when at least').fill('50');
+      await page.getByLabel('Quorum unit').selectOption('percent');
+      await page.getByRole('button', { name: 'Create rule' }).click();
+      await page.locator('.saved').filter({ hasText: `Created rule ${name}` }).waitFor();
+      const created = page.locator(`.rules-table tr[data-rule="${name}"]`);
+      await created.waitFor();
+      check(/group/.test(await created.innerText()) && /≥ 50%/.test(await created.innerText()), `created rule row: ${await created.innerText()}`);
+      await shot('rules');
+      await created.getByRole('button', { name: `Delete ${name}…` }).click();
+      await page.getByRole('button', { name: `Delete ${name}`, exact: true }).click();
+      await created.waitFor({ state: 'detached' });
+    }
+  }
+
   step('the picture for the README: the tree over the last 5 minutes, light and dark');
   // A fresh page from a shared link: fleet state, not live, short range so the trends show.
   await page.goto(`${base}/nodes/${encodeURIComponent(nodeName)}?metric=${encodeURIComponent(metric)}&range=5m`);
@@ -219,6 +330,11 @@ try {
   check((await page.evaluate(() => document.documentElement.dataset.theme)) === 'dark', 'theme toggle never reached dark');
   await page.waitForTimeout(400);
   await shot('tree-dark');
+  if (env.NBS_ALERT_RULE && (await apiExists('/api/v1/alerts'))) {
+    await page.goto(base + '/alerts');
+    await page.locator('.open-alerts tr[data-state=firing]').first().waitFor({ timeout: 30_000 });
+    await shot('alerts-dark');
+  }
 
   step('an unknown node says so');
   allowed.push({ text: /status of 404/, url: /\/api\/v1\/nodes\/no-such-node(\/|$)/ });

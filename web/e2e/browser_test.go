@@ -7,7 +7,7 @@
 // skips, or fails when CI=true.
 //
 //	go test ./web/e2e -run TestBrowser -v
-//	NBS_UPDATE_SCREENSHOTS=1 go test ./web/e2e   # also refreshes docs/screenshots/tree.png
+//	NBS_UPDATE_SCREENSHOTS=1 go test ./web/e2e   # also refreshes docs/screenshots/{tree,alerts}.png
 package e2e
 
 import (
@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -29,6 +30,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	agentapp "github.com/nbs-project/nbs/agent/app"
+	"github.com/nbs-project/nbs/collector/alert"
+	"github.com/nbs-project/nbs/collector/alert/notify/webhook"
 	collectorapp "github.com/nbs-project/nbs/collector/app"
 	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
@@ -78,7 +81,10 @@ func TestBrowser(t *testing.T) {
 	}
 
 	lab := netlab.New(t)
-	httpAddr, grpcAddr := startCollector(t, pgcluster.Database(t))
+	// Alerts go to a signed webhook, so the alert page's delivery log has
+	// real deliveries to show.
+	hook := startWebhook(t)
+	httpAddr, grpcAddr := startCollector(t, pgcluster.Database(t), hook.config(t))
 	startAgent(t, agentapp.Config{NodeName: "lab-b", Netns: lab.B, CollectorAddress: grpcAddr, BPF: true,
 		Labels: agentapp.Labels{"customer": "acme", "rack": "r1"}})
 	startAgent(t, agentapp.Config{NodeName: "lab-a", Netns: lab.A, CollectorAddress: grpcAddr, BPF: true,
@@ -104,6 +110,9 @@ func TestBrowser(t *testing.T) {
 	}()
 	t.Cleanup(func() { stop(); wg.Wait() })
 	waitTreeState(t, base, "lab-b", "tcp_reset/sent/no_socket", "crit")
+	// The storm keeps the tcp_reset root CRIT for the whole run, far past the
+	// two intervals of the default rule NBSRootCritical, which fires.
+	waitAlert(t, base, "lab-b", "NBSRootCritical", "firing")
 	updatePicture := os.Getenv("NBS_UPDATE_SCREENSHOTS") == "1"
 	if updatePicture {
 		// A minute and a half of history, so the README picture has trends to show.
@@ -120,6 +129,9 @@ func TestBrowser(t *testing.T) {
 		"NBS_OTHER_NODE=lab-a",
 		"NBS_METRIC=tcp_reset/sent/no_socket",
 		"NBS_EVIDENCE_SRC="+netip.AddrPortFrom(lab.IPB, lab.ClosedPort).String(),
+		"NBS_ALERT_RULE=NBSRootCritical",
+		"NBS_ALERT_ROOT=tcp_reset",
+		"NBS_ALERT_RECEIVER=webhook",
 		"NBS_ARTIFACTS="+artifacts,
 		"NBS_CHROMIUM="+chromium,
 	)
@@ -130,13 +142,70 @@ func TestBrowser(t *testing.T) {
 	}
 	t.Logf("screenshots in %s", artifacts)
 
-	if updatePicture {
-		dst := filepath.Join(webDir, "..", "docs", "screenshots", "tree.png")
-		if err := copyFile(filepath.Join(artifacts, "tree.png"), dst); err != nil {
-			t.Fatalf("update %s: %v", dst, err)
-		}
-		t.Logf("updated %s", dst)
+	if n := hook.count(); n == 0 {
+		t.Errorf("the webhook received no signed alert notification")
+	} else {
+		t.Logf("the webhook received %d signed alert notifications", n)
 	}
+
+	if updatePicture {
+		for _, name := range []string{"tree.png", "alerts.png"} {
+			dst := filepath.Join(webDir, "..", "docs", "screenshots", name)
+			if err := copyFile(filepath.Join(artifacts, name), dst); err != nil {
+				t.Fatalf("update %s: %v", dst, err)
+			}
+			t.Logf("updated %s", dst)
+		}
+	}
+}
+
+// receiver is a webhook that accepts alert notifications whose signature
+// verifies and refuses the others (which the collector would retry, and the
+// delivery log would show).
+type receiver struct {
+	url    string
+	secret []byte
+	mu     sync.Mutex
+	n      int
+}
+
+func startWebhook(t *testing.T) *receiver {
+	t.Helper()
+	r := &receiver{secret: []byte("e2e-webhook-secret-0123456789abcdef")}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := webhook.Verify(r.secret, req.Header.Get(webhook.SignatureHeader), req.Header.Get(webhook.TimestampHeader), body, time.Now(), 5*time.Minute); err != nil {
+			t.Errorf("webhook: %v", err)
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		r.mu.Lock()
+		r.n++
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	r.url = srv.URL + "/nbs"
+	return r
+}
+
+func (r *receiver) config(t *testing.T) alert.Config {
+	t.Helper()
+	secret := filepath.Join(t.TempDir(), "webhook-secret")
+	if err := os.WriteFile(secret, r.secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return alert.Config{WebhookURL: r.url, WebhookSecretFile: secret}
+}
+
+func (r *receiver) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
 }
 
 // resetLoop connects from A to B's closed port 15 to 40 times a second (a
@@ -177,10 +246,10 @@ func resetLoop(ctx context.Context, t *testing.T, lab *netlab.Lab) {
 	}
 }
 
-func startCollector(t *testing.T, dbURL string) (httpAddr, grpcAddr string) {
+func startCollector(t *testing.T, dbURL string, alerts alert.Config) (httpAddr, grpcAddr string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	c := collectorapp.New(collectorapp.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DBURL: dbURL}, logger(t, "collector"))
+	c := collectorapp.New(collectorapp.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DBURL: dbURL, Alert: alerts}, logger(t, "collector"))
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	select {
@@ -294,6 +363,18 @@ func waitTreeState(t *testing.T, base, node, metric, state string) {
 		}
 		if j := strings.Index(body[i:], `"state": "`); j < 0 || !strings.HasPrefix(body[i+j+len(`"state": "`):], state+`"`) {
 			return fmt.Sprintf("%s of %s is not %s yet", metric, node, state)
+		}
+		return ""
+	})
+}
+
+// waitAlert waits until the alerts API lists an alert of rule on node in state.
+func waitAlert(t *testing.T, base, node, rule, state string) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() string {
+		body := get(t, base+"/api/v1/alerts?state="+state+"&node="+node+"&rule="+rule)
+		if !strings.Contains(body, `"rule": "`+rule+`"`) {
+			return fmt.Sprintf("no %s alert %s on %s yet: %.300s", state, rule, node, body)
 		}
 		return ""
 	})

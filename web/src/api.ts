@@ -60,19 +60,89 @@ export interface Tree {
 
 export interface Alert {
   id: number;
+  fingerprint?: string;
+  rule_id?: number;
   rule: string;
-  kind: string;
+  kind: string; // node | group
   severity: string;
   state: string; // pending | firing | resolved
   node?: string;
   root?: string;
-  metric?: string;
-  child?: string;
+  metric?: string; // the metric the rule matched
+  child?: string; // the descendant that explains it
   group?: Record<string, string>;
-  since?: string;
-  value?: number | null;
+  since?: string; // the breach began
+  starts_at?: string | null; // it fired
+  ends_at?: string | null; // it resolved
+  value?: number | null; // the explaining child's value (per second for rates); a group's percentage
   summary?: string;
+  description?: string;
   tree_url?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+}
+
+/** Who evaluates alerts, as recorded by that collector itself (holder is empty before any has). */
+export interface AlertEvaluator {
+  holder: string;
+  epoch: number;
+  since: string;
+  heartbeat: string;
+}
+
+/** One notification of the delivery log: queued with the transition, retried until delivered or failed. */
+export interface Delivery {
+  id: number;
+  target: string; // alertmanager | webhook
+  url: string;
+  event: string; // firing | resolved
+  status: string; // pending | delivered | failed
+  attempts: number;
+  last_error?: string;
+  created_at: string;
+  delivered_at: string | null;
+}
+
+export interface AlertDetail extends Alert {
+  deliveries: Delivery[];
+}
+
+export interface AlertFilter {
+  state?: string; // firing | pending | resolved | open | all
+  node?: string;
+  rule?: string;
+  limit?: number;
+}
+
+/** The fields a client sends to create or replace a rule (the collector rejects any other). */
+export interface AlertRuleInput {
+  name: string;
+  kind: string; // node | group
+  metric: string;
+  state: string; // warn | crit | unknown
+  for_intervals: number;
+  for_seconds: number;
+  severity: string;
+  selector: Record<string, string>;
+  min_nodes: number;
+  min_percent: number;
+  group_by: string[];
+  labels: Record<string, string>;
+  runbook_url: string;
+  enabled: boolean;
+}
+
+export interface AlertRule extends Omit<AlertRuleInput, 'for_intervals' | 'for_seconds' | 'min_nodes' | 'min_percent' | 'group_by' | 'runbook_url'> {
+  id: number;
+  for_intervals?: number;
+  for_seconds?: number;
+  min_nodes?: number;
+  min_percent?: number;
+  group_by?: string[] | null;
+  runbook_url?: string;
+  builtin: boolean;
+  created_at: string;
+  updated_at: string;
 }
 
 export interface Point {
@@ -207,4 +277,15 @@ export const api = {
   deleteOverride: (id: number | string) => request<void>('DELETE', `/api/v1/thresholds/${enc(String(id))}`),
   expand: (node: string, seconds: number) => request<{ until?: string }>('POST', `${nodePath(node)}/expand`, { seconds }),
   alerts: (signal?: AbortSignal) => request<{ alerts?: Alert[] }>('GET', '/api/v1/alerts?state=open', undefined, signal).then((r) => r.alerts ?? []),
+  alertList: (f: AlertFilter, signal?: AbortSignal) =>
+    request<{ evaluator?: AlertEvaluator; alerts?: Alert[] }>('GET', `/api/v1/alerts${query({ state: f.state, node: f.node, rule: f.rule, limit: f.limit })}`, undefined, signal).then((r) => ({
+      evaluator: r.evaluator ?? null,
+      alerts: r.alerts ?? [],
+    })),
+  alert: (id: number | string, signal?: AbortSignal) =>
+    request<AlertDetail>('GET', `/api/v1/alerts/${enc(String(id))}`, undefined, signal).then((a) => ({ ...a, deliveries: a.deliveries ?? [] })),
+  alertRules: (signal?: AbortSignal) => request<{ rules?: AlertRule[] }>('GET', '/api/v1/alert-rules', undefined, signal).then((r) => r.rules ?? []),
+  createAlertRule: (r: AlertRuleInput) => request<AlertRule>('POST', '/api/v1/alert-rules', r),
+  updateAlertRule: (id: number, r: AlertRuleInput) => request<AlertRule>('PUT', `/api/v1/alert-rules/${enc(String(id))}`, r),
+  deleteAlertRule: (id: number) => request<void>('DELETE', `/api/v1/alert-rules/${enc(String(id))}`),
 };

@@ -1,7 +1,10 @@
+import { Fragment } from 'preact';
+import { AlertRulesPage } from './components/AlertRules';
+import { AlertDetailPage, AlertsPage } from './components/Alerts';
 import { FleetPage } from './components/Fleet';
 import { NodePage } from './components/NodePage';
 import { Shell } from './components/Shell';
-import { fleetHref, linkClick, parseRoute, useLocation } from './route';
+import { alertsHref, fleetHref, linkClick, parseRoute, useLocation } from './route';
 
 export function App() {
   const loc = useLocation();
@@ -32,6 +35,25 @@ export function App() {
           <NodePage key={route.node} node={route.node} params={route.params} />
         </Shell>
       );
+    case 'alerts':
+      return (
+        <Shell crumbs={<Crumbs trail={[]} current="Alerts" />}>
+          <AlertsPage params={route.params} />
+        </Shell>
+      );
+    case 'alert':
+      return (
+        <Shell crumbs={<Crumbs trail={[['Alerts', alertsHref()]]} current={`Alert ${route.id}`} />}>
+          {/* keyed: another alert starts from a clean page */}
+          <AlertDetailPage key={route.id} id={route.id} />
+        </Shell>
+      );
+    case 'alertRules':
+      return (
+        <Shell crumbs={<Crumbs trail={[['Alerts', alertsHref()]]} current="Rules" />}>
+          <AlertRulesPage params={route.params} />
+        </Shell>
+      );
     default:
       return (
         <Shell>
@@ -48,4 +70,23 @@ export function App() {
         </Shell>
       );
   }
+}
+
+/** Fleet / …trail / current. */
+function Crumbs({ trail, current }: { trail: [string, string][]; current: string }) {
+  return (
+    <>
+      {[['Fleet', fleetHref()] as [string, string], ...trail].map(([label, href]) => (
+        <Fragment key={href}>
+          <a href={href} onClick={linkClick}>
+            {label}
+          </a>
+          <span class="sep" aria-hidden="true">
+            /
+          </span>
+        </Fragment>
+      ))}
+      <span aria-current="page">{current}</span>
+    </>
+  );
 }

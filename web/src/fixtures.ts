@@ -1,5 +1,5 @@
 // Realistic API bodies, shaped like the collector's answers.
-import type { NodeSummary, TreeNode } from './api';
+import type { Alert, AlertRule, NodeSummary, TreeNode } from './api';
 
 const th = { warn: 1, crit: 10, comparison: 'above', hold_intervals: 1 };
 
@@ -38,6 +38,58 @@ export function node(name: string, state: string, labels: Record<string, string>
     kernel_release: '6.18',
     capabilities: [],
     roots: [{ ...leaf('tcp_reset', state, state === 'ok' ? 0 : 12), title: 'TCP resets', children: null }],
+    ...extra,
+  };
+}
+
+const iso = (msAgo: number) => new Date(Date.now() - msAgo).toISOString();
+
+/** An alert as GET /api/v1/alerts serves it: NBSRootCritical firing on lab-b by default. */
+export function alert(id: number, extra: Partial<Alert> = {}): Alert {
+  const state = extra.state ?? 'firing';
+  return {
+    id,
+    fingerprint: `fp${id}`,
+    rule_id: 1,
+    rule: 'NBSRootCritical',
+    kind: 'node',
+    severity: 'critical',
+    state,
+    node: 'lab-b',
+    root: 'tcp_reset',
+    metric: 'tcp_reset',
+    child: 'tcp_reset/sent/no_socket',
+    since: iso(90_000),
+    starts_at: state === 'pending' ? null : iso(88_000),
+    ends_at: state === 'resolved' ? iso(30_000) : null,
+    value: state === 'pending' ? null : 23.5,
+    summary: state === 'pending' ? '' : 'tcp_reset is CRIT on lab-b: tcp_reset/sent/no_socket at 23.5 resets/s',
+    description: state === 'pending' ? '' : 'tcp_reset/sent/no_socket (No socket) is CRIT at 23.5 resets/s, against thresholds warn 1 resets/s and crit 10 resets/s (above).',
+    tree_url: 'http://nbs.test/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket',
+    labels: state === 'pending' ? {} : { alertname: 'NBSRootCritical', severity: 'critical', node: 'lab-b', root: 'tcp_reset', metric: 'tcp_reset/sent/no_socket', customer: 'acme' },
+    annotations: state === 'pending' ? {} : { summary: 'tcp_reset is CRIT on lab-b', value: '23.5', threshold: 'warn 1, crit 10', tree_url: 'http://nbs.test/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket' },
+    ...extra,
+  };
+}
+
+export const evaluator = { holder: 'collector-1 pid 42 http://nbs.test', epoch: 3, since: iso(600_000), heartbeat: iso(500) };
+
+/** An alert rule as GET /api/v1/alert-rules serves it. */
+export function rule(id: number, name: string, extra: Partial<AlertRule> = {}): AlertRule {
+  return {
+    id,
+    name,
+    kind: 'node',
+    metric: '*',
+    state: 'crit',
+    for_intervals: 2,
+    severity: 'critical',
+    selector: {},
+    labels: {},
+    enabled: true,
+    builtin: false,
+    created_at: iso(3_600_000),
+    updated_at: iso(3_600_000),
     ...extra,
   };
 }

@@ -1,15 +1,28 @@
 // Client-side routes. The URL holds the whole view, so links can be shared:
 //   /                           the fleet   ?q=&state=crit&group=customer&l.customer=acme
 //   /nodes/{node}               a node      ?metric=tcp_reset/sent&range=6h&live=1&open=…&closed=…
+//   /alerts                     alerts      ?state=resolved&node=lab-b&rule=NBSRootCritical&limit=200
+//   /alerts/{id}                one alert and its delivery log
+//   /alerts/rules               alert rules ?edit={id} or ?new=1 (the form that is open)
 // The collector serves index.html for any path that is not a file or /api.
 import { useEffect, useState } from 'preact/hooks';
 
-export type Route = { page: 'fleet'; params: URLSearchParams } | { page: 'node'; node: string; params: URLSearchParams } | { page: 'notfound'; params: URLSearchParams };
+export type Route =
+  | { page: 'fleet'; params: URLSearchParams }
+  | { page: 'node'; node: string; params: URLSearchParams }
+  | { page: 'alerts'; params: URLSearchParams }
+  | { page: 'alert'; id: number; params: URLSearchParams }
+  | { page: 'alertRules'; params: URLSearchParams }
+  | { page: 'notfound'; params: URLSearchParams };
 
 export function parseRoute(pathname: string, search: string): Route {
   const params = new URLSearchParams(search);
   const path = pathname.replace(/\/+$/, '') || '/';
   if (path === '/' || path === '/index.html') return { page: 'fleet', params };
+  if (path === '/alerts') return { page: 'alerts', params };
+  if (path === '/alerts/rules') return { page: 'alertRules', params };
+  const a = /^\/alerts\/([1-9][0-9]{0,15})$/.exec(path);
+  if (a) return { page: 'alert', id: Number(a[1]), params };
   const m = /^\/nodes\/([^/]+)$/.exec(path);
   if (m) {
     try {
@@ -42,6 +55,9 @@ function withQuery(path: string, params?: URLSearchParams): string {
 
 export const fleetHref = (params?: URLSearchParams) => withQuery('/', params);
 export const nodeHref = (node: string, params?: URLSearchParams) => withQuery(`/nodes/${encodeURIComponent(node)}`, params);
+export const alertsHref = (params?: URLSearchParams) => withQuery('/alerts', params);
+export const alertHref = (id: number | string) => `/alerts/${encodeURIComponent(String(id))}`;
+export const alertRulesHref = (params?: URLSearchParams) => withQuery('/alerts/rules', params);
 
 const EVENT = 'nbs:navigate';
 

@@ -2,8 +2,8 @@ import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { type Alert, api } from '../api';
 import { usePoll } from '../hooks';
-import { fleetHref, linkClick, nodeHref, withParams } from '../route';
-import { normState } from '../state';
+import { alertTreeHref, alertWhere, severityState, sortOpen } from '../alerts';
+import { alertHref, alertRulesHref, alertsHref, fleetHref, linkClick } from '../route';
 import { StateDot } from './common';
 
 type Theme = 'system' | 'light' | 'dark';
@@ -50,8 +50,6 @@ export function ThemeToggle() {
   );
 }
 
-const severityState = (s: string) => (/^crit/i.test(s) ? 'crit' : /^warn/i.test(s) ? 'warn' : normState(s));
-
 /** Open alerts, when this collector has an alerts API; hidden when it does not (404). */
 function AlertsIndicator() {
   const [absent, setAbsent] = useState(false);
@@ -75,8 +73,13 @@ function AlertsIndicator() {
     if (polled.error?.notFound) setAbsent(true);
   }, [polled.error]);
   if (absent || !polled.data) return null;
-  const alerts = polled.data.filter((a) => a.state !== 'resolved');
+  const alerts = sortOpen(polled.data.filter((a) => a.state !== 'resolved'));
   const firing = alerts.filter((a) => a.state === 'firing');
+  // A link inside the popover navigates in-app; close it on the way.
+  const follow = (e: MouseEvent) => {
+    linkClick(e);
+    if (box.current) box.current.open = false;
+  };
   return (
     <details class="alerts" ref={box}>
       <summary class={`btn btn-quiet${firing.length ? ' alerts-firing' : ''}`} aria-label={`Alerts: ${firing.length} firing, ${alerts.length - firing.length} pending`}>
@@ -90,20 +93,16 @@ function AlertsIndicator() {
           <ul>
             {alerts.slice(0, 50).map((a) => {
               const metric = a.child || a.metric;
-              const where = a.node ?? Object.entries(a.group ?? {}).map(([k, v]) => `${k}=${v}`).join(', ');
               return (
                 <li key={a.id}>
-                  <StateDot state={severityState(a.severity)} /> <strong>{a.rule}</strong>{' '}
-                  {a.node ? (
-                    <a href={nodeHref(a.node, metric ? withParams(new URLSearchParams(), { metric }) : undefined)} onClick={linkClick}>
-                      {a.node}
-                      {metric ? ` · ${metric}` : ''}
-                    </a>
-                  ) : (
-                    <a href={fleetHref()} onClick={linkClick}>
-                      {where || 'fleet'}
-                    </a>
-                  )}
+                  <StateDot state={severityState(a.severity)} />{' '}
+                  <a href={alertHref(a.id)} onClick={follow} title="Details and delivery log">
+                    <strong>{a.rule}</strong>
+                  </a>{' '}
+                  <a href={alertTreeHref(a)} onClick={follow}>
+                    {alertWhere(a)}
+                    {a.node && metric ? ` · ${metric}` : ''}
+                  </a>
                   {a.state !== 'firing' && <span class="muted"> ({a.state})</span>}
                   {a.summary && <div class="muted small">{a.summary}</div>}
                 </li>
@@ -111,6 +110,14 @@ function AlertsIndicator() {
             })}
           </ul>
         )}
+        <p class="alerts-pop-links">
+          <a href={alertsHref()} onClick={follow}>
+            All alerts and history
+          </a>
+          <a href={alertRulesHref()} onClick={follow}>
+            Alert rules
+          </a>
+        </p>
       </div>
     </details>
   );

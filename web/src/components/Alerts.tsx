@@ -1,0 +1,621 @@
+import { Fragment } from 'preact';
+import { useEffect, useMemo } from 'preact/hooks';
+import { type Alert, type AlertEvaluator, type Delivery, api } from '../api';
+import { alertTreeHref, alertValue, alertWhere, formatSpan, severityState, sortOpen } from '../alerts';
+import { formatAgo, formatTime } from '../format';
+import { useNow, usePoll } from '../hooks';
+import { alertHref, alertRulesHref, alertsHref, linkClick, navigate, nodeHref, withParams } from '../route';
+import { Empty, ErrorBox, Loading, StaleNotice } from './common';
+
+export const ALERTS_REFRESH_MS = 5000;
+const HISTORY_LIMIT = 100;
+const MAX_LIMIT = 1000;
+// The evaluator writes a heartbeat every second; this much silence means nobody evaluates.
+const EVALUATOR_SILENT_MS = 15_000;
+
+export type AlertStateFilter = '' | 'firing' | 'pending' | 'resolved';
+
+export interface AlertFilters {
+  state: AlertStateFilter;
+  node: string;
+  rule: string;
+  limit: number;
+}
+
+export function alertFiltersFrom(p: URLSearchParams): AlertFilters {
+  const st = p.get('state') ?? '';
+  const limit = Number(p.get('limit'));
+  return {
+    state: st === 'firing' || st === 'pending' || st === 'resolved' ? st : '',
+    node: p.get('node') ?? '',
+    rule: p.get('rule') ?? '',
+    limit: Number.isInteger(limit) && limit >= 1 ? Math.min(limit, MAX_LIMIT) : HISTORY_LIMIT,
+  };
+}
+
+/** Whether the collector answered that it has no such API route (an older collector). */
+const noRoute = (e: { notFound: boolean; message: string } | null | undefined) => !!e?.notFound && /route/i.test(e.message);
+
+/** Alerts and Rules, the two pages of alerting. */
+export function AlertTabs({ current }: { current: 'alerts' | 'rules' }) {
+  return (
+    <nav class="tabs" aria-label="Alerting">
+      <a href={alertsHref()} onClick={linkClick} aria-current={current === 'alerts' ? 'page' : undefined}>
+        Alerts
+      </a>
+      <a href={alertRulesHref()} onClick={linkClick} aria-current={current === 'rules' ? 'page' : undefined}>
+        Rules
+      </a>
+    </nav>
+  );
+}
+
+export function SeverityBadge({ severity }: { severity: string }) {
+  return <span class={`badge badge-sev st-${severityState(severity)}`}>{severity}</span>;
+}
+
+export function AlertStateTag({ state }: { state: string }) {
+  const cls = state === 'firing' ? 'firing' : state === 'pending' ? 'pending' : 'resolved';
+  return (
+    <span class={`alert-state as-${cls}`}>
+      <span class="as-dot" aria-hidden="true" />
+      {state}
+    </span>
+  );
+}
+
+function When({ iso, now }: { iso: string | null | undefined; now: number }) {
+  if (!iso) return <span class="muted">—</span>;
+  return (
+    <time dateTime={iso} title={formatTime(iso, new Date(now))}>
+      {formatAgo(iso, now)}
+    </time>
+  );
+}
+
+function At({ iso, now }: { iso: string | null | undefined; now: number }) {
+  if (!iso) return <span class="muted">—</span>;
+  return (
+    <time dateTime={iso} title={iso}>
+      {formatTime(iso, new Date(now))}
+    </time>
+  );
+}
+
+function EvaluatorNote({ ev, now }: { ev: AlertEvaluator | null | undefined; now: number }) {
+  if (!ev) return null;
+  if (!ev.holder) {
+    return (
+      <p class="stale-notice" role="status">
+        No collector has taken the lead in evaluating alerts yet; rules are checked once one does.
+      </p>
+    );
+  }
+  const silent = now - Date.parse(ev.heartbeat);
+  if (silent > EVALUATOR_SILENT_MS) {
+    return (
+      <p class="stale-notice" role="status">
+        The evaluating collector ({ev.holder}) last checked in {formatAgo(ev.heartbeat, now)}: nothing is evaluated until another collector takes over.
+      </p>
+    );
+  }
+  return (
+    <p class="muted small evaluator">
+      Evaluated by <span class="mono">{ev.holder}</span> since {formatTime(ev.since, new Date(now))}.
+    </p>
+  );
+}
+
+function ValueCell({ a }: { a: Alert }) {
+  const v = alertValue(a);
+  return (
+    <td class="num nowrap" title={a.description || undefined}>
+      <strong>{v.value}</strong>
+      {v.threshold && <span class="muted"> vs {v.threshold}</span>}
+    </td>
+  );
+}
+
+function WhereCell({ a }: { a: Alert }) {
+  if (a.node) {
+    return (
+      <td class="nowrap">
+        <a href={nodeHref(a.node)} onClick={linkClick}>
+          {a.node}
+        </a>
+      </td>
+    );
+  }
+  return (
+    <td>
+      <span class="tag">group</span> {alertWhere(a)}
+    </td>
+  );
+}
+
+function MetricCell({ a }: { a: Alert }) {
+  const m = a.child || a.metric;
+  return (
+    <td class="alert-metric">
+      {m ? (
+        <a href={alertTreeHref(a)} onClick={linkClick} class="mono" title={a.node ? `Open ${m} in the tree of ${a.node}` : 'Open the fleet with these labels'}>
+          {m}
+        </a>
+      ) : (
+        <span class="muted">—</span>
+      )}
+    </td>
+  );
+}
+
+function OpenTable({ alerts, now }: { alerts: Alert[]; now: number }) {
+  return (
+    <div class="table-wrap table-page">
+      <table class="alerts-table open-alerts">
+        <caption class="sr-only">Firing and pending alerts, firing first</caption>
+        <thead>
+          <tr>
+            <th scope="col">Severity</th>
+            <th scope="col">State</th>
+            <th scope="col">Rule</th>
+            <th scope="col">Node</th>
+            <th scope="col">Root</th>
+            <th scope="col">Explaining metric</th>
+            <th scope="col">Value vs threshold</th>
+            <th scope="col">Since</th>
+          </tr>
+        </thead>
+        <tbody>
+          {alerts.map((a) => (
+            <tr key={a.id} class={`alert-row sev-${severityState(a.severity)} as-${a.state}`} data-alert-id={a.id} data-state={a.state} data-node={a.node ?? ''} data-rule={a.rule}>
+              <td>
+                <SeverityBadge severity={a.severity} />
+              </td>
+              <td>
+                <AlertStateTag state={a.state} />
+              </td>
+              <td>
+                <a href={alertHref(a.id)} onClick={linkClick} class="alert-rule" title={a.summary || 'Details and delivery log'}>
+                  {a.rule}
+                </a>
+                {a.summary && <div class="muted small alert-summary">{a.summary}</div>}
+              </td>
+              <WhereCell a={a} />
+              <td class="mono">{a.root || <span class="muted">—</span>}</td>
+              <MetricCell a={a} />
+              <ValueCell a={a} />
+              <td class="nowrap">
+                <When iso={a.since} now={now} />
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+function HistoryTable({ alerts, now }: { alerts: Alert[]; now: number }) {
+  return (
+    <div class="table-wrap table-page">
+      <table class="alerts-table history">
+        <caption class="sr-only">Alert history, newest first</caption>
+        <thead>
+          <tr>
+            <th scope="col">Severity</th>
+            <th scope="col">Rule</th>
+            <th scope="col">Node</th>
+            <th scope="col">Root</th>
+            <th scope="col">Explaining metric</th>
+            <th scope="col">Value vs threshold</th>
+            <th scope="col">Began</th>
+            <th scope="col">Resolved</th>
+            <th scope="col">Lasted</th>
+          </tr>
+        </thead>
+        <tbody>
+          {alerts.map((a) => (
+            <tr key={a.id} class={`alert-row sev-${severityState(a.severity)} as-${a.state}`} data-alert-id={a.id} data-state={a.state} data-node={a.node ?? ''} data-rule={a.rule}>
+              <td>
+                <SeverityBadge severity={a.severity} />
+              </td>
+              <td>
+                <a href={alertHref(a.id)} onClick={linkClick} class="alert-rule" title={a.summary || 'Details and delivery log'}>
+                  {a.rule}
+                </a>
+                {!a.starts_at && <span class="muted small"> (never fired)</span>}
+              </td>
+              <WhereCell a={a} />
+              <td class="mono">{a.root || <span class="muted">—</span>}</td>
+              <MetricCell a={a} />
+              <ValueCell a={a} />
+              <td class="nowrap">
+                <At iso={a.since} now={now} />
+              </td>
+              <td class="nowrap">
+                <At iso={a.ends_at} now={now} />
+              </td>
+              <td class="nowrap num">{a.since && a.ends_at ? formatSpan(Date.parse(a.ends_at) - Date.parse(a.since)) : '—'}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+/** Firing and pending alerts first, then the history; the URL holds the filters. */
+export function AlertsPage({ params }: { params: URLSearchParams }) {
+  const f = alertFiltersFrom(params);
+  const now = useNow(1000);
+  const showOpen = f.state !== 'resolved';
+  const showHistory = f.state === '' || f.state === 'resolved';
+  const openKey = `alerts:open:${f.state}:${f.node}:${f.rule}`;
+  const open = usePoll(
+    openKey,
+    (s) => (showOpen ? api.alertList({ state: f.state || 'open', node: f.node, rule: f.rule, limit: MAX_LIMIT }, s) : Promise.resolve(null)),
+    showOpen ? ALERTS_REFRESH_MS : 0,
+  );
+  const history = usePoll(
+    `alerts:history:${f.state}:${f.node}:${f.rule}:${f.limit}`,
+    (s) => (showHistory ? api.alertList({ state: 'resolved', node: f.node, rule: f.rule, limit: f.limit }, s) : Promise.resolve(null)),
+    showHistory ? ALERTS_REFRESH_MS : 0,
+  );
+  // Choices for the filters: the fleet's nodes and the rules, whatever alerts exist.
+  const nodes = usePoll('alerts:nodes', (s) => api.nodes(s).catch(() => []), 60_000);
+  const rules = usePoll('alerts:rules', (s) => api.alertRules(s).catch(() => []), 60_000);
+
+  useEffect(() => {
+    document.title = 'Alerts · NBS';
+  }, []);
+
+  const update = (changes: Record<string, string | null>) => navigate(alertsHref(withParams(params, changes)), { replace: true });
+
+  const openAlerts = useMemo(() => sortOpen(open.data?.alerts ?? []), [open.data]);
+  const past = history.data?.alerts ?? [];
+  const evaluator = open.data?.evaluator ?? history.data?.evaluator;
+  const firing = openAlerts.filter((a) => a.state === 'firing').length;
+  const pending = openAlerts.filter((a) => a.state === 'pending').length;
+
+  const nodeNames = [...new Set([...(nodes.data ?? []).map((n) => n.name), ...openAlerts.map((a) => a.node ?? ''), ...past.map((a) => a.node ?? ''), f.node])]
+    .filter(Boolean)
+    .sort();
+  const ruleNames = [...new Set([...(rules.data ?? []).map((r) => r.name), ...openAlerts.map((a) => a.rule), ...past.map((a) => a.rule), f.rule])].filter(Boolean).sort();
+  const filtered = f.state !== '' || f.node !== '' || f.rule !== '';
+
+  if (noRoute(open.error) || noRoute(history.error)) {
+    return (
+      <div class="page">
+        <h1>Alerts</h1>
+        <Empty>This collector has no alerts API (/api/v1/alerts); it predates threshold alerts.</Empty>
+      </div>
+    );
+  }
+
+  return (
+    <div class="page alerts-page">
+      <div class="page-head">
+        <h1>Alerts</h1>
+        <AlertTabs current="alerts" />
+        <span class="muted updated" aria-live="off">
+          {open.data && `${firing} firing · ${pending} pending · `}live, every {ALERTS_REFRESH_MS / 1000}s
+        </span>
+      </div>
+      <EvaluatorNote ev={evaluator} now={now} />
+
+      <div class="toolbar" role="search" aria-label="Filter alerts">
+        <label class="field-inline">
+          <span>State</span>
+          <select aria-label="State" value={f.state} onChange={(e) => update({ state: (e.currentTarget as HTMLSelectElement).value || null, limit: null })}>
+            <option value="">open, then history</option>
+            <option value="firing">firing</option>
+            <option value="pending">pending</option>
+            <option value="resolved">resolved (history)</option>
+          </select>
+        </label>
+        <label class="field-inline">
+          <span>Node</span>
+          <select aria-label="Node" value={f.node} onChange={(e) => update({ node: (e.currentTarget as HTMLSelectElement).value || null, limit: null })}>
+            <option value="">any</option>
+            {nodeNames.map((n) => (
+              <option key={n} value={n}>
+                {n}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label class="field-inline">
+          <span>Rule</span>
+          <select aria-label="Rule" value={f.rule} onChange={(e) => update({ rule: (e.currentTarget as HTMLSelectElement).value || null, limit: null })}>
+            <option value="">any</option>
+            {ruleNames.map((n) => (
+              <option key={n} value={n}>
+                {n}
+              </option>
+            ))}
+          </select>
+        </label>
+        {filtered && (
+          <button type="button" class="btn btn-sm btn-quiet" onClick={() => update({ state: null, node: null, rule: null, limit: null })}>
+            Clear filters
+          </button>
+        )}
+      </div>
+
+      {showOpen && (
+        <section class="alerts-section" aria-labelledby="open-alerts-h">
+          <h2 id="open-alerts-h">
+            {f.state === 'firing' ? 'Firing' : f.state === 'pending' ? 'Pending' : 'Firing and pending'}{' '}
+            {open.data && <span class="muted count-inline">({openAlerts.length})</span>}
+          </h2>
+          {open.data && <StaleNotice error={open.error} />}
+          {open.loading && !open.error && <Loading what="alerts" />}
+          {!open.data && open.error && <ErrorBox title="Cannot load the alerts" error={open.error} onRetry={open.refresh} />}
+          {open.data &&
+            (openAlerts.length === 0 ? (
+              <Empty>{filtered ? 'No open alert matches these filters.' : 'Nothing is firing or pending.'}</Empty>
+            ) : (
+              <OpenTable alerts={openAlerts} now={now} />
+            ))}
+        </section>
+      )}
+
+      {showHistory && (
+        <section class="alerts-section" aria-labelledby="history-h">
+          <h2 id="history-h">History {history.data && <span class="muted count-inline">({past.length === f.limit ? `latest ${past.length}` : past.length})</span>}</h2>
+          {history.data && !showOpen && <StaleNotice error={history.error} />}
+          {history.loading && !history.error && <Loading what="the alert history" />}
+          {!history.data && history.error && <ErrorBox title="Cannot load the alert history" error={history.error} onRetry={history.refresh} />}
+          {history.data &&
+            (past.length === 0 ? (
+              <Empty>{filtered ? 'No resolved alert matches these filters.' : 'No alert has resolved yet.'}</Empty>
+            ) : (
+              <HistoryTable alerts={past} now={now} />
+            ))}
+          {history.data && past.length === f.limit && f.limit < MAX_LIMIT && (
+            <p>
+              <button type="button" class="btn btn-sm" onClick={() => update({ limit: String(Math.min(f.limit * 2, MAX_LIMIT)) })}>
+                Show older alerts
+              </button>
+            </p>
+          )}
+        </section>
+      )}
+    </div>
+  );
+}
+
+function deliveryResult(d: Delivery): { text: string; cls: string } {
+  if (d.status === 'delivered') return { text: 'delivered', cls: 'st-ok' };
+  if (d.status === 'failed') return { text: 'failed, given up', cls: 'st-crit' };
+  if (d.attempts > 0) return { text: 'retrying', cls: 'st-warn' };
+  return { text: 'queued', cls: 'st-unknown' };
+}
+
+export function DeliveryLog({ deliveries, now, alertState }: { deliveries: Delivery[]; now: number; alertState: string }) {
+  if (deliveries.length === 0) {
+    return (
+      <Empty>
+        {alertState === 'pending' ? (
+          <p>Nothing is sent while an alert is pending: it notifies when it fires.</p>
+        ) : (
+          <p>
+            No notification was queued: this collector has no receiver configured (<code>--alertmanager.url</code>, <code>--alert.webhook-url</code>).
+          </p>
+        )}
+      </Empty>
+    );
+  }
+  return (
+    <div class="table-wrap table-page">
+      <table class="deliveries">
+        <caption class="sr-only">Delivery log: one row per notification, oldest first</caption>
+        <thead>
+          <tr>
+            <th scope="col">Receiver</th>
+            <th scope="col">Event</th>
+            <th scope="col">Queued</th>
+            <th scope="col">Result</th>
+            <th scope="col">Attempts</th>
+            <th scope="col">Delivered</th>
+            <th scope="col">Error</th>
+          </tr>
+        </thead>
+        <tbody>
+          {deliveries.map((d) => {
+            const r = deliveryResult(d);
+            return (
+              <tr key={d.id} data-delivery-id={d.id} data-status={d.status}>
+                <td>
+                  <strong>{d.target}</strong>
+                  <div class="muted small mono break">{d.url}</div>
+                </td>
+                <td>{d.event}</td>
+                <td class="nowrap">
+                  <At iso={d.created_at} now={now} />
+                </td>
+                <td class="nowrap">
+                  <span class={`badge badge-sm ${r.cls}`}>{r.text}</span>
+                </td>
+                <td class="num">{d.attempts}</td>
+                <td class="nowrap">
+                  <At iso={d.delivered_at} now={now} />
+                </td>
+                <td class="break">{d.last_error ? <span class="field-error">{d.last_error}</span> : <span class="muted">—</span>}</td>
+              </tr>
+            );
+          })}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+// Annotations shown in their own place; the others are listed as they are.
+const SHOWN_ANNOTATIONS = new Set(['summary', 'description', 'value', 'threshold', 'tree_url', 'runbook_url']);
+
+/** One alert: what, where, since when, the link to the tree, and its delivery log. */
+export function AlertDetailPage({ id }: { id: number }) {
+  const now = useNow(1000);
+  const polled = usePoll(`alert:${id}`, (s) => api.alert(id, s), ALERTS_REFRESH_MS);
+  const a = polled.data;
+
+  useEffect(() => {
+    document.title = a ? `${a.rule} ${alertWhere(a)} · Alerts · NBS` : `Alert ${id} · NBS`;
+  }, [a?.rule, id]);
+
+  if (polled.error?.notFound) {
+    return (
+      <div class="page">
+        <ErrorBox title={noRoute(polled.error) ? 'This collector has no alerts API' : `Alert ${id} does not exist`} error={polled.error} />
+        <p>
+          <a href={alertsHref()} onClick={linkClick}>
+            All alerts
+          </a>
+        </p>
+      </div>
+    );
+  }
+  if (!a) {
+    return (
+      <div class="page">
+        {polled.loading && !polled.error && <Loading what={`alert ${id}`} />}
+        {polled.error && <ErrorBox title={`Cannot load alert ${id}`} error={polled.error} onRetry={polled.refresh} />}
+      </div>
+    );
+  }
+
+  const v = alertValue(a);
+  const m = a.child || a.metric;
+  const ann = a.annotations ?? {};
+  const extraAnn = Object.entries(ann).filter(([k]) => !SHOWN_ANNOTATIONS.has(k));
+  const end = a.ends_at ? Date.parse(a.ends_at) : now;
+  return (
+    <div class="page alert-page">
+      <StaleNotice error={polled.error} />
+      <div class="page-head">
+        <h1 class="alert-title">
+          <SeverityBadge severity={a.severity} /> {a.rule} <span class="muted">on {alertWhere(a)}</span>
+        </h1>
+        <AlertStateTag state={a.state} />
+      </div>
+      {a.summary && <p class="alert-summary-line">{a.summary}</p>}
+      <div class="alert-actions">
+        <a class="btn btn-primary" href={alertTreeHref(a)} onClick={linkClick}>
+          {a.node ? `Open ${m || 'the node'} in the tree` : 'Open these nodes in the fleet'}
+        </a>
+        {ann.runbook_url && (
+          <a class="btn" href={ann.runbook_url} target="_blank" rel="noopener noreferrer">
+            Runbook
+          </a>
+        )}
+        <a class="btn btn-quiet" href={alertsHref(a.node ? new URLSearchParams({ node: a.node }) : undefined)} onClick={linkClick}>
+          {a.node ? `All alerts of ${a.node}` : 'All alerts'}
+        </a>
+      </div>
+      <section class="panel alert-facts-panel" aria-label="Alert facts">
+        <dl class="facts">
+          <dt>State</dt>
+          <dd>{a.state}</dd>
+          <dt>Severity</dt>
+          <dd>{a.severity}</dd>
+          {a.node ? (
+            <>
+              <dt>Node</dt>
+              <dd>
+                <a href={nodeHref(a.node)} onClick={linkClick}>
+                  {a.node}
+                </a>
+              </dd>
+              <dt>Root</dt>
+              <dd class="mono">{a.root || '—'}</dd>
+              <dt>Metric the rule matched</dt>
+              <dd class="mono">{a.metric || '—'}</dd>
+              <dt>Explaining metric</dt>
+              <dd class="mono">
+                {a.child ? (
+                  <a href={alertTreeHref(a)} onClick={linkClick}>
+                    {a.child}
+                  </a>
+                ) : (
+                  '—'
+                )}
+              </dd>
+            </>
+          ) : (
+            <>
+              <dt>Group</dt>
+              <dd>{alertWhere(a)}</dd>
+              <dt>Metric</dt>
+              <dd class="mono">{a.metric || '—'}</dd>
+            </>
+          )}
+          <dt>Value</dt>
+          <dd class="num">{v.value}</dd>
+          {v.threshold && (
+            <>
+              <dt>Threshold</dt>
+              <dd>{v.threshold}</dd>
+            </>
+          )}
+          <dt>Breach began</dt>
+          <dd>
+            <At iso={a.since} now={now} /> <span class="muted">({formatAgo(a.since, now)})</span>
+          </dd>
+          <dt>Fired</dt>
+          <dd>{a.starts_at ? <At iso={a.starts_at} now={now} /> : <span class="muted">{a.state === 'pending' ? 'not yet: waiting for the hold' : 'never'}</span>}</dd>
+          <dt>Resolved</dt>
+          <dd>{a.ends_at ? <At iso={a.ends_at} now={now} /> : <span class="muted">not yet</span>}</dd>
+          <dt>{a.ends_at ? 'Lasted' : 'Lasting'}</dt>
+          <dd class="num">{a.since ? formatSpan(end - Date.parse(a.since)) : '—'}</dd>
+          <dt>Rule</dt>
+          <dd>
+            {a.rule_id ? (
+              <a href={alertRulesHref(new URLSearchParams({ edit: String(a.rule_id) }))} onClick={linkClick}>
+                {a.rule}
+              </a>
+            ) : (
+              a.rule
+            )}
+          </dd>
+          {a.fingerprint && (
+            <>
+              <dt>Fingerprint</dt>
+              <dd class="mono small">{a.fingerprint}</dd>
+            </>
+          )}
+        </dl>
+        {a.description && <p class="description">{a.description}</p>}
+        {Object.keys(a.labels ?? {}).length > 0 && (
+          <div class="alert-labels">
+            <h3>Labels</h3>
+            <div class="labels">
+              {Object.entries(a.labels ?? {}).map(([k, val]) => (
+                <span key={k} class="tag">
+                  {k}={val}
+                </span>
+              ))}
+            </div>
+          </div>
+        )}
+        {extraAnn.length > 0 && (
+          <div class="alert-labels">
+            <h3>Annotations</h3>
+            <dl class="facts">
+              {extraAnn.map(([k, val]) => (
+                <Fragment key={k}>
+                  <dt>{k}</dt>
+                  <dd class="break">{val}</dd>
+                </Fragment>
+              ))}
+            </dl>
+          </div>
+        )}
+      </section>
+      <section class="alerts-section" aria-labelledby="deliveries-h">
+        <h2 id="deliveries-h">Delivery log</h2>
+        <DeliveryLog deliveries={a.deliveries} now={now} alertState={a.state} />
+      </section>
+    </div>
+  );
+}
