@@ -305,8 +305,10 @@ func TestLatencyTXEndToEnd(t *testing.T) {
 	if sojourn.P50 < 0.6*byTC || sojourn.P50 > 1.6*byTC {
 		t.Errorf("qdisc sojourn median %.1f ms vs tc backlog/rate %.1f ms: outside [0.6, 1.6]x", sojourn.P50, byTC)
 	}
-	// The sampled writes wait in the same queue.
-	if tx.P50 < 0.5*sojourn.P50 || tx.P50 > 2*sojourn.P50 {
+	// The sampled writes wait in the same queue, but only a few of a TCP
+	// flow's writes are timed (8 in flight per socket), at moments its
+	// sawtooth chooses.
+	if tx.P50 < 0.3*sojourn.P50 || tx.P50 > 3*sojourn.P50 {
 		t.Errorf("tx qdisc→driver median %.1f ms vs qdisc sojourn %.1f ms", tx.P50, sojourn.P50)
 	}
 	// A flow's smoothed RTT includes the queue its data waits in.
