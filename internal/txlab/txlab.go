@@ -425,6 +425,20 @@ func NewSink(t testing.TB, lab *netlab.Lab, ns string, addr netip.Addr) *Sink {
 	return s
 }
 
+// Poke writes one byte back on every accepted connection. The sender's
+// socket then receives a segment after it went idle, so a probe that samples
+// on received segments under a rate limit sees the socket's settled state.
+func (s *Sink) Poke() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		if _, err := c.Write([]byte{0}); err != nil {
+			return fmt.Errorf("poke %s: %w", c.RemoteAddr(), err)
+		}
+	}
+	return nil
+}
+
 // UDPFlood sends datagrams of size bytes from namespace from to a reader
 // it opens at addr in namespace to, at rate bits per second, until the
 // returned stop is called (or the test ends). Unlike TCP, which backs off
