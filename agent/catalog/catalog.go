@@ -26,6 +26,9 @@ type Threshold struct {
 	Below      bool   // raise when the value is at or below the levels
 	Hold       uint32 // consecutive intervals before the state rises
 	Baseline   uint32 // > 0: levels multiply the moving median of this many intervals
+	// With Baseline: values below this absolute level are never raised, so
+	// a multiple of a tiny baseline does not flag noise.
+	Floor float64
 }
 
 type Metric struct {
@@ -60,12 +63,12 @@ func (t *Threshold) Proto() *nbsv1.Threshold {
 	if t.Below {
 		c = nbsv1.Comparison_COMPARISON_BELOW
 	}
-	return &nbsv1.Threshold{Warn: t.Warn, Crit: t.Crit, Comparison: c, HoldIntervals: t.Hold, BaselineIntervals: t.Baseline}
+	return &nbsv1.Threshold{Warn: t.Warn, Crit: t.Crit, Comparison: c, HoldIntervals: t.Hold, BaselineIntervals: t.Baseline, Floor: t.Floor}
 }
 
 // ThresholdFromProto converts an override pushed by the collector.
 func ThresholdFromProto(p *nbsv1.Threshold) (Threshold, error) {
-	t := Threshold{Warn: p.GetWarn(), Crit: p.GetCrit(), Hold: p.GetHoldIntervals(), Baseline: p.GetBaselineIntervals()}
+	t := Threshold{Warn: p.GetWarn(), Crit: p.GetCrit(), Hold: p.GetHoldIntervals(), Baseline: p.GetBaselineIntervals(), Floor: p.GetFloor()}
 	switch p.GetComparison() {
 	case nbsv1.Comparison_COMPARISON_ABOVE:
 	case nbsv1.Comparison_COMPARISON_BELOW:

@@ -159,7 +159,8 @@ func LatencyTree() []Metric {
 				"out of budget or time (net.core.netdev_budget, netdev_budget_usecs). Packets wait for the next " +
 				"round: added latency, drops if it persists. Common on busy hosts, so the threshold is relative " +
 				"to this host's own median. Next: softnet drops, per-CPU load, the budget sysctls.",
-			Threshold: &Threshold{Warn: 5, Crit: 20, Hold: 3, Baseline: 30},
+			// Below 10 squeezes/s nothing is worth a look, whatever the baseline.
+			Threshold: &Threshold{Warn: 5, Crit: 20, Hold: 3, Baseline: 30, Floor: 10},
 		},
 	}
 }

@@ -32,9 +32,9 @@ const (
 // moving median: 30 intervals (5 minutes at the default 10 s), WARN at 3x,
 // CRIT at 10x, held for 3 intervals so a burst of slow echoes (a busy
 // peer) does not page. On microsecond RTTs (same host, same rack) 3x is
-// still small in absolute terms; the threshold has no absolute floor yet.
+// still nothing anyone would act on, so nothing below 1 ms is raised.
 func baselineLatency() *Threshold {
-	return &Threshold{Warn: 3, Crit: 10, Hold: 3, Baseline: 30}
+	return &Threshold{Warn: 3, Crit: 10, Hold: 3, Baseline: 30, Floor: 1}
 }
 
 // hostLatency judges time this host adds, which has an absolute meaning:

@@ -224,6 +224,9 @@ func (t *Tree) evaluateOne(id string, v float64) State {
 				usable = m > 0
 			}
 		}
+		if thr.Baseline > 0 && !thr.Below && v < thr.Floor {
+			usable = false
+		}
 		if usable {
 			level = compare(v, warn, crit, thr.Below)
 		}

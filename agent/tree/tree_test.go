@@ -76,6 +76,25 @@ func TestBaselineThreshold(t *testing.T) {
 	}
 }
 
+// Below its floor a baseline threshold raises nothing, however small the
+// baseline: 4x a 1 µs median is still 4 µs.
+func TestBaselineFloor(t *testing.T) {
+	tr := New()
+	tr.Define(catalog.Metric{ID: "rtt", Kind: catalog.Gauge, Threshold: &catalog.Threshold{Warn: 3, Crit: 10, Baseline: 10, Floor: 1}})
+	for range 10 {
+		tr.Evaluate(map[string]float64{"rtt": 0.001})
+	}
+	cases := []struct {
+		v    float64
+		want State
+	}{{0.5, OK}, {0.9, OK}, {5, Crit}}
+	for _, c := range cases {
+		if got := tr.Evaluate(map[string]float64{"rtt": c.v}).Own["rtt"]; got != c.want {
+			t.Errorf("%v ms against a 0.001 ms median with a 1 ms floor: %v, want %v", c.v, got, c.want)
+		}
+	}
+}
+
 func TestOverridesAndDisable(t *testing.T) {
 	tr := newTree()
 	tr.SetThresholds(map[string]catalog.Threshold{"r/a/x": {Warn: 1, Crit: 2}}, []string{"r/b"})

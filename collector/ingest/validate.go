@@ -184,7 +184,7 @@ func (l Limits) checkDefinitions(in []*nbsv1.MetricDefinition, known map[string]
 
 // ThresholdFromProto validates a wire threshold.
 func ThresholdFromProto(t *nbsv1.Threshold) (store.Threshold, error) {
-	thr := store.Threshold{Warn: t.GetWarn(), Crit: t.GetCrit(), HoldIntervals: t.GetHoldIntervals(), BaselineIntervals: t.GetBaselineIntervals()}
+	thr := store.Threshold{Warn: t.GetWarn(), Crit: t.GetCrit(), HoldIntervals: t.GetHoldIntervals(), BaselineIntervals: t.GetBaselineIntervals(), Floor: t.GetFloor()}
 	switch t.GetComparison() {
 	case nbsv1.Comparison_COMPARISON_ABOVE:
 		thr.Comparison = "above"
@@ -219,6 +219,12 @@ func ValidateThreshold(t store.Threshold) error {
 	}
 	if t.BaselineIntervals > 10000 {
 		return fmt.Errorf("baseline_intervals %d is more than 10000", t.BaselineIntervals)
+	}
+	if math.IsNaN(t.Floor) || math.IsInf(t.Floor, 0) || t.Floor < 0 {
+		return fmt.Errorf("floor must be a finite number >= 0")
+	}
+	if t.Floor > 0 && t.BaselineIntervals == 0 {
+		return fmt.Errorf("floor applies to baseline thresholds only: set baseline_intervals too")
 	}
 	if t.BaselineIntervals > 0 && (t.Warn <= 0 || t.Crit <= 0) {
 		return fmt.Errorf("baseline thresholds are multiples of the baseline and must be > 0")

@@ -83,7 +83,7 @@ func thresholdProto(t store.Threshold) *nbsv1.Threshold {
 	if t.Comparison == "below" {
 		c = nbsv1.Comparison_COMPARISON_BELOW
 	}
-	return &nbsv1.Threshold{Warn: t.Warn, Crit: t.Crit, Comparison: c, HoldIntervals: t.HoldIntervals, BaselineIntervals: t.BaselineIntervals}
+	return &nbsv1.Threshold{Warn: t.Warn, Crit: t.Crit, Comparison: c, HoldIntervals: t.HoldIntervals, BaselineIntervals: t.BaselineIntervals, Floor: t.Floor}
 }
 
 // Effective resolves every metric of a node: override, else catalogue default.

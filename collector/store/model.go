@@ -86,6 +86,7 @@ type Threshold struct {
 	Comparison        string  `json:"comparison"` // "above" or "below"
 	HoldIntervals     uint32  `json:"hold_intervals"`
 	BaselineIntervals uint32  `json:"baseline_intervals,omitempty"`
+	Floor             float64 `json:"floor,omitempty"`
 }
 
 type Capability struct {

@@ -9,6 +9,7 @@ export interface Threshold {
   comparison: 'above' | 'below' | string;
   hold_intervals: number;
   baseline_intervals?: number;
+  floor?: number;
 }
 
 export interface TreeNode {

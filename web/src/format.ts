@@ -101,7 +101,8 @@ export function thresholdLong(t: Threshold | null | undefined, unit: string): st
   const dir = t.comparison === 'below' ? 'below' : 'above';
   const hold = t.hold_intervals > 1 ? ` for ${t.hold_intervals} consecutive intervals` : '';
   if (t.baseline_intervals) {
-    return `WARN when ${dir} ${formatNumber(t.warn)}× and CRIT when ${dir} ${formatNumber(t.crit)}× its median over the last ${t.baseline_intervals} intervals${hold}.`;
+    const floor = t.floor ? `, and never below ${formatNumber(t.floor)}` : '';
+    return `WARN when ${dir} ${formatNumber(t.warn)}× and CRIT when ${dir} ${formatNumber(t.crit)}× its median over the last ${t.baseline_intervals} intervals${floor}${hold}.`;
   }
   return `WARN when ${dir} ${formatValue(t.warn, unit)}, CRIT when ${dir} ${formatValue(t.crit, unit)}${hold}.`;
 }

@@ -44,6 +44,9 @@ func threshold(t *catalog.Threshold) string {
 	var s string
 	if t.Baseline > 0 {
 		s = fmt.Sprintf("warn %s %g×, crit %s %g× the median of the last %d intervals", cmp, t.Warn, cmp, t.Crit, t.Baseline)
+		if t.Floor > 0 {
+			s += fmt.Sprintf(", never below %g", t.Floor)
+		}
 	} else {
 		s = fmt.Sprintf("warn %s %g, crit %s %g", cmp, t.Warn, cmp, t.Crit)
 	}

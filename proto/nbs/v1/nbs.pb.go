@@ -564,8 +564,12 @@ type Threshold struct {
 	// When > 0 the levels are relative: warn and crit multiply the metric's
 	// own moving median over this many intervals.
 	BaselineIntervals uint32 `protobuf:"varint,5,opt,name=baseline_intervals,json=baselineIntervals,proto3" json:"baseline_intervals,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// With baseline_intervals: a value below this absolute level is never
+	// raised, so a relative threshold on a tiny baseline (a microsecond RTT)
+	// does not flag noise nobody would act on. In the metric's unit.
+	Floor         float64 `protobuf:"fixed64,6,opt,name=floor,proto3" json:"floor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Threshold) Reset() {
@@ -629,6 +633,13 @@ func (x *Threshold) GetHoldIntervals() uint32 {
 func (x *Threshold) GetBaselineIntervals() uint32 {
 	if x != nil {
 		return x.BaselineIntervals
+	}
+	return 0
+}
+
+func (x *Threshold) GetFloor() float64 {
+	if x != nil {
+		return x.Floor
 	}
 	return 0
 }
@@ -1277,7 +1288,7 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"Capability\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tavailable\x18\x02 \x01(\bR\tavailable\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xbd\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xd3\x01\n" +
 	"\tThreshold\x12\x12\n" +
 	"\x04warn\x18\x01 \x01(\x01R\x04warn\x12\x12\n" +
 	"\x04crit\x18\x02 \x01(\x01R\x04crit\x122\n" +
@@ -1285,7 +1296,8 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"comparison\x18\x03 \x01(\x0e2\x12.nbs.v1.ComparisonR\n" +
 	"comparison\x12%\n" +
 	"\x0ehold_intervals\x18\x04 \x01(\rR\rholdIntervals\x12-\n" +
-	"\x12baseline_intervals\x18\x05 \x01(\rR\x11baselineIntervals\"\x88\x02\n" +
+	"\x12baseline_intervals\x18\x05 \x01(\rR\x11baselineIntervals\x12\x14\n" +
+	"\x05floor\x18\x06 \x01(\x01R\x05floor\"\x88\x02\n" +
 	"\x10MetricDefinition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n" +
