@@ -23,6 +23,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/probe/drops"
 	"github.com/nbs-project/nbs/agent/probe/retrans"
+	"github.com/nbs-project/nbs/agent/probe/tcpreset"
 	"github.com/nbs-project/nbs/internal/netlab"
 )
 
@@ -161,5 +162,24 @@ func BenchmarkRetransmit(b *testing.B) {
 				s.report(b, "tcp_retransmit_skb")
 			}
 		})
+	}
+}
+
+// BenchmarkTCPReset makes a reset storm in the lab: connects to a closed
+// port (NO_SOCKET resets sent by B, received by A in SYN_SENT), with the
+// evidence rate limit as the agent runs it.
+func BenchmarkTCPReset(b *testing.B) {
+	l := netlab.New(b)
+	p, err := tcpreset.Load(tcpreset.Options{})
+	if err != nil {
+		netlab.SkipOrFail(b, "tcp_reset: %v", err)
+	}
+	defer p.Close()
+	enableStats(b)
+	for i := 0; i < b.N; i++ {
+		send, recv := sample(b, p.Programs()["tcp_send_reset"]), sample(b, p.Programs()["tcp_receive_reset"])
+		l.ResetNoSocket(b, 20_000)
+		send.report(b, "tcp_send_reset")
+		recv.report(b, "tcp_receive_reset")
 	}
 }
