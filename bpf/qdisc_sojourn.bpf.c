@@ -123,6 +123,12 @@ int BPF_PROG(nbs_qdisc_xmit, const struct sk_buff *skb, const struct net_device 
 	v = bpf_map_lookup_elem(&qd_inflight, &key);
 	if (!v)
 		return 0;
+	/* A dropped skb's memory, head included, can be reused for another
+	 * namespace's packet: never time a device outside the scope. */
+	if (target_netns && dev->nd_net.net->ns.inum != target_netns) {
+		bpf_map_delete_elem(&qd_inflight, &key);
+		return 0;
+	}
 	now = bpf_ktime_get_ns();
 	queued = v->queued_ns;
 	if (v->head != (__u64)skb->head || now < queued) {

@@ -37,14 +37,17 @@ func load(t *testing.T, opts Options) *Probe {
 }
 
 // vA returns the cumulative histogram of device vA.
-func vA(t *testing.T, p *Probe) bpfhist.Hist {
+// vA is the histogram of this lab's vA; parallel tests' labs have devices
+// of the same name in their own namespaces.
+func vA(t *testing.T, lab *netlab.Lab, p *Probe) bpfhist.Hist {
 	t.Helper()
 	devs, err := p.Devices()
 	if err != nil {
 		t.Fatal(err)
 	}
+	own := lab.Inode(t, lab.A)
 	for d, h := range devs {
-		if d.Name == "vA" {
+		if d.Name == "vA" && d.Netns == own {
 			return h
 		}
 	}
@@ -107,9 +110,9 @@ func TestSojournUnderBloatMatchesOracles(t *testing.T) {
 	// Idle: veth has no qdisc (noqueue); net_dev_queue → start_xmit is
 	// the call path and the TX lock.
 	var d bpfhist.Delta
-	d.Reset(vA(t, p))
+	d.Reset(vA(t, lab, p))
 	lab.Exec(t, lab.A, "ping", "-c", "20", "-i", "0.01", "-q", lab.IPB.String())
-	idle := d.Next(vA(t, p))
+	idle := d.Next(vA(t, lab, p))
 	t.Logf("idle: %d packets, p50 %.1f µs, p99 %.1f µs", idle.Count, idle.Quantile(0.5)/1e3, idle.Quantile(0.99)/1e3)
 	if idle.Count < 20 || idle.Quantile(0.99) > 1e6 {
 		t.Errorf("idle: %d packets, p99 %.0f ns; want the 20 echoes under 1 ms", idle.Count, idle.Quantile(0.99))
@@ -123,7 +126,7 @@ func TestSojournUnderBloatMatchesOracles(t *testing.T) {
 	// probe's per-packet median and the oracles' per-time samples agree.
 	stopFlood := txlab.UDPFlood(t, lab, lab.A, lab.B, lab.IPB, 1200, 20e6)
 	time.Sleep(time.Second) // let the queue fill
-	d.Reset(vA(t, p))
+	d.Reset(vA(t, lab, p))
 	pingDone := make(chan string, 1)
 	go func() {
 		out, _ := exec.Command("ip", "netns", "exec", lab.A, "ping", "-c", "30", "-i", "0.1", lab.IPB.String()).CombinedOutput()
@@ -136,7 +139,7 @@ func TestSojournUnderBloatMatchesOracles(t *testing.T) {
 		tcDelay = append(tcDelay, b*8/10e6*1e9) // backlog bits / 10 Mbit/s, in ns
 	}
 	pingOut := <-pingDone
-	loaded := d.Next(vA(t, p))
+	loaded := d.Next(vA(t, lab, p))
 	stopFlood()
 	var rtts []float64
 	for _, m := range pingRE.FindAllStringSubmatch(pingOut, -1) {
