@@ -37,7 +37,9 @@ build: $(if $(HAVE_NPM),web) ## build bin/nbs-agent and bin/nbs-collector (and t
 .PHONY: test
 test: ## run all tests: unit, PostgreSQL, BPF lab, end-to-end
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 15m ./...
+	@# One package at a time: lab tests compare microsecond timings with
+	@# kernel oracles, and two labs loading 2 cores at once skew both sides.
+	$(GO) test -count=1 -p 1 -timeout 15m ./...
 
 .PHONY: run
 run: build ## run the whole system locally: throwaway PostgreSQL, collector, one agent

@@ -45,8 +45,9 @@ func TestHealthyNodeStreamsRootsAndSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var reports, snapshots, rootsOnly int
+	var reports, snapshots, rootsOnly, regularSamples int
 	roots := map[string]bool{}
+	streamedChildren := map[string]int{}
 	for rows.Next() {
 		var seq int64
 		var snapshot bool
@@ -65,12 +66,14 @@ func TestHealthyNodeStreamsRootsAndSnapshots(t *testing.T) {
 			continue
 		}
 		children := 0
+		regularSamples += len(paths)
 		for i, p := range paths {
 			if !strings.Contains(p, "/") {
 				roots[p] = true
 				continue
 			}
 			children++
+			streamedChildren[p]++
 			// The policy: a child is streamed only when not OK or when its count moved.
 			if states[i] == 1 && vals[i] == 0 {
 				t.Errorf("report %d streams %s, which is OK and zero", seq, p)
@@ -91,10 +94,14 @@ func TestHealthyNodeStreamsRootsAndSnapshots(t *testing.T) {
 	if snapshots < 2 {
 		t.Errorf("%d snapshots in %d reports over ~12 s at one per 5 s; want at least 2", snapshots, reports)
 	}
-	// The lab is idle; an occasional kernel drop (IPv6 neighbour discovery)
-	// may move a counter, but most intervals must carry roots alone.
-	if regular := reports - snapshots; rootsOnly*10 < regular*8 {
-		t.Errorf("%d of %d regular reports carry roots only; want at least 80%%", rootsOnly, regular)
+	// The lab is idle, but a child may legitimately move (an IPv6 neighbour
+	// discovery drop, the agent's own CPU share on a machine busy with other
+	// tests): what must hold is that a regular report carries a small part
+	// of the tree, not all of it.
+	regular := reports - snapshots
+	if regular == 0 || float64(regularSamples)/float64(regular) > 0.3*float64(defined) {
+		t.Errorf("regular reports carry %d samples on average, of %d metrics; want at most 30%%", regularSamples/max(regular, 1), defined)
 	}
-	t.Logf("%d reports: %d snapshots, %d of the others roots only; %d metrics defined", reports, snapshots, rootsOnly, defined)
+	t.Logf("%d reports: %d snapshots, %d of the others roots only, %.1f samples per regular report of %d metrics; children streamed: %v",
+		reports, snapshots, rootsOnly, float64(regularSamples)/float64(max(regular, 1)), defined, streamedChildren)
 }
