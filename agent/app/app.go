@@ -136,10 +136,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			cur := a.collect(ctx)
 			elapsed := now.Sub(last)
 			last = now
-			full := now.Sub(lastSnapshot) >= a.cfg.SnapshotEvery || now.UnixNano() < a.expandUntil.Load()
-			if now.Sub(lastSnapshot) >= a.cfg.SnapshotEvery {
+			snapshotDue := now.Sub(lastSnapshot) >= a.cfg.SnapshotEvery
+			if snapshotDue {
 				lastSnapshot = now
 			}
+			full := snapshotDue || now.UnixNano() < a.expandUntil.Load()
 			seq++
 			rep, res := a.report(seq, now, elapsed, prev, cur, full)
 			a.outbox.Add(rep)
