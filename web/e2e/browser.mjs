@@ -284,7 +284,9 @@ try {
       await page.locator(`.rules-table tr[data-rule="${rule}"]`).waitFor();
       allowed.push({ text: /status of 40[09]/, url: /\/api\/v1\/alert-rules$/ });
       await page.getByRole('button', { name: 'New rule…' }).click();
-      check((await page.evaluate(() => document.activeElement?.id)) === 'rule-name', 'the form does not focus its first field');
+      // The form focuses its first field in an effect after it renders.
+      const focused = await page.waitForFunction(() => document.activeElement?.id === 'rule-name', null, { timeout: 3000 }).then(() => true, () => false);
+      check(focused, 'the form does not focus its first field');
       await page.keyboard.type('1 bad');
       await page.getByLabel('Metric or pattern').fill('Tcp Reset');
       await page.getByRole('button', { name: 'Create rule' }).click();
