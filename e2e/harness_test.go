@@ -53,8 +53,13 @@ type collector struct {
 
 func startCollector(t *testing.T, dbURL, grpcAddr string) *collector {
 	t.Helper()
+	return startCollectorWith(t, collectorapp.Config{GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0", DBURL: dbURL})
+}
+
+func startCollectorWith(t *testing.T, cfg collectorapp.Config) *collector {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	c := collectorapp.New(collectorapp.Config{GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0", DBURL: dbURL}, testLogger(t, "collector"))
+	c := collectorapp.New(cfg, testLogger(t, "collector"))
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	select {

@@ -113,7 +113,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	prev := a.collect(ctx)
 	last := time.Now()
 
-	up := uplink.New(uplink.Options{Address: a.cfg.CollectorAddress}, a.outbox, a, a.log.With("part", "uplink"))
+	tlsCfg, err := a.cfg.tls()
+	if err != nil {
+		return err
+	}
+	up := uplink.New(uplink.Options{Address: a.cfg.CollectorAddress, TLS: tlsCfg}, a.outbox, a, a.log.With("part", "uplink"))
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := up.Run(ctx); err != nil {

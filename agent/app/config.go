@@ -1,6 +1,7 @@
 package app
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/netns"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
+	"github.com/nbs-project/nbs/internal/tlsfiles"
 )
 
 type Config struct {
@@ -46,12 +48,23 @@ type Config struct {
 	// TriggeredHold keeps triggered sources attached after their trouble
 	// clears (0: 2m); TriggeredMax is their longest stretch (0: 15m).
 	TriggeredHold, TriggeredMax time.Duration
+	// TLS to the collector: any of these turns it on.
+	CollectorTLS        bool
+	CollectorCA         string
+	CollectorCert       string
+	CollectorKey        string
+	CollectorServerName string
 }
 
 // RegisterFlags binds the configuration to flags with production defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	host, _ := os.Hostname()
 	fs.StringVar(&c.CollectorAddress, "collector.address", "127.0.0.1:7701", "collector gRPC address host:port")
+	fs.BoolVar(&c.CollectorTLS, "collector.tls", false, "use TLS to the collector, verified against the system's CAs (implied by the other --collector.tls-* flags)")
+	fs.StringVar(&c.CollectorCA, "collector.tls-ca-file", "", "PEM CA to verify the collector's certificate with")
+	fs.StringVar(&c.CollectorCert, "collector.tls-cert-file", "", "PEM client certificate, for collectors that require mutual TLS")
+	fs.StringVar(&c.CollectorKey, "collector.tls-key-file", "", "PEM private key of --collector.tls-cert-file")
+	fs.StringVar(&c.CollectorServerName, "collector.tls-server-name", "", "name to verify in the collector's certificate (default: the host of --collector.address)")
 	fs.StringVar(&c.NodeName, "node.name", host, "this node's name in the fleet (default: the host name)")
 	fs.DurationVar(&c.Interval, "interval", 10*time.Second, "report interval")
 	fs.StringVar(&c.Netns, "netns", "", "watch one network namespace only: a name under /run/netns or a path (default: every namespace for BPF, the agent's own for /proc)")
@@ -184,4 +197,16 @@ func (l *Labels) Set(s string) error {
 		(*l)[k] = v
 	}
 	return nil
+}
+
+// tls returns the stream's TLS configuration, nil for plaintext.
+func (c *Config) tls() (*tls.Config, error) {
+	if !c.CollectorTLS && c.CollectorCA == "" && c.CollectorCert == "" && c.CollectorKey == "" && c.CollectorServerName == "" {
+		return nil, nil
+	}
+	cfg, err := tlsfiles.Client(c.CollectorCA, c.CollectorCert, c.CollectorKey, c.CollectorServerName)
+	if err != nil {
+		return nil, fmt.Errorf("collector TLS: %w", err)
+	}
+	return cfg, nil
 }

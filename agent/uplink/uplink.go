@@ -5,6 +5,7 @@ package uplink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
@@ -38,6 +40,8 @@ type Options struct {
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
 	DialOpts   []grpc.DialOption
+	// TLS, when set, secures the stream; nil means plaintext.
+	TLS *tls.Config
 }
 
 type Uplink struct {
@@ -59,8 +63,12 @@ func New(opts Options, outbox *Outbox, agent Agent, log *slog.Logger) *Uplink {
 
 // Run keeps a stream open until ctx ends.
 func (u *Uplink) Run(ctx context.Context) error {
+	creds := insecure.NewCredentials()
+	if u.opts.TLS != nil {
+		creds = credentials.NewTLS(u.opts.TLS)
+	}
 	dial := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 	}, u.opts.DialOpts...)
 	conn, err := grpc.NewClient(u.opts.Address, dial...)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/nbs-project/nbs/collector/alert"
@@ -23,6 +24,7 @@ import (
 	"github.com/nbs-project/nbs/collector/nodeconfig"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
+	"github.com/nbs-project/nbs/internal/tlsfiles"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 	"github.com/nbs-project/nbs/web"
 )
@@ -43,12 +45,20 @@ type Config struct {
 	// ExternalURL is where people reach this NBS, for links in alerts.
 	ExternalURL string
 	Alert       alert.Config
+	// TLS for agent streams; with GRPCClientCA, agents must present a
+	// certificate it signed (mutual TLS).
+	GRPCTLSCert  string
+	GRPCTLSKey   string
+	GRPCClientCA string
 }
 
 // RegisterFlags binds the configuration to command-line flags with defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GRPCAddr, "grpc.listen-address", ":7701", "address for agent streams (gRPC)")
 	fs.StringVar(&c.HTTPAddr, "http.listen-address", ":7700", "address for the web UI, JSON API, /metrics and health")
+	fs.StringVar(&c.GRPCTLSCert, "grpc.tls-cert-file", "", "PEM certificate for agent streams (TLS); without it the stream is plaintext")
+	fs.StringVar(&c.GRPCTLSKey, "grpc.tls-key-file", "", "PEM private key of --grpc.tls-cert-file")
+	fs.StringVar(&c.GRPCClientCA, "grpc.tls-client-ca-file", "", "PEM CA that must have signed every agent's client certificate (mutual TLS)")
 	fs.StringVar(&c.DBURL, "db.url", os.Getenv("NBS_DB_URL"), "PostgreSQL URL (env NBS_DB_URL), e.g. postgres://nbs@db:5432/nbs")
 	fs.DurationVar(&c.Retention, "retention", 30*24*time.Hour, "how long reports are kept; older day partitions are dropped")
 	fs.IntVar(&c.DBWriters, "db.writers", 2, "concurrent database writers (about one per database core)")
@@ -63,6 +73,12 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.DBURL == "" {
 		errs = append(errs, errors.New("--db.url (or env NBS_DB_URL) is required"))
+	}
+	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
+		errs = append(errs, errors.New("--grpc.tls-cert-file and --grpc.tls-key-file go together"))
+	}
+	if c.GRPCClientCA != "" && c.GRPCTLSCert == "" {
+		errs = append(errs, errors.New("--grpc.tls-client-ca-file needs --grpc.tls-cert-file and --grpc.tls-key-file"))
 	}
 	if c.Retention < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--retention %s is shorter than one day partition", c.Retention))
@@ -164,13 +180,25 @@ func (c *Collector) Run(ctx context.Context) error {
 	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs}, c.log.With("part", "ingest"), c.metrics)
 	configs.SetPusher(ingestSrv)
 
-	grpcSrv := grpc.NewServer(
+	grpcOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.cfg.MaxMsgSize),
 		grpc.InitialWindowSize(c.cfg.StreamWindow),
-		grpc.InitialConnWindowSize(16*c.cfg.StreamWindow),
+		grpc.InitialConnWindowSize(16 * c.cfg.StreamWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	}
+	if c.cfg.GRPCTLSCert != "" {
+		tlsCfg, err := tlsfiles.Server(c.cfg.GRPCTLSCert, c.cfg.GRPCTLSKey, c.cfg.GRPCClientCA)
+		if err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return fmt.Errorf("gRPC TLS: %w", err)
+		}
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	} else {
+		c.log.Warn("agent streams are plaintext: set --grpc.tls-cert-file and --grpc.tls-key-file outside a trusted network")
+	}
+	grpcSrv := grpc.NewServer(grpcOpts...)
 	nbsv1.RegisterAgentServiceServer(grpcSrv, ingestSrv)
 
 	httpAPI := api.New(st, ingestSrv, web.Handler(), c.log.With("part", "api"), c.metrics)
