@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/store"
 )
 
@@ -90,7 +91,6 @@ func (in RuleInput) Rule() Rule {
 var (
 	ruleNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 	severityRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
-	labelKeyRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 	// A metric id like the agent's catalogue uses, where any segment may be
 	// or contain * (one segment, never across '/').
 	metricPatternRE = regexp.MustCompile(`^[a-z0-9_*]+(/[a-z0-9_.:*-]+){0,7}$`)
@@ -141,7 +141,7 @@ func (r *Rule) Validate() error {
 		add("severity %q must be a lower-case word such as critical, warning or info", r.Severity)
 	}
 	for k, v := range r.Selector {
-		if !labelKeyRE.MatchString(k) {
+		if !ingest.ValidLabelKey(k) {
 			add("selector label %q is not a valid label key (lower-case letters, digits, '_')", k)
 		}
 		if len(v) > maxLabelValue {
@@ -153,7 +153,7 @@ func (r *Rule) Validate() error {
 	}
 	for k, v := range r.Labels {
 		switch {
-		case !labelKeyRE.MatchString(k):
+		case !ingest.ValidLabelKey(k):
 			add("label %q is not a valid label key (lower-case letters, digits, '_')", k)
 		case reservedLabels[k]:
 			add("label %q is set by the alert itself; choose another name", k)
@@ -188,7 +188,7 @@ func (r *Rule) Validate() error {
 		}
 		seen := map[string]bool{}
 		for _, k := range r.GroupBy {
-			if !labelKeyRE.MatchString(k) {
+			if !ingest.ValidLabelKey(k) {
 				add("group_by label %q is not a valid label key", k)
 			}
 			if reservedLabels[k] {

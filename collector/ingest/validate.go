@@ -61,6 +61,18 @@ var (
 
 func validMetricPath(p string) bool { return len(p) <= 255 && metricPathRE.MatchString(p) }
 
+// The naming rules of the wire, for the other parts of the collector that
+// accept the same names from people (overrides, alert rules).
+
+// ValidNodeName reports whether s can name a node.
+func ValidNodeName(s string) bool { return nodeNameRE.MatchString(s) }
+
+// ValidLabelKey reports whether s can be a node label's key.
+func ValidLabelKey(s string) bool { return labelKeyRE.MatchString(s) }
+
+// ValidMetricPath reports whether s can be a metric id.
+func ValidMetricPath(s string) bool { return validMetricPath(s) }
+
 func parentPath(p string) string {
 	if i := strings.LastIndexByte(p, '/'); i >= 0 {
 		return p[:i]

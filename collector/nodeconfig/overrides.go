@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -38,12 +37,6 @@ type Override struct {
 	UpdatedAt time.Time        `json:"updated_at"`
 }
 
-var (
-	metricRE   = regexp.MustCompile(`^[a-z0-9_]+(/[a-z0-9_.:-]+){0,7}$`)
-	labelKeyRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-	nodeRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
-)
-
 // ErrInvalid marks an override that cannot be stored as given.
 var ErrInvalid = errors.New("invalid override")
 
@@ -60,7 +53,7 @@ func (o *Override) Validate() error {
 			errs = append(errs, "scope selector needs at least one label, e.g. {\"customer\":\"acme\"}")
 		}
 		for k := range o.Scope.Selector {
-			if !labelKeyRE.MatchString(k) {
+			if !ingest.ValidLabelKey(k) {
 				errs = append(errs, fmt.Sprintf("selector label %q is not a valid label key", k))
 			}
 		}
@@ -68,7 +61,7 @@ func (o *Override) Validate() error {
 			errs = append(errs, "scope selector takes no node")
 		}
 	case "node":
-		if !nodeRE.MatchString(o.Scope.Node) {
+		if !ingest.ValidNodeName(o.Scope.Node) {
 			errs = append(errs, fmt.Sprintf("scope node needs a node name, got %q", o.Scope.Node))
 		}
 		if len(o.Scope.Selector) > 0 {
@@ -77,7 +70,7 @@ func (o *Override) Validate() error {
 	default:
 		errs = append(errs, fmt.Sprintf("scope.kind %q must be global, selector or node", o.Scope.Kind))
 	}
-	if !metricRE.MatchString(o.Metric) {
+	if !ingest.ValidMetricPath(o.Metric) {
 		errs = append(errs, fmt.Sprintf("metric %q is not a metric id like tcp_reset/sent/no_socket", o.Metric))
 	}
 	switch {
