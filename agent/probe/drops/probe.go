@@ -20,9 +20,9 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/evidence"
-	"golang.org/x/sys/unix"
 )
 
 // DefaultEvidencePerSecond is the evidence rate when Options leaves it 0.
@@ -89,12 +89,12 @@ type Stats struct {
 
 // Probe is the loaded and attached kfree_skb program.
 type Probe struct {
-	objs       dropsObjects
-	link       link.Link
-	names      Names
-	syms       *ksyms
-	log        *slog.Logger
-	monoToUnix int64
+	objs  dropsObjects
+	link  link.Link
+	names Names
+	syms  *ksyms
+	log   *slog.Logger
+	clock evidence.Clock // kernel stamps to wall time
 
 	mu     sync.Mutex
 	closed bool
@@ -142,7 +142,7 @@ func Load(opts Options) (*Probe, error) {
 		}
 	}
 
-	p := &Probe{names: names, syms: newKsyms(), log: log, monoToUnix: monoToUnixOffset()}
+	p := &Probe{names: names, syms: newKsyms(), log: log, clock: evidence.NewClock()}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -166,16 +166,6 @@ func loadHint(err error) string {
 		return "needs CAP_BPF and CAP_PERFMON, or root"
 	}
 	return "needs CAP_BPF/root and a kernel (5.17+, rx_sk argument 6.12+) with BTF tracepoint kfree_skb(skb, location, reason, rx_sk)"
-}
-
-// monoToUnixOffset measures realtime - CLOCK_MONOTONIC, bracketing the
-// monotonic read by two wall-clock reads.
-func monoToUnixOffset() int64 {
-	var ts unix.Timespec
-	before := time.Now()
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	after := time.Now()
-	return before.UnixNano() + after.Sub(before).Nanoseconds()/2 - ts.Nano()
 }
 
 // Names returns the reason names read from the kernel at load.
@@ -261,13 +251,13 @@ func (p *Probe) decode(raw []byte) (Event, error) {
 		return Event{}, fmt.Errorf("decode %d bytes: %w", len(raw), err)
 	}
 	ev := Event{
-		Time:     time.Unix(0, int64(r.TsNs)+p.monoToUnix),
+		Time:     p.clock.Time(r.TsNs),
 		Netns:    r.Netns,
 		Reason:   p.names.Reason(r.Reason),
 		Code:     r.Reason,
 		Protocol: protocol(r.L3proto, r.Family, r.L4proto),
-		Src:      addrPort(r.Family, r.Saddr, r.Sport),
-		Dst:      addrPort(r.Family, r.Daddr, r.Dport),
+		Src:      evidence.AddrPort(r.Family, r.Saddr, r.Sport),
+		Dst:      evidence.AddrPort(r.Family, r.Daddr, r.Dport),
 		Ifindex:  r.Ifindex,
 		Location: r.Location,
 	}
@@ -307,18 +297,6 @@ func protocol(l3 uint16, family uint16, l4 uint8) string {
 		return "esp"
 	}
 	return fmt.Sprintf("ipproto_%d", l4)
-}
-
-// addrPort builds an address from the event's 16 bytes; IPv4-mapped IPv6
-// addresses are shown as IPv4.
-func addrPort(family uint16, b [16]byte, port uint16) netip.AddrPort {
-	switch family {
-	case unix.AF_INET:
-		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[:4])), port)
-	case unix.AF_INET6:
-		return netip.AddrPortFrom(netip.AddrFrom16(b).Unmap(), port)
-	}
-	return netip.AddrPort{}
 }
 
 // Close detaches the program, frees the maps and ends a running ReadEvents.

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nbs-project/nbs/agent/probe/evidence"
 	"github.com/nbs-project/nbs/internal/netlab"
 )
 
@@ -251,7 +252,7 @@ func TestEvidenceRateLimit(t *testing.T) {
 
 // The generated event layout decodes as the kernel writes it.
 func TestDecodeEvent(t *testing.T) {
-	p := &Probe{names: Names{reasons: map[uint32]string{12: "netfilter_drop"}}, monoToUnix: 1_000_000_000}
+	p := &Probe{names: Names{reasons: map[uint32]string{12: "netfilter_drop"}}, clock: evidence.ClockWithOffset(time.Second)}
 	raw := make([]byte, 72)
 	le := func(off int, v uint64, size int) {
 		for i := 0; i < size; i++ {

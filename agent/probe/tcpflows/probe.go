@@ -19,6 +19,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/agent/probe/evidence"
 )
 
 // ErrClosed is returned by methods called after Close.
@@ -197,22 +199,12 @@ func (p *Probe) Flows() ([]Flow, error) {
 func decode(cookie uint64, v *tcpflowsNbsFlow) Flow {
 	return Flow{
 		Cookie: cookie, Netns: v.Netns,
-		Src:  addrPort(v.Family, v.Saddr, v.Sport),
-		Dst:  addrPort(v.Family, v.Daddr, v.Dport),
+		Src:  evidence.AddrPort(v.Family, v.Saddr, v.Sport),
+		Dst:  evidence.AddrPort(v.Family, v.Daddr, v.Dport),
 		SRTT: time.Duration(v.SrttUs) * time.Microsecond, RTTVar: time.Duration(v.RttvarUs) * time.Microsecond,
 		MinRTT: time.Duration(v.MinRttUs) * time.Microsecond, Cwnd: v.SndCwnd,
 		TotalRetrans: v.TotalRetrans, FirstRetrans: v.FirstRetrans, LastNs: v.LastNs, Samples: v.Samples,
 	}
-}
-
-func addrPort(family uint16, b [16]uint8, port uint16) netip.AddrPort {
-	switch family {
-	case unix.AF_INET:
-		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[:4])), port)
-	case unix.AF_INET6:
-		return netip.AddrPortFrom(netip.AddrFrom16(b).Unmap(), port)
-	}
-	return netip.AddrPort{}
 }
 
 // Forget removes the flows for which drop returns true (ones not sampled

@@ -3,9 +3,11 @@ package tcpreset
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf/btf"
 
+	"github.com/nbs-project/nbs/agent/probe/evidence"
 	"github.com/nbs-project/nbs/internal/netlab"
 )
 
@@ -102,7 +104,7 @@ func TestDirectionString(t *testing.T) {
 
 // The generated event layout decodes as the kernel writes it.
 func TestDecodeEvent(t *testing.T) {
-	p := &Probe{names: Names{reasons: map[uint32]string{1: "no_socket"}, states: tcpStateTable()}, monoToUnix: 1_000_000_000}
+	p := &Probe{names: Names{reasons: map[uint32]string{1: "no_socket"}, states: tcpStateTable()}, clock: evidence.ClockWithOffset(time.Second)}
 	raw := make([]byte, 56)
 	le := func(off int, v uint64, size int) {
 		for i := 0; i < size; i++ {

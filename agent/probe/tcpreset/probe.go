@@ -20,9 +20,9 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/evidence"
-	"golang.org/x/sys/unix"
 )
 
 // DefaultEvidencePerSecond is the evidence rate when Options leaves it 0.
@@ -102,10 +102,7 @@ type Probe struct {
 	links []link.Link
 	names Names
 	log   *slog.Logger
-	// monoToUnix is added to a bpf_ktime_get_ns() (CLOCK_MONOTONIC) stamp to
-	// get Unix nanoseconds. Taken once at load: a later clock step or
-	// suspend shifts event times by that much, never their order.
-	monoToUnix int64
+	clock evidence.Clock // kernel stamps to wall time
 
 	mu     sync.Mutex
 	closed bool
@@ -146,7 +143,7 @@ func Load(opts Options) (*Probe, error) {
 		}
 	}
 
-	p := &Probe{names: names, log: log, monoToUnix: monoToUnixOffset()}
+	p := &Probe{names: names, log: log, clock: evidence.NewClock()}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -181,17 +178,6 @@ func loadHint(err error) string {
 		return "needs CAP_BPF and CAP_PERFMON, or root"
 	}
 	return "needs CAP_BPF/root and a kernel (6.10+) with BTF tracepoint tcp_send_reset(sk, skb, reason)"
-}
-
-// monoToUnixOffset measures realtime - CLOCK_MONOTONIC, bracketing the
-// monotonic read by two wall-clock reads to halve the error.
-func monoToUnixOffset() int64 {
-	var ts unix.Timespec
-	before := time.Now()
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail for CLOCK_MONOTONIC
-	after := time.Now()
-	mid := before.UnixNano() + after.Sub(before).Nanoseconds()/2
-	return mid - ts.Nano()
 }
 
 // Names returns the reason and state names read from the kernel at load.
@@ -298,11 +284,11 @@ func (p *Probe) decode(raw []byte) (Event, error) {
 		return Event{}, fmt.Errorf("decode %d bytes: %w", len(raw), err)
 	}
 	ev := Event{
-		Time:      time.Unix(0, int64(r.TsNs)+p.monoToUnix),
+		Time:      p.clock.Time(r.TsNs),
 		Netns:     r.Netns,
 		Direction: Direction(r.Direction),
-		Src:       addrPort(r.Family, r.Saddr, r.Sport),
-		Dst:       addrPort(r.Family, r.Daddr, r.Dport),
+		Src:       evidence.AddrPort(r.Family, r.Saddr, r.Sport),
+		Dst:       evidence.AddrPort(r.Family, r.Daddr, r.Dport),
 	}
 	if ev.Direction == DirectionSent {
 		ev.Reason = p.names.Reason(r.Reason)
@@ -311,18 +297,6 @@ func (p *Probe) decode(raw []byte) (Event, error) {
 		ev.State = p.names.State(uint32(r.State))
 	}
 	return ev, nil
-}
-
-// addrPort builds an address from the event's 16 bytes. IPv4-mapped IPv6
-// addresses (a dual-stack socket talking IPv4) are shown as IPv4.
-func addrPort(family uint16, b [16]byte, port uint16) netip.AddrPort {
-	switch family {
-	case unix.AF_INET:
-		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[:4])), port)
-	case unix.AF_INET6:
-		return netip.AddrPortFrom(netip.AddrFrom16(b).Unmap(), port)
-	}
-	return netip.AddrPort{}
 }
 
 // Close detaches the programs, frees the maps and ends a running ReadEvents.
