@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,66 +50,6 @@ func pingValue(tr treeResp, id string) string {
 		return fmt.Sprintf("%.3f", *n.Value)
 	}
 	return "-"
-}
-
-// pingBulk sends TCP from A to B as fast as it can until stopped.
-func pingBulk(t *testing.T, lab *netlab.Lab, conns int) (stop func()) {
-	t.Helper()
-	var ln net.Listener
-	if err := lab.Do(lab.B, func() error {
-		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(lab.IPB, 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				buf := make([]byte, 1<<16)
-				for {
-					if _, err := c.Read(buf); err != nil {
-						c.Close()
-						return
-					}
-				}
-			})
-		}
-	})
-	var cs []net.Conn
-	for range conns {
-		if err := lab.Do(lab.A, func() error {
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err == nil {
-				cs = append(cs, c)
-			}
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, c := range cs {
-		wg.Go(func() {
-			buf := make([]byte, 1<<16)
-			for {
-				if _, err := c.Write(buf); err != nil {
-					return
-				}
-			}
-		})
-	}
-	return func() {
-		for _, c := range cs {
-			c.Close()
-		}
-		ln.Close()
-		wg.Wait()
-	}
 }
 
 // Two agents that only announce their ping address form a ping mesh through
@@ -167,7 +105,7 @@ func TestPingMeshEndToEnd(t *testing.T) {
 	// Let the baselines settle before the fault.
 	time.Sleep(5 * time.Second)
 	lab.Exec(t, lab.A, "tc", "qdisc", "replace", "dev", "vA", "root", "tbf", "rate", "10mbit", "burst", "1mbit", "latency", "400ms")
-	stop := pingBulk(t, lab, 4)
+	stop := lab.Flood(t, 4)
 	defer stop()
 	var a, b treeResp
 	eventually(t, 30*time.Second, func() string {

@@ -2,11 +2,13 @@ package netlab
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -253,4 +255,66 @@ func (l *Lab) SendUDP(t testing.TB, from string, dst netip.AddrPort, n, size int
 	if err != nil {
 		t.Fatalf("netlab: SendUDP from %s: %v", from, err)
 	}
+}
+
+// Flood sends TCP from A to B as fast as it goes over conns connections
+// until the returned stop is called (also at the end of the test): a load
+// that keeps a shaped queue in A full.
+func (l *Lab) Flood(t testing.TB, conns int) (stop func()) {
+	t.Helper()
+	var ln net.Listener
+	if err := l.Do(l.B, func() error {
+		var err error
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(l.IPB, 0).String())
+		return err
+	}); err != nil {
+		t.Fatalf("netlab: flood listener in %s: %v", l.B, err)
+	}
+	var wg sync.WaitGroup
+	drain := func(c net.Conn, rw func([]byte) (int, error)) {
+		defer c.Close()
+		buf := make([]byte, 1<<16)
+		for {
+			if _, err := rw(buf); err != nil {
+				return
+			}
+		}
+	}
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { drain(c, c.Read) })
+		}
+	})
+	var cs []net.Conn
+	for range conns {
+		if err := l.Do(l.A, func() error {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err == nil {
+				cs = append(cs, c)
+			}
+			return err
+		}); err != nil {
+			ln.Close()
+			t.Fatalf("netlab: flood connection from %s: %v", l.A, err)
+		}
+	}
+	for _, c := range cs {
+		wg.Go(func() { drain(c, c.Write) })
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			for _, c := range cs {
+				c.Close()
+			}
+			ln.Close()
+			wg.Wait()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }

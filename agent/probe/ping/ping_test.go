@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -12,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -287,75 +285,13 @@ func TestAgreesWithIputilsOnIdleLab(t *testing.T) {
 	}
 }
 
-// bulk sends TCP from A to B as fast as it can over conns connections until
-// the returned function is called.
-func bulk(t *testing.T, lab *netlab.Lab, conns int) (stop func()) {
-	t.Helper()
-	var ln net.Listener
-	if err := lab.Do(lab.B, func() error {
-		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(lab.IPB, 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				buf := make([]byte, 1<<16)
-				for {
-					if _, err := c.Read(buf); err != nil {
-						c.Close()
-						return
-					}
-				}
-			})
-		}
-	})
-	var cs []net.Conn
-	for range conns {
-		err := lab.Do(lab.A, func() error {
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err == nil {
-				cs = append(cs, c)
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, c := range cs {
-		wg.Go(func() {
-			buf := make([]byte, 1<<16)
-			for {
-				if _, err := c.Write(buf); err != nil {
-					return
-				}
-			}
-		})
-	}
-	return func() {
-		for _, c := range cs {
-			c.Close()
-		}
-		ln.Close()
-		wg.Wait()
-	}
-}
-
 // Bufferbloat in A's own qdisc (tbf 10 mbit with 400 ms of queue, filled by
 // bulk TCP): the echoes wait hundreds of milliseconds between SCHED and SND,
 // the kernel RTT stays where it was, and iputils ping agrees echo by echo.
 func TestBloatShowsAsQdiscDelayNotKernelRTT(t *testing.T) {
 	lab := netlab.New(t)
 	lab.Exec(t, lab.A, "tc", "qdisc", "replace", "dev", "vA", "root", "tbf", "rate", "10mbit", "burst", "1mbit", "latency", "400ms")
-	stop := bulk(t, lab, 4)
+	stop := lab.Flood(t, 4)
 	defer stop()
 	time.Sleep(time.Second) // let the queue fill
 

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -210,67 +208,6 @@ func TestNoSocketIsUnknown(t *testing.T) {
 	}
 }
 
-// bulk sends TCP from A to B as fast as it can over conns connections until
-// the returned function is called.
-func bulk(t *testing.T, lab *netlab.Lab, conns int) (stop func()) {
-	t.Helper()
-	var ln net.Listener
-	if err := lab.Do(lab.B, func() error {
-		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(lab.IPB, 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				buf := make([]byte, 1<<16)
-				for {
-					if _, err := c.Read(buf); err != nil {
-						c.Close()
-						return
-					}
-				}
-			})
-		}
-	})
-	var cs []net.Conn
-	for range conns {
-		if err := lab.Do(lab.A, func() error {
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err == nil {
-				cs = append(cs, c)
-			}
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, c := range cs {
-		wg.Go(func() {
-			buf := make([]byte, 1<<16)
-			for {
-				if _, err := c.Write(buf); err != nil {
-					return
-				}
-			}
-		})
-	}
-	return func() {
-		for _, c := range cs {
-			c.Close()
-		}
-		ln.Close()
-		wg.Wait()
-	}
-}
-
 // With default thresholds, tbf bufferbloat plus a bulk flow in A turns the
 // ping root WARN or worse through host_delay and its qdisc child, while the
 // kernel RTT (the network's part) and loss stay OK.
@@ -298,7 +235,7 @@ func TestBloatTurnsPingRootWarn(t *testing.T) {
 		t.Fatalf("root %v on the idle lab, want OK", res.State["ping"])
 	}
 	lab.Exec(t, lab.A, "tc", "qdisc", "replace", "dev", "vA", "root", "tbf", "rate", "10mbit", "burst", "1mbit", "latency", "400ms")
-	stop := bulk(t, lab, 4)
+	stop := lab.Flood(t, 4)
 	defer stop()
 	warned := false
 	for range 15 {
