@@ -2,12 +2,9 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,81 +15,16 @@ import (
 	"testing"
 	"time"
 
-	agentapp "github.com/nbs-project/nbs/agent/app"
 	"github.com/nbs-project/nbs/collector/alert"
 	"github.com/nbs-project/nbs/collector/alert/notify/webhook"
 	collectorapp "github.com/nbs-project/nbs/collector/app"
 	"github.com/nbs-project/nbs/internal/netlab"
 )
 
-// tbLogger is testLogger for benchmarks too. A benchmark's own log is cut
-// to its first lines, so there the parts log to stderr instead, keeping the
-// benchmark's log for its results.
-func tbLogger(tb testing.TB, part string) *slog.Logger {
-	level := slog.LevelWarn
-	if os.Getenv("NBS_TEST_VERBOSE") != "" {
-		level = slog.LevelDebug
-	}
-	var w io.Writer = tbWriter{tb}
-	if _, bench := tb.(*testing.B); bench {
-		w = os.Stderr
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})).With("part", part)
-}
-
-type tbWriter struct{ tb testing.TB }
-
-func (w tbWriter) Write(p []byte) (int, error) {
-	w.tb.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 // startAlertCollector is startCollector with alerting configured.
 func startAlertCollector(tb testing.TB, dbURL, grpcAddr string, ac alert.Config) *collector {
 	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	c := collectorapp.New(collectorapp.Config{GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0", DBURL: dbURL, Alert: ac}, tbLogger(tb, "collector"))
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	select {
-	case <-c.Ready():
-	case err := <-done:
-		cancel()
-		tb.Fatalf("collector did not start: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		tb.Fatal("collector not ready within 30s")
-	}
-	g, h := c.Addrs()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("collector: %v", err)
-		}
-	}
-	tb.Cleanup(stop)
-	return &collector{grpcAddr: g, httpAddr: h, stop: stop}
-}
-
-// startAgentTB is startAgent for benchmarks too.
-func startAgentTB(tb testing.TB, cfg agentapp.Config) {
-	tb.Helper()
-	cfg.Interval, cfg.BufferReports, cfg.SnapshotEvery, cfg.EvidencePerSecond = interval, 1000, time.Hour, 1000
-	ctx, cancel := context.WithCancel(context.Background())
-	a := agentapp.New(cfg, tbLogger(tb, "agent:"+cfg.NodeName))
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("agent %s: %v", cfg.NodeName, err)
-		}
-	})
+	return startCollectorWith(tb, collectorapp.Config{GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0", DBURL: dbURL, Alert: ac})
 }
 
 // alertmanagerBinary finds Debian's prometheus-alertmanager. Without it the
@@ -139,7 +71,7 @@ receivers:
 	if err := os.WriteFile(filepath.Join(dir, "alertmanager.yml"), []byte(cfg), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	addr := freeAddrTB(tb)
+	addr := freeAddr(tb)
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "alertmanager.yml"), "--storage.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--cluster.listen-address=", "--log.level=warn")
@@ -173,16 +105,6 @@ receivers:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func freeAddrTB(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // amAlert is an alert as Alertmanager's API and its webhook show it.
@@ -397,21 +319,6 @@ func stormFor(tb testing.TB, lab *netlab.Lab, d time.Duration) {
 	}
 }
 
-// waitUntil polls cond for testing.TB (eventually takes *testing.T).
-func waitUntil(tb testing.TB, timeout time.Duration, cond func() string) time.Duration {
-	tb.Helper()
-	start := time.Now()
-	var last string
-	for time.Since(start) < timeout {
-		if last = cond(); last == "" {
-			return time.Since(start)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	tb.Fatalf("after %s: %s", timeout, last)
-	return 0
-}
-
 // apiAlerts is GET /api/v1/alerts of a collector.
 type apiAlerts struct {
 	Evaluator struct {
@@ -445,31 +352,6 @@ func getAlerts(tb testing.TB, c *collector) apiAlerts {
 		tb.Fatalf("decode alerts: %v", err)
 	}
 	return out
-}
-
-// waitNodeTB is waitNode for benchmarks too.
-func waitNodeTB(tb testing.TB, c *collector, node string) {
-	tb.Helper()
-	waitUntil(tb, 20*time.Second, func() string {
-		var nodes struct {
-			Nodes []struct {
-				Name       string     `json:"name"`
-				LastReport *time.Time `json:"last_report"`
-			} `json:"nodes"`
-		}
-		resp, err := http.Get("http://" + c.httpAddr + "/api/v1/nodes")
-		if err != nil {
-			return err.Error()
-		}
-		defer resp.Body.Close()
-		_ = json.NewDecoder(resp.Body).Decode(&nodes)
-		for _, n := range nodes.Nodes {
-			if n.Name == node && n.LastReport != nil {
-				return ""
-			}
-		}
-		return fmt.Sprintf("node %s has not reported", node)
-	})
 }
 
 // dump lists what the sink received, for failure messages.

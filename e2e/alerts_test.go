@@ -88,7 +88,7 @@ func TestAlertResetStormThroughAlertmanager(t *testing.T) {
 
 	// Stop the storm: resolved everywhere.
 	stopped := time.Now()
-	waitUntil(t, withinTwoIntervals+2*time.Second, func() string {
+	eventually(t, withinTwoIntervals+2*time.Second, func() string {
 		if got := activeAlerts(t, am, stormLabels); len(got) != 0 {
 			return "alertmanager still holds the alert as firing"
 		}
@@ -158,7 +158,7 @@ func TestAlertsTwoCollectorsFireOnce(t *testing.T) {
 	db := pgcluster.Database(t)
 	cfg := snk.alertConfig(t, am)
 	leader := startAlertCollector(t, db, "127.0.0.1:0", cfg)
-	waitUntil(t, 5*time.Second, func() string {
+	eventually(t, 5*time.Second, func() string {
 		if h := getAlerts(t, leader).Evaluator.Holder; !strings.HasSuffix(h, leader.httpAddr) {
 			return fmt.Sprintf("evaluator is %q, want the first collector", h)
 		}
@@ -181,14 +181,14 @@ func TestAlertsTwoCollectorsFireOnce(t *testing.T) {
 	}
 
 	leader.stop()
-	waitUntil(t, 5*time.Second, func() string {
+	eventually(t, 5*time.Second, func() string {
 		if h := getAlerts(t, other).Evaluator.Holder; !strings.HasSuffix(h, other.httpAddr) {
 			return fmt.Sprintf("evaluator is %q, want the second collector to take over", h)
 		}
 		return ""
 	})
 	stormFor(t, lab, 2*interval)
-	waitUntil(t, withinTwoIntervals+2*time.Second, func() string {
+	eventually(t, withinTwoIntervals+2*time.Second, func() string {
 		if n, _, _ := snk.nbsNotified("resolved", "lab-b", "tcp_reset"); n != 1 {
 			return fmt.Sprintf("%d resolved webhook messages:%s", n, snk.dump())
 		}
@@ -258,11 +258,11 @@ func benchAlertLatency(b *testing.B, forIntervals int) {
 	am := startAlertmanager(b, snk.srv.URL+"/am", 0)
 	lab := netlab.New(b)
 	db := pgcluster.Database(b)
-	addr := freeAddrTB(b)
+	addr := freeAddr(b)
 	col := startAlertCollector(b, db, addr, snk.alertConfig(b, am))
-	startAgentTB(b, agentapp.Config{NodeName: "lab-b", Netns: lab.B, CollectorAddress: addr, BPF: true,
+	startAgent(b, agentapp.Config{NodeName: "lab-b", Netns: lab.B, CollectorAddress: addr, BPF: true,
 		Labels: agentapp.Labels{"customer": "acme"}})
-	waitNodeTB(b, col, "lab-b")
+	waitNode(b, col, "lab-b")
 	alertname := "NBSRootCritical"
 	if forIntervals > 0 {
 		alertname = "ResetFast"
@@ -307,7 +307,7 @@ func benchAlertLatency(b *testing.B, forIntervals int) {
 			toAMNotify = append(toAMNotify, amAt.Sub(start))
 			collectorShare = append(collectorShare, hookAt.Sub(observed))
 		}
-		waitUntil(b, 15*time.Second, func() string {
+		eventually(b, 15*time.Second, func() string {
 			if _, _, ok := snk.nbsNotifiedAt("resolved", "lab-b", "tcp_reset", k); !ok {
 				return "no resolve"
 			}

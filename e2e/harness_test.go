@@ -20,22 +20,29 @@ import (
 
 func TestMain(m *testing.M) { pgcluster.Main(m) }
 
-func testLogger(t *testing.T, part string) *slog.Logger {
+// testLogger logs a part of the system into the test's log. A benchmark's
+// log is cut to its first lines, so there the parts log to stderr instead,
+// keeping the benchmark's log for its results.
+func testLogger(t testing.TB, part string) *slog.Logger {
 	level := slog.LevelWarn
 	if os.Getenv("NBS_TEST_VERBOSE") != "" {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level})).With("part", part)
+	var w io.Writer = testWriter{t}
+	if _, bench := t.(*testing.B); bench {
+		w = os.Stderr
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})).With("part", part)
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -51,12 +58,12 @@ type collector struct {
 	stop               func()
 }
 
-func startCollector(t *testing.T, dbURL, grpcAddr string) *collector {
+func startCollector(t testing.TB, dbURL, grpcAddr string) *collector {
 	t.Helper()
 	return startCollectorWith(t, collectorapp.Config{GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0", DBURL: dbURL})
 }
 
-func startCollectorWith(t *testing.T, cfg collectorapp.Config) *collector {
+func startCollectorWith(t testing.TB, cfg collectorapp.Config) *collector {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := collectorapp.New(cfg, testLogger(t, "collector"))
@@ -92,7 +99,7 @@ type agent struct {
 	stop func()
 }
 
-func startAgent(t *testing.T, cfg agentapp.Config) *agent {
+func startAgent(t testing.TB, cfg agentapp.Config) *agent {
 	t.Helper()
 	if cfg.Interval == 0 {
 		cfg.Interval = time.Second
@@ -125,7 +132,7 @@ func startAgent(t *testing.T, cfg agentapp.Config) *agent {
 	return &agent{Agent: a, stop: stop}
 }
 
-func getJSON(t *testing.T, url string, out any) int {
+func getJSON(t testing.TB, url string, out any) int {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -141,18 +148,20 @@ func getJSON(t *testing.T, url string, out any) int {
 	return resp.StatusCode
 }
 
-// eventually polls cond until it returns "" or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, cond func() string) {
+// eventually polls cond until it returns "" and says how long that took,
+// or fails the test when the timeout passes.
+func eventually(t testing.TB, timeout time.Duration, cond func() string) time.Duration {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
 	var last string
-	for time.Now().Before(deadline) {
+	for time.Since(start) < timeout {
 		if last = cond(); last == "" {
-			return
+			return time.Since(start)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("after %s: %s", timeout, last)
+	return 0
 }
 
 type treeNode struct {
@@ -198,7 +207,7 @@ type seriesResp struct {
 }
 
 // storedTotal sums a rate metric's increases over everything stored.
-func storedTotal(t *testing.T, c *collector, node, metric string) float64 {
+func storedTotal(t testing.TB, c *collector, node, metric string) float64 {
 	t.Helper()
 	var s seriesResp
 	url := fmt.Sprintf("http://%s/api/v1/nodes/%s/series?metric=%s&from=%d", c.httpAddr, node, metric, time.Now().Add(-time.Hour).UnixMilli())

@@ -20,7 +20,7 @@ const interval = time.Second
 // slack for the database batch and this machine's noise.
 const withinTwoIntervals = 2*interval + 3*time.Second
 
-func waitNode(t *testing.T, c *collector, node string) {
+func waitNode(t testing.TB, c *collector, node string) {
 	t.Helper()
 	eventually(t, 20*time.Second, func() string {
 		var nodes struct {
