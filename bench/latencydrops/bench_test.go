@@ -13,88 +13,27 @@ package latencydrops
 
 import (
 	"net/netip"
-	"slices"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/drops"
 	"github.com/nbs-project/nbs/agent/probe/retrans"
 	"github.com/nbs-project/nbs/agent/probe/tcpreset"
+	"github.com/nbs-project/nbs/bench/bpfstats"
 	"github.com/nbs-project/nbs/internal/netlab"
 )
 
-// sampler records a program's statistics every 100 ms.
-type sampler struct {
-	prog    *ebpf.Program
-	windows []float64 // ns/run of each window with runs
-	first   *ebpf.ProgramStats
-	last    *ebpf.ProgramStats
-	stop    chan struct{}
-	done    sync.WaitGroup
-}
-
-func sample(b *testing.B, prog *ebpf.Program) *sampler {
-	s := &sampler{prog: prog, stop: make(chan struct{})}
-	st, err := prog.Stats()
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.first, s.last = st, st
-	s.done.Go(func() {
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-tick.C:
-				s.take()
-			}
-		}
-	})
-	return s
-}
-
-func (s *sampler) take() {
-	st, err := s.prog.Stats()
-	if err != nil {
-		return
-	}
-	if runs := st.RunCount - s.last.RunCount; runs > 0 {
-		s.windows = append(s.windows, float64(st.Runtime-s.last.Runtime)/float64(runs))
-	}
-	s.last = st
-}
-
-// report stops sampling and reports median and mean ns/run and runs.
-func (s *sampler) report(b *testing.B, name string) {
-	close(s.stop)
-	s.done.Wait()
-	s.take()
-	runs := s.last.RunCount - s.first.RunCount
-	if runs == 0 || len(s.windows) == 0 {
+// report stops s and reports its median and mean ns/run and runs.
+func report(b *testing.B, s *bpfstats.Sampler, name string) {
+	r, ok := s.Stop()
+	if !ok {
 		b.Fatalf("%s: the program never ran under the load", name)
 	}
-	slices.Sort(s.windows)
-	median := s.windows[len(s.windows)/2]
-	mean := float64(s.last.Runtime-s.first.Runtime) / float64(runs)
-	b.ReportMetric(median, "ns/run-median")
-	b.ReportMetric(mean, "ns/run-mean")
-	b.ReportMetric(float64(runs), "runs")
-	b.ReportMetric(float64(s.last.RecursionMisses-s.first.RecursionMisses), "recursion-misses")
-	b.Logf("%s: %d runs, median %.0f ns/run over %d windows, mean %.0f ns/run", name, runs, median, len(s.windows), mean)
-}
-
-func enableStats(b *testing.B) {
-	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		netlab.SkipOrFail(b, "BPF_ENABLE_STATS: %v", err)
-	}
-	b.Cleanup(func() { _ = c.Close() })
+	b.ReportMetric(r.MedianNs, "ns/run-median")
+	b.ReportMetric(r.MeanNs, "ns/run-mean")
+	b.ReportMetric(float64(r.Runs), "runs")
+	b.ReportMetric(float64(r.RecursionMisses), "recursion-misses")
+	b.Logf("%s: %d runs, median %.0f ns/run, mean %.0f ns/run", name, r.Runs, r.MedianNs, r.MeanNs)
 }
 
 // BenchmarkKfreeSkb floods B with UDP to a closed port (every datagram is a
@@ -126,13 +65,13 @@ func BenchmarkKfreeSkb(b *testing.B) {
 				netlab.SkipOrFail(b, "drops: %v", err)
 			}
 			defer p.Close()
-			enableStats(b)
+			bpfstats.Enable(b)
 			for i := 0; i < b.N; i++ {
-				s := sample(b, p.Programs()["kfree_skb"])
+				s := bpfstats.Start(b, p.Programs()["kfree_skb"])
 				for _, port := range []uint16{9999, 7777} {
 					l.SendUDP(b, l.A, netip.AddrPortFrom(l.IPB, port), 100_000, 64, 0)
 				}
-				s.report(b, "kfree_skb")
+				report(b, s, "kfree_skb")
 			}
 		})
 	}
@@ -155,11 +94,11 @@ func BenchmarkRetransmit(b *testing.B) {
 				netlab.SkipOrFail(b, "retrans: %v", err)
 			}
 			defer p.Close()
-			enableStats(b)
+			bpfstats.Enable(b)
 			for i := 0; i < b.N; i++ {
-				s := sample(b, p.Programs()["tcp_retransmit_skb"])
+				s := bpfstats.Start(b, p.Programs()["tcp_retransmit_skb"])
 				l.LossyBulk(b, 50, 5*time.Second)
-				s.report(b, "tcp_retransmit_skb")
+				report(b, s, "tcp_retransmit_skb")
 			}
 		})
 	}
@@ -175,11 +114,11 @@ func BenchmarkTCPReset(b *testing.B) {
 		netlab.SkipOrFail(b, "tcp_reset: %v", err)
 	}
 	defer p.Close()
-	enableStats(b)
+	bpfstats.Enable(b)
 	for i := 0; i < b.N; i++ {
-		send, recv := sample(b, p.Programs()["tcp_send_reset"]), sample(b, p.Programs()["tcp_receive_reset"])
+		send, recv := bpfstats.Start(b, p.Programs()["tcp_send_reset"]), bpfstats.Start(b, p.Programs()["tcp_receive_reset"])
 		l.ResetNoSocket(b, 20_000)
-		send.report(b, "tcp_send_reset")
-		recv.report(b, "tcp_receive_reset")
+		report(b, send, "tcp_send_reset")
+		report(b, recv, "tcp_receive_reset")
 	}
 }

@@ -14,16 +14,15 @@ package latencytx
 import (
 	"os"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/qdiscsojourn"
 	"github.com/nbs-project/nbs/agent/probe/tcpflows"
 	"github.com/nbs-project/nbs/agent/probe/tcptx"
+	"github.com/nbs-project/nbs/bench/bpfstats"
 	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/txlab"
 )
@@ -33,64 +32,18 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// sampler records a program's statistics every 100 ms.
-type sampler struct {
-	prog        *ebpf.Program
-	windows     []float64 // ns/run of each window with runs
-	first, last *ebpf.ProgramStats
-	stop        chan struct{}
-	done        sync.WaitGroup
-}
-
-func sample(b *testing.B, prog *ebpf.Program) *sampler {
-	s := &sampler{prog: prog, stop: make(chan struct{})}
-	st, err := prog.Stats()
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.first, s.last = st, st
-	s.done.Go(func() {
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-tick.C:
-				s.take()
-			}
-		}
-	})
-	return s
-}
-
-func (s *sampler) take() {
-	st, err := s.prog.Stats()
-	if err != nil {
-		return
-	}
-	if runs := st.RunCount - s.last.RunCount; runs > 0 {
-		s.windows = append(s.windows, float64(st.Runtime-s.last.Runtime)/float64(runs))
-	}
-	s.last = st
-}
-
-func (s *sampler) report(b *testing.B, name string) {
-	close(s.stop)
-	s.done.Wait()
-	s.take()
-	runs := s.last.RunCount - s.first.RunCount
-	if runs == 0 || len(s.windows) == 0 {
+// report stops s and reports its median and mean ns/run and runs under
+// name; a program the load did not reach is only logged.
+func report(b *testing.B, s *bpfstats.Sampler, name string) {
+	r, ok := s.Stop()
+	if !ok {
 		b.Logf("%s: did not run under this load", name)
 		return
 	}
-	slices.Sort(s.windows)
-	median := s.windows[len(s.windows)/2]
-	mean := float64(s.last.Runtime-s.first.Runtime) / float64(runs)
-	b.ReportMetric(median, name+"-ns/run")
-	b.ReportMetric(mean, name+"-mean-ns/run")
-	b.ReportMetric(float64(runs), name+"-runs")
-	b.Logf("%-26s median %5.0f ns/run, mean %5.0f ns/run, %8d runs", name, median, mean, runs)
+	b.ReportMetric(r.MedianNs, name+"-ns/run")
+	b.ReportMetric(r.MeanNs, name+"-mean-ns/run")
+	b.ReportMetric(float64(r.Runs), name+"-runs")
+	b.Logf("%-26s median %5.0f ns/run, mean %5.0f ns/run, %8d runs", name, r.MedianNs, r.MeanNs, r.Runs)
 }
 
 type rig struct {
@@ -106,11 +59,7 @@ type rig struct {
 // started with --netns.
 func setup(b *testing.B, sampleEvery uint32) *rig {
 	b.Helper()
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		netlab.SkipOrFail(b, "BPF_ENABLE_STATS: %v", err)
-	}
-	b.Cleanup(func() { stats.Close() })
+	bpfstats.Enable(b)
 	r := &rig{lab: netlab.New(b), progs: map[string]*ebpf.Program{}}
 	r.cg = txlab.NewCgroup(b)
 	ns := r.lab.Inode(b, r.lab.A)
@@ -152,14 +101,14 @@ func (r *rig) under(b *testing.B, load string, run func()) {
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	ss := make([]*sampler, len(names))
+	ss := make([]*bpfstats.Sampler, len(names))
 	for i, k := range names {
-		ss[i] = sample(b, r.progs[k])
+		ss[i] = bpfstats.Start(b, r.progs[k])
 	}
 	run()
 	b.Logf("load %s:", load)
 	for i, k := range names {
-		ss[i].report(b, load+"/"+k)
+		report(b, ss[i], load+"/"+k)
 	}
 }
 

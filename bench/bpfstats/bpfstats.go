@@ -1,0 +1,93 @@
+// Package bpfstats measures what BPF programs cost per run while a benchmark
+// loads them, from the kernel's run-time statistics (BPF_ENABLE_STATS, read
+// with Program.Stats()). Each program is sampled every 100 ms, so the median
+// of the windows' ns/run is not skewed by a burst the way the overall mean is.
+package bpfstats
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/internal/netlab"
+)
+
+// Enable switches run-time statistics on until the benchmark ends
+// (reference-counted, unlike the kernel.bpf_stats_enabled sysctl).
+func Enable(b *testing.B) {
+	b.Helper()
+	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		netlab.SkipOrFail(b, "BPF_ENABLE_STATS: %v", err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+}
+
+// Sampler records one program's statistics every 100 ms.
+type Sampler struct {
+	prog        *ebpf.Program
+	windows     []float64 // ns/run of each window with runs
+	first, last *ebpf.ProgramStats
+	stop        chan struct{}
+	done        sync.WaitGroup
+}
+
+// Result is what a program cost over the sampled load.
+type Result struct {
+	MedianNs, MeanNs      float64
+	Runs, RecursionMisses uint64
+}
+
+// Start begins sampling prog.
+func Start(b *testing.B, prog *ebpf.Program) *Sampler {
+	b.Helper()
+	st, err := prog.Stats()
+	if err != nil {
+		b.Fatalf("program stats: %v", err)
+	}
+	s := &Sampler{prog: prog, first: st, last: st, stop: make(chan struct{})}
+	s.done.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-tick.C:
+				s.take()
+			}
+		}
+	})
+	return s
+}
+
+func (s *Sampler) take() {
+	st, err := s.prog.Stats()
+	if err != nil {
+		return
+	}
+	if runs := st.RunCount - s.last.RunCount; runs > 0 {
+		s.windows = append(s.windows, float64(st.Runtime-s.last.Runtime)/float64(runs))
+	}
+	s.last = st
+}
+
+// Stop ends sampling; ok is false if the program never ran.
+func (s *Sampler) Stop() (r Result, ok bool) {
+	close(s.stop)
+	s.done.Wait()
+	s.take()
+	r.Runs = s.last.RunCount - s.first.RunCount
+	r.RecursionMisses = s.last.RecursionMisses - s.first.RecursionMisses
+	if r.Runs == 0 || len(s.windows) == 0 {
+		return r, false
+	}
+	slices.Sort(s.windows)
+	r.MedianNs = s.windows[len(s.windows)/2]
+	r.MeanNs = float64(s.last.Runtime-s.first.Runtime) / float64(r.Runs)
+	return r, true
+}
