@@ -11,8 +11,18 @@ BUF := $(GO) tool -modfile=../tools/go.mod buf
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# One list of Debian packages (tools/deps/packages.txt) serves every target:
+# as root, what is missing is installed; otherwise make stops at once with
+# the apt-get command to run.
+DEPS := tools/deps/ensure.sh
+
+.PHONY: deps
+deps: ## install every Debian package the targets need (tools/deps/packages.txt)
+	$(DEPS) all
+
 .PHONY: generate
 generate: ## regenerate committed code: protobuf, bpf2go bindings, docs from the catalogue
+	$(DEPS) generate
 	cd proto && $(BUF) lint
 	cd proto && $(BUF) generate
 	$(GO) generate ./...
@@ -35,14 +45,20 @@ build: $(if $(HAVE_NPM),web) ## build bin/nbs-agent and bin/nbs-collector (and t
 	$(GO) build -o $(BIN)/nbs-collector ./collector/cmd/nbs-collector
 
 .PHONY: test
-test: ## run all tests: unit, PostgreSQL, BPF lab, end-to-end
+test: ## install what is missing, then run all tests: web unit, Go unit, PostgreSQL, BPF lab, end-to-end, browser
+	$(DEPS) test
+	@command -v npm >/dev/null || { echo "make test: npm (Node.js 20) is needed for the UI's tests and build" >&2; exit 1; }
+	$(MAKE) web
+	cd web && npm test
 	$(GO) vet ./...
 	@# One package at a time: lab tests compare microsecond timings with
 	@# kernel oracles, and two labs loading 2 cores at once skew both sides.
 	$(GO) test -count=1 -p 1 -timeout 15m ./...
 
 .PHONY: run
-run: build ## run the whole system locally: throwaway PostgreSQL, collector, one agent
+run: ## run the whole system locally: throwaway PostgreSQL, collector, one agent
+	$(DEPS) run
+	$(MAKE) build
 	$(GO) run ./deploy/local/devrun
 
 .PHONY: db-stop
