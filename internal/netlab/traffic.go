@@ -91,14 +91,6 @@ type BulkResult struct {
 // namespaces.
 func (l *Lab) LossyBulk(t testing.TB, permille int, d time.Duration) BulkResult {
 	t.Helper()
-	l.AddLoss(t, permille)
-	removed := false
-	defer func() {
-		if !removed {
-			l.NftDelete(t, l.B, LossTable)
-		}
-	}()
-
 	lfd := -1
 	if err := l.Do(l.B, func() error {
 		fd, err := newSocket(l.IPB)
@@ -121,7 +113,6 @@ func (l *Lab) LossyBulk(t testing.TB, permille int, d time.Duration) BulkResult 
 	}
 	defer unix.Close(lfd)
 
-	// The SYN itself may be dropped: allow for the 1 s SYN retransmit.
 	c := -1
 	if err := l.Do(l.A, func() error {
 		var err error
@@ -146,6 +137,18 @@ func (l *Lab) LossyBulk(t testing.TB, permille int, d time.Duration) BulkResult 
 	if err := setTimeouts(s); err != nil {
 		t.Fatalf("netlab: %v", err)
 	}
+
+	// The loss starts once the handshake is over. A dropped handshake ACK
+	// (and the first data behind it) would let B's SYN-ACK timer fire, which
+	// the kernel counts in TCPTimeouts although no socket had an RTO: a test
+	// comparing RTOs with TCPTimeouts would fail by chance a few runs in 100.
+	l.AddLoss(t, permille)
+	removed := false
+	defer func() {
+		if !removed {
+			l.NftDelete(t, l.B, LossTable)
+		}
+	}()
 
 	// B reads until A's FIN.
 	readDone := make(chan error, 1)
