@@ -4,7 +4,7 @@
 // flows involved.
 //
 // It attaches tp_btf programs to the tcp_send_reset and tcp_receive_reset
-// tracepoints (bpf/tcp_reset.bpf.c). Counting and the evidence rate limit
+// tracepoints (bpf/tcpreset.bpf.c). Counting and the evidence rate limit
 // happen in the kernel; user space only reads.
 package tcpreset
 
