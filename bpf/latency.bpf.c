@@ -10,7 +10,7 @@
  * of every retransmission attempt, including tail loss probes and attempts
  * that failed (err != 0, nothing sent), and its skb may stand for several
  * segments. Counting events, or the skb's segment count after the send,
- * therefore misses segments (KERNEL.md item 2). Instead this reads the
+ * misses segments (docs/kernel.md, "Retransmits and RTOs"). This reads the
  * socket's own lifetime counters, tcp_sock.total_retrans (incremented with
  * TcpRetransSegs) and total_rto (incremented with TCPTimeouts on each
  * retransmission timeout), and adds how much each grew since the last event

@@ -6,7 +6,7 @@
  * qdisc's queue (and the device's TX lock). net_dev_queue fires when a
  * packet enters __dev_queue_xmit, net_dev_start_xmit when the driver is
  * handed it; unlike qdisc_enqueue/qdisc_dequeue both fire on devices
- * without a qdisc (noqueue) too.
+ * without a qdisc (noqueue) too (docs/kernel.md, "Qdisc sojourn").
  *
  * Per packet, so triggered only: agent/probe/latencyqdisc attaches it while
  * the latency branch is in trouble or an operator is looking.

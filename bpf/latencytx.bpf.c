@@ -16,8 +16,8 @@
  * the kernel then calls back at SCHED, SND_SW and ACK, keyed by the skb's
  * tskey (the sequence number of its last byte).
  *
- * The start of each write comes from tp_btf/tcp_sendmsg_locked (the kernel
- * selftest uses fentry, which our kernels refuse). In-flight stamps live in
+ * The start of each write comes from tp_btf/tcp_sendmsg_locked (the selftest
+ * uses fentry: docs/kernel.md, "TX timestamping"). In-flight stamps live in
  * the socket's own storage: a few slots per socket, no hash map, nothing to
  * leak when the socket goes away. A write finding every slot busy is simply
  * not sampled.

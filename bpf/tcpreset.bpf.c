@@ -5,8 +5,8 @@
  * TCP resets, sent (by enum sk_rst_reason) and received (by socket state),
  * counted per network namespace, with rate-limited evidence events.
  *
- * Loaded by agent/probe/tcpreset. Both programs are tp_btf: the only tracing
- * attach type that loads on our kernels (fentry is EPERM, kprobes are absent).
+ * Loaded by agent/probe/tcpreset. Both programs are tp_btf, the only tracing
+ * attach type that loads on our kernels (docs/kernel.md, "Attach points").
  */
 #include "nbs.h"
 

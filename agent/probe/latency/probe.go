@@ -66,7 +66,7 @@ type Probe struct {
 
 // Load loads and attaches both programs, detecting support by loading the
 // real programs (cilium's feature probes use fentry, which these kernels
-// refuse although tp_btf works).
+// refuse although tp_btf works: docs/kernel.md, "Attach points").
 func Load(opts Options) (*Probe, error) {
 	log := opts.Logger
 	if log == nil {
