@@ -21,14 +21,14 @@ import (
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/source"
-	"github.com/nbs-project/nbs/agent/source/agentself"
+	"github.com/nbs-project/nbs/agent/source/agent"
 	"github.com/nbs-project/nbs/agent/source/drops"
-	"github.com/nbs-project/nbs/agent/source/flows"
 	"github.com/nbs-project/nbs/agent/source/latency"
+	"github.com/nbs-project/nbs/agent/source/latencyflows"
+	"github.com/nbs-project/nbs/agent/source/latencyqdisc"
 	"github.com/nbs-project/nbs/agent/source/latencytx"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
-	"github.com/nbs-project/nbs/agent/source/qdisc"
-	"github.com/nbs-project/nbs/agent/source/resets"
+	"github.com/nbs-project/nbs/agent/source/tcpreset"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/agent/uplink"
 	"github.com/nbs-project/nbs/internal/loglinear"
@@ -48,7 +48,7 @@ type Agent struct {
 	caps    []*nbsv1.Capability
 	sources []source.Source
 	ping    *pingsrc.Source
-	self    *agentself.Source // the agent branch; it also attaches triggered sources
+	self    *agent.Source // the agent branch; it also attaches triggered sources
 	// pingAddress is what this node announces for peers to ping.
 	pingAddress string
 
@@ -168,7 +168,7 @@ func (a *Agent) openSources(ctx context.Context, ns netns.Handle) ([]source.Sour
 	}
 	allNetns := a.cfg.Netns == ""
 
-	rs, err := resets.Open(ctx, resets.Options{Netns: ns, AllNetns: allNetns,
+	rs, err := tcpreset.Open(ctx, tcpreset.Options{Netns: ns, AllNetns: allNetns,
 		EvidencePerSecond: uint32(a.cfg.EvidencePerSecond), DisableBPF: !a.cfg.BPF, Logger: a.log.With("source", "tcp_reset")})
 	if err != nil {
 		return fail(err)
@@ -207,13 +207,13 @@ func (a *Agent) openSources(ctx context.Context, ns netns.Handle) ([]source.Sour
 		return fail(err)
 	}
 	opened = append(opened, tx)
-	qd, err := qdisc.Open(ctx, qdisc.Options{Netns: ns, AllNetns: allNetns, DisableBPF: !a.cfg.BPF,
+	qd, err := latencyqdisc.Open(ctx, latencyqdisc.Options{Netns: ns, AllNetns: allNetns, DisableBPF: !a.cfg.BPF,
 		Logger: a.log.With("source", "latency/qdisc")})
 	if err != nil {
 		return fail(err)
 	}
 	opened = append(opened, qd)
-	fl, err := flows.Open(ctx, flows.Options{Netns: ns, AllNetns: allNetns, DisableBPF: !a.cfg.BPF,
+	fl, err := latencyflows.Open(ctx, latencyflows.Options{Netns: ns, AllNetns: allNetns, DisableBPF: !a.cfg.BPF,
 		Logger: a.log.With("source", "latency/flows")})
 	if err != nil {
 		return fail(err)
@@ -224,7 +224,7 @@ func (a *Agent) openSources(ctx context.Context, ns netns.Handle) ([]source.Sour
 
 	// The agent branch comes last: it measures the BPF programs of every
 	// source above and attaches the triggered ones.
-	self := agentself.New(agentself.Options{Sources: append([]source.Source(nil), opened...),
+	self := agent.New(agent.Options{Sources: append([]source.Source(nil), opened...),
 		Pending: a.outbox.Len, Dropped: a.outbox.Dropped, BudgetPercent: a.cfg.OverheadBudget,
 		Hold: a.cfg.TriggeredHold, MaxOn: a.cfg.TriggeredMax, Logger: a.log.With("source", "agent")})
 	opened = append(opened, self)

@@ -85,3 +85,22 @@ func (m Metric) Proto() *nbsv1.MetricDefinition {
 		Description: m.Description, DefaultThreshold: m.Threshold.Proto(), Scale: m.Scale, Quantile: m.Quantile,
 	}
 }
+
+// MetricSegment makes a kernel name (a device name) usable as one segment
+// of a metric id: lower case, and '_' for anything but letters, digits,
+// '_', '.', ':' and '-'.
+func MetricSegment(name string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(name) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_', r == '.', r == ':', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	if b.Len() == 0 {
+		return "_"
+	}
+	return b.String()
+}

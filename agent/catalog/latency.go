@@ -3,7 +3,7 @@ package catalog
 // The latency branch: is this host adding latency? Its always-on children
 // are defined here; sampled TX timestamping, qdisc sojourn and per-flow
 // children live under latency/tx, latency/qdisc and latency/flows
-// (latency_tx.go).
+// (latencytx.go, latencyqdisc.go, latencyflows.go).
 const (
 	Latency                = "latency"
 	LatencyRetransmits     = "latency/retransmits"
@@ -163,4 +163,24 @@ func LatencyTree() []Metric {
 			Threshold: &Threshold{Warn: 5, Crit: 20, Hold: 3, Baseline: 30, Floor: 10},
 		},
 	}
+}
+
+// Shared by the latency subtrees: the queueing thresholds, the histogram
+// shape, and the remark of the triggered ones.
+const (
+	latencyQueueWarnMs         = 20
+	latencyQueueCritMs         = 100
+	latencyTriggeredOnlyRemark = " Measured only while the latency branch is in trouble or an operator is looking " +
+		"(per-packet programs cost CPU on every packet), for a bounded time and within the agent's overhead budget; " +
+		"agent/triggered says whether it is attached."
+)
+
+// queueThreshold is for host queueing delay: a healthy queue on a host is
+// microseconds; tens of milliseconds is bufferbloat someone will feel.
+func queueThreshold() *Threshold {
+	return &Threshold{Warn: latencyQueueWarnMs, Crit: latencyQueueCritMs, Hold: 2}
+}
+
+func latencyHistogram(id, title, desc string, thr *Threshold) Metric {
+	return Metric{ID: id, Title: title, Unit: "ms", Kind: Histogram, Quantile: 0.99, Scale: 1e6, Description: desc, Threshold: thr}
 }

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/agent/probe/drops"
-	"github.com/nbs-project/nbs/agent/probe/retrans"
+	"github.com/nbs-project/nbs/agent/probe/latency"
 	"github.com/nbs-project/nbs/agent/probe/tcpreset"
 	"github.com/nbs-project/nbs/bench/bpfstats"
 	"github.com/nbs-project/nbs/internal/netlab"
@@ -85,11 +85,11 @@ func BenchmarkRetransmit(b *testing.B) {
 	}{{"one-netns", true}, {"all-netns", false}} {
 		b.Run(c.name, func(b *testing.B) {
 			l := netlab.New(b)
-			opts := retrans.Options{}
+			opts := latency.Options{}
 			if c.netA {
 				opts.NetnsInode = l.Inode(b, l.A)
 			}
-			p, err := retrans.Load(opts)
+			p, err := latency.Load(opts)
 			if err != nil {
 				netlab.SkipOrFail(b, "retrans: %v", err)
 			}

@@ -19,9 +19,9 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/nbs-project/nbs/agent/probe/qdiscsojourn"
-	"github.com/nbs-project/nbs/agent/probe/tcpflows"
-	"github.com/nbs-project/nbs/agent/probe/tcptx"
+	"github.com/nbs-project/nbs/agent/probe/latencyflows"
+	"github.com/nbs-project/nbs/agent/probe/latencyqdisc"
+	"github.com/nbs-project/nbs/agent/probe/latencytx"
 	"github.com/nbs-project/nbs/bench/bpfstats"
 	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/txlab"
@@ -63,17 +63,17 @@ func setup(b *testing.B, sampleEvery uint32) *rig {
 	r := &rig{lab: netlab.New(b), progs: map[string]*ebpf.Program{}}
 	r.cg = txlab.NewCgroup(b)
 	ns := r.lab.Inode(b, r.lab.A)
-	tx, err := tcptx.Load(tcptx.Options{CgroupPath: r.cg.Path, NetnsInode: ns, SampleEvery: sampleEvery})
+	tx, err := latencytx.Load(latencytx.Options{CgroupPath: r.cg.Path, NetnsInode: ns, SampleEvery: sampleEvery})
 	if err != nil {
 		netlab.SkipOrFail(b, "%v", err)
 	}
 	b.Cleanup(func() { tx.Close() })
-	qd, err := qdiscsojourn.Load(qdiscsojourn.Options{NetnsInode: ns})
+	qd, err := latencyqdisc.Load(latencyqdisc.Options{NetnsInode: ns})
 	if err != nil {
 		netlab.SkipOrFail(b, "%v", err)
 	}
 	b.Cleanup(func() { qd.Close() })
-	fl, err := tcpflows.Load(tcpflows.Options{NetnsInode: ns})
+	fl, err := latencyflows.Load(latencyflows.Options{NetnsInode: ns})
 	if err != nil {
 		netlab.SkipOrFail(b, "%v", err)
 	}

@@ -4,10 +4,10 @@
  *
  * The helpers that take `struct sock *` / `struct sk_buff *` expect BTF-typed
  * pointers as handed to tp_btf (BPF_PROG_TYPE_TRACING) programs, the only
- * tracing attach type that works on our target kernels (see KERNEL.md). They
- * use direct loads, which the verifier turns into fault-tolerant PROBE_MEM
- * loads with CO-RE field offsets: one instruction each instead of a
- * bpf_probe_read_kernel() call per hop, which matters on hot paths.
+ * tracing attach type that works on our target kernels (docs/kernel.md,
+ * "Attach points"). They use direct loads, which the verifier turns into
+ * fault-tolerant PROBE_MEM loads with CO-RE field offsets: one instruction
+ * each instead of a bpf_probe_read_kernel() call per hop (hot paths).
  * Raw memory that is not BTF-typed (packet headers behind skb->head) is read
  * with bpf_probe_read_kernel().
  */

@@ -14,7 +14,7 @@ import (
 // waits, by socket state rather than by sleeping, until every reset has been
 // both sent and processed by its receiver. Counters read right after a
 // recipe returns are therefore final. Expected effects (Linux 6.18, see
-// shared/KERNEL.md):
+// docs/kernel.md, "Reset and drop reasons"):
 //
 //	recipe              sender  sk_rst_reason        nstat at sender          receiver state
 //	ResetNoSocket       B       NO_SOCKET            TcpOutRsts               A syn_sent

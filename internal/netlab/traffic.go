@@ -16,8 +16,8 @@ import (
 )
 
 // Traffic recipes for the latency and drops branches: nftables rules as
-// fault injectors (this kernel has no netem, see KERNEL.md), a lossy bulk
-// TCP transfer and UDP senders.
+// fault injectors (this kernel has no netem: docs/kernel.md, "The lab"), a
+// lossy bulk TCP transfer and UDP senders.
 
 // BulkPort is the port B listens on in LossyBulk; the loss rule matches it.
 const BulkPort = 5201

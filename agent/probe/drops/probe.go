@@ -103,7 +103,8 @@ type Probe struct {
 
 // Load loads and attaches the program. It detects support by loading the
 // real program: cilium's feature probes test tracing programs with fentry,
-// which this project's kernels refuse although tp_btf works.
+// which this project's kernels refuse although tp_btf works (docs/kernel.md,
+// "Attach points").
 func Load(opts Options) (*Probe, error) {
 	log := opts.Logger
 	if log == nil {

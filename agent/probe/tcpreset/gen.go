@@ -6,4 +6,4 @@ package tcpreset
 // -target amd64 makes bpf2go pass -D__TARGET_ARCH_x86 itself. bpf2go maps the
 // source directory out of the debug info, so the output is byte-identical
 // wherever the repository is checked out.
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I../../../bpf/include" -target amd64 -type nbs_rst_event tcpreset ../../../bpf/tcp_reset.bpf.c
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I../../../bpf/include" -target amd64 -type nbs_rst_event tcpreset ../../../bpf/tcpreset.bpf.c

@@ -4,7 +4,7 @@
 // flows involved.
 //
 // It attaches tp_btf programs to the tcp_send_reset and tcp_receive_reset
-// tracepoints (bpf/tcp_reset.bpf.c). Counting and the evidence rate limit
+// tracepoints (bpf/tcpreset.bpf.c). Counting and the evidence rate limit
 // happen in the kernel; user space only reads.
 package tcpreset
 
@@ -111,7 +111,8 @@ type Probe struct {
 
 // Load loads and attaches both programs. It detects support by loading the
 // real programs: cilium's feature probes test with fentry, which this
-// project's kernels refuse although tp_btf works.
+// project's kernels refuse although tp_btf works (docs/kernel.md, "Attach
+// points").
 func Load(opts Options) (*Probe, error) {
 	log := opts.Logger
 	if log == nil {
@@ -172,7 +173,8 @@ func Load(opts Options) (*Probe, error) {
 
 // loadHint says in operator terms what a load or attach failure usually
 // means. Permission errors get their own hint: cilium's suggests raising
-// RLIMIT_MEMLOCK, which is wrong on the kernels this needs.
+// RLIMIT_MEMLOCK, which is wrong on the kernels this needs (docs/kernel.md,
+// "Attach points").
 func loadHint(err error) string {
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 		return "needs CAP_BPF and CAP_PERFMON, or root"

@@ -135,7 +135,7 @@ func TestResetReasons(t *testing.T) {
 
 	want := map[string]map[string]uint64{
 		l.A: {
-			"sent/tcp_state":           n, // SO_LINGER{1,0}: via tcp_disconnect, KERNEL.md
+			"sent/tcp_state":           n, // SO_LINGER{1,0}: via tcp_disconnect, docs/kernel.md "Reset and drop reasons"
 			"sent/tcp_abort_on_linger": n,
 			"received/syn_sent":        n, // answers to the connects to a closed port
 			"received/established":     n, // B's abort on close

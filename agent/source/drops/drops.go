@@ -16,7 +16,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
-	"github.com/nbs-project/nbs/agent/probe/drops"
+	probe "github.com/nbs-project/nbs/agent/probe/drops"
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
@@ -53,8 +53,8 @@ type Source struct {
 	bpfWhy string
 
 	// BPF
-	probe  *drops.Probe
-	names  drops.Names
+	probe  *probe.Probe
+	names  probe.Names
 	mu     sync.Mutex
 	events []*nbsv1.Event
 	cancel context.CancelFunc
@@ -83,7 +83,7 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 		if opts.AllNetns {
 			inode = 0
 		}
-		p, err := drops.Load(drops.Options{NetnsInode: inode, EvidencePerSecond: int(opts.EvidencePerSecond), Logger: opts.Logger})
+		p, err := probe.Load(probe.Options{NetnsInode: inode, EvidencePerSecond: int(opts.EvidencePerSecond), Logger: opts.Logger})
 		if err == nil {
 			s.startBPF(ctx, p)
 			return s, nil
@@ -97,7 +97,7 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 	return s, nil
 }
 
-func (s *Source) startBPF(ctx context.Context, p *drops.Probe) {
+func (s *Source) startBPF(ctx context.Context, p *probe.Probe) {
 	s.probe, s.names, s.bpfWhy = p, p.Names(), ""
 	s.done = make(chan struct{})
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -142,9 +142,9 @@ func (s *Source) metricFor(code uint32) catalog.Metric {
 	return catalog.DropReason(s.names.Reason(code))
 }
 
-func (s *Source) add(e drops.Event) {
+func (s *Source) add(e probe.Event) {
 	id := catalog.Drops + "/" + e.Reason
-	if e.Code >= drops.Overflow {
+	if e.Code >= probe.Overflow {
 		id = catalog.DropsOverflow
 	}
 	fields := map[string]string{

@@ -16,7 +16,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
-	"github.com/nbs-project/nbs/agent/probe/retrans"
+	probe "github.com/nbs-project/nbs/agent/probe/latency"
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
@@ -44,7 +44,7 @@ type Options struct {
 type Source struct {
 	ns       netns.Handle
 	allNetns bool
-	probe    *retrans.Probe // nil on /proc
+	probe    *probe.Probe // nil on /proc
 	bpfWhy   string
 	softnet  string
 	log      *slog.Logger
@@ -68,7 +68,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 		if opts.AllNetns {
 			inode = 0
 		}
-		p, err := retrans.Load(retrans.Options{NetnsInode: inode, Logger: opts.Logger})
+		p, err := probe.Load(probe.Options{NetnsInode: inode, Logger: opts.Logger})
 		if err == nil {
 			s.probe, s.bpfWhy = p, ""
 		} else {

@@ -15,13 +15,13 @@ import (
 	"github.com/nbs-project/nbs/agent/cgroupv2"
 	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
-	"github.com/nbs-project/nbs/agent/probe/tcptx"
+	probe "github.com/nbs-project/nbs/agent/probe/latencytx"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/internal/loglinear"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
-const capName = "bpf.latency.tx_timestamping"
+const capName = "bpf.latency.tx"
 
 // Options configure Open.
 type Options struct {
@@ -39,9 +39,9 @@ type Options struct {
 
 // Source reads the TX stage histograms.
 type Source struct {
-	probe  *tcptx.Probe // nil when unavailable
+	probe  *probe.Probe // nil when unavailable
 	why    string       // why unavailable, or what is missing
-	deltas [tcptx.Stages]bpfhist.Delta
+	deltas [probe.Stages]bpfhist.Delta
 }
 
 // Open loads and attaches the probe, or returns a source that reports
@@ -74,7 +74,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 	if opts.AllNetns {
 		inode = 0
 	}
-	p, err := tcptx.Load(tcptx.Options{CgroupPath: path, NetnsInode: inode, SampleEvery: opts.SampleEvery, Logger: log})
+	p, err := probe.Load(probe.Options{CgroupPath: path, NetnsInode: inode, SampleEvery: opts.SampleEvery, Logger: log})
 	if err != nil {
 		s.why = err.Error()
 		log.Warn("latency/tx: TX timestamping unavailable", "err", err)
@@ -107,11 +107,11 @@ func (s *Source) Programs() map[string]*ebpf.Program {
 	return s.probe.Programs()
 }
 
-var stageIDs = [tcptx.Stages]string{
-	tcptx.SendmsgToQdisc:  catalog.LatencyTXSendmsgToQdisc,
-	tcptx.QdiscToDriver:   catalog.LatencyTXQdiscToDriver,
-	tcptx.DriverToAck:     catalog.LatencyTXDriverToAck,
-	tcptx.SendmsgToDriver: catalog.LatencyTX,
+var stageIDs = [probe.Stages]string{
+	probe.SendmsgToQdisc:  catalog.LatencyTXSendmsgToQdisc,
+	probe.QdiscToDriver:   catalog.LatencyTXQdiscToDriver,
+	probe.DriverToAck:     catalog.LatencyTXDriverToAck,
+	probe.SendmsgToDriver: catalog.LatencyTX,
 }
 
 func (s *Source) Collect(context.Context) (source.Reading, error) {
@@ -122,7 +122,7 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	if err != nil {
 		return source.Reading{}, fmt.Errorf("read TX stage histograms: %w", err)
 	}
-	r := source.Reading{Metrics: catalog.LatencyTXTree(), Histograms: make(map[string]*loglinear.Histogram, tcptx.Stages)}
+	r := source.Reading{Metrics: catalog.LatencyTXTree(), Histograms: make(map[string]*loglinear.Histogram, probe.Stages)}
 	for i, id := range stageIDs {
 		r.Histograms[id] = s.deltas[i].Next(hs[i])
 	}
@@ -130,9 +130,9 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 }
 
 // Stats returns the probe's counts (zero when unavailable).
-func (s *Source) Stats() (tcptx.Stats, error) {
+func (s *Source) Stats() (probe.Stats, error) {
 	if s.probe == nil {
-		return tcptx.Stats{}, nil
+		return probe.Stats{}, nil
 	}
 	return s.probe.Stats()
 }

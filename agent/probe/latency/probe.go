@@ -1,0 +1,168 @@
+// Package latency counts TCP retransmitted segments and retransmission
+// timeouts exactly as the kernel's own counters (TcpRetransSegs,
+// TcpExtTCPTimeouts) do, but for every namespace or one chosen namespace,
+// whichever the agent watches.
+//
+// It attaches tp_btf programs to tcp_retransmit_skb and
+// tcp_retransmit_synack (bpf/latency.bpf.c). Per event, the first sums the
+// growth of the socket's own total_retrans and total_rto counters, keeping
+// the last values in socket-local storage; see the C file for why this is
+// exact where counting events or segments is not.
+package latency
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// ErrClosed is returned by methods called after Close.
+var ErrClosed = errors.New("retrans probe closed")
+
+// Options configure Load.
+type Options struct {
+	// NetnsInode restricts counting to one network namespace (its inode,
+	// as netns.Handle.Inode); 0 counts every namespace.
+	NetnsInode uint32
+	Logger     *slog.Logger
+}
+
+// Counts are cumulative since load, summed over CPUs.
+type Counts struct {
+	// Segments retransmitted by full sockets (data, SYN, FIN, tail loss
+	// probes), as tcp_sock.total_retrans counts them.
+	Segments uint64
+	// SynAcks retransmitted, mostly for half-open connections (request
+	// sockets, which have no total_retrans).
+	SynAcks uint64
+	// RTOs are retransmission timeouts of full sockets (tcp_sock.total_rto),
+	// including those of TCP Fast Open sockets seen on their SYN-ACKs.
+	RTOs uint64
+	// Events are tcp_retransmit_skb hits; Failed of them sent nothing
+	// (err != 0, e.g. the previous copy still in a local queue).
+	Events, Failed uint64
+	// FirstSeen counts sockets seen for the first time; NoStorage counts
+	// events whose socket storage could not be allocated (then the skb's
+	// segment count was used, which can undercount).
+	FirstSeen, NoStorage uint64
+}
+
+// Retransmits is what TcpRetransSegs counts: Segments + SynAcks.
+func (c Counts) Retransmits() uint64 { return c.Segments + c.SynAcks }
+
+// Probe is the loaded and attached pair of programs.
+type Probe struct {
+	objs  latencyObjects
+	links []link.Link
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// Load loads and attaches both programs, detecting support by loading the
+// real programs (cilium's feature probes use fentry, which these kernels
+// refuse although tp_btf works: docs/kernel.md, "Attach points").
+func Load(opts Options) (*Probe, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	spec, err := loadLatency()
+	if err != nil {
+		return nil, fmt.Errorf("parse retrans object: %w", err)
+	}
+	v, ok := spec.Variables[latencyVarTargetNetns]
+	if !ok {
+		return nil, fmt.Errorf("set %s: not in the retrans object", latencyVarTargetNetns)
+	}
+	if err := v.Set(opts.NetnsInode); err != nil {
+		return nil, fmt.Errorf("set %s: %w", latencyVarTargetNetns, err)
+	}
+	p := &Probe{}
+	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			log.Debug("retrans verifier log", "log", fmt.Sprintf("%+v", ve))
+		}
+		return nil, fmt.Errorf("load retrans programs: %w (%s)", err, loadHint(err))
+	}
+	for tp, prog := range p.Programs() {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			_ = p.closeKernel()
+			return nil, fmt.Errorf("attach %s: %w (%s)", tp, err, loadHint(err))
+		}
+		p.links = append(p.links, l)
+	}
+	log.Info("retrans probe attached", "netns", opts.NetnsInode)
+	return p, nil
+}
+
+func loadHint(err error) string {
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		return "needs CAP_BPF and CAP_PERFMON, or root"
+	}
+	return "needs CAP_BPF/root and a kernel (6.7+ for tcp_sock.total_rto) with BTF tracepoints tcp_retransmit_skb and tcp_retransmit_synack and socket storage"
+}
+
+// Programs returns the programs by tracepoint name, for run-time statistics.
+func (p *Probe) Programs() map[string]*ebpf.Program {
+	return map[string]*ebpf.Program{
+		"tcp_retransmit_skb":    p.objs.NbsTcpRetransmitSkb,
+		"tcp_retransmit_synack": p.objs.NbsTcpRetransmitSynack,
+	}
+}
+
+// Counts returns the cumulative counts.
+func (p *Probe) Counts() (Counts, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return Counts{}, fmt.Errorf("read retrans counts: %w", ErrClosed)
+	}
+	var per []latencyNbsRtxCounts
+	if err := p.objs.RtxCounts.Lookup(uint32(0), &per); err != nil {
+		return Counts{}, fmt.Errorf("read retrans counts: %w", err)
+	}
+	var c Counts
+	for _, v := range per {
+		c.Segments += v.Segs
+		c.SynAcks += v.Synack
+		c.RTOs += v.Rtos + v.SynackRtos
+		c.Events += v.Events
+		c.Failed += v.Failed
+		c.FirstSeen += v.FirstSeen
+		c.NoStorage += v.NoStorage
+	}
+	return c, nil
+}
+
+// Close detaches the programs and frees the maps.
+func (p *Probe) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	return p.closeKernel()
+}
+
+func (p *Probe) closeKernel() error {
+	var errs []error
+	for _, l := range p.links {
+		if err := l.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("detach retrans program: %w", err))
+		}
+	}
+	p.links = nil
+	if err := p.objs.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close retrans objects: %w", err))
+	}
+	return errors.Join(errs...)
+}

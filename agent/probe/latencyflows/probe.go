@@ -1,0 +1,279 @@
+// Package latencyflows samples each TCP flow's smoothed RTT, congestion window
+// and retransmit total from the tcp_probe tracepoint, rate-limited per flow
+// and per CPU in the kernel (bpf/latencyflows.bpf.c). It is the latency
+// branch's per-flow detail: which flows retransmit most, and how slow they
+// are.
+//
+// tcp_probe fires for every received segment, so the probe loads its
+// program once and attaches it only on request.
+package latencyflows
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/agent/probe/evidence"
+)
+
+// ErrClosed is returned by methods called after Close.
+var ErrClosed = errors.New("tcp flows probe closed")
+
+// Defaults for Options left zero.
+const (
+	DefaultMinGap        = 100 * time.Millisecond
+	DefaultSamplesPerSec = 1000
+)
+
+// Options configure Load.
+type Options struct {
+	// NetnsInode restricts sampling to one network namespace; 0 samples
+	// every namespace.
+	NetnsInode uint32
+	// MinGap is the shortest time between two samples of one flow.
+	MinGap time.Duration
+	// SamplesPerSec caps samples per second on each CPU.
+	SamplesPerSec uint32
+	Logger        *slog.Logger
+}
+
+// Flow is one flow's latest sample. Src is this host's end.
+type Flow struct {
+	Cookie   uint64
+	Netns    uint32
+	Src, Dst netip.AddrPort
+	SRTT     time.Duration
+	RTTVar   time.Duration
+	MinRTT   time.Duration
+	Cwnd     uint32
+	// TotalRetrans counts segments retransmitted over the flow's life;
+	// FirstRetrans is what it was when the probe first sampled the flow.
+	TotalRetrans uint32
+	FirstRetrans uint32
+	// LastNs is when it was last sampled (CLOCK_MONOTONIC nanoseconds).
+	LastNs  uint64
+	Samples uint64
+}
+
+// Stats are the probe's counts, cumulative, summed over CPUs.
+type Stats struct {
+	Seen       uint64 // tcp_probe hits in scope while attached
+	Sampled    uint64
+	Suppressed uint64 // samples withheld by the per-CPU rate limit
+	TableFull  uint64
+}
+
+// Probe is the loaded program, attached or not.
+type Probe struct {
+	objs latencyflowsObjects
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	link   link.Link
+	closed bool
+}
+
+// Load loads the program without attaching it.
+func Load(opts Options) (*Probe, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.MinGap <= 0 {
+		opts.MinGap = DefaultMinGap
+	}
+	if opts.SamplesPerSec == 0 {
+		opts.SamplesPerSec = DefaultSamplesPerSec
+	}
+	spec, err := loadLatencyflows()
+	if err != nil {
+		return nil, fmt.Errorf("parse tcp flows object: %w", err)
+	}
+	for name, val := range map[string]any{
+		latencyflowsVarTargetNetns:   opts.NetnsInode,
+		latencyflowsVarMinGapNs:      uint64(opts.MinGap.Nanoseconds()),
+		latencyflowsVarSamplesPerSec: opts.SamplesPerSec,
+	} {
+		if err := spec.Variables[name].Set(val); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	p := &Probe{log: log}
+	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			log.Debug("tcp flows verifier log", "log", fmt.Sprintf("%+v", ve))
+		}
+		return nil, fmt.Errorf("load tcp flows program: %w (%s)", err, hint(err))
+	}
+	return p, nil
+}
+
+func hint(err error) string {
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		return "needs CAP_BPF and CAP_PERFMON, or root"
+	}
+	return "needs CAP_BPF/root and a kernel with the BTF tracepoint tcp_probe and socket storage"
+}
+
+// Attach starts sampling, with an empty flow table; attaching an attached
+// probe does nothing.
+func (p *Probe) Attach() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("attach tcp flows: %w", ErrClosed)
+	}
+	if p.link != nil {
+		return nil
+	}
+	if err := p.forget(func(Flow) bool { return true }); err != nil {
+		return fmt.Errorf("attach tcp flows: %w", err)
+	}
+	l, err := link.AttachTracing(link.TracingOptions{Program: p.objs.NbsFlowProbe, AttachType: ebpf.AttachTraceRawTp})
+	if err != nil {
+		return fmt.Errorf("attach tcp_probe: %w (%s)", err, hint(err))
+	}
+	p.link = l
+	p.log.Info("tcp flows attached")
+	return nil
+}
+
+// Detach stops sampling.
+func (p *Probe) Detach() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.link == nil {
+		return nil
+	}
+	err := p.link.Close()
+	p.link = nil
+	p.log.Info("tcp flows detached")
+	if err != nil {
+		return fmt.Errorf("detach tcp_probe: %w", err)
+	}
+	return nil
+}
+
+// Attached says whether the program is attached.
+func (p *Probe) Attached() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.link != nil
+}
+
+// Programs returns the program by attach point, for run-time statistics.
+func (p *Probe) Programs() map[string]*ebpf.Program {
+	return map[string]*ebpf.Program{"tcp_probe": p.objs.NbsFlowProbe}
+}
+
+// Flows returns every flow in the table.
+func (p *Probe) Flows() ([]Flow, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, fmt.Errorf("read tcp flows: %w", ErrClosed)
+	}
+	var (
+		out []Flow
+		k   uint64
+		v   latencyflowsNbsFlow
+	)
+	it := p.objs.Flows.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, decode(k, &v))
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read tcp flows: %w", err)
+	}
+	return out, nil
+}
+
+func decode(cookie uint64, v *latencyflowsNbsFlow) Flow {
+	return Flow{
+		Cookie: cookie, Netns: v.Netns,
+		Src:  evidence.AddrPort(v.Family, v.Saddr, v.Sport),
+		Dst:  evidence.AddrPort(v.Family, v.Daddr, v.Dport),
+		SRTT: time.Duration(v.SrttUs) * time.Microsecond, RTTVar: time.Duration(v.RttvarUs) * time.Microsecond,
+		MinRTT: time.Duration(v.MinRttUs) * time.Microsecond, Cwnd: v.SndCwnd,
+		TotalRetrans: v.TotalRetrans, FirstRetrans: v.FirstRetrans, LastNs: v.LastNs, Samples: v.Samples,
+	}
+}
+
+// Forget removes the flows for which drop returns true (ones not sampled
+// for a while), so reading the table stays cheap.
+func (p *Probe) Forget(drop func(Flow) bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("forget tcp flows: %w", ErrClosed)
+	}
+	return p.forget(drop)
+}
+
+func (p *Probe) forget(drop func(Flow) bool) error {
+	var (
+		keys []uint64
+		k    uint64
+		v    latencyflowsNbsFlow
+	)
+	it := p.objs.Flows.Iterate()
+	for it.Next(&k, &v) {
+		if drop(decode(k, &v)) {
+			keys = append(keys, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read tcp flows: %w", err)
+	}
+	for _, k := range keys {
+		if err := p.objs.Flows.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete tcp flow: %w", err)
+		}
+	}
+	return nil
+}
+
+// Stats returns the probe's counts.
+func (p *Probe) Stats() (Stats, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return Stats{}, fmt.Errorf("read tcp flows stats: %w", ErrClosed)
+	}
+	var per []latencyflowsNbsFlowStats
+	if err := p.objs.FlowStats.Lookup(uint32(0), &per); err != nil {
+		return Stats{}, fmt.Errorf("read tcp flows stats: %w", err)
+	}
+	var s Stats
+	for _, c := range per {
+		s.Seen += c.Seen
+		s.Sampled += c.Sampled
+		s.Suppressed += c.Suppressed
+		s.TableFull += c.TableFull
+	}
+	return s, nil
+}
+
+// Close detaches the program and frees it and its maps.
+func (p *Probe) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	var err error
+	if p.link != nil {
+		err = p.link.Close()
+		p.link = nil
+	}
+	return errors.Join(err, p.objs.Close())
+}

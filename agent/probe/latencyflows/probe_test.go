@@ -1,0 +1,222 @@
+package latencyflows
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/txlab"
+)
+
+func TestMain(m *testing.M) {
+	txlab.MaybeHelper()
+	os.Exit(m.Run())
+}
+
+func load(t *testing.T, opts Options) *Probe {
+	t.Helper()
+	p, err := Load(opts)
+	if err != nil {
+		netlab.SkipOrFail(t, "latencyflows: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return p
+}
+
+var (
+	ssRTT     = regexp.MustCompile(`\brtt:([\d.]+)/([\d.]+)`)
+	ssRetrans = regexp.MustCompile(`\bretrans:\d+/(\d+)`)
+	ssCwnd    = regexp.MustCompile(`\bcwnd:(\d+)`)
+	ssAcked   = regexp.MustCompile(`\bbytes_acked:(\d+)`)
+)
+
+type ssInfo struct {
+	srtt, rttvar time.Duration
+	retrans      uint32
+	cwnd         uint32
+	acked        int64
+}
+
+// ssFlow reads `ss -ti` for the connection from local port sport in ns.
+func ssFlow(t *testing.T, lab *netlab.Lab, ns string, sport uint16) (ssInfo, bool) {
+	t.Helper()
+	out := lab.Exec(t, ns, "ss", "-tinH", "state", "established", fmt.Sprintf("sport = :%d", sport))
+	if strings.TrimSpace(out) == "" {
+		return ssInfo{}, false
+	}
+	var in ssInfo
+	if m := ssRTT.FindStringSubmatch(out); m != nil {
+		a, _ := strconv.ParseFloat(m[1], 64)
+		b, _ := strconv.ParseFloat(m[2], 64)
+		in.srtt, in.rttvar = time.Duration(a*1e6), time.Duration(b*1e6)
+	}
+	if m := ssRetrans.FindStringSubmatch(out); m != nil {
+		v, _ := strconv.ParseUint(m[1], 10, 32)
+		in.retrans = uint32(v)
+	}
+	if m := ssCwnd.FindStringSubmatch(out); m != nil {
+		v, _ := strconv.ParseUint(m[1], 10, 32)
+		in.cwnd = uint32(v)
+	}
+	if m := ssAcked.FindStringSubmatch(out); m != nil {
+		in.acked, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	return in, true
+}
+
+// A flow losing 5% of its data segments (nftables on the receiver): once
+// it is idle, the probe's last sample agrees with what `ss -ti` shows for
+// the socket — smoothed RTT, its variation, congestion window — and its
+// retransmits equal both ss's and nstat's TcpRetransSegs, the flow being
+// the namespace's only sender.
+func TestFlowMatchesSS(t *testing.T) {
+	lab := netlab.New(t)
+	cg := txlab.NewCgroup(t)
+	p := load(t, Options{NetnsInode: lab.Inode(t, lab.A), MinGap: time.Millisecond})
+	if err := p.Attach(); err != nil {
+		t.Fatal(err)
+	}
+	sink := txlab.NewSink(t, lab, lab.B, lab.IPB)
+	// Drop only segments carrying data, so the handshake and FIN are never
+	// lost and every retransmit is of data.
+	rule := fmt.Sprintf("table inet nbsloss {\n chain in {\n type filter hook input priority 0; policy accept;\n"+
+		" ip saddr %s tcp dport %d meta length > 200 numgen random mod 100 < 5 counter drop\n }\n}\n", lab.IPA, sink.Addr.Port())
+	cmd := exec.Command("ip", "netns", "exec", lab.B, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rule)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		netlab.SkipOrFail(t, "latencyflows: nft: %v: %s", err, out)
+	}
+
+	before := lab.Nstat(t, lab.A)
+	const n, size = 400, 1000
+	sender, err := cg.StartSend(lab.A, txlab.SendSpec{Dst: sink.Addr, Messages: n, Size: size, Gap: time.Millisecond, Linger: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Wait()
+
+	// Wait until everything is ACKed and the socket is idle.
+	var port uint16
+	var ss ssInfo
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		flows, err := p.Flows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range flows {
+			if f.Dst == sink.Addr {
+				port = f.Src.Port()
+			}
+		}
+		if port != 0 {
+			if in, ok := ssFlow(t, lab, lab.A, port); ok && in.acked >= n*size {
+				ss = in
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("flow to %s not fully ACKed within 15s (port %d)", sink.Addr, port)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The final ACK may fall inside the per-flow rate limit and go
+	// unsampled; a segment arriving now, after the flow went idle, is
+	// sampled and changes neither RTT nor window.
+	time.Sleep(10 * time.Millisecond)
+	if err := sink.Poke(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	after := lab.Nstat(t, lab.A)
+	var f Flow
+	flows, err := p.Flows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range flows {
+		if x.Dst == sink.Addr {
+			f = x
+		}
+	}
+	again, _ := ssFlow(t, lab, lab.A, port)
+	again.acked = ss.acked // the poke's ACK does not acknowledge A's data; compare the rest
+	if again != ss {
+		t.Fatalf("socket still changing: %+v then %+v", ss, again)
+	}
+	t.Logf("bpf: srtt %v rttvar %v cwnd %d retrans %d (first %d) samples %d; ss: %+v; nstat TcpRetransSegs +%d",
+		f.SRTT, f.RTTVar, f.Cwnd, f.TotalRetrans, f.FirstRetrans, f.Samples, ss, after["TcpRetransSegs"]-before["TcpRetransSegs"])
+	if f.Src.Addr() != lab.IPA || f.Src.Port() != port || f.Netns != lab.Inode(t, lab.A) {
+		t.Errorf("flow %+v: want source %s:%d in netns %d", f, lab.IPA, port, lab.Inode(t, lab.A))
+	}
+	// tcp_probe fires as a segment arrives, before TCP processes it, so
+	// the last sample is the state before the last ACK: RTT and window lag
+	// by that one ACK's update. Retransmits are counted when sent and every
+	// retransmit is ACKed later, so they are exact.
+	near := func(got, want, rel, abs float64) bool { return got >= want*(1-rel)-abs && got <= want*(1+rel)+abs }
+	if !near(float64(f.SRTT), float64(ss.srtt), 0.1, 3e3) {
+		t.Errorf("srtt %v, ss %v", f.SRTT, ss.srtt)
+	}
+	if !near(float64(f.RTTVar), float64(ss.rttvar), 0.5, 5e3) {
+		t.Errorf("rttvar %v, ss %v", f.RTTVar, ss.rttvar)
+	}
+	if !near(float64(f.Cwnd), float64(ss.cwnd), 0.1, 2) {
+		t.Errorf("cwnd %d, ss %d", f.Cwnd, ss.cwnd)
+	}
+	if f.TotalRetrans != ss.retrans || uint64(f.TotalRetrans) != after["TcpRetransSegs"]-before["TcpRetransSegs"] {
+		t.Errorf("retransmits %d, ss %d, nstat %d", f.TotalRetrans, ss.retrans, after["TcpRetransSegs"]-before["TcpRetransSegs"])
+	}
+	if f.TotalRetrans == 0 {
+		t.Error("no retransmits at 5% loss: the loss rule did not work")
+	}
+	st, err := p.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Sampled == 0 || st.Sampled > st.Seen {
+		t.Errorf("stats %+v", st)
+	}
+
+	if err := p.Forget(func(Flow) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	if flows, _ := p.Flows(); len(flows) != 0 {
+		t.Errorf("%d flows after forgetting all", len(flows))
+	}
+}
+
+// The per-CPU cap holds: with a cap of 5 samples per second per CPU, a
+// one-second busy flow yields at most 5 samples per CPU-second, however
+// many segments it receives.
+func TestRateLimit(t *testing.T) {
+	lab := netlab.New(t)
+	cg := txlab.NewCgroup(t)
+	p := load(t, Options{NetnsInode: lab.Inode(t, lab.A), MinGap: time.Nanosecond, SamplesPerSec: 5})
+	if err := p.Attach(); err != nil {
+		t.Fatal(err)
+	}
+	sink := txlab.NewSink(t, lab, lab.B, lab.IPB)
+	start := time.Now()
+	cg.Send(t, lab.A, txlab.SendSpec{Dst: sink.Addr, Conns: 2, Size: 64 << 10, Duration: time.Second})
+	secs := time.Since(start).Seconds() + 1
+	st, err := p.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v over %.1fs", st, secs)
+	limit := uint64(5 * float64(runtime.NumCPU()) * (secs + 1))
+	if st.Sampled > limit || st.Suppressed == 0 || st.Seen < 100 {
+		t.Errorf("sampled %d (limit %d), suppressed %d, seen %d", st.Sampled, limit, st.Suppressed, st.Seen)
+	}
+}

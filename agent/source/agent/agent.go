@@ -1,0 +1,358 @@
+// Package agent is the agent branch: what the agent's BPF programs cost
+// (from the kernel's run-time statistics), whether reports are getting
+// through, and which triggered sources are attached. It also attaches and
+// detaches the triggered sources (source.Adaptive) from the tree's state,
+// within the overhead budget.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/agent/tree"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+const capStats = "bpf.stats"
+
+// Defaults for Options left zero.
+const (
+	DefaultBudgetPercent = 1.0
+	DefaultHold          = 2 * time.Minute
+	DefaultMaxOn         = 15 * time.Minute
+)
+
+const statsSysctl = "/proc/sys/kernel/bpf_stats_enabled"
+
+// Options configure New.
+type Options struct {
+	// Sources are the agent's other sources: those with Programs are
+	// measured, the Adaptive ones attached on demand.
+	Sources []source.Source
+	// Pending and Dropped read the report outbox.
+	Pending func() int
+	Dropped func() uint64
+	// BudgetPercent of one CPU for all BPF programs together.
+	BudgetPercent float64
+	// Hold keeps a triggered source attached after its trouble clears;
+	// MaxOn is its longest stretch attached.
+	Hold, MaxOn time.Duration
+	Logger      *slog.Logger
+}
+
+type program struct {
+	src  source.Source
+	id   string // metric id segment
+	prog *ebpf.Program
+}
+
+// Source is the agent branch.
+type Source struct {
+	opts     Options
+	log      *slog.Logger
+	adaptive []source.Adaptive
+	names    map[source.Adaptive]string
+
+	statsOn   io.Closer // BPF_ENABLE_STATS descriptor
+	restore   string    // kernel.bpf_stats_enabled to put back at Close
+	statsWhy  string
+	statsOK   bool
+	ctl       Controller
+	mu        sync.Mutex
+	ids       map[*ebpf.Program]string
+	taken     map[string]bool
+	prev      map[*ebpf.Program]ebpf.ProgramStats
+	lastAt    time.Time
+	total     float64                   // fraction of a CPU, last interval
+	cost      map[source.Source]float64 // per source, last interval
+	events    []*nbsv1.Event
+	adaptErrs map[string]string
+}
+
+// New turns on the kernel's BPF run-time statistics for the agent's
+// lifetime and returns the branch. Statistics come on through
+// BPF_ENABLE_STATS, which the kernel reverts by itself when the agent exits,
+// however it exits; only where that is refused does it set
+// kernel.bpf_stats_enabled, and puts it back at Close.
+func New(opts Options) *Source {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.BudgetPercent <= 0 {
+		opts.BudgetPercent = DefaultBudgetPercent
+	}
+	if opts.Hold <= 0 {
+		opts.Hold = DefaultHold
+	}
+	if opts.MaxOn <= 0 {
+		opts.MaxOn = DefaultMaxOn
+	}
+	if opts.Pending == nil {
+		opts.Pending = func() int { return 0 }
+	}
+	if opts.Dropped == nil {
+		opts.Dropped = func() uint64 { return 0 }
+	}
+	s := &Source{opts: opts, log: opts.Logger, names: map[source.Adaptive]string{},
+		ctl: Controller{Budget: opts.BudgetPercent / 100, Hold: opts.Hold, MaxOn: opts.MaxOn},
+		ids: map[*ebpf.Program]string{}, taken: map[string]bool{}, prev: map[*ebpf.Program]ebpf.ProgramStats{},
+		cost: map[source.Source]float64{}, adaptErrs: map[string]string{}}
+	for _, src := range opts.Sources {
+		// A triggered source this kernel cannot run has no programs: there
+		// is nothing to attach.
+		if a, ok := src.(source.Adaptive); ok && len(a.Programs()) > 0 {
+			s.adaptive = append(s.adaptive, a)
+			s.names[a] = catalog.MetricSegment(strings.ReplaceAll(a.Branch(), "/", "_"))
+		}
+	}
+	s.enableStats()
+	return s
+}
+
+func (s *Source) enableStats() {
+	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err == nil {
+		s.statsOn, s.statsOK = c, true
+		s.statsWhy = "BPF run-time statistics on through BPF_ENABLE_STATS while the agent runs (the kernel turns them off when it exits)"
+		s.log.Info("BPF run-time statistics enabled for the agent's lifetime (BPF_ENABLE_STATS)")
+		return
+	}
+	old, rerr := os.ReadFile(statsSysctl)
+	cur := strings.TrimSpace(string(old))
+	switch {
+	case rerr == nil && cur == "1":
+		s.statsOK = true
+		s.statsWhy = "kernel.bpf_stats_enabled was already 1"
+	case rerr == nil:
+		if werr := os.WriteFile(statsSysctl, []byte("1"), 0); werr == nil {
+			s.statsOK, s.restore = true, cur
+			s.statsWhy = "set kernel.bpf_stats_enabled=1 (BPF_ENABLE_STATS refused: " + err.Error() + "); put back to " + cur + " when the agent stops"
+			s.log.Warn("set kernel.bpf_stats_enabled=1; it is restored at exit, but not if the agent is killed", "was", cur)
+		} else {
+			s.statsWhy = fmt.Sprintf("BPF run-time statistics unavailable: BPF_ENABLE_STATS: %v; kernel.bpf_stats_enabled: %v", err, werr)
+		}
+	default:
+		s.statsWhy = fmt.Sprintf("BPF run-time statistics unavailable: BPF_ENABLE_STATS: %v; kernel.bpf_stats_enabled: %v", err, rerr)
+	}
+	if !s.statsOK {
+		s.log.Warn("BPF program costs cannot be measured: the overhead budget is not enforced, triggered sources are only time-bounded", "reason", s.statsWhy)
+	}
+}
+
+func (s *Source) Name() string { return "agent" }
+
+func (s *Source) Capabilities() []*nbsv1.Capability {
+	return []*nbsv1.Capability{{Name: capStats, Available: s.statsOK, Reason: s.statsWhy}}
+}
+
+// programID names a program's subtree: its attach point, made unique.
+func (s *Source) programID(p *ebpf.Program, key string) string {
+	if id, ok := s.ids[p]; ok {
+		return id
+	}
+	base := catalog.MetricSegment(key)
+	id := base
+	for n := 2; s.taken[id]; n++ {
+		id = base + "_" + strconv.Itoa(n)
+	}
+	s.ids[p], s.taken[id] = id, true
+	return id
+}
+
+// Collect reads every program's statistics and the outbox.
+func (s *Source) Collect(context.Context) (source.Reading, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	secs := now.Sub(s.lastAt).Seconds()
+	first := s.lastAt.IsZero()
+	s.lastAt = now
+
+	r := source.Reading{Metrics: catalog.AgentTree(), Gauges: map[string]float64{},
+		Counters: map[string]uint64{catalog.AgentOutboxDropped: s.opts.Dropped()}}
+	r.Gauges[catalog.AgentOutbox] = float64(s.opts.Pending())
+
+	var progs []program
+	for _, src := range s.opts.Sources {
+		ps, ok := src.(source.Programs)
+		if !ok {
+			continue
+		}
+		for key, p := range ps.Programs() {
+			if p != nil {
+				progs = append(progs, program{src: src, id: s.programID(p, key), prog: p})
+			}
+		}
+	}
+	sort.Slice(progs, func(i, j int) bool { return progs[i].id < progs[j].id })
+	var total, runs float64
+	cost := map[source.Source]float64{}
+	for _, p := range progs {
+		st, err := p.prog.Stats()
+		if err != nil {
+			continue // closed meanwhile
+		}
+		prev := s.prev[p.prog]
+		s.prev[p.prog] = *st
+		dRuns := st.RunCount - min(prev.RunCount, st.RunCount)
+		dTime := st.Runtime - min(prev.Runtime, st.Runtime)
+		nsPerRun := 0.0
+		switch {
+		case dRuns > 0:
+			nsPerRun = float64(dTime.Nanoseconds()) / float64(dRuns)
+		case st.RunCount > 0:
+			nsPerRun = float64(st.Runtime.Nanoseconds()) / float64(st.RunCount)
+		}
+		var perSec, frac float64
+		if !first && secs > 0 {
+			perSec = float64(dRuns) / secs
+			frac = dTime.Seconds() / secs
+		}
+		total += frac
+		runs += perSec
+		cost[p.src] += frac
+		ms := catalog.AgentProgram(p.id)
+		r.Metrics = append(r.Metrics, ms...)
+		r.Gauges[ms[0].ID] = 100 * frac
+		r.Gauges[ms[1].ID] = nsPerRun
+		r.Gauges[ms[2].ID] = perSec
+	}
+	s.total, s.cost = total, cost
+	r.Gauges[catalog.Agent] = 100 * total
+	r.Gauges[catalog.AgentBPF] = runs
+
+	attached := 0
+	for _, a := range s.adaptive {
+		m := catalog.AgentTriggeredSource(s.names[a], a.Branch())
+		r.Metrics = append(r.Metrics, m)
+		v := 0.0
+		if a.Active() {
+			v = 1
+			attached++
+		}
+		r.Gauges[m.ID] = v
+	}
+	r.Gauges[catalog.AgentTriggered] = float64(attached)
+	r.Events, s.events = s.events, nil
+	return r, nil
+}
+
+// Usage returns the fraction of a CPU all measured programs used over the
+// last interval, and each source's share.
+func (s *Source) Usage() (total float64, bySource map[source.Source]float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[source.Source]float64, len(s.cost))
+	for k, v := range s.cost {
+		out[k] = v
+	}
+	return s.total, out
+}
+
+// Adapt attaches and detaches triggered sources from this interval's tree
+// state (res), the operator's expand request and the measured cost. Call
+// it once per interval, after Collect and the tree's evaluation.
+func (s *Source) Adapt(ctx context.Context, now time.Time, res tree.Result, expandUntil time.Time) {
+	if len(s.adaptive) == 0 {
+		return
+	}
+	total, cost := s.Usage()
+	byName := map[string]source.Adaptive{}
+	in := make([]Input, 0, len(s.adaptive))
+	for _, a := range s.adaptive {
+		name := s.names[a]
+		byName[name] = a
+		in = append(in, Input{Name: name, Trouble: s.trouble(res, a), On: a.Active(), Cost: cost[a]})
+	}
+	for _, d := range s.ctl.Step(now, expandUntil, total, in) {
+		a := byName[d.Name]
+		err := a.SetActive(ctx, d.On)
+		action := "detached"
+		if d.On {
+			action = "attached"
+		}
+		// An error that repeats every interval is reported once.
+		last := s.adaptErrs[d.Name]
+		s.adaptErrs[d.Name] = ""
+		if err != nil {
+			s.adaptErrs[d.Name] = err.Error()
+			if last == err.Error() {
+				continue
+			}
+			s.log.Warn("triggered source: "+action+" failed", "triggered", a.Name(), "reason", d.Reason, "err", err)
+		} else {
+			s.log.Info("triggered source "+action, "triggered", a.Name(), "reason", d.Reason)
+		}
+		fields := map[string]string{"action": action, "reason": d.Reason, "branch": a.Branch(),
+			"bpf_cpu_percent": strconv.FormatFloat(100*total, 'f', 4, 64),
+			"budget_percent":  strconv.FormatFloat(s.opts.BudgetPercent, 'f', 4, 64)}
+		if err != nil {
+			fields["error"] = err.Error()
+		}
+		s.mu.Lock()
+		s.events = append(s.events, &nbsv1.Event{MetricId: catalog.AgentTriggered + "/" + d.Name, TimeUnixNano: now.UnixNano(), Fields: fields})
+		s.mu.Unlock()
+	}
+}
+
+// trouble names a metric under a's trigger branch that is WARN or CRIT by
+// its own threshold, leaving out every triggered source's own subtree (a
+// triggered source must not keep itself attached); "" when there is none.
+func (s *Source) trouble(res tree.Result, a source.Adaptive) string {
+	root := a.Trigger()
+	var ids []string
+	for id, st := range res.Own {
+		if st != tree.Warn && st != tree.Crit {
+			continue
+		}
+		if id != root && !strings.HasPrefix(id, root+"/") {
+			continue
+		}
+		own := false
+		for _, b := range s.adaptive {
+			if id == b.Branch() || strings.HasPrefix(id, b.Branch()+"/") {
+				own = true
+				break
+			}
+		}
+		if !own {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	sort.Strings(ids)
+	return ids[0] + " is " + strings.TrimPrefix(res.Own[ids[0]].String(), "STATE_")
+}
+
+// Close detaches nothing (each source closes itself) and turns the
+// statistics off again.
+func (s *Source) Close() error {
+	var errs []error
+	if s.statsOn != nil {
+		errs = append(errs, s.statsOn.Close())
+	}
+	if s.restore != "" {
+		if err := os.WriteFile(statsSysctl, []byte(s.restore), 0); err != nil {
+			errs = append(errs, fmt.Errorf("restore kernel.bpf_stats_enabled=%s: %w", s.restore, err))
+		} else {
+			s.log.Info("restored kernel.bpf_stats_enabled", "value", s.restore)
+		}
+	}
+	return errors.Join(errs...)
+}

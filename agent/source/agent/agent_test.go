@@ -1,0 +1,144 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/agent/source/latencyqdisc"
+	"github.com/nbs-project/nbs/agent/tree"
+	"github.com/nbs-project/nbs/internal/netlab"
+)
+
+// openQdisc opens the real qdisc sojourn source on lab namespace A.
+func openQdisc(t *testing.T, lab *netlab.Lab) *latencyqdisc.Source {
+	t.Helper()
+	h, err := netns.Resolve(lab.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qd, err := latencyqdisc.Open(context.Background(), latencyqdisc.Options{Netns: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { qd.Close() })
+	if qd.Programs() == nil {
+		netlab.SkipOrFail(t, "agent: qdisc sojourn unavailable: %s", qd.Capabilities()[0].GetReason())
+	}
+	return qd
+}
+
+func newSelf(t *testing.T, opts Options) *Source {
+	t.Helper()
+	s := New(opts)
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	if !s.statsOK {
+		netlab.SkipOrFail(t, "agent: %s", s.statsWhy)
+	}
+	return s
+}
+
+func collect(t *testing.T, s source.Source) source.Reading {
+	t.Helper()
+	r, err := s.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func result(own map[string]tree.State) tree.Result { return tree.Result{Own: own} }
+
+// An operator's expand attaches the qdisc programs; with a budget they
+// exceed, the next interval detaches them, says why, and the agent branch
+// shows what each program cost per run and how often it ran.
+func TestBudgetDetachesTriggeredPrograms(t *testing.T) {
+	lab := netlab.New(t)
+	qd := openQdisc(t, lab)
+	s := newSelf(t, Options{Sources: []source.Source{qd}, BudgetPercent: 1e-6, Hold: time.Second, MaxOn: time.Hour})
+	ctx := context.Background()
+	collect(t, s)
+	now := time.Now()
+	s.Adapt(ctx, now, result(nil), now.Add(time.Minute))
+	if !qd.Active() {
+		t.Fatal("expand did not attach the qdisc programs")
+	}
+	lab.Exec(t, lab.A, "ping", "-c", "200", "-i", "0.002", "-q", lab.IPB.String())
+	r := collect(t, s)
+	events := r.Events
+	prog := catalog.AgentBPF + "/net_dev_queue"
+	t.Logf("net_dev_queue: %.0f ns/run, %.0f runs/s, %.5f%% of a CPU; total %.5f%%",
+		r.Gauges[prog+"/ns_per_run"], r.Gauges[prog+"/runs_per_sec"], r.Gauges[prog], r.Gauges[catalog.Agent])
+	if r.Gauges[prog+"/ns_per_run"] <= 0 || r.Gauges[prog+"/runs_per_sec"] <= 0 || r.Gauges[catalog.Agent] <= 0 {
+		t.Fatalf("no cost measured: %v", r.Gauges)
+	}
+	if r.Gauges[catalog.AgentTriggered+"/latency_qdisc"] != 1 {
+		t.Errorf("agent/triggered/latency_qdisc = %v while attached", r.Gauges[catalog.AgentTriggered+"/latency_qdisc"])
+	}
+	s.Adapt(ctx, time.Now(), result(nil), now.Add(time.Minute))
+	if qd.Active() {
+		t.Fatal("over the budget, the qdisc programs are still attached")
+	}
+	r = collect(t, s)
+	var reasons []string
+	for _, e := range append(events, r.Events...) {
+		reasons = append(reasons, e.GetFields()["action"]+": "+e.GetFields()["reason"])
+	}
+	if len(reasons) != 2 || !strings.HasPrefix(reasons[0], "attached: an operator expanded") ||
+		!strings.HasPrefix(reasons[1], "detached: over the overhead budget") {
+		t.Errorf("events %q", reasons)
+	}
+	if r.Gauges[catalog.AgentTriggered+"/latency_qdisc"] != 0 {
+		t.Error("agent/triggered/latency_qdisc still 1")
+	}
+	// Detached, the programs no longer run.
+	before := collect(t, s).Gauges
+	lab.Exec(t, lab.A, "ping", "-c", "20", "-i", "0.002", "-q", lab.IPB.String())
+	if after := collect(t, s).Gauges; after[prog+"/runs_per_sec"] != 0 {
+		t.Errorf("detached net_dev_queue ran %.0f times/s (before: %.0f)", after[prog+"/runs_per_sec"], before[prog+"/runs_per_sec"])
+	}
+}
+
+// Trouble in the latency branch attaches the triggered source, trouble in
+// its own subtree does not (it would keep itself attached), and it is
+// detached Hold after the trouble clears.
+func TestTroubleAttachesAndHoldDetaches(t *testing.T) {
+	lab := netlab.New(t)
+	qd := openQdisc(t, lab)
+	s := newSelf(t, Options{Sources: []source.Source{qd}, BudgetPercent: 100, Hold: 2 * time.Second, MaxOn: time.Hour})
+	ctx := context.Background()
+	collect(t, s)
+	t0 := time.Now()
+	s.Adapt(ctx, t0, result(map[string]tree.State{catalog.LatencyQdisc + "/va": tree.Crit, catalog.Latency: tree.OK}), time.Time{})
+	if qd.Active() {
+		t.Fatal("attached by its own metric's state")
+	}
+	s.Adapt(ctx, t0.Add(time.Second), result(map[string]tree.State{catalog.LatencyTXQdiscToDriver: tree.Warn}), time.Time{})
+	if !qd.Active() {
+		t.Fatal("latency/tx/qdisc_to_driver WARN did not attach qdisc sojourn")
+	}
+	ev := collect(t, s).Events
+	if len(ev) != 1 || !strings.Contains(ev[0].GetFields()["reason"], "latency/tx/qdisc_to_driver is WARN") {
+		t.Errorf("events %v", ev)
+	}
+	s.Adapt(ctx, t0.Add(2*time.Second), result(nil), time.Time{})
+	if !qd.Active() {
+		t.Fatal("detached before the hold ran out")
+	}
+	s.Adapt(ctx, t0.Add(4*time.Second), result(nil), time.Time{})
+	if qd.Active() {
+		t.Fatal("still attached after the hold")
+	}
+	// Retired metrics: the branch vanishes instead of going UNKNOWN.
+	if r := collect(t, qd); len(r.Retired) != 1 || r.Retired[0] != catalog.LatencyQdisc || len(r.Metrics) != 0 {
+		t.Errorf("after detaching: retired %v, metrics %d", r.Retired, len(r.Metrics))
+	}
+}

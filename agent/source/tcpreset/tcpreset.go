@@ -1,0 +1,243 @@
+// Package tcpreset is the tcp_reset branch: resets by the kernel's reason from
+// BPF tracepoints, or from /proc counters where BPF is unavailable.
+package tcpreset
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/netns"
+	probe "github.com/nbs-project/nbs/agent/probe/tcpreset"
+	"github.com/nbs-project/nbs/agent/procnet"
+	"github.com/nbs-project/nbs/agent/source"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+const (
+	capBPF  = "bpf.tcp_reset"
+	capProc = "proc.tcp_reset"
+)
+
+// Options configure Open.
+type Options struct {
+	Netns netns.Handle
+	// AllNetns counts resets in every namespace (a node's pods and
+	// containers); otherwise only in Netns. /proc counters always come from Netns.
+	AllNetns          bool
+	EvidencePerSecond uint32
+	// MaxEventsPerInterval bounds evidence per report; the kernel already
+	// rate-limits, this bounds the report size if the interval is long.
+	MaxEventsPerInterval int
+	// DisableBPF forces the /proc fallback.
+	DisableBPF bool
+	Logger     *slog.Logger
+}
+
+// Open loads the BPF probe, or falls back to /proc and says why.
+func Open(ctx context.Context, opts Options) (source.Source, error) {
+	if opts.MaxEventsPerInterval <= 0 {
+		opts.MaxEventsPerInterval = 100
+	}
+	why := "disabled by --bpf=false"
+	if !opts.DisableBPF {
+		inode := opts.Netns.Inode
+		if opts.AllNetns {
+			inode = 0
+		}
+		p, err := probe.Load(probe.Options{NetnsInode: inode, EvidencePerSecond: opts.EvidencePerSecond, Logger: opts.Logger})
+		if err == nil {
+			return newBPF(ctx, p, opts), nil
+		}
+		why = err.Error()
+		opts.Logger.Warn("tcp_reset: BPF unavailable, falling back to /proc counters (no per-reason split, no evidence)", "err", err)
+	}
+	s := &procSource{ns: opts.Netns, bpfWhy: why}
+	if _, err := s.read(); err != nil {
+		return nil, fmt.Errorf("tcp_reset: BPF unavailable (%s) and /proc fallback failed: %w", why, err)
+	}
+	return s, nil
+}
+
+type bpfSource struct {
+	probe *probe.Probe
+	names probe.Names
+	log   *slog.Logger
+	max   int
+
+	mu      sync.Mutex
+	events  []*nbsv1.Event
+	dropped uint64 // events over the per-interval bound
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newBPF(ctx context.Context, p *probe.Probe, opts Options) *bpfSource {
+	s := &bpfSource{probe: p, names: p.Names(), log: opts.Logger, max: opts.MaxEventsPerInterval, done: make(chan struct{})}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	go func() {
+		defer close(s.done)
+		if err := p.ReadEvents(rctx, s.add); err != nil {
+			s.log.Error("tcp_reset: evidence reader stopped", "err", err)
+		}
+	}()
+	return s
+}
+
+func (s *bpfSource) Name() string { return "tcp_reset (bpf)" }
+
+func (s *bpfSource) Capabilities() []*nbsv1.Capability {
+	return []*nbsv1.Capability{{Name: capBPF, Available: true}}
+}
+
+// Programs returns the probe's programs, for the agent branch's cost figures.
+func (s *bpfSource) Programs() map[string]*ebpf.Program { return s.probe.Programs() }
+
+func metricFor(names probe.Names, k probe.Key) catalog.Metric {
+	if k.Direction == probe.DirectionSent {
+		return catalog.ResetSentReason(names.Reason(k.Code))
+	}
+	return catalog.ResetReceivedState(names.State(k.Code))
+}
+
+func (s *bpfSource) add(e probe.Event) {
+	id := catalog.TCPResetSent + "/" + e.Reason
+	if e.Direction == probe.DirectionReceived {
+		id = catalog.TCPResetReceived + "/" + e.State
+	}
+	fields := map[string]string{
+		"direction": e.Direction.String(),
+		"netns":     strconv.FormatUint(uint64(e.Netns), 10),
+	}
+	if e.Reason != "" {
+		fields["reason"] = e.Reason
+	}
+	if e.State != "" {
+		fields["state"] = e.State
+	}
+	if e.Src.IsValid() {
+		fields["src"] = e.Src.String()
+		fields["dst"] = e.Dst.String()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.events) >= s.max {
+		s.dropped++
+		return
+	}
+	s.events = append(s.events, &nbsv1.Event{MetricId: id, TimeUnixNano: e.Time.UnixNano(), Fields: fields})
+}
+
+func (s *bpfSource) Collect(context.Context) (source.Reading, error) {
+	counts, err := s.probe.Counts()
+	if err != nil {
+		return source.Reading{}, fmt.Errorf("read tcp_reset counters: %w", err)
+	}
+	r := source.Reading{Metrics: catalog.TCPResetTree(), Counters: map[string]uint64{
+		catalog.TCPReset: 0, catalog.TCPResetSent: 0, catalog.TCPResetReceived: 0,
+	}}
+	for k, v := range counts {
+		m := metricFor(s.names, k)
+		r.Metrics = append(r.Metrics, m)
+		r.Counters[m.ID] += v
+		r.Counters[m.Parent()] += v
+		r.Counters[catalog.TCPReset] += v
+	}
+	s.mu.Lock()
+	r.Events, s.events = s.events, nil
+	s.mu.Unlock()
+	// An event may name a reason whose counter the map read above missed
+	// (it raced the read); define it so the event is never orphaned.
+	for _, e := range r.Events {
+		if _, ok := r.Counters[e.GetMetricId()]; !ok {
+			if e.GetFields()["direction"] == "sent" {
+				r.Metrics = append(r.Metrics, catalog.ResetSentReason(e.GetFields()["reason"]))
+			} else {
+				r.Metrics = append(r.Metrics, catalog.ResetReceivedState(e.GetFields()["state"]))
+			}
+		}
+	}
+	return r, nil
+}
+
+func (s *bpfSource) Close() error {
+	err := s.probe.Close()
+	s.cancel()
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+		s.log.Warn("tcp_reset: evidence reader did not stop within 5s")
+	}
+	return err
+}
+
+// procSource reads reset counters from /proc inside the watched namespace.
+type procSource struct {
+	ns     netns.Handle
+	bpfWhy string
+	base   map[string]uint64
+}
+
+func (s *procSource) Name() string { return "tcp_reset (/proc)" }
+
+func (s *procSource) Capabilities() []*nbsv1.Capability {
+	return []*nbsv1.Capability{
+		{Name: capBPF, Available: false, Reason: s.bpfWhy},
+		{Name: capProc, Available: true, Reason: "reset totals from /proc/net/snmp and TCPAbortOn* from /proc/net/netstat; no per-reason split or evidence"},
+	}
+}
+
+func (s *procSource) read() (procnet.Counters, error) {
+	c := procnet.Counters{}
+	for _, f := range []string{"/proc/thread-self/net/snmp", "/proc/thread-self/net/netstat"} {
+		data, err := s.ns.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("read %s in %s: %w", f, s.ns, err)
+		}
+		if err := procnet.Parse(data, c); err != nil {
+			return nil, fmt.Errorf("parse %s: %w", f, err)
+		}
+	}
+	return c, nil
+}
+
+func (s *procSource) Collect(context.Context) (source.Reading, error) {
+	c, err := s.read()
+	if err != nil {
+		return source.Reading{}, err
+	}
+	// The kernel's counters run since boot; count from the agent's start.
+	abs := map[string]uint64{
+		catalog.TCPResetSent:                 c["Tcp.OutRsts"],
+		catalog.ResetReceivedProc().ID:       c["Tcp.EstabResets"],
+		catalog.ResetReceivedProc().Parent(): c["Tcp.EstabResets"],
+		catalog.TCPReset:                     c["Tcp.OutRsts"] + c["Tcp.EstabResets"],
+	}
+	r := source.Reading{Metrics: append(catalog.TCPResetTree(), catalog.ResetReceivedProc(), catalog.ResetSentOther())}
+	var explained uint64
+	for _, pc := range catalog.ProcResetCounters {
+		m := catalog.ResetSentReason(pc.Reason)
+		r.Metrics = append(r.Metrics, m)
+		abs[m.ID] = c["TcpExt."+pc.Counter]
+		explained += c["TcpExt."+pc.Counter]
+	}
+	abs[catalog.ResetSentOther().ID] = c["Tcp.OutRsts"] - min(explained, c["Tcp.OutRsts"])
+	if s.base == nil {
+		s.base = abs
+	}
+	r.Counters = make(map[string]uint64, len(abs))
+	for id, v := range abs {
+		r.Counters[id] = v - min(s.base[id], v)
+	}
+	return r, nil
+}
+
+func (s *procSource) Close() error { return nil }

@@ -1,0 +1,249 @@
+//go:build ignore
+
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * TCP resets, sent (by enum sk_rst_reason) and received (by socket state),
+ * counted per network namespace, with rate-limited evidence events.
+ *
+ * Loaded by agent/probe/tcpreset. Both programs are tp_btf, the only tracing
+ * attach type that loads on our kernels (docs/kernel.md, "Attach points").
+ */
+#include "nbs.h"
+
+/* Set by the loader before load (they are constants to the verifier, so the
+ * untaken branches are pruned). */
+const volatile __u32 target_netns = 0;     /* 0 = every namespace */
+const volatile __u32 evidence_per_sec = 0; /* evidence events per second, all CPUs together; 0 = none */
+
+enum nbs_rst_direction {
+	NBS_RST_SENT = 1,
+	NBS_RST_RECEIVED = 2,
+};
+
+struct nbs_rst_key {
+	__u32 netns;
+	__u32 direction; /* enum nbs_rst_direction */
+	__u32 code;      /* sk_rst_reason when sent, socket state when received */
+};
+
+/* One evidence record. Addresses and ports are those of the RST packet
+ * itself: saddr:sport sent it, daddr:dport is where it went. */
+struct nbs_rst_event {
+	__u64 ts_ns; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u32 netns;
+	__u32 reason; /* sk_rst_reason; 0 for received resets (the kernel gives none) */
+	__u8 direction;
+	__u8 state; /* socket state; 0 when the kernel had no socket (NO_SOCKET) */
+	__u16 family;
+	__u16 sport;
+	__u16 dport;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
+/* Per-CPU bookkeeping, read (and summed) by user space. */
+struct nbs_rst_stats {
+	__u64 suppressed;    /* evidence withheld by the rate limit */
+	__u64 ring_full;     /* evidence lost because user space lagged */
+	__u64 count_errors;  /* counter updates that failed (map full) */
+	__u64 exhausted_sec; /* 1 + the second in which this CPU saw the budget spent */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	/* netns x direction x code: ~40 codes, so room for hundreds of
+	 * namespaces even when counting every one of them. */
+	__uint(max_entries, 16384);
+	__type(key, struct nbs_rst_key);
+	__type(value, __u64);
+} rst_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} rst_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nbs_rst_stats);
+} rst_stats SEC(".maps");
+
+/* Shared evidence budget: high 32 bits = the second (of bpf_ktime_get_ns) the
+ * window belongs to, low 32 bits = events emitted in it. One word so a single
+ * compare-and-swap both rolls the window over and takes a token. */
+__u64 evidence_window = 0;
+
+/* Keeps struct nbs_rst_event in the object's BTF for bpf2go -type. */
+const struct nbs_rst_event *unused_nbs_rst_event __attribute__((unused));
+
+static __always_inline struct nbs_rst_stats *stats(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&rst_stats, &zero);
+}
+
+/*
+ * Count one reset. The value is per-CPU and each key has its direction, so
+ * only one program ever writes a given slot, and the kernel does not nest a
+ * tp_btf program inside itself on one CPU (it counts a recursion miss
+ * instead): a plain increment is race-free, no atomic needed.
+ */
+static __always_inline void count(__u32 netns, __u32 direction, __u32 code)
+{
+	struct nbs_rst_key k = {.netns = netns, .direction = direction, .code = code};
+	struct nbs_rst_stats *st;
+	__u64 one = 1, *v;
+
+	v = bpf_map_lookup_elem(&rst_counts, &k);
+	if (v) {
+		*v += 1;
+		return;
+	}
+	/* First reset of this kind: insert. Another CPU may insert the same key
+	 * between our lookup and update (-EEXIST); then our CPU's slot exists
+	 * and is zero, so look it up again. */
+	if (bpf_map_update_elem(&rst_counts, &k, &one, BPF_NOEXIST) == 0)
+		return;
+	v = bpf_map_lookup_elem(&rst_counts, &k);
+	if (v) {
+		*v += 1;
+		return;
+	}
+	st = stats();
+	if (st)
+		__sync_fetch_and_add(&st->count_errors, 1);
+}
+
+/*
+ * Rate limit for evidence: at most evidence_per_sec events per second over
+ * all CPUs, from a shared budget. Unlike a per-CPU split of the budget, this
+ * neither starves a storm that RSS steers to one CPU nor multiplies the limit
+ * by the CPU count. The shared word is touched only on the evidence path,
+ * and once a CPU has seen this second's budget spent it stops touching it
+ * until the next second, so a reset storm costs each CPU one per-CPU read.
+ */
+static __always_inline bool evidence_allowed(struct nbs_rst_stats *st, __u64 now)
+{
+	__u32 limit = evidence_per_sec;
+	__u32 sec = now / NBS_NSEC_PER_SEC;
+
+	if (!limit)
+		return false;
+	if (st->exhausted_sec == (__u64)sec + 1)
+		return false;
+	for (int i = 0; i < 4; i++) {
+		__u64 cur = *(volatile __u64 *)&evidence_window;
+		__u32 wsec = cur >> 32, used = cur;
+		__u64 next;
+
+		/* A CPU whose clock read is a hair behind must not move the
+		 * window back a second: it spends the newer window's budget. */
+		if (wsec < sec)
+			next = ((__u64)sec << 32) | 1;
+		else if (used >= limit) {
+			if (wsec == sec)
+				st->exhausted_sec = (__u64)sec + 1;
+			return false;
+		} else
+			next = cur + 1;
+		if (__sync_val_compare_and_swap(&evidence_window, cur, next) == cur)
+			return true;
+	}
+	/* Lost the race four times: heavy contention, so there is plenty of
+	 * other evidence this second. */
+	return false;
+}
+
+/* Emit one evidence event if the budget allows; account for it otherwise. */
+static __always_inline void evidence(const struct sock *sk, const struct sk_buff *skb,
+				     __u32 netns, __u8 direction, __u32 reason)
+{
+	struct nbs_rst_stats *st = stats();
+	struct nbs_rst_event *ev;
+	struct nbs_tuple t = {};
+	__u64 now;
+
+	if (!st)
+		return;
+	now = bpf_ktime_get_ns();
+	if (!evidence_allowed(st, now)) {
+		__sync_fetch_and_add(&st->suppressed, 1);
+		return;
+	}
+
+	if (sk) {
+		nbs_sk_tuple(sk, &t);
+	} else if (skb && nbs_skb_tuple(skb, &t) == 0) {
+		/* The skb is the packet being answered: its source is where the
+		 * RST goes. Swap so the event shows the RST's own direction. */
+		struct nbs_tuple in = t;
+
+		__builtin_memcpy(t.saddr, in.daddr, 16);
+		__builtin_memcpy(t.daddr, in.saddr, 16);
+		t.sport = in.dport;
+		t.dport = in.sport;
+	}
+
+	ev = bpf_ringbuf_reserve(&rst_events, sizeof(*ev), 0);
+	if (!ev) {
+		__sync_fetch_and_add(&st->ring_full, 1);
+		return;
+	}
+	ev->ts_ns = now;
+	ev->netns = netns;
+	ev->reason = reason;
+	ev->direction = direction;
+	ev->state = sk ? sk->__sk_common.skc_state : 0;
+	ev->family = t.family;
+	if (direction == NBS_RST_RECEIVED) {
+		/* The socket's local end received this RST from its remote end. */
+		ev->sport = t.dport;
+		ev->dport = t.sport;
+		__builtin_memcpy(ev->saddr, t.daddr, 16);
+		__builtin_memcpy(ev->daddr, t.saddr, 16);
+	} else {
+		ev->sport = t.sport;
+		ev->dport = t.dport;
+		__builtin_memcpy(ev->saddr, t.saddr, 16);
+		__builtin_memcpy(ev->daddr, t.daddr, 16);
+	}
+	bpf_ringbuf_submit(ev, 0);
+}
+
+/* sk is NULL when no socket matched the packet (NO_SOCKET); skb is NULL for
+ * resets a socket sends on its own (abort on close, linger, ...). */
+SEC("tp_btf/tcp_send_reset")
+int BPF_PROG(nbs_rst_send, const struct sock *sk, const struct sk_buff *skb,
+	     enum sk_rst_reason reason)
+{
+	__u32 netns;
+
+	netns = sk ? nbs_sk_netns(sk) : nbs_skb_netns(skb);
+	if (target_netns && netns != target_netns)
+		return 0;
+	count(netns, NBS_RST_SENT, reason);
+	evidence(sk, skb, netns, NBS_RST_SENT, reason);
+	return 0;
+}
+
+/* The kernel passes no reason for a received reset; the state the socket
+ * was in tells what the reset interrupted (connect, established, close). */
+SEC("tp_btf/tcp_receive_reset")
+int BPF_PROG(nbs_rst_recv, struct sock *sk)
+{
+	__u32 netns;
+
+	if (!sk)
+		return 0;
+	netns = nbs_sk_netns(sk);
+	if (target_netns && netns != target_netns)
+		return 0;
+	count(netns, NBS_RST_RECEIVED, sk->__sk_common.skc_state);
+	evidence(sk, NULL, netns, NBS_RST_RECEIVED, 0);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
