@@ -26,7 +26,20 @@ const (
 // CheckID returns nil if id is a valid metric id, or an error that says
 // what is wrong with it. The error does not repeat the id: the caller
 // quotes it, then the error after a colon.
-func CheckID(id string) error {
+func CheckID(id string) error { return checkPath(id, false) }
+
+// ValidID reports whether id is a valid metric id.
+func ValidID(id string) bool { return CheckID(id) == nil }
+
+// CheckPattern is CheckID for a pattern of ids, as alert rules take them:
+// '*' may also stand in any segment and matches within one segment
+// (path.Match), so "*" is every root and tcp_reset/sent/* every sent reason.
+func CheckPattern(p string) error { return checkPath(p, true) }
+
+// ValidPattern reports whether p is a valid pattern of metric ids.
+func ValidPattern(p string) bool { return CheckPattern(p) == nil }
+
+func checkPath(id string, star bool) error {
 	switch {
 	case id == "":
 		return errors.New("empty")
@@ -45,21 +58,23 @@ func CheckID(id string) error {
 			return errors.New("empty segment (\"//\")")
 		}
 		for j := 0; j < len(seg); j++ {
-			if segmentByte(seg[j], i == 0) {
+			if segmentByte(seg[j], i == 0) || (star && seg[j] == '*') {
 				continue
 			}
-			allowed := "a-z, 0-9, '_', '.', ':' and '-'"
-			if i == 0 {
-				allowed = "a-z, 0-9 and '_'"
+			allowed := []string{"a-z", "0-9", "'_'"}
+			if i > 0 {
+				allowed = append(allowed, "'.'", "':'", "'-'")
 			}
-			return fmt.Errorf("%s is not allowed in segment %q (%s segment takes %s)", describeAt(seg, j), seg, segmentName(i), allowed)
+			if star {
+				allowed = append(allowed, "'*'")
+			}
+			last := len(allowed) - 1
+			return fmt.Errorf("%s is not allowed in segment %q (%s segment takes %s and %s)",
+				describeAt(seg, j), seg, segmentName(i), strings.Join(allowed[:last], ", "), allowed[last])
 		}
 	}
 	return nil
 }
-
-// ValidID reports whether id is a valid metric id.
-func ValidID(id string) bool { return CheckID(id) == nil }
 
 // segmentByte reports whether b may stand in a segment of a metric id.
 func segmentByte(b byte, root bool) bool {

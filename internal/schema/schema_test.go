@@ -59,6 +59,55 @@ func TestCheckID(t *testing.T) {
 	}
 }
 
+func TestCheckPattern(t *testing.T) {
+	cases := []struct {
+		pattern string
+		want    string // "" = valid, else a part of the error
+	}{
+		{"*", ""},
+		{"tcp_reset", ""},
+		{"tcp_reset/sent/*", ""},
+		{"*/sent", ""},
+		{"ping/*/rtt", ""},
+		{"latency/qdisc/eth*", ""},
+		{"a/b/c/d/e/f/g/*", ""},
+		{strings.Repeat("*", MaxIDLen), ""},
+
+		{"", "empty"},
+		{strings.Repeat("*", MaxIDLen+1), "256 bytes, at most 255"},
+		{"*/*/*/*/*/*/*/*/*", "9 segments, at most 8"},
+		{"/*", "starts with '/'"},
+		{"*/", "ends with '/'"},
+		{"*//sent", "empty segment"},
+		{"**", ""},
+		{"tcp_reset/sent/?", `'?' is not allowed in segment "?" (a segment takes a-z, 0-9, '_', '.', ':', '-' and '*')`},
+		{"[a-z]", `'[' is not allowed in segment "[a-z]" (the root segment takes a-z, 0-9, '_' and '*')`},
+		{"Tcp_reset", "'T' is not allowed"},
+		{"tcp-*", "'-' is not allowed"},
+		{`ping/\*`, `'\\' is not allowed`},
+	}
+	for _, c := range cases {
+		t.Run(c.pattern, func(t *testing.T) {
+			err := CheckPattern(c.pattern)
+			if c.want == "" {
+				if err != nil || !ValidPattern(c.pattern) {
+					t.Fatalf("CheckPattern(%q) = %v, want valid", c.pattern, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) || ValidPattern(c.pattern) {
+				t.Fatalf("CheckPattern(%q) = %v, want an error containing %q", c.pattern, err, c.want)
+			}
+		})
+	}
+	// Every id is a pattern that matches only itself.
+	for _, id := range []string{"tcp_reset", "latency/qdisc/br-lan.10", "ping/2001:db8::1/rtt"} {
+		if !ValidPattern(id) {
+			t.Errorf("ValidPattern(%q) = false for a valid id", id)
+		}
+	}
+}
+
 // The rule as the collector's regular expression stated it before this
 // package existed; the hand-written check must agree with it exactly.
 var wireIDRE = regexp.MustCompile(`^[a-z0-9_]+(/[a-z0-9_.:-]+){0,7}$`)
@@ -72,6 +121,22 @@ func FuzzCheckIDAgreesWithTheWireRule(f *testing.F) {
 		want := len(id) <= MaxIDLen && wireIDRE.MatchString(id)
 		if got := ValidID(id); got != want {
 			t.Fatalf("ValidID(%q) = %v, the wire's rule says %v", id, got, want)
+		}
+	})
+}
+
+// The alert rules' pattern rule as their regular expression stated it,
+// which had no length limit: patterns longer than any id are now refused.
+var wirePatternRE = regexp.MustCompile(`^[a-z0-9_*]+(/[a-z0-9_.:*-]+){0,7}$`)
+
+func FuzzCheckPatternAgreesWithTheAlertRule(f *testing.F) {
+	for _, s := range []string{"", "*", "**", "*/*", "a/*/b", "a//*", "/*", "*/", "A*", "a/b.*:-", "*.a", "?", "[a]", strings.Repeat("*", 256)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		want := len(p) <= MaxIDLen && wirePatternRE.MatchString(p)
+		if got := ValidPattern(p); got != want {
+			t.Fatalf("ValidPattern(%q) = %v, the alert rule's expression says %v", p, got, want)
 		}
 	})
 }
