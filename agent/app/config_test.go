@@ -2,6 +2,7 @@ package app
 
 import (
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,9 @@ func TestLabelsFlag(t *testing.T) {
 		{" region=eu , ", "region=eu", ""},
 		{"customer", "", "want key=value"},
 		{"Customer=acme", "", "lower-case"},
+		{"Customer=acme", "", `label key "Customer": 'C' is not allowed`},
+		{"1rack=r1", "", "starts with a digit"},
+		{"=acme", "", `label key "": empty`},
 	}
 	for _, c := range cases {
 		var l Labels
@@ -31,6 +35,14 @@ func TestLabelsFlag(t *testing.T) {
 			t.Errorf("Set(%q) = %q, %v; want %q", c.in, l.String(), err, c.want)
 		}
 	}
+}
+
+func manyLabels(n int) Labels {
+	l := Labels{}
+	for i := range n {
+		l[fmt.Sprintf("k%d", i)] = "v"
+	}
+	return l
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -49,6 +61,12 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{func(c *Config) { c.Interval = time.Millisecond }, "--interval"},
 		{func(c *Config) { c.NodeName = "bad name" }, "--node.name"},
+		{func(c *Config) { c.NodeName = "bad name" }, `--node.name "bad name": ' ' is not allowed (a node name is 1-253 letters`},
+		{func(c *Config) { c.NodeName = "" }, `--node.name "": empty`},
+		{func(c *Config) { c.NodeName = strings.Repeat("n", 254) }, "254 bytes"},
+		{func(c *Config) { c.Labels = Labels{"note": "a\x00b"} }, "--labels: label note value: contains a NUL byte"},
+		{func(c *Config) { c.Labels = Labels{"note": strings.Repeat("x", 4097)} }, "--labels: label note value: 4097 bytes, at most 4096"},
+		{func(c *Config) { c.Labels = manyLabels(65) }, "--labels: 65 labels, at most 64"},
 		{func(c *Config) { c.BufferReports = 0 }, "--buffer.reports"},
 		{func(c *Config) { c.SnapshotEvery = time.Second }, "--snapshot.every"},
 		{func(c *Config) { c.CollectorAddress = "" }, "--collector.address"},

@@ -6,8 +6,8 @@ package catalog
 
 import (
 	"fmt"
-	"strings"
 
+	"github.com/nbs-project/nbs/internal/schema"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -46,14 +46,7 @@ type Metric struct {
 }
 
 // Parent returns the id of the metric's parent, "" for a root.
-func (m Metric) Parent() string { return Parent(m.ID) }
-
-func Parent(id string) string {
-	if i := strings.LastIndexByte(id, '/'); i >= 0 {
-		return id[:i]
-	}
-	return ""
-}
+func (m Metric) Parent() string { return schema.Parent(m.ID) }
 
 func (t *Threshold) Proto() *nbsv1.Threshold {
 	if t == nil {

@@ -2,7 +2,8 @@ package catalog
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
 // The sampled and triggered parts of the latency branch: where a write's
@@ -112,21 +113,6 @@ func LatencyFlowsTree() []Metric {
 	}
 }
 
-// MetricSegment makes a kernel name (a device name) usable as one segment
-// of a metric id: lower case, and '_' for anything but letters, digits,
-// '_', '.', ':' and '-'.
-func MetricSegment(name string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(name) {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_', r == '.', r == ':', r == '-':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	if b.Len() == 0 {
-		return "_"
-	}
-	return b.String()
-}
+// MetricSegment makes a kernel name (a device, a program's attach point)
+// usable as one segment of a metric id (schema.Segment).
+func MetricSegment(name string) string { return schema.Segment(name) }

@@ -1,12 +1,10 @@
 package catalog
 
 import (
-	"regexp"
 	"testing"
-)
 
-// The collector's rule for metric ids (collector/ingest).
-var idRE = regexp.MustCompile(`^[a-z0-9_]+(/[a-z0-9_.:-]+){0,7}$`)
+	"github.com/nbs-project/nbs/internal/schema"
+)
 
 func TestMetricSegment(t *testing.T) {
 	for in, want := range map[string]string{
@@ -16,8 +14,8 @@ func TestMetricSegment(t *testing.T) {
 		if got != want {
 			t.Errorf("MetricSegment(%q) = %q, want %q", in, got, want)
 		}
-		if !idRE.MatchString("latency/qdisc/" + got) {
-			t.Errorf("latency/qdisc/%s is not a valid metric id", got)
+		if err := schema.CheckID("latency/qdisc/" + got); err != nil {
+			t.Errorf("latency/qdisc/%s is not a valid metric id: %v", got, err)
 		}
 	}
 }
@@ -37,8 +35,8 @@ func TestLatencyTXAndAgentDefinitions(t *testing.T) {
 		defined[m.ID] = true
 	}
 	for _, m := range all {
-		if !idRE.MatchString(m.ID) {
-			t.Errorf("%s: invalid id", m.ID)
+		if err := schema.CheckID(m.ID); err != nil {
+			t.Errorf("%s: invalid id: %v", m.ID, err)
 		}
 		if p := m.Parent(); p != "" && !defined[p] {
 			t.Errorf("%s: parent %s undefined", m.ID, p)
