@@ -2,7 +2,6 @@ package app
 
 import (
 	"flag"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -37,14 +36,6 @@ func TestLabelsFlag(t *testing.T) {
 	}
 }
 
-func manyLabels(n int) Labels {
-	l := Labels{}
-	for i := range n {
-		l[fmt.Sprintf("k%d", i)] = "v"
-	}
-	return l
-}
-
 func TestConfigValidate(t *testing.T) {
 	base := func() Config {
 		var c Config
@@ -66,7 +57,6 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.NodeName = strings.Repeat("n", 254) }, "254 bytes"},
 		{func(c *Config) { c.Labels = Labels{"note": "a\x00b"} }, "--labels: label note value: contains a NUL byte"},
 		{func(c *Config) { c.Labels = Labels{"note": strings.Repeat("x", 4097)} }, "--labels: label note value: 4097 bytes, at most 4096"},
-		{func(c *Config) { c.Labels = manyLabels(65) }, "--labels: 65 labels, at most 64"},
 		{func(c *Config) { c.BufferReports = 0 }, "--buffer.reports"},
 		{func(c *Config) { c.SnapshotEvery = time.Second }, "--snapshot.every"},
 		{func(c *Config) { c.CollectorAddress = "" }, "--collector.address"},
