@@ -8,7 +8,6 @@ import (
 	"math"
 	"net/netip"
 	"os"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/netns"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
+	"github.com/nbs-project/nbs/internal/schema"
 	"github.com/nbs-project/nbs/internal/tlsfiles"
 )
 
@@ -103,15 +103,16 @@ func (c *Config) pingAddress(ns netns.Handle) (string, error) {
 	return a.Unmap().String(), nil
 }
 
-var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
-
 func (c *Config) Validate() error {
 	var errs []error
 	if c.CollectorAddress == "" {
 		errs = append(errs, errors.New("--collector.address is required"))
 	}
-	if !nodeNameRE.MatchString(c.NodeName) {
-		errs = append(errs, fmt.Errorf("--node.name %q: use 1-253 letters, digits, '.', '_' or '-'", c.NodeName))
+	if err := schema.CheckNodeName(c.NodeName); err != nil {
+		errs = append(errs, fmt.Errorf("--node.name %.256q: %w", c.NodeName, err))
+	}
+	if err := schema.CheckLabels(c.Labels); err != nil {
+		errs = append(errs, fmt.Errorf("--labels: %w", err))
 	}
 	if c.Interval < 100*time.Millisecond || c.Interval > time.Hour {
 		errs = append(errs, fmt.Errorf("--interval %s must be from 100ms to 1h", c.Interval))
@@ -160,8 +161,6 @@ func (c *Config) Validate() error {
 // Labels is a flag.Value for k=v,k=v.
 type Labels map[string]string
 
-var labelKeyRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-
 func (l *Labels) String() string {
 	if l == nil || len(*l) == 0 {
 		return ""
@@ -191,8 +190,8 @@ func (l *Labels) Set(s string) error {
 		if !ok {
 			return fmt.Errorf("label %q: want key=value", part)
 		}
-		if !labelKeyRE.MatchString(k) {
-			return fmt.Errorf("label key %q: use lower-case letters, digits and '_', starting with a letter", k)
+		if err := schema.CheckLabelKey(k); err != nil {
+			return fmt.Errorf("label key %.80q: %w", k, err)
 		}
 		(*l)[k] = v
 	}

@@ -17,6 +17,9 @@ func TestLabelsFlag(t *testing.T) {
 		{" region=eu , ", "region=eu", ""},
 		{"customer", "", "want key=value"},
 		{"Customer=acme", "", "lower-case"},
+		{"Customer=acme", "", `label key "Customer": 'C' is not allowed`},
+		{"1rack=r1", "", "starts with a digit"},
+		{"=acme", "", `label key "": empty`},
 	}
 	for _, c := range cases {
 		var l Labels
@@ -49,6 +52,11 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{func(c *Config) { c.Interval = time.Millisecond }, "--interval"},
 		{func(c *Config) { c.NodeName = "bad name" }, "--node.name"},
+		{func(c *Config) { c.NodeName = "bad name" }, `--node.name "bad name": ' ' is not allowed (a node name is 1-253 letters`},
+		{func(c *Config) { c.NodeName = "" }, `--node.name "": empty`},
+		{func(c *Config) { c.NodeName = strings.Repeat("n", 254) }, "254 bytes"},
+		{func(c *Config) { c.Labels = Labels{"note": "a\x00b"} }, "--labels: label note value: contains a NUL byte"},
+		{func(c *Config) { c.Labels = Labels{"note": strings.Repeat("x", 4097)} }, "--labels: label note value: 4097 bytes, at most 4096"},
 		{func(c *Config) { c.BufferReports = 0 }, "--buffer.reports"},
 		{func(c *Config) { c.SnapshotEvery = time.Second }, "--snapshot.every"},
 		{func(c *Config) { c.CollectorAddress = "" }, "--collector.address"},

@@ -6,8 +6,8 @@ package catalog
 
 import (
 	"fmt"
-	"strings"
 
+	"github.com/nbs-project/nbs/internal/schema"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -46,14 +46,7 @@ type Metric struct {
 }
 
 // Parent returns the id of the metric's parent, "" for a root.
-func (m Metric) Parent() string { return Parent(m.ID) }
-
-func Parent(id string) string {
-	if i := strings.LastIndexByte(id, '/'); i >= 0 {
-		return id[:i]
-	}
-	return ""
-}
+func (m Metric) Parent() string { return schema.Parent(m.ID) }
 
 func (t *Threshold) Proto() *nbsv1.Threshold {
 	if t == nil {
@@ -86,21 +79,6 @@ func (m Metric) Proto() *nbsv1.MetricDefinition {
 	}
 }
 
-// MetricSegment makes a kernel name (a device name) usable as one segment
-// of a metric id: lower case, and '_' for anything but letters, digits,
-// '_', '.', ':' and '-'.
-func MetricSegment(name string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(name) {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_', r == '.', r == ':', r == '-':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	if b.Len() == 0 {
-		return "_"
-	}
-	return b.String()
-}
+// MetricSegment makes a kernel name (a device, a program's attach point)
+// usable as one segment of a metric id (schema.Segment).
+func MetricSegment(name string) string { return schema.Segment(name) }

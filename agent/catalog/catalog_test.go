@@ -1,12 +1,10 @@
 package catalog
 
 import (
-	"regexp"
 	"testing"
-)
 
-// The collector's rule for metric ids (collector/ingest).
-var idRE = regexp.MustCompile(`^[a-z0-9_]+(/[a-z0-9_.:-]+){0,7}$`)
+	"github.com/nbs-project/nbs/internal/schema"
+)
 
 func TestMetricSegment(t *testing.T) {
 	for in, want := range map[string]string{
@@ -16,8 +14,8 @@ func TestMetricSegment(t *testing.T) {
 		if got != want {
 			t.Errorf("MetricSegment(%q) = %q, want %q", in, got, want)
 		}
-		if !idRE.MatchString("latency/qdisc/" + got) {
-			t.Errorf("latency/qdisc/%s is not a valid metric id", got)
+		if err := schema.CheckID("latency/qdisc/" + got); err != nil {
+			t.Errorf("latency/qdisc/%s is not a valid metric id: %v", got, err)
 		}
 	}
 }
@@ -37,8 +35,8 @@ func TestLatencyTXAndAgentDefinitions(t *testing.T) {
 		defined[m.ID] = true
 	}
 	for _, m := range all {
-		if !idRE.MatchString(m.ID) {
-			t.Errorf("%s: invalid id", m.ID)
+		if err := schema.CheckID(m.ID); err != nil {
+			t.Errorf("%s: invalid id: %v", m.ID, err)
 		}
 		if p := m.Parent(); p != "" && !defined[p] {
 			t.Errorf("%s: parent %s undefined", m.ID, p)
@@ -48,6 +46,31 @@ func TestLatencyTXAndAgentDefinitions(t *testing.T) {
 		}
 		if m.Kind == Histogram && (m.Quantile <= 0 || m.Scale != 1e6) {
 			t.Errorf("%s: histogram with quantile %v, scale %v", m.ID, m.Quantile, m.Scale)
+		}
+	}
+}
+// Every fixed metric of the catalogue, and every named child worth a note,
+// has an id the collector accepts, in its branch, under a defined parent:
+// otherwise the collector refuses the agent's hello.
+func TestEveryCatalogueIDIsValid(t *testing.T) {
+	for _, b := range Documented() {
+		defined := map[string]bool{}
+		for _, m := range b.Metrics {
+			defined[m.ID] = true
+		}
+		for _, m := range append(b.Metrics, b.Notes...) {
+			if err := schema.CheckID(m.ID); err != nil {
+				t.Errorf("%s: %v", m.ID, err)
+			}
+			if r := schema.Root(m.ID); r != b.Root {
+				t.Errorf("%s: root %s, in branch %s", m.ID, r, b.Root)
+			}
+			if p := m.Parent(); p != "" && !defined[p] {
+				t.Errorf("%s: parent %s is not among branch %s's fixed metrics", m.ID, p, b.Root)
+			}
+		}
+		if !defined[b.Root] {
+			t.Errorf("branch %s does not define its root", b.Root)
 		}
 	}
 }

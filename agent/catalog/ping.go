@@ -3,6 +3,8 @@ package catalog
 import (
 	"fmt"
 	"strings"
+
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
 // The ping branch: how long does the network take? One child per target
@@ -86,27 +88,15 @@ func PingTree() []Metric {
 	}
 }
 
-// PingSegment turns a target's name into an id segment: lower case, and any
-// character outside [a-z0-9_.:-] replaced by '_'. The name "clock" is taken
-// by ping/clock, so such a target becomes "clock_".
+// PingSegment turns a target's name into an id segment (schema.Segment) of
+// at most 128 bytes. The name "clock" is taken by ping/clock, so such a
+// target becomes "clock_".
 func PingSegment(name string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(name) {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_', r == '.', r == ':', r == '-':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	s := b.String()
+	s := schema.Segment(name)
 	if len(s) > 128 {
 		s = s[:128]
 	}
-	switch s {
-	case "":
-		return "_"
-	case "clock":
+	if s == "clock" {
 		return "clock_"
 	}
 	return s

@@ -1,13 +1,11 @@
 package catalog
 
 import (
-	"regexp"
 	"strings"
 	"testing"
-)
 
-// The collector's rule for metric ids (collector/ingest).
-var metricPathRE = regexp.MustCompile(`^[a-z0-9_]+(/[a-z0-9_.:-]+){0,7}$`)
+	"github.com/nbs-project/nbs/internal/schema"
+)
 
 func TestPingSegment(t *testing.T) {
 	cases := map[string]string{
@@ -36,8 +34,8 @@ func TestPingTargetIDsAreValid(t *testing.T) {
 			t.Errorf("target %q takes the clock's id", name)
 		}
 		for _, m := range PingTarget(id, name) {
-			if len(m.ID) > 255 || !metricPathRE.MatchString(m.ID) {
-				t.Errorf("target %q: id %q is not a valid metric path", name, m.ID)
+			if err := schema.CheckID(m.ID); err != nil {
+				t.Errorf("target %q: id %q is not a valid metric path: %v", name, m.ID, err)
 			}
 			if m.Parent() != Ping && !strings.HasPrefix(m.ID, id+"/") && m.ID != id {
 				t.Errorf("target %q: %q is outside its subtree", name, m.ID)
@@ -48,8 +46,8 @@ func TestPingTargetIDsAreValid(t *testing.T) {
 		}
 	}
 	for _, m := range PingTree() {
-		if !metricPathRE.MatchString(m.ID) {
-			t.Errorf("%q is not a valid metric path", m.ID)
+		if err := schema.CheckID(m.ID); err != nil {
+			t.Errorf("%q is not a valid metric path: %v", m.ID, err)
 		}
 	}
 }

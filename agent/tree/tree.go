@@ -6,10 +6,10 @@ package tree
 import (
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 
 	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/internal/schema"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -21,28 +21,6 @@ const (
 	Crit    = nbsv1.State_STATE_CRIT
 	Unknown = nbsv1.State_STATE_UNKNOWN
 )
-
-func severity(s State) int {
-	switch s {
-	case OK:
-		return 1
-	case Unknown:
-		return 2
-	case Warn:
-		return 3
-	case Crit:
-		return 4
-	}
-	return 0
-}
-
-// Worse returns the more severe state.
-func Worse(a, b State) State {
-	if severity(b) > severity(a) {
-		return b
-	}
-	return a
-}
 
 // Tree holds the node's metric definitions (fixed and discovered) and each
 // metric's threshold state between intervals. It is safe for concurrent use:
@@ -98,7 +76,7 @@ func (t *Tree) Forget(ids ...string) {
 	defer t.mu.Unlock()
 	gone := func(id string) bool {
 		for _, f := range ids {
-			if id == f || strings.HasPrefix(id, f+"/") {
+			if schema.Within(id, f) {
 				return true
 			}
 		}
@@ -193,9 +171,9 @@ func (t *Tree) Evaluate(values map[string]float64) Result {
 	}
 	for i := len(t.order) - 1; i >= 0; i-- {
 		id := t.order[i]
-		if p := catalog.Parent(id); p != "" {
+		if p := schema.Parent(id); p != "" {
 			if _, ok := res.State[p]; ok {
-				res.State[p] = Worse(res.State[p], res.State[id])
+				res.State[p] = schema.Worse(res.State[p], res.State[id])
 			}
 		}
 	}
@@ -242,7 +220,7 @@ func (t *Tree) evaluateOne(id string, v float64) State {
 		hold = thr.Hold
 	}
 	switch {
-	case severity(level) <= severity(st.state):
+	case schema.Severity(level) <= schema.Severity(st.state):
 		// Falling back is immediate: a cleared condition should stop paging.
 		st.state, st.pending, st.streak = level, level, 0
 	case level == st.pending:
@@ -250,7 +228,7 @@ func (t *Tree) evaluateOne(id string, v float64) State {
 	default:
 		st.pending, st.streak = level, 1
 	}
-	if severity(st.pending) > severity(st.state) && st.streak >= hold {
+	if schema.Severity(st.pending) > schema.Severity(st.state) && st.streak >= hold {
 		st.state = st.pending
 	}
 	return st.state
@@ -296,12 +274,12 @@ func (t *Tree) Select(res Result, increases map[string]float64, full bool) []str
 	for _, id := range t.order {
 		_, hasValue := res.Values[id]
 		switch {
-		case catalog.Parent(id) == "", full:
+		case schema.Parent(id) == "", full:
 			picked[id] = true
 		case !hasValue:
 			// A child with no value says nothing the parent's UNKNOWN doesn't.
 		case res.State[id] != OK, increases[id] > 0:
-			for p := id; p != "" && !picked[p]; p = catalog.Parent(p) {
+			for p := id; p != "" && !picked[p]; p = schema.Parent(p) {
 				picked[p] = true
 			}
 		}

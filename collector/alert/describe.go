@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
 // defsCache holds nodes' metric definitions for descriptions; a fire is
@@ -192,10 +193,7 @@ func headlineValue(inst *Instance) (float64, bool) {
 	return *inst.Headline, true
 }
 
-func rootOf(metric string) string {
-	root, _, _ := strings.Cut(metric, "/")
-	return root
-}
+func rootOf(metric string) string { return schema.Root(metric) }
 
 func withUnit(v float64, unit string) string {
 	if unit == "" {

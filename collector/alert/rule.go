@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
 // Rule kinds.
@@ -91,9 +91,6 @@ func (in RuleInput) Rule() Rule {
 var (
 	ruleNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 	severityRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
-	// A metric id like the agent's catalogue uses, where any segment may be
-	// or contain * (one segment, never across '/').
-	metricPatternRE = regexp.MustCompile(`^[a-z0-9_*]+(/[a-z0-9_.:*-]+){0,7}$`)
 )
 
 // reservedLabels are set by the alert itself; a rule's or node's label of
@@ -119,7 +116,7 @@ func (r *Rule) Validate() error {
 	if !ruleNameRE.MatchString(r.Name) {
 		add("name %q must be 1-128 letters, digits or '_', not starting with a digit (it becomes the alertname label), e.g. TcpResetStorm", r.Name)
 	}
-	if !metricPatternRE.MatchString(r.Metric) {
+	if !schema.ValidPattern(r.Metric) {
 		add("metric %q must be a metric id like tcp_reset/sent/no_socket or a pattern where * matches one path segment (\"*\" = every root)", r.Metric)
 	} else if _, err := path.Match(r.Metric, ""); err != nil {
 		add("metric %q is not a valid pattern: %v", r.Metric, err)
@@ -141,7 +138,7 @@ func (r *Rule) Validate() error {
 		add("severity %q must be a lower-case word such as critical, warning or info", r.Severity)
 	}
 	for k, v := range r.Selector {
-		if !ingest.ValidLabelKey(k) {
+		if !schema.ValidLabelKey(k) {
 			add("selector label %q is not a valid label key (lower-case letters, digits, '_')", k)
 		}
 		if len(v) > maxLabelValue {
@@ -153,7 +150,7 @@ func (r *Rule) Validate() error {
 	}
 	for k, v := range r.Labels {
 		switch {
-		case !ingest.ValidLabelKey(k):
+		case !schema.ValidLabelKey(k):
 			add("label %q is not a valid label key (lower-case letters, digits, '_')", k)
 		case reservedLabels[k]:
 			add("label %q is set by the alert itself; choose another name", k)
@@ -188,7 +185,7 @@ func (r *Rule) Validate() error {
 		}
 		seen := map[string]bool{}
 		for _, k := range r.GroupBy {
-			if !ingest.ValidLabelKey(k) {
+			if !schema.ValidLabelKey(k) {
 				add("group_by label %q is not a valid label key", k)
 			}
 			if reservedLabels[k] {

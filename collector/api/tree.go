@@ -1,10 +1,10 @@
 package api
 
 import (
-	"strings"
 	"time"
 
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
 // TreeNode is one metric of a node's tree as the API serves it.
@@ -73,11 +73,7 @@ func BuildTree(defs []store.MetricDef, latest store.Latest, thresholds map[strin
 			n.RecentState = store.Worse(store.StateOK, rc.Worst).String()
 		}
 		byPath[d.Path] = n
-		parent := ""
-		if i := strings.LastIndexByte(d.Path, '/'); i >= 0 {
-			parent = d.Path[:i]
-		}
-		if p := byPath[parent]; p != nil {
+		if p := byPath[schema.Parent(d.Path)]; p != nil {
 			p.Children = append(p.Children, n)
 		} else {
 			roots = append(roots, n)

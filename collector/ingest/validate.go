@@ -4,11 +4,10 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/schema"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -21,8 +20,7 @@ type Limits struct {
 	MaxBuckets       int           // buckets per histogram
 	MaxEvents        int           // events per report
 	MaxEventFields   int           // fields per event
-	MaxStringLen     int           // any label, field or text value
-	MaxLabels        int           // labels per node
+	MaxStringLen     int           // any field or text value (labels follow schema's limits)
 	MaxFutureSkew    time.Duration // how far ahead of the collector's clock a report may be
 	MaxAge           time.Duration // how old a resent report may be (the retention)
 	MinInterval      time.Duration
@@ -33,7 +31,7 @@ type Limits struct {
 func DefaultLimits() Limits {
 	return Limits{
 		MaxMetrics: 20000, MaxSamples: 20000, MaxHistograms: 2000, MaxBuckets: 4096,
-		MaxEvents: 1000, MaxEventFields: 32, MaxStringLen: 4096, MaxLabels: 64,
+		MaxEvents: 1000, MaxEventFields: 32, MaxStringLen: 4096,
 		MaxFutureSkew: 10 * time.Minute, MaxAge: 30 * 24 * time.Hour,
 		MinInterval: 100 * time.Millisecond, MaxInterval: time.Hour,
 		MaxAbsoluteValue: 1e18,
@@ -53,49 +51,14 @@ func reject(reason, format string, args ...any) *rejection {
 	return &rejection{reason: reason, msg: fmt.Sprintf(format, args...)}
 }
 
-var (
-	nodeNameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
-	labelKeyRE   = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-	metricPathRE = regexp.MustCompile(`^[a-z0-9_]+(/[a-z0-9_.:-]+){0,7}$`)
-)
-
-func validMetricPath(p string) bool { return len(p) <= 255 && metricPathRE.MatchString(p) }
-
-// The naming rules of the wire, for the other parts of the collector that
-// accept the same names from people (overrides, alert rules).
-
-// ValidNodeName reports whether s can name a node.
-func ValidNodeName(s string) bool { return nodeNameRE.MatchString(s) }
-
-// ValidLabelKey reports whether s can be a node label's key.
-func ValidLabelKey(s string) bool { return labelKeyRE.MatchString(s) }
-
-// ValidMetricPath reports whether s can be a metric id.
-func ValidMetricPath(s string) bool { return validMetricPath(s) }
-
-func parentPath(p string) string {
-	if i := strings.LastIndexByte(p, '/'); i >= 0 {
-		return p[:i]
-	}
-	return ""
-}
-
 // checkHello validates a Hello and converts it.
 func (l Limits) checkHello(h *nbsv1.Hello) (store.Node, []store.MetricDef, *rejection) {
 	var n store.Node
-	if !nodeNameRE.MatchString(h.GetNodeName()) {
-		return n, nil, reject("bad_hello", "hello: node_name %q must be 1-253 characters of letters, digits, '.', '_' or '-'", h.GetNodeName())
+	if err := schema.CheckNodeName(h.GetNodeName()); err != nil {
+		return n, nil, reject("bad_hello", "hello: node_name %.256q: %v", h.GetNodeName(), err)
 	}
-	if len(h.GetLabels()) > l.MaxLabels {
-		return n, nil, reject("bad_hello", "hello: %d labels, at most %d allowed", len(h.GetLabels()), l.MaxLabels)
-	}
-	for k, v := range h.GetLabels() {
-		if !labelKeyRE.MatchString(k) {
-			return n, nil, reject("bad_hello", "hello: label key %q must match %s", k, labelKeyRE)
-		}
-		if len(v) > l.MaxStringLen {
-			return n, nil, reject("bad_hello", "hello: label %s is %d bytes, at most %d allowed", k, len(v), l.MaxStringLen)
-		}
+	if err := schema.CheckLabels(h.GetLabels()); err != nil {
+		return n, nil, reject("bad_hello", "hello: %v", err)
 	}
 	if h.GetInstanceId() == 0 {
 		return n, nil, reject("bad_hello", "hello: instance_id must be set (a random number chosen at agent start)")
@@ -161,10 +124,10 @@ func (l Limits) checkDefinitions(in []*nbsv1.MetricDefinition, known map[string]
 	defs := make([]store.MetricDef, 0, len(in))
 	for _, d := range in {
 		p := d.GetId()
-		if !validMetricPath(p) {
-			return nil, reject("bad_definition", "metric id %q must be a lower-case path like tcp_reset/sent/no_socket", p)
+		if err := schema.CheckID(p); err != nil {
+			return nil, reject("bad_definition", "metric id %.256q must be a lower-case path like tcp_reset/sent/no_socket: %v", p, err)
 		}
-		if parent := parentPath(p); parent != "" && !batch[parent] && known[parent] == nil {
+		if parent := schema.Parent(p); parent != "" && !batch[parent] && known[parent] == nil {
 			return nil, reject("bad_definition", "metric %s: parent %s is not defined", p, parent)
 		}
 		if d.GetKind() < nbsv1.MetricKind_METRIC_KIND_RATE || d.GetKind() > nbsv1.MetricKind_METRIC_KIND_HISTOGRAM {

@@ -1,6 +1,7 @@
 package nodeconfig
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,12 @@ func TestValidate(t *testing.T) {
 		{"empty selector", Override{Scope: Scope{Kind: "selector"}, Metric: "tcp_reset", Threshold: thr}, "at least one label"},
 		{"node without name", Override{Scope: Scope{Kind: "node"}, Metric: "tcp_reset", Threshold: thr}, "needs a node name"},
 		{"bad metric", Override{Scope: Scope{Kind: "global"}, Metric: "TCP Reset", Threshold: thr}, "not a metric id"},
+		{"metric with an empty segment", Override{Scope: Scope{Kind: "global"}, Metric: "tcp_reset//sent", Threshold: thr}, `not a metric id like tcp_reset/sent/no_socket: empty segment`},
+		{"bad node name", Override{Scope: Scope{Kind: "node", Node: "web 1"}, Metric: "tcp_reset", Threshold: thr}, `got "web 1": ' ' is not allowed`},
+		{"bad selector key", Override{Scope: Scope{Kind: "selector", Selector: map[string]string{"Customer": "acme"}}, Metric: "tcp_reset", Threshold: thr}, `selector label "Customer" is not a valid label key: 'C' is not allowed`},
+		{"NUL in selector value", Override{Scope: Scope{Kind: "selector", Selector: map[string]string{"customer": "a\x00"}}, Metric: "tcp_reset", Threshold: thr}, "selector label customer value: contains a NUL byte"},
+		{"selector value too long", Override{Scope: Scope{Kind: "selector", Selector: map[string]string{"customer": strings.Repeat("a", 4097)}}, Metric: "tcp_reset", Threshold: thr}, "4097 bytes, at most 4096"},
+		{"selector too large", Override{Scope: Scope{Kind: "selector", Selector: manyLabels(65)}, Metric: "tcp_reset", Threshold: thr}, "selector names 65 labels, but a node has at most 64"},
 		{"no threshold", Override{Scope: Scope{Kind: "global"}, Metric: "tcp_reset"}, "threshold is required"},
 		{"both", Override{Scope: Scope{Kind: "global"}, Metric: "tcp_reset", Threshold: thr, Disabled: true}, "either a threshold or disabled"},
 		{"warn above crit", Override{Scope: Scope{Kind: "global"}, Metric: "tcp_reset", Threshold: &store.Threshold{Warn: 10, Crit: 1, Comparison: "above"}}, "must not be above crit"},
@@ -38,6 +45,14 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+func manyLabels(n int) map[string]string {
+	m := make(map[string]string, n)
+	for i := range n {
+		m[fmt.Sprintf("k%d", i)] = "v"
+	}
+	return m
 }
 
 func TestResolvePrefersTheMostSpecificScope(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
 // Scope says where an override applies.
@@ -52,17 +55,22 @@ func (o *Override) Validate() error {
 		if len(o.Scope.Selector) == 0 {
 			errs = append(errs, "scope selector needs at least one label, e.g. {\"customer\":\"acme\"}")
 		}
-		for k := range o.Scope.Selector {
-			if !ingest.ValidLabelKey(k) {
-				errs = append(errs, fmt.Sprintf("selector label %q is not a valid label key", k))
+		if len(o.Scope.Selector) > schema.MaxLabels {
+			errs = append(errs, fmt.Sprintf("selector names %d labels, but a node has at most %d", len(o.Scope.Selector), schema.MaxLabels))
+		}
+		for _, k := range slices.Sorted(maps.Keys(o.Scope.Selector)) {
+			if err := schema.CheckLabelKey(k); err != nil {
+				errs = append(errs, fmt.Sprintf("selector label %.80q is not a valid label key: %v", k, err))
+			} else if err := schema.CheckLabelValue(o.Scope.Selector[k]); err != nil {
+				errs = append(errs, fmt.Sprintf("selector label %s value: %v", k, err))
 			}
 		}
 		if o.Scope.Node != "" {
 			errs = append(errs, "scope selector takes no node")
 		}
 	case "node":
-		if !ingest.ValidNodeName(o.Scope.Node) {
-			errs = append(errs, fmt.Sprintf("scope node needs a node name, got %q", o.Scope.Node))
+		if err := schema.CheckNodeName(o.Scope.Node); err != nil {
+			errs = append(errs, fmt.Sprintf("scope node needs a node name, got %.256q: %v", o.Scope.Node, err))
 		}
 		if len(o.Scope.Selector) > 0 {
 			errs = append(errs, "scope node takes no selector")
@@ -70,8 +78,8 @@ func (o *Override) Validate() error {
 	default:
 		errs = append(errs, fmt.Sprintf("scope.kind %q must be global, selector or node", o.Scope.Kind))
 	}
-	if !ingest.ValidMetricPath(o.Metric) {
-		errs = append(errs, fmt.Sprintf("metric %q is not a metric id like tcp_reset/sent/no_socket", o.Metric))
+	if err := schema.CheckID(o.Metric); err != nil {
+		errs = append(errs, fmt.Sprintf("metric %.256q is not a metric id like tcp_reset/sent/no_socket: %v", o.Metric, err))
 	}
 	switch {
 	case o.Disabled && o.Threshold != nil:

@@ -5,6 +5,9 @@ package store
 
 import (
 	"time"
+
+	"github.com/nbs-project/nbs/internal/schema"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
 // State is a metric's health; the numbers match nbs.v1.State so they can be
@@ -33,29 +36,12 @@ func (s State) String() string {
 	return "unspecified"
 }
 
-// Severity orders states for "worst of": UNKNOWN ranks above OK (a missing
-// source deserves a look) and below WARN.
-func (s State) Severity() int {
-	switch s {
-	case StateOK:
-		return 1
-	case StateUnknown:
-		return 2
-	case StateWarn:
-		return 3
-	case StateCrit:
-		return 4
-	}
-	return 0
-}
+// Severity orders states for "worst of" (schema.Severity): OK < UNKNOWN <
+// WARN < CRIT.
+func (s State) Severity() int { return schema.Severity(nbsv1.State(s)) }
 
 // Worse returns the more severe of two states.
-func Worse(a, b State) State {
-	if b.Severity() > a.Severity() {
-		return b
-	}
-	return a
-}
+func Worse(a, b State) State { return State(schema.Worse(nbsv1.State(a), nbsv1.State(b))) }
 
 // Kind is how a metric's value is to be read.
 type Kind int16

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nbs-project/nbs/internal/loglinear"
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
 const nodeColumns = `id, name, labels, agent_version, kernel_release, instance_id, interval_ms, capabilities, first_seen, last_hello, ping_address`
@@ -192,11 +194,10 @@ func (s *Store) Series(ctx context.Context, nodeID int32, path string, from, to 
 	if err != nil {
 		return nil, err
 	}
-	// Severity order (OK < UNKNOWN < WARN < CRIT) is not the enum order.
 	rows, err := s.pool.Query(ctx, `
 		SELECT date_bin($5::interval, r.ts, $3::timestamptz) AS b,
 			coalesce(sum(r.vals[p.i]), 0), coalesce(max(r.vals[p.i]), 0), count(p.i), count(*), sum(r.interval_ms),
-			coalesce(max(CASE r.states[p.i] WHEN 3 THEN 4 WHEN 2 THEN 3 WHEN 4 THEN 2 WHEN 1 THEN 1 ELSE 0 END), 0)
+			coalesce(max(`+severitySQL("r.states[p.i]")+`), 0)
 		FROM reports r CROSS JOIN LATERAL (SELECT array_position(r.metric_ids, $2) AS i) p
 		WHERE r.node_id = $1 AND r.ts >= $3 AND r.ts < $4
 		GROUP BY b ORDER BY b`, nodeID, ids, from, to, step)
@@ -211,10 +212,23 @@ func (s *Store) Series(ctx context.Context, nodeID int32, path string, from, to 
 		if err := rows.Scan(&b.Start, &b.Sum, &b.Max, &b.Present, &b.Reports, &b.IntervalMS, &sev); err != nil {
 			return nil, fmt.Errorf("scan series: %w", err)
 		}
-		b.Worst = [...]State{StateUnspecified, StateOK, StateUnknown, StateWarn, StateCrit}[sev]
+		b.Worst = State(schema.StateOfSeverity(sev))
 		out = append(out, b)
 	}
 	return out, rows.Err()
+}
+
+// severitySQL ranks the stored state expr as schema.Severity does (which is
+// not the enum's order), so that max() over it finds the worst state;
+// schema.StateOfSeverity reads the rank back.
+func severitySQL(expr string) string {
+	var b strings.Builder
+	b.WriteString("CASE " + expr)
+	for n := 1; n <= schema.MaxSeverity; n++ {
+		fmt.Fprintf(&b, " WHEN %d THEN %d", int32(schema.StateOfSeverity(n)), n)
+	}
+	b.WriteString(" ELSE 0 END")
+	return b.String()
 }
 
 func (s *Store) lookupMetricID(ctx context.Context, path string) (int32, error) {
@@ -287,8 +301,7 @@ type Recent struct {
 // shows besides the newest interval, so a burst is still visible after it ends.
 func (s *Store) RecentByMetric(ctx context.Context, nodeID int32, since time.Time) (map[string]Recent, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT p.path, sum(u.v),
-			max(CASE u.s WHEN 3 THEN 4 WHEN 2 THEN 3 WHEN 4 THEN 2 WHEN 1 THEN 1 ELSE 0 END)
+		SELECT p.path, sum(u.v), max(`+severitySQL("u.s")+`)
 		FROM reports r CROSS JOIN LATERAL unnest(r.metric_ids, r.vals, r.states) AS u(m, v, s)
 		JOIN metric_paths p ON p.id = u.m
 		WHERE r.node_id = $1 AND r.ts >= $2
@@ -305,7 +318,7 @@ func (s *Store) RecentByMetric(ctx context.Context, nodeID int32, since time.Tim
 		if err := rows.Scan(&path, &r.Sum, &sev); err != nil {
 			return nil, fmt.Errorf("scan recent value: %w", err)
 		}
-		r.Worst = [...]State{StateUnspecified, StateOK, StateUnknown, StateWarn, StateCrit}[sev]
+		r.Worst = State(schema.StateOfSeverity(sev))
 		out[path] = r
 	}
 	return out, rows.Err()

@@ -24,6 +24,7 @@ import (
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/tree"
+	"github.com/nbs-project/nbs/internal/schema"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -319,12 +320,12 @@ func (s *Source) trouble(res tree.Result, a source.Adaptive) string {
 		if st != tree.Warn && st != tree.Crit {
 			continue
 		}
-		if id != root && !strings.HasPrefix(id, root+"/") {
+		if !schema.Within(id, root) {
 			continue
 		}
 		own := false
 		for _, b := range s.adaptive {
-			if id == b.Branch() || strings.HasPrefix(id, b.Branch()+"/") {
+			if schema.Within(id, b.Branch()) {
 				own = true
 				break
 			}

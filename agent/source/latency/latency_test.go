@@ -13,6 +13,7 @@ import (
 	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
 func open(t *testing.T, opts Options) *Source {
@@ -76,7 +77,7 @@ func evaluate(s *Source, interval time.Duration) *evaluator {
 				res := tr.Evaluate(values)
 				e.mu.Lock()
 				for id, st := range res.State {
-					e.worst[id] = tree.Worse(e.worst[id], st)
+					e.worst[id] = schema.Worse(e.worst[id], st)
 				}
 				e.mu.Unlock()
 			}

@@ -1,0 +1,53 @@
+package ingest
+
+import (
+	"strings"
+	"testing"
+
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// A hello's names follow schema's rules (tested there in full), and a
+// rejection says which name and why.
+func TestHelloNames(t *testing.T) {
+	def := func(id string) *nbsv1.MetricDefinition {
+		return &nbsv1.MetricDefinition{Id: id, Title: "x", Kind: nbsv1.MetricKind_METRIC_KIND_RATE}
+	}
+	cases := []struct {
+		name string
+		mut  func(h *nbsv1.Hello)
+		want string // "" = accepted
+	}{
+		{"valid", func(h *nbsv1.Hello) {}, ""},
+		{"labels", func(h *nbsv1.Hello) { h.Labels = map[string]string{"customer": "acme", "site": "Zürich"} }, ""},
+		{"a subtree", func(h *nbsv1.Hello) {
+			h.Metrics = append(h.Metrics, def("tcp_reset/sent"), def("tcp_reset/sent/no_socket"))
+		}, ""},
+
+		{"empty node name", func(h *nbsv1.Hello) { h.NodeName = "" }, `hello: node_name "": empty (a node name is 1-253 letters`},
+		{"space in node name", func(h *nbsv1.Hello) { h.NodeName = "no spaces" }, `hello: node_name "no spaces": ' ' is not allowed`},
+		{"node name too long", func(h *nbsv1.Hello) { h.NodeName = strings.Repeat("a", 254) }, "254 bytes"},
+		{"bad label key", func(h *nbsv1.Hello) { h.Labels = map[string]string{"Customer": "acme"} }, `hello: label key "Customer": 'C' is not allowed`},
+		{"NUL in a label", func(h *nbsv1.Hello) { h.Labels = map[string]string{"customer": "a\x00"} }, "hello: label customer value: contains a NUL byte"},
+		{"label too long", func(h *nbsv1.Hello) { h.Labels = map[string]string{"note": strings.Repeat("x", 4097)} }, "label note value: 4097 bytes, at most 4096"},
+		{"bad metric id", func(h *nbsv1.Hello) { h.Metrics = append(h.Metrics, def("tcp_reset//sent")) },
+			`hello: metric id "tcp_reset//sent" must be a lower-case path like tcp_reset/sent/no_socket: empty segment`},
+		{"upper-case metric id", func(h *nbsv1.Hello) { h.Metrics = append(h.Metrics, def("TCP")) }, `'T' is not allowed in segment "TCP"`},
+		{"metric id too long", func(h *nbsv1.Hello) { h.Metrics = append(h.Metrics, def("tcp_reset/"+strings.Repeat("a", 250))) }, "260 bytes, at most 255"},
+		{"metric id too deep", func(h *nbsv1.Hello) { h.Metrics = append(h.Metrics, def("tcp_reset/a/b/c/d/e/f/g/h")) }, "9 segments, at most 8"},
+		{"orphan", func(h *nbsv1.Hello) { h.Metrics = append(h.Metrics, def("tcp_reset/sent/no_socket")) }, "metric tcp_reset/sent/no_socket: parent tcp_reset/sent is not defined"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := &nbsv1.Hello{NodeName: "web-1", InstanceId: 1, IntervalMs: 1000, Metrics: []*nbsv1.MetricDefinition{def("tcp_reset")}}
+			c.mut(h)
+			_, _, rej := DefaultLimits().checkHello(h)
+			switch {
+			case c.want == "" && rej != nil:
+				t.Fatalf("checkHello = %v, want accepted", rej)
+			case c.want != "" && (rej == nil || !strings.Contains(rej.msg, c.want) || rej.reason != "bad_hello"):
+				t.Fatalf("checkHello = %v, want a bad_hello rejection containing %q", rej, c.want)
+			}
+		})
+	}
+}
