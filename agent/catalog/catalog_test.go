@@ -49,6 +49,7 @@ func TestLatencyTXAndAgentDefinitions(t *testing.T) {
 		}
 	}
 }
+
 // Every fixed metric of the catalogue, and every named child worth a note,
 // has an id the collector accepts, in its branch, under a defined parent:
 // otherwise the collector refuses the agent's hello.
