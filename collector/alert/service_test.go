@@ -19,6 +19,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/alert/notify/alertmanager"
 	"github.com/nbs-project/nbs/collector/alert/notify/webhook"
+	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
@@ -367,7 +368,7 @@ func TestAlertRulesAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := chi.NewRouter()
-	r.Route("/api/v1", svc.Routes)
+	r.Mount(api.Prefix, api.V1(api.Routes(api.Parts{Alerts: svc})))
 	srv := httptest.NewServer(r)
 	defer srv.Close()
 	do := func(method, path, body string) (int, string) {
