@@ -134,18 +134,22 @@ func answer(name string) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, name) }
 }
 
-func (stubParts) ListOverrides(w http.ResponseWriter, r *http.Request)  { answer("ListOverrides")(w, r) }
-func (stubParts) PutOverride(w http.ResponseWriter, r *http.Request)    { answer("PutOverride")(w, r) }
-func (stubParts) DeleteOverride(w http.ResponseWriter, r *http.Request) { answer("DeleteOverride")(w, r) }
-func (stubParts) NodeThresholds(w http.ResponseWriter, r *http.Request) { answer("NodeThresholds")(w, r) }
-func (stubParts) ExpandNode(w http.ResponseWriter, r *http.Request)     { answer("ExpandNode")(w, r) }
-func (stubParts) ListRules(w http.ResponseWriter, r *http.Request)      { answer("ListRules")(w, r) }
-func (stubParts) CreateRule(w http.ResponseWriter, r *http.Request)     { answer("CreateRule")(w, r) }
-func (stubParts) GetRule(w http.ResponseWriter, r *http.Request)        { answer("GetRule")(w, r) }
-func (stubParts) PutRule(w http.ResponseWriter, r *http.Request)        { answer("PutRule")(w, r) }
-func (stubParts) DeleteRule(w http.ResponseWriter, r *http.Request)     { answer("DeleteRule")(w, r) }
-func (stubParts) ListAlerts(w http.ResponseWriter, r *http.Request)     { answer("ListAlerts")(w, r) }
-func (stubParts) GetAlert(w http.ResponseWriter, r *http.Request)       { answer("GetAlert")(w, r) }
+func (stubParts) ListOverrides(w http.ResponseWriter, r *http.Request) { answer("ListOverrides")(w, r) }
+func (stubParts) PutOverride(w http.ResponseWriter, r *http.Request)   { answer("PutOverride")(w, r) }
+func (stubParts) DeleteOverride(w http.ResponseWriter, r *http.Request) {
+	answer("DeleteOverride")(w, r)
+}
+func (stubParts) NodeThresholds(w http.ResponseWriter, r *http.Request) {
+	answer("NodeThresholds")(w, r)
+}
+func (stubParts) ExpandNode(w http.ResponseWriter, r *http.Request) { answer("ExpandNode")(w, r) }
+func (stubParts) ListRules(w http.ResponseWriter, r *http.Request)  { answer("ListRules")(w, r) }
+func (stubParts) CreateRule(w http.ResponseWriter, r *http.Request) { answer("CreateRule")(w, r) }
+func (stubParts) GetRule(w http.ResponseWriter, r *http.Request)    { answer("GetRule")(w, r) }
+func (stubParts) PutRule(w http.ResponseWriter, r *http.Request)    { answer("PutRule")(w, r) }
+func (stubParts) DeleteRule(w http.ResponseWriter, r *http.Request) { answer("DeleteRule")(w, r) }
+func (stubParts) ListAlerts(w http.ResponseWriter, r *http.Request) { answer("ListAlerts")(w, r) }
+func (stubParts) GetAlert(w http.ResponseWriter, r *http.Request)   { answer("GetAlert")(w, r) }
 
 // server is the whole HTTP surface over the fake store, with the route
 // table it serves.
