@@ -21,11 +21,12 @@ deps: ## install every Debian package the targets need (tools/deps/packages.txt)
 	$(DEPS) all
 
 .PHONY: generate
-generate: ## regenerate committed code: protobuf, bpf2go bindings, docs from the catalogue
+generate: web-deps ## regenerate committed code: protobuf, bpf2go bindings, docs from the catalogue, the UI's API types
 	$(DEPS) generate
 	cd proto && $(BUF) lint
 	cd proto && $(BUF) generate
 	$(GO) generate ./...
+	cd web && npm run --silent generate
 
 .PHONY: vmlinux
 vmlinux: ## regenerate bpf/include/vmlinux.h from the running kernel's BTF
@@ -35,9 +36,14 @@ vmlinux: ## regenerate bpf/include/vmlinux.h from the running kernel's BTF
 # page that says how to build the UI.
 HAVE_NPM := $(shell command -v npm 2>/dev/null)
 
+.PHONY: web-deps
+web-deps: # npm ci when web/node_modules is missing or older than the lock file
+	@command -v npm >/dev/null || { echo "make: npm (Node.js 20) is needed for the UI's build, tests and generated API types" >&2; exit 1; }
+	cd web && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
+
 .PHONY: web
-web: ## build the web UI into web/dist (npm ci when node_modules is missing or older than the lock file)
-	cd web && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && npm run build
+web: web-deps ## build the web UI into web/dist (npm ci when node_modules is missing or older than the lock file)
+	cd web && npm run build
 
 .PHONY: build
 build: $(if $(HAVE_NPM),web) ## build bin/nbs-agent and bin/nbs-collector (and the web UI when npm is present)

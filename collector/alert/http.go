@@ -1,8 +1,6 @@
 package alert
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -11,20 +9,15 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/nbs-project/nbs/collector/api"
+	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
-// Routes adds /alert-rules and /alerts under /api/v1.
-func (s *Service) Routes(r chi.Router) {
-	r.Get("/alert-rules", s.listRules)
-	r.Post("/alert-rules", s.createRule)
-	r.Get("/alert-rules/{id}", s.getRule)
-	r.Put("/alert-rules/{id}", s.putRule)
-	r.Delete("/alert-rules/{id}", s.deleteRule)
-	r.Get("/alerts", s.listAlerts)
-	r.Get("/alerts/{id}", s.getAlert)
-}
+// The routes to these handlers are in api.Routes.
+var _ api.AlertHandlers = (*Service)(nil)
 
-func (s *Service) listRules(w http.ResponseWriter, r *http.Request) {
+// ListRules serves GET /alert-rules.
+func (s *Service) ListRules(w http.ResponseWriter, r *http.Request) {
 	rules, err := s.repo.rules(r.Context())
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
@@ -40,12 +33,13 @@ func pathID(r *http.Request, what string) (int64, error) {
 	raw := chi.URLParam(r, "id")
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || id < 1 {
-		return 0, api.BadRequest("%s id %q is not a positive number", what, raw)
+		return 0, errkind.Errorf(errkind.Invalid, "%s id %s is not a positive number", what, api.Quote(raw))
 	}
 	return id, nil
 }
 
-func (s *Service) getRule(w http.ResponseWriter, r *http.Request) {
+// GetRule serves GET /alert-rules/{id}.
+func (s *Service) GetRule(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "alert rule")
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
@@ -61,23 +55,15 @@ func (s *Service) getRule(w http.ResponseWriter, r *http.Request) {
 
 func decodeRule(r *http.Request) (Rule, error) {
 	var in RuleInput
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return Rule{}, err
-		}
-		return Rule{}, api.BadRequest("request body: %v", err)
+	if err := api.DecodeJSON(r, &in); err != nil {
+		return Rule{}, err
 	}
 	rule := in.Rule()
-	if err := rule.Validate(); err != nil {
-		return rule, api.BadRequest("%v", err)
-	}
-	return rule, nil
+	return rule, rule.Validate()
 }
 
-func (s *Service) createRule(w http.ResponseWriter, r *http.Request) {
+// CreateRule serves POST /alert-rules.
+func (s *Service) CreateRule(w http.ResponseWriter, r *http.Request) {
 	rule, err := decodeRule(r)
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
@@ -94,7 +80,8 @@ func (s *Service) createRule(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusCreated, stored)
 }
 
-func (s *Service) putRule(w http.ResponseWriter, r *http.Request) {
+// PutRule serves PUT /alert-rules/{id}: replaces the rule.
+func (s *Service) PutRule(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "alert rule")
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
@@ -115,7 +102,8 @@ func (s *Service) putRule(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, stored)
 }
 
-func (s *Service) deleteRule(w http.ResponseWriter, r *http.Request) {
+// DeleteRule serves DELETE /alert-rules/{id}.
+func (s *Service) DeleteRule(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "alert rule")
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
@@ -127,7 +115,7 @@ func (s *Service) deleteRule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		api.WriteError(w, r, fmt.Errorf("alert rule %d: %w", id, api.ErrNotFound), s.log)
+		api.WriteError(w, r, errkind.Errorf(errkind.NotFound, "alert rule %d: not found", id), s.log)
 		return
 	}
 	s.log.Info("alert rule deleted", "id", id)
@@ -204,10 +192,10 @@ func (s *Service) view(inst *Instance) AlertView {
 	return v
 }
 
-// listAlerts serves open alerts first, then history, newest first.
+// ListAlerts serves open alerts first, then history, newest first.
 //
 //	?state=firing|pending|resolved|open|all (default all)  ?node=  ?rule=  ?limit= (1-1000, default 100)
-func (s *Service) listAlerts(w http.ResponseWriter, r *http.Request) {
+func (s *Service) ListAlerts(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	where := `WHERE true`
 	var args []any
@@ -222,20 +210,30 @@ func (s *Service) listAlerts(w http.ResponseWriter, r *http.Request) {
 	case "firing", "pending", "resolved":
 		where += ` AND state = ` + arg(st)
 	default:
-		api.WriteError(w, r, api.BadRequest("state %q must be firing, pending, resolved, open or all", st), nil)
+		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "state %s must be firing, pending, resolved, open or all", api.Quote(st)), nil)
 		return
 	}
+	// A filter no node or rule could match is a mistake worth saying, not an
+	// empty list.
 	if n := q.Get("node"); n != "" {
+		if !schema.ValidNodeName(n) {
+			api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "node %s is not a node name", api.Quote(n)), nil)
+			return
+		}
 		where += ` AND node = ` + arg(n)
 	}
 	if n := q.Get("rule"); n != "" {
+		if !ruleNameRE.MatchString(n) {
+			api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "rule %s is not an alert rule name", api.Quote(n)), nil)
+			return
+		}
 		where += ` AND rule_name = ` + arg(n)
 	}
 	limit := 100
 	if l := q.Get("limit"); l != "" {
 		var err error
 		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > 1000 {
-			api.WriteError(w, r, api.BadRequest("limit %q must be an integer from 1 to 1000", l), nil)
+			api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "limit %s must be an integer from 1 to 1000", api.Quote(l)), nil)
 			return
 		}
 	}
@@ -256,7 +254,8 @@ func (s *Service) listAlerts(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, map[string]any{"evaluator": leader, "alerts": out})
 }
 
-func (s *Service) getAlert(w http.ResponseWriter, r *http.Request) {
+// GetAlert serves GET /alerts/{id}: the alert and its delivery log.
+func (s *Service) GetAlert(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "alert")
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
@@ -268,7 +267,7 @@ func (s *Service) getAlert(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(insts) == 0 {
-		api.WriteError(w, r, fmt.Errorf("alert %d: %w", id, api.ErrNotFound), s.log)
+		api.WriteError(w, r, errkind.Errorf(errkind.NotFound, "alert %d: not found", id), s.log)
 		return
 	}
 	v := AlertDetail{AlertView: s.view(&insts[0].Instance)}

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/nbs-project/nbs/collector/api"
+	"github.com/nbs-project/nbs/collector/errkind"
 )
 
 // repo is the alert tables.
@@ -56,7 +56,7 @@ func (p repo) rules(ctx context.Context) ([]Rule, error) {
 func (p repo) rule(ctx context.Context, id int64) (Rule, error) {
 	r, err := scanRule(p.pool.QueryRow(ctx, `SELECT `+ruleColumns+` FROM alert_rules WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return r, fmt.Errorf("alert rule %d: %w", id, api.ErrNotFound)
+		return r, errkind.Errorf(errkind.NotFound, "alert rule %d: not found", id)
 	}
 	if err != nil {
 		return r, fmt.Errorf("read alert rule %d: %w", id, err)
@@ -81,11 +81,11 @@ func ruleArgs(r Rule) ([]any, error) {
 		r.MinPercent, groupBy, labels, r.RunbookURL, r.Enabled}, nil
 }
 
-// conflict turns a duplicate name into a 409 the user can act on.
+// conflict turns a duplicate name into a Conflict the user can act on.
 func conflict(err error, name string) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		return fmt.Errorf("an alert rule named %q exists already: %w", name, api.ErrConflict)
+		return errkind.Errorf(errkind.Conflict, "an alert rule named %q exists already", name)
 	}
 	return err
 }
@@ -117,7 +117,7 @@ func (p repo) updateRule(ctx context.Context, id int64, r Rule) (Rule, error) {
 			runbook_url = $13, enabled = $14, updated_at = now()
 		WHERE id = $15 RETURNING `+ruleColumns, append(args, id)...))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return r, fmt.Errorf("alert rule %d: %w", id, api.ErrNotFound)
+		return r, errkind.Errorf(errkind.NotFound, "alert rule %d: not found", id)
 	}
 	if err != nil {
 		return r, fmt.Errorf("update alert rule %d: %w", id, conflict(err, r.Name))

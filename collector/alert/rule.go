@@ -1,7 +1,6 @@
 package alert
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"path"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/schema"
 )
@@ -98,7 +98,7 @@ var (
 var reservedLabels = map[string]bool{"alertname": true, "severity": true, "node": true, "root": true, "metric": true}
 
 // ErrInvalidRule marks a rule that cannot be stored as given.
-var ErrInvalidRule = errors.New("invalid alert rule")
+var ErrInvalidRule = errkind.New(errkind.Invalid, "invalid alert rule")
 
 const (
 	maxForIntervals = 10_000

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/nbs-project/nbs/collector/alert/notify/alertmanager"
 	"github.com/nbs-project/nbs/collector/alert/notify/webhook"
+	"github.com/nbs-project/nbs/collector/api"
+	"github.com/nbs-project/nbs/collector/api/apitest"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
@@ -367,9 +370,15 @@ func TestAlertRulesAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := chi.NewRouter()
-	r.Route("/api/v1", svc.Routes)
+	r.Mount(api.Prefix, api.V1(api.Routes(api.Parts{Alerts: svc})))
 	srv := httptest.NewServer(r)
 	defer srv.Close()
+	doc, err := apitest.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every answer must also be what openapi.json says.
+	idPath := regexp.MustCompile(`^/(alert-rules|alerts)/[^/]+$`)
 	do := func(method, path, body string) (int, string) {
 		req, _ := http.NewRequest(method, srv.URL+"/api/v1"+path, strings.NewReader(body))
 		resp, err := http.DefaultClient.Do(req)
@@ -378,6 +387,10 @@ func TestAlertRulesAPI(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
+		pattern := idPath.ReplaceAllString(strings.SplitN(path, "?", 2)[0], "/$1/{id}")
+		if err := doc.CheckResponse(method, pattern, resp.StatusCode, b); err != nil {
+			t.Error(err)
+		}
 		return resp.StatusCode, string(b)
 	}
 	// The default exists from the migration.
@@ -428,5 +441,17 @@ func TestAlertRulesAPI(t *testing.T) {
 	}
 	if code, body := do("GET", "/alerts", ""); code != 200 || !strings.Contains(body, `"alerts": []`) || !strings.Contains(body, `"evaluator"`) {
 		t.Errorf("GET alerts: %d %s", code, body)
+	}
+	// Filters no node or rule could match are mistakes, not empty lists.
+	for _, q := range []string{"node=-x", "node=" + strings.Repeat("n", 100000), "rule=1bad", "rule=" + strings.Repeat("r", 200), "limit=0"} {
+		if code, body := do("GET", "/alerts?"+q, ""); code != 400 || len(body) > 1000 {
+			t.Errorf("GET alerts?%.30s: %d %.200s, want a short 400", q, code, body)
+		}
+	}
+	if code, body := do("GET", "/alerts/12345", ""); code != 404 || !strings.Contains(body, "alert 12345: not found") {
+		t.Errorf("GET unknown alert: %d %s", code, body)
+	}
+	if code, body := do("GET", "/alert-rules/1", ""); code != 200 || !strings.Contains(body, `"name": "NBSRootCritical"`) {
+		t.Errorf("GET rule 1: %d %s", code, body)
 	}
 }

@@ -35,7 +35,7 @@ type TreeNode struct {
 // it is a rate, zero.
 func BuildTree(defs []store.MetricDef, latest store.Latest, thresholds map[string]*store.Threshold, recent map[string]store.Recent) []*TreeNode {
 	byPath := make(map[string]*TreeNode, len(defs))
-	var roots []*TreeNode
+	roots := []*TreeNode{}
 	newest := latest.Time.UnixMilli()
 	for _, d := range defs { // sorted by path: parents first
 		n := &TreeNode{ID: d.Path, Title: d.Title, Unit: d.Unit, Kind: d.Kind.String(), Description: d.Description,

@@ -201,12 +201,10 @@ func (c *Collector) Run(ctx context.Context) error {
 	grpcSrv := grpc.NewServer(grpcOpts...)
 	nbsv1.RegisterAgentServiceServer(grpcSrv, ingestSrv)
 
-	httpAPI := api.New(st, ingestSrv, web.Handler(), c.log.With("part", "api"), c.metrics)
-	httpAPI.SetThresholds(configs)
-	httpAPI.Mount(configs.Routes)
 	alerts.SetThresholds(configs)
-	httpAPI.Mount(alerts.Routes)
-	httpSrv := &http.Server{Handler: httpAPI.Handler(), ReadHeaderTimeout: 10 * time.Second,
+	handler := httpHandler(st, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts}, web.Handler(),
+		c.log.With("part", "api"), c.metrics)
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return runCtx }}
 
 	var wg sync.WaitGroup
@@ -243,6 +241,16 @@ func (c *Collector) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 	return runErr
+}
+
+// httpHandler is the whole HTTP surface: the API answers the node routes
+// from q itself, and parts the rest of the route table.
+func httpHandler(q api.Queries, live api.Live, thresholds api.Thresholds, parts api.Parts, ui http.Handler,
+	log *slog.Logger, m *telemetry.Metrics) http.Handler {
+	a := api.New(q, live, ui, log, m)
+	a.SetThresholds(thresholds)
+	parts.Nodes = a
+	return a.Handler(api.Routes(parts))
 }
 
 // retain drops day partitions older than the retention, hourly.

@@ -7,7 +7,6 @@ package nodeconfig
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/schema"
@@ -41,7 +41,7 @@ type Override struct {
 }
 
 // ErrInvalid marks an override that cannot be stored as given.
-var ErrInvalid = errors.New("invalid override")
+var ErrInvalid = errkind.New(errkind.Invalid, "invalid override")
 
 // Validate checks an override as a user submitted it.
 func (o *Override) Validate() error {

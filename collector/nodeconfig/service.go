@@ -3,7 +3,6 @@ package nodeconfig
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nbs-project/nbs/collector/api"
+	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/store"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
@@ -213,16 +213,11 @@ func (s *Service) listenOnce(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 }
 
-// Routes adds the thresholds and expand endpoints under /api/v1.
-func (s *Service) Routes(r chi.Router) {
-	r.Get("/thresholds", s.listOverrides)
-	r.Put("/thresholds", s.putOverride)
-	r.Delete("/thresholds/{id}", s.deleteOverride)
-	r.Get("/nodes/{node}/thresholds", s.nodeThresholds)
-	r.Post("/nodes/{node}/expand", s.expandNode)
-}
+// The routes to these handlers are in api.Routes.
+var _ api.NodeConfigHandlers = (*Service)(nil)
 
-func (s *Service) listOverrides(w http.ResponseWriter, r *http.Request) {
+// ListOverrides serves GET /thresholds: every override.
+func (s *Service) ListOverrides(w http.ResponseWriter, r *http.Request) {
 	os, err := s.repo.list(r.Context())
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
@@ -234,27 +229,16 @@ func (s *Service) listOverrides(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, map[string]any{"overrides": os})
 }
 
-func decodeStrict(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return api.BadRequest("request body: %v", err)
-	}
-	return nil
-}
-
-func (s *Service) putOverride(w http.ResponseWriter, r *http.Request) {
+// PutOverride serves PUT /thresholds: sets the override of a scope and
+// metric, replacing the one there was.
+func (s *Service) PutOverride(w http.ResponseWriter, r *http.Request) {
 	var o Override
-	if err := decodeStrict(r, &o); err != nil {
+	if err := api.DecodeJSON(r, &o); err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
 	if err := o.Validate(); err != nil {
-		api.WriteError(w, r, api.BadRequest("%v", err), s.log)
+		api.WriteError(w, r, err, s.log)
 		return
 	}
 	stored, err := s.repo.put(r.Context(), o)
@@ -267,10 +251,12 @@ func (s *Service) putOverride(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, stored)
 }
 
-func (s *Service) deleteOverride(w http.ResponseWriter, r *http.Request) {
-	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
+// DeleteOverride serves DELETE /thresholds/{id}.
+func (s *Service) DeleteOverride(w http.ResponseWriter, r *http.Request) {
+	raw := chi.URLParam(r, "id")
+	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil {
-		api.WriteError(w, r, api.BadRequest("override id %q is not a number", chi.URLParam(r, "id")), s.log)
+		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "override id %s is not a number", api.Quote(raw)), s.log)
 		return
 	}
 	ok, err := s.repo.delete(r.Context(), id)
@@ -279,15 +265,26 @@ func (s *Service) deleteOverride(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		api.WriteError(w, r, fmt.Errorf("threshold override %d: %w", id, api.ErrNotFound), s.log)
+		api.WriteError(w, r, errkind.Errorf(errkind.NotFound, "threshold override %d: not found", id), s.log)
 		return
 	}
 	s.announce(r.Context(), change{Kind: "thresholds"})
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Service) nodeThresholds(w http.ResponseWriter, r *http.Request) {
-	n, err := s.store.NodeByName(r.Context(), chi.URLParam(r, "node"))
+// node looks up the route's {node}.
+func (s *Service) node(r *http.Request) (store.Node, error) {
+	name, err := api.NodeParam(r)
+	if err != nil {
+		return store.Node{}, err
+	}
+	return s.store.NodeByName(r.Context(), name)
+}
+
+// NodeThresholds serves GET /nodes/{node}/thresholds: the threshold in
+// force for each metric of the node, and where it comes from.
+func (s *Service) NodeThresholds(w http.ResponseWriter, r *http.Request) {
+	n, err := s.node(r)
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
@@ -308,19 +305,21 @@ func (s *Service) nodeThresholds(w http.ResponseWriter, r *http.Request) {
 // maxExpand bounds how long one request keeps a node's full tree streaming.
 const maxExpand = time.Hour
 
-func (s *Service) expandNode(w http.ResponseWriter, r *http.Request) {
+// ExpandNode serves POST /nodes/{node}/expand: the node streams its whole
+// tree for the given seconds.
+func (s *Service) ExpandNode(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Seconds int `json:"seconds"`
 	}
-	if err := decodeStrict(r, &req); err != nil {
+	if err := api.DecodeJSON(r, &req); err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	if req.Seconds < 1 || time.Duration(req.Seconds)*time.Second > maxExpand {
-		api.WriteError(w, r, api.BadRequest("seconds %d must be from 1 to %d", req.Seconds, int(maxExpand.Seconds())), s.log)
+	if req.Seconds < 1 || req.Seconds > int(maxExpand/time.Second) { // compared in seconds: a huge count would overflow a Duration
+		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "seconds %d must be from 1 to %d", req.Seconds, int(maxExpand.Seconds())), s.log)
 		return
 	}
-	n, err := s.store.NodeByName(r.Context(), chi.URLParam(r, "node"))
+	n, err := s.node(r)
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
 		return

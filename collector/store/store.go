@@ -13,11 +13,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/migrations"
 )
 
 // ErrNotFound is returned by lookups of a node or metric that does not exist.
-var ErrNotFound = errors.New("not found")
+var ErrNotFound = errkind.New(errkind.NotFound, "not found")
 
 type Store struct {
 	pool *pgxpool.Pool

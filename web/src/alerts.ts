@@ -215,7 +215,7 @@ export function ruleInput(d: RuleDraft): { input?: AlertRuleInput; errors: RuleE
       name: d.name.trim(),
       kind: d.kind,
       metric: d.metric.trim(),
-      state: d.state,
+      state: d.state as AlertRuleInput['state'], // as typed: the collector judges it
       for_intervals: d.holdUnit === 'intervals' ? hold : 0,
       for_seconds: d.holdUnit === 'seconds' ? hold : 0,
       severity: d.severity.trim(),

@@ -19,7 +19,8 @@ const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFi
 
 /** A point's percentile q (p50, p90, …, max): from its percentiles object, else a field of the point. */
 function pct(p: Series['points'][number], q: string): number | null {
-  return num(p.percentiles?.[q]) ?? num(p[q]);
+  // Indexed by name: a quantile the document does not list yet still draws.
+  return num((p.percentiles as Record<string, unknown> | undefined)?.[q]) ?? num((p as Record<string, unknown>)[q]);
 }
 
 export function chartData(s: Series): ChartData {

@@ -1,13 +1,13 @@
 // Realistic API bodies, shaped like the collector's answers.
-import type { Alert, AlertRule, NodeSummary, TreeNode } from './api';
+import type { Alert, AlertRule, NodeSummary, State, Threshold, TreeNode } from './api';
 
-const th = { warn: 1, crit: 10, comparison: 'above', hold_intervals: 1 };
+const th: Threshold = { warn: 1, crit: 10, comparison: 'above', hold_intervals: 1 };
 
-export function leaf(id: string, state = 'ok', value = 0): TreeNode {
+export function leaf(id: string, state: State = 'ok', value = 0): TreeNode {
   return { id, title: id.split('/').pop()!, unit: 'resets/s', kind: 'rate', description: `About ${id}.`, value, count: value * 2, state, own_state: state, threshold: th, children: [] };
 }
 
-export function branch(id: string, children: TreeNode[], own = 'ok'): TreeNode {
+export function branch(id: string, children: TreeNode[], own: State = 'ok'): TreeNode {
   const sev: Record<string, number> = { ok: 0, unknown: 1, warn: 2, crit: 3 };
   const state = children.reduce((w, c) => (sev[c.state] > sev[w] ? c.state : w), own);
   const value = children.reduce((s, c) => s + (c.value ?? 0), 0);
@@ -25,7 +25,7 @@ export function resetTree(): TreeNode[] {
   ];
 }
 
-export function node(name: string, state: string, labels: Record<string, string> = {}, extra: Partial<NodeSummary> = {}): NodeSummary {
+export function node(name: string, state: State, labels: Record<string, string> = {}, extra: Partial<NodeSummary> = {}): NodeSummary {
   return {
     name,
     labels,

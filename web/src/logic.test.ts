@@ -23,7 +23,7 @@ describe('format', () => {
     expect(formatValue(2.5e9, '')).toBe('2.5G');
   });
   it('describes thresholds', () => {
-    const t = { warn: 1, crit: 10, comparison: 'above', hold_intervals: 3 };
+    const t = { warn: 1, crit: 10, comparison: 'above' as const, hold_intervals: 3 };
     expect(thresholdShort(t)).toBe('> 1 · > 10');
     expect(thresholdLong(t, 'resets/s')).toBe('WARN when above 1 resets/s, CRIT when above 10 resets/s for 3 consecutive intervals.');
     expect(thresholdShort({ ...t, comparison: 'below', baseline_intervals: 30 })).toBe('< ×1 · ×10 base');
@@ -118,7 +118,7 @@ describe('recent window', () => {
 });
 
 describe('chart scale', () => {
-  const t = { warn: 1, crit: 10, comparison: 'above', hold_intervals: 1 };
+  const t = { warn: 1, crit: 10, comparison: 'above' as const, hold_intervals: 1 };
   it('shows threshold levels within reach of the data', () => {
     expect(yMax(25, t)).toBeCloseTo(27);
     expect(yMax(5, t)).toBeCloseTo(10.8);

@@ -82,7 +82,7 @@ export function buildRequest(d: Draft, metric: string, node: string): { req?: Ov
     if (baseline > 0 && (warn <= 0 || crit <= 0)) errors.baseline = 'With a baseline, warn and crit are multiples of it and must be above 0.';
   }
   if (Object.keys(errors).length) return { errors };
-  const threshold: Threshold = { warn, crit, comparison: d.comparison, hold_intervals: hold };
+  const threshold: Threshold = { warn, crit, comparison: d.comparison === 'below' ? 'below' : 'above', hold_intervals: hold };
   if (baseline > 0) threshold.baseline_intervals = baseline;
   return { req: { scope, metric, threshold }, errors };
 }

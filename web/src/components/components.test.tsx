@@ -146,7 +146,7 @@ describe('Evidence', () => {
 });
 
 describe('ThresholdEditor', () => {
-  const t = { warn: 1, crit: 10, comparison: 'above', hold_intervals: 1 };
+  const t = { warn: 1, crit: 10, comparison: 'above' as const, hold_intervals: 1 };
 
   it('validates before sending', () => {
     const d = draftFrom(t, 'selector', '');

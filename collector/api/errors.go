@@ -1,0 +1,104 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/nbs-project/nbs/collector/errkind"
+)
+
+// answer is how one kind of error is told to an HTTP client.
+type answer struct {
+	status int
+	code   string // ErrorDetail.Code, stable for clients
+}
+
+// answers is the one mapping from error kinds to HTTP; openapi.json lists
+// the same codes (ErrorDetail.code) and the tests hold the two together.
+var answers = map[errkind.Kind]answer{
+	errkind.Internal:     {http.StatusInternalServerError, "internal"},
+	errkind.Invalid:      {http.StatusBadRequest, "bad_request"},
+	errkind.NotFound:     {http.StatusNotFound, "not_found"},
+	errkind.Conflict:     {http.StatusConflict, "conflict"},
+	errkind.TooLarge:     {http.StatusRequestEntityTooLarge, "too_large"},
+	errkind.Unavailable:  {http.StatusServiceUnavailable, "unavailable"},
+	errkind.Unauthorized: {http.StatusUnauthorized, "unauthorized"},
+	errkind.Forbidden:    {http.StatusForbidden, "forbidden"},
+}
+
+// codeMethodNotAllowed answers a known path asked with the wrong method; it
+// is about routing, so no domain error has that kind.
+const codeMethodNotAllowed = "method_not_allowed"
+
+// ErrorBody is the JSON envelope of every error answer under /api/v1.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// WriteError answers with the JSON error envelope for err's kind. Internal
+// errors are logged and answered with a generic message, since they may
+// carry internal detail; the others carry their own message, which says
+// what to change.
+func WriteError(w http.ResponseWriter, r *http.Request, err error, log *slog.Logger) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the client went away; nobody reads the answer
+	}
+	k, msg := errkind.Of(err), err.Error()
+	var mbe *http.MaxBytesError
+	if k == errkind.Internal && errors.As(err, &mbe) { // the body limit's own error, which no domain code saw
+		k, msg = errkind.TooLarge, fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)
+	}
+	a, ok := answers[k]
+	if !ok || k == errkind.Internal {
+		if log != nil {
+			log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		a, msg = answers[errkind.Internal], "internal error; the collector log has the details (request "+middleware.GetReqID(r.Context())+")"
+	}
+	WriteJSON(w, a.status, ErrorBody{ErrorDetail{a.code, msg}})
+}
+
+// WriteJSON writes v with the status code.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// DecodeJSON reads a request body holding exactly one JSON value into v,
+// refusing fields v does not have: a typo must not be silently ignored.
+func DecodeJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return errkind.Errorf(errkind.TooLarge, "request body is larger than %d bytes", mbe.Limit)
+	case errors.Is(err, io.EOF):
+		return errkind.Errorf(errkind.Invalid, "request body is empty; send a JSON object")
+	case err != nil:
+		return errkind.Errorf(errkind.Invalid, "request body: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if errors.As(err, &mbe) {
+			return errkind.Errorf(errkind.TooLarge, "request body is larger than %d bytes", mbe.Limit)
+		}
+		return errkind.Errorf(errkind.Invalid, "request body: more than one JSON value")
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/store"
+)
+
+func TestWriteError(t *testing.T) {
+	cases := []struct {
+		name       string
+		err        error
+		status     int
+		code       string
+		message    string // the whole message, or "" for the internal one
+		logsDetail bool
+	}{
+		{"invalid", errkind.Errorf(errkind.Invalid, "limit %q must be an integer from 1 to 1000", "x"), 400, "bad_request", `limit "x" must be an integer from 1 to 1000`, false},
+		{"store not found, wrapped", fmt.Errorf("node %q: %w", "web-9", store.ErrNotFound), 404, "not_found", `node "web-9": not found`, false},
+		{"conflict", errkind.Errorf(errkind.Conflict, "an alert rule named %q exists already", "X"), 409, "conflict", `an alert rule named "X" exists already`, false},
+		{"too large", errkind.Errorf(errkind.TooLarge, "request body is larger than 10 bytes"), 413, "too_large", "request body is larger than 10 bytes", false},
+		{"body limit of net/http", fmt.Errorf("decode: %w", &http.MaxBytesError{Limit: 1 << 20}), 413, "too_large", "request body is larger than 1048576 bytes", false},
+		{"unavailable", errkind.Errorf(errkind.Unavailable, "database: %w", errors.New("connection refused")), 503, "unavailable", "database: connection refused", false},
+		{"unauthorized", errkind.Errorf(errkind.Unauthorized, "no credentials"), 401, "unauthorized", "no credentials", false},
+		{"forbidden", errkind.Errorf(errkind.Forbidden, "read only"), 403, "forbidden", "read only", false},
+		{"internal hides its detail", fmt.Errorf("read node: %w", errors.New("password authentication failed for nbs")), 500, "internal", "", true},
+		{"internal kind", errkind.Errorf(errkind.Internal, "secret"), 500, "internal", "", true},
+		{"a deadline is not the client's doing", fmt.Errorf("query: %w", context.DeadlineExceeded), 500, "internal", "", true},
+	}
+	seen := map[errkind.Kind]bool{}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			seen[kindOfForTest(c.err)] = true
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			w := httptest.NewRecorder()
+			WriteError(w, httptest.NewRequest("GET", "/api/v1/x", nil), c.err, log)
+			var body ErrorBody
+			dec := json.NewDecoder(w.Body)
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&body); err != nil {
+				t.Fatalf("body: %v", err)
+			}
+			if w.Code != c.status || body.Error.Code != c.code {
+				t.Errorf("HTTP %d %q, want %d %q", w.Code, body.Error.Code, c.status, c.code)
+			}
+			if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+			switch {
+			case c.message != "" && body.Error.Message != c.message:
+				t.Errorf("message %q, want %q", body.Error.Message, c.message)
+			case c.message == "" && (!strings.HasPrefix(body.Error.Message, "internal error;") || strings.Contains(body.Error.Message, c.err.Error())):
+				t.Errorf("message %q must be the generic one, without %q", body.Error.Message, c.err.Error())
+			}
+			if logged := strings.Contains(logs.String(), "request failed"); logged != c.logsDetail {
+				t.Errorf("logged %v, want %v: %s", logged, c.logsDetail, logs.String())
+			}
+		})
+	}
+	for _, k := range errkind.Kinds() {
+		if _, ok := answers[k]; !ok {
+			t.Errorf("kind %v has no HTTP answer", k)
+		}
+		if !seen[k] {
+			t.Errorf("kind %v is not tested", k)
+		}
+	}
+
+	t.Run("a client that went away gets nothing", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		w := httptest.NewRecorder()
+		WriteError(w, httptest.NewRequest("GET", "/", nil).WithContext(ctx), fmt.Errorf("query: %w", context.Canceled), nil)
+		if w.Body.Len() != 0 {
+			t.Errorf("wrote %q", w.Body.String())
+		}
+	})
+}
+
+func kindOfForTest(err error) errkind.Kind {
+	var mbe *http.MaxBytesError
+	if errkind.Of(err) == errkind.Internal && errors.As(err, &mbe) {
+		return errkind.TooLarge
+	}
+	return errkind.Of(err)
+}
+
+func TestDecodeJSON(t *testing.T) {
+	type target struct {
+		Seconds int `json:"seconds"`
+	}
+	cases := []struct {
+		name, body string
+		limit      int64
+		want       int
+		kind       errkind.Kind
+		wantErr    string
+	}{
+		{"valid", `{"seconds": 5}`, 1 << 20, 5, errkind.Internal, ""},
+		{"trailing white space", "{\"seconds\": 5}\n\n", 1 << 20, 5, errkind.Internal, ""},
+		{"unknown field", `{"seconds": 5, "secs": 6}`, 1 << 20, 0, errkind.Invalid, `unknown field "secs"`},
+		{"wrong type", `{"seconds": "5"}`, 1 << 20, 0, errkind.Invalid, "request body"},
+		{"not JSON", `seconds=5`, 1 << 20, 0, errkind.Invalid, "request body"},
+		{"empty", ``, 1 << 20, 0, errkind.Invalid, "request body is empty"},
+		{"two values", `{"seconds": 5}{"seconds": 6}`, 1 << 20, 0, errkind.Invalid, "more than one JSON value"},
+		{"over the limit", `{"seconds": 5, "pad": "` + strings.Repeat("x", 100) + `"}`, 20, 0, errkind.TooLarge, "larger than 20 bytes"},
+		{"over the limit after the value", `{"seconds": 5}` + strings.Repeat(" ", 100), 20, 0, errkind.TooLarge, "larger than 20 bytes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest("POST", "/", strings.NewReader(c.body))
+			r.Body = http.MaxBytesReader(w, io.NopCloser(r.Body), c.limit)
+			var v target
+			err := DecodeJSON(r, &v)
+			if c.wantErr == "" {
+				if err != nil || v.Seconds != c.want {
+					t.Fatalf("DecodeJSON = %v, %+v; want %d", err, v, c.want)
+				}
+				return
+			}
+			if err == nil || errkind.Of(err) != c.kind || !strings.Contains(err.Error(), c.wantErr) {
+				t.Fatalf("DecodeJSON = %v (%v); want %v containing %q", err, errkind.Of(err), c.kind, c.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,177 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nbs-project/nbs/collector/api"
+	"github.com/nbs-project/nbs/collector/api/apitest"
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
+	"github.com/nbs-project/nbs/internal/loglinear"
+)
+
+// fakeStore answers the node routes' queries from memory, for one node
+// (web-1) that reports and one (idle) that never has.
+type fakeStore struct {
+	now     time.Time
+	nodes   []store.Node
+	defs    map[int32][]store.MetricDef
+	latest  map[int32]store.Latest
+	pingErr error
+	// What the last Series/Events call was asked.
+	asked struct {
+		from, to time.Time
+		step     time.Duration
+		limit    int
+	}
+}
+
+func newFakeStore(now time.Time) *fakeStore {
+	thr := &store.Threshold{Warn: 1, Crit: 10, Comparison: "above", HoldIntervals: 1}
+	f := &fakeStore{now: now,
+		nodes: []store.Node{
+			{ID: 1, Name: "idle", IntervalMS: 10000},
+			{ID: 2, Name: "web-1", Labels: map[string]string{"customer": "acme"}, AgentVersion: "1.0", KernelRelease: "6.1.0",
+				IntervalMS: 10000, Capabilities: []store.Capability{{Name: "bpf", Available: true}, {Name: "tx", Reason: "no BTF"}}},
+		},
+		defs: map[int32][]store.MetricDef{2: {
+			{Path: "latency", Title: "Latency", Unit: "ms", Kind: store.KindHistogram, Scale: 1000},
+			{Path: "tcp_reset", Title: "TCP resets", Unit: "resets/s", Kind: store.KindRate, DefaultThreshold: thr},
+			{Path: "tcp_reset/sent", Title: "Sent", Unit: "resets/s", Kind: store.KindRate},
+			{Path: "tcp_reset/sent/no_socket", Title: "No socket", Unit: "resets/s", Kind: store.KindRate, DefaultThreshold: thr},
+		}},
+		latest: map[int32]store.Latest{2: {Time: now.Add(-5 * time.Second), IntervalMS: 10000, Metrics: map[string]store.LatestValue{
+			"latency":                  {Value: 1.5, State: store.StateOK, TimeMS: now.Add(-5 * time.Second).UnixMilli(), IntervalMS: 10000},
+			"tcp_reset":                {Value: 40, State: store.StateOK, TimeMS: now.Add(-5 * time.Second).UnixMilli(), IntervalMS: 10000},
+			"tcp_reset/sent/no_socket": {Value: 40, State: store.StateWarn, TimeMS: now.Add(-5 * time.Second).UnixMilli(), IntervalMS: 10000},
+		}}},
+	}
+	return f
+}
+
+func (f *fakeStore) Ping(context.Context) error { return f.pingErr }
+
+func (f *fakeStore) Nodes(context.Context) ([]store.Node, error) { return f.nodes, nil }
+
+func (f *fakeStore) NodeByName(_ context.Context, name string) (store.Node, error) {
+	for _, n := range f.nodes {
+		if n.Name == name {
+			return n, nil
+		}
+	}
+	return store.Node{}, fmt.Errorf("node %q: %w", name, store.ErrNotFound)
+}
+
+func (f *fakeStore) Definitions(_ context.Context, id int32) ([]store.MetricDef, error) {
+	return f.defs[id], nil
+}
+
+func (f *fakeStore) RootDefinitions(context.Context) (map[int32][]store.MetricDef, error) {
+	out := map[int32][]store.MetricDef{}
+	for id, defs := range f.defs {
+		for _, d := range defs {
+			if !strings.Contains(d.Path, "/") {
+				out[id] = append(out[id], d)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) Latest(_ context.Context, id int32) (store.Latest, bool, error) {
+	l, ok := f.latest[id]
+	return l, ok, nil
+}
+
+func (f *fakeStore) LatestAll(context.Context) (map[int32]store.Latest, error) { return f.latest, nil }
+
+func (f *fakeStore) RecentByMetric(context.Context, int32, time.Time) (map[string]store.Recent, error) {
+	return map[string]store.Recent{"tcp_reset/sent/no_socket": {Sum: 80, Worst: store.StateCrit}}, nil
+}
+
+func (f *fakeStore) Series(_ context.Context, _ int32, _ string, from, to time.Time, step time.Duration) ([]store.Bucket, error) {
+	f.asked.from, f.asked.to, f.asked.step = from, to, step
+	return []store.Bucket{
+		{Start: from, Sum: 20, Max: 20, Present: 1, Reports: 1, IntervalMS: 10000, Worst: store.StateWarn},
+		{Start: from.Add(step), Reports: 1, IntervalMS: 10000}, // no report carried it
+	}, nil
+}
+
+func (f *fakeStore) HistogramSeries(_ context.Context, _ int32, _ string, from, _ time.Time, _ time.Duration) ([]store.HistogramBucket, error) {
+	h := loglinear.New()
+	h.RecordN(1500, 10)
+	h.RecordN(90000, 1)
+	return []store.HistogramBucket{{Start: from, Hist: h}}, nil
+}
+
+func (f *fakeStore) Events(_ context.Context, _ int32, path string, from, to time.Time, limit int) ([]store.StoredEvent, error) {
+	f.asked.from, f.asked.to, f.asked.limit = from, to, limit
+	return []store.StoredEvent{
+		{Time: to.Add(-time.Minute), Metric: path + "/no_socket", Fields: map[string]string{"saddr": "10.0.0.1", "dport": "9"}},
+		{Time: to.Add(-2 * time.Minute), Metric: path},
+	}, nil
+}
+
+type live map[string]bool
+
+func (l live) Connected(n string) bool { return l[n] }
+
+// stubParts stand in for nodeconfig and alert: each handler answers with
+// its own name, so a test sees which one a route reached.
+type stubParts struct{}
+
+func answer(name string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, name) }
+}
+
+func (stubParts) ListOverrides(w http.ResponseWriter, r *http.Request) { answer("ListOverrides")(w, r) }
+func (stubParts) PutOverride(w http.ResponseWriter, r *http.Request)   { answer("PutOverride")(w, r) }
+func (stubParts) DeleteOverride(w http.ResponseWriter, r *http.Request) {
+	answer("DeleteOverride")(w, r)
+}
+func (stubParts) NodeThresholds(w http.ResponseWriter, r *http.Request) {
+	answer("NodeThresholds")(w, r)
+}
+func (stubParts) ExpandNode(w http.ResponseWriter, r *http.Request) { answer("ExpandNode")(w, r) }
+func (stubParts) ListRules(w http.ResponseWriter, r *http.Request)  { answer("ListRules")(w, r) }
+func (stubParts) CreateRule(w http.ResponseWriter, r *http.Request) { answer("CreateRule")(w, r) }
+func (stubParts) GetRule(w http.ResponseWriter, r *http.Request)    { answer("GetRule")(w, r) }
+func (stubParts) PutRule(w http.ResponseWriter, r *http.Request)    { answer("PutRule")(w, r) }
+func (stubParts) DeleteRule(w http.ResponseWriter, r *http.Request) { answer("DeleteRule")(w, r) }
+func (stubParts) ListAlerts(w http.ResponseWriter, r *http.Request) { answer("ListAlerts")(w, r) }
+func (stubParts) GetAlert(w http.ResponseWriter, r *http.Request)   { answer("GetAlert")(w, r) }
+
+// server is the whole HTTP surface over the fake store, with the route
+// table it serves.
+func server(t *testing.T, st api.Queries) (chi.Router, []api.Route) {
+	t.Helper()
+	a := api.New(st, live{"web-1": true}, answer("UI"), slog.New(slog.DiscardHandler), telemetry.New())
+	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}})
+	return a.Handler(routes), routes
+}
+
+func do(t *testing.T, h http.Handler, method, target, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(method, target, strings.NewReader(body)))
+	return w
+}
+
+func loadDoc(t *testing.T) *apitest.Doc {
+	t.Helper()
+	doc, err := apitest.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}

@@ -1,0 +1,345 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nbs-project/nbs/collector/store"
+)
+
+// NodeSummary is a node as listed in the fleet view.
+type NodeSummary struct {
+	Name          string             `json:"name"`
+	Labels        map[string]string  `json:"labels"`
+	State         string             `json:"state"`
+	Connected     bool               `json:"connected"`
+	Stale         bool               `json:"stale"`
+	LastReport    *time.Time         `json:"last_report"`
+	IntervalMS    uint32             `json:"interval_ms"`
+	AgentVersion  string             `json:"agent_version"`
+	KernelRelease string             `json:"kernel_release"`
+	Capabilities  []store.Capability `json:"capabilities"`
+	Roots         []*TreeNode        `json:"roots"`
+}
+
+// NodeList is the fleet.
+type NodeList struct {
+	Nodes []NodeSummary `json:"nodes"`
+}
+
+// Tree is a node's whole metric tree.
+type Tree struct {
+	Node       string      `json:"node"`
+	Time       *time.Time  `json:"time"` // of the newest report; null before the first
+	IntervalMS uint32      `json:"interval_ms"`
+	WindowS    int         `json:"window_s"`
+	Roots      []*TreeNode `json:"roots"`
+}
+
+// Point is one step of a series.
+type Point struct {
+	Time  time.Time `json:"t"`
+	Value *float64  `json:"value"`
+	Max   *float64  `json:"max,omitempty"`
+	Count *float64  `json:"count,omitempty"`
+	State string    `json:"state"`
+	// Histograms: percentiles of the step's merged distribution, in unit.
+	Percentiles *Percentiles `json:"percentiles,omitempty"`
+}
+
+type Percentiles struct {
+	P50     float64 `json:"p50"`
+	P90     float64 `json:"p90"`
+	P99     float64 `json:"p99"`
+	Max     float64 `json:"max"`
+	Samples uint64  `json:"samples"`
+}
+
+// Series is one metric of a node over time.
+type Series struct {
+	Node   string    `json:"node"`
+	Metric string    `json:"metric"`
+	Unit   string    `json:"unit"`
+	Kind   string    `json:"kind"`
+	From   time.Time `json:"from"`
+	To     time.Time `json:"to"`
+	StepMS int64     `json:"step_ms"`
+	Points []Point   `json:"points"`
+}
+
+// Evidence is one event (a 5-tuple and the like) that explains a metric.
+type Evidence struct {
+	Time   time.Time         `json:"t"`
+	Metric string            `json:"metric"`
+	Fields map[string]string `json:"fields"`
+}
+
+// EventList is a node's newest evidence for a metric and its descendants.
+type EventList struct {
+	Node   string     `json:"node"`
+	Metric string     `json:"metric"`
+	Events []Evidence `json:"events"`
+}
+
+// staleAfter is how many missed intervals make a node's newest data stale.
+const staleAfter = 3
+
+func summarize(n store.Node, defs []store.MetricDef, latest store.Latest, ok, connected bool, now time.Time) NodeSummary {
+	s := NodeSummary{Name: n.Name, Labels: n.Labels, Connected: connected, IntervalMS: n.IntervalMS,
+		AgentVersion: n.AgentVersion, KernelRelease: n.KernelRelease, Capabilities: n.Capabilities, Roots: []*TreeNode{}}
+	if s.Labels == nil {
+		s.Labels = map[string]string{}
+	}
+	if s.Capabilities == nil {
+		s.Capabilities = []store.Capability{}
+	}
+	worst := store.StateUnknown
+	if ok {
+		t := latest.Time.UTC()
+		s.LastReport = &t
+		iv := time.Duration(max(latest.IntervalMS, 1)) * time.Millisecond
+		s.Stale = now.Sub(latest.Time) > staleAfter*iv
+		s.Roots = BuildTree(defs, latest, nil, nil)
+		worst = store.StateOK
+		for _, r := range s.Roots {
+			r.Children = nil // the fleet view shows roots only
+			worst = store.Worse(worst, r.worst)
+		}
+		if s.Stale {
+			worst = store.StateUnknown
+		}
+	}
+	s.State = worst.String()
+	return s
+}
+
+// node looks up the route's {node}.
+func (a *API) node(r *http.Request) (store.Node, error) {
+	name, err := NodeParam(r)
+	if err != nil {
+		return store.Node{}, err
+	}
+	return a.q.NodeByName(r.Context(), name)
+}
+
+// ListNodes serves GET /nodes: every node with its roots.
+func (a *API) ListNodes(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	nodes, err := a.q.Nodes(ctx)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	roots, err := a.q.RootDefinitions(ctx)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	latest, err := a.q.LatestAll(ctx)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	now := a.now()
+	out := NodeList{Nodes: make([]NodeSummary, 0, len(nodes))}
+	for _, n := range nodes {
+		l, ok := latest[n.ID]
+		out.Nodes = append(out.Nodes, summarize(n, roots[n.ID], l, ok, a.live.Connected(n.Name), now))
+	}
+	WriteJSON(w, http.StatusOK, out)
+}
+
+// GetNode serves GET /nodes/{node}: one node as the fleet view shows it.
+func (a *API) GetNode(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	n, err := a.node(r)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	defs, err := a.q.Definitions(ctx, n.ID)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	l, ok, err := a.q.Latest(ctx, n.ID)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	var rootDefs []store.MetricDef
+	for _, d := range defs {
+		if !strings.Contains(d.Path, "/") {
+			rootDefs = append(rootDefs, d)
+		}
+	}
+	WriteJSON(w, http.StatusOK, summarize(n, rootDefs, l, ok, a.live.Connected(n.Name), a.now()))
+}
+
+// GetTree serves GET /nodes/{node}/tree.
+func (a *API) GetTree(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	window, err := parseWindow(r.URL.Query().Get("window"))
+	if err != nil {
+		WriteError(w, r, err, nil)
+		return
+	}
+	n, err := a.node(r)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	defs, err := a.q.Definitions(ctx, n.ID)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	l, ok, err := a.q.Latest(ctx, n.ID)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	var thresholds map[string]*store.Threshold
+	if a.thresholds != nil {
+		if thresholds, err = a.thresholds.Thresholds(ctx, n, defs); err != nil {
+			WriteError(w, r, err, a.log)
+			return
+		}
+	}
+	recent, err := a.q.RecentByMetric(ctx, n.ID, a.now().Add(-window))
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	out := Tree{Node: n.Name, IntervalMS: n.IntervalMS, WindowS: int(window.Seconds()),
+		Roots: BuildTree(defs, l, thresholds, recent)}
+	if ok {
+		t := l.Time.UTC()
+		out.Time = &t
+	}
+	WriteJSON(w, http.StatusOK, out)
+}
+
+// GetSeries serves GET /nodes/{node}/series: one metric over time.
+func (a *API) GetSeries(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	q := r.URL.Query()
+	metric, err := metricParam(r)
+	if err != nil {
+		WriteError(w, r, err, nil)
+		return
+	}
+	from, to, err := timeRange(q.Get("from"), q.Get("to"), defaultRange, a.now())
+	if err != nil {
+		WriteError(w, r, err, nil)
+		return
+	}
+	n, err := a.node(r)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	step, err := parseStep(q.Get("step"), time.Duration(n.IntervalMS)*time.Millisecond, from, to)
+	if err != nil {
+		WriteError(w, r, err, nil)
+		return
+	}
+	defs, err := a.q.Definitions(ctx, n.ID)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	var def *store.MetricDef
+	for i := range defs {
+		if defs[i].Path == metric {
+			def = &defs[i]
+		}
+	}
+	if def == nil {
+		WriteError(w, r, fmt.Errorf("metric %q on node %s: %w", metric, n.Name, store.ErrNotFound), nil)
+		return
+	}
+	buckets, err := a.q.Series(ctx, n.ID, metric, from, to, step)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	points := make([]Point, 0, len(buckets))
+	for _, b := range buckets {
+		p := Point{Time: b.Start.UTC(), State: b.Worst.String()}
+		switch def.Kind {
+		case store.KindRate:
+			p.Value = ptr(b.Sum / (float64(max(b.IntervalMS, 1)) / 1000))
+			p.Count = ptr(b.Sum)
+		default:
+			if b.Present > 0 {
+				p.Value, p.Max = ptr(b.Sum/float64(b.Present)), ptr(b.Max)
+			}
+		}
+		if b.Present == 0 {
+			p.State = store.StateOK.String()
+		}
+		points = append(points, p)
+	}
+	if def.Kind == store.KindHistogram {
+		hs, err := a.q.HistogramSeries(ctx, n.ID, metric, from, to, step)
+		if err != nil {
+			WriteError(w, r, err, a.log)
+			return
+		}
+		scale := max(def.Scale, 1)
+		byStart := make(map[int64]*Percentiles, len(hs))
+		for _, hb := range hs {
+			h := hb.Hist
+			byStart[hb.Start.UnixNano()] = &Percentiles{P50: h.Quantile(0.5) / scale, P90: h.Quantile(0.9) / scale,
+				P99: h.Quantile(0.99) / scale, Max: h.Max() / scale, Samples: h.Count}
+		}
+		for i := range points {
+			points[i].Percentiles = byStart[points[i].Time.UnixNano()]
+		}
+	}
+	WriteJSON(w, http.StatusOK, Series{Node: n.Name, Metric: metric, Unit: def.Unit, Kind: def.Kind.String(),
+		From: from.UTC(), To: to.UTC(), StepMS: step.Milliseconds(), Points: points})
+}
+
+// GetEvents serves GET /nodes/{node}/events: the newest evidence.
+func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	q := r.URL.Query()
+	metric, err := metricParam(r)
+	if err != nil {
+		WriteError(w, r, err, nil)
+		return
+	}
+	from, to, err := timeRange(q.Get("from"), q.Get("to"), defaultRange, a.now())
+	if err != nil {
+		WriteError(w, r, err, nil)
+		return
+	}
+	limit, err := parseLimit(q.Get("limit"))
+	if err != nil {
+		WriteError(w, r, err, nil)
+		return
+	}
+	n, err := a.node(r)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	events, err := a.q.Events(ctx, n.ID, metric, from, to, limit)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
+	out := EventList{Node: n.Name, Metric: metric, Events: make([]Evidence, 0, len(events))}
+	for _, e := range events {
+		f := e.Fields
+		if f == nil {
+			f = map[string]string{}
+		}
+		out.Events = append(out.Events, Evidence{e.Time.UTC(), e.Metric, f})
+	}
+	WriteJSON(w, http.StatusOK, out)
+}

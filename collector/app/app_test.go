@@ -1,0 +1,148 @@
+package app
+
+import (
+	"context"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/collector/api"
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
+)
+
+// defaults is the configuration the command-line flags give, plus a
+// database URL.
+func defaults(t *testing.T) Config {
+	t.Helper()
+	var c Config
+	fs := flag.NewFlagSet("nbs-collector", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--db.url=postgres://nbs@db/nbs"}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestConfigValidate(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(*Config)
+		want   []string // every problem the error must name; none = valid
+	}{
+		{"the flags' defaults", func(*Config) {}, nil},
+		{"TLS with a client CA", func(c *Config) { c.GRPCTLSCert, c.GRPCTLSKey, c.GRPCClientCA = "c.pem", "k.pem", "ca.pem" }, nil},
+		{"no database", func(c *Config) { c.DBURL = "" }, []string{"--db.url (or env NBS_DB_URL) is required"}},
+		{"a certificate without its key", func(c *Config) { c.GRPCTLSCert = "c.pem" }, []string{"--grpc.tls-cert-file and --grpc.tls-key-file go together"}},
+		{"a client CA without a certificate", func(c *Config) { c.GRPCClientCA = "ca.pem" }, []string{"--grpc.tls-client-ca-file needs"}},
+		{"retention under a day", func(c *Config) { c.Retention = time.Hour }, []string{"--retention 1h0m0s is shorter than one day"}},
+		{"too many ping peers", func(c *Config) { c.PingPeers = 1001 }, []string{"--ping.peers 1001 is more than 1000"}},
+		{"no writers", func(c *Config) { c.DBWriters = 0 }, []string{"--db.writers 0 must be from 1 to 64"}},
+		{"messages too small", func(c *Config) { c.MaxMsgSize = 1024 }, []string{"--grpc.max-message-bytes 1024"}},
+		{"external URL not absolute", func(c *Config) { c.ExternalURL = "nbs.example.com" }, []string{"--web.external-url"}},
+		{"every problem at once", func(c *Config) { c.DBURL, c.DBWriters, c.Retention = "", 65, time.Minute }, []string{
+			"--db.url", "--db.writers 65", "--retention 1m0s"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := defaults(t)
+			c.change(&cfg)
+			err := cfg.Validate()
+			if len(c.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want valid", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate() = nil, want %q", c.want)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Validate() = %v, want it to say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// fakeQueries is a fleet of one node that has not reported yet.
+type fakeQueries struct{ api.Queries }
+
+func (fakeQueries) Ping(context.Context) error { return nil }
+func (fakeQueries) Nodes(context.Context) ([]store.Node, error) {
+	return []store.Node{{ID: 1, Name: "web-1"}}, nil
+}
+func (fakeQueries) RootDefinitions(context.Context) (map[int32][]store.MetricDef, error) {
+	return nil, nil
+}
+func (fakeQueries) LatestAll(context.Context) (map[int32]store.Latest, error) { return nil, nil }
+
+type noneConnected struct{}
+
+func (noneConnected) Connected(string) bool { return false }
+
+// part answers every handler with the part's name and the handler's.
+type part string
+
+func (p part) answer(w http.ResponseWriter, h string) { _, _ = io.WriteString(w, string(p)+"."+h) }
+
+func (p part) ListOverrides(w http.ResponseWriter, _ *http.Request)  { p.answer(w, "ListOverrides") }
+func (p part) PutOverride(w http.ResponseWriter, _ *http.Request)    { p.answer(w, "PutOverride") }
+func (p part) DeleteOverride(w http.ResponseWriter, _ *http.Request) { p.answer(w, "DeleteOverride") }
+func (p part) NodeThresholds(w http.ResponseWriter, _ *http.Request) { p.answer(w, "NodeThresholds") }
+func (p part) ExpandNode(w http.ResponseWriter, _ *http.Request)     { p.answer(w, "ExpandNode") }
+func (p part) ListRules(w http.ResponseWriter, _ *http.Request)      { p.answer(w, "ListRules") }
+func (p part) CreateRule(w http.ResponseWriter, _ *http.Request)     { p.answer(w, "CreateRule") }
+func (p part) GetRule(w http.ResponseWriter, _ *http.Request)        { p.answer(w, "GetRule") }
+func (p part) PutRule(w http.ResponseWriter, _ *http.Request)        { p.answer(w, "PutRule") }
+func (p part) DeleteRule(w http.ResponseWriter, _ *http.Request)     { p.answer(w, "DeleteRule") }
+func (p part) ListAlerts(w http.ResponseWriter, _ *http.Request)     { p.answer(w, "ListAlerts") }
+func (p part) GetAlert(w http.ResponseWriter, _ *http.Request)       { p.answer(w, "GetAlert") }
+
+// TestHTTPHandler: the collector's HTTP surface sends each route to the
+// part that owns it, and keeps health, metrics and the UI beside the API.
+func TestHTTPHandler(t *testing.T) {
+	ui := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ui") })
+	h := httpHandler(fakeQueries{}, noneConnected{}, nil, api.Parts{NodeConfig: part("nodeconfig"), Alerts: part("alert")},
+		ui, slog.New(slog.DiscardHandler), telemetry.New())
+	cases := []struct {
+		method, path string
+		status       int
+		want         string // the whole body, or a part of it
+	}{
+		{"GET", "/api/v1/thresholds", 200, "nodeconfig.ListOverrides"},
+		{"PUT", "/api/v1/thresholds", 200, "nodeconfig.PutOverride"},
+		{"DELETE", "/api/v1/thresholds/4", 200, "nodeconfig.DeleteOverride"},
+		{"GET", "/api/v1/nodes/web-1/thresholds", 200, "nodeconfig.NodeThresholds"},
+		{"POST", "/api/v1/nodes/web-1/expand", 200, "nodeconfig.ExpandNode"},
+		{"GET", "/api/v1/alert-rules", 200, "alert.ListRules"},
+		{"POST", "/api/v1/alert-rules", 200, "alert.CreateRule"},
+		{"GET", "/api/v1/alert-rules/3", 200, "alert.GetRule"},
+		{"PUT", "/api/v1/alert-rules/3", 200, "alert.PutRule"},
+		{"DELETE", "/api/v1/alert-rules/3", 200, "alert.DeleteRule"},
+		{"GET", "/api/v1/alerts", 200, "alert.ListAlerts"},
+		{"GET", "/api/v1/alerts/3", 200, "alert.GetAlert"},
+		{"GET", "/api/v1/nodes", 200, `"name": "web-1"`},
+		{"GET", "/api/v1/openapi.json", 200, `"openapi": "3.0.3"`},
+		{"GET", "/api/v1/nope", 404, `"not_found"`},
+		{"PATCH", "/api/v1/alerts", 405, `"method_not_allowed"`},
+		{"GET", "/healthz", 200, `"status": "ok"`},
+		{"GET", "/readyz", 200, `"status": "ready"`},
+		{"GET", "/metrics", 200, "nbs_collector_http_requests_total"},
+		{"GET", "/", 200, "ui"},
+		{"GET", "/nodes/web-1", 200, "ui"},
+	}
+	for _, c := range cases {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(c.method, c.path, nil))
+		if w.Code != c.status || !strings.Contains(w.Body.String(), c.want) {
+			t.Errorf("%s %s: HTTP %d %.200q; want %d with %q", c.method, c.path, w.Code, w.Body.String(), c.status, c.want)
+		}
+	}
+}

@@ -1,0 +1,56 @@
+package errkind
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+func TestOf(t *testing.T) {
+	sentinel := New(NotFound, "not found")
+	cases := []struct {
+		name     string
+		err      error
+		want     Kind
+		wantText string
+	}{
+		{"nil", nil, Internal, ""},
+		{"plain", errors.New("disk on fire"), Internal, "disk on fire"},
+		{"sentinel", sentinel, NotFound, "not found"},
+		{"wrapped sentinel", fmt.Errorf("node %q: %w", "web-1", sentinel), NotFound, `node "web-1": not found`},
+		{"errorf", Errorf(Invalid, "limit %d must be from 1 to 1000", 0), Invalid, "limit 0 must be from 1 to 1000"},
+		{"twice wrapped", fmt.Errorf("create rule: %w", fmt.Errorf("name: %w", Errorf(Conflict, "exists"))), Conflict, "create rule: name: exists"},
+		// The outermost kind wins: a caller may reclassify what it called.
+		{"reclassified", Errorf(Invalid, "metric: %w", sentinel), Invalid, "metric: not found"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Of(c.err); got != c.want {
+				t.Errorf("Of(%v) = %v, want %v", c.err, got, c.want)
+			}
+			if c.err != nil && c.err.Error() != c.wantText {
+				t.Errorf("text %q, want %q", c.err.Error(), c.wantText)
+			}
+		})
+	}
+	if !errors.Is(fmt.Errorf("x: %w", sentinel), sentinel) {
+		t.Error("errors.Is does not find a wrapped sentinel")
+	}
+	if errors.Is(New(NotFound, "not found"), sentinel) {
+		t.Error("two sentinels of one kind and text compare equal; errors.Is must tell them apart")
+	}
+}
+
+func TestKindsHaveNames(t *testing.T) {
+	seen := map[string]bool{}
+	for _, k := range Kinds() {
+		s := k.String()
+		if s == "" || seen[s] {
+			t.Errorf("kind %d has name %q (empty or taken)", uint8(k), s)
+		}
+		seen[s] = true
+	}
+	if got := Kind(200).String(); got != "kind(200)" {
+		t.Errorf("unknown kind prints %q", got)
+	}
+}
