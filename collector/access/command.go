@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/user"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -54,6 +53,7 @@ func (c TokenCommand) Run(ctx context.Context, args []string) int {
 	dbURL := fs.String("db.url", c.Getenv("NBS_DB_URL"), "PostgreSQL URL (env NBS_DB_URL)")
 	var cfg Config
 	var run func(context.Context, *Access) error
+	check := func() error { return nil } // usage errors, found before connecting
 	switch args[0] {
 	case "create":
 		name := fs.String("name", "", "token name (who or what holds it), e.g. alice or ci-deploy")
@@ -63,12 +63,27 @@ func (c TokenCommand) Run(ctx context.Context, args []string) int {
 		fs.DurationVar(&cfg.TokenTTL, "auth.token-ttl", DefaultTokenTTL, "expiry of a token created without --expires")
 		fs.DurationVar(&cfg.TokenMaxTTL, "auth.token-max-ttl", DefaultTokenMaxTTL, "longest expiry a token may be given")
 		fs.IntVar(&cfg.MaxTokens, "auth.max-tokens", DefaultMaxTokens, "most live tokens")
-		run = func(ctx context.Context, a *Access) error { return c.create(ctx, a, *name, *role, *sel, *expires) }
+		var n NewToken
+		check = func() error {
+			var err error
+			n, err = newTokenFromFlags(*name, *role, *sel, *expires)
+			if err != nil {
+				return err
+			}
+			return n.validate(cfg.withDefaults())
+		}
+		run = func(ctx context.Context, a *Access) error { return c.create(ctx, a, n) }
 	case "list":
 		run = c.list
 	case "revoke":
 		id := fs.Int64("id", 0, "id of the token to revoke (from token list)")
 		name := fs.String("name", "", "name of the token to revoke")
+		check = func() error {
+			if (*id == 0) == (*name == "") || *id < 0 {
+				return invalid("give either --id or --name (a token id from token list)")
+			}
+			return nil
+		}
 		run = func(ctx context.Context, a *Access) error { return c.revoke(ctx, a, *id, *name) }
 	default:
 		fmt.Fprintf(c.Stderr, "nbs-collector token: unknown command %q\n\n%s", args[0], tokenUsage)
@@ -82,7 +97,7 @@ func (c TokenCommand) Run(ctx context.Context, args []string) int {
 		return 2
 	}
 	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
+	if err := errors.Join(cfg.Validate(), check()); err != nil {
 		fmt.Fprintf(c.Stderr, "nbs-collector token %s: %v\n", args[0], err)
 		return 2
 	}
@@ -124,17 +139,21 @@ func cliPrincipal() Principal {
 	return Principal{Name: name, Role: RoleAdmin, Via: ViaCLI}
 }
 
-func (c TokenCommand) create(ctx context.Context, a *Access, name, role, sel, expires string) error {
+func newTokenFromFlags(name, role, sel, expires string) (NewToken, error) {
 	n := NewToken{Name: name, Role: Role(role)}
 	var err error
 	if n.Selector, err = ParseSelector(sel); err != nil {
-		return invalid("--selector: %v", err)
+		return n, invalid("--selector: %v", err)
 	}
 	if expires != "" {
 		if n.TTL, err = ParseTTL(expires); err != nil {
-			return invalid("--expires: %v", err)
+			return n, invalid("--expires: %v", err)
 		}
 	}
+	return n, nil
+}
+
+func (c TokenCommand) create(ctx context.Context, a *Access, n NewToken) error {
 	secret, t, err := a.CreateToken(ctx, n)
 	if err != nil {
 		return err
@@ -172,12 +191,7 @@ func (c TokenCommand) list(ctx context.Context, a *Access) error {
 }
 
 func (c TokenCommand) revoke(ctx context.Context, a *Access, id int64, name string) error {
-	switch {
-	case (id == 0) == (name == ""):
-		return invalid("give either --id or --name")
-	case id < 0:
-		return invalid("--id %d is not a token id", id)
-	case id > 0:
+	if id > 0 {
 		t, err := a.RevokeToken(ctx, id)
 		if err != nil {
 			return err
@@ -193,7 +207,7 @@ func (c TokenCommand) revoke(ctx context.Context, a *Access, id int64, name stri
 		return fmt.Errorf("no live token named %q: %w", name, ErrNotFound)
 	}
 	for _, t := range ts {
-		fmt.Fprintf(c.Stderr, "revoked token %s %q\n", strconv.FormatInt(t.ID, 10), t.Name)
+		fmt.Fprintf(c.Stderr, "revoked token %d %q\n", t.ID, t.Name)
 	}
 	return nil
 }

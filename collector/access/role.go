@@ -58,8 +58,8 @@ const (
 	allow verdict = iota
 	unauthenticated
 	forbidden
-	hidden     // answered 404: a customer must not learn the route exists
-	misrouted  // the route names no role: a wiring bug, refused with 500
+	hidden    // answered 404: a customer must not learn the route exists
+	misrouted // the route names no role: a wiring bug, refused with 500
 )
 
 // decide applies a route's requirement to a principal. A customer passes a
