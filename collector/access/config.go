@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -186,7 +185,7 @@ func validHeaderName(s string) bool {
 			return false
 		}
 	}
-	return http.CanonicalHeaderKey(s) != ""
+	return true
 }
 
 func validHostPattern(s string) bool {

@@ -3,6 +3,7 @@ package access
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
@@ -426,5 +427,49 @@ func TestEnsureBootstrapAdmin(t *testing.T) {
 	}
 	if got := LoginURL("http://127.0.0.1:7700/", second); got != "http://127.0.0.1:7700/login#token="+second {
 		t.Errorf("LoginURL = %q", got)
+	}
+}
+
+// Collectors sharing a database create tokens at once: the limit and the
+// one live bootstrap token still hold.
+func TestTokensUnderConcurrency(t *testing.T) {
+	pool := testPool(t)
+	a, _ := newTestAccess(t, pool, Config{MaxTokens: 5})
+	var wg sync.WaitGroup
+	errs := make(chan error, 12)
+	for i := range 10 {
+		wg.Go(func() {
+			_, _, err := a.CreateToken(asCLI(), NewToken{Name: fmt.Sprintf("t%d", i), Role: RoleViewer})
+			errs <- err
+		})
+	}
+	for range 2 {
+		wg.Go(func() {
+			_, _, err := a.EnsureBootstrapAdmin(context.Background())
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	var ok, limited int
+	for err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, ErrConflict):
+			limited++
+		default:
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	var live, boot int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE name = $1)
+		FROM access_tokens WHERE revoked_at IS NULL`, BootstrapTokenName).Scan(&live, &boot); err != nil {
+		t.Fatal(err)
+	}
+	// Live tokens can only stop at the limit: ten viewers try, and a
+	// rotation of the bootstrap token frees the place it takes.
+	if live != 5 || boot > 1 || ok < 5 || ok+limited != 12 {
+		t.Errorf("%d created, %d refused; %d live tokens, %d live bootstrap tokens (limit 5)", ok, limited, live, boot)
 	}
 }
