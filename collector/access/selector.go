@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nbs-project/nbs/collector/ingest"
 )
@@ -57,8 +58,12 @@ func (s Selector) Validate() error {
 		if !ingest.ValidLabelKey(k) {
 			errs = append(errs, fmt.Errorf("selector label %q is not a label key (lower case letters, digits, _; at most 63)", k))
 		}
-		if v == "" || len(v) > maxSelectorValue {
+		switch {
+		case v == "" || len(v) > maxSelectorValue:
 			errs = append(errs, fmt.Errorf("selector label %s: value must be 1 to %d bytes", k, maxSelectorValue))
+		case !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0:
+			// jsonb, where labels live, holds neither.
+			errs = append(errs, fmt.Errorf("selector label %s: value must be UTF-8 text without NUL", k))
 		}
 	}
 	return errors.Join(errs...)

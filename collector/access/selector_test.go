@@ -20,6 +20,8 @@ func TestParseSelector(t *testing.T) {
 		{"Customer=acme", nil, "not a label key"},
 		{"customer=", nil, "value must be 1 to 256 bytes"},
 		{"customer=" + strings.Repeat("x", 257), nil, "value must be 1 to 256 bytes"},
+		{"customer=ac\x00me", nil, "without NUL"},
+		{"customer=\xff", nil, "UTF-8"},
 		{"a=1,b=2,c=3,d=4,e=5,f=6,g=7,h=8,i=9", nil, "at most 8"},
 	}
 	for _, tt := range tests {
