@@ -1,5 +1,8 @@
 // Command nbs-collector receives agent streams, stores them in PostgreSQL and
 // serves the web UI and JSON API.
+//
+//	nbs-collector [flags]           run the collector
+//	nbs-collector token <command>   create, list or revoke API tokens
 package main
 
 import (
@@ -15,6 +18,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "token" {
+		os.Exit(runToken(os.Args[2:]))
+	}
 	os.Exit(run())
 }
 
