@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/nbs-project/nbs/collector/ingest"
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
 // Selector limits: a scope names a few labels, not a catalogue.
@@ -55,7 +55,7 @@ func (s Selector) Validate() error {
 	}
 	for _, k := range s.keys() {
 		v := s[k]
-		if !ingest.ValidLabelKey(k) {
+		if !schema.ValidLabelKey(k) {
 			errs = append(errs, fmt.Errorf("selector label %q is not a label key (lower case letters, digits, _; at most 63)", k))
 		}
 		switch {
