@@ -10,7 +10,6 @@ package drops
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -201,20 +200,13 @@ func (p *Probe) Stats() (Stats, error) {
 // on the calling goroutine and should be quick; while it blocks, the kernel
 // drops evidence (Stats.RingFull).
 func (p *Probe) ReadEvents(ctx context.Context, fn func(Event)) error {
-	return p.ring.Read(ctx, func(raw []byte) {
-		ev, err := p.decode(raw)
-		if err != nil {
-			p.log.Warn("skip malformed drop event", "err", err)
-			return
-		}
-		fn(ev)
-	})
+	return evidence.ReadDecoded(ctx, p.ring, p.log, p.decode, fn)
 }
 
 func (p *Probe) decode(raw []byte) (Event, error) {
-	var r dropsNbsDropEvent
-	if _, err := binary.Decode(raw, binary.NativeEndian, &r); err != nil {
-		return Event{}, fmt.Errorf("decode %d bytes: %w", len(raw), err)
+	r, err := evidence.Decode[dropsNbsDropEvent](raw)
+	if err != nil {
+		return Event{}, err
 	}
 	ev := Event{
 		Time:     p.clock.Time(r.TsNs),

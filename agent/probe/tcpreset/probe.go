@@ -10,7 +10,6 @@ package tcpreset
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -227,20 +226,13 @@ func (p *Probe) Stats() (Stats, error) {
 // ring has a single consumer position. fn runs on the calling goroutine and
 // should be quick; while it blocks, the kernel drops evidence (Stats.RingFull).
 func (p *Probe) ReadEvents(ctx context.Context, fn func(Event)) error {
-	return p.ring.Read(ctx, func(raw []byte) {
-		ev, err := p.decode(raw)
-		if err != nil {
-			p.log.Warn("skip malformed tcp_reset event", "err", err)
-			return
-		}
-		fn(ev)
-	})
+	return evidence.ReadDecoded(ctx, p.ring, p.log, p.decode, fn)
 }
 
 func (p *Probe) decode(raw []byte) (Event, error) {
-	var r tcpresetNbsRstEvent
-	if _, err := binary.Decode(raw, binary.NativeEndian, &r); err != nil {
-		return Event{}, fmt.Errorf("decode %d bytes: %w", len(raw), err)
+	r, err := evidence.Decode[tcpresetNbsRstEvent](raw)
+	if err != nil {
+		return Event{}, err
 	}
 	ev := Event{
 		Time:      p.clock.Time(r.TsNs),
