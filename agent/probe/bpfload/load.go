@@ -50,8 +50,8 @@ type Object struct {
 	Points []Point
 
 	loaded   []io.Closer // in load order
-	links    []link.Link // links[i] attaches Points[i]
-	attached []string    // the points' names, for detach errors
+	links    []link.Link // links[i] attaches the point named attached[i]
+	attached []string
 }
 
 // Load sets vars in spec and loads spec into objs, a bpf2go objects struct
