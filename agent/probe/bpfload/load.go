@@ -5,6 +5,10 @@
 // programs keep. Every probe under agent/probe loads this way, so their load
 // errors read alike and carry the hint that is right on this project's
 // kernels (docs/kernel.md, "Attach points").
+//
+// Loading the real programs is also how a probe finds out whether the kernel
+// can run it: cilium/ebpf's feature probes test tracing programs with
+// fentry, which these kernels refuse although tp_btf works.
 package bpfload
 
 import (

@@ -100,10 +100,8 @@ type Probe struct {
 	ring   *evidence.Ring
 }
 
-// Load loads and attaches the program. It detects support by loading the
-// real program: cilium's feature probes test tracing programs with fentry,
-// which this project's kernels refuse although tp_btf works (docs/kernel.md,
-// "Attach points").
+// Load loads and attaches the program; its error says whether this kernel
+// can run it (see bpfload).
 func Load(opts Options) (*Probe, error) {
 	log := opts.Logger
 	if log == nil {

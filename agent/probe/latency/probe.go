@@ -64,9 +64,8 @@ type Probe struct {
 	closed bool
 }
 
-// Load loads and attaches both programs, detecting support by loading the
-// real programs (cilium's feature probes use fentry, which these kernels
-// refuse although tp_btf works: docs/kernel.md, "Attach points").
+// Load loads and attaches both programs; its error says whether this
+// kernel can run them (see bpfload).
 func Load(opts Options) (*Probe, error) {
 	log := opts.Logger
 	if log == nil {

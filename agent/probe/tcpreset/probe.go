@@ -107,10 +107,8 @@ type Probe struct {
 	ring   *evidence.Ring
 }
 
-// Load loads and attaches both programs. It detects support by loading the
-// real programs: cilium's feature probes test with fentry, which this
-// project's kernels refuse although tp_btf works (docs/kernel.md, "Attach
-// points").
+// Load loads and attaches both programs; its error says whether this
+// kernel can run them (see bpfload).
 func Load(opts Options) (*Probe, error) {
 	log := opts.Logger
 	if log == nil {
