@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
 
@@ -26,17 +27,12 @@ type Hist [Buckets]uint64
 // Lookup reads key from a per-CPU map of struct nbs_hist and sums the CPUs.
 // ok is false when the key is absent.
 func Lookup(m *ebpf.Map, key any) (h Hist, ok bool, err error) {
-	var per []Hist
-	if err := m.Lookup(key, &per); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return h, false, nil
-		}
-		return h, false, fmt.Errorf("read histogram from %s: %w", m, err)
+	h, err = bpfload.LookupSum[Hist](m, key)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return h, false, nil
 	}
-	for i := range per {
-		for b, n := range per[i] {
-			h[b] += n
-		}
+	if err != nil {
+		return h, false, fmt.Errorf("read histogram from %s: %w", m, err)
 	}
 	return h, true, nil
 }

@@ -10,7 +10,6 @@ package drops
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,9 +18,9 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 	"github.com/nbs-project/nbs/agent/probe/evidence"
 )
 
@@ -90,7 +89,7 @@ type Stats struct {
 // Probe is the loaded and attached kfree_skb program.
 type Probe struct {
 	objs  dropsObjects
-	link  link.Link
+	bpf   bpfload.Object
 	names Names
 	syms  *ksyms
 	log   *slog.Logger
@@ -101,10 +100,8 @@ type Probe struct {
 	ring   *evidence.Ring
 }
 
-// Load loads and attaches the program. It detects support by loading the
-// real program: cilium's feature probes test tracing programs with fentry,
-// which this project's kernels refuse although tp_btf works (docs/kernel.md,
-// "Attach points").
+// Load loads and attaches the program; its error says whether this kernel
+// can run it (see bpfload).
 func Load(opts Options) (*Probe, error) {
 	log := opts.Logger
 	if log == nil {
@@ -130,43 +127,21 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse drops object: %w", err)
 	}
-	for name, val := range map[string]uint32{
-		dropsVarTargetNetns:    opts.NetnsInode,
-		dropsVarEvidencePerSec: limit,
-	} {
-		v, ok := spec.Variables[name]
-		if !ok {
-			return nil, fmt.Errorf("set %s: not in the drops object", name)
-		}
-		if err := v.Set(val); err != nil {
-			return nil, fmt.Errorf("set %s: %w", name, err)
-		}
+	p := &Probe{names: names, syms: newKsyms(), log: log, clock: evidence.NewClock(), bpf: bpfload.Object{
+		Name: "drops", Log: log,
+		Needs: "a kernel (5.17+, rx_sk argument 6.12+) with BTF tracepoint kfree_skb(skb, location, reason, rx_sk)",
+	}}
+	vars := bpfload.Vars{dropsVarTargetNetns: opts.NetnsInode, dropsVarEvidencePerSec: limit}
+	if err := p.bpf.Load(spec, vars, &p.objs, nil); err != nil {
+		return nil, err
 	}
-
-	p := &Probe{names: names, syms: newKsyms(), log: log, clock: evidence.NewClock()}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			log.Debug("drops verifier log", "log", fmt.Sprintf("%+v", ve))
-		}
-		return nil, fmt.Errorf("load drops program: %w (%s)", err, loadHint(err))
+	p.bpf.Points = []bpfload.Point{bpfload.Tracepoint("kfree_skb", p.objs.NbsKfreeSkb)}
+	if err := p.bpf.Attach(); err != nil {
+		return nil, errors.Join(err, p.bpf.Close())
 	}
-	l, err := link.AttachTracing(link.TracingOptions{Program: p.objs.NbsKfreeSkb, AttachType: ebpf.AttachTraceRawTp})
-	if err != nil {
-		_ = p.objs.Close()
-		return nil, fmt.Errorf("attach kfree_skb: %w (%s)", err, loadHint(err))
-	}
-	p.link = l
 	log.Info("drops probe attached", "netns", opts.NetnsInode, "evidence_per_sec", limit)
 	p.ring = evidence.NewRing("drop", p.objs.DropEvents, ErrClosed)
 	return p, nil
-}
-
-func loadHint(err error) string {
-	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-		return "needs CAP_BPF and CAP_PERFMON, or root"
-	}
-	return "needs CAP_BPF/root and a kernel (5.17+, rx_sk argument 6.12+) with BTF tracepoint kfree_skb(skb, location, reason, rx_sk)"
 }
 
 // Names returns the reason names read from the kernel at load.
@@ -174,21 +149,16 @@ func (p *Probe) Names() Names { return p.names }
 
 // Programs returns the attached program by tracepoint name, for run-time
 // statistics.
-func (p *Probe) Programs() map[string]*ebpf.Program {
-	return map[string]*ebpf.Program{"kfree_skb": p.objs.NbsKfreeSkb}
-}
+func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 
-func (p *Probe) percpu() ([]dropsNbsDropPercpu, error) {
+// percpu returns the kernel's counters, summed over CPUs.
+func (p *Probe) percpu() (dropsNbsDropPercpu, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, ErrClosed
+		return dropsNbsDropPercpu{}, ErrClosed
 	}
-	var per []dropsNbsDropPercpu
-	if err := p.objs.DropPercpu.Lookup(uint32(0), &per); err != nil {
-		return nil, err
-	}
-	return per, nil
+	return bpfload.LookupSum[dropsNbsDropPercpu](p.objs.DropPercpu, uint32(0))
 }
 
 // Functions names drop locations (Event.Location) as "function+0xoffset"
@@ -201,34 +171,26 @@ func (p *Probe) Functions(locations []uint64) map[uint64]string {
 
 // Counts returns cumulative drops by reason.
 func (p *Probe) Counts() (Counts, error) {
-	per, err := p.percpu()
+	sum, err := p.percpu()
 	if err != nil {
 		return Counts{}, fmt.Errorf("read drop counts: %w", err)
 	}
-	c := Counts{ByReason: map[uint32]uint64{}}
-	for i := range per {
-		for code, v := range per[i].Reason[:Overflow] {
-			if v != 0 {
-				c.ByReason[uint32(code)] += v
-			}
+	c := Counts{ByReason: map[uint32]uint64{}, Overflow: sum.Reason[Overflow]}
+	for code, v := range sum.Reason[:Overflow] {
+		if v != 0 {
+			c.ByReason[uint32(code)] = v
 		}
-		c.Overflow += per[i].Reason[Overflow]
 	}
 	return c, nil
 }
 
 // Stats returns the probe's own losses.
 func (p *Probe) Stats() (Stats, error) {
-	per, err := p.percpu()
+	sum, err := p.percpu()
 	if err != nil {
 		return Stats{}, fmt.Errorf("read drops stats: %w", err)
 	}
-	var s Stats
-	for i := range per {
-		s.Suppressed += per[i].Suppressed
-		s.RingFull += per[i].RingFull
-	}
-	return s, nil
+	return Stats{Suppressed: sum.Suppressed, RingFull: sum.RingFull}, nil
 }
 
 // ReadEvents calls fn for each evidence event until ctx is done or the probe
@@ -236,20 +198,13 @@ func (p *Probe) Stats() (Stats, error) {
 // on the calling goroutine and should be quick; while it blocks, the kernel
 // drops evidence (Stats.RingFull).
 func (p *Probe) ReadEvents(ctx context.Context, fn func(Event)) error {
-	return p.ring.Read(ctx, func(raw []byte) {
-		ev, err := p.decode(raw)
-		if err != nil {
-			p.log.Warn("skip malformed drop event", "err", err)
-			return
-		}
-		fn(ev)
-	})
+	return evidence.ReadDecoded(ctx, p.ring, p.log, p.decode, fn)
 }
 
 func (p *Probe) decode(raw []byte) (Event, error) {
-	var r dropsNbsDropEvent
-	if _, err := binary.Decode(raw, binary.NativeEndian, &r); err != nil {
-		return Event{}, fmt.Errorf("decode %d bytes: %w", len(raw), err)
+	r, err := evidence.Decode[dropsNbsDropEvent](raw)
+	if err != nil {
+		return Event{}, err
 	}
 	ev := Event{
 		Time:     p.clock.Time(r.TsNs),
@@ -308,16 +263,6 @@ func (p *Probe) Close() error {
 		return nil
 	}
 	p.closed = true
-	var errs []error
-	// Ends a running ReadEvents before the ring's map is freed.
-	if err := p.ring.Close(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := p.link.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("detach kfree_skb: %w", err))
-	}
-	if err := p.objs.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close drops objects: %w", err))
-	}
-	return errors.Join(errs...)
+	// The ring first: that ends a running ReadEvents before its map is freed.
+	return errors.Join(p.ring.Close(), p.bpf.Close())
 }

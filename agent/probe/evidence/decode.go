@@ -1,11 +1,23 @@
 package evidence
 
 import (
+	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// Decode reads one ring record into T, the bpf2go type of the program's
+// event struct.
+func Decode[T any](raw []byte) (T, error) {
+	var v T
+	if _, err := binary.Decode(raw, binary.NativeEndian, &v); err != nil {
+		return v, fmt.Errorf("decode %d bytes: %w", len(raw), err)
+	}
+	return v, nil
+}
 
 // AddrPort builds an address from an event's 16 address bytes as BPF
 // programs write them (IPv4 in the first 4); IPv4-mapped IPv6 addresses are

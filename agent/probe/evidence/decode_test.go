@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +44,22 @@ func TestClock(t *testing.T) {
 	}
 	if d := time.Since(NewClock().Time(uint64(ts.Nano()))); d < 0 || d > time.Second {
 		t.Errorf("a monotonic stamp of now reads %s away from now", d)
+	}
+}
+
+func TestDecode(t *testing.T) {
+	type record struct {
+		TsNs  uint64
+		Netns uint32
+		Port  uint16
+		_     [2]byte
+	}
+	raw := []byte{1, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0x50, 0, 0xff, 0xff}
+	r, err := Decode[record](raw)
+	if err != nil || r.TsNs != 1 || r.Netns != 7 || r.Port != 0x50 {
+		t.Fatalf("Decode = %+v, %v", r, err)
+	}
+	if _, err := Decode[record](raw[:15]); err == nil || !strings.HasPrefix(err.Error(), "decode 15 bytes: ") {
+		t.Fatalf("Decode of a short record: %v, want an error saying decode 15 bytes", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 
@@ -80,6 +81,19 @@ func (r *Ring) Read(ctx context.Context, fn func(raw []byte)) error {
 		}
 		fn(rec.RawSample)
 	}
+}
+
+// ReadDecoded is Read for a probe's events: decode turns each record into
+// an event for fn, and records it cannot decode are logged and skipped.
+func ReadDecoded[E any](ctx context.Context, r *Ring, log *slog.Logger, decode func(raw []byte) (E, error), fn func(E)) error {
+	return r.Read(ctx, func(raw []byte) {
+		ev, err := decode(raw)
+		if err != nil {
+			log.Warn("skip malformed "+r.name+" event", "err", err)
+			return
+		}
+		fn(ev)
+	})
 }
 
 // Close ends a running Read and refuses new ones. Call it before closing

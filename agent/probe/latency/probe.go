@@ -17,8 +17,8 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 )
 
 // ErrClosed is returned by methods called after Close.
@@ -57,16 +57,15 @@ func (c Counts) Retransmits() uint64 { return c.Segments + c.SynAcks }
 
 // Probe is the loaded and attached pair of programs.
 type Probe struct {
-	objs  latencyObjects
-	links []link.Link
+	objs latencyObjects
+	bpf  bpfload.Object
 
 	mu     sync.Mutex
 	closed bool
 }
 
-// Load loads and attaches both programs, detecting support by loading the
-// real programs (cilium's feature probes use fentry, which these kernels
-// refuse although tp_btf works: docs/kernel.md, "Attach points").
+// Load loads and attaches both programs; its error says whether this
+// kernel can run them (see bpfload).
 func Load(opts Options) (*Probe, error) {
 	log := opts.Logger
 	if log == nil {
@@ -76,47 +75,26 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse retrans object: %w", err)
 	}
-	v, ok := spec.Variables[latencyVarTargetNetns]
-	if !ok {
-		return nil, fmt.Errorf("set %s: not in the retrans object", latencyVarTargetNetns)
+	p := &Probe{bpf: bpfload.Object{
+		Name: "retrans", Log: log,
+		Needs: "a kernel (6.7+ for tcp_sock.total_rto) with BTF tracepoints tcp_retransmit_skb and tcp_retransmit_synack and socket storage",
+	}}
+	if err := p.bpf.Load(spec, bpfload.Vars{latencyVarTargetNetns: opts.NetnsInode}, &p.objs, nil); err != nil {
+		return nil, err
 	}
-	if err := v.Set(opts.NetnsInode); err != nil {
-		return nil, fmt.Errorf("set %s: %w", latencyVarTargetNetns, err)
+	p.bpf.Points = []bpfload.Point{
+		bpfload.Tracepoint("tcp_retransmit_skb", p.objs.NbsTcpRetransmitSkb),
+		bpfload.Tracepoint("tcp_retransmit_synack", p.objs.NbsTcpRetransmitSynack),
 	}
-	p := &Probe{}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			log.Debug("retrans verifier log", "log", fmt.Sprintf("%+v", ve))
-		}
-		return nil, fmt.Errorf("load retrans programs: %w (%s)", err, loadHint(err))
-	}
-	for tp, prog := range p.Programs() {
-		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
-		if err != nil {
-			_ = p.closeKernel()
-			return nil, fmt.Errorf("attach %s: %w (%s)", tp, err, loadHint(err))
-		}
-		p.links = append(p.links, l)
+	if err := p.bpf.Attach(); err != nil {
+		return nil, errors.Join(err, p.bpf.Close())
 	}
 	log.Info("retrans probe attached", "netns", opts.NetnsInode)
 	return p, nil
 }
 
-func loadHint(err error) string {
-	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-		return "needs CAP_BPF and CAP_PERFMON, or root"
-	}
-	return "needs CAP_BPF/root and a kernel (6.7+ for tcp_sock.total_rto) with BTF tracepoints tcp_retransmit_skb and tcp_retransmit_synack and socket storage"
-}
-
 // Programs returns the programs by tracepoint name, for run-time statistics.
-func (p *Probe) Programs() map[string]*ebpf.Program {
-	return map[string]*ebpf.Program{
-		"tcp_retransmit_skb":    p.objs.NbsTcpRetransmitSkb,
-		"tcp_retransmit_synack": p.objs.NbsTcpRetransmitSynack,
-	}
-}
+func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 
 // Counts returns the cumulative counts.
 func (p *Probe) Counts() (Counts, error) {
@@ -125,21 +103,14 @@ func (p *Probe) Counts() (Counts, error) {
 	if p.closed {
 		return Counts{}, fmt.Errorf("read retrans counts: %w", ErrClosed)
 	}
-	var per []latencyNbsRtxCounts
-	if err := p.objs.RtxCounts.Lookup(uint32(0), &per); err != nil {
+	v, err := bpfload.LookupSum[latencyNbsRtxCounts](p.objs.RtxCounts, uint32(0))
+	if err != nil {
 		return Counts{}, fmt.Errorf("read retrans counts: %w", err)
 	}
-	var c Counts
-	for _, v := range per {
-		c.Segments += v.Segs
-		c.SynAcks += v.Synack
-		c.RTOs += v.Rtos + v.SynackRtos
-		c.Events += v.Events
-		c.Failed += v.Failed
-		c.FirstSeen += v.FirstSeen
-		c.NoStorage += v.NoStorage
-	}
-	return c, nil
+	return Counts{
+		Segments: v.Segs, SynAcks: v.Synack, RTOs: v.Rtos + v.SynackRtos,
+		Events: v.Events, Failed: v.Failed, FirstSeen: v.FirstSeen, NoStorage: v.NoStorage,
+	}, nil
 }
 
 // Close detaches the programs and frees the maps.
@@ -150,19 +121,5 @@ func (p *Probe) Close() error {
 		return nil
 	}
 	p.closed = true
-	return p.closeKernel()
-}
-
-func (p *Probe) closeKernel() error {
-	var errs []error
-	for _, l := range p.links {
-		if err := l.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("detach retrans program: %w", err))
-		}
-	}
-	p.links = nil
-	if err := p.objs.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close retrans objects: %w", err))
-	}
-	return errors.Join(errs...)
+	return p.bpf.Close()
 }

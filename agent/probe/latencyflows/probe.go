@@ -17,9 +17,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 	"github.com/nbs-project/nbs/agent/probe/evidence"
 )
 
@@ -76,7 +75,7 @@ type Probe struct {
 	log  *slog.Logger
 
 	mu     sync.Mutex
-	link   link.Link
+	bpf    bpfload.Object // attached and detached under mu; its Points are fixed at Load
 	closed bool
 }
 
@@ -96,31 +95,20 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse tcp flows object: %w", err)
 	}
-	for name, val := range map[string]any{
+	p := &Probe{log: log, bpf: bpfload.Object{
+		Name: "tcp flows", Log: log,
+		Needs: "a kernel with the BTF tracepoint tcp_probe and socket storage",
+	}}
+	vars := bpfload.Vars{
 		latencyflowsVarTargetNetns:   opts.NetnsInode,
 		latencyflowsVarMinGapNs:      uint64(opts.MinGap.Nanoseconds()),
 		latencyflowsVarSamplesPerSec: opts.SamplesPerSec,
-	} {
-		if err := spec.Variables[name].Set(val); err != nil {
-			return nil, fmt.Errorf("set %s: %w", name, err)
-		}
 	}
-	p := &Probe{log: log}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			log.Debug("tcp flows verifier log", "log", fmt.Sprintf("%+v", ve))
-		}
-		return nil, fmt.Errorf("load tcp flows program: %w (%s)", err, hint(err))
+	if err := p.bpf.Load(spec, vars, &p.objs, nil); err != nil {
+		return nil, err
 	}
+	p.bpf.Points = []bpfload.Point{bpfload.Tracepoint("tcp_probe", p.objs.NbsFlowProbe)}
 	return p, nil
-}
-
-func hint(err error) string {
-	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-		return "needs CAP_BPF and CAP_PERFMON, or root"
-	}
-	return "needs CAP_BPF/root and a kernel with the BTF tracepoint tcp_probe and socket storage"
 }
 
 // Attach starts sampling, with an empty flow table; attaching an attached
@@ -131,17 +119,15 @@ func (p *Probe) Attach() error {
 	if p.closed {
 		return fmt.Errorf("attach tcp flows: %w", ErrClosed)
 	}
-	if p.link != nil {
+	if p.bpf.Attached() {
 		return nil
 	}
 	if err := p.forget(func(Flow) bool { return true }); err != nil {
 		return fmt.Errorf("attach tcp flows: %w", err)
 	}
-	l, err := link.AttachTracing(link.TracingOptions{Program: p.objs.NbsFlowProbe, AttachType: ebpf.AttachTraceRawTp})
-	if err != nil {
-		return fmt.Errorf("attach tcp_probe: %w (%s)", err, hint(err))
+	if err := p.bpf.Attach(); err != nil {
+		return err
 	}
-	p.link = l
 	p.log.Info("tcp flows attached")
 	return nil
 }
@@ -150,29 +136,23 @@ func (p *Probe) Attach() error {
 func (p *Probe) Detach() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.link == nil {
+	if !p.bpf.Attached() {
 		return nil
 	}
-	err := p.link.Close()
-	p.link = nil
+	err := p.bpf.Detach()
 	p.log.Info("tcp flows detached")
-	if err != nil {
-		return fmt.Errorf("detach tcp_probe: %w", err)
-	}
-	return nil
+	return err
 }
 
 // Attached says whether the program is attached.
 func (p *Probe) Attached() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.link != nil
+	return p.bpf.Attached()
 }
 
 // Programs returns the program by attach point, for run-time statistics.
-func (p *Probe) Programs() map[string]*ebpf.Program {
-	return map[string]*ebpf.Program{"tcp_probe": p.objs.NbsFlowProbe}
-}
+func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 
 // Flows returns every flow in the table.
 func (p *Probe) Flows() ([]Flow, error) {
@@ -248,18 +228,11 @@ func (p *Probe) Stats() (Stats, error) {
 	if p.closed {
 		return Stats{}, fmt.Errorf("read tcp flows stats: %w", ErrClosed)
 	}
-	var per []latencyflowsNbsFlowStats
-	if err := p.objs.FlowStats.Lookup(uint32(0), &per); err != nil {
+	c, err := bpfload.LookupSum[latencyflowsNbsFlowStats](p.objs.FlowStats, uint32(0))
+	if err != nil {
 		return Stats{}, fmt.Errorf("read tcp flows stats: %w", err)
 	}
-	var s Stats
-	for _, c := range per {
-		s.Seen += c.Seen
-		s.Sampled += c.Sampled
-		s.Suppressed += c.Suppressed
-		s.TableFull += c.TableFull
-	}
-	return s, nil
+	return Stats{Seen: c.Seen, Sampled: c.Sampled, Suppressed: c.Suppressed, TableFull: c.TableFull}, nil
 }
 
 // Close detaches the program and frees it and its maps.
@@ -270,10 +243,5 @@ func (p *Probe) Close() error {
 		return nil
 	}
 	p.closed = true
-	var err error
-	if p.link != nil {
-		err = p.link.Close()
-		p.link = nil
-	}
-	return errors.Join(err, p.objs.Close())
+	return p.bpf.Close()
 }

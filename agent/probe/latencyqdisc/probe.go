@@ -14,10 +14,10 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 )
 
 // ErrClosed is returned by methods called after Close.
@@ -54,7 +54,7 @@ type Probe struct {
 	log  *slog.Logger
 
 	mu     sync.Mutex
-	links  []link.Link
+	bpf    bpfload.Object // attached and detached under mu; its Points are fixed at Load
 	closed bool
 }
 
@@ -68,25 +68,20 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse qdisc sojourn object: %w", err)
 	}
-	if err := spec.Variables[latencyqdiscVarTargetNetns].Set(opts.NetnsInode); err != nil {
-		return nil, fmt.Errorf("set target_netns: %w", err)
+	p := &Probe{log: log, bpf: bpfload.Object{
+		Name: "qdisc sojourn", Log: log,
+		Needs: "a kernel with BTF tracepoints net_dev_queue and net_dev_start_xmit",
+	}}
+	if err := p.bpf.Load(spec, bpfload.Vars{latencyqdiscVarTargetNetns: opts.NetnsInode}, &p.objs, nil); err != nil {
+		return nil, err
 	}
-	p := &Probe{log: log}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			log.Debug("qdisc sojourn verifier log", "log", fmt.Sprintf("%+v", ve))
-		}
-		return nil, fmt.Errorf("load qdisc sojourn programs: %w (%s)", err, hint(err))
+	p.bpf.Points = []bpfload.Point{
+		// The driver side first, so no packet is queued with nobody to
+		// time its exit.
+		bpfload.Tracepoint("net_dev_start_xmit", p.objs.NbsQdiscXmit),
+		bpfload.Tracepoint("net_dev_queue", p.objs.NbsQdiscQueue),
 	}
 	return p, nil
-}
-
-func hint(err error) string {
-	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-		return "needs CAP_BPF and CAP_PERFMON, or root"
-	}
-	return "needs CAP_BPF/root and a kernel with BTF tracepoints net_dev_queue and net_dev_start_xmit"
 }
 
 // Attach starts measuring; attaching an attached probe does nothing.
@@ -98,27 +93,14 @@ func (p *Probe) Attach() error {
 	if p.closed {
 		return fmt.Errorf("attach qdisc sojourn: %w", ErrClosed)
 	}
-	if len(p.links) > 0 {
+	if p.bpf.Attached() {
 		return nil
 	}
 	if err := emptyMap(p.objs.QdInflight); err != nil {
 		return fmt.Errorf("attach qdisc sojourn: %w", err)
 	}
-	for _, a := range []struct {
-		tp   string
-		prog *ebpf.Program
-	}{
-		// The driver side first, so no packet is queued with nobody to
-		// time its exit.
-		{"net_dev_start_xmit", p.objs.NbsQdiscXmit},
-		{"net_dev_queue", p.objs.NbsQdiscQueue},
-	} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: a.prog, AttachType: ebpf.AttachTraceRawTp})
-		if err != nil {
-			p.detach()
-			return fmt.Errorf("attach %s: %w (%s)", a.tp, err, hint(err))
-		}
-		p.links = append(p.links, l)
+	if err := p.bpf.Attach(); err != nil {
+		return err
 	}
 	p.log.Info("qdisc sojourn attached")
 	return nil
@@ -150,39 +132,23 @@ func emptyMap(m *ebpf.Map) error {
 func (p *Probe) Detach() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.links) == 0 {
+	if !p.bpf.Attached() {
 		return nil
 	}
-	err := p.detach()
+	err := p.bpf.Detach()
 	p.log.Info("qdisc sojourn detached")
 	return err
-}
-
-func (p *Probe) detach() error {
-	var errs []error
-	for _, l := range p.links {
-		if err := l.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("detach qdisc sojourn program: %w", err))
-		}
-	}
-	p.links = nil
-	return errors.Join(errs...)
 }
 
 // Attached says whether the programs are attached.
 func (p *Probe) Attached() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.links) > 0
+	return p.bpf.Attached()
 }
 
 // Programs returns the programs by attach point, for run-time statistics.
-func (p *Probe) Programs() map[string]*ebpf.Program {
-	return map[string]*ebpf.Program{
-		"net_dev_queue":      p.objs.NbsQdiscQueue,
-		"net_dev_start_xmit": p.objs.NbsQdiscXmit,
-	}
-}
+func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 
 // Devices returns every device's cumulative sojourn histogram (nanoseconds).
 func (p *Probe) Devices() (map[Device]bpfhist.Hist, error) {
@@ -198,11 +164,9 @@ func (p *Probe) Devices() (map[Device]bpfhist.Hist, error) {
 	out := map[Device]bpfhist.Hist{}
 	it := p.objs.QdHist.Iterate()
 	for it.Next(&k, &per) {
-		var h bpfhist.Hist
-		for i := range per {
-			for b, n := range per[i] {
-				h[b] += n
-			}
+		h, err := bpfload.Sum(per)
+		if err != nil {
+			return nil, fmt.Errorf("read qdisc sojourn devices: %w", err)
 		}
 		d := Device{Netns: k.Netns, Ifindex: k.Ifindex}
 		var info latencyqdiscNbsQdiscDevInfo
@@ -227,18 +191,11 @@ func (p *Probe) Stats() (Stats, error) {
 	if p.closed {
 		return Stats{}, fmt.Errorf("read qdisc sojourn stats: %w", ErrClosed)
 	}
-	var per []latencyqdiscNbsQdiscStats
-	if err := p.objs.QdStats.Lookup(uint32(0), &per); err != nil {
+	c, err := bpfload.LookupSum[latencyqdiscNbsQdiscStats](p.objs.QdStats, uint32(0))
+	if err != nil {
 		return Stats{}, fmt.Errorf("read qdisc sojourn stats: %w", err)
 	}
-	var s Stats
-	for _, c := range per {
-		s.Queued += c.Queued
-		s.Matched += c.Matched
-		s.DevFull += c.DevFull
-		s.Stale += c.Stale
-	}
-	return s, nil
+	return Stats{Queued: c.Queued, Matched: c.Matched, DevFull: c.DevFull, Stale: c.Stale}, nil
 }
 
 // Close detaches the programs and frees them and their maps.
@@ -249,5 +206,5 @@ func (p *Probe) Close() error {
 		return nil
 	}
 	p.closed = true
-	return errors.Join(p.detach(), p.objs.Close())
+	return p.bpf.Close()
 }

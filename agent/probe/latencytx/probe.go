@@ -13,15 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 )
 
 // ErrClosed is returned by methods called after Close.
@@ -77,15 +75,18 @@ type objects struct {
 	latencytxMaps
 }
 
+func (o *objects) Close() error { return errors.Join(o.Sockops.Close(), o.latencytxMaps.Close()) }
+
 type sendmsgObjects struct {
 	Sendmsg *ebpf.Program `ebpf:"nbs_tx_sendmsg"`
 }
 
+func (o *sendmsgObjects) Close() error { return o.Sendmsg.Close() }
+
 // Probe is the loaded and attached pair of programs.
 type Probe struct {
 	objs    objects
-	sendmsg *ebpf.Program // nil when the kernel lacks tcp_sendmsg_locked
-	links   []link.Link
+	bpf     bpfload.Object // with the sendmsg program when the kernel has tcp_sendmsg_locked
 	partial string
 
 	mu     sync.Mutex
@@ -122,66 +123,35 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse tcp tx object: %w", err)
 	}
-	for name, val := range map[string]uint32{
-		latencytxVarTargetNetns: opts.NetnsInode,
-		latencytxVarSampleEvery: opts.SampleEvery,
-	} {
-		if err := spec.Variables[name].Set(val); err != nil {
-			return nil, fmt.Errorf("set %s: %w", name, err)
-		}
+	p := &Probe{bpf: bpfload.Object{
+		Name: "tcp tx", Log: log, Caps: "CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON",
+		Needs: "a kernel (6.15+) with BPF TX timestamping and cgroup v2",
+	}}
+	vars := bpfload.Vars{latencytxVarTargetNetns: opts.NetnsInode, latencytxVarSampleEvery: opts.SampleEvery}
+	if err := p.bpf.Load(spec, vars, &p.objs, nil); err != nil {
+		return nil, err
 	}
-
-	p := &Probe{}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		logVerifier(log, err)
-		return nil, fmt.Errorf("load tcp tx sockops program: %w (%s)", err, hint(err))
+	p.bpf.Points = []bpfload.Point{
+		bpfload.Cgroup("sockops_tx_timestamping", opts.CgroupPath, ebpf.AttachCGroupSockOps, p.objs.Sockops),
 	}
 	if haveSendmsg {
 		var so sendmsgObjects
-		err := spec.LoadAndAssign(&so, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+		err := p.bpf.Load(spec, nil, &so, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
 			latencytxMapTxSock: p.objs.TxSock, latencytxMapTxHist: p.objs.TxHist, latencytxMapTxStats: p.objs.TxStats,
 		}})
 		if err != nil {
-			logVerifier(log, err)
-			p.closeKernel()
-			return nil, fmt.Errorf("load tcp_sendmsg_locked program: %w (%s)", err, hint(err))
+			return nil, err
 		}
-		p.sendmsg = so.Sendmsg
+		p.bpf.Points = append(p.bpf.Points, bpfload.Tracepoint("tcp_sendmsg_locked", so.Sendmsg))
 	} else {
 		p.partial = "kernel has no tcp_sendmsg_locked tracepoint (Linux 6.11+): writes are timed from the end of sendmsg, so sendmsg_to_qdisc misses the copy"
 		log.Warn("tcp tx timestamping: " + p.partial)
 	}
-
-	cg, err := link.AttachCgroup(link.CgroupOptions{Path: opts.CgroupPath, Attach: ebpf.AttachCGroupSockOps, Program: p.objs.Sockops})
-	if err != nil {
-		p.closeKernel()
-		return nil, fmt.Errorf("attach sockops to cgroup %s: %w (%s)", opts.CgroupPath, err, hint(err))
-	}
-	p.links = append(p.links, cg)
-	if p.sendmsg != nil {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p.sendmsg, AttachType: ebpf.AttachTraceRawTp})
-		if err != nil {
-			p.closeKernel()
-			return nil, fmt.Errorf("attach tcp_sendmsg_locked: %w (%s)", err, hint(err))
-		}
-		p.links = append(p.links, l)
+	if err := p.bpf.Attach(); err != nil {
+		return nil, errors.Join(err, p.bpf.Close())
 	}
 	log.Info("tcp tx timestamping attached", "cgroup", opts.CgroupPath, "netns", opts.NetnsInode, "sample_every", opts.SampleEvery)
 	return p, nil
-}
-
-func logVerifier(log *slog.Logger, err error) {
-	var ve *ebpf.VerifierError
-	if errors.As(err, &ve) {
-		log.Debug("tcp tx verifier log", "log", fmt.Sprintf("%+v", ve))
-	}
-}
-
-func hint(err error) string {
-	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-		return "needs CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON, or root"
-	}
-	return "needs a kernel (6.15+) with BPF TX timestamping and cgroup v2"
 }
 
 // Partial says what the probe cannot measure on this kernel; empty when
@@ -190,13 +160,7 @@ func (p *Probe) Partial() string { return p.partial }
 
 // Programs returns the loaded programs by attach point, for run-time
 // statistics.
-func (p *Probe) Programs() map[string]*ebpf.Program {
-	m := map[string]*ebpf.Program{"sockops_tx_timestamping": p.objs.Sockops}
-	if p.sendmsg != nil {
-		m["tcp_sendmsg_locked"] = p.sendmsg
-	}
-	return m
-}
+func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 
 // Histograms returns each stage's cumulative histogram, summed over CPUs.
 func (p *Probe) Histograms() ([Stages]bpfhist.Hist, error) {
@@ -223,19 +187,9 @@ func (p *Probe) Stats() (Stats, error) {
 	if p.closed {
 		return Stats{}, fmt.Errorf("read tcp tx stats: %w", ErrClosed)
 	}
-	var per []Stats
-	if err := p.objs.TxStats.Lookup(uint32(0), &per); err != nil {
+	sum, err := bpfload.LookupSum[Stats](p.objs.TxStats, uint32(0))
+	if err != nil {
 		return Stats{}, fmt.Errorf("read tcp tx stats: %w", err)
-	}
-	var sum Stats
-	sv := reflect.ValueOf(&sum).Elem()
-	for i := range per {
-		v := reflect.ValueOf(per[i])
-		for f := 0; f < v.NumField(); f++ {
-			if v.Field(f).Kind() == reflect.Uint64 {
-				sv.Field(f).SetUint(sv.Field(f).Uint() + v.Field(f).Uint())
-			}
-		}
 	}
 	return sum, nil
 }
@@ -248,22 +202,5 @@ func (p *Probe) Close() error {
 		return nil
 	}
 	p.closed = true
-	return p.closeKernel()
-}
-
-func (p *Probe) closeKernel() error {
-	var errs []error
-	for _, l := range p.links {
-		if err := l.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("detach tcp tx program: %w", err))
-		}
-	}
-	p.links = nil
-	// Close tolerates the nil programs and maps of a partial load.
-	for _, c := range []interface{ Close() error }{p.sendmsg, p.objs.Sockops, p.objs.TxHist, p.objs.TxSock, p.objs.TxStats} {
-		if err := c.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close tcp tx objects: %w", err))
-		}
-	}
-	return errors.Join(errs...)
+	return p.bpf.Close()
 }

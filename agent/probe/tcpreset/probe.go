@@ -10,7 +10,6 @@ package tcpreset
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,9 +18,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 	"github.com/nbs-project/nbs/agent/probe/evidence"
 )
 
@@ -99,7 +97,7 @@ type Stats struct {
 // Probe is a loaded and attached pair of reset programs.
 type Probe struct {
 	objs  tcpresetObjects
-	links []link.Link
+	bpf   bpfload.Object
 	names Names
 	log   *slog.Logger
 	clock evidence.Clock // kernel stamps to wall time
@@ -109,10 +107,8 @@ type Probe struct {
 	ring   *evidence.Ring
 }
 
-// Load loads and attaches both programs. It detects support by loading the
-// real programs: cilium's feature probes test with fentry, which this
-// project's kernels refuse although tp_btf works (docs/kernel.md, "Attach
-// points").
+// Load loads and attaches both programs; its error says whether this
+// kernel can run them (see bpfload).
 func Load(opts Options) (*Probe, error) {
 	log := opts.Logger
 	if log == nil {
@@ -131,55 +127,24 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse tcp_reset object: %w", err)
 	}
-	for name, val := range map[string]uint32{
-		tcpresetVarTargetNetns:    opts.NetnsInode,
-		tcpresetVarEvidencePerSec: limit,
-	} {
-		v, ok := spec.Variables[name]
-		if !ok {
-			return nil, fmt.Errorf("set %s: not in the tcp_reset object", name)
-		}
-		if err := v.Set(val); err != nil {
-			return nil, fmt.Errorf("set %s: %w", name, err)
-		}
+	p := &Probe{names: names, log: log, clock: evidence.NewClock(), bpf: bpfload.Object{
+		Name: "tcp_reset", Log: log,
+		Needs: "a kernel (6.10+) with BTF tracepoint tcp_send_reset(sk, skb, reason)",
+	}}
+	vars := bpfload.Vars{tcpresetVarTargetNetns: opts.NetnsInode, tcpresetVarEvidencePerSec: limit}
+	if err := p.bpf.Load(spec, vars, &p.objs, nil); err != nil {
+		return nil, err
 	}
-
-	p := &Probe{names: names, log: log, clock: evidence.NewClock()}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			log.Debug("tcp_reset verifier log", "log", fmt.Sprintf("%+v", ve))
-		}
-		return nil, fmt.Errorf("load tcp_reset programs: %w (%s)", err, loadHint(err))
+	p.bpf.Points = []bpfload.Point{
+		bpfload.Tracepoint("tcp_send_reset", p.objs.NbsRstSend),
+		bpfload.Tracepoint("tcp_receive_reset", p.objs.NbsRstRecv),
 	}
-	for _, a := range []struct {
-		tp   string
-		prog *ebpf.Program
-	}{
-		{"tcp_send_reset", p.objs.NbsRstSend},
-		{"tcp_receive_reset", p.objs.NbsRstRecv},
-	} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: a.prog, AttachType: ebpf.AttachTraceRawTp})
-		if err != nil {
-			p.closeKernel()
-			return nil, fmt.Errorf("attach %s: %w (%s)", a.tp, err, loadHint(err))
-		}
-		p.links = append(p.links, l)
+	if err := p.bpf.Attach(); err != nil {
+		return nil, errors.Join(err, p.bpf.Close())
 	}
 	log.Info("tcp_reset probe attached", "netns", opts.NetnsInode, "evidence_per_sec", limit)
 	p.ring = evidence.NewRing("tcp_reset", p.objs.RstEvents, ErrClosed)
 	return p, nil
-}
-
-// loadHint says in operator terms what a load or attach failure usually
-// means. Permission errors get their own hint: cilium's suggests raising
-// RLIMIT_MEMLOCK, which is wrong on the kernels this needs (docs/kernel.md,
-// "Attach points").
-func loadHint(err error) string {
-	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-		return "needs CAP_BPF and CAP_PERFMON, or root"
-	}
-	return "needs CAP_BPF/root and a kernel (6.10+) with BTF tracepoint tcp_send_reset(sk, skb, reason)"
 }
 
 // Names returns the reason and state names read from the kernel at load.
@@ -187,12 +152,7 @@ func (p *Probe) Names() Names { return p.names }
 
 // Programs returns the attached programs by tracepoint name, e.g. for
 // run-time statistics.
-func (p *Probe) Programs() map[string]*ebpf.Program {
-	return map[string]*ebpf.Program{
-		"tcp_send_reset":    p.objs.NbsRstSend,
-		"tcp_receive_reset": p.objs.NbsRstRecv,
-	}
-}
+func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 
 // Counts returns cumulative reset counts, summed over CPUs and, when the
 // probe counts every namespace, over namespaces (see CountsByNetns).
@@ -226,9 +186,9 @@ func (p *Probe) iterate(fn func(netns uint32, k Key, v uint64)) error {
 	)
 	it := p.objs.RstCounts.Iterate()
 	for it.Next(&k, &vals) {
-		var sum uint64
-		for _, v := range vals {
-			sum += v
+		sum, err := bpfload.Sum(vals)
+		if err != nil {
+			return fmt.Errorf("read tcp_reset counts: %w", err)
 		}
 		fn(k.Netns, Key{Direction: Direction(k.Direction), Code: k.Code}, sum)
 	}
@@ -252,17 +212,11 @@ func (p *Probe) Stats() (Stats, error) {
 	if p.closed {
 		return Stats{}, fmt.Errorf("read tcp_reset stats: %w", ErrClosed)
 	}
-	var per []tcpresetNbsRstStats
-	if err := p.objs.RstStats.Lookup(uint32(0), &per); err != nil {
+	c, err := bpfload.LookupSum[tcpresetNbsRstStats](p.objs.RstStats, uint32(0))
+	if err != nil {
 		return Stats{}, fmt.Errorf("read tcp_reset stats: %w", err)
 	}
-	var s Stats
-	for _, c := range per {
-		s.Suppressed += c.Suppressed
-		s.RingFull += c.RingFull
-		s.CountErrors += c.CountErrors
-	}
-	return s, nil
+	return Stats{Suppressed: c.Suppressed, RingFull: c.RingFull, CountErrors: c.CountErrors}, nil
 }
 
 // ReadEvents calls fn for each evidence event until ctx is done or the probe
@@ -270,20 +224,13 @@ func (p *Probe) Stats() (Stats, error) {
 // ring has a single consumer position. fn runs on the calling goroutine and
 // should be quick; while it blocks, the kernel drops evidence (Stats.RingFull).
 func (p *Probe) ReadEvents(ctx context.Context, fn func(Event)) error {
-	return p.ring.Read(ctx, func(raw []byte) {
-		ev, err := p.decode(raw)
-		if err != nil {
-			p.log.Warn("skip malformed tcp_reset event", "err", err)
-			return
-		}
-		fn(ev)
-	})
+	return evidence.ReadDecoded(ctx, p.ring, p.log, p.decode, fn)
 }
 
 func (p *Probe) decode(raw []byte) (Event, error) {
-	var r tcpresetNbsRstEvent
-	if _, err := binary.Decode(raw, binary.NativeEndian, &r); err != nil {
-		return Event{}, fmt.Errorf("decode %d bytes: %w", len(raw), err)
+	r, err := evidence.Decode[tcpresetNbsRstEvent](raw)
+	if err != nil {
+		return Event{}, err
 	}
 	ev := Event{
 		Time:      p.clock.Time(r.TsNs),
@@ -311,29 +258,6 @@ func (p *Probe) Close() error {
 		return nil
 	}
 	p.closed = true
-
-	var errs []error
-	// Ends a running ReadEvents before the ring's map is freed.
-	if err := p.ring.Close(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := p.closeKernel(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// closeKernel detaches what was attached and frees programs and maps.
-func (p *Probe) closeKernel() error {
-	var errs []error
-	for _, l := range p.links {
-		if err := l.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("detach tcp_reset program: %w", err))
-		}
-	}
-	p.links = nil
-	if err := p.objs.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close tcp_reset objects: %w", err))
-	}
-	return errors.Join(errs...)
+	// The ring first: that ends a running ReadEvents before its map is freed.
+	return errors.Join(p.ring.Close(), p.bpf.Close())
 }

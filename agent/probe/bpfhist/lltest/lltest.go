@@ -27,6 +27,11 @@ func Load() (*Runner, error) {
 	return r, nil
 }
 
+// Spec returns the object unloaded, for tests of loading itself: its
+// global variables ll_in, ll_index and ll_slot are [Batch]uint64,
+// [Batch]uint32 and [Batch]uint32.
+func Spec() (*ebpf.CollectionSpec, error) { return loadLltest() }
+
 // Index runs the kernel's nbs_ll_index and nbs_hist_slot on up to Batch values.
 func (r *Runner) Index(vals []uint64) (index, slot []uint32, err error) {
 	if len(vals) > Batch {
