@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	probe "github.com/nbs-project/nbs/agent/probe/latencyflows"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/internal/loglinear"
@@ -34,13 +33,10 @@ const forgetAfter = 2 * time.Minute
 
 // Options configure Open.
 type Options struct {
-	Netns      netns.Handle
-	AllNetns   bool
-	DisableBPF bool
+	source.Env
 	// MinGap and SamplesPerSec tune the kernel's rate limits (0: defaults).
 	MinGap        time.Duration
 	SamplesPerSec uint32
-	Logger        *slog.Logger
 }
 
 // Source reads the sampled flows while attached.
@@ -59,20 +55,13 @@ type Source struct {
 // Open loads the program without attaching it, or returns a source that
 // never measures and says why.
 func Open(_ context.Context, opts Options) (*Source, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := opts.Log(catalog.LatencyFlows)
 	s := &Source{log: log, retrans: map[uint64]uint32{}}
 	if opts.DisableBPF {
-		s.why = "disabled by --bpf=false"
+		s.why = source.BPFDisabled
 		return s, nil
 	}
-	inode := opts.Netns.Inode
-	if opts.AllNetns {
-		inode = 0
-	}
-	p, err := probe.Load(probe.Options{NetnsInode: inode, MinGap: opts.MinGap, SamplesPerSec: opts.SamplesPerSec, Logger: log})
+	p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), MinGap: opts.MinGap, SamplesPerSec: opts.SamplesPerSec, Logger: log})
 	if err != nil {
 		s.why = err.Error()
 		log.Warn("latency/flows: BPF unavailable; per-flow detail will not be measured", "err", err)

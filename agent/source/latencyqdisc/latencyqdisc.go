@@ -13,7 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
 	probe "github.com/nbs-project/nbs/agent/probe/latencyqdisc"
 	"github.com/nbs-project/nbs/agent/source"
@@ -33,11 +32,7 @@ const idleRetire = 30
 
 // Options configure Open.
 type Options struct {
-	Netns    netns.Handle
-	AllNetns bool
-	// DisableBPF leaves the branch out.
-	DisableBPF bool
-	Logger     *slog.Logger
+	source.Env
 }
 
 type device struct {
@@ -63,20 +58,13 @@ type Source struct {
 // Open loads the programs without attaching them, or returns a source that
 // never measures and says why.
 func Open(_ context.Context, opts Options) (*Source, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := opts.Log(catalog.LatencyQdisc)
 	s := &Source{own: opts.Netns.Inode, log: log, devs: map[probe.Device]*device{}, ids: map[string]bool{}}
 	if opts.DisableBPF {
-		s.why = "disabled by --bpf=false"
+		s.why = source.BPFDisabled
 		return s, nil
 	}
-	inode := opts.Netns.Inode
-	if opts.AllNetns {
-		inode = 0
-	}
-	p, err := probe.Load(probe.Options{NetnsInode: inode, Logger: log})
+	p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), Logger: log})
 	if err != nil {
 		s.why = err.Error()
 		log.Warn("latency/qdisc: BPF unavailable; qdisc sojourn will not be measured", "err", err)

@@ -13,7 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	probe "github.com/nbs-project/nbs/agent/probe/tcpreset"
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
@@ -27,17 +26,10 @@ const (
 
 // Options configure Open.
 type Options struct {
-	Netns netns.Handle
-	// AllNetns counts resets in every namespace (a node's pods and
-	// containers); otherwise only in Netns. /proc counters always come from Netns.
-	AllNetns          bool
-	EvidencePerSecond uint32
+	source.Env
 	// MaxEventsPerInterval bounds evidence per report; the kernel already
 	// rate-limits, this bounds the report size if the interval is long.
 	MaxEventsPerInterval int
-	// DisableBPF forces the /proc fallback.
-	DisableBPF bool
-	Logger     *slog.Logger
 }
 
 // Open loads the BPF probe, or falls back to /proc and says why.
@@ -45,21 +37,18 @@ func Open(ctx context.Context, opts Options) (source.Source, error) {
 	if opts.MaxEventsPerInterval <= 0 {
 		opts.MaxEventsPerInterval = 100
 	}
-	why := "disabled by --bpf=false"
+	log := opts.Log(catalog.TCPReset)
+	why := source.BPFDisabled
 	if !opts.DisableBPF {
-		inode := opts.Netns.Inode
-		if opts.AllNetns {
-			inode = 0
-		}
-		p, err := probe.Load(probe.Options{NetnsInode: inode, EvidencePerSecond: opts.EvidencePerSecond, Logger: opts.Logger})
+		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), EvidencePerSecond: opts.EvidencePerSecond, Logger: log})
 		if err == nil {
-			return newBPF(ctx, p, opts), nil
+			return newBPF(ctx, p, log, opts.MaxEventsPerInterval), nil
 		}
 		why = err.Error()
-		opts.Logger.Warn("tcp_reset: BPF unavailable, falling back to /proc counters (no per-reason split, no evidence)", "err", err)
+		log.Warn("tcp_reset: BPF unavailable, falling back to /proc counters (no per-reason split, no evidence)", "err", err)
 	}
-	s := &procSource{ns: opts.Netns, bpfWhy: why}
-	if _, err := s.read(); err != nil {
+	s := &procSource{proc: opts.ProcReader(), bpfWhy: why}
+	if _, err := s.proc.SNMP(); err != nil {
 		return nil, fmt.Errorf("tcp_reset: BPF unavailable (%s) and /proc fallback failed: %w", why, err)
 	}
 	return s, nil
@@ -79,8 +68,8 @@ type bpfSource struct {
 	done   chan struct{}
 }
 
-func newBPF(ctx context.Context, p *probe.Probe, opts Options) *bpfSource {
-	s := &bpfSource{probe: p, names: p.Names(), log: opts.Logger, max: opts.MaxEventsPerInterval, done: make(chan struct{})}
+func newBPF(ctx context.Context, p *probe.Probe, log *slog.Logger, maxEvents int) *bpfSource {
+	s := &bpfSource{probe: p, names: p.Names(), log: log, max: maxEvents, done: make(chan struct{})}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	go func() {
@@ -181,7 +170,7 @@ func (s *bpfSource) Close() error {
 
 // procSource reads reset counters from /proc inside the watched namespace.
 type procSource struct {
-	ns     netns.Handle
+	proc   *procnet.Reader
 	bpfWhy string
 	base   map[string]uint64
 }
@@ -195,22 +184,8 @@ func (s *procSource) Capabilities() []*nbsv1.Capability {
 	}
 }
 
-func (s *procSource) read() (procnet.Counters, error) {
-	c := procnet.Counters{}
-	for _, f := range []string{"/proc/thread-self/net/snmp", "/proc/thread-self/net/netstat"} {
-		data, err := s.ns.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("read %s in %s: %w", f, s.ns, err)
-		}
-		if err := procnet.Parse(data, c); err != nil {
-			return nil, fmt.Errorf("parse %s: %w", f, err)
-		}
-	}
-	return c, nil
-}
-
 func (s *procSource) Collect(context.Context) (source.Reading, error) {
-	c, err := s.read()
+	c, err := s.proc.SNMP()
 	if err != nil {
 		return source.Reading{}, err
 	}
