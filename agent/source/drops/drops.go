@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -43,12 +41,9 @@ type Source struct {
 	bpfWhy string
 
 	// BPF
-	probe  *probe.Probe
-	names  probe.Names
-	mu     sync.Mutex
-	events []*nbsv1.Event
-	cancel context.CancelFunc
-	done   chan struct{}
+	probe    *probe.Probe
+	names    probe.Names
+	evidence *source.Evidence
 
 	// /proc
 	proc    *procnet.Reader
@@ -83,15 +78,9 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 
 func (s *Source) startBPF(ctx context.Context, p *probe.Probe) {
 	s.probe, s.names, s.bpfWhy = p, p.Names(), ""
-	s.done = make(chan struct{})
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	go func() {
-		defer close(s.done)
-		if err := p.ReadEvents(rctx, s.add); err != nil {
-			s.log.Error("drops: evidence reader stopped", "err", err)
-		}
-	}()
+	s.evidence = source.StartEvidence(ctx, catalog.Drops, s.log, s.max, func(ctx context.Context, add func(*nbsv1.Event)) error {
+		return p.ReadEvents(ctx, func(e probe.Event) { add(event(e)) })
+	})
 }
 
 func (s *Source) Name() string {
@@ -126,7 +115,8 @@ func (s *Source) metricFor(code uint32) catalog.Metric {
 	return catalog.DropReason(s.names.Reason(code))
 }
 
-func (s *Source) add(e probe.Event) {
+// event is the evidence of one drop.
+func event(e probe.Event) *nbsv1.Event {
 	id := catalog.Drops + "/" + e.Reason
 	if e.Code >= probe.Overflow {
 		id = catalog.DropsOverflow
@@ -149,12 +139,7 @@ func (s *Source) add(e probe.Event) {
 	if e.Location != 0 {
 		fields["location"] = fmt.Sprintf("%#x", e.Location)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.events) >= s.max {
-		return
-	}
-	s.events = append(s.events, &nbsv1.Event{MetricId: id, TimeUnixNano: e.Time.UnixNano(), Fields: fields})
+	return &nbsv1.Event{MetricId: id, TimeUnixNano: e.Time.UnixNano(), Fields: fields}
 }
 
 func (s *Source) Collect(context.Context) (source.Reading, error) {
@@ -179,9 +164,7 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 		r.Counters[catalog.DropsOverflow] = c.Overflow
 		r.Counters[catalog.Drops] += c.Overflow
 	}
-	s.mu.Lock()
-	r.Events, s.events = s.events, nil
-	s.mu.Unlock()
+	r.Events = s.evidence.Take()
 	s.nameFunctions(r.Events)
 	// An event may name a reason whose counter the read above missed (it
 	// raced the read); define it so the event is never orphaned.
@@ -261,11 +244,6 @@ func (s *Source) Close() error {
 		return nil
 	}
 	err := s.probe.Close()
-	s.cancel()
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Second):
-		s.log.Warn("drops: evidence reader did not stop within 5s")
-	}
+	s.evidence.Stop()
 	return err
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -55,29 +53,16 @@ func Open(ctx context.Context, opts Options) (source.Source, error) {
 }
 
 type bpfSource struct {
-	probe *probe.Probe
-	names probe.Names
-	log   *slog.Logger
-	max   int
-
-	mu      sync.Mutex
-	events  []*nbsv1.Event
-	dropped uint64 // events over the per-interval bound
-
-	cancel context.CancelFunc
-	done   chan struct{}
+	probe    *probe.Probe
+	names    probe.Names
+	evidence *source.Evidence
 }
 
 func newBPF(ctx context.Context, p *probe.Probe, log *slog.Logger, maxEvents int) *bpfSource {
-	s := &bpfSource{probe: p, names: p.Names(), log: log, max: maxEvents, done: make(chan struct{})}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	go func() {
-		defer close(s.done)
-		if err := p.ReadEvents(rctx, s.add); err != nil {
-			s.log.Error("tcp_reset: evidence reader stopped", "err", err)
-		}
-	}()
+	s := &bpfSource{probe: p, names: p.Names()}
+	s.evidence = source.StartEvidence(ctx, catalog.TCPReset, log, maxEvents, func(ctx context.Context, add func(*nbsv1.Event)) error {
+		return p.ReadEvents(ctx, func(e probe.Event) { add(event(e)) })
+	})
 	return s
 }
 
@@ -97,7 +82,8 @@ func metricFor(names probe.Names, k probe.Key) catalog.Metric {
 	return catalog.ResetReceivedState(names.State(k.Code))
 }
 
-func (s *bpfSource) add(e probe.Event) {
+// event is the evidence of one reset.
+func event(e probe.Event) *nbsv1.Event {
 	id := catalog.TCPResetSent + "/" + e.Reason
 	if e.Direction == probe.DirectionReceived {
 		id = catalog.TCPResetReceived + "/" + e.State
@@ -116,13 +102,7 @@ func (s *bpfSource) add(e probe.Event) {
 		fields["src"] = e.Src.String()
 		fields["dst"] = e.Dst.String()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.events) >= s.max {
-		s.dropped++
-		return
-	}
-	s.events = append(s.events, &nbsv1.Event{MetricId: id, TimeUnixNano: e.Time.UnixNano(), Fields: fields})
+	return &nbsv1.Event{MetricId: id, TimeUnixNano: e.Time.UnixNano(), Fields: fields}
 }
 
 func (s *bpfSource) Collect(context.Context) (source.Reading, error) {
@@ -140,9 +120,7 @@ func (s *bpfSource) Collect(context.Context) (source.Reading, error) {
 		r.Counters[m.Parent()] += v
 		r.Counters[catalog.TCPReset] += v
 	}
-	s.mu.Lock()
-	r.Events, s.events = s.events, nil
-	s.mu.Unlock()
+	r.Events = s.evidence.Take()
 	// An event may name a reason whose counter the map read above missed
 	// (it raced the read); define it so the event is never orphaned.
 	for _, e := range r.Events {
@@ -159,12 +137,7 @@ func (s *bpfSource) Collect(context.Context) (source.Reading, error) {
 
 func (s *bpfSource) Close() error {
 	err := s.probe.Close()
-	s.cancel()
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Second):
-		s.log.Warn("tcp_reset: evidence reader did not stop within 5s")
-	}
+	s.evidence.Stop()
 	return err
 }
 
