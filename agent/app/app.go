@@ -20,6 +20,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/agent"
 	"github.com/nbs-project/nbs/agent/source/drops"
@@ -47,8 +48,11 @@ type Agent struct {
 	mu      sync.Mutex
 	caps    []*nbsv1.Capability
 	sources []source.Source
-	ping    *pingsrc.Source
+	ping    peers
 	self    *agent.Source // the agent branch; it also attaches triggered sources
+	// proc is the watched namespace's SNMP counters, read once per
+	// collection for every source that needs them.
+	proc *procnet.Reader
 	// pingAddress is what this node announces for peers to ping.
 	pingAddress string
 
@@ -86,7 +90,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	a.pingAddress = pingAddress
 	a.mu.Unlock()
-	sources, err := a.openSources(ctx, ns)
+	env := a.env(ns)
+	a.proc = env.Proc
+	sources, err := a.openSources(ctx, env, a.branches())
 	if err != nil {
 		return err
 	}
@@ -155,84 +161,83 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// openSources opens one source per branch of the tree. A source that cannot
-// run degrades itself (and says why in its capabilities); an error here is
-// for a node where not even the fallback works.
-func (a *Agent) openSources(ctx context.Context, ns netns.Handle) ([]source.Source, error) {
-	var opened []source.Source
-	fail := func(err error) ([]source.Source, error) {
-		for _, s := range opened {
-			_ = s.Close()
-		}
-		return nil, err
-	}
-	allNetns := a.cfg.Netns == ""
+// env is what every source is opened with.
+func (a *Agent) env(ns netns.Handle) source.Env {
+	return source.Env{Netns: ns, AllNetns: a.cfg.Netns == "", DisableBPF: !a.cfg.BPF,
+		EvidencePerSecond: uint32(a.cfg.EvidencePerSecond), Logger: a.log, Proc: procnet.NewReader(ns.ReadFile)}
+}
 
-	rs, err := tcpreset.Open(ctx, tcpreset.Options{Netns: ns, AllNetns: allNetns,
-		EvidencePerSecond: uint32(a.cfg.EvidencePerSecond), DisableBPF: !a.cfg.BPF, Logger: a.log.With("source", "tcp_reset")})
-	if err != nil {
-		return fail(err)
-	}
-	opened = append(opened, rs)
+// opener opens the source of one branch of the tree.
+type opener func(context.Context, source.Env) (source.Source, error)
 
-	lat, err := latency.Open(ctx, latency.Options{Netns: ns, AllNetns: allNetns, DisableBPF: !a.cfg.BPF,
-		Logger: a.log.With("source", "latency")})
-	if err != nil {
-		return fail(err)
-	}
-	opened = append(opened, lat)
-
-	dr, err := drops.Open(ctx, drops.Options{Netns: ns, AllNetns: allNetns, EvidencePerSecond: uint32(a.cfg.EvidencePerSecond),
-		DisableBPF: !a.cfg.BPF, Logger: a.log.With("source", "drops")})
-	if err != nil {
-		return fail(err)
-	}
-	opened = append(opened, dr)
-
+// branches open the agent's sources, in order; a new branch is one more
+// line. The agent branch is not here: it comes after all of them.
+func (a *Agent) branches() []opener {
 	targets, _ := pingsrc.ParseTargets(a.cfg.PingTargets) // checked by Validate
-	ps, err := pingsrc.Open(ctx, pingsrc.Options{Netns: ns, Targets: targets, Interval: a.cfg.PingInterval,
-		Logger: a.log.With("source", "ping")})
-	if err != nil {
-		return fail(err)
+	return []opener{
+		open(tcpreset.Open, tcpreset.Options{}),
+		open(latency.Open, latency.Options{}),
+		open(drops.Open, drops.Options{}),
+		open(pingsrc.Open, pingsrc.Options{Targets: targets, Interval: a.cfg.PingInterval}),
+		open(latencytx.Open, latencytx.Options{CgroupPath: a.cfg.CgroupPath, SampleEvery: uint32(a.cfg.TxSample)}),
+		open(latencyqdisc.Open, latencyqdisc.Options{}),
+		open(latencyflows.Open, latencyflows.Options{}),
 	}
-	opened = append(opened, ps)
-	a.mu.Lock()
-	a.ping = ps
-	a.mu.Unlock()
+}
 
-	txOpts := latencytx.Options{Netns: ns, AllNetns: allNetns, CgroupPath: a.cfg.CgroupPath,
-		SampleEvery: uint32(a.cfg.TxSample), DisableBPF: !a.cfg.BPF, Logger: a.log.With("source", "latency/tx")}
-	tx, err := latencytx.Open(ctx, txOpts)
-	if err != nil {
-		return fail(err)
+// open makes a source package's Open an opener: opts are the branch's own
+// options, to which the opener adds the shared environment.
+func open[O any, PO interface {
+	*O
+	SetEnv(source.Env)
+}, S source.Source](openFn func(context.Context, O) (S, error), opts O) opener {
+	return func(ctx context.Context, env source.Env) (source.Source, error) {
+		o := opts
+		PO(&o).SetEnv(env)
+		s, err := openFn(ctx, o)
+		if err != nil {
+			return nil, err // not a nil *S in a non-nil interface
+		}
+		return s, nil
 	}
-	opened = append(opened, tx)
-	qd, err := latencyqdisc.Open(ctx, latencyqdisc.Options{Netns: ns, AllNetns: allNetns, DisableBPF: !a.cfg.BPF,
-		Logger: a.log.With("source", "latency/qdisc")})
-	if err != nil {
-		return fail(err)
-	}
-	opened = append(opened, qd)
-	fl, err := latencyflows.Open(ctx, latencyflows.Options{Netns: ns, AllNetns: allNetns, DisableBPF: !a.cfg.BPF,
-		Logger: a.log.With("source", "latency/flows")})
-	if err != nil {
-		return fail(err)
-	}
-	opened = append(opened, fl)
+}
 
-	// New branches: open here, append to opened, return fail(err) on error.
+// peers is the ping branch as the collector's config reaches it.
+type peers interface {
+	SetPeers(specs []string)
+}
 
-	// The agent branch comes last: it measures the BPF programs of every
-	// source above and attaches the triggered ones.
+// openSources opens the source of every branch, then the agent branch,
+// which measures the BPF programs of the others and attaches the triggered
+// ones. A source that cannot run degrades itself (and says why in its
+// capabilities); an error here is for a node where not even the fallback
+// works, and closes what was opened.
+func (a *Agent) openSources(ctx context.Context, env source.Env, branches []opener) ([]source.Source, error) {
+	var opened []source.Source
+	for _, openBranch := range branches {
+		s, err := openBranch(ctx, env)
+		if err != nil {
+			for _, o := range opened {
+				if cerr := o.Close(); cerr != nil {
+					a.log.Warn("close source", "source", o.Name(), "err", cerr)
+				}
+			}
+			return nil, err // it names its branch
+		}
+		opened = append(opened, s)
+	}
 	self := agent.New(agent.Options{Sources: append([]source.Source(nil), opened...),
 		Pending: a.outbox.Len, Dropped: a.outbox.Dropped, BudgetPercent: a.cfg.OverheadBudget,
-		Hold: a.cfg.TriggeredHold, MaxOn: a.cfg.TriggeredMax, Logger: a.log.With("source", "agent")})
-	opened = append(opened, self)
+		Hold: a.cfg.TriggeredHold, MaxOn: a.cfg.TriggeredMax, Logger: env.Log(catalog.Agent)})
 	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range opened {
+		if p, ok := s.(peers); ok {
+			a.ping = p
+		}
+	}
 	a.self = self
-	a.mu.Unlock()
-
-	return opened, nil
+	return append(opened, self), nil
 }
 
 // reading merges every source's collection of one interval.
@@ -244,6 +249,9 @@ type reading struct {
 }
 
 func (a *Agent) collect(ctx context.Context) reading {
+	if a.proc != nil {
+		a.proc.Next()
+	}
 	r := reading{counters: map[string]uint64{}, gauges: map[string]float64{}, histograms: map[string]*loglinear.Histogram{}}
 	for _, s := range a.sources {
 		got, err := s.Collect(ctx)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -24,6 +25,16 @@ type Softnet struct {
 	FlowLimit uint64
 	// CPUs is the number of lines.
 	CPUs int
+}
+
+// ReadSoftnet reads a softnet_stat file (/proc/net/softnet_stat, or a
+// test's copy).
+func ReadSoftnet(path string) (Softnet, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Softnet{}, err
+	}
+	return ParseSoftnet(data)
 }
 
 // ParseSoftnet reads softnet_stat's content.

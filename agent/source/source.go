@@ -1,5 +1,8 @@
 // Package source defines what each branch of the agent's tree hands to the
-// agent every interval.
+// agent every interval, and the pieces its sources share: the environment
+// every source is opened with (Env), the evidence reader (Evidence) and the
+// skeleton of a triggered source (Triggered). A new branch is a package
+// here whose Options embed Env, and one line in agent/app's branches.
 package source
 
 import (

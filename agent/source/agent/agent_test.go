@@ -21,7 +21,7 @@ func openQdisc(t *testing.T, lab *netlab.Lab) *latencyqdisc.Source {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qd, err := latencyqdisc.Open(context.Background(), latencyqdisc.Options{Netns: h})
+	qd, err := latencyqdisc.Open(context.Background(), latencyqdisc.Options{Env: source.Env{Netns: h}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -29,18 +26,9 @@ const (
 
 // Options configure Open.
 type Options struct {
-	Netns netns.Handle
-	// AllNetns counts drops in every namespace; otherwise only in Netns.
-	// /proc counters always come from Netns.
-	AllNetns bool
-	// EvidencePerSecond caps evidence events in the kernel; 0 means the
-	// probe's default.
-	EvidencePerSecond uint32
+	source.Env
 	// MaxEventsPerInterval bounds evidence per report.
 	MaxEventsPerInterval int
-	// DisableBPF forces the /proc fallback.
-	DisableBPF bool
-	Logger     *slog.Logger
 	// SoftnetPath is /proc/net/softnet_stat unless set (tests).
 	SoftnetPath string
 }
@@ -53,43 +41,34 @@ type Source struct {
 	bpfWhy string
 
 	// BPF
-	probe  *probe.Probe
-	names  probe.Names
-	mu     sync.Mutex
-	events []*nbsv1.Event
-	cancel context.CancelFunc
-	done   chan struct{}
+	probe    *probe.Probe
+	names    probe.Names
+	evidence *source.Evidence
 
 	// /proc
+	proc    *procnet.Reader
 	softnet string
 	base    map[string]uint64
 }
 
 // Open loads the BPF probe, or falls back to /proc and says why.
 func Open(ctx context.Context, opts Options) (*Source, error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
 	if opts.MaxEventsPerInterval <= 0 {
 		opts.MaxEventsPerInterval = 100
 	}
-	s := &Source{ns: opts.Netns, log: opts.Logger, max: opts.MaxEventsPerInterval, bpfWhy: "disabled by --bpf=false",
-		softnet: opts.SoftnetPath}
+	s := &Source{ns: opts.Netns, log: opts.Log(catalog.Drops), max: opts.MaxEventsPerInterval, bpfWhy: source.BPFDisabled,
+		proc: opts.ProcReader(), softnet: opts.SoftnetPath}
 	if s.softnet == "" {
 		s.softnet = "/proc/net/softnet_stat"
 	}
 	if !opts.DisableBPF {
-		inode := opts.Netns.Inode
-		if opts.AllNetns {
-			inode = 0
-		}
-		p, err := probe.Load(probe.Options{NetnsInode: inode, EvidencePerSecond: int(opts.EvidencePerSecond), Logger: opts.Logger})
+		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), EvidencePerSecond: int(opts.EvidencePerSecond), Logger: s.log})
 		if err == nil {
 			s.startBPF(ctx, p)
 			return s, nil
 		}
 		s.bpfWhy = err.Error()
-		opts.Logger.Warn("drops: BPF unavailable, falling back to /proc counters (no per-reason split, no evidence)", "err", err)
+		s.log.Warn("drops: BPF unavailable, falling back to /proc counters (no per-reason split, no evidence)", "err", err)
 	}
 	if _, err := s.collectProc(); err != nil {
 		return nil, fmt.Errorf("drops: BPF unavailable (%s) and /proc fallback failed: %w", s.bpfWhy, err)
@@ -99,15 +78,9 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 
 func (s *Source) startBPF(ctx context.Context, p *probe.Probe) {
 	s.probe, s.names, s.bpfWhy = p, p.Names(), ""
-	s.done = make(chan struct{})
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	go func() {
-		defer close(s.done)
-		if err := p.ReadEvents(rctx, s.add); err != nil {
-			s.log.Error("drops: evidence reader stopped", "err", err)
-		}
-	}()
+	s.evidence = source.StartEvidence(ctx, catalog.Drops, s.log, s.max, func(ctx context.Context, add func(*nbsv1.Event)) error {
+		return p.ReadEvents(ctx, func(e probe.Event) { add(event(e)) })
+	})
 }
 
 func (s *Source) Name() string {
@@ -142,7 +115,8 @@ func (s *Source) metricFor(code uint32) catalog.Metric {
 	return catalog.DropReason(s.names.Reason(code))
 }
 
-func (s *Source) add(e probe.Event) {
+// event is the evidence of one drop.
+func event(e probe.Event) *nbsv1.Event {
 	id := catalog.Drops + "/" + e.Reason
 	if e.Code >= probe.Overflow {
 		id = catalog.DropsOverflow
@@ -165,12 +139,7 @@ func (s *Source) add(e probe.Event) {
 	if e.Location != 0 {
 		fields["location"] = fmt.Sprintf("%#x", e.Location)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.events) >= s.max {
-		return
-	}
-	s.events = append(s.events, &nbsv1.Event{MetricId: id, TimeUnixNano: e.Time.UnixNano(), Fields: fields})
+	return &nbsv1.Event{MetricId: id, TimeUnixNano: e.Time.UnixNano(), Fields: fields}
 }
 
 func (s *Source) Collect(context.Context) (source.Reading, error) {
@@ -195,9 +164,7 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 		r.Counters[catalog.DropsOverflow] = c.Overflow
 		r.Counters[catalog.Drops] += c.Overflow
 	}
-	s.mu.Lock()
-	r.Events, s.events = s.events, nil
-	s.mu.Unlock()
+	r.Events = s.evidence.Take()
 	s.nameFunctions(r.Events)
 	// An event may name a reason whose counter the read above missed (it
 	// raced the read); define it so the event is never orphaned.
@@ -233,38 +200,16 @@ func (s *Source) nameFunctions(events []*nbsv1.Event) {
 	}
 }
 
-func (s *Source) readProc() (procnet.Counters, error) {
-	c := procnet.Counters{}
-	for _, f := range []string{"/proc/thread-self/net/snmp", "/proc/thread-self/net/netstat", "/proc/thread-self/net/snmp6"} {
-		data, err := s.ns.ReadFile(f)
-		if err != nil {
-			if f == "/proc/thread-self/net/snmp6" && os.IsNotExist(err) {
-				continue // IPv6 disabled
-			}
-			return nil, err
-		}
-		parse := procnet.Parse
-		if f == "/proc/thread-self/net/snmp6" {
-			parse = procnet.ParseSNMP6
-		}
-		if err := parse(data, c); err != nil {
-			return nil, fmt.Errorf("parse %s: %w", f, err)
-		}
-	}
-	data, err := os.ReadFile(s.softnet)
-	if err != nil {
-		return nil, err
-	}
-	sn, err := procnet.ParseSoftnet(data)
-	if err != nil {
-		return nil, err
-	}
-	c["softnet.dropped"] = sn.Dropped + sn.FlowLimit
-	return c, nil
-}
-
 func (s *Source) collectProc() (source.Reading, error) {
-	c, err := s.readProc()
+	c, err := s.proc.SNMP()
+	if err != nil {
+		return source.Reading{}, err
+	}
+	c6, err := s.proc.SNMP6()
+	if err != nil {
+		return source.Reading{}, err
+	}
+	sn, err := procnet.ReadSoftnet(s.softnet)
 	if err != nil {
 		return source.Reading{}, err
 	}
@@ -275,10 +220,10 @@ func (s *Source) collectProc() (source.Reading, error) {
 		r.Metrics = append(r.Metrics, pc.Metric)
 		var v uint64
 		for _, name := range pc.Counters {
-			v += c[name]
+			v += c[name] + c6[name] // the files' groups differ: "Udp" and "Udp6"
 		}
 		if pc.HostWide {
-			v = c["softnet.dropped"]
+			v = sn.Dropped + sn.FlowLimit
 		}
 		abs[pc.Metric.ID] = v
 	}
@@ -299,11 +244,6 @@ func (s *Source) Close() error {
 		return nil
 	}
 	err := s.probe.Close()
-	s.cancel()
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Second):
-		s.log.Warn("drops: evidence reader did not stop within 5s")
-	}
+	s.evidence.Stop()
 	return err
 }

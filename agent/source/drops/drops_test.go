@@ -8,6 +8,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/internal/netlab"
 )
@@ -54,7 +55,7 @@ func TestBPFReasons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := open(t, Options{Netns: h, EvidencePerSecond: 10000, MaxEventsPerInterval: 1000})
+	s := open(t, Options{Env: source.Env{Netns: h, EvidencePerSecond: 10000}, MaxEventsPerInterval: 1000})
 	if s.probe == nil {
 		netlab.SkipOrFail(t, "drops: BPF unavailable: %s", s.bpfWhy)
 	}
@@ -140,7 +141,7 @@ func TestProcFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := open(t, Options{Netns: h, DisableBPF: true})
+	s := open(t, Options{Env: source.Env{Netns: h, DisableBPF: true}})
 	c0, nb := collect(t, s), l.Nstat(t, l.B)
 	l.SendUDP(t, l.A, netip.AddrPortFrom(l.IPB, 9999), n, 64, 0)
 	l.SendUDP(t, l.A, netip.AddrPortFrom(l.IP6B, 9999), n, 64, 0)

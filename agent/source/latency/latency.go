@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/cilium/ebpf"
 
@@ -29,13 +28,7 @@ const (
 
 // Options configure Open.
 type Options struct {
-	Netns netns.Handle
-	// AllNetns counts retransmits in every namespace; otherwise only in
-	// Netns. /proc counters always come from Netns.
-	AllNetns bool
-	// DisableBPF forces the /proc fallback.
-	DisableBPF bool
-	Logger     *slog.Logger
+	source.Env
 	// SoftnetPath is /proc/net/softnet_stat unless set (tests).
 	SoftnetPath string
 }
@@ -44,6 +37,7 @@ type Options struct {
 type Source struct {
 	ns       netns.Handle
 	allNetns bool
+	proc     *procnet.Reader
 	probe    *probe.Probe // nil on /proc
 	bpfWhy   string
 	softnet  string
@@ -55,25 +49,18 @@ type Source struct {
 
 // Open loads the retransmit probe, or falls back to /proc and says why.
 func Open(_ context.Context, opts Options) (*Source, error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	s := &Source{ns: opts.Netns, allNetns: opts.AllNetns, softnet: opts.SoftnetPath, log: opts.Logger,
-		bpfWhy: "disabled by --bpf=false"}
+	s := &Source{ns: opts.Netns, allNetns: opts.AllNetns, proc: opts.ProcReader(), softnet: opts.SoftnetPath,
+		log: opts.Log(catalog.Latency), bpfWhy: source.BPFDisabled}
 	if s.softnet == "" {
 		s.softnet = "/proc/net/softnet_stat"
 	}
 	if !opts.DisableBPF {
-		inode := opts.Netns.Inode
-		if opts.AllNetns {
-			inode = 0
-		}
-		p, err := probe.Load(probe.Options{NetnsInode: inode, Logger: opts.Logger})
+		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), Logger: s.log})
 		if err == nil {
 			s.probe, s.bpfWhy = p, ""
 		} else {
 			s.bpfWhy = err.Error()
-			opts.Logger.Warn("latency: BPF unavailable, retransmits and RTOs from /proc counters of the watched namespace only", "err", err)
+			s.log.Warn("latency: BPF unavailable, retransmits and RTOs from /proc counters of the watched namespace only", "err", err)
 		}
 	}
 	if _, err := s.Collect(context.Background()); err != nil {
@@ -114,32 +101,12 @@ func (s *Source) Programs() map[string]*ebpf.Program {
 	return s.probe.Programs()
 }
 
-func (s *Source) readProc() (procnet.Counters, error) {
-	c := procnet.Counters{}
-	for _, f := range []string{"/proc/thread-self/net/snmp", "/proc/thread-self/net/netstat"} {
-		data, err := s.ns.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		if err := procnet.Parse(data, c); err != nil {
-			return nil, fmt.Errorf("parse %s: %w", f, err)
-		}
-	}
-	data, err := os.ReadFile(s.softnet)
-	if err != nil {
-		return nil, err
-	}
-	sn, err := procnet.ParseSoftnet(data)
-	if err != nil {
-		return nil, err
-	}
-	c["softnet.dropped"] = sn.Dropped + sn.FlowLimit
-	c["softnet.time_squeeze"] = sn.TimeSqueeze
-	return c, nil
-}
-
 func (s *Source) Collect(context.Context) (source.Reading, error) {
-	c, err := s.readProc()
+	c, err := s.proc.SNMP()
+	if err != nil {
+		return source.Reading{}, err
+	}
+	sn, err := procnet.ReadSoftnet(s.softnet)
 	if err != nil {
 		return source.Reading{}, err
 	}
@@ -147,8 +114,8 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	for id, counter := range catalog.LatencyProcCounters {
 		abs[id] = c[counter]
 	}
-	abs[catalog.LatencySoftnetDropped] = c["softnet.dropped"]
-	abs[catalog.LatencySoftnetSqueeze] = c["softnet.time_squeeze"]
+	abs[catalog.LatencySoftnetDropped] = sn.Dropped + sn.FlowLimit
+	abs[catalog.LatencySoftnetSqueeze] = sn.TimeSqueeze
 	if s.base == nil {
 		s.base = abs
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/schema"
@@ -107,7 +108,7 @@ func TestRetransmitsUnderLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := open(t, Options{Netns: h, Logger: nil})
+	s := open(t, Options{Env: source.Env{Netns: h}})
 	if s.probe == nil {
 		netlab.SkipOrFail(t, "latency: BPF unavailable: %s", s.bpfWhy)
 	}
@@ -171,7 +172,7 @@ func TestProcFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := open(t, Options{Netns: h, DisableBPF: true})
+	s := open(t, Options{Env: source.Env{Netns: h, DisableBPF: true}})
 	before := l.Nstat(t, l.A)
 	l.LossyBulk(t, 50, time.Second)
 	after := l.Nstat(t, l.A)
@@ -209,7 +210,7 @@ func TestSoftnet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := open(t, Options{Netns: self, DisableBPF: true, SoftnetPath: path})
+	s := open(t, Options{Env: source.Env{Netns: self, DisableBPF: true}, SoftnetPath: path})
 	write(15, 27, 2)
 	r, err := s.Collect(context.Background())
 	if err != nil {

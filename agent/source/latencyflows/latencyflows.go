@@ -10,14 +10,11 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	probe "github.com/nbs-project/nbs/agent/probe/latencyflows"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/internal/loglinear"
@@ -34,77 +31,38 @@ const forgetAfter = 2 * time.Minute
 
 // Options configure Open.
 type Options struct {
-	Netns      netns.Handle
-	AllNetns   bool
-	DisableBPF bool
+	source.Env
 	// MinGap and SamplesPerSec tune the kernel's rate limits (0: defaults).
 	MinGap        time.Duration
 	SamplesPerSec uint32
-	Logger        *slog.Logger
 }
 
 // Source reads the sampled flows while attached.
 type Source struct {
-	probe *probe.Probe
-	why   string
-	log   *slog.Logger
+	*source.Triggered[*probe.Probe, probe.Stats]
+	log *slog.Logger
 
-	mu       sync.Mutex
-	active   bool
+	// Guarded by Triggered's lock.
 	lastMono uint64            // CLOCK_MONOTONIC ns of the previous collection
 	retrans  map[uint64]uint32 // total_retrans per flow at the previous collection
-	retired  []string
 }
 
 // Open loads the program without attaching it, or returns a source that
 // never measures and says why.
 func Open(_ context.Context, opts Options) (*Source, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &Source{log: log, retrans: map[uint64]uint32{}}
-	if opts.DisableBPF {
-		s.why = "disabled by --bpf=false"
-		return s, nil
-	}
-	inode := opts.Netns.Inode
-	if opts.AllNetns {
-		inode = 0
-	}
-	p, err := probe.Load(probe.Options{NetnsInode: inode, MinGap: opts.MinGap, SamplesPerSec: opts.SamplesPerSec, Logger: log})
-	if err != nil {
-		s.why = err.Error()
-		log.Warn("latency/flows: BPF unavailable; per-flow detail will not be measured", "err", err)
-		return s, nil
-	}
-	s.probe = p
+	s := &Source{log: opts.Log(catalog.LatencyFlows), retrans: map[uint64]uint32{}}
+	s.Triggered = source.NewTriggered(opts.Env, source.TriggeredSpec[*probe.Probe, probe.Stats]{
+		Name: "latency/flows (bpf, triggered)", Capability: capName, Trigger: catalog.Latency, Branch: catalog.LatencyFlows,
+		What: "per-flow detail",
+		Load: func(netnsInode uint32, log *slog.Logger) (*probe.Probe, error) {
+			return probe.Load(probe.Options{NetnsInode: netnsInode, MinGap: opts.MinGap, SamplesPerSec: opts.SamplesPerSec, Logger: log})
+		},
+		Attached: func(*probe.Probe) error {
+			s.lastMono, s.retrans = monoNow(), map[uint64]uint32{}
+			return nil
+		},
+	})
 	return s, nil
-}
-
-func (s *Source) Name() string    { return "latency/flows (bpf, triggered)" }
-func (s *Source) Trigger() string { return catalog.Latency }
-func (s *Source) Branch() string  { return catalog.LatencyFlows }
-
-func (s *Source) Capabilities() []*nbsv1.Capability {
-	if s.probe == nil {
-		return []*nbsv1.Capability{{Name: capName, Available: false, Reason: s.why}}
-	}
-	return []*nbsv1.Capability{{Name: capName, Available: true, Reason: "attached only while triggered or expanded"}}
-}
-
-// Programs returns the probe's program, nil when it is unavailable.
-func (s *Source) Programs() map[string]*ebpf.Program {
-	if s.probe == nil {
-		return nil
-	}
-	return s.probe.Programs()
-}
-
-func (s *Source) Active() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.active
 }
 
 func monoNow() uint64 {
@@ -113,50 +71,20 @@ func monoNow() uint64 {
 	return uint64(ts.Nano())
 }
 
-// SetActive attaches or detaches the program. Detaching retires the
-// branch's metrics, so they vanish rather than go UNKNOWN.
-func (s *Source) SetActive(_ context.Context, on bool) error {
-	if s.probe == nil {
-		if on {
-			return fmt.Errorf("per-flow sampling unavailable: %s", s.why)
-		}
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if on == s.active {
-		return nil
-	}
-	if !on {
-		err := s.probe.Detach()
-		s.active = false
-		s.retired = append(s.retired, catalog.LatencyFlows)
-		return err
-	}
-	if err := s.probe.Attach(); err != nil {
-		return err
-	}
-	s.active, s.lastMono, s.retrans = true, monoNow(), map[uint64]uint32{}
-	return nil
-}
-
 type flowDelta struct {
 	f       probe.Flow
 	retrans uint32
 }
 
 func (s *Source) Collect(context.Context) (source.Reading, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := source.Reading{Retired: s.retired}
-	s.retired = nil
-	if !s.active {
-		return r, nil
-	}
+	return s.WhileAttached(s.collect)
+}
+
+func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 	now := monoNow()
-	fs, err := s.probe.Flows()
+	fs, err := p.Flows()
 	if err != nil {
-		return r, fmt.Errorf("read sampled flows: %w", err)
+		return fmt.Errorf("read sampled flows: %w", err)
 	}
 	srtt := loglinear.New()
 	var sampled, retransmitting int
@@ -179,7 +107,7 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 		}
 	}
 	s.retrans, s.lastMono = seen, now
-	if err := s.probe.Forget(func(f probe.Flow) bool { return now-f.LastNs > uint64(forgetAfter) }); err != nil {
+	if err := p.Forget(func(f probe.Flow) bool { return now-f.LastNs > uint64(forgetAfter) }); err != nil {
 		s.log.Warn("latency/flows: forget idle flows", "err", err)
 	}
 
@@ -205,20 +133,5 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	r.Metrics = catalog.LatencyFlowsTree()
 	r.Gauges = map[string]float64{catalog.LatencyFlows: float64(retransmitting), catalog.LatencyFlowsSampled: float64(sampled)}
 	r.Histograms = map[string]*loglinear.Histogram{catalog.LatencyFlowsSRTT: srtt}
-	return r, nil
-}
-
-// Stats returns the probe's counts (zero when unavailable).
-func (s *Source) Stats() (probe.Stats, error) {
-	if s.probe == nil {
-		return probe.Stats{}, nil
-	}
-	return s.probe.Stats()
-}
-
-func (s *Source) Close() error {
-	if s.probe == nil {
-		return nil
-	}
-	return s.probe.Close()
+	return nil
 }

@@ -8,17 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync"
-
-	"github.com/cilium/ebpf"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
 	probe "github.com/nbs-project/nbs/agent/probe/latencyqdisc"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/internal/loglinear"
-	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
 const capName = "bpf.latency.qdisc"
@@ -33,11 +28,7 @@ const idleRetire = 30
 
 // Options configure Open.
 type Options struct {
-	Netns    netns.Handle
-	AllNetns bool
-	// DisableBPF leaves the branch out.
-	DisableBPF bool
-	Logger     *slog.Logger
+	source.Env
 }
 
 type device struct {
@@ -48,96 +39,33 @@ type device struct {
 
 // Source reads per-device sojourn while attached.
 type Source struct {
-	probe *probe.Probe // nil when unavailable
-	why   string
-	own   uint32 // the watched namespace: its devices go by name alone
-	log   *slog.Logger
+	*source.Triggered[*probe.Probe, probe.Stats]
+	own uint32 // the watched namespace: its devices go by name alone
 
-	mu      sync.Mutex
-	active  bool
-	devs    map[probe.Device]*device
-	ids     map[string]bool // child ids in use
-	retired []string
+	// Guarded by Triggered's lock.
+	devs map[probe.Device]*device
+	ids  map[string]bool // child ids in use
 }
 
 // Open loads the programs without attaching them, or returns a source that
 // never measures and says why.
 func Open(_ context.Context, opts Options) (*Source, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &Source{own: opts.Netns.Inode, log: log, devs: map[probe.Device]*device{}, ids: map[string]bool{}}
-	if opts.DisableBPF {
-		s.why = "disabled by --bpf=false"
-		return s, nil
-	}
-	inode := opts.Netns.Inode
-	if opts.AllNetns {
-		inode = 0
-	}
-	p, err := probe.Load(probe.Options{NetnsInode: inode, Logger: log})
-	if err != nil {
-		s.why = err.Error()
-		log.Warn("latency/qdisc: BPF unavailable; qdisc sojourn will not be measured", "err", err)
-		return s, nil
-	}
-	s.probe = p
+	s := &Source{own: opts.Netns.Inode, devs: map[probe.Device]*device{}, ids: map[string]bool{}}
+	s.Triggered = source.NewTriggered(opts.Env, source.TriggeredSpec[*probe.Probe, probe.Stats]{
+		Name: "latency/qdisc (bpf, triggered)", Capability: capName, Trigger: catalog.Latency, Branch: catalog.LatencyQdisc,
+		What: "qdisc sojourn",
+		Load: func(netnsInode uint32, log *slog.Logger) (*probe.Probe, error) {
+			return probe.Load(probe.Options{NetnsInode: netnsInode, Logger: log})
+		},
+		Attached: s.attached,
+		Detached: func() { s.devs, s.ids = map[probe.Device]*device{}, map[string]bool{} },
+	})
 	return s, nil
 }
 
-func (s *Source) Name() string    { return "latency/qdisc (bpf, triggered)" }
-func (s *Source) Trigger() string { return catalog.Latency }
-func (s *Source) Branch() string  { return catalog.LatencyQdisc }
-
-func (s *Source) Capabilities() []*nbsv1.Capability {
-	if s.probe == nil {
-		return []*nbsv1.Capability{{Name: capName, Available: false, Reason: s.why}}
-	}
-	return []*nbsv1.Capability{{Name: capName, Available: true, Reason: "attached only while triggered or expanded"}}
-}
-
-// Programs returns the probe's programs, nil when it is unavailable.
-func (s *Source) Programs() map[string]*ebpf.Program {
-	if s.probe == nil {
-		return nil
-	}
-	return s.probe.Programs()
-}
-
-func (s *Source) Active() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.active
-}
-
-// SetActive attaches or detaches the programs. Detaching retires the
-// branch's metrics, so they vanish rather than go UNKNOWN.
-func (s *Source) SetActive(_ context.Context, on bool) error {
-	if s.probe == nil {
-		if on {
-			return fmt.Errorf("qdisc sojourn unavailable: %s", s.why)
-		}
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if on == s.active {
-		return nil
-	}
-	if !on {
-		err := s.probe.Detach()
-		s.active = false
-		s.retired = append(s.retired, catalog.LatencyQdisc)
-		s.devs, s.ids = map[probe.Device]*device{}, map[string]bool{}
-		return err
-	}
-	if err := s.probe.Attach(); err != nil {
-		return err
-	}
-	s.active = true
-	// Count from the attachment.
-	devs, err := s.probe.Devices()
+// attached counts from the attachment.
+func (s *Source) attached(p *probe.Probe) error {
+	devs, err := p.Devices()
 	if err != nil {
 		return err
 	}
@@ -175,16 +103,13 @@ func (s *Source) name(d probe.Device, dv *device) {
 }
 
 func (s *Source) Collect(context.Context) (source.Reading, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := source.Reading{Retired: s.retired}
-	s.retired = nil
-	if !s.active {
-		return r, nil
-	}
-	devs, err := s.probe.Devices()
+	return s.WhileAttached(s.collect)
+}
+
+func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
+	devs, err := p.Devices()
 	if err != nil {
-		return r, fmt.Errorf("read qdisc sojourn: %w", err)
+		return fmt.Errorf("read qdisc sojourn: %w", err)
 	}
 	all := loglinear.New()
 	r.Metrics = catalog.LatencyQdiscTree()
@@ -229,20 +154,5 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 		// rather than UNKNOWN.
 		r.Histograms[child] = h
 	}
-	return r, nil
-}
-
-// Stats returns the probe's counts (zero when unavailable).
-func (s *Source) Stats() (probe.Stats, error) {
-	if s.probe == nil {
-		return probe.Stats{}, nil
-	}
-	return s.probe.Stats()
-}
-
-func (s *Source) Close() error {
-	if s.probe == nil {
-		return nil
-	}
-	return s.probe.Close()
+	return nil
 }

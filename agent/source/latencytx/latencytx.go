@@ -7,13 +7,11 @@ package latencytx
 import (
 	"context"
 	"fmt"
-	"log/slog"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/cgroupv2"
-	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
 	probe "github.com/nbs-project/nbs/agent/probe/latencytx"
 	"github.com/nbs-project/nbs/agent/source"
@@ -25,16 +23,14 @@ const capName = "bpf.latency.tx"
 
 // Options configure Open.
 type Options struct {
-	Netns netns.Handle
-	// AllNetns samples connections of every namespace; otherwise only Netns's.
-	AllNetns bool
+	// Env's AllNetns samples connections of every namespace; otherwise
+	// only Netns's.
+	source.Env
 	// CgroupPath is the cgroup v2 directory whose processes' connections
 	// are sampled; "" is the root of the hierarchy (the whole node).
 	CgroupPath string
 	// SampleEvery times 1 in this many connections; 0 turns the branch off.
 	SampleEvery uint32
-	DisableBPF  bool
-	Logger      *slog.Logger
 }
 
 // Source reads the TX stage histograms.
@@ -47,14 +43,11 @@ type Source struct {
 // Open loads and attaches the probe, or returns a source that reports
 // nothing and says why.
 func Open(_ context.Context, opts Options) (*Source, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := opts.Log(catalog.LatencyTX)
 	s := &Source{}
 	switch {
 	case opts.DisableBPF:
-		s.why = "disabled by --bpf=false"
+		s.why = source.BPFDisabled
 		return s, nil
 	case opts.SampleEvery == 0:
 		s.why = "disabled by --tx-timestamping.sample=0"
@@ -70,11 +63,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 		}
 		path = root
 	}
-	inode := opts.Netns.Inode
-	if opts.AllNetns {
-		inode = 0
-	}
-	p, err := probe.Load(probe.Options{CgroupPath: path, NetnsInode: inode, SampleEvery: opts.SampleEvery, Logger: log})
+	p, err := probe.Load(probe.Options{CgroupPath: path, NetnsInode: opts.BPFNetns(), SampleEvery: opts.SampleEvery, Logger: log})
 	if err != nil {
 		s.why = err.Error()
 		log.Warn("latency/tx: TX timestamping unavailable", "err", err)

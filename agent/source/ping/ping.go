@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	probe "github.com/nbs-project/nbs/agent/probe/ping"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/internal/loglinear"
@@ -27,8 +26,8 @@ const capICMP = "ping.icmp"
 
 // Options configure Open.
 type Options struct {
-	// Netns is where echoes are sent from.
-	Netns netns.Handle
+	// Env's Netns is where echoes are sent from.
+	source.Env
 	// Targets are pinged always (--ping.targets); the collector's peers
 	// come and go on top of them (SetPeers).
 	Targets []Target
@@ -43,8 +42,7 @@ type Options struct {
 	LossWindow int
 	// Retry is the wait before a target whose name did not resolve or
 	// whose socket failed is tried again (default 30s).
-	Retry  time.Duration
-	Logger *slog.Logger
+	Retry time.Duration
 }
 
 // Source is the ping branch. Its pingers run from Open (or SetPeers) until
@@ -82,13 +80,10 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 	if opts.Retry <= 0 {
 		opts.Retry = 30 * time.Second
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
 	if _, err := ReadClock(); err != nil {
 		return nil, fmt.Errorf("ping: %w", err)
 	}
-	s := &Source{opts: opts, log: opts.Logger, targets: map[string]*target{}}
+	s := &Source{opts: opts, log: opts.Log(catalog.Ping), targets: map[string]*target{}}
 	// A throwaway socket to loopback tells which kind of socket works.
 	if p, err := probe.Open(probe.Options{Netns: opts.Netns, Target: netip.MustParseAddr("127.0.0.1")}); err != nil {
 		s.why = err.Error()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/internal/netlab"
 )
@@ -139,7 +140,7 @@ func stateOf(res tree.Result, id string) string {
 // the subtree is retired (not left UNKNOWN), while a static target stays.
 func TestTargetsComeAndGo(t *testing.T) {
 	lab := netlab.New(t)
-	src := openSource(t, Options{Netns: handle(t, lab.A), Targets: []Target{{Name: "b6", Host: lab.IP6B.String()}},
+	src := openSource(t, Options{Env: source.Env{Netns: handle(t, lab.A)}, Targets: []Target{{Name: "b6", Host: lab.IP6B.String()}},
 		Interval: 20 * time.Millisecond, Timeout: 500 * time.Millisecond})
 	if caps := src.Capabilities(); len(caps) != 1 || !caps[0].GetAvailable() {
 		t.Fatalf("capabilities %v: want ICMP available in the lab", caps)
@@ -197,7 +198,7 @@ func TestTargetsComeAndGo(t *testing.T) {
 // why and leaves the targets UNKNOWN rather than OK.
 func TestNoSocketIsUnknown(t *testing.T) {
 	lab := netlab.New(t)
-	src := openSource(t, Options{Netns: handle(t, lab.A), Targets: []Target{{Name: "b", Host: lab.IPB.String()}}})
+	src := openSource(t, Options{Env: source.Env{Netns: handle(t, lab.A)}, Targets: []Target{{Name: "b", Host: lab.IPB.String()}}})
 	src.mode, src.why = 0, "test: no ICMP socket" // what Open records when both socket kinds fail
 	res := newAgentLoop(t, src).interval()
 	if res.State["ping"] != tree.Unknown || res.State["ping/b/loss"] != tree.Unknown {
@@ -213,7 +214,7 @@ func TestNoSocketIsUnknown(t *testing.T) {
 // kernel RTT (the network's part) and loss stay OK.
 func TestBloatTurnsPingRootWarn(t *testing.T) {
 	lab := netlab.New(t)
-	src := openSource(t, Options{Netns: handle(t, lab.A), Targets: []Target{{Name: "b", Host: lab.IPB.String()}},
+	src := openSource(t, Options{Env: source.Env{Netns: handle(t, lab.A)}, Targets: []Target{{Name: "b", Host: lab.IPB.String()}},
 		Interval: 20 * time.Millisecond, Timeout: 2 * time.Second})
 	loop := newAgentLoop(t, src)
 	const interval = 300 * time.Millisecond
@@ -278,7 +279,7 @@ func TestLossGaugeMatchesNftables(t *testing.T) {
 	} {
 		lab.Exec(t, lab.B, append([]string{"nft"}, args...)...)
 	}
-	src := openSource(t, Options{Netns: handle(t, lab.A), Targets: []Target{{Name: "b", Host: lab.IPB.String()}},
+	src := openSource(t, Options{Env: source.Env{Netns: handle(t, lab.A)}, Targets: []Target{{Name: "b", Host: lab.IPB.String()}},
 		Interval: 10 * time.Millisecond, Timeout: 300 * time.Millisecond, LossWindow: 100000})
 	loop := newAgentLoop(t, src)
 	time.Sleep(4 * time.Second)
@@ -338,7 +339,7 @@ func TestDetectAddress(t *testing.T) {
 // UNKNOWN rather than a healthy zero.
 func TestUnresolvableTargetIsUnknown(t *testing.T) {
 	lab := netlab.New(t)
-	src := openSource(t, Options{Netns: handle(t, lab.A), Targets: []Target{{Name: "nowhere", Host: "nowhere.invalid"}},
+	src := openSource(t, Options{Env: source.Env{Netns: handle(t, lab.A)}, Targets: []Target{{Name: "nowhere", Host: "nowhere.invalid"}},
 		Interval: 20 * time.Millisecond, Retry: time.Hour})
 	loop := newAgentLoop(t, src)
 	time.Sleep(300 * time.Millisecond)

@@ -7,13 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	probe "github.com/nbs-project/nbs/agent/probe/tcpreset"
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
@@ -27,17 +24,10 @@ const (
 
 // Options configure Open.
 type Options struct {
-	Netns netns.Handle
-	// AllNetns counts resets in every namespace (a node's pods and
-	// containers); otherwise only in Netns. /proc counters always come from Netns.
-	AllNetns          bool
-	EvidencePerSecond uint32
+	source.Env
 	// MaxEventsPerInterval bounds evidence per report; the kernel already
 	// rate-limits, this bounds the report size if the interval is long.
 	MaxEventsPerInterval int
-	// DisableBPF forces the /proc fallback.
-	DisableBPF bool
-	Logger     *slog.Logger
 }
 
 // Open loads the BPF probe, or falls back to /proc and says why.
@@ -45,50 +35,34 @@ func Open(ctx context.Context, opts Options) (source.Source, error) {
 	if opts.MaxEventsPerInterval <= 0 {
 		opts.MaxEventsPerInterval = 100
 	}
-	why := "disabled by --bpf=false"
+	log := opts.Log(catalog.TCPReset)
+	why := source.BPFDisabled
 	if !opts.DisableBPF {
-		inode := opts.Netns.Inode
-		if opts.AllNetns {
-			inode = 0
-		}
-		p, err := probe.Load(probe.Options{NetnsInode: inode, EvidencePerSecond: opts.EvidencePerSecond, Logger: opts.Logger})
+		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), EvidencePerSecond: opts.EvidencePerSecond, Logger: log})
 		if err == nil {
-			return newBPF(ctx, p, opts), nil
+			return newBPF(ctx, p, log, opts.MaxEventsPerInterval), nil
 		}
 		why = err.Error()
-		opts.Logger.Warn("tcp_reset: BPF unavailable, falling back to /proc counters (no per-reason split, no evidence)", "err", err)
+		log.Warn("tcp_reset: BPF unavailable, falling back to /proc counters (no per-reason split, no evidence)", "err", err)
 	}
-	s := &procSource{ns: opts.Netns, bpfWhy: why}
-	if _, err := s.read(); err != nil {
+	s := &procSource{proc: opts.ProcReader(), bpfWhy: why}
+	if _, err := s.proc.SNMP(); err != nil {
 		return nil, fmt.Errorf("tcp_reset: BPF unavailable (%s) and /proc fallback failed: %w", why, err)
 	}
 	return s, nil
 }
 
 type bpfSource struct {
-	probe *probe.Probe
-	names probe.Names
-	log   *slog.Logger
-	max   int
-
-	mu      sync.Mutex
-	events  []*nbsv1.Event
-	dropped uint64 // events over the per-interval bound
-
-	cancel context.CancelFunc
-	done   chan struct{}
+	probe    *probe.Probe
+	names    probe.Names
+	evidence *source.Evidence
 }
 
-func newBPF(ctx context.Context, p *probe.Probe, opts Options) *bpfSource {
-	s := &bpfSource{probe: p, names: p.Names(), log: opts.Logger, max: opts.MaxEventsPerInterval, done: make(chan struct{})}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	go func() {
-		defer close(s.done)
-		if err := p.ReadEvents(rctx, s.add); err != nil {
-			s.log.Error("tcp_reset: evidence reader stopped", "err", err)
-		}
-	}()
+func newBPF(ctx context.Context, p *probe.Probe, log *slog.Logger, maxEvents int) *bpfSource {
+	s := &bpfSource{probe: p, names: p.Names()}
+	s.evidence = source.StartEvidence(ctx, catalog.TCPReset, log, maxEvents, func(ctx context.Context, add func(*nbsv1.Event)) error {
+		return p.ReadEvents(ctx, func(e probe.Event) { add(event(e)) })
+	})
 	return s
 }
 
@@ -108,7 +82,8 @@ func metricFor(names probe.Names, k probe.Key) catalog.Metric {
 	return catalog.ResetReceivedState(names.State(k.Code))
 }
 
-func (s *bpfSource) add(e probe.Event) {
+// event is the evidence of one reset.
+func event(e probe.Event) *nbsv1.Event {
 	id := catalog.TCPResetSent + "/" + e.Reason
 	if e.Direction == probe.DirectionReceived {
 		id = catalog.TCPResetReceived + "/" + e.State
@@ -127,13 +102,7 @@ func (s *bpfSource) add(e probe.Event) {
 		fields["src"] = e.Src.String()
 		fields["dst"] = e.Dst.String()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.events) >= s.max {
-		s.dropped++
-		return
-	}
-	s.events = append(s.events, &nbsv1.Event{MetricId: id, TimeUnixNano: e.Time.UnixNano(), Fields: fields})
+	return &nbsv1.Event{MetricId: id, TimeUnixNano: e.Time.UnixNano(), Fields: fields}
 }
 
 func (s *bpfSource) Collect(context.Context) (source.Reading, error) {
@@ -151,9 +120,7 @@ func (s *bpfSource) Collect(context.Context) (source.Reading, error) {
 		r.Counters[m.Parent()] += v
 		r.Counters[catalog.TCPReset] += v
 	}
-	s.mu.Lock()
-	r.Events, s.events = s.events, nil
-	s.mu.Unlock()
+	r.Events = s.evidence.Take()
 	// An event may name a reason whose counter the map read above missed
 	// (it raced the read); define it so the event is never orphaned.
 	for _, e := range r.Events {
@@ -170,18 +137,13 @@ func (s *bpfSource) Collect(context.Context) (source.Reading, error) {
 
 func (s *bpfSource) Close() error {
 	err := s.probe.Close()
-	s.cancel()
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Second):
-		s.log.Warn("tcp_reset: evidence reader did not stop within 5s")
-	}
+	s.evidence.Stop()
 	return err
 }
 
 // procSource reads reset counters from /proc inside the watched namespace.
 type procSource struct {
-	ns     netns.Handle
+	proc   *procnet.Reader
 	bpfWhy string
 	base   map[string]uint64
 }
@@ -195,22 +157,8 @@ func (s *procSource) Capabilities() []*nbsv1.Capability {
 	}
 }
 
-func (s *procSource) read() (procnet.Counters, error) {
-	c := procnet.Counters{}
-	for _, f := range []string{"/proc/thread-self/net/snmp", "/proc/thread-self/net/netstat"} {
-		data, err := s.ns.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("read %s in %s: %w", f, s.ns, err)
-		}
-		if err := procnet.Parse(data, c); err != nil {
-			return nil, fmt.Errorf("parse %s: %w", f, err)
-		}
-	}
-	return c, nil
-}
-
 func (s *procSource) Collect(context.Context) (source.Reading, error) {
-	c, err := s.read()
+	c, err := s.proc.SNMP()
 	if err != nil {
 		return source.Reading{}, err
 	}

@@ -1,0 +1,64 @@
+package source
+
+import (
+	"log/slog"
+
+	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/agent/procnet"
+)
+
+// BPFDisabled is why a source measures nothing by BPF when the operator
+// turned it off.
+const BPFDisabled = "disabled by --bpf=false"
+
+// Env is what every source is opened with; each source package's Options
+// embeds it and adds only what is particular to that branch.
+type Env struct {
+	// Netns is the watched namespace. /proc counters always come from it.
+	Netns netns.Handle
+	// AllNetns lets BPF programs count in every namespace (a node's pods and
+	// containers), not only in Netns.
+	AllNetns bool
+	// DisableBPF forces the /proc fallbacks and leaves BPF-only branches
+	// out (--bpf=false).
+	DisableBPF bool
+	// EvidencePerSecond caps evidence events in the kernel; 0 means each
+	// probe's default.
+	EvidencePerSecond uint32
+	// Logger is the agent's; Log gives each branch its own.
+	Logger *slog.Logger
+	// Proc is shared by every source that reads Netns's SNMP counters, so
+	// one collection reads each file once; nil gives each source its own.
+	Proc *procnet.Reader
+}
+
+// SetEnv replaces the environment; a source's Options embed Env, so the
+// agent can give every source the same one.
+func (e *Env) SetEnv(v Env) { *e = v }
+
+// Log returns the logger of one branch ("latency/qdisc"), which discards
+// everything when the environment has no logger (tests).
+func (e Env) Log(branch string) *slog.Logger {
+	if e.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return e.Logger.With("source", branch)
+}
+
+// BPFNetns is the namespace inode BPF programs count in: 0 for every
+// namespace.
+func (e Env) BPFNetns() uint32 {
+	if e.AllNetns {
+		return 0
+	}
+	return e.Netns.Inode
+}
+
+// ProcReader returns the shared reader of Netns's SNMP counters, or a
+// reader of its own that reads on every call when none is shared.
+func (e Env) ProcReader() *procnet.Reader {
+	if e.Proc != nil {
+		return e.Proc
+	}
+	return procnet.NewReader(e.Netns.ReadFile)
+}
