@@ -2,10 +2,11 @@ package app
 
 import (
 	"flag"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nbs-project/nbs/internal/configtest"
 )
 
 func TestLabelsFlag(t *testing.T) {
@@ -36,15 +37,10 @@ func TestLabelsFlag(t *testing.T) {
 
 // The flags' defaults are DefaultConfig: the defaults are written once.
 func TestRegisterFlagsKeepsDefaults(t *testing.T) {
+	configtest.FlagsKeepDefaults(t, DefaultConfig, (*Config).RegisterFlags)
 	c := DefaultConfig()
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	c.RegisterFlags(fs)
-	if err := fs.Parse(nil); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(c, DefaultConfig()) {
-		t.Errorf("after parsing no flags: %+v\nwant DefaultConfig %+v", c, DefaultConfig())
-	}
 	if err := fs.Parse([]string{"--interval=3s", "--tx-timestamping.sample=0"}); err != nil {
 		t.Fatal(err)
 	}
@@ -85,24 +81,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base()
 			tc.mut(&c)
-			err := c.Validate()
-			if len(tc.want) == 0 {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want valid", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("Validate() = nil, want errors naming %v", tc.want)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("Validate() = %v\nwant it to name %s", err, w)
-				}
-			}
-			if n := len(strings.Split(err.Error(), "\n")); n != len(tc.want) {
-				t.Errorf("Validate() reported %d problems, want %d: %v", n, len(tc.want), err)
-			}
+			configtest.Problems(t, c.Validate(), tc.want...)
 		})
 	}
 }
