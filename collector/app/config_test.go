@@ -23,7 +23,7 @@ func TestRegisterFlagsKeepsDefaults(t *testing.T) {
 	}
 }
 
-func TestConfigValidate(t *testing.T) {
+func TestDefaultConfigValidate(t *testing.T) {
 	base := func() Config {
 		c := DefaultConfig()
 		c.DBURL = "postgres://nbs@db/nbs"
