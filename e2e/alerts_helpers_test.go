@@ -24,7 +24,7 @@ import (
 // startAlertCollector is startCollector with alerting configured.
 func startAlertCollector(tb testing.TB, dbURL, grpcAddr string, ac alert.Config) *collector {
 	tb.Helper()
-	return startCollectorWith(tb, collectorapp.Config{GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0", DBURL: dbURL, Alert: ac})
+	return startCollector(tb, dbURL, grpcAddr, func(c *collectorapp.Config) { c.Alert = ac })
 }
 
 // alertmanagerBinary finds Debian's prometheus-alertmanager. Without it the
@@ -214,8 +214,10 @@ func (s *sink) alertConfig(tb testing.TB, amURL string) alert.Config {
 	if err := os.WriteFile(file, s.secret, 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	return alert.Config{AlertmanagerURLs: alert.URLList{amURL}, WebhookURL: s.srv.URL + "/nbs", WebhookSecretFile: file,
-		LeaderRetry: 200 * time.Millisecond}
+	c := alert.DefaultConfig()
+	c.AlertmanagerURLs, c.WebhookURL, c.WebhookSecretFile = alert.URLList{amURL}, s.srv.URL+"/nbs", file
+	c.LeaderRetry = 200 * time.Millisecond
+	return c
 }
 
 // amNotified counts Alertmanager notifications carrying a matching alert in

@@ -35,8 +35,7 @@ func TestAlertResetStormThroughAlertmanager(t *testing.T) {
 	addr := freeAddr(t)
 	cfg := snk.alertConfig(t, am)
 	col := startAlertCollector(t, db, addr, cfg)
-	startAgent(t, agentapp.Config{NodeName: "lab-b", Netns: lab.B, CollectorAddress: addr, BPF: true,
-		Labels: agentapp.Labels{"customer": "acme"}})
+	startAgent(t, "lab-b", lab.B, addr, func(c *agentapp.Config) { c.Labels = agentapp.Labels{"customer": "acme"} })
 	waitNode(t, col, "lab-b")
 
 	// Breach → Alertmanager's API within two intervals (plus slack).
@@ -165,8 +164,7 @@ func TestAlertsTwoCollectorsFireOnce(t *testing.T) {
 		return ""
 	})
 	other := startAlertCollector(t, db, "127.0.0.1:0", cfg)
-	startAgent(t, agentapp.Config{NodeName: "lab-b", Netns: lab.B, CollectorAddress: other.grpcAddr, BPF: true,
-		Labels: agentapp.Labels{"customer": "acme"}})
+	startAgent(t, "lab-b", lab.B, other.grpcAddr, func(c *agentapp.Config) { c.Labels = agentapp.Labels{"customer": "acme"} })
 	waitNode(t, other, "lab-b")
 
 	took := storm(t, lab, withinTwoIntervals, func() string {
@@ -260,8 +258,7 @@ func benchAlertLatency(b *testing.B, forIntervals int) {
 	db := pgcluster.Database(b)
 	addr := freeAddr(b)
 	col := startAlertCollector(b, db, addr, snk.alertConfig(b, am))
-	startAgent(b, agentapp.Config{NodeName: "lab-b", Netns: lab.B, CollectorAddress: addr, BPF: true,
-		Labels: agentapp.Labels{"customer": "acme"}})
+	startAgent(b, "lab-b", lab.B, addr, func(c *agentapp.Config) { c.Labels = agentapp.Labels{"customer": "acme"} })
 	waitNode(b, col, "lab-b")
 	alertname := "NBSRootCritical"
 	if forIntervals > 0 {

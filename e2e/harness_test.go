@@ -58,13 +58,15 @@ type collector struct {
 	stop               func()
 }
 
-func startCollector(t testing.TB, dbURL, grpcAddr string) *collector {
+// startCollector runs the production configuration on its own database,
+// listening on loopback, with what the test changes in set.
+func startCollector(t testing.TB, dbURL, grpcAddr string, set ...func(*collectorapp.Config)) *collector {
 	t.Helper()
-	return startCollectorWith(t, collectorapp.Config{GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0", DBURL: dbURL})
-}
-
-func startCollectorWith(t testing.TB, cfg collectorapp.Config) *collector {
-	t.Helper()
+	cfg := collectorapp.DefaultConfig()
+	cfg.DBURL, cfg.GRPCAddr, cfg.HTTPAddr = dbURL, grpcAddr, "127.0.0.1:0"
+	for _, f := range set {
+		f(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := collectorapp.New(cfg, testLogger(t, "collector"))
 	done := make(chan error, 1)
@@ -99,19 +101,18 @@ type agent struct {
 	stop func()
 }
 
-func startAgent(t testing.TB, cfg agentapp.Config) *agent {
+// startAgent runs an agent named name in a lab namespace ("": this
+// process's) with the production configuration but for what tests need to
+// run in seconds: a one-second interval, no periodic snapshot during a test,
+// and evidence enough for bursts of hundreds of events. set changes what a
+// test needs besides.
+func startAgent(t testing.TB, name, netns, collectorAddr string, set ...func(*agentapp.Config)) *agent {
 	t.Helper()
-	if cfg.Interval == 0 {
-		cfg.Interval = time.Second
-	}
-	if cfg.BufferReports == 0 {
-		cfg.BufferReports = 1000
-	}
-	if cfg.SnapshotEvery == 0 {
-		cfg.SnapshotEvery = time.Hour
-	}
-	if cfg.EvidencePerSecond == 0 {
-		cfg.EvidencePerSecond = 1000
+	cfg := agentapp.DefaultConfig()
+	cfg.NodeName, cfg.Netns, cfg.CollectorAddress = name, netns, collectorAddr
+	cfg.Interval, cfg.SnapshotEvery, cfg.EvidencePerSecond = time.Second, time.Hour, 1000
+	for _, f := range set {
+		f(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := agentapp.New(cfg, testLogger(t, "agent:"+cfg.NodeName))

@@ -34,7 +34,7 @@ func raised(t *testing.T, c *collector, node, metric string) (bool, []string) {
 func TestLatencyRetransmitsEndToEnd(t *testing.T) {
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
-	startAgent(t, agentapp.Config{NodeName: "lab-a", Netns: lab.A, CollectorAddress: col.grpcAddr, BPF: true})
+	startAgent(t, "lab-a", lab.A, col.grpcAddr)
 	waitNode(t, col, "lab-a")
 
 	a0 := lab.Nstat(t, lab.A)
@@ -90,7 +90,7 @@ func TestLatencyRetransmitsEndToEnd(t *testing.T) {
 func TestDropsByReasonEndToEnd(t *testing.T) {
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
-	startAgent(t, agentapp.Config{NodeName: "lab-b", Netns: lab.B, CollectorAddress: col.grpcAddr, BPF: true})
+	startAgent(t, "lab-b", lab.B, col.grpcAddr)
 	waitNode(t, col, "lab-b")
 	lab.Nft(t, lab.B, `table inet nbs_drop {
 	chain in {
@@ -150,7 +150,7 @@ func TestDropsByReasonEndToEnd(t *testing.T) {
 func TestLatencyDropsFallbackWithoutBPF(t *testing.T) {
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
-	startAgent(t, agentapp.Config{NodeName: "lab-a", Netns: lab.A, CollectorAddress: col.grpcAddr, BPF: false})
+	startAgent(t, "lab-a", lab.A, col.grpcAddr, func(c *agentapp.Config) { c.BPF = false })
 	waitNode(t, col, "lab-a")
 	a0 := lab.Nstat(t, lab.A)
 	lab.LossyBulk(t, 50, time.Second)

@@ -171,9 +171,10 @@ func TestLatencyTXEndToEnd(t *testing.T) {
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	const node = "lab-tx"
 	start := time.Now()
-	startAgent(t, agentapp.Config{NodeName: node, Netns: lab.A, CollectorAddress: col.grpcAddr, BPF: true,
-		CgroupPath: cg.Path, TxSample: 1, OverheadBudget: 50, TriggeredHold: 3 * time.Second, TriggeredMax: time.Hour,
-		SnapshotEvery: interval})
+	startAgent(t, node, lab.A, col.grpcAddr, func(c *agentapp.Config) {
+		c.CgroupPath, c.TxSample, c.SnapshotEvery = cg.Path, 1, interval
+		c.OverheadBudget, c.TriggeredHold, c.TriggeredMax = 50, 3*time.Second, time.Hour
+	})
 	waitNode(t, col, node)
 	sink := txlab.NewSink(t, lab, lab.B, lab.IPB)
 
@@ -367,8 +368,12 @@ func TestTriggeredDetachedOverBudgetEndToEnd(t *testing.T) {
 	cg := txlab.NewCgroup(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	const node = "lab-budget"
-	startAgent(t, agentapp.Config{NodeName: node, Netns: lab.A, CollectorAddress: col.grpcAddr, BPF: true,
-		OverheadBudget: 0.2, TriggeredHold: 2 * time.Second, TriggeredMax: time.Hour})
+	startAgent(t, node, lab.A, col.grpcAddr, func(c *agentapp.Config) {
+		c.OverheadBudget, c.TriggeredHold, c.TriggeredMax = 0.2, 2*time.Second, time.Hour
+		// The always-on programs must fit in the budget; TX timestamping's
+		// run on every send of the flood, sampled connection or not.
+		c.TxSample = 0
+	})
 	waitNode(t, col, node)
 	sink := txlab.NewSink(t, lab, lab.B, lab.IPB)
 	flood, err := cg.StartSend(lab.A, txlab.SendSpec{Dst: sink.Addr, Conns: 2, Size: 16 << 10, Duration: 12 * time.Second})

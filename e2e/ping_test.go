@@ -66,8 +66,10 @@ func TestPingMeshEndToEnd(t *testing.T) {
 		name, ns string
 		addr     netip.Addr
 	}{{"lab-a", lab.A, lab.IPA}, {"lab-b", lab.B, lab.IPB}} {
-		startAgent(t, agentapp.Config{NodeName: n.name, Netns: n.ns, CollectorAddress: col.grpcAddr,
-			PingAddress: n.addr.String(), PingInterval: 100 * time.Millisecond})
+		startAgent(t, n.name, n.ns, col.grpcAddr, func(c *agentapp.Config) {
+			c.BPF = false // ICMP and kernel timestamps only
+			c.PingAddress, c.PingInterval = n.addr.String(), 100*time.Millisecond
+		})
 	}
 	waitNode(t, col, "lab-a")
 	waitNode(t, col, "lab-b")

@@ -46,9 +46,8 @@ func waitNode(t testing.TB, c *collector, node string) {
 func TestResetsByReasonEndToEnd(t *testing.T) {
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
-	startAgent(t, agentapp.Config{NodeName: "lab-b", Netns: lab.B, CollectorAddress: col.grpcAddr, BPF: true,
-		Labels: agentapp.Labels{"customer": "acme"}})
-	startAgent(t, agentapp.Config{NodeName: "lab-a", Netns: lab.A, CollectorAddress: col.grpcAddr, BPF: true})
+	startAgent(t, "lab-b", lab.B, col.grpcAddr, func(c *agentapp.Config) { c.Labels = agentapp.Labels{"customer": "acme"} })
+	startAgent(t, "lab-a", lab.A, col.grpcAddr)
 	waitNode(t, col, "lab-a")
 	waitNode(t, col, "lab-b")
 
@@ -155,7 +154,7 @@ func TestCollectorOutageLosesNothing(t *testing.T) {
 	db := pgcluster.Database(t)
 	addr := freeAddr(t)
 	col := startCollector(t, db, addr)
-	ag := startAgent(t, agentapp.Config{NodeName: "lab-b", Netns: lab.B, CollectorAddress: addr, BPF: true})
+	ag := startAgent(t, "lab-b", lab.B, addr)
 	waitNode(t, col, "lab-b")
 	b0 := lab.Nstat(t, lab.B)
 
@@ -213,7 +212,7 @@ func TestCollectorOutageLosesNothing(t *testing.T) {
 func TestFallbackWithoutBPF(t *testing.T) {
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
-	startAgent(t, agentapp.Config{NodeName: "lab-b", Netns: lab.B, CollectorAddress: col.grpcAddr, BPF: false})
+	startAgent(t, "lab-b", lab.B, col.grpcAddr, func(c *agentapp.Config) { c.BPF = false })
 	waitNode(t, col, "lab-b")
 	b0 := lab.Nstat(t, lab.B)
 	lab.ResetNoSocket(t, 10)

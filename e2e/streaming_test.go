@@ -20,8 +20,7 @@ func TestHealthyNodeStreamsRootsAndSnapshots(t *testing.T) {
 	lab := netlab.New(t)
 	db := pgcluster.Database(t)
 	col := startCollector(t, db, "127.0.0.1:0")
-	startAgent(t, agentapp.Config{NodeName: "quiet", Netns: lab.B, CollectorAddress: col.grpcAddr, BPF: true,
-		SnapshotEvery: 5 * time.Second})
+	startAgent(t, "quiet", lab.B, col.grpcAddr, func(c *agentapp.Config) { c.SnapshotEvery = 5 * time.Second })
 	waitNode(t, col, "quiet")
 	time.Sleep(12 * time.Second)
 

@@ -33,8 +33,7 @@ func put(t *testing.T, url, body string) (int, string) {
 func TestThresholdOverrideReachesTheAgent(t *testing.T) {
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
-	startAgent(t, agentapp.Config{NodeName: "lab-b", Netns: lab.B, CollectorAddress: col.grpcAddr, BPF: true,
-		Labels: agentapp.Labels{"customer": "acme"}})
+	startAgent(t, "lab-b", lab.B, col.grpcAddr, func(c *agentapp.Config) { c.Labels = agentapp.Labels{"customer": "acme"} })
 	waitNode(t, col, "lab-b")
 	base := "http://" + col.httpAddr + "/api/v1"
 

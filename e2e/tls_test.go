@@ -92,10 +92,13 @@ func TestMutualTLSStream(t *testing.T) {
 	rogueCert, rogueKey := other.issue(t, "rogue", x509.ExtKeyUsageClientAuth)
 	caFile := filepath.Join(ca.dir, "ca.pem")
 
-	col := startCollectorWith(t, collectorapp.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DBURL: pgcluster.Database(t),
-		GRPCTLSCert: serverCert, GRPCTLSKey: serverKey, GRPCClientCA: caFile})
-	startAgent(t, agentapp.Config{NodeName: "tls-agent", CollectorAddress: col.grpcAddr, BPF: false,
-		CollectorCA: caFile, CollectorCert: agentCert, CollectorKey: agentKey})
+	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) {
+		c.GRPCTLSCert, c.GRPCTLSKey, c.GRPCClientCA = serverCert, serverKey, caFile
+	})
+	startAgent(t, "tls-agent", "", col.grpcAddr, func(c *agentapp.Config) {
+		c.BPF = false
+		c.CollectorCA, c.CollectorCert, c.CollectorKey = caFile, agentCert, agentKey
+	})
 	waitNode(t, col, "tls-agent")
 
 	tlsWith := func(cert, key string) grpc.DialOption {

@@ -56,31 +56,50 @@ type Config struct {
 	CollectorServerName string
 }
 
-// RegisterFlags binds the configuration to flags with production defaults.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+// DefaultConfig is the production configuration.
+func DefaultConfig() Config {
 	host, _ := os.Hostname()
-	fs.StringVar(&c.CollectorAddress, "collector.address", "127.0.0.1:7701", "collector gRPC address host:port")
-	fs.BoolVar(&c.CollectorTLS, "collector.tls", false, "use TLS to the collector, verified against the system's CAs (implied by the other --collector.tls-* flags)")
-	fs.StringVar(&c.CollectorCA, "collector.tls-ca-file", "", "PEM CA to verify the collector's certificate with")
-	fs.StringVar(&c.CollectorCert, "collector.tls-cert-file", "", "PEM client certificate, for collectors that require mutual TLS")
-	fs.StringVar(&c.CollectorKey, "collector.tls-key-file", "", "PEM private key of --collector.tls-cert-file")
-	fs.StringVar(&c.CollectorServerName, "collector.tls-server-name", "", "name to verify in the collector's certificate (default: the host of --collector.address)")
-	fs.StringVar(&c.NodeName, "node.name", host, "this node's name in the fleet (default: the host name)")
-	fs.DurationVar(&c.Interval, "interval", 10*time.Second, "report interval")
-	fs.StringVar(&c.Netns, "netns", "", "watch one network namespace only: a name under /run/netns or a path (default: every namespace for BPF, the agent's own for /proc)")
+	return Config{
+		CollectorAddress:  "127.0.0.1:7701",
+		NodeName:          host,
+		Interval:          10 * time.Second,
+		BufferReports:     8640, // 24 h at the default interval
+		EvidencePerSecond: 20,
+		SnapshotEvery:     5 * time.Minute,
+		BPF:               true,
+		PingInterval:      time.Second,
+		TxSample:          64,
+		OverheadBudget:    1,
+		TriggeredHold:     2 * time.Minute,
+		TriggeredMax:      15 * time.Minute,
+	}
+}
+
+// RegisterFlags binds the configuration to flags, with the values already
+// in c (DefaultConfig's, usually) as their defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.CollectorAddress, "collector.address", c.CollectorAddress, "collector gRPC address host:port")
+	fs.BoolVar(&c.CollectorTLS, "collector.tls", c.CollectorTLS, "use TLS to the collector, verified against the system's CAs (implied by the other --collector.tls-* flags)")
+	fs.StringVar(&c.CollectorCA, "collector.tls-ca-file", c.CollectorCA, "PEM CA to verify the collector's certificate with")
+	fs.StringVar(&c.CollectorCert, "collector.tls-cert-file", c.CollectorCert, "PEM client certificate, for collectors that require mutual TLS")
+	fs.StringVar(&c.CollectorKey, "collector.tls-key-file", c.CollectorKey, "PEM private key of --collector.tls-cert-file")
+	fs.StringVar(&c.CollectorServerName, "collector.tls-server-name", c.CollectorServerName, "name to verify in the collector's certificate (default: the host of --collector.address)")
+	fs.StringVar(&c.NodeName, "node.name", c.NodeName, "this node's name in the fleet (default: the host name)")
+	fs.DurationVar(&c.Interval, "interval", c.Interval, "report interval")
+	fs.StringVar(&c.Netns, "netns", c.Netns, "watch one network namespace only: a name under /run/netns or a path (default: every namespace for BPF, the agent's own for /proc)")
 	fs.Var(&c.Labels, "labels", "node labels k=v,... (e.g. customer=acme,rack=r12), used for grouping, thresholds, alerts and reports")
-	fs.IntVar(&c.BufferReports, "buffer.reports", 8640, "un-acked reports kept while the collector is unreachable (8640 = 24h at 10s); the oldest are dropped beyond")
-	fs.UintVar(&c.EvidencePerSecond, "evidence.per-second", 20, "evidence events per second the kernel may emit (rate limit enforced in BPF)")
-	fs.DurationVar(&c.SnapshotEvery, "snapshot.every", 5*time.Minute, "send the full tree this often, so history exists at coarse grain")
-	fs.BoolVar(&c.BPF, "bpf", true, "use eBPF; false forces the /proc fallback")
-	fs.StringVar(&c.PingTargets, "ping.targets", "", "hosts to ping always, comma-separated: an IP or DNS name, optionally named (gw=10.0.0.1); the collector adds fleet peers")
-	fs.DurationVar(&c.PingInterval, "ping.interval", time.Second, "spacing of ICMP echoes to each ping target")
-	fs.StringVar(&c.PingAddress, "ping.address", "", "address peers should ping to reach this node (default: the primary IPv4 of the watched namespace; \"none\" to announce none)")
-	fs.StringVar(&c.CgroupPath, "cgroup.path", "", "cgroup v2 directory whose processes' TCP connections TX timestamping samples (default: the root of the cgroup v2 mount, i.e. the whole node)")
-	fs.UintVar(&c.TxSample, "tx-timestamping.sample", 64, "time 1 in this many TCP connections with BPF TX timestamping (sendmsg → qdisc → driver → ACK); 1 = every connection, 0 = off")
-	fs.Float64Var(&c.OverheadBudget, "overhead.budget", 1, "percent of one CPU the agent's BPF programs may use; triggered (per-packet) programs are detached beyond it")
-	fs.DurationVar(&c.TriggeredHold, "triggered.hold", 2*time.Minute, "keep triggered programs (qdisc sojourn, per-flow detail) attached this long after their branch is healthy again")
-	fs.DurationVar(&c.TriggeredMax, "triggered.max", 15*time.Minute, "longest stretch triggered programs stay attached; then they rest for --triggered.hold")
+	fs.IntVar(&c.BufferReports, "buffer.reports", c.BufferReports, "un-acked reports kept while the collector is unreachable (8640 = 24h at 10s); the oldest are dropped beyond")
+	fs.UintVar(&c.EvidencePerSecond, "evidence.per-second", c.EvidencePerSecond, "evidence events per second the kernel may emit (rate limit enforced in BPF)")
+	fs.DurationVar(&c.SnapshotEvery, "snapshot.every", c.SnapshotEvery, "send the full tree this often, so history exists at coarse grain")
+	fs.BoolVar(&c.BPF, "bpf", c.BPF, "use eBPF; false forces the /proc fallback")
+	fs.StringVar(&c.PingTargets, "ping.targets", c.PingTargets, "hosts to ping always, comma-separated: an IP or DNS name, optionally named (gw=10.0.0.1); the collector adds fleet peers")
+	fs.DurationVar(&c.PingInterval, "ping.interval", c.PingInterval, "spacing of ICMP echoes to each ping target")
+	fs.StringVar(&c.PingAddress, "ping.address", c.PingAddress, "address peers should ping to reach this node (default: the primary IPv4 of the watched namespace; \"none\" to announce none)")
+	fs.StringVar(&c.CgroupPath, "cgroup.path", c.CgroupPath, "cgroup v2 directory whose processes' TCP connections TX timestamping samples (default: the root of the cgroup v2 mount, i.e. the whole node)")
+	fs.UintVar(&c.TxSample, "tx-timestamping.sample", c.TxSample, "time 1 in this many TCP connections with BPF TX timestamping (sendmsg → qdisc → driver → ACK); 1 = every connection, 0 = off")
+	fs.Float64Var(&c.OverheadBudget, "overhead.budget", c.OverheadBudget, "percent of one CPU the agent's BPF programs may use; triggered (per-packet) programs are detached beyond it")
+	fs.DurationVar(&c.TriggeredHold, "triggered.hold", c.TriggeredHold, "keep triggered programs (qdisc sojourn, per-flow detail) attached this long after their branch is healthy again")
+	fs.DurationVar(&c.TriggeredMax, "triggered.max", c.TriggeredMax, "longest stretch triggered programs stay attached; then they rest for --triggered.hold")
 }
 
 // pingAddress is what the Hello announces: the flag's address, nothing for

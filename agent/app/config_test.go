@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nbs-project/nbs/internal/configtest"
 )
 
 func TestLabelsFlag(t *testing.T) {
@@ -36,36 +38,58 @@ func TestLabelsFlag(t *testing.T) {
 	}
 }
 
+// The flags' defaults are DefaultConfig: the defaults are written once.
+func TestRegisterFlagsKeepsDefaults(t *testing.T) {
+	configtest.FlagsKeepDefaults(t, DefaultConfig, (*Config).RegisterFlags)
+	c := DefaultConfig()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--interval=3s", "--tx-timestamping.sample=0"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Interval != 3*time.Second || c.TxSample != 0 {
+		t.Errorf("flags not applied: interval %s, tx sample %d", c.Interval, c.TxSample)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	base := func() Config {
-		var c Config
-		c.RegisterFlags(flag.NewFlagSet("t", flag.ContinueOnError))
+		c := DefaultConfig()
 		c.NodeName = "node-1"
 		return c
 	}
-	if err := func() error { c := base(); return c.Validate() }(); err != nil {
-		t.Fatalf("defaults invalid: %v", err)
-	}
 	cases := []struct {
+		name string
 		mut  func(*Config)
-		want string
+		want []string // every problem, reported at once; none: valid
 	}{
-		{func(c *Config) { c.Interval = time.Millisecond }, "--interval"},
-		{func(c *Config) { c.NodeName = "bad name" }, "--node.name"},
-		{func(c *Config) { c.NodeName = "bad name" }, `--node.name "bad name": ' ' is not allowed (a node name is 1-253 letters`},
-		{func(c *Config) { c.NodeName = "" }, `--node.name "": empty`},
-		{func(c *Config) { c.NodeName = strings.Repeat("n", 254) }, "254 bytes"},
-		{func(c *Config) { c.Labels = Labels{"note": "a\x00b"} }, "--labels: label note value: contains a NUL byte"},
-		{func(c *Config) { c.Labels = Labels{"note": strings.Repeat("x", 4097)} }, "--labels: label note value: 4097 bytes, at most 4096"},
-		{func(c *Config) { c.BufferReports = 0 }, "--buffer.reports"},
-		{func(c *Config) { c.SnapshotEvery = time.Second }, "--snapshot.every"},
-		{func(c *Config) { c.CollectorAddress = "" }, "--collector.address"},
+		{"defaults", func(*Config) {}, nil},
+		{"built in code with zero ping settings", func(c *Config) { c.PingInterval, c.PingAddress = 0, "" }, nil},
+		{"tx timestamping off", func(c *Config) { c.TxSample = 0 }, nil},
+		{"interval", func(c *Config) { c.Interval = time.Millisecond }, []string{"--interval"}},
+		{"node name", func(c *Config) { c.NodeName = "bad name" }, []string{"--node.name"}},
+		{"buffer", func(c *Config) { c.BufferReports = 0 }, []string{"--buffer.reports"}},
+		{"snapshot", func(c *Config) { c.SnapshotEvery = time.Second }, []string{"--snapshot.every"}},
+		{"collector", func(c *Config) { c.CollectorAddress = "" }, []string{"--collector.address"}},
+		{"tx sample", func(c *Config) { c.TxSample = 1<<20 + 1 }, []string{"--tx-timestamping.sample"}},
+		{"budget", func(c *Config) { c.OverheadBudget = 101 }, []string{"--overhead.budget"}},
+		{"triggered", func(c *Config) { c.TriggeredHold, c.TriggeredMax = -1, time.Millisecond }, []string{"--triggered.hold", "--triggered.max"}},
+		{"everything at once", func(c *Config) {
+			c.CollectorAddress, c.NodeName, c.Interval, c.BufferReports = "", "", time.Hour+1, 0
+			c.EvidencePerSecond, c.PingTargets, c.PingInterval, c.PingAddress = 100_001, "bad host!", time.Nanosecond, "127.0.0.1"
+		}, []string{"--collector.address", "--node.name", "--interval", "--buffer.reports", "--evidence.per-second",
+			"--ping.targets", "--ping.interval", "--ping.address", "--snapshot.every", "--triggered.max"}},
+		{"node name detail", func(c *Config) { c.NodeName = "bad name" }, []string{`--node.name "bad name": ' ' is not allowed (a node name is 1-253 letters`}},
+		{"empty node name", func(c *Config) { c.NodeName = "" }, []string{`--node.name "": empty`}},
+		{"long node name", func(c *Config) { c.NodeName = strings.Repeat("n", 254) }, []string{"254 bytes"}},
+		{"NUL in a label", func(c *Config) { c.Labels = Labels{"note": "a\x00b"} }, []string{"--labels: label note value: contains a NUL byte"}},
+		{"long label", func(c *Config) { c.Labels = Labels{"note": strings.Repeat("x", 4097)} }, []string{"--labels: label note value: 4097 bytes, at most 4096"}},
 	}
-	for _, cs := range cases {
-		c := base()
-		cs.mut(&c)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), cs.want) {
-			t.Errorf("Validate() = %v, want an error naming %s", err, cs.want)
-		}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base()
+			tc.mut(&c)
+			configtest.Problems(t, c.Validate(), tc.want...)
+		})
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 func TestPingFlags(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	var c Config
+	c := DefaultConfig()
 	c.RegisterFlags(fs)
 	if err := fs.Parse([]string{"--node.name=n1", "--ping.targets=gw=10.0.0.1,2001:db8::1", "--ping.interval=200ms", "--ping.address=198.18.0.1"}); err != nil {
 		t.Fatal(err)

@@ -36,6 +36,12 @@ type Config struct {
 	Lookback time.Duration
 }
 
+// DefaultConfig is the alerting configuration unless flags or tests say
+// otherwise: no targets, so nothing is delivered until one is configured.
+func DefaultConfig() Config {
+	return Config{ResendInterval: time.Minute, LeaderRetry: 2 * time.Second, Lookback: 10 * time.Minute}
+}
+
 // URLList is a flag.Value collecting URLs from repeated flags or commas.
 type URLList []string
 
@@ -50,15 +56,16 @@ func (l *URLList) Set(v string) error {
 	return nil
 }
 
-// RegisterFlags binds the alerting flags.
+// RegisterFlags binds the alerting flags, with the values already in c
+// (DefaultConfig's, usually) as their defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.AlertmanagerURLs, "alertmanager.url", "Alertmanager base URL to send alerts to, e.g. http://alertmanager:9093 (repeat the flag or separate with commas for an HA pair)")
-	fs.StringVar(&c.WebhookURL, "alert.webhook-url", "", "URL that receives every alert firing and resolving as signed JSON (optional)")
-	fs.StringVar(&c.WebhookSecretFile, "alert.webhook-secret-file", "", "file holding the HMAC-SHA256 key that signs webhook requests (required with --alert.webhook-url)")
-	fs.DurationVar(&c.ResendInterval, "alert.resend-interval", time.Minute, "how often firing alerts are re-sent to Alertmanager (Prometheus's default is 1m)")
+	fs.StringVar(&c.WebhookURL, "alert.webhook-url", c.WebhookURL, "URL that receives every alert firing and resolving as signed JSON (optional)")
+	fs.StringVar(&c.WebhookSecretFile, "alert.webhook-secret-file", c.WebhookSecretFile, "file holding the HMAC-SHA256 key that signs webhook requests (required with --alert.webhook-url)")
+	fs.DurationVar(&c.ResendInterval, "alert.resend-interval", c.ResendInterval, "how often firing alerts are re-sent to Alertmanager (Prometheus's default is 1m)")
 }
 
-// Validate checks the flags.
+// Validate reports every problem of the configuration at once.
 func (c *Config) Validate() error {
 	var errs []error
 	for _, u := range c.AlertmanagerURLs {
@@ -74,22 +81,19 @@ func (c *Config) Validate() error {
 			errs = append(errs, errors.New("--alert.webhook-secret-file is required with --alert.webhook-url: unsigned alerts could be forged"))
 		}
 	}
-	if c.ResendInterval != 0 && (c.ResendInterval < time.Second || c.ResendInterval > time.Hour) {
+	if c.ResendInterval < time.Second || c.ResendInterval > time.Hour {
 		errs = append(errs, fmt.Errorf("--alert.resend-interval %s must be from 1s to 1h", c.ResendInterval))
 	}
+	if c.LeaderRetry < 10*time.Millisecond || c.LeaderRetry > time.Minute {
+		errs = append(errs, fmt.Errorf("alert leader retry %s must be from 10ms to 1m", c.LeaderRetry))
+	}
+	if c.Lookback < time.Minute || c.Lookback > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("alert lookback %s must be from 1m to 24h", c.Lookback))
+	}
+	if err := ValidateExternalURL(c.ExternalURL); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
-}
-
-func (c *Config) applyDefaults() {
-	if c.ResendInterval == 0 {
-		c.ResendInterval = time.Minute
-	}
-	if c.LeaderRetry == 0 {
-		c.LeaderRetry = 2 * time.Second
-	}
-	if c.Lookback == 0 {
-		c.Lookback = 10 * time.Minute
-	}
 }
 
 // readSecret loads the webhook key; surrounding whitespace (a trailing

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/nbs-project/nbs/collector/alert/notify/alertmanager"
 	"github.com/nbs-project/nbs/collector/alert/notify/webhook"
 )
@@ -29,10 +27,10 @@ const (
 	maxBackoff     = 5 * time.Minute
 )
 
-// queueDeliveries writes the outbox rows announcing a transition, one per
-// target, inside the transition's transaction.
-func (s *Service) queueDeliveries(ctx context.Context, tx pgx.Tx, inst *Instance, event string) (int, error) {
-	n := 0
+// outbox builds the notifications announcing a transition, one per target;
+// the repo queues them in the transition's transaction.
+func (s *Service) outbox(inst *Instance, event string) ([]outboxEntry, error) {
+	var out []outboxEntry
 	if len(s.cfg.AlertmanagerURLs) > 0 {
 		a := amAlert(inst, time.Time{})
 		if event == "resolved" {
@@ -40,28 +38,20 @@ func (s *Service) queueDeliveries(ctx context.Context, tx pgx.Tx, inst *Instance
 		}
 		payload, err := json.Marshal(a)
 		if err != nil {
-			return 0, fmt.Errorf("encode alert %d: %w", inst.ID, err)
+			return nil, fmt.Errorf("encode alert %d: %w", inst.ID, err)
 		}
 		for _, u := range s.cfg.AlertmanagerURLs {
-			if _, err := tx.Exec(ctx, `INSERT INTO alert_deliveries (instance_id, target, url, event, payload) VALUES ($1, $2, $3, $4, $5)`,
-				inst.ID, targetAlertmanager, u, event, payload); err != nil {
-				return 0, fmt.Errorf("queue alertmanager delivery of alert %d: %w", inst.ID, err)
-			}
-			n++
+			out = append(out, outboxEntry{target: targetAlertmanager, url: u, payload: payload})
 		}
 	}
 	if s.webhook != nil {
 		payload, err := json.Marshal(webhookMessage(inst, event))
 		if err != nil {
-			return 0, fmt.Errorf("encode alert %d: %w", inst.ID, err)
+			return nil, fmt.Errorf("encode alert %d: %w", inst.ID, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO alert_deliveries (instance_id, target, url, event, payload) VALUES ($1, $2, $3, $4, $5)`,
-			inst.ID, targetWebhook, s.cfg.WebhookURL, event, payload); err != nil {
-			return 0, fmt.Errorf("queue webhook delivery of alert %d: %w", inst.ID, err)
-		}
-		n++
+		out = append(out, outboxEntry{target: targetWebhook, url: s.cfg.WebhookURL, payload: payload})
 	}
-	return n, nil
+	return out, nil
 }
 
 func amAlert(inst *Instance, endsAt time.Time) alertmanager.Alert {
@@ -107,39 +97,17 @@ func (s *Service) deliver(ctx context.Context) {
 	}
 }
 
-type outboxRow struct {
-	id, instance int64
-	target, url  string
-	event        string
-	attempts     int
-	created      time.Time
-	due          time.Time
-	payload      []byte
-}
-
 // deliverDue sends every due outbox row and returns how long until the
 // next one is due.
 func (s *Service) deliverDue(ctx context.Context) time.Duration {
 	const idle = 5 * time.Second
-	rows, err := s.repo.pool.Query(ctx, `SELECT id, instance_id, target, url, event, attempts, created_at, next_attempt_at, payload
-		FROM alert_deliveries WHERE status = 'pending' ORDER BY id LIMIT 1000`)
+	pending, err := s.repo.pendingDeliveries(ctx, 1000)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("read alert outbox", "err", err)
 		}
 		return idle
 	}
-	var pending []outboxRow
-	for rows.Next() {
-		var r outboxRow
-		if err := rows.Scan(&r.id, &r.instance, &r.target, &r.url, &r.event, &r.attempts, &r.created, &r.due, &r.payload); err != nil {
-			rows.Close()
-			s.log.Warn("read alert outbox", "err", err)
-			return idle
-		}
-		pending = append(pending, r)
-	}
-	rows.Close()
 	if len(pending) == 0 {
 		return idle
 	}
@@ -214,7 +182,7 @@ func (s *Service) sendAlertmanager(ctx context.Context, u string, batch []outbox
 	for i, r := range batch {
 		ids[i] = r.id
 	}
-	if err := s.am.Post(ctx, u, alerts); err != nil {
+	if err := s.post(ctx, u, alerts); err != nil {
 		s.log.Warn("deliver to alertmanager", "url", u, "alerts", len(alerts), "attempt", batch[0].attempts+1, "err", err)
 		s.markRetry(ctx, ids, batch[0].attempts+1, err)
 		return false
@@ -229,7 +197,7 @@ func (s *Service) sendWebhook(ctx context.Context, r outboxRow) bool {
 	if err := json.Unmarshal(r.payload, &m); err == nil {
 		key = m.Delivery
 	}
-	if err := s.webhook.Send(ctx, r.url, key, r.event, r.payload); err != nil {
+	if err := s.notified(targetWebhook, func() error { return s.webhook.Send(ctx, r.url, key, r.event, r.payload) }); err != nil {
 		s.log.Warn("deliver to webhook", "url", r.url, "delivery", key, "attempt", r.attempts+1, "err", err)
 		s.markRetry(ctx, []int64{r.id}, r.attempts+1, err)
 		return false
@@ -246,24 +214,39 @@ func backoff(attempt int) time.Duration {
 	return d + rand.N(d/4+1)
 }
 
+// post sends alerts to one Alertmanager.
+func (s *Service) post(ctx context.Context, u string, alerts []alertmanager.Alert) error {
+	return s.notified(targetAlertmanager, func() error { return s.am.Post(ctx, u, alerts) })
+}
+
+// notified runs one notification and counts it, as Alertmanager counts its
+// own: attempts, failures and latency per integration.
+func (s *Service) notified(integration string, send func() error) error {
+	start := time.Now()
+	err := send()
+	s.metrics.NotificationLatency.WithLabelValues(integration).Observe(time.Since(start).Seconds())
+	s.metrics.Notifications.WithLabelValues(integration).Inc()
+	if err != nil {
+		s.metrics.NotificationsFailed.WithLabelValues(integration).Inc()
+	}
+	return err
+}
+
 func (s *Service) markDelivered(ctx context.Context, ids []int64) {
-	if _, err := s.repo.pool.Exec(ctx, `UPDATE alert_deliveries SET status = 'delivered', delivered_at = now(),
-		attempts = attempts + 1, last_error = '' WHERE id = ANY($1)`, ids); err != nil && ctx.Err() == nil {
+	if err := s.repo.markDelivered(ctx, ids); err != nil && ctx.Err() == nil {
 		// The next round sends these again: a duplicate, never a loss.
 		s.log.Warn("record delivered alerts", "err", err)
 	}
 }
 
 func (s *Service) markRetry(ctx context.Context, ids []int64, attempt int, cause error) {
-	if _, err := s.repo.pool.Exec(ctx, `UPDATE alert_deliveries SET attempts = attempts + 1, next_attempt_at = $2,
-		last_error = $3 WHERE id = ANY($1)`, ids, time.Now().Add(backoff(attempt)), cause.Error()); err != nil && ctx.Err() == nil {
+	if err := s.repo.markRetry(ctx, ids, time.Now().Add(backoff(attempt)), cause.Error()); err != nil && ctx.Err() == nil {
 		s.log.Warn("record failed alert delivery", "err", err)
 	}
 }
 
 func (s *Service) markFailed(ctx context.Context, ids []int64, why string) {
-	if _, err := s.repo.pool.Exec(ctx, `UPDATE alert_deliveries SET status = 'failed', last_error = $2 WHERE id = ANY($1)`,
-		ids, why); err != nil && ctx.Err() == nil {
+	if err := s.repo.markFailed(ctx, ids, why); err != nil && ctx.Err() == nil {
 		s.log.Warn("record given-up alert delivery", "err", err)
 	}
 }
@@ -274,7 +257,7 @@ func (s *Service) resend(ctx context.Context) {
 	if len(s.cfg.AlertmanagerURLs) == 0 {
 		return
 	}
-	insts, err := s.repo.instances(ctx, `WHERE state = 'firing' OR (state = 'resolved' AND resolved_at > now() - $1::interval)`, resolvedResend)
+	insts, err := s.repo.firingOrResolvedWithin(ctx, resolvedResend)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("read alerts to re-send", "err", err)
@@ -296,7 +279,7 @@ func (s *Service) resend(ctx context.Context) {
 	}
 	for _, u := range s.cfg.AlertmanagerURLs {
 		for chunk := range slices.Chunk(alerts, 1000) {
-			if err := s.am.Post(ctx, u, chunk); err != nil && ctx.Err() == nil {
+			if err := s.post(ctx, u, chunk); err != nil && ctx.Err() == nil {
 				s.log.Warn("re-send alerts to alertmanager", "url", u, "alerts", len(chunk), "err", err)
 			}
 		}

@@ -18,9 +18,10 @@
 //
 // Collectors are stateless and several may run behind one load balancer, so
 // each node's reports may arrive at any of them, yet each breach must page
-// exactly once. Exactly one collector evaluates: the holder of a PostgreSQL
-// advisory lock, taken on a dedicated connection (not a pooled one, which
-// could be recycled and silently drop the lock). Everyone else retries the
+// exactly once. Exactly one collector evaluates, elected by package leader:
+// the holder of a PostgreSQL advisory lock, taken on a dedicated connection
+// (not a pooled one, which could be recycled and silently drop the lock),
+// with its term recorded in alert_leader. Everyone else retries the
 // lock every LeaderRetry; when the leader's process or connection dies the
 // server frees the lock (TCP keepalives are set on that connection so a
 // vanished host is noticed within seconds) and the next collector takes it.
@@ -78,4 +79,12 @@
 // ahead, as Prometheus does, and recent resolves for 15 minutes; a new
 // leader posts them all at once. Alertmanager deduplicates by labels, so a
 // collector restart or failover neither pages again nor loses the resolve.
+//
+// # Storage and telemetry
+//
+// All of alerting's SQL is in repo.go; the reports, nodes and metric paths
+// it reads belong to package store and are read through its methods. The
+// collector's /metrics carries, after Alertmanager's own, notifications and
+// failures per integration, their latency, the alerts held by state,
+// whether this collector leads, and evaluation failures.
 package alert

@@ -228,6 +228,18 @@ func (e *Engine) Open() []*Instance {
 	return out
 }
 
+// Counts returns how many instances are pending and how many firing.
+func (e *Engine) Counts() (pending, firing int) {
+	for _, inst := range e.open {
+		if inst.State == Firing {
+			firing++
+		} else {
+			pending++
+		}
+	}
+	return pending, firing
+}
+
 // SeedNode records a node's newest known state without evaluating node
 // rules, so group rules see the whole fleet from the start rather than only
 // the first nodes to report.

@@ -2,14 +2,12 @@ package alert
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
+	"maps"
 	"math/rand/v2"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/nbs-project/nbs/collector/leader"
 	"github.com/nbs-project/nbs/collector/store"
 )
 
@@ -33,7 +31,7 @@ const (
 // it and the next one starts again from what PostgreSQL holds.
 type evaluator struct {
 	s         *Service
-	epoch     int64
+	term      leader.Term
 	eng       *Engine
 	paths     map[int32]string
 	nodes     map[int32]store.Node
@@ -45,20 +43,22 @@ type evaluator struct {
 	defs      defsCache
 }
 
-// evaluate runs evaluator terms until ctx ends or another leader fences
-// this one off.
-func (s *Service) evaluate(ctx context.Context, epoch int64) error {
+// evaluate runs evaluators until ctx ends or another leader fences this
+// term off.
+func (s *Service) evaluate(ctx context.Context, term leader.Term) error {
 	backoff := time.Second
+	defer s.countAlerts(nil)
 	for ctx.Err() == nil {
-		ev := &evaluator{s: s, epoch: epoch, eng: NewEngine(), paths: map[int32]string{}, known: map[int32]bool{},
+		ev := &evaluator{s: s, term: term, eng: NewEngine(), paths: map[int32]string{}, known: map[int32]bool{},
 			wm: map[int32]time.Time{}, defs: defsCache{}}
 		err := ev.init(ctx)
 		if err == nil {
 			err = ev.loop(ctx)
 		}
-		if errors.Is(err, errFenced) || ctx.Err() != nil {
+		if errors.Is(err, leader.ErrFenced) || ctx.Err() != nil {
 			return err
 		}
+		s.metrics.EvaluationFailures.Inc()
 		s.log.Warn("alert evaluation failed; restarting from the database", "err", err, "in", backoff)
 		select {
 		case <-time.After(backoff + rand.N(backoff/2)):
@@ -75,7 +75,7 @@ func (s *Service) evaluate(ctx context.Context, epoch int64) error {
 // rules), then the rules, whose changes since the last term (a rule deleted
 // while nobody led) are persisted at once.
 func (ev *evaluator) init(ctx context.Context) error {
-	open, err := ev.s.repo.instances(ctx, `WHERE state <> 'resolved'`)
+	open, err := ev.s.repo.openInstances(ctx)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func (ev *evaluator) init(ctx context.Context) error {
 		inst := open[i].Instance
 		ev.eng.Restore(&inst)
 	}
-	resolved, err := ev.s.repo.instances(ctx, `WHERE state = 'resolved' AND resolved_at > now() - $1::interval`, resolvedMemory)
+	resolved, err := ev.s.repo.resolvedWithin(ctx, resolvedMemory)
 	if err != nil {
 		return err
 	}
@@ -205,7 +205,22 @@ func (ev *evaluator) cycle(ctx context.Context) error {
 	}
 	changes = append(changes, ev.eng.EvaluateGroups(now)...)
 	ev.eng.Prune(now)
-	return ev.persist(ctx, changes, now)
+	if err := ev.persist(ctx, changes, now); err != nil {
+		return err
+	}
+	ev.s.countAlerts(ev.eng)
+	return nil
+}
+
+// countAlerts sets the alerts gauge from the engine's open instances; nil
+// (no longer evaluating) sets it to zero.
+func (s *Service) countAlerts(eng *Engine) {
+	var pending, firing int
+	if eng != nil {
+		pending, firing = eng.Counts()
+	}
+	s.metrics.Alerts.WithLabelValues(string(Pending)).Set(float64(pending))
+	s.metrics.Alerts.WithLabelValues(string(Firing)).Set(float64(firing))
 }
 
 func keys(m map[int32]bool) []int32 {
@@ -221,98 +236,54 @@ func keys(m map[int32]bool) []int32 {
 // bounded relative to the node's own newest report (not this collector's
 // clock, which the agent's may not agree with).
 func (ev *evaluator) observe(ctx context.Context, dirty map[int32]bool, now time.Time) ([]Change, error) {
-	ids := make([]int32, 0, len(dirty))
-	since := make([]time.Time, 0, len(dirty))
-	lookback := make([]int64, 0, len(dirty))
+	cursors := make([]store.ReportCursor, 0, len(dirty))
 	for id := range dirty {
 		wm, ok := ev.eng.Watermark(id)
 		lb := ev.s.cfg.Lookback
 		if !ok {
 			wm, lb = time.Unix(0, 0), newNodeLookback
 		}
-		ids, since, lookback = append(ids, id), append(since, wm), append(lookback, lb.Milliseconds())
+		cursors = append(cursors, store.ReportCursor{NodeID: id, After: wm, Lookback: lb})
 	}
-	rows, err := ev.s.repo.pool.Query(ctx, `
-		SELECT r.node_id, r.ts, r.interval_ms, r.metric_ids, r.vals, r.states
-		FROM unnest($1::int[], $2::timestamptz[], $3::bigint[]) AS w(node_id, since, lookback_ms)
-		JOIN node_latest l ON l.node_id = w.node_id AND l.ts > w.since -- nodes with nothing new cost one lookup
-		JOIN reports r ON r.node_id = w.node_id
-			AND r.ts > greatest(w.since, l.ts - w.lookback_ms * interval '1 millisecond')
-		ORDER BY r.node_id, r.ts`, ids, since, lookback)
+	reports, err := ev.s.st.ReportsAfter(ctx, cursors)
 	if err != nil {
-		return nil, fmt.Errorf("read new reports: %w", err)
+		return nil, err
 	}
-	type report struct {
-		node     int32
-		ts       time.Time
-		interval int32
-		ids      []int32
-		vals     []float64
-		states   []int16
-	}
-	var reports []report
 	missing := map[int32]bool{}
-	for rows.Next() {
-		var r report
-		if err := rows.Scan(&r.node, &r.ts, &r.interval, &r.ids, &r.vals, &r.states); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read new reports: %w", err)
-		}
-		for _, id := range r.ids {
-			if _, ok := ev.paths[id]; !ok {
-				missing[id] = true
+	for _, r := range reports {
+		for _, smp := range r.Samples {
+			if _, ok := ev.paths[smp.MetricID]; !ok {
+				missing[smp.MetricID] = true
 			}
 		}
-		reports = append(reports, r)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read new reports: %w", err)
 	}
 	if len(missing) > 0 {
-		if err := ev.loadPaths(ctx, keys(missing)); err != nil {
+		paths, err := ev.s.st.MetricPaths(ctx, keys(missing))
+		if err != nil {
 			return nil, err
 		}
+		maps.Copy(ev.paths, paths)
 	}
 	var changes []Change
 	for _, r := range reports {
-		n, ok := ev.nodes[r.node]
+		n, ok := ev.nodes[r.NodeID]
 		if !ok {
 			if err := ev.loadNodes(ctx); err != nil {
 				return nil, err
 			}
-			if n, ok = ev.nodes[r.node]; !ok {
+			if n, ok = ev.nodes[r.NodeID]; !ok {
 				continue
 			}
 		}
-		o := Observation{Node: nodeInfo(n), Time: r.ts, Interval: time.Duration(r.interval) * time.Millisecond,
-			Samples: make([]Sample, 0, len(r.ids))}
-		for i, id := range r.ids {
-			if i < len(r.vals) && i < len(r.states) {
-				o.Samples = append(o.Samples, Sample{Path: ev.paths[id], Value: r.vals[i], State: store.State(r.states[i])})
-			}
+		o := Observation{Node: nodeInfo(n), Time: r.Time, Interval: time.Duration(r.IntervalMS) * time.Millisecond,
+			Samples: make([]Sample, 0, len(r.Samples))}
+		for _, smp := range r.Samples {
+			o.Samples = append(o.Samples, Sample{Path: ev.paths[smp.MetricID], Value: smp.Value, State: smp.State})
 		}
 		changes = append(changes, ev.eng.Observe(o, now)...)
-		ev.wm[r.node] = r.ts
+		ev.wm[r.NodeID] = r.Time
 	}
 	return changes, nil
-}
-
-func (ev *evaluator) loadPaths(ctx context.Context, ids []int32) error {
-	rows, err := ev.s.repo.pool.Query(ctx, `SELECT id, path FROM metric_paths WHERE id = ANY($1)`, ids)
-	if err != nil {
-		return fmt.Errorf("read metric paths: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int32
-		var p string
-		if err := rows.Scan(&id, &p); err != nil {
-			return fmt.Errorf("read metric paths: %w", err)
-		}
-		ev.paths[id] = p
-	}
-	return rows.Err()
 }
 
 // persist writes a cycle's changes, their deliveries and the watermarks in
@@ -328,41 +299,20 @@ func (ev *evaluator) persist(ctx context.Context, changes []Change, now time.Tim
 			ev.s.describe(ctx, ev, c)
 		}
 	}
-	deliveries := 0
-	err := pgx.BeginFunc(ctx, ev.s.repo.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE alert_leader SET heartbeat = now() WHERE id = 1 AND epoch = $1`, ev.epoch)
-		if err != nil {
-			return fmt.Errorf("check alert leader epoch: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return errFenced
-		}
-		for _, c := range changes {
-			n, err := ev.s.persistChange(ctx, tx, c)
-			if err != nil {
-				return err
-			}
-			deliveries += n
-		}
-		if flush {
-			ids := make([]int32, 0, len(ev.wm))
-			tss := make([]time.Time, 0, len(ev.wm))
-			for id, ts := range ev.wm {
-				ids, tss = append(ids, id), append(tss, ts)
-			}
-			// Nodes deleted meanwhile would fail the foreign key; skip them.
-			if _, err := tx.Exec(ctx, `
-				INSERT INTO alert_watermarks (node_id, ts)
-				SELECT w.node_id, w.ts FROM unnest($1::int[], $2::timestamptz[]) AS w(node_id, ts)
-				JOIN nodes n ON n.id = w.node_id
-				ON CONFLICT (node_id) DO UPDATE SET ts = greatest(alert_watermarks.ts, EXCLUDED.ts)`, ids, tss); err != nil {
-				return fmt.Errorf("store alert watermarks: %w", err)
+	var watermarks map[int32]time.Time
+	if flush {
+		// Only nodes the store still has: a watermark of a deleted node
+		// would fail its foreign key, and the whole cycle with it.
+		watermarks = make(map[int32]time.Time, len(ev.wm))
+		for id, ts := range ev.wm {
+			if _, ok := ev.nodes[id]; ok {
+				watermarks[id] = ts
 			}
 		}
-		return nil
-	})
+	}
+	deliveries, err := ev.s.repo.persist(ctx, ev.term, changes, watermarks, ev.s.outbox)
 	if err != nil {
-		return fmt.Errorf("persist alert changes: %w", err)
+		return err
 	}
 	if flush {
 		ev.wm = map[int32]time.Time{}
@@ -388,65 +338,4 @@ func (ev *evaluator) persist(ctx context.Context, changes []Change, now time.Tim
 		}
 	}
 	return nil
-}
-
-// persistChange writes one transition and queues its notifications; it
-// returns how many deliveries it queued.
-func (s *Service) persistChange(ctx context.Context, tx pgx.Tx, c Change) (int, error) {
-	inst := c.Inst
-	switch c.Kind {
-	case ChangeCleared:
-		if inst.ID != 0 {
-			if _, err := tx.Exec(ctx, `DELETE FROM alert_instances WHERE id = $1`, inst.ID); err != nil {
-				return 0, fmt.Errorf("clear pending alert %d: %w", inst.ID, err)
-			}
-		}
-		return 0, nil
-	case ChangePending, ChangeFired:
-		group, _ := json.Marshal(nonNil(inst.Group))
-		labels, _ := json.Marshal(nonNil(inst.Labels))
-		annotations, _ := json.Marshal(nonNil(inst.Annotations))
-		var fired *time.Time
-		var value *float64
-		if inst.State == Firing {
-			fired = &inst.FiredAt
-			if v, ok := headlineValue(inst); ok {
-				value = &v
-			}
-		}
-		var nodeID *int32
-		if inst.Kind == KindNode {
-			nodeID = &inst.NodeID
-		}
-		if inst.ID == 0 {
-			err := tx.QueryRow(ctx, `
-				INSERT INTO alert_instances (fingerprint, rule_id, rule_name, kind, severity, node_id, node, metric, child,
-					group_key, state, since, last_ts, fired_at, value, labels, annotations)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id`,
-				inst.Fingerprint, inst.RuleID, inst.RuleName, inst.Kind, inst.Severity, nodeID, inst.Node, inst.Metric,
-				inst.Child, group, string(inst.State), inst.Since, inst.LastTS, fired, value, labels, annotations).Scan(&inst.ID)
-			if err != nil {
-				return 0, fmt.Errorf("store alert %s: %w", inst.Fingerprint, err)
-			}
-		} else if _, err := tx.Exec(ctx, `
-				UPDATE alert_instances SET state = $2, since = $3, last_ts = $4, fired_at = $5, child = $6, value = $7,
-					labels = $8, annotations = $9, updated_at = now()
-				WHERE id = $1`, inst.ID, string(inst.State), inst.Since, inst.LastTS, fired, inst.Child, value, labels, annotations); err != nil {
-			return 0, fmt.Errorf("update alert %d: %w", inst.ID, err)
-		}
-		if c.Kind == ChangeFired {
-			return s.queueDeliveries(ctx, tx, inst, "firing")
-		}
-		return 0, nil
-	case ChangeResolved:
-		if inst.ID == 0 { // fired and resolved before ever being stored: cannot happen, but do not page for it
-			return 0, nil
-		}
-		if _, err := tx.Exec(ctx, `UPDATE alert_instances SET state = 'resolved', resolved_at = $2, last_ts = $3, updated_at = now()
-			WHERE id = $1`, inst.ID, inst.ResolvedAt, inst.LastTS); err != nil {
-			return 0, fmt.Errorf("resolve alert %d: %w", inst.ID, err)
-		}
-		return s.queueDeliveries(ctx, tx, inst, "resolved")
-	}
-	return 0, nil
 }

@@ -4,6 +4,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/internal/configtest"
 )
 
 func TestAlertWakePayloadsRoundTrip(t *testing.T) {
@@ -61,21 +64,33 @@ func TestAlertDefaultExternalURL(t *testing.T) {
 
 func TestAlertConfigValidate(t *testing.T) {
 	cases := []struct {
-		cfg  Config
-		want string
+		name string
+		mut  func(*Config)
+		want []string // every problem, reported at once; none: valid
 	}{
-		{Config{}, ""},
-		{Config{AlertmanagerURLs: URLList{"http://am:9093", "http://am2:9093"}}, ""},
-		{Config{AlertmanagerURLs: URLList{"am:9093"}}, "--alertmanager.url"},
-		{Config{WebhookURL: "https://hooks.example.com/nbs"}, "--alert.webhook-secret-file is required"},
-		{Config{WebhookURL: "hooks", WebhookSecretFile: "/s"}, "--alert.webhook-url \"hooks\""},
-		{Config{ResendInterval: 1}, "--alert.resend-interval"},
+		{"defaults", func(*Config) {}, nil},
+		{"HA pair", func(c *Config) { c.AlertmanagerURLs = URLList{"http://am:9093", "http://am2:9093"} }, nil},
+		{"signed webhook", func(c *Config) { c.WebhookURL, c.WebhookSecretFile = "https://hooks.example.com/nbs", "/s" }, nil},
+		{"alertmanager URL", func(c *Config) { c.AlertmanagerURLs = URLList{"am:9093"} }, []string{"--alertmanager.url"}},
+		{"unsigned webhook", func(c *Config) { c.WebhookURL = "https://hooks.example.com/nbs" }, []string{"--alert.webhook-secret-file is required"}},
+		{"webhook URL", func(c *Config) { c.WebhookURL, c.WebhookSecretFile = "hooks", "/s" }, []string{"--alert.webhook-url \"hooks\""}},
+		{"resend", func(c *Config) { c.ResendInterval = 1 }, []string{"--alert.resend-interval"}},
+		{"resend unset", func(c *Config) { c.ResendInterval = 0 }, []string{"--alert.resend-interval"}},
+		{"leader retry", func(c *Config) { c.LeaderRetry = 0 }, []string{"alert leader retry"}},
+		{"lookback", func(c *Config) { c.Lookback = 48 * time.Hour }, []string{"alert lookback"}},
+		{"external URL", func(c *Config) { c.ExternalURL = "nbs" }, []string{"--web.external-url"}},
+		{"everything at once", func(c *Config) {
+			*c = Config{AlertmanagerURLs: URLList{"am:9093", "http://ok:9093", "ftp://x"}, WebhookURL: "hooks"}
+		},
+			[]string{"--alertmanager.url", "--alertmanager.url", "--alert.webhook-url", "--alert.webhook-secret-file", "--alert.resend-interval",
+				"alert leader retry", "alert lookback"}},
 	}
-	for _, c := range cases {
-		err := c.cfg.Validate()
-		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("Validate(%+v) = %v, want %q", c.cfg, err, c.want)
-		}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tc.mut(&c)
+			configtest.Problems(t, c.Validate(), tc.want...)
+		})
 	}
 	var l URLList
 	l.Set("http://a:9093, http://b:9093")

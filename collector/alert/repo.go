@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,10 +13,22 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/leader"
 )
 
-// repo is the alert tables.
+// repo is the alert tables and notification channels: all of alerting's
+// SQL. What belongs to the store (reports, nodes, metric paths) is read
+// through the store's methods.
 type repo struct{ pool *pgxpool.Pool }
+
+const (
+	// leaderTable is the term record of the alert leader's election.
+	leaderTable = "alert_leader"
+	// wakeChannel carries "these nodes have new reports" from every
+	// collector to the leader; rulesChannel says the rules changed.
+	wakeChannel  = "nbs_alert_wake"
+	rulesChannel = "nbs_alert_rules"
+)
 
 const ruleColumns = `id, name, kind, metric, state, for_intervals, for_seconds, severity, selector, min_nodes,
 	min_percent, group_by, labels, runbook_url, enabled, builtin, created_at, updated_at`
@@ -180,6 +193,64 @@ func (p repo) instances(ctx context.Context, where string, args ...any) ([]store
 	return out, nil
 }
 
+// alertFilter selects alerts as GET /alerts asks for them.
+type alertFilter struct {
+	State string // "" or "all", "open", or a Phase
+	Node  string
+	Rule  string
+	Limit int
+}
+
+// listAlerts returns open alerts first, then history, newest first.
+func (p repo) listAlerts(ctx context.Context, f alertFilter) ([]storedInstance, error) {
+	where := `WHERE true`
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	switch f.State {
+	case "", "all":
+	case "open":
+		where += ` AND state <> 'resolved'`
+	case string(Pending), string(Firing), string(Resolved):
+		where += ` AND state = ` + arg(f.State)
+	default:
+		return nil, fmt.Errorf("alert state %q must be firing, pending, resolved, open or all", f.State)
+	}
+	if f.Node != "" {
+		where += ` AND node = ` + arg(f.Node)
+	}
+	if f.Rule != "" {
+		where += ` AND rule_name = ` + arg(f.Rule)
+	}
+	return p.instances(ctx, where+` ORDER BY state = 'resolved', id DESC LIMIT `+arg(f.Limit), args...)
+}
+
+// alertByID returns one alert; ok is false when there is none.
+func (p repo) alertByID(ctx context.Context, id int64) (storedInstance, bool, error) {
+	insts, err := p.instances(ctx, `WHERE id = $1`, id)
+	if err != nil || len(insts) == 0 {
+		return storedInstance{}, false, err
+	}
+	return insts[0], true, nil
+}
+
+// openInstances are the pending and firing alerts.
+func (p repo) openInstances(ctx context.Context) ([]storedInstance, error) {
+	return p.instances(ctx, `WHERE state <> 'resolved'`)
+}
+
+// resolvedWithin are the alerts resolved less than d ago.
+func (p repo) resolvedWithin(ctx context.Context, d time.Duration) ([]storedInstance, error) {
+	return p.instances(ctx, `WHERE state = 'resolved' AND resolved_at > now() - $1::interval`, d)
+}
+
+// firingOrResolvedWithin are the firing alerts and those resolved less than d ago.
+func (p repo) firingOrResolvedWithin(ctx context.Context, d time.Duration) ([]storedInstance, error) {
+	return p.instances(ctx, `WHERE state = 'firing' OR (state = 'resolved' AND resolved_at > now() - $1::interval)`, d)
+}
+
 func (p repo) watermarks(ctx context.Context) (map[int32]time.Time, error) {
 	rows, err := p.pool.Query(ctx, `SELECT node_id, ts FROM alert_watermarks`)
 	if err != nil {
@@ -199,21 +270,10 @@ func (p repo) watermarks(ctx context.Context) (map[int32]time.Time, error) {
 }
 
 // Leader is who evaluates alerts, as recorded by the leader itself.
-type Leader struct {
-	Holder    string    `json:"holder"`
-	Epoch     int64     `json:"epoch"`
-	Since     time.Time `json:"since"`
-	Heartbeat time.Time `json:"heartbeat"`
-}
+type Leader = leader.Status
 
 func (p repo) leader(ctx context.Context) (Leader, error) {
-	var l Leader
-	err := p.pool.QueryRow(ctx, `SELECT holder, epoch, since, heartbeat FROM alert_leader WHERE id = 1`).
-		Scan(&l.Holder, &l.Epoch, &l.Since, &l.Heartbeat)
-	if err != nil {
-		return l, fmt.Errorf("read alert leader: %w", err)
-	}
-	return l, nil
+	return leader.ReadStatus(ctx, p.pool, leaderTable)
 }
 
 // Delivery is one entry of the delivery log.
@@ -247,4 +307,200 @@ func nonNil(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
+}
+
+// notifyWake tells the leader, wherever it runs, that nodes have new
+// reports: a payload from wakePayloads, or "*" for every node.
+func (p repo) notifyWake(ctx context.Context, payload string) error {
+	if _, err := p.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, wakeChannel, payload); err != nil {
+		return fmt.Errorf("notify %s: %w", wakeChannel, err)
+	}
+	return nil
+}
+
+// notifyRulesChanged tells the leader, wherever it runs, to reload the
+// rules; if the notification is lost it reloads within reloadEvery anyway.
+func (p repo) notifyRulesChanged(ctx context.Context) error {
+	if _, err := p.pool.Exec(ctx, `SELECT pg_notify($1, '')`, rulesChannel); err != nil {
+		return fmt.Errorf("notify %s: %w", rulesChannel, err)
+	}
+	return nil
+}
+
+// outboxEntry is one notification queued with the transition it announces.
+type outboxEntry struct {
+	target, url string
+	payload     []byte
+}
+
+// outboxRow is a queued notification as the sender reads it.
+type outboxRow struct {
+	id, instance int64
+	target, url  string
+	event        string
+	attempts     int
+	created      time.Time
+	due          time.Time
+	payload      []byte
+}
+
+// pendingDeliveries reads the oldest undelivered notifications.
+func (p repo) pendingDeliveries(ctx context.Context, limit int) ([]outboxRow, error) {
+	rows, err := p.pool.Query(ctx, `SELECT id, instance_id, target, url, event, attempts, created_at, next_attempt_at, payload
+		FROM alert_deliveries WHERE status = 'pending' ORDER BY id LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read alert outbox: %w", err)
+	}
+	defer rows.Close()
+	var out []outboxRow
+	for rows.Next() {
+		var r outboxRow
+		if err := rows.Scan(&r.id, &r.instance, &r.target, &r.url, &r.event, &r.attempts, &r.created, &r.due, &r.payload); err != nil {
+			return nil, fmt.Errorf("read alert outbox: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read alert outbox: %w", err)
+	}
+	return out, nil
+}
+
+func (p repo) markDelivered(ctx context.Context, ids []int64) error {
+	if _, err := p.pool.Exec(ctx, `UPDATE alert_deliveries SET status = 'delivered', delivered_at = now(),
+		attempts = attempts + 1, last_error = '' WHERE id = ANY($1)`, ids); err != nil {
+		return fmt.Errorf("record delivered alerts: %w", err)
+	}
+	return nil
+}
+
+func (p repo) markRetry(ctx context.Context, ids []int64, next time.Time, cause string) error {
+	if _, err := p.pool.Exec(ctx, `UPDATE alert_deliveries SET attempts = attempts + 1, next_attempt_at = $2,
+		last_error = $3 WHERE id = ANY($1)`, ids, next, cause); err != nil {
+		return fmt.Errorf("record failed alert delivery: %w", err)
+	}
+	return nil
+}
+
+func (p repo) markFailed(ctx context.Context, ids []int64, why string) error {
+	if _, err := p.pool.Exec(ctx, `UPDATE alert_deliveries SET status = 'failed', last_error = $2 WHERE id = ANY($1)`,
+		ids, why); err != nil {
+		return fmt.Errorf("record given-up alert delivery: %w", err)
+	}
+	return nil
+}
+
+// persist writes an evaluation cycle in one transaction fenced by the
+// leader's term: the transitions, the notifications they queue (outbox
+// builds them once an instance has its id) and the watermarks. Either all
+// of it happened, and the outbox will announce it, or none of it, and the
+// next term replays it. It returns how many notifications it queued.
+func (p repo) persist(ctx context.Context, term leader.Term, changes []Change, watermarks map[int32]time.Time,
+	outbox func(inst *Instance, event string) ([]outboxEntry, error)) (int, error) {
+	queued := 0
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if err := term.Fence(ctx, tx); err != nil {
+			return err
+		}
+		for _, c := range changes {
+			event, err := storeChange(ctx, tx, c)
+			if err != nil {
+				return err
+			}
+			if event == "" {
+				continue
+			}
+			entries, err := outbox(c.Inst, event)
+			if err != nil {
+				return err
+			}
+			for _, e := range entries {
+				if _, err := tx.Exec(ctx, `INSERT INTO alert_deliveries (instance_id, target, url, event, payload) VALUES ($1, $2, $3, $4, $5)`,
+					c.Inst.ID, e.target, e.url, event, e.payload); err != nil {
+					return fmt.Errorf("queue %s delivery of alert %d: %w", e.target, c.Inst.ID, err)
+				}
+				queued++
+			}
+		}
+		if len(watermarks) == 0 {
+			return nil
+		}
+		ids := make([]int32, 0, len(watermarks))
+		tss := make([]time.Time, 0, len(watermarks))
+		for id, ts := range watermarks {
+			ids, tss = append(ids, id), append(tss, ts)
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO alert_watermarks (node_id, ts)
+			SELECT w.node_id, w.ts FROM unnest($1::int[], $2::timestamptz[]) AS w(node_id, ts)
+			ON CONFLICT (node_id) DO UPDATE SET ts = greatest(alert_watermarks.ts, EXCLUDED.ts)`, ids, tss); err != nil {
+			return fmt.Errorf("store alert watermarks: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("persist alert changes: %w", err)
+	}
+	return queued, nil
+}
+
+// storeChange writes one transition; it returns the event to announce
+// ("firing", "resolved") or "" for none.
+func storeChange(ctx context.Context, tx pgx.Tx, c Change) (string, error) {
+	inst := c.Inst
+	switch c.Kind {
+	case ChangeCleared:
+		if inst.ID != 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM alert_instances WHERE id = $1`, inst.ID); err != nil {
+				return "", fmt.Errorf("clear pending alert %d: %w", inst.ID, err)
+			}
+		}
+		return "", nil
+	case ChangePending, ChangeFired:
+		group, _ := json.Marshal(nonNil(inst.Group))
+		labels, _ := json.Marshal(nonNil(inst.Labels))
+		annotations, _ := json.Marshal(nonNil(inst.Annotations))
+		var fired *time.Time
+		var value *float64
+		if inst.State == Firing {
+			fired = &inst.FiredAt
+			if v, ok := headlineValue(inst); ok {
+				value = &v
+			}
+		}
+		var nodeID *int32
+		if inst.Kind == KindNode {
+			nodeID = &inst.NodeID
+		}
+		if inst.ID == 0 {
+			err := tx.QueryRow(ctx, `
+				INSERT INTO alert_instances (fingerprint, rule_id, rule_name, kind, severity, node_id, node, metric, child,
+					group_key, state, since, last_ts, fired_at, value, labels, annotations)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id`,
+				inst.Fingerprint, inst.RuleID, inst.RuleName, inst.Kind, inst.Severity, nodeID, inst.Node, inst.Metric,
+				inst.Child, group, string(inst.State), inst.Since, inst.LastTS, fired, value, labels, annotations).Scan(&inst.ID)
+			if err != nil {
+				return "", fmt.Errorf("store alert %s: %w", inst.Fingerprint, err)
+			}
+		} else if _, err := tx.Exec(ctx, `
+				UPDATE alert_instances SET state = $2, since = $3, last_ts = $4, fired_at = $5, child = $6, value = $7,
+					labels = $8, annotations = $9, updated_at = now()
+				WHERE id = $1`, inst.ID, string(inst.State), inst.Since, inst.LastTS, fired, inst.Child, value, labels, annotations); err != nil {
+			return "", fmt.Errorf("update alert %d: %w", inst.ID, err)
+		}
+		if c.Kind == ChangeFired {
+			return "firing", nil
+		}
+		return "", nil
+	case ChangeResolved:
+		if inst.ID == 0 { // fired and resolved before ever being stored: cannot happen, but do not page for it
+			return "", nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE alert_instances SET state = 'resolved', resolved_at = $2, last_ts = $3, updated_at = now()
+			WHERE id = $1`, inst.ID, inst.ResolvedAt, inst.LastTS); err != nil {
+			return "", fmt.Errorf("resolve alert %d: %w", inst.ID, err)
+		}
+		return "resolved", nil
+	}
+	return "", nil
 }

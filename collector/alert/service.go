@@ -2,10 +2,8 @@ package alert
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -13,22 +11,19 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nbs-project/nbs/collector/alert/notify/alertmanager"
 	"github.com/nbs-project/nbs/collector/alert/notify/webhook"
 	"github.com/nbs-project/nbs/collector/api"
+	"github.com/nbs-project/nbs/collector/leader"
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
 )
 
 const (
 	// leaderLockID is the advisory lock whose holder evaluates alerts.
 	leaderLockID = 0x6e6273_a1
-	// wakeChannel carries "these nodes have new reports" from every
-	// collector to the leader; rulesChannel says the rules changed.
-	wakeChannel  = "nbs_alert_wake"
-	rulesChannel = "nbs_alert_rules"
 	// maxPayload stays under PostgreSQL's 8000-byte NOTIFY limit.
 	maxPayload = 7000
 	// hookQueue bounds the batches waiting between the writer and the
@@ -50,11 +45,11 @@ type Service struct {
 	thresholds api.Thresholds
 	am         *alertmanager.Client
 	webhook    *webhook.Client
-	holder     string
+	elector    *leader.Elector
+	metrics    telemetry.AlertMetrics
 
 	hook     chan []int32
 	overflow atomic.Bool
-	leading  atomic.Bool
 	dirty    dirtySet
 	rulesCh  chan struct{}
 	sendWake chan struct{}
@@ -62,12 +57,11 @@ type Service struct {
 
 // New builds the service; it reads the webhook secret, so a missing or
 // short secret fails the collector's start rather than the first page.
-func New(st *store.Store, cfg Config, log *slog.Logger) (*Service, error) {
-	cfg.applyDefaults()
+func New(st *store.Store, cfg Config, log *slog.Logger, m *telemetry.Metrics) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, st: st, repo: repo{st.Pool()}, log: log, am: alertmanager.New(nil),
+	s := &Service{cfg: cfg, st: st, repo: repo{st.Pool()}, log: log, metrics: m.Alert, am: alertmanager.New(nil),
 		hook: make(chan []int32, hookQueue), dirty: dirtySet{wake: make(chan struct{}, 1)},
 		rulesCh: make(chan struct{}, 1), sendWake: make(chan struct{}, 1)}
 	if cfg.WebhookURL != "" {
@@ -78,7 +72,9 @@ func New(st *store.Store, cfg Config, log *slog.Logger) (*Service, error) {
 		s.webhook = webhook.New(nil, secret)
 	}
 	host, _ := os.Hostname()
-	s.holder = fmt.Sprintf("%s pid %d %s", host, os.Getpid(), cfg.ExternalURL)
+	s.elector = leader.New(st.Pool(), leader.Config{Name: "alert leader", LockID: leaderLockID, Table: leaderTable,
+		Holder: fmt.Sprintf("%s pid %d %s", host, os.Getpid(), cfg.ExternalURL),
+		Retry:  cfg.LeaderRetry, Ping: leaderPing, Listen: []string{wakeChannel, rulesChannel}}, log)
 	return s, nil
 }
 
@@ -87,7 +83,7 @@ func New(st *store.Store, cfg Config, log *slog.Logger) (*Service, error) {
 func (s *Service) SetThresholds(t api.Thresholds) { s.thresholds = t }
 
 // Leading reports whether this collector evaluates alerts right now.
-func (s *Service) Leading() bool { return s.leading.Load() }
+func (s *Service) Leading() bool { return s.elector.Leading() }
 
 // OnStored is the writer's hook. It runs on a database writer, so it never
 // blocks: the node ids go to a bounded queue, and if that is full the
@@ -114,7 +110,7 @@ func (s *Service) OnStored(reports []store.Report) {
 func (s *Service) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.forward(ctx) })
-	wg.Go(func() { s.elect(ctx) })
+	wg.Go(func() { s.elector.Run(ctx, s.lead, s.heard) })
 	wg.Wait()
 }
 
@@ -170,7 +166,7 @@ func (s *Service) forward(ctx context.Context) {
 			}
 		}
 		all := s.overflow.Swap(false)
-		if s.leading.Load() {
+		if s.Leading() {
 			s.dirty.add(ids, all)
 			continue
 		}
@@ -183,11 +179,10 @@ func (s *Service) forward(ctx context.Context) {
 
 func (s *Service) notifyLeader(ctx context.Context, ids []int32, all bool) error {
 	if all {
-		_, err := s.repo.pool.Exec(ctx, `SELECT pg_notify($1, '*')`, wakeChannel)
-		return err
+		return s.repo.notifyWake(ctx, "*")
 	}
 	for _, payload := range wakePayloads(ids) {
-		if _, err := s.repo.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, wakeChannel, payload); err != nil {
+		if err := s.repo.notifyWake(ctx, payload); err != nil {
 			return err
 		}
 	}
@@ -231,145 +226,31 @@ func parseWake(payload string) (ids []int32, all bool) {
 	return ids, false
 }
 
-// elect campaigns for the advisory lock on a dedicated connection (a pooled
-// one could be recycled, silently dropping the lock) and leads while it
-// holds it. When the leader's process or connection dies, PostgreSQL
-// releases the lock and the next collector to try takes over.
-func (s *Service) elect(ctx context.Context) {
-	backoff := s.cfg.LeaderRetry
-	for ctx.Err() == nil {
-		err := s.campaign(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			s.log.Warn("alert leader election", "err", err, "retry_in", backoff)
-		}
-		select {
-		case <-time.After(backoff + rand.N(backoff/2+1)):
-		case <-ctx.Done():
-			return
-		}
-		if err != nil {
-			backoff = min(2*backoff, 30*time.Second)
-		} else {
-			backoff = s.cfg.LeaderRetry
-		}
-	}
-}
-
-func (s *Service) campaign(ctx context.Context) error {
-	cfg := s.repo.pool.Config().ConnConfig.Copy()
-	// The server notices a vanished leader host by TCP keepalive; without
-	// these it may take the kernel's default two hours to free the lock.
-	cfg.RuntimeParams["tcp_keepalives_idle"] = "5"
-	cfg.RuntimeParams["tcp_keepalives_interval"] = "2"
-	cfg.RuntimeParams["tcp_keepalives_count"] = "3"
-	cfg.RuntimeParams["application_name"] = "nbs-collector alert leader"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("connect for leader election: %w", err)
-	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		conn.Close(closeCtx) //nolint:errcheck // closing releases the lock either way
-	}()
-	for {
-		var got bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, leaderLockID).Scan(&got); err != nil {
-			return fmt.Errorf("try the alert leader lock: %w", err)
-		}
-		if got {
-			return s.lead(ctx, conn)
-		}
-		select {
-		case <-time.After(s.cfg.LeaderRetry):
-		case <-ctx.Done():
-			return nil
-		}
-	}
-}
-
-var errFenced = errors.New("another collector took over alert evaluation")
-
-// lead runs the evaluator and the sender until the lock connection fails,
-// the epoch shows another leader, or ctx ends. The lock connection doubles
-// as the LISTEN connection, so a leader that stops hearing notifications is
-// exactly one that lost its lock.
-func (s *Service) lead(ctx context.Context, conn *pgx.Conn) error {
-	var epoch int64
-	err := conn.QueryRow(ctx, `UPDATE alert_leader SET epoch = epoch + 1, holder = $1, since = now(), heartbeat = now()
-		WHERE id = 1 RETURNING epoch`, s.holder).Scan(&epoch)
-	if err != nil {
-		return fmt.Errorf("take the alert leader epoch: %w", err)
-	}
-	for _, ch := range []string{wakeChannel, rulesChannel} {
-		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
-			return fmt.Errorf("listen %s: %w", ch, err)
-		}
-	}
-	s.log.Info("leading alert evaluation", "epoch", epoch)
-	leadCtx, cancel := context.WithCancel(ctx)
+// lead evaluates and delivers for one term. Its context ends when this
+// collector loses the lead; a database error of the evaluator restarts the
+// evaluator, a fenced write ends the term.
+func (s *Service) lead(ctx context.Context, term leader.Term) error {
+	s.metrics.Leader.Set(1)
+	defer s.metrics.Leader.Set(0)
+	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	evalErr := make(chan error, 1)
-	s.leading.Store(true)
-	defer func() {
-		s.leading.Store(false)
-		cancel()
-		wg.Wait()
-		s.log.Info("stopped leading alert evaluation", "epoch", epoch)
-	}()
-	wg.Go(func() { evalErr <- s.evaluate(leadCtx, epoch) })
-	wg.Go(func() { s.deliver(leadCtx) })
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { s.deliver(ctx) })
+	return s.evaluate(ctx, term)
+}
 
-	lastPing := time.Now()
-	for {
+// heard takes a notification the leader's lock connection received: new
+// reports stored by any collector, or changed rules.
+func (s *Service) heard(n *pgconn.Notification) {
+	switch n.Channel {
+	case wakeChannel:
+		ids, all := parseWake(n.Payload)
+		s.dirty.add(ids, all)
+	case rulesChannel:
 		select {
-		case err := <-evalErr:
-			return err
+		case s.rulesCh <- struct{}{}:
 		default:
 		}
-		waitCtx, stop := context.WithTimeout(ctx, leaderPing)
-		n, err := conn.WaitForNotification(waitCtx)
-		stop()
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil && !pgconn.Timeout(err) {
-			return fmt.Errorf("alert leader connection: %w", err)
-		}
-		if n != nil {
-			switch n.Channel {
-			case wakeChannel:
-				ids, all := parseWake(n.Payload)
-				s.dirty.add(ids, all)
-			case rulesChannel:
-				select {
-				case s.rulesCh <- struct{}{}:
-				default:
-				}
-			}
-		}
-		if time.Since(lastPing) >= leaderPing {
-			lastPing = time.Now()
-			if err := s.heartbeat(ctx, conn, epoch); err != nil {
-				return err
-			}
-		}
 	}
-}
-
-// heartbeat proves the lock connection alive and the epoch still ours.
-func (s *Service) heartbeat(ctx context.Context, conn *pgx.Conn, epoch int64) error {
-	pingCtx, cancel := context.WithTimeout(ctx, 2*leaderPing)
-	defer cancel()
-	tag, err := conn.Exec(pingCtx, `UPDATE alert_leader SET heartbeat = now() WHERE id = 1 AND epoch = $1`, epoch)
-	if err != nil {
-		return fmt.Errorf("alert leader heartbeat: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return errFenced
-	}
-	return nil
 }

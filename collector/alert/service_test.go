@@ -23,6 +23,7 @@ import (
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/api/apitest"
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
@@ -82,8 +83,10 @@ func (r *receivers) config(t *testing.T) Config {
 	if err := os.WriteFile(file, append(r.secret, '\n'), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return Config{AlertmanagerURLs: URLList{r.am.URL}, WebhookURL: r.hook.URL, WebhookSecretFile: file,
-		ResendInterval: time.Minute, ExternalURL: "https://nbs.example.com", LeaderRetry: 100 * time.Millisecond}
+	c := DefaultConfig()
+	c.AlertmanagerURLs, c.WebhookURL, c.WebhookSecretFile = URLList{r.am.URL}, r.hook.URL, file
+	c.ExternalURL, c.LeaderRetry = "https://nbs.example.com", 100*time.Millisecond
+	return c
 }
 
 // events lists the webhook messages as "status:rule:node:metric".
@@ -172,13 +175,15 @@ func (f *fixture) report(t *testing.T, svc *Service, resets float64) {
 
 type running struct {
 	*Service
-	stop func()
+	metrics *telemetry.Metrics
+	stop    func()
 }
 
 func start(t *testing.T, st *store.Store, cfg Config, name string) *running {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("svc", name)
-	svc, err := New(st, cfg, log)
+	m := telemetry.New()
+	svc, err := New(st, cfg, log, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +193,7 @@ func start(t *testing.T, st *store.Store, cfg Config, name string) *running {
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
-	return &running{Service: svc, stop: stop}
+	return &running{Service: svc, metrics: m, stop: stop}
 }
 
 type testWriter struct{ t *testing.T }
@@ -365,7 +370,9 @@ func TestAlertServiceRetriesWebhook(t *testing.T) {
 
 func TestAlertRulesAPI(t *testing.T) {
 	f := newFixture(t, pgcluster.Database(t))
-	svc, err := New(f.st, Config{ExternalURL: "http://nbs"}, slog.New(slog.DiscardHandler))
+	cfg := DefaultConfig()
+	cfg.ExternalURL = "http://nbs"
+	svc, err := New(f.st, cfg, slog.New(slog.DiscardHandler), telemetry.New())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,5 +460,80 @@ func TestAlertRulesAPI(t *testing.T) {
 	}
 	if code, body := do("GET", "/alert-rules/1", ""); code != 200 || !strings.Contains(body, `"name": "NBSRootCritical"`) {
 		t.Errorf("GET rule 1: %d %s", code, body)
+	}
+}
+
+// scrape reads a registry's /metrics as the collector serves it, by series
+// (name and labels as exposed).
+func scrape(t *testing.T, m *telemetry.Metrics) map[string]float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		var v float64
+		if _, err := fmt.Sscan(line[i+1:], &v); err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// Alerting reports on /metrics as Alertmanager does: notifications and
+// failures per integration, their latency, the alerts held, and whether
+// this collector leads.
+func TestAlertServiceMetrics(t *testing.T) {
+	rcv := newReceivers(t)
+	rcv.failHook = 1
+	f := newFixture(t, pgcluster.Database(t))
+	svc := start(t, f.st, rcv.config(t), "only")
+	waitLeading(t, svc)
+	const (
+		sent     = `nbs_collector_alert_notifications_total{integration="%s"}`
+		failed   = `nbs_collector_alert_notifications_failed_total{integration="%s"}`
+		latency  = `nbs_collector_alert_notification_latency_seconds_count{integration="%s"}`
+		firing   = `nbs_collector_alerts{state="firing"}`
+		leading  = `nbs_collector_alert_leader`
+		evalFail = `nbs_collector_alert_evaluation_failures_total`
+	)
+	before := scrape(t, svc.metrics)
+	for _, series := range []string{fmt.Sprintf(sent, "webhook"), fmt.Sprintf(failed, "webhook"), firing, evalFail} {
+		if v, ok := before[series]; !ok || v != 0 {
+			t.Errorf("before any alert: %s = %v (exposed %v), want 0", series, v, ok)
+		}
+	}
+	if before[leading] != 1 {
+		t.Errorf("%s = %v while leading, want 1", leading, before[leading])
+	}
+	for range 3 {
+		f.report(t, svc.Service, 20)
+	}
+	waitFor(t, 10*time.Second, func() string {
+		m := scrape(t, svc.metrics)
+		want := map[string]float64{fmt.Sprintf(sent, "webhook"): 2, fmt.Sprintf(failed, "webhook"): 1,
+			fmt.Sprintf(latency, "webhook"): 2, fmt.Sprintf(failed, "alertmanager"): 0, firing: 1, evalFail: 0}
+		for series, v := range want {
+			if m[series] != v {
+				return fmt.Sprintf("%s = %v, want %v", series, m[series], v)
+			}
+		}
+		if m[fmt.Sprintf(sent, "alertmanager")] < 1 || m[fmt.Sprintf(latency, "alertmanager")] != m[fmt.Sprintf(sent, "alertmanager")] {
+			return fmt.Sprintf("alertmanager: %v notifications, %v timed; want at least one, each timed",
+				m[fmt.Sprintf(sent, "alertmanager")], m[fmt.Sprintf(latency, "alertmanager")])
+		}
+		return ""
+	})
+	svc.stop()
+	after := scrape(t, svc.metrics)
+	if after[leading] != 0 || after[firing] != 0 {
+		t.Errorf("after stopping: %s = %v, %s = %v; want 0 (only the leader holds alerts)", leading, after[leading], firing, after[firing])
 	}
 }

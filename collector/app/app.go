@@ -5,12 +5,10 @@ package app
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -29,73 +27,6 @@ import (
 	"github.com/nbs-project/nbs/web"
 )
 
-type Config struct {
-	GRPCAddr   string
-	HTTPAddr   string
-	DBURL      string
-	Retention  time.Duration
-	DBWriters  int
-	MaxMsgSize int
-	// Window bounds what one stream may have in flight: with gRPC's default
-	// auto-tuned windows a collector buffered ~2 GB when Postgres fell behind.
-	StreamWindow int32
-	// PingPeers is how many fleet peers each node is told to ping
-	// (0: the default 8; negative: no ping mesh).
-	PingPeers int
-	// ExternalURL is where people reach this NBS, for links in alerts.
-	ExternalURL string
-	Alert       alert.Config
-	// TLS for agent streams; with GRPCClientCA, agents must present a
-	// certificate it signed (mutual TLS).
-	GRPCTLSCert  string
-	GRPCTLSKey   string
-	GRPCClientCA string
-}
-
-// RegisterFlags binds the configuration to command-line flags with defaults.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.GRPCAddr, "grpc.listen-address", ":7701", "address for agent streams (gRPC)")
-	fs.StringVar(&c.HTTPAddr, "http.listen-address", ":7700", "address for the web UI, JSON API, /metrics and health")
-	fs.StringVar(&c.GRPCTLSCert, "grpc.tls-cert-file", "", "PEM certificate for agent streams (TLS); without it the stream is plaintext")
-	fs.StringVar(&c.GRPCTLSKey, "grpc.tls-key-file", "", "PEM private key of --grpc.tls-cert-file")
-	fs.StringVar(&c.GRPCClientCA, "grpc.tls-client-ca-file", "", "PEM CA that must have signed every agent's client certificate (mutual TLS)")
-	fs.StringVar(&c.DBURL, "db.url", os.Getenv("NBS_DB_URL"), "PostgreSQL URL (env NBS_DB_URL), e.g. postgres://nbs@db:5432/nbs")
-	fs.DurationVar(&c.Retention, "retention", 30*24*time.Hour, "how long reports are kept; older day partitions are dropped")
-	fs.IntVar(&c.DBWriters, "db.writers", 2, "concurrent database writers (about one per database core)")
-	fs.IntVar(&c.MaxMsgSize, "grpc.max-message-bytes", 4<<20, "largest message an agent may send")
-	fs.IntVar(&c.PingPeers, "ping.peers", nodeconfig.DefaultPingPeers, "fleet peers each node pings and is pinged by, drawn deterministically from the nodes that announce a ping address (-1: no ping mesh)")
-	c.StreamWindow = 64 << 10
-	fs.StringVar(&c.ExternalURL, "web.external-url", "", "URL people use to reach this NBS, for links in alerts (default http://<http.listen-address>)")
-	c.Alert.RegisterFlags(fs)
-}
-
-func (c *Config) Validate() error {
-	var errs []error
-	if c.DBURL == "" {
-		errs = append(errs, errors.New("--db.url (or env NBS_DB_URL) is required"))
-	}
-	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
-		errs = append(errs, errors.New("--grpc.tls-cert-file and --grpc.tls-key-file go together"))
-	}
-	if c.GRPCClientCA != "" && c.GRPCTLSCert == "" {
-		errs = append(errs, errors.New("--grpc.tls-client-ca-file needs --grpc.tls-cert-file and --grpc.tls-key-file"))
-	}
-	if c.Retention < 24*time.Hour {
-		errs = append(errs, fmt.Errorf("--retention %s is shorter than one day partition", c.Retention))
-	}
-	if c.PingPeers > 1000 {
-		errs = append(errs, fmt.Errorf("--ping.peers %d is more than 1000", c.PingPeers))
-	}
-	if c.DBWriters < 1 || c.DBWriters > 64 {
-		errs = append(errs, fmt.Errorf("--db.writers %d must be from 1 to 64", c.DBWriters))
-	}
-	if c.MaxMsgSize < 64<<10 || c.MaxMsgSize > 64<<20 {
-		errs = append(errs, fmt.Errorf("--grpc.max-message-bytes %d must be from 64 KiB to 64 MiB", c.MaxMsgSize))
-	}
-	errs = append(errs, alert.ValidateExternalURL(c.ExternalURL), c.Alert.Validate())
-	return errors.Join(errs...)
-}
-
 type Collector struct {
 	cfg     Config
 	log     *slog.Logger
@@ -107,19 +38,9 @@ type Collector struct {
 	ready    chan struct{}
 }
 
+// New prepares a collector; cfg is DefaultConfig with changes, and is
+// validated when Run starts.
 func New(cfg Config, log *slog.Logger) *Collector {
-	if cfg.StreamWindow == 0 {
-		cfg.StreamWindow = 64 << 10
-	}
-	if cfg.MaxMsgSize == 0 {
-		cfg.MaxMsgSize = 4 << 20
-	}
-	if cfg.DBWriters == 0 {
-		cfg.DBWriters = 2
-	}
-	if cfg.Retention == 0 {
-		cfg.Retention = 30 * 24 * time.Hour
-	}
 	return &Collector{cfg: cfg, log: log, metrics: telemetry.New(), ready: make(chan struct{})}
 }
 
@@ -164,19 +85,19 @@ func (c *Collector) Run(ctx context.Context) error {
 	if alertCfg.ExternalURL = c.cfg.ExternalURL; alertCfg.ExternalURL == "" {
 		alertCfg.ExternalURL = alert.DefaultExternalURL(httpLis.Addr().String())
 	}
-	alerts, err := alert.New(st, alertCfg, c.log.With("part", "alert"))
+	alerts, err := alert.New(st, alertCfg, c.log.With("part", "alert"), c.metrics)
 	if err != nil {
 		grpcLis.Close()
 		httpLis.Close()
 		return err
 	}
-	writer := ingest.NewWriter(st, ingest.WriterOptions{Workers: c.cfg.DBWriters, OnStored: alerts.OnStored}, c.log.With("part", "writer"), c.metrics)
+	writerOpts := ingest.DefaultWriterOptions()
+	writerOpts.Workers, writerOpts.OnStored = c.cfg.DBWriters, alerts.OnStored
+	writer := ingest.NewWriter(st, writerOpts, c.log.With("part", "writer"), c.metrics)
 	limits := ingest.DefaultLimits()
 	limits.MaxAge = c.cfg.Retention
 	configs := nodeconfig.New(st, c.log.With("part", "nodeconfig"))
-	if c.cfg.PingPeers != 0 {
-		configs.SetPingPeers(c.cfg.PingPeers)
-	}
+	configs.SetPingPeers(c.cfg.PingPeers)
 	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs}, c.log.With("part", "ingest"), c.metrics)
 	configs.SetPusher(ingestSrv)
 

@@ -20,7 +20,7 @@ import (
 // database URL.
 func defaults(t *testing.T) Config {
 	t.Helper()
-	var c Config
+	c := DefaultConfig()
 	fs := flag.NewFlagSet("nbs-collector", flag.ContinueOnError)
 	c.RegisterFlags(fs)
 	if err := fs.Parse([]string{"--db.url=postgres://nbs@db/nbs"}); err != nil {

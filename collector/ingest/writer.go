@@ -51,19 +51,14 @@ type WriterOptions struct {
 	OnStored  func([]store.Report)
 }
 
+// DefaultWriterOptions are the writer's settings unless the collector's
+// configuration says otherwise.
+func DefaultWriterOptions() WriterOptions {
+	return WriterOptions{Workers: 2, QueueSize: 4096, MaxBatch: 500, MaxWait: 100 * time.Millisecond}
+}
+
+// NewWriter prepares a writer; opts is DefaultWriterOptions with changes.
 func NewWriter(st ReportWriter, opts WriterOptions, log *slog.Logger, m *telemetry.Metrics) *Writer {
-	if opts.Workers <= 0 {
-		opts.Workers = 2
-	}
-	if opts.QueueSize <= 0 {
-		opts.QueueSize = 4096
-	}
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = 500
-	}
-	if opts.MaxWait <= 0 {
-		opts.MaxWait = 100 * time.Millisecond
-	}
 	return &Writer{store: st, log: log, metrics: m, queue: make(chan pending, opts.QueueSize),
 		workers: opts.Workers, maxBatch: opts.MaxBatch, maxWait: opts.MaxWait, onStored: opts.OnStored}
 }

@@ -5,18 +5,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/ingest"
+	"github.com/nbs-project/nbs/collector/leader"
 	"github.com/nbs-project/nbs/collector/store"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
@@ -165,8 +166,8 @@ func (s *Service) apply(ctx context.Context, c change) {
 	}
 }
 
-// Listen follows other collectors' changes until ctx ends, reconnecting
-// after database errors.
+// Listen follows other collectors' changes until ctx ends, on a dedicated
+// connection that is opened again after database errors.
 func (s *Service) Listen(ctx context.Context, pool *pgxpool.Pool) {
 	s.mu.Lock()
 	s.runCtx = ctx
@@ -174,35 +175,18 @@ func (s *Service) Listen(ctx context.Context, pool *pgxpool.Pool) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { s.refreshPeers(ctx) })
-	backoff := time.Second
-	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, pool)
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("config change listener lost; retrying", "err", err, "in", backoff)
-		select {
-		case <-time.After(backoff + rand.N(backoff/2)):
-		case <-ctx.Done():
-			return
-		}
-		backoff = min(2*backoff, 30*time.Second)
-	}
+	leader.Session{Pool: pool, Name: "nbs-collector config listener", Retry: time.Second, Log: s.log}.Run(ctx, s.follow)
 }
 
-func (s *Service) listenOnce(ctx context.Context, pool *pgxpool.Pool) error {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("acquire listener connection: %w", err)
-	}
-	defer conn.Release()
+// follow applies the changes other collectors announce.
+func (s *Service) follow(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
 		return fmt.Errorf("listen %s: %w", notifyChannel, err)
 	}
 	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
+		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return fmt.Errorf("wait for config changes: %w", err)
 		}
 		var c change
 		if err := json.Unmarshal([]byte(n.Payload), &c); err != nil {

@@ -25,6 +25,7 @@ type Metrics struct {
 	WriteQueue    prometheus.Gauge
 	HTTPRequests  *prometheus.CounterVec
 	HTTPDurations *prometheus.HistogramVec
+	Alert         AlertMetrics
 }
 
 func New() *Metrics {
@@ -53,10 +54,12 @@ func New() *Metrics {
 		HTTPDurations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "nbs_collector_http_request_seconds", Help: "HTTP request latency by route.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"route"}),
+		Alert: newAlertMetrics(),
 	}
 	m.Registry.MustRegister(m.Streams, m.Reports, m.Samples, m.Rejects, m.DBWrite, m.DBBatch, m.DBErrors,
 		m.WriteQueue, m.HTTPRequests, m.HTTPDurations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.Registry.MustRegister(m.Alert.collectors()...)
 	return m
 }
 

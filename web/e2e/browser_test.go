@@ -85,10 +85,8 @@ func TestBrowser(t *testing.T) {
 	// real deliveries to show.
 	hook := startWebhook(t)
 	httpAddr, grpcAddr := startCollector(t, pgcluster.Database(t), hook.config(t))
-	startAgent(t, agentapp.Config{NodeName: "lab-b", Netns: lab.B, CollectorAddress: grpcAddr, BPF: true,
-		Labels: agentapp.Labels{"customer": "acme", "rack": "r1"}})
-	startAgent(t, agentapp.Config{NodeName: "lab-a", Netns: lab.A, CollectorAddress: grpcAddr, BPF: true,
-		Labels: agentapp.Labels{"customer": "globex", "rack": "r2"}})
+	startAgent(t, "lab-b", lab.B, grpcAddr, agentapp.Labels{"customer": "acme", "rack": "r1"})
+	startAgent(t, "lab-a", lab.A, grpcAddr, agentapp.Labels{"customer": "globex", "rack": "r2"})
 	base := "http://" + httpAddr
 
 	// The collector must serve the built UI, not the "not built" page: the
@@ -199,7 +197,9 @@ func (r *receiver) config(t *testing.T) alert.Config {
 	if err := os.WriteFile(secret, r.secret, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return alert.Config{WebhookURL: r.url, WebhookSecretFile: secret}
+	c := alert.DefaultConfig()
+	c.WebhookURL, c.WebhookSecretFile = r.url, secret
+	return c
 }
 
 func (r *receiver) count() int {
@@ -249,7 +249,9 @@ func resetLoop(ctx context.Context, t *testing.T, lab *netlab.Lab) {
 func startCollector(t *testing.T, dbURL string, alerts alert.Config) (httpAddr, grpcAddr string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	c := collectorapp.New(collectorapp.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DBURL: dbURL, Alert: alerts}, logger(t, "collector"))
+	cfg := collectorapp.DefaultConfig()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DBURL, cfg.Alert = "127.0.0.1:0", "127.0.0.1:0", dbURL, alerts
+	c := collectorapp.New(cfg, logger(t, "collector"))
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	select {
@@ -271,9 +273,14 @@ func startCollector(t *testing.T, dbURL string, alerts alert.Config) (httpAddr, 
 	return h, g
 }
 
-func startAgent(t *testing.T, cfg agentapp.Config) {
+// startAgent runs a production agent but for a one-second interval (charts
+// fill while the test runs), no periodic snapshot, and evidence enough for
+// the reset loop.
+func startAgent(t *testing.T, name, netns, collectorAddr string, labels agentapp.Labels) {
 	t.Helper()
-	cfg.Interval, cfg.BufferReports, cfg.SnapshotEvery, cfg.EvidencePerSecond = time.Second, 1000, time.Hour, 1000
+	cfg := agentapp.DefaultConfig()
+	cfg.NodeName, cfg.Netns, cfg.CollectorAddress, cfg.Labels = name, netns, collectorAddr, labels
+	cfg.Interval, cfg.SnapshotEvery, cfg.EvidencePerSecond = time.Second, time.Hour, 1000
 	ctx, cancel := context.WithCancel(context.Background())
 	a := agentapp.New(cfg, logger(t, "agent:"+cfg.NodeName))
 	done := make(chan error, 1)

@@ -20,7 +20,7 @@ func main() {
 
 func run() int {
 	fs := flag.NewFlagSet("nbs-agent", flag.ContinueOnError)
-	var cfg app.Config
+	cfg := app.DefaultConfig()
 	cfg.RegisterFlags(fs)
 	level := fs.String("log.level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(os.Args[1:]); err != nil {

@@ -26,7 +26,8 @@ func main() {
 
 func run() int {
 	fs := flag.NewFlagSet("nbs-collector", flag.ContinueOnError)
-	var cfg app.Config
+	cfg := app.DefaultConfig()
+	cfg.DBURL = os.Getenv("NBS_DB_URL")
 	cfg.RegisterFlags(fs)
 	level := fs.String("log.level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(os.Args[1:]); err != nil {

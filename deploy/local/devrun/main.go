@@ -71,7 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.grpcAddr, "collector.grpc-address", "127.0.0.1:7701", "collector gRPC listen address (the agent connects here)")
 	fs.StringVar(&cfg.httpAddr, "collector.http-address", "127.0.0.1:7700", "collector HTTP listen address (UI, API, /readyz)")
 	fs.StringVar(&collArgs, "collector.args", "", "extra collector arguments, shell-quoted")
-	fs.DurationVar(&cfg.interval, "agent.interval", 10*time.Second, "agent --interval")
+	fs.DurationVar(&cfg.interval, "agent.interval", 0, "agent --interval (default: the agent's own)")
 	fs.StringVar(&agentArgs, "agent.args", "", `extra agent arguments, shell-quoted, e.g. "--labels customer=acme"`)
 	fs.DurationVar(&cfg.readyTimeout, "ready-timeout", 30*time.Second, "how long to wait for the collector's /readyz")
 	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", 10*time.Second, "how long a child gets after SIGTERM before SIGKILL")
@@ -212,10 +212,11 @@ func runAll(ctx context.Context, cfg *config, out *console, log *slog.Logger, ge
 		"--grpc.listen-address", cfg.grpcAddr,
 		"--http.listen-address", cfg.httpAddr,
 	}, cfg.collectorArgs...)
-	agentArgs := append([]string{
-		"--collector.address", dialAddr(cfg.grpcAddr),
-		"--interval", cfg.interval.String(),
-	}, cfg.agentArgs...)
+	agentArgs := []string{"--collector.address", dialAddr(cfg.grpcAddr)}
+	if cfg.interval != 0 {
+		agentArgs = append(agentArgs, "--interval", cfg.interval.String())
+	}
+	agentArgs = append(agentArgs, cfg.agentArgs...)
 
 	var children []*child
 	// Stop in reverse start order: the agent first, so its last report

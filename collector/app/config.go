@@ -1,0 +1,109 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/nbs-project/nbs/collector/alert"
+	"github.com/nbs-project/nbs/collector/ingest"
+	"github.com/nbs-project/nbs/collector/nodeconfig"
+)
+
+// Config is the collector's configuration. Start from DefaultConfig: the
+// command binds it to flags, tests change what they need.
+type Config struct {
+	GRPCAddr   string
+	HTTPAddr   string
+	DBURL      string
+	Retention  time.Duration
+	DBWriters  int
+	MaxMsgSize int
+	// StreamWindow bounds what one stream may have in flight: with gRPC's
+	// default auto-tuned windows a collector buffered ~2 GB when Postgres
+	// fell behind.
+	StreamWindow int32
+	// PingPeers is how many fleet peers each node is told to ping
+	// (0 or less: no ping mesh).
+	PingPeers int
+	// ExternalURL is where people reach this NBS, for links in alerts
+	// ("": http://<HTTPAddr>).
+	ExternalURL string
+	Alert       alert.Config
+	// TLS for agent streams; with GRPCClientCA, agents must present a
+	// certificate it signed (mutual TLS).
+	GRPCTLSCert  string
+	GRPCTLSKey   string
+	GRPCClientCA string
+}
+
+// DefaultConfig is the production configuration, but for the database,
+// which has no default.
+func DefaultConfig() Config {
+	return Config{
+		GRPCAddr:     ":7701",
+		HTTPAddr:     ":7700",
+		Retention:    30 * 24 * time.Hour,
+		DBWriters:    ingest.DefaultWriterOptions().Workers,
+		MaxMsgSize:   4 << 20,
+		StreamWindow: 64 << 10,
+		PingPeers:    nodeconfig.DefaultPingPeers,
+		Alert:        alert.DefaultConfig(),
+	}
+}
+
+// RegisterFlags binds the configuration to command-line flags, with the
+// values already in c (DefaultConfig's, usually) as their defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.GRPCAddr, "grpc.listen-address", c.GRPCAddr, "address for agent streams (gRPC)")
+	fs.StringVar(&c.HTTPAddr, "http.listen-address", c.HTTPAddr, "address for the web UI, JSON API, /metrics and health")
+	fs.StringVar(&c.GRPCTLSCert, "grpc.tls-cert-file", c.GRPCTLSCert, "PEM certificate for agent streams (TLS); without it the stream is plaintext")
+	fs.StringVar(&c.GRPCTLSKey, "grpc.tls-key-file", c.GRPCTLSKey, "PEM private key of --grpc.tls-cert-file")
+	fs.StringVar(&c.GRPCClientCA, "grpc.tls-client-ca-file", c.GRPCClientCA, "PEM CA that must have signed every agent's client certificate (mutual TLS)")
+	fs.StringVar(&c.DBURL, "db.url", c.DBURL, "PostgreSQL URL (env NBS_DB_URL), e.g. postgres://nbs@db:5432/nbs")
+	fs.DurationVar(&c.Retention, "retention", c.Retention, "how long reports are kept; older day partitions are dropped")
+	fs.IntVar(&c.DBWriters, "db.writers", c.DBWriters, "concurrent database writers (about one per database core)")
+	fs.IntVar(&c.MaxMsgSize, "grpc.max-message-bytes", c.MaxMsgSize, "largest message an agent may send")
+	fs.IntVar(&c.PingPeers, "ping.peers", c.PingPeers, "fleet peers each node pings and is pinged by, drawn deterministically from the nodes that announce a ping address (0: no ping mesh)")
+	fs.StringVar(&c.ExternalURL, "web.external-url", c.ExternalURL, "URL people use to reach this NBS, for links in alerts (default http://<http.listen-address>)")
+	c.Alert.RegisterFlags(fs)
+}
+
+// Validate reports every problem of the configuration at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.DBURL == "" {
+		errs = append(errs, errors.New("--db.url (or env NBS_DB_URL) is required"))
+	}
+	if c.GRPCAddr == "" {
+		errs = append(errs, errors.New("--grpc.listen-address is required"))
+	}
+	if c.HTTPAddr == "" {
+		errs = append(errs, errors.New("--http.listen-address is required"))
+	}
+	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
+		errs = append(errs, errors.New("--grpc.tls-cert-file and --grpc.tls-key-file go together"))
+	}
+	if c.GRPCClientCA != "" && c.GRPCTLSCert == "" {
+		errs = append(errs, errors.New("--grpc.tls-client-ca-file needs --grpc.tls-cert-file and --grpc.tls-key-file"))
+	}
+	if c.Retention < 24*time.Hour {
+		errs = append(errs, fmt.Errorf("--retention %s is shorter than one day partition", c.Retention))
+	}
+	if c.PingPeers > 1000 {
+		errs = append(errs, fmt.Errorf("--ping.peers %d is more than 1000", c.PingPeers))
+	}
+	if c.DBWriters < 1 || c.DBWriters > 64 {
+		errs = append(errs, fmt.Errorf("--db.writers %d must be from 1 to 64", c.DBWriters))
+	}
+	if c.MaxMsgSize < 64<<10 || c.MaxMsgSize > 64<<20 {
+		errs = append(errs, fmt.Errorf("--grpc.max-message-bytes %d must be from 64 KiB to 64 MiB", c.MaxMsgSize))
+	}
+	// gRPC ignores windows below 64 KiB.
+	if c.StreamWindow < 64<<10 || c.StreamWindow > 16<<20 {
+		errs = append(errs, fmt.Errorf("stream window %d must be from 64 KiB to 16 MiB", c.StreamWindow))
+	}
+	errs = append(errs, alert.ValidateExternalURL(c.ExternalURL), c.Alert.Validate())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,71 @@
+package app
+
+import (
+	"flag"
+	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/collector/alert"
+	"github.com/nbs-project/nbs/internal/configtest"
+)
+
+// The flags' defaults are DefaultConfig: the defaults are written once.
+func TestRegisterFlagsKeepsDefaults(t *testing.T) {
+	configtest.FlagsKeepDefaults(t, DefaultConfig, (*Config).RegisterFlags)
+	c := DefaultConfig()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--db.writers=8", "--alert.resend-interval=30s", "--alertmanager.url=http://a:9093,http://b:9093"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.DBWriters != 8 || c.Alert.ResendInterval != 30*time.Second || len(c.Alert.AlertmanagerURLs) != 2 {
+		t.Errorf("flags not applied: %+v", c)
+	}
+}
+
+func TestDefaultConfigValidate(t *testing.T) {
+	base := func() Config {
+		c := DefaultConfig()
+		c.DBURL = "postgres://nbs@db/nbs"
+		return c
+	}
+	cases := []struct {
+		name string
+		mut  func(*Config)
+		want []string // every problem, reported at once; none: valid
+	}{
+		{"defaults", func(*Config) {}, nil},
+		{"no ping mesh", func(c *Config) { c.PingPeers = 0 }, nil},
+		{"mutual TLS", func(c *Config) { c.GRPCTLSCert, c.GRPCTLSKey, c.GRPCClientCA = "c.pem", "k.pem", "ca.pem" }, nil},
+		{"alerting", func(c *Config) {
+			c.Alert.AlertmanagerURLs = alert.URLList{"http://am:9093"}
+			c.Alert.WebhookURL, c.Alert.WebhookSecretFile = "https://hooks.example.com/nbs", "/etc/nbs/secret"
+		}, nil},
+		{"no database", func(c *Config) { c.DBURL = "" }, []string{"--db.url"}},
+		{"TLS key alone", func(c *Config) { c.GRPCTLSKey = "k.pem" }, []string{"--grpc.tls-cert-file and --grpc.tls-key-file"}},
+		{"client CA without TLS", func(c *Config) { c.GRPCClientCA = "ca.pem" }, []string{"--grpc.tls-client-ca-file"}},
+		{"retention", func(c *Config) { c.Retention = time.Hour }, []string{"--retention"}},
+		{"writers", func(c *Config) { c.DBWriters = 0 }, []string{"--db.writers"}},
+		{"message size", func(c *Config) { c.MaxMsgSize = 1 << 30 }, []string{"--grpc.max-message-bytes"}},
+		{"stream window", func(c *Config) { c.StreamWindow = 1024 }, []string{"stream window"}},
+		{"external URL", func(c *Config) { c.ExternalURL = "nbs.example.com" }, []string{"--web.external-url"}},
+		{"alert resend", func(c *Config) { c.Alert.ResendInterval = 0 }, []string{"--alert.resend-interval"}},
+		{"everything at once", func(c *Config) {
+			c.DBURL, c.GRPCAddr, c.HTTPAddr, c.GRPCTLSCert = "", "", "", "c.pem"
+			c.Retention, c.PingPeers, c.DBWriters, c.MaxMsgSize, c.StreamWindow = 0, 1001, 65, 0, 0
+			c.ExternalURL = "ftp://nbs"
+			c.Alert.AlertmanagerURLs = alert.URLList{"am:9093"}
+			c.Alert.WebhookURL, c.Alert.ResendInterval, c.Alert.LeaderRetry, c.Alert.Lookback = "hooks", 0, 0, 0
+		}, []string{"--db.url", "--grpc.listen-address", "--http.listen-address", "--grpc.tls-cert-file and --grpc.tls-key-file",
+			"--retention", "--ping.peers", "--db.writers", "--grpc.max-message-bytes", "stream window", "--web.external-url",
+			"--alertmanager.url", "--alert.webhook-url", "--alert.webhook-secret-file", "--alert.resend-interval",
+			"alert leader retry", "alert lookback"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base()
+			tc.mut(&c)
+			configtest.Problems(t, c.Validate(), tc.want...)
+		})
+	}
+}
