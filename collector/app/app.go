@@ -21,6 +21,7 @@ import (
 	"github.com/nbs-project/nbs/collector/alert"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/ingest"
+	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
@@ -50,6 +51,15 @@ type Config struct {
 	GRPCTLSCert  string
 	GRPCTLSKey   string
 	GRPCClientCA string
+	// NodeAuth is how node names in Hellos are verified: none, enroll or
+	// mtls ("": mtls with GRPCClientCA, enroll with BootstrapTokenFile,
+	// else none).
+	NodeAuth string
+	// BootstrapTokenFile holds the fleet token that enrolls new nodes.
+	BootstrapTokenFile string
+	// NodeIdentityMapFile lets certificate identities report as other
+	// node names (mtls).
+	NodeIdentityMapFile string
 }
 
 // RegisterFlags binds the configuration to command-line flags with defaults.
@@ -59,6 +69,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GRPCTLSCert, "grpc.tls-cert-file", "", "PEM certificate for agent streams (TLS); without it the stream is plaintext")
 	fs.StringVar(&c.GRPCTLSKey, "grpc.tls-key-file", "", "PEM private key of --grpc.tls-cert-file")
 	fs.StringVar(&c.GRPCClientCA, "grpc.tls-client-ca-file", "", "PEM CA that must have signed every agent's client certificate (mutual TLS)")
+	fs.StringVar(&c.NodeAuth, "grpc.node-auth", "", "how node names are verified: none (any client may report as any node), enroll (a name is bound to the credential issued at its first Hello with the bootstrap token, or by an operator), mtls (the client certificate's DNS SAN or CN must be the name) (default: mtls with --grpc.tls-client-ca-file, enroll with --grpc.bootstrap-token-file, else none)")
+	fs.StringVar(&c.BootstrapTokenFile, "grpc.bootstrap-token-file", "", "file holding the fleet bootstrap token (32-512 characters, e.g. openssl rand -base64 48): a node without a credential presents it once to enroll its name")
+	fs.StringVar(&c.NodeIdentityMapFile, "grpc.node-identity-map-file", "", "with mtls: lines of 'certificate-identity node-name-or-glob...' letting a certificate report as other names; re-read when it changes")
 	fs.StringVar(&c.DBURL, "db.url", os.Getenv("NBS_DB_URL"), "PostgreSQL URL (env NBS_DB_URL), e.g. postgres://nbs@db:5432/nbs")
 	fs.DurationVar(&c.Retention, "retention", 30*24*time.Hour, "how long reports are kept; older day partitions are dropped")
 	fs.IntVar(&c.DBWriters, "db.writers", 2, "concurrent database writers (about one per database core)")
@@ -80,6 +93,9 @@ func (c *Config) Validate() error {
 	if c.GRPCClientCA != "" && c.GRPCTLSCert == "" {
 		errs = append(errs, errors.New("--grpc.tls-client-ca-file needs --grpc.tls-cert-file and --grpc.tls-key-file"))
 	}
+	if _, err := c.nodeAuthMode(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Retention < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--retention %s is shorter than one day partition", c.Retention))
 	}
@@ -94,6 +110,36 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, alert.ValidateExternalURL(c.ExternalURL), c.Alert.Validate())
 	return errors.Join(errs...)
+}
+
+// nodeAuthMode resolves --grpc.node-auth and checks it has what it needs.
+func (c *Config) nodeAuthMode() (nodeauth.Mode, error) {
+	mode := nodeauth.ModeNone
+	switch {
+	case c.NodeAuth != "":
+		m, err := nodeauth.ParseMode(c.NodeAuth)
+		if err != nil {
+			return "", fmt.Errorf("--grpc.node-auth %w", err)
+		}
+		mode = m
+	case c.GRPCClientCA != "" && c.BootstrapTokenFile != "":
+		return "", errors.New("--grpc.tls-client-ca-file and --grpc.bootstrap-token-file: choose how node names are verified with --grpc.node-auth=mtls or enroll")
+	case c.GRPCClientCA != "":
+		mode = nodeauth.ModeMTLS
+	case c.BootstrapTokenFile != "":
+		mode = nodeauth.ModeEnroll
+	}
+	var errs []error
+	if mode == nodeauth.ModeMTLS && c.GRPCClientCA == "" {
+		errs = append(errs, errors.New("--grpc.node-auth=mtls needs --grpc.tls-client-ca-file (and the server certificate)"))
+	}
+	if c.BootstrapTokenFile != "" && mode != nodeauth.ModeEnroll {
+		errs = append(errs, fmt.Errorf("--grpc.bootstrap-token-file is for --grpc.node-auth=enroll, not %s", mode))
+	}
+	if c.NodeIdentityMapFile != "" && mode != nodeauth.ModeMTLS {
+		errs = append(errs, fmt.Errorf("--grpc.node-identity-map-file is for --grpc.node-auth=mtls, not %s", mode))
+	}
+	return mode, errors.Join(errs...)
 }
 
 type Collector struct {
@@ -177,8 +223,23 @@ func (c *Collector) Run(ctx context.Context) error {
 	if c.cfg.PingPeers != 0 {
 		configs.SetPingPeers(c.cfg.PingPeers)
 	}
-	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs}, c.log.With("part", "ingest"), c.metrics)
+	authMode, _ := c.cfg.nodeAuthMode() // checked by Validate
+	auth, err := nodeauth.NewAuthenticator(st.Pool(), nodeauth.Options{Mode: authMode,
+		BootstrapTokenFile: c.cfg.BootstrapTokenFile, IdentityMapFile: c.cfg.NodeIdentityMapFile}, c.log.With("part", "nodeauth"))
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	switch {
+	case authMode == nodeauth.ModeNone:
+		c.log.Warn("node names are not verified (--grpc.node-auth=none): any client that reaches the gRPC port can report as any node; use enroll or mtls outside a trusted network")
+	case authMode == nodeauth.ModeEnroll && c.cfg.GRPCTLSCert == "":
+		c.log.Warn("nodes enroll over plaintext: bootstrap token and node credentials can be read on the network; set --grpc.tls-cert-file and --grpc.tls-key-file")
+	}
+	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs, Auth: auth}, c.log.With("part", "ingest"), c.metrics)
 	configs.SetPusher(ingestSrv)
+	identities := nodeauth.NewAdmin(st, ingestSrv, authMode, c.log.With("part", "nodeauth"))
 
 	grpcOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.cfg.MaxMsgSize),
@@ -188,7 +249,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	if c.cfg.GRPCTLSCert != "" {
-		tlsCfg, err := tlsfiles.Server(c.cfg.GRPCTLSCert, c.cfg.GRPCTLSKey, c.cfg.GRPCClientCA)
+		tlsCfg, err := tlsfiles.Server(c.cfg.GRPCTLSCert, c.cfg.GRPCTLSKey, c.cfg.GRPCClientCA, c.log.With("part", "tls"))
 		if err != nil {
 			grpcLis.Close()
 			httpLis.Close()
@@ -206,6 +267,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	httpAPI.Mount(configs.Routes)
 	alerts.SetThresholds(configs)
 	httpAPI.Mount(alerts.Routes)
+	httpAPI.Mount(identities.Routes)
 	httpSrv := &http.Server{Handler: httpAPI.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return runCtx }}
 
@@ -214,6 +276,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	wg.Go(func() { writer.Run(runCtx) })
 	wg.Go(func() { c.retain(runCtx, st) })
 	wg.Go(func() { configs.Listen(runCtx, st.Pool()) })
+	wg.Go(func() { identities.Listen(runCtx, st.Pool()) })
 	wg.Go(func() { alerts.Run(runCtx) })
 	wg.Go(func() {
 		if err := grpcSrv.Serve(grpcLis); err != nil {
