@@ -226,4 +226,3 @@ func (a *Admin) listenOnce(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 	}
 }
-
