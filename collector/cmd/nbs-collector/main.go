@@ -1,5 +1,6 @@
 // Command nbs-collector receives agent streams, stores them in PostgreSQL and
-// serves the web UI and JSON API.
+// serves the web UI and JSON API. `nbs-collector nodes ...` manages node
+// identities (list, enroll, revoke, re-enroll, delete).
 package main
 
 import (
@@ -19,6 +20,9 @@ func main() {
 }
 
 func run() int {
+	if len(os.Args) > 1 && os.Args[1] == "nodes" {
+		return nodesMain(os.Args[2:], os.Stdout, os.Stderr)
+	}
 	fs := flag.NewFlagSet("nbs-collector", flag.ContinueOnError)
 	var cfg app.Config
 	cfg.RegisterFlags(fs)
