@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -613,4 +614,55 @@ func TestTLSFilesReloadWithoutRestart(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// The documented way to issue a fleet's certificates works end to end:
+// deploy/tls/nbs-certs makes a CA, a collector certificate and node
+// certificates; an agent reports with its own, and another node's
+// certificate cannot claim its name.
+func TestTLSCertificatesFromTheDeployScript(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join("..", "deploy", "tls", "nbs-certs")
+	run := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command(script, append([]string{dir}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("nbs-certs %v: %v\n%s", args, err, out)
+		}
+	}
+	run("ca")
+	run("collector", "collector-1", "127.0.0.1")
+	run("node", "script-node", "other-node")
+	if fi, err := os.Stat(filepath.Join(dir, "nodes", "script-node-key.pem")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("node key: %v, mode %v; want 0600", err, fi.Mode().Perm())
+	}
+	caFile := filepath.Join(dir, "ca.pem")
+	node := func(name string) (string, string) {
+		return filepath.Join(dir, "nodes", name+".pem"), filepath.Join(dir, "nodes", name+"-key.pem")
+	}
+	col := startCollectorWith(t, collectorapp.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DBURL: pgcluster.Database(t),
+		GRPCTLSCert: filepath.Join(dir, "collector", "collector-1.pem"), GRPCTLSKey: filepath.Join(dir, "collector", "collector-1-key.pem"),
+		GRPCClientCA: caFile})
+	cert, key := node("script-node")
+	startAgent(t, agentapp.Config{NodeName: "script-node", CollectorAddress: col.grpcAddr, BPF: false,
+		CollectorCA: caFile, CollectorCert: cert, CollectorKey: key})
+	waitNode(t, col, "script-node")
+
+	roots := x509.NewCertPool()
+	pemCA, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots.AppendCertsFromPEM(pemCA)
+	otherCert, otherKey := node("other-node")
+	pair, err := tls.LoadX509KeyPair(otherCert, otherKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}))
+	wantDenied(t, "other-node's certificate claiming script-node", claim(t, col.grpcAddr, dial, "script-node", nil),
+		`the client certificate is for "other-node"`)
+	if err := claim(t, col.grpcAddr, dial, "other-node", nil); err != nil {
+		t.Errorf("other-node with its own certificate: %v", err)
+	}
 }
