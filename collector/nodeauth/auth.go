@@ -125,8 +125,12 @@ func (a *Authenticator) Authenticate(ctx context.Context, h *nbsv1.Hello) (inges
 	// A revocation holds in every mode, so an operator can shut a name out
 	// even where names are otherwise not verified.
 	if bound && b.State == stateRevoked {
-		return ingest.Grant{}, denied("node %q was revoked by an operator at %s and may not report; to let it back in: nbs-collector nodes reenroll %s",
-			node, b.RevokedAt.UTC().Format("2006-01-02 15:04:05Z"), node)
+		when := ""
+		if b.RevokedAt != nil {
+			when = " at " + b.RevokedAt.UTC().Format("2006-01-02 15:04:05Z")
+		}
+		return ingest.Grant{}, denied("node %q was revoked by an operator%s and may not report; to let it back in: nbs-collector nodes reenroll %s",
+			node, when, node)
 	}
 	switch a.mode {
 	case ModeNone:
