@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,9 @@ func startAgent(t testing.TB, name, netns, collectorAddr string, set ...func(*ag
 	cfg := agentapp.DefaultConfig()
 	cfg.NodeName, cfg.Netns, cfg.CollectorAddress = name, netns, collectorAddr
 	cfg.Interval, cfg.SnapshotEvery, cfg.EvidencePerSecond = time.Second, time.Hour, 1000
+	// Each agent keeps its node credential to itself, never in the
+	// machine's /var/lib/nbs.
+	cfg.CredentialFile = filepath.Join(t.TempDir(), "node-credential")
 	for _, f := range set {
 		f(&cfg)
 	}

@@ -88,7 +88,8 @@ func (ca *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage, ips .
 func TestMutualTLSStream(t *testing.T) {
 	ca, other := newCA(t, "nbs-fleet-ca"), newCA(t, "someone-else")
 	serverCert, serverKey := ca.issue(t, "collector", x509.ExtKeyUsageServerAuth, net.IPv4(127, 0, 0, 1))
-	agentCert, agentKey := ca.issue(t, "agent", x509.ExtKeyUsageClientAuth)
+	// The certificate names the node: under mutual TLS it may report as no other.
+	agentCert, agentKey := ca.issue(t, "tls-agent", x509.ExtKeyUsageClientAuth)
 	rogueCert, rogueKey := other.issue(t, "rogue", x509.ExtKeyUsageClientAuth)
 	caFile := filepath.Join(ca.dir, "ca.pem")
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/agent/nodecred"
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/agent"
@@ -79,6 +80,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.cfg.Validate(); err != nil {
 		return err
 	}
+	identity, err := nodecred.Open(a.cfg.CredentialFile, a.cfg.BootstrapTokenFile, a.log.With("part", "nodecred"))
+	if err != nil {
+		return err
+	}
 	ns, err := netns.Resolve(a.cfg.Netns)
 	if err != nil {
 		return fmt.Errorf("--netns %q: %w", a.cfg.Netns, err)
@@ -119,11 +124,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	prev := a.collect(ctx)
 	last := time.Now()
 
-	tlsCfg, err := a.cfg.tls()
+	tlsCfg, err := a.cfg.tls(a.log.With("part", "tls"))
 	if err != nil {
 		return err
 	}
-	up := uplink.New(uplink.Options{Address: a.cfg.CollectorAddress, TLS: tlsCfg}, a.outbox, a, a.log.With("part", "uplink"))
+	up := uplink.New(uplink.Options{Address: a.cfg.CollectorAddress, TLS: tlsCfg, Identity: identity}, a.outbox, a, a.log.With("part", "uplink"))
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := up.Run(ctx); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/netip"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/agent/nodecred"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
 	"github.com/nbs-project/nbs/internal/schema"
 	"github.com/nbs-project/nbs/internal/tlsfiles"
@@ -54,6 +56,11 @@ type Config struct {
 	CollectorCert       string
 	CollectorKey        string
 	CollectorServerName string
+	// CredentialFile keeps the node credential issued at enrollment (""
+	// keeps it in memory only); BootstrapTokenFile holds the fleet token
+	// that enrolls the node when it has no credential.
+	CredentialFile     string
+	BootstrapTokenFile string
 }
 
 // DefaultConfig is the production configuration.
@@ -72,6 +79,7 @@ func DefaultConfig() Config {
 		OverheadBudget:    1,
 		TriggeredHold:     2 * time.Minute,
 		TriggeredMax:      15 * time.Minute,
+		CredentialFile:    nodecred.DefaultFile,
 	}
 }
 
@@ -85,6 +93,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CollectorKey, "collector.tls-key-file", c.CollectorKey, "PEM private key of --collector.tls-cert-file")
 	fs.StringVar(&c.CollectorServerName, "collector.tls-server-name", c.CollectorServerName, "name to verify in the collector's certificate (default: the host of --collector.address)")
 	fs.StringVar(&c.NodeName, "node.name", c.NodeName, "this node's name in the fleet (default: the host name)")
+	fs.StringVar(&c.CredentialFile, "node.credential-file", c.CredentialFile, "where the node credential issued at enrollment is kept (0600, replaced atomically); presented in every Hello")
+	fs.StringVar(&c.BootstrapTokenFile, "node.bootstrap-token-file", c.BootstrapTokenFile, "file holding the fleet bootstrap token, presented once to enroll this node when it has no node credential yet")
 	fs.DurationVar(&c.Interval, "interval", c.Interval, "report interval")
 	fs.StringVar(&c.Netns, "netns", c.Netns, "watch one network namespace only: a name under /run/netns or a path (default: every namespace for BPF, the agent's own for /proc)")
 	fs.Var(&c.Labels, "labels", "node labels k=v,... (e.g. customer=acme,rack=r12), used for grouping, thresholds, alerts and reports")
@@ -168,6 +178,9 @@ func (c *Config) Validate() error {
 	if c.TriggeredMax < 0 || c.TriggeredMax > 24*time.Hour || (c.TriggeredMax > 0 && c.TriggeredMax < c.Interval) {
 		errs = append(errs, fmt.Errorf("--triggered.max %s must be from --interval to 24h", c.TriggeredMax))
 	}
+	if c.BootstrapTokenFile != "" && c.CredentialFile == "" {
+		errs = append(errs, errors.New("--node.bootstrap-token-file needs --node.credential-file, to keep the credential enrollment issues"))
+	}
 	if c.CgroupPath != "" {
 		var fs unix.Statfs_t
 		if err := unix.Statfs(c.CgroupPath, &fs); err != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
@@ -218,11 +231,11 @@ func (l *Labels) Set(s string) error {
 }
 
 // tls returns the stream's TLS configuration, nil for plaintext.
-func (c *Config) tls() (*tls.Config, error) {
+func (c *Config) tls(log *slog.Logger) (*tls.Config, error) {
 	if !c.CollectorTLS && c.CollectorCA == "" && c.CollectorCert == "" && c.CollectorKey == "" && c.CollectorServerName == "" {
 		return nil, nil
 	}
-	cfg, err := tlsfiles.Client(c.CollectorCA, c.CollectorCert, c.CollectorKey, c.CollectorServerName)
+	cfg, err := tlsfiles.Client(c.CollectorCA, c.CollectorCert, c.CollectorKey, c.CollectorServerName, log)
 	if err != nil {
 		return nil, fmt.Errorf("collector TLS: %w", err)
 	}

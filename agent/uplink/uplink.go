@@ -35,6 +35,17 @@ type Agent interface {
 	ApplyConfig(*nbsv1.Config)
 }
 
+// Identity proves the node's name to a collector that enrolls nodes.
+type Identity interface {
+	// Proof is what the next Hello carries (nil: nothing).
+	Proof() *nbsv1.NodeAuth
+	// Enrolled keeps the credential the collector just issued.
+	Enrolled(credential string) error
+	// Refused sees a PermissionDenied answer; true when the next attempt
+	// carries another proof and should come soon.
+	Refused(err error) bool
+}
+
 type Options struct {
 	Address    string
 	MinBackoff time.Duration
@@ -42,6 +53,8 @@ type Options struct {
 	DialOpts   []grpc.DialOption
 	// TLS, when set, secures the stream; nil means plaintext.
 	TLS *tls.Config
+	// Identity, when set, proves the node's name in every Hello.
+	Identity Identity
 }
 
 type Uplink struct {
@@ -89,9 +102,23 @@ func (u *Uplink) Run(ctx context.Context) error {
 		if acked > 0 || time.Since(start) > u.opts.MaxBackoff {
 			backoff = u.opts.MinBackoff
 		}
+		refused := status.Code(err) == codes.PermissionDenied
+		if refused {
+			// Retrying the same proof soon changes nothing; an operator's
+			// fix (re-enrolling, a new certificate) is picked up at the next try.
+			backoff = u.opts.MaxBackoff
+			if u.opts.Identity != nil && u.opts.Identity.Refused(err) {
+				backoff = u.opts.MinBackoff
+			}
+		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		u.log.Warn("collector stream ended; reconnecting", "address", u.opts.Address, "err", err,
-			"in", wait.Round(time.Millisecond), "unacked", u.outbox.Len())
+		if refused {
+			u.log.Error("the collector refuses this node", "address", u.opts.Address, "err", err,
+				"retry_in", wait.Round(time.Millisecond), "unacked", u.outbox.Len())
+		} else {
+			u.log.Warn("collector stream ended; reconnecting", "address", u.opts.Address, "err", err,
+				"in", wait.Round(time.Millisecond), "unacked", u.outbox.Len())
+		}
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
@@ -110,6 +137,9 @@ func (u *Uplink) session(ctx context.Context, client nbsv1.AgentServiceClient) (
 		return 0, fmt.Errorf("open stream: %w", err)
 	}
 	hello := u.agent.Hello()
+	if u.opts.Identity != nil {
+		hello.Auth = u.opts.Identity.Proof()
+	}
 	announced := make(map[string]bool, len(hello.GetMetrics()))
 	for _, m := range hello.GetMetrics() {
 		announced[m.GetId()] = true
@@ -241,6 +271,16 @@ func (u *Uplink) receive(stream nbsv1.AgentService_ConnectClient) (int, error) {
 			u.outbox.Ack(msg.Reject.GetSequence())
 		case *nbsv1.ConnectResponse_Config:
 			u.agent.ApplyConfig(msg.Config)
+		case *nbsv1.ConnectResponse_Enrolled:
+			if u.opts.Identity == nil {
+				u.log.Error("the collector enrolled this node, but the agent has no place to keep the credential; an operator must re-enroll it")
+				continue
+			}
+			if err := u.opts.Identity.Enrolled(msg.Enrolled.GetNodeCredential()); err != nil {
+				u.log.Error("enrolled, but the node credential is not saved: this agent keeps reporting, but after a restart an operator must re-enroll the node (nbs-collector nodes reenroll NODE)", "err", err)
+				continue
+			}
+			u.log.Info("enrolled: the collector bound this node's name to a node credential, saved for later streams")
 		}
 	}
 }

@@ -150,13 +150,19 @@ func (stubParts) PutRule(w http.ResponseWriter, r *http.Request)    { answer("Pu
 func (stubParts) DeleteRule(w http.ResponseWriter, r *http.Request) { answer("DeleteRule")(w, r) }
 func (stubParts) ListAlerts(w http.ResponseWriter, r *http.Request) { answer("ListAlerts")(w, r) }
 func (stubParts) GetAlert(w http.ResponseWriter, r *http.Request)   { answer("GetAlert")(w, r) }
+func (stubParts) ListIdentities(w http.ResponseWriter, r *http.Request) {
+	answer("ListIdentities")(w, r)
+}
+func (stubParts) RevokeNode(w http.ResponseWriter, r *http.Request)   { answer("RevokeNode")(w, r) }
+func (stubParts) ReenrollNode(w http.ResponseWriter, r *http.Request) { answer("ReenrollNode")(w, r) }
+func (stubParts) DeleteNode(w http.ResponseWriter, r *http.Request)   { answer("DeleteNode")(w, r) }
 
 // server is the whole HTTP surface over the fake store, with the route
 // table it serves.
 func server(t *testing.T, st api.Queries) (chi.Router, []api.Route) {
 	t.Helper()
 	a := api.New(st, live{"web-1": true}, answer("UI"), slog.New(slog.DiscardHandler), telemetry.New())
-	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}})
+	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}, Identities: stubParts{}})
 	return a.Handler(routes), routes
 }
 

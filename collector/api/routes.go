@@ -82,12 +82,22 @@ type AlertHandlers interface {
 	GetAlert(http.ResponseWriter, *http.Request)
 }
 
+// NodeIdentityHandlers answer about which credential may report as each
+// node, and revoke, re-enroll or delete nodes (collector/nodeauth).
+type NodeIdentityHandlers interface {
+	ListIdentities(http.ResponseWriter, *http.Request)
+	RevokeNode(http.ResponseWriter, *http.Request)
+	ReenrollNode(http.ResponseWriter, *http.Request)
+	DeleteNode(http.ResponseWriter, *http.Request)
+}
+
 // Parts are what answers under Prefix. A nil part's routes are left out,
 // so a test can serve the one part it tests; the collector has them all.
 type Parts struct {
 	Nodes      NodeHandlers
 	NodeConfig NodeConfigHandlers
 	Alerts     AlertHandlers
+	Identities NodeIdentityHandlers
 }
 
 // Routes is the route table: every route under Prefix, in one list.
@@ -128,6 +138,14 @@ func Routes(p Parts) []Route {
 			{del, "/alert-rules/{id}", a.DeleteRule, write, fleet},
 			{get, "/alerts", a.ListAlerts, read, fleet},
 			{get, "/alerts/{id}", a.GetAlert, read, fleet},
+		}...)
+	}
+	if i := p.Identities; i != nil {
+		routes = append(routes, []Route{
+			{get, "/node-identities", i.ListIdentities, read, fleet},
+			{post, "/nodes/{node}/revoke", i.RevokeNode, write, node},
+			{post, "/nodes/{node}/reenroll", i.ReenrollNode, write, node},
+			{del, "/nodes/{node}", i.DeleteNode, write, node},
 		}...)
 	}
 	return routes

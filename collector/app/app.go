@@ -19,6 +19,7 @@ import (
 	"github.com/nbs-project/nbs/collector/alert"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/ingest"
+	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
@@ -98,8 +99,23 @@ func (c *Collector) Run(ctx context.Context) error {
 	limits.MaxAge = c.cfg.Retention
 	configs := nodeconfig.New(st, c.log.With("part", "nodeconfig"))
 	configs.SetPingPeers(c.cfg.PingPeers)
-	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs}, c.log.With("part", "ingest"), c.metrics)
+	authMode, _ := c.cfg.nodeAuthMode() // checked by Validate
+	auth, err := nodeauth.NewAuthenticator(st.Pool(), nodeauth.Options{Mode: authMode,
+		BootstrapTokenFile: c.cfg.BootstrapTokenFile, IdentityMapFile: c.cfg.NodeIdentityMapFile}, c.log.With("part", "nodeauth"))
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	switch {
+	case authMode == nodeauth.ModeNone:
+		c.log.Warn("node names are not verified (--grpc.node-auth=none): any client that reaches the gRPC port can report as any node; use enroll or mtls outside a trusted network")
+	case authMode == nodeauth.ModeEnroll && c.cfg.GRPCTLSCert == "":
+		c.log.Warn("nodes enroll over plaintext: bootstrap token and node credentials can be read on the network; set --grpc.tls-cert-file and --grpc.tls-key-file")
+	}
+	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs, Auth: auth}, c.log.With("part", "ingest"), c.metrics)
 	configs.SetPusher(ingestSrv)
+	identities := nodeauth.NewAdmin(st, ingestSrv, authMode, c.log.With("part", "nodeauth"))
 
 	grpcOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.cfg.MaxMsgSize),
@@ -109,7 +125,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	if c.cfg.GRPCTLSCert != "" {
-		tlsCfg, err := tlsfiles.Server(c.cfg.GRPCTLSCert, c.cfg.GRPCTLSKey, c.cfg.GRPCClientCA)
+		tlsCfg, err := tlsfiles.Server(c.cfg.GRPCTLSCert, c.cfg.GRPCTLSKey, c.cfg.GRPCClientCA, c.log.With("part", "tls"))
 		if err != nil {
 			grpcLis.Close()
 			httpLis.Close()
@@ -123,7 +139,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	nbsv1.RegisterAgentServiceServer(grpcSrv, ingestSrv)
 
 	alerts.SetThresholds(configs)
-	handler := httpHandler(st, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts}, web.Handler(),
+	handler := httpHandler(st, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: identities}, web.Handler(),
 		c.log.With("part", "api"), c.metrics)
 	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return runCtx }}
@@ -133,6 +149,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	wg.Go(func() { writer.Run(runCtx) })
 	wg.Go(func() { c.retain(runCtx, st) })
 	wg.Go(func() { configs.Listen(runCtx, st.Pool()) })
+	wg.Go(func() { identities.Listen(runCtx, st.Pool()) })
 	wg.Go(func() { alerts.Run(runCtx) })
 	wg.Go(func() {
 		if err := grpcSrv.Serve(grpcLis); err != nil {

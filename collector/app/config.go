@@ -8,6 +8,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/alert"
 	"github.com/nbs-project/nbs/collector/ingest"
+	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
 )
 
@@ -36,6 +37,15 @@ type Config struct {
 	GRPCTLSCert  string
 	GRPCTLSKey   string
 	GRPCClientCA string
+	// NodeAuth is how node names in Hellos are verified: none, enroll or
+	// mtls ("": mtls with GRPCClientCA, enroll with BootstrapTokenFile,
+	// else none).
+	NodeAuth string
+	// BootstrapTokenFile holds the fleet token that enrolls new nodes.
+	BootstrapTokenFile string
+	// NodeIdentityMapFile lets certificate identities report as other
+	// node names (mtls).
+	NodeIdentityMapFile string
 }
 
 // DefaultConfig is the production configuration, but for the database,
@@ -61,6 +71,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GRPCTLSCert, "grpc.tls-cert-file", c.GRPCTLSCert, "PEM certificate for agent streams (TLS); without it the stream is plaintext")
 	fs.StringVar(&c.GRPCTLSKey, "grpc.tls-key-file", c.GRPCTLSKey, "PEM private key of --grpc.tls-cert-file")
 	fs.StringVar(&c.GRPCClientCA, "grpc.tls-client-ca-file", c.GRPCClientCA, "PEM CA that must have signed every agent's client certificate (mutual TLS)")
+	fs.StringVar(&c.NodeAuth, "grpc.node-auth", c.NodeAuth, "how node names are verified: none (any client may report as any node), enroll (a name is bound to the credential issued at its first Hello with the bootstrap token, or by an operator), mtls (the client certificate's DNS SAN or CN must be the name) (default: mtls with --grpc.tls-client-ca-file, enroll with --grpc.bootstrap-token-file, else none)")
+	fs.StringVar(&c.BootstrapTokenFile, "grpc.bootstrap-token-file", c.BootstrapTokenFile, "file holding the fleet bootstrap token (32-512 characters, e.g. openssl rand -base64 48): a node without a credential presents it once to enroll its name")
+	fs.StringVar(&c.NodeIdentityMapFile, "grpc.node-identity-map-file", c.NodeIdentityMapFile, "with mtls: lines of 'certificate-identity node-name-or-glob...' letting a certificate report as other names; re-read when it changes")
 	fs.StringVar(&c.DBURL, "db.url", c.DBURL, "PostgreSQL URL (env NBS_DB_URL), e.g. postgres://nbs@db:5432/nbs")
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "how long reports are kept; older day partitions are dropped")
 	fs.IntVar(&c.DBWriters, "db.writers", c.DBWriters, "concurrent database writers (about one per database core)")
@@ -88,6 +101,9 @@ func (c *Config) Validate() error {
 	if c.GRPCClientCA != "" && c.GRPCTLSCert == "" {
 		errs = append(errs, errors.New("--grpc.tls-client-ca-file needs --grpc.tls-cert-file and --grpc.tls-key-file"))
 	}
+	if _, err := c.nodeAuthMode(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Retention < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--retention %s is shorter than one day partition", c.Retention))
 	}
@@ -106,4 +122,34 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, alert.ValidateExternalURL(c.ExternalURL), c.Alert.Validate())
 	return errors.Join(errs...)
+}
+
+// nodeAuthMode resolves --grpc.node-auth and checks it has what it needs.
+func (c *Config) nodeAuthMode() (nodeauth.Mode, error) {
+	mode := nodeauth.ModeNone
+	switch {
+	case c.NodeAuth != "":
+		m, err := nodeauth.ParseMode(c.NodeAuth)
+		if err != nil {
+			return "", fmt.Errorf("--grpc.node-auth %w", err)
+		}
+		mode = m
+	case c.GRPCClientCA != "" && c.BootstrapTokenFile != "":
+		return "", errors.New("--grpc.tls-client-ca-file and --grpc.bootstrap-token-file: choose how node names are verified with --grpc.node-auth=mtls or enroll")
+	case c.GRPCClientCA != "":
+		mode = nodeauth.ModeMTLS
+	case c.BootstrapTokenFile != "":
+		mode = nodeauth.ModeEnroll
+	}
+	var errs []error
+	if mode == nodeauth.ModeMTLS && c.GRPCClientCA == "" {
+		errs = append(errs, errors.New("--grpc.node-auth=mtls needs --grpc.tls-client-ca-file (and the server certificate)"))
+	}
+	if c.BootstrapTokenFile != "" && mode != nodeauth.ModeEnroll {
+		errs = append(errs, fmt.Errorf("--grpc.bootstrap-token-file is for --grpc.node-auth=enroll, not %s", mode))
+	}
+	if c.NodeIdentityMapFile != "" && mode != nodeauth.ModeMTLS {
+		errs = append(errs, fmt.Errorf("--grpc.node-identity-map-file is for --grpc.node-auth=mtls, not %s", mode))
+	}
+	return mode, errors.Join(errs...)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/nbs-project/nbs/collector/store"
@@ -37,25 +38,49 @@ func (StaticConfig) ConfigFor(context.Context, store.Node) (*nbsv1.Config, error
 	return &nbsv1.Config{Version: 1}, nil
 }
 
+// Authenticator decides whether a stream may report under the node name its
+// Hello gives. It runs before anything of the Hello is stored or the stream
+// is registered, so a refused client changes nothing.
+type Authenticator interface {
+	// Authenticate returns a gRPC status error to refuse the stream; ctx
+	// carries the stream's peer (address and TLS state).
+	Authenticate(ctx context.Context, h *nbsv1.Hello) (Grant, error)
+}
+
+// Grant is what an accepted Hello was given.
+type Grant struct {
+	// Credential, when set, was bound to the node just now; it is sent to
+	// the agent once, before anything else on the stream.
+	Credential string
+}
+
+// OpenNames accepts every Hello: node names are not verified.
+type OpenNames struct{}
+
+func (OpenNames) Authenticate(context.Context, *nbsv1.Hello) (Grant, error) { return Grant{}, nil }
+
 type Server struct {
 	nbsv1.UnimplementedAgentServiceServer
 
 	registry     Registry
 	writer       *Writer
 	config       ConfigSource
+	auth         Authenticator
 	limits       Limits
 	helloTimeout time.Duration
 	log          *slog.Logger
 	metrics      *telemetry.Metrics
 
 	mu      sync.Mutex
-	streams map[string]*stream // by node name
+	streams map[string]*stream // by node name: the one stream that speaks for it
 }
 
 type ServerOptions struct {
 	Limits       Limits
 	HelloTimeout time.Duration
 	Config       ConfigSource
+	// Auth verifies node names (default: OpenNames).
+	Auth Authenticator
 }
 
 func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m *telemetry.Metrics) *Server {
@@ -68,7 +93,10 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 	if opts.Limits == (Limits{}) {
 		opts.Limits = DefaultLimits()
 	}
-	return &Server{registry: reg, writer: w, config: opts.Config, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
+	if opts.Auth == nil {
+		opts.Auth = OpenNames{}
+	}
+	return &Server{registry: reg, writer: w, config: opts.Config, auth: opts.Auth, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
 		log: log, metrics: m, streams: map[string]*stream{}}
 }
 
@@ -84,8 +112,12 @@ type stream struct {
 	instance uint64
 	metrics  map[string]*streamMetric
 	lastSeq  uint64
+	peer     string
 	out      chan *nbsv1.ConnectResponse
 	ctx      context.Context
+	// end closes the stream from outside, with the status the agent gets:
+	// a newer stream of the node replaced it, or an operator revoked it.
+	end context.CancelCauseFunc
 }
 
 // send queues a message for the agent; false if the stream has ended.
@@ -110,8 +142,8 @@ func (st *stream) trySend(m *nbsv1.ConnectResponse) {
 
 // Connect serves one agent's stream: Hello, then reports until either side ends it.
 func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
-	ctx, cancel := context.WithCancel(grpcStream.Context())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(grpcStream.Context())
+	defer cancel(nil)
 
 	hello, err := s.awaitHello(ctx, grpcStream)
 	if err != nil {
@@ -121,6 +153,22 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	if rej != nil {
 		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
 		return status.Error(codes.InvalidArgument, rej.msg)
+	}
+	from := peerAddr(ctx)
+	grant, err := s.auth.Authenticate(ctx, hello)
+	if err != nil {
+		s.metrics.Rejects.WithLabelValues("node_auth").Inc()
+		s.log.Warn("hello refused", "node", node.Name, "peer", from, "err", err)
+		return err
+	}
+	if grant.Credential != "" {
+		// Sent before anything can fail: the name is bound now, and the
+		// credential is never shown again.
+		if err := grpcStream.Send(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Enrolled{
+			Enrolled: &nbsv1.Enrolled{NodeCredential: grant.Credential}}}); err != nil {
+			s.log.Error("node enrolled but its credential could not be sent; an operator must re-enroll it", "node", node.Name, "peer", from, "err", err)
+			return err
+		}
 	}
 	node.ID, err = s.registry.UpsertNode(ctx, node)
 	if err != nil {
@@ -132,8 +180,8 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 		s.log.Error("register metric definitions", "node", node.Name, "err", err)
 		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 	}
-	st := &stream{node: node, instance: node.InstanceID, metrics: make(map[string]*streamMetric, len(defs)),
-		out: make(chan *nbsv1.ConnectResponse, 256), ctx: ctx}
+	st := &stream{node: node, instance: node.InstanceID, peer: from, metrics: make(map[string]*streamMetric, len(defs)),
+		out: make(chan *nbsv1.ConnectResponse, 256), ctx: ctx, end: cancel}
 	for _, d := range defs {
 		st.metrics[d.Path] = &streamMetric{id: ids[d.Path], kind: d.Kind}
 	}
@@ -146,21 +194,47 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 
 	s.register(st)
 	defer s.unregister(st)
-	s.log.Info("agent connected", "node", node.Name, "instance", fmt.Sprintf("%016x", node.InstanceID), "metrics", len(defs))
+	s.log.Info("agent connected", "node", node.Name, "instance", fmt.Sprintf("%016x", node.InstanceID), "peer", from, "metrics", len(defs))
 
 	sendErr := make(chan error, 1)
 	go func() { sendErr <- s.sendLoop(ctx, grpcStream, st) }()
+	// Recv cannot be interrupted, so the receiver may outlive this function
+	// by a moment: returning ends the gRPC stream, which ends its Recv.
+	recvDone := make(chan error, 1)
+	go func() { recvDone <- s.recvLoop(ctx, grpcStream, st) }()
 
-	recvErr := s.recvLoop(ctx, grpcStream, st)
-	cancel()
-	if err := <-sendErr; recvErr == nil {
-		recvErr = err
+	var recvErr error
+	sent := false
+	select {
+	case recvErr = <-recvDone:
+	case recvErr = <-sendErr:
+		sent = true
+	case <-ctx.Done(): // ended from outside, or the agent went away
 	}
-	s.log.Info("agent disconnected", "node", node.Name, "reason", recvErr)
+	cancel(nil)
+	if !sent {
+		if err := <-sendErr; recvErr == nil {
+			recvErr = err
+		}
+	}
+	// Ended from outside (replaced, revoked): that is the agent's answer.
+	if cause := context.Cause(ctx); cause != nil {
+		if sc, ok := status.FromError(cause); ok && sc.Code() != codes.Canceled {
+			recvErr = cause
+		}
+	}
+	s.log.Info("agent disconnected", "node", node.Name, "instance", fmt.Sprintf("%016x", node.InstanceID), "reason", recvErr)
 	if status.Code(recvErr) == codes.Canceled || errors.Is(recvErr, context.Canceled) {
 		return nil
 	}
 	return recvErr
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }
 
 func (s *Server) awaitHello(ctx context.Context, gs nbsv1.AgentService_ConnectServer) (*nbsv1.Hello, error) {
@@ -197,6 +271,10 @@ func (s *Server) recvLoop(ctx context.Context, gs nbsv1.AgentService_ConnectServ
 		m, err := gs.Recv()
 		if err != nil {
 			return err
+		}
+		if ctx.Err() != nil {
+			// Replaced or revoked while this message was on its way.
+			return ctx.Err()
 		}
 		switch msg := m.GetMsg().(type) {
 		case *nbsv1.ConnectRequest_Report:
@@ -270,9 +348,21 @@ func (s *Server) sendLoop(ctx context.Context, gs nbsv1.AgentService_ConnectServ
 	}
 }
 
+// register makes st the stream of its node. A stream already there is an
+// older one of the same node (an agent restarted while its old connection
+// lingers): it is ended, so config pushes and the node's connected state
+// follow the newest. Only authenticated streams get here, so an impostor
+// cannot displace a node.
 func (s *Server) register(st *stream) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if old := s.streams[st.node.Name]; old != nil {
+		s.log.Info("a new stream replaces the node's older one", "node", st.node.Name,
+			"old_instance", fmt.Sprintf("%016x", old.instance), "old_peer", old.peer,
+			"instance", fmt.Sprintf("%016x", st.instance), "peer", st.peer)
+		old.end(status.Errorf(codes.Aborted, "node %s: replaced by a newer stream of the same node (instance %016x from %s)",
+			st.node.Name, st.instance, st.peer))
+	}
 	s.streams[st.node.Name] = st
 	s.metrics.Streams.Set(float64(len(s.streams)))
 }
@@ -280,11 +370,26 @@ func (s *Server) register(st *stream) {
 func (s *Server) unregister(st *stream) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// A reconnect may already have replaced this stream.
+	// A newer stream may already have replaced this one.
 	if s.streams[st.node.Name] == st {
 		delete(s.streams, st.node.Name)
 	}
 	s.metrics.Streams.Set(float64(len(s.streams)))
+}
+
+// Disconnect ends the node's stream on this collector, if it has one, with
+// cause as the status its agent gets (e.g. PermissionDenied once revoked).
+func (s *Server) Disconnect(node string, cause error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.streams[node]
+	if st == nil {
+		return false
+	}
+	delete(s.streams, node)
+	s.metrics.Streams.Set(float64(len(s.streams)))
+	st.end(cause)
+	return true
 }
 
 // Connected reports whether a node has a stream open on this collector.

@@ -3,6 +3,7 @@
 //
 //	nbs-collector [flags]           run the collector
 //	nbs-collector token <command>   create, list or revoke API tokens
+//	nbs-collector nodes <command>   list, enroll, revoke, re-enroll or delete node identities
 package main
 
 import (
@@ -25,6 +26,9 @@ func main() {
 }
 
 func run() int {
+	if len(os.Args) > 1 && os.Args[1] == "nodes" {
+		return nodesMain(os.Args[2:], os.Stdout, os.Stderr)
+	}
 	fs := flag.NewFlagSet("nbs-collector", flag.ContinueOnError)
 	cfg := app.DefaultConfig()
 	cfg.DBURL = os.Getenv("NBS_DB_URL")

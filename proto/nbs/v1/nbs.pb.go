@@ -283,6 +283,7 @@ type ConnectResponse struct {
 	//	*ConnectResponse_Ack
 	//	*ConnectResponse_Reject
 	//	*ConnectResponse_Config
+	//	*ConnectResponse_Enrolled
 	Msg           isConnectResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -352,6 +353,15 @@ func (x *ConnectResponse) GetConfig() *Config {
 	return nil
 }
 
+func (x *ConnectResponse) GetEnrolled() *Enrolled {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_Enrolled); ok {
+			return x.Enrolled
+		}
+	}
+	return nil
+}
+
 type isConnectResponse_Msg interface {
 	isConnectResponse_Msg()
 }
@@ -368,11 +378,17 @@ type ConnectResponse_Config struct {
 	Config *Config `protobuf:"bytes,3,opt,name=config,proto3,oneof"`
 }
 
+type ConnectResponse_Enrolled struct {
+	Enrolled *Enrolled `protobuf:"bytes,4,opt,name=enrolled,proto3,oneof"`
+}
+
 func (*ConnectResponse_Ack) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_Reject) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_Config) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_Enrolled) isConnectResponse_Msg() {}
 
 // Hello identifies the node and announces its metric tree. It is the first
 // message of every stream, and is sent again in full after every reconnect.
@@ -394,7 +410,11 @@ type Hello struct {
 	// The report interval the agent runs with.
 	IntervalMs uint32 `protobuf:"varint,8,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
 	// Address other nodes should ping to reach this one (empty: not a ping peer).
-	PingAddress   string `protobuf:"bytes,9,opt,name=ping_address,json=pingAddress,proto3" json:"ping_address,omitempty"`
+	PingAddress string `protobuf:"bytes,9,opt,name=ping_address,json=pingAddress,proto3" json:"ping_address,omitempty"`
+	// Proof that this stream may speak for node_name, when the collector
+	// enrolls nodes. Absent under mutual TLS (the client certificate is the
+	// proof) and when the collector does not verify node names.
+	Auth          *NodeAuth `protobuf:"bytes,10,opt,name=auth,proto3" json:"auth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -492,6 +512,157 @@ func (x *Hello) GetPingAddress() string {
 	return ""
 }
 
+func (x *Hello) GetAuth() *NodeAuth {
+	if x != nil {
+		return x.Auth
+	}
+	return nil
+}
+
+// NodeAuth proves a node's identity to a collector that enrolls nodes: a
+// name, once enrolled, is bound to one node credential, and only a Hello
+// carrying that credential may report under it.
+//
+// A refused Hello ends the stream with PERMISSION_DENIED and a message for
+// the agent's operator. When the name is bound to nothing (an operator
+// re-enrolled or deleted the node), the status carries a google.rpc.ErrorInfo
+// with reason "NODE_NOT_ENROLLED" and domain "nbs.v1": an agent holding a
+// bootstrap token then drops its credential and enrolls again.
+type NodeAuth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Proof:
+	//
+	//	*NodeAuth_NodeCredential
+	//	*NodeAuth_BootstrapToken
+	Proof         isNodeAuth_Proof `protobuf_oneof:"proof"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeAuth) Reset() {
+	*x = NodeAuth{}
+	mi := &file_nbs_v1_nbs_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeAuth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeAuth) ProtoMessage() {}
+
+func (x *NodeAuth) ProtoReflect() protoreflect.Message {
+	mi := &file_nbs_v1_nbs_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeAuth.ProtoReflect.Descriptor instead.
+func (*NodeAuth) Descriptor() ([]byte, []int) {
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NodeAuth) GetProof() isNodeAuth_Proof {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
+func (x *NodeAuth) GetNodeCredential() string {
+	if x != nil {
+		if x, ok := x.Proof.(*NodeAuth_NodeCredential); ok {
+			return x.NodeCredential
+		}
+	}
+	return ""
+}
+
+func (x *NodeAuth) GetBootstrapToken() string {
+	if x != nil {
+		if x, ok := x.Proof.(*NodeAuth_BootstrapToken); ok {
+			return x.BootstrapToken
+		}
+	}
+	return ""
+}
+
+type isNodeAuth_Proof interface {
+	isNodeAuth_Proof()
+}
+
+type NodeAuth_NodeCredential struct {
+	// The node credential the collector issued when this node enrolled
+	// (see Enrolled). The collector keeps only its hash.
+	NodeCredential string `protobuf:"bytes,1,opt,name=node_credential,json=nodeCredential,proto3,oneof"`
+}
+
+type NodeAuth_BootstrapToken struct {
+	// The fleet's bootstrap token, presented by a node that holds no
+	// credential yet. It enrolls a name nobody holds; it never takes over
+	// an enrolled one.
+	BootstrapToken string `protobuf:"bytes,2,opt,name=bootstrap_token,json=bootstrapToken,proto3,oneof"`
+}
+
+func (*NodeAuth_NodeCredential) isNodeAuth_Proof() {}
+
+func (*NodeAuth_BootstrapToken) isNodeAuth_Proof() {}
+
+// Enrolled carries the node credential the collector has just bound to this
+// node's name. It is sent once, as the first message of the stream whose
+// Hello enrolled the node; the agent must keep it, because it is never sent
+// again.
+type Enrolled struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	NodeCredential string                 `protobuf:"bytes,1,opt,name=node_credential,json=nodeCredential,proto3" json:"node_credential,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Enrolled) Reset() {
+	*x = Enrolled{}
+	mi := &file_nbs_v1_nbs_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Enrolled) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Enrolled) ProtoMessage() {}
+
+func (x *Enrolled) ProtoReflect() protoreflect.Message {
+	mi := &file_nbs_v1_nbs_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Enrolled.ProtoReflect.Descriptor instead.
+func (*Enrolled) Descriptor() ([]byte, []int) {
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Enrolled) GetNodeCredential() string {
+	if x != nil {
+		return x.NodeCredential
+	}
+	return ""
+}
+
 type Capability struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Stable name, e.g. "bpf.tcp_reset" or "proc.netstat".
@@ -505,7 +676,7 @@ type Capability struct {
 
 func (x *Capability) Reset() {
 	*x = Capability{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[3]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -517,7 +688,7 @@ func (x *Capability) String() string {
 func (*Capability) ProtoMessage() {}
 
 func (x *Capability) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[3]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -530,7 +701,7 @@ func (x *Capability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capability.ProtoReflect.Descriptor instead.
 func (*Capability) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{3}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Capability) GetName() string {
@@ -574,7 +745,7 @@ type Threshold struct {
 
 func (x *Threshold) Reset() {
 	*x = Threshold{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[4]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +757,7 @@ func (x *Threshold) String() string {
 func (*Threshold) ProtoMessage() {}
 
 func (x *Threshold) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[4]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +770,7 @@ func (x *Threshold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Threshold.ProtoReflect.Descriptor instead.
 func (*Threshold) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{4}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Threshold) GetWarn() float64 {
@@ -668,7 +839,7 @@ type MetricDefinition struct {
 
 func (x *MetricDefinition) Reset() {
 	*x = MetricDefinition{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[5]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +851,7 @@ func (x *MetricDefinition) String() string {
 func (*MetricDefinition) ProtoMessage() {}
 
 func (x *MetricDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[5]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +864,7 @@ func (x *MetricDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricDefinition.ProtoReflect.Descriptor instead.
 func (*MetricDefinition) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{5}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MetricDefinition) GetId() string {
@@ -776,7 +947,7 @@ type Report struct {
 
 func (x *Report) Reset() {
 	*x = Report{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[6]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +959,7 @@ func (x *Report) String() string {
 func (*Report) ProtoMessage() {}
 
 func (x *Report) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[6]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +972,7 @@ func (x *Report) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Report.ProtoReflect.Descriptor instead.
 func (*Report) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{6}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Report) GetSequence() uint64 {
@@ -874,7 +1045,7 @@ type Sample struct {
 
 func (x *Sample) Reset() {
 	*x = Sample{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[7]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1057,7 @@ func (x *Sample) String() string {
 func (*Sample) ProtoMessage() {}
 
 func (x *Sample) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[7]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1070,7 @@ func (x *Sample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sample.ProtoReflect.Descriptor instead.
 func (*Sample) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{7}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Sample) GetMetricId() string {
@@ -940,7 +1111,7 @@ type Histogram struct {
 
 func (x *Histogram) Reset() {
 	*x = Histogram{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[8]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1123,7 @@ func (x *Histogram) String() string {
 func (*Histogram) ProtoMessage() {}
 
 func (x *Histogram) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[8]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1136,7 @@ func (x *Histogram) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Histogram.ProtoReflect.Descriptor instead.
 func (*Histogram) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{8}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Histogram) GetMetricId() string {
@@ -1016,7 +1187,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[9]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1199,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[9]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1212,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{9}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Event) GetMetricId() string {
@@ -1078,7 +1249,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[10]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1261,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[10]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1274,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{10}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Ack) GetSequence() uint64 {
@@ -1131,7 +1302,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[11]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1314,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[11]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1327,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{11}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Reject) GetSequence() uint64 {
@@ -1192,7 +1363,7 @@ type Config struct {
 
 func (x *Config) Reset() {
 	*x = Config{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[12]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1375,7 @@ func (x *Config) String() string {
 func (*Config) ProtoMessage() {}
 
 func (x *Config) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[12]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1388,7 @@ func (x *Config) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Config.ProtoReflect.Descriptor instead.
 func (*Config) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{12}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Config) GetVersion() uint64 {
@@ -1263,12 +1434,13 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"\x0eConnectRequest\x12%\n" +
 	"\x05hello\x18\x01 \x01(\v2\r.nbs.v1.HelloH\x00R\x05hello\x12(\n" +
 	"\x06report\x18\x02 \x01(\v2\x0e.nbs.v1.ReportH\x00R\x06reportB\x05\n" +
-	"\x03msg\"\x8d\x01\n" +
+	"\x03msg\"\xbd\x01\n" +
 	"\x0fConnectResponse\x12\x1f\n" +
 	"\x03ack\x18\x01 \x01(\v2\v.nbs.v1.AckH\x00R\x03ack\x12(\n" +
 	"\x06reject\x18\x02 \x01(\v2\x0e.nbs.v1.RejectH\x00R\x06reject\x12(\n" +
-	"\x06config\x18\x03 \x01(\v2\x0e.nbs.v1.ConfigH\x00R\x06configB\x05\n" +
-	"\x03msg\"\xaf\x03\n" +
+	"\x06config\x18\x03 \x01(\v2\x0e.nbs.v1.ConfigH\x00R\x06config\x12.\n" +
+	"\benrolled\x18\x04 \x01(\v2\x10.nbs.v1.EnrolledH\x00R\benrolledB\x05\n" +
+	"\x03msg\"\xd5\x03\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x121\n" +
 	"\x06labels\x18\x02 \x03(\v2\x19.nbs.v1.Hello.LabelsEntryR\x06labels\x12#\n" +
@@ -1280,10 +1452,18 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"\ametrics\x18\a \x03(\v2\x18.nbs.v1.MetricDefinitionR\ametrics\x12\x1f\n" +
 	"\vinterval_ms\x18\b \x01(\rR\n" +
 	"intervalMs\x12!\n" +
-	"\fping_address\x18\t \x01(\tR\vpingAddress\x1a9\n" +
+	"\fping_address\x18\t \x01(\tR\vpingAddress\x12$\n" +
+	"\x04auth\x18\n" +
+	" \x01(\v2\x10.nbs.v1.NodeAuthR\x04auth\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"i\n" +
+	"\bNodeAuth\x12)\n" +
+	"\x0fnode_credential\x18\x01 \x01(\tH\x00R\x0enodeCredential\x12)\n" +
+	"\x0fbootstrap_token\x18\x02 \x01(\tH\x00R\x0ebootstrapTokenB\a\n" +
+	"\x05proof\"3\n" +
+	"\bEnrolled\x12'\n" +
+	"\x0fnode_credential\x18\x01 \x01(\tR\x0enodeCredential\"V\n" +
 	"\n" +
 	"Capability\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
@@ -1389,7 +1569,7 @@ func file_nbs_v1_nbs_proto_rawDescGZIP() []byte {
 }
 
 var file_nbs_v1_nbs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_nbs_v1_nbs_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_nbs_v1_nbs_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_nbs_v1_nbs_proto_goTypes = []any{
 	(MetricKind)(0),          // 0: nbs.v1.MetricKind
 	(Comparison)(0),          // 1: nbs.v1.Comparison
@@ -1397,47 +1577,51 @@ var file_nbs_v1_nbs_proto_goTypes = []any{
 	(*ConnectRequest)(nil),   // 3: nbs.v1.ConnectRequest
 	(*ConnectResponse)(nil),  // 4: nbs.v1.ConnectResponse
 	(*Hello)(nil),            // 5: nbs.v1.Hello
-	(*Capability)(nil),       // 6: nbs.v1.Capability
-	(*Threshold)(nil),        // 7: nbs.v1.Threshold
-	(*MetricDefinition)(nil), // 8: nbs.v1.MetricDefinition
-	(*Report)(nil),           // 9: nbs.v1.Report
-	(*Sample)(nil),           // 10: nbs.v1.Sample
-	(*Histogram)(nil),        // 11: nbs.v1.Histogram
-	(*Event)(nil),            // 12: nbs.v1.Event
-	(*Ack)(nil),              // 13: nbs.v1.Ack
-	(*Reject)(nil),           // 14: nbs.v1.Reject
-	(*Config)(nil),           // 15: nbs.v1.Config
-	nil,                      // 16: nbs.v1.Hello.LabelsEntry
-	nil,                      // 17: nbs.v1.Event.FieldsEntry
-	nil,                      // 18: nbs.v1.Config.ThresholdsEntry
+	(*NodeAuth)(nil),         // 6: nbs.v1.NodeAuth
+	(*Enrolled)(nil),         // 7: nbs.v1.Enrolled
+	(*Capability)(nil),       // 8: nbs.v1.Capability
+	(*Threshold)(nil),        // 9: nbs.v1.Threshold
+	(*MetricDefinition)(nil), // 10: nbs.v1.MetricDefinition
+	(*Report)(nil),           // 11: nbs.v1.Report
+	(*Sample)(nil),           // 12: nbs.v1.Sample
+	(*Histogram)(nil),        // 13: nbs.v1.Histogram
+	(*Event)(nil),            // 14: nbs.v1.Event
+	(*Ack)(nil),              // 15: nbs.v1.Ack
+	(*Reject)(nil),           // 16: nbs.v1.Reject
+	(*Config)(nil),           // 17: nbs.v1.Config
+	nil,                      // 18: nbs.v1.Hello.LabelsEntry
+	nil,                      // 19: nbs.v1.Event.FieldsEntry
+	nil,                      // 20: nbs.v1.Config.ThresholdsEntry
 }
 var file_nbs_v1_nbs_proto_depIdxs = []int32{
 	5,  // 0: nbs.v1.ConnectRequest.hello:type_name -> nbs.v1.Hello
-	9,  // 1: nbs.v1.ConnectRequest.report:type_name -> nbs.v1.Report
-	13, // 2: nbs.v1.ConnectResponse.ack:type_name -> nbs.v1.Ack
-	14, // 3: nbs.v1.ConnectResponse.reject:type_name -> nbs.v1.Reject
-	15, // 4: nbs.v1.ConnectResponse.config:type_name -> nbs.v1.Config
-	16, // 5: nbs.v1.Hello.labels:type_name -> nbs.v1.Hello.LabelsEntry
-	6,  // 6: nbs.v1.Hello.capabilities:type_name -> nbs.v1.Capability
-	8,  // 7: nbs.v1.Hello.metrics:type_name -> nbs.v1.MetricDefinition
-	1,  // 8: nbs.v1.Threshold.comparison:type_name -> nbs.v1.Comparison
-	0,  // 9: nbs.v1.MetricDefinition.kind:type_name -> nbs.v1.MetricKind
-	7,  // 10: nbs.v1.MetricDefinition.default_threshold:type_name -> nbs.v1.Threshold
-	10, // 11: nbs.v1.Report.samples:type_name -> nbs.v1.Sample
-	11, // 12: nbs.v1.Report.histograms:type_name -> nbs.v1.Histogram
-	12, // 13: nbs.v1.Report.events:type_name -> nbs.v1.Event
-	8,  // 14: nbs.v1.Report.new_metrics:type_name -> nbs.v1.MetricDefinition
-	2,  // 15: nbs.v1.Sample.state:type_name -> nbs.v1.State
-	17, // 16: nbs.v1.Event.fields:type_name -> nbs.v1.Event.FieldsEntry
-	18, // 17: nbs.v1.Config.thresholds:type_name -> nbs.v1.Config.ThresholdsEntry
-	7,  // 18: nbs.v1.Config.ThresholdsEntry.value:type_name -> nbs.v1.Threshold
-	3,  // 19: nbs.v1.AgentService.Connect:input_type -> nbs.v1.ConnectRequest
-	4,  // 20: nbs.v1.AgentService.Connect:output_type -> nbs.v1.ConnectResponse
-	20, // [20:21] is the sub-list for method output_type
-	19, // [19:20] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	11, // 1: nbs.v1.ConnectRequest.report:type_name -> nbs.v1.Report
+	15, // 2: nbs.v1.ConnectResponse.ack:type_name -> nbs.v1.Ack
+	16, // 3: nbs.v1.ConnectResponse.reject:type_name -> nbs.v1.Reject
+	17, // 4: nbs.v1.ConnectResponse.config:type_name -> nbs.v1.Config
+	7,  // 5: nbs.v1.ConnectResponse.enrolled:type_name -> nbs.v1.Enrolled
+	18, // 6: nbs.v1.Hello.labels:type_name -> nbs.v1.Hello.LabelsEntry
+	8,  // 7: nbs.v1.Hello.capabilities:type_name -> nbs.v1.Capability
+	10, // 8: nbs.v1.Hello.metrics:type_name -> nbs.v1.MetricDefinition
+	6,  // 9: nbs.v1.Hello.auth:type_name -> nbs.v1.NodeAuth
+	1,  // 10: nbs.v1.Threshold.comparison:type_name -> nbs.v1.Comparison
+	0,  // 11: nbs.v1.MetricDefinition.kind:type_name -> nbs.v1.MetricKind
+	9,  // 12: nbs.v1.MetricDefinition.default_threshold:type_name -> nbs.v1.Threshold
+	12, // 13: nbs.v1.Report.samples:type_name -> nbs.v1.Sample
+	13, // 14: nbs.v1.Report.histograms:type_name -> nbs.v1.Histogram
+	14, // 15: nbs.v1.Report.events:type_name -> nbs.v1.Event
+	10, // 16: nbs.v1.Report.new_metrics:type_name -> nbs.v1.MetricDefinition
+	2,  // 17: nbs.v1.Sample.state:type_name -> nbs.v1.State
+	19, // 18: nbs.v1.Event.fields:type_name -> nbs.v1.Event.FieldsEntry
+	20, // 19: nbs.v1.Config.thresholds:type_name -> nbs.v1.Config.ThresholdsEntry
+	9,  // 20: nbs.v1.Config.ThresholdsEntry.value:type_name -> nbs.v1.Threshold
+	3,  // 21: nbs.v1.AgentService.Connect:input_type -> nbs.v1.ConnectRequest
+	4,  // 22: nbs.v1.AgentService.Connect:output_type -> nbs.v1.ConnectResponse
+	22, // [22:23] is the sub-list for method output_type
+	21, // [21:22] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_nbs_v1_nbs_proto_init() }
@@ -1453,6 +1637,11 @@ func file_nbs_v1_nbs_proto_init() {
 		(*ConnectResponse_Ack)(nil),
 		(*ConnectResponse_Reject)(nil),
 		(*ConnectResponse_Config)(nil),
+		(*ConnectResponse_Enrolled)(nil),
+	}
+	file_nbs_v1_nbs_proto_msgTypes[3].OneofWrappers = []any{
+		(*NodeAuth_NodeCredential)(nil),
+		(*NodeAuth_BootstrapToken)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1460,7 +1649,7 @@ func file_nbs_v1_nbs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nbs_v1_nbs_proto_rawDesc), len(file_nbs_v1_nbs_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nbs-project/nbs/collector/nodeauth"
+	"github.com/nbs-project/nbs/internal/pgcluster"
+)
+
+func TestMain(m *testing.M) { pgcluster.Main(m) }
+
+func nodes(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = nodesMain(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestNodesCommand(t *testing.T) {
+	db := pgcluster.Database(t)
+	credFile := filepath.Join(t.TempDir(), "web-1.credential")
+	steps := []struct {
+		args       []string
+		code       int
+		out, err   string // fragments expected
+		checkState string // web-1's state in the listing afterwards
+	}{
+		{[]string{"enroll", "web-1", "--db.url", db}, 0, "nbsn1_", "shown once", "enrolled"},
+		{[]string{"enroll", "--db.url", db, "web-1"}, 1, "", "already enrolled", "enrolled"},
+		{[]string{"enroll", "web-1", "--replace", "--out", credFile, "--db.url", db}, 0, "", "written to", "enrolled"},
+		{[]string{"revoke", "web-1", "--db.url", db}, 0, "web-1 revoked", "", "revoked"},
+		{[]string{"reenroll", "web-1", "--db.url", db}, 0, "may enroll again", "", "not_enrolled"},
+		{[]string{"reenroll", "web-1", "--db.url", db}, 1, "", "neither enrolled nor revoked", "not_enrolled"},
+		{[]string{"delete", "web-1", "--db.url", db}, 1, "", "web-1: no such node", "not_enrolled"},
+		{[]string{"enroll", "bad name", "--db.url", db}, 1, "", "invalid node name", ""},
+		{[]string{"revoke", "--db.url", db}, 2, "", "want one node name", ""},
+		{[]string{"list", "extra", "--db.url", db}, 2, "", "want no arguments", ""},
+		{[]string{"frobnicate", "--db.url", db}, 2, "", "unknown command", ""},
+		{[]string{"list", "--db.url", ""}, 2, "", "--db.url (or env NBS_DB_URL) is required", ""},
+	}
+	for _, s := range steps {
+		code, out, errOut := nodes(t, s.args...)
+		if code != s.code || !strings.Contains(out, s.out) || !strings.Contains(errOut, s.err) {
+			t.Errorf("nodes %q: exit %d, stdout %q, stderr %q; want exit %d, %q, %q", s.args, code, out, errOut, s.code, s.out, s.err)
+		}
+		if s.checkState == "" {
+			continue
+		}
+		_, out, _ = nodes(t, "list", "--json", "--db.url", db)
+		var l struct{ Nodes []nodeauth.NodeIdentity }
+		if err := json.Unmarshal([]byte(out), &l); err != nil {
+			t.Fatalf("list --json: %v: %s", err, out)
+		}
+		state := "not_enrolled"
+		for _, n := range l.Nodes {
+			if n.Node == "web-1" {
+				state = n.State
+			}
+		}
+		if state != s.checkState {
+			t.Errorf("after %q: web-1 is %s, want %s", s.args, state, s.checkState)
+		}
+	}
+	b, err := os.ReadFile(credFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodeauth.ParseCredential(strings.TrimSpace(string(b))); err != nil {
+		t.Errorf("--out file holds %q: %v", b, err)
+	}
+	if fi, _ := os.Stat(credFile); fi.Mode().Perm() != 0o600 {
+		t.Errorf("--out file mode %v, want 0600", fi.Mode().Perm())
+	}
+	code, out, _ := nodes(t, "list", "--db.url", db)
+	if code != 0 || !strings.Contains(out, "NODE") {
+		t.Errorf("list: exit %d, %q", code, out)
+	}
+}

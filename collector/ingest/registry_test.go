@@ -1,0 +1,193 @@
+package ingest
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+type countingRegistry struct {
+	mu      sync.Mutex
+	upserts map[string][]store.Node
+}
+
+func (r *countingRegistry) UpsertNode(_ context.Context, n store.Node) (int32, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.upserts[n.Name] = append(r.upserts[n.Name], n)
+	return 1, nil
+}
+
+func (r *countingRegistry) UpsertDefinitions(_ context.Context, _ int32, defs []store.MetricDef) (map[string]int32, error) {
+	ids := map[string]int32{}
+	for i, d := range defs {
+		ids[d.Path] = int32(i + 1)
+	}
+	return ids, nil
+}
+
+func (r *countingRegistry) count(node string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.upserts[node])
+}
+
+// credentialAuth accepts a Hello whose credential is "cred-<node>", and
+// grants "issued-<node>" to one carrying the token "enroll".
+type credentialAuth struct{}
+
+func (credentialAuth) Authenticate(_ context.Context, h *nbsv1.Hello) (Grant, error) {
+	switch h.GetAuth().GetNodeCredential() {
+	case "cred-" + h.GetNodeName():
+		return Grant{}, nil
+	}
+	if h.GetAuth().GetBootstrapToken() == "enroll" {
+		return Grant{Credential: "issued-" + h.GetNodeName()}, nil
+	}
+	return Grant{}, status.Error(codes.PermissionDenied, "not this node")
+}
+
+func startServer(t *testing.T) (*Server, *countingRegistry, nbsv1.AgentServiceClient) {
+	t.Helper()
+	reg := &countingRegistry{upserts: map[string][]store.Node{}}
+	m := telemetry.New()
+	log := slog.New(slog.DiscardHandler)
+	srv := NewServer(reg, NewWriter(nil, WriterOptions{}, log, m), ServerOptions{Auth: credentialAuth{}}, log, m)
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer()
+	nbsv1.RegisterAgentServiceServer(gs, srv)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient("passthrough:///bufconn",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return srv, reg, nbsv1.NewAgentServiceClient(conn)
+}
+
+type agentStream struct {
+	nbsv1.AgentService_ConnectClient
+	cancel context.CancelFunc
+}
+
+// open sends a Hello for node with a credential and an instance id and
+// returns the stream and the first answer's error.
+func open(t *testing.T, c nbsv1.AgentServiceClient, node string, auth *nbsv1.NodeAuth, instance uint64, labels map[string]string) (*agentStream, *nbsv1.ConnectResponse, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	s, err := c.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &nbsv1.Hello{NodeName: node, InstanceId: instance, IntervalMs: 1000, Labels: labels, Auth: auth,
+		Metrics: []*nbsv1.MetricDefinition{{Id: "tcp_reset", Title: "resets", Unit: "1/s", Kind: nbsv1.MetricKind_METRIC_KIND_RATE}}}
+	if err := s.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Hello{Hello: h}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Recv()
+	return &agentStream{s, cancel}, m, err
+}
+
+func cred(c string) *nbsv1.NodeAuth {
+	return &nbsv1.NodeAuth{Proof: &nbsv1.NodeAuth_NodeCredential{NodeCredential: c}}
+}
+
+// nextConfig waits for a Config on the stream, or the stream's end.
+func nextConfig(s *agentStream) (*nbsv1.Config, error) {
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			return nil, err
+		}
+		if c := m.GetConfig(); c != nil {
+			return c, nil
+		}
+	}
+}
+
+// A refused Hello stores nothing and displaces nothing; a newer
+// authenticated stream of the node replaces the older one, whose end then
+// leaves the node connected; config pushes follow the current stream; an
+// operator's Disconnect ends it with the status it is given.
+func TestStreamRegistryFollowsAuthenticatedStreams(t *testing.T) {
+	srv, reg, client := startServer(t)
+	first, m, err := open(t, client, "n1", cred("cred-n1"), 1, map[string]string{"customer": "acme"})
+	if err != nil || m.GetConfig() == nil {
+		t.Fatalf("first node: %v, %v; want its Config", m, err)
+	}
+	if !srv.Connected("n1") || reg.count("n1") != 1 {
+		t.Fatalf("first node: connected %v, %d upserts", srv.Connected("n1"), reg.count("n1"))
+	}
+
+	for _, auth := range []*nbsv1.NodeAuth{nil, cred("cred-n2"), cred("forged")} {
+		imp, m, err := open(t, client, "n1", auth, 2, map[string]string{"customer": "evil"})
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("impostor with %v: %v, %v; want PermissionDenied", auth, m, err)
+		}
+		imp.cancel()
+	}
+	if reg.count("n1") != 1 || !srv.Connected("n1") {
+		t.Errorf("after impostors: %d upserts (want 1), connected %v", reg.count("n1"), srv.Connected("n1"))
+	}
+	srv.PushConfig(context.Background(), "n1")
+	if _, err := nextConfig(first); err != nil {
+		t.Fatalf("config push to the first node after impostors: %v", err)
+	}
+
+	// The agent restarts while its old stream lingers.
+	restarted, m, err := open(t, client, "n1", cred("cred-n1"), 3, map[string]string{"customer": "acme"})
+	if err != nil || m.GetConfig() == nil {
+		t.Fatalf("restarted agent: %v, %v", m, err)
+	}
+	if _, err := nextConfig(first); status.Code(err) != codes.Aborted {
+		t.Errorf("old stream after the restart: %v, want Aborted", err)
+	}
+	first.cancel()
+	time.Sleep(100 * time.Millisecond)
+	if !srv.Connected("n1") {
+		t.Error("the old stream's end disconnected the node")
+	}
+	srv.PushConfig(context.Background(), "n1")
+	if _, err := nextConfig(restarted); err != nil {
+		t.Fatalf("config push to the restarted agent: %v", err)
+	}
+
+	if !srv.Disconnect("n1", status.Error(codes.PermissionDenied, "revoked")) {
+		t.Error("Disconnect found no stream")
+	}
+	if _, err := nextConfig(restarted); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("disconnected stream ended with %v, want PermissionDenied", err)
+	}
+	if srv.Connected("n1") || srv.Disconnect("n1", nil) {
+		t.Error("the node is still connected after Disconnect")
+	}
+}
+
+// A node enrolled by its Hello gets its credential first, then its Config.
+func TestEnrolledCredentialIsTheFirstMessage(t *testing.T) {
+	_, _, client := startServer(t)
+	s, m, err := open(t, client, "n9", &nbsv1.NodeAuth{Proof: &nbsv1.NodeAuth_BootstrapToken{BootstrapToken: "enroll"}}, 1, nil)
+	if err != nil || m.GetEnrolled().GetNodeCredential() != "issued-n9" {
+		t.Fatalf("first answer %v, %v; want Enrolled with issued-n9", m, err)
+	}
+	if _, err := nextConfig(s); err != nil {
+		t.Fatalf("after Enrolled: %v, want the Config", err)
+	}
+}

@@ -1,0 +1,229 @@
+package nodeauth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/schema"
+)
+
+// notifyChannel tells every collector to end a node's stream after an
+// operator changed what may report under its name.
+const notifyChannel = "nbs_node_identity"
+
+// Streams is what Admin needs from the ingest server of this collector.
+type Streams interface {
+	Connected(node string) bool
+	Disconnect(node string, cause error) bool
+}
+
+// Errors of Admin operations; the HTTP handlers map them to status codes.
+var (
+	ErrInvalidName     = errkind.New(errkind.Invalid, "invalid node name")
+	ErrAlreadyEnrolled = errkind.New(errkind.Conflict, "already enrolled")
+)
+
+// Admin is what operators do with node identities. The CLI runs it without
+// streams (it is not a collector); every change is announced to the
+// collectors, which end the streams it invalidates.
+type Admin struct {
+	origin  uint64 // tags this process's notifications, which it applied already
+	repo    repo
+	store   *store.Store
+	streams Streams // nil in the CLI
+	mode    Mode    // the collector's, for listings; "" in the CLI
+	log     *slog.Logger
+}
+
+func NewAdmin(st *store.Store, streams Streams, mode Mode, log *slog.Logger) *Admin {
+	return &Admin{origin: rand.Uint64(), repo: repo{st.Pool()}, store: st, streams: streams, mode: mode, log: log}
+}
+
+func checkName(node string) error {
+	if err := schema.CheckNodeName(node); err != nil {
+		return fmt.Errorf("%w %q: %v", ErrInvalidName, node, err)
+	}
+	return nil
+}
+
+// List returns every name that is bound or has reported.
+func (a *Admin) List(ctx context.Context) ([]NodeIdentity, error) {
+	ids, err := a.repo.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if a.streams != nil {
+		for i := range ids {
+			ids[i].Connected = a.streams.Connected(ids[i].Node)
+		}
+	}
+	return ids, nil
+}
+
+// Enroll binds the name to a new credential and returns it (shown once),
+// for a node without the bootstrap token or to rotate a credential. An
+// enrolled name needs replace, which ends its current stream.
+func (a *Admin) Enroll(ctx context.Context, node string, replace bool) (string, error) {
+	if err := checkName(node); err != nil {
+		return "", err
+	}
+	cred, hash, err := NewCredential()
+	if err != nil {
+		return "", err
+	}
+	ok, err := a.repo.issue(ctx, node, hash, replace)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fmt.Errorf("node %q: %w (replace its credential explicitly, or re-enroll it to let it enroll with the bootstrap token)", node, ErrAlreadyEnrolled)
+	}
+	a.log.Info("node enrolled by an operator", "node", node, "replaced", replace)
+	a.announce(ctx, change{Node: node, Action: "enroll"})
+	return cred, nil
+}
+
+// Revoke shuts the name out: its stream ends now and no credential,
+// certificate or bootstrap token may report under it until it is re-enrolled.
+func (a *Admin) Revoke(ctx context.Context, node string) error {
+	if err := checkName(node); err != nil {
+		return err
+	}
+	if err := a.repo.revoke(ctx, node); err != nil {
+		return err
+	}
+	a.log.Info("node revoked", "node", node)
+	a.announce(ctx, change{Node: node, Action: "revoke"})
+	return nil
+}
+
+// Reenroll frees the name (revoked or enrolled): its stream ends, and the
+// next Hello with the bootstrap token enrolls it with a new credential.
+// False when the name was bound to nothing.
+func (a *Admin) Reenroll(ctx context.Context, node string) (bool, error) {
+	if err := checkName(node); err != nil {
+		return false, err
+	}
+	ok, err := a.repo.unbind(ctx, node, false)
+	if err != nil || !ok {
+		return false, err
+	}
+	a.log.Info("node may enroll again", "node", node)
+	a.announce(ctx, change{Node: node, Action: "reenroll"})
+	return true, nil
+}
+
+// Delete deletes the node's data and its credential. A revocation stays (to
+// keep the name out for good, revoke it too); a running agent that still
+// has the bootstrap token enrolls again. ErrNotFound when the name has
+// neither data nor credential.
+func (a *Admin) Delete(ctx context.Context, node string) error {
+	if err := checkName(node); err != nil {
+		return err
+	}
+	unbound, err := a.repo.unbind(ctx, node, true)
+	if err != nil {
+		return err
+	}
+	// The stream ends before the data goes, so it cannot write more after.
+	a.announce(ctx, change{Node: node, Action: "delete"})
+	err = a.store.DeleteNode(ctx, node)
+	if errors.Is(err, store.ErrNotFound) && unbound {
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	a.log.Info("node deleted with its data", "node", node)
+	return nil
+}
+
+type change struct {
+	Node   string `json:"node"`
+	Action string `json:"action"` // enroll, revoke, reenroll or delete
+	Origin uint64 `json:"origin"`
+}
+
+// cause is the status the node's agent gets when its stream is ended.
+func (c change) cause() error {
+	switch c.Action {
+	case "revoke":
+		return status.Errorf(codes.PermissionDenied, "node %q was revoked by an operator", c.Node)
+	case "delete":
+		return status.Errorf(codes.Aborted, "node %q was deleted by an operator", c.Node)
+	default:
+		return status.Errorf(codes.Aborted, "node %q's credential was changed by an operator; reconnect with the current one", c.Node)
+	}
+}
+
+// announce ends the stream here at once and tells the other collectors.
+func (a *Admin) announce(ctx context.Context, c change) {
+	c.Origin = a.origin
+	a.apply(c)
+	payload, _ := json.Marshal(c)
+	if _, err := a.repo.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, string(payload)); err != nil {
+		a.log.Warn("tell other collectors to end the node's stream", "node", c.Node, "err", err)
+	}
+}
+
+func (a *Admin) apply(c change) {
+	if a.streams != nil && a.streams.Disconnect(c.Node, c.cause()) {
+		a.log.Info("ended the node's stream", "node", c.Node, "why", c.Action)
+	}
+}
+
+// Listen follows other collectors' (and the CLI's) changes until ctx ends,
+// reconnecting after database errors.
+func (a *Admin) Listen(ctx context.Context, pool *pgxpool.Pool) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		err := a.listenOnce(ctx, pool)
+		if ctx.Err() != nil {
+			return
+		}
+		a.log.Warn("node identity listener lost; retrying", "err", err, "in", backoff)
+		select {
+		case <-time.After(backoff + rand.N(backoff/2)):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func (a *Admin) listenOnce(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire listener connection: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return fmt.Errorf("listen %s: %w", notifyChannel, err)
+	}
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		var c change
+		if err := json.Unmarshal([]byte(n.Payload), &c); err != nil || c.Node == "" {
+			a.log.Warn("ignoring malformed node identity notification", "payload", n.Payload, "err", err)
+			continue
+		}
+		// Applied again here, it could end the stream the node opened since.
+		if c.Origin != a.origin {
+			a.apply(c)
+		}
+	}
+}
