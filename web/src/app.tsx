@@ -73,10 +73,11 @@ export function App() {
   const session = useMemo<Session | null>(
     () =>
       me &&
-      sessionFor(me, () => {
-        // Forget the session here even if the collector cannot be told: the
-        // login page is where the user asked to be.
-        api.logout().catch(() => {});
+      sessionFor(me, async () => {
+        // Wait for the collector to end the session (and clear the cookie),
+        // so signing in again right away cannot race with it; go to the login
+        // page even if it cannot be told, as that is where the user asked to be.
+        await api.logout().catch(() => {});
         signedOut();
         navigate('/login');
       }),

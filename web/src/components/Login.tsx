@@ -47,18 +47,25 @@ export function LoginPage({ params, onLoggedIn }: Props) {
     }
   };
 
+  const latest = useRef(signIn);
+  latest.current = signIn;
+
   useEffect(() => {
     document.title = 'Sign in · NBS';
-    const t = tokenFromHash(location.hash);
-    if (t) {
+    // A login link opened here, or pasted into a tab already on this page.
+    const fromLink = () => {
+      const t = tokenFromHash(location.hash);
+      if (!t) return false;
       // Out of the address bar and the history first: the page may be
       // left, bookmarked or shared before the answer comes.
       history.replaceState(history.state, '', location.pathname + location.search);
       setViaLink(true);
-      void signIn(t);
-    } else {
-      input.current?.focus();
-    }
+      void latest.current(t);
+      return true;
+    };
+    if (!fromLink()) input.current?.focus();
+    window.addEventListener('hashchange', fromLink);
+    return () => window.removeEventListener('hashchange', fromLink);
   }, []);
 
   const submit = (e: Event) => {
