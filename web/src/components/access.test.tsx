@@ -73,6 +73,23 @@ describe('login', () => {
     await waitFor(() => $(el, '.tile[data-node="lab-a"]'));
   });
 
+  it('takes a login link pasted into a tab that is already on the login page', async () => {
+    history.replaceState(null, '', '/login');
+    fakeApi({
+      'POST /api/v1/login': () => [200, whoami('viewer')],
+      'GET /api/v1/nodes': () => [200, { nodes: [] }],
+      'GET /api/v1/alerts': () => [200, { evaluator, alerts: [] }],
+    });
+    const el = mount(<App />);
+    await waitFor(() => $(el, '#login-token'));
+    expect(document.activeElement).toBe($(el, '#login-token'));
+    history.replaceState(null, '', '/login#token=nbs_pasted');
+    window.dispatchEvent(new HashChangeEvent('hashchange'));
+    expect(location.hash).toBe('');
+    await waitFor(() => expect(location.pathname).toBe('/'));
+    await waitFor(() => expect($(el, '.who-role').textContent).toBe('viewer'));
+  });
+
   it('sends a 401 anywhere to the login page and comes back after signing in', async () => {
     history.replaceState(null, '', '/nodes/lab-b?metric=tcp_reset');
     let signedIn = false;
