@@ -1,20 +1,45 @@
 // Drives the NBS UI in headless Chromium (Debian's, via playwright-core) the
-// way an operator would: fleet → red node → tree opened down to the child
-// that explains it → chart and evidence → live mode → a threshold edit that
-// changes the state → the firing alert, its delivery log and the alert rules
-// editor. Fails on any step, console error or page error, and saves
-// screenshots. Run by web/e2e/browser_test.go; by hand:
+// way its users would, and fails on any step, console error or page error,
+// saving screenshots. Run by web/e2e/browser_test.go; by hand:
 //
-//   NBS_URL=http://127.0.0.1:7700 NBS_NODE=vm NBS_METRIC=tcp_reset/sent/no_socket node e2e/browser.mjs
+//   NBS_URL=http://127.0.0.1:7700 NBS_NODE=vm NBS_METRIC=tcp_reset/sent/no_socket NBS_TOKEN=nbs_… node e2e/browser.mjs
 //
-// Environment: NBS_URL (collector), NBS_NODE (a node with a raised metric),
-// NBS_METRIC (the metric that explains it), NBS_OTHER_NODE (optional second
-// node), NBS_EVIDENCE_SRC (optional expected evidence source), NBS_ARTIFACTS
-// (screenshot directory), NBS_CHROMIUM (default /usr/bin/chromium),
-// NBS_SKIP_THRESHOLD_EDIT=1 to leave thresholds alone (e.g. on a shared collector),
-// NBS_ALERT_RULE (a rule expected to fire on NBS_NODE, e.g. NBSRootCritical),
-// NBS_ALERT_ROOT (its root), NBS_ALERT_RECEIVER (a receiver expected in its
-// delivery log, e.g. webhook), NBS_SKIP_RULE_EDIT=1 to leave alert rules alone.
+// Scenarios, in this order, in one browser (each signs in through the login
+// link /login#token=… and out through the header's Log out button):
+//
+// 1. An admin (NBS_TOKEN; without it the collector must ask nobody to sign
+//    in): fleet → red node → tree opened down to the child that explains it →
+//    chart and evidence → live mode → a threshold edit that changes the
+//    state → the firing alert, its delivery log and the alert rules editor →
+//    a token created (its secret shown once) and revoked.
+// 2. An operator (NBS_OPERATOR_TOKEN): edits a threshold, then finds that
+//    change (metric and new value) in the audit log, and removes it again.
+// 3. A customer (NBS_CUSTOMER_TOKEN, e.g. of customer=acme): the fleet shows
+//    exactly its nodes, nothing anywhere can be edited (no threshold editor
+//    button, no live mode, no alert rules, audit log or tokens), and another
+//    customer's node is "not known", exactly like a node that does not exist.
+//
+// Environment:
+//   NBS_URL                 the collector (required)
+//   NBS_NODE, NBS_METRIC    a node with a raised metric, and the metric that explains it (required)
+//   NBS_OTHER_NODE          optional second node, expected in the (admin's) fleet
+//   NBS_EVIDENCE_SRC        optional expected evidence source
+//   NBS_ARTIFACTS           screenshot directory (default e2e/artifacts)
+//   NBS_CHROMIUM            default /usr/bin/chromium
+//   NBS_SKIP_THRESHOLD_EDIT=1  leave thresholds alone in scenario 1 (e.g. on a shared collector)
+//   NBS_ALERT_RULE          a rule expected to fire on NBS_NODE, e.g. NBSRootCritical
+//   NBS_ALERT_ROOT          its root
+//   NBS_ALERT_RECEIVER      a receiver expected in its delivery log, e.g. webhook
+//   NBS_SKIP_RULE_EDIT=1    leave alert rules alone
+//   NBS_TOKEN               an admin token for scenario 1 (unset: no sign-in, --auth.mode=none)
+//   NBS_OPERATOR_TOKEN      an operator token: runs scenario 2
+//   NBS_OPERATOR_NAME       optional: that token's name, expected as the audit entry's actor
+//   NBS_OPERATOR_NODE       where the operator edits (default NBS_NODE)
+//   NBS_OPERATOR_METRIC     which metric (default NBS_METRIC)
+//   NBS_CUSTOMER_TOKEN      a customer token: runs scenario 3
+//   NBS_CUSTOMER_NODES      comma-separated: exactly the nodes that customer must see (required with the token)
+//   NBS_CUSTOMER_HIDDEN_NODES  comma-separated: other customers' nodes, which must not exist for it (required with the token)
+//   NBS_CUSTOMER_SCOPE      optional: the scope the header must show, e.g. customer=acme
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -26,6 +51,13 @@ const nodeName = env.NBS_NODE;
 const metric = env.NBS_METRIC;
 if (!base || !nodeName || !metric) {
   console.error('usage: NBS_URL=… NBS_NODE=… NBS_METRIC=… node e2e/browser.mjs');
+  process.exit(2);
+}
+const list = (v) => (v ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+const customerNodes = list(env.NBS_CUSTOMER_NODES);
+const hiddenNodes = list(env.NBS_CUSTOMER_HIDDEN_NODES);
+if (env.NBS_CUSTOMER_TOKEN && (!customerNodes.length || !hiddenNodes.length)) {
+  console.error('NBS_CUSTOMER_TOKEN needs NBS_CUSTOMER_NODES and NBS_CUSTOMER_HIDDEN_NODES');
   process.exit(2);
 }
 const artifacts = resolve(env.NBS_ARTIFACTS ?? 'e2e/artifacts');
@@ -51,10 +83,13 @@ const page = ctx.pages()[0] ?? (await ctx.newPage());
 page.setDefaultTimeout(20_000);
 
 // Chromium logs every HTTP error answer as a console error. Expected ones:
-// an absent optional API (alerts, before it exists) answers 404, which is
+// an absent optional API (alerts, whoami, before they exist) answers 404, which is
 // how the UI detects it; steps that provoke an error on purpose add theirs.
 // Everything else is a failure.
-const allowed = [{ text: /status of 404/, url: /\/api\/v1\/alerts$/ }];
+const allowed = [{ text: /status of 404/, url: /\/api\/v1\/alerts(\?|$)/ }];
+// A collector without the access routes (no sign-in at all) answers 404 to
+// whoami, which the UI takes as "nobody needs to sign in".
+if (!env.NBS_TOKEN) allowed.push({ text: /status of 404/, url: /\/api\/v1\/whoami$/ });
 page.on('console', (m) => {
   if (m.type() !== 'error') return;
   const url = m.location()?.url ?? '';
@@ -84,9 +119,57 @@ const apiExists = async (path) => {
   const r = await page.request.get(base + path);
   return r.status() !== 404;
 };
+const escapeRe = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+const hrefNode = (n) => `/nodes/${encodeURIComponent(n)}`;
+const setTheme = async (want) => {
+  const toggle = page.locator('.theme-toggle');
+  const now = () => page.evaluate(() => document.documentElement.dataset.theme ?? 'system');
+  for (let i = 0; i < 3 && (await now()) !== want; i++) await toggle.click();
+  check((await now()) === want, `theme toggle never reached ${want}`);
+};
 
-let failed = false;
-try {
+// Signs in the way `make run` hands out access: a login link carrying the
+// token in its fragment. The UI must take the token out of the address bar
+// and land on the fleet, showing who is signed in.
+const login = async (token, role) => {
+  // From a blank page: opening the link is a page load, as from a terminal.
+  await page.goto('about:blank');
+  await page.goto(`${base}/login#token=${token}`);
+  await page.waitForURL((u) => u.pathname === '/' && u.hash === '');
+  check(!page.url().includes(token), `the token is still in the address: ${page.url()}`);
+  check(!(await page.evaluate((t) => location.href.includes(t), token)), 'the token is still in the address');
+  await page.locator('.who-role').waitFor();
+  const shown = (await page.locator('.who-role').innerText()).trim();
+  check(shown === role, `the header shows the role ${shown}, want ${role}`);
+};
+
+// Signs out through the header; afterwards the collector must not know the browser.
+const logout = async () => {
+  await page.getByRole('button', { name: 'Log out' }).click();
+  await page.waitForURL((u) => u.pathname === '/login');
+  await page.locator('#login-token').waitFor();
+  const r = await page.request.get(base + '/api/v1/whoami');
+  check(r.status() === 401, `after logging out /api/v1/whoami answers ${r.status()}, want 401`);
+};
+
+async function adminScenario() {
+  if (env.NBS_TOKEN) {
+    step('without a session, the UI sends the user to the login page, remembering where they were going');
+    allowed.push({ text: /status of 401/, url: /\/api\/v1\/whoami$/ });
+    await page.goto(`${base}${hrefNode(nodeName)}`);
+    await page.waitForURL((u) => u.pathname === '/login');
+    check(new URL(page.url()).searchParams.get('next') === hrefNode(nodeName), `login page without the way back: ${page.url()}`);
+    await page.locator('#login-token').waitFor();
+    step('a wrong token is refused with a clear message');
+    allowed.push({ text: /status of 401/, url: /\/api\/v1\/login$/ });
+    await page.getByLabel('API token').fill('nbs_' + 'a'.repeat(52));
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByText('This token is not valid or has expired').waitFor();
+    await shot('login-error');
+    step('the admin signs in with a login link');
+    await login(env.NBS_TOKEN, 'admin');
+  }
+
   step('fleet page loads and shows the node, coloured by its worst root');
   const t0 = Date.now();
   await page.goto(base + '/');
@@ -342,6 +425,177 @@ try {
   allowed.push({ text: /status of 404/, url: /\/api\/v1\/nodes\/no-such-node(\/|$)/ });
   await page.goto(`${base}/nodes/no-such-node`);
   await page.getByText(/not known to this collector/).waitFor();
+
+  if (env.NBS_TOKEN) {
+    step('tokens: an admin creates one, sees its secret once, and revokes it');
+    await setTheme('light');
+    await page.goto(base + '/');
+    await page.getByRole('link', { name: 'Tokens' }).click();
+    await page.waitForURL((u) => u.pathname === '/tokens');
+    await page.locator('.tokens-table tbody tr').first().waitFor();
+    await page.getByRole('button', { name: 'New token…' }).click();
+    const name = `e2e-viewer-${Date.now() % 100000}`;
+    await page.getByLabel('Name', { exact: true }).fill(name);
+    await page.getByLabel('Role', { exact: true }).selectOption('viewer');
+    await page.getByLabel('Expires after').selectOption('1d');
+    await page.getByRole('button', { name: 'Create token' }).click();
+    const secret = await page.locator('#new-token').inputValue();
+    check(/^nbs_[a-z2-7]{52}$/.test(secret), `the new token looks like ${secret.slice(0, 8)}…`);
+    check(/only time the token is shown/.test(await page.locator('.secret-box').innerText()), 'no warning that the token is shown once');
+    check(!page.url().includes(secret), 'the secret is in the URL');
+    await page.getByRole('button', { name: 'Copy token' }).click();
+    await page.locator('.secret-box [role=status]').filter({ hasText: /copied|selected/ }).waitFor();
+    await shot('token-created');
+    await page.getByRole('button', { name: /hide the token/ }).click();
+    check((await page.locator('#new-token').count()) === 0, 'the secret is still on the page');
+    const created = page.locator(`.tokens-table tr[data-token="${name}"]`);
+    await created.waitFor();
+    const r = await page.request.get(base + '/api/v1/nodes', { headers: { Authorization: `Bearer ${secret}` } });
+    check(r.status() === 200, `the new token is refused: ${r.status()}`);
+    await created.getByRole('button', { name: `Revoke ${name}…` }).click();
+    await page.getByRole('button', { name: `Revoke ${name}`, exact: true }).click();
+    await created.waitFor({ state: 'detached' });
+    const r2 = await page.request.get(base + '/api/v1/nodes', { headers: { Authorization: `Bearer ${secret}` } });
+    check(r2.status() === 401, `the revoked token still works: ${r2.status()}`);
+    await shot('tokens');
+    await logout();
+  }
+}
+
+// Scenario 2: an operator changes a threshold, and the audit log shows who
+// changed what, from which value to which.
+async function operatorScenario() {
+  const node = env.NBS_OPERATOR_NODE || nodeName;
+  const m = env.NBS_OPERATOR_METRIC || metric;
+  // Levels no default has, so the audit entry is this edit's and no other's.
+  const warn = 1234;
+  const crit = 4321;
+  step('an operator signs in with a login link');
+  await login(env.NBS_OPERATOR_TOKEN, 'operator');
+  check((await page.getByRole('link', { name: 'Audit log' }).count()) === 1, 'an operator has no link to the audit log');
+  check((await page.getByRole('link', { name: 'Tokens' }).count()) === 0, 'an operator is offered the tokens page');
+
+  step(`the operator changes the threshold of ${m} on ${node}`);
+  await page.goto(`${base}${hrefNode(node)}?metric=${encodeURIComponent(m)}`);
+  await page.locator('[data-testid=threshold-source]').waitFor();
+  await page.getByRole('button', { name: /change threshold/i }).click();
+  await page.getByLabel('this node').check();
+  await page.getByLabel(/^Warn/).fill(String(warn));
+  await page.getByLabel(/^Crit/).fill(String(crit));
+  await page.getByRole('button', { name: /save override/i }).click();
+  await page.locator('.saved').waitFor();
+  await page.waitForFunction(() => document.querySelector('[data-testid=threshold-source]')?.textContent === 'node');
+
+  step('the audit log lists the change: who, which metric, the new levels');
+  await page.getByRole('link', { name: 'Audit log' }).click();
+  await page.waitForURL((u) => u.pathname === '/audit');
+  await page.getByLabel('Object', { exact: true }).selectOption('threshold');
+  await page.waitForFunction(() => new URL(location.href).searchParams.get('kind') === 'threshold');
+  const entry = page.locator('.audit-table tr[data-kind="threshold"]').filter({ hasText: String(warn) }).first();
+  await entry.waitFor({ timeout: 15_000 });
+  const cells = await entry.locator('td').allInnerTexts();
+  console.log(`  audit: ${cells.map((c) => c.replace(/\s+/g, ' ').trim().slice(0, 120)).join(' | ')}`);
+  check(/\boperator\b/.test(cells[1]), `the entry's role is not operator: ${cells[1]}`);
+  if (env.NBS_OPERATOR_NAME) check(cells[1].includes(env.NBS_OPERATOR_NAME), `the entry's actor is not ${env.NBS_OPERATOR_NAME}: ${cells[1]}`);
+  check(new RegExp(`\\b${warn}\\b`).test(cells[4]), `the change does not show the new warn level ${warn}: ${cells[4]}`);
+  await entry.locator('.audit-full summary').click();
+  const full = await entry.locator('.audit-json').innerText();
+  check(full.includes(m), `the entry does not name the metric ${m}: ${full.slice(0, 300)}`);
+  check(full.includes(String(crit)), `the entry does not hold the new crit level ${crit}`);
+  await shot('audit');
+  await setTheme('dark');
+  await shot('audit-dark');
+  await setTheme('light');
+
+  step('the operator removes the override again');
+  await page.goto(`${base}${hrefNode(node)}?metric=${encodeURIComponent(m)}`);
+  const remove = page.getByRole('button', { name: `Remove the override for node ${node}` });
+  await remove.click();
+  await page.locator('.saved').filter({ hasText: 'Removed the override' }).waitFor();
+  await logout();
+}
+
+// Scenario 3: a customer sees its nodes and nothing else, and can change nothing.
+async function customerScenario() {
+  step('a customer signs in with a login link');
+  await login(env.NBS_CUSTOMER_TOKEN, 'customer');
+  if (env.NBS_CUSTOMER_SCOPE) {
+    const scope = (await page.locator('.who-scope').innerText()).trim();
+    check(scope === env.NBS_CUSTOMER_SCOPE, `the header shows the scope ${scope}, want ${env.NBS_CUSTOMER_SCOPE}`);
+  }
+
+  step(`the fleet shows exactly ${customerNodes.join(', ')}`);
+  for (const n of customerNodes) await page.locator(`.tile[data-node="${n}"]`).waitFor();
+  // Let a refresh pass: nothing else may arrive later either.
+  await page.waitForTimeout(5500);
+  const shown = (await page.locator('.tile').evaluateAll((ts) => ts.map((t) => t.dataset.node))).sort();
+  check(JSON.stringify(shown) === JSON.stringify([...customerNodes].sort()), `the fleet shows ${shown.join(', ')}, want ${customerNodes.join(', ')}`);
+  const pageText = await page.locator('main').innerText();
+  for (const n of hiddenNodes) check(!pageText.includes(n), `the fleet page mentions ${n}`);
+  const counted = (await page.locator('.count-btn .count-n').allInnerTexts()).reduce((sum, t) => sum + Number(t.trim() || 0), 0);
+  check(counted === customerNodes.length, `the state counts add up to ${counted} nodes, want ${customerNodes.length}`);
+
+  step('nothing can be edited, and the staff pages are not offered');
+  for (const name of ['Audit log', 'Tokens', 'Alert rules']) check((await page.getByRole('link', { name, exact: true }).count()) === 0, `a customer is offered "${name}"`);
+  const alerts = page.locator('details.alerts');
+  if (await alerts.count()) {
+    await alerts.locator('summary').click();
+    check((await alerts.getByRole('link', { name: 'Alert rules' }).count()) === 0, 'the alerts popover links to the alert rules');
+    const popover = await alerts.innerText();
+    for (const n of hiddenNodes) check(!popover.includes(n), `the alerts popover mentions ${n}`);
+    await page.keyboard.press('Escape');
+  }
+  await shot('customer-fleet');
+  const own = customerNodes[0];
+  await page.locator(`.tile[data-node="${own}"]`).click();
+  await page.waitForURL((u) => u.pathname === hrefNode(own));
+  await page.locator('[role=treeitem]').first().waitFor();
+  if (!new URL(page.url()).searchParams.get('metric')) await page.locator('[role=treeitem]').first().click();
+  await page.locator('.thresholds .eff-text').waitFor();
+  await page.waitForTimeout(500); // the effective threshold's request settles
+  check((await page.getByRole('button', { name: /change threshold/i }).count()) === 0, 'a customer is offered the threshold editor');
+  check((await page.getByRole('button', { name: /remove the override/i }).count()) === 0, 'a customer is offered removing overrides');
+  check((await page.getByRole('button', { name: /go live/i }).count()) === 0, 'a customer is offered live mode (expand)');
+  check((await page.locator('form').count()) === 0, 'a form is on a customer\'s node page');
+  await shot('customer-node');
+  if (await apiExists('/api/v1/alerts')) {
+    await page.goto(base + '/alerts');
+    await page.locator('.alerts-section h2').first().waitFor();
+    await page.waitForFunction(() => !document.querySelector('.loading'));
+    check((await page.locator('nav.tabs').count()) === 0, 'the alerts page offers the rules tab');
+    const alertNodes = await page.locator('tr[data-node]').evaluateAll((rs) => rs.map((r) => r.dataset.node));
+    for (const n of alertNodes) check(!n || customerNodes.includes(n), `the alerts page lists an alert of ${n}`);
+  }
+  for (const path of ['/alerts/rules', '/audit', '/tokens']) {
+    await page.goto(base + path);
+    await page.getByRole('heading', { name: 'Not found' }).waitFor();
+  }
+
+  step(`another customer's node (${hiddenNodes.join(', ')}) is not known, exactly like one that does not exist`);
+  const missing = 'no-such-node-e2e';
+  for (const n of [...hiddenNodes, missing]) allowed.push({ text: /status of 404/, url: new RegExp(`/api/v1/nodes/${escapeRe(encodeURIComponent(n))}(/|$|\\?)`) });
+  await page.goto(`${base}${hrefNode(missing)}`);
+  await page.getByText(/not known to this collector/).waitFor();
+  await page.waitForTimeout(1000);
+  const absentText = (await page.locator('main .error-box').innerText()).replaceAll(missing, 'NODE');
+  for (const n of hiddenNodes) {
+    await page.goto(`${base}${hrefNode(n)}`);
+    await page.getByText(/not known to this collector/).waitFor();
+    await page.waitForTimeout(1000); // both the node's and its tree's answer are in
+    const text = (await page.locator('main .error-box').innerText()).replaceAll(n, 'NODE');
+    check(text === absentText, `${n} answers differently from a node that does not exist:\n    ${text}\n    ${absentText}`);
+  }
+  await shot('customer-hidden-node');
+  await logout();
+}
+
+let failed = false;
+try {
+  await adminScenario();
+  if (env.NBS_OPERATOR_TOKEN) await operatorScenario();
+  else console.log('  operator scenario skipped: no NBS_OPERATOR_TOKEN');
+  if (env.NBS_CUSTOMER_TOKEN) await customerScenario();
+  else console.log('  customer scenario skipped: no NBS_CUSTOMER_TOKEN');
 
   if (problems.length) throw new Error(`browser reported problems:\n  ${problems.join('\n  ')}`);
   console.log('✓ browser end-to-end passed');

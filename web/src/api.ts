@@ -3,6 +3,7 @@
 // api.gen.ts, which `make generate` writes; change the document, not them.
 // Every error becomes an ApiError carrying the collector's own message,
 // which the UI shows.
+import type { AuditList, AuditQuery, CreateTokenRequest, CreatedToken, Token, TokenList, WhoAmI } from './access';
 import type { components, operations } from './api.gen';
 
 type Schemas = components['schemas'];
@@ -49,6 +50,10 @@ export function isAbort(err: unknown): boolean {
   return err instanceof DOMException && err.name === 'AbortError';
 }
 
+/** Dispatched on window when the collector answers 401: nobody is signed in (any more). */
+export const UNAUTHORIZED_EVENT = 'nbs:unauthorized';
+const LOGIN_PATH = '/api/v1/login';
+
 async function request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
   let resp: Response;
   try {
@@ -73,6 +78,9 @@ async function request<T>(method: string, path: string, body?: unknown, signal?:
     }
   }
   if (!resp.ok) {
+    // A wrong token at the login page is that page's business; anywhere else
+    // a 401 means the session is gone, and the app sends the user to sign in.
+    if (resp.status === 401 && path !== LOGIN_PATH) window.dispatchEvent(new Event(UNAUTHORIZED_EVENT));
     const e = (data as Partial<ErrorBody> | undefined)?.error;
     throw new ApiError(resp.status, e?.code ?? `http_${resp.status}`, e?.message ?? `${method} ${path}: HTTP ${resp.status} ${resp.statusText}`.trim());
   }
@@ -125,4 +133,20 @@ export const api = {
   createAlertRule: (r: AlertRuleInput) => request<AlertRule>('POST', '/api/v1/alert-rules', r),
   updateAlertRule: (id: number, r: AlertRuleInput) => request<AlertRule>('PUT', `/api/v1/alert-rules/${enc(String(id))}`, r),
   deleteAlertRule: (id: number) => request<void>('DELETE', `/api/v1/alert-rules/${enc(String(id))}`),
+
+  // Access (collector/access). Logout sends no body, so no Content-Type: the
+  // collector's guard accepts that for a request that carries nothing.
+  login: (token: string) => request<WhoAmI>('POST', LOGIN_PATH, { token }),
+  logout: () => request<void>('POST', '/api/v1/logout'),
+  whoami: (signal?: AbortSignal) => request<WhoAmI>('GET', '/api/v1/whoami', undefined, signal),
+  tokens: (signal?: AbortSignal) => request<Partial<TokenList>>('GET', '/api/v1/tokens', undefined, signal).then((r) => r.tokens ?? []),
+  createToken: (t: CreateTokenRequest) => request<CreatedToken>('POST', '/api/v1/tokens', t),
+  revokeToken: (id: number) => request<Token>('DELETE', `/api/v1/tokens/${enc(String(id))}`),
+  audit: (q: AuditQuery, signal?: AbortSignal) =>
+    request<Partial<AuditList>>(
+      'GET',
+      `/api/v1/audit${query({ object_kind: q.object_kind, object_id: q.object_id, since: q.since, until: q.until, before: q.before, limit: q.limit })}`,
+      undefined,
+      signal,
+    ).then((r) => r.entries ?? []),
 };

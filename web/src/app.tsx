@@ -1,14 +1,125 @@
 import { Fragment } from 'preact';
+import { useEffect, useMemo, useState } from 'preact/hooks';
+import type { WhoAmI } from './access';
+import { ApiError, UNAUTHORIZED_EVENT, api, isAbort } from './api';
+import { type Session, NO_AUTH, SessionContext, loginHref, safeNext, sessionFor } from './auth';
 import { AlertRulesPage } from './components/AlertRules';
 import { AlertDetailPage, AlertsPage } from './components/Alerts';
+import { AuditPage } from './components/Audit';
 import { FleetPage } from './components/Fleet';
+import { LoginPage } from './components/Login';
 import { NodePage } from './components/NodePage';
-import { Shell } from './components/Shell';
-import { alertsHref, fleetHref, linkClick, parseRoute, useLocation } from './route';
+import { BareShell, Shell } from './components/Shell';
+import { TokensPage } from './components/Tokens';
+import { ErrorBox, Loading } from './components/common';
+import { alertsHref, fleetHref, linkClick, navigate, parseRoute, useLocation } from './route';
+
+type SessionState = { status: 'checking' } | { status: 'in'; me: WhoAmI } | { status: 'out' } | { status: 'error'; error: ApiError };
+
+/** Whether the collector answered that it has no such API route (one without the access routes). */
+const noRoute = (e: unknown) => e instanceof ApiError && e.notFound && /route/i.test(e.message);
+
+/**
+ * Who is signed in: asked once (GET /whoami) and then believed until the
+ * collector answers 401 to anything, which sends the user to the login page
+ * with the way back in ?next=.
+ */
+function useSessionState(onLoginPage: boolean) {
+  const [state, setState] = useState<SessionState>({ status: 'checking' });
+  const [attempt, setAttempt] = useState(0);
+
+  useEffect(() => {
+    const on = () => {
+      setState({ status: 'out' });
+      if (location.pathname !== '/login') navigate(loginHref(location.pathname + location.search), { replace: true });
+    };
+    window.addEventListener(UNAUTHORIZED_EVENT, on);
+    return () => window.removeEventListener(UNAUTHORIZED_EVENT, on);
+  }, []);
+
+  const needCheck = !onLoginPage && (state.status === 'checking' || state.status === 'out');
+  useEffect(() => {
+    if (!needCheck) return;
+    const ctl = new AbortController();
+    setState((s) => (s.status === 'out' ? { status: 'checking' } : s));
+    api.whoami(ctl.signal).then(
+      (me) => setState({ status: 'in', me }),
+      (err) => {
+        if (isAbort(err)) return;
+        if (err instanceof ApiError && err.status === 401) return; // the 401 listener has sent the user to sign in
+        if (noRoute(err)) setState({ status: 'in', me: NO_AUTH });
+        else setState({ status: 'error', error: err instanceof ApiError ? err : new ApiError(0, 'client', String(err)) });
+      },
+    );
+    return () => ctl.abort();
+  }, [needCheck, attempt]);
+
+  return {
+    state,
+    signedIn: (me: WhoAmI) => setState({ status: 'in', me }),
+    signedOut: () => setState({ status: 'out' }),
+    retry: () => {
+      setState({ status: 'checking' });
+      setAttempt((a) => a + 1);
+    },
+  };
+}
 
 export function App() {
   const loc = useLocation();
   const route = parseRoute(loc.pathname, loc.search);
+  const { state, signedIn, signedOut, retry } = useSessionState(route.page === 'login');
+  const me = state.status === 'in' ? state.me : null;
+  const session = useMemo<Session | null>(
+    () =>
+      me &&
+      sessionFor(me, async () => {
+        // Wait for the collector to end the session (and clear the cookie),
+        // so signing in again right away cannot race with it; go to the login
+        // page even if it cannot be told, as that is where the user asked to be.
+        await api.logout().catch(() => {});
+        signedOut();
+        navigate('/login');
+      }),
+    [me],
+  );
+
+  if (route.page === 'login') {
+    return (
+      <LoginPage
+        params={route.params}
+        onLoggedIn={(who) => {
+          signedIn(who);
+          navigate(safeNext(route.params.get('next')), { replace: true });
+        }}
+      />
+    );
+  }
+  if (state.status === 'error') {
+    return (
+      <BareShell>
+        <div class="page">
+          <ErrorBox title="Cannot tell who you are" error={state.error} onRetry={retry} />
+        </div>
+      </BareShell>
+    );
+  }
+  if (!session) {
+    return (
+      <BareShell>
+        <Loading what="your session" />
+      </BareShell>
+    );
+  }
+  return (
+    <SessionContext.Provider value={session}>
+      <Page route={route} pathname={loc.pathname} session={session} />
+    </SessionContext.Provider>
+  );
+}
+
+function Page({ route, pathname, session }: { route: ReturnType<typeof parseRoute>; pathname: string; session: Session }) {
+  const { can, me } = session;
   switch (route.page) {
     case 'fleet':
       return (
@@ -49,27 +160,56 @@ export function App() {
         </Shell>
       );
     case 'alertRules':
+      // To a customer, as to the collector, alert rules do not exist.
+      if (!can.readRules) return <NotFound pathname={pathname} />;
       return (
         <Shell crumbs={<Crumbs trail={[['Alerts', alertsHref()]]} current="Rules" />}>
           <AlertRulesPage params={route.params} />
         </Shell>
       );
-    default:
+    case 'audit':
+      if (!can.readAudit) return <NotFound pathname={pathname} />;
       return (
-        <Shell>
-          <div class="page">
-            <h1>Not found</h1>
-            <p>
-              There is no page at <code>{loc.pathname}</code>.{' '}
-              <a href={fleetHref()} onClick={linkClick}>
-                Go to the fleet
-              </a>
-              .
-            </p>
-          </div>
+        <Shell crumbs={<Crumbs trail={[]} current="Audit log" />}>
+          <AuditPage params={route.params} />
         </Shell>
       );
+    case 'tokens':
+      if (me.role === 'customer') return <NotFound pathname={pathname} />;
+      return (
+        <Shell crumbs={<Crumbs trail={[]} current="Tokens" />}>
+          {can.manageTokens ? (
+            <TokensPage params={route.params} />
+          ) : (
+            <div class="page">
+              <h1>Tokens</h1>
+              <p class="empty">
+                Tokens are managed by admins; you are signed in as <strong>{me.name}</strong> with the role <strong>{me.role}</strong>.
+              </p>
+            </div>
+          )}
+        </Shell>
+      );
+    default:
+      return <NotFound pathname={pathname} />;
   }
+}
+
+function NotFound({ pathname }: { pathname: string }) {
+  return (
+    <Shell>
+      <div class="page">
+        <h1>Not found</h1>
+        <p>
+          There is no page at <code>{pathname}</code>.{' '}
+          <a href={fleetHref()} onClick={linkClick}>
+            Go to the fleet
+          </a>
+          .
+        </p>
+      </div>
+    </Shell>
+  );
 }
 
 /** Fleet / …trail / current. */

@@ -79,6 +79,14 @@ export function formatAgo(iso: string | null | undefined, now = Date.now()): str
   return `${Math.round(s / 86400)} d ago`;
 }
 
+/** formatAgo for times that may lie ahead: "in 3 d", "in 5 min", or "2 h ago". */
+export function formatRelative(iso: string | null | undefined, now = Date.now()): string {
+  if (!iso) return 'never';
+  const t = new Date(iso).getTime();
+  if (Number.isNaN(t) || t <= now) return formatAgo(iso, now);
+  return formatAgo(new Date(now - (t - now)).toISOString(), now).replace(/^(.*) ago$/, 'in $1');
+}
+
 export function formatDuration(ms: number): string {
   if (ms % 86400000 === 0) return `${ms / 86400000}d`;
   if (ms % 3600000 === 0) return `${ms / 3600000}h`;

@@ -4,6 +4,9 @@
 //   /alerts                     alerts      ?state=resolved&node=lab-b&rule=NBSRootCritical&limit=200
 //   /alerts/{id}                one alert and its delivery log
 //   /alerts/rules               alert rules ?edit={id} or ?new=1 (the form that is open)
+//   /audit                      the audit log ?kind=threshold&id=…&since=24h&limit=200
+//   /tokens                     API tokens (admins) ?new=1 (the create form)
+//   /login                      sign in   ?next=/where/to/go  #token=nbs_… (a login link)
 // The collector serves index.html for any path that is not a file or /api.
 import { useEffect, useState } from 'preact/hooks';
 
@@ -13,6 +16,9 @@ export type Route =
   | { page: 'alerts'; params: URLSearchParams }
   | { page: 'alert'; id: number; params: URLSearchParams }
   | { page: 'alertRules'; params: URLSearchParams }
+  | { page: 'audit'; params: URLSearchParams }
+  | { page: 'tokens'; params: URLSearchParams }
+  | { page: 'login'; params: URLSearchParams }
   | { page: 'notfound'; params: URLSearchParams };
 
 export function parseRoute(pathname: string, search: string): Route {
@@ -21,6 +27,9 @@ export function parseRoute(pathname: string, search: string): Route {
   if (path === '/' || path === '/index.html') return { page: 'fleet', params };
   if (path === '/alerts') return { page: 'alerts', params };
   if (path === '/alerts/rules') return { page: 'alertRules', params };
+  if (path === '/audit') return { page: 'audit', params };
+  if (path === '/tokens') return { page: 'tokens', params };
+  if (path === '/login') return { page: 'login', params };
   const a = /^\/alerts\/([1-9][0-9]{0,15})$/.exec(path);
   if (a) return { page: 'alert', id: Number(a[1]), params };
   const m = /^\/nodes\/([^/]+)$/.exec(path);
@@ -58,6 +67,8 @@ export const nodeHref = (node: string, params?: URLSearchParams) => withQuery(`/
 export const alertsHref = (params?: URLSearchParams) => withQuery('/alerts', params);
 export const alertHref = (id: number | string) => `/alerts/${encodeURIComponent(String(id))}`;
 export const alertRulesHref = (params?: URLSearchParams) => withQuery('/alerts/rules', params);
+export const auditHref = (params?: URLSearchParams) => withQuery('/audit', params);
+export const tokensHref = (params?: URLSearchParams) => withQuery('/tokens', params);
 
 const EVENT = 'nbs:navigate';
 

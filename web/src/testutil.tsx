@@ -2,6 +2,8 @@
 import { type VNode, render } from 'preact';
 import { act } from 'preact/test-utils';
 import { afterEach, vi } from 'vitest';
+import type { Role, WhoAmI } from './access';
+import { SessionContext, sessionFor } from './auth';
 
 let mounted: HTMLElement[] = [];
 
@@ -11,6 +13,16 @@ export function mount(v: VNode): HTMLElement {
   act(() => render(v, el));
   mounted.push(el);
   return el;
+}
+
+/** Who a test is signed in as: a token session of role, customers scoped to customer=acme. */
+export function whoami(role: Role, extra: Partial<WhoAmI> = {}): WhoAmI {
+  return { name: `${role}-1`, role, via: 'session', mode: 'token', token_id: 1, ...(role === 'customer' ? { selector: { customer: 'acme' } } : {}), ...extra };
+}
+
+/** Mounts v inside a session of role, as App provides one. */
+export function mountAs(role: Role, v: VNode, logout: () => void = () => {}): HTMLElement {
+  return mount(<SessionContext.Provider value={sessionFor(whoami(role), logout)}>{v}</SessionContext.Provider>);
 }
 
 afterEach(() => {

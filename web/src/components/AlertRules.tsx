@@ -14,6 +14,7 @@ import {
   quorumText,
   ruleInput,
 } from '../alerts';
+import { useCan, useSession } from '../auth';
 import { usePoll } from '../hooks';
 import { alertRulesHref, alertsHref, linkClick, navigate, withParams } from '../route';
 import { AlertTabs, SeverityBadge } from './Alerts';
@@ -253,7 +254,7 @@ export function RuleForm({ rule, rules, onSaved, onCancel }: FormProps) {
   );
 }
 
-function RuleRow({ r, busy, onDelete, onToggle }: { r: AlertRule; busy: boolean; onDelete: () => void; onToggle: (on: boolean) => void }) {
+function RuleRow({ r, busy, onDelete, onToggle }: { r: AlertRule; busy: boolean; onDelete?: () => void; onToggle?: (on: boolean) => void }) {
   const [confirming, setConfirming] = useState(false);
   const confirmBtn = useRef<HTMLButtonElement>(null);
   const deleteBtn = useRef<HTMLButtonElement>(null);
@@ -281,39 +282,47 @@ function RuleRow({ r, busy, onDelete, onToggle }: { r: AlertRule; busy: boolean;
         <SeverityBadge severity={r.severity} />
       </td>
       <td>
-        <label class="check nowrap">
-          <input type="checkbox" checked={r.enabled} disabled={busy} onChange={(e) => onToggle((e.currentTarget as HTMLInputElement).checked)} aria-label={`${r.name} enabled`} />{' '}
-          <span aria-hidden="true">{r.enabled ? 'on' : 'off'}</span>
-        </label>
-      </td>
-      <td class="nowrap rule-actions" onKeyDown={(e) => confirming && e.key === 'Escape' && cancel()}>
-        {confirming ? (
-          <span role="group" aria-label={`Delete ${r.name}?`}>
-            <span class="muted small">Delete? </span>
-            <button ref={confirmBtn} type="button" class="btn btn-sm btn-danger" disabled={busy} onClick={onDelete}>
-              Delete {r.name}
-            </button>{' '}
-            <button type="button" class="btn btn-sm btn-quiet" onClick={cancel}>
-              Keep
-            </button>
-          </span>
+        {onToggle ? (
+          <label class="check nowrap">
+            <input type="checkbox" checked={r.enabled} disabled={busy} onChange={(e) => onToggle((e.currentTarget as HTMLInputElement).checked)} aria-label={`${r.name} enabled`} />{' '}
+            <span aria-hidden="true">{r.enabled ? 'on' : 'off'}</span>
+          </label>
         ) : (
-          <>
-            <a class="btn btn-sm" href={alertRulesHref(new URLSearchParams({ edit: String(r.id) }))} onClick={linkClick} aria-label={`Edit ${r.name}`}>
-              Edit
-            </a>{' '}
-            <button ref={deleteBtn} type="button" class="btn btn-sm btn-quiet" disabled={busy} onClick={() => setConfirming(true)} aria-label={`Delete ${r.name}…`}>
-              Delete…
-            </button>
-          </>
+          <span class="nowrap">{r.enabled ? 'on' : 'off'}</span>
         )}
       </td>
+      {onDelete && (
+        <td class="nowrap rule-actions" onKeyDown={(e) => confirming && e.key === 'Escape' && cancel()}>
+          {confirming ? (
+            <span role="group" aria-label={`Delete ${r.name}?`}>
+              <span class="muted small">Delete? </span>
+              <button ref={confirmBtn} type="button" class="btn btn-sm btn-danger" disabled={busy} onClick={onDelete}>
+                Delete {r.name}
+              </button>{' '}
+              <button type="button" class="btn btn-sm btn-quiet" onClick={cancel}>
+                Keep
+              </button>
+            </span>
+          ) : (
+            <>
+              <a class="btn btn-sm" href={alertRulesHref(new URLSearchParams({ edit: String(r.id) }))} onClick={linkClick} aria-label={`Edit ${r.name}`}>
+                Edit
+              </a>{' '}
+              <button ref={deleteBtn} type="button" class="btn btn-sm btn-quiet" disabled={busy} onClick={() => setConfirming(true)} aria-label={`Delete ${r.name}…`}>
+                Delete…
+              </button>
+            </>
+          )}
+        </td>
+      )}
     </tr>
   );
 }
 
 /** The alert rules: a list, and a form to create or edit one (?new=1, ?edit={id}). */
 export function AlertRulesPage({ params }: { params: URLSearchParams }) {
+  const can = useCan();
+  const me = useSession()?.me;
   const polled = usePoll('alert-rules', (s) => api.alertRules(s), RULES_REFRESH_MS);
   const [status, setStatus] = useState('');
   const [actionErr, setActionErr] = useState<Error | null>(null);
@@ -365,14 +374,14 @@ export function AlertRulesPage({ params }: { params: URLSearchParams }) {
     );
   }
 
-  const formOpen = creating || editParam !== null;
+  const formOpen = can.editRules && (creating || editParam !== null);
   return (
     <div class="page rules-page">
       <div class="page-head">
         <h1>Alert rules</h1>
         <AlertTabs current="rules" />
         <div class="toolbar-spacer" />
-        {!formOpen && (
+        {!formOpen && can.editRules && (
           <button ref={newBtn} type="button" class="btn btn-primary" onClick={() => go({ new: '1', edit: null })}>
             New rule…
           </button>
@@ -391,10 +400,15 @@ export function AlertRulesPage({ params }: { params: URLSearchParams }) {
         </p>
       )}
       {actionErr && <ErrorBox title="That did not work" error={actionErr} />}
+      {!can.editRules && (
+        <p class="muted small" role="note">
+          Read only: {me ? `${me.name} has the role ${me.role}; ` : ''}changing alert rules needs the operator role.
+        </p>
+      )}
 
-      {creating && <RuleForm key="new" rule={null} rules={rules} onSaved={onSaved} onCancel={closeForm} />}
-      {editParam !== null && !creating && editing && <RuleForm key={`edit-${editing.id}`} rule={editing} rules={rules} onSaved={onSaved} onCancel={closeForm} />}
-      {editParam !== null && !creating && !editing && polled.data && (
+      {can.editRules && creating && <RuleForm key="new" rule={null} rules={rules} onSaved={onSaved} onCancel={closeForm} />}
+      {can.editRules && editParam !== null && !creating && editing && <RuleForm key={`edit-${editing.id}`} rule={editing} rules={rules} onSaved={onSaved} onCancel={closeForm} />}
+      {can.editRules && editParam !== null && !creating && !editing && polled.data && (
         <div class="error-box" role="alert">
           <strong>Rule {editParam} does not exist.</strong>
           <span class="error-msg">It may have been deleted; pick one from the list below.</span>
@@ -407,7 +421,7 @@ export function AlertRulesPage({ params }: { params: URLSearchParams }) {
       {polled.data && <StaleNotice error={polled.error} />}
       {polled.loading && !polled.error && <Loading what="the alert rules" />}
       {!polled.data && polled.error && <ErrorBox title="Cannot load the alert rules" error={polled.error} onRetry={polled.refresh} />}
-      {polled.data && rules.length === 0 && <Empty>No alert rule: nothing pages. Create one with “New rule…”.</Empty>}
+      {polled.data && rules.length === 0 && <Empty>No alert rule: nothing pages.{can.editRules && ' Create one with “New rule…”.'}</Empty>}
       {rules.length > 0 && (
         <div class="table-wrap table-page">
           <table class="rules-table">
@@ -424,9 +438,11 @@ export function AlertRulesPage({ params }: { params: URLSearchParams }) {
                 <th scope="col">Group by</th>
                 <th scope="col">Severity</th>
                 <th scope="col">Enabled</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
+                {can.editRules && (
+                  <th scope="col">
+                    <span class="sr-only">Actions</span>
+                  </th>
+                )}
               </tr>
             </thead>
             <tbody>
@@ -435,8 +451,8 @@ export function AlertRulesPage({ params }: { params: URLSearchParams }) {
                   key={r.id}
                   r={r}
                   busy={busy}
-                  onDelete={() => act(() => api.deleteAlertRule(r.id), `Deleted rule ${r.name}. Its firing alerts resolve.`)}
-                  onToggle={(on) => act(() => api.updateAlertRule(r.id, { ...inputFromRule(r), enabled: on }), `${on ? 'Enabled' : 'Disabled'} rule ${r.name}.${on ? '' : ' Its firing alerts resolve.'}`)}
+                  onDelete={can.editRules ? () => act(() => api.deleteAlertRule(r.id), `Deleted rule ${r.name}. Its firing alerts resolve.`) : undefined}
+                  onToggle={!can.editRules ? undefined : (on) => act(() => api.updateAlertRule(r.id, { ...inputFromRule(r), enabled: on }), `${on ? 'Enabled' : 'Disabled'} rule ${r.name}.${on ? '' : ' Its firing alerts resolve.'}`)}
                 />
               ))}
             </tbody>

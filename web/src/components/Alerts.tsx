@@ -2,6 +2,7 @@ import { Fragment } from 'preact';
 import { useEffect, useMemo } from 'preact/hooks';
 import { type Alert, type AlertEvaluator, type Delivery, api } from '../api';
 import { alertTreeHref, alertValue, alertWhere, formatSpan, severityState, sortOpen } from '../alerts';
+import { useCan } from '../auth';
 import { formatAgo, formatTime } from '../format';
 import { useNow, usePoll } from '../hooks';
 import { alertHref, alertRulesHref, alertsHref, linkClick, navigate, nodeHref, withParams } from '../route';
@@ -36,8 +37,10 @@ export function alertFiltersFrom(p: URLSearchParams): AlertFilters {
 /** Whether the collector answered that it has no such API route (an older collector). */
 const noRoute = (e: { notFound: boolean; message: string } | null | undefined) => !!e?.notFound && /route/i.test(e.message);
 
-/** Alerts and Rules, the two pages of alerting. */
+/** Alerts and Rules, the two pages of alerting (Rules only for a role that may read them). */
 export function AlertTabs({ current }: { current: 'alerts' | 'rules' }) {
+  const can = useCan();
+  if (!can.readRules) return null;
   return (
     <nav class="tabs" aria-label="Alerting">
       <a href={alertsHref()} onClick={linkClick} aria-current={current === 'alerts' ? 'page' : undefined}>
@@ -263,7 +266,8 @@ export function AlertsPage({ params }: { params: URLSearchParams }) {
   );
   // Choices for the filters: the fleet's nodes and the rules, whatever alerts exist.
   const nodes = usePoll('alerts:nodes', (s) => api.nodes(s).catch(() => []), 60_000);
-  const rules = usePoll('alerts:rules', (s) => api.alertRules(s).catch(() => []), 60_000);
+  const can = useCan();
+  const rules = usePoll(`alerts:rules:${can.readRules}`, (s) => (can.readRules ? api.alertRules(s).catch(() => []) : Promise.resolve([])), can.readRules ? 60_000 : 0);
 
   useEffect(() => {
     document.title = 'Alerts · NBS';
@@ -456,6 +460,7 @@ const SHOWN_ANNOTATIONS = new Set(['summary', 'description', 'value', 'threshold
 
 /** One alert: what, where, since when, the link to the tree, and its delivery log. */
 export function AlertDetailPage({ id }: { id: number }) {
+  const can = useCan();
   const now = useNow(1000);
   const polled = usePoll(`alert:${id}`, (s) => api.alert(id, s), ALERTS_REFRESH_MS);
   const a = polled.data;
@@ -570,8 +575,8 @@ export function AlertDetailPage({ id }: { id: number }) {
           <dd class="num">{a.since ? formatSpan(end - Date.parse(a.since)) : '—'}</dd>
           <dt>Rule</dt>
           <dd>
-            {a.rule_id ? (
-              <a href={alertRulesHref(new URLSearchParams({ edit: String(a.rule_id) }))} onClick={linkClick}>
+            {a.rule_id && can.readRules ? (
+              <a href={alertRulesHref(can.editRules ? new URLSearchParams({ edit: String(a.rule_id) }) : undefined)} onClick={linkClick}>
                 {a.rule}
               </a>
             ) : (

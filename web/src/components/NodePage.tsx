@@ -1,5 +1,6 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { type ApiError, type NodeSummary, type TreeNode, api, isAbort } from '../api';
+import { useCan } from '../auth';
 import { gridValues } from '../chartdata';
 import { formatAgo, formatDuration } from '../format';
 import { useNow, usePoll } from '../hooks';
@@ -67,7 +68,9 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
     if (!metric && explains) go({ metric: explains }, true);
   }, [tree.data]);
 
-  useLiveExpand(node, live);
+  // Live mode asks the collector to expand the node: only for a role that may.
+  const can = useCan();
+  useLiveExpand(node, live && can.expand);
   const [liveErr, setLiveErr] = useState<string>('');
   useEffect(() => {
     const on = (e: Event) => setLiveErr((e as CustomEvent<string>).detail);
@@ -97,7 +100,15 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
 
   return (
     <div class="page node-page">
-      <NodeHeader node={node} summary={summary.data} error={summary.error} live={live} onLive={(on) => go({ live: on ? '1' : null }, true)} liveErr={liveErr} treeTime={tree.data?.time ?? null} />
+      <NodeHeader
+        node={node}
+        summary={summary.data}
+        error={summary.error}
+        live={live && can.expand}
+        onLive={can.expand ? (on) => go({ live: on ? '1' : null }, true) : undefined}
+        liveErr={liveErr}
+        treeTime={tree.data?.time ?? null}
+      />
       <div class="toolbar">
         <TimeRangePicker range={range} onChange={setRange} />
         <div class="toolbar-spacer" />
@@ -162,7 +173,23 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
   );
 }
 
-function NodeHeader({ node, summary, error, live, onLive, liveErr, treeTime }: { node: string; summary?: NodeSummary; error: ApiError | null; live: boolean; onLive: (on: boolean) => void; liveErr: string; treeTime: string | null }) {
+function NodeHeader({
+  node,
+  summary,
+  error,
+  live,
+  onLive,
+  liveErr,
+  treeTime,
+}: {
+  node: string;
+  summary?: NodeSummary;
+  error: ApiError | null;
+  live: boolean;
+  onLive?: (on: boolean) => void; // absent: the role may not expand nodes
+  liveErr: string;
+  treeTime: string | null;
+}) {
   const now = useNow(1000);
   const s = normState(summary?.state);
   const missing = summary?.capabilities?.filter((c) => !c.available) ?? [];
@@ -179,15 +206,17 @@ function NodeHeader({ node, summary, error, live, onLive, liveErr, treeTime }: {
         )}
         {summary?.stale && <span class="tag tag-warn">stale</span>}
         <div class="toolbar-spacer" />
-        <button
-          type="button"
-          class={`btn live-btn${live ? ' live-on' : ''}`}
-          aria-pressed={live}
-          onClick={() => onLive(!live)}
-          title="Live mode asks the agent to stream its full tree (not only raised branches) while you watch"
-        >
-          <span class="live-dot" aria-hidden="true" /> {live ? 'Live: full tree' : 'Go live'}
-        </button>
+        {onLive && (
+          <button
+            type="button"
+            class={`btn live-btn${live ? ' live-on' : ''}`}
+            aria-pressed={live}
+            onClick={() => onLive(!live)}
+            title="Live mode asks the agent to stream its full tree (not only raised branches) while you watch"
+          >
+            <span class="live-dot" aria-hidden="true" /> {live ? 'Live: full tree' : 'Go live'}
+          </button>
+        )}
       </div>
       {liveErr && (
         <p class="field-error" role="alert">

@@ -3,7 +3,8 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { type Alert, api } from '../api';
 import { usePoll } from '../hooks';
 import { alertTreeHref, alertWhere, severityState, sortOpen } from '../alerts';
-import { alertHref, alertRulesHref, alertsHref, fleetHref, linkClick } from '../route';
+import { selectorText, useCan, useSession } from '../auth';
+import { alertHref, alertRulesHref, alertsHref, auditHref, fleetHref, linkClick, tokensHref } from '../route';
 import { StateDot } from './common';
 
 type Theme = 'system' | 'light' | 'dark';
@@ -52,6 +53,7 @@ export function ThemeToggle() {
 
 /** Open alerts, when this collector has an alerts API; hidden when it does not (404). */
 function AlertsIndicator() {
+  const can = useCan();
   const [absent, setAbsent] = useState(false);
   const box = useRef<HTMLDetailsElement>(null);
   useEffect(() => {
@@ -114,12 +116,81 @@ function AlertsIndicator() {
           <a href={alertsHref()} onClick={follow}>
             All alerts and history
           </a>
-          <a href={alertRulesHref()} onClick={follow}>
-            Alert rules
-          </a>
+          {can.readRules && (
+            <a href={alertRulesHref()} onClick={follow}>
+              Alert rules
+            </a>
+          )}
         </p>
       </div>
     </details>
+  );
+}
+
+/** Who is signed in, the pages their role adds, and the way out. */
+function Account() {
+  const s = useSession();
+  if (!s) return null;
+  const { me, can } = s;
+  const scope = me.role === 'customer' ? selectorText(me.selector) : '';
+  const how = me.via === 'none' ? 'this collector asks nobody to sign in (--auth.mode=none)' : me.via === 'proxy' ? 'signed in through the reverse proxy' : 'signed in with a token';
+  return (
+    <>
+      {(can.readAudit || can.manageTokens) && (
+        <nav class="admin-links" aria-label="Administration">
+          {can.readAudit && (
+            <a href={auditHref()} onClick={linkClick}>
+              Audit log
+            </a>
+          )}
+          {can.manageTokens && (
+            <a href={tokensHref()} onClick={linkClick}>
+              Tokens
+            </a>
+          )}
+        </nav>
+      )}
+      <span class="who" data-role={me.role} title={`${me.name}: ${me.role}${scope ? ` of ${scope}` : ''}; ${how}`}>
+        <span class="sr-only">Signed in as </span>
+        <span class="who-name">{me.name}</span>
+        <span class="sr-only">, role</span> <span class="tag who-role">{me.role}</span>
+        {scope && (
+          <>
+            <span class="sr-only">, nodes with</span> <span class="tag who-scope">{scope}</span>
+          </>
+        )}
+      </span>
+      {me.via === 'session' && (
+        <button type="button" class="btn btn-quiet logout" onClick={s.logout}>
+          Log out
+        </button>
+      )}
+    </>
+  );
+}
+
+/** The page frame before anyone is signed in: no alerts, no account, only the theme. */
+export function BareShell({ children }: { children: ComponentChildren }) {
+  return (
+    <>
+      <a class="skip" href="#main">
+        Skip to content
+      </a>
+      <header class="topbar">
+        <span class="brand" aria-label="NBS">
+          <span class="brand-mark" aria-hidden="true">
+            N
+          </span>
+          <span class="brand-name">NBS</span>
+        </span>
+        <div class="topbar-right">
+          <ThemeToggle />
+        </div>
+      </header>
+      <main id="main" tabIndex={-1}>
+        {children}
+      </main>
+    </>
   );
 }
 
@@ -141,6 +212,7 @@ export function Shell({ children, crumbs }: { children: ComponentChildren; crumb
         </nav>
         <div class="topbar-right">
           <AlertsIndicator />
+          <Account />
           <ThemeToggle />
         </div>
       </header>

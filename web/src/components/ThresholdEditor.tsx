@@ -1,5 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { ApiError, type Effective, type Override, type OverrideInput, type Scope, type Threshold, api } from '../api';
+import { useCan } from '../auth';
 import { formatAgo, thresholdLong } from '../format';
 
 type Field = 'scope' | 'selector' | 'comparison' | 'warn' | 'crit' | 'hold' | 'baseline' | 'form';
@@ -121,8 +122,14 @@ interface Props {
   onSaved: () => void;
 }
 
-/** Effective threshold and its source, the overrides of this metric, and a form to change them. */
+/**
+ * Effective threshold and its source, the overrides of this metric, and a
+ * form to change them — the form and the remove buttons only for a role that
+ * may change thresholds, the fleet-wide overrides only for one that may read
+ * them (a customer sees its node's effective threshold, nothing else).
+ */
 export function ThresholdEditor({ node, labels, metric, unit, fallback, onSaved }: Props) {
+  const can = useCan();
   const [overrides, setOverrides] = useState<Override[] | null>(null);
   const [effective, setEffective] = useState<Effective | null | undefined>(undefined);
   const [absent, setAbsent] = useState(false);
@@ -137,7 +144,7 @@ export function ThresholdEditor({ node, labels, metric, unit, fallback, onSaved 
 
   useEffect(() => {
     const ctl = new AbortController();
-    Promise.all([api.overrides(ctl.signal), api.effective(node, ctl.signal)])
+    Promise.all([can.readOverrides ? api.overrides(ctl.signal) : Promise.resolve([] as Override[]), api.effective(node, ctl.signal)])
       .then(([os, eff]) => {
         setOverrides(os);
         setEffective(eff.find((e) => e.metric === metric) ?? null);
@@ -146,10 +153,12 @@ export function ThresholdEditor({ node, labels, metric, unit, fallback, onSaved 
       .catch((err) => {
         if (ctl.signal.aborted) return;
         if (err instanceof ApiError && err.notFound && /route/i.test(err.message)) setAbsent(true);
+        // A reader without the overrides still has the tree's threshold to show.
+        else if (!can.readOverrides) setAbsent(true);
         else setLoadErr(err instanceof ApiError ? err : new ApiError(0, 'client', String(err)));
       });
     return () => ctl.abort();
-  }, [node, metric, version]);
+  }, [node, metric, version, can.readOverrides]);
 
   useEffect(() => {
     setEditing(false);
@@ -226,7 +235,7 @@ export function ThresholdEditor({ node, labels, metric, unit, fallback, onSaved 
         )}
         {effective === undefined && !absent && !loadErr && <span class="muted">(checking overrides…)</span>}
       </p>
-      {absent && <p class="muted small">This collector does not offer threshold overrides; the catalogue default applies.</p>}
+      {absent && can.readOverrides && <p class="muted small">This collector does not offer threshold overrides; the catalogue default applies.</p>}
       {loadErr && <p class="field-error">Cannot load the threshold overrides: {loadErr.message}</p>}
       {saved && (
         <p class="saved" role="status">
@@ -247,9 +256,11 @@ export function ThresholdEditor({ node, labels, metric, unit, fallback, onSaved 
               <th scope="col">Scope</th>
               <th scope="col">Threshold</th>
               <th scope="col">Updated</th>
-              <th scope="col">
-                <span class="sr-only">Actions</span>
-              </th>
+              {can.editThresholds && (
+                <th scope="col">
+                  <span class="sr-only">Actions</span>
+                </th>
+              )}
             </tr>
           </thead>
           <tbody>
@@ -258,24 +269,26 @@ export function ThresholdEditor({ node, labels, metric, unit, fallback, onSaved 
                 <td>{formatScope(o.scope)}</td>
                 <td>{o.disabled ? 'disabled' : thresholdLong(o.threshold, unit)}</td>
                 <td class="nowrap">{o.updated_at ? formatAgo(o.updated_at) : ''}</td>
-                <td>
-                  <button type="button" class="btn btn-sm btn-quiet" disabled={busy} onClick={() => remove(o)} aria-label={`Remove the override for ${formatScope(o.scope)}`}>
-                    Remove
-                  </button>
-                </td>
+                {can.editThresholds && (
+                  <td>
+                    <button type="button" class="btn btn-sm btn-quiet" disabled={busy} onClick={() => remove(o)} aria-label={`Remove the override for ${formatScope(o.scope)}`}>
+                      Remove
+                    </button>
+                  </td>
+                )}
               </tr>
             ))}
           </tbody>
         </table>
       )}
 
-      {!absent && !editing && (
+      {!absent && !editing && can.editThresholds && (
         <button type="button" class="btn btn-sm" onClick={startEdit} disabled={overrides === null && !loadErr}>
           Change threshold…
         </button>
       )}
 
-      {!absent && editing && (
+      {!absent && editing && can.editThresholds && (
         <form class="th-form" onSubmit={submit} noValidate aria-label="Threshold override">
           <fieldset class="scope" {...described('scope')}>
             <legend>Applies to</legend>

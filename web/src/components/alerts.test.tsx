@@ -4,7 +4,7 @@ import type { AlertRuleInput } from '../api';
 import { App } from '../app';
 import { alert, evaluator, rule } from '../fixtures';
 import { parseRoute } from '../route';
-import { click, fakeApi, mount, press, type, waitFor } from '../testutil';
+import { click, fakeApi, mount, mountAs, press, type, waitFor } from '../testutil';
 import { AlertDetailPage, AlertsPage } from './Alerts';
 
 const $ = (root: ParentNode, sel: string) => {
@@ -144,7 +144,7 @@ describe('AlertsPage', () => {
 
   it('shows firing then pending alerts, linked to the tree, then the history', async () => {
     const calls = api();
-    const el = mount(<AlertsPage params={new URLSearchParams()} />);
+    const el = mountAs('operator', <AlertsPage params={new URLSearchParams()} />);
     await waitFor(() => expect($$(el, '.open-alerts tbody tr')).toHaveLength(3));
     expect($$(el, '.open-alerts tbody tr').map((r) => r.dataset.alertId)).toEqual(['9', '8', '7']);
     const row = $(el, '.open-alerts tr[data-alert-id="9"]');
@@ -167,7 +167,7 @@ describe('AlertsPage', () => {
 
   it('takes its filters from the URL and writes them back', async () => {
     const calls = api();
-    const el = mount(<AlertsPage params={new URLSearchParams('node=lab-a')} />);
+    const el = mountAs('operator', <AlertsPage params={new URLSearchParams('node=lab-a')} />);
     await waitFor(() => expect($$(el, '.open-alerts tbody tr').map((r) => r.dataset.alertId)).toEqual(['8']));
     expect(calls.filter((c) => c.url.pathname === '/api/v1/alerts').every((c) => c.url.searchParams.get('node') === 'lab-a')).toBe(true);
     expect(el.textContent).toContain('No resolved alert matches these filters.');
@@ -175,7 +175,7 @@ describe('AlertsPage', () => {
     expect(new URLSearchParams(location.search).get('state')).toBe('resolved');
     expect(new URLSearchParams(location.search).get('node')).toBe('lab-a');
 
-    const el2 = mount(<AlertsPage params={new URLSearchParams('state=resolved')} />);
+    const el2 = mountAs('operator', <AlertsPage params={new URLSearchParams('state=resolved')} />);
     await waitFor(() => expect($$(el2, '.history tbody tr')).toHaveLength(1));
     expect(el2.querySelector('.open-alerts')).toBeNull();
     expect(el2.textContent).not.toContain('Firing and pending');
@@ -185,7 +185,7 @@ describe('AlertsPage', () => {
     fakeApi({
       'GET /api/v1/alerts': () => [200, { evaluator: { ...evaluator, heartbeat: new Date(Date.now() - 120_000).toISOString() }, alerts: [] }],
     });
-    const el = mount(<AlertsPage params={new URLSearchParams()} />);
+    const el = mountAs('operator', <AlertsPage params={new URLSearchParams()} />);
     await waitFor(() => expect(el.textContent).toContain('Nothing is firing or pending.'));
     expect(el.textContent).toContain('No alert has resolved yet.');
     expect(el.textContent).toMatch(/last checked in 2 min ago/);
@@ -193,7 +193,7 @@ describe('AlertsPage', () => {
 
   it('explains a collector without alerts', async () => {
     fakeApi({});
-    const el = mount(<AlertsPage params={new URLSearchParams()} />);
+    const el = mountAs('operator', <AlertsPage params={new URLSearchParams()} />);
     await waitFor(() => expect(el.textContent).toContain('has no alerts API'));
   });
 });
@@ -206,7 +206,7 @@ describe('AlertDetailPage', () => {
       { id: 3, target: 'webhook', url: 'https://hooks.example/nbs', event: 'resolved', status: 'failed', attempts: 40, last_error: 'gave up after a day', created_at: new Date().toISOString(), delivered_at: null },
     ];
     fakeApi({ 'GET /api/v1/alerts/9': () => [200, { ...alert(9), deliveries }] });
-    const el = mount(<AlertDetailPage id={9} />);
+    const el = mountAs('operator', <AlertDetailPage id={9} />);
     await waitFor(() => expect($$(el, 'table.deliveries tbody tr')).toHaveLength(3));
     expect($(el, 'h1').textContent).toContain('NBSRootCritical');
     expect($(el, 'h1').textContent).toContain('lab-b');
@@ -226,10 +226,10 @@ describe('AlertDetailPage', () => {
 
   it('explains an empty log and an unknown alert', async () => {
     fakeApi({ 'GET /api/v1/alerts/7': () => [200, { ...alert(7, { state: 'pending' }), deliveries: [] }] });
-    const el = mount(<AlertDetailPage id={7} />);
+    const el = mountAs('operator', <AlertDetailPage id={7} />);
     await waitFor(() => expect(el.textContent).toContain('Nothing is sent while an alert is pending'));
     fakeApi({ 'GET /api/v1/alerts/5': () => [404, { error: { code: 'not_found', message: 'alert 5: not found' } }] });
-    const el2 = mount(<AlertDetailPage id={5} />);
+    const el2 = mountAs('operator', <AlertDetailPage id={5} />);
     await waitFor(() => expect($(el2, '[role=alert]').textContent).toContain('Alert 5 does not exist'));
   });
 });

@@ -1,7 +1,7 @@
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Evidence } from '../api';
 import { branch, leaf, node, resetTree } from '../fixtures';
-import { click, fakeApi, mount, press, type, waitFor } from '../testutil';
+import { click, fakeApi, mount, mountAs, press, type, waitFor } from '../testutil';
 import { defaultOpen } from '../tree';
 import { EvidenceTable, evidenceColumns } from './Evidence';
 import { FleetPage } from './Fleet';
@@ -181,7 +181,7 @@ describe('ThresholdEditor', () => {
       },
     });
     const saved = vi.fn();
-    const el = mount(<ThresholdEditor node="lab-b" labels={{ customer: 'acme' }} metric="tcp_reset/sent/no_socket" unit="resets/s" fallback={t} onSaved={saved} />);
+    const el = mountAs('operator', <ThresholdEditor node="lab-b" labels={{ customer: 'acme' }} metric="tcp_reset/sent/no_socket" unit="resets/s" fallback={t} onSaved={saved} />);
     await waitFor(() => expect($(el, '[data-testid=threshold-source]').textContent).toBe('default'));
     expect(el.textContent).toContain('WARN when above 1 resets/s, CRIT when above 10 resets/s.');
 
@@ -202,7 +202,7 @@ describe('ThresholdEditor', () => {
 
   it('hides the editor when the collector has no thresholds API', async () => {
     fakeApi({});
-    const el = mount(<ThresholdEditor node="n" labels={{}} metric="m" unit="" fallback={t} onSaved={() => {}} />);
+    const el = mountAs('operator', <ThresholdEditor node="n" labels={{}} metric="m" unit="" fallback={t} onSaved={() => {}} />);
     await waitFor(() => expect(el.textContent).toContain('does not offer threshold overrides'));
     expect(el.querySelector('button')).toBeNull();
   });
