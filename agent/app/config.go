@@ -16,6 +16,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/netns"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
+	"github.com/nbs-project/nbs/agent/spool"
 	"github.com/nbs-project/nbs/internal/schema"
 	"github.com/nbs-project/nbs/internal/tlsfiles"
 )
@@ -54,6 +55,10 @@ type Config struct {
 	CollectorCert       string
 	CollectorKey        string
 	CollectorServerName string
+	// SpoolDir keeps un-acked reports across restarts ("": in memory only);
+	// SpoolMaxBytes bounds it (0: spool.DefaultMaxBytes).
+	SpoolDir      string
+	SpoolMaxBytes int64
 }
 
 // RegisterFlags binds the configuration to flags with production defaults.
@@ -81,6 +86,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.OverheadBudget, "overhead.budget", 1, "percent of one CPU the agent's BPF programs may use; triggered (per-packet) programs are detached beyond it")
 	fs.DurationVar(&c.TriggeredHold, "triggered.hold", 2*time.Minute, "keep triggered programs (qdisc sojourn, per-flow detail) attached this long after their branch is healthy again")
 	fs.DurationVar(&c.TriggeredMax, "triggered.max", 15*time.Minute, "longest stretch triggered programs stay attached; then they rest for --triggered.hold")
+	fs.StringVar(&c.SpoolDir, "spool.dir", "/var/lib/nbs/spool", "directory keeping un-acked reports across agent restarts and reboots (\"\": memory only, lost on restart); one agent per directory")
+	fs.Int64Var(&c.SpoolMaxBytes, "spool.max-bytes", spool.DefaultMaxBytes, "bytes of un-acked reports kept; beyond, the oldest children are dropped first, then the oldest reports")
 }
 
 // pingAddress is what the Hello announces: the flag's address, nothing for
@@ -148,6 +155,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TriggeredMax < 0 || c.TriggeredMax > 24*time.Hour || (c.TriggeredMax > 0 && c.TriggeredMax < c.Interval) {
 		errs = append(errs, fmt.Errorf("--triggered.max %s must be from --interval to 24h", c.TriggeredMax))
+	}
+	if c.SpoolMaxBytes != 0 && (c.SpoolMaxBytes < 4<<20 || c.SpoolMaxBytes > 64<<30) {
+		errs = append(errs, fmt.Errorf("--spool.max-bytes %d must be from 4 MiB (4194304) to 64 GiB", c.SpoolMaxBytes))
 	}
 	if c.CgroupPath != "" {
 		var fs unix.Statfs_t
