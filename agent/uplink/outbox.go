@@ -118,20 +118,18 @@ func (o *Outbox) split(r *nbsv1.Report) []*nbsv1.Report {
 		size, defined = reportOverhead, map[string]bool{}
 	}
 	start()
-	empty := func() bool { return items(cur) == 0 }
 	// place puts one entry into the current part or a new one.
 	place := func(id string, entry proto.Message, full func() bool, put func()) {
-		need := fieldSize(proto.Size(entry)) + o.definitionsCost(id, defined, false)
+		n := fieldSize(proto.Size(entry))
+		if alone := reportOverhead + n + o.definitionsCost(id, map[string]bool{}, false); alone > partBytes {
+			o.log.Error("dropping a measurement too large to send", "metric", id, "bytes", alone, "max", partBytes)
+			o.dropped.Add(1)
+			return
+		}
+		need := n + o.definitionsCost(id, defined, false)
 		if full() || size+need > partBytes {
-			if !empty() {
-				start()
-				need = fieldSize(proto.Size(entry)) + o.definitionsCost(id, defined, false)
-			}
-			if size+need > partBytes {
-				o.log.Error("dropping a measurement too large to send", "metric", id, "bytes", need, "max", partBytes)
-				o.dropped.Add(1)
-				return
-			}
+			start()
+			need = n + o.definitionsCost(id, defined, false)
 		}
 		put()
 		size += need
@@ -153,9 +151,6 @@ func (o *Outbox) split(r *nbsv1.Report) []*nbsv1.Report {
 	for _, e := range r.GetEvents() {
 		place(e.GetMetricId(), e, func() bool { return len(cur.Events) >= MaxEvents },
 			func() { cur.Events = append(cur.Events, e) })
-	}
-	if empty() && len(parts) > 1 {
-		parts = parts[:len(parts)-1]
 	}
 	if len(parts) > 1 {
 		o.log.Info("report split to fit the collector's limits", "parts", len(parts), "samples", len(r.GetSamples()),
