@@ -58,6 +58,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Labels = Labels{"note": "a\x00b"} }, "--labels: label note value: contains a NUL byte"},
 		{func(c *Config) { c.Labels = Labels{"note": strings.Repeat("x", 4097)} }, "--labels: label note value: 4097 bytes, at most 4096"},
 		{func(c *Config) { c.BufferReports = 0 }, "--buffer.reports"},
+		{func(c *Config) { c.SpoolMaxBytes = 1 << 20 }, "--spool.max-bytes 1048576 must be from 4 MiB"},
 		{func(c *Config) { c.SnapshotEvery = time.Second }, "--snapshot.every"},
 		{func(c *Config) { c.CollectorAddress = "" }, "--collector.address"},
 	}
