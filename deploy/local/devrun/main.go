@@ -215,6 +215,9 @@ func runAll(ctx context.Context, cfg *config, out *console, log *slog.Logger, ge
 	agentArgs := append([]string{
 		"--collector.address", dialAddr(cfg.grpcAddr),
 		"--interval", cfg.interval.String(),
+		// Not the system's /var/lib/nbs/spool: reports of a demo must not be
+		// replayed by a real agent installed on this host later.
+		"--spool.dir", filepath.Join(cfg.runDir, "spool"),
 	}, cfg.agentArgs...)
 
 	var children []*child
