@@ -312,6 +312,11 @@ func (s *Spool) rewriteDefinitions() error {
 	if err := writeAtomic(s.opts.Dir, definitionsName, buf); err != nil {
 		return err
 	}
+	// Before appending to the new file: a rename undone by a power loss
+	// would take the appended definitions with it.
+	if err := s.dir.Sync(); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
 	f, err := os.OpenFile(filepath.Join(s.opts.Dir, definitionsName), os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("open definitions: %w", err)
@@ -623,7 +628,10 @@ func (s *Spool) Define(ids []string, lookup func(id string) (*nbsv1.MetricDefini
 }
 
 // pruneDefinitions forgets definitions no held report uses, so metrics that
-// come and go (ping targets, devices) do not grow the spool for ever.
+// come and go (ping targets, devices) do not grow the spool for ever. A
+// definition goes when the last report using it is older than every held
+// report: never one still in use, and since acks come in order, all unused
+// ones in practice (a restart compacts exactly, from the reports' contents).
 func (s *Spool) pruneDefinitions() {
 	oldest := s.next
 	for _, e := range s.entries {

@@ -511,3 +511,48 @@ func TestMemorySpool(t *testing.T) {
 		t.Fatalf("After with a tiny budget: %v, want [1]", seqs(got))
 	}
 }
+
+// Metrics that come and go (ping targets, devices) do not grow the
+// definitions for ever: those no held report uses are pruned.
+func TestUnusedDefinitionsArePruned(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, Options{Dir: dir, Node: "n1"})
+	lookup := func(id string) (*nbsv1.MetricDefinition, bool) { return &nbsv1.MetricDefinition{Id: id, Title: id}, true }
+	const held, metrics = 5, 3 * minDefinitions
+	id := func(i int) string { return fmt.Sprintf("ping/t%d", i) }
+	var sent []uint64
+	for i := range metrics {
+		s.Define([]string{id(i)}, lookup)
+		r := &nbsv1.Report{TimeUnixNano: 1, IntervalMs: 1000, Samples: []*nbsv1.Sample{{MetricId: id(i)}}}
+		s.Append(r)
+		sent = append(sent, r.GetSequence())
+		if i >= held { // the collector acks all but the newest few
+			s.Ack(sent[i-held])
+		}
+	}
+	s.mu.Lock()
+	n := len(s.defs)
+	s.mu.Unlock()
+	if n >= 2*minDefinitions {
+		t.Fatalf("%d definitions held for %d metrics, %d of them in use", n, metrics, held)
+	}
+	check := func(s *Spool, when string) {
+		for i := metrics - held; i < metrics; i++ {
+			for _, id := range []string{id(i), "ping"} {
+				if _, ok := s.Definition(id); !ok {
+					t.Errorf("%s: definition %s lost although a held report uses it", when, id)
+				}
+			}
+		}
+	}
+	check(s, "after pruning")
+	_ = s.Close()
+	s2 := open(t, Options{Dir: dir, Node: "n1"})
+	check(s2, "after a restart")
+	s2.mu.Lock()
+	n = len(s2.defs)
+	s2.mu.Unlock()
+	if n != held+1 {
+		t.Errorf("after a restart: %d definitions, want the %d the held reports use", n, held+1)
+	}
+}
