@@ -71,14 +71,18 @@ func readWhole(path string, magic [4]byte) ([]byte, error) {
 	return payload, nil
 }
 
-// readLimited reads a file of at most one frame's maximum size.
-func readLimited(path string) ([]byte, error) {
+// readLimited reads a file of at most one frame's maximum size (and one
+// byte more, for readWhole to see it is too long).
+func readLimited(path string) ([]byte, error) { return readUpTo(path, frameHeader+maxPayload+1) }
+
+// readUpTo reads at most n bytes of a file.
+func readUpTo(path string, n int64) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, frameHeader+maxPayload+1))
+	b, err := io.ReadAll(io.LimitReader(f, n))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", filepath.Base(path), err)
 	}

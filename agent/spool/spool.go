@@ -61,6 +61,9 @@ const (
 	DefaultMaxBytes = 256 << 20
 	// seqReserve sequences are recorded in the state file at a time.
 	seqReserve = 1024
+	// maxDefinitionsBytes bounds what is read of the definitions file: far
+	// more than the collector's 20,000 metrics per node take.
+	maxDefinitionsBytes = 256 << 20
 	// minDefinitions is how many definitions are kept before unused ones
 	// are pruned (they are pruned again each time their number doubles).
 	minDefinitions = 1024
@@ -270,8 +273,7 @@ func (s *Spool) load() error {
 // loadDefinitions reads the definitions file up to its first damaged frame
 // and rewrites it with only the definitions the spooled reports use.
 func (s *Spool) loadDefinitions(used map[string]uint64) error {
-	path := filepath.Join(s.opts.Dir, definitionsName)
-	b, err := os.ReadFile(path)
+	b, err := readUpTo(filepath.Join(s.opts.Dir, definitionsName), maxDefinitionsBytes)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("spool: definitions unreadable; replayed reports carry only what this agent still defines", "err", err)
 	}

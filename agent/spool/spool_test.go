@@ -517,7 +517,9 @@ func TestMemorySpool(t *testing.T) {
 func TestUnusedDefinitionsArePruned(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, Options{Dir: dir, Node: "n1"})
-	lookup := func(id string) (*nbsv1.MetricDefinition, bool) { return &nbsv1.MetricDefinition{Id: id, Title: id}, true }
+	lookup := func(id string) (*nbsv1.MetricDefinition, bool) {
+		return &nbsv1.MetricDefinition{Id: id, Title: id}, true
+	}
 	const held, metrics = 5, 3 * minDefinitions
 	id := func(i int) string { return fmt.Sprintf("ping/t%d", i) }
 	var sent []uint64
