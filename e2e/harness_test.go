@@ -112,9 +112,11 @@ func startAgent(t testing.TB, name, netns, collectorAddr string, set ...func(*ag
 	cfg := agentapp.DefaultConfig()
 	cfg.NodeName, cfg.Netns, cfg.CollectorAddress = name, netns, collectorAddr
 	cfg.Interval, cfg.SnapshotEvery, cfg.EvidencePerSecond = time.Second, time.Hour, 1000
-	// Each agent keeps its node credential to itself, never in the
-	// machine's /var/lib/nbs.
-	cfg.CredentialFile = filepath.Join(t.TempDir(), "node-credential")
+	// Each agent keeps its node credential and its report spool to itself,
+	// never in the machine's /var/lib/nbs.
+	dir := t.TempDir()
+	cfg.CredentialFile = filepath.Join(dir, "node-credential")
+	cfg.SpoolDir = filepath.Join(dir, "spool")
 	for _, f := range set {
 		f(&cfg)
 	}

@@ -5,8 +5,6 @@ package app
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,6 +29,7 @@ import (
 	"github.com/nbs-project/nbs/agent/source/latencytx"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
 	"github.com/nbs-project/nbs/agent/source/tcpreset"
+	"github.com/nbs-project/nbs/agent/spool"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/agent/uplink"
 	"github.com/nbs-project/nbs/internal/loglinear"
@@ -62,17 +61,13 @@ type Agent struct {
 }
 
 func New(cfg Config, log *slog.Logger) *Agent {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	inst := binary.LittleEndian.Uint64(b[:]) | 1 // never zero
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
 	version := "devel"
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		version = bi.Main.Version
 	}
-	return &Agent{cfg: cfg, log: log, tree: tree.New(), outbox: uplink.NewOutbox(cfg.BufferReports),
-		instance: inst, kernel: unix.ByteSliceToString(uts.Release[:]), version: version}
+	return &Agent{cfg: cfg, log: log, tree: tree.New(), kernel: unix.ByteSliceToString(uts.Release[:]), version: version}
 }
 
 // Run measures and streams until ctx ends.
@@ -92,8 +87,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		a.log.Warn("ping: cannot detect this node's address; not announcing one (set --ping.address)", "err", err)
 	}
+	spooled, spoolCap := a.openSpool()
+	defer func() {
+		if err := spooled.Close(); err != nil {
+			a.log.Warn("close spool", "err", err)
+		}
+	}()
 	a.mu.Lock()
 	a.pingAddress = pingAddress
+	a.outbox = uplink.NewOutbox(spooled, a.Definition, a.log.With("part", "outbox"))
+	a.instance = spooled.Instance()
+	a.caps = append(a.caps, spoolCap)
 	a.mu.Unlock()
 	env := a.env(ns)
 	a.proc = env.Proc
@@ -141,7 +145,6 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	ticker := time.NewTicker(a.cfg.Interval)
 	defer ticker.Stop()
-	var seq uint64
 	lastSnapshot := time.Now()
 	for {
 		select {
@@ -156,8 +159,8 @@ func (a *Agent) Run(ctx context.Context) error {
 				lastSnapshot = now
 			}
 			full := snapshotDue || now.UnixNano() < a.expandUntil.Load()
-			seq++
-			rep, res := a.report(seq, now, elapsed, prev, cur, full)
+			// The outbox numbers reports (splitting one too large to send).
+			rep, res := a.report(now, elapsed, prev, cur, full)
 			a.outbox.Add(rep)
 			a.adapt(ctx, now, res)
 			a.reports.Add(1)
@@ -294,7 +297,7 @@ func (a *Agent) adapt(ctx context.Context, now time.Time, res tree.Result) {
 	}
 }
 
-func (a *Agent) report(seq uint64, now time.Time, elapsed time.Duration, prev, cur reading, full bool) (*nbsv1.Report, tree.Result) {
+func (a *Agent) report(now time.Time, elapsed time.Duration, prev, cur reading, full bool) (*nbsv1.Report, tree.Result) {
 	secs := elapsed.Seconds()
 	values := make(map[string]float64, len(cur.counters)+len(cur.gauges))
 	increases := make(map[string]float64, len(cur.counters))
@@ -316,7 +319,7 @@ func (a *Agent) report(seq uint64, now time.Time, elapsed time.Duration, prev, c
 	}
 	res := a.tree.Evaluate(values)
 	ids := a.tree.Select(res, increases, full)
-	r := &nbsv1.Report{Sequence: seq, TimeUnixNano: now.UnixNano(), IntervalMs: uint32(math.Round(float64(elapsed) / float64(time.Millisecond))),
+	r := &nbsv1.Report{TimeUnixNano: now.UnixNano(), IntervalMs: uint32(math.Round(float64(elapsed) / float64(time.Millisecond))),
 		Snapshot: full, Events: cur.events}
 	for _, id := range ids {
 		m, _ := a.tree.Metric(id)
@@ -394,8 +397,36 @@ func (a *Agent) ApplyConfig(c *nbsv1.Config) {
 	a.log.Info("config applied", "version", c.GetVersion(), "threshold_overrides", len(overrides))
 }
 
+// openSpool opens the report spool in --spool.dir, or one in memory when
+// that is empty or unusable: the agent then runs, and its capability says
+// that a restart would lose what is not yet delivered.
+func (a *Agent) openSpool() (*spool.Spool, *nbsv1.Capability) {
+	opts := spool.Options{Dir: a.cfg.SpoolDir, Node: a.cfg.NodeName, MaxBytes: a.cfg.SpoolMaxBytes,
+		MaxReports: a.cfg.BufferReports, Logger: a.log.With("part", "spool")}
+	c := &nbsv1.Capability{Name: "spool", Available: true}
+	if opts.Dir == "" {
+		c.Available, c.Reason = false, "--spool.dir is empty: un-acked reports are kept in memory and lost if the agent restarts"
+	} else if s, err := spool.Open(opts); err == nil {
+		return s, c
+	} else {
+		a.log.Error("spool unusable; keeping un-acked reports in memory only", "err", err)
+		c.Available, c.Reason = false, err.Error()+": un-acked reports are kept in memory and lost if the agent restarts"
+	}
+	opts.Dir = ""
+	s, _ := spool.Open(opts) // in memory: cannot fail
+	return s, c
+}
+
 // Pending is the number of reports not yet acked by the collector.
-func (a *Agent) Pending() int { return a.outbox.Len() }
+func (a *Agent) Pending() int {
+	a.mu.Lock()
+	ob := a.outbox
+	a.mu.Unlock()
+	if ob == nil {
+		return 0
+	}
+	return ob.Len()
+}
 
 // Reports is the number of reports produced so far.
 func (a *Agent) Reports() uint64 { return a.reports.Load() }

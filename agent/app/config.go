@@ -18,6 +18,7 @@ import (
 	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/nodecred"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
+	"github.com/nbs-project/nbs/agent/spool"
 	"github.com/nbs-project/nbs/internal/schema"
 	"github.com/nbs-project/nbs/internal/tlsfiles"
 )
@@ -61,6 +62,10 @@ type Config struct {
 	// that enrolls the node when it has no credential.
 	CredentialFile     string
 	BootstrapTokenFile string
+	// SpoolDir keeps un-acked reports across restarts ("": in memory only);
+	// SpoolMaxBytes bounds it (0: spool.DefaultMaxBytes).
+	SpoolDir      string
+	SpoolMaxBytes int64
 }
 
 // DefaultConfig is the production configuration.
@@ -80,6 +85,8 @@ func DefaultConfig() Config {
 		TriggeredHold:     2 * time.Minute,
 		TriggeredMax:      15 * time.Minute,
 		CredentialFile:    nodecred.DefaultFile,
+		SpoolDir:          "/var/lib/nbs/spool",
+		SpoolMaxBytes:     spool.DefaultMaxBytes,
 	}
 }
 
@@ -110,6 +117,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.OverheadBudget, "overhead.budget", c.OverheadBudget, "percent of one CPU the agent's BPF programs may use; triggered (per-packet) programs are detached beyond it")
 	fs.DurationVar(&c.TriggeredHold, "triggered.hold", c.TriggeredHold, "keep triggered programs (qdisc sojourn, per-flow detail) attached this long after their branch is healthy again")
 	fs.DurationVar(&c.TriggeredMax, "triggered.max", c.TriggeredMax, "longest stretch triggered programs stay attached; then they rest for --triggered.hold")
+	fs.StringVar(&c.SpoolDir, "spool.dir", c.SpoolDir, "directory keeping un-acked reports across agent restarts and reboots (\"\": memory only, lost on restart); one agent per directory")
+	fs.Int64Var(&c.SpoolMaxBytes, "spool.max-bytes", c.SpoolMaxBytes, "bytes of un-acked reports kept; beyond, the oldest children are dropped first, then the oldest reports")
 }
 
 // pingAddress is what the Hello announces: the flag's address, nothing for
@@ -180,6 +189,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BootstrapTokenFile != "" && c.CredentialFile == "" {
 		errs = append(errs, errors.New("--node.bootstrap-token-file needs --node.credential-file, to keep the credential enrollment issues"))
+	}
+	if c.SpoolMaxBytes != 0 && (c.SpoolMaxBytes < 4<<20 || c.SpoolMaxBytes > 64<<30) {
+		errs = append(errs, fmt.Errorf("--spool.max-bytes %d must be from 4 MiB (4194304) to 64 GiB", c.SpoolMaxBytes))
 	}
 	if c.CgroupPath != "" {
 		var fs unix.Statfs_t

@@ -84,6 +84,7 @@ func TestConfigValidate(t *testing.T) {
 		{"long node name", func(c *Config) { c.NodeName = strings.Repeat("n", 254) }, []string{"254 bytes"}},
 		{"NUL in a label", func(c *Config) { c.Labels = Labels{"note": "a\x00b"} }, []string{"--labels: label note value: contains a NUL byte"}},
 		{"long label", func(c *Config) { c.Labels = Labels{"note": strings.Repeat("x", 4097)} }, []string{"--labels: label note value: 4097 bytes, at most 4096"}},
+		{"spool bound", func(c *Config) { c.SpoolMaxBytes = 1 << 20 }, []string{"--spool.max-bytes 1048576 must be from 4 MiB"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

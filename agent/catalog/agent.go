@@ -27,12 +27,18 @@ func AgentTree() []Metric {
 				"program's runs per second, nanoseconds per run and share of a CPU."},
 		{ID: AgentOutbox, Title: "Reports awaiting acknowledgement", Unit: "reports", Kind: Gauge,
 			Description: "Reports the agent has made that the collector has not yet acknowledged (stored). A few is " +
-				"normal; a growing number means the collector is unreachable or slow, and the oldest reports are " +
-				"dropped once --buffer.reports are waiting (see dropped)."},
-		{ID: AgentOutboxDropped, Title: "Reports dropped", Unit: "reports/s", Kind: Rate,
-			Description: "Reports thrown away because --buffer.reports un-acknowledged ones were already waiting: " +
-				"measurements lost for good. The collector was unreachable for longer than the buffer covers; " +
-				"check the agent's connectivity and the collector's health, or raise --buffer.reports.",
+				"normal; a growing number means the collector is unreachable or slow. They wait in the spool " +
+				"(--spool.dir, on disk, so an agent restart or a reboot loses none of them) and are sent in order " +
+				"once the collector is back. Beyond --spool.max-bytes or --buffer.reports the oldest measurements " +
+				"are dropped (see dropped)."},
+		{ID: AgentOutboxDropped, Title: "Samples dropped", Unit: "samples/s", Kind: Rate,
+			Description: "Samples, histograms and events (one each) the agent gave up: measurements lost for good. " +
+				"When the spool of un-acknowledged reports reaches --spool.max-bytes, the children (per-reason, " +
+				"per-target detail) of the oldest reports go first, then the oldest reports (roots and all); " +
+				"beyond --buffer.reports the oldest reports go. The collector was unreachable for longer than the " +
+				"spool covers: check the agent's connectivity and the collector's health, or raise the bounds. " +
+				"Also counted: reports the collector rejected and measurements too large to send at all, both " +
+				"logged by the agent with the reason.",
 			Threshold: &Threshold{Warn: 0.001, Crit: 1, Hold: 1}},
 		{ID: AgentTriggered, Title: "Triggered sources attached", Unit: "sources", Kind: Gauge,
 			Description: "Triggered sources (per-packet BPF programs) attached now. Each is attached while its " +

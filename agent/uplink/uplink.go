@@ -167,8 +167,17 @@ send:
 	for {
 		reports, changed := u.outbox.After(cursor)
 		for _, r := range reports {
-			msg := u.withNewMetrics(r, announced)
-			if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: msg}}); err != nil {
+			req := &nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: u.withNewMetrics(r, announced)}}
+			if n := proto.Size(req); n > MaxMessageBytes {
+				// The outbox splits reports well below this; sending it would
+				// end the stream on every attempt. The stream ends here
+				// instead, as the definitions it carried count as announced.
+				u.log.Error("dropping a report larger than the collector accepts", "seq", r.GetSequence(), "bytes", n, "max", MaxMessageBytes)
+				u.outbox.Discard(r.GetSequence())
+				sendErr = fmt.Errorf("report %d: %d bytes, over %d", r.GetSequence(), n, MaxMessageBytes)
+				break send
+			}
+			if err := stream.Send(req); err != nil {
 				sendErr = err
 				break send
 			}
@@ -199,7 +208,7 @@ func (u *Uplink) withNewMetrics(r *nbsv1.Report, announced map[string]bool) *nbs
 		if announced[id] {
 			return
 		}
-		if d, ok := u.agent.Definition(id); ok {
+		if d, ok := u.definition(id); ok {
 			defs = append(defs, d)
 			announced[id] = true
 		}
@@ -233,12 +242,22 @@ func (u *Uplink) missingAncestors(id string, announced map[string]bool) []*nbsv1
 		if announced[p] {
 			break
 		}
-		if d, ok := u.agent.Definition(p); ok {
+		if d, ok := u.definition(p); ok {
 			chain = append([]*nbsv1.MetricDefinition{d}, chain...)
 			announced[p] = true
 		}
 	}
 	return chain
+}
+
+// definition prefers the agent's current definition and falls back to the
+// one recorded with a spooled report, for metrics a restarted agent does not
+// know (yet, or any more).
+func (u *Uplink) definition(id string) (*nbsv1.MetricDefinition, bool) {
+	if d, ok := u.agent.Definition(id); ok {
+		return d, true
+	}
+	return u.outbox.Definition(id)
 }
 
 func parent(id string) string {
@@ -268,7 +287,7 @@ func (u *Uplink) receive(stream nbsv1.AgentService_ConnectClient) (int, error) {
 			// The collector can never store it: keeping it would block nothing
 			// but would be resent forever.
 			u.log.Error("collector rejected a report", "seq", msg.Reject.GetSequence(), "reason", msg.Reject.GetReason())
-			u.outbox.Ack(msg.Reject.GetSequence())
+			u.outbox.Discard(msg.Reject.GetSequence())
 		case *nbsv1.ConnectResponse_Config:
 			u.agent.ApplyConfig(msg.Config)
 		case *nbsv1.ConnectResponse_Enrolled:

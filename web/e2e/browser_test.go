@@ -281,6 +281,9 @@ func startAgent(t *testing.T, name, netns, collectorAddr string, labels agentapp
 	cfg := agentapp.DefaultConfig()
 	cfg.NodeName, cfg.Netns, cfg.CollectorAddress, cfg.Labels = name, netns, collectorAddr, labels
 	cfg.Interval, cfg.SnapshotEvery, cfg.EvidencePerSecond = time.Second, time.Hour, 1000
+	// Not the machine's /var/lib/nbs: each test agent has its own.
+	dir := t.TempDir()
+	cfg.CredentialFile, cfg.SpoolDir = filepath.Join(dir, "node-credential"), filepath.Join(dir, "spool")
 	ctx, cancel := context.WithCancel(context.Background())
 	a := agentapp.New(cfg, logger(t, "agent:"+cfg.NodeName))
 	done := make(chan error, 1)

@@ -212,7 +212,10 @@ func runAll(ctx context.Context, cfg *config, out *console, log *slog.Logger, ge
 		"--grpc.listen-address", cfg.grpcAddr,
 		"--http.listen-address", cfg.httpAddr,
 	}, cfg.collectorArgs...)
-	agentArgs := []string{"--collector.address", dialAddr(cfg.grpcAddr)}
+	agentArgs := []string{"--collector.address", dialAddr(cfg.grpcAddr),
+		// Not the system's /var/lib/nbs/spool: reports of a demo must not be
+		// replayed by a real agent installed on this host later.
+		"--spool.dir", filepath.Join(cfg.runDir, "spool")}
 	if cfg.interval != 0 {
 		agentArgs = append(agentArgs, "--interval", cfg.interval.String())
 	}

@@ -213,8 +213,9 @@ func TestRun(t *testing.T) {
 				t.Setenv("NBS_STANDIN_MODE_"+strings.ToUpper(role), tt.modes[role])
 			}
 			grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+			root := t.TempDir()
 			args := append([]string{
-				"--root", t.TempDir(), "--bin", binDir,
+				"--root", root, "--bin", binDir,
 				"--collector.grpc-address", grpcAddr, "--collector.http-address", httpAddr,
 				"--agent.interval", "3s",
 			}, tt.extraArgs...)
@@ -266,7 +267,8 @@ func TestRun(t *testing.T) {
 				t.Errorf("collector args = %q, want %q", coll, wantColl)
 			}
 			agent := readArgs(t, recordDir, "agent")
-			wantAgent := []string{"--collector.address", grpcAddr, "--interval", "3s", "--labels", "customer=acme corp"}
+			wantAgent := []string{"--collector.address", grpcAddr, "--interval", "3s", "--spool.dir", filepath.Join(root, ".run", "spool"),
+				"--labels", "customer=acme corp"}
 			if !slices.Equal(agent, wantAgent) {
 				t.Errorf("agent args = %q, want %q", agent, wantAgent)
 			}
