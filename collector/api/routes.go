@@ -191,12 +191,14 @@ func routePath(req *http.Request) string {
 	return req.URL.Path
 }
 
-// allowed lists the methods the table has for path, in table order. chi
-// knows them too, but tells only its own 405 handler.
-func allowed(mux chi.Routes, routes []Route, path string, p access.Principal) []string {
+// allowed lists the methods the table has for path that p may know of, in
+// table order. chi knows the methods too, but tells only its own 405
+// handler, and not by caller; each route is asked whether it is the one
+// that matches, since another method's route may match the same path.
+func allowed(mux *chi.Mux, routes []Route, path string, p access.Principal) []string {
 	var out []string
 	for _, rt := range routes {
-		if shown(p, rt) && !slices.Contains(out, rt.Method) && mux.Match(chi.NewRouteContext(), rt.Method, path) {
+		if shown(p, rt) && !slices.Contains(out, rt.Method) && mux.Find(chi.NewRouteContext(), rt.Method, path) == rt.Pattern {
 			out = append(out, rt.Method)
 		}
 	}
