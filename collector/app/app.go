@@ -226,7 +226,8 @@ func (c *Collector) Run(ctx context.Context) error {
 	handler := httpHandler(st, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts}, acc, web.Handler(),
 		c.log.With("part", "api"), c.metrics)
 	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ConnContext: access.ConnContext,
-		BaseContext: func(net.Listener) context.Context { return runCtx }}
+		BaseContext: func(net.Listener) context.Context { return runCtx },
+		ErrorLog:    slog.NewLogLogger(c.log.With("part", "http").Handler(), slog.LevelWarn)}
 	serveHTTP := func() error { return httpSrv.Serve(httpLis) }
 	if accCfg.TLSCertFile != "" {
 		if httpSrv.TLSConfig, err = tlsfiles.Server(accCfg.TLSCertFile, accCfg.TLSKeyFile, ""); err != nil {
