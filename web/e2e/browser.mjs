@@ -14,7 +14,9 @@
 // NBS_SKIP_THRESHOLD_EDIT=1 to leave thresholds alone (e.g. on a shared collector),
 // NBS_ALERT_RULE (a rule expected to fire on NBS_NODE, e.g. NBSRootCritical),
 // NBS_ALERT_ROOT (its root), NBS_ALERT_RECEIVER (a receiver expected in its
-// delivery log, e.g. webhook), NBS_SKIP_RULE_EDIT=1 to leave alert rules alone.
+// delivery log, e.g. webhook), NBS_SKIP_RULE_EDIT=1 to leave alert rules alone,
+// NBS_TOKEN (an operator's API token to sign in with; without it the
+// collector must run with --auth.mode=none).
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -49,6 +51,17 @@ const ctx = await chromium.launchPersistentContext(userDataDir, {
 });
 const page = ctx.pages()[0] ?? (await ctx.newPage());
 page.setDefaultTimeout(20_000);
+if (env.NBS_TOKEN) {
+  // Sign in as the login page does: POST /api/v1/login turns the token into
+  // the session cookie, which this browser context keeps.
+  const r = await ctx.request.post(base + '/api/v1/login', { data: { token: env.NBS_TOKEN } });
+  if (!r.ok()) {
+    console.error(`login: HTTP ${r.status()} ${await r.text()}`);
+    await ctx.close();
+    rmSync(userDataDir, { recursive: true, force: true });
+    process.exit(1);
+  }
+}
 
 // Chromium logs every HTTP error answer as a console error. Expected ones:
 // an absent optional API (alerts, before it exists) answers 404, which is
