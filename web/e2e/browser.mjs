@@ -15,7 +15,7 @@
 // NBS_ALERT_RULE (a rule expected to fire on NBS_NODE, e.g. NBSRootCritical),
 // NBS_ALERT_ROOT (its root), NBS_ALERT_RECEIVER (a receiver expected in its
 // delivery log, e.g. webhook), NBS_SKIP_RULE_EDIT=1 to leave alert rules alone,
-// NBS_TOKEN (an operator's API token to sign in with; without it the
+// NBS_TOKEN (an admin's API token to sign in with; without it the
 // collector must run with --auth.mode=none).
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -93,8 +93,8 @@ func TestBrowser(t *testing.T) {
 		Labels: agentapp.Labels{"customer": "globex", "rack": "r2"}})
 	nbs := site{base: "http://" + httpAddr, token: adminToken}
 	base := nbs.base
-	// The browser signs in as an operator (it edits thresholds and rules);
-	// admin and customer tokens are there for steps that need them.
+	// A token of each role browser.mjs signs in with, made by the admin
+	// through the API; the customer's selector matches lab-b only.
 	operatorToken := nbs.createToken(t, `{"name":"browser-operator","role":"operator"}`)
 	customerToken := nbs.createToken(t, `{"name":"browser-acme","role":"customer","selector":{"customer":"acme"}}`)
 
@@ -132,9 +132,11 @@ func TestBrowser(t *testing.T) {
 	cmd.Dir = webDir
 	cmd.Env = append(os.Environ(),
 		"NBS_URL="+base,
-		"NBS_TOKEN="+operatorToken,
-		"NBS_ADMIN_TOKEN="+adminToken,
-		"NBS_CUSTOMER_TOKEN="+customerToken, // customer=acme: sees lab-b, not lab-a
+		"NBS_TOKEN="+adminToken,
+		"NBS_OPERATOR_TOKEN="+operatorToken,
+		"NBS_CUSTOMER_TOKEN="+customerToken,
+		"NBS_CUSTOMER_NODES=lab-b",        // customer=acme
+		"NBS_CUSTOMER_HIDDEN_NODES=lab-a", // customer=globex
 		"NBS_NODE=lab-b",
 		"NBS_OTHER_NODE=lab-a",
 		"NBS_METRIC=tcp_reset/sent/no_socket",
