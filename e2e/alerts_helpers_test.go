@@ -345,13 +345,8 @@ type apiAlerts struct {
 func getAlerts(tb testing.TB, c *collector) apiAlerts {
 	tb.Helper()
 	var out apiAlerts
-	resp, err := http.Get("http://" + c.httpAddr + "/api/v1/alerts")
-	if err != nil {
-		tb.Fatalf("GET alerts: %v", err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		tb.Fatalf("decode alerts: %v", err)
+	if code := c.getJSON(tb, "/api/v1/alerts", &out); code != http.StatusOK {
+		tb.Fatalf("GET alerts: HTTP %d", code)
 	}
 	return out
 }

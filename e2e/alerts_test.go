@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -130,7 +129,7 @@ func TestAlertResetStormThroughAlertmanager(t *testing.T) {
 					Target, Event, Status string
 				} `json:"deliveries"`
 			}
-			getJSON(t, fmt.Sprintf("http://%s/api/v1/alerts/%d", col.httpAddr, al.ID), &detail)
+			col.getJSON(t, fmt.Sprintf("/api/v1/alerts/%d", al.ID), &detail)
 			var log []string
 			for _, d := range detail.Deliveries {
 				log = append(log, d.Target+"/"+d.Event+"/"+d.Status)
@@ -212,15 +211,9 @@ func TestAlertsTwoCollectorsFireOnce(t *testing.T) {
 // Invalid rules are refused with the reason; a valid one is stored.
 func TestAlertRulesAPIValidates(t *testing.T) {
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
-	base := "http://" + col.httpAddr + "/api/v1/alert-rules"
 	post := func(body string) (int, string) {
-		resp, err := http.Post(base, "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		code, b := col.call(t, http.MethodPost, "/api/v1/alert-rules", body)
+		return code, string(b)
 	}
 	for _, c := range []struct{ body, want string }{
 		{`{"name":"Bad Name","state":"crit","for_intervals":2,"severity":"critical"}`, "name"},
@@ -263,14 +256,12 @@ func benchAlertLatency(b *testing.B, forIntervals int) {
 	alertname := "NBSRootCritical"
 	if forIntervals > 0 {
 		alertname = "ResetFast"
-		base := "http://" + col.httpAddr + "/api/v1/alert-rules"
-		req, _ := http.NewRequest(http.MethodPut, base+"/1", strings.NewReader(`{"name":"NBSRootCritical","state":"crit","for_intervals":2,"severity":"critical","enabled":false}`))
-		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
-			b.Fatalf("disable the default rule: %v %v", err, resp)
+		if code, body := col.call(b, http.MethodPut, "/api/v1/alert-rules/1", `{"name":"NBSRootCritical","state":"crit","for_intervals":2,"severity":"critical","enabled":false}`); code != http.StatusOK {
+			b.Fatalf("disable the default rule: HTTP %d %s", code, body)
 		}
 		body := fmt.Sprintf(`{"name":"ResetFast","metric":"tcp_reset","state":"crit","for_intervals":%d,"severity":"critical"}`, forIntervals)
-		if resp, err := http.Post(base, "application/json", strings.NewReader(body)); err != nil || resp.StatusCode != http.StatusCreated {
-			b.Fatalf("create the rule: %v %v", err, resp)
+		if code, out := col.call(b, http.MethodPost, "/api/v1/alert-rules", body); code != http.StatusCreated {
+			b.Fatalf("create the rule: HTTP %d %s", code, out)
 		}
 	}
 	labels := map[string]string{"alertname": alertname, "node": "lab-b", "root": "tcp_reset"}

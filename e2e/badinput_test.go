@@ -166,7 +166,7 @@ func TestProtocolViolationsEndTheStreamWithAReason(t *testing.T) {
 		})
 	}
 	// The collector is still fine.
-	if code := getJSON(t, "http://"+col.httpAddr+"/readyz", nil); code != 200 {
+	if code := col.getJSON(t, "/readyz", nil); code != 200 {
 		t.Errorf("readyz after bad input: HTTP %d", code)
 	}
 }

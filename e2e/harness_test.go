@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,8 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	agentapp "github.com/nbs-project/nbs/agent/app"
+	"github.com/nbs-project/nbs/collector/access"
 	collectorapp "github.com/nbs-project/nbs/collector/app"
+	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
@@ -56,7 +61,10 @@ func freeAddr(t testing.TB) string {
 // collector runs an in-process collector until stopped.
 type collector struct {
 	grpcAddr, httpAddr string
-	stop               func()
+	// token is an admin API token the harness made for the tests' calls,
+	// as an operator would: with nbs-collector token create.
+	token string
+	stop  func()
 }
 
 // startCollector runs the production configuration on its own database,
@@ -68,6 +76,7 @@ func startCollector(t testing.TB, dbURL, grpcAddr string, set ...func(*collector
 	for _, f := range set {
 		f(&cfg)
 	}
+	token := adminToken(t, cfg.DBURL)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := collectorapp.New(cfg, testLogger(t, "collector"))
 	done := make(chan error, 1)
@@ -94,7 +103,55 @@ func startCollector(t testing.TB, dbURL, grpcAddr string, set ...func(*collector
 		}
 	}
 	t.Cleanup(stop)
-	return &collector{grpcAddr: g, httpAddr: h, stop: stop}
+	return &collector{grpcAddr: g, httpAddr: h, token: token, stop: stop}
+}
+
+// adminToken makes an admin token in the database with `nbs-collector
+// token create` (which applies the schema first, as it does before any
+// collector ran). Every collector gets its own, so collectors sharing a
+// database never revoke each other's.
+func adminToken(t testing.TB, dbURL string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := access.TokenCommand{
+		Open: func(ctx context.Context, url string) (*pgxpool.Pool, func(), error) {
+			st, err := store.Open(ctx, url, testLogger(t, "token"))
+			if err != nil {
+				return nil, nil, err
+			}
+			return st.Pool(), st.Close, nil
+		},
+		Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }, Log: testLogger(t, "token"),
+	}
+	name := fmt.Sprintf("e2e-admin-%d", time.Now().UnixNano())
+	if code := cmd.Run(context.Background(), []string{"create", "--db.url", dbURL, "--name", name, "--role", "admin", "--expires", "1d"}); code != 0 {
+		t.Fatalf("nbs-collector token create: exit %d: %s", code, stderr.String())
+	}
+	return strings.TrimSpace(stdout.String())
+}
+
+// call sends a request to the collector's HTTP side with the harness's
+// admin token and returns the status and body.
+func (c *collector) call(t testing.TB, method, path, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+c.httpAddr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read the answer: %v", method, path, err)
+	}
+	return resp.StatusCode, b
 }
 
 type agent struct {
@@ -139,20 +196,17 @@ func startAgent(t testing.TB, name, netns, collectorAddr string, set ...func(*ag
 	return &agent{Agent: a, stop: stop}
 }
 
-func getJSON(t testing.TB, url string, out any) int {
+// getJSON GETs path (e.g. /api/v1/nodes) from the collector and decodes
+// a 200 answer into out.
+func (c *collector) getJSON(t testing.TB, path string, out any) int {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode == http.StatusOK {
+	code, body := c.call(t, http.MethodGet, path, "")
+	if out != nil && code == http.StatusOK {
 		if err := json.Unmarshal(body, out); err != nil {
-			t.Fatalf("GET %s: decode %q: %v", url, body, err)
+			t.Fatalf("GET %s: decode %q: %v", path, body, err)
 		}
 	}
-	return resp.StatusCode
+	return code
 }
 
 // eventually polls cond until it returns "" and says how long that took,
@@ -217,8 +271,8 @@ type seriesResp struct {
 func storedTotal(t testing.TB, c *collector, node, metric string) float64 {
 	t.Helper()
 	var s seriesResp
-	url := fmt.Sprintf("http://%s/api/v1/nodes/%s/series?metric=%s&from=%d", c.httpAddr, node, metric, time.Now().Add(-time.Hour).UnixMilli())
-	if code := getJSON(t, url, &s); code != http.StatusOK {
+	url := fmt.Sprintf("/api/v1/nodes/%s/series?metric=%s&from=%d", node, metric, time.Now().Add(-time.Hour).UnixMilli())
+	if code := c.getJSON(t, url, &s); code != http.StatusOK {
 		return -1
 	}
 	var sum float64

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -54,7 +53,7 @@ type nodeView struct {
 func getNode(t *testing.T, c *collector, node string) (nodeView, int) {
 	t.Helper()
 	var n nodeView
-	code := getJSON(t, "http://"+c.httpAddr+"/api/v1/nodes/"+node, &n)
+	code := c.getJSON(t, "/api/v1/nodes/"+node, &n)
 	return n, code
 }
 
@@ -133,8 +132,8 @@ func unharmed(t *testing.T, col *collector, lab *netlab.Lab, node string, sent i
 	}
 	eventually(t, withinTwoIntervals, exact)
 
-	base := "http://" + col.httpAddr + "/api/v1"
-	code, body := put(t, base+"/thresholds", `{"scope":{"kind":"selector","selector":{"customer":"acme"}},
+	base := "/api/v1"
+	code, body := put(t, col, base+"/thresholds", `{"scope":{"kind":"selector","selector":{"customer":"acme"}},
 		"metric":"tcp_reset/sent/no_socket","threshold":{"warn":1,"crit":2,"comparison":"above","hold_intervals":1}}`)
 	if code != http.StatusOK {
 		t.Fatalf("PUT override: HTTP %d %s", code, body)
@@ -151,7 +150,7 @@ func unharmed(t *testing.T, col *collector, lab *netlab.Lab, node string, sent i
 		sent += 4
 		end := time.Now().Add(withinTwoIntervals)
 		for !crit && time.Now().Before(end) {
-			getJSON(t, fmt.Sprintf("%s/nodes/%s/series?metric=tcp_reset/sent/no_socket&from=%d", base, node, since.Add(-interval).UnixMilli()), &s)
+			col.getJSON(t, fmt.Sprintf("%s/nodes/%s/series?metric=tcp_reset/sent/no_socket&from=%d", base, node, since.Add(-interval).UnixMilli()), &s)
 			for _, p := range s.Points {
 				crit = crit || p.State == "crit"
 			}
@@ -359,15 +358,10 @@ func TestIdentityAgentRestartTakesOverItsName(t *testing.T) {
 	unharmed(t, col, lab, "lab-b", 0, b0)
 }
 
-func post(t *testing.T, url string) (int, string) {
+func post(t *testing.T, col *collector, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", nil)
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, b := col.call(t, http.MethodPost, path, "")
+	return code, string(b)
 }
 
 type identities struct {
@@ -382,7 +376,7 @@ type identities struct {
 func identityState(t *testing.T, col *collector, node string) string {
 	t.Helper()
 	var ids identities
-	getJSON(t, "http://"+col.httpAddr+"/api/v1/node-identities", &ids)
+	col.getJSON(t, "/api/v1/node-identities", &ids)
 	for _, n := range ids.Nodes {
 		if n.Node == node {
 			return n.State
@@ -401,15 +395,15 @@ func TestIdentityRevocationAndReenrollment(t *testing.T) {
 	credFile := filepath.Join(t.TempDir(), "node-credential")
 	ag := startAgent(t, "lab-b", lab.B, col.grpcAddr, acmeEnrolling(credFile, tokenFile(t)))
 	waitNode(t, col, "lab-b")
-	base := "http://" + col.httpAddr + "/api/v1"
+	base := "/api/v1"
 	var ids identities
-	getJSON(t, base+"/node-identities", &ids)
+	col.getJSON(t, base+"/node-identities", &ids)
 	if ids.Mode != "enroll" || identityState(t, col, "lab-b") != "enrolled" {
 		t.Errorf("node identities: %+v; want mode enroll and lab-b enrolled", ids)
 	}
 	first, _ := os.ReadFile(credFile)
 
-	if code, body := post(t, base+"/nodes/lab-b/revoke"); code != http.StatusOK {
+	if code, body := post(t, col, base+"/nodes/lab-b/revoke"); code != http.StatusOK {
 		t.Fatalf("revoke: HTTP %d %s", code, body)
 	}
 	eventually(t, 5*time.Second, func() string {
@@ -434,7 +428,7 @@ func TestIdentityRevocationAndReenrollment(t *testing.T) {
 		t.Errorf("a revoked node's reports were stored: %v resets", got)
 	}
 
-	if code, body := post(t, base+"/nodes/lab-b/reenroll"); code != http.StatusOK {
+	if code, body := post(t, col, base+"/nodes/lab-b/reenroll"); code != http.StatusOK {
 		t.Fatalf("reenroll: HTTP %d %s", code, body)
 	}
 	// The agent retries a refusal after up to 30 s; then its old credential
@@ -459,14 +453,8 @@ func TestIdentityRevocationAndReenrollment(t *testing.T) {
 
 	// Delete, once the agent is gone: the node, its data and its credential.
 	ag.stop()
-	req, _ := http.NewRequest(http.MethodDelete, base+"/nodes/lab-b", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("DELETE node: HTTP %d", resp.StatusCode)
+	if code, body := col.call(t, http.MethodDelete, base+"/nodes/lab-b", ""); code != http.StatusNoContent {
+		t.Fatalf("DELETE node: HTTP %d %s", code, body)
 	}
 	if _, code := getNode(t, col, "lab-b"); code != http.StatusNotFound {
 		t.Errorf("deleted node: HTTP %d, want 404", code)
@@ -475,10 +463,10 @@ func TestIdentityRevocationAndReenrollment(t *testing.T) {
 		t.Errorf("deleted node's identity is %s, want it gone", s)
 	}
 	wantDenied(t, "the deleted node's credential", claim(t, col.grpcAddr, plain, "lab-b", credentialProof(strings.TrimSpace(string(second)))), "does not know")
-	if code, _ := post(t, base+"/nodes/no-such-node/reenroll"); code != http.StatusNotFound {
+	if code, _ := post(t, col, base+"/nodes/no-such-node/reenroll"); code != http.StatusNotFound {
 		t.Errorf("reenroll of an unknown node: HTTP %d, want 404", code)
 	}
-	if code, _ := post(t, base+"/nodes/bad%20name/revoke"); code != http.StatusBadRequest {
+	if code, _ := post(t, col, base+"/nodes/bad%20name/revoke"); code != http.StatusBadRequest {
 		t.Errorf("revoke of an invalid name: HTTP %d, want 400", code)
 	}
 }

@@ -16,7 +16,7 @@ import (
 func raised(t *testing.T, c *collector, node, metric string) (bool, []string) {
 	t.Helper()
 	var s seriesResp
-	getJSON(t, fmt.Sprintf("http://%s/api/v1/nodes/%s/series?metric=%s&from=%d", c.httpAddr, node, metric, time.Now().Add(-time.Hour).UnixMilli()), &s)
+	c.getJSON(t, fmt.Sprintf("/api/v1/nodes/%s/series?metric=%s&from=%d", node, metric, time.Now().Add(-time.Hour).UnixMilli()), &s)
 	var states []string
 	up := false
 	for _, p := range s.Points {
@@ -65,7 +65,7 @@ func TestLatencyRetransmitsEndToEnd(t *testing.T) {
 	}
 
 	var tr treeResp
-	if code := getJSON(t, "http://"+col.httpAddr+"/api/v1/nodes/lab-a/tree", &tr); code != http.StatusOK {
+	if code := col.getJSON(t, "/api/v1/nodes/lab-a/tree", &tr); code != http.StatusOK {
 		t.Fatalf("tree: HTTP %d", code)
 	}
 	for _, id := range []string{"latency", "latency/retransmits", "latency/rto"} {
@@ -133,7 +133,7 @@ func TestDropsByReasonEndToEnd(t *testing.T) {
 			Fields map[string]string `json:"fields"`
 		} `json:"events"`
 	}
-	getJSON(t, fmt.Sprintf("http://%s/api/v1/nodes/lab-b/events?metric=drops/netfilter_drop&limit=500", col.httpAddr), &ev)
+	col.getJSON(t, "/api/v1/nodes/lab-b/events?metric=drops/netfilter_drop&limit=500", &ev)
 	if len(ev.Events) == 0 {
 		t.Fatal("no evidence for drops/netfilter_drop")
 	}
@@ -175,7 +175,7 @@ func TestLatencyDropsFallbackWithoutBPF(t *testing.T) {
 			Reason    string `json:"reason"`
 		} `json:"capabilities"`
 	}
-	getJSON(t, "http://"+col.httpAddr+"/api/v1/nodes/lab-a", &node)
+	col.getJSON(t, "/api/v1/nodes/lab-a", &node)
 	seen := map[string]bool{}
 	for _, c := range node.Capabilities {
 		switch c.Name {

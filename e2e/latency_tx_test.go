@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -40,9 +39,9 @@ func txMerged(t *testing.T, col *collector, node, metric string, from, to time.T
 			Percentiles *txPercentiles `json:"percentiles"`
 		} `json:"points"`
 	}
-	url := fmt.Sprintf("http://%s/api/v1/nodes/%s/series?metric=%s&from=%d&to=%d&step=%s",
-		col.httpAddr, node, metric, from.UnixMilli(), to.UnixMilli(), (to.Sub(from) + time.Hour).Round(time.Second))
-	if code := getJSON(t, url, &s); code != http.StatusOK {
+	url := fmt.Sprintf("/api/v1/nodes/%s/series?metric=%s&from=%d&to=%d&step=%s",
+		node, metric, from.UnixMilli(), to.UnixMilli(), (to.Sub(from) + time.Hour).Round(time.Second))
+	if code := col.getJSON(t, url, &s); code != http.StatusOK {
 		return nil
 	}
 	for _, p := range s.Points {
@@ -57,8 +56,8 @@ func txMerged(t *testing.T, col *collector, node, metric string, from, to time.T
 func txGauge(t *testing.T, col *collector, node, metric string, from time.Time) []float64 {
 	t.Helper()
 	var s seriesResp
-	url := fmt.Sprintf("http://%s/api/v1/nodes/%s/series?metric=%s&from=%d", col.httpAddr, node, metric, from.UnixMilli())
-	if code := getJSON(t, url, &s); code != http.StatusOK {
+	url := fmt.Sprintf("/api/v1/nodes/%s/series?metric=%s&from=%d", node, metric, from.UnixMilli())
+	if code := col.getJSON(t, url, &s); code != http.StatusOK {
 		return nil
 	}
 	var out []float64
@@ -80,7 +79,7 @@ func txEvents(t *testing.T, col *collector, node, metric string) []txEvent {
 	var ev struct {
 		Events []txEvent `json:"events"`
 	}
-	getJSON(t, fmt.Sprintf("http://%s/api/v1/nodes/%s/events?metric=%s&limit=1000", col.httpAddr, node, metric), &ev)
+	col.getJSON(t, fmt.Sprintf("/api/v1/nodes/%s/events?metric=%s&limit=1000", node, metric), &ev)
 	slices.SortFunc(ev.Events, func(a, b txEvent) int { return a.Time.Compare(b.Time) })
 	return ev.Events
 }
@@ -88,7 +87,7 @@ func txEvents(t *testing.T, col *collector, node, metric string) []txEvent {
 func txTree(t *testing.T, col *collector, node string) treeResp {
 	t.Helper()
 	var tr treeResp
-	getJSON(t, fmt.Sprintf("http://%s/api/v1/nodes/%s/tree", col.httpAddr, node), &tr)
+	col.getJSON(t, "/api/v1/nodes/"+node+"/tree", &tr)
 	return tr
 }
 
@@ -97,13 +96,8 @@ func txTree(t *testing.T, col *collector, node string) treeResp {
 func txExpand(t *testing.T, col *collector, node string, secs int) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]int{"seconds": secs})
-	resp, err := http.Post(fmt.Sprintf("http://%s/api/v1/nodes/%s/expand", col.httpAddr, node), "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("expand %s: HTTP %d", node, resp.StatusCode)
+	if code, out := col.call(t, http.MethodPost, "/api/v1/nodes/"+node+"/expand", string(body)); code/100 != 2 {
+		t.Fatalf("expand %s: HTTP %d %s", node, code, out)
 	}
 }
 

@@ -18,21 +18,15 @@ import (
 // as the UI does when an operator opens the node.
 func pingExpand(t *testing.T, c *collector, node string, secs int) {
 	t.Helper()
-	resp, err := http.Post(fmt.Sprintf("http://%s/api/v1/nodes/%s/expand", c.httpAddr, node), "application/json",
-		strings.NewReader(fmt.Sprintf(`{"seconds": %d}`, secs)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("expand %s: HTTP %d", node, resp.StatusCode)
+	if code, body := c.call(t, http.MethodPost, "/api/v1/nodes/"+node+"/expand", fmt.Sprintf(`{"seconds": %d}`, secs)); code != http.StatusAccepted {
+		t.Fatalf("expand %s: HTTP %d %s", node, code, body)
 	}
 }
 
 func pingTree(t *testing.T, c *collector, node string) treeResp {
 	t.Helper()
 	var tr treeResp
-	if code := getJSON(t, "http://"+c.httpAddr+"/api/v1/nodes/"+node+"/tree", &tr); code != http.StatusOK {
+	if code := c.getJSON(t, "/api/v1/nodes/"+node+"/tree", &tr); code != http.StatusOK {
 		t.Fatalf("tree of %s: HTTP %d", node, code)
 	}
 	return tr

@@ -29,7 +29,7 @@ func waitNode(t testing.TB, c *collector, node string) {
 				LastReport *time.Time `json:"last_report"`
 			} `json:"nodes"`
 		}
-		getJSON(t, "http://"+c.httpAddr+"/api/v1/nodes", &nodes)
+		c.getJSON(t, "/api/v1/nodes", &nodes)
 		for _, n := range nodes.Nodes {
 			if n.Name == node && n.LastReport != nil {
 				return ""
@@ -94,7 +94,7 @@ func TestResetsByReasonEndToEnd(t *testing.T) {
 
 	// The tree names every reason seen, nested under sent/received.
 	var tr treeResp
-	if code := getJSON(t, "http://"+col.httpAddr+"/api/v1/nodes/lab-b/tree", &tr); code != http.StatusOK {
+	if code := col.getJSON(t, "/api/v1/nodes/lab-b/tree", &tr); code != http.StatusOK {
 		t.Fatalf("tree: HTTP %d", code)
 	}
 	for _, id := range []string{"tcp_reset", "tcp_reset/sent", "tcp_reset/sent/no_socket", "tcp_reset/sent/tcp_abort_on_close", "tcp_reset/received/close_wait"} {
@@ -118,7 +118,7 @@ func TestResetsByReasonEndToEnd(t *testing.T) {
 	// 20 resets in about a second are over the per-reason crit level
 	// (10/s), and the child's state must have reached the root.
 	var root seriesResp
-	getJSON(t, fmt.Sprintf("http://%s/api/v1/nodes/lab-b/series?metric=tcp_reset&from=%d", col.httpAddr, time.Now().Add(-time.Hour).UnixMilli()), &root)
+	col.getJSON(t, fmt.Sprintf("/api/v1/nodes/lab-b/series?metric=tcp_reset&from=%d", time.Now().Add(-time.Hour).UnixMilli()), &root)
 	raised := false
 	for _, p := range root.Points {
 		raised = raised || p.State == "crit" || p.State == "warn"
@@ -134,7 +134,7 @@ func TestResetsByReasonEndToEnd(t *testing.T) {
 			Fields map[string]string `json:"fields"`
 		} `json:"events"`
 	}
-	getJSON(t, fmt.Sprintf("http://%s/api/v1/nodes/lab-b/events?metric=tcp_reset/sent/no_socket&limit=100", col.httpAddr), &ev)
+	col.getJSON(t, "/api/v1/nodes/lab-b/events?metric=tcp_reset/sent/no_socket&limit=100", &ev)
 	if len(ev.Events) != n {
 		t.Errorf("no_socket evidence: %d events, want %d", len(ev.Events), n)
 	}
@@ -241,7 +241,7 @@ func TestFallbackWithoutBPF(t *testing.T) {
 			Reason    string `json:"reason"`
 		} `json:"capabilities"`
 	}
-	getJSON(t, "http://"+col.httpAddr+"/api/v1/nodes/lab-b", &node)
+	col.getJSON(t, "/api/v1/nodes/lab-b", &node)
 	found := false
 	for _, c := range node.Capabilities {
 		if c.Name == "bpf.tcp_reset" {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,17 +14,10 @@ import (
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
-func put(t *testing.T, url, body string) (int, string) {
+func put(t *testing.T, c *collector, path, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("PUT %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, b := c.call(t, http.MethodPut, path, body)
+	return code, string(b)
 }
 
 // An operator override reaches the agent without a restart and changes the
@@ -35,7 +27,7 @@ func TestThresholdOverrideReachesTheAgent(t *testing.T) {
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	startAgent(t, "lab-b", lab.B, col.grpcAddr, func(c *agentapp.Config) { c.Labels = agentapp.Labels{"customer": "acme"} })
 	waitNode(t, col, "lab-b")
-	base := "http://" + col.httpAddr + "/api/v1"
+	const base = "/api/v1"
 
 	bad := []struct{ body, want string }{
 		{`{"scope":{"kind":"global"},"metric":"tcp_reset","threshold":{"warn":5,"crit":1,"comparison":"above"}}`, "must not be above crit"},
@@ -45,18 +37,18 @@ func TestThresholdOverrideReachesTheAgent(t *testing.T) {
 		{`not json`, "request body"},
 	}
 	for _, b := range bad {
-		code, body := put(t, base+"/thresholds", b.body)
+		code, body := put(t, col, base+"/thresholds", b.body)
 		if code != http.StatusBadRequest || !strings.Contains(body, b.want) {
 			t.Errorf("PUT %s: HTTP %d %s; want 400 mentioning %q", b.body, code, body, b.want)
 		}
 	}
-	if code, _ := put(t, base+"/thresholds", `{"metric":"`+strings.Repeat("x", 2<<20)+`"}`); code != http.StatusRequestEntityTooLarge {
+	if code, _ := put(t, col, base+"/thresholds", `{"metric":"`+strings.Repeat("x", 2<<20)+`"}`); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("PUT of 2 MiB: HTTP %d, want 413", code)
 	}
 
 	// Default crit for a reason is 10/s: 4 resets in an interval stay below it.
 	// A selector override for this customer lowers crit to 2/s.
-	code, body := put(t, base+"/thresholds", `{"scope":{"kind":"selector","selector":{"customer":"acme"}},
+	code, body := put(t, col, base+"/thresholds", `{"scope":{"kind":"selector","selector":{"customer":"acme"}},
 		"metric":"tcp_reset/sent/no_socket","threshold":{"warn":1,"crit":2,"comparison":"above","hold_intervals":1}}`)
 	if code != http.StatusOK {
 		t.Fatalf("PUT override: HTTP %d %s", code, body)
@@ -72,7 +64,7 @@ func TestThresholdOverrideReachesTheAgent(t *testing.T) {
 	}
 	lab.ResetNoSocket(t, 1) // defines the metric on the node
 	eventually(t, withinTwoIntervals, func() string {
-		getJSON(t, base+"/nodes/lab-b/thresholds", &eff)
+		col.getJSON(t, base+"/nodes/lab-b/thresholds", &eff)
 		for _, e := range eff.Thresholds {
 			if e.Metric == "tcp_reset/sent/no_socket" && e.Source == "selector:customer=acme" && e.Threshold != nil && e.Threshold.Crit == 2 {
 				return ""
@@ -87,7 +79,7 @@ func TestThresholdOverrideReachesTheAgent(t *testing.T) {
 	lab.ResetNoSocket(t, 4)
 	var s seriesResp
 	eventually(t, withinTwoIntervals, func() string {
-		getJSON(t, fmt.Sprintf("%s/nodes/lab-b/series?metric=tcp_reset/sent/no_socket&from=%d", base, since.Add(-interval).UnixMilli()), &s)
+		col.getJSON(t, fmt.Sprintf("%s/nodes/lab-b/series?metric=tcp_reset/sent/no_socket&from=%d", base, since.Add(-interval).UnixMilli()), &s)
 		for _, p := range s.Points {
 			if p.State == "crit" {
 				return ""
@@ -96,7 +88,7 @@ func TestThresholdOverrideReachesTheAgent(t *testing.T) {
 		return fmt.Sprintf("no CRIT point after the override: %+v", s.Points)
 	})
 	var tr treeResp
-	getJSON(t, base+"/nodes/lab-b/tree", &tr)
+	col.getJSON(t, base+"/nodes/lab-b/tree", &tr)
 	raw, _ := json.Marshal(tr)
 	if !bytes.Contains(raw, []byte("no_socket")) {
 		t.Errorf("tree lacks the no_socket child: %s", raw)

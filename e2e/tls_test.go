@@ -155,7 +155,7 @@ func TestMutualTLSStream(t *testing.T) {
 			Name string `json:"name"`
 		} `json:"nodes"`
 	}
-	getJSON(t, "http://"+col.httpAddr+"/api/v1/nodes", &nodes)
+	col.getJSON(t, "/api/v1/nodes", &nodes)
 	for _, n := range nodes.Nodes {
 		if n.Name == "intruder" {
 			t.Error("a refused client registered a node")

@@ -42,6 +42,16 @@ func Handler() http.Handler {
 	})
 }
 
+// IndexHTML is the built UI's index.html (nil when the UI was not built),
+// so the Content-Security-Policy can allow exactly its inline scripts.
+func IndexHTML() []byte {
+	b, err := dist.ReadFile("dist/index.html")
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
 func notBuilt(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(http.StatusOK)

@@ -61,8 +61,11 @@ type Config struct {
 	TLSCertFile string
 	TLSKeyFile  string
 	// BootstrapAdmin asks the app to create a fresh admin token at start
-	// and print a login URL with it (make run).
+	// and print a login URL with it.
 	BootstrapAdmin bool
+	// BootstrapAdminFile asks the app to create a fresh admin token at
+	// start and write its secret to this file, mode 0600 (make run).
+	BootstrapAdminFile string
 	// ExternalURL is where people reach NBS; the app sets it from
 	// --web.external-url. It is a trusted origin for mutations, and an
 	// https URL makes cookies Secure behind a TLS-terminating proxy.
@@ -89,14 +92,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TokenMaxTTL, "auth.token-max-ttl", DefaultTokenMaxTTL, "longest expiry a token may be given")
 	fs.IntVar(&c.MaxTokens, "auth.max-tokens", DefaultMaxTokens, "most live (unexpired, unrevoked) tokens")
 	fs.BoolVar(&c.BootstrapAdmin, "auth.bootstrap-admin", false, "at start, replace the admin token named \""+BootstrapTokenName+"\" with a fresh one and log a login URL carrying it (for make run)")
+	fs.StringVar(&c.BootstrapAdminFile, "auth.bootstrap-admin-file", "", "at start, replace the admin token named \""+BootstrapTokenName+"\" with a fresh one and write its secret to this file (mode 0600), for scripts on this host (make run)")
 	fs.Var(&c.AllowedHosts, "web.allowed-hosts", "Host names (optionally host:port) the UI and API answer to, against DNS rebinding, e.g. nbs.example.com (repeat or separate with commas; default: any)")
 	fs.BoolVar(&c.MetricsAuth, "metrics.auth", false, "require a viewer token for /metrics")
 	fs.StringVar(&c.TLSCertFile, "http.tls-cert-file", "", "PEM certificate for the web UI and API (HTTPS); without it HTTP is plaintext")
 	fs.StringVar(&c.TLSKeyFile, "http.tls-key-file", "", "PEM private key of --http.tls-cert-file")
 }
 
-// withDefaults fills what a Config built in code (tests, the token command)
-// leaves zero.
+// WithDefaults fills what a Config built in code (tests, the token
+// command, a collector started in-process) leaves zero.
+func (c Config) WithDefaults() Config { return c.withDefaults() }
+
 func (c Config) withDefaults() Config {
 	if c.Mode == "" {
 		c.Mode = ModeToken

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/internal/schema"
@@ -229,6 +230,7 @@ func (s *Service) ListAlerts(w http.ResponseWriter, r *http.Request) {
 		}
 		where += ` AND rule_name = ` + arg(n)
 	}
+	where += scopeAlerts(r, &args)
 	limit := 100
 	if l := q.Get("limit"); l != "" {
 		var err error
@@ -261,7 +263,8 @@ func (s *Service) GetAlert(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	insts, err := s.repo.instances(r.Context(), `WHERE id = $1`, id)
+	args := []any{id}
+	insts, err := s.repo.instances(r.Context(), `WHERE id = $1`+scopeAlerts(r, &args), args...)
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
@@ -271,12 +274,29 @@ func (s *Service) GetAlert(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := AlertDetail{AlertView: s.view(&insts[0].Instance)}
-	if v.Deliveries, err = s.repo.deliveries(r.Context(), id); err != nil {
-		api.WriteError(w, r, err, s.log)
-		return
+	// Where and how staff are paged (receiver URLs) is not a customer's.
+	if access.FromContext(r.Context()).SeesAll() {
+		if v.Deliveries, err = s.repo.deliveries(r.Context(), id); err != nil {
+			api.WriteError(w, r, err, s.log)
+			return
+		}
 	}
 	if v.Deliveries == nil {
 		v.Deliveries = []Delivery{}
 	}
 	api.WriteJSON(w, http.StatusOK, v)
+}
+
+// scopeAlerts narrows a read of alert_instances to what the caller sees
+// ("" for staff): a customer sees the alerts of its own nodes and no group
+// alert, which counts nodes across tenants. The clause's arguments are
+// appended to args.
+func scopeAlerts(r *http.Request, args *[]any) string {
+	p := access.FromContext(r.Context())
+	if p.SeesAll() {
+		return ""
+	}
+	clause, extra := p.LabelClause("labels", len(*args)+1)
+	*args = append(*args, extra...)
+	return ` AND kind = '` + KindNode + `' AND node_id IN (SELECT id FROM nodes WHERE ` + clause + `)`
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/leader"
 )
@@ -103,16 +104,26 @@ func conflict(err error, name string) error {
 	return err
 }
 
+// createRule, updateRule and deleteRule write the change and its audit
+// entry (with the rule before and after) in one transaction.
 func (p repo) createRule(ctx context.Context, r Rule) (Rule, error) {
 	args, err := ruleArgs(r)
 	if err != nil {
 		return r, err
 	}
-	out, err := scanRule(p.pool.QueryRow(ctx, `
-		INSERT INTO alert_rules (name, kind, metric, state, for_intervals, for_seconds, severity, selector, min_nodes,
-			min_percent, group_by, labels, runbook_url, enabled)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-		RETURNING `+ruleColumns, args...))
+	var out Rule
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanRule(tx.QueryRow(ctx, `
+			INSERT INTO alert_rules (name, kind, metric, state, for_intervals, for_seconds, severity, selector, min_nodes,
+				min_percent, group_by, labels, runbook_url, enabled)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+			RETURNING `+ruleColumns, args...))
+		if err != nil {
+			return err
+		}
+		return access.Audit(ctx, tx, access.Entry{Action: "create", ObjectKind: "alert_rule", ObjectID: strconv.FormatInt(out.ID, 10), New: out})
+	})
 	if err != nil {
 		return r, fmt.Errorf("create alert rule: %w", conflict(err, r.Name))
 	}
@@ -124,11 +135,22 @@ func (p repo) updateRule(ctx context.Context, id int64, r Rule) (Rule, error) {
 	if err != nil {
 		return r, err
 	}
-	out, err := scanRule(p.pool.QueryRow(ctx, `
-		UPDATE alert_rules SET name = $1, kind = $2, metric = $3, state = $4, for_intervals = $5, for_seconds = $6,
-			severity = $7, selector = $8, min_nodes = $9, min_percent = $10, group_by = $11, labels = $12,
-			runbook_url = $13, enabled = $14, updated_at = now()
-		WHERE id = $15 RETURNING `+ruleColumns, append(args, id)...))
+	var out Rule
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		old, err := scanRule(tx.QueryRow(ctx, `SELECT `+ruleColumns+` FROM alert_rules WHERE id = $1 FOR UPDATE`, id))
+		if err != nil {
+			return err
+		}
+		out, err = scanRule(tx.QueryRow(ctx, `
+			UPDATE alert_rules SET name = $1, kind = $2, metric = $3, state = $4, for_intervals = $5, for_seconds = $6,
+				severity = $7, selector = $8, min_nodes = $9, min_percent = $10, group_by = $11, labels = $12,
+				runbook_url = $13, enabled = $14, updated_at = now()
+			WHERE id = $15 RETURNING `+ruleColumns, append(args, id)...))
+		if err != nil {
+			return err
+		}
+		return access.Audit(ctx, tx, access.Entry{Action: "update", ObjectKind: "alert_rule", ObjectID: strconv.FormatInt(id, 10), Old: old, New: out})
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, errkind.Errorf(errkind.NotFound, "alert rule %d: not found", id)
 	}
@@ -138,12 +160,22 @@ func (p repo) updateRule(ctx context.Context, id int64, r Rule) (Rule, error) {
 	return out, nil
 }
 
-func (p repo) deleteRule(ctx context.Context, id int64) (bool, error) {
-	tag, err := p.pool.Exec(ctx, `DELETE FROM alert_rules WHERE id = $1`, id)
+func (p repo) deleteRule(ctx context.Context, id int64) (found bool, err error) {
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		old, err := scanRule(tx.QueryRow(ctx, `DELETE FROM alert_rules WHERE id = $1 RETURNING `+ruleColumns, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		return access.Audit(ctx, tx, access.Entry{Action: "delete", ObjectKind: "alert_rule", ObjectID: strconv.FormatInt(id, 10), Old: old})
+	})
 	if err != nil {
 		return false, fmt.Errorf("delete alert rule %d: %w", id, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return found, nil
 }
 
 const instanceColumns = `id, fingerprint, rule_id, rule_name, kind, severity, coalesce(node_id, 0), node, metric, child,

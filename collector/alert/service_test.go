@@ -11,13 +11,16 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/alert/notify/alertmanager"
 	"github.com/nbs-project/nbs/collector/alert/notify/webhook"
 	"github.com/nbs-project/nbs/collector/api"
@@ -377,7 +380,11 @@ func TestAlertRulesAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := chi.NewRouter()
-	r.Mount(api.Prefix, api.V1(api.Routes(api.Parts{Alerts: svc})))
+	acc, err := access.New(nil, access.Config{Mode: access.ModeNone}, nil) // everyone is admin
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Mount(api.Prefix, api.V1(api.Routes(api.Parts{Alerts: svc}), acc))
 	srv := httptest.NewServer(r)
 	defer srv.Close()
 	doc, err := apitest.Load()
@@ -460,6 +467,26 @@ func TestAlertRulesAPI(t *testing.T) {
 	}
 	if code, body := do("GET", "/alert-rules/1", ""); code != 200 || !strings.Contains(body, `"name": "NBSRootCritical"`) {
 		t.Errorf("GET rule 1: %d %s", code, body)
+	}
+
+	// Each change is in the audit log with the rule before and after; the
+	// refused ones (bad, duplicate, unknown) are not.
+	rows, err := f.st.Pool().Query(context.Background(), `SELECT action, object_id, coalesce(old_value->>'state', '-'),
+		coalesce(new_value->>'state', '-') FROM audit_log WHERE object_kind = 'alert_rule' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var a, id, old, cur string
+		err := r.Scan(&a, &id, &old, &cur)
+		return strings.Join([]string{a, id, old, cur}, " "), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprint(created.ID)
+	if want := []string{"create " + id + " - warn", "update " + id + " warn crit", "delete " + id + " crit -"}; !slices.Equal(got, want) {
+		t.Errorf("audit log %q, want %q", got, want)
 	}
 }
 

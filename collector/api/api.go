@@ -22,12 +22,15 @@ import (
 // Queries is what the node routes and /readyz read from storage.
 type Queries interface {
 	Ping(ctx context.Context) error
-	Nodes(ctx context.Context) ([]store.Node, error)
-	NodeByName(ctx context.Context, name string) (store.Node, error)
+	// The fleet and one node as a caller sees them: a node outside the
+	// scope is not found, exactly like a node that does not exist.
+	NodesIn(ctx context.Context, scope store.Scope) ([]store.Node, error)
+	NodeByNameIn(ctx context.Context, scope store.Scope, name string) (store.Node, error)
+	RootDefinitionsIn(ctx context.Context, scope store.Scope) (map[int32][]store.MetricDef, error)
+	LatestAllIn(ctx context.Context, scope store.Scope) (map[int32]store.Latest, error)
+	// About one node, found through the calls above.
 	Definitions(ctx context.Context, nodeID int32) ([]store.MetricDef, error)
-	RootDefinitions(ctx context.Context) (map[int32][]store.MetricDef, error)
 	Latest(ctx context.Context, nodeID int32) (store.Latest, bool, error)
-	LatestAll(ctx context.Context) (map[int32]store.Latest, error)
 	RecentByMetric(ctx context.Context, nodeID int32, since time.Time) (map[string]store.Recent, error)
 	Series(ctx context.Context, nodeID int32, path string, from, to time.Time, step time.Duration) ([]store.Bucket, error)
 	HistogramSeries(ctx context.Context, nodeID int32, path string, from, to time.Time, step time.Duration) ([]store.HistogramBucket, error)
@@ -65,17 +68,19 @@ func New(q Queries, live Live, ui http.Handler, log *slog.Logger, m *telemetry.M
 // catalogue defaults.
 func (a *API) SetThresholds(t Thresholds) { a.thresholds = t }
 
-// Handler returns the whole HTTP surface: health, /metrics, the routes of
-// the table under /api/v1, and the UI for everything else.
-func (a *API) Handler(routes []Route) chi.Router {
+// Handler returns the whole HTTP surface behind acc.Guard: health (open, for
+// probes), /metrics (acc.Metrics), the routes of the table under /api/v1
+// (each behind acc.Require), and the UI for everything else (open: the
+// login page is part of it, and it holds no data).
+func (a *API) Handler(routes []Route, acc Access) chi.Router {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, middleware.RealIP, a.observe, middleware.Recoverer)
+	r.Use(middleware.RequestID, middleware.RealIP, a.observe, middleware.Recoverer, acc.Guard)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", a.ready)
-	r.Handle("/metrics", a.metrics.Handler())
-	r.Mount(Prefix, V1(routes))
+	r.Handle("/metrics", acc.Metrics(a.metrics.Handler()))
+	r.Mount(Prefix, V1(routes, acc))
 	if a.ui != nil {
 		r.Handle("/*", a.ui)
 	}

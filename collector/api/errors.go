@@ -37,6 +37,10 @@ var answers = map[errkind.Kind]answer{
 // is about routing, so no domain error has that kind.
 const codeMethodNotAllowed = "method_not_allowed"
 
+// codeUnsupportedMedia is collector/access's answer (415) to a change whose
+// body is not JSON, which a cross-site form could send.
+const codeUnsupportedMedia = "unsupported_media_type"
+
 // ErrorBody is the JSON envelope of every error answer under /api/v1.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`

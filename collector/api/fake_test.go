@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/api/apitest"
 	"github.com/nbs-project/nbs/collector/store"
@@ -61,24 +62,43 @@ func newFakeStore(now time.Time) *fakeStore {
 
 func (f *fakeStore) Ping(context.Context) error { return f.pingErr }
 
-func (f *fakeStore) Nodes(context.Context) ([]store.Node, error) { return f.nodes, nil }
-
-func (f *fakeStore) NodeByName(_ context.Context, name string) (store.Node, error) {
+func (f *fakeStore) NodesIn(_ context.Context, scope store.Scope) ([]store.Node, error) {
+	var out []store.Node
 	for _, n := range f.nodes {
-		if n.Name == name {
+		if scope.Sees(n.Labels) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) NodeByNameIn(_ context.Context, scope store.Scope, name string) (store.Node, error) {
+	for _, n := range f.nodes {
+		if n.Name == name && scope.Sees(n.Labels) {
 			return n, nil
 		}
 	}
 	return store.Node{}, fmt.Errorf("node %q: %w", name, store.ErrNotFound)
 }
 
+// seen keeps the entries of m whose node scope sees.
+func seen[V any](f *fakeStore, scope store.Scope, m map[int32]V) map[int32]V {
+	out := map[int32]V{}
+	for _, n := range f.nodes {
+		if v, ok := m[n.ID]; ok && scope.Sees(n.Labels) {
+			out[n.ID] = v
+		}
+	}
+	return out
+}
+
 func (f *fakeStore) Definitions(_ context.Context, id int32) ([]store.MetricDef, error) {
 	return f.defs[id], nil
 }
 
-func (f *fakeStore) RootDefinitions(context.Context) (map[int32][]store.MetricDef, error) {
+func (f *fakeStore) RootDefinitionsIn(_ context.Context, scope store.Scope) (map[int32][]store.MetricDef, error) {
 	out := map[int32][]store.MetricDef{}
-	for id, defs := range f.defs {
+	for id, defs := range seen(f, scope, f.defs) {
 		for _, d := range defs {
 			if !strings.Contains(d.Path, "/") {
 				out[id] = append(out[id], d)
@@ -93,7 +113,9 @@ func (f *fakeStore) Latest(_ context.Context, id int32) (store.Latest, bool, err
 	return l, ok, nil
 }
 
-func (f *fakeStore) LatestAll(context.Context) (map[int32]store.Latest, error) { return f.latest, nil }
+func (f *fakeStore) LatestAllIn(_ context.Context, scope store.Scope) (map[int32]store.Latest, error) {
+	return seen(f, scope, f.latest), nil
+}
 
 func (f *fakeStore) RecentByMetric(context.Context, int32, time.Time) (map[string]store.Recent, error) {
 	return map[string]store.Recent{"tcp_reset/sent/no_socket": {Sum: 80, Worst: store.StateCrit}}, nil
@@ -157,13 +179,38 @@ func (stubParts) RevokeNode(w http.ResponseWriter, r *http.Request)   { answer("
 func (stubParts) ReenrollNode(w http.ResponseWriter, r *http.Request) { answer("ReenrollNode")(w, r) }
 func (stubParts) DeleteNode(w http.ResponseWriter, r *http.Request)   { answer("DeleteNode")(w, r) }
 
+// stubAccess serves access's own routes, with their real roles, by
+// handlers that answer with the route, since they need a database.
+type stubAccess struct{ *access.Access }
+
+func (s stubAccess) Routes() []access.Route {
+	routes := s.Access.Routes()
+	for i, rt := range routes {
+		routes[i].Handler = answer(rt.Method + " " + rt.Pattern)
+	}
+	return routes
+}
+
 // server is the whole HTTP surface over the fake store, with the route
-// table it serves.
+// table it serves. Access is off (--auth.mode=none: everyone is admin), so
+// these tests are about the handlers; collector/app's access test is about
+// who may call them.
 func server(t *testing.T, st api.Queries) (chi.Router, []api.Route) {
 	t.Helper()
+	acc := noAccess(t)
 	a := api.New(st, live{"web-1": true}, answer("UI"), slog.New(slog.DiscardHandler), telemetry.New())
-	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}, Identities: stubParts{}})
-	return a.Handler(routes), routes
+	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}, Identities: stubParts{}, Access: stubAccess{acc}})
+	return a.Handler(routes, acc), routes
+}
+
+// noAccess is --auth.mode=none, which needs no database.
+func noAccess(t *testing.T) *access.Access {
+	t.Helper()
+	acc, err := access.New(nil, access.Config{Mode: access.ModeNone}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return acc
 }
 
 func do(t *testing.T, h http.Handler, method, target, body string) *httptest.ResponseRecorder {

@@ -115,29 +115,30 @@ func summarize(n store.Node, defs []store.MetricDef, latest store.Latest, ok, co
 	return s
 }
 
-// node looks up the route's {node}.
+// node looks up the route's {node} among the nodes the caller sees.
 func (a *API) node(r *http.Request) (store.Node, error) {
 	name, err := NodeParam(r)
 	if err != nil {
 		return store.Node{}, err
 	}
-	return a.q.NodeByName(r.Context(), name)
+	return a.q.NodeByNameIn(r.Context(), Scope(r), name)
 }
 
-// ListNodes serves GET /nodes: every node with its roots.
+// ListNodes serves GET /nodes: every node the caller sees, with its roots.
 func (a *API) ListNodes(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	nodes, err := a.q.Nodes(ctx)
+	scope := Scope(r)
+	nodes, err := a.q.NodesIn(ctx, scope)
 	if err != nil {
 		WriteError(w, r, err, a.log)
 		return
 	}
-	roots, err := a.q.RootDefinitions(ctx)
+	roots, err := a.q.RootDefinitionsIn(ctx, scope)
 	if err != nil {
 		WriteError(w, r, err, a.log)
 		return
 	}
-	latest, err := a.q.LatestAll(ctx)
+	latest, err := a.q.LatestAllIn(ctx, scope)
 	if err != nil {
 		WriteError(w, r, err, a.log)
 		return

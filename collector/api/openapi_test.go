@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/api"
 )
 
@@ -37,7 +38,7 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 	for key := range doc.Operations() {
 		documented[key] = true
 	}
-	if len(served) < 18 {
+	if len(served) < 25 {
 		t.Fatalf("walked only %d routes under %s: %v", len(served), api.Prefix, served)
 	}
 	for _, key := range sortedKeys(served) {
@@ -52,29 +53,39 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 	}
 }
 
-// TestRouteTable checks what authentication will rely on: every route has
-// a role, the document states the same, and the node scope follows {node}.
+// TestRouteTable checks what access control relies on: every route has a
+// role that fits its method, the document states the same role and scope,
+// and a {node} route is scoped to the caller's nodes.
 func TestRouteTable(t *testing.T) {
 	doc := loadDoc(t)
 	ops := doc.Operations()
 	_, routes := server(t, newFakeStore(time.Now()))
 	seen := map[string]bool{}
 	ids := map[string]bool{}
+	public := map[string]bool{"POST /login": true, "POST /logout": true} // a session starts and ends without one
 	for _, rt := range routes {
 		key := rt.Method + " " + rt.Pattern
 		if seen[key] {
 			t.Errorf("%s is in the table twice", key)
 		}
 		seen[key] = true
-		want := api.RoleWrite
-		if rt.Method == http.MethodGet {
-			want = api.RoleRead
+		switch {
+		case public[key]:
+			if rt.Role != access.RolePublic {
+				t.Errorf("%s: role %s, want public", key, rt.Role)
+			}
+		case rt.Role == access.RolePublic:
+			t.Errorf("%s is public; only %v may be", key, sortedKeys(public))
+		case rt.Method == http.MethodGet && rt.Role == access.RoleOperator:
+			t.Errorf("%s: a read needs at most viewer (or admin, for secrets), not operator", key)
+		case rt.Method != http.MethodGet && rt.Role != access.RoleOperator && rt.Role != access.RoleAdmin:
+			t.Errorf("%s: role %s; a change needs operator or admin", key, rt.Role)
 		}
-		if rt.Role != want {
-			t.Errorf("%s: role %v, want %v", key, rt.Role, want)
-		}
-		if rt.NodeScoped != strings.Contains(rt.Pattern, "{node}") {
-			t.Errorf("%s: NodeScoped %v, but the pattern %s {node}", key, rt.NodeScoped, map[bool]string{true: "has", false: "has no"}[!rt.NodeScoped])
+		// A customer may call viewer routes that are scoped, and must find
+		// nothing of another tenant's there; a {node} read not scoped would
+		// be the one door left open.
+		if strings.Contains(rt.Pattern, "{node}") && rt.Role == access.RoleViewer && !rt.Scoped {
+			t.Errorf("%s names a node but is not scoped to the caller's nodes", key)
 		}
 		if rt.Handler == nil {
 			t.Errorf("%s has no handler", key)
@@ -83,8 +94,11 @@ func TestRouteTable(t *testing.T) {
 		if !ok {
 			continue // TestOpenAPIMatchesRouter says so
 		}
-		if got := op["x-nbs-role"]; got != rt.Role.String() {
+		if got := op["x-nbs-role"]; got != string(rt.Role) {
 			t.Errorf("%s: openapi.json says x-nbs-role %v, the table %v", key, got, rt.Role)
+		}
+		if got, _ := op["x-nbs-scoped"].(bool); got != rt.Scoped {
+			t.Errorf("%s: openapi.json says x-nbs-scoped %v, the table %v", key, got, rt.Scoped)
 		}
 		id, _ := op["operationId"].(string)
 		if id == "" || ids[id] {
@@ -94,6 +108,25 @@ func TestRouteTable(t *testing.T) {
 		responses, _ := op["responses"].(map[string]any)
 		if _, ok := responses["default"]; !ok {
 			t.Errorf("%s documents no default (error) response", key)
+		}
+		// What access control answers must be documented too.
+		var want []string
+		if rt.Role != access.RolePublic {
+			want = append(want, "401", "403")
+			if rt.Role != access.RoleCustomer && (rt.Role != access.RoleViewer || !rt.Scoped) {
+				want = append(want, "404") // to a customer, a route it may not call does not exist
+			}
+		}
+		if rt.Method != http.MethodGet {
+			want = append(want, "403", "415") // cross-origin, not JSON
+		}
+		for _, code := range want {
+			if _, ok := responses[code]; !ok {
+				t.Errorf("%s does not document %s", key, code)
+			}
+		}
+		if _, ok := op["security"]; rt.Role == access.RolePublic && !ok {
+			t.Errorf("%s is public but does not say so (security: [])", key)
 		}
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/store"
 )
 
 // Prefix is where the JSON API lives; route patterns are relative to it.
@@ -17,38 +19,30 @@ const Prefix = "/api/v1"
 // maxBody bounds every request body under Prefix.
 const maxBody = 1 << 20
 
-// Role is the least a caller must be allowed for a route. Nothing checks it
-// yet; it is in the table so that authentication can require it per route
-// without a second list, and openapi.json states it (x-nbs-role).
-type Role uint8
-
-const (
-	// RoleRead: look at nodes, trees, series, evidence, thresholds, alerts.
-	RoleRead Role = iota + 1
-	// RoleWrite: change thresholds or alert rules, expand a node's tree.
-	RoleWrite
-)
-
-func (r Role) String() string {
-	switch r {
-	case RoleRead:
-		return "read"
-	case RoleWrite:
-		return "write"
-	}
-	return "none"
+// Access decides who may do what (collector/access.Access): Guard wraps
+// every answer (security headers, Host allow-list, same-origin JSON
+// mutations), Require enforces a route's role, Metrics guards /metrics.
+type Access interface {
+	Guard(http.Handler) http.Handler
+	Require(role access.Role, scoped bool) func(http.Handler) http.Handler
+	Metrics(http.Handler) http.Handler
 }
+
+var _ Access = (*access.Access)(nil)
 
 // Route is one entry of the route table.
 type Route struct {
 	Method  string
 	Pattern string // below Prefix, in chi's syntax: /nodes/{node}/tree
 	Handler http.HandlerFunc
-	Role    Role
-	// NodeScoped: the route is about the one node its {node} names, so a
-	// caller allowed only some nodes can be checked before the handler
-	// runs. Lists (/nodes, /alerts) are not: they would need filtering.
-	NodeScoped bool
+	// Role is the least a caller must hold: public (anyone), customer
+	// (anyone signed in), viewer, operator or admin. openapi.json states
+	// it as x-nbs-role.
+	Role access.Role
+	// Scoped: the handler answers only about the nodes the caller sees
+	// (Scope), so a customer may call it if it is a viewer route. A {node}
+	// route looks its node up in the caller's scope; a list filters.
+	Scoped bool
 }
 
 // NodeHandlers answer about nodes: the fleet, one node, its tree, series
@@ -91,6 +85,12 @@ type NodeIdentityHandlers interface {
 	DeleteNode(http.ResponseWriter, *http.Request)
 }
 
+// AccessRoutes are the login, logout, whoami, token and audit routes
+// (collector/access), which declare their own roles.
+type AccessRoutes interface {
+	Routes() []access.Route
+}
+
 // Parts are what answers under Prefix. A nil part's routes are left out,
 // so a test can serve the one part it tests; the collector has them all.
 type Parts struct {
@@ -98,78 +98,107 @@ type Parts struct {
 	NodeConfig NodeConfigHandlers
 	Alerts     AlertHandlers
 	Identities NodeIdentityHandlers
+	Access     AccessRoutes
 }
 
-// Routes is the route table: every route under Prefix, in one list.
-// openapi.json describes exactly these (TestOpenAPIMatchesRouter).
+// Routes is the route table: every route under Prefix, in one list, with
+// who may call it. openapi.json describes exactly these
+// (TestOpenAPIMatchesRouter), and the access test in collector/app calls
+// each as every kind of caller.
+//
+// Customers read their own nodes, trees, series, evidence, effective
+// thresholds and alerts, and the overrides that apply to their nodes; alert
+// rules, the audit log, tokens and every change are staff's.
 func Routes(p Parts) []Route {
 	const (
-		get, put, post, del = http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete
-		read, write         = RoleRead, RoleWrite
-		node, fleet         = true, false
+		get, put, post, del     = http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete
+		viewer, operator, admin = access.RoleViewer, access.RoleOperator, access.RoleAdmin
+		scoped, unscoped        = true, false
 	)
 	routes := []Route{
-		{get, "/openapi.json", ServeOpenAPI, read, fleet},
+		{get, "/openapi.json", ServeOpenAPI, viewer, unscoped},
 	}
 	if n := p.Nodes; n != nil {
 		routes = append(routes, []Route{
-			{get, "/nodes", n.ListNodes, read, fleet},
-			{get, "/nodes/{node}", n.GetNode, read, node},
-			{get, "/nodes/{node}/tree", n.GetTree, read, node},
-			{get, "/nodes/{node}/series", n.GetSeries, read, node},
-			{get, "/nodes/{node}/events", n.GetEvents, read, node},
+			{get, "/nodes", n.ListNodes, viewer, scoped},
+			{get, "/nodes/{node}", n.GetNode, viewer, scoped},
+			{get, "/nodes/{node}/tree", n.GetTree, viewer, scoped},
+			{get, "/nodes/{node}/series", n.GetSeries, viewer, scoped},
+			{get, "/nodes/{node}/events", n.GetEvents, viewer, scoped},
 		}...)
 	}
 	if c := p.NodeConfig; c != nil {
 		routes = append(routes, []Route{
-			{get, "/thresholds", c.ListOverrides, read, fleet},
-			{put, "/thresholds", c.PutOverride, write, fleet},
-			{del, "/thresholds/{id}", c.DeleteOverride, write, fleet},
-			{get, "/nodes/{node}/thresholds", c.NodeThresholds, read, node},
-			{post, "/nodes/{node}/expand", c.ExpandNode, write, node},
+			{get, "/thresholds", c.ListOverrides, viewer, scoped},
+			{put, "/thresholds", c.PutOverride, operator, unscoped},
+			{del, "/thresholds/{id}", c.DeleteOverride, operator, unscoped},
+			{get, "/nodes/{node}/thresholds", c.NodeThresholds, viewer, scoped},
+			{post, "/nodes/{node}/expand", c.ExpandNode, operator, scoped},
 		}...)
 	}
 	if a := p.Alerts; a != nil {
 		routes = append(routes, []Route{
-			{get, "/alert-rules", a.ListRules, read, fleet},
-			{post, "/alert-rules", a.CreateRule, write, fleet},
-			{get, "/alert-rules/{id}", a.GetRule, read, fleet},
-			{put, "/alert-rules/{id}", a.PutRule, write, fleet},
-			{del, "/alert-rules/{id}", a.DeleteRule, write, fleet},
-			{get, "/alerts", a.ListAlerts, read, fleet},
-			{get, "/alerts/{id}", a.GetAlert, read, fleet},
+			{get, "/alert-rules", a.ListRules, viewer, unscoped},
+			{post, "/alert-rules", a.CreateRule, operator, unscoped},
+			{get, "/alert-rules/{id}", a.GetRule, viewer, unscoped},
+			{put, "/alert-rules/{id}", a.PutRule, operator, unscoped},
+			{del, "/alert-rules/{id}", a.DeleteRule, operator, unscoped},
+			{get, "/alerts", a.ListAlerts, viewer, scoped},
+			{get, "/alerts/{id}", a.GetAlert, viewer, scoped},
 		}...)
 	}
 	if i := p.Identities; i != nil {
 		routes = append(routes, []Route{
-			{get, "/node-identities", i.ListIdentities, read, fleet},
-			{post, "/nodes/{node}/revoke", i.RevokeNode, write, node},
-			{post, "/nodes/{node}/reenroll", i.ReenrollNode, write, node},
-			{del, "/nodes/{node}", i.DeleteNode, write, node},
+			{get, "/node-identities", i.ListIdentities, admin, unscoped},
+			{post, "/nodes/{node}/revoke", i.RevokeNode, admin, unscoped},
+			{post, "/nodes/{node}/reenroll", i.ReenrollNode, admin, unscoped},
+			{del, "/nodes/{node}", i.DeleteNode, admin, unscoped},
 		}...)
+	}
+	if a := p.Access; a != nil {
+		for _, rt := range a.Routes() {
+			routes = append(routes, Route{rt.Method, rt.Pattern, rt.Handler, rt.Role, rt.Scoped})
+		}
 	}
 	return routes
 }
 
-// V1 serves routes below Prefix (mount it there): answers are never
-// cached, bodies are at most maxBody, an unknown path is a JSON 404 and a
-// known path with the wrong method a JSON 405 with Allow.
-func V1(routes []Route) chi.Router {
+// V1 serves routes below Prefix (mount it there): each route behind
+// acc.Require with the table's role, answers never cached, bodies at most
+// maxBody, an unknown path a JSON 404 and a known path with the wrong method
+// a JSON 405 with Allow — except that a caller is told only of methods it
+// may call, and a path with none is as unknown to it as any other.
+func V1(routes []Route, acc Access) chi.Router {
 	r := chi.NewRouter()
 	r.Use(middleware.SetHeader("Cache-Control", "no-store"), limitBody(maxBody))
 	for _, rt := range routes {
-		r.MethodFunc(rt.Method, rt.Pattern, rt.Handler)
+		r.With(acc.Require(rt.Role, rt.Scoped)).MethodFunc(rt.Method, rt.Pattern, rt.Handler)
 	}
-	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
+	notFound := func(w http.ResponseWriter, req *http.Request) {
 		WriteError(w, req, errkind.Errorf(errkind.NotFound, "no API route %s %s: not found", req.Method, clipPath(req.URL.Path)), nil)
-	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
-		allow := allowed(r, routes, routePath(req))
+	}
+	r.NotFound(notFound)
+	// Public, so a caller is known (or nobody) without being refused.
+	r.MethodNotAllowed(acc.Require(access.RolePublic, false)(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		allow := allowed(r, routes, routePath(req), access.FromContext(req.Context()))
+		if len(allow) == 0 {
+			notFound(w, req)
+			return
+		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
 		WriteJSON(w, http.StatusMethodNotAllowed, ErrorBody{ErrorDetail{codeMethodNotAllowed,
 			req.Method + " is not allowed on " + clipPath(req.URL.Path) + "; use " + strings.Join(allow, " or ")}})
-	})
+	})).ServeHTTP)
 	return r
+}
+
+// shown reports whether a route exists for p: to a customer, only the
+// routes it may call do (collector/access answers the others 404).
+func shown(p access.Principal, rt Route) bool {
+	if p.Role != access.RoleCustomer {
+		return true
+	}
+	return rt.Role == access.RolePublic || rt.Role == access.RoleCustomer || (rt.Role == access.RoleViewer && rt.Scoped)
 }
 
 // routePath is the request's path below where V1 is mounted.
@@ -180,12 +209,14 @@ func routePath(req *http.Request) string {
 	return req.URL.Path
 }
 
-// allowed lists the methods the table has for path, in table order. chi
-// knows them too, but tells only its own 405 handler.
-func allowed(mux chi.Routes, routes []Route, path string) []string {
+// allowed lists the methods the table has for path that p may know of, in
+// table order. chi knows the methods too, but tells only its own 405
+// handler, and not by caller; each route is asked whether it is the one
+// that matches, since another method's route may match the same path.
+func allowed(mux *chi.Mux, routes []Route, path string, p access.Principal) []string {
 	var out []string
 	for _, rt := range routes {
-		if !slices.Contains(out, rt.Method) && mux.Match(chi.NewRouteContext(), rt.Method, path) {
+		if shown(p, rt) && !slices.Contains(out, rt.Method) && mux.Find(chi.NewRouteContext(), rt.Method, path) == rt.Pattern {
 			out = append(out, rt.Method)
 		}
 	}
@@ -208,3 +239,7 @@ func limitBody(n int64) func(http.Handler) http.Handler {
 		})
 	}
 }
+
+// Scope is the caller's view of the fleet, for handlers of scoped routes:
+// every node for staff, a customer's own nodes, none for nobody.
+func Scope(r *http.Request) store.Scope { return access.FromContext(r.Context()) }

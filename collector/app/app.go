@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/alert"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/ingest"
@@ -139,10 +142,38 @@ func (c *Collector) Run(ctx context.Context) error {
 	nbsv1.RegisterAgentServiceServer(grpcSrv, ingestSrv)
 
 	alerts.SetThresholds(configs)
-	handler := httpHandler(st, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: identities}, web.Handler(),
+	accCfg := c.cfg.Access
+	accCfg.ExternalURL, accCfg.IndexHTML = c.cfg.ExternalURL, web.IndexHTML()
+	acc, err := access.New(st.Pool(), accCfg, c.log.With("part", "access"))
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	if err := c.bootstrapAdmin(ctx, acc, alertCfg.ExternalURL); err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	handler := httpHandler(st, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: identities}, acc, web.Handler(),
 		c.log.With("part", "api"), c.metrics)
-	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return runCtx }}
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ConnContext: access.ConnContext,
+		BaseContext: func(net.Listener) context.Context { return runCtx },
+		ErrorLog:    slog.NewLogLogger(c.log.With("part", "http").Handler(), slog.LevelWarn)}
+	serveHTTP := func() error { return httpSrv.Serve(httpLis) }
+	if accCfg.TLSCertFile != "" {
+		if httpSrv.TLSConfig, err = tlsfiles.Server(accCfg.TLSCertFile, accCfg.TLSKeyFile, "", c.log.With("part", "http-tls")); err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return fmt.Errorf("HTTP TLS: %w", err)
+		}
+		serveHTTP = func() error { return httpSrv.ServeTLS(httpLis, "", "") }
+	} else if accCfg.Mode != access.ModeNone {
+		c.log.Warn("the web UI and API are plaintext HTTP: tokens and session cookies cross the network in the clear; set --http.tls-cert-file and --http.tls-key-file, or put a TLS proxy in front, outside a trusted network")
+	}
+	if accCfg.Mode == access.ModeNone {
+		c.log.Warn("--auth.mode=none: everyone who reaches the HTTP port is admin")
+	}
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
@@ -157,7 +188,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() {
-		if err := httpSrv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serveHTTP(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("serve HTTP: %w", err)
 		}
 	})
@@ -182,13 +213,64 @@ func (c *Collector) Run(ctx context.Context) error {
 }
 
 // httpHandler is the whole HTTP surface: the API answers the node routes
-// from q itself, and parts the rest of the route table.
-func httpHandler(q api.Queries, live api.Live, thresholds api.Thresholds, parts api.Parts, ui http.Handler,
+// from q itself, acc the access routes, and parts the rest of the route
+// table; acc guards every one.
+func httpHandler(q api.Queries, live api.Live, thresholds api.Thresholds, parts api.Parts, acc *access.Access, ui http.Handler,
 	log *slog.Logger, m *telemetry.Metrics) http.Handler {
 	a := api.New(q, live, ui, log, m)
 	a.SetThresholds(thresholds)
-	parts.Nodes = a
-	return a.Handler(api.Routes(parts))
+	parts.Nodes, parts.Access = a, acc
+	return a.Handler(api.Routes(parts), acc)
+}
+
+// bootstrapAdmin makes the fresh admin token of --auth.bootstrap-admin(-file):
+// its secret goes to the file (0600), or into a login URL in the log.
+func (c *Collector) bootstrapAdmin(ctx context.Context, acc *access.Access, externalURL string) error {
+	cfg := c.cfg.Access
+	if !cfg.BootstrapAdmin && cfg.BootstrapAdminFile == "" {
+		return nil
+	}
+	secret, t, err := acc.EnsureBootstrapAdmin(ctx)
+	if err != nil {
+		return fmt.Errorf("bootstrap admin token: %w", err)
+	}
+	if cfg.BootstrapAdminFile != "" {
+		if err := writeSecret(cfg.BootstrapAdminFile, secret); err != nil {
+			return fmt.Errorf("bootstrap admin token: %w", err)
+		}
+		c.log.Info("bootstrap admin token written", "file", cfg.BootstrapAdminFile, "expires", t.ExpiresAt)
+	}
+	if cfg.BootstrapAdmin {
+		c.log.Warn("bootstrap admin token: open this URL to log in (anyone who reads this log can)", "url", access.LoginURL(externalURL, secret))
+	}
+	return nil
+}
+
+// writeSecret replaces path with a file only its owner can read holding
+// secret: written beside it and renamed, so a reader never sees half a
+// token, nor a token in a file another user could read.
+func writeSecret(path, secret string) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(f.Name()) // after a successful rename there is nothing left to remove
+	// CreateTemp makes the file 0600 already; say so, in case that changes.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := f.WriteString(secret + "\n"); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }
 
 // retain drops day partitions older than the retention, hourly.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
@@ -45,6 +46,10 @@ func TestConfigValidate(t *testing.T) {
 		{"no writers", func(c *Config) { c.DBWriters = 0 }, []string{"--db.writers 0 must be from 1 to 64"}},
 		{"messages too small", func(c *Config) { c.MaxMsgSize = 1024 }, []string{"--grpc.max-message-bytes 1024"}},
 		{"external URL not absolute", func(c *Config) { c.ExternalURL = "nbs.example.com" }, []string{"--web.external-url"}},
+		{"HTTP TLS", func(c *Config) { c.Access.TLSCertFile, c.Access.TLSKeyFile = "c.pem", "k.pem" }, nil},
+		{"HTTP TLS without a key", func(c *Config) { c.Access.TLSCertFile = "c.pem" }, []string{"--http.tls-cert-file and --http.tls-key-file go together"}},
+		{"an unknown auth mode", func(c *Config) { c.Access.Mode = "open" }, []string{`--auth.mode "open" must be token, proxy or none`}},
+		{"proxy mode without proxies", func(c *Config) { c.Access.Mode = access.ModeProxy }, []string{"--auth.mode=proxy needs --auth.proxy-cidrs"}},
 		{"every problem at once", func(c *Config) { c.DBURL, c.DBWriters, c.Retention = "", 65, time.Minute }, []string{
 			"--db.url", "--db.writers 65", "--retention 1m0s"}},
 	}
@@ -75,17 +80,21 @@ func TestConfigValidate(t *testing.T) {
 type fakeQueries struct{ api.Queries }
 
 func (fakeQueries) Ping(context.Context) error { return nil }
-func (fakeQueries) Nodes(context.Context) ([]store.Node, error) {
+func (fakeQueries) NodesIn(context.Context, store.Scope) ([]store.Node, error) {
 	return []store.Node{{ID: 1, Name: "web-1"}}, nil
 }
-func (fakeQueries) RootDefinitions(context.Context) (map[int32][]store.MetricDef, error) {
+func (fakeQueries) RootDefinitionsIn(context.Context, store.Scope) (map[int32][]store.MetricDef, error) {
 	return nil, nil
 }
-func (fakeQueries) LatestAll(context.Context) (map[int32]store.Latest, error) { return nil, nil }
+func (fakeQueries) LatestAllIn(context.Context, store.Scope) (map[int32]store.Latest, error) {
+	return nil, nil
+}
 
 type noneConnected struct{}
 
 func (noneConnected) Connected(string) bool { return false }
+
+func (noneConnected) Disconnect(string, error) bool { return false }
 
 // part answers every handler with the part's name and the handler's.
 type part string
@@ -109,8 +118,12 @@ func (p part) GetAlert(w http.ResponseWriter, _ *http.Request)       { p.answer(
 // part that owns it, and keeps health, metrics and the UI beside the API.
 func TestHTTPHandler(t *testing.T) {
 	ui := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ui") })
+	acc, err := access.New(nil, access.Config{Mode: access.ModeNone}, nil) // everyone is admin; who may is TestAccess's
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := httpHandler(fakeQueries{}, noneConnected{}, nil, api.Parts{NodeConfig: part("nodeconfig"), Alerts: part("alert")},
-		ui, slog.New(slog.DiscardHandler), telemetry.New())
+		acc, ui, slog.New(slog.DiscardHandler), telemetry.New())
 	cases := []struct {
 		method, path string
 		status       int
@@ -130,6 +143,7 @@ func TestHTTPHandler(t *testing.T) {
 		{"GET", "/api/v1/alerts/3", 200, "alert.GetAlert"},
 		{"GET", "/api/v1/nodes", 200, `"name": "web-1"`},
 		{"GET", "/api/v1/openapi.json", 200, `"openapi": "3.0.3"`},
+		{"GET", "/api/v1/whoami", 200, `"role": "admin"`},
 		{"GET", "/api/v1/nope", 404, `"not_found"`},
 		{"PATCH", "/api/v1/alerts", 405, `"method_not_allowed"`},
 		{"GET", "/healthz", 200, `"status": "ok"`},

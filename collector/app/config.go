@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/alert"
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/nodeauth"
@@ -46,6 +47,10 @@ type Config struct {
 	// NodeIdentityMapFile lets certificate identities report as other
 	// node names (mtls).
 	NodeIdentityMapFile string
+	// Access is who may use the HTTP side: tokens, roles, the login page,
+	// browser protections, HTTP TLS (--auth.*, --web.allowed-hosts,
+	// --http.tls-*, --metrics.auth).
+	Access access.Config
 }
 
 // DefaultConfig is the production configuration, but for the database,
@@ -60,6 +65,7 @@ func DefaultConfig() Config {
 		StreamWindow: 64 << 10,
 		PingPeers:    nodeconfig.DefaultPingPeers,
 		Alert:        alert.DefaultConfig(),
+		Access:       access.Config{}.WithDefaults(),
 	}
 }
 
@@ -81,6 +87,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PingPeers, "ping.peers", c.PingPeers, "fleet peers each node pings and is pinged by, drawn deterministically from the nodes that announce a ping address (0: no ping mesh)")
 	fs.StringVar(&c.ExternalURL, "web.external-url", c.ExternalURL, "URL people use to reach this NBS, for links in alerts (default http://<http.listen-address>)")
 	c.Alert.RegisterFlags(fs)
+	c.Access.RegisterFlags(fs)
 }
 
 // Validate reports every problem of the configuration at once.
@@ -120,7 +127,7 @@ func (c *Config) Validate() error {
 	if c.StreamWindow < 64<<10 || c.StreamWindow > 16<<20 {
 		errs = append(errs, fmt.Errorf("stream window %d must be from 64 KiB to 16 MiB", c.StreamWindow))
 	}
-	errs = append(errs, alert.ValidateExternalURL(c.ExternalURL), c.Alert.Validate())
+	errs = append(errs, alert.ValidateExternalURL(c.ExternalURL), c.Alert.Validate(), c.Access.Validate())
 	return errors.Join(errs...)
 }
 

@@ -9,11 +9,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/api/apitest"
 	"github.com/nbs-project/nbs/collector/store"
@@ -44,7 +47,11 @@ func TestHTTP(t *testing.T) {
 	push := &fakePusher{}
 	svc.SetPusher(push)
 	r := chi.NewRouter()
-	r.Mount(api.Prefix, api.V1(api.Routes(api.Parts{NodeConfig: svc})))
+	acc, err := access.New(nil, access.Config{Mode: access.ModeNone}, nil) // everyone is admin
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Mount(api.Prefix, api.V1(api.Routes(api.Parts{NodeConfig: svc}), acc))
 	srv := httptest.NewServer(r)
 	defer srv.Close()
 
@@ -106,6 +113,11 @@ func TestHTTP(t *testing.T) {
 	if push.count() == 0 {
 		t.Error("a new override was not pushed to the agents")
 	}
+	// A second put of the same scope and metric replaces it.
+	code, body = do("PUT", "/thresholds", `{"scope":{"kind":"selector","selector":{"customer":"acme"}},"metric":"tcp_reset","threshold":{"warn":4,"crit":5,"comparison":"above","hold_intervals":1}}`)
+	if code != 200 || !strings.Contains(body, fmt.Sprintf(`"id": %d`, o.ID)) {
+		t.Fatalf("second PUT of the override: %d %s, want id %d again", code, body, o.ID)
+	}
 	if code, body := do("GET", "/thresholds", ""); code != 200 || !strings.Contains(body, `"customer": "acme"`) {
 		t.Errorf("GET thresholds: %d %s", code, body)
 	}
@@ -139,5 +151,27 @@ func TestHTTP(t *testing.T) {
 	}
 	if code, body := do("DELETE", fmt.Sprintf("/thresholds/%d", o.ID), ""); code != 404 || !strings.Contains(body, "not found") {
 		t.Errorf("second DELETE: %d %s, want 404", code, body)
+	}
+
+	// Every change is in the audit log with the value before and after;
+	// the refused ones are not.
+	rows, err := st.Pool().Query(ctx, `SELECT action, object_kind, object_id, coalesce(old_value->'threshold'->>'warn', '-'),
+		coalesce(new_value->'threshold'->>'warn', '-'), actor_kind FROM audit_log ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var a, k, id, old, cur, via string
+		err := r.Scan(&a, &k, &id, &old, &cur, &via)
+		return strings.Join([]string{a, k, id, old, cur, via}, " "), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprint(o.ID)
+	want := []string{"create threshold " + id + " - 2 none", "update threshold " + id + " 2 4 none",
+		"expand node web-1 - - none", "delete threshold " + id + " 4 - none"}
+	if !slices.Equal(got, want) {
+		t.Errorf("audit log:\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }

@@ -7,16 +7,19 @@ package nodeconfig
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/store"
@@ -173,34 +176,40 @@ func Resolve(n store.Node, overrides []Override) map[string]*Override {
 // repo is the overrides table.
 type repo struct{ pool *pgxpool.Pool }
 
+const overrideColumns = `id, scope_kind, selector, node, metric, threshold, disabled, updated_at`
+
+func scanOverride(row pgx.Row) (Override, error) {
+	var o Override
+	var sel, thr []byte
+	if err := row.Scan(&o.ID, &o.Scope.Kind, &sel, &o.Scope.Node, &o.Metric, &thr, &o.Disabled, &o.UpdatedAt); err != nil {
+		return o, err
+	}
+	if err := json.Unmarshal(sel, &o.Scope.Selector); err != nil {
+		return o, fmt.Errorf("decode selector of override %d: %w", o.ID, err)
+	}
+	if len(o.Scope.Selector) == 0 {
+		o.Scope.Selector = nil
+	}
+	if thr != nil {
+		o.Threshold = &store.Threshold{}
+		if err := json.Unmarshal(thr, o.Threshold); err != nil {
+			return o, fmt.Errorf("decode threshold of override %d: %w", o.ID, err)
+		}
+	}
+	return o, nil
+}
+
 func (r repo) list(ctx context.Context) ([]Override, error) {
-	rows, err := r.pool.Query(ctx, `SELECT id, scope_kind, selector, node, metric, threshold, disabled, updated_at
-		FROM threshold_overrides ORDER BY metric, scope_kind, id`)
+	rows, err := r.pool.Query(ctx, `SELECT `+overrideColumns+` FROM threshold_overrides ORDER BY metric, scope_kind, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list threshold overrides: %w", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Override, error) {
-		var o Override
-		var sel, thr []byte
-		if err := row.Scan(&o.ID, &o.Scope.Kind, &sel, &o.Scope.Node, &o.Metric, &thr, &o.Disabled, &o.UpdatedAt); err != nil {
-			return o, err
-		}
-		if err := json.Unmarshal(sel, &o.Scope.Selector); err != nil {
-			return o, fmt.Errorf("decode selector of override %d: %w", o.ID, err)
-		}
-		if len(o.Scope.Selector) == 0 {
-			o.Scope.Selector = nil
-		}
-		if thr != nil {
-			o.Threshold = &store.Threshold{}
-			if err := json.Unmarshal(thr, o.Threshold); err != nil {
-				return o, fmt.Errorf("decode threshold of override %d: %w", o.ID, err)
-			}
-		}
-		return o, nil
-	})
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Override, error) { return scanOverride(row) })
 }
 
+// put sets the override of o's scope and metric and records the change in
+// the audit log, in one transaction: the old value is read under a row lock,
+// so the entry says exactly what was replaced.
 func (r repo) put(ctx context.Context, o Override) (Override, error) {
 	sel, err := json.Marshal(nonNil(o.Scope.Selector))
 	if err != nil {
@@ -212,24 +221,59 @@ func (r repo) put(ctx context.Context, o Override) (Override, error) {
 			return o, fmt.Errorf("encode threshold: %w", err)
 		}
 	}
-	err = r.pool.QueryRow(ctx, `
-		INSERT INTO threshold_overrides (scope_kind, selector, node, metric, threshold, disabled)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (scope_kind, selector, node, metric) DO UPDATE
-			SET threshold = EXCLUDED.threshold, disabled = EXCLUDED.disabled, updated_at = now()
-		RETURNING id, updated_at`, o.Scope.Kind, sel, o.Scope.Node, o.Metric, thr, o.Disabled).Scan(&o.ID, &o.UpdatedAt)
+	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		// Twice at most: when a concurrent put creates the same override
+		// between our look and our insert, the second round updates it.
+		for range 2 {
+			old, err := scanOverride(tx.QueryRow(ctx, `SELECT `+overrideColumns+` FROM threshold_overrides
+				WHERE scope_kind = $1 AND selector = $2 AND node = $3 AND metric = $4 FOR UPDATE`, o.Scope.Kind, sel, o.Scope.Node, o.Metric))
+			switch {
+			case err == nil:
+				if err := tx.QueryRow(ctx, `UPDATE threshold_overrides SET threshold = $2, disabled = $3, updated_at = now()
+					WHERE id = $1 RETURNING id, updated_at`, old.ID, thr, o.Disabled).Scan(&o.ID, &o.UpdatedAt); err != nil {
+					return err
+				}
+				return access.Audit(ctx, tx, access.Entry{Action: "update", ObjectKind: "threshold", ObjectID: strconv.FormatInt(o.ID, 10), Old: old, New: o})
+			case !errors.Is(err, pgx.ErrNoRows):
+				return err
+			}
+			err = tx.QueryRow(ctx, `
+				INSERT INTO threshold_overrides (scope_kind, selector, node, metric, threshold, disabled)
+				VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope_kind, selector, node, metric) DO NOTHING
+				RETURNING id, updated_at`, o.Scope.Kind, sel, o.Scope.Node, o.Metric, thr, o.Disabled).Scan(&o.ID, &o.UpdatedAt)
+			if err == nil {
+				return access.Audit(ctx, tx, access.Entry{Action: "create", ObjectKind: "threshold", ObjectID: strconv.FormatInt(o.ID, 10), New: o})
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		}
+		return errors.New("the override changed twice while it was being set; try again")
+	})
 	if err != nil {
 		return o, fmt.Errorf("store threshold override: %w", err)
 	}
 	return o, nil
 }
 
-func (r repo) delete(ctx context.Context, id int64) (bool, error) {
-	tag, err := r.pool.Exec(ctx, `DELETE FROM threshold_overrides WHERE id = $1`, id)
+// delete removes an override and records it in the audit log; found is
+// false when there was none.
+func (r repo) delete(ctx context.Context, id int64) (found bool, err error) {
+	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		old, err := scanOverride(tx.QueryRow(ctx, `DELETE FROM threshold_overrides WHERE id = $1 RETURNING `+overrideColumns, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		return access.Audit(ctx, tx, access.Entry{Action: "delete", ObjectKind: "threshold", ObjectID: strconv.FormatInt(id, 10), Old: old})
+	})
 	if err != nil {
 		return false, fmt.Errorf("delete threshold override %d: %w", id, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return found, nil
 }
 
 func nonNil(m map[string]string) map[string]string {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/ingest"
@@ -200,12 +202,25 @@ func (s *Service) follow(ctx context.Context, conn *pgx.Conn) error {
 // The routes to these handlers are in api.Routes.
 var _ api.NodeConfigHandlers = (*Service)(nil)
 
-// ListOverrides serves GET /thresholds: every override.
+// ListOverrides serves GET /thresholds: every override; to a customer, the
+// global ones and those that apply to one of its nodes, so it learns
+// neither another tenant's selectors nor its node names.
 func (s *Service) ListOverrides(w http.ResponseWriter, r *http.Request) {
-	os, err := s.repo.list(r.Context())
+	ctx := r.Context()
+	os, err := s.repo.list(ctx)
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
+	}
+	if !access.FromContext(ctx).SeesAll() {
+		nodes, err := s.store.NodesIn(ctx, api.Scope(r))
+		if err != nil {
+			api.WriteError(w, r, err, s.log)
+			return
+		}
+		os = slices.DeleteFunc(os, func(o Override) bool {
+			return o.Scope.Kind != "global" && !slices.ContainsFunc(nodes, o.matches)
+		})
 	}
 	if os == nil {
 		os = []Override{}
@@ -256,13 +271,13 @@ func (s *Service) DeleteOverride(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// node looks up the route's {node}.
+// node looks up the route's {node} among the nodes the caller sees.
 func (s *Service) node(r *http.Request) (store.Node, error) {
 	name, err := api.NodeParam(r)
 	if err != nil {
 		return store.Node{}, err
 	}
-	return s.store.NodeByName(r.Context(), name)
+	return s.store.NodeByNameIn(r.Context(), api.Scope(r), name)
 }
 
 // NodeThresholds serves GET /nodes/{node}/thresholds: the threshold in
@@ -309,6 +324,11 @@ func (s *Service) ExpandNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	until := time.Now().Add(time.Duration(req.Seconds) * time.Second)
+	if err := access.Audit(r.Context(), s.repo.pool, access.Entry{Action: "expand", ObjectKind: "node", ObjectID: n.Name,
+		New: map[string]any{"seconds": req.Seconds, "until": until.UTC()}}); err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
 	s.announce(r.Context(), change{Kind: "expand", Node: n.Name, Until: until.UnixNano()})
 	api.WriteJSON(w, http.StatusAccepted, map[string]any{"node": n.Name, "until": until.UTC()})
 }

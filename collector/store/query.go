@@ -93,10 +93,15 @@ func (s *Store) Definitions(ctx context.Context, nodeID int32) ([]MetricDef, err
 
 // RootDefinitions returns every node's root metric definitions, for the fleet view.
 func (s *Store) RootDefinitions(ctx context.Context) (map[int32][]MetricDef, error) {
+	return s.rootDefinitions(ctx, "")
+}
+
+// rootDefinitions reads root definitions; and narrows them ("AND …").
+func (s *Store) rootDefinitions(ctx context.Context, and string, args ...any) (map[int32][]MetricDef, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT m.node_id, p.path, m.title, m.unit, m.kind, m.description, m.default_threshold
 		FROM node_metrics m JOIN metric_paths p ON p.id = m.metric_id
-		WHERE strpos(p.path, '/') = 0 ORDER BY m.node_id, p.path`)
+		WHERE strpos(p.path, '/') = 0 `+and+` ORDER BY m.node_id, p.path`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read root definitions: %w", err)
 	}
@@ -151,7 +156,12 @@ func (s *Store) Latest(ctx context.Context, nodeID int32) (l Latest, ok bool, er
 
 // LatestAll returns the newest values of every node that reported.
 func (s *Store) LatestAll(ctx context.Context) (map[int32]Latest, error) {
-	rows, err := s.pool.Query(ctx, `SELECT node_id, ts, interval_ms, snapshot_ts, metrics FROM node_latest`)
+	return s.latestAll(ctx, "")
+}
+
+// latestAll reads the newest values of the nodes where selects ("WHERE …").
+func (s *Store) latestAll(ctx context.Context, where string, args ...any) (map[int32]Latest, error) {
+	rows, err := s.pool.Query(ctx, `SELECT node_id, ts, interval_ms, snapshot_ts, metrics FROM node_latest `+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read latest values: %w", err)
 	}

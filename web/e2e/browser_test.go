@@ -12,6 +12,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -84,17 +85,22 @@ func TestBrowser(t *testing.T) {
 	// Alerts go to a signed webhook, so the alert page's delivery log has
 	// real deliveries to show.
 	hook := startWebhook(t)
-	httpAddr, grpcAddr := startCollector(t, pgcluster.Database(t), hook.config(t))
+	httpAddr, grpcAddr, adminToken := startCollector(t, pgcluster.Database(t), hook.config(t))
 	startAgent(t, "lab-b", lab.B, grpcAddr, agentapp.Labels{"customer": "acme", "rack": "r1"})
 	startAgent(t, "lab-a", lab.A, grpcAddr, agentapp.Labels{"customer": "globex", "rack": "r2"})
-	base := "http://" + httpAddr
+	nbs := site{base: "http://" + httpAddr, token: adminToken}
+	base := nbs.base
+	// A token of each role browser.mjs signs in with, made by the admin
+	// through the API; the customer's selector matches lab-b only.
+	operatorToken := nbs.createToken(t, `{"name":"browser-operator","role":"operator"}`)
+	customerToken := nbs.createToken(t, `{"name":"browser-acme","role":"customer","selector":{"customer":"acme"}}`)
 
 	// The collector must serve the built UI, not the "not built" page: the
 	// test binary embeds web/dist as it was when it was compiled.
-	if body := get(t, base+"/"); !strings.Contains(body, `id="app"`) {
+	if body := nbs.get(t, "/"); !strings.Contains(body, `id="app"`) {
 		skipOrFail(t, "the collector in this test binary embeds no UI (web/dist was built after compiling?): %.200s", body)
 	}
-	waitReported(t, base, "lab-a", "lab-b")
+	waitReported(t, nbs, "lab-a", "lab-b")
 
 	// Resets keep coming for the whole browser run: 15 to 40 NO_SOCKET resets
 	// a second sent by B, always over the 10/s crit level of
@@ -107,10 +113,10 @@ func TestBrowser(t *testing.T) {
 		resetLoop(ctx, t, lab)
 	}()
 	t.Cleanup(func() { stop(); wg.Wait() })
-	waitTreeState(t, base, "lab-b", "tcp_reset/sent/no_socket", "crit")
+	waitTreeState(t, nbs, "lab-b", "tcp_reset/sent/no_socket", "crit")
 	// The storm keeps the tcp_reset root CRIT for the whole run, far past the
 	// two intervals of the default rule NBSRootCritical, which fires.
-	waitAlert(t, base, "lab-b", "NBSRootCritical", "firing")
+	waitAlert(t, nbs, "lab-b", "NBSRootCritical", "firing")
 	updatePicture := os.Getenv("NBS_UPDATE_SCREENSHOTS") == "1"
 	if updatePicture {
 		// A minute and a half of history, so the README picture has trends to show.
@@ -123,6 +129,11 @@ func TestBrowser(t *testing.T) {
 	cmd.Dir = webDir
 	cmd.Env = append(os.Environ(),
 		"NBS_URL="+base,
+		"NBS_TOKEN="+adminToken,
+		"NBS_OPERATOR_TOKEN="+operatorToken,
+		"NBS_CUSTOMER_TOKEN="+customerToken,
+		"NBS_CUSTOMER_NODES=lab-b",        // customer=acme
+		"NBS_CUSTOMER_HIDDEN_NODES=lab-a", // customer=globex
 		"NBS_NODE=lab-b",
 		"NBS_OTHER_NODE=lab-a",
 		"NBS_METRIC=tcp_reset/sent/no_socket",
@@ -246,11 +257,15 @@ func resetLoop(ctx context.Context, t *testing.T, lab *netlab.Lab) {
 	}
 }
 
-func startCollector(t *testing.T, dbURL string, alerts alert.Config) (httpAddr, grpcAddr string) {
+// startCollector runs a collector with access on, as make run does: it
+// writes a fresh admin token to a file, which is returned.
+func startCollector(t *testing.T, dbURL string, alerts alert.Config) (httpAddr, grpcAddr, adminToken string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
 	cfg := collectorapp.DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DBURL, cfg.Alert = "127.0.0.1:0", "127.0.0.1:0", dbURL, alerts
+	cfg.Access.BootstrapAdminFile = tokenFile
 	c := collectorapp.New(cfg, logger(t, "collector"))
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -270,7 +285,11 @@ func startCollector(t *testing.T, dbURL string, alerts alert.Config) (httpAddr, 
 		}
 	})
 	g, h := c.Addrs()
-	return h, g
+	tok, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatalf("the bootstrap admin token: %v", err)
+	}
+	return h, g, strings.TrimSpace(string(tok))
 }
 
 // startAgent runs a production agent but for a one-second interval (charts
@@ -326,15 +345,45 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func get(t *testing.T, url string) string {
+// site is the collector's HTTP side, called with an admin token.
+type site struct{ base, token string }
+
+func (s site) do(t *testing.T, method, path, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest(method, s.base+path, strings.NewReader(body))
 	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	return resp.StatusCode, string(b)
+}
+
+func (s site) get(t *testing.T, path string) string {
+	t.Helper()
+	_, body := s.do(t, http.MethodGet, path, "")
+	return body
+}
+
+// createToken makes a token through the API and returns its secret.
+func (s site) createToken(t *testing.T, body string) string {
+	t.Helper()
+	code, out := s.do(t, http.MethodPost, "/api/v1/tokens", body)
+	var created struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(out), &created); code != http.StatusCreated || err != nil || created.Token == "" {
+		t.Fatalf("POST /api/v1/tokens %s: HTTP %d %s", body, code, out)
+	}
+	return created.Token
 }
 
 func eventually(t *testing.T, timeout time.Duration, cond func() string) {
@@ -350,10 +399,10 @@ func eventually(t *testing.T, timeout time.Duration, cond func() string) {
 	t.Fatalf("after %s: %s", timeout, last)
 }
 
-func waitReported(t *testing.T, base string, nodes ...string) {
+func waitReported(t *testing.T, nbs site, nodes ...string) {
 	t.Helper()
 	eventually(t, 30*time.Second, func() string {
-		body := get(t, base+"/api/v1/nodes")
+		body := nbs.get(t, "/api/v1/nodes")
 		for _, n := range nodes {
 			if !strings.Contains(body, `"name": "`+n+`"`) || strings.Count(body, `"last_report": null`) > 0 {
 				return "nodes have not all reported: " + body
@@ -363,10 +412,10 @@ func waitReported(t *testing.T, base string, nodes ...string) {
 	})
 }
 
-func waitTreeState(t *testing.T, base, node, metric, state string) {
+func waitTreeState(t *testing.T, nbs site, node, metric, state string) {
 	t.Helper()
 	eventually(t, 20*time.Second, func() string {
-		body := get(t, base+"/api/v1/nodes/"+node+"/tree")
+		body := nbs.get(t, "/api/v1/nodes/"+node+"/tree")
 		i := strings.Index(body, `"id": "`+metric+`"`)
 		if i < 0 {
 			return fmt.Sprintf("tree of %s has no %s yet", node, metric)
@@ -379,10 +428,10 @@ func waitTreeState(t *testing.T, base, node, metric, state string) {
 }
 
 // waitAlert waits until the alerts API lists an alert of rule on node in state.
-func waitAlert(t *testing.T, base, node, rule, state string) {
+func waitAlert(t *testing.T, nbs site, node, rule, state string) {
 	t.Helper()
 	eventually(t, 30*time.Second, func() string {
-		body := get(t, base+"/api/v1/alerts?state="+state+"&node="+node+"&rule="+rule)
+		body := nbs.get(t, "/api/v1/alerts?state="+state+"&node="+node+"&rule="+rule)
 		if !strings.Contains(body, `"rule": "`+rule+`"`) {
 			return fmt.Sprintf("no %s alert %s on %s yet: %.300s", state, rule, node, body)
 		}

@@ -10,7 +10,7 @@ export interface paths {
     get: operations["getOpenAPI"];
   };
   "/nodes": {
-    /** Every node with its roots. */
+    /** Every node the caller sees, with its roots (the fleet view). */
     get: operations["listNodes"];
   };
   "/nodes/{node}": {
@@ -68,7 +68,7 @@ export interface paths {
     };
   };
   "/thresholds": {
-    /** Every threshold override. */
+    /** Every threshold override; a customer gets the global ones and those whose scope matches one of its nodes. */
     get: operations["listOverrides"];
     /** Set the override of a scope and metric, replacing the one there was. */
     put: operations["putOverride"];
@@ -102,17 +102,48 @@ export interface paths {
     };
   };
   "/alerts": {
-    /** Alerts: open ones first, then history, newest first. */
+    /** Alerts: open ones first, then history, newest first. A customer gets the alerts of its own nodes (no group alerts). */
     get: operations["listAlerts"];
   };
   "/alerts/{id}": {
-    /** One alert with its delivery log. */
+    /** One alert with its delivery log. A customer sees only an alert of its own nodes, without the delivery log. */
     get: operations["getAlert"];
     parameters: {
       path: {
         id: components["parameters"]["alertID"];
       };
     };
+  };
+  "/login": {
+    /** Turn a token into a session: sets the HttpOnly session cookie the UI uses. */
+    post: operations["login"];
+  };
+  "/logout": {
+    /** End the session and clear its cookie. */
+    post: operations["logout"];
+  };
+  "/whoami": {
+    /** Who the caller is: the UI shows only what the role allows. */
+    get: operations["whoAmI"];
+  };
+  "/tokens": {
+    /** Every token, without secrets. */
+    get: operations["listTokens"];
+    /** Make a token; its secret is in the answer, this once. */
+    post: operations["createToken"];
+  };
+  "/tokens/{id}": {
+    /** Revoke a token: it and its sessions stop working at once. */
+    delete: operations["revokeToken"];
+    parameters: {
+      path: {
+        id: number;
+      };
+    };
+  };
+  "/audit": {
+    /** The audit log, newest first: who changed which threshold, rule, token or node, when, old and new value. */
+    get: operations["listAudit"];
   };
 }
 
@@ -126,10 +157,10 @@ export interface components {
     };
     ErrorDetail: {
       /**
-       * @description What kind of failure: bad_request (400), unauthorized (401), forbidden (403), not_found (404), method_not_allowed (405), conflict (409), too_large (413), internal (500), unavailable (503).
+       * @description What kind of failure: bad_request (400), unauthorized (401), forbidden (403), not_found (404), method_not_allowed (405), conflict (409), too_large (413), unsupported_media_type (415), internal (500), unavailable (503).
        * @enum {string}
        */
-      code: "bad_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "too_large" | "internal" | "unavailable";
+      code: "bad_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "too_large" | "unsupported_media_type" | "internal" | "unavailable";
       /** @description For people: what was wrong and how to fix it; for internal errors, the request id to find in the collector's log. */
       message: string;
     };
@@ -488,6 +519,114 @@ export interface components {
       /** @description Open alerts first, then history, newest first. */
       alerts: components["schemas"]["Alert"][];
     };
+    /**
+     * @description viewer reads everything; operator also changes thresholds and alert rules and expands nodes; admin also manages tokens; customer reads only its own nodes (selector).
+     * @enum {string}
+     */
+    Role: "viewer" | "operator" | "admin" | "customer";
+    /** @description A customer's nodes: those whose labels contain every one of these label=value pairs, e.g. {"customer": "acme"}. */
+    Selector: {
+      [key: string]: string;
+    };
+    /** @description Who the caller is. */
+    Principal: {
+      /** @description The token's name, the proxy's user, or anonymous (--auth.mode=none). */
+      name: string;
+      role: components["schemas"]["Role"];
+      /**
+       * @description How the caller signed in.
+       * @enum {string}
+       */
+      via: "token" | "session" | "proxy" | "none" | "cli" | "system";
+      selector?: components["schemas"]["Selector"];
+      /**
+       * Format: int64
+       * @description The token behind a token or session.
+       */
+      token_id?: number;
+      /**
+       * Format: date-time
+       * @description When the credential stops working.
+       */
+      expires_at?: string;
+    };
+    WhoAmI: components["schemas"]["Principal"] & ({
+      /**
+       * @description How this collector recognises people (--auth.mode).
+       * @enum {string}
+       */
+      mode: "token" | "proxy" | "none";
+    });
+    LoginRequest: {
+      /** @description An API token, nbs_ and 52 characters. */
+      token: string;
+    };
+    /** @description A token as listed: everything but the secret. */
+    Token: {
+      /** Format: int64 */
+      id: number;
+      /** @description Who or what holds it. */
+      name: string;
+      /** @description The secret's last 4 characters. */
+      hint: string;
+      role: components["schemas"]["Role"];
+      selector?: components["schemas"]["Selector"];
+      created_by: string;
+      /** Format: date-time */
+      created_at: string;
+      /** Format: date-time */
+      expires_at: string;
+      /** Format: date-time */
+      last_used_at: string | null;
+      /** Format: date-time */
+      revoked_at?: string;
+      revoked_by?: string;
+      /** @enum {string} */
+      state: "live" | "expired" | "revoked";
+    };
+    TokenList: {
+      tokens: components["schemas"]["Token"][];
+    };
+    CreateTokenRequest: {
+      /** @description 1 to 64 letters, digits and . _ @ : + - (spaces inside); unique among live tokens. */
+      name: string;
+      role: components["schemas"]["Role"];
+      selector?: components["schemas"]["Selector"];
+      /** @description How long it works, e.g. 720h or 90d (default --auth.token-ttl, at most --auth.token-max-ttl). */
+      expires_in?: string;
+    };
+    CreatedToken: {
+      /** @description The secret, shown this once. */
+      token: string;
+      info: components["schemas"]["Token"];
+    };
+    /** @description One change: who, when, from where, the value before and after. */
+    AuditEntry: {
+      /** Format: int64 */
+      id: number;
+      /** Format: date-time */
+      at: string;
+      actor: string;
+      /** @description token, session, proxy, none, cli or system. */
+      actor_kind: string;
+      /** Format: int64 */
+      token_id?: number;
+      role: string;
+      /** @description create, update, delete, revoke, expand, … */
+      action: string;
+      /** @description threshold, alert_rule, token, node, … */
+      object_kind: string;
+      object_id: string;
+      /** @description The value before (null: none, as before a create). */
+      old: unknown;
+      /** @description The value after (null: none, as after a delete). */
+      new: unknown;
+      /** @description Where the request came from, as the collector saw it (informative, not proof). */
+      remote_addr: string;
+    };
+    AuditList: {
+      entries: components["schemas"]["AuditEntry"][];
+    };
   };
   responses: {
     /** @description The request is malformed or breaks a rule (code bad_request); the message lists every problem. */
@@ -496,7 +635,19 @@ export interface components {
         "application/json": components["schemas"]["ErrorBody"];
       };
     };
-    /** @description No such node, metric, rule, alert or override (code not_found). */
+    /** @description Not signed in, or the token or session does not work (code unauthorized; WWW-Authenticate: Bearer). */
+    Unauthorized: {
+      content: {
+        "application/json": components["schemas"]["ErrorBody"];
+      };
+    };
+    /** @description The caller's role is too low, or a change came from another origin, or the Host is not one this NBS answers to (code forbidden). */
+    Forbidden: {
+      content: {
+        "application/json": components["schemas"]["ErrorBody"];
+      };
+    };
+    /** @description No such node, metric, rule, alert, override or token (code not_found) — or, to a customer, one outside its nodes, or a route it may not call. */
     NotFound: {
       content: {
         "application/json": components["schemas"]["ErrorBody"];
@@ -510,6 +661,12 @@ export interface components {
     };
     /** @description The request body is larger than 1 MiB (code too_large). */
     TooLarge: {
+      content: {
+        "application/json": components["schemas"]["ErrorBody"];
+      };
+    };
+    /** @description A request body that is not Content-Type: application/json (code unsupported_media_type). */
+    UnsupportedMedia: {
       content: {
         "application/json": components["schemas"]["ErrorBody"];
       };
@@ -560,10 +717,13 @@ export interface operations {
           "application/json": Record<string, never>;
         };
       };
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
       default: components["responses"]["Error"];
     };
   };
-  /** Every node with its roots. */
+  /** Every node the caller sees, with its roots (the fleet view). */
   listNodes: {
     responses: {
       /** @description The fleet. */
@@ -572,6 +732,8 @@ export interface operations {
           "application/json": components["schemas"]["NodeList"];
         };
       };
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       default: components["responses"]["Error"];
     };
   };
@@ -590,6 +752,8 @@ export interface operations {
         };
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
       default: components["responses"]["Error"];
     };
@@ -612,6 +776,8 @@ export interface operations {
         };
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
       default: components["responses"]["Error"];
     };
@@ -637,6 +803,8 @@ export interface operations {
         };
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
       default: components["responses"]["Error"];
     };
@@ -662,6 +830,8 @@ export interface operations {
         };
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
       default: components["responses"]["Error"];
     };
@@ -681,6 +851,8 @@ export interface operations {
         };
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
       default: components["responses"]["Error"];
     };
@@ -705,12 +877,15 @@ export interface operations {
         };
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
       413: components["responses"]["TooLarge"];
+      415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];
     };
   };
-  /** Every threshold override. */
+  /** Every threshold override; a customer gets the global ones and those whose scope matches one of its nodes. */
   listOverrides: {
     responses: {
       /** @description The overrides. */
@@ -719,6 +894,8 @@ export interface operations {
           "application/json": components["schemas"]["OverrideList"];
         };
       };
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       default: components["responses"]["Error"];
     };
   };
@@ -737,7 +914,11 @@ export interface operations {
         };
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
       413: components["responses"]["TooLarge"];
+      415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];
     };
   };
@@ -754,7 +935,10 @@ export interface operations {
         content: never;
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];
     };
   };
@@ -767,6 +951,9 @@ export interface operations {
           "application/json": components["schemas"]["RuleList"];
         };
       };
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
       default: components["responses"]["Error"];
     };
   };
@@ -789,8 +976,12 @@ export interface operations {
         };
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
       409: components["responses"]["Conflict"];
       413: components["responses"]["TooLarge"];
+      415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];
     };
   };
@@ -809,6 +1000,8 @@ export interface operations {
         };
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
       default: components["responses"]["Error"];
     };
@@ -833,9 +1026,12 @@ export interface operations {
         };
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
       409: components["responses"]["Conflict"];
       413: components["responses"]["TooLarge"];
+      415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];
     };
   };
@@ -852,11 +1048,14 @@ export interface operations {
         content: never;
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];
     };
   };
-  /** Alerts: open ones first, then history, newest first. */
+  /** Alerts: open ones first, then history, newest first. A customer gets the alerts of its own nodes (no group alerts). */
   listAlerts: {
     parameters: {
       query?: {
@@ -877,10 +1076,12 @@ export interface operations {
         };
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       default: components["responses"]["Error"];
     };
   };
-  /** One alert with its delivery log. */
+  /** One alert with its delivery log. A customer sees only an alert of its own nodes, without the delivery log. */
   getAlert: {
     parameters: {
       path: {
@@ -895,6 +1096,149 @@ export interface operations {
         };
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Turn a token into a session: sets the HttpOnly session cookie the UI uses. */
+  login: {
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["LoginRequest"];
+      };
+    };
+    responses: {
+      /** @description Signed in: who, as whoami says. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["WhoAmI"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** End the session and clear its cookie. */
+  logout: {
+    responses: {
+      /** @description Signed out. */
+      204: {
+        content: never;
+      };
+      403: components["responses"]["Forbidden"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Who the caller is: the UI shows only what the role allows. */
+  whoAmI: {
+    responses: {
+      /** @description The caller. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["WhoAmI"];
+        };
+      };
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Every token, without secrets. */
+  listTokens: {
+    responses: {
+      /** @description The tokens. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["TokenList"];
+        };
+      };
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Make a token; its secret is in the answer, this once. */
+  createToken: {
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["CreateTokenRequest"];
+      };
+    };
+    responses: {
+      /** @description The token and its secret. */
+      201: {
+        content: {
+          "application/json": components["schemas"]["CreatedToken"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      409: components["responses"]["Conflict"];
+      413: components["responses"]["TooLarge"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Revoke a token: it and its sessions stop working at once. */
+  revokeToken: {
+    parameters: {
+      path: {
+        id: number;
+      };
+    };
+    responses: {
+      /** @description The revoked token. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Token"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      409: components["responses"]["Conflict"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** The audit log, newest first: who changed which threshold, rule, token or node, when, old and new value. */
+  listAudit: {
+    parameters: {
+      query?: {
+        /** @description Only changes of this kind of object, e.g. threshold. */
+        object_kind?: string;
+        /** @description Only changes of this object. */
+        object_id?: string;
+        /** @description From (inclusive): RFC 3339 or Unix milliseconds. */
+        since?: string;
+        /** @description Until (exclusive): RFC 3339 or Unix milliseconds. */
+        until?: string;
+        /** @description Entries older than this id (the next page). */
+        before?: number;
+        /** @description 1 to 1000, default 100. */
+        limit?: number;
+      };
+    };
+    responses: {
+      /** @description The entries. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AuditList"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
       default: components["responses"]["Error"];
     };

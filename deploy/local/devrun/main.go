@@ -207,10 +207,17 @@ func runAll(ctx context.Context, cfg *config, out *console, log *slog.Logger, ge
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return fmt.Errorf("create log dir: %w", err)
 	}
+	// The collector replaces the admin token at every start and writes the
+	// new one here (0600); an old file must not pass for this run's.
+	tokenFile := filepath.Join(cfg.runDir, "admin-token")
+	if err := os.Remove(tokenFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the previous admin token: %w", err)
+	}
 	collectorArgs := append([]string{
 		"--db.url", dbURL,
 		"--grpc.listen-address", cfg.grpcAddr,
 		"--http.listen-address", cfg.httpAddr,
+		"--auth.bootstrap-admin-file", tokenFile,
 	}, cfg.collectorArgs...)
 	agentArgs := []string{"--collector.address", dialAddr(cfg.grpcAddr),
 		// Not the system's /var/lib/nbs/spool: reports of a demo must not be
@@ -244,13 +251,18 @@ func runAll(ctx context.Context, cfg *config, out *console, log *slog.Logger, ge
 		return err
 	}
 
+	token, err := os.ReadFile(tokenFile)
+	if err != nil {
+		return fmt.Errorf("the collector is ready but wrote no admin token (--auth.bootstrap-admin-file): %w; see %s", err, collector.logPath)
+	}
+
 	agent, err := startChild("agent", agentBin, agentArgs, filepath.Join(logDir, "agent.log"), out)
 	if err != nil {
 		return err
 	}
 	children = append(children, agent)
 
-	out.print(banner(cfg, dbURL, collector.logPath, agent.logPath, getenv("NBS_DB_URL") == ""))
+	out.print(banner(cfg, dbURL, strings.TrimSpace(string(token)), tokenFile, collector.logPath, agent.logPath, getenv("NBS_DB_URL") == ""))
 
 	select {
 	case <-ctx.Done():
@@ -284,8 +296,10 @@ func checkFree(addr string) error {
 	return l.Close()
 }
 
-// banner is the box printed once everything is up.
-func banner(cfg *config, dbURL, collectorLog, agentLog string, ownDB bool) string {
+// banner is the box printed once everything is up. It carries the admin
+// token in a login URL: the terminal of whoever ran make run is where it
+// belongs (the collector's log never has it).
+func banner(cfg *config, dbURL, token, tokenFile, collectorLog, agentLog string, ownDB bool) string {
 	base := "http://" + dialAddr(cfg.httpAddr)
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -310,9 +324,11 @@ func banner(cfg *config, dbURL, collectorLog, agentLog string, ownDB bool) strin
 	lines := []string{
 		"NBS is running",
 		"",
+		"Log in      " + base + "/login#token=" + token,
 		"UI          " + base + "/",
-		"API         curl " + base + "/api/v1/nodes",
-		"            curl " + base + "/api/v1/nodes/" + host + "/tree",
+		"API         export NBS_TOKEN=$(cat " + rel(tokenFile) + ")",
+		`            curl -H "Authorization: Bearer $NBS_TOKEN" ` + base + "/api/v1/nodes",
+		`            curl -H "Authorization: Bearer $NBS_TOKEN" ` + base + "/api/v1/nodes/" + host + "/tree",
 		"Database    " + dbURL,
 		"Logs        " + rel(collectorLog) + ", " + rel(agentLog),
 		"",

@@ -33,7 +33,8 @@ func TestMain(m *testing.M) {
 // standIn behaves like the real binaries as far as devrun can tell:
 // prints, serves /readyz (collector), records its arguments and exits on
 // SIGTERM. NBS_STANDIN_MODE varies that: "crash" exits 3 soon,
-// "stubborn" ignores SIGTERM, "unready" answers /readyz with 503.
+// "stubborn" ignores SIGTERM, "unready" answers /readyz with 503,
+// "notoken" writes no admin token.
 func standIn(role string, args []string) int {
 	mode := os.Getenv("NBS_STANDIN_MODE_" + strings.ToUpper(role))
 	sigs := make(chan os.Signal, 1)
@@ -52,8 +53,12 @@ func standIn(role string, args []string) int {
 		addr := fs.String("http.listen-address", "", "")
 		fs.String("grpc.listen-address", "", "")
 		fs.String("db.url", "", "")
+		tokenFile := fs.String("auth.bootstrap-admin-file", "", "")
 		if err := fs.Parse(args); err != nil {
 			return 2
+		}
+		if mode != "notoken" {
+			os.WriteFile(*tokenFile, []byte("nbs_standintoken\n"), 0o600)
 		}
 		l, err := net.Listen("tcp", *addr)
 		if err != nil {
@@ -171,6 +176,7 @@ func TestRun(t *testing.T) {
 				"[collector] a line without newline to stderr",
 				"[agent] agent got SIGTERM", "[collector] collector got SIGTERM",
 				"NBS is running", "/api/v1/nodes", "NO_SOCKET", "Ctrl-C stops everything",
+				"/login#token=nbs_standintoken", `curl -H "Authorization: Bearer $NBS_TOKEN" http://`, "export NBS_TOKEN=$(cat .run/admin-token)",
 				"user:xxxxx@db.example", // NBS_DB_URL printed with the password redacted
 			},
 		},
@@ -179,6 +185,12 @@ func TestRun(t *testing.T) {
 			modes:   map[string]string{"agent": "crash"},
 			wantErr: "agent exited unexpectedly (exit status 3); its output is in",
 			wantOut: []string{"[agent] crashing", "[collector] collector got SIGTERM"},
+		},
+		{
+			name:    "collector writes no admin token",
+			modes:   map[string]string{"collector": "notoken"},
+			wantErr: "wrote no admin token",
+			wantOut: []string{"[collector] collector got SIGTERM"},
 		},
 		{
 			name:    "collector crash before ready",
@@ -213,7 +225,14 @@ func TestRun(t *testing.T) {
 				t.Setenv("NBS_STANDIN_MODE_"+strings.ToUpper(role), tt.modes[role])
 			}
 			grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+			// A token file from an earlier run must not pass for this one's.
 			root := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(root, ".run"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(root, ".run", "admin-token"), []byte("nbs_stale\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
 			args := append([]string{
 				"--root", root, "--bin", binDir,
 				"--collector.grpc-address", grpcAddr, "--collector.http-address", httpAddr,
@@ -262,7 +281,8 @@ func TestRun(t *testing.T) {
 				return
 			}
 			coll := readArgs(t, recordDir, "collector")
-			wantColl := []string{"--db.url", env["NBS_DB_URL"], "--grpc.listen-address", grpcAddr, "--http.listen-address", httpAddr}
+			wantColl := []string{"--db.url", env["NBS_DB_URL"], "--grpc.listen-address", grpcAddr, "--http.listen-address", httpAddr,
+				"--auth.bootstrap-admin-file", filepath.Join(root, ".run", "admin-token")}
 			if !slices.Equal(coll, wantColl) {
 				t.Errorf("collector args = %q, want %q", coll, wantColl)
 			}

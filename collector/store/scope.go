@@ -1,0 +1,75 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Scope narrows node queries to the nodes a caller may see. The caller's
+// access.Principal is one: a customer sees the nodes whose labels contain its
+// selector, staff see every node, nobody sees none.
+type Scope interface {
+	// LabelClause is a boolean SQL expression on the jsonb labels column,
+	// with its arguments numbered from argN.
+	LabelClause(column string, argN int) (string, []any)
+	// Sees is the same test on one node's labels.
+	Sees(labels map[string]string) bool
+}
+
+// All is the scope of the collector itself: every node.
+type All struct{}
+
+func (All) LabelClause(string, int) (string, []any) { return "TRUE", nil }
+func (All) Sees(map[string]string) bool             { return true }
+
+// NodesIn lists the nodes scope sees, by name.
+func (s *Store) NodesIn(ctx context.Context, scope Scope) ([]Node, error) {
+	clause, args := scope.LabelClause("labels", 1)
+	rows, err := s.pool.Query(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE `+clause+` ORDER BY name`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) { return scanNode(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return nodes, nil
+}
+
+// NodeByNameIn is NodeByName for a scope: a node the scope does not see is
+// not found, with exactly the error of a node that does not exist, so an
+// answer cannot tell the two apart.
+func (s *Store) NodeByNameIn(ctx context.Context, scope Scope, name string) (Node, error) {
+	clause, args := scope.LabelClause("labels", 2)
+	n, err := scanNode(s.pool.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = $1 AND `+clause,
+		append([]any{name}, args...)...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return n, fmt.Errorf("node %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return n, fmt.Errorf("read node %q: %w", name, err)
+	}
+	return n, nil
+}
+
+// nodeIDsIn is a subquery of the ids of the nodes scope sees, its arguments
+// numbered from argN.
+func nodeIDsIn(scope Scope, argN int) (string, []any) {
+	clause, args := scope.LabelClause("labels", argN)
+	return `(SELECT id FROM nodes WHERE ` + clause + `)`, args
+}
+
+// RootDefinitionsIn is RootDefinitions of the nodes scope sees.
+func (s *Store) RootDefinitionsIn(ctx context.Context, scope Scope) (map[int32][]MetricDef, error) {
+	ids, args := nodeIDsIn(scope, 1)
+	return s.rootDefinitions(ctx, `AND m.node_id IN `+ids, args...)
+}
+
+// LatestAllIn is LatestAll of the nodes scope sees.
+func (s *Store) LatestAllIn(ctx context.Context, scope Scope) (map[int32]Latest, error) {
+	ids, args := nodeIDsIn(scope, 1)
+	return s.latestAll(ctx, `WHERE node_id IN `+ids, args...)
+}
