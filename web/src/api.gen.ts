@@ -16,6 +16,8 @@ export interface paths {
   "/nodes/{node}": {
     /** One node as the fleet view shows it. */
     get: operations["getNode"];
+    /** Delete the node with its data (reports, histograms, events) and its credential; its stream ends. */
+    delete: operations["deleteNode"];
     parameters: {
       path: {
         node: components["parameters"]["node"];
@@ -144,6 +146,28 @@ export interface paths {
   "/audit": {
     /** The audit log, newest first: who changed which threshold, rule, token or node, when, old and new value. */
     get: operations["listAudit"];
+  };
+  "/node-identities": {
+    /** Which credential may report as each node, and its state (enrolled, revoked, not_enrolled). */
+    get: operations["listNodeIdentities"];
+  };
+  "/nodes/{node}/revoke": {
+    /** Revoke the node's credential: its stream ends and nothing may report under the name until it is re-enrolled. */
+    post: operations["revokeNode"];
+    parameters: {
+      path: {
+        node: components["parameters"]["node"];
+      };
+    };
+  };
+  "/nodes/{node}/reenroll": {
+    /** Forget the node's credential (or revocation), so its next Hello with the bootstrap token enrolls it again. */
+    post: operations["reenrollNode"];
+    parameters: {
+      path: {
+        node: components["parameters"]["node"];
+      };
+    };
   };
 }
 
@@ -627,6 +651,32 @@ export interface components {
     AuditList: {
       entries: components["schemas"]["AuditEntry"][];
     };
+    NodeIdentity: {
+      node: string;
+      /** @enum {string} */
+      state: "enrolled" | "revoked" | "not_enrolled";
+      enrolled_by?: string;
+      /** Format: date-time */
+      enrolled_at?: string;
+      /** Format: date-time */
+      last_used_at?: string;
+      last_peer?: string;
+      /** Format: date-time */
+      revoked_at?: string;
+      has_data: boolean;
+      /** Format: date-time */
+      last_hello?: string;
+      connected: boolean;
+    };
+    NodeIdentities: {
+      /** @enum {string} */
+      mode: "none" | "enroll" | "mtls";
+      nodes: components["schemas"]["NodeIdentity"][];
+    };
+    NodeIdentityState: {
+      node: string;
+      state: string;
+    };
   };
   responses: {
     /** @description The request is malformed or breaks a rule (code bad_request); the message lists every problem. */
@@ -755,6 +805,26 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Delete the node with its data (reports, histograms, events) and its credential; its stream ends. */
+  deleteNode: {
+    parameters: {
+      path: {
+        node: components["parameters"]["node"];
+      };
+    };
+    responses: {
+      /** @description Deleted. */
+      204: {
+        content: never;
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];
     };
   };
@@ -1240,6 +1310,65 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Which credential may report as each node, and its state (enrolled, revoked, not_enrolled). */
+  listNodeIdentities: {
+    responses: {
+      /** @description Every name that is bound to a credential or has data, by name. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["NodeIdentities"];
+        };
+      };
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Revoke the node's credential: its stream ends and nothing may report under the name until it is re-enrolled. */
+  revokeNode: {
+    parameters: {
+      path: {
+        node: components["parameters"]["node"];
+      };
+    };
+    responses: {
+      /** @description The node is revoked. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["NodeIdentityState"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Forget the node's credential (or revocation), so its next Hello with the bootstrap token enrolls it again. */
+  reenrollNode: {
+    parameters: {
+      path: {
+        node: components["parameters"]["node"];
+      };
+    };
+    responses: {
+      /** @description The name is not enrolled any more. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["NodeIdentityState"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];
     };
   };
