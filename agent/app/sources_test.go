@@ -15,6 +15,7 @@ import (
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/agent"
+	"github.com/nbs-project/nbs/agent/uplink"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -143,6 +144,11 @@ func TestProcReadOncePerCollect(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := New(Config{BufferReports: 10, BPF: false}, slog.New(slog.DiscardHandler))
+	// What Run does before it opens the sources: the agent branch counts
+	// the outbox.
+	spooled, _ := a.openSpool()
+	t.Cleanup(func() { _ = spooled.Close() })
+	a.outbox = uplink.NewOutbox(spooled, a.Definition, slog.New(slog.DiscardHandler))
 	reads := &countingRead{ns: ns, n: map[string]int{}}
 	env := a.env(ns)
 	env.Proc = procnet.NewReader(reads.read)

@@ -219,13 +219,13 @@ func runAll(ctx context.Context, cfg *config, out *console, log *slog.Logger, ge
 		"--http.listen-address", cfg.httpAddr,
 		"--auth.bootstrap-admin-file", tokenFile,
 	}, cfg.collectorArgs...)
-	agentArgs := []string{"--collector.address", dialAddr(cfg.grpcAddr),
-		// Not the system's /var/lib/nbs/spool: reports of a demo must not be
-		// replayed by a real agent installed on this host later.
-		"--spool.dir", filepath.Join(cfg.runDir, "spool")}
+	agentArgs := []string{"--collector.address", dialAddr(cfg.grpcAddr)}
 	if cfg.interval != 0 {
 		agentArgs = append(agentArgs, "--interval", cfg.interval.String())
 	}
+	// Not the system's /var/lib/nbs/spool: reports of a demo must not be
+	// replayed by a real agent installed on this host later.
+	agentArgs = append(agentArgs, "--spool.dir", filepath.Join(cfg.runDir, "spool"))
 	agentArgs = append(agentArgs, cfg.agentArgs...)
 
 	var children []*child
