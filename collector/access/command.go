@@ -116,7 +116,7 @@ func (c TokenCommand) Run(ctx context.Context, args []string) int {
 		fmt.Fprintf(c.Stderr, "nbs-collector token: %v\n", err)
 		return 1
 	}
-	if err := run(WithPrincipal(ctx, cliPrincipal()), a); err != nil {
+	if err := run(WithPrincipal(ctx, CLIPrincipal()), a); err != nil {
 		fmt.Fprintf(c.Stderr, "nbs-collector token %s: %v\n", args[0], err)
 		if errors.Is(err, ErrInvalid) {
 			return 2
@@ -126,9 +126,9 @@ func (c TokenCommand) Run(ctx context.Context, args []string) int {
 	return 0
 }
 
-// cliPrincipal is who the command acts as in created_by and the audit log:
-// the operating-system user on this host.
-func cliPrincipal() Principal {
+// CLIPrincipal is who a command of nbs-collector acts as in created_by and
+// the audit log: the operating-system user on this host.
+func CLIPrincipal() Principal {
 	name := "unknown"
 	if u, err := user.Current(); err == nil {
 		name = u.Username

@@ -103,6 +103,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // command, a collector started in-process) leaves zero.
 func (c Config) WithDefaults() Config { return c.withDefaults() }
 
+// DefaultConfig is the configuration the flags default to.
+func DefaultConfig() Config {
+	return Config{ProxyGroupsHeader: "X-Forwarded-Groups"}.withDefaults()
+}
+
 func (c Config) withDefaults() Config {
 	if c.Mode == "" {
 		c.Mode = ModeToken

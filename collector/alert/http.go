@@ -127,7 +127,7 @@ func (s *Service) DeleteRule(w http.ResponseWriter, r *http.Request) {
 // rulesChanged tells the leader, wherever it runs, to reload the rules; if
 // the notification is lost it reloads within reloadEvery anyway.
 func (s *Service) rulesChanged(r *http.Request) {
-	if _, err := s.repo.pool.Exec(r.Context(), `SELECT pg_notify($1, '')`, rulesChannel); err != nil {
+	if err := s.repo.notifyRulesChanged(r.Context()); err != nil {
 		s.log.Warn("notify the alert leader of a rule change", "err", err)
 	}
 }
@@ -198,48 +198,31 @@ func (s *Service) view(inst *Instance) AlertView {
 //	?state=firing|pending|resolved|open|all (default all)  ?node=  ?rule=  ?limit= (1-1000, default 100)
 func (s *Service) ListAlerts(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	where := `WHERE true`
-	var args []any
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
-	switch st := q.Get("state"); st {
-	case "", "all":
-	case "open":
-		where += ` AND state <> 'resolved'`
-	case "firing", "pending", "resolved":
-		where += ` AND state = ` + arg(st)
+	f := alertFilter{State: q.Get("state"), Limit: 100, Viewer: access.FromContext(r.Context())}
+	switch f.State {
+	case "", "all", "open", "firing", "pending", "resolved":
 	default:
-		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "state %s must be firing, pending, resolved, open or all", api.Quote(st)), nil)
+		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "state %s must be firing, pending, resolved, open or all", api.Quote(f.State)), nil)
 		return
 	}
 	// A filter no node or rule could match is a mistake worth saying, not an
 	// empty list.
-	if n := q.Get("node"); n != "" {
-		if !schema.ValidNodeName(n) {
-			api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "node %s is not a node name", api.Quote(n)), nil)
-			return
-		}
-		where += ` AND node = ` + arg(n)
+	if f.Node = q.Get("node"); f.Node != "" && !schema.ValidNodeName(f.Node) {
+		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "node %s is not a node name", api.Quote(f.Node)), nil)
+		return
 	}
-	if n := q.Get("rule"); n != "" {
-		if !ruleNameRE.MatchString(n) {
-			api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "rule %s is not an alert rule name", api.Quote(n)), nil)
-			return
-		}
-		where += ` AND rule_name = ` + arg(n)
+	if f.Rule = q.Get("rule"); f.Rule != "" && !ruleNameRE.MatchString(f.Rule) {
+		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "rule %s is not an alert rule name", api.Quote(f.Rule)), nil)
+		return
 	}
-	where += scopeAlerts(r, &args)
-	limit := 100
 	if l := q.Get("limit"); l != "" {
 		var err error
-		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > 1000 {
+		if f.Limit, err = strconv.Atoi(l); err != nil || f.Limit < 1 || f.Limit > 1000 {
 			api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "limit %s must be an integer from 1 to 1000", api.Quote(l)), nil)
 			return
 		}
 	}
-	insts, err := s.repo.instances(r.Context(), where+` ORDER BY state = 'resolved', id DESC LIMIT `+arg(limit), args...)
+	insts, err := s.repo.listAlerts(r.Context(), f)
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
@@ -263,17 +246,16 @@ func (s *Service) GetAlert(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	args := []any{id}
-	insts, err := s.repo.instances(r.Context(), `WHERE id = $1`+scopeAlerts(r, &args), args...)
+	inst, ok, err := s.repo.alertByID(r.Context(), id, access.FromContext(r.Context()))
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	if len(insts) == 0 {
+	if !ok {
 		api.WriteError(w, r, errkind.Errorf(errkind.NotFound, "alert %d: not found", id), s.log)
 		return
 	}
-	v := AlertDetail{AlertView: s.view(&insts[0].Instance)}
+	v := AlertDetail{AlertView: s.view(&inst.Instance)}
 	// Where and how staff are paged (receiver URLs) is not a customer's.
 	if access.FromContext(r.Context()).SeesAll() {
 		if v.Deliveries, err = s.repo.deliveries(r.Context(), id); err != nil {
@@ -285,18 +267,4 @@ func (s *Service) GetAlert(w http.ResponseWriter, r *http.Request) {
 		v.Deliveries = []Delivery{}
 	}
 	api.WriteJSON(w, http.StatusOK, v)
-}
-
-// scopeAlerts narrows a read of alert_instances to what the caller sees
-// ("" for staff): a customer sees the alerts of its own nodes and no group
-// alert, which counts nodes across tenants. The clause's arguments are
-// appended to args.
-func scopeAlerts(r *http.Request, args *[]any) string {
-	p := access.FromContext(r.Context())
-	if p.SeesAll() {
-		return ""
-	}
-	clause, extra := p.LabelClause("labels", len(*args)+1)
-	*args = append(*args, extra...)
-	return ` AND kind = '` + KindNode + `' AND node_id IN (SELECT id FROM nodes WHERE ` + clause + `)`
 }

@@ -231,6 +231,9 @@ type alertFilter struct {
 	Node  string
 	Rule  string
 	Limit int
+	// Viewer is who asks: a customer sees only node alerts of its own
+	// nodes (a group alert counts nodes across tenants).
+	Viewer access.Principal
 }
 
 // listAlerts returns open alerts first, then history, newest first.
@@ -256,12 +259,27 @@ func (p repo) listAlerts(ctx context.Context, f alertFilter) ([]storedInstance, 
 	if f.Rule != "" {
 		where += ` AND rule_name = ` + arg(f.Rule)
 	}
+	where += visibleTo(f.Viewer, &args)
 	return p.instances(ctx, where+` ORDER BY state = 'resolved', id DESC LIMIT `+arg(f.Limit), args...)
 }
 
-// alertByID returns one alert; ok is false when there is none.
-func (p repo) alertByID(ctx context.Context, id int64) (storedInstance, bool, error) {
-	insts, err := p.instances(ctx, `WHERE id = $1`, id)
+// visibleTo narrows a WHERE clause to the alerts viewer may see: a
+// customer only node alerts of its own nodes (a group alert counts nodes
+// across tenants).
+func visibleTo(viewer access.Principal, args *[]any) string {
+	if viewer.SeesAll() {
+		return ""
+	}
+	clause, extra := viewer.LabelClause("labels", len(*args)+1)
+	*args = append(*args, extra...)
+	return ` AND kind = '` + KindNode + `' AND node_id IN (SELECT id FROM nodes WHERE ` + clause + `)`
+}
+
+// alertByID returns one alert viewer may see; ok is false when there is
+// none.
+func (p repo) alertByID(ctx context.Context, id int64, viewer access.Principal) (storedInstance, bool, error) {
+	args := []any{id}
+	insts, err := p.instances(ctx, `WHERE id = $1`+visibleTo(viewer, &args), args...)
 	if err != nil || len(insts) == 0 {
 		return storedInstance{}, false, err
 	}

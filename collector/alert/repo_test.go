@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
@@ -32,6 +33,7 @@ func TestAlertRepoQueries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	staff := access.Principal{Name: "test", Role: access.RoleViewer, Via: access.ViaSystem}
 	describe := func(insts []storedInstance) string {
 		out := ""
 		for _, i := range insts {
@@ -51,6 +53,7 @@ func TestAlertRepoQueries(t *testing.T) {
 		{alertFilter{State: "firing", Node: "web-2", Limit: 100}, ""},
 	}
 	for _, c := range cases {
+		c.f.Viewer = staff
 		got, err := p.listAlerts(ctx, c.f)
 		if err != nil || describe(got) != c.want {
 			t.Errorf("listAlerts(%+v) = %q, %v; want %q", c.f, describe(got), err, c.want)
@@ -59,11 +62,11 @@ func TestAlertRepoQueries(t *testing.T) {
 	if _, err := p.listAlerts(ctx, alertFilter{State: "burning", Limit: 1}); err == nil {
 		t.Error("listAlerts with state burning: no error")
 	}
-	all, _ := p.listAlerts(ctx, alertFilter{Limit: 100})
-	if got, ok, err := p.alertByID(ctx, all[0].ID); err != nil || !ok || got.Fingerprint != all[0].Fingerprint {
+	all, _ := p.listAlerts(ctx, alertFilter{Limit: 100, Viewer: staff})
+	if got, ok, err := p.alertByID(ctx, all[0].ID, staff); err != nil || !ok || got.Fingerprint != all[0].Fingerprint {
 		t.Errorf("alertByID(%d) = %+v, %v, %v", all[0].ID, got, ok, err)
 	}
-	if _, ok, err := p.alertByID(ctx, 1_000_000); err != nil || ok {
+	if _, ok, err := p.alertByID(ctx, 1_000_000, staff); err != nil || ok {
 		t.Errorf("alertByID(unknown) = %v, %v; want not found", ok, err)
 	}
 

@@ -262,6 +262,18 @@ type call struct {
 
 func fixed(s string) func(int) string { return func(int) string { return s } }
 
+// enrolledNode makes a fresh enrolled node name per call (what delete acts
+// on) and puts it into format.
+func enrolledNode(f *fleet, format string) func(int) string {
+	return func(c int) string {
+		name := fmt.Sprintf("enrolled-%d-%d", c, time.Now().UnixNano())
+		if _, err := f.identities.Enroll(context.Background(), name, false); err != nil {
+			f.t.Fatalf("enroll %s: %v", name, err)
+		}
+		return fmt.Sprintf(format, name)
+	}
+}
+
 // revokedNode makes a fresh revoked node name per call (what re-enroll and
 // delete act on) and puts it into format.
 func revokedNode(f *fleet, format string) func(int) string {
@@ -346,7 +358,7 @@ func TestAccess(t *testing.T) {
 		"GET " + p + "/node-identities":         {fixed(p + "/node-identities"), fixed(""), adminOnly(ok)},
 		"POST " + p + "/nodes/{node}/revoke":    {func(c int) string { return fmt.Sprintf("%s/nodes/revoked-%d/revoke", p, c) }, fixed(""), adminOnly(ok)},
 		"POST " + p + "/nodes/{node}/reenroll":  {revokedNode(f, p+"/nodes/%s/reenroll"), fixed(""), adminOnly(ok)},
-		"DELETE " + p + "/nodes/{node}":         {revokedNode(f, p+"/nodes/%s"), fixed(""), adminOnly(gone)},
+		"DELETE " + p + "/nodes/{node}":         {enrolledNode(f, p+"/nodes/%s"), fixed(""), adminOnly(gone)},
 	}
 	served := f.routes()
 	if len(served) < 29 {
@@ -628,6 +640,9 @@ func TestAuditTrail(t *testing.T) {
 	if code, _, body := f.do(admin, "DELETE", fmt.Sprintf("%s/tokens/%d", p, tok), ""); code != 200 {
 		t.Fatalf("revoke: %d %s", code, body)
 	}
+	if code, _, body := f.do(admin, "POST", p+"/nodes/audited-node/revoke", ""); code != 200 {
+		t.Fatalf("revoke node: %d %s", code, body)
+	}
 
 	code, _, body := f.do(viewer, "GET", p+"/audit?limit=1000", "")
 	if code != 200 {
@@ -682,4 +697,7 @@ func TestAuditTrail(t *testing.T) {
 	}
 	find("create", "token", fmt.Sprint(tok))
 	find("revoke", "token", fmt.Sprint(tok))
+	if e := find("revoke", "node", "audited-node"); e != nil && e.Role != "admin" {
+		t.Errorf("node revoke entry %+v: want it made by the admin", e)
+	}
 }

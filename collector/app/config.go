@@ -65,7 +65,7 @@ func DefaultConfig() Config {
 		StreamWindow: 64 << 10,
 		PingPeers:    nodeconfig.DefaultPingPeers,
 		Alert:        alert.DefaultConfig(),
-		Access:       access.Config{}.WithDefaults(),
+		Access:       access.DefaultConfig(),
 	}
 }
 

@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
@@ -35,8 +34,9 @@ func TestRunServesHTTPSWithABootstrapAdmin(t *testing.T) {
 	dbURL := pgcluster.Database(t)
 	start := func() (string, func()) {
 		t.Helper()
-		cfg := Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DBURL: dbURL,
-			Access: access.Config{TLSCertFile: certFile, TLSKeyFile: keyFile, BootstrapAdminFile: tokenFile}}
+		cfg := DefaultConfig()
+		cfg.GRPCAddr, cfg.HTTPAddr, cfg.DBURL = "127.0.0.1:0", "127.0.0.1:0", dbURL
+		cfg.Access.TLSCertFile, cfg.Access.TLSKeyFile, cfg.Access.BootstrapAdminFile = certFile, keyFile, tokenFile
 		c := New(cfg, slog.New(slog.DiscardHandler))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)

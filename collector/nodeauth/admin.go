@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/schema"
@@ -90,6 +91,7 @@ func (a *Admin) Enroll(ctx context.Context, node string, replace bool) (string, 
 		return "", fmt.Errorf("node %q: %w (replace its credential explicitly, or re-enroll it to let it enroll with the bootstrap token)", node, ErrAlreadyEnrolled)
 	}
 	a.log.Info("node enrolled by an operator", "node", node, "replaced", replace)
+	a.audit(ctx, "enroll", node)
 	a.announce(ctx, change{Node: node, Action: "enroll"})
 	return cred, nil
 }
@@ -104,8 +106,17 @@ func (a *Admin) Revoke(ctx context.Context, node string) error {
 		return err
 	}
 	a.log.Info("node revoked", "node", node)
+	a.audit(ctx, "revoke", node)
 	a.announce(ctx, change{Node: node, Action: "revoke"})
 	return nil
+}
+
+// audit records who changed a node's identity. The change is made by then;
+// a lost entry is logged rather than undoing it.
+func (a *Admin) audit(ctx context.Context, action, node string) {
+	if err := access.Audit(ctx, a.repo.pool, access.Entry{Action: action, ObjectKind: "node", ObjectID: node}); err != nil {
+		a.log.Error("audit a node change", "action", action, "node", node, "err", err)
+	}
 }
 
 // Reenroll frees the name (revoked or enrolled): its stream ends, and the
@@ -120,6 +131,7 @@ func (a *Admin) Reenroll(ctx context.Context, node string) (bool, error) {
 		return false, err
 	}
 	a.log.Info("node may enroll again", "node", node)
+	a.audit(ctx, "reenroll", node)
 	a.announce(ctx, change{Node: node, Action: "reenroll"})
 	return true, nil
 }
@@ -146,6 +158,7 @@ func (a *Admin) Delete(ctx context.Context, node string) error {
 		return err
 	}
 	a.log.Info("node deleted with its data", "node", node)
+	a.audit(ctx, "delete", node)
 	return nil
 }
 
