@@ -37,6 +37,8 @@ type Service struct {
 	store  *store.Store
 	log    *slog.Logger
 	pusher Pusher
+	// maxOverrides caps the stored overrides (SetMaxOverrides).
+	maxOverrides int
 
 	peers *peerSet
 
@@ -46,13 +48,16 @@ type Service struct {
 }
 
 func New(st *store.Store, log *slog.Logger) *Service {
-	return &Service{repo: repo{st.Pool()}, store: st, log: log, expand: map[string]time.Time{},
+	return &Service{repo: repo{st.Pool()}, store: st, log: log, expand: map[string]time.Time{}, maxOverrides: DefaultMaxOverrides,
 		peers: &peerSet{k: DefaultPingPeers, pool: st.Pool()}}
 }
 
 // SetPusher connects the service to the ingest server (which in turn asks
 // the service for configs, hence the setter).
 func (s *Service) SetPusher(p Pusher) { s.pusher = p }
+
+// SetMaxOverrides sets how many threshold overrides may be stored.
+func (s *Service) SetMaxOverrides(n int) { s.maxOverrides = n }
 
 var _ ingest.ConfigSource = (*Service)(nil)
 
@@ -62,8 +67,18 @@ func (s *Service) ConfigFor(ctx context.Context, n store.Node) (*nbsv1.Config, e
 	if err != nil {
 		return nil, err
 	}
+	// Only the metrics the node has: overrides of others would do nothing
+	// there, and would let the overrides of a whole fleet outgrow the
+	// message every agent can receive.
+	has, err := s.repo.metricsOf(ctx, n.ID)
+	if err != nil {
+		return nil, err
+	}
 	cfg := &nbsv1.Config{Version: uint64(time.Now().UnixNano()), Thresholds: map[string]*nbsv1.Threshold{}}
 	for metric, o := range Resolve(n, overrides) {
+		if !has[metric] {
+			continue
+		}
 		if o.Disabled {
 			cfg.DisabledThresholds = append(cfg.DisabledThresholds, metric)
 			continue
@@ -130,13 +145,23 @@ type change struct {
 	Until int64  `json:"until,omitempty"`
 }
 
-// announce applies a change here at once and tells the other collectors.
+// announceTimeout bounds applying and announcing one change. The change is
+// committed by then, so it must not depend on the request that made it: a
+// client that hangs up must not keep other collectors from hearing of it.
+const announceTimeout = 30 * time.Second
+
+// announce applies a committed change here at once and tells the other
+// collectors, on a context detached from ctx's cancellation.
 func (s *Service) announce(ctx context.Context, c change) {
-	s.apply(ctx, c)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), announceTimeout)
+	defer cancel()
 	payload, _ := json.Marshal(c)
+	// Other collectors first: pushing here computes a Config per local
+	// stream, and they need not wait for that.
 	if _, err := s.repo.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, string(payload)); err != nil {
-		s.log.Warn("notify other collectors", "err", err)
+		s.log.Warn("notify other collectors", "kind", c.Kind, "err", err)
 	}
+	s.apply(ctx, c)
 }
 
 func (s *Service) apply(ctx context.Context, c change) {
@@ -240,7 +265,11 @@ func (s *Service) PutOverride(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	stored, err := s.repo.put(r.Context(), o)
+	if err := s.checkScope(r.Context(), o); err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	stored, err := s.repo.put(r.Context(), o, s.maxOverrides)
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
