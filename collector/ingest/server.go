@@ -363,6 +363,9 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 		for _, d := range newDefs {
 			st.metrics[d.Path] = &streamMetric{id: ids[d.Path], kind: d.Kind}
 		}
+		// A Config carries only the overrides of metrics the node has: the
+		// new ones may have some.
+		s.PushConfig(ctx, st.node.Name)
 	}
 	st.lastSeq = rep.Seq
 	rep.NodeID = st.node.ID
