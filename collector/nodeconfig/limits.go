@@ -3,14 +3,15 @@ package nodeconfig
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/schema"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
@@ -30,8 +31,8 @@ const MaxConfigBytes = 3 << 20
 // must change).
 var ErrTooMany = errkind.New(errkind.Invalid, "too many threshold overrides")
 
-// ErrConfigSize refuses an override that could make a node's Config larger
-// than agents receive (409: the node's metrics are what stands in the way).
+// ErrConfigSize refuses an override that would make a node's Config larger
+// than agents receive (409: the overrides already stored stand in the way).
 var ErrConfigSize = errkind.New(errkind.Conflict, "config too large")
 
 // maxPingAddrLen is the longest ping address a Hello may give: an IP
@@ -49,17 +50,16 @@ var thresholdEntryBytes = func() int {
 	return proto.Size(&nbsv1.Config{Thresholds: map[string]*nbsv1.Threshold{"": widest}}) + 2
 }()
 
-// configBytesBound is the largest Config a node with these metric ids can
-// be sent, whatever the overrides: each metric is in it at most once (a
-// threshold or a disabled entry), plus version, expand and ping targets.
-func configBytesBound(pathBytes, paths int64, pingPeers int) int64 {
+// configOtherBytes is the most a Config holds besides thresholds: version,
+// expand and ping targets. Each metric adds at most its id and
+// thresholdEntryBytes (it is a threshold or a disabled entry, not both).
+func configOtherBytes(pingPeers int) int64 {
 	const fixed = 32 // version, expand-until and their tags
-	peerBytes := int64(pingPeers) * (schema.MaxNodeNameLen + 1 + maxPingAddrLen + 3)
-	return fixed + pathBytes + paths*int64(thresholdEntryBytes) + peerBytes
+	return fixed + int64(pingPeers)*(schema.MaxNodeNameLen+1+maxPingAddrLen+3)
 }
 
 // checkScope refuses an override for a metric no node of its scope has,
-// and one that could make a Config in its scope larger than MaxConfigBytes.
+// and one that would make a Config in its scope larger than MaxConfigBytes.
 // A Config carries only the overrides of metrics its node has, so an
 // override of a metric nobody has would do nothing: refusing it catches a
 // typo in the metric id, instead of storing an override that silently
@@ -69,25 +69,56 @@ func (s *Service) checkScope(ctx context.Context, o Override) error {
 	if err != nil {
 		return fmt.Errorf("encode selector: %w", err)
 	}
-	// Nodes of the scope that have the metric, the one whose Config could
-	// be largest first.
-	var (
-		node             string
-		nodes            int
-		pathBytes, paths int64
-	)
-	err = s.repo.pool.QueryRow(ctx, `
+	// The nodes of the scope that have the metric, and of those the few
+	// whose Config could pass the limit with every metric overridden: only
+	// theirs are computed.
+	rows, err := s.repo.pool.Query(ctx, `
 		WITH scoped AS (
-			SELECT n.id, n.name FROM nodes n
+			SELECT n.id, n.name, n.labels FROM nodes n
 			WHERE ($1 = 'global' OR ($1 = 'selector' AND n.labels @> $2::jsonb) OR ($1 = 'node' AND n.name = $3))
 			  AND EXISTS (SELECT 1 FROM node_metrics m JOIN metric_paths p ON p.id = m.metric_id
 			              WHERE m.node_id = n.id AND p.path = $4)
+		), bound AS (
+			SELECT s.id, s.name, s.labels, sum(length(p.path)) AS path_bytes, count(*) AS paths
+			FROM scoped s JOIN node_metrics m ON m.node_id = s.id JOIN metric_paths p ON p.id = m.metric_id
+			GROUP BY s.id, s.name, s.labels
 		)
-		SELECT coalesce((SELECT count(*) FROM scoped), 0), s.name, sum(length(p.path)), count(*)
-		FROM scoped s JOIN node_metrics m ON m.node_id = s.id JOIN metric_paths p ON p.id = m.metric_id
-		GROUP BY s.id, s.name ORDER BY sum(length(p.path)) + count(*) * $5 DESC LIMIT 1`,
-		o.Scope.Kind, sel, o.Scope.Node, o.Metric, thresholdEntryBytes).Scan(&nodes, &node, &pathBytes, &paths)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		SELECT (SELECT count(*) FROM scoped), b.id, b.name, b.labels, b.path_bytes, b.paths
+		FROM (SELECT 1) one LEFT JOIN bound b ON b.path_bytes + b.paths * $5 > $6`,
+		o.Scope.Kind, sel, o.Scope.Node, o.Metric, thresholdEntryBytes, MaxConfigBytes-configOtherBytes(s.pingPeers()))
+	if err != nil {
+		return fmt.Errorf("check the nodes of the override's scope: %w", err)
+	}
+	type candidate struct {
+		node  store.Node
+		paths int64
+	}
+	var (
+		nodes int
+		big   []candidate
+	)
+	for rows.Next() {
+		var (
+			id               *int32
+			name             *string
+			labels           []byte
+			pathBytes, paths *int64
+		)
+		if err := rows.Scan(&nodes, &id, &name, &labels, &pathBytes, &paths); err != nil {
+			rows.Close()
+			return fmt.Errorf("check the nodes of the override's scope: %w", err)
+		}
+		if id == nil {
+			continue
+		}
+		c := candidate{node: store.Node{ID: *id, Name: *name}, paths: *paths}
+		if err := json.Unmarshal(labels, &c.node.Labels); err != nil {
+			rows.Close()
+			return fmt.Errorf("decode labels of node %s: %w", *name, err)
+		}
+		big = append(big, c)
+	}
+	if err := rows.Err(); err != nil {
 		return fmt.Errorf("check the nodes of the override's scope: %w", err)
 	}
 	if nodes == 0 {
@@ -102,9 +133,29 @@ func (s *Service) checkScope(ctx context.Context, o Override) error {
 			return fmt.Errorf("%w: no node has metric %s (an override may only be set for a metric some node reports)", ErrInvalid, o.Metric)
 		}
 	}
-	if b := configBytesBound(pathBytes, paths, s.pingPeers()); b > MaxConfigBytes {
-		return fmt.Errorf("%w: node %s has %d metrics, so its Config could reach %d bytes with overrides, more than the %d agents are sent; no override is allowed on it until it has fewer metrics",
-			ErrConfigSize, node, paths, b, MaxConfigBytes)
+	if len(big) == 0 {
+		return nil
+	}
+	overrides, err := s.repo.list(ctx)
+	if err != nil {
+		return err
+	}
+	// The overrides as they would be: o replaces the one of its scope and
+	// metric.
+	overrides = slices.DeleteFunc(overrides, func(x Override) bool {
+		return x.Scope.Kind == o.Scope.Kind && x.Scope.Node == o.Scope.Node && x.Metric == o.Metric && maps.Equal(x.Scope.Selector, o.Scope.Selector)
+	})
+	overrides = append(overrides, o)
+	for _, c := range big {
+		has, err := s.repo.metricsOf(ctx, c.node.ID)
+		if err != nil {
+			return err
+		}
+		cfg := thresholdsConfig(c.node, overrides, has)
+		if size := int64(proto.Size(cfg)) + configOtherBytes(s.pingPeers()); size > MaxConfigBytes {
+			return fmt.Errorf("%w: with this override node %s's Config could be %d bytes (overrides for %d of its %d metrics), more than the %d bytes agents are sent; remove overrides that apply to it first",
+				ErrConfigSize, c.node.Name, size, len(cfg.GetThresholds())+len(cfg.GetDisabledThresholds()), c.paths, MaxConfigBytes)
+		}
 	}
 	return nil
 }

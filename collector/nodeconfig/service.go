@@ -74,7 +74,23 @@ func (s *Service) ConfigFor(ctx context.Context, n store.Node) (*nbsv1.Config, e
 	if err != nil {
 		return nil, err
 	}
-	cfg := &nbsv1.Config{Version: uint64(time.Now().UnixNano()), Thresholds: map[string]*nbsv1.Threshold{}}
+	cfg := thresholdsConfig(n, overrides, has)
+	cfg.Version = uint64(time.Now().UnixNano())
+	s.mu.Lock()
+	if until, ok := s.expand[n.Name]; ok && time.Now().Before(until) {
+		cfg.ExpandUntilUnixNano = until.UnixNano()
+	}
+	s.mu.Unlock()
+	if cfg.PingTargets, err = s.pingTargets(ctx, n); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// thresholdsConfig is the threshold part of a node's Config: the overrides
+// in force on it, for the metrics it has.
+func thresholdsConfig(n store.Node, overrides []Override, has map[string]bool) *nbsv1.Config {
+	cfg := &nbsv1.Config{Thresholds: map[string]*nbsv1.Threshold{}}
 	for metric, o := range Resolve(n, overrides) {
 		if !has[metric] {
 			continue
@@ -85,15 +101,8 @@ func (s *Service) ConfigFor(ctx context.Context, n store.Node) (*nbsv1.Config, e
 		}
 		cfg.Thresholds[metric] = thresholdProto(*o.Threshold)
 	}
-	s.mu.Lock()
-	if until, ok := s.expand[n.Name]; ok && time.Now().Before(until) {
-		cfg.ExpandUntilUnixNano = until.UnixNano()
-	}
-	s.mu.Unlock()
-	if cfg.PingTargets, err = s.pingTargets(ctx, n); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	slices.Sort(cfg.DisabledThresholds)
+	return cfg
 }
 
 func thresholdProto(t store.Threshold) *nbsv1.Threshold {
