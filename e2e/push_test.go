@@ -143,12 +143,16 @@ func TestPushStuckAgentDoesNotDelayThresholds(t *testing.T) {
 	}
 	connectRaw(t, col.grpcAddr, "stuck-1", nil, false, metrics...)
 	eventually(t, 10*time.Second, func() string {
-		var nodes struct {
-			Nodes []struct{ Name string } `json:"nodes"`
+		for _, a := range honest {
+			if cfg, err := a.config(); cfg == nil {
+				return fmt.Sprintf("%s has no Config yet (%v)", a.name, err)
+			}
 		}
-		col.getJSON(t, "/api/v1/nodes", &nodes)
-		if len(nodes.Nodes) != 21 {
-			return fmt.Sprintf("%d nodes registered, want 21", len(nodes.Nodes))
+		var thr struct {
+			Thresholds []struct{ Metric string } `json:"thresholds"`
+		}
+		if code := col.getJSON(t, "/api/v1/nodes/stuck-1/thresholds", &thr); code != http.StatusOK || len(thr.Thresholds) != len(metrics) {
+			return fmt.Sprintf("stuck-1: %d with %d metrics, want %d", code, len(thr.Thresholds), len(metrics))
 		}
 		return ""
 	})

@@ -507,6 +507,9 @@ func (s *Server) PushConfig(ctx context.Context, names ...string) {
 			continue
 		}
 		cfg, err := s.config.ConfigFor(ctx, st.node)
+		if ctx.Err() != nil {
+			return // the collector is stopping
+		}
 		if err != nil {
 			s.log.Error("compute config", "node", st.node.Name, "err", err)
 			continue

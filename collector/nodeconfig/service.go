@@ -154,15 +154,22 @@ type change struct {
 	Until int64  `json:"until,omitempty"`
 }
 
-// announceTimeout bounds applying and announcing one change. The change is
-// committed by then, so it must not depend on the request that made it: a
-// client that hangs up must not keep other collectors from hearing of it.
+// announceTimeout bounds making, applying and announcing one change. A
+// change must not depend on the request that made it: a client that hangs
+// up must not leave a change committed that other collectors never hear of.
 const announceTimeout = 30 * time.Second
+
+// changeContext is the context a change runs in once its request is read:
+// detached from the request's cancellation (keeping its values: who asked,
+// for the audit log), bounded by its own timeout.
+func changeContext(req context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(req), announceTimeout)
+}
 
 // announce applies a committed change here at once and tells the other
 // collectors, on a context detached from ctx's cancellation.
 func (s *Service) announce(ctx context.Context, c change) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), announceTimeout)
+	ctx, cancel := changeContext(ctx)
 	defer cancel()
 	payload, _ := json.Marshal(c)
 	// Other collectors first: pushing here computes a Config per local
@@ -274,17 +281,22 @@ func (s *Service) PutOverride(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	if err := s.checkScope(r.Context(), o); err != nil {
+	// From here the change is made whole whether or not the client stays:
+	// a commit the collector saw fail only because the request was
+	// cancelled would be a change no agent hears of.
+	ctx, cancel := changeContext(r.Context())
+	defer cancel()
+	if err := s.checkScope(ctx, o); err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	stored, err := s.repo.put(r.Context(), o, s.maxOverrides)
+	stored, err := s.repo.put(ctx, o, s.maxOverrides)
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
 	s.log.Info("threshold override set", "id", stored.ID, "metric", stored.Metric, "scope", stored.Source())
-	s.announce(r.Context(), change{Kind: "thresholds"})
+	s.announce(ctx, change{Kind: "thresholds"})
 	api.WriteJSON(w, http.StatusOK, stored)
 }
 
@@ -296,7 +308,9 @@ func (s *Service) DeleteOverride(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "override id %s is not a number", api.Quote(raw)), s.log)
 		return
 	}
-	ok, err := s.repo.delete(r.Context(), id)
+	ctx, cancel := changeContext(r.Context())
+	defer cancel()
+	ok, err := s.repo.delete(ctx, id)
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
@@ -305,7 +319,7 @@ func (s *Service) DeleteOverride(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, errkind.Errorf(errkind.NotFound, "threshold override %d: not found", id), s.log)
 		return
 	}
-	s.announce(r.Context(), change{Kind: "thresholds"})
+	s.announce(ctx, change{Kind: "thresholds"})
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -362,11 +376,13 @@ func (s *Service) ExpandNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	until := time.Now().Add(time.Duration(req.Seconds) * time.Second)
-	if err := access.Audit(r.Context(), s.repo.pool, access.Entry{Action: "expand", ObjectKind: "node", ObjectID: n.Name,
+	ctx, cancel := changeContext(r.Context())
+	defer cancel()
+	if err := access.Audit(ctx, s.repo.pool, access.Entry{Action: "expand", ObjectKind: "node", ObjectID: n.Name,
 		New: map[string]any{"seconds": req.Seconds, "until": until.UTC()}}); err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	s.announce(r.Context(), change{Kind: "expand", Node: n.Name, Until: until.UnixNano()})
+	s.announce(ctx, change{Kind: "expand", Node: n.Name, Until: until.UnixNano()})
 	api.WriteJSON(w, http.StatusAccepted, map[string]any{"node": n.Name, "until": until.UTC()})
 }
