@@ -296,16 +296,17 @@ func TestThresholdOverrideLimits(t *testing.T) {
 		code       int
 		want       string
 	}{
-		{"node lacks the metric", overrideBody(`{"kind":"node","node":"lim-1"}`, "tcp_reset/recv", 1), 400, "node lim-1 has no metric tcp_reset/recv"},
+		{"node lacks the metric", overrideBody(`{"kind":"node","node":"lim-1"}`, "udp_drop", 1), 400, "node lim-1 has no metric udp_drop (an override"},
+		{"node lacks the parent", overrideBody(`{"kind":"node","node":"lim-1"}`, "tcp_reset/recv/x", 1), 400, "node lim-1 has no metric tcp_reset/recv/x nor its parent tcp_reset/recv"},
 		{"unknown node", overrideBody(`{"kind":"node","node":"nope"}`, "tcp_reset", 1), 400, "node nope has no metric tcp_reset"},
-		{"no node has the metric", overrideBody(globalScope, "no_such/metric", 1), 400, "no node has metric no_such/metric"},
+		{"no node has the metric", overrideBody(globalScope, "no_such/metric", 1), 400, "no node has metric no_such/metric nor its parent no_such"},
 		{"selector matches no node with it", overrideBody(`{"kind":"selector","selector":{"customer":"initech"}}`, "tcp_reset", 1), 400, "no node matching selector selector:customer=initech has metric tcp_reset"},
 		{"65 selector labels", overrideBody(`{"kind":"selector","selector":{`+strings.Join(labels, ",")+`}}`, "tcp_reset", 1), 400, "selector names 65 labels, but a node has at most 64"},
 		{"600 KB selector", overrideBody(`{"kind":"selector","selector":{"customer":"`+strings.Repeat("a", 600<<10)+`"}}`, "tcp_reset", 1), 400, "at most 4096"},
 		{"global", overrideBody(globalScope, "tcp_reset", 1), 200, ""},
 		{"global child", overrideBody(globalScope, "tcp_reset/sent", 1), 200, ""},
 		{"node", overrideBody(`{"kind":"node","node":"lim-1"}`, "tcp_reset", 2), 200, ""},
-		{"selector", overrideBody(`{"kind":"selector","selector":{"customer":"acme"}}`, "tcp_reset/sent", 2), 200, ""},
+		{"a child not yet reported", overrideBody(`{"kind":"selector","selector":{"customer":"acme"}}`, "tcp_reset/sent/no_socket", 2), 200, ""},
 		{"past the cap", overrideBody(`{"kind":"selector","selector":{"customer":"acme"}}`, "tcp_reset", 3), 400, "there are already 4, the most allowed (limit --thresholds.max-overrides)"},
 		{"an update past the cap", overrideBody(globalScope, "tcp_reset", 7), 200, ""},
 	}

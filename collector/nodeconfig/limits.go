@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -63,13 +64,21 @@ func configOtherBytes(pingPeers int) int64 {
 // A Config carries only the overrides of metrics its node has, so an
 // override of a metric nobody has would do nothing: refusing it catches a
 // typo in the metric id, instead of storing an override that silently
-// never applies.
+// never applies. A child of a metric the scope has is allowed: children
+// such as a reset's reason (tcp_reset/sent/no_socket) appear on a node when
+// they first happen, and operators set their thresholds before that; the
+// node's Config gets the override once it reports the child.
 func (s *Service) checkScope(ctx context.Context, o Override) error {
 	sel, err := json.Marshal(nonNil(o.Scope.Selector))
 	if err != nil {
 		return fmt.Errorf("encode selector: %w", err)
 	}
-	// The nodes of the scope that have the metric, and of those the few
+	parent := o.Metric // a root has none
+	if i := strings.LastIndexByte(o.Metric, '/'); i > 0 {
+		parent = o.Metric[:i]
+	}
+	// The nodes of the scope that have the metric (or its parent), and of
+	// those the few
 	// whose Config could pass the limit with every metric overridden: only
 	// theirs are computed.
 	rows, err := s.repo.pool.Query(ctx, `
@@ -77,7 +86,7 @@ func (s *Service) checkScope(ctx context.Context, o Override) error {
 			SELECT n.id, n.name, n.labels FROM nodes n
 			WHERE ($1 = 'global' OR ($1 = 'selector' AND n.labels @> $2::jsonb) OR ($1 = 'node' AND n.name = $3))
 			  AND EXISTS (SELECT 1 FROM node_metrics m JOIN metric_paths p ON p.id = m.metric_id
-			              WHERE m.node_id = n.id AND p.path = $4)
+			              WHERE m.node_id = n.id AND p.path IN ($4, $7))
 		), bound AS (
 			SELECT s.id, s.name, s.labels, sum(length(p.path)) AS path_bytes, count(*) AS paths
 			FROM scoped s JOIN node_metrics m ON m.node_id = s.id JOIN metric_paths p ON p.id = m.metric_id
@@ -85,7 +94,7 @@ func (s *Service) checkScope(ctx context.Context, o Override) error {
 		)
 		SELECT (SELECT count(*) FROM scoped), b.id, b.name, b.labels, b.path_bytes, b.paths
 		FROM (SELECT 1) one LEFT JOIN bound b ON b.path_bytes + b.paths * $5 > $6`,
-		o.Scope.Kind, sel, o.Scope.Node, o.Metric, thresholdEntryBytes, MaxConfigBytes-configOtherBytes(s.pingPeers()))
+		o.Scope.Kind, sel, o.Scope.Node, o.Metric, thresholdEntryBytes, MaxConfigBytes-configOtherBytes(s.pingPeers()), parent)
 	if err != nil {
 		return fmt.Errorf("check the nodes of the override's scope: %w", err)
 	}
@@ -122,15 +131,19 @@ func (s *Service) checkScope(ctx context.Context, o Override) error {
 		return fmt.Errorf("check the nodes of the override's scope: %w", err)
 	}
 	if nodes == 0 {
+		what := "metric " + o.Metric
+		if parent != o.Metric {
+			what = fmt.Sprintf("metric %s nor its parent %s", o.Metric, parent)
+		}
 		switch o.Scope.Kind {
 		case "node":
-			return fmt.Errorf("%w: node %s has no metric %s (an override may only be set for a metric the node reports; see GET /api/v1/nodes/%s/tree)",
-				ErrInvalid, o.Scope.Node, o.Metric, o.Scope.Node)
+			return fmt.Errorf("%w: node %s has no %s (an override may only be set for a metric the node reports, or a child of one; see GET /api/v1/nodes/%s/tree)",
+				ErrInvalid, o.Scope.Node, what, o.Scope.Node)
 		case "selector":
-			return fmt.Errorf("%w: no node matching selector %s has metric %s (an override may only be set for a metric some node of its scope reports)",
-				ErrInvalid, o.Source(), o.Metric)
+			return fmt.Errorf("%w: no node matching selector %s has %s (an override may only be set for a metric some node of its scope reports, or a child of one)",
+				ErrInvalid, o.Source(), what)
 		default:
-			return fmt.Errorf("%w: no node has metric %s (an override may only be set for a metric some node reports)", ErrInvalid, o.Metric)
+			return fmt.Errorf("%w: no node has %s (an override may only be set for a metric some node reports, or a child of one)", ErrInvalid, what)
 		}
 	}
 	if len(big) == 0 {

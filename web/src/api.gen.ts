@@ -74,7 +74,7 @@ export interface paths {
     get: operations["listOverrides"];
     /**
      * Set the override of a scope and metric, replacing the one there was.
-     * @description The metric must be one some node of the scope reports (a node scope: that node), else 400. A new override past --thresholds.max-overrides (default 10000) is a 400; one that would make a node's Config larger than agents receive (3 MiB) is a 409 naming the node.
+     * @description The metric must be one some node of the scope reports (a node scope: that node), or a child of one (a reset reason not seen yet), else 400. A new override past --thresholds.max-overrides (default 10000) is a 400; one that would make a node's Config larger than agents receive (3 MiB) is a 409 naming the node.
      */
     put: operations["putOverride"];
   };
@@ -974,7 +974,7 @@ export interface operations {
   };
   /**
    * Set the override of a scope and metric, replacing the one there was.
-   * @description The metric must be one some node of the scope reports (a node scope: that node), else 400. A new override past --thresholds.max-overrides (default 10000) is a 400; one that would make a node's Config larger than agents receive (3 MiB) is a 409 naming the node.
+   * @description The metric must be one some node of the scope reports (a node scope: that node), or a child of one (a reset reason not seen yet), else 400. A new override past --thresholds.max-overrides (default 10000) is a 400; one that would make a node's Config larger than agents receive (3 MiB) is a 409 naming the node.
    */
   putOverride: {
     requestBody: {
