@@ -258,8 +258,10 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	}
 	cancel(nil)
 	if !sent {
-		// A sender blocked in Send on an agent that does not read is
-		// abandoned: returning ends the gRPC stream, which ends its Send.
+		// A sender blocked in Send on an agent that does not read is left
+		// once its send timeout fires (at most that long, also when the
+		// stream was replaced or revoked meanwhile): returning ends the
+		// gRPC stream, which ends its Send.
 		select {
 		case err := <-sendErr:
 			if recvErr == nil {
