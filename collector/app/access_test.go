@@ -167,16 +167,28 @@ func newFleet(t *testing.T, cfg access.Config) *fleet {
 
 	// Overrides of every scope, through the API as an operator.
 	for name, body := range map[string]string{
-		"global":        `{"scope":{"kind":"global"},"metric":"tcp_reset","threshold":{"warn":2,"crit":20,"comparison":"above","hold_intervals":1}}`,
-		"acme":          `{"scope":{"kind":"selector","selector":{"customer":"acme"}},"metric":"tcp_reset","threshold":{"warn":3,"crit":30,"comparison":"above","hold_intervals":1}}`,
-		"globex":        `{"scope":{"kind":"selector","selector":{"customer":"globex"}},"metric":"tcp_reset","threshold":{"warn":4,"crit":40,"comparison":"above","hold_intervals":1}}`,
-		"acme-node":     `{"scope":{"kind":"node","node":"acme-web"},"metric":"tcp_reset/sent","threshold":{"warn":5,"crit":50,"comparison":"above","hold_intervals":1}}`,
-		"globex-node":   `{"scope":{"kind":"node","node":"globex-db"},"metric":"tcp_reset/sent","threshold":{"warn":6,"crit":60,"comparison":"above","hold_intervals":1}}`,
-		"shared-rack":   `{"scope":{"kind":"selector","selector":{"rack":"r1"}},"metric":"tcp_reset/sent","disabled":true}`,
-		"no-such-node":  `{"scope":{"kind":"node","node":"gone-1"},"metric":"tcp_reset","disabled":true}`,
-		"other-tenants": `{"scope":{"kind":"selector","selector":{"customer":"initech"}},"metric":"tcp_reset","disabled":true}`,
+		"global":      `{"scope":{"kind":"global"},"metric":"tcp_reset","threshold":{"warn":2,"crit":20,"comparison":"above","hold_intervals":1}}`,
+		"acme":        `{"scope":{"kind":"selector","selector":{"customer":"acme"}},"metric":"tcp_reset","threshold":{"warn":3,"crit":30,"comparison":"above","hold_intervals":1}}`,
+		"globex":      `{"scope":{"kind":"selector","selector":{"customer":"globex"}},"metric":"tcp_reset","threshold":{"warn":4,"crit":40,"comparison":"above","hold_intervals":1}}`,
+		"acme-node":   `{"scope":{"kind":"node","node":"acme-web"},"metric":"tcp_reset/sent","threshold":{"warn":5,"crit":50,"comparison":"above","hold_intervals":1}}`,
+		"globex-node": `{"scope":{"kind":"node","node":"globex-db"},"metric":"tcp_reset/sent","threshold":{"warn":6,"crit":60,"comparison":"above","hold_intervals":1}}`,
+		"shared-rack": `{"scope":{"kind":"selector","selector":{"rack":"r1"}},"metric":"tcp_reset/sent","disabled":true}`,
 	} {
 		f.overrides[name] = f.create("PUT", "/thresholds", body, 200)
+	}
+	// Overrides whose scope has no node: the API refuses to make them, but
+	// they remain when their nodes go (deleted, renamed), and must stay as
+	// hidden from customers as any other tenant's.
+	for name, scope := range map[string][]string{
+		"no-such-node":  {"node", `{}`, "gone-1"},
+		"other-tenants": {"selector", `{"customer":"initech"}`, ""},
+	} {
+		var id int64
+		if err := st.Pool().QueryRow(ctx, `INSERT INTO threshold_overrides (scope_kind, selector, node, metric, disabled)
+			VALUES ($1, $2, $3, 'tcp_reset', true) RETURNING id`, scope[0], scope[1], scope[2]).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		f.overrides[name] = id
 	}
 	return f
 }
@@ -317,8 +329,16 @@ func TestAccess(t *testing.T) {
 	freshRule := func(c int) int64 {
 		return f.create("POST", "/alert-rules", fmt.Sprintf(`{"name":"Fresh%d%d","state":"crit","for_intervals":1,"severity":"critical"}`, c, time.Now().UnixNano()), 201)
 	}
+	// Stored directly: the API makes overrides only for metrics some node
+	// has, and these must not change any node's thresholds.
 	freshOverride := func(c int) int64 {
-		return f.create("PUT", "/thresholds", fmt.Sprintf(`{"scope":{"kind":"global"},"metric":"tcp_reset/fresh_%d","disabled":true}`, c), 200)
+		var id int64
+		if err := f.st.Pool().QueryRow(context.Background(), `INSERT INTO threshold_overrides (scope_kind, selector, node, metric, disabled)
+			VALUES ('global', '{}', '', $1, true) ON CONFLICT (scope_kind, selector, node, metric) DO UPDATE SET disabled = true
+			RETURNING id`, fmt.Sprintf("tcp_reset/fresh_%d", c)).Scan(&id); err != nil {
+			f.t.Fatal(err)
+		}
+		return id
 	}
 	freshToken := func(c int) int64 {
 		return f.create("POST", "/tokens", fmt.Sprintf(`{"name":"fresh-%d-%d","role":"viewer"}`, c, time.Now().UnixNano()), 201)

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -102,6 +103,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	limits.MaxAge = c.cfg.Retention
 	configs := nodeconfig.New(st, c.log.With("part", "nodeconfig"))
 	configs.SetPingPeers(c.cfg.PingPeers)
+	configs.SetMaxOverrides(c.cfg.MaxOverrides)
 	authMode, _ := c.cfg.nodeAuthMode() // checked by Validate
 	auth, err := nodeauth.NewAuthenticator(st.Pool(), nodeauth.Options{Mode: authMode,
 		BootstrapTokenFile: c.cfg.BootstrapTokenFile, IdentityMapFile: c.cfg.NodeIdentityMapFile}, c.log.With("part", "nodeauth"))
@@ -116,7 +118,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	case authMode == nodeauth.ModeEnroll && c.cfg.GRPCTLSCert == "":
 		c.log.Warn("nodes enroll over plaintext: bootstrap token and node credentials can be read on the network; set --grpc.tls-cert-file and --grpc.tls-key-file")
 	}
-	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs, Auth: auth}, c.log.With("part", "ingest"), c.metrics)
+	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs, Auth: auth, SendTimeout: c.cfg.SendTimeout}, c.log.With("part", "ingest"), c.metrics)
 	configs.SetPusher(ingestSrv)
 	identities := nodeauth.NewAdmin(st, ingestSrv, authMode, c.log.With("part", "nodeauth"))
 
@@ -157,9 +159,16 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	handler := httpHandler(st, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: identities}, acc, web.Handler(),
 		c.log.With("part", "api"), c.metrics)
-	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ConnContext: access.ConnContext,
+	hl := c.cfg.HTTP
+	httpSrv := &http.Server{Handler: handler, ConnContext: access.ConnContext,
+		ReadHeaderTimeout: hl.ReadHeaderTimeout, ReadTimeout: hl.ReadTimeout, WriteTimeout: hl.WriteTimeout,
+		IdleTimeout: hl.IdleTimeout, MaxHeaderBytes: hl.MaxHeaderBytes,
 		BaseContext: func(net.Listener) context.Context { return runCtx },
 		ErrorLog:    slog.NewLogLogger(c.log.With("part", "http").Handler(), slog.LevelWarn)}
+	// Past MaxConns, connections wait in the kernel's backlog: a flood of
+	// slow clients cannot exhaust descriptors, and each is closed by the
+	// timeouts above.
+	httpLis = netutil.LimitListener(httpLis, hl.MaxConns)
 	serveHTTP := func() error { return httpSrv.Serve(httpLis) }
 	if accCfg.TLSCertFile != "" {
 		if httpSrv.TLSConfig, err = tlsfiles.Server(accCfg.TLSCertFile, accCfg.TLSKeyFile, "", c.log.With("part", "http-tls")); err != nil {

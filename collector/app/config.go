@@ -26,6 +26,14 @@ type Config struct {
 	// default auto-tuned windows a collector buffered ~2 GB when Postgres
 	// fell behind.
 	StreamWindow int32
+	// HTTP bounds what one HTTP client may hold (--http.*-timeout,
+	// --http.max-header-bytes, --http.max-connections).
+	HTTP HTTPLimits
+	// SendTimeout ends an agent stream whose agent has not read one message
+	// for this long, so it holds no more than its pending Config.
+	SendTimeout time.Duration
+	// MaxOverrides caps the stored threshold overrides.
+	MaxOverrides int
 	// PingPeers is how many fleet peers each node is told to ping
 	// (0 or less: no ping mesh).
 	PingPeers int
@@ -53,6 +61,33 @@ type Config struct {
 	Access access.Config
 }
 
+// HTTPLimits are the HTTP server's timeouts and connection bounds.
+type HTTPLimits struct {
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout covers the whole request, body included (bodies are at
+	// most 1 MiB).
+	ReadTimeout time.Duration
+	// WriteTimeout covers reading the request and writing the answer: the
+	// largest (a year-long series, a node's whole tree) take seconds.
+	WriteTimeout   time.Duration
+	IdleTimeout    time.Duration
+	MaxHeaderBytes int
+	// MaxConns bounds the open connections; more wait to be accepted.
+	MaxConns int
+}
+
+// DefaultHTTPLimits are the production HTTP bounds.
+func DefaultHTTPLimits() HTTPLimits {
+	return HTTPLimits{
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		MaxConns:          1024,
+	}
+}
+
 // DefaultConfig is the production configuration, but for the database,
 // which has no default.
 func DefaultConfig() Config {
@@ -63,6 +98,9 @@ func DefaultConfig() Config {
 		DBWriters:    ingest.DefaultWriterOptions().Workers,
 		MaxMsgSize:   4 << 20,
 		StreamWindow: 64 << 10,
+		HTTP:         DefaultHTTPLimits(),
+		SendTimeout:  ingest.DefaultSendTimeout,
+		MaxOverrides: nodeconfig.DefaultMaxOverrides,
 		PingPeers:    nodeconfig.DefaultPingPeers,
 		Alert:        alert.DefaultConfig(),
 		Access:       access.DefaultConfig(),
@@ -84,6 +122,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "how long reports are kept; older day partitions are dropped")
 	fs.IntVar(&c.DBWriters, "db.writers", c.DBWriters, "concurrent database writers (about one per database core)")
 	fs.IntVar(&c.MaxMsgSize, "grpc.max-message-bytes", c.MaxMsgSize, "largest message an agent may send")
+	fs.DurationVar(&c.HTTP.ReadHeaderTimeout, "http.read-header-timeout", c.HTTP.ReadHeaderTimeout, "how long a client may take to send a request's headers")
+	fs.DurationVar(&c.HTTP.ReadTimeout, "http.read-timeout", c.HTTP.ReadTimeout, "how long a client may take to send a whole request, body included")
+	fs.DurationVar(&c.HTTP.WriteTimeout, "http.write-timeout", c.HTTP.WriteTimeout, "how long reading a request and writing its answer may take (the largest answers, a year of a series or a whole tree, take seconds)")
+	fs.DurationVar(&c.HTTP.IdleTimeout, "http.idle-timeout", c.HTTP.IdleTimeout, "how long a kept-alive connection may wait for its next request")
+	fs.IntVar(&c.HTTP.MaxHeaderBytes, "http.max-header-bytes", c.HTTP.MaxHeaderBytes, "largest request line and headers, in bytes (more: 431)")
+	fs.IntVar(&c.HTTP.MaxConns, "http.max-connections", c.HTTP.MaxConns, "most open HTTP connections; more wait to be accepted")
+	fs.DurationVar(&c.SendTimeout, "grpc.send-timeout", c.SendTimeout, "an agent that reads nothing from its stream for this long is disconnected (it reconnects and gets the newest config)")
+	fs.IntVar(&c.MaxOverrides, "thresholds.max-overrides", c.MaxOverrides, "most threshold overrides that may be stored")
 	fs.IntVar(&c.PingPeers, "ping.peers", c.PingPeers, "fleet peers each node pings and is pinged by, drawn deterministically from the nodes that announce a ping address (0: no ping mesh)")
 	fs.StringVar(&c.ExternalURL, "web.external-url", c.ExternalURL, "URL people use to reach this NBS, for links in alerts (default http://<http.listen-address>)")
 	c.Alert.RegisterFlags(fs)
@@ -114,6 +160,13 @@ func (c *Config) Validate() error {
 	if c.Retention < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--retention %s is shorter than one day partition", c.Retention))
 	}
+	errs = append(errs, c.HTTP.validate())
+	if c.SendTimeout < time.Second || c.SendTimeout > time.Hour {
+		errs = append(errs, fmt.Errorf("--grpc.send-timeout %s must be from 1s to 1h", c.SendTimeout))
+	}
+	if c.MaxOverrides < 1 || c.MaxOverrides > 1_000_000 {
+		errs = append(errs, fmt.Errorf("--thresholds.max-overrides %d must be from 1 to 1000000", c.MaxOverrides))
+	}
 	if c.PingPeers > 1000 {
 		errs = append(errs, fmt.Errorf("--ping.peers %d is more than 1000", c.PingPeers))
 	}
@@ -128,6 +181,37 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("stream window %d must be from 64 KiB to 16 MiB", c.StreamWindow))
 	}
 	errs = append(errs, alert.ValidateExternalURL(c.ExternalURL), c.Alert.Validate(), c.Access.Validate())
+	return errors.Join(errs...)
+}
+
+func (h HTTPLimits) validate() error {
+	var errs []error
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--http.read-header-timeout", h.ReadHeaderTimeout}, {"--http.read-timeout", h.ReadTimeout},
+		{"--http.write-timeout", h.WriteTimeout}, {"--http.idle-timeout", h.IdleTimeout},
+	} {
+		// Zero would mean no timeout at all to net/http.
+		if d.v < time.Second || d.v > 24*time.Hour {
+			errs = append(errs, fmt.Errorf("%s %s must be from 1s to 24h", d.flag, d.v))
+		}
+	}
+	if h.ReadHeaderTimeout > h.ReadTimeout {
+		errs = append(errs, fmt.Errorf("--http.read-header-timeout %s is longer than --http.read-timeout %s", h.ReadHeaderTimeout, h.ReadTimeout))
+	}
+	if h.ReadTimeout > h.WriteTimeout {
+		// The write timeout runs from the end of the headers: an answer
+		// must have time after the longest request.
+		errs = append(errs, fmt.Errorf("--http.read-timeout %s is longer than --http.write-timeout %s", h.ReadTimeout, h.WriteTimeout))
+	}
+	if h.MaxHeaderBytes < 4<<10 || h.MaxHeaderBytes > 1<<20 {
+		errs = append(errs, fmt.Errorf("--http.max-header-bytes %d must be from 4 KiB to 1 MiB", h.MaxHeaderBytes))
+	}
+	if h.MaxConns < 16 || h.MaxConns > 1_000_000 {
+		errs = append(errs, fmt.Errorf("--http.max-connections %d must be from 16 to 1000000", h.MaxConns))
+	}
 	return errors.Join(errs...)
 }
 

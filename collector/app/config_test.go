@@ -50,6 +50,18 @@ func TestDefaultConfigValidate(t *testing.T) {
 		{"stream window", func(c *Config) { c.StreamWindow = 1024 }, []string{"stream window"}},
 		{"external URL", func(c *Config) { c.ExternalURL = "nbs.example.com" }, []string{"--web.external-url"}},
 		{"alert resend", func(c *Config) { c.Alert.ResendInterval = 0 }, []string{"--alert.resend-interval"}},
+		{"HTTP timeouts off", func(c *Config) {
+			c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.WriteTimeout, c.HTTP.IdleTimeout = 0, 0, 0, 0
+		},
+			[]string{"--http.read-header-timeout 0s", "--http.read-timeout 0s", "--http.write-timeout 0s", "--http.idle-timeout 0s"}},
+		{"HTTP timeouts out of order", func(c *Config) {
+			c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.WriteTimeout = time.Minute, 30*time.Second, 10*time.Second
+		},
+			[]string{"--http.read-header-timeout 1m0s is longer than --http.read-timeout", "--http.read-timeout 30s is longer than --http.write-timeout"}},
+		{"HTTP headers and connections", func(c *Config) { c.HTTP.MaxHeaderBytes, c.HTTP.MaxConns = 100, 0 },
+			[]string{"--http.max-header-bytes 100", "--http.max-connections 0"}},
+		{"send timeout", func(c *Config) { c.SendTimeout = 0 }, []string{"--grpc.send-timeout 0s"}},
+		{"overrides cap", func(c *Config) { c.MaxOverrides = 0 }, []string{"--thresholds.max-overrides 0"}},
 		{"everything at once", func(c *Config) {
 			c.DBURL, c.GRPCAddr, c.HTTPAddr, c.GRPCTLSCert = "", "", "", "c.pem"
 			c.Retention, c.PingPeers, c.DBWriters, c.MaxMsgSize, c.StreamWindow = 0, 1001, 65, 0, 0

@@ -68,6 +68,7 @@ type Server struct {
 	auth         Authenticator
 	limits       Limits
 	helloTimeout time.Duration
+	sendTimeout  time.Duration
 	log          *slog.Logger
 	metrics      *telemetry.Metrics
 
@@ -75,10 +76,18 @@ type Server struct {
 	streams map[string]*stream // by node name: the one stream that speaks for it
 }
 
+// DefaultSendTimeout is how long one message to an agent may wait for the
+// agent to read before its stream is ended. An agent that reads nothing for
+// this long is wedged; it reconnects and gets the newest Config.
+const DefaultSendTimeout = 30 * time.Second
+
 type ServerOptions struct {
 	Limits       Limits
 	HelloTimeout time.Duration
-	Config       ConfigSource
+	// SendTimeout ends a stream whose agent has not taken one message for
+	// this long (default DefaultSendTimeout).
+	SendTimeout time.Duration
+	Config      ConfigSource
 	// Auth verifies node names (default: OpenNames).
 	Auth Authenticator
 }
@@ -86,6 +95,9 @@ type ServerOptions struct {
 func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m *telemetry.Metrics) *Server {
 	if opts.HelloTimeout <= 0 {
 		opts.HelloTimeout = 30 * time.Second
+	}
+	if opts.SendTimeout <= 0 {
+		opts.SendTimeout = DefaultSendTimeout
 	}
 	if opts.Config == nil {
 		opts.Config = StaticConfig{}
@@ -97,7 +109,8 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 		opts.Auth = OpenNames{}
 	}
 	return &Server{registry: reg, writer: w, config: opts.Config, auth: opts.Auth, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
-		log: log, metrics: m, streams: map[string]*stream{}}
+		sendTimeout: opts.SendTimeout,
+		log:         log, metrics: m, streams: map[string]*stream{}}
 }
 
 type streamMetric struct {
@@ -114,7 +127,17 @@ type stream struct {
 	lastSeq  uint64
 	peer     string
 	out      chan *nbsv1.ConnectResponse
-	ctx      context.Context
+	// cfg is a one-slot mailbox: the newest Config not yet sent, replaced
+	// by each push, so a stream that reads slowly gets fewer Configs, not
+	// a queue of stale ones, and a push never waits for it.
+	cfgMu    sync.Mutex
+	cfg      *nbsv1.Config
+	cfgReady chan struct{} // cap 1: a Config is in the mailbox
+	// stuck is closed when one Send has waited longer than the send
+	// timeout: the agent stopped reading, and its stream is ended.
+	stuck     chan struct{}
+	stuckOnce sync.Once
+	ctx       context.Context
 	// end closes the stream from outside, with the status the agent gets:
 	// a newer stream of the node replaced it, or an operator revoked it.
 	end context.CancelCauseFunc
@@ -128,6 +151,27 @@ func (st *stream) send(m *nbsv1.ConnectResponse) bool {
 	case <-st.ctx.Done():
 		return false
 	}
+}
+
+// offerConfig puts cfg in the stream's mailbox, replacing a Config not yet
+// sent; it never waits.
+func (st *stream) offerConfig(cfg *nbsv1.Config) {
+	st.cfgMu.Lock()
+	st.cfg = cfg
+	st.cfgMu.Unlock()
+	select {
+	case st.cfgReady <- struct{}{}:
+	default: // already signalled; the sender takes the newest
+	}
+}
+
+// takeConfig empties the mailbox.
+func (st *stream) takeConfig() *nbsv1.Config {
+	st.cfgMu.Lock()
+	defer st.cfgMu.Unlock()
+	cfg := st.cfg
+	st.cfg = nil
+	return cfg
 }
 
 // trySend is for the database writers, which serve every stream and must
@@ -181,7 +225,8 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 	}
 	st := &stream{node: node, instance: node.InstanceID, peer: from, metrics: make(map[string]*streamMetric, len(defs)),
-		out: make(chan *nbsv1.ConnectResponse, 256), ctx: ctx, end: cancel}
+		out: make(chan *nbsv1.ConnectResponse, 256), cfgReady: make(chan struct{}, 1), stuck: make(chan struct{}),
+		ctx: ctx, end: cancel}
 	for _, d := range defs {
 		st.metrics[d.Path] = &streamMetric{id: ids[d.Path], kind: d.Kind}
 	}
@@ -190,7 +235,7 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 		s.log.Error("compute config", "node", node.Name, "err", err)
 		return status.Error(codes.Unavailable, "collector cannot compute this node's config; retry later")
 	}
-	st.out <- &nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Config{Config: cfg}}
+	st.offerConfig(cfg)
 
 	s.register(st)
 	defer s.unregister(st)
@@ -213,8 +258,16 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	}
 	cancel(nil)
 	if !sent {
-		if err := <-sendErr; recvErr == nil {
-			recvErr = err
+		// A sender blocked in Send on an agent that does not read is left
+		// once its send timeout fires (at most that long, also when the
+		// stream was replaced or revoked meanwhile): returning ends the
+		// gRPC stream, which ends its Send.
+		select {
+		case err := <-sendErr:
+			if recvErr == nil {
+				recvErr = err
+			}
+		case <-st.stuck:
 		}
 	}
 	// Ended from outside (replaced, revoked): that is the agent's answer.
@@ -312,6 +365,9 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 		for _, d := range newDefs {
 			st.metrics[d.Path] = &streamMetric{id: ids[d.Path], kind: d.Kind}
 		}
+		// A Config carries only the overrides of metrics the node has: the
+		// new ones may have some.
+		s.PushConfig(ctx, st.node.Name)
 	}
 	st.lastSeq = rep.Seq
 	rep.NodeID = st.node.ID
@@ -335,11 +391,42 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 	})
 }
 
+// sendLoop is the stream's only sender. Configs go first, so the agent has
+// its Config before the acks of its first reports. Each Send that waits
+// longer than the send timeout (the agent stopped reading, so gRPC's flow
+// control window is full) ends the stream: it then holds nothing more than
+// its one pending Config and its bounded queue.
 func (s *Server) sendLoop(ctx context.Context, gs nbsv1.AgentService_ConnectServer, st *stream) error {
+	send := func(m *nbsv1.ConnectResponse) error {
+		t := time.AfterFunc(s.sendTimeout, func() {
+			s.metrics.Rejects.WithLabelValues("send_timeout").Inc()
+			s.log.Warn("agent stopped reading its stream; ending it", "node", st.node.Name, "peer", st.peer, "send_timeout", s.sendTimeout)
+			st.end(status.Errorf(codes.DeadlineExceeded, "the agent did not read its stream for %s", s.sendTimeout))
+			st.stuckOnce.Do(func() { close(st.stuck) })
+		})
+		defer t.Stop()
+		return gs.Send(m)
+	}
 	for {
 		select {
+		case <-st.cfgReady:
+			if cfg := st.takeConfig(); cfg != nil {
+				if err := send(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Config{Config: cfg}}); err != nil {
+					return err
+				}
+			}
+			continue
+		default:
+		}
+		select {
+		case <-st.cfgReady:
+			if cfg := st.takeConfig(); cfg != nil {
+				if err := send(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Config{Config: cfg}}); err != nil {
+					return err
+				}
+			}
 		case m := <-st.out:
-			if err := gs.Send(m); err != nil {
+			if err := send(m); err != nil {
 				return err
 			}
 		case <-ctx.Done():
@@ -399,8 +486,9 @@ func (s *Server) Connected(node string) bool {
 	return s.streams[node] != nil
 }
 
-// PushConfig recomputes and sends the effective Config to the named nodes
-// connected here (all of them when names is empty).
+// PushConfig recomputes the effective Config of the named nodes connected
+// here (all of them when names is empty) and leaves it in each stream's
+// mailbox. It waits for no agent: each stream's own sender delivers it.
 func (s *Server) PushConfig(ctx context.Context, names ...string) {
 	s.mu.Lock()
 	var targets []*stream
@@ -417,11 +505,17 @@ func (s *Server) PushConfig(ctx context.Context, names ...string) {
 	}
 	s.mu.Unlock()
 	for _, st := range targets {
+		if st.ctx.Err() != nil {
+			continue
+		}
 		cfg, err := s.config.ConfigFor(ctx, st.node)
+		if ctx.Err() != nil {
+			return // the collector is stopping
+		}
 		if err != nil {
 			s.log.Error("compute config", "node", st.node.Name, "err", err)
 			continue
 		}
-		st.send(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Config{Config: cfg}})
+		st.offerConfig(cfg)
 	}
 }

@@ -79,3 +79,34 @@ func TestListenFollowsOtherCollectors(t *testing.T) {
 		t.Errorf("%d listener connections after the cut (%v), want 1", listeners, err)
 	}
 }
+
+// A change is announced to the other collectors even when the request that
+// made it was cancelled: the change is committed, so they must hear of it.
+func TestAnnounceSurvivesACancelledRequest(t *testing.T) {
+	ctx := t.Context()
+	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	announcer := New(st, slog.New(slog.DiscardHandler))
+	announcer.SetPusher(&nodePusher{})
+	follower := New(st, slog.New(slog.DiscardHandler))
+	push := &nodePusher{}
+	follower.SetPusher(push)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { follower.Listen(runCtx, st.Pool()); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	cancelled, cancelReq := context.WithCancel(ctx)
+	cancelReq()
+	deadline := time.Now().Add(10 * time.Second)
+	for !push.pushed("web-1") {
+		if time.Now().After(deadline) {
+			t.Fatal("a change announced with a cancelled request's context never reached the other collector")
+		}
+		announcer.announce(cancelled, change{Kind: "expand", Node: "web-1", Until: time.Now().Add(time.Minute).UnixNano()})
+		time.Sleep(100 * time.Millisecond)
+	}
+}

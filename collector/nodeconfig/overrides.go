@@ -207,10 +207,27 @@ func (r repo) list(ctx context.Context) ([]Override, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Override, error) { return scanOverride(row) })
 }
 
+// metricsOf returns the metric ids a node has defined.
+func (r repo) metricsOf(ctx context.Context, nodeID int32) (map[string]bool, error) {
+	rows, err := r.pool.Query(ctx, `SELECT p.path FROM node_metrics m JOIN metric_paths p ON p.id = m.metric_id WHERE m.node_id = $1`, nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("read metric ids of node %d: %w", nodeID, err)
+	}
+	paths, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read metric ids of node %d: %w", nodeID, err)
+	}
+	has := make(map[string]bool, len(paths))
+	for _, p := range paths {
+		has[p] = true
+	}
+	return has, nil
+}
+
 // put sets the override of o's scope and metric and records the change in
 // the audit log, in one transaction: the old value is read under a row lock,
 // so the entry says exactly what was replaced.
-func (r repo) put(ctx context.Context, o Override) (Override, error) {
+func (r repo) put(ctx context.Context, o Override, maxOverrides int) (Override, error) {
 	sel, err := json.Marshal(nonNil(o.Scope.Selector))
 	if err != nil {
 		return o, fmt.Errorf("encode selector: %w", err)
@@ -222,6 +239,10 @@ func (r repo) put(ctx context.Context, o Override) (Override, error) {
 		}
 	}
 	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		// Puts take turns, so concurrent ones cannot pass the cap together.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('nbs threshold_overrides'))`); err != nil {
+			return err
+		}
 		// Twice at most: when a concurrent put creates the same override
 		// between our look and our insert, the second round updates it.
 		for range 2 {
@@ -237,6 +258,13 @@ func (r repo) put(ctx context.Context, o Override) (Override, error) {
 			case !errors.Is(err, pgx.ErrNoRows):
 				return err
 			}
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM threshold_overrides`).Scan(&n); err != nil {
+				return err
+			}
+			if n >= maxOverrides {
+				return fmt.Errorf("%w: there are already %d, the most allowed (limit --thresholds.max-overrides); delete some first (DELETE /api/v1/thresholds/{id})", ErrTooMany, n)
+			}
 			err = tx.QueryRow(ctx, `
 				INSERT INTO threshold_overrides (scope_kind, selector, node, metric, threshold, disabled)
 				VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope_kind, selector, node, metric) DO NOTHING
@@ -250,6 +278,9 @@ func (r repo) put(ctx context.Context, o Override) (Override, error) {
 		}
 		return errors.New("the override changed twice while it was being set; try again")
 	})
+	if errors.Is(err, ErrTooMany) {
+		return o, err
+	}
 	if err != nil {
 		return o, fmt.Errorf("store threshold override: %w", err)
 	}

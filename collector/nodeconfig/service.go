@@ -37,6 +37,8 @@ type Service struct {
 	store  *store.Store
 	log    *slog.Logger
 	pusher Pusher
+	// maxOverrides caps the stored overrides (SetMaxOverrides).
+	maxOverrides int
 
 	peers *peerSet
 
@@ -46,13 +48,16 @@ type Service struct {
 }
 
 func New(st *store.Store, log *slog.Logger) *Service {
-	return &Service{repo: repo{st.Pool()}, store: st, log: log, expand: map[string]time.Time{},
+	return &Service{repo: repo{st.Pool()}, store: st, log: log, expand: map[string]time.Time{}, maxOverrides: DefaultMaxOverrides,
 		peers: &peerSet{k: DefaultPingPeers, pool: st.Pool()}}
 }
 
 // SetPusher connects the service to the ingest server (which in turn asks
 // the service for configs, hence the setter).
 func (s *Service) SetPusher(p Pusher) { s.pusher = p }
+
+// SetMaxOverrides sets how many threshold overrides may be stored.
+func (s *Service) SetMaxOverrides(n int) { s.maxOverrides = n }
 
 var _ ingest.ConfigSource = (*Service)(nil)
 
@@ -62,14 +67,15 @@ func (s *Service) ConfigFor(ctx context.Context, n store.Node) (*nbsv1.Config, e
 	if err != nil {
 		return nil, err
 	}
-	cfg := &nbsv1.Config{Version: uint64(time.Now().UnixNano()), Thresholds: map[string]*nbsv1.Threshold{}}
-	for metric, o := range Resolve(n, overrides) {
-		if o.Disabled {
-			cfg.DisabledThresholds = append(cfg.DisabledThresholds, metric)
-			continue
-		}
-		cfg.Thresholds[metric] = thresholdProto(*o.Threshold)
+	// Only the metrics the node has: overrides of others would do nothing
+	// there, and would let the overrides of a whole fleet outgrow the
+	// message every agent can receive.
+	has, err := s.repo.metricsOf(ctx, n.ID)
+	if err != nil {
+		return nil, err
 	}
+	cfg := thresholdsConfig(n, overrides, has)
+	cfg.Version = uint64(time.Now().UnixNano())
 	s.mu.Lock()
 	if until, ok := s.expand[n.Name]; ok && time.Now().Before(until) {
 		cfg.ExpandUntilUnixNano = until.UnixNano()
@@ -79,6 +85,24 @@ func (s *Service) ConfigFor(ctx context.Context, n store.Node) (*nbsv1.Config, e
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// thresholdsConfig is the threshold part of a node's Config: the overrides
+// in force on it, for the metrics it has.
+func thresholdsConfig(n store.Node, overrides []Override, has map[string]bool) *nbsv1.Config {
+	cfg := &nbsv1.Config{Thresholds: map[string]*nbsv1.Threshold{}}
+	for metric, o := range Resolve(n, overrides) {
+		if !has[metric] {
+			continue
+		}
+		if o.Disabled {
+			cfg.DisabledThresholds = append(cfg.DisabledThresholds, metric)
+			continue
+		}
+		cfg.Thresholds[metric] = thresholdProto(*o.Threshold)
+	}
+	slices.Sort(cfg.DisabledThresholds)
+	return cfg
 }
 
 func thresholdProto(t store.Threshold) *nbsv1.Threshold {
@@ -130,13 +154,30 @@ type change struct {
 	Until int64  `json:"until,omitempty"`
 }
 
-// announce applies a change here at once and tells the other collectors.
+// announceTimeout bounds making, applying and announcing one change. A
+// change must not depend on the request that made it: a client that hangs
+// up must not leave a change committed that other collectors never hear of.
+const announceTimeout = 30 * time.Second
+
+// changeContext is the context a change runs in once its request is read:
+// detached from the request's cancellation (keeping its values: who asked,
+// for the audit log), bounded by its own timeout.
+func changeContext(req context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(req), announceTimeout)
+}
+
+// announce applies a committed change here at once and tells the other
+// collectors, on a context detached from ctx's cancellation.
 func (s *Service) announce(ctx context.Context, c change) {
-	s.apply(ctx, c)
+	ctx, cancel := changeContext(ctx)
+	defer cancel()
 	payload, _ := json.Marshal(c)
+	// Other collectors first: pushing here computes a Config per local
+	// stream, and they need not wait for that.
 	if _, err := s.repo.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, string(payload)); err != nil {
-		s.log.Warn("notify other collectors", "err", err)
+		s.log.Warn("notify other collectors", "kind", c.Kind, "err", err)
 	}
+	s.apply(ctx, c)
 }
 
 func (s *Service) apply(ctx context.Context, c change) {
@@ -240,13 +281,22 @@ func (s *Service) PutOverride(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	stored, err := s.repo.put(r.Context(), o)
+	// From here the change is made whole whether or not the client stays:
+	// a commit the collector saw fail only because the request was
+	// cancelled would be a change no agent hears of.
+	ctx, cancel := changeContext(r.Context())
+	defer cancel()
+	if err := s.checkScope(ctx, o); err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	stored, err := s.repo.put(ctx, o, s.maxOverrides)
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
 	s.log.Info("threshold override set", "id", stored.ID, "metric", stored.Metric, "scope", stored.Source())
-	s.announce(r.Context(), change{Kind: "thresholds"})
+	s.announce(ctx, change{Kind: "thresholds"})
 	api.WriteJSON(w, http.StatusOK, stored)
 }
 
@@ -258,7 +308,9 @@ func (s *Service) DeleteOverride(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "override id %s is not a number", api.Quote(raw)), s.log)
 		return
 	}
-	ok, err := s.repo.delete(r.Context(), id)
+	ctx, cancel := changeContext(r.Context())
+	defer cancel()
+	ok, err := s.repo.delete(ctx, id)
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
@@ -267,7 +319,7 @@ func (s *Service) DeleteOverride(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, errkind.Errorf(errkind.NotFound, "threshold override %d: not found", id), s.log)
 		return
 	}
-	s.announce(r.Context(), change{Kind: "thresholds"})
+	s.announce(ctx, change{Kind: "thresholds"})
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -324,11 +376,13 @@ func (s *Service) ExpandNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	until := time.Now().Add(time.Duration(req.Seconds) * time.Second)
-	if err := access.Audit(r.Context(), s.repo.pool, access.Entry{Action: "expand", ObjectKind: "node", ObjectID: n.Name,
+	ctx, cancel := changeContext(r.Context())
+	defer cancel()
+	if err := access.Audit(ctx, s.repo.pool, access.Entry{Action: "expand", ObjectKind: "node", ObjectID: n.Name,
 		New: map[string]any{"seconds": req.Seconds, "until": until.UTC()}}); err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	s.announce(r.Context(), change{Kind: "expand", Node: n.Name, Until: until.UnixNano()})
+	s.announce(ctx, change{Kind: "expand", Node: n.Name, Until: until.UnixNano()})
 	api.WriteJSON(w, http.StatusAccepted, map[string]any{"node": n.Name, "until": until.UTC()})
 }

@@ -72,7 +72,10 @@ export interface paths {
   "/thresholds": {
     /** Every threshold override; a customer gets the global ones and those whose scope matches one of its nodes. */
     get: operations["listOverrides"];
-    /** Set the override of a scope and metric, replacing the one there was. */
+    /**
+     * Set the override of a scope and metric, replacing the one there was.
+     * @description The metric must be one some node of the scope reports (a node scope: that node), or a child of one (a reset reason not seen yet), else 400. A new override past --thresholds.max-overrides (default 10000) is a 400; one that would make a node's Config larger than agents receive (3 MiB) is a 409 naming the node.
+     */
     put: operations["putOverride"];
   };
   "/thresholds/{id}": {
@@ -969,7 +972,10 @@ export interface operations {
       default: components["responses"]["Error"];
     };
   };
-  /** Set the override of a scope and metric, replacing the one there was. */
+  /**
+   * Set the override of a scope and metric, replacing the one there was.
+   * @description The metric must be one some node of the scope reports (a node scope: that node), or a child of one (a reset reason not seen yet), else 400. A new override past --thresholds.max-overrides (default 10000) is a 400; one that would make a node's Config larger than agents receive (3 MiB) is a 409 naming the node.
+   */
   putOverride: {
     requestBody: {
       content: {
@@ -987,6 +993,7 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      409: components["responses"]["Conflict"];
       413: components["responses"]["TooLarge"];
       415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];
