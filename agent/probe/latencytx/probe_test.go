@@ -84,13 +84,21 @@ func TestStagesMatchSocketTimestamps(t *testing.T) {
 	if st.Established != 1 || st.Sampled != 1 {
 		t.Errorf("established %d, sampled %d; want 1 and 1", st.Established, st.Sampled)
 	}
-	for name, got := range map[string]uint64{"tagged": st.Tagged, "sched": st.Sched, "sw": st.Sw, "acked": st.Acked, "complete": st.Complete} {
-		if got != n {
-			t.Errorf("%s = %d, want %d (one per write)", name, got, n)
+	// A write that finds all of its socket's slots in flight is counted as
+	// busy and not timed, by design; that happens only when ACKs lag 8
+	// writes behind, i.e. when something else starves this machine's CPUs.
+	// Every write is either tagged or busy, and every tagged one gets all
+	// its stamps.
+	if st.Tagged+st.Busy != n || st.Busy > n/50 {
+		t.Errorf("tagged %d + busy %d, want %d writes with at most %d busy", st.Tagged, st.Busy, n, n/50)
+	}
+	for name, got := range map[string]uint64{"sched": st.Sched, "sw": st.Sw, "acked": st.Acked, "complete": st.Complete} {
+		if got != st.Tagged {
+			t.Errorf("%s = %d, want %d (one per tagged write)", name, got, st.Tagged)
 		}
 	}
-	if st.OutOfOrder != 0 || st.Unmatched != 0 || st.Busy != 0 {
-		t.Errorf("out of order %d, unmatched %d, busy %d; want 0", st.OutOfOrder, st.Unmatched, st.Busy)
+	if st.OutOfOrder != 0 || st.Unmatched != 0 {
+		t.Errorf("out of order %d, unmatched %d; want 0", st.OutOfOrder, st.Unmatched)
 	}
 
 	var userToSched, schedToSnd, sndToAck []float64
@@ -104,8 +112,8 @@ func TestStagesMatchSocketTimestamps(t *testing.T) {
 	}
 	hs := histograms(t, p)
 	for s, h := range hs {
-		if h.Count != n {
-			t.Errorf("%s: %d values, want %d", Stage(s), h.Count, n)
+		if h.Count != st.Tagged {
+			t.Errorf("%s: %d values, want %d (one per tagged write)", Stage(s), h.Count, st.Tagged)
 		}
 	}
 	// The kernel's stamps and ours are taken a few instructions apart, so
