@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -294,8 +295,14 @@ func (a *API) GetSeries(w http.ResponseWriter, r *http.Request) {
 		byStart := make(map[int64]*Percentiles, len(hs))
 		for _, hb := range hs {
 			h := hb.Hist
-			byStart[hb.Start.UnixNano()] = &Percentiles{P50: h.Quantile(0.5) / scale, P90: h.Quantile(0.9) / scale,
+			pc := &Percentiles{P50: h.Quantile(0.5) / scale, P90: h.Quantile(0.9) / scale,
 				P99: h.Quantile(0.99) / scale, Max: h.Max() / scale, Samples: h.Count}
+			// An empty step (or one stored before histograms were checked)
+			// has no percentiles; NaN is not JSON.
+			if h.Count == 0 || !finite(pc.P50, pc.P90, pc.P99, pc.Max) {
+				continue
+			}
+			byStart[hb.Start.UnixNano()] = pc
 		}
 		for i := range points {
 			points[i].Percentiles = byStart[points[i].Time.UnixNano()]
@@ -343,4 +350,13 @@ func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 		out.Events = append(out.Events, Evidence{e.Time.UTC(), e.Metric, f})
 	}
 	WriteJSON(w, http.StatusOK, out)
+}
+
+func finite(vs ...float64) bool {
+	for _, v := range vs {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return false
+		}
+	}
+	return true
 }
