@@ -80,9 +80,14 @@ type Server struct {
 
 	mu      sync.Mutex
 	streams map[string]*stream // by node name: the one stream that speaks for it
-	open    int                // streams being served, with a Hello or not
+	clock   map[string]time.Duration // node → estimated clock offset, from its stream's reports
+	open    int                      // streams being served, with a Hello or not
 	perIP   map[string]int     // open streams by source address
 }
+
+// clockSamples is how many recent reports a node's clock offset is
+// estimated from.
+const clockSamples = 16
 
 // DefaultHelloTimeout is how long a new stream may take to send its Hello;
 // a stream that never does holds a goroutine and buffers until it ends.
@@ -110,7 +115,7 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 		opts.Auth = OpenNames{}
 	}
 	return &Server{registry: reg, writer: w, config: opts.Config, auth: opts.Auth, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
-		log: log, metrics: m, streams: map[string]*stream{}, perIP: map[string]int{}}
+		log: log, metrics: m, streams: map[string]*stream{}, perIP: map[string]int{}, clock: map[string]time.Duration{}}
 }
 
 type streamMetric struct {
@@ -128,6 +133,9 @@ type stream struct {
 	// did not repeat, so the per-node limit holds across streams.
 	otherDefs int
 	lastSeq   uint64
+	// offsets are the last reports' time minus their receipt time.
+	offsets  [clockSamples]time.Duration
+	nOffsets int
 	peer      string
 	out       chan *nbsv1.ConnectResponse
 	ctx       context.Context
@@ -320,6 +328,36 @@ func hostOf(addr string) string {
 	return addr
 }
 
+// noteClock updates the node's clock offset: the largest of the recent
+// (report time − receipt time). Transit and queueing only ever lower that
+// difference, and a resent old report lowers it a lot, so the largest is
+// the one closest to the true offset.
+func (s *Server) noteClock(st *stream, d time.Duration) {
+	st.offsets[st.nOffsets%clockSamples] = d
+	st.nOffsets++
+	est := st.offsets[0]
+	for _, o := range st.offsets[1:min(st.nOffsets, clockSamples)] {
+		est = max(est, o)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams[st.node.Name] == st {
+		s.clock[st.node.Name] = est
+	}
+}
+
+// ClockOffset is how far the node's clock is ahead of this collector's
+// (negative: behind), estimated from the reports of its open stream.
+func (s *Server) ClockOffset(node string) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams[node] == nil {
+		return 0, false
+	}
+	d, ok := s.clock[node]
+	return d, ok
+}
+
 // countRecvError counts a message gRPC refused as too large before the
 // stream ends with it.
 func (s *Server) countRecvError(err error) {
@@ -396,6 +434,9 @@ func (s *Server) recvLoop(ctx context.Context, gs nbsv1.AgentService_ConnectServ
 
 func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) error {
 	received := time.Now()
+	if r.GetSequence() > st.lastSeq {
+		s.noteClock(st, time.Unix(0, r.GetTimeUnixNano()).Sub(received))
+	}
 	rep, newDefs, rej := s.limits.checkReport(r, st, received)
 	if rej != nil {
 		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
@@ -478,6 +519,7 @@ func (s *Server) unregister(st *stream) {
 	// A newer stream may already have replaced this one.
 	if s.streams[st.node.Name] == st {
 		delete(s.streams, st.node.Name)
+		delete(s.clock, st.node.Name)
 	}
 	s.metrics.Streams.Set(float64(len(s.streams)))
 }
@@ -492,6 +534,7 @@ func (s *Server) Disconnect(node string, cause error) bool {
 		return false
 	}
 	delete(s.streams, node)
+	delete(s.clock, node)
 	s.metrics.Streams.Set(float64(len(s.streams)))
 	st.end(cause)
 	return true
