@@ -12,15 +12,15 @@ import (
 
 // NodeSummary is a node as listed in the fleet view.
 type NodeSummary struct {
-	Name          string             `json:"name"`
-	Labels        map[string]string  `json:"labels"`
-	State         string             `json:"state"`
-	Connected     bool               `json:"connected"`
+	Name      string            `json:"name"`
+	Labels    map[string]string `json:"labels"`
+	State     string            `json:"state"`
+	Connected bool              `json:"connected"`
 	// ClockOffsetMS is how far the node's clock is ahead of the collector's
 	// (null while it has no stream here); ClockSkewed says it is beyond
 	// what the collector tolerates without a warning.
-	ClockOffsetMS *int64 `json:"clock_offset_ms"`
-	ClockSkewed   bool   `json:"clock_skewed"`
+	ClockOffsetMS *int64             `json:"clock_offset_ms"`
+	ClockSkewed   bool               `json:"clock_skewed"`
 	Stale         bool               `json:"stale"`
 	LastReport    *time.Time         `json:"last_report"`
 	IntervalMS    uint32             `json:"interval_ms"`

@@ -79,10 +79,10 @@ type Server struct {
 	metrics      *telemetry.Metrics
 
 	mu      sync.Mutex
-	streams map[string]*stream // by node name: the one stream that speaks for it
+	streams map[string]*stream       // by node name: the one stream that speaks for it
 	clock   map[string]time.Duration // node → estimated clock offset, from its stream's reports
 	open    int                      // streams being served, with a Hello or not
-	perIP   map[string]int     // open streams by source address
+	perIP   map[string]int           // open streams by source address
 }
 
 // clockSamples is how many recent reports a node's clock offset is
@@ -136,9 +136,9 @@ type stream struct {
 	// offsets are the last reports' time minus their receipt time.
 	offsets  [clockSamples]time.Duration
 	nOffsets int
-	peer      string
-	out       chan *nbsv1.ConnectResponse
-	ctx       context.Context
+	peer     string
+	out      chan *nbsv1.ConnectResponse
+	ctx      context.Context
 	// end closes the stream from outside, with the status the agent gets:
 	// a newer stream of the node replaced it, or an operator revoked it.
 	end context.CancelCauseFunc
