@@ -311,6 +311,12 @@ func (s *Server) admit(from string) error {
 	return nil
 }
 
+func (s *Server) openStreams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.open
+}
+
 func (s *Server) release(from string) {
 	ip := hostOf(from)
 	s.mu.Lock()

@@ -333,8 +333,8 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 		if len(idx) != len(cnt) || len(idx) > l.MaxBuckets {
 			return out, nil, reject("bad_histogram", "report %d: histogram %s: %d indexes and %d counts (must be equal and at most %d)", r.GetSequence(), p, len(idx), len(cnt), l.MaxBuckets)
 		}
-		if len(idx) == 0 || h.GetCount() == 0 {
-			return out, nil, reject("bad_histogram", "report %d: histogram %s is empty (no buckets or a count of 0): leave it out instead", r.GetSequence(), p)
+		if len(idx) == 0 {
+			return out, nil, reject("bad_histogram", "report %d: histogram %s is empty (no buckets): leave it out instead", r.GetSequence(), p)
 		}
 		var total uint64
 		hist := store.Histogram{Path: p, Count: h.GetCount(), Sum: h.GetSum(), BucketIndex: make([]int32, len(idx)), BucketCount: make([]int64, len(cnt))}
