@@ -39,9 +39,13 @@ func TestHelloStringsAndCapabilities(t *testing.T) {
 		reason string
 		want   string
 	}{
-		{"NUL in a title", func(h *nbsv1.Hello) { h.Metrics = []*nbsv1.MetricDefinition{def(func(d *nbsv1.MetricDefinition) { d.Title = "re\x00sets" })} },
+		{"NUL in a title", func(h *nbsv1.Hello) {
+			h.Metrics = []*nbsv1.MetricDefinition{def(func(d *nbsv1.MetricDefinition) { d.Title = "re\x00sets" })}
+		},
 			"bad_string", "metric tcp_reset: title contains a NUL byte"},
-		{"invalid UTF-8 in a unit", func(h *nbsv1.Hello) { h.Metrics = []*nbsv1.MetricDefinition{def(func(d *nbsv1.MetricDefinition) { d.Unit = "\xff" })} },
+		{"invalid UTF-8 in a unit", func(h *nbsv1.Hello) {
+			h.Metrics = []*nbsv1.MetricDefinition{def(func(d *nbsv1.MetricDefinition) { d.Unit = "\xff" })}
+		},
 			"bad_string", "metric tcp_reset: unit is not valid UTF-8"},
 		{"NUL in a description", func(h *nbsv1.Hello) {
 			h.Metrics = []*nbsv1.MetricDefinition{def(func(d *nbsv1.MetricDefinition) { d.Description = "a\x00" })}
@@ -88,7 +92,7 @@ func TestReportLimits(t *testing.T) {
 		{"a bucket index past the layout", hist([]uint32{loglinear.Buckets}, []uint64{1}, 1, 1), 0, "bad_histogram", "past the layout"},
 		{"the last bucket of the layout", hist([]uint32{loglinear.Buckets - 1}, []uint64{1}, 1, 1), 0, "", ""},
 		{"a count that wraps", hist([]uint32{1, 2}, []uint64{math.MaxUint64, 1}, 0, 1), 0, "bad_histogram", "overflows"},
-		{"counts that overflow int64", hist([]uint32{1, 2}, []uint64{math.MaxInt64, 1}, 1 << 63, 1), 0, "bad_histogram", "overflows"},
+		{"counts that overflow int64", hist([]uint32{1, 2}, []uint64{math.MaxInt64, 1}, 1<<63, 1), 0, "bad_histogram", "overflows"},
 		{"count not the bucket total", hist([]uint32{1}, []uint64{2}, 3, 1), 0, "bad_histogram", "does not equal the bucket total"},
 		{"an empty histogram", hist(nil, nil, 0, 0), 0, "bad_histogram", "is empty"},
 		{"a zero bucket", hist([]uint32{1}, []uint64{0}, 0, 0), 0, "bad_histogram", "count 0 is zero"},
