@@ -318,3 +318,58 @@ func describeValue(n *treeNode) string {
 	}
 	return fmt.Sprint(*n.Value)
 }
+
+// A report dated 9 minutes ahead, saying OK, cannot hide a firing alert
+// nor the CRIT reports that follow it.
+func TestLimitsClockAheadCannotResolveAnAlert(t *testing.T) {
+	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
+	client := dialCollector(t, col.grpcAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	s, err := client.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Send(hello("skewed"))
+	if m, err := s.Recv(); err != nil || m.GetConfig() == nil {
+		t.Fatalf("hello: %v, %v", m, err)
+	}
+	var seq uint64
+	send := func(st nbsv1.State, ahead time.Duration) {
+		t.Helper()
+		seq++
+		r := report(seq, &nbsv1.Sample{MetricId: "tcp_reset", Value: 50, State: st})
+		r.GetReport().TimeUnixNano = time.Now().Add(ahead).UnixNano()
+		if err := s.Send(r); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := s.Recv(); err != nil || m.GetAck() == nil {
+			t.Fatalf("report %d: %v, %v; want an Ack", seq, m, err)
+		}
+	}
+	firing := func() bool {
+		for _, a := range getAlerts(t, col).Alerts {
+			if a.Node == "skewed" && a.State == "firing" {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, 30*time.Second, func() string {
+		send(nbsv1.State_STATE_CRIT, 0)
+		time.Sleep(200 * time.Millisecond)
+		if !firing() {
+			return "no firing alert for node skewed after CRIT reports"
+		}
+		return ""
+	})
+	send(nbsv1.State_STATE_OK, 9*time.Minute)
+	for range 20 {
+		time.Sleep(100 * time.Millisecond)
+		send(nbsv1.State_STATE_CRIT, 0)
+	}
+	time.Sleep(2 * time.Second)
+	if !firing() {
+		t.Errorf("after an OK report 9 min ahead and 20 real CRIT reports, node skewed has no firing alert: %+v", getAlerts(t, col).Alerts)
+	}
+}
