@@ -104,12 +104,13 @@ func (s *Store) NodeCount(ctx context.Context, name string) (int, bool, error) {
 }
 
 // DefinitionsOutside counts the node's stored metric definitions whose
-// paths are not among paths.
+// paths are not among paths. NOT IN a subquery is hashed; = ANY(array)
+// would compare every stored path with every given one.
 func (s *Store) DefinitionsOutside(ctx context.Context, nodeID int32, paths []string) (int, error) {
 	var n int
 	err := s.pool.QueryRow(ctx, `
 		SELECT count(*) FROM node_metrics nm JOIN metric_paths m ON m.id = nm.metric_id
-		WHERE nm.node_id = $1 AND NOT (m.path = ANY($2))`, nodeID, paths).Scan(&n)
+		WHERE nm.node_id = $1 AND m.path NOT IN (SELECT unnest($2::text[]))`, nodeID, paths).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count metric definitions of node %d: %w", nodeID, err)
 	}
