@@ -243,7 +243,17 @@ func TestLimitsAgainstARealCollector(t *testing.T) {
 	})
 
 	t.Run("an oversized message is counted", func(t *testing.T) {
-		_, err := connectOnce(t, client, hello("big"), report(1, sample(strings.Repeat("x", 5<<20), 1)))
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s, err := client.Connect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Send(hello("big"))
+		_ = s.Send(report(1, sample(strings.Repeat("x", 5<<20), 1)))
+		for err == nil { // the Config may come first
+			_, err = s.Recv()
+		}
 		if status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("oversized: %v; want ResourceExhausted", err)
 		}
