@@ -41,6 +41,39 @@ type evaluator struct {
 	lastSweep time.Time
 	lastLoad  time.Time
 	defs      defsCache
+	// ahead holds reports dated after this collector's clock, observed
+	// once at a clamped time, by their own time: they stay after the
+	// watermark, so every cycle reads them again until the watermark passes them.
+	ahead map[store.ReportKey]time.Time
+}
+
+// clampTime is the time a report is observed at: its own, but never after
+// this collector's clock, so a node whose clock runs ahead (or lies) cannot
+// move its watermark past the reports that follow; each such report is
+// observed once. Clamped times stay strictly increasing, so two reports
+// clamped in one cycle are both observed.
+func (ev *evaluator) clampTime(r store.Report, now time.Time) (time.Time, bool) {
+	for k, t := range ev.ahead {
+		// Once the watermark passes it, the cursor no longer returns it.
+		if wm, ok := ev.eng.Watermark(k.NodeID); ok && !t.After(wm) {
+			delete(ev.ahead, k)
+		}
+	}
+	if !r.Time.After(now) {
+		return r.Time, false
+	}
+	if ev.ahead == nil {
+		ev.ahead = map[store.ReportKey]time.Time{}
+	}
+	if _, seen := ev.ahead[r.Key()]; seen {
+		return time.Time{}, true
+	}
+	ev.ahead[r.Key()] = r.Time
+	t := now
+	if wm, ok := ev.eng.Watermark(r.NodeID); ok && !t.After(wm) {
+		t = wm.Add(time.Nanosecond)
+	}
+	return t, false
 }
 
 // evaluate runs evaluators until ctx ends or another leader fences this
@@ -275,13 +308,17 @@ func (ev *evaluator) observe(ctx context.Context, dirty map[int32]bool, now time
 				continue
 			}
 		}
-		o := Observation{Node: nodeInfo(n), Time: r.Time, Interval: time.Duration(r.IntervalMS) * time.Millisecond,
+		t, skip := ev.clampTime(r, now)
+		if skip {
+			continue
+		}
+		o := Observation{Node: nodeInfo(n), Time: t, Interval: time.Duration(r.IntervalMS) * time.Millisecond,
 			Samples: make([]Sample, 0, len(r.Samples))}
 		for _, smp := range r.Samples {
 			o.Samples = append(o.Samples, Sample{Path: ev.paths[smp.MetricID], Value: smp.Value, State: smp.State})
 		}
 		changes = append(changes, ev.eng.Observe(o, now)...)
-		ev.wm[r.NodeID] = r.Time
+		ev.wm[r.NodeID] = t
 	}
 	return changes, nil
 }

@@ -44,6 +44,12 @@ type Live interface {
 	Connected(node string) bool
 }
 
+// Clocks, when Live has it too, tells how far a node's clock is ahead of
+// the collector's while it has a stream open here.
+type Clocks interface {
+	ClockOffset(node string) (time.Duration, bool)
+}
+
 // Thresholds resolves the thresholds in force for a node's metrics.
 type Thresholds interface {
 	Thresholds(ctx context.Context, n store.Node, defs []store.MetricDef) (map[string]*store.Threshold, error)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -75,12 +76,25 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error, log *slog.Log
 }
 
 // WriteJSON writes v with the status code.
+// It encodes before writing anything: a value that cannot be encoded (a NaN
+// that slipped through) answers 500 with the error envelope, never a 200
+// with an empty body a client would take for success.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		// WriteJSON has no logger of its own; the process's default one is
+		// the collector's.
+		slog.Error("encode JSON answer", "status", status, "err", err)
+		buf.Reset()
+		a := answers[errkind.Internal]
+		_ = json.NewEncoder(&buf).Encode(ErrorBody{ErrorDetail{a.code, "internal error: the answer could not be encoded; the collector log has the details"}})
+		status = a.status
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	_, _ = w.Write(buf.Bytes())
 }
 
 // DecodeJSON reads a request body holding exactly one JSON value into v,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -135,5 +136,20 @@ func TestDecodeJSON(t *testing.T) {
 				t.Fatalf("DecodeJSON = %v (%v); want %v containing %q", err, errkind.Of(err), c.kind, c.wantErr)
 			}
 		})
+	}
+}
+
+// A value JSON cannot encode (NaN) is a 500 with the error envelope, never
+// a 200 with an empty body.
+func TestWriteJSONRefusesNaN(t *testing.T) {
+	rec := httptest.NewRecorder()
+	WriteJSON(rec, http.StatusOK, map[string]float64{"p50": math.NaN()})
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), `"code":"internal"`) {
+		t.Fatalf("WriteJSON(NaN) = %d %q, want 500 with the internal error envelope", rec.Code, rec.Body.String())
+	}
+	rec = httptest.NewRecorder()
+	WriteJSON(rec, http.StatusCreated, map[string]float64{"p50": 1.5})
+	if rec.Code != http.StatusCreated || !strings.Contains(rec.Body.String(), `"p50": 1.5`) {
+		t.Fatalf("WriteJSON = %d %q", rec.Code, rec.Body.String())
 	}
 }

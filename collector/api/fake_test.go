@@ -148,6 +148,14 @@ type live map[string]bool
 
 func (l live) Connected(n string) bool { return l[n] }
 
+// ClockOffset: a connected node's clock runs 3 s ahead.
+func (l live) ClockOffset(n string) (time.Duration, bool) {
+	if l[n] {
+		return 3 * time.Second, true
+	}
+	return 0, false
+}
+
 // stubParts stand in for nodeconfig and alert: each handler answers with
 // its own name, so a test sees which one a route reached.
 type stubParts struct{}

@@ -29,6 +29,10 @@ func TestNodeRoutes(t *testing.T) {
 	}{
 		{"fleet", "/nodes", "/nodes", 200, `"name": "web-1"`},
 		{"node", "/nodes/web-1", "/nodes/{node}", 200, `"connected": true`},
+		{"node with a clock ahead", "/nodes/web-1", "/nodes/{node}", 200, `"clock_offset_ms": 3000,
+  "clock_skewed": true`},
+		{"node without a stream has no clock offset", "/nodes/idle", "/nodes/{node}", 200, `"clock_offset_ms": null,
+  "clock_skewed": false`},
 		{"node that never reported", "/nodes/idle", "/nodes/{node}", 200, `"last_report": null`},
 		{"unknown node", "/nodes/nope", "/nodes/{node}", 404, `node \"nope\": not found`},
 		{"not a node name", "/nodes/-x", "/nodes/{node}", 400, "is not a node name"},

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -11,10 +12,15 @@ import (
 
 // NodeSummary is a node as listed in the fleet view.
 type NodeSummary struct {
-	Name          string             `json:"name"`
-	Labels        map[string]string  `json:"labels"`
-	State         string             `json:"state"`
-	Connected     bool               `json:"connected"`
+	Name      string            `json:"name"`
+	Labels    map[string]string `json:"labels"`
+	State     string            `json:"state"`
+	Connected bool              `json:"connected"`
+	// ClockOffsetMS is how far the node's clock is ahead of the collector's
+	// (null while it has no stream here); ClockSkewed says it is beyond
+	// what the collector tolerates without a warning.
+	ClockOffsetMS *int64             `json:"clock_offset_ms"`
+	ClockSkewed   bool               `json:"clock_skewed"`
 	Stale         bool               `json:"stale"`
 	LastReport    *time.Time         `json:"last_report"`
 	IntervalMS    uint32             `json:"interval_ms"`
@@ -83,6 +89,23 @@ type EventList struct {
 	Events []Evidence `json:"events"`
 }
 
+// clockSkewWarning is the clock offset beyond which a node's view warns:
+// its report times, and so its graphs, are off by that much.
+const clockSkewWarning = 2 * time.Second
+
+// withClock adds the node's clock offset, known while it has a stream here.
+func (a *API) withClock(s NodeSummary) NodeSummary {
+	c, ok := a.live.(Clocks)
+	if !ok {
+		return s
+	}
+	if d, ok := c.ClockOffset(s.Name); ok {
+		ms := d.Milliseconds()
+		s.ClockOffsetMS, s.ClockSkewed = &ms, d.Abs() > clockSkewWarning
+	}
+	return s
+}
+
 // staleAfter is how many missed intervals make a node's newest data stale.
 const staleAfter = 3
 
@@ -147,7 +170,7 @@ func (a *API) ListNodes(w http.ResponseWriter, r *http.Request) {
 	out := NodeList{Nodes: make([]NodeSummary, 0, len(nodes))}
 	for _, n := range nodes {
 		l, ok := latest[n.ID]
-		out.Nodes = append(out.Nodes, summarize(n, roots[n.ID], l, ok, a.live.Connected(n.Name), now))
+		out.Nodes = append(out.Nodes, a.withClock(summarize(n, roots[n.ID], l, ok, a.live.Connected(n.Name), now)))
 	}
 	WriteJSON(w, http.StatusOK, out)
 }
@@ -176,7 +199,7 @@ func (a *API) GetNode(w http.ResponseWriter, r *http.Request) {
 			rootDefs = append(rootDefs, d)
 		}
 	}
-	WriteJSON(w, http.StatusOK, summarize(n, rootDefs, l, ok, a.live.Connected(n.Name), a.now()))
+	WriteJSON(w, http.StatusOK, a.withClock(summarize(n, rootDefs, l, ok, a.live.Connected(n.Name), a.now())))
 }
 
 // GetTree serves GET /nodes/{node}/tree.
@@ -294,8 +317,14 @@ func (a *API) GetSeries(w http.ResponseWriter, r *http.Request) {
 		byStart := make(map[int64]*Percentiles, len(hs))
 		for _, hb := range hs {
 			h := hb.Hist
-			byStart[hb.Start.UnixNano()] = &Percentiles{P50: h.Quantile(0.5) / scale, P90: h.Quantile(0.9) / scale,
+			pc := &Percentiles{P50: h.Quantile(0.5) / scale, P90: h.Quantile(0.9) / scale,
 				P99: h.Quantile(0.99) / scale, Max: h.Max() / scale, Samples: h.Count}
+			// An empty step (or one stored before histograms were checked)
+			// has no percentiles; NaN is not JSON.
+			if h.Count == 0 || !finite(pc.P50, pc.P90, pc.P99, pc.Max) {
+				continue
+			}
+			byStart[hb.Start.UnixNano()] = pc
 		}
 		for i := range points {
 			points[i].Percentiles = byStart[points[i].Time.UnixNano()]
@@ -343,4 +372,13 @@ func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 		out.Events = append(out.Events, Evidence{e.Time.UTC(), e.Metric, f})
 	}
 	WriteJSON(w, http.StatusOK, out)
+}
+
+func finite(vs ...float64) bool {
+	for _, v := range vs {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return false
+		}
+	}
+	return true
 }

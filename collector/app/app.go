@@ -99,7 +99,10 @@ func (c *Collector) Run(ctx context.Context) error {
 	writerOpts := ingest.DefaultWriterOptions()
 	writerOpts.Workers, writerOpts.OnStored = c.cfg.DBWriters, alerts.OnStored
 	writer := ingest.NewWriter(st, writerOpts, c.log.With("part", "writer"), c.metrics)
-	limits := ingest.DefaultLimits()
+	limits := c.cfg.Ingest
+	if limits == (ingest.Limits{}) { // a Config not made by DefaultConfig
+		limits = ingest.DefaultLimits()
+	}
 	limits.MaxAge = c.cfg.Retention
 	configs := nodeconfig.New(st, c.log.With("part", "nodeconfig"))
 	configs.SetPingPeers(c.cfg.PingPeers)
@@ -118,7 +121,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	case authMode == nodeauth.ModeEnroll && c.cfg.GRPCTLSCert == "":
 		c.log.Warn("nodes enroll over plaintext: bootstrap token and node credentials can be read on the network; set --grpc.tls-cert-file and --grpc.tls-key-file")
 	}
-	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs, Auth: auth, SendTimeout: c.cfg.SendTimeout}, c.log.With("part", "ingest"), c.metrics)
+	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs, Auth: auth, SendTimeout: c.cfg.SendTimeout, HelloTimeout: c.cfg.HelloTimeout}, c.log.With("part", "ingest"), c.metrics)
 	configs.SetPusher(ingestSrv)
 	identities := nodeauth.NewAdmin(st, ingestSrv, authMode, c.log.With("part", "nodeauth"))
 

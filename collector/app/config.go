@@ -34,6 +34,11 @@ type Config struct {
 	SendTimeout time.Duration
 	// MaxOverrides caps the stored threshold overrides.
 	MaxOverrides int
+	// Ingest bounds what one agent, or all of them, may hold or send
+	// (--ingest.*); MaxAge follows Retention.
+	Ingest ingest.Limits
+	// HelloTimeout is how long a new stream may take to send its Hello.
+	HelloTimeout time.Duration
 	// PingPeers is how many fleet peers each node is told to ping
 	// (0 or less: no ping mesh).
 	PingPeers int
@@ -101,6 +106,8 @@ func DefaultConfig() Config {
 		HTTP:         DefaultHTTPLimits(),
 		SendTimeout:  ingest.DefaultSendTimeout,
 		MaxOverrides: nodeconfig.DefaultMaxOverrides,
+		Ingest:       ingest.DefaultLimits(),
+		HelloTimeout: ingest.DefaultHelloTimeout,
 		PingPeers:    nodeconfig.DefaultPingPeers,
 		Alert:        alert.DefaultConfig(),
 		Access:       access.DefaultConfig(),
@@ -130,6 +137,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.HTTP.MaxConns, "http.max-connections", c.HTTP.MaxConns, "most open HTTP connections; more wait to be accepted")
 	fs.DurationVar(&c.SendTimeout, "grpc.send-timeout", c.SendTimeout, "an agent that reads nothing from its stream for this long is disconnected (it reconnects and gets the newest config)")
 	fs.IntVar(&c.MaxOverrides, "thresholds.max-overrides", c.MaxOverrides, "most threshold overrides that may be stored")
+	fs.IntVar(&c.Ingest.MaxStreams, "ingest.max-streams", c.Ingest.MaxStreams, "concurrent agent streams on this collector, with a Hello or not; more are refused with ResourceExhausted")
+	fs.IntVar(&c.Ingest.MaxStreamsPerIP, "ingest.max-streams-per-address", c.Ingest.MaxStreamsPerIP, "concurrent agent streams from one source IP address")
+	fs.DurationVar(&c.HelloTimeout, "ingest.hello-timeout", c.HelloTimeout, "how long a new stream may take to send its Hello")
+	fs.IntVar(&c.Ingest.MaxNodes, "ingest.max-nodes", c.Ingest.MaxNodes, "registered nodes; a Hello from a new node beyond it is refused (delete unused nodes with nbs-collector nodes delete)")
+	fs.IntVar(&c.Ingest.MaxMetrics, "ingest.max-metrics-per-node", c.Ingest.MaxMetrics, "metric definitions per node, counted across all its Hellos and streams")
+	fs.IntVar(&c.Ingest.MaxCapabilities, "ingest.max-capabilities", c.Ingest.MaxCapabilities, "capabilities per Hello")
+	fs.IntVar(&c.Ingest.MaxSamples, "ingest.max-samples", c.Ingest.MaxSamples, "samples per report")
+	fs.IntVar(&c.Ingest.MaxHistograms, "ingest.max-histograms", c.Ingest.MaxHistograms, "histograms per report")
+	fs.IntVar(&c.Ingest.MaxEvents, "ingest.max-events", c.Ingest.MaxEvents, "events per report")
+	fs.DurationVar(&c.Ingest.MaxFutureSkew, "ingest.max-future-skew", c.Ingest.MaxFutureSkew, "how far ahead of the collector's clock a report may be dated (what it may move is clamped to the collector's clock anyway)")
 	fs.IntVar(&c.PingPeers, "ping.peers", c.PingPeers, "fleet peers each node pings and is pinged by, drawn deterministically from the nodes that announce a ping address (0: no ping mesh)")
 	fs.StringVar(&c.ExternalURL, "web.external-url", c.ExternalURL, "URL people use to reach this NBS, for links in alerts (default http://<http.listen-address>)")
 	c.Alert.RegisterFlags(fs)
@@ -175,6 +192,25 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxMsgSize < 64<<10 || c.MaxMsgSize > 64<<20 {
 		errs = append(errs, fmt.Errorf("--grpc.max-message-bytes %d must be from 64 KiB to 64 MiB", c.MaxMsgSize))
+	}
+	for _, l := range []struct {
+		flag   string
+		v, max int
+	}{
+		{"--ingest.max-streams", c.Ingest.MaxStreams, 1 << 20}, {"--ingest.max-streams-per-address", c.Ingest.MaxStreamsPerIP, 1 << 20},
+		{"--ingest.max-nodes", c.Ingest.MaxNodes, 1 << 24}, {"--ingest.max-metrics-per-node", c.Ingest.MaxMetrics, 1 << 20},
+		{"--ingest.max-capabilities", c.Ingest.MaxCapabilities, 1 << 16}, {"--ingest.max-samples", c.Ingest.MaxSamples, 1 << 20},
+		{"--ingest.max-histograms", c.Ingest.MaxHistograms, 1 << 20}, {"--ingest.max-events", c.Ingest.MaxEvents, 1 << 20},
+	} {
+		if l.v < 1 || l.v > l.max {
+			errs = append(errs, fmt.Errorf("%s %d must be from 1 to %d", l.flag, l.v, l.max))
+		}
+	}
+	if c.HelloTimeout < time.Second || c.HelloTimeout > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("--ingest.hello-timeout %s must be from 1s to 5m", c.HelloTimeout))
+	}
+	if c.Ingest.MaxFutureSkew < 0 || c.Ingest.MaxFutureSkew > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("--ingest.max-future-skew %s must be from 0 to 24h", c.Ingest.MaxFutureSkew))
 	}
 	// gRPC ignores windows below 64 KiB.
 	if c.StreamWindow < 64<<10 || c.StreamWindow > 16<<20 {

@@ -39,6 +39,17 @@ func (r *countingRegistry) UpsertDefinitions(_ context.Context, _ int32, defs []
 	return ids, nil
 }
 
+func (r *countingRegistry) NodeCount(_ context.Context, name string) (int, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.upserts[name]
+	return len(r.upserts), ok, nil
+}
+
+func (r *countingRegistry) DefinitionsOutside(context.Context, int32, []string) (int, error) {
+	return 0, nil
+}
+
 func (r *countingRegistry) count(node string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -23,6 +25,11 @@ import (
 type Registry interface {
 	UpsertNode(ctx context.Context, n store.Node) (int32, error)
 	UpsertDefinitions(ctx context.Context, nodeID int32, defs []store.MetricDef) (map[string]int32, error)
+	// NodeCount is how many nodes are registered and whether name is one.
+	NodeCount(ctx context.Context, name string) (total int, exists bool, err error)
+	// DefinitionsOutside counts the node's stored definitions whose paths
+	// are not in paths: what earlier Hellos and streams defined.
+	DefinitionsOutside(ctx context.Context, nodeID int32, paths []string) (int, error)
 }
 
 // ConfigSource computes the effective Config for a node (thresholds, peers,
@@ -73,13 +80,24 @@ type Server struct {
 	metrics      *telemetry.Metrics
 
 	mu      sync.Mutex
-	streams map[string]*stream // by node name: the one stream that speaks for it
+	streams map[string]*stream       // by node name: the one stream that speaks for it
+	clock   map[string]time.Duration // node → estimated clock offset, from its stream's reports
+	open    int                      // streams being served, with a Hello or not
+	perIP   map[string]int           // open streams by source address
 }
 
 // DefaultSendTimeout is how long one message to an agent may wait for the
 // agent to read before its stream is ended. An agent that reads nothing for
 // this long is wedged; it reconnects and gets the newest Config.
 const DefaultSendTimeout = 30 * time.Second
+
+// clockSamples is how many recent reports a node's clock offset is
+// estimated from.
+const clockSamples = 16
+
+// DefaultHelloTimeout is how long a new stream may take to send its Hello;
+// a stream that never does holds a goroutine and buffers until it ends.
+const DefaultHelloTimeout = 10 * time.Second
 
 type ServerOptions struct {
 	Limits       Limits
@@ -94,7 +112,7 @@ type ServerOptions struct {
 
 func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m *telemetry.Metrics) *Server {
 	if opts.HelloTimeout <= 0 {
-		opts.HelloTimeout = 30 * time.Second
+		opts.HelloTimeout = DefaultHelloTimeout
 	}
 	if opts.SendTimeout <= 0 {
 		opts.SendTimeout = DefaultSendTimeout
@@ -110,7 +128,7 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 	}
 	return &Server{registry: reg, writer: w, config: opts.Config, auth: opts.Auth, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
 		sendTimeout: opts.SendTimeout,
-		log:         log, metrics: m, streams: map[string]*stream{}}
+		log:         log, metrics: m, streams: map[string]*stream{}, perIP: map[string]int{}, clock: map[string]time.Duration{}}
 }
 
 type streamMetric struct {
@@ -124,7 +142,13 @@ type stream struct {
 	node     store.Node
 	instance uint64
 	metrics  map[string]*streamMetric
-	lastSeq  uint64
+	// otherDefs counts the node's stored definitions this stream's Hello
+	// did not repeat, so the per-node limit holds across streams.
+	otherDefs int
+	lastSeq   uint64
+	// offsets are the last reports' time minus their receipt time.
+	offsets  [clockSamples]time.Duration
+	nOffsets int
 	peer     string
 	out      chan *nbsv1.ConnectResponse
 	// cfg is a one-slot mailbox: the newest Config not yet sent, replaced
@@ -189,6 +213,12 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	ctx, cancel := context.WithCancelCause(grpcStream.Context())
 	defer cancel(nil)
 
+	from := peerAddr(ctx)
+	if err := s.admit(from); err != nil {
+		return err
+	}
+	defer s.release(from)
+
 	hello, err := s.awaitHello(ctx, grpcStream)
 	if err != nil {
 		return err
@@ -196,9 +226,12 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	node, defs, rej := s.limits.checkHello(hello)
 	if rej != nil {
 		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
-		return status.Error(codes.InvalidArgument, rej.msg)
+		code := codes.InvalidArgument
+		if rej.reason == "too_many_capabilities" || rej.reason == "too_many_metrics" {
+			code = codes.ResourceExhausted
+		}
+		return status.Error(code, rej.msg)
 	}
-	from := peerAddr(ctx)
 	grant, err := s.auth.Authenticate(ctx, hello)
 	if err != nil {
 		s.metrics.Rejects.WithLabelValues("node_auth").Inc()
@@ -214,10 +247,34 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 			return err
 		}
 	}
+	total, exists, err := s.registry.NodeCount(ctx, node.Name)
+	if err != nil {
+		s.log.Error("count nodes", "node", node.Name, "err", err)
+		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+	}
+	if !exists && total >= s.limits.MaxNodes {
+		s.metrics.Rejects.WithLabelValues("too_many_nodes").Inc()
+		s.log.Warn("new node refused: node limit reached", "node", node.Name, "peer", from, "nodes", total, "limit", s.limits.MaxNodes)
+		return status.Errorf(codes.ResourceExhausted, "the collector has %d nodes, at most %d allowed (--ingest.max-nodes): delete unused nodes (nbs-collector nodes delete) or raise the limit", total, s.limits.MaxNodes)
+	}
 	node.ID, err = s.registry.UpsertNode(ctx, node)
 	if err != nil {
 		s.log.Error("register node", "node", node.Name, "err", err)
 		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+	}
+	paths := make([]string, len(defs))
+	for i, d := range defs {
+		paths[i] = d.Path
+	}
+	others, err := s.registry.DefinitionsOutside(ctx, node.ID, paths)
+	if err != nil {
+		s.log.Error("count metric definitions", "node", node.Name, "err", err)
+		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+	}
+	if others+len(defs) > s.limits.MaxMetrics {
+		s.metrics.Rejects.WithLabelValues("too_many_metrics").Inc()
+		return status.Errorf(codes.ResourceExhausted, "hello: node %s would have %d metric definitions (%d stored from earlier Hellos + %d in this one), at most %d allowed (--ingest.max-metrics-per-node): delete the node to start afresh",
+			node.Name, others+len(defs), others, len(defs), s.limits.MaxMetrics)
 	}
 	ids, err := s.registry.UpsertDefinitions(ctx, node.ID, defs)
 	if err != nil {
@@ -225,7 +282,7 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 	}
 	st := &stream{node: node, instance: node.InstanceID, peer: from, metrics: make(map[string]*streamMetric, len(defs)),
-		out: make(chan *nbsv1.ConnectResponse, 256), cfgReady: make(chan struct{}, 1), stuck: make(chan struct{}),
+		otherDefs: others, out: make(chan *nbsv1.ConnectResponse, 256), cfgReady: make(chan struct{}, 1), stuck: make(chan struct{}),
 		ctx: ctx, end: cancel}
 	for _, d := range defs {
 		st.metrics[d.Path] = &streamMetric{id: ids[d.Path], kind: d.Kind}
@@ -276,11 +333,96 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 			recvErr = cause
 		}
 	}
+	if errors.Is(recvErr, io.EOF) {
+		// The agent closed its side: a clean end, not an error.
+		s.log.Info("agent closed its stream", "node", node.Name, "instance", fmt.Sprintf("%016x", node.InstanceID))
+		return nil
+	}
 	s.log.Info("agent disconnected", "node", node.Name, "instance", fmt.Sprintf("%016x", node.InstanceID), "reason", recvErr)
 	if status.Code(recvErr) == codes.Canceled || errors.Is(recvErr, context.Canceled) {
 		return nil
 	}
 	return recvErr
+}
+
+// admit counts a new stream against the total and per-address limits;
+// release undoes it when the stream ends.
+func (s *Server) admit(from string) error {
+	ip := hostOf(from)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open >= s.limits.MaxStreams {
+		s.metrics.Rejects.WithLabelValues("too_many_streams").Inc()
+		return status.Errorf(codes.ResourceExhausted, "the collector serves %d streams, at most %d allowed (--ingest.max-streams); retry later", s.open, s.limits.MaxStreams)
+	}
+	if s.perIP[ip] >= s.limits.MaxStreamsPerIP {
+		s.metrics.Rejects.WithLabelValues("too_many_streams_per_address").Inc()
+		return status.Errorf(codes.ResourceExhausted, "%d streams from %s, at most %d allowed per source address (--ingest.max-streams-per-address)", s.perIP[ip], ip, s.limits.MaxStreamsPerIP)
+	}
+	s.open++
+	s.perIP[ip]++
+	return nil
+}
+
+func (s *Server) openStreams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.open
+}
+
+func (s *Server) release(from string) {
+	ip := hostOf(from)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open--
+	if s.perIP[ip]--; s.perIP[ip] <= 0 {
+		delete(s.perIP, ip)
+	}
+}
+
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// noteClock updates the node's clock offset: the largest of the recent
+// (report time − receipt time). Transit and queueing only ever lower that
+// difference, and a resent old report lowers it a lot, so the largest is
+// the one closest to the true offset.
+func (s *Server) noteClock(st *stream, d time.Duration) {
+	st.offsets[st.nOffsets%clockSamples] = d
+	st.nOffsets++
+	est := st.offsets[0]
+	for _, o := range st.offsets[1:min(st.nOffsets, clockSamples)] {
+		est = max(est, o)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams[st.node.Name] == st {
+		s.clock[st.node.Name] = est
+	}
+}
+
+// ClockOffset is how far the node's clock is ahead of this collector's
+// (negative: behind), estimated from the reports of its open stream.
+func (s *Server) ClockOffset(node string) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams[node] == nil {
+		return 0, false
+	}
+	d, ok := s.clock[node]
+	return d, ok
+}
+
+// countRecvError counts a message gRPC refused as too large before the
+// stream ends with it.
+func (s *Server) countRecvError(err error) {
+	if status.Code(err) == codes.ResourceExhausted {
+		s.metrics.Rejects.WithLabelValues("message_too_large").Inc()
+	}
 }
 
 func peerAddr(ctx context.Context) string {
@@ -304,6 +446,10 @@ func (s *Server) awaitHello(ctx context.Context, gs nbsv1.AgentService_ConnectSe
 	select {
 	case r := <-ch:
 		if r.err != nil {
+			s.countRecvError(r.err)
+			if errors.Is(r.err, io.EOF) {
+				return nil, status.Error(codes.InvalidArgument, "the stream ended before its Hello")
+			}
 			return nil, r.err
 		}
 		if h := r.m.GetHello(); h != nil {
@@ -323,6 +469,7 @@ func (s *Server) recvLoop(ctx context.Context, gs nbsv1.AgentService_ConnectServ
 	for {
 		m, err := gs.Recv()
 		if err != nil {
+			s.countRecvError(err)
 			return err
 		}
 		if ctx.Err() != nil {
@@ -345,7 +492,11 @@ func (s *Server) recvLoop(ctx context.Context, gs nbsv1.AgentService_ConnectServ
 }
 
 func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) error {
-	rep, newDefs, rej := s.limits.checkReport(r, st, time.Now())
+	received := time.Now()
+	if r.GetSequence() > st.lastSeq {
+		s.noteClock(st, time.Unix(0, r.GetTimeUnixNano()).Sub(received))
+	}
+	rep, newDefs, rej := s.limits.checkReport(r, st, received)
 	if rej != nil {
 		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
 		s.metrics.Reports.WithLabelValues("rejected").Inc()
@@ -371,6 +522,7 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 	}
 	st.lastSeq = rep.Seq
 	rep.NodeID = st.node.ID
+	rep.Received = received
 	for i := range rep.Samples {
 		rep.Samples[i].MetricID = st.metrics[rep.Samples[i].Path].id
 	}
@@ -460,6 +612,7 @@ func (s *Server) unregister(st *stream) {
 	// A newer stream may already have replaced this one.
 	if s.streams[st.node.Name] == st {
 		delete(s.streams, st.node.Name)
+		delete(s.clock, st.node.Name)
 	}
 	s.metrics.Streams.Set(float64(len(s.streams)))
 }
@@ -474,6 +627,7 @@ func (s *Server) Disconnect(node string, cause error) bool {
 		return false
 	}
 	delete(s.streams, node)
+	delete(s.clock, node)
 	s.metrics.Streams.Set(float64(len(s.streams)))
 	st.end(cause)
 	return true

@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/loglinear"
 	"github.com/nbs-project/nbs/internal/schema"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
@@ -14,7 +17,11 @@ import (
 // Limits bound what one agent may send. Everything beyond them is refused
 // with a message that names the limit, never truncated silently.
 type Limits struct {
-	MaxMetrics       int           // definitions per node
+	MaxMetrics       int           // definitions per node, cumulative across Hellos and streams
+	MaxCapabilities  int           // capabilities per Hello
+	MaxStreams       int           // concurrent streams on this collector, Hello or not
+	MaxStreamsPerIP  int           // concurrent streams from one source address
+	MaxNodes         int           // registered nodes; a new node beyond it is refused
 	MaxSamples       int           // samples per report
 	MaxHistograms    int           // histograms per report
 	MaxBuckets       int           // buckets per histogram
@@ -30,7 +37,8 @@ type Limits struct {
 
 func DefaultLimits() Limits {
 	return Limits{
-		MaxMetrics: 20000, MaxSamples: 20000, MaxHistograms: 2000, MaxBuckets: 4096,
+		MaxMetrics: 20000, MaxCapabilities: 256, MaxStreams: 10000, MaxStreamsPerIP: 64, MaxNodes: 10000,
+		MaxSamples: 20000, MaxHistograms: 2000, MaxBuckets: 4096,
 		MaxEvents: 1000, MaxEventFields: 32, MaxStringLen: 4096,
 		MaxFutureSkew: 10 * time.Minute, MaxAge: 30 * 24 * time.Hour,
 		MinInterval: 100 * time.Millisecond, MaxInterval: time.Hour,
@@ -51,6 +59,21 @@ func reject(reason, format string, args ...any) *rejection {
 	return &rejection{reason: reason, msg: fmt.Sprintf(format, args...)}
 }
 
+// checkText refuses what PostgreSQL cannot store in text or jsonb (NUL,
+// invalid UTF-8): stored, it would fail the whole batch with an SQL error
+// the agent can do nothing about.
+func checkText(field, s string, maxLen int) error {
+	switch {
+	case len(s) > maxLen:
+		return fmt.Errorf("%s is %d bytes, at most %d allowed", field, len(s), maxLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s is not valid UTF-8", field)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%s contains a NUL byte", field)
+	}
+	return nil
+}
+
 // checkHello validates a Hello and converts it.
 func (l Limits) checkHello(h *nbsv1.Hello) (store.Node, []store.MetricDef, *rejection) {
 	var n store.Node
@@ -67,12 +90,16 @@ func (l Limits) checkHello(h *nbsv1.Hello) (store.Node, []store.MetricDef, *reje
 		return n, nil, reject("bad_hello", "hello: interval_ms %d outside [%d, %d]", h.GetIntervalMs(), l.MinInterval.Milliseconds(), l.MaxInterval.Milliseconds())
 	}
 	if len(h.GetMetrics()) > l.MaxMetrics {
-		return n, nil, reject("bad_hello", "hello: %d metric definitions, at most %d allowed", len(h.GetMetrics()), l.MaxMetrics)
+		return n, nil, reject("too_many_metrics", "hello: %d metric definitions, at most %d allowed", len(h.GetMetrics()), l.MaxMetrics)
 	}
-	for _, s := range []string{h.GetAgentVersion(), h.GetKernelRelease()} {
-		if len(s) > l.MaxStringLen {
-			return n, nil, reject("bad_hello", "hello: a version string is %d bytes, at most %d allowed", len(s), l.MaxStringLen)
-		}
+	if err := checkText("agent_version", h.GetAgentVersion(), l.MaxStringLen); err != nil {
+		return n, nil, reject("bad_string", "hello: %v", err)
+	}
+	if err := checkText("kernel_release", h.GetKernelRelease(), l.MaxStringLen); err != nil {
+		return n, nil, reject("bad_string", "hello: %v", err)
+	}
+	if len(h.GetCapabilities()) > l.MaxCapabilities {
+		return n, nil, reject("too_many_capabilities", "hello: %d capabilities, at most %d allowed", len(h.GetCapabilities()), l.MaxCapabilities)
 	}
 	pingAddr, err := checkPingAddress(h.GetPingAddress())
 	if err != nil {
@@ -84,14 +111,24 @@ func (l Limits) checkHello(h *nbsv1.Hello) (store.Node, []store.MetricDef, *reje
 		PingAddress: pingAddr,
 	}
 	for _, c := range h.GetCapabilities() {
-		if c.GetName() == "" || len(c.GetName()) > 128 || len(c.GetReason()) > l.MaxStringLen {
-			return n, nil, reject("bad_hello", "hello: capability %q: name must be 1-128 bytes and reason at most %d", c.GetName(), l.MaxStringLen)
+		if c.GetName() == "" {
+			return n, nil, reject("bad_hello", "hello: a capability has no name")
+		}
+		if err := checkText("capability name", c.GetName(), 128); err != nil {
+			return n, nil, reject("bad_string", "hello: %.140q: %v", c.GetName(), err)
+		}
+		if err := checkText("capability "+c.GetName()+" reason", c.GetReason(), l.MaxStringLen); err != nil {
+			return n, nil, reject("bad_string", "hello: %v", err)
 		}
 		n.Capabilities = append(n.Capabilities, store.Capability{Name: c.GetName(), Available: c.GetAvailable(), Reason: c.GetReason()})
 	}
 	defs, rej := l.checkDefinitions(h.GetMetrics(), nil)
 	if rej != nil {
-		return n, nil, reject("bad_hello", "hello: %s", rej.msg)
+		reason := "bad_hello"
+		if rej.reason == "bad_string" {
+			reason = rej.reason
+		}
+		return n, nil, reject(reason, "hello: %s", rej.msg)
 	}
 	return n, defs, nil
 }
@@ -133,8 +170,16 @@ func (l Limits) checkDefinitions(in []*nbsv1.MetricDefinition, known map[string]
 		if d.GetKind() < nbsv1.MetricKind_METRIC_KIND_RATE || d.GetKind() > nbsv1.MetricKind_METRIC_KIND_HISTOGRAM {
 			return nil, reject("bad_definition", "metric %s: kind %v is not rate, gauge or histogram", p, d.GetKind())
 		}
-		if d.GetTitle() == "" || len(d.GetTitle()) > 256 || len(d.GetUnit()) > 64 || len(d.GetDescription()) > l.MaxStringLen {
-			return nil, reject("bad_definition", "metric %s: title must be 1-256 bytes, unit at most 64, description at most %d", p, l.MaxStringLen)
+		if d.GetTitle() == "" {
+			return nil, reject("bad_definition", "metric %s: title must not be empty", p)
+		}
+		for _, f := range []struct {
+			name, v string
+			max     int
+		}{{"title", d.GetTitle(), 256}, {"unit", d.GetUnit(), 64}, {"description", d.GetDescription(), l.MaxStringLen}} {
+			if err := checkText(f.name, f.v, f.max); err != nil {
+				return nil, reject("bad_string", "metric %s: %v", p, err)
+			}
 		}
 		scale, q := d.GetScale(), d.GetQuantile()
 		if scale == 0 {
@@ -236,8 +281,8 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 		return out, nil, reject("too_large", "report %d: %d events, at most %d allowed", r.GetSequence(), len(r.GetEvents()), l.MaxEvents)
 	case len(r.GetHistograms()) > l.MaxHistograms:
 		return out, nil, reject("too_large", "report %d: %d histograms, at most %d allowed", r.GetSequence(), len(r.GetHistograms()), l.MaxHistograms)
-	case len(st.metrics)+len(r.GetNewMetrics()) > l.MaxMetrics:
-		return out, nil, reject("too_large", "report %d: node would have more than %d metrics", r.GetSequence(), l.MaxMetrics)
+	case len(st.metrics)+st.otherDefs+len(r.GetNewMetrics()) > l.MaxMetrics:
+		return out, nil, reject("too_many_metrics", "report %d: node would have more than %d metric definitions (%d defined so far, counting earlier streams)", r.GetSequence(), l.MaxMetrics, len(st.metrics)+st.otherDefs)
 	}
 	newDefs, rej := l.checkDefinitions(r.GetNewMetrics(), st.metrics)
 	if rej != nil {
@@ -288,17 +333,29 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 		if len(idx) != len(cnt) || len(idx) > l.MaxBuckets {
 			return out, nil, reject("bad_histogram", "report %d: histogram %s: %d indexes and %d counts (must be equal and at most %d)", r.GetSequence(), p, len(idx), len(cnt), l.MaxBuckets)
 		}
+		if len(idx) == 0 {
+			return out, nil, reject("bad_histogram", "report %d: histogram %s is empty (no buckets): leave it out instead", r.GetSequence(), p)
+		}
 		var total uint64
 		hist := store.Histogram{Path: p, Count: h.GetCount(), Sum: h.GetSum(), BucketIndex: make([]int32, len(idx)), BucketCount: make([]int64, len(cnt))}
 		for i := range idx {
-			if (i > 0 && idx[i] <= idx[i-1]) || idx[i] > math.MaxInt32 || cnt[i] > math.MaxInt64 {
-				return out, nil, reject("bad_histogram", "report %d: histogram %s: bucket indexes must be strictly increasing and in range", r.GetSequence(), p)
+			if i > 0 && idx[i] <= idx[i-1] {
+				return out, nil, reject("bad_histogram", "report %d: histogram %s: bucket indexes must be strictly increasing", r.GetSequence(), p)
+			}
+			if idx[i] >= loglinear.Buckets {
+				return out, nil, reject("bad_histogram", "report %d: histogram %s: bucket index %d is past the layout (at most %d)", r.GetSequence(), p, idx[i], loglinear.Buckets-1)
+			}
+			if cnt[i] == 0 || cnt[i] > math.MaxInt64 || total+cnt[i] < total || total+cnt[i] > math.MaxInt64 {
+				return out, nil, reject("bad_histogram", "report %d: histogram %s: bucket %d count %d is zero or overflows the total", r.GetSequence(), p, idx[i], cnt[i])
 			}
 			hist.BucketIndex[i], hist.BucketCount[i] = int32(idx[i]), int64(cnt[i])
 			total += cnt[i]
 		}
-		if total != h.GetCount() || math.IsNaN(h.GetSum()) || math.IsInf(h.GetSum(), 0) {
-			return out, nil, reject("bad_histogram", "report %d: histogram %s: count %d does not equal the bucket total %d, or sum is not finite", r.GetSequence(), p, h.GetCount(), total)
+		if total != h.GetCount() {
+			return out, nil, reject("bad_histogram", "report %d: histogram %s: count %d does not equal the bucket total %d", r.GetSequence(), p, h.GetCount(), total)
+		}
+		if math.IsNaN(h.GetSum()) || math.IsInf(h.GetSum(), 0) || h.GetSum() < 0 {
+			return out, nil, reject("bad_histogram", "report %d: histogram %s: sum %g is not a finite number >= 0", r.GetSequence(), p, h.GetSum())
 		}
 		out.Histograms = append(out.Histograms, hist)
 	}
@@ -311,8 +368,14 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 			return out, nil, reject("too_large", "report %d: event with %d fields, at most %d allowed", r.GetSequence(), len(e.GetFields()), l.MaxEventFields)
 		}
 		for k, v := range e.GetFields() {
-			if len(k) == 0 || len(k) > 64 || len(v) > l.MaxStringLen {
-				return out, nil, reject("too_large", "report %d: event field %q: key must be 1-64 bytes and value at most %d", r.GetSequence(), k, l.MaxStringLen)
+			if k == "" {
+				return out, nil, reject("bad_string", "report %d: event of %s: a field has an empty key", r.GetSequence(), p)
+			}
+			if err := checkText("event field key", k, 64); err != nil {
+				return out, nil, reject("bad_string", "report %d: event of %s: %.80q: %v", r.GetSequence(), p, k, err)
+			}
+			if err := checkText("event field "+k, v, l.MaxStringLen); err != nil {
+				return out, nil, reject("bad_string", "report %d: event of %s: %v", r.GetSequence(), p, err)
 			}
 		}
 		et := time.Unix(0, e.GetTimeUnixNano())

@@ -136,6 +136,10 @@ type Report struct {
 	InstanceID uint64
 	Seq        uint64
 	Time       time.Time
+	// Received is the collector's clock when the report arrived (zero in
+	// tests that do not care). What a client's clock may move — the
+	// node's latest values — is clamped to it; Time is stored as sent.
+	Received   time.Time
 	IntervalMS uint32
 	Snapshot   bool
 	Samples    []Sample
@@ -151,6 +155,16 @@ type ReportKey struct {
 }
 
 func (r *Report) Key() ReportKey { return ReportKey{r.NodeID, r.InstanceID, r.Seq} }
+
+// OrderTime is the report's time for everything ordered by it: its own
+// time, but never later than when the collector received it, so a node
+// whose clock runs ahead cannot hide the reports after it.
+func (r *Report) OrderTime() time.Time {
+	if !r.Received.IsZero() && r.Time.After(r.Received) {
+		return r.Received
+	}
+	return r.Time
+}
 
 // LatestValue is the newest value of one metric of a node.
 type LatestValue struct {

@@ -92,6 +92,31 @@ func (s *Store) UpsertNode(ctx context.Context, n Node) (int32, error) {
 	return id, nil
 }
 
+// NodeCount is how many nodes are registered and whether name is one of them.
+func (s *Store) NodeCount(ctx context.Context, name string) (int, bool, error) {
+	var total int
+	var exists bool
+	err := s.pool.QueryRow(ctx, `SELECT count(*), coalesce(bool_or(name = $1), false) FROM nodes`, name).Scan(&total, &exists)
+	if err != nil {
+		return 0, false, fmt.Errorf("count nodes: %w", err)
+	}
+	return total, exists, nil
+}
+
+// DefinitionsOutside counts the node's stored metric definitions whose
+// paths are not among paths. NOT IN a subquery is hashed; = ANY(array)
+// would compare every stored path with every given one.
+func (s *Store) DefinitionsOutside(ctx context.Context, nodeID int32, paths []string) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `
+		SELECT count(*) FROM node_metrics nm JOIN metric_paths m ON m.id = nm.metric_id
+		WHERE nm.node_id = $1 AND m.path NOT IN (SELECT unnest($2::text[]))`, nodeID, paths).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count metric definitions of node %d: %w", nodeID, err)
+	}
+	return n, nil
+}
+
 // MetricIDs resolves metric paths to their dictionary ids, creating missing ones.
 func (s *Store) MetricIDs(ctx context.Context, paths []string) (map[string]int32, error) {
 	out := make(map[string]int32, len(paths))

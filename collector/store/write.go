@@ -156,20 +156,20 @@ func (s *Store) updateLatest(ctx context.Context, tx pgx.Tx, reports []Report, i
 			sorted = append(sorted, r)
 		}
 	}
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Time.Before(sorted[j].Time) })
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].OrderTime().Before(sorted[j].OrderTime()) })
 	for _, r := range sorted {
 		a := byNode[r.NodeID]
 		if a == nil {
 			a = &acc{metrics: map[string]LatestValue{}}
 			byNode[r.NodeID] = a
 		}
-		a.ts, a.intervalMS = r.Time, r.IntervalMS
+		a.ts, a.intervalMS = r.OrderTime(), r.IntervalMS
 		if r.Snapshot {
-			t := r.Time
+			t := r.OrderTime()
 			a.snapshot = &t
 		}
 		for _, smp := range r.Samples {
-			a.metrics[smp.Path] = LatestValue{Value: smp.Value, State: smp.State, TimeMS: r.Time.UnixMilli(), IntervalMS: r.IntervalMS}
+			a.metrics[smp.Path] = LatestValue{Value: smp.Value, State: smp.State, TimeMS: r.OrderTime().UnixMilli(), IntervalMS: r.IntervalMS}
 		}
 	}
 	batch := &pgx.Batch{}

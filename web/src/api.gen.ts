@@ -257,6 +257,13 @@ export interface components {
       state: components["schemas"]["State"];
       /** @description The node has a stream open on this collector. */
       connected: boolean;
+      /**
+       * Format: int64
+       * @description How far the node's clock is ahead of the collector's (negative: behind), in milliseconds, estimated from its recent reports; null while it has no stream open on this collector. What a node's clock can move (latest values, alert order) is clamped to the collector's clock.
+       */
+      clock_offset_ms: number | null;
+      /** @description The node's clock is more than 2 s off the collector's: its report times, and so its graphs, are off by that much; fix its time sync. */
+      clock_skewed: boolean;
       /** @description No report for three intervals; state is then unknown. */
       stale: boolean;
       /** Format: date-time */
