@@ -11,6 +11,11 @@ import (
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
+// MaxHistogramSpan bounds how far back a histogram's accumulated counts may
+// reach (Histogram.start_unix_nano): an agent flushes them at least with
+// every snapshot, and --snapshot.every is at most this long.
+const MaxHistogramSpan = 24 * time.Hour
+
 // Limits bound what one agent may send. Everything beyond them is refused
 // with a message that names the limit, never truncated silently.
 type Limits struct {
@@ -299,6 +304,16 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 		}
 		if total != h.GetCount() || math.IsNaN(h.GetSum()) || math.IsInf(h.GetSum(), 0) {
 			return out, nil, reject("bad_histogram", "report %d: histogram %s: count %d does not equal the bucket total %d, or sum is not finite", r.GetSequence(), p, h.GetCount(), total)
+		}
+		if start := h.GetStartUnixNano(); start != 0 {
+			// Accumulated counts of a child the agent did not stream: the
+			// span must end where this report's interval begins or later,
+			// and not reach back further than MaxHistogramSpan.
+			st := time.Unix(0, start)
+			if !st.Before(ts) || ts.Sub(st) > MaxHistogramSpan {
+				return out, nil, reject("bad_histogram", "report %d: histogram %s: start_unix_nano %d is not within %s before the report's time", r.GetSequence(), p, start, MaxHistogramSpan)
+			}
+			hist.Start = st
 		}
 		out.Histograms = append(out.Histograms, hist)
 	}
