@@ -123,11 +123,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
-	// The first reading is the baseline: counters count from here, and its
-	// histograms go into the backlog.
+	// The first reading is the baseline: reports count from here.
 	led := newLedger()
+	led.baseline(a.collect(ctx, led))
 	last := time.Now()
-	led.baseline(a.collect(ctx, led), last)
 
 	tlsCfg, err := a.cfg.tls(a.log.With("part", "tls"))
 	if err != nil {

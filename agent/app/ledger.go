@@ -39,15 +39,14 @@ func newLedger() *ledger {
 	return &ledger{counters: map[string]uint64{}, backlog: map[string]*deferred{}}
 }
 
-// baseline takes the agent's first reading: its counters are where
-// increases count from, and its histograms (observations since the sources
-// opened, at start) are deferred like any other.
-func (l *ledger) baseline(r reading, start time.Time) {
+// baseline takes the agent's first reading: counters count from here, and
+// its histograms are left out with them, so the two stay consistent (an
+// answered echo is in ping/<target>/sent and in its RTT histogram, or in
+// neither). Sources count from their own start, which is this process's,
+// so a restart never counts what the previous run reported.
+func (l *ledger) baseline(r reading) {
 	for id, v := range r.counters {
 		l.counters[id] = v
-	}
-	for id, h := range r.histograms {
-		l.accumulate(id, h, start)
 	}
 }
 
