@@ -71,7 +71,7 @@ func TestPingMeshEndToEnd(t *testing.T) {
 	pingExpand(t, col, "lab-b", 120)
 
 	children := []string{"", "/kernel_rtt", "/host_delay", "/host_delay/send", "/host_delay/qdisc", "/host_delay/receive",
-		"/loss", "/jitter", "/local_drops"}
+		"/loss", "/jitter", "/local_drops", "/sent", "/lost"}
 	for _, c := range []struct{ node, peer string }{{"lab-a", "ping/lab-b"}, {"lab-b", "ping/lab-a"}} {
 		eventually(t, 30*time.Second, func() string {
 			tr := pingTree(t, col, c.node)

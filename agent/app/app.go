@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -125,7 +124,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	// The first reading is the baseline: reports count from here.
-	prev := a.collect(ctx)
+	led := newLedger()
+	led.baseline(a.collect(ctx, led))
 	last := time.Now()
 
 	tlsCfg, err := a.cfg.tls(a.log.With("part", "tls"))
@@ -151,7 +151,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case now := <-ticker.C:
-			cur := a.collect(ctx)
+			cur := a.collect(ctx, led)
 			elapsed := now.Sub(last)
 			last = now
 			snapshotDue := now.Sub(lastSnapshot) >= a.cfg.SnapshotEvery
@@ -160,11 +160,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			full := snapshotDue || now.UnixNano() < a.expandUntil.Load()
 			// The outbox numbers reports (splitting one too large to send).
-			rep, res := a.report(now, elapsed, prev, cur, full)
+			rep, res := led.build(a.tree, now, elapsed, cur, full)
 			a.outbox.Add(rep)
 			a.adapt(ctx, now, res)
 			a.reports.Add(1)
-			prev = cur
 		}
 	}
 }
@@ -256,7 +255,7 @@ type reading struct {
 	events     []*nbsv1.Event
 }
 
-func (a *Agent) collect(ctx context.Context) reading {
+func (a *Agent) collect(ctx context.Context, led *ledger) reading {
 	if a.proc != nil {
 		a.proc.Next()
 	}
@@ -269,6 +268,7 @@ func (a *Agent) collect(ctx context.Context) reading {
 			continue
 		}
 		a.tree.Forget(got.Retired...)
+		led.retire(got.Retired)
 		if added := a.tree.Define(got.Metrics...); len(added) > 0 {
 			a.log.Debug("new metrics", "source", s.Name(), "count", len(added))
 		}
@@ -295,56 +295,6 @@ func (a *Agent) adapt(ctx context.Context, now time.Time, res tree.Result) {
 	if self != nil {
 		self.Adapt(ctx, now, res, time.Unix(0, a.expandUntil.Load()))
 	}
-}
-
-func (a *Agent) report(now time.Time, elapsed time.Duration, prev, cur reading, full bool) (*nbsv1.Report, tree.Result) {
-	secs := elapsed.Seconds()
-	values := make(map[string]float64, len(cur.counters)+len(cur.gauges))
-	increases := make(map[string]float64, len(cur.counters))
-	for id, v := range cur.counters {
-		// Sources count from their own start, so a counter never legitimately
-		// goes backwards; if one does, nothing is made up.
-		inc := float64(v - min(prev.counters[id], v))
-		increases[id] = inc
-		values[id] = inc / secs
-	}
-	for id, v := range cur.gauges {
-		values[id] = v
-	}
-	for id, h := range cur.histograms {
-		values[id] = 0 // a source with nothing to measure this interval is healthy, not unknown
-		if m, ok := a.tree.Metric(id); ok && h.Count > 0 {
-			values[id] = h.Quantile(m.Quantile) / max(m.Scale, 1)
-		}
-	}
-	res := a.tree.Evaluate(values)
-	ids := a.tree.Select(res, increases, full)
-	r := &nbsv1.Report{TimeUnixNano: now.UnixNano(), IntervalMs: uint32(math.Round(float64(elapsed) / float64(time.Millisecond))),
-		Snapshot: full, Events: cur.events}
-	for _, id := range ids {
-		m, _ := a.tree.Metric(id)
-		v, ok := values[id]
-		if m.Kind == catalog.Rate {
-			v = increases[id]
-		}
-		if !ok {
-			v = 0
-		}
-		r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: id, Value: v, State: res.State[id]})
-		if h := cur.histograms[id]; h != nil && h.Count > 0 {
-			r.Histograms = append(r.Histograms, histogramProto(id, h))
-		}
-	}
-	return r, res
-}
-
-func histogramProto(id string, h *loglinear.Histogram) *nbsv1.Histogram {
-	idx := h.Sorted()
-	p := &nbsv1.Histogram{MetricId: id, Count: h.Count, Sum: h.Sum, BucketIndex: idx, BucketCount: make([]uint64, len(idx))}
-	for i, b := range idx {
-		p.BucketCount[i] = h.Counts[b]
-	}
-	return p
 }
 
 // Hello describes the node for a new stream.

@@ -175,6 +175,11 @@ func (c *Config) Validate() error {
 	if c.SnapshotEvery < c.Interval {
 		errs = append(errs, fmt.Errorf("--snapshot.every %s is shorter than --interval %s", c.SnapshotEvery, c.Interval))
 	}
+	if c.SnapshotEvery > 24*time.Hour {
+		// The collector rejects histograms accumulated over a longer span
+		// (ingest.MaxHistogramSpan); a snapshot flushes them.
+		errs = append(errs, fmt.Errorf("--snapshot.every %s is longer than 24h", c.SnapshotEvery))
+	}
 	if c.TxSample > 1<<20 {
 		errs = append(errs, fmt.Errorf("--tx-timestamping.sample %d is more than %d", c.TxSample, 1<<20))
 	}

@@ -167,7 +167,7 @@ func TestProcReadOncePerCollect(t *testing.T) {
 	})
 	t.Logf("reads while opening: %v", reads.take())
 	for i := range 3 {
-		r := a.collect(context.Background())
+		r := a.collect(context.Background(), newLedger())
 		got := reads.take()
 		want := map[string]int{procnet.SNMPPath: 1, procnet.NetstatPath: 1, procnet.SNMP6Path: 1}
 		if len(got) != len(want) {

@@ -27,6 +27,8 @@ const (
 	PingLoss       = "loss"
 	PingJitter     = "jitter"
 	PingLocalDrops = "local_drops"
+	PingSent       = "sent"
+	PingLost       = "lost"
 )
 
 // baselineLatency judges a latency with no absolute meaning (a peer across
@@ -160,6 +162,20 @@ func PingTarget(id, address string) []Metric {
 				"jitter (J += (|D| - J)/16, D the difference of consecutive RTTs); the user RTT is used for echoes " +
 				"without kernel timestamps. High jitter with a flat median means queues on the path fill and drain. " +
 				"No default threshold: what matters depends on the application (real-time media cares from ~30 ms).",
+		},
+		{
+			ID: id + "/" + PingSent, Title: "Echoes sent", Unit: "echoes/s", Kind: Rate,
+			Description: "Echo requests to " + name + " whose outcome is known: answered, or given up on after the " +
+				"timeout (so an echo still in flight at the end of an interval counts in the next). With lost it " +
+				"gives loss as counts, which add up over nodes and time where the loss percentage cannot: loss " +
+				"over any period is lost / sent. Answered echoes (sent - lost) are exactly the observations of the " +
+				"RTT histogram.",
+		},
+		{
+			ID: id + "/" + PingLost, Title: "Echoes lost", Unit: "echoes/s", Kind: Rate,
+			Description: "Echo requests to " + name + " with no reply within the timeout, including those that never " +
+				"left this host (local_drops). The mergeable form of loss: divide by sent over the same period. " +
+				"No threshold of its own: the loss child judges the recent percentage.",
 		},
 		{
 			ID: id + "/" + PingLocalDrops, Title: "Local drops", Unit: "drops/s", Kind: Rate,

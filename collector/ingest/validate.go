@@ -14,6 +14,11 @@ import (
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
+// MaxHistogramSpan bounds how far back a histogram's accumulated counts may
+// reach (Histogram.start_unix_nano): an agent flushes them at least with
+// every snapshot, and --snapshot.every is at most this long.
+const MaxHistogramSpan = 24 * time.Hour
+
 // Limits bound what one agent may send. Everything beyond them is refused
 // with a message that names the limit, never truncated silently.
 type Limits struct {
@@ -356,6 +361,16 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 		}
 		if math.IsNaN(h.GetSum()) || math.IsInf(h.GetSum(), 0) || h.GetSum() < 0 {
 			return out, nil, reject("bad_histogram", "report %d: histogram %s: sum %g is not a finite number >= 0", r.GetSequence(), p, h.GetSum())
+		}
+		if start := h.GetStartUnixNano(); start != 0 {
+			// Accumulated counts of a child the agent did not stream: the
+			// span must end where this report's interval begins or later,
+			// and not reach back further than MaxHistogramSpan.
+			st := time.Unix(0, start)
+			if !st.Before(ts) || ts.Sub(st) > MaxHistogramSpan {
+				return out, nil, reject("bad_histogram", "report %d: histogram %s: start_unix_nano %d is not within %s before the report's time", r.GetSequence(), p, start, MaxHistogramSpan)
+			}
+			hist.Start = st
 		}
 		out.Histograms = append(out.Histograms, hist)
 	}

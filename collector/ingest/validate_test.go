@@ -3,7 +3,9 @@ package ingest
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nbs-project/nbs/collector/store"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -47,6 +49,42 @@ func TestHelloNames(t *testing.T) {
 				t.Fatalf("checkHello = %v, want accepted", rej)
 			case c.want != "" && (rej == nil || !strings.Contains(rej.msg, c.want) || rej.reason != "bad_hello"):
 				t.Fatalf("checkHello = %v, want a bad_hello rejection containing %q", rej, c.want)
+			}
+		})
+	}
+}
+
+// A histogram's start_unix_nano (counts accumulated over several intervals)
+// is kept when it lies before the report and within MaxHistogramSpan.
+func TestHistogramStart(t *testing.T) {
+	now := time.Now()
+	cases := []struct {
+		name  string
+		start int64
+		want  string // "" = accepted
+	}{
+		{"the report's interval", 0, ""},
+		{"five minutes back", now.Add(-5 * time.Minute).UnixNano(), ""},
+		{"at the report's time", now.UnixNano(), "start_unix_nano"},
+		{"after the report", now.Add(time.Second).UnixNano(), "start_unix_nano"},
+		{"too far back", now.Add(-MaxHistogramSpan - time.Second).UnixNano(), "start_unix_nano"},
+		{"negative", -1, "start_unix_nano"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := &stream{metrics: map[string]*streamMetric{"ping": {id: 1, kind: store.KindHistogram}}}
+			r := &nbsv1.Report{Sequence: 1, TimeUnixNano: now.UnixNano(), IntervalMs: 10000,
+				Histograms: []*nbsv1.Histogram{{MetricId: "ping", BucketIndex: []uint32{3}, BucketCount: []uint64{2}, Count: 2, Sum: 6, StartUnixNano: c.start}}}
+			out, _, rej := DefaultLimits().checkReport(r, st, now)
+			switch {
+			case c.want == "" && rej != nil:
+				t.Fatalf("checkReport = %v, want accepted", rej)
+			case c.want == "":
+				if got := out.Histograms[0].Start; (c.start == 0) != got.IsZero() || (c.start != 0 && got.UnixNano() != c.start) {
+					t.Errorf("stored start %v, want %d", got, c.start)
+				}
+			case rej == nil || rej.reason != "bad_histogram" || !strings.Contains(rej.msg, c.want):
+				t.Fatalf("checkReport = %v, want a bad_histogram rejection containing %q", rej, c.want)
 			}
 		})
 	}

@@ -121,6 +121,9 @@ type Histogram struct {
 	Sum         float64
 	BucketIndex []int32
 	BucketCount []int64
+	// Start is where the span of accumulated counts begins
+	// (Histogram.start_unix_nano); zero for the report's own interval.
+	Start time.Time
 }
 
 type Event struct {

@@ -286,6 +286,10 @@ type target struct {
 	lastRTT    time.Duration
 	haveLast   bool
 	localDrops uint64 // cumulative
+	// sent and lost count echoes with a known outcome since the source
+	// started (cumulative, like every counter): they survive a pinger's
+	// restart so the agent's increases never go backwards.
+	sent, lost uint64
 }
 
 func newTarget(t Target, window int) *target {
@@ -380,10 +384,12 @@ func (tg *target) record(r probe.Result) {
 	tg.outcomes[tg.next] = r.Lost
 	tg.next = (tg.next + 1) % len(tg.outcomes)
 	tg.filled = min(tg.filled+1, len(tg.outcomes))
+	tg.sent++
 	if r.LocalDrop {
 		tg.localDrops++
 	}
 	if r.Lost {
+		tg.lost++
 		return
 	}
 	tg.hists[hUser].Record(uint64(r.UserRTT))
@@ -411,12 +417,14 @@ func (tg *target) record(r probe.Result) {
 // a healthy-looking zero.
 func (tg *target) drain(r *source.Reading) float64 {
 	tg.mu.Lock()
-	hists := tg.hists
-	tg.resetHists()
 	if tg.pinger == nil {
+		// What was recorded before the pinger stopped stays for the next
+		// drain, so the histograms keep matching sent - lost.
 		tg.mu.Unlock()
 		return math.NaN()
 	}
+	hists := tg.hists
+	tg.resetHists()
 	lost := 0
 	for i := range tg.filled {
 		if tg.outcomes[i] {
@@ -427,7 +435,7 @@ func (tg *target) drain(r *source.Reading) float64 {
 	if tg.filled > 0 {
 		loss = 100 * float64(lost) / float64(tg.filled)
 	}
-	jitter, drops := tg.jitter, tg.localDrops
+	jitter, drops, sent, lostTotal := tg.jitter, tg.localDrops, tg.sent, tg.lost
 	tg.mu.Unlock()
 
 	for i, h := range hists {
@@ -436,6 +444,8 @@ func (tg *target) drain(r *source.Reading) float64 {
 	r.Gauges[tg.id+"/"+catalog.PingLoss] = loss
 	r.Gauges[tg.id+"/"+catalog.PingJitter] = jitter / 1e6
 	r.Counters[tg.id+"/"+catalog.PingLocalDrops] = drops
+	r.Counters[tg.id+"/"+catalog.PingSent] = sent
+	r.Counters[tg.id+"/"+catalog.PingLost] = lostTotal
 	if hists[hUser].Count == 0 {
 		return math.NaN()
 	}

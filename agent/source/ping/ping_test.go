@@ -153,7 +153,7 @@ func TestTargetsComeAndGo(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	res := loop.interval()
 	for _, id := range []string{"ping", "ping/lab-b", "ping/lab-b/kernel_rtt", "ping/lab-b/host_delay", "ping/lab-b/host_delay/qdisc",
-		"ping/lab-b/host_delay/send", "ping/lab-b/host_delay/receive", "ping/lab-b/loss", "ping/lab-b/jitter", "ping/lab-b/local_drops",
+		"ping/lab-b/host_delay/send", "ping/lab-b/host_delay/receive", "ping/lab-b/loss", "ping/lab-b/jitter", "ping/lab-b/local_drops", "ping/lab-b/sent", "ping/lab-b/lost",
 		"ping/b6/kernel_rtt", "ping/clock", "ping/clock/max_error"} {
 		if _, ok := res.Values[id]; !ok {
 			t.Errorf("%s has no value", id)

@@ -1102,9 +1102,18 @@ type Histogram struct {
 	// Bucket indexes, strictly increasing.
 	BucketIndex []uint32 `protobuf:"varint,2,rep,packed,name=bucket_index,json=bucketIndex,proto3" json:"bucket_index,omitempty"`
 	// Counts, one per index.
-	BucketCount   []uint64 `protobuf:"varint,3,rep,packed,name=bucket_count,json=bucketCount,proto3" json:"bucket_count,omitempty"`
-	Count         uint64   `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
-	Sum           float64  `protobuf:"fixed64,5,opt,name=sum,proto3" json:"sum,omitempty"`
+	BucketCount []uint64 `protobuf:"varint,3,rep,packed,name=bucket_count,json=bucketCount,proto3" json:"bucket_count,omitempty"`
+	Count       uint64   `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	Sum         float64  `protobuf:"fixed64,5,opt,name=sum,proto3" json:"sum,omitempty"`
+	// Start of the span the counts cover, Unix nanoseconds. 0 means the
+	// report's own interval (time_unix_nano - interval_ms). Non-zero when the
+	// agent did not stream this metric in earlier intervals (a healthy child)
+	// and accumulated its observations until this report: the counts are
+	// every observation made in [start_unix_nano, report time), each shipped
+	// exactly once, so summing stored counts over a period is exact (to
+	// within the span of the first flush). Rates over a histogram's count
+	// must divide by this span, not by interval_ms.
+	StartUnixNano int64 `protobuf:"varint,6,opt,name=start_unix_nano,json=startUnixNano,proto3" json:"start_unix_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1170,6 +1179,13 @@ func (x *Histogram) GetCount() uint64 {
 func (x *Histogram) GetSum() float64 {
 	if x != nil {
 		return x.Sum
+	}
+	return 0
+}
+
+func (x *Histogram) GetStartUnixNano() int64 {
+	if x != nil {
+		return x.StartUnixNano
 	}
 	return 0
 }
@@ -1503,13 +1519,14 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"\x06Sample\x12\x1b\n" +
 	"\tmetric_id\x18\x01 \x01(\tR\bmetricId\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12#\n" +
-	"\x05state\x18\x03 \x01(\x0e2\r.nbs.v1.StateR\x05state\"\x96\x01\n" +
+	"\x05state\x18\x03 \x01(\x0e2\r.nbs.v1.StateR\x05state\"\xbe\x01\n" +
 	"\tHistogram\x12\x1b\n" +
 	"\tmetric_id\x18\x01 \x01(\tR\bmetricId\x12!\n" +
 	"\fbucket_index\x18\x02 \x03(\rR\vbucketIndex\x12!\n" +
 	"\fbucket_count\x18\x03 \x03(\x04R\vbucketCount\x12\x14\n" +
 	"\x05count\x18\x04 \x01(\x04R\x05count\x12\x10\n" +
-	"\x03sum\x18\x05 \x01(\x01R\x03sum\"\xb8\x01\n" +
+	"\x03sum\x18\x05 \x01(\x01R\x03sum\x12&\n" +
+	"\x0fstart_unix_nano\x18\x06 \x01(\x03R\rstartUnixNano\"\xb8\x01\n" +
 	"\x05Event\x12\x1b\n" +
 	"\tmetric_id\x18\x01 \x01(\tR\bmetricId\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x121\n" +

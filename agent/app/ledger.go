@@ -1,0 +1,145 @@
+package app
+
+import (
+	"math"
+	"time"
+
+	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/tree"
+	"github.com/nbs-project/nbs/internal/loglinear"
+	"github.com/nbs-project/nbs/internal/schema"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// ledger turns readings into reports so that every observation reaches
+// storage exactly once. A healthy child is not streamed every interval (it
+// would make a quiet fleet expensive), so what it measured is deferred, not
+// dropped: histogram buckets of a child left out of a report accumulate here
+// and travel with the next report that carries the child (it turned non-OK,
+// the node is expanded, or a snapshot), stamped with the span they cover.
+// Counters need no backlog: tree.Select streams every child with a non-zero
+// increase, and nothing is sent for one without.
+//
+// It is owned by the agent's collection loop and not safe for concurrent use.
+type ledger struct {
+	// counters are the last cumulative value seen per counter id. They
+	// outlive a reading that misses a counter (its source failed one
+	// collection), so the value it reports next is not counted again from
+	// the source's start.
+	counters map[string]uint64
+	backlog  map[string]*deferred
+}
+
+type deferred struct {
+	h     *loglinear.Histogram
+	start time.Time // start of the first interval accumulated
+}
+
+func newLedger() *ledger {
+	return &ledger{counters: map[string]uint64{}, backlog: map[string]*deferred{}}
+}
+
+// baseline takes the agent's first reading: counters count from here, and
+// its histograms are left out with them, so the two stay consistent (an
+// answered echo is in ping/<target>/sent and in its RTT histogram, or in
+// neither). Sources count from their own start, which is this process's,
+// so a restart never counts what the previous run reported.
+func (l *ledger) baseline(r reading) {
+	for id, v := range r.counters {
+		l.counters[id] = v
+	}
+}
+
+func (l *ledger) accumulate(id string, h *loglinear.Histogram, start time.Time) {
+	if h == nil || h.Count == 0 {
+		return
+	}
+	d := l.backlog[id]
+	if d == nil {
+		c := loglinear.New()
+		c.Merge(h) // the reading's histogram may be reused by its source
+		l.backlog[id] = &deferred{h: c, start: start}
+		return
+	}
+	d.h.Merge(h)
+}
+
+// retire forgets the counters and backlog of metrics their source stopped
+// measuring (and their subtrees): a target added again later counts afresh.
+// Its deferred observations are lost with it; they belong to a target
+// nobody asks about any more.
+func (l *ledger) retire(ids []string) {
+	for _, r := range ids {
+		for id := range l.counters {
+			if schema.Within(id, r) {
+				delete(l.counters, id)
+			}
+		}
+		for id := range l.backlog {
+			if schema.Within(id, r) {
+				delete(l.backlog, id)
+			}
+		}
+	}
+}
+
+// build makes the report of the interval (now-elapsed, now] from its
+// reading; full streams every metric and so flushes the whole backlog.
+func (l *ledger) build(t *tree.Tree, now time.Time, elapsed time.Duration, cur reading, full bool) (*nbsv1.Report, tree.Result) {
+	secs := max(elapsed.Seconds(), 1e-3)
+	start := now.Add(-elapsed)
+	values := make(map[string]float64, len(cur.counters)+len(cur.gauges)+len(cur.histograms))
+	increases := make(map[string]float64, len(cur.counters))
+	for id, v := range cur.counters {
+		// Sources count from their own start, so a counter never legitimately
+		// goes backwards; if one does, nothing is made up. A counter seen for
+		// the first time counts from 0: its source started it at 0.
+		inc := float64(v - min(l.counters[id], v))
+		l.counters[id] = v
+		increases[id] = inc
+		values[id] = inc / secs
+	}
+	for id, v := range cur.gauges {
+		values[id] = v
+	}
+	for id, h := range cur.histograms {
+		values[id] = 0 // a source with nothing to measure this interval is healthy, not unknown
+		if m, ok := t.Metric(id); ok && h.Count > 0 {
+			values[id] = h.Quantile(m.Quantile) / max(m.Scale, 1)
+		}
+		l.accumulate(id, h, start)
+	}
+	res := t.Evaluate(values)
+	ids := t.Select(res, increases, full)
+	r := &nbsv1.Report{TimeUnixNano: now.UnixNano(), IntervalMs: uint32(math.Round(float64(elapsed) / float64(time.Millisecond))),
+		Snapshot: full, Events: cur.events}
+	for _, id := range ids {
+		m, _ := t.Metric(id)
+		v, ok := values[id]
+		if m.Kind == catalog.Rate {
+			v = increases[id]
+		}
+		if !ok {
+			v = 0
+		}
+		r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: id, Value: v, State: res.State[id]})
+		if d := l.backlog[id]; d != nil {
+			p := histogramProto(id, d.h)
+			if d.start.Before(start) {
+				p.StartUnixNano = d.start.UnixNano()
+			}
+			r.Histograms = append(r.Histograms, p)
+			delete(l.backlog, id)
+		}
+	}
+	return r, res
+}
+
+func histogramProto(id string, h *loglinear.Histogram) *nbsv1.Histogram {
+	idx := h.Sorted()
+	p := &nbsv1.Histogram{MetricId: id, Count: h.Count, Sum: h.Sum, BucketIndex: idx, BucketCount: make([]uint64, len(idx))}
+	for i, b := range idx {
+		p.BucketCount[i] = h.Counts[b]
+	}
+	return p
+}
