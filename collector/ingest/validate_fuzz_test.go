@@ -27,8 +27,8 @@ func fuzzDef(id string, kind nbsv1.MetricKind) *nbsv1.MetricDefinition {
 // with a reason or accepts a node whose names obey the schema.
 func FuzzCheckHello(f *testing.F) {
 	fuzzSeed(f, &nbsv1.Hello{NodeName: "web-1", InstanceId: 1, IntervalMs: 1000,
-		Labels:      map[string]string{"customer": "acme"},
-		PingAddress: "10.0.0.1",
+		Labels:       map[string]string{"customer": "acme"},
+		PingAddress:  "10.0.0.1",
 		Capabilities: []*nbsv1.Capability{{Name: "tcp_reset", Available: true}},
 		Metrics: []*nbsv1.MetricDefinition{fuzzDef("tcp_reset", nbsv1.MetricKind_METRIC_KIND_RATE),
 			fuzzDef("tcp_reset/sent", nbsv1.MetricKind_METRIC_KIND_RATE),
