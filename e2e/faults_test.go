@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/pgcluster"
+)
+
+// resetsAtRate makes n no-socket resets in B, one every gap, and returns
+// when the last is made; the kernel's TcpOutRsts is the oracle.
+func resetsAtRate(t *testing.T, lab *netlab.Lab, n int, gap time.Duration) {
+	t.Helper()
+	for range n {
+		lab.ResetNoSocket(t, 1)
+		time.Sleep(gap)
+	}
+}
+
+// storedExactly waits until the stored no-socket total is want and the
+// kernel agrees, then checks it stays want (nothing counted twice).
+func storedExactly(t *testing.T, col *collector, lab *netlab.Lab, b0 map[string]uint64, want float64, within time.Duration) {
+	t.Helper()
+	eventually(t, within, func() string {
+		if got := storedTotal(t, col, "lab-b", "tcp_reset/sent/no_socket"); got != want {
+			return fmt.Sprintf("stored %v, want %v", got, want)
+		}
+		return ""
+	})
+	if d := lab.Nstat(t, lab.B)["TcpOutRsts"] - b0["TcpOutRsts"]; float64(d) != want {
+		t.Errorf("nstat TcpOutRsts delta %d, want %v (the stored total must equal it)", d, want)
+	}
+	time.Sleep(2 * interval)
+	if got := storedTotal(t, col, "lab-b", "tcp_reset/sent/no_socket"); got != want {
+		t.Errorf("later: stored %v, want still %v (no double counting)", got, want)
+	}
+}
+
+// The collector is gone for 60 s while resets happen at a known rate; the
+// agent holds its reports, and once a collector is back on the same address
+// and database every reset is counted exactly once.
+func TestFaultCollectorDown60s(t *testing.T) {
+	lab := netlab.New(t)
+	db := pgcluster.Database(t)
+	addr := freeAddr(t)
+	col := startCollector(t, db, addr)
+	startAgent(t, "lab-b", lab.B, addr)
+	waitNode(t, col, "lab-b")
+	b0 := lab.Nstat(t, lab.B)
+
+	resetsAtRate(t, lab, 5, 200*time.Millisecond)
+	col.stop()
+	start := time.Now()
+	resetsAtRate(t, lab, 30, 2*time.Second) // one every 2 s through the outage
+	time.Sleep(60*time.Second - time.Since(start))
+	col = startCollector(t, db, addr)
+	storedExactly(t, col, lab, b0, 35, 60*time.Second)
+}
+
+// PostgreSQL restarts while the agent reports; the collector answers
+// Unavailable meanwhile and every report lands exactly once. The test has
+// a cluster of its own: stopping the shared one would break its neighbours.
+func TestFaultPostgresRestartedMidStream(t *testing.T) {
+	pgcluster.Database(t) // skips, as every PostgreSQL test does, where there is none
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o711); err != nil { // the postgres user must reach the cluster in it
+		t.Fatal(err)
+	}
+	opts := pgcluster.Options{Dir: dir, Logger: testLogger(t, "pg")}
+	pg, err := pgcluster.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("start a dedicated PostgreSQL cluster: %v", err)
+	}
+	t.Cleanup(func() { _ = pg.Stop(context.Background()) })
+	opts.Port = pg.Port() // the collector's URL names it
+
+	lab := netlab.New(t)
+	col := startCollector(t, pg.URL(), "127.0.0.1:0")
+	startAgent(t, "lab-b", lab.B, col.grpcAddr)
+	waitNode(t, col, "lab-b")
+	b0 := lab.Nstat(t, lab.B)
+
+	resetsAtRate(t, lab, 5, 200*time.Millisecond)
+	if err := pg.Stop(ctx); err != nil {
+		t.Fatalf("stop PostgreSQL: %v", err)
+	}
+	resetsAtRate(t, lab, 10, time.Second) // 10 s without a database
+	if pg, err = pgcluster.Start(ctx, opts); err != nil {
+		t.Fatalf("restart PostgreSQL on port %d: %v", opts.Port, err)
+	}
+	resetsAtRate(t, lab, 5, 200*time.Millisecond)
+	storedExactly(t, col, lab, b0, 20, 60*time.Second)
+}
