@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -68,8 +69,10 @@ func TestFaultPostgresRestartedMidStream(t *testing.T) {
 	pgcluster.Database(t) // skips, as every PostgreSQL test does, where there is none
 	ctx := context.Background()
 	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o711); err != nil { // the postgres user must reach the cluster in it
-		t.Fatal(err)
+	for _, d := range []string{filepath.Dir(dir), dir} { // the postgres user must reach the cluster
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
 	}
 	opts := pgcluster.Options{Dir: dir, Logger: testLogger(t, "pg")}
 	pg, err := pgcluster.Start(ctx, opts)
