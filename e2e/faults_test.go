@@ -3,8 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,4 +101,55 @@ func TestFaultPostgresRestartedMidStream(t *testing.T) {
 	}
 	resetsAtRate(t, lab, 5, 200*time.Millisecond)
 	storedExactly(t, col, lab, b0, 20, 60*time.Second)
+}
+
+// The agent↔collector path is cut for 30 s with an nftables rule that drops
+// every packet to and from the collector's port, then restored; the resets
+// made meanwhile are counted exactly once. The agent's gRPC connection runs
+// in the root namespace (its --netns only chooses what it watches), so the
+// rule is a table of its own there, on that one port, removed at the end.
+func TestFaultPathCutByNftables30s(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("nft is not installed")
+	}
+	lab := netlab.New(t)
+	addr := freeAddr(t)
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := startCollector(t, pgcluster.Database(t), addr)
+	startAgent(t, "lab-b", lab.B, addr)
+	waitNode(t, col, "lab-b")
+	b0 := lab.Nstat(t, lab.B)
+
+	table := fmt.Sprintf("nbs_fault_%d", time.Now().UnixNano())
+	nft := func(script string) error {
+		cmd := exec.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(script)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("nft: %v: %s", err, out)
+		}
+		return nil
+	}
+	cut := fmt.Sprintf("table inet %s {\n chain out { type filter hook output priority -10; policy accept;\n  tcp dport %s drop\n  tcp sport %s drop\n }\n}\n", table, port, port)
+	restore := "delete table inet " + table + "\n"
+	resetsAtRate(t, lab, 5, 200*time.Millisecond)
+	if err := nft(cut); err != nil {
+		t.Fatal(err)
+	}
+	removed := false
+	t.Cleanup(func() {
+		if !removed {
+			_ = nft(restore)
+		}
+	})
+	start := time.Now()
+	resetsAtRate(t, lab, 15, 2*time.Second)
+	time.Sleep(30*time.Second - time.Since(start))
+	if err := nft(restore); err != nil {
+		t.Fatal(err)
+	}
+	removed = true
+	storedExactly(t, col, lab, b0, 20, 90*time.Second)
 }
