@@ -60,6 +60,15 @@ test: ## install what is missing, then run all tests: web unit, Go unit, Postgre
 	@# One package at a time: lab tests compare microsecond timings with
 	@# kernel oracles, and two labs loading 2 cores at once skew both sides.
 	$(GO) test -count=1 -p 1 -timeout 15m ./...
+	@# Every fuzz target for FUZZTIME each (2s; the whole step stays near 90 s).
+	GO=$(GO) FUZZTIME=2s tools/fuzz.sh
+
+# make fuzz FUZZTIME=5m runs each target longer; FUZZ_SAVE=1 copies what the
+# fuzzer found into testdata/fuzz/<FuzzName>/ to commit.
+FUZZTIME ?= 1m
+.PHONY: fuzz
+fuzz: ## run every Go fuzz target for FUZZTIME each (default 1m; make fuzz FUZZTIME=5m)
+	GO=$(GO) FUZZTIME=$(FUZZTIME) tools/fuzz.sh
 
 .PHONY: run
 run: ## run the whole system locally: throwaway PostgreSQL, collector, one agent
