@@ -87,6 +87,9 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("insert staged reports: %w", err)
 		}
+		if err := writeRollups(ctx, tx, unique, result); err != nil {
+			return err
+		}
 		return s.updateLatest(ctx, tx, unique, result)
 	})
 	if err != nil {
