@@ -689,7 +689,7 @@ func explain(children []store.SampleRow, from, to time.Time) *string {
 func (d *data) objectives(objs []Objective, from, to time.Time) []ObjectiveResult {
 	out := []ObjectiveResult{}
 	for _, o := range objs {
-		hours := map[time.Time]*loglinear.Histogram{}
+		hours := map[int64]*loglinear.Histogram{} // by unix hour start
 		scale := 1e6
 		for _, h := range d.curH {
 			t, child := pingTarget(h.Path)
@@ -701,7 +701,7 @@ func (d *data) objectives(objs []Objective, from, to time.Time) []ObjectiveResul
 				continue
 			}
 			scale = d.scale(h.Path)
-			hr := h.TS.Truncate(time.Hour)
+			hr := h.TS.Truncate(time.Hour).Unix()
 			a := hours[hr]
 			merge(&a, h.Hist)
 			hours[hr] = a
@@ -715,7 +715,7 @@ func (d *data) objectives(objs []Objective, from, to time.Time) []ObjectiveResul
 		r := ObjectiveResult{Name: o.Name, Missed: []time.Time{}}
 		met := 0
 		for hr := from.Truncate(time.Hour); hr.Before(to); hr = hr.Add(time.Hour) {
-			h := hours[hr]
+			h := hours[hr.Unix()]
 			if h == nil || h.Count == 0 {
 				r.NoDataHours++
 				continue
