@@ -10,7 +10,7 @@
 // newest hour (36,000 reports) through store.WriteReports — the collector's
 // real write path, which maintains the minute and hour rollups as it
 // stores them — and the older 59 days (the period and the previous period
-// it is compared with) as hour rollups through store.WriteRollups, the
+// it is compared with) as hour and day rollups through store.WriteRollups, the
 // same code the write path merges rollups with, built per node and hour
 // from the same distributions (bucket counts of 3,600 observations per
 // histogram and hour, counter sums, state seconds).
@@ -120,9 +120,16 @@ func seedHours(b *testing.B, st *store.Store, f fleet, from, to time.Time) {
 			ts := h.Unix()
 			for i, id := range f.ids {
 				m := f.metrics[i]
+				dayKey := store.RollupKey{NodeID: id, Res: store.RollupDay, TS: day.Unix()}
 				samp := func(path string, perReport float64) {
-					r.Samples[store.RollupKey{NodeID: id, MetricID: m[path], Res: store.RollupHour, TS: ts}] = &store.SampleAgg{
-						N: 3600 / intervalSec, Sum: perReport * 3600 / intervalSec, Min: perReport, Max: perReport, OK: 3600}
+					a := store.SampleAgg{N: 3600 / intervalSec, Sum: perReport * 3600 / intervalSec, Min: perReport, Max: perReport, OK: 3600}
+					r.Samples[store.RollupKey{NodeID: id, MetricID: m[path], Res: store.RollupHour, TS: ts}] = &a
+					k := dayKey
+					k.MetricID = m[path]
+					if r.Samples[k] == nil {
+						r.Samples[k] = &store.SampleAgg{}
+					}
+					r.Samples[k].Merge(a)
 				}
 				hist := func(path string, draw func() uint64) {
 					hh := loglinear.New()
@@ -130,6 +137,12 @@ func seedHours(b *testing.B, st *store.Store, f fleet, from, to time.Time) {
 						hh.RecordN(draw(), 60)
 					}
 					r.Histograms[store.RollupKey{NodeID: id, MetricID: m[path], Res: store.RollupHour, TS: ts}] = hh
+					k := dayKey
+					k.MetricID = m[path]
+					if r.Histograms[k] == nil {
+						r.Histograms[k] = loglinear.New()
+					}
+					r.Histograms[k].Merge(hh)
 				}
 				for _, p := range []string{"ping", "latency", "tcp_reset", "drops"} {
 					samp(p, 0)

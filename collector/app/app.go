@@ -290,7 +290,7 @@ func (c *Collector) retain(ctx context.Context, st *store.Store) {
 		for _, r := range []struct {
 			res  int32
 			keep time.Duration
-		}{{store.RollupMinute, c.cfg.RollupRetention1m}, {store.RollupHour, c.cfg.RollupRetention1h}} {
+		}{{store.RollupMinute, c.cfg.RollupRetention1m}, {store.RollupHour, c.cfg.RollupRetention1h}, {store.RollupDay, c.cfg.RollupRetention1h}} {
 			if _, err := st.DeleteRollupsBefore(ctx, r.res, time.Now().Add(-r.keep)); err != nil && ctx.Err() == nil {
 				c.log.Warn("rollup retention", "resolution_s", r.res, "err", err)
 			}

@@ -93,7 +93,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DBURL, "db.url", c.DBURL, "PostgreSQL URL (env NBS_DB_URL), e.g. postgres://nbs@db:5432/nbs")
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "how long reports are kept; older day partitions are dropped")
 	fs.DurationVar(&c.RollupRetention1m, "retention.rollup-1m", c.RollupRetention1m, "how long the 1-minute report rollups are kept (incidents, reports up to 2 days)")
-	fs.DurationVar(&c.RollupRetention1h, "retention.rollup-1h", c.RollupRetention1h, "how long the 1-hour report rollups are kept (longer reports and their previous periods)")
+	fs.DurationVar(&c.RollupRetention1h, "retention.rollup-1h", c.RollupRetention1h, "how long the 1-hour and 1-day report rollups are kept (longer reports and their previous periods)")
 	fs.IntVar(&c.DBWriters, "db.writers", c.DBWriters, "concurrent database writers (about one per database core)")
 	fs.IntVar(&c.MaxMsgSize, "grpc.max-message-bytes", c.MaxMsgSize, "largest message an agent may send")
 	fs.IntVar(&c.PingPeers, "ping.peers", c.PingPeers, "fleet peers each node pings and is pinged by, drawn deterministically from the nodes that announce a ping address (0: no ping mesh)")

@@ -323,6 +323,30 @@ func TestGolden(t *testing.T) {
 			within(t, "staff p99 over every node", pa.P99, exact(all, 0.99)/1e6)
 		}
 	})
+	t.Run("long periods read day and hour rollups", func(t *testing.T) {
+		long := q
+		long.From = base.Add(-5*24*time.Hour - 30*time.Minute)
+		r, err := report.Compute(customer("acme"), st, long, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Resolution != store.RollupHour || len(r.Ping.Targets) != 1 {
+			t.Fatalf("resolution %d, targets %+v", r.Resolution, r.Ping.Targets)
+		}
+		pt, want := r.Ping.Targets[0], rep.Ping.Targets[0]
+		if *pt.Sent != *want.Sent || *pt.P99 != *want.P99 || *pt.P50 != *want.P50 {
+			t.Errorf("5-day report: sent %d p50 %v p99 %v; 3-hour report: %d %v %v", *pt.Sent, *pt.P50, *pt.P99, *want.Sent, *want.P50, *want.P99)
+		}
+		nonNull := 0
+		for _, p := range r.Ping.Series[0].Points {
+			if p.P50 != nil {
+				nonNull++
+			}
+		}
+		if nonNull != 3 {
+			t.Errorf("%d hourly points with data, want 3", nonNull)
+		}
+	})
 	t.Run("tenant isolation", func(t *testing.T) {
 		for _, sel := range []access.Selector{nil, {"customer": "globex"}} {
 			q := q

@@ -12,6 +12,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nbs-project/nbs/collector/access"
@@ -105,12 +106,18 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 			nodes = append(nodes, n)
 		}
 	}
+	// Up to 2 days: minute rollups. Longer: whole UTC days from day
+	// rollups and the hours at either end from hour rollups, so the cost
+	// grows with nodes × days rather than with samples.
 	res := q.Res
 	if res == 0 {
 		res = store.RollupMinute
 		if q.To.Sub(q.From) > 48*time.Hour {
 			res = store.RollupHour
 		}
+	}
+	if q.Raw {
+		res = store.RollupMinute
 	}
 	step := time.Duration(res) * time.Second
 	from := q.From.UTC().Truncate(step)
@@ -139,44 +146,51 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 	for _, t := range q.Targets {
 		d.targets[t] = true
 	}
+	// Series: minute or hour points up to 16 days, day points beyond.
+	seriesStep, seriesFrom, seriesRes := step, from, res
+	if res != store.RollupMinute && length > 16*24*time.Hour {
+		seriesStep, seriesFrom, seriesRes = 24*time.Hour, from.Truncate(24*time.Hour), store.RollupDay
+	}
+	for to.Sub(seriesFrom)/seriesStep > maxSeries {
+		seriesStep *= 2
+	}
 	if len(ids) > 0 {
-		type result struct {
-			s   []store.SampleRow
-			h   []store.HistogramRow
-			err error
+		sp := span{st: st, ids: ids, res: res, raw: q.Raw}
+		var g errgroup
+		g.do(func() (err error) { d.cur, d.curH, err = sp.read(ctx, from, to, nil); return })
+		g.do(func() (err error) { d.prev, d.prevH, err = sp.read(ctx, prevFrom, from, nil); return })
+		if seriesRes != res {
+			g.do(func() (err error) {
+				d.ser, d.serH, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: seriesRes, From: seriesFrom, To: to, Match: seriesMetric})
+				return
+			})
 		}
-		prev := make(chan result, 1)
-		go func() {
-			s, h, err := st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: res, From: prevFrom, To: from, Raw: q.Raw})
-			prev <- result{s, h, err}
-		}()
-		cs, ch, err := st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: res, From: from, To: to, Raw: q.Raw})
-		pr := <-prev
-		if err != nil {
+		if len(q.Objectives) > 0 && res != store.RollupMinute {
+			match := objectiveMetrics(q.Objectives)
+			g.do(func() (err error) {
+				_, d.objH, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: store.RollupHour, From: from, To: to, Match: match})
+				return
+			})
+		}
+		g.do(func() (err error) { d.defs, err = st.DefinitionsOf(ctx, ids); return })
+		var bad []store.SampleRow
+		g.do(func() (err error) { bad, err = st.BadMinutes(ctx, ids, from, to, maxBadMinutes); return })
+		if err := g.wait(); err != nil {
 			return nil, err
 		}
-		if pr.err != nil {
-			return nil, pr.err
+		if seriesRes == res {
+			d.ser, d.serH = d.cur, d.curH
 		}
-		d.cur, d.curH, d.prev, d.prevH = cs, ch, pr.s, pr.h
-		if d.defs, err = st.DefinitionsOf(ctx, ids); err != nil {
-			return nil, err
-		}
-		bad, err := st.BadMinutes(ctx, ids, from, to, maxBadMinutes)
-		if err != nil {
-			return nil, err
+		if d.objH == nil {
+			d.objH = d.curH
 		}
 		rep.Incidents = incidents(bad, names, d.cur)
 	}
 	if rep.Incidents == nil {
 		rep.Incidents = []Incident{}
 	}
-	seriesStep := step
-	for to.Sub(from)/seriesStep > maxSeries {
-		seriesStep *= 2
-	}
-	rep.Ping = d.ping(from, to, seriesStep)
-	rep.KernelLatency = d.kernel(from, to, seriesStep)
+	rep.Ping = d.ping(seriesFrom, to, seriesStep)
+	rep.KernelLatency = d.kernel(seriesFrom, to, seriesStep)
 	rep.Reliability = d.reliability(length)
 	rep.Availability = d.availability(nodes, length)
 	rep.Objectives = d.objectives(q.Objectives, from, to)
@@ -190,6 +204,90 @@ type data struct {
 	defs        map[string]store.MetricDef
 	cur, prev   []store.SampleRow
 	curH, prevH []store.HistogramRow
+	// Series and objectives may read another resolution than the totals.
+	ser  []store.SampleRow
+	serH []store.HistogramRow
+	objH []store.HistogramRow
+}
+
+// span reads the rollups of a period: minute rollups, or whole UTC days
+// from day rollups and the hours at either end from hour rollups.
+type span struct {
+	st  Store
+	ids []int32
+	res int32
+	raw bool
+}
+
+func (s span) read(ctx context.Context, from, to time.Time, match func(string) bool) ([]store.SampleRow, []store.HistogramRow, error) {
+	q := func(res int32, f, t time.Time) store.RollupQuery {
+		return store.RollupQuery{NodeIDs: s.ids, Res: res, From: f, To: t, Raw: s.raw, Match: match}
+	}
+	if s.raw || s.res == store.RollupMinute {
+		return s.st.ReadRollups(ctx, q(s.res, from, to))
+	}
+	d0 := from.Truncate(24 * time.Hour)
+	if d0.Before(from) {
+		d0 = d0.Add(24 * time.Hour)
+	}
+	d1 := to.Truncate(24 * time.Hour)
+	if !d0.Before(d1) {
+		return s.st.ReadRollups(ctx, q(store.RollupHour, from, to))
+	}
+	var samples []store.SampleRow
+	var hists []store.HistogramRow
+	for _, part := range []store.RollupQuery{q(store.RollupHour, from, d0), q(store.RollupDay, d0, d1), q(store.RollupHour, d1, to)} {
+		sm, h, err := s.st.ReadRollups(ctx, part)
+		if err != nil {
+			return nil, nil, err
+		}
+		samples, hists = append(samples, sm...), append(hists, h...)
+	}
+	return samples, hists, nil
+}
+
+// seriesMetric is what the charts need.
+func seriesMetric(path string) bool {
+	t, child := pingTarget(path)
+	return (t != "" && (child == "" || child == "sent" || child == "lost")) || kernelMetric(path)
+}
+
+func objectiveMetrics(objs []Objective) func(string) bool {
+	return func(path string) bool {
+		for _, o := range objs {
+			if o.Metric == path {
+				return true
+			}
+			if t, child := pingTarget(path); o.Metric == "ping" && t != "" && child == "" {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// errgroup runs reads side by side and keeps the first error.
+type errgroup struct {
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	err error
+}
+
+func (g *errgroup) do(fn func() error) {
+	g.wg.Go(func() {
+		if err := fn(); err != nil {
+			g.mu.Lock()
+			if g.err == nil {
+				g.err = err
+			}
+			g.mu.Unlock()
+		}
+	})
+}
+
+func (g *errgroup) wait() error {
+	g.wg.Wait()
+	return g.err
 }
 
 // scale turns a histogram's recorded value into its unit.
@@ -375,14 +473,14 @@ func (d *data) pingSeries(target string, from, to time.Time, step time.Duration,
 	n := int((to.Sub(from) + step - 1) / step)
 	hs := make([]*loglinear.Histogram, n)
 	cs := make([]counts, n)
-	for _, h := range d.curH {
+	for _, h := range d.serH {
 		if t, child := pingTarget(h.Path); t == target && child == "" {
 			if i := slot(h.TS, from, step); i >= 0 && i < n {
 				merge(&hs[i], h.Hist)
 			}
 		}
 	}
-	for _, s := range d.cur {
+	for _, s := range d.ser {
 		if t, child := pingTarget(s.Path); t == target && (child == "sent" || child == "lost") {
 			if i := slot(s.TS, from, step); i >= 0 && i < n {
 				cs[i].n += s.N
@@ -444,7 +542,7 @@ func (d *data) kernel(from, to time.Time, step time.Duration) []KernelLatency {
 			k.Previous = KernelPrevious{P50: quantile(ph, 0.5, sc), P99: quantile(ph, 0.99, sc), Count: &c}
 		}
 		hs := make([]*loglinear.Histogram, n)
-		for _, r := range d.curH {
+		for _, r := range d.serH {
 			if r.Path == p {
 				if i := slot(r.TS, from, step); i >= 0 && i < n {
 					merge(&hs[i], r.Hist)
@@ -691,7 +789,7 @@ func (d *data) objectives(objs []Objective, from, to time.Time) []ObjectiveResul
 	for _, o := range objs {
 		hours := map[int64]*loglinear.Histogram{} // by unix hour start
 		scale := 1e6
-		for _, h := range d.curH {
+		for _, h := range d.objH {
 			t, child := pingTarget(h.Path)
 			match := h.Path == o.Metric
 			if o.Metric == "ping" {

@@ -16,10 +16,14 @@ import (
 const (
 	RollupMinute = 60
 	RollupHour   = 3600
+	// RollupDay (UTC days) keeps a month's totals to a few rows per node
+	// and metric: reading hour rollups of 100 nodes for 30 days took
+	// seconds (BENCHMARKS.md).
+	RollupDay = 86400
 )
 
-// RollupResolutions are the rollups the write path maintains.
-var rollupResolutions = [...]int32{RollupMinute, RollupHour}
+// rollupResolutions are the rollups the write path maintains.
+var rollupResolutions = [...]int32{RollupMinute, RollupHour, RollupDay}
 
 // RollupKey is one node's metric in one bucket of a resolution, keyed by
 // the report's time.
@@ -269,6 +273,22 @@ type RollupQuery struct {
 	// Raw computes the same buckets from raw reports instead (the
 	// benchmark's comparison, and periods the rollups do not cover).
 	Raw bool
+	// Match, if set, keeps only the metrics it accepts (filtered in SQL).
+	Match func(path string) bool
+}
+
+// metricFilter is the ids of the metrics q wants, nil for all.
+func (q RollupQuery) metricFilter(paths map[int32]string) []int32 {
+	if q.Match == nil {
+		return nil
+	}
+	ids := []int32{}
+	for id, p := range paths {
+		if q.Match(p) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // SampleRow and HistogramRow are one node's metric in one bucket.
@@ -296,10 +316,15 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 	if q.Raw {
 		return s.readRaw(ctx, q, paths)
 	}
+	if !q.From.Before(q.To) {
+		return nil, nil, nil
+	}
+	filter := q.metricFilter(paths)
 	var samples []SampleRow
 	rows, err := s.pool.Query(ctx, `
 		SELECT node_id, metric_id, ts, n, sum, min, max, ok_s, warn_s, crit_s FROM rollup_samples
-		WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4`, q.Res, q.NodeIDs, q.From, q.To)
+		WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::integer[] IS NULL OR metric_id = ANY($5))`,
+		q.Res, q.NodeIDs, q.From, q.To, filter)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read sample rollups: %w", err)
 	}
@@ -320,7 +345,8 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 	var hists []HistogramRow
 	rows, err = s.pool.Query(ctx, `
 		SELECT node_id, metric_id, ts, count, sum, bucket_index, bucket_count FROM rollup_histograms
-		WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4`, q.Res, q.NodeIDs, q.From, q.To)
+		WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::integer[] IS NULL OR metric_id = ANY($5))`,
+		q.Res, q.NodeIDs, q.From, q.To, filter)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read histogram rollups: %w", err)
 	}
@@ -413,12 +439,19 @@ func (s *Store) readRaw(ctx context.Context, q RollupQuery, paths map[int32]stri
 	for _, r := range reports {
 		acc.Add(*r, q.Res)
 	}
+	keep := func(id int32) bool { return q.Match == nil || q.Match(paths[id]) }
 	samples := make([]SampleRow, 0, len(acc.Samples))
 	for k, a := range acc.Samples {
+		if !keep(k.MetricID) {
+			continue
+		}
 		samples = append(samples, SampleRow{k.NodeID, paths[k.MetricID], time.Unix(k.TS, 0).UTC(), *a})
 	}
 	hists := make([]HistogramRow, 0, len(acc.Histograms))
 	for k, h := range acc.Histograms {
+		if !keep(k.MetricID) {
+			continue
+		}
 		hists = append(hists, HistogramRow{k.NodeID, paths[k.MetricID], time.Unix(k.TS, 0).UTC(), h})
 	}
 	return samples, hists, nil
