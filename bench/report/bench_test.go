@@ -120,7 +120,7 @@ func seedHours(b *testing.B, st *store.Store, f fleet, from, to time.Time) {
 			ts := h.Unix()
 			for i, id := range f.ids {
 				m := f.metrics[i]
-				dayKey := store.RollupKey{NodeID: id, Res: store.RollupDay, TS: day.Unix()}
+				dayKey := store.RollupKey{NodeID: id, Res: store.RollupDay, TS: h.Truncate(24 * time.Hour).Unix()}
 				samp := func(path string, perReport float64) {
 					a := store.SampleAgg{N: 3600 / intervalSec, Sum: perReport * 3600 / intervalSec, Min: perReport, Max: perReport, OK: 3600}
 					r.Samples[store.RollupKey{NodeID: id, MetricID: m[path], Res: store.RollupHour, TS: ts}] = &a
