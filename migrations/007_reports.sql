@@ -20,9 +20,11 @@ CREATE TABLE rollup_samples (
     ok_s       float8      NOT NULL,
     warn_s     float8      NOT NULL,
     crit_s     float8      NOT NULL,
-    PRIMARY KEY (node_id, metric_id, res, ts)
+    -- Reports ask for one resolution, some nodes and a time range: this
+    -- order makes that one contiguous index range per node (node first
+    -- would scan every resolution and time of the node).
+    PRIMARY KEY (res, node_id, ts, metric_id)
 );
-CREATE INDEX rollup_samples_res_ts ON rollup_samples (res, ts);
 -- Incidents read only the non-OK minutes.
 CREATE INDEX rollup_samples_bad ON rollup_samples (res, ts) WHERE warn_s > 0 OR crit_s > 0;
 
@@ -36,9 +38,8 @@ CREATE TABLE rollup_histograms (
     sum          float8      NOT NULL,
     bucket_index integer[]   NOT NULL,
     bucket_count bigint[]    NOT NULL,
-    PRIMARY KEY (node_id, metric_id, res, ts)
+    PRIMARY KEY (res, node_id, ts, metric_id)
 );
-CREATE INDEX rollup_histograms_res_ts ON rollup_histograms (res, ts);
 
 -- Saved report definitions; the definition itself is JSON, as the API
 -- shows it, and its selector decides which customers may see it.

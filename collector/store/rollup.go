@@ -146,16 +146,16 @@ func sortedKeys[V any](m map[RollupKey]V) []RollupKey {
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		a, b := keys[i], keys[j]
-		if a.NodeID != b.NodeID {
-			return a.NodeID < b.NodeID
-		}
-		if a.MetricID != b.MetricID {
-			return a.MetricID < b.MetricID
-		}
 		if a.Res != b.Res {
 			return a.Res < b.Res
 		}
-		return a.TS < b.TS
+		if a.NodeID != b.NodeID {
+			return a.NodeID < b.NodeID
+		}
+		if a.TS != b.TS {
+			return a.TS < b.TS
+		}
+		return a.MetricID < b.MetricID
 	})
 	return keys
 }
@@ -167,15 +167,15 @@ CREATE TEMP TABLE IF NOT EXISTS stage_rollup_histograms (LIKE rollup_histograms)
 // mergeRollupSamples and mergeRollupHistograms add staged buckets to the
 // stored ones; ORDER BY takes row locks in key order (see sortedKeys).
 const mergeRollupSamples = `
-INSERT INTO rollup_samples AS r SELECT * FROM stage_rollup_samples ORDER BY node_id, metric_id, res, ts
-ON CONFLICT (node_id, metric_id, res, ts) DO UPDATE SET
+INSERT INTO rollup_samples AS r SELECT * FROM stage_rollup_samples ORDER BY res, node_id, ts, metric_id
+ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 	n = r.n + EXCLUDED.n, sum = r.sum + EXCLUDED.sum,
 	min = least(r.min, EXCLUDED.min), max = greatest(r.max, EXCLUDED.max),
 	ok_s = r.ok_s + EXCLUDED.ok_s, warn_s = r.warn_s + EXCLUDED.warn_s, crit_s = r.crit_s + EXCLUDED.crit_s`
 
 const mergeRollupHistograms = `
-INSERT INTO rollup_histograms AS r SELECT * FROM stage_rollup_histograms ORDER BY node_id, metric_id, res, ts
-ON CONFLICT (node_id, metric_id, res, ts) DO UPDATE SET
+INSERT INTO rollup_histograms AS r SELECT * FROM stage_rollup_histograms ORDER BY res, node_id, ts, metric_id
+ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 	count = r.count + EXCLUDED.count, sum = r.sum + EXCLUDED.sum,
 	(bucket_index, bucket_count) = (
 		SELECT array_agg(i ORDER BY i), array_agg(c ORDER BY i) FROM (
