@@ -418,6 +418,18 @@ func (d *data) ping(from, to time.Time, step time.Duration) Ping {
 	cur, curNodes := fold(d.cur, d.curH)
 	prev, _ := fold(d.prev, d.prevH)
 	out := Ping{Targets: []PingTarget{}, PerNode: []PingNode{}, Series: []PingSeries{}}
+	// The series' rows by target, grouped once rather than scanned per target.
+	serH, ser := map[string][]store.HistogramRow{}, map[string][]store.SampleRow{}
+	for _, h := range d.serH {
+		if t, child := pingTarget(h.Path); t != "" && child == "" {
+			serH[t] = append(serH[t], h)
+		}
+	}
+	for _, s := range d.ser {
+		if t, child := pingTarget(s.Path); t != "" && (child == "sent" || child == "lost") {
+			ser[t] = append(ser[t], s)
+		}
+	}
 	names := make([]string, 0, len(cur))
 	for t := range cur {
 		names = append(names, t)
@@ -436,7 +448,7 @@ func (d *data) ping(from, to time.Time, step time.Duration) Ping {
 				Sent: countOrNil(p.c, p.c.sent), Lost: countOrNil(p.c, p.c.lost)}
 		}
 		out.Targets = append(out.Targets, pt)
-		out.Series = append(out.Series, PingSeries{Target: t, Points: d.pingSeries(t, from, to, step, sc)})
+		out.Series = append(out.Series, PingSeries{Target: t, Points: d.pingSeries(serH[t], ser[t], from, to, step, sc)})
 	}
 	ids := make([]int32, 0, len(curNodes))
 	for id := range curNodes {
@@ -469,19 +481,17 @@ func sortedSet(m map[string]bool) []string {
 // slot is a series point's index; points without data stay null.
 func slot(t, from time.Time, step time.Duration) int { return int(t.Sub(from) / step) }
 
-func (d *data) pingSeries(target string, from, to time.Time, step time.Duration, scale float64) []PingPoint {
+func (d *data) pingSeries(hists []store.HistogramRow, samples []store.SampleRow, from, to time.Time, step time.Duration, scale float64) []PingPoint {
 	n := int((to.Sub(from) + step - 1) / step)
 	hs := make([]*loglinear.Histogram, n)
 	cs := make([]counts, n)
-	for _, h := range d.serH {
-		if t, child := pingTarget(h.Path); t == target && child == "" {
-			if i := slot(h.TS, from, step); i >= 0 && i < n {
-				merge(&hs[i], h.Hist)
-			}
+	for _, h := range hists {
+		if i := slot(h.TS, from, step); i >= 0 && i < n {
+			merge(&hs[i], h.Hist)
 		}
 	}
-	for _, s := range d.ser {
-		if t, child := pingTarget(s.Path); t == target && (child == "sent" || child == "lost") {
+	for _, s := range samples {
+		if _, child := pingTarget(s.Path); child == "sent" || child == "lost" {
 			if i := slot(s.TS, from, step); i >= 0 && i < n {
 				cs[i].n += s.N
 				if child == "sent" {
@@ -524,6 +534,12 @@ func (d *data) kernel(from, to time.Time, step time.Duration) []KernelLatency {
 	}
 	sort.Strings(paths)
 	n := int((to.Sub(from) + step - 1) / step)
+	byPath := map[string][]store.HistogramRow{}
+	for _, r := range d.serH {
+		if kernelMetric(r.Path) {
+			byPath[r.Path] = append(byPath[r.Path], r)
+		}
+	}
 	out := []KernelLatency{}
 	for _, p := range paths {
 		h := cur[p]
@@ -542,11 +558,9 @@ func (d *data) kernel(from, to time.Time, step time.Duration) []KernelLatency {
 			k.Previous = KernelPrevious{P50: quantile(ph, 0.5, sc), P99: quantile(ph, 0.99, sc), Count: &c}
 		}
 		hs := make([]*loglinear.Histogram, n)
-		for _, r := range d.serH {
-			if r.Path == p {
-				if i := slot(r.TS, from, step); i >= 0 && i < n {
-					merge(&hs[i], r.Hist)
-				}
+		for _, r := range byPath[p] {
+			if i := slot(r.TS, from, step); i >= 0 && i < n {
+				merge(&hs[i], r.Hist)
 			}
 		}
 		k.Series = make([]KernelPoint, n)
