@@ -186,6 +186,18 @@ func (stubParts) ListIdentities(w http.ResponseWriter, r *http.Request) {
 func (stubParts) RevokeNode(w http.ResponseWriter, r *http.Request)   { answer("RevokeNode")(w, r) }
 func (stubParts) ReenrollNode(w http.ResponseWriter, r *http.Request) { answer("ReenrollNode")(w, r) }
 func (stubParts) DeleteNode(w http.ResponseWriter, r *http.Request)   { answer("DeleteNode")(w, r) }
+func (stubParts) GetReport(w http.ResponseWriter, r *http.Request)    { answer("GetReport")(w, r) }
+func (stubParts) ListDefinitions(w http.ResponseWriter, r *http.Request) {
+	answer("ListDefinitions")(w, r)
+}
+func (stubParts) CreateDefinition(w http.ResponseWriter, r *http.Request) {
+	answer("CreateDefinition")(w, r)
+}
+func (stubParts) GetDefinition(w http.ResponseWriter, r *http.Request) { answer("GetDefinition")(w, r) }
+func (stubParts) PutDefinition(w http.ResponseWriter, r *http.Request) { answer("PutDefinition")(w, r) }
+func (stubParts) DeleteDefinition(w http.ResponseWriter, r *http.Request) {
+	answer("DeleteDefinition")(w, r)
+}
 
 // stubAccess serves access's own routes, with their real roles, by
 // handlers that answer with the route, since they need a database.
@@ -207,7 +219,7 @@ func server(t *testing.T, st api.Queries) (chi.Router, []api.Route) {
 	t.Helper()
 	acc := noAccess(t)
 	a := api.New(st, live{"web-1": true}, answer("UI"), slog.New(slog.DiscardHandler), telemetry.New())
-	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}, Identities: stubParts{}, Access: stubAccess{acc}})
+	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}, Identities: stubParts{}, Access: stubAccess{acc}, Reports: stubParts{}})
 	return a.Handler(routes, acc), routes
 }
 

@@ -154,3 +154,7 @@ func NodeParam(r *http.Request) (string, error) {
 	}
 	return n, nil
 }
+
+// ParseTime reads a time parameter as every route does: RFC 3339 or Unix
+// milliseconds (for handlers outside this package, such as reports).
+func ParseTime(s string) (time.Time, error) { return parseTime(s) }

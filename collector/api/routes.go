@@ -85,6 +85,17 @@ type NodeIdentityHandlers interface {
 	DeleteNode(http.ResponseWriter, *http.Request)
 }
 
+// ReportHandlers answer about customer reports and their saved
+// definitions (collector/report).
+type ReportHandlers interface {
+	GetReport(http.ResponseWriter, *http.Request)
+	ListDefinitions(http.ResponseWriter, *http.Request)
+	CreateDefinition(http.ResponseWriter, *http.Request)
+	GetDefinition(http.ResponseWriter, *http.Request)
+	PutDefinition(http.ResponseWriter, *http.Request)
+	DeleteDefinition(http.ResponseWriter, *http.Request)
+}
+
 // AccessRoutes are the login, logout, whoami, token and audit routes
 // (collector/access), which declare their own roles.
 type AccessRoutes interface {
@@ -99,6 +110,7 @@ type Parts struct {
 	Alerts     AlertHandlers
 	Identities NodeIdentityHandlers
 	Access     AccessRoutes
+	Reports    ReportHandlers
 }
 
 // Routes is the route table: every route under Prefix, in one list, with
@@ -153,6 +165,16 @@ func Routes(p Parts) []Route {
 			{post, "/nodes/{node}/revoke", i.RevokeNode, admin, unscoped},
 			{post, "/nodes/{node}/reenroll", i.ReenrollNode, admin, unscoped},
 			{del, "/nodes/{node}", i.DeleteNode, admin, unscoped},
+		}...)
+	}
+	if rp := p.Reports; rp != nil {
+		routes = append(routes, []Route{
+			{get, "/reports", rp.GetReport, viewer, scoped},
+			{get, "/report-definitions", rp.ListDefinitions, viewer, scoped},
+			{post, "/report-definitions", rp.CreateDefinition, operator, unscoped},
+			{get, "/report-definitions/{id}", rp.GetDefinition, viewer, scoped},
+			{put, "/report-definitions/{id}", rp.PutDefinition, operator, unscoped},
+			{del, "/report-definitions/{id}", rp.DeleteDefinition, operator, unscoped},
 		}...)
 	}
 	if a := p.Access; a != nil {

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/nbs-project/nbs/collector/api/apitest"
 	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
+	"github.com/nbs-project/nbs/collector/report"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
 	"github.com/nbs-project/nbs/internal/pgcluster"
@@ -62,6 +64,8 @@ type fleet struct {
 	// Objects that belong to one customer.
 	acmeAlert, globexAlert, groupAlert int64
 	overrides                          map[string]int64 // by a name of the test's
+	// Saved report definitions of acme's and globex's, and one of all nodes.
+	acmeReport, globexReport, fleetReport int64
 }
 
 func newFleet(t *testing.T, cfg access.Config) *fleet {
@@ -144,7 +148,8 @@ func newFleet(t *testing.T, cfg access.Config) *fleet {
 		_, _ = io.WriteString(w, `<div id="app"></div>`)
 	})
 	f.identities = nodeauth.NewAdmin(st, noneConnected{}, nodeauth.ModeEnroll, log)
-	h := httpHandler(st, noneConnected{}, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: f.identities}, f.acc, ui, log, telemetry.New())
+	h := httpHandler(st, noneConnected{}, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: f.identities,
+		Reports: report.New(st, st.Pool(), log)}, f.acc, ui, log, telemetry.New())
 	f.router = h.(chi.Routes)
 	f.srv = httptest.NewUnstartedServer(h)
 	f.srv.Config.ConnContext = access.ConnContext
@@ -190,6 +195,9 @@ func newFleet(t *testing.T, cfg access.Config) *fleet {
 		}
 		f.overrides[name] = id
 	}
+	f.acmeReport = f.create("POST", "/report-definitions", `{"name":"acme weekly","selector":{"customer":"acme"},"period":"7d"}`, 201)
+	f.globexReport = f.create("POST", "/report-definitions", `{"name":"globex daily","selector":{"customer":"globex"},"period":"1d"}`, 201)
+	f.fleetReport = f.create("POST", "/report-definitions", `{"name":"fleet monthly","period":"30d","objectives":[{"name":"ping p99 < 5 ms per hour","metric":"ping","quantile":0.99,"below_ms":5,"per":"hour"}]}`, 201)
 	return f
 }
 
@@ -340,6 +348,12 @@ func TestAccess(t *testing.T) {
 		}
 		return id
 	}
+	freshReport := func(c int) int64 {
+		return f.create("POST", "/report-definitions", fmt.Sprintf(`{"name":"fresh %d","selector":{"customer":"acme"},"period":"1d"}`, c), 201)
+	}
+	reportBody := func(c int) string {
+		return fmt.Sprintf(`{"name":"made by %d","selector":{"customer":"acme"},"period":"custom","from":"2026-11-01T00:00:00Z","to":"2026-11-02T00:00:00Z","targets":["peer:acme-2"]}`, c)
+	}
 	freshToken := func(c int) int64 {
 		return f.create("POST", "/tokens", fmt.Sprintf(`{"name":"fresh-%d-%d","role":"viewer"}`, c, time.Now().UnixNano()), 201)
 	}
@@ -350,35 +364,45 @@ func TestAccess(t *testing.T) {
 		"* /metrics": {fixed("/metrics"), fixed(""), open}, // --metrics.auth is off by default
 		"* /*":       {fixed("/nodes/acme-web"), fixed(""), open},
 
-		"GET " + p + "/openapi.json":            {fixed(p + "/openapi.json"), fixed(""), staffRead},
-		"GET " + p + "/nodes":                   {fixed(p + "/nodes"), fixed(""), everyoneRead},
-		"GET " + p + "/nodes/{node}":            {fixed(p + "/nodes/acme-web"), fixed(""), acmeNodeRead},
-		"GET " + p + "/nodes/{node}/tree":       {fixed(p + "/nodes/acme-web/tree"), fixed(""), acmeNodeRead},
-		"GET " + p + "/nodes/{node}/series":     {fixed(p + "/nodes/acme-web/series?metric=tcp_reset"), fixed(""), acmeNodeRead},
-		"GET " + p + "/nodes/{node}/events":     {fixed(p + "/nodes/acme-web/events?metric=tcp_reset"), fixed(""), acmeNodeRead},
-		"GET " + p + "/nodes/{node}/thresholds": {fixed(p + "/nodes/acme-web/thresholds"), fixed(""), acmeNodeRead},
-		"POST " + p + "/nodes/{node}/expand":    {fixed(p + "/nodes/acme-web/expand"), fixed(`{"seconds":5}`), operatorWrite(accepted)},
-		"GET " + p + "/thresholds":              {fixed(p + "/thresholds"), fixed(""), everyoneRead},
-		"PUT " + p + "/thresholds":              {fixed(p + "/thresholds"), fixed(`{"scope":{"kind":"global"},"metric":"tcp_reset/sent","threshold":{"warn":7,"crit":70,"comparison":"above","hold_intervals":1}}`), operatorWrite(ok)},
-		"DELETE " + p + "/thresholds/{id}":      {fresh(freshOverride, p+"/thresholds/%d"), fixed(""), operatorWrite(gone)},
-		"GET " + p + "/alert-rules":             {fixed(p + "/alert-rules"), fixed(""), staffRead},
-		"POST " + p + "/alert-rules":            {fixed(p + "/alert-rules"), ruleBody, operatorWrite(created)},
-		"GET " + p + "/alert-rules/{id}":        {fixed(p + "/alert-rules/1"), fixed(""), staffRead},
-		"PUT " + p + "/alert-rules/{id}":        {fresh(freshRule, p+"/alert-rules/%d"), func(c int) string { return ruleBody(c + 10) }, operatorWrite(ok)},
-		"DELETE " + p + "/alert-rules/{id}":     {fresh(freshRule, p+"/alert-rules/%d"), fixed(""), operatorWrite(gone)},
-		"GET " + p + "/alerts":                  {fixed(p + "/alerts"), fixed(""), everyoneRead},
-		"GET " + p + "/alerts/{id}":             {fixed(fmt.Sprintf("%s/alerts/%d", p, f.acmeAlert)), fixed(""), acmeNodeRead},
-		"POST " + p + "/login":                  {fixed(p + "/login"), fixed(`{"token":"` + f.tokens[viewer] + `"}`), open},
-		"POST " + p + "/logout":                 {fixed(p + "/logout"), fixed(""), want{gone, gone, gone, gone, gone, gone}},
-		"GET " + p + "/whoami":                  {fixed(p + "/whoami"), fixed(""), everyoneRead},
-		"GET " + p + "/tokens":                  {fixed(p + "/tokens"), fixed(""), adminOnly(ok)},
-		"POST " + p + "/tokens":                 {fixed(p + "/tokens"), func(c int) string { return fmt.Sprintf(`{"name":"made-by-%d","role":"viewer"}`, c) }, adminOnly(created)},
-		"DELETE " + p + "/tokens/{id}":          {fresh(freshToken, p+"/tokens/%d"), fixed(""), adminOnly(ok)},
-		"GET " + p + "/audit":                   {fixed(p + "/audit"), fixed(""), staffRead},
-		"GET " + p + "/node-identities":         {fixed(p + "/node-identities"), fixed(""), adminOnly(ok)},
-		"POST " + p + "/nodes/{node}/revoke":    {func(c int) string { return fmt.Sprintf("%s/nodes/revoked-%d/revoke", p, c) }, fixed(""), adminOnly(ok)},
-		"POST " + p + "/nodes/{node}/reenroll":  {revokedNode(f, p+"/nodes/%s/reenroll"), fixed(""), adminOnly(ok)},
-		"DELETE " + p + "/nodes/{node}":         {enrolledNode(f, p+"/nodes/%s"), fixed(""), adminOnly(gone)},
+		"GET " + p + "/openapi.json":               {fixed(p + "/openapi.json"), fixed(""), staffRead},
+		"GET " + p + "/nodes":                      {fixed(p + "/nodes"), fixed(""), everyoneRead},
+		"GET " + p + "/nodes/{node}":               {fixed(p + "/nodes/acme-web"), fixed(""), acmeNodeRead},
+		"GET " + p + "/nodes/{node}/tree":          {fixed(p + "/nodes/acme-web/tree"), fixed(""), acmeNodeRead},
+		"GET " + p + "/nodes/{node}/series":        {fixed(p + "/nodes/acme-web/series?metric=tcp_reset"), fixed(""), acmeNodeRead},
+		"GET " + p + "/nodes/{node}/events":        {fixed(p + "/nodes/acme-web/events?metric=tcp_reset"), fixed(""), acmeNodeRead},
+		"GET " + p + "/nodes/{node}/thresholds":    {fixed(p + "/nodes/acme-web/thresholds"), fixed(""), acmeNodeRead},
+		"POST " + p + "/nodes/{node}/expand":       {fixed(p + "/nodes/acme-web/expand"), fixed(`{"seconds":5}`), operatorWrite(accepted)},
+		"GET " + p + "/thresholds":                 {fixed(p + "/thresholds"), fixed(""), everyoneRead},
+		"PUT " + p + "/thresholds":                 {fixed(p + "/thresholds"), fixed(`{"scope":{"kind":"global"},"metric":"tcp_reset/sent","threshold":{"warn":7,"crit":70,"comparison":"above","hold_intervals":1}}`), operatorWrite(ok)},
+		"DELETE " + p + "/thresholds/{id}":         {fresh(freshOverride, p+"/thresholds/%d"), fixed(""), operatorWrite(gone)},
+		"GET " + p + "/alert-rules":                {fixed(p + "/alert-rules"), fixed(""), staffRead},
+		"POST " + p + "/alert-rules":               {fixed(p + "/alert-rules"), ruleBody, operatorWrite(created)},
+		"GET " + p + "/alert-rules/{id}":           {fixed(p + "/alert-rules/1"), fixed(""), staffRead},
+		"PUT " + p + "/alert-rules/{id}":           {fresh(freshRule, p+"/alert-rules/%d"), func(c int) string { return ruleBody(c + 10) }, operatorWrite(ok)},
+		"DELETE " + p + "/alert-rules/{id}":        {fresh(freshRule, p+"/alert-rules/%d"), fixed(""), operatorWrite(gone)},
+		"GET " + p + "/alerts":                     {fixed(p + "/alerts"), fixed(""), everyoneRead},
+		"GET " + p + "/alerts/{id}":                {fixed(fmt.Sprintf("%s/alerts/%d", p, f.acmeAlert)), fixed(""), acmeNodeRead},
+		"POST " + p + "/login":                     {fixed(p + "/login"), fixed(`{"token":"` + f.tokens[viewer] + `"}`), open},
+		"POST " + p + "/logout":                    {fixed(p + "/logout"), fixed(""), want{gone, gone, gone, gone, gone, gone}},
+		"GET " + p + "/whoami":                     {fixed(p + "/whoami"), fixed(""), everyoneRead},
+		"GET " + p + "/tokens":                     {fixed(p + "/tokens"), fixed(""), adminOnly(ok)},
+		"POST " + p + "/tokens":                    {fixed(p + "/tokens"), func(c int) string { return fmt.Sprintf(`{"name":"made-by-%d","role":"viewer"}`, c) }, adminOnly(created)},
+		"DELETE " + p + "/tokens/{id}":             {fresh(freshToken, p+"/tokens/%d"), fixed(""), adminOnly(ok)},
+		"GET " + p + "/audit":                      {fixed(p + "/audit"), fixed(""), staffRead},
+		"GET " + p + "/reports":                    {fixed(p + "/reports?selector=rack%3Dr1"), fixed(""), everyoneRead},
+		"GET " + p + "/report-definitions":         {fixed(p + "/report-definitions"), fixed(""), everyoneRead},
+		"POST " + p + "/report-definitions":        {fixed(p + "/report-definitions"), reportBody, operatorWrite(created)},
+		"GET " + p + "/report-definitions/{id}":    {fixed(fmt.Sprintf("%s/report-definitions/%d", p, f.acmeReport)), fixed(""), acmeNodeRead},
+		"PUT " + p + "/report-definitions/{id}":    {fresh(freshReport, p+"/report-definitions/%d"), reportBody, operatorWrite(ok)},
+		"DELETE " + p + "/report-definitions/{id}": {fresh(freshReport, p+"/report-definitions/%d"), fixed(""), operatorWrite(gone)},
+		"GET " + p + "/node-identities":            {fixed(p + "/node-identities"), fixed(""), adminOnly(ok)},
+		"POST " + p + "/nodes/{node}/revoke":       {func(c int) string { return fmt.Sprintf("%s/nodes/revoked-%d/revoke", p, c) }, fixed(""), adminOnly(ok)},
+		"POST " + p + "/nodes/{node}/reenroll":     {revokedNode(f, p+"/nodes/%s/reenroll"), fixed(""), adminOnly(ok)},
+		"DELETE " + p + "/nodes/{node}":            {revokedNode(f, p+"/nodes/%s"), fixed(""), adminOnly(gone)},
+		"GET " + p + "/node-identities":            {fixed(p + "/node-identities"), fixed(""), adminOnly(ok)},
+		"POST " + p + "/nodes/{node}/revoke":       {func(c int) string { return fmt.Sprintf("%s/nodes/revoked-%d/revoke", p, c) }, fixed(""), adminOnly(ok)},
+		"POST " + p + "/nodes/{node}/reenroll":     {revokedNode(f, p+"/nodes/%s/reenroll"), fixed(""), adminOnly(ok)},
+		"DELETE " + p + "/nodes/{node}":            {enrolledNode(f, p+"/nodes/%s"), fixed(""), adminOnly(gone)},
 	}
 	served := f.routes()
 	if len(served) < 29 {
@@ -431,6 +455,7 @@ func TestCustomerIsolation(t *testing.T) {
 	reads := []string{
 		p + "/nodes", p + "/thresholds", p + "/alerts", p + "/alerts?state=all&limit=1000", p + "/alerts?state=firing",
 		p + "/whoami",
+		p + "/reports", p + "/reports?format=csv", p + "/reports?selector=rack%3Dr1&from=" + strconv.FormatInt(time.Now().Add(-24*time.Hour).UnixMilli(), 10), p + "/report-definitions",
 	}
 	own := map[int]string{acme: "acme-web", globex: "globex-db"}
 	other := map[int]string{acme: "globex", globex: "acme"}

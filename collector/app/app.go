@@ -25,6 +25,7 @@ import (
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
+	"github.com/nbs-project/nbs/collector/report"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
 	"github.com/nbs-project/nbs/internal/tlsfiles"
@@ -160,7 +161,8 @@ func (c *Collector) Run(ctx context.Context) error {
 		httpLis.Close()
 		return err
 	}
-	handler := httpHandler(st, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: identities}, acc, web.Handler(),
+	handler := httpHandler(st, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: identities,
+		Reports: report.New(st, st.Pool(), c.log)}, acc, web.Handler(),
 		c.log.With("part", "api"), c.metrics)
 	hl := c.cfg.HTTP
 	httpSrv := &http.Server{Handler: handler, ConnContext: access.ConnContext,
@@ -296,6 +298,14 @@ func (c *Collector) retain(ctx context.Context, st *store.Store) {
 		}
 		if len(dropped) > 0 {
 			c.log.Info("retention dropped partitions", "partitions", dropped)
+		}
+		for _, r := range []struct {
+			res  int32
+			keep time.Duration
+		}{{store.RollupMinute, c.cfg.RollupRetention1m}, {store.RollupHour, c.cfg.RollupRetention1h}, {store.RollupDay, c.cfg.RollupRetention1h}} {
+			if _, err := st.DeleteRollupsBefore(ctx, r.res, time.Now().Add(-r.keep)); err != nil && ctx.Err() == nil {
+				c.log.Warn("rollup retention", "resolution_s", r.res, "err", err)
+			}
 		}
 		select {
 		case <-t.C:

@@ -16,12 +16,17 @@ import (
 // Config is the collector's configuration. Start from DefaultConfig: the
 // command binds it to flags, tests change what they need.
 type Config struct {
-	GRPCAddr   string
-	HTTPAddr   string
-	DBURL      string
-	Retention  time.Duration
-	DBWriters  int
-	MaxMsgSize int
+	GRPCAddr  string
+	HTTPAddr  string
+	DBURL     string
+	Retention time.Duration
+	// RollupRetention1m and RollupRetention1h keep the report rollups
+	// (collector/store) apart from raw reports: minute rollups serve
+	// incidents and short reports, hour rollups long ones.
+	RollupRetention1m time.Duration
+	RollupRetention1h time.Duration
+	DBWriters         int
+	MaxMsgSize        int
 	// StreamWindow bounds what one stream may have in flight: with gRPC's
 	// default auto-tuned windows a collector buffered ~2 GB when Postgres
 	// fell behind.
@@ -97,20 +102,25 @@ func DefaultHTTPLimits() HTTPLimits {
 // which has no default.
 func DefaultConfig() Config {
 	return Config{
-		GRPCAddr:     ":7701",
-		HTTPAddr:     ":7700",
-		Retention:    30 * 24 * time.Hour,
-		DBWriters:    ingest.DefaultWriterOptions().Workers,
-		MaxMsgSize:   4 << 20,
-		StreamWindow: 64 << 10,
-		HTTP:         DefaultHTTPLimits(),
-		SendTimeout:  ingest.DefaultSendTimeout,
-		MaxOverrides: nodeconfig.DefaultMaxOverrides,
-		Ingest:       ingest.DefaultLimits(),
-		HelloTimeout: ingest.DefaultHelloTimeout,
-		PingPeers:    nodeconfig.DefaultPingPeers,
-		Alert:        alert.DefaultConfig(),
-		Access:       access.DefaultConfig(),
+		GRPCAddr:  ":7701",
+		HTTPAddr:  ":7700",
+		Retention: 30 * 24 * time.Hour,
+		// Minute rollups cover the longest raw period a report may ask
+		// minute detail of; hour rollups cover a report's maximum (400 days)
+		// and its previous period.
+		RollupRetention1m: 90 * 24 * time.Hour,
+		RollupRetention1h: 800 * 24 * time.Hour,
+		DBWriters:         ingest.DefaultWriterOptions().Workers,
+		MaxMsgSize:        4 << 20,
+		StreamWindow:      64 << 10,
+		HTTP:              DefaultHTTPLimits(),
+		SendTimeout:       ingest.DefaultSendTimeout,
+		MaxOverrides:      nodeconfig.DefaultMaxOverrides,
+		Ingest:            ingest.DefaultLimits(),
+		HelloTimeout:      ingest.DefaultHelloTimeout,
+		PingPeers:         nodeconfig.DefaultPingPeers,
+		Alert:             alert.DefaultConfig(),
+		Access:            access.DefaultConfig(),
 	}
 }
 
@@ -127,6 +137,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeIdentityMapFile, "grpc.node-identity-map-file", c.NodeIdentityMapFile, "with mtls: lines of 'certificate-identity node-name-or-glob...' letting a certificate report as other names; re-read when it changes")
 	fs.StringVar(&c.DBURL, "db.url", c.DBURL, "PostgreSQL URL (env NBS_DB_URL), e.g. postgres://nbs@db:5432/nbs")
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "how long reports are kept; older day partitions are dropped")
+	fs.DurationVar(&c.RollupRetention1m, "retention.rollup-1m", c.RollupRetention1m, "how long the 1-minute report rollups are kept (incidents, reports up to 2 days)")
+	fs.DurationVar(&c.RollupRetention1h, "retention.rollup-1h", c.RollupRetention1h, "how long the 1-hour and 1-day report rollups are kept (longer reports and their previous periods)")
 	fs.IntVar(&c.DBWriters, "db.writers", c.DBWriters, "concurrent database writers (about one per database core)")
 	fs.IntVar(&c.MaxMsgSize, "grpc.max-message-bytes", c.MaxMsgSize, "largest message an agent may send")
 	fs.DurationVar(&c.HTTP.ReadHeaderTimeout, "http.read-header-timeout", c.HTTP.ReadHeaderTimeout, "how long a client may take to send a request's headers")
@@ -183,6 +195,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxOverrides < 1 || c.MaxOverrides > 1_000_000 {
 		errs = append(errs, fmt.Errorf("--thresholds.max-overrides %d must be from 1 to 1000000", c.MaxOverrides))
+	}
+	if c.RollupRetention1m < time.Hour {
+		errs = append(errs, fmt.Errorf("--retention.rollup-1m %s is shorter than an hour", c.RollupRetention1m))
+	}
+	if c.RollupRetention1h < 24*time.Hour {
+		errs = append(errs, fmt.Errorf("--retention.rollup-1h %s is shorter than a day", c.RollupRetention1h))
 	}
 	if c.PingPeers > 1000 {
 		errs = append(errs, fmt.Errorf("--ping.peers %d is more than 1000", c.PingPeers))

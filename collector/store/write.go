@@ -87,6 +87,9 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("insert staged reports: %w", err)
 		}
+		if err := writeRollups(ctx, tx, unique, result); err != nil {
+			return err
+		}
 		return s.updateLatest(ctx, tx, unique, result)
 	})
 	if err != nil {
@@ -172,8 +175,16 @@ func (s *Store) updateLatest(ctx context.Context, tx pgx.Tx, reports []Report, i
 			a.metrics[smp.Path] = LatestValue{Value: smp.Value, State: smp.State, TimeMS: r.OrderTime().UnixMilli(), IntervalMS: r.IntervalMS}
 		}
 	}
+	// In node order, like the rollups, so concurrent batches lock rows in
+	// one order and cannot deadlock.
+	nodes := make([]int32, 0, len(byNode))
+	for node := range byNode {
+		nodes = append(nodes, node)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
 	batch := &pgx.Batch{}
-	for node, a := range byNode {
+	for _, node := range nodes {
+		a := byNode[node]
 		m, err := json.Marshal(a.metrics)
 		if err != nil {
 			return fmt.Errorf("encode latest values: %w", err)

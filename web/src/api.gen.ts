@@ -172,6 +172,29 @@ export interface paths {
       };
     };
   };
+  "/reports": {
+    /** A report over a period for the caller's nodes matching a selector (a customer's own selector is always ANDed in). */
+    get: operations["getReport"];
+  };
+  "/report-definitions": {
+    /** Saved report definitions (a customer sees those within its selector). */
+    get: operations["listReportDefinitions"];
+    /** Save a report definition (audited). */
+    post: operations["createReportDefinition"];
+  };
+  "/report-definitions/{id}": {
+    /** One saved report definition. */
+    get: operations["getReportDefinition"];
+    /** Replace a report definition (audited). */
+    put: operations["putReportDefinition"];
+    /** Delete a report definition (audited). */
+    delete: operations["deleteReportDefinition"];
+    parameters: {
+      path: {
+        id: components["parameters"]["definitionID"];
+      };
+    };
+  };
 }
 
 export type webhooks = Record<string, never>;
@@ -687,6 +710,209 @@ export interface components {
       node: string;
       state: string;
     };
+    ReportObjective: {
+      name: string;
+      /** @description "ping" (every ping target's RTT) or a histogram's path */
+      metric: string;
+      quantile: number;
+      below_ms: number;
+      /** @enum {string} */
+      per: "hour";
+    };
+    ReportDefinitionInput: {
+      name: string;
+      selector?: {
+        [key: string]: string;
+      };
+      /** @enum {string} */
+      period: "1d" | "7d" | "30d" | "custom";
+      /** Format: date-time */
+      from?: string | null;
+      /** Format: date-time */
+      to?: string | null;
+      targets?: string[];
+      objectives?: components["schemas"]["ReportObjective"][];
+    };
+    ReportDefinition: {
+      /** Format: int64 */
+      id: number;
+      name: string;
+      selector: {
+        [key: string]: string;
+      };
+      /** @enum {string} */
+      period: "1d" | "7d" | "30d" | "custom";
+      /** Format: date-time */
+      from: string | null;
+      /** Format: date-time */
+      to: string | null;
+      targets: string[];
+      objectives: components["schemas"]["ReportObjective"][];
+      created_by: string;
+      /** Format: date-time */
+      created_at: string;
+    };
+    ReportDefinitionList: {
+      definitions: components["schemas"]["ReportDefinition"][];
+    };
+    Report: {
+      period: {
+        /** Format: date-time */
+        from: string;
+        /** Format: date-time */
+        to: string;
+        /** Format: date-time */
+        previous_from: string;
+        /** Format: date-time */
+        previous_to: string;
+      };
+      scope: {
+        selector: {
+          [key: string]: string;
+        };
+        nodes: string[];
+      };
+      /** @description largest relative error of a percentile from the log-linear layout */
+      error_bound: number;
+      /** Format: date-time */
+      generated_at: string;
+      /** @description rollup resolution the report was computed from (60 or 3600); the period is aligned outwards to it */
+      resolution_seconds: number;
+      ping: {
+        targets: ({
+            target: string;
+            nodes: string[];
+            p50_ms: number | null;
+            p90_ms: number | null;
+            p99_ms: number | null;
+            max_ms: number | null;
+            /** Format: int64 */
+            sent: number | null;
+            /** Format: int64 */
+            lost: number | null;
+            loss: number | null;
+            host_delay_p50_ms: number | null;
+            host_delay_p99_ms: number | null;
+            previous: {
+              p50_ms: number | null;
+              p99_ms: number | null;
+              loss: number | null;
+              /** Format: int64 */
+              sent: number | null;
+              /** Format: int64 */
+              lost: number | null;
+            };
+          })[];
+        per_node: ({
+            node: string;
+            p50_ms: number | null;
+            p99_ms: number | null;
+            max_ms: number | null;
+            /** Format: int64 */
+            sent: number | null;
+            /** Format: int64 */
+            lost: number | null;
+            loss: number | null;
+          })[];
+        series: ({
+            target: string;
+            points: ({
+                /** Format: date-time */
+                t: string;
+                p50_ms: number | null;
+                p99_ms: number | null;
+                loss: number | null;
+              })[];
+          })[];
+      };
+      kernel_latency: ({
+          metric: string;
+          title: string;
+          unit: string;
+          p50: number | null;
+          p90: number | null;
+          p99: number | null;
+          max: number | null;
+          /** Format: int64 */
+          count: number;
+          previous: {
+            p50: number | null;
+            p99: number | null;
+            /** Format: int64 */
+            count: number | null;
+          };
+          series: ({
+              /** Format: date-time */
+              t: string;
+              p50: number | null;
+              p99: number | null;
+            })[];
+        })[];
+      reliability: {
+        resets: ({
+            metric: string;
+            reason: string;
+            direction?: string;
+            /** Format: int64 */
+            count: number;
+            per_hour: number | null;
+          })[];
+        retransmits: {
+          /** Format: int64 */
+          segments: number | null;
+          per_1000_segments: number | null;
+          per_second: number | null;
+          /** Format: int64 */
+          rtos: number | null;
+          rtos_per_second: number | null;
+        };
+        drops: ({
+            metric: string;
+            reason: string;
+            direction?: string;
+            /** Format: int64 */
+            count: number;
+            per_hour: number | null;
+          })[];
+        previous: {
+          /** Format: int64 */
+          resets: number | null;
+          /** Format: int64 */
+          retransmits: number | null;
+          /** Format: int64 */
+          drops: number | null;
+        };
+      };
+      availability: {
+          node: string;
+          root: string;
+          ok: number;
+          warn: number;
+          crit: number;
+          no_data: number;
+        }[];
+      incidents: ({
+          node: string;
+          root: string;
+          /** @enum {string} */
+          state: "warn" | "crit";
+          /** Format: date-time */
+          start: string;
+          /** Format: date-time */
+          end: string;
+          seconds: number;
+          worst_value: number | null;
+          child: string | null;
+          tree_url: string;
+        })[];
+      objectives: ({
+          name: string;
+          attainment: number | null;
+          hours: number;
+          no_data_hours: number;
+          missed: string[];
+        })[];
+    };
   };
   responses: {
     /** @description The request is malformed or breaks a rule (code bad_request); the message lists every problem. */
@@ -756,6 +982,8 @@ export interface components {
     window?: string;
     /** @description At most this many, 1 to 1000. Default 100. */
     limit?: number;
+    /** @description Report definition id. */
+    definitionID: number;
   };
   requestBodies: never;
   headers: never;
@@ -1377,6 +1605,154 @@ export interface operations {
         content: {
           "application/json": components["schemas"]["NodeIdentityState"];
         };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** A report over a period for the caller's nodes matching a selector (a customer's own selector is always ANDed in). */
+  getReport: {
+    parameters: {
+      query?: {
+        /** @description Label selector, label=value,...: e.g. customer=acme. */
+        selector?: string;
+        /** @description Start: RFC 3339 or Unix milliseconds (default: 7 days before to); at most 400 days before to. */
+        from?: string;
+        /** @description End: RFC 3339 or Unix milliseconds, at most now (default: now). */
+        to?: string;
+        /** @description Ping targets to include, comma-separated (default: all). */
+        targets?: string;
+        /** @description json (default) or csv. */
+        format?: "json" | "csv";
+        /** @description Run a saved definition for its period ending now (or its custom from/to). */
+        definition?: number;
+      };
+    };
+    responses: {
+      /** @description The report (JSON), or as CSV with format=csv or Accept: text/csv: one table per section, each with its own header row whose first column is section and whose column names carry units; an empty cell is no data. */
+      200: {
+        headers: {
+          /** @description attachment; filename=… (CSV only) */
+          "Content-Disposition"?: string;
+        };
+        content: {
+          "application/json": components["schemas"]["Report"];
+          "text/csv": string;
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Saved report definitions (a customer sees those within its selector). */
+  listReportDefinitions: {
+    responses: {
+      /** @description The definitions. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["ReportDefinitionList"];
+        };
+      };
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Save a report definition (audited). */
+  createReportDefinition: {
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["ReportDefinitionInput"];
+      };
+    };
+    responses: {
+      /** @description The stored definition. */
+      201: {
+        headers: {
+          /** @description /api/v1/report-definitions/{id} */
+          Location?: string;
+        };
+        content: {
+          "application/json": components["schemas"]["ReportDefinition"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      413: components["responses"]["TooLarge"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** One saved report definition. */
+  getReportDefinition: {
+    parameters: {
+      path: {
+        id: components["parameters"]["definitionID"];
+      };
+    };
+    responses: {
+      /** @description The definition. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["ReportDefinition"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Replace a report definition (audited). */
+  putReportDefinition: {
+    parameters: {
+      path: {
+        id: components["parameters"]["definitionID"];
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["ReportDefinitionInput"];
+      };
+    };
+    responses: {
+      /** @description The stored definition. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["ReportDefinition"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      413: components["responses"]["TooLarge"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Delete a report definition (audited). */
+  deleteReportDefinition: {
+    parameters: {
+      path: {
+        id: components["parameters"]["definitionID"];
+      };
+    };
+    responses: {
+      /** @description Deleted. */
+      204: {
+        content: never;
       };
       400: components["responses"]["BadRequest"];
       401: components["responses"]["Unauthorized"];

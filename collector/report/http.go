@@ -1,0 +1,246 @@
+package report
+
+import (
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nbs-project/nbs/collector/access"
+	"github.com/nbs-project/nbs/collector/api"
+	"github.com/nbs-project/nbs/collector/errkind"
+)
+
+// Service serves the report routes (api.ReportHandlers).
+type Service struct {
+	st   Store
+	defs repo
+	log  *slog.Logger
+	now  func() time.Time
+}
+
+var _ api.ReportHandlers = (*Service)(nil)
+
+// New serves reports from st, with definitions in pool.
+func New(st Store, pool *pgxpool.Pool, log *slog.Logger) *Service {
+	return &Service{st: st, defs: repo{pool}, log: log, now: time.Now}
+}
+
+func invalid(format string, args ...any) error {
+	return errkind.Errorf(errkind.Invalid, format, args...)
+}
+
+// query reads GET /reports's parameters into a Query.
+func (s *Service) query(r *http.Request, now time.Time) (Query, error) {
+	v := r.URL.Query()
+	var q Query
+	if id := v.Get("definition"); id != "" {
+		n, err := strconv.ParseInt(id, 10, 64)
+		if err != nil || n < 1 {
+			return q, invalid("definition %s is not a positive number", api.Quote(id))
+		}
+		d, err := s.defs.get(r.Context(), access.FromContext(r.Context()), n)
+		if err != nil {
+			return q, err
+		}
+		q.Selector, q.Targets, q.Objectives = d.Selector, d.Targets, d.Objectives
+		q.From, q.To = d.span(now)
+		return q, nil
+	}
+	if sel := v.Get("selector"); sel != "" {
+		if len(sel) > 1024 {
+			return q, invalid("selector is longer than 1024 bytes")
+		}
+		parsed, err := access.ParseSelector(sel)
+		if err != nil {
+			return q, invalid("selector: %v", err)
+		}
+		q.Selector = parsed
+	}
+	q.To = now
+	if t := v.Get("to"); t != "" {
+		to, err := api.ParseTime(t)
+		if err != nil {
+			return q, invalid("to: %v", err)
+		}
+		// A little clock skew between browser and collector is not an error.
+		if to.After(now.Add(time.Minute)) {
+			return q, invalid("to (%s) is in the future", to.UTC().Format(time.RFC3339))
+		}
+		q.To = minTime(to, now)
+	}
+	q.From = q.To.Add(-7 * 24 * time.Hour)
+	if f := v.Get("from"); f != "" {
+		from, err := api.ParseTime(f)
+		if err != nil {
+			return q, invalid("from: %v", err)
+		}
+		q.From = from
+	}
+	if !q.From.Before(q.To) {
+		return q, invalid("from (%s) must be before to (%s)", q.From.UTC().Format(time.RFC3339), q.To.UTC().Format(time.RFC3339))
+	}
+	if q.To.Sub(q.From) > MaxPeriod {
+		return q, invalid("period is longer than %d days", int(MaxPeriod.Hours()/24))
+	}
+	if t := v.Get("targets"); t != "" {
+		if len(t) > 16<<10 {
+			return q, invalid("targets is longer than 16 KiB")
+		}
+		q.Targets = strings.Split(t, ",")
+		if err := validTargets(q.Targets); err != nil {
+			return q, invalid("targets: %v", err)
+		}
+	}
+	return q, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// wantsCSV: format=csv, or no format and an Accept that asks for CSV.
+func wantsCSV(r *http.Request) (bool, error) {
+	switch f := r.URL.Query().Get("format"); f {
+	case "csv":
+		return true, nil
+	case "json":
+		return false, nil
+	case "":
+		return strings.Contains(r.Header.Get("Accept"), "text/csv"), nil
+	default:
+		return false, invalid("format %s must be json or csv", api.Quote(f))
+	}
+}
+
+// GetReport serves GET /reports.
+func (s *Service) GetReport(w http.ResponseWriter, r *http.Request) {
+	now := s.now()
+	csv, err := wantsCSV(r)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	q, err := s.query(r, now)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	rep, err := Compute(r.Context(), s.st, q, now)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	if !csv {
+		api.WriteJSON(w, http.StatusOK, rep)
+		return
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="nbs-report-`+rep.Period.From.Format("20060102T1504Z")+`-`+rep.Period.To.Format("20060102T1504Z")+`.csv"`)
+	w.WriteHeader(http.StatusOK)
+	if err := WriteCSV(w, rep); err != nil {
+		s.log.Warn("write report csv", "err", err)
+	}
+}
+
+func pathID(r *http.Request) (int64, error) {
+	raw := chi.URLParam(r, "id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id < 1 {
+		return 0, invalid("report definition id %s is not a positive number", api.Quote(raw))
+	}
+	return id, nil
+}
+
+// ListDefinitions serves GET /report-definitions.
+func (s *Service) ListDefinitions(w http.ResponseWriter, r *http.Request) {
+	defs, err := s.defs.list(r.Context(), access.FromContext(r.Context()))
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	if defs == nil {
+		defs = []Definition{}
+	}
+	api.WriteJSON(w, http.StatusOK, map[string]any{"definitions": defs})
+}
+
+// GetDefinition serves GET /report-definitions/{id}.
+func (s *Service) GetDefinition(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	d, err := s.defs.get(r.Context(), access.FromContext(r.Context()), id)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, d)
+}
+
+func decode(r *http.Request) (DefinitionInput, error) {
+	var in DefinitionInput
+	if err := api.DecodeJSON(r, &in); err != nil {
+		return in, err
+	}
+	return in, in.Validate()
+}
+
+// CreateDefinition serves POST /report-definitions.
+func (s *Service) CreateDefinition(w http.ResponseWriter, r *http.Request) {
+	in, err := decode(r)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	d, err := s.defs.create(r.Context(), access.FromContext(r.Context()), in)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	w.Header().Set("Location", "/api/v1/report-definitions/"+strconv.FormatInt(d.ID, 10))
+	api.WriteJSON(w, http.StatusCreated, d)
+}
+
+// PutDefinition serves PUT /report-definitions/{id}: replaces it.
+func (s *Service) PutDefinition(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	in, err := decode(r)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	d, err := s.defs.update(r.Context(), id, in)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, d)
+}
+
+// DeleteDefinition serves DELETE /report-definitions/{id}.
+func (s *Service) DeleteDefinition(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	if err := s.defs.delete(r.Context(), id); err != nil {
+		api.WriteError(w, r, err, s.log)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,244 @@
+package report
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nbs-project/nbs/collector/access"
+	"github.com/nbs-project/nbs/collector/errkind"
+)
+
+// MaxDefinitions bounds how many saved definitions one list returns.
+const MaxDefinitions = 1000
+
+// Definition is a saved report: its stable URL in the UI is /reports/{id}.
+type Definition struct {
+	ID         int64           `json:"id"`
+	Name       string          `json:"name"`
+	Selector   access.Selector `json:"selector"`
+	Period     string          `json:"period"` // 1d, 7d, 30d or custom
+	From       *time.Time      `json:"from"`
+	To         *time.Time      `json:"to"`
+	Targets    []string        `json:"targets"`
+	Objectives []Objective     `json:"objectives"`
+	CreatedBy  string          `json:"created_by"`
+	CreatedAt  time.Time       `json:"created_at"`
+}
+
+// DefinitionInput is what a client sends to create or replace one.
+type DefinitionInput struct {
+	Name       string          `json:"name"`
+	Selector   access.Selector `json:"selector"`
+	Period     string          `json:"period"`
+	From       *time.Time      `json:"from"`
+	To         *time.Time      `json:"to"`
+	Targets    []string        `json:"targets"`
+	Objectives []Objective     `json:"objectives"`
+}
+
+var periods = map[string]time.Duration{"1d": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "30d": 30 * 24 * time.Hour}
+
+// Validate checks a definition, naming every problem.
+func (in DefinitionInput) Validate() error {
+	var errs []error
+	if strings.TrimSpace(in.Name) == "" || len(in.Name) > 200 {
+		errs = append(errs, errors.New("name must be 1 to 200 bytes"))
+	}
+	if err := in.Selector.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	switch in.Period {
+	case "1d", "7d", "30d":
+		if in.From != nil || in.To != nil {
+			errs = append(errs, fmt.Errorf("from and to are for period \"custom\" only"))
+		}
+	case "custom":
+		switch {
+		case in.From == nil || in.To == nil:
+			errs = append(errs, errors.New("period \"custom\" needs from and to"))
+		case !in.From.Before(*in.To):
+			errs = append(errs, errors.New("from must be before to"))
+		case in.To.Sub(*in.From) > MaxPeriod:
+			errs = append(errs, fmt.Errorf("period is longer than %d days", int(MaxPeriod.Hours()/24)))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("period %q must be 1d, 7d, 30d or custom", in.Period))
+	}
+	if err := validTargets(in.Targets); err != nil {
+		errs = append(errs, err)
+	}
+	if len(in.Objectives) > MaxObjectives {
+		errs = append(errs, fmt.Errorf("%d objectives, at most %d", len(in.Objectives), MaxObjectives))
+	} else {
+		for _, o := range in.Objectives {
+			if err := o.Validate(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return errkind.Errorf(errkind.Invalid, "report definition: %w", err)
+	}
+	return nil
+}
+
+func validTargets(ts []string) error {
+	if len(ts) > MaxTargets {
+		return fmt.Errorf("%d targets, at most %d", len(ts), MaxTargets)
+	}
+	for _, t := range ts {
+		if t == "" || len(t) > 128 || strings.ContainsAny(t, "/,\x00") {
+			return fmt.Errorf("target %q must be 1 to 128 bytes without / , or NUL", t)
+		}
+	}
+	return nil
+}
+
+// span is the period a definition covers when run at now.
+func (d Definition) span(now time.Time) (time.Time, time.Time) {
+	if d.Period == "custom" && d.From != nil && d.To != nil {
+		return *d.From, *d.To
+	}
+	return now.Add(-periods[d.Period]), now
+}
+
+type repo struct{ pool *pgxpool.Pool }
+
+func scanDefinition(row pgx.Row) (Definition, error) {
+	var d Definition
+	var body []byte
+	if err := row.Scan(&d.ID, &body, &d.CreatedBy, &d.CreatedAt); err != nil {
+		return d, err
+	}
+	var in DefinitionInput
+	if err := json.Unmarshal(body, &in); err != nil {
+		return d, fmt.Errorf("decode report definition %d: %w", d.ID, err)
+	}
+	d.Name, d.Selector, d.Period, d.From, d.To, d.Targets, d.Objectives = in.Name, in.Selector, in.Period, in.From, in.To, in.Targets, in.Objectives
+	if d.Selector == nil {
+		d.Selector = access.Selector{}
+	}
+	if d.Targets == nil {
+		d.Targets = []string{}
+	}
+	if d.Objectives == nil {
+		d.Objectives = []Objective{}
+	}
+	return d, nil
+}
+
+const defColumns = `id, body, created_by, created_at`
+
+// visible is the definitions a principal may see: a customer only those
+// whose selector contains its own (so they cover no node outside it).
+func visible(p access.Principal, argN int) (string, []any) {
+	return p.LabelClause("selector", argN)
+}
+
+func (r repo) list(ctx context.Context, p access.Principal) ([]Definition, error) {
+	clause, args := visible(p, 1)
+	rows, err := r.pool.Query(ctx, `SELECT `+defColumns+` FROM report_definitions WHERE `+clause+` ORDER BY name, id LIMIT `+strconv.Itoa(MaxDefinitions), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list report definitions: %w", err)
+	}
+	defs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Definition, error) { return scanDefinition(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list report definitions: %w", err)
+	}
+	return defs, nil
+}
+
+func notFound(id int64) error {
+	return errkind.Errorf(errkind.NotFound, "report definition %d: not found", id)
+}
+
+func (r repo) get(ctx context.Context, p access.Principal, id int64) (Definition, error) {
+	clause, args := visible(p, 2)
+	d, err := scanDefinition(r.pool.QueryRow(ctx, `SELECT `+defColumns+` FROM report_definitions WHERE id = $1 AND `+clause, append([]any{id}, args...)...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, notFound(id)
+	}
+	if err != nil {
+		return d, fmt.Errorf("read report definition %d: %w", id, err)
+	}
+	return d, nil
+}
+
+func encode(in DefinitionInput) ([]byte, []byte, error) {
+	if in.Selector == nil {
+		in.Selector = access.Selector{}
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode report definition: %w", err)
+	}
+	return body, []byte(in.Selector.JSON()), nil
+}
+
+func (r repo) create(ctx context.Context, p access.Principal, in DefinitionInput) (Definition, error) {
+	body, sel, err := encode(in)
+	if err != nil {
+		return Definition{}, err
+	}
+	var d Definition
+	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		d, err = scanDefinition(tx.QueryRow(ctx, `INSERT INTO report_definitions (name, selector, body, created_by)
+			VALUES ($1, $2, $3, $4) RETURNING `+defColumns, in.Name, sel, body, p.Name))
+		if err != nil {
+			return err
+		}
+		return access.Audit(ctx, tx, access.Entry{Action: "create", ObjectKind: "report_definition", ObjectID: strconv.FormatInt(d.ID, 10), New: d})
+	})
+	if err != nil {
+		return d, fmt.Errorf("create report definition: %w", err)
+	}
+	return d, nil
+}
+
+func (r repo) update(ctx context.Context, id int64, in DefinitionInput) (Definition, error) {
+	body, sel, err := encode(in)
+	if err != nil {
+		return Definition{}, err
+	}
+	var d Definition
+	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		old, err := scanDefinition(tx.QueryRow(ctx, `SELECT `+defColumns+` FROM report_definitions WHERE id = $1 FOR UPDATE`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound(id)
+		}
+		if err != nil {
+			return err
+		}
+		d, err = scanDefinition(tx.QueryRow(ctx, `UPDATE report_definitions SET name = $2, selector = $3, body = $4
+			WHERE id = $1 RETURNING `+defColumns, id, in.Name, sel, body))
+		if err != nil {
+			return err
+		}
+		return access.Audit(ctx, tx, access.Entry{Action: "update", ObjectKind: "report_definition", ObjectID: strconv.FormatInt(id, 10), Old: old, New: d})
+	})
+	if err != nil {
+		return d, fmt.Errorf("update report definition %d: %w", id, err)
+	}
+	return d, nil
+}
+
+func (r repo) delete(ctx context.Context, id int64) error {
+	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		old, err := scanDefinition(tx.QueryRow(ctx, `DELETE FROM report_definitions WHERE id = $1 RETURNING `+defColumns, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound(id)
+		}
+		if err != nil {
+			return fmt.Errorf("delete report definition %d: %w", id, err)
+		}
+		return access.Audit(ctx, tx, access.Entry{Action: "delete", ObjectKind: "report_definition", ObjectID: strconv.FormatInt(id, 10), Old: old})
+	})
+}
