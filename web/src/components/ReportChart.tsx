@@ -57,6 +57,8 @@ export function ReportChart({ data, labels, fmt, title, from, to, height = 200 }
         { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font, size: 64, values: (_u, vals) => vals.map((v) => fmt(v)) },
       ],
       legend: { show: true, live: true },
+      // The page states its times in UTC; so does the axis, whatever the browser's zone.
+      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), 'Etc/UTC'),
       cursor: { drag: { x: false, y: false } },
     };
     const u = new uPlot(opts, [data.xs, ...data.ys] as uPlot.AlignedData, el);

@@ -114,6 +114,7 @@ function QueryForm({ q, scope, onRun }: { q: ReportQuery; scope: Record<string, 
         <span>Nodes</span>
         <input
           type="text"
+          aria-label="Nodes"
           value={sel}
           placeholder="customer=acme"
           aria-describedby="report-sel-help"
@@ -125,7 +126,7 @@ function QueryForm({ q, scope, onRun }: { q: ReportQuery; scope: Record<string, 
       </span>
       <label class="field-inline">
         <span>Period</span>
-        <select value={period} onChange={(e) => setPeriod((e.currentTarget as HTMLSelectElement).value as ReportQuery['period'])}>
+        <select aria-label="Period" value={period} onChange={(e) => setPeriod((e.currentTarget as HTMLSelectElement).value as ReportQuery['period'])}>
           {PERIODS.map((p) => (
             <option key={p.value} value={p.value}>
               {p.label}
@@ -137,17 +138,17 @@ function QueryForm({ q, scope, onRun }: { q: ReportQuery; scope: Record<string, 
         <>
           <label class="field-inline">
             <span>From</span>
-            <input type="date" value={from} onInput={(e) => setFrom((e.currentTarget as HTMLInputElement).value)} />
+            <input type="date" aria-label="From" value={from} onInput={(e) => setFrom((e.currentTarget as HTMLInputElement).value)} />
           </label>
           <label class="field-inline">
             <span>To</span>
-            <input type="date" value={to} onInput={(e) => setTo((e.currentTarget as HTMLInputElement).value)} />
+            <input type="date" aria-label="To" value={to} onInput={(e) => setTo((e.currentTarget as HTMLInputElement).value)} />
           </label>
         </>
       )}
       <label class="field-inline">
         <span>Targets</span>
-        <input type="text" value={targets} placeholder="all" onInput={(e) => setTargets((e.currentTarget as HTMLInputElement).value)} />
+        <input type="text" aria-label="Targets" value={targets} placeholder="all" onInput={(e) => setTargets((e.currentTarget as HTMLInputElement).value)} />
       </label>
       <button type="submit" class="btn btn-primary">
         Run
