@@ -48,7 +48,7 @@ export function ReportChart({ data, labels, fmt, title, from, to, height = 200 }
           stroke: palette[i % palette.length],
           width: i === 0 ? 1.75 : 1.25,
           spanGaps: false,
-          value: (_u: uPlot, v: number | null) => (v == null ? 'no data' : fmt(v)),
+          value: (_u: uPlot, v: number | null) => (v == null ? '—' : fmt(v)),
         })),
       ],
       scales: { x: { time: true, range: () => [from / 1000, to / 1000] }, y: { range: (_u, _min, max) => [0, max && max > 0 ? max * 1.08 : 1] } },
