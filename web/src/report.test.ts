@@ -16,6 +16,7 @@ import {
   parseSelector,
   parseTargets,
   periodRange,
+  pingObjective,
   previousRange,
   queryFromParams,
   reportDefinitionHref,
@@ -222,5 +223,16 @@ describe('gaps', () => {
     expect(availabilityBar(a1)).toEqual({ ok: 98, warn: 1, crit: 0.5, no_data: 0.5 });
     expect(availabilityBar(a2)).toEqual({ ok: 0, warn: 0, crit: 0, no_data: 100 });
     expect(availabilityBar({ ok: 0.5, warn: null, crit: null, no_data: null })).toEqual({ ok: 50, warn: 0, crit: 0, no_data: 50 });
+  });
+});
+
+describe('objectives', () => {
+  it('builds the ping objective the save form offers', () => {
+    expect(pingObjective('')).toBeNull();
+    expect(pingObjective(' 5 ')).toEqual({ name: 'ping p99 < 5 ms per hour', metric: 'ping', quantile: 0.99, below_ms: 5, per: 'hour' });
+    expect(pingObjective('0.5', 0.9)).toMatchObject({ name: 'ping p90 < 0.5 ms per hour', quantile: 0.9, below_ms: 0.5 });
+  });
+  it.each(['0', '-1', 'abc', '1e9'])('refuses %s', (t) => {
+    expect(pingObjective(t)).toHaveProperty('error');
   });
 });

@@ -3,7 +3,7 @@
 // (JSON, CSV, a saved definition), formatting, change against the previous
 // period, and series with their gaps kept as gaps.
 import type { Selector } from './access';
-import type { Num, ReportPeriodName } from './reporttypes';
+import type { Num, Objective, ReportPeriodName } from './reporttypes';
 
 export const PERIODS: { value: ReportPeriodName; label: string }[] = [
   { value: '1d', label: 'A day' },
@@ -351,4 +351,17 @@ export function availabilityBar(a: { ok: Num; warn: Num; crit: Num; no_data: Num
   const sum = known + no_data || 1;
   const pct = (x: number) => Math.round((x / sum) * 1000) / 10;
   return { ok: pct(ok), warn: pct(warn), crit: pct(crit), no_data: pct(no_data) };
+}
+
+/**
+ * The objective the save form offers: "ping p99 < N ms per hour". Empty text
+ * is no objective; anything but a positive number up to a minute is an error.
+ */
+export function pingObjective(text: string, quantile = 0.99): Objective | null | { error: string } {
+  const t = text.trim();
+  if (!t) return null;
+  const ms = Number(t);
+  if (!Number.isFinite(ms) || ms <= 0 || ms > 60_000) return { error: 'The objective is a delay in ms, above 0 and at most 60000.' };
+  const q = `p${Math.round(quantile * 100)}`;
+  return { name: `ping ${q} < ${ms} ms per hour`, metric: 'ping', quantile, below_ms: ms, per: 'hour' };
 }

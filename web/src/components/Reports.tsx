@@ -21,6 +21,7 @@ import {
   parseSelector,
   parseTargets,
   periodRange,
+  pingObjective,
   queryFromParams,
   reportDefinitionHref,
   reportUrl,
@@ -71,6 +72,7 @@ export function ReportsPage({ params, id }: { params: URLSearchParams; id?: numb
         {id ? (
           <p class="muted small">
             A saved report, run for its period ending now. <a href={reportsHref()} onClick={linkClick}>New report</a>
+            {canEdit(me?.role) && def.data && <DeleteDefinition id={id} name={def.data.name} onDeleted={() => navigate(reportsHref())} />}
           </p>
         ) : (
           <QueryForm q={q} scope={scope} onRun={(next) => {
@@ -179,11 +181,14 @@ function SavedReports({ defs, error, current }: { defs: ReportDefinition[]; erro
 
 function SaveForm({ q, onSaved }: { q: ReportQuery; onSaved: (d: ReportDefinition) => void }) {
   const [name, setName] = useState('');
+  const [objective, setObjective] = useState('');
   const [busy, setBusy] = useState(false);
   const [err, setErr] = useState<string | null>(null);
   const save = async (e: Event) => {
     e.preventDefault();
     if (!name.trim()) return setErr('Give the report a name.');
+    const o = pingObjective(objective);
+    if (o && 'error' in o) return setErr(o.error);
     setBusy(true);
     try {
       const d = await api.createReportDefinition({
@@ -193,7 +198,7 @@ function SaveForm({ q, onSaved }: { q: ReportQuery; onSaved: (d: ReportDefinitio
         from: q.period === 'custom' && q.from ? `${q.from}T00:00:00Z` : null,
         to: q.period === 'custom' && q.to ? `${q.to}T00:00:00Z` : null,
         targets: q.targets,
-        objectives: [],
+        objectives: o ? [o] : [],
       });
       setErr(null);
       onSaved(d);
@@ -209,6 +214,11 @@ function SaveForm({ q, onSaved }: { q: ReportQuery; onSaved: (d: ReportDefinitio
         <span>Save as</span>
         <input type="text" value={name} maxLength={200} onInput={(e) => setName((e.currentTarget as HTMLInputElement).value)} />
       </label>
+      <label class="field-inline">
+        <span>Objective: ping p99 below</span>
+        <input type="number" aria-label="Objective: ping p99 below, ms" min="0" step="any" value={objective} placeholder="none" onInput={(e) => setObjective((e.currentTarget as HTMLInputElement).value)} />
+        <span>ms per hour</span>
+      </label>
       <button type="submit" class="btn" disabled={busy}>
         Save
       </button>
@@ -218,6 +228,32 @@ function SaveForm({ q, onSaved }: { q: ReportQuery; onSaved: (d: ReportDefinitio
         </span>
       )}
     </form>
+  );
+}
+
+function DeleteDefinition({ id, name, onDeleted }: { id: number; name: string; onDeleted: () => void }) {
+  const [err, setErr] = useState<string | null>(null);
+  const del = async () => {
+    if (!confirm(`Delete the saved report "${name}"? Its link stops working.`)) return;
+    try {
+      await api.deleteReportDefinition(id);
+      onDeleted();
+    } catch (x) {
+      setErr((x as Error).message);
+    }
+  };
+  return (
+    <>
+      {' '}
+      <button type="button" class="btn btn-sm btn-quiet" onClick={del}>
+        Delete this saved report
+      </button>
+      {err && (
+        <span class="field-error" role="alert">
+          {err}
+        </span>
+      )}
+    </>
   );
 }
 

@@ -66,6 +66,7 @@ describe('ReportsPage', () => {
     const el = mountAs('operator', <ReportsPage params={new URLSearchParams('selector=customer%3Dacme&period=30d&targets=peer%3Aacme-2')} />);
     const form = await waitFor(() => el.querySelector<HTMLFormElement>('form[aria-label="Save this report"]')!);
     type(form.querySelector('input')!, 'acme monthly');
+    type(form.querySelector<HTMLInputElement>('input[type=number]')!, '5');
     click(form.querySelector('button[type=submit]')!);
     await waitFor(() => expect(location.pathname).toBe('/reports/7'));
     expect(calls.find((c) => c.method === 'POST')?.body).toEqual({
@@ -75,7 +76,7 @@ describe('ReportsPage', () => {
       from: null,
       to: null,
       targets: ['peer:acme-2'],
-      objectives: [],
+      objectives: [{ name: 'ping p99 < 5 ms per hour', metric: 'ping', quantile: 0.99, below_ms: 5, per: 'hour' }],
     });
   });
 
@@ -89,5 +90,22 @@ describe('ReportsPage', () => {
     await waitFor(() => expect(el.querySelector('h1')?.textContent).toBe('acme weekly'));
     await waitFor(() => expect(el.querySelectorAll('h2').length).toBe(HEADINGS.length));
     expect(calls.find((c) => c.url.pathname === '/api/v1/reports')?.url.search).toBe('?definition=3&format=json');
+    // Customers may run saved reports but not delete them.
+    expect([...el.querySelectorAll('button')].some((b) => /delete/i.test(b.textContent ?? ''))).toBe(false);
+  });
+
+  it('lets an operator delete a saved definition', async () => {
+    const calls = fakeApi({
+      'GET /api/v1/report-definitions': () => [200, { definitions: [] }],
+      'GET /api/v1/report-definitions/3': () => [200, { id: 3, name: 'acme weekly', selector: { customer: 'acme' }, period: '7d', targets: [], objectives: [] }],
+      'GET /api/v1/reports': () => [200, acmeReport()],
+      'DELETE /api/v1/report-definitions/3': () => [204, undefined],
+    });
+    vi.stubGlobal('confirm', () => true);
+    const el = mountAs('operator', <ReportsPage id={3} params={new URLSearchParams()} />);
+    const btn = await waitFor(() => [...el.querySelectorAll('button')].find((b) => /delete this saved report/i.test(b.textContent ?? ''))!);
+    click(btn);
+    await waitFor(() => expect(location.pathname).toBe('/reports'));
+    expect(calls.some((c) => c.method === 'DELETE' && c.url.pathname === '/api/v1/report-definitions/3')).toBe(true);
   });
 });
