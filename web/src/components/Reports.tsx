@@ -618,7 +618,7 @@ function IncidentsSection({ r }: { r: Report }) {
               {rows.map((i) => (
                 <tr key={`${i.node}/${i.root}/${i.start}`} data-state={i.state}>
                   <td>
-                    <a href={i.tree_url} onClick={linkClick} title="The metric tree at that time">
+                    <a href={i.tree_url} onClick={linkClick} title="The metric tree at that time" aria-label={`${fmtUtc(i.start)}: the tree of ${i.node} at that time`}>
                       {fmtUtc(i.start)}
                     </a>
                   </td>
