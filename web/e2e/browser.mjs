@@ -18,10 +18,22 @@
 //    exactly its nodes, nothing anywhere can be edited (no threshold editor
 //    button, no live mode, no alert rules, audit log or tokens), and another
 //    customer's node is "not known", exactly like a node that does not exist.
+// 4. A report (NBS_REPORT_TOKEN, default NBS_CUSTOMER_TOKEN; skipped when the
+//    collector has no /api/v1/report-definitions): the customer opens Reports
+//    from the header, runs a day's report, waits for its charts and tables
+//    (every section heading), checks the scope (its nodes, never another
+//    customer's) in the page, the JSON and the CSV download, then prints the
+//    page to PDF (page.pdf() is Chromium's print-to-PDF), turns the PDF into
+//    PNGs with `pdftoppm -png -r 60` and checks the first page is not blank
+//    and the PDF's text (`pdftotext`) has every heading. Needs poppler-utils.
+//
+// NBS_SCENARIOS (comma-separated: admin,operator,customer,report; default all)
+// runs only some, e.g. NBS_SCENARIOS=report against a mock collector; without
+// admin, NBS_NODE and NBS_METRIC are not needed.
 //
 // Environment:
 //   NBS_URL                 the collector (required)
-//   NBS_NODE, NBS_METRIC    a node with a raised metric, and the metric that explains it (required)
+//   NBS_NODE, NBS_METRIC    a node with a raised metric, and the metric that explains it (required for admin)
 //   NBS_OTHER_NODE          optional second node, expected in the (admin's) fleet
 //   NBS_EVIDENCE_SRC        optional expected evidence source
 //   NBS_ARTIFACTS           screenshot directory (default e2e/artifacts)
@@ -40,20 +52,30 @@
 //   NBS_CUSTOMER_NODES      comma-separated: exactly the nodes that customer must see (required with the token)
 //   NBS_CUSTOMER_HIDDEN_NODES  comma-separated: other customers' nodes, which must not exist for it (required with the token)
 //   NBS_CUSTOMER_SCOPE      optional: the scope the header must show, e.g. customer=acme
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+//   NBS_REPORT_TOKEN        a customer token for scenario 4 (default NBS_CUSTOMER_TOKEN)
+//   NBS_REPORT_NODES        comma-separated: nodes the report must cover (default NBS_CUSTOMER_NODES)
+//   NBS_REPORT_HIDDEN_NODES comma-separated: nodes it must never mention (default NBS_CUSTOMER_HIDDEN_NODES)
+//   NBS_REPORT_MIN_CHARTS   charts the day's report must draw (default 1)
+//   NBS_PDFTOPPM, NBS_PDFTOTEXT  default pdftoppm and pdftotext from $PATH
+//   NBS_UPDATE_SCREENSHOTS=1  also copy the report's screenshot to docs/screenshots/report.png
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { inflateSync } from 'node:zlib';
 import { chromium } from 'playwright-core';
 
 const env = process.env;
+const list = (v) => (v ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+const scenarios = new Set(env.NBS_SCENARIOS ? list(env.NBS_SCENARIOS) : ['admin', 'operator', 'customer', 'report']);
 const base = (env.NBS_URL ?? process.argv[2] ?? '').replace(/\/$/, '');
 const nodeName = env.NBS_NODE;
 const metric = env.NBS_METRIC;
-if (!base || !nodeName || !metric) {
+if (!base || (scenarios.has('admin') && (!nodeName || !metric))) {
   console.error('usage: NBS_URL=… NBS_NODE=… NBS_METRIC=… node e2e/browser.mjs');
   process.exit(2);
 }
-const list = (v) => (v ?? '').split(',').map((x) => x.trim()).filter(Boolean);
 const customerNodes = list(env.NBS_CUSTOMER_NODES);
 const hiddenNodes = list(env.NBS_CUSTOMER_HIDDEN_NODES);
 if (env.NBS_CUSTOMER_TOKEN && (!customerNodes.length || !hiddenNodes.length)) {
@@ -589,13 +611,152 @@ async function customerScenario() {
   await logout();
 }
 
+// A PNG's pixels, enough for pdftoppm's output (8-bit RGB or RGBA or grey, not interlaced).
+function decodePNG(buf) {
+  let off = 8;
+  let w = 0;
+  let h = 0;
+  let channels = 0;
+  const idat = [];
+  while (off < buf.length) {
+    const len = buf.readUInt32BE(off);
+    const type = buf.toString('latin1', off + 4, off + 8);
+    const data = buf.subarray(off + 8, off + 8 + len);
+    if (type === 'IHDR') {
+      w = data.readUInt32BE(0);
+      h = data.readUInt32BE(4);
+      const depth = data[8];
+      channels = { 0: 1, 2: 3, 4: 2, 6: 4 }[data[9]];
+      if (depth !== 8 || !channels || data[12] !== 0) throw new Error(`PNG layout not handled (depth ${depth}, colour type ${data[9]}, interlace ${data[12]})`);
+    } else if (type === 'IDAT') idat.push(data);
+    off += 12 + len;
+  }
+  const raw = inflateSync(Buffer.concat(idat));
+  const stride = w * channels;
+  const px = Buffer.alloc(h * stride);
+  for (let y = 0; y < h; y++) {
+    const f = raw[y * (stride + 1)];
+    for (let x = 0; x < stride; x++) {
+      const v = raw[y * (stride + 1) + 1 + x];
+      const a = x >= channels ? px[y * stride + x - channels] : 0;
+      const b = y > 0 ? px[(y - 1) * stride + x] : 0;
+      const c = x >= channels && y > 0 ? px[(y - 1) * stride + x - channels] : 0;
+      let p = 0;
+      if (f === 1) p = a;
+      else if (f === 2) p = b;
+      else if (f === 3) p = (a + b) >> 1;
+      else if (f === 4) {
+        const pa = Math.abs(b - c);
+        const pb = Math.abs(a - c);
+        const pc = Math.abs(a + b - 2 * c);
+        p = pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
+      }
+      px[y * stride + x] = (v + p) & 0xff;
+    }
+  }
+  return { w, h, channels, px };
+}
+
+/** The share of a PNG's pixels that are not (nearly) white. */
+function inkShare(file) {
+  const { w, h, channels, px } = decodePNG(readFileSync(file));
+  let ink = 0;
+  for (let i = 0; i < w * h; i++) {
+    const o = i * channels;
+    const grey = channels >= 3 ? Math.min(px[o], px[o + 1], px[o + 2]) : px[o];
+    if (grey < 235) ink++;
+  }
+  return ink / (w * h);
+}
+
+const REPORT_HEADINGS = ['Ping delay', 'Kernel latency', 'Reliability', 'Availability', 'Incidents', 'Objectives'];
+
+async function reportScenario(token) {
+  const nodes = list(env.NBS_REPORT_NODES ?? env.NBS_CUSTOMER_NODES);
+  const hidden = list(env.NBS_REPORT_HIDDEN_NODES ?? env.NBS_CUSTOMER_HIDDEN_NODES);
+  const minCharts = Number(env.NBS_REPORT_MIN_CHARTS ?? 1);
+  step('a customer opens Reports from the header');
+  await login(token, 'customer');
+  if (!(await apiExists('/api/v1/report-definitions'))) {
+    console.log('  report scenario skipped: this collector has no /api/v1/report-definitions');
+    await logout();
+    return;
+  }
+  await page.getByRole('link', { name: 'Reports', exact: true }).click();
+  await page.waitForURL((u) => u.pathname === '/reports');
+
+  step("a day's report, run from the keyboard");
+  await page.getByLabel('Period', { exact: true }).selectOption('1d');
+  await page.getByLabel('Targets', { exact: true }).focus();
+  await page.keyboard.press('Enter');
+  await page.waitForURL((u) => u.pathname === '/reports' && u.searchParams.get('period') === '1d');
+  for (const h of REPORT_HEADINGS) await page.getByRole('heading', { level: 2, name: h, exact: true }).waitFor();
+  await page.waitForFunction(() => !document.querySelector('.loading'));
+  const charts = await page.locator('figure.report-chart canvas').count();
+  check(charts >= minCharts, `the report draws ${charts} charts, want at least ${minCharts}`);
+  check((await page.locator('table.report-table').count()) >= 4, 'the report has fewer than 4 tables');
+  const text = await page.locator('main').innerText();
+  check(/within ±\d+(\.\d+)?% of the exact value/.test(text), 'the page does not state the percentile error bound');
+  for (const n of nodes) check(text.includes(n), `the report does not mention ${n}`);
+  for (const n of hidden) check(!text.includes(n), `the report mentions another customer's node ${n}`);
+
+  step('the JSON and CSV downloads hold the same scope');
+  const jsonHref = await page.getByRole('link', { name: 'JSON', exact: true }).getAttribute('href');
+  const csvHref = await page.getByRole('link', { name: 'CSV', exact: true }).getAttribute('href');
+  const json = await page.request.get(base + jsonHref);
+  check(json.ok(), `GET ${jsonHref}: ${json.status()}`);
+  const body = await json.json();
+  check(JSON.stringify([...(body.scope?.nodes ?? [])].sort()) === JSON.stringify([...nodes].sort()), `the JSON's scope is ${body.scope?.nodes}, want ${nodes}`);
+  const csv = await page.request.get(base + csvHref);
+  check(csv.ok() && /text\/csv/.test(csv.headers()['content-type'] ?? ''), `GET ${csvHref}: ${csv.status()} ${csv.headers()['content-type']}`);
+  const csvText = await csv.text();
+  check(csvText.split('\n')[0].startsWith('section'), `the CSV's header row is "${csvText.split('\n')[0]}"`);
+  for (const n of hidden) check(!csvText.includes(n), `the CSV mentions another customer's node ${n}`);
+
+  await setTheme('light');
+  await page.waitForTimeout(300); // charts redraw in the theme's colours
+  await shot('report');
+  if (env.NBS_UPDATE_SCREENSHOTS === '1') {
+    const dst = fileURLToPath(new URL('../../docs/screenshots/report.png', import.meta.url));
+    copyFileSync(join(artifacts, 'report.png'), dst);
+    console.log(`  updated ${dst}`);
+  }
+
+  step('the report prints to PDF, and the PDF shows the charts and tables');
+  const pdfDir = mkdtempSync(join(tmpdir(), 'nbs-report-pdf-'));
+  try {
+    const pdf = join(artifacts, 'report.pdf');
+    writeFileSync(pdf, await page.pdf({ format: 'A4', printBackground: true }));
+    execFileSync(env.NBS_PDFTOPPM ?? 'pdftoppm', ['-png', '-r', '60', pdf, join(pdfDir, 'page')]);
+    const pages = readdirSync(pdfDir).filter((f) => f.endsWith('.png')).sort();
+    check(pages.length >= 2, `the PDF has ${pages.length} pages; sections should start new pages`);
+    const ink = inkShare(join(pdfDir, pages[0]));
+    check(ink > 0.01, `the PDF's first page is blank (${(ink * 100).toFixed(2)}% ink)`);
+    copyFileSync(join(pdfDir, pages[0]), join(artifacts, 'report-pdf-page1.png'));
+    const pdfText = execFileSync(env.NBS_PDFTOTEXT ?? 'pdftotext', ['-layout', pdf, '-'], { encoding: 'utf8' });
+    for (const h of REPORT_HEADINGS) check(pdfText.includes(h), `the PDF lacks the heading "${h}"`);
+    for (const n of hidden) check(!pdfText.includes(n), `the PDF mentions another customer's node ${n}`);
+    check(!pdfText.includes('Log out'), 'the PDF shows the header (the print stylesheet should hide it)');
+    console.log(`  PDF: ${pages.length} pages, first page ${(ink * 100).toFixed(1)}% ink; ${pdf}`);
+  } finally {
+    rmSync(pdfDir, { recursive: true, force: true });
+  }
+  await logout();
+}
+
 let failed = false;
 try {
-  await adminScenario();
-  if (env.NBS_OPERATOR_TOKEN) await operatorScenario();
+  if (scenarios.has('admin')) await adminScenario();
+  if (!scenarios.has('operator')) console.log('  operator scenario not asked for');
+  else if (env.NBS_OPERATOR_TOKEN) await operatorScenario();
   else console.log('  operator scenario skipped: no NBS_OPERATOR_TOKEN');
-  if (env.NBS_CUSTOMER_TOKEN) await customerScenario();
+  if (!scenarios.has('customer')) console.log('  customer scenario not asked for');
+  else if (env.NBS_CUSTOMER_TOKEN) await customerScenario();
   else console.log('  customer scenario skipped: no NBS_CUSTOMER_TOKEN');
+  const reportToken = env.NBS_REPORT_TOKEN ?? env.NBS_CUSTOMER_TOKEN;
+  if (!scenarios.has('report')) console.log('  report scenario not asked for');
+  else if (reportToken) await reportScenario(reportToken);
+  else console.log('  report scenario skipped: no NBS_REPORT_TOKEN or NBS_CUSTOMER_TOKEN');
 
   if (problems.length) throw new Error(`browser reported problems:\n  ${problems.join('\n  ')}`);
   console.log('✓ browser end-to-end passed');

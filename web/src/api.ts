@@ -5,6 +5,7 @@
 // which the UI shows.
 import type { AuditList, AuditQuery, CreateTokenRequest, CreatedToken, Token, TokenList, WhoAmI } from './access';
 import type { components, operations } from './api.gen';
+import type { Report, ReportDefinition, ReportDefinitionInput } from './reporttypes';
 
 type Schemas = components['schemas'];
 
@@ -149,4 +150,16 @@ export const api = {
       undefined,
       signal,
     ).then((r) => r.entries ?? []),
+
+  // Reports (issue 10). The URL carries the query (report.ts builds it), so
+  // the same link serves the page, the JSON and the CSV downloads.
+  report: (url: string, signal?: AbortSignal) => request<Report>('GET', url, undefined, signal),
+  reportDefinitions: (signal?: AbortSignal) =>
+    request<{ definitions?: ReportDefinition[] } | ReportDefinition[]>('GET', '/api/v1/report-definitions', undefined, signal).then((r) =>
+      Array.isArray(r) ? r : (r?.definitions ?? []),
+    ),
+  reportDefinition: (id: number, signal?: AbortSignal) => request<ReportDefinition>('GET', `/api/v1/report-definitions/${enc(String(id))}`, undefined, signal),
+  createReportDefinition: (d: ReportDefinitionInput) => request<ReportDefinition>('POST', '/api/v1/report-definitions', d),
+  updateReportDefinition: (id: number, d: ReportDefinitionInput) => request<ReportDefinition>('PUT', `/api/v1/report-definitions/${enc(String(id))}`, d),
+  deleteReportDefinition: (id: number) => request<void>('DELETE', `/api/v1/report-definitions/${enc(String(id))}`),
 };

@@ -10,8 +10,10 @@ import { FleetPage } from './components/Fleet';
 import { LoginPage } from './components/Login';
 import { NodePage } from './components/NodePage';
 import { BareShell, Shell } from './components/Shell';
+import { ReportsPage } from './components/Reports';
 import { TokensPage } from './components/Tokens';
 import { ErrorBox, Loading } from './components/common';
+import { reportsHref } from './report';
 import { alertsHref, fleetHref, linkClick, navigate, parseRoute, useLocation } from './route';
 
 type SessionState = { status: 'checking' } | { status: 'in'; me: WhoAmI } | { status: 'out' } | { status: 'error'; error: ApiError };
@@ -172,6 +174,19 @@ function Page({ route, pathname, session }: { route: ReturnType<typeof parseRout
       return (
         <Shell crumbs={<Crumbs trail={[]} current="Audit log" />}>
           <AuditPage params={route.params} />
+        </Shell>
+      );
+    case 'reports':
+      return (
+        <Shell crumbs={<Crumbs trail={[]} current="Reports" />}>
+          <ReportsPage params={route.params} />
+        </Shell>
+      );
+    case 'report':
+      return (
+        <Shell crumbs={<Crumbs trail={[['Reports', reportsHref()]]} current={`Report ${route.id}`} />}>
+          {/* keyed: another saved report starts from a clean page */}
+          <ReportsPage key={route.id} id={route.id} params={route.params} />
         </Shell>
       );
     case 'tokens':

@@ -5,6 +5,8 @@
 //   /alerts/{id}                one alert and its delivery log
 //   /alerts/rules               alert rules ?edit={id} or ?new=1 (the form that is open)
 //   /audit                      the audit log ?kind=threshold&id=…&since=24h&limit=200
+//   /reports                    reports   ?selector=customer%3Dacme&period=7d|1d|30d|custom&from=&to=&targets=a,b
+//   /reports/{id}               a saved report definition, run for its period ending now
 //   /tokens                     API tokens (admins) ?new=1 (the create form)
 //   /login                      sign in   ?next=/where/to/go  #token=nbs_… (a login link)
 // The collector serves index.html for any path that is not a file or /api.
@@ -18,6 +20,8 @@ export type Route =
   | { page: 'alertRules'; params: URLSearchParams }
   | { page: 'audit'; params: URLSearchParams }
   | { page: 'tokens'; params: URLSearchParams }
+  | { page: 'reports'; params: URLSearchParams }
+  | { page: 'report'; id: number; params: URLSearchParams }
   | { page: 'login'; params: URLSearchParams }
   | { page: 'notfound'; params: URLSearchParams };
 
@@ -29,6 +33,9 @@ export function parseRoute(pathname: string, search: string): Route {
   if (path === '/alerts/rules') return { page: 'alertRules', params };
   if (path === '/audit') return { page: 'audit', params };
   if (path === '/tokens') return { page: 'tokens', params };
+  if (path === '/reports') return { page: 'reports', params };
+  const r = /^\/reports\/([1-9][0-9]{0,15})$/.exec(path);
+  if (r) return { page: 'report', id: Number(r[1]), params };
   if (path === '/login') return { page: 'login', params };
   const a = /^\/alerts\/([1-9][0-9]{0,15})$/.exec(path);
   if (a) return { page: 'alert', id: Number(a[1]), params };

@@ -5,6 +5,7 @@ import { usePoll } from '../hooks';
 import { alertTreeHref, alertWhere, severityState, sortOpen } from '../alerts';
 import { selectorText, useCan, useSession } from '../auth';
 import { alertHref, alertRulesHref, alertsHref, auditHref, fleetHref, linkClick, tokensHref } from '../route';
+import { reportsHref } from '../report';
 import { StateDot } from './common';
 
 type Theme = 'system' | 'light' | 'dark';
@@ -136,8 +137,10 @@ function Account() {
   const how = me.via === 'none' ? 'this collector asks nobody to sign in (--auth.mode=none)' : me.via === 'proxy' ? 'signed in through the reverse proxy' : 'signed in with a token';
   return (
     <>
-      {(can.readAudit || can.manageTokens) && (
-        <nav class="admin-links" aria-label="Administration">
+      <nav class="admin-links" aria-label="Pages">
+        <a href={reportsHref()} onClick={linkClick}>
+          Reports
+        </a>
           {can.readAudit && (
             <a href={auditHref()} onClick={linkClick}>
               Audit log
@@ -148,8 +151,7 @@ function Account() {
               Tokens
             </a>
           )}
-        </nav>
-      )}
+      </nav>
       <span class="who" data-role={me.role} title={`${me.name}: ${me.role}${scope ? ` of ${scope}` : ''}; ${how}`}>
         <span class="sr-only">Signed in as </span>
         <span class="who-name">{me.name}</span>
