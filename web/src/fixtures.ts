@@ -31,6 +31,8 @@ export function node(name: string, state: State, labels: Record<string, string> 
     labels,
     state,
     connected: true,
+    clock_offset_ms: null,
+    clock_skewed: false,
     stale: false,
     last_report: new Date().toISOString(),
     interval_ms: 10000,
