@@ -25,9 +25,12 @@ import (
 //     peer that is a neighbour on two rings makes the set one smaller;
 //   - it is stable: a node joining or leaving changes one peer of each of
 //     its K neighbours and nothing else;
-//   - the rings are random, so a node's peers are spread over racks and
-//     customers: a mesh that crosses them is what finds a bad link between
-//     them, so labels are ignored on purpose.
+//   - the rings are random, so a node's peers are spread over racks: a
+//     mesh that crosses them is what finds a bad link between them;
+//   - it does not cross customers: each value of the `customer` label (and
+//     the nodes without one) is a mesh of its own, because a ping target
+//     is named after its peer, and a customer must never see another
+//     customer's node names (in its tree, series, alerts or reports).
 //
 // A fleet of at most K+1 such nodes is a full mesh. A node without a ping
 // address pings the neighbours it would have and is pinged by no one.
@@ -49,7 +52,11 @@ const (
 
 type peer struct {
 	name, addr string
+	tenant     string // the node's customer label; "" for none
 }
+
+// tenantLabel splits the mesh: nodes ping only nodes with the same value.
+const tenantLabel = "customer"
 
 // peerSet caches the candidate peers and notices when they change.
 type peerSet struct {
@@ -57,8 +64,8 @@ type peerSet struct {
 	pool *pgxpool.Pool
 
 	mu      sync.Mutex
-	list    []peer // by name
-	mesh    *mesh  // of list, for k
+	list    []peer           // by name
+	meshes  map[string]*mesh // of list's tenants, for k
 	fp      uint64 // fingerprint of list; 0 before the first read
 	readAt  time.Time
 	pending bool // a push of new peer sets is scheduled
@@ -66,7 +73,7 @@ type peerSet struct {
 
 func (p *peerSet) read(ctx context.Context) ([]peer, error) {
 	rows, err := p.pool.Query(ctx, `
-		SELECT n.name, n.ping_address FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id
+		SELECT n.name, n.ping_address, coalesce(n.labels->>'`+tenantLabel+`', '') FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id
 		WHERE n.ping_address <> '' AND greatest(n.last_hello, l.ts) > now() - make_interval(secs => $1)
 		ORDER BY n.name`, peerMaxAge.Seconds())
 	if err != nil {
@@ -76,7 +83,7 @@ func (p *peerSet) read(ctx context.Context) ([]peer, error) {
 	var out []peer
 	for rows.Next() {
 		var pr peer
-		if err := rows.Scan(&pr.name, &pr.addr); err != nil {
+		if err := rows.Scan(&pr.name, &pr.addr, &pr.tenant); err != nil {
 			return nil, fmt.Errorf("read ping peers: %w", err)
 		}
 		out = append(out, pr)
@@ -87,28 +94,40 @@ func (p *peerSet) read(ctx context.Context) ([]peer, error) {
 	return out, nil
 }
 
-// current returns the mesh of the fleet's peers, as n would see it: a
-// node whose own announcement is missing from the cache (it just joined,
-// or changed its address) forces a fresh read. changed reports that the
+// current returns the mesh of n's tenant, as n would see it: a node whose
+// own announcement is missing from the cache (it just joined, or changed
+// its address or customer) forces a fresh read. changed reports that the
 // fleet's peers differ from what earlier configs were computed from.
 func (p *peerSet) current(ctx context.Context, n *store.Node, force bool) (m *mesh, changed bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !force && p.fp != 0 && time.Since(p.readAt) < peerRefreshEvery && (n == nil || p.reflects(*n)) {
-		if p.mesh == nil || p.mesh.k != p.k {
-			p.mesh = newMesh(p.list, p.k)
+	tenant := ""
+	if n != nil {
+		tenant = n.Labels[tenantLabel]
+	}
+	if force || p.fp == 0 || time.Since(p.readAt) >= peerRefreshEvery || (n != nil && !p.reflects(*n)) {
+		list, err := p.read(ctx)
+		if err != nil {
+			return nil, false, err
 		}
-		return p.mesh, false, nil
+		fp := fingerprint(list)
+		changed = p.fp != 0 && fp != p.fp
+		p.list, p.fp, p.readAt, p.meshes = list, fp, time.Now(), nil
 	}
-	list, err := p.read(ctx)
-	if err != nil {
-		return nil, false, err
+	if p.meshes == nil {
+		p.meshes = map[string]*mesh{}
 	}
-	fp := fingerprint(list)
-	changed = p.fp != 0 && fp != p.fp
-	p.list, p.fp, p.readAt = list, fp, time.Now()
-	p.mesh = newMesh(list, p.k)
-	return p.mesh, changed, nil
+	if m = p.meshes[tenant]; m == nil || m.k != p.k {
+		var same []peer
+		for _, pr := range p.list {
+			if pr.tenant == tenant {
+				same = append(same, pr)
+			}
+		}
+		m = newMesh(same, p.k)
+		p.meshes[tenant] = m
+	}
+	return m, changed, nil
 }
 
 // reflects says whether the cached list agrees with what n announced.
@@ -125,7 +144,7 @@ func (p *peerSet) reflects(n store.Node) bool {
 	if n.PingAddress == "" {
 		return !found
 	}
-	return found && p.list[i].addr == n.PingAddress
+	return found && p.list[i].addr == n.PingAddress && p.list[i].tenant == n.Labels[tenantLabel]
 }
 
 func fingerprint(list []peer) uint64 {
@@ -134,6 +153,8 @@ func fingerprint(list []peer) uint64 {
 		h.Write([]byte(pr.name))
 		h.Write([]byte{0})
 		h.Write([]byte(pr.addr))
+		h.Write([]byte{0})
+		h.Write([]byte(pr.tenant))
 		h.Write([]byte{0})
 	}
 	return h.Sum64() | 1 // never 0, which means "not read yet"

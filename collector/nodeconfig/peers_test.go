@@ -193,3 +193,58 @@ func TestConfigForHandsOutPeers(t *testing.T) {
 		t.Fatalf("mesh off: targets %q", got)
 	}
 }
+
+// A customer's nodes ping only each other: a ping target is named after its
+// peer, and one customer must never see another's node names.
+func TestPeersStayWithinACustomer(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	svc := New(st, slog.New(slog.DiscardHandler))
+	svc.SetPusher(&fakePusher{})
+	nodes := map[string]store.Node{}
+	for _, n := range []store.Node{
+		{Name: "acme-1", PingAddress: "198.18.1.1", Labels: map[string]string{"customer": "acme"}},
+		{Name: "acme-2", PingAddress: "198.18.1.2", Labels: map[string]string{"customer": "acme", "rack": "r2"}},
+		{Name: "globex-1", PingAddress: "198.18.2.1", Labels: map[string]string{"customer": "globex"}},
+		{Name: "infra-1", PingAddress: "198.18.3.1"},
+		{Name: "infra-2", PingAddress: "198.18.3.2", Labels: map[string]string{"rack": "r1"}},
+	} {
+		n.InstanceID, n.IntervalMS = 1, 1000
+		if n.ID, err = st.UpsertNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		nodes[n.Name] = n
+	}
+	for name, want := range map[string]string{
+		"acme-1":   "acme-2=198.18.1.2",
+		"acme-2":   "acme-1=198.18.1.1",
+		"globex-1": "",
+		"infra-1":  "infra-2=198.18.3.2",
+		"infra-2":  "infra-1=198.18.3.1",
+	} {
+		cfg, err := svc.ConfigFor(ctx, nodes[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(cfg.GetPingTargets(), ","); got != want {
+			t.Errorf("%s pings %q, want %q", name, got, want)
+		}
+	}
+	// Moving a node to another customer moves it to that mesh.
+	moved := nodes["globex-1"]
+	moved.Labels = map[string]string{"customer": "acme"}
+	if _, err := st.UpsertNode(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := svc.ConfigFor(ctx, moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.GetPingTargets(); len(got) != 2 {
+		t.Errorf("globex-1, now acme's, pings %v; want acme-1 and acme-2", got)
+	}
+}
