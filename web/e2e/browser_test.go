@@ -86,8 +86,10 @@ func TestBrowser(t *testing.T) {
 	// real deliveries to show.
 	hook := startWebhook(t)
 	httpAddr, grpcAddr, adminToken := startCollector(t, pgcluster.Database(t), hook.config(t))
-	startAgent(t, "lab-b", lab.B, grpcAddr, agentapp.Labels{"customer": "acme", "rack": "r1"})
-	startAgent(t, "lab-a", lab.A, grpcAddr, agentapp.Labels{"customer": "globex", "rack": "r2"})
+	// lab-b's customer pings its gateway (lab A's address: the mesh does not
+	// cross customers), so its report has a ping target to chart.
+	startAgent(t, "lab-b", lab.B, grpcAddr, agentapp.Labels{"customer": "acme", "rack": "r1"}, "gateway="+lab.IPA.String())
+	startAgent(t, "lab-a", lab.A, grpcAddr, agentapp.Labels{"customer": "globex", "rack": "r2"}, "")
 	nbs := site{base: "http://" + httpAddr, token: adminToken}
 	base := nbs.base
 	// A token of each role browser.mjs signs in with, made by the admin
@@ -295,10 +297,11 @@ func startCollector(t *testing.T, dbURL string, alerts alert.Config) (httpAddr, 
 // startAgent runs a production agent but for a one-second interval (charts
 // fill while the test runs), no periodic snapshot, and evidence enough for
 // the reset loop.
-func startAgent(t *testing.T, name, netns, collectorAddr string, labels agentapp.Labels) {
+func startAgent(t *testing.T, name, netns, collectorAddr string, labels agentapp.Labels, pingTargets string) {
 	t.Helper()
 	cfg := agentapp.DefaultConfig()
 	cfg.NodeName, cfg.Netns, cfg.CollectorAddress, cfg.Labels = name, netns, collectorAddr, labels
+	cfg.PingTargets = pingTargets
 	cfg.Interval, cfg.SnapshotEvery, cfg.EvidencePerSecond = time.Second, time.Hour, 1000
 	// Not the machine's /var/lib/nbs: each test agent has its own.
 	dir := t.TempDir()
