@@ -312,7 +312,7 @@ func BenchmarkReport(b *testing.B) {
 	for i, t := range rollup.Ping.Targets {
 		r := raw.Ping.Targets[i]
 		for _, pair := range [][2]*float64{{t.P50, r.P50}, {t.P90, r.P90}, {t.P99, r.P99}, {t.Max, r.Max}} {
-			worst = max(worst, math.Abs(*pair[0]-*pair[1])/ *pair[1])
+			worst = max(worst, math.Abs(*pair[0]-*pair[1]) / *pair[1])
 		}
 		if *t.Sent != *r.Sent || *t.Lost != *r.Lost {
 			b.Errorf("target %s: rollup sent/lost %d/%d, raw %d/%d", t.Target, *t.Sent, *t.Lost, *r.Sent, *r.Lost)

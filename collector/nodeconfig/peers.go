@@ -66,7 +66,7 @@ type peerSet struct {
 	mu      sync.Mutex
 	list    []peer           // by name
 	meshes  map[string]*mesh // of list's tenants, for k
-	fp      uint64 // fingerprint of list; 0 before the first read
+	fp      uint64           // fingerprint of list; 0 before the first read
 	readAt  time.Time
 	pending bool // a push of new peer sets is scheduled
 }
