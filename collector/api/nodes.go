@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
 // NodeSummary is a node as listed in the fleet view.
@@ -175,31 +175,43 @@ func (a *API) ListNodes(w http.ResponseWriter, r *http.Request) {
 	WriteJSON(w, http.StatusOK, out)
 }
 
-// GetNode serves GET /nodes/{node}: one node as the fleet view shows it.
-func (a *API) GetNode(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
+// nodeState is what the node and tree views read of one node: the node
+// (scoped to the caller), its definitions and its latest values.
+type nodeState struct {
+	node     store.Node
+	defs     []store.MetricDef
+	latest   store.Latest
+	reported bool // latest holds a report
+}
+
+func (a *API) nodeState(r *http.Request) (nodeState, error) {
+	var st nodeState
 	n, err := a.node(r)
 	if err != nil {
-		WriteError(w, r, err, a.log)
-		return
+		return st, err
 	}
-	defs, err := a.q.Definitions(ctx, n.ID)
-	if err != nil {
-		WriteError(w, r, err, a.log)
-		return
+	st.node = n
+	if st.defs, err = a.q.Definitions(r.Context(), n.ID); err != nil {
+		return st, err
 	}
-	l, ok, err := a.q.Latest(ctx, n.ID)
+	st.latest, st.reported, err = a.q.Latest(r.Context(), n.ID)
+	return st, err
+}
+
+// GetNode serves GET /nodes/{node}: one node as the fleet view shows it.
+func (a *API) GetNode(w http.ResponseWriter, r *http.Request) {
+	st, err := a.nodeState(r)
 	if err != nil {
 		WriteError(w, r, err, a.log)
 		return
 	}
 	var rootDefs []store.MetricDef
-	for _, d := range defs {
-		if !strings.Contains(d.Path, "/") {
+	for _, d := range st.defs {
+		if schema.Root(d.Path) == d.Path {
 			rootDefs = append(rootDefs, d)
 		}
 	}
-	WriteJSON(w, http.StatusOK, a.withClock(summarize(n, rootDefs, l, ok, a.live.Connected(n.Name), a.now())))
+	WriteJSON(w, http.StatusOK, a.withClock(summarize(st.node, rootDefs, st.latest, st.reported, a.live.Connected(st.node.Name), a.now())))
 }
 
 // GetTree serves GET /nodes/{node}/tree.
@@ -210,21 +222,12 @@ func (a *API) GetTree(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err, nil)
 		return
 	}
-	n, err := a.node(r)
+	st, err := a.nodeState(r)
 	if err != nil {
 		WriteError(w, r, err, a.log)
 		return
 	}
-	defs, err := a.q.Definitions(ctx, n.ID)
-	if err != nil {
-		WriteError(w, r, err, a.log)
-		return
-	}
-	l, ok, err := a.q.Latest(ctx, n.ID)
-	if err != nil {
-		WriteError(w, r, err, a.log)
-		return
-	}
+	n, defs, l, ok := st.node, st.defs, st.latest, st.reported
 	var thresholds map[string]*store.Threshold
 	if a.thresholds != nil {
 		if thresholds, err = a.thresholds.Thresholds(ctx, n, defs); err != nil {
