@@ -314,81 +314,49 @@ function PingSection({ r, from, to }: { r: Report; from: number; to: number }) {
       {targets.length === 0 ? (
         <Empty>No ping targets in this period.</Empty>
       ) : (
-        <div class="table-wrap">
-          <table class="report-table">
-            <caption>Per target</caption>
-            <thead>
-              <tr>
-                <th scope="col">Target</th>
-                <th scope="col">p50</th>
-                <th scope="col">p90</th>
-                <th scope="col">p99</th>
-                <th scope="col">max</th>
-                <th scope="col">Loss (lost / sent)</th>
-                <th scope="col">Host delay p50 / p99</th>
-              </tr>
-            </thead>
-            <tbody>
-              {targets.map((t) => (
-                <tr key={t.target}>
-                  <th scope="row">
-                    {t.target}
-                    <div class="muted small">{t.nodes.join(', ')}</div>
-                  </th>
-                  <td>
-                    {fmtMs(t.p50_ms)} <Delta c={change(t.p50_ms, t.previous?.p50_ms)} />
-                  </td>
-                  <td>{fmtMs(t.p90_ms)}</td>
-                  <td>
-                    {fmtMs(t.p99_ms)} <Delta c={change(t.p99_ms, t.previous?.p99_ms)} />
-                  </td>
-                  <td>{fmtMs(t.max_ms)}</td>
-                  <td>
-                    {fmtShare(t.loss)} <span class="muted">({fmtNum(t.lost)} / {fmtNum(t.sent)})</span> <Delta c={change(t.loss, t.previous?.loss, 'share')} />
-                  </td>
-                  <td>
-                    {fmtMs(t.host_delay_p50_ms)} / {fmtMs(t.host_delay_p99_ms)}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <PingTable caption="Per target" first="Target">
+          {targets.map((t) => (
+            <tr key={t.target}>
+              <th scope="row">
+                {t.target}
+                <div class="muted small">{t.nodes.join(', ')}</div>
+              </th>
+              <td>
+                {fmtMs(t.p50_ms)} <Delta c={change(t.p50_ms, t.previous?.p50_ms)} />
+              </td>
+              <td>{fmtMs(t.p90_ms)}</td>
+              <td>
+                {fmtMs(t.p99_ms)} <Delta c={change(t.p99_ms, t.previous?.p99_ms)} />
+              </td>
+              <td>{fmtMs(t.max_ms)}</td>
+              <td>
+                {fmtShare(t.loss)} <span class="muted">({fmtNum(t.lost)} / {fmtNum(t.sent)})</span> <Delta c={change(t.loss, t.previous?.loss, 'share')} />
+              </td>
+              <td>
+                {fmtMs(t.host_delay_p50_ms)} / {fmtMs(t.host_delay_p99_ms)}
+              </td>
+            </tr>
+          ))}
+        </PingTable>
       )}
       {perNode.length > 0 && (
-        <div class="table-wrap">
-          <table class="report-table">
-            <caption>Per node</caption>
-            <thead>
-              <tr>
-                <th scope="col">Node</th>
-                <th scope="col">p50</th>
-                <th scope="col">p90</th>
-                <th scope="col">p99</th>
-                <th scope="col">max</th>
-                <th scope="col">Loss (lost / sent)</th>
-                <th scope="col">Host delay p50 / p99</th>
-              </tr>
-            </thead>
-            <tbody>
-              {perNode.map((n) => (
-                <tr key={n.node}>
-                  <th scope="row">{n.node}</th>
-                  <td>{fmtMs(n.p50_ms)}</td>
-                  <td>{fmtMs(n.p90_ms)}</td>
-                  <td>{fmtMs(n.p99_ms)}</td>
-                  <td>{fmtMs(n.max_ms)}</td>
-                  <td>
-                    {fmtShare(n.loss)} <span class="muted">({fmtNum(n.lost)} / {fmtNum(n.sent)})</span>
-                  </td>
-                  <td>
-                    {fmtMs(n.host_delay_p50_ms)} / {fmtMs(n.host_delay_p99_ms)}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <PingTable caption="Per node" first="Node">
+          {perNode.map((n) => (
+            <tr key={n.node}>
+              <th scope="row">{n.node}</th>
+              <td>{fmtMs(n.p50_ms)}</td>
+              <td>{fmtMs(n.p90_ms)}</td>
+              <td>{fmtMs(n.p99_ms)}</td>
+              <td>{fmtMs(n.max_ms)}</td>
+              <td>
+                {fmtShare(n.loss)} <span class="muted">({fmtNum(n.lost)} / {fmtNum(n.sent)})</span>
+              </td>
+              <td>
+                {fmtMs(n.host_delay_p50_ms)} / {fmtMs(n.host_delay_p99_ms)}
+              </td>
+            </tr>
+          ))}
+        </PingTable>
       )}
       {series.map((s) => (
         <div class="report-chart-block" key={s.target}>
@@ -503,6 +471,28 @@ function ReliabilitySection({ r }: { r: Report }) {
         <ReasonTable caption="Drops by reason" rows={drops.map((x) => ({ key: x.metric, reason: x.reason, count: x.count, per_hour: x.per_hour }))} />
       </div>
     </Section>
+  );
+}
+
+// PingTable is the frame of the per-target and per-node ping tables, which
+// show the same columns after their first.
+function PingTable({ caption, first, children }: { caption: string; first: string; children: ComponentChildren }) {
+  return (
+    <div class="table-wrap">
+      <table class="report-table">
+        <caption>{caption}</caption>
+        <thead>
+          <tr>
+            {[first, 'p50', 'p90', 'p99', 'max', 'Loss (lost / sent)', 'Host delay p50 / p99'].map((c) => (
+              <th key={c} scope="col">
+                {c}
+              </th>
+            ))}
+          </tr>
+        </thead>
+        <tbody>{children}</tbody>
+      </table>
+    </div>
   );
 }
 
