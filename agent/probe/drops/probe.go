@@ -10,11 +10,9 @@ package drops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -33,9 +31,6 @@ const (
 	Slots    = 512
 	Overflow = Slots - 1
 )
-
-// ErrClosed is returned by methods called after Close.
-var ErrClosed = errors.New("drops probe closed")
 
 // Options configure Load.
 type Options struct {
@@ -89,15 +84,12 @@ type Stats struct {
 // Probe is the loaded and attached kfree_skb program.
 type Probe struct {
 	objs  dropsObjects
-	bpf   bpfload.Object
+	bpf   bpfload.Guarded
 	names Names
 	syms  *ksyms
 	log   *slog.Logger
 	clock evidence.Clock // kernel stamps to wall time
-
-	mu     sync.Mutex
-	closed bool
-	ring   *evidence.Ring
+	ring  *evidence.Ring
 }
 
 // Load loads and attaches the program; its error says whether this kernel
@@ -127,20 +119,20 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse drops object: %w", err)
 	}
-	p := &Probe{names: names, syms: newKsyms(), log: log, clock: evidence.NewClock(), bpf: bpfload.Object{
+	p := &Probe{names: names, syms: newKsyms(), log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "drops", Log: log,
 		Needs: "a kernel (5.17+, rx_sk argument 6.12+) with BTF tracepoint kfree_skb(skb, location, reason, rx_sk)",
-	}}
+	}}}
 	vars := bpfload.Vars{dropsVarTargetNetns: opts.NetnsInode, dropsVarEvidencePerSec: limit}
 	if err := p.bpf.Load(spec, vars, &p.objs, nil); err != nil {
 		return nil, err
 	}
 	p.bpf.Points = []bpfload.Point{bpfload.Tracepoint("kfree_skb", p.objs.NbsKfreeSkb)}
-	if err := p.bpf.Attach(); err != nil {
-		return nil, errors.Join(err, p.bpf.Close())
+	if err := p.bpf.AttachOrClose(); err != nil {
+		return nil, err
 	}
-	log.Info("drops probe attached", "netns", opts.NetnsInode, "evidence_per_sec", limit)
-	p.ring = evidence.NewRing("drop", p.objs.DropEvents, ErrClosed)
+	log.Info("drops probe counting", "netns", opts.NetnsInode, "evidence_per_sec", limit)
+	p.ring = evidence.GuardedRing(&p.bpf, "drop", p.objs.DropEvents)
 	return p, nil
 }
 
@@ -152,13 +144,12 @@ func (p *Probe) Names() Names { return p.names }
 func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 
 // percpu returns the kernel's counters, summed over CPUs.
-func (p *Probe) percpu() (dropsNbsDropPercpu, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return dropsNbsDropPercpu{}, ErrClosed
-	}
-	return bpfload.LookupSum[dropsNbsDropPercpu](p.objs.DropPercpu, uint32(0))
+func (p *Probe) percpu(what string) (sum dropsNbsDropPercpu, err error) {
+	err = p.bpf.Do(what, func() (err error) {
+		sum, err = bpfload.LookupSum[dropsNbsDropPercpu](p.objs.DropPercpu, uint32(0))
+		return err
+	})
+	return sum, err
 }
 
 // Functions names drop locations (Event.Location) as "function+0xoffset"
@@ -171,9 +162,9 @@ func (p *Probe) Functions(locations []uint64) map[uint64]string {
 
 // Counts returns cumulative drops by reason.
 func (p *Probe) Counts() (Counts, error) {
-	sum, err := p.percpu()
+	sum, err := p.percpu("read drop counts")
 	if err != nil {
-		return Counts{}, fmt.Errorf("read drop counts: %w", err)
+		return Counts{}, err
 	}
 	c := Counts{ByReason: map[uint32]uint64{}, Overflow: sum.Reason[Overflow]}
 	for code, v := range sum.Reason[:Overflow] {
@@ -186,9 +177,9 @@ func (p *Probe) Counts() (Counts, error) {
 
 // Stats returns the probe's own losses.
 func (p *Probe) Stats() (Stats, error) {
-	sum, err := p.percpu()
+	sum, err := p.percpu("read drops stats")
 	if err != nil {
-		return Stats{}, fmt.Errorf("read drops stats: %w", err)
+		return Stats{}, err
 	}
 	return Stats{Suppressed: sum.Suppressed, RingFull: sum.RingFull}, nil
 }
@@ -256,13 +247,4 @@ func protocol(l3 uint16, family uint16, l4 uint8) string {
 }
 
 // Close detaches the program, frees the maps and ends a running ReadEvents.
-func (p *Probe) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
-	// The ring first: that ends a running ReadEvents before its map is freed.
-	return errors.Join(p.ring.Close(), p.bpf.Close())
-}
+func (p *Probe) Close() error { return p.bpf.Close() }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 )
 
 // Ring is the consumer side of one ring buffer map.
@@ -30,6 +32,14 @@ type Ring struct {
 // own "closed" error) is wrapped by a Read after Close.
 func NewRing(name string, m *ebpf.Map, errClosed error) *Ring {
 	return &Ring{name: name, m: m, errClosed: errClosed}
+}
+
+// GuardedRing reads map m of the probe object g, whose Close closes the
+// ring first: that ends a running Read before g frees m.
+func GuardedRing(g *bpfload.Guarded, name string, m *ebpf.Map) *Ring {
+	r := NewRing(name, m, bpfload.ErrClosed)
+	g.BeforeClose = r.Close
+	return r
 }
 
 // Read calls fn with each record until ctx is done or Close is called, then

@@ -11,18 +11,13 @@
 package latency
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
 )
-
-// ErrClosed is returned by methods called after Close.
-var ErrClosed = errors.New("retrans probe closed")
 
 // Options configure Load.
 type Options struct {
@@ -58,10 +53,7 @@ func (c Counts) Retransmits() uint64 { return c.Segments + c.SynAcks }
 // Probe is the loaded and attached pair of programs.
 type Probe struct {
 	objs latencyObjects
-	bpf  bpfload.Object
-
-	mu     sync.Mutex
-	closed bool
+	bpf  bpfload.Guarded
 }
 
 // Load loads and attaches both programs; its error says whether this
@@ -75,10 +67,10 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse retrans object: %w", err)
 	}
-	p := &Probe{bpf: bpfload.Object{
+	p := &Probe{bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "retrans", Log: log,
 		Needs: "a kernel (6.7+ for tcp_sock.total_rto) with BTF tracepoints tcp_retransmit_skb and tcp_retransmit_synack and socket storage",
-	}}
+	}}}
 	if err := p.bpf.Load(spec, bpfload.Vars{latencyVarTargetNetns: opts.NetnsInode}, &p.objs, nil); err != nil {
 		return nil, err
 	}
@@ -86,10 +78,10 @@ func Load(opts Options) (*Probe, error) {
 		bpfload.Tracepoint("tcp_retransmit_skb", p.objs.NbsTcpRetransmitSkb),
 		bpfload.Tracepoint("tcp_retransmit_synack", p.objs.NbsTcpRetransmitSynack),
 	}
-	if err := p.bpf.Attach(); err != nil {
-		return nil, errors.Join(err, p.bpf.Close())
+	if err := p.bpf.AttachOrClose(); err != nil {
+		return nil, err
 	}
-	log.Info("retrans probe attached", "netns", opts.NetnsInode)
+	log.Info("retrans probe counting", "netns", opts.NetnsInode)
 	return p, nil
 }
 
@@ -98,14 +90,13 @@ func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 
 // Counts returns the cumulative counts.
 func (p *Probe) Counts() (Counts, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return Counts{}, fmt.Errorf("read retrans counts: %w", ErrClosed)
-	}
-	v, err := bpfload.LookupSum[latencyNbsRtxCounts](p.objs.RtxCounts, uint32(0))
+	var v latencyNbsRtxCounts
+	err := p.bpf.Do("read retrans counts", func() (err error) {
+		v, err = bpfload.LookupSum[latencyNbsRtxCounts](p.objs.RtxCounts, uint32(0))
+		return err
+	})
 	if err != nil {
-		return Counts{}, fmt.Errorf("read retrans counts: %w", err)
+		return Counts{}, err
 	}
 	return Counts{
 		Segments: v.Segs, SynAcks: v.Synack, RTOs: v.Rtos + v.SynackRtos,
@@ -114,12 +105,4 @@ func (p *Probe) Counts() (Counts, error) {
 }
 
 // Close detaches the programs and frees the maps.
-func (p *Probe) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
-	return p.bpf.Close()
-}
+func (p *Probe) Close() error { return p.bpf.Close() }

@@ -9,11 +9,9 @@
 package latencyflows
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -21,9 +19,6 @@ import (
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
 	"github.com/nbs-project/nbs/agent/probe/evidence"
 )
-
-// ErrClosed is returned by methods called after Close.
-var ErrClosed = errors.New("tcp flows probe closed")
 
 // Defaults for Options left zero.
 const (
@@ -72,11 +67,7 @@ type Stats struct {
 // Probe is the loaded program, attached or not.
 type Probe struct {
 	objs latencyflowsObjects
-	log  *slog.Logger
-
-	mu     sync.Mutex
-	bpf    bpfload.Object // attached and detached under mu; its Points are fixed at Load
-	closed bool
+	bpf  bpfload.Guarded
 }
 
 // Load loads the program without attaching it.
@@ -95,10 +86,12 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse tcp flows object: %w", err)
 	}
-	p := &Probe{log: log, bpf: bpfload.Object{
+	p := &Probe{bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "tcp flows", Log: log,
 		Needs: "a kernel with the BTF tracepoint tcp_probe and socket storage",
-	}}
+	}}}
+	// Each attachment starts with an empty flow table.
+	p.bpf.BeforeAttach = func() error { return p.forget(func(Flow) bool { return true }) }
 	vars := bpfload.Vars{
 		latencyflowsVarTargetNetns:   opts.NetnsInode,
 		latencyflowsVarMinGapNs:      uint64(opts.MinGap.Nanoseconds()),
@@ -113,65 +106,25 @@ func Load(opts Options) (*Probe, error) {
 
 // Attach starts sampling, with an empty flow table; attaching an attached
 // probe does nothing.
-func (p *Probe) Attach() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return fmt.Errorf("attach tcp flows: %w", ErrClosed)
-	}
-	if p.bpf.Attached() {
-		return nil
-	}
-	if err := p.forget(func(Flow) bool { return true }); err != nil {
-		return fmt.Errorf("attach tcp flows: %w", err)
-	}
-	if err := p.bpf.Attach(); err != nil {
-		return err
-	}
-	p.log.Info("tcp flows attached")
-	return nil
-}
+func (p *Probe) Attach() error { return p.bpf.Attach() }
 
 // Detach stops sampling.
-func (p *Probe) Detach() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.bpf.Attached() {
-		return nil
-	}
-	err := p.bpf.Detach()
-	p.log.Info("tcp flows detached")
-	return err
-}
+func (p *Probe) Detach() error { return p.bpf.Detach() }
 
 // Attached says whether the program is attached.
-func (p *Probe) Attached() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.bpf.Attached()
-}
+func (p *Probe) Attached() bool { return p.bpf.Attached() }
 
 // Programs returns the program by attach point, for run-time statistics.
 func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 
 // Flows returns every flow in the table.
 func (p *Probe) Flows() ([]Flow, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil, fmt.Errorf("read tcp flows: %w", ErrClosed)
-	}
-	var (
-		out []Flow
-		k   uint64
-		v   latencyflowsNbsFlow
-	)
-	it := p.objs.Flows.Iterate()
-	for it.Next(&k, &v) {
-		out = append(out, decode(k, &v))
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read tcp flows: %w", err)
+	var out []Flow
+	err := p.bpf.Do("read tcp flows", func() error {
+		return bpfload.Each(p.objs.Flows, func(k uint64, v *latencyflowsNbsFlow) { out = append(out, decode(k, v)) })
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -190,58 +143,25 @@ func decode(cookie uint64, v *latencyflowsNbsFlow) Flow {
 // Forget removes the flows for which drop returns true (ones not sampled
 // for a while), so reading the table stays cheap.
 func (p *Probe) Forget(drop func(Flow) bool) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return fmt.Errorf("forget tcp flows: %w", ErrClosed)
-	}
-	return p.forget(drop)
+	return p.bpf.Do("forget tcp flows", func() error { return p.forget(drop) })
 }
 
 func (p *Probe) forget(drop func(Flow) bool) error {
-	var (
-		keys []uint64
-		k    uint64
-		v    latencyflowsNbsFlow
-	)
-	it := p.objs.Flows.Iterate()
-	for it.Next(&k, &v) {
-		if drop(decode(k, &v)) {
-			keys = append(keys, k)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read tcp flows: %w", err)
-	}
-	for _, k := range keys {
-		if err := p.objs.Flows.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete tcp flow: %w", err)
-		}
-	}
-	return nil
+	return bpfload.DeleteIf(p.objs.Flows, func(k uint64, v *latencyflowsNbsFlow) bool { return drop(decode(k, v)) })
 }
 
 // Stats returns the probe's counts.
 func (p *Probe) Stats() (Stats, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return Stats{}, fmt.Errorf("read tcp flows stats: %w", ErrClosed)
-	}
-	c, err := bpfload.LookupSum[latencyflowsNbsFlowStats](p.objs.FlowStats, uint32(0))
+	var c latencyflowsNbsFlowStats
+	err := p.bpf.Do("read tcp flows stats", func() (err error) {
+		c, err = bpfload.LookupSum[latencyflowsNbsFlowStats](p.objs.FlowStats, uint32(0))
+		return err
+	})
 	if err != nil {
-		return Stats{}, fmt.Errorf("read tcp flows stats: %w", err)
+		return Stats{}, err
 	}
 	return Stats{Seen: c.Seen, Sampled: c.Sampled, Suppressed: c.Suppressed, TableFull: c.TableFull}, nil
 }
 
 // Close detaches the program and frees it and its maps.
-func (p *Probe) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
-	return p.bpf.Close()
-}
+func (p *Probe) Close() error { return p.bpf.Close() }

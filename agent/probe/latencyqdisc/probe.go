@@ -8,10 +8,8 @@
 package latencyqdisc
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -19,9 +17,6 @@ import (
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
 )
-
-// ErrClosed is returned by methods called after Close.
-var ErrClosed = errors.New("qdisc sojourn probe closed")
 
 // Options configure Load.
 type Options struct {
@@ -51,11 +46,7 @@ type Stats struct {
 // Probe is the loaded pair of programs, attached or not.
 type Probe struct {
 	objs latencyqdiscObjects
-	log  *slog.Logger
-
-	mu     sync.Mutex
-	bpf    bpfload.Object // attached and detached under mu; its Points are fixed at Load
-	closed bool
+	bpf  bpfload.Guarded
 }
 
 // Load loads the programs without attaching them.
@@ -68,10 +59,15 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse qdisc sojourn object: %w", err)
 	}
-	p := &Probe{log: log, bpf: bpfload.Object{
+	p := &Probe{bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "qdisc sojourn", Log: log,
 		Needs: "a kernel with BTF tracepoints net_dev_queue and net_dev_start_xmit",
-	}}
+	}}}
+	// Packets queued before a previous Detach are forgotten, so none is
+	// timed across the gap.
+	p.bpf.BeforeAttach = func() error {
+		return bpfload.DeleteIf(p.objs.QdInflight, func(uint64, *latencyqdiscNbsQdiscPkt) bool { return true })
+	}
 	if err := p.bpf.Load(spec, bpfload.Vars{latencyqdiscVarTargetNetns: opts.NetnsInode}, &p.objs, nil); err != nil {
 		return nil, err
 	}
@@ -85,126 +81,51 @@ func Load(opts Options) (*Probe, error) {
 }
 
 // Attach starts measuring; attaching an attached probe does nothing.
-// Packets queued before a previous Detach are forgotten, so none is timed
-// across the gap.
-func (p *Probe) Attach() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return fmt.Errorf("attach qdisc sojourn: %w", ErrClosed)
-	}
-	if p.bpf.Attached() {
-		return nil
-	}
-	if err := emptyMap(p.objs.QdInflight); err != nil {
-		return fmt.Errorf("attach qdisc sojourn: %w", err)
-	}
-	if err := p.bpf.Attach(); err != nil {
-		return err
-	}
-	p.log.Info("qdisc sojourn attached")
-	return nil
-}
-
-// emptyMap empties the in-flight table.
-func emptyMap(m *ebpf.Map) error {
-	var (
-		keys []uint64
-		k    uint64
-		v    latencyqdiscNbsQdiscPkt
-	)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		keys = append(keys, k)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("clear %s: %w", m, err)
-	}
-	for _, k := range keys {
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("clear %s: %w", m, err)
-		}
-	}
-	return nil
-}
+func (p *Probe) Attach() error { return p.bpf.Attach() }
 
 // Detach stops measuring; the histograms keep what they counted.
-func (p *Probe) Detach() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.bpf.Attached() {
-		return nil
-	}
-	err := p.bpf.Detach()
-	p.log.Info("qdisc sojourn detached")
-	return err
-}
+func (p *Probe) Detach() error { return p.bpf.Detach() }
 
 // Attached says whether the programs are attached.
-func (p *Probe) Attached() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.bpf.Attached()
-}
+func (p *Probe) Attached() bool { return p.bpf.Attached() }
 
 // Programs returns the programs by attach point, for run-time statistics.
 func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 
 // Devices returns every device's cumulative sojourn histogram (nanoseconds).
 func (p *Probe) Devices() (map[Device]bpfhist.Hist, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil, fmt.Errorf("read qdisc sojourn: %w", ErrClosed)
-	}
-	var (
-		k   latencyqdiscNbsQdiscDev
-		per []bpfhist.Hist
-	)
 	out := map[Device]bpfhist.Hist{}
-	it := p.objs.QdHist.Iterate()
-	for it.Next(&k, &per) {
-		h, err := bpfload.Sum(per)
-		if err != nil {
-			return nil, fmt.Errorf("read qdisc sojourn devices: %w", err)
-		}
-		d := Device{Netns: k.Netns, Ifindex: k.Ifindex}
-		var info latencyqdiscNbsQdiscDevInfo
-		if err := p.objs.QdDevs.Lookup(k, &info); err == nil {
-			d.Name = unix.ByteSliceToString(info.Name[:])
-		}
-		if d.Name == "" {
-			d.Name = fmt.Sprintf("if%d", k.Ifindex)
-		}
-		out[d] = h
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read qdisc sojourn devices: %w", err)
+	err := p.bpf.Do("read qdisc sojourn devices", func() error {
+		return bpfload.EachSum(p.objs.QdHist, func(k latencyqdiscNbsQdiscDev, h bpfhist.Hist) {
+			d := Device{Netns: k.Netns, Ifindex: k.Ifindex}
+			var info latencyqdiscNbsQdiscDevInfo
+			if err := p.objs.QdDevs.Lookup(k, &info); err == nil {
+				d.Name = unix.ByteSliceToString(info.Name[:])
+			}
+			if d.Name == "" {
+				d.Name = fmt.Sprintf("if%d", k.Ifindex)
+			}
+			out[d] = h
+		})
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
 // Stats returns the probe's counts.
 func (p *Probe) Stats() (Stats, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return Stats{}, fmt.Errorf("read qdisc sojourn stats: %w", ErrClosed)
-	}
-	c, err := bpfload.LookupSum[latencyqdiscNbsQdiscStats](p.objs.QdStats, uint32(0))
+	var c latencyqdiscNbsQdiscStats
+	err := p.bpf.Do("read qdisc sojourn stats", func() (err error) {
+		c, err = bpfload.LookupSum[latencyqdiscNbsQdiscStats](p.objs.QdStats, uint32(0))
+		return err
+	})
 	if err != nil {
-		return Stats{}, fmt.Errorf("read qdisc sojourn stats: %w", err)
+		return Stats{}, err
 	}
 	return Stats{Queued: c.Queued, Matched: c.Matched, DevFull: c.DevFull, Stale: c.Stale}, nil
 }
 
 // Close detaches the programs and frees them and their maps.
-func (p *Probe) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
-	return p.bpf.Close()
-}
+func (p *Probe) Close() error { return p.bpf.Close() }

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -21,9 +20,6 @@ import (
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
 )
-
-// ErrClosed is returned by methods called after Close.
-var ErrClosed = errors.New("tcp tx timestamping probe closed")
 
 // Stage is one leg of a write's way out.
 type Stage int
@@ -86,11 +82,8 @@ func (o *sendmsgObjects) Close() error { return o.Sendmsg.Close() }
 // Probe is the loaded and attached pair of programs.
 type Probe struct {
 	objs    objects
-	bpf     bpfload.Object // with the sendmsg program when the kernel has tcp_sendmsg_locked
+	bpf     bpfload.Guarded // with the sendmsg program when the kernel has tcp_sendmsg_locked
 	partial string
-
-	mu     sync.Mutex
-	closed bool
 }
 
 // Load checks the kernel, loads the programs and attaches them. A kernel
@@ -123,10 +116,10 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse tcp tx object: %w", err)
 	}
-	p := &Probe{bpf: bpfload.Object{
+	p := &Probe{bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "tcp tx", Log: log, Caps: "CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON",
 		Needs: "a kernel (6.15+) with BPF TX timestamping and cgroup v2",
-	}}
+	}}}
 	vars := bpfload.Vars{latencytxVarTargetNetns: opts.NetnsInode, latencytxVarSampleEvery: opts.SampleEvery}
 	if err := p.bpf.Load(spec, vars, &p.objs, nil); err != nil {
 		return nil, err
@@ -147,10 +140,10 @@ func Load(opts Options) (*Probe, error) {
 		p.partial = "kernel has no tcp_sendmsg_locked tracepoint (Linux 6.11+): writes are timed from the end of sendmsg, so sendmsg_to_qdisc misses the copy"
 		log.Warn("tcp tx timestamping: " + p.partial)
 	}
-	if err := p.bpf.Attach(); err != nil {
-		return nil, errors.Join(err, p.bpf.Close())
+	if err := p.bpf.AttachOrClose(); err != nil {
+		return nil, err
 	}
-	log.Info("tcp tx timestamping attached", "cgroup", opts.CgroupPath, "netns", opts.NetnsInode, "sample_every", opts.SampleEvery)
+	log.Info("tcp tx timestamping sampling", "cgroup", opts.CgroupPath, "netns", opts.NetnsInode, "sample_every", opts.SampleEvery)
 	return p, nil
 }
 
@@ -165,42 +158,28 @@ func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 // Histograms returns each stage's cumulative histogram, summed over CPUs.
 func (p *Probe) Histograms() ([Stages]bpfhist.Hist, error) {
 	var out [Stages]bpfhist.Hist
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return out, fmt.Errorf("read tcp tx histograms: %w", ErrClosed)
-	}
-	for s := Stage(0); s < Stages; s++ {
-		h, _, err := bpfhist.Lookup(p.objs.TxHist, uint32(s))
-		if err != nil {
-			return out, fmt.Errorf("read tcp tx histogram %s: %w", s, err)
+	err := p.bpf.Do("read tcp tx histograms", func() error {
+		for s := Stage(0); s < Stages; s++ {
+			h, _, err := bpfhist.Lookup(p.objs.TxHist, uint32(s))
+			if err != nil {
+				return fmt.Errorf("stage %s: %w", s, err)
+			}
+			out[s] = h
 		}
-		out[s] = h
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // Stats returns the probe's event counts.
 func (p *Probe) Stats() (Stats, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return Stats{}, fmt.Errorf("read tcp tx stats: %w", ErrClosed)
-	}
-	sum, err := bpfload.LookupSum[Stats](p.objs.TxStats, uint32(0))
-	if err != nil {
-		return Stats{}, fmt.Errorf("read tcp tx stats: %w", err)
-	}
-	return sum, nil
+	var sum Stats
+	err := p.bpf.Do("read tcp tx stats", func() (err error) {
+		sum, err = bpfload.LookupSum[Stats](p.objs.TxStats, uint32(0))
+		return err
+	})
+	return sum, err
 }
 
 // Close detaches the programs and frees them and their maps.
-func (p *Probe) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
-	return p.bpf.Close()
-}
+func (p *Probe) Close() error { return p.bpf.Close() }

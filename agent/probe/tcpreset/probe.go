@@ -10,11 +10,9 @@ package tcpreset
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -25,9 +23,6 @@ import (
 
 // DefaultEvidencePerSecond is the evidence rate when Options leaves it 0.
 const DefaultEvidencePerSecond = 20
-
-// ErrClosed is returned by methods called after Close.
-var ErrClosed = errors.New("tcp_reset probe closed")
 
 // Direction says whether this host sent or received a reset.
 type Direction uint8
@@ -97,14 +92,11 @@ type Stats struct {
 // Probe is a loaded and attached pair of reset programs.
 type Probe struct {
 	objs  tcpresetObjects
-	bpf   bpfload.Object
+	bpf   bpfload.Guarded
 	names Names
 	log   *slog.Logger
 	clock evidence.Clock // kernel stamps to wall time
-
-	mu     sync.Mutex
-	closed bool
-	ring   *evidence.Ring
+	ring  *evidence.Ring
 }
 
 // Load loads and attaches both programs; its error says whether this
@@ -127,10 +119,10 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse tcp_reset object: %w", err)
 	}
-	p := &Probe{names: names, log: log, clock: evidence.NewClock(), bpf: bpfload.Object{
+	p := &Probe{names: names, log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "tcp_reset", Log: log,
 		Needs: "a kernel (6.10+) with BTF tracepoint tcp_send_reset(sk, skb, reason)",
-	}}
+	}}}
 	vars := bpfload.Vars{tcpresetVarTargetNetns: opts.NetnsInode, tcpresetVarEvidencePerSec: limit}
 	if err := p.bpf.Load(spec, vars, &p.objs, nil); err != nil {
 		return nil, err
@@ -139,11 +131,11 @@ func Load(opts Options) (*Probe, error) {
 		bpfload.Tracepoint("tcp_send_reset", p.objs.NbsRstSend),
 		bpfload.Tracepoint("tcp_receive_reset", p.objs.NbsRstRecv),
 	}
-	if err := p.bpf.Attach(); err != nil {
-		return nil, errors.Join(err, p.bpf.Close())
+	if err := p.bpf.AttachOrClose(); err != nil {
+		return nil, err
 	}
-	log.Info("tcp_reset probe attached", "netns", opts.NetnsInode, "evidence_per_sec", limit)
-	p.ring = evidence.NewRing("tcp_reset", p.objs.RstEvents, ErrClosed)
+	log.Info("tcp_reset probe counting", "netns", opts.NetnsInode, "evidence_per_sec", limit)
+	p.ring = evidence.GuardedRing(&p.bpf, "tcp_reset", p.objs.RstEvents)
 	return p, nil
 }
 
@@ -175,27 +167,11 @@ func (p *Probe) CountsByNetns() (map[uint32]map[Key]uint64, error) {
 }
 
 func (p *Probe) iterate(fn func(netns uint32, k Key, v uint64)) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return fmt.Errorf("read tcp_reset counts: %w", ErrClosed)
-	}
-	var (
-		k    tcpresetNbsRstKey
-		vals []uint64
-	)
-	it := p.objs.RstCounts.Iterate()
-	for it.Next(&k, &vals) {
-		sum, err := bpfload.Sum(vals)
-		if err != nil {
-			return fmt.Errorf("read tcp_reset counts: %w", err)
-		}
-		fn(k.Netns, Key{Direction: Direction(k.Direction), Code: k.Code}, sum)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read tcp_reset counts: %w", err)
-	}
-	return nil
+	return p.bpf.Do("read tcp_reset counts", func() error {
+		return bpfload.EachSum(p.objs.RstCounts, func(k tcpresetNbsRstKey, sum uint64) {
+			fn(k.Netns, Key{Direction: Direction(k.Direction), Code: k.Code}, sum)
+		})
+	})
 }
 
 // Suppressed returns how many evidence events the kernel-side rate limit
@@ -207,14 +183,13 @@ func (p *Probe) Suppressed() (uint64, error) {
 
 // Stats returns the probe's own losses.
 func (p *Probe) Stats() (Stats, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return Stats{}, fmt.Errorf("read tcp_reset stats: %w", ErrClosed)
-	}
-	c, err := bpfload.LookupSum[tcpresetNbsRstStats](p.objs.RstStats, uint32(0))
+	var c tcpresetNbsRstStats
+	err := p.bpf.Do("read tcp_reset stats", func() (err error) {
+		c, err = bpfload.LookupSum[tcpresetNbsRstStats](p.objs.RstStats, uint32(0))
+		return err
+	})
 	if err != nil {
-		return Stats{}, fmt.Errorf("read tcp_reset stats: %w", err)
+		return Stats{}, err
 	}
 	return Stats{Suppressed: c.Suppressed, RingFull: c.RingFull, CountErrors: c.CountErrors}, nil
 }
@@ -249,15 +224,5 @@ func (p *Probe) decode(raw []byte) (Event, error) {
 }
 
 // Close detaches the programs, frees the maps and ends a running ReadEvents.
-// It holds the lock throughout so no Counts or Stats call can be using a map
-// descriptor while it is closed.
-func (p *Probe) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
-	// The ring first: that ends a running ReadEvents before its map is freed.
-	return errors.Join(p.ring.Close(), p.bpf.Close())
-}
+// No Counts or Stats call can be using a map descriptor while it is closed.
+func (p *Probe) Close() error { return p.bpf.Close() }
