@@ -249,16 +249,22 @@ func (a *API) GetTree(w http.ResponseWriter, r *http.Request) {
 	WriteJSON(w, http.StatusOK, out)
 }
 
+// metricWindow reads the metric and from/to parameters that the series and
+// events routes share.
+func (a *API) metricWindow(r *http.Request) (metric string, from, to time.Time, err error) {
+	if metric, err = metricParam(r); err != nil {
+		return "", from, to, err
+	}
+	q := r.URL.Query()
+	from, to, err = timeRange(q.Get("from"), q.Get("to"), defaultRange, a.now())
+	return metric, from, to, err
+}
+
 // GetSeries serves GET /nodes/{node}/series: one metric over time.
 func (a *API) GetSeries(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
-	metric, err := metricParam(r)
-	if err != nil {
-		WriteError(w, r, err, nil)
-		return
-	}
-	from, to, err := timeRange(q.Get("from"), q.Get("to"), defaultRange, a.now())
+	metric, from, to, err := a.metricWindow(r)
 	if err != nil {
 		WriteError(w, r, err, nil)
 		return
@@ -341,12 +347,7 @@ func (a *API) GetSeries(w http.ResponseWriter, r *http.Request) {
 func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
-	metric, err := metricParam(r)
-	if err != nil {
-		WriteError(w, r, err, nil)
-		return
-	}
-	from, to, err := timeRange(q.Get("from"), q.Get("to"), defaultRange, a.now())
+	metric, from, to, err := a.metricWindow(r)
 	if err != nil {
 		WriteError(w, r, err, nil)
 		return
