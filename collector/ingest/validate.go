@@ -161,6 +161,9 @@ func checkPingAddress(s string) (string, error) {
 func (l Limits) checkDefinitions(in []*nbsv1.MetricDefinition, known map[string]*streamMetric) ([]store.MetricDef, *rejection) {
 	batch := make(map[string]bool, len(in))
 	for _, d := range in {
+		if batch[d.GetId()] {
+			return nil, reject("bad_definition", "metric %.256q is defined twice", d.GetId())
+		}
 		batch[d.GetId()] = true
 	}
 	defs := make([]store.MetricDef, 0, len(in))

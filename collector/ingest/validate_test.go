@@ -38,6 +38,7 @@ func TestHelloNames(t *testing.T) {
 		{"metric id too long", func(h *nbsv1.Hello) { h.Metrics = append(h.Metrics, def("tcp_reset/"+strings.Repeat("a", 250))) }, "260 bytes, at most 255"},
 		{"metric id too deep", func(h *nbsv1.Hello) { h.Metrics = append(h.Metrics, def("tcp_reset/a/b/c/d/e/f/g/h")) }, "9 segments, at most 8"},
 		{"orphan", func(h *nbsv1.Hello) { h.Metrics = append(h.Metrics, def("tcp_reset/sent/no_socket")) }, "metric tcp_reset/sent/no_socket: parent tcp_reset/sent is not defined"},
+		{"defined twice", func(h *nbsv1.Hello) { h.Metrics = append(h.Metrics, def("tcp_reset")) }, `hello: metric "tcp_reset" is defined twice`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -161,6 +161,21 @@ func (s *Store) MetricIDs(ctx context.Context, paths []string) (map[string]int32
 // UpsertDefinitions records what a node's agent says its metrics are and
 // returns the path → id mapping for them.
 func (s *Store) UpsertDefinitions(ctx context.Context, nodeID int32, defs []MetricDef) (map[string]int32, error) {
+	// One row per path, the last definition winning: a statement may not
+	// update the same row twice.
+	last := make(map[string]int, len(defs))
+	for i, d := range defs {
+		last[d.Path] = i
+	}
+	if len(last) < len(defs) {
+		uniq := make([]MetricDef, 0, len(last))
+		for i, d := range defs {
+			if last[d.Path] == i {
+				uniq = append(uniq, d)
+			}
+		}
+		defs = uniq
+	}
 	paths := make([]string, len(defs))
 	for i, d := range defs {
 		paths[i] = d.Path
@@ -169,23 +184,42 @@ func (s *Store) UpsertDefinitions(ctx context.Context, nodeID int32, defs []Metr
 	if err != nil {
 		return nil, err
 	}
-	batch := &pgx.Batch{}
-	for _, d := range defs {
-		var thr []byte
+	n := len(defs)
+	var (
+		metricIDs            = make([]int32, n)
+		titles, units, descs = make([]string, n), make([]string, n), make([]string, n)
+		kinds                = make([]int16, n)
+		thresholds           = make([]*string, n)
+		scales, quantiles    = make([]float64, n), make([]float64, n)
+	)
+	for i, d := range defs {
+		metricIDs[i], titles[i], units[i], kinds[i], descs[i] = ids[d.Path], d.Title, d.Unit, int16(d.Kind), d.Description
+		scales[i], quantiles[i] = d.Scale, d.Quantile
 		if d.DefaultThreshold != nil {
-			if thr, err = json.Marshal(d.DefaultThreshold); err != nil {
+			thr, err := json.Marshal(d.DefaultThreshold)
+			if err != nil {
 				return nil, fmt.Errorf("encode threshold of %s: %w", d.Path, err)
 			}
+			js := string(thr)
+			thresholds[i] = &js
 		}
-		batch.Queue(`
-			INSERT INTO node_metrics (node_id, metric_id, title, unit, kind, description, default_threshold, scale, quantile)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-			ON CONFLICT (node_id, metric_id) DO UPDATE SET title = EXCLUDED.title, unit = EXCLUDED.unit,
-				kind = EXCLUDED.kind, description = EXCLUDED.description, default_threshold = EXCLUDED.default_threshold,
-				scale = EXCLUDED.scale, quantile = EXCLUDED.quantile`,
-			nodeID, ids[d.Path], d.Title, d.Unit, int16(d.Kind), d.Description, thr, d.Scale, d.Quantile)
 	}
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+	// One statement for the whole tree, and no write at all for a
+	// definition that did not change: every Hello (each agent restart and
+	// reconnect) carries the whole tree, and rewriting identical rows cost
+	// a new row version and its WAL per metric.
+	_, err = s.pool.Exec(ctx, `
+		INSERT INTO node_metrics AS nm (node_id, metric_id, title, unit, kind, description, default_threshold, scale, quantile)
+		SELECT $1, d.metric_id, d.title, d.unit, d.kind, d.description, d.default_threshold, d.scale, d.quantile
+		FROM unnest($2::int[], $3::text[], $4::text[], $5::smallint[], $6::text[], $7::jsonb[], $8::float8[], $9::float8[])
+			AS d (metric_id, title, unit, kind, description, default_threshold, scale, quantile)
+		ON CONFLICT (node_id, metric_id) DO UPDATE SET title = EXCLUDED.title, unit = EXCLUDED.unit,
+			kind = EXCLUDED.kind, description = EXCLUDED.description, default_threshold = EXCLUDED.default_threshold,
+			scale = EXCLUDED.scale, quantile = EXCLUDED.quantile
+		WHERE (nm.title, nm.unit, nm.kind, nm.description, nm.default_threshold, nm.scale, nm.quantile)
+			IS DISTINCT FROM (EXCLUDED.title, EXCLUDED.unit, EXCLUDED.kind, EXCLUDED.description, EXCLUDED.default_threshold, EXCLUDED.scale, EXCLUDED.quantile)`,
+		nodeID, metricIDs, titles, units, kinds, descs, thresholds, scales, quantiles)
+	if err != nil {
 		return nil, fmt.Errorf("upsert metric definitions of node %d: %w", nodeID, err)
 	}
 	return ids, nil

@@ -3,10 +3,13 @@ package store
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/nbs-project/nbs/internal/loglinear"
 	"github.com/nbs-project/nbs/internal/pgcluster"
@@ -221,5 +224,64 @@ func TestHistogramSeriesMergesBuckets(t *testing.T) {
 		if got, want := steps[0].Hist.Quantile(q), all.Quantile(q); got != want {
 			t.Errorf("p%v of the merged step = %v, want %v", q*100, got, want)
 		}
+	}
+}
+
+// A Hello repeating the definitions it sent before writes nothing (no new
+// row version); a changed one is updated; a path given twice keeps the
+// last.
+func TestUpsertDefinitionsWritesOnlyChanges(t *testing.T) {
+	st := openTest(t)
+	ctx := context.Background()
+	node, err := st.UpsertNode(ctx, Node{Name: "defs-1", InstanceID: 1, IntervalMS: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs := []MetricDef{
+		{Path: "ping", Title: "Ping", Unit: "ms", Kind: KindHistogram, Scale: 1e6, Quantile: 0.99,
+			DefaultThreshold: &Threshold{Warn: 5, Crit: 10, Comparison: "above"}},
+		{Path: "ping/peer", Title: "Peer", Unit: "ms", Kind: KindHistogram, Scale: 1e6, Quantile: 0.99},
+	}
+	versions := func() map[string]string {
+		rows, err := st.pool.Query(ctx, `SELECT m.path, nm.xmin::text || '/' || nm.title FROM node_metrics nm
+			JOIN metric_paths m ON m.id = nm.metric_id WHERE nm.node_id = $1`, node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (kv [2]string, err error) {
+			err = r.Scan(&kv[0], &kv[1])
+			return kv, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for _, kv := range out {
+			m[kv[0]] = kv[1]
+		}
+		return m
+	}
+	if _, err := st.UpsertDefinitions(ctx, node, defs); err != nil {
+		t.Fatal(err)
+	}
+	before := versions()
+	if len(before) != 2 {
+		t.Fatalf("stored %v", before)
+	}
+	if _, err := st.UpsertDefinitions(ctx, node, defs); err != nil {
+		t.Fatal(err)
+	}
+	if after := versions(); !maps.Equal(before, after) {
+		t.Fatalf("the same definitions rewrote rows: %v → %v", before, after)
+	}
+	changed := []MetricDef{defs[0], defs[1], defs[1]}
+	changed[1].Title = "Peer (old)"
+	changed[2].Title = "Peer (new)"
+	if _, err := st.UpsertDefinitions(ctx, node, changed); err != nil {
+		t.Fatal(err)
+	}
+	after := versions()
+	if after["ping"] != before["ping"] || !strings.HasSuffix(after["ping/peer"], "/Peer (new)") {
+		t.Fatalf("after a change of ping/peer: %v (before %v)", after, before)
 	}
 }

@@ -1,0 +1,196 @@
+// Package loadgen simulates a fleet of agents against a real collector: N
+// nodes, each on its own gRPC connection and stream as a real agent is,
+// announcing a realistic tree (the agent's catalogue, about 200 metrics),
+// reporting every interval — roots only when healthy, a subtree with
+// evidence when troubled, everything in a periodic snapshot — resending
+// what was not acknowledged after a reconnect, and now and then restarting
+// (a new instance). It measures what a fleet operator cares about:
+// acknowledged samples per second and the time from a report's send to its
+// acknowledgement, which the collector sends only once the report is
+// committed to PostgreSQL.
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nbs-project/nbs/internal/loglinear"
+)
+
+// Config says what fleet to simulate.
+type Config struct {
+	// Addr is the collector's gRPC address.
+	Addr string
+	// Nodes is the fleet's size; node names are Prefix0, Prefix1, ...
+	Nodes  int
+	Prefix string
+	// Interval between one node's reports (the agent's --interval).
+	Interval time.Duration
+	// Ramp spreads the nodes' first connects over this long, as a fleet
+	// rolling out or reconnecting does (0: Interval).
+	Ramp time.Duration
+	// Troubled is the share of nodes (0..1) whose tcp_reset branch is in
+	// trouble: they stream its children and evidence every interval.
+	Troubled float64
+	// SnapshotEvery is how often a node sends its full tree (the agent's
+	// --snapshot.every).
+	SnapshotEvery time.Duration
+	// ReconnectsPerHour is how often, over the whole fleet, an agent reconnects:
+	// it drops its stream and connects again (the same instance, as the
+	// agent's spool keeps it), resending
+	// what was not acknowledged.
+	ReconnectsPerHour float64
+	// BootstrapToken enrolls the nodes with a collector in enroll mode.
+	BootstrapToken string
+	// Seed makes a run's choices repeatable.
+	Seed uint64
+	Log  *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.Addr == "" {
+		return errors.New("loadgen: no collector address")
+	}
+	if c.Nodes <= 0 {
+		return fmt.Errorf("loadgen: %d nodes", c.Nodes)
+	}
+	if c.Troubled < 0 || c.Troubled > 1 {
+		return fmt.Errorf("loadgen: troubled share %v is not within 0..1", c.Troubled)
+	}
+	if c.Prefix == "" {
+		c.Prefix = "sim-"
+	}
+	if c.Interval <= 0 {
+		c.Interval = 10 * time.Second
+	}
+	if c.Ramp <= 0 {
+		c.Ramp = c.Interval
+	}
+	if c.SnapshotEvery <= 0 {
+		c.SnapshotEvery = 5 * time.Minute
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Stats are a run's counts so far.
+type Stats struct {
+	Elapsed   time.Duration
+	Connected int64 // streams open now
+	Reports   uint64
+	Acked     uint64
+	Samples   uint64 // in acknowledged reports (histograms count as samples too)
+	Rejected  uint64
+	Resent    uint64
+	Reconnects  uint64
+	Errors    uint64 // streams that ended with an error
+	// Ack latency from send to acknowledgement, over the whole run.
+	AckP50, AckP99, AckMax time.Duration
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("%5.0fs streams %d reports %d acked %d (%.0f samples/s) ack p50 %v p99 %v max %v rejected %d resent %d reconnects %d errors %d",
+		s.Elapsed.Seconds(), s.Connected, s.Reports, s.Acked, s.SamplesPerSecond(),
+		s.AckP50.Round(time.Millisecond), s.AckP99.Round(time.Millisecond), s.AckMax.Round(time.Millisecond),
+		s.Rejected, s.Resent, s.Reconnects, s.Errors)
+}
+
+// SamplesPerSecond is acknowledged samples over the elapsed time.
+func (s Stats) SamplesPerSecond() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Samples) / s.Elapsed.Seconds()
+}
+
+// Fleet is a running simulation.
+type Fleet struct {
+	cfg   Config
+	tree  Tree
+	start time.Time
+
+	connected                                                  atomic.Int64
+	reports, acked, samples, rejected, resent, reconnects, errs atomic.Uint64
+
+	mu  sync.Mutex
+	lat *loglinear.Histogram // ack latency, microseconds
+}
+
+// New prepares a fleet; Run runs it.
+func New(cfg Config) (*Fleet, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	return &Fleet{cfg: cfg, tree: NewTree(), lat: loglinear.New()}, nil
+}
+
+// Tree is what every node announces.
+func (f *Fleet) Tree() Tree { return f.tree }
+
+// Run runs every node until ctx ends, then closes their streams and
+// returns. progress, when not nil, gets a line every progressEvery.
+func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.Duration) Stats {
+	f.start = time.Now()
+	var wg sync.WaitGroup
+	for i := range f.cfg.Nodes {
+		n := &node{
+			f: f, name: fmt.Sprintf("%s%d", f.cfg.Prefix, i),
+			rng:      rand.New(rand.NewPCG(f.cfg.Seed, uint64(i))),
+			unacked:  map[uint64]pending{},
+			troubled: float64(i) < f.cfg.Troubled*float64(f.cfg.Nodes),
+		}
+		// Spread first connects over the ramp and reports over the
+		// interval, as a real fleet's clocks are spread.
+		n.delay = time.Duration(float64(f.cfg.Ramp) * float64(i) / float64(f.cfg.Nodes))
+		wg.Go(func() { n.run(ctx) })
+	}
+	if progress != nil && progressEvery > 0 {
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+	loop:
+		for {
+			select {
+			case <-ctx.Done():
+				break loop
+			case <-t.C:
+				fmt.Fprintln(progress, f.Stats())
+			}
+		}
+	}
+	wg.Wait()
+	return f.Stats()
+}
+
+// Stats returns the counts so far.
+func (f *Fleet) Stats() Stats {
+	s := Stats{
+		Elapsed: time.Since(f.start), Connected: f.connected.Load(),
+		Reports: f.reports.Load(), Acked: f.acked.Load(), Samples: f.samples.Load(),
+		Rejected: f.rejected.Load(), Resent: f.resent.Load(), Reconnects: f.reconnects.Load(), Errors: f.errs.Load(),
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lat.Count > 0 {
+		s.AckP50 = time.Duration(f.lat.Quantile(0.5)) * time.Microsecond
+		s.AckP99 = time.Duration(f.lat.Quantile(0.99)) * time.Microsecond
+		s.AckMax = time.Duration(f.lat.Max()) * time.Microsecond
+	}
+	return s
+}
+
+func (f *Fleet) observe(d time.Duration, samples int) {
+	f.acked.Add(1)
+	f.samples.Add(uint64(samples))
+	f.mu.Lock()
+	f.lat.Record(uint64(max(d.Microseconds(), 1)))
+	f.mu.Unlock()
+}

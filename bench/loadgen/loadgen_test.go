@@ -1,0 +1,104 @@
+package loadgen
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	collectorapp "github.com/nbs-project/nbs/collector/app"
+	"github.com/nbs-project/nbs/internal/pgcluster"
+)
+
+func TestMain(m *testing.M) { pgcluster.Main(m) }
+
+// The simulated fleet is what it claims: every node registers its whole
+// tree, every acknowledged report is in PostgreSQL once (reconnects resend
+// what was not acknowledged, and nothing twice), and the samples it counts
+// as acknowledged are the samples stored.
+func TestFleetAgainstARealCollector(t *testing.T) {
+	dbURL := pgcluster.Database(t)
+	cfg := collectorapp.DefaultConfig()
+	cfg.DBURL, cfg.GRPCAddr, cfg.HTTPAddr = dbURL, "127.0.0.1:0", "127.0.0.1:0"
+	ctx, cancel := context.WithCancel(context.Background())
+	c := collectorapp.New(cfg, slog.New(slog.DiscardHandler))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("collector: %v", err)
+		}
+	})
+	select {
+	case <-c.Ready():
+	case err := <-done:
+		t.Fatalf("collector did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("collector not ready within 30s")
+	}
+	grpcAddr, _ := c.Addrs()
+
+	const nodes = 20
+	f, err := New(Config{
+		Addr: grpcAddr, Nodes: nodes, Interval: 200 * time.Millisecond, Ramp: 200 * time.Millisecond,
+		Troubled: 0.25, SnapshotEvery: time.Second, ReconnectsPerHour: 3600 * 5, Seed: 7,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRun := context.WithTimeout(context.Background(), 4*time.Second)
+	defer stopRun()
+	s := f.Run(runCtx, nil, 0)
+	t.Logf("%v", s)
+	if s.Acked == 0 || s.Rejected != 0 || s.Errors != 0 {
+		t.Fatalf("run: %v", s)
+	}
+	if s.Reconnects == 0 {
+		t.Fatalf("no reconnects at a rate of one per node-second: %v", s)
+	}
+	if n := len(f.Tree().Defs); n < 150 || n > 260 {
+		t.Fatalf("the simulated tree has %d metrics, want about 200", n)
+	}
+
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var gotNodes, minDefs int
+	if err := conn.QueryRow(context.Background(),
+		`SELECT count(*), coalesce(min(d), 0) FROM (SELECT count(*) AS d FROM node_metrics GROUP BY node_id) x`).Scan(&gotNodes, &minDefs); err != nil {
+		t.Fatal(err)
+	}
+	if gotNodes != nodes || minDefs != len(f.Tree().Defs) {
+		t.Fatalf("stored %d nodes with at least %d definitions, want %d with %d", gotNodes, minDefs, nodes, len(f.Tree().Defs))
+	}
+	// Reports still in flight when the run ended may be stored without
+	// their ack having arrived: stored is at least acked, and at most what
+	// was sent.
+	var stored, samples, hists int64
+	if err := conn.QueryRow(context.Background(),
+		`SELECT count(*), coalesce(sum(cardinality(metric_ids)), 0) FROM reports`).Scan(&stored, &samples); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM histograms`).Scan(&hists); err != nil {
+		t.Fatal(err)
+	}
+	if uint64(stored) < s.Acked || uint64(stored) > s.Reports {
+		t.Fatalf("stored %d reports; acked %d of %d sent", stored, s.Acked, s.Reports)
+	}
+	var dups int64
+	if err := conn.QueryRow(context.Background(),
+		`SELECT count(*) FROM (SELECT node_id, seq FROM reports GROUP BY node_id, seq HAVING count(*) > 1) x`).Scan(&dups); err != nil {
+		t.Fatal(err)
+	}
+	if dups != 0 {
+		t.Fatalf("%d reports stored twice", dups)
+	}
+	if uint64(samples+hists) < s.Samples {
+		t.Fatalf("stored %d samples and %d histograms, fewer than the %d acknowledged", samples, hists, s.Samples)
+	}
+}

@@ -1,0 +1,242 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/nbs-project/nbs/agent/catalog"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// errReconnect ends a session on purpose: the simulated agent reconnects.
+var errReconnect = errors.New("reconnect")
+
+type pending struct {
+	report *nbsv1.Report
+	sent   time.Time
+	items  int
+}
+
+// node is one simulated agent. Its instance id and numbering survive a
+// reconnect, as the real agent's spool keeps them across reconnects.
+type node struct {
+	f        *Fleet
+	name     string
+	rng      *rand.Rand
+	troubled bool
+	delay    time.Duration
+
+	instance     uint64
+	seq          uint64
+	lastSnapshot time.Time
+
+	mu         sync.Mutex
+	credential string
+	unacked    map[uint64]pending
+}
+
+func (n *node) run(ctx context.Context) {
+	if !sleep(ctx, n.delay) {
+		return
+	}
+	n.instance = n.rng.Uint64() | 1
+	// Snapshots spread over the fleet, as agents start at different times.
+	n.lastSnapshot = time.Now().Add(-time.Duration(n.rng.Int64N(int64(n.f.cfg.SnapshotEvery))))
+	backoff := time.Second
+	for ctx.Err() == nil {
+		err := n.session(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, errReconnect):
+			n.f.reconnects.Add(1)
+			backoff = time.Second
+			continue
+		}
+		n.f.errs.Add(1)
+		n.f.cfg.Log.Debug("stream ended", "node", n.name, "err", err)
+		if !sleep(ctx, backoff+time.Duration(n.rng.Int64N(int64(backoff)))) {
+			return
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// session is one connection and stream: Hello, resend what is unacked,
+// then a report every interval until ctx ends, the stream fails or the
+// agent reconnects.
+func (n *node) session(ctx context.Context) error {
+	cfg := n.f.cfg
+	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	defer conn.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := nbsv1.NewAgentServiceClient(conn).Connect(sctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Hello{Hello: n.hello()}}); err != nil {
+		return fmt.Errorf("send hello: %w", err)
+	}
+	n.f.connected.Add(1)
+	defer n.f.connected.Add(-1)
+	recvDone := make(chan error, 1)
+	go func() { recvDone <- n.receive(stream) }()
+	// The receiver ends with the stream; wait for it so no goroutine
+	// outlives the session.
+	defer func() { cancel(); <-recvDone }()
+
+	for _, p := range n.resend() {
+		if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: p}}); err != nil {
+			return fmt.Errorf("resend: %w", err)
+		}
+		n.f.resent.Add(1)
+	}
+	var restart <-chan time.Time
+	if cfg.ReconnectsPerHour > 0 {
+		// Exponential times between one node's reconnects, the fleet's
+		// rate spread over its nodes.
+		mean := time.Hour.Seconds() * float64(cfg.Nodes) / cfg.ReconnectsPerHour
+		t := time.NewTimer(time.Duration(n.rng.ExpFloat64() * mean * float64(time.Second)))
+		defer t.Stop()
+		restart = t.C
+	}
+	tick := time.NewTicker(cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-recvDone:
+			recvDone <- err // for the deferred wait
+			return fmt.Errorf("receive: %w", err)
+		case <-restart:
+			return errReconnect
+		case now := <-tick.C:
+			r, items := n.report(now)
+			n.mu.Lock()
+			n.unacked[r.Sequence] = pending{report: r, sent: time.Now(), items: items}
+			n.mu.Unlock()
+			n.f.reports.Add(1)
+			if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
+				return fmt.Errorf("send report: %w", err)
+			}
+		}
+	}
+}
+
+func (n *node) hello() *nbsv1.Hello {
+	h := &nbsv1.Hello{
+		NodeName: n.name, InstanceId: n.instance, AgentVersion: "loadgen", KernelRelease: "sim",
+		IntervalMs: uint32(n.f.cfg.Interval.Milliseconds()), Metrics: n.f.tree.Defs,
+		Labels: map[string]string{"customer": fmt.Sprintf("c%d", n.rng.IntN(20)), "sim": "true"},
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case n.credential != "":
+		h.Auth = &nbsv1.NodeAuth{Proof: &nbsv1.NodeAuth_NodeCredential{NodeCredential: n.credential}}
+	case n.f.cfg.BootstrapToken != "":
+		h.Auth = &nbsv1.NodeAuth{Proof: &nbsv1.NodeAuth_BootstrapToken{BootstrapToken: n.f.cfg.BootstrapToken}}
+	}
+	return h
+}
+
+// resend returns the unacknowledged reports in sequence order, stamped as
+// sent now.
+func (n *node) resend() []*nbsv1.Report {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	seqs := make([]uint64, 0, len(n.unacked))
+	for s := range n.unacked {
+		seqs = append(seqs, s)
+	}
+	slices.Sort(seqs)
+	out := make([]*nbsv1.Report, len(seqs))
+	for i, s := range seqs {
+		p := n.unacked[s]
+		p.sent = time.Now()
+		n.unacked[s] = p
+		out[i] = p.report
+	}
+	return out
+}
+
+func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse]) error {
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		switch m := msg.Msg.(type) {
+		case *nbsv1.ConnectResponse_Ack:
+			n.mu.Lock()
+			p, ok := n.unacked[m.Ack.GetSequence()]
+			delete(n.unacked, m.Ack.GetSequence())
+			n.mu.Unlock()
+			if ok {
+				n.f.observe(time.Since(p.sent), p.items)
+			}
+		case *nbsv1.ConnectResponse_Reject:
+			n.mu.Lock()
+			delete(n.unacked, m.Reject.GetSequence())
+			n.mu.Unlock()
+			n.f.rejected.Add(1)
+			n.f.cfg.Log.Warn("report rejected", "node", n.name, "seq", m.Reject.GetSequence(), "reason", m.Reject.GetReason())
+		case *nbsv1.ConnectResponse_Enrolled:
+			n.mu.Lock()
+			n.credential = m.Enrolled.GetNodeCredential()
+			n.mu.Unlock()
+		}
+	}
+}
+
+// report builds the next report: roots; a troubled node's tcp_reset
+// subtree and evidence; everything when a snapshot is due.
+func (n *node) report(now time.Time) (*nbsv1.Report, int) {
+	n.seq++
+	r := &nbsv1.Report{Sequence: n.seq, TimeUnixNano: now.UnixNano(), IntervalMs: uint32(n.f.cfg.Interval.Milliseconds())}
+	t := n.f.tree
+	if now.Sub(n.lastSnapshot) >= n.f.cfg.SnapshotEvery {
+		n.lastSnapshot = now
+		r.Snapshot = true
+		for _, d := range t.Defs {
+			fill(r, d, n.troubled && d.Id == catalog.TCPReset, n.rng)
+		}
+	} else {
+		for _, d := range t.Roots {
+			fill(r, d, n.troubled && d.Id == catalog.TCPReset, n.rng)
+		}
+		if n.troubled {
+			for _, d := range t.Troubled[1:] { // the root is in already
+				fill(r, d, true, n.rng)
+			}
+		}
+	}
+	if n.troubled {
+		events(r, now.UnixNano(), n.rng)
+	}
+	return r, len(r.Samples) + len(r.Histograms)
+}
