@@ -84,15 +84,15 @@ func (c *Config) defaults() error {
 
 // Stats are a run's counts so far.
 type Stats struct {
-	Elapsed   time.Duration
-	Connected int64 // streams open now
-	Reports   uint64
-	Acked     uint64
-	Samples   uint64 // in acknowledged reports (histograms count as samples too)
-	Rejected  uint64
-	Resent    uint64
-	Reconnects  uint64
-	Errors    uint64 // streams that ended with an error
+	Elapsed    time.Duration
+	Connected  int64 // streams open now
+	Reports    uint64
+	Acked      uint64
+	Samples    uint64 // in acknowledged reports (histograms count as samples too)
+	Rejected   uint64
+	Resent     uint64
+	Reconnects uint64
+	Errors     uint64 // streams that ended with an error
 	// Ack latency from send to acknowledgement, over the whole run.
 	AckP50, AckP99, AckMax time.Duration
 }
@@ -118,7 +118,7 @@ type Fleet struct {
 	tree  Tree
 	start time.Time
 
-	connected                                                  atomic.Int64
+	connected                                                   atomic.Int64
 	reports, acked, samples, rejected, resent, reconnects, errs atomic.Uint64
 
 	mu  sync.Mutex
