@@ -114,9 +114,10 @@ func (s Stats) SamplesPerSecond() float64 {
 
 // Fleet is a running simulation.
 type Fleet struct {
-	cfg   Config
-	tree  Tree
-	start time.Time
+	cfg    Config
+	tree   Tree
+	shapes []shape
+	start  time.Time
 
 	connected                                                   atomic.Int64
 	reports, acked, samples, rejected, resent, reconnects, errs atomic.Uint64
@@ -130,7 +131,8 @@ func New(cfg Config) (*Fleet, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	return &Fleet{cfg: cfg, tree: NewTree(), lat: loglinear.New()}, nil
+	return &Fleet{cfg: cfg, tree: NewTree(), lat: loglinear.New(),
+		shapes: newShapes(rand.New(rand.NewPCG(cfg.Seed, 0)), 64)}, nil
 }
 
 // Tree is what every node announces.

@@ -223,15 +223,15 @@ func (n *node) report(now time.Time) (*nbsv1.Report, int) {
 		n.lastSnapshot = now
 		r.Snapshot = true
 		for _, d := range t.Defs {
-			fill(r, d, n.troubled && d.Id == catalog.TCPReset, n.rng)
+			fill(r, d, n.troubled && d.Id == catalog.TCPReset, n.rng, n.f.shapes)
 		}
 	} else {
 		for _, d := range t.Roots {
-			fill(r, d, n.troubled && d.Id == catalog.TCPReset, n.rng)
+			fill(r, d, n.troubled && d.Id == catalog.TCPReset, n.rng, n.f.shapes)
 		}
 		if n.troubled {
 			for _, d := range t.Troubled[1:] { // the root is in already
-				fill(r, d, true, n.rng)
+				fill(r, d, true, n.rng, n.f.shapes)
 			}
 		}
 	}

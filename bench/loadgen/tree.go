@@ -77,9 +77,42 @@ func NewTree() Tree {
 	return t
 }
 
-// fill adds a sample (or a histogram) of d to r: values of the right kind
-// and plausible size, bad ones when troubled.
-func fill(r *nbsv1.Report, d *nbsv1.MetricDefinition, troubled bool, rng *rand.Rand) {
+// shapes are interval histograms of nanoseconds around a millisecond (a
+// ping target's or a TX stage's), made once: building one per report
+// would cost the simulator more than the collector spends on it.
+type shape struct {
+	index []uint32
+	count []uint64
+	n     uint64
+	sum   float64
+	h     *loglinear.Histogram
+	q     map[float64]float64 // the quantiles the catalogue's headlines use
+}
+
+func newShapes(rng *rand.Rand, k int) []shape {
+	out := make([]shape, k)
+	for j := range out {
+		h := loglinear.New()
+		n := 20 + rng.IntN(40)
+		for range n {
+			h.Record(uint64(500_000 + rng.IntN(1_500_000)))
+		}
+		sh := shape{n: h.Count, sum: h.Sum, h: h, q: map[float64]float64{}}
+		for _, q := range []float64{0.5, 0.9, 0.99} {
+			sh.q[q] = h.Quantile(q)
+		}
+		for _, i := range h.Sorted() {
+			sh.index = append(sh.index, i)
+			sh.count = append(sh.count, h.Counts[i])
+		}
+		out[j] = sh
+	}
+	return out
+}
+
+// fill adds a sample (and, for a histogram, its buckets) of d to r: values
+// of the right kind and plausible size, bad ones when troubled.
+func fill(r *nbsv1.Report, d *nbsv1.MetricDefinition, troubled bool, rng *rand.Rand, shapes []shape) {
 	state := nbsv1.State_STATE_OK
 	if troubled {
 		state = nbsv1.State_STATE_WARN
@@ -92,19 +125,9 @@ func fill(r *nbsv1.Report, d *nbsv1.MetricDefinition, troubled bool, rng *rand.R
 		r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: d.Id, Value: v, State: state})
 		return
 	}
-	// A histogram of nanoseconds around a millisecond: a ping target's or
-	// a TX stage's interval, a few dozen observations.
-	h := loglinear.New()
-	n := 20 + rng.IntN(40)
-	for range n {
-		h.Record(uint64(500_000 + rng.IntN(1_500_000)))
-	}
-	ph := &nbsv1.Histogram{MetricId: d.Id, Count: h.Count, Sum: h.Sum}
-	for _, i := range h.Sorted() {
-		ph.BucketIndex = append(ph.BucketIndex, i)
-		ph.BucketCount = append(ph.BucketCount, h.Counts[i])
-	}
-	r.Histograms = append(r.Histograms, ph)
+	sh := shapes[rng.IntN(len(shapes))]
+	r.Histograms = append(r.Histograms, &nbsv1.Histogram{MetricId: d.Id, Count: sh.n, Sum: sh.sum,
+		BucketIndex: sh.index, BucketCount: sh.count})
 	q, scale := d.Quantile, d.Scale
 	if q == 0 {
 		q = 0.99
@@ -112,8 +135,11 @@ func fill(r *nbsv1.Report, d *nbsv1.MetricDefinition, troubled bool, rng *rand.R
 	if scale == 0 {
 		scale = 1
 	}
-	hv := h.Quantile(q) / scale
-	r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: d.Id, Value: hv, State: state})
+	v, ok := sh.q[q]
+	if !ok {
+		v = sh.h.Quantile(q)
+	}
+	r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: d.Id, Value: v / scale, State: state})
 }
 
 // events are a troubled node's evidence for one interval.

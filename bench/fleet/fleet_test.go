@@ -1,0 +1,278 @@
+// Package fleet measures the collector under a simulated fleet
+// (bench/loadgen) over real gRPC, with PostgreSQL, each figure beside its
+// anchor measured in the same run:
+//
+//	go test -run '^$' -bench . -benchtime 1x -timeout 60m ./bench/fleet/
+//
+// BenchmarkFleet holds fleets of NBS_FLEET_NODES nodes (comma-separated;
+// default 1000,4000) at the default 10 s interval with 5% troubled nodes,
+// and reports acknowledged samples/s, report→ack p50/p99 and the
+// collector's resident memory per connected node. The collector runs as
+// its own process (the real binary), so its memory is its own.
+//
+// BenchmarkIngestVsCopy drives the collector flat out with full-tree
+// reports and then COPYs the very rows it stored into the same PostgreSQL:
+// samples/s through gRPC → validation → the write path, against the
+// database's raw COPY rate for the same rows.
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nbs-project/nbs/bench/loadgen"
+	"github.com/nbs-project/nbs/internal/pgcluster"
+)
+
+func TestMain(m *testing.M) { pgcluster.Main(m) }
+
+// collector is the real nbs-collector binary, running on its own database.
+type collector struct {
+	cmd      *exec.Cmd
+	grpcAddr string
+}
+
+func freePort(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// binary builds nbs-collector once per benchmark binary.
+func binary(b *testing.B) string {
+	b.Helper()
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "nbs-collector")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/nbs-project/nbs/collector/cmd/nbs-collector").CombinedOutput()
+	if err != nil {
+		b.Fatalf("build nbs-collector: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func startCollector(b *testing.B, bin, dbURL string, nodes int) *collector {
+	b.Helper()
+	grpcAddr, httpAddr := freePort(b), freePort(b)
+	streams := strconv.Itoa(nodes + 100)
+	cmd := exec.Command(bin, "--db.url", dbURL, "--grpc.listen-address", grpcAddr, "--http.listen-address", httpAddr,
+		"--grpc.node-auth", "none", "--ingest.max-streams", streams, "--ingest.max-streams-per-address", streams,
+		"--ingest.max-nodes", streams)
+	logf, err := os.Create(filepath.Join(b.TempDir(), "collector.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start collector: %v", err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		logf.Close()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.Dial("tcp", httpAddr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("collector not listening within 30s (log: %s)", logf.Name())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return &collector{cmd: cmd, grpcAddr: grpcAddr}
+}
+
+// rssKiB is the collector's resident memory.
+func (c *collector) rssKiB(b *testing.B) int {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
+}
+
+func envList(name string, def []int) []int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, s := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d > 0 {
+		return d
+	}
+	return def
+}
+
+// BenchmarkFleet: fleets at the default interval (NBS_FLEET_NODES,
+// NBS_FLEET_DURATION after a one-interval ramp, default 60s).
+func BenchmarkFleet(b *testing.B) {
+	bin := binary(b)
+	hold := envDuration("NBS_FLEET_DURATION", time.Minute)
+	for _, nodes := range envList("NBS_FLEET_NODES", []int{1000, 4000}) {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			for range b.N {
+				c := startCollector(b, bin, pgcluster.Database(b), nodes)
+				idle := c.rssKiB(b)
+				f, err := loadgen.New(loadgen.Config{Addr: c.grpcAddr, Nodes: nodes, Interval: 10 * time.Second,
+					Troubled: 0.05, ReconnectsPerHour: float64(nodes) / 10, Seed: uint64(nodes)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+hold)
+				peak := 0
+				go func() {
+					t := time.NewTicker(time.Second)
+					defer t.Stop()
+					for {
+						select {
+						case <-ctx.Done():
+							return
+						case <-t.C:
+							peak = max(peak, c.rssKiB(b))
+						}
+					}
+				}()
+				s := f.Run(ctx, os.Stderr, 10*time.Second)
+				cancel()
+				b.Logf("%d nodes: %v; collector RSS idle %d KiB, peak %d KiB", nodes, s, idle, peak)
+				b.ReportMetric(s.SamplesPerSecond(), "samples/s")
+				b.ReportMetric(float64(s.AckP50)/1e6, "ack_p50_ms")
+				b.ReportMetric(float64(s.AckP99)/1e6, "ack_p99_ms")
+				b.ReportMetric(float64(peak-idle)/float64(nodes), "KiB/node")
+				b.ReportMetric(float64(s.Errors), "stream_errors")
+			}
+		})
+	}
+}
+
+// BenchmarkIngestVsCopy: NBS_INGEST_NODES nodes (default 200) send their
+// full tree every NBS_INGEST_INTERVAL (default 100ms) for NBS_INGEST_DURATION
+// (default 30s); then the rows they stored are COPYed into a table of the
+// same shape in the same database.
+func BenchmarkIngestVsCopy(b *testing.B) {
+	bin := binary(b)
+	nodes := envList("NBS_INGEST_NODES", []int{200})[0]
+	interval := envDuration("NBS_INGEST_INTERVAL", 100*time.Millisecond)
+	hold := envDuration("NBS_INGEST_DURATION", 30*time.Second)
+	for range b.N {
+		dbURL := pgcluster.Database(b)
+		c := startCollector(b, bin, dbURL, nodes)
+		f, err := loadgen.New(loadgen.Config{Addr: c.grpcAddr, Nodes: nodes, Interval: interval,
+			Ramp: time.Second, SnapshotEvery: time.Nanosecond, Seed: 3})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second+hold)
+		s := f.Run(ctx, os.Stderr, 5*time.Second)
+		cancel()
+		copyRate, rows, samples := copyRate(b, dbURL)
+		b.Logf("ingest: %v", s)
+		b.Logf("COPY of the same %d report rows (%d samples and histograms): %.0f samples/s", rows, samples, copyRate)
+		b.ReportMetric(s.SamplesPerSecond(), "ingest_samples/s")
+		b.ReportMetric(copyRate, "copy_samples/s")
+		b.ReportMetric(s.SamplesPerSecond()/copyRate, "ingest/copy")
+		b.ReportMetric(float64(s.AckP99)/1e6, "ack_p99_ms")
+	}
+}
+
+// copyRate reads back every report and histogram row the collector stored
+// and COPYs them, 5,000 rows a commit, into tables of the same columns and
+// indexes; it returns samples (report samples plus histograms) per second.
+func copyRate(b *testing.B, dbURL string) (float64, int, int64) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		`CREATE TABLE copy_reports (LIKE reports INCLUDING DEFAULTS INCLUDING INDEXES)`,
+		`CREATE TABLE copy_histograms (LIKE histograms INCLUDING DEFAULTS INCLUDING INDEXES)`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			b.Fatalf("%s: %v", q, err)
+		}
+	}
+	read := func(q string) [][]any {
+		rows, err := conn.Query(ctx, q)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var out [][]any
+		for rows.Next() {
+			v, err := rows.Values()
+			if err != nil {
+				b.Fatal(err)
+			}
+			out = append(out, v)
+		}
+		if err := rows.Err(); err != nil {
+			b.Fatal(err)
+		}
+		return out
+	}
+	reports := read(`SELECT node_id, instance_id, seq, ts, interval_ms, snapshot, metric_ids, vals, states FROM reports`)
+	hists := read(`SELECT node_id, instance_id, seq, ts, metric_id, count, sum, bucket_index, bucket_count FROM histograms`)
+	var samples int64
+	for _, r := range reports {
+		samples += int64(len(r[6].([]any)))
+	}
+	samples += int64(len(hists))
+	copyAll := func(table string, cols []string, rows [][]any) {
+		for i := 0; i < len(rows); i += 5000 {
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows[i:min(i+5000, len(rows))])); err != nil {
+				b.Fatalf("copy into %s: %v", table, err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	start := time.Now()
+	copyAll("copy_reports", []string{"node_id", "instance_id", "seq", "ts", "interval_ms", "snapshot", "metric_ids", "vals", "states"}, reports)
+	copyAll("copy_histograms", []string{"node_id", "instance_id", "seq", "ts", "metric_id", "count", "sum", "bucket_index", "bucket_count"}, hists)
+	return float64(samples) / time.Since(start).Seconds(), len(reports), samples
+}
