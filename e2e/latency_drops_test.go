@@ -78,8 +78,10 @@ func TestLatencyRetransmitsEndToEnd(t *testing.T) {
 			t.Errorf("tree node %s is incomplete: %+v", id, n)
 		}
 	}
-	if n := tr.find("latency/retransmits"); n != nil && n.State != "warn" && n.State != "crit" {
-		t.Errorf("tree names latency/retransmits as %q, want warn or crit", n.State)
+	// The transfer is over by now and the newest interval may be quiet:
+	// the tree names the child through its recent window's worst state.
+	if n := tr.find("latency/retransmits"); n != nil && n.RecentSt != "warn" && n.RecentSt != "crit" {
+		t.Errorf("tree names latency/retransmits as %q over its recent window (now %q), want warn or crit", n.RecentSt, n.State)
 	}
 }
 

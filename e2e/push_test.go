@@ -81,6 +81,15 @@ func connectRaw(t *testing.T, addr, name string, labels map[string]string, reads
 				a.mu.Unlock()
 			}
 		}()
+		// The first Config comes once the collector has registered the
+		// node and its metrics: a test's next step (an override, which
+		// must name a metric some node has) may rely on that.
+		eventually(t, 15*time.Second, func() string {
+			if cfg, err := a.config(); cfg == nil {
+				return fmt.Sprintf("%s: no Config yet (stream: %v)", name, err)
+			}
+			return ""
+		})
 	}
 	return a
 }
