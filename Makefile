@@ -70,6 +70,19 @@ FUZZTIME ?= 1m
 fuzz: ## run every Go fuzz target for FUZZTIME each (default 1m; make fuzz FUZZTIME=5m)
 	GO=$(GO) FUZZTIME=$(FUZZTIME) tools/fuzz.sh
 
+# Every figure in BENCHMARKS.md, each with its anchor in the same run. The
+# machine is noisy: read the ratios each benchmark prints beside its figure.
+BENCH_ENV := NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1
+.PHONY: bench
+bench: ## run every benchmark of BENCHMARKS.md (about 30 minutes; root for the BPF ones)
+	$(DEPS) test
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench WriteReports -benchtime 3s ./collector/store
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencydrops/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencytx/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/fleet/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/report/
+	$(BENCH_ENV) $(GO) test ./e2e -run '^$$' -bench AlertLatency -benchtime 40x -timeout 30m
+
 .PHONY: run
 run: ## run the whole system locally: throwaway PostgreSQL, collector, one agent
 	$(DEPS) run
