@@ -93,13 +93,18 @@ type Stats struct {
 	Resent     uint64
 	Reconnects uint64
 	Errors     uint64 // streams that ended with an error
+	// Registered nodes have had a report acknowledged; AllRegistered is
+	// when the last of them did (0 until then): how long the fleet took
+	// to (re)connect.
+	Registered    int64
+	AllRegistered time.Duration
 	// Ack latency from send to acknowledgement, over the whole run.
 	AckP50, AckP99, AckMax time.Duration
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("%5.0fs streams %d reports %d acked %d (%.0f samples/s) ack p50 %v p99 %v max %v rejected %d resent %d reconnects %d errors %d",
-		s.Elapsed.Seconds(), s.Connected, s.Reports, s.Acked, s.SamplesPerSecond(),
+	return fmt.Sprintf("%5.0fs registered %d streams %d reports %d acked %d (%.0f samples/s) ack p50 %v p99 %v max %v rejected %d resent %d reconnects %d errors %d",
+		s.Elapsed.Seconds(), s.Registered, s.Connected, s.Reports, s.Acked, s.SamplesPerSecond(),
 		s.AckP50.Round(time.Millisecond), s.AckP99.Round(time.Millisecond), s.AckMax.Round(time.Millisecond),
 		s.Rejected, s.Resent, s.Reconnects, s.Errors)
 }
@@ -119,7 +124,8 @@ type Fleet struct {
 	shapes []shape
 	start  time.Time
 
-	connected                                                   atomic.Int64
+	connected, registered                                       atomic.Int64
+	allRegistered                                               atomic.Int64 // ns since start
 	reports, acked, samples, rejected, resent, reconnects, errs atomic.Uint64
 
 	mu  sync.Mutex
@@ -176,6 +182,7 @@ func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.
 func (f *Fleet) Stats() Stats {
 	s := Stats{
 		Elapsed: time.Since(f.start), Connected: f.connected.Load(),
+		Registered: f.registered.Load(), AllRegistered: time.Duration(f.allRegistered.Load()),
 		Reports: f.reports.Load(), Acked: f.acked.Load(), Samples: f.samples.Load(),
 		Rejected: f.rejected.Load(), Resent: f.resent.Load(), Reconnects: f.reconnects.Load(), Errors: f.errs.Load(),
 	}
@@ -187,6 +194,21 @@ func (f *Fleet) Stats() Stats {
 		s.AckMax = time.Duration(f.lat.Max()) * time.Microsecond
 	}
 	return s
+}
+
+// ResetLatency forgets the acknowledgement latencies seen so far, so that
+// the percentiles describe the steady state after a warm-up.
+func (f *Fleet) ResetLatency() {
+	f.mu.Lock()
+	f.lat = loglinear.New()
+	f.mu.Unlock()
+}
+
+// firstAck counts a node's first acknowledged report.
+func (f *Fleet) firstAck() {
+	if f.registered.Add(1) == int64(f.cfg.Nodes) {
+		f.allRegistered.Store(int64(time.Since(f.start)))
+	}
 }
 
 func (f *Fleet) observe(d time.Duration, samples int) {

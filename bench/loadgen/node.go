@@ -39,6 +39,7 @@ type node struct {
 	lastSnapshot time.Time
 
 	mu         sync.Mutex
+	acked      bool // a report of this node has been acknowledged
 	credential string
 	unacked    map[uint64]pending
 }
@@ -195,7 +196,12 @@ func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbs
 			n.mu.Lock()
 			p, ok := n.unacked[m.Ack.GetSequence()]
 			delete(n.unacked, m.Ack.GetSequence())
+			first := !n.acked
+			n.acked = true
 			n.mu.Unlock()
+			if first {
+				n.f.firstAck()
+			}
 			if ok {
 				n.f.observe(time.Since(p.sent), p.items)
 			}

@@ -76,6 +76,7 @@ type Server struct {
 	limits       Limits
 	helloTimeout time.Duration
 	sendTimeout  time.Duration
+	registering  chan struct{} // a slot per Hello being registered
 	log          *slog.Logger
 	metrics      *telemetry.Metrics
 
@@ -108,7 +109,15 @@ type ServerOptions struct {
 	Config      ConfigSource
 	// Auth verifies node names (default: OpenNames).
 	Auth Authenticator
+	// Registrations bounds the Hellos registered at once (authentication,
+	// node and definitions in PostgreSQL; default DefaultRegistrations).
+	// The rest wait their turn, so a fleet reconnecting at once cannot
+	// take every database connection from the writers that ack reports.
+	Registrations int
 }
+
+// DefaultRegistrations is how many Hellos are registered at once.
+const DefaultRegistrations = 2
 
 func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m *telemetry.Metrics) *Server {
 	if opts.HelloTimeout <= 0 {
@@ -126,9 +135,12 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 	if opts.Auth == nil {
 		opts.Auth = OpenNames{}
 	}
+	if opts.Registrations <= 0 {
+		opts.Registrations = DefaultRegistrations
+	}
 	return &Server{registry: reg, writer: w, config: opts.Config, auth: opts.Auth, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
-		sendTimeout: opts.SendTimeout,
-		log:         log, metrics: m, streams: map[string]*stream{}, perIP: map[string]int{}, clock: map[string]time.Duration{}}
+		sendTimeout: opts.SendTimeout, registering: make(chan struct{}, opts.Registrations),
+		log: log, metrics: m, streams: map[string]*stream{}, perIP: map[string]int{}, clock: map[string]time.Duration{}}
 }
 
 type streamMetric struct {
@@ -232,6 +244,13 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 		}
 		return status.Error(code, rej.msg)
 	}
+	select {
+	case s.registering <- struct{}{}:
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	registered := sync.OnceFunc(func() { <-s.registering })
+	defer registered()
 	grant, err := s.auth.Authenticate(ctx, hello)
 	if err != nil {
 		s.metrics.Rejects.WithLabelValues("node_auth").Inc()
@@ -281,6 +300,7 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 		s.log.Error("register metric definitions", "node", node.Name, "err", err)
 		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 	}
+	registered()
 	st := &stream{node: node, instance: node.InstanceID, peer: from, metrics: make(map[string]*streamMetric, len(defs)),
 		otherDefs: others, out: make(chan *nbsv1.ConnectResponse, 256), cfgReady: make(chan struct{}, 1), stuck: make(chan struct{}),
 		ctx: ctx, end: cancel}
