@@ -11,7 +11,6 @@
 package latencyrx
 
 import (
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -21,11 +20,6 @@ import (
 	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/txlab"
 )
-
-func TestMain(m *testing.M) {
-	txlab.MaybeHelper()
-	os.Exit(m.Run())
-}
 
 // BenchmarkReceive attaches the probe restricted to the receiving namespace
 // B (agent --netns) and loads it with a UDP flood and a TCP bulk transfer

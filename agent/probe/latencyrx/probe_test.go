@@ -16,9 +16,12 @@ import (
 	"github.com/nbs-project/nbs/internal/netlab"
 )
 
-func load(t *testing.T, opts Options) *Probe {
+// attached builds a lab and attaches a probe restricted to its namespace
+// B, where the tests' readers are.
+func attached(t *testing.T) (*netlab.Lab, *Probe) {
 	t.Helper()
-	p, err := Load(opts)
+	lab := netlab.New(t)
+	p, err := Load(Options{NetnsInode: lab.Inode(t, lab.B)})
 	if err != nil {
 		netlab.SkipOrFail(t, "latencyrx: %v", err)
 	}
@@ -27,7 +30,10 @@ func load(t *testing.T, opts Options) *Probe {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return p
+	if err := p.Attach(); err != nil {
+		t.Fatal(err)
+	}
+	return lab, p
 }
 
 // snapshot is the probe's state at one instant, to take differences of.
@@ -114,11 +120,7 @@ func TestUDPSlowReaderMatchesTimestamps(t *testing.T) {
 		datagrams = 40
 		readDelay = 20 * time.Millisecond
 	)
-	lab := netlab.New(t)
-	p := load(t, Options{NetnsInode: lab.Inode(t, lab.B)})
-	if err := p.Attach(); err != nil {
-		t.Fatal(err)
-	}
+	lab, p := attached(t)
 	dst := netip.AddrPortFrom(lab.IPB, 9100)
 	rx := socketIn(t, lab, lab.B, unix.SOCK_DGRAM, dst)
 	if err := unix.SetsockoptInt(rx, unix.SOL_SOCKET, unix.SO_TIMESTAMPING,
@@ -188,16 +190,7 @@ func TestUDPSlowReaderMatchesTimestamps(t *testing.T) {
 			t.Errorf("%s: %d observations, want exactly the %d datagrams received", c.name, c.got, datagrams)
 		}
 	}
-	if stack.Quantile(0.99) > 1e6 {
-		t.Errorf("stack p99 %.1f µs, want under 1 ms with an idle receiver", stack.Quantile(0.99)/1e3)
-	}
-	// The read waits readDelay less the microseconds the datagram took to
-	// arrive; the scheduler of a shared 2-core machine adds a little.
-	// Histogram buckets are within 1/16 of their values.
-	lo, hi := 0.95*float64(readDelay), float64(readDelay)*(1+1.0/16)+3e6
-	if r := read.Quantile(0.5); r < lo || r > hi {
-		t.Errorf("read p50 %.2f ms, want the reader's %v delay: [%.2f, %.2f] ms", r/1e6, readDelay, lo/1e6, hi/1e6)
-	}
+	slowReader(t, stack, read, readDelay)
 	// The receiver's own view ends when recvmsg has returned to it, the
 	// probe's as the kernel leaves recvmsg: they differ by one return to
 	// user space, so 1 ms of tolerance beyond the bucket width.
@@ -239,6 +232,22 @@ func TestUDPSlowReaderMatchesTimestamps(t *testing.T) {
 	}
 }
 
+// slowReader checks what a reader that waits delay before each read must
+// see: a stack under a millisecond on an idle receiver, and reads that take
+// the delay, less the microseconds the packet took to arrive, plus a little
+// from the scheduler of a shared 2-core machine and the histogram's bucket
+// width (1/16 of the value).
+func slowReader(t *testing.T, stack, read *loglinear.Histogram, delay time.Duration) {
+	t.Helper()
+	if stack.Quantile(0.99) > 1e6 {
+		t.Errorf("stack p99 %.1f µs, want under 1 ms", stack.Quantile(0.99)/1e3)
+	}
+	lo, hi := 0.95*float64(delay), float64(delay)*(1+1.0/16)+3e6
+	if r := read.Quantile(0.5); r < lo || r > hi {
+		t.Errorf("read p50 %.2f ms, want the reader's %v delay: [%.2f, %.2f] ms", r/1e6, delay, lo/1e6, hi/1e6)
+	}
+}
+
 // quantile is the q-quantile of vs by the rule loglinear uses (the value
 // of rank ceil(q*n)), so the two are compared sample for sample.
 func quantile(vs []float64, q float64) float64 {
@@ -256,11 +265,7 @@ func TestTCPReader(t *testing.T) {
 		messages  = 30
 		readDelay = 10 * time.Millisecond
 	)
-	lab := netlab.New(t)
-	p := load(t, Options{NetnsInode: lab.Inode(t, lab.B)})
-	if err := p.Attach(); err != nil {
-		t.Fatal(err)
-	}
+	lab, p := attached(t)
 	dst := netip.AddrPortFrom(lab.IPB, 9101)
 	ln := socketIn(t, lab, lab.B, unix.SOCK_STREAM, dst)
 	if err := unix.Listen(ln, 1); err != nil {
@@ -308,13 +313,7 @@ func TestTCPReader(t *testing.T) {
 	if stack.Count != messages || read.Count != messages {
 		t.Errorf("timed %d segments to the socket and %d reads, want exactly the %d messages", stack.Count, read.Count, messages)
 	}
-	if stack.Quantile(0.99) > 1e6 {
-		t.Errorf("stack p99 %.1f µs, want under 1 ms", stack.Quantile(0.99)/1e3)
-	}
-	lo, hi := 0.95*float64(readDelay), float64(readDelay)*(1+1.0/16)+3e6
-	if r := read.Quantile(0.5); r < lo || r > hi {
-		t.Errorf("read p50 %.2f ms, want the reader's %v delay: [%.2f, %.2f] ms", r/1e6, readDelay, lo/1e6, hi/1e6)
-	}
+	slowReader(t, stack, read, readDelay)
 	if u := since(s0, s1, UDP, Stack).Count; u != 0 {
 		t.Errorf("%d UDP datagrams timed in a TCP-only namespace", u)
 	}

@@ -12,9 +12,12 @@ import (
 	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/internal/netlab"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
-func open(t *testing.T, env source.Env) *Source {
+// open opens the source, closed with the test, and returns its one
+// capability.
+func open(t *testing.T, env source.Env) (*Source, *nbsv1.Capability) {
 	t.Helper()
 	s, err := Open(context.Background(), Options{Env: env})
 	if err != nil {
@@ -25,7 +28,11 @@ func open(t *testing.T, env source.Env) *Source {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return s
+	caps := s.Capabilities()
+	if len(caps) != 1 || caps[0].GetName() != capName {
+		t.Fatalf("capabilities %v, want one, %s", caps, capName)
+	}
+	return s, caps[0]
 }
 
 func collect(t *testing.T, s *Source) source.Reading {
@@ -123,9 +130,9 @@ func TestIntervalsAndChildren(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := open(t, source.Env{Netns: h})
-	if caps := s.Capabilities(); len(caps) != 1 || !caps[0].GetAvailable() {
-		netlab.SkipOrFail(t, "latencyrx: %v", caps)
+	s, c := open(t, source.Env{Netns: h})
+	if !c.GetAvailable() {
+		netlab.SkipOrFail(t, "latencyrx: %s", c.GetReason())
 	}
 	if r := collect(t, s); len(r.Metrics) != 0 || len(r.Histograms) != 0 {
 		t.Fatalf("detached source reported %d metrics, %d histograms", len(r.Metrics), len(r.Histograms))
@@ -187,10 +194,9 @@ func TestIntervalsAndChildren(t *testing.T) {
 
 // Without BPF the source never measures, cannot be attached, and says why.
 func TestDisabled(t *testing.T) {
-	s := open(t, source.Env{DisableBPF: true})
-	caps := s.Capabilities()
-	if len(caps) != 1 || caps[0].GetName() != capName || caps[0].GetAvailable() || caps[0].GetReason() != source.BPFDisabled {
-		t.Fatalf("capabilities %v, want %s unavailable: %s", caps, capName, source.BPFDisabled)
+	s, c := open(t, source.Env{DisableBPF: true})
+	if c.GetAvailable() || c.GetReason() != source.BPFDisabled {
+		t.Fatalf("capability %v, want unavailable: %s", c, source.BPFDisabled)
 	}
 	if err := s.SetActive(context.Background(), true); err == nil {
 		t.Fatal("SetActive(true) without BPF succeeded")
