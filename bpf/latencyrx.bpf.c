@@ -30,8 +30,9 @@
  *    appended the datagram: it is the tail of sk_receive_queue. UDP copies
  *    linear datagrams without skb_copy_datagram_iovec, so the read is
  *    tp_btf/sock_recv_length at the end of recvmsg, which takes exactly the
- *    oldest datagram: a FIFO of queue times per socket (socket-local
- *    storage) pairs them.
+ *    oldest datagram: the last 32 queue times per socket (socket-local
+ *    storage), by position, pair them, counted back from the datagrams
+ *    still waiting.
  */
 #include "nbs.h"
 #include "loglinear.h"
@@ -44,6 +45,7 @@ volatile __u32 epoch = 1;
 #define NBS_IPPROTO_TCP 6
 #define NBS_IPPROTO_UDP 17
 #define NBS_MSG_PEEK 2
+#define NBS_MSG_ERRQUEUE 0x2000
 
 enum nbs_rx_proto { NBS_RX_TCP, NBS_RX_UDP, NBS_RX_PROTOS };
 enum nbs_rx_kind { NBS_RX_STACK, NBS_RX_READ, NBS_RX_TOTAL, NBS_RX_KINDS };
@@ -60,18 +62,18 @@ struct nbs_rx_slot {
 	__u32 proto; /* enum nbs_rx_proto, once queued */
 };
 
-/* One queued datagram of a UDP socket: seq is its position + 1 (0: empty). */
+/* One queued datagram of a UDP socket: seq is its position + 1 (0: empty
+ * or paired already). */
 struct nbs_rx_fifo_ent {
 	__u64 seq;
 	__u64 queued_ns;
 	__u64 arrived_ns; /* 0 when its arrival was not seen */
+	__u64 epoch;
 };
 
+/* The last NBS_RX_FIFO datagrams queued to a UDP socket, by position. */
 struct nbs_rx_fifo {
 	__u64 pushed;
-	__u64 popped;
-	__u32 epoch;
-	__u32 _pad;
 	struct nbs_rx_fifo_ent ent[NBS_RX_FIFO];
 };
 
@@ -80,7 +82,7 @@ struct nbs_rx_stats {
 	__u64 stack[2];       /* per protocol: timed to the socket */
 	__u64 read[2];        /* per protocol: timed to the read */
 	__u64 unmatched;      /* reached a socket with no stamp (overwritten, or not seen) */
-	__u64 fifo_overflow;  /* UDP datagrams read with their queue time overwritten */
+	__u64 udp_unpaired;   /* UDP reads whose queue time was not found */
 };
 
 struct {
@@ -251,30 +253,26 @@ int BPF_PROG(nbs_rx_ready, const struct sock *sk)
 	struct nbs_rx_fifo_ent *e;
 	struct nbs_rx_fifo *f;
 	struct sk_buff *tail;
-	__u64 now, seq, arrived;
+	__u64 now, seq, arrived = 0;
 
 	if (sk->sk_protocol != NBS_IPPROTO_UDP)
 		return 0;
 	if (target_netns && nbs_sk_netns(sk) != target_netns)
 		return 0;
-	tail = sk->sk_receive_queue.prev;
-	if (!tail || (void *)tail == (void *)&sk->sk_receive_queue)
-		return 0; /* read already */
 	now = bpf_ktime_get_ns();
-	arrived = queued(tail, NBS_RX_UDP, now);
+	tail = sk->sk_receive_queue.prev;
+	/* An empty queue: the reader took the datagram already. It still
+	 * takes a position, so the ones after it keep theirs. */
+	if (tail && (void *)tail != (void *)&sk->sk_receive_queue)
+		arrived = queued(tail, NBS_RX_UDP, now);
 	f = bpf_sk_storage_get(&rx_fifo, (struct sock *)sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!f)
 		return 0;
-	if (f->epoch != epoch) {
-		/* First datagram since this attachment: what the FIFO held was
-		 * read unseen. Queued datagrams of before stay unpaired. */
-		f->epoch = epoch;
-		f->popped = f->pushed;
-	}
 	seq = __sync_fetch_and_add(&f->pushed, 1);
 	e = &f->ent[seq & (NBS_RX_FIFO - 1)];
 	e->queued_ns = now;
 	e->arrived_ns = arrived;
+	e->epoch = epoch;
 	e->seq = seq + 1;
 	return 0;
 }
@@ -285,28 +283,35 @@ int BPF_PROG(nbs_rx_recv, struct sock *sk, int ret, int flags)
 	struct nbs_rx_stats *st;
 	struct nbs_rx_fifo_ent *e;
 	struct nbs_rx_fifo *f;
-	__u64 now, seq, q, a;
+	__u64 now, seq, pushed, q, a;
+	__u32 waiting;
 
-	if (ret < 0 || (flags & NBS_MSG_PEEK) || sk->sk_protocol != NBS_IPPROTO_UDP)
+	if (ret < 0 || (flags & (NBS_MSG_PEEK | NBS_MSG_ERRQUEUE)) || sk->sk_protocol != NBS_IPPROTO_UDP)
 		return 0;
 	f = bpf_sk_storage_get(&rx_fifo, sk, NULL, 0);
-	if (!f || f->epoch != epoch)
+	if (!f)
 		return 0;
-	seq = __sync_fetch_and_add(&f->popped, 1);
-	if (seq >= f->pushed) {
-		/* Read before its sk_data_ready ran: that push will land in a
-		 * position already popped, so the FIFO stays in step. */
+	/* The datagram just read is the oldest; those still waiting (in the
+	 * receive queue and the reader queue UDP splices it into) are the
+	 * newest pushed. Counting from the end keeps the pairing right
+	 * whatever was read while the programs were detached. */
+	waiting = sk->sk_receive_queue.qlen + BPF_CORE_READ((struct udp_sock *)sk, reader_queue.qlen);
+	pushed = f->pushed;
+	if (pushed < (__u64)waiting + 1)
+		return 0;
+	seq = pushed - waiting - 1;
+	e = &f->ent[seq & (NBS_RX_FIFO - 1)];
+	st = stats();
+	if (e->seq != seq + 1 || e->epoch != epoch) {
+		/* Overwritten (more than NBS_RX_FIFO waiting), queued before
+		 * this attachment, or still being pushed. */
+		if (st)
+			st->udp_unpaired++;
 		return 0;
 	}
-	e = &f->ent[seq & (NBS_RX_FIFO - 1)];
 	q = e->queued_ns;
 	a = e->arrived_ns;
-	st = stats();
-	if (e->seq != seq + 1) {
-		if (st)
-			st->fifo_overflow++;
-		return 0;
-	}
+	e->seq = 0; /* paired once */
 	now = bpf_ktime_get_ns();
 	if (now < q)
 		return 0;

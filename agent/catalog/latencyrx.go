@@ -36,7 +36,7 @@ const (
 		"(TcpExtTCPBacklogDrop counts the ones that found it full)."
 	rxReadHow = "BPF: from the moment the data reached the socket's receive queue to the application's read " +
 		"(TCP: the first skb_copy_datagram_iovec of the skb, from recvmsg; UDP: the end of the recvmsg that " +
-		"took the datagram, paired in order through socket-local storage)."
+		"took the datagram, paired with it by its position in the socket's queue)."
 	rxReadCauses = " This is the application's delay, not the network's: a reader that is busy, blocked on " +
 		"something else (a lock, disk, a slow downstream), starved of CPU (its cgroup's quota, a loaded host), " +
 		"or that reads in large batches. Data waiting here also fills the socket's receive buffer, which shrinks " +
@@ -77,7 +77,8 @@ func LatencyRXTree() []Metric {
 			"Time TCP data waited in its socket's receive queue for the application's read, timed per "+
 				"socket buffer (segments merged into one are timed from the oldest). A connection the "+
 				"application keeps open without reading (an idle pool, a paused stream) adds its long waits "+
-				"here."+rxReadCauses+latencyTriggeredOnlyRemark,
+				"here. Data taken without a copy to user memory (splice, kTLS, zero-copy receive) is not timed."+
+				rxReadCauses+latencyTriggeredOnlyRemark,
 			rxReadThreshold()),
 		latencyHistogram(LatencyRXReadUDP, "UDP queue → read (p99)",
 			"Time UDP datagrams waited in their socket's receive queue for the application's read. When more "+

@@ -21,14 +21,12 @@ type latencyrxNbsHist struct {
 type latencyrxNbsRxFifo struct {
 	_      structs.HostLayout
 	Pushed uint64
-	Popped uint64
-	Epoch  uint32
-	Pad    uint32
 	Ent    [32]struct {
 		_         structs.HostLayout
 		Seq       uint64
 		QueuedNs  uint64
 		ArrivedNs uint64
+		Epoch     uint64
 	}
 }
 
@@ -42,12 +40,12 @@ type latencyrxNbsRxSlot struct {
 }
 
 type latencyrxNbsRxStats struct {
-	_            structs.HostLayout
-	Arrived      uint64
-	Stack        [2]uint64
-	Read         [2]uint64
-	Unmatched    uint64
-	FifoOverflow uint64
+	_           structs.HostLayout
+	Arrived     uint64
+	Stack       [2]uint64
+	Read        [2]uint64
+	Unmatched   uint64
+	UdpUnpaired uint64
 }
 
 // Names of all BPF objects in the ELF.

@@ -57,9 +57,10 @@ type Stats struct {
 	// Unmatched reached a socket without a stamp: their slot was taken by
 	// another packet, or they arrived before the probe was attached.
 	Unmatched uint64
-	// FIFOOverflow counts UDP datagrams read whose queue time had been
-	// overwritten: more than 32 were waiting in their socket.
-	FIFOOverflow uint64
+	// UDPUnpaired counts UDP datagrams read whose queue time was not
+	// found: more than 32 were waiting in their socket, or the datagram
+	// was queued before the probe was attached.
+	UDPUnpaired uint64
 }
 
 // Probe is the loaded programs, attached or not.
@@ -152,7 +153,7 @@ func (p *Probe) Stats() (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{Arrived: c.Arrived, Stack: c.Stack, Read: c.Read, Unmatched: c.Unmatched, FIFOOverflow: c.FifoOverflow}, nil
+	return Stats{Arrived: c.Arrived, Stack: c.Stack, Read: c.Read, Unmatched: c.Unmatched, UDPUnpaired: c.UdpUnpaired}, nil
 }
 
 // Close detaches the programs and frees them and their maps.

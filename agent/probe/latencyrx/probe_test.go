@@ -334,3 +334,61 @@ func TestTCPReader(t *testing.T) {
 		t.Errorf("attached again: %d reads timed, want 3", after.st.Read[TCP]-before.st.Read[TCP])
 	}
 }
+
+// UDP reads are paired with their datagrams by position, counted back from
+// the datagrams still waiting: with more than 32 waiting only the newest 32
+// are timed, and a datagram queued before the probe was detached or while
+// it was is never paired, with its own queue time or a later one's.
+func TestUDPPairingByPosition(t *testing.T) {
+	lab, p := attached(t)
+	dst := netip.AddrPortFrom(lab.IPB, 9102)
+	rx := socketIn(t, lab, lab.B, unix.SOCK_DGRAM, dst)
+	tx := socketIn(t, lab, lab.A, unix.SOCK_DGRAM, netip.AddrPort{})
+	send := func(n int) {
+		for i := range n {
+			if err := unix.Sendto(tx, []byte("queued"), 0, sockaddr(dst)); err != nil {
+				t.Fatalf("sendto %d: %v", i, err)
+			}
+		}
+	}
+	recv := func(n int) {
+		buf := make([]byte, 64)
+		for i := range n {
+			if _, _, err := unix.Recvfrom(rx, buf, 0); err != nil {
+				t.Fatalf("recvfrom %d: %v", i, err)
+			}
+		}
+	}
+	delta := func(s0, s1 snapshot) (stack, read, unpaired uint64) {
+		return s1.st.Stack[UDP] - s0.st.Stack[UDP], s1.st.Read[UDP] - s0.st.Read[UDP], s1.st.UDPUnpaired - s0.st.UDPUnpaired
+	}
+	for _, c := range []struct {
+		name                    string
+		before, detached, after int // sent before, while detached, after reattaching
+		stack, read, unpaired   uint64
+	}{
+		{name: "40 waiting", before: 40, stack: 40, read: 32, unpaired: 8},
+		// Queued before the gap or during it: not timed across it.
+		{name: "5 queued while detached", before: 3, detached: 5, after: 4, stack: 7, read: 4, unpaired: 8},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s0 := snap(t, p)
+			send(c.before)
+			if c.detached > 0 {
+				if err := p.Detach(); err != nil {
+					t.Fatal(err)
+				}
+				send(c.detached)
+				if err := p.Attach(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			send(c.after)
+			recv(c.before + c.detached + c.after)
+			stack, read, unpaired := delta(s0, snap(t, p))
+			if stack != c.stack || read != c.read || unpaired != c.unpaired {
+				t.Errorf("timed %d to the socket, %d reads, %d unpaired; want %d, %d, %d", stack, read, unpaired, c.stack, c.read, c.unpaired)
+			}
+		})
+	}
+}
