@@ -68,9 +68,4 @@ func BenchmarkReceive(b *testing.B) {
 			stop()
 		})
 	}
-	st, err := p.Stats()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("probe counts: %+v", st)
 }
