@@ -130,15 +130,15 @@ static __always_inline void record(__u32 proto, __u32 kind, __u64 ns)
 		nbs_hist_record(h, ns);
 }
 
-/* The slot of skb: Fibonacci hashing of its data head's address (the
- * verifier allows no arithmetic on the skb pointer itself; the head is as
- * unique while the packet lives, and its low bits say little). */
+/* The slot of skb, by Fibonacci hashing of its data head's address: as
+ * unique as the skb's while the packet lives, and its low bits say little.
+ * The head comes back in *head. */
 static __always_inline struct nbs_rx_slot *slot_of(const struct sk_buff *skb, __u64 *head)
 {
 	__u32 k;
 
-	/* Read as a number: the verifier allows no arithmetic on the
-	 * pointer a direct load gives. */
+	/* Read as a number: the verifier allows no arithmetic on the skb
+	 * pointer, nor on the one a direct load of skb->head gives. */
 	if (bpf_probe_read_kernel(head, sizeof(*head), &skb->head) || !*head)
 		return NULL;
 	k = (*head * 0x9E3779B97F4A7C15ULL) >> (64 - NBS_RX_SLOTS_BITS);

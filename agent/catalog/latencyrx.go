@@ -77,7 +77,9 @@ func LatencyRXTree() []Metric {
 			"Time TCP data waited in its socket's receive queue for the application's read, timed per "+
 				"socket buffer (segments merged into one are timed from the oldest). A connection the "+
 				"application keeps open without reading (an idle pool, a paused stream) adds its long waits "+
-				"here. Data taken without a copy to user memory (splice, kTLS, zero-copy receive) is not timed."+
+				"here, and so does data that arrived out of order and waited for a retransmission to fill the "+
+				"gap before it (then latency/retransmits moves too). Data taken without a copy to user memory "+
+				"(splice, kTLS, zero-copy receive) is not timed."+
 				rxReadCauses+latencyTriggeredOnlyRemark,
 			rxReadThreshold()),
 		latencyHistogram(LatencyRXReadUDP, "UDP queue → read (p99)",
