@@ -62,17 +62,17 @@ func counts(t *testing.T, r source.Reading) map[string]uint64 {
 	return out
 }
 
-// traffic sends udp datagrams and tcp messages from A to readers in B,
-// each read before the next is sent, so every datagram and every message
-// is one packet to time and one read.
-func traffic(t *testing.T, lab *netlab.Lab, udp, tcp int) {
+// traffic sends udp datagrams to udpAddr and tcp messages from A to
+// readers in B, each read before the next is sent, so every datagram and
+// every message is one packet to time and one read.
+func traffic(t *testing.T, lab *netlab.Lab, udpAddr netip.Addr, udp, tcp int) {
 	t.Helper()
 	var (
 		uc *net.UDPConn
 		ln net.Listener
 	)
 	if err := lab.Do(lab.B, func() (err error) {
-		if uc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.IPB, 0))); err != nil {
+		if uc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(udpAddr, 0))); err != nil {
 			return err
 		}
 		ln, err = net.Listen("tcp", netip.AddrPortFrom(lab.IPB, 0).String())
@@ -137,7 +137,7 @@ func TestIntervalsAndChildren(t *testing.T) {
 	if r := collect(t, s); len(r.Metrics) != 0 || len(r.Histograms) != 0 {
 		t.Fatalf("detached source reported %d metrics, %d histograms", len(r.Metrics), len(r.Histograms))
 	}
-	traffic(t, lab, 3, 3) // before the attachment: never counted
+	traffic(t, lab, lab.IPB, 3, 3) // before the attachment: never counted
 	if err := s.SetActive(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestIntervalsAndChildren(t *testing.T) {
 		t.Fatal("not active after SetActive(true)")
 	}
 
-	traffic(t, lab, udp, tcp)
+	traffic(t, lab, lab.IPB, udp, tcp)
 	got := counts(t, collect(t, s))
 	want := map[string]uint64{
 		catalog.LatencyRXStackUDP: udp, catalog.LatencyRXReadUDP: udp,
@@ -161,12 +161,12 @@ func TestIntervalsAndChildren(t *testing.T) {
 		t.Errorf("first interval: histograms %v, want exactly %v", got, want)
 	}
 
-	// The next interval has only its own packets; idle, every histogram is
-	// still there, empty.
-	traffic(t, lab, 4, 0)
+	// The next interval has only its own packets (IPv6 this time); idle,
+	// every histogram is still there, empty.
+	traffic(t, lab, lab.IP6B, 4, 0)
 	got = counts(t, collect(t, s))
-	if got[catalog.LatencyRXStackUDP] != 4 || got[catalog.LatencyRXStackTCP] != 0 || got[catalog.LatencyRX] != 4 {
-		t.Errorf("second interval: %v, want 4 UDP datagrams and no TCP", got)
+	if got[catalog.LatencyRXStackUDP] != 4 || got[catalog.LatencyRXReadUDP] != 4 || got[catalog.LatencyRXStackTCP] != 0 || got[catalog.LatencyRX] != 4 {
+		t.Errorf("second interval: %v, want 4 UDP datagrams over IPv6, read, and no TCP", got)
 	}
 	got = counts(t, collect(t, s))
 	for id := range want {
@@ -182,7 +182,7 @@ func TestIntervalsAndChildren(t *testing.T) {
 	if !slices.Equal(r.Retired, []string{catalog.LatencyRX}) || len(r.Metrics) != 0 {
 		t.Errorf("after detaching: retired %v, %d metrics; want [%s] and none", r.Retired, len(r.Metrics), catalog.LatencyRX)
 	}
-	traffic(t, lab, 3, 0)
+	traffic(t, lab, lab.IPB, 3, 0)
 	if err := s.SetActive(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
