@@ -25,6 +25,7 @@ import (
 	"github.com/nbs-project/nbs/agent/source/latency"
 	"github.com/nbs-project/nbs/agent/source/latencyflows"
 	"github.com/nbs-project/nbs/agent/source/latencyqdisc"
+	"github.com/nbs-project/nbs/agent/source/latencyrx"
 	"github.com/nbs-project/nbs/agent/source/latencytx"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
 	"github.com/nbs-project/nbs/agent/source/tcpreset"
@@ -189,6 +190,7 @@ func (a *Agent) branches() []opener {
 		open(latencytx.Open, latencytx.Options{CgroupPath: a.cfg.CgroupPath, SampleEvery: uint32(a.cfg.TxSample)}),
 		open(latencyqdisc.Open, latencyqdisc.Options{}),
 		open(latencyflows.Open, latencyflows.Options{}),
+		open(latencyrx.Open, latencyrx.Options{}),
 	}
 }
 

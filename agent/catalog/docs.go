@@ -35,6 +35,7 @@ func Documented() []Branch {
 	latency.Metrics = append(latency.Metrics, LatencyTXTree()...)
 	latency.Metrics = append(latency.Metrics, LatencyQdiscTree()...)
 	latency.Metrics = append(latency.Metrics, LatencyFlowsTree()...)
+	latency.Metrics = append(latency.Metrics, LatencyRXTree()...)
 	latency.Children = append(latency.Children, QdiscDevice("<device>", "<device>", 0))
 	agent := Branch{Root: Agent, Metrics: AgentTree(),
 		Children: append(AgentProgram("<program>"), AgentTriggeredSource("<source>", "<branch>"))}

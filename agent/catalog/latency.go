@@ -1,9 +1,10 @@
 package catalog
 
 // The latency branch: is this host adding latency? Its always-on children
-// are defined here; sampled TX timestamping, qdisc sojourn and per-flow
-// children live under latency/tx, latency/qdisc and latency/flows
-// (latencytx.go, latencyqdisc.go, latencyflows.go).
+// are defined here; sampled TX timestamping, qdisc sojourn, per-flow and
+// receive latency children live under latency/tx, latency/qdisc,
+// latency/flows and latency/rx (latencytx.go, latencyqdisc.go,
+// latencyflows.go, latencyrx.go).
 const (
 	Latency                = "latency"
 	LatencyRetransmits     = "latency/retransmits"
@@ -49,7 +50,7 @@ func LatencyTree() []Metric {
 				"The children show the other ways: retransmission timeouts, lost retransmissions, connections " +
 				"refused at a full accept queue, data thrown away for lack of socket memory, packets dropped or " +
 				"delayed before the stack ever saw them (softnet), and, where sampled, where time goes on the " +
-				"transmit path (tx) and in queueing disciplines (qdisc).",
+				"transmit path (tx), in queueing disciplines (qdisc) and on the receive path to the application (rx).",
 		},
 		{
 			ID: LatencyRetransmits, Title: "Retransmitted segments", Unit: "segments/s", Kind: Rate,

@@ -91,3 +91,20 @@ func (s *Sampler) Stop() (r Result, ok bool) {
 	r.MeanNs = float64(s.last.Runtime-s.first.Runtime) / float64(r.Runs)
 	return r, true
 }
+
+// Report stops s and reports its median and mean ns/run and its runs as
+// metrics prefixed with name; a program the load did not reach is only
+// logged.
+func Report(b *testing.B, s *Sampler, name string) {
+	b.Helper()
+	r, ok := s.Stop()
+	if !ok {
+		b.Logf("%s: did not run under this load", name)
+		return
+	}
+	b.ReportMetric(r.MedianNs, name+"-ns/run")
+	b.ReportMetric(r.MeanNs, name+"-mean-ns/run")
+	b.ReportMetric(float64(r.Runs), name+"-runs")
+	b.Logf("%-40s median %5.0f ns/run, mean %5.0f ns/run, %8d runs, %d recursion misses",
+		name, r.MedianNs, r.MeanNs, r.Runs, r.RecursionMisses)
+}

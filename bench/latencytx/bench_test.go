@@ -32,20 +32,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// report stops s and reports its median and mean ns/run and runs under
-// name; a program the load did not reach is only logged.
-func report(b *testing.B, s *bpfstats.Sampler, name string) {
-	r, ok := s.Stop()
-	if !ok {
-		b.Logf("%s: did not run under this load", name)
-		return
-	}
-	b.ReportMetric(r.MedianNs, name+"-ns/run")
-	b.ReportMetric(r.MeanNs, name+"-mean-ns/run")
-	b.ReportMetric(float64(r.Runs), name+"-runs")
-	b.Logf("%-26s median %5.0f ns/run, mean %5.0f ns/run, %8d runs", name, r.MedianNs, r.MeanNs, r.Runs)
-}
-
 type rig struct {
 	lab   *netlab.Lab
 	cg    *txlab.Cgroup
@@ -108,7 +94,7 @@ func (r *rig) under(b *testing.B, load string, run func()) {
 	run()
 	b.Logf("load %s:", load)
 	for i, k := range names {
-		report(b, ss[i], load+"/"+k)
+		bpfstats.Report(b, ss[i], load+"/"+k)
 	}
 }
 

@@ -1,0 +1,103 @@
+// Package latencyrx is the latency/rx branch: receive-stack latency, from a
+// packet's arrival to its socket's receive queue and from there to the
+// application's read, per protocol, from per-packet BPF programs the agent
+// attaches only while the latency branch is in trouble or an operator is
+// looking (source.Adaptive): they cost 100–500 ns per received packet
+// (BENCHMARKS.md), above what an always-on program may.
+package latencyrx
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/probe/bpfhist"
+	probe "github.com/nbs-project/nbs/agent/probe/latencyrx"
+	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/internal/loglinear"
+)
+
+const capName = "bpf.latency.rx"
+
+// Options configure Open.
+type Options struct {
+	source.Env
+}
+
+// Source reads the receive latency histograms while attached.
+type Source struct {
+	*source.Triggered[*probe.Probe, probe.Stats]
+
+	deltas [probe.Protos][probe.Kinds]bpfhist.Delta // guarded by Triggered's lock
+}
+
+// ids names the histogram of each protocol and kind; Total has no child
+// per protocol, only the branch's own histogram.
+var ids = [probe.Protos][probe.Kinds]string{
+	probe.TCP: {probe.Stack: catalog.LatencyRXStackTCP, probe.Read: catalog.LatencyRXReadTCP},
+	probe.UDP: {probe.Stack: catalog.LatencyRXStackUDP, probe.Read: catalog.LatencyRXReadUDP},
+}
+
+// parents merges each kind over the protocols.
+var parents = [probe.Kinds]string{
+	probe.Stack: catalog.LatencyRXStack,
+	probe.Read:  catalog.LatencyRXRead,
+	probe.Total: catalog.LatencyRX,
+}
+
+// Open loads the programs without attaching them, or returns a source that
+// never measures and says why.
+func Open(_ context.Context, opts Options) (*Source, error) {
+	s := &Source{}
+	s.Triggered = source.NewTriggered(opts.Env, source.TriggeredSpec[*probe.Probe, probe.Stats]{
+		Name: "latency/rx (bpf, triggered)", Capability: capName, Trigger: catalog.Latency, Branch: catalog.LatencyRX,
+		What: "receive latency",
+		Load: func(netnsInode uint32, log *slog.Logger) (*probe.Probe, error) {
+			return probe.Load(probe.Options{NetnsInode: netnsInode, Logger: log})
+		},
+		Attached: s.attached,
+	})
+	return s, nil
+}
+
+// attached counts from the attachment: what the maps held before is
+// history already reported.
+func (s *Source) attached(p *probe.Probe) error {
+	hs, err := p.Histograms()
+	if err != nil {
+		return err
+	}
+	for proto := range probe.Protos {
+		for kind := range probe.Kinds {
+			s.deltas[proto][kind].Reset(hs[proto][kind])
+		}
+	}
+	return nil
+}
+
+func (s *Source) Collect(context.Context) (source.Reading, error) {
+	return s.WhileAttached(s.collect)
+}
+
+func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
+	hs, err := p.Histograms()
+	if err != nil {
+		return fmt.Errorf("read receive latency: %w", err)
+	}
+	r.Metrics = catalog.LatencyRXTree()
+	r.Histograms = make(map[string]*loglinear.Histogram, len(r.Metrics))
+	for _, id := range parents {
+		r.Histograms[id] = loglinear.New()
+	}
+	for proto := range probe.Protos {
+		for kind := range probe.Kinds {
+			h := s.deltas[proto][kind].Next(hs[proto][kind])
+			r.Histograms[parents[kind]].Merge(h)
+			if id := ids[proto][kind]; id != "" {
+				r.Histograms[id] = h
+			}
+		}
+	}
+	return nil
+}
