@@ -50,6 +50,20 @@ func (r *countingRegistry) DefinitionsOutside(context.Context, int32, []string) 
 	return 0, nil
 }
 
+func (r *countingRegistry) KnownDefinitions(context.Context, int32) ([]byte, int, error) {
+	return nil, 0, nil
+}
+
+func (r *countingRegistry) MarkDefinitions(context.Context, int32, []byte) error { return nil }
+
+func (r *countingRegistry) MetricIDs(_ context.Context, paths []string) (map[string]int32, error) {
+	ids := map[string]int32{}
+	for i, p := range paths {
+		ids[p] = int32(i + 1)
+	}
+	return ids, nil
+}
+
 func (r *countingRegistry) count(node string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

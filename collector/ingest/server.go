@@ -3,6 +3,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,12 @@ type Registry interface {
 	// DefinitionsOutside counts the node's stored definitions whose paths
 	// are not in paths: what earlier Hellos and streams defined.
 	DefinitionsOutside(ctx context.Context, nodeID int32, paths []string) (int, error)
+	// KnownDefinitions and MarkDefinitions let a Hello that repeats the
+	// node's last registered definitions (store.DefinitionsHash) skip
+	// writing them; MetricIDs then resolves their ids.
+	KnownDefinitions(ctx context.Context, nodeID int32) (hash []byte, total int, err error)
+	MarkDefinitions(ctx context.Context, nodeID int32, hash []byte) error
+	MetricIDs(ctx context.Context, paths []string) (map[string]int32, error)
 }
 
 // ConfigSource computes the effective Config for a node (thresholds, peers,
@@ -220,6 +227,55 @@ func (st *stream) trySend(m *nbsv1.ConnectResponse) {
 	}
 }
 
+// registerDefinitions stores a Hello's definitions and returns their ids
+// and how many of the node's stored definitions lie outside them. A Hello
+// that repeats the definitions its node last registered writes nothing: a
+// collector restart has every agent say Hello again with the same tree.
+func (s *Server) registerDefinitions(ctx context.Context, node store.Node, defs []store.MetricDef) (map[string]int32, int, error) {
+	unavailable := status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+	paths := make([]string, len(defs))
+	for i, d := range defs {
+		paths[i] = d.Path
+	}
+	hash := store.DefinitionsHash(defs)
+	known, total, err := s.registry.KnownDefinitions(ctx, node.ID)
+	if err != nil {
+		s.log.Error("read known metric definitions", "node", node.Name, "err", err)
+		return nil, 0, unavailable
+	}
+	same := known != nil && bytes.Equal(known, hash)
+	others := total - len(defs)
+	if !same {
+		if others, err = s.registry.DefinitionsOutside(ctx, node.ID, paths); err != nil {
+			s.log.Error("count metric definitions", "node", node.Name, "err", err)
+			return nil, 0, unavailable
+		}
+	}
+	if others+len(defs) > s.limits.MaxMetrics {
+		s.metrics.Rejects.WithLabelValues("too_many_metrics").Inc()
+		return nil, 0, status.Errorf(codes.ResourceExhausted, "hello: node %s would have %d metric definitions (%d stored from earlier Hellos + %d in this one), at most %d allowed (--ingest.max-metrics-per-node): delete the node to start afresh",
+			node.Name, others+len(defs), others, len(defs), s.limits.MaxMetrics)
+	}
+	if same {
+		ids, err := s.registry.MetricIDs(ctx, paths)
+		if err != nil {
+			s.log.Error("resolve metric ids", "node", node.Name, "err", err)
+			return nil, 0, unavailable
+		}
+		return ids, others, nil
+	}
+	ids, err := s.registry.UpsertDefinitions(ctx, node.ID, defs)
+	if err != nil {
+		s.log.Error("register metric definitions", "node", node.Name, "err", err)
+		return nil, 0, unavailable
+	}
+	if err := s.registry.MarkDefinitions(ctx, node.ID, hash); err != nil {
+		// Only the next Hello's shortcut is lost.
+		s.log.Warn("record metric definitions hash", "node", node.Name, "err", err)
+	}
+	return ids, others, nil
+}
+
 // Connect serves one agent's stream: Hello, then reports until either side ends it.
 func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	ctx, cancel := context.WithCancelCause(grpcStream.Context())
@@ -281,24 +337,9 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 		s.log.Error("register node", "node", node.Name, "err", err)
 		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 	}
-	paths := make([]string, len(defs))
-	for i, d := range defs {
-		paths[i] = d.Path
-	}
-	others, err := s.registry.DefinitionsOutside(ctx, node.ID, paths)
+	ids, others, err := s.registerDefinitions(ctx, node, defs)
 	if err != nil {
-		s.log.Error("count metric definitions", "node", node.Name, "err", err)
-		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
-	}
-	if others+len(defs) > s.limits.MaxMetrics {
-		s.metrics.Rejects.WithLabelValues("too_many_metrics").Inc()
-		return status.Errorf(codes.ResourceExhausted, "hello: node %s would have %d metric definitions (%d stored from earlier Hellos + %d in this one), at most %d allowed (--ingest.max-metrics-per-node): delete the node to start afresh",
-			node.Name, others+len(defs), others, len(defs), s.limits.MaxMetrics)
-	}
-	ids, err := s.registry.UpsertDefinitions(ctx, node.ID, defs)
-	if err != nil {
-		s.log.Error("register metric definitions", "node", node.Name, "err", err)
-		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+		return err
 	}
 	registered()
 	st := &stream{node: node, instance: node.InstanceID, peer: from, metrics: make(map[string]*streamMetric, len(defs)),

@@ -2,10 +2,13 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -208,7 +211,10 @@ func (s *Store) UpsertDefinitions(ctx context.Context, nodeID int32, defs []Metr
 	// definition that did not change: every Hello (each agent restart and
 	// reconnect) carries the whole tree, and rewriting identical rows cost
 	// a new row version and its WAL per metric.
+	// Any change of a node's definitions makes the hash of its last Hello
+	// (MarkDefinitions) stale; the Hello path sets it again after this.
 	_, err = s.pool.Exec(ctx, `
+		WITH stale AS (UPDATE nodes SET defs_hash = NULL WHERE id = $1 AND defs_hash IS NOT NULL)
 		INSERT INTO node_metrics AS nm (node_id, metric_id, title, unit, kind, description, default_threshold, scale, quantile)
 		SELECT $1, d.metric_id, d.title, d.unit, d.kind, d.description, d.default_threshold, d.scale, d.quantile
 		FROM unnest($2::int[], $3::text[], $4::text[], $5::smallint[], $6::text[], $7::jsonb[], $8::float8[], $9::float8[])
@@ -223,6 +229,50 @@ func (s *Store) UpsertDefinitions(ctx context.Context, nodeID int32, defs []Metr
 		return nil, fmt.Errorf("upsert metric definitions of node %d: %w", nodeID, err)
 	}
 	return ids, nil
+}
+
+// DefinitionsHash is what MarkDefinitions records of a Hello's definitions:
+// a hash of their contents, whatever their order.
+func DefinitionsHash(defs []MetricDef) []byte {
+	sorted := slices.Clone(defs)
+	slices.SortFunc(sorted, func(a, b MetricDef) int { return strings.Compare(a.Path, b.Path) })
+	h := sha256.New()
+	// JSON of a fixed struct is a canonical encoding of it: the same
+	// definitions always hash alike, and a change of any field shows.
+	if err := json.NewEncoder(h).Encode(sorted); err != nil {
+		// A MetricDef always encodes; were it not to, no Hello would match
+		// and each would register in full, which is only slower.
+		return nil
+	}
+	return h.Sum(nil)
+}
+
+// KnownDefinitions returns the hash MarkDefinitions recorded for the node
+// (nil when none, or when its definitions changed since) and how many
+// definitions the node had then.
+func (s *Store) KnownDefinitions(ctx context.Context, nodeID int32) ([]byte, int, error) {
+	var (
+		hash  []byte
+		total *int32
+	)
+	if err := s.pool.QueryRow(ctx, `SELECT defs_hash, defs_total FROM nodes WHERE id = $1`, nodeID).Scan(&hash, &total); err != nil {
+		return nil, 0, fmt.Errorf("read definitions hash of node %d: %w", nodeID, err)
+	}
+	if total == nil {
+		return nil, 0, nil
+	}
+	return hash, int(*total), nil
+}
+
+// MarkDefinitions records that the node's stored definitions are those of
+// a Hello with this hash (DefinitionsHash), and counts them.
+func (s *Store) MarkDefinitions(ctx context.Context, nodeID int32, hash []byte) error {
+	_, err := s.pool.Exec(ctx, `UPDATE nodes SET defs_hash = $2,
+		defs_total = (SELECT count(*) FROM node_metrics WHERE node_id = $1) WHERE id = $1`, nodeID, hash)
+	if err != nil {
+		return fmt.Errorf("record definitions hash of node %d: %w", nodeID, err)
+	}
+	return nil
 }
 
 // ensurePartitions creates the day partitions a batch needs. Creating them

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -283,5 +285,46 @@ func TestUpsertDefinitionsWritesOnlyChanges(t *testing.T) {
 	after := versions()
 	if after["ping"] != before["ping"] || !strings.HasSuffix(after["ping/peer"], "/Peer (new)") {
 		t.Fatalf("after a change of ping/peer: %v (before %v)", after, before)
+	}
+}
+
+// A Hello's definitions are known by their hash until any definition of the
+// node changes; the hash ignores order and sees every field.
+func TestKnownDefinitions(t *testing.T) {
+	st := openTest(t)
+	ctx := context.Background()
+	node, err := st.UpsertNode(ctx, Node{Name: "known-1", InstanceID: 1, IntervalMS: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs := []MetricDef{{Path: "drops", Title: "Drops", Unit: "drops/s", Kind: KindRate},
+		{Path: "drops/no_socket", Title: "No socket", Unit: "drops/s", Kind: KindRate}}
+	h := DefinitionsHash(defs)
+	if !bytes.Equal(h, DefinitionsHash([]MetricDef{defs[1], defs[0]})) {
+		t.Fatal("the hash depends on the order of the definitions")
+	}
+	changed := slices.Clone(defs)
+	changed[1].Description = "changed"
+	if bytes.Equal(h, DefinitionsHash(changed)) {
+		t.Fatal("the hash does not see a changed description")
+	}
+	if got, total, err := st.KnownDefinitions(ctx, node); err != nil || got != nil || total != 0 {
+		t.Fatalf("before any Hello: %x, %d, %v", got, total, err)
+	}
+	if _, err := st.UpsertDefinitions(ctx, node, defs); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.MarkDefinitions(ctx, node, h); err != nil {
+		t.Fatal(err)
+	}
+	if got, total, err := st.KnownDefinitions(ctx, node); err != nil || !bytes.Equal(got, h) || total != 2 {
+		t.Fatalf("after a Hello: %x, %d, %v; want %x, 2", got, total, err, h)
+	}
+	// A report adding a metric makes the hash stale.
+	if _, err := st.UpsertDefinitions(ctx, node, []MetricDef{{Path: "drops/other", Title: "Other", Unit: "drops/s", Kind: KindRate}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := st.KnownDefinitions(ctx, node); err != nil || got != nil {
+		t.Fatalf("after a new definition: %x, %v; want no hash", got, err)
 	}
 }
