@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/store"
-	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
 // TestCounterparts: a reset A received is joined to the reset B sent (same
@@ -20,11 +18,7 @@ import (
 // from nodes the caller's scope sees.
 func TestCounterparts(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	const (
 		aEnd = "10.0.0.1:40000"
 		bEnd = "10.0.0.2:9"
