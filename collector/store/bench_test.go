@@ -3,11 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
-
-	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
 // BenchmarkWriteReports measures the ingest path (COPY into staging, dedup
@@ -29,12 +26,9 @@ func BenchmarkWriteReports(b *testing.B) {
 
 func benchWrite(b *testing.B, nodes, samples, batchSize int) {
 	ctx := context.Background()
-	st, err := Open(ctx, pgcluster.Database(b), slog.New(slog.DiscardHandler))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
+	st := openTest(b)
 	nodeIDs := make([]int32, nodes)
+	var err error
 	var defs []MetricDef
 	for m := range samples {
 		defs = append(defs, MetricDef{Path: fmt.Sprintf("r%d", m), Title: "m", Unit: "x/s", Kind: KindRate})
@@ -94,12 +88,9 @@ func benchWrite(b *testing.B, nodes, samples, batchSize int) {
 func BenchmarkCounterparts(b *testing.B) {
 	const nodes, perNode, page = 50, 2000, 200
 	ctx := context.Background()
-	st, err := Open(ctx, pgcluster.Database(b), slog.New(slog.DiscardHandler))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
+	st := openTest(b)
 	ids := make([]int32, nodes)
+	var err error
 	var metric int32
 	for i := range nodes {
 		if ids[i], err = st.UpsertNode(ctx, Node{Name: fmt.Sprintf("n%d", i), InstanceID: 1, IntervalMS: 10000}); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/store/storetest"
 )
 
 // TestCounterparts: a reset A received is joined to the reset B sent (same
@@ -18,7 +19,7 @@ import (
 // from nodes the caller's scope sees.
 func TestCounterparts(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
+	st := storetest.Open(t)
 	const (
 		aEnd = "10.0.0.1:40000"
 		bEnd = "10.0.0.2:9"

@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"maps"
 	"slices"
 	"testing"
@@ -11,26 +10,15 @@ import (
 
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/store"
-	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/collector/store/storetest"
 )
-
-// openStore is a store on a fresh database, closed with the test.
-func openStore(t *testing.T) *store.Store {
-	t.Helper()
-	st, err := store.Open(context.Background(), pgcluster.Database(t), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	return st
-}
 
 // TestScopedQueries: the scoped reads return exactly the nodes a principal
 // sees, and a node outside the scope is not found with the very error of a
 // node that does not exist.
 func TestScopedQueries(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
+	st := storetest.Open(t)
 	ids := map[string]int32{}
 	for _, n := range []store.Node{
 		{Name: "a1", Labels: map[string]string{"customer": "acme", "region": "eu"}},

@@ -15,7 +15,7 @@ import (
 
 func TestMain(m *testing.M) { pgcluster.Main(m) }
 
-func openTest(t *testing.T) *Store {
+func openTest(t testing.TB) *Store {
 	t.Helper()
 	ctx := context.Background()
 	st, err := Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
