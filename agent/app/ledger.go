@@ -120,9 +120,9 @@ func (l *ledger) build(t *tree.Tree, now time.Time, elapsed time.Duration, cur r
 			v = increases[id]
 		}
 		if !ok {
-			v = 0
+			v = 0 // and said to mean nothing: a root is streamed for its state
 		}
-		r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: id, Value: v, State: res.State[id]})
+		r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: id, Value: v, State: res.State[id], NoValue: !ok})
 		if d := l.backlog[id]; d != nil {
 			p := histogramProto(id, d.h)
 			if d.start.Before(start) {

@@ -255,3 +255,32 @@ func TestLedgerRestartCountsFromBaseline(t *testing.T) {
 		t.Errorf("first interval after a start: sample %v, want the increase since the baseline, 10", s)
 	}
 }
+
+// A root is streamed every interval for its state; without a value (its
+// source measured nothing) the sample says so instead of passing 0 off as
+// a measurement.
+func TestLedgerRootWithoutValue(t *testing.T) {
+	tr, led := ledgerTree(), newLedger()
+	now := time.Unix(1_700_000_000, 0)
+	led.baseline(reading{})
+	for i, c := range []struct {
+		gauges  map[string]float64
+		noValue bool
+	}{
+		{map[string]float64{}, true},
+		{map[string]float64{"ping": 0}, false}, // a real 0 is a value
+		{map[string]float64{"ping": 2.5}, false},
+	} {
+		r, res := led.build(tr, now.Add(time.Duration(i+1)*10*time.Second), 10*time.Second, reading{gauges: c.gauges}, false)
+		s := sampleOf(r, "ping")
+		if s == nil {
+			t.Fatalf("interval %d: the root was not streamed", i)
+		}
+		if s.GetNoValue() != c.noValue || s.GetValue() != c.gauges["ping"] {
+			t.Errorf("interval %d: sample %v, want value %v, no_value %v", i, s, c.gauges["ping"], c.noValue)
+		}
+		if c.noValue && res.Own["ping"] != tree.Unknown {
+			t.Errorf("interval %d: root without a value is %v, want UNKNOWN", i, res.Own["ping"])
+		}
+	}
+}

@@ -64,7 +64,8 @@ func PingTree() []Metric {
 			Description: "How long does the network take? This node pings its targets (from --ping.targets) and the " +
 				"fleet peers the collector assigns it, timing every echo with kernel timestamps. The headline is the " +
 				"worst target's round-trip time at p99 this interval, as an application sees it (the user-space RTT, " +
-				"what ping(8) shows); 0 when there is no target or no reply. Loss is not folded into it: a target " +
+				"what ping(8) shows). With no target it has no value (UNKNOWN: there is no round trip to speak of, " +
+				"and 0 ms would read as a fast network); 0 when targets exist but none replied. Loss is not folded into it: a target " +
 				"that answers nothing has no RTT, and its loss child turns the state red instead. The state is the " +
 				"worst of the children: open the red target, then its children say whether the time is spent in the " +
 				"network (kernel_rtt), on this host (host_delay, and which stage), or lost (loss).",
@@ -108,19 +109,28 @@ func PingSegment(name string) string {
 func PingTargetID(name string) string { return Ping + "/" + PingSegment(name) }
 
 // PingTarget is the subtree for one target: id from PingTargetID, address
-// the IP address pinged (for the descriptions).
-func PingTarget(id, address string) []Metric {
+// the IP address pinged, namedBy the configuration sources that asked for
+// it (for the descriptions).
+func PingTarget(id, address string, namedBy ...string) []Metric {
 	at := id
 	if address != "" && address != strings.TrimPrefix(id, Ping+"/") {
 		at = fmt.Sprintf("%s (%s)", id, address)
 	}
 	name := strings.TrimPrefix(at, Ping+"/")
+	named := ""
+	switch {
+	case len(namedBy) == 1:
+		named = " Named by " + namedBy[0] + "."
+	case len(namedBy) > 1:
+		named = " Named by " + strings.Join(namedBy[:len(namedBy)-1], ", ") + " and " + namedBy[len(namedBy)-1] +
+			": one address, pinged once."
+	}
 	return []Metric{
 		pingHistogram(id, "RTT to "+name,
 			"Round-trip time of ICMP echoes to "+name+" as an application on this node sees it: sendto() to the reply "+
 				"read in user space (user RTT), the same quantity as `ping -U`. It is the sum of the network's part "+
 				"(kernel_rtt) and this host's part (host_delay). No threshold of its own: kernel_rtt is judged "+
-				"against its own baseline, host_delay against absolute levels, and loss counts what never came back.", nil),
+				"against its own baseline, host_delay against absolute levels, and loss counts what never came back."+named, nil),
 		pingHistogram(id+"/"+PingKernelRTT, "Kernel RTT",
 			"Time from the driver sending the echo request (software TX timestamp, SCM_TSTAMP_SND) to the reply "+
 				"entering this host's stack (software RX timestamp): the network, the peer's stack and the peer's "+

@@ -35,6 +35,9 @@ type Queries interface {
 	Series(ctx context.Context, nodeID int32, path string, from, to time.Time, step time.Duration) ([]store.Bucket, error)
 	HistogramSeries(ctx context.Context, nodeID int32, path string, from, to time.Time, step time.Duration) ([]store.HistogramBucket, error)
 	Events(ctx context.Context, nodeID int32, path string, from, to time.Time, limit int) ([]store.StoredEvent, error)
+	// Other nodes' evidence about the same flows, from the nodes scope
+	// sees only.
+	Counterparts(ctx context.Context, scope store.Scope, except int32, probes []store.FlowProbe, perProbe int) ([][]store.Counterpart, error)
 }
 
 var _ Queries = (*store.Store)(nil)

@@ -34,7 +34,17 @@ type fakeStore struct {
 		from, to time.Time
 		step     time.Duration
 		limit    int
+		probes   []store.FlowProbe
+		except   int32
 	}
+	// others is evidence of nodes beyond this one's, which Counterparts
+	// answers from: the node's labels, and the event.
+	others []fakeOther
+}
+
+type fakeOther struct {
+	labels map[string]string
+	store.Counterpart
 }
 
 func newFakeStore(now time.Time) *fakeStore {
@@ -141,7 +151,27 @@ func (f *fakeStore) Events(_ context.Context, _ int32, path string, from, to tim
 	return []store.StoredEvent{
 		{Time: to.Add(-time.Minute), Metric: path + "/no_socket", Fields: map[string]string{"saddr": "10.0.0.1", "dport": "9"}},
 		{Time: to.Add(-2 * time.Minute), Metric: path},
+		{Time: to.Add(-3 * time.Minute), Metric: path + "/received/syn_sent", Fields: map[string]string{"src": "10.1.0.2:443", "dst": "10.1.0.1:5000"}},
+		{Time: to.Add(-4 * time.Minute), Metric: path + "/received/syn_sent", Fields: map[string]string{"src": "127.0.0.1:9", "dst": "127.0.0.1:5000"}},
 	}, nil
+}
+
+// Counterparts answers as the store does: the events of other nodes the
+// scope sees whose endpoints match either way round, within the probe's
+// span, nearest first.
+func (f *fakeStore) Counterparts(_ context.Context, scope store.Scope, except int32, probes []store.FlowProbe, perProbe int) ([][]store.Counterpart, error) {
+	f.asked.probes, f.asked.except = probes, except
+	out := make([][]store.Counterpart, len(probes))
+	for i, p := range probes {
+		for _, o := range f.others {
+			src, dst := o.Fields["src"], o.Fields["dst"]
+			same := (src == p.Src && dst == p.Dst) || (src == p.Dst && dst == p.Src)
+			if same && scope.Sees(o.labels) && !o.Time.Before(p.From) && !o.Time.After(p.To) && len(out[i]) < perProbe {
+				out[i] = append(out[i], o.Counterpart)
+			}
+		}
+	}
+	return out, nil
 }
 
 type live map[string]bool

@@ -80,6 +80,9 @@ type Evidence struct {
 	Time   time.Time         `json:"t"`
 	Metric string            `json:"metric"`
 	Fields map[string]string `json:"fields"`
+	// Counterparts are what other nodes the caller sees said about the
+	// same flow (counterparts.go); empty when none did.
+	Counterparts []Counterpart `json:"counterparts"`
 }
 
 // EventList is a node's newest evidence for a metric and its descendants.
@@ -367,13 +370,22 @@ func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err, a.log)
 		return
 	}
+	others, err := a.counterparts(ctx, Scope(r), n, events)
+	if err != nil {
+		WriteError(w, r, err, a.log)
+		return
+	}
 	out := EventList{Node: n.Name, Metric: metric, Events: make([]Evidence, 0, len(events))}
-	for _, e := range events {
+	for i, e := range events {
 		f := e.Fields
 		if f == nil {
 			f = map[string]string{}
 		}
-		out.Events = append(out.Events, Evidence{e.Time.UTC(), e.Metric, f})
+		cs := others[i]
+		if cs == nil {
+			cs = []Counterpart{}
+		}
+		out.Events = append(out.Events, Evidence{e.Time.UTC(), e.Metric, f, cs})
 	}
 	WriteJSON(w, http.StatusOK, out)
 }

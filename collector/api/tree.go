@@ -49,6 +49,8 @@ func BuildTree(defs []store.MetricDef, latest store.Latest, thresholds map[strin
 			n.UpdatedAt = &at
 			current := v.TimeMS >= newest
 			switch {
+			case current && v.NoValue:
+				own = v.State // no value: the agent had nothing to show, not 0
 			case current:
 				own = v.State
 				n.Value = ptr(v.Value)
@@ -58,7 +60,7 @@ func BuildTree(defs []store.MetricDef, latest store.Latest, thresholds map[strin
 				}
 			case d.Kind == store.KindRate:
 				n.Value, n.Count = ptr(0.0), ptr(0.0)
-			default:
+			case !v.NoValue:
 				n.Value = ptr(v.Value) // last known level; not streamed since, so it was OK
 			}
 		} else if d.Kind == store.KindRate && !latest.Time.IsZero() {

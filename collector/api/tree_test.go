@@ -97,6 +97,23 @@ func TestBuildTree(t *testing.T) {
 			want:  map[string]want{"drops/nf": {value: f(1), state: "unknown", own: "unknown"}},
 		},
 		{
+			// A ping root on a node with no target: streamed for its
+			// state, with no value — shown as none, not 0 ms — now and
+			// after, when it is no longer in the newest report.
+			name: "a root streamed without a value has none",
+			defs: []store.MetricDef{{Path: "ping", Kind: store.KindGauge}, {Path: "ping/clock", Kind: store.KindGauge}, {Path: "tcp_reset", Kind: store.KindRate}},
+			latest: store.Latest{Time: now, IntervalMS: 10000, Metrics: map[string]store.LatestValue{
+				"ping":       {Value: 0, State: store.StateUnknown, TimeMS: newest, IntervalMS: 10000, NoValue: true},
+				"ping/clock": {Value: 1, State: store.StateOK, TimeMS: older, IntervalMS: 10000},
+				"tcp_reset":  {Value: 0, State: store.StateUnknown, TimeMS: older, IntervalMS: 10000, NoValue: true}}},
+			roots: []string{"ping", "tcp_reset"},
+			want: map[string]want{
+				"ping":       {state: "unknown", own: "unknown", children: []string{"ping/clock"}},
+				"ping/clock": {value: f(1), state: "ok", own: "ok"},
+				"tcp_reset":  {value: f(0), count: f(0), state: "ok", own: "ok"}, // a rate not streamed since: nothing happened
+			},
+		},
+		{
 			name:  "no definitions: an empty list, not null",
 			roots: []string{},
 			want:  map[string]want{},

@@ -104,7 +104,9 @@ func newFleet(t *testing.T, cfg access.Config) *fleet {
 			Samples: []store.Sample{{MetricID: ids["tcp_reset"], Path: "tcp_reset", Value: float64(5 + i), State: store.StateWarn},
 				{MetricID: ids["tcp_reset/sent"], Path: "tcp_reset/sent", Value: float64(5 + i), State: store.StateWarn}},
 			Events: []store.Event{{MetricID: ids["tcp_reset/sent"], Path: "tcp_reset/sent", Time: now.Add(-time.Second),
-				Fields: map[string]string{"saddr": n.Name + ".example", "reason": "no_socket"}}},
+				// One flow seen from both nodes: each is the other's
+				// counterpart, for whoever may see both.
+				Fields: map[string]string{"saddr": n.Name + ".example", "reason": "no_socket", "src": "192.0.2.2:443", "dst": "192.0.2.1:40000"}}},
 		}}); err != nil {
 			t.Fatal(err)
 		}
@@ -476,6 +478,16 @@ func TestCustomerIsolation(t *testing.T) {
 			if strings.Contains(body, other[caller]) {
 				t.Errorf("%s: GET %s reveals %q: %s", callerNames[caller], path, other[caller], body)
 			}
+		}
+	}
+
+	// The two nodes' evidence is about one flow: staff see each side's
+	// counterpart on the other, which is what makes the check above (a
+	// customer's evidence never names the rival) mean something.
+	for node, peer := range map[string]string{"acme-web": "globex-db", "globex-db": "acme-web"} {
+		_, _, body := f.do(viewer, "GET", p+"/nodes/"+node+"/events?metric=tcp_reset", "")
+		if !strings.Contains(body, `"node": "`+peer+`"`) {
+			t.Errorf("viewer: events of %s have no counterpart on %s: %s", node, peer, body)
 		}
 	}
 

@@ -330,7 +330,10 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 		if s.GetState() < nbsv1.State_STATE_OK || s.GetState() > nbsv1.State_STATE_UNKNOWN {
 			return out, nil, reject("bad_value", "report %d: metric %s: state %v is not OK, WARN, CRIT or UNKNOWN", r.GetSequence(), p, s.GetState())
 		}
-		out.Samples = append(out.Samples, store.Sample{Path: p, Value: v, State: store.State(s.GetState())})
+		if s.GetNoValue() {
+			v = 0 // whatever came with it means nothing
+		}
+		out.Samples = append(out.Samples, store.Sample{Path: p, Value: v, State: store.State(s.GetState()), NoValue: s.GetNoValue()})
 	}
 	for _, h := range r.GetHistograms() {
 		p := h.GetMetricId()

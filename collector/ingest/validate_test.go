@@ -90,3 +90,22 @@ func TestHistogramStart(t *testing.T) {
 		})
 	}
 }
+
+// A sample the agent had no value for keeps saying so into storage, and
+// whatever value came with it is dropped: it means nothing.
+func TestSampleWithoutValue(t *testing.T) {
+	now := time.Now()
+	st := &stream{metrics: map[string]*streamMetric{"ping": {id: 1, kind: store.KindGauge}, "drops": {id: 2, kind: store.KindRate}}}
+	r := &nbsv1.Report{Sequence: 1, TimeUnixNano: now.UnixNano(), IntervalMs: 10000, Samples: []*nbsv1.Sample{
+		{MetricId: "ping", Value: 7, State: nbsv1.State_STATE_UNKNOWN, NoValue: true},
+		{MetricId: "drops", Value: 3, State: nbsv1.State_STATE_OK},
+	}}
+	out, _, rej := DefaultLimits().checkReport(r, st, now)
+	if rej != nil {
+		t.Fatalf("checkReport = %v, want accepted", rej)
+	}
+	want := []store.Sample{{Path: "ping", Value: 0, State: store.StateUnknown, NoValue: true}, {Path: "drops", Value: 3, State: store.StateOK}}
+	if len(out.Samples) != 2 || out.Samples[0] != want[0] || out.Samples[1] != want[1] {
+		t.Errorf("samples %+v, want %+v", out.Samples, want)
+	}
+}

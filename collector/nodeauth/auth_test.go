@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/store/storetest"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
@@ -29,16 +30,6 @@ import (
 func TestMain(m *testing.M) { pgcluster.Main(m) }
 
 const token = "fleet-bootstrap-token-0123456789abcdef"
-
-func openStore(t *testing.T) *store.Store {
-	t.Helper()
-	st, err := store.Open(context.Background(), pgcluster.Database(t), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	return st
-}
 
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
@@ -114,7 +105,7 @@ func (f *fakeStreams) Disconnect(n string, cause error) bool {
 // what they say and end the node's stream.
 func TestEnrollmentLifecycle(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
+	st := storetest.Open(t)
 	auth, err := NewAuthenticator(st.Pool(), Options{Mode: ModeEnroll, BootstrapTokenFile: writeFile(t, "token", token+"\n")}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +232,7 @@ func TestEnrollmentLifecycle(t *testing.T) {
 
 // Two streams enrolling one free name at once: exactly one gets it.
 func TestConcurrentEnrollmentBindsOnce(t *testing.T) {
-	st := openStore(t)
+	st := storetest.Open(t)
 	auth, err := NewAuthenticator(st.Pool(), Options{Mode: ModeEnroll, BootstrapTokenFile: writeFile(t, "token", token)}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -280,7 +271,7 @@ func tlsPeer(ctx context.Context, cert *x509.Certificate) context.Context {
 // shuts out even a valid certificate.
 func TestMutualTLSNames(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
+	st := storetest.Open(t)
 	mapFile := writeFile(t, "idmap", "gw.example.net edge-*\n")
 	auth, err := NewAuthenticator(st.Pool(), Options{Mode: ModeMTLS, IdentityMapFile: mapFile}, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -335,7 +326,7 @@ func TestMutualTLSNames(t *testing.T) {
 // With names not verified everything is accepted, except a revoked name.
 func TestOpenModeHonoursRevocation(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
+	st := storetest.Open(t)
 	auth, err := NewAuthenticator(st.Pool(), Options{Mode: ModeNone}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -350,7 +341,7 @@ func TestOpenModeHonoursRevocation(t *testing.T) {
 }
 
 func TestAuthenticatorFileErrors(t *testing.T) {
-	st := openStore(t)
+	st := storetest.Open(t)
 	dir := t.TempDir()
 	cases := []struct {
 		opts Options

@@ -3,11 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
-
-	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
 // BenchmarkWriteReports measures the ingest path (COPY into staging, dedup
@@ -29,12 +26,9 @@ func BenchmarkWriteReports(b *testing.B) {
 
 func benchWrite(b *testing.B, nodes, samples, batchSize int) {
 	ctx := context.Background()
-	st, err := Open(ctx, pgcluster.Database(b), slog.New(slog.DiscardHandler))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
+	st := openTest(b)
 	nodeIDs := make([]int32, nodes)
+	var err error
 	var defs []MetricDef
 	for m := range samples {
 		defs = append(defs, MetricDef{Path: fmt.Sprintf("r%d", m), Title: "m", Unit: "x/s", Kind: KindRate})
@@ -83,4 +77,89 @@ func benchWrite(b *testing.B, nodes, samples, batchSize int) {
 	if written > 0 {
 		b.ReportMetric(float64(bytes)/float64(written), "disk-B/sample")
 	}
+}
+
+// BenchmarkCounterparts measures the other side of a page of evidence: the
+// events route reads a node's newest events (the anchor, Events) and then
+// one flow lookup per event (Counterparts), over an hour of evidence from
+// a fleet in which every flow was seen by two nodes. "without the index"
+// drops events_flow, the same lookups then filter every event of the
+// window.
+func BenchmarkCounterparts(b *testing.B) {
+	const nodes, perNode, page = 50, 2000, 200
+	ctx := context.Background()
+	st := openTest(b)
+	ids := make([]int32, nodes)
+	var err error
+	var metric int32
+	for i := range nodes {
+		if ids[i], err = st.UpsertNode(ctx, Node{Name: fmt.Sprintf("n%d", i), InstanceID: 1, IntervalMS: 10000}); err != nil {
+			b.Fatal(err)
+		}
+		m, err := st.UpsertDefinitions(ctx, ids[i], []MetricDef{{Path: "tcp_reset", Title: "r", Unit: "x/s", Kind: KindRate}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		metric = m["tcp_reset"]
+	}
+	// Node i's flow k is also seen, swapped, by node i+1: each lookup has
+	// exactly one counterpart among nodes*perNode events.
+	start := time.Now().Add(-time.Hour)
+	step := time.Hour / perNode
+	for i := range nodes {
+		r := Report{NodeID: ids[i], InstanceID: 1, Seq: 1, Time: start, IntervalMS: 10000}
+		for k := range perNode {
+			a := fmt.Sprintf("10.%d.%d.%d:%d", i, k/250, k%250, 1000+k)
+			bEnd := fmt.Sprintf("10.%d.%d.%d:%d", (i+1)%nodes, k/250, k%250, 80)
+			r.Events = append(r.Events, Event{MetricID: metric, Path: "tcp_reset", Time: start.Add(time.Duration(k) * step),
+				Fields: map[string]string{"src": bEnd, "dst": a, "state": "established"}})
+			prev := (i + nodes - 1) % nodes
+			r.Events = append(r.Events, Event{MetricID: metric, Path: "tcp_reset", Time: start.Add(time.Duration(k)*step + time.Millisecond),
+				Fields: map[string]string{"src": fmt.Sprintf("10.%d.%d.%d:%d", prev, k/250, k%250, 1000+k),
+					"dst": fmt.Sprintf("10.%d.%d.%d:%d", i, k/250, k%250, 80), "reason": "netfilter_drop", "protocol": "tcp"}})
+		}
+		if _, err := st.WriteReports(ctx, []Report{r}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := st.pool.Exec(ctx, `ANALYZE events`); err != nil {
+		b.Fatal(err)
+	}
+	events, err := st.Events(ctx, ids[0], "tcp_reset", start, time.Now(), page)
+	if err != nil || len(events) != page {
+		b.Fatalf("events: %d, %v", len(events), err)
+	}
+	probes := make([]FlowProbe, 0, page)
+	for _, e := range events {
+		probes = append(probes, FlowProbe{Src: e.Fields["src"], Dst: e.Fields["dst"], Protocol: "tcp",
+			From: e.Time.Add(-7 * time.Second), To: e.Time.Add(7 * time.Second), Near: e.Time})
+	}
+	lookup := func(b *testing.B) {
+		found := 0
+		for b.Loop() {
+			got, err := st.Counterparts(ctx, All{}, ids[0], probes, 6)
+			if err != nil {
+				b.Fatal(err)
+			}
+			found = 0
+			for _, cs := range got {
+				found += len(cs)
+			}
+		}
+		if found != page {
+			b.Fatalf("%d counterparts for %d events, want one each", found, page)
+		}
+	}
+	b.Run(fmt.Sprintf("events/page=%d", page), func(b *testing.B) {
+		for b.Loop() {
+			if _, err := st.Events(ctx, ids[0], "tcp_reset", start, time.Now(), page); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run(fmt.Sprintf("counterparts/page=%d", page), lookup)
+	if _, err := st.pool.Exec(ctx, `DROP INDEX events_flow`); err != nil {
+		b.Fatal(err)
+	}
+	b.Run(fmt.Sprintf("counterparts-without-the-index/page=%d", page), lookup)
 }

@@ -112,6 +112,10 @@ type Sample struct {
 	Path     string
 	Value    float64
 	State    State
+	// NoValue: the agent had no value (Value is 0 and means nothing); the
+	// sample is there for its state. Only the latest values keep the
+	// difference; history stores the 0.
+	NoValue bool
 }
 
 type Histogram struct {
@@ -177,6 +181,8 @@ type LatestValue struct {
 	TimeMS int64 `json:"t"`
 	// Report interval, to turn a rate's increase into a per-second value.
 	IntervalMS uint32 `json:"i"`
+	// NoValue: the report carried the metric for its state only.
+	NoValue bool `json:"n,omitempty"`
 }
 
 // Latest is a node's newest state: every metric's newest value, and when the

@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"maps"
 	"slices"
 	"testing"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/store"
-	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/collector/store/storetest"
 )
 
 // TestScopedQueries: the scoped reads return exactly the nodes a principal
@@ -19,11 +18,7 @@ import (
 // node that does not exist.
 func TestScopedQueries(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
 	ids := map[string]int32{}
 	for _, n := range []store.Node{
 		{Name: "a1", Labels: map[string]string{"customer": "acme", "region": "eu"}},

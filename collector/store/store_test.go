@@ -20,7 +20,7 @@ import (
 
 func TestMain(m *testing.M) { pgcluster.Main(m) }
 
-func openTest(t *testing.T) *Store {
+func openTest(t testing.TB) *Store {
 	t.Helper()
 	ctx := context.Background()
 	st, err := Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
@@ -326,5 +326,37 @@ func TestKnownDefinitions(t *testing.T) {
 	}
 	if got, _, err := st.KnownDefinitions(ctx, node); err != nil || got != nil {
 		t.Fatalf("after a new definition: %x, %v; want no hash", got, err)
+	}
+}
+
+// The latest values keep a sample's "no value" until a report with a value
+// replaces it.
+func TestLatestKeepsNoValue(t *testing.T) {
+	st := openTest(t)
+	ctx := context.Background()
+	node, err := st.UpsertNode(ctx, Node{Name: "quiet", InstanceID: 1, IntervalMS: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := st.UpsertDefinitions(ctx, node, []MetricDef{{Path: "ping", Title: "Ping", Unit: "ms", Kind: KindGauge}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Truncate(time.Millisecond)
+	for i, smp := range []Sample{
+		{MetricID: ids["ping"], Path: "ping", State: StateUnknown, NoValue: true},
+		{MetricID: ids["ping"], Path: "ping", Value: 1.5, State: StateOK},
+	} {
+		if _, err := st.WriteReports(ctx, []Report{{NodeID: node, InstanceID: 1, Seq: uint64(i + 1), Time: t0.Add(time.Duration(i) * time.Second),
+			IntervalMS: 1000, Samples: []Sample{smp}}}); err != nil {
+			t.Fatal(err)
+		}
+		l, ok, err := st.Latest(ctx, node)
+		if err != nil || !ok {
+			t.Fatalf("latest: %v %v", ok, err)
+		}
+		if got := l.Metrics["ping"]; got.NoValue != smp.NoValue || got.Value != smp.Value || got.State != smp.State {
+			t.Errorf("report %d: latest %+v, want value %v, no value %v, state %v", i+1, got, smp.Value, smp.NoValue, smp.State)
+		}
 	}
 }

@@ -172,7 +172,7 @@ func (s *Store) updateLatest(ctx context.Context, tx pgx.Tx, reports []Report, i
 			a.snapshot = &t
 		}
 		for _, smp := range r.Samples {
-			a.metrics[smp.Path] = LatestValue{Value: smp.Value, State: smp.State, TimeMS: r.OrderTime().UnixMilli(), IntervalMS: r.IntervalMS}
+			a.metrics[smp.Path] = LatestValue{Value: smp.Value, State: smp.State, TimeMS: r.OrderTime().UnixMilli(), IntervalMS: r.IntervalMS, NoValue: smp.NoValue}
 		}
 	}
 	// In node order, like the rollups, so concurrent batches lock rows in

@@ -353,7 +353,24 @@ export interface components {
       t: string;
       /** @description The metric the event explains (the requested one or a descendant). */
       metric: string;
-      /** @description E.g. saddr, daddr, sport, dport. */
+      /** @description What the agent recorded: for flows, src and dst ("addr:port", src the packet's sender), protocol, reason, state, netns and the like. */
+      fields: {
+        [key: string]: string;
+      };
+      /** @description The other side: evidence other nodes hold about the same flow (src and dst equal, or swapped for a dropped packet of this node's; the same protocol; within 2 s once each node's clock offset is corrected), nearest first — e.g. the reset the peer sent, with its kernel reason, for a reset this node received, or the packet the peer dropped. Only nodes the caller may see are ever named; loopback flows are never joined. Empty when no other node said anything. */
+      counterparts: components["schemas"]["Counterpart"][];
+    };
+    Counterpart: {
+      /** @description The node that holds this evidence; its tree is at /nodes/{node}/tree. */
+      node: string;
+      /**
+       * Format: date-time
+       * @description When, by that node's clock.
+       */
+      t: string;
+      /** @description What it explains on that node (tcp_reset/sent/no_socket, drops/netfilter_drop, ...). */
+      metric: string;
+      /** @description As in Evidence: reason, state, src, dst, ... */
       fields: {
         [key: string]: string;
       };

@@ -161,19 +161,63 @@ func (s *Source) Counts(id string) (probe.Counts, bool) {
 	return tg.pinger.Counts(), true
 }
 
+// Where a target came from, for the child's description.
+const (
+	fromFlag = "--ping.targets"
+	fromMesh = "the collector's mesh"
+)
+
+// wanted is one address to ping and every source that named it.
+type wanted struct {
+	Target
+	namedBy []string
+}
+
+// wantedTargets merges the static targets and the peers into one target
+// per address: an address named twice (by --ping.targets and by the mesh,
+// or by two peers) is pinged once, under its first name — a static
+// target's, which also wins a name clash with a peer at another address.
+// Host names are compared as written, not resolved.
+func wantedTargets(static, peers []Target) map[string]wanted {
+	want := map[string]wanted{}
+	byHost := map[string]string{}
+	add := func(t Target, from string) {
+		if t.Name != t.Host {
+			from += " (as " + t.Name + ")"
+		}
+		if id, ok := byHost[t.Host]; ok {
+			if w := want[id]; !slices.Contains(w.namedBy, from) {
+				w.namedBy = append(w.namedBy, from)
+				want[id] = w
+			}
+			return
+		}
+		if _, taken := want[t.ID()]; taken {
+			return
+		}
+		want[t.ID()] = wanted{Target: t, namedBy: []string{from}}
+		byHost[t.Host] = t.ID()
+	}
+	for _, t := range static {
+		add(t, fromFlag)
+	}
+	for _, t := range peers {
+		add(t, fromMesh)
+	}
+	return want
+}
+
 // reconcile starts pingers for new targets and stops those for vanished
 // ones. Called with s.mu held.
 func (s *Source) reconcile() {
 	if s.closed {
 		return
 	}
-	want := map[string]Target{}
-	// Static targets win a name clash with a peer.
-	for _, t := range slices.Concat(s.peers, s.opts.Targets) {
-		want[t.ID()] = t
-	}
+	want := wantedTargets(s.opts.Targets, s.peers)
 	for id, tg := range s.targets {
-		if w, ok := want[id]; ok && w.Host == tg.spec.Host {
+		// Who names a target is in its definition, which the agent sends
+		// once: a change restarts it like a new address does.
+		if w, ok := want[id]; ok && w.Host == tg.spec.Host && slices.Equal(w.namedBy, tg.namedBy) {
 			continue
 		}
 		tg.stop()
@@ -187,7 +231,7 @@ func (s *Source) reconcile() {
 		if _, ok := s.targets[id]; ok {
 			continue
 		}
-		tg := newTarget(t, s.opts.LossWindow)
+		tg := newTarget(t.Target, t.namedBy, s.opts.LossWindow)
 		s.targets[id] = tg
 		if s.mode != 0 {
 			tg.start(s.ctx, s.opts, s.log)
@@ -219,12 +263,12 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	targets := make([]*target, 0, len(s.targets))
 	for _, tg := range s.targets {
 		targets = append(targets, tg)
+		r.Metrics = append(r.Metrics, tg.metrics...)
 	}
 	s.mu.Unlock()
 
 	worst := 0.0
 	for _, tg := range targets {
-		r.Metrics = append(r.Metrics, tg.metrics...)
 		if s.mode == 0 {
 			continue // no socket: the target's metrics stay UNKNOWN
 		}
@@ -232,7 +276,10 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 			worst = max(worst, rtt)
 		}
 	}
-	if s.mode != 0 || len(targets) == 0 {
+	// With no target there is no round trip to speak of: the root has no
+	// value (UNKNOWN, shown as no data), not a 0 ms that reads as a fast
+	// network. Without a socket the targets are UNKNOWN, and so is it.
+	if s.mode != 0 && len(targets) > 0 {
 		r.Gauges[catalog.Ping] = worst
 	}
 	return r, nil
@@ -270,6 +317,7 @@ var histSuffix = [nHist]string{"", "/" + catalog.PingKernelRTT, "/" + catalog.Pi
 // since the last Collect.
 type target struct {
 	spec    Target
+	namedBy []string
 	id      string
 	metrics []catalog.Metric
 
@@ -292,9 +340,9 @@ type target struct {
 	sent, lost uint64
 }
 
-func newTarget(t Target, window int) *target {
-	tg := &target{spec: t, id: t.ID(), outcomes: make([]bool, window)}
-	tg.metrics = catalog.PingTarget(tg.id, t.Host)
+func newTarget(t Target, namedBy []string, window int) *target {
+	tg := &target{spec: t, namedBy: namedBy, id: t.ID(), outcomes: make([]bool, window)}
+	tg.metrics = catalog.PingTarget(tg.id, t.Host, namedBy...)
 	tg.resetHists()
 	return tg
 }

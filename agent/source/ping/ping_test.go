@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -349,5 +350,127 @@ func TestUnresolvableTargetIsUnknown(t *testing.T) {
 	}
 	if st := res.State["ping"]; st != tree.Unknown {
 		t.Fatalf("root %v, want UNKNOWN while a target cannot be pinged", st)
+	}
+}
+
+// One address, one target: what --ping.targets and the collector's mesh
+// both name is pinged once, under the first name, and its description
+// says who named it.
+func TestWantedTargetsOnePerAddress(t *testing.T) {
+	flag := func(s string) Target { t.Helper(); tg, err := ParseTarget(s); must(t, err); return tg }
+	cases := []struct {
+		name          string
+		static, peers []Target
+		want          map[string]string // id -> host
+		namedBy       map[string][]string
+	}{
+		{"flag and mesh name one address", []Target{flag("10.0.0.2")}, []Target{flag("lab-b=10.0.0.2")},
+			map[string]string{"ping/10.0.0.2": "10.0.0.2"},
+			map[string][]string{"ping/10.0.0.2": {"--ping.targets", "the collector's mesh (as lab-b)"}}},
+		{"a named flag target keeps its name", []Target{flag("gw=10.0.0.2")}, []Target{flag("lab-b=10.0.0.2")},
+			map[string]string{"ping/gw": "10.0.0.2"},
+			map[string][]string{"ping/gw": {"--ping.targets (as gw)", "the collector's mesh (as lab-b)"}}},
+		{"two peers at one address", nil, []Target{flag("b1=10.0.0.2"), flag("b2=10.0.0.2")},
+			map[string]string{"ping/b1": "10.0.0.2"},
+			map[string][]string{"ping/b1": {"the collector's mesh (as b1)", "the collector's mesh (as b2)"}}},
+		{"the same flag twice", []Target{flag("10.0.0.2"), flag("10.0.0.2")}, nil,
+			map[string]string{"ping/10.0.0.2": "10.0.0.2"},
+			map[string][]string{"ping/10.0.0.2": {"--ping.targets"}}},
+		{"a name clash at two addresses: the flag wins", []Target{flag("lab-b=10.0.0.9")}, []Target{flag("lab-b=10.0.0.2")},
+			map[string]string{"ping/lab-b": "10.0.0.9"},
+			map[string][]string{"ping/lab-b": {"--ping.targets (as lab-b)"}}},
+		{"distinct addresses stay apart", []Target{flag("10.0.0.3")}, []Target{flag("lab-b=10.0.0.2")},
+			map[string]string{"ping/10.0.0.3": "10.0.0.3", "ping/lab-b": "10.0.0.2"},
+			map[string][]string{"ping/10.0.0.3": {"--ping.targets"}, "ping/lab-b": {"the collector's mesh (as lab-b)"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := wantedTargets(c.static, c.peers)
+			if len(got) != len(c.want) {
+				t.Fatalf("targets %+v, want %v", got, c.want)
+			}
+			for id, host := range c.want {
+				w, ok := got[id]
+				if !ok || w.Host != host || !slices.Equal(w.namedBy, c.namedBy[id]) {
+					t.Errorf("%s: %+v, want host %s named by %q", id, w, host, c.namedBy[id])
+				}
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// In the lab: B named by --ping.targets and by the mesh gets one pinger, and
+// B's kernel counts exactly the echo requests that one pinger sent (two
+// pingers would double them); the child says both sources named it.
+func TestTargetNamedTwiceIsPingedOnce(t *testing.T) {
+	lab := netlab.New(t)
+	src := openSource(t, Options{Env: source.Env{Netns: handle(t, lab.A)}, Targets: []Target{{Name: "b", Host: lab.IPB.String()}},
+		Interval: 20 * time.Millisecond, Timeout: 500 * time.Millisecond})
+	src.SetPeers([]string{"lab-b=" + lab.IPB.String()})
+	if got := src.Targets(); !slices.Equal(got, []string{"ping/b"}) {
+		t.Fatalf("targets %v, want only ping/b", got)
+	}
+	loop := newAgentLoop(t, src)
+	time.Sleep(100 * time.Millisecond) // the pinger is running
+	c0, ok0 := src.Counts("ping/b")
+	b0 := lab.Nstat(t, lab.B)
+	time.Sleep(500 * time.Millisecond)
+	b1 := lab.Nstat(t, lab.B)
+	c1, ok1 := src.Counts("ping/b")
+	if !ok0 || !ok1 {
+		t.Fatal("ping/b has no running pinger")
+	}
+	// Requests reaching B while nstat looked, against those the one pinger
+	// sent in a window just around it: a few at the edges may differ.
+	sent, got := int64(c1.Sent-c0.Sent), int64(b1["IcmpInEchos"]-b0["IcmpInEchos"])
+	t.Logf("pinger sent %d echoes around the window; B's IcmpInEchos +%d", sent, got)
+	if sent < 10 || got > sent+1 || got < sent-4 {
+		t.Errorf("B received %d echo requests while the pinger sent %d: want one pinger's worth", got, sent)
+	}
+	loop.interval()
+	m, ok := loop.tree.Metric("ping/b")
+	if want := "Named by --ping.targets (as b) and the collector's mesh (as lab-b): one address, pinged once."; !ok || !strings.Contains(m.Description, want) {
+		t.Errorf("ping/b says %q; want it to contain %q", m.Description, want)
+	}
+	if _, ok := loop.tree.Metric("ping/lab-b"); ok {
+		t.Error("ping/lab-b is in the tree: the address got a second child")
+	}
+}
+
+// A node with no target has no round trip to show: the ping root has no
+// value (not 0 ms) and is UNKNOWN, while the clock beside it still reports.
+func TestNoTargetsNoRootValue(t *testing.T) {
+	lab := netlab.New(t)
+	src := openSource(t, Options{Env: source.Env{Netns: handle(t, lab.A)}})
+	loop := newAgentLoop(t, src)
+	res := loop.interval()
+	if v, ok := res.Values["ping"]; ok {
+		t.Errorf("ping root has the value %v with no target; want none", v)
+	}
+	if res.Own["ping"] != tree.Unknown || res.State["ping"] != tree.Unknown {
+		t.Errorf("ping root own %v, state %v; want UNKNOWN", res.Own["ping"], res.State["ping"])
+	}
+	if _, ok := res.Values["ping/clock/max_error"]; !ok {
+		t.Error("the clock stopped reporting")
+	}
+	// With a target that answers, the root has its value again.
+	src.SetPeers([]string{"lab-b=" + lab.IPB.String()})
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		time.Sleep(100 * time.Millisecond)
+		res = loop.interval()
+		if v, ok := res.Values["ping"]; ok && v > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ping root %v with a target answering; want its RTT", res.Values["ping"])
+		}
 	}
 }

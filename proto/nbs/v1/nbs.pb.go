@@ -1038,7 +1038,12 @@ type Sample struct {
 	// headline percentile the definition's unit names.
 	Value float64 `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
 	// The state the agent evaluated, after propagation from children.
-	State         State `protobuf:"varint,3,opt,name=state,proto3,enum=nbs.v1.State" json:"state,omitempty"`
+	State State `protobuf:"varint,3,opt,name=state,proto3,enum=nbs.v1.State" json:"state,omitempty"`
+	// The metric had no value this interval: its source measured nothing
+	// (a ping root with no target answering, a source that failed). value is
+	// then 0 and means nothing; state still says UNKNOWN, or what the
+	// children say. A root is streamed every interval even so, for its state.
+	NoValue       bool `protobuf:"varint,4,opt,name=no_value,json=noValue,proto3" json:"no_value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1092,6 +1097,13 @@ func (x *Sample) GetState() State {
 		return x.State
 	}
 	return State_STATE_UNSPECIFIED
+}
+
+func (x *Sample) GetNoValue() bool {
+	if x != nil {
+		return x.NoValue
+	}
+	return false
 }
 
 // Histogram carries sparse bucket counts in the one log-linear layout used
@@ -1515,11 +1527,12 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"histograms\x12%\n" +
 	"\x06events\x18\a \x03(\v2\r.nbs.v1.EventR\x06events\x129\n" +
 	"\vnew_metrics\x18\b \x03(\v2\x18.nbs.v1.MetricDefinitionR\n" +
-	"newMetrics\"`\n" +
+	"newMetrics\"{\n" +
 	"\x06Sample\x12\x1b\n" +
 	"\tmetric_id\x18\x01 \x01(\tR\bmetricId\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12#\n" +
-	"\x05state\x18\x03 \x01(\x0e2\r.nbs.v1.StateR\x05state\"\xbe\x01\n" +
+	"\x05state\x18\x03 \x01(\x0e2\r.nbs.v1.StateR\x05state\x12\x19\n" +
+	"\bno_value\x18\x04 \x01(\bR\anoValue\"\xbe\x01\n" +
 	"\tHistogram\x12\x1b\n" +
 	"\tmetric_id\x18\x01 \x01(\tR\bmetricId\x12!\n" +
 	"\fbucket_index\x18\x02 \x03(\rR\vbucketIndex\x12!\n" +

@@ -1,5 +1,7 @@
+import { Fragment } from 'preact';
 import type { ApiError, Evidence } from '../api';
 import { formatTime } from '../format';
+import { linkClick, nodeHref, withParams } from '../route';
 import { Empty, ErrorBox, Loading } from './common';
 
 // Columns that read best first; anything else the agent sends follows.
@@ -35,19 +37,55 @@ export function EvidenceTable({ events, metric, error, loading, limit, onRetry }
         </thead>
         <tbody>
           {events.map((e, i) => (
-            <tr key={`${e.t}-${i}`}>
-              <td class="num nowrap">{formatTime(e.t)}</td>
-              {showMetric && <td class="mono">{e.metric.startsWith(metric + '/') ? e.metric.slice(metric.length + 1) : e.metric}</td>}
-              {cols.map((c) => (
-                <td key={c} class={c === 'src' || c === 'dst' || c === 'netns' ? 'mono' : ''}>
-                  {e.fields?.[c] ?? ''}
-                </td>
-              ))}
-            </tr>
+            <Fragment key={`${e.t}-${i}`}>
+              <tr>
+                <td class="num nowrap">{formatTime(e.t)}</td>
+                {showMetric && <td class="mono">{e.metric.startsWith(metric + '/') ? e.metric.slice(metric.length + 1) : e.metric}</td>}
+                {cols.map((c) => (
+                  <td key={c} class={c === 'src' || c === 'dst' || c === 'netns' ? 'mono' : ''}>
+                    {e.fields?.[c] ?? ''}
+                  </td>
+                ))}
+              </tr>
+              {(e.counterparts ?? []).length > 0 && (
+                <tr class="other-side">
+                  <td colSpan={1 + (showMetric ? 1 : 0) + cols.length}>
+                    <OtherSide others={e.counterparts} />
+                  </td>
+                </tr>
+              )}
+            </Fragment>
           ))}
         </tbody>
       </table>
       {events.length >= limit && <p class="muted small">Showing the newest {limit} events; narrow the range to see older ones.</p>}
     </div>
+  );
+}
+
+// What the other node's kernel said about the same flow, most telling
+// field first: a sent reset's reason, a drop's reason, a socket's state.
+function said(fields: Record<string, string>): string {
+  if (fields.reason) return fields.reason;
+  if (fields.state) return fields.state;
+  return '';
+}
+
+/** The other side of an event: the evidence other nodes hold about its flow, each linking to that node's tree at the metric. */
+function OtherSide({ others }: { others: Evidence['counterparts'] }) {
+  return (
+    <span class="small">
+      The other side said:{' '}
+      {others.map((c, i) => (
+        <Fragment key={`${c.node}-${c.t}-${i}`}>
+          {i > 0 && '; '}
+          <a href={nodeHref(c.node, withParams(new URLSearchParams(), { metric: c.metric }))} onClick={linkClick}>
+            {c.node}
+          </a>{' '}
+          <span class="mono">{c.metric}</span>
+          {said(c.fields ?? {}) && <> ({said(c.fields ?? {})})</>} at {formatTime(c.t)}
+        </Fragment>
+      ))}
+    </span>
   );
 }

@@ -129,8 +129,8 @@ describe('FleetPage', () => {
 
 describe('Evidence', () => {
   const events: Evidence[] = [
-    { t: '2026-01-01T00:00:01Z', metric: 'tcp_reset/sent/no_socket', fields: { src: '10.0.0.2:9', dst: '10.0.0.1:4000', reason: 'no_socket', netns: '1', extra: 'x' } },
-    { t: '2026-01-01T00:00:00Z', metric: 'tcp_reset/received/syn_sent', fields: { src: '10.0.0.2:9', dst: '10.0.0.1:4001', state: 'syn_sent' } },
+    { t: '2026-01-01T00:00:01Z', metric: 'tcp_reset/sent/no_socket', fields: { src: '10.0.0.2:9', dst: '10.0.0.1:4000', reason: 'no_socket', netns: '1', extra: 'x' }, counterparts: [] },
+    { t: '2026-01-01T00:00:00Z', metric: 'tcp_reset/received/syn_sent', fields: { src: '10.0.0.2:9', dst: '10.0.0.1:4001', state: 'syn_sent' }, counterparts: [] },
   ];
   it('orders columns for reading and shows each event', () => {
     expect(evidenceColumns(events)).toEqual(['reason', 'state', 'src', 'dst', 'netns', 'extra']);
@@ -138,6 +138,35 @@ describe('Evidence', () => {
     expect($$(el, 'tbody tr')).toHaveLength(2);
     expect($$(el, 'thead th').map((t) => t.textContent)).toEqual(['Time', 'Metric', 'reason', 'state', 'src', 'dst', 'netns', 'extra']);
     expect($(el, 'tbody tr').textContent).toContain('sent/no_socket');
+  });
+  it('shows what the other side said, linking to its tree', () => {
+    const received: Evidence[] = [
+      {
+        t: '2026-01-01T00:00:02Z',
+        metric: 'tcp_reset/received/syn_sent',
+        fields: { src: '10.0.0.2:7001', dst: '10.0.0.1:4002', state: 'syn_sent' },
+        counterparts: [
+          { node: 'lab-b', t: '2026-01-01T00:00:02Z', metric: 'drops/netfilter_drop', fields: { reason: 'netfilter_drop', src: '10.0.0.1:4002', dst: '10.0.0.2:7001' } },
+          { node: 'lab-c', t: '2026-01-01T00:00:02Z', metric: 'tcp_reset/sent/no_socket', fields: { reason: 'no_socket' } },
+        ],
+      },
+      ...events,
+    ];
+    const el = mount(<EvidenceTable events={received} metric="tcp_reset" error={null} loading={false} limit={200} onRetry={() => {}} />);
+    const other = $$(el, 'tbody tr.other-side');
+    expect(other).toHaveLength(1); // only the event with counterparts has the row
+    expect($$(el, 'tbody tr')).toHaveLength(4);
+    expect(other[0].textContent).toContain('The other side said:');
+    expect(other[0].textContent).toContain('drops/netfilter_drop (netfilter_drop)');
+    expect(other[0].textContent).toContain('tcp_reset/sent/no_socket (no_socket)');
+    const cell = $(other[0], 'td') as HTMLTableCellElement;
+    expect(cell.colSpan).toBe(1 + 1 + evidenceColumns(received).length);
+    const links = $$(other[0], 'a');
+    expect(links.map((a) => a.textContent)).toEqual(['lab-b', 'lab-c']);
+    expect(links[0].getAttribute('href')).toBe('/nodes/lab-b?metric=drops%2Fnetfilter_drop');
+    click(links[0]);
+    expect(location.pathname).toBe('/nodes/lab-b');
+    expect(new URLSearchParams(location.search).get('metric')).toBe('drops/netfilter_drop');
   });
   it('says when there is none', () => {
     const el = mount(<EvidenceTable events={[]} metric="m" error={null} loading={false} limit={200} onRetry={() => {}} />);
