@@ -254,6 +254,7 @@ type reading struct {
 	counters   map[string]uint64
 	gauges     map[string]float64
 	histograms map[string]*loglinear.Histogram
+	idle       map[string]bool // see source.Reading.Idle
 	events     []*nbsv1.Event
 }
 
@@ -261,7 +262,7 @@ func (a *Agent) collect(ctx context.Context, led *ledger) reading {
 	if a.proc != nil {
 		a.proc.Next()
 	}
-	r := reading{counters: map[string]uint64{}, gauges: map[string]float64{}, histograms: map[string]*loglinear.Histogram{}}
+	r := reading{counters: map[string]uint64{}, gauges: map[string]float64{}, histograms: map[string]*loglinear.Histogram{}, idle: map[string]bool{}}
 	for _, s := range a.sources {
 		got, err := s.Collect(ctx)
 		if err != nil {
@@ -282,6 +283,9 @@ func (a *Agent) collect(ctx context.Context, led *ledger) reading {
 		}
 		for k, h := range got.Histograms {
 			r.histograms[k] = h
+		}
+		for _, id := range got.Idle {
+			r.idle[id] = true
 		}
 		r.events = append(r.events, got.Events...)
 	}

@@ -109,7 +109,7 @@ func (l *ledger) build(t *tree.Tree, now time.Time, elapsed time.Duration, cur r
 		}
 		l.accumulate(id, h, start)
 	}
-	res := t.Evaluate(values)
+	res := t.Evaluate(values, cur.idle)
 	ids := t.Select(res, increases, full)
 	r := &nbsv1.Report{TimeUnixNano: now.UnixNano(), IntervalMs: uint32(math.Round(float64(elapsed) / float64(time.Millisecond))),
 		Snapshot: full, Events: cur.events}

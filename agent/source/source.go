@@ -27,6 +27,10 @@ type Reading struct {
 	// Histograms are distributions of this interval only (not cumulative),
 	// by metric id, in the shared log-linear layout.
 	Histograms map[string]*loglinear.Histogram
+	// Idle lists metrics with nothing to measure this interval (the ping
+	// root of a node without targets): they have no value, yet nothing is
+	// wrong, so they are OK rather than UNKNOWN (a missing source).
+	Idle []string
 	// Events are evidence gathered since the previous collection.
 	Events []*nbsv1.Event
 	// Retired lists metric ids the source stopped measuring since the

@@ -151,14 +151,19 @@ type Result struct {
 }
 
 // Evaluate applies thresholds to this interval's headline values. A metric
-// without a value is UNKNOWN (its source is missing).
-func (t *Tree) Evaluate(values map[string]float64) Result {
+// without a value is UNKNOWN (its source is missing), unless it is idle:
+// it has nothing to measure, and is OK.
+func (t *Tree) Evaluate(values map[string]float64, idle map[string]bool) Result {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	res := Result{Values: values, Own: make(map[string]State, len(t.order)), State: make(map[string]State, len(t.order))}
 	for _, id := range t.order {
 		v, ok := values[id]
-		if !ok {
+		switch {
+		case !ok && idle[id]:
+			res.Own[id] = OK
+			continue
+		case !ok:
 			res.Own[id] = Unknown
 			continue
 		}

@@ -34,7 +34,7 @@ func TestHoldAndPropagation(t *testing.T) {
 		{0, 0.5, OK, Crit},   // b below crit
 	}
 	for i, s := range steps {
-		res := tr.Evaluate(map[string]float64{"r": 0, "r/a": s.a, "r/a/x": 0, "r/b": s.b, "r/c": 0})
+		res := tr.Evaluate(map[string]float64{"r": 0, "r/a": s.a, "r/a/x": 0, "r/b": s.b, "r/c": 0}, nil)
 		if res.Own["r/a"] != s.wantA || res.State["r"] != s.root {
 			t.Fatalf("step %d: r/a %v root %v; want %v and %v", i, res.Own["r/a"], res.State["r"], s.wantA, s.root)
 		}
@@ -46,7 +46,7 @@ func TestHoldAndPropagation(t *testing.T) {
 
 func TestMissingValueIsUnknownAndSignalsUp(t *testing.T) {
 	tr := newTree()
-	res := tr.Evaluate(map[string]float64{"r": 0, "r/a": 0, "r/b": 10, "r/c": 0})
+	res := tr.Evaluate(map[string]float64{"r": 0, "r/a": 0, "r/b": 10, "r/c": 0}, nil)
 	if res.Own["r/a/x"] != Unknown || res.State["r/a"] != Unknown || res.State["r"] != Unknown {
 		t.Fatalf("states %v; want r/a/x, r/a and r UNKNOWN", res.State)
 	}
@@ -57,7 +57,7 @@ func TestMissingValueIsUnknownAndSignalsUp(t *testing.T) {
 func TestBaselineThreshold(t *testing.T) {
 	tr := newTree()
 	eval := func(c float64) State {
-		return tr.Evaluate(map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 10, "r/c": c}).Own["r/c"]
+		return tr.Evaluate(map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 10, "r/c": c}, nil).Own["r/c"]
 	}
 	if s := eval(1000); s != OK {
 		t.Fatalf("first interval, no baseline: %v, want OK", s)
@@ -82,14 +82,14 @@ func TestBaselineFloor(t *testing.T) {
 	tr := New()
 	tr.Define(catalog.Metric{ID: "rtt", Kind: catalog.Gauge, Threshold: &catalog.Threshold{Warn: 3, Crit: 10, Baseline: 10, Floor: 1}})
 	for range 10 {
-		tr.Evaluate(map[string]float64{"rtt": 0.001})
+		tr.Evaluate(map[string]float64{"rtt": 0.001}, nil)
 	}
 	cases := []struct {
 		v    float64
 		want State
 	}{{0.5, OK}, {0.9, OK}, {5, Crit}}
 	for _, c := range cases {
-		if got := tr.Evaluate(map[string]float64{"rtt": c.v}).Own["rtt"]; got != c.want {
+		if got := tr.Evaluate(map[string]float64{"rtt": c.v}, nil).Own["rtt"]; got != c.want {
 			t.Errorf("%v ms against a 0.001 ms median with a 1 ms floor: %v, want %v", c.v, got, c.want)
 		}
 	}
@@ -98,7 +98,7 @@ func TestBaselineFloor(t *testing.T) {
 func TestOverridesAndDisable(t *testing.T) {
 	tr := newTree()
 	tr.SetThresholds(map[string]catalog.Threshold{"r/a/x": {Warn: 1, Crit: 2}}, []string{"r/b"})
-	res := tr.Evaluate(map[string]float64{"r": 0, "r/a": 0, "r/a/x": 5, "r/b": 0, "r/c": 0})
+	res := tr.Evaluate(map[string]float64{"r": 0, "r/a": 0, "r/a/x": 5, "r/b": 0, "r/c": 0}, nil)
 	if res.Own["r/a/x"] != Crit {
 		t.Errorf("override: r/a/x %v, want CRIT", res.Own["r/a/x"])
 	}
@@ -127,7 +127,7 @@ func TestSelectStreamsRootsAndWhatMatters(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			tr := newTree()
-			got := tr.Select(tr.Evaluate(c.values), c.increases, c.full)
+			got := tr.Select(tr.Evaluate(c.values, nil), c.increases, c.full)
 			if !slices.Equal(got, c.want) {
 				t.Errorf("Select = %v, want %v", got, c.want)
 			}
@@ -147,5 +147,20 @@ func TestDefineReturnsOnlyNewMetrics(t *testing.T) {
 	}
 	if !slices.IsSorted(ids) {
 		t.Errorf("Metrics() not parents-first: %v", ids)
+	}
+}
+
+// An idle metric (nothing to measure) has no value yet is OK; a missing one
+// is UNKNOWN.
+func TestIdleIsOKWithoutValue(t *testing.T) {
+	tr := New()
+	tr.Define(catalog.Metric{ID: "r", Kind: catalog.Gauge}, catalog.Metric{ID: "r/a", Kind: catalog.Gauge})
+	res := tr.Evaluate(map[string]float64{"r/a": 1}, map[string]bool{"r": true})
+	if _, ok := res.Values["r"]; ok || res.Own["r"] != OK || res.State["r"] != OK {
+		t.Fatalf("idle root: value present %v, own %v, state %v; want no value and OK", ok, res.Own["r"], res.State["r"])
+	}
+	res = tr.Evaluate(map[string]float64{"r/a": 1}, nil)
+	if res.Own["r"] != Unknown {
+		t.Fatalf("missing root: %v, want UNKNOWN", res.Own["r"])
 	}
 }

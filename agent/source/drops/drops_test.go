@@ -123,7 +123,7 @@ func TestBPFReasons(t *testing.T) {
 	// and the root follows.
 	tr := tree.New()
 	tr.Define(r.Metrics...)
-	res := tr.Evaluate(map[string]float64{catalog.Drops: float64(sum), "drops/netfilter_drop": float64(nf), "drops/no_socket": float64(ns)})
+	res := tr.Evaluate(map[string]float64{catalog.Drops: float64(sum), "drops/netfilter_drop": float64(nf), "drops/no_socket": float64(ns)}, nil)
 	if res.State["drops/netfilter_drop"] != tree.Crit || res.State[catalog.Drops] != tree.Crit {
 		t.Errorf("states %v: want drops/netfilter_drop and drops CRIT", res.State)
 	}

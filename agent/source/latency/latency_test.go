@@ -75,7 +75,7 @@ func evaluate(s *Source, interval time.Duration) *evaluator {
 					values[id] = float64(v-min(prev.Counters[id], v)) / secs
 				}
 				prev = cur
-				res := tr.Evaluate(values)
+				res := tr.Evaluate(values, nil)
 				e.mu.Lock()
 				for id, st := range res.State {
 					e.worst[id] = schema.Worse(e.worst[id], st)
@@ -260,7 +260,7 @@ func TestCatalogue(t *testing.T) {
 	values[catalog.LatencySocketRcvQ] = 500
 	var res tree.Result
 	for i := 0; i < 2; i++ { // hold 2
-		res = tr.Evaluate(values)
+		res = tr.Evaluate(values, nil)
 	}
 	if res.State[catalog.Latency] != tree.Crit || res.State[catalog.LatencySocketDrops] != tree.Crit || res.State[catalog.LatencyRetransmits] != tree.OK {
 		t.Errorf("states %v", res.State)

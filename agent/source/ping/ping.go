@@ -277,10 +277,14 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 		}
 	}
 	// With no target there is no round trip to speak of: the root has no
-	// value (UNKNOWN, shown as no data), not a 0 ms that reads as a fast
-	// network. Without a socket the targets are UNKNOWN, and so is it.
-	if s.mode != 0 && len(targets) > 0 {
+	// value, not a 0 ms that reads as a fast network, and is idle rather
+	// than UNKNOWN, as nothing is wrong. Without a socket the targets are
+	// UNKNOWN, and so is it.
+	switch {
+	case s.mode != 0 && len(targets) > 0:
 		r.Gauges[catalog.Ping] = worst
+	case s.mode != 0:
+		r.Idle = append(r.Idle, catalog.Ping)
 	}
 	return r, nil
 }

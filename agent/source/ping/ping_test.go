@@ -110,7 +110,11 @@ func (a *agentLoop) interval() tree.Result {
 			values[id] = h.Quantile(m.Quantile) / m.Scale
 		}
 	}
-	return a.tree.Evaluate(values)
+	idle := map[string]bool{}
+	for _, id := range r.Idle {
+		idle[id] = true
+	}
+	return a.tree.Evaluate(values, idle)
 }
 
 func openSource(t *testing.T, opts Options) *Source {
@@ -445,7 +449,9 @@ func TestTargetNamedTwiceIsPingedOnce(t *testing.T) {
 }
 
 // A node with no target has no round trip to show: the ping root has no
-// value (not 0 ms) and is UNKNOWN, while the clock beside it still reports.
+// value (not 0 ms) and is OK (idle: nothing is wrong, nothing to measure),
+// not UNKNOWN, which would grey out every node without peers; the clock
+// beside it still reports.
 func TestNoTargetsNoRootValue(t *testing.T) {
 	lab := netlab.New(t)
 	src := openSource(t, Options{Env: source.Env{Netns: handle(t, lab.A)}})
@@ -454,8 +460,8 @@ func TestNoTargetsNoRootValue(t *testing.T) {
 	if v, ok := res.Values["ping"]; ok {
 		t.Errorf("ping root has the value %v with no target; want none", v)
 	}
-	if res.Own["ping"] != tree.Unknown || res.State["ping"] != tree.Unknown {
-		t.Errorf("ping root own %v, state %v; want UNKNOWN", res.Own["ping"], res.State["ping"])
+	if res.Own["ping"] != tree.OK || res.State["ping"] != tree.OK {
+		t.Errorf("ping root own %v, state %v; want OK without a value", res.Own["ping"], res.State["ping"])
 	}
 	if _, ok := res.Values["ping/clock/max_error"]; !ok {
 		t.Error("the clock stopped reporting")

@@ -1040,9 +1040,10 @@ type Sample struct {
 	// The state the agent evaluated, after propagation from children.
 	State State `protobuf:"varint,3,opt,name=state,proto3,enum=nbs.v1.State" json:"state,omitempty"`
 	// The metric had no value this interval: its source measured nothing
-	// (a ping root with no target answering, a source that failed). value is
-	// then 0 and means nothing; state still says UNKNOWN, or what the
-	// children say. A root is streamed every interval even so, for its state.
+	// (a ping root with no target, a source that failed). value is then 0
+	// and means nothing; state says UNKNOWN when the source is missing, OK
+	// when there was nothing to measure, or what the children say. A root is
+	// streamed every interval even so, for its state.
 	NoValue       bool `protobuf:"varint,4,opt,name=no_value,json=noValue,proto3" json:"no_value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
