@@ -64,14 +64,13 @@ func binary(b *testing.B) string {
 	return bin
 }
 
-func startCollector(b *testing.B, bin, dbURL string, nodes int, args ...string) *collector {
+func startCollector(b *testing.B, bin, dbURL string, nodes int) *collector {
 	b.Helper()
 	grpcAddr, httpAddr := freePort(b), freePort(b)
 	streams := strconv.Itoa(nodes + 100)
 	cmd := exec.Command(bin, "--db.url", dbURL, "--grpc.listen-address", grpcAddr, "--http.listen-address", httpAddr,
 		"--grpc.node-auth", "none", "--ingest.max-streams", streams, "--ingest.max-streams-per-address", streams,
 		"--ingest.max-nodes", streams)
-	cmd.Args = append(cmd.Args, args...)
 	logf, err := os.Create(filepath.Join(b.TempDir(), "collector.log"))
 	if err != nil {
 		b.Fatal(err)
@@ -148,59 +147,55 @@ func envDuration(name string, def time.Duration) time.Duration {
 // acknowledged (registered_s) and two more intervals have passed, the
 // figures are taken over NBS_FLEET_DURATION (default 60s): steady-state
 // samples/s and report→ack percentiles, and the collector's peak RSS over
-// its RSS before any agent connected, per node. NBS_FLEET_CONN_BUFFER
-// (comma-separated; default 4096, the collector's) sets
-// --grpc.connection-buffer-bytes, to compare with gRPC's own 32768.
+// its RSS before any agent connected, per node.
 func BenchmarkFleet(b *testing.B) {
 	bin := binary(b)
 	hold := envDuration("NBS_FLEET_DURATION", time.Minute)
 	const interval = 10 * time.Second
 	for _, nodes := range envList("NBS_FLEET_NODES", []int{1000, 4000}) {
-		for _, buf := range envList("NBS_FLEET_CONN_BUFFER", []int{4096}) {
-			b.Run(fmt.Sprintf("nodes=%d/conn-buffer=%d", nodes, buf), func(b *testing.B) {
-				for range b.N {
-					c := startCollector(b, bin, pgcluster.Database(b), nodes, "--grpc.connection-buffer-bytes", strconv.Itoa(buf))
-					idle := c.rssKiB(b)
-					f, err := loadgen.New(loadgen.Config{Addr: c.grpcAddr, Nodes: nodes, Interval: interval,
-						Troubled: 0.05, ReconnectsPerHour: float64(nodes) / 10, Seed: uint64(nodes)})
-					if err != nil {
-						b.Fatal(err)
-					}
-					ctx, cancel := context.WithCancel(context.Background())
-					done := make(chan loadgen.Stats, 1)
-					go func() { done <- f.Run(ctx, os.Stderr, interval) }()
-					peak := 0
-					wait := func(d time.Duration, until func() bool) {
-						end := time.Now().Add(d)
-						for time.Now().Before(end) && (until == nil || !until()) {
-							peak = max(peak, c.rssKiB(b))
-							time.Sleep(time.Second)
-						}
-					}
-					wait(10*time.Minute, func() bool { return f.Stats().AllRegistered > 0 })
-					registered := f.Stats().AllRegistered
-					wait(2*interval, nil)
-					f.ResetLatency()
-					s0 := f.Stats()
-					wait(hold, nil)
-					s1 := f.Stats()
-					cancel()
-					<-done
-					steady := float64(s1.Samples-s0.Samples) / (s1.Elapsed - s0.Elapsed).Seconds()
-					b.Logf("%d nodes: all registered after %v; steady state over %v: %.0f samples/s, ack p50 %v p99 %v; collector RSS idle %d KiB, peak %d KiB; %v",
-						nodes, registered.Round(time.Second), hold, steady, s1.AckP50, s1.AckP99, idle, peak, s1)
-					if registered == 0 {
-						b.Errorf("not every node had a report acknowledged within 10 minutes")
-					}
-					b.ReportMetric(registered.Seconds(), "registered_s")
-					b.ReportMetric(steady, "samples/s")
-					b.ReportMetric(float64(s1.AckP50)/1e6, "ack_p50_ms")
-					b.ReportMetric(float64(s1.AckP99)/1e6, "ack_p99_ms")
-					b.ReportMetric(float64(peak-idle)/float64(nodes), "KiB/node")
-					b.ReportMetric(float64(s1.Errors), "stream_errors")
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			for range b.N {
+				c := startCollector(b, bin, pgcluster.Database(b), nodes)
+				idle := c.rssKiB(b)
+				f, err := loadgen.New(loadgen.Config{Addr: c.grpcAddr, Nodes: nodes, Interval: interval,
+					Troubled: 0.05, ReconnectsPerHour: float64(nodes) / 10, Seed: uint64(nodes)})
+				if err != nil {
+					b.Fatal(err)
 				}
-			})
-		}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan loadgen.Stats, 1)
+				go func() { done <- f.Run(ctx, os.Stderr, interval) }()
+				peak := 0
+				wait := func(d time.Duration, until func() bool) {
+					end := time.Now().Add(d)
+					for time.Now().Before(end) && (until == nil || !until()) {
+						peak = max(peak, c.rssKiB(b))
+						time.Sleep(time.Second)
+					}
+				}
+				wait(10*time.Minute, func() bool { return f.Stats().AllRegistered > 0 })
+				registered := f.Stats().AllRegistered
+				wait(2*interval, nil)
+				f.ResetLatency()
+				s0 := f.Stats()
+				wait(hold, nil)
+				s1 := f.Stats()
+				cancel()
+				<-done
+				steady := float64(s1.Samples-s0.Samples) / (s1.Elapsed - s0.Elapsed).Seconds()
+				b.Logf("%d nodes: all registered after %v; steady state over %v: %.0f samples/s, ack p50 %v p99 %v; collector RSS idle %d KiB, peak %d KiB; %v",
+					nodes, registered.Round(time.Second), hold, steady, s1.AckP50, s1.AckP99, idle, peak, s1)
+				if registered == 0 {
+					b.Errorf("not every node had a report acknowledged within 10 minutes")
+				}
+				b.ReportMetric(registered.Seconds(), "registered_s")
+				b.ReportMetric(steady, "samples/s")
+				b.ReportMetric(float64(s1.AckP50)/1e6, "ack_p50_ms")
+				b.ReportMetric(float64(s1.AckP99)/1e6, "ack_p99_ms")
+				b.ReportMetric(float64(peak-idle)/float64(nodes), "KiB/node")
+				b.ReportMetric(float64(s1.Errors), "stream_errors")
+			}
+		})
 	}
 }
 

@@ -130,10 +130,6 @@ func (c *Collector) Run(ctx context.Context) error {
 		grpc.MaxRecvMsgSize(c.cfg.MaxMsgSize),
 		grpc.InitialWindowSize(c.cfg.StreamWindow),
 		grpc.InitialConnWindowSize(16 * c.cfg.StreamWindow),
-		grpc.ReadBufferSize(c.cfg.ConnBuffer),
-		grpc.WriteBufferSize(c.cfg.ConnBuffer),
-		// An idle connection gives its write buffer back to a shared pool.
-		grpc.SharedWriteBuffer(true),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}

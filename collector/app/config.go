@@ -31,11 +31,6 @@ type Config struct {
 	// default auto-tuned windows a collector buffered ~2 GB when Postgres
 	// fell behind.
 	StreamWindow int32
-	// ConnBuffer is each agent connection's read buffer, and the size of the
-	// write buffers connections share while idle: most agents send a few
-	// hundred bytes every 10 s, so gRPC's 32 KiB each per connection was
-	// most of the collector's memory per node.
-	ConnBuffer int
 	// HTTP bounds what one HTTP client may hold (--http.*-timeout,
 	// --http.max-header-bytes, --http.max-connections).
 	HTTP HTTPLimits
@@ -118,7 +113,6 @@ func DefaultConfig() Config {
 		DBWriters:         ingest.DefaultWriterOptions().Workers,
 		MaxMsgSize:        4 << 20,
 		StreamWindow:      64 << 10,
-		ConnBuffer:        4 << 10,
 		HTTP:              DefaultHTTPLimits(),
 		SendTimeout:       ingest.DefaultSendTimeout,
 		MaxOverrides:      nodeconfig.DefaultMaxOverrides,
@@ -147,7 +141,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RollupRetention1h, "retention.rollup-1h", c.RollupRetention1h, "how long the 1-hour and 1-day report rollups are kept (longer reports and their previous periods)")
 	fs.IntVar(&c.DBWriters, "db.writers", c.DBWriters, "concurrent database writers (about one per database core)")
 	fs.IntVar(&c.MaxMsgSize, "grpc.max-message-bytes", c.MaxMsgSize, "largest message an agent may send")
-	fs.IntVar(&c.ConnBuffer, "grpc.connection-buffer-bytes", c.ConnBuffer, "read buffer of each agent connection, and size of the write buffers idle connections share")
 	fs.DurationVar(&c.HTTP.ReadHeaderTimeout, "http.read-header-timeout", c.HTTP.ReadHeaderTimeout, "how long a client may take to send a request's headers")
 	fs.DurationVar(&c.HTTP.ReadTimeout, "http.read-timeout", c.HTTP.ReadTimeout, "how long a client may take to send a whole request, body included")
 	fs.DurationVar(&c.HTTP.WriteTimeout, "http.write-timeout", c.HTTP.WriteTimeout, "how long reading a request and writing its answer may take (the largest answers, a year of a series or a whole tree, take seconds)")
@@ -238,9 +231,6 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--ingest.max-future-skew %s must be from 0 to 24h", c.Ingest.MaxFutureSkew))
 	}
 	// gRPC ignores windows below 64 KiB.
-	if c.ConnBuffer < 1<<10 || c.ConnBuffer > 1<<20 {
-		errs = append(errs, fmt.Errorf("--grpc.connection-buffer-bytes %d must be from 1 KiB to 1 MiB", c.ConnBuffer))
-	}
 	if c.StreamWindow < 64<<10 || c.StreamWindow > 16<<20 {
 		errs = append(errs, fmt.Errorf("stream window %d must be from 64 KiB to 16 MiB", c.StreamWindow))
 	}
