@@ -291,3 +291,40 @@ func copyRate(b *testing.B, dbURL string) (float64, int, int64) {
 	copyAll("copy_histograms", []string{"node_id", "instance_id", "seq", "ts", "metric_id", "count", "sum", "bucket_index", "bucket_count"}, hists)
 	return float64(samples) / time.Since(start).Seconds(), len(reports), samples
 }
+
+// BenchmarkReregistration: NBS_REREG_NODES nodes (default 1000) connect
+// for the first time, then disconnect and connect again with the same tree,
+// as every agent does when a collector restarts: the time until every node
+// had a report acknowledged, first and again.
+func BenchmarkReregistration(b *testing.B) {
+	bin := binary(b)
+	nodes := envList("NBS_REREG_NODES", []int{1000})[0]
+	for range b.N {
+		c := startCollector(b, bin, pgcluster.Database(b), nodes)
+		register := func() time.Duration {
+			f, err := loadgen.New(loadgen.Config{Addr: c.grpcAddr, Nodes: nodes, Interval: 2 * time.Second, Ramp: time.Second, Seed: 5})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan loadgen.Stats, 1)
+			go func() { done <- f.Run(ctx, nil, 0) }()
+			deadline := time.Now().Add(10 * time.Minute)
+			for f.Stats().AllRegistered == 0 && time.Now().Before(deadline) {
+				time.Sleep(200 * time.Millisecond)
+			}
+			cancel()
+			s := <-done
+			if s.AllRegistered == 0 {
+				b.Fatalf("not every node registered within 10 minutes: %v", s)
+			}
+			return s.AllRegistered
+		}
+		first := register()
+		again := register()
+		b.Logf("%d nodes: registered in %v the first time, %v again", nodes, first.Round(100*time.Millisecond), again.Round(100*time.Millisecond))
+		b.ReportMetric(first.Seconds(), "first_s")
+		b.ReportMetric(again.Seconds(), "again_s")
+		b.ReportMetric(first.Seconds()/again.Seconds(), "first/again")
+	}
+}
