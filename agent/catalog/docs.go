@@ -24,8 +24,8 @@ type Branch struct {
 // agent is added here, so docs/metrics.md covers it.
 func Documented() []Branch {
 	resets := Branch{
-		Root:     TCPReset,
-		Metrics:  TCPResetTree(),
+		Root:    TCPReset,
+		Metrics: TCPResetTree(),
 		Children: []Metric{ResetSentReason("<reason>"), ResetReceivedState("<state>"), ResetSentOther(), ResetReceivedProc(),
 			OwnerChild(ResetSentReason("<reason>"), "<owner>", "<owner>", DefaultTopOwners),
 			OwnerOtherChild(ResetSentReason("<reason>"), DefaultTopOwners),

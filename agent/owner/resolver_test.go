@@ -1,12 +1,9 @@
 package owner
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,114 +11,43 @@ import (
 	"github.com/nbs-project/nbs/internal/netlab"
 )
 
-// holder is a `sleep` started for a test, holding a namespace.
-type holder struct {
-	cmd *exec.Cmd
-}
-
-func (h holder) pid() int { return h.cmd.Process.Pid }
-
-// inode waits until the process has become `sleep` (it may still be the
-// shell or unshare that sets it up) and returns its namespace inode.
-func (h holder) inode(t *testing.T) uint32 {
+// inodeOf returns the namespace inode of a process.
+func inodeOf(t *testing.T, pid int) uint32 {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b, _ := os.ReadFile(filepath.Join("/proc", itoa(h.pid()), "comm"))
-		if strings.TrimSpace(string(b)) == "sleep" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d never became sleep (comm %q)", h.pid(), b)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	ino, ok := nsInode(filepath.Join("/proc", itoa(h.pid()), "ns", "net"))
+	ino, ok := nsInode(filepath.Join("/proc", itoa(pid), "ns", "net"))
 	if !ok {
-		t.Fatalf("no netns for pid %d", h.pid())
+		t.Fatalf("no netns for pid %d", pid)
 	}
 	return ino
 }
 
-func start(t *testing.T, cmd *exec.Cmd) holder {
-	t.Helper()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %v: %v", cmd.Args, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	return holder{cmd}
-}
-
-func randHex(n int) string {
-	b := make([]byte, n/2)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// writeBundle writes a containerd-style OCI bundle with the CRI plugin's
-// annotations under dir/k8s.io/<id>/config.json.
-func writeBundle(t *testing.T, dir, id, ns, pod, ctr string) {
-	t.Helper()
-	p := filepath.Join(dir, "k8s.io", id)
-	if err := os.MkdirAll(p, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	js := `{"ociVersion":"1.1.0","annotations":{"io.kubernetes.cri.container-type":"container",` +
-		`"io.kubernetes.cri.sandbox-namespace":"` + ns + `","io.kubernetes.cri.sandbox-name":"` + pod + `",` +
-		`"io.kubernetes.cri.container-name":"` + ctr + `"}}`
-	if err := os.WriteFile(filepath.Join(p, "config.json"), []byte(js), 0o644); err != nil {
-		t.Fatal(err)
-	}
+func newUID() string {
+	return netlab.RandHex(8) + "-" + netlab.RandHex(4) + "-" + netlab.RandHex(4) + "-" + netlab.RandHex(4) + "-" + netlab.RandHex(12)
 }
 
 // TestResolverLab names namespaces of every kind, from real processes in a
 // synthetic cgroup tree laid out as the kubelet and runtimes lay it out.
 func TestResolverLab(t *testing.T) {
 	lab := netlab.New(t)
+	own := lab.Own(t)
 	cg := netlab.NewCgroup(t)
-	if _, err := exec.LookPath("unshare"); err != nil {
-		netlab.SkipOrFail(t, "unshare (util-linux) not found: %v", err)
-	}
-	runtimeDir := t.TempDir()
 
-	// A: a pod named by its runtime's bundle (systemd driver naming).
-	uidA := randHex(8) + "-" + randHex(4) + "-" + randHex(4) + "-" + randHex(4) + "-" + randHex(12)
-	idA := randHex(64)
-	writeBundle(t, runtimeDir, idA, "shop", "cart-7d9f", "cart")
-	scopeA := cg.Child(t, "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+
-		strings.ReplaceAll(uidA, "-", "_")+".slice/cri-containerd-"+idA+".scope")
-	podA := start(t, scopeA.Command(lab.A, "sleep", "600"))
-
-	// B: a pod without runtime files (cgroupfs driver naming): named from
-	// HOSTNAME, its namespace from the service account file inside its own
-	// mount namespace, reached through /var/run -> /run inside its root.
-	uidB := randHex(8) + "-" + randHex(4) + "-" + randHex(4) + "-" + randHex(4) + "-" + randHex(12)
-	idB := randHex(64)
-	scopeB := cg.Child(t, "kubepods/besteffort/pod"+uidB+"/"+idB)
-	cmdB := scopeB.Command(lab.B, "unshare", "-m", "--propagation", "private", "sh", "-c",
-		`mount -t tmpfs nbs-test /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount && `+
+	// A pod without runtime files (cgroupfs driver naming), in a namespace
+	// of its own: named from HOSTNAME, its namespace from the service
+	// account file inside its own mount namespace, reached through
+	// /var/run -> /run inside its root.
+	uidF, idF := newUID(), netlab.RandHex(64)
+	cmdF := cg.Child(t, "kubepods/besteffort/pod"+uidF+"/"+idF).Command("", "unshare", "-n", "-m", "--propagation", "private",
+		"sh", "-c", `mount -t tmpfs nbs-test /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount && `+
 			`printf team-b > /run/secrets/kubernetes.io/serviceaccount/namespace && exec sleep 600`)
-	cmdB.Env = append(os.Environ(), "HOSTNAME=web-2", "POD_NAME=", "POD_NAMESPACE=")
-	podB := start(t, cmdB)
+	cmdF.Env = append(os.Environ(), "HOSTNAME=web-2", "POD_NAME=", "POD_NAMESPACE=")
+	pidF := netlab.StartHolder(t, cmdF)
 
-	// C: a docker container outside Kubernetes, in a namespace of its own.
-	idC := randHex(64)
-	scopeC := cg.Child(t, "system.slice/docker-"+idC+".scope")
-	ctrC := start(t, scopeC.Command("", "unshare", "-n", "sleep", "600"))
+	// A docker container outside Kubernetes, in a namespace of its own.
+	idC := netlab.RandHex(64)
+	pidC := netlab.StartHolder(t, cg.Child(t, "system.slice/docker-"+idC+".scope").Command("", "unshare", "-n", "sleep", "600"))
 
-	// D: a bare process holding a namespace; E: a named namespace nothing
-	// runs in.
-	procD := start(t, cg.Child(t, "plain").Command("", "unshare", "-n", "sleep", "600"))
-	nameE := "nbsE-" + randHex(8)
-	if out, err := exec.Command("ip", "netns", "add", nameE).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", nameE).Run() })
-	hE, err := netns.Resolve(nameE)
+	hB, err := netns.Resolve(lab.B)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,32 +56,32 @@ func TestResolverLab(t *testing.T) {
 		host, _ = nsInode("/proc/self/ns/net")
 	}
 
-	r := New(Options{RuntimeDirs: []string{runtimeDir}, RescanEvery: time.Millisecond})
-	inoA, inoB, inoC, inoD := podA.inode(t), podB.inode(t), ctrC.inode(t), procD.inode(t)
-	got := r.Lookup(inoA, inoB, inoC, inoD, hE.Inode, host, 0)
+	r := New(Options{RuntimeDirs: []string{own.RuntimeDir}, RescanEvery: time.Millisecond})
+	inoA, inoF, inoC := lab.Inode(t, lab.A), inodeOf(t, pidF), inodeOf(t, pidC)
+	got := r.Lookup(inoA, inoF, inoC, own.Proc.Inode, hB.Inode, host, 0)
 	want := map[uint32]Owner{
-		inoA: {Kind: Pod, Inode: inoA, Pod: "shop/cart-7d9f", PodUID: uidA, ContainerID: idA, ContainerName: "cart",
-			Runtime: "containerd", NetnsName: lab.A, PID: podA.pid(), Comm: "sleep"},
-		inoB: {Kind: Pod, Inode: inoB, Pod: "team-b/web-2", PodUID: uidB, ContainerID: idB, NetnsName: lab.B,
-			PID: podB.pid(), Comm: "sleep"},
-		inoC:     {Kind: Container, Inode: inoC, ContainerID: idC, Runtime: "docker", PID: ctrC.pid(), Comm: "sleep"},
-		inoD:     {Kind: Process, Inode: inoD, PID: procD.pid(), Comm: "sleep"},
-		hE.Inode: {Kind: Netns, Inode: hE.Inode, NetnsName: nameE},
-		host:     {Kind: Host, Inode: host},
-		0:        {Kind: Unknown},
+		inoA: {Kind: Pod, Inode: inoA, Pod: own.PodNamespace + "/" + own.PodName, PodUID: own.PodUID,
+			ContainerID: own.ContainerID, ContainerName: "cart", Runtime: "containerd", NetnsName: lab.A,
+			PID: own.PodPID, Comm: "sleep"},
+		inoF:           {Kind: Pod, Inode: inoF, Pod: "team-b/web-2", PodUID: uidF, ContainerID: idF, PID: pidF, Comm: "sleep"},
+		inoC:           {Kind: Container, Inode: inoC, ContainerID: idC, Runtime: "docker", PID: pidC, Comm: "sleep"},
+		own.Proc.Inode: {Kind: Process, Inode: own.Proc.Inode, PID: own.ProcPID, Comm: "sleep"},
+		hB.Inode:       {Kind: Netns, Inode: hB.Inode, NetnsName: lab.B},
+		host:           {Kind: Host, Inode: host},
+		0:              {Kind: Unknown},
 	}
 	for ino, w := range want {
 		if got[ino] != w {
 			t.Errorf("inode %d:\n got %+v\nwant %+v", ino, got[ino], w)
 		}
 	}
-	if id := got[inoA].ID(); id != "pod:shop.cart-7d9f" {
-		t.Errorf("pod A id %q", id)
+	if id, w := got[inoA].ID(), "pod:shop."+own.PodName; id != w {
+		t.Errorf("pod id %q, want %q", id, w)
 	}
 
 	// Cached: no scan for what is known and fresh.
 	scans := r.Scans()
-	r.Lookup(inoA, inoB)
+	r.Lookup(inoA, inoF)
 	if r.Scans() != scans {
 		t.Errorf("a lookup of fresh entries scanned /proc")
 	}
@@ -186,18 +112,19 @@ func TestResolverRefresh(t *testing.T) {
 		t.Errorf("cache holds %d entries, bound 3", n)
 	}
 
-	p := start(t, exec.Command("unshare", "-n", "sleep", "600"))
-	ino := p.inode(t)
+	cmd := exec.Command("unshare", "-n", "sleep", "600")
+	pid := netlab.StartHolder(t, cmd)
+	ino := inodeOf(t, pid)
 	const grace = 300 * time.Millisecond
 	r := New(Options{RescanEvery: time.Nanosecond, RefreshEvery: time.Nanosecond, Grace: grace})
-	if o := r.Owner(ino); o.Kind != Process || o.PID != p.pid() {
+	if o := r.Owner(ino); o.Kind != Process || o.PID != pid {
 		t.Fatalf("live: %+v", o)
 	}
-	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
 	gone := time.Now()
-	if _, ok := nsInode(filepath.Join("/proc", itoa(p.pid()), "ns", "net")); ok {
-		t.Fatalf("pid %d still holds its namespace", p.pid())
+	if _, ok := nsInode(filepath.Join("/proc", itoa(pid), "ns", "net")); ok {
+		t.Fatalf("pid %d still holds its namespace", pid)
 	}
 	if o := r.Owner(ino); o.Kind != Process && time.Since(gone) < grace {
 		t.Errorf("within grace after it vanished: %+v", o)
