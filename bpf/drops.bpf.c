@@ -8,10 +8,14 @@
  * Loaded by agent/probe/drops. tp_btf/kfree_skb fires for real drops only:
  * freeing a packet that was used (consume_skb) has a tracepoint of its own.
  *
- * The hot path is one per-CPU array lookup and one increment: the counters
- * are a per-CPU array of slots indexed by the reason itself, no hash. The
- * namespace filter costs three dependent loads, and only when the probe is
- * restricted to one namespace.
+ * Restricted to one namespace, the hot path is the namespace filter (three
+ * dependent loads), one per-CPU array lookup and one increment: the counters
+ * are a per-CPU array of slots indexed by the reason itself, no hash.
+ * Counting every namespace, each drop is counted by namespace and reason in
+ * a per-CPU hash instead, so the agent can name who dropped what; only when
+ * that map is full does a drop fall back to the array, unsplit. Each drop is
+ * counted in exactly one of the two, so the sum is exact however the reads
+ * of the two interleave with drops.
  */
 #include "nbs.h"
 
@@ -69,6 +73,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nbs_drop_percpu);
 } drop_percpu SEC(".maps");
+
+/* Drops by namespace and reason (the array's slot), when counting every
+ * namespace. netns x ~130 reasons seen in practice: thousands of namespaces
+ * with a few reasons each. */
+struct nbs_drop_key {
+	__u32 netns;
+	__u32 reason;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct nbs_drop_key);
+	__type(value, __u64);
+} drop_netns_counts SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -221,7 +240,7 @@ static __always_inline void drop_evidence(struct nbs_drop_percpu *pc, const stru
 	__builtin_memset(ev, 0, sizeof(*ev));
 	ev->ts_ns = now;
 	ev->location = (__u64)location;
-	ev->netns = netns ? netns : drop_netns(skb, rx_sk);
+	ev->netns = netns;
 	ev->reason = reason;
 	ev->ifindex = skb->skb_iif;
 	if (!ev->ifindex) {
@@ -240,21 +259,27 @@ int BPF_PROG(nbs_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_r
 {
 	struct nbs_drop_percpu *pc;
 	__u32 zero = 0, netns = 0, slot = reason;
+	bool split = false;
 
-	if (target_netns) {
-		netns = drop_netns(skb, rx_sk);
-		if (netns != target_netns)
-			return 0;
-	}
+	netns = drop_netns(skb, rx_sk);
+	if (target_netns && netns != target_netns)
+		return 0;
 	pc = bpf_map_lookup_elem(&drop_percpu, &zero);
 	if (!pc)
 		return 0;
 	if (slot >= NBS_DROP_OVERFLOW)
 		slot = NBS_DROP_OVERFLOW;
-	/* Keep the compiler from folding the clamp into a form the verifier
-	 * cannot bound; the mask is a no-op after the clamp. */
-	barrier_var(slot);
-	pc->reason[slot & (NBS_DROP_SLOTS - 1)]++;
+	if (!target_netns) {
+		struct nbs_drop_key k = {.netns = netns, .reason = slot};
+
+		split = nbs_percpu_inc(&drop_netns_counts, &k);
+	}
+	if (!split) {
+		/* Keep the compiler from folding the clamp into a form the
+		 * verifier cannot bound; the mask is a no-op after the clamp. */
+		barrier_var(slot);
+		pc->reason[slot & (NBS_DROP_SLOTS - 1)]++;
+	}
 	if (evidence_per_sec)
 		drop_evidence(pc, skb, rx_sk, location, reason, netns);
 	return 0;

@@ -31,6 +31,12 @@ type dropsNbsDropEvent struct {
 	_        [2]byte
 }
 
+type dropsNbsDropKey struct {
+	_      structs.HostLayout
+	Netns  uint32
+	Reason uint32
+}
+
 type dropsNbsDropPercpu struct {
 	_              structs.HostLayout
 	Reason         [512]uint64
@@ -45,6 +51,7 @@ type dropsNbsDropPercpu struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	dropsMapDropEvents         = "drop_events"
+	dropsMapDropNetnsCounts    = "drop_netns_counts"
 	dropsMapDropPercpu         = "drop_percpu"
 	dropsProgNbsKfreeSkb       = "nbs_kfree_skb"
 	dropsVarEvidencePerSec     = "evidence_per_sec"
@@ -102,8 +109,9 @@ type dropsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type dropsMapSpecs struct {
-	DropEvents *ebpf.MapSpec `ebpf:"drop_events"`
-	DropPercpu *ebpf.MapSpec `ebpf:"drop_percpu"`
+	DropEvents      *ebpf.MapSpec `ebpf:"drop_events"`
+	DropNetnsCounts *ebpf.MapSpec `ebpf:"drop_netns_counts"`
+	DropPercpu      *ebpf.MapSpec `ebpf:"drop_percpu"`
 }
 
 // dropsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -136,13 +144,15 @@ func (o *dropsObjects) Close() error {
 //
 // It can be passed to loadDropsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dropsMaps struct {
-	DropEvents *ebpf.Map `ebpf:"drop_events"`
-	DropPercpu *ebpf.Map `ebpf:"drop_percpu"`
+	DropEvents      *ebpf.Map `ebpf:"drop_events"`
+	DropNetnsCounts *ebpf.Map `ebpf:"drop_netns_counts"`
+	DropPercpu      *ebpf.Map `ebpf:"drop_percpu"`
 }
 
 func (m *dropsMaps) Close() error {
 	return _DropsClose(
 		m.DropEvents,
+		m.DropNetnsCounts,
 		m.DropPercpu,
 	)
 }

@@ -3,9 +3,10 @@
 // evidence events naming the packets and the code that dropped them.
 //
 // It attaches one tp_btf program to the kfree_skb tracepoint
-// (bpf/drops.bpf.c). Counting happens in a per-CPU array indexed by reason,
-// so a drop costs one array lookup and one increment; the evidence rate limit
-// is enforced in the kernel.
+// (bpf/drops.bpf.c). Restricted to one namespace, counting happens in a
+// per-CPU array indexed by reason, so a drop costs one array lookup and one
+// increment; counting every namespace, in a per-CPU hash by namespace and
+// reason (CountsByNetns). The evidence rate limit is enforced in the kernel.
 package drops
 
 import (
@@ -83,6 +84,7 @@ type Stats struct {
 
 // Probe is the loaded and attached kfree_skb program.
 type Probe struct {
+	netns uint32 // the one namespace counted, 0 for all
 	objs  dropsObjects
 	bpf   bpfload.Guarded
 	names Names
@@ -119,7 +121,7 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse drops object: %w", err)
 	}
-	p := &Probe{names: names, syms: newKsyms(), log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
+	p := &Probe{netns: opts.NetnsInode, names: names, syms: newKsyms(), log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "drops", Log: log,
 		Needs: "a kernel (5.17+, rx_sk argument 6.12+) with BTF tracepoint kfree_skb(skb, location, reason, rx_sk)",
 	}}}
@@ -160,19 +162,71 @@ func (p *Probe) Functions(locations []uint64) map[uint64]string {
 	return p.syms.names(locations)
 }
 
-// Counts returns cumulative drops by reason.
+// Counts returns cumulative drops by reason, over every namespace counted.
 func (p *Probe) Counts() (Counts, error) {
-	sum, err := p.percpu("read drop counts")
+	byNetns, err := p.CountsByNetns()
 	if err != nil {
 		return Counts{}, err
 	}
-	c := Counts{ByReason: map[uint32]uint64{}, Overflow: sum.Reason[Overflow]}
-	for code, v := range sum.Reason[:Overflow] {
-		if v != 0 {
-			c.ByReason[uint32(code)] = v
-		}
+	c := Counts{ByReason: map[uint32]uint64{}}
+	for _, nc := range byNetns {
+		c.add(nc)
 	}
 	return c, nil
+}
+
+// CountsByNetns is Counts by network-namespace inode. Counting one
+// namespace, everything is that namespace's. Counting every namespace,
+// drops the kernel could not split (its map of namespaces was full) are
+// under inode 0.
+func (p *Probe) CountsByNetns() (map[uint32]Counts, error) {
+	out := map[uint32]Counts{}
+	at := func(ns uint32) Counts {
+		c, ok := out[ns]
+		if !ok {
+			c = Counts{ByReason: map[uint32]uint64{}}
+		}
+		return c
+	}
+	// A drop is counted in the hash or in the array, never both, so the
+	// two reads need no common snapshot.
+	err := p.bpf.Do("read drop counts by namespace", func() error {
+		return bpfload.EachSum(p.objs.DropNetnsCounts, func(k dropsNbsDropKey, sum uint64) {
+			c := at(k.Netns)
+			c.add(Counts{ByReason: map[uint32]uint64{k.Reason: sum}})
+			out[k.Netns] = c
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	sum, err := p.percpu("read drop counts")
+	if err != nil {
+		return nil, err
+	}
+	c := at(p.netns)
+	c.Overflow += sum.Reason[Overflow]
+	for code, v := range sum.Reason[:Overflow] {
+		if v != 0 {
+			c.ByReason[uint32(code)] += v
+		}
+	}
+	if len(c.ByReason) > 0 || c.Overflow > 0 {
+		out[p.netns] = c
+	}
+	return out, nil
+}
+
+// add adds d's counts to c, sorting codes into slots as the kernel does.
+func (c *Counts) add(d Counts) {
+	c.Overflow += d.Overflow
+	for code, v := range d.ByReason {
+		if code >= Overflow {
+			c.Overflow += v
+			continue
+		}
+		c.ByReason[code] += v
+	}
 }
 
 // Stats returns the probe's own losses.
