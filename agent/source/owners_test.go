@@ -3,31 +3,14 @@ package source
 import (
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/owner"
+	"github.com/nbs-project/nbs/agent/source/sourcetest"
 	"github.com/nbs-project/nbs/internal/schema"
 )
-
-// increases turns cumulative counters into increases the way the agent's
-// ledger does: a counter seen first counts from 0, a retired one is
-// forgotten.
-type increases struct{ last map[string]uint64 }
-
-func (l *increases) take(r Reading) map[string]uint64 {
-	for _, id := range r.Retired {
-		delete(l.last, id)
-	}
-	out := map[string]uint64{}
-	for id, v := range r.Counters {
-		out[id] = v - min(l.last[id], v)
-		l.last[id] = v
-	}
-	return out
-}
 
 // TestOwnersSplitExact drives the split with owners that come and go and
 // checks, every collection, that the children's increases add up to the
@@ -42,7 +25,7 @@ func TestOwnersSplitExact(t *testing.T) {
 	o := NewOwners(res, top)
 	rng := rand.New(rand.NewPCG(1, 2))
 	cum := map[uint32]uint64{}
-	led := &increases{last: map[string]uint64{}}
+	led := sourcetest.NewLedger(nil)
 	var total uint64
 	retired := 0
 	for round := 0; round < 200; round++ {
@@ -65,15 +48,8 @@ func TestOwnersSplitExact(t *testing.T) {
 		r := Reading{Metrics: []catalog.Metric{parent}, Counters: map[string]uint64{parent.ID: total}}
 		o.Split(&r, map[string]map[uint32]uint64{parent.ID: snap})
 		retired += len(r.Retired)
-		inc := led.take(r)
-		var sum uint64
-		children := 0
-		for id, v := range inc {
-			if schema.Parent(id) == parent.ID {
-				sum += v
-				children++
-			}
-		}
+		inc := led.Add(r.Counters, r.Retired)
+		sum, children := sourcetest.ChildSum(inc, parent.ID)
 		if sum != inc[parent.ID] {
 			t.Fatalf("round %d: children add up to %d, parent grew %d", round, sum, inc[parent.ID])
 		}
@@ -90,8 +66,8 @@ func TestOwnersSplitExact(t *testing.T) {
 	// ones were retired on the way.
 	for i := uint32(0); i < 3; i++ {
 		id := parent.ID + "/inode:" + itoa(100+4*10+i)
-		if _, ok := led.last[id]; !ok {
-			t.Errorf("busy owner %s has no child; children: %v", id, keysWith(led.last, parent.ID+"/"))
+		if !led.Has(id) {
+			t.Errorf("busy owner %s has no child", id)
 		}
 	}
 	if retired == 0 {
@@ -127,12 +103,3 @@ func TestOwnersStable(t *testing.T) {
 }
 
 func itoa(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
-func keysWith(m map[string]uint64, prefix string) []string {
-	var out []string
-	for k := range m {
-		if strings.HasPrefix(k, prefix) {
-			out = append(out, k)
-		}
-	}
-	return out
-}

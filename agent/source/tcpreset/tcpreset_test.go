@@ -10,41 +10,12 @@ import (
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/owner"
-	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/agent/source/sourcetest"
 	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/schema"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
-
-// ledger turns cumulative readings into increases as the agent does: a
-// counter seen first counts from 0, a retired one is forgotten.
-type ledger struct {
-	last, inc map[string]uint64
-	events    []*nbsv1.Event
-}
-
-func (l *ledger) add(r source.Reading) {
-	for _, id := range r.Retired {
-		delete(l.last, id)
-	}
-	for id, v := range r.Counters {
-		l.inc[id] += v - min(l.last[id], v)
-		l.last[id] = v
-	}
-	l.events = append(l.events, r.Events...)
-}
-
-// snmp reads a namespace's /proc/net/snmp from inside it: the kernel's own
-// counters, independent of the probe.
-func snmp(t *testing.T, h netns.Handle) map[string]uint64 {
-	t.Helper()
-	c, err := procnet.NewReader(h.ReadFile).SNMP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // TestOwners causes NO_SOCKET resets in a pod's namespace, a named one
 // and one a process holds, with the probe counting every namespace, and
@@ -91,17 +62,15 @@ func TestOwners(t *testing.T) {
 		{own.Proc, 3, "process:sleep." + strconv.Itoa(own.ProcPID), owner.Process, "sleep (pid " + strconv.Itoa(own.ProcPID) + ")"},
 	}
 
-	led := &ledger{last: map[string]uint64{}, inc: map[string]uint64{}}
 	base, err := src.Collect(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id, v := range base.Counters {
-		led.last[id] = v
-	}
+	led := sourcetest.NewLedger(base.Counters)
+	var events []*nbsv1.Event
 	before := make([]map[string]uint64, len(cases))
 	for i, c := range cases {
-		before[i] = snmp(t, c.h)
+		before[i] = sourcetest.SNMP(t, c.h)
 		netlab.ConnectRefusedIn(t, c.h, netip.MustParseAddrPort("127.0.0.1:9"), c.n)
 	}
 	// Collect until the evidence of every namespace has been read.
@@ -111,9 +80,10 @@ func TestOwners(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		led.add(r)
+		led.Add(r.Counters, r.Retired)
+		events = append(events, r.Events...)
 		seen := map[string]bool{}
-		for _, e := range led.events {
+		for _, e := range events {
 			seen[e.GetFields()["netns"]] = true
 		}
 		all := true
@@ -129,21 +99,21 @@ func TestOwners(t *testing.T) {
 	sent := catalog.ResetSentReason("no_socket").ID
 	recv := catalog.ResetReceivedState("syn_sent").ID
 	for i, c := range cases {
-		after := snmp(t, c.h)
+		after := sourcetest.SNMP(t, c.h)
 		outRsts := after["Tcp.OutRsts"] - before[i]["Tcp.OutRsts"]
 		fails := after["Tcp.AttemptFails"] - before[i]["Tcp.AttemptFails"]
 		if outRsts != uint64(c.n) || fails != uint64(c.n) {
 			t.Fatalf("%s: oracle TcpOutRsts +%d, TcpAttemptFails +%d, want %d each", c.label, outRsts, fails, c.n)
 		}
-		if got := led.inc[sent+"/"+c.id]; got != outRsts {
+		if got := led.Inc[sent+"/"+c.id]; got != outRsts {
 			t.Errorf("%s/%s = %d, TcpOutRsts +%d", sent, c.id, got, outRsts)
 		}
-		if got := led.inc[recv+"/"+c.id]; got != fails {
+		if got := led.Inc[recv+"/"+c.id]; got != fails {
 			t.Errorf("%s/%s = %d, TcpAttemptFails +%d", recv, c.id, got, fails)
 		}
 		inode := strconv.FormatUint(uint64(c.h.Inode), 10)
 		n := 0
-		for _, e := range led.events {
+		for _, e := range events {
 			f := e.GetFields()
 			if f["netns"] != inode {
 				continue
@@ -162,15 +132,10 @@ func TestOwners(t *testing.T) {
 	}
 	// The owner children and other add up to each parent exactly.
 	for _, parent := range []string{sent, recv} {
-		var sum uint64
-		for id, v := range led.inc {
-			if schema.Parent(id) == parent {
-				sum += v
-			}
+		sum, _ := sourcetest.ChildSum(led.Inc, parent)
+		if sum != led.Inc[parent] {
+			t.Errorf("%s grew %d, its owner children %d", parent, led.Inc[parent], sum)
 		}
-		if sum != led.inc[parent] {
-			t.Errorf("%s grew %d, its owner children %d", parent, led.inc[parent], sum)
-		}
-		t.Logf("%s grew %d = its owner children's sum %d", parent, led.inc[parent], sum)
+		t.Logf("%s grew %d = its owner children's sum %d", parent, led.Inc[parent], sum)
 	}
 }
