@@ -19,6 +19,7 @@ const (
 	DefaultRescanEvery  = 2 * time.Second
 	DefaultRefreshEvery = 30 * time.Second
 	DefaultGrace        = 2 * time.Minute
+	DefaultMinScanGap   = 100 * time.Millisecond
 )
 
 // pidsPerNetns is how many of a namespace's lowest PIDs are looked at for a
@@ -37,9 +38,14 @@ type Options struct {
 	RuntimeDirs []string
 	// MaxEntries bounds the cache; the least recently used entry goes first.
 	MaxEntries int
-	// RescanEvery is the least time between two scans of /proc: an inode
-	// not yet known is resolved again at most this often.
+	// RescanEvery is how often an inode a scan could not name is tried
+	// again, at most.
 	RescanEvery time.Duration
+	// MinScanGap is the least time between any two scans: a lookup of an
+	// inode never tried before waits for it, then scans, so a namespace
+	// is named as soon as it is first counted, yet a storm of new
+	// namespaces costs at most one scan per gap.
+	MinScanGap time.Duration
 	// RefreshEvery is how old a known owner may get before a lookup
 	// resolves it again (a namespace inode can be reused by a new one).
 	RefreshEvery time.Duration
@@ -51,7 +57,8 @@ type Options struct {
 
 // Resolver names the owners of network namespaces, with a bounded cache.
 // It is safe for concurrent use; a lookup that needs a scan of /proc holds
-// the others for its duration (milliseconds per thousand processes).
+// the others for its duration (milliseconds per thousand processes, plus
+// at most MinScanGap).
 type Resolver struct {
 	opts Options
 
@@ -91,6 +98,9 @@ func New(opts Options) *Resolver {
 	if opts.Grace <= 0 {
 		opts.Grace = DefaultGrace
 	}
+	if opts.MinScanGap <= 0 {
+		opts.MinScanGap = DefaultMinScanGap
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -100,22 +110,33 @@ func New(opts Options) *Resolver {
 // Owner returns the owner of one namespace inode (see Lookup).
 func (r *Resolver) Owner(inode uint32) Owner { return r.Lookup(inode)[inode] }
 
-// Lookup returns the owners of namespace inodes. An inode not cached, still
-// unknown, or resolved longer than RefreshEvery ago makes it scan /proc,
-// unless it scanned less than RescanEvery ago; an inode it cannot name
-// (gone before it was ever seen, or 0) is Unknown.
+// Lookup returns the owners of namespace inodes. An inode never tried
+// makes it scan /proc (waiting out MinScanGap since the last scan); one a
+// scan could not name, or named longer than RefreshEvery ago, makes it
+// scan if the last scan is RescanEvery old. An inode it cannot name (gone
+// before it was ever seen, or 0) is Unknown.
 func (r *Resolver) Lookup(inodes ...uint32) map[uint32]Owner {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	stale := false
+	scan, fresh := false, false
 	for _, ino := range inodes {
 		e := r.entries[ino]
-		if ino != 0 && (e == nil || e.owner.Kind == Unknown || now.Sub(e.resolved) >= r.opts.RefreshEvery) {
-			stale = true
+		switch {
+		case ino == 0:
+		case e == nil:
+			scan, fresh = true, true
+		case e.owner.Kind == Unknown || now.Sub(e.resolved) >= r.opts.RefreshEvery:
+			scan = scan || now.Sub(r.lastScan) >= r.opts.RescanEvery
 		}
 	}
-	if stale && now.Sub(r.lastScan) >= r.opts.RescanEvery {
+	if fresh {
+		if wait := r.opts.MinScanGap - now.Sub(r.lastScan); wait > 0 {
+			time.Sleep(wait)
+			now = time.Now()
+		}
+	}
+	if scan {
 		r.scan(inodes, now)
 	}
 	out := make(map[uint32]Owner, len(inodes))
@@ -212,7 +233,9 @@ func (r *Resolver) evict() {
 
 // indexProcs maps each namespace inode to its lowest PIDs, ascending, and
 // returns the host's namespace: PID 1's, or where PID 1 cannot be read, the
-// agent's own (it runs in the host's, hostNetwork on Kubernetes).
+// agent's own (it runs in the host's, hostNetwork on Kubernetes). The
+// calling thread's, not /proc/self's: that is the main thread's, which
+// netns.Handle.Do may have moved into another namespace for a moment.
 func (r *Resolver) indexProcs() (map[uint32][]int, uint32) {
 	d, err := os.Open(r.opts.Proc)
 	if err != nil {
@@ -249,7 +272,7 @@ func (r *Resolver) indexProcs() (map[uint32][]int, uint32) {
 		}
 	}
 	if host == 0 {
-		host, _ = nsInode(filepath.Join(r.opts.Proc, "self", "ns", "net"))
+		host, _ = nsInode(filepath.Join(r.opts.Proc, "thread-self", "ns", "net"))
 	}
 	return idx, host
 }

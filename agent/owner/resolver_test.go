@@ -53,7 +53,7 @@ func TestResolverLab(t *testing.T) {
 	}
 	host, ok := nsInode("/proc/1/ns/net")
 	if !ok { // PID 1 unreadable (a sandbox): the resolver takes its own
-		host, _ = nsInode("/proc/self/ns/net")
+		host, _ = nsInode("/proc/thread-self/ns/net")
 	}
 
 	r := New(Options{RuntimeDirs: []string{own.RuntimeDir}, RescanEvery: time.Millisecond})
@@ -97,11 +97,18 @@ func TestResolverRefresh(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		netlab.SkipOrFail(t, "unshare (util-linux) not found: %v", err)
 	}
-	slow := New(Options{RescanEvery: time.Hour})
+	slow := New(Options{RescanEvery: time.Hour, MinScanGap: 50 * time.Millisecond})
 	slow.Lookup(1, 2)
-	slow.Lookup(3)
+	slow.Lookup(1)
+	slow.Lookup(2, 1)
 	if n := slow.Scans(); n != 1 {
 		t.Errorf("unknown inodes within RescanEvery: %d scans, want 1", n)
+	}
+	// A new inode is tried at once, after the gap since the last scan.
+	t0 := time.Now()
+	slow.Lookup(3)
+	if n, d := slow.Scans(), time.Since(t0); n != 2 || d > time.Second {
+		t.Errorf("new inode: %d scans in %v, want 2 within the gap", n, d)
 	}
 
 	small := New(Options{MaxEntries: 3, RescanEvery: time.Nanosecond})

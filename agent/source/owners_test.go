@@ -19,7 +19,7 @@ import (
 func TestOwnersSplitExact(t *testing.T) {
 	// Fake inodes name no namespace: each is its own "inode:N" owner, which
 	// is all the split needs to tell owners apart.
-	res := owner.New(owner.Options{RescanEvery: time.Hour, Proc: t.TempDir(), NetnsDirs: []string{}})
+	res := owner.New(owner.Options{RescanEvery: time.Hour, MinScanGap: time.Microsecond, Proc: t.TempDir(), NetnsDirs: []string{}})
 	const top = 3
 	parent := catalog.ResetSentReason("no_socket")
 	o := NewOwners(res, top)
@@ -78,7 +78,7 @@ func TestOwnersSplitExact(t *testing.T) {
 // TestOwnersStable checks that a steady owner keeps its id, and that a
 // newcomer only a little busier does not take its place.
 func TestOwnersStable(t *testing.T) {
-	res := owner.New(owner.Options{RescanEvery: time.Hour, Proc: t.TempDir(), NetnsDirs: []string{}})
+	res := owner.New(owner.Options{RescanEvery: time.Hour, MinScanGap: time.Microsecond, Proc: t.TempDir(), NetnsDirs: []string{}})
 	parent := catalog.DropReason("no_socket")
 	o := NewOwners(res, 1)
 	cum := map[uint32]uint64{}
