@@ -152,18 +152,12 @@ func (r *Resolver) Lookup(inodes ...uint32) map[uint32]Owner {
 	return out
 }
 
-// Scans returns how many times the resolver has scanned /proc.
-func (r *Resolver) Scans() uint64 {
+// Stats returns how many times the resolver has scanned /proc and how many
+// namespaces it holds.
+func (r *Resolver) Stats() (scans uint64, entries int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.scans
-}
-
-// Len returns the number of cached entries.
-func (r *Resolver) Len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.entries)
+	return r.scans, len(r.entries)
 }
 
 // scan indexes every process's namespace and the named namespaces, then

@@ -3,13 +3,11 @@ package drops
 import (
 	"context"
 	"net/netip"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
-	"github.com/nbs-project/nbs/agent/owner"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/sourcetest"
 	"github.com/nbs-project/nbs/agent/tree"
@@ -174,103 +172,41 @@ func TestProcFallback(t *testing.T) {
 // UdpNoPorts, that children add up to their parent exactly, and that the
 // evidence names each owner.
 func TestOwners(t *testing.T) {
-	lab := netlab.New(t)
-	own := lab.Own(t)
-	self, err := netns.Resolve("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := owner.New(owner.Options{RuntimeDirs: []string{own.RuntimeDir}, RescanEvery: 10 * time.Millisecond})
+	l := sourcetest.NewOwnerLab(t)
 	// Many places: other tests' drops on this host must not crowd the lab's
 	// owners out.
-	s := open(t, Options{Env: source.Env{Netns: self, AllNetns: true, Owners: res, TopOwners: 64,
+	s := open(t, Options{Env: source.Env{Netns: l.Self, AllNetns: true, Owners: l.Resolver, TopOwners: 64,
 		EvidencePerSecond: 10000}, MaxEventsPerInterval: 1000})
 	if s.probe == nil {
 		netlab.SkipOrFail(t, "drops: BPF unavailable: %s", s.bpfWhy)
 	}
-	hA, err := netns.Resolve(lab.A)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hB, err := netns.Resolve(lab.B)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		h     netns.Handle
-		n     int
-		id    string
-		kind  owner.Kind
-		label string
-	}{
-		{hA, 40, "pod:shop." + own.PodName, owner.Pod, own.PodNamespace + "/" + own.PodName},
-		{hB, 30, "netns:" + schema.Segment(lab.B), owner.Netns, lab.B},
-		{own.Proc, 20, "process:sleep." + strconv.Itoa(own.ProcPID), owner.Process, "sleep (pid " + strconv.Itoa(own.ProcPID) + ")"},
-	}
-	base, err := s.Collect(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	led := sourcetest.NewLedger(base.Counters)
-	before := make([]map[string]uint64, len(cases))
-	for i, c := range cases {
-		before[i] = sourcetest.SNMP(t, c.h)
-		netlab.SendUDPIn(t, c.h, netip.MustParseAddrPort("127.0.0.1:9999"), c.n, 64, 0)
-	}
-	var events []*nbsv1.Event
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	collect := func() (map[string]uint64, []string, []*nbsv1.Event) {
 		r, err := s.Collect(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		led.Add(r.Counters, r.Retired)
-		events = append(events, r.Events...)
-		seen := map[string]bool{}
-		for _, e := range events {
-			seen[e.GetFields()["netns"]] = true
-		}
-		all := true
-		for _, c := range cases {
-			all = all && seen[strconv.FormatUint(uint64(c.h.Inode), 10)]
-		}
-		if all || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+		return r.Counters, r.Retired, r.Events
 	}
+	base, _, _ := collect()
+	led := sourcetest.NewLedger(base)
+	counts := []int{40, 30, 20}
+	before := make([]map[string]uint64, len(l.Cases))
+	for i, c := range l.Cases {
+		before[i] = sourcetest.SNMP(t, c.H)
+		netlab.SendUDPIn(t, c.H, netip.MustParseAddrPort("127.0.0.1:9999"), counts[i], 64, 0)
+	}
+	events := l.Collect(t, led, collect)
 	parent := catalog.DropReason("no_socket").ID
-	for i, c := range cases {
-		after := sourcetest.SNMP(t, c.h)
+	for i, c := range l.Cases {
+		after := sourcetest.SNMP(t, c.H)
 		noPorts := after["Udp.NoPorts"] - before[i]["Udp.NoPorts"]
-		if noPorts != uint64(c.n) {
-			t.Fatalf("%s: oracle UdpNoPorts +%d, sent %d", c.label, noPorts, c.n)
+		if noPorts != uint64(counts[i]) {
+			t.Fatalf("%s: oracle UdpNoPorts +%d, sent %d", c.Label, noPorts, counts[i])
 		}
-		if got := led.Inc[parent+"/"+c.id]; got != noPorts {
-			t.Errorf("%s/%s = %d, UdpNoPorts +%d", parent, c.id, got, noPorts)
+		if got := led.Inc[parent+"/"+c.ID]; got != noPorts {
+			t.Errorf("%s/%s = %d, UdpNoPorts +%d", parent, c.ID, got, noPorts)
 		}
-		inode := strconv.FormatUint(uint64(c.h.Inode), 10)
-		n := 0
-		for _, e := range events {
-			f := e.GetFields()
-			if f["netns"] != inode || e.GetMetricId() != parent {
-				continue
-			}
-			n++
-			if f["owner"] != c.label || f["owner_kind"] != string(c.kind) {
-				t.Errorf("%s: event %v", c.label, f)
-			}
-			if c.kind == owner.Pod && (f["pod"] != c.label || f["container"] != own.ContainerID) {
-				t.Errorf("%s: pod event %v", c.label, f)
-			}
-		}
-		if n == 0 {
-			t.Errorf("%s: no evidence", c.label)
-		}
+		l.CheckEvents(t, events, c, parent)
 	}
-	sum, _ := sourcetest.ChildSum(led.Inc, parent)
-	t.Logf("%s grew %d = its owner children's sum %d", parent, led.Inc[parent], sum)
-	if sum != led.Inc[parent] {
-		t.Errorf("%s grew %d, its owner children %d", parent, led.Inc[parent], sum)
-	}
+	sourcetest.CheckSum(t, led, parent)
 }
