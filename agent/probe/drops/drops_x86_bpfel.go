@@ -38,8 +38,13 @@ type dropsNbsDropKey struct {
 }
 
 type dropsNbsDropPercpu struct {
-	_              structs.HostLayout
-	Reason         [512]uint64
+	_      structs.HostLayout
+	Reason [512]uint64
+	Cache  [256]struct {
+		_     structs.HostLayout
+		Key   uint64
+		Count uint64
+	}
 	Suppressed     uint64
 	RingFull       uint64
 	ExhaustedUntil uint64

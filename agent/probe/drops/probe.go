@@ -5,8 +5,9 @@
 // It attaches one tp_btf program to the kfree_skb tracepoint
 // (bpf/drops.bpf.c). Restricted to one namespace, counting happens in a
 // per-CPU array indexed by reason, so a drop costs one array lookup and one
-// increment; counting every namespace, in a per-CPU hash by namespace and
-// reason (CountsByNetns). The evidence rate limit is enforced in the kernel.
+// increment; counting every namespace, by namespace and reason in slots of
+// the same per-CPU value, a per-CPU hash for what does not fit
+// (CountsByNetns). The evidence rate limit is enforced in the kernel.
 package drops
 
 import (
@@ -177,42 +178,45 @@ func (p *Probe) Counts() (Counts, error) {
 
 // CountsByNetns is Counts by network-namespace inode. Counting one
 // namespace, everything is that namespace's. Counting every namespace,
-// drops the kernel could not split (its map of namespaces was full) are
-// under inode 0.
+// drops the kernel could not split (its tables of namespaces were full)
+// are under inode 0.
 func (p *Probe) CountsByNetns() (map[uint32]Counts, error) {
 	out := map[uint32]Counts{}
-	at := func(ns uint32) Counts {
+	count := func(ns, code uint32, v uint64) {
 		c, ok := out[ns]
 		if !ok {
 			c = Counts{ByReason: map[uint32]uint64{}}
 		}
-		return c
+		c.add(Counts{ByReason: map[uint32]uint64{code: v}})
+		out[ns] = c
 	}
-	// A drop is counted in the hash or in the array, never both, so the
-	// two reads need no common snapshot.
-	err := p.bpf.Do("read drop counts by namespace", func() error {
-		return bpfload.EachSum(p.objs.DropNetnsCounts, func(k dropsNbsDropKey, sum uint64) {
-			c := at(k.Netns)
-			c.add(Counts{ByReason: map[uint32]uint64{k.Reason: sum}})
-			out[k.Netns] = c
-		})
+	// A drop is counted in one place only (a CPU's table, the hash or the
+	// array), so the reads need no common snapshot.
+	var per []dropsNbsDropPercpu
+	err := p.bpf.Do("read drop counts", func() error {
+		if err := p.objs.DropPercpu.Lookup(uint32(0), &per); err != nil {
+			return err
+		}
+		return bpfload.EachSum(p.objs.DropNetnsCounts, func(k dropsNbsDropKey, sum uint64) { count(k.Netns, k.Reason, sum) })
 	})
 	if err != nil {
 		return nil, err
 	}
-	sum, err := p.percpu("read drop counts")
+	for _, pc := range per {
+		for _, c := range pc.Cache {
+			if c.Key != 0 && c.Count != 0 { // a slot being taken: its count is read next time
+				count(uint32(c.Key>>32), uint32(c.Key)-1, c.Count)
+			}
+		}
+	}
+	sum, err := bpfload.Sum(per)
 	if err != nil {
 		return nil, err
 	}
-	c := at(p.netns)
-	c.Overflow += sum.Reason[Overflow]
-	for code, v := range sum.Reason[:Overflow] {
+	for code, v := range sum.Reason {
 		if v != 0 {
-			c.ByReason[uint32(code)] += v
+			count(p.netns, uint32(code), v)
 		}
-	}
-	if len(c.ByReason) > 0 || c.Overflow > 0 {
-		out[p.netns] = c
 	}
 	return out, nil
 }
