@@ -61,6 +61,7 @@ const (
 	dropsProgNbsKfreeSkb       = "nbs_kfree_skb"
 	dropsVarEvidencePerSec     = "evidence_per_sec"
 	dropsVarEvidenceWindow     = "evidence_window"
+	dropsVarNetnsTable         = "netns_table"
 	dropsVarTargetNetns        = "target_netns"
 	dropsVarUnusedNbsDropEvent = "unused_nbs_drop_event"
 )
@@ -125,6 +126,7 @@ type dropsMapSpecs struct {
 type dropsVariableSpecs struct {
 	EvidencePerSec     *ebpf.VariableSpec `ebpf:"evidence_per_sec"`
 	EvidenceWindow     *ebpf.VariableSpec `ebpf:"evidence_window"`
+	NetnsTable         *ebpf.VariableSpec `ebpf:"netns_table"`
 	TargetNetns        *ebpf.VariableSpec `ebpf:"target_netns"`
 	UnusedNbsDropEvent *ebpf.VariableSpec `ebpf:"unused_nbs_drop_event"`
 }
@@ -168,6 +170,7 @@ func (m *dropsMaps) Close() error {
 type dropsVariables struct {
 	EvidencePerSec     *ebpf.Variable `ebpf:"evidence_per_sec"`
 	EvidenceWindow     *ebpf.Variable `ebpf:"evidence_window"`
+	NetnsTable         *ebpf.Variable `ebpf:"netns_table"`
 	TargetNetns        *ebpf.Variable `ebpf:"target_netns"`
 	UnusedNbsDropEvent *ebpf.Variable `ebpf:"unused_nbs_drop_event"`
 }

@@ -43,6 +43,9 @@ type Options struct {
 	// DefaultEvidencePerSecond, negative means none.
 	EvidencePerSecond int
 	Logger            *slog.Logger
+	// noNetnsTable turns the per-CPU table of (namespace, reason) counters
+	// off, so tests drive the hash behind it.
+	noNetnsTable bool
 }
 
 // Counts are cumulative drops since load, summed over CPUs.
@@ -126,7 +129,7 @@ func Load(opts Options) (*Probe, error) {
 		Name: "drops", Log: log,
 		Needs: "a kernel (5.17+, rx_sk argument 6.12+) with BTF tracepoint kfree_skb(skb, location, reason, rx_sk)",
 	}}}
-	vars := bpfload.Vars{dropsVarTargetNetns: opts.NetnsInode, dropsVarEvidencePerSec: limit}
+	vars := bpfload.Vars{dropsVarTargetNetns: opts.NetnsInode, dropsVarEvidencePerSec: limit, dropsVarNetnsTable: !opts.noNetnsTable}
 	if err := p.bpf.Load(spec, vars, &p.objs, nil); err != nil {
 		return nil, err
 	}

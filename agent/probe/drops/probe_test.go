@@ -222,11 +222,19 @@ func TestUDPNoSocketAndRcvbuf(t *testing.T) {
 
 // TestCountsByNetns: counting every namespace, UDP to closed ports in A
 // and in B lands under each namespace's inode, equal to each namespace's
-// own UdpNoPorts.
+// own UdpNoPorts; with the per-CPU table, and without it, every drop in
+// the hash behind it.
 func TestCountsByNetns(t *testing.T) {
-	const nB, nA = 120, 80
 	l := netlab.New(t)
-	p := load(t, Options{EvidencePerSecond: -1})
+	for _, noTable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("no-table=%v", noTable), func(t *testing.T) {
+			countsByNetns(t, l, load(t, Options{EvidencePerSecond: -1, noNetnsTable: noTable}))
+		})
+	}
+}
+
+func countsByNetns(t *testing.T, l *netlab.Lab, p *Probe) {
+	const nB, nA = 120, 80
 	noSocket := func() map[uint32]uint64 {
 		byNetns, err := p.CountsByNetns()
 		if err != nil {
