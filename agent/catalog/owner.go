@@ -1,6 +1,12 @@
 package catalog
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
+
+// maxTitle is the longest title the collector takes.
+const maxTitle = 256
 
 // OwnerOther is the id segment of the child that counts every namespace
 // owner without a child of its own. Owner ids always carry a kind prefix
@@ -19,7 +25,11 @@ const ownerHow = "Owners are resolved by the agent from /proc and cgroup v2: the
 // reason) for one owner of network namespaces: id is the owner's metric
 // segment, label how it reads ("pod shop/cart-7d9f").
 func OwnerChild(parent Metric, id, label string, top int) Metric {
-	return Metric{ID: parent.ID + "/" + id, Title: parent.Title + " in " + label, Unit: parent.Unit, Kind: parent.Kind,
+	title := parent.Title + " in " + label
+	if len(title) > maxTitle { // a long pod name; the description has it whole
+		title = strings.ToValidUTF8(title[:maxTitle-3], "") + "..."
+	}
+	return Metric{ID: parent.ID + "/" + id, Title: title, Unit: parent.Unit, Kind: parent.Kind,
 		Description: fmt.Sprintf("The part of %s counted in the network namespace of %s: one of the %d owners with "+
 			"most of it recently on this node (the rest are in %s/%s). An owner keeps its child while it stays "+
 			"active, so its series is continuous; the children and %s add up to the parent exactly. %s The "+

@@ -24,6 +24,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nbs-project/nbs/internal/schema"
 )
@@ -175,4 +178,31 @@ func cutPod(pod string) (ns, name string, ok bool) {
 		}
 	}
 	return "", "", false
+}
+
+// Name lengths kept: a pod's name and namespace are at most 253 and 63
+// bytes in Kubernetes, a comm 16, a file name 255.
+const (
+	maxName      = 253
+	maxNamespace = 63
+	maxComm      = 64
+)
+
+// clean makes text a container or process controls (its environment, its
+// files, its comm, a runtime's annotations, a file name) fit for the wire:
+// valid UTF-8 without control characters (the collector rejects a report
+// with NUL or invalid UTF-8 in an event field), at most max bytes, cut at
+// a character boundary.
+func clean(s string, max int) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			r = '?'
+		}
+		if b.Len()+utf8.RuneLen(r) > max {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -75,3 +75,21 @@ func TestIDAndName(t *testing.T) {
 		t.Errorf("long ids %q, %q", a, b)
 	}
 }
+
+// TestClean: what a container controls reaches the wire valid and bounded.
+func TestClean(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"web-1", 253, "web-1"},
+		{"a\x00b\nc\xffd", 253, "a?b?c?d"},
+		{"héllo", 2, "h"}, // never half a character
+		{strings.Repeat("x", 300), 253, strings.Repeat("x", 253)},
+	} {
+		if got := clean(tc.in, tc.max); got != tc.want {
+			t.Errorf("clean(%q, %d) = %q, want %q", tc.in, tc.max, got, tc.want)
+		}
+	}
+}

@@ -308,6 +308,7 @@ func (r *Resolver) resolve(ino, host uint32, pids []int, name string) Owner {
 	if ino == host && host != 0 {
 		return Owner{Kind: Host, Inode: ino}
 	}
+	name = clean(name, maxName)
 	var ctr *Owner
 	for _, pid := range pids {
 		b, err := readLimited(filepath.Join(r.opts.Proc, itoa(pid), "cgroup"))
@@ -326,7 +327,7 @@ func (r *Resolver) resolve(ino, host uint32, pids []int, name string) Owner {
 		case c.ContainerID != "" && ctr == nil:
 			o := Owner{Kind: Container, Inode: ino, ContainerID: c.ContainerID, Runtime: c.Runtime, NetnsName: name, PID: pid, Comm: comm}
 			if m, ok := bundleMeta(r.opts.RuntimeDirs, c.ContainerID); ok {
-				o.ContainerName = m.Container
+				o.ContainerName = clean(m.Container, maxName)
 			}
 			ctr = &o
 		}
@@ -374,11 +375,15 @@ func (r *Resolver) pod(ino uint32, pid int, comm string, c cgroupInfo, pids []in
 			m.Namespace = pm.Namespace
 		}
 	}
-	o.ContainerName = m.Container
-	if m.Name != "" {
-		o.Pod = m.Name
-		if m.Namespace != "" {
-			o.Pod = m.Namespace + "/" + m.Name
+	o.ContainerName = clean(m.Container, maxName)
+	// The pod's own files and environment are the pod's to write: bound
+	// them, and keep '/' out, which separates namespace from name.
+	podName := clean(strings.ReplaceAll(m.Name, "/", "_"), maxName)
+	podNS := clean(strings.ReplaceAll(m.Namespace, "/", "_"), maxNamespace)
+	if podName != "" {
+		o.Pod = podName
+		if podNS != "" {
+			o.Pod = podNS + "/" + podName
 		}
 	}
 	return o
@@ -389,7 +394,7 @@ func (r *Resolver) comm(pid int) string {
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(string(b))
+	return clean(strings.TrimSuffix(string(b), "\n"), maxComm)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
