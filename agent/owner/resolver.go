@@ -57,8 +57,8 @@ type Options struct {
 
 // Resolver names the owners of network namespaces, with a bounded cache.
 // It is safe for concurrent use; a lookup that needs a scan of /proc holds
-// the others for its duration (milliseconds per thousand processes, plus
-// at most MinScanGap).
+// the others for its duration (about 9 ms per thousand processes,
+// BENCHMARKS.md, plus at most MinScanGap).
 type Resolver struct {
 	opts Options
 
@@ -161,8 +161,9 @@ func (r *Resolver) Stats() (scans uint64, entries int) {
 }
 
 // scan indexes every process's namespace and the named namespaces, then
-// resolves the wanted inodes and every cached one again: a cached namespace
-// that vanished is kept for Grace if it had been named, dropped otherwise.
+// resolves the wanted inodes and the cached ones that are unknown or due a
+// refresh: a cached namespace that vanished is kept for Grace if it had
+// been named, dropped otherwise.
 func (r *Resolver) scan(wanted []uint32, now time.Time) {
 	r.lastScan = now
 	r.scans++
@@ -193,6 +194,10 @@ func (r *Resolver) scan(wanted []uint32, now time.Time) {
 				e.owner = Owner{Kind: Unknown, Inode: ino}
 			}
 			e.resolved = now
+			continue
+		}
+		if e != nil && e.owner.Kind != Unknown && now.Sub(e.resolved) < r.opts.RefreshEvery {
+			e.seen = now // named recently: no need to read its processes again
 			continue
 		}
 		o := r.resolve(ino, host, pids[ino], names[ino])
