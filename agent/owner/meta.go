@@ -57,18 +57,39 @@ func bundleMeta(dirs []string, id string) (podMeta, bool) {
 			if err != nil {
 				continue
 			}
-			var spec struct {
-				Annotations map[string]string `json:"annotations"`
+			if m, ok := parseBundle(b); ok {
+				return m, true
 			}
-			if json.Unmarshal(b, &spec) != nil {
-				continue
-			}
-			m := podMeta{Namespace: first(spec.Annotations, annNamespace), Name: first(spec.Annotations, annName),
-				Container: first(spec.Annotations, annContainer)}
-			return m, true
 		}
 	}
 	return podMeta{}, false
+}
+
+// parseBundle reads the annotations of an OCI config.json.
+func parseBundle(b []byte) (podMeta, bool) {
+	var spec struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if json.Unmarshal(b, &spec) != nil {
+		return podMeta{}, false
+	}
+	return podMeta{Namespace: first(spec.Annotations, annNamespace), Name: first(spec.Annotations, annName),
+		Container: first(spec.Annotations, annContainer)}, true
+}
+
+// pod is "namespace/name", "name" without a namespace, or "". Both come
+// from files and variables the pod itself may write: they are bounded, and
+// '/', which separates them, is kept out of each.
+func (m podMeta) pod() string {
+	name := clean(strings.ReplaceAll(m.Name, "/", "_"), maxName)
+	ns := clean(strings.ReplaceAll(m.Namespace, "/", "_"), maxNamespace)
+	switch {
+	case name == "":
+		return ""
+	case ns == "":
+		return name
+	}
+	return ns + "/" + name
 }
 
 func first(m map[string]string, keys []string) string {

@@ -381,16 +381,7 @@ func (r *Resolver) pod(ino uint32, pid int, comm string, c cgroupInfo, pids []in
 		}
 	}
 	o.ContainerName = clean(m.Container, maxName)
-	// The pod's own files and environment are the pod's to write: bound
-	// them, and keep '/' out, which separates namespace from name.
-	podName := clean(strings.ReplaceAll(m.Name, "/", "_"), maxName)
-	podNS := clean(strings.ReplaceAll(m.Namespace, "/", "_"), maxNamespace)
-	if podName != "" {
-		o.Pod = podName
-		if podNS != "" {
-			o.Pod = podNS + "/" + podName
-		}
-	}
+	o.Pod = m.pod()
 	return o
 }
 
