@@ -85,33 +85,15 @@ static __always_inline struct nbs_rst_stats *stats(void)
 	return bpf_map_lookup_elem(&rst_stats, &zero);
 }
 
-/*
- * Count one reset. The value is per-CPU and each key has its direction, so
- * only one program ever writes a given slot, and the kernel does not nest a
- * tp_btf program inside itself on one CPU (it counts a recursion miss
- * instead): a plain increment is race-free, no atomic needed.
- */
+/* Count one reset. Each key has its direction, so only one program ever
+ * writes a given slot (nbs_percpu_inc). */
 static __always_inline void count(__u32 netns, __u32 direction, __u32 code)
 {
 	struct nbs_rst_key k = {.netns = netns, .direction = direction, .code = code};
 	struct nbs_rst_stats *st;
-	__u64 one = 1, *v;
 
-	v = bpf_map_lookup_elem(&rst_counts, &k);
-	if (v) {
-		*v += 1;
+	if (nbs_percpu_inc(&rst_counts, &k))
 		return;
-	}
-	/* First reset of this kind: insert. Another CPU may insert the same key
-	 * between our lookup and update (-EEXIST); then our CPU's slot exists
-	 * and is zero, so look it up again. */
-	if (bpf_map_update_elem(&rst_counts, &k, &one, BPF_NOEXIST) == 0)
-		return;
-	v = bpf_map_lookup_elem(&rst_counts, &k);
-	if (v) {
-		*v += 1;
-		return;
-	}
 	st = stats();
 	if (st)
 		__sync_fetch_and_add(&st->count_errors, 1);

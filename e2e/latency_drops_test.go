@@ -10,6 +10,7 @@ import (
 	agentapp "github.com/nbs-project/nbs/agent/app"
 	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
 // raised reports whether a metric's stored series ever left OK.
@@ -113,7 +114,9 @@ func TestDropsByReasonEndToEnd(t *testing.T) {
 		t.Errorf("oracles: nft counter %v (sent 300), UdpNoPorts +%v (sent 40)", rule, noPorts)
 	}
 	eventually(t, withinTwoIntervals, func() string {
-		for metric, want := range map[string]float64{"drops/netfilter_drop": rule, "drops/no_socket": noPorts} {
+		owner := "/netns:" + schema.Segment(lab.B) // who owns B: its `ip netns` name
+		for metric, want := range map[string]float64{"drops/netfilter_drop": rule, "drops/no_socket": noPorts,
+			"drops/netfilter_drop" + owner: rule, "drops/no_socket" + owner: noPorts} {
 			if got := storedTotal(t, col, "lab-b", metric); got != want {
 				return fmt.Sprintf("%s: stored total %v, want %v (oracle)", metric, got, want)
 			}
@@ -141,8 +144,9 @@ func TestDropsByReasonEndToEnd(t *testing.T) {
 	}
 	wantDst := netip.AddrPortFrom(lab.IPB, 7777).String()
 	for _, e := range ev.Events {
-		if e.Fields["reason"] != "netfilter_drop" || e.Fields["protocol"] != "udp" || e.Fields["dst"] != wantDst || e.Fields["function"] == "" {
-			t.Errorf("evidence %v: want reason netfilter_drop, udp to %s, a function", e.Fields, wantDst)
+		if e.Fields["reason"] != "netfilter_drop" || e.Fields["protocol"] != "udp" || e.Fields["dst"] != wantDst || e.Fields["function"] == "" ||
+			e.Fields["owner"] != lab.B || e.Fields["owner_kind"] != "netns" {
+			t.Errorf("evidence %v: want reason netfilter_drop, udp to %s, a function, owner %s (netns)", e.Fields, wantDst, lab.B)
 			break
 		}
 	}

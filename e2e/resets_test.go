@@ -12,6 +12,7 @@ import (
 	agentapp "github.com/nbs-project/nbs/agent/app"
 	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
 const interval = time.Second
@@ -76,6 +77,10 @@ func TestResetsByReasonEndToEnd(t *testing.T) {
 		{"lab-a", "tcp_reset/received/established", n, "", 0},
 		{"lab-b", "tcp_reset/received/established", n, "", 0},
 		{"lab-b", "tcp_reset/received/close_wait", n, "", 0},
+		// Each reason split by who owns the namespace: here the lab's
+		// `ip netns` names, stored exactly as the reason.
+		{"lab-b", "tcp_reset/sent/no_socket/netns:" + schema.Segment(lab.B), n, "", 0},
+		{"lab-a", "tcp_reset/received/syn_sent/netns:" + schema.Segment(lab.A), n, "", 0},
 		{"lab-b", "tcp_reset", 4 * n, "", 0},
 	}
 	eventually(t, withinTwoIntervals, func() string {
@@ -140,8 +145,10 @@ func TestResetsByReasonEndToEnd(t *testing.T) {
 	}
 	wantSrc := fmt.Sprintf("%s:%d", lab.IPB, lab.ClosedPort)
 	for _, e := range ev.Events {
-		if e.Fields["src"] != wantSrc || e.Fields["reason"] != "no_socket" {
-			t.Errorf("evidence %v: want src %s and reason no_socket", e.Fields, wantSrc)
+		// B is an `ip netns` namespace nothing runs in: its name owns it.
+		if e.Fields["src"] != wantSrc || e.Fields["reason"] != "no_socket" ||
+			e.Fields["owner"] != lab.B || e.Fields["owner_kind"] != "netns" {
+			t.Errorf("evidence %v: want src %s, reason no_socket, owner %s (netns)", e.Fields, wantSrc, lab.B)
 			break
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/nodecred"
+	"github.com/nbs-project/nbs/agent/owner"
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/agent"
@@ -172,7 +173,8 @@ func (a *Agent) Run(ctx context.Context) error {
 // env is what every source is opened with.
 func (a *Agent) env(ns netns.Handle) source.Env {
 	return source.Env{Netns: ns, AllNetns: a.cfg.Netns == "", DisableBPF: !a.cfg.BPF,
-		EvidencePerSecond: uint32(a.cfg.EvidencePerSecond), Logger: a.log, Proc: procnet.NewReader(ns.ReadFile)}
+		EvidencePerSecond: uint32(a.cfg.EvidencePerSecond), Logger: a.log, Proc: procnet.NewReader(ns.ReadFile),
+		Owners: owner.New(owner.Options{Logger: a.log.With("part", "owner")}), TopOwners: a.cfg.TopOwners}
 }
 
 // opener opens the source of one branch of the tree.

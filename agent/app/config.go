@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/nodecred"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
@@ -31,8 +32,12 @@ type Config struct {
 	Labels            Labels
 	BufferReports     int
 	EvidencePerSecond uint
-	SnapshotEvery     time.Duration
-	BPF               bool
+	// TopOwners is how many owners of network namespaces (pods,
+	// containers, ...) a per-namespace counter splits into children of
+	// their own; the rest share "other" (0: catalog.DefaultTopOwners).
+	TopOwners     int
+	SnapshotEvery time.Duration
+	BPF           bool
 	// PingTargets are always pinged: "host" or "name=host", comma-separated.
 	PingTargets string
 	// PingInterval spaces the echoes to each target (0: 1s).
@@ -77,6 +82,7 @@ func DefaultConfig() Config {
 		Interval:          10 * time.Second,
 		BufferReports:     8640, // 24 h at the default interval
 		EvidencePerSecond: 20,
+		TopOwners:         catalog.DefaultTopOwners,
 		SnapshotEvery:     5 * time.Minute,
 		BPF:               true,
 		PingInterval:      time.Second,
@@ -107,6 +113,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.Labels, "labels", "node labels k=v,... (e.g. customer=acme,rack=r12), used for grouping, thresholds, alerts and reports")
 	fs.IntVar(&c.BufferReports, "buffer.reports", c.BufferReports, "un-acked reports kept while the collector is unreachable (8640 = 24h at 10s); the oldest are dropped beyond")
 	fs.UintVar(&c.EvidencePerSecond, "evidence.per-second", c.EvidencePerSecond, "evidence events per second the kernel may emit (rate limit enforced in BPF)")
+	fs.IntVar(&c.TopOwners, "owners.top", c.TopOwners, "owners of network namespaces (pods, containers, `ip netns` names, processes) shown as children of their own under each reset and drop reason; the rest are counted in <reason>/other")
 	fs.DurationVar(&c.SnapshotEvery, "snapshot.every", c.SnapshotEvery, "send the full tree this often, so history exists at coarse grain")
 	fs.BoolVar(&c.BPF, "bpf", c.BPF, "use eBPF; false forces the /proc fallback")
 	fs.StringVar(&c.PingTargets, "ping.targets", c.PingTargets, "hosts to ping always, comma-separated: an IP or DNS name, optionally named (gw=10.0.0.1); the collector adds fleet peers")
@@ -160,6 +167,9 @@ func (c *Config) Validate() error {
 	}
 	if c.EvidencePerSecond > 100_000 {
 		errs = append(errs, fmt.Errorf("--evidence.per-second %d is more than 100000", c.EvidencePerSecond))
+	}
+	if c.TopOwners < 0 || c.TopOwners > 100 {
+		errs = append(errs, fmt.Errorf("--owners.top %d must be from 1 to 100 (0: %d)", c.TopOwners, catalog.DefaultTopOwners))
 	}
 	if _, err := pingsrc.ParseTargets(c.PingTargets); err != nil {
 		errs = append(errs, fmt.Errorf("--ping.targets: %w", err))

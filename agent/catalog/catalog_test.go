@@ -1,7 +1,9 @@
 package catalog
 
 import (
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/nbs-project/nbs/internal/schema"
 )
@@ -74,5 +76,15 @@ func TestEveryCatalogueIDIsValid(t *testing.T) {
 		if !defined[b.Root] {
 			t.Errorf("branch %s does not define its root", b.Root)
 		}
+	}
+}
+
+// TestOwnerChildTitle: a pod's long name still gives a title the collector
+// takes (at most 256 bytes of valid UTF-8).
+func TestOwnerChildTitle(t *testing.T) {
+	label := "pod " + strings.Repeat("é", 200)
+	m := OwnerChild(ResetSentReason("no_socket"), "pod:x", label, DefaultTopOwners)
+	if len(m.Title) > 256 || !utf8.ValidString(m.Title) || !strings.Contains(m.Description, label) {
+		t.Errorf("title %d bytes, valid %v", len(m.Title), utf8.ValidString(m.Title))
 	}
 }

@@ -24,9 +24,13 @@ type Branch struct {
 // agent is added here, so docs/metrics.md covers it.
 func Documented() []Branch {
 	resets := Branch{
-		Root:     TCPReset,
-		Metrics:  TCPResetTree(),
-		Children: []Metric{ResetSentReason("<reason>"), ResetReceivedState("<state>"), ResetSentOther(), ResetReceivedProc()},
+		Root:    TCPReset,
+		Metrics: TCPResetTree(),
+		Children: []Metric{ResetSentReason("<reason>"), ResetReceivedState("<state>"), ResetSentOther(), ResetReceivedProc(),
+			OwnerChild(ResetSentReason("<reason>"), "<owner>", "<owner>", DefaultTopOwners),
+			OwnerOtherChild(ResetSentReason("<reason>"), DefaultTopOwners),
+			OwnerChild(ResetReceivedState("<state>"), "<owner>", "<owner>", DefaultTopOwners),
+			OwnerOtherChild(ResetReceivedState("<state>"), DefaultTopOwners)},
 	}
 	for _, reason := range sortedKeys(resetReasonHelp) {
 		resets.Notes = append(resets.Notes, ResetSentReason(reason))
@@ -39,7 +43,9 @@ func Documented() []Branch {
 	latency.Children = append(latency.Children, QdiscDevice("<device>", "<device>", 0))
 	agent := Branch{Root: Agent, Metrics: AgentTree(),
 		Children: append(AgentProgram("<program>"), AgentTriggeredSource("<source>", "<branch>"))}
-	drops := Branch{Root: Drops, Metrics: DropsTree(), Children: []Metric{DropReason("<reason>"), DropOverflow()}}
+	drops := Branch{Root: Drops, Metrics: DropsTree(), Children: []Metric{DropReason("<reason>"), DropOverflow(),
+		OwnerChild(DropReason("<reason>"), "<owner>", "<owner>", DefaultTopOwners),
+		OwnerOtherChild(DropReason("<reason>"), DefaultTopOwners)}}
 	for _, pc := range DropProcCounters() {
 		drops.Children = append(drops.Children, pc.Metric)
 	}

@@ -21,8 +21,9 @@ func DropsTree() []Metric {
 		Description: "Packets the kernel dropped, with the kernel's own reason for each (one child per reason, " +
 			"named from this kernel's BTF). The headline counts drops with a specific reason; drops/not_specified " +
 			"(code that frees a packet without saying why, often not a real loss) is shown apart and left out " +
-			"of it. Its state is the worst child's: open the red one; the evidence names the packets (protocol, " +
-			"addresses, ports, device) and the kernel function that dropped them. Without BPF, a few /proc " +
+			"of it. Its state is the worst child's: open the red one, and under it the pods, containers or " +
+			"namespaces that dropped most; the evidence names the packets (protocol, addresses, ports, device), " +
+			"the kernel function that dropped them and who owns the namespace. Without BPF, a few /proc " +
 			"counters stand in for the reasons.",
 	}}
 }

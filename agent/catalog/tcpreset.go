@@ -19,7 +19,8 @@ func TCPResetTree() []Metric {
 			ID: TCPReset, Title: "TCP resets", Unit: "resets/s", Kind: Rate,
 			Description: "TCP resets sent and received by this node. A reset ends a connection abruptly: " +
 				"the application sees ECONNRESET or ECONNREFUSED. Open the children to see which side sent them " +
-				"and the kernel's reason; the evidence lists the 5-tuples.",
+				"and the kernel's reason, and under each reason the pods, containers or namespaces that reset most; " +
+				"the evidence lists the 5-tuples and who owns the network namespace of each.",
 			Threshold: &Threshold{Warn: 20, Crit: 200, Hold: 1},
 		},
 		{

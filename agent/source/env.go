@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/agent/owner"
 	"github.com/nbs-project/nbs/agent/procnet"
 )
 
@@ -30,6 +31,12 @@ type Env struct {
 	// Proc is shared by every source that reads Netns's SNMP counters, so
 	// one collection reads each file once; nil gives each source its own.
 	Proc *procnet.Reader
+	// Owners names what owns each network namespace, shared by every
+	// source that splits by namespace; nil gives each source its own.
+	Owners *owner.Resolver
+	// TopOwners is how many owners get a child of their own under a
+	// per-namespace counter; 0 means catalog.DefaultTopOwners.
+	TopOwners int
 }
 
 // SetEnv replaces the environment; a source's Options embed Env, so the
@@ -52,6 +59,16 @@ func (e Env) BPFNetns() uint32 {
 		return 0
 	}
 	return e.Netns.Inode
+}
+
+// OwnerSplit returns a splitter of per-namespace counters by owner, on the
+// shared resolver or one of its own when none is shared.
+func (e Env) OwnerSplit() *Owners {
+	r := e.Owners
+	if r == nil {
+		r = owner.New(owner.Options{Logger: e.Logger})
+	}
+	return NewOwners(r, e.TopOwners)
 }
 
 // ProcReader returns the shared reader of Netns's SNMP counters, or a

@@ -136,3 +136,31 @@ static __always_inline int nbs_skb_tuple(const struct sk_buff *skb, struct nbs_t
 	t->dport = bpf_ntohs(ports[1]);
 	return 0;
 }
+
+/*
+ * Add one to the counter at key in a per-CPU hash of __u64, inserting it the
+ * first time; false when the map is full. Another CPU may insert the same key
+ * between the lookup and the update (-EEXIST): then this CPU's slot exists
+ * and is zero, so it is looked up again. Callers keep each slot written by
+ * one program only, and the kernel does not nest a tracing program inside
+ * itself on a CPU (it counts a recursion miss instead), so a plain increment
+ * is race-free, no atomic needed.
+ */
+static __always_inline bool nbs_percpu_inc(void *map, const void *key)
+{
+	__u64 one = 1, *v;
+
+	v = bpf_map_lookup_elem(map, key);
+	if (v) {
+		*v += 1;
+		return true;
+	}
+	if (bpf_map_update_elem(map, key, &one, BPF_NOEXIST) == 0)
+		return true;
+	v = bpf_map_lookup_elem(map, key);
+	if (v) {
+		*v += 1;
+		return true;
+	}
+	return false;
+}

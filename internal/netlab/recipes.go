@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/agent/netns"
 )
 
 // Each recipe causes exactly n resets with one known kernel reason, and
@@ -44,7 +46,18 @@ func (l *Lab) ResetNoSocket(t testing.TB, n int) {
 // on from's own loopback keeps every reset inside from.
 func (l *Lab) ConnectRefused(t testing.TB, from string, dst netip.AddrPort, n int) {
 	t.Helper()
-	err := l.Do(from, func() error {
+	h, err := l.handle(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ConnectRefusedIn(t, h, dst, n)
+}
+
+// ConnectRefusedIn is ConnectRefused from any namespace, such as one only a
+// process holds.
+func ConnectRefusedIn(t testing.TB, h netns.Handle, dst netip.AddrPort, n int) {
+	t.Helper()
+	err := h.Do(func() error {
 		for i := 0; i < n; i++ {
 			fd, err := newSocket(dst.Addr())
 			if err != nil {
@@ -59,7 +72,7 @@ func (l *Lab) ConnectRefused(t testing.TB, from string, dst netip.AddrPort, n in
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("netlab: ConnectRefused from %s: %v", from, err)
+		t.Fatalf("netlab: ConnectRefused from %s: %v", h.Path, err)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/agent/netns"
 )
 
 // Traffic recipes for the latency and drops branches: nftables rules as
@@ -234,7 +236,17 @@ func (l *Lab) LossyBulk(t testing.TB, permille int, d time.Duration) BulkResult 
 // the test's to check.
 func (l *Lab) SendUDP(t testing.TB, from string, dst netip.AddrPort, n, size int, gap time.Duration) {
 	t.Helper()
-	err := l.Do(from, func() error {
+	h, err := l.handle(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	SendUDPIn(t, h, dst, n, size, gap)
+}
+
+// SendUDPIn is SendUDP from any namespace, such as one only a process holds.
+func SendUDPIn(t testing.TB, h netns.Handle, dst netip.AddrPort, n, size int, gap time.Duration) {
+	t.Helper()
+	err := h.Do(func() error {
 		family := unix.AF_INET
 		if dst.Addr().Is6() {
 			family = unix.AF_INET6
@@ -256,7 +268,7 @@ func (l *Lab) SendUDP(t testing.TB, from string, dst netip.AddrPort, n, size int
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("netlab: SendUDP from %s: %v", from, err)
+		t.Fatalf("netlab: SendUDP from %s: %v", h.Path, err)
 	}
 }
 

@@ -11,9 +11,7 @@ package txlab
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,76 +20,25 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nbs-project/nbs/agent/cgroupv2"
 	"github.com/nbs-project/nbs/internal/netlab"
 )
 
 const helperEnv = "NBS_TXLAB_HELPER"
 
-// Cgroup is a cgroup v2 directory made for one test.
-type Cgroup struct {
-	Path string
-	fd   int
-}
+// Cgroup is a cgroup v2 directory made for one test, in which senders run.
+type Cgroup struct{ *netlab.Cgroup }
 
-// NewCgroup makes a cgroup under the root of the cgroup v2 hierarchy and
-// removes it when the test ends, killing what the test left running in it
-// (only the test's own processes can be there).
+// NewCgroup makes a cgroup for the test (netlab.NewCgroup).
 func NewCgroup(t testing.TB) *Cgroup {
 	t.Helper()
-	root, err := cgroupv2.Root()
-	if err != nil {
-		netlab.SkipOrFail(t, "txlab: %v", err)
-	}
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
-	path := filepath.Join(root, "nbs-test-"+hex.EncodeToString(rnd[:]))
-	if err := os.Mkdir(path, 0o755); err != nil {
-		netlab.SkipOrFail(t, "txlab: make cgroup: %v", err)
-	}
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		_ = os.Remove(path)
-		t.Fatalf("txlab: open cgroup %s: %v", path, err)
-	}
-	c := &Cgroup{Path: path, fd: fd}
-	t.Cleanup(func() { c.remove(t) })
-	return c
-}
-
-func (c *Cgroup) remove(t testing.TB) {
-	unix.Close(c.fd)
-	_ = os.WriteFile(filepath.Join(c.Path, "cgroup.kill"), []byte("1"), 0)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := os.Remove(c.Path)
-		if err == nil || errors.Is(err, os.ErrNotExist) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("txlab: remove cgroup %s: %v", c.Path, err)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// Command returns a command that starts inside the cgroup (clone3 with
-// CLONE_INTO_CGROUP, so not even its first instruction runs outside) and,
-// through `ip netns exec`, inside network namespace ns.
-func (c *Cgroup) Command(ns, name string, args ...string) *exec.Cmd {
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: c.fd}
-	return cmd
+	return &Cgroup{netlab.NewCgroup(t)}
 }
 
 // SendSpec is what one sender does.

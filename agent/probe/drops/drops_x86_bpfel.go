@@ -31,9 +31,20 @@ type dropsNbsDropEvent struct {
 	_        [2]byte
 }
 
+type dropsNbsDropKey struct {
+	_      structs.HostLayout
+	Netns  uint32
+	Reason uint32
+}
+
 type dropsNbsDropPercpu struct {
-	_              structs.HostLayout
-	Reason         [512]uint64
+	_      structs.HostLayout
+	Reason [512]uint64
+	Cache  [256]struct {
+		_     structs.HostLayout
+		Key   uint64
+		Count uint64
+	}
 	Suppressed     uint64
 	RingFull       uint64
 	ExhaustedUntil uint64
@@ -45,10 +56,12 @@ type dropsNbsDropPercpu struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	dropsMapDropEvents         = "drop_events"
+	dropsMapDropNetnsCounts    = "drop_netns_counts"
 	dropsMapDropPercpu         = "drop_percpu"
 	dropsProgNbsKfreeSkb       = "nbs_kfree_skb"
 	dropsVarEvidencePerSec     = "evidence_per_sec"
 	dropsVarEvidenceWindow     = "evidence_window"
+	dropsVarNetnsTable         = "netns_table"
 	dropsVarTargetNetns        = "target_netns"
 	dropsVarUnusedNbsDropEvent = "unused_nbs_drop_event"
 )
@@ -102,8 +115,9 @@ type dropsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type dropsMapSpecs struct {
-	DropEvents *ebpf.MapSpec `ebpf:"drop_events"`
-	DropPercpu *ebpf.MapSpec `ebpf:"drop_percpu"`
+	DropEvents      *ebpf.MapSpec `ebpf:"drop_events"`
+	DropNetnsCounts *ebpf.MapSpec `ebpf:"drop_netns_counts"`
+	DropPercpu      *ebpf.MapSpec `ebpf:"drop_percpu"`
 }
 
 // dropsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -112,6 +126,7 @@ type dropsMapSpecs struct {
 type dropsVariableSpecs struct {
 	EvidencePerSec     *ebpf.VariableSpec `ebpf:"evidence_per_sec"`
 	EvidenceWindow     *ebpf.VariableSpec `ebpf:"evidence_window"`
+	NetnsTable         *ebpf.VariableSpec `ebpf:"netns_table"`
 	TargetNetns        *ebpf.VariableSpec `ebpf:"target_netns"`
 	UnusedNbsDropEvent *ebpf.VariableSpec `ebpf:"unused_nbs_drop_event"`
 }
@@ -136,13 +151,15 @@ func (o *dropsObjects) Close() error {
 //
 // It can be passed to loadDropsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dropsMaps struct {
-	DropEvents *ebpf.Map `ebpf:"drop_events"`
-	DropPercpu *ebpf.Map `ebpf:"drop_percpu"`
+	DropEvents      *ebpf.Map `ebpf:"drop_events"`
+	DropNetnsCounts *ebpf.Map `ebpf:"drop_netns_counts"`
+	DropPercpu      *ebpf.Map `ebpf:"drop_percpu"`
 }
 
 func (m *dropsMaps) Close() error {
 	return _DropsClose(
 		m.DropEvents,
+		m.DropNetnsCounts,
 		m.DropPercpu,
 	)
 }
@@ -153,6 +170,7 @@ func (m *dropsMaps) Close() error {
 type dropsVariables struct {
 	EvidencePerSec     *ebpf.Variable `ebpf:"evidence_per_sec"`
 	EvidenceWindow     *ebpf.Variable `ebpf:"evidence_window"`
+	NetnsTable         *ebpf.Variable `ebpf:"netns_table"`
 	TargetNetns        *ebpf.Variable `ebpf:"target_netns"`
 	UnusedNbsDropEvent *ebpf.Variable `ebpf:"unused_nbs_drop_event"`
 }

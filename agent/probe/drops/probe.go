@@ -3,9 +3,11 @@
 // evidence events naming the packets and the code that dropped them.
 //
 // It attaches one tp_btf program to the kfree_skb tracepoint
-// (bpf/drops.bpf.c). Counting happens in a per-CPU array indexed by reason,
-// so a drop costs one array lookup and one increment; the evidence rate limit
-// is enforced in the kernel.
+// (bpf/drops.bpf.c). Restricted to one namespace, counting happens in a
+// per-CPU array indexed by reason, so a drop costs one array lookup and one
+// increment; counting every namespace, by namespace and reason in slots of
+// the same per-CPU value, a per-CPU hash for what does not fit
+// (CountsByNetns). The evidence rate limit is enforced in the kernel.
 package drops
 
 import (
@@ -41,6 +43,9 @@ type Options struct {
 	// DefaultEvidencePerSecond, negative means none.
 	EvidencePerSecond int
 	Logger            *slog.Logger
+	// noNetnsTable turns the per-CPU table of (namespace, reason) counters
+	// off, so tests drive the hash behind it.
+	noNetnsTable bool
 }
 
 // Counts are cumulative drops since load, summed over CPUs.
@@ -83,6 +88,7 @@ type Stats struct {
 
 // Probe is the loaded and attached kfree_skb program.
 type Probe struct {
+	netns uint32 // the one namespace counted, 0 for all
 	objs  dropsObjects
 	bpf   bpfload.Guarded
 	names Names
@@ -119,11 +125,11 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse drops object: %w", err)
 	}
-	p := &Probe{names: names, syms: newKsyms(), log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
+	p := &Probe{netns: opts.NetnsInode, names: names, syms: newKsyms(), log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "drops", Log: log,
 		Needs: "a kernel (5.17+, rx_sk argument 6.12+) with BTF tracepoint kfree_skb(skb, location, reason, rx_sk)",
 	}}}
-	vars := bpfload.Vars{dropsVarTargetNetns: opts.NetnsInode, dropsVarEvidencePerSec: limit}
+	vars := bpfload.Vars{dropsVarTargetNetns: opts.NetnsInode, dropsVarEvidencePerSec: limit, dropsVarNetnsTable: !opts.noNetnsTable}
 	if err := p.bpf.Load(spec, vars, &p.objs, nil); err != nil {
 		return nil, err
 	}
@@ -160,19 +166,74 @@ func (p *Probe) Functions(locations []uint64) map[uint64]string {
 	return p.syms.names(locations)
 }
 
-// Counts returns cumulative drops by reason.
+// Counts returns cumulative drops by reason, over every namespace counted.
 func (p *Probe) Counts() (Counts, error) {
-	sum, err := p.percpu("read drop counts")
+	byNetns, err := p.CountsByNetns()
 	if err != nil {
 		return Counts{}, err
 	}
-	c := Counts{ByReason: map[uint32]uint64{}, Overflow: sum.Reason[Overflow]}
-	for code, v := range sum.Reason[:Overflow] {
-		if v != 0 {
-			c.ByReason[uint32(code)] = v
-		}
+	c := Counts{ByReason: map[uint32]uint64{}}
+	for _, nc := range byNetns {
+		c.add(nc)
 	}
 	return c, nil
+}
+
+// CountsByNetns is Counts by network-namespace inode. Counting one
+// namespace, everything is that namespace's. Counting every namespace,
+// drops the kernel could not split (its tables of namespaces were full)
+// are under inode 0.
+func (p *Probe) CountsByNetns() (map[uint32]Counts, error) {
+	out := map[uint32]Counts{}
+	count := func(ns, code uint32, v uint64) {
+		c, ok := out[ns]
+		if !ok {
+			c = Counts{ByReason: map[uint32]uint64{}}
+		}
+		c.add(Counts{ByReason: map[uint32]uint64{code: v}})
+		out[ns] = c
+	}
+	// A drop is counted in one place only (a CPU's table, the hash or the
+	// array), so the reads need no common snapshot.
+	var per []dropsNbsDropPercpu
+	err := p.bpf.Do("read drop counts", func() error {
+		if err := p.objs.DropPercpu.Lookup(uint32(0), &per); err != nil {
+			return err
+		}
+		return bpfload.EachSum(p.objs.DropNetnsCounts, func(k dropsNbsDropKey, sum uint64) { count(k.Netns, k.Reason, sum) })
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, pc := range per {
+		for _, c := range pc.Cache {
+			if c.Key != 0 && c.Count != 0 { // a slot being taken: its count is read next time
+				count(uint32(c.Key>>32), uint32(c.Key)-1, c.Count)
+			}
+		}
+	}
+	sum, err := bpfload.Sum(per)
+	if err != nil {
+		return nil, err
+	}
+	for code, v := range sum.Reason {
+		if v != 0 {
+			count(p.netns, uint32(code), v)
+		}
+	}
+	return out, nil
+}
+
+// add adds d's counts to c, sorting codes into slots as the kernel does.
+func (c *Counts) add(d Counts) {
+	c.Overflow += d.Overflow
+	for code, v := range d.ByReason {
+		if code >= Overflow {
+			c.Overflow += v
+			continue
+		}
+		c.ByReason[code] += v
+	}
 }
 
 // Stats returns the probe's own losses.

@@ -220,6 +220,58 @@ func TestUDPNoSocketAndRcvbuf(t *testing.T) {
 	}
 }
 
+// TestCountsByNetns: counting every namespace, UDP to closed ports in A
+// and in B lands under each namespace's inode, equal to each namespace's
+// own UdpNoPorts; with the per-CPU table, and without it, every drop in
+// the hash behind it.
+func TestCountsByNetns(t *testing.T) {
+	l := netlab.New(t)
+	for _, noTable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("no-table=%v", noTable), func(t *testing.T) {
+			countsByNetns(t, l, load(t, Options{EvidencePerSecond: -1, noNetnsTable: noTable}))
+		})
+	}
+}
+
+func countsByNetns(t *testing.T, l *netlab.Lab, p *Probe) {
+	const nB, nA = 120, 80
+	noSocket := func() map[uint32]uint64 {
+		byNetns, err := p.CountsByNetns()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[uint32]uint64{}
+		for ns, c := range byNetns {
+			for code, v := range c.ByReason {
+				if p.Names().Reason(code) == "no_socket" {
+					out[ns] += v
+				}
+			}
+		}
+		return out
+	}
+	before, sa, sb := noSocket(), l.Nstat(t, l.A), l.Nstat(t, l.B)
+	l.SendUDP(t, l.A, netip.AddrPortFrom(l.IPB, 9999), nB, 100, 100*time.Microsecond)
+	l.SendUDP(t, l.B, netip.AddrPortFrom(l.IPA, 9999), nA, 100, 100*time.Microsecond)
+	time.Sleep(50 * time.Millisecond) // the last datagrams cross the veth
+	after, aa, ab := noSocket(), l.Nstat(t, l.A), l.Nstat(t, l.B)
+	for _, c := range []struct {
+		ns    string
+		sent  int
+		nstat uint64
+	}{
+		{l.A, nA, aa["UdpNoPorts"] - sa["UdpNoPorts"]},
+		{l.B, nB, ab["UdpNoPorts"] - sb["UdpNoPorts"]},
+	} {
+		ino := l.Inode(t, c.ns)
+		got := after[ino] - before[ino]
+		t.Logf("%s: BPF no_socket +%d, UdpNoPorts +%d", c.ns, got, c.nstat)
+		if c.nstat != uint64(c.sent) || got != c.nstat {
+			t.Errorf("%s: BPF no_socket +%d, UdpNoPorts +%d, sent %d: want all equal", c.ns, got, c.nstat, c.sent)
+		}
+	}
+}
+
 // TestEvidenceRateLimit: a burst far over the limit yields at most the
 // limit per second touched, and every drop is an event or a suppression.
 func TestEvidenceRateLimit(t *testing.T) {

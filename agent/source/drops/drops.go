@@ -44,6 +44,7 @@ type Source struct {
 	probe    *probe.Probe
 	names    probe.Names
 	evidence *source.Evidence
+	owners   *source.Owners
 
 	// /proc
 	proc    *procnet.Reader
@@ -64,7 +65,7 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 	if !opts.DisableBPF {
 		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), EvidencePerSecond: int(opts.EvidencePerSecond), Logger: s.log})
 		if err == nil {
-			s.startBPF(ctx, p)
+			s.startBPF(ctx, p, opts.OwnerSplit())
 			return s, nil
 		}
 		s.bpfWhy = err.Error()
@@ -76,10 +77,16 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 	return s, nil
 }
 
-func (s *Source) startBPF(ctx context.Context, p *probe.Probe) {
-	s.probe, s.names, s.bpfWhy = p, p.Names(), ""
+func (s *Source) startBPF(ctx context.Context, p *probe.Probe, owners *source.Owners) {
+	s.probe, s.names, s.bpfWhy, s.owners = p, p.Names(), "", owners
 	s.evidence = source.StartEvidence(ctx, catalog.Drops, s.log, s.max, func(ctx context.Context, add func(*nbsv1.Event)) error {
-		return p.ReadEvents(ctx, func(e probe.Event) { add(event(e)) })
+		return p.ReadEvents(ctx, func(e probe.Event) {
+			ev := event(e)
+			// Named when it happens: a namespace may be gone by the
+			// next collection.
+			owners.Annotate(ev, e.Netns)
+			add(ev)
+		})
 	})
 }
 
@@ -146,23 +153,31 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	if s.probe == nil {
 		return s.collectProc()
 	}
-	c, err := s.probe.Counts()
+	byNetns, err := s.probe.CountsByNetns()
 	if err != nil {
 		return source.Reading{}, fmt.Errorf("read drop counters: %w", err)
 	}
 	r := source.Reading{Metrics: catalog.DropsTree(), Counters: map[string]uint64{catalog.Drops: 0}}
-	for code, v := range c.ByReason {
-		m := s.metricFor(code)
-		r.Metrics = append(r.Metrics, m)
+	// Each reason's counts by namespace, for its owner children.
+	split := map[string]map[uint32]uint64{}
+	count := func(m catalog.Metric, ns uint32, v uint64) {
+		if split[m.ID] == nil {
+			split[m.ID] = map[uint32]uint64{}
+			r.Metrics = append(r.Metrics, m)
+		}
+		split[m.ID][ns] += v
 		r.Counters[m.ID] += v
 		if m.ID != catalog.DropsNotSpecified {
 			r.Counters[catalog.Drops] += v
 		}
 	}
-	if c.Overflow > 0 {
-		r.Metrics = append(r.Metrics, catalog.DropOverflow())
-		r.Counters[catalog.DropsOverflow] = c.Overflow
-		r.Counters[catalog.Drops] += c.Overflow
+	for ns, c := range byNetns {
+		for code, v := range c.ByReason {
+			count(s.metricFor(code), ns, v)
+		}
+		if c.Overflow > 0 {
+			count(catalog.DropOverflow(), ns, c.Overflow)
+		}
 	}
 	r.Events = s.evidence.Take()
 	s.nameFunctions(r.Events)
@@ -177,6 +192,7 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 			r.Metrics = append(r.Metrics, catalog.DropReason(e.GetFields()["reason"]))
 		}
 	}
+	s.owners.Split(&r, split)
 	return r, nil
 }
 

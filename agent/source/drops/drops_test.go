@@ -9,8 +9,11 @@ import (
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/agent/source/sourcetest"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/schema"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
 func open(t *testing.T, opts Options) *Source {
@@ -87,7 +90,7 @@ func TestBPFReasons(t *testing.T) {
 	}
 	var sum uint64
 	for id, v := range r.Counters {
-		if id != catalog.Drops && id != catalog.DropsNotSpecified {
+		if schema.Parent(id) == catalog.Drops && id != catalog.DropsNotSpecified {
 			sum += v
 		}
 	}
@@ -161,4 +164,49 @@ func TestProcFallback(t *testing.T) {
 	if s.Programs() != nil || s.Name() != "drops (/proc)" {
 		t.Errorf("Programs() = %v, Name() = %q", s.Programs(), s.Name())
 	}
+}
+
+// TestOwners drops UDP to closed ports in a pod's namespace, a named one
+// and one a process holds, with the probe counting every namespace, and
+// checks the owner children of drops/no_socket against each namespace's
+// UdpNoPorts, that children add up to their parent exactly, and that the
+// evidence names each owner.
+func TestOwners(t *testing.T) {
+	l := sourcetest.NewOwnerLab(t)
+	// Many places: other tests' drops on this host must not crowd the lab's
+	// owners out.
+	s := open(t, Options{Env: source.Env{Netns: l.Self, AllNetns: true, Owners: l.Resolver, TopOwners: 64,
+		EvidencePerSecond: 10000}, MaxEventsPerInterval: 1000})
+	if s.probe == nil {
+		netlab.SkipOrFail(t, "drops: BPF unavailable: %s", s.bpfWhy)
+	}
+	collect := func() (map[string]uint64, []string, []*nbsv1.Event) {
+		r, err := s.Collect(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Counters, r.Retired, r.Events
+	}
+	base, _, _ := collect()
+	led := sourcetest.NewLedger(base)
+	counts := []int{40, 30, 20}
+	before := make([]map[string]uint64, len(l.Cases))
+	for i, c := range l.Cases {
+		before[i] = sourcetest.SNMP(t, c.H)
+		netlab.SendUDPIn(t, c.H, netip.MustParseAddrPort("127.0.0.1:9999"), counts[i], 64, 0)
+	}
+	events := l.Collect(t, led, collect)
+	parent := catalog.DropReason("no_socket").ID
+	for i, c := range l.Cases {
+		after := sourcetest.SNMP(t, c.H)
+		noPorts := after["Udp.NoPorts"] - before[i]["Udp.NoPorts"]
+		if noPorts != uint64(counts[i]) {
+			t.Fatalf("%s: oracle UdpNoPorts +%d, sent %d", c.Label, noPorts, counts[i])
+		}
+		if got := led.Inc[parent+"/"+c.ID]; got != noPorts {
+			t.Errorf("%s/%s = %d, UdpNoPorts +%d", parent, c.ID, got, noPorts)
+		}
+		l.CheckEvents(t, events, c, parent)
+	}
+	sourcetest.CheckSum(t, led, parent)
 }

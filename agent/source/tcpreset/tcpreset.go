@@ -40,7 +40,7 @@ func Open(ctx context.Context, opts Options) (source.Source, error) {
 	if !opts.DisableBPF {
 		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), EvidencePerSecond: opts.EvidencePerSecond, Logger: log})
 		if err == nil {
-			return newBPF(ctx, p, log, opts.MaxEventsPerInterval), nil
+			return newBPF(ctx, p, log, opts.MaxEventsPerInterval, opts.OwnerSplit()), nil
 		}
 		why = err.Error()
 		log.Warn("tcp_reset: BPF unavailable, falling back to /proc counters (no per-reason split, no evidence)", "err", err)
@@ -56,12 +56,19 @@ type bpfSource struct {
 	probe    *probe.Probe
 	names    probe.Names
 	evidence *source.Evidence
+	owners   *source.Owners
 }
 
-func newBPF(ctx context.Context, p *probe.Probe, log *slog.Logger, maxEvents int) *bpfSource {
-	s := &bpfSource{probe: p, names: p.Names()}
+func newBPF(ctx context.Context, p *probe.Probe, log *slog.Logger, maxEvents int, owners *source.Owners) *bpfSource {
+	s := &bpfSource{probe: p, names: p.Names(), owners: owners}
 	s.evidence = source.StartEvidence(ctx, catalog.TCPReset, log, maxEvents, func(ctx context.Context, add func(*nbsv1.Event)) error {
-		return p.ReadEvents(ctx, func(e probe.Event) { add(event(e)) })
+		return p.ReadEvents(ctx, func(e probe.Event) {
+			ev := event(e)
+			// Named when it happens: a namespace may be gone by the
+			// next collection.
+			owners.Annotate(ev, e.Netns)
+			add(ev)
+		})
 	})
 	return s
 }
@@ -106,19 +113,27 @@ func event(e probe.Event) *nbsv1.Event {
 }
 
 func (s *bpfSource) Collect(context.Context) (source.Reading, error) {
-	counts, err := s.probe.Counts()
+	byNetns, err := s.probe.CountsByNetns()
 	if err != nil {
 		return source.Reading{}, fmt.Errorf("read tcp_reset counters: %w", err)
 	}
 	r := source.Reading{Metrics: catalog.TCPResetTree(), Counters: map[string]uint64{
 		catalog.TCPReset: 0, catalog.TCPResetSent: 0, catalog.TCPResetReceived: 0,
 	}}
-	for k, v := range counts {
-		m := metricFor(s.names, k)
-		r.Metrics = append(r.Metrics, m)
-		r.Counters[m.ID] += v
-		r.Counters[m.Parent()] += v
-		r.Counters[catalog.TCPReset] += v
+	// Each reason's counts by namespace, for its owner children.
+	split := map[string]map[uint32]uint64{}
+	for ns, counts := range byNetns {
+		for k, v := range counts {
+			m := metricFor(s.names, k)
+			if split[m.ID] == nil {
+				split[m.ID] = map[uint32]uint64{}
+				r.Metrics = append(r.Metrics, m)
+			}
+			split[m.ID][ns] += v
+			r.Counters[m.ID] += v
+			r.Counters[m.Parent()] += v
+			r.Counters[catalog.TCPReset] += v
+		}
 	}
 	r.Events = s.evidence.Take()
 	// An event may name a reason whose counter the map read above missed
@@ -132,6 +147,7 @@ func (s *bpfSource) Collect(context.Context) (source.Reading, error) {
 			}
 		}
 	}
+	s.owners.Split(&r, split)
 	return r, nil
 }
 

@@ -1,0 +1,405 @@
+package owner
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Defaults for Options left zero.
+const (
+	DefaultMaxEntries   = 4096
+	DefaultRescanEvery  = 2 * time.Second
+	DefaultRefreshEvery = 30 * time.Second
+	DefaultGrace        = 2 * time.Minute
+	DefaultMinScanGap   = 100 * time.Millisecond
+)
+
+// pidsPerNetns is how many of a namespace's lowest PIDs are looked at for a
+// pod or container cgroup: the first is usually the sandbox's pause process
+// or the container's init, so a few suffice.
+const pidsPerNetns = 4
+
+// Options configure New.
+type Options struct {
+	// Proc is /proc unless set.
+	Proc string
+	// NetnsDirs hold `ip netns` bind mounts; /run/netns unless set.
+	NetnsDirs []string
+	// RuntimeDirs are searched for OCI bundles; DefaultRuntimeDirs unless
+	// set.
+	RuntimeDirs []string
+	// MaxEntries bounds the cache; the least recently used entry goes first.
+	MaxEntries int
+	// RescanEvery is how often an inode a scan could not name is tried
+	// again, at most.
+	RescanEvery time.Duration
+	// MinScanGap is the least time between any two scans: a lookup of an
+	// inode never tried before waits for it, then scans, so a namespace
+	// is named as soon as it is first counted, yet a storm of new
+	// namespaces costs at most one scan per gap.
+	MinScanGap time.Duration
+	// RefreshEvery is how old a known owner may get before a lookup
+	// resolves it again (a namespace inode can be reused by a new one).
+	RefreshEvery time.Duration
+	// Grace keeps the owner of a namespace that vanished this long, for
+	// counts and events read after it went.
+	Grace  time.Duration
+	Logger *slog.Logger
+}
+
+// Resolver names the owners of network namespaces, with a bounded cache.
+// It is safe for concurrent use; a lookup that needs a scan of /proc holds
+// the others for its duration (about 9 ms per thousand processes,
+// BENCHMARKS.md, plus at most MinScanGap).
+type Resolver struct {
+	opts Options
+
+	mu       sync.Mutex
+	entries  map[uint32]*entry
+	lastScan time.Time
+	scans    uint64
+}
+
+type entry struct {
+	owner    Owner
+	resolved time.Time // when owner was last worked out
+	seen     time.Time // last scan that found the namespace alive (zero: never)
+	used     time.Time // last lookup
+}
+
+// New returns a resolver; it reads nothing until the first lookup.
+func New(opts Options) *Resolver {
+	if opts.Proc == "" {
+		opts.Proc = "/proc"
+	}
+	if opts.NetnsDirs == nil {
+		opts.NetnsDirs = []string{"/run/netns"}
+	}
+	if opts.RuntimeDirs == nil {
+		opts.RuntimeDirs = DefaultRuntimeDirs
+	}
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = DefaultMaxEntries
+	}
+	if opts.RescanEvery <= 0 {
+		opts.RescanEvery = DefaultRescanEvery
+	}
+	if opts.RefreshEvery <= 0 {
+		opts.RefreshEvery = DefaultRefreshEvery
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = DefaultGrace
+	}
+	if opts.MinScanGap <= 0 {
+		opts.MinScanGap = DefaultMinScanGap
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Resolver{opts: opts, entries: map[uint32]*entry{}}
+}
+
+// Owner returns the owner of one namespace inode (see Lookup).
+func (r *Resolver) Owner(inode uint32) Owner { return r.Lookup(inode)[inode] }
+
+// Lookup returns the owners of namespace inodes. An inode never tried
+// makes it scan /proc (waiting out MinScanGap since the last scan); one a
+// scan could not name, or named longer than RefreshEvery ago, makes it
+// scan if the last scan is RescanEvery old. An inode it cannot name (gone
+// before it was ever seen, or 0) is Unknown.
+func (r *Resolver) Lookup(inodes ...uint32) map[uint32]Owner {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	scan, fresh := false, false
+	for _, ino := range inodes {
+		e := r.entries[ino]
+		switch {
+		case ino == 0:
+		case e == nil:
+			scan, fresh = true, true
+		case e.owner.Kind == Unknown || now.Sub(e.resolved) >= r.opts.RefreshEvery:
+			scan = scan || now.Sub(r.lastScan) >= r.opts.RescanEvery
+		}
+	}
+	if fresh {
+		if wait := r.opts.MinScanGap - now.Sub(r.lastScan); wait > 0 {
+			time.Sleep(wait)
+			now = time.Now()
+		}
+	}
+	if scan {
+		r.scan(inodes, now)
+	}
+	out := make(map[uint32]Owner, len(inodes))
+	for _, ino := range inodes {
+		e := r.entries[ino]
+		if e == nil {
+			out[ino] = Owner{Kind: Unknown, Inode: ino}
+			continue
+		}
+		e.used = now
+		out[ino] = e.owner
+	}
+	return out
+}
+
+// Stats returns how many times the resolver has scanned /proc and how many
+// namespaces it holds.
+func (r *Resolver) Stats() (scans uint64, entries int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.scans, len(r.entries)
+}
+
+// scan indexes every process's namespace and the named namespaces, then
+// resolves the wanted inodes and the cached ones that are unknown or due a
+// refresh: a cached namespace that vanished is kept for Grace if it had
+// been named, dropped otherwise.
+func (r *Resolver) scan(wanted []uint32, now time.Time) {
+	r.lastScan = now
+	r.scans++
+	pids, host := r.indexProcs()
+	names := r.indexNames()
+	todo := make(map[uint32]bool, len(wanted)+len(r.entries))
+	for _, ino := range wanted {
+		if ino != 0 {
+			todo[ino] = true
+		}
+	}
+	for ino := range r.entries {
+		todo[ino] = true
+	}
+	for ino := range todo {
+		e := r.entries[ino]
+		if len(pids[ino]) == 0 && names[ino] == "" {
+			switch {
+			case e == nil:
+				e = &entry{owner: Owner{Kind: Unknown, Inode: ino}, used: now}
+				r.entries[ino] = e
+			case e.owner.Kind != Unknown && now.Sub(e.seen) < r.opts.Grace:
+				continue
+			case !slices.Contains(wanted, ino):
+				delete(r.entries, ino)
+				continue
+			default:
+				e.owner = Owner{Kind: Unknown, Inode: ino}
+			}
+			e.resolved = now
+			continue
+		}
+		if e != nil && e.owner.Kind != Unknown && now.Sub(e.resolved) < r.opts.RefreshEvery {
+			e.seen = now // named recently: no need to read its processes again
+			continue
+		}
+		o := r.resolve(ino, host, pids[ino], names[ino])
+		if e == nil {
+			e = &entry{used: now}
+			r.entries[ino] = e
+		}
+		e.owner, e.resolved, e.seen = o, now, now
+	}
+	r.evict()
+}
+
+// evict bounds the cache, least recently used first.
+func (r *Resolver) evict() {
+	over := len(r.entries) - r.opts.MaxEntries
+	if over <= 0 {
+		return
+	}
+	type aged struct {
+		ino  uint32
+		used time.Time
+	}
+	all := make([]aged, 0, len(r.entries))
+	for ino, e := range r.entries {
+		all = append(all, aged{ino, e.used})
+	}
+	slices.SortFunc(all, func(a, b aged) int { return a.used.Compare(b.used) })
+	for _, a := range all[:over] {
+		delete(r.entries, a.ino)
+	}
+}
+
+// indexProcs maps each namespace inode to its lowest PIDs, ascending, and
+// returns the host's namespace: PID 1's, or where PID 1 cannot be read, the
+// agent's own (it runs in the host's, hostNetwork on Kubernetes). The
+// calling thread's, not /proc/self's: that is the main thread's, which
+// netns.Handle.Do may have moved into another namespace for a moment.
+func (r *Resolver) indexProcs() (map[uint32][]int, uint32) {
+	d, err := os.Open(r.opts.Proc)
+	if err != nil {
+		r.opts.Logger.Warn("owner: read /proc", "err", err)
+		return nil, 0
+	}
+	defer d.Close()
+	ents, err := d.Readdirnames(-1)
+	if err != nil {
+		r.opts.Logger.Warn("owner: read /proc", "err", err)
+	}
+	idx := map[uint32][]int{}
+	var host uint32
+	for _, n := range ents {
+		pid, err := strconv.Atoi(n)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		ino, ok := nsInode(filepath.Join(r.opts.Proc, n, "ns", "net"))
+		if !ok {
+			continue // gone, or a kernel thread's unreadable link
+		}
+		if pid == 1 {
+			host = ino
+		}
+		ps := idx[ino]
+		if len(ps) < pidsPerNetns || pid < ps[len(ps)-1] {
+			i, _ := slices.BinarySearch(ps, pid)
+			ps = slices.Insert(ps, i, pid)
+			if len(ps) > pidsPerNetns {
+				ps = ps[:pidsPerNetns]
+			}
+			idx[ino] = ps
+		}
+	}
+	if host == 0 {
+		host, _ = nsInode(filepath.Join(r.opts.Proc, "thread-self", "ns", "net"))
+	}
+	return idx, host
+}
+
+// nsInode reads a namespace link ("net:[4026531840]").
+func nsInode(link string) (uint32, bool) {
+	s, err := os.Readlink(link)
+	if err != nil {
+		return 0, false
+	}
+	s, ok := strings.CutPrefix(s, "net:[")
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 32)
+	return uint32(v), err == nil
+}
+
+// indexNames maps the inodes of the bind mounts `ip netns add` makes to
+// their names.
+func (r *Resolver) indexNames() map[uint32]string {
+	names := map[uint32]string{}
+	for _, dir := range r.opts.NetnsDirs {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue // no named namespaces on this node
+		}
+		for _, e := range ents {
+			if ino := statIno(filepath.Join(dir, e.Name())); ino != 0 && names[ino] == "" {
+				names[ino] = e.Name()
+			}
+		}
+	}
+	return names
+}
+
+// resolve names one live namespace from its lowest PIDs and its name.
+func (r *Resolver) resolve(ino, host uint32, pids []int, name string) Owner {
+	if ino == host && host != 0 {
+		return Owner{Kind: Host, Inode: ino}
+	}
+	name = clean(name, maxName)
+	var ctr *Owner
+	for _, pid := range pids {
+		b, err := readLimited(filepath.Join(r.opts.Proc, itoa(pid), "cgroup"))
+		if err != nil {
+			continue
+		}
+		path, ok := cgroupV2Path(string(b))
+		if !ok {
+			continue
+		}
+		c := parseCgroup(path)
+		comm := r.comm(pid)
+		switch {
+		case c.PodUID != "":
+			return r.pod(ino, pid, comm, c, pids, name)
+		case c.ContainerID != "" && ctr == nil:
+			o := Owner{Kind: Container, Inode: ino, ContainerID: c.ContainerID, Runtime: c.Runtime, NetnsName: name, PID: pid, Comm: comm}
+			if m, ok := bundleMeta(r.opts.RuntimeDirs, c.ContainerID); ok {
+				o.ContainerName = clean(m.Container, maxName)
+			}
+			ctr = &o
+		}
+	}
+	switch {
+	case ctr != nil:
+		return *ctr
+	case name != "":
+		return Owner{Kind: Netns, Inode: ino, NetnsName: name}
+	case len(pids) > 0:
+		return Owner{Kind: Process, Inode: ino, PID: pids[0], Comm: r.comm(pids[0])}
+	}
+	return Owner{Kind: Unknown, Inode: ino}
+}
+
+// pod names the pod of a process in a kubepods cgroup. The container named
+// is that of the lowest-PID process that is not the sandbox's pause
+// process, since every container of the pod shares the namespace.
+func (r *Resolver) pod(ino uint32, pid int, comm string, c cgroupInfo, pids []int, name string) Owner {
+	o := Owner{Kind: Pod, Inode: ino, PodUID: c.PodUID, ContainerID: c.ContainerID, Runtime: c.Runtime,
+		NetnsName: name, PID: pid, Comm: comm}
+	if comm == "pause" {
+		for _, p := range pids {
+			if p == pid {
+				continue
+			}
+			b, err := readLimited(filepath.Join(r.opts.Proc, itoa(p), "cgroup"))
+			path, ok := cgroupV2Path(string(b))
+			if err != nil || !ok {
+				continue
+			}
+			if pc := parseCgroup(path); pc.PodUID == c.PodUID && pc.ContainerID != "" {
+				o.ContainerID, o.Runtime, o.PID, o.Comm = pc.ContainerID, pc.Runtime, p, r.comm(p)
+				break
+			}
+		}
+	}
+	m, ok := bundleMeta(r.opts.RuntimeDirs, o.ContainerID)
+	if !ok || m.Name == "" || m.Namespace == "" {
+		pm := processMeta(r.opts.Proc, o.PID)
+		if m.Name == "" {
+			m.Name = pm.Name
+		}
+		if m.Namespace == "" {
+			m.Namespace = pm.Namespace
+		}
+	}
+	o.ContainerName = clean(m.Container, maxName)
+	o.Pod = m.pod()
+	return o
+}
+
+func (r *Resolver) comm(pid int) string {
+	b, err := readLimited(filepath.Join(r.opts.Proc, itoa(pid), "comm"))
+	if err != nil {
+		return ""
+	}
+	return clean(strings.TrimSuffix(string(b), "\n"), maxComm)
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// statIno is the inode of a namespace file, 0 if it is not one.
+func statIno(path string) uint32 {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0
+	}
+	return uint32(st.Ino)
+}

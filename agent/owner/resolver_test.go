@@ -1,0 +1,147 @@
+package owner
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/internal/netlab"
+)
+
+// inodeOf returns the namespace inode of a process.
+func inodeOf(t *testing.T, pid int) uint32 {
+	t.Helper()
+	ino, ok := nsInode(filepath.Join("/proc", itoa(pid), "ns", "net"))
+	if !ok {
+		t.Fatalf("no netns for pid %d", pid)
+	}
+	return ino
+}
+
+func newUID() string {
+	return netlab.RandHex(8) + "-" + netlab.RandHex(4) + "-" + netlab.RandHex(4) + "-" + netlab.RandHex(4) + "-" + netlab.RandHex(12)
+}
+
+// TestResolverLab names namespaces of every kind, from real processes in a
+// synthetic cgroup tree laid out as the kubelet and runtimes lay it out.
+func TestResolverLab(t *testing.T) {
+	lab := netlab.New(t)
+	own := lab.Own(t)
+	cg := netlab.NewCgroup(t)
+
+	// A pod without runtime files (cgroupfs driver naming), in a namespace
+	// of its own: named from HOSTNAME, its namespace from the service
+	// account file inside its own mount namespace, reached through
+	// /var/run -> /run inside its root.
+	uidF, idF := newUID(), netlab.RandHex(64)
+	cmdF := cg.Child(t, "kubepods/besteffort/pod"+uidF+"/"+idF).Command("", "unshare", "-n", "-m", "--propagation", "private",
+		"sh", "-c", `mount -t tmpfs nbs-test /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount && `+
+			`printf team-b > /run/secrets/kubernetes.io/serviceaccount/namespace && exec sleep 600`)
+	cmdF.Env = append(os.Environ(), "HOSTNAME=web-2", "POD_NAME=", "POD_NAMESPACE=")
+	pidF := netlab.StartHolder(t, cmdF)
+
+	// A docker container outside Kubernetes, in a namespace of its own.
+	idC := netlab.RandHex(64)
+	pidC := netlab.StartHolder(t, cg.Child(t, "system.slice/docker-"+idC+".scope").Command("", "unshare", "-n", "sleep", "600"))
+
+	hB, err := netns.Resolve(lab.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, ok := nsInode("/proc/1/ns/net")
+	if !ok { // PID 1 unreadable (a sandbox): the resolver takes its own
+		host, _ = nsInode("/proc/thread-self/ns/net")
+	}
+
+	r := New(Options{RuntimeDirs: []string{own.RuntimeDir}, RescanEvery: time.Millisecond})
+	inoA, inoF, inoC := lab.Inode(t, lab.A), inodeOf(t, pidF), inodeOf(t, pidC)
+	got := r.Lookup(inoA, inoF, inoC, own.Proc.Inode, hB.Inode, host, 0)
+	want := map[uint32]Owner{
+		inoA: {Kind: Pod, Inode: inoA, Pod: own.PodNamespace + "/" + own.PodName, PodUID: own.PodUID,
+			ContainerID: own.ContainerID, ContainerName: "cart", Runtime: "containerd", NetnsName: lab.A,
+			PID: own.PodPID, Comm: "sleep"},
+		inoF:           {Kind: Pod, Inode: inoF, Pod: "team-b/web-2", PodUID: uidF, ContainerID: idF, PID: pidF, Comm: "sleep"},
+		inoC:           {Kind: Container, Inode: inoC, ContainerID: idC, Runtime: "docker", PID: pidC, Comm: "sleep"},
+		own.Proc.Inode: {Kind: Process, Inode: own.Proc.Inode, PID: own.ProcPID, Comm: "sleep"},
+		hB.Inode:       {Kind: Netns, Inode: hB.Inode, NetnsName: lab.B},
+		host:           {Kind: Host, Inode: host},
+		0:              {Kind: Unknown},
+	}
+	for ino, w := range want {
+		if got[ino] != w {
+			t.Errorf("inode %d:\n got %+v\nwant %+v", ino, got[ino], w)
+		}
+	}
+	if id, w := got[inoA].ID(), "pod:shop."+own.PodName; id != w {
+		t.Errorf("pod id %q, want %q", id, w)
+	}
+
+	// Cached: no scan for what is known and fresh.
+	scans, _ := r.Stats()
+	r.Lookup(inoA, inoF)
+	if n, _ := r.Stats(); n != scans {
+		t.Errorf("a lookup of fresh entries scanned /proc")
+	}
+}
+
+// TestResolverRefresh checks the cache's bounds: unknown inodes are retried
+// at most every RescanEvery, a vanished namespace keeps its owner for Grace
+// and is then forgotten, and the cache never holds more than MaxEntries.
+func TestResolverRefresh(t *testing.T) {
+	if os.Geteuid() != 0 {
+		netlab.SkipOrFail(t, "needs root to make network namespaces")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		netlab.SkipOrFail(t, "unshare (util-linux) not found: %v", err)
+	}
+	slow := New(Options{RescanEvery: time.Hour, MinScanGap: 50 * time.Millisecond})
+	slow.Lookup(1, 2)
+	slow.Lookup(1)
+	slow.Lookup(2, 1)
+	if n, _ := slow.Stats(); n != 1 {
+		t.Errorf("unknown inodes within RescanEvery: %d scans, want 1", n)
+	}
+	// A new inode is tried at once, after the gap since the last scan.
+	t0 := time.Now()
+	slow.Lookup(3)
+	if n, _ := slow.Stats(); n != 2 || time.Since(t0) > time.Second {
+		t.Errorf("new inode: %d scans in %v, want 2 within the gap", n, time.Since(t0))
+	}
+
+	small := New(Options{MaxEntries: 3, RescanEvery: time.Nanosecond})
+	for ino := uint32(1); ino <= 5; ino++ {
+		small.Lookup(ino)
+	}
+	if _, n := small.Stats(); n > 3 {
+		t.Errorf("cache holds %d entries, bound 3", n)
+	}
+
+	cmd := exec.Command("unshare", "-n", "sleep", "600")
+	pid := netlab.StartHolder(t, cmd)
+	ino := inodeOf(t, pid)
+	const grace = 300 * time.Millisecond
+	r := New(Options{RescanEvery: time.Nanosecond, RefreshEvery: time.Nanosecond, Grace: grace})
+	if o := r.Owner(ino); o.Kind != Process || o.PID != pid {
+		t.Fatalf("live: %+v", o)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	gone := time.Now()
+	if _, ok := nsInode(filepath.Join("/proc", itoa(pid), "ns", "net")); ok {
+		t.Fatalf("pid %d still holds its namespace", pid)
+	}
+	if o := r.Owner(ino); o.Kind != Process && time.Since(gone) < grace {
+		t.Errorf("within grace after it vanished: %+v", o)
+	}
+	time.Sleep(grace)
+	if o := r.Owner(ino); o.Kind != Unknown {
+		t.Errorf("after grace: %+v, want unknown", o)
+	}
+	r.Lookup(1) // a scan that does not want ino drops it
+	if _, ok := r.entries[ino]; ok {
+		t.Errorf("vanished namespace still cached")
+	}
+}
