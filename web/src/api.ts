@@ -121,6 +121,7 @@ export const api = {
     request<NodeThresholds>('GET', `${nodePath(node)}/thresholds`, undefined, signal).then((r) => r.thresholds ?? []),
   putOverride: (o: OverrideInput) => request<Override>('PUT', '/api/v1/thresholds', o),
   deleteOverride: (id: number | string) => request<void>('DELETE', `/api/v1/thresholds/${enc(String(id))}`),
+  deleteNode: (node: string) => request<void>('DELETE', nodePath(node)),
   expand: (node: string, seconds: number) => request<ExpandAccepted>('POST', `${nodePath(node)}/expand`, { seconds }),
   alerts: (signal?: AbortSignal) => request<Partial<AlertList>>('GET', '/api/v1/alerts?state=open', undefined, signal).then((r) => r.alerts ?? []),
   alertList: (f: AlertFilter, signal?: AbortSignal) =>

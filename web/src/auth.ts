@@ -22,9 +22,20 @@ export interface Can {
   readAudit: boolean;
   /** The tokens page: list, create, revoke. */
   manageTokens: boolean;
+  /** Delete a node with everything it reported (DELETE /nodes/{node}). */
+  manageNodes: boolean;
 }
 
-const NOTHING: Can = { editThresholds: false, editRules: false, expand: false, readOverrides: false, readRules: false, readAudit: false, manageTokens: false };
+const NOTHING: Can = {
+  editThresholds: false,
+  editRules: false,
+  expand: false,
+  readOverrides: false,
+  readRules: false,
+  readAudit: false,
+  manageTokens: false,
+  manageNodes: false,
+};
 
 /**
  * The UI's view of collector/access's roles: viewer reads everything,
@@ -39,7 +50,7 @@ export function capabilities(role: string | null | undefined): Can {
     case 'operator':
       return { ...capabilities('viewer'), editThresholds: true, editRules: true, expand: true };
     case 'admin':
-      return { ...capabilities('operator'), manageTokens: true };
+      return { ...capabilities('operator'), manageTokens: true, manageNodes: true };
   }
   return NOTHING;
 }

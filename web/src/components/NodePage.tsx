@@ -108,6 +108,7 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
         onLive={can.expand ? (on) => go({ live: on ? '1' : null }, true) : undefined}
         liveErr={liveErr}
         treeTime={tree.data?.time ?? null}
+        canDelete={can.manageNodes}
       />
       <div class="toolbar">
         <TimeRangePicker range={range} onChange={setRange} />
@@ -181,6 +182,7 @@ function NodeHeader({
   onLive,
   liveErr,
   treeTime,
+  canDelete,
 }: {
   node: string;
   summary?: NodeSummary;
@@ -189,7 +191,9 @@ function NodeHeader({
   onLive?: (on: boolean) => void; // absent: the role may not expand nodes
   liveErr: string;
   treeTime: string | null;
+  canDelete?: boolean;
 }) {
+  const [deleting, setDeleting] = useState(false);
   const now = useNow(1000);
   const s = normState(summary?.state);
   const missing = summary?.capabilities?.filter((c) => !c.available) ?? [];
@@ -217,7 +221,13 @@ function NodeHeader({
             <span class="live-dot" aria-hidden="true" /> {live ? 'Live: full tree' : 'Go live'}
           </button>
         )}
+        {canDelete && !deleting && (
+          <button type="button" class="btn btn-quiet" onClick={() => setDeleting(true)}>
+            Delete node…
+          </button>
+        )}
       </div>
+      {canDelete && deleting && <DeleteNode node={node} onCancel={() => setDeleting(false)} />}
       {liveErr && (
         <p class="field-error" role="alert">
           Live mode: {liveErr}
@@ -342,3 +352,54 @@ function useSparks(node: string, ids: string[], range: TimeRange, intervalMs: nu
 }
 
 export type { TreeNode };
+
+/**
+ * Deleting a node removes it and everything it reported, for good, so the
+ * admin types its name first. An agent still running under the name comes
+ * back as a new node unless its credential is revoked too.
+ */
+function DeleteNode({ node, onCancel }: { node: string; onCancel: () => void }) {
+  const [typed, setTyped] = useState('');
+  const [busy, setBusy] = useState(false);
+  const [err, setErr] = useState<ApiError | null>(null);
+  const input = useRef<HTMLInputElement>(null);
+  useEffect(() => input.current?.focus(), []);
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    if (typed !== node) return;
+    setBusy(true);
+    setErr(null);
+    try {
+      await api.deleteNode(node);
+      navigate(fleetHref());
+    } catch (x) {
+      setErr(x as ApiError);
+      setBusy(false);
+    }
+  };
+  return (
+    <form class="node-delete" onSubmit={submit} onKeyDown={(e) => e.key === 'Escape' && onCancel()} aria-label={`Delete ${node}`}>
+      <p>
+        Deleting <strong>{node}</strong> removes it and everything it reported (reports, evidence, alerts), for good. An agent still
+        running under this name registers it again as a new node, unless its credential is revoked (<code>nbs-collector nodes revoke</code>) or
+        its certificate withdrawn.
+      </p>
+      <label for="node-delete-name">Type the node's name to delete it</label>
+      <input
+        id="node-delete-name"
+        ref={input}
+        value={typed}
+        autocomplete="off"
+        spellcheck={false}
+        onInput={(e) => setTyped((e.target as HTMLInputElement).value)}
+      />
+      <button type="submit" class="btn btn-danger" disabled={busy || typed !== node}>
+        Delete {node}
+      </button>
+      <button type="button" class="btn btn-quiet" onClick={onCancel} disabled={busy}>
+        Cancel
+      </button>
+      {err && <ErrorBox title="The node was not deleted" error={err} />}
+    </form>
+  );
+}

@@ -188,6 +188,46 @@ describe('what each role is shown', () => {
     else expect(el.querySelector('.who-scope')).toBeNull();
   });
 
+  it.each([
+    ['customer', false],
+    ['viewer', false],
+    ['operator', false],
+    ['admin', true],
+  ] as [Role, boolean][])('%s: delete node %s', async (role, offered) => {
+    history.replaceState(null, '', `/nodes/lab-b?metric=${encodeURIComponent(metric)}`);
+    nodeApi(role);
+    const el = mount(<App />);
+    await waitFor(() => expect($(el, '[data-testid=threshold-source]').textContent).toBe('node'));
+    expect(hasText(el, 'button', 'Delete node…')).toBe(offered);
+  });
+
+  it('deletes a node only once the admin has typed its name, then shows the fleet', async () => {
+    history.replaceState(null, '', `/nodes/lab-b?metric=${encodeURIComponent(metric)}`);
+    const calls = fakeApi({
+      'GET /api/v1/whoami': () => [200, whoami('admin')],
+      'GET /api/v1/nodes/lab-b': () => [200, node('lab-b', 'crit', { customer: 'acme' })],
+      'GET /api/v1/nodes/lab-b/tree': () => [200, { node: 'lab-b', roots: resetTree(), window_s: 60 }],
+      'GET /api/v1/nodes/lab-b/thresholds': () => [200, { thresholds: [] }],
+      'GET /api/v1/thresholds': () => [200, { overrides: [] }],
+      'GET /api/v1/alerts': () => [200, { evaluator, alerts: [] }],
+      'GET /api/v1/nodes': () => [200, { nodes: [] }],
+      'DELETE /api/v1/nodes/lab-b': () => [204, null],
+    });
+    const el = mount(<App />);
+    await waitFor(() => byText(el, 'button', 'Delete node…'));
+    click(byText(el, 'button', 'Delete node…'));
+    const del = byText(el, 'button', 'Delete lab-b') as HTMLButtonElement;
+    expect(del.disabled).toBe(true);
+    type($(el, '#node-delete-name') as HTMLInputElement, 'lab-');
+    expect(del.disabled).toBe(true);
+    expect(calls.some((c) => c.method === 'DELETE')).toBe(false);
+    type($(el, '#node-delete-name') as HTMLInputElement, 'lab-b');
+    expect(del.disabled).toBe(false);
+    click(del);
+    await waitFor(() => expect(location.pathname).toBe('/'));
+    expect(calls.filter((c) => c.method === 'DELETE' && c.url.pathname === '/api/v1/nodes/lab-b')).toHaveLength(1);
+  });
+
   it('ignores live=1 in the URL for a role that may not expand', async () => {
     history.replaceState(null, '', `/nodes/lab-b?metric=${encodeURIComponent(metric)}&live=1`);
     const calls = nodeApi('viewer');
