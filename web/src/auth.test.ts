@@ -13,7 +13,7 @@ describe('roles', () => {
     ['customer', []],
     ['viewer', ['readOverrides', 'readRules', 'readAudit']],
     ['operator', ['readOverrides', 'readRules', 'readAudit', 'editThresholds', 'editRules', 'expand']],
-    ['admin', ['readOverrides', 'readRules', 'readAudit', 'editThresholds', 'editRules', 'expand', 'manageTokens']],
+    ['admin', ['readOverrides', 'readRules', 'readAudit', 'editThresholds', 'editRules', 'expand', 'manageTokens', 'manageNodes']],
     ['superuser', []],
     ['', []],
   ];
