@@ -380,7 +380,7 @@ function DeleteNode({ node, onCancel }: { node: string; onCancel: () => void }) 
   return (
     <form class="node-delete" onSubmit={submit} onKeyDown={(e) => e.key === 'Escape' && onCancel()} aria-label={`Delete ${node}`}>
       <p>
-        Deleting <strong>{node}</strong> removes it and everything it reported (reports, evidence, alerts), for good. An agent still
+        Deleting <strong>{node}</strong> removes it and everything it reported (reports, histograms, evidence), for good; its alert history and threshold overrides stay. An agent still
         running under this name registers it again as a new node, unless its credential is revoked (<code>nbs-collector nodes revoke</code>) or
         its certificate withdrawn.
       </p>
