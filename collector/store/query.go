@@ -79,8 +79,8 @@ func scanDef(r pgx.CollectableRow) (MetricDef, error) {
 func (s *Store) Definitions(ctx context.Context, nodeID int32) ([]MetricDef, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT p.path, m.title, m.unit, m.kind, m.description, m.default_threshold, m.scale, m.quantile
-		FROM node_metrics m JOIN metric_paths p ON p.id = m.metric_id
-		WHERE m.node_id = $1 ORDER BY p.path`, nodeID)
+		FROM node_metrics nm JOIN metric_defs m ON m.id = nm.def_id JOIN metric_paths p ON p.id = nm.metric_id
+		WHERE nm.node_id = $1 ORDER BY p.path`, nodeID)
 	if err != nil {
 		return nil, fmt.Errorf("read definitions of node %d: %w", nodeID, err)
 	}
@@ -99,9 +99,9 @@ func (s *Store) RootDefinitions(ctx context.Context) (map[int32][]MetricDef, err
 // rootDefinitions reads root definitions; and narrows them ("AND …").
 func (s *Store) rootDefinitions(ctx context.Context, and string, args ...any) (map[int32][]MetricDef, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT m.node_id, p.path, m.title, m.unit, m.kind, m.description, m.default_threshold
-		FROM node_metrics m JOIN metric_paths p ON p.id = m.metric_id
-		WHERE strpos(p.path, '/') = 0 `+and+` ORDER BY m.node_id, p.path`, args...)
+		SELECT nm.node_id, p.path, m.title, m.unit, m.kind, m.description, m.default_threshold
+		FROM node_metrics nm JOIN metric_defs m ON m.id = nm.def_id JOIN metric_paths p ON p.id = nm.metric_id
+		WHERE strpos(p.path, '/') = 0 `+and+` ORDER BY nm.node_id, p.path`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read root definitions: %w", err)
 	}

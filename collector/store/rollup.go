@@ -482,8 +482,8 @@ func (s *Store) metricPaths(ctx context.Context) (map[int32]string, error) {
 func (s *Store) DefinitionsOf(ctx context.Context, nodeIDs []int32) (map[string]MetricDef, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT DISTINCT ON (p.path) p.path, m.title, m.unit, m.kind, m.scale, m.quantile
-		FROM node_metrics m JOIN metric_paths p ON p.id = m.metric_id
-		WHERE m.node_id = ANY($1) ORDER BY p.path, m.node_id`, nodeIDs)
+		FROM node_metrics nm JOIN metric_defs m ON m.id = nm.def_id JOIN metric_paths p ON p.id = nm.metric_id
+		WHERE nm.node_id = ANY($1) ORDER BY p.path, nm.node_id`, nodeIDs)
 	if err != nil {
 		return nil, fmt.Errorf("read metric definitions: %w", err)
 	}

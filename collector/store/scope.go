@@ -65,7 +65,7 @@ func nodeIDsIn(scope Scope, argN int) (string, []any) {
 // RootDefinitionsIn is RootDefinitions of the nodes scope sees.
 func (s *Store) RootDefinitionsIn(ctx context.Context, scope Scope) (map[int32][]MetricDef, error) {
 	ids, args := nodeIDsIn(scope, 1)
-	return s.rootDefinitions(ctx, `AND m.node_id IN `+ids, args...)
+	return s.rootDefinitions(ctx, `AND nm.node_id IN `+ids, args...)
 }
 
 // LatestAllIn is LatestAll of the nodes scope sees.

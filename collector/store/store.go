@@ -207,24 +207,32 @@ func (s *Store) UpsertDefinitions(ctx context.Context, nodeID int32, defs []Metr
 			thresholds[i] = &js
 		}
 	}
-	// One statement for the whole tree, and no write at all for a
-	// definition that did not change: every Hello (each agent restart and
-	// reconnect) carries the whole tree, and rewriting identical rows cost
-	// a new row version and its WAL per metric.
+	// No write at all for a definition that did not change: every Hello
+	// (each agent restart and reconnect) carries the whole tree. Each distinct definition is stored once (metric_defs, keyed by a hash
+	// PostgreSQL computes the same way here and in migration 010); the
+	// node's catalogue is (metric, definition) pairs, rewritten only where
+	// a definition changed. Two statements: the second's snapshot sees the
+	// definitions a concurrent Hello inserted while the first waited on it.
 	// Any change of a node's definitions makes the hash of its last Hello
 	// (MarkDefinitions) stale; the Hello path sets it again after this.
-	_, err = s.pool.Exec(ctx, `
+	const defsOf = `unnest($2::text[], $3::text[], $4::smallint[], $5::text[], $6::jsonb[], $7::float8[], $8::float8[], $9::int[])
+		AS d (title, unit, kind, description, default_threshold, scale, quantile, metric_id)`
+	const hashOf = `decode(md5(jsonb_build_array(d.title, d.unit, d.kind, d.description, d.default_threshold, d.scale, d.quantile)::text), 'hex')`
+	batch := &pgx.Batch{}
+	args := []any{nodeID, titles, units, kinds, descs, thresholds, scales, quantiles, metricIDs}
+	batch.Queue(`
+		INSERT INTO metric_defs (hash, title, unit, kind, description, default_threshold, scale, quantile)
+		SELECT DISTINCT ON (h) h, title, unit, kind, description, default_threshold, scale, quantile
+		FROM (SELECT `+hashOf+` AS h, d.* FROM `+defsOf+` WHERE $1::int IS NOT NULL) x
+		ORDER BY h
+		ON CONFLICT (hash) DO NOTHING`, args...)
+	batch.Queue(`
 		WITH stale AS (UPDATE nodes SET defs_hash = NULL WHERE id = $1 AND defs_hash IS NOT NULL)
-		INSERT INTO node_metrics AS nm (node_id, metric_id, title, unit, kind, description, default_threshold, scale, quantile)
-		SELECT $1, d.metric_id, d.title, d.unit, d.kind, d.description, d.default_threshold, d.scale, d.quantile
-		FROM unnest($2::int[], $3::text[], $4::text[], $5::smallint[], $6::text[], $7::jsonb[], $8::float8[], $9::float8[])
-			AS d (metric_id, title, unit, kind, description, default_threshold, scale, quantile)
-		ON CONFLICT (node_id, metric_id) DO UPDATE SET title = EXCLUDED.title, unit = EXCLUDED.unit,
-			kind = EXCLUDED.kind, description = EXCLUDED.description, default_threshold = EXCLUDED.default_threshold,
-			scale = EXCLUDED.scale, quantile = EXCLUDED.quantile
-		WHERE (nm.title, nm.unit, nm.kind, nm.description, nm.default_threshold, nm.scale, nm.quantile)
-			IS DISTINCT FROM (EXCLUDED.title, EXCLUDED.unit, EXCLUDED.kind, EXCLUDED.description, EXCLUDED.default_threshold, EXCLUDED.scale, EXCLUDED.quantile)`,
-		nodeID, metricIDs, titles, units, kinds, descs, thresholds, scales, quantiles)
+		INSERT INTO node_metrics AS nm (node_id, metric_id, def_id)
+		SELECT $1, d.metric_id, md.id FROM `+defsOf+` JOIN metric_defs md ON md.hash = `+hashOf+`
+		ON CONFLICT (node_id, metric_id) DO UPDATE SET def_id = EXCLUDED.def_id
+		WHERE nm.def_id IS DISTINCT FROM EXCLUDED.def_id`, args...)
+	err = s.pool.SendBatch(ctx, batch).Close()
 	if err != nil {
 		return nil, fmt.Errorf("upsert metric definitions of node %d: %w", nodeID, err)
 	}

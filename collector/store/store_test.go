@@ -245,8 +245,8 @@ func TestUpsertDefinitionsWritesOnlyChanges(t *testing.T) {
 		{Path: "ping/peer", Title: "Peer", Unit: "ms", Kind: KindHistogram, Scale: 1e6, Quantile: 0.99},
 	}
 	versions := func() map[string]string {
-		rows, err := st.pool.Query(ctx, `SELECT m.path, nm.xmin::text || '/' || nm.title FROM node_metrics nm
-			JOIN metric_paths m ON m.id = nm.metric_id WHERE nm.node_id = $1`, node)
+		rows, err := st.pool.Query(ctx, `SELECT m.path, nm.xmin::text || '/' || md.title FROM node_metrics nm
+			JOIN metric_paths m ON m.id = nm.metric_id JOIN metric_defs md ON md.id = nm.def_id WHERE nm.node_id = $1`, node)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,6 +285,44 @@ func TestUpsertDefinitionsWritesOnlyChanges(t *testing.T) {
 	after := versions()
 	if after["ping"] != before["ping"] || !strings.HasSuffix(after["ping/peer"], "/Peer (new)") {
 		t.Fatalf("after a change of ping/peer: %v (before %v)", after, before)
+	}
+
+	// Nodes of one fleet share their definitions: a second node with the
+	// same tree adds pairs, not definitions, and reads the same tree back.
+	var before2 int
+	if err := st.pool.QueryRow(ctx, `SELECT count(*) FROM metric_defs`).Scan(&before2); err != nil {
+		t.Fatal(err)
+	}
+	other, err := st.UpsertNode(ctx, Node{Name: "defs-2", InstanceID: 1, IntervalMS: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.UpsertDefinitions(ctx, other, changed); err != nil {
+		t.Fatal(err)
+	}
+	var after2 int
+	if err := st.pool.QueryRow(ctx, `SELECT count(*) FROM metric_defs`).Scan(&after2); err != nil {
+		t.Fatal(err)
+	}
+	if after2 != before2 {
+		t.Fatalf("a second node with the same definitions added %d definitions", after2-before2)
+	}
+	a, err := st.Definitions(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.Definitions(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != 2 || !slices.EqualFunc(a, b, func(x, y MetricDef) bool {
+		return x.Path == y.Path && x.Title == y.Title && x.Unit == y.Unit && x.Kind == y.Kind && x.Scale == y.Scale &&
+			x.Quantile == y.Quantile && (x.DefaultThreshold == nil) == (y.DefaultThreshold == nil)
+	}) {
+		t.Fatalf("the two nodes read back %+v and %+v", a, b)
+	}
+	if a[0].DefaultThreshold == nil || a[0].DefaultThreshold.Warn != 5 || a[1].Title != "Peer (new)" {
+		t.Fatalf("read back %+v", a)
 	}
 }
 
