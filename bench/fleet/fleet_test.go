@@ -300,7 +300,8 @@ func BenchmarkReregistration(b *testing.B) {
 	bin := binary(b)
 	nodes := envList("NBS_REREG_NODES", []int{1000})[0]
 	for range b.N {
-		c := startCollector(b, bin, pgcluster.Database(b), nodes)
+		dbURL := pgcluster.Database(b)
+		c := startCollector(b, bin, dbURL, nodes)
 		register := func() time.Duration {
 			f, err := loadgen.New(loadgen.Config{Addr: c.grpcAddr, Nodes: nodes, Interval: 2 * time.Second, Ramp: time.Second, Seed: 5})
 			if err != nil {
@@ -322,9 +323,41 @@ func BenchmarkReregistration(b *testing.B) {
 		}
 		first := register()
 		again := register()
-		b.Logf("%d nodes: registered in %v the first time, %v again", nodes, first.Round(100*time.Millisecond), again.Round(100*time.Millisecond))
+		shared, perNode := catalogueBytes(b, dbURL)
+		b.Logf("%d nodes: registered in %v the first time, %v again; catalogue %.1f KiB/node (%.1f KiB/node stored per node as before migration 010)",
+			nodes, first.Round(100*time.Millisecond), again.Round(100*time.Millisecond), shared/float64(nodes)/1024, perNode/float64(nodes)/1024)
 		b.ReportMetric(first.Seconds(), "first_s")
 		b.ReportMetric(again.Seconds(), "again_s")
 		b.ReportMetric(first.Seconds()/again.Seconds(), "first/again")
+		b.ReportMetric(shared/float64(nodes), "catalogue_B/node")
+		b.ReportMetric(perNode/float64(nodes), "per_node_layout_B/node")
 	}
+}
+
+// catalogueBytes is what the fleet's metric definitions take on disk
+// (node_metrics and metric_defs, with indexes), and what the same rows took
+// in the layout before migration 010 (every definition stored per node,
+// keyed by node and metric), built from them in the same database.
+func catalogueBytes(b *testing.B, dbURL string) (shared, perNode float64) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		`CREATE TABLE old_node_metrics AS SELECT nm.node_id, nm.metric_id, md.title, md.unit, md.kind, md.description,
+			md.default_threshold, md.scale, md.quantile FROM node_metrics nm JOIN metric_defs md ON md.id = nm.def_id`,
+		`ALTER TABLE old_node_metrics ADD PRIMARY KEY (node_id, metric_id)`,
+		`VACUUM ANALYZE node_metrics`, `VACUUM ANALYZE metric_defs`, `VACUUM ANALYZE old_node_metrics`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			b.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := conn.QueryRow(ctx, `SELECT pg_total_relation_size('node_metrics') + pg_total_relation_size('metric_defs'),
+		pg_total_relation_size('old_node_metrics')`).Scan(&shared, &perNode); err != nil {
+		b.Fatal(err)
+	}
+	return shared, perNode
 }
