@@ -363,14 +363,19 @@ func TestAlertServiceRetriesWebhook(t *testing.T) {
 		}
 		return ""
 	})
-	var attempts int
-	var status string
-	if err := f.st.Pool().QueryRow(context.Background(), `SELECT attempts, status FROM alert_deliveries WHERE target = 'webhook'`).Scan(&attempts, &status); err != nil {
-		t.Fatal(err)
-	}
-	if attempts != 3 || status != "delivered" {
-		t.Errorf("delivery log: %d attempts, %s; want 3, delivered", attempts, status)
-	}
+	// The log is written once the receiver's answer is in, a moment after
+	// the receiver has the event.
+	waitFor(t, 5*time.Second, func() string {
+		var attempts int
+		var status string
+		if err := f.st.Pool().QueryRow(context.Background(), `SELECT attempts, status FROM alert_deliveries WHERE target = 'webhook'`).Scan(&attempts, &status); err != nil {
+			return err.Error()
+		}
+		if attempts != 3 || status != "delivered" {
+			return fmt.Sprintf("delivery log: %d attempts, %s; want 3, delivered", attempts, status)
+		}
+		return ""
+	})
 }
 
 func TestAlertRulesAPI(t *testing.T) {

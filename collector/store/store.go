@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,8 +30,14 @@ type Store struct {
 
 	mu         sync.Mutex
 	metricIDs  map[string]int32
-	partitions map[string]bool // "reports_20261121" etc. known to exist
+	defIDs     map[string]int32 // metric_defs ids by defKey, at most maxDefIDs
+	partitions map[string]bool  // "reports_20261121" etc. known to exist
 }
+
+// maxDefIDs bounds the definitions a collector remembers: a fleet runs a
+// few agent versions, each with a few hundred definitions; a flood of
+// distinct ones only costs lookups once it is forgotten.
+const maxDefIDs = 100_000
 
 // Open connects, applies pending migrations and returns a ready Store.
 func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
@@ -57,7 +64,7 @@ func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
 	if n > 0 {
 		log.Info("applied database migrations", "count", n)
 	}
-	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, partitions: map[string]bool{}}, nil
+	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, partitions: map[string]bool{}}, nil
 }
 
 func (s *Store) Close() { s.pool.Close() }
@@ -187,56 +194,122 @@ func (s *Store) UpsertDefinitions(ctx context.Context, nodeID int32, defs []Metr
 	if err != nil {
 		return nil, err
 	}
-	n := len(defs)
-	var (
-		metricIDs            = make([]int32, n)
-		titles, units, descs = make([]string, n), make([]string, n), make([]string, n)
-		kinds                = make([]int16, n)
-		thresholds           = make([]*string, n)
-		scales, quantiles    = make([]float64, n), make([]float64, n)
-	)
-	for i, d := range defs {
-		metricIDs[i], titles[i], units[i], kinds[i], descs[i] = ids[d.Path], d.Title, d.Unit, int16(d.Kind), d.Description
-		scales[i], quantiles[i] = d.Scale, d.Quantile
-		if d.DefaultThreshold != nil {
-			thr, err := json.Marshal(d.DefaultThreshold)
-			if err != nil {
-				return nil, fmt.Errorf("encode threshold of %s: %w", d.Path, err)
-			}
-			js := string(thr)
-			thresholds[i] = &js
-		}
+	defIDs, err := s.definitionIDs(ctx, defs)
+	if err != nil {
+		return nil, fmt.Errorf("upsert metric definitions of node %d: %w", nodeID, err)
 	}
-	// No write at all for a definition that did not change: every Hello
-	// (each agent restart and reconnect) carries the whole tree. Each distinct definition is stored once (metric_defs, keyed by a hash
-	// PostgreSQL computes the same way here and in migration 010); the
-	// node's catalogue is (metric, definition) pairs, rewritten only where
-	// a definition changed. Two statements: the second's snapshot sees the
-	// definitions a concurrent Hello inserted while the first waited on it.
-	// Any change of a node's definitions makes the hash of its last Hello
-	// (MarkDefinitions) stale; the Hello path sets it again after this.
-	const defsOf = `unnest($2::text[], $3::text[], $4::smallint[], $5::text[], $6::jsonb[], $7::float8[], $8::float8[], $9::int[])
-		AS d (title, unit, kind, description, default_threshold, scale, quantile, metric_id)`
-	const hashOf = `decode(md5(jsonb_build_array(d.title, d.unit, d.kind, d.description, d.default_threshold, d.scale, d.quantile)::text), 'hex')`
-	batch := &pgx.Batch{}
-	args := []any{nodeID, titles, units, kinds, descs, thresholds, scales, quantiles, metricIDs}
-	batch.Queue(`
-		INSERT INTO metric_defs (hash, title, unit, kind, description, default_threshold, scale, quantile)
-		SELECT DISTINCT ON (h) h, title, unit, kind, description, default_threshold, scale, quantile
-		FROM (SELECT `+hashOf+` AS h, d.* FROM `+defsOf+` WHERE $1::int IS NOT NULL) x
-		ORDER BY h
-		ON CONFLICT (hash) DO NOTHING`, args...)
-	batch.Queue(`
+	metricIDs := make([]int32, len(defs))
+	for i, d := range defs {
+		metricIDs[i] = ids[d.Path]
+	}
+	// The node's catalogue is (metric, definition) pairs, rewritten only
+	// where a definition changed: every Hello (each agent restart and
+	// reconnect) carries the whole tree. Any change makes the hash of its
+	// last Hello (MarkDefinitions) stale; the Hello path sets it again.
+	_, err = s.pool.Exec(ctx, `
 		WITH stale AS (UPDATE nodes SET defs_hash = NULL WHERE id = $1 AND defs_hash IS NOT NULL)
 		INSERT INTO node_metrics AS nm (node_id, metric_id, def_id)
-		SELECT $1, d.metric_id, md.id FROM `+defsOf+` JOIN metric_defs md ON md.hash = `+hashOf+`
+		SELECT $1, unnest($2::int[]), unnest($3::int[])
 		ON CONFLICT (node_id, metric_id) DO UPDATE SET def_id = EXCLUDED.def_id
-		WHERE nm.def_id IS DISTINCT FROM EXCLUDED.def_id`, args...)
-	err = s.pool.SendBatch(ctx, batch).Close()
+		WHERE nm.def_id IS DISTINCT FROM EXCLUDED.def_id`, nodeID, metricIDs, defIDs)
 	if err != nil {
 		return nil, fmt.Errorf("upsert metric definitions of node %d: %w", nodeID, err)
 	}
 	return ids, nil
+}
+
+// defKey identifies a definition's contents in defIDs. Validation refuses
+// NUL in every text, so it separates the fields unambiguously.
+func defKey(d MetricDef, thr []byte) string {
+	return strings.Join([]string{d.Title, d.Unit, strconv.Itoa(int(d.Kind)), d.Description, string(thr),
+		strconv.FormatFloat(d.Scale, 'g', -1, 64), strconv.FormatFloat(d.Quantile, 'g', -1, 64)}, "\x00")
+}
+
+// definitionIDs returns the metric_defs id of each definition, storing the
+// ones not stored yet. Each distinct definition is stored once, keyed by a
+// hash PostgreSQL computes the same way here and in migration 010; a
+// fleet's nodes share nearly all of them, so after its first node a
+// collector finds them in defIDs without a query.
+func (s *Store) definitionIDs(ctx context.Context, defs []MetricDef) ([]int32, error) {
+	out := make([]int32, len(defs))
+	keys := make([]string, len(defs))
+	var (
+		missing                     []int // indexes into defs
+		titles, units, descs, kkeys []string
+		kinds                       []int16
+		thrs                        []*string
+		scales, quantiles           []float64
+	)
+	s.mu.Lock()
+	for i, d := range defs {
+		var thr []byte
+		if d.DefaultThreshold != nil {
+			var err error
+			if thr, err = json.Marshal(d.DefaultThreshold); err != nil {
+				s.mu.Unlock()
+				return nil, fmt.Errorf("encode threshold of %s: %w", d.Path, err)
+			}
+		}
+		keys[i] = defKey(d, thr)
+		if id, ok := s.defIDs[keys[i]]; ok {
+			out[i] = id
+			continue
+		}
+		missing = append(missing, i)
+		titles, units, descs = append(titles, d.Title), append(units, d.Unit), append(descs, d.Description)
+		kinds, scales, quantiles = append(kinds, int16(d.Kind)), append(scales, d.Scale), append(quantiles, d.Quantile)
+		kkeys = append(kkeys, keys[i])
+		if thr != nil {
+			js := string(thr)
+			thrs = append(thrs, &js)
+		} else {
+			thrs = append(thrs, nil)
+		}
+	}
+	s.mu.Unlock()
+	if len(missing) == 0 {
+		return out, nil
+	}
+	const defsOf = `unnest($1::text[], $2::text[], $3::smallint[], $4::text[], $5::jsonb[], $6::float8[], $7::float8[])
+		WITH ORDINALITY AS d (title, unit, kind, description, default_threshold, scale, quantile, n)`
+	const hashOf = `decode(md5(jsonb_build_array(d.title, d.unit, d.kind, d.description, d.default_threshold, d.scale, d.quantile)::text), 'hex')`
+	args := []any{titles, units, kinds, descs, thrs, scales, quantiles}
+	// Two statements: the second's snapshot sees what a concurrent Hello
+	// inserted while the first waited on it. Sorted by hash, so two Hellos
+	// inserting the same definitions cannot deadlock.
+	if _, err := s.pool.Exec(ctx, `
+		INSERT INTO metric_defs (hash, title, unit, kind, description, default_threshold, scale, quantile)
+		SELECT DISTINCT ON (h) h, title, unit, kind, description, default_threshold, scale, quantile
+		FROM (SELECT `+hashOf+` AS h, d.* FROM `+defsOf+`) x
+		ORDER BY h
+		ON CONFLICT (hash) DO NOTHING`, args...); err != nil {
+		return nil, fmt.Errorf("insert metric definitions: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT d.n, md.id FROM `+defsOf+` JOIN metric_defs md ON md.hash = `+hashOf, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read metric definition ids: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (p [2]int64, err error) {
+		err = r.Scan(&p[0], &p[1])
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read metric definition ids: %w", err)
+	}
+	if len(found) != len(missing) {
+		return nil, fmt.Errorf("read metric definition ids: %d of %d found", len(found), len(missing))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.defIDs)+len(found) > maxDefIDs {
+		s.defIDs = map[string]int32{}
+	}
+	for _, f := range found {
+		k := int(f[0]) - 1 // ordinality counts from 1
+		out[missing[k]] = int32(f[1])
+		s.defIDs[kkeys[k]] = int32(f[1])
+	}
+	return out, nil
 }
 
 // DefinitionsHash is what MarkDefinitions records of a Hello's definitions:
