@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -19,14 +18,8 @@ import (
 // the collector acked was on the standby's disk, and what it had not acked
 // the agent resent.
 func TestFaultPostgresFailover(t *testing.T) {
-	pgcluster.Database(t) // skips, as every PostgreSQL test does, where there is none
 	ctx := context.Background()
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} { // the postgres user must reach the clusters
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := clusterDir(t)
 	primary, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(dir, "primary"), Logger: testLogger(t, "pg-primary")})
 	if err != nil {
 		t.Fatalf("start the primary: %v", err)
