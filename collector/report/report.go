@@ -321,25 +321,47 @@ func num(v float64) *float64 {
 	return &v
 }
 
-func quantile(h *loglinear.Histogram, q, scale float64) *float64 {
+func quantile(h *loglinear.Dense, q, scale float64) *float64 {
 	if h == nil || h.Count == 0 {
 		return nil
 	}
 	return num(h.Quantile(q) / scale)
 }
 
-func hmax(h *loglinear.Histogram, scale float64) *float64 {
+func hmax(h *loglinear.Dense, scale float64) *float64 {
 	if h == nil || h.Count == 0 {
 		return nil
 	}
 	return num(h.Max() / scale)
 }
 
-func merge(into **loglinear.Histogram, h *loglinear.Histogram) {
+// merge folds a row into a histogram it allocates on first use. Dense
+// histograms: a month of rows is folded with an addition per bucket, where
+// sparse maps made merging most of a report's time (BENCHMARKS.md).
+func merge(into **loglinear.Dense, r store.HistogramRow) {
 	if *into == nil {
-		*into = loglinear.New()
+		*into = new(loglinear.Dense)
 	}
-	(*into).Merge(h)
+	r.AddTo(*into)
+}
+
+// points folds rows into one histogram per series point, reusing one
+// histogram, and calls fn with each point's (empty when no row falls in it).
+func points(rows []store.HistogramRow, from time.Time, step time.Duration, n int, fn func(i int, h *loglinear.Dense)) {
+	bySlot := make([][]store.HistogramRow, n)
+	for _, r := range rows {
+		if i := slot(r.TS, from, step); i >= 0 && i < n {
+			bySlot[i] = append(bySlot[i], r)
+		}
+	}
+	h := new(loglinear.Dense)
+	for i, rs := range bySlot {
+		h.Reset()
+		for _, r := range rs {
+			r.AddTo(h)
+		}
+		fn(i, h)
+	}
 }
 
 type counts struct {
@@ -364,7 +386,7 @@ func countOrNil(c counts, v float64) *int64 {
 
 func (d *data) ping(from, to time.Time, step time.Duration) Ping {
 	type agg struct {
-		rtt, host *loglinear.Histogram
+		rtt, host *loglinear.Dense
 		c         counts
 		nodes     map[string]bool
 	}
@@ -391,10 +413,10 @@ func (d *data) ping(from, to time.Time, step time.Duration) Ping {
 			a.nodes[d.names[h.NodeID]] = true
 			switch child {
 			case "":
-				merge(&a.rtt, h.Hist)
-				merge(&getN(h.NodeID).rtt, h.Hist)
+				merge(&a.rtt, h)
+				merge(&getN(h.NodeID).rtt, h)
 			case "host_delay":
-				merge(&a.host, h.Hist)
+				merge(&a.host, h)
 			}
 		}
 		for _, s := range samples {
@@ -483,13 +505,7 @@ func slot(t, from time.Time, step time.Duration) int { return int(t.Sub(from) / 
 
 func (d *data) pingSeries(hists []store.HistogramRow, samples []store.SampleRow, from, to time.Time, step time.Duration, scale float64) []PingPoint {
 	n := int((to.Sub(from) + step - 1) / step)
-	hs := make([]*loglinear.Histogram, n)
 	cs := make([]counts, n)
-	for _, h := range hists {
-		if i := slot(h.TS, from, step); i >= 0 && i < n {
-			merge(&hs[i], h.Hist)
-		}
-	}
 	for _, s := range samples {
 		if _, child := pingTarget(s.Path); child == "sent" || child == "lost" {
 			if i := slot(s.TS, from, step); i >= 0 && i < n {
@@ -503,9 +519,9 @@ func (d *data) pingSeries(hists []store.HistogramRow, samples []store.SampleRow,
 		}
 	}
 	pts := make([]PingPoint, n)
-	for i := range pts {
-		pts[i] = PingPoint{T: from.Add(time.Duration(i) * step), P50: quantile(hs[i], 0.5, scale), P99: quantile(hs[i], 0.99, scale), Loss: cs[i].loss()}
-	}
+	points(hists, from, step, n, func(i int, h *loglinear.Dense) {
+		pts[i] = PingPoint{T: from.Add(time.Duration(i) * step), P50: quantile(h, 0.5, scale), P99: quantile(h, 0.99, scale), Loss: cs[i].loss()}
+	})
 	return pts
 }
 
@@ -516,12 +532,12 @@ func kernelMetric(path string) bool {
 }
 
 func (d *data) kernel(from, to time.Time, step time.Duration) []KernelLatency {
-	fold := func(hists []store.HistogramRow) map[string]*loglinear.Histogram {
-		m := map[string]*loglinear.Histogram{}
+	fold := func(hists []store.HistogramRow) map[string]*loglinear.Dense {
+		m := map[string]*loglinear.Dense{}
 		for _, h := range hists {
 			if kernelMetric(h.Path) {
 				a := m[h.Path]
-				merge(&a, h.Hist)
+				merge(&a, h)
 				m[h.Path] = a
 			}
 		}
@@ -557,16 +573,10 @@ func (d *data) kernel(from, to time.Time, step time.Duration) []KernelLatency {
 			c := int64(ph.Count)
 			k.Previous = KernelPrevious{P50: quantile(ph, 0.5, sc), P99: quantile(ph, 0.99, sc), Count: &c}
 		}
-		hs := make([]*loglinear.Histogram, n)
-		for _, r := range byPath[p] {
-			if i := slot(r.TS, from, step); i >= 0 && i < n {
-				merge(&hs[i], r.Hist)
-			}
-		}
 		k.Series = make([]KernelPoint, n)
-		for i := range k.Series {
-			k.Series[i] = KernelPoint{T: from.Add(time.Duration(i) * step), P50: quantile(hs[i], 0.5, sc), P99: quantile(hs[i], 0.99, sc)}
-		}
+		points(byPath[p], from, step, n, func(i int, h *loglinear.Dense) {
+			k.Series[i] = KernelPoint{T: from.Add(time.Duration(i) * step), P50: quantile(h, 0.5, sc), P99: quantile(h, 0.99, sc)}
+		})
 		out = append(out, k)
 	}
 	return out
@@ -801,7 +811,7 @@ func explain(children []store.SampleRow, from, to time.Time) *string {
 func (d *data) objectives(objs []Objective, from, to time.Time) []ObjectiveResult {
 	out := []ObjectiveResult{}
 	for _, o := range objs {
-		hours := map[int64]*loglinear.Histogram{} // by unix hour start
+		var rows []store.HistogramRow
 		scale := 1e6
 		for _, h := range d.objH {
 			t, child := pingTarget(h.Path)
@@ -813,10 +823,7 @@ func (d *data) objectives(objs []Objective, from, to time.Time) []ObjectiveResul
 				continue
 			}
 			scale = d.scale(h.Path)
-			hr := h.TS.Truncate(time.Hour).Unix()
-			a := hours[hr]
-			merge(&a, h.Hist)
-			hours[hr] = a
+			rows = append(rows, h)
 		}
 		// A histogram metric's scale turns its values into its unit;
 		// objectives are in ms, and only ms metrics (ping) have them in
@@ -826,19 +833,19 @@ func (d *data) objectives(objs []Objective, from, to time.Time) []ObjectiveResul
 		}
 		r := ObjectiveResult{Name: o.Name, Missed: []time.Time{}}
 		met := 0
-		for hr := from.Truncate(time.Hour); hr.Before(to); hr = hr.Add(time.Hour) {
-			h := hours[hr.Unix()]
-			if h == nil || h.Count == 0 {
+		first := from.Truncate(time.Hour)
+		points(rows, first, time.Hour, int((to.Sub(first)+time.Hour-1)/time.Hour), func(i int, h *loglinear.Dense) {
+			if h.Count == 0 {
 				r.NoDataHours++
-				continue
+				return
 			}
 			r.Hours++
 			if h.Quantile(o.Quantile)/scale < o.BelowMS {
 				met++
 			} else {
-				r.Missed = append(r.Missed, hr)
+				r.Missed = append(r.Missed, first.Add(time.Duration(i)*time.Hour))
 			}
-		}
+		})
 		if r.Hours > 0 {
 			r.Attainment = num(float64(met) / float64(r.Hours))
 		}

@@ -303,8 +303,17 @@ type HistogramRow struct {
 	NodeID int32
 	Path   string
 	TS     time.Time
-	Hist   *loglinear.Histogram
+	Count  uint64
+	Sum    float64
+	// Index and Counts are the non-empty buckets as stored. A report folds
+	// tens of thousands of rows: kept sparse, a row is merged into a
+	// loglinear.Dense with no map built for it (AddTo).
+	Index  []int32
+	Counts []int64
 }
+
+// AddTo merges the row's buckets into d.
+func (r HistogramRow) AddTo(d *loglinear.Dense) { d.AddBuckets(r.Index, r.Counts, r.Count, r.Sum) }
 
 // ReadRollups returns the buckets of q, from the rollup tables or, with
 // q.Raw, computed from raw reports by the write path's own code.
@@ -350,27 +359,23 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 	if err != nil {
 		return nil, nil, fmt.Errorf("read histogram rollups: %w", err)
 	}
-	var bi []int32
-	var bc []int64
+	defer rows.Close()
+	// The rows' buckets are sub-slices of two growing arenas: one
+	// allocation per growth instead of two per row.
+	var arena bucketArena
 	for rows.Next() {
 		var r HistogramRow
 		var mid int32
 		var count int64
-		h := loglinear.New()
-		if err := rows.Scan(&r.NodeID, &mid, &r.TS, &count, &h.Sum, &bi, &bc); err != nil {
-			rows.Close()
+		if err := rows.Scan(&r.NodeID, &mid, &r.TS, &count, &r.Sum, nil, nil); err != nil {
 			return nil, nil, fmt.Errorf("scan histogram rollup: %w", err)
 		}
-		h.Count = uint64(count)
-		for i, idx := range bi {
-			if i < len(bc) {
-				h.Counts[uint32(idx)] += uint64(bc[i])
-			}
+		if r.Index, r.Counts, err = arena.decode(rows, 5, 6); err != nil {
+			return nil, nil, fmt.Errorf("scan histogram rollup buckets: %w", err)
 		}
-		r.Path, r.Hist = paths[mid], h
+		r.Count, r.Path = uint64(count), paths[mid]
 		hists = append(hists, r)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("read histogram rollups: %w", err)
 	}
@@ -452,7 +457,11 @@ func (s *Store) readRaw(ctx context.Context, q RollupQuery, paths map[int32]stri
 		if !keep(k.MetricID) {
 			continue
 		}
-		hists = append(hists, HistogramRow{k.NodeID, paths[k.MetricID], time.Unix(k.TS, 0).UTC(), h})
+		r := HistogramRow{NodeID: k.NodeID, Path: paths[k.MetricID], TS: time.Unix(k.TS, 0).UTC(), Count: h.Count, Sum: h.Sum}
+		for _, b := range h.Sorted() {
+			r.Index, r.Counts = append(r.Index, int32(b)), append(r.Counts, int64(h.Counts[b]))
+		}
+		hists = append(hists, r)
 	}
 	return samples, hists, nil
 }
