@@ -9,6 +9,16 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// arenaChunk is how many buckets a bucketArena allocates at a time.
+const arenaChunk = 1 << 16
+
+func reserve[T any](s []T, n int) []T {
+	if cap(s)-len(s) >= n {
+		return s
+	}
+	return make([]T, 0, max(n, arenaChunk))
+}
+
 // bucketArena decodes the bucket_index (integer[]) and bucket_count
 // (bigint[]) columns of histogram rows into two shared, growing slices.
 // pgx's generic array codec allocated and reflected per row and was a
@@ -40,6 +50,10 @@ func (a *bucketArena) decode(rows pgx.Rows, ic, cc int) ([]int32, []int64, error
 		}
 		return idx, cnt, nil
 	}
+	// A row that does not fit starts a new chunk: rows already returned
+	// keep theirs, and nothing is copied as the arena grows.
+	a.idx = reserve(a.idx, len(raw[ic])/8)
+	a.cnt = reserve(a.cnt, len(raw[cc])/12)
 	i0, c0 := len(a.idx), len(a.cnt)
 	var err error
 	if a.idx, err = appendArray(a.idx, raw[ic], 4, func(b []byte) int32 { return int32(binary.BigEndian.Uint32(b)) }); err != nil {

@@ -360,8 +360,8 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 		return nil, nil, fmt.Errorf("read histogram rollups: %w", err)
 	}
 	defer rows.Close()
-	// The rows' buckets are sub-slices of two growing arenas: one
-	// allocation per growth instead of two per row.
+	// The rows' buckets are sub-slices of shared chunks, not two
+	// allocations per row.
 	var arena bucketArena
 	for rows.Next() {
 		var r HistogramRow
