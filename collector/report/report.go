@@ -159,11 +159,21 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		var g errgroup
 		g.do(func() (err error) { d.cur, d.curH, err = sp.read(ctx, from, to, nil); return })
 		g.do(func() (err error) { d.prev, d.prevH, err = sp.read(ctx, prevFrom, from, nil); return })
+		// Day points: the totals' day rollups are the series' too, so only
+		// the days at either end (partly outside the totals' whole days)
+		// are read again.
+		d0, d1 := sp.days(from, to)
+		var edges [2]struct {
+			s []store.SampleRow
+			h []store.HistogramRow
+		}
 		if seriesRes != res {
-			g.do(func() (err error) {
-				d.ser, d.serH, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: seriesRes, From: seriesFrom, To: to, Match: seriesMetric})
-				return
-			})
+			for i, r := range [2][2]time.Time{{seriesFrom, d0}, {d1, to}} {
+				g.do(func() (err error) {
+					edges[i].s, edges[i].h, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: seriesRes, From: r[0], To: r[1], Match: seriesMetric})
+					return
+				})
+			}
 		}
 		if len(q.Objectives) > 0 && res != store.RollupMinute {
 			match := objectiveMetrics(q.Objectives)
@@ -180,6 +190,19 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		}
 		if seriesRes == res {
 			d.ser, d.serH = d.cur, d.curH
+		} else {
+			d.ser, d.serH = edges[0].s, edges[0].h
+			for _, r := range d.cur {
+				if !r.TS.Before(d0) && r.TS.Before(d1) && seriesMetric(r.Path) {
+					d.ser = append(d.ser, r)
+				}
+			}
+			for _, r := range d.curH {
+				if !r.TS.Before(d0) && r.TS.Before(d1) && seriesMetric(r.Path) {
+					d.serH = append(d.serH, r)
+				}
+			}
+			d.ser, d.serH = append(d.ser, edges[1].s...), append(d.serH, edges[1].h...)
 		}
 		if d.objH == nil {
 			d.objH = d.curH
@@ -219,18 +242,28 @@ type span struct {
 	raw bool
 }
 
+// days is the whole UTC days of [from, to) that read takes from day
+// rollups, [d0, d1); d0 == d1 == to when it reads none.
+func (s span) days(from, to time.Time) (d0, d1 time.Time) {
+	d0 = from.Truncate(24 * time.Hour)
+	if d0.Before(from) {
+		d0 = d0.Add(24 * time.Hour)
+	}
+	d1 = to.Truncate(24 * time.Hour)
+	if s.raw || s.res == store.RollupMinute || !d0.Before(d1) {
+		return to, to
+	}
+	return d0, d1
+}
+
 func (s span) read(ctx context.Context, from, to time.Time, match func(string) bool) ([]store.SampleRow, []store.HistogramRow, error) {
 	q := func(res int32, f, t time.Time) store.RollupQuery {
 		return store.RollupQuery{NodeIDs: s.ids, Res: res, From: f, To: t, Raw: s.raw, Match: match}
 	}
+	d0, d1 := s.days(from, to)
 	if s.raw || s.res == store.RollupMinute {
 		return s.st.ReadRollups(ctx, q(s.res, from, to))
 	}
-	d0 := from.Truncate(24 * time.Hour)
-	if d0.Before(from) {
-		d0 = d0.Add(24 * time.Hour)
-	}
-	d1 := to.Truncate(24 * time.Hour)
 	if !d0.Before(d1) {
 		return s.st.ReadRollups(ctx, q(store.RollupHour, from, to))
 	}
