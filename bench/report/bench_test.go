@@ -271,7 +271,7 @@ func fetchOnly(b *testing.B, st *store.Store, ids []int32, from, to time.Time) {
 	for _, p := range parts {
 		for _, q := range []string{
 			`SELECT node_id, metric_id, ts, n, sum, min, max, ok_s, warn_s, crit_s FROM rollup_samples WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4`,
-			`SELECT node_id, metric_id, ts, count, sum, bucket_index, bucket_count FROM rollup_histograms WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4`,
+			`SELECT node_id, metric_id, ts, count, sum, buckets FROM rollup_histograms WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4`,
 		} {
 			rows, err := st.Pool().Query(ctx, q, p.res, ids, p.from, p.to)
 			if err != nil {

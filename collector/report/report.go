@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -267,16 +268,15 @@ func (s span) read(ctx context.Context, from, to time.Time, match func(string) b
 	if !d0.Before(d1) {
 		return s.st.ReadRollups(ctx, q(store.RollupHour, from, to))
 	}
-	var samples []store.SampleRow
-	var hists []store.HistogramRow
-	for _, part := range []store.RollupQuery{q(store.RollupHour, from, d0), q(store.RollupDay, d0, d1), q(store.RollupHour, d1, to)} {
-		sm, h, err := s.st.ReadRollups(ctx, part)
-		if err != nil {
+	var sparts [3][]store.SampleRow
+	var hparts [3][]store.HistogramRow
+	for i, part := range []store.RollupQuery{q(store.RollupHour, from, d0), q(store.RollupDay, d0, d1), q(store.RollupHour, d1, to)} {
+		var err error
+		if sparts[i], hparts[i], err = s.st.ReadRollups(ctx, part); err != nil {
 			return nil, nil, err
 		}
-		samples, hists = append(samples, sm...), append(hists, h...)
 	}
-	return samples, hists, nil
+	return slices.Concat(sparts[:]...), slices.Concat(hparts[:]...), nil
 }
 
 // seriesMetric is what the charts need.

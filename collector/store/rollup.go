@@ -174,7 +174,8 @@ ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 	ok_s = r.ok_s + EXCLUDED.ok_s, warn_s = r.warn_s + EXCLUDED.warn_s, crit_s = r.crit_s + EXCLUDED.crit_s`
 
 const mergeRollupHistograms = `
-INSERT INTO rollup_histograms AS r SELECT * FROM stage_rollup_histograms ORDER BY res, node_id, ts, metric_id
+INSERT INTO rollup_histograms AS r (res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count)
+SELECT res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count FROM stage_rollup_histograms ORDER BY res, node_id, ts, metric_id
 ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 	count = r.count + EXCLUDED.count, sum = r.sum + EXCLUDED.sum,
 	(bucket_index, bucket_count) = (
@@ -337,9 +338,11 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 	if err != nil {
 		return nil, nil, fmt.Errorf("read sample rollups: %w", err)
 	}
+	// One set of scan targets for all rows: Scan's pointers would move a
+	// row declared in the loop to the heap, once per row.
+	var r SampleRow
+	var mid int32
 	for rows.Next() {
-		var r SampleRow
-		var mid int32
 		if err := rows.Scan(&r.NodeID, &mid, &r.TS, &r.N, &r.Sum, &r.Min, &r.Max, &r.OK, &r.Warn, &r.Crit); err != nil {
 			rows.Close()
 			return nil, nil, fmt.Errorf("scan sample rollup: %w", err)
@@ -353,7 +356,7 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 	}
 	var hists []HistogramRow
 	rows, err = s.pool.Query(ctx, `
-		SELECT node_id, metric_id, ts, count, sum, bucket_index, bucket_count FROM rollup_histograms
+		SELECT node_id, metric_id, ts, count, sum, buckets FROM rollup_histograms
 		WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::integer[] IS NULL OR metric_id = ANY($5))`,
 		q.Res, q.NodeIDs, q.From, q.To, filter)
 	if err != nil {
@@ -363,18 +366,17 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 	// The rows' buckets are sub-slices of shared chunks, not two
 	// allocations per row.
 	var arena bucketArena
+	var h HistogramRow
+	var count int64
 	for rows.Next() {
-		var r HistogramRow
-		var mid int32
-		var count int64
-		if err := rows.Scan(&r.NodeID, &mid, &r.TS, &count, &r.Sum, nil, nil); err != nil {
+		if err := rows.Scan(&h.NodeID, &mid, &h.TS, &count, &h.Sum, nil); err != nil {
 			return nil, nil, fmt.Errorf("scan histogram rollup: %w", err)
 		}
-		if r.Index, r.Counts, err = arena.decode(rows, 5, 6); err != nil {
+		if h.Index, h.Counts, err = arena.decode(rows, 5); err != nil {
 			return nil, nil, fmt.Errorf("scan histogram rollup buckets: %w", err)
 		}
-		r.Count, r.Path = uint64(count), paths[mid]
-		hists = append(hists, r)
+		h.Count, h.Path = uint64(count), paths[mid]
+		hists = append(hists, h)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("read histogram rollups: %w", err)

@@ -13,10 +13,10 @@ import (
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
-// Histogram rollups read back with the buckets the write path folded, the
-// same as computing them from the raw reports, whether pgx receives the
-// arrays in binary (decoded by bucketArena) or, over the simple protocol,
-// as text.
+// Histogram rollups read back with the buckets the write path folded and
+// merged, the same as computing them from the raw reports, whether pgx
+// receives the buckets column in binary or, over the simple protocol, as
+// text.
 func TestReadRollupsBuckets(t *testing.T) {
 	ctx := context.Background()
 	url := pgcluster.Database(t)
@@ -64,8 +64,11 @@ func TestReadRollupsBuckets(t *testing.T) {
 		}
 		batch = append(batch, rep)
 	}
-	if _, err := st.WriteReports(ctx, batch); err != nil {
-		t.Fatal(err)
+	// Two writes of the same minutes: the second merges into stored rows.
+	for _, half := range [][]Report{batch[:15], batch[15:]} {
+		if _, err := st.WriteReports(ctx, half); err != nil {
+			t.Fatal(err)
+		}
 	}
 	q := RollupQuery{NodeIDs: []int32{node}, Res: RollupMinute, From: t0, To: t0.Add(time.Hour)}
 	read := func(s *Store, raw bool) []HistogramRow {
@@ -107,7 +110,8 @@ func TestReadRollupsBuckets(t *testing.T) {
 	}
 }
 
-// Malformed binary arrays are errors, never a panic or a wrong count.
+// Malformed binary arrays are errors, never a panic or a wrong count; what
+// follows an array is left for the next.
 func TestAppendArrayRejectsMalformed(t *testing.T) {
 	be := func(vs ...uint32) []byte {
 		var b []byte
@@ -121,28 +125,30 @@ func TestAppendArrayRejectsMalformed(t *testing.T) {
 		name string
 		src  []byte
 		want []int32 // nil: an error
+		rest int
 	}{
-		{"empty array", be(0, 0, int4), []int32{}},
-		{"two elements", be(1, 0, int4, 2, 1, 4, 7, 4, 0xffffffff), []int32{7, -1}},
-		{"NULL array", nil, nil},
-		{"short header", be(1, 0), nil},
-		{"two dimensions", be(2, 0, int4, 1, 1, 1, 1, 4, 7), nil},
-		{"length past the data", be(1, 0, int4, 3, 1, 4, 7), nil},
-		{"negative length", be(1, 0, int4, 0xffffffff, 1), nil},
-		{"NULL element", be(1, 1, int4, 1, 1, 0xffffffff), nil},
-		{"8-byte element", be(1, 0, int4, 1, 1, 8, 0, 7), nil},
+		{"empty array", be(0, 0, int4), []int32{}, 0},
+		{"two elements", be(1, 0, int4, 2, 1, 4, 7, 4, 0xffffffff), []int32{7, -1}, 0},
+		{"an array and more", be(1, 0, int4, 1, 1, 4, 7, 0, 0, int4), []int32{7}, 12},
+		{"NULL array", nil, nil, 0},
+		{"short header", be(1, 0), nil, 0},
+		{"two dimensions", be(2, 0, int4, 1, 1, 1, 1, 4, 7), nil, 0},
+		{"length past the data", be(1, 0, int4, 3, 1, 4, 7), nil, 0},
+		{"negative length", be(1, 0, int4, 0xffffffff, 1), nil, 0},
+		{"NULL element", be(1, 1, int4, 1, 1, 0xffffffff), nil, 0},
+		{"8-byte element", be(1, 0, int4, 1, 1, 8, 0, 7), nil, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := appendArray([]int32{}, c.src, 4, func(b []byte) int32 { return int32(binary.BigEndian.Uint32(b)) })
+			got, rest, err := appendArray([]int32{}, c.src, 4, func(b []byte) int32 { return int32(binary.BigEndian.Uint32(b)) })
 			if c.want == nil {
 				if err == nil {
 					t.Fatalf("decoded %v, want an error", got)
 				}
 				return
 			}
-			if err != nil || !slices.Equal(got, c.want) {
-				t.Fatalf("got %v, %v; want %v", got, err, c.want)
+			if err != nil || !slices.Equal(got, c.want) || len(rest) != c.rest {
+				t.Fatalf("got %v, %v and %d bytes more; want %v and %d", got, err, len(rest), c.want, c.rest)
 			}
 		})
 	}
