@@ -250,8 +250,8 @@ func timeIt(b *testing.B, runs int, fn func()) time.Duration {
 // PostgreSQL's share of the time in mind: the same tables, resolutions and
 // ranges as report.Compute (hour rollups for the partial days at either
 // end, day rollups between, for the period and the previous one, and the
-// series' days — of every metric, where the report reads the charted ones),
-// each row fetched but nothing decoded.
+// chart's days at either end — of every metric, where the report reads the
+// charted ones), each row fetched but nothing decoded.
 func fetchOnly(b *testing.B, st *store.Store, ids []int32, from, to time.Time) {
 	ctx := context.Background()
 	day := 24 * time.Hour
@@ -260,14 +260,15 @@ func fetchOnly(b *testing.B, st *store.Store, ids []int32, from, to time.Time) {
 		from, to time.Time
 	}
 	var parts []part
+	var d0, d1 time.Time
 	for _, p := range [][2]time.Time{{from.Add(-to.Sub(from)), from}, {from, to}} {
-		d0, d1 := p[0].Truncate(day), p[1].Truncate(day)
+		d0, d1 = p[0].Truncate(day), p[1].Truncate(day)
 		if d0.Before(p[0]) {
 			d0 = d0.Add(day)
 		}
 		parts = append(parts, part{store.RollupHour, p[0], d0}, part{store.RollupDay, d0, d1}, part{store.RollupHour, d1, p[1]})
 	}
-	parts = append(parts, part{store.RollupDay, from.Truncate(day), to})
+	parts = append(parts, part{store.RollupDay, from.Truncate(day), d0}, part{store.RollupDay, d1, to})
 	for _, p := range parts {
 		for _, q := range []string{
 			`SELECT node_id, metric_id, ts, n, sum, min, max, ok_s, warn_s, crit_s FROM rollup_samples WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4`,
