@@ -246,6 +246,48 @@ func timeIt(b *testing.B, runs int, fn func()) time.Duration {
 	return p50(ds)
 }
 
+// fetchOnly runs the rollup reads of a report over [from, to) with
+// PostgreSQL's share of the time in mind: the same tables, resolutions and
+// ranges as report.Compute (hour rollups for the partial days at either
+// end, day rollups between, for the period and the previous one, and the
+// chart's days at either end — of every metric, where the report reads the
+// charted ones), each row fetched but nothing decoded.
+func fetchOnly(b *testing.B, st *store.Store, ids []int32, from, to time.Time) {
+	ctx := context.Background()
+	day := 24 * time.Hour
+	type part struct {
+		res      int32
+		from, to time.Time
+	}
+	var parts []part
+	var d0, d1 time.Time
+	for _, p := range [][2]time.Time{{from.Add(-to.Sub(from)), from}, {from, to}} {
+		d0, d1 = p[0].Truncate(day), p[1].Truncate(day)
+		if d0.Before(p[0]) {
+			d0 = d0.Add(day)
+		}
+		parts = append(parts, part{store.RollupHour, p[0], d0}, part{store.RollupDay, d0, d1}, part{store.RollupHour, d1, p[1]})
+	}
+	parts = append(parts, part{store.RollupDay, from.Truncate(day), d0}, part{store.RollupDay, d1, to})
+	for _, p := range parts {
+		for _, q := range []string{
+			`SELECT node_id, metric_id, ts, n, sum, min, max, ok_s, warn_s, crit_s FROM rollup_samples WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4`,
+			`SELECT node_id, metric_id, ts, count, sum, buckets FROM rollup_histograms WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4`,
+		} {
+			rows, err := st.Pool().Query(ctx, q, p.res, ids, p.from, p.to)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for rows.Next() {
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
 func BenchmarkReport(b *testing.B) {
 	ctx := context.Background()
 	st, err := store.Open(ctx, pgcluster.Database(b), slog.New(slog.DiscardHandler))
@@ -290,6 +332,9 @@ func BenchmarkReport(b *testing.B) {
 	b.Logf("30-day report, %d nodes, CSV: p50 %s over %d runs, %d bytes", nodes, csvP50.Round(time.Millisecond), runs, size)
 	custP50 := timeIt(b, runs, func() { serve(q30 + "&selector=customer%3Dc3") })
 	b.Logf("30-day report, one customer (10 nodes), JSON: p50 %s", custP50.Round(time.Millisecond))
+	sqlP50 := timeIt(b, runs, func() { fetchOnly(b, st, f.ids, end.Add(-30*24*time.Hour), end) })
+	b.ReportMetric(float64(sqlP50.Milliseconds()), "ms-p50-30d-sql")
+	b.Logf("30-day report's rollup reads alone (rows fetched one query after another, not decoded): p50 %s", sqlP50.Round(time.Millisecond))
 
 	// The rollup path against the raw path on the same data: the hour
 	// written through the write path.

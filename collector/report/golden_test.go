@@ -347,6 +347,52 @@ func TestGolden(t *testing.T) {
 			t.Errorf("%d hourly points with data, want 3", nonNull)
 		}
 	})
+	t.Run("month-long periods chart days from the day rollups", func(t *testing.T) {
+		// Acme's RTTs by UTC day: what each day point must estimate.
+		byDay := map[time.Time][]uint64{}
+		for h, vs := range s.acmeHour {
+			d := base.Add(time.Duration(h) * time.Hour).Truncate(24 * time.Hour)
+			byDay[d] = append(byDay[d], vs...)
+		}
+		day := 24 * time.Hour
+		end := base.Add(3 * time.Hour)
+		// Ending inside a day, its point comes from a read of its own;
+		// ending at midnight, every day with data is one of the totals'
+		// day rollups, reused for the chart.
+		for _, to := range []time.Time{end, end.Truncate(day).Add(day)} {
+			long := q
+			long.From, long.To = base.Add(-20*day-30*time.Minute), to
+			r, err := report.Compute(customer("acme"), st, long, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Ping.Series) != 1 {
+				t.Fatalf("to %s: %d ping series", to, len(r.Ping.Series))
+			}
+			withData := 0
+			for _, p := range r.Ping.Series[0].Points {
+				if p.T.Sub(p.T.Truncate(day)) != 0 {
+					t.Fatalf("to %s: point at %s, want day points", to, p.T)
+				}
+				vals := byDay[p.T]
+				if len(vals) == 0 {
+					if p.P50 != nil {
+						t.Errorf("to %s: day %s has no data but p50 %v", to, p.T, *p.P50)
+					}
+					continue
+				}
+				withData++
+				within(t, "day p50", p.P50, exact(vals, 0.5)/1e6)
+				within(t, "day p99", p.P99, exact(vals, 0.99)/1e6)
+			}
+			if withData != len(byDay) {
+				t.Errorf("to %s: %d day points with data, want %d", to, withData, len(byDay))
+			}
+			if pt := r.Ping.Targets[0]; *pt.P99 != *rep.Ping.Targets[0].P99 || *pt.Sent != *rep.Ping.Targets[0].Sent {
+				t.Errorf("to %s: p99 %v sent %d, 3-hour report %v %d", to, *pt.P99, *pt.Sent, *rep.Ping.Targets[0].P99, *rep.Ping.Targets[0].Sent)
+			}
+		}
+	})
 	t.Run("tenant isolation", func(t *testing.T) {
 		for _, sel := range []access.Selector{nil, {"customer": "globex"}} {
 			q := q

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -159,11 +160,21 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		var g errgroup
 		g.do(func() (err error) { d.cur, d.curH, err = sp.read(ctx, from, to, nil); return })
 		g.do(func() (err error) { d.prev, d.prevH, err = sp.read(ctx, prevFrom, from, nil); return })
+		// Day points: the totals' day rollups are the series' too, so only
+		// the days at either end (partly outside the totals' whole days)
+		// are read again.
+		d0, d1 := sp.days(from, to)
+		var edges [2]struct {
+			s []store.SampleRow
+			h []store.HistogramRow
+		}
 		if seriesRes != res {
-			g.do(func() (err error) {
-				d.ser, d.serH, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: seriesRes, From: seriesFrom, To: to, Match: seriesMetric})
-				return
-			})
+			for i, r := range [2][2]time.Time{{seriesFrom, d0}, {d1, to}} {
+				g.do(func() (err error) {
+					edges[i].s, edges[i].h, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: seriesRes, From: r[0], To: r[1], Match: seriesMetric})
+					return
+				})
+			}
 		}
 		if len(q.Objectives) > 0 && res != store.RollupMinute {
 			match := objectiveMetrics(q.Objectives)
@@ -180,6 +191,19 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		}
 		if seriesRes == res {
 			d.ser, d.serH = d.cur, d.curH
+		} else {
+			d.ser, d.serH = edges[0].s, edges[0].h
+			for _, r := range d.cur {
+				if !r.TS.Before(d0) && r.TS.Before(d1) && seriesMetric(r.Path) {
+					d.ser = append(d.ser, r)
+				}
+			}
+			for _, r := range d.curH {
+				if !r.TS.Before(d0) && r.TS.Before(d1) && seriesMetric(r.Path) {
+					d.serH = append(d.serH, r)
+				}
+			}
+			d.ser, d.serH = append(d.ser, edges[1].s...), append(d.serH, edges[1].h...)
 		}
 		if d.objH == nil {
 			d.objH = d.curH
@@ -219,31 +243,40 @@ type span struct {
 	raw bool
 }
 
+// days is the whole UTC days of [from, to) that read takes from day
+// rollups, [d0, d1); d0 == d1 == to when it reads none.
+func (s span) days(from, to time.Time) (d0, d1 time.Time) {
+	d0 = from.Truncate(24 * time.Hour)
+	if d0.Before(from) {
+		d0 = d0.Add(24 * time.Hour)
+	}
+	d1 = to.Truncate(24 * time.Hour)
+	if s.raw || s.res == store.RollupMinute || !d0.Before(d1) {
+		return to, to
+	}
+	return d0, d1
+}
+
 func (s span) read(ctx context.Context, from, to time.Time, match func(string) bool) ([]store.SampleRow, []store.HistogramRow, error) {
 	q := func(res int32, f, t time.Time) store.RollupQuery {
 		return store.RollupQuery{NodeIDs: s.ids, Res: res, From: f, To: t, Raw: s.raw, Match: match}
 	}
+	d0, d1 := s.days(from, to)
 	if s.raw || s.res == store.RollupMinute {
 		return s.st.ReadRollups(ctx, q(s.res, from, to))
 	}
-	d0 := from.Truncate(24 * time.Hour)
-	if d0.Before(from) {
-		d0 = d0.Add(24 * time.Hour)
-	}
-	d1 := to.Truncate(24 * time.Hour)
 	if !d0.Before(d1) {
 		return s.st.ReadRollups(ctx, q(store.RollupHour, from, to))
 	}
-	var samples []store.SampleRow
-	var hists []store.HistogramRow
-	for _, part := range []store.RollupQuery{q(store.RollupHour, from, d0), q(store.RollupDay, d0, d1), q(store.RollupHour, d1, to)} {
-		sm, h, err := s.st.ReadRollups(ctx, part)
-		if err != nil {
+	var sparts [3][]store.SampleRow
+	var hparts [3][]store.HistogramRow
+	for i, part := range []store.RollupQuery{q(store.RollupHour, from, d0), q(store.RollupDay, d0, d1), q(store.RollupHour, d1, to)} {
+		var err error
+		if sparts[i], hparts[i], err = s.st.ReadRollups(ctx, part); err != nil {
 			return nil, nil, err
 		}
-		samples, hists = append(samples, sm...), append(hists, h...)
 	}
-	return samples, hists, nil
+	return slices.Concat(sparts[:]...), slices.Concat(hparts[:]...), nil
 }
 
 // seriesMetric is what the charts need.
@@ -321,25 +354,47 @@ func num(v float64) *float64 {
 	return &v
 }
 
-func quantile(h *loglinear.Histogram, q, scale float64) *float64 {
+func quantile(h *loglinear.Dense, q, scale float64) *float64 {
 	if h == nil || h.Count == 0 {
 		return nil
 	}
 	return num(h.Quantile(q) / scale)
 }
 
-func hmax(h *loglinear.Histogram, scale float64) *float64 {
+func hmax(h *loglinear.Dense, scale float64) *float64 {
 	if h == nil || h.Count == 0 {
 		return nil
 	}
 	return num(h.Max() / scale)
 }
 
-func merge(into **loglinear.Histogram, h *loglinear.Histogram) {
+// merge folds a row into a histogram it allocates on first use. Dense
+// histograms: a month of rows is folded with an addition per bucket, where
+// sparse maps made merging most of a report's time (BENCHMARKS.md).
+func merge(into **loglinear.Dense, r store.HistogramRow) {
 	if *into == nil {
-		*into = loglinear.New()
+		*into = new(loglinear.Dense)
 	}
-	(*into).Merge(h)
+	r.AddTo(*into)
+}
+
+// points folds rows into one histogram per series point, reusing one
+// histogram, and calls fn with each point's (empty when no row falls in it).
+func points(rows []store.HistogramRow, from time.Time, step time.Duration, n int, fn func(i int, h *loglinear.Dense)) {
+	bySlot := make([][]store.HistogramRow, n)
+	for _, r := range rows {
+		if i := slot(r.TS, from, step); i >= 0 && i < n {
+			bySlot[i] = append(bySlot[i], r)
+		}
+	}
+	h := new(loglinear.Dense)
+	for i, rs := range bySlot {
+		h.Reset()
+		for _, r := range rs {
+			r.AddTo(h)
+		}
+		fn(i, h)
+	}
 }
 
 type counts struct {
@@ -364,7 +419,7 @@ func countOrNil(c counts, v float64) *int64 {
 
 func (d *data) ping(from, to time.Time, step time.Duration) Ping {
 	type agg struct {
-		rtt, host *loglinear.Histogram
+		rtt, host *loglinear.Dense
 		c         counts
 		nodes     map[string]bool
 	}
@@ -391,10 +446,10 @@ func (d *data) ping(from, to time.Time, step time.Duration) Ping {
 			a.nodes[d.names[h.NodeID]] = true
 			switch child {
 			case "":
-				merge(&a.rtt, h.Hist)
-				merge(&getN(h.NodeID).rtt, h.Hist)
+				merge(&a.rtt, h)
+				merge(&getN(h.NodeID).rtt, h)
 			case "host_delay":
-				merge(&a.host, h.Hist)
+				merge(&a.host, h)
 			}
 		}
 		for _, s := range samples {
@@ -483,13 +538,7 @@ func slot(t, from time.Time, step time.Duration) int { return int(t.Sub(from) / 
 
 func (d *data) pingSeries(hists []store.HistogramRow, samples []store.SampleRow, from, to time.Time, step time.Duration, scale float64) []PingPoint {
 	n := int((to.Sub(from) + step - 1) / step)
-	hs := make([]*loglinear.Histogram, n)
 	cs := make([]counts, n)
-	for _, h := range hists {
-		if i := slot(h.TS, from, step); i >= 0 && i < n {
-			merge(&hs[i], h.Hist)
-		}
-	}
 	for _, s := range samples {
 		if _, child := pingTarget(s.Path); child == "sent" || child == "lost" {
 			if i := slot(s.TS, from, step); i >= 0 && i < n {
@@ -503,9 +552,9 @@ func (d *data) pingSeries(hists []store.HistogramRow, samples []store.SampleRow,
 		}
 	}
 	pts := make([]PingPoint, n)
-	for i := range pts {
-		pts[i] = PingPoint{T: from.Add(time.Duration(i) * step), P50: quantile(hs[i], 0.5, scale), P99: quantile(hs[i], 0.99, scale), Loss: cs[i].loss()}
-	}
+	points(hists, from, step, n, func(i int, h *loglinear.Dense) {
+		pts[i] = PingPoint{T: from.Add(time.Duration(i) * step), P50: quantile(h, 0.5, scale), P99: quantile(h, 0.99, scale), Loss: cs[i].loss()}
+	})
 	return pts
 }
 
@@ -516,12 +565,12 @@ func kernelMetric(path string) bool {
 }
 
 func (d *data) kernel(from, to time.Time, step time.Duration) []KernelLatency {
-	fold := func(hists []store.HistogramRow) map[string]*loglinear.Histogram {
-		m := map[string]*loglinear.Histogram{}
+	fold := func(hists []store.HistogramRow) map[string]*loglinear.Dense {
+		m := map[string]*loglinear.Dense{}
 		for _, h := range hists {
 			if kernelMetric(h.Path) {
 				a := m[h.Path]
-				merge(&a, h.Hist)
+				merge(&a, h)
 				m[h.Path] = a
 			}
 		}
@@ -557,16 +606,10 @@ func (d *data) kernel(from, to time.Time, step time.Duration) []KernelLatency {
 			c := int64(ph.Count)
 			k.Previous = KernelPrevious{P50: quantile(ph, 0.5, sc), P99: quantile(ph, 0.99, sc), Count: &c}
 		}
-		hs := make([]*loglinear.Histogram, n)
-		for _, r := range byPath[p] {
-			if i := slot(r.TS, from, step); i >= 0 && i < n {
-				merge(&hs[i], r.Hist)
-			}
-		}
 		k.Series = make([]KernelPoint, n)
-		for i := range k.Series {
-			k.Series[i] = KernelPoint{T: from.Add(time.Duration(i) * step), P50: quantile(hs[i], 0.5, sc), P99: quantile(hs[i], 0.99, sc)}
-		}
+		points(byPath[p], from, step, n, func(i int, h *loglinear.Dense) {
+			k.Series[i] = KernelPoint{T: from.Add(time.Duration(i) * step), P50: quantile(h, 0.5, sc), P99: quantile(h, 0.99, sc)}
+		})
 		out = append(out, k)
 	}
 	return out
@@ -801,7 +844,7 @@ func explain(children []store.SampleRow, from, to time.Time) *string {
 func (d *data) objectives(objs []Objective, from, to time.Time) []ObjectiveResult {
 	out := []ObjectiveResult{}
 	for _, o := range objs {
-		hours := map[int64]*loglinear.Histogram{} // by unix hour start
+		var rows []store.HistogramRow
 		scale := 1e6
 		for _, h := range d.objH {
 			t, child := pingTarget(h.Path)
@@ -813,10 +856,7 @@ func (d *data) objectives(objs []Objective, from, to time.Time) []ObjectiveResul
 				continue
 			}
 			scale = d.scale(h.Path)
-			hr := h.TS.Truncate(time.Hour).Unix()
-			a := hours[hr]
-			merge(&a, h.Hist)
-			hours[hr] = a
+			rows = append(rows, h)
 		}
 		// A histogram metric's scale turns its values into its unit;
 		// objectives are in ms, and only ms metrics (ping) have them in
@@ -826,19 +866,19 @@ func (d *data) objectives(objs []Objective, from, to time.Time) []ObjectiveResul
 		}
 		r := ObjectiveResult{Name: o.Name, Missed: []time.Time{}}
 		met := 0
-		for hr := from.Truncate(time.Hour); hr.Before(to); hr = hr.Add(time.Hour) {
-			h := hours[hr.Unix()]
-			if h == nil || h.Count == 0 {
+		first := from.Truncate(time.Hour)
+		points(rows, first, time.Hour, int((to.Sub(first)+time.Hour-1)/time.Hour), func(i int, h *loglinear.Dense) {
+			if h.Count == 0 {
 				r.NoDataHours++
-				continue
+				return
 			}
 			r.Hours++
 			if h.Quantile(o.Quantile)/scale < o.BelowMS {
 				met++
 			} else {
-				r.Missed = append(r.Missed, hr)
+				r.Missed = append(r.Missed, first.Add(time.Duration(i)*time.Hour))
 			}
-		}
+		})
 		if r.Hours > 0 {
 			r.Attainment = num(float64(met) / float64(r.Hours))
 		}

@@ -174,7 +174,8 @@ ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 	ok_s = r.ok_s + EXCLUDED.ok_s, warn_s = r.warn_s + EXCLUDED.warn_s, crit_s = r.crit_s + EXCLUDED.crit_s`
 
 const mergeRollupHistograms = `
-INSERT INTO rollup_histograms AS r SELECT * FROM stage_rollup_histograms ORDER BY res, node_id, ts, metric_id
+INSERT INTO rollup_histograms AS r (res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count)
+SELECT res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count FROM stage_rollup_histograms ORDER BY res, node_id, ts, metric_id
 ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 	count = r.count + EXCLUDED.count, sum = r.sum + EXCLUDED.sum,
 	(bucket_index, bucket_count) = (
@@ -303,8 +304,17 @@ type HistogramRow struct {
 	NodeID int32
 	Path   string
 	TS     time.Time
-	Hist   *loglinear.Histogram
+	Count  uint64
+	Sum    float64
+	// Index and Counts are the non-empty buckets as stored. A report folds
+	// tens of thousands of rows: kept sparse, a row is merged into a
+	// loglinear.Dense with no map built for it (AddTo).
+	Index  []int32
+	Counts []int64
 }
+
+// AddTo merges the row's buckets into d.
+func (r HistogramRow) AddTo(d *loglinear.Dense) { d.AddBuckets(r.Index, r.Counts, r.Count, r.Sum) }
 
 // ReadRollups returns the buckets of q, from the rollup tables or, with
 // q.Raw, computed from raw reports by the write path's own code.
@@ -328,9 +338,11 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 	if err != nil {
 		return nil, nil, fmt.Errorf("read sample rollups: %w", err)
 	}
+	// One set of scan targets for all rows: Scan's pointers would move a
+	// row declared in the loop to the heap, once per row.
+	var r SampleRow
+	var mid int32
 	for rows.Next() {
-		var r SampleRow
-		var mid int32
 		if err := rows.Scan(&r.NodeID, &mid, &r.TS, &r.N, &r.Sum, &r.Min, &r.Max, &r.OK, &r.Warn, &r.Crit); err != nil {
 			rows.Close()
 			return nil, nil, fmt.Errorf("scan sample rollup: %w", err)
@@ -344,33 +356,28 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 	}
 	var hists []HistogramRow
 	rows, err = s.pool.Query(ctx, `
-		SELECT node_id, metric_id, ts, count, sum, bucket_index, bucket_count FROM rollup_histograms
+		SELECT node_id, metric_id, ts, count, sum, buckets FROM rollup_histograms
 		WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::integer[] IS NULL OR metric_id = ANY($5))`,
 		q.Res, q.NodeIDs, q.From, q.To, filter)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read histogram rollups: %w", err)
 	}
-	var bi []int32
-	var bc []int64
+	defer rows.Close()
+	// The rows' buckets are sub-slices of shared chunks, not two
+	// allocations per row.
+	var arena bucketArena
+	var h HistogramRow
+	var count int64
 	for rows.Next() {
-		var r HistogramRow
-		var mid int32
-		var count int64
-		h := loglinear.New()
-		if err := rows.Scan(&r.NodeID, &mid, &r.TS, &count, &h.Sum, &bi, &bc); err != nil {
-			rows.Close()
+		if err := rows.Scan(&h.NodeID, &mid, &h.TS, &count, &h.Sum, nil); err != nil {
 			return nil, nil, fmt.Errorf("scan histogram rollup: %w", err)
 		}
-		h.Count = uint64(count)
-		for i, idx := range bi {
-			if i < len(bc) {
-				h.Counts[uint32(idx)] += uint64(bc[i])
-			}
+		if h.Index, h.Counts, err = arena.decode(rows, 5); err != nil {
+			return nil, nil, fmt.Errorf("scan histogram rollup buckets: %w", err)
 		}
-		r.Path, r.Hist = paths[mid], h
-		hists = append(hists, r)
+		h.Count, h.Path = uint64(count), paths[mid]
+		hists = append(hists, h)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("read histogram rollups: %w", err)
 	}
@@ -452,7 +459,11 @@ func (s *Store) readRaw(ctx context.Context, q RollupQuery, paths map[int32]stri
 		if !keep(k.MetricID) {
 			continue
 		}
-		hists = append(hists, HistogramRow{k.NodeID, paths[k.MetricID], time.Unix(k.TS, 0).UTC(), h})
+		r := HistogramRow{NodeID: k.NodeID, Path: paths[k.MetricID], TS: time.Unix(k.TS, 0).UTC(), Count: h.Count, Sum: h.Sum}
+		for _, b := range h.Sorted() {
+			r.Index, r.Counts = append(r.Index, int32(b)), append(r.Counts, int64(h.Counts[b]))
+		}
+		hists = append(hists, r)
 	}
 	return samples, hists, nil
 }
