@@ -64,12 +64,27 @@ func NewOwners(resolver *owner.Resolver, top int) *Owners {
 	return &Owners{resolver: resolver, top: top, parents: map[string]*ownerSplit{}}
 }
 
+// ByNetns are parents' cumulative counts by namespace inode, as Split
+// takes them.
+type ByNetns map[string]map[uint32]uint64
+
+// Add counts v of m in namespace ns, into m's own counter in r too, and
+// adds m to r's metrics the first time it is counted.
+func (b ByNetns) Add(r *Reading, m catalog.Metric, ns uint32, v uint64) {
+	if b[m.ID] == nil {
+		b[m.ID] = map[uint32]uint64{}
+		r.Metrics = append(r.Metrics, m)
+	}
+	b[m.ID][ns] += v
+	r.Counters[m.ID] += v
+}
+
 // Split adds to r the owner children of each parent in byNetns, whose
 // values are the parent's cumulative counts by namespace inode; inode 0
 // holds what the kernel could not split and goes to "other". The parent's
 // own counter in r must be the sum of its inode counts. The parents'
 // definitions come from r.Metrics.
-func (o *Owners) Split(r *Reading, byNetns map[string]map[uint32]uint64) {
+func (o *Owners) Split(r *Reading, byNetns ByNetns) {
 	o.round++
 	defs := make(map[string]catalog.Metric, len(r.Metrics))
 	for _, m := range r.Metrics {

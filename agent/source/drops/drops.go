@@ -159,14 +159,9 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	}
 	r := source.Reading{Metrics: catalog.DropsTree(), Counters: map[string]uint64{catalog.Drops: 0}}
 	// Each reason's counts by namespace, for its owner children.
-	split := map[string]map[uint32]uint64{}
+	split := source.ByNetns{}
 	count := func(m catalog.Metric, ns uint32, v uint64) {
-		if split[m.ID] == nil {
-			split[m.ID] = map[uint32]uint64{}
-			r.Metrics = append(r.Metrics, m)
-		}
-		split[m.ID][ns] += v
-		r.Counters[m.ID] += v
+		split.Add(&r, m, ns, v)
 		if m.ID != catalog.DropsNotSpecified {
 			r.Counters[catalog.Drops] += v
 		}

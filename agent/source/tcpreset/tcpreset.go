@@ -121,16 +121,11 @@ func (s *bpfSource) Collect(context.Context) (source.Reading, error) {
 		catalog.TCPReset: 0, catalog.TCPResetSent: 0, catalog.TCPResetReceived: 0,
 	}}
 	// Each reason's counts by namespace, for its owner children.
-	split := map[string]map[uint32]uint64{}
+	split := source.ByNetns{}
 	for ns, counts := range byNetns {
 		for k, v := range counts {
 			m := metricFor(s.names, k)
-			if split[m.ID] == nil {
-				split[m.ID] = map[uint32]uint64{}
-				r.Metrics = append(r.Metrics, m)
-			}
-			split[m.ID][ns] += v
-			r.Counters[m.ID] += v
+			split.Add(&r, m, ns, v)
 			r.Counters[m.Parent()] += v
 			r.Counters[catalog.TCPReset] += v
 		}
