@@ -316,15 +316,10 @@ func (r *Resolver) resolve(ino, host uint32, pids []int, name string) Owner {
 	name = clean(name, maxName)
 	var ctr *Owner
 	for _, pid := range pids {
-		b, err := readLimited(filepath.Join(r.opts.Proc, itoa(pid), "cgroup"))
-		if err != nil {
-			continue
-		}
-		path, ok := cgroupV2Path(string(b))
+		c, ok := r.cgroup(pid)
 		if !ok {
 			continue
 		}
-		c := parseCgroup(path)
 		comm := r.comm(pid)
 		switch {
 		case c.PodUID != "":
@@ -359,12 +354,7 @@ func (r *Resolver) pod(ino uint32, pid int, comm string, c cgroupInfo, pids []in
 			if p == pid {
 				continue
 			}
-			b, err := readLimited(filepath.Join(r.opts.Proc, itoa(p), "cgroup"))
-			path, ok := cgroupV2Path(string(b))
-			if err != nil || !ok {
-				continue
-			}
-			if pc := parseCgroup(path); pc.PodUID == c.PodUID && pc.ContainerID != "" {
+			if pc, ok := r.cgroup(p); ok && pc.PodUID == c.PodUID && pc.ContainerID != "" {
 				o.ContainerID, o.Runtime, o.PID, o.Comm = pc.ContainerID, pc.Runtime, p, r.comm(p)
 				break
 			}
@@ -383,6 +373,19 @@ func (r *Resolver) pod(ino uint32, pid int, comm string, c cgroupInfo, pids []in
 	o.ContainerName = clean(m.Container, maxName)
 	o.Pod = m.pod()
 	return o
+}
+
+// cgroup is what the cgroup v2 path of a process says of it.
+func (r *Resolver) cgroup(pid int) (cgroupInfo, bool) {
+	b, err := readLimited(filepath.Join(r.opts.Proc, itoa(pid), "cgroup"))
+	if err != nil {
+		return cgroupInfo{}, false
+	}
+	path, ok := cgroupV2Path(string(b))
+	if !ok {
+		return cgroupInfo{}, false
+	}
+	return parseCgroup(path), true
 }
 
 func (r *Resolver) comm(pid int) string {
