@@ -232,33 +232,30 @@ func defKey(d MetricDef, thr []byte) string {
 // collector finds them in defIDs without a query.
 func (s *Store) definitionIDs(ctx context.Context, defs []MetricDef) ([]int32, error) {
 	out := make([]int32, len(defs))
-	keys := make([]string, len(defs))
 	var (
-		missing                     []int // indexes into defs
-		titles, units, descs, kkeys []string
-		kinds                       []int16
-		thrs                        []*string
-		scales, quantiles           []float64
+		missing                           []int // indexes into defs
+		titles, units, descs, missingKeys []string
+		kinds                             []int16
+		thrs                              []*string
+		scales, quantiles                 []float64
 	)
-	s.mu.Lock()
 	for i, d := range defs {
-		var thr []byte
-		if d.DefaultThreshold != nil {
-			var err error
-			if thr, err = json.Marshal(d.DefaultThreshold); err != nil {
-				s.mu.Unlock()
-				return nil, fmt.Errorf("encode threshold of %s: %w", d.Path, err)
-			}
+		thr, err := thresholdJSON(d)
+		if err != nil {
+			return nil, err
 		}
-		keys[i] = defKey(d, thr)
-		if id, ok := s.defIDs[keys[i]]; ok {
+		key := defKey(d, thr)
+		s.mu.Lock()
+		id, ok := s.defIDs[key]
+		s.mu.Unlock()
+		if ok {
 			out[i] = id
 			continue
 		}
 		missing = append(missing, i)
 		titles, units, descs = append(titles, d.Title), append(units, d.Unit), append(descs, d.Description)
 		kinds, scales, quantiles = append(kinds, int16(d.Kind)), append(scales, d.Scale), append(quantiles, d.Quantile)
-		kkeys = append(kkeys, keys[i])
+		missingKeys = append(missingKeys, key)
 		if thr != nil {
 			js := string(thr)
 			thrs = append(thrs, &js)
@@ -266,7 +263,6 @@ func (s *Store) definitionIDs(ctx context.Context, defs []MetricDef) ([]int32, e
 			thrs = append(thrs, nil)
 		}
 	}
-	s.mu.Unlock()
 	if len(missing) == 0 {
 		return out, nil
 	}
@@ -307,25 +303,40 @@ func (s *Store) definitionIDs(ctx context.Context, defs []MetricDef) ([]int32, e
 	for _, f := range found {
 		k := int(f[0]) - 1 // ordinality counts from 1
 		out[missing[k]] = int32(f[1])
-		s.defIDs[kkeys[k]] = int32(f[1])
+		s.defIDs[missingKeys[k]] = int32(f[1])
 	}
 	return out, nil
 }
 
 // DefinitionsHash is what MarkDefinitions records of a Hello's definitions:
-// a hash of their contents, whatever their order.
+// a hash of each path with its contents (defKey), whatever their order.
 func DefinitionsHash(defs []MetricDef) []byte {
 	sorted := slices.Clone(defs)
 	slices.SortFunc(sorted, func(a, b MetricDef) int { return strings.Compare(a.Path, b.Path) })
 	h := sha256.New()
-	// JSON of a fixed struct is a canonical encoding of it: the same
-	// definitions always hash alike, and a change of any field shows.
-	if err := json.NewEncoder(h).Encode(sorted); err != nil {
-		// A MetricDef always encodes; were it not to, no Hello would match
-		// and each would register in full, which is only slower.
-		return nil
+	for _, d := range sorted {
+		thr, err := thresholdJSON(d)
+		if err != nil {
+			// No Hello matches it then, and each registers in full,
+			// which is only slower.
+			return nil
+		}
+		h.Write([]byte(d.Path + "\x00" + defKey(d, thr) + "\n"))
 	}
 	return h.Sum(nil)
+}
+
+// thresholdJSON is a definition's default threshold as stored, nil when
+// it has none.
+func thresholdJSON(d MetricDef) ([]byte, error) {
+	if d.DefaultThreshold == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(d.DefaultThreshold)
+	if err != nil {
+		return nil, fmt.Errorf("encode threshold of %s: %w", d.Path, err)
+	}
+	return b, nil
 }
 
 // KnownDefinitions returns the hash MarkDefinitions recorded for the node
