@@ -112,27 +112,36 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 
-	for attempt := 1; ; attempt++ {
-		port := opts.Port
-		if port == 0 {
-			if port, err = freePort(); err != nil {
-				return nil, err
-			}
-		}
-		err := c.start(ctx, port)
-		if err == nil {
-			break
-		}
-		// Only a port we picked ourselves is worth another try.
-		if opts.Port != 0 || attempt == startAttempts || !errors.Is(err, errPortInUse) {
-			return nil, err
-		}
-		c.log.Info("picked port was taken, retrying", "port", port)
+	if err := c.startOn(ctx, opts.Port); err != nil {
+		return nil, err
 	}
 	if err := c.ensureDatabase(ctx); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// startOn starts the server on port, or on a free port it picks when port
+// is 0, trying again when another process took the picked one first.
+func (c *Cluster) startOn(ctx context.Context, port int) error {
+	for attempt := 1; ; attempt++ {
+		p := port
+		if p == 0 {
+			var err error
+			if p, err = freePort(); err != nil {
+				return err
+			}
+		}
+		err := c.start(ctx, p)
+		if err == nil {
+			return nil
+		}
+		// Only a port we picked ourselves is worth another try.
+		if port != 0 || attempt == startAttempts || !errors.Is(err, errPortInUse) {
+			return err
+		}
+		c.log.Info("picked port was taken, retrying", "port", p)
+	}
 }
 
 // StopDir stops the cluster in opts.Dir if one is running there and

@@ -3,7 +3,6 @@ package pgcluster
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -31,20 +30,8 @@ func (c *Cluster) StartStandby(ctx context.Context, opts Options) (*Cluster, err
 	if err != nil {
 		return nil, fmt.Errorf("pg_basebackup from port %d into %s: %w: %s", c.port, s.dataDir, err, bytes.TrimSpace(out))
 	}
-	for attempt := 1; ; attempt++ {
-		port := opts.Port
-		if port == 0 {
-			if port, err = freePort(); err != nil {
-				return nil, err
-			}
-		}
-		err := s.start(ctx, port)
-		if err == nil {
-			break
-		}
-		if opts.Port != 0 || attempt == startAttempts || !errors.Is(err, errPortInUse) {
-			return nil, err
-		}
+	if err := s.startOn(ctx, opts.Port); err != nil {
+		return nil, err
 	}
 	s.log.Info("started PostgreSQL standby", "dir", s.dir, "port", s.port, "primary_port", c.port)
 	return s, nil
