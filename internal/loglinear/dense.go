@@ -78,10 +78,7 @@ func (d *Dense) Quantile(q float64) float64 {
 	if d.Count == 0 || d.lo >= d.hi {
 		return math.NaN()
 	}
-	rank := uint64(math.Ceil(q * float64(d.Count)))
-	if rank == 0 {
-		rank = 1
-	}
+	rank := rankOf(q, d.Count)
 	var seen uint64
 	last := d.lo
 	for b := d.lo; b < d.hi; b++ {
@@ -105,7 +102,7 @@ func (d *Dense) Max() float64 {
 	}
 	for b := d.hi; b > d.lo; b-- {
 		if d.counts[b-1] > 0 {
-			return float64(Lower(b-1) + Width(b-1) - 1)
+			return upper(b - 1)
 		}
 	}
 	return math.NaN()

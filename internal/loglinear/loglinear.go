@@ -104,10 +104,7 @@ func (h *Histogram) Quantile(q float64) float64 {
 		return math.NaN()
 	}
 	idx := h.Sorted()
-	rank := uint64(math.Ceil(q * float64(h.Count)))
-	if rank == 0 {
-		rank = 1
-	}
+	rank := rankOf(q, h.Count)
 	var seen uint64
 	for _, i := range idx {
 		seen += h.Counts[i]
@@ -124,9 +121,16 @@ func (h *Histogram) Max() float64 {
 		return math.NaN()
 	}
 	idx := h.Sorted()
-	last := idx[len(idx)-1]
-	return float64(Lower(last) + Width(last) - 1)
+	return upper(idx[len(idx)-1])
 }
+
+// rankOf is the rank (from 1) of the q-quantile among count values.
+func rankOf(q float64, count uint64) uint64 {
+	return max(uint64(math.Ceil(q*float64(count))), 1)
+}
+
+// upper is the largest value bucket i holds.
+func upper(i uint32) float64 { return float64(Lower(i) + Width(i) - 1) }
 
 // Sorted returns the non-empty bucket indexes in increasing order, the
 // order the wire format requires.
