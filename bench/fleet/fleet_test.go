@@ -234,19 +234,9 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 // indexes; it returns samples (report samples plus histograms) per second.
 func copyRate(b *testing.B, dbURL string) (float64, int, int64) {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	for _, q := range []string{
+	conn := connect(b, dbURL,
 		`CREATE TABLE copy_reports (LIKE reports INCLUDING DEFAULTS INCLUDING INDEXES)`,
-		`CREATE TABLE copy_histograms (LIKE histograms INCLUDING DEFAULTS INCLUDING INDEXES)`,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			b.Fatalf("%s: %v", q, err)
-		}
-	}
+		`CREATE TABLE copy_histograms (LIKE histograms INCLUDING DEFAULTS INCLUDING INDEXES)`)
 	read := func(q string) [][]any {
 		rows, err := conn.Query(ctx, q)
 		if err != nil {
@@ -340,24 +330,31 @@ func BenchmarkReregistration(b *testing.B) {
 // keyed by node and metric), built from them in the same database.
 func catalogueBytes(b *testing.B, dbURL string) (shared, perNode float64) {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	for _, q := range []string{
+	conn := connect(b, dbURL,
 		`CREATE TABLE old_node_metrics AS SELECT nm.node_id, nm.metric_id, md.title, md.unit, md.kind, md.description,
 			md.default_threshold, md.scale, md.quantile FROM node_metrics nm JOIN metric_defs md ON md.id = nm.def_id`,
 		`ALTER TABLE old_node_metrics ADD PRIMARY KEY (node_id, metric_id)`,
-		`VACUUM ANALYZE node_metrics`, `VACUUM ANALYZE metric_defs`, `VACUUM ANALYZE old_node_metrics`,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			b.Fatalf("%s: %v", q, err)
-		}
-	}
+		`VACUUM ANALYZE node_metrics`, `VACUUM ANALYZE metric_defs`, `VACUUM ANALYZE old_node_metrics`)
 	if err := conn.QueryRow(ctx, `SELECT pg_total_relation_size('node_metrics') + pg_total_relation_size('metric_defs'),
 		pg_total_relation_size('old_node_metrics')`).Scan(&shared, &perNode); err != nil {
 		b.Fatal(err)
 	}
 	return shared, perNode
+}
+
+// connect opens a connection to dbURL for the rest of the benchmark and
+// runs setup statements on it.
+func connect(b *testing.B, dbURL string, setup ...string) *pgx.Conn {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close(ctx) })
+	for _, q := range setup {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			b.Fatalf("%s: %v", q, err)
+		}
+	}
+	return conn
 }
