@@ -30,14 +30,15 @@ type Store struct {
 
 	mu         sync.Mutex
 	metricIDs  map[string]int32
-	defIDs     map[string]int32 // metric_defs ids by defKey, at most maxDefIDs
-	partitions map[string]bool  // "reports_20261121" etc. known to exist
+	defIDs     map[string]int32 // metric_defs ids by defKey, at most maxDefIDs of them
+	maxDefIDs  int
+	partitions map[string]bool // "reports_20261121" etc. known to exist
 }
 
-// maxDefIDs bounds the definitions a collector remembers: a fleet runs a
+// DefaultMaxDefIDs bounds the definitions a collector remembers: a fleet runs a
 // few agent versions, each with a few hundred definitions; a flood of
 // distinct ones only costs lookups once it is forgotten.
-const maxDefIDs = 100_000
+const DefaultMaxDefIDs = 100_000
 
 // Open connects, applies pending migrations and returns a ready Store.
 func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
@@ -64,7 +65,7 @@ func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
 	if n > 0 {
 		log.Info("applied database migrations", "count", n)
 	}
-	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, partitions: map[string]bool{}}, nil
+	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, maxDefIDs: DefaultMaxDefIDs, partitions: map[string]bool{}}, nil
 }
 
 func (s *Store) Close() { s.pool.Close() }
@@ -297,13 +298,15 @@ func (s *Store) definitionIDs(ctx context.Context, defs []MetricDef) ([]int32, e
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.defIDs)+len(found) > maxDefIDs {
+	if len(s.defIDs)+len(found) > s.maxDefIDs {
 		s.defIDs = map[string]int32{}
 	}
 	for _, f := range found {
 		k := int(f[0]) - 1 // ordinality counts from 1
 		out[missing[k]] = int32(f[1])
-		s.defIDs[missingKeys[k]] = int32(f[1])
+		if len(s.defIDs) < s.maxDefIDs {
+			s.defIDs[missingKeys[k]] = int32(f[1])
+		}
 	}
 	return out, nil
 }

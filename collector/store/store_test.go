@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -395,6 +396,38 @@ func TestLatestKeepsNoValue(t *testing.T) {
 		}
 		if got := l.Metrics["ping"]; got.NoValue != smp.NoValue || got.Value != smp.Value || got.State != smp.State {
 			t.Errorf("report %d: latest %+v, want value %v, no value %v, state %v", i+1, got, smp.Value, smp.NoValue, smp.State)
+		}
+	}
+}
+
+// The collector remembers at most maxDefIDs definition ids: a flood of
+// distinct definitions makes it forget and look them up again, and every
+// node still reads back its own.
+func TestDefinitionIDsAreBounded(t *testing.T) {
+	st := openTest(t)
+	st.maxDefIDs = 3
+	ctx := context.Background()
+	for n := range 3 {
+		node, err := st.UpsertNode(ctx, Node{Name: fmt.Sprintf("bound-%d", n), InstanceID: 1, IntervalMS: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var defs []MetricDef
+		for i := range 5 {
+			defs = append(defs, MetricDef{Path: fmt.Sprintf("m%d", i), Title: fmt.Sprintf("node %d metric %d", n, i), Unit: "1/s", Kind: KindRate})
+		}
+		if _, err := st.UpsertDefinitions(ctx, node, defs); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.defIDs) > st.maxDefIDs {
+			t.Fatalf("remembers %d definition ids, at most %d allowed", len(st.defIDs), st.maxDefIDs)
+		}
+		got, err := st.Definitions(ctx, node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 5 || got[4].Title != fmt.Sprintf("node %d metric 4", n) {
+			t.Fatalf("node %d reads back %+v", n, got)
 		}
 	}
 }
