@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -22,11 +23,24 @@ import (
 type countingRegistry struct {
 	mu      sync.Mutex
 	upserts map[string][]store.Node
+	// gate, when set, holds every UpsertNode until it is closed; inflight
+	// and most count the callers held at once.
+	gate           chan struct{}
+	inflight, most int
 }
 
 func (r *countingRegistry) UpsertNode(_ context.Context, n store.Node) (int32, error) {
 	r.mu.Lock()
+	gate := r.gate
+	r.inflight++
+	r.most = max(r.most, r.inflight)
+	r.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.inflight--
 	r.upserts[n.Name] = append(r.upserts[n.Name], n)
 	return 1, nil
 }
@@ -214,5 +228,59 @@ func TestEnrolledCredentialIsTheFirstMessage(t *testing.T) {
 	}
 	if _, err := nextConfig(s); err != nil {
 		t.Fatalf("after Enrolled: %v, want the Config", err)
+	}
+}
+
+// Hellos are registered DefaultRegistrations at a time: a fleet
+// reconnecting waits its turn instead of taking every database connection
+// from the writers; once the slots free up, every node is registered.
+func TestRegistrationsAreBounded(t *testing.T) {
+	_, reg, c := startServer(t)
+	reg.mu.Lock()
+	reg.gate = make(chan struct{})
+	reg.mu.Unlock()
+	const nodes = 6
+	errs := make(chan error, nodes)
+	for i := range nodes {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			s, err := c.Connect(ctx)
+			if err == nil {
+				node := fmt.Sprintf("reg-%d", i)
+				err = s.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Hello{Hello: &nbsv1.Hello{
+					NodeName: node, InstanceId: 1, IntervalMs: 1000, Auth: cred("cred-" + node),
+					Metrics: []*nbsv1.MetricDefinition{{Id: "tcp_reset", Title: "resets", Unit: "1/s", Kind: nbsv1.MetricKind_METRIC_KIND_RATE}}}}})
+			}
+			if err == nil {
+				_, err = s.Recv() // the first Config: registered
+			}
+			errs <- err
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		reg.mu.Lock()
+		in := reg.inflight
+		reg.mu.Unlock()
+		if in == DefaultRegistrations {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Hellos being registered, want %d", in, DefaultRegistrations)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the others had time to pile in
+	close(reg.gate)
+	for range nodes {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	if reg.most != DefaultRegistrations || len(reg.upserts) != nodes {
+		t.Fatalf("at most %d registered at once (want %d), %d nodes registered (want %d)", reg.most, DefaultRegistrations, len(reg.upserts), nodes)
 	}
 }
