@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -162,4 +163,31 @@ func BenchmarkCounterparts(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run(fmt.Sprintf("counterparts-without-the-index/page=%d", page), lookup)
+}
+
+// BenchmarkRegisterDefinitions measures storing a new node's catalogue: 185
+// definitions with operator-length descriptions, the same for every node, as
+// a fleet's agents send them (the fleet simulator's tree size). The first
+// node stores the definitions themselves; each one after stores its
+// (metric, definition) pairs.
+func BenchmarkRegisterDefinitions(b *testing.B) {
+	ctx := context.Background()
+	st := openTest(b)
+	var defs []MetricDef
+	for m := range 185 {
+		defs = append(defs, MetricDef{Path: fmt.Sprintf("root%d/m%d", m%5, m), Title: fmt.Sprintf("Metric %d", m), Unit: "1/s", Kind: KindRate,
+			Description: strings.Repeat(fmt.Sprintf("What metric %d means, what usually causes it and what to look at next. ", m), 6)})
+	}
+	for m := range 5 {
+		defs = append(defs, MetricDef{Path: fmt.Sprintf("root%d", m), Title: "Root", Unit: "1/s", Kind: KindRate})
+	}
+	for i := 0; b.Loop(); i++ {
+		node, err := st.UpsertNode(ctx, Node{Name: fmt.Sprintf("reg-%d", i), InstanceID: 1, IntervalMS: 10000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := st.UpsertDefinitions(ctx, node, defs); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
