@@ -17,6 +17,15 @@ mod=$($GO list -m)
 
 # Packages with a fuzz target, found without compiling every test package.
 mapfile -t dirs < <(git ls-files --cached --others --exclude-standard '*_test.go' | xargs grep -l '^func Fuzz[A-Za-z0-9_]*(f \*testing\.F)' | xargs -n1 dirname | sort -u)
+# inputs counts the committed inputs of a target (0 without a directory).
+inputs() {
+	if [[ -d $1 ]]; then
+		find "$1" -type f | wc -l
+	else
+		echo 0
+	fi
+}
+
 failed=0 ran=0
 start=$SECONDS
 for dir in "${dirs[@]}"; do
@@ -25,7 +34,7 @@ for dir in "${dirs[@]}"; do
 	for target in "${targets[@]}"; do
 		echo "fuzz: $pkg $target for $FUZZTIME"
 		ran=$((ran + 1))
-		found=$(ls "$dir/testdata/fuzz/$target" 2>/dev/null | wc -l)
+		found=$(inputs "$dir/testdata/fuzz/$target")
 		ok=0
 		for _ in 1 2; do
 			if $GO test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" >/tmp/fuzz.$$.log 2>&1; then
@@ -36,7 +45,7 @@ for dir in "${dirs[@]}"; do
 			# -fuzztime expires mid-execution, with no failing input: that
 			# says nothing of the code, so run the target once more. A real
 			# failure writes its input to testdata and is never retried.
-			if [[ $(ls "$dir/testdata/fuzz/$target" 2>/dev/null | wc -l) != "$found" ]] ||
+			if [[ $(inputs "$dir/testdata/fuzz/$target") != "$found" ]] ||
 				! grep -q 'context deadline exceeded' /tmp/fuzz.$$.log || grep -q 'Failing input written' /tmp/fuzz.$$.log; then
 				break
 			fi
