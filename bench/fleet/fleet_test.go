@@ -21,9 +21,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,6 +43,7 @@ func TestMain(m *testing.M) { pgcluster.Main(m) }
 type collector struct {
 	cmd      *exec.Cmd
 	grpcAddr string
+	httpAddr string
 }
 
 func freePort(b *testing.B) string {
@@ -96,7 +99,39 @@ func startCollector(b *testing.B, bin, dbURL string, nodes int) *collector {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return &collector{cmd: cmd, grpcAddr: grpcAddr}
+	return &collector{cmd: cmd, grpcAddr: grpcAddr, httpAddr: httpAddr}
+}
+
+// goMetrics reads the collector's own Go runtime figures from its
+// /metrics: live heap in use, and goroutines.
+func (c *collector) goMetrics(b *testing.B) (heapKiB, goroutines int) {
+	resp, err := http.Get("http://" + c.httpAddr + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "go_memstats_heap_inuse_bytes":
+			heapKiB = int(f / 1024)
+		case "go_goroutines":
+			goroutines = int(f)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return heapKiB, goroutines
 }
 
 // rssKiB is the collector's resident memory.
@@ -146,8 +181,11 @@ func envDuration(name string, def time.Duration) time.Duration {
 // connects over one interval; once every node has had a report
 // acknowledged (registered_s) and two more intervals have passed, the
 // figures are taken over NBS_FLEET_DURATION (default 60s): steady-state
-// samples/s and report→ack percentiles, and the collector's peak RSS over
-// its RSS before any agent connected, per node.
+// samples/s and report→ack percentiles, and the collector's memory per
+// node over its RSS before any agent connected: its peak (KiB/node, while
+// the fleet registers, as a whole fleet reconnecting after a collector
+// restart does) and its median over the hold (steady_KiB/node, the cost of
+// a connected node), with the Go heap in use and goroutines at the end.
 func BenchmarkFleet(b *testing.B) {
 	bin := binary(b)
 	hold := envDuration("NBS_FLEET_DURATION", time.Minute)
@@ -165,34 +203,49 @@ func BenchmarkFleet(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan loadgen.Stats, 1)
 				go func() { done <- f.Run(ctx, os.Stderr, interval) }()
+				// RSS once a second: its peak while the fleet registers (every
+				// Hello at once), and its median over the steady hold, which
+				// is the cost of a connected node.
+				var rss []int
 				peak := 0
 				wait := func(d time.Duration, until func() bool) {
 					end := time.Now().Add(d)
 					for time.Now().Before(end) && (until == nil || !until()) {
-						peak = max(peak, c.rssKiB(b))
+						r := c.rssKiB(b)
+						peak = max(peak, r)
+						rss = append(rss, r)
 						time.Sleep(time.Second)
 					}
 				}
 				wait(10*time.Minute, func() bool { return f.Stats().AllRegistered > 0 })
 				registered := f.Stats().AllRegistered
+				regPeak := peak
 				wait(2*interval, nil)
 				f.ResetLatency()
 				s0 := f.Stats()
+				rss = rss[:0]
 				wait(hold, nil)
+				heap, goroutines := c.goMetrics(b)
 				s1 := f.Stats()
 				cancel()
 				<-done
+				slices.Sort(rss)
+				steadyRSS := rss[len(rss)/2]
 				steady := float64(s1.Samples-s0.Samples) / (s1.Elapsed - s0.Elapsed).Seconds()
-				b.Logf("%d nodes: all registered after %v; steady state over %v: %.0f samples/s, ack p50 %v p99 %v; collector RSS idle %d KiB, peak %d KiB; %v",
-					nodes, registered.Round(time.Second), hold, steady, s1.AckP50, s1.AckP99, idle, peak, s1)
+				b.Logf("%d nodes: all registered after %v; steady state over %v: %.0f samples/s, ack p50 %v p99 %v; collector RSS idle %d KiB, peak while registering %d KiB, peak %d KiB, steady (median) %d KiB, Go heap in use at the end %d KiB, %d goroutines; %v",
+					nodes, registered.Round(time.Second), hold, steady, s1.AckP50, s1.AckP99, idle, regPeak, peak, steadyRSS, heap, goroutines, s1)
 				if registered == 0 {
 					b.Errorf("not every node had a report acknowledged within 10 minutes")
 				}
+				perNode := func(kib int) float64 { return float64(kib) / float64(nodes) }
 				b.ReportMetric(registered.Seconds(), "registered_s")
 				b.ReportMetric(steady, "samples/s")
 				b.ReportMetric(float64(s1.AckP50)/1e6, "ack_p50_ms")
 				b.ReportMetric(float64(s1.AckP99)/1e6, "ack_p99_ms")
-				b.ReportMetric(float64(peak-idle)/float64(nodes), "KiB/node")
+				b.ReportMetric(perNode(peak-idle), "KiB/node")
+				b.ReportMetric(perNode(steadyRSS-idle), "steady_KiB/node")
+				b.ReportMetric(perNode(heap), "heap_KiB/node")
+				b.ReportMetric(float64(goroutines)/float64(nodes), "goroutines/node")
 				b.ReportMetric(float64(s1.Errors), "stream_errors")
 			}
 		})
