@@ -53,11 +53,11 @@ func (r *countingRegistry) UpsertDefinitions(_ context.Context, _ int32, defs []
 	return ids, nil
 }
 
-func (r *countingRegistry) NodeCount(_ context.Context, name string) (int, bool, error) {
+func (r *countingRegistry) AdmitNode(_ context.Context, name string, max int) (bool, int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, ok := r.upserts[name]
-	return len(r.upserts), ok, nil
+	return ok || len(r.upserts) < max, len(r.upserts), nil
 }
 
 func (r *countingRegistry) DefinitionsOutside(context.Context, int32, []string) (int, error) {

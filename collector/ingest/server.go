@@ -13,9 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
@@ -26,8 +28,10 @@ import (
 type Registry interface {
 	UpsertNode(ctx context.Context, n store.Node) (int32, error)
 	UpsertDefinitions(ctx context.Context, nodeID int32, defs []store.MetricDef) (map[string]int32, error)
-	// NodeCount is how many nodes are registered and whether name is one.
-	NodeCount(ctx context.Context, name string) (total int, exists bool, err error)
+	// AdmitNode reports whether the named node may register: it is
+	// registered, or fewer than max nodes are; total is the node count
+	// when it may not.
+	AdmitNode(ctx context.Context, name string, max int) (ok bool, total int, err error)
 	// DefinitionsOutside counts the node's stored definitions whose paths
 	// are not in paths: what earlier Hellos and streams defined.
 	DefinitionsOutside(ctx context.Context, nodeID int32, paths []string) (int, error)
@@ -84,8 +88,13 @@ type Server struct {
 	helloTimeout time.Duration
 	sendTimeout  time.Duration
 	registering  chan struct{} // a slot per Hello being registered
-	log          *slog.Logger
-	metrics      *telemetry.Metrics
+	// helloBytes bounds the Hellos being received or waiting for a slot:
+	// each reserves helloReserve before its Hello is read.
+	helloBytes  *semaphore.Weighted
+	helloBudget int64
+	catalogues  catalogues
+	log         *slog.Logger
+	metrics     *telemetry.Metrics
 
 	mu      sync.Mutex
 	streams map[string]*stream       // by node name: the one stream that speaks for it
@@ -121,10 +130,27 @@ type ServerOptions struct {
 	// The rest wait their turn, so a fleet reconnecting at once cannot
 	// take every database connection from the writers that ack reports.
 	Registrations int
+	// HelloBytes bounds the memory of Hellos being received or waiting
+	// to be registered (default DefaultHelloBytes): a stream reserves
+	// HelloReserve of it before its Hello is read, and keeps only what
+	// its Hello holds once decoded (its definitions are shared with every
+	// stream that brought the same ones). Past it, new streams wait before
+	// their Hello is read: gRPC flow control holds the agents back.
+	HelloBytes int64
 }
 
 // DefaultRegistrations is how many Hellos are registered at once.
 const DefaultRegistrations = 2
+
+// DefaultHelloBytes is the memory Hellos being received or waiting to be
+// registered may take: 256 Hellos being read at once.
+const DefaultHelloBytes = 64 << 20
+
+// HelloReserve is what a stream reserves of ServerOptions.HelloBytes
+// before its Hello is read: more than the agent's whole catalogue
+// (about 100 KB). A larger Hello must find the rest free at once, or is
+// refused with Unavailable (the agent retries).
+const HelloReserve = 256 << 10
 
 func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m *telemetry.Metrics) *Server {
 	if opts.HelloTimeout <= 0 {
@@ -145,8 +171,12 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 	if opts.Registrations <= 0 {
 		opts.Registrations = DefaultRegistrations
 	}
+	if opts.HelloBytes < HelloReserve {
+		opts.HelloBytes = DefaultHelloBytes
+	}
 	return &Server{registry: reg, writer: w, config: opts.Config, auth: opts.Auth, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
 		sendTimeout: opts.SendTimeout, registering: make(chan struct{}, opts.Registrations),
+		helloBytes: semaphore.NewWeighted(opts.HelloBytes), helloBudget: opts.HelloBytes,
 		log: log, metrics: m, streams: map[string]*stream{}, perIP: map[string]int{}, clock: map[string]time.Duration{}}
 }
 
@@ -160,7 +190,7 @@ type streamMetric struct {
 type stream struct {
 	node     store.Node
 	instance uint64
-	metrics  map[string]*streamMetric
+	metrics  metricSet
 	// otherDefs counts the node's stored definitions this stream's Hello
 	// did not repeat, so the per-node limit holds across streams.
 	otherDefs int
@@ -231,49 +261,100 @@ func (st *stream) trySend(m *nbsv1.ConnectResponse) {
 // and how many of the node's stored definitions lie outside them. A Hello
 // that repeats the definitions its node last registered writes nothing: a
 // collector restart has every agent say Hello again with the same tree.
-func (s *Server) registerDefinitions(ctx context.Context, node store.Node, defs []store.MetricDef) (map[string]int32, int, error) {
+func (s *Server) registerDefinitions(ctx context.Context, node store.Node, cat *catalogue) (map[string]streamMetric, int, error) {
 	unavailable := status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
-	paths := make([]string, len(defs))
-	for i, d := range defs {
+	paths := make([]string, len(cat.defs))
+	for i, d := range cat.defs {
 		paths[i] = d.Path
 	}
-	hash := store.DefinitionsHash(defs)
 	known, total, err := s.registry.KnownDefinitions(ctx, node.ID)
 	if err != nil {
 		s.log.Error("read known metric definitions", "node", node.Name, "err", err)
 		return nil, 0, unavailable
 	}
-	same := known != nil && bytes.Equal(known, hash)
-	others := total - len(defs)
+	same := known != nil && bytes.Equal(known, cat.hash)
+	others := total - len(cat.defs)
 	if !same {
 		if others, err = s.registry.DefinitionsOutside(ctx, node.ID, paths); err != nil {
 			s.log.Error("count metric definitions", "node", node.Name, "err", err)
 			return nil, 0, unavailable
 		}
 	}
-	if others+len(defs) > s.limits.MaxMetrics {
+	if others+len(cat.defs) > s.limits.MaxMetrics {
 		s.metrics.Rejects.WithLabelValues("too_many_metrics").Inc()
 		return nil, 0, status.Errorf(codes.ResourceExhausted, "hello: node %s would have %d metric definitions (%d stored from earlier Hellos + %d in this one), at most %d allowed (--ingest.max-metrics-per-node): delete the node to start afresh",
-			node.Name, others+len(defs), others, len(defs), s.limits.MaxMetrics)
+			node.Name, others+len(cat.defs), others, len(cat.defs), s.limits.MaxMetrics)
 	}
 	if same {
+		// Metric ids are global: a catalogue another node registered
+		// needs no query at all.
+		if m := cat.resolved(); m != nil {
+			return m, others, nil
+		}
 		ids, err := s.registry.MetricIDs(ctx, paths)
 		if err != nil {
 			s.log.Error("resolve metric ids", "node", node.Name, "err", err)
 			return nil, 0, unavailable
 		}
-		return ids, others, nil
+		return cat.resolve(ids), others, nil
 	}
-	ids, err := s.registry.UpsertDefinitions(ctx, node.ID, defs)
+	ids, err := s.registry.UpsertDefinitions(ctx, node.ID, cat.defs)
 	if err != nil {
 		s.log.Error("register metric definitions", "node", node.Name, "err", err)
 		return nil, 0, unavailable
 	}
-	if err := s.registry.MarkDefinitions(ctx, node.ID, hash); err != nil {
+	if err := s.registry.MarkDefinitions(ctx, node.ID, cat.hash); err != nil {
 		// Only the next Hello's shortcut is lost.
 		s.log.Warn("record metric definitions hash", "node", node.Name, "err", err)
 	}
-	return ids, others, nil
+	return cat.resolve(ids), others, nil
+}
+
+// receiveHello reads and checks a stream's Hello within the server's Hello
+// budget (ServerOptions.HelloBytes) and reduces it to what registering it
+// needs: the node and its interned catalogue. It returns how much of the
+// budget the stream still holds; release it once registered.
+func (s *Server) receiveHello(ctx context.Context, gs nbsv1.AgentService_ConnectServer) (*nbsv1.Hello, store.Node, *catalogue, int64, error) {
+	var node store.Node
+	// Reserved before the Hello is read: past the budget, a stream waits
+	// here and its agent's Hello stays in its own buffers.
+	if err := s.helloBytes.Acquire(ctx, HelloReserve); err != nil {
+		return nil, node, nil, 0, status.FromContextError(ctx.Err()).Err()
+	}
+	held := int64(HelloReserve)
+	fail := func(err error) (*nbsv1.Hello, store.Node, *catalogue, int64, error) {
+		s.helloBytes.Release(held)
+		return nil, node, nil, 0, err
+	}
+	hello, err := s.awaitHello(ctx, gs)
+	if err != nil {
+		return fail(err)
+	}
+	if size := int64(proto.Size(hello)); size > held {
+		if size > s.helloBudget || !s.helloBytes.TryAcquire(size-held) {
+			s.metrics.Rejects.WithLabelValues("hello_budget").Inc()
+			return fail(status.Errorf(codes.Unavailable, "hello of %d bytes: the collector is registering other nodes' Hellos; retry later", size))
+		}
+		held = size
+	}
+	node, defs, rej := s.limits.checkHello(hello)
+	if rej != nil {
+		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
+		code := codes.InvalidArgument
+		if rej.reason == "too_many_capabilities" || rej.reason == "too_many_metrics" {
+			code = codes.ResourceExhausted
+		}
+		return fail(status.Error(code, rej.msg))
+	}
+	cat := s.catalogues.intern(defs)
+	// The definitions are in the catalogue now (or were already, and
+	// these copies are garbage): what waits for a slot is the node alone.
+	hello.Metrics = nil
+	if rest := int64(proto.Size(hello)); rest < held {
+		s.helloBytes.Release(held - rest)
+		held = rest
+	}
+	return hello, node, cat, held, nil
 }
 
 // Connect serves one agent's stream: Hello, then reports until either side ends it.
@@ -287,25 +368,19 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	}
 	defer s.release(from)
 
-	hello, err := s.awaitHello(ctx, grpcStream)
+	hello, node, cat, held, err := s.receiveHello(ctx, grpcStream)
 	if err != nil {
 		return err
 	}
-	node, defs, rej := s.limits.checkHello(hello)
-	if rej != nil {
-		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
-		code := codes.InvalidArgument
-		if rej.reason == "too_many_capabilities" || rej.reason == "too_many_metrics" {
-			code = codes.ResourceExhausted
-		}
-		return status.Error(code, rej.msg)
-	}
+	defer s.catalogues.release(cat)
+	releaseHello := sync.OnceFunc(func() { s.helloBytes.Release(held) })
+	defer releaseHello()
 	select {
 	case s.registering <- struct{}{}:
 	case <-ctx.Done():
 		return status.FromContextError(ctx.Err()).Err()
 	}
-	registered := sync.OnceFunc(func() { <-s.registering })
+	registered := sync.OnceFunc(func() { <-s.registering; releaseHello() })
 	defer registered()
 	grant, err := s.auth.Authenticate(ctx, hello)
 	if err != nil {
@@ -322,12 +397,12 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 			return err
 		}
 	}
-	total, exists, err := s.registry.NodeCount(ctx, node.Name)
+	admitted, total, err := s.registry.AdmitNode(ctx, node.Name, s.limits.MaxNodes)
 	if err != nil {
 		s.log.Error("count nodes", "node", node.Name, "err", err)
 		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 	}
-	if !exists && total >= s.limits.MaxNodes {
+	if !admitted {
 		s.metrics.Rejects.WithLabelValues("too_many_nodes").Inc()
 		s.log.Warn("new node refused: node limit reached", "node", node.Name, "peer", from, "nodes", total, "limit", s.limits.MaxNodes)
 		return status.Errorf(codes.ResourceExhausted, "the collector has %d nodes, at most %d allowed (--ingest.max-nodes): delete unused nodes (nbs-collector nodes delete) or raise the limit", total, s.limits.MaxNodes)
@@ -337,17 +412,14 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 		s.log.Error("register node", "node", node.Name, "err", err)
 		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 	}
-	ids, others, err := s.registerDefinitions(ctx, node, defs)
+	base, others, err := s.registerDefinitions(ctx, node, cat)
 	if err != nil {
 		return err
 	}
 	registered()
-	st := &stream{node: node, instance: node.InstanceID, peer: from, metrics: make(map[string]*streamMetric, len(defs)),
+	st := &stream{node: node, instance: node.InstanceID, peer: from, metrics: metricSet{base: base},
 		otherDefs: others, out: make(chan *nbsv1.ConnectResponse, 256), cfgReady: make(chan struct{}, 1), stuck: make(chan struct{}),
 		ctx: ctx, end: cancel}
-	for _, d := range defs {
-		st.metrics[d.Path] = &streamMetric{id: ids[d.Path], kind: d.Kind}
-	}
 	cfg, err := s.config.ConfigFor(ctx, node)
 	if err != nil {
 		s.log.Error("compute config", "node", node.Name, "err", err)
@@ -357,7 +429,7 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 
 	s.register(st)
 	defer s.unregister(st)
-	s.log.Info("agent connected", "node", node.Name, "instance", fmt.Sprintf("%016x", node.InstanceID), "peer", from, "metrics", len(defs))
+	s.log.Info("agent connected", "node", node.Name, "instance", fmt.Sprintf("%016x", node.InstanceID), "peer", from, "metrics", len(cat.defs))
 
 	sendErr := make(chan error, 1)
 	go func() { sendErr <- s.sendLoop(ctx, grpcStream, st) }()
@@ -575,7 +647,7 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 			return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 		}
 		for _, d := range newDefs {
-			st.metrics[d.Path] = &streamMetric{id: ids[d.Path], kind: d.Kind}
+			st.metrics.add(d.Path, streamMetric{id: ids[d.Path], kind: d.Kind})
 		}
 		// A Config carries only the overrides of metrics the node has: the
 		// new ones may have some.
@@ -585,13 +657,13 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 	rep.NodeID = st.node.ID
 	rep.Received = received
 	for i := range rep.Samples {
-		rep.Samples[i].MetricID = st.metrics[rep.Samples[i].Path].id
+		rep.Samples[i].MetricID = metricID(&st.metrics, rep.Samples[i].Path)
 	}
 	for i := range rep.Histograms {
-		rep.Histograms[i].MetricID = st.metrics[rep.Histograms[i].Path].id
+		rep.Histograms[i].MetricID = metricID(&st.metrics, rep.Histograms[i].Path)
 	}
 	for i := range rep.Events {
-		rep.Events[i].MetricID = st.metrics[rep.Events[i].Path].id
+		rep.Events[i].MetricID = metricID(&st.metrics, rep.Events[i].Path)
 	}
 	seq := rep.Seq
 	return s.writer.Submit(ctx, rep, func(duplicate bool, err error) {
@@ -602,6 +674,13 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 		}
 		st.trySend(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Ack{Ack: &nbsv1.Ack{Sequence: seq, Duplicate: duplicate}}})
 	})
+}
+
+// metricID is the id of a metric checkReport accepted: every path it
+// lets through is defined.
+func metricID(m *metricSet, path string) int32 {
+	sm, _ := m.get(path)
+	return sm.id
 }
 
 // sendLoop is the stream's only sender. Configs go first, so the agent has

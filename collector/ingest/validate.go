@@ -127,7 +127,7 @@ func (l Limits) checkHello(h *nbsv1.Hello) (store.Node, []store.MetricDef, *reje
 		}
 		n.Capabilities = append(n.Capabilities, store.Capability{Name: c.GetName(), Available: c.GetAvailable(), Reason: c.GetReason()})
 	}
-	defs, rej := l.checkDefinitions(h.GetMetrics(), nil)
+	defs, rej := l.checkDefinitions(h.GetMetrics(), &metricSet{})
 	if rej != nil {
 		reason := "bad_hello"
 		if rej.reason == "bad_string" {
@@ -158,7 +158,7 @@ func checkPingAddress(s string) (string, error) {
 
 // checkDefinitions validates new metric definitions against those already
 // known on the stream; every non-root metric's parent must be defined.
-func (l Limits) checkDefinitions(in []*nbsv1.MetricDefinition, known map[string]*streamMetric) ([]store.MetricDef, *rejection) {
+func (l Limits) checkDefinitions(in []*nbsv1.MetricDefinition, known *metricSet) ([]store.MetricDef, *rejection) {
 	batch := make(map[string]bool, len(in))
 	for _, d := range in {
 		if batch[d.GetId()] {
@@ -172,7 +172,7 @@ func (l Limits) checkDefinitions(in []*nbsv1.MetricDefinition, known map[string]
 		if err := schema.CheckID(p); err != nil {
 			return nil, reject("bad_definition", "metric id %.256q must be a lower-case path like tcp_reset/sent/no_socket: %v", p, err)
 		}
-		if parent := schema.Parent(p); parent != "" && !batch[parent] && known[parent] == nil {
+		if parent := schema.Parent(p); parent != "" && !batch[parent] && !known.has(parent) {
 			return nil, reject("bad_definition", "metric %s: parent %s is not defined", p, parent)
 		}
 		if d.GetKind() < nbsv1.MetricKind_METRIC_KIND_RATE || d.GetKind() > nbsv1.MetricKind_METRIC_KIND_HISTOGRAM {
@@ -289,10 +289,10 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 		return out, nil, reject("too_large", "report %d: %d events, at most %d allowed", r.GetSequence(), len(r.GetEvents()), l.MaxEvents)
 	case len(r.GetHistograms()) > l.MaxHistograms:
 		return out, nil, reject("too_large", "report %d: %d histograms, at most %d allowed", r.GetSequence(), len(r.GetHistograms()), l.MaxHistograms)
-	case len(st.metrics)+st.otherDefs+len(r.GetNewMetrics()) > l.MaxMetrics:
-		return out, nil, reject("too_many_metrics", "report %d: node would have more than %d metric definitions (%d defined so far, counting earlier streams)", r.GetSequence(), l.MaxMetrics, len(st.metrics)+st.otherDefs)
+	case st.metrics.len()+st.otherDefs+len(r.GetNewMetrics()) > l.MaxMetrics:
+		return out, nil, reject("too_many_metrics", "report %d: node would have more than %d metric definitions (%d defined so far, counting earlier streams)", r.GetSequence(), l.MaxMetrics, st.metrics.len()+st.otherDefs)
 	}
-	newDefs, rej := l.checkDefinitions(r.GetNewMetrics(), st.metrics)
+	newDefs, rej := l.checkDefinitions(r.GetNewMetrics(), &st.metrics)
 	if rej != nil {
 		return out, nil, reject(rej.reason, "report %d: %s", r.GetSequence(), rej.msg)
 	}
@@ -301,7 +301,7 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 		pending[d.Path] = d.Kind
 	}
 	kindOf := func(path string) (store.Kind, bool) {
-		if m := st.metrics[path]; m != nil {
+		if m, ok := st.metrics.get(path); ok {
 			return m.kind, true
 		}
 		k, ok := pending[path]

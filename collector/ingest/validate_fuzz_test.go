@@ -98,9 +98,9 @@ func FuzzCheckReport(f *testing.F) {
 		if rej != nil {
 			t.Fatalf("seed hello refused: %v", rej)
 		}
-		st := &stream{node: node, instance: node.InstanceID, metrics: map[string]*streamMetric{}}
+		st := &stream{node: node, instance: node.InstanceID}
 		for i, d := range defs {
-			st.metrics[d.Path] = &streamMetric{id: int32(i + 1), kind: d.Kind}
+			st.metrics.add(d.Path, streamMetric{id: int32(i + 1), kind: d.Kind})
 		}
 		rep, _, rej := l.checkReport(&r, st, now)
 		if rej != nil {

@@ -73,7 +73,7 @@ func TestHistogramStart(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			st := &stream{metrics: map[string]*streamMetric{"ping": {id: 1, kind: store.KindHistogram}}}
+			st := &stream{metrics: metricSet{base: map[string]streamMetric{"ping": {id: 1, kind: store.KindHistogram}}}}
 			r := &nbsv1.Report{Sequence: 1, TimeUnixNano: now.UnixNano(), IntervalMs: 10000,
 				Histograms: []*nbsv1.Histogram{{MetricId: "ping", BucketIndex: []uint32{3}, BucketCount: []uint64{2}, Count: 2, Sum: 6, StartUnixNano: c.start}}}
 			out, _, rej := DefaultLimits().checkReport(r, st, now)
@@ -95,7 +95,7 @@ func TestHistogramStart(t *testing.T) {
 // whatever value came with it is dropped: it means nothing.
 func TestSampleWithoutValue(t *testing.T) {
 	now := time.Now()
-	st := &stream{metrics: map[string]*streamMetric{"ping": {id: 1, kind: store.KindGauge}, "drops": {id: 2, kind: store.KindRate}}}
+	st := &stream{metrics: metricSet{base: map[string]streamMetric{"ping": {id: 1, kind: store.KindGauge}, "drops": {id: 2, kind: store.KindRate}}}}
 	r := &nbsv1.Report{Sequence: 1, TimeUnixNano: now.UnixNano(), IntervalMs: 10000, Samples: []*nbsv1.Sample{
 		{MetricId: "ping", Value: 7, State: nbsv1.State_STATE_UNKNOWN, NoValue: true},
 		{MetricId: "drops", Value: 3, State: nbsv1.State_STATE_OK},

@@ -11,8 +11,8 @@ import (
 func TestLimitCountsAndClampedLatest(t *testing.T) {
 	st := openTest(t)
 	ctx := context.Background()
-	if total, exists, err := st.NodeCount(ctx, "n1"); err != nil || total != 0 || exists {
-		t.Fatalf("NodeCount on an empty store = %d %v %v", total, exists, err)
+	if ok, _, err := st.AdmitNode(ctx, "n1", 2); err != nil || !ok {
+		t.Fatalf("AdmitNode on an empty store = %v %v", ok, err)
 	}
 	node, err := st.UpsertNode(ctx, Node{Name: "n1", InstanceID: 7, IntervalMS: 1000})
 	if err != nil {
@@ -22,12 +22,12 @@ func TestLimitCountsAndClampedLatest(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		name   string
-		total  int
-		exists bool
-	}{{"n1", 2, true}, {"n3", 2, false}} {
-		if total, exists, err := st.NodeCount(ctx, c.name); err != nil || total != c.total || exists != c.exists {
-			t.Errorf("NodeCount(%s) = %d %v %v, want %d %v", c.name, total, exists, err, c.total, c.exists)
+		name  string
+		ok    bool
+		total int
+	}{{"n1", true, 0}, {"n3", false, 2}} {
+		if ok, total, err := st.AdmitNode(ctx, c.name, 2); err != nil || ok != c.ok || total != c.total {
+			t.Errorf("AdmitNode(%s, 2) = %v %d %v, want %v %d", c.name, ok, total, err, c.ok, c.total)
 		}
 	}
 	ids, err := st.UpsertDefinitions(ctx, node, []MetricDef{
@@ -62,4 +62,59 @@ func TestLimitCountsAndClampedLatest(t *testing.T) {
 	if v := l.Metrics["a"]; v.Value != 7 || !l.Time.Equal(real.Time) {
 		t.Errorf("latest after a report 9 min ahead and a real one: %+v at %s, want 7 at %s", v, l.Time, real.Time)
 	}
+}
+
+// The node limit holds exactly, without counting the nodes on every Hello:
+// across deletes, Hellos of known nodes (which use up node ids) and nodes
+// another collector registers.
+func TestAdmitNode(t *testing.T) {
+	ctx := context.Background()
+	st := openTest(t)
+	other, err := Open(ctx, st.pool.Config().ConnString(), st.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	const max = 4
+	upsert := func(s *Store, names ...string) {
+		t.Helper()
+		for _, n := range names {
+			if _, err := s.UpsertNode(ctx, Node{Name: n, InstanceID: 1, IntervalMS: 1000}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	counts := 0
+	admit := func(name string, wantOK bool, wantTotal int) {
+		t.Helper()
+		before := st.nodes
+		ok, total, err := st.AdmitNode(ctx, name, max)
+		if err != nil || ok != wantOK || (!ok && total != wantTotal) {
+			t.Fatalf("AdmitNode(%s, %d) = %v %d %v, want %v %d", name, max, ok, total, err, wantOK, wantTotal)
+		}
+		if st.nodes != before {
+			counts++
+		}
+	}
+	upsert(st, "a", "b")
+	admit("c", true, 0) // counts once: 2 nodes
+	admit("c", true, 0) // on the bound: 2 + 0 ids since
+	if counts != 1 {
+		t.Errorf("%d counts for two Hellos of one new node, want 1", counts)
+	}
+	upsert(st, "c")
+	upsert(other, "d") // another collector's node
+	admit("a", true, 0)
+	admit("e", false, 4)
+	if err := st.DeleteNode(ctx, "d"); err != nil {
+		t.Fatal(err)
+	}
+	admit("e", true, 0)
+	// Known nodes saying Hello again use up ids: the bound passes the
+	// limit, a count finds room.
+	upsert(st, "a", "a", "a", "b", "b")
+	admit("e", true, 0)
+	upsert(other, "e")
+	admit("f", false, 4)
+	admit("e", true, 0)
 }

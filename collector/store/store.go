@@ -33,6 +33,7 @@ type Store struct {
 	defIDs     map[string]int32 // metric_defs ids by defKey, at most maxDefIDs of them
 	maxDefIDs  int
 	partitions map[string]bool // "reports_20261121" etc. known to exist
+	nodes      nodeTally
 }
 
 // DefaultMaxDefIDs bounds the definitions a collector remembers: a fleet runs a
@@ -103,15 +104,59 @@ func (s *Store) UpsertNode(ctx context.Context, n Node) (int32, error) {
 	return id, nil
 }
 
-// NodeCount is how many nodes are registered and whether name is one of them.
-func (s *Store) NodeCount(ctx context.Context, name string) (int, bool, error) {
-	var total int
-	var exists bool
-	err := s.pool.QueryRow(ctx, `SELECT count(*), coalesce(bool_or(name = $1), false) FROM nodes`, name).Scan(&total, &exists)
+// AdmitNode reports whether a Hello from the named node may register under
+// a limit of max nodes: the node is registered already, or fewer than max
+// are. total is the number of nodes when it refuses. Every Hello asks, so
+// it does not count the nodes each time (a fleet reconnecting would cost
+// O(N²)): a registered node is one index lookup; a new one is admitted on
+// a bound, the last exact count plus the node ids handed out since (each
+// node takes one, deletes only lower it, so it holds for nodes other
+// collectors add too), and only a bound at the limit counts again. As
+// before, Hellos registering at the same moment may each pass a limit one
+// short.
+func (s *Store) AdmitNode(ctx context.Context, name string, max int) (bool, int, error) {
+	var (
+		exists bool
+		seq    int64
+	)
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE name = $1), `+nodeIDsIssued, name).Scan(&exists, &seq)
 	if err != nil {
-		return 0, false, fmt.Errorf("count nodes: %w", err)
+		return false, 0, fmt.Errorf("look up node %q: %w", name, err)
 	}
-	return total, exists, nil
+	if exists {
+		return true, 0, nil
+	}
+	s.mu.Lock()
+	t := s.nodes
+	s.mu.Unlock()
+	if t.valid && t.count+(seq-t.seq) < int64(max) {
+		return true, 0, nil
+	}
+	// The ids first: a node inserted after this is in the next bound's
+	// difference, whether or not the count sees it.
+	if err := s.pool.QueryRow(ctx, `SELECT `+nodeIDsIssued).Scan(&seq); err != nil {
+		return false, 0, fmt.Errorf("count nodes: %w", err)
+	}
+	var total int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM nodes`).Scan(&total); err != nil {
+		return false, 0, fmt.Errorf("count nodes: %w", err)
+	}
+	s.mu.Lock()
+	s.nodes = nodeTally{count: total, seq: seq, valid: true}
+	s.mu.Unlock()
+	return total < int64(max), int(total), nil
+}
+
+// nodeIDsIssued is the last node id handed out (0 before the first):
+// sequences are outside transactions, so it counts ids of inserts not yet
+// committed and of Hellos that updated an existing node, too.
+const nodeIDsIssued = `coalesce(pg_sequence_last_value(pg_get_serial_sequence('nodes', 'id')::regclass), 0)`
+
+// nodeTally is an exact count of the nodes and the last node id issued
+// when it was taken (AdmitNode).
+type nodeTally struct {
+	count, seq int64
+	valid      bool
 }
 
 // DefinitionsOutside counts the node's stored metric definitions whose

@@ -1,0 +1,126 @@
+package ingest
+
+import (
+	"sync"
+
+	"github.com/nbs-project/nbs/collector/store"
+)
+
+// A catalogue is the metric definitions of a Hello, shared by every stream
+// whose Hello brought the same ones (store.DefinitionsHash): in a fleet
+// nearly all nodes run the same agent with the same tree, so the ~100 KB of
+// definitions each Hello carries is kept once, not once per node, from the
+// moment the Hello is decoded. Metric ids are global by path (metric_paths),
+// so the path → id map is shared too.
+type catalogue struct {
+	hash []byte
+	defs []store.MetricDef
+	refs int // streams (registering or registered) using it; guarded by catalogues.mu
+
+	once    sync.Mutex
+	metrics map[string]streamMetric // set once registered, read-only after
+}
+
+// resolved is the catalogue's path → metric map, nil until a stream has
+// registered it.
+func (c *catalogue) resolved() map[string]streamMetric {
+	c.once.Lock()
+	defer c.once.Unlock()
+	return c.metrics
+}
+
+// resolve sets the path → metric map from the ids a registration returned,
+// unless another stream did first: ids are global, so both are the same.
+func (c *catalogue) resolve(ids map[string]int32) map[string]streamMetric {
+	c.once.Lock()
+	defer c.once.Unlock()
+	if c.metrics == nil {
+		m := make(map[string]streamMetric, len(c.defs))
+		for _, d := range c.defs {
+			m[d.Path] = streamMetric{id: ids[d.Path], kind: d.Kind}
+		}
+		c.metrics = m
+	}
+	return c.metrics
+}
+
+// catalogues interns catalogues by hash. An entry lives while a stream uses
+// it, so the table holds no more catalogues than there are streams (each
+// bounded by --ingest.max-metrics-per-node and the message size).
+type catalogues struct {
+	mu     sync.Mutex
+	byHash map[string]*catalogue
+}
+
+// intern returns the catalogue of defs, the one already known when a stream
+// brought the same definitions, and counts a user of it; release it once
+// the stream ends.
+func (cs *catalogues) intern(defs []store.MetricDef) *catalogue {
+	hash := store.DefinitionsHash(defs)
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if hash != nil {
+		if c := cs.byHash[string(hash)]; c != nil {
+			c.refs++
+			return c
+		}
+	}
+	c := &catalogue{hash: hash, defs: defs, refs: 1}
+	if hash != nil { // unhashable (cannot happen for validated definitions): never shared
+		if cs.byHash == nil {
+			cs.byHash = map[string]*catalogue{}
+		}
+		cs.byHash[string(hash)] = c
+	}
+	return c
+}
+
+func (cs *catalogues) release(c *catalogue) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if c.refs--; c.refs == 0 && cs.byHash[string(c.hash)] == c {
+		delete(cs.byHash, string(c.hash))
+	}
+}
+
+func (cs *catalogues) len() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.byHash)
+}
+
+// metricSet is what a stream may report: its Hello's catalogue, shared
+// with other streams, and what its reports defined since, its own (a report
+// may also redefine a metric of the catalogue).
+type metricSet struct {
+	base     map[string]streamMetric
+	extra    map[string]streamMetric
+	shadowed int // paths in both
+}
+
+func (m *metricSet) get(path string) (streamMetric, bool) {
+	if sm, ok := m.extra[path]; ok {
+		return sm, true
+	}
+	sm, ok := m.base[path]
+	return sm, ok
+}
+
+func (m *metricSet) has(path string) bool {
+	_, ok := m.get(path)
+	return ok
+}
+
+func (m *metricSet) len() int { return len(m.base) + len(m.extra) - m.shadowed }
+
+func (m *metricSet) add(path string, sm streamMetric) {
+	if m.extra == nil {
+		m.extra = map[string]streamMetric{}
+	}
+	if _, again := m.extra[path]; !again {
+		if _, inBase := m.base[path]; inBase {
+			m.shadowed++
+		}
+	}
+	m.extra[path] = sm
+}
