@@ -103,8 +103,8 @@ func startCollector(b *testing.B, bin, dbURL string, nodes int) *collector {
 }
 
 // goMetrics reads the collector's own Go runtime figures from its
-// /metrics: live heap in use, and goroutines.
-func (c *collector) goMetrics(b *testing.B) (heapKiB, goroutines int) {
+// /metrics: heap and goroutine stacks in use, and goroutines.
+func (c *collector) goMetrics(b *testing.B) (heapKiB, stackKiB, goroutines int) {
 	resp, err := http.Get("http://" + c.httpAddr + "/metrics")
 	if err != nil {
 		b.Fatal(err)
@@ -124,6 +124,8 @@ func (c *collector) goMetrics(b *testing.B) (heapKiB, goroutines int) {
 		switch name {
 		case "go_memstats_heap_inuse_bytes":
 			heapKiB = int(f / 1024)
+		case "go_memstats_stack_inuse_bytes":
+			stackKiB = int(f / 1024)
 		case "go_goroutines":
 			goroutines = int(f)
 		}
@@ -131,7 +133,7 @@ func (c *collector) goMetrics(b *testing.B) (heapKiB, goroutines int) {
 	if err := sc.Err(); err != nil {
 		b.Fatal(err)
 	}
-	return heapKiB, goroutines
+	return heapKiB, stackKiB, goroutines
 }
 
 // rssKiB is the collector's resident memory.
@@ -185,7 +187,7 @@ func envDuration(name string, def time.Duration) time.Duration {
 // node over its RSS before any agent connected: its peak (KiB/node, while
 // the fleet registers, as a whole fleet reconnecting after a collector
 // restart does) and its median over the hold (steady_KiB/node, the cost of
-// a connected node), with the Go heap in use and goroutines at the end.
+// a connected node), with the Go heap and stacks in use and goroutines at the end.
 func BenchmarkFleet(b *testing.B) {
 	bin := binary(b)
 	hold := envDuration("NBS_FLEET_DURATION", time.Minute)
@@ -225,15 +227,15 @@ func BenchmarkFleet(b *testing.B) {
 				s0 := f.Stats()
 				rss = rss[:0]
 				wait(hold, nil)
-				heap, goroutines := c.goMetrics(b)
+				heap, stack, goroutines := c.goMetrics(b)
 				s1 := f.Stats()
 				cancel()
 				<-done
 				slices.Sort(rss)
 				steadyRSS := rss[len(rss)/2]
 				steady := float64(s1.Samples-s0.Samples) / (s1.Elapsed - s0.Elapsed).Seconds()
-				b.Logf("%d nodes: all registered after %v; steady state over %v: %.0f samples/s, ack p50 %v p99 %v; collector RSS idle %d KiB, peak while registering %d KiB, peak %d KiB, steady (median) %d KiB, Go heap in use at the end %d KiB, %d goroutines; %v",
-					nodes, registered.Round(time.Second), hold, steady, s1.AckP50, s1.AckP99, idle, regPeak, peak, steadyRSS, heap, goroutines, s1)
+				b.Logf("%d nodes: all registered after %v; steady state over %v: %.0f samples/s, ack p50 %v p99 %v; collector RSS idle %d KiB, peak while registering %d KiB, peak %d KiB, steady (median) %d KiB, Go heap in use at the end %d KiB, stacks %d KiB, %d goroutines; %v",
+					nodes, registered.Round(time.Second), hold, steady, s1.AckP50, s1.AckP99, idle, regPeak, peak, steadyRSS, heap, stack, goroutines, s1)
 				if registered == 0 {
 					b.Errorf("not every node had a report acknowledged within 10 minutes")
 				}
@@ -245,6 +247,7 @@ func BenchmarkFleet(b *testing.B) {
 				b.ReportMetric(perNode(peak-idle), "KiB/node")
 				b.ReportMetric(perNode(steadyRSS-idle), "steady_KiB/node")
 				b.ReportMetric(perNode(heap), "heap_KiB/node")
+				b.ReportMetric(perNode(stack), "stack_KiB/node")
 				b.ReportMetric(float64(goroutines)/float64(nodes), "goroutines/node")
 				b.ReportMetric(float64(s1.Errors), "stream_errors")
 			}

@@ -70,6 +70,20 @@ func (c *Collector) Run(ctx context.Context) error {
 		return err
 	}
 	defer st.Close()
+	// reads answers the read-heavy queries: st itself, or st with those
+	// queries sent to the replica.
+	var reads interface {
+		api.Queries
+		report.Store
+	} = st
+	if c.cfg.DBReadURL != "" {
+		replica, err := store.OpenReplica(ctx, c.cfg.DBReadURL, c.log.With("part", "read-db"))
+		if err != nil {
+			return err
+		}
+		defer replica.Close()
+		reads = store.NewReads(st, replica, c.log.With("part", "read-db"))
+	}
 
 	grpcLis, err := net.Listen("tcp", c.cfg.GRPCAddr)
 	if err != nil {
@@ -161,8 +175,8 @@ func (c *Collector) Run(ctx context.Context) error {
 		httpLis.Close()
 		return err
 	}
-	handler := httpHandler(st, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: identities,
-		Reports: report.New(st, st.Pool(), c.log)}, acc, web.Handler(),
+	handler := httpHandler(reads, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: identities,
+		Reports: report.New(reads, st.Pool(), c.log)}, acc, web.Handler(),
 		c.log.With("part", "api"), c.metrics)
 	hl := c.cfg.HTTP
 	httpSrv := &http.Server{Handler: handler, ConnContext: access.ConnContext,

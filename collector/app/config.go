@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/alert"
 	"github.com/nbs-project/nbs/collector/ingest"
@@ -16,9 +18,14 @@ import (
 // Config is the collector's configuration. Start from DefaultConfig: the
 // command binds it to flags, tests change what they need.
 type Config struct {
-	GRPCAddr  string
-	HTTPAddr  string
-	DBURL     string
+	GRPCAddr string
+	HTTPAddr string
+	DBURL    string
+	// DBReadURL, when set, serves the read-heavy queries (series,
+	// histograms, events, reports) from a replica such as a streaming
+	// standby (store.Reads); the primary answers them while it cannot be
+	// reached.
+	DBReadURL string
 	Retention time.Duration
 	// RollupRetention1m and RollupRetention1h keep the report rollups
 	// (collector/store) apart from raw reports: minute rollups serve
@@ -136,6 +143,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.BootstrapTokenFile, "grpc.bootstrap-token-file", c.BootstrapTokenFile, "file holding the fleet bootstrap token (32-512 characters, e.g. openssl rand -base64 48): a node without a credential presents it once to enroll its name")
 	fs.StringVar(&c.NodeIdentityMapFile, "grpc.node-identity-map-file", c.NodeIdentityMapFile, "with mtls: lines of 'certificate-identity node-name-or-glob...' letting a certificate report as other names; re-read when it changes")
 	fs.StringVar(&c.DBURL, "db.url", c.DBURL, "PostgreSQL URL (env NBS_DB_URL), e.g. postgres://nbs@db:5432/nbs")
+	fs.StringVar(&c.DBReadURL, "db.read-url", c.DBReadURL, "PostgreSQL URL of a read-only replica (env NBS_DB_READ_URL), e.g. a streaming standby: series, events and reports are read there, and from --db.url while it cannot be reached (default: everything from --db.url)")
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "how long reports are kept; older day partitions are dropped")
 	fs.DurationVar(&c.RollupRetention1m, "retention.rollup-1m", c.RollupRetention1m, "how long the 1-minute report rollups are kept (incidents, reports up to 2 days)")
 	fs.DurationVar(&c.RollupRetention1h, "retention.rollup-1h", c.RollupRetention1h, "how long the 1-hour and 1-day report rollups are kept (longer reports and their previous periods)")
@@ -170,6 +178,12 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.DBURL == "" {
 		errs = append(errs, errors.New("--db.url (or env NBS_DB_URL) is required"))
+	}
+	if c.DBReadURL != "" {
+		if _, err := pgconn.ParseConfig(c.DBReadURL); err != nil {
+			// Not err itself: it repeats the URL, which may hold a password.
+			errs = append(errs, errors.New("--db.read-url (or env NBS_DB_READ_URL) is not a PostgreSQL URL or connection string"))
+		}
 	}
 	if c.GRPCAddr == "" {
 		errs = append(errs, errors.New("--grpc.listen-address is required"))

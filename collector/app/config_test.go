@@ -42,6 +42,8 @@ func TestDefaultConfigValidate(t *testing.T) {
 			c.Alert.WebhookURL, c.Alert.WebhookSecretFile = "https://hooks.example.com/nbs", "/etc/nbs/secret"
 		}, nil},
 		{"no database", func(c *Config) { c.DBURL = "" }, []string{"--db.url"}},
+		{"read replica", func(c *Config) { c.DBReadURL = "postgres://nbs@standby/nbs" }, nil},
+		{"read replica not a URL", func(c *Config) { c.DBReadURL = "postgres://nbs:secret@standby:port/nbs" }, []string{"--db.read-url"}},
 		{"TLS key alone", func(c *Config) { c.GRPCTLSKey = "k.pem" }, []string{"--grpc.tls-cert-file and --grpc.tls-key-file"}},
 		{"client CA without TLS", func(c *Config) { c.GRPCClientCA = "ca.pem" }, []string{"--grpc.tls-client-ca-file"}},
 		{"retention", func(c *Config) { c.Retention = time.Hour }, []string{"--retention"}},

@@ -101,10 +101,15 @@ func (credentialAuth) Authenticate(_ context.Context, h *nbsv1.Hello) (Grant, er
 
 func startServer(t *testing.T) (*Server, *countingRegistry, nbsv1.AgentServiceClient) {
 	t.Helper()
+	return startServerWith(t, ServerOptions{Auth: credentialAuth{}})
+}
+
+func startServerWith(t *testing.T, opts ServerOptions) (*Server, *countingRegistry, nbsv1.AgentServiceClient) {
+	t.Helper()
 	reg := &countingRegistry{upserts: map[string][]store.Node{}}
 	m := telemetry.New()
 	log := slog.New(slog.DiscardHandler)
-	srv := NewServer(reg, NewWriter(nil, WriterOptions{}, log, m), ServerOptions{Auth: credentialAuth{}}, log, m)
+	srv := NewServer(reg, NewWriter(nil, WriterOptions{}, log, m), opts, log, m)
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
 	nbsv1.RegisterAgentServiceServer(gs, srv)

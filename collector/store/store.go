@@ -66,7 +66,11 @@ func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
 	if n > 0 {
 		log.Info("applied database migrations", "count", n)
 	}
-	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, maxDefIDs: DefaultMaxDefIDs, partitions: map[string]bool{}}, nil
+	return newStore(pool, log), nil
+}
+
+func newStore(pool *pgxpool.Pool, log *slog.Logger) *Store {
+	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, maxDefIDs: DefaultMaxDefIDs, partitions: map[string]bool{}}
 }
 
 func (s *Store) Close() { s.pool.Close() }

@@ -32,6 +32,7 @@ func run() int {
 	fs := flag.NewFlagSet("nbs-collector", flag.ContinueOnError)
 	cfg := app.DefaultConfig()
 	cfg.DBURL = os.Getenv("NBS_DB_URL")
+	cfg.DBReadURL = os.Getenv("NBS_DB_READ_URL")
 	cfg.RegisterFlags(fs)
 	level := fs.String("log.level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(os.Args[1:]); err != nil {

@@ -1,0 +1,121 @@
+package ingest
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// Nodes whose Hellos bring the same definitions share one catalogue and
+// one path → metric map; it is forgotten once no stream uses it.
+func TestHelloCataloguesAreShared(t *testing.T) {
+	srv, _, client := startServer(t)
+	var streams []*agentStream
+	for _, n := range []string{"n1", "n2"} {
+		s, m, err := open(t, client, n, cred("cred-"+n), 1, nil)
+		if err != nil || m.GetConfig() == nil {
+			t.Fatalf("%s: %v, %v; want its Config", n, m, err)
+		}
+		streams = append(streams, s)
+	}
+	if n := srv.catalogues.len(); n != 1 {
+		t.Errorf("%d catalogues for two nodes with the same definitions, want 1", n)
+	}
+	srv.mu.Lock()
+	a, b := srv.streams["n1"].metrics.base, srv.streams["n2"].metrics.base
+	srv.mu.Unlock()
+	if len(a) != 1 || reflect.ValueOf(a).UnsafePointer() != reflect.ValueOf(b).UnsafePointer() {
+		t.Errorf("the two streams' metrics are %v and %v, want one shared map of one metric", a, b)
+	}
+	for _, s := range streams {
+		s.cancel()
+	}
+	for deadline := time.Now().Add(10 * time.Second); srv.catalogues.len() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d catalogues left after every stream ended", srv.catalogues.len())
+		}
+	}
+}
+
+// Hellos are read within a byte budget: with room for one, a second
+// stream's Hello waits until the first stream's Hello is registered, and a
+// Hello larger than its reservation that finds no room is refused with
+// Unavailable (the agent retries).
+func TestHelloBudget(t *testing.T) {
+	srv, _, client := startServerWith(t, ServerOptions{Auth: credentialAuth{}, HelloBytes: HelloReserve})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	silent, err := client.Connect(ctx) // reserves the whole budget, sends nothing yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); srv.openStreams() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the silent stream never opened")
+		}
+	}
+	type answer struct {
+		m   *nbsv1.ConnectResponse
+		err error
+	}
+	second := make(chan answer, 1)
+	h2 := &nbsv1.Hello{NodeName: "n2", InstanceId: 2, IntervalMs: 1000, Auth: cred("cred-n2"),
+		Metrics: []*nbsv1.MetricDefinition{{Id: "tcp_reset", Title: "resets", Unit: "1/s", Kind: nbsv1.MetricKind_METRIC_KIND_RATE}}}
+	go func() {
+		s, err := client.Connect(ctx)
+		if err == nil {
+			err = s.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Hello{Hello: h2}})
+		}
+		if err != nil {
+			second <- answer{nil, err}
+			return
+		}
+		m, err := s.Recv()
+		second <- answer{m, err}
+	}()
+	select {
+	case a := <-second:
+		t.Fatalf("a second Hello was answered (%v, %v) while the budget was taken", a.m, a.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	hello := &nbsv1.Hello{NodeName: "n1", InstanceId: 1, IntervalMs: 1000, Auth: cred("cred-n1"),
+		Metrics: []*nbsv1.MetricDefinition{{Id: "tcp_reset", Title: "resets", Unit: "1/s", Kind: nbsv1.MetricKind_METRIC_KIND_RATE}}}
+	if err := silent.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Hello{Hello: hello}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := silent.Recv(); err != nil || m.GetConfig() == nil {
+		t.Fatalf("first Hello: %v, %v; want its Config", m, err)
+	}
+	if a := <-second; a.err != nil || a.m.GetConfig() == nil {
+		t.Fatalf("second Hello once the first was registered: %v, %v; want its Config", a.m, a.err)
+	}
+
+	// Budget for one reservation, and a Hello larger than it.
+	_, _, client = startServerWith(t, ServerOptions{Auth: credentialAuth{}, HelloBytes: HelloReserve})
+	big, err := client.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := strings.Repeat("d", 4000)
+	hello = &nbsv1.Hello{NodeName: "n3", InstanceId: 3, IntervalMs: 1000, Auth: cred("cred-n3")}
+	for i := range 100 {
+		id := "tcp_reset"
+		if i > 0 {
+			id = "tcp_reset/r" + strings.Repeat("x", i)
+		}
+		hello.Metrics = append(hello.Metrics, &nbsv1.MetricDefinition{Id: id, Title: "t", Description: desc, Kind: nbsv1.MetricKind_METRIC_KIND_RATE})
+	}
+	if err := big.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Hello{Hello: hello}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := big.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a %d-byte Hello with no room beyond its reservation: %v, %v; want Unavailable", len(desc)*100, m, err)
+	}
+}
