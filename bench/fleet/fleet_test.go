@@ -55,9 +55,13 @@ func freePort(b *testing.B) string {
 	return l.Addr().String()
 }
 
-// binary builds nbs-collector once per benchmark binary.
+// binary builds nbs-collector once per benchmark binary, or takes the one
+// NBS_FLEET_COLLECTOR names (e.g. built from another commit, for an A/B).
 func binary(b *testing.B) string {
 	b.Helper()
+	if bin := os.Getenv("NBS_FLEET_COLLECTOR"); bin != "" {
+		return bin
+	}
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "nbs-collector")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/nbs-project/nbs/collector/cmd/nbs-collector").CombinedOutput()

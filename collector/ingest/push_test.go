@@ -129,19 +129,49 @@ func TestPushNeverWaitsForAStuckAgent(t *testing.T) {
 	}
 }
 
-// The mailbox holds one Config: the newest replaces one not yet sent.
+// The mailbox holds one Config: the newest replaces one not yet sent, and
+// it goes before the acks queued with it.
 func TestMailboxKeepsTheNewestConfig(t *testing.T) {
-	st := &stream{cfgReady: make(chan struct{}, 1)}
+	st := &stream{ctx: t.Context(), room: make(chan struct{}, 1)}
+	st.trySend(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Ack{Ack: &nbsv1.Ack{Sequence: 1}}})
 	for v := range uint64(5) {
 		st.offerConfig(&nbsv1.Config{Version: v + 1})
 	}
-	if len(st.cfgReady) != 1 {
-		t.Fatalf("%d signals pending, want 1", len(st.cfgReady))
+	if m := st.next(); m.GetConfig().GetVersion() != 5 {
+		t.Errorf("sent %v first, want the newest Config, version 5", m)
 	}
-	if cfg := st.takeConfig(); cfg.GetVersion() != 5 {
-		t.Errorf("took version %d, want the newest, 5", cfg.GetVersion())
+	if m := st.next(); m.GetAck().GetSequence() != 1 {
+		t.Errorf("sent %v second, want the ack", m)
 	}
-	if cfg := st.takeConfig(); cfg != nil {
-		t.Errorf("took %v from an empty mailbox", cfg)
+	if m := st.next(); m != nil {
+		t.Errorf("sent %v from an empty stream", m)
+	}
+}
+
+// A stream's sender runs only while there is something to send: once an
+// agent has its Config and acks, its stream holds no sending goroutine.
+func TestSenderEndsWhenIdle(t *testing.T) {
+	srv, _, client := startServer(t)
+	s, m, err := open(t, client, "n1", cred("cred-n1"), 1, nil)
+	if err != nil || m.GetConfig() == nil {
+		t.Fatalf("%v, %v; want the Config", m, err)
+	}
+	srv.mu.Lock()
+	st := srv.streams["n1"]
+	srv.mu.Unlock()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st.sendMu.Lock()
+		sending := st.sending
+		st.sendMu.Unlock()
+		if !sending {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sender still runs 5s after the Config was sent")
+		}
+	}
+	srv.PushConfig(context.Background(), "n1")
+	if _, err := nextConfig(s); err != nil {
+		t.Fatalf("a push after the sender ended: %v", err)
 	}
 }

@@ -199,13 +199,23 @@ type stream struct {
 	offsets  [clockSamples]time.Duration
 	nOffsets int
 	peer     string
-	out      chan *nbsv1.ConnectResponse
+	// What waits to be sent to the agent. No goroutine waits with it: a
+	// sender is started when there is something to send and ends when it
+	// has sent it all (an agent is acked once an interval, and each
+	// goroutine's stack costs several KiB per connected node).
+	sendMu sync.Mutex
+	// queue holds acks and rejects, oldest first, at most maxQueued.
+	queue []*nbsv1.ConnectResponse
 	// cfg is a one-slot mailbox: the newest Config not yet sent, replaced
 	// by each push, so a stream that reads slowly gets fewer Configs, not
 	// a queue of stale ones, and a push never waits for it.
-	cfgMu    sync.Mutex
-	cfg      *nbsv1.Config
-	cfgReady chan struct{} // cap 1: a Config is in the mailbox
+	cfg     *nbsv1.Config
+	sending bool // a sender is running
+	closed  bool // the stream is over: no sender starts again
+	room    chan struct{}
+	senders sync.WaitGroup
+	// transmit sends one message on the gRPC stream.
+	transmit func(*nbsv1.ConnectResponse) error
 	// stuck is closed when one Send has waited longer than the send
 	// timeout: the agent stopped reading, and its stream is ended.
 	stuck     chan struct{}
@@ -216,44 +226,124 @@ type stream struct {
 	end context.CancelCauseFunc
 }
 
-// send queues a message for the agent; false if the stream has ended.
+// maxQueued bounds the acks and rejects waiting for one agent.
+const maxQueued = 256
+
+// send queues a message for the agent, waiting while the queue is full;
+// false if the stream has ended.
 func (st *stream) send(m *nbsv1.ConnectResponse) bool {
-	select {
-	case st.out <- m:
-		return true
-	case <-st.ctx.Done():
-		return false
+	for {
+		st.sendMu.Lock()
+		if st.ctx.Err() != nil {
+			st.sendMu.Unlock()
+			return false
+		}
+		if len(st.queue) < maxQueued {
+			st.queue = append(st.queue, m)
+			st.startSender()
+			st.sendMu.Unlock()
+			return true
+		}
+		st.sendMu.Unlock()
+		select {
+		case <-st.room:
+		case <-st.ctx.Done():
+			return false
+		}
 	}
 }
 
 // offerConfig puts cfg in the stream's mailbox, replacing a Config not yet
 // sent; it never waits.
 func (st *stream) offerConfig(cfg *nbsv1.Config) {
-	st.cfgMu.Lock()
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
 	st.cfg = cfg
-	st.cfgMu.Unlock()
-	select {
-	case st.cfgReady <- struct{}{}:
-	default: // already signalled; the sender takes the newest
-	}
-}
-
-// takeConfig empties the mailbox.
-func (st *stream) takeConfig() *nbsv1.Config {
-	st.cfgMu.Lock()
-	defer st.cfgMu.Unlock()
-	cfg := st.cfg
-	st.cfg = nil
-	return cfg
+	st.startSender()
 }
 
 // trySend is for the database writers, which serve every stream and must
 // not wait on one slow agent. A dropped ack is safe: the agent resends and
 // the duplicate is acked again.
 func (st *stream) trySend(m *nbsv1.ConnectResponse) {
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
+	if len(st.queue) < maxQueued {
+		st.queue = append(st.queue, m)
+		st.startSender()
+	}
+}
+
+// startSender starts a sender unless one runs; sendMu is held.
+func (st *stream) startSender() {
+	if st.sending || st.closed || st.transmit == nil { // nil: not registered yet
+		return
+	}
+	st.sending = true
+	st.senders.Add(1)
+	go st.drain()
+}
+
+// drain sends what waits, Configs first, so the agent has its Config
+// before the acks of its first reports, and ends when nothing is left.
+// A failed Send ends the stream.
+func (st *stream) drain() {
+	defer st.senders.Done()
+	for {
+		m := st.next()
+		if m == nil {
+			return
+		}
+		if err := st.transmit(m); err != nil {
+			st.end(err)
+			return
+		}
+	}
+}
+
+// next takes the next message to send, or stops the sender (nil).
+func (st *stream) next() *nbsv1.ConnectResponse {
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
+	var m *nbsv1.ConnectResponse
+	switch {
+	case st.ctx.Err() != nil:
+	case st.cfg != nil:
+		m = &nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Config{Config: st.cfg}}
+		st.cfg = nil
+	case len(st.queue) > 0:
+		m = st.queue[0]
+		st.queue[0] = nil
+		if st.queue = st.queue[1:]; len(st.queue) == 0 {
+			st.queue = nil // the array goes with the burst
+		}
+		select {
+		case st.room <- struct{}{}:
+		default:
+		}
+	}
+	if m == nil {
+		st.sending = false
+	}
+	return m
+}
+
+// close stops senders from starting and waits for a running one to end,
+// or for its Send to have waited longer than the send timeout: returning
+// from the handler then ends the gRPC stream, which ends that Send.
+func (st *stream) close() {
+	st.sendMu.Lock()
+	st.closed = true
+	running := st.sending
+	st.sendMu.Unlock()
+	if !running {
+		return
+	}
+	done := make(chan struct{})
+	go func() { st.senders.Wait(); close(done) }()
 	select {
-	case st.out <- m:
-	default:
+	case <-done:
+	case <-st.stuck:
 	}
 }
 
@@ -418,8 +508,8 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	}
 	registered()
 	st := &stream{node: node, instance: node.InstanceID, peer: from, metrics: metricSet{base: base},
-		otherDefs: others, out: make(chan *nbsv1.ConnectResponse, 256), cfgReady: make(chan struct{}, 1), stuck: make(chan struct{}),
-		ctx: ctx, end: cancel}
+		otherDefs: others, room: make(chan struct{}, 1), stuck: make(chan struct{}), ctx: ctx, end: cancel}
+	defer func() { cancel(nil); st.close() }()
 	cfg, err := s.config.ConfigFor(ctx, node)
 	if err != nil {
 		s.log.Error("compute config", "node", node.Name, "err", err)
@@ -429,38 +519,28 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 
 	s.register(st)
 	defer s.unregister(st)
+	// Only now may anything reach the agent: once it has its Config, it
+	// finds its node connected.
+	st.sendMu.Lock()
+	st.transmit = s.transmitter(grpcStream, st)
+	st.startSender()
+	st.sendMu.Unlock()
 	s.log.Info("agent connected", "node", node.Name, "instance", fmt.Sprintf("%016x", node.InstanceID), "peer", from, "metrics", len(cat.defs))
 
-	sendErr := make(chan error, 1)
-	go func() { sendErr <- s.sendLoop(ctx, grpcStream, st) }()
 	// Recv cannot be interrupted, so the receiver may outlive this function
 	// by a moment: returning ends the gRPC stream, which ends its Recv.
 	recvDone := make(chan error, 1)
 	go func() { recvDone <- s.recvLoop(ctx, grpcStream, st) }()
 
 	var recvErr error
-	sent := false
 	select {
 	case recvErr = <-recvDone:
-	case recvErr = <-sendErr:
-		sent = true
-	case <-ctx.Done(): // ended from outside, or the agent went away
+	case <-ctx.Done(): // ended from outside, by a failed Send, or the agent went away
 	}
 	cancel(nil)
-	if !sent {
-		// A sender blocked in Send on an agent that does not read is left
-		// once its send timeout fires (at most that long, also when the
-		// stream was replaced or revoked meanwhile): returning ends the
-		// gRPC stream, which ends its Send.
-		select {
-		case err := <-sendErr:
-			if recvErr == nil {
-				recvErr = err
-			}
-		case <-st.stuck:
-		}
-	}
-	// Ended from outside (replaced, revoked): that is the agent's answer.
+	st.close()
+	// Ended from outside (replaced, revoked), or by a Send that failed or
+	// waited too long: that is the agent's answer.
 	if cause := context.Cause(ctx); cause != nil {
 		if sc, ok := status.FromError(cause); ok && sc.Code() != codes.Canceled {
 			recvErr = cause
@@ -683,13 +763,12 @@ func metricID(m *metricSet, path string) int32 {
 	return sm.id
 }
 
-// sendLoop is the stream's only sender. Configs go first, so the agent has
-// its Config before the acks of its first reports. Each Send that waits
-// longer than the send timeout (the agent stopped reading, so gRPC's flow
-// control window is full) ends the stream: it then holds nothing more than
-// its one pending Config and its bounded queue.
-func (s *Server) sendLoop(ctx context.Context, gs nbsv1.AgentService_ConnectServer, st *stream) error {
-	send := func(m *nbsv1.ConnectResponse) error {
+// transmitter sends one message to the agent. A Send that waits longer
+// than the send timeout (the agent stopped reading, so gRPC's flow control
+// window is full) ends the stream: it then holds nothing more than its one
+// pending Config and its bounded queue.
+func (s *Server) transmitter(gs nbsv1.AgentService_ConnectServer, st *stream) func(*nbsv1.ConnectResponse) error {
+	return func(m *nbsv1.ConnectResponse) error {
 		t := time.AfterFunc(s.sendTimeout, func() {
 			s.metrics.Rejects.WithLabelValues("send_timeout").Inc()
 			s.log.Warn("agent stopped reading its stream; ending it", "node", st.node.Name, "peer", st.peer, "send_timeout", s.sendTimeout)
@@ -698,32 +777,6 @@ func (s *Server) sendLoop(ctx context.Context, gs nbsv1.AgentService_ConnectServ
 		})
 		defer t.Stop()
 		return gs.Send(m)
-	}
-	for {
-		select {
-		case <-st.cfgReady:
-			if cfg := st.takeConfig(); cfg != nil {
-				if err := send(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Config{Config: cfg}}); err != nil {
-					return err
-				}
-			}
-			continue
-		default:
-		}
-		select {
-		case <-st.cfgReady:
-			if cfg := st.takeConfig(); cfg != nil {
-				if err := send(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Config{Config: cfg}}); err != nil {
-					return err
-				}
-			}
-		case m := <-st.out:
-			if err := send(m); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return nil
-		}
 	}
 }
 
