@@ -135,7 +135,9 @@ type ServerOptions struct {
 	// HelloReserve of it before its Hello is read, and keeps only what
 	// its Hello holds once decoded (its definitions are shared with every
 	// stream that brought the same ones). Past it, new streams wait before
-	// their Hello is read: gRPC flow control holds the agents back.
+	// their Hello is read: gRPC flow control holds the agents back, each
+	// with at most its stream window (64 KiB) of its Hello buffered here,
+	// instead of the several times its size a decoded Hello takes.
 	HelloBytes int64
 }
 
@@ -407,7 +409,7 @@ func (s *Server) registerDefinitions(ctx context.Context, node store.Node, cat *
 func (s *Server) receiveHello(ctx context.Context, gs nbsv1.AgentService_ConnectServer) (*nbsv1.Hello, store.Node, *catalogue, int64, error) {
 	var node store.Node
 	// Reserved before the Hello is read: past the budget, a stream waits
-	// here and its agent's Hello stays in its own buffers.
+	// here, with at most its stream window of its Hello in gRPC's buffers.
 	if err := s.helloBytes.Acquire(ctx, HelloReserve); err != nil {
 		return nil, node, nil, 0, status.FromContextError(ctx.Err()).Err()
 	}

@@ -7,8 +7,10 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
@@ -28,14 +30,19 @@ type pending struct {
 }
 
 // Writer batches reports from every stream into COPY transactions. Its queue
-// is bounded: when PostgreSQL falls behind, Submit blocks, the stream stops
-// reading, and gRPC flow control pushes back to the agents, which hold their
-// un-acked reports. Nothing is acked before it is committed.
+// is bounded in reports and in bytes: when PostgreSQL falls behind, Submit
+// blocks, the stream stops reading, and gRPC flow control pushes back to the
+// agents, which hold their un-acked reports. Nothing is acked before it is
+// committed.
 type Writer struct {
-	store    ReportWriter
-	log      *slog.Logger
-	metrics  *telemetry.Metrics
-	queue    chan pending
+	store   ReportWriter
+	log     *slog.Logger
+	metrics *telemetry.Metrics
+	queue   chan pending
+	// bytes bounds what the reports queued and being written take: a few
+	// thousand reports of the largest size allowed would be gigabytes.
+	bytes    *semaphore.Weighted
+	maxBytes int64
 	workers  int
 	maxBatch int
 	maxWait  time.Duration
@@ -44,32 +51,73 @@ type Writer struct {
 }
 
 type WriterOptions struct {
-	Workers   int           // concurrent database writers; about one per core
-	QueueSize int           // reports waiting across all streams
-	MaxBatch  int           // reports per transaction
-	MaxWait   time.Duration // how long a partial batch may wait
-	OnStored  func([]store.Report)
+	Workers   int // concurrent database writers; about one per core
+	QueueSize int // reports waiting across all streams
+	// QueueBytes bounds the memory of the reports waiting and being
+	// written, by reportBytes (default DefaultQueueBytes).
+	QueueBytes int64
+	MaxBatch   int           // reports per transaction
+	MaxWait    time.Duration // how long a partial batch may wait
+	OnStored   func([]store.Report)
 }
 
 // DefaultWriterOptions are the writer's settings unless the collector's
 // configuration says otherwise.
 func DefaultWriterOptions() WriterOptions {
-	return WriterOptions{Workers: 2, QueueSize: 4096, MaxBatch: 500, MaxWait: 100 * time.Millisecond}
+	return WriterOptions{Workers: 2, QueueSize: 4096, QueueBytes: DefaultQueueBytes, MaxBatch: 500, MaxWait: 100 * time.Millisecond}
+}
+
+// DefaultQueueBytes is what the reports waiting for the database may take:
+// a fleet's healthy reports are a few hundred bytes, a full snapshot tens
+// of KB, the largest report allowed megabytes.
+const DefaultQueueBytes = 64 << 20
+
+// reportBytes estimates the memory a validated report holds.
+func reportBytes(r *store.Report) int64 {
+	n := int64(unsafe.Sizeof(*r))
+	for _, s := range r.Samples {
+		n += int64(unsafe.Sizeof(s)) + int64(len(s.Path))
+	}
+	for _, h := range r.Histograms {
+		n += int64(unsafe.Sizeof(h)) + int64(len(h.Path)) + 12*int64(len(h.BucketIndex))
+	}
+	for _, e := range r.Events {
+		n += int64(unsafe.Sizeof(e)) + int64(len(e.Path))
+		for k, v := range e.Fields {
+			n += 48 + int64(len(k)+len(v)) // map slot and string headers
+		}
+	}
+	return n
 }
 
 // NewWriter prepares a writer; opts is DefaultWriterOptions with changes.
 func NewWriter(st ReportWriter, opts WriterOptions, log *slog.Logger, m *telemetry.Metrics) *Writer {
+	if opts.QueueBytes <= 0 {
+		opts.QueueBytes = DefaultQueueBytes
+	}
 	return &Writer{store: st, log: log, metrics: m, queue: make(chan pending, opts.QueueSize),
+		bytes: semaphore.NewWeighted(opts.QueueBytes), maxBytes: opts.QueueBytes,
 		workers: opts.Workers, maxBatch: opts.MaxBatch, maxWait: opts.MaxWait, onStored: opts.OnStored}
 }
 
-// Submit queues a report; it blocks while the queue is full.
+// Submit queues a report; it blocks while the queue is full, in reports
+// or in bytes.
 func (w *Writer) Submit(ctx context.Context, r store.Report, done Stored) error {
+	// A report larger than the whole budget waits for all of it.
+	n := min(reportBytes(&r), w.maxBytes)
+	if err := w.bytes.Acquire(ctx, n); err != nil {
+		return err
+	}
+	stored := func(duplicate bool, err error) {
+		w.bytes.Release(n)
+		done(duplicate, err)
+	}
 	select {
-	case w.queue <- pending{report: r, done: done}:
+	case w.queue <- pending{report: r, done: stored}:
 		w.metrics.WriteQueue.Set(float64(len(w.queue)))
 		return nil
 	case <-ctx.Done():
+		w.bytes.Release(n)
 		return ctx.Err()
 	}
 }
