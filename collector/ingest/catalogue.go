@@ -17,23 +17,23 @@ type catalogue struct {
 	defs []store.MetricDef
 	refs int // streams (registering or registered) using it; guarded by catalogues.mu
 
-	once    sync.Mutex
+	mu      sync.Mutex
 	metrics map[string]streamMetric // set once registered, read-only after
 }
 
 // resolved is the catalogue's path → metric map, nil until a stream has
 // registered it.
 func (c *catalogue) resolved() map[string]streamMetric {
-	c.once.Lock()
-	defer c.once.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.metrics
 }
 
 // resolve sets the path → metric map from the ids a registration returned,
 // unless another stream did first: ids are global, so both are the same.
 func (c *catalogue) resolve(ids map[string]int32) map[string]streamMetric {
-	c.once.Lock()
-	defer c.once.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.metrics == nil {
 		m := make(map[string]streamMetric, len(c.defs))
 		for _, d := range c.defs {
