@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -361,6 +362,32 @@ func TestKsyms(t *testing.T) {
 	}
 	if k.cache[1] != "" || len(k.cache) != 2 {
 		t.Errorf("cache %v: want both looked-up addresses, 1 unnamed", k.cache)
+	}
+}
+
+// TestKsymsScanMemory bounds what one scan of the real kallsyms allocates:
+// the agent's peak memory was a scan reading the whole file (5 MB here)
+// and keeping a string per candidate symbol, ~45 MB allocated per scan.
+func TestKsymsScanMemory(t *testing.T) {
+	k := newKsyms()
+	addr, err := symbolAddr(k.path, "nf_hook_slow")
+	if err != nil {
+		netlab.SkipOrFail(t, "kallsyms: %v", err)
+	}
+	// Addresses low in the table make every symbol above them a candidate.
+	want := []uint64{addr + 4, addr + 8, ^uint64(0) - 1, ^uint64(0) - 2}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := k.scan(want); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	const bound = 1 << 20
+	if got := after.TotalAlloc - before.TotalAlloc; got > bound {
+		t.Errorf("one scan of %s allocated %d bytes, want at most %d", k.path, got, bound)
+	}
+	if k.cache[addr+4] != "nf_hook_slow+0x4" {
+		t.Errorf("scan named %#x %q, want nf_hook_slow+0x4", addr+4, k.cache[addr+4])
 	}
 }
 
