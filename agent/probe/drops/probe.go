@@ -43,6 +43,8 @@ type Options struct {
 	// DefaultEvidencePerSecond, negative means none.
 	EvidencePerSecond int
 	Logger            *slog.Logger
+	// BTF is kernel BTF shared with other probes' loads (nil: read it).
+	BTF *bpfload.KernelBTF
 	// noNetnsTable turns the per-CPU table of (namespace, reason) counters
 	// off, so tests drive the hash behind it.
 	noNetnsTable bool
@@ -113,7 +115,7 @@ func Load(opts Options) (*Probe, error) {
 		limit = uint32(opts.EvidencePerSecond)
 	}
 
-	names, err := LoadNames()
+	names, err := LoadNames(opts.BTF)
 	if err != nil {
 		return nil, fmt.Errorf("load drop reason names: %w", err)
 	}
@@ -126,7 +128,7 @@ func Load(opts Options) (*Probe, error) {
 		return nil, fmt.Errorf("parse drops object: %w", err)
 	}
 	p := &Probe{netns: opts.NetnsInode, names: names, syms: newKsyms(), log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "drops", Log: log,
+		Name: "drops", Log: log, BTF: opts.BTF,
 		Needs: "a kernel (5.17+, rx_sk argument 6.12+) with BTF tracepoint kfree_skb(skb, location, reason, rx_sk)",
 	}}}
 	vars := bpfload.Vars{dropsVarTargetNetns: opts.NetnsInode, dropsVarEvidencePerSec: limit, dropsVarNetnsTable: !opts.noNetnsTable}
