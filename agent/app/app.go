@@ -238,6 +238,17 @@ func open[O any, PO interface {
 	}
 }
 
+// statsWindow is how long before each collection the BPF run-time
+// statistics are on: a second of each interval of 5 s or more (a tenth of
+// the default's), for good at shorter intervals, where a second would be
+// most of it anyway.
+func statsWindow(interval time.Duration) time.Duration {
+	if interval < 5*time.Second {
+		return 0
+	}
+	return time.Second
+}
+
 // peers is the ping branch as the collector's config reaches it.
 type peers interface {
 	SetPeers(specs []string)
@@ -264,7 +275,8 @@ func (a *Agent) openSources(ctx context.Context, env source.Env, branches []open
 	}
 	self := agent.New(agent.Options{Sources: append([]source.Source(nil), opened...),
 		Pending: a.outbox.Len, Dropped: a.outbox.Dropped, BudgetPercent: a.cfg.OverheadBudget,
-		Hold: a.cfg.TriggeredHold, MaxOn: a.cfg.TriggeredMax, Logger: env.Log(catalog.Agent)})
+		Hold: a.cfg.TriggeredHold, MaxOn: a.cfg.TriggeredMax, Interval: a.cfg.Interval, StatsWindow: statsWindow(a.cfg.Interval),
+		Logger: env.Log(catalog.Agent)})
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, s := range opened {
