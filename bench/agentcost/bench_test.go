@@ -16,7 +16,6 @@
 package agentcost
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,6 +32,7 @@ import (
 	collectorapp "github.com/nbs-project/nbs/collector/app"
 	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/procstatus"
 )
 
 func TestMain(m *testing.M) { pgcluster.Main(m) }
@@ -114,20 +114,11 @@ func (a *agent) peakKiB(b *testing.B) int { return a.statusKiB(b, "VmHWM") }
 
 // statusKiB is one of the agent's memory figures in /proc/<pid>/status.
 func (a *agent) statusKiB(b *testing.B, field string) int {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	n, err := procstatus.KiB(a.cmd.Process.Pid, field)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return n
-		}
-	}
-	b.Fatal("no " + field)
-	return 0
+	return n
 }
 
 // iperfPort is where the iperf3 server listens in B.

@@ -1,18 +1,16 @@
 package main
 
 import (
-	"bufio"
-	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/procstatus"
 )
 
 // peakBound is the agent's memory goal (BENCHMARKS.md, "The agent: what it
@@ -60,7 +58,10 @@ func TestPeakMemory(t *testing.T) {
 	if cmd.ProcessState != nil {
 		t.Fatalf("agent exited:\n%s", readLog(t, logPath))
 	}
-	peak := vmHWM(t, cmd.Process.Pid)
+	peak, err := procstatus.KiB(cmd.Process.Pid, "VmHWM")
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("peak resident memory %d KiB", peak)
 	if peak > peakBound {
 		t.Errorf("agent's peak resident memory %d KiB, want at most %d KiB", peak, peakBound)
@@ -89,26 +90,4 @@ func waitLog(t *testing.T, path, line string, within time.Duration) string {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// vmHWM is a process's peak resident set in KiB.
-func vmHWM(t *testing.T, pid int) int {
-	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			if err != nil {
-				t.Fatalf("VmHWM %q: %v", v, err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no VmHWM in /proc/<pid>/status")
-	return 0
 }

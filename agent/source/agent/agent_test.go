@@ -58,6 +58,19 @@ func collect(t *testing.T, s source.Source) source.Reading {
 
 func result(own map[string]tree.State) tree.Result { return tree.Result{Own: own} }
 
+// expandQdisc takes the baseline collection and attaches the qdisc
+// programs by an operator's expand; it returns when it did.
+func expandQdisc(t *testing.T, s *Source, qd *latencyqdisc.Source) time.Time {
+	t.Helper()
+	collect(t, s)
+	now := time.Now()
+	s.Adapt(context.Background(), now, result(nil), now.Add(time.Minute))
+	if !qd.Active() {
+		t.Fatal("expand did not attach the qdisc programs")
+	}
+	return now
+}
+
 // An operator's expand attaches the qdisc programs; with a budget they
 // exceed, the next interval detaches them, says why, and the agent branch
 // shows what each program cost per run and how often it ran.
@@ -66,12 +79,7 @@ func TestBudgetDetachesTriggeredPrograms(t *testing.T) {
 	qd := openQdisc(t, lab)
 	s := newSelf(t, Options{Sources: []source.Source{qd}, BudgetPercent: 1e-6, Hold: time.Second, MaxOn: time.Hour})
 	ctx := context.Background()
-	collect(t, s)
-	now := time.Now()
-	s.Adapt(ctx, now, result(nil), now.Add(time.Minute))
-	if !qd.Active() {
-		t.Fatal("expand did not attach the qdisc programs")
-	}
+	now := expandQdisc(t, s, qd)
 	lab.Exec(t, lab.A, "ping", "-c", "200", "-i", "0.002", "-q", lab.IPB.String())
 	r := collect(t, s)
 	events := r.Events
@@ -163,13 +171,7 @@ func TestStatsWindow(t *testing.T) {
 		defer s.mu.Unlock()
 		return s.statsOn != nil
 	}
-	ctx := context.Background()
-	collect(t, s)
-	now := time.Now()
-	s.Adapt(ctx, now, result(nil), now.Add(time.Minute))
-	if !qd.Active() {
-		t.Fatal("expand did not attach the qdisc programs")
-	}
+	expandQdisc(t, s, qd)
 	if statsOn() {
 		t.Fatal("statistics still on after a collection")
 	}
