@@ -1,7 +1,6 @@
 package agentcost
 
 import (
-	"slices"
 	"testing"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
+	"github.com/nbs-project/nbs/bench/bpfstats"
 	"github.com/nbs-project/nbs/internal/netlab"
 )
 
@@ -75,13 +75,7 @@ func BenchmarkRunTimeStats(b *testing.B) {
 			}
 		}
 		b.Logf("ns per run of an empty program (best of 5 loops of %d, %d rounds): statistics off %v, on %v", repeat, rounds, off, on)
-		b.ReportMetric(median(off), "ns/run_off")
-		b.ReportMetric(median(on), "ns/run_on")
+		b.ReportMetric(bpfstats.Median(off), "ns/run_off")
+		b.ReportMetric(bpfstats.Median(on), "ns/run_on")
 	}
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
