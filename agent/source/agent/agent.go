@@ -304,6 +304,9 @@ func (s *Source) shutWindow(now time.Time) {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	if s.closed {
+		return
+	}
 	next := now.Add(s.opts.Interval - s.opts.StatsWindow)
 	s.timer = time.AfterFunc(time.Until(next), s.openWindow)
 }
