@@ -56,7 +56,7 @@ type Options struct {
 	// than it, the run-time statistics are on only for the StatsWindow
 	// before each Collect, and the programs' figures are measured over it.
 	// While they are on, the kernel reads the clock twice around every run
-	// of every BPF program on the node (~85 ns a run here, BENCHMARKS.md):
+	// of every BPF program on the node (85–90 ns a run here, BENCHMARKS.md):
 	// a window cuts that by the duty cycle. Zero keeps them on for good.
 	Interval, StatsWindow time.Duration
 	Logger                *slog.Logger
