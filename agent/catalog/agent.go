@@ -17,7 +17,9 @@ func AgentTree() []Metric {
 		{ID: Agent, Title: "Agent overhead", Unit: "% of a CPU", Kind: Gauge,
 			Description: "CPU time the agent's BPF programs used during the interval, in percent of one CPU, from " +
 				"the kernel's own run-time statistics (BPF_ENABLE_STATS, the mechanism behind " +
-				"kernel.bpf_stats_enabled, turned on while the agent runs). Always-on programs cost little per " +
+				"kernel.bpf_stats_enabled). While they are on, every run of every BPF program on the node reads the " +
+				"clock twice, so at intervals of 5 s or more the agent turns them on only for the last second of " +
+				"each interval and measures its programs over that second. Always-on programs cost little per " +
 				"event but run on every reset, retransmit, drop or sampled write; triggered programs run on every " +
 				"packet and are detached when they would take the total over --overhead.budget. The children show " +
 				"each program's cost, the report backlog and which triggered sources are attached.",
@@ -53,14 +55,15 @@ func AgentProgram(name string) []Metric {
 	id := AgentBPF + "/" + name
 	return []Metric{
 		{ID: id, Title: name + " CPU", Unit: "% of a CPU", Kind: Gauge,
-			Description: "CPU time BPF program " + name + " used during the interval, in percent of one CPU. " +
-				"Its children give runs per second and nanoseconds per run (the kernel's run-time statistics)."},
+			Description: "CPU time BPF program " + name + " used during the interval (its last second at " +
+				"intervals of 5 s or more), in percent of one CPU. Its children give runs per second and " +
+				"nanoseconds per run (the kernel's run-time statistics)."},
 		{ID: id + "/ns_per_run", Title: name + " ns/run", Unit: "ns", Kind: Gauge,
-			Description: "Average nanoseconds per run of BPF program " + name + " during the interval (over its " +
-				"whole life when it did not run in the interval). Map updates and hash lookups cost most."},
+			Description: "Average nanoseconds per run of BPF program " + name + " during the interval (over the " +
+				"seconds measured of its whole life when it did not run then). Map updates and hash lookups cost most."},
 		{ID: id + "/runs_per_sec", Title: name + " runs/s", Unit: "runs/s", Kind: Gauge,
-			Description: "Runs per second of BPF program " + name + " during the interval: how often its " +
-				"attach point fired (packets, segments, events)."},
+			Description: "Runs per second of BPF program " + name + " during the interval (its last second at " +
+				"intervals of 5 s or more): how often its attach point fired (packets, segments, events)."},
 	}
 }
 

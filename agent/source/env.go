@@ -5,6 +5,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/owner"
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 	"github.com/nbs-project/nbs/agent/procnet"
 )
 
@@ -37,6 +38,9 @@ type Env struct {
 	// TopOwners is how many owners get a child of their own under a
 	// per-namespace counter; 0 means catalog.DefaultTopOwners.
 	TopOwners int
+	// BTF is the kernel BTF the probes share while they load; nil gives
+	// each load its own read.
+	BTF *bpfload.KernelBTF
 }
 
 // SetEnv replaces the environment; a source's Options embed Env, so the

@@ -2,17 +2,20 @@
 // throughput through a veth pair of the namespace lab with the real
 // nbs-agent binary running (its defaults: every namespace, TX timestamping
 // 1 in 64 connections) against not running, in interleaved runs, measured
-// by iperf3 itself; and the agent's CPU and peak memory while it runs, idle
-// and under an 8-stream load.
+// by iperf3 itself; the agent's CPU and peak memory while it runs, idle
+// and under an 8-stream load; and what its start costs: its CPU over its
+// first 15 s and its peak memory.
 //
 //	NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1 go test -run '^$' -bench . -benchtime 1x -timeout 20m ./bench/agentcost/
 //
 // NBS_AGENTCOST_PAIRS (default 6) on/off pairs of NBS_AGENTCOST_SECONDS
-// (default 3) each.
+// (default 3) each; NBS_AGENTCOST_STARTS (default 3) starts. With
+// NBS_AGENTCOST_BASE set to a git revision, the start benchmark also builds
+// the agent of that revision and alternates its starts with this one's, for
+// a before/after in the same run.
 package agentcost
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,6 +32,7 @@ import (
 	collectorapp "github.com/nbs-project/nbs/collector/app"
 	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/procstatus"
 )
 
 func TestMain(m *testing.M) { pgcluster.Main(m) }
@@ -47,6 +51,14 @@ type agent struct {
 }
 
 func startAgent(b *testing.B, bin, collector string) *agent {
+	b.Helper()
+	a := launchAgent(b, bin, collector)
+	time.Sleep(2 * time.Second)
+	return a
+}
+
+// launchAgent starts nbs-agent and returns once it logs that it runs.
+func launchAgent(b *testing.B, bin, collector string) *agent {
 	b.Helper()
 	dir := b.TempDir()
 	cmd := exec.Command(bin, "--collector.address", collector, "--node.name", "cost-1",
@@ -72,9 +84,8 @@ func startAgent(b *testing.B, bin, collector string) *agent {
 		if time.Now().After(deadline) || cmd.ProcessState != nil {
 			b.Fatalf("nbs-agent did not start within 30s:\n%s", log)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second)
 	return a
 }
 
@@ -99,21 +110,15 @@ func (a *agent) cpu(b *testing.B) time.Duration {
 }
 
 // peakKiB is the agent's peak resident memory (VmHWM).
-func (a *agent) peakKiB(b *testing.B) int {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+func (a *agent) peakKiB(b *testing.B) int { return a.statusKiB(b, "VmHWM") }
+
+// statusKiB is one of the agent's memory figures in /proc/<pid>/status.
+func (a *agent) statusKiB(b *testing.B, field string) int {
+	n, err := procstatus.KiB(a.cmd.Process.Pid, field)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return n
-		}
-	}
-	b.Fatal("no VmHWM")
-	return 0
+	return n
 }
 
 // iperfPort is where the iperf3 server listens in B.
@@ -172,14 +177,42 @@ func iperf(b *testing.B, lab *netlab.Lab, secs, streams int) float64 {
 	return res.End.SumReceived.BitsPerSecond
 }
 
-func BenchmarkAgentCost(b *testing.B) {
-	if _, err := exec.LookPath("iperf3"); err != nil {
-		netlab.SkipOrFail(b, "iperf3 is not installed")
-	}
+// buildAgent builds nbs-agent from this tree.
+func buildAgent(b *testing.B) string {
 	bin := filepath.Join(b.TempDir(), "nbs-agent")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nbs-project/nbs/agent/cmd/nbs-agent").CombinedOutput(); err != nil {
 		b.Fatalf("build nbs-agent: %v\n%s", err, out)
 	}
+	return bin
+}
+
+// buildAgentAt builds nbs-agent as it was at a git revision, from an
+// export of that revision's tree.
+func buildAgentAt(b *testing.B, rev string) string {
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		b.Fatalf("find the repository: %v", err)
+	}
+	src := b.TempDir()
+	tar := filepath.Join(b.TempDir(), "src.tar")
+	if out, err := exec.Command("git", "-C", strings.TrimSpace(string(top)), "archive", "-o", tar, rev).CombinedOutput(); err != nil {
+		b.Fatalf("git archive %s: %v\n%s", rev, err, out)
+	}
+	if out, err := exec.Command("tar", "-xf", tar, "-C", src).CombinedOutput(); err != nil {
+		b.Fatalf("unpack %s: %v\n%s", rev, err, out)
+	}
+	bin := filepath.Join(b.TempDir(), "nbs-agent-base")
+	build := exec.Command("go", "build", "-o", bin, "./agent/cmd/nbs-agent")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build nbs-agent at %s: %v\n%s", rev, err, out)
+	}
+	return bin
+}
+
+// startCollector runs a collector on a throwaway database for the agents
+// to report to, and returns its gRPC address.
+func startCollector(b *testing.B) string {
 	cfg := collectorapp.DefaultConfig()
 	cfg.DBURL, cfg.GRPCAddr, cfg.HTTPAddr = pgcluster.Database(b), "127.0.0.1:0", "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
@@ -193,6 +226,15 @@ func BenchmarkAgentCost(b *testing.B) {
 		b.Fatalf("collector: %v", err)
 	}
 	grpcAddr, _ := col.Addrs()
+	return grpcAddr
+}
+
+func BenchmarkAgentCost(b *testing.B) {
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		netlab.SkipOrFail(b, "iperf3 is not installed")
+	}
+	bin := buildAgent(b)
+	grpcAddr := startCollector(b)
 	lab := netlab.New(b)
 	pairs, secs := envInt("NBS_AGENTCOST_PAIRS", 6), envInt("NBS_AGENTCOST_SECONDS", 3)
 
@@ -258,4 +300,58 @@ func gbits(bps []float64) []string {
 		out[i] = strconv.FormatFloat(v/1e9, 'f', 2, 64)
 	}
 	return out
+}
+
+// startWindow is how long a start is measured from the process's launch.
+const startWindow = 15 * time.Second
+
+// BenchmarkAgentStart measures what starting the agent costs: its CPU
+// (user+system) over its first 15 s, which loading the programs and
+// reading kernel BTF dominate, its peak resident memory (VmHWM) when it
+// reports that it runs and at 15 s, and its resident memory then.
+func BenchmarkAgentStart(b *testing.B) {
+	type build struct {
+		name, bin string
+	}
+	builds := []build{{"this tree", buildAgent(b)}}
+	if rev := os.Getenv("NBS_AGENTCOST_BASE"); rev != "" {
+		builds = append(builds, build{rev, buildAgentAt(b, rev)})
+	}
+	grpcAddr := startCollector(b)
+	starts := envInt("NBS_AGENTCOST_STARTS", 3)
+	type result struct{ cpu, runningPeak, peak, rss []float64 }
+	for range b.N {
+		results := make([]result, len(builds))
+		for i := range starts {
+			for j := range builds {
+				// Alternate which build goes first, as the throughput
+				// pairs do.
+				k := (j + i) % len(builds)
+				a := launchAgent(b, builds[k].bin, grpcAddr)
+				running := a.peakKiB(b)
+				time.Sleep(time.Until(a.start.Add(startWindow)))
+				r := &results[k]
+				r.cpu = append(r.cpu, 100*float64(a.cpu(b))/float64(startWindow))
+				r.runningPeak = append(r.runningPeak, float64(running)/1024)
+				r.peak = append(r.peak, float64(a.peakKiB(b))/1024)
+				r.rss = append(r.rss, float64(a.statusKiB(b, "VmRSS"))/1024)
+				a.stop()
+			}
+		}
+		for k, r := range results {
+			b.Logf("%s, %d starts: CPU over the first %s %s%% of a core; peak RSS when running %s MiB, at %s %s MiB; RSS then %s MiB",
+				builds[k].name, starts, startWindow, list(r.cpu), list(r.runningPeak), startWindow, list(r.peak), list(r.rss))
+		}
+		r := results[0]
+		b.ReportMetric(slices.Max(r.peak), "peak_MiB")
+		b.ReportMetric(slices.Max(r.cpu), "cpu%_15s_max")
+	}
+}
+
+func list(v []float64) string {
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = strconv.FormatFloat(x, 'f', 1, 64)
+	}
+	return strings.Join(out, ", ")
 }

@@ -86,8 +86,7 @@ func (s *Sampler) Stop() (r Result, ok bool) {
 	if r.Runs == 0 || len(s.windows) == 0 {
 		return r, false
 	}
-	slices.Sort(s.windows)
-	r.MedianNs = s.windows[len(s.windows)/2]
+	r.MedianNs = Median(s.windows)
 	r.MeanNs = float64(s.last.Runtime-s.first.Runtime) / float64(r.Runs)
 	return r, true
 }
@@ -107,4 +106,12 @@ func Report(b *testing.B, s *Sampler, name string) {
 	b.ReportMetric(float64(r.Runs), name+"-runs")
 	b.Logf("%-40s median %5.0f ns/run, mean %5.0f ns/run, %8d runs, %d recursion misses",
 		name, r.MedianNs, r.MeanNs, r.Runs, r.RecursionMisses)
+}
+
+// Median is the middle of v (the upper one of an even count); v is left
+// as it was.
+func Median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

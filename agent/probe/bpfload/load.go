@@ -49,6 +49,9 @@ type Object struct {
 	// Log gets the verifier's log when the kernel refuses a program; nil
 	// discards it.
 	Log *slog.Logger
+	// BTF is the kernel BTF Load shares with other loads; nil reads it
+	// for each load.
+	BTF *KernelBTF
 	// Points are where Attach attaches the programs, in order; Programs
 	// reports them. They name loaded programs, so they are set after Load.
 	Points []Point
@@ -62,6 +65,7 @@ type Object struct {
 // (or one like it: LoadAndAssign fills it, Close frees it), which Close will
 // free. A probe whose programs load apart (to run partly on older kernels)
 // calls Load again with nil vars, and opts.MapReplacements to share maps.
+// Unless opts has a cache of its own, the load uses BTF's.
 //
 // A variable spec does not have is an error naming it, rather than a
 // program silently running with its default. When Load fails it frees what
@@ -69,6 +73,14 @@ type Object struct {
 func (o *Object) Load(spec *ebpf.CollectionSpec, vars Vars, objs io.Closer, opts *ebpf.CollectionOptions) error {
 	if err := o.set(spec, vars); err != nil {
 		return errors.Join(err, o.Close())
+	}
+	if c := o.BTF.Cache(); c != nil && (opts == nil || opts.Cache == nil) {
+		var withCache ebpf.CollectionOptions
+		if opts != nil {
+			withCache = *opts
+		}
+		withCache.Cache = c
+		opts = &withCache
 	}
 	if err := spec.LoadAndAssign(objs, opts); err != nil {
 		var ve *ebpf.VerifierError

@@ -6,3 +6,4 @@ package drops
 // directory out of the debug info, so the output is byte-identical wherever
 // the repository is checked out.
 //go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I../../../bpf/include" -target amd64 -type nbs_drop_event drops ../../../bpf/drops.bpf.c
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I../../../bpf/include" -target amd64 ksym ../../../bpf/ksym.bpf.c

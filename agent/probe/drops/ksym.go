@@ -1,35 +1,51 @@
 package drops
 
 import (
-	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
-	"os"
-	"strconv"
+	"strings"
 	"sync"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
+)
+
+// ksymBatch and ksymLen are NBS_KSYM_BATCH and NBS_KSYM_LEN of
+// bpf/ksym.bpf.c.
+const (
+	ksymBatch = 16
+	ksymLen   = 128
 )
 
 // ksyms names the kernel code that dropped a packet (the tracepoint's
-// location, a return address) as "function+0xoff", from /proc/kallsyms.
+// location, a return address) as "function+0xoff", with the kernel's own
+// symbol lookup run by a BPF program on demand (bpf/ksym.bpf.c).
 //
-// Drop sites are few, so names are cached per address, and each batch of
-// new addresses costs one scan of kallsyms (about 120k lines, tens of
-// milliseconds). Nothing is held but the cache: keeping the whole symbol
-// table would cost the agent megabytes.
+// It used to scan /proc/kallsyms, which costs the kernel ~70 ms of CPU per
+// read (it formats 120k symbols) and was half of the agent's start-up CPU:
+// a node drops packets from its first interval on. Drop sites are few, so
+// names are still cached per address.
 type ksyms struct {
-	path string
-
-	mu       sync.Mutex
-	cache    map[uint64]string // "" = looked up, not found
-	disabled bool              // addresses hidden (kptr_restrict) or the file unreadable
+	mu    sync.Mutex
+	objs  ksymObjects
+	cache map[uint64]string // "" = looked up, not found
+	err   error             // why names are off: the program did not load or run
 }
 
-func newKsyms() *ksyms {
-	return &ksyms{path: "/proc/kallsyms", cache: map[uint64]string{}}
+// newKsyms loads the symbol lookup; if it cannot, every address goes
+// unnamed and err says why.
+func newKsyms(opts *ebpf.CollectionOptions) *ksyms {
+	k := &ksyms{cache: map[uint64]string{}}
+	if err := loadKsymObjects(&k.objs, opts); err != nil {
+		k.err = fmt.Errorf("load kernel symbol lookup: %w", err)
+	}
+	return k
 }
 
-// names returns "func+0xoff" for each address it can name, scanning
-// kallsyms once for all the addresses not seen before.
+// names returns "func+0xoff" for each address it can name, running the
+// lookup for the addresses not seen before.
 func (k *ksyms) names(addrs []uint64) map[uint64]string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -39,10 +55,12 @@ func (k *ksyms) names(addrs []uint64) map[uint64]string {
 			missed = append(missed, a)
 		}
 	}
-	if len(missed) > 0 && !k.disabled {
-		if err := k.scan(missed); err != nil {
-			k.disabled = true
+	for len(missed) > 0 && k.err == nil {
+		n := min(len(missed), ksymBatch)
+		if err := k.lookup(missed[:n]); err != nil {
+			k.err = err
 		}
+		missed = missed[n:]
 	}
 	out := make(map[uint64]string, len(addrs))
 	for _, a := range addrs {
@@ -53,56 +71,49 @@ func (k *ksyms) names(addrs []uint64) map[uint64]string {
 	return out
 }
 
-// scan resolves addresses to the nearest text symbol at or below each.
-// kallsyms is not fully sorted (modules follow the core kernel), so every
-// line is considered.
-func (k *ksyms) scan(want []uint64) error {
-	data, err := os.ReadFile(k.path)
-	if err != nil {
-		return err
+// lookup names up to ksymBatch addresses into the cache.
+func (k *ksyms) lookup(want []uint64) error {
+	var in [ksymBatch]uint64
+	copy(in[:], want)
+	if err := k.objs.KsymAddr.Set(in); err != nil {
+		return fmt.Errorf("set ksym_addr: %w", err)
 	}
-	type best struct {
-		addr uint64
-		name string
+	if _, err := k.objs.NbsKsym.Run(&ebpf.RunOptions{}); err != nil {
+		return fmt.Errorf("run kernel symbol lookup: %w", err)
 	}
-	found := make([]best, len(want))
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	nonzero := false
-	for sc.Scan() {
-		line := sc.Bytes()
-		// "ffffffff81000000 T _stext\t[module]"
-		sp := bytes.IndexByte(line, ' ')
-		if sp != 16 || len(line) < sp+4 {
-			continue
-		}
-		if t := line[sp+1]; t != 't' && t != 'T' {
-			continue
-		}
-		a, err := strconv.ParseUint(string(line[:sp]), 16, 64)
-		if err != nil || a == 0 {
-			continue
-		}
-		nonzero = true
-		for i, w := range want {
-			if a <= w && a >= found[i].addr {
-				name := line[sp+3:]
-				if j := bytes.IndexByte(name, '\t'); j >= 0 {
-					name = name[:j]
-				}
-				found[i] = best{a, string(name)}
-			}
-		}
-	}
-	if !nonzero {
-		return fmt.Errorf("%s shows no addresses (kptr_restrict)", k.path)
+	var out [ksymBatch][ksymLen]byte
+	if err := k.objs.KsymName.Get(&out); err != nil {
+		return fmt.Errorf("get ksym_name: %w", err)
 	}
 	for i, w := range want {
-		k.cache[w] = ""
-		// A function is far smaller than 1 MiB: beyond that the nearest
-		// symbol is not this code's.
-		if b := found[i]; b.name != "" && w-b.addr < 1<<20 {
-			k.cache[w] = fmt.Sprintf("%s+0x%x", b.name, w-b.addr)
-		}
+		k.cache[w] = symbolName(out[i][:])
 	}
 	return nil
+}
+
+// symbolName turns %pB's "func+0xoff/0xsize [module]" into "func+0xoff";
+// an address the kernel cannot name comes back as bare hex, and is "".
+func symbolName(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	s := string(b)
+	if i := strings.IndexByte(s, '/'); i >= 0 {
+		s = s[:i]
+	}
+	if !strings.Contains(s, "+0x") || strings.HasPrefix(s, "0x") {
+		return ""
+	}
+	return s
+}
+
+// close frees the program; names then names nothing new.
+func (k *ksyms) close() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if errors.Is(k.err, bpfload.ErrClosed) {
+		return nil
+	}
+	k.err = bpfload.ErrClosed
+	return k.objs.Close()
 }

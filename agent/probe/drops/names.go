@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf/btf"
+
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 )
 
 // Names turns the kernel's numeric drop reasons into stable lower-case names
@@ -48,9 +50,10 @@ func (n Names) Max() uint32 { return n.max }
 
 // LoadNames reads enum skb_drop_reason, and the reason enums of subsystems
 // that register their own (mac80211, openvswitch: enums named
-// *_drop_reason whose values carry a subsystem id), from kernel BTF.
-func LoadNames() (Names, error) {
-	spec, err := btf.LoadKernelSpec()
+// *_drop_reason whose values carry a subsystem id), from kernel BTF
+// (kernel's when not nil).
+func LoadNames(kernel *bpfload.KernelBTF) (Names, error) {
+	spec, err := kernel.Spec()
 	if err != nil {
 		return Names{}, fmt.Errorf("load kernel BTF: %w (needs a kernel built with CONFIG_DEBUG_INFO_BTF, /sys/kernel/btf/vmlinux)", err)
 	}

@@ -50,7 +50,7 @@ func TestNamesFromEnum(t *testing.T) {
 // number: in particular NETFILTER_DROP, which tools with hard-coded tables
 // mislabel on newer kernels.
 func TestLoadNamesFromKernel(t *testing.T) {
-	n, err := LoadNames()
+	n, err := LoadNames(nil)
 	if err != nil {
 		netlab.SkipOrFail(t, "kernel BTF: %v", err)
 	}

@@ -12,6 +12,7 @@ package drops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -43,6 +44,8 @@ type Options struct {
 	// DefaultEvidencePerSecond, negative means none.
 	EvidencePerSecond int
 	Logger            *slog.Logger
+	// BTF is kernel BTF shared with other probes' loads (nil: read it).
+	BTF *bpfload.KernelBTF
 	// noNetnsTable turns the per-CPU table of (namespace, reason) counters
 	// off, so tests drive the hash behind it.
 	noNetnsTable bool
@@ -113,7 +116,7 @@ func Load(opts Options) (*Probe, error) {
 		limit = uint32(opts.EvidencePerSecond)
 	}
 
-	names, err := LoadNames()
+	names, err := LoadNames(opts.BTF)
 	if err != nil {
 		return nil, fmt.Errorf("load drop reason names: %w", err)
 	}
@@ -125,8 +128,8 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse drops object: %w", err)
 	}
-	p := &Probe{netns: opts.NetnsInode, names: names, syms: newKsyms(), log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "drops", Log: log,
+	p := &Probe{netns: opts.NetnsInode, names: names, log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
+		Name: "drops", Log: log, BTF: opts.BTF,
 		Needs: "a kernel (5.17+, rx_sk argument 6.12+) with BTF tracepoint kfree_skb(skb, location, reason, rx_sk)",
 	}}}
 	vars := bpfload.Vars{dropsVarTargetNetns: opts.NetnsInode, dropsVarEvidencePerSec: limit, dropsVarNetnsTable: !opts.noNetnsTable}
@@ -136,6 +139,10 @@ func Load(opts Options) (*Probe, error) {
 	p.bpf.Points = []bpfload.Point{bpfload.Tracepoint("kfree_skb", p.objs.NbsKfreeSkb)}
 	if err := p.bpf.AttachOrClose(); err != nil {
 		return nil, err
+	}
+	p.syms = newKsyms(nil)
+	if p.syms.err != nil {
+		log.Warn("drop sites will not be named", "err", p.syms.err)
 	}
 	log.Info("drops probe counting", "netns", opts.NetnsInode, "evidence_per_sec", limit)
 	p.ring = evidence.GuardedRing(&p.bpf, "drop", p.objs.DropEvents)
@@ -159,9 +166,9 @@ func (p *Probe) percpu(what string) (sum dropsNbsDropPercpu, err error) {
 }
 
 // Functions names drop locations (Event.Location) as "function+0xoffset"
-// from /proc/kallsyms; addresses it cannot name (addresses hidden by
-// kptr_restrict, code since unloaded) are left out. Each call with new
-// addresses costs one read of kallsyms, so pass them in batches.
+// with the kernel's symbol lookup; addresses it cannot name (code since
+// unloaded) are left out, and all of them when the lookup cannot run (its
+// error was logged at load).
 func (p *Probe) Functions(locations []uint64) map[uint64]string {
 	return p.syms.names(locations)
 }
@@ -308,4 +315,6 @@ func protocol(l3 uint16, family uint16, l4 uint8) string {
 }
 
 // Close detaches the program, frees the maps and ends a running ReadEvents.
-func (p *Probe) Close() error { return p.bpf.Close() }
+func (p *Probe) Close() error {
+	return errors.Join(p.bpf.Close(), p.syms.close())
+}

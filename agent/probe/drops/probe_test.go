@@ -349,18 +349,64 @@ func TestDecodeEvent(t *testing.T) {
 	}
 }
 
+// The kernel's lookup names addresses as kallsyms, read by the test
+// itself, places them, more than one batch of them at a time.
 func TestKsyms(t *testing.T) {
-	k := newKsyms()
-	addr, err := symbolAddr(k.path, "nf_hook_slow")
-	if err != nil {
-		netlab.SkipOrFail(t, "kallsyms: %v", err)
+	k := newKsyms(nil)
+	if k.err != nil {
+		netlab.SkipOrFail(t, "%v", k.err)
 	}
-	got := k.names([]uint64{addr + 4, 0, 1})
-	if len(got) != 1 || got[addr+4] != "nf_hook_slow+0x4" {
-		t.Errorf("names(%#x, 0, 1) = %v, want only nf_hook_slow+0x4", addr+4, got)
+	t.Cleanup(func() {
+		if err := k.close(); err != nil {
+			t.Error(err)
+		}
+	})
+	want := map[uint64]string{}
+	for _, name := range []string{"nf_hook_slow", "tcp_v4_rcv", "__udp4_lib_rcv", "ip_rcv"} {
+		addr, err := symbolAddr("/proc/kallsyms", name)
+		if err != nil {
+			netlab.SkipOrFail(t, "kallsyms: %v", err)
+		}
+		for off := uint64(1); off <= 5; off++ {
+			want[addr+off] = fmt.Sprintf("%s+0x%x", name, off)
+		}
 	}
-	if k.cache[1] != "" || len(k.cache) != 2 {
-		t.Errorf("cache %v: want both looked-up addresses, 1 unnamed", k.cache)
+	addrs := []uint64{0, 1}
+	for a := range want {
+		addrs = append(addrs, a)
+	}
+	got := k.names(addrs)
+	if len(got) != len(want) {
+		t.Errorf("names of %d addresses: %d named, want %d: %v", len(addrs), len(got), len(want), got)
+	}
+	for a, w := range want {
+		if got[a] != w {
+			t.Errorf("names(%#x) = %q, want %q", a, got[a], w)
+		}
+	}
+	if _, ok := k.cache[1]; !ok || k.cache[1] != "" || len(k.cache) != len(want)+1 {
+		t.Errorf("cache has %d entries (1: %q): want every address looked up, 1 unnamed", len(k.cache), k.cache[1])
+	}
+	if err := k.close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.names([]uint64{addrs[2] + 100}); len(got) != 0 {
+		t.Errorf("names after close = %v, want none", got)
+	}
+}
+
+func TestSymbolName(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"nf_hook_slow+0x4/0x110", "nf_hook_slow+0x4"},
+		{"nft_do_chain+0x2a/0x5c0 [nf_tables]", "nft_do_chain+0x2a"},
+		{"0xffffffffc0001234", ""},
+		{"", ""},
+	} {
+		b := make([]byte, ksymLen)
+		copy(b, c.in)
+		if got := symbolName(b); got != c.want {
+			t.Errorf("symbolName(%q) = %q, want %q", c.in, got, c.want)
+		}
 	}
 }
 

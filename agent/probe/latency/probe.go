@@ -25,6 +25,8 @@ type Options struct {
 	// as netns.Handle.Inode); 0 counts every namespace.
 	NetnsInode uint32
 	Logger     *slog.Logger
+	// BTF is kernel BTF shared with other probes' loads (nil: read it).
+	BTF *bpfload.KernelBTF
 }
 
 // Counts are cumulative since load, summed over CPUs.
@@ -68,7 +70,7 @@ func Load(opts Options) (*Probe, error) {
 		return nil, fmt.Errorf("parse retrans object: %w", err)
 	}
 	p := &Probe{bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "retrans", Log: log,
+		Name: "retrans", Log: log, BTF: opts.BTF,
 		Needs: "a kernel (6.7+ for tcp_sock.total_rto) with BTF tracepoints tcp_retransmit_skb and tcp_retransmit_synack and socket storage",
 	}}}
 	if err := p.bpf.Load(spec, bpfload.Vars{latencyVarTargetNetns: opts.NetnsInode}, &p.objs, nil); err != nil {

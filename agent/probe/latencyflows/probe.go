@@ -36,6 +36,8 @@ type Options struct {
 	// SamplesPerSec caps samples per second on each CPU.
 	SamplesPerSec uint32
 	Logger        *slog.Logger
+	// BTF is kernel BTF shared with other probes' loads (nil: read it).
+	BTF *bpfload.KernelBTF
 }
 
 // Flow is one flow's latest sample. Src is this host's end.
@@ -87,7 +89,7 @@ func Load(opts Options) (*Probe, error) {
 		return nil, fmt.Errorf("parse tcp flows object: %w", err)
 	}
 	p := &Probe{bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "tcp flows", Log: log,
+		Name: "tcp flows", Log: log, BTF: opts.BTF,
 		Needs: "a kernel with the BTF tracepoint tcp_probe and socket storage",
 	}}}
 	// Each attachment starts with an empty flow table.

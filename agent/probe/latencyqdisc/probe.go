@@ -24,6 +24,8 @@ type Options struct {
 	// 0 measures every namespace.
 	NetnsInode uint32
 	Logger     *slog.Logger
+	// BTF is kernel BTF shared with other probes' loads (nil: read it).
+	BTF *bpfload.KernelBTF
 }
 
 // Device is a network device as the kernel identifies it.
@@ -60,7 +62,7 @@ func Load(opts Options) (*Probe, error) {
 		return nil, fmt.Errorf("parse qdisc sojourn object: %w", err)
 	}
 	p := &Probe{bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "qdisc sojourn", Log: log,
+		Name: "qdisc sojourn", Log: log, BTF: opts.BTF,
 		Needs: "a kernel with BTF tracepoints net_dev_queue and net_dev_start_xmit",
 	}}}
 	// Packets queued before a previous Detach are forgotten, so none is

@@ -23,6 +23,8 @@ type Options struct {
 	// namespace; 0 measures every namespace.
 	NetnsInode uint32
 	Logger     *slog.Logger
+	// BTF is kernel BTF shared with other probes' loads (nil: read it).
+	BTF *bpfload.KernelBTF
 }
 
 // Proto is a transport protocol the probe times.
@@ -81,7 +83,7 @@ func Load(opts Options) (*Probe, error) {
 		return nil, fmt.Errorf("parse receive latency object: %w", err)
 	}
 	p := &Probe{epoch: 1, bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "receive latency", Log: log,
+		Name: "receive latency", Log: log, BTF: opts.BTF,
 		Needs: "a kernel (6.10+ for sk_data_ready) with BTF tracepoints netif_receive_skb, tcp_probe, " +
 			"skb_copy_datagram_iovec, sk_data_ready and sock_recv_length",
 	}}}

@@ -58,6 +58,8 @@ type Options struct {
 	// SampleEvery times 1 in this many connections (1 = every one).
 	SampleEvery uint32
 	Logger      *slog.Logger
+	// BTF is kernel BTF shared with other probes' loads (nil: read it).
+	BTF *bpfload.KernelBTF
 }
 
 // Stats are the probe's event counts, cumulative, summed over CPUs. The
@@ -101,7 +103,7 @@ func Load(opts Options) (*Probe, error) {
 	if opts.CgroupPath == "" {
 		return nil, errors.New("load tcp tx timestamping: no cgroup path")
 	}
-	kernel, err := btf.LoadKernelSpec()
+	kernel, err := opts.BTF.Spec()
 	if err != nil {
 		return nil, fmt.Errorf("load tcp tx timestamping: read kernel BTF: %w", err)
 	}
@@ -117,7 +119,7 @@ func Load(opts Options) (*Probe, error) {
 		return nil, fmt.Errorf("parse tcp tx object: %w", err)
 	}
 	p := &Probe{bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "tcp tx", Log: log, Caps: "CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON",
+		Name: "tcp tx", Log: log, BTF: opts.BTF, Caps: "CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON",
 		Needs: "a kernel (6.15+) with BPF TX timestamping and cgroup v2",
 	}}}
 	vars := bpfload.Vars{latencytxVarTargetNetns: opts.NetnsInode, latencytxVarSampleEvery: opts.SampleEvery}

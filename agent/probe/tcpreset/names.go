@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf/btf"
+
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 )
 
 // Names turns the kernel's numeric reset reasons and socket states into
@@ -55,10 +57,10 @@ func tcpStateTable() map[uint32]string {
 }
 
 // LoadNames reads the reset reasons (enum sk_rst_reason) and the TCP states
-// from the running kernel's BTF. Reason values change between kernel
-// versions, so they are never hard-coded.
-func LoadNames() (Names, error) {
-	spec, err := btf.LoadKernelSpec()
+// from the running kernel's BTF (kernel's when not nil). Reason values
+// change between kernel versions, so they are never hard-coded.
+func LoadNames(kernel *bpfload.KernelBTF) (Names, error) {
+	spec, err := kernel.Spec()
 	if err != nil {
 		return Names{}, fmt.Errorf("load kernel BTF: %w (needs a kernel built with CONFIG_DEBUG_INFO_BTF, /sys/kernel/btf/vmlinux)", err)
 	}

@@ -44,7 +44,7 @@ func TestEnumNames(t *testing.T) {
 // The running kernel's enums: the reasons the recipes produce exist, and
 // every value maps back to its BTF name.
 func TestLoadNamesFromKernel(t *testing.T) {
-	n, err := LoadNames()
+	n, err := LoadNames(nil)
 	if err != nil {
 		netlab.SkipOrFail(t, "kernel BTF: %v", err)
 	}

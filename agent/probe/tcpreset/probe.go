@@ -60,6 +60,8 @@ type Options struct {
 	// DefaultEvidencePerSecond. Resets beyond it are still counted.
 	EvidencePerSecond uint32
 	Logger            *slog.Logger
+	// BTF is kernel BTF shared with other probes' loads (nil: read it).
+	BTF *bpfload.KernelBTF
 }
 
 // Event is one reset as evidence. Src and Dst are those of the RST packet:
@@ -111,7 +113,7 @@ func Load(opts Options) (*Probe, error) {
 		limit = DefaultEvidencePerSecond
 	}
 
-	names, err := LoadNames()
+	names, err := LoadNames(opts.BTF)
 	if err != nil {
 		return nil, fmt.Errorf("load tcp_reset names: %w", err)
 	}
@@ -120,7 +122,7 @@ func Load(opts Options) (*Probe, error) {
 		return nil, fmt.Errorf("parse tcp_reset object: %w", err)
 	}
 	p := &Probe{names: names, log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "tcp_reset", Log: log,
+		Name: "tcp_reset", Log: log, BTF: opts.BTF,
 		Needs: "a kernel (6.10+) with BTF tracepoint tcp_send_reset(sk, skb, reason)",
 	}}}
 	vars := bpfload.Vars{tcpresetVarTargetNetns: opts.NetnsInode, tcpresetVarEvidencePerSec: limit}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,19 @@ func collect(t *testing.T, s source.Source) source.Reading {
 
 func result(own map[string]tree.State) tree.Result { return tree.Result{Own: own} }
 
+// expandQdisc takes the baseline collection and attaches the qdisc
+// programs by an operator's expand; it returns when it did.
+func expandQdisc(t *testing.T, s *Source, qd *latencyqdisc.Source) time.Time {
+	t.Helper()
+	collect(t, s)
+	now := time.Now()
+	s.Adapt(context.Background(), now, result(nil), now.Add(time.Minute))
+	if !qd.Active() {
+		t.Fatal("expand did not attach the qdisc programs")
+	}
+	return now
+}
+
 // An operator's expand attaches the qdisc programs; with a budget they
 // exceed, the next interval detaches them, says why, and the agent branch
 // shows what each program cost per run and how often it ran.
@@ -65,12 +79,7 @@ func TestBudgetDetachesTriggeredPrograms(t *testing.T) {
 	qd := openQdisc(t, lab)
 	s := newSelf(t, Options{Sources: []source.Source{qd}, BudgetPercent: 1e-6, Hold: time.Second, MaxOn: time.Hour})
 	ctx := context.Background()
-	collect(t, s)
-	now := time.Now()
-	s.Adapt(ctx, now, result(nil), now.Add(time.Minute))
-	if !qd.Active() {
-		t.Fatal("expand did not attach the qdisc programs")
-	}
+	now := expandQdisc(t, s, qd)
 	lab.Exec(t, lab.A, "ping", "-c", "200", "-i", "0.002", "-q", lab.IPB.String())
 	r := collect(t, s)
 	events := r.Events
@@ -140,5 +149,57 @@ func TestTroubleAttachesAndHoldDetaches(t *testing.T) {
 	// Retired metrics: the branch vanishes instead of going UNKNOWN.
 	if r := collect(t, qd); len(r.Retired) != 1 || r.Retired[0] != catalog.LatencyQdisc || len(r.Metrics) != 0 {
 		t.Errorf("after detaching: retired %v, metrics %d", r.Retired, len(r.Metrics))
+	}
+}
+
+// With a statistics window the programs' figures come from the window
+// before each collection: the agent's statistics are off after a
+// collection, one made before the window opened reports no program
+// figures (rather than zeros), and one after it reports the load run
+// inside the window, at its rate over the window, not over the interval.
+func TestStatsWindow(t *testing.T) {
+	lab := netlab.New(t)
+	qd := openQdisc(t, lab)
+	const interval, window = 1500 * time.Millisecond, 700 * time.Millisecond
+	s := newSelf(t, Options{Sources: []source.Source{qd}, BudgetPercent: 100, Hold: time.Hour, MaxOn: time.Hour,
+		Interval: interval, StatsWindow: window})
+	if !s.windowed {
+		netlab.SkipOrFail(t, "agent: statistics not switchable: %s", s.statsWhy)
+	}
+	statsOn := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.statsOn != nil
+	}
+	expandQdisc(t, s, qd)
+	if statsOn() {
+		t.Fatal("statistics still on after a collection")
+	}
+	prog := catalog.AgentBPF + "/net_dev_queue"
+	if g, ok := collect(t, s).Gauges[prog+"/runs_per_sec"]; ok {
+		t.Errorf("a collection before the window opened reported %v runs/s", g)
+	}
+	deadline := time.Now().Add(2 * interval)
+	for !statsOn() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the window did not open within %s", 2*interval)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	opened := time.Now()
+	const pings = 100
+	lab.Exec(t, lab.A, "ping", "-c", strconv.Itoa(pings), "-i", "0.002", "-q", lab.IPB.String())
+	// The window opened at most one poll before we saw it.
+	maxSecs := time.Since(opened).Seconds() + 0.02
+	r := collect(t, s)
+	perSec := r.Gauges[prog+"/runs_per_sec"]
+	t.Logf("net_dev_queue in the window: %.0f runs/s, %.0f ns/run; window at most %.3f s", perSec, r.Gauges[prog+"/ns_per_run"], maxSecs)
+	// Every echo request leaves A through vA's queue: at least pings runs
+	// in the window.
+	if perSec*maxSecs < pings || r.Gauges[prog+"/ns_per_run"] <= 0 || r.Gauges[catalog.Agent] <= 0 {
+		t.Errorf("window figures %v: want at least %d runs in at most %.3f s", r.Gauges, pings, maxSecs)
+	}
+	if statsOn() {
+		t.Error("statistics still on after the collection that ended the window")
 	}
 }

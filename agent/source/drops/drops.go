@@ -63,7 +63,7 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 		s.softnet = "/proc/net/softnet_stat"
 	}
 	if !opts.DisableBPF {
-		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), EvidencePerSecond: int(opts.EvidencePerSecond), Logger: s.log})
+		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), EvidencePerSecond: int(opts.EvidencePerSecond), Logger: s.log, BTF: opts.BTF})
 		if err == nil {
 			s.startBPF(ctx, p, opts.OwnerSplit())
 			return s, nil

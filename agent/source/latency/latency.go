@@ -55,7 +55,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 		s.softnet = "/proc/net/softnet_stat"
 	}
 	if !opts.DisableBPF {
-		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), Logger: s.log})
+		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), Logger: s.log, BTF: opts.BTF})
 		if err == nil {
 			s.probe, s.bpfWhy = p, ""
 		} else {

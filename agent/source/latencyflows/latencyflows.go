@@ -55,7 +55,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 		Name: "latency/flows (bpf, triggered)", Capability: capName, Trigger: catalog.Latency, Branch: catalog.LatencyFlows,
 		What: "per-flow detail",
 		Load: func(netnsInode uint32, log *slog.Logger) (*probe.Probe, error) {
-			return probe.Load(probe.Options{NetnsInode: netnsInode, MinGap: opts.MinGap, SamplesPerSec: opts.SamplesPerSec, Logger: log})
+			return probe.Load(probe.Options{NetnsInode: netnsInode, MinGap: opts.MinGap, SamplesPerSec: opts.SamplesPerSec, Logger: log, BTF: opts.BTF})
 		},
 		Attached: func(*probe.Probe) error {
 			s.lastMono, s.retrans = monoNow(), map[uint64]uint32{}

@@ -55,7 +55,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 		Name: "latency/qdisc (bpf, triggered)", Capability: capName, Trigger: catalog.Latency, Branch: catalog.LatencyQdisc,
 		What: "qdisc sojourn",
 		Load: func(netnsInode uint32, log *slog.Logger) (*probe.Probe, error) {
-			return probe.Load(probe.Options{NetnsInode: netnsInode, Logger: log})
+			return probe.Load(probe.Options{NetnsInode: netnsInode, Logger: log, BTF: opts.BTF})
 		},
 		Attached: s.attached,
 		Detached: func() { s.devs, s.ids = map[probe.Device]*device{}, map[string]bool{} },

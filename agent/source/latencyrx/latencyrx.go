@@ -54,7 +54,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 		Name: "latency/rx (bpf, triggered)", Capability: capName, Trigger: catalog.Latency, Branch: catalog.LatencyRX,
 		What: "receive latency",
 		Load: func(netnsInode uint32, log *slog.Logger) (*probe.Probe, error) {
-			return probe.Load(probe.Options{NetnsInode: netnsInode, Logger: log})
+			return probe.Load(probe.Options{NetnsInode: netnsInode, Logger: log, BTF: opts.BTF})
 		},
 		Attached: s.attached,
 	})

@@ -63,7 +63,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 		}
 		path = root
 	}
-	p, err := probe.Load(probe.Options{CgroupPath: path, NetnsInode: opts.BPFNetns(), SampleEvery: opts.SampleEvery, Logger: log})
+	p, err := probe.Load(probe.Options{CgroupPath: path, NetnsInode: opts.BPFNetns(), SampleEvery: opts.SampleEvery, Logger: log, BTF: opts.BTF})
 	if err != nil {
 		s.why = err.Error()
 		log.Warn("latency/tx: TX timestamping unavailable", "err", err)

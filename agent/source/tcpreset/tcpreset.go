@@ -38,7 +38,7 @@ func Open(ctx context.Context, opts Options) (source.Source, error) {
 	log := opts.Log(catalog.TCPReset)
 	why := source.BPFDisabled
 	if !opts.DisableBPF {
-		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), EvidencePerSecond: opts.EvidencePerSecond, Logger: log})
+		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), EvidencePerSecond: opts.EvidencePerSecond, Logger: log, BTF: opts.BTF})
 		if err == nil {
 			return newBPF(ctx, p, log, opts.MaxEventsPerInterval, opts.OwnerSplit()), nil
 		}
