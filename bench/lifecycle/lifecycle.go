@@ -103,10 +103,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) ([]Day, error) {
 	}
 	defer st.Close()
 
-	wallStart := time.Now()
-	simStart := wallStart.UTC().Truncate(day).Add(-time.Duration(cfg.Days+1) * day)
-	speed := float64(day) / float64(cfg.DayEvery)
-	clock := func() time.Time { return simStart.Add(time.Duration(float64(time.Since(wallStart)) * speed)) }
+	simStart := time.Now().UTC().Truncate(day).Add(-time.Duration(cfg.Days+1) * day)
+	clock := newClock(simStart, float64(day)/float64(cfg.DayEvery))
 
 	m := telemetry.New()
 	writer := ingest.NewWriter(st, ingest.DefaultWriterOptions(), cfg.Log, m)
@@ -134,7 +132,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) ([]Day, error) {
 	wg.Go(func() { _ = grpcSrv.Serve(lis) })
 
 	fleet, err := loadgen.New(loadgen.Config{Addr: lis.Addr().String(), Nodes: cfg.Nodes, Interval: cfg.Interval,
-		Troubled: cfg.Troubled, SnapshotEvery: 6 * time.Hour, Clock: clock, ChurnPerDay: cfg.ChurnPerDay,
+		Troubled: cfg.Troubled, SnapshotEvery: day, Clock: clock.Now, ChurnPerDay: cfg.ChurnPerDay,
 		PodsPerDay: cfg.PodsPerDay, Seed: cfg.Seed, Log: cfg.Log})
 	if err != nil {
 		return nil, err
@@ -147,8 +145,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) ([]Day, error) {
 		select {
 		case <-ctx.Done():
 			return days, ctx.Err()
-		case <-time.After(time.Until(wallStart.Add(time.Duration(n) * cfg.DayEvery))):
+		case <-time.After(clock.until(midnight)):
 		}
+		// The day's figures are taken with the clock stopped, so each day
+		// has its DayEvery of reports however long a pass takes here.
+		clock.stop()
 		d := Day{N: n, Date: midnight}
 		if d.Pass, err = retainer.Pass(ctx, midnight); err != nil {
 			return days, fmt.Errorf("retention pass of day %d: %w", n, err)
@@ -163,6 +164,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) ([]Day, error) {
 		if progress != nil {
 			fmt.Fprintln(progress, d)
 		}
+		clock.start()
 	}
 	return days, nil
 }
@@ -215,3 +217,50 @@ func (d Day) String() string {
 
 // MiB formats bytes as mebibytes.
 func MiB(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
+
+// clock is the simulated time: it runs speed times faster than the wall
+// clock, and stands still while stopped.
+type clock struct {
+	mu      sync.Mutex
+	base    time.Time // simulated time when last started or stopped
+	since   time.Time // wall time then
+	speed   float64
+	stopped bool
+}
+
+func newClock(at time.Time, speed float64) *clock {
+	return &clock{base: at, since: time.Now(), speed: speed}
+}
+
+// Now is the simulated time.
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now()
+}
+
+func (c *clock) now() time.Time {
+	if c.stopped {
+		return c.base
+	}
+	return c.base.Add(time.Duration(float64(time.Since(c.since)) * c.speed))
+}
+
+// until is the wall time until the simulated time reaches t.
+func (c *clock) until(t time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Duration(float64(t.Sub(c.now())) / c.speed)
+}
+
+func (c *clock) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.base, c.stopped = c.now(), true
+}
+
+func (c *clock) start() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.since, c.stopped = time.Now(), false
+}

@@ -50,7 +50,8 @@ func TestStorageLevelsOff(t *testing.T) {
 		got, max  int64
 		was, grew int64 // the same some days before; by how much the fleet's naming grew since
 	}{
-		{"nodes", last.Tables["nodes"].Rows, maxNodes, before.Tables["nodes"].Rows, last.NodesEver - before.NodesEver},
+		// Churn is random: the count of nodes wanders under its bound.
+		{"nodes", last.Tables["nodes"].Rows, maxNodes, -1, 0},
 		{"pods' metric paths", last.PodPaths, podDays * pods * maxNodes, before.PodPaths, int64(last.Fleet.Pods - before.Fleet.Pods)},
 		{"metric_defs", last.Tables["metric_defs"].Rows, treeSize + podDays*pods*maxNodes, before.Tables["metric_defs"].Rows, int64(last.Fleet.Pods - before.Fleet.Pods)},
 		{"node_metrics", last.Tables["node_metrics"].Rows, last.Tables["nodes"].Rows * (treeSize + podDays*pods), -1, 0},
@@ -83,12 +84,12 @@ func TestStorageLevelsOff(t *testing.T) {
 
 // BenchmarkCompressedMonth runs the month of BENCHMARKS.md ("Storage
 // lifecycle") and prints its table: NBS_LIFECYCLE_NODES nodes (default
-// 200), 38 days of 8 s, 5% of the nodes replaced and 5 new pods per node
+// 100) reporting every second, 38 days of 8 s, 5% of the nodes replaced and 5 new pods per node
 // every day, with retentions of a week (two for hour rollups).
 //
 //	go test -run '^$' -bench CompressedMonth -benchtime 1x -timeout 30m ./bench/lifecycle/
 func BenchmarkCompressedMonth(b *testing.B) {
-	nodes := 200
+	nodes := 100
 	if v := os.Getenv("NBS_LIFECYCLE_NODES"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -97,7 +98,7 @@ func BenchmarkCompressedMonth(b *testing.B) {
 		nodes = n
 	}
 	cfg := Config{DBURL: pgcluster.Database(b), Nodes: nodes, Days: 38, DayEvery: 8 * time.Second,
-		Interval: 500 * time.Millisecond, ChurnPerDay: 0.05, PodsPerDay: 5, Troubled: 0.05, Seed: 1,
+		Interval: time.Second, ChurnPerDay: 0.05, PodsPerDay: 5, Troubled: 0.05, Seed: 1,
 		Retention: retention.Config{Raw: 7 * day, Rollup1m: 7 * day, Rollup1h: 14 * day, Nodes: 7 * day, Alerts: 30 * day, Audit: 30 * day}}
 	for b.Loop() {
 		out, err := Run(context.Background(), cfg, os.Stderr)
@@ -115,15 +116,15 @@ func BenchmarkCompressedMonth(b *testing.B) {
 // Markdown is the days as the table of BENCHMARKS.md.
 func Markdown(days []Day) string {
 	var s strings.Builder
-	s.WriteString("| day | nodes (ever) | metric_paths (of pods; pods ever) | metric_defs | node_metrics | node_latest | reports+histograms+events | rollups | audit_log | database |\n")
-	s.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	s.WriteString("| day | nodes (ever) | metric_paths (of pods; pods ever) | metric_defs | node_metrics | node_latest | reports+histograms+events | rollups | audit_log | database | pass |\n")
+	s.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, d := range days {
 		t := d.Tables
-		fmt.Fprintf(&s, "| %d | %d (%d) | %d (%d; %d) | %d | %d rows, %s | %s | %s | %s | %d | %s |\n", d.N,
+		fmt.Fprintf(&s, "| %d | %d (%d) | %d (%d; %d) | %d | %d rows, %s | %s | %s | %s | %d | %s | %d ms |\n", d.N,
 			t["nodes"].Rows, d.NodesEver, t["metric_paths"].Rows, d.PodPaths, d.Fleet.Pods, t["metric_defs"].Rows,
 			t["node_metrics"].Rows, MiB(t["node_metrics"].Bytes), MiB(t["node_latest"].Bytes),
 			MiB(t["reports"].Bytes+t["histograms"].Bytes+t["events"].Bytes),
-			MiB(t["rollup_samples"].Bytes+t["rollup_histograms"].Bytes), t["audit_log"].Rows, MiB(d.DBBytes))
+			MiB(t["rollup_samples"].Bytes+t["rollup_histograms"].Bytes), t["audit_log"].Rows, MiB(d.DBBytes), d.Pass.Took.Milliseconds())
 	}
 	return s.String()
 }
