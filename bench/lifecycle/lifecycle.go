@@ -110,6 +110,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) ([]Day, error) {
 	writer := ingest.NewWriter(st, ingest.DefaultWriterOptions(), cfg.Log, m)
 	limits := ingest.DefaultLimits()
 	limits.MaxAge = time.Duration(cfg.Days+3) * day
+	// Every simulated agent connects from 127.0.0.1 (and one may be
+	// reconnecting while its old stream winds down).
+	limits.MaxStreamsPerIP = 2 * cfg.Nodes
 	srv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits}, cfg.Log, m)
 	admin := nodeauth.NewAdmin(st, srv, nodeauth.ModeNone, cfg.Log)
 	retainer := retention.New(st, admin, cfg.Retention, cfg.Log)
