@@ -53,6 +53,9 @@ const (
 	// names is kept: a collector that resolved it just before has time to
 	// name it again (and the pass's lock makes a late one safe anyway).
 	dictionaryGrace = 24 * time.Hour
+	// dictionaryEvery spaces the dictionary collections, which scan the
+	// nodes' definitions and hold registrations off while they delete.
+	dictionaryEvery = 24 * time.Hour
 )
 
 // Nodes deletes expired nodes and ends streams whose definitions were
@@ -84,6 +87,8 @@ type Retainer struct {
 	nodes Nodes
 	cfg   Config
 	log   *slog.Logger
+	// collected is the pass time of the last dictionary collection.
+	collected time.Time
 }
 
 // New returns a Retainer; cfg is validated by the collector's
@@ -119,7 +124,8 @@ func (r *Retainer) Run(ctx context.Context, every time.Duration) {
 
 // Pass removes what is past its retention at now. A step that fails does
 // not stop the others (each is safe alone); the errors are returned
-// together.
+// together. Dictionaries are collected at most daily (the first pass
+// does). A Retainer runs one pass at a time.
 func (r *Retainer) Pass(ctx context.Context, now time.Time) (Stats, error) {
 	start := time.Now()
 	var s Stats
@@ -159,8 +165,13 @@ func (r *Retainer) Pass(ctx context.Context, now time.Time) (Stats, error) {
 	if len(refresh) > 0 {
 		r.nodes.Refresh(ctx, refresh)
 	}
-	s.MetricPaths, s.MetricDefs, err = r.st.CollectDictionaries(ctx, now, dictionaryGrace)
-	step(err)
+	if now.Sub(r.collected) >= dictionaryEvery || now.Before(r.collected) {
+		s.MetricPaths, s.MetricDefs, err = r.st.CollectDictionaries(ctx, now, dictionaryGrace)
+		step(err)
+		if err == nil {
+			r.collected = now
+		}
+	}
 	s.Alerts, err = alert.PruneHistory(ctx, r.st.Pool(), now.Add(-r.cfg.Alerts), batch)
 	step(err)
 	s.AuditEntries, err = access.PruneAudit(ctx, r.st.Pool(), now.Add(-r.cfg.Audit), batch)

@@ -125,7 +125,9 @@ var dictionaries = [...]struct{ table, column string }{{"metric_paths", "metric_
 // held off (a SHARE lock on node_metrics), so none can name an entry
 // between the check and the delete, and it bumps dictionary_epoch, so
 // every collector forgets its cached ids before it uses one again. It
-// returns how many paths and definitions went.
+// returns how many paths and definitions went. Each step scans
+// node_metrics (no index serves "does any node name it": see migration
+// 013), registrations waiting on the last ones: run it daily, not hourly.
 func (s *Store) CollectDictionaries(ctx context.Context, now time.Time, grace time.Duration) (paths, defs int64, err error) {
 	for _, d := range dictionaries {
 		refd := `EXISTS (SELECT 1 FROM node_metrics nm WHERE nm.` + d.column + ` = x.id)`
