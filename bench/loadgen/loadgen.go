@@ -47,6 +47,18 @@ type Config struct {
 	// agent's spool keeps it), resending
 	// what was not acknowledged.
 	ReconnectsPerHour float64
+	// Clock stamps reports and paces snapshots, churn and pods (default
+	// time.Now). One running faster than real time compresses months
+	// into minutes (bench/lifecycle); the collector must accept its times.
+	Clock func() time.Time
+	// ChurnPerDay is the share of nodes replaced each day of Clock, as
+	// Kubernetes nodes are: the node stops for good and a new one, with a
+	// new name and instance, takes its place.
+	ChurnPerDay float64
+	// PodsPerDay is how many new pods each node runs each day of Clock:
+	// each is an owner child of a reset reason (as the agent names them,
+	// agent/owner), announced when first reported and reported all day.
+	PodsPerDay int
 	// BootstrapToken enrolls the nodes with a collector in enroll mode.
 	BootstrapToken string
 	// Seed makes a run's choices repeatable.
@@ -79,6 +91,15 @@ func (c *Config) defaults() error {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.ChurnPerDay < 0 || c.ChurnPerDay > 1 {
+		return fmt.Errorf("loadgen: churn %v per day is not within 0..1", c.ChurnPerDay)
+	}
+	if c.PodsPerDay < 0 || c.PodsPerDay > 1000 {
+		return fmt.Errorf("loadgen: %d pods per day is not within 0..1000", c.PodsPerDay)
+	}
 	return nil
 }
 
@@ -92,6 +113,8 @@ type Stats struct {
 	Rejected   uint64
 	Resent     uint64
 	Reconnects uint64
+	Replaced   uint64 // nodes replaced by new ones (ChurnPerDay)
+	Pods       uint64 // owner children named (PodsPerDay), each a new metric path
 	Errors     uint64 // streams that ended with an error
 	// Registered nodes have had a report acknowledged; AllRegistered is
 	// when the last of them did (0 until then): how long the fleet took
@@ -127,6 +150,7 @@ type Fleet struct {
 	connected, registered                                       atomic.Int64
 	allRegistered                                               atomic.Int64 // ns since start
 	reports, acked, samples, rejected, resent, reconnects, errs atomic.Uint64
+	replaced, pods                                              atomic.Uint64
 
 	mu  sync.Mutex
 	lat *loglinear.Histogram // ack latency, microseconds
@@ -151,7 +175,7 @@ func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.
 	var wg sync.WaitGroup
 	for i := range f.cfg.Nodes {
 		n := &node{
-			f: f, name: fmt.Sprintf("%s%d", f.cfg.Prefix, i),
+			f: f, slot: i, name: fmt.Sprintf("%s%d", f.cfg.Prefix, i),
 			rng:      rand.New(rand.NewPCG(f.cfg.Seed, uint64(i))),
 			unacked:  map[uint64]pending{},
 			troubled: float64(i) < f.cfg.Troubled*float64(f.cfg.Nodes),
@@ -184,7 +208,7 @@ func (f *Fleet) Stats() Stats {
 		Elapsed: time.Since(f.start), Connected: f.connected.Load(),
 		Registered: f.registered.Load(), AllRegistered: time.Duration(f.allRegistered.Load()),
 		Reports: f.reports.Load(), Acked: f.acked.Load(), Samples: f.samples.Load(),
-		Rejected: f.rejected.Load(), Resent: f.resent.Load(), Reconnects: f.reconnects.Load(), Errors: f.errs.Load(),
+		Rejected: f.rejected.Load(), Resent: f.resent.Load(), Reconnects: f.reconnects.Load(), Replaced: f.replaced.Load(), Pods: f.pods.Load(), Errors: f.errs.Load(),
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
@@ -18,6 +20,9 @@ import (
 
 // errReconnect ends a session on purpose: the simulated agent reconnects.
 var errReconnect = errors.New("reconnect")
+
+// errReplaced ends a node for good: a new node takes its slot (churn).
+var errReplaced = errors.New("replaced")
 
 type pending struct {
 	report *nbsv1.Report
@@ -29,6 +34,8 @@ type pending struct {
 // reconnect, as the real agent's spool keeps them across reconnects.
 type node struct {
 	f        *Fleet
+	slot     int // its index in the fleet; a replacement takes the slot
+	gen      int // how many nodes had the slot before
 	name     string
 	rng      *rand.Rand
 	troubled bool
@@ -37,6 +44,8 @@ type node struct {
 	instance     uint64
 	seq          uint64
 	lastSnapshot time.Time
+	day          time.Time                 // the Clock day of the last report
+	pods         []*nbsv1.MetricDefinition // today's owner children
 
 	mu         sync.Mutex
 	acked      bool // a report of this node has been acknowledged
@@ -48,16 +57,27 @@ func (n *node) run(ctx context.Context) {
 	if !sleep(ctx, n.delay) {
 		return
 	}
-	n.instance = n.rng.Uint64() | 1
-	// Snapshots spread over the fleet, as agents start at different times.
-	n.lastSnapshot = time.Now().Add(-time.Duration(n.rng.Int64N(int64(n.f.cfg.SnapshotEvery))))
+	n.start()
 	backoff := time.Second
 	for ctx.Err() == nil {
 		err := n.session(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, errReplaced):
+			n.f.replaced.Add(1)
+			n.gen++
+			n.name = fmt.Sprintf("%s%d-%d", n.f.cfg.Prefix, n.slot, n.gen)
+			n.start()
+			backoff = time.Second
+			continue
 		case errors.Is(err, errReconnect):
+			n.f.reconnects.Add(1)
+			backoff = time.Second
+			continue
+		case status.Code(errors.Unwrap(err)) == codes.Aborted:
+			// The collector asked for a new stream (an operator's change,
+			// pruned definitions): an agent reconnects at once.
 			n.f.reconnects.Add(1)
 			backoff = time.Second
 			continue
@@ -69,6 +89,16 @@ func (n *node) run(ctx context.Context) {
 		}
 		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+// start makes the node a fresh agent: a new instance with nothing sent.
+func (n *node) start() {
+	n.instance, n.seq, n.day, n.pods = n.rng.Uint64()|1, 0, time.Time{}, nil
+	// Snapshots spread over the fleet, as agents start at different times.
+	n.lastSnapshot = n.f.cfg.Clock().Add(-time.Duration(n.rng.Int64N(int64(n.f.cfg.SnapshotEvery))))
+	n.mu.Lock()
+	n.unacked, n.credential = map[uint64]pending{}, ""
+	n.mu.Unlock()
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -109,6 +139,9 @@ func (n *node) session(ctx context.Context) error {
 	// outlives the session.
 	defer func() { cancel(); <-recvDone }()
 
+	// What this stream announced: the tree in its Hello; today's pods are
+	// announced with the first report that carries them.
+	announced := map[string]bool{}
 	for _, p := range n.resend() {
 		if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: p}}); err != nil {
 			return fmt.Errorf("resend: %w", err)
@@ -135,8 +168,17 @@ func (n *node) session(ctx context.Context) error {
 			return fmt.Errorf("receive: %w", err)
 		case <-restart:
 			return errReconnect
-		case now := <-tick.C:
-			r, items := n.report(now)
+		case <-tick.C:
+			now := cfg.Clock()
+			if d := now.UTC().Truncate(24 * time.Hour); !d.Equal(n.day) {
+				first := n.day.IsZero()
+				n.day = d
+				if !first && n.rng.Float64() < cfg.ChurnPerDay {
+					return errReplaced
+				}
+				n.newPods(d)
+			}
+			r, items := n.report(now, announced)
 			n.mu.Lock()
 			n.unacked[r.Sequence] = pending{report: r, sent: time.Now(), items: items}
 			n.mu.Unlock()
@@ -221,7 +263,7 @@ func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbs
 
 // report builds the next report: roots; a troubled node's tcp_reset
 // subtree and evidence; everything when a snapshot is due.
-func (n *node) report(now time.Time) (*nbsv1.Report, int) {
+func (n *node) report(now time.Time, announced map[string]bool) (*nbsv1.Report, int) {
 	n.seq++
 	r := &nbsv1.Report{Sequence: n.seq, TimeUnixNano: now.UnixNano(), IntervalMs: uint32(n.f.cfg.Interval.Milliseconds())}
 	t := n.f.tree
@@ -244,5 +286,24 @@ func (n *node) report(now time.Time) (*nbsv1.Report, int) {
 	if n.troubled {
 		events(r, now.UnixNano(), n.rng)
 	}
+	for _, d := range n.pods {
+		if !announced[d.Id] {
+			announced[d.Id] = true
+			r.NewMetrics = append(r.NewMetrics, d)
+		}
+		fill(r, d, false, n.rng, n.f.shapes)
+	}
 	return r, len(r.Samples) + len(r.Histograms)
+}
+
+// newPods names the pods the node runs on day d, as owner children of a
+// reset reason: new names every day, as a Kubernetes node's pods have.
+func (n *node) newPods(d time.Time) {
+	n.pods = n.pods[:0]
+	parent := catalog.ResetSentReason("reason_0")
+	for k := range n.f.cfg.PodsPerDay {
+		pod := fmt.Sprintf("shop.cart-%s-%d-%d-%d", d.Format("0102"), n.slot, n.gen, k)
+		n.pods = append(n.pods, catalog.OwnerChild(parent, "pod:"+pod, "pod "+pod, catalog.DefaultTopOwners).Proto())
+	}
+	n.f.pods.Add(uint64(len(n.pods)))
 }

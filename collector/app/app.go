@@ -26,6 +26,7 @@ import (
 	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
 	"github.com/nbs-project/nbs/collector/report"
+	"github.com/nbs-project/nbs/collector/retention"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
 	"github.com/nbs-project/nbs/internal/tlsfiles"
@@ -206,7 +207,9 @@ func (c *Collector) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
 	wg.Go(func() { writer.Run(runCtx) })
-	wg.Go(func() { c.retain(runCtx, st) })
+	wg.Go(func() {
+		retention.New(st, identities, c.retentionConfig(), c.log.With("part", "retention")).Run(runCtx, time.Hour)
+	})
 	wg.Go(func() { configs.Listen(runCtx, st.Pool()) })
 	wg.Go(func() { identities.Listen(runCtx, st.Pool()) })
 	wg.Go(func() { alerts.Run(runCtx) })
@@ -301,30 +304,8 @@ func writeSecret(path, secret string) error {
 	return nil
 }
 
-// retain drops day partitions older than the retention, hourly.
-func (c *Collector) retain(ctx context.Context, st *store.Store) {
-	t := time.NewTicker(time.Hour)
-	defer t.Stop()
-	for {
-		dropped, err := st.DropPartitionsBefore(ctx, time.Now().Add(-c.cfg.Retention))
-		if err != nil && ctx.Err() == nil {
-			c.log.Warn("retention", "err", err)
-		}
-		if len(dropped) > 0 {
-			c.log.Info("retention dropped partitions", "partitions", dropped)
-		}
-		for _, r := range []struct {
-			res  int32
-			keep time.Duration
-		}{{store.RollupMinute, c.cfg.RollupRetention1m}, {store.RollupHour, c.cfg.RollupRetention1h}, {store.RollupDay, c.cfg.RollupRetention1h}} {
-			if _, err := st.DeleteRollupsBefore(ctx, r.res, time.Now().Add(-r.keep)); err != nil && ctx.Err() == nil {
-				c.log.Warn("rollup retention", "resolution_s", r.res, "err", err)
-			}
-		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
-	}
+// retentionConfig is what the retention passes keep.
+func (c *Collector) retentionConfig() retention.Config {
+	return retention.Config{Raw: c.cfg.Retention, Rollup1m: c.cfg.RollupRetention1m, Rollup1h: c.cfg.RollupRetention1h,
+		Nodes: c.cfg.NodeRetention, Alerts: c.cfg.AlertRetention, Audit: c.cfg.AuditRetention}
 }

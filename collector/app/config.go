@@ -76,6 +76,13 @@ type Config struct {
 	// browser protections, HTTP TLS (--auth.*, --web.allowed-hosts,
 	// --http.tls-*, --metrics.auth).
 	Access access.Config
+
+	// NodeRetention, AlertRetention and AuditRetention bound the rest
+	// (collector/retention): nodes that stopped reporting, resolved
+	// alerts, the audit log.
+	NodeRetention  time.Duration
+	AlertRetention time.Duration
+	AuditRetention time.Duration
 }
 
 // HTTPLimits are the HTTP server's timeouts and connection bounds.
@@ -128,6 +135,13 @@ func DefaultConfig() Config {
 		PingPeers:         nodeconfig.DefaultPingPeers,
 		Alert:             alert.DefaultConfig(),
 		Access:            access.DefaultConfig(),
+
+		// A node silent as long as raw data is kept has nothing left to
+		// show but rollups; kept longer, churned Kubernetes nodes pile up
+		// against --ingest.max-nodes.
+		NodeRetention:  30 * 24 * time.Hour,
+		AlertRetention: 90 * 24 * time.Hour,
+		AuditRetention: 400 * 24 * time.Hour,
 	}
 }
 
@@ -147,6 +161,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "how long reports are kept; older day partitions are dropped")
 	fs.DurationVar(&c.RollupRetention1m, "retention.rollup-1m", c.RollupRetention1m, "how long the 1-minute report rollups are kept (incidents, reports up to 2 days)")
 	fs.DurationVar(&c.RollupRetention1h, "retention.rollup-1h", c.RollupRetention1h, "how long the 1-hour and 1-day report rollups are kept (longer reports and their previous periods)")
+	fs.DurationVar(&c.NodeRetention, "retention.nodes", c.NodeRetention, "a node that has not reported for this long is deleted with all its data, rollups included, and its credential (a running agent registers again)")
+	fs.DurationVar(&c.AlertRetention, "retention.alerts", c.AlertRetention, "how long resolved alerts and their delivery log are kept")
+	fs.DurationVar(&c.AuditRetention, "retention.audit", c.AuditRetention, "how long the audit log is kept")
 	fs.IntVar(&c.DBWriters, "db.writers", c.DBWriters, "concurrent database writers (about one per database core)")
 	fs.IntVar(&c.MaxMsgSize, "grpc.max-message-bytes", c.MaxMsgSize, "largest message an agent may send")
 	fs.DurationVar(&c.HTTP.ReadHeaderTimeout, "http.read-header-timeout", c.HTTP.ReadHeaderTimeout, "how long a client may take to send a request's headers")
@@ -215,6 +232,14 @@ func (c *Config) Validate() error {
 	}
 	if c.RollupRetention1h < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--retention.rollup-1h %s is shorter than a day", c.RollupRetention1h))
+	}
+	for _, r := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--retention.nodes", c.NodeRetention}, {"--retention.alerts", c.AlertRetention}, {"--retention.audit", c.AuditRetention}} {
+		if r.v < 24*time.Hour || r.v > 100*365*24*time.Hour {
+			errs = append(errs, fmt.Errorf("%s %s must be from 1 day to 100 years", r.flag, r.v))
+		}
 	}
 	if c.PingPeers > 1000 {
 		errs = append(errs, fmt.Errorf("--ping.peers %d is more than 1000", c.PingPeers))

@@ -47,6 +47,10 @@ func TestDefaultConfigValidate(t *testing.T) {
 		{"TLS key alone", func(c *Config) { c.GRPCTLSKey = "k.pem" }, []string{"--grpc.tls-cert-file and --grpc.tls-key-file"}},
 		{"client CA without TLS", func(c *Config) { c.GRPCClientCA = "ca.pem" }, []string{"--grpc.tls-client-ca-file"}},
 		{"retention", func(c *Config) { c.Retention = time.Hour }, []string{"--retention"}},
+		{"retentions of the rest", func(c *Config) {
+			c.NodeRetention, c.AlertRetention, c.AuditRetention = time.Hour, 0, 200*365*24*time.Hour
+		},
+			[]string{"--retention.nodes 1h0m0s", "--retention.alerts 0s", "--retention.audit 1752000h0m0s"}},
 		{"writers", func(c *Config) { c.DBWriters = 0 }, []string{"--db.writers"}},
 		{"message size", func(c *Config) { c.MaxMsgSize = 1 << 30 }, []string{"--grpc.max-message-bytes"}},
 		{"stream window", func(c *Config) { c.StreamWindow = 1024 }, []string{"stream window"}},

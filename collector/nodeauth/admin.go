@@ -141,6 +141,26 @@ func (a *Admin) Reenroll(ctx context.Context, node string) (bool, error) {
 // has the bootstrap token enrolls again. ErrNotFound when the name has
 // neither data nor credential.
 func (a *Admin) Delete(ctx context.Context, node string) error {
+	return a.delete(ctx, node, "delete")
+}
+
+// Expire is Delete for a node that has not reported for the node
+// retention (collector/retention); the audit log says "expire".
+func (a *Admin) Expire(ctx context.Context, node string) error {
+	return a.delete(ctx, node, "expire")
+}
+
+// Refresh ends the nodes' streams, here and on the other collectors,
+// after a retention pass pruned definitions they had not reported for
+// the retention: the agent reconnects, and its Hello registers again what
+// it still has, before it reports any of it.
+func (a *Admin) Refresh(ctx context.Context, nodes []string) {
+	for _, node := range nodes {
+		a.announce(ctx, change{Node: node, Action: "refresh"})
+	}
+}
+
+func (a *Admin) delete(ctx context.Context, node, action string) error {
 	if err := checkName(node); err != nil {
 		return err
 	}
@@ -149,7 +169,7 @@ func (a *Admin) Delete(ctx context.Context, node string) error {
 		return err
 	}
 	// The stream ends before the data goes, so it cannot write more after.
-	a.announce(ctx, change{Node: node, Action: "delete"})
+	a.announce(ctx, change{Node: node, Action: action})
 	err = a.store.DeleteNode(ctx, node)
 	if errors.Is(err, store.ErrNotFound) && unbound {
 		err = nil
@@ -157,14 +177,14 @@ func (a *Admin) Delete(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	a.log.Info("node deleted with its data", "node", node)
-	a.audit(ctx, "delete", node)
+	a.log.Info("node deleted with its data", "node", node, "why", action)
+	a.audit(ctx, action, node)
 	return nil
 }
 
 type change struct {
 	Node   string `json:"node"`
-	Action string `json:"action"` // enroll, revoke, reenroll or delete
+	Action string `json:"action"` // enroll, revoke, reenroll, delete, expire or refresh
 	Origin uint64 `json:"origin"`
 }
 
@@ -175,6 +195,10 @@ func (c change) cause() error {
 		return status.Errorf(codes.PermissionDenied, "node %q was revoked by an operator", c.Node)
 	case "delete":
 		return status.Errorf(codes.Aborted, "node %q was deleted by an operator", c.Node)
+	case "expire":
+		return status.Errorf(codes.Aborted, "node %q was deleted: it had not reported for the node retention", c.Node)
+	case "refresh":
+		return status.Errorf(codes.Aborted, "node %q: the collector pruned metric definitions it had not reported for the retention; reconnect to announce the metrics it has", c.Node)
 	default:
 		return status.Errorf(codes.Aborted, "node %q's credential was changed by an operator; reconnect with the current one", c.Node)
 	}

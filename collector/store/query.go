@@ -242,6 +242,9 @@ func severitySQL(expr string) string {
 }
 
 func (s *Store) lookupMetricID(ctx context.Context, path string) (int32, error) {
+	if err := s.checkEpoch(ctx); err != nil {
+		return 0, err
+	}
 	s.mu.Lock()
 	id, ok := s.metricIDs[path]
 	s.mu.Unlock()

@@ -34,6 +34,9 @@ type Store struct {
 	maxDefIDs  int
 	partitions map[string]bool // "reports_20261121" etc. known to exist
 	nodes      nodeTally
+	// epoch is the dictionary_epoch the cached ids are valid for (-1:
+	// not read yet); a retention pass that deletes entries bumps it.
+	epoch int64
 }
 
 // DefaultMaxDefIDs bounds the definitions a collector remembers: a fleet runs a
@@ -70,7 +73,7 @@ func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
 }
 
 func newStore(pool *pgxpool.Pool, log *slog.Logger) *Store {
-	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, maxDefIDs: DefaultMaxDefIDs, partitions: map[string]bool{}}
+	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, maxDefIDs: DefaultMaxDefIDs, partitions: map[string]bool{}, epoch: -1}
 }
 
 func (s *Store) Close() { s.pool.Close() }
@@ -179,6 +182,9 @@ func (s *Store) DefinitionsOutside(ctx context.Context, nodeID int32, paths []st
 
 // MetricIDs resolves metric paths to their dictionary ids, creating missing ones.
 func (s *Store) MetricIDs(ctx context.Context, paths []string) (map[string]int32, error) {
+	if err := s.checkEpoch(ctx); err != nil {
+		return nil, err
+	}
 	out := make(map[string]int32, len(paths))
 	var missing []string
 	s.mu.Lock()
@@ -240,13 +246,27 @@ func (s *Store) UpsertDefinitions(ctx context.Context, nodeID int32, defs []Metr
 	for i, d := range defs {
 		paths[i] = d.Path
 	}
+	ids, err := s.upsertDefinitions(ctx, nodeID, defs, paths)
+	if errors.Is(err, errStaleIDs) {
+		// A retention pass deleted cached ids between our epoch check and
+		// the insert; resolved afresh, they are recreated.
+		s.forgetIDs(-1)
+		ids, err = s.upsertDefinitions(ctx, nodeID, defs, paths)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("upsert metric definitions of node %d: %w", nodeID, err)
+	}
+	return ids, nil
+}
+
+func (s *Store) upsertDefinitions(ctx context.Context, nodeID int32, defs []MetricDef, paths []string) (map[string]int32, error) {
 	ids, err := s.MetricIDs(ctx, paths)
 	if err != nil {
 		return nil, err
 	}
 	defIDs, err := s.definitionIDs(ctx, defs)
 	if err != nil {
-		return nil, fmt.Errorf("upsert metric definitions of node %d: %w", nodeID, err)
+		return nil, err
 	}
 	metricIDs := make([]int32, len(defs))
 	for i, d := range defs {
@@ -256,14 +276,33 @@ func (s *Store) UpsertDefinitions(ctx context.Context, nodeID int32, defs []Metr
 	// where a definition changed: every Hello (each agent restart and
 	// reconnect) carries the whole tree. Any change makes the hash of its
 	// last Hello (MarkDefinitions) stale; the Hello path sets it again.
-	_, err = s.pool.Exec(ctx, `
-		WITH stale AS (UPDATE nodes SET defs_hash = NULL WHERE id = $1 AND defs_hash IS NOT NULL)
-		INSERT INTO node_metrics AS nm (node_id, metric_id, def_id)
-		SELECT $1, unnest($2::int[]), unnest($3::int[])
-		ON CONFLICT (node_id, metric_id) DO UPDATE SET def_id = EXCLUDED.def_id
-		WHERE nm.def_id IS DISTINCT FROM EXCLUDED.def_id`, nodeID, metricIDs, defIDs)
+	// The ids are checked after the insert, in its transaction: a
+	// retention pass deletes dictionary entries holding a lock this insert
+	// conflicts with, so either the pass sees these rows, or this check
+	// sees the entries gone (CollectDictionaries).
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+			WITH stale AS (UPDATE nodes SET defs_hash = NULL WHERE id = $1 AND defs_hash IS NOT NULL)
+			INSERT INTO node_metrics AS nm (node_id, metric_id, def_id)
+			SELECT $1, unnest($2::int[]), unnest($3::int[])
+			ON CONFLICT (node_id, metric_id) DO UPDATE SET def_id = EXCLUDED.def_id, last_sample = NULL
+			WHERE nm.def_id IS DISTINCT FROM EXCLUDED.def_id`, nodeID, metricIDs, defIDs); err != nil {
+			return err
+		}
+		var missing int
+		if err := tx.QueryRow(ctx, `
+			SELECT count(*) FROM unnest($1::int[], $2::int[]) u(m, d)
+			WHERE NOT EXISTS (SELECT 1 FROM metric_paths WHERE id = u.m)
+			   OR NOT EXISTS (SELECT 1 FROM metric_defs WHERE id = u.d)`, metricIDs, defIDs).Scan(&missing); err != nil {
+			return fmt.Errorf("check dictionary ids: %w", err)
+		}
+		if missing > 0 {
+			return errStaleIDs
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("upsert metric definitions of node %d: %w", nodeID, err)
+		return nil, err
 	}
 	return ids, nil
 }
@@ -280,6 +319,7 @@ func defKey(d MetricDef, thr []byte) string {
 // hash PostgreSQL computes the same way here and in migration 010; a
 // fleet's nodes share nearly all of them, so after its first node a
 // collector finds them in defIDs without a query.
+// Its caller checked the dictionary epoch (MetricIDs).
 func (s *Store) definitionIDs(ctx context.Context, defs []MetricDef) ([]int32, error) {
 	out := make([]int32, len(defs))
 	var (
