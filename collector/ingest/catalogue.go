@@ -18,7 +18,7 @@ type catalogue struct {
 	refs int // streams (registering or registered) using it; guarded by catalogues.mu
 
 	mu      sync.Mutex
-	metrics map[string]streamMetric // set once registered, read-only after
+	metrics map[string]streamMetric // set when registered; replaced, never changed
 }
 
 // resolved is the catalogue's path → metric map, nil until a stream has
@@ -30,18 +30,30 @@ func (c *catalogue) resolved() map[string]streamMetric {
 }
 
 // resolve sets the path → metric map from the ids a registration returned,
-// unless another stream did first: ids are global, so both are the same.
+// unless another stream did first: ids are global, so both are the same —
+// except after a retention pass deleted dictionary entries nothing named
+// and they were made again (collector/retention): then the new ids win.
 func (c *catalogue) resolve(ids map[string]int32) map[string]streamMetric {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.metrics == nil {
-		m := make(map[string]streamMetric, len(c.defs))
-		for _, d := range c.defs {
-			m[d.Path] = streamMetric{id: ids[d.Path], kind: d.Kind}
-		}
-		c.metrics = m
+	if c.metrics != nil && sameIDs(c.metrics, ids) {
+		return c.metrics
 	}
+	m := make(map[string]streamMetric, len(c.defs))
+	for _, d := range c.defs {
+		m[d.Path] = streamMetric{id: ids[d.Path], kind: d.Kind}
+	}
+	c.metrics = m
 	return c.metrics
+}
+
+func sameIDs(m map[string]streamMetric, ids map[string]int32) bool {
+	for p, sm := range m {
+		if ids[p] != sm.id {
+			return false
+		}
+	}
+	return true
 }
 
 // catalogues interns catalogues by hash. An entry lives while a stream uses

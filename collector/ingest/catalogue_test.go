@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nbs-project/nbs/collector/store"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -117,5 +118,28 @@ func TestHelloBudget(t *testing.T) {
 	}
 	if m, err := big.Recv(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("a %d-byte Hello with no room beyond its reservation: %v, %v; want Unavailable", len(desc)*100, m, err)
+	}
+}
+
+// A catalogue resolved once keeps its map while registrations return the
+// same ids, and takes the new ids when a retention pass deleted its paths
+// and a later registration made them again.
+func TestCatalogueTakesNewIDs(t *testing.T) {
+	var cs catalogues
+	c := cs.intern([]store.MetricDef{{Path: "a", Kind: store.KindRate}, {Path: "b", Kind: store.KindGauge}})
+	first := c.resolve(map[string]int32{"a": 1, "b": 2})
+	again := c.resolve(map[string]int32{"a": 1, "b": 2})
+	if reflect.ValueOf(first).UnsafePointer() != reflect.ValueOf(again).UnsafePointer() {
+		t.Error("the same ids made a new map")
+	}
+	renewed := c.resolve(map[string]int32{"a": 1, "b": 7})
+	if got := renewed["b"]; got.id != 7 || got.kind != store.KindGauge {
+		t.Errorf("after b was made again with id 7: %+v", got)
+	}
+	if got := c.resolved()["b"].id; got != 7 {
+		t.Errorf("the catalogue resolves b to %d, want 7", got)
+	}
+	if first["b"].id != 2 {
+		t.Error("a map handed out earlier was changed in place")
 	}
 }
