@@ -151,7 +151,7 @@ func BenchmarkAPI(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	f, ing := seed(b, st, cfg)
+	f, ing := seed(b, st, cfg, true)
 	srv, token := server(b, st)
 	client := srv.Client()
 	get := func(path string, q url.Values) func() error {
@@ -204,7 +204,7 @@ func BenchmarkAPI(b *testing.B) {
 		if _, err := st.RootDefinitionsIn(ctx, store.All{}); err != nil {
 			return err
 		}
-		_, err := st.LatestAllIn(ctx, store.All{})
+		_, err := st.LatestRootsIn(ctx, store.All{})
 		return err
 	}))
 	for _, n := range []string{troubled, healthy} {
