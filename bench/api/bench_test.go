@@ -207,6 +207,29 @@ func BenchmarkAPI(b *testing.B) {
 		_, err := st.LatestRootsIn(ctx, store.All{})
 		return err
 	}))
+	// What the fleet view read before it read only its roots (every
+	// metric's newest value, root definitions filtered by path): the same
+	// run's "before".
+	report("fleet-store-reads-before", run(b, 50, func() error {
+		if _, err := st.NodesIn(ctx, store.All{}); err != nil {
+			return err
+		}
+		rows, err := st.Pool().Query(ctx, `
+			SELECT nm.node_id, p.path, m.title, m.unit, m.kind, m.description, m.default_threshold
+			FROM node_metrics nm JOIN metric_defs m ON m.id = nm.def_id JOIN metric_paths p ON p.id = nm.metric_id
+			WHERE strpos(p.path, '/') = 0 ORDER BY nm.node_id, p.path`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		_, err = st.LatestAll(ctx)
+		return err
+	}))
 	for _, n := range []string{troubled, healthy} {
 		kind := map[bool]string{true: "troubled", false: "healthy"}[n == troubled]
 		report("tree-"+kind, run(b, 200, get("/nodes/"+n+"/tree", nil)))
@@ -225,19 +248,35 @@ func BenchmarkAPI(b *testing.B) {
 	report("tree-troubled-window-24h", run(b, 50, get("/nodes/"+troubled+"/tree", url.Values{"window": {"24h"}})))
 	// The steps the UI asks for (web/src/timerange.ts stepFor, 300 points).
 	for _, s := range []struct {
-		name  string
-		span  time.Duration
-		step  string
-		n     int
-		paths []string
+		name string
+		span time.Duration
+		step string
+		n    int
 	}{
-		{"1h", time.Hour, "15s", 200, nil},
-		{"1d", day, "300s", 100, nil},
-		{"30d", 30 * day, "10800s", 20, nil},
+		{"1h", time.Hour, "15s", 200},
+		{"1d", day, "300s", 100},
+		{"30d", 30 * day, "10800s", 50},
 	} {
 		for _, m := range []string{"tcp_reset", "ping/peer-0"} {
 			q := url.Values{"metric": {m}, "from": {ts(now.Add(-s.span))}, "to": {ts(now)}, "step": {s.step}}
 			report("series-"+s.name+"-"+m, run(b, s.n, get("/nodes/"+healthy+"/series", q)))
+			// What the handler read before steps of whole minutes and
+			// hours came from rollups: every raw report of the range.
+			step, err := time.ParseDuration(s.step)
+			if err != nil {
+				b.Fatal(err)
+			}
+			id := f.ids[slices.Index(f.names, healthy)]
+			report("series-"+s.name+"-"+m+"-raw-reads", run(b, max(s.n/10, 3), func() error {
+				if _, err := st.Series(ctx, id, m, now.Add(-s.span), now, step); err != nil {
+					return err
+				}
+				if f.kinds[m] != store.KindHistogram {
+					return nil
+				}
+				_, err := st.HistogramSeries(ctx, id, m, now.Add(-s.span), now, step)
+				return err
+			}))
 		}
 	}
 	report("events", run(b, 200, get("/nodes/"+troubled+"/events", url.Values{"metric": {"tcp_reset"}})))
@@ -250,6 +289,7 @@ func BenchmarkAPI(b *testing.B) {
 	rq := url.Values{"from": {ts(to.Add(-30 * day))}, "to": {ts(to)}}
 	report("report-30d", run(b, 3, get("/reports", rq)))
 	b.StopTimer()
+	diskPerSample(b, st)
 	for _, r := range ing {
 		b.ReportMetric(r.rate, fmt.Sprintf("ingest-reports/s-at-%.1fGB", float64(r.stored)/1e9))
 	}
@@ -259,4 +299,40 @@ func BenchmarkAPI(b *testing.B) {
 type ingestRate struct {
 	stored int64 // database size before the writes, bytes
 	rate   float64
+}
+
+// diskPerSample reports the disk bytes of the raw tables (heap, indexes,
+// TOAST of every day partition) per sample and per histogram they hold,
+// and of the rollup tables per row.
+func diskPerSample(b *testing.B, st *store.Store) {
+	ctx := context.Background()
+	size := func(parent string) float64 {
+		var n int64
+		if err := st.Pool().QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_inherits i
+			JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = $1`, parent).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		return float64(n)
+	}
+	count := func(q string) float64 {
+		var n int64
+		if err := st.Pool().QueryRow(ctx, q).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		return float64(n)
+	}
+	reports, samples := count(`SELECT count(*) FROM reports`), count(`SELECT coalesce(sum(cardinality(metric_ids)), 0) FROM reports`)
+	hists, events := count(`SELECT count(*) FROM histograms`), count(`SELECT count(*) FROM events`)
+	rb, hb, eb := size("reports"), size("histograms"), size("events")
+	b.ReportMetric(rb/samples, "disk-B/sample")
+	b.ReportMetric(hb/hists, "disk-B/histogram")
+	b.Logf("disk: reports %.2f GB for %.0f reports, %.0f samples: %.1f B/sample; histograms %.2f GB for %.0f: %.0f B each; events %.2f GB for %.0f: %.0f B each",
+		rb/1e9, reports, samples, rb/samples, hb/1e9, hists, hb/hists, eb/1e9, events, eb/max(events, 1))
+	for _, t := range []string{"rollup_samples", "rollup_histograms"} {
+		var bytes, rows int64
+		if err := st.Pool().QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass), (SELECT count(*) FROM `+t+`)`, t).Scan(&bytes, &rows); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("disk: %s %.2f GB for %d rows: %.0f B each", t, float64(bytes)/1e9, rows, float64(bytes)/float64(max(rows, 1)))
+	}
 }

@@ -379,12 +379,11 @@ func (f *fleet) seedHistory(ctx context.Context, st *store.Store, n0, n1 int, fr
 				CASE WHEN x.warn THEN 75 * x.n ELSE x.n END,
 				CASE WHEN x.warn THEN 50.1 ELSE 0.01 END, CASE WHEN x.warn THEN 99.9 ELSE 1.99 END,
 				CASE WHEN x.warn THEN 0 ELSE 10 * x.n END, CASE WHEN x.warn THEN 10 * x.n ELSE 0 END, 0
-			FROM generate_series($2::timestamptz, $3::timestamptz - make_interval(secs => $1), make_interval(secs => $1)) b,
-				unnest($4::int[], $5::bool[]) n(id, troubled),
+			FROM unnest($4::int[], $5::bool[]) n(id, troubled),
+				generate_series($2::timestamptz, $3::timestamptz - make_interval(secs => $1), make_interval(secs => $1)) b,
 				unnest($6::int[], $7::bool[], $8::bool[]) m(id, root, trouble),
 				LATERAL (SELECT CASE WHEN m.root OR n.troubled AND m.trouble THEN $9::bigint ELSE $10::bigint END AS n,
 					n.troubled AND m.trouble AS warn) x
-			ORDER BY 1, 3, 2, 4
 			ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET n = r.n + EXCLUDED.n, sum = r.sum + EXCLUDED.sum,
 				min = least(r.min, EXCLUDED.min), max = greatest(r.max, EXCLUDED.max),
 				ok_s = r.ok_s + EXCLUDED.ok_s, warn_s = r.warn_s + EXCLUDED.warn_s, crit_s = r.crit_s + EXCLUDED.crit_s`, res, from, to, nodes, troubled, metrics, root, trouble, reports, snaps)
@@ -395,11 +394,10 @@ func (f *fleet) seedHistory(ctx context.Context, st *store.Store, n0, n1 int, fr
 		tag, err = st.Pool().Exec(ctx, `
 			INSERT INTO rollup_histograms (res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count)
 			SELECT $1, b, n, m, s.count, s.sum, s.bucket_index, s.bucket_count
-			FROM generate_series($2::timestamptz, $3::timestamptz - make_interval(secs => $1), make_interval(secs => $1)) b,
-				unnest($4::int[]) n, unnest($5::int[]) m,
-				bench_shapes s
+			FROM unnest($4::int[]) n,
+				generate_series($2::timestamptz, $3::timestamptz - make_interval(secs => $1), make_interval(secs => $1)) b,
+				unnest($5::int[]) m, bench_shapes s
 			WHERE s.snaps = $6 AND s.k = abs(hashint4(n * 7919 + m * 31 + extract(epoch FROM b)::int)) % $7
-			ORDER BY 1, 3, 2, 4
 			ON CONFLICT DO NOTHING`, res, from, to, nodes, hists, snaps, kinds)
 		if err != nil {
 			return fmt.Errorf("generate histogram rollups: %w", err)
