@@ -74,7 +74,7 @@ fuzz: ## run every Go fuzz target for FUZZTIME each (default 1m; make fuzz FUZZT
 # machine is noisy: read the ratios each benchmark prints beside its figure.
 BENCH_ENV := NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1
 .PHONY: bench
-bench: ## run every benchmark of BENCHMARKS.md (about 30 minutes; root for the BPF ones)
+bench: ## run every benchmark of BENCHMARKS.md (about an hour; root for the BPF ones)
 	$(DEPS) test
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench WriteReports -benchtime 3s ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencydrops/
@@ -83,6 +83,7 @@ bench: ## run every benchmark of BENCHMARKS.md (about 30 minutes; root for the B
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/fleet/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./bench/agentcost/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/report/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/api/
 	$(BENCH_ENV) $(GO) test ./e2e -run '^$$' -bench AlertLatency -benchtime 40x -timeout 30m
 
 .PHONY: run

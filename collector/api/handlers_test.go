@@ -107,7 +107,7 @@ func TestNodeRoutes(t *testing.T) {
 			t.Fatalf("HTTP %d %s", w.Code, w.Body)
 		}
 		// Steps start at a minute, the rollups' boundary.
-		if start := from.Truncate(time.Minute); !st.asked.from.Equal(start) || !s.From.Equal(start) || !st.asked.to.Equal(to) || s.StepMS != 300000 {
+		if start := from.Truncate(time.Minute).Add(time.Minute); !st.asked.from.Equal(start) || !s.From.Equal(start) || !st.asked.to.Equal(to) || s.StepMS != 300000 {
 			t.Errorf("store asked %v..%v, answer from %v step_ms %d; want %v..%v 5m", st.asked.from, st.asked.to, s.From, s.StepMS, start, to)
 		}
 		// The fake's one bucket: 6 reports carried the root, 12 resets

@@ -302,8 +302,12 @@ func (a *API) GetSeries(w http.ResponseWriter, r *http.Request) {
 	}
 	var points []Point
 	if res := seriesRollup(step); res != 0 {
-		// Buckets start at a boundary of the rollups they are made of.
-		from = from.Truncate(time.Duration(res) * time.Second)
+		// Steps start at a boundary of the rollups they are made of: the
+		// first at or after from, so that none begins before what was
+		// asked (the UI places points from its own from).
+		if r := time.Duration(res) * time.Second; !from.Truncate(r).Equal(from) {
+			from = from.Truncate(r).Add(r)
+		}
 		points, err = a.rollupPoints(ctx, n, *def, from, to, step, res)
 	} else {
 		points, err = a.rawPoints(ctx, n, *def, from, to, step)
