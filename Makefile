@@ -83,7 +83,7 @@ bench: ## run every benchmark of BENCHMARKS.md (about an hour; root for the BPF 
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/fleet/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./bench/agentcost/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/report/
-	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/api/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 90m ./bench/api/
 	$(BENCH_ENV) $(GO) test ./e2e -run '^$$' -bench AlertLatency -benchtime 40x -timeout 30m
 
 .PHONY: run
