@@ -74,7 +74,7 @@ fuzz: ## run every Go fuzz target for FUZZTIME each (default 1m; make fuzz FUZZT
 # machine is noisy: read the ratios each benchmark prints beside its figure.
 BENCH_ENV := NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1
 .PHONY: bench
-bench: ## run every benchmark of BENCHMARKS.md (about 30 minutes; root for the BPF ones)
+bench: ## run every benchmark of BENCHMARKS.md (about two hours; root for the BPF ones)
 	$(DEPS) test
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench WriteReports -benchtime 3s ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench AdmitNode ./collector/store
@@ -85,6 +85,7 @@ bench: ## run every benchmark of BENCHMARKS.md (about 30 minutes; root for the B
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./bench/agentcost/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/report/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench CompressedMonth -benchtime 1x -timeout 30m ./bench/lifecycle/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 90m ./bench/api/
 	$(BENCH_ENV) $(GO) test ./e2e -run '^$$' -bench AlertLatency -benchtime 40x -timeout 30m
 
 .PHONY: run

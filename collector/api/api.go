@@ -27,13 +27,16 @@ type Queries interface {
 	NodesIn(ctx context.Context, scope store.Scope) ([]store.Node, error)
 	NodeByNameIn(ctx context.Context, scope store.Scope, name string) (store.Node, error)
 	RootDefinitionsIn(ctx context.Context, scope store.Scope) (map[int32][]store.MetricDef, error)
-	LatestAllIn(ctx context.Context, scope store.Scope) (map[int32]store.Latest, error)
+	// The newest values of the roots only: the fleet view shows no more.
+	LatestRootsIn(ctx context.Context, scope store.Scope) (map[int32]store.Latest, error)
 	// About one node, found through the calls above.
 	Definitions(ctx context.Context, nodeID int32) ([]store.MetricDef, error)
 	Latest(ctx context.Context, nodeID int32) (store.Latest, bool, error)
 	RecentByMetric(ctx context.Context, nodeID int32, since time.Time) (map[string]store.Recent, error)
 	Series(ctx context.Context, nodeID int32, path string, from, to time.Time, step time.Duration) ([]store.Bucket, error)
 	HistogramSeries(ctx context.Context, nodeID int32, path string, from, to time.Time, step time.Duration) ([]store.HistogramBucket, error)
+	// Series whose steps are whole minutes or hours are read from rollups.
+	ReadRollups(ctx context.Context, q store.RollupQuery) ([]store.SampleRow, []store.HistogramRow, error)
 	Events(ctx context.Context, nodeID int32, path string, from, to time.Time, limit int) ([]store.StoredEvent, error)
 	// Other nodes' evidence about the same flows, from the nodes scope
 	// sees only.

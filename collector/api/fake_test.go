@@ -123,7 +123,7 @@ func (f *fakeStore) Latest(_ context.Context, id int32) (store.Latest, bool, err
 	return l, ok, nil
 }
 
-func (f *fakeStore) LatestAllIn(_ context.Context, scope store.Scope) (map[int32]store.Latest, error) {
+func (f *fakeStore) LatestRootsIn(_ context.Context, scope store.Scope) (map[int32]store.Latest, error) {
 	return seen(f, scope, f.latest), nil
 }
 
@@ -144,6 +144,28 @@ func (f *fakeStore) HistogramSeries(_ context.Context, _ int32, _ string, from, 
 	h.RecordN(1500, 10)
 	h.RecordN(90000, 1)
 	return []store.HistogramBucket{{Start: from, Hist: h}}, nil
+}
+
+// ReadRollups answers as HistogramSeries does, from one bucket at the
+// query's start: the metrics q matches of the node's definitions.
+func (f *fakeStore) ReadRollups(_ context.Context, q store.RollupQuery) ([]store.SampleRow, []store.HistogramRow, error) {
+	f.asked.from, f.asked.to = q.From, q.To
+	var samples []store.SampleRow
+	var hists []store.HistogramRow
+	for _, id := range q.NodeIDs {
+		for _, d := range f.defs[id] {
+			if q.Match != nil && !q.Match(d.Path) {
+				continue
+			}
+			samples = append(samples, store.SampleRow{NodeID: id, Path: d.Path, TS: q.From,
+				SampleAgg: store.SampleAgg{N: 6, Sum: 12, Min: 1, Max: 3, OK: 60}})
+			if d.Kind == store.KindHistogram {
+				hists = append(hists, store.HistogramRow{NodeID: id, Path: d.Path, TS: q.From, Count: 11, Sum: 105000,
+					Index: []int32{int32(loglinear.Index(1500)), int32(loglinear.Index(90000))}, Counts: []int64{10, 1}})
+			}
+		}
+	}
+	return samples, hists, nil
 }
 
 func (f *fakeStore) Events(_ context.Context, _ int32, path string, from, to time.Time, limit int) ([]store.StoredEvent, error) {

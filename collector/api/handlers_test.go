@@ -81,19 +81,38 @@ func TestNodeRoutes(t *testing.T) {
 		})
 	}
 
-	t.Run("the asked range and step reach the store", func(t *testing.T) {
-		from, to := now.Add(-2*time.Hour).Truncate(time.Millisecond), now.Add(-time.Hour).Truncate(time.Millisecond)
-		q := url.Values{"metric": {"tcp_reset"}, "from": {from.UTC().Format(time.RFC3339Nano)}, "to": {fmt.Sprint(to.UnixMilli())}, "step": {"5m"}}
+	// series asks for tcp_reset over an hour two hours ago with step.
+	from, to := now.Add(-2*time.Hour).Truncate(time.Millisecond), now.Add(-time.Hour).Truncate(time.Millisecond)
+	series := func(t *testing.T, step string) api.Series {
+		t.Helper()
+		q := url.Values{"metric": {"tcp_reset"}, "from": {from.UTC().Format(time.RFC3339Nano)}, "to": {fmt.Sprint(to.UnixMilli())}, "step": {step}}
 		w := do(t, router, "GET", api.Prefix+"/nodes/web-1/series?"+q.Encode(), "")
 		var s api.Series
 		if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil || w.Code != 200 {
 			t.Fatalf("HTTP %d %s", w.Code, w.Body)
 		}
-		if !st.asked.from.Equal(from) || !st.asked.to.Equal(to) || st.asked.step != 5*time.Minute || s.StepMS != 300000 {
-			t.Errorf("store asked %v..%v step %v, answer step_ms %d; want %v..%v 5m", st.asked.from, st.asked.to, st.asked.step, s.StepMS, from, to)
+		return s
+	}
+	t.Run("the asked range and step reach the store", func(t *testing.T) {
+		s := series(t, "90s")
+		if !st.asked.from.Equal(from) || !st.asked.to.Equal(to) || st.asked.step != 90*time.Second || s.StepMS != 90000 {
+			t.Errorf("store asked %v..%v step %v, answer step_ms %d; want %v..%v 90s", st.asked.from, st.asked.to, st.asked.step, s.StepMS, from, to)
 		}
 		// A rate's step: 20 over 10 s is 2/s; a step no report carried is OK.
 		if len(s.Points) != 2 || *s.Points[0].Value != 2 || s.Points[0].State != "warn" || s.Points[1].State != "ok" {
+			t.Errorf("points %+v", s.Points)
+		}
+	})
+
+	t.Run("a step of whole minutes is read from minute rollups", func(t *testing.T) {
+		s := series(t, "5m")
+		// Steps start at a minute, the rollups' boundary.
+		if start := from.Truncate(time.Minute).Add(time.Minute); !st.asked.from.Equal(start) || !s.From.Equal(start) || !st.asked.to.Equal(to) || s.StepMS != 300000 {
+			t.Errorf("store asked %v..%v, answer from %v step_ms %d; want %v..%v 5m", st.asked.from, st.asked.to, s.From, s.StepMS, start, to)
+		}
+		// The fake's one bucket: 6 reports carried the root, 12 resets
+		// over their 60 s.
+		if len(s.Points) != 1 || *s.Points[0].Value != 0.2 || *s.Points[0].Count != 12 || s.Points[0].State != "ok" {
 			t.Errorf("points %+v", s.Points)
 		}
 	})

@@ -1,12 +1,15 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/loglinear"
 	"github.com/nbs-project/nbs/internal/schema"
 )
 
@@ -164,7 +167,7 @@ func (a *API) ListNodes(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err, a.log)
 		return
 	}
-	latest, err := a.q.LatestAllIn(ctx, scope)
+	latest, err := a.q.LatestRootsIn(ctx, scope)
 	if err != nil {
 		WriteError(w, r, err, a.log)
 		return
@@ -297,50 +300,21 @@ func (a *API) GetSeries(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, fmt.Errorf("metric %q on node %s: %w", metric, n.Name, store.ErrNotFound), nil)
 		return
 	}
-	buckets, err := a.q.Series(ctx, n.ID, metric, from, to, step)
+	var points []Point
+	if res := seriesRollup(step); res != 0 {
+		// Steps start at a boundary of the rollups they are made of: the
+		// first at or after from, so that none begins before what was
+		// asked (the UI places points from its own from).
+		if r := time.Duration(res) * time.Second; !from.Truncate(r).Equal(from) {
+			from = from.Truncate(r).Add(r)
+		}
+		points, err = a.rollupPoints(ctx, n, *def, from, to, step, res)
+	} else {
+		points, err = a.rawPoints(ctx, n, *def, from, to, step)
+	}
 	if err != nil {
 		WriteError(w, r, err, a.log)
 		return
-	}
-	points := make([]Point, 0, len(buckets))
-	for _, b := range buckets {
-		p := Point{Time: b.Start.UTC(), State: b.Worst.String()}
-		switch def.Kind {
-		case store.KindRate:
-			p.Value = ptr(b.Sum / (float64(max(b.IntervalMS, 1)) / 1000))
-			p.Count = ptr(b.Sum)
-		default:
-			if b.Present > 0 {
-				p.Value, p.Max = ptr(b.Sum/float64(b.Present)), ptr(b.Max)
-			}
-		}
-		if b.Present == 0 {
-			p.State = store.StateOK.String()
-		}
-		points = append(points, p)
-	}
-	if def.Kind == store.KindHistogram {
-		hs, err := a.q.HistogramSeries(ctx, n.ID, metric, from, to, step)
-		if err != nil {
-			WriteError(w, r, err, a.log)
-			return
-		}
-		scale := max(def.Scale, 1)
-		byStart := make(map[int64]*Percentiles, len(hs))
-		for _, hb := range hs {
-			h := hb.Hist
-			pc := &Percentiles{P50: h.Quantile(0.5) / scale, P90: h.Quantile(0.9) / scale,
-				P99: h.Quantile(0.99) / scale, Max: h.Max() / scale, Samples: h.Count}
-			// An empty step (or one stored before histograms were checked)
-			// has no percentiles; NaN is not JSON.
-			if h.Count == 0 || !finite(pc.P50, pc.P90, pc.P99, pc.Max) {
-				continue
-			}
-			byStart[hb.Start.UnixNano()] = pc
-		}
-		for i := range points {
-			points[i].Percentiles = byStart[points[i].Time.UnixNano()]
-		}
 	}
 	WriteJSON(w, http.StatusOK, Series{Node: n.Name, Metric: metric, Unit: def.Unit, Kind: def.Kind.String(),
 		From: from.UTC(), To: to.UTC(), StepMS: step.Milliseconds(), Points: points})
@@ -388,6 +362,158 @@ func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 		out.Events = append(out.Events, Evidence{e.Time.UTC(), e.Metric, f, cs})
 	}
 	WriteJSON(w, http.StatusOK, out)
+}
+
+// seriesRollup is the rollup resolution a series of this step is read
+// from: the coarsest whose buckets the step is made of, 0 for raw reports
+// (steps under a minute, or not a whole number of minutes). A month of a
+// node is 259,200 reports at 10 s and 720 hour rollups per metric.
+func seriesRollup(step time.Duration) int32 {
+	for _, res := range []int32{store.RollupHour, store.RollupMinute} {
+		if step%(time.Duration(res)*time.Second) == 0 {
+			return res
+		}
+	}
+	return 0
+}
+
+// rawPoints computes a series from raw reports.
+func (a *API) rawPoints(ctx context.Context, n store.Node, def store.MetricDef, from, to time.Time, step time.Duration) ([]Point, error) {
+	buckets, err := a.q.Series(ctx, n.ID, def.Path, from, to, step)
+	if err != nil {
+		return nil, err
+	}
+	points := make([]Point, 0, len(buckets))
+	for _, b := range buckets {
+		points = append(points, point(def, b))
+	}
+	if def.Kind != store.KindHistogram {
+		return points, nil
+	}
+	hs, err := a.q.HistogramSeries(ctx, n.ID, def.Path, from, to, step)
+	if err != nil {
+		return nil, err
+	}
+	byStart := make(map[int64]*Percentiles, len(hs))
+	for _, hb := range hs {
+		if pc := percentiles(hb.Hist, def.Scale); pc != nil {
+			byStart[hb.Start.UnixNano()] = pc
+		}
+	}
+	for i := range points {
+		points[i].Percentiles = byStart[points[i].Time.UnixNano()]
+	}
+	return points, nil
+}
+
+// rollupPoints computes a series from rollups of resolution res, whose
+// buckets make up each step exactly. A rollup counts only the reports
+// that carried the metric; how many the node sent (what a rate is divided
+// by, as the raw series does) is its root's count, which every report
+// carries.
+func (a *API) rollupPoints(ctx context.Context, n store.Node, def store.MetricDef, from, to time.Time, step time.Duration, res int32) ([]Point, error) {
+	root := schema.Root(def.Path)
+	samples, hists, err := a.q.ReadRollups(ctx, store.RollupQuery{NodeIDs: []int32{n.ID}, Res: res, From: from, To: to,
+		Match: func(p string) bool { return p == def.Path || p == root }})
+	if err != nil {
+		return nil, err
+	}
+	type acc struct {
+		own, root store.SampleAgg
+		hist      *loglinear.Histogram
+	}
+	steps := map[int64]*acc{}
+	at := func(ts time.Time) *acc {
+		k := from.Add(ts.Sub(from) / step * step).UnixNano()
+		s := steps[k]
+		if s == nil {
+			s = &acc{}
+			steps[k] = s
+		}
+		return s
+	}
+	for _, r := range samples {
+		s := at(r.TS)
+		if r.Path == def.Path {
+			s.own.Merge(r.SampleAgg)
+		}
+		if r.Path == root {
+			s.root.Merge(r.SampleAgg)
+		}
+	}
+	for _, r := range hists {
+		if r.Path != def.Path {
+			continue
+		}
+		s := at(r.TS)
+		if s.hist == nil {
+			s.hist = loglinear.New()
+		}
+		for i, b := range r.Index {
+			s.hist.Counts[uint32(b)] += uint64(r.Counts[i])
+		}
+		s.hist.Count += r.Count
+		s.hist.Sum += r.Sum
+	}
+	starts := make([]int64, 0, len(steps))
+	for k := range steps {
+		starts = append(starts, k)
+	}
+	slices.Sort(starts)
+	iv := int64(n.IntervalMS)
+	points := make([]Point, 0, len(starts))
+	for _, k := range starts {
+		s := steps[k]
+		reports := max(s.root.N, s.own.N)
+		b := store.Bucket{Start: time.Unix(0, k), Sum: s.own.Sum, Max: s.own.Max, Present: int(s.own.N), Reports: int(reports),
+			IntervalMS: reports * iv, Worst: store.StateOK}
+		switch seconds := float64(s.own.N*iv) / 1000; {
+		case s.own.Crit > 0:
+			b.Worst = store.StateCrit
+		case s.own.Warn > 0:
+			b.Worst = store.StateWarn
+		case s.own.N > 0 && s.own.OK < seconds-float64(iv)/2000:
+			// Seconds in no OK, WARN or CRIT state: UNKNOWN.
+			b.Worst = store.StateUnknown
+		}
+		p := point(def, b)
+		if s.hist != nil {
+			p.Percentiles = percentiles(s.hist, def.Scale)
+		}
+		points = append(points, p)
+	}
+	return points, nil
+}
+
+// point is one step of a series as the API shows it.
+func point(def store.MetricDef, b store.Bucket) Point {
+	p := Point{Time: b.Start.UTC(), State: b.Worst.String()}
+	switch def.Kind {
+	case store.KindRate:
+		p.Value = ptr(b.Sum / (float64(max(b.IntervalMS, 1)) / 1000))
+		p.Count = ptr(b.Sum)
+	default:
+		if b.Present > 0 {
+			p.Value, p.Max = ptr(b.Sum/float64(b.Present)), ptr(b.Max)
+		}
+	}
+	if b.Present == 0 {
+		p.State = store.StateOK.String()
+	}
+	return p
+}
+
+// percentiles of a step's merged distribution, nil when it has none.
+func percentiles(h *loglinear.Histogram, scale float64) *Percentiles {
+	scale = max(scale, 1)
+	pc := &Percentiles{P50: h.Quantile(0.5) / scale, P90: h.Quantile(0.9) / scale,
+		P99: h.Quantile(0.99) / scale, Max: h.Max() / scale, Samples: h.Count}
+	// An empty step (or one stored before histograms were checked)
+	// has no percentiles; NaN is not JSON.
+	if h.Count == 0 || !finite(pc.P50, pc.P90, pc.P99, pc.Max) {
+		return nil
+	}
+	return pc
 }
 
 func finite(vs ...float64) bool {

@@ -94,7 +94,8 @@ func timeRange(fromS, toS string, def time.Duration, now time.Time) (time.Time, 
 }
 
 // parseStep reads a series' step; unset, it is the node's interval. A step
-// that would give more than maxPoints points is made coarser.
+// that would give more than maxPoints points is made coarser: a whole
+// number of minutes or hours once it is longer than one.
 func parseStep(s string, interval time.Duration, from, to time.Time) (time.Duration, error) {
 	step := max(interval, time.Millisecond)
 	if s != "" {
@@ -105,6 +106,14 @@ func parseStep(s string, interval time.Duration, from, to time.Time) (time.Durat
 	}
 	if minStep := to.Sub(from) / maxPoints; step < minStep {
 		step = minStep.Round(time.Second) + time.Second
+		// Whole minutes or hours, so that a long range is read from
+		// rollups (seriesRollup) rather than from every report.
+		for _, unit := range []time.Duration{time.Hour, time.Minute} {
+			if step > unit {
+				step = (step + unit - 1) / unit * unit
+				break
+			}
+		}
 	}
 	return step, nil
 }

@@ -76,7 +76,10 @@ func TestParseStep(t *testing.T) {
 		{"default: the node's interval", "", 10 * time.Second, time.Hour, 10 * time.Second, ""},
 		{"a node without interval", "", 0, time.Hour, 3 * time.Second, ""}, // 1ms, made coarser: 1.8s rounded, and a second
 		{"given", "5m", 10 * time.Second, time.Hour, 5 * time.Minute, ""},
-		{"coarser than asked when there would be too many points", "1s", 10 * time.Second, 400 * 24 * time.Hour, 4*time.Hour + 48*time.Minute + time.Second, ""},
+		{"coarser than asked when there would be too many points", "1s", 10 * time.Second, 400 * 24 * time.Hour, 5 * time.Hour, ""}, // 4h48m, a second, whole hours
+		{"coarser, under a minute", "", 10 * time.Second, 24 * time.Hour, 44 * time.Second, ""},                                     // 43.2s rounded, a second
+		{"coarser, in whole minutes past one", "", 10 * time.Second, 7 * 24 * time.Hour, 6 * time.Minute, ""},                       // 302.4s, a second
+		{"coarser, a day in whole hours", "", 10 * time.Second, 400 * 24 * time.Hour, 5 * time.Hour, ""},
 		{"as long as the largest range", "9600h", 0, time.Hour, 9600 * time.Hour, ""},
 		{"zero", "0s", 0, time.Hour, 0, "must be a duration from 1ms"},
 		{"negative", "-5m", 0, time.Hour, 0, "must be a duration"},

@@ -86,7 +86,7 @@ func (fakeQueries) NodesIn(context.Context, store.Scope) ([]store.Node, error) {
 func (fakeQueries) RootDefinitionsIn(context.Context, store.Scope) (map[int32][]store.MetricDef, error) {
 	return nil, nil
 }
-func (fakeQueries) LatestAllIn(context.Context, store.Scope) (map[int32]store.Latest, error) {
+func (fakeQueries) LatestRootsIn(context.Context, store.Scope) (map[int32]store.Latest, error) {
 	return nil, nil
 }
 

@@ -96,12 +96,17 @@ func (s *Store) RootDefinitions(ctx context.Context) (map[int32][]MetricDef, err
 	return s.rootDefinitions(ctx, "")
 }
 
-// rootDefinitions reads root definitions; and narrows them ("AND …").
+// rootDefinitions reads root definitions; and narrows the nodes n ("AND
+// …"). Each node's roots are looked up by its key and the roots' ids: a
+// filter on the paths made PostgreSQL join every definition of every node
+// (185,000 at 1,000 busy nodes) to find 5,000.
 func (s *Store) rootDefinitions(ctx context.Context, and string, args ...any) (map[int32][]MetricDef, error) {
 	rows, err := s.pool.Query(ctx, `
+		WITH roots AS MATERIALIZED (SELECT coalesce(array_agg(id), '{}') AS ids FROM metric_paths WHERE strpos(path, '/') = 0)
 		SELECT nm.node_id, p.path, m.title, m.unit, m.kind, m.description, m.default_threshold
-		FROM node_metrics nm JOIN metric_defs m ON m.id = nm.def_id JOIN metric_paths p ON p.id = nm.metric_id
-		WHERE strpos(p.path, '/') = 0 `+and+` ORDER BY nm.node_id, p.path`, args...)
+		FROM roots r CROSS JOIN nodes n JOIN node_metrics nm ON nm.node_id = n.id AND nm.metric_id = ANY(r.ids)
+		JOIN metric_defs m ON m.id = nm.def_id JOIN metric_paths p ON p.id = nm.metric_id
+		WHERE TRUE `+and+` ORDER BY nm.node_id, p.path`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read root definitions: %w", err)
 	}
@@ -156,12 +161,13 @@ func (s *Store) Latest(ctx context.Context, nodeID int32) (l Latest, ok bool, er
 
 // LatestAll returns the newest values of every node that reported.
 func (s *Store) LatestAll(ctx context.Context) (map[int32]Latest, error) {
-	return s.latestAll(ctx, "")
+	return s.latestAll(ctx, "metrics", "")
 }
 
-// latestAll reads the newest values of the nodes where selects ("WHERE …").
-func (s *Store) latestAll(ctx context.Context, where string, args ...any) (map[int32]Latest, error) {
-	rows, err := s.pool.Query(ctx, `SELECT node_id, ts, interval_ms, snapshot_ts, metrics FROM node_latest `+where, args...)
+// latestAll reads the newest values (metrics, an expression on the column
+// of that name) of the nodes where selects ("WHERE …").
+func (s *Store) latestAll(ctx context.Context, metrics, where string, args ...any) (map[int32]Latest, error) {
+	rows, err := s.pool.Query(ctx, `SELECT node_id, ts, interval_ms, snapshot_ts, `+metrics+` FROM node_latest `+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read latest values: %w", err)
 	}

@@ -80,12 +80,12 @@ func TestScopedQueries(t *testing.T) {
 			if got := slices.Sorted(maps.Keys(roots)); !slices.Equal(got, want) {
 				t.Errorf("RootDefinitionsIn: nodes %v, want %v", got, want)
 			}
-			latest, err := st.LatestAllIn(ctx, c.scope)
+			latest, err := st.LatestRootsIn(ctx, c.scope)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := slices.Sorted(maps.Keys(latest)); !slices.Equal(got, want) {
-				t.Errorf("LatestAllIn: nodes %v, want %v", got, want)
+				t.Errorf("LatestRootsIn: nodes %v, want %v", got, want)
 			}
 			for _, name := range []string{"a1", "a2", "g1", "bare"} {
 				n, err := st.NodeByNameIn(ctx, c.scope, name)

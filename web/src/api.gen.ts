@@ -341,7 +341,10 @@ export interface components {
       metric: string;
       unit: string;
       kind: components["schemas"]["MetricKind"];
-      /** Format: date-time */
+      /**
+       * Format: date-time
+       * @description Where the first step starts: the asked from, or the first minute or hour boundary at or after it when the series is read from rollups.
+       */
       from: string;
       /** Format: date-time */
       to: string;
@@ -993,7 +996,7 @@ export interface components {
     from?: string;
     /** @description End, as from. Default: now. */
     to?: string;
-    /** @description Step of the series, a duration like 10s or 5m (at most 400 days). Default: the node's interval; coarser when the range would give more than 2000 points. */
+    /** @description Step of the series, a duration like 10s or 5m (at most 400 days). Default: the node's interval; coarser when the range would give more than 2000 points, then a whole number of minutes or hours. A step of whole minutes or hours is read from the minute or hour rollups, and its steps start at the first minute or hour boundary at or after from (the answer's from). */
     step?: string;
     /** @description The window of the tree's recent_* fields, a duration from 1s to 24h. Default 5m. */
     window?: string;
