@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
@@ -21,9 +22,6 @@ const (
 	// seconds (BENCHMARKS.md).
 	RollupDay = 86400
 )
-
-// rollupResolutions are the rollups the write path maintains.
-var rollupResolutions = [...]int32{RollupMinute, RollupHour, RollupDay}
 
 // RollupKey is one node's metric in one bucket of a resolution, keyed by
 // the report's time.
@@ -186,13 +184,14 @@ ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 			) u GROUP BY i
 		) g)`
 
-// writeRollups folds the batch's new reports into the rollups, in the
-// transaction that stores them.
+// writeRollups folds the batch's new reports into the minute rollups, in
+// the transaction that stores them; hours and days are folded from them
+// later (FoldRollups).
 func writeRollups(ctx context.Context, tx pgx.Tx, reports []Report, inserted map[ReportKey]bool) error {
 	r := NewRollups()
 	for _, rep := range reports {
 		if inserted[rep.Key()] {
-			r.Add(rep, rollupResolutions[:]...)
+			r.Add(rep, RollupMinute)
 		}
 	}
 	return WriteRollups(ctx, tx, r)
@@ -317,7 +316,10 @@ type HistogramRow struct {
 func (r HistogramRow) AddTo(d *loglinear.Dense) { d.AddBuckets(r.Index, r.Counts, r.Count, r.Sum) }
 
 // ReadRollups returns the buckets of q, from the rollup tables or, with
-// q.Raw, computed from raw reports by the write path's own code.
+// q.Raw, computed from raw reports by the write path's own code. Hour and
+// day buckets not folded yet, or marked dirty by late data, are computed
+// from the finer rollups as the fold would (foldedSources), so a caller
+// reads the same buckets whenever it asks.
 func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []HistogramRow, error) {
 	paths, err := s.metricPaths(ctx)
 	if err != nil {
@@ -330,13 +332,56 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 		return nil, nil, nil
 	}
 	filter := q.metricFilter(paths)
-	var samples []SampleRow
-	rows, err := s.pool.Query(ctx, `
-		SELECT node_id, metric_id, ts, n, sum, min, max, ok_s, warn_s, crit_s FROM rollup_samples
-		WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::integer[] IS NULL OR metric_id = ANY($5))`,
-		q.Res, q.NodeIDs, q.From, q.To, filter)
+	stored := []interval{{q.From, q.To}}
+	var srcs []rollupSource
+	if q.Res == RollupHour || q.Res == RollupDay {
+		// A bucket is in the range if it starts in it: computed buckets
+		// take their sources from where they start to where they end.
+		step := time.Duration(q.Res) * time.Second
+		from, to := ceilTo(q.From, step), ceilTo(q.To, step)
+		if !from.Before(to) {
+			return nil, nil, nil
+		}
+		st, err := readFoldState(ctx, s.pool, from, to)
+		if err != nil {
+			return nil, nil, err
+		}
+		stored, srcs = foldedSources(q.Res, from, to, st)
+	}
+	var out rollupRows
+	for _, iv := range stored {
+		if err := out.read(ctx, s.pool, paths,
+			`SELECT node_id, metric_id, ts, n, sum, min, max, ok_s, warn_s, crit_s FROM rollup_samples
+			WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::integer[] IS NULL OR metric_id = ANY($5))`,
+			`SELECT node_id, metric_id, ts, count, sum, buckets FROM rollup_histograms
+			WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::integer[] IS NULL OR metric_id = ANY($5))`,
+			q.Res, q.NodeIDs, iv.from, iv.to, filter); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(srcs) > 0 {
+		r, f, t := sourceArgs(srcs)
+		if err := out.read(ctx, s.pool, paths, readAggSamples, readAggHistograms, r, f, t, q.NodeIDs, filter, float64(q.Res)); err != nil {
+			return nil, nil, err
+		}
+	}
+	return out.samples, out.hists, nil
+}
+
+// rollupRows collects rollup rows read by queries of the same columns.
+type rollupRows struct {
+	samples []SampleRow
+	hists   []HistogramRow
+	// The rows' buckets are sub-slices of shared chunks, not two
+	// allocations per row.
+	arena bucketArena
+}
+
+// read appends the rows of a samples and a histograms query, both of args.
+func (o *rollupRows) read(ctx context.Context, db *pgxpool.Pool, paths map[int32]string, samplesSQL, histsSQL string, args ...any) error {
+	rows, err := db.Query(ctx, samplesSQL, args...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read sample rollups: %w", err)
+		return fmt.Errorf("read sample rollups: %w", err)
 	}
 	// One set of scan targets for all rows: Scan's pointers would move a
 	// row declared in the loop to the heap, once per row.
@@ -345,43 +390,36 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 	for rows.Next() {
 		if err := rows.Scan(&r.NodeID, &mid, &r.TS, &r.N, &r.Sum, &r.Min, &r.Max, &r.OK, &r.Warn, &r.Crit); err != nil {
 			rows.Close()
-			return nil, nil, fmt.Errorf("scan sample rollup: %w", err)
+			return fmt.Errorf("scan sample rollup: %w", err)
 		}
 		r.Path = paths[mid]
-		samples = append(samples, r)
+		o.samples = append(o.samples, r)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read sample rollups: %w", err)
+		return fmt.Errorf("read sample rollups: %w", err)
 	}
-	var hists []HistogramRow
-	rows, err = s.pool.Query(ctx, `
-		SELECT node_id, metric_id, ts, count, sum, buckets FROM rollup_histograms
-		WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::integer[] IS NULL OR metric_id = ANY($5))`,
-		q.Res, q.NodeIDs, q.From, q.To, filter)
+	rows, err = db.Query(ctx, histsSQL, args...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read histogram rollups: %w", err)
+		return fmt.Errorf("read histogram rollups: %w", err)
 	}
 	defer rows.Close()
-	// The rows' buckets are sub-slices of shared chunks, not two
-	// allocations per row.
-	var arena bucketArena
 	var h HistogramRow
 	var count int64
 	for rows.Next() {
 		if err := rows.Scan(&h.NodeID, &mid, &h.TS, &count, &h.Sum, nil); err != nil {
-			return nil, nil, fmt.Errorf("scan histogram rollup: %w", err)
+			return fmt.Errorf("scan histogram rollup: %w", err)
 		}
-		if h.Index, h.Counts, err = arena.decode(rows, 5); err != nil {
-			return nil, nil, fmt.Errorf("scan histogram rollup buckets: %w", err)
+		if h.Index, h.Counts, err = o.arena.decode(rows, 5); err != nil {
+			return fmt.Errorf("scan histogram rollup buckets: %w", err)
 		}
 		h.Count, h.Path = uint64(count), paths[mid]
-		hists = append(hists, h)
+		o.hists = append(o.hists, h)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read histogram rollups: %w", err)
+		return fmt.Errorf("read histogram rollups: %w", err)
 	}
-	return samples, hists, nil
+	return nil
 }
 
 func (s *Store) readRaw(ctx context.Context, q RollupQuery, paths map[int32]string) ([]SampleRow, []HistogramRow, error) {

@@ -90,7 +90,16 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		if err := writeRollups(ctx, tx, unique, result); err != nil {
 			return err
 		}
-		return s.updateLatest(ctx, tx, unique, result)
+		batch := &pgx.Batch{}
+		if err := queueLatest(batch, unique, result); err != nil {
+			return err
+		}
+		// Last before the commit (markDirty), and in the same round trip.
+		queueDirty(batch, unique, result)
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			return fmt.Errorf("update latest values and dirty rollup marks: %w", err)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("write %d reports: %w", len(unique), err)
@@ -143,9 +152,9 @@ func copyStaged(ctx context.Context, tx pgx.Tx, reports []Report) error {
 	return nil
 }
 
-// updateLatest merges the batch's new reports into one row per node, so the
+// queueLatest merges the batch's new reports into one row per node, so the
 // database sees one upsert per node and batch rather than one per sample.
-func (s *Store) updateLatest(ctx context.Context, tx pgx.Tx, reports []Report, inserted map[ReportKey]bool) error {
+func queueLatest(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool) error {
 	type acc struct {
 		ts         time.Time
 		intervalMS uint32
@@ -182,7 +191,6 @@ func (s *Store) updateLatest(ctx context.Context, tx pgx.Tx, reports []Report, i
 		nodes = append(nodes, node)
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
-	batch := &pgx.Batch{}
 	for _, node := range nodes {
 		a := byNode[node]
 		m, err := json.Marshal(a.metrics)
@@ -190,9 +198,6 @@ func (s *Store) updateLatest(ctx context.Context, tx pgx.Tx, reports []Report, i
 			return fmt.Errorf("encode latest values: %w", err)
 		}
 		batch.Queue(mergeLatest, node, a.ts, int32(a.intervalMS), a.snapshot, m)
-	}
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return fmt.Errorf("update latest values: %w", err)
 	}
 	return nil
 }
