@@ -193,6 +193,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	wg.Go(func() { writer.Run(runCtx) })
 	wg.Go(func() { c.retain(runCtx, st) })
+	wg.Go(func() { c.folder(st).run(runCtx) })
 	wg.Go(func() { configs.Listen(runCtx, st.Pool()) })
 	wg.Go(func() { identities.Listen(runCtx, st.Pool()) })
 	wg.Go(func() { alerts.Run(runCtx) })
