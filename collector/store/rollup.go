@@ -162,14 +162,28 @@ const rollupStagingDDL = `
 CREATE TEMP TABLE IF NOT EXISTS stage_rollup_samples (LIKE rollup_samples) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS stage_rollup_histograms (LIKE rollup_histograms) ON COMMIT DELETE ROWS;`
 
-// mergeRollupSamples and mergeRollupHistograms add staged buckets to the
-// stored ones; ORDER BY takes row locks in key order (see sortedKeys).
-const mergeRollupSamples = `
-INSERT INTO rollup_samples AS r SELECT * FROM stage_rollup_samples ORDER BY res, node_id, ts, metric_id
+// addRollupSamples adds new buckets to the stored ones.
+const addRollupSamples = `
 ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 	n = r.n + EXCLUDED.n, sum = r.sum + EXCLUDED.sum,
 	min = least(r.min, EXCLUDED.min), max = greatest(r.max, EXCLUDED.max),
 	ok_s = r.ok_s + EXCLUDED.ok_s, warn_s = r.warn_s + EXCLUDED.warn_s, crit_s = r.crit_s + EXCLUDED.crit_s`
+
+// mergeRollupSamples and mergeRollupHistograms add staged buckets to the
+// stored ones; ORDER BY takes row locks in key order (see sortedKeys).
+const mergeRollupSamples = `
+INSERT INTO rollup_samples AS r SELECT * FROM stage_rollup_samples ORDER BY res, node_id, ts, metric_id` + addRollupSamples
+
+// upsertRollupSamples is mergeRollupSamples with the buckets as arrays, one
+// per column: a statement the write path queues with the rest of its
+// batch, where staging them would cost the transaction three more round
+// trips (the DDL, the COPY and the merge), most of what a batch of healthy
+// nodes' reports cost on a busy machine (BENCHMARKS.md).
+const upsertRollupSamples = `
+INSERT INTO rollup_samples AS r
+SELECT * FROM unnest($1::integer[], $2::timestamptz[], $3::integer[], $4::integer[], $5::bigint[],
+	$6::float8[], $7::float8[], $8::float8[], $9::float8[], $10::float8[], $11::float8[])
+ORDER BY 1, 3, 2, 4` + addRollupSamples
 
 const mergeRollupHistograms = `
 INSERT INTO rollup_histograms AS r (res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count)
@@ -184,22 +198,41 @@ ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 			) u GROUP BY i
 		) g)`
 
-// writeRollups folds the batch's new reports into the minute rollups, in
+// queueRollups folds the batch's new reports into the minute rollups, in
 // the transaction that stores them; hours and days are folded from them
-// later (FoldRollups).
-func writeRollups(ctx context.Context, tx pgx.Tx, reports []Report, inserted map[ReportKey]bool) error {
+// later (FoldRollups). The sample upsert is queued into batch; histograms,
+// whose buckets are arrays themselves, are COPYed to staging (created with
+// the reports' staging tables) and their merge queued.
+func queueRollups(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool) error {
 	r := NewRollups()
 	for _, rep := range reports {
 		if inserted[rep.Key()] {
 			r.Add(rep, RollupMinute)
 		}
 	}
-	return WriteRollups(ctx, tx, r)
+	if n := len(r.Samples); n > 0 {
+		res, ts, node, metric := make([]int32, 0, n), make([]time.Time, 0, n), make([]int32, 0, n), make([]int32, 0, n)
+		cnt, sum, lo, hi, ok, warn, crit := make([]int64, 0, n), make([]float64, 0, n), make([]float64, 0, n), make([]float64, 0, n),
+			make([]float64, 0, n), make([]float64, 0, n), make([]float64, 0, n)
+		for _, k := range sortedKeys(r.Samples) {
+			a := r.Samples[k]
+			res, ts, node, metric = append(res, k.Res), append(ts, time.Unix(k.TS, 0).UTC()), append(node, k.NodeID), append(metric, k.MetricID)
+			cnt, sum, lo, hi = append(cnt, a.N), append(sum, a.Sum), append(lo, a.Min), append(hi, a.Max)
+			ok, warn, crit = append(ok, a.OK), append(warn, a.Warn), append(crit, a.Crit)
+		}
+		batch.Queue(upsertRollupSamples, res, ts, node, metric, cnt, sum, lo, hi, ok, warn, crit)
+	}
+	if len(r.Histograms) > 0 {
+		if err := copyRollupHistograms(ctx, tx, r); err != nil {
+			return err
+		}
+		batch.Queue(mergeRollupHistograms)
+	}
+	return nil
 }
 
-// WriteRollups merges accumulated rollups into the stored ones. The write
-// path calls it with each batch; the report benchmark seeds history older
-// than its raw days with it.
+// WriteRollups merges accumulated rollups into the stored ones, through
+// staging tables (benchmarks and backfills seed history with it).
 func WriteRollups(ctx context.Context, tx pgx.Tx, r *Rollups) error {
 	if len(r.Samples) == 0 && len(r.Histograms) == 0 {
 		return nil
@@ -223,25 +256,32 @@ func WriteRollups(ctx context.Context, tx pgx.Tx, r *Rollups) error {
 		}
 	}
 	if len(r.Histograms) > 0 {
-		rows := make([][]any, 0, len(r.Histograms))
-		for _, k := range sortedKeys(r.Histograms) {
-			h := r.Histograms[k]
-			idx := h.Sorted()
-			bi := make([]int32, len(idx))
-			bc := make([]int64, len(idx))
-			for i, b := range idx {
-				bi[i], bc[i] = int32(b), int64(h.Counts[b])
-			}
-			rows = append(rows, []any{k.Res, time.Unix(k.TS, 0).UTC(), k.NodeID, k.MetricID, int64(h.Count), h.Sum, bi, bc})
-		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_rollup_histograms"},
-			[]string{"res", "ts", "node_id", "metric_id", "count", "sum", "bucket_index", "bucket_count"},
-			pgx.CopyFromRows(rows)); err != nil {
-			return fmt.Errorf("copy histogram rollups: %w", err)
+		if err := copyRollupHistograms(ctx, tx, r); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, mergeRollupHistograms); err != nil {
 			return fmt.Errorf("merge histogram rollups: %w", err)
 		}
+	}
+	return nil
+}
+
+func copyRollupHistograms(ctx context.Context, tx pgx.Tx, r *Rollups) error {
+	rows := make([][]any, 0, len(r.Histograms))
+	for _, k := range sortedKeys(r.Histograms) {
+		h := r.Histograms[k]
+		idx := h.Sorted()
+		bi := make([]int32, len(idx))
+		bc := make([]int64, len(idx))
+		for i, b := range idx {
+			bi[i], bc[i] = int32(b), int64(h.Counts[b])
+		}
+		rows = append(rows, []any{k.Res, time.Unix(k.TS, 0).UTC(), k.NodeID, k.MetricID, int64(h.Count), h.Sum, bi, bc})
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_rollup_histograms"},
+		[]string{"res", "ts", "node_id", "metric_id", "count", "sum", "bucket_index", "bucket_count"},
+		pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("copy histogram rollups: %w", err)
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 const stagingDDL = `
 CREATE TEMP TABLE IF NOT EXISTS stage_reports (LIKE reports) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS stage_histograms (LIKE histograms) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS stage_events (LIKE events) ON COMMIT DELETE ROWS;`
+CREATE TEMP TABLE IF NOT EXISTS stage_events (LIKE events) ON COMMIT DELETE ROWS;` + rollupStagingDDL
 
 // moveStaged inserts the staged reports that are new and, only for those,
 // their histograms and events, so a resent report adds nothing twice.
@@ -87,17 +87,19 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("insert staged reports: %w", err)
 		}
-		if err := writeRollups(ctx, tx, unique, result); err != nil {
+		// One round trip for what is left: rollups, latest values,
+		// dirty marks.
+		batch := &pgx.Batch{}
+		if err := queueRollups(ctx, tx, batch, unique, result); err != nil {
 			return err
 		}
-		batch := &pgx.Batch{}
 		if err := queueLatest(batch, unique, result); err != nil {
 			return err
 		}
 		// Last before the commit (markDirty), and in the same round trip.
 		queueDirty(batch, unique, result)
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-			return fmt.Errorf("update latest values and dirty rollup marks: %w", err)
+			return fmt.Errorf("update rollups, latest values and dirty rollup marks: %w", err)
 		}
 		return nil
 	})
