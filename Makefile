@@ -77,6 +77,7 @@ BENCH_ENV := NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1
 bench: ## run every benchmark of BENCHMARKS.md (about 30 minutes; root for the BPF ones)
 	$(DEPS) test
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench WriteReports -benchtime 3s ./collector/store
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench FoldRollups -benchtime 3x ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencydrops/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencytx/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencyrx/

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/nbs-project/nbs/internal/loglinear"
 )
 
 // Hour and day rollups are not written by the write path, which upserts
@@ -94,11 +96,53 @@ SELECT tot.node_id, tot.metric_id, tot.b, tot.count, tot.sum,
 	coalesce(arr.bi, '{}'::integer[]) AS bi, coalesce(arr.bc, '{}'::bigint[]) AS bc
 FROM tot LEFT JOIN arr USING (node_id, metric_id, b)`
 
-// Reads return what ReadRollups scans from the tables.
+// Reads return what ReadRollups scans from the tables. Histograms are
+// merged in Go (mergeHistograms): the rows of an open hour or day are many
+// and small, and unnest with GROUP BY cost a report more than a second
+// where decoding them from their buckets column and adding in Go costs
+// tens of milliseconds (BENCHMARKS.md, Reports).
 const (
-	readAggSamples    = `SELECT node_id, metric_id, b, n, sum, min, max, ok_s, warn_s, crit_s FROM (` + aggSamples + `) x`
-	readAggHistograms = `SELECT node_id, metric_id, b, count, sum, rollup_buckets(bi, bc) FROM (` + aggHistograms + `) x`
+	readAggSamples       = `SELECT node_id, metric_id, b, n, sum, min, max, ok_s, warn_s, crit_s FROM (` + aggSamples + `) x`
+	readSourceHistograms = `
+SELECT r.node_id, r.metric_id, date_bin(make_interval(secs => $6), r.ts, ` + epoch + `), r.count, r.sum, r.buckets
+FROM unnest($1::integer[], $2::timestamptz[], $3::timestamptz[]) AS p(res, f, t)
+CROSS JOIN LATERAL (
+	SELECT node_id, metric_id, ts, count, sum, buckets FROM rollup_histograms h
+	WHERE h.res = p.res AND h.node_id = ANY($4) AND h.ts >= p.f AND h.ts < p.t
+		AND ($5::integer[] IS NULL OR h.metric_id = ANY($5))
+) r`
 )
+
+// mergeHistograms merges rows of one node, metric and bucket start (finer
+// rows given their coarser bucket's start) into one row each.
+func mergeHistograms(rows []HistogramRow) []HistogramRow {
+	type key struct {
+		node int32
+		path string
+		ts   int64
+	}
+	acc := map[key]*loglinear.Histogram{}
+	var keys []key
+	for _, r := range rows {
+		k := key{r.NodeID, r.Path, r.TS.Unix()}
+		h := acc[k]
+		if h == nil {
+			h = loglinear.New()
+			acc[k] = h
+			keys = append(keys, k)
+		}
+		for i, idx := range r.Index {
+			h.Counts[uint32(idx)] += uint64(r.Counts[i])
+		}
+		h.Count += r.Count
+		h.Sum += r.Sum
+	}
+	out := make([]HistogramRow, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, histogramRow(k.node, k.path, time.Unix(k.ts, 0).UTC(), acc[k]))
+	}
+	return out
+}
 
 // The fold replaces ($7 is the resolution written), never adds: running
 // it twice, or over a bucket already folded, leaves the same rows.

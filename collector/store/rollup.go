@@ -401,9 +401,12 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 	}
 	if len(srcs) > 0 {
 		r, f, t := sourceArgs(srcs)
-		if err := out.read(ctx, s.pool, paths, readAggSamples, readAggHistograms, r, f, t, q.NodeIDs, filter, float64(q.Res)); err != nil {
+		var part rollupRows
+		if err := part.read(ctx, s.pool, paths, readAggSamples, readSourceHistograms, r, f, t, q.NodeIDs, filter, float64(q.Res)); err != nil {
 			return nil, nil, err
 		}
+		out.samples = append(out.samples, part.samples...)
+		out.hists = append(out.hists, mergeHistograms(part.hists)...)
 	}
 	return out.samples, out.hists, nil
 }
@@ -537,13 +540,17 @@ func (s *Store) readRaw(ctx context.Context, q RollupQuery, paths map[int32]stri
 		if !keep(k.MetricID) {
 			continue
 		}
-		r := HistogramRow{NodeID: k.NodeID, Path: paths[k.MetricID], TS: time.Unix(k.TS, 0).UTC(), Count: h.Count, Sum: h.Sum}
-		for _, b := range h.Sorted() {
-			r.Index, r.Counts = append(r.Index, int32(b)), append(r.Counts, int64(h.Counts[b]))
-		}
-		hists = append(hists, r)
+		hists = append(hists, histogramRow(k.NodeID, paths[k.MetricID], time.Unix(k.TS, 0).UTC(), h))
 	}
 	return samples, hists, nil
+}
+
+func histogramRow(node int32, path string, ts time.Time, h *loglinear.Histogram) HistogramRow {
+	r := HistogramRow{NodeID: node, Path: path, TS: ts, Count: h.Count, Sum: h.Sum}
+	for _, b := range h.Sorted() {
+		r.Index, r.Counts = append(r.Index, int32(b)), append(r.Counts, int64(h.Counts[b]))
+	}
+	return r
 }
 
 // metricPaths is the whole path dictionary by id (small: one row per
