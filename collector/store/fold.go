@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
@@ -73,29 +72,6 @@ CROSS JOIN LATERAL (
 ) r
 GROUP BY 1, 2, 3`
 
-// Histograms merge by adding bucket counts index by index.
-const aggHistograms = `
-WITH src AS MATERIALIZED (
-	SELECT r.node_id, r.metric_id, date_bin(make_interval(secs => $6), r.ts, ` + epoch + `) AS b,
-		r.count, r.sum, r.bucket_index, r.bucket_count
-	FROM unnest($1::integer[], $2::timestamptz[], $3::timestamptz[]) AS p(res, f, t)
-	CROSS JOIN LATERAL (
-		SELECT node_id, metric_id, ts, count, sum, bucket_index, bucket_count FROM rollup_histograms h
-		WHERE h.res = p.res AND h.node_id = ANY($4) AND h.ts >= p.f AND h.ts < p.t
-			AND ($5::integer[] IS NULL OR h.metric_id = ANY($5))
-	) r
-), tot AS (
-	SELECT node_id, metric_id, b, sum(count)::bigint AS count, sum(sum) AS sum FROM src GROUP BY 1, 2, 3
-), bk AS (
-	SELECT src.node_id, src.metric_id, src.b, u.i, sum(u.c)::bigint AS c
-	FROM src, unnest(src.bucket_index, src.bucket_count) AS u(i, c) GROUP BY 1, 2, 3, 4
-), arr AS (
-	SELECT node_id, metric_id, b, array_agg(i ORDER BY i) AS bi, array_agg(c ORDER BY i) AS bc FROM bk GROUP BY 1, 2, 3
-)
-SELECT tot.node_id, tot.metric_id, tot.b, tot.count, tot.sum,
-	coalesce(arr.bi, '{}'::integer[]) AS bi, coalesce(arr.bc, '{}'::bigint[]) AS bc
-FROM tot LEFT JOIN arr USING (node_id, metric_id, b)`
-
 // Reads return what ReadRollups scans from the tables. Histograms are
 // merged in Go (mergeHistograms): the rows of an open hour or day are many
 // and small, and unnest with GROUP BY cost a report more than a second
@@ -117,14 +93,15 @@ CROSS JOIN LATERAL (
 // rows given their coarser bucket's start) into one row each.
 func mergeHistograms(rows []HistogramRow) []HistogramRow {
 	type key struct {
-		node int32
-		path string
-		ts   int64
+		node, metric int32
+		ts           int64
 	}
 	acc := map[key]*loglinear.Histogram{}
+	paths := map[int32]string{}
 	var keys []key
 	for _, r := range rows {
-		k := key{r.NodeID, r.Path, r.TS.Unix()}
+		k := key{r.NodeID, r.metricID, r.TS.Unix()}
+		paths[r.metricID] = r.Path
 		h := acc[k]
 		if h == nil {
 			h = loglinear.New()
@@ -139,13 +116,16 @@ func mergeHistograms(rows []HistogramRow) []HistogramRow {
 	}
 	out := make([]HistogramRow, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, histogramRow(k.node, k.path, time.Unix(k.ts, 0).UTC(), acc[k]))
+		out = append(out, histogramRow(k.node, k.metric, paths[k.metric], time.Unix(k.ts, 0).UTC(), acc[k]))
 	}
 	return out
 }
 
 // The fold replaces ($7 is the resolution written), never adds: running
-// it twice, or over a bucket already folded, leaves the same rows.
+// it twice, or over a bucket already folded, leaves the same rows. Its
+// histograms are merged in Go (mergeHistograms), like a read's, staged
+// and replaced: unnest and GROUP BY in SQL took the fold several times
+// longer (BENCHMARKS.md).
 const (
 	foldSamples = `
 INSERT INTO rollup_samples AS r (res, ts, node_id, metric_id, n, sum, min, max, ok_s, warn_s, crit_s)
@@ -153,12 +133,47 @@ SELECT $7, b, node_id, metric_id, n, sum, min, max, ok_s, warn_s, crit_s FROM (`
 ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 	n = EXCLUDED.n, sum = EXCLUDED.sum, min = EXCLUDED.min, max = EXCLUDED.max,
 	ok_s = EXCLUDED.ok_s, warn_s = EXCLUDED.warn_s, crit_s = EXCLUDED.crit_s`
-	foldHistograms = `
+	replaceRollupHistograms = `
 INSERT INTO rollup_histograms AS r (res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count)
-SELECT $7, b, node_id, metric_id, count, sum, bi, bc FROM (` + aggHistograms + `) x
+SELECT res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count FROM stage_rollup_histograms
 ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 	count = EXCLUDED.count, sum = EXCLUDED.sum, bucket_index = EXCLUDED.bucket_index, bucket_count = EXCLUDED.bucket_count`
 )
+
+// foldBucket recomputes the rollups of resolution target at b from the
+// next finer resolution, for some nodes, in tx.
+func foldBucket(ctx context.Context, tx pgx.Tx, target int32, b time.Time, nodes []int32) error {
+	src := int32(RollupMinute)
+	if target == RollupDay {
+		src = RollupHour
+	}
+	r, f, t := sourceArgs([]rollupSource{{src, b, b.Add(time.Duration(target) * time.Second)}})
+	if _, err := tx.Exec(ctx, foldSamples, r, f, t, nodes, nil, float64(target), target); err != nil {
+		return fmt.Errorf("fold sample rollups: %w", err)
+	}
+	var part rollupRows
+	if err := part.readHistograms(ctx, tx, nil, readSourceHistograms, r, f, t, nodes, nil, float64(target)); err != nil {
+		return err
+	}
+	if len(part.hists) == 0 {
+		return nil
+	}
+	merged := mergeHistograms(part.hists)
+	rows := make([][]any, len(merged))
+	for i, h := range merged {
+		rows[i] = []any{target, h.TS, h.NodeID, h.metricID, int64(h.Count), h.Sum, h.Index, h.Counts}
+	}
+	if _, err := tx.Exec(ctx, rollupStagingDDL); err != nil {
+		return fmt.Errorf("create rollup staging tables: %w", err)
+	}
+	if err := stageRollupHistograms(ctx, tx, rows); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, replaceRollupHistograms); err != nil {
+		return fmt.Errorf("fold histogram rollups: %w", err)
+	}
+	return nil
+}
 
 // markDirty is a batch's last statement before its commit: the hours ($1)
 // its new minute rows reach that ended a minute ago or more are marked,
@@ -308,10 +323,6 @@ type FoldResult struct {
 	HourThrough, DayThrough time.Time
 }
 
-type execer interface {
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-}
-
 // FoldRollups folds closed hours from their minutes and closed days from
 // their hours, advancing rollup_folds, and recomputes the hours marked
 // dirty by late writes. Only one collector folds at a time (an advisory
@@ -361,17 +372,10 @@ func (s *Store) FoldRollups(ctx context.Context, o FoldOptions) (FoldResult, err
 	if nodes, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
 		return res, fmt.Errorf("fold rollups: list nodes: %w", err)
 	}
-	fold := func(ctx context.Context, db execer, target int32, b time.Time) error {
-		src := RollupMinute
-		if target == RollupDay {
-			src = RollupHour
-		}
-		r, f, t := sourceArgs([]rollupSource{{int32(src), b, b.Add(time.Duration(target) * time.Second)}})
+	fold := func(ctx context.Context, tx pgx.Tx, target int32, b time.Time) error {
 		for c := range slices.Chunk(nodes, chunk) {
-			for _, q := range []string{foldSamples, foldHistograms} {
-				if _, err := db.Exec(ctx, q, r, f, t, c, nil, float64(target), target); err != nil {
-					return fmt.Errorf("fold the %ds rollups of %s: %w", target, b.UTC().Format(time.RFC3339), err)
-				}
+			if err := foldBucket(ctx, tx, target, b, c); err != nil {
+				return fmt.Errorf("fold the %ds rollups of %s: %w", target, b.UTC().Format(time.RFC3339), err)
 			}
 		}
 		return nil

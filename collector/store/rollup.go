@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
@@ -278,6 +277,12 @@ func copyRollupHistograms(ctx context.Context, tx pgx.Tx, r *Rollups) error {
 		}
 		rows = append(rows, []any{k.Res, time.Unix(k.TS, 0).UTC(), k.NodeID, k.MetricID, int64(h.Count), h.Sum, bi, bc})
 	}
+	return stageRollupHistograms(ctx, tx, rows)
+}
+
+// stageRollupHistograms COPYs rows of stage_rollup_histograms' columns:
+// res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count.
+func stageRollupHistograms(ctx context.Context, tx pgx.Tx, rows [][]any) error {
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_rollup_histograms"},
 		[]string{"res", "ts", "node_id", "metric_id", "count", "sum", "bucket_index", "bucket_count"},
 		pgx.CopyFromRows(rows)); err != nil {
@@ -350,6 +355,8 @@ type HistogramRow struct {
 	// loglinear.Dense with no map built for it (AddTo).
 	Index  []int32
 	Counts []int64
+
+	metricID int32 // what the fold writes back
 }
 
 // AddTo merges the row's buckets into d.
@@ -420,29 +427,44 @@ type rollupRows struct {
 	arena bucketArena
 }
 
+// querier is a pool or a transaction.
+type querier interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}
+
 // read appends the rows of a samples and a histograms query, both of args.
-func (o *rollupRows) read(ctx context.Context, db *pgxpool.Pool, paths map[int32]string, samplesSQL, histsSQL string, args ...any) error {
-	rows, err := db.Query(ctx, samplesSQL, args...)
+func (o *rollupRows) read(ctx context.Context, db querier, paths map[int32]string, samplesSQL, histsSQL string, args ...any) error {
+	if err := o.readSamples(ctx, db, paths, samplesSQL, args...); err != nil {
+		return err
+	}
+	return o.readHistograms(ctx, db, paths, histsSQL, args...)
+}
+
+func (o *rollupRows) readSamples(ctx context.Context, db querier, paths map[int32]string, query string, args ...any) error {
+	rows, err := db.Query(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("read sample rollups: %w", err)
 	}
+	defer rows.Close()
 	// One set of scan targets for all rows: Scan's pointers would move a
 	// row declared in the loop to the heap, once per row.
 	var r SampleRow
 	var mid int32
 	for rows.Next() {
 		if err := rows.Scan(&r.NodeID, &mid, &r.TS, &r.N, &r.Sum, &r.Min, &r.Max, &r.OK, &r.Warn, &r.Crit); err != nil {
-			rows.Close()
 			return fmt.Errorf("scan sample rollup: %w", err)
 		}
 		r.Path = paths[mid]
 		o.samples = append(o.samples, r)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read sample rollups: %w", err)
 	}
-	rows, err = db.Query(ctx, histsSQL, args...)
+	return nil
+}
+
+func (o *rollupRows) readHistograms(ctx context.Context, db querier, paths map[int32]string, query string, args ...any) error {
+	rows, err := db.Query(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("read histogram rollups: %w", err)
 	}
@@ -450,13 +472,13 @@ func (o *rollupRows) read(ctx context.Context, db *pgxpool.Pool, paths map[int32
 	var h HistogramRow
 	var count int64
 	for rows.Next() {
-		if err := rows.Scan(&h.NodeID, &mid, &h.TS, &count, &h.Sum, nil); err != nil {
+		if err := rows.Scan(&h.NodeID, &h.metricID, &h.TS, &count, &h.Sum, nil); err != nil {
 			return fmt.Errorf("scan histogram rollup: %w", err)
 		}
 		if h.Index, h.Counts, err = o.arena.decode(rows, 5); err != nil {
 			return fmt.Errorf("scan histogram rollup buckets: %w", err)
 		}
-		h.Count, h.Path = uint64(count), paths[mid]
+		h.Count, h.Path = uint64(count), paths[h.metricID]
 		o.hists = append(o.hists, h)
 	}
 	if err := rows.Err(); err != nil {
@@ -540,15 +562,18 @@ func (s *Store) readRaw(ctx context.Context, q RollupQuery, paths map[int32]stri
 		if !keep(k.MetricID) {
 			continue
 		}
-		hists = append(hists, histogramRow(k.NodeID, paths[k.MetricID], time.Unix(k.TS, 0).UTC(), h))
+		hists = append(hists, histogramRow(k.NodeID, k.MetricID, paths[k.MetricID], time.Unix(k.TS, 0).UTC(), h))
 	}
 	return samples, hists, nil
 }
 
-func histogramRow(node int32, path string, ts time.Time, h *loglinear.Histogram) HistogramRow {
-	r := HistogramRow{NodeID: node, Path: path, TS: ts, Count: h.Count, Sum: h.Sum}
-	for _, b := range h.Sorted() {
-		r.Index, r.Counts = append(r.Index, int32(b)), append(r.Counts, int64(h.Counts[b]))
+func histogramRow(node, metric int32, path string, ts time.Time, h *loglinear.Histogram) HistogramRow {
+	idx := h.Sorted()
+	// Never nil: the fold writes them to NOT NULL columns.
+	r := HistogramRow{NodeID: node, Path: path, TS: ts, Count: h.Count, Sum: h.Sum, metricID: metric,
+		Index: make([]int32, len(idx)), Counts: make([]int64, len(idx))}
+	for i, b := range idx {
+		r.Index[i], r.Counts[i] = int32(b), int64(h.Counts[b])
 	}
 	return r
 }
