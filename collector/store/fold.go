@@ -56,11 +56,13 @@ func sourceArgs(srcs []rollupSource) ([]int32, []time.Time, []time.Time) {
 	return res, from, to
 }
 
-// aggSamples and aggHistograms aggregate the sources ($1 resolutions, $2
+// aggSamples aggregates the sample rollups of sources ($1 resolutions, $2
 // starts, $3 ends) of nodes $4, metrics $5 (NULL: all) into buckets of $6
-// seconds. The fold writes what they return and a read of unfolded buckets
-// returns it, so the two cannot disagree. Each source is an index range per
-// node of the primary key (res, node_id, ts, metric_id).
+// seconds; readSourceHistograms returns the histogram rows of the same,
+// each given its bucket, for mergeHistograms. The fold writes what they
+// make and a read of unfolded buckets returns it, so the two cannot
+// disagree. Each source is an index range per node of the primary key
+// (res, node_id, ts, metric_id).
 const aggSamples = `
 SELECT r.node_id, r.metric_id, date_bin(make_interval(secs => $6), r.ts, ` + epoch + `) AS b,
 	sum(r.n)::bigint AS n, sum(r.sum) AS sum, min(r.min) AS min, max(r.max) AS max,
@@ -73,10 +75,9 @@ CROSS JOIN LATERAL (
 GROUP BY 1, 2, 3`
 
 // Reads return what ReadRollups scans from the tables. Histograms are
-// merged in Go (mergeHistograms): the rows of an open hour or day are many
-// and small, and unnest with GROUP BY cost a report more than a second
-// where decoding them from their buckets column and adding in Go costs
-// tens of milliseconds (BENCHMARKS.md, Reports).
+// merged in Go (mergeHistograms), from their buckets column: unnest with
+// GROUP BY in SQL made the fold 2.5–3× slower (BENCHMARKS.md, Storage),
+// and merging a month's rows that way made a report slower (Reports).
 const (
 	readAggSamples       = `SELECT node_id, metric_id, b, n, sum, min, max, ok_s, warn_s, crit_s FROM (` + aggSamples + `) x`
 	readSourceHistograms = `
