@@ -407,12 +407,13 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 		}
 	}
 	if len(srcs) > 0 {
-		r, f, t := sourceArgs(srcs)
 		var part rollupRows
-		if err := part.read(ctx, s.pool, paths, readAggSamples, readSourceHistograms, r, f, t, q.NodeIDs, filter, float64(q.Res)); err != nil {
-			return nil, nil, err
+		for _, src := range srcs {
+			if err := part.read(ctx, s.pool, paths, readAggSamples, readSourceHistograms, src.res, src.from, src.to, q.NodeIDs, filter, float64(q.Res)); err != nil {
+				return nil, nil, err
+			}
 		}
-		out.samples = append(out.samples, part.samples...)
+		out.samples = append(out.samples, mergeSamples(part.samples)...)
 		out.hists = append(out.hists, mergeHistograms(part.hists)...)
 	}
 	return out.samples, out.hists, nil
