@@ -53,8 +53,8 @@ type rollupSource struct {
 // make and a read of unfolded buckets returns it, so the two cannot
 // disagree. One source a statement, as the plain reads: the index range
 // per node of the primary key (res, node_id, ts, metric_id). With the
-// sources as arrays joined LATERAL, PostgreSQL's generic plan scanned
-// every row of the resolution (a 30-day report took 3× longer).
+// sources as arrays joined LATERAL, a read of an unfolded bucket cost about
+// 0.35 s whatever its size (a 10-node report 5× slower, BENCHMARKS.md).
 const aggSamples = `
 SELECT node_id, metric_id, date_bin(make_interval(secs => $6), ts, ` + epoch + `) AS b,
 	sum(n)::bigint AS n, sum(sum) AS sum, min(min) AS min, max(max) AS max,
