@@ -78,6 +78,7 @@ bench: ## run every benchmark of BENCHMARKS.md (about two hours; root for the BP
 	$(DEPS) test
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench WriteReports -benchtime 3s ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench AdmitNode ./collector/store
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench FoldRollups -benchtime 3x ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencydrops/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencytx/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencyrx/

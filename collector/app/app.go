@@ -210,6 +210,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	wg.Go(func() {
 		retention.New(st, identities, c.retentionConfig(), c.log.With("part", "retention")).Run(runCtx, time.Hour)
 	})
+	wg.Go(func() { c.folder(st).run(runCtx) })
 	wg.Go(func() { configs.Listen(runCtx, st.Pool()) })
 	wg.Go(func() { identities.Listen(runCtx, st.Pool()) })
 	wg.Go(func() { alerts.Run(runCtx) })

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nbs-project/nbs/internal/loglinear"
 )
 
 // BenchmarkWriteReports measures the ingest path (COPY into staging, dedup
@@ -189,5 +191,100 @@ func BenchmarkRegisterDefinitions(b *testing.B) {
 		if _, err := st.UpsertDefinitions(ctx, node, defs); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkFoldRollups measures the fold's cost per hour of fleet data:
+// 1,000 nodes × 10 metrics (8 sample metrics, 2 histograms of a ping's
+// 60 RTTs a minute) × 60 minute rollups folded into their hour, and 24 of
+// those hours into their day. Each iteration folds the same bucket again
+// (a fold is a recompute: the same work whether or not it ran before).
+func BenchmarkFoldRollups(b *testing.B) {
+	const nodes, samples, hists = 1000, 8, 2
+	ctx := context.Background()
+	st := openTest(b)
+	var defs []MetricDef
+	for m := range samples {
+		defs = append(defs, MetricDef{Path: fmt.Sprintf("r%d", m), Title: "m", Unit: "x/s", Kind: KindRate})
+	}
+	for m := range hists {
+		defs = append(defs, MetricDef{Path: fmt.Sprintf("ping/t%d", m), Title: "t", Unit: "ms", Kind: KindHistogram, Scale: 1e6, Quantile: 0.99})
+	}
+	ids := make([]int32, nodes)
+	var metrics map[string]int32
+	for i := range nodes {
+		var err error
+		if ids[i], err = st.UpsertNode(ctx, Node{Name: fmt.Sprintf("n%d", i), InstanceID: 1, IntervalMS: 10000}); err != nil {
+			b.Fatal(err)
+		}
+		if metrics, err = st.UpsertDefinitions(ctx, ids[i], defs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// An hour (H) of minutes and a day (D, before H's) of hours.
+	h := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	d := h.Truncate(24 * time.Hour).Add(-24 * time.Hour)
+	rng := uint64(1)
+	draw := func() uint64 { // xorshift: fixed, cheap, spread over many buckets
+		rng ^= rng << 13
+		rng ^= rng >> 7
+		rng ^= rng << 17
+		return 2e5 + rng%3e6
+	}
+	seed := func(res int32, start time.Time, n int, perBucket uint64) {
+		for lo := 0; lo < nodes; lo += 100 {
+			r := NewRollups()
+			for _, id := range ids[lo : lo+100] {
+				for k := range n {
+					ts := start.Add(time.Duration(k) * time.Duration(res) * time.Second).Unix()
+					for m := range samples {
+						r.Samples[RollupKey{id, metrics[fmt.Sprintf("r%d", m)], res, ts}] = &SampleAgg{N: 6, Sum: float64(k % 7), Max: float64(k % 7), OK: 60}
+					}
+					for m := range hists {
+						hh := loglinear.New()
+						for range perBucket / 2 {
+							hh.RecordN(draw(), 2)
+						}
+						r.Histograms[RollupKey{id, metrics[fmt.Sprintf("ping/t%d", m)], res, ts}] = hh
+					}
+				}
+			}
+			if err := st.SeedRollups(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	seed(RollupMinute, h, 60, 60)
+	seed(RollupHour, d, 24, 3600)
+	if _, err := st.pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		res       int32
+		hour, day time.Time // watermarks before the fold
+		now       time.Time
+	}{
+		{"hour", RollupHour, h, h.Add(24 * time.Hour), h.Add(time.Hour + FoldGrace)},
+		{"day", RollupDay, h.Add(time.Hour), d, h.Add(time.Hour)},
+	} {
+		b.Run(fmt.Sprintf("%s/nodes=%d/metrics=%d", c.name, nodes, samples+hists), func(b *testing.B) {
+			for b.Loop() {
+				if err := st.SetFoldWatermark(ctx, RollupHour, c.hour); err != nil {
+					b.Fatal(err)
+				}
+				if err := st.SetFoldWatermark(ctx, RollupDay, c.day); err != nil {
+					b.Fatal(err)
+				}
+				r, err := st.FoldRollups(ctx, FoldOptions{Now: c.now})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if r.Hours+r.Days != 1 {
+					b.Fatalf("fold %+v, want one %ds bucket", r, c.res)
+				}
+			}
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/fleet-"+c.name)
+		})
 	}
 }

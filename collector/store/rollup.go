@@ -22,9 +22,6 @@ const (
 	RollupDay = 86400
 )
 
-// rollupResolutions are the rollups the write path maintains.
-var rollupResolutions = [...]int32{RollupMinute, RollupHour, RollupDay}
-
 // RollupKey is one node's metric in one bucket of a resolution, keyed by
 // the report's time.
 type RollupKey struct {
@@ -164,14 +161,28 @@ const rollupStagingDDL = `
 CREATE TEMP TABLE IF NOT EXISTS stage_rollup_samples (LIKE rollup_samples) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS stage_rollup_histograms (LIKE rollup_histograms) ON COMMIT DELETE ROWS;`
 
-// mergeRollupSamples and mergeRollupHistograms add staged buckets to the
-// stored ones; ORDER BY takes row locks in key order (see sortedKeys).
-const mergeRollupSamples = `
-INSERT INTO rollup_samples AS r SELECT * FROM stage_rollup_samples ORDER BY res, node_id, ts, metric_id
+// addRollupSamples adds new buckets to the stored ones.
+const addRollupSamples = `
 ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 	n = r.n + EXCLUDED.n, sum = r.sum + EXCLUDED.sum,
 	min = least(r.min, EXCLUDED.min), max = greatest(r.max, EXCLUDED.max),
 	ok_s = r.ok_s + EXCLUDED.ok_s, warn_s = r.warn_s + EXCLUDED.warn_s, crit_s = r.crit_s + EXCLUDED.crit_s`
+
+// mergeRollupSamples and mergeRollupHistograms add staged buckets to the
+// stored ones; ORDER BY takes row locks in key order (see sortedKeys).
+const mergeRollupSamples = `
+INSERT INTO rollup_samples AS r SELECT * FROM stage_rollup_samples ORDER BY res, node_id, ts, metric_id` + addRollupSamples
+
+// upsertRollupSamples is mergeRollupSamples with the buckets as arrays, one
+// per column: a statement the write path queues with the rest of its
+// batch, where staging them would cost the transaction three more round
+// trips (the DDL, the COPY and the merge), most of what a batch of healthy
+// nodes' reports cost on a busy machine (BENCHMARKS.md).
+const upsertRollupSamples = `
+INSERT INTO rollup_samples AS r
+SELECT * FROM unnest($1::integer[], $2::timestamptz[], $3::integer[], $4::integer[], $5::bigint[],
+	$6::float8[], $7::float8[], $8::float8[], $9::float8[], $10::float8[], $11::float8[])
+ORDER BY 1, 3, 2, 4` + addRollupSamples
 
 const mergeRollupHistograms = `
 INSERT INTO rollup_histograms AS r (res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count)
@@ -186,21 +197,41 @@ ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 			) u GROUP BY i
 		) g)`
 
-// writeRollups folds the batch's new reports into the rollups, in the
-// transaction that stores them.
-func writeRollups(ctx context.Context, tx pgx.Tx, reports []Report, inserted map[ReportKey]bool) error {
+// queueRollups folds the batch's new reports into the minute rollups, in
+// the transaction that stores them; hours and days are folded from them
+// later (FoldRollups). The sample upsert is queued into batch; histograms,
+// whose buckets are arrays themselves, are COPYed to staging (created with
+// the reports' staging tables) and their merge queued.
+func queueRollups(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool) error {
 	r := NewRollups()
 	for _, rep := range reports {
 		if inserted[rep.Key()] {
-			r.Add(rep, rollupResolutions[:]...)
+			r.Add(rep, RollupMinute)
 		}
 	}
-	return WriteRollups(ctx, tx, r)
+	if n := len(r.Samples); n > 0 {
+		res, ts, node, metric := make([]int32, 0, n), make([]time.Time, 0, n), make([]int32, 0, n), make([]int32, 0, n)
+		cnt, sum, lo, hi, ok, warn, crit := make([]int64, 0, n), make([]float64, 0, n), make([]float64, 0, n), make([]float64, 0, n),
+			make([]float64, 0, n), make([]float64, 0, n), make([]float64, 0, n)
+		for _, k := range sortedKeys(r.Samples) {
+			a := r.Samples[k]
+			res, ts, node, metric = append(res, k.Res), append(ts, time.Unix(k.TS, 0).UTC()), append(node, k.NodeID), append(metric, k.MetricID)
+			cnt, sum, lo, hi = append(cnt, a.N), append(sum, a.Sum), append(lo, a.Min), append(hi, a.Max)
+			ok, warn, crit = append(ok, a.OK), append(warn, a.Warn), append(crit, a.Crit)
+		}
+		batch.Queue(upsertRollupSamples, res, ts, node, metric, cnt, sum, lo, hi, ok, warn, crit)
+	}
+	if len(r.Histograms) > 0 {
+		if err := copyRollupHistograms(ctx, tx, r); err != nil {
+			return err
+		}
+		batch.Queue(mergeRollupHistograms)
+	}
+	return nil
 }
 
-// WriteRollups merges accumulated rollups into the stored ones. The write
-// path calls it with each batch; the report benchmark seeds history older
-// than its raw days with it.
+// WriteRollups merges accumulated rollups into the stored ones, through
+// staging tables (benchmarks and backfills seed history with it).
 func WriteRollups(ctx context.Context, tx pgx.Tx, r *Rollups) error {
 	if len(r.Samples) == 0 && len(r.Histograms) == 0 {
 		return nil
@@ -224,25 +255,38 @@ func WriteRollups(ctx context.Context, tx pgx.Tx, r *Rollups) error {
 		}
 	}
 	if len(r.Histograms) > 0 {
-		rows := make([][]any, 0, len(r.Histograms))
-		for _, k := range sortedKeys(r.Histograms) {
-			h := r.Histograms[k]
-			idx := h.Sorted()
-			bi := make([]int32, len(idx))
-			bc := make([]int64, len(idx))
-			for i, b := range idx {
-				bi[i], bc[i] = int32(b), int64(h.Counts[b])
-			}
-			rows = append(rows, []any{k.Res, time.Unix(k.TS, 0).UTC(), k.NodeID, k.MetricID, int64(h.Count), h.Sum, bi, bc})
-		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_rollup_histograms"},
-			[]string{"res", "ts", "node_id", "metric_id", "count", "sum", "bucket_index", "bucket_count"},
-			pgx.CopyFromRows(rows)); err != nil {
-			return fmt.Errorf("copy histogram rollups: %w", err)
+		if err := copyRollupHistograms(ctx, tx, r); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, mergeRollupHistograms); err != nil {
 			return fmt.Errorf("merge histogram rollups: %w", err)
 		}
+	}
+	return nil
+}
+
+func copyRollupHistograms(ctx context.Context, tx pgx.Tx, r *Rollups) error {
+	rows := make([][]any, 0, len(r.Histograms))
+	for _, k := range sortedKeys(r.Histograms) {
+		h := r.Histograms[k]
+		idx := h.Sorted()
+		bi := make([]int32, len(idx))
+		bc := make([]int64, len(idx))
+		for i, b := range idx {
+			bi[i], bc[i] = int32(b), int64(h.Counts[b])
+		}
+		rows = append(rows, []any{k.Res, time.Unix(k.TS, 0).UTC(), k.NodeID, k.MetricID, int64(h.Count), h.Sum, bi, bc})
+	}
+	return stageRollupHistograms(ctx, tx, rows)
+}
+
+// stageRollupHistograms COPYs rows of stage_rollup_histograms' columns:
+// res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count.
+func stageRollupHistograms(ctx context.Context, tx pgx.Tx, rows [][]any) error {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_rollup_histograms"},
+		[]string{"res", "ts", "node_id", "metric_id", "count", "sum", "bucket_index", "bucket_count"},
+		pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("copy histogram rollups: %w", err)
 	}
 	return nil
 }
@@ -311,13 +355,18 @@ type HistogramRow struct {
 	// loglinear.Dense with no map built for it (AddTo).
 	Index  []int32
 	Counts []int64
+
+	metricID int32 // what the fold writes back
 }
 
 // AddTo merges the row's buckets into d.
 func (r HistogramRow) AddTo(d *loglinear.Dense) { d.AddBuckets(r.Index, r.Counts, r.Count, r.Sum) }
 
 // ReadRollups returns the buckets of q, from the rollup tables or, with
-// q.Raw, computed from raw reports by the write path's own code.
+// q.Raw, computed from raw reports by the write path's own code. Hour and
+// day buckets not folded yet, or marked dirty by late data, are computed
+// from the finer rollups as the fold would (foldedSources), so a caller
+// reads the same buckets whenever it asks.
 func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []HistogramRow, error) {
 	paths, err := s.metricPaths(ctx)
 	if err != nil {
@@ -330,58 +379,113 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 		return nil, nil, nil
 	}
 	filter := q.metricFilter(paths)
-	var samples []SampleRow
-	rows, err := s.pool.Query(ctx, `
-		SELECT node_id, metric_id, ts, n, sum, min, max, ok_s, warn_s, crit_s FROM rollup_samples
-		WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::integer[] IS NULL OR metric_id = ANY($5))`,
-		q.Res, q.NodeIDs, q.From, q.To, filter)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read sample rollups: %w", err)
+	stored := []interval{{q.From, q.To}}
+	var srcs []rollupSource
+	if q.Res == RollupHour || q.Res == RollupDay {
+		// A bucket is in the range if it starts in it: computed buckets
+		// take their sources from where they start to where they end.
+		step := time.Duration(q.Res) * time.Second
+		from, to := ceilTo(q.From, step), ceilTo(q.To, step)
+		if !from.Before(to) {
+			return nil, nil, nil
+		}
+		st, err := readFoldState(ctx, s.pool, from, to)
+		if err != nil {
+			return nil, nil, err
+		}
+		stored, srcs = foldedSources(q.Res, from, to, st)
 	}
+	var out rollupRows
+	for _, iv := range stored {
+		if err := out.read(ctx, s.pool, paths,
+			`SELECT node_id, metric_id, ts, n, sum, min, max, ok_s, warn_s, crit_s FROM rollup_samples
+			WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::integer[] IS NULL OR metric_id = ANY($5))`,
+			`SELECT node_id, metric_id, ts, count, sum, buckets FROM rollup_histograms
+			WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::integer[] IS NULL OR metric_id = ANY($5))`,
+			q.Res, q.NodeIDs, iv.from, iv.to, filter); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(srcs) > 0 {
+		var part rollupRows
+		for _, src := range srcs {
+			if err := part.read(ctx, s.pool, paths, readAggSamples, readSourceHistograms, src.res, src.from, src.to, q.NodeIDs, filter, float64(q.Res)); err != nil {
+				return nil, nil, err
+			}
+		}
+		out.samples = append(out.samples, mergeSamples(part.samples)...)
+		out.hists = append(out.hists, mergeHistograms(part.hists)...)
+	}
+	return out.samples, out.hists, nil
+}
+
+// rollupRows collects rollup rows read by queries of the same columns.
+type rollupRows struct {
+	samples []SampleRow
+	hists   []HistogramRow
+	// The rows' buckets are sub-slices of shared chunks, not two
+	// allocations per row.
+	arena bucketArena
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}
+
+// read appends the rows of a samples and a histograms query, both of args.
+func (o *rollupRows) read(ctx context.Context, db querier, paths map[int32]string, samplesSQL, histsSQL string, args ...any) error {
+	if err := o.readSamples(ctx, db, paths, samplesSQL, args...); err != nil {
+		return err
+	}
+	return o.readHistograms(ctx, db, paths, histsSQL, args...)
+}
+
+func (o *rollupRows) readSamples(ctx context.Context, db querier, paths map[int32]string, query string, args ...any) error {
+	rows, err := db.Query(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("read sample rollups: %w", err)
+	}
+	defer rows.Close()
 	// One set of scan targets for all rows: Scan's pointers would move a
 	// row declared in the loop to the heap, once per row.
 	var r SampleRow
 	var mid int32
 	for rows.Next() {
 		if err := rows.Scan(&r.NodeID, &mid, &r.TS, &r.N, &r.Sum, &r.Min, &r.Max, &r.OK, &r.Warn, &r.Crit); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("scan sample rollup: %w", err)
+			return fmt.Errorf("scan sample rollup: %w", err)
 		}
 		r.Path = paths[mid]
-		samples = append(samples, r)
+		o.samples = append(o.samples, r)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read sample rollups: %w", err)
+		return fmt.Errorf("read sample rollups: %w", err)
 	}
-	var hists []HistogramRow
-	rows, err = s.pool.Query(ctx, `
-		SELECT node_id, metric_id, ts, count, sum, buckets FROM rollup_histograms
-		WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::integer[] IS NULL OR metric_id = ANY($5))`,
-		q.Res, q.NodeIDs, q.From, q.To, filter)
+	return nil
+}
+
+func (o *rollupRows) readHistograms(ctx context.Context, db querier, paths map[int32]string, query string, args ...any) error {
+	rows, err := db.Query(ctx, query, args...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read histogram rollups: %w", err)
+		return fmt.Errorf("read histogram rollups: %w", err)
 	}
 	defer rows.Close()
-	// The rows' buckets are sub-slices of shared chunks, not two
-	// allocations per row.
-	var arena bucketArena
 	var h HistogramRow
 	var count int64
 	for rows.Next() {
-		if err := rows.Scan(&h.NodeID, &mid, &h.TS, &count, &h.Sum, nil); err != nil {
-			return nil, nil, fmt.Errorf("scan histogram rollup: %w", err)
+		if err := rows.Scan(&h.NodeID, &h.metricID, &h.TS, &count, &h.Sum, nil); err != nil {
+			return fmt.Errorf("scan histogram rollup: %w", err)
 		}
-		if h.Index, h.Counts, err = arena.decode(rows, 5); err != nil {
-			return nil, nil, fmt.Errorf("scan histogram rollup buckets: %w", err)
+		if h.Index, h.Counts, err = o.arena.decode(rows, 5); err != nil {
+			return fmt.Errorf("scan histogram rollup buckets: %w", err)
 		}
-		h.Count, h.Path = uint64(count), paths[mid]
-		hists = append(hists, h)
+		h.Count, h.Path = uint64(count), paths[h.metricID]
+		o.hists = append(o.hists, h)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read histogram rollups: %w", err)
+		return fmt.Errorf("read histogram rollups: %w", err)
 	}
-	return samples, hists, nil
+	return nil
 }
 
 func (s *Store) readRaw(ctx context.Context, q RollupQuery, paths map[int32]string) ([]SampleRow, []HistogramRow, error) {
@@ -459,13 +563,20 @@ func (s *Store) readRaw(ctx context.Context, q RollupQuery, paths map[int32]stri
 		if !keep(k.MetricID) {
 			continue
 		}
-		r := HistogramRow{NodeID: k.NodeID, Path: paths[k.MetricID], TS: time.Unix(k.TS, 0).UTC(), Count: h.Count, Sum: h.Sum}
-		for _, b := range h.Sorted() {
-			r.Index, r.Counts = append(r.Index, int32(b)), append(r.Counts, int64(h.Counts[b]))
-		}
-		hists = append(hists, r)
+		hists = append(hists, histogramRow(k.NodeID, k.MetricID, paths[k.MetricID], time.Unix(k.TS, 0).UTC(), h))
 	}
 	return samples, hists, nil
+}
+
+func histogramRow(node, metric int32, path string, ts time.Time, h *loglinear.Histogram) HistogramRow {
+	idx := h.Sorted()
+	// Never nil: the fold writes them to NOT NULL columns.
+	r := HistogramRow{NodeID: node, Path: path, TS: ts, Count: h.Count, Sum: h.Sum, metricID: metric,
+		Index: make([]int32, len(idx)), Counts: make([]int64, len(idx))}
+	for i, b := range idx {
+		r.Index[i], r.Counts[i] = int32(b), int64(h.Counts[b])
+	}
+	return r
 }
 
 // metricPaths is the whole path dictionary by id (small: one row per

@@ -16,7 +16,7 @@ import (
 const stagingDDL = `
 CREATE TEMP TABLE IF NOT EXISTS stage_reports (LIKE reports) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS stage_histograms (LIKE histograms) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS stage_events (LIKE events) ON COMMIT DELETE ROWS;`
+CREATE TEMP TABLE IF NOT EXISTS stage_events (LIKE events) ON COMMIT DELETE ROWS;` + rollupStagingDDL
 
 // moveStaged inserts the staged reports that are new and, only for those,
 // their histograms and events, so a resent report adds nothing twice.
@@ -87,10 +87,21 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("insert staged reports: %w", err)
 		}
-		if err := writeRollups(ctx, tx, unique, result); err != nil {
+		// One round trip for what is left: rollups, latest values,
+		// dirty marks.
+		batch := &pgx.Batch{}
+		if err := queueRollups(ctx, tx, batch, unique, result); err != nil {
 			return err
 		}
-		return s.updateLatest(ctx, tx, unique, result)
+		if err := queueLatest(batch, unique, result); err != nil {
+			return err
+		}
+		// Last before the commit (markDirty), and in the same round trip.
+		queueDirty(batch, unique, result)
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			return fmt.Errorf("update rollups, latest values and dirty rollup marks: %w", err)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("write %d reports: %w", len(unique), err)
@@ -143,9 +154,9 @@ func copyStaged(ctx context.Context, tx pgx.Tx, reports []Report) error {
 	return nil
 }
 
-// updateLatest merges the batch's new reports into one row per node, so the
+// queueLatest merges the batch's new reports into one row per node, so the
 // database sees one upsert per node and batch rather than one per sample.
-func (s *Store) updateLatest(ctx context.Context, tx pgx.Tx, reports []Report, inserted map[ReportKey]bool) error {
+func queueLatest(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool) error {
 	type acc struct {
 		ts         time.Time
 		intervalMS uint32
@@ -182,7 +193,6 @@ func (s *Store) updateLatest(ctx context.Context, tx pgx.Tx, reports []Report, i
 		nodes = append(nodes, node)
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
-	batch := &pgx.Batch{}
 	for _, node := range nodes {
 		a := byNode[node]
 		m, err := json.Marshal(a.metrics)
@@ -190,9 +200,6 @@ func (s *Store) updateLatest(ctx context.Context, tx pgx.Tx, reports []Report, i
 			return fmt.Errorf("encode latest values: %w", err)
 		}
 		batch.Queue(mergeLatest, node, a.ts, int32(a.intervalMS), a.snapshot, m)
-	}
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return fmt.Errorf("update latest values: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,64 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/nbs-project/nbs/collector/store"
+)
+
+// folder runs the rollup fold (store.FoldRollups): hour rollups from the
+// minutes of closed hours, day rollups from the hours of closed days, and
+// hours marked dirty by late reports. Every collector runs one; the store
+// lets one fold at a time and the others find it busy, so a collector
+// that dies delays nothing by more than a period — no leader to elect.
+type folder struct {
+	st    *store.Store
+	log   *slog.Logger
+	every time.Duration
+	// now is the fold's clock; nil takes PostgreSQL's, which writers mark
+	// late data by. Tests move it instead of waiting for hours to close.
+	now  func() time.Time
+	opts store.FoldOptions
+}
+
+func (c *Collector) folder(st *store.Store) folder {
+	return folder{st: st, log: c.log.With("part", "fold"), every: time.Minute,
+		opts: store.FoldOptions{MinuteRetention: c.cfg.RollupRetention1m, HourRetention: c.cfg.RollupRetention1h}}
+}
+
+// run folds every period until ctx ends.
+func (f folder) run(ctx context.Context) {
+	t := time.NewTicker(f.every)
+	defer t.Stop()
+	for {
+		f.once(ctx)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (f folder) once(ctx context.Context) {
+	o := f.opts
+	if f.now != nil {
+		o.Now = f.now()
+	}
+	start := time.Now()
+	r, err := f.st.FoldRollups(ctx, o)
+	if err != nil {
+		if ctx.Err() == nil {
+			// What was folded stays folded; the rest is retried next time.
+			f.log.Warn("rollup fold", "err", err, "hours", r.Hours, "days", r.Days)
+		}
+		return
+	}
+	if r.Hours+r.Days+r.Recomputed+r.Skipped > 0 {
+		f.log.Info("rollups folded", "hours", r.Hours, "days", r.Days, "late_hours_recomputed", r.Recomputed,
+			"late_hours_skipped", r.Skipped, "hours_through", r.HourThrough, "days_through", r.DayThrough,
+			"took", time.Since(start).Round(time.Millisecond))
+	}
+}
