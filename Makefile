@@ -79,10 +79,12 @@ bench: ## run every benchmark of BENCHMARKS.md (about two hours; root for the BP
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench WriteReports -benchtime 3s ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench AdmitNode ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench FoldRollups -benchtime 3x ./collector/store
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench RegisterDefinitions -benchtime 200x ./collector/store
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench Counterparts -benchtime 3s ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencydrops/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencytx/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencyrx/
-	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/fleet/
+	$(BENCH_ENV) NBS_FLEET_NODES=1000,4000,10000 NBS_FLEET_DURATION=40s $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/fleet/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./bench/agentcost/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/report/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench CompressedMonth -benchtime 1x -timeout 30m ./bench/lifecycle/
