@@ -95,7 +95,10 @@ bench: ## run every benchmark of BENCHMARKS.md (about two hours; root for the BP
 run: ## run the whole system locally: throwaway PostgreSQL, collector, one agent
 	$(DEPS) run
 	$(MAKE) build
-	$(GO) run ./deploy/local/devrun
+	$(GO) build -o $(BIN)/devrun ./deploy/local/devrun
+	@# Run the built binary, not `go run`, which exits 1 after a Ctrl-C
+	@# however cleanly devrun stopped everything.
+	$(BIN)/devrun
 
 .PHONY: db-stop
 db-stop: ## stop the make-run PostgreSQL cluster in .run/pg
