@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -258,24 +257,13 @@ func (f *fleet) seedRaw(ctx context.Context, st *store.Store, n0, n1 int, from, 
 					roll.Add(r, store.RollupMinute, store.RollupHour)
 					days.Add(r, store.RollupDay)
 				}
-				ids := make([]int32, len(r.Samples))
-				vals := make([]float64, len(r.Samples))
-				states := make([]int16, len(r.Samples))
-				for k, s := range r.Samples {
-					ids[k], vals[k], states[k] = s.MetricID, s.Value, int16(s.State)
+				rep, hs, es, err := store.CopyRows(r)
+				if err != nil {
+					return c, err
 				}
-				inst, sq := int64(r.InstanceID), int64(r.Seq)
-				reps = append(reps, []any{r.NodeID, inst, sq, r.Time, int32(r.IntervalMS), r.Snapshot, ids, vals, states})
-				for _, h := range r.Histograms {
-					hists = append(hists, []any{r.NodeID, inst, sq, r.Time, h.MetricID, int64(h.Count), h.Sum, h.BucketIndex, h.BucketCount})
-				}
-				for _, e := range r.Events {
-					js, err := json.Marshal(e.Fields)
-					if err != nil {
-						return c, err
-					}
-					events = append(events, []any{r.NodeID, inst, sq, e.Time, e.MetricID, js})
-				}
+				reps = append(reps, rep)
+				hists = append(hists, hs...)
+				events = append(events, es...)
 				c.Reports++
 				c.Samples += int64(len(r.Samples))
 				c.Histograms += int64(len(r.Histograms))

@@ -109,28 +109,42 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 	return result, nil
 }
 
+// CopyRows is one report as the rows COPY writes: its reports row, in
+// the columns of reports, and its histograms and events rows (benchmarks
+// that seed history COPY the same rows).
+func CopyRows(r Report) (report []any, hists, events [][]any, err error) {
+	ids := make([]int32, len(r.Samples))
+	vals := make([]float64, len(r.Samples))
+	states := make([]int16, len(r.Samples))
+	for i, smp := range r.Samples {
+		ids[i], vals[i], states[i] = smp.MetricID, smp.Value, int16(smp.State)
+	}
+	inst, seq := int64(r.InstanceID), int64(r.Seq)
+	report = []any{r.NodeID, inst, seq, r.Time, int32(r.IntervalMS), r.Snapshot, ids, vals, states}
+	for _, h := range r.Histograms {
+		hists = append(hists, []any{r.NodeID, inst, seq, r.Time, h.MetricID, int64(h.Count), h.Sum, h.BucketIndex, h.BucketCount})
+	}
+	for _, e := range r.Events {
+		fields, err := json.Marshal(e.Fields)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("encode event fields: %w", err)
+		}
+		events = append(events, []any{r.NodeID, inst, seq, e.Time, e.MetricID, fields})
+	}
+	return report, hists, events, nil
+}
+
 func copyStaged(ctx context.Context, tx pgx.Tx, reports []Report) error {
 	var hists, events [][]any
 	rows := make([][]any, 0, len(reports))
 	for _, r := range reports {
-		ids := make([]int32, len(r.Samples))
-		vals := make([]float64, len(r.Samples))
-		states := make([]int16, len(r.Samples))
-		for i, smp := range r.Samples {
-			ids[i], vals[i], states[i] = smp.MetricID, smp.Value, int16(smp.State)
+		rep, hs, es, err := CopyRows(r)
+		if err != nil {
+			return err
 		}
-		inst, seq := int64(r.InstanceID), int64(r.Seq)
-		rows = append(rows, []any{r.NodeID, inst, seq, r.Time, int32(r.IntervalMS), r.Snapshot, ids, vals, states})
-		for _, h := range r.Histograms {
-			hists = append(hists, []any{r.NodeID, inst, seq, r.Time, h.MetricID, int64(h.Count), h.Sum, h.BucketIndex, h.BucketCount})
-		}
-		for _, e := range r.Events {
-			fields, err := json.Marshal(e.Fields)
-			if err != nil {
-				return fmt.Errorf("encode event fields: %w", err)
-			}
-			events = append(events, []any{r.NodeID, inst, seq, e.Time, e.MetricID, fields})
-		}
+		rows = append(rows, rep)
+		hists = append(hists, hs...)
+		events = append(events, es...)
 	}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_reports"},
 		[]string{"node_id", "instance_id", "seq", "ts", "interval_ms", "snapshot", "metric_ids", "vals", "states"},
