@@ -51,23 +51,8 @@ func TestReadURLThatDoesNotAnswerFallsBackToThePrimary(t *testing.T) {
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DBURL = "127.0.0.1:0", "127.0.0.1:0", dbURL
 	cfg.DBReadURL = "postgres://nbs@" + nobody + "/nbs?connect_timeout=2"
 	cfg.Access.Mode = access.ModeNone
-	c := New(cfg, slog.New(slog.DiscardHandler))
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("collector: %v", err)
-		}
-	}()
-	select {
-	case <-c.Ready():
-	case err := <-done:
-		t.Fatalf("collector with a read URL that does not answer did not start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("collector not ready within 30s")
-	}
+	c, stop := startCollector(t, cfg)
+	defer stop()
 	_, addr := c.Addrs()
 	q := url.Values{"metric": {"drops"}, "from": {t0.Add(-time.Minute).UTC().Format(time.RFC3339)}, "to": {time.Now().UTC().Format(time.RFC3339)}}
 	resp, err := http.Get(fmt.Sprintf("http://%s/api/v1/nodes/n1/series?%s", addr, q.Encode()))

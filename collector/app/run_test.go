@@ -37,26 +37,9 @@ func TestRunServesHTTPSWithABootstrapAdmin(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.GRPCAddr, cfg.HTTPAddr, cfg.DBURL = "127.0.0.1:0", "127.0.0.1:0", dbURL
 		cfg.Access.TLSCertFile, cfg.Access.TLSKeyFile, cfg.Access.BootstrapAdminFile = certFile, keyFile, tokenFile
-		c := New(cfg, slog.New(slog.DiscardHandler))
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- c.Run(ctx) }()
-		select {
-		case <-c.Ready():
-		case err := <-done:
-			cancel()
-			t.Fatalf("collector did not start: %v", err)
-		case <-time.After(30 * time.Second):
-			cancel()
-			t.Fatal("collector not ready within 30s")
-		}
+		c, stop := startCollector(t, cfg)
 		_, addr := c.Addrs()
-		return addr, func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("collector: %v", err)
-			}
-		}
+		return addr, stop
 	}
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "nbs.test"}}}
 	get := func(url, token string) (int, http.Header, string) {
@@ -157,4 +140,29 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, roots *x509
 	roots = x509.NewCertPool()
 	roots.AddCert(cert)
 	return certFile, keyFile, roots
+}
+
+// startCollector runs a collector of cfg until the returned stop, which
+// reports how its Run ended; the test fails if it is not ready in 30 s.
+func startCollector(t *testing.T, cfg Config) (*Collector, func()) {
+	t.Helper()
+	c := New(cfg, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case <-c.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("collector did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("collector not ready within 30s")
+	}
+	return c, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("collector: %v", err)
+		}
+	}
 }
