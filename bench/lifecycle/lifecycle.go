@@ -30,6 +30,7 @@ import (
 	"github.com/nbs-project/nbs/collector/retention"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
+	"github.com/nbs-project/nbs/collector/tenant"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -114,7 +115,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) ([]Day, error) {
 	// reconnecting while its old stream winds down).
 	limits.MaxStreamsPerIP = 2 * cfg.Nodes
 	srv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits}, cfg.Log, m)
-	admin := nodeauth.NewAdmin(st, srv, nodeauth.ModeNone, cfg.Log)
+	admin := nodeauth.NewAdmin(st, srv, nodeauth.ModeNone, tenant.DefaultKey, cfg.Log)
 	retainer := retention.New(st, admin, cfg.Retention, cfg.Log)
 	grpcSrv := grpc.NewServer()
 	nbsv1.RegisterAgentServiceServer(grpcSrv, srv)

@@ -57,8 +57,20 @@ func (a *Access) Config() Config { return a.cfg }
 type resolvedKey struct{}
 
 // authenticate finds the caller. No credential is not an error: the zero
-// Principal comes back. A credential that does not work is.
+// Principal comes back. A credential that does not work is, and so is a
+// customer's whose selector does not name the tenant (a token made before
+// --tenant.label changed, or before the rule): its scope could be widened
+// by labels nodes choose.
 func (a *Access) authenticate(r *http.Request) (Principal, error) {
+	p, err := a.identify(r)
+	if err == nil && p.Role == RoleCustomer && !a.cfg.Tenant.NamedBy(p.Selector) {
+		return Principal{}, fmt.Errorf("customer %q selects %s, which does not name the tenant label %q; an admin must issue a new token with %s=…: %w",
+			p.Name, p.Selector, a.cfg.Tenant, a.cfg.Tenant, ErrUnauthenticated)
+	}
+	return p, err
+}
+
+func (a *Access) identify(r *http.Request) (Principal, error) {
 	ctx := r.Context()
 	if a.cfg.Mode == ModeNone {
 		return Principal{Name: "anonymous", Role: RoleAdmin, Via: ViaNone}, nil

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nbs-project/nbs/collector/tenant"
 )
 
 // TokenCommand is `nbs-collector token create|list|revoke`: it works on the
@@ -63,6 +65,8 @@ func (c TokenCommand) Run(ctx context.Context, args []string) int {
 		fs.DurationVar(&cfg.TokenTTL, "auth.token-ttl", DefaultTokenTTL, "expiry of a token created without --expires")
 		fs.DurationVar(&cfg.TokenMaxTTL, "auth.token-max-ttl", DefaultTokenMaxTTL, "longest expiry a token may be given")
 		fs.IntVar(&cfg.MaxTokens, "auth.max-tokens", DefaultMaxTokens, "most live tokens")
+		cfg.Tenant = tenant.DefaultKey
+		cfg.Tenant.RegisterFlag(fs)
 		var n NewToken
 		check = func() error {
 			var err error

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nbs-project/nbs/collector/tenant"
 )
 
 // Mode is how people are recognised.
@@ -73,6 +75,10 @@ type Config struct {
 	// IndexHTML is the UI's built index.html; the app sets it so the
 	// Content-Security-Policy can allow exactly its inline scripts.
 	IndexHTML []byte
+	// Tenant is the label key naming a node's tenant (--tenant.label; the
+	// app sets it): a customer's selector must name it, so that no label
+	// a node's agent chooses can widen a customer's scope.
+	Tenant tenant.Key
 }
 
 // RegisterFlags binds the flags with their defaults.
@@ -127,6 +133,9 @@ func (c Config) withDefaults() Config {
 	if c.ProxyUserHeader == "" {
 		c.ProxyUserHeader = "X-Forwarded-User"
 	}
+	if c.Tenant == "" {
+		c.Tenant = tenant.DefaultKey
+	}
 	if c.ProxyDefaultRole == "" {
 		c.ProxyDefaultRole = string(RoleViewer)
 	}
@@ -150,6 +159,11 @@ func (c *Config) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("--auth.mode %q must be token, proxy or none", c.Mode))
+	}
+	for _, m := range c.ProxyGroupRoles {
+		if m.Role == RoleCustomer && !c.Tenant.NamedBy(m.Selector) {
+			errs = append(errs, fmt.Errorf("--auth.proxy-group-role %s: a customer's selector must name the tenant label %q (e.g. %s=acme), not only %s", m.Group, c.Tenant, c.Tenant, m.Selector))
+		}
 	}
 	if c.ProxyGroupsHeader != "" && !validHeaderName(c.ProxyGroupsHeader) {
 		errs = append(errs, fmt.Errorf("--auth.proxy-groups-header %q is not a header name", c.ProxyGroupsHeader))

@@ -142,7 +142,9 @@ func (n *NewToken) validate(cfg Config) error {
 	}
 	switch {
 	case n.Role == RoleCustomer && len(n.Selector) == 0:
-		errs = append(errs, invalid("a customer token needs a selector naming its nodes, e.g. customer=acme"))
+		errs = append(errs, invalid("a customer token needs a selector naming its tenant, e.g. %s=acme", cfg.Tenant))
+	case n.Role == RoleCustomer && !cfg.Tenant.NamedBy(n.Selector):
+		errs = append(errs, invalid("a customer token's selector must name the tenant label %q (e.g. %s=acme,%s): other labels are chosen by the nodes' agents, and could widen the customer's scope", cfg.Tenant, cfg.Tenant, n.Selector))
 	case n.Role != RoleCustomer && len(n.Selector) > 0:
 		errs = append(errs, invalid("only a customer token takes a selector (role %s sees every node)", n.Role))
 	}

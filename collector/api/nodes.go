@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/loglinear"
 	"github.com/nbs-project/nbs/internal/schema"
@@ -31,6 +32,14 @@ type NodeSummary struct {
 	KernelRelease string             `json:"kernel_release"`
 	Capabilities  []store.Capability `json:"capabilities"`
 	Roots         []*TreeNode        `json:"roots"`
+	// Tenant is the node's tenant (collector/tenant), "" for none.
+	Tenant string `json:"tenant"`
+	// RetiredAt is when the node moved to another tenant: what is shown
+	// is what it reported before (only its former tenant sees this).
+	RetiredAt *time.Time `json:"retired_at,omitempty"`
+	// ClaimedLabels are labels its last Hello claimed against those bound
+	// server-side (ignored); staff only.
+	ClaimedLabels map[string]string `json:"claimed_labels,omitempty"`
 }
 
 // NodeList is the fleet.
@@ -105,9 +114,21 @@ func (a *API) withClock(s NodeSummary) NodeSummary {
 	if !ok {
 		return s
 	}
+	if s.RetiredAt != nil {
+		return s // the name's stream speaks for its current row
+	}
 	if d, ok := c.ClockOffset(s.Name); ok {
 		ms := d.Milliseconds()
 		s.ClockOffsetMS, s.ClockSkewed = &ms, d.Abs() > clockSkewWarning
+	}
+	return s
+}
+
+// staffDetail adds what staff see of a node and customers do not: labels
+// its agent claimed against the bound ones.
+func staffDetail(ctx context.Context, n store.Node, s NodeSummary) NodeSummary {
+	if access.FromContext(ctx).SeesAll() {
+		s.ClaimedLabels = n.ClaimedLabels
 	}
 	return s
 }
@@ -116,8 +137,9 @@ func (a *API) withClock(s NodeSummary) NodeSummary {
 const staleAfter = 3
 
 func summarize(n store.Node, defs []store.MetricDef, latest store.Latest, ok, connected bool, now time.Time) NodeSummary {
-	s := NodeSummary{Name: n.Name, Labels: n.Labels, Connected: connected, IntervalMS: n.IntervalMS,
-		AgentVersion: n.AgentVersion, KernelRelease: n.KernelRelease, Capabilities: n.Capabilities, Roots: []*TreeNode{}}
+	s := NodeSummary{Name: n.Name, Labels: n.Labels, Connected: connected && n.Retired == nil, IntervalMS: n.IntervalMS,
+		AgentVersion: n.AgentVersion, KernelRelease: n.KernelRelease, Capabilities: n.Capabilities, Roots: []*TreeNode{},
+		Tenant: n.Tenant, RetiredAt: n.Retired}
 	if s.Labels == nil {
 		s.Labels = map[string]string{}
 	}
@@ -176,7 +198,7 @@ func (a *API) ListNodes(w http.ResponseWriter, r *http.Request) {
 	out := NodeList{Nodes: make([]NodeSummary, 0, len(nodes))}
 	for _, n := range nodes {
 		l, ok := latest[n.ID]
-		out.Nodes = append(out.Nodes, a.withClock(summarize(n, roots[n.ID], l, ok, a.live.Connected(n.Name), now)))
+		out.Nodes = append(out.Nodes, a.withClock(staffDetail(ctx, n, summarize(n, roots[n.ID], l, ok, a.live.Connected(n.Name), now))))
 	}
 	WriteJSON(w, http.StatusOK, out)
 }
@@ -217,7 +239,8 @@ func (a *API) GetNode(w http.ResponseWriter, r *http.Request) {
 			rootDefs = append(rootDefs, d)
 		}
 	}
-	WriteJSON(w, http.StatusOK, a.withClock(summarize(st.node, rootDefs, st.latest, st.reported, a.live.Connected(st.node.Name), a.now())))
+	WriteJSON(w, http.StatusOK, a.withClock(staffDetail(r.Context(), st.node,
+		summarize(st.node, rootDefs, st.latest, st.reported, a.live.Connected(st.node.Name), a.now()))))
 }
 
 // GetTree serves GET /nodes/{node}/tree.

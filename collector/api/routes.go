@@ -83,6 +83,10 @@ type NodeIdentityHandlers interface {
 	RevokeNode(http.ResponseWriter, *http.Request)
 	ReenrollNode(http.ResponseWriter, *http.Request)
 	DeleteNode(http.ResponseWriter, *http.Request)
+	LabelNode(http.ResponseWriter, *http.Request)
+	ListBootstrapTokenInfos(http.ResponseWriter, *http.Request)
+	CreateBootstrapTokenHTTP(http.ResponseWriter, *http.Request)
+	RevokeBootstrapTokenHTTP(http.ResponseWriter, *http.Request)
 }
 
 // ReportHandlers answer about customer reports and their saved
@@ -165,6 +169,10 @@ func Routes(p Parts) []Route {
 			{post, "/nodes/{node}/revoke", i.RevokeNode, admin, unscoped},
 			{post, "/nodes/{node}/reenroll", i.ReenrollNode, admin, unscoped},
 			{del, "/nodes/{node}", i.DeleteNode, admin, unscoped},
+			{put, "/nodes/{node}/labels", i.LabelNode, admin, unscoped},
+			{get, "/node-bootstrap-tokens", i.ListBootstrapTokenInfos, admin, unscoped},
+			{post, "/node-bootstrap-tokens", i.CreateBootstrapTokenHTTP, admin, unscoped},
+			{del, "/node-bootstrap-tokens/{name}", i.RevokeBootstrapTokenHTTP, admin, unscoped},
 		}...)
 	}
 	if rp := p.Reports; rp != nil {

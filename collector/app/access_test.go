@@ -149,7 +149,7 @@ func newFleet(t *testing.T, cfg access.Config) *fleet {
 		w.Header().Set("Content-Type", "text/html")
 		_, _ = io.WriteString(w, `<div id="app"></div>`)
 	})
-	f.identities = nodeauth.NewAdmin(st, noneConnected{}, nodeauth.ModeEnroll, log)
+	f.identities = nodeauth.NewAdmin(st, noneConnected{}, nodeauth.ModeEnroll, "", log)
 	h := httpHandler(st, noneConnected{}, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: f.identities,
 		Reports: report.New(st, st.Pool(), log)}, f.acc, ui, log, telemetry.New())
 	f.router = h.(chi.Routes)
@@ -289,7 +289,7 @@ func fixed(s string) func(int) string { return func(int) string { return s } }
 func enrolledNode(f *fleet, format string) func(int) string {
 	return func(c int) string {
 		name := fmt.Sprintf("enrolled-%d-%d", c, time.Now().UnixNano())
-		if _, err := f.identities.Enroll(context.Background(), name, false); err != nil {
+		if _, err := f.identities.Enroll(context.Background(), name, false, nil); err != nil {
 			f.t.Fatalf("enroll %s: %v", name, err)
 		}
 		return fmt.Sprintf(format, name)
@@ -405,6 +405,19 @@ func TestAccess(t *testing.T) {
 		"POST " + p + "/nodes/{node}/revoke":       {func(c int) string { return fmt.Sprintf("%s/nodes/revoked-%d/revoke", p, c) }, fixed(""), adminOnly(ok)},
 		"POST " + p + "/nodes/{node}/reenroll":     {revokedNode(f, p+"/nodes/%s/reenroll"), fixed(""), adminOnly(ok)},
 		"DELETE " + p + "/nodes/{node}":            {enrolledNode(f, p+"/nodes/%s"), fixed(""), adminOnly(gone)},
+		"PUT " + p + "/nodes/{node}/labels":        {func(c int) string { return fmt.Sprintf("%s/nodes/labelled-%d/labels", p, c) }, fixed(`{"labels":{"customer":"initech"}}`), adminOnly(ok)},
+		"GET " + p + "/node-bootstrap-tokens":      {fixed(p + "/node-bootstrap-tokens"), fixed(""), adminOnly(ok)},
+		"POST " + p + "/node-bootstrap-tokens": {fixed(p + "/node-bootstrap-tokens"), func(c int) string {
+			return fmt.Sprintf(`{"name":"bt-%d-%d","labels":{"customer":"acme"}}`, c, time.Now().UnixNano())
+		}, adminOnly(created)},
+		"DELETE " + p + "/node-bootstrap-tokens/{name}": {func(c int) string {
+			name := fmt.Sprintf("gone-bt-%d-%d", c, time.Now().UnixNano())
+			if _, _, err := f.identities.CreateBootstrapToken(access.WithPrincipal(context.Background(), access.CLIPrincipal()),
+				nodeauth.NewBootstrapToken{Name: name, Labels: map[string]string{"customer": "acme"}}); err != nil {
+				f.t.Fatalf("create bootstrap token %s: %v", name, err)
+			}
+			return fmt.Sprintf("%s/node-bootstrap-tokens/%s", p, name)
+		}, fixed(""), adminOnly(gone)},
 	}
 	served := f.routes()
 	if len(served) < 29 {

@@ -124,7 +124,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	configs.SetPingPeers(c.cfg.PingPeers)
 	configs.SetMaxOverrides(c.cfg.MaxOverrides)
 	authMode, _ := c.cfg.nodeAuthMode() // checked by Validate
-	auth, err := nodeauth.NewAuthenticator(st.Pool(), nodeauth.Options{Mode: authMode,
+	auth, err := nodeauth.NewAuthenticator(st.Pool(), nodeauth.Options{Mode: authMode, Tenant: c.cfg.Tenant,
 		BootstrapTokenFile: c.cfg.BootstrapTokenFile, IdentityMapFile: c.cfg.NodeIdentityMapFile}, c.log.With("part", "nodeauth"))
 	if err != nil {
 		grpcLis.Close()
@@ -137,9 +137,9 @@ func (c *Collector) Run(ctx context.Context) error {
 	case authMode == nodeauth.ModeEnroll && c.cfg.GRPCTLSCert == "":
 		c.log.Warn("nodes enroll over plaintext: bootstrap token and node credentials can be read on the network; set --grpc.tls-cert-file and --grpc.tls-key-file")
 	}
-	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs, Auth: auth, SendTimeout: c.cfg.SendTimeout, HelloTimeout: c.cfg.HelloTimeout}, c.log.With("part", "ingest"), c.metrics)
+	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs, Auth: auth, Tenant: c.cfg.Tenant, SendTimeout: c.cfg.SendTimeout, HelloTimeout: c.cfg.HelloTimeout}, c.log.With("part", "ingest"), c.metrics)
 	configs.SetPusher(ingestSrv)
-	identities := nodeauth.NewAdmin(st, ingestSrv, authMode, c.log.With("part", "nodeauth"))
+	identities := nodeauth.NewAdmin(st, ingestSrv, authMode, c.cfg.Tenant, c.log.With("part", "nodeauth"))
 
 	grpcOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.cfg.MaxMsgSize),
@@ -164,7 +164,7 @@ func (c *Collector) Run(ctx context.Context) error {
 
 	alerts.SetThresholds(configs)
 	accCfg := c.cfg.Access
-	accCfg.ExternalURL, accCfg.IndexHTML = c.cfg.ExternalURL, web.IndexHTML()
+	accCfg.ExternalURL, accCfg.IndexHTML, accCfg.Tenant = c.cfg.ExternalURL, web.IndexHTML(), c.cfg.Tenant
 	acc, err := access.New(st.Pool(), accCfg, c.log.With("part", "access"))
 	if err != nil {
 		grpcLis.Close()

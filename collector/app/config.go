@@ -13,6 +13,7 @@ import (
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
+	"github.com/nbs-project/nbs/collector/tenant"
 )
 
 // Config is the collector's configuration. Start from DefaultConfig: the
@@ -72,6 +73,10 @@ type Config struct {
 	// NodeIdentityMapFile lets certificate identities report as other
 	// node names (mtls).
 	NodeIdentityMapFile string
+	// Tenant is the label key naming a node's tenant (--tenant.label):
+	// bound server-side, and never crossed by customer tokens, the ping
+	// mesh, counterparts, reports or alerts.
+	Tenant tenant.Key
 	// Access is who may use the HTTP side: tokens, roles, the login page,
 	// browser protections, HTTP TLS (--auth.*, --web.allowed-hosts,
 	// --http.tls-*, --metrics.auth).
@@ -133,6 +138,7 @@ func DefaultConfig() Config {
 		Ingest:            ingest.DefaultLimits(),
 		HelloTimeout:      ingest.DefaultHelloTimeout,
 		PingPeers:         nodeconfig.DefaultPingPeers,
+		Tenant:            tenant.DefaultKey,
 		Alert:             alert.DefaultConfig(),
 		Access:            access.DefaultConfig(),
 
@@ -155,7 +161,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GRPCClientCA, "grpc.tls-client-ca-file", c.GRPCClientCA, "PEM CA that must have signed every agent's client certificate (mutual TLS)")
 	fs.StringVar(&c.NodeAuth, "grpc.node-auth", c.NodeAuth, "how node names are verified: none (any client may report as any node), enroll (a name is bound to the credential issued at its first Hello with the bootstrap token, or by an operator), mtls (the client certificate's DNS SAN or CN must be the name) (default: mtls with --grpc.tls-client-ca-file, enroll with --grpc.bootstrap-token-file, else none)")
 	fs.StringVar(&c.BootstrapTokenFile, "grpc.bootstrap-token-file", c.BootstrapTokenFile, "file holding the fleet bootstrap token (32-512 characters, e.g. openssl rand -base64 48): a node without a credential presents it once to enroll its name")
-	fs.StringVar(&c.NodeIdentityMapFile, "grpc.node-identity-map-file", c.NodeIdentityMapFile, "with mtls: lines of 'certificate-identity node-name-or-glob...' letting a certificate report as other names; re-read when it changes")
+	fs.StringVar(&c.NodeIdentityMapFile, "grpc.node-identity-map-file", c.NodeIdentityMapFile, "with mtls: lines of 'certificate-identity node-name-or-glob... [label=value...]' letting a certificate report as other names, with labels (the tenant) bound to them; re-read when it changes")
+	c.Tenant.RegisterFlag(fs)
 	fs.StringVar(&c.DBURL, "db.url", c.DBURL, "PostgreSQL URL (env NBS_DB_URL), e.g. postgres://nbs@db:5432/nbs")
 	fs.StringVar(&c.DBReadURL, "db.read-url", c.DBReadURL, "PostgreSQL URL of a read-only replica (env NBS_DB_READ_URL), e.g. a streaming standby: series, events and reports are read there, and from --db.url while it cannot be reached (default: everything from --db.url)")
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "how long reports are kept; older day partitions are dropped")
@@ -215,6 +222,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("--grpc.tls-client-ca-file needs --grpc.tls-cert-file and --grpc.tls-key-file"))
 	}
 	if _, err := c.nodeAuthMode(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Tenant.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Retention < 24*time.Hour {

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
+	"github.com/nbs-project/nbs/collector/tenant"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -70,6 +73,41 @@ type Grant struct {
 	// Credential, when set, was bound to the node just now; it is sent to
 	// the agent once, before anything else on the stream.
 	Credential string
+	// Bound are the labels bound to the node's name server-side (its
+	// tenant among them): they replace what the Hello says for these keys.
+	Bound map[string]string
+	// Protected are label keys the Hello may not set at all: a key here
+	// and not in Bound is removed. The tenant key is one wherever node
+	// names are verified.
+	Protected []string
+}
+
+// Apply makes labels what the grant allows: bound keys take their bound
+// values, protected keys without one are removed. It returns the labels
+// and what the Hello claimed for those keys where that differs (nil when
+// nothing does): ignored, and shown on the node's page.
+func (g Grant) Apply(hello map[string]string) (labels, claimed map[string]string) {
+	labels = maps.Clone(hello)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	keys := slices.Concat(g.Protected, slices.Collect(maps.Keys(g.Bound)))
+	for _, k := range keys {
+		said, saidIt := hello[k]
+		want, bound := g.Bound[k]
+		if bound {
+			labels[k] = want
+		} else {
+			delete(labels, k)
+		}
+		if saidIt && (!bound || said != want) {
+			if claimed == nil {
+				claimed = map[string]string{}
+			}
+			claimed[k] = said
+		}
+	}
+	return labels, claimed
 }
 
 // OpenNames accepts every Hello: node names are not verified.
@@ -84,6 +122,7 @@ type Server struct {
 	writer       *Writer
 	config       ConfigSource
 	auth         Authenticator
+	tenant       tenant.Key
 	limits       Limits
 	helloTimeout time.Duration
 	sendTimeout  time.Duration
@@ -125,6 +164,9 @@ type ServerOptions struct {
 	Config      ConfigSource
 	// Auth verifies node names (default: OpenNames).
 	Auth Authenticator
+	// Tenant is the label key naming a node's tenant (default
+	// tenant.DefaultKey): a node whose tenant changes starts a new row.
+	Tenant tenant.Key
 	// Registrations bounds the Hellos registered at once (authentication,
 	// node and definitions in PostgreSQL; default DefaultRegistrations).
 	// The rest wait their turn, so a fleet reconnecting at once cannot
@@ -170,13 +212,16 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 	if opts.Auth == nil {
 		opts.Auth = OpenNames{}
 	}
+	if opts.Tenant == "" {
+		opts.Tenant = tenant.DefaultKey
+	}
 	if opts.Registrations <= 0 {
 		opts.Registrations = DefaultRegistrations
 	}
 	if opts.HelloBytes < HelloReserve {
 		opts.HelloBytes = DefaultHelloBytes
 	}
-	return &Server{registry: reg, writer: w, config: opts.Config, auth: opts.Auth, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
+	return &Server{registry: reg, writer: w, config: opts.Config, auth: opts.Auth, tenant: opts.Tenant, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
 		sendTimeout: opts.SendTimeout, registering: make(chan struct{}, opts.Registrations),
 		helloBytes: semaphore.NewWeighted(opts.HelloBytes), helloBudget: opts.HelloBytes,
 		log: log, metrics: m, streams: map[string]*stream{}, perIP: map[string]int{}, clock: map[string]time.Duration{}}
@@ -474,21 +519,8 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	}
 	registered := sync.OnceFunc(func() { <-s.registering; releaseHello() })
 	defer registered()
-	grant, err := s.auth.Authenticate(ctx, hello)
-	if err != nil {
-		s.metrics.Rejects.WithLabelValues("node_auth").Inc()
-		s.log.Warn("hello refused", "node", node.Name, "peer", from, "err", err)
-		return err
-	}
-	if grant.Credential != "" {
-		// Sent before anything can fail: the name is bound now, and the
-		// credential is never shown again.
-		if err := grpcStream.Send(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Enrolled{
-			Enrolled: &nbsv1.Enrolled{NodeCredential: grant.Credential}}}); err != nil {
-			s.log.Error("node enrolled but its credential could not be sent; an operator must re-enroll it", "node", node.Name, "peer", from, "err", err)
-			return err
-		}
-	}
+	// The node limit before anything is bound to the name: a bootstrap
+	// token's holder cannot fill the collector with credentials.
 	admitted, total, err := s.registry.AdmitNode(ctx, node.Name, s.limits.MaxNodes)
 	if err != nil {
 		s.log.Error("count nodes", "node", node.Name, "err", err)
@@ -498,6 +530,28 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 		s.metrics.Rejects.WithLabelValues("too_many_nodes").Inc()
 		s.log.Warn("new node refused: node limit reached", "node", node.Name, "peer", from, "nodes", total, "limit", s.limits.MaxNodes)
 		return status.Errorf(codes.ResourceExhausted, "the collector has %d nodes, at most %d allowed (--ingest.max-nodes): delete unused nodes (nbs-collector nodes delete) or raise the limit", total, s.limits.MaxNodes)
+	}
+	grant, err := s.auth.Authenticate(ctx, hello)
+	if err != nil {
+		s.metrics.Rejects.WithLabelValues("node_auth").Inc()
+		s.log.Warn("hello refused", "node", node.Name, "peer", from, "err", err)
+		return err
+	}
+	node.Labels, node.ClaimedLabels = grant.Apply(node.Labels)
+	node.Tenant = s.tenant.Of(node.Labels)
+	if node.ClaimedLabels != nil {
+		s.metrics.LabelConflicts.Inc()
+		s.log.Warn("hello claims labels bound otherwise by the operator; using the bound ones", "node", node.Name, "peer", from,
+			"claimed", node.ClaimedLabels, "bound", grant.Bound)
+	}
+	if grant.Credential != "" {
+		// Sent before anything can fail: the name is bound now, and the
+		// credential is never shown again.
+		if err := grpcStream.Send(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Enrolled{
+			Enrolled: &nbsv1.Enrolled{NodeCredential: grant.Credential}}}); err != nil {
+			s.log.Error("node enrolled but its credential could not be sent; an operator must re-enroll it", "node", node.Name, "peer", from, "err", err)
+			return err
+		}
 	}
 	node.ID, err = s.registry.UpsertNode(ctx, node)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/tenant"
 	"github.com/nbs-project/nbs/internal/schema"
 )
 
@@ -44,11 +45,16 @@ type Admin struct {
 	store   *store.Store
 	streams Streams // nil in the CLI
 	mode    Mode    // the collector's, for listings; "" in the CLI
+	tenant  tenant.Key
 	log     *slog.Logger
 }
 
-func NewAdmin(st *store.Store, streams Streams, mode Mode, log *slog.Logger) *Admin {
-	return &Admin{origin: rand.Uint64(), repo: repo{st.Pool()}, store: st, streams: streams, mode: mode, log: log}
+// NewAdmin returns an Admin; key is the tenant label (--tenant.label).
+func NewAdmin(st *store.Store, streams Streams, mode Mode, key tenant.Key, log *slog.Logger) *Admin {
+	if key == "" {
+		key = tenant.DefaultKey
+	}
+	return &Admin{origin: rand.Uint64(), repo: repo{st.Pool()}, store: st, streams: streams, mode: mode, tenant: key, log: log}
 }
 
 func checkName(node string) error {
@@ -74,10 +80,16 @@ func (a *Admin) List(ctx context.Context) ([]NodeIdentity, error) {
 
 // Enroll binds the name to a new credential and returns it (shown once),
 // for a node without the bootstrap token or to rotate a credential. An
-// enrolled name needs replace, which ends its current stream.
-func (a *Admin) Enroll(ctx context.Context, node string, replace bool) (string, error) {
+// enrolled name needs replace, which ends its current stream. labels,
+// when not nil, are bound to the name too (its tenant), as Label does.
+func (a *Admin) Enroll(ctx context.Context, node string, replace bool, labels map[string]string) (string, error) {
 	if err := checkName(node); err != nil {
 		return "", err
+	}
+	if labels != nil {
+		if err := checkLabels(labels, a.tenant, false); err != nil {
+			return "", err
+		}
 	}
 	cred, hash, err := NewCredential()
 	if err != nil {
@@ -89,6 +101,11 @@ func (a *Admin) Enroll(ctx context.Context, node string, replace bool) (string, 
 	}
 	if !ok {
 		return "", fmt.Errorf("node %q: %w (replace its credential explicitly, or re-enroll it to let it enroll with the bootstrap token)", node, ErrAlreadyEnrolled)
+	}
+	if labels != nil {
+		if err := a.Label(ctx, node, labels); err != nil {
+			return "", fmt.Errorf("node %q: its labels were not bound, so its new credential is not shown (run enroll --replace again): %w", node, err)
+		}
 	}
 	a.log.Info("node enrolled by an operator", "node", node, "replaced", replace)
 	a.audit(ctx, "enroll", node)
@@ -184,7 +201,7 @@ func (a *Admin) delete(ctx context.Context, node, action string) error {
 
 type change struct {
 	Node   string `json:"node"`
-	Action string `json:"action"` // enroll, revoke, reenroll, delete, expire or refresh
+	Action string `json:"action"` // enroll, revoke, reenroll, label, delete, expire or refresh
 	Origin uint64 `json:"origin"`
 }
 
@@ -195,6 +212,8 @@ func (c change) cause() error {
 		return status.Errorf(codes.PermissionDenied, "node %q was revoked by an operator", c.Node)
 	case "delete":
 		return status.Errorf(codes.Aborted, "node %q was deleted by an operator", c.Node)
+	case "label":
+		return status.Errorf(codes.Aborted, "node %q's labels (its tenant) were changed by an operator; reconnect to report under them", c.Node)
 	case "expire":
 		return status.Errorf(codes.Aborted, "node %q was deleted: it had not reported for the node retention", c.Node)
 	case "refresh":

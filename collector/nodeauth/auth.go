@@ -9,8 +9,11 @@ package nodeauth
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -21,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nbs-project/nbs/collector/ingest"
+	"github.com/nbs-project/nbs/collector/tenant"
 	"github.com/nbs-project/nbs/internal/reload"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
@@ -67,11 +71,16 @@ type Options struct {
 	// IdentityMapFile lets certificate identities report as other names
 	// (ModeMTLS); read again when it changes.
 	IdentityMapFile string
+	// Tenant is the label key naming a node's tenant (default
+	// tenant.DefaultKey): wherever names are verified, a Hello has no say
+	// over it.
+	Tenant tenant.Key
 }
 
 // Authenticator implements ingest.Authenticator.
 type Authenticator struct {
 	mode      Mode
+	tenant    tenant.Key
 	repo      repo
 	bootstrap *BootstrapToken
 	idmap     *reload.Files[IdentityMap]
@@ -82,7 +91,10 @@ var _ ingest.Authenticator = (*Authenticator)(nil)
 
 // NewAuthenticator reads the files the mode needs; errors name the file.
 func NewAuthenticator(pool *pgxpool.Pool, opts Options, log *slog.Logger) (*Authenticator, error) {
-	a := &Authenticator{mode: opts.Mode, repo: repo{pool}, log: log}
+	if opts.Tenant == "" {
+		opts.Tenant = tenant.DefaultKey
+	}
+	a := &Authenticator{mode: opts.Mode, tenant: opts.Tenant, repo: repo{pool}, log: log}
 	if opts.BootstrapTokenFile != "" {
 		t, err := LoadBootstrapToken(opts.BootstrapTokenFile)
 		if err != nil {
@@ -112,9 +124,11 @@ func reenrollHint(node string) string {
 	return fmt.Sprintf("if this is the node and it lost its credential, an operator can re-enroll it: nbs-collector nodes reenroll %s", node)
 }
 
-// Authenticate checks that the stream may report under the Hello's name.
-// Refusals are PermissionDenied with a message for the agent's operator;
-// nothing is stored for a refused Hello.
+// Authenticate checks that the stream may report under the Hello's name,
+// and grants it the labels bound to the name (its tenant): they replace
+// whatever the Hello says for those keys. Refusals are PermissionDenied
+// with a message for the agent's operator; nothing is stored for a refused
+// Hello.
 func (a *Authenticator) Authenticate(ctx context.Context, h *nbsv1.Hello) (ingest.Grant, error) {
 	node := h.GetNodeName()
 	b, bound, err := a.repo.get(ctx, node)
@@ -134,9 +148,15 @@ func (a *Authenticator) Authenticate(ctx context.Context, h *nbsv1.Hello) (inges
 	}
 	switch a.mode {
 	case ModeNone:
-		return ingest.Grant{}, nil
+		// Nothing proves who the client is, so an unbound name's labels
+		// are its agent's word; labels an operator bound still hold.
+		return ingest.Grant{Bound: b.Labels, Protected: slices.Collect(maps.Keys(b.Labels))}, nil
 	case ModeMTLS:
-		return ingest.Grant{}, a.checkCertificate(ctx, node)
+		labels, err := a.checkCertificate(ctx, node, b.Labels)
+		if err != nil {
+			return ingest.Grant{}, err
+		}
+		return a.grant(labels), nil
 	}
 
 	proof := h.GetAuth()
@@ -152,7 +172,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, h *nbsv1.Hello) (inges
 		if err := a.repo.touch(ctx, node, peerAddr(ctx)); err != nil {
 			a.log.Warn("record node credential use", "node", node, "err", err)
 		}
-		return ingest.Grant{}, nil
+		return a.grant(b.Labels), nil
 	}
 
 	token := proof.GetBootstrapToken()
@@ -161,26 +181,38 @@ func (a *Authenticator) Authenticate(ctx context.Context, h *nbsv1.Hello) (inges
 		if proof.GetNodeCredential() != "" {
 			what = "a node credential this collector does not know (was the node re-enrolled or deleted?) and no bootstrap token"
 		}
-		how := "give the agent the fleet bootstrap token (--node.bootstrap-token-file)"
-		if a.bootstrap == nil {
-			how = "this collector has no bootstrap token, so an operator must enroll it: nbs-collector nodes enroll " + node
-		}
+		how := "give the agent a bootstrap token (--node.bootstrap-token-file): the fleet's, or its tenant's (nbs-collector nodes bootstrap create)"
 		st, _ := status.New(codes.PermissionDenied, fmt.Sprintf("node %q is not enrolled and this Hello carries %s: %s", node, what, how)).
 			WithDetails(&errdetails.ErrorInfo{Reason: ReasonNotEnrolled, Domain: ErrorDomain})
 		return ingest.Grant{}, st.Err()
 	}
-	if a.bootstrap == nil {
-		return ingest.Grant{}, denied("node %q: this collector enrolls no nodes itself (it has no --grpc.bootstrap-token-file); an operator must enroll it: nbs-collector nodes enroll %s", node, node)
+	enroller, err := a.enroller(ctx, node, token)
+	if err != nil {
+		return ingest.Grant{}, err
 	}
-	if !a.bootstrap.Matches(token) {
-		return ingest.Grant{}, denied("node %q: the bootstrap token is not this fleet's", node)
+	// A tenant's token enrolls only into its tenant: a name an operator
+	// bound elsewhere is not its to take.
+	if enroller.labels != nil && b.Labels != nil && !agree(b.Labels, enroller.labels) {
+		return ingest.Grant{}, denied("node %q is bound to %s, and bootstrap token %q enrolls into %s; an operator can move the node: nbs-collector nodes label %s %s",
+			node, labelString(b.Labels), enroller.name, labelString(enroller.labels), node, labelString(enroller.labels))
+	}
+	if enroller.id != 0 {
+		ok, err := a.repo.useBootstrapToken(ctx, enroller.id)
+		if err != nil {
+			a.log.Error("count a bootstrap token's enrollment", "token", enroller.name, "err", err)
+			return ingest.Grant{}, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+		}
+		if !ok {
+			return ingest.Grant{}, denied("node %q: bootstrap token %q has enrolled as many nodes as it may (or was revoked or expired just now); an operator can create another: nbs-collector nodes bootstrap create",
+				node, enroller.name)
+		}
 	}
 	cred, hash, err := NewCredential()
 	if err != nil {
 		a.log.Error("new node credential", "err", err)
 		return ingest.Grant{}, status.Error(codes.Internal, "collector cannot create a node credential")
 	}
-	ok, err := a.repo.enroll(ctx, node, hash, peerAddr(ctx))
+	ok, err := a.repo.enroll(ctx, node, hash, peerAddr(ctx), enroller.by(), enroller.labels)
 	if err != nil {
 		a.log.Error("enroll node", "node", node, "err", err)
 		return ingest.Grant{}, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
@@ -188,37 +220,143 @@ func (a *Authenticator) Authenticate(ctx context.Context, h *nbsv1.Hello) (inges
 	if !ok {
 		return ingest.Grant{}, denied("node %q was enrolled by another stream just now; %s", node, reenrollHint(node))
 	}
-	a.log.Info("node enrolled with the bootstrap token", "node", node, "peer", peerAddr(ctx))
-	return ingest.Grant{Credential: cred}, nil
+	labels := b.Labels
+	if labels == nil {
+		labels = enroller.labels
+	}
+	a.log.Info("node enrolled with a bootstrap token", "node", node, "token", enroller.by(), "labels", labels, "peer", peerAddr(ctx))
+	g := a.grant(labels)
+	g.Credential = cred
+	return g, nil
+}
+
+// grant is what a verified name may report with: its bound labels, and
+// no say over the tenant key or any bound one.
+func (a *Authenticator) grant(bound map[string]string) ingest.Grant {
+	return ingest.Grant{Bound: bound, Protected: []string{a.tenant.String()}}
+}
+
+// enrolling is the bootstrap token a Hello enrolls with: the fleet's (id 0,
+// binds no labels) or a tenant's.
+type enrolling struct {
+	id     int64
+	name   string
+	labels map[string]string
+}
+
+func (e enrolling) by() string {
+	if e.id == 0 {
+		return "bootstrap"
+	}
+	return "bootstrap:" + e.name
+}
+
+// enroller finds which bootstrap token a Hello carries.
+func (a *Authenticator) enroller(ctx context.Context, node, token string) (enrolling, error) {
+	if a.bootstrap.Matches(token) {
+		return enrolling{name: "fleet"}, nil
+	}
+	t, ok, err := a.repo.bootstrapToken(ctx, token)
+	if err != nil {
+		a.log.Error("look up bootstrap token", "node", node, "err", err)
+		return enrolling{}, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+	}
+	if !ok {
+		return enrolling{}, denied("node %q: the bootstrap token is neither this fleet's nor a live tenant token (revoked, expired or never issued); an operator must enroll it (nbs-collector nodes enroll %s) or give it a live bootstrap token", node, node)
+	}
+	return enrolling{id: t.ID, name: t.Name, labels: t.Labels}, nil
+}
+
+// agree reports whether two label sets give the same value to every key
+// they share.
+func agree(a, b map[string]string) bool {
+	for k, v := range a {
+		if w, ok := b[k]; ok && w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// labelString is labels in their command-line form, keys sorted.
+func labelString(labels map[string]string) string {
+	keys := slices.Sorted(maps.Keys(labels))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + labels[k]
+	}
+	return strings.Join(parts, ",")
 }
 
 // checkCertificate requires the verified client certificate to stand for
-// the node, itself or through the identity map.
-func (a *Authenticator) checkCertificate(ctx context.Context, node string) error {
-	var ids []string
+// the node, itself or through the identity map, and returns the labels
+// bound to the node: the operator's (nbs-collector nodes label), with the
+// tenant the certificate names (URI SAN urn:nbs:tenant:…) and the
+// identity map's labels. Where they disagree, the Hello is refused: two
+// operator decisions conflict, and guessing which holds could put the
+// node in the wrong tenant.
+func (a *Authenticator) checkCertificate(ctx context.Context, node string, operator map[string]string) (map[string]string, error) {
+	var cert *x509.Certificate
 	if p, ok := peer.FromContext(ctx); ok {
 		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.VerifiedChains) > 0 && len(info.State.VerifiedChains[0]) > 0 {
-			ids = CertIdentities(info.State.VerifiedChains[0][0])
+			cert = info.State.VerifiedChains[0][0]
 		}
+	}
+	var ids []string
+	if cert != nil {
+		ids = CertIdentities(cert)
 	}
 	if len(ids) == 0 {
-		return denied("node %q: this collector verifies node names by client certificate (--grpc.node-auth=mtls), and the stream has no verified client certificate with a DNS name or common name", node)
+		return nil, denied("node %q: this collector verifies node names by client certificate (--grpc.node-auth=mtls), and the stream has no verified client certificate with a DNS name or common name", node)
 	}
-	for _, id := range ids {
-		if id == node {
-			return nil
-		}
-	}
+	var mapped map[string]string
+	allowed := slices.Contains(ids, node)
 	if a.idmap != nil {
 		m := a.idmap.Get()
 		for _, id := range ids {
 			if m.Allows(id, node) {
-				return nil
+				allowed = true
+				for k, v := range m[id].Labels {
+					if mapped == nil {
+						mapped = map[string]string{}
+					}
+					mapped[k] = v
+				}
 			}
 		}
 	}
-	return denied("node %q: the client certificate is for %s, which may not report as %q; issue the agent a certificate for %q (DNS SAN or CN), or map the identity to it in --grpc.node-identity-map-file",
-		node, quoteAll(ids), node, node)
+	if !allowed {
+		return nil, denied("node %q: the client certificate is for %s, which may not report as %q; issue the agent a certificate for %q (DNS SAN or CN), or map the identity to it in --grpc.node-identity-map-file",
+			node, quoteAll(ids), node, node)
+	}
+	tenant, err := CertTenant(cert)
+	if err != nil {
+		return nil, denied("node %q: %v", node, err)
+	}
+	fromCert := mapped
+	if tenant != "" {
+		if v, ok := fromCert[a.tenant.String()]; ok && v != tenant {
+			return nil, denied("node %q: its certificate names tenant %q and the identity map binds %s=%s; fix one of them", node, tenant, a.tenant, v)
+		}
+		fromCert = maps.Clone(fromCert)
+		if fromCert == nil {
+			fromCert = map[string]string{}
+		}
+		fromCert[a.tenant.String()] = tenant
+	}
+	if !agree(operator, fromCert) {
+		return nil, denied("node %q: its certificate (or the identity map) binds %s, and an operator bound %s; reissue the certificate or rebind the node (nbs-collector nodes label %s …)",
+			node, labelString(fromCert), labelString(operator), node)
+	}
+	if fromCert == nil {
+		return operator, nil
+	}
+	out := maps.Clone(operator)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, fromCert)
+	return out, nil
 }
 
 func quoteAll(ids []string) string {

@@ -111,7 +111,7 @@ func TestEnrollmentLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	streams := &fakeStreams{ended: map[string]codes.Code{}, online: map[string]bool{}}
-	admin := NewAdmin(st, streams, ModeEnroll, slog.New(slog.DiscardHandler))
+	admin := NewAdmin(st, streams, ModeEnroll, "", slog.New(slog.DiscardHandler))
 	try := func(node string, a *nbsv1.NodeAuth) (string, error) {
 		g, err := auth.Authenticate(ctx, helloWith(node, a))
 		return g.Credential, err
@@ -164,11 +164,11 @@ func TestEnrollmentLifecycle(t *testing.T) {
 		t.Fatalf("re-enrollment issued %q, want a new credential", cred2)
 	}
 
-	if _, err := admin.Enroll(ctx, "web-1", false); !errors.Is(err, ErrAlreadyEnrolled) {
+	if _, err := admin.Enroll(ctx, "web-1", false, nil); !errors.Is(err, ErrAlreadyEnrolled) {
 		t.Errorf("operator enroll of an enrolled name without replace: %v, want ErrAlreadyEnrolled", err)
 	}
 	streams.online["web-1"] = true
-	cred3, err := admin.Enroll(ctx, "web-1", true)
+	cred3, err := admin.Enroll(ctx, "web-1", true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestEnrollmentLifecycle(t *testing.T) {
 	refusal(t, "credential replaced by an operator", err, "another node credential", false)
 	_, err = try("web-1", withCredential(cred3))
 	refusal(t, "operator-issued credential", err, "", false)
-	if _, err := admin.Enroll(ctx, "bad name", false); !errors.Is(err, ErrInvalidName) {
+	if _, err := admin.Enroll(ctx, "bad name", false, nil); !errors.Is(err, ErrInvalidName) {
 		t.Errorf("enroll of %q: %v, want ErrInvalidName", "bad name", err)
 	}
 
@@ -315,7 +315,7 @@ func TestMutualTLSNames(t *testing.T) {
 	_, err = auth.Authenticate(tlsPeer(ctx, gw), helloWith("edge-7", nil))
 	refusal(t, "name no longer mapped", err, "may not report as", false)
 
-	admin := NewAdmin(st, nil, ModeMTLS, slog.New(slog.DiscardHandler))
+	admin := NewAdmin(st, nil, ModeMTLS, "", slog.New(slog.DiscardHandler))
 	if err := admin.Revoke(ctx, "node-a"); err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestOpenModeHonoursRevocation(t *testing.T) {
 	}
 	_, err = auth.Authenticate(ctx, helloWith("any-1", nil))
 	refusal(t, "open mode", err, "", false)
-	if err := NewAdmin(st, nil, ModeNone, slog.New(slog.DiscardHandler)).Revoke(ctx, "any-1"); err != nil {
+	if err := NewAdmin(st, nil, ModeNone, "", slog.New(slog.DiscardHandler)).Revoke(ctx, "any-1"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = auth.Authenticate(ctx, helloWith("any-1", nil))

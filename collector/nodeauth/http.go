@@ -5,6 +5,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/errkind"
 )
@@ -50,6 +51,78 @@ func (a *Admin) ReenrollNode(w http.ResponseWriter, r *http.Request) {
 
 func (a *Admin) DeleteNode(w http.ResponseWriter, r *http.Request) {
 	if err := a.Delete(r.Context(), chi.URLParam(r, "node")); err != nil {
+		api.WriteError(w, r, err, a.log)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// LabelNode binds labels to a node (PUT /nodes/{node}/labels with
+// {"labels": {"customer": "globex"}}; {} unbinds them): its tenant among
+// them, so a move between tenants is an admin's, audited.
+func (a *Admin) LabelNode(w http.ResponseWriter, r *http.Request) {
+	node := chi.URLParam(r, "node")
+	var in struct {
+		Labels map[string]string `json:"labels"`
+	}
+	if err := api.DecodeJSON(r, &in); err != nil {
+		api.WriteError(w, r, err, a.log)
+		return
+	}
+	if in.Labels == nil {
+		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, `the body needs "labels": an object of label=value ({} unbinds every label)`), a.log)
+		return
+	}
+	if err := a.Label(r.Context(), node, in.Labels); err != nil {
+		api.WriteError(w, r, err, a.log)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, map[string]any{"node": node, "bound_labels": in.Labels, "tenant": a.tenant.Of(in.Labels)})
+}
+
+// ListBootstrapTokenInfos answers GET /node-bootstrap-tokens.
+func (a *Admin) ListBootstrapTokenInfos(w http.ResponseWriter, r *http.Request) {
+	ts, err := a.ListBootstrapTokens(r.Context())
+	if err != nil {
+		api.WriteError(w, r, err, a.log)
+		return
+	}
+	if ts == nil {
+		ts = []BootstrapTokenInfo{}
+	}
+	api.WriteJSON(w, http.StatusOK, map[string]any{"bootstrap_tokens": ts})
+}
+
+// CreateBootstrapTokenHTTP answers POST /node-bootstrap-tokens with the
+// token, shown once.
+func (a *Admin) CreateBootstrapTokenHTTP(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		NewBootstrapToken
+		ExpiresIn string `json:"expires_in"`
+	}
+	if err := api.DecodeJSON(r, &in); err != nil {
+		api.WriteError(w, r, err, a.log)
+		return
+	}
+	if in.ExpiresIn != "" {
+		ttl, err := access.ParseTTL(in.ExpiresIn)
+		if err != nil {
+			api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "expires_in: %v", err), a.log)
+			return
+		}
+		in.TTL = ttl
+	}
+	token, info, err := a.CreateBootstrapToken(r.Context(), in.NewBootstrapToken)
+	if err != nil {
+		api.WriteError(w, r, err, a.log)
+		return
+	}
+	api.WriteJSON(w, http.StatusCreated, map[string]any{"token": token, "bootstrap_token": info})
+}
+
+// RevokeBootstrapTokenHTTP answers DELETE /node-bootstrap-tokens/{name}.
+func (a *Admin) RevokeBootstrapTokenHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := a.RevokeBootstrapToken(r.Context(), chi.URLParam(r, "name")); err != nil {
 		api.WriteError(w, r, err, a.log)
 		return
 	}

@@ -2,11 +2,12 @@ package nodeauth
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -16,7 +17,8 @@ const (
 	stateRevoked = "revoked"
 )
 
-// binding is a node name's row in node_credentials.
+// binding is a node name's row in node_credentials, and the labels bound
+// to the name (node_bindings).
 type binding struct {
 	Node       string
 	State      string
@@ -26,41 +28,84 @@ type binding struct {
 	LastUsedAt *time.Time
 	LastPeer   string
 	RevokedAt  *time.Time
+	// Labels are the labels bound to the name; nil when none are.
+	Labels map[string]string
 }
 
 type repo struct{ pool *pgxpool.Pool }
 
-const bindingColumns = `node, state, secret_hash, enrolled_by, enrolled_at, last_used_at, last_peer, revoked_at`
-
-func scanBinding(row pgx.Row) (binding, error) {
-	var b binding
-	err := row.Scan(&b.Node, &b.State, &b.SecretHash, &b.EnrolledBy, &b.EnrolledAt, &b.LastUsedAt, &b.LastPeer, &b.RevokedAt)
-	return b, err
-}
-
-// get returns a name's binding; ok is false when the name is bound to nothing.
-func (r repo) get(ctx context.Context, node string) (b binding, ok bool, err error) {
-	b, err = scanBinding(r.pool.QueryRow(ctx, `SELECT `+bindingColumns+` FROM node_credentials WHERE node = $1`, node))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return b, false, nil
-	}
+// get returns a name's binding: credential is false when no credential
+// (or revocation) is bound to it; Labels are read either way. One round
+// trip, since every Hello asks.
+func (r repo) get(ctx context.Context, node string) (b binding, credential bool, err error) {
+	var state *string
+	var labels []byte
+	err = r.pool.QueryRow(ctx, `
+		SELECT c.node IS NOT NULL, coalesce(c.state, ''), c.secret_hash, coalesce(c.enrolled_by, ''), c.enrolled_at, c.last_used_at,
+			coalesce(c.last_peer, ''), c.revoked_at, b.labels
+		FROM (SELECT $1::text AS node) x
+		LEFT JOIN node_credentials c ON c.node = x.node
+		LEFT JOIN node_bindings b ON b.node = x.node`, node).
+		Scan(&credential, &state, &b.SecretHash, &b.EnrolledBy, &b.EnrolledAt, &b.LastUsedAt, &b.LastPeer, &b.RevokedAt, &labels)
 	if err != nil {
 		return b, false, fmt.Errorf("read credential of node %q: %w", node, err)
 	}
-	return b, true, nil
+	b.Node = node
+	if state != nil {
+		b.State = *state
+	}
+	if labels != nil {
+		if err := json.Unmarshal(labels, &b.Labels); err != nil {
+			return b, false, fmt.Errorf("decode labels bound to node %q: %w", node, err)
+		}
+	}
+	return b, credential, nil
 }
 
-// enroll binds a free name to a credential hash; false when the name is
-// already bound (another stream or an operator was first).
-func (r repo) enroll(ctx context.Context, node string, hash []byte, peer string) (bool, error) {
-	tag, err := r.pool.Exec(ctx, `
-		INSERT INTO node_credentials (node, state, secret_hash, enrolled_by, enrolled_at, last_used_at, last_peer)
-		VALUES ($1, 'active', $2, $3, now(), now(), $4)
-		ON CONFLICT (node) DO NOTHING`, node, hash, "bootstrap", peer)
+// enroll binds a free name to a credential hash, and to labels when it has
+// none bound yet (labels nil: the fleet token, which binds none); false
+// when the name is already bound (another stream or an operator was
+// first).
+func (r repo) enroll(ctx context.Context, node string, hash []byte, peer, by string, labels map[string]string) (bool, error) {
+	ok := false
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO node_credentials (node, state, secret_hash, enrolled_by, enrolled_at, last_used_at, last_peer)
+			VALUES ($1, 'active', $2, $3, now(), now(), $4)
+			ON CONFLICT (node) DO NOTHING`, node, hash, by, peer)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		ok = true
+		if labels == nil {
+			return nil
+		}
+		return bindLabels(ctx, tx, node, labels, by, false)
+	})
 	if err != nil {
 		return false, fmt.Errorf("enroll node %q: %w", node, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return ok, nil
+}
+
+// bindLabels binds labels to a name; replace=false keeps labels bound
+// already (an enrollment never changes them: only an operator does).
+func bindLabels(ctx context.Context, db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, node string, labels map[string]string, by string, replace bool) error {
+	enc, err := json.Marshal(labels)
+	if err != nil {
+		return fmt.Errorf("encode labels: %w", err)
+	}
+	q := `INSERT INTO node_bindings (node, labels, set_by) VALUES ($1, $2, $3) ON CONFLICT (node) DO NOTHING`
+	if replace {
+		q = `INSERT INTO node_bindings (node, labels, set_by) VALUES ($1, $2, $3)
+			ON CONFLICT (node) DO UPDATE SET labels = EXCLUDED.labels, set_by = EXCLUDED.set_by, set_at = now()`
+	}
+	if _, err := db.Exec(ctx, q, node, enc, by); err != nil {
+		return fmt.Errorf("bind labels to node %q: %w", node, err)
+	}
+	return nil
 }
 
 // issue binds a name to a new credential hash whatever it was bound to
@@ -126,6 +171,15 @@ type NodeIdentity struct {
 	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
 	LastPeer   string     `json:"last_peer,omitempty"`
 	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+	// BoundLabels are the labels bound to the name server-side (its
+	// tenant among them), and who bound them.
+	BoundLabels map[string]string `json:"bound_labels,omitempty"`
+	BoundBy     string            `json:"bound_by,omitempty"`
+	// Tenant is the tenant of the node's current row ("" for none).
+	Tenant string `json:"tenant"`
+	// ClaimedLabels are what the node's last Hello claimed for bound keys,
+	// where it differs from what is bound (and was ignored).
+	ClaimedLabels map[string]string `json:"claimed_labels,omitempty"`
 	// HasData says the node has reported (it is listed under /api/v1/nodes).
 	HasData   bool       `json:"has_data"`
 	LastHello *time.Time `json:"last_hello,omitempty"`
@@ -135,9 +189,11 @@ type NodeIdentity struct {
 // list returns every name that is bound or has data, by name.
 func (r repo) list(ctx context.Context) ([]NodeIdentity, error) {
 	rows, err := r.pool.Query(ctx, `
-		SELECT coalesce(c.node, n.name), c.state, c.enrolled_by, c.enrolled_at, c.last_used_at, c.last_peer, c.revoked_at,
-			n.id IS NOT NULL, n.last_hello
-		FROM node_credentials c FULL OUTER JOIN nodes n ON n.name = c.node
+		SELECT coalesce(c.node, n.name, b.node), c.state, c.enrolled_by, c.enrolled_at, c.last_used_at, c.last_peer, c.revoked_at,
+			b.labels, coalesce(b.set_by, ''), coalesce(n.tenant, ''), n.claimed_labels, n.id IS NOT NULL, n.last_hello
+		FROM node_credentials c
+		FULL OUTER JOIN (SELECT * FROM nodes WHERE retired_at IS NULL) n ON n.name = c.node
+		FULL OUTER JOIN node_bindings b ON b.node = coalesce(c.node, n.name)
 		ORDER BY 1`)
 	if err != nil {
 		return nil, fmt.Errorf("list node identities: %w", err)
@@ -145,8 +201,20 @@ func (r repo) list(ctx context.Context) ([]NodeIdentity, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (NodeIdentity, error) {
 		var ni NodeIdentity
 		var state, by, peer *string
-		if err := row.Scan(&ni.Node, &state, &by, &ni.EnrolledAt, &ni.LastUsedAt, &peer, &ni.RevokedAt, &ni.HasData, &ni.LastHello); err != nil {
+		var bound, claimed []byte
+		if err := row.Scan(&ni.Node, &state, &by, &ni.EnrolledAt, &ni.LastUsedAt, &peer, &ni.RevokedAt,
+			&bound, &ni.BoundBy, &ni.Tenant, &claimed, &ni.HasData, &ni.LastHello); err != nil {
 			return ni, fmt.Errorf("scan node identity: %w", err)
+		}
+		for _, j := range []struct {
+			b  []byte
+			to *map[string]string
+		}{{bound, &ni.BoundLabels}, {claimed, &ni.ClaimedLabels}} {
+			if j.b != nil {
+				if err := json.Unmarshal(j.b, j.to); err != nil {
+					return ni, fmt.Errorf("decode labels of node %s: %w", ni.Node, err)
+				}
+			}
 		}
 		ni.State = "not_enrolled"
 		switch {

@@ -84,7 +84,7 @@ func (s *Service) checkScope(ctx context.Context, o Override) error {
 	rows, err := s.repo.pool.Query(ctx, `
 		WITH scoped AS (
 			SELECT n.id, n.name, n.labels FROM nodes n
-			WHERE ($1 = 'global' OR ($1 = 'selector' AND n.labels @> $2::jsonb) OR ($1 = 'node' AND n.name = $3))
+			WHERE n.retired_at IS NULL AND ($1 = 'global' OR ($1 = 'selector' AND n.labels @> $2::jsonb) OR ($1 = 'node' AND n.name = $3))
 			  AND EXISTS (SELECT 1 FROM node_metrics m JOIN metric_paths p ON p.id = m.metric_id
 			              WHERE m.node_id = n.id AND p.path IN ($4, $7))
 		), bound AS (

@@ -27,10 +27,11 @@ import (
 //     its K neighbours and nothing else;
 //   - the rings are random, so a node's peers are spread over racks: a
 //     mesh that crosses them is what finds a bad link between them;
-//   - it does not cross customers: each value of the `customer` label (and
-//     the nodes without one) is a mesh of its own, because a ping target
-//     is named after its peer, and a customer must never see another
-//     customer's node names (in its tree, series, alerts or reports).
+//   - it does not cross tenants: each tenant (the value of the operator's
+//     --tenant.label, bound server-side: collector/tenant) and the nodes
+//     without one are a mesh of their own, because a ping target is named
+//     after its peer, and a customer must never see another customer's
+//     node names (in its tree, series, alerts or reports).
 //
 // A fleet of at most K+1 such nodes is a full mesh. A node without a ping
 // address pings the neighbours it would have and is pinged by no one.
@@ -52,11 +53,8 @@ const (
 
 type peer struct {
 	name, addr string
-	tenant     string // the node's customer label; "" for none
+	tenant     string // the node's tenant; "" for none
 }
-
-// tenantLabel splits the mesh: nodes ping only nodes with the same value.
-const tenantLabel = "customer"
 
 // peerSet caches the candidate peers and notices when they change.
 type peerSet struct {
@@ -73,8 +71,8 @@ type peerSet struct {
 
 func (p *peerSet) read(ctx context.Context) ([]peer, error) {
 	rows, err := p.pool.Query(ctx, `
-		SELECT n.name, n.ping_address, coalesce(n.labels->>'`+tenantLabel+`', '') FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id
-		WHERE n.ping_address <> '' AND greatest(n.last_hello, l.ts) > now() - make_interval(secs => $1)
+		SELECT n.name, n.ping_address, n.tenant FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id
+		WHERE n.retired_at IS NULL AND n.ping_address <> '' AND greatest(n.last_hello, l.ts) > now() - make_interval(secs => $1)
 		ORDER BY n.name`, peerMaxAge.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("read ping peers: %w", err)
@@ -103,7 +101,7 @@ func (p *peerSet) current(ctx context.Context, n *store.Node, force bool) (m *me
 	defer p.mu.Unlock()
 	tenant := ""
 	if n != nil {
-		tenant = n.Labels[tenantLabel]
+		tenant = n.Tenant
 	}
 	if force || p.fp == 0 || time.Since(p.readAt) >= peerRefreshEvery || (n != nil && !p.reflects(*n)) {
 		list, err := p.read(ctx)
@@ -144,7 +142,7 @@ func (p *peerSet) reflects(n store.Node) bool {
 	if n.PingAddress == "" {
 		return !found
 	}
-	return found && p.list[i].addr == n.PingAddress && p.list[i].tenant == n.Labels[tenantLabel]
+	return found && p.list[i].addr == n.PingAddress && p.list[i].tenant == n.Tenant
 }
 
 func fingerprint(list []peer) uint64 {

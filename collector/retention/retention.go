@@ -17,6 +17,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/alert"
+	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/store"
 )
 
@@ -73,6 +74,8 @@ type Stats struct {
 	Definitions     int64 // node_metrics rows
 	RefreshedNodes  int   // nodes whose streams were ended to announce again
 	ExpiredNodes    int   // nodes deleted
+	RetiredNodes    int   // former tenants' rows of nodes deleted
+	Credentials     int64 // credentials and bindings of names that never reported
 	MetricPaths     int64 // metric_paths rows
 	MetricDefs      int64 // metric_defs rows
 	Alerts          int64 // resolved alerts (their deliveries cascade)
@@ -112,6 +115,7 @@ func (r *Retainer) Run(ctx context.Context, every time.Duration) {
 		if s != (Stats{Took: s.Took}) {
 			r.log.Info("retention pass", "partitions", s.Partitions, "rollups", s.Rollups, "latest_values", s.LatestValues,
 				"definitions", s.Definitions, "refreshed_nodes", s.RefreshedNodes, "expired_nodes", s.ExpiredNodes,
+				"retired_node_rows", s.RetiredNodes, "unused_credentials", s.Credentials,
 				"metric_paths", s.MetricPaths, "metric_defs", s.MetricDefs, "alerts", s.Alerts, "audit_entries", s.AuditEntries, "took", s.Took)
 		}
 		select {
@@ -157,6 +161,21 @@ func (r *Retainer) Pass(ctx context.Context, now time.Time) (Stats, error) {
 		}
 		s.ExpiredNodes++
 	}
+	// A node's former tenant's part of its history ends when the node
+	// retention has passed since it was retired: it holds nothing newer.
+	retired, err := r.st.ExpiredRetiredNodes(ctx, now.Add(-r.cfg.Nodes), maxExpiredNodes)
+	step(err)
+	for _, id := range retired {
+		if err := r.st.DeleteRetiredNode(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+			step(fmt.Errorf("delete retired node row %d: %w", id, err))
+			continue
+		}
+		s.RetiredNodes++
+	}
+	// Enrolled names that never registered (or whose node is gone) would
+	// otherwise pile up: a bootstrap token's holder can enroll names.
+	s.Credentials, err = nodeauth.PruneUnused(ctx, r.st.Pool(), now.Add(-r.cfg.Nodes), batch)
+	step(err)
 	s.LatestValues, err = r.st.PruneLatest(ctx, now.Add(-r.cfg.Raw), batch)
 	step(err)
 	refresh, n, err := r.st.PruneDefinitions(ctx, now.Add(-r.cfg.Catalogue()), batch)

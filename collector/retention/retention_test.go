@@ -78,7 +78,7 @@ func TestPassKeepsEachRetention(t *testing.T) {
 		exec(`INSERT INTO audit_log (at, actor, actor_kind, role, action, object_kind, object_id) VALUES ($1, 'a', 'token', 'admin', 'update', 'threshold', 'x')`, at)
 	}
 
-	r := New(st, nodeauth.NewAdmin(st, nil, "", log), Config{Raw: 5 * day, Rollup1m: 5 * day, Rollup1h: 5 * day,
+	r := New(st, nodeauth.NewAdmin(st, nil, "", "", log), Config{Raw: 5 * day, Rollup1m: 5 * day, Rollup1h: 5 * day,
 		Nodes: 7 * day, Alerts: 30 * day, Audit: 400 * day}, log)
 	s, err := r.Pass(ctx, now)
 	if err != nil {

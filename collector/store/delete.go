@@ -11,28 +11,53 @@ import (
 // DeleteNode deletes a node and everything it reported, in one transaction:
 // reports, histograms and events (partitioned, so not cascaded), and through
 // the nodes row its metric definitions, latest values and alert watermark.
-// Alert history (alert_instances) is kept. It returns ErrNotFound when no
-// node has the name. A report of the node still in flight then fails its
-// foreign key and is refused alone (the writer splits failing batches).
+// Every row the name had is deleted, those of its former tenants too
+// (migration 014). Alert history (alert_instances) is kept. It returns
+// ErrNotFound when no node has the name. A report of the node still in
+// flight then fails its foreign key and is refused alone (the writer
+// splits failing batches).
 func (s *Store) DeleteNode(ctx context.Context, name string) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var id int32
 		// FOR UPDATE serialises this with a Hello of the same node upserting it.
-		err := tx.QueryRow(ctx, `SELECT id FROM nodes WHERE name = $1 FOR UPDATE`, name).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("node %q: %w", name, ErrNotFound)
-		}
+		rows, err := tx.Query(ctx, `SELECT id FROM nodes WHERE name = $1 FOR UPDATE`, name)
 		if err != nil {
 			return fmt.Errorf("find node %q: %w", name, err)
 		}
-		for _, table := range []string{"events", "histograms", "reports"} {
-			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE node_id = $1`, id); err != nil {
-				return fmt.Errorf("delete %s of node %q: %w", table, name, err)
-			}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return fmt.Errorf("find node %q: %w", name, err)
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, id); err != nil {
-			return fmt.Errorf("delete node %q: %w", name, err)
+		if len(ids) == 0 {
+			return fmt.Errorf("node %q: %w", name, ErrNotFound)
 		}
-		return nil
+		return deleteRows(ctx, tx, name, ids)
 	})
+}
+
+// DeleteRetiredNode deletes one retired row of a node (one former
+// tenant's part of its history) with everything it reported.
+func (s *Store) DeleteRetiredNode(ctx context.Context, id int32) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var name string
+		err := tx.QueryRow(ctx, `SELECT name FROM nodes WHERE id = $1 AND retired_at IS NOT NULL FOR UPDATE`, id).Scan(&name)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("retired node row %d: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("find retired node row %d: %w", id, err)
+		}
+		return deleteRows(ctx, tx, name, []int32{id})
+	})
+}
+
+func deleteRows(ctx context.Context, tx pgx.Tx, name string, ids []int32) error {
+	for _, table := range []string{"events", "histograms", "reports"} {
+		if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE node_id = ANY($1)`, ids); err != nil {
+			return fmt.Errorf("delete %s of node %q: %w", table, name, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = ANY($1)`, ids); err != nil {
+		return fmt.Errorf("delete node %q: %w", name, err)
+	}
+	return nil
 }

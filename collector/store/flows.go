@@ -33,7 +33,10 @@ const maxFlowScan = 100
 // Counterparts answers each probe with at most perProbe events of nodes
 // that scope sees, other than except, nearest first; the answer is aligned
 // with probes. A node outside the scope contributes nothing, so an answer
-// never reveals that it exists.
+// never reveals that it exists. Only nodes of except's tenant count (the
+// nodes without one are a tenant of their own): two tenants' address
+// spaces may overlap, and a look-alike flow of another tenant is not the
+// same flow, whoever asks (collector/tenant).
 func (s *Store) Counterparts(ctx context.Context, scope Scope, except int32, probes []FlowProbe, perProbe int) ([][]Counterpart, error) {
 	out := make([][]Counterpart, len(probes))
 	if len(probes) == 0 || perProbe <= 0 {
@@ -55,6 +58,7 @@ func (s *Store) Counterparts(ctx context.Context, scope Scope, except int32, pro
 		return `(SELECT e.node_id, e.ts, e.metric_id, e.fields FROM events e
 			WHERE e.fields ? 'src' AND e.fields->>'src' = ` + a + ` AND e.fields->>'dst' = ` + b + `
 				AND e.ts >= q.lo AND e.ts <= q.hi AND e.node_id <> $9 AND e.node_id IN ` + visible + `
+				AND e.node_id IN (SELECT id FROM nodes WHERE tenant = (SELECT tenant FROM nodes WHERE id = $9))
 				AND coalesce(e.fields->>'protocol', 'tcp') = q.proto
 			ORDER BY e.ts LIMIT $10)`
 	}

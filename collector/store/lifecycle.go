@@ -198,11 +198,12 @@ func (s *Store) forgetIDs(epoch int64) {
 
 // ExpiredNodes names up to limit nodes that have not reported since
 // before cutoff (nodes that never reported: not said Hello since), oldest
-// first.
+// first. Only current rows count: a node's former tenants' rows expire on
+// their own (ExpiredRetiredNodes).
 func (s *Store) ExpiredNodes(ctx context.Context, cutoff time.Time, limit int) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT n.name FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id
-		WHERE coalesce(l.ts, n.last_hello) < $1
+		WHERE n.retired_at IS NULL AND coalesce(l.ts, n.last_hello) < $1
 		ORDER BY coalesce(l.ts, n.last_hello) LIMIT $2`, cutoff, limit)
 	if err != nil {
 		return nil, fmt.Errorf("find nodes silent since %s: %w", cutoff.Format(time.RFC3339), err)
@@ -231,4 +232,19 @@ func DeleteInBatches(ctx context.Context, pool *pgxpool.Pool, query string, batc
 			return total, nil
 		}
 	}
+}
+
+// ExpiredRetiredNodes lists up to limit retired node rows (a former
+// tenant's part of a node's history) retired before cutoff: by then the
+// node retention has passed over everything they hold.
+func (s *Store) ExpiredRetiredNodes(ctx context.Context, cutoff time.Time, limit int) ([]int32, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id FROM nodes WHERE retired_at < $1 ORDER BY retired_at LIMIT $2`, cutoff, limit)
+	if err != nil {
+		return nil, fmt.Errorf("find node rows retired before %s: %w", cutoff.Format(time.RFC3339), err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("find node rows retired before %s: %w", cutoff.Format(time.RFC3339), err)
+	}
+	return ids, nil
 }

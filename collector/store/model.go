@@ -94,6 +94,16 @@ type Node struct {
 	LastHello     time.Time
 	// PingAddress is where other nodes ping this one ("" = not a peer).
 	PingAddress string
+	// Tenant is the value of the tenant label (collector/tenant) in
+	// Labels, "" for none. A Hello whose tenant differs from the current
+	// row's starts a new row (UpsertNode), so history stays with its tenant.
+	Tenant string
+	// Retired is when this row stopped being the name's current one
+	// because its tenant changed; nil for the current row.
+	Retired *time.Time
+	// ClaimedLabels are labels the last Hello claimed for keys bound
+	// server-side, where they differ from the bound ones (which won).
+	ClaimedLabels map[string]string
 }
 
 type MetricDef struct {

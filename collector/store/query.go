@@ -14,15 +14,21 @@ import (
 	"github.com/nbs-project/nbs/internal/schema"
 )
 
-const nodeColumns = `id, name, labels, agent_version, kernel_release, instance_id, interval_ms, capabilities, first_seen, last_hello, ping_address`
+const nodeColumns = `id, name, labels, agent_version, kernel_release, instance_id, interval_ms, capabilities, first_seen, last_hello, ping_address, tenant, retired_at, claimed_labels`
 
 func scanNode(row pgx.Row) (Node, error) {
 	var n Node
-	var labels, caps []byte
+	var labels, caps, claimed []byte
 	var inst int64
 	var interval int32
-	if err := row.Scan(&n.ID, &n.Name, &labels, &n.AgentVersion, &n.KernelRelease, &inst, &interval, &caps, &n.FirstSeen, &n.LastHello, &n.PingAddress); err != nil {
+	if err := row.Scan(&n.ID, &n.Name, &labels, &n.AgentVersion, &n.KernelRelease, &inst, &interval, &caps, &n.FirstSeen, &n.LastHello, &n.PingAddress,
+		&n.Tenant, &n.Retired, &claimed); err != nil {
 		return n, err
+	}
+	if claimed != nil {
+		if err := json.Unmarshal(claimed, &n.ClaimedLabels); err != nil {
+			return n, fmt.Errorf("decode claimed labels of node %s: %w", n.Name, err)
+		}
 	}
 	n.InstanceID, n.IntervalMS = uint64(inst), uint32(interval)
 	if err := json.Unmarshal(labels, &n.Labels); err != nil {
@@ -34,9 +40,9 @@ func scanNode(row pgx.Row) (Node, error) {
 	return n, nil
 }
 
-// Nodes lists every node ever seen, by name.
+// Nodes lists every node's current row, by name.
 func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
+	rows, err := s.pool.Query(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE retired_at IS NULL ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -47,9 +53,9 @@ func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
 	return nodes, nil
 }
 
-// NodeByName returns ErrNotFound for an unknown node.
+// NodeByName returns the name's current row; ErrNotFound for an unknown node.
 func (s *Store) NodeByName(ctx context.Context, name string) (Node, error) {
-	n, err := scanNode(s.pool.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = $1`, name))
+	n, err := scanNode(s.pool.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = $1 AND retired_at IS NULL`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return n, fmt.Errorf("node %q: %w", name, ErrNotFound)
 	}

@@ -25,10 +25,17 @@ type All struct{}
 func (All) LabelClause(string, int) (string, []any) { return "TRUE", nil }
 func (All) Sees(map[string]string) bool             { return true }
 
-// NodesIn lists the nodes scope sees, by name.
+// newestFirst orders a name's rows: the current one, else the most
+// recently retired. A scope sees a name's newest row among those it
+// holds: staff the current one, the tenant a node moved away from the
+// last row it owned (migration 014).
+const newestFirst = `retired_at IS NOT NULL, retired_at DESC, id DESC`
+
+// NodesIn lists the nodes scope sees, by name: each name's newest row in
+// the scope.
 func (s *Store) NodesIn(ctx context.Context, scope Scope) ([]Node, error) {
 	clause, args := scope.LabelClause("labels", 1)
-	rows, err := s.pool.Query(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE `+clause+` ORDER BY name`, args...)
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (name) `+nodeColumns+` FROM nodes WHERE `+clause+` ORDER BY name, `+newestFirst, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -44,7 +51,7 @@ func (s *Store) NodesIn(ctx context.Context, scope Scope) ([]Node, error) {
 // answer cannot tell the two apart.
 func (s *Store) NodeByNameIn(ctx context.Context, scope Scope, name string) (Node, error) {
 	clause, args := scope.LabelClause("labels", 2)
-	n, err := scanNode(s.pool.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = $1 AND `+clause,
+	n, err := scanNode(s.pool.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = $1 AND `+clause+` ORDER BY `+newestFirst+` LIMIT 1`,
 		append([]any{name}, args...)...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return n, fmt.Errorf("node %q: %w", name, ErrNotFound)

@@ -85,7 +85,10 @@ func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 // (thresholds, alerts) so there is one pool per process.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// UpsertNode records a node's Hello and returns its id.
+// UpsertNode records a node's Hello and returns its id. A Hello whose
+// tenant differs from the name's current row retires that row and starts a
+// new one (migration 014): what the node reported so far stays its old
+// tenant's, and only what follows is the new one's.
 func (s *Store) UpsertNode(ctx context.Context, n Node) (int32, error) {
 	labels, err := json.Marshal(nonNilMap(n.Labels))
 	if err != nil {
@@ -95,20 +98,98 @@ func (s *Store) UpsertNode(ctx context.Context, n Node) (int32, error) {
 	if err != nil {
 		return 0, fmt.Errorf("encode capabilities: %w", err)
 	}
+	var claimed []byte
+	if len(n.ClaimedLabels) > 0 {
+		if claimed, err = json.Marshal(n.ClaimedLabels); err != nil {
+			return 0, fmt.Errorf("encode claimed labels: %w", err)
+		}
+	}
+	args := []any{n.Name, labels, n.AgentVersion, n.KernelRelease, int64(n.InstanceID), int32(n.IntervalMS), caps, n.PingAddress, n.Tenant, claimed}
 	var id int32
-	err = s.pool.QueryRow(ctx, `
-		INSERT INTO nodes (name, labels, agent_version, kernel_release, instance_id, interval_ms, capabilities, ping_address)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-		ON CONFLICT (name) DO UPDATE SET labels = EXCLUDED.labels, agent_version = EXCLUDED.agent_version,
-			kernel_release = EXCLUDED.kernel_release, instance_id = EXCLUDED.instance_id,
-			interval_ms = EXCLUDED.interval_ms, capabilities = EXCLUDED.capabilities,
-			ping_address = EXCLUDED.ping_address, last_hello = now()
-		RETURNING id`,
-		n.Name, labels, n.AgentVersion, n.KernelRelease, int64(n.InstanceID), int32(n.IntervalMS), caps, n.PingAddress).Scan(&id)
+	// The common case, one statement: the name's current row has this
+	// tenant (or there is none). Nothing comes back when it has another.
+	err = s.pool.QueryRow(ctx, upsertNode+` WHERE nodes.tenant = EXCLUDED.tenant RETURNING id`, args...).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			retired, err := retireNode(ctx, tx, n.Name, n.Tenant)
+			if err != nil {
+				return err
+			}
+			if retired != 0 {
+				s.log.Info("node changed tenant: its history stays with the old one", "node", n.Name, "retired_id", retired, "tenant", n.Tenant)
+			}
+			return tx.QueryRow(ctx, upsertNode+` RETURNING id`, args...).Scan(&id)
+		})
+	}
 	if err != nil {
 		return 0, fmt.Errorf("upsert node %q: %w", n.Name, err)
 	}
 	return id, nil
+}
+
+const upsertNode = `
+		INSERT INTO nodes (name, labels, agent_version, kernel_release, instance_id, interval_ms, capabilities, ping_address, tenant, claimed_labels)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (name) WHERE retired_at IS NULL DO UPDATE SET labels = EXCLUDED.labels, agent_version = EXCLUDED.agent_version,
+			kernel_release = EXCLUDED.kernel_release, instance_id = EXCLUDED.instance_id,
+			interval_ms = EXCLUDED.interval_ms, capabilities = EXCLUDED.capabilities,
+			ping_address = EXCLUDED.ping_address, claimed_labels = EXCLUDED.claimed_labels, last_hello = now()`
+
+// retireNode retires the name's current row if its tenant is not tenant,
+// returning the retired row's id (0: nothing retired).
+func retireNode(ctx context.Context, tx pgx.Tx, name, tenant string) (int32, error) {
+	var id int32
+	err := tx.QueryRow(ctx, `UPDATE nodes SET retired_at = now() WHERE name = $1 AND retired_at IS NULL AND tenant <> $2 RETURNING id`,
+		name, tenant).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("retire node %q's row of its former tenant: %w", name, err)
+	}
+	return id, nil
+}
+
+// Rebind applies labels bound by an operator to the name's current row
+// at once, rather than at the node's next Hello: keys in bound are set,
+// keys in unset removed, and the tenant becomes the tenant's. When the
+// tenant changes, the current row is retired and a new row carries the
+// name from now (see UpsertNode). It reports whether the name has a row.
+func (s *Store) Rebind(ctx context.Context, name string, bound map[string]string, unset []string, tenant string) (bool, error) {
+	set, err := json.Marshal(nonNilMap(bound))
+	if err != nil {
+		return false, fmt.Errorf("encode labels: %w", err)
+	}
+	found := false
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var old int32
+		if err := tx.QueryRow(ctx, `SELECT id FROM nodes WHERE name = $1 AND retired_at IS NULL FOR UPDATE`, name).Scan(&old); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			return fmt.Errorf("find node %q: %w", name, err)
+		}
+		found = true
+		retired, err := retireNode(ctx, tx, name, tenant)
+		if err != nil {
+			return err
+		}
+		if retired == 0 {
+			_, err := tx.Exec(ctx, `UPDATE nodes SET labels = (labels - $2::text[]) || $3::jsonb, claimed_labels = NULL WHERE id = $1`, old, unset, set)
+			return err
+		}
+		// The new row starts empty but for what the node said of itself;
+		// last_hello carries over so the ping mesh keeps the node.
+		_, err = tx.Exec(ctx, `
+			INSERT INTO nodes (name, labels, agent_version, kernel_release, instance_id, interval_ms, capabilities, ping_address, tenant, last_hello)
+			SELECT name, (labels - $2::text[]) || $3::jsonb, agent_version, kernel_release, instance_id, interval_ms, capabilities, ping_address, $4, last_hello
+			FROM nodes WHERE id = $1`, old, unset, set, tenant)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("rebind node %q: %w", name, err)
+	}
+	return found, nil
 }
 
 // AdmitNode reports whether a Hello from the named node may register under
@@ -126,7 +207,7 @@ func (s *Store) AdmitNode(ctx context.Context, name string, max int) (bool, int,
 		exists bool
 		seq    int64
 	)
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE name = $1), `+nodeIDsIssued, name).Scan(&exists, &seq)
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE name = $1 AND retired_at IS NULL), `+nodeIDsIssued, name).Scan(&exists, &seq)
 	if err != nil {
 		return false, 0, fmt.Errorf("look up node %q: %w", name, err)
 	}
@@ -145,7 +226,7 @@ func (s *Store) AdmitNode(ctx context.Context, name string, max int) (bool, int,
 		return false, 0, fmt.Errorf("count nodes: %w", err)
 	}
 	var total int64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM nodes`).Scan(&total); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM nodes WHERE retired_at IS NULL`).Scan(&total); err != nil {
 		return false, 0, fmt.Errorf("count nodes: %w", err)
 	}
 	s.mu.Lock()

@@ -15,17 +15,20 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Streams       prometheus.Gauge
-	Reports       *prometheus.CounterVec // result: stored, duplicate, rejected
-	Samples       prometheus.Counter
-	Rejects       *prometheus.CounterVec // reason
-	DBWrite       prometheus.Histogram
-	DBBatch       prometheus.Histogram
-	DBErrors      prometheus.Counter
-	WriteQueue    prometheus.Gauge
-	HTTPRequests  *prometheus.CounterVec
-	HTTPDurations *prometheus.HistogramVec
-	Alert         AlertMetrics
+	Streams prometheus.Gauge
+	Reports *prometheus.CounterVec // result: stored, duplicate, rejected
+	Samples prometheus.Counter
+	Rejects *prometheus.CounterVec // reason
+	// LabelConflicts counts Hellos whose labels differed from those bound
+	// to the node server-side (its tenant): the bound ones were used.
+	LabelConflicts prometheus.Counter
+	DBWrite        prometheus.Histogram
+	DBBatch        prometheus.Histogram
+	DBErrors       prometheus.Counter
+	WriteQueue     prometheus.Gauge
+	HTTPRequests   *prometheus.CounterVec
+	HTTPDurations  *prometheus.HistogramVec
+	Alert          AlertMetrics
 }
 
 func New() *Metrics {
@@ -39,6 +42,9 @@ func New() *Metrics {
 			Name: "nbs_collector_samples_total", Help: "Samples stored."}),
 		Rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nbs_collector_rejects_total", Help: "Messages rejected, by reason."}, []string{"reason"}),
+		LabelConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nbs_collector_hello_label_conflicts_total",
+			Help: "Hellos that claimed labels (the tenant among them) other than those bound to the node by the operator; the bound ones were used. The node identity list shows which nodes and what they claimed."}),
 		DBWrite: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "nbs_collector_db_write_seconds", Help: "Time to write one batch of reports to PostgreSQL.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
@@ -56,7 +62,7 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"route"}),
 		Alert: newAlertMetrics(),
 	}
-	m.Registry.MustRegister(m.Streams, m.Reports, m.Samples, m.Rejects, m.DBWrite, m.DBBatch, m.DBErrors,
+	m.Registry.MustRegister(m.Streams, m.Reports, m.Samples, m.Rejects, m.LabelConflicts, m.DBWrite, m.DBBatch, m.DBErrors,
 		m.WriteQueue, m.HTTPRequests, m.HTTPDurations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Registry.MustRegister(m.Alert.collectors()...)

@@ -17,23 +17,36 @@ import (
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/tenant"
 )
 
-const nodesUsage = `usage: nbs-collector nodes COMMAND [flags] [NODE]
+const nodesUsage = `usage: nbs-collector nodes COMMAND [flags] [NODE] [LABELS]
 
-Commands on node identities, run against the database (a running collector
-ends the affected node's stream at once):
+Commands on node identities and tenancy, run against the database (a
+running collector ends the affected node's stream at once):
 
-  list              every node name: enrolled, revoked or not enrolled, with
-                    when and from where it last proved its identity
+  list              every node name: enrolled, revoked or not enrolled, its
+                    bound labels and tenant, what its Hello claimed otherwise,
+                    and when and from where it last proved its identity
   enroll NODE       bind NODE to a new node credential and print it once, for a
-                    node without the bootstrap token or to rotate a credential
-                    (--replace for an enrolled node; --out FILE writes it 0600)
+                    node without a bootstrap token or to rotate a credential
+                    (--replace for an enrolled node; --out FILE writes it 0600;
+                    --labels customer=acme binds its tenant too)
+  label NODE LABELS bind LABELS (k=v,...; "" for none) to NODE, its tenant among
+                    them: they replace whatever its agent says for those keys.
+                    A new tenant starts a new history: what the node reported
+                    before stays visible to its old tenant only
   revoke NODE       end NODE's stream; nothing may report under the name (no
                     credential, certificate or bootstrap token) until re-enrolled
   reenroll NODE     forget NODE's credential or revocation: the next Hello with
-                    the bootstrap token enrolls it with a new credential
-  delete NODE       delete NODE's data and credential (a revocation stays)
+                    a bootstrap token enrolls it with a new credential
+  delete NODE       delete NODE's data, credential and labels (a revocation stays)
+
+  bootstrap create --name NAME --labels customer=acme [--expires 30d] [--max-nodes N]
+                    a tenant's bootstrap token, printed once: it enrolls new
+                    node names into those labels (its tenant) and no other
+  bootstrap list    the tenant bootstrap tokens
+  bootstrap revoke --name NAME
 
 Flags:
 `
@@ -48,12 +61,21 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 	dbURL := fs.String("db.url", os.Getenv("NBS_DB_URL"), "PostgreSQL URL (env NBS_DB_URL)")
 	replace := fs.Bool("replace", false, "enroll: replace the credential of an enrolled node")
 	out := fs.String("out", "", "enroll: write the credential to this file (mode 0600) instead of standard output")
-	asJSON := fs.Bool("json", false, "list: print JSON")
+	asJSON := fs.Bool("json", false, "list, bootstrap list: print JSON")
+	labelsFlag := fs.String("labels", "", "enroll, bootstrap create: labels to bind (k=v,...), e.g. customer=acme")
+	name := fs.String("name", "", "bootstrap create, revoke: the token's name")
+	expires := fs.String("expires", "", "bootstrap create: how long the token works, e.g. 72h or 30d (default 30d, at most 365d)")
+	maxNodes := fs.Int("max-nodes", 0, "bootstrap create: most names the token may enroll (default: no limit of its own)")
+	key := tenant.Key(tenant.DefaultKey)
+	key.RegisterFlag(fs)
 	if len(args) == 0 {
 		fs.Usage()
 		return 2
 	}
 	cmd := args[0]
+	if cmd == "bootstrap" && len(args) > 1 {
+		cmd, args = "bootstrap "+args[1], args[1:]
+	}
 	// Flags may come before or after the node name.
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
@@ -65,18 +87,42 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	needNode := cmd != "list"
+	want := map[string]int{"list": 0, "enroll": 1, "label": 2, "revoke": 1, "reenroll": 1, "delete": 1,
+		"bootstrap create": 0, "bootstrap list": 0, "bootstrap revoke": 0}
+	n, known := want[cmd]
 	switch {
-	case cmd != "list" && cmd != "enroll" && cmd != "revoke" && cmd != "reenroll" && cmd != "delete":
+	case !known:
 		fmt.Fprintf(stderr, "nbs-collector nodes: unknown command %q\n", cmd)
 		fs.Usage()
 		return 2
-	case needNode && len(rest) != 1, !needNode && len(rest) != 0:
-		fmt.Fprintf(stderr, "nbs-collector nodes %s: want %s\n", cmd, map[bool]string{true: "one node name", false: "no arguments"}[needNode])
+	case len(rest) != n:
+		fmt.Fprintf(stderr, "nbs-collector nodes %s: want %s\n", cmd, map[int]string{0: "no arguments", 1: "one node name", 2: "a node name and its labels (k=v,...)"}[n])
+		return 2
+	case (cmd == "bootstrap create" || cmd == "bootstrap revoke") && *name == "":
+		fmt.Fprintf(stderr, "nbs-collector nodes %s: --name is required\n", cmd)
 		return 2
 	case *dbURL == "":
 		fmt.Fprintln(stderr, "nbs-collector nodes: --db.url (or env NBS_DB_URL) is required")
 		return 2
+	}
+	var labels access.Selector
+	var err error
+	labelSpec, labelsGiven := *labelsFlag, *labelsFlag != ""
+	if cmd == "label" {
+		labelSpec, labelsGiven = rest[1], true
+	}
+	if labelsGiven {
+		if labels, err = access.ParseSelector(labelSpec); err != nil {
+			fmt.Fprintf(stderr, "nbs-collector nodes %s: labels: %v\n", cmd, err)
+			return 2
+		}
+	}
+	var ttl time.Duration
+	if *expires != "" {
+		if ttl, err = access.ParseTTL(*expires); err != nil {
+			fmt.Fprintf(stderr, "nbs-collector nodes %s: --expires: %v\n", cmd, err)
+			return 2
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(access.WithPrincipal(context.Background(), access.CLIPrincipal()), os.Interrupt, syscall.SIGTERM)
@@ -90,10 +136,10 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer st.Close()
-	admin := nodeauth.NewAdmin(st, nil, "", log)
+	admin := nodeauth.NewAdmin(st, nil, "", key, log)
 
 	var node string
-	if needNode {
+	if n > 0 {
 		node = rest[0]
 	}
 	switch cmd {
@@ -101,8 +147,16 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 		err = listNodes(ctx, admin, stdout, *asJSON)
 	case "enroll":
 		var cred string
-		if cred, err = admin.Enroll(ctx, node, *replace); err == nil {
+		var bind map[string]string
+		if labelsGiven {
+			bind = labels
+		}
+		if cred, err = admin.Enroll(ctx, node, *replace, bind); err == nil {
 			err = printCredential(stdout, stderr, node, cred, *out)
+		}
+	case "label":
+		if err = admin.Label(ctx, node, labels); err == nil {
+			fmt.Fprintf(stdout, "%s: labels bound: %s (tenant %q)\n", node, orNone(labels.String()), key.Of(labels))
 		}
 	case "revoke":
 		if err = admin.Revoke(ctx, node); err == nil {
@@ -114,11 +168,26 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 			err = fmt.Errorf("%s is neither enrolled nor revoked", node)
 		}
 		if err == nil {
-			fmt.Fprintf(stdout, "%s may enroll again: its next Hello with the bootstrap token gets a new credential\n", node)
+			fmt.Fprintf(stdout, "%s may enroll again: its next Hello with a bootstrap token gets a new credential\n", node)
 		}
 	case "delete":
 		if err = admin.Delete(ctx, node); err == nil {
 			fmt.Fprintf(stdout, "%s deleted with its data\n", node)
+		}
+	case "bootstrap create":
+		var token string
+		var info nodeauth.BootstrapTokenInfo
+		token, info, err = admin.CreateBootstrapToken(ctx, nodeauth.NewBootstrapToken{Name: *name, Labels: labels, TTL: ttl, MaxNodes: *maxNodes})
+		if err == nil {
+			fmt.Fprintln(stdout, token)
+			fmt.Fprintf(stderr, "bootstrap token %s (shown once) enrolls new nodes into %s until %s: put it in each node's --node.bootstrap-token-file, mode 0600\n",
+				info.Name, labels, info.ExpiresAt.UTC().Format(time.DateTime))
+		}
+	case "bootstrap list":
+		err = listBootstrapTokens(ctx, admin, stdout, *asJSON)
+	case "bootstrap revoke":
+		if err = admin.RevokeBootstrapToken(ctx, *name); err == nil {
+			fmt.Fprintf(stdout, "bootstrap token %s revoked; the nodes it enrolled keep their credentials and labels\n", *name)
 		}
 	}
 	if err != nil {
@@ -126,9 +195,52 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 			err = fmt.Errorf("%s: no such node", node)
 		}
 		fmt.Fprintf(stderr, "nbs-collector nodes %s: %v\n", cmd, err)
+		if errors.Is(err, nodeauth.ErrInvalidLabels) || errors.Is(err, nodeauth.ErrInvalidName) {
+			return 2
+		}
 		return 1
 	}
 	return 0
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func listBootstrapTokens(ctx context.Context, admin *nodeauth.Admin, w io.Writer, asJSON bool) error {
+	ts, err := admin.ListBootstrapTokens(ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if ts == nil {
+			ts = []nodeauth.BootstrapTokenInfo{}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"bootstrap_tokens": ts})
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tLABELS\tENROLLED\tEXPIRES\tSTATE")
+	now := time.Now()
+	for _, t := range ts {
+		enrolled := fmt.Sprint(t.Enrolled)
+		if t.MaxNodes != nil {
+			enrolled += fmt.Sprintf("/%d", *t.MaxNodes)
+		}
+		state := "live"
+		switch {
+		case t.RevokedAt != nil:
+			state = "revoked " + t.RevokedAt.UTC().Format(time.DateTime)
+		case !t.ExpiresAt.After(now):
+			state = "expired"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, access.Selector(t.Labels), enrolled, t.ExpiresAt.UTC().Format(time.DateTime), state)
+	}
+	return tw.Flush()
 }
 
 func printCredential(stdout, stderr io.Writer, node, cred, out string) error {
@@ -166,7 +278,7 @@ func listNodes(ctx context.Context, admin *nodeauth.Admin, w io.Writer, asJSON b
 		return enc.Encode(map[string]any{"nodes": ids})
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tENROLLED\tLAST VERIFIED\tLAST PEER\tLAST HELLO")
+	fmt.Fprintln(tw, "NODE\tSTATE\tTENANT\tBOUND LABELS\tENROLLED\tLAST VERIFIED\tLAST PEER\tLAST HELLO\tCLAIMED")
 	ts := func(t *time.Time) string {
 		if t == nil {
 			return "-"
@@ -190,7 +302,15 @@ func listNodes(ctx context.Context, admin *nodeauth.Admin, w io.Writer, asJSON b
 		if !n.HasData {
 			hello = "no data"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, state, enrolled, ts(n.LastUsedAt), peer, hello)
+		claimed := "-"
+		if len(n.ClaimedLabels) > 0 {
+			claimed = access.Selector(n.ClaimedLabels).String() + " (ignored)"
+		}
+		t := n.Tenant
+		if t == "" {
+			t = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, state, t, orNone(access.Selector(n.BoundLabels).String()), enrolled, ts(n.LastUsedAt), peer, hello, claimed)
 	}
 	return tw.Flush()
 }
