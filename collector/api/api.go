@@ -70,6 +70,8 @@ type API struct {
 	metrics    *telemetry.Metrics
 	ui         http.Handler
 	now        func() time.Time
+	// readyWarnings are listed by /readyz (SetReadyWarnings).
+	readyWarnings []string
 }
 
 func New(q Queries, live Live, ui http.Handler, log *slog.Logger, m *telemetry.Metrics) *API {
@@ -79,6 +81,12 @@ func New(q Queries, live Live, ui http.Handler, log *slog.Logger, m *telemetry.M
 // SetThresholds makes trees show effective thresholds instead of the
 // catalogue defaults.
 func (a *API) SetThresholds(t Thresholds) { a.thresholds = t }
+
+// SetReadyWarnings makes /readyz list w: settings the collector runs with
+// but that are unsafe (say, nodes that anyone may register), so a probe or
+// an operator sees them long after the start-up log. Readiness stays 200:
+// they are the operator's choice, not a failure.
+func (a *API) SetReadyWarnings(w []string) { a.readyWarnings = w }
 
 // Handler returns the whole HTTP surface behind acc.Guard: health (open, for
 // probes), /metrics (acc.Metrics), the routes of the table under /api/v1
@@ -120,5 +128,8 @@ func (a *API) ready(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, errkind.Errorf(errkind.Unavailable, "database: %w", err), nil)
 		return
 	}
-	WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	WriteJSON(w, http.StatusOK, struct {
+		Status   string   `json:"status"`
+		Warnings []string `json:"warnings,omitempty"`
+	}{"ready", a.readyWarnings})
 }

@@ -131,11 +131,14 @@ func (c *Collector) Run(ctx context.Context) error {
 		httpLis.Close()
 		return err
 	}
-	switch {
-	case authMode == nodeauth.ModeNone:
-		c.log.Warn("node names are not verified (--grpc.node-auth=none): any client that reaches the gRPC port can report as any node; use enroll or mtls outside a trusted network")
-	case authMode == nodeauth.ModeEnroll && c.cfg.GRPCTLSCert == "":
-		c.log.Warn("nodes enroll over plaintext: bootstrap token and node credentials can be read on the network; set --grpc.tls-cert-file and --grpc.tls-key-file")
+	// Off loopback, the warnings cover plaintext streams as well (mtls
+	// needs TLS); on loopback only this host reaches the port.
+	readyWarnings := c.cfg.nodeAuthWarnings(authMode)
+	for _, w := range readyWarnings {
+		c.log.Warn(w)
+	}
+	if authMode == nodeauth.ModeNone && loopbackOnly(c.cfg.GRPCAddr) {
+		c.log.Info("node names are not verified (--grpc.node-auth=none): only clients on this host reach the gRPC listen address", "grpc", c.cfg.GRPCAddr)
 	}
 	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs, Auth: auth, Tenant: c.cfg.Tenant, SendTimeout: c.cfg.SendTimeout, HelloTimeout: c.cfg.HelloTimeout}, c.log.With("part", "ingest"), c.metrics)
 	configs.SetPusher(ingestSrv)
@@ -156,8 +159,6 @@ func (c *Collector) Run(ctx context.Context) error {
 			return fmt.Errorf("gRPC TLS: %w", err)
 		}
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
-	} else {
-		c.log.Warn("agent streams are plaintext: set --grpc.tls-cert-file and --grpc.tls-key-file outside a trusted network")
 	}
 	grpcSrv := grpc.NewServer(grpcOpts...)
 	nbsv1.RegisterAgentServiceServer(grpcSrv, ingestSrv)
@@ -178,7 +179,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	handler := httpHandler(reads, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: identities,
 		Reports: report.New(reads, st.Pool(), c.log)}, acc, web.Handler(),
-		c.log.With("part", "api"), c.metrics)
+		c.log.With("part", "api"), c.metrics, readyWarnings...)
 	hl := c.cfg.HTTP
 	httpSrv := &http.Server{Handler: handler, ConnContext: access.ConnContext,
 		ReadHeaderTimeout: hl.ReadHeaderTimeout, ReadTimeout: hl.ReadTimeout, WriteTimeout: hl.WriteTimeout,
@@ -246,11 +247,13 @@ func (c *Collector) Run(ctx context.Context) error {
 
 // httpHandler is the whole HTTP surface: the API answers the node routes
 // from q itself, acc the access routes, and parts the rest of the route
-// table; acc guards every one.
+// table; acc guards every one. /readyz lists readyWarnings (unsafe
+// settings the collector runs with anyway), which most callers have none of.
 func httpHandler(q api.Queries, live api.Live, thresholds api.Thresholds, parts api.Parts, acc *access.Access, ui http.Handler,
-	log *slog.Logger, m *telemetry.Metrics) http.Handler {
+	log *slog.Logger, m *telemetry.Metrics, readyWarnings ...string) http.Handler {
 	a := api.New(q, live, ui, log, m)
 	a.SetThresholds(thresholds)
+	a.SetReadyWarnings(readyWarnings)
 	parts.Nodes, parts.Access = a, acc
 	return a.Handler(api.Routes(parts), acc)
 }

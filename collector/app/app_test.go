@@ -36,7 +36,10 @@ func TestConfigValidate(t *testing.T) {
 		change func(*Config)
 		want   []string // every problem the error must name; none = valid
 	}{
-		{"the flags' defaults", func(*Config) {}, nil},
+		// Listening on all interfaces, the defaults need a node-auth choice.
+		{"the flags' defaults", func(*Config) {}, []string{"--grpc.listen-address :7701 is reachable from other hosts and --grpc.node-auth is not set"}},
+		{"the flags' defaults on loopback", func(c *Config) { c.GRPCAddr = "127.0.0.1:7701" }, nil},
+		{"the flags' defaults with enrollment", func(c *Config) { c.NodeAuth = "enroll" }, nil},
 		{"TLS with a client CA", func(c *Config) { c.GRPCTLSCert, c.GRPCTLSKey, c.GRPCClientCA = "c.pem", "k.pem", "ca.pem" }, nil},
 		{"no database", func(c *Config) { c.DBURL = "" }, []string{"--db.url (or env NBS_DB_URL) is required"}},
 		{"a certificate without its key", func(c *Config) { c.GRPCTLSCert = "c.pem" }, []string{"--grpc.tls-cert-file and --grpc.tls-key-file go together"}},
@@ -46,7 +49,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no writers", func(c *Config) { c.DBWriters = 0 }, []string{"--db.writers 0 must be from 1 to 64"}},
 		{"messages too small", func(c *Config) { c.MaxMsgSize = 1024 }, []string{"--grpc.max-message-bytes 1024"}},
 		{"external URL not absolute", func(c *Config) { c.ExternalURL = "nbs.example.com" }, []string{"--web.external-url"}},
-		{"HTTP TLS", func(c *Config) { c.Access.TLSCertFile, c.Access.TLSKeyFile = "c.pem", "k.pem" }, nil},
+		{"HTTP TLS", func(c *Config) { c.NodeAuth, c.Access.TLSCertFile, c.Access.TLSKeyFile = "enroll", "c.pem", "k.pem" }, nil},
 		{"HTTP TLS without a key", func(c *Config) { c.Access.TLSCertFile = "c.pem" }, []string{"--http.tls-cert-file and --http.tls-key-file go together"}},
 		{"an unknown auth mode", func(c *Config) { c.Access.Mode = "open" }, []string{`--auth.mode "open" must be token, proxy or none`}},
 		{"proxy mode without proxies", func(c *Config) { c.Access.Mode = access.ModeProxy }, []string{"--auth.mode=proxy needs --auth.proxy-cidrs"}},

@@ -66,7 +66,7 @@ type Config struct {
 	GRPCClientCA string
 	// NodeAuth is how node names in Hellos are verified: none, enroll or
 	// mtls ("": mtls with GRPCClientCA, enroll with BootstrapTokenFile,
-	// else none).
+	// else none, which a GRPCAddr other hosts can reach refuses).
 	NodeAuth string
 	// BootstrapTokenFile holds the fleet token that enrolls new nodes.
 	BootstrapTokenFile string
@@ -159,7 +159,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GRPCTLSCert, "grpc.tls-cert-file", c.GRPCTLSCert, "PEM certificate for agent streams (TLS); without it the stream is plaintext")
 	fs.StringVar(&c.GRPCTLSKey, "grpc.tls-key-file", c.GRPCTLSKey, "PEM private key of --grpc.tls-cert-file")
 	fs.StringVar(&c.GRPCClientCA, "grpc.tls-client-ca-file", c.GRPCClientCA, "PEM CA that must have signed every agent's client certificate (mutual TLS)")
-	fs.StringVar(&c.NodeAuth, "grpc.node-auth", c.NodeAuth, "how node names are verified: none (any client may report as any node), enroll (a name is bound to the credential issued at its first Hello with the bootstrap token, or by an operator), mtls (the client certificate's DNS SAN or CN must be the name) (default: mtls with --grpc.tls-client-ca-file, enroll with --grpc.bootstrap-token-file, else none)")
+	fs.StringVar(&c.NodeAuth, "grpc.node-auth", c.NodeAuth, "how node names are verified: none (any client may report as any node), enroll (a name is bound to the credential issued at its first Hello with the bootstrap token, or by an operator), mtls (the client certificate's DNS SAN or CN must be the name) (default: mtls with --grpc.tls-client-ca-file, enroll with --grpc.bootstrap-token-file, else none on a loopback --grpc.listen-address; any other address needs one of them or this flag)")
 	fs.StringVar(&c.BootstrapTokenFile, "grpc.bootstrap-token-file", c.BootstrapTokenFile, "file holding the fleet bootstrap token (32-512 characters, e.g. openssl rand -base64 48): a node without a credential presents it once to enroll its name")
 	fs.StringVar(&c.NodeIdentityMapFile, "grpc.node-identity-map-file", c.NodeIdentityMapFile, "with mtls: lines of 'certificate-identity node-name-or-glob... [label=value...]' letting a certificate report as other names, with labels (the tenant) bound to them; re-read when it changes")
 	c.Tenant.RegisterFlag(fs)
@@ -336,6 +336,12 @@ func (c *Config) nodeAuthMode() (nodeauth.Mode, error) {
 		mode = nodeauth.ModeEnroll
 	}
 	var errs []error
+	// A mode derived from a client CA or a bootstrap token file was chosen
+	// by giving that file; only none may not be reached by default where
+	// other hosts can connect. An empty address is Validate's to report.
+	if c.NodeAuth == "" && mode == nodeauth.ModeNone && c.GRPCAddr != "" && !loopbackOnly(c.GRPCAddr) {
+		errs = append(errs, errNodeAuthNotChosen(c.GRPCAddr))
+	}
 	if mode == nodeauth.ModeMTLS && c.GRPCClientCA == "" {
 		errs = append(errs, errors.New("--grpc.node-auth=mtls needs --grpc.tls-client-ca-file (and the server certificate)"))
 	}

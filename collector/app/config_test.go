@@ -24,9 +24,11 @@ func TestRegisterFlagsKeepsDefaults(t *testing.T) {
 }
 
 func TestDefaultConfigValidate(t *testing.T) {
+	// On loopback, so the default node-auth is valid (nodeauth_test.go
+	// has the rule for other addresses).
 	base := func() Config {
 		c := DefaultConfig()
-		c.DBURL = "postgres://nbs@db/nbs"
+		c.DBURL, c.GRPCAddr = "postgres://nbs@db/nbs", "127.0.0.1:7701"
 		return c
 	}
 	cases := []struct {
@@ -35,6 +37,13 @@ func TestDefaultConfigValidate(t *testing.T) {
 		want []string // every problem, reported at once; none: valid
 	}{
 		{"defaults", func(*Config) {}, nil},
+		{"default address without node-auth", func(c *Config) { c.GRPCAddr = DefaultConfig().GRPCAddr },
+			[]string{"--grpc.listen-address :7701 is reachable from other hosts and --grpc.node-auth is not set"}},
+		{"default address with enrollment", func(c *Config) {
+			c.GRPCAddr, c.NodeAuth, c.BootstrapTokenFile = DefaultConfig().GRPCAddr, "enroll", "/etc/nbs/bootstrap-token"
+		}, nil},
+		{"default address and an identity map without mtls", func(c *Config) { c.GRPCAddr, c.NodeIdentityMapFile = ":7701", "map" },
+			[]string{"--grpc.listen-address :7701 is reachable", "--grpc.node-identity-map-file is for --grpc.node-auth=mtls"}},
 		{"no ping mesh", func(c *Config) { c.PingPeers = 0 }, nil},
 		{"mutual TLS", func(c *Config) { c.GRPCTLSCert, c.GRPCTLSKey, c.GRPCClientCA = "c.pem", "k.pem", "ca.pem" }, nil},
 		{"alerting", func(c *Config) {

@@ -41,3 +41,104 @@ func TestNodeAuthMode(t *testing.T) {
 		})
 	}
 }
+
+// Where other hosts can connect, none is never a default: the operator
+// passes --grpc.node-auth, or a file that chooses enroll or mtls. Loopback
+// keeps none, so make run needs no configuration.
+func TestNodeAuthOffLoopback(t *testing.T) {
+	const refused = "is reachable from other hosts and --grpc.node-auth is not set"
+	cases := []struct {
+		addr string
+		cfg  Config
+		want nodeauth.Mode
+		err  string
+	}{
+		{"127.0.0.1:7701", Config{}, nodeauth.ModeNone, ""},
+		{"127.0.0.1:0", Config{}, nodeauth.ModeNone, ""},
+		{"127.3.4.5:7701", Config{}, nodeauth.ModeNone, ""},
+		{"[::1]:7701", Config{}, nodeauth.ModeNone, ""},
+		{"localhost:7701", Config{}, nodeauth.ModeNone, ""},
+		{"LOCALHOST:7701", Config{}, nodeauth.ModeNone, ""},
+		{"127.0.0.1:7701", Config{NodeAuth: "enroll"}, nodeauth.ModeEnroll, ""},
+
+		{":7701", Config{}, "", "--grpc.listen-address :7701 " + refused},
+		{"0.0.0.0:7701", Config{}, "", "--grpc.listen-address 0.0.0.0:7701 " + refused},
+		{"[::]:7701", Config{}, "", refused},
+		{"10.0.0.5:7701", Config{}, "", refused},
+		{"nbs.example.net:7701", Config{}, "", refused},
+		{"not an address", Config{}, "", refused},
+		{":7701", Config{}, "", "pass --grpc.node-auth=enroll --grpc.bootstrap-token-file FILE"},
+		{":9000", Config{}, "", "or listen on loopback only (--grpc.listen-address 127.0.0.1:9000)"},
+
+		{":7701", Config{NodeAuth: "none"}, nodeauth.ModeNone, ""},
+		{":7701", Config{NodeAuth: "enroll"}, nodeauth.ModeEnroll, ""},
+		{":7701", Config{NodeAuth: "mtls", GRPCClientCA: "ca.pem"}, nodeauth.ModeMTLS, ""},
+		{"10.0.0.5:7701", Config{BootstrapTokenFile: "token"}, nodeauth.ModeEnroll, ""},
+		{"10.0.0.5:7701", Config{GRPCClientCA: "ca.pem"}, nodeauth.ModeMTLS, ""},
+		// Beside another problem, not instead of it (TestDefaultConfigValidate has both).
+		{":7701", Config{NodeIdentityMapFile: "map"}, "", refused},
+	}
+	for _, c := range cases {
+		c.cfg.GRPCAddr = c.addr
+		t.Run(c.addr+" "+c.cfg.NodeAuth, func(t *testing.T) {
+			got, err := c.cfg.nodeAuthMode()
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("nodeAuthMode = %q, %v; want an error containing %q", got, err, c.err)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("nodeAuthMode = %q, %v; want %q", got, err, c.want)
+			}
+		})
+	}
+}
+
+// What a valid configuration still exposes is warned of; loopback exposes
+// nothing.
+func TestNodeAuthWarnings(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  Config
+		want []string // what the one warning says; none: no warning
+	}{
+		{"none on loopback", Config{GRPCAddr: "127.0.0.1:7701", NodeAuth: "none"}, nil},
+		{"enroll in plaintext on loopback", Config{GRPCAddr: "[::1]:7701", NodeAuth: "enroll"}, nil},
+		{"none reachable, plaintext", Config{GRPCAddr: ":7701", NodeAuth: "none"},
+			[]string{"--grpc.node-auth=none on --grpc.listen-address :7701, which other hosts can reach: anyone who reaches it can report as any node"}},
+		{"none reachable, plaintext says so", Config{GRPCAddr: ":7701", NodeAuth: "none"}, []string{"the streams are plaintext too"}},
+		{"none reachable over TLS", Config{GRPCAddr: "0.0.0.0:7701", NodeAuth: "none", GRPCTLSCert: "c.pem", GRPCTLSKey: "k.pem"},
+			[]string{"use --grpc.node-auth=enroll or mtls"}},
+		{"enroll in plaintext reachable", Config{GRPCAddr: ":7701", BootstrapTokenFile: "token"},
+			[]string{"nodes enroll over plaintext on --grpc.listen-address :7701, which other hosts can reach", "set --grpc.tls-cert-file and --grpc.tls-key-file"}},
+		{"enroll over TLS", Config{GRPCAddr: ":7701", NodeAuth: "enroll", GRPCTLSCert: "c.pem", GRPCTLSKey: "k.pem"}, nil},
+		{"mtls", Config{GRPCAddr: ":7701", GRPCClientCA: "ca.pem", GRPCTLSCert: "c.pem", GRPCTLSKey: "k.pem"}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			mode, err := c.cfg.nodeAuthMode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := c.cfg.nodeAuthWarnings(mode)
+			if len(c.want) == 0 {
+				if len(got) != 0 {
+					t.Fatalf("warnings %q, want none", got)
+				}
+				return
+			}
+			if len(got) != 1 {
+				t.Fatalf("warnings %q, want one", got)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(got[0], w) {
+					t.Errorf("warning %q does not say %q", got[0], w)
+				}
+			}
+			if c.cfg.GRPCTLSCert != "" && strings.Contains(got[0], "plaintext") {
+				t.Errorf("warning %q calls TLS streams plaintext", got[0])
+			}
+		})
+	}
+}

@@ -146,7 +146,13 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, roots *x509
 // reports how its Run ended; the test fails if it is not ready in 30 s.
 func startCollector(t *testing.T, cfg Config) (*Collector, func()) {
 	t.Helper()
-	c := New(cfg, slog.New(slog.DiscardHandler))
+	return startCollectorLogging(t, cfg, slog.New(slog.DiscardHandler))
+}
+
+// startCollectorLogging is startCollector logging to log.
+func startCollectorLogging(t *testing.T, cfg Config, log *slog.Logger) (*Collector, func()) {
+	t.Helper()
+	c := New(cfg, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
