@@ -160,9 +160,13 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--auth.mode %q must be token, proxy or none", c.Mode))
 	}
+	key := c.Tenant
+	if key == "" {
+		key = tenant.DefaultKey
+	}
 	for _, m := range c.ProxyGroupRoles {
-		if m.Role == RoleCustomer && !c.Tenant.NamedBy(m.Selector) {
-			errs = append(errs, fmt.Errorf("--auth.proxy-group-role %s: a customer's selector must name the tenant label %q (e.g. %s=acme), not only %s", m.Group, c.Tenant, c.Tenant, m.Selector))
+		if m.Role == RoleCustomer && !key.NamedBy(m.Selector) {
+			errs = append(errs, fmt.Errorf("--auth.proxy-group-role %s: a customer's selector must name the tenant label %q (e.g. %s=acme), not only %s", m.Group, key, key, m.Selector))
 		}
 	}
 	if c.ProxyGroupsHeader != "" && !validHeaderName(c.ProxyGroupsHeader) {

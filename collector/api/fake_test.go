@@ -238,7 +238,17 @@ func (stubParts) ListIdentities(w http.ResponseWriter, r *http.Request) {
 func (stubParts) RevokeNode(w http.ResponseWriter, r *http.Request)   { answer("RevokeNode")(w, r) }
 func (stubParts) ReenrollNode(w http.ResponseWriter, r *http.Request) { answer("ReenrollNode")(w, r) }
 func (stubParts) DeleteNode(w http.ResponseWriter, r *http.Request)   { answer("DeleteNode")(w, r) }
-func (stubParts) GetReport(w http.ResponseWriter, r *http.Request)    { answer("GetReport")(w, r) }
+func (stubParts) LabelNode(w http.ResponseWriter, r *http.Request)    { answer("LabelNode")(w, r) }
+func (stubParts) ListBootstrapTokenInfos(w http.ResponseWriter, r *http.Request) {
+	answer("ListBootstrapTokenInfos")(w, r)
+}
+func (stubParts) CreateBootstrapTokenHTTP(w http.ResponseWriter, r *http.Request) {
+	answer("CreateBootstrapTokenHTTP")(w, r)
+}
+func (stubParts) RevokeBootstrapTokenHTTP(w http.ResponseWriter, r *http.Request) {
+	answer("RevokeBootstrapTokenHTTP")(w, r)
+}
+func (stubParts) GetReport(w http.ResponseWriter, r *http.Request) { answer("GetReport")(w, r) }
 func (stubParts) ListDefinitions(w http.ResponseWriter, r *http.Request) {
 	answer("ListDefinitions")(w, r)
 }

@@ -262,7 +262,7 @@ func (a *Authenticator) enroller(ctx context.Context, node, token string) (enrol
 		return enrolling{}, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 	}
 	if !ok {
-		return enrolling{}, denied("node %q: the bootstrap token is neither this fleet's nor a live tenant token (revoked, expired or never issued); an operator must enroll it (nbs-collector nodes enroll %s) or give it a live bootstrap token", node, node)
+		return enrolling{}, denied("node %q: the bootstrap token is not this fleet's, nor a live tenant token (revoked, expired or never issued); an operator must enroll it (nbs-collector nodes enroll %s) or give it a live bootstrap token", node, node)
 	}
 	return enrolling{id: t.ID, name: t.Name, labels: t.Labels}, nil
 }

@@ -214,6 +214,7 @@ func TestPeersStayWithinACustomer(t *testing.T) {
 		{Name: "infra-2", PingAddress: "198.18.3.2", Labels: map[string]string{"rack": "r1"}},
 	} {
 		n.InstanceID, n.IntervalMS = 1, 1000
+		n.Tenant = n.Labels["customer"] // what ingest derives from the bound tenant label
 		if n.ID, err = st.UpsertNode(ctx, n); err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +237,7 @@ func TestPeersStayWithinACustomer(t *testing.T) {
 	}
 	// Moving a node to another customer moves it to that mesh.
 	moved := nodes["globex-1"]
-	moved.Labels = map[string]string{"customer": "acme"}
+	moved.Labels, moved.Tenant = map[string]string{"customer": "acme"}, "acme"
 	if _, err := st.UpsertNode(ctx, moved); err != nil {
 		t.Fatal(err)
 	}

@@ -195,9 +195,6 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 			err = fmt.Errorf("%s: no such node", node)
 		}
 		fmt.Fprintf(stderr, "nbs-collector nodes %s: %v\n", cmd, err)
-		if errors.Is(err, nodeauth.ErrInvalidLabels) || errors.Is(err, nodeauth.ErrInvalidName) {
-			return 2
-		}
 		return 1
 	}
 	return 0
