@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -176,7 +177,7 @@ func TestIdentityEnrollmentRefusesImpostors(t *testing.T) {
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", enrollWith(tokenFile(t)))
 	credFile := filepath.Join(t.TempDir(), "state", "node-credential")
-	startAgent(t, "lab-b", lab.B, col.grpcAddr, acmeEnrolling(credFile, tokenFile(t)))
+	startAgent(t, "lab-b", lab.B, col.grpcAddr, acmeEnrolling(credFile, tenantTokenFile(t, col, "acme")))
 	waitNode(t, col, "lab-b")
 	b0 := lab.Nstat(t, lab.B)
 
@@ -219,7 +220,7 @@ func TestIdentityEnrollmentRefusesImpostors(t *testing.T) {
 	unharmed(t, col, lab, "lab-b", 10, b0)
 
 	// A fresh name enrolls with the token; a wrong token enrolls nothing.
-	wantDenied(t, "new name, wrong token", claim(t, col.grpcAddr, plain, "fresh-1", tokenProof(strings.Repeat("z", 40))), "not this fleet's")
+	wantDenied(t, "new name, wrong token", claim(t, col.grpcAddr, plain, "fresh-1", tokenProof(strings.Repeat("z", 40))), "not this fleet's, nor a live tenant token")
 	if _, code := getNode(t, col, "fresh-1"); code != http.StatusNotFound {
 		t.Errorf("a refused enrollment registered the node: HTTP %d", code)
 	}
@@ -238,7 +239,10 @@ func TestIdentityMutualTLSRefusesAnotherNodesCertificate(t *testing.T) {
 	otherCert, otherKey := ca.issue(t, "node-x", x509.ExtKeyUsageClientAuth)
 	gwCert, gwKey := ca.issue(t, "gw.example.net", x509.ExtKeyUsageClientAuth)
 	idMap := filepath.Join(t.TempDir(), "identity-map")
-	if err := os.WriteFile(idMap, []byte("gw.example.net edge-*\n"), 0o600); err != nil {
+	// lab-b's own certificate reports as lab-b, and the map binds it to
+	// acme: under mutual TLS the tenant is the operator's (certificate or
+	// map), never the agent's.
+	if err := os.WriteFile(idMap, []byte("gw.example.net edge-*\nlab-b lab-b customer=acme\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -291,7 +295,7 @@ func TestIdentityAgentRestartTakesOverItsName(t *testing.T) {
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", enrollWith(tokenFile(t)))
 	credFile := filepath.Join(t.TempDir(), "node-credential")
-	cfg := acmeEnrolling(credFile, tokenFile(t))
+	cfg := acmeEnrolling(credFile, tenantTokenFile(t, col, "acme"))
 	first := startAgent(t, "lab-b", lab.B, col.grpcAddr, cfg)
 	waitNode(t, col, "lab-b")
 	first.stop()
@@ -393,7 +397,7 @@ func TestIdentityRevocationAndReenrollment(t *testing.T) {
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", enrollWith(tokenFile(t)))
 	credFile := filepath.Join(t.TempDir(), "node-credential")
-	ag := startAgent(t, "lab-b", lab.B, col.grpcAddr, acmeEnrolling(credFile, tokenFile(t)))
+	ag := startAgent(t, "lab-b", lab.B, col.grpcAddr, acmeEnrolling(credFile, tenantTokenFile(t, col, "acme")))
 	waitNode(t, col, "lab-b")
 	base := "/api/v1"
 	var ids identities
@@ -663,8 +667,32 @@ func enrollWith(file string) func(*collectorapp.Config) {
 	return func(c *collectorapp.Config) { c.BootstrapTokenFile = file }
 }
 
+// tenantTokenFile creates a tenant's bootstrap token through the API, as
+// an admin would for a customer's fleet, and writes it to a file an agent
+// can be given.
+func tenantTokenFile(t *testing.T, col *collector, tenant string) string {
+	t.Helper()
+	code, body := col.call(t, http.MethodPost, "/api/v1/node-bootstrap-tokens",
+		fmt.Sprintf(`{"name":"%s-fleet-%d","labels":{"customer":%q}}`, tenant, time.Now().UnixNano(), tenant))
+	if code != http.StatusCreated {
+		t.Fatalf("create %s's bootstrap token: HTTP %d %s", tenant, code, body)
+	}
+	var out struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil || out.Token == "" {
+		t.Fatalf("create %s's bootstrap token: %s: %v", tenant, body, err)
+	}
+	p := filepath.Join(t.TempDir(), tenant+"-bootstrap-token")
+	if err := os.WriteFile(p, []byte(out.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // acmeEnrolling is an agent of customer acme that keeps its node credential
-// in credFile and enrolls with the bootstrap token in tokenFile.
+// in credFile and enrolls with the bootstrap token in tokenFile (acme's:
+// the fleet's token binds no tenant, whatever the agent's labels say).
 func acmeEnrolling(credFile, tokenFile string) func(*agentapp.Config) {
 	return func(c *agentapp.Config) {
 		c.Labels = agentapp.Labels{"customer": "acme"}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"time"
 
@@ -19,7 +20,6 @@ import (
 	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/tenant"
-	"github.com/nbs-project/nbs/internal/schema"
 )
 
 // A tenant's bootstrap token enrolls new node names into its labels
@@ -35,6 +35,8 @@ const (
 	DefaultBootstrapTTL = 30 * 24 * time.Hour
 	MaxBootstrapTTL     = 365 * 24 * time.Hour
 )
+
+var bootstrapNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // Errors of bootstrap token and label operations.
 var (
@@ -113,8 +115,8 @@ func checkLabels(labels map[string]string, key tenant.Key, requireTenant bool) e
 func (a *Admin) CreateBootstrapToken(ctx context.Context, n NewBootstrapToken) (string, BootstrapTokenInfo, error) {
 	var info BootstrapTokenInfo
 	var errs []error
-	if err := schema.CheckID(n.Name); err != nil {
-		errs = append(errs, fmt.Errorf("%w: bootstrap token name %q: %v", ErrInvalidLabels, n.Name, err))
+	if !bootstrapNameRE.MatchString(n.Name) {
+		errs = append(errs, fmt.Errorf("%w: bootstrap token name %q: 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalidLabels, n.Name))
 	}
 	if err := checkLabels(n.Labels, a.tenant, true); err != nil {
 		errs = append(errs, err)
