@@ -48,6 +48,16 @@ func tenantHello(name string, labels map[string]string, auth *nbsv1.NodeAuth, pi
 // else with token. It returns the refusal, or nil once the Config came.
 func (a *tenantAgent) connect(token, claimTenant string) error {
 	a.t.Helper()
+	labels := map[string]string{"rack": "r1"}
+	if claimTenant != "" {
+		labels["customer"] = claimTenant
+	}
+	return a.connectWith(token, labels)
+}
+
+// connectWith is connect with the Hello's labels.
+func (a *tenantAgent) connectWith(token string, labels map[string]string) error {
+	a.t.Helper()
 	if a.cancel != nil {
 		a.cancel()
 	}
@@ -58,13 +68,12 @@ func (a *tenantAgent) connect(token, claimTenant string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = func() { cancel(); conn.Close() }
 	a.t.Cleanup(a.cancel)
-	auth := tokenProof(token)
-	if a.cred != "" {
+	var auth *nbsv1.NodeAuth
+	switch {
+	case a.cred != "":
 		auth = credentialProof(a.cred)
-	}
-	labels := map[string]string{"rack": "r1"}
-	if claimTenant != "" {
-		labels["customer"] = claimTenant
+	case token != "":
+		auth = tokenProof(token)
 	}
 	if a.stream, err = nbsv1.NewAgentServiceClient(conn).Connect(ctx); err != nil {
 		return err
@@ -148,7 +157,12 @@ func as(t *testing.T, col *collector, token, method, path, body string) (int, []
 
 func customerToken(t *testing.T, col *collector, tenant string) string {
 	t.Helper()
-	code, body := col.call(t, http.MethodPost, "/api/v1/tokens", fmt.Sprintf(`{"name":"%s-portal","role":"customer","selector":{"customer":%q}}`, tenant, tenant))
+	return customerTokenOn(t, col, "customer", tenant)
+}
+
+func customerTokenOn(t *testing.T, col *collector, key, tenant string) string {
+	t.Helper()
+	code, body := col.call(t, http.MethodPost, "/api/v1/tokens", fmt.Sprintf(`{"name":"%s-portal","role":"customer","selector":{%q:%q}}`, tenant, key, tenant))
 	if code != http.StatusCreated {
 		t.Fatalf("customer token for %s: HTTP %d %s", tenant, code, body)
 	}
@@ -402,4 +416,51 @@ func readToken(t *testing.T, file string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// A deployment whose tenant label is another key (--tenant.label=tenant):
+// the ping mesh, customer tokens and reports follow it, and the old key
+// means nothing any more — two nodes with the same customer label but
+// different tenants never ping each other.
+func TestTenancyFollowsTheConfiguredLabel(t *testing.T) {
+	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) { c.Tenant = "tenant" })
+	labels := map[string]map[string]string{
+		"a-1": {"tenant": "acme", "customer": "shared"},
+		"a-2": {"tenant": "acme", "customer": "other"},
+		"g-1": {"tenant": "globex", "customer": "shared"},
+		"g-2": {"tenant": "globex"},
+	}
+	agents := map[string]*tenantAgent{}
+	for i, name := range []string{"a-1", "a-2", "g-1", "g-2"} {
+		agents[name] = &tenantAgent{t: t, addr: col.grpcAddr, name: name, ping: fmt.Sprintf("198.18.1.%d", i+1)}
+		if err := agents[name].connectWith("", labels[name]); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	for name, want := range map[string][]string{"a-1": {"a-2"}, "a-2": {"a-1"}, "g-1": {"g-2"}, "g-2": {"g-1"}} {
+		a := agents[name]
+		if err := a.connectWith("", labels[name]); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := a.pingTargets(); !slices.Equal(got, want) {
+			t.Errorf("%s pings %v; want %v (the mesh splits by the tenant label, not customer)", name, got, want)
+		}
+		a.resets(2, 3000)
+	}
+	// A customer token must select on the configured key.
+	if code, body := col.call(t, http.MethodPost, "/api/v1/tokens", `{"name":"old-style","role":"customer","selector":{"customer":"shared"}}`); code != http.StatusBadRequest ||
+		!strings.Contains(string(body), `tenant label \"tenant\"`) {
+		t.Errorf("a customer token on the old key: HTTP %d %s; want 400 naming the tenant label", code, body)
+	}
+	if code, body := col.call(t, http.MethodPost, "/api/v1/node-bootstrap-tokens", `{"name":"old-style","labels":{"customer":"acme"}}`); code != http.StatusBadRequest {
+		t.Errorf("a bootstrap token on the old key: HTTP %d %s; want 400", code, body)
+	}
+	acme := customerTokenOn(t, col, "tenant", "acme")
+	v := look(t, col, acme, "a-1")
+	if want := []string{"a-1", "a-2"}; !slices.Equal(v.fleet, want) || !slices.Equal(v.report, want) || v.count != 4 {
+		t.Errorf("acme's fleet %v and report %v (%d resets); want %v with 4", v.fleet, v.report, v.count, want)
+	}
+	if v := look(t, col, acme, "g-1"); v.code != http.StatusNotFound {
+		t.Errorf("acme reading globex's g-1 (same customer label): HTTP %d, want 404", v.code)
+	}
 }

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -287,5 +289,57 @@ func TestRegistrationsAreBounded(t *testing.T) {
 	defer reg.mu.Unlock()
 	if reg.most != DefaultRegistrations || len(reg.upserts) != nodes {
 		t.Fatalf("at most %d registered at once (want %d), %d nodes registered (want %d)", reg.most, DefaultRegistrations, len(reg.upserts), nodes)
+	}
+}
+
+// recordingAuth grants every Hello and records whom it was asked about:
+// an enrollment would bind a credential to each of them.
+type recordingAuth struct {
+	mu    sync.Mutex
+	asked []string
+	grant Grant
+}
+
+func (a *recordingAuth) Authenticate(_ context.Context, h *nbsv1.Hello) (Grant, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.asked = append(a.asked, h.GetNodeName())
+	return a.grant, nil
+}
+
+// The node limit is checked before the Hello is authenticated, so a
+// bootstrap token's holder cannot bind credentials to names past it; and
+// the grant's bound labels replace what the Hello claims, with the claim
+// kept for the node's page and counted in /metrics.
+func TestNodeLimitBeforeAuthenticationAndBoundLabels(t *testing.T) {
+	auth := &recordingAuth{grant: Grant{Bound: map[string]string{"customer": "acme"}, Protected: []string{"customer"}}}
+	lim := DefaultLimits()
+	lim.MaxNodes = 1
+	srv, reg, client := startServerWith(t, ServerOptions{Auth: auth, Limits: lim})
+	s, m, err := open(t, client, "n1", nil, 1, map[string]string{"customer": "globex", "rack": "r1"})
+	if err != nil || m.GetConfig() == nil {
+		t.Fatalf("first node: %v, %v", m, err)
+	}
+	s.cancel()
+	_, _, err = open(t, client, "n2", nil, 1, nil)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a second node past --ingest.max-nodes 1: %v; want ResourceExhausted", err)
+	}
+	auth.mu.Lock()
+	asked := slices.Clone(auth.asked)
+	auth.mu.Unlock()
+	if !slices.Equal(asked, []string{"n1"}) {
+		t.Errorf("authenticated %v; want only n1 (n2 was past the limit before anything was bound to it)", asked)
+	}
+	reg.mu.Lock()
+	n := reg.upserts["n1"][0]
+	reg.mu.Unlock()
+	if n.Labels["customer"] != "acme" || n.Labels["rack"] != "r1" || n.Tenant != "acme" || n.ClaimedLabels["customer"] != "globex" {
+		t.Errorf("n1 registered with labels %v, tenant %q, claimed %v; want customer=acme (bound), rack=r1, claimed customer=globex",
+			n.Labels, n.Tenant, n.ClaimedLabels)
+	}
+	var conflicts dto.Metric
+	if err := srv.metrics.LabelConflicts.Write(&conflicts); err != nil || conflicts.GetCounter().GetValue() != 1 {
+		t.Errorf("label conflicts counted %v (%v), want 1", conflicts.GetCounter().GetValue(), err)
 	}
 }

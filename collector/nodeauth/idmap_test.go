@@ -3,6 +3,7 @@ package nodeauth
 import (
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -62,5 +63,66 @@ func TestCertIdentitiesPreferDNSNames(t *testing.T) {
 		if got := CertIdentities(c.cert); !slices.Equal(got, c.want) {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+func TestIdentityMapLabels(t *testing.T) {
+	m, err := ParseIdentityMap([]byte("pool-eu.example.net eu-* customer=acme region=eu\ngw.example.net edge-1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := m["pool-eu.example.net"]; !slices.Equal(e.Names, []string{"eu-*"}) || e.Labels["customer"] != "acme" || e.Labels["region"] != "eu" {
+		t.Errorf("pool-eu entry: %+v; want eu-* bound to customer=acme,region=eu", e)
+	}
+	if !m.Allows("pool-eu.example.net", "eu-web-1") || m.Allows("pool-eu.example.net", "customer=acme") {
+		t.Error("labels must bind, not name nodes")
+	}
+	if e := m["gw.example.net"]; e.Labels != nil {
+		t.Errorf("gw entry binds %v; want nothing", e.Labels)
+	}
+	for _, b := range []struct{ text, want string }{
+		{"id customer=acme\n", "names no node"},
+		{"id n1 Customer=acme\n", `label "Customer=acme"`},
+		{"id n1 customer=\n", "the value must be 1 to"},
+		{"id n1 customer=acme\nid n2 customer=globex\n", "binds customer to both"},
+	} {
+		if _, err := ParseIdentityMap([]byte(b.text)); err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("ParseIdentityMap(%q) = %v, want an error containing %q", b.text, err, b.want)
+		}
+	}
+}
+
+func TestCertTenant(t *testing.T) {
+	uri := func(ss ...string) *x509.Certificate {
+		c := &x509.Certificate{}
+		for _, s := range ss {
+			u, err := url.Parse(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.URIs = append(c.URIs, u)
+		}
+		return c
+	}
+	cases := []struct {
+		name    string
+		cert    *x509.Certificate
+		want    string
+		wantErr string
+	}{
+		{"none", uri(), "", ""},
+		{"another URI", uri("spiffe://example.org/ns/nbs"), "", ""},
+		{"a tenant", uri("urn:nbs:tenant:acme"), "acme", ""},
+		{"the same tenant twice", uri("urn:nbs:tenant:acme", "urn:nbs:tenant:acme"), "acme", ""},
+		{"two tenants", uri("urn:nbs:tenant:acme", "urn:nbs:tenant:globex"), "", "two tenants"},
+		{"an empty tenant", uri("urn:nbs:tenant:"), "", "does not name a tenant"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := CertTenant(c.cert)
+			if got != c.want || (err == nil) != (c.wantErr == "") || (err != nil && !strings.Contains(err.Error(), c.wantErr)) {
+				t.Errorf("CertTenant = %q, %v; want %q, error containing %q", got, err, c.want, c.wantErr)
+			}
+		})
 	}
 }
