@@ -110,7 +110,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.BootstrapTokenFile, "node.bootstrap-token-file", c.BootstrapTokenFile, "file holding the fleet bootstrap token, presented once to enroll this node when it has no node credential yet")
 	fs.DurationVar(&c.Interval, "interval", c.Interval, "report interval")
 	fs.StringVar(&c.Netns, "netns", c.Netns, "watch one network namespace only: a name under /run/netns or a path (default: every namespace for BPF, the agent's own for /proc)")
-	fs.Var(&c.Labels, "labels", "node labels k=v,... (e.g. customer=acme,rack=r12), used for grouping, thresholds, alerts and reports")
+	fs.Var(&c.Labels, "labels", "node labels k=v,... (e.g. rack=r12,zone=b), used for grouping, thresholds, alerts and reports; where the collector verifies node names, the tenant label (customer) and any label an operator bound are the collector's, and what this flag says of them is ignored")
 	fs.IntVar(&c.BufferReports, "buffer.reports", c.BufferReports, "un-acked reports kept while the collector is unreachable (8640 = 24h at 10s); the oldest are dropped beyond")
 	fs.UintVar(&c.EvidencePerSecond, "evidence.per-second", c.EvidencePerSecond, "evidence events per second the kernel may emit (rate limit enforced in BPF)")
 	fs.IntVar(&c.TopOwners, "owners.top", c.TopOwners, "owners of network namespaces (pods, containers, `ip netns` names, processes) shown as children of their own under each reset and drop reason; the rest are counted in <reason>/other")
