@@ -153,7 +153,7 @@ func (a *Admin) Reenroll(ctx context.Context, node string) (bool, error) {
 	return true, nil
 }
 
-// Delete deletes the node's data and its credential. A revocation stays (to
+// Delete deletes the node's data, its credential and its bound labels. A revocation stays (to
 // keep the name out for good, revoke it too); a running agent that still
 // has the bootstrap token enrolls again. ErrNotFound when the name has
 // neither data nor credential.
@@ -185,6 +185,13 @@ func (a *Admin) delete(ctx context.Context, node, action string) error {
 	if err != nil {
 		return err
 	}
+	// Its labels go with it: a name enrolled again later is a new node,
+	// whose tenant its enrollment decides.
+	tag, err := a.repo.pool.Exec(ctx, `DELETE FROM node_bindings WHERE node = $1`, node)
+	if err != nil {
+		return fmt.Errorf("unbind labels of node %q: %w", node, err)
+	}
+	unbound = unbound || tag.RowsAffected() > 0
 	// The stream ends before the data goes, so it cannot write more after.
 	a.announce(ctx, change{Node: node, Action: action})
 	err = a.store.DeleteNode(ctx, node)
