@@ -46,6 +46,16 @@ func New(pool *pgxpool.Pool, cfg Config, log *slog.Logger) (*Access, error) {
 			return nil, fmt.Errorf("trust origin of %s: %w", cfg.ExternalURL, err)
 		}
 	}
+	if cfg.Mode == ModeProxy {
+		// Said at start because it decides what a user the groups mapping
+		// misses gets, which nobody sees until such a user arrives.
+		if cfg.ProxyDefaultRole == "none" {
+			log.Info("proxy users in no group of --auth.proxy-group-role are refused (--auth.proxy-default-role=none)", "mapped_groups", len(cfg.ProxyGroupRoles))
+		} else {
+			log.Warn("proxy users in no group of --auth.proxy-group-role get a role anyway (--auth.proxy-default-role), even when the proxy sends no groups header",
+				"role", cfg.ProxyDefaultRole, "mapped_groups", len(cfg.ProxyGroupRoles))
+		}
+	}
 	return a, nil
 }
 

@@ -30,6 +30,10 @@ const (
 	DefaultTokenMaxTTL = 365 * 24 * time.Hour
 	DefaultSessionTTL  = 12 * time.Hour
 	DefaultMaxTokens   = 1000
+	// DefaultProxyRole refuses a proxy user in no mapped group: a groups
+	// header the proxy forgot, or a group name misspelt in a flag, must
+	// not make everyone a fleet-wide viewer.
+	DefaultProxyRole = "none"
 	// lastUsedEvery throttles writes of a token's last_used_at.
 	lastUsedEvery = time.Minute
 )
@@ -46,7 +50,7 @@ type Config struct {
 	// or acme-staff=customer:customer=acme.
 	ProxyGroupRoles GroupRoles
 	// ProxyDefaultRole is the role of a proxy user in no mapped group;
-	// "none" refuses them.
+	// "none" (the default) refuses them.
 	ProxyDefaultRole string
 	SessionTTL       time.Duration
 	TokenTTL         time.Duration
@@ -86,7 +90,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ProxyUserHeader, "auth.proxy-user-header", "X-Forwarded-User", "header in which the trusted proxy names the user (oauth2-proxy: X-Forwarded-User)")
 	fs.StringVar(&c.ProxyGroupsHeader, "auth.proxy-groups-header", "X-Forwarded-Groups", "header in which the trusted proxy lists the user's groups, comma separated (oauth2-proxy: X-Forwarded-Groups); empty: every user gets --auth.proxy-default-role")
 	fs.Var(&c.ProxyGroupRoles, "auth.proxy-group-role", "GROUP=ROLE for proxy users, e.g. nbs-admins=admin, nbs-ops=operator, acme=customer:customer=acme (repeat the flag; the highest role of a user's groups applies)")
-	fs.StringVar(&c.ProxyDefaultRole, "auth.proxy-default-role", "viewer", "role of a proxy user in no mapped group: viewer, operator, admin or none (refused)")
+	fs.StringVar(&c.ProxyDefaultRole, "auth.proxy-default-role", DefaultProxyRole, "role of a proxy user in no mapped group (a missing or misspelt groups header included): none (refused), viewer, operator or admin")
 	fs.DurationVar(&c.SessionTTL, "auth.session-ttl", DefaultSessionTTL, "how long a login lasts (never beyond its token's expiry)")
 	fs.DurationVar(&c.TokenTTL, "auth.token-ttl", DefaultTokenTTL, "expiry of a token created without one")
 	fs.DurationVar(&c.TokenMaxTTL, "auth.token-max-ttl", DefaultTokenMaxTTL, "longest expiry a token may be given")
@@ -128,7 +132,7 @@ func (c Config) withDefaults() Config {
 		c.ProxyUserHeader = "X-Forwarded-User"
 	}
 	if c.ProxyDefaultRole == "" {
-		c.ProxyDefaultRole = string(RoleViewer)
+		c.ProxyDefaultRole = DefaultProxyRole
 	}
 	return c
 }
