@@ -117,7 +117,7 @@ func (a *Access) Require(role Role, scoped bool) func(http.Handler) http.Handler
 				if err != nil {
 					p = Principal{} // a public route serves a caller with a broken credential as nobody
 				}
-				ctx = context.WithValue(WithPrincipal(withRemote(ctx, r.RemoteAddr), p), resolvedKey{}, true)
+				ctx = context.WithValue(WithPrincipal(withRemote(ctx, addrString(a.client(r))), p), resolvedKey{}, true)
 			}
 			switch decide(p, role, scoped) {
 			case allow:

@@ -44,6 +44,11 @@ type Config struct {
 	// ProxyCIDRs are the addresses of reverse proxies whose user header is
 	// believed; the TCP peer decides, never X-Forwarded-For.
 	ProxyCIDRs        PrefixList
+	// TrustedProxies are load balancers and proxies whose X-Forwarded-For
+	// names the client (audit log, sessions, the failed sign-in limit);
+	// ProxyCIDRs are trusted for it too. From anyone else the header is
+	// ignored and the TCP peer is the client.
+	TrustedProxies PrefixList
 	ProxyUserHeader   string
 	ProxyGroupsHeader string
 	// ProxyGroupRoles maps a proxy group to a role, e.g. nbs-admins=admin
@@ -87,6 +92,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.Var(&c.ProxyCIDRs, "auth.proxy-cidrs", "addresses of the reverse proxies whose user header is trusted, e.g. 10.0.0.5/32,fd00::/64 (repeat or separate with commas; --auth.mode=proxy)")
+	fs.Var(&c.TrustedProxies, "web.trusted-proxies", "addresses of load balancers and reverse proxies whose X-Forwarded-For names the client for the audit log, sessions and the failed sign-in limit, e.g. 10.0.0.0/24 (repeat or separate with commas; --auth.proxy-cidrs are trusted too; default: none, the TCP peer is the client)")
 	fs.StringVar(&c.ProxyUserHeader, "auth.proxy-user-header", "X-Forwarded-User", "header in which the trusted proxy names the user (oauth2-proxy: X-Forwarded-User)")
 	fs.StringVar(&c.ProxyGroupsHeader, "auth.proxy-groups-header", "X-Forwarded-Groups", "header in which the trusted proxy lists the user's groups, comma separated (oauth2-proxy: X-Forwarded-Groups); empty: every user gets --auth.proxy-default-role")
 	fs.Var(&c.ProxyGroupRoles, "auth.proxy-group-role", "GROUP=ROLE for proxy users, e.g. nbs-admins=admin, nbs-ops=operator, acme=customer:customer=acme (repeat the flag; the highest role of a user's groups applies)")

@@ -11,13 +11,15 @@ import (
 	"strings"
 )
 
-// Guard is the outermost middleware of the HTTP side: security headers on
-// every response, the Host allow-list, and for every request that can
+// Guard is the outermost middleware of the HTTP side: the client's address
+// (client.go), security headers on every response, the Host allow-list,
+// and for every request that can
 // change something (not GET, HEAD or OPTIONS) a same-origin check and a
 // JSON body. Health and metrics answer any Host, so probes and scrapers
 // that address the collector by IP keep working.
 func (a *Access) Guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = r.WithContext(withClient(r.Context(), a.resolveClient(r)))
 		setSecurityHeaders(w.Header(), r, a.csp)
 		if !opsPath(r.URL.Path) && !a.hostAllowed(r.Host) {
 			writeError(w, r, fmt.Errorf("host %q is not one this NBS answers to (--web.allowed-hosts): %w", r.Host, ErrForbidden), a.log)

@@ -65,7 +65,7 @@ func (a *Access) HandleLogin(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, WhoAmI{Principal: Principal{Name: "anonymous", Role: RoleAdmin, Via: ViaNone}, Mode: a.cfg.Mode})
 		return
 	}
-	s, err := a.Login(r.Context(), strings.TrimSpace(body.Token), r.RemoteAddr)
+	s, err := a.Login(r.Context(), strings.TrimSpace(body.Token), addrString(a.client(r)))
 	if err != nil {
 		writeError(w, r, err, a.log)
 		return
