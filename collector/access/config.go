@@ -43,12 +43,12 @@ type Config struct {
 	Mode Mode
 	// ProxyCIDRs are the addresses of reverse proxies whose user header is
 	// believed; the TCP peer decides, never X-Forwarded-For.
-	ProxyCIDRs        PrefixList
+	ProxyCIDRs PrefixList
 	// TrustedProxies are load balancers and proxies whose X-Forwarded-For
 	// names the client (audit log, sessions, the failed sign-in limit);
 	// ProxyCIDRs are trusted for it too. From anyone else the header is
 	// ignored and the TCP peer is the client.
-	TrustedProxies PrefixList
+	TrustedProxies    PrefixList
 	ProxyUserHeader   string
 	ProxyGroupsHeader string
 	// ProxyGroupRoles maps a proxy group to a role, e.g. nbs-admins=admin
