@@ -61,6 +61,11 @@ type Config struct {
 	TokenTTL         time.Duration
 	TokenMaxTTL      time.Duration
 	MaxTokens        int
+	// FailedAttemptsPerMinute is how many failed sign-ins (logins, bad
+	// Authorization headers) one client address may make a minute;
+	// FailedAttemptsClients how many addresses the limit keeps track of.
+	FailedAttemptsPerMinute int
+	FailedAttemptsClients   int
 	// AllowedHosts, when set, are the only Host headers answered (against
 	// DNS rebinding); health and metrics stay reachable by any name.
 	AllowedHosts StringList
@@ -101,6 +106,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TokenTTL, "auth.token-ttl", DefaultTokenTTL, "expiry of a token created without one")
 	fs.DurationVar(&c.TokenMaxTTL, "auth.token-max-ttl", DefaultTokenMaxTTL, "longest expiry a token may be given")
 	fs.IntVar(&c.MaxTokens, "auth.max-tokens", DefaultMaxTokens, "most live (unexpired, unrevoked) tokens")
+	fs.IntVar(&c.FailedAttemptsPerMinute, "auth.failed-attempts-per-minute", DefaultFailedAttemptsPerMinute, "failed sign-ins (a login or an Authorization header with a token that does not work) one client address may make a minute; past it, its logins and bearer-token requests get 429 with Retry-After (an IPv6 address counts as its /64)")
+	fs.IntVar(&c.FailedAttemptsClients, "auth.failed-attempts-clients", DefaultFailedAttemptsClients, "client addresses the failed sign-in limit keeps track of; the least recently failing are forgotten first")
 	fs.BoolVar(&c.BootstrapAdmin, "auth.bootstrap-admin", false, "at start, replace the admin token named \""+BootstrapTokenName+"\" with a fresh one and log a login URL carrying it (for make run)")
 	fs.StringVar(&c.BootstrapAdminFile, "auth.bootstrap-admin-file", "", "at start, replace the admin token named \""+BootstrapTokenName+"\" with a fresh one and write its secret to this file (mode 0600), for scripts on this host (make run)")
 	fs.Var(&c.AllowedHosts, "web.allowed-hosts", "Host names (optionally host:port) the UI and API answer to, against DNS rebinding, e.g. nbs.example.com (repeat or separate with commas; default: any)")
@@ -133,6 +140,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxTokens == 0 {
 		c.MaxTokens = DefaultMaxTokens
+	}
+	if c.FailedAttemptsPerMinute == 0 {
+		c.FailedAttemptsPerMinute = DefaultFailedAttemptsPerMinute
+	}
+	if c.FailedAttemptsClients == 0 {
+		c.FailedAttemptsClients = DefaultFailedAttemptsClients
 	}
 	if c.ProxyUserHeader == "" {
 		c.ProxyUserHeader = "X-Forwarded-User"
@@ -180,6 +193,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxTokens < 1 || c.MaxTokens > 100000 {
 		errs = append(errs, fmt.Errorf("--auth.max-tokens %d must be from 1 to 100000", c.MaxTokens))
+	}
+	if c.FailedAttemptsPerMinute < 1 || c.FailedAttemptsPerMinute > 100000 {
+		errs = append(errs, fmt.Errorf("--auth.failed-attempts-per-minute %d must be from 1 to 100000", c.FailedAttemptsPerMinute))
+	}
+	if c.FailedAttemptsClients < 1 || c.FailedAttemptsClients > 10_000_000 {
+		errs = append(errs, fmt.Errorf("--auth.failed-attempts-clients %d must be from 1 to 10000000", c.FailedAttemptsClients))
 	}
 	for _, h := range c.AllowedHosts {
 		if !validHostPattern(h) {
