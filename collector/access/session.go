@@ -62,7 +62,7 @@ func (a *Access) session(ctx context.Context, id string) (Principal, error) {
 	if !now.Before(expires) {
 		return Principal{}, fmt.Errorf("session expired at %s; log in again: %w", expires.UTC().Format(time.RFC3339), ErrUnauthenticated)
 	}
-	if err := t.check(now); err != nil {
+	if err := a.check(t, now); err != nil {
 		return Principal{}, err
 	}
 	a.touch(ctx, t.ID, now)

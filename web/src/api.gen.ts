@@ -207,10 +207,10 @@ export interface components {
     };
     ErrorDetail: {
       /**
-       * @description What kind of failure: bad_request (400), unauthorized (401), forbidden (403), not_found (404), method_not_allowed (405), conflict (409), too_large (413), unsupported_media_type (415), internal (500), unavailable (503).
+       * @description What kind of failure: bad_request (400), unauthorized (401), forbidden (403), not_found (404), method_not_allowed (405), conflict (409), too_large (413), unsupported_media_type (415), too_many_requests (429, with Retry-After), internal (500), unavailable (503).
        * @enum {string}
        */
-      code: "bad_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "too_large" | "unsupported_media_type" | "internal" | "unavailable";
+      code: "bad_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "too_large" | "unsupported_media_type" | "too_many_requests" | "internal" | "unavailable";
       /** @description For people: what was wrong and how to fix it; for internal errors, the request id to find in the collector's log. */
       message: string;
     };
@@ -658,8 +658,13 @@ export interface components {
       /** Format: date-time */
       revoked_at?: string;
       revoked_by?: string;
-      /** @enum {string} */
-      state: "live" | "expired" | "revoked";
+      /** @description Created under --auth.mode=none, by whoever reached the port: it works under no other mode (state void). Absent when false. */
+      minted_without_auth?: boolean;
+      /**
+       * @description At the time of reading. void: minted without authentication (minted_without_auth) and the collector authenticates now; revoke it.
+       * @enum {string}
+       */
+      state: "live" | "expired" | "revoked" | "void";
     };
     TokenList: {
       tokens: components["schemas"]["Token"][];
@@ -973,6 +978,16 @@ export interface components {
     };
     /** @description A request body that is not Content-Type: application/json (code unsupported_media_type). */
     UnsupportedMedia: {
+      content: {
+        "application/json": components["schemas"]["ErrorBody"];
+      };
+    };
+    /** @description Too many failed sign-ins from this client address (--auth.failed-attempts-per-minute): every login and every request with an Authorization header from it is refused until Retry-After (seconds) has passed (code too_many_requests). */
+    TooManyRequests: {
+      headers: {
+        /** @description Seconds to wait before signing in again. */
+        "Retry-After"?: number;
+      };
       content: {
         "application/json": components["schemas"]["ErrorBody"];
       };
@@ -1452,6 +1467,7 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       415: components["responses"]["UnsupportedMedia"];
+      429: components["responses"]["TooManyRequests"];
       default: components["responses"]["Error"];
     };
   };
