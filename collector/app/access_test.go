@@ -115,9 +115,11 @@ func newFleet(t *testing.T, cfg access.Config) *fleet {
 	// alert, which counts nodes of every tenant.
 	alertRow := func(fp, kind, node string, nodeID *int32, group, labels string) int64 {
 		var id int64
+		// The rule's runbook is staff's; the summary is everyone's.
 		if err := st.Pool().QueryRow(ctx, `INSERT INTO alert_instances (fingerprint, rule_id, rule_name, kind, severity, node_id, node,
-				metric, group_key, state, since, last_ts, fired_at, labels)
-			VALUES ($1, 1, 'NBSRootCritical', $2, 'critical', $3, $4, 'tcp_reset', $5, 'firing', now(), now(), now(), $6) RETURNING id`,
+				metric, group_key, state, since, last_ts, fired_at, labels, annotations)
+			VALUES ($1, 1, 'NBSRootCritical', $2, 'critical', $3, $4, 'tcp_reset', $5, 'firing', now(), now(), now(), $6,
+				'{"summary": "resets", "runbook_url": "https://wiki.internal/runbooks/resets"}') RETURNING id`,
 			fp, kind, nodeID, node, group, labels).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
@@ -318,6 +320,12 @@ func TestAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What only staff may see: fields openapi.json marks x-nbs-staff, and
+	// what else the handlers strip for customers.
+	staff := append(doc.StaffFields(), "holder", "runbook_url", "deliveries")
+	if !slices.Contains(staff, "evaluator") || !slices.Contains(staff, "created_by") {
+		t.Fatalf("openapi.json marks %v as staff's; evaluator and created_by at least", staff)
+	}
 	const (
 		// none, viewer, operator, admin, acme, globex
 		ok, created, accepted, gone = 200, 201, 202, 204
@@ -437,12 +445,81 @@ func TestAccess(t *testing.T) {
 						t.Error(err)
 					}
 				}
+				if caller == acme || caller == globex {
+					for _, leak := range staffLeaks(body, staff) {
+						t.Errorf("%s %s as %s: a customer's answer holds the staff field %s: %.300s", method, path, callerNames[caller], leak, body)
+					}
+				}
 			})
 		}
 	}
 	for route := range calls {
 		if !slices.Contains(served, route) {
 			t.Errorf("the access test expects %s, which is not served", route)
+		}
+	}
+}
+
+// staffLeaks lists the keys of a JSON answer, at any depth, that are in
+// staff; a "deliveries" list counts only when it is not empty (a customer's
+// alert detail has it, empty).
+func staffLeaks(body string, staff []string) []string {
+	var v any
+	if json.Unmarshal([]byte(body), &v) != nil {
+		return nil // CSV, or an empty answer
+	}
+	var out []string
+	var walk func(v any, at string)
+	walk = func(v any, at string) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if slices.Contains(staff, k) {
+					if list, ok := e.([]any); !ok || len(list) > 0 {
+						out = append(out, at+"."+k)
+					}
+				}
+				walk(e, at+"."+k)
+			}
+		case []any:
+			for i, e := range x {
+				walk(e, fmt.Sprintf("%s[%d]", at, i))
+			}
+		}
+	}
+	walk(v, "$")
+	sort.Strings(out)
+	return out
+}
+
+// TestCustomersSeeNoStaffFields: the staff fields are in staff's answers
+// (so TestAccess, which finds none in a customer's, proves something), and
+// not in a customer's answers to the same calls.
+func TestCustomersSeeNoStaffFields(t *testing.T) {
+	f := newFleet(t, access.Config{})
+	p := api.Prefix
+	for _, c := range []struct {
+		path, field string
+	}{
+		{p + "/alerts", "evaluator"},
+		{p + "/alerts", "holder"},
+		{p + "/alerts", "runbook_url"},
+		{fmt.Sprintf("%s/alerts/%d", p, f.acmeAlert), "runbook_url"},
+		{fmt.Sprintf("%s/alerts/%d", p, f.acmeAlert), "deliveries"},
+		{p + "/report-definitions", "created_by"},
+		{fmt.Sprintf("%s/report-definitions/%d", p, f.acmeReport), "created_by"},
+	} {
+		code, _, body := f.do(viewer, "GET", c.path, "")
+		if code != 200 || len(staffLeaks(body, []string{c.field})) == 0 {
+			t.Errorf("viewer: GET %s: %d, no %s in %.400s", c.path, code, c.field, body)
+		}
+		code, _, body = f.do(acme, "GET", c.path, "")
+		if code != 200 || len(staffLeaks(body, []string{c.field})) != 0 {
+			t.Errorf("acme: GET %s: %d, %s in %.400s", c.path, code, c.field, body)
+		}
+		// What the customer is shown of the same object is still there.
+		if !strings.Contains(body, "acme") {
+			t.Errorf("acme: GET %s shows nothing of acme's: %.400s", c.path, body)
 		}
 	}
 }

@@ -166,6 +166,10 @@ func (s *Service) ListDefinitions(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
+	p := access.FromContext(r.Context())
+	for i := range defs {
+		defs[i] = defs[i].forViewer(p)
+	}
 	if defs == nil {
 		defs = []Definition{}
 	}
@@ -184,7 +188,7 @@ func (s *Service) GetDefinition(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, d)
+	api.WriteJSON(w, http.StatusOK, d.forViewer(access.FromContext(r.Context())))
 }
 
 func decode(r *http.Request) (DefinitionInput, error) {

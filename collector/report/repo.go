@@ -29,8 +29,18 @@ type Definition struct {
 	To         *time.Time      `json:"to"`
 	Targets    []string        `json:"targets"`
 	Objectives []Objective     `json:"objectives"`
-	CreatedBy  string          `json:"created_by"`
-	CreatedAt  time.Time       `json:"created_at"`
+	// CreatedBy names the staff member who saved it: not shown to
+	// customers (forViewer).
+	CreatedBy string    `json:"created_by,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// forViewer strips from a definition what only staff may see.
+func (d Definition) forViewer(p access.Principal) Definition {
+	if !p.SeesAll() {
+		d.CreatedBy = ""
+	}
+	return d
 }
 
 // DefinitionInput is what a client sends to create or replace one.

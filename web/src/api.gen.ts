@@ -566,6 +566,7 @@ export interface components {
       labels: {
         [key: string]: string;
       };
+      /** @description summary, description, tree_url, observed_at, and the rule's runbook_url (staff only: a customer's alerts have none). */
       annotations: {
         [key: string]: string;
       };
@@ -592,7 +593,8 @@ export interface components {
       deliveries: components["schemas"]["Delivery"][];
     };
     AlertList: {
-      evaluator: components["schemas"]["Leader"];
+      /** @description Which collector evaluates alerts (staff only: absent for a customer). */
+      evaluator?: components["schemas"]["Leader"];
       /** @description Open alerts first, then history, newest first. */
       alerts: components["schemas"]["Alert"][];
     };
@@ -773,7 +775,8 @@ export interface components {
       to: string | null;
       targets: string[];
       objectives: components["schemas"]["ReportObjective"][];
-      created_by: string;
+      /** @description Who saved it (staff only: absent for a customer). */
+      created_by?: string;
       /** Format: date-time */
       created_at: string;
     };
