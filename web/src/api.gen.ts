@@ -177,7 +177,7 @@ export interface paths {
     get: operations["getReport"];
   };
   "/report-definitions": {
-    /** Saved report definitions (a customer sees those within its selector). */
+    /** Saved report definitions (a customer sees those within its selector), by name, a page at a time: follow next_cursor until it is absent. */
     get: operations["listReportDefinitions"];
     /** Save a report definition (audited). */
     post: operations["createReportDefinition"];
@@ -782,6 +782,8 @@ export interface components {
     };
     ReportDefinitionList: {
       definitions: components["schemas"]["ReportDefinition"][];
+      /** @description The cursor of the next page; absent on the last. */
+      next_cursor?: string;
     };
     Report: {
       period: {
@@ -1690,8 +1692,15 @@ export interface operations {
       default: components["responses"]["Error"];
     };
   };
-  /** Saved report definitions (a customer sees those within its selector). */
+  /** Saved report definitions (a customer sees those within its selector), by name, a page at a time: follow next_cursor until it is absent. */
   listReportDefinitions: {
+    parameters: {
+      query?: {
+        limit?: components["parameters"]["limit"];
+        /** @description Where the page starts: next_cursor of the previous page, as it was given. */
+        cursor?: string;
+      };
+    };
     responses: {
       /** @description The definitions. */
       200: {
@@ -1699,6 +1708,7 @@ export interface operations {
           "application/json": components["schemas"]["ReportDefinitionList"];
         };
       };
+      400: components["responses"]["BadRequest"];
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
@@ -1727,6 +1737,12 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      /** @description Saving it would pass a limit: --reports.max-definitions in all, or --reports.max-definitions-per-selector with its selector (code conflict). */
+      409: {
+        content: {
+          "application/json": components["schemas"]["ErrorBody"];
+        };
+      };
       413: components["responses"]["TooLarge"];
       415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];
@@ -1776,6 +1792,12 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      /** @description Moving it to another selector would pass --reports.max-definitions-per-selector (code conflict). */
+      409: {
+        content: {
+          "application/json": components["schemas"]["ErrorBody"];
+        };
+      };
       413: components["responses"]["TooLarge"];
       415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];
