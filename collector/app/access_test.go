@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"regexp"
 	"slices"
 	"sort"
@@ -833,5 +834,65 @@ func TestAuditTrail(t *testing.T) {
 	find("revoke", "token", fmt.Sprint(tok))
 	if e := find("revoke", "node", "audited-node"); e != nil && e.Role != "admin" {
 		t.Errorf("node revoke entry %+v: want it made by the admin", e)
+	}
+}
+
+// TestClientAddress: the audit log's address, and what the failed sign-in
+// limit counts by, is the TCP peer unless the peer is a trusted proxy; an
+// X-Forwarded-For any client can send changes neither.
+func TestClientAddress(t *testing.T) {
+	p := api.Prefix
+	change := func(f *fleet, xff string) {
+		t.Helper()
+		if code, _, body := f.do(operator, "PUT", p+"/thresholds", `{"scope":{"kind":"global"},"metric":"tcp_reset","threshold":{"warn":9,"crit":90,"comparison":"above","hold_intervals":1}}`,
+			"X-Forwarded-For", xff); code != 200 {
+			t.Fatalf("PUT: %d %s", code, body)
+		}
+	}
+	newest := func(f *fleet) string {
+		t.Helper()
+		_, _, body := f.do(viewer, "GET", p+"/audit?object_kind=threshold&limit=1", "")
+		var log struct {
+			Entries []access.AuditRecord `json:"entries"`
+		}
+		if err := json.Unmarshal([]byte(body), &log); err != nil || len(log.Entries) != 1 {
+			t.Fatalf("audit: %v %s", err, body)
+		}
+		return log.Entries[0].RemoteAddr
+	}
+	// The test's client connects from 127.0.0.1.
+	untrusting := newFleet(t, access.Config{})
+	change(untrusting, "203.0.113.9")
+	if got := newest(untrusting); got != "127.0.0.1" {
+		t.Errorf("a client's own X-Forwarded-For: audit address %q, want the peer 127.0.0.1", got)
+	}
+	trusting := newFleet(t, access.Config{TrustedProxies: access.PrefixList{netip.MustParsePrefix("127.0.0.1/32")}, FailedAttemptsPerMinute: 2})
+	change(trusting, "198.51.100.1, 203.0.113.9")
+	if got := newest(trusting); got != "203.0.113.9" {
+		t.Errorf("through a trusted proxy: audit address %q, want the client it names, 203.0.113.9", got)
+	}
+
+	// Two failed logins of one client behind the proxy use up its
+	// allowance; another client behind the same proxy is not held back.
+	doc, err := apitest.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := `{"token":"nbs_` + strings.Repeat("b", 52) + `"}`
+	for i, want := range []int{401, 401, 429} {
+		code, h, body := trusting.do(none, "POST", p+"/login", bad, "X-Forwarded-For", "203.0.113.9")
+		if code != want {
+			t.Fatalf("login %d: %d %s, want %d", i+1, code, body, want)
+		}
+		if err := doc.CheckResponse("POST", "/login", code, []byte(body)); err != nil {
+			t.Error(err)
+		}
+		// Half a minute refills one of two a minute, less what the test took.
+		if n, err := strconv.Atoi(h.Get("Retry-After")); code == 429 && (err != nil || n < 20 || n > 30 || !strings.Contains(body, `"too_many_requests"`)) {
+			t.Errorf("429 without a Retry-After of about 30 s or its code: %v %s", h, body)
+		}
+	}
+	if code, _, body := trusting.do(none, "POST", p+"/login", `{"token":"`+trusting.tokens[viewer]+`"}`, "X-Forwarded-For", "203.0.113.10"); code != 200 {
+		t.Errorf("another client behind the proxy: %d %s", code, body)
 	}
 }
