@@ -24,6 +24,9 @@ type Access struct {
 	cop  *http.CrossOriginProtection
 
 	noPeerOnce sync.Once
+	// failures limits failed sign-ins per client address (nil: mode none,
+	// where nobody signs in).
+	failures *failLimiter
 
 	mu       sync.Mutex
 	lastUsed map[int64]time.Time // token id → last recorded use
@@ -41,9 +44,22 @@ func New(pool *pgxpool.Pool, cfg Config, log *slog.Logger) (*Access, error) {
 	}
 	a := &Access{pool: pool, cfg: cfg, log: log, now: time.Now, csp: ContentSecurityPolicy(cfg.IndexHTML),
 		cop: http.NewCrossOriginProtection(), lastUsed: map[int64]time.Time{}}
+	if cfg.Mode != ModeNone {
+		a.failures = newFailLimiter(cfg.FailedAttemptsPerMinute, cfg.FailedAttemptsClients)
+	}
 	if cfg.ExternalURL != "" {
 		if err := a.cop.AddTrustedOrigin(origin(cfg.ExternalURL)); err != nil {
 			return nil, fmt.Errorf("trust origin of %s: %w", cfg.ExternalURL, err)
+		}
+	}
+	if cfg.Mode == ModeProxy {
+		// Said at start because it decides what a user the groups mapping
+		// misses gets, which nobody sees until such a user arrives.
+		if cfg.ProxyDefaultRole == "none" {
+			log.Info("proxy users in no group of --auth.proxy-group-role are refused (--auth.proxy-default-role=none)", "mapped_groups", len(cfg.ProxyGroupRoles))
+		} else {
+			log.Warn("proxy users in no group of --auth.proxy-group-role get a role anyway (--auth.proxy-default-role), even when the proxy sends no groups header",
+				"role", cfg.ProxyDefaultRole, "mapped_groups", len(cfg.ProxyGroupRoles))
 		}
 	}
 	return a, nil
@@ -105,8 +121,15 @@ func (a *Access) Require(role Role, scoped bool) func(http.Handler) http.Handler
 			ctx := r.Context()
 			p := FromContext(ctx)
 			if ctx.Value(resolvedKey{}) == nil {
+				bearer := r.Header.Get("Authorization") != ""
+				if bearer && a.signInBlocked(w, r) {
+					return
+				}
 				var err error
 				p, err = a.authenticate(r)
+				if bearer && errors.Is(err, ErrUnauthenticated) {
+					a.signInFailed(r)
+				}
 				if err != nil && role != RolePublic {
 					if errors.Is(err, ErrUnauthenticated) {
 						if _, ok := a.sessionCookie(r); ok && r.Header.Get("Authorization") == "" {
@@ -119,7 +142,7 @@ func (a *Access) Require(role Role, scoped bool) func(http.Handler) http.Handler
 				if err != nil {
 					p = Principal{} // a public route serves a caller with a broken credential as nobody
 				}
-				ctx = context.WithValue(WithPrincipal(withRemote(ctx, r.RemoteAddr), p), resolvedKey{}, true)
+				ctx = context.WithValue(WithPrincipal(withRemote(ctx, addrString(a.client(r))), p), resolvedKey{}, true)
 			}
 			switch decide(p, role, scoped) {
 			case allow:

@@ -32,6 +32,10 @@ const (
 	DefaultTokenMaxTTL = 365 * 24 * time.Hour
 	DefaultSessionTTL  = 12 * time.Hour
 	DefaultMaxTokens   = 1000
+	// DefaultProxyRole refuses a proxy user in no mapped group: a groups
+	// header the proxy forgot, or a group name misspelt in a flag, must
+	// not make everyone a fleet-wide viewer.
+	DefaultProxyRole = "none"
 	// lastUsedEvery throttles writes of a token's last_used_at.
 	lastUsedEvery = time.Minute
 )
@@ -41,19 +45,29 @@ type Config struct {
 	Mode Mode
 	// ProxyCIDRs are the addresses of reverse proxies whose user header is
 	// believed; the TCP peer decides, never X-Forwarded-For.
-	ProxyCIDRs        PrefixList
+	ProxyCIDRs PrefixList
+	// TrustedProxies are load balancers and proxies whose X-Forwarded-For
+	// names the client (audit log, sessions, the failed sign-in limit);
+	// ProxyCIDRs are trusted for it too. From anyone else the header is
+	// ignored and the TCP peer is the client.
+	TrustedProxies    PrefixList
 	ProxyUserHeader   string
 	ProxyGroupsHeader string
 	// ProxyGroupRoles maps a proxy group to a role, e.g. nbs-admins=admin
 	// or acme-staff=customer:customer=acme.
 	ProxyGroupRoles GroupRoles
 	// ProxyDefaultRole is the role of a proxy user in no mapped group;
-	// "none" refuses them.
+	// "none" (the default) refuses them.
 	ProxyDefaultRole string
 	SessionTTL       time.Duration
 	TokenTTL         time.Duration
 	TokenMaxTTL      time.Duration
 	MaxTokens        int
+	// FailedAttemptsPerMinute is how many failed sign-ins (logins, bad
+	// Authorization headers) one client address may make a minute;
+	// FailedAttemptsClients how many addresses the limit keeps track of.
+	FailedAttemptsPerMinute int
+	FailedAttemptsClients   int
 	// AllowedHosts, when set, are the only Host headers answered (against
 	// DNS rebinding); health and metrics stay reachable by any name.
 	AllowedHosts StringList
@@ -89,14 +103,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.Var(&c.ProxyCIDRs, "auth.proxy-cidrs", "addresses of the reverse proxies whose user header is trusted, e.g. 10.0.0.5/32,fd00::/64 (repeat or separate with commas; --auth.mode=proxy)")
+	fs.Var(&c.TrustedProxies, "web.trusted-proxies", "addresses of load balancers and reverse proxies whose X-Forwarded-For names the client for the audit log, sessions and the failed sign-in limit, e.g. 10.0.0.0/24 (repeat or separate with commas; --auth.proxy-cidrs are trusted too; default: none, the TCP peer is the client)")
 	fs.StringVar(&c.ProxyUserHeader, "auth.proxy-user-header", "X-Forwarded-User", "header in which the trusted proxy names the user (oauth2-proxy: X-Forwarded-User)")
 	fs.StringVar(&c.ProxyGroupsHeader, "auth.proxy-groups-header", "X-Forwarded-Groups", "header in which the trusted proxy lists the user's groups, comma separated (oauth2-proxy: X-Forwarded-Groups); empty: every user gets --auth.proxy-default-role")
 	fs.Var(&c.ProxyGroupRoles, "auth.proxy-group-role", "GROUP=ROLE for proxy users, e.g. nbs-admins=admin, nbs-ops=operator, acme=customer:customer=acme (repeat the flag; the highest role of a user's groups applies)")
-	fs.StringVar(&c.ProxyDefaultRole, "auth.proxy-default-role", "viewer", "role of a proxy user in no mapped group: viewer, operator, admin or none (refused)")
+	fs.StringVar(&c.ProxyDefaultRole, "auth.proxy-default-role", DefaultProxyRole, "role of a proxy user in no mapped group (a missing or misspelt groups header included): none (refused), viewer, operator or admin")
 	fs.DurationVar(&c.SessionTTL, "auth.session-ttl", DefaultSessionTTL, "how long a login lasts (never beyond its token's expiry)")
 	fs.DurationVar(&c.TokenTTL, "auth.token-ttl", DefaultTokenTTL, "expiry of a token created without one")
 	fs.DurationVar(&c.TokenMaxTTL, "auth.token-max-ttl", DefaultTokenMaxTTL, "longest expiry a token may be given")
 	fs.IntVar(&c.MaxTokens, "auth.max-tokens", DefaultMaxTokens, "most live (unexpired, unrevoked) tokens")
+	fs.IntVar(&c.FailedAttemptsPerMinute, "auth.failed-attempts-per-minute", DefaultFailedAttemptsPerMinute, "failed sign-ins (a login or an Authorization header with a token that does not work) one client address may make a minute; past it, its logins and bearer-token requests get 429 with Retry-After (an IPv6 address counts as its /64)")
+	fs.IntVar(&c.FailedAttemptsClients, "auth.failed-attempts-clients", DefaultFailedAttemptsClients, "client addresses the failed sign-in limit keeps track of; the least recently failing are forgotten first")
 	fs.BoolVar(&c.BootstrapAdmin, "auth.bootstrap-admin", false, "at start, replace the admin token named \""+BootstrapTokenName+"\" with a fresh one and log a login URL carrying it (for make run)")
 	fs.StringVar(&c.BootstrapAdminFile, "auth.bootstrap-admin-file", "", "at start, replace the admin token named \""+BootstrapTokenName+"\" with a fresh one and write its secret to this file (mode 0600), for scripts on this host (make run)")
 	fs.Var(&c.AllowedHosts, "web.allowed-hosts", "Host names (optionally host:port) the UI and API answer to, against DNS rebinding, e.g. nbs.example.com (repeat or separate with commas; default: any)")
@@ -130,6 +147,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxTokens == 0 {
 		c.MaxTokens = DefaultMaxTokens
 	}
+	if c.FailedAttemptsPerMinute == 0 {
+		c.FailedAttemptsPerMinute = DefaultFailedAttemptsPerMinute
+	}
+	if c.FailedAttemptsClients == 0 {
+		c.FailedAttemptsClients = DefaultFailedAttemptsClients
+	}
 	if c.ProxyUserHeader == "" {
 		c.ProxyUserHeader = "X-Forwarded-User"
 	}
@@ -137,7 +160,7 @@ func (c Config) withDefaults() Config {
 		c.Tenant = tenant.DefaultKey
 	}
 	if c.ProxyDefaultRole == "" {
-		c.ProxyDefaultRole = string(RoleViewer)
+		c.ProxyDefaultRole = DefaultProxyRole
 	}
 	return c
 }
@@ -188,6 +211,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxTokens < 1 || c.MaxTokens > 100000 {
 		errs = append(errs, fmt.Errorf("--auth.max-tokens %d must be from 1 to 100000", c.MaxTokens))
+	}
+	if c.FailedAttemptsPerMinute < 1 || c.FailedAttemptsPerMinute > 100000 {
+		errs = append(errs, fmt.Errorf("--auth.failed-attempts-per-minute %d must be from 1 to 100000", c.FailedAttemptsPerMinute))
+	}
+	if c.FailedAttemptsClients < 1 || c.FailedAttemptsClients > 10_000_000 {
+		errs = append(errs, fmt.Errorf("--auth.failed-attempts-clients %d must be from 1 to 10000000", c.FailedAttemptsClients))
 	}
 	for _, h := range c.AllowedHosts {
 		if !validHostPattern(h) {

@@ -30,7 +30,7 @@ func TestConfigDefaults(t *testing.T) {
 		c.TokenMaxTTL != DefaultTokenMaxTTL || c.MaxTokens != DefaultMaxTokens || c.MetricsAuth || c.BootstrapAdmin {
 		t.Errorf("defaults = %+v", c)
 	}
-	if c.ProxyUserHeader != "X-Forwarded-User" || c.ProxyGroupsHeader != "X-Forwarded-Groups" || c.ProxyDefaultRole != "viewer" {
+	if c.ProxyUserHeader != "X-Forwarded-User" || c.ProxyGroupsHeader != "X-Forwarded-Groups" || c.ProxyDefaultRole != "none" {
 		t.Errorf("proxy defaults = %q %q %q", c.ProxyUserHeader, c.ProxyGroupsHeader, c.ProxyDefaultRole)
 	}
 }

@@ -6,20 +6,27 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
 )
 
-// Guard is the outermost middleware of the HTTP side: security headers on
-// every response, the Host allow-list, and for every request that can
+// Guard is the outermost middleware of the HTTP side: the client's address
+// (client.go), security headers on every response, the Host allow-list,
+// and for every request that can
 // change something (not GET, HEAD or OPTIONS) a same-origin check and a
 // JSON body. Health and metrics answer any Host, so probes and scrapers
 // that address the collector by IP keep working.
 func (a *Access) Guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = r.WithContext(withClient(r.Context(), a.resolveClient(r)))
 		setSecurityHeaders(w.Header(), r, a.csp)
 		if !opsPath(r.URL.Path) && !a.hostAllowed(r.Host) {
+			if len(a.cfg.AllowedHosts) == 0 && a.cfg.Mode == ModeNone {
+				writeError(w, r, fmt.Errorf("host %q is not one this NBS answers to: with --auth.mode=none (everyone is admin) it answers only loopback names (localhost, 127.0.0.0/8, [::1]), against DNS rebinding; name the others in --web.allowed-hosts: %w", r.Host, ErrForbidden), a.log)
+				return
+			}
 			writeError(w, r, fmt.Errorf("host %q is not one this NBS answers to (--web.allowed-hosts): %w", r.Host, ErrForbidden), a.log)
 			return
 		}
@@ -69,12 +76,23 @@ func checkContentType(r *http.Request) error {
 }
 
 // hostAllowed checks the Host header against --web.allowed-hosts and the
-// external URL's host. A pattern without a port allows any port.
+// external URL's host. A pattern without a port allows any port. Without
+// --web.allowed-hosts every Host is answered, except under
+// --auth.mode=none: there a page on any site that rebinds its name to the
+// collector's address would be admin (and could mint tokens), so only
+// loopback names, which no other site can take, are answered.
 func (a *Access) hostAllowed(host string) bool {
-	if len(a.cfg.AllowedHosts) == 0 {
-		return true
-	}
 	h, p := splitHost(host)
+	if len(a.cfg.AllowedHosts) == 0 {
+		if a.cfg.Mode != ModeNone || loopbackHost(h) {
+			return true
+		}
+		if u, err := url.Parse(a.cfg.ExternalURL); err == nil && u.Host != "" {
+			eh, ep := splitHost(u.Host)
+			return eh == h && (ep == "" || ep == p)
+		}
+		return false
+	}
 	allowed := a.cfg.AllowedHosts
 	if u, err := url.Parse(a.cfg.ExternalURL); err == nil && u.Host != "" {
 		allowed = append(allowed[:len(allowed):len(allowed)], u.Host)
@@ -86,6 +104,16 @@ func (a *Access) hostAllowed(host string) bool {
 		}
 	}
 	return false
+}
+
+// loopbackHost reports whether a Host (lower case, without port or
+// brackets) can only name this machine: localhost, 127.0.0.0/8, ::1.
+func loopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	addr, err := netip.ParseAddr(h)
+	return err == nil && addr.Unmap().IsLoopback()
 }
 
 // origin is scheme://host of a URL, as browsers send in Origin.

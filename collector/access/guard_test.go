@@ -48,6 +48,7 @@ func (q req) build() *http.Request {
 func TestGuard(t *testing.T) {
 	json := map[string]string{"Content-Type": "application/json"}
 	sameOrigin := map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "same-origin"}
+	none := Config{Mode: ModeNone}
 	tests := []struct {
 		name     string
 		cfg      Config
@@ -83,6 +84,22 @@ func TestGuard(t *testing.T) {
 		{"readiness answers any Host", Config{AllowedHosts: StringList{"nbs.example.com"}}, req{method: "GET", path: "/readyz", host: "10.1.2.3:7700"}, 200, ""},
 		{"metrics answer any Host", Config{AllowedHosts: StringList{"nbs.example.com"}}, req{method: "GET", path: "/metrics", host: "10.1.2.3:7700"}, 200, ""},
 		{"a 404 passes through", Config{}, req{method: "GET", path: "/missing"}, 404, ""},
+		// --auth.mode=none without --web.allowed-hosts: loopback names only.
+		{"mode none: localhost", none, req{method: "GET", path: "/api/v1/nodes", host: "localhost:7700"}, 200, ""},
+		{"mode none: LOCALHOST.", none, req{method: "GET", path: "/", host: "LOCALHOST."}, 200, ""},
+		{"mode none: 127.0.0.1", none, req{method: "GET", path: "/", host: "127.0.0.1:7700"}, 200, ""},
+		{"mode none: 127.8.9.10", none, req{method: "POST", path: "/api/v1/tokens", host: "127.8.9.10", header: json, body: "{}"}, 200, ""},
+		{"mode none: [::1]", none, req{method: "GET", path: "/", host: "[::1]:7700"}, 200, ""},
+		{"mode none: [::ffff:127.0.0.1]", none, req{method: "GET", path: "/", host: "[::ffff:127.0.0.1]:7700"}, 200, ""},
+		{"mode none: a rebound name is refused", none, req{method: "POST", path: "/api/v1/tokens", host: "rebound.evil.example", header: json, body: "{}"}, 403, "forbidden"},
+		{"mode none: a name that only resolves to loopback is refused", none, req{method: "GET", path: "/", host: "localhost.evil.example"}, 403, "forbidden"},
+		{"mode none: the host's own address is refused", none, req{method: "GET", path: "/", host: "10.0.0.7:7700"}, 403, "forbidden"},
+		{"mode none: no Host is refused", none, req{method: "GET", path: "/", host: " "}, 403, "forbidden"},
+		{"mode none: health by address", none, req{method: "GET", path: "/healthz", host: "10.0.0.7:7700"}, 200, ""},
+		{"mode none: the external URL's host", Config{Mode: ModeNone, ExternalURL: "http://nbs.lab:7700"}, req{method: "GET", path: "/", host: "nbs.lab:7700"}, 200, ""},
+		{"mode none: the external URL's host on another port", Config{Mode: ModeNone, ExternalURL: "http://nbs.lab:7700"}, req{method: "GET", path: "/", host: "nbs.lab:8080"}, 403, "forbidden"},
+		{"mode none: --web.allowed-hosts decides", Config{Mode: ModeNone, AllowedHosts: StringList{"nbs.lab"}}, req{method: "GET", path: "/", host: "nbs.lab"}, 200, ""},
+		{"mode none: --web.allowed-hosts replaces loopback", Config{Mode: ModeNone, AllowedHosts: StringList{"nbs.lab"}}, req{method: "GET", path: "/", host: "127.0.0.1"}, 403, "forbidden"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,6 +129,18 @@ func TestGuard(t *testing.T) {
 				t.Error("HSTS on plain HTTP")
 			}
 		})
+	}
+}
+
+// TestGuardModeNoneNamesTheFlag: a Host refused under --auth.mode=none is
+// told why and what to set.
+func TestGuardModeNoneNamesTheFlag(t *testing.T) {
+	rec := httptest.NewRecorder()
+	newGuard(t, Config{Mode: ModeNone}).ServeHTTP(rec, req{method: "GET", path: "/", host: "rebound.evil.example"}.build())
+	for _, want := range []string{"--auth.mode=none", "loopback", "--web.allowed-hosts", "rebound.evil.example"} {
+		if rec.Code != 403 || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("HTTP %d %s: want 403 saying %q", rec.Code, rec.Body, want)
+		}
 	}
 }
 

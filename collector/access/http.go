@@ -65,7 +65,13 @@ func (a *Access) HandleLogin(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, WhoAmI{Principal: Principal{Name: "anonymous", Role: RoleAdmin, Via: ViaNone}, Mode: a.cfg.Mode})
 		return
 	}
-	s, err := a.Login(r.Context(), strings.TrimSpace(body.Token), r.RemoteAddr)
+	if a.signInBlocked(w, r) {
+		return
+	}
+	s, err := a.Login(r.Context(), strings.TrimSpace(body.Token), addrString(a.client(r)))
+	if errors.Is(err, ErrUnauthenticated) {
+		a.signInFailed(r)
+	}
 	if err != nil {
 		writeError(w, r, err, a.log)
 		return
@@ -260,7 +266,11 @@ type errorDetail struct {
 func writeError(w http.ResponseWriter, r *http.Request, err error, log *slog.Logger) {
 	var mbe *http.MaxBytesError
 	var media errUnsupportedMedia
+	var tooMany errTooManyFailures
 	switch {
+	case errors.As(err, &tooMany):
+		w.Header().Set("Retry-After", tooMany.retryAfter())
+		writeJSON(w, http.StatusTooManyRequests, errorBody{errorDetail{"too_many_requests", err.Error()}})
 	case errors.Is(err, ErrUnauthenticated):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="nbs"`)
 		writeJSON(w, http.StatusUnauthorized, errorBody{errorDetail{"unauthorized", err.Error()}})

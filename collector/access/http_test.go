@@ -334,7 +334,7 @@ func TestHTTP(t *testing.T) {
 	}
 	newest := log[0]
 	if newest.Action != "revoke" || newest.ObjectID != fmt.Sprint(ids["operator"]) || newest.Actor != BootstrapTokenName ||
-		newest.ActorKind != "token" || newest.Role != "admin" || newest.TokenID == nil || !strings.HasPrefix(newest.RemoteAddr, "127.0.0.1:") {
+		newest.ActorKind != "token" || newest.Role != "admin" || newest.TokenID == nil || newest.RemoteAddr != "127.0.0.1" {
 		t.Errorf("revoke entry %+v", newest)
 	}
 	oldTok, newTok := decode[Token](t, newest.Old), decode[Token](t, newest.New)
@@ -370,6 +370,44 @@ func TestHTTPOverTLSUsesSecureCookies(t *testing.T) {
 	browser := client{t: t, srv: srv, cookie: cookie}
 	if who := decode[WhoAmI](t, browser.want("GET", "/api/v1/whoami", nil, 200)); who.Name != "tls" || who.Via != ViaSession {
 		t.Errorf("whoami %+v", who)
+	}
+}
+
+// TestHTTPSAcceptsOnlyHostCookies: under HTTPS (TLS on the collector, or
+// an https external URL behind a TLS proxy) a session is only believed from
+// the __Host- cookie, which the browser guarantees was set by this host over
+// TLS; the plain name, which anyone on the path or a sibling subdomain can
+// plant, is ignored.
+func TestHTTPSAcceptsOnlyHostCookies(t *testing.T) {
+	pool := testPool(t)
+	for _, tt := range []struct {
+		name        string
+		tlsOn       bool
+		externalURL string
+		cookie      string
+		want        int
+	}{
+		{"TLS, __Host- cookie", true, "", secureCookieName, 200},
+		{"TLS, plain cookie", true, "", cookieName, 401},
+		{"https external URL, __Host- cookie", false, "https://nbs.example.com", secureCookieName, 200},
+		{"https external URL, plain cookie", false, "https://nbs.example.com", cookieName, 401},
+		{"plain HTTP, plain cookie", false, "", cookieName, 200},
+		// Only a browser on an https origin sets it; nothing to distrust.
+		{"plain HTTP, __Host- cookie", false, "", secureCookieName, 200},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, _ := newTestAccess(t, pool, Config{ExternalURL: tt.externalURL})
+			secret, _ := mustCreate(t, a, NewToken{Name: fmt.Sprintf("cookie-%d", time.Now().UnixNano()), Role: RoleViewer})
+			s, err := a.Login(context.Background(), secret, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := client{t: t, srv: testServer(t, a, pool, tt.tlsOn), cookie: &http.Cookie{Name: tt.cookie, Value: s.ID}}
+			code, body, _ := c.do("GET", "/api/v1/whoami", nil)
+			if code != tt.want {
+				t.Fatalf("whoami with %s: %d %s, want %d", tt.cookie, code, body, tt.want)
+			}
+		})
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -471,5 +472,64 @@ func TestTokensUnderConcurrency(t *testing.T) {
 	// rotation of the bootstrap token frees the place it takes.
 	if live != 5 || boot > 1 || ok < 5 || ok+limited != 12 {
 		t.Errorf("%d created, %d refused; %d live tokens, %d live bootstrap tokens (limit 5)", ok, limited, live, boot)
+	}
+}
+
+// TestTokensMintedWithoutAuth: a token created under --auth.mode=none (by
+// whoever reached the port) is marked so, listed as void and refused — as
+// a bearer token, at login and through its sessions — once the collector
+// authenticates; one the command line made at the same time is not.
+func TestTokensMintedWithoutAuth(t *testing.T) {
+	pool := testPool(t)
+	ctx := context.Background()
+	open, _ := newTestAccess(t, pool, Config{Mode: ModeNone})
+	srv := testServer(t, open, pool, false) // 127.0.0.1: a loopback Host, which mode none answers
+	anyone := client{t: t, srv: srv}
+	created := decode[CreatedToken](t, anyone.want("POST", "/api/v1/tokens", CreateTokenRequest{Name: "rebound", Role: RoleAdmin}, 201))
+	if !created.Info.MintedWithoutAuth || created.Info.State != "live" || created.Info.CreatedBy != "none:anonymous" {
+		t.Errorf("created under mode none: %+v, want marked, live while the mode lasts", created.Info)
+	}
+	cliSecret, _ := mustCreate(t, open, NewToken{Name: "from-cli", Role: RoleViewer})
+	// While the mode lasts a session can be made from it (nothing checks
+	// tokens then, but the login page still works).
+	sess, err := open.Login(ctx, created.Token, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, mode := range []Mode{ModeToken, ModeProxy} {
+		t.Run(string(mode), func(t *testing.T) {
+			cfg := Config{Mode: mode}
+			if mode == ModeProxy {
+				cfg.ProxyCIDRs = PrefixList{netip.MustParsePrefix("10.0.0.5/32")}
+			}
+			a, _ := newTestAccess(t, pool, cfg)
+			const why = "minted under --auth.mode=none, without authentication, and is void"
+			_, err := a.Verify(ctx, created.Token)
+			wantUnauthenticated(t, err, why)
+			_, err = a.Login(ctx, created.Token, "")
+			wantUnauthenticated(t, err, why)
+			_, err = a.session(ctx, sess.ID)
+			wantUnauthenticated(t, err, why)
+			if p, err := a.Verify(ctx, cliSecret); err != nil || p.Name != "from-cli" {
+				t.Errorf("the command line's token: %+v %v", p, err)
+			}
+			// Over HTTP the refusal says why.
+			c := client{t: t, srv: testServer(t, a, pool, false), bearer: created.Token}
+			if code, body, _ := c.do("GET", "/api/v1/whoami", nil); code != 401 || !strings.Contains(string(body), why) {
+				t.Errorf("whoami: %d %s", code, body)
+			}
+			ts, err := a.Tokens(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			states := map[string]string{}
+			for _, tok := range ts {
+				states[tok.Name] = fmt.Sprintf("%s %v", tok.State, tok.MintedWithoutAuth)
+			}
+			if states["rebound"] != "void true" || states["from-cli"] != "live false" {
+				t.Errorf("listed as %v, want rebound void and marked, from-cli live", states)
+			}
+		})
 	}
 }

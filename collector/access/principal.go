@@ -113,10 +113,11 @@ func remoteFrom(ctx context.Context) string {
 	return s
 }
 
-// ConnContext must be the http.Server's ConnContext when proxy mode is on:
-// it records the TCP peer before any middleware (chi's RealIP rewrites
-// RemoteAddr from client-supplied headers) can disguise it, and only that
-// peer decides whether the proxy's user header is trusted.
+// ConnContext must be the http.Server's ConnContext: it records the TCP
+// peer before any middleware can disguise it (chi's RealIP, for one,
+// rewrites RemoteAddr from headers any client can send). Only that peer
+// decides whether the proxy's user header is trusted, and whether
+// X-Forwarded-For names the client (client.go).
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, peerKey, c.RemoteAddr().String())
 }

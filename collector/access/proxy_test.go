@@ -1,12 +1,15 @@
 package access
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -40,9 +43,9 @@ func TestProxyMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	strict := cfg
-	strict.ProxyDefaultRole = "none"
-	aStrict, err := New(nil, strict, nil)
+	lenient := cfg
+	lenient.ProxyDefaultRole = "viewer"
+	aLenient, err := New(nil, lenient, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +59,9 @@ func TestProxyMode(t *testing.T) {
 		want   int
 		who    Principal
 	}{
-		{"a proxied user gets the default role", a, "10.0.0.5:41000", map[string][]string{"X-Forwarded-User": {"alice"}}, RoleViewer, false, 200,
+		{"a user without a groups header is refused by default", a, "10.0.0.5:41000", map[string][]string{"X-Forwarded-User": {"alice"}}, RoleViewer, false, 403, Principal{}},
+		{"a user with a misspelt groups header is refused by default", a, "10.0.0.5:41000", map[string][]string{"X-Forwarded-User": {"alice"}, "X-Forwarded-Group": {"nbs-admins"}}, RoleViewer, false, 403, Principal{}},
+		{"an explicit default role is given to a user in no group", aLenient, "10.0.0.5:41000", map[string][]string{"X-Forwarded-User": {"alice"}}, RoleViewer, false, 200,
 			Principal{Name: "alice", Role: RoleViewer, Via: ViaProxy}},
 		{"groups map to the highest role", a, "10.0.0.5:41000", map[string][]string{"X-Forwarded-User": {"bob"}, "X-Forwarded-Groups": {"dev,nbs-ops", "nbs-admins"}}, RoleAdmin, false, 200,
 			Principal{Name: "bob", Role: RoleAdmin, Via: ViaProxy}},
@@ -66,7 +71,7 @@ func TestProxyMode(t *testing.T) {
 			Principal{Name: "dave@acme", Role: RoleCustomer, Via: ViaProxy, Selector: Selector{"customer": "acme"}}},
 		{"a customer user is hidden from unscoped routes", a, "10.0.0.5:41000", map[string][]string{"X-Forwarded-User": {"dave@acme"}, "X-Forwarded-Groups": {"acme"}}, RoleViewer, false, 404, Principal{}},
 		{"two customers' groups are refused", a, "10.0.0.5:41000", map[string][]string{"X-Forwarded-User": {"eve"}, "X-Forwarded-Groups": {"acme,globex"}}, RoleViewer, true, 403, Principal{}},
-		{"no mapped group with default none is refused", aStrict, "10.0.0.5:41000", map[string][]string{"X-Forwarded-User": {"frank"}, "X-Forwarded-Groups": {"dev"}}, RoleViewer, false, 403, Principal{}},
+		{"no mapped group with default none is refused", a, "10.0.0.5:41000", map[string][]string{"X-Forwarded-User": {"frank"}, "X-Forwarded-Groups": {"dev"}}, RoleViewer, false, 403, Principal{}},
 		{"the header from outside the proxy CIDRs is ignored", a, "192.0.2.9:41000", map[string][]string{"X-Forwarded-User": {"mallory"}, "X-Forwarded-Groups": {"nbs-admins"}}, RoleViewer, false, 401, Principal{}},
 		{"the header without a recorded peer is ignored", a, "", map[string][]string{"X-Forwarded-User": {"mallory"}}, RoleViewer, false, 401, Principal{}},
 		{"no user header from the proxy is nobody", a, "10.0.0.5:41000", map[string][]string{"X-Forwarded-Groups": {"nbs-admins"}}, RoleViewer, false, 401, Principal{}},
@@ -91,6 +96,26 @@ func TestProxyMode(t *testing.T) {
 				t.Errorf("principal %+v, want %+v", who, tt.who)
 			}
 		})
+	}
+}
+
+// TestProxyDefaultRoleIsLogged: what a user outside every mapped group gets
+// is said at start, a warning unless it is nothing.
+func TestProxyDefaultRoleIsLogged(t *testing.T) {
+	for _, tt := range []struct {
+		role, want string
+	}{
+		{"", `level=INFO msg="proxy users in no group of --auth.proxy-group-role are refused (--auth.proxy-default-role=none)"`},
+		{"viewer", `level=WARN msg="proxy users in no group of --auth.proxy-group-role get a role anyway`},
+	} {
+		var buf bytes.Buffer
+		cfg := Config{Mode: ModeProxy, ProxyCIDRs: PrefixList{netip.MustParsePrefix("10.0.0.5/32")}, ProxyDefaultRole: tt.role}
+		if _, err := New(nil, cfg, slog.New(slog.NewTextHandler(&buf, nil))); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), tt.want) || (tt.role != "" && !strings.Contains(buf.String(), "role="+tt.role)) {
+			t.Errorf("default role %q: log %q, want %q", tt.role, buf.String(), tt.want)
+		}
 	}
 }
 

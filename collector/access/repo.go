@@ -34,13 +34,14 @@ const tokenLockID = 0x6e6273_06
 // names reserved in the audit trail) before they are deleted.
 const purgeAfter = 30 * 24 * time.Hour
 
-const tokenColumns = `id, name, hint, role, selector, created_by, created_at, expires_at, last_used_at, revoked_at, coalesce(revoked_by, '')`
+const tokenColumns = `id, name, hint, role, selector, created_by, created_at, expires_at, last_used_at, revoked_at, coalesce(revoked_by, ''),
+	minted_without_auth`
 
 func scanToken(row pgx.Row) (Token, error) {
 	var t Token
 	var sel []byte
 	if err := row.Scan(&t.ID, &t.Name, &t.Hint, &t.Role, &sel, &t.CreatedBy, &t.CreatedAt, &t.ExpiresAt,
-		&t.LastUsedAt, &t.RevokedAt, &t.RevokedBy); err != nil {
+		&t.LastUsedAt, &t.RevokedAt, &t.RevokedBy, &t.MintedWithoutAuth); err != nil {
 		return t, err
 	}
 	if err := json.Unmarshal(sel, &t.Selector); err != nil {
@@ -82,9 +83,9 @@ func countLiveTokens(ctx context.Context, tx pgx.Tx, now time.Time) (int, error)
 
 func insertToken(ctx context.Context, tx pgx.Tx, t Token, hash []byte) (Token, error) {
 	out, err := scanToken(tx.QueryRow(ctx, `
-		INSERT INTO access_tokens (name, hash, hint, role, selector, created_by, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+tokenColumns,
-		t.Name, hash, t.Hint, string(t.Role), t.Selector.JSON(), t.CreatedBy, t.CreatedAt, t.ExpiresAt))
+		INSERT INTO access_tokens (name, hash, hint, role, selector, created_by, created_at, expires_at, minted_without_auth)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING `+tokenColumns,
+		t.Name, hash, t.Hint, string(t.Role), t.Selector.JSON(), t.CreatedBy, t.CreatedAt, t.ExpiresAt, t.MintedWithoutAuth))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		return out, fmt.Errorf("a live token named %q exists already; revoke it first: %w", t.Name, ErrConflict)
@@ -193,10 +194,10 @@ func sessionByHash(ctx context.Context, q querier, idHash []byte) (time.Time, To
 	var t Token
 	var sel []byte
 	err := q.QueryRow(ctx, `SELECT s.expires_at, t.id, t.name, t.hint, t.role, t.selector, t.created_by, t.created_at,
-			t.expires_at, t.last_used_at, t.revoked_at, coalesce(t.revoked_by, '')
+			t.expires_at, t.last_used_at, t.revoked_at, coalesce(t.revoked_by, ''), t.minted_without_auth
 		FROM access_sessions s JOIN access_tokens t ON t.id = s.token_id WHERE s.id_hash = $1`, idHash).
 		Scan(&expires, &t.ID, &t.Name, &t.Hint, &t.Role, &sel, &t.CreatedBy, &t.CreatedAt, &t.ExpiresAt,
-			&t.LastUsedAt, &t.RevokedAt, &t.RevokedBy)
+			&t.LastUsedAt, &t.RevokedAt, &t.RevokedBy, &t.MintedWithoutAuth)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return expires, t, fmt.Errorf("session ended; log in again: %w", ErrUnauthenticated)
 	}

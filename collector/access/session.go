@@ -62,7 +62,7 @@ func (a *Access) session(ctx context.Context, id string) (Principal, error) {
 	if !now.Before(expires) {
 		return Principal{}, fmt.Errorf("session expired at %s; log in again: %w", expires.UTC().Format(time.RFC3339), ErrUnauthenticated)
 	}
-	if err := t.check(now); err != nil {
+	if err := a.check(t, now); err != nil {
 		return Principal{}, err
 	}
 	a.touch(ctx, t.ID, now)
@@ -82,8 +82,16 @@ func (a *Access) secure(r *http.Request) bool {
 	return r.TLS != nil || strings.HasPrefix(a.cfg.ExternalURL, "https://")
 }
 
+// sessionCookie finds the session id. Under HTTPS only the __Host- cookie
+// counts: the plain name carries no guarantee of where it came from (a
+// sibling subdomain, or a man in the middle on plain HTTP, can set it), so
+// accepting it beside the prefixed one would undo what the prefix is for.
 func (a *Access) sessionCookie(r *http.Request) (string, bool) {
-	for _, name := range []string{secureCookieName, cookieName} {
+	names := []string{secureCookieName, cookieName}
+	if a.secure(r) {
+		names = names[:1]
+	}
+	for _, name := range names {
 		if c, err := r.Cookie(name); err == nil && c.Value != "" {
 			return c.Value, true
 		}

@@ -79,7 +79,12 @@ type Token struct {
 	LastUsedAt *time.Time `json:"last_used_at"`
 	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
 	RevokedBy  string     `json:"revoked_by,omitempty"`
-	// State is live, expired or revoked at the time of reading.
+	// MintedWithoutAuth: the token was created under --auth.mode=none, by
+	// whoever reached the port; it works under no other mode.
+	MintedWithoutAuth bool `json:"minted_without_auth,omitempty"`
+	// State is live, expired, revoked or void (minted without
+	// authentication, and the collector authenticates now) at the time of
+	// reading.
 	State string `json:"state"`
 }
 
@@ -104,6 +109,28 @@ func (t Token) check(now time.Time) error {
 		return fmt.Errorf("token %q was revoked: %w", t.Name, ErrUnauthenticated)
 	case "expired":
 		return fmt.Errorf("token %q expired at %s: %w", t.Name, t.ExpiresAt.UTC().Format(time.RFC3339), ErrUnauthenticated)
+	}
+	return nil
+}
+
+// setState is Token.setState as this collector sees it: a live token
+// minted without authentication is void unless the mode is still none.
+func (a *Access) setState(t *Token, now time.Time) {
+	t.setState(now)
+	if t.State == "live" && t.MintedWithoutAuth && a.cfg.Mode != ModeNone {
+		t.State = "void"
+	}
+}
+
+// check refuses a token that no longer works for this collector.
+func (a *Access) check(t Token, now time.Time) error {
+	if err := t.check(now); err != nil {
+		return err
+	}
+	if t.MintedWithoutAuth && a.cfg.Mode != ModeNone {
+		// Anyone who reached the port could have made it (a DNS-rebinding
+		// page included): it must not outlive the mode that let them.
+		return fmt.Errorf("token %q was minted under --auth.mode=none, without authentication, and is void now that the collector authenticates; an admin makes a new one (and revokes this): %w", t.Name, ErrUnauthenticated)
 	}
 	return nil
 }
@@ -190,8 +217,9 @@ func (a *Access) createToken(ctx context.Context, tx pgx.Tx, n NewToken) (string
 		return "", Token{}, fmt.Errorf("%d live tokens is the limit (--auth.max-tokens); revoke some first: %w", a.cfg.MaxTokens, ErrConflict)
 	}
 	secret := TokenPrefix + newSecret()
+	by := FromContext(ctx)
 	t := Token{Name: n.Name, Hint: secret[len(secret)-4:], Role: n.Role, Selector: n.Selector,
-		CreatedBy: FromContext(ctx).actor(), CreatedAt: now, ExpiresAt: now.Add(n.TTL)}
+		CreatedBy: by.actor(), CreatedAt: now, ExpiresAt: now.Add(n.TTL), MintedWithoutAuth: by.Via == ViaNone}
 	if t.Role != RoleCustomer {
 		t.Selector = nil
 	}
@@ -199,7 +227,7 @@ func (a *Access) createToken(ctx context.Context, tx pgx.Tx, n NewToken) (string
 	if err != nil {
 		return "", Token{}, err
 	}
-	out.setState(now)
+	a.setState(&out, now)
 	if err := Audit(ctx, tx, Entry{Action: "create", ObjectKind: "token", ObjectID: fmt.Sprint(out.ID), New: out}); err != nil {
 		return "", Token{}, err
 	}
@@ -215,7 +243,7 @@ func (a *Access) Tokens(ctx context.Context) ([]Token, error) {
 	}
 	now := a.now()
 	for i := range ts {
-		ts[i].setState(now)
+		a.setState(&ts[i], now)
 	}
 	return ts, nil
 }
@@ -238,7 +266,7 @@ func (a *Access) revokeToken(ctx context.Context, tx pgx.Tx, id int64) (Token, e
 	if err != nil {
 		return old, err
 	}
-	old.setState(now)
+	a.setState(&old, now)
 	if old.RevokedAt != nil {
 		return old, nil
 	}
@@ -246,7 +274,7 @@ func (a *Access) revokeToken(ctx context.Context, tx pgx.Tx, id int64) (Token, e
 	if err != nil {
 		return t, err
 	}
-	t.setState(now)
+	a.setState(&t, now)
 	if err := Audit(ctx, tx, Entry{Action: "revoke", ObjectKind: "token", ObjectID: fmt.Sprint(id), Old: old, New: t}); err != nil {
 		return t, err
 	}
@@ -300,7 +328,7 @@ func (a *Access) verify(ctx context.Context, secret string) (Token, error) {
 		return t, err
 	}
 	now := a.now()
-	if err := t.check(now); err != nil {
+	if err := a.check(t, now); err != nil {
 		return t, err
 	}
 	a.touch(ctx, t.ID, now)

@@ -3,6 +3,7 @@ package alert
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -227,16 +228,38 @@ func (s *Service) ListAlerts(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	leader, err := s.repo.leader(r.Context())
-	if err != nil {
-		api.WriteError(w, r, err, s.log)
-		return
-	}
 	out := make([]AlertView, 0, len(insts))
 	for i := range insts {
-		out = append(out, s.view(&insts[i].Instance))
+		out = append(out, forViewer(s.view(&insts[i].Instance), f.Viewer))
 	}
-	api.WriteJSON(w, http.StatusOK, map[string]any{"evaluator": leader, "alerts": out})
+	body := map[string]any{"alerts": out}
+	// Which collector evaluates (its host, pid and internal URL) is staff's.
+	if f.Viewer.SeesAll() {
+		if body["evaluator"], err = s.repo.leader(r.Context()); err != nil {
+			api.WriteError(w, r, err, s.log)
+			return
+		}
+	}
+	api.WriteJSON(w, http.StatusOK, body)
+}
+
+// staffAnnotations are annotations a customer does not see: where staff
+// are told to look (an internal runbook) is not the customer's business.
+var staffAnnotations = []string{"runbook_url"}
+
+// forViewer strips from an alert what only staff may see.
+func forViewer(v AlertView, p access.Principal) AlertView {
+	if p.SeesAll() {
+		return v
+	}
+	ann := make(map[string]string, len(v.Annotations))
+	for k, val := range v.Annotations {
+		if !slices.Contains(staffAnnotations, k) {
+			ann[k] = val
+		}
+	}
+	v.Annotations = ann
+	return v
 }
 
 // GetAlert serves GET /alerts/{id}: the alert and its delivery log.
@@ -255,7 +278,7 @@ func (s *Service) GetAlert(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, errkind.Errorf(errkind.NotFound, "alert %d: not found", id), s.log)
 		return
 	}
-	v := AlertDetail{AlertView: s.view(&inst.Instance)}
+	v := AlertDetail{AlertView: forViewer(s.view(&inst.Instance), access.FromContext(r.Context()))}
 	// Where and how staff are paged (receiver URLs) is not a customer's.
 	if access.FromContext(r.Context()).SeesAll() {
 		if v.Deliveries, err = s.repo.deliveries(r.Context(), id); err != nil {

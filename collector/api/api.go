@@ -94,7 +94,10 @@ func (a *API) SetReadyWarnings(w []string) { a.readyWarnings = w }
 // login page is part of it, and it holds no data).
 func (a *API) Handler(routes []Route, acc Access) chi.Router {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, middleware.RealIP, a.observe, middleware.Recoverer, acc.Guard)
+	// No middleware.RealIP: it believes X-Forwarded-For from anyone.
+	// acc.Guard finds the client's address, trusting the header only from
+	// the proxies the operator names.
+	r.Use(middleware.RequestID, a.observe, middleware.Recoverer, acc.Guard)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

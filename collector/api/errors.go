@@ -42,6 +42,10 @@ const codeMethodNotAllowed = "method_not_allowed"
 // body is not JSON, which a cross-site form could send.
 const codeUnsupportedMedia = "unsupported_media_type"
 
+// codeTooManyRequests is collector/access's answer (429, with Retry-After)
+// to a client address over the failed sign-in limit.
+const codeTooManyRequests = "too_many_requests"
+
 // ErrorBody is the JSON envelope of every error answer under /api/v1.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`

@@ -285,10 +285,11 @@ func server(t *testing.T, st api.Queries) (chi.Router, []api.Route) {
 	return a.Handler(routes, acc), routes
 }
 
-// noAccess is --auth.mode=none, which needs no database.
+// noAccess is --auth.mode=none, which needs no database, answering the
+// Host httptest.NewRequest sends.
 func noAccess(t *testing.T) *access.Access {
 	t.Helper()
-	acc, err := access.New(nil, access.Config{Mode: access.ModeNone}, slog.New(slog.DiscardHandler))
+	acc, err := access.New(nil, access.Config{Mode: access.ModeNone, AllowedHosts: access.StringList{"example.com"}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"regexp"
 	"slices"
 	"sort"
@@ -115,9 +116,11 @@ func newFleet(t *testing.T, cfg access.Config) *fleet {
 	// alert, which counts nodes of every tenant.
 	alertRow := func(fp, kind, node string, nodeID *int32, group, labels string) int64 {
 		var id int64
+		// The rule's runbook is staff's; the summary is everyone's.
 		if err := st.Pool().QueryRow(ctx, `INSERT INTO alert_instances (fingerprint, rule_id, rule_name, kind, severity, node_id, node,
-				metric, group_key, state, since, last_ts, fired_at, labels)
-			VALUES ($1, 1, 'NBSRootCritical', $2, 'critical', $3, $4, 'tcp_reset', $5, 'firing', now(), now(), now(), $6) RETURNING id`,
+				metric, group_key, state, since, last_ts, fired_at, labels, annotations)
+			VALUES ($1, 1, 'NBSRootCritical', $2, 'critical', $3, $4, 'tcp_reset', $5, 'firing', now(), now(), now(), $6,
+				'{"summary": "resets", "runbook_url": "https://wiki.internal/runbooks/resets"}') RETURNING id`,
 			fp, kind, nodeID, node, group, labels).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
@@ -318,6 +321,12 @@ func TestAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What only staff may see: fields openapi.json marks x-nbs-staff, and
+	// what else the handlers strip for customers.
+	staff := append(doc.StaffFields(), "holder", "runbook_url", "deliveries")
+	if !slices.Contains(staff, "evaluator") || !slices.Contains(staff, "created_by") {
+		t.Fatalf("openapi.json marks %v as staff's; evaluator and created_by at least", staff)
+	}
 	const (
 		// none, viewer, operator, admin, acme, globex
 		ok, created, accepted, gone = 200, 201, 202, 204
@@ -450,12 +459,81 @@ func TestAccess(t *testing.T) {
 						t.Error(err)
 					}
 				}
+				if caller == acme || caller == globex {
+					for _, leak := range staffLeaks(body, staff) {
+						t.Errorf("%s %s as %s: a customer's answer holds the staff field %s: %.300s", method, path, callerNames[caller], leak, body)
+					}
+				}
 			})
 		}
 	}
 	for route := range calls {
 		if !slices.Contains(served, route) {
 			t.Errorf("the access test expects %s, which is not served", route)
+		}
+	}
+}
+
+// staffLeaks lists the keys of a JSON answer, at any depth, that are in
+// staff; a "deliveries" list counts only when it is not empty (a customer's
+// alert detail has it, empty).
+func staffLeaks(body string, staff []string) []string {
+	var v any
+	if json.Unmarshal([]byte(body), &v) != nil {
+		return nil // CSV, or an empty answer
+	}
+	var out []string
+	var walk func(v any, at string)
+	walk = func(v any, at string) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if slices.Contains(staff, k) {
+					if list, ok := e.([]any); !ok || len(list) > 0 {
+						out = append(out, at+"."+k)
+					}
+				}
+				walk(e, at+"."+k)
+			}
+		case []any:
+			for i, e := range x {
+				walk(e, fmt.Sprintf("%s[%d]", at, i))
+			}
+		}
+	}
+	walk(v, "$")
+	sort.Strings(out)
+	return out
+}
+
+// TestCustomersSeeNoStaffFields: the staff fields are in staff's answers
+// (so TestAccess, which finds none in a customer's, proves something), and
+// not in a customer's answers to the same calls.
+func TestCustomersSeeNoStaffFields(t *testing.T) {
+	f := newFleet(t, access.Config{})
+	p := api.Prefix
+	for _, c := range []struct {
+		path, field string
+	}{
+		{p + "/alerts", "evaluator"},
+		{p + "/alerts", "holder"},
+		{p + "/alerts", "runbook_url"},
+		{fmt.Sprintf("%s/alerts/%d", p, f.acmeAlert), "runbook_url"},
+		{fmt.Sprintf("%s/alerts/%d", p, f.acmeAlert), "deliveries"},
+		{p + "/report-definitions", "created_by"},
+		{fmt.Sprintf("%s/report-definitions/%d", p, f.acmeReport), "created_by"},
+	} {
+		code, _, body := f.do(viewer, "GET", c.path, "")
+		if code != 200 || len(staffLeaks(body, []string{c.field})) == 0 {
+			t.Errorf("viewer: GET %s: %d, no %s in %.400s", c.path, code, c.field, body)
+		}
+		code, _, body = f.do(acme, "GET", c.path, "")
+		if code != 200 || len(staffLeaks(body, []string{c.field})) != 0 {
+			t.Errorf("acme: GET %s: %d, %s in %.400s", c.path, code, c.field, body)
+		}
+		// What the customer is shown of the same object is still there.
+		if !strings.Contains(body, "acme") {
+			t.Errorf("acme: GET %s shows nothing of acme's: %.400s", c.path, body)
 		}
 	}
 }
@@ -769,5 +847,65 @@ func TestAuditTrail(t *testing.T) {
 	find("revoke", "token", fmt.Sprint(tok))
 	if e := find("revoke", "node", "audited-node"); e != nil && e.Role != "admin" {
 		t.Errorf("node revoke entry %+v: want it made by the admin", e)
+	}
+}
+
+// TestClientAddress: the audit log's address, and what the failed sign-in
+// limit counts by, is the TCP peer unless the peer is a trusted proxy; an
+// X-Forwarded-For any client can send changes neither.
+func TestClientAddress(t *testing.T) {
+	p := api.Prefix
+	change := func(f *fleet, xff string) {
+		t.Helper()
+		if code, _, body := f.do(operator, "PUT", p+"/thresholds", `{"scope":{"kind":"global"},"metric":"tcp_reset","threshold":{"warn":9,"crit":90,"comparison":"above","hold_intervals":1}}`,
+			"X-Forwarded-For", xff); code != 200 {
+			t.Fatalf("PUT: %d %s", code, body)
+		}
+	}
+	newest := func(f *fleet) string {
+		t.Helper()
+		_, _, body := f.do(viewer, "GET", p+"/audit?object_kind=threshold&limit=1", "")
+		var log struct {
+			Entries []access.AuditRecord `json:"entries"`
+		}
+		if err := json.Unmarshal([]byte(body), &log); err != nil || len(log.Entries) != 1 {
+			t.Fatalf("audit: %v %s", err, body)
+		}
+		return log.Entries[0].RemoteAddr
+	}
+	// The test's client connects from 127.0.0.1.
+	untrusting := newFleet(t, access.Config{})
+	change(untrusting, "203.0.113.9")
+	if got := newest(untrusting); got != "127.0.0.1" {
+		t.Errorf("a client's own X-Forwarded-For: audit address %q, want the peer 127.0.0.1", got)
+	}
+	trusting := newFleet(t, access.Config{TrustedProxies: access.PrefixList{netip.MustParsePrefix("127.0.0.1/32")}, FailedAttemptsPerMinute: 2})
+	change(trusting, "198.51.100.1, 203.0.113.9")
+	if got := newest(trusting); got != "203.0.113.9" {
+		t.Errorf("through a trusted proxy: audit address %q, want the client it names, 203.0.113.9", got)
+	}
+
+	// Two failed logins of one client behind the proxy use up its
+	// allowance; another client behind the same proxy is not held back.
+	doc, err := apitest.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := `{"token":"nbs_` + strings.Repeat("b", 52) + `"}`
+	for i, want := range []int{401, 401, 429} {
+		code, h, body := trusting.do(none, "POST", p+"/login", bad, "X-Forwarded-For", "203.0.113.9")
+		if code != want {
+			t.Fatalf("login %d: %d %s, want %d", i+1, code, body, want)
+		}
+		if err := doc.CheckResponse("POST", "/login", code, []byte(body)); err != nil {
+			t.Error(err)
+		}
+		// Half a minute refills one of two a minute, less what the test took.
+		if n, err := strconv.Atoi(h.Get("Retry-After")); code == 429 && (err != nil || n < 20 || n > 30 || !strings.Contains(body, `"too_many_requests"`)) {
+			t.Errorf("429 without a Retry-After of about 30 s or its code: %v %s", h, body)
+		}
+	}
+	if code, _, body := trusting.do(none, "POST", p+"/login", `{"token":"`+trusting.tokens[viewer]+`"}`, "X-Forwarded-For", "203.0.113.10"); code != 200 {
+		t.Errorf("another client behind the proxy: %d %s", code, body)
 	}
 }

@@ -177,8 +177,10 @@ func (c *Collector) Run(ctx context.Context) error {
 		httpLis.Close()
 		return err
 	}
+	reports := report.New(reads, st.Pool(), c.log)
+	reports.SetLimits(c.cfg.reports())
 	handler := httpHandler(reads, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: identities,
-		Reports: report.New(reads, st.Pool(), c.log)}, acc, web.Handler(),
+		Reports: reports}, acc, web.Handler(),
 		c.log.With("part", "api"), c.metrics, readyWarnings...)
 	hl := c.cfg.HTTP
 	httpSrv := &http.Server{Handler: handler, ConnContext: access.ConnContext,

@@ -121,7 +121,9 @@ func (p part) GetAlert(w http.ResponseWriter, _ *http.Request)       { p.answer(
 // part that owns it, and keeps health, metrics and the UI beside the API.
 func TestHTTPHandler(t *testing.T) {
 	ui := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ui") })
-	acc, err := access.New(nil, access.Config{Mode: access.ModeNone}, nil) // everyone is admin; who may is TestAccess's
+	// Everyone is admin; who may is TestAccess's. The Host is what
+	// httptest.NewRequest sends.
+	acc, err := access.New(nil, access.Config{Mode: access.ModeNone, AllowedHosts: access.StringList{"example.com"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
+	"github.com/nbs-project/nbs/collector/report"
 	"github.com/nbs-project/nbs/collector/tenant"
 )
 
@@ -81,6 +82,9 @@ type Config struct {
 	// browser protections, HTTP TLS (--auth.*, --web.allowed-hosts,
 	// --http.tls-*, --metrics.auth).
 	Access access.Config
+	// Reports bounds the saved report definitions (--reports.*); the zero
+	// value is report.DefaultConfig.
+	Reports report.Config
 
 	// NodeRetention, AlertRetention and AuditRetention bound the rest
 	// (collector/retention): nodes that stopped reporting, resolved
@@ -141,6 +145,7 @@ func DefaultConfig() Config {
 		Tenant:            tenant.DefaultKey,
 		Alert:             alert.DefaultConfig(),
 		Access:            access.DefaultConfig(),
+		Reports:           report.DefaultConfig(),
 
 		// A node silent as long as raw data is kept has nothing left to
 		// show but rollups; kept longer, churned Kubernetes nodes pile up
@@ -195,6 +200,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ExternalURL, "web.external-url", c.ExternalURL, "URL people use to reach this NBS, for links in alerts (default http://<http.listen-address>)")
 	c.Alert.RegisterFlags(fs)
 	c.Access.RegisterFlags(fs)
+	c.Reports.RegisterFlags(fs)
+}
+
+// reports is the report limits in force: a Config not made by
+// DefaultConfig has the defaults.
+func (c *Config) reports() report.Config {
+	if c.Reports == (report.Config{}) {
+		return report.DefaultConfig()
+	}
+	return c.Reports
 }
 
 // Validate reports every problem of the configuration at once.
@@ -283,7 +298,7 @@ func (c *Config) Validate() error {
 	if c.StreamWindow < 64<<10 || c.StreamWindow > 16<<20 {
 		errs = append(errs, fmt.Errorf("stream window %d must be from 64 KiB to 16 MiB", c.StreamWindow))
 	}
-	errs = append(errs, alert.ValidateExternalURL(c.ExternalURL), c.Alert.Validate(), c.Access.Validate())
+	errs = append(errs, alert.ValidateExternalURL(c.ExternalURL), c.Alert.Validate(), c.Access.Validate(), c.reports().Validate())
 	return errors.Join(errs...)
 }
 

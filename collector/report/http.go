@@ -25,10 +25,15 @@ type Service struct {
 
 var _ api.ReportHandlers = (*Service)(nil)
 
-// New serves reports from st, with definitions in pool.
+// New serves reports from st, with definitions in pool, under the
+// default limits (SetLimits changes them).
 func New(st Store, pool *pgxpool.Pool, log *slog.Logger) *Service {
-	return &Service{st: st, defs: repo{pool}, log: log, now: time.Now}
+	return &Service{st: st, defs: repo{pool: pool, limits: DefaultConfig()}, log: log, now: time.Now}
 }
+
+// SetLimits sets the limits on saved definitions (--reports.*); call it
+// before serving.
+func (s *Service) SetLimits(cfg Config) { s.defs.limits = cfg }
 
 func invalid(format string, args ...any) error {
 	return errkind.Errorf(errkind.Invalid, format, args...)
@@ -159,17 +164,48 @@ func pathID(r *http.Request) (int64, error) {
 	return id, nil
 }
 
-// ListDefinitions serves GET /report-definitions.
+// DefinitionList is the answer to GET /report-definitions: a page, and
+// the cursor of the next one while there is more.
+type DefinitionList struct {
+	Definitions []Definition `json:"definitions"`
+	NextCursor  string       `json:"next_cursor,omitempty"`
+}
+
+// ListDefinitions serves GET /report-definitions?limit=&cursor=.
 func (s *Service) ListDefinitions(w http.ResponseWriter, r *http.Request) {
-	defs, err := s.defs.list(r.Context(), access.FromContext(r.Context()))
+	q := r.URL.Query()
+	limit := DefaultPage
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > MaxPage {
+			api.WriteError(w, r, invalid("limit %s must be an integer from 1 to %d", api.Quote(l), MaxPage), s.log)
+			return
+		}
+		limit = n
+	}
+	var after *Cursor
+	if c := q.Get("cursor"); c != "" {
+		cur, err := ParseCursor(c)
+		if err != nil {
+			api.WriteError(w, r, err, s.log)
+			return
+		}
+		after = &cur
+	}
+	p := access.FromContext(r.Context())
+	page, err := s.defs.list(r.Context(), p, limit, after)
 	if err != nil {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	if defs == nil {
-		defs = []Definition{}
+	out := DefinitionList{Definitions: make([]Definition, 0, len(page.Definitions))}
+	for _, d := range page.Definitions {
+		out.Definitions = append(out.Definitions, d.forViewer(p))
 	}
-	api.WriteJSON(w, http.StatusOK, map[string]any{"definitions": defs})
+	if page.Next != nil {
+		out.NextCursor = page.Next.String()
+	}
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 // GetDefinition serves GET /report-definitions/{id}.
@@ -184,7 +220,7 @@ func (s *Service) GetDefinition(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, err, s.log)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, d)
+	api.WriteJSON(w, http.StatusOK, d.forViewer(access.FromContext(r.Context())))
 }
 
 func decode(r *http.Request) (DefinitionInput, error) {

@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,11 +14,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nbs-project/nbs/collector/access"
+	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/errkind"
 )
 
-// MaxDefinitions bounds how many saved definitions one list returns.
-const MaxDefinitions = 1000
+// Paging of GET /report-definitions: a page holds DefaultPage definitions
+// unless ?limit= asks for up to MaxPage; next_cursor fetches the next.
+const (
+	DefaultPage = 100
+	MaxPage     = 1000
+)
+
+// definitionsLockID serialises saving definitions, so the limits hold
+// when several collectors save at once.
+const definitionsLockID = 0x6e6273_07
 
 // Definition is a saved report: its stable URL in the UI is /reports/{id}.
 type Definition struct {
@@ -29,8 +39,18 @@ type Definition struct {
 	To         *time.Time      `json:"to"`
 	Targets    []string        `json:"targets"`
 	Objectives []Objective     `json:"objectives"`
-	CreatedBy  string          `json:"created_by"`
-	CreatedAt  time.Time       `json:"created_at"`
+	// CreatedBy names the staff member who saved it: not shown to
+	// customers (forViewer).
+	CreatedBy string    `json:"created_by,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// forViewer strips from a definition what only staff may see.
+func (d Definition) forViewer(p access.Principal) Definition {
+	if !p.SeesAll() {
+		d.CreatedBy = ""
+	}
+	return d
 }
 
 // DefinitionInput is what a client sends to create or replace one.
@@ -110,7 +130,39 @@ func (d Definition) span(now time.Time) (time.Time, time.Time) {
 	return now.Add(-periods[d.Period]), now
 }
 
-type repo struct{ pool *pgxpool.Pool }
+type repo struct {
+	pool   *pgxpool.Pool
+	limits Config
+}
+
+// Cursor is where a page of definitions continues: after this name and id,
+// in the list's order. It travels as an opaque token (String).
+type Cursor struct {
+	Name string `json:"n"`
+	ID   int64  `json:"i"`
+}
+
+// String encodes the cursor for next_cursor.
+func (c Cursor) String() string {
+	b, _ := json.Marshal(c) // a string and an int always encode
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// ParseCursor decodes what String made.
+func ParseCursor(s string) (Cursor, error) {
+	var c Cursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(s) > 1024 || json.Unmarshal(b, &c) != nil || c.ID < 1 {
+		return Cursor{}, invalid("cursor %s is not one this API gave (take next_cursor of the previous page as it is)", api.Quote(s))
+	}
+	return c, nil
+}
+
+// Page is one page of a list of definitions; Next is nil after the last.
+type Page struct {
+	Definitions []Definition
+	Next        *Cursor
+}
 
 func scanDefinition(row pgx.Row) (Definition, error) {
 	var d Definition
@@ -143,17 +195,68 @@ func visible(p access.Principal, argN int) (string, []any) {
 	return p.LabelClause("selector", argN)
 }
 
-func (r repo) list(ctx context.Context, p access.Principal) ([]Definition, error) {
-	clause, args := visible(p, 1)
-	rows, err := r.pool.Query(ctx, `SELECT `+defColumns+` FROM report_definitions WHERE `+clause+` ORDER BY name, id LIMIT `+strconv.Itoa(MaxDefinitions), args...)
+// list reads a page of the definitions p sees, by name then id, after the
+// cursor (nil: from the start).
+func (r repo) list(ctx context.Context, p access.Principal, limit int, after *Cursor) (Page, error) {
+	clause, args := visible(p, 4)
+	var name *string
+	var id int64
+	if after != nil {
+		name, id = &after.Name, after.ID
+	}
+	// One more than the page tells whether there is a next one.
+	rows, err := r.pool.Query(ctx, `SELECT `+defColumns+` FROM report_definitions
+		WHERE ($1::text IS NULL OR (name, id) > ($1, $2)) AND `+clause+`
+		ORDER BY name, id LIMIT $3`, append([]any{name, id, limit + 1}, args...)...)
 	if err != nil {
-		return nil, fmt.Errorf("list report definitions: %w", err)
+		return Page{}, fmt.Errorf("list report definitions: %w", err)
 	}
 	defs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Definition, error) { return scanDefinition(row) })
 	if err != nil {
-		return nil, fmt.Errorf("list report definitions: %w", err)
+		return Page{}, fmt.Errorf("list report definitions: %w", err)
 	}
-	return defs, nil
+	page := Page{Definitions: defs}
+	if len(defs) > limit {
+		last := defs[limit-1]
+		page.Definitions, page.Next = defs[:limit], &Cursor{Name: last.Name, ID: last.ID}
+	}
+	return page, nil
+}
+
+// checkLimits refuses a definition with selector sel that would pass a
+// limit; self is the definition being replaced (0: a new one). The caller
+// holds definitionsLockID.
+func (r repo) checkLimits(ctx context.Context, tx pgx.Tx, sel []byte, self int64) error {
+	var all, same int
+	if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE selector = $1::jsonb AND id <> $2)
+		FROM report_definitions`, sel, self).Scan(&all, &same); err != nil {
+		return fmt.Errorf("count report definitions: %w", err)
+	}
+	if self == 0 && all >= r.limits.MaxDefinitions {
+		return errkind.Errorf(errkind.Conflict, "%d saved report definitions is the limit (--reports.max-definitions); delete some first", r.limits.MaxDefinitions)
+	}
+	if same >= r.limits.MaxDefinitionsPerSelector {
+		return errkind.Errorf(errkind.Conflict, "%d saved report definitions with selector %s is the limit for one selector (--reports.max-definitions-per-selector); delete some of them first",
+			r.limits.MaxDefinitionsPerSelector, selectorText(sel))
+	}
+	return nil
+}
+
+// selectorText is a stored selector as people write it (customer=acme),
+// or "{}" for every node.
+func selectorText(sel []byte) string {
+	var s access.Selector
+	if json.Unmarshal(sel, &s) != nil || len(s) == 0 {
+		return "{} (every node)"
+	}
+	return s.String()
+}
+
+func lockDefinitions(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, definitionsLockID); err != nil {
+		return fmt.Errorf("lock report definitions: %w", err)
+	}
+	return nil
 }
 
 func notFound(id int64) error {
@@ -190,6 +293,12 @@ func (r repo) create(ctx context.Context, p access.Principal, in DefinitionInput
 	}
 	var d Definition
 	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		if err := lockDefinitions(ctx, tx); err != nil {
+			return err
+		}
+		if err := r.checkLimits(ctx, tx, sel, 0); err != nil {
+			return err
+		}
 		d, err = scanDefinition(tx.QueryRow(ctx, `INSERT INTO report_definitions (name, selector, body, created_by)
 			VALUES ($1, $2, $3, $4) RETURNING `+defColumns, in.Name, sel, body, p.Name))
 		if err != nil {
@@ -210,11 +319,18 @@ func (r repo) update(ctx context.Context, id int64, in DefinitionInput) (Definit
 	}
 	var d Definition
 	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		if err := lockDefinitions(ctx, tx); err != nil {
+			return err
+		}
 		old, err := scanDefinition(tx.QueryRow(ctx, `SELECT `+defColumns+` FROM report_definitions WHERE id = $1 FOR UPDATE`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound(id)
 		}
 		if err != nil {
+			return err
+		}
+		// Moving it to another selector counts against that one's limit.
+		if err := r.checkLimits(ctx, tx, sel, id); err != nil {
 			return err
 		}
 		d, err = scanDefinition(tx.QueryRow(ctx, `UPDATE report_definitions SET name = $2, selector = $3, body = $4

@@ -44,7 +44,10 @@ export interface Token {
   last_used_at: string | null;
   revoked_at?: string;
   revoked_by?: string;
-  state: 'live' | 'expired' | 'revoked';
+  /** Created under --auth.mode=none by whoever reached the port: void under any other mode. */
+  minted_without_auth?: boolean;
+  /** void: minted without authentication, and the collector authenticates now. */
+  state: 'live' | 'expired' | 'revoked' | 'void';
 }
 
 /** GET /tokens. */

@@ -177,7 +177,7 @@ export interface paths {
     get: operations["getReport"];
   };
   "/report-definitions": {
-    /** Saved report definitions (a customer sees those within its selector). */
+    /** Saved report definitions (a customer sees those within its selector), by name, a page at a time: follow next_cursor until it is absent. */
     get: operations["listReportDefinitions"];
     /** Save a report definition (audited). */
     post: operations["createReportDefinition"];
@@ -207,10 +207,10 @@ export interface components {
     };
     ErrorDetail: {
       /**
-       * @description What kind of failure: bad_request (400), unauthorized (401), forbidden (403), not_found (404), method_not_allowed (405), conflict (409), too_large (413), unsupported_media_type (415), internal (500), unavailable (503).
+       * @description What kind of failure: bad_request (400), unauthorized (401), forbidden (403), not_found (404), method_not_allowed (405), conflict (409), too_large (413), unsupported_media_type (415), too_many_requests (429, with Retry-After), internal (500), unavailable (503).
        * @enum {string}
        */
-      code: "bad_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "too_large" | "unsupported_media_type" | "internal" | "unavailable";
+      code: "bad_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "too_large" | "unsupported_media_type" | "too_many_requests" | "internal" | "unavailable";
       /** @description For people: what was wrong and how to fix it; for internal errors, the request id to find in the collector's log. */
       message: string;
     };
@@ -566,6 +566,7 @@ export interface components {
       labels: {
         [key: string]: string;
       };
+      /** @description summary, description, tree_url, observed_at, and the rule's runbook_url (staff only: a customer's alerts have none). */
       annotations: {
         [key: string]: string;
       };
@@ -592,7 +593,8 @@ export interface components {
       deliveries: components["schemas"]["Delivery"][];
     };
     AlertList: {
-      evaluator: components["schemas"]["Leader"];
+      /** @description Which collector evaluates alerts (staff only: absent for a customer). */
+      evaluator?: components["schemas"]["Leader"];
       /** @description Open alerts first, then history, newest first. */
       alerts: components["schemas"]["Alert"][];
     };
@@ -658,8 +660,13 @@ export interface components {
       /** Format: date-time */
       revoked_at?: string;
       revoked_by?: string;
-      /** @enum {string} */
-      state: "live" | "expired" | "revoked";
+      /** @description Created under --auth.mode=none, by whoever reached the port: it works under no other mode (state void). Absent when false. */
+      minted_without_auth?: boolean;
+      /**
+       * @description At the time of reading. void: minted without authentication (minted_without_auth) and the collector authenticates now; revoke it.
+       * @enum {string}
+       */
+      state: "live" | "expired" | "revoked" | "void";
     };
     TokenList: {
       tokens: components["schemas"]["Token"][];
@@ -768,12 +775,15 @@ export interface components {
       to: string | null;
       targets: string[];
       objectives: components["schemas"]["ReportObjective"][];
-      created_by: string;
+      /** @description Who saved it (staff only: absent for a customer). */
+      created_by?: string;
       /** Format: date-time */
       created_at: string;
     };
     ReportDefinitionList: {
       definitions: components["schemas"]["ReportDefinition"][];
+      /** @description The cursor of the next page; absent on the last. */
+      next_cursor?: string;
     };
     Report: {
       period: {
@@ -973,6 +983,16 @@ export interface components {
     };
     /** @description A request body that is not Content-Type: application/json (code unsupported_media_type). */
     UnsupportedMedia: {
+      content: {
+        "application/json": components["schemas"]["ErrorBody"];
+      };
+    };
+    /** @description Too many failed sign-ins from this client address (--auth.failed-attempts-per-minute): every login and every request with an Authorization header from it is refused until Retry-After (seconds) has passed (code too_many_requests). */
+    TooManyRequests: {
+      headers: {
+        /** @description Seconds to wait before signing in again. */
+        "Retry-After"?: number;
+      };
       content: {
         "application/json": components["schemas"]["ErrorBody"];
       };
@@ -1452,6 +1472,7 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       415: components["responses"]["UnsupportedMedia"];
+      429: components["responses"]["TooManyRequests"];
       default: components["responses"]["Error"];
     };
   };
@@ -1671,8 +1692,15 @@ export interface operations {
       default: components["responses"]["Error"];
     };
   };
-  /** Saved report definitions (a customer sees those within its selector). */
+  /** Saved report definitions (a customer sees those within its selector), by name, a page at a time: follow next_cursor until it is absent. */
   listReportDefinitions: {
+    parameters: {
+      query?: {
+        limit?: components["parameters"]["limit"];
+        /** @description Where the page starts: next_cursor of the previous page, as it was given. */
+        cursor?: string;
+      };
+    };
     responses: {
       /** @description The definitions. */
       200: {
@@ -1680,6 +1708,7 @@ export interface operations {
           "application/json": components["schemas"]["ReportDefinitionList"];
         };
       };
+      400: components["responses"]["BadRequest"];
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
@@ -1708,6 +1737,12 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      /** @description Saving it would pass a limit: --reports.max-definitions in all, or --reports.max-definitions-per-selector with its selector (code conflict). */
+      409: {
+        content: {
+          "application/json": components["schemas"]["ErrorBody"];
+        };
+      };
       413: components["responses"]["TooLarge"];
       415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];
@@ -1757,6 +1792,12 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      /** @description Moving it to another selector would pass --reports.max-definitions-per-selector (code conflict). */
+      409: {
+        content: {
+          "application/json": components["schemas"]["ErrorBody"];
+        };
+      };
       413: components["responses"]["TooLarge"];
       415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];

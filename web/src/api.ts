@@ -98,6 +98,10 @@ function query(params: Record<string, string | number | undefined>): string {
   return s ? `?${s}` : '';
 }
 
+/** GET /report-definitions pages: the largest page the collector gives, and a bound on how many are followed. */
+const DEFINITIONS_PAGE = 1000;
+const MAX_DEFINITION_PAGES = 1000;
+
 type NodeList = Schemas['NodeList'];
 type EventList = Schemas['EventList'];
 type OverrideList = Schemas['OverrideList'];
@@ -155,10 +159,25 @@ export const api = {
   // Reports (issue 10). The URL carries the query (report.ts builds it), so
   // the same link serves the page, the JSON and the CSV downloads.
   report: (url: string, signal?: AbortSignal) => request<Report>('GET', url, undefined, signal),
-  reportDefinitions: (signal?: AbortSignal) =>
-    request<{ definitions?: ReportDefinition[] } | ReportDefinition[]>('GET', '/api/v1/report-definitions', undefined, signal).then((r) =>
-      Array.isArray(r) ? r : (r?.definitions ?? []),
-    ),
+  // Every definition the caller sees: the list comes a page at a time (the
+  // server's limit), so follow next_cursor to the end rather than show a part.
+  reportDefinitions: async (signal?: AbortSignal) => {
+    const out: ReportDefinition[] = [];
+    let cursor: string | undefined;
+    for (let pages = 0; pages < MAX_DEFINITION_PAGES; pages++) {
+      const r = await request<{ definitions?: ReportDefinition[]; next_cursor?: string } | ReportDefinition[]>(
+        'GET',
+        `/api/v1/report-definitions${query({ limit: DEFINITIONS_PAGE, cursor })}`,
+        undefined,
+        signal,
+      );
+      if (Array.isArray(r)) return r;
+      out.push(...(r?.definitions ?? []));
+      if (!r?.next_cursor || r.next_cursor === cursor) break;
+      cursor = r.next_cursor;
+    }
+    return out;
+  },
   reportDefinition: (id: number, signal?: AbortSignal) => request<ReportDefinition>('GET', `/api/v1/report-definitions/${enc(String(id))}`, undefined, signal),
   createReportDefinition: (d: ReportDefinitionInput) => request<ReportDefinition>('POST', '/api/v1/report-definitions', d),
   updateReportDefinition: (id: number, d: ReportDefinitionInput) => request<ReportDefinition>('PUT', `/api/v1/report-definitions/${enc(String(id))}`, d),

@@ -168,7 +168,8 @@ export interface ReportDefinition {
   to: string | null;
   targets: string[];
   objectives: Objective[];
-  created_by: string;
+  /** Who saved it; staff only (a customer's answers leave it out). */
+  created_by?: string;
   created_at: string;
 }
 

@@ -60,6 +60,41 @@ func (d *Doc) Schema(name string) (map[string]any, bool) {
 	return s, ok
 }
 
+// StaffFields returns the names of the schemas' properties marked
+// x-nbs-staff: what only staff may see, so no answer to a customer may
+// carry a field of that name.
+func (d *Doc) StaffFields() []string {
+	seen := map[string]bool{}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if props, ok := x["properties"].(map[string]any); ok {
+				for name, ps := range props {
+					if m, ok := ps.(map[string]any); ok && m["x-nbs-staff"] == true {
+						seen[name] = true
+					}
+				}
+			}
+			for _, e := range x {
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(d.root["components"])
+	walk(d.root["paths"])
+	out := make([]string, 0, len(seen))
+	for name := range seen {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // CheckResponse checks an answer to method on pattern (as in the document,
 // e.g. /nodes/{node}) against the document.
 func (d *Doc) CheckResponse(method, pattern string, status int, body []byte) error {

@@ -79,3 +79,16 @@ func TestCheckResponse(t *testing.T) {
 		})
 	}
 }
+
+func TestStaffFields(t *testing.T) {
+	doc, err := Parse([]byte(`{"paths": {}, "components": {"schemas": {
+		"A": {"type": "object", "properties": {"holder": {"type": "string", "x-nbs-staff": true}, "name": {"type": "string"}}},
+		"B": {"allOf": [{"type": "object", "properties": {"created_by": {"type": "string", "x-nbs-staff": true}, "open": {"type": "string", "x-nbs-staff": false}}}]}
+	}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(doc.StaffFields(), ","); got != "created_by,holder" {
+		t.Errorf("staff fields %q, want created_by,holder", got)
+	}
+}

@@ -268,9 +268,10 @@ function TokenRow({ t, mine, now, busy, onRevoke }: { t: Token; mine: boolean; n
       <td class="nowrap">
         <span class={`badge badge-sm ${t.state === 'live' ? 'st-ok' : 'st-unknown'}`}>{t.state}</span>
         {t.revoked_by && t.state === 'revoked' && <div class="muted small">by {t.revoked_by}</div>}
+        {t.state === 'void' && <div class="muted small">minted without authentication (--auth.mode=none): it works no more; revoke it</div>}
       </td>
       <td class="nowrap rule-actions" onKeyDown={(e) => confirming && e.key === 'Escape' && cancel()}>
-        {t.state === 'live' &&
+        {(t.state === 'live' || t.state === 'void') &&
           (confirming ? (
             <span role="group" aria-label={`Revoke ${t.name}?`}>
               <span class="muted small">{mine ? 'You are signed in with it: revoking signs you out. Revoke? ' : 'Revoke? It stops working at once. '}</span>
@@ -331,8 +332,10 @@ export function TokensPage({ params }: { params: URLSearchParams }) {
   };
 
   const all = polled.data ?? [];
-  const tokens = showAll ? all : all.filter((t) => t.state === 'live');
-  const dead = all.length - all.filter((t) => t.state === 'live').length;
+  // A void token (minted under --auth.mode=none) works no more but waits to be revoked: shown with the live ones.
+  const current = (t: Token) => t.state === 'live' || t.state === 'void';
+  const tokens = showAll ? all : all.filter(current);
+  const dead = all.length - all.filter(current).length;
   return (
     <div class="page tokens-page">
       <div class="page-head">

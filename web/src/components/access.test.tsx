@@ -405,6 +405,18 @@ describe('TokensPage', () => {
     expect(location.search).toBe('?all=1');
   });
 
+  it('lists a token minted without authentication as void, with a way to revoke it', async () => {
+    fakeApi({
+      'GET /api/v1/tokens': () => [200, { tokens: [tok(1, 'admin-1', { role: 'admin' }), tok(4, 'rebound', { role: 'admin', created_by: 'none:anonymous', minted_without_auth: true, state: 'void' })] }],
+    });
+    const el = mountAs('admin', <TokensPage params={new URLSearchParams()} />);
+    await waitFor(() => expect($$(el, '.tokens-table tbody tr').map((r) => r.dataset.token)).toEqual(['admin-1', 'rebound']));
+    const row = $(el, 'tr[data-token="rebound"]');
+    expect(row.textContent).toContain('void');
+    expect(row.textContent).toContain('minted without authentication');
+    expect(byText(row, 'button', 'Revoke…')).toBeTruthy();
+  });
+
   it('creates a token and shows its secret once, with a copy button', async () => {
     const calls = tokensApi();
     const writeText = vi.fn(async () => {});

@@ -94,6 +94,24 @@ describe('ReportsPage', () => {
     expect([...el.querySelectorAll('button')].some((b) => /delete/i.test(b.textContent ?? ''))).toBe(false);
   });
 
+  it('lists every saved definition, following the pages to the last', async () => {
+    const pages: Record<string, unknown> = {
+      '': { definitions: [{ id: 1, name: 'acme daily' }, { id: 2, name: 'acme weekly' }], next_cursor: 'p2' },
+      p2: { definitions: [{ id: 3, name: 'globex monthly' }], next_cursor: 'p3' },
+      p3: { definitions: [{ id: 4, name: 'zeta yearly' }] },
+    };
+    const calls = fakeApi({
+      'GET /api/v1/report-definitions': (u) => [200, pages[u.searchParams.get('cursor') ?? '']],
+      'GET /api/v1/reports': () => [200, acmeReport()],
+    });
+    const el = mountAs('operator', <ReportsPage params={new URLSearchParams('period=1d')} />);
+    await waitFor(() =>
+      expect([...el.querySelectorAll('.saved-reports a')].map((a) => a.textContent)).toEqual(['acme daily', 'acme weekly', 'globex monthly', 'zeta yearly']),
+    );
+    const listed = calls.filter((c) => c.url.pathname === '/api/v1/report-definitions').map((c) => c.url.searchParams.get('cursor'));
+    expect(listed).toEqual([null, 'p2', 'p3']);
+  });
+
   it('lets an operator delete a saved definition', async () => {
     const calls = fakeApi({
       'GET /api/v1/report-definitions': () => [200, { definitions: [] }],
