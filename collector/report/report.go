@@ -168,6 +168,19 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 			s []store.SampleRow
 			h []store.HistogramRow
 		}
+		// Hour points over the whole days too: the totals read those days
+		// from day rollups, one row a day, which an hourly chart cannot use.
+		var hours struct {
+			s []store.SampleRow
+			h []store.HistogramRow
+		}
+		hourlyDays := seriesRes == res && res == store.RollupHour && d0.Before(d1)
+		if hourlyDays {
+			g.do(func() (err error) {
+				hours.s, hours.h, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: store.RollupHour, From: d0, To: d1, Match: seriesMetric})
+				return
+			})
+		}
 		if seriesRes != res {
 			for i, r := range [2][2]time.Time{{seriesFrom, d0}, {d1, to}} {
 				g.do(func() (err error) {
@@ -189,9 +202,14 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		if err := g.wait(); err != nil {
 			return nil, err
 		}
-		if seriesRes == res {
+		switch {
+		case hourlyDays:
+			outside := func(ts time.Time) bool { return ts.Before(d0) || !ts.Before(d1) }
+			d.ser = append(filterRows(d.cur, func(r store.SampleRow) bool { return outside(r.TS) }), hours.s...)
+			d.serH = append(filterRows(d.curH, func(r store.HistogramRow) bool { return outside(r.TS) }), hours.h...)
+		case seriesRes == res:
 			d.ser, d.serH = d.cur, d.curH
-		} else {
+		default:
 			d.ser, d.serH = edges[0].s, edges[0].h
 			for _, r := range d.cur {
 				if !r.TS.Before(d0) && r.TS.Before(d1) && seriesMetric(r.Path) {
@@ -219,6 +237,17 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 	rep.Availability = d.availability(nodes, length)
 	rep.Objectives = d.objectives(q.Objectives, from, to)
 	return rep, nil
+}
+
+// filterRows returns the rows keep keeps, in a new slice.
+func filterRows[R any](rows []R, keep func(R) bool) []R {
+	var out []R
+	for _, r := range rows {
+		if keep(r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // data is what a report is computed from.
