@@ -35,7 +35,12 @@ const newestFirst = `retired_at IS NOT NULL, retired_at DESC, id DESC`
 // the scope.
 func (s *Store) NodesIn(ctx context.Context, scope Scope) ([]Node, error) {
 	clause, args := scope.LabelClause("labels", 1)
-	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (name) `+nodeColumns+` FROM nodes WHERE `+clause+` ORDER BY name, `+newestFirst, args...)
+	q := `SELECT DISTINCT ON (name) ` + nodeColumns + ` FROM nodes WHERE ` + clause + ` ORDER BY name, ` + newestFirst
+	if clause == "TRUE" {
+		// Staff see every name's current row: no row to choose between.
+		q = `SELECT ` + nodeColumns + ` FROM nodes WHERE retired_at IS NULL ORDER BY name`
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
