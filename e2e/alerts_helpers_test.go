@@ -18,7 +18,7 @@ import (
 	"github.com/nbs-project/nbs/collector/alert"
 	"github.com/nbs-project/nbs/collector/alert/notify/webhook"
 	collectorapp "github.com/nbs-project/nbs/collector/app"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // startAlertCollector is startCollector with alerting configured.

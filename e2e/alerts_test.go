@@ -11,8 +11,8 @@ import (
 	"time"
 
 	agentapp "github.com/nbs-project/nbs/agent/app"
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // The labels the default rule's alert for lab-b's reset storm must carry.

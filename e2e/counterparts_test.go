@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // The other side of a reset: two agents, one per namespace. B answers A's

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	agentapp "github.com/nbs-project/nbs/agent/app"
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // layoutErrorBound is the log-linear layout's largest relative error of a

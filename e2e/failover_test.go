@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // A PostgreSQL primary with a synchronous streaming standby; the collector

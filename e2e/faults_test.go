@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // resetsAtRate makes n no-socket resets in B, one every gap, and returns

@@ -24,8 +24,8 @@ import (
 	agentapp "github.com/nbs-project/nbs/agent/app"
 	collectorapp "github.com/nbs-project/nbs/collector/app"
 	"github.com/nbs-project/nbs/collector/nodeauth"
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	agentapp "github.com/nbs-project/nbs/agent/app"
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 	"github.com/nbs-project/nbs/internal/schema"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // raised reports whether a metric's stored series ever left OK.

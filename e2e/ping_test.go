@@ -10,8 +10,8 @@ import (
 	"time"
 
 	agentapp "github.com/nbs-project/nbs/agent/app"
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // pingExpand asks the collector to stream a node's full tree for a while,

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	agentapp "github.com/nbs-project/nbs/agent/app"
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 	"github.com/nbs-project/nbs/internal/schema"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 const interval = time.Second

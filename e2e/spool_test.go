@@ -17,8 +17,8 @@ import (
 
 	"github.com/nbs-project/nbs/agent/spool"
 	"github.com/nbs-project/nbs/agent/uplink"
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	agentapp "github.com/nbs-project/nbs/agent/app"
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // A healthy node costs little to carry and store: its reports hold the

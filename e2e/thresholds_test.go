@@ -10,8 +10,8 @@ import (
 	"time"
 
 	agentapp "github.com/nbs-project/nbs/agent/app"
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 func put(t *testing.T, c *collector, path, body string) (int, string) {

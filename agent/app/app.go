@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/nodecred"
 	"github.com/nbs-project/nbs/agent/owner"
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
@@ -36,6 +35,7 @@ import (
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/agent/uplink"
 	"github.com/nbs-project/nbs/internal/loglinear"
+	"github.com/nbs-project/nbs/internal/netns"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 

@@ -16,10 +16,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/nodecred"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
 	"github.com/nbs-project/nbs/agent/spool"
+	"github.com/nbs-project/nbs/internal/netns"
 	"github.com/nbs-project/nbs/internal/schema"
 	"github.com/nbs-project/nbs/internal/tlsfiles"
 )

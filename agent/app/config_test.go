@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/internal/configtest"
+	"github.com/nbs-project/nbs/internal/testlab/configtest"
 )
 
 func TestLabelsFlag(t *testing.T) {

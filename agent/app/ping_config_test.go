@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/internal/netns"
 )
 
 func TestPingFlags(t *testing.T) {

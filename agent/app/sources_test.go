@@ -11,11 +11,11 @@ import (
 	"testing"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/agent"
 	"github.com/nbs-project/nbs/agent/uplink"
+	"github.com/nbs-project/nbs/internal/netns"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 

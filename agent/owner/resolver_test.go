@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/agent/netns"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/netns"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // inodeOf returns the namespace inode of a process.

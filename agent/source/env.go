@@ -3,10 +3,10 @@ package source
 import (
 	"log/slog"
 
-	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/owner"
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
 	"github.com/nbs-project/nbs/agent/procnet"
+	"github.com/nbs-project/nbs/internal/netns"
 )
 
 // BPFDisabled is why a source measures nothing by BPF when the operator

@@ -30,9 +30,9 @@ import (
 	"time"
 
 	collectorapp "github.com/nbs-project/nbs/collector/app"
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 	"github.com/nbs-project/nbs/internal/procstatus"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 func TestMain(m *testing.M) { pgcluster.Main(m) }

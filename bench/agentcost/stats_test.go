@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/bench/bpfstats"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // BenchmarkRunTimeStats measures what the kernel's BPF run-time statistics

@@ -20,7 +20,7 @@ import (
 	"github.com/nbs-project/nbs/agent/probe/latency"
 	"github.com/nbs-project/nbs/agent/probe/tcpreset"
 	"github.com/nbs-project/nbs/bench/bpfstats"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // report stops s and reports its median and mean ns/run and runs.

@@ -17,8 +17,8 @@ import (
 
 	probe "github.com/nbs-project/nbs/agent/probe/latencyrx"
 	"github.com/nbs-project/nbs/bench/bpfstats"
-	"github.com/nbs-project/nbs/internal/netlab"
-	"github.com/nbs-project/nbs/internal/txlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/txlab"
 )
 
 // BenchmarkReceive attaches the probe restricted to the receiving namespace

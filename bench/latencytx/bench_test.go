@@ -23,8 +23,8 @@ import (
 	"github.com/nbs-project/nbs/agent/probe/latencyqdisc"
 	"github.com/nbs-project/nbs/agent/probe/latencytx"
 	"github.com/nbs-project/nbs/bench/bpfstats"
-	"github.com/nbs-project/nbs/internal/netlab"
-	"github.com/nbs-project/nbs/internal/txlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/txlab"
 )
 
 func TestMain(m *testing.M) {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/nbs-project/nbs/agent/probe/latencytx"
 	"github.com/nbs-project/nbs/bench/bpfstats"
-	"github.com/nbs-project/nbs/internal/netlab"
-	"github.com/nbs-project/nbs/internal/txlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/txlab"
 )
 
 // BenchmarkSendCost measures what a send of a socket TX timestamping does

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/alert"
 	"github.com/nbs-project/nbs/collector/report"
-	"github.com/nbs-project/nbs/internal/configtest"
+	"github.com/nbs-project/nbs/internal/testlab/configtest"
 )
 
 // The flags' defaults are DefaultConfig: the defaults are written once.

@@ -34,8 +34,8 @@ import (
 	"github.com/nbs-project/nbs/collector/alert"
 	"github.com/nbs-project/nbs/collector/alert/notify/webhook"
 	collectorapp "github.com/nbs-project/nbs/collector/app"
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 func TestMain(m *testing.M) { pgcluster.Main(m) }

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/internal/netlab"
 	"github.com/nbs-project/nbs/internal/procstatus"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // peakBound is the agent's memory goal (BENCHMARKS.md, "The agent: what it

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/probe/bpfhist/lltest"
 	"github.com/nbs-project/nbs/internal/loglinear"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // testValues covers every bucket edge of the 64-bit range (each power of

@@ -5,7 +5,7 @@ import (
 
 	"github.com/cilium/ebpf/btf"
 
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // While held, every caller gets the one decoded kernel BTF; released, or

@@ -7,7 +7,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // A Guarded object runs BeforeAttach on every real attachment (not on a

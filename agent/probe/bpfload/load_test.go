@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/bpfhist/lltest"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // llObjects takes from the lltest object (a syscall program and three

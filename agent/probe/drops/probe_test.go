@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/evidence"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 func load(t *testing.T, opts Options) *Probe {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/internal/netlab"
-	"github.com/nbs-project/nbs/internal/txlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/txlab"
 )
 
 func TestMain(m *testing.M) {

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
-	"github.com/nbs-project/nbs/internal/netlab"
-	"github.com/nbs-project/nbs/internal/txlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/txlab"
 )
 
 func TestMain(m *testing.M) {

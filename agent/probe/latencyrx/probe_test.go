@@ -13,7 +13,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
 	"github.com/nbs-project/nbs/internal/loglinear"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // attached builds a lab and attaches a probe restricted to its namespace

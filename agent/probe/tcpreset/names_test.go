@@ -8,7 +8,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/nbs-project/nbs/agent/probe/evidence"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // The mapping rules, on a hand-made enum: prefix stripped, lower case,

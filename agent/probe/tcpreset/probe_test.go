@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // load loads a probe, skipping (or failing under NBS_REQUIRE_BPF=1) when

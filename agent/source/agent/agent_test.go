@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/latencyqdisc"
 	"github.com/nbs-project/nbs/agent/tree"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/netns"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // openQdisc opens the real qdisc sojourn source on lab namespace A.

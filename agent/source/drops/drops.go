@@ -12,10 +12,10 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	probe "github.com/nbs-project/nbs/agent/probe/drops"
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/internal/netns"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/tree"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/netns"
 	"github.com/nbs-project/nbs/internal/schema"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 func open(t *testing.T, opts Options) *Source {

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/source"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/netns"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 

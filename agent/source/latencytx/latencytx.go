@@ -11,10 +11,10 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/nbs-project/nbs/agent/catalog"
-	"github.com/nbs-project/nbs/agent/cgroupv2"
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
 	probe "github.com/nbs-project/nbs/agent/probe/latencytx"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/internal/cgroupv2"
 	"github.com/nbs-project/nbs/internal/loglinear"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/internal/netns"
 )
 
 // Clock is the kernel clock discipline's state (adjtimex, read-only).

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/tree"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/netns"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 func TestParseTarget(t *testing.T) {

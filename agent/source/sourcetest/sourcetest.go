@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/agent/netns"
 	"github.com/nbs-project/nbs/agent/owner"
 	"github.com/nbs-project/nbs/agent/procnet"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/netns"
 	"github.com/nbs-project/nbs/internal/schema"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/sourcetest"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 

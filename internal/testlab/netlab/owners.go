@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/internal/netns"
 )
 
 // Owned gives the lab's namespaces owners of every kind the agent tells

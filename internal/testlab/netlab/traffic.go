@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/internal/netns"
 )
 
 // Traffic recipes for the latency and drops branches: nftables rules as

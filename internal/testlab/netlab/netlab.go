@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbs-project/nbs/agent/netns"
+	"github.com/nbs-project/nbs/internal/netns"
 )
 
 // RequireEnv is the environment variable that turns skips for missing

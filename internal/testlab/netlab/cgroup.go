@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nbs-project/nbs/agent/cgroupv2"
+	"github.com/nbs-project/nbs/internal/cgroupv2"
 )
 
 // Cgroup is a cgroup v2 directory made for one test.

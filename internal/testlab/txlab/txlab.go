@@ -27,7 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 const helperEnv = "NBS_TXLAB_HELPER"

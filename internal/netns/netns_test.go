@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nbs-project/nbs/agent/netns"
-	"github.com/nbs-project/nbs/internal/netlab"
+	"github.com/nbs-project/nbs/internal/netns"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
 // threadNetns is the inode of the calling thread's network namespace.
