@@ -32,6 +32,9 @@ describe('tenancy', () => {
   it('edits the tenant apart from the other bound labels', () => {
     expect(labelsDraftOf({ customer: 'acme', region: 'eu', tier: 'gold' }, 'customer')).toEqual({ tenant: 'acme', others: 'region=eu, tier=gold' });
     expect(labelsDraftOf(undefined, 'customer')).toEqual({ tenant: '', others: '' });
+    // Nothing bound, but the node has a tenant (its certificate's): binding keeps it.
+    expect(labelsDraftOf({ region: 'eu' }, 'customer', 'acme')).toEqual({ tenant: 'acme', others: 'region=eu' });
+    expect(labelsDraftOf({ customer: 'globex' }, 'customer', 'acme').tenant).toBe('globex');
     expect(labelsRequest({ tenant: ' globex ', others: 'region=eu' }, 'customer')).toEqual({ labels: { customer: 'globex', region: 'eu' }, errors: {} });
     expect(labelsRequest({ tenant: '', others: '' }, 'customer')).toEqual({ labels: {}, errors: {} });
     expect(labelsRequest({ tenant: 'customer=globex', others: '' }, 'customer').errors.tenant).toContain('one value');

@@ -73,9 +73,14 @@ export interface LabelsDraft {
   others: string;
 }
 
-export function labelsDraftOf(bound: Record<string, string> | null | undefined, key: string): LabelsDraft {
+/**
+ * The editor's fields for what is bound; the tenant field starts from the
+ * node's tenant even where none is bound (one its certificate names, or its
+ * Hello's where names are not verified), so that binding it keeps it.
+ */
+export function labelsDraftOf(bound: Record<string, string> | null | undefined, key: string, tenant = ''): LabelsDraft {
   const others = { ...(bound ?? {}) };
-  const tenant = others[key] ?? '';
+  tenant = others[key] ?? tenant;
   delete others[key];
   return { tenant, others: labelsText(others) };
 }

@@ -263,23 +263,6 @@ function NodeHeader({
       </div>
       {canDelete && deleting && <DeleteNode node={node} onCancel={() => setDeleting(false)} />}
       {summary && <TenancyNotices summary={summary} />}
-      {canBind && binding && summary && (
-        <TenantEditor
-          node={node}
-          tenant={summary.tenant ?? ''}
-          onClose={closeBinding}
-          onBound={(msg) => {
-            setBound(msg);
-            closeBinding();
-            onRebound?.();
-          }}
-        />
-      )}
-      {bound && (
-        <p class="saved" role="status">
-          {bound}
-        </p>
-      )}
       {liveErr && (
         <p class="field-error" role="alert">
           Live mode: {liveErr}
@@ -320,6 +303,23 @@ function NodeHeader({
             </dd>
           </div>
         </dl>
+      )}
+      {canBind && binding && summary && (
+        <TenantEditor
+          node={node}
+          tenant={summary.tenant ?? ''}
+          onClose={closeBinding}
+          onBound={(msg) => {
+            setBound(msg);
+            closeBinding();
+            onRebound?.();
+          }}
+        />
+      )}
+      {bound && (
+        <p class="saved" role="status">
+          {bound}
+        </p>
       )}
       {missing.length > 0 && (
         <ul class="capabilities" aria-label="Missing sources">

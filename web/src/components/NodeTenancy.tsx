@@ -58,7 +58,7 @@ export function TenantEditor({ node, tenant, onClose, onBound }: { node: string;
   const { key, guessed } = tenantKeyOf(ids.data?.nodes ?? []);
 
   useEffect(() => {
-    if (ids.data && !draft) setDraft(labelsDraftOf(bound, key));
+    if (ids.data && !draft) setDraft(labelsDraftOf(bound, key, tenant));
   }, [ids.data]);
   useEffect(() => {
     if (step === 'edit') first.current?.focus();
