@@ -3,6 +3,7 @@ import type { Role } from '../access';
 import type { BootstrapToken, NodeIdentity, NodeSummary } from '../api';
 import { node, resetTree } from '../fixtures';
 import { click, fakeApi, mountAs, type, waitFor } from '../testutil';
+import { FleetPage } from './Fleet';
 import { NodePage } from './NodePage';
 import { TokensPage } from './Tokens';
 
@@ -83,6 +84,15 @@ describe('a node page and its tenancy', () => {
     expect(el.textContent).not.toMatch(/\b(connected|disconnected|stale)\b/);
     expect(hasText(el, '.tag', 'moved to another tenant')).toBe(true);
     expect(hasText(el, 'button', /Go live/)).toBe(false);
+  });
+
+  it('marks a moved-away node in the fleet in words, not as disconnected', async () => {
+    fakeApi({ 'GET /api/v1/nodes': () => [200, { nodes: [node('lab-b', 'ok', { customer: 'acme' }, { retired_at: '2025-03-04T10:00:00Z', connected: false, stale: true })] }] });
+    const el = mountAs('customer', <FleetPage params={new URLSearchParams()} />);
+    await waitFor(() => $(el, '.tile[data-node="lab-b"]'));
+    const tile = $(el, '.tile[data-node="lab-b"]');
+    expect(tile.getAttribute('aria-label')).toBe('lab-b: OK, moved to another tenant');
+    expect($(tile, '.tag-warn').textContent).toBe('moved');
   });
 
   it('offers an admin no live mode, editor or deletion for a moved-away row', async () => {
