@@ -11,12 +11,17 @@
 //    in): fleet → red node → tree opened down to the child that explains it →
 //    chart and evidence → live mode → a threshold edit that changes the
 //    state → the firing alert, its delivery log and the alert rules editor →
-//    a token created (its secret shown once) and revoked.
+//    the node's tenant & labels editor (a move to another tenant reviewed
+//    with its history split, then cancelled) → a token created (its secret
+//    shown once) and revoked → a tenant bootstrap token created (shown once,
+//    with the agent's flag) and revoked.
 // 2. An operator (NBS_OPERATOR_TOKEN): edits a threshold, then finds that
-//    change (metric and new value) in the audit log, and removes it again.
+//    change (metric and new value) in the audit log, and removes it again;
+//    the tenant & labels editor is not offered.
 // 3. A customer (NBS_CUSTOMER_TOKEN, e.g. of customer=acme): the fleet shows
 //    exactly its nodes, nothing anywhere can be edited (no threshold editor
-//    button, no live mode, no alert rules, audit log or tokens), and another
+//    button, no live mode, no tenant & labels editor or agent claims, no
+//    alert rules, audit log or tokens), and another
 //    customer's node is "not known", exactly like a node that does not exist.
 // 4. A report (NBS_REPORT_TOKEN, default NBS_CUSTOMER_TOKEN; skipped when the
 //    collector has no /api/v1/report-definitions): the customer opens Reports
@@ -35,6 +40,7 @@
 //   NBS_URL                 the collector (required)
 //   NBS_NODE, NBS_METRIC    a node with a raised metric, and the metric that explains it (required for admin)
 //   NBS_OTHER_NODE          optional second node, expected in the (admin's) fleet
+//   NBS_NODE_TENANT         optional: NBS_NODE's tenant, expected on its page
 //   NBS_EVIDENCE_SRC        optional expected evidence source
 //   NBS_ARTIFACTS           screenshot directory (default e2e/artifacts)
 //   NBS_CHROMIUM            default /usr/bin/chromium
@@ -448,6 +454,34 @@ async function adminScenario() {
   await page.goto(`${base}/nodes/no-such-node`);
   await page.getByText(/not known to this collector/).waitFor();
 
+  if (await apiExists('/api/v1/node-identities')) {
+    step("tenancy: the admin's tenant & labels editor shows the node's tenant and explains a move's history split (not sent)");
+    await setTheme('light');
+    await page.goto(`${base}${hrefNode(nodeName)}`);
+    await page.locator('.node-tenant').waitFor();
+    const tenant = (await page.locator('.node-tenant').innerText()).trim();
+    if (env.NBS_NODE_TENANT) check(tenant === env.NBS_NODE_TENANT, `${nodeName}'s tenant shows as ${tenant}, want ${env.NBS_NODE_TENANT}`);
+    let bound = false;
+    const onRequest = (r) => r.method() === 'PUT' && r.url().endsWith('/labels') && (bound = true);
+    page.on('request', onRequest);
+    await page.getByRole('button', { name: 'Tenant & labels…' }).click();
+    const field = page.locator('#node-tenant');
+    await field.waitFor();
+    const want = tenant === 'none' ? '' : tenant;
+    check((await field.inputValue()) === want, `the editor's tenant is "${await field.inputValue()}", the node's "${want}"`);
+    await field.fill('e2e-other');
+    await page.getByRole('button', { name: 'Review…' }).click();
+    const split = await page.locator('[data-confirm=history]').innerText();
+    check(split.includes('e2e-other sees only what it reports from now') && (!want || split.includes(`${want} keeps what ${nodeName} reported until now`)), `the confirmation does not explain the split: ${split}`);
+    await page.getByRole('button', { name: 'Move ' + nodeName + ' to e2e-other' }).waitFor();
+    await shot('node-tenancy');
+    await page.getByRole('button', { name: 'Back' }).click();
+    await page.getByRole('button', { name: 'Cancel' }).click();
+    await page.locator('.tenancy-editor').waitFor({ state: 'detached' });
+    page.off('request', onRequest);
+    check(!bound, 'labels were sent without being confirmed');
+  }
+
   if (env.NBS_TOKEN) {
     step('tokens: an admin creates one, sees its secret once, and revokes it');
     await setTheme('light');
@@ -480,6 +514,28 @@ async function adminScenario() {
     const r2 = await page.request.get(base + '/api/v1/nodes', { headers: { Authorization: `Bearer ${secret}` } });
     check(r2.status() === 401, `the revoked token still works: ${r2.status()}`);
     await shot('tokens');
+
+    if (await apiExists('/api/v1/node-bootstrap-tokens')) {
+      step("tenant bootstrap tokens: an admin creates one (shown once, with the agent's flag) and revokes it");
+      const boot = `e2e-boot-${Date.now() % 100000}`;
+      await page.getByRole('button', { name: 'New bootstrap token…' }).click();
+      await page.locator('#bootstrap-name').fill(boot);
+      await page.getByLabel('Labels of the nodes it enrolls').fill('customer=e2e-tenant');
+      await page.locator('#bootstrap-expires').selectOption('1d');
+      await page.getByRole('button', { name: 'Create bootstrap token' }).click();
+      const bsecret = await page.locator('#new-bootstrap-token').inputValue();
+      check(/^nbsb1_[A-Za-z0-9_-]{43}$/.test(bsecret), `the new bootstrap token looks like ${bsecret.slice(0, 9)}…`);
+      check(!page.url().includes(bsecret), 'the bootstrap token is in the URL');
+      check((await page.locator('.secret-box').innerText()).includes('--node.bootstrap-token-file'), 'no agent flag next to the bootstrap token');
+      await shot('bootstrap-token-created');
+      await page.getByRole('button', { name: /hide the token/ }).click();
+      const brow = page.locator(`.bootstrap-table tr[data-bootstrap="${boot}"]`);
+      await brow.waitFor();
+      check((await brow.innerText()).includes('customer=e2e-tenant'), `the bootstrap token's row: ${await brow.innerText()}`);
+      await brow.getByRole('button', { name: `Revoke bootstrap token ${boot}…` }).click();
+      await page.getByRole('button', { name: `Revoke ${boot}`, exact: true }).click();
+      await brow.waitFor({ state: 'detached' });
+    }
     await logout();
   }
 }
@@ -500,6 +556,7 @@ async function operatorScenario() {
   step(`the operator changes the threshold of ${m} on ${node}`);
   await page.goto(`${base}${hrefNode(node)}?metric=${encodeURIComponent(m)}`);
   await page.locator('[data-testid=threshold-source]').waitFor();
+  check((await page.getByRole('button', { name: /tenant & labels/i }).count()) === 0, 'an operator is offered the tenant & labels editor');
   await page.getByRole('button', { name: /change threshold/i }).click();
   await page.getByLabel('this node').check();
   await page.getByLabel(/^Warn/).fill(String(warn));
@@ -579,6 +636,8 @@ async function customerScenario() {
   check((await page.getByRole('button', { name: /remove the override/i }).count()) === 0, 'a customer is offered removing overrides');
   check((await page.getByRole('button', { name: /go live/i }).count()) === 0, 'a customer is offered live mode (expand)');
   check((await page.locator('form').count()) === 0, 'a form is on a customer\'s node page');
+  check((await page.getByRole('button', { name: /tenant & labels/i }).count()) === 0, 'a customer is offered the tenant & labels editor');
+  check((await page.locator('.notice-claims').count()) === 0, "a customer is shown the agent's label claims");
   await shot('customer-node');
   if (await apiExists('/api/v1/alerts')) {
     await page.goto(base + '/alerts');

@@ -137,6 +137,7 @@ func TestBrowser(t *testing.T) {
 		"NBS_CUSTOMER_NODES=lab-b",        // customer=acme
 		"NBS_CUSTOMER_HIDDEN_NODES=lab-a", // customer=globex
 		"NBS_NODE=lab-b",
+		"NBS_NODE_TENANT=acme",
 		"NBS_OTHER_NODE=lab-a",
 		"NBS_METRIC=tcp_reset/sent/no_socket",
 		"NBS_EVIDENCE_SRC="+netip.AddrPortFrom(lab.IPB, lab.ClosedPort).String(),

@@ -195,6 +195,30 @@ export interface paths {
       };
     };
   };
+  "/nodes/{node}/labels": {
+    /** Bind labels to a node name, its tenant among them (body {"labels": {"customer": "globex"}}; {} unbinds them). They replace what its agent says for those keys. A new tenant starts a new history: what the node reported before stays visible to its former tenant only. The node's stream ends so it reconnects under them. Audited. */
+    put: operations["labelNode"];
+    parameters: {
+      path: {
+        node: components["parameters"]["node"];
+      };
+    };
+  };
+  "/node-bootstrap-tokens": {
+    /** The tenants' bootstrap tokens (never their secrets). */
+    get: operations["listBootstrapTokens"];
+    /** A tenant's bootstrap token: it enrolls new node names into its labels (which must name the tenant) and no other. Body {"name", "labels", "expires_in" (e.g. 720h, 30d; default 30d, at most 365d), "max_nodes"}. The token is in the answer only. Audited. */
+    post: operations["createBootstrapToken"];
+  };
+  "/node-bootstrap-tokens/{name}": {
+    /** Revoke a tenant's bootstrap token; the nodes it enrolled keep their credentials and labels. Audited. */
+    delete: operations["revokeBootstrapToken"];
+    parameters: {
+      path: {
+        name: string;
+      };
+    };
+  };
 }
 
 export type webhooks = Record<string, never>;
@@ -297,6 +321,17 @@ export interface components {
       capabilities: components["schemas"]["Capability"][];
       /** @description The roots, without children. */
       roots: components["schemas"]["TreeNode"][];
+      /** @description The node's tenant: the value of the collector's tenant label (--tenant.label), bound server-side; empty for none. */
+      tenant: string;
+      /**
+       * Format: date-time
+       * @description When the node moved to another tenant. What is shown is what it reported before; only its former tenant sees this row.
+       */
+      retired_at?: string;
+      /** @description Staff only: labels the node's last Hello claimed against those bound server-side (its tenant); they were ignored. */
+      claimed_labels?: {
+        [key: string]: string;
+      };
     };
     NodeList: {
       nodes: components["schemas"]["NodeSummary"][];
@@ -727,6 +762,18 @@ export interface components {
       /** Format: date-time */
       last_hello?: string;
       connected: boolean;
+      /** @description Labels bound to the name server-side (its tenant among them): they replace what its Hellos say for those keys. */
+      bound_labels?: {
+        [key: string]: string;
+      };
+      /** @description Who bound them: bootstrap:<token>, operator:<actor> or migration. */
+      bound_by?: string;
+      /** @description The tenant of the node's current row, empty for none. */
+      tenant: string;
+      /** @description What the node's last Hello claimed for bound keys, where it differs (ignored). */
+      claimed_labels?: {
+        [key: string]: string;
+      };
     };
     NodeIdentities: {
       /** @enum {string} */
@@ -942,6 +989,40 @@ export interface components {
           no_data_hours: number;
           missed: string[];
         })[];
+    };
+    NodeLabels: {
+      node: string;
+      bound_labels: {
+        [key: string]: string;
+      };
+      tenant: string;
+    };
+    BootstrapToken: {
+      /** Format: int64 */
+      id: number;
+      name: string;
+      /** @description The labels (the tenant among them) every node the token enrolls is bound to. */
+      labels: {
+        [key: string]: string;
+      };
+      /** @description Most names it may enroll; absent: no limit of its own. */
+      max_nodes?: number;
+      enrolled: number;
+      created_by: string;
+      /** Format: date-time */
+      created_at: string;
+      /** Format: date-time */
+      expires_at: string;
+      /** Format: date-time */
+      revoked_at?: string;
+    };
+    BootstrapTokens: {
+      bootstrap_tokens: components["schemas"]["BootstrapToken"][];
+    };
+    NewBootstrapToken: {
+      /** @description The token, shown once: give it to the tenant's agents (--node.bootstrap-token-file). */
+      token: string;
+      bootstrap_token: components["schemas"]["BootstrapToken"];
     };
   };
   responses: {
@@ -1812,6 +1893,102 @@ export interface operations {
     };
     responses: {
       /** @description Deleted. */
+      204: {
+        content: never;
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Bind labels to a node name, its tenant among them (body {"labels": {"customer": "globex"}}; {} unbinds them). They replace what its agent says for those keys. A new tenant starts a new history: what the node reported before stays visible to its former tenant only. The node's stream ends so it reconnects under them. Audited. */
+  labelNode: {
+    parameters: {
+      path: {
+        node: components["parameters"]["node"];
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": {
+          labels: {
+            [key: string]: string;
+          };
+        };
+      };
+    };
+    responses: {
+      /** @description The labels are bound. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["NodeLabels"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** The tenants' bootstrap tokens (never their secrets). */
+  listBootstrapTokens: {
+    responses: {
+      /** @description Live tokens first. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["BootstrapTokens"];
+        };
+      };
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** A tenant's bootstrap token: it enrolls new node names into its labels (which must name the tenant) and no other. Body {"name", "labels", "expires_in" (e.g. 720h, 30d; default 30d, at most 365d), "max_nodes"}. The token is in the answer only. Audited. */
+  createBootstrapToken: {
+    requestBody: {
+      content: {
+        "application/json": {
+          name: string;
+          labels: {
+            [key: string]: string;
+          };
+          expires_in?: string;
+          max_nodes?: number;
+        };
+      };
+    };
+    responses: {
+      /** @description Created; the token is shown once. */
+      201: {
+        content: {
+          "application/json": components["schemas"]["NewBootstrapToken"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      409: components["responses"]["Conflict"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Revoke a tenant's bootstrap token; the nodes it enrolled keep their credentials and labels. Audited. */
+  revokeBootstrapToken: {
+    parameters: {
+      path: {
+        name: string;
+      };
+    };
+    responses: {
+      /** @description Revoked. */
       204: {
         content: never;
       };

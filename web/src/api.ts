@@ -31,6 +31,11 @@ export type Scope = Schemas['Scope'];
 export type Override = Schemas['Override'];
 export type Effective = Schemas['Effective'];
 export type OverrideInput = Schemas['OverrideInput'];
+export type NodeIdentity = Schemas['NodeIdentity'];
+export type NodeLabels = Schemas['NodeLabels'];
+export type BootstrapToken = Schemas['BootstrapToken'];
+export type NewBootstrapToken = Schemas['NewBootstrapToken'];
+export type CreateBootstrapTokenRequest = operations['createBootstrapToken']['requestBody']['content']['application/json'];
 type ErrorBody = Schemas['ErrorBody'];
 
 export class ApiError extends Error {
@@ -109,6 +114,8 @@ type NodeThresholds = Schemas['NodeThresholds'];
 type ExpandAccepted = Schemas['ExpandAccepted'];
 type AlertList = Schemas['AlertList'];
 type RuleList = Schemas['RuleList'];
+type NodeIdentities = Schemas['NodeIdentities'];
+type BootstrapTokens = Schemas['BootstrapTokens'];
 
 export const api = {
   nodes: (signal?: AbortSignal) => request<NodeList>('GET', '/api/v1/nodes', undefined, signal).then((r) => r.nodes ?? []),
@@ -155,6 +162,18 @@ export const api = {
       undefined,
       signal,
     ).then((r) => r.entries ?? []),
+
+  // Tenancy (collector/nodeauth), for admins: who each node name is and
+  // whose (its bound labels, its tenant among them), and the tenants'
+  // bootstrap tokens. Binding labels that name another tenant splits the
+  // node's history; the collector audits every change.
+  nodeIdentities: (signal?: AbortSignal) =>
+    request<Partial<NodeIdentities>>('GET', '/api/v1/node-identities', undefined, signal).then((r) => ({ mode: r.mode ?? 'none', nodes: r.nodes ?? [] })),
+  labelNode: (node: string, labels: Record<string, string>) => request<NodeLabels>('PUT', `${nodePath(node)}/labels`, { labels }),
+  bootstrapTokens: (signal?: AbortSignal) =>
+    request<Partial<BootstrapTokens>>('GET', '/api/v1/node-bootstrap-tokens', undefined, signal).then((r) => r.bootstrap_tokens ?? []),
+  createBootstrapToken: (t: CreateBootstrapTokenRequest) => request<NewBootstrapToken>('POST', '/api/v1/node-bootstrap-tokens', t),
+  revokeBootstrapToken: (name: string) => request<void>('DELETE', `/api/v1/node-bootstrap-tokens/${enc(name)}`),
 
   // Reports (issue 10). The URL carries the query (report.ts builds it), so
   // the same link serves the page, the JSON and the CSV downloads.

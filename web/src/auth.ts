@@ -24,6 +24,10 @@ export interface Can {
   manageTokens: boolean;
   /** Delete a node with everything it reported (DELETE /nodes/{node}). */
   manageNodes: boolean;
+  /** See the labels a node's agent claimed against the bound ones (claimed_labels): staff internals, not a viewer's. */
+  readClaims: boolean;
+  /** Bind a node's labels, its tenant among them (PUT /nodes/{node}/labels), and manage tenant bootstrap tokens. */
+  bindLabels: boolean;
 }
 
 const NOTHING: Can = {
@@ -35,12 +39,15 @@ const NOTHING: Can = {
   readAudit: false,
   manageTokens: false,
   manageNodes: false,
+  readClaims: false,
+  bindLabels: false,
 };
 
 /**
  * The UI's view of collector/access's roles: viewer reads everything,
- * operator also changes thresholds and rules and expands nodes, admin also
- * manages tokens; a customer reads only its own nodes' routes. Anything else
+ * operator also changes thresholds and rules, expands nodes and sees what
+ * agents claimed against their bound labels, admin also manages tokens and
+ * binds nodes to tenants; a customer reads only its own nodes' routes. Anything else
  * (an unknown role from a newer collector) gets nothing.
  */
 export function capabilities(role: string | null | undefined): Can {
@@ -48,9 +55,9 @@ export function capabilities(role: string | null | undefined): Can {
     case 'viewer':
       return { ...NOTHING, readOverrides: true, readRules: true, readAudit: true };
     case 'operator':
-      return { ...capabilities('viewer'), editThresholds: true, editRules: true, expand: true };
+      return { ...capabilities('viewer'), editThresholds: true, editRules: true, expand: true, readClaims: true };
     case 'admin':
-      return { ...capabilities('operator'), manageTokens: true, manageNodes: true };
+      return { ...capabilities('operator'), manageTokens: true, manageNodes: true, bindLabels: true };
   }
   return NOTHING;
 }

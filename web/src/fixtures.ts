@@ -40,6 +40,7 @@ export function node(name: string, state: State, labels: Record<string, string> 
     kernel_release: '6.18',
     capabilities: [],
     roots: [{ ...leaf('tcp_reset', state, state === 'ok' ? 0 : 12), title: 'TCP resets', children: null }],
+    tenant: labels.customer ?? '',
     ...extra,
   };
 }

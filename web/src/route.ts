@@ -7,7 +7,7 @@
 //   /audit                      the audit log ?kind=threshold&id=…&since=24h&limit=200
 //   /reports                    reports   ?selector=customer%3Dacme&period=7d|1d|30d|custom&from=&to=&targets=a,b
 //   /reports/{id}               a saved report definition, run for its period ending now
-//   /tokens                     API tokens (admins) ?new=1 (the create form)
+//   /tokens                     API tokens (admins) ?new=1 (the create form), ?new=bootstrap (a tenant bootstrap token), ?all=1, ?bootall=1 (dead ones too)
 //   /login                      sign in   ?next=/where/to/go  #token=nbs_… (a login link)
 // The collector serves index.html for any path that is not a file or /api.
 import { useEffect, useState } from 'preact/hooks';

@@ -204,7 +204,8 @@ export function FleetPage({ params }: { params: URLSearchParams }) {
 
 function NodeTile({ n, now }: { n: NodeSummary; now: number }) {
   const s = normState(n.state);
-  const status = n.stale ? `stale, last report ${formatAgo(n.last_report, now)}` : !n.connected ? 'disconnected' : '';
+  // A node that moved to another tenant: its former tenant sees what it reported before, never live.
+  const status = n.retired_at ? 'moved to another tenant' : n.stale ? `stale, last report ${formatAgo(n.last_report, now)}` : !n.connected ? 'disconnected' : '';
   return (
     <a class={`tile st-${s}`} href={nodeHref(n.name)} onClick={linkClick} data-node={n.name} aria-label={`${n.name}: ${stateLabel[s]}${status ? `, ${status}` : ''}`}>
       <div class="tile-head">
@@ -225,7 +226,7 @@ function NodeTile({ n, now }: { n: NodeSummary; now: number }) {
         <div class="tile-roots muted">no report yet</div>
       )}
       <div class="tile-meta">
-        {status && <span class="tag tag-warn">{n.stale ? 'stale' : 'disconnected'}</span>}
+        {status && <span class="tag tag-warn">{n.retired_at ? 'moved' : n.stale ? 'stale' : 'disconnected'}</span>}
         {Object.entries(n.labels ?? {}).map(([k, v]) => (
           <span key={k} class="tag">
             {k}={v}

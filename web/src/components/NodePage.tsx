@@ -9,6 +9,7 @@ import { normState, stateLabel } from '../state';
 import { type TimeRange, rangeFromParams, rangeToParams, resolveRange, stepFor } from '../timerange';
 import { allIds, ancestors, defaultOpen, explaining, findNode } from '../tree';
 import { MetricView } from './MetricView';
+import { TenancyNotices, TenantEditor } from './NodeTenancy';
 import { TimeRangePicker } from './TimeRangePicker';
 import { Tree } from './Tree';
 import { ErrorBox, Loading, StaleNotice, StateBadge } from './common';
@@ -109,6 +110,11 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
         liveErr={liveErr}
         treeTime={tree.data?.time ?? null}
         canDelete={can.manageNodes}
+        canBind={can.bindLabels}
+        onRebound={() => {
+          summary.refresh();
+          tree.refresh();
+        }}
       />
       <div class="toolbar">
         <TimeRangePicker range={range} onChange={setRange} />
@@ -183,6 +189,8 @@ function NodeHeader({
   liveErr,
   treeTime,
   canDelete,
+  canBind,
+  onRebound,
 }: {
   node: string;
   summary?: NodeSummary;
@@ -192,25 +200,38 @@ function NodeHeader({
   liveErr: string;
   treeTime: string | null;
   canDelete?: boolean;
+  /** An admin binds its labels, its tenant among them. */
+  canBind?: boolean;
+  onRebound?: () => void;
 }) {
   const [deleting, setDeleting] = useState(false);
+  const [binding, setBinding] = useState(false);
+  const [bound, setBound] = useState('');
+  const bindBtn = useRef<HTMLButtonElement>(null);
   const now = useNow(1000);
   const s = normState(summary?.state);
   const missing = summary?.capabilities?.filter((c) => !c.available) ?? [];
+  // A row its tenant lost to another: what it reported before, never live.
+  const retired = !!summary?.retired_at;
+  const closeBinding = () => {
+    setBinding(false);
+    requestAnimationFrame(() => bindBtn.current?.focus());
+  };
   return (
     <div class="node-head">
       <div class="node-title">
         <h1>{node}</h1>
         {summary && <StateBadge state={s} />}
-        {summary && (
+        {summary && !retired && (
           <span class={`conn ${summary.connected ? 'conn-on' : 'conn-off'}`}>
             <span class="conn-dot" aria-hidden="true" />
             {summary.connected ? 'connected' : 'disconnected'}
           </span>
         )}
-        {summary?.stale && <span class="tag tag-warn">stale</span>}
+        {retired && <span class="tag tag-warn">moved to another tenant</span>}
+        {summary?.stale && !retired && <span class="tag tag-warn">stale</span>}
         <div class="toolbar-spacer" />
-        {onLive && (
+        {onLive && !retired && (
           <button
             type="button"
             class={`btn live-btn${live ? ' live-on' : ''}`}
@@ -221,13 +242,27 @@ function NodeHeader({
             <span class="live-dot" aria-hidden="true" /> {live ? 'Live: full tree' : 'Go live'}
           </button>
         )}
-        {canDelete && !deleting && (
+        {canBind && summary && !retired && !binding && (
+          <button
+            ref={bindBtn}
+            type="button"
+            class="btn btn-quiet"
+            onClick={() => {
+              setBinding(true);
+              setBound('');
+            }}
+          >
+            Tenant &amp; labels…
+          </button>
+        )}
+        {canDelete && !deleting && !retired && (
           <button type="button" class="btn btn-quiet" onClick={() => setDeleting(true)}>
             Delete node…
           </button>
         )}
       </div>
       {canDelete && deleting && <DeleteNode node={node} onCancel={() => setDeleting(false)} />}
+      {summary && <TenancyNotices summary={summary} />}
       {liveErr && (
         <p class="field-error" role="alert">
           Live mode: {liveErr}
@@ -253,6 +288,10 @@ function NodeHeader({
             <dd>{summary.kernel_release || '—'}</dd>
           </div>
           <div>
+            <dt>Tenant</dt>
+            <dd class="node-tenant">{summary.tenant || <span class="muted">none</span>}</dd>
+          </div>
+          <div>
             <dt>Labels</dt>
             <dd class="labels">
               {Object.keys(summary.labels ?? {}).length === 0 && <span class="muted">none</span>}
@@ -264,6 +303,23 @@ function NodeHeader({
             </dd>
           </div>
         </dl>
+      )}
+      {canBind && binding && summary && (
+        <TenantEditor
+          node={node}
+          tenant={summary.tenant ?? ''}
+          onClose={closeBinding}
+          onBound={(msg) => {
+            setBound(msg);
+            closeBinding();
+            onRebound?.();
+          }}
+        />
+      )}
+      {bound && (
+        <p class="saved" role="status">
+          {bound}
+        </p>
       )}
       {missing.length > 0 && (
         <ul class="capabilities" aria-label="Missing sources">

@@ -2,11 +2,12 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import type { CreateTokenRequest, CreatedToken, Role, Token } from '../access';
 import { parseLabelList } from '../alerts';
 import { ApiError, api } from '../api';
-import { ROLES, ROLE_TEXT, selectorText, useSession } from '../auth';
+import { ROLES, ROLE_TEXT, selectorText, useCan, useSession } from '../auth';
 import { formatRelative, formatTime } from '../format';
 import { useNow, usePoll } from '../hooks';
 import { navigate, tokensHref, withParams } from '../route';
-import { Empty, ErrorBox, Loading, StaleNotice } from './common';
+import { BootstrapTokens } from './BootstrapTokens';
+import { Empty, ErrorBox, Loading, StaleNotice, copy } from './common';
 
 export const TOKENS_REFRESH_MS = 30_000;
 
@@ -77,18 +78,6 @@ export function tokenErrors(err: ApiError): TokenErrors {
     out[f] = out[f] ? `${out[f]} ${part}` : part;
   }
   return out;
-}
-
-/** Copies text; where the clipboard API is refused, selects the field for the user to copy. */
-async function copy(text: string, field: HTMLInputElement | null): Promise<boolean> {
-  try {
-    await navigator.clipboard.writeText(text);
-    return true;
-  } catch {
-    field?.focus();
-    field?.select();
-    return false;
-  }
 }
 
 /** The new token's secret, this once, with a copy button and the warning that it will not come back. */
@@ -295,6 +284,7 @@ function TokenRow({ t, mine, now, busy, onRevoke }: { t: Token; mine: boolean; n
 /** API tokens, for admins: who may use the collector, create one (?new=1), revoke one. */
 export function TokensPage({ params }: { params: URLSearchParams }) {
   const session = useSession();
+  const can = useCan();
   const polled = usePoll('tokens', (s) => api.tokens(s), TOKENS_REFRESH_MS);
   const now = useNow(30_000);
   // The secret lives in this component's state only: never in the URL, the history or storage.
@@ -415,6 +405,7 @@ export function TokensPage({ params }: { params: URLSearchParams }) {
           </button>
         </p>
       )}
+      {can.bindLabels && <BootstrapTokens params={params} />}
     </div>
   );
 }

@@ -47,3 +47,15 @@ export function StaleNotice({ error }: { error: ApiError | null }) {
     </div>
   );
 }
+
+/** Copies text; where the clipboard API is refused, selects the field for the user to copy. */
+export async function copy(text: string, field: HTMLInputElement | null): Promise<boolean> {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch {
+    field?.focus();
+    field?.select();
+    return false;
+  }
+}
