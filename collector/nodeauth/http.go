@@ -24,7 +24,7 @@ func (a *Admin) ListIdentities(w http.ResponseWriter, r *http.Request) {
 	if ids == nil {
 		ids = []NodeIdentity{}
 	}
-	api.WriteJSON(w, http.StatusOK, map[string]any{"mode": a.mode, "nodes": ids})
+	api.WriteJSON(w, http.StatusOK, map[string]any{"mode": a.mode, "tenant_label": a.tenant, "nodes": ids})
 }
 
 func (a *Admin) RevokeNode(w http.ResponseWriter, r *http.Request) {

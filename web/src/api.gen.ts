@@ -779,6 +779,8 @@ export interface components {
       /** @enum {string} */
       mode: "none" | "enroll" | "mtls";
       nodes: components["schemas"]["NodeIdentity"][];
+      /** @description The label key naming a node's tenant (--tenant.label). */
+      tenant_label: string;
     };
     NodeIdentityState: {
       node: string;

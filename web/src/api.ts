@@ -168,7 +168,7 @@ export const api = {
   // bootstrap tokens. Binding labels that name another tenant splits the
   // node's history; the collector audits every change.
   nodeIdentities: (signal?: AbortSignal) =>
-    request<Partial<NodeIdentities>>('GET', '/api/v1/node-identities', undefined, signal).then((r) => ({ mode: r.mode ?? 'none', nodes: r.nodes ?? [] })),
+    request<Partial<NodeIdentities>>('GET', '/api/v1/node-identities', undefined, signal).then((r) => ({ mode: r.mode ?? 'none', tenant_label: r.tenant_label ?? '', nodes: r.nodes ?? [] })),
   labelNode: (node: string, labels: Record<string, string>) => request<NodeLabels>('PUT', `${nodePath(node)}/labels`, { labels }),
   bootstrapTokens: (signal?: AbortSignal) =>
     request<Partial<BootstrapTokens>>('GET', '/api/v1/node-bootstrap-tokens', undefined, signal).then((r) => r.bootstrap_tokens ?? []),

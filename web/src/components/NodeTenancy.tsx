@@ -55,7 +55,9 @@ export function TenantEditor({ node, tenant, onClose, onBound }: { node: string;
 
   const me = ids.data?.nodes.find((n) => n.node === node);
   const bound = me?.bound_labels ?? {};
-  const { key, guessed } = tenantKeyOf(ids.data?.nodes ?? []);
+  // The collector says its tenant label; older collectors did not.
+  const stated = ids.data?.tenant_label;
+  const { key, guessed } = stated ? { key: stated, guessed: false } : tenantKeyOf(ids.data?.nodes ?? []);
 
   useEffect(() => {
     if (ids.data && !draft) setDraft(labelsDraftOf(bound, key, tenant));
