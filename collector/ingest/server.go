@@ -3,15 +3,12 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
-	"slices"
 	"sync"
 	"time"
 
@@ -19,7 +16,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
@@ -58,62 +54,6 @@ type StaticConfig struct{}
 func (StaticConfig) ConfigFor(context.Context, store.Node) (*nbsv1.Config, error) {
 	return &nbsv1.Config{Version: 1}, nil
 }
-
-// Authenticator decides whether a stream may report under the node name its
-// Hello gives. It runs before anything of the Hello is stored or the stream
-// is registered, so a refused client changes nothing.
-type Authenticator interface {
-	// Authenticate returns a gRPC status error to refuse the stream; ctx
-	// carries the stream's peer (address and TLS state).
-	Authenticate(ctx context.Context, h *nbsv1.Hello) (Grant, error)
-}
-
-// Grant is what an accepted Hello was given.
-type Grant struct {
-	// Credential, when set, was bound to the node just now; it is sent to
-	// the agent once, before anything else on the stream.
-	Credential string
-	// Bound are the labels bound to the node's name server-side (its
-	// tenant among them): they replace what the Hello says for these keys.
-	Bound map[string]string
-	// Protected are label keys the Hello may not set at all: a key here
-	// and not in Bound is removed. The tenant key is one wherever node
-	// names are verified.
-	Protected []string
-}
-
-// Apply makes labels what the grant allows: bound keys take their bound
-// values, protected keys without one are removed. It returns the labels
-// and what the Hello claimed for those keys where that differs (nil when
-// nothing does): ignored, and shown on the node's page.
-func (g Grant) Apply(hello map[string]string) (labels, claimed map[string]string) {
-	labels = maps.Clone(hello)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	keys := slices.Concat(g.Protected, slices.Collect(maps.Keys(g.Bound)))
-	for _, k := range keys {
-		said, saidIt := hello[k]
-		want, bound := g.Bound[k]
-		if bound {
-			labels[k] = want
-		} else {
-			delete(labels, k)
-		}
-		if saidIt && (!bound || said != want) {
-			if claimed == nil {
-				claimed = map[string]string{}
-			}
-			claimed[k] = said
-		}
-	}
-	return labels, claimed
-}
-
-// OpenNames accepts every Hello: node names are not verified.
-type OpenNames struct{}
-
-func (OpenNames) Authenticate(context.Context, *nbsv1.Hello) (Grant, error) { return Grant{}, nil }
 
 type Server struct {
 	nbsv1.UnimplementedAgentServiceServer
@@ -225,273 +165,6 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 		sendTimeout: opts.SendTimeout, registering: make(chan struct{}, opts.Registrations),
 		helloBytes: semaphore.NewWeighted(opts.HelloBytes), helloBudget: opts.HelloBytes,
 		log: log, metrics: m, streams: map[string]*stream{}, perIP: map[string]int{}, clock: map[string]time.Duration{}}
-}
-
-type streamMetric struct {
-	id   int32
-	kind store.Kind
-}
-
-// stream is the state of one agent connection. Only the receiving goroutine
-// touches metrics and lastSeq; out is drained by the sending goroutine.
-type stream struct {
-	node     store.Node
-	instance uint64
-	metrics  metricSet
-	// otherDefs counts the node's stored definitions this stream's Hello
-	// did not repeat, so the per-node limit holds across streams.
-	otherDefs int
-	lastSeq   uint64
-	// offsets are the last reports' time minus their receipt time.
-	offsets  [clockSamples]time.Duration
-	nOffsets int
-	peer     string
-	// What waits to be sent to the agent. No goroutine waits with it: a
-	// sender is started when there is something to send and ends when it
-	// has sent it all (an agent is acked once an interval, and each
-	// goroutine's stack costs several KiB per connected node).
-	sendMu sync.Mutex
-	// queue holds acks and rejects, oldest first, at most maxQueued.
-	queue []*nbsv1.ConnectResponse
-	// cfg is a one-slot mailbox: the newest Config not yet sent, replaced
-	// by each push, so a stream that reads slowly gets fewer Configs, not
-	// a queue of stale ones, and a push never waits for it.
-	cfg     *nbsv1.Config
-	sending bool // a sender is running
-	closed  bool // the stream is over: no sender starts again
-	room    chan struct{}
-	senders sync.WaitGroup
-	// transmit sends one message on the gRPC stream.
-	transmit func(*nbsv1.ConnectResponse) error
-	// stuck is closed when one Send has waited longer than the send
-	// timeout: the agent stopped reading, and its stream is ended.
-	stuck     chan struct{}
-	stuckOnce sync.Once
-	ctx       context.Context
-	// end closes the stream from outside, with the status the agent gets:
-	// a newer stream of the node replaced it, or an operator revoked it.
-	end context.CancelCauseFunc
-}
-
-// maxQueued bounds the acks and rejects waiting for one agent.
-const maxQueued = 256
-
-// send queues a message for the agent, waiting while the queue is full;
-// false if the stream has ended.
-func (st *stream) send(m *nbsv1.ConnectResponse) bool {
-	for {
-		st.sendMu.Lock()
-		if st.ctx.Err() != nil {
-			st.sendMu.Unlock()
-			return false
-		}
-		if len(st.queue) < maxQueued {
-			st.queue = append(st.queue, m)
-			st.startSender()
-			st.sendMu.Unlock()
-			return true
-		}
-		st.sendMu.Unlock()
-		select {
-		case <-st.room:
-		case <-st.ctx.Done():
-			return false
-		}
-	}
-}
-
-// offerConfig puts cfg in the stream's mailbox, replacing a Config not yet
-// sent; it never waits.
-func (st *stream) offerConfig(cfg *nbsv1.Config) {
-	st.sendMu.Lock()
-	defer st.sendMu.Unlock()
-	st.cfg = cfg
-	st.startSender()
-}
-
-// trySend is for the database writers, which serve every stream and must
-// not wait on one slow agent. A dropped ack is safe: the agent resends and
-// the duplicate is acked again.
-func (st *stream) trySend(m *nbsv1.ConnectResponse) {
-	st.sendMu.Lock()
-	defer st.sendMu.Unlock()
-	if len(st.queue) < maxQueued {
-		st.queue = append(st.queue, m)
-		st.startSender()
-	}
-}
-
-// startSender starts a sender unless one runs; sendMu is held.
-func (st *stream) startSender() {
-	if st.sending || st.closed || st.transmit == nil { // nil: not registered yet
-		return
-	}
-	st.sending = true
-	st.senders.Add(1)
-	go st.drain()
-}
-
-// drain sends what waits, Configs first, so the agent has its Config
-// before the acks of its first reports, and ends when nothing is left.
-// A failed Send ends the stream.
-func (st *stream) drain() {
-	defer st.senders.Done()
-	for {
-		m := st.next()
-		if m == nil {
-			return
-		}
-		if err := st.transmit(m); err != nil {
-			st.end(err)
-			return
-		}
-	}
-}
-
-// next takes the next message to send, or stops the sender (nil).
-func (st *stream) next() *nbsv1.ConnectResponse {
-	st.sendMu.Lock()
-	defer st.sendMu.Unlock()
-	var m *nbsv1.ConnectResponse
-	switch {
-	case st.ctx.Err() != nil:
-	case st.cfg != nil:
-		m = &nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Config{Config: st.cfg}}
-		st.cfg = nil
-	case len(st.queue) > 0:
-		m = st.queue[0]
-		st.queue[0] = nil
-		if st.queue = st.queue[1:]; len(st.queue) == 0 {
-			st.queue = nil // the array goes with the burst
-		}
-		select {
-		case st.room <- struct{}{}:
-		default:
-		}
-	}
-	if m == nil {
-		st.sending = false
-	}
-	return m
-}
-
-// close stops senders from starting and waits for a running one to end,
-// or for its Send to have waited longer than the send timeout: returning
-// from the handler then ends the gRPC stream, which ends that Send.
-func (st *stream) close() {
-	st.sendMu.Lock()
-	st.closed = true
-	running := st.sending
-	st.sendMu.Unlock()
-	if !running {
-		return
-	}
-	done := make(chan struct{})
-	go func() { st.senders.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-st.stuck:
-	}
-}
-
-// registerDefinitions stores a Hello's definitions and returns their ids
-// and how many of the node's stored definitions lie outside them. A Hello
-// that repeats the definitions its node last registered writes nothing: a
-// collector restart has every agent say Hello again with the same tree.
-func (s *Server) registerDefinitions(ctx context.Context, node store.Node, cat *catalogue) (map[string]streamMetric, int, error) {
-	unavailable := status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
-	paths := make([]string, len(cat.defs))
-	for i, d := range cat.defs {
-		paths[i] = d.Path
-	}
-	known, total, err := s.registry.KnownDefinitions(ctx, node.ID)
-	if err != nil {
-		s.log.Error("read known metric definitions", "node", node.Name, "err", err)
-		return nil, 0, unavailable
-	}
-	same := known != nil && bytes.Equal(known, cat.hash)
-	others := total - len(cat.defs)
-	if !same {
-		if others, err = s.registry.DefinitionsOutside(ctx, node.ID, paths); err != nil {
-			s.log.Error("count metric definitions", "node", node.Name, "err", err)
-			return nil, 0, unavailable
-		}
-	}
-	if others+len(cat.defs) > s.limits.MaxMetrics {
-		s.metrics.Rejects.WithLabelValues("too_many_metrics").Inc()
-		return nil, 0, status.Errorf(codes.ResourceExhausted, "hello: node %s would have %d metric definitions (%d stored from earlier Hellos + %d in this one), at most %d allowed (--ingest.max-metrics-per-node): delete the node to start afresh",
-			node.Name, others+len(cat.defs), others, len(cat.defs), s.limits.MaxMetrics)
-	}
-	if same {
-		// Metric ids are global: a catalogue another node registered
-		// needs no query at all.
-		if m := cat.resolved(); m != nil {
-			return m, others, nil
-		}
-		ids, err := s.registry.MetricIDs(ctx, paths)
-		if err != nil {
-			s.log.Error("resolve metric ids", "node", node.Name, "err", err)
-			return nil, 0, unavailable
-		}
-		return cat.resolve(ids), others, nil
-	}
-	ids, err := s.registry.UpsertDefinitions(ctx, node.ID, cat.defs)
-	if err != nil {
-		s.log.Error("register metric definitions", "node", node.Name, "err", err)
-		return nil, 0, unavailable
-	}
-	if err := s.registry.MarkDefinitions(ctx, node.ID, cat.hash); err != nil {
-		// Only the next Hello's shortcut is lost.
-		s.log.Warn("record metric definitions hash", "node", node.Name, "err", err)
-	}
-	return cat.resolve(ids), others, nil
-}
-
-// receiveHello reads and checks a stream's Hello within the server's Hello
-// budget (ServerOptions.HelloBytes) and reduces it to what registering it
-// needs: the node and its interned catalogue. It returns how much of the
-// budget the stream still holds; release it once registered.
-func (s *Server) receiveHello(ctx context.Context, gs nbsv1.AgentService_ConnectServer) (*nbsv1.Hello, store.Node, *catalogue, int64, error) {
-	var node store.Node
-	// Reserved before the Hello is read: past the budget, a stream waits
-	// here, with at most its stream window of its Hello in gRPC's buffers.
-	if err := s.helloBytes.Acquire(ctx, HelloReserve); err != nil {
-		return nil, node, nil, 0, status.FromContextError(ctx.Err()).Err()
-	}
-	held := int64(HelloReserve)
-	fail := func(err error) (*nbsv1.Hello, store.Node, *catalogue, int64, error) {
-		s.helloBytes.Release(held)
-		return nil, node, nil, 0, err
-	}
-	hello, err := s.awaitHello(ctx, gs)
-	if err != nil {
-		return fail(err)
-	}
-	if size := int64(proto.Size(hello)); size > held {
-		if size > s.helloBudget || !s.helloBytes.TryAcquire(size-held) {
-			s.metrics.Rejects.WithLabelValues("hello_budget").Inc()
-			return fail(status.Errorf(codes.Unavailable, "hello of %d bytes: the collector is registering other nodes' Hellos; retry later", size))
-		}
-		held = size
-	}
-	node, defs, rej := s.limits.checkHello(hello)
-	if rej != nil {
-		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
-		code := codes.InvalidArgument
-		if rej.reason == "too_many_capabilities" || rej.reason == "too_many_metrics" {
-			code = codes.ResourceExhausted
-		}
-		return fail(status.Error(code, rej.msg))
-	}
-	cat := s.catalogues.intern(defs)
-	// The definitions are in the catalogue now (or were already, and
-	// these copies are garbage): what waits for a slot is the node alone.
-	hello.Metrics = nil
-	if rest := int64(proto.Size(hello)); rest < held {
-		s.helloBytes.Release(held - rest)
-		held = rest
-	}
-	return hello, node, cat, held, nil
 }
 
 // Connect serves one agent's stream: Hello, then reports until either side ends it.
@@ -701,39 +374,6 @@ func peerAddr(ctx context.Context) string {
 	return ""
 }
 
-func (s *Server) awaitHello(ctx context.Context, gs nbsv1.AgentService_ConnectServer) (*nbsv1.Hello, error) {
-	type result struct {
-		m   *nbsv1.ConnectRequest
-		err error
-	}
-	ch := make(chan result, 1)
-	// Recv has no deadline of its own; this goroutine ends when the stream does.
-	go func() {
-		m, err := gs.Recv()
-		ch <- result{m, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			s.countRecvError(r.err)
-			if errors.Is(r.err, io.EOF) {
-				return nil, status.Error(codes.InvalidArgument, "the stream ended before its Hello")
-			}
-			return nil, r.err
-		}
-		if h := r.m.GetHello(); h != nil {
-			return h, nil
-		}
-		s.metrics.Rejects.WithLabelValues("protocol").Inc()
-		return nil, status.Error(codes.InvalidArgument, "the first message of a stream must be a Hello")
-	case <-time.After(s.helloTimeout):
-		s.metrics.Rejects.WithLabelValues("protocol").Inc()
-		return nil, status.Errorf(codes.DeadlineExceeded, "no Hello within %s", s.helloTimeout)
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
-}
-
 func (s *Server) recvLoop(ctx context.Context, gs nbsv1.AgentService_ConnectServer, st *stream) error {
 	for {
 		m, err := gs.Recv()
@@ -817,23 +457,6 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 func metricID(m *metricSet, path string) int32 {
 	sm, _ := m.get(path)
 	return sm.id
-}
-
-// transmitter sends one message to the agent. A Send that waits longer
-// than the send timeout (the agent stopped reading, so gRPC's flow control
-// window is full) ends the stream: it then holds nothing more than its one
-// pending Config and its bounded queue.
-func (s *Server) transmitter(gs nbsv1.AgentService_ConnectServer, st *stream) func(*nbsv1.ConnectResponse) error {
-	return func(m *nbsv1.ConnectResponse) error {
-		t := time.AfterFunc(s.sendTimeout, func() {
-			s.metrics.Rejects.WithLabelValues("send_timeout").Inc()
-			s.log.Warn("agent stopped reading its stream; ending it", "node", st.node.Name, "peer", st.peer, "send_timeout", s.sendTimeout)
-			st.end(status.Errorf(codes.DeadlineExceeded, "the agent did not read its stream for %s", s.sendTimeout))
-			st.stuckOnce.Do(func() { close(st.stuck) })
-		})
-		defer t.Stop()
-		return gs.Send(m)
-	}
 }
 
 // register makes st the stream of its node. A stream already there is an
