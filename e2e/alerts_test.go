@@ -177,6 +177,28 @@ func TestAlertsTwoCollectorsFireOnce(t *testing.T) {
 		t.Errorf("evaluator is %q; the alert should have come from the first collector", h)
 	}
 
+	// Delivery is at least once: a leader stopped between a receiver's
+	// answer and the commit of its delivery sends it again under the same
+	// delivery id. What this test holds to exactly once is the firing
+	// itself, so the leader stops once its deliveries are recorded.
+	eventually(t, 10*time.Second, func() string {
+		for _, a := range getAlerts(t, other).Alerts {
+			var one struct {
+				Deliveries []struct {
+					Target string `json:"target"`
+					Event  string `json:"event"`
+					Status string `json:"status"`
+				} `json:"deliveries"`
+			}
+			other.getJSON(t, fmt.Sprintf("/api/v1/alerts/%d", a.ID), &one)
+			for _, d := range one.Deliveries {
+				if d.Status != "delivered" {
+					return fmt.Sprintf("alert %d's %s delivery to %s is %s", a.ID, d.Event, d.Target, d.Status)
+				}
+			}
+		}
+		return ""
+	})
 	leader.stop()
 	eventually(t, 5*time.Second, func() string {
 		if h := getAlerts(t, other).Evaluator.Holder; !strings.HasSuffix(h, other.httpAddr) {
