@@ -14,6 +14,7 @@ import (
 	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
 	"github.com/nbs-project/nbs/collector/tenant"
+	"github.com/nbs-project/nbs/internal/wire"
 )
 
 // Config is the collector's configuration. Start from DefaultConfig: the
@@ -130,7 +131,7 @@ func DefaultConfig() Config {
 		RollupRetention1m: 90 * 24 * time.Hour,
 		RollupRetention1h: 800 * 24 * time.Hour,
 		DBWriters:         ingest.DefaultWriterOptions().Workers,
-		MaxMsgSize:        4 << 20,
+		MaxMsgSize:        wire.MaxMessageBytes,
 		StreamWindow:      64 << 10,
 		HTTP:              DefaultHTTPLimits(),
 		SendTimeout:       ingest.DefaultSendTimeout,
