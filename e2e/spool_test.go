@@ -19,6 +19,7 @@ import (
 	"github.com/nbs-project/nbs/agent/uplink"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
+	"github.com/nbs-project/nbs/internal/wire"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -196,8 +197,8 @@ func TestSpoolOversizedReportIsSplitAndStored(t *testing.T) {
 	db := pgcluster.Database(t)
 	col := startCollector(t, db, "127.0.0.1:0")
 	const (
-		histograms = uplink.MaxHistograms + 100
-		events     = uplink.MaxEvents + 500
+		histograms = wire.MaxHistograms + 100
+		events     = wire.MaxEvents + 500
 		reasons    = 50
 	)
 	now := time.Now()
@@ -221,17 +222,16 @@ func TestSpoolOversizedReportIsSplitAndStored(t *testing.T) {
 		r.Events = append(r.Events, &nbsv1.Event{MetricId: fmt.Sprintf("drops/r%02d", i%reasons), TimeUnixNano: now.UnixNano(),
 			Fields: map[string]string{"i": strconv.Itoa(i), "detail": strings.Repeat("d", 3000)}})
 	}
-	if n := proto.Size(r); n <= uplink.MaxMessageBytes {
-		t.Fatalf("test report is %d bytes, want more than the collector's %d", n, uplink.MaxMessageBytes)
+	if n := proto.Size(r); n <= wire.MaxMessageBytes {
+		t.Fatalf("test report is %d bytes, want more than the collector's %d", n, wire.MaxMessageBytes)
 	}
-	sp, err := spool.Open(spool.Options{Dir: t.TempDir(), Node: "big"})
+	agent := fakeAgent{hello}
+	o, err := spool.Open(spool.Options{Dir: t.TempDir(), Node: "big", Describe: agent.Definition, Logger: testLogger(t, "spool")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sp.Close()
-	agent := fakeAgent{hello}
-	hello.InstanceId = sp.Instance()
-	o := uplink.NewOutbox(sp, agent.Definition, testLogger(t, "outbox"))
+	defer o.Close()
+	hello.InstanceId = o.Instance()
 	o.Add(r)
 	parts := o.Len()
 	if parts < 2 {

@@ -43,7 +43,7 @@ type Agent struct {
 	cfg      Config
 	log      *slog.Logger
 	tree     *tree.Tree
-	outbox   *uplink.Outbox
+	outbox   *spool.Spool
 	instance uint64
 	kernel   string
 	version  string
@@ -98,7 +98,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	a.mu.Lock()
 	a.pingAddress = pingAddress
-	a.outbox = uplink.NewOutbox(spooled, a.Definition, a.log.With("part", "outbox"))
+	a.outbox = spooled
 	a.instance = spooled.Instance()
 	a.caps = append(a.caps, spoolCap)
 	a.mu.Unlock()
@@ -397,7 +397,7 @@ func (a *Agent) ApplyConfig(c *nbsv1.Config) {
 // that a restart would lose what is not yet delivered.
 func (a *Agent) openSpool() (*spool.Spool, *nbsv1.Capability) {
 	opts := spool.Options{Dir: a.cfg.SpoolDir, Node: a.cfg.NodeName, MaxBytes: a.cfg.SpoolMaxBytes,
-		MaxReports: a.cfg.BufferReports, Logger: a.log.With("part", "spool")}
+		MaxReports: a.cfg.BufferReports, Describe: a.Definition, Logger: a.log.With("part", "spool")}
 	c := &nbsv1.Capability{Name: "spool", Available: true}
 	if opts.Dir == "" {
 		c.Available, c.Reason = false, "--spool.dir is empty: un-acked reports are kept in memory and lost if the agent restarts"

@@ -14,7 +14,6 @@ import (
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/agent"
-	"github.com/nbs-project/nbs/agent/uplink"
 	"github.com/nbs-project/nbs/internal/netns"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
@@ -148,7 +147,7 @@ func TestProcReadOncePerCollect(t *testing.T) {
 	// the outbox.
 	spooled, _ := a.openSpool()
 	t.Cleanup(func() { _ = spooled.Close() })
-	a.outbox = uplink.NewOutbox(spooled, a.Definition, slog.New(slog.DiscardHandler))
+	a.outbox = spooled
 	reads := &countingRead{ns: ns, n: map[string]int{}}
 	env := a.env(ns)
 	env.Proc = procnet.NewReader(reads.read)

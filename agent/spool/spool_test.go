@@ -86,18 +86,18 @@ func reportFiles(t *testing.T, dir string) (names []string, bytes int64) {
 	return names, bytes
 }
 
-func TestAppendAckAndReplayAfterRestart(t *testing.T) {
+func TestAddAckAndReplayAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, Options{Dir: dir, Node: "n1"})
 	inst := s.Instance()
 	_, changed := s.After(0, 1<<20)
 	for i := range 5 {
-		s.Append(report(int64(i+1), 1, 0))
+		s.Add(report(int64(i+1), 1, 0))
 	}
 	select {
 	case <-changed:
 	default:
-		t.Fatal("Append did not signal a waiting sender")
+		t.Fatal("Add did not signal a waiting sender")
 	}
 	if got := seqs(all(s)); !slices.Equal(got, []uint64{1, 2, 3, 4, 5}) {
 		t.Fatalf("sequences %v, want 1..5", got)
@@ -133,7 +133,7 @@ func TestAppendAckAndReplayAfterRestart(t *testing.T) {
 	if !proto.Equal(got[1], want) {
 		t.Fatalf("replayed report 3 = %v, want %v", got[1], want)
 	}
-	s2.Append(report(6, 0, 0))
+	s2.Add(report(6, 0, 0))
 	got = all(s2)
 	if last := got[len(got)-1].GetSequence(); last <= 5 || len(got) != 4 {
 		t.Fatalf("after restart and one more report: %v; want [1 3 5 x] with x > 5", seqs(got))
@@ -159,7 +159,7 @@ func TestSequencesIncreaseAcrossRestarts(t *testing.T) {
 		}
 		for range 3 {
 			r := report(1, 0, 0)
-			s.Append(r)
+			s.Add(r)
 			if r.GetSequence() <= last {
 				t.Fatalf("restart %d: sequence %d after %d", i, r.GetSequence(), last)
 			}
@@ -209,13 +209,12 @@ func TestDamagedFilesAreSkipped(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			s := open(t, Options{Dir: dir, Node: "n1"})
-			inst := s.Instance()
-			s.Define([]string{"tcp_reset/sent/r0"}, func(id string) (*nbsv1.MetricDefinition, bool) {
+			s := open(t, Options{Dir: dir, Node: "n1", Describe: func(id string) (*nbsv1.MetricDefinition, bool) {
 				return &nbsv1.MetricDefinition{Id: id, Title: id}, true
-			})
+			}})
+			inst := s.Instance()
 			for i := range 3 {
-				s.Append(report(int64(i+1), 1, 10))
+				s.Add(report(int64(i+1), 1, 10))
 			}
 			_ = s.Close()
 			c.damage(t, dir)
@@ -231,7 +230,7 @@ func TestDamagedFilesAreSkipped(t *testing.T) {
 				t.Error("the definition of a spooled metric was lost")
 			}
 			if r := report(4, 0, 0); true {
-				s2.Append(r)
+				s2.Add(r)
 				if r.GetSequence() <= 3 {
 					t.Errorf("new report got sequence %d, not above the replayed ones", r.GetSequence())
 				}
@@ -309,7 +308,7 @@ func TestFullDropsChildrenBeforeRoots(t *testing.T) {
 	for i := range 3 {
 		r := report(int64(i+1), 4, 200)
 		appended = append(appended, proto.Clone(r).(*nbsv1.Report))
-		s.Append(r)
+		s.Add(r)
 		check(fmt.Sprintf("report %d", i+1))
 	}
 	if s.Dropped() != 0 {
@@ -319,7 +318,7 @@ func TestFullDropsChildrenBeforeRoots(t *testing.T) {
 	// children (4 samples, 4 events, 1 histogram) and keeps its root.
 	r4 := report(4, 4, 200)
 	appended = append(appended, proto.Clone(r4).(*nbsv1.Report))
-	s.Append(r4)
+	s.Add(r4)
 	check("report 4")
 	got := all(s)
 	if !slices.Equal(seqs(got), []uint64{1, 2, 3, 4}) {
@@ -337,7 +336,7 @@ func TestFullDropsChildrenBeforeRoots(t *testing.T) {
 	for i := 5; i <= 120; i++ { // enough for roots alone to fill the spool
 		r := report(int64(i), 4, 200)
 		appended = append(appended, proto.Clone(r).(*nbsv1.Report))
-		s.Append(r)
+		s.Add(r)
 		check(fmt.Sprintf("report %d", i))
 		got := all(s)
 		trimmedSeen := false
@@ -392,7 +391,7 @@ func TestMaxReportsDropsOldest(t *testing.T) {
 			}
 			s := open(t, Options{Dir: dir, Node: "n1", MaxReports: 3})
 			for i := range 5 {
-				s.Append(report(int64(i+1), 1, 0))
+				s.Add(report(int64(i+1), 1, 0))
 			}
 			if got := seqs(all(s)); !slices.Equal(got, []uint64{3, 4, 5}) {
 				t.Fatalf("held %v, want [3 4 5]", got)
@@ -428,7 +427,7 @@ func TestAnotherNodesSpoolIsDiscarded(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, Options{Dir: dir, Node: "template"})
 	inst := s.Instance()
-	s.Append(report(1, 1, 0))
+	s.Add(report(1, 1, 0))
 	_ = s.Close()
 	s2 := open(t, Options{Dir: dir, Node: "n1"})
 	if s2.Len() != 0 || s2.Instance() == inst {
@@ -448,28 +447,32 @@ func TestDefinitionsFollowTheReports(t *testing.T) {
 		lookups++
 		return &nbsv1.MetricDefinition{Id: id, Title: "title of " + id}, true
 	}
-	s := open(t, Options{Dir: dir, Node: "n1"})
+	s := open(t, Options{Dir: dir, Node: "n1", Describe: lookup})
 	using := func(ids ...string) *nbsv1.Report {
 		r := &nbsv1.Report{TimeUnixNano: 1, IntervalMs: 1000}
 		for _, id := range ids {
 			r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: id})
 		}
-		s.Define(ids, lookup)
 		return r
 	}
-	s.Append(using("ping/gw/rtt"))
-	s.Append(using("ping/gw/rtt", "drops/x"))
+	s.Add(using("ping/gw/rtt"))
+	s.Add(using("ping/gw/rtt", "drops/x"))
 	if lookups != 5 { // ping, ping/gw, ping/gw/rtt; then only drops/x and drops
 		t.Fatalf("%d lookups, want 5: known definitions are not looked up again", lookups)
 	}
-	s.Append(using("drops/x"))
+	s.Add(using("drops/x"))
 	s.Ack(1)
 	s.Ack(2)
 	_ = s.Close()
 
 	s2 := open(t, Options{Dir: dir, Node: "n1"})
+	size := func(id string) int {
+		s2.mu.Lock()
+		defer s2.mu.Unlock()
+		return s2.definitionSize(id)
+	}
 	for _, id := range []string{"drops/x", "drops"} {
-		if d, ok := s2.Definition(id); !ok || d.GetTitle() != "title of "+id || s2.DefinitionSize(id) != proto.Size(d) {
+		if d, ok := s2.Definition(id); !ok || d.GetTitle() != "title of "+id || size(id) != proto.Size(d) {
 			t.Errorf("definition %s after restart: %v %v", id, d, ok)
 		}
 	}
@@ -484,12 +487,12 @@ func TestDefinitionsFollowTheReports(t *testing.T) {
 func TestDiskFailureKeepsReportsInMemory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "spool")
 	s := open(t, Options{Dir: dir, Node: "n1"})
-	s.Append(report(1, 1, 0))
+	s.Add(report(1, 1, 0))
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	s.Append(report(2, 1, 0))
-	s.Append(report(3, 1, 0))
+	s.Add(report(2, 1, 0))
+	s.Add(report(3, 1, 0))
 	if got := seqs(all(s)); !slices.Equal(got, []uint64{2, 3}) {
 		t.Fatalf("held %v, want [2 3] (1 was on the removed disk)", got)
 	}
@@ -502,7 +505,8 @@ func TestDiskFailureKeepsReportsInMemory(t *testing.T) {
 func TestMemorySpool(t *testing.T) {
 	s := open(t, Options{MaxBytes: 1 << 20})
 	a, b := report(1, 2, 0), report(2, 2, 0)
-	s.Append(a, b)
+	s.Add(a)
+	s.Add(b)
 	if a.GetSequence() != 1 || b.GetSequence() != 2 || s.Instance() == 0 || s.Persistent() {
 		t.Fatalf("seqs %d %d instance %x persistent %v", a.GetSequence(), b.GetSequence(), s.Instance(), s.Persistent())
 	}
@@ -516,17 +520,16 @@ func TestMemorySpool(t *testing.T) {
 // definitions for ever: those no held report uses are pruned.
 func TestUnusedDefinitionsArePruned(t *testing.T) {
 	dir := t.TempDir()
-	s := open(t, Options{Dir: dir, Node: "n1"})
 	lookup := func(id string) (*nbsv1.MetricDefinition, bool) {
 		return &nbsv1.MetricDefinition{Id: id, Title: id}, true
 	}
+	s := open(t, Options{Dir: dir, Node: "n1", Describe: lookup})
 	const held, metrics = 5, 3 * minDefinitions
 	id := func(i int) string { return fmt.Sprintf("ping/t%d", i) }
 	var sent []uint64
 	for i := range metrics {
-		s.Define([]string{id(i)}, lookup)
 		r := &nbsv1.Report{TimeUnixNano: 1, IntervalMs: 1000, Samples: []*nbsv1.Sample{{MetricId: id(i)}}}
-		s.Append(r)
+		s.Add(r)
 		sent = append(sent, r.GetSequence())
 		if i >= held { // the collector acks all but the newest few
 			s.Ack(sent[i-held])

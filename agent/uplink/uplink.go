@@ -21,8 +21,29 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nbs-project/nbs/internal/schema"
+	"github.com/nbs-project/nbs/internal/wire"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
+
+// Outbox is the queue of reports the uplink sends (agent/spool's Spool):
+// it numbers them, cut to wire's limits, and keeps them until acked.
+type Outbox interface {
+	// After returns the reports with a sequence above seq, in order and at
+	// most about maxBytes of them (at least one), and a channel that is
+	// closed when there are more to read.
+	After(seq uint64, maxBytes int64) ([]*nbsv1.Report, <-chan struct{})
+	// Ack forgets a report the collector stored.
+	Ack(seq uint64)
+	// Discard forgets a report that can never be delivered, counting it as
+	// dropped.
+	Discard(seq uint64)
+	// Definition returns the definition of a metric some held report uses,
+	// as recorded with it, for a replay the current agent cannot describe.
+	Definition(id string) (*nbsv1.MetricDefinition, bool)
+	// Len is the number of reports not acked yet.
+	Len() int
+}
 
 // Agent is what the uplink needs from the rest of the agent.
 type Agent interface {
@@ -59,12 +80,12 @@ type Options struct {
 
 type Uplink struct {
 	opts   Options
-	outbox *Outbox
+	outbox Outbox
 	agent  Agent
 	log    *slog.Logger
 }
 
-func New(opts Options, outbox *Outbox, agent Agent, log *slog.Logger) *Uplink {
+func New(opts Options, outbox Outbox, agent Agent, log *slog.Logger) *Uplink {
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = 500 * time.Millisecond
 	}
@@ -165,16 +186,16 @@ func (u *Uplink) session(ctx context.Context, client nbsv1.AgentServiceClient) (
 	var sendErr error
 send:
 	for {
-		reports, changed := u.outbox.After(cursor)
+		reports, changed := u.outbox.After(cursor, wire.MaxMessageBytes)
 		for _, r := range reports {
 			req := &nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: u.withNewMetrics(r, announced)}}
-			if n := proto.Size(req); n > MaxMessageBytes {
+			if n := proto.Size(req); n > wire.MaxMessageBytes {
 				// The outbox splits reports well below this; sending it would
 				// end the stream on every attempt. The stream ends here
 				// instead, as the definitions it carried count as announced.
-				u.log.Error("dropping a report larger than the collector accepts", "seq", r.GetSequence(), "bytes", n, "max", MaxMessageBytes)
+				u.log.Error("dropping a report larger than the collector accepts", "seq", r.GetSequence(), "bytes", n, "max", wire.MaxMessageBytes)
 				u.outbox.Discard(r.GetSequence())
-				sendErr = fmt.Errorf("report %d: %d bytes, over %d", r.GetSequence(), n, MaxMessageBytes)
+				sendErr = fmt.Errorf("report %d: %d bytes, over %d", r.GetSequence(), n, wire.MaxMessageBytes)
 				break send
 			}
 			if err := stream.Send(req); err != nil {
@@ -204,23 +225,14 @@ send:
 // announced differently.
 func (u *Uplink) withNewMetrics(r *nbsv1.Report, announced map[string]bool) *nbsv1.Report {
 	var defs []*nbsv1.MetricDefinition
-	need := func(id string) {
+	for _, id := range wire.MetricIDs(r) {
 		if announced[id] {
-			return
+			continue
 		}
 		if d, ok := u.definition(id); ok {
 			defs = append(defs, d)
 			announced[id] = true
 		}
-	}
-	for _, s := range r.GetSamples() {
-		need(s.GetMetricId())
-	}
-	for _, h := range r.GetHistograms() {
-		need(h.GetMetricId())
-	}
-	for _, e := range r.GetEvents() {
-		need(e.GetMetricId())
 	}
 	if len(defs) == 0 {
 		return r
@@ -238,7 +250,7 @@ func (u *Uplink) withNewMetrics(r *nbsv1.Report, announced map[string]bool) *nbs
 
 func (u *Uplink) missingAncestors(id string, announced map[string]bool) []*nbsv1.MetricDefinition {
 	var chain []*nbsv1.MetricDefinition
-	for p := parent(id); p != ""; p = parent(p) {
+	for p := schema.Parent(id); p != ""; p = schema.Parent(p) {
 		if announced[p] {
 			break
 		}
@@ -258,15 +270,6 @@ func (u *Uplink) definition(id string) (*nbsv1.MetricDefinition, bool) {
 		return d, true
 	}
 	return u.outbox.Definition(id)
-}
-
-func parent(id string) string {
-	for i := len(id) - 1; i >= 0; i-- {
-		if id[i] == '/' {
-			return id[:i]
-		}
-	}
-	return ""
 }
 
 func (u *Uplink) receive(stream nbsv1.AgentService_ConnectClient) (int, error) {

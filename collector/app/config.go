@@ -15,6 +15,7 @@ import (
 	"github.com/nbs-project/nbs/collector/nodeconfig"
 	"github.com/nbs-project/nbs/collector/report"
 	"github.com/nbs-project/nbs/collector/tenant"
+	"github.com/nbs-project/nbs/internal/wire"
 )
 
 // Config is the collector's configuration. Start from DefaultConfig: the
@@ -134,7 +135,7 @@ func DefaultConfig() Config {
 		RollupRetention1m: 90 * 24 * time.Hour,
 		RollupRetention1h: 800 * 24 * time.Hour,
 		DBWriters:         ingest.DefaultWriterOptions().Workers,
-		MaxMsgSize:        4 << 20,
+		MaxMsgSize:        wire.MaxMessageBytes,
 		StreamWindow:      64 << 10,
 		HTTP:              DefaultHTTPLimits(),
 		SendTimeout:       ingest.DefaultSendTimeout,

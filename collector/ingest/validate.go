@@ -11,6 +11,7 @@ import (
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/loglinear"
 	"github.com/nbs-project/nbs/internal/schema"
+	"github.com/nbs-project/nbs/internal/wire"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -43,8 +44,8 @@ type Limits struct {
 func DefaultLimits() Limits {
 	return Limits{
 		MaxMetrics: 20000, MaxCapabilities: 256, MaxStreams: 10000, MaxStreamsPerIP: 64, MaxNodes: 10000,
-		MaxSamples: 20000, MaxHistograms: 2000, MaxBuckets: 4096,
-		MaxEvents: 1000, MaxEventFields: 32, MaxStringLen: 4096,
+		MaxSamples: wire.MaxSamples, MaxHistograms: wire.MaxHistograms, MaxBuckets: 4096,
+		MaxEvents: wire.MaxEvents, MaxEventFields: 32, MaxStringLen: 4096,
 		MaxFutureSkew: 10 * time.Minute, MaxAge: 30 * 24 * time.Hour,
 		MinInterval: 100 * time.Millisecond, MaxInterval: time.Hour,
 		MaxAbsoluteValue: 1e18,

@@ -8,6 +8,19 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"google.golang.org/protobuf/proto"
+
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// The files of a spool directory (the package comment says what each holds).
+const (
+	lockName        = "lock"
+	stateName       = "state"
+	definitionsName = "definitions"
+	reportSuffix    = ".report"
+	tmpSuffix       = ".tmp"
 )
 
 // Every file in the spool is made of frames: a 4-byte magic naming what the
@@ -116,4 +129,50 @@ func writeAtomic(dir, name string, data []byte) error {
 	return nil
 }
 
-const tmpSuffix = ".tmp"
+// state is what the state file records.
+type state struct {
+	instance, reserved uint64
+	node               string
+}
+
+func readState(dir string) (state, error) {
+	payload, err := readWhole(filepath.Join(dir, stateName), magicState)
+	if err != nil {
+		return state{}, err
+	}
+	if len(payload) < 16 {
+		return state{}, fmt.Errorf("state: %d bytes: %w", len(payload), errTorn)
+	}
+	st := state{instance: binary.LittleEndian.Uint64(payload), reserved: binary.LittleEndian.Uint64(payload[8:]),
+		node: string(payload[16:])}
+	if st.instance == 0 {
+		return state{}, fmt.Errorf("state: no instance: %w", errTorn)
+	}
+	return st, nil
+}
+
+func writeState(dir string, st state) error {
+	payload := binary.LittleEndian.AppendUint64(nil, st.instance)
+	payload = binary.LittleEndian.AppendUint64(payload, st.reserved)
+	payload = append(payload, st.node...)
+	return writeAtomic(dir, stateName, appendFrame(nil, magicState, payload))
+}
+
+func reportName(seq uint64) string { return fmt.Sprintf("%020d%s", seq, reportSuffix) }
+
+// readReport reads the report file of seq, which must hold that sequence:
+// a file renamed by hand is damage, not a report to replay.
+func readReport(dir string, seq uint64) (*nbsv1.Report, []byte, error) {
+	b, err := readWhole(filepath.Join(dir, reportName(seq)), magicReport)
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &nbsv1.Report{}
+	if err := proto.Unmarshal(b, r); err != nil {
+		return nil, nil, fmt.Errorf("decode: %w", err)
+	}
+	if r.GetSequence() != seq {
+		return nil, nil, fmt.Errorf("holds sequence %d: %w", r.GetSequence(), errTorn)
+	}
+	return r, b, nil
+}
