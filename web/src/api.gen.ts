@@ -207,10 +207,10 @@ export interface components {
     };
     ErrorDetail: {
       /**
-       * @description What kind of failure: bad_request (400), unauthorized (401), forbidden (403), not_found (404), method_not_allowed (405), conflict (409), too_large (413), unsupported_media_type (415), internal (500), unavailable (503).
+       * @description What kind of failure: bad_request (400), unauthorized (401), forbidden (403), not_found (404), method_not_allowed (405), conflict (409), too_large (413), unsupported_media_type (415), too_many_requests (429, with Retry-After), internal (500), unavailable (503, with Retry-After: the database cannot be reached), timeout (504: a read took longer than --reads.statement-timeout).
        * @enum {string}
        */
-      code: "bad_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "too_large" | "unsupported_media_type" | "internal" | "unavailable";
+      code: "bad_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "too_large" | "unsupported_media_type" | "too_many_requests" | "internal" | "unavailable" | "timeout";
       /** @description For people: what was wrong and how to fix it; for internal errors, the request id to find in the collector's log. */
       message: string;
     };
@@ -977,8 +977,28 @@ export interface components {
         "application/json": components["schemas"]["ErrorBody"];
       };
     };
-    /** @description Any other failure: internal (500) or unavailable (503). */
+    /** @description The caller has as many heavy reads (reports, series, evidence) in flight as it may (--reads.max-per-caller; a report takes 4 slots, a series or a page of evidence 1), or the collector as many as it admits (--reads.max-concurrent) (code too_many_requests). Retry-After says when to try again. */
+    TooManyRequests: {
+      headers: {
+        /** @description Seconds to wait before trying again. */
+        "Retry-After"?: number;
+      };
+      content: {
+        "application/json": components["schemas"]["ErrorBody"];
+      };
+    };
+    /** @description A database read took longer than --reads.statement-timeout (default 30s) and the server cancelled it (code timeout); asking again for the same will fail again: ask for a shorter period, fewer nodes or a coarser step. */
+    Timeout: {
+      content: {
+        "application/json": components["schemas"]["ErrorBody"];
+      };
+    };
+    /** @description Any other failure: internal (500), or unavailable (503, with Retry-After) while the database cannot be reached. */
     Error: {
+      headers: {
+        /** @description With 503: seconds to wait before trying again. */
+        "Retry-After"?: number;
+      };
       content: {
         "application/json": components["schemas"]["ErrorBody"];
       };
@@ -1134,6 +1154,8 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      429: components["responses"]["TooManyRequests"];
+      504: components["responses"]["Timeout"];
       default: components["responses"]["Error"];
     };
   };
@@ -1161,6 +1183,8 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      429: components["responses"]["TooManyRequests"];
+      504: components["responses"]["Timeout"];
       default: components["responses"]["Error"];
     };
   };
@@ -1668,6 +1692,8 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      429: components["responses"]["TooManyRequests"];
+      504: components["responses"]["Timeout"];
       default: components["responses"]["Error"];
     };
   };
