@@ -94,7 +94,7 @@ func (a *Access) Require(role Role, scoped bool) func(http.Handler) http.Handler
 			p := FromContext(ctx)
 			if ctx.Value(resolvedKey{}) == nil {
 				var err error
-				p, err = a.authenticate(r)
+				p, err = a.authenticateWithin(r)
 				if err != nil && role != RolePublic {
 					if errors.Is(err, ErrUnauthenticated) {
 						if _, ok := a.sessionCookie(r); ok && r.Header.Get("Authorization") == "" {
