@@ -179,8 +179,10 @@ func (c *Collector) Run(ctx context.Context) error {
 		httpLis.Close()
 		return err
 	}
+	admission := readlimit.New(c.cfg.Reads.limits())
+	c.metrics.Registry.MustRegister(admission.Collectors()...)
 	handler := httpHandler(reads, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: identities,
-		Reports: report.New(reads, st.Pool(), c.log), Admission: readlimit.New(c.cfg.Reads.limits())}, acc, web.Handler(),
+		Reports: report.New(reads, st.Pool(), c.log), Admission: admission}, acc, web.Handler(),
 		c.log.With("part", "api"), c.metrics)
 	hl := c.cfg.HTTP
 	httpSrv := &http.Server{Handler: handler, ConnContext: access.ConnContext,

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/errkind"
 )
@@ -43,7 +45,8 @@ const RetryAfter = 2 * time.Second
 
 // Limiter counts the slots held. Safe for concurrent use.
 type Limiter struct {
-	lim Limits
+	lim     Limits
+	refused *prometheus.CounterVec // limit: caller, collector
 
 	mu    sync.Mutex
 	total int
@@ -53,7 +56,19 @@ type Limiter struct {
 // New returns a Limiter of l; limits below 1 are 1.
 func New(l Limits) *Limiter {
 	l.MaxConcurrent, l.MaxPerCaller = max(l.MaxConcurrent, 1), max(l.MaxPerCaller, 1)
-	return &Limiter{lim: l, held: map[string]int{}}
+	return &Limiter{lim: l, held: map[string]int{},
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nbs_collector_read_refusals_total",
+			Help: "Heavy reads (reports, series, evidence) answered 429, by the limit they met: caller (--reads.max-per-caller) or collector (--reads.max-concurrent)."},
+			[]string{"limit"})}
+}
+
+// Collectors are the limiter's metrics for /metrics: the slots held now
+// and the requests refused.
+func (l *Limiter) Collectors() []prometheus.Collector {
+	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nbs_collector_read_slots_held",
+		Help: "Heavy-read slots held by requests in flight (a report takes 4, a series or a page of evidence 1)."},
+		func() float64 { _, total := l.Held(""); return float64(total) })
+	return []prometheus.Collector{held, l.refused}
 }
 
 // Limits returns the limits in force.
@@ -73,10 +88,12 @@ func (l *Limiter) admit(caller string, slots int) (func(), error) {
 	defer l.mu.Unlock()
 	switch {
 	case l.held[caller]+slots > l.lim.MaxPerCaller:
+		l.refused.WithLabelValues("caller").Inc()
 		return nil, errkind.WithRetryAfter(errkind.Errorf(errkind.Overloaded,
 			"too many heavy reads (reports, series, evidence) in flight for this caller: %s of %d taken and this request needs %d (--reads.max-per-caller); retry when one has finished",
 			slotsWord(l.held[caller]), l.lim.MaxPerCaller, slots), RetryAfter)
 	case l.total+slots > l.lim.MaxConcurrent:
+		l.refused.WithLabelValues("collector").Inc()
 		return nil, errkind.WithRetryAfter(errkind.Errorf(errkind.Overloaded,
 			"the collector is serving as many heavy reads (reports, series, evidence) as it admits (%s, --reads.max-concurrent); retry shortly",
 			slotsWord(l.lim.MaxConcurrent)), RetryAfter)
