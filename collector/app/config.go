@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -107,25 +108,32 @@ type HTTPLimits struct {
 	MaxConns int
 }
 
-// ReadLimits keep heavy reads from slowing anyone else: they run on
-// their own pool (the writers and token checks keep the primary's), each
-// statement is cancelled by the server past StatementTimeout, and a caller
-// past its slots, or every caller past all of them, is answered 429.
+// ReadLimits keep heavy reads (reports, series, evidence) from slowing
+// anyone else: they run on their own database pool (the writers and token
+// checks keep the primary's), PoolSize reports' worth at a time (the rest
+// wait their turn), each statement cancelled by the server past
+// StatementTimeout; a caller past its slots, or every caller past all of
+// them, is answered 429.
 type ReadLimits struct {
-	// PoolSize is the read pool's connections, on the primary and on
-	// --db.read-url each.
+	// PoolSize is the read pool's connections (on the primary, and on
+	// --db.read-url), and how many reports run at once: the cores heavy
+	// reads may take from ingest, in the database and in the collector.
 	PoolSize         int
 	StatementTimeout time.Duration
-	// MaxConcurrent and MaxPerCaller count slots: a report takes
-	// api.ReportSlots, a series or a page of evidence one.
+	// MaxConcurrent and MaxPerCaller count slots, running or waiting: a
+	// report takes api.ReportSlots, a series or a page of evidence one.
 	MaxConcurrent int
 	MaxPerCaller  int
 }
 
-// DefaultReadLimits are the production bounds of heavy reads.
+// DefaultReadLimits are the production bounds of heavy reads. The pool is
+// half the collector's cores: on 2 cores, one report computing kept the
+// agents' ack p99 within 1.3× of its baseline, two side by side took both
+// cores and tripled it (BENCHMARKS.md, "One customer's reports"). Eight
+// slots a caller are two reports (one running, one waiting its turn), or
+// the six charts and evidence a node's page asks for at once.
 func DefaultReadLimits() ReadLimits {
-	p, l := store.DefaultReadPool(), readlimit.DefaultLimits()
-	return ReadLimits{PoolSize: int(p.Size), StatementTimeout: p.StatementTimeout, MaxConcurrent: l.MaxConcurrent, MaxPerCaller: l.MaxPerCaller}
+	return ReadLimits{PoolSize: max(1, runtime.GOMAXPROCS(0)/2), StatementTimeout: 30 * time.Second, MaxConcurrent: 32, MaxPerCaller: 8}
 }
 
 // pool is the store's view of the limits.
@@ -133,9 +141,12 @@ func (r ReadLimits) pool() store.ReadPool {
 	return store.ReadPool{Size: int32(r.PoolSize), StatementTimeout: r.StatementTimeout}
 }
 
-// limits is the admission's view of the limits.
+// limits is the admission's view of the limits: PoolSize reports run at
+// once, and a read waits for its turn no longer than one statement may
+// take.
 func (r ReadLimits) limits() readlimit.Limits {
-	return readlimit.Limits{MaxConcurrent: r.MaxConcurrent, MaxPerCaller: r.MaxPerCaller}
+	return readlimit.Limits{MaxConcurrent: r.MaxConcurrent, MaxPerCaller: r.MaxPerCaller,
+		Running: r.PoolSize * api.ReportSlots, MaxWait: r.StatementTimeout}
 }
 
 func (r ReadLimits) validate(writeTimeout time.Duration) error {
@@ -231,7 +242,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HTTP.IdleTimeout, "http.idle-timeout", c.HTTP.IdleTimeout, "how long a kept-alive connection may wait for its next request")
 	fs.IntVar(&c.HTTP.MaxHeaderBytes, "http.max-header-bytes", c.HTTP.MaxHeaderBytes, "largest request line and headers, in bytes (more: 431)")
 	fs.IntVar(&c.HTTP.MaxConns, "http.max-connections", c.HTTP.MaxConns, "most open HTTP connections; more wait to be accepted")
-	fs.IntVar(&c.Reads.PoolSize, "reads.pool-size", c.Reads.PoolSize, "database connections of heavy reads (reports, series, evidence), apart from the writers' and token checks' (on --db.url, and on --db.read-url each); 1 to 64")
+	fs.IntVar(&c.Reads.PoolSize, "reads.pool-size", c.Reads.PoolSize, "database connections of heavy reads (reports, series, evidence), apart from the writers' and token checks' (on --db.url, and on --db.read-url each), and how many reports run at once (more wait their turn): the cores heavy reads may take from ingest; 1 to 64 (default: half the collector's CPUs, at least 1)")
 	fs.DurationVar(&c.Reads.StatementTimeout, "reads.statement-timeout", c.Reads.StatementTimeout, "PostgreSQL cancels a heavy read's statement that runs longer (the request answers 504, timeout); 1s to 10m, at most --http.write-timeout")
 	fs.IntVar(&c.Reads.MaxConcurrent, "reads.max-concurrent", c.Reads.MaxConcurrent, "heavy-read slots all callers together may hold (a report takes 4, a series or a page of evidence 1); past it: 429 with Retry-After")
 	fs.IntVar(&c.Reads.MaxPerCaller, "reads.max-per-caller", c.Reads.MaxPerCaller, "heavy-read slots one caller (a token and its sessions, a proxy user) may hold; past it: 429 with Retry-After; 4 (one report) to 1024")

@@ -1,18 +1,25 @@
-// Package readlimit admits heavy reads — reports, series, evidence — by
-// caller, so that no caller can take the collector's read capacity from
-// the others: each caller (a token, with the sessions logged in with it; a
-// proxy user) may hold a few slots, and all callers together a bounded
-// number. Past either, a request is refused at once with an error of kind
-// Overloaded and a Retry-After, rather than queued: a queue would only
-// hold the request, its memory and its client while the same caller's
-// other reads finish.
+// Package readlimit admits heavy reads — reports, series, evidence — so
+// that no caller can slow anyone else: not the agents' writes, not the
+// token checks, not another customer's reads.
+//
+// Two stages. Admission: each caller (a token, with the sessions logged in
+// with it; a proxy user) may hold a few slots, and all callers together a
+// bounded number; past either, a request is refused at once with an error
+// of kind Overloaded and a Retry-After. Running: of the admitted, only so
+// many slots' worth run at once, the rest wait their turn in order of
+// arrival. The first stage bounds what one caller can queue (its 24th
+// parallel report is refused, not queued ahead of everyone else's); the
+// second bounds the CPU heavy reads take from ingest, in the database and
+// in the collector alike: on 2 cores, two reports computing side by side
+// took both, and tripled the agents' report→ack p99 (BENCHMARKS.md,
+// "One customer's reports").
 //
 // The reads themselves run on their own bounded database pool with a
-// statement timeout (collector/store.ReadPool); this package bounds how
-// many wait for it.
+// statement timeout (collector/store.ReadPool).
 package readlimit
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -21,6 +28,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/errkind"
@@ -29,15 +37,18 @@ import (
 // Limits are the slots heavy reads may hold; what a read costs is its
 // route's (collector/api).
 type Limits struct {
-	// MaxConcurrent bounds the slots of all callers together.
+	// MaxConcurrent bounds the slots admitted, running or waiting, of all
+	// callers together.
 	MaxConcurrent int
-	// MaxPerCaller bounds the slots of one caller.
+	// MaxPerCaller bounds the slots admitted for one caller.
 	MaxPerCaller int
+	// Running bounds the slots that run at once; admitted reads past it
+	// wait their turn.
+	Running int
+	// MaxWait bounds how long an admitted read waits for its turn; past
+	// it, it is refused as if it had not been admitted.
+	MaxWait time.Duration
 }
-
-// DefaultLimits: eight slots a caller (two reports, or the six charts
-// and evidence a node's page asks for at once), 32 in all.
-func DefaultLimits() Limits { return Limits{MaxConcurrent: 32, MaxPerCaller: 8} }
 
 // RetryAfter is what a refused caller is told to wait: about what a report
 // takes, so that one of its slots is likely free by then.
@@ -46,19 +57,24 @@ const RetryAfter = 2 * time.Second
 // Limiter counts the slots held. Safe for concurrent use.
 type Limiter struct {
 	lim     Limits
-	refused *prometheus.CounterVec // limit: caller, collector
+	run     *semaphore.Weighted    // the running stage; first come, first served
+	refused *prometheus.CounterVec // limit: caller, collector, wait
 
 	mu    sync.Mutex
 	total int
 	held  map[string]int // caller → slots; callers holding none are not kept
 }
 
-// New returns a Limiter of l; limits below 1 are 1.
+// New returns a Limiter of l; limits below 1 are 1, and a MaxWait of 0 is
+// a minute.
 func New(l Limits) *Limiter {
-	l.MaxConcurrent, l.MaxPerCaller = max(l.MaxConcurrent, 1), max(l.MaxPerCaller, 1)
-	return &Limiter{lim: l, held: map[string]int{},
+	l.MaxConcurrent, l.MaxPerCaller, l.Running = max(l.MaxConcurrent, 1), max(l.MaxPerCaller, 1), max(l.Running, 1)
+	if l.MaxWait <= 0 {
+		l.MaxWait = time.Minute
+	}
+	return &Limiter{lim: l, held: map[string]int{}, run: semaphore.NewWeighted(int64(l.Running)),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nbs_collector_read_refusals_total",
-			Help: "Heavy reads (reports, series, evidence) answered 429, by the limit they met: caller (--reads.max-per-caller) or collector (--reads.max-concurrent)."},
+			Help: "Heavy reads (reports, series, evidence) answered 429, by the limit they met: caller (--reads.max-per-caller), collector (--reads.max-concurrent) or wait (their turn to run did not come in time)."},
 			[]string{"limit"})}
 }
 
@@ -66,7 +82,7 @@ func New(l Limits) *Limiter {
 // and the requests refused.
 func (l *Limiter) Collectors() []prometheus.Collector {
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nbs_collector_read_slots_held",
-		Help: "Heavy-read slots held by requests in flight (a report takes 4, a series or a page of evidence 1)."},
+		Help: "Heavy-read slots admitted, running or waiting their turn (a report takes 4, a series or a page of evidence 1)."},
 		func() float64 { _, total := l.Held(""); return float64(total) })
 	return []prometheus.Collector{held, l.refused}
 }
@@ -75,13 +91,40 @@ func (l *Limiter) Collectors() []prometheus.Collector {
 func (l *Limiter) Limits() Limits { return l.lim }
 
 // Admit takes slots for a request of the caller that collector/access put
-// in r's context. release gives them back and must be called once the
-// request's reads are done. A request costing more than a caller may hold
-// is charged the caller's whole allowance, so it can still run alone.
+// in r's context, and waits for its turn to run. release gives them back
+// and must be called once the request's reads are done. A request costing
+// more than a caller may hold, or than may run at once, is charged the
+// whole of it, so it can still run alone.
 func (l *Limiter) Admit(r *http.Request, slots int) (release func(), err error) {
-	return l.admit(Caller(access.FromContext(r.Context()), r.RemoteAddr), slots)
+	ctx := r.Context()
+	caller := Caller(access.FromContext(ctx), r.RemoteAddr)
+	slots = min(max(slots, 1), l.lim.MaxPerCaller)
+	leave, err := l.admit(caller, slots)
+	if err != nil {
+		return nil, err
+	}
+	running := int64(min(slots, l.lim.Running))
+	wait, cancel := context.WithTimeout(ctx, l.lim.MaxWait)
+	defer cancel()
+	if err := l.run.Acquire(wait, running); err != nil {
+		leave()
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // the client left
+		}
+		l.refused.WithLabelValues("wait").Inc()
+		return nil, errkind.WithRetryAfter(errkind.Errorf(errkind.Overloaded,
+			"the collector is busy with other heavy reads (reports, series, evidence): this one waited %s for its turn; retry shortly", l.lim.MaxWait), RetryAfter)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.run.Release(running)
+			leave()
+		})
+	}, nil
 }
 
+// admit is the first stage: it takes slots for caller, or refuses.
 func (l *Limiter) admit(caller string, slots int) (func(), error) {
 	slots = min(max(slots, 1), l.lim.MaxPerCaller)
 	l.mu.Lock()

@@ -1,6 +1,9 @@
 package readlimit
 
 import (
+	"context"
+	"errors"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -144,5 +147,68 @@ func TestCaller(t *testing.T) {
 	defer release()
 	if held, _ := l.Held("token:3"); held != 4 {
 		t.Errorf("token 3 holds %d slots, want 4", held)
+	}
+}
+
+// Admitted reads past Running wait their turn in order; one that waits
+// past MaxWait is refused with Retry-After and gives its slots back; one
+// whose client leaves gets its context's error.
+func TestRunning(t *testing.T) {
+	l := New(Limits{MaxConcurrent: 32, MaxPerCaller: 8, Running: 4, MaxWait: 300 * time.Millisecond})
+	req := func(tokenID int64) *http.Request {
+		r := httptest.NewRequest("GET", "/api/v1/reports", nil)
+		return r.WithContext(access.WithPrincipal(r.Context(), access.Principal{Via: access.ViaToken, TokenID: tokenID}))
+	}
+	first, err := l.Admit(req(1), 4) // a report: all four running slots
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The next, of another caller, waits; it runs once the first is done.
+	got := make(chan error, 1)
+	var second func()
+	go func() {
+		var err error
+		second, err = l.Admit(req(2), 1)
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("a series ran beside a report that holds every running slot: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if held, total := l.Held("token:2"); held != 1 || total != 5 {
+		t.Errorf("waiting: token 2 holds %d, all %d; want 1 and 5 (admitted, not running)", held, total)
+	}
+	first()
+	if err := <-got; err != nil {
+		t.Fatalf("the waiting series once the report was done: %v", err)
+	}
+
+	// A report now waits behind the series: past MaxWait it is refused.
+	start := time.Now()
+	_, err = l.Admit(req(3), 4)
+	if errkind.Of(err) != errkind.Overloaded || !strings.Contains(err.Error(), "waited 300ms for its turn") {
+		t.Fatalf("a report waiting past MaxWait: %v", err)
+	}
+	if d, ok := errkind.RetryAfter(err); !ok || d != RetryAfter {
+		t.Errorf("Retry-After %v, %v", d, ok)
+	}
+	if took := time.Since(start); took < 250*time.Millisecond || took > 2*time.Second {
+		t.Errorf("refused after %v, want about 300ms", took)
+	}
+	if held, _ := l.Held("token:3"); held != 0 {
+		t.Errorf("a refused read still holds %d slots", held)
+	}
+
+	// A client that leaves while waiting gets its context's error.
+	r := req(4)
+	ctx, cancel := context.WithCancel(r.Context())
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	if _, err := l.Admit(r.WithContext(ctx), 4); !errors.Is(err, context.Canceled) {
+		t.Errorf("a client that left: %v, want context.Canceled", err)
+	}
+	second()
+	if _, total := l.Held(""); total != 0 {
+		t.Errorf("%d slots held after every read is done", total)
 	}
 }
