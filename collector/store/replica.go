@@ -29,13 +29,6 @@ type ReadPool struct {
 	StatementTimeout time.Duration
 }
 
-// DefaultReadPool is the read pool of a collector that is not told
-// otherwise: four connections (a report reads up to six rollup ranges at
-// once; more connections would only let reports take more of the
-// database's cores from the writers) and 30 s a statement (a 400-day
-// report of 30 nodes reads in a few seconds).
-func DefaultReadPool() ReadPool { return ReadPool{Size: 4, StatementTimeout: 30 * time.Second} }
-
 // OpenReadPool connects a bounded pool for heavy reads to url: the
 // primary's (the same database as Open's, through other connections) or a
 // read-only replica's, such as a streaming-replication standby (which
@@ -145,6 +138,12 @@ func heavyRead[T any](ctx context.Context, r *Reads, what string, q func(*Store)
 		}
 	}
 	v, err := q(r.heavy)
+	if err != nil && ctx.Err() == nil && DatabaseDown(err) {
+		// A restart or failover of the database leaves the pool's idle
+		// connections dead, and the first query on each finds out; a read
+		// is safe to ask again, and the pool opens a fresh connection.
+		v, err = q(r.heavy)
+	}
 	return v, r.tooSlow(ctx, what, err)
 }
 
