@@ -61,6 +61,10 @@ type Config struct {
 	PodsPerDay int
 	// BootstrapToken enrolls the nodes with a collector in enroll mode.
 	BootstrapToken string
+	// OnAck, when set, is told of every acknowledgement: when it came and
+	// how long after its report was sent. A test that compares phases of
+	// one run keeps its own tallies with it.
+	OnAck func(at time.Time, latency time.Duration)
 	// Seed makes a run's choices repeatable.
 	Seed uint64
 	Log  *slog.Logger
@@ -236,6 +240,9 @@ func (f *Fleet) firstAck() {
 }
 
 func (f *Fleet) observe(d time.Duration, samples int) {
+	if f.cfg.OnAck != nil {
+		f.cfg.OnAck(time.Now(), d)
+	}
 	f.acked.Add(1)
 	f.samples.Add(uint64(samples))
 	f.mu.Lock()

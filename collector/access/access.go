@@ -126,7 +126,7 @@ func (a *Access) Require(role Role, scoped bool) func(http.Handler) http.Handler
 					return
 				}
 				var err error
-				p, err = a.authenticate(r)
+				p, err = a.authenticateWithin(r)
 				if bearer && errors.Is(err, ErrUnauthenticated) {
 					a.signInFailed(r)
 				}

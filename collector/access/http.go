@@ -14,6 +14,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/nbs-project/nbs/collector/store"
 )
 
 // Route is one of the package's API routes, relative to /api/v1, with the
@@ -288,6 +290,8 @@ func writeError(w http.ResponseWriter, r *http.Request, err error, log *slog.Log
 		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{errorDetail{"too_large", fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)}})
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody reads the answer.
+	case errors.Is(err, ErrUnavailable) || store.DatabaseDown(err):
+		writeUnavailable(w, r, err, log)
 	default:
 		if log != nil {
 			log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)

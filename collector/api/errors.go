@@ -9,10 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/store"
 )
 
 // answer is how one kind of error is told to an HTTP client.
@@ -32,6 +35,28 @@ var answers = map[errkind.Kind]answer{
 	errkind.Unavailable:  {http.StatusServiceUnavailable, "unavailable"},
 	errkind.Unauthorized: {http.StatusUnauthorized, "unauthorized"},
 	errkind.Forbidden:    {http.StatusForbidden, "forbidden"},
+	errkind.Overloaded:   {http.StatusTooManyRequests, "too_many_requests"},
+	errkind.Timeout:      {http.StatusGatewayTimeout, "timeout"},
+}
+
+// retryAfter is the Retry-After of an answer of kind k: err's own hint, or
+// for the kinds that are worth retrying a default.
+func retryAfter(k errkind.Kind, err error) (time.Duration, bool) {
+	if d, ok := errkind.RetryAfter(err); ok {
+		return d, true
+	}
+	switch k {
+	case errkind.Unavailable:
+		return store.DownRetryAfter, true
+	case errkind.Overloaded:
+		return time.Second, true
+	}
+	return 0, false
+}
+
+// SetRetryAfter sets the Retry-After header in whole seconds, at least 1.
+func SetRetryAfter(h http.Header, d time.Duration) {
+	h.Set("Retry-After", strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10))
 }
 
 // codeMethodNotAllowed answers a known path asked with the wrong method; it
@@ -41,10 +66,6 @@ const codeMethodNotAllowed = "method_not_allowed"
 // codeUnsupportedMedia is collector/access's answer (415) to a change whose
 // body is not JSON, which a cross-site form could send.
 const codeUnsupportedMedia = "unsupported_media_type"
-
-// codeTooManyRequests is collector/access's answer (429, with Retry-After)
-// to a client address over the failed sign-in limit.
-const codeTooManyRequests = "too_many_requests"
 
 // ErrorBody is the JSON envelope of every error answer under /api/v1.
 type ErrorBody struct {
@@ -59,7 +80,10 @@ type ErrorDetail struct {
 // WriteError answers with the JSON error envelope for err's kind. Internal
 // errors are logged and answered with a generic message, since they may
 // carry internal detail; the others carry their own message, which says
-// what to change.
+// what to change. An error that no code classified but that says the
+// database cannot be reached is Unavailable: every route answers 503 with
+// Retry-After while it is down, not 500. Answers worth retrying (503, 429)
+// carry Retry-After.
 func WriteError(w http.ResponseWriter, r *http.Request, err error, log *slog.Logger) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return // the client went away; nobody reads the answer
@@ -69,12 +93,21 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error, log *slog.Log
 	if k == errkind.Internal && errors.As(err, &mbe) { // the body limit's own error, which no domain code saw
 		k, msg = errkind.TooLarge, fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)
 	}
+	if k == errkind.Internal && store.DatabaseDown(err) {
+		if log != nil {
+			log.Warn("request failed: the database cannot be reached", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		k, msg = errkind.Unavailable, store.DownMessage
+	}
 	a, ok := answers[k]
 	if !ok || k == errkind.Internal {
 		if log != nil {
 			log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		}
 		a, msg = answers[errkind.Internal], "internal error; the collector log has the details (request "+middleware.GetReqID(r.Context())+")"
+	}
+	if d, ok := retryAfter(k, err); ok && a.status != http.StatusInternalServerError {
+		SetRetryAfter(w.Header(), d)
 	}
 	WriteJSON(w, a.status, ErrorBody{ErrorDetail{a.code, msg}})
 }

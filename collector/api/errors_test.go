@@ -9,10 +9,15 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/store"
@@ -35,6 +40,9 @@ func TestWriteError(t *testing.T) {
 		{"unavailable", errkind.Errorf(errkind.Unavailable, "database: %w", errors.New("connection refused")), 503, "unavailable", "database: connection refused", false},
 		{"unauthorized", errkind.Errorf(errkind.Unauthorized, "no credentials"), 401, "unauthorized", "no credentials", false},
 		{"forbidden", errkind.Errorf(errkind.Forbidden, "read only"), 403, "forbidden", "read only", false},
+		{"overloaded", errkind.Errorf(errkind.Overloaded, "2 reports in flight"), 429, "too_many_requests", "2 reports in flight", false},
+		{"timeout", errkind.Errorf(errkind.Timeout, "the read took longer than 30s"), 504, "timeout", "the read took longer than 30s", false},
+		{"database down, unclassified", fmt.Errorf("read node: %w", &pgconn.ConnectError{}), 503, "unavailable", store.DownMessage, true},
 		{"internal hides its detail", fmt.Errorf("read node: %w", errors.New("password authentication failed for nbs")), 500, "internal", "", true},
 		{"internal kind", errkind.Errorf(errkind.Internal, "secret"), 500, "internal", "", true},
 		{"a deadline is not the client's doing", fmt.Errorf("query: %w", context.DeadlineExceeded), 500, "internal", "", true},
@@ -88,6 +96,37 @@ func TestWriteError(t *testing.T) {
 			t.Errorf("wrote %q", w.Body.String())
 		}
 	})
+}
+
+// TestWriteErrorRetryAfter: the answers worth retrying say when.
+func TestWriteErrorRetryAfter(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	cases := []struct {
+		name   string
+		err    error
+		status int
+		retry  string // the Retry-After header; "" for none
+	}{
+		{"overloaded, with the limiter's hint", errkind.WithRetryAfter(errkind.Errorf(errkind.Overloaded, "busy"), 2*time.Second), 429, "2"},
+		{"overloaded, a hint rounded up", errkind.WithRetryAfter(errkind.Errorf(errkind.Overloaded, "busy"), 1500*time.Millisecond), 429, "2"},
+		{"overloaded, no hint", errkind.Errorf(errkind.Overloaded, "busy"), 429, "1"},
+		{"unavailable", errkind.Errorf(errkind.Unavailable, "database: down"), 503, "5"},
+		{"connection refused", fmt.Errorf("list nodes: %w", refused), 503, "5"},
+		{"server shutting down", fmt.Errorf("list nodes: %w", &pgconn.PgError{Code: "57P01"}), 503, "5"},
+		{"a timeout is not worth retrying as is", errkind.Errorf(errkind.Timeout, "too slow"), 504, ""},
+		{"internal", errors.New("bug"), 500, ""},
+		{"internal with a hint still says nothing", errkind.WithRetryAfter(errors.New("bug"), time.Second), 500, ""},
+		{"invalid", errkind.Errorf(errkind.Invalid, "bad"), 400, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			WriteError(w, httptest.NewRequest("GET", "/api/v1/x", nil), c.err, slog.New(slog.DiscardHandler))
+			if w.Code != c.status || w.Header().Get("Retry-After") != c.retry {
+				t.Errorf("HTTP %d, Retry-After %q; want %d, %q", w.Code, w.Header().Get("Retry-After"), c.status, c.retry)
+			}
+		})
+	}
 }
 
 func kindOfForTest(err error) errkind.Kind {

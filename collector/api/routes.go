@@ -115,6 +115,9 @@ type Parts struct {
 	Identities NodeIdentityHandlers
 	Access     AccessRoutes
 	Reports    ReportHandlers
+	// Admission, when set, admits the heavy reads (reports, series,
+	// evidence) by caller; without it they are not limited.
+	Admission Admission
 }
 
 // Routes is the route table: every route under Prefix, in one list, with
@@ -189,6 +192,9 @@ func Routes(p Parts) []Route {
 		for _, rt := range a.Routes() {
 			routes = append(routes, Route{rt.Method, rt.Pattern, rt.Handler, rt.Role, rt.Scoped})
 		}
+	}
+	if p.Admission != nil {
+		admitHeavy(routes, p.Admission)
 	}
 	return routes
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
+	"github.com/nbs-project/nbs/collector/readlimit"
 	"github.com/nbs-project/nbs/collector/report"
 	"github.com/nbs-project/nbs/collector/retention"
 	"github.com/nbs-project/nbs/collector/store"
@@ -71,20 +72,22 @@ func (c *Collector) Run(ctx context.Context) error {
 		return err
 	}
 	defer st.Close()
-	// reads answers the read-heavy queries: st itself, or st with those
-	// queries sent to the replica.
-	var reads interface {
-		api.Queries
-		report.Store
-	} = st
+	// reads answers the heavy queries (series, events, reports) from pools
+	// of their own, on the primary and on the replica if there is one:
+	// whatever a caller asks, the writers and token checks keep st's.
+	heavy, err := store.OpenReadPool(ctx, c.cfg.DBURL, c.cfg.Reads.pool(), c.log.With("part", "read-pool"))
+	if err != nil {
+		return err
+	}
+	defer heavy.Close()
+	var replica *store.Store
 	if c.cfg.DBReadURL != "" {
-		replica, err := store.OpenReplica(ctx, c.cfg.DBReadURL, c.log.With("part", "read-db"))
-		if err != nil {
+		if replica, err = store.OpenReadPool(ctx, c.cfg.DBReadURL, c.cfg.Reads.pool(), c.log.With("part", "read-db")); err != nil {
 			return err
 		}
 		defer replica.Close()
-		reads = store.NewReads(st, replica, c.log.With("part", "read-db"))
 	}
+	reads := store.NewReads(st, heavy, replica, c.cfg.Reads.pool(), c.log.With("part", "read-db"))
 
 	grpcLis, err := net.Listen("tcp", c.cfg.GRPCAddr)
 	if err != nil {
@@ -179,8 +182,10 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	reports := report.New(reads, st.Pool(), c.log)
 	reports.SetLimits(c.cfg.reports())
+	admission := readlimit.New(c.cfg.Reads.limits())
+	c.metrics.Registry.MustRegister(admission.Collectors()...)
 	handler := httpHandler(reads, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: identities,
-		Reports: reports}, acc, web.Handler(),
+		Reports: reports, Admission: admission}, acc, web.Handler(),
 		c.log.With("part", "api"), c.metrics, readyWarnings...)
 	hl := c.cfg.HTTP
 	httpSrv := &http.Server{Handler: handler, ConnContext: access.ConnContext,

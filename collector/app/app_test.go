@@ -53,6 +53,14 @@ func TestConfigValidate(t *testing.T) {
 		{"HTTP TLS without a key", func(c *Config) { c.Access.TLSCertFile = "c.pem" }, []string{"--http.tls-cert-file and --http.tls-key-file go together"}},
 		{"an unknown auth mode", func(c *Config) { c.Access.Mode = "open" }, []string{`--auth.mode "open" must be token, proxy or none`}},
 		{"proxy mode without proxies", func(c *Config) { c.Access.Mode = access.ModeProxy }, []string{"--auth.mode=proxy needs --auth.proxy-cidrs"}},
+		{"read limits at their bounds", func(c *Config) {
+			c.Reads = ReadLimits{PoolSize: 64, StatementTimeout: time.Second, MaxConcurrent: 4, MaxPerCaller: 4}
+		}, nil},
+		{"no read pool", func(c *Config) { c.Reads.PoolSize = 0 }, []string{"--reads.pool-size 0 must be from 1 to 64"}},
+		{"a statement timeout under a second", func(c *Config) { c.Reads.StatementTimeout = time.Millisecond }, []string{"--reads.statement-timeout 1ms must be from 1s to 10m"}},
+		{"a statement timeout past the write timeout", func(c *Config) { c.Reads.StatementTimeout = 5 * time.Minute }, []string{"--reads.statement-timeout 5m0s is longer than --http.write-timeout 2m0s"}},
+		{"a caller that cannot run one report", func(c *Config) { c.Reads.MaxPerCaller = 3 }, []string{"--reads.max-per-caller 3 must be from 4 (one report) to 1024"}},
+		{"fewer slots in all than for one caller", func(c *Config) { c.Reads.MaxConcurrent = 6 }, []string{"--reads.max-concurrent 6 must be from --reads.max-per-caller (8) to 4096"}},
 		{"every problem at once", func(c *Config) { c.DBURL, c.DBWriters, c.Retention = "", 65, time.Minute }, []string{
 			"--db.url", "--db.writers 65", "--retention 1m0s"}},
 	}

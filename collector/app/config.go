@@ -4,16 +4,20 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/alert"
+	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
+	"github.com/nbs-project/nbs/collector/readlimit"
 	"github.com/nbs-project/nbs/collector/report"
+	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/tenant"
 	"github.com/nbs-project/nbs/internal/wire"
 )
@@ -24,10 +28,10 @@ type Config struct {
 	GRPCAddr string
 	HTTPAddr string
 	DBURL    string
-	// DBReadURL, when set, serves the read-heavy queries (series,
-	// histograms, events, reports) from a replica such as a streaming
-	// standby (store.Reads); the primary answers them while it cannot be
-	// reached.
+	// DBReadURL, when set, serves the heavy reads (series, histograms,
+	// events, reports) from a replica such as a streaming standby
+	// (store.Reads); the primary's read pool answers them while it cannot
+	// be reached, and without it.
 	DBReadURL string
 	Retention time.Duration
 	// RollupRetention1m and RollupRetention1h keep the report rollups
@@ -44,6 +48,10 @@ type Config struct {
 	// HTTP bounds what one HTTP client may hold (--http.*-timeout,
 	// --http.max-header-bytes, --http.max-connections).
 	HTTP HTTPLimits
+	// Reads bounds the heavy reads (reports, series, evidence): their own
+	// database pool and statement timeout, and the slots one caller and
+	// all callers may hold (--reads.*).
+	Reads ReadLimits
 	// SendTimeout ends an agent stream whose agent has not read one message
 	// for this long, so it holds no more than its pending Config.
 	SendTimeout time.Duration
@@ -110,6 +118,67 @@ type HTTPLimits struct {
 	MaxConns int
 }
 
+// ReadLimits keep heavy reads (reports, series, evidence) from slowing
+// anyone else: they run on their own database pool (the writers and token
+// checks keep the primary's), PoolSize reports' worth at a time (the rest
+// wait their turn), each statement cancelled by the server past
+// StatementTimeout; a caller past its slots, or every caller past all of
+// them, is answered 429.
+type ReadLimits struct {
+	// PoolSize is the read pool's connections (on the primary, and on
+	// --db.read-url), and how many reports run at once: the cores heavy
+	// reads may take from ingest, in the database and in the collector.
+	PoolSize         int
+	StatementTimeout time.Duration
+	// MaxConcurrent and MaxPerCaller count slots, running or waiting: a
+	// report takes api.ReportSlots, a series or a page of evidence one.
+	MaxConcurrent int
+	MaxPerCaller  int
+}
+
+// DefaultReadLimits are the production bounds of heavy reads. The pool is
+// half the collector's cores: on 2 cores, one report computing kept the
+// agents' ack p99 within 1.3× of its baseline, two side by side took both
+// cores and tripled it (BENCHMARKS.md, "One customer's reports"). Eight
+// slots a caller are two reports (one running, one waiting its turn), or
+// the six charts and evidence a node's page asks for at once.
+func DefaultReadLimits() ReadLimits {
+	return ReadLimits{PoolSize: max(1, runtime.GOMAXPROCS(0)/2), StatementTimeout: 30 * time.Second, MaxConcurrent: 32, MaxPerCaller: 8}
+}
+
+// pool is the store's view of the limits.
+func (r ReadLimits) pool() store.ReadPool {
+	return store.ReadPool{Size: int32(r.PoolSize), StatementTimeout: r.StatementTimeout}
+}
+
+// limits is the admission's view of the limits: PoolSize reports run at
+// once, and a read waits for its turn no longer than one statement may
+// take.
+func (r ReadLimits) limits() readlimit.Limits {
+	return readlimit.Limits{MaxConcurrent: r.MaxConcurrent, MaxPerCaller: r.MaxPerCaller,
+		Running: r.PoolSize * api.ReportSlots, MaxWait: r.StatementTimeout}
+}
+
+func (r ReadLimits) validate(writeTimeout time.Duration) error {
+	var errs []error
+	if r.PoolSize < 1 || r.PoolSize > 64 {
+		errs = append(errs, fmt.Errorf("--reads.pool-size %d must be from 1 to 64", r.PoolSize))
+	}
+	if r.StatementTimeout < time.Second || r.StatementTimeout > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--reads.statement-timeout %s must be from 1s to 10m", r.StatementTimeout))
+	} else if r.StatementTimeout > writeTimeout && writeTimeout >= time.Second { // a write timeout out of its own bounds is reported already
+		// An answer read for longer could no longer be written.
+		errs = append(errs, fmt.Errorf("--reads.statement-timeout %s is longer than --http.write-timeout %s", r.StatementTimeout, writeTimeout))
+	}
+	if r.MaxPerCaller < api.ReportSlots || r.MaxPerCaller > 1024 {
+		errs = append(errs, fmt.Errorf("--reads.max-per-caller %d must be from %d (one report) to 1024", r.MaxPerCaller, api.ReportSlots))
+	}
+	if r.MaxConcurrent < max(r.MaxPerCaller, api.ReportSlots) || r.MaxConcurrent > 4096 {
+		errs = append(errs, fmt.Errorf("--reads.max-concurrent %d must be from --reads.max-per-caller (%d) to 4096", r.MaxConcurrent, r.MaxPerCaller))
+	}
+	return errors.Join(errs...)
+}
+
 // DefaultHTTPLimits are the production HTTP bounds.
 func DefaultHTTPLimits() HTTPLimits {
 	return HTTPLimits{
@@ -138,6 +207,7 @@ func DefaultConfig() Config {
 		MaxMsgSize:        wire.MaxMessageBytes,
 		StreamWindow:      64 << 10,
 		HTTP:              DefaultHTTPLimits(),
+		Reads:             DefaultReadLimits(),
 		SendTimeout:       ingest.DefaultSendTimeout,
 		MaxOverrides:      nodeconfig.DefaultMaxOverrides,
 		Ingest:            ingest.DefaultLimits(),
@@ -170,7 +240,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeIdentityMapFile, "grpc.node-identity-map-file", c.NodeIdentityMapFile, "with mtls: lines of 'certificate-identity node-name-or-glob... [label=value...]' letting a certificate report as other names, with labels (the tenant) bound to them; re-read when it changes")
 	c.Tenant.RegisterFlag(fs)
 	fs.StringVar(&c.DBURL, "db.url", c.DBURL, "PostgreSQL URL (env NBS_DB_URL), e.g. postgres://nbs@db:5432/nbs")
-	fs.StringVar(&c.DBReadURL, "db.read-url", c.DBReadURL, "PostgreSQL URL of a read-only replica (env NBS_DB_READ_URL), e.g. a streaming standby: series, events and reports are read there, and from --db.url while it cannot be reached (default: everything from --db.url)")
+	fs.StringVar(&c.DBReadURL, "db.read-url", c.DBReadURL, "PostgreSQL URL of a read-only replica (env NBS_DB_READ_URL), e.g. a streaming standby: series, events and reports are read there, and from --db.url's read pool while it cannot be reached (default: everything from --db.url)")
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "how long reports are kept; older day partitions are dropped")
 	fs.DurationVar(&c.RollupRetention1m, "retention.rollup-1m", c.RollupRetention1m, "how long the 1-minute report rollups are kept (incidents, reports up to 2 days)")
 	fs.DurationVar(&c.RollupRetention1h, "retention.rollup-1h", c.RollupRetention1h, "how long the 1-hour and 1-day report rollups are kept (longer reports and their previous periods)")
@@ -185,6 +255,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HTTP.IdleTimeout, "http.idle-timeout", c.HTTP.IdleTimeout, "how long a kept-alive connection may wait for its next request")
 	fs.IntVar(&c.HTTP.MaxHeaderBytes, "http.max-header-bytes", c.HTTP.MaxHeaderBytes, "largest request line and headers, in bytes (more: 431)")
 	fs.IntVar(&c.HTTP.MaxConns, "http.max-connections", c.HTTP.MaxConns, "most open HTTP connections; more wait to be accepted")
+	fs.IntVar(&c.Reads.PoolSize, "reads.pool-size", c.Reads.PoolSize, "database connections of heavy reads (reports, series, evidence), apart from the writers' and token checks' (on --db.url, and on --db.read-url each), and how many reports run at once (more wait their turn): the cores heavy reads may take from ingest; 1 to 64 (default: half the collector's CPUs, at least 1)")
+	fs.DurationVar(&c.Reads.StatementTimeout, "reads.statement-timeout", c.Reads.StatementTimeout, "PostgreSQL cancels a heavy read's statement that runs longer (the request answers 504, timeout); 1s to 10m, at most --http.write-timeout")
+	fs.IntVar(&c.Reads.MaxConcurrent, "reads.max-concurrent", c.Reads.MaxConcurrent, "heavy-read slots all callers together may hold (a report takes 4, a series or a page of evidence 1); past it: 429 with Retry-After")
+	fs.IntVar(&c.Reads.MaxPerCaller, "reads.max-per-caller", c.Reads.MaxPerCaller, "heavy-read slots one caller (a token and its sessions, a proxy user) may hold; past it: 429 with Retry-After; 4 (one report) to 1024")
 	fs.DurationVar(&c.SendTimeout, "grpc.send-timeout", c.SendTimeout, "an agent that reads nothing from its stream for this long is disconnected (it reconnects and gets the newest config)")
 	fs.IntVar(&c.MaxOverrides, "thresholds.max-overrides", c.MaxOverrides, "most threshold overrides that may be stored")
 	fs.IntVar(&c.Ingest.MaxStreams, "ingest.max-streams", c.Ingest.MaxStreams, "concurrent agent streams on this collector, with a Hello or not; more are refused with ResourceExhausted")
@@ -246,7 +320,7 @@ func (c *Config) Validate() error {
 	if c.Retention < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--retention %s is shorter than one day partition", c.Retention))
 	}
-	errs = append(errs, c.HTTP.validate())
+	errs = append(errs, c.HTTP.validate(), c.Reads.validate(c.HTTP.WriteTimeout))
 	if c.SendTimeout < time.Second || c.SendTimeout > time.Hour {
 		errs = append(errs, fmt.Errorf("--grpc.send-timeout %s must be from 1s to 1h", c.SendTimeout))
 	}

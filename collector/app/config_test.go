@@ -76,7 +76,8 @@ func TestDefaultConfigValidate(t *testing.T) {
 		{"HTTP timeouts out of order", func(c *Config) {
 			c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.WriteTimeout = time.Minute, 30*time.Second, 10*time.Second
 		},
-			[]string{"--http.read-header-timeout 1m0s is longer than --http.read-timeout", "--http.read-timeout 30s is longer than --http.write-timeout"}},
+			[]string{"--http.read-header-timeout 1m0s is longer than --http.read-timeout", "--http.read-timeout 30s is longer than --http.write-timeout",
+				"--reads.statement-timeout 30s is longer than --http.write-timeout 10s"}},
 		{"HTTP headers and connections", func(c *Config) { c.HTTP.MaxHeaderBytes, c.HTTP.MaxConns = 100, 0 },
 			[]string{"--http.max-header-bytes 100", "--http.max-connections 0"}},
 		{"send timeout", func(c *Config) { c.SendTimeout = 0 }, []string{"--grpc.send-timeout 0s"}},

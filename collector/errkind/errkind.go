@@ -8,6 +8,7 @@ package errkind
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Kind is what went wrong, from the caller's point of view.
@@ -32,6 +33,13 @@ const (
 	Unauthorized
 	// Forbidden: the caller may not do this.
 	Forbidden
+	// Overloaded: the caller (or every caller together) has as much work
+	// in flight as the collector admits; retry once some of it is done.
+	Overloaded
+	// Timeout: the work took longer than the collector allows one
+	// request; retrying the same request will not help, asking for less
+	// will.
+	Timeout
 )
 
 var names = [...]string{
@@ -43,6 +51,8 @@ var names = [...]string{
 	Unavailable:  "unavailable",
 	Unauthorized: "unauthorized",
 	Forbidden:    "forbidden",
+	Overloaded:   "overloaded",
+	Timeout:      "timeout",
 }
 
 func (k Kind) String() string {
@@ -90,4 +100,31 @@ func Of(err error) Kind {
 		return ke.kind
 	}
 	return Internal
+}
+
+// retryError tells the caller when trying again may succeed.
+type retryError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryError) Error() string { return e.err.Error() }
+func (e *retryError) Unwrap() error { return e.err }
+
+// WithRetryAfter says that err is worth retrying after d (an HTTP answer
+// carries it as Retry-After). Its kind and text are err's.
+func WithRetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &retryError{err, d}
+}
+
+// RetryAfter returns the outermost WithRetryAfter hint in err's chain.
+func RetryAfter(err error) (time.Duration, bool) {
+	var re *retryError
+	if errors.As(err, &re) {
+		return re.after, true
+	}
+	return 0, false
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 )
 
 func TestOf(t *testing.T) {
@@ -52,5 +53,40 @@ func TestKindsHaveNames(t *testing.T) {
 	}
 	if got := Kind(200).String(); got != "kind(200)" {
 		t.Errorf("unknown kind prints %q", got)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	busy := Errorf(Overloaded, "3 reports in flight")
+	cases := []struct {
+		name  string
+		err   error
+		kind  Kind
+		after time.Duration
+		ok    bool
+		text  string
+	}{
+		{"none", busy, Overloaded, 0, false, "3 reports in flight"},
+		{"hinted", WithRetryAfter(busy, 2*time.Second), Overloaded, 2 * time.Second, true, "3 reports in flight"},
+		{"wrapped hint", fmt.Errorf("report: %w", WithRetryAfter(busy, time.Second)), Overloaded, time.Second, true, "report: 3 reports in flight"},
+		{"outermost hint wins", WithRetryAfter(fmt.Errorf("x: %w", WithRetryAfter(busy, time.Second)), 5*time.Second), Overloaded, 5 * time.Second, true, "x: 3 reports in flight"},
+		{"plain error keeps its kind", WithRetryAfter(errors.New("down"), time.Second), Internal, time.Second, true, "down"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			after, ok := RetryAfter(c.err)
+			if after != c.after || ok != c.ok {
+				t.Errorf("RetryAfter = %v, %v; want %v, %v", after, ok, c.after, c.ok)
+			}
+			if k := Of(c.err); k != c.kind {
+				t.Errorf("Of = %v, want %v", k, c.kind)
+			}
+			if c.err.Error() != c.text {
+				t.Errorf("text %q, want %q", c.err.Error(), c.text)
+			}
+		})
+	}
+	if WithRetryAfter(nil, time.Second) != nil {
+		t.Error("WithRetryAfter(nil) is not nil")
 	}
 }

@@ -157,7 +157,12 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 	}
 	if len(ids) > 0 {
 		sp := span{st: st, ids: ids, res: res, raw: q.Raw}
-		var g errgroup
+		// The first read to fail ends the others: a report whose read hit
+		// the statement timeout answers at once, not after each of its
+		// reads has waited its own turn on the read pool to time out too.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		g := errgroup{cancel: cancel}
 		g.do(func() (err error) { d.cur, d.curH, err = sp.read(ctx, from, to, nil); return })
 		g.do(func() (err error) { d.prev, d.prevH, err = sp.read(ctx, prevFrom, from, nil); return })
 		// Day points: the totals' day rollups are the series' too, so only
@@ -328,11 +333,13 @@ func objectiveMetrics(objs []Objective) func(string) bool {
 	}
 }
 
-// errgroup runs reads side by side and keeps the first error.
+// errgroup runs reads side by side and keeps the first error, and on it
+// calls cancel.
 type errgroup struct {
-	wg  sync.WaitGroup
-	mu  sync.Mutex
-	err error
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	err    error
+	cancel func()
 }
 
 func (g *errgroup) do(fn func() error) {
@@ -341,6 +348,7 @@ func (g *errgroup) do(fn func() error) {
 			g.mu.Lock()
 			if g.err == nil {
 				g.err = err
+				g.cancel()
 			}
 			g.mu.Unlock()
 		}

@@ -61,7 +61,7 @@ func TestReadsFromAStandby(t *testing.T) {
 	if err := st.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
 		t.Fatal(err)
 	}
-	replica, err := OpenReplica(ctx, standby.URL(), log)
+	replica, err := OpenReadPool(ctx, standby.URL(), ReadPool{Size: 2, StatementTimeout: 30 * time.Second}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,12 @@ func TestReadsFromAStandby(t *testing.T) {
 			t.Fatal("the standby did not replay the writes within 30s")
 		}
 	}
-	reads := NewReads(st, replica, log)
+	heavy, err := OpenReadPool(ctx, primary.URL(), ReadPool{Size: 2, StatementTimeout: 30 * time.Second}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(heavy.Close)
+	reads := NewReads(st, heavy, replica, ReadPool{Size: 2, StatementTimeout: 30 * time.Second}, log)
 
 	read := func(from string) {
 		t.Helper()

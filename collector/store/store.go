@@ -53,6 +53,7 @@ func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
 	if cfg.MaxConns < 4 {
 		cfg.MaxConns = 4
 	}
+	defaultConnectTimeout(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create database pool: %w", err)

@@ -231,10 +231,10 @@ export interface components {
     };
     ErrorDetail: {
       /**
-       * @description What kind of failure: bad_request (400), unauthorized (401), forbidden (403), not_found (404), method_not_allowed (405), conflict (409), too_large (413), unsupported_media_type (415), too_many_requests (429, with Retry-After), internal (500), unavailable (503).
+       * @description What kind of failure: bad_request (400), unauthorized (401), forbidden (403), not_found (404), method_not_allowed (405), conflict (409), too_large (413), unsupported_media_type (415), too_many_requests (429, with Retry-After), internal (500), unavailable (503, with Retry-After: the database cannot be reached), timeout (504: a read took longer than --reads.statement-timeout).
        * @enum {string}
        */
-      code: "bad_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "too_large" | "unsupported_media_type" | "too_many_requests" | "internal" | "unavailable";
+      code: "bad_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "too_large" | "unsupported_media_type" | "too_many_requests" | "internal" | "unavailable" | "timeout";
       /** @description For people: what was wrong and how to fix it; for internal errors, the request id to find in the collector's log. */
       message: string;
     };
@@ -1070,18 +1070,28 @@ export interface components {
         "application/json": components["schemas"]["ErrorBody"];
       };
     };
-    /** @description Too many failed sign-ins from this client address (--auth.failed-attempts-per-minute): every login and every request with an Authorization header from it is refused until Retry-After (seconds) has passed (code too_many_requests). */
+    /** @description Too many requests (code too_many_requests): too many failed sign-ins from this client address (--auth.failed-attempts-per-minute: every login and every request with an Authorization header from it is refused until Retry-After has passed), or as many heavy reads (reports, series, evidence) in flight as the caller may have (--reads.max-per-caller; a report takes 4 slots, a series or a page of evidence 1) or the collector admits (--reads.max-concurrent). Retry-After says when to try again. */
     TooManyRequests: {
       headers: {
-        /** @description Seconds to wait before signing in again. */
+        /** @description Seconds to wait before trying again. */
         "Retry-After"?: number;
       };
       content: {
         "application/json": components["schemas"]["ErrorBody"];
       };
     };
-    /** @description Any other failure: internal (500) or unavailable (503). */
+    /** @description A database read took longer than --reads.statement-timeout (default 30s) and the server cancelled it (code timeout); asking again for the same will fail again: ask for a shorter period, fewer nodes or a coarser step. */
+    Timeout: {
+      content: {
+        "application/json": components["schemas"]["ErrorBody"];
+      };
+    };
+    /** @description Any other failure: internal (500), or unavailable (503, with Retry-After) while the database cannot be reached. */
     Error: {
+      headers: {
+        /** @description With 503: seconds to wait before trying again. */
+        "Retry-After"?: number;
+      };
       content: {
         "application/json": components["schemas"]["ErrorBody"];
       };
@@ -1237,6 +1247,8 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      429: components["responses"]["TooManyRequests"];
+      504: components["responses"]["Timeout"];
       default: components["responses"]["Error"];
     };
   };
@@ -1264,6 +1276,8 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      429: components["responses"]["TooManyRequests"];
+      504: components["responses"]["Timeout"];
       default: components["responses"]["Error"];
     };
   };
@@ -1772,6 +1786,8 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      429: components["responses"]["TooManyRequests"];
+      504: components["responses"]["Timeout"];
       default: components["responses"]["Error"];
     };
   };

@@ -1,0 +1,54 @@
+package api
+
+import "net/http"
+
+// Admission admits heavy reads (collector/readlimit.Limiter): it takes
+// slots for the caller in r's context, or answers an error of kind
+// Overloaded, with a Retry-After, past the caller's or the collector's
+// limit.
+type Admission interface {
+	Admit(r *http.Request, slots int) (release func(), err error)
+}
+
+// ReportSlots is what a report holds of its caller's heavy-read slots
+// (--reads.max-per-caller): it reads up to six rollup ranges at once and
+// can cover hundreds of node-days, where a series or a page of evidence
+// reads one metric of one node.
+const ReportSlots = 4
+
+// readSlots is what a route costs in heavy-read slots; 0 for a route that
+// is not a heavy read. Those routes read on the read pool
+// (collector/store.Reads); the others answer from the primary's small,
+// indexed lookups and are never refused for load.
+func readSlots(method, pattern string) int {
+	if method != http.MethodGet {
+		return 0
+	}
+	switch pattern {
+	case "/reports":
+		return ReportSlots
+	case "/nodes/{node}/series", "/nodes/{node}/events":
+		return 1
+	}
+	return 0
+}
+
+// admitHeavy puts the heavy routes of routes behind adm.
+func admitHeavy(routes []Route, adm Admission) {
+	for i, rt := range routes {
+		slots := readSlots(rt.Method, rt.Pattern)
+		if slots == 0 {
+			continue
+		}
+		next := rt.Handler
+		routes[i].Handler = func(w http.ResponseWriter, r *http.Request) {
+			release, err := adm.Admit(r, slots)
+			if err != nil {
+				WriteError(w, r, err, nil)
+				return
+			}
+			defer release()
+			next(w, r)
+		}
+	}
+}
