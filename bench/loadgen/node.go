@@ -194,7 +194,9 @@ func (n *node) hello() *nbsv1.Hello {
 	h := &nbsv1.Hello{
 		NodeName: n.name, InstanceId: n.instance, AgentVersion: "loadgen", KernelRelease: "sim",
 		IntervalMs: uint32(n.f.cfg.Interval.Milliseconds()), Metrics: n.f.tree.Defs,
-		Labels: map[string]string{"customer": fmt.Sprintf("c%d", n.rng.IntN(20)), "sim": "true"},
+		// A node's customer is its own for life, as a real node's tenant
+		// is (a changed tenant starts a new history: migration 014).
+		Labels: map[string]string{"customer": fmt.Sprintf("c%d", n.slot%20), "sim": "true"},
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
