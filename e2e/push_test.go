@@ -461,6 +461,8 @@ func TestPushHTTPTimeouts(t *testing.T) {
 	)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) {
 		c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.IdleTimeout, c.HTTP.WriteTimeout = readHeader, read, idle, 5*time.Second
+		// A read may not outlive the answer it is for.
+		c.Reads.StatementTimeout = 4 * time.Second
 	})
 	type held struct {
 		conn   net.Conn
