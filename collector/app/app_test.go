@@ -54,6 +54,7 @@ func TestConfigValidate(t *testing.T) {
 		{"an unknown auth mode", func(c *Config) { c.Access.Mode = "open" }, []string{`--auth.mode "open" must be token, proxy or none`}},
 		{"proxy mode without proxies", func(c *Config) { c.Access.Mode = access.ModeProxy }, []string{"--auth.mode=proxy needs --auth.proxy-cidrs"}},
 		{"read limits at their bounds", func(c *Config) {
+			c.GRPCAddr = "127.0.0.1:7701"
 			c.Reads = ReadLimits{PoolSize: 64, StatementTimeout: time.Second, MaxConcurrent: 4, MaxPerCaller: 4}
 		}, nil},
 		{"no read pool", func(c *Config) { c.Reads.PoolSize = 0 }, []string{"--reads.pool-size 0 must be from 1 to 64"}},
