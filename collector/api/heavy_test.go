@@ -10,6 +10,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/httpjson"
 	"github.com/nbs-project/nbs/collector/telemetry"
 )
 
@@ -73,7 +74,7 @@ func TestHeavyRoutesAreAdmitted(t *testing.T) {
 			}
 			*adm = admission{refuse: true}
 			w = do(t, h, "GET", c.path, "")
-			var body api.ErrorBody
+			var body httpjson.ErrorBody
 			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != http.StatusTooManyRequests || body.Error.Code != "too_many_requests" {
 				t.Fatalf("refused: HTTP %d %s, want 429 too_many_requests", w.Code, w.Body)
 			}

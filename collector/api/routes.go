@@ -10,6 +10,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/httpjson"
 	"github.com/nbs-project/nbs/collector/store"
 )
 
@@ -199,6 +200,10 @@ func Routes(p Parts) []Route {
 	return routes
 }
 
+// codeMethodNotAllowed answers a known path asked with the wrong method; it
+// is about routing, so no domain error has that kind.
+const codeMethodNotAllowed = "method_not_allowed"
+
 // V1 serves routes below Prefix (mount it there): each route behind
 // acc.Require with the table's role, answers never cached, bodies at most
 // maxBody, an unknown path a JSON 404 and a known path with the wrong method
@@ -211,7 +216,7 @@ func V1(routes []Route, acc Access) chi.Router {
 		r.With(acc.Require(rt.Role, rt.Scoped)).MethodFunc(rt.Method, rt.Pattern, rt.Handler)
 	}
 	notFound := func(w http.ResponseWriter, req *http.Request) {
-		WriteError(w, req, errkind.Errorf(errkind.NotFound, "no API route %s %s: not found", req.Method, clipPath(req.URL.Path)), nil)
+		httpjson.WriteError(w, req, errkind.Errorf(errkind.NotFound, "no API route %s %s: not found", req.Method, clipPath(req.URL.Path)), nil)
 	}
 	r.NotFound(notFound)
 	// Public, so a caller is known (or nobody) without being refused.
@@ -222,8 +227,8 @@ func V1(routes []Route, acc Access) chi.Router {
 			return
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		WriteJSON(w, http.StatusMethodNotAllowed, ErrorBody{ErrorDetail{codeMethodNotAllowed,
-			req.Method + " is not allowed on " + clipPath(req.URL.Path) + "; use " + strings.Join(allow, " or ")}})
+		httpjson.Write(w, http.StatusMethodNotAllowed, httpjson.ErrorBody{Error: httpjson.ErrorDetail{Code: codeMethodNotAllowed,
+			Message: req.Method + " is not allowed on " + clipPath(req.URL.Path) + "; use " + strings.Join(allow, " or ")}})
 	})).ServeHTTP)
 	return r
 }
