@@ -29,7 +29,10 @@ type Access interface {
 	Metrics(http.Handler) http.Handler
 }
 
-var _ Access = (*access.Access)(nil)
+var (
+	_ Access         = (*access.Access)(nil)
+	_ AccessHandlers = (*access.Access)(nil)
+)
 
 // Route is one entry of the route table.
 type Route struct {
@@ -101,10 +104,16 @@ type ReportHandlers interface {
 	DeleteDefinition(http.ResponseWriter, *http.Request)
 }
 
-// AccessRoutes are the login, logout, whoami, token and audit routes
-// (collector/access), which declare their own roles.
-type AccessRoutes interface {
-	Routes() []access.Route
+// AccessHandlers answer about signing in and out, the caller itself, API
+// tokens and the audit log (collector/access).
+type AccessHandlers interface {
+	HandleLogin(http.ResponseWriter, *http.Request)
+	HandleLogout(http.ResponseWriter, *http.Request)
+	HandleWhoAmI(http.ResponseWriter, *http.Request)
+	HandleListTokens(http.ResponseWriter, *http.Request)
+	HandleCreateToken(http.ResponseWriter, *http.Request)
+	HandleRevokeToken(http.ResponseWriter, *http.Request)
+	HandleAudit(http.ResponseWriter, *http.Request)
 }
 
 // Parts are what answers under Prefix. A nil part's routes are left out,
@@ -114,7 +123,7 @@ type Parts struct {
 	NodeConfig NodeConfigHandlers
 	Alerts     AlertHandlers
 	Identities NodeIdentityHandlers
-	Access     AccessRoutes
+	Access     AccessHandlers
 	Reports    ReportHandlers
 	// Admission, when set, admits the heavy reads (reports, series,
 	// evidence) by caller; without it they are not limited.
@@ -128,10 +137,12 @@ type Parts struct {
 //
 // Customers read their own nodes, trees, series, evidence, effective
 // thresholds and alerts, and the overrides that apply to their nodes; alert
-// rules, the audit log, tokens and every change are staff's.
+// rules, the audit log, tokens and every change are staff's. Anyone may
+// log in and out; whoami is everyone's who is signed in.
 func Routes(p Parts) []Route {
 	const (
 		get, put, post, del     = http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete
+		public, signedIn        = access.RolePublic, access.RoleCustomer
 		viewer, operator, admin = access.RoleViewer, access.RoleOperator, access.RoleAdmin
 		scoped, unscoped        = true, false
 	)
@@ -190,9 +201,15 @@ func Routes(p Parts) []Route {
 		}...)
 	}
 	if a := p.Access; a != nil {
-		for _, rt := range a.Routes() {
-			routes = append(routes, Route{rt.Method, rt.Pattern, rt.Handler, rt.Role, rt.Scoped})
-		}
+		routes = append(routes, []Route{
+			{post, "/login", a.HandleLogin, public, unscoped},
+			{post, "/logout", a.HandleLogout, public, unscoped},
+			{get, "/whoami", a.HandleWhoAmI, signedIn, unscoped},
+			{get, "/tokens", a.HandleListTokens, admin, unscoped},
+			{post, "/tokens", a.HandleCreateToken, admin, unscoped},
+			{del, "/tokens/{id}", a.HandleRevokeToken, admin, unscoped},
+			{get, "/audit", a.HandleAudit, viewer, unscoped},
+		}...)
 	}
 	if p.Admission != nil {
 		admitHeavy(routes, p.Admission)
