@@ -461,6 +461,7 @@ func TestPushHTTPTimeouts(t *testing.T) {
 	)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) {
 		c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.IdleTimeout, c.HTTP.WriteTimeout = readHeader, read, idle, 5*time.Second
+		c.Reads.StatementTimeout = 5 * time.Second // at most the write timeout
 	})
 	type held struct {
 		conn   net.Conn

@@ -104,7 +104,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	c.grpcAddr, c.httpAddr = grpcLis.Addr(), httpLis.Addr()
 	c.mu.Unlock()
 
-	grpcOpts, err := c.cfg.Ingest.ServerOptions(c.log.With("part", "tls"))
+	grpcOpts, err := c.cfg.Ingest.GRPCOptions(c.log.With("part", "tls"))
 	if err != nil {
 		return err
 	}

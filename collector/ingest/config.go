@@ -113,10 +113,10 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ServerOptions are the gRPC server's options for agent streams: the
+// GRPCOptions are the gRPC server's options for agent streams: the
 // message size, the flow-control windows, keepalives and, with a
 // certificate, TLS (mutual with a client CA).
-func (c *Config) ServerOptions(log *slog.Logger) ([]grpc.ServerOption, error) {
+func (c *Config) GRPCOptions(log *slog.Logger) ([]grpc.ServerOption, error) {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.MaxMsgSize),
 		grpc.InitialWindowSize(c.StreamWindow),
