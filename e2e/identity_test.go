@@ -247,7 +247,7 @@ func TestIdentityMutualTLSRefusesAnotherNodesCertificate(t *testing.T) {
 	}
 
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) {
-		c.GRPCTLSCert, c.GRPCTLSKey, c.GRPCClientCA, c.NodeIdentityMapFile = serverCert, serverKey, caFile, idMap
+		c.Ingest.TLSCertFile, c.Ingest.TLSKeyFile, c.Ingest.ClientCAFile, c.NodeAuth.IdentityMapFile = serverCert, serverKey, caFile, idMap
 	})
 	startAgent(t, "lab-b", lab.B, col.grpcAddr, func(c *agentapp.Config) {
 		c.Labels = agentapp.Labels{"customer": "acme"}
@@ -546,7 +546,7 @@ func TestTLSFilesReloadWithoutRestart(t *testing.T) {
 	addr := freeAddr(t)
 	db := pgcluster.Database(t)
 	cfg := func(c *collectorapp.Config) {
-		c.GRPCTLSCert, c.GRPCTLSKey, c.GRPCClientCA = path("server.pem"), path("server-key.pem"), path("client-ca.pem")
+		c.Ingest.TLSCertFile, c.Ingest.TLSKeyFile, c.Ingest.ClientCAFile = path("server.pem"), path("server-key.pem"), path("client-ca.pem")
 	}
 	col := startCollector(t, db, addr, cfg)
 	startAgent(t, "tls-reload", "", addr, func(c *agentapp.Config) {
@@ -633,8 +633,8 @@ func TestTLSCertificatesFromTheDeployScript(t *testing.T) {
 		return filepath.Join(dir, "nodes", name+".pem"), filepath.Join(dir, "nodes", name+"-key.pem")
 	}
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) {
-		c.GRPCTLSCert, c.GRPCTLSKey = filepath.Join(dir, "collector", "collector-1.pem"), filepath.Join(dir, "collector", "collector-1-key.pem")
-		c.GRPCClientCA = caFile
+		c.Ingest.TLSCertFile, c.Ingest.TLSKeyFile = filepath.Join(dir, "collector", "collector-1.pem"), filepath.Join(dir, "collector", "collector-1-key.pem")
+		c.Ingest.ClientCAFile = caFile
 	})
 	cert, key := node("script-node")
 	startAgent(t, "script-node", "", col.grpcAddr, func(c *agentapp.Config) {
@@ -664,7 +664,7 @@ func TestTLSCertificatesFromTheDeployScript(t *testing.T) {
 
 // enrollWith makes a collector enroll nodes with the bootstrap token in file.
 func enrollWith(file string) func(*collectorapp.Config) {
-	return func(c *collectorapp.Config) { c.BootstrapTokenFile = file }
+	return func(c *collectorapp.Config) { c.NodeAuth.BootstrapTokenFile = file }
 }
 
 // tenantTokenFile creates a tenant's bootstrap token through the API, as

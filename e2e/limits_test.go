@@ -79,7 +79,7 @@ func TestLimitsAgainstARealCollector(t *testing.T) {
 		c.Ingest.MaxNodes = 6
 		c.Ingest.MaxCapabilities = 8
 		c.Ingest.MaxStreamsPerIP = 6
-		c.HelloTimeout = 2 * time.Second
+		c.Ingest.HelloTimeout = 2 * time.Second
 	})
 	client := dialCollector(t, col.grpcAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)

@@ -293,7 +293,7 @@ func TestPushCancelledThresholdPutReachesOtherCollector(t *testing.T) {
 // number, and never make a Config larger than agents receive; selectors
 // are bounded. Each refusal is a 400 (or 409) that says why.
 func TestThresholdOverrideLimits(t *testing.T) {
-	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) { c.MaxOverrides = 4 })
+	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) { c.NodeConfig.MaxOverrides = 4 })
 	lim := connectRaw(t, col.grpcAddr, "lim-1", map[string]string{"customer": "acme"}, true)
 	eventually(t, 20*time.Second, func() string {
 		if cfg, err := lim.config(); cfg == nil {
@@ -343,7 +343,7 @@ func TestThresholdOverrideLimits(t *testing.T) {
 	// The size guard. A node whose 11,500 metric ids fill 2.9 MB: with an
 	// override for each, its Config would pass what agents are sent.
 	db := pgcluster.Database(t)
-	col2 := startCollector(t, db, "127.0.0.1:0", func(c *collectorapp.Config) { c.MaxOverrides = 20000 })
+	col2 := startCollector(t, db, "127.0.0.1:0", func(c *collectorapp.Config) { c.NodeConfig.MaxOverrides = 20000 })
 	big := []*nbsv1.MetricDefinition{{Id: "big", Title: "Big", Unit: "1/s", Kind: nbsv1.MetricKind_METRIC_KIND_RATE}}
 	for i := range 11500 {
 		big = append(big, &nbsv1.MetricDefinition{Id: fmt.Sprintf("big/%s_%05d", strings.Repeat("y", 244), i), Title: "B", Unit: "1/s", Kind: nbsv1.MetricKind_METRIC_KIND_RATE})
@@ -461,8 +461,7 @@ func TestPushHTTPTimeouts(t *testing.T) {
 	)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) {
 		c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.IdleTimeout, c.HTTP.WriteTimeout = readHeader, read, idle, 5*time.Second
-		// A read may not outlive the answer it is for.
-		c.Reads.StatementTimeout = 4 * time.Second
+		c.Reads.StatementTimeout = 5 * time.Second // at most the write timeout
 	})
 	type held struct {
 		conn   net.Conn

@@ -267,7 +267,7 @@ func look(t *testing.T, col *collector, token, node string) view {
 // evidence and report.
 func TestTenancyIsTheOperators(t *testing.T) {
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", enrollWith(tokenFile(t)),
-		func(c *collectorapp.Config) { c.NodeAuth = "enroll" })
+		func(c *collectorapp.Config) { c.NodeAuth.Mode = "enroll" })
 	acmeToken, globexToken := readToken(t, tenantTokenFile(t, col, "acme")), readToken(t, tenantTokenFile(t, col, "globex"))
 	agents := map[string]*tenantAgent{}
 	// What each agent claims in its Hellos, whatever its tenant is.

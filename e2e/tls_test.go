@@ -94,7 +94,7 @@ func TestMutualTLSStream(t *testing.T) {
 	caFile := filepath.Join(ca.dir, "ca.pem")
 
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) {
-		c.GRPCTLSCert, c.GRPCTLSKey, c.GRPCClientCA = serverCert, serverKey, caFile
+		c.Ingest.TLSCertFile, c.Ingest.TLSKeyFile, c.Ingest.ClientCAFile = serverCert, serverKey, caFile
 	})
 	startAgent(t, "tls-agent", "", col.grpcAddr, func(c *agentapp.Config) {
 		c.BPF = false

@@ -45,14 +45,14 @@ func TestSplitReportPassesTheCollectorsDefaults(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := collectorapp.DefaultConfig()
-			limits := cfg.Ingest
+			limits := cfg.Ingest.Limits
 			// By default a node has no more metrics than a report may carry
 			// samples, so a report a default collector takes never has too
 			// many; room for more metrics lets this one exceed that limit too.
 			limits.MaxMetrics = 2 * limits.MaxSamples
 			r := wiretest.Oversized(time.Now())
 			if len(r.Samples) <= limits.MaxSamples || len(r.Histograms) <= limits.MaxHistograms || len(r.Events) <= limits.MaxEvents ||
-				proto.Size(r) <= cfg.MaxMsgSize {
+				proto.Size(r) <= cfg.Ingest.MaxMsgSize {
 				t.Fatalf("test report of %d samples, %d histograms, %d events, %d bytes is within the collector's defaults",
 					len(r.Samples), len(r.Histograms), len(r.Events), proto.Size(r))
 			}
@@ -62,7 +62,7 @@ func TestSplitReportPassesTheCollectorsDefaults(t *testing.T) {
 			stored := &storedReports{}
 			writer := ingest.NewWriter(stored, ingest.DefaultWriterOptions(), log, m)
 			srv := ingest.NewServer(&openRegistry{}, writer, ingest.ServerOptions{Limits: limits}, log, m)
-			gs := grpc.NewServer(grpc.MaxRecvMsgSize(cfg.MaxMsgSize))
+			gs := grpc.NewServer(grpc.MaxRecvMsgSize(cfg.Ingest.MaxMsgSize))
 			nbsv1.RegisterAgentServiceServer(gs, srv)
 			lis, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {

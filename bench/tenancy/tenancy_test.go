@@ -42,6 +42,7 @@ import (
 	"github.com/nbs-project/nbs/bench/loadgen"
 	"github.com/nbs-project/nbs/collector/api"
 	collectorapp "github.com/nbs-project/nbs/collector/app"
+	"github.com/nbs-project/nbs/collector/httpjson"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/loglinear"
 	"github.com/nbs-project/nbs/internal/pgcluster"
@@ -193,7 +194,7 @@ func (c client) do(ctx context.Context, method, path, body string) (answer, erro
 	}
 	a := answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), took: time.Since(start)}
 	if resp.StatusCode >= 400 {
-		var e api.ErrorBody
+		var e httpjson.ErrorBody
 		_ = json.Unmarshal(b, &e)
 		a.code = e.Error.Code
 	}

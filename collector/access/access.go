@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nbs-project/nbs/collector/httpjson"
+	"github.com/nbs-project/nbs/collector/store"
 )
 
 // Access enforces who may do what. One per collector; safe for concurrent use.
@@ -109,6 +111,31 @@ func (a *Access) identify(r *http.Request) (Principal, error) {
 	return Principal{}, nil
 }
 
+// lookupTimeout bounds finding a request's caller. The lookup is one
+// indexed row on the primary's pool, which heavy reads do not use, so it
+// takes milliseconds; past this the database is as good as unreachable
+// (a host gone mid-failover), and the client is better told so than kept
+// waiting.
+const lookupTimeout = 5 * time.Second
+
+// authenticateWithin is authenticate bounded by lookupTimeout, telling a
+// database that cannot be reached apart from a credential that does not
+// work: the caller's credential may well be good, so the answer is 503
+// with Retry-After — never 401, which would log a browser out, nor 500,
+// which would send people looking for a bug.
+func (a *Access) authenticateWithin(r *http.Request) (Principal, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), lookupTimeout)
+	defer cancel()
+	p, err := a.authenticate(r.WithContext(ctx))
+	if err == nil || r.Context().Err() != nil || errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrForbidden) {
+		return p, err
+	}
+	if ctx.Err() != nil || store.DatabaseDown(err) {
+		return Principal{}, fmt.Errorf("check the caller's credential: %w: %w", store.ErrUnreachable, err)
+	}
+	return p, err
+}
+
 // Require is the middleware of a route that needs role; scoped says the
 // route filters its answer by the caller's nodes (Principal.Sees,
 // LabelClause), which is what lets a customer in. It answers 401 to nobody
@@ -136,7 +163,7 @@ func (a *Access) Require(role Role, scoped bool) func(http.Handler) http.Handler
 							a.clearSessionCookies(w, r)
 						}
 					}
-					writeError(w, r, err, a.log)
+					httpjson.WriteError(w, r, err, a.log)
 					return
 				}
 				if err != nil {
@@ -148,13 +175,13 @@ func (a *Access) Require(role Role, scoped bool) func(http.Handler) http.Handler
 			case allow:
 				next.ServeHTTP(w, r.WithContext(ctx))
 			case unauthenticated:
-				writeError(w, r, fmt.Errorf("sign in: send Authorization: Bearer <token>, or log in: %w", ErrUnauthenticated), a.log)
+				httpjson.WriteError(w, r, fmt.Errorf("sign in: send Authorization: Bearer <token>, or log in: %w", ErrUnauthenticated), a.log)
 			case forbidden:
-				writeError(w, r, fmt.Errorf("%s %s needs role %s; %s has %s: %w", r.Method, r.URL.Path, role, p.Name, p.Role, ErrForbidden), a.log)
+				httpjson.WriteError(w, r, fmt.Errorf("%s %s needs role %s; %s has %s: %w", r.Method, r.URL.Path, role, p.Name, p.Role, ErrForbidden), a.log)
 			case hidden:
-				writeError(w, r, fmt.Errorf("no API route %s %s: %w", r.Method, r.URL.Path, ErrNotFound), a.log)
+				httpjson.WriteError(w, r, fmt.Errorf("no API route %s %s: %w", r.Method, r.URL.Path, ErrNotFound), a.log)
 			case misrouted:
-				writeError(w, r, fmt.Errorf("route %s %s names no role (%q)", r.Method, r.URL.Path, role), a.log)
+				httpjson.WriteError(w, r, fmt.Errorf("route %s %s names no role (%q)", r.Method, r.URL.Path, role), a.log)
 			}
 		})
 	}
@@ -166,74 +193,4 @@ func (a *Access) Metrics(h http.Handler) http.Handler {
 		return h
 	}
 	return a.Require(RoleViewer, false)(h)
-}
-
-// proxyPrincipal believes the proxy's user header, but only from a proxy
-// address. ok is false when the request did not come through one.
-func (a *Access) proxyPrincipal(r *http.Request) (p Principal, ok bool, err error) {
-	peer, found := peerFrom(r.Context())
-	if !found {
-		a.noPeerOnce.Do(func() {
-			a.log.Error("proxy mode is on but the HTTP server does not record peers (access.ConnContext); the proxy's user header is ignored")
-		})
-		return p, false, nil
-	}
-	ap, perr := netip.ParseAddrPort(peer)
-	if perr != nil || !a.cfg.ProxyCIDRs.Contains(ap.Addr()) {
-		return p, false, nil
-	}
-	user := strings.TrimSpace(r.Header.Get(a.cfg.ProxyUserHeader))
-	if user == "" {
-		return p, false, nil
-	}
-	if len(user) > 256 || strings.ContainsFunc(user, func(c rune) bool { return c < ' ' || c == 0x7f }) {
-		return p, true, fmt.Errorf("proxy header %s is not a user name: %w", a.cfg.ProxyUserHeader, ErrUnauthenticated)
-	}
-	var groups []string
-	if a.cfg.ProxyGroupsHeader != "" {
-		for _, v := range r.Header.Values(a.cfg.ProxyGroupsHeader) {
-			for g := range strings.SplitSeq(v, ",") {
-				if g = strings.TrimSpace(g); g != "" {
-					groups = append(groups, g)
-				}
-			}
-		}
-	}
-	role, sel, err := a.proxyRole(user, groups)
-	if err != nil {
-		return p, true, err
-	}
-	return Principal{Name: user, Role: role, Via: ViaProxy, Selector: sel}, true, nil
-}
-
-// proxyRole maps a proxy user's groups: the highest staff role wins; a user
-// in customer groups only gets that customer's scope, and one in two
-// customers' groups gets neither (a scope cannot be the union of two).
-func (a *Access) proxyRole(user string, groups []string) (Role, Selector, error) {
-	var best Role
-	var customer *GroupRole
-	for _, g := range groups {
-		for i, m := range a.cfg.ProxyGroupRoles {
-			if m.Group != g {
-				continue
-			}
-			if m.Role == RoleCustomer {
-				if customer != nil && customer.Selector.String() != m.Selector.String() {
-					return "", nil, fmt.Errorf("proxy user %s is in groups of two customers (%s, %s): %w", user, customer.Group, m.Group, ErrForbidden)
-				}
-				customer = &a.cfg.ProxyGroupRoles[i]
-			} else if m.Role.rank() > best.rank() {
-				best = m.Role
-			}
-		}
-	}
-	switch {
-	case best != "":
-		return best, nil, nil
-	case customer != nil:
-		return RoleCustomer, customer.Selector, nil
-	case a.cfg.ProxyDefaultRole == "none":
-		return "", nil, fmt.Errorf("proxy user %s is in no group mapped to an NBS role (--auth.proxy-group-role): %w", user, ErrForbidden)
-	}
-	return Role(a.cfg.ProxyDefaultRole), nil, nil
 }

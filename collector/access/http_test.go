@@ -15,41 +15,56 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nbs-project/nbs/collector/httpjson"
 )
 
-// testServer wires the package the way the collector's route table will:
-// Guard outside, each route behind Require with its role. It adds a scoped
-// route listing nodes through LabelClause and one showing a node through
-// Sees, standing in for the API's node routes.
+// testServer wires the package the way the collector's route table
+// (collector/api.Routes) does: Guard outside, each of the package's
+// handlers behind Require with the table's role. It adds a scoped route
+// listing nodes through LabelClause and one showing a node through Sees,
+// standing in for the API's node routes.
 func testServer(t *testing.T, a *Access, pool *pgxpool.Pool, tlsOn bool) *httptest.Server {
 	t.Helper()
 	r := chi.NewRouter()
 	r.Route("/api/v1", func(r chi.Router) {
-		for _, rt := range a.Routes() {
-			r.With(a.Require(rt.Role, rt.Scoped)).Method(rt.Method, rt.Pattern, rt.Handler)
+		for _, rt := range []struct {
+			method, pattern string
+			handler         http.HandlerFunc
+			role            Role
+		}{
+			{"POST", "/login", a.HandleLogin, RolePublic},
+			{"POST", "/logout", a.HandleLogout, RolePublic},
+			{"GET", "/whoami", a.HandleWhoAmI, RoleCustomer},
+			{"GET", "/tokens", a.HandleListTokens, RoleAdmin},
+			{"POST", "/tokens", a.HandleCreateToken, RoleAdmin},
+			{"DELETE", "/tokens/{id}", a.HandleRevokeToken, RoleAdmin},
+			{"GET", "/audit", a.HandleAudit, RoleViewer},
+		} {
+			r.With(a.Require(rt.role, false)).Method(rt.method, rt.pattern, rt.handler)
 		}
 		r.With(a.Require(RoleViewer, true)).Get("/nodes", func(w http.ResponseWriter, r *http.Request) {
 			clause, args := FromContext(r.Context()).LabelClause("labels", 1)
 			rows, err := pool.Query(r.Context(), `SELECT name FROM nodes WHERE `+clause+` ORDER BY name`, args...)
 			if err != nil {
-				writeError(w, r, err, nil)
+				httpjson.WriteError(w, r, err, nil)
 				return
 			}
 			names, err := collectStrings(rows)
 			if err != nil {
-				writeError(w, r, err, nil)
+				httpjson.WriteError(w, r, err, nil)
 				return
 			}
-			writeJSON(w, 200, map[string]any{"nodes": names})
+			httpjson.Write(w, 200, map[string]any{"nodes": names})
 		})
 		r.With(a.Require(RoleViewer, true)).Get("/nodes/{node}", func(w http.ResponseWriter, r *http.Request) {
 			var labels map[string]string
 			err := pool.QueryRow(r.Context(), `SELECT labels FROM nodes WHERE name = $1`, chi.URLParam(r, "node")).Scan(&labels)
 			if err != nil || !FromContext(r.Context()).Sees(labels) {
-				writeError(w, r, fmt.Errorf("node %q: %w", chi.URLParam(r, "node"), ErrNotFound), nil)
+				httpjson.WriteError(w, r, fmt.Errorf("node %q: %w", chi.URLParam(r, "node"), ErrNotFound), nil)
 				return
 			}
-			writeJSON(w, 200, map[string]any{"name": chi.URLParam(r, "node"), "labels": labels})
+			httpjson.Write(w, 200, map[string]any{"name": chi.URLParam(r, "node"), "labels": labels})
 		})
 		r.With(a.Require(RoleOperator, true)).Post("/nodes/{node}/expand", func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusNoContent)
@@ -189,7 +204,7 @@ func TestHTTP(t *testing.T) {
 		}
 		tokens[req.Name], ids[req.Name] = ct.Token, ct.Info.ID
 	}
-	bad := decode[errorBody](t, admin.want("POST", "/api/v1/tokens", map[string]any{"name": "x", "role": "customer"}, 400))
+	bad := decode[httpjson.ErrorBody](t, admin.want("POST", "/api/v1/tokens", map[string]any{"name": "x", "role": "customer"}, 400))
 	if !strings.Contains(bad.Error.Message, "needs a selector") {
 		t.Errorf("customer without selector: %+v", bad)
 	}

@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/nbs-project/nbs/collector/httpjson"
 )
 
 // serveAs runs a request through Require from a TCP peer, as ConnContext
@@ -149,7 +151,7 @@ func TestRequireAnswers(t *testing.T) {
 		r.Header.Set("Authorization", h)
 		rec := httptest.NewRecorder()
 		tok.Require(RoleViewer, true)(http.NotFoundHandler()).ServeHTTP(rec, r)
-		var body errorBody
+		var body httpjson.ErrorBody
 		if rec.Code != 401 || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Error.Code != "unauthorized" ||
 			rec.Header().Get("WWW-Authenticate") != `Bearer realm="nbs"` {
 			t.Errorf("%q: %d %s %v", h, rec.Code, rec.Body, rec.Header())

@@ -2,13 +2,13 @@ package access
 
 import (
 	"container/list"
-	"fmt"
-	"math"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/httpjson"
 )
 
 // Failed sign-ins — a login with a token that does not work, or any
@@ -28,21 +28,12 @@ const (
 	DefaultFailedAttemptsClients   = 10000
 )
 
-// errTooManyFailures answers 429: the client's address is over the limit.
-type errTooManyFailures struct {
-	addr      string
-	perMinute int
-	retry     time.Duration
-}
-
-func (e errTooManyFailures) Error() string {
-	return fmt.Sprintf("too many failed sign-ins from %s: at most %d a minute (--auth.failed-attempts-per-minute); try again in %s",
-		e.addr, e.perMinute, e.retry.Round(time.Second))
-}
-
-// retryAfter is Retry-After's value: whole seconds, at least one.
-func (e errTooManyFailures) retryAfter() string {
-	return strconv.Itoa(max(1, int(math.Ceil(e.retry.Seconds()))))
+// tooManyFailures answers 429 with Retry-After: the client's address is
+// over the limit.
+func tooManyFailures(addr string, perMinute int, retry time.Duration) error {
+	return errkind.WithRetryAfter(errkind.Errorf(errkind.Overloaded,
+		"too many failed sign-ins from %s: at most %d a minute (--auth.failed-attempts-per-minute); try again in %s",
+		addr, perMinute, retry.Round(time.Second)), retry)
 }
 
 // failLimiter is the buckets of the addresses that failed recently: at
@@ -158,7 +149,7 @@ func (a *Access) signInBlocked(w http.ResponseWriter, r *http.Request) bool {
 	if retry <= 0 {
 		return false
 	}
-	writeError(w, r, errTooManyFailures{addr: addrString(addr), perMinute: a.cfg.FailedAttemptsPerMinute, retry: retry}, a.log)
+	httpjson.WriteError(w, r, tooManyFailures(addrString(addr), a.cfg.FailedAttemptsPerMinute, retry), a.log)
 	return true
 }
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nbs-project/nbs/collector/httpjson"
 )
 
 func TestFailLimiter(t *testing.T) {
@@ -104,7 +106,7 @@ func TestFailedSignInsAreLimited(t *testing.T) {
 	secret, _ := mustCreate(t, a, NewToken{Name: "good", Role: RoleViewer})
 	srv := testServer(t, a, pool, false)
 	wrong := TokenPrefix + strings.Repeat("a", secretChars)
-	do := func(client, method, path, bearer, body string) (int, http.Header, errorBody) {
+	do := func(client, method, path, bearer, body string) (int, http.Header, httpjson.ErrorBody) {
 		t.Helper()
 		var rd io.Reader = http.NoBody
 		if body != "" {
@@ -127,12 +129,12 @@ func TestFailedSignInsAreLimited(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var eb errorBody
+		var eb httpjson.ErrorBody
 		b, _ := io.ReadAll(resp.Body)
 		_ = json.Unmarshal(b, &eb)
 		return resp.StatusCode, resp.Header, eb
 	}
-	login := func(client, token string) (int, http.Header, errorBody) {
+	login := func(client, token string) (int, http.Header, httpjson.ErrorBody) {
 		return do(client, "POST", "/api/v1/login", "", fmt.Sprintf(`{"token":%q}`, token))
 	}
 
@@ -156,10 +158,12 @@ func TestFailedSignInsAreLimited(t *testing.T) {
 		t.Fatalf("garbage bearer: %d", code)
 	}
 	// Now everything that signs in from there waits, the good token too.
-	for _, try := range []func() (int, http.Header, errorBody){
-		func() (int, http.Header, errorBody) { return login("203.0.113.1", wrong) },
-		func() (int, http.Header, errorBody) { return login("203.0.113.1", secret) },
-		func() (int, http.Header, errorBody) { return do("203.0.113.1", "GET", "/api/v1/nodes", secret, "") },
+	for _, try := range []func() (int, http.Header, httpjson.ErrorBody){
+		func() (int, http.Header, httpjson.ErrorBody) { return login("203.0.113.1", wrong) },
+		func() (int, http.Header, httpjson.ErrorBody) { return login("203.0.113.1", secret) },
+		func() (int, http.Header, httpjson.ErrorBody) {
+			return do("203.0.113.1", "GET", "/api/v1/nodes", secret, "")
+		},
 	} {
 		code, h, eb := try()
 		if code != 429 || h.Get("Retry-After") != "20" || eb.Error.Code != "too_many_requests" ||

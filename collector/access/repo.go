@@ -9,6 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nbs-project/nbs/collector/store"
 )
 
 // Every query of the package is in this file.
@@ -218,6 +221,17 @@ func deleteSession(ctx context.Context, q querier, idHash []byte) error {
 		return fmt.Errorf("end session: %w", err)
 	}
 	return nil
+}
+
+// PruneAudit deletes audit entries recorded before cutoff, oldest first,
+// batch per statement (audit_log_at serves the order).
+func PruneAudit(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, batch int) (int64, error) {
+	n, err := store.DeleteInBatches(ctx, pool, `
+		DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE at < $1 ORDER BY at, id LIMIT $2)`, batch, cutoff)
+	if err != nil {
+		return n, fmt.Errorf("delete audit entries before %s: %w", cutoff.Format(time.RFC3339), err)
+	}
+	return n, nil
 }
 
 func insertAudit(ctx context.Context, db Execer, r AuditRecord) error {

@@ -8,24 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
-
-// Errors classify failures for the HTTP side (writeError) and callers.
-var (
-	ErrUnauthenticated = errors.New("unauthenticated")
-	ErrForbidden       = errors.New("forbidden")
-	ErrNotFound        = errors.New("not found")
-	ErrInvalid         = errors.New("invalid")
-	ErrConflict        = errors.New("conflict")
-)
-
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
-}
 
 // TokenPrefix starts every token, so secret scanners and people recognise
 // one in a log or a paste.
@@ -359,4 +347,20 @@ func (a *Access) touch(ctx context.Context, id int64, now time.Time) {
 	if err := touchToken(ctx, a.pool, id, now.UTC().Truncate(time.Microsecond)); err != nil && ctx.Err() == nil {
 		a.log.Warn("token last use not recorded", "token", id, "err", err)
 	}
+}
+
+// ParseTTL reads a duration as Go writes it (720h, 30m) or in days (90d).
+func ParseTTL(s string) (time.Duration, error) {
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 1 || n > 100*365 {
+			return 0, fmt.Errorf("%q: days must be a whole number from 1 to 36500", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	ttl, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration such as 720h or 90d", s)
+	}
+	return ttl, nil
 }

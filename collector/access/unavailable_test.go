@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nbs-project/nbs/collector/httpjson"
 )
 
 // A credential check against a database that cannot be reached answers
@@ -86,7 +88,7 @@ func TestCredentialCheckWithoutADatabase(t *testing.T) {
 			start := time.Now()
 			h.ServeHTTP(w, r)
 			took := time.Since(start)
-			var body errorBody
+			var body httpjson.ErrorBody
 			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != c.status || reached {
 				t.Fatalf("HTTP %d %s (handler reached: %v); want %d", w.Code, w.Body, reached, c.status)
 			}

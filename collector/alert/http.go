@@ -12,6 +12,7 @@ import (
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/httpjson"
 	"github.com/nbs-project/nbs/internal/schema"
 )
 
@@ -22,13 +23,13 @@ var _ api.AlertHandlers = (*Service)(nil)
 func (s *Service) ListRules(w http.ResponseWriter, r *http.Request) {
 	rules, err := s.repo.rules(r.Context())
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	if rules == nil {
 		rules = []Rule{}
 	}
-	api.WriteJSON(w, http.StatusOK, map[string]any{"rules": rules})
+	httpjson.Write(w, http.StatusOK, map[string]any{"rules": rules})
 }
 
 func pathID(r *http.Request, what string) (int64, error) {
@@ -44,20 +45,20 @@ func pathID(r *http.Request, what string) (int64, error) {
 func (s *Service) GetRule(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "alert rule")
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	rule, err := s.repo.rule(r.Context(), id)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, rule)
+	httpjson.Write(w, http.StatusOK, rule)
 }
 
 func decodeRule(r *http.Request) (Rule, error) {
 	var in RuleInput
-	if err := api.DecodeJSON(r, &in); err != nil {
+	if err := httpjson.Decode(r, &in); err != nil {
 		return Rule{}, err
 	}
 	rule := in.Rule()
@@ -68,56 +69,56 @@ func decodeRule(r *http.Request) (Rule, error) {
 func (s *Service) CreateRule(w http.ResponseWriter, r *http.Request) {
 	rule, err := decodeRule(r)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	stored, err := s.repo.createRule(r.Context(), rule)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	s.log.Info("alert rule created", "id", stored.ID, "name", stored.Name)
 	s.rulesChanged(r)
 	w.Header().Set("Location", fmt.Sprintf("/api/v1/alert-rules/%d", stored.ID))
-	api.WriteJSON(w, http.StatusCreated, stored)
+	httpjson.Write(w, http.StatusCreated, stored)
 }
 
 // PutRule serves PUT /alert-rules/{id}: replaces the rule.
 func (s *Service) PutRule(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "alert rule")
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	rule, err := decodeRule(r)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	stored, err := s.repo.updateRule(r.Context(), id, rule)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	s.log.Info("alert rule updated", "id", stored.ID, "name", stored.Name, "enabled", stored.Enabled)
 	s.rulesChanged(r)
-	api.WriteJSON(w, http.StatusOK, stored)
+	httpjson.Write(w, http.StatusOK, stored)
 }
 
 // DeleteRule serves DELETE /alert-rules/{id}.
 func (s *Service) DeleteRule(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "alert rule")
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	ok, err := s.repo.deleteRule(r.Context(), id)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	if !ok {
-		api.WriteError(w, r, errkind.Errorf(errkind.NotFound, "alert rule %d: not found", id), s.log)
+		httpjson.WriteError(w, r, errkind.Errorf(errkind.NotFound, "alert rule %d: not found", id), s.log)
 		return
 	}
 	s.log.Info("alert rule deleted", "id", id)
@@ -203,29 +204,29 @@ func (s *Service) ListAlerts(w http.ResponseWriter, r *http.Request) {
 	switch f.State {
 	case "", "all", "open", "firing", "pending", "resolved":
 	default:
-		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "state %s must be firing, pending, resolved, open or all", api.Quote(f.State)), nil)
+		httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "state %s must be firing, pending, resolved, open or all", api.Quote(f.State)), nil)
 		return
 	}
 	// A filter no node or rule could match is a mistake worth saying, not an
 	// empty list.
 	if f.Node = q.Get("node"); f.Node != "" && !schema.ValidNodeName(f.Node) {
-		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "node %s is not a node name", api.Quote(f.Node)), nil)
+		httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "node %s is not a node name", api.Quote(f.Node)), nil)
 		return
 	}
 	if f.Rule = q.Get("rule"); f.Rule != "" && !ruleNameRE.MatchString(f.Rule) {
-		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "rule %s is not an alert rule name", api.Quote(f.Rule)), nil)
+		httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "rule %s is not an alert rule name", api.Quote(f.Rule)), nil)
 		return
 	}
 	if l := q.Get("limit"); l != "" {
 		var err error
 		if f.Limit, err = strconv.Atoi(l); err != nil || f.Limit < 1 || f.Limit > 1000 {
-			api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "limit %s must be an integer from 1 to 1000", api.Quote(l)), nil)
+			httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "limit %s must be an integer from 1 to 1000", api.Quote(l)), nil)
 			return
 		}
 	}
 	insts, err := s.repo.listAlerts(r.Context(), f)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	out := make([]AlertView, 0, len(insts))
@@ -236,11 +237,11 @@ func (s *Service) ListAlerts(w http.ResponseWriter, r *http.Request) {
 	// Which collector evaluates (its host, pid and internal URL) is staff's.
 	if f.Viewer.SeesAll() {
 		if body["evaluator"], err = s.repo.leader(r.Context()); err != nil {
-			api.WriteError(w, r, err, s.log)
+			httpjson.WriteError(w, r, err, s.log)
 			return
 		}
 	}
-	api.WriteJSON(w, http.StatusOK, body)
+	httpjson.Write(w, http.StatusOK, body)
 }
 
 // staffAnnotations are annotations a customer does not see: where staff
@@ -266,28 +267,28 @@ func forViewer(v AlertView, p access.Principal) AlertView {
 func (s *Service) GetAlert(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "alert")
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	inst, ok, err := s.repo.alertByID(r.Context(), id, access.FromContext(r.Context()))
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	if !ok {
-		api.WriteError(w, r, errkind.Errorf(errkind.NotFound, "alert %d: not found", id), s.log)
+		httpjson.WriteError(w, r, errkind.Errorf(errkind.NotFound, "alert %d: not found", id), s.log)
 		return
 	}
 	v := AlertDetail{AlertView: forViewer(s.view(&inst.Instance), access.FromContext(r.Context()))}
 	// Where and how staff are paged (receiver URLs) is not a customer's.
 	if access.FromContext(r.Context()).SeesAll() {
 		if v.Deliveries, err = s.repo.deliveries(r.Context(), id); err != nil {
-			api.WriteError(w, r, err, s.log)
+			httpjson.WriteError(w, r, err, s.log)
 			return
 		}
 	}
 	if v.Deliveries == nil {
 		v.Deliveries = []Delivery{}
 	}
-	api.WriteJSON(w, http.StatusOK, v)
+	httpjson.Write(w, http.StatusOK, v)
 }

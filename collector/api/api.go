@@ -1,7 +1,8 @@
 // Package api is the collector's HTTP side: the JSON API under /api/v1 (one
 // route table, routes.go, described by openapi.json), the health endpoints,
-// Prometheus /metrics and the embedded web UI. It is also the one place that
-// turns an error's kind (collector/errkind) into an HTTP status (errors.go).
+// Prometheus /metrics and the embedded web UI. Answers and errors are
+// written through collector/httpjson, the one place that turns an error's
+// kind (collector/errkind) into an HTTP status.
 package api
 
 import (
@@ -15,6 +16,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/httpjson"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
 )
@@ -99,7 +101,7 @@ func (a *API) Handler(routes []Route, acc Access) chi.Router {
 	// the proxies the operator names.
 	r.Use(middleware.RequestID, a.observe, middleware.Recoverer, acc.Guard)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", a.ready)
 	r.Handle("/metrics", acc.Metrics(a.metrics.Handler()))
@@ -128,10 +130,10 @@ func (a *API) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := a.q.Ping(ctx); err != nil {
-		WriteError(w, r, errkind.Errorf(errkind.Unavailable, "database: %w", err), nil)
+		httpjson.WriteError(w, r, errkind.Errorf(errkind.Unavailable, "database: %w", err), nil)
 		return
 	}
-	WriteJSON(w, http.StatusOK, struct {
+	httpjson.Write(w, http.StatusOK, struct {
 		Status   string   `json:"status"`
 		Warnings []string `json:"warnings,omitempty"`
 	}{"ready", a.readyWarnings})

@@ -1,11 +1,9 @@
 package api
 
+import "github.com/nbs-project/nbs/collector/httpjson"
+
 // ErrorCodes lists every code an error answer can carry, for the external
 // tests that hold openapi.json to them.
 func ErrorCodes() []string {
-	codes := []string{codeMethodNotAllowed, codeUnsupportedMedia}
-	for _, a := range answers {
-		codes = append(codes, a.code)
-	}
-	return codes
+	return append([]string{codeMethodNotAllowed}, httpjson.Codes()...)
 }

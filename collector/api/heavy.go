@@ -1,6 +1,10 @@
 package api
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/nbs-project/nbs/collector/httpjson"
+)
 
 // Admission admits heavy reads (collector/readlimit.Limiter): it takes
 // slots for the caller in r's context, or answers an error of kind
@@ -44,7 +48,7 @@ func admitHeavy(routes []Route, adm Admission) {
 		routes[i].Handler = func(w http.ResponseWriter, r *http.Request) {
 			release, err := adm.Admit(r, slots)
 			if err != nil {
-				WriteError(w, r, err, nil)
+				httpjson.WriteError(w, r, err, nil)
 				return
 			}
 			defer release()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/collector/access"
+	"github.com/nbs-project/nbs/collector/httpjson"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/loglinear"
 	"github.com/nbs-project/nbs/internal/schema"
@@ -181,17 +182,17 @@ func (a *API) ListNodes(w http.ResponseWriter, r *http.Request) {
 	scope := Scope(r)
 	nodes, err := a.q.NodesIn(ctx, scope)
 	if err != nil {
-		WriteError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	roots, err := a.q.RootDefinitionsIn(ctx, scope)
 	if err != nil {
-		WriteError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	latest, err := a.q.LatestRootsIn(ctx, scope)
 	if err != nil {
-		WriteError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	now := a.now()
@@ -200,7 +201,7 @@ func (a *API) ListNodes(w http.ResponseWriter, r *http.Request) {
 		l, ok := latest[n.ID]
 		out.Nodes = append(out.Nodes, a.withClock(staffDetail(ctx, n, summarize(n, roots[n.ID], l, ok, a.live.Connected(n.Name), now))))
 	}
-	WriteJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // nodeState is what the node and tree views read of one node: the node
@@ -230,7 +231,7 @@ func (a *API) nodeState(r *http.Request) (nodeState, error) {
 func (a *API) GetNode(w http.ResponseWriter, r *http.Request) {
 	st, err := a.nodeState(r)
 	if err != nil {
-		WriteError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	var rootDefs []store.MetricDef
@@ -239,7 +240,7 @@ func (a *API) GetNode(w http.ResponseWriter, r *http.Request) {
 			rootDefs = append(rootDefs, d)
 		}
 	}
-	WriteJSON(w, http.StatusOK, a.withClock(staffDetail(r.Context(), st.node,
+	httpjson.Write(w, http.StatusOK, a.withClock(staffDetail(r.Context(), st.node,
 		summarize(st.node, rootDefs, st.latest, st.reported, a.live.Connected(st.node.Name), a.now()))))
 }
 
@@ -248,25 +249,25 @@ func (a *API) GetTree(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	window, err := parseWindow(r.URL.Query().Get("window"))
 	if err != nil {
-		WriteError(w, r, err, nil)
+		httpjson.WriteError(w, r, err, nil)
 		return
 	}
 	st, err := a.nodeState(r)
 	if err != nil {
-		WriteError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	n, defs, l, ok := st.node, st.defs, st.latest, st.reported
 	var thresholds map[string]*store.Threshold
 	if a.thresholds != nil {
 		if thresholds, err = a.thresholds.Thresholds(ctx, n, defs); err != nil {
-			WriteError(w, r, err, a.log)
+			httpjson.WriteError(w, r, err, a.log)
 			return
 		}
 	}
 	recent, err := a.q.RecentByMetric(ctx, n.ID, a.now().Add(-window))
 	if err != nil {
-		WriteError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	out := Tree{Node: n.Name, IntervalMS: n.IntervalMS, WindowS: int(window.Seconds()),
@@ -275,7 +276,7 @@ func (a *API) GetTree(w http.ResponseWriter, r *http.Request) {
 		t := l.Time.UTC()
 		out.Time = &t
 	}
-	WriteJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // metricWindow reads the metric and from/to parameters that the series and
@@ -295,22 +296,22 @@ func (a *API) GetSeries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	metric, from, to, err := a.metricWindow(r)
 	if err != nil {
-		WriteError(w, r, err, nil)
+		httpjson.WriteError(w, r, err, nil)
 		return
 	}
 	n, err := a.node(r)
 	if err != nil {
-		WriteError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	step, err := parseStep(q.Get("step"), time.Duration(n.IntervalMS)*time.Millisecond, from, to)
 	if err != nil {
-		WriteError(w, r, err, nil)
+		httpjson.WriteError(w, r, err, nil)
 		return
 	}
 	defs, err := a.q.Definitions(ctx, n.ID)
 	if err != nil {
-		WriteError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	var def *store.MetricDef
@@ -320,7 +321,7 @@ func (a *API) GetSeries(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if def == nil {
-		WriteError(w, r, fmt.Errorf("metric %q on node %s: %w", metric, n.Name, store.ErrNotFound), nil)
+		httpjson.WriteError(w, r, fmt.Errorf("metric %q on node %s: %w", metric, n.Name, store.ErrNotFound), nil)
 		return
 	}
 	var points []Point
@@ -336,10 +337,10 @@ func (a *API) GetSeries(w http.ResponseWriter, r *http.Request) {
 		points, err = a.rawPoints(ctx, n, *def, from, to, step)
 	}
 	if err != nil {
-		WriteError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
-	WriteJSON(w, http.StatusOK, Series{Node: n.Name, Metric: metric, Unit: def.Unit, Kind: def.Kind.String(),
+	httpjson.Write(w, http.StatusOK, Series{Node: n.Name, Metric: metric, Unit: def.Unit, Kind: def.Kind.String(),
 		From: from.UTC(), To: to.UTC(), StepMS: step.Milliseconds(), Points: points})
 }
 
@@ -349,27 +350,27 @@ func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	metric, from, to, err := a.metricWindow(r)
 	if err != nil {
-		WriteError(w, r, err, nil)
+		httpjson.WriteError(w, r, err, nil)
 		return
 	}
 	limit, err := parseLimit(q.Get("limit"))
 	if err != nil {
-		WriteError(w, r, err, nil)
+		httpjson.WriteError(w, r, err, nil)
 		return
 	}
 	n, err := a.node(r)
 	if err != nil {
-		WriteError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	events, err := a.q.Events(ctx, n.ID, metric, from, to, limit)
 	if err != nil {
-		WriteError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	others, err := a.counterparts(ctx, Scope(r), n, events)
 	if err != nil {
-		WriteError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	out := EventList{Node: n.Name, Metric: metric, Events: make([]Evidence, 0, len(events))}
@@ -384,7 +385,7 @@ func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Events = append(out.Events, Evidence{e.Time.UTC(), e.Metric, f, cs})
 	}
-	WriteJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // seriesRollup is the rollup resolution a series of this step is read

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/httpjson"
 	"github.com/nbs-project/nbs/collector/store"
 )
 
@@ -28,7 +29,10 @@ type Access interface {
 	Metrics(http.Handler) http.Handler
 }
 
-var _ Access = (*access.Access)(nil)
+var (
+	_ Access         = (*access.Access)(nil)
+	_ AccessHandlers = (*access.Access)(nil)
+)
 
 // Route is one entry of the route table.
 type Route struct {
@@ -100,10 +104,16 @@ type ReportHandlers interface {
 	DeleteDefinition(http.ResponseWriter, *http.Request)
 }
 
-// AccessRoutes are the login, logout, whoami, token and audit routes
-// (collector/access), which declare their own roles.
-type AccessRoutes interface {
-	Routes() []access.Route
+// AccessHandlers answer about signing in and out, the caller itself, API
+// tokens and the audit log (collector/access).
+type AccessHandlers interface {
+	HandleLogin(http.ResponseWriter, *http.Request)
+	HandleLogout(http.ResponseWriter, *http.Request)
+	HandleWhoAmI(http.ResponseWriter, *http.Request)
+	HandleListTokens(http.ResponseWriter, *http.Request)
+	HandleCreateToken(http.ResponseWriter, *http.Request)
+	HandleRevokeToken(http.ResponseWriter, *http.Request)
+	HandleAudit(http.ResponseWriter, *http.Request)
 }
 
 // Parts are what answers under Prefix. A nil part's routes are left out,
@@ -113,7 +123,7 @@ type Parts struct {
 	NodeConfig NodeConfigHandlers
 	Alerts     AlertHandlers
 	Identities NodeIdentityHandlers
-	Access     AccessRoutes
+	Access     AccessHandlers
 	Reports    ReportHandlers
 	// Admission, when set, admits the heavy reads (reports, series,
 	// evidence) by caller; without it they are not limited.
@@ -127,10 +137,12 @@ type Parts struct {
 //
 // Customers read their own nodes, trees, series, evidence, effective
 // thresholds and alerts, and the overrides that apply to their nodes; alert
-// rules, the audit log, tokens and every change are staff's.
+// rules, the audit log, tokens and every change are staff's. Anyone may
+// log in and out; whoami is everyone's who is signed in.
 func Routes(p Parts) []Route {
 	const (
 		get, put, post, del     = http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete
+		public, signedIn        = access.RolePublic, access.RoleCustomer
 		viewer, operator, admin = access.RoleViewer, access.RoleOperator, access.RoleAdmin
 		scoped, unscoped        = true, false
 	)
@@ -189,15 +201,25 @@ func Routes(p Parts) []Route {
 		}...)
 	}
 	if a := p.Access; a != nil {
-		for _, rt := range a.Routes() {
-			routes = append(routes, Route{rt.Method, rt.Pattern, rt.Handler, rt.Role, rt.Scoped})
-		}
+		routes = append(routes, []Route{
+			{post, "/login", a.HandleLogin, public, unscoped},
+			{post, "/logout", a.HandleLogout, public, unscoped},
+			{get, "/whoami", a.HandleWhoAmI, signedIn, unscoped},
+			{get, "/tokens", a.HandleListTokens, admin, unscoped},
+			{post, "/tokens", a.HandleCreateToken, admin, unscoped},
+			{del, "/tokens/{id}", a.HandleRevokeToken, admin, unscoped},
+			{get, "/audit", a.HandleAudit, viewer, unscoped},
+		}...)
 	}
 	if p.Admission != nil {
 		admitHeavy(routes, p.Admission)
 	}
 	return routes
 }
+
+// codeMethodNotAllowed answers a known path asked with the wrong method; it
+// is about routing, so no domain error has that kind.
+const codeMethodNotAllowed = "method_not_allowed"
 
 // V1 serves routes below Prefix (mount it there): each route behind
 // acc.Require with the table's role, answers never cached, bodies at most
@@ -211,7 +233,7 @@ func V1(routes []Route, acc Access) chi.Router {
 		r.With(acc.Require(rt.Role, rt.Scoped)).MethodFunc(rt.Method, rt.Pattern, rt.Handler)
 	}
 	notFound := func(w http.ResponseWriter, req *http.Request) {
-		WriteError(w, req, errkind.Errorf(errkind.NotFound, "no API route %s %s: not found", req.Method, clipPath(req.URL.Path)), nil)
+		httpjson.WriteError(w, req, errkind.Errorf(errkind.NotFound, "no API route %s %s: not found", req.Method, clipPath(req.URL.Path)), nil)
 	}
 	r.NotFound(notFound)
 	// Public, so a caller is known (or nobody) without being refused.
@@ -222,8 +244,8 @@ func V1(routes []Route, acc Access) chi.Router {
 			return
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		WriteJSON(w, http.StatusMethodNotAllowed, ErrorBody{ErrorDetail{codeMethodNotAllowed,
-			req.Method + " is not allowed on " + clipPath(req.URL.Path) + "; use " + strings.Join(allow, " or ")}})
+		httpjson.Write(w, http.StatusMethodNotAllowed, httpjson.ErrorBody{Error: httpjson.ErrorDetail{Code: codeMethodNotAllowed,
+			Message: req.Method + " is not allowed on " + clipPath(req.URL.Path) + "; use " + strings.Join(allow, " or ")}})
 	})).ServeHTTP)
 	return r
 }

@@ -16,8 +16,6 @@ import (
 
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/alert"
@@ -93,135 +91,47 @@ func (c *Collector) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen for gRPC on %s: %w", c.cfg.GRPCAddr, err)
 	}
+	// The servers close the listeners when they stop; until they serve, a
+	// collector that fails to start closes them here (closing one a server
+	// has closed already does nothing).
+	defer grpcLis.Close()
 	httpLis, err := net.Listen("tcp", c.cfg.HTTPAddr)
 	if err != nil {
-		grpcLis.Close()
 		return fmt.Errorf("listen for HTTP on %s: %w", c.cfg.HTTPAddr, err)
 	}
+	defer httpLis.Close()
 	c.mu.Lock()
 	c.grpcAddr, c.httpAddr = grpcLis.Addr(), httpLis.Addr()
 	c.mu.Unlock()
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	alertCfg := c.cfg.Alert
-	if alertCfg.ExternalURL = c.cfg.ExternalURL; alertCfg.ExternalURL == "" {
-		alertCfg.ExternalURL = alert.DefaultExternalURL(httpLis.Addr().String())
-	}
-	alerts, err := alert.New(st, alertCfg, c.log.With("part", "alert"), c.metrics)
+	grpcOpts, err := c.cfg.Ingest.GRPCOptions(c.log.With("part", "tls"))
 	if err != nil {
-		grpcLis.Close()
-		httpLis.Close()
 		return err
 	}
-	writerOpts := ingest.DefaultWriterOptions()
-	writerOpts.Workers, writerOpts.OnStored = c.cfg.DBWriters, alerts.OnStored
-	writer := ingest.NewWriter(st, writerOpts, c.log.With("part", "writer"), c.metrics)
-	limits := c.cfg.Ingest
-	if limits == (ingest.Limits{}) { // a Config not made by DefaultConfig
-		limits = ingest.DefaultLimits()
-	}
-	limits.MaxAge = c.cfg.Retention
-	configs := nodeconfig.New(st, c.log.With("part", "nodeconfig"))
-	configs.SetPingPeers(c.cfg.PingPeers)
-	configs.SetMaxOverrides(c.cfg.MaxOverrides)
-	authMode, _ := c.cfg.nodeAuthMode() // checked by Validate
-	auth, err := nodeauth.NewAuthenticator(st.Pool(), nodeauth.Options{Mode: authMode, Tenant: c.cfg.Tenant,
-		BootstrapTokenFile: c.cfg.BootstrapTokenFile, IdentityMapFile: c.cfg.NodeIdentityMapFile}, c.log.With("part", "nodeauth"))
+	p, err := c.wire(ctx, st, reads, httpLis.Addr())
 	if err != nil {
-		grpcLis.Close()
-		httpLis.Close()
 		return err
-	}
-	// Off loopback, the warnings cover plaintext streams as well (mtls
-	// needs TLS); on loopback only this host reaches the port.
-	readyWarnings := c.cfg.nodeAuthWarnings(authMode)
-	for _, w := range readyWarnings {
-		c.log.Warn(w)
-	}
-	if authMode == nodeauth.ModeNone && loopbackOnly(c.cfg.GRPCAddr) {
-		c.log.Info("node names are not verified (--grpc.node-auth=none): only clients on this host reach the gRPC listen address", "grpc", c.cfg.GRPCAddr)
-	}
-	ingestSrv := ingest.NewServer(st, writer, ingest.ServerOptions{Limits: limits, Config: configs, Auth: auth, Tenant: c.cfg.Tenant, SendTimeout: c.cfg.SendTimeout, HelloTimeout: c.cfg.HelloTimeout}, c.log.With("part", "ingest"), c.metrics)
-	configs.SetPusher(ingestSrv)
-	identities := nodeauth.NewAdmin(st, ingestSrv, authMode, c.cfg.Tenant, c.log.With("part", "nodeauth"))
-
-	grpcOpts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(c.cfg.MaxMsgSize),
-		grpc.InitialWindowSize(c.cfg.StreamWindow),
-		grpc.InitialConnWindowSize(16 * c.cfg.StreamWindow),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	}
-	if c.cfg.GRPCTLSCert != "" {
-		tlsCfg, err := tlsfiles.Server(c.cfg.GRPCTLSCert, c.cfg.GRPCTLSKey, c.cfg.GRPCClientCA, c.log.With("part", "tls"))
-		if err != nil {
-			grpcLis.Close()
-			httpLis.Close()
-			return fmt.Errorf("gRPC TLS: %w", err)
-		}
-		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
 	grpcSrv := grpc.NewServer(grpcOpts...)
-	nbsv1.RegisterAgentServiceServer(grpcSrv, ingestSrv)
+	nbsv1.RegisterAgentServiceServer(grpcSrv, p.ingest)
 
-	alerts.SetThresholds(configs)
-	accCfg := c.cfg.Access
-	accCfg.ExternalURL, accCfg.IndexHTML, accCfg.Tenant = c.cfg.ExternalURL, web.IndexHTML(), c.cfg.Tenant
-	acc, err := access.New(st.Pool(), accCfg, c.log.With("part", "access"))
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	httpSrv, serveHTTP, err := c.httpServer(runCtx, p.handler, httpLis)
 	if err != nil {
-		grpcLis.Close()
-		httpLis.Close()
 		return err
-	}
-	if err := c.bootstrapAdmin(ctx, acc, alertCfg.ExternalURL); err != nil {
-		grpcLis.Close()
-		httpLis.Close()
-		return err
-	}
-	reports := report.New(reads, st.Pool(), c.log)
-	reports.SetLimits(c.cfg.reports())
-	admission := readlimit.New(c.cfg.Reads.limits())
-	c.metrics.Registry.MustRegister(admission.Collectors()...)
-	handler := httpHandler(reads, ingestSrv, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: identities,
-		Reports: reports, Admission: admission}, acc, web.Handler(),
-		c.log.With("part", "api"), c.metrics, readyWarnings...)
-	hl := c.cfg.HTTP
-	httpSrv := &http.Server{Handler: handler, ConnContext: access.ConnContext,
-		ReadHeaderTimeout: hl.ReadHeaderTimeout, ReadTimeout: hl.ReadTimeout, WriteTimeout: hl.WriteTimeout,
-		IdleTimeout: hl.IdleTimeout, MaxHeaderBytes: hl.MaxHeaderBytes,
-		BaseContext: func(net.Listener) context.Context { return runCtx },
-		ErrorLog:    slog.NewLogLogger(c.log.With("part", "http").Handler(), slog.LevelWarn)}
-	// Past MaxConns, connections wait in the kernel's backlog: a flood of
-	// slow clients cannot exhaust descriptors, and each is closed by the
-	// timeouts above.
-	httpLis = netutil.LimitListener(httpLis, hl.MaxConns)
-	serveHTTP := func() error { return httpSrv.Serve(httpLis) }
-	if accCfg.TLSCertFile != "" {
-		if httpSrv.TLSConfig, err = tlsfiles.Server(accCfg.TLSCertFile, accCfg.TLSKeyFile, "", c.log.With("part", "http-tls")); err != nil {
-			grpcLis.Close()
-			httpLis.Close()
-			return fmt.Errorf("HTTP TLS: %w", err)
-		}
-		serveHTTP = func() error { return httpSrv.ServeTLS(httpLis, "", "") }
-	} else if accCfg.Mode != access.ModeNone {
-		c.log.Warn("the web UI and API are plaintext HTTP: tokens and session cookies cross the network in the clear; set --http.tls-cert-file and --http.tls-key-file, or put a TLS proxy in front, outside a trusted network")
-	}
-	if accCfg.Mode == access.ModeNone {
-		c.log.Warn("--auth.mode=none: everyone who reaches the HTTP port is admin")
 	}
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
-	wg.Go(func() { writer.Run(runCtx) })
+	wg.Go(func() { p.writer.Run(runCtx) })
 	wg.Go(func() {
-		retention.New(st, identities, c.retentionConfig(), c.log.With("part", "retention")).Run(runCtx, time.Hour)
+		retention.New(st, p.identities, c.cfg.Retention, c.log.With("part", "retention")).Run(runCtx, time.Hour)
 	})
 	wg.Go(func() { c.folder(st).run(runCtx) })
-	wg.Go(func() { configs.Listen(runCtx, st.Pool()) })
-	wg.Go(func() { identities.Listen(runCtx, st.Pool()) })
-	wg.Go(func() { alerts.Run(runCtx) })
+	wg.Go(func() { p.configs.Listen(runCtx, st.Pool()) })
+	wg.Go(func() { p.identities.Listen(runCtx, st.Pool()) })
+	wg.Go(func() { p.alerts.Run(runCtx) })
 	wg.Go(func() {
 		if err := grpcSrv.Serve(grpcLis); err != nil {
 			errc <- fmt.Errorf("serve gRPC: %w", err)
@@ -250,6 +160,110 @@ func (c *Collector) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 	return runErr
+}
+
+// parts are the collector's parts, wired to each other: what Run serves
+// and runs.
+type parts struct {
+	alerts     *alert.Service
+	writer     *ingest.Writer
+	configs    *nodeconfig.Service
+	ingest     *ingest.Server
+	identities *nodeauth.Admin
+	// handler is the whole HTTP side.
+	handler http.Handler
+}
+
+// wire makes the parts over the store and connects them; httpAddr is
+// where the HTTP side listens, for links when no external URL is given.
+func (c *Collector) wire(ctx context.Context, st *store.Store, reads *store.Reads, httpAddr net.Addr) (parts, error) {
+	var p parts
+	alertCfg := c.cfg.Alert
+	if alertCfg.ExternalURL = c.cfg.ExternalURL; alertCfg.ExternalURL == "" {
+		alertCfg.ExternalURL = alert.DefaultExternalURL(httpAddr.String())
+	}
+	var err error
+	if p.alerts, err = alert.New(st, alertCfg, c.log.With("part", "alert"), c.metrics); err != nil {
+		return p, err
+	}
+	writerOpts := ingest.DefaultWriterOptions()
+	writerOpts.Workers, writerOpts.OnStored = c.cfg.DBWriters, p.alerts.OnStored
+	p.writer = ingest.NewWriter(st, writerOpts, c.log.With("part", "writer"), c.metrics)
+	limits := c.cfg.Ingest.Limits
+	if limits == (ingest.Limits{}) { // a Config not made by DefaultConfig
+		limits = ingest.DefaultLimits()
+	}
+	limits.MaxAge = c.cfg.Retention.Raw
+	p.configs = nodeconfig.New(st, c.log.With("part", "nodeconfig"))
+	p.configs.SetPingPeers(c.cfg.NodeConfig.PingPeers)
+	p.configs.SetMaxOverrides(c.cfg.NodeConfig.MaxOverrides)
+	authMode, _ := c.cfg.nodeAuthMode() // checked by Validate
+	auth, err := nodeauth.NewAuthenticator(st.Pool(), nodeauth.Options{Mode: authMode, Tenant: c.cfg.Tenant,
+		BootstrapTokenFile: c.cfg.NodeAuth.BootstrapTokenFile, IdentityMapFile: c.cfg.NodeAuth.IdentityMapFile}, c.log.With("part", "nodeauth"))
+	if err != nil {
+		return p, err
+	}
+	// Off loopback, the warnings cover plaintext streams as well (mtls
+	// needs TLS); on loopback only this host reaches the port.
+	readyWarnings := c.cfg.nodeAuthWarnings(authMode)
+	for _, w := range readyWarnings {
+		c.log.Warn(w)
+	}
+	if authMode == nodeauth.ModeNone && loopbackOnly(c.cfg.GRPCAddr) {
+		c.log.Info("node names are not verified (--grpc.node-auth=none): only clients on this host reach the gRPC listen address", "grpc", c.cfg.GRPCAddr)
+	}
+	p.ingest = ingest.NewServer(st, p.writer, ingest.ServerOptions{Limits: limits, Config: p.configs, Auth: auth, Tenant: c.cfg.Tenant,
+		SendTimeout: c.cfg.Ingest.SendTimeout, HelloTimeout: c.cfg.Ingest.HelloTimeout}, c.log.With("part", "ingest"), c.metrics)
+	p.configs.SetPusher(p.ingest)
+	p.identities = nodeauth.NewAdmin(st, p.ingest, authMode, c.cfg.Tenant, c.log.With("part", "nodeauth"))
+	p.alerts.SetThresholds(p.configs)
+
+	accCfg := c.cfg.Access
+	accCfg.ExternalURL, accCfg.IndexHTML, accCfg.Tenant = c.cfg.ExternalURL, web.IndexHTML(), c.cfg.Tenant
+	acc, err := access.New(st.Pool(), accCfg, c.log.With("part", "access"))
+	if err != nil {
+		return p, err
+	}
+	if err := c.bootstrapAdmin(ctx, acc, alertCfg.ExternalURL); err != nil {
+		return p, err
+	}
+	reports := report.New(reads, st.Pool(), c.log)
+	reports.SetLimits(c.cfg.reports())
+	admission := readlimit.New(c.cfg.Reads.limits())
+	c.metrics.Registry.MustRegister(admission.Collectors()...)
+	p.handler = httpHandler(reads, p.ingest, p.configs, api.Parts{NodeConfig: p.configs, Alerts: p.alerts, Identities: p.identities,
+		Reports: reports, Admission: admission}, acc, web.Handler(),
+		c.log.With("part", "api"), c.metrics, readyWarnings...)
+	return p, nil
+}
+
+// httpServer is the HTTP server of handler, bounded by --http.* and
+// serving HTTPS with --http.tls-*, and how to serve it on lis.
+func (c *Collector) httpServer(runCtx context.Context, handler http.Handler, lis net.Listener) (*http.Server, func() error, error) {
+	hl, accCfg := c.cfg.HTTP, c.cfg.Access
+	srv := &http.Server{Handler: handler, ConnContext: access.ConnContext,
+		ReadHeaderTimeout: hl.ReadHeaderTimeout, ReadTimeout: hl.ReadTimeout, WriteTimeout: hl.WriteTimeout,
+		IdleTimeout: hl.IdleTimeout, MaxHeaderBytes: hl.MaxHeaderBytes,
+		BaseContext: func(net.Listener) context.Context { return runCtx },
+		ErrorLog:    slog.NewLogLogger(c.log.With("part", "http").Handler(), slog.LevelWarn)}
+	// Past MaxConns, connections wait in the kernel's backlog: a flood of
+	// slow clients cannot exhaust descriptors, and each is closed by the
+	// timeouts above.
+	lis = netutil.LimitListener(lis, hl.MaxConns)
+	serve := func() error { return srv.Serve(lis) }
+	if accCfg.TLSCertFile != "" {
+		var err error
+		if srv.TLSConfig, err = tlsfiles.Server(accCfg.TLSCertFile, accCfg.TLSKeyFile, "", c.log.With("part", "http-tls")); err != nil {
+			return nil, nil, fmt.Errorf("HTTP TLS: %w", err)
+		}
+		serve = func() error { return srv.ServeTLS(lis, "", "") }
+	} else if accCfg.Mode != access.ModeNone {
+		c.log.Warn("the web UI and API are plaintext HTTP: tokens and session cookies cross the network in the clear; set --http.tls-cert-file and --http.tls-key-file, or put a TLS proxy in front, outside a trusted network")
+	}
+	if accCfg.Mode == access.ModeNone {
+		c.log.Warn("--auth.mode=none: everyone who reaches the HTTP port is admin")
+	}
+	return srv, serve, nil
 }
 
 // httpHandler is the whole HTTP surface: the API answers the node routes
@@ -313,10 +327,4 @@ func writeSecret(path, secret string) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
-}
-
-// retentionConfig is what the retention passes keep.
-func (c *Collector) retentionConfig() retention.Config {
-	return retention.Config{Raw: c.cfg.Retention, Rollup1m: c.cfg.RollupRetention1m, Rollup1h: c.cfg.RollupRetention1h,
-		Nodes: c.cfg.NodeRetention, Alerts: c.cfg.AlertRetention, Audit: c.cfg.AuditRetention}
 }

@@ -39,29 +39,34 @@ func TestConfigValidate(t *testing.T) {
 		// Listening on all interfaces, the defaults need a node-auth choice.
 		{"the flags' defaults", func(*Config) {}, []string{"--grpc.listen-address :7701 is reachable from other hosts and --grpc.node-auth is not set"}},
 		{"the flags' defaults on loopback", func(c *Config) { c.GRPCAddr = "127.0.0.1:7701" }, nil},
-		{"the flags' defaults with enrollment", func(c *Config) { c.NodeAuth = "enroll" }, nil},
-		{"TLS with a client CA", func(c *Config) { c.GRPCTLSCert, c.GRPCTLSKey, c.GRPCClientCA = "c.pem", "k.pem", "ca.pem" }, nil},
+		{"the flags' defaults with enrollment", func(c *Config) { c.NodeAuth.Mode = "enroll" }, nil},
+		{"TLS with a client CA", func(c *Config) {
+			c.Ingest.TLSCertFile, c.Ingest.TLSKeyFile, c.Ingest.ClientCAFile = "c.pem", "k.pem", "ca.pem"
+		}, nil},
 		{"no database", func(c *Config) { c.DBURL = "" }, []string{"--db.url (or env NBS_DB_URL) is required"}},
-		{"a certificate without its key", func(c *Config) { c.GRPCTLSCert = "c.pem" }, []string{"--grpc.tls-cert-file and --grpc.tls-key-file go together"}},
-		{"a client CA without a certificate", func(c *Config) { c.GRPCClientCA = "ca.pem" }, []string{"--grpc.tls-client-ca-file needs"}},
-		{"retention under a day", func(c *Config) { c.Retention = time.Hour }, []string{"--retention 1h0m0s is shorter than one day"}},
-		{"too many ping peers", func(c *Config) { c.PingPeers = 1001 }, []string{"--ping.peers 1001 is more than 1000"}},
+		{"a certificate without its key", func(c *Config) { c.Ingest.TLSCertFile = "c.pem" }, []string{"--grpc.tls-cert-file and --grpc.tls-key-file go together"}},
+		{"a client CA without a certificate", func(c *Config) { c.Ingest.ClientCAFile = "ca.pem" }, []string{"--grpc.tls-client-ca-file needs"}},
+		{"retention under a day", func(c *Config) { c.Retention.Raw = time.Hour }, []string{"--retention 1h0m0s is shorter than one day"}},
+		{"too many ping peers", func(c *Config) { c.NodeConfig.PingPeers = 1001 }, []string{"--ping.peers 1001 is more than 1000"}},
 		{"no writers", func(c *Config) { c.DBWriters = 0 }, []string{"--db.writers 0 must be from 1 to 64"}},
-		{"messages too small", func(c *Config) { c.MaxMsgSize = 1024 }, []string{"--grpc.max-message-bytes 1024"}},
+		{"messages too small", func(c *Config) { c.Ingest.MaxMsgSize = 1024 }, []string{"--grpc.max-message-bytes 1024"}},
 		{"external URL not absolute", func(c *Config) { c.ExternalURL = "nbs.example.com" }, []string{"--web.external-url"}},
-		{"HTTP TLS", func(c *Config) { c.NodeAuth, c.Access.TLSCertFile, c.Access.TLSKeyFile = "enroll", "c.pem", "k.pem" }, nil},
+		{"HTTP TLS", func(c *Config) {
+			c.NodeAuth.Mode, c.Access.TLSCertFile, c.Access.TLSKeyFile = "enroll", "c.pem", "k.pem"
+		}, nil},
 		{"HTTP TLS without a key", func(c *Config) { c.Access.TLSCertFile = "c.pem" }, []string{"--http.tls-cert-file and --http.tls-key-file go together"}},
 		{"an unknown auth mode", func(c *Config) { c.Access.Mode = "open" }, []string{`--auth.mode "open" must be token, proxy or none`}},
 		{"proxy mode without proxies", func(c *Config) { c.Access.Mode = access.ModeProxy }, []string{"--auth.mode=proxy needs --auth.proxy-cidrs"}},
 		{"read limits at their bounds", func(c *Config) {
-			c.GRPCAddr, c.Reads = "127.0.0.1:7701", ReadLimits{PoolSize: 64, StatementTimeout: time.Second, MaxConcurrent: 4, MaxPerCaller: 4}
+			c.GRPCAddr = "127.0.0.1:7701"
+			c.Reads = ReadLimits{PoolSize: 64, StatementTimeout: time.Second, MaxConcurrent: 4, MaxPerCaller: 4}
 		}, nil},
 		{"no read pool", func(c *Config) { c.Reads.PoolSize = 0 }, []string{"--reads.pool-size 0 must be from 1 to 64"}},
 		{"a statement timeout under a second", func(c *Config) { c.Reads.StatementTimeout = time.Millisecond }, []string{"--reads.statement-timeout 1ms must be from 1s to 10m"}},
 		{"a statement timeout past the write timeout", func(c *Config) { c.Reads.StatementTimeout = 5 * time.Minute }, []string{"--reads.statement-timeout 5m0s is longer than --http.write-timeout 2m0s"}},
 		{"a caller that cannot run one report", func(c *Config) { c.Reads.MaxPerCaller = 3 }, []string{"--reads.max-per-caller 3 must be from 4 (one report) to 1024"}},
 		{"fewer slots in all than for one caller", func(c *Config) { c.Reads.MaxConcurrent = 6 }, []string{"--reads.max-concurrent 6 must be from --reads.max-per-caller (8) to 4096"}},
-		{"every problem at once", func(c *Config) { c.DBURL, c.DBWriters, c.Retention = "", 65, time.Minute }, []string{
+		{"every problem at once", func(c *Config) { c.DBURL, c.DBWriters, c.Retention.Raw = "", 65, time.Minute }, []string{
 			"--db.url", "--db.writers 65", "--retention 1m0s"}},
 	}
 	for _, c := range cases {

@@ -41,12 +41,14 @@ func TestDefaultConfigValidate(t *testing.T) {
 		{"default address without node-auth", func(c *Config) { c.GRPCAddr = DefaultConfig().GRPCAddr },
 			[]string{"--grpc.listen-address :7701 is reachable from other hosts and --grpc.node-auth is not set"}},
 		{"default address with enrollment", func(c *Config) {
-			c.GRPCAddr, c.NodeAuth, c.BootstrapTokenFile = DefaultConfig().GRPCAddr, "enroll", "/etc/nbs/bootstrap-token"
+			c.GRPCAddr, c.NodeAuth.Mode, c.NodeAuth.BootstrapTokenFile = DefaultConfig().GRPCAddr, "enroll", "/etc/nbs/bootstrap-token"
 		}, nil},
-		{"default address and an identity map without mtls", func(c *Config) { c.GRPCAddr, c.NodeIdentityMapFile = ":7701", "map" },
+		{"default address and an identity map without mtls", func(c *Config) { c.GRPCAddr, c.NodeAuth.IdentityMapFile = ":7701", "map" },
 			[]string{"--grpc.listen-address :7701 is reachable", "--grpc.node-identity-map-file is for --grpc.node-auth=mtls"}},
-		{"no ping mesh", func(c *Config) { c.PingPeers = 0 }, nil},
-		{"mutual TLS", func(c *Config) { c.GRPCTLSCert, c.GRPCTLSKey, c.GRPCClientCA = "c.pem", "k.pem", "ca.pem" }, nil},
+		{"no ping mesh", func(c *Config) { c.NodeConfig.PingPeers = 0 }, nil},
+		{"mutual TLS", func(c *Config) {
+			c.Ingest.TLSCertFile, c.Ingest.TLSKeyFile, c.Ingest.ClientCAFile = "c.pem", "k.pem", "ca.pem"
+		}, nil},
 		{"alerting", func(c *Config) {
 			c.Alert.AlertmanagerURLs = alert.URLList{"http://am:9093"}
 			c.Alert.WebhookURL, c.Alert.WebhookSecretFile = "https://hooks.example.com/nbs", "/etc/nbs/secret"
@@ -54,16 +56,16 @@ func TestDefaultConfigValidate(t *testing.T) {
 		{"no database", func(c *Config) { c.DBURL = "" }, []string{"--db.url"}},
 		{"read replica", func(c *Config) { c.DBReadURL = "postgres://nbs@standby/nbs" }, nil},
 		{"read replica not a URL", func(c *Config) { c.DBReadURL = "postgres://nbs:secret@standby:port/nbs" }, []string{"--db.read-url"}},
-		{"TLS key alone", func(c *Config) { c.GRPCTLSKey = "k.pem" }, []string{"--grpc.tls-cert-file and --grpc.tls-key-file"}},
-		{"client CA without TLS", func(c *Config) { c.GRPCClientCA = "ca.pem" }, []string{"--grpc.tls-client-ca-file"}},
-		{"retention", func(c *Config) { c.Retention = time.Hour }, []string{"--retention"}},
+		{"TLS key alone", func(c *Config) { c.Ingest.TLSKeyFile = "k.pem" }, []string{"--grpc.tls-cert-file and --grpc.tls-key-file"}},
+		{"client CA without TLS", func(c *Config) { c.Ingest.ClientCAFile = "ca.pem" }, []string{"--grpc.tls-client-ca-file"}},
+		{"retention", func(c *Config) { c.Retention.Raw = time.Hour }, []string{"--retention"}},
 		{"retentions of the rest", func(c *Config) {
-			c.NodeRetention, c.AlertRetention, c.AuditRetention = time.Hour, 0, 200*365*24*time.Hour
+			c.Retention.Nodes, c.Retention.Alerts, c.Retention.Audit = time.Hour, 0, 200*365*24*time.Hour
 		},
 			[]string{"--retention.nodes 1h0m0s", "--retention.alerts 0s", "--retention.audit 1752000h0m0s"}},
 		{"writers", func(c *Config) { c.DBWriters = 0 }, []string{"--db.writers"}},
-		{"message size", func(c *Config) { c.MaxMsgSize = 1 << 30 }, []string{"--grpc.max-message-bytes"}},
-		{"stream window", func(c *Config) { c.StreamWindow = 1024 }, []string{"stream window"}},
+		{"message size", func(c *Config) { c.Ingest.MaxMsgSize = 1 << 30 }, []string{"--grpc.max-message-bytes"}},
+		{"stream window", func(c *Config) { c.Ingest.StreamWindow = 1024 }, []string{"stream window"}},
 		{"external URL", func(c *Config) { c.ExternalURL = "nbs.example.com" }, []string{"--web.external-url"}},
 		{"alert resend", func(c *Config) { c.Alert.ResendInterval = 0 }, []string{"--alert.resend-interval"}},
 		{"report definition limits", func(c *Config) { c.Reports.MaxDefinitions, c.Reports.MaxDefinitionsPerSelector = 5, 6 },
@@ -80,11 +82,11 @@ func TestDefaultConfigValidate(t *testing.T) {
 				"--reads.statement-timeout 30s is longer than --http.write-timeout 10s"}},
 		{"HTTP headers and connections", func(c *Config) { c.HTTP.MaxHeaderBytes, c.HTTP.MaxConns = 100, 0 },
 			[]string{"--http.max-header-bytes 100", "--http.max-connections 0"}},
-		{"send timeout", func(c *Config) { c.SendTimeout = 0 }, []string{"--grpc.send-timeout 0s"}},
-		{"overrides cap", func(c *Config) { c.MaxOverrides = 0 }, []string{"--thresholds.max-overrides 0"}},
+		{"send timeout", func(c *Config) { c.Ingest.SendTimeout = 0 }, []string{"--grpc.send-timeout 0s"}},
+		{"overrides cap", func(c *Config) { c.NodeConfig.MaxOverrides = 0 }, []string{"--thresholds.max-overrides 0"}},
 		{"everything at once", func(c *Config) {
-			c.DBURL, c.GRPCAddr, c.HTTPAddr, c.GRPCTLSCert = "", "", "", "c.pem"
-			c.Retention, c.PingPeers, c.DBWriters, c.MaxMsgSize, c.StreamWindow = 0, 1001, 65, 0, 0
+			c.DBURL, c.GRPCAddr, c.HTTPAddr, c.Ingest.TLSCertFile = "", "", "", "c.pem"
+			c.Retention.Raw, c.NodeConfig.PingPeers, c.DBWriters, c.Ingest.MaxMsgSize, c.Ingest.StreamWindow = 0, 1001, 65, 0, 0
 			c.ExternalURL = "ftp://nbs"
 			c.Alert.AlertmanagerURLs = alert.URLList{"am:9093"}
 			c.Alert.WebhookURL, c.Alert.ResendInterval, c.Alert.LeaderRetry, c.Alert.Lookback = "hooks", 0, 0, 0

@@ -55,8 +55,8 @@ func TestDeployConfigurationsChooseNodeAuth(t *testing.T) {
 			if err := c.Validate(); err != nil {
 				t.Fatalf("%s: %v", args, err)
 			}
-			if c.NodeAuth == "" || loopbackOnly(c.GRPCAddr) {
-				t.Errorf("--grpc.listen-address %s, --grpc.node-auth %q: want an address other hosts reach and node-auth stated", c.GRPCAddr, c.NodeAuth)
+			if c.NodeAuth.Mode == "" || loopbackOnly(c.GRPCAddr) {
+				t.Errorf("--grpc.listen-address %s, --grpc.node-auth %q: want an address other hosts reach and node-auth stated", c.GRPCAddr, c.NodeAuth.Mode)
 			}
 		})
 	}

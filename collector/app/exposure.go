@@ -61,11 +61,11 @@ func (c *Config) nodeAuthWarnings(mode nodeauth.Mode) []string {
 		w := fmt.Sprintf("--grpc.node-auth=none on --grpc.listen-address %s, which other hosts can reach: anyone who reaches it can report as any node, "+
 			"under any customer's labels, and take a connected node's name over by replacing its stream; "+
 			"use --grpc.node-auth=enroll or mtls unless every host that reaches the port is trusted", c.GRPCAddr)
-		if c.GRPCTLSCert == "" {
+		if c.Ingest.TLSCertFile == "" {
 			w += "; the streams are plaintext too (--grpc.tls-cert-file, --grpc.tls-key-file)"
 		}
 		warns = append(warns, w)
-	case mode == nodeauth.ModeEnroll && c.GRPCTLSCert == "":
+	case mode == nodeauth.ModeEnroll && c.Ingest.TLSCertFile == "":
 		warns = append(warns, fmt.Sprintf("nodes enroll over plaintext on --grpc.listen-address %s, which other hosts can reach: "+
 			"whoever reads the network sees the bootstrap token and node credentials and can report as those nodes; "+
 			"set --grpc.tls-cert-file and --grpc.tls-key-file (and --collector.tls-ca-file on the agents)", c.GRPCAddr))

@@ -25,7 +25,7 @@ type folder struct {
 
 func (c *Collector) folder(st *store.Store) folder {
 	return folder{st: st, log: c.log.With("part", "fold"), every: time.Minute,
-		opts: store.FoldOptions{MinuteRetention: c.cfg.RollupRetention1m, HourRetention: c.cfg.RollupRetention1h}}
+		opts: store.FoldOptions{MinuteRetention: c.cfg.Retention.Rollup1m, HourRetention: c.cfg.Retention.Rollup1h}}
 }
 
 // run folds every period until ctx ends.

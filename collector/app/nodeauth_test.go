@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/nodeauth"
 )
 
@@ -15,16 +16,16 @@ func TestNodeAuthMode(t *testing.T) {
 		err  string
 	}{
 		{"nothing configured", Config{}, nodeauth.ModeNone, ""},
-		{"a client CA implies mtls", Config{GRPCClientCA: "ca.pem"}, nodeauth.ModeMTLS, ""},
-		{"a bootstrap token implies enroll", Config{BootstrapTokenFile: "token"}, nodeauth.ModeEnroll, ""},
-		{"explicit none beside a client CA", Config{NodeAuth: "none", GRPCClientCA: "ca.pem"}, nodeauth.ModeNone, ""},
-		{"enroll without a token: operator-enrolled nodes only", Config{NodeAuth: "enroll"}, nodeauth.ModeEnroll, ""},
-		{"enroll with TLS and a client CA", Config{NodeAuth: "enroll", GRPCClientCA: "ca.pem", BootstrapTokenFile: "token"}, nodeauth.ModeEnroll, ""},
-		{"both files, no choice", Config{GRPCClientCA: "ca.pem", BootstrapTokenFile: "token"}, "", "choose how node names are verified"},
-		{"unknown mode", Config{NodeAuth: "tofu"}, "", `--grpc.node-auth "tofu": use none, enroll or mtls`},
-		{"mtls without a client CA", Config{NodeAuth: "mtls"}, "", "needs --grpc.tls-client-ca-file"},
-		{"a token outside enroll", Config{NodeAuth: "mtls", GRPCClientCA: "ca.pem", BootstrapTokenFile: "token"}, "", "--grpc.bootstrap-token-file is for --grpc.node-auth=enroll"},
-		{"an identity map outside mtls", Config{NodeIdentityMapFile: "map"}, "", "--grpc.node-identity-map-file is for --grpc.node-auth=mtls"},
+		{"a client CA implies mtls", Config{Ingest: ingest.Config{ClientCAFile: "ca.pem"}}, nodeauth.ModeMTLS, ""},
+		{"a bootstrap token implies enroll", Config{NodeAuth: nodeauth.Config{BootstrapTokenFile: "token"}}, nodeauth.ModeEnroll, ""},
+		{"explicit none beside a client CA", Config{NodeAuth: nodeauth.Config{Mode: "none"}, Ingest: ingest.Config{ClientCAFile: "ca.pem"}}, nodeauth.ModeNone, ""},
+		{"enroll without a token: operator-enrolled nodes only", Config{NodeAuth: nodeauth.Config{Mode: "enroll"}}, nodeauth.ModeEnroll, ""},
+		{"enroll with TLS and a client CA", Config{NodeAuth: nodeauth.Config{Mode: "enroll", BootstrapTokenFile: "token"}, Ingest: ingest.Config{ClientCAFile: "ca.pem"}}, nodeauth.ModeEnroll, ""},
+		{"both files, no choice", Config{NodeAuth: nodeauth.Config{BootstrapTokenFile: "token"}, Ingest: ingest.Config{ClientCAFile: "ca.pem"}}, "", "choose how node names are verified"},
+		{"unknown mode", Config{NodeAuth: nodeauth.Config{Mode: "tofu"}}, "", `--grpc.node-auth "tofu": use none, enroll or mtls`},
+		{"mtls without a client CA", Config{NodeAuth: nodeauth.Config{Mode: "mtls"}}, "", "needs --grpc.tls-client-ca-file"},
+		{"a token outside enroll", Config{NodeAuth: nodeauth.Config{Mode: "mtls", BootstrapTokenFile: "token"}, Ingest: ingest.Config{ClientCAFile: "ca.pem"}}, "", "--grpc.bootstrap-token-file is for --grpc.node-auth=enroll"},
+		{"an identity map outside mtls", Config{NodeAuth: nodeauth.Config{IdentityMapFile: "map"}}, "", "--grpc.node-identity-map-file is for --grpc.node-auth=mtls"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -59,7 +60,7 @@ func TestNodeAuthOffLoopback(t *testing.T) {
 		{"[::1]:7701", Config{}, nodeauth.ModeNone, ""},
 		{"localhost:7701", Config{}, nodeauth.ModeNone, ""},
 		{"LOCALHOST:7701", Config{}, nodeauth.ModeNone, ""},
-		{"127.0.0.1:7701", Config{NodeAuth: "enroll"}, nodeauth.ModeEnroll, ""},
+		{"127.0.0.1:7701", Config{NodeAuth: nodeauth.Config{Mode: "enroll"}}, nodeauth.ModeEnroll, ""},
 
 		{":7701", Config{}, "", "--grpc.listen-address :7701 " + refused},
 		{"0.0.0.0:7701", Config{}, "", "--grpc.listen-address 0.0.0.0:7701 " + refused},
@@ -70,17 +71,17 @@ func TestNodeAuthOffLoopback(t *testing.T) {
 		{":7701", Config{}, "", "pass --grpc.node-auth=enroll --grpc.bootstrap-token-file FILE"},
 		{":9000", Config{}, "", "or listen on loopback only (--grpc.listen-address 127.0.0.1:9000)"},
 
-		{":7701", Config{NodeAuth: "none"}, nodeauth.ModeNone, ""},
-		{":7701", Config{NodeAuth: "enroll"}, nodeauth.ModeEnroll, ""},
-		{":7701", Config{NodeAuth: "mtls", GRPCClientCA: "ca.pem"}, nodeauth.ModeMTLS, ""},
-		{"10.0.0.5:7701", Config{BootstrapTokenFile: "token"}, nodeauth.ModeEnroll, ""},
-		{"10.0.0.5:7701", Config{GRPCClientCA: "ca.pem"}, nodeauth.ModeMTLS, ""},
+		{":7701", Config{NodeAuth: nodeauth.Config{Mode: "none"}}, nodeauth.ModeNone, ""},
+		{":7701", Config{NodeAuth: nodeauth.Config{Mode: "enroll"}}, nodeauth.ModeEnroll, ""},
+		{":7701", Config{NodeAuth: nodeauth.Config{Mode: "mtls"}, Ingest: ingest.Config{ClientCAFile: "ca.pem"}}, nodeauth.ModeMTLS, ""},
+		{"10.0.0.5:7701", Config{NodeAuth: nodeauth.Config{BootstrapTokenFile: "token"}}, nodeauth.ModeEnroll, ""},
+		{"10.0.0.5:7701", Config{Ingest: ingest.Config{ClientCAFile: "ca.pem"}}, nodeauth.ModeMTLS, ""},
 		// Beside another problem, not instead of it (TestDefaultConfigValidate has both).
-		{":7701", Config{NodeIdentityMapFile: "map"}, "", refused},
+		{":7701", Config{NodeAuth: nodeauth.Config{IdentityMapFile: "map"}}, "", refused},
 	}
 	for _, c := range cases {
 		c.cfg.GRPCAddr = c.addr
-		t.Run(c.addr+" "+c.cfg.NodeAuth, func(t *testing.T) {
+		t.Run(c.addr+" "+c.cfg.NodeAuth.Mode, func(t *testing.T) {
 			got, err := c.cfg.nodeAuthMode()
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
@@ -103,17 +104,17 @@ func TestNodeAuthWarnings(t *testing.T) {
 		cfg  Config
 		want []string // what the one warning says; none: no warning
 	}{
-		{"none on loopback", Config{GRPCAddr: "127.0.0.1:7701", NodeAuth: "none"}, nil},
-		{"enroll in plaintext on loopback", Config{GRPCAddr: "[::1]:7701", NodeAuth: "enroll"}, nil},
-		{"none reachable, plaintext", Config{GRPCAddr: ":7701", NodeAuth: "none"},
+		{"none on loopback", Config{GRPCAddr: "127.0.0.1:7701", NodeAuth: nodeauth.Config{Mode: "none"}}, nil},
+		{"enroll in plaintext on loopback", Config{GRPCAddr: "[::1]:7701", NodeAuth: nodeauth.Config{Mode: "enroll"}}, nil},
+		{"none reachable, plaintext", Config{GRPCAddr: ":7701", NodeAuth: nodeauth.Config{Mode: "none"}},
 			[]string{"--grpc.node-auth=none on --grpc.listen-address :7701, which other hosts can reach: anyone who reaches it can report as any node"}},
-		{"none reachable, plaintext says so", Config{GRPCAddr: ":7701", NodeAuth: "none"}, []string{"the streams are plaintext too"}},
-		{"none reachable over TLS", Config{GRPCAddr: "0.0.0.0:7701", NodeAuth: "none", GRPCTLSCert: "c.pem", GRPCTLSKey: "k.pem"},
+		{"none reachable, plaintext says so", Config{GRPCAddr: ":7701", NodeAuth: nodeauth.Config{Mode: "none"}}, []string{"the streams are plaintext too"}},
+		{"none reachable over TLS", Config{GRPCAddr: "0.0.0.0:7701", NodeAuth: nodeauth.Config{Mode: "none"}, Ingest: ingest.Config{TLSCertFile: "c.pem", TLSKeyFile: "k.pem"}},
 			[]string{"use --grpc.node-auth=enroll or mtls"}},
-		{"enroll in plaintext reachable", Config{GRPCAddr: ":7701", BootstrapTokenFile: "token"},
+		{"enroll in plaintext reachable", Config{GRPCAddr: ":7701", NodeAuth: nodeauth.Config{BootstrapTokenFile: "token"}},
 			[]string{"nodes enroll over plaintext on --grpc.listen-address :7701, which other hosts can reach", "set --grpc.tls-cert-file and --grpc.tls-key-file"}},
-		{"enroll over TLS", Config{GRPCAddr: ":7701", NodeAuth: "enroll", GRPCTLSCert: "c.pem", GRPCTLSKey: "k.pem"}, nil},
-		{"mtls", Config{GRPCAddr: ":7701", GRPCClientCA: "ca.pem", GRPCTLSCert: "c.pem", GRPCTLSKey: "k.pem"}, nil},
+		{"enroll over TLS", Config{GRPCAddr: ":7701", NodeAuth: nodeauth.Config{Mode: "enroll"}, Ingest: ingest.Config{TLSCertFile: "c.pem", TLSKeyFile: "k.pem"}}, nil},
+		{"mtls", Config{GRPCAddr: ":7701", Ingest: ingest.Config{TLSCertFile: "c.pem", TLSKeyFile: "k.pem", ClientCAFile: "ca.pem"}}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -136,7 +137,7 @@ func TestNodeAuthWarnings(t *testing.T) {
 					t.Errorf("warning %q does not say %q", got[0], w)
 				}
 			}
-			if c.cfg.GRPCTLSCert != "" && strings.Contains(got[0], "plaintext") {
+			if c.cfg.Ingest.TLSCertFile != "" && strings.Contains(got[0], "plaintext") {
 				t.Errorf("warning %q calls TLS streams plaintext", got[0])
 			}
 		})

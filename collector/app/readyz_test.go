@@ -41,7 +41,7 @@ func TestReadyzWarnsOfNodesOthersMayRegister(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
-			cfg.GRPCAddr, cfg.HTTPAddr, cfg.DBURL, cfg.NodeAuth = tc.grpcAddr, "127.0.0.1:0", dbURL, tc.nodeAuth
+			cfg.GRPCAddr, cfg.HTTPAddr, cfg.DBURL, cfg.NodeAuth.Mode = tc.grpcAddr, "127.0.0.1:0", dbURL, tc.nodeAuth
 			var logs lockedBuffer
 			c, stop := startCollectorLogging(t, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 			defer stop()

@@ -1,8 +1,8 @@
 // Package errkind classifies the collector's errors by what the caller can
 // do about them: fix the request (Invalid, TooLarge), look elsewhere
 // (NotFound), retry later (Unavailable), and so on. Storage and domain code
-// return these kinds, wrapped with what they were doing; only the HTTP API
-// (collector/api) turns a kind into a status code, in one place.
+// return these kinds, wrapped with what they were doing; only the HTTP edge
+// (collector/httpjson) turns a kind into a status code, in one place.
 package errkind
 
 import (
@@ -40,19 +40,23 @@ const (
 	// request; retrying the same request will not help, asking for less
 	// will.
 	Timeout
+	// UnsupportedMedia: the request's body is of a type the collector
+	// does not accept (not JSON, e.g. a form a cross-site page can send).
+	UnsupportedMedia
 )
 
 var names = [...]string{
-	Internal:     "internal",
-	Invalid:      "invalid",
-	NotFound:     "not found",
-	Conflict:     "conflict",
-	TooLarge:     "too large",
-	Unavailable:  "unavailable",
-	Unauthorized: "unauthorized",
-	Forbidden:    "forbidden",
-	Overloaded:   "overloaded",
-	Timeout:      "timeout",
+	Internal:         "internal",
+	Invalid:          "invalid",
+	NotFound:         "not found",
+	Conflict:         "conflict",
+	TooLarge:         "too large",
+	Unavailable:      "unavailable",
+	Unauthorized:     "unauthorized",
+	Forbidden:        "forbidden",
+	Overloaded:       "overloaded",
+	Timeout:          "timeout",
+	UnsupportedMedia: "unsupported media type",
 }
 
 func (k Kind) String() string {

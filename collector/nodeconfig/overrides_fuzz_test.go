@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nbs-project/nbs/collector/api"
+	"github.com/nbs-project/nbs/collector/httpjson"
 )
 
 // An override is JSON an operator sends: it decodes and validates, or it is
@@ -29,7 +29,7 @@ func FuzzOverrideJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body string) {
 		var o Override
 		r := httptest.NewRequest("PUT", "/api/v1/threshold-overrides", strings.NewReader(body))
-		if err := api.DecodeJSON(r, &o); err != nil {
+		if err := httpjson.Decode(r, &o); err != nil {
 			return
 		}
 		if err := o.Validate(); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/httpjson"
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/leader"
 	"github.com/nbs-project/nbs/collector/store"
@@ -250,13 +251,13 @@ func (s *Service) ListOverrides(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	os, err := s.repo.list(ctx)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	if !access.FromContext(ctx).SeesAll() {
 		nodes, err := s.store.NodesIn(ctx, api.Scope(r))
 		if err != nil {
-			api.WriteError(w, r, err, s.log)
+			httpjson.WriteError(w, r, err, s.log)
 			return
 		}
 		os = slices.DeleteFunc(os, func(o Override) bool {
@@ -266,19 +267,19 @@ func (s *Service) ListOverrides(w http.ResponseWriter, r *http.Request) {
 	if os == nil {
 		os = []Override{}
 	}
-	api.WriteJSON(w, http.StatusOK, map[string]any{"overrides": os})
+	httpjson.Write(w, http.StatusOK, map[string]any{"overrides": os})
 }
 
 // PutOverride serves PUT /thresholds: sets the override of a scope and
 // metric, replacing the one there was.
 func (s *Service) PutOverride(w http.ResponseWriter, r *http.Request) {
 	var o Override
-	if err := api.DecodeJSON(r, &o); err != nil {
-		api.WriteError(w, r, err, s.log)
+	if err := httpjson.Decode(r, &o); err != nil {
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	if err := o.Validate(); err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	// From here the change is made whole whether or not the client stays:
@@ -287,17 +288,17 @@ func (s *Service) PutOverride(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := changeContext(r.Context())
 	defer cancel()
 	if err := s.checkScope(ctx, o); err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	stored, err := s.repo.put(ctx, o, s.maxOverrides)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	s.log.Info("threshold override set", "id", stored.ID, "metric", stored.Metric, "scope", stored.Source())
 	s.announce(ctx, change{Kind: "thresholds"})
-	api.WriteJSON(w, http.StatusOK, stored)
+	httpjson.Write(w, http.StatusOK, stored)
 }
 
 // DeleteOverride serves DELETE /thresholds/{id}.
@@ -305,18 +306,18 @@ func (s *Service) DeleteOverride(w http.ResponseWriter, r *http.Request) {
 	raw := chi.URLParam(r, "id")
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil {
-		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "override id %s is not a number", api.Quote(raw)), s.log)
+		httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "override id %s is not a number", api.Quote(raw)), s.log)
 		return
 	}
 	ctx, cancel := changeContext(r.Context())
 	defer cancel()
 	ok, err := s.repo.delete(ctx, id)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	if !ok {
-		api.WriteError(w, r, errkind.Errorf(errkind.NotFound, "threshold override %d: not found", id), s.log)
+		httpjson.WriteError(w, r, errkind.Errorf(errkind.NotFound, "threshold override %d: not found", id), s.log)
 		return
 	}
 	s.announce(ctx, change{Kind: "thresholds"})
@@ -337,20 +338,20 @@ func (s *Service) node(r *http.Request) (store.Node, error) {
 func (s *Service) NodeThresholds(w http.ResponseWriter, r *http.Request) {
 	n, err := s.node(r)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	defs, err := s.store.Definitions(r.Context(), n.ID)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	eff, err := s.Effective(r.Context(), n, defs)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, map[string]any{"node": n.Name, "thresholds": eff})
+	httpjson.Write(w, http.StatusOK, map[string]any{"node": n.Name, "thresholds": eff})
 }
 
 // maxExpand bounds how long one request keeps a node's full tree streaming.
@@ -362,17 +363,17 @@ func (s *Service) ExpandNode(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Seconds int `json:"seconds"`
 	}
-	if err := api.DecodeJSON(r, &req); err != nil {
-		api.WriteError(w, r, err, s.log)
+	if err := httpjson.Decode(r, &req); err != nil {
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	if req.Seconds < 1 || req.Seconds > int(maxExpand/time.Second) { // compared in seconds: a huge count would overflow a Duration
-		api.WriteError(w, r, errkind.Errorf(errkind.Invalid, "seconds %d must be from 1 to %d", req.Seconds, int(maxExpand.Seconds())), s.log)
+		httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "seconds %d must be from 1 to %d", req.Seconds, int(maxExpand.Seconds())), s.log)
 		return
 	}
 	n, err := s.node(r)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	until := time.Now().Add(time.Duration(req.Seconds) * time.Second)
@@ -380,9 +381,9 @@ func (s *Service) ExpandNode(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := access.Audit(ctx, s.repo.pool, access.Entry{Action: "expand", ObjectKind: "node", ObjectID: n.Name,
 		New: map[string]any{"seconds": req.Seconds, "until": until.UTC()}}); err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	s.announce(ctx, change{Kind: "expand", Node: n.Name, Until: until.UnixNano()})
-	api.WriteJSON(w, http.StatusAccepted, map[string]any{"node": n.Name, "until": until.UTC()})
+	httpjson.Write(w, http.StatusAccepted, map[string]any{"node": n.Name, "until": until.UTC()})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/httpjson"
 )
 
 // Service serves the report routes (api.ReportHandlers).
@@ -130,21 +131,21 @@ func (s *Service) GetReport(w http.ResponseWriter, r *http.Request) {
 	now := s.now()
 	csv, err := wantsCSV(r)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	q, err := s.query(r, now)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	rep, err := Compute(r.Context(), s.st, q, now)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	if !csv {
-		api.WriteJSON(w, http.StatusOK, rep)
+		httpjson.Write(w, http.StatusOK, rep)
 		return
 	}
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
@@ -178,7 +179,7 @@ func (s *Service) ListDefinitions(w http.ResponseWriter, r *http.Request) {
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > MaxPage {
-			api.WriteError(w, r, invalid("limit %s must be an integer from 1 to %d", api.Quote(l), MaxPage), s.log)
+			httpjson.WriteError(w, r, invalid("limit %s must be an integer from 1 to %d", api.Quote(l), MaxPage), s.log)
 			return
 		}
 		limit = n
@@ -187,7 +188,7 @@ func (s *Service) ListDefinitions(w http.ResponseWriter, r *http.Request) {
 	if c := q.Get("cursor"); c != "" {
 		cur, err := ParseCursor(c)
 		if err != nil {
-			api.WriteError(w, r, err, s.log)
+			httpjson.WriteError(w, r, err, s.log)
 			return
 		}
 		after = &cur
@@ -195,7 +196,7 @@ func (s *Service) ListDefinitions(w http.ResponseWriter, r *http.Request) {
 	p := access.FromContext(r.Context())
 	page, err := s.defs.list(r.Context(), p, limit, after)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	out := DefinitionList{Definitions: make([]Definition, 0, len(page.Definitions))}
@@ -205,27 +206,27 @@ func (s *Service) ListDefinitions(w http.ResponseWriter, r *http.Request) {
 	if page.Next != nil {
 		out.NextCursor = page.Next.String()
 	}
-	api.WriteJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // GetDefinition serves GET /report-definitions/{id}.
 func (s *Service) GetDefinition(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	d, err := s.defs.get(r.Context(), access.FromContext(r.Context()), id)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, d.forViewer(access.FromContext(r.Context())))
+	httpjson.Write(w, http.StatusOK, d.forViewer(access.FromContext(r.Context())))
 }
 
 func decode(r *http.Request) (DefinitionInput, error) {
 	var in DefinitionInput
-	if err := api.DecodeJSON(r, &in); err != nil {
+	if err := httpjson.Decode(r, &in); err != nil {
 		return in, err
 	}
 	return in, in.Validate()
@@ -235,47 +236,47 @@ func decode(r *http.Request) (DefinitionInput, error) {
 func (s *Service) CreateDefinition(w http.ResponseWriter, r *http.Request) {
 	in, err := decode(r)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	d, err := s.defs.create(r.Context(), access.FromContext(r.Context()), in)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	w.Header().Set("Location", "/api/v1/report-definitions/"+strconv.FormatInt(d.ID, 10))
-	api.WriteJSON(w, http.StatusCreated, d)
+	httpjson.Write(w, http.StatusCreated, d)
 }
 
 // PutDefinition serves PUT /report-definitions/{id}: replaces it.
 func (s *Service) PutDefinition(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	in, err := decode(r)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	d, err := s.defs.update(r.Context(), id, in)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, d)
+	httpjson.Write(w, http.StatusOK, d)
 }
 
 // DeleteDefinition serves DELETE /report-definitions/{id}.
 func (s *Service) DeleteDefinition(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
 	if err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	if err := s.defs.delete(r.Context(), id); err != nil {
-		api.WriteError(w, r, err, s.log)
+		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

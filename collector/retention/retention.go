@@ -21,28 +21,6 @@ import (
 	"github.com/nbs-project/nbs/collector/store"
 )
 
-// Config is how long each kind of data is kept.
-type Config struct {
-	// Raw is how long reports, histograms and evidence are kept (whole
-	// UTC days: a day partition goes once all of it is older), and a
-	// metric's newest value stays in a node's latest values.
-	Raw time.Duration
-	// Rollup1m keeps minute rollups; Rollup1h hour and day rollups.
-	Rollup1m, Rollup1h time.Duration
-	// Nodes: a node that has not reported for this long is deleted with
-	// everything it reported, rollups included, and its credential.
-	Nodes time.Duration
-	// Alerts keeps resolved alerts and their delivery log.
-	Alerts time.Duration
-	// Audit keeps the audit log.
-	Audit time.Duration
-}
-
-// Catalogue is how long a node's definition of a metric outlives the
-// metric's last report: as long as a rollup may hold the metric, since
-// reports read its title and unit from the definition.
-func (c Config) Catalogue() time.Duration { return max(c.Raw, c.Rollup1m, c.Rollup1h) }
-
 const (
 	// batch bounds the rows one statement deletes or rewrites, so no pass
 	// holds many locks or a long transaction.

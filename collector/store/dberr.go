@@ -19,6 +19,12 @@ const DownRetryAfter = 5 * time.Second
 // cannot be reached; the collector's log has the detail.
 const DownMessage = "the database cannot be reached (down, restarting or failing over); retry in a few seconds"
 
+// ErrUnreachable is for a caller that judges the database unreachable by a
+// deadline of its own (a lookup of milliseconds still unanswered after
+// seconds: a host gone mid-failover). DatabaseDown reports an error that
+// wraps it as it does a refused connection.
+var ErrUnreachable = errors.New("the database cannot be reached")
+
 // DatabaseDown reports whether err says PostgreSQL could not be reached or
 // is not serving — no connection (refused, reset, timed out, a failover in
 // progress), a server shutting down or starting up, no connection slot —
@@ -31,6 +37,9 @@ const DownMessage = "the database cannot be reached (down, restarting or failing
 // connection the server refused for its credentials or database name is
 // a configuration fault that retrying will not mend.
 func DatabaseDown(err error) bool {
+	if errors.Is(err, ErrUnreachable) {
+		return true
+	}
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}

@@ -41,6 +41,7 @@ func TestDatabaseDown(t *testing.T) {
 		{"a unique violation is about the data", pg("23505"), false},
 		{"the caller left", fmt.Errorf("query: %w", context.Canceled), false},
 		{"the caller's own deadline", fmt.Errorf("query: %w", context.DeadlineExceeded), false},
+		{"the caller's own deadline, judged unreachable", fmt.Errorf("look up token: %w: %w", ErrUnreachable, context.DeadlineExceeded), true},
 		{"a bug", errors.New("nil map"), false},
 		{"not found", fmt.Errorf("node: %w", ErrNotFound), false},
 	}

@@ -1,4 +1,4 @@
-package api
+package httpjson
 
 import (
 	"bytes"
@@ -42,6 +42,7 @@ func TestWriteError(t *testing.T) {
 		{"forbidden", errkind.Errorf(errkind.Forbidden, "read only"), 403, "forbidden", "read only", false},
 		{"overloaded", errkind.Errorf(errkind.Overloaded, "2 reports in flight"), 429, "too_many_requests", "2 reports in flight", false},
 		{"timeout", errkind.Errorf(errkind.Timeout, "the read took longer than 30s"), 504, "timeout", "the read took longer than 30s", false},
+		{"unsupported media", errkind.Errorf(errkind.UnsupportedMedia, "send application/json"), 415, "unsupported_media_type", "send application/json", false},
 		{"database down, unclassified", fmt.Errorf("read node: %w", &pgconn.ConnectError{}), 503, "unavailable", store.DownMessage, true},
 		{"internal hides its detail", fmt.Errorf("read node: %w", errors.New("password authentication failed for nbs")), 500, "internal", "", true},
 		{"internal kind", errkind.Errorf(errkind.Internal, "secret"), 500, "internal", "", true},
@@ -66,6 +67,9 @@ func TestWriteError(t *testing.T) {
 			}
 			if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 				t.Errorf("Content-Type %q", ct)
+			}
+			if auth := w.Header().Get("WWW-Authenticate"); (auth != "") != (c.status == http.StatusUnauthorized) {
+				t.Errorf("WWW-Authenticate %q on HTTP %d", auth, w.Code)
 			}
 			switch {
 			case c.message != "" && body.Error.Message != c.message:
@@ -137,7 +141,7 @@ func kindOfForTest(err error) errkind.Kind {
 	return errkind.Of(err)
 }
 
-func TestDecodeJSON(t *testing.T) {
+func TestDecode(t *testing.T) {
 	type target struct {
 		Seconds int `json:"seconds"`
 	}
@@ -164,15 +168,15 @@ func TestDecodeJSON(t *testing.T) {
 			r := httptest.NewRequest("POST", "/", strings.NewReader(c.body))
 			r.Body = http.MaxBytesReader(w, io.NopCloser(r.Body), c.limit)
 			var v target
-			err := DecodeJSON(r, &v)
+			err := Decode(r, &v)
 			if c.wantErr == "" {
 				if err != nil || v.Seconds != c.want {
-					t.Fatalf("DecodeJSON = %v, %+v; want %d", err, v, c.want)
+					t.Fatalf("Decode = %v, %+v; want %d", err, v, c.want)
 				}
 				return
 			}
 			if err == nil || errkind.Of(err) != c.kind || !strings.Contains(err.Error(), c.wantErr) {
-				t.Fatalf("DecodeJSON = %v (%v); want %v containing %q", err, errkind.Of(err), c.kind, c.wantErr)
+				t.Fatalf("Decode = %v (%v); want %v containing %q", err, errkind.Of(err), c.kind, c.wantErr)
 			}
 		})
 	}
@@ -180,15 +184,15 @@ func TestDecodeJSON(t *testing.T) {
 
 // A value JSON cannot encode (NaN) is a 500 with the error envelope, never
 // a 200 with an empty body.
-func TestWriteJSONRefusesNaN(t *testing.T) {
+func TestWriteRefusesNaN(t *testing.T) {
 	rec := httptest.NewRecorder()
-	WriteJSON(rec, http.StatusOK, map[string]float64{"p50": math.NaN()})
+	Write(rec, http.StatusOK, map[string]float64{"p50": math.NaN()})
 	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), `"code":"internal"`) {
-		t.Fatalf("WriteJSON(NaN) = %d %q, want 500 with the internal error envelope", rec.Code, rec.Body.String())
+		t.Fatalf("Write(NaN) = %d %q, want 500 with the internal error envelope", rec.Code, rec.Body.String())
 	}
 	rec = httptest.NewRecorder()
-	WriteJSON(rec, http.StatusCreated, map[string]float64{"p50": 1.5})
+	Write(rec, http.StatusCreated, map[string]float64{"p50": 1.5})
 	if rec.Code != http.StatusCreated || !strings.Contains(rec.Body.String(), `"p50": 1.5`) {
-		t.Fatalf("WriteJSON = %d %q", rec.Code, rec.Body.String())
+		t.Fatalf("Write = %d %q", rec.Code, rec.Body.String())
 	}
 }

@@ -1,4 +1,10 @@
-package api
+// Package httpjson is the JSON edge of the collector's HTTP side, shared by
+// the API (collector/api), access control (collector/access) and every part
+// with routes: request bodies are decoded one way (Decode), answers are
+// encoded before anything is written (Write), and errors are answered
+// through the one mapping from their kind (collector/errkind) to an HTTP
+// status and a stable code, in the one envelope (WriteError, ErrorBody).
+package httpjson
 
 import (
 	"bytes"
@@ -25,18 +31,30 @@ type answer struct {
 }
 
 // answers is the one mapping from error kinds to HTTP; openapi.json lists
-// the same codes (ErrorDetail.code) and the tests hold the two together.
+// the same codes (ErrorDetail.code) and the API's tests hold the two
+// together.
 var answers = map[errkind.Kind]answer{
-	errkind.Internal:     {http.StatusInternalServerError, "internal"},
-	errkind.Invalid:      {http.StatusBadRequest, "bad_request"},
-	errkind.NotFound:     {http.StatusNotFound, "not_found"},
-	errkind.Conflict:     {http.StatusConflict, "conflict"},
-	errkind.TooLarge:     {http.StatusRequestEntityTooLarge, "too_large"},
-	errkind.Unavailable:  {http.StatusServiceUnavailable, "unavailable"},
-	errkind.Unauthorized: {http.StatusUnauthorized, "unauthorized"},
-	errkind.Forbidden:    {http.StatusForbidden, "forbidden"},
-	errkind.Overloaded:   {http.StatusTooManyRequests, "too_many_requests"},
-	errkind.Timeout:      {http.StatusGatewayTimeout, "timeout"},
+	errkind.Internal:         {http.StatusInternalServerError, "internal"},
+	errkind.Invalid:          {http.StatusBadRequest, "bad_request"},
+	errkind.NotFound:         {http.StatusNotFound, "not_found"},
+	errkind.Conflict:         {http.StatusConflict, "conflict"},
+	errkind.TooLarge:         {http.StatusRequestEntityTooLarge, "too_large"},
+	errkind.Unavailable:      {http.StatusServiceUnavailable, "unavailable"},
+	errkind.Unauthorized:     {http.StatusUnauthorized, "unauthorized"},
+	errkind.Forbidden:        {http.StatusForbidden, "forbidden"},
+	errkind.Overloaded:       {http.StatusTooManyRequests, "too_many_requests"},
+	errkind.Timeout:          {http.StatusGatewayTimeout, "timeout"},
+	errkind.UnsupportedMedia: {http.StatusUnsupportedMediaType, "unsupported_media_type"},
+}
+
+// Codes lists the code of every kind's answer, for the tests that hold
+// openapi.json to them.
+func Codes() []string {
+	codes := make([]string, 0, len(answers))
+	for _, a := range answers {
+		codes = append(codes, a.code)
+	}
+	return codes
 }
 
 // retryAfter is the Retry-After of an answer of kind k: err's own hint, or
@@ -59,14 +77,6 @@ func SetRetryAfter(h http.Header, d time.Duration) {
 	h.Set("Retry-After", strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10))
 }
 
-// codeMethodNotAllowed answers a known path asked with the wrong method; it
-// is about routing, so no domain error has that kind.
-const codeMethodNotAllowed = "method_not_allowed"
-
-// codeUnsupportedMedia is collector/access's answer (415) to a change whose
-// body is not JSON, which a cross-site form could send.
-const codeUnsupportedMedia = "unsupported_media_type"
-
 // ErrorBody is the JSON envelope of every error answer under /api/v1.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`
@@ -81,9 +91,10 @@ type ErrorDetail struct {
 // errors are logged and answered with a generic message, since they may
 // carry internal detail; the others carry their own message, which says
 // what to change. An error that no code classified but that says the
-// database cannot be reached is Unavailable: every route answers 503 with
-// Retry-After while it is down, not 500. Answers worth retrying (503, 429)
-// carry Retry-After.
+// database cannot be reached (store.DatabaseDown) is Unavailable: every
+// route answers 503 with Retry-After while it is down, not 500. Answers
+// worth retrying (503, 429) carry Retry-After, and a 401 says how to sign
+// in (WWW-Authenticate).
 func WriteError(w http.ResponseWriter, r *http.Request, err error, log *slog.Logger) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return // the client went away; nobody reads the answer
@@ -109,19 +120,22 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error, log *slog.Log
 	if d, ok := retryAfter(k, err); ok && a.status != http.StatusInternalServerError {
 		SetRetryAfter(w.Header(), d)
 	}
-	WriteJSON(w, a.status, ErrorBody{ErrorDetail{a.code, msg}})
+	if a.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="nbs"`)
+	}
+	Write(w, a.status, ErrorBody{ErrorDetail{a.code, msg}})
 }
 
-// WriteJSON writes v with the status code.
+// Write answers v as JSON with the status code.
 // It encodes before writing anything: a value that cannot be encoded (a NaN
 // that slipped through) answers 500 with the error envelope, never a 200
 // with an empty body a client would take for success.
-func WriteJSON(w http.ResponseWriter, status int, v any) {
+func Write(w http.ResponseWriter, status int, v any) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
-		// WriteJSON has no logger of its own; the process's default one is
+		// Write has no logger of its own; the process's default one is
 		// the collector's.
 		slog.Error("encode JSON answer", "status", status, "err", err)
 		buf.Reset()
@@ -134,9 +148,9 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(buf.Bytes())
 }
 
-// DecodeJSON reads a request body holding exactly one JSON value into v,
+// Decode reads a request body holding exactly one JSON value into v,
 // refusing fields v does not have: a typo must not be silently ignored.
-func DecodeJSON(r *http.Request, v any) error {
+func Decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)

@@ -1,46 +1,22 @@
 package access
 
+// The handlers of the login page, the UI's whoami, tokens and the audit
+// log; collector/api's route table (AccessHandlers) says who may call each.
+
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 
-	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/httpjson"
 )
-
-// Route is one of the package's API routes, relative to /api/v1, with the
-// role Require must be given for it.
-type Route struct {
-	Method  string
-	Pattern string
-	Handler http.HandlerFunc
-	Role    Role
-	Scoped  bool
-}
-
-// Routes are the handlers for the login page, the UI's role, tokens and the
-// audit log. Reading the audit log is for staff (customers do not see it).
-func (a *Access) Routes() []Route {
-	return []Route{
-		{http.MethodPost, "/login", a.HandleLogin, RolePublic, false},
-		{http.MethodPost, "/logout", a.HandleLogout, RolePublic, false},
-		{http.MethodGet, "/whoami", a.HandleWhoAmI, RoleCustomer, false},
-		{http.MethodGet, "/tokens", a.HandleListTokens, RoleAdmin, false},
-		{http.MethodPost, "/tokens", a.HandleCreateToken, RoleAdmin, false},
-		{http.MethodDelete, "/tokens/{id}", a.HandleRevokeToken, RoleAdmin, false},
-		{http.MethodGet, "/audit", a.HandleAudit, RoleViewer, false},
-	}
-}
 
 // maxAccessBody bounds the bodies of these routes: a token, a name, a
 // selector.
@@ -60,11 +36,11 @@ func (a *Access) HandleLogin(w http.ResponseWriter, r *http.Request) {
 		Token string `json:"token"`
 	}
 	if err := decodeJSON(w, r, &body); err != nil {
-		writeError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	if a.cfg.Mode == ModeNone {
-		writeJSON(w, http.StatusOK, WhoAmI{Principal: Principal{Name: "anonymous", Role: RoleAdmin, Via: ViaNone}, Mode: a.cfg.Mode})
+		httpjson.Write(w, http.StatusOK, WhoAmI{Principal: Principal{Name: "anonymous", Role: RoleAdmin, Via: ViaNone}, Mode: a.cfg.Mode})
 		return
 	}
 	if a.signInBlocked(w, r) {
@@ -75,18 +51,18 @@ func (a *Access) HandleLogin(w http.ResponseWriter, r *http.Request) {
 		a.signInFailed(r)
 	}
 	if err != nil {
-		writeError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	a.setSessionCookie(w, r, s)
-	writeJSON(w, http.StatusOK, WhoAmI{Principal: s.Principal, Mode: a.cfg.Mode})
+	httpjson.Write(w, http.StatusOK, WhoAmI{Principal: s.Principal, Mode: a.cfg.Mode})
 }
 
 // HandleLogout is POST /logout: it ends the session and clears the cookie.
 func (a *Access) HandleLogout(w http.ResponseWriter, r *http.Request) {
 	if id, ok := a.sessionCookie(r); ok {
 		if err := a.Logout(r.Context(), id); err != nil {
-			writeError(w, r, err, a.log)
+			httpjson.WriteError(w, r, err, a.log)
 			return
 		}
 	}
@@ -96,20 +72,20 @@ func (a *Access) HandleLogout(w http.ResponseWriter, r *http.Request) {
 
 // HandleWhoAmI is GET /whoami.
 func (a *Access) HandleWhoAmI(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, WhoAmI{Principal: FromContext(r.Context()), Mode: a.cfg.Mode})
+	httpjson.Write(w, http.StatusOK, WhoAmI{Principal: FromContext(r.Context()), Mode: a.cfg.Mode})
 }
 
 // HandleListTokens is GET /tokens: every token, without secrets.
 func (a *Access) HandleListTokens(w http.ResponseWriter, r *http.Request) {
 	ts, err := a.Tokens(r.Context())
 	if err != nil {
-		writeError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	if ts == nil {
 		ts = []Token{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tokens": ts})
+	httpjson.Write(w, http.StatusOK, map[string]any{"tokens": ts})
 }
 
 // CreateTokenRequest is the body of POST /tokens.
@@ -131,40 +107,40 @@ type CreatedToken struct {
 func (a *Access) HandleCreateToken(w http.ResponseWriter, r *http.Request) {
 	var req CreateTokenRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	n := NewToken{Name: req.Name, Role: req.Role, Selector: req.Selector}
 	if req.ExpiresIn != "" {
 		ttl, err := ParseTTL(req.ExpiresIn)
 		if err != nil {
-			writeError(w, r, invalid("expires_in: %v", err), a.log)
+			httpjson.WriteError(w, r, invalid("expires_in: %v", err), a.log)
 			return
 		}
 		n.TTL = ttl
 	}
 	secret, t, err := a.CreateToken(r.Context(), n)
 	if err != nil {
-		writeError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusCreated, CreatedToken{Token: secret, Info: t})
+	httpjson.Write(w, http.StatusCreated, CreatedToken{Token: secret, Info: t})
 }
 
 // HandleRevokeToken is DELETE /tokens/{id}; it answers the revoked token.
 func (a *Access) HandleRevokeToken(w http.ResponseWriter, r *http.Request) {
 	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
 	if err != nil || id < 1 {
-		writeError(w, r, invalid("token id %q is not a positive number", chi.URLParam(r, "id")), a.log)
+		httpjson.WriteError(w, r, invalid("token id %q is not a positive number", chi.URLParam(r, "id")), a.log)
 		return
 	}
 	t, err := a.RevokeToken(r.Context(), id)
 	if err != nil {
-		writeError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
-	writeJSON(w, http.StatusOK, t)
+	httpjson.Write(w, http.StatusOK, t)
 }
 
 // HandleAudit is GET /audit?object_kind=&object_id=&since=&until=&before=&limit=
@@ -195,34 +171,18 @@ func (a *Access) HandleAudit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		writeError(w, r, invalid("%v", err), a.log)
+		httpjson.WriteError(w, r, invalid("%v", err), a.log)
 		return
 	}
 	entries, err := a.AuditLog(r.Context(), f)
 	if err != nil {
-		writeError(w, r, err, a.log)
+		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
 	if entries == nil {
 		entries = []AuditRecord{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"entries": entries})
-}
-
-// ParseTTL reads a duration as Go writes it (720h, 30m) or in days (90d).
-func ParseTTL(s string) (time.Duration, error) {
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(d)
-		if err != nil || n < 1 || n > 100*365 {
-			return 0, fmt.Errorf("%q: days must be a whole number from 1 to 36500", s)
-		}
-		return time.Duration(n) * 24 * time.Hour, nil
-	}
-	ttl, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration such as 720h or 90d", s)
-	}
-	return ttl, nil
+	httpjson.Write(w, http.StatusOK, map[string]any{"entries": entries})
 }
 
 func parseTime(s string) (time.Time, error) {
@@ -252,58 +212,4 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return invalid("body: one JSON object expected")
 	}
 	return nil
-}
-
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-// writeError maps the package's errors to statuses in the API's envelope.
-// Server errors are logged and answered without their detail.
-func writeError(w http.ResponseWriter, r *http.Request, err error, log *slog.Logger) {
-	var mbe *http.MaxBytesError
-	var media errUnsupportedMedia
-	var tooMany errTooManyFailures
-	switch {
-	case errors.As(err, &tooMany):
-		w.Header().Set("Retry-After", tooMany.retryAfter())
-		writeJSON(w, http.StatusTooManyRequests, errorBody{errorDetail{"too_many_requests", err.Error()}})
-	case errors.Is(err, ErrUnauthenticated):
-		w.Header().Set("WWW-Authenticate", `Bearer realm="nbs"`)
-		writeJSON(w, http.StatusUnauthorized, errorBody{errorDetail{"unauthorized", err.Error()}})
-	case errors.Is(err, ErrForbidden):
-		writeJSON(w, http.StatusForbidden, errorBody{errorDetail{"forbidden", err.Error()}})
-	case errors.Is(err, ErrNotFound):
-		writeJSON(w, http.StatusNotFound, errorBody{errorDetail{"not_found", err.Error()}})
-	case errors.Is(err, ErrInvalid):
-		writeJSON(w, http.StatusBadRequest, errorBody{errorDetail{"bad_request", err.Error()}})
-	case errors.Is(err, ErrConflict):
-		writeJSON(w, http.StatusConflict, errorBody{errorDetail{"conflict", err.Error()}})
-	case errors.As(err, &media):
-		writeJSON(w, http.StatusUnsupportedMediaType, errorBody{errorDetail{"unsupported_media_type", err.Error()}})
-	case errors.As(err, &mbe):
-		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{errorDetail{"too_large", fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)}})
-	case errors.Is(err, context.Canceled):
-		// The client went away; nobody reads the answer.
-	case errors.Is(err, ErrUnavailable) || store.DatabaseDown(err):
-		writeUnavailable(w, r, err, log)
-	default:
-		if log != nil {
-			log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		}
-		writeJSON(w, http.StatusInternalServerError, errorBody{errorDetail{"internal", "internal error; the collector log has the details (request " + middleware.GetReqID(r.Context()) + ")"}})
-	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
 }

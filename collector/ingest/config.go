@@ -1,0 +1,135 @@
+package ingest
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/nbs-project/nbs/internal/tlsfiles"
+	"github.com/nbs-project/nbs/internal/wire"
+)
+
+// Config is the ingest part of the collector's configuration: what agents
+// may send and hold (--ingest.*), and how their streams are served
+// (--grpc.*). The listen address is the app's, which owns the listeners.
+type Config struct {
+	// Limits bound what one agent, or all of them, may hold or send; the
+	// app sets MaxAge from the retention of raw reports.
+	Limits
+	// HelloTimeout is how long a new stream may take to send its Hello.
+	HelloTimeout time.Duration
+	// SendTimeout ends an agent stream whose agent has not read one message
+	// for this long, so it holds no more than its pending Config.
+	SendTimeout time.Duration
+	// MaxMsgSize is the largest message an agent may send.
+	MaxMsgSize int
+	// StreamWindow bounds what one stream may have in flight: with gRPC's
+	// default auto-tuned windows a collector buffered ~2 GB when Postgres
+	// fell behind.
+	StreamWindow int32
+	// TLS for agent streams; with ClientCAFile, agents must present a
+	// certificate it signed (mutual TLS).
+	TLSCertFile  string
+	TLSKeyFile   string
+	ClientCAFile string
+}
+
+// DefaultConfig is the production configuration: plaintext streams until
+// certificates are given.
+func DefaultConfig() Config {
+	return Config{
+		Limits:       DefaultLimits(),
+		HelloTimeout: DefaultHelloTimeout,
+		SendTimeout:  DefaultSendTimeout,
+		MaxMsgSize:   wire.MaxMessageBytes,
+		StreamWindow: 64 << 10,
+	}
+}
+
+// RegisterFlags binds the flags, with the values already in c
+// (DefaultConfig's, usually) as their defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.TLSCertFile, "grpc.tls-cert-file", c.TLSCertFile, "PEM certificate for agent streams (TLS); without it the stream is plaintext")
+	fs.StringVar(&c.TLSKeyFile, "grpc.tls-key-file", c.TLSKeyFile, "PEM private key of --grpc.tls-cert-file")
+	fs.StringVar(&c.ClientCAFile, "grpc.tls-client-ca-file", c.ClientCAFile, "PEM CA that must have signed every agent's client certificate (mutual TLS)")
+	fs.IntVar(&c.MaxMsgSize, "grpc.max-message-bytes", c.MaxMsgSize, "largest message an agent may send")
+	fs.DurationVar(&c.SendTimeout, "grpc.send-timeout", c.SendTimeout, "an agent that reads nothing from its stream for this long is disconnected (it reconnects and gets the newest config)")
+	fs.IntVar(&c.MaxStreams, "ingest.max-streams", c.MaxStreams, "concurrent agent streams on this collector, with a Hello or not; more are refused with ResourceExhausted")
+	fs.IntVar(&c.MaxStreamsPerIP, "ingest.max-streams-per-address", c.MaxStreamsPerIP, "concurrent agent streams from one source IP address")
+	fs.DurationVar(&c.HelloTimeout, "ingest.hello-timeout", c.HelloTimeout, "how long a new stream may take to send its Hello")
+	fs.IntVar(&c.MaxNodes, "ingest.max-nodes", c.MaxNodes, "registered nodes; a Hello from a new node beyond it is refused (delete unused nodes with nbs-collector nodes delete)")
+	fs.IntVar(&c.MaxMetrics, "ingest.max-metrics-per-node", c.MaxMetrics, "metric definitions per node, counted across all its Hellos and streams")
+	fs.IntVar(&c.MaxCapabilities, "ingest.max-capabilities", c.MaxCapabilities, "capabilities per Hello")
+	fs.IntVar(&c.MaxSamples, "ingest.max-samples", c.MaxSamples, "samples per report")
+	fs.IntVar(&c.MaxHistograms, "ingest.max-histograms", c.MaxHistograms, "histograms per report")
+	fs.IntVar(&c.MaxEvents, "ingest.max-events", c.MaxEvents, "events per report")
+	fs.DurationVar(&c.MaxFutureSkew, "ingest.max-future-skew", c.MaxFutureSkew, "how far ahead of the collector's clock a report may be dated (what it may move is clamped to the collector's clock anyway)")
+}
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("--grpc.tls-cert-file and --grpc.tls-key-file go together"))
+	}
+	if c.ClientCAFile != "" && c.TLSCertFile == "" {
+		errs = append(errs, errors.New("--grpc.tls-client-ca-file needs --grpc.tls-cert-file and --grpc.tls-key-file"))
+	}
+	if c.SendTimeout < time.Second || c.SendTimeout > time.Hour {
+		errs = append(errs, fmt.Errorf("--grpc.send-timeout %s must be from 1s to 1h", c.SendTimeout))
+	}
+	if c.MaxMsgSize < 64<<10 || c.MaxMsgSize > 64<<20 {
+		errs = append(errs, fmt.Errorf("--grpc.max-message-bytes %d must be from 64 KiB to 64 MiB", c.MaxMsgSize))
+	}
+	for _, l := range []struct {
+		flag   string
+		v, max int
+	}{
+		{"--ingest.max-streams", c.MaxStreams, 1 << 20}, {"--ingest.max-streams-per-address", c.MaxStreamsPerIP, 1 << 20},
+		{"--ingest.max-nodes", c.MaxNodes, 1 << 24}, {"--ingest.max-metrics-per-node", c.MaxMetrics, 1 << 20},
+		{"--ingest.max-capabilities", c.MaxCapabilities, 1 << 16}, {"--ingest.max-samples", c.MaxSamples, 1 << 20},
+		{"--ingest.max-histograms", c.MaxHistograms, 1 << 20}, {"--ingest.max-events", c.MaxEvents, 1 << 20},
+	} {
+		if l.v < 1 || l.v > l.max {
+			errs = append(errs, fmt.Errorf("%s %d must be from 1 to %d", l.flag, l.v, l.max))
+		}
+	}
+	if c.HelloTimeout < time.Second || c.HelloTimeout > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("--ingest.hello-timeout %s must be from 1s to 5m", c.HelloTimeout))
+	}
+	if c.MaxFutureSkew < 0 || c.MaxFutureSkew > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("--ingest.max-future-skew %s must be from 0 to 24h", c.MaxFutureSkew))
+	}
+	// gRPC ignores windows below 64 KiB.
+	if c.StreamWindow < 64<<10 || c.StreamWindow > 16<<20 {
+		errs = append(errs, fmt.Errorf("stream window %d must be from 64 KiB to 16 MiB", c.StreamWindow))
+	}
+	return errors.Join(errs...)
+}
+
+// GRPCOptions are the gRPC server's options for agent streams: the
+// message size, the flow-control windows, keepalives and, with a
+// certificate, TLS (mutual with a client CA).
+func (c *Config) GRPCOptions(log *slog.Logger) ([]grpc.ServerOption, error) {
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(c.MaxMsgSize),
+		grpc.InitialWindowSize(c.StreamWindow),
+		grpc.InitialConnWindowSize(16 * c.StreamWindow),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	if c.TLSCertFile != "" {
+		tlsCfg, err := tlsfiles.Server(c.TLSCertFile, c.TLSKeyFile, c.ClientCAFile, log)
+		if err != nil {
+			return nil, fmt.Errorf("gRPC TLS: %w", err)
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	return opts, nil
+}

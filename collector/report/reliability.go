@@ -1,0 +1,156 @@
+package report
+
+// Reliability and availability: TCP retransmits, resets and drops by
+// reason; the share of the period each root spent in each state.
+
+import (
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nbs-project/nbs/collector/store"
+)
+
+type reasonCount struct {
+	metric string
+	count  float64
+}
+
+func top(m map[string]float64) []reasonCount {
+	out := make([]reasonCount, 0, len(m))
+	for k, v := range m {
+		out = append(out, reasonCount{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].count != out[j].count {
+			return out[i].count > out[j].count
+		}
+		return out[i].metric < out[j].metric
+	})
+	if len(out) > topReasons {
+		out = out[:topReasons]
+	}
+	return out
+}
+
+type reliabilityTotals struct {
+	resets, drops  map[string]float64
+	resetN, dropN  int64
+	retrans, rto   float64
+	retransN, rtoN int64
+	segments       float64
+	segmentsN      int64
+}
+
+func foldReliability(samples []store.SampleRow) reliabilityTotals {
+	t := reliabilityTotals{resets: map[string]float64{}, drops: map[string]float64{}}
+	for _, s := range samples {
+		parts := strings.Split(s.Path, "/")
+		switch {
+		case parts[0] == "tcp_reset" && len(parts) == 3:
+			t.resets[s.Path] += s.Sum
+			t.resetN += s.N
+		case parts[0] == "drops" && len(parts) == 2:
+			t.drops[s.Path] += s.Sum
+			t.dropN += s.N
+		case s.Path == "latency/retransmits":
+			t.retrans += s.Sum
+			t.retransN += s.N
+		case s.Path == "latency/rto":
+			t.rto += s.Sum
+			t.rtoN += s.N
+		case s.Path == "latency/segments_out":
+			t.segments += s.Sum
+			t.segmentsN += s.N
+		}
+	}
+	return t
+}
+
+func sumOrNil(m map[string]float64, n int64) *int64 {
+	if n == 0 {
+		return nil
+	}
+	var s float64
+	for _, v := range m {
+		s += v
+	}
+	x := int64(math.Round(s))
+	return &x
+}
+
+func (d *data) reliability(length time.Duration) Reliability {
+	cur, prev := foldReliability(d.cur), foldReliability(d.prev)
+	hours, secs := length.Hours(), length.Seconds()
+	out := Reliability{Resets: []ReasonRow{}, Drops: []ReasonRow{}}
+	for _, r := range top(cur.resets) {
+		parts := strings.Split(r.metric, "/")
+		out.Resets = append(out.Resets, ReasonRow{Metric: r.metric, Reason: parts[2], Direction: parts[1],
+			Count: int64(math.Round(r.count)), PerHour: num(r.count / hours)})
+	}
+	for _, r := range top(cur.drops) {
+		out.Drops = append(out.Drops, ReasonRow{Metric: r.metric, Reason: strings.TrimPrefix(r.metric, "drops/"),
+			Count: int64(math.Round(r.count)), PerHour: num(r.count / hours)})
+	}
+	if cur.retransN > 0 {
+		x := int64(math.Round(cur.retrans))
+		out.Retransmits.Segments = &x
+		out.Retransmits.PerSecond = num(cur.retrans / secs)
+		if cur.segmentsN > 0 && cur.segments > 0 {
+			out.Retransmits.Per1000Segments = num(1000 * cur.retrans / cur.segments)
+		}
+	}
+	if cur.rtoN > 0 {
+		x := int64(math.Round(cur.rto))
+		out.Retransmits.RTOs = &x
+		out.Retransmits.RTOsPerSecond = num(cur.rto / secs)
+	}
+	out.Previous = ReliabilityPrevious{Resets: sumOrNil(prev.resets, prev.resetN), Drops: sumOrNil(prev.drops, prev.dropN)}
+	if prev.retransN > 0 {
+		x := int64(math.Round(prev.retrans))
+		out.Previous.Retransmits = &x
+	}
+	return out
+}
+
+// availability is the share of the period each root of each node spent in
+// each state; what no sample covered is no data.
+func (d *data) availability(nodes []store.Node, length time.Duration) []Availability {
+	type key struct {
+		node int32
+		root string
+	}
+	acc := map[key]*store.SampleAgg{}
+	for _, s := range d.cur {
+		if strings.Contains(s.Path, "/") || s.Path == "agent" {
+			continue
+		}
+		k := key{s.NodeID, s.Path}
+		if acc[k] == nil {
+			acc[k] = &store.SampleAgg{}
+		}
+		acc[k].Merge(s.SampleAgg)
+	}
+	roots := map[string]bool{}
+	for k := range acc {
+		roots[k.root] = true
+	}
+	for _, r := range []string{"ping", "latency", "tcp_reset", "drops"} {
+		roots[r] = true
+	}
+	secs := length.Seconds()
+	out := []Availability{}
+	for _, n := range nodes {
+		for _, root := range sortedSet(roots) {
+			a := acc[key{n.ID, root}]
+			if a == nil {
+				a = &store.SampleAgg{}
+			}
+			ok, warn, crit := min(a.OK/secs, 1), min(a.Warn/secs, 1), min(a.Crit/secs, 1)
+			out = append(out, Availability{Node: n.Name, Root: root, OK: ok, Warn: warn, Crit: crit,
+				NoData: max(0, 1-ok-warn-crit)})
+		}
+	}
+	return out
+}
