@@ -134,11 +134,17 @@ func adminToken(t testing.TB, dbURL string) string {
 // admin token and returns the status and body.
 func (c *collector) call(t testing.TB, method, path, body string) (int, []byte) {
 	t.Helper()
+	return c.callAs(t, c.token, method, path, body)
+}
+
+// callAs is call with another bearer token (a customer's, say).
+func (c *collector) callAs(t testing.TB, token, method, path, body string) (int, []byte) {
+	t.Helper()
 	req, err := http.NewRequest(method, "http://"+c.httpAddr+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}

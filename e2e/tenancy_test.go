@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -138,21 +137,7 @@ func (a *tenantAgent) pingTargets() []string {
 // as calls the collector's API with a bearer token.
 func as(t *testing.T, col *collector, token, method, path, body string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+col.httpAddr+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return col.callAs(t, token, method, path, body)
 }
 
 func customerToken(t *testing.T, col *collector, tenant string) string {

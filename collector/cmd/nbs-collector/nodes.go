@@ -200,6 +200,16 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// printList writes {key: list} as indented JSON, an empty list as [].
+func printList[T any](w io.Writer, key string, list []T) error {
+	if list == nil {
+		list = []T{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(map[string]any{key: list})
+}
+
 func orNone(s string) string {
 	if s == "" {
 		return "none"
@@ -213,12 +223,7 @@ func listBootstrapTokens(ctx context.Context, admin *nodeauth.Admin, w io.Writer
 		return err
 	}
 	if asJSON {
-		if ts == nil {
-			ts = []nodeauth.BootstrapTokenInfo{}
-		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"bootstrap_tokens": ts})
+		return printList(w, "bootstrap_tokens", ts)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tLABELS\tENROLLED\tEXPIRES\tSTATE")
@@ -267,12 +272,7 @@ func listNodes(ctx context.Context, admin *nodeauth.Admin, w io.Writer, asJSON b
 		return err
 	}
 	if asJSON {
-		if ids == nil {
-			ids = []nodeauth.NodeIdentity{}
-		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"nodes": ids})
+		return printList(w, "nodes", ids)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tTENANT\tBOUND LABELS\tENROLLED\tLAST VERIFIED\tLAST PEER\tLAST HELLO\tCLAIMED")
