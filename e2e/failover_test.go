@@ -19,7 +19,7 @@ import (
 // the agent resent.
 func TestFaultPostgresFailover(t *testing.T) {
 	ctx := context.Background()
-	dir := clusterDir(t)
+	dir := pgcluster.ClusterDir(t)
 	primary, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(dir, "primary"), Logger: testLogger(t, "pg-primary")})
 	if err != nil {
 		t.Fatalf("start the primary: %v", err)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +68,7 @@ func TestFaultCollectorDown60s(t *testing.T) {
 // a cluster of its own: stopping the shared one would break its neighbours.
 func TestFaultPostgresRestartedMidStream(t *testing.T) {
 	ctx := context.Background()
-	opts := pgcluster.Options{Dir: clusterDir(t), Logger: testLogger(t, "pg")}
+	opts := pgcluster.Options{Dir: pgcluster.ClusterDir(t), Logger: testLogger(t, "pg")}
 	pg, err := pgcluster.Start(ctx, opts)
 	if err != nil {
 		t.Fatalf("start a dedicated PostgreSQL cluster: %v", err)
@@ -94,20 +92,6 @@ func TestFaultPostgresRestartedMidStream(t *testing.T) {
 	}
 	resetsAtRate(t, lab, 5, 200*time.Millisecond)
 	storedExactly(t, col, lab, b0, 20, 60*time.Second)
-}
-
-// clusterDir is a directory for a test's own PostgreSQL cluster, which the
-// postgres user (the server binaries refuse root) can reach. It skips, as
-// every PostgreSQL test does, where there is no PostgreSQL.
-func clusterDir(t *testing.T) string {
-	pgcluster.Database(t)
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
 }
 
 // The agent↔collector path is cut for 30 s with an nftables rule that drops

@@ -102,14 +102,7 @@ func startWithAdmin(t *testing.T, cfg Config) (apiClient, func()) {
 // collector answers again.
 func TestDatabaseStoppedAnswers503(t *testing.T) {
 	ctx := context.Background()
-	pgcluster.Database(t) // skips (or fails under NBS_REQUIRE_PG) without PostgreSQL
-	dir := t.TempDir()
-	// The server runs as the postgres user, who must reach its dir.
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := pgcluster.ClusterDir(t)
 	opts := pgcluster.Options{Dir: filepath.Join(dir, "pg")}
 	pg, err := pgcluster.Start(ctx, opts)
 	if err != nil {

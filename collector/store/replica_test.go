@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -17,14 +16,7 @@ import (
 // primary.
 func TestReadsFromAStandby(t *testing.T) {
 	ctx := context.Background()
-	pgcluster.Database(t) // skips (or fails under NBS_REQUIRE_PG) without PostgreSQL
-	dir := t.TempDir()
-	// The servers run as the postgres user, who must reach their dirs.
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := pgcluster.ClusterDir(t)
 	primaryOpts := pgcluster.Options{Dir: filepath.Join(dir, "primary")}
 	primary, err := pgcluster.Start(ctx, primaryOpts)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -193,4 +194,20 @@ func (tc *testCluster) close() error {
 		errs = append(errs, err, tc.wdStdin.Close(), tc.watchdog.Wait())
 	}
 	return errors.Join(errs...)
+}
+
+// ClusterDir is a directory for a test's own clusters (a primary and its
+// standby, one to stop), which the postgres user the server binaries run
+// as can reach. Like Database it skips (or fails under NBS_REQUIRE_PG)
+// where there is no PostgreSQL.
+func ClusterDir(t testing.TB) string {
+	t.Helper()
+	Database(t)
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
