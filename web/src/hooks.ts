@@ -62,6 +62,32 @@ export function usePoll<T>(key: string, fetcher: (signal: AbortSignal) => Promis
 }
 
 /** Re-renders every ms milliseconds (for "5s ago" texts). */
+/**
+ * A page's actions on what it lists: act runs one (busy meanwhile); done, the
+ * status line says so and refresh fetches the list again; failed, its error
+ * is kept for the page to show and the status line cleared.
+ */
+export function useAction(refresh: () => void) {
+  const [status, setStatus] = useState('');
+  const [error, setError] = useState<Error | null>(null);
+  const [busy, setBusy] = useState(false);
+  const act = async (what: () => Promise<unknown>, done: string) => {
+    setBusy(true);
+    setError(null);
+    try {
+      await what();
+      setStatus(done);
+      refresh();
+    } catch (err) {
+      setStatus('');
+      setError(err as Error);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return { status, setStatus, error, setError, busy, act };
+}
+
 export function useNow(ms: number): number {
   const [now, setNow] = useState(() => Date.now());
   useEffect(() => {

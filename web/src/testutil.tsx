@@ -25,6 +25,12 @@ export function mountAs(role: Role, v: VNode, logout: () => void = () => {}): HT
   return mount(<SessionContext.Provider value={sessionFor(whoami(role), logout)}>{v}</SessionContext.Provider>);
 }
 
+/** Mounts page inside a session of role at path (the address too), with path's query as its params. */
+export function mountAt(role: Role, path: string, page: (params: URLSearchParams) => VNode): HTMLElement {
+  history.replaceState(null, '', path);
+  return mountAs(role, page(new URLSearchParams(location.search)));
+}
+
 afterEach(() => {
   mounted.forEach((el) => {
     render(null, el);
@@ -50,6 +56,35 @@ export async function waitFor<T>(cond: () => T, timeoutMs = 2000): Promise<T> {
     }
     if (Date.now() > deadline) throw last;
   }
+}
+
+/** The first element below root that sel matches; throws where there is none. */
+export const $ = (root: ParentNode, sel: string) => {
+  const el = root.querySelector(sel);
+  if (!el) throw new Error(`no ${sel}`);
+  return el as HTMLElement;
+};
+
+/** Every element below root that sel matches. */
+export const $$ = (root: ParentNode, sel: string) => [...root.querySelectorAll(sel)] as HTMLElement[];
+
+const hasTextOf = (text: string | RegExp) => (e: Element) => (typeof text === 'string' ? e.textContent?.trim() === text : text.test(e.textContent ?? ''));
+
+/** The first element sel matches whose text is text (trimmed) or matches it; throws where there is none. */
+export const byText = (root: ParentNode, sel: string, text: string | RegExp) => {
+  const el = $$(root, sel).find(hasTextOf(text));
+  if (!el) throw new Error(`no ${sel} with text ${text}`);
+  return el;
+};
+
+/** Whether some element sel matches has that text (as byText). */
+export const hasText = (root: ParentNode, sel: string, text: string | RegExp) => $$(root, sel).some(hasTextOf(text));
+
+/** Stubs the clipboard: the returned mock is its writeText. */
+export function stubClipboard() {
+  const writeText = vi.fn(async (_text: string) => {});
+  vi.stubGlobal('navigator', { ...navigator, clipboard: { writeText } });
+  return writeText;
 }
 
 type Handler = (url: URL, init: RequestInit | undefined) => [number, unknown] | Promise<[number, unknown]>;

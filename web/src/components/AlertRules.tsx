@@ -15,10 +15,11 @@ import {
   ruleInput,
 } from '../alerts';
 import { useCan, useSession } from '../auth';
-import { usePoll } from '../hooks';
+import { useAction, usePoll } from '../hooks';
 import { alertRulesHref, alertsHref, linkClick, navigate, withParams } from '../route';
 import { AlertTabs, SeverityBadge } from './Alerts';
-import { Empty, ErrorBox, Loading, StaleNotice } from './common';
+import { ConfirmCell, Empty, ErrorBox, Loading, StaleNotice, TableHead } from './common';
+import { FormActions } from './form';
 
 export const RULES_REFRESH_MS = 15_000;
 
@@ -242,29 +243,12 @@ export function RuleForm({ rule, rules, onSaved, onCancel }: FormProps) {
       <label class="check">
         <input type="checkbox" checked={draft.enabled} onChange={(e) => set('enabled', (e.currentTarget as HTMLInputElement).checked)} /> Enabled
       </label>
-      <div class="form-actions">
-        <button type="submit" class="btn btn-primary" disabled={busy}>
-          {busy ? 'Saving…' : rule ? 'Save rule' : 'Create rule'}
-        </button>
-        <button type="button" class="btn btn-quiet" onClick={onCancel} disabled={busy}>
-          Cancel
-        </button>
-      </div>
+      <FormActions busy={busy} submit={rule ? 'Save rule' : 'Create rule'} busyText="Saving…" onCancel={onCancel} />
     </form>
   );
 }
 
 function RuleRow({ r, busy, onDelete, onToggle }: { r: AlertRule; busy: boolean; onDelete?: () => void; onToggle?: (on: boolean) => void }) {
-  const [confirming, setConfirming] = useState(false);
-  const confirmBtn = useRef<HTMLButtonElement>(null);
-  const deleteBtn = useRef<HTMLButtonElement>(null);
-  useEffect(() => {
-    if (confirming) confirmBtn.current?.focus();
-  }, [confirming]);
-  const cancel = () => {
-    setConfirming(false);
-    requestAnimationFrame(() => deleteBtn.current?.focus());
-  };
   return (
     <tr class={`rule-row${r.enabled ? '' : ' rule-off'}`} data-rule={r.name} data-rule-id={r.id}>
       <th scope="row" class="rule-name">
@@ -292,28 +276,20 @@ function RuleRow({ r, busy, onDelete, onToggle }: { r: AlertRule; busy: boolean;
         )}
       </td>
       {onDelete && (
-        <td class="nowrap rule-actions" onKeyDown={(e) => confirming && e.key === 'Escape' && cancel()}>
-          {confirming ? (
-            <span role="group" aria-label={`Delete ${r.name}?`}>
-              <span class="muted small">Delete? </span>
-              <button ref={confirmBtn} type="button" class="btn btn-sm btn-danger" disabled={busy} onClick={onDelete}>
-                Delete {r.name}
-              </button>{' '}
-              <button type="button" class="btn btn-sm btn-quiet" onClick={cancel}>
-                Keep
-              </button>
-            </span>
-          ) : (
-            <>
-              <a class="btn btn-sm" href={alertRulesHref(new URLSearchParams({ edit: String(r.id) }))} onClick={linkClick} aria-label={`Edit ${r.name}`}>
-                Edit
-              </a>{' '}
-              <button ref={deleteBtn} type="button" class="btn btn-sm btn-quiet" disabled={busy} onClick={() => setConfirming(true)} aria-label={`Delete ${r.name}…`}>
-                Delete…
-              </button>
-            </>
-          )}
-        </td>
+        <ConfirmCell
+          busy={busy}
+          trigger="Delete…"
+          triggerLabel={`Delete ${r.name}…`}
+          question={`Delete ${r.name}?`}
+          prompt="Delete? "
+          confirm={`Delete ${r.name}`}
+          onConfirm={onDelete}
+          before={
+            <a class="btn btn-sm" href={alertRulesHref(new URLSearchParams({ edit: String(r.id) }))} onClick={linkClick} aria-label={`Edit ${r.name}`}>
+              Edit
+            </a>
+          }
+        />
       )}
     </tr>
   );
@@ -324,9 +300,7 @@ export function AlertRulesPage({ params }: { params: URLSearchParams }) {
   const can = useCan();
   const me = useSession()?.me;
   const polled = usePoll('alert-rules', (s) => api.alertRules(s), RULES_REFRESH_MS);
-  const [status, setStatus] = useState('');
-  const [actionErr, setActionErr] = useState<Error | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { status, setStatus, error: actionErr, setError: setActionErr, busy, act } = useAction(polled.refresh);
   const newBtn = useRef<HTMLButtonElement>(null);
   const editParam = params.get('edit');
   const creating = params.get('new') === '1';
@@ -348,21 +322,6 @@ export function AlertRulesPage({ params }: { params: URLSearchParams }) {
     setActionErr(null);
     polled.refresh();
     closeForm();
-  };
-
-  const act = async (what: () => Promise<unknown>, done: string) => {
-    setBusy(true);
-    setActionErr(null);
-    try {
-      await what();
-      setStatus(done);
-      polled.refresh();
-    } catch (err) {
-      setStatus('');
-      setActionErr(err as Error);
-    } finally {
-      setBusy(false);
-    }
   };
 
   if (polled.error?.notFound && /route/i.test(polled.error.message)) {
@@ -426,25 +385,7 @@ export function AlertRulesPage({ params }: { params: URLSearchParams }) {
         <div class="table-wrap table-page">
           <table class="rules-table">
             <caption class="sr-only">Alert rules</caption>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Kind</th>
-                <th scope="col">Metric or pattern</th>
-                <th scope="col">State</th>
-                <th scope="col">For</th>
-                <th scope="col">Selector</th>
-                <th scope="col">At least</th>
-                <th scope="col">Group by</th>
-                <th scope="col">Severity</th>
-                <th scope="col">Enabled</th>
-                {can.editRules && (
-                  <th scope="col">
-                    <span class="sr-only">Actions</span>
-                  </th>
-                )}
-              </tr>
-            </thead>
+            <TableHead columns={['Name', 'Kind', 'Metric or pattern', 'State', 'For', 'Selector', 'At least', 'Group by', 'Severity', 'Enabled']} actions={can.editRules} />
             <tbody>
               {rules.map((r) => (
                 <RuleRow

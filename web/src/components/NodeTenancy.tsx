@@ -8,6 +8,7 @@ import { useCan } from '../auth';
 import { usePoll } from '../hooks';
 import { type LabelsDraft, type LabelsErrors, claimText, claimsOf, formatDate, labelsDraftOf, labelsRequest, labelsText, moveText, retiredText, sameLabels, tenantKeyOf } from '../tenancy';
 import { ErrorBox, Loading } from './common';
+import { fieldErrors } from './form';
 
 /** The moved-away banner (everyone who sees such a row) and the ignored claims (operators and admins). */
 export function TenancyNotices({ summary }: { summary: NodeSummary }) {
@@ -107,12 +108,7 @@ export function TenantEditor({ node, tenant, onClose, onBound }: { node: string;
     }
   };
 
-  const fieldErr = (f: keyof LabelsErrors) =>
-    errors[f] ? (
-      <span class="field-error" id={`node-labels-${f}-err`} role="alert">
-        {errors[f]}
-      </span>
-    ) : null;
+  const fieldErr = fieldErrors(errors, 'node-labels').err;
   const described = (f: keyof LabelsErrors) => (errors[f] ? { 'aria-invalid': true, 'aria-describedby': `node-labels-${f}-err` } : { 'aria-describedby': `node-labels-${f}-hint` });
   const noRoute = ids.error instanceof ApiError && ids.error.notFound && /route/i.test(ids.error.message);
 

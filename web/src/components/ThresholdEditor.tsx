@@ -2,6 +2,8 @@ import { useEffect, useState } from 'preact/hooks';
 import { ApiError, type Effective, type Override, type OverrideInput, type Scope, type Threshold, api } from '../api';
 import { useCan } from '../auth';
 import { formatAgo, thresholdLong } from '../format';
+import { TableHead } from './common';
+import { FormActions, fieldErrors } from './form';
 
 type Field = 'scope' | 'selector' | 'comparison' | 'warn' | 'crit' | 'hold' | 'baseline' | 'form';
 export type FieldErrors = Partial<Record<Field, string>>;
@@ -216,13 +218,7 @@ export function ThresholdEditor({ node, labels, metric, unit, fallback, onSaved 
   };
 
   const fid = (f: string) => `th-${f}`;
-  const err = (f: Field) =>
-    errors[f] ? (
-      <span class="field-error" id={fid(`${f}-err`)} role="alert">
-        {errors[f]}
-      </span>
-    ) : null;
-  const described = (f: Field) => (errors[f] ? { 'aria-invalid': true, 'aria-describedby': fid(`${f}-err`) } : {});
+  const { err, described } = fieldErrors(errors, 'th');
 
   return (
     <div class="thresholds">
@@ -251,18 +247,7 @@ export function ThresholdEditor({ node, labels, metric, unit, fallback, onSaved 
       {!absent && mine.length > 0 && (
         <table class="overrides">
           <caption class="sr-only">Overrides of this metric</caption>
-          <thead>
-            <tr>
-              <th scope="col">Scope</th>
-              <th scope="col">Threshold</th>
-              <th scope="col">Updated</th>
-              {can.editThresholds && (
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              )}
-            </tr>
-          </thead>
+          <TableHead columns={['Scope', 'Threshold', 'Updated']} actions={can.editThresholds} />
           <tbody>
             {mine.map((o) => (
               <tr key={String(o.id)} class={effective?.override_id !== undefined && String(effective.override_id) === String(o.id) ? 'in-force' : ''}>
@@ -346,14 +331,7 @@ export function ThresholdEditor({ node, labels, metric, unit, fallback, onSaved 
             </div>
           )}
           {err('form')}
-          <div class="form-actions">
-            <button type="submit" class="btn btn-primary" disabled={busy}>
-              {busy ? 'Saving…' : 'Save override'}
-            </button>
-            <button type="button" class="btn btn-quiet" onClick={() => setEditing(false)} disabled={busy}>
-              Cancel
-            </button>
-          </div>
+          <FormActions busy={busy} submit="Save override" busyText="Saving…" onCancel={() => setEditing(false)} />
         </form>
       )}
     </div>

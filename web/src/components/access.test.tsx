@@ -1,30 +1,10 @@
-import { beforeEach, describe, expect, it, vi } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import type { AuditRecord, Role, Token } from '../access';
 import { App } from '../app';
 import { alert, evaluator, node, resetTree, rule } from '../fixtures';
-import { click, fakeApi, mount, mountAs, type, waitFor, whoami } from '../testutil';
+import { $, $$, byText, click, fakeApi, hasText, mount, mountAs, mountAt, stubClipboard, type, waitFor, whoami } from '../testutil';
 import { AuditPage } from './Audit';
 import { TokensPage } from './Tokens';
-
-const $ = (root: ParentNode, sel: string) => {
-  const el = root.querySelector(sel);
-  if (!el) throw new Error(`no ${sel}`);
-  return el as HTMLElement;
-};
-const $$ = (root: ParentNode, sel: string) => [...root.querySelectorAll(sel)] as HTMLElement[];
-const byText = (root: ParentNode, sel: string, text: string | RegExp) => {
-  const el = $$(root, sel).find((e) => (typeof text === 'string' ? e.textContent?.trim() === text : text.test(e.textContent ?? '')));
-  if (!el) throw new Error(`no ${sel} with text ${text}`);
-  return el;
-};
-const hasText = (root: ParentNode, sel: string, text: string | RegExp) => {
-  try {
-    byText(root, sel, text);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 const UNAUTHORIZED: [number, unknown] = [401, { error: { code: 'unauthorized', message: 'sign in: send Authorization: Bearer <token>, or log in: unauthenticated' } }];
 
@@ -419,10 +399,8 @@ describe('TokensPage', () => {
 
   it('creates a token and shows its secret once, with a copy button', async () => {
     const calls = tokensApi();
-    const writeText = vi.fn(async () => {});
-    vi.stubGlobal('navigator', { ...navigator, clipboard: { writeText } });
-    history.replaceState(null, '', '/tokens?new=1');
-    const el = mountAs('admin', <TokensPage params={new URLSearchParams('new=1')} />);
+    const writeText = stubClipboard();
+    const el = mountAt('admin', '/tokens?new=1', (p) => <TokensPage params={p} />);
     await waitFor(() => $(el, 'form.token-form'));
     expect(document.activeElement).toBe($(el, '#token-name'));
     type($(el, '#token-name') as HTMLInputElement, 'bob');

@@ -4,20 +4,8 @@ import type { AlertRuleInput } from '../api';
 import { App } from '../app';
 import { alert, evaluator, rule } from '../fixtures';
 import { parseRoute } from '../route';
-import { click, fakeApi, mount, mountAs, press, type, waitFor } from '../testutil';
+import { $, $$, byText, click, fakeApi, mount, mountAs, press, type, waitFor } from '../testutil';
 import { AlertDetailPage, AlertsPage } from './Alerts';
-
-const $ = (root: ParentNode, sel: string) => {
-  const el = root.querySelector(sel);
-  if (!el) throw new Error(`no ${sel}`);
-  return el as HTMLElement;
-};
-const $$ = (root: ParentNode, sel: string) => [...root.querySelectorAll(sel)] as HTMLElement[];
-const byText = (root: ParentNode, sel: string, text: string | RegExp) => {
-  const el = $$(root, sel).find((e) => (typeof text === 'string' ? e.textContent?.trim() === text : text.test(e.textContent ?? '')));
-  if (!el) throw new Error(`no ${sel} with text ${text}`);
-  return el;
-};
 
 beforeEach(() => history.replaceState(null, '', '/'));
 

@@ -1,4 +1,5 @@
 import type { ComponentChildren } from 'preact';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import type { ApiError } from '../api';
 import { normState, stateLabel } from '../state';
 
@@ -58,4 +59,90 @@ export async function copy(text: string, field: HTMLInputElement | null): Promis
     field?.select();
     return false;
   }
+}
+
+/**
+ * A table row's actions cell for a step that cannot be undone: the trigger
+ * button asks first ("prompt [confirm] [Keep]", focus on confirm); Keep or
+ * Escape goes back, focus on the trigger. Without show the cell is empty;
+ * before stands ahead of the trigger.
+ */
+export function ConfirmCell({
+  show = true,
+  busy,
+  trigger,
+  triggerLabel,
+  question,
+  prompt,
+  confirm,
+  onConfirm,
+  before,
+}: {
+  show?: boolean;
+  busy: boolean;
+  /** The trigger's text, and its accessible name. */
+  trigger: string;
+  triggerLabel: string;
+  /** The confirmation's accessible name. */
+  question: string;
+  prompt: string;
+  /** The confirming button's text. */
+  confirm: string;
+  onConfirm: () => void;
+  before?: ComponentChildren;
+}) {
+  const [confirming, setConfirming] = useState(false);
+  const confirmBtn = useRef<HTMLButtonElement>(null);
+  const triggerBtn = useRef<HTMLButtonElement>(null);
+  useEffect(() => {
+    if (confirming) confirmBtn.current?.focus();
+  }, [confirming]);
+  const cancel = () => {
+    setConfirming(false);
+    requestAnimationFrame(() => triggerBtn.current?.focus());
+  };
+  return (
+    <td class="nowrap rule-actions" onKeyDown={(e) => confirming && e.key === 'Escape' && cancel()}>
+      {show &&
+        (confirming ? (
+          <span role="group" aria-label={question}>
+            <span class="muted small">{prompt}</span>
+            <button ref={confirmBtn} type="button" class="btn btn-sm btn-danger" disabled={busy} onClick={onConfirm}>
+              {confirm}
+            </button>{' '}
+            <button type="button" class="btn btn-sm btn-quiet" onClick={cancel}>
+              Keep
+            </button>
+          </span>
+        ) : (
+          <>
+            {before}
+            {before && ' '}
+            <button ref={triggerBtn} type="button" class="btn btn-sm btn-quiet" disabled={busy} onClick={() => setConfirming(true)} aria-label={triggerLabel}>
+              {trigger}
+            </button>
+          </>
+        ))}
+    </td>
+  );
+}
+
+/** A table's column headers, and with actions an unnamed-on-screen one for the rows' buttons. */
+export function TableHead({ columns, actions }: { columns: string[]; actions: boolean }) {
+  return (
+    <thead>
+      <tr>
+        {columns.map((c) => (
+          <th key={c} scope="col">
+            {c}
+          </th>
+        ))}
+        {actions && (
+          <th scope="col">
+            <span class="sr-only">Actions</span>
+          </th>
+        )}
+      </tr>
+    </thead>
+  );
 }

@@ -1,19 +1,12 @@
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Evidence } from '../api';
 import { branch, leaf, node, resetTree } from '../fixtures';
-import { click, fakeApi, mount, mountAs, press, type, waitFor } from '../testutil';
+import { $, $$, click, fakeApi, mount, mountAs, press, type, waitFor } from '../testutil';
 import { defaultOpen } from '../tree';
 import { EvidenceTable, evidenceColumns } from './Evidence';
 import { FleetPage } from './Fleet';
 import { buildRequest, draftFrom, mapServerError, ThresholdEditor } from './ThresholdEditor';
 import { Tree } from './Tree';
-
-const $ = (root: ParentNode, sel: string) => {
-  const el = root.querySelector(sel);
-  if (!el) throw new Error(`no ${sel}`);
-  return el as HTMLElement;
-};
-const $$ = (root: ParentNode, sel: string) => [...root.querySelectorAll(sel)] as HTMLElement[];
 
 beforeEach(() => history.replaceState(null, '', '/'));
 

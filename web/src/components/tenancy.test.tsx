@@ -1,24 +1,11 @@
-import { beforeEach, describe, expect, it, vi } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import type { Role } from '../access';
 import type { BootstrapToken, NodeIdentity, NodeSummary } from '../api';
 import { node, resetTree } from '../fixtures';
-import { click, fakeApi, mountAs, type, waitFor } from '../testutil';
+import { $, $$, byText, click, fakeApi, hasText, mountAs, mountAt, stubClipboard, type, waitFor } from '../testutil';
 import { FleetPage } from './Fleet';
 import { NodePage } from './NodePage';
 import { TokensPage } from './Tokens';
-
-const $ = (root: ParentNode, sel: string) => {
-  const el = root.querySelector(sel);
-  if (!el) throw new Error(`no ${sel}`);
-  return el as HTMLElement;
-};
-const $$ = (root: ParentNode, sel: string) => [...root.querySelectorAll(sel)] as HTMLElement[];
-const byText = (root: ParentNode, sel: string, text: string | RegExp) => {
-  const el = $$(root, sel).find((e) => (typeof text === 'string' ? e.textContent?.trim() === text : text.test(e.textContent ?? '')));
-  if (!el) throw new Error(`no ${sel} with text ${text}`);
-  return el;
-};
-const hasText = (root: ParentNode, sel: string, text: string | RegExp) => $$(root, sel).some((e) => (typeof text === 'string' ? e.textContent?.trim() === text : text.test(e.textContent ?? '')));
 
 const identity = (name: string, bound: Record<string, string>, extra: Partial<NodeIdentity> = {}): NodeIdentity => ({
   node: name,
@@ -52,6 +39,16 @@ function nodeApi(summary: NodeSummary) {
 
 const claiming = () => node('lab-b', 'crit', { customer: 'acme', region: 'eu' }, { claimed_labels: { customer: 'globex' } });
 const page = (role: Role) => mountAs(role, <NodePage node="lab-b" params={new URLSearchParams()} />);
+
+/** An admin on lab-b's page (its agent claiming globex), the tenancy editor open. */
+async function openEditor() {
+  const calls = nodeApi(claiming());
+  const el = page('admin');
+  await waitFor(() => byText(el, 'button', 'Tenant & labels…'));
+  click(byText(el, 'button', 'Tenant & labels…'));
+  await waitFor(() => $(el, '#node-tenant'));
+  return { calls, el };
+}
 
 describe('a node page and its tenancy', () => {
   // [role, sees the agent's claims, may edit tenant & labels]
@@ -103,11 +100,7 @@ describe('a node page and its tenancy', () => {
   });
 
   it('lets an admin move the node to another tenant after confirming what happens to its history', async () => {
-    const calls = nodeApi(claiming());
-    const el = page('admin');
-    await waitFor(() => byText(el, 'button', 'Tenant & labels…'));
-    click(byText(el, 'button', 'Tenant & labels…'));
-    await waitFor(() => $(el, '#node-tenant'));
+    const { calls, el } = await openEditor();
     expect($(el, '.bound-now').textContent).toBe('Bound now: customer=acme, region=eu (by bootstrap:acme-eu) Tenant: acme.');
     expect(($(el, '#node-tenant') as HTMLInputElement).value).toBe('acme');
     expect(($(el, '#node-bound-labels') as HTMLInputElement).value).toBe('region=eu');
@@ -148,11 +141,7 @@ describe('a node page and its tenancy', () => {
   });
 
   it('unbinds every label: the node has no tenant from then on', async () => {
-    const calls = nodeApi(claiming());
-    const el = page('admin');
-    await waitFor(() => byText(el, 'button', 'Tenant & labels…'));
-    click(byText(el, 'button', 'Tenant & labels…'));
-    await waitFor(() => $(el, '#node-tenant'));
+    const { calls, el } = await openEditor();
     type($(el, '#node-tenant') as HTMLInputElement, '');
     type($(el, '#node-bound-labels') as HTMLInputElement, '');
     click(byText(el, 'button', 'Review…'));
@@ -217,10 +206,8 @@ describe('tenant bootstrap tokens', () => {
 
   it('creates one and shows it once, with a copy button and the agent flag', async () => {
     const calls = bootApi();
-    const writeText = vi.fn(async () => {});
-    vi.stubGlobal('navigator', { ...navigator, clipboard: { writeText } });
-    history.replaceState(null, '', '/tokens?new=bootstrap');
-    const el = mountAs('admin', <TokensPage params={new URLSearchParams('new=bootstrap')} />);
+    const writeText = stubClipboard();
+    const el = mountAt('admin', '/tokens?new=bootstrap', (p) => <TokensPage params={p} />);
     await waitFor(() => $(el, 'form[aria-label="New bootstrap token"]'));
     expect(document.activeElement).toBe($(el, '#bootstrap-name'));
     // The API token form is not open: ?new=bootstrap is this one's.
