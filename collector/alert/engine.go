@@ -177,6 +177,21 @@ func (e *Engine) SetRules(rules []Rule, now time.Time) []Change {
 	return changes
 }
 
+// EndGone ends the open node instances of nodes that are no longer current
+// (deleted, or moved to another tenant, which retires the node's row: the
+// node reports under a new id from then on, so nothing else would end
+// them). A firing one resolves; a pending one clears.
+func (e *Engine) EndGone(current func(id int32) bool, now time.Time) []Change {
+	var changes []Change
+	for _, fp := range sortedFingerprints(e.open) {
+		inst := e.open[fp]
+		if inst.Kind == KindNode && !current(inst.NodeID) {
+			changes = append(changes, e.end(inst, e.rules[inst.RuleID], inst.LastTS, now))
+		}
+	}
+	return changes
+}
+
 // Restore puts back an open instance loaded from the database.
 func (e *Engine) Restore(inst *Instance) {
 	if inst.lastSeen.IsZero() {

@@ -329,3 +329,32 @@ func TestAlertGroupEvidenceNamesTheNodes(t *testing.T) {
 		t.Errorf("evidence %+v: want 2 of 3, nodes n0,n2", ev)
 	}
 }
+
+// A node that is no longer current — deleted, or moved to another tenant,
+// which gives it a new row — has its open alerts ended: the firing one
+// resolves, the pending one clears; another node's stay open.
+func TestAlertEngineEndsAlertsOfNodesGone(t *testing.T) {
+	e := NewEngine()
+	e.SetRules([]Rule{rootCrit()}, t0)
+	gone := NodeInfo{ID: 7, Name: "web-7", Labels: map[string]string{"customer": "acme"}}
+	pending := NodeInfo{ID: 8, Name: "web-8", Labels: map[string]string{"customer": "acme"}}
+	stays := NodeInfo{ID: 9, Name: "web-9", Labels: map[string]string{"customer": "acme"}}
+	for i := 1; i <= 2; i++ {
+		at := t0.Add(time.Duration(i) * time.Second)
+		for _, n := range []NodeInfo{gone, stays} {
+			e.Observe(Observation{Node: n, Time: at, Interval: time.Second, Samples: roots(crit)}, at)
+		}
+	}
+	at := t0.Add(2 * time.Second)
+	e.Observe(Observation{Node: pending, Time: at, Interval: time.Second, Samples: roots(crit)}, at)
+	if p, f := e.Counts(); p != 1 || f != 2 {
+		t.Fatalf("before: %d pending, %d firing; want 1 and 2", p, f)
+	}
+	got := describeChanges(e.EndGone(func(id int32) bool { return id == stays.ID }, t0.Add(time.Minute)))
+	if want := []string{"resolved:tcp_reset", "cleared:tcp_reset"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("EndGone: %v, want %v", got, want)
+	}
+	if p, f := e.Counts(); p != 0 || f != 1 {
+		t.Errorf("after: %d pending, %d firing; want web-9's one firing", p, f)
+	}
+}

@@ -216,6 +216,7 @@ func (ev *evaluator) cycle(ctx context.Context) error {
 			return err
 		}
 		changes = append(changes, c...)
+		changes = append(changes, ev.eng.EndGone(func(id int32) bool { _, ok := ev.nodes[id]; return ok }, now)...)
 	}
 	dirty, all := ev.s.dirty.take()
 	if now.Sub(ev.lastSweep) >= sweepEvery {
