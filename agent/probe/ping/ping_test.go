@@ -247,6 +247,11 @@ func TestAgreesWithIputilsOnIdleLab(t *testing.T) {
 		// path (Go's runtime vs C), tens of microseconds here.
 		tolStamped = 100 * time.Microsecond
 		tolUser    = 200 * time.Microsecond
+		// The kernel RTT is a part of iputils' RTT, but of other echoes:
+		// two medians of ~10 µs each, from streams that interleave on a
+		// busy machine, differ by a few µs either way (seen: 13 against 9
+		// while other tests loaded both cores).
+		tolKernel = 10 * time.Microsecond
 	)
 	for _, dst := range []netip.Addr{lab.IPB, lab.IP6B} {
 		t.Run(map[bool]string{false: "ipv4", true: "ipv6"}[dst.Is6()], func(t *testing.T) {
@@ -273,8 +278,8 @@ func TestAgreesWithIputilsOnIdleLab(t *testing.T) {
 				t.Errorf("median user RTT: ours %s, iputils -U %s: differ by %s > %s", ms(median(tm.user)), ms(median(rtts(user))), ms(d), ms(tolUser))
 			}
 			// The kernel RTT is a part of what iputils measures, never more.
-			if k, s := median(tm.kernel), median(rtts(stamped)); k <= 0 || k > s {
-				t.Errorf("median kernel RTT %s should be positive and at most iputils' %s", ms(k), ms(s))
+			if k, s := median(tm.kernel), median(rtts(stamped)); k <= 0 || k > s+tolKernel {
+				t.Errorf("median kernel RTT %s should be positive and at most iputils' %s (+%s for two streams' medians)", ms(k), ms(s), ms(tolKernel))
 			}
 			for _, r := range res {
 				if sum := r.Send + r.Qdisc + r.KernelRTT + r.Receive; abs(sum-r.UserRTT) > 50*time.Microsecond {
