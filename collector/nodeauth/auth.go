@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/tenant"
 	"github.com/nbs-project/nbs/internal/reload"
@@ -279,14 +280,7 @@ func agree(a, b map[string]string) bool {
 }
 
 // labelString is labels in their command-line form, keys sorted.
-func labelString(labels map[string]string) string {
-	keys := slices.Sorted(maps.Keys(labels))
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + labels[k]
-	}
-	return strings.Join(parts, ",")
-}
+func labelString(labels map[string]string) string { return access.Selector(labels).String() }
 
 // checkCertificate requires the verified client certificate to stand for
 // the node, itself or through the identity map, and returns the labels

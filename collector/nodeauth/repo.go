@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nbs-project/nbs/collector/access"
 )
 
 // Credential states as stored.
@@ -90,9 +91,7 @@ func (r repo) enroll(ctx context.Context, node string, hash []byte, peer, by str
 
 // bindLabels binds labels to a name; replace=false keeps labels bound
 // already (an enrollment never changes them: only an operator does).
-func bindLabels(ctx context.Context, db interface {
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-}, node string, labels map[string]string, by string, replace bool) error {
+func bindLabels(ctx context.Context, db access.Execer, node string, labels map[string]string, by string, replace bool) error {
 	enc, err := json.Marshal(labels)
 	if err != nil {
 		return fmt.Errorf("encode labels: %w", err)

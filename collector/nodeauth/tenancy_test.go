@@ -3,8 +3,10 @@ package nodeauth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,5 +156,47 @@ func TestPruneUnused(t *testing.T) {
 	}
 	if want := []string{"banned-1:revoked", "real-1:enrolled"}; !slices.Equal(left, want) {
 		t.Errorf("left %v; want %v", left, want)
+	}
+}
+
+// What an admin may send is bounded: labels bound to a node are a few
+// short label=value pairs, and the live tenant bootstrap tokens are at
+// most MaxBootstrapTokens.
+func TestTenancyLimits(t *testing.T) {
+	ctx := access.WithPrincipal(context.Background(), access.CLIPrincipal())
+	st := storetest.Open(t)
+	admin := NewAdmin(st, nil, ModeEnroll, "", slog.New(slog.DiscardHandler))
+	many := map[string]string{}
+	for i := range 9 {
+		many[fmt.Sprintf("k%d", i)] = "v"
+	}
+	for _, bad := range []map[string]string{
+		many,
+		{"customer": strings.Repeat("a", 257)},
+		{"Customer": "acme"},
+		{"customer": ""},
+	} {
+		if err := admin.Label(ctx, "n1", bad); !errors.Is(err, ErrInvalidLabels) {
+			t.Errorf("label n1 with %.60v: %v; want ErrInvalidLabels", bad, err)
+		}
+	}
+	if _, err := st.Pool().Exec(ctx, `INSERT INTO node_bootstrap_tokens (name, hash, labels, created_by, expires_at)
+		SELECT 'bulk-' || i, sha256(('bulk-' || i)::bytea), '{"customer":"acme"}', 'test', now() + interval '1 day'
+		FROM generate_series(1, $1) i`, MaxBootstrapTokens-1); err != nil {
+		t.Fatal(err)
+	}
+	one := NewBootstrapToken{Name: "last", Labels: map[string]string{"customer": "acme"}}
+	if _, _, err := admin.CreateBootstrapToken(ctx, one); err != nil {
+		t.Fatalf("the %dth live token: %v", MaxBootstrapTokens, err)
+	}
+	one.Name = "one-too-many"
+	if _, _, err := admin.CreateBootstrapToken(ctx, one); !errors.Is(err, ErrTooManyBootstrap) {
+		t.Errorf("one past %d live tokens: %v; want ErrTooManyBootstrap", MaxBootstrapTokens, err)
+	}
+	if err := admin.RevokeBootstrapToken(ctx, "bulk-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := admin.CreateBootstrapToken(ctx, one); err != nil {
+		t.Errorf("after a revocation: %v; want room for one", err)
 	}
 }

@@ -183,9 +183,9 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		}
 		switch {
 		case hourlyDays:
-			outside := func(ts time.Time) bool { return ts.Before(d0) || !ts.Before(d1) }
-			d.ser = append(filterRows(d.cur, func(r store.SampleRow) bool { return outside(r.TS) }), hours.s...)
-			d.serH = append(filterRows(d.curH, func(r store.HistogramRow) bool { return outside(r.TS) }), hours.h...)
+			inside := func(ts time.Time) bool { return !ts.Before(d0) && ts.Before(d1) }
+			d.ser = append(slices.DeleteFunc(slices.Clone(d.cur), func(r store.SampleRow) bool { return inside(r.TS) }), hours.s...)
+			d.serH = append(slices.DeleteFunc(slices.Clone(d.curH), func(r store.HistogramRow) bool { return inside(r.TS) }), hours.h...)
 		case seriesRes == res:
 			d.ser, d.serH = d.cur, d.curH
 		default:
@@ -216,17 +216,6 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 	rep.Availability = d.availability(nodes, length)
 	rep.Objectives = d.objectives(q.Objectives, from, to)
 	return rep, nil
-}
-
-// filterRows returns the rows keep keeps, in a new slice.
-func filterRows[R any](rows []R, keep func(R) bool) []R {
-	var out []R
-	for _, r := range rows {
-		if keep(r) {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // data is what a report is computed from.

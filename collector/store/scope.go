@@ -17,6 +17,9 @@ type Scope interface {
 	LabelClause(column string, argN int) (string, []any)
 	// Sees is the same test on one node's labels.
 	Sees(labels map[string]string) bool
+	// SeesAll says the scope is every node (staff): a name's current row
+	// is the one it sees, with no rows of former tenants to choose from.
+	SeesAll() bool
 }
 
 // All is the scope of the collector itself: every node.
@@ -24,6 +27,7 @@ type All struct{}
 
 func (All) LabelClause(string, int) (string, []any) { return "TRUE", nil }
 func (All) Sees(map[string]string) bool             { return true }
+func (All) SeesAll() bool                           { return true }
 
 // newestFirst orders a name's rows: the current one, else the most
 // recently retired. A scope sees a name's newest row among those it
@@ -34,11 +38,11 @@ const newestFirst = `retired_at IS NOT NULL, retired_at DESC, id DESC`
 // NodesIn lists the nodes scope sees, by name: each name's newest row in
 // the scope.
 func (s *Store) NodesIn(ctx context.Context, scope Scope) ([]Node, error) {
-	clause, args := scope.LabelClause("labels", 1)
-	q := `SELECT DISTINCT ON (name) ` + nodeColumns + ` FROM nodes WHERE ` + clause + ` ORDER BY name, ` + newestFirst
-	if clause == "TRUE" {
-		// Staff see every name's current row: no row to choose between.
-		q = `SELECT ` + nodeColumns + ` FROM nodes WHERE retired_at IS NULL ORDER BY name`
+	q, args := `SELECT `+nodeColumns+` FROM nodes WHERE retired_at IS NULL ORDER BY name`, []any(nil)
+	if !scope.SeesAll() {
+		var clause string
+		clause, args = scope.LabelClause("labels", 1)
+		q = `SELECT DISTINCT ON (name) ` + nodeColumns + ` FROM nodes WHERE ` + clause + ` ORDER BY name, ` + newestFirst
 	}
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {

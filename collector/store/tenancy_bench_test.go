@@ -14,6 +14,7 @@ func (s tenantScope) LabelClause(column string, argN int) (string, []any) {
 	return fmt.Sprintf("%s @> $%d::jsonb", column, argN), []any{fmt.Sprintf(`{"customer":%q}`, string(s))}
 }
 func (s tenantScope) Sees(labels map[string]string) bool { return labels["customer"] == string(s) }
+func (tenantScope) SeesAll() bool                        { return false }
 
 // BenchmarkTenancy: what history kept per tenant (migration 014: a node
 // row per tenant it belonged to) costs. 10,000 nodes of 10 tenants, of
