@@ -3,7 +3,6 @@ package ingest
 import (
 	"context"
 	"maps"
-	"slices"
 
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
@@ -40,20 +39,25 @@ func (g Grant) Apply(hello map[string]string) (labels, claimed map[string]string
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	keys := slices.Concat(g.Protected, slices.Collect(maps.Keys(g.Bound)))
-	for _, k := range keys {
-		said, saidIt := hello[k]
-		want, bound := g.Bound[k]
-		if bound {
-			labels[k] = want
-		} else {
-			delete(labels, k)
+	claim := func(k, said string) {
+		if claimed == nil {
+			claimed = map[string]string{}
 		}
-		if saidIt && (!bound || said != want) {
-			if claimed == nil {
-				claimed = map[string]string{}
-			}
-			claimed[k] = said
+		claimed[k] = said
+	}
+	for k, want := range g.Bound {
+		labels[k] = want
+		if said, ok := hello[k]; ok && said != want {
+			claim(k, said)
+		}
+	}
+	for _, k := range g.Protected {
+		if _, bound := g.Bound[k]; bound {
+			continue
+		}
+		if said, ok := hello[k]; ok {
+			delete(labels, k)
+			claim(k, said)
 		}
 	}
 	return labels, claimed

@@ -151,7 +151,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, h *nbsv1.Hello) (inges
 	case ModeNone:
 		// Nothing proves who the client is, so an unbound name's labels
 		// are its agent's word; labels an operator bound still hold.
-		return ingest.Grant{Bound: b.Labels, Protected: slices.Collect(maps.Keys(b.Labels))}, nil
+		return ingest.Grant{Bound: b.Labels}, nil
 	case ModeMTLS:
 		labels, err := a.checkCertificate(ctx, node, b.Labels)
 		if err != nil {
