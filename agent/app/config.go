@@ -155,6 +155,11 @@ func (c *Config) Validate() error {
 	}
 	if err := schema.CheckNodeName(c.NodeName); err != nil {
 		errs = append(errs, fmt.Errorf("--node.name %.256q: %w", c.NodeName, err))
+	} else {
+		// The collector knows a node by its name in lower case
+		// (schema.CanonicalNodeName); the agent says it that way too, so
+		// its log, spool and credential file name the node the UI shows.
+		c.NodeName = schema.CanonicalNodeName(c.NodeName)
 	}
 	if err := schema.CheckLabels(c.Labels); err != nil {
 		errs = append(errs, fmt.Errorf("--labels: %w", err))
