@@ -154,7 +154,7 @@ func newFleet(t *testing.T, cfg access.Config) *fleet {
 	})
 	f.identities = nodeauth.NewAdmin(st, noneConnected{}, nodeauth.ModeEnroll, "", log)
 	h := httpHandler(st, noneConnected{}, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: f.identities,
-		Reports: report.New(st, st.Pool(), log)}, f.acc, ui, log, telemetry.New())
+		Reports: report.New(st, st.Pool(), log)}, f.acc, ui, log, telemetry.New(), handlerOptions{})
 	f.router = h.(chi.Routes)
 	f.srv = httptest.NewUnstartedServer(h)
 	f.srv.Config.ConnContext = access.ConnContext
