@@ -121,6 +121,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for _, s := range a.sources {
 		a.caps = append(a.caps, s.Capabilities()...)
 	}
+	a.caps = append(a.caps, ownerCapability(env.Owners, a.log))
 	a.mu.Unlock()
 	defer func() {
 		for _, s := range a.sources {
@@ -192,6 +193,17 @@ func tightGC() (restore func()) {
 	}
 	prev := debug.SetGCPercent(25)
 	return func() { debug.SetGCPercent(prev) }
+}
+
+// ownerCapability says whether pods' container names can be read from the
+// runtimes' OCI bundles; where they cannot, owners fall back to hostnames
+// without a word in the tree, so it is said here and in the log.
+func ownerCapability(r *owner.Resolver, log *slog.Logger) *nbsv1.Capability {
+	ok, why := r.BundleAccess()
+	if !ok {
+		log.Warn("container names unavailable", "reason", why)
+	}
+	return &nbsv1.Capability{Name: "owner.oci_bundles", Available: ok, Reason: why}
 }
 
 // env is what every source is opened with.
