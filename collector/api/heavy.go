@@ -33,6 +33,10 @@ func readSlots(method, pattern string) int {
 		return ReportSlots
 	case "/nodes/{node}/series", "/nodes/{node}/events":
 		return 1
+	case "/nodes/{node}/series/batch":
+		// Up to maxBatchMetrics metrics of one node: one rollup read, or
+		// (steps under a minute) one raw read per metric.
+		return 2
 	}
 	return 0
 }

@@ -92,7 +92,8 @@ func TestHeavyRoutesDocumented(t *testing.T) {
 	a := api.New(newFakeStore(time.Now()), live{}, nil, slog.New(slog.DiscardHandler), telemetry.New())
 	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}, Identities: stubParts{},
 		Access: stubParts{}, Reports: stubParts{}, Admission: adm})
-	heavy := map[string]bool{"GET /reports": true, "GET /nodes/{node}/series": true, "GET /nodes/{node}/events": true}
+	heavy := map[string]bool{"GET /reports": true, "GET /nodes/{node}/series": true, "GET /nodes/{node}/events": true,
+		"GET /nodes/{node}/series/batch": true}
 	signIn := map[string]bool{"POST /login": true}
 	ops := loadDoc(t).Operations()
 	for _, rt := range routes {

@@ -68,7 +68,7 @@ func TestBuildTree(t *testing.T) {
 		{
 			name: "states propagate to the root; a child missing from the newest report is OK, a rate's zero",
 			defs: defs, latest: latest,
-			roots: []string{"latency", "tcp_reset"},
+			roots: []string{"tcp_reset", "latency"}, // raised first
 			want: map[string]want{
 				"latency":    {value: f(5), state: "ok", own: "ok", children: []string{"latency/tx"}},
 				"latency/tx": {value: f(7), state: "ok", own: "ok"}, // last known level, and OK since
