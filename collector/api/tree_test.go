@@ -238,3 +238,66 @@ func deref(p *float64) any {
 	}
 	return *p
 }
+
+func TestNaturalCompare(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"sim-2", "sim-10", -1},
+		{"sim-10", "sim-2", 1},
+		{"sim-02", "sim-2", 0},
+		{"a", "b", -1},
+		{"drops", "drops/x", -1},
+		{"x9y", "x10a", -1},
+		{"", "", 0},
+	} {
+		if got := NaturalCompare(c.a, c.b); got != c.want {
+			t.Errorf("NaturalCompare(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+// Siblings: raised first (CRIT, WARN, UNKNOWN), then OK, by title with
+// numbers in order; the agent's own root last whatever its state.
+func TestTreeOrder(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	ms := now.UnixMilli()
+	defs := []store.MetricDef{
+		{Path: "agent", Title: "Agent overhead", Kind: store.KindGauge},
+		{Path: "drops", Title: "Drops", Kind: store.KindRate},
+		{Path: "ping", Title: "Ping", Kind: store.KindGauge},
+		{Path: "ping/t10", Title: "target 10", Kind: store.KindGauge},
+		{Path: "ping/t2", Title: "target 2", Kind: store.KindGauge},
+		{Path: "ping/t3", Title: "target 3", Kind: store.KindGauge},
+		{Path: "tcp_reset", Title: "TCP resets", Kind: store.KindRate},
+	}
+	latest := store.Latest{Time: now, IntervalMS: 10000, Metrics: map[string]store.LatestValue{
+		"agent":     {Value: 20, State: store.StateCrit, TimeMS: ms},
+		"ping/t3":   {Value: 9, State: store.StateWarn, TimeMS: ms},
+		"tcp_reset": {Value: 9, State: store.StateCrit, TimeMS: ms},
+		"drops":     {Value: 0, State: store.StateOK, TimeMS: ms},
+	}}
+	roots := BuildTree(defs, latest, nil, nil)
+	var got []string
+	for _, r := range roots {
+		got = append(got, r.ID)
+	}
+	if want := []string{"tcp_reset", "ping", "drops", "agent"}; !slices.Equal(got, want) {
+		t.Errorf("roots %v, want %v", got, want)
+	}
+	got = nil
+	for _, c := range roots[1].Children {
+		got = append(got, c.ID)
+	}
+	if want := []string{"ping/t3", "ping/t2", "ping/t10"}; !slices.Equal(got, want) {
+		t.Errorf("ping's children %v, want %v", got, want)
+	}
+}
+
+func TestCustomerText(t *testing.T) {
+	in := "Reports wait in the spool (--spool.dir, on disk). They are sent in order. Beyond --buffer.reports the oldest go."
+	if got, want := customerText(in), "They are sent in order."; got != want {
+		t.Errorf("customerText = %q, want %q", got, want)
+	}
+}
