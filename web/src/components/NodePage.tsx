@@ -1,13 +1,13 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { type ApiError, type NodeSummary, type TreeNode, api, isAbort } from '../api';
+import { type ApiError, type NodeSummary, SERIES_BATCH_MAX, type TreeNode, type TreeTime, api, isAbort } from '../api';
 import { useCan } from '../auth';
 import { gridValues } from '../chartdata';
-import { formatAgo, formatDuration } from '../format';
+import { formatAgo, formatDuration, formatTime } from '../format';
 import { useNow, usePoll } from '../hooks';
 import { fleetHref, linkClick, navigate, nodeHref, withParams } from '../route';
 import { normState, stateLabel } from '../state';
 import { type TimeRange, rangeFromParams, rangeToParams, resolveRange, stepFor } from '../timerange';
-import { allIds, ancestors, defaultOpen, explaining, findNode } from '../tree';
+import { allIds, ancestors, defaultOpen, explaining, findNode, treeTimeFromParams } from '../tree';
 import { MetricView } from './MetricView';
 import { TenancyNotices, TenantEditor } from './NodeTenancy';
 import { TimeRangePicker } from './TimeRangePicker';
@@ -21,11 +21,24 @@ export function treeRefreshMs(intervalMs: number | undefined): number {
   return Math.min(10_000, Math.max(2_000, intervalMs || 10_000));
 }
 
+/** Around a lone ?at=, the charts show this much before and after it. */
+const AT_SPAN_MS = 30 * 60_000;
+
+/** The charts' range: the URL's, or around ?at= when only an instant is given. */
+export function pageRange(params: URLSearchParams, past: TreeTime | null): TimeRange {
+  const r = rangeFromParams(params);
+  if (r.kind === 'relative' && past?.at !== undefined) return { kind: 'absolute', from: past.at - AT_SPAN_MS, to: past.at + AT_SPAN_MS };
+  return r;
+}
+
 export function NodePage({ node, params }: { node: string; params: URLSearchParams }) {
   const summary = usePoll(`node:${node}`, (s) => api.node(node, s), 10_000);
   const intervalMs = summary.data?.interval_ms;
-  const tree = usePoll(`tree:${node}`, (s) => api.tree(node, s), treeRefreshMs(intervalMs));
-  const range = rangeFromParams(params);
+  // A past time in the URL (?at=, or an absolute ?from=&to=): the tree as of then, read once.
+  const past = treeTimeFromParams(params);
+  const pastKey = past ? `${past.at ?? ''}|${past.from ?? ''}|${past.to ?? ''}` : 'live';
+  const tree = usePoll(`tree:${node}:${pastKey}`, (s) => api.tree(node, s, past), past ? 0 : treeRefreshMs(intervalMs));
+  const range = pageRange(params, past);
   const metric = params.get('metric');
   const live = params.get('live') === '1';
   const roots = tree.data?.roots ?? [];
@@ -40,6 +53,7 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
   const userOpen = params.getAll('open');
   const userClosed = params.getAll('closed');
   const defaults = useMemo(() => defaultOpen(roots), [tree.data]);
+  const backToLive = () => go({ at: null, from: null, to: null, range: null });
   const openSet = useMemo(() => {
     const s = new Set([...defaults, ...userOpen]);
     userClosed.forEach((id) => s.delete(id));
@@ -131,6 +145,12 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
           </button>
         )}
       </div>
+      {past && <Viewing past={past} onLive={backToLive} />}
+      {!past && tree.data?.stale && (
+        <p class="viewing stale-note" role="status">
+          <span class="tag tag-warn">stale</span> This node has not reported since {formatTime(tree.data.time)} ({formatAgo(tree.data.time)}): the values below are its last, not current ones.
+        </p>
+      )}
       {tree.data && <StaleNotice error={tree.error} />}
       <div class="node-layout">
         <section class="panel tree-panel" aria-label="Metric tree">
@@ -147,6 +167,8 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
               explains={explains}
               onVisible={setVisible}
               windowS={tree.data.window_s}
+              newest={tree.data.time ?? null}
+              stale={!past && tree.data.stale}
             />
           )}
           {tree.data && !tree.data.time && <p class="muted small">This node has not sent a report yet; values appear with its first report.</p>}
@@ -162,6 +184,7 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
               intervalMs={intervalMs ?? 10_000}
               onZoom={(from, to) => setRange({ kind: 'absolute', from, to })}
               onThresholdChange={tree.refresh}
+              asOf={past ? past.at ?? past.to : undefined}
             />
           ) : (
             <div class="hint">
@@ -177,6 +200,28 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
         </section>
       </div>
     </div>
+  );
+}
+
+/** Says the page shows a past time, which, and offers the way back to live. */
+function Viewing({ past, onLive }: { past: TreeTime; onLive: () => void }) {
+  const at = past.at ?? past.to!;
+  return (
+    <p class="viewing" role="status">
+      <span>
+        Viewing <strong>{formatTime(at)}</strong>
+        {past.from !== undefined && past.to !== undefined && (
+          <span class="muted">
+            {' '}
+            (window {formatTime(past.from)} – {formatTime(past.to)})
+          </span>
+        )}
+        : the tree and its states as they were then, to the minute.
+      </span>
+      <button type="button" class="btn btn-sm" onClick={onLive}>
+        Back to live
+      </button>
+    </p>
   );
 }
 
@@ -362,7 +407,10 @@ function useLiveExpand(node: string, live: boolean) {
   }, [node, live]);
 }
 
-/** Sparkline values for the visible rows, fetched a few at a time and refreshed every 30 s. */
+/**
+ * Sparkline values for the visible rows: one batch request (GET …/series/batch, at most
+ * SERIES_BATCH_MAX metrics each) for the rows not fetched lately, refreshed every 30 s.
+ */
 function useSparks(node: string, ids: string[], range: TimeRange, intervalMs: number): Record<string, (number | null)[]> {
   const [data, setData] = useState<{ key: string; values: Record<string, (number | null)[]> }>({ key: '', values: {} });
   const [tick, setTick] = useState(0);
@@ -370,6 +418,7 @@ function useSparks(node: string, ids: string[], range: TimeRange, intervalMs: nu
   const key = `${node}|${rangeKey}`;
   const have = data.key === key ? data.values : {};
   const fetchedAt = useRef(new Map<string, number>());
+  const fetchedKey = useRef('');
 
   useEffect(() => {
     if (range.kind !== 'relative') return;
@@ -378,29 +427,34 @@ function useSparks(node: string, ids: string[], range: TimeRange, intervalMs: nu
   }, [key]);
 
   useEffect(() => {
-    if (data.key !== key) fetchedAt.current.clear();
+    if (fetchedKey.current !== key) {
+      fetchedAt.current.clear();
+      fetchedKey.current = key;
+    }
     const ctl = new AbortController();
     const now = Date.now();
     const todo = ids.filter((id) => now - (fetchedAt.current.get(id) ?? 0) > 25_000);
     if (!todo.length) return;
     const { from, to } = resolveRange(range);
     const step = stepFor(to - from, 60, intervalMs);
-    let i = 0;
-    const worker = async () => {
-      while (i < todo.length && !ctl.signal.aborted) {
-        const id = todo[i++];
+    const run = async () => {
+      for (let i = 0; i < todo.length && !ctl.signal.aborted; i += SERIES_BATCH_MAX) {
+        const chunk = todo.slice(i, i + SERIES_BATCH_MAX);
+        chunk.forEach((id) => fetchedAt.current.set(id, Date.now())); // a failing batch is retried on the next tick
         try {
-          const s = await api.series(node, id, from, to, step, ctl.signal);
-          fetchedAt.current.set(id, Date.now());
-          const values = gridValues(s, from, to);
-          setData((d) => ({ key, values: { ...(d.key === key ? d.values : {}), [id]: values } }));
+          const got = await api.seriesBatch(node, chunk, from, to, step, ctl.signal);
+          const values: Record<string, (number | null)[]> = {};
+          got.forEach((s) => (values[s.metric] = gridValues(s, from, to)));
+          setData((d) => ({ key, values: { ...(d.key === key ? d.values : {}), ...values } }));
         } catch (err) {
-          if (isAbort(err)) return;
-          fetchedAt.current.set(id, Date.now()); // do not hammer a failing metric; retry on the next tick
+          if (isAbort(err)) {
+            chunk.forEach((id) => fetchedAt.current.delete(id)); // not answered: ask again
+            return;
+          }
         }
       }
     };
-    void Promise.all([worker(), worker(), worker(), worker()]);
+    void run();
     return () => ctl.abort();
   }, [key, ids.join('\n'), tick]);
 
