@@ -23,6 +23,15 @@ export function treeTimeFromParams(p: URLSearchParams): TreeTime | null {
   return t;
 }
 
+/** Operator internals a customer is not shown (the collector strips them too): the agent's own
+ *  root, and owner children of processes and bare namespace inodes. */
+export const staffOnly = (id: string): boolean => id === 'agent' || id.startsWith('agent/') || id.split('/').some((s) => s.startsWith('process:') || s.startsWith('inode:'));
+
+/** The tree without staffOnly metrics. */
+export function customerRoots(roots: TreeNode[]): TreeNode[] {
+  return roots.filter((n) => !staffOnly(n.id)).map((n) => (n.children ? { ...n, children: customerRoots(n.children) } : n));
+}
+
 /** An owner child's last id segment: an owner (pod:…, process:…, host), not "other" or a reason. */
 export const isOwnerChild = (id: string): boolean => {
   const seg = id.slice(id.lastIndexOf('/') + 1);

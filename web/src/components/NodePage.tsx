@@ -1,13 +1,13 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { type ApiError, type NodeSummary, SERIES_BATCH_MAX, type TreeNode, type TreeTime, api, isAbort } from '../api';
-import { useCan } from '../auth';
+import { useCan, useSession } from '../auth';
 import { gridValues } from '../chartdata';
 import { formatAgo, formatDuration, formatTime } from '../format';
 import { useNow, usePoll } from '../hooks';
 import { fleetHref, linkClick, navigate, nodeHref, withParams } from '../route';
 import { normState, stateLabel } from '../state';
 import { type TimeRange, rangeFromParams, rangeToParams, resolveRange, stepFor } from '../timerange';
-import { allIds, ancestors, defaultOpen, explaining, findNode, treeTimeFromParams } from '../tree';
+import { allIds, ancestors, customerRoots, defaultOpen, explaining, findNode, treeTimeFromParams } from '../tree';
 import { MetricView } from './MetricView';
 import { TenancyNotices, TenantEditor } from './NodeTenancy';
 import { TimeRangePicker } from './TimeRangePicker';
@@ -41,7 +41,8 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
   const range = pageRange(params, past);
   const metric = params.get('metric');
   const live = params.get('live') === '1';
-  const roots = tree.data?.roots ?? [];
+  const customer = useSession()?.me.role === 'customer';
+  const roots = useMemo(() => (customer ? customerRoots(tree.data?.roots ?? []) : tree.data?.roots ?? []), [tree.data, customer]);
 
   const go = useCallback((changes: Record<string, string | string[] | null>, replace = false) => navigate(nodeHref(node, withParams(params, changes)), { replace }), [node, params]);
 

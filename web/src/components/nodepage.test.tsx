@@ -3,7 +3,8 @@ import type { TreeNode } from '../api';
 import { branch, leaf, node, resetTree } from '../fixtures';
 import { formatValue } from '../format';
 import { $, $$, byText, click, fakeApi, mountAs, waitFor } from '../testutil';
-import { goneId, isGoneOwner, treeTimeFromParams, visibleRows } from '../tree';
+import { useSession } from '../auth';
+import { customerRoots, goneId, isGoneOwner, treeTimeFromParams, visibleRows } from '../tree';
 import { NodePage, pageRange } from './NodePage';
 import { Tree } from './Tree';
 
@@ -69,6 +70,28 @@ describe('gone owners', () => {
     expect(toggled).toEqual(['drops/not_specified#gone', true]);
   });
 });
+
+describe('customers', () => {
+  it('are not shown the agent root or process owners, staff are', () => {
+    const roots = [...dropsTree(), branch('agent', [leaf('agent/bpf')])];
+    const open = (id: string) => id === 'drops' || id === 'drops/not_specified' || id === goneId('drops/not_specified');
+    for (const [role, shown] of [
+      ['customer', false],
+      ['viewer', true],
+    ] as const) {
+      const el = mountAs(role, <NodePageTree roots={roots} open={open} />);
+      const ids = $$(el, '[role=treeitem]').map((r) => r.getAttribute('data-id'));
+      expect(ids.includes('agent'), role).toBe(shown);
+      expect(ids.includes('drops/not_specified/process:sleep.42'), role).toBe(shown);
+    }
+  });
+});
+
+/** The tree as the node page gives it: a customer's without operator internals. */
+function NodePageTree({ roots, open }: { roots: TreeNode[]; open: (id: string) => boolean }) {
+  const customer = useSession()?.me.role === 'customer';
+  return <Tree roots={customer ? customerRoots(roots) : roots} isOpen={open} onToggle={() => {}} selected={null} onSelect={() => {}} newest={newest} />;
+}
 
 describe('values', () => {
   it('reads a clock flag as words, not "0 1 = synced"', () => {
