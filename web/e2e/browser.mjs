@@ -268,6 +268,61 @@ async function adminScenario() {
   check((await row(metric).getAttribute('aria-selected')) === 'true', 'selection lost on reload');
   check((await page.locator('.range-picker select').inputValue()) === '15m', 'range lost on reload');
 
+  if (env.NBS_PAST_AT) {
+    // NBS_PAST_AT is in a minute before the reset storm began: the tree then was quiet.
+    const root = metric.split('/')[0];
+    step(`the node page at a past time (?at=${env.NBS_PAST_AT}) shows the state then, and goes back to live`);
+    await page.goto(`${base}${hrefNode(nodeName)}?at=${encodeURIComponent(env.NBS_PAST_AT)}`);
+    await page.locator('.viewing').waitFor();
+    check(/Viewing/.test(await page.locator('.viewing').innerText()), 'no "viewing <time>" indicator');
+    await row(root).waitFor();
+    check((await rowState(root)) === 'OK', `${root} at ${env.NBS_PAST_AT} is ${await rowState(root)}, want OK (before the storm)`);
+    check((await row(metric).count()) === 0 || (await rowState(metric)) !== 'CRIT', `${metric} is CRIT before the storm`);
+    await shot('node-past');
+    await page.getByRole('button', { name: 'Back to live' }).click();
+    await page.waitForFunction(() => !new URL(location.href).searchParams.has('at'));
+    await waitRowState(root, 'CRIT', 20_000);
+    check((await page.locator('.viewing').count()) === 0, 'the "viewing" indicator stays after going back to live');
+
+    step('the trend lines come in batches, not one request per row');
+    let batch = 0;
+    const count = (r) => {
+      if (new URL(r.url()).pathname.endsWith('/series/batch')) batch++;
+    };
+    page.on('request', count);
+    await page.getByRole('button', { name: 'Expand all' }).click();
+    await page.waitForTimeout(3000);
+    page.off('request', count);
+    const rows = await page.locator('[role=treeitem]').count();
+    check(batch >= 1 && batch <= Math.ceil(rows / 64) + 1, `${batch} batch series requests for ${rows} rows`);
+    await page.getByRole('button', { name: 'Collapse all' }).click();
+
+    step('the node page fits a 390 px phone: nothing wider than the screen');
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(`${base}${hrefNode(nodeName)}?metric=${encodeURIComponent(metric)}`);
+    await row(metric).waitFor();
+    await page.locator('table.evidence').waitFor();
+    const wide = await page.evaluate(() => {
+      const w = document.documentElement.clientWidth;
+      const page = document.querySelector('.node-page');
+      const out = [];
+      if (page.scrollWidth > page.clientWidth + 1) out.push(`.node-page scrolls: ${page.scrollWidth} > ${page.clientWidth}`);
+      // What sticks out of the screen, outside a scrolling box (a wide table scrolls in its own).
+      const scrolls = (el) => {
+        for (let p = el.parentElement; p && p !== page; p = p.parentElement) if (/(auto|scroll|hidden)/.test(getComputedStyle(p).overflowX)) return true;
+        return false;
+      };
+      for (const el of page.querySelectorAll('*')) {
+        const r = el.getBoundingClientRect();
+        if (r.width > 0 && r.right > w + 1 && !scrolls(el)) out.push(`${el.tagName.toLowerCase()}.${el.className} ends at ${Math.round(r.right)} px`);
+      }
+      return out.slice(0, 5);
+    });
+    check(wide.length === 0, `at 390 px the node page is wider than the screen: ${wide.join('; ')}`);
+    await shot('node-390');
+    await page.setViewportSize({ width: 1440, height: 900 });
+  }
+
   step('live mode asks the collector to expand the node');
   const expandReq = page.waitForRequest((r) => r.method() === 'POST' && r.url().endsWith(`/api/v1/nodes/${encodeURIComponent(nodeName)}/expand`));
   await page.getByRole('button', { name: /go live/i }).click();
