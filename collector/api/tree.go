@@ -52,8 +52,11 @@ func BuildTree(defs []store.MetricDef, latest store.Latest, thresholds map[strin
 			n.UpdatedAt = &at
 			current := v.TimeMS >= newest
 			switch {
-			case current && v.NoValue:
-				own = v.State // no value: the agent had nothing to show, not 0
+			case current && (v.NoValue || (d.Kind == store.KindHistogram && v.Value == 0)):
+				// No value: the agent had nothing to show, not 0. Agents
+				// before no_value on histograms sent a quantile of 0 for an
+				// interval without samples, which no recorded value gives.
+				own = v.State
 			case current:
 				own = v.State
 				n.Value = ptr(v.Value)

@@ -114,6 +114,18 @@ func TestBuildTree(t *testing.T) {
 			},
 		},
 		{
+			name: "a histogram interval without samples has no value, never 0",
+			defs: []store.MetricDef{{Path: "latency", Kind: store.KindHistogram}, {Path: "latency/rx", Kind: store.KindHistogram}},
+			latest: store.Latest{Time: now, IntervalMS: 10000, Metrics: map[string]store.LatestValue{
+				"latency":    {Value: 0, State: store.StateOK, TimeMS: newest, IntervalMS: 10000, NoValue: true},
+				"latency/rx": {Value: 0, State: store.StateOK, TimeMS: newest, IntervalMS: 10000}}}, // an older agent
+			roots: []string{"latency"},
+			want: map[string]want{
+				"latency":    {state: "ok", own: "ok", children: []string{"latency/rx"}},
+				"latency/rx": {state: "ok", own: "ok"},
+			},
+		},
+		{
 			name:  "no definitions: an empty list, not null",
 			roots: []string{},
 			want:  map[string]want{},
