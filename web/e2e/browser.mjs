@@ -242,11 +242,16 @@ async function adminScenario() {
   await page.locator('.metric-view .description').waitFor();
   await page.locator('.metric-view .uplot canvas').first().waitFor();
   await page.waitForFunction(() => !document.querySelector('.chart-empty'));
-  const evRows = page.locator('table.evidence tbody tr');
+  const evRows = page.locator('table.evidence tbody tr:not(.group-head)');
   await evRows.first().waitFor();
   const firstEv = await evRows.first().innerText();
   if (env.NBS_EVIDENCE_SRC) check(firstEv.includes(env.NBS_EVIDENCE_SRC), `evidence row "${firstEv}" lacks ${env.NBS_EVIDENCE_SRC}`);
   check(/no_socket/.test(await page.locator('table.evidence').innerText()), 'evidence names no reason');
+  // Grouped (by owner where events name one), each group with its count; the owner column first.
+  check(/\(\d+ events?\)/.test(await page.locator('table.evidence tr.group-head').first().innerText()), 'evidence groups carry no count');
+  const cols = (await page.locator('table.evidence thead th').allInnerTexts()).map((c) => c.trim()).filter((c) => c !== 'Time' && c !== 'Metric');
+  check(!cols.includes('owner') || cols[0] === 'owner', `the owner column is not first: ${cols.join(', ')}`);
+  check(!cols.includes('netns') || cols.indexOf('netns') > cols.indexOf('dst'), `the netns inode comes before the flow: ${cols.join(', ')}`);
   await page.waitForFunction(() => document.querySelectorAll('.tree-spark svg :is(path, circle)').length > 0);
   await shot('node');
 
@@ -489,7 +494,7 @@ async function adminScenario() {
   await row(metric).waitFor();
   await waitRowState(metric, 'CRIT', 30_000);
   await page.locator('.metric-view .uplot canvas').first().waitFor();
-  await page.locator('table.evidence tbody tr').first().waitFor();
+  await page.locator('table.evidence tbody tr:not(.group-head)').first().waitFor();
   await page.waitForFunction(() => document.querySelectorAll('.tree-spark svg :is(path, circle)').length > 0);
   await page.waitForTimeout(500);
   await shot('tree');

@@ -86,7 +86,7 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
 
   // Live mode asks the collector to expand the node: only for a role that may.
   const can = useCan();
-  useLiveExpand(node, live && can.expand);
+  useLiveExpand(node, live && can.expand && !past); // a past tree is not live
   const [liveErr, setLiveErr] = useState<string>('');
   useEffect(() => {
     const on = (e: Event) => setLiveErr((e as CustomEvent<string>).detail);
@@ -120,8 +120,8 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
         node={node}
         summary={summary.data}
         error={summary.error}
-        live={live && can.expand}
-        onLive={can.expand ? (on) => go({ live: on ? '1' : null }, true) : undefined}
+        live={live && can.expand && !past}
+        onLive={can.expand && !past ? (on) => go({ live: on ? '1' : null }, true) : undefined}
         liveErr={liveErr}
         treeTime={tree.data?.time ?? null}
         canDelete={can.manageNodes}
