@@ -42,6 +42,7 @@ func pgNode(t *testing.T, now time.Time) (*store.Store, time.Time, time.Time) {
 		{Path: "latency", Title: "Latency", Unit: "ms", Kind: store.KindHistogram, Scale: 1000, Quantile: 0.99},
 		{Path: "tcp_reset", Title: "TCP resets", Unit: "resets/s", Kind: store.KindRate, DefaultThreshold: thr},
 		{Path: "tcp_reset/sent", Title: "Sent", Unit: "resets/s", Kind: store.KindRate},
+		{Path: "tcp_reset/sent/pod:shop.cart-1", Title: "Sent in pod shop/cart-1", Unit: "resets/s", Kind: store.KindRate},
 		{Path: "tcp_reset/sent/process:sleep.42", Title: "Sent by sleep", Unit: "resets/s", Kind: store.KindRate},
 	}
 	ids, err := st.UpsertDefinitions(ctx, id, defs)
@@ -62,6 +63,12 @@ func pgNode(t *testing.T, now time.Time) (*store.Store, time.Time, time.Time) {
 			r.Samples[1] = store.Sample{MetricID: ids["latency"], Path: "latency", Value: 2, State: store.StateOK}
 			r.Histograms = []store.Histogram{{MetricID: ids["latency"], Path: "latency", Count: 4, Sum: 8000, BucketIndex: []int32{100}, BucketCount: []int64{4}}}
 			r.Samples[2] = store.Sample{MetricID: ids["tcp_reset"], Path: "tcp_reset", Value: 100, State: store.StateCrit}
+			// Evidence is recorded on the parent, naming the owner.
+			ev := func(ownerID, kind string) store.Event {
+				return store.Event{MetricID: ids["tcp_reset/sent"], Path: "tcp_reset/sent", Time: ts, Fields: map[string]string{
+					"src": "10.0.0.1:9", "dst": "10.0.0.2:443", "netns": "4026532177", "owner_id": ownerID, "owner_kind": kind, "owner": ownerID, "pid": "42", "comm": "sleep"}}
+			}
+			r.Events = []store.Event{ev("pod:shop.cart-1", "pod"), ev("process:sleep.42", "process")}
 			r.Samples = append(r.Samples,
 				store.Sample{MetricID: ids["tcp_reset/sent"], Path: "tcp_reset/sent", Value: 100, State: store.StateCrit},
 				store.Sample{MetricID: ids["tcp_reset/sent/process:sleep.42"], Path: "tcp_reset/sent/process:sleep.42", Value: 100, State: store.StateCrit})
@@ -245,6 +252,7 @@ func TestCustomerNodeView(t *testing.T) {
 		r.Get("/nodes/{node}/tree", a.GetTree)
 		r.Get("/nodes/{node}/series", a.GetSeries)
 		r.Get("/nodes/{node}/series/batch", a.GetSeriesBatch)
+		r.Get("/nodes/{node}/events", a.GetEvents)
 		return r
 	}
 	customer := as(access.Principal{Name: "acme", Role: access.RoleCustomer, Via: access.ViaToken, Selector: access.Selector{"customer": "acme"}})
@@ -281,6 +289,51 @@ func TestCustomerNodeView(t *testing.T) {
 			if code := getJSON(t, c.h, "/nodes/web-1/series/batch?metric=agent&metric=tcp_reset", &b); code != 200 || len(b.Series) != map[bool]int{true: 1, false: 2}[c.hidden] {
 				t.Errorf("batch: HTTP %d, %d series", code, len(b.Series))
 			}
+			var ev api.EventList
+			if code := getJSON(t, c.h, "/nodes/web-1/events?metric=tcp_reset/sent&limit=1000", &ev); code != 200 || len(ev.Events) == 0 {
+				t.Fatalf("events: HTTP %d, %d events", code, len(ev.Events))
+			}
+			for _, e := range ev.Events {
+				for _, k := range []string{"pid", "comm", "netns"} {
+					if _, ok := e.Fields[k]; ok == c.hidden {
+						t.Errorf("event field %s present: %v, want %v", k, ok, !c.hidden)
+						break
+					}
+				}
+			}
 		})
+	}
+}
+
+// TestOwnerChildEvents: an owner child lists the events its parent holds
+// for that owner, and only those.
+func TestOwnerChildEvents(t *testing.T) {
+	now := time.Now().UTC()
+	st, incFrom, incTo := pgNode(t, now)
+	router, _ := server(t, st)
+	q := "&from=" + fmt.Sprint(incFrom.Add(-time.Minute).UnixMilli()) + "&to=" + fmt.Sprint(incTo.Add(time.Minute).UnixMilli())
+	var parent, child api.EventList
+	for target, out := range map[string]*api.EventList{
+		"tcp_reset/sent&limit=1000":                 &parent,
+		"tcp_reset/sent/pod:shop.cart-1&limit=1000": &child,
+	} {
+		if code := getJSON(t, router, api.Prefix+"/nodes/web-1/events?metric="+target+q, out); code != 200 {
+			t.Fatalf("%s: HTTP %d", target, code)
+		}
+	}
+	if len(child.Events) == 0 || len(child.Events)*2 != len(parent.Events) {
+		t.Fatalf("the pod's child lists %d events, its parent %d; want half (one of two owners per report)", len(child.Events), len(parent.Events))
+	}
+	for i, e := range child.Events {
+		if e.Fields["owner_id"] != "pod:shop.cart-1" || e.Metric != "tcp_reset/sent" {
+			t.Errorf("event %d: %s %v, want the parent's events of pod:shop.cart-1", i, e.Metric, e.Fields)
+		}
+		if i > 0 && e.Time.After(child.Events[i-1].Time) {
+			t.Errorf("event %d is newer than the one before: not newest first", i)
+		}
+	}
+	var limited api.EventList
+	if code := getJSON(t, router, api.Prefix+"/nodes/web-1/events?metric=tcp_reset/sent/pod:shop.cart-1&limit=3"+q, &limited); code != 200 || len(limited.Events) != 3 {
+		t.Errorf("limit=3: HTTP %d, %d events", code, len(limited.Events))
 	}
 }
