@@ -46,7 +46,8 @@ export const isOwnerChild = (id: string): boolean => {
 export function isGoneOwner(n: TreeNode, newest: string | null | undefined): boolean {
   if (!isOwnerChild(n.id) || raised(n.state) || raised(n.recent_state)) return false;
   if ((n.recent_count ?? 0) > 0) return false;
-  const current = !!newest && !!n.updated_at && n.updated_at >= newest;
+  // As times, not strings: RFC 3339 with trimmed fractions does not sort as text.
+  const current = !!newest && !!n.updated_at && Date.parse(n.updated_at) >= Math.floor(Date.parse(newest));
   return !current;
 }
 

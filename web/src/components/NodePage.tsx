@@ -170,6 +170,7 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
               windowS={tree.data.window_s}
               newest={tree.data.time ?? null}
               stale={!past && tree.data.stale}
+              past={!!past}
             />
           )}
           {tree.data && !tree.data.time && <p class="muted small">This node has not sent a report yet; values appear with its first report.</p>}

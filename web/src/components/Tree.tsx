@@ -20,10 +20,12 @@ export interface TreeProps {
   newest?: string | null;
   /** The values are the node's last, not current ones (it stopped reporting). */
   stale?: boolean;
+  /** The tree is of a past time: the recent column covers the window before it, not the last minutes. */
+  past?: boolean;
 }
 
 /** The metric tree as an ARIA tree: arrows move, → opens, ← closes or goes up, Enter selects. */
-export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, explains, onVisible, windowS, newest, stale }: TreeProps) {
+export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, explains, onVisible, windowS, newest, stale, past }: TreeProps) {
   const win = windowS ? formatDuration(windowS * 1000) : '';
   const hasRecent = hasRecentData(roots);
   const rows = visibleRows(roots, isOpen, newest === undefined ? undefined : newest);
@@ -93,7 +95,7 @@ export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, expl
         <span>Metric</span>
         <span>State</span>
         <span class="num">Value</span>
-        <span class="num">{hasRecent ? `Last ${win || 'window'}` : ''}</span>
+        <span class="num">{hasRecent ? (past ? `${win || 'window'} before` : `Last ${win || 'window'}`) : ''}</span>
         <span>Trend</span>
         <span>Threshold</span>
       </div>

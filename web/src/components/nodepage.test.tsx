@@ -50,6 +50,8 @@ describe('gone owners', () => {
     const kids = dropsTree()[0].children![0].children!;
     expect(kids.map((k) => isGoneOwner(k, newest))).toEqual([false, true, true, true, false]);
     expect(isGoneOwner({ ...kids[1], state: 'crit' }, newest)).toBe(false);
+    // The newest report's time has microseconds, the child's milliseconds: still current.
+    expect(isGoneOwner({ ...kids[1], updated_at: '2026-01-01T12:00:00.345Z' }, '2026-01-01T12:00:00.345678Z')).toBe(false);
     const open = new Set(['drops', 'drops/not_specified']);
     const rows = visibleRows(dropsTree(), (id) => open.has(id), newest);
     expect(rows.map((r) => (r.gone ? `gone:${r.gone.count}` : r.node.id))).toEqual(['drops', 'drops/not_specified', 'drops/not_specified/pod:shop.cart-1', 'drops/not_specified/other', 'gone:3']);
