@@ -27,7 +27,7 @@ export interface paths {
   "/nodes/{node}/tree": {
     /**
      * The node's whole metric tree, live or as of a past time.
-     * @description Live by default. With at (an instant) the tree is as of that instant, its recent_* fields over the window before it; with from and to it is as of to (or at, which must lie between them), its recent_* fields over from..to. A past tree is read from the minute rollups (hour or day rollups for windows over 24 h or 60 days), to the minute, so it outlives the raw reports.
+     * @description Live by default. With at (an instant) the tree is as of that instant, its recent_* fields over the window before it; with from and to it is as of to (or at, which must lie between them), its recent_* fields over from..to. A past tree is read from the minute rollups (hour or day rollups for windows over 24 h or 60 days), to the minute, so it outlives the raw reports. A past tree is a heavy read (429 past the caller's or the collector's limit, 504 past --reads.statement-timeout); the live one is not.
      */
     get: operations["getTree"];
     parameters: {
@@ -1237,7 +1237,7 @@ export interface operations {
   };
   /**
    * The node's whole metric tree, live or as of a past time.
-   * @description Live by default. With at (an instant) the tree is as of that instant, its recent_* fields over the window before it; with from and to it is as of to (or at, which must lie between them), its recent_* fields over from..to. A past tree is read from the minute rollups (hour or day rollups for windows over 24 h or 60 days), to the minute, so it outlives the raw reports.
+   * @description Live by default. With at (an instant) the tree is as of that instant, its recent_* fields over the window before it; with from and to it is as of to (or at, which must lie between them), its recent_* fields over from..to. A past tree is read from the minute rollups (hour or day rollups for windows over 24 h or 60 days), to the minute, so it outlives the raw reports. A past tree is a heavy read (429 past the caller's or the collector's limit, 504 past --reads.statement-timeout); the live one is not.
    */
   getTree: {
     parameters: {
@@ -1265,6 +1265,8 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      429: components["responses"]["TooManyRequests"];
+      504: components["responses"]["Timeout"];
       default: components["responses"]["Error"];
     };
   };
