@@ -187,6 +187,7 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
               onZoom={(from, to) => setRange({ kind: 'absolute', from, to })}
               onThresholdChange={tree.refresh}
               asOf={past ? past.at ?? past.to : undefined}
+              stale={!past && !!tree.data?.stale}
             />
           ) : (
             <div class="hint">

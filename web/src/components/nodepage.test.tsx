@@ -154,8 +154,9 @@ describe('the node page at a past time', () => {
 
   it('marks stale values', async () => {
     nodeApi(true);
-    const el = mountAs('viewer', <NodePage node="lab-b" params={new URLSearchParams()} />);
+    const el = mountAs('viewer', <NodePage node="lab-b" params={new URLSearchParams({ metric: 'tcp_reset' })} />);
     await waitFor(() => expect($(el, '.stale-note').textContent).toContain('has not reported since'));
     expect($$(el, '.tree-value.is-stale').length).toBeGreaterThan(0);
+    await waitFor(() => expect($(el, '.metric-now').textContent).toContain('last known (stale)'));
   });
 });
