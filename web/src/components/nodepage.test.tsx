@@ -1,4 +1,12 @@
-import { beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+
+// happy-dom has no canvas: the metric view's chart draws nothing here.
+vi.mock('uplot', () => ({
+  default: class {
+    setSize() {}
+    destroy() {}
+  },
+}));
 import type { TreeNode } from '../api';
 import { branch, leaf, node, resetTree } from '../fixtures';
 import { formatValue } from '../format';
