@@ -7,7 +7,7 @@ import { useNow, usePoll } from '../hooks';
 import { fleetHref, linkClick, navigate, nodeHref, withParams } from '../route';
 import { normState, stateLabel } from '../state';
 import { type TimeRange, rangeFromParams, rangeToParams, resolveRange, stepFor } from '../timerange';
-import { allIds, ancestors, customerRoots, defaultOpen, explaining, findNode, treeTimeFromParams } from '../tree';
+import { allIds, ancestors, customerRoots, defaultOpen, explaining, findNode, goneId, treeTimeFromParams } from '../tree';
 import { MetricView } from './MetricView';
 import { TenancyNotices, TenantEditor } from './NodeTenancy';
 import { TimeRangePicker } from './TimeRangePicker';
@@ -59,6 +59,8 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
     const s = new Set([...defaults, ...userOpen]);
     userClosed.forEach((id) => s.delete(id));
     if (metric) ancestors(metric).forEach((id) => userClosed.includes(id) || s.add(id));
+    // A selected owner child that is gone shows: its branch's fold opens too.
+    if (metric && metric.includes('/')) s.add(goneId(metric.slice(0, metric.lastIndexOf('/'))));
     return s;
   }, [defaults, params]);
   const toggle = (id: string, open: boolean) => {
