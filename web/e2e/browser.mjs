@@ -698,6 +698,10 @@ async function customerScenario() {
   check((await page.locator('form').count()) === 0, 'a form is on a customer\'s node page');
   check((await page.getByRole('button', { name: /tenant & labels/i }).count()) === 0, 'a customer is offered the tenant & labels editor');
   check((await page.locator('.notice-claims').count()) === 0, "a customer is shown the agent's label claims");
+  check((await row('agent').count()) === 0, "a customer is shown the agent's own root");
+  const treeBody = await (await page.request.get(`${base}/api/v1/nodes/${encodeURIComponent(own)}/tree`)).json();
+  check(!treeBody.roots.some((r) => r.id === 'agent'), "the collector sends a customer the agent's own root");
+  check(!JSON.stringify(treeBody).includes('--'), 'the collector sends a customer command-line flags');
   await shot('customer-node');
   if (await apiExists('/api/v1/alerts')) {
     await page.goto(base + '/alerts');
