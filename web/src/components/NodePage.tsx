@@ -101,7 +101,8 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
   const sparks = useSparks(node, visible, range, intervalMs ?? 10_000);
 
   const selected = metric ? findNode(roots, metric) : null;
-  const setRange = (r: TimeRange) => go(rangeToParams(r));
+  // A range picked or zoomed replaces a lone ?at=: relative is live again, absolute a past window.
+  const setRange = (r: TimeRange) => go({ ...rangeToParams(r), at: null });
 
   if (summary.error?.notFound || tree.error?.notFound) {
     return (

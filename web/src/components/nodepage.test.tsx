@@ -149,6 +149,19 @@ describe('the node page at a past time', () => {
     expect(new URLSearchParams(location.search).has('at')).toBe(false);
   });
 
+  it('a range picked while viewing ?at= goes back to live', async () => {
+    nodeApi();
+    history.replaceState(null, '', '/nodes/lab-b?at=2026-01-01T11:00:00Z');
+    const el = mountAs('viewer', <NodePage node="lab-b" params={new URLSearchParams({ at: '2026-01-01T11:00:00Z' })} />);
+    await waitFor(() => $(el, '.viewing'));
+    const picker = $(el, '.range-picker select') as HTMLSelectElement;
+    picker.value = '15m';
+    picker.dispatchEvent(new Event('change', { bubbles: true }));
+    const q = new URLSearchParams(location.search);
+    expect(q.has('at')).toBe(false);
+    expect(q.get('range')).toBe('15m');
+  });
+
   it('asks the trend lines of the visible rows in one batch request', async () => {
     const calls = nodeApi();
     const el = mountAs('viewer', <NodePage node="lab-b" params={new URLSearchParams()} />);
