@@ -102,8 +102,13 @@ func (l *ledger) build(t *tree.Tree, now time.Time, elapsed time.Duration, cur r
 	for id, v := range cur.gauges {
 		values[id] = v
 	}
+	// Histograms with no samples this interval: evaluated as 0 (a source
+	// with nothing to measure is healthy, not unknown) but sent with no
+	// value, so that no one reads 0 ms as a fast network.
+	empty := map[string]bool{}
 	for id, h := range cur.histograms {
-		values[id] = 0 // a source with nothing to measure this interval is healthy, not unknown
+		values[id] = 0
+		empty[id] = h.Count == 0
 		if m, ok := t.Metric(id); ok && h.Count > 0 {
 			values[id] = h.Quantile(m.Quantile) / max(m.Scale, 1)
 		}
@@ -121,6 +126,9 @@ func (l *ledger) build(t *tree.Tree, now time.Time, elapsed time.Duration, cur r
 		}
 		if !ok {
 			v = 0 // and said to mean nothing: a root is streamed for its state
+		}
+		if empty[id] {
+			ok, v = false, 0
 		}
 		r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: id, Value: v, State: res.State[id], NoValue: !ok})
 		if d := l.backlog[id]; d != nil {

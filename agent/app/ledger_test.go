@@ -284,3 +284,22 @@ func TestLedgerRootWithoutValue(t *testing.T) {
 		}
 	}
 }
+
+// An interval in which a histogram had no samples sends it (in a
+// snapshot) with no value and an OK state: 0 ms would read as a fast
+// network. An interval with samples sends its quantile.
+func TestLedgerEmptyHistogramHasNoValue(t *testing.T) {
+	run := runLedger(t, []step{
+		{values: []uint64{2 * ms}, sent: 0, full: true},
+		{values: nil, sent: 0, full: true},
+	})
+	for i, want := range []struct {
+		noValue bool
+		state   nbsv1.State
+	}{{false, nbsv1.State_STATE_OK}, {true, nbsv1.State_STATE_OK}} {
+		s := sampleOf(run.reports[i], "ping/x")
+		if s == nil || s.GetNoValue() != want.noValue || s.GetState() != want.state || (want.noValue && s.GetValue() != 0) || (!want.noValue && s.GetValue() <= 0) {
+			t.Errorf("interval %d: ping/x sample %v; want no_value %v, state %v", i, s, want.noValue, want.state)
+		}
+	}
+}

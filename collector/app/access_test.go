@@ -380,6 +380,7 @@ func TestAccess(t *testing.T) {
 		"GET " + p + "/nodes/{node}":               {fixed(p + "/nodes/acme-web"), fixed(""), acmeNodeRead},
 		"GET " + p + "/nodes/{node}/tree":          {fixed(p + "/nodes/acme-web/tree"), fixed(""), acmeNodeRead},
 		"GET " + p + "/nodes/{node}/series":        {fixed(p + "/nodes/acme-web/series?metric=tcp_reset"), fixed(""), acmeNodeRead},
+		"GET " + p + "/nodes/{node}/series/batch":  {fixed(p + "/nodes/acme-web/series/batch?metric=tcp_reset&metric=tcp_reset/sent"), fixed(""), acmeNodeRead},
 		"GET " + p + "/nodes/{node}/events":        {fixed(p + "/nodes/acme-web/events?metric=tcp_reset"), fixed(""), acmeNodeRead},
 		"GET " + p + "/nodes/{node}/thresholds":    {fixed(p + "/nodes/acme-web/thresholds"), fixed(""), acmeNodeRead},
 		"POST " + p + "/nodes/{node}/expand":       {fixed(p + "/nodes/acme-web/expand"), fixed(`{"seconds":5}`), operatorWrite(accepted)},
@@ -558,6 +559,7 @@ func TestCustomerIsolation(t *testing.T) {
 		mine := append(slices.Clone(reads),
 			p+"/nodes/"+node, p+"/nodes/"+node+"/tree", p+"/nodes/"+node+"/tree?window=1h",
 			p+"/nodes/"+node+"/series?metric=tcp_reset", p+"/nodes/"+node+"/series?metric=tcp_reset/sent&step=1m",
+			p+"/nodes/"+node+"/series/batch?metric=tcp_reset&metric=tcp_reset/sent", p+"/nodes/"+node+"/tree?at="+strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10),
 			p+"/nodes/"+node+"/events?metric=tcp_reset", p+"/nodes/"+node+"/thresholds",
 			p+"/alerts?node="+own[rival[caller]], // filtering by another tenant's node finds nothing
 		)
@@ -653,6 +655,8 @@ func TestCustomerIsolation(t *testing.T) {
 		{p + "/nodes/globex-db", p + "/nodes/nosuch-db"},
 		{p + "/nodes/globex-db/tree", p + "/nodes/nosuch-db/tree"},
 		{p + "/nodes/globex-db/series?metric=tcp_reset", p + "/nodes/nosuch-db/series?metric=tcp_reset"},
+		{p + "/nodes/globex-db/series/batch?metric=tcp_reset", p + "/nodes/nosuch-db/series/batch?metric=tcp_reset"},
+		{p + "/nodes/globex-db/tree?at=1000", p + "/nodes/nosuch-db/tree?at=1000"},
 		{p + "/nodes/globex-db/events?metric=tcp_reset", p + "/nodes/nosuch-db/events?metric=tcp_reset"},
 		{p + "/nodes/globex-db/thresholds", p + "/nodes/nosuch-db/thresholds"},
 		{fmt.Sprintf("%s/alerts/%d", p, f.globexAlert), p + "/alerts/987654321"},

@@ -242,11 +242,16 @@ async function adminScenario() {
   await page.locator('.metric-view .description').waitFor();
   await page.locator('.metric-view .uplot canvas').first().waitFor();
   await page.waitForFunction(() => !document.querySelector('.chart-empty'));
-  const evRows = page.locator('table.evidence tbody tr');
+  const evRows = page.locator('table.evidence tbody tr:not(.group-head)');
   await evRows.first().waitFor();
   const firstEv = await evRows.first().innerText();
   if (env.NBS_EVIDENCE_SRC) check(firstEv.includes(env.NBS_EVIDENCE_SRC), `evidence row "${firstEv}" lacks ${env.NBS_EVIDENCE_SRC}`);
   check(/no_socket/.test(await page.locator('table.evidence').innerText()), 'evidence names no reason');
+  // Grouped (by owner where events name one), each group with its count; the owner column first.
+  check(/\(\d+ events?\)/.test(await page.locator('table.evidence tr.group-head').first().innerText()), 'evidence groups carry no count');
+  const cols = (await page.locator('table.evidence thead th').allInnerTexts()).map((c) => c.trim()).filter((c) => c !== 'Time' && c !== 'Metric');
+  check(!cols.includes('owner') || cols[0] === 'owner', `the owner column is not first: ${cols.join(', ')}`);
+  check(!cols.includes('netns') || cols.indexOf('netns') > cols.indexOf('dst'), `the netns inode comes before the flow: ${cols.join(', ')}`);
   await page.waitForFunction(() => document.querySelectorAll('.tree-spark svg :is(path, circle)').length > 0);
   await shot('node');
 
@@ -267,6 +272,61 @@ async function adminScenario() {
   await row(metric).waitFor();
   check((await row(metric).getAttribute('aria-selected')) === 'true', 'selection lost on reload');
   check((await page.locator('.range-picker select').inputValue()) === '15m', 'range lost on reload');
+
+  if (env.NBS_PAST_AT) {
+    // NBS_PAST_AT is in a minute before the reset storm began: the tree then was quiet.
+    const root = metric.split('/')[0];
+    step(`the node page at a past time (?at=${env.NBS_PAST_AT}) shows the state then, and goes back to live`);
+    await page.goto(`${base}${hrefNode(nodeName)}?at=${encodeURIComponent(env.NBS_PAST_AT)}`);
+    await page.locator('.viewing').waitFor();
+    check(/Viewing/.test(await page.locator('.viewing').innerText()), 'no "viewing <time>" indicator');
+    await row(root).waitFor();
+    check((await rowState(root)) === 'OK', `${root} at ${env.NBS_PAST_AT} is ${await rowState(root)}, want OK (before the storm)`);
+    check((await row(metric).count()) === 0 || (await rowState(metric)) !== 'CRIT', `${metric} is CRIT before the storm`);
+    await shot('node-past');
+    await page.getByRole('button', { name: 'Back to live' }).click();
+    await page.waitForFunction(() => !new URL(location.href).searchParams.has('at'));
+    await waitRowState(root, 'CRIT', 20_000);
+    check((await page.locator('.viewing').count()) === 0, 'the "viewing" indicator stays after going back to live');
+
+    step('the trend lines come in batches, not one request per row');
+    let batch = 0;
+    const count = (r) => {
+      if (new URL(r.url()).pathname.endsWith('/series/batch')) batch++;
+    };
+    page.on('request', count);
+    await page.getByRole('button', { name: 'Expand all' }).click();
+    await page.waitForTimeout(3000);
+    page.off('request', count);
+    const rows = await page.locator('[role=treeitem]').count();
+    check(batch >= 1 && batch <= Math.ceil(rows / 64) + 1, `${batch} batch series requests for ${rows} rows`);
+    await page.getByRole('button', { name: 'Collapse all' }).click();
+
+    step('the node page fits a 390 px phone: nothing wider than the screen');
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(`${base}${hrefNode(nodeName)}?metric=${encodeURIComponent(metric)}`);
+    await row(metric).waitFor();
+    await page.locator('table.evidence').waitFor();
+    const wide = await page.evaluate(() => {
+      const w = document.documentElement.clientWidth;
+      const page = document.querySelector('.node-page');
+      const out = [];
+      if (page.scrollWidth > page.clientWidth + 1) out.push(`.node-page scrolls: ${page.scrollWidth} > ${page.clientWidth}`);
+      // What sticks out of the screen, outside a scrolling box (a wide table scrolls in its own).
+      const scrolls = (el) => {
+        for (let p = el.parentElement; p && p !== page; p = p.parentElement) if (/(auto|scroll|hidden)/.test(getComputedStyle(p).overflowX)) return true;
+        return false;
+      };
+      for (const el of page.querySelectorAll('*')) {
+        const r = el.getBoundingClientRect();
+        if (r.width > 0 && r.right > w + 1 && !scrolls(el)) out.push(`${el.tagName.toLowerCase()}.${el.className} ends at ${Math.round(r.right)} px`);
+      }
+      return out.slice(0, 5);
+    });
+    check(wide.length === 0, `at 390 px the node page is wider than the screen: ${wide.join('; ')}`);
+    await shot('node-390');
+    await page.setViewportSize({ width: 1440, height: 900 });
+  }
 
   step('live mode asks the collector to expand the node');
   const expandReq = page.waitForRequest((r) => r.method() === 'POST' && r.url().endsWith(`/api/v1/nodes/${encodeURIComponent(nodeName)}/expand`));
@@ -434,7 +494,7 @@ async function adminScenario() {
   await row(metric).waitFor();
   await waitRowState(metric, 'CRIT', 30_000);
   await page.locator('.metric-view .uplot canvas').first().waitFor();
-  await page.locator('table.evidence tbody tr').first().waitFor();
+  await page.locator('table.evidence tbody tr:not(.group-head)').first().waitFor();
   await page.waitForFunction(() => document.querySelectorAll('.tree-spark svg :is(path, circle)').length > 0);
   await page.waitForTimeout(500);
   await shot('tree');
@@ -638,6 +698,10 @@ async function customerScenario() {
   check((await page.locator('form').count()) === 0, 'a form is on a customer\'s node page');
   check((await page.getByRole('button', { name: /tenant & labels/i }).count()) === 0, 'a customer is offered the tenant & labels editor');
   check((await page.locator('.notice-claims').count()) === 0, "a customer is shown the agent's label claims");
+  check((await row('agent').count()) === 0, "a customer is shown the agent's own root");
+  const treeBody = await (await page.request.get(`${base}/api/v1/nodes/${encodeURIComponent(own)}/tree`)).json();
+  check(!treeBody.roots.some((r) => r.id === 'agent'), "the collector sends a customer the agent's own root");
+  check(!JSON.stringify(treeBody).includes('--'), 'the collector sends a customer command-line flags');
   await shot('customer-node');
   if (await apiExists('/api/v1/alerts')) {
     await page.goto(base + '/alerts');

@@ -103,6 +103,13 @@ func TestBrowser(t *testing.T) {
 		skipOrFail(t, "the collector in this test binary embeds no UI (web/dist was built after compiling?): %.200s", body)
 	}
 	waitReported(t, nbs, "lab-a", "lab-b")
+	// A minute of the nodes' reports, all quiet, before the storm: the page
+	// asked for a time in it (?at=) shows the tree as it was then. Trees of
+	// the past are read from minute rollups, so the storm waits for the
+	// next minute.
+	quietMinute := time.Now().Truncate(time.Minute).Add(time.Minute)
+	time.Sleep(time.Until(quietMinute.Add(time.Second)))
+	pastAt := quietMinute.Add(-2 * time.Second).UTC().Format(time.RFC3339)
 
 	// Resets keep coming for the whole browser run: 15 to 40 NO_SOCKET resets
 	// a second sent by B, always over the 10/s crit level of
@@ -140,6 +147,7 @@ func TestBrowser(t *testing.T) {
 		"NBS_NODE_TENANT=acme",
 		"NBS_OTHER_NODE=lab-a",
 		"NBS_METRIC=tcp_reset/sent/no_socket",
+		"NBS_PAST_AT="+pastAt,
 		"NBS_EVIDENCE_SRC="+netip.AddrPortFrom(lab.IPB, lab.ClosedPort).String(),
 		"NBS_ALERT_RULE=NBSRootCritical",
 		"NBS_ALERT_ROOT=tcp_reset",

@@ -25,7 +25,10 @@ export interface paths {
     };
   };
   "/nodes/{node}/tree": {
-    /** The node's whole metric tree. */
+    /**
+     * The node's whole metric tree, live or as of a past time.
+     * @description Live by default. With at (an instant) the tree is as of that instant, its recent_* fields over the window before it; with from and to it is as of to (or at, which must lie between them), its recent_* fields over from..to. A past tree is read from the minute rollups (hour or day rollups for windows over 24 h or 60 days), to the minute, so it outlives the raw reports. A past tree is a heavy read (429 past the caller's or the collector's limit, 504 past --reads.statement-timeout); the live one is not.
+     */
     get: operations["getTree"];
     parameters: {
       path: {
@@ -36,6 +39,18 @@ export interface paths {
   "/nodes/{node}/series": {
     /** One metric of the node over time. */
     get: operations["getSeries"];
+    parameters: {
+      path: {
+        node: components["parameters"]["node"];
+      };
+    };
+  };
+  "/nodes/{node}/series/batch": {
+    /**
+     * Several metrics of the node over one window: the tree's trend lines in one request.
+     * @description Up to 64 metrics (metric repeated) over one from..to and step. A metric the node does not have (or a customer may not see) is left out, not an error.
+     */
+    get: operations["getSeriesBatch"];
     parameters: {
       path: {
         node: components["parameters"]["node"];
@@ -346,6 +361,18 @@ export interface components {
       interval_ms: number;
       /** @description The window of the recent_* fields, in seconds. */
       window_s: number;
+      /**
+       * Format: date-time
+       * @description Set for a past tree: the instant it is as of.
+       */
+      at?: string;
+      /**
+       * Format: date-time
+       * @description Set for a past tree: where the window of its recent_* fields starts.
+       */
+      from?: string;
+      /** @description The node has not reported for more than 3 intervals: the values are its last, not current ones. Never set for a past tree. */
+      stale: boolean;
       roots: components["schemas"]["TreeNode"][];
     };
     /** @description A histogram step's merged distribution, in the metric's unit. */
@@ -385,6 +412,15 @@ export interface components {
       to: string;
       step_ms: number;
       points: components["schemas"]["Point"][];
+    };
+    SeriesBatch: {
+      node: string;
+      /** Format: date-time */
+      from: string;
+      /** Format: date-time */
+      to: string;
+      step_ms: number;
+      series: components["schemas"]["Series"][];
     };
     Evidence: {
       /** Format: date-time */
@@ -1199,11 +1235,20 @@ export interface operations {
       default: components["responses"]["Error"];
     };
   };
-  /** The node's whole metric tree. */
+  /**
+   * The node's whole metric tree, live or as of a past time.
+   * @description Live by default. With at (an instant) the tree is as of that instant, its recent_* fields over the window before it; with from and to it is as of to (or at, which must lie between them), its recent_* fields over from..to. A past tree is read from the minute rollups (hour or day rollups for windows over 24 h or 60 days), to the minute, so it outlives the raw reports. A past tree is a heavy read (429 past the caller's or the collector's limit, 504 past --reads.statement-timeout); the live one is not.
+   */
   getTree: {
     parameters: {
       query?: {
         window?: components["parameters"]["window"];
+        /** @description The instant the tree is as of: RFC 3339 or Unix milliseconds, from 1970 to 9999. Default: now (live). */
+        at?: string;
+        /** @description Start of a past window: RFC 3339 or Unix milliseconds. Default: window before to. from..to may be up to 400 days. */
+        from?: string;
+        /** @description End of a past window (the tree is as of it unless at is given): RFC 3339 or Unix milliseconds. Default: at, else now. */
+        to?: string;
       };
       path: {
         node: components["parameters"]["node"];
@@ -1220,6 +1265,8 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      429: components["responses"]["TooManyRequests"];
+      504: components["responses"]["Timeout"];
       default: components["responses"]["Error"];
     };
   };
@@ -1241,6 +1288,39 @@ export interface operations {
       200: {
         content: {
           "application/json": components["schemas"]["Series"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      429: components["responses"]["TooManyRequests"];
+      504: components["responses"]["Timeout"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /**
+   * Several metrics of the node over one window: the tree's trend lines in one request.
+   * @description Up to 64 metrics (metric repeated) over one from..to and step. A metric the node does not have (or a customer may not see) is left out, not an error.
+   */
+  getSeriesBatch: {
+    parameters: {
+      query: {
+        /** @description A metric id; repeat for each, at most 64. */
+        metric: string[];
+        from?: components["parameters"]["from"];
+        to?: components["parameters"]["to"];
+        step?: components["parameters"]["step"];
+      };
+      path: {
+        node: components["parameters"]["node"];
+      };
+    };
+    responses: {
+      /** @description The series, in the order asked. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["SeriesBatch"];
         };
       };
       400: components["responses"]["BadRequest"];
