@@ -9,21 +9,21 @@ import (
 // Report is the JSON the API serves (README, "Reports"). A pointer field
 // is null when there was no data, never 0.
 type Report struct {
-	Period        Period            `json:"period"`
-	Scope         Scope             `json:"scope"`
-	ErrorBound    float64           `json:"error_bound"`
-	GeneratedAt   time.Time         `json:"generated_at"`
-	Resolution    int               `json:"resolution_seconds"`
-	Ping          Ping              `json:"ping"`
-	KernelLatency []KernelLatency   `json:"kernel_latency"`
-	Reliability   Reliability       `json:"reliability"`
-	Availability  []Availability    `json:"availability"`
+	Period        Period          `json:"period"`
+	Scope         Scope           `json:"scope"`
+	ErrorBound    float64         `json:"error_bound"`
+	GeneratedAt   time.Time       `json:"generated_at"`
+	Resolution    int             `json:"resolution_seconds"`
+	Ping          Ping            `json:"ping"`
+	KernelLatency []KernelLatency `json:"kernel_latency"`
+	Reliability   Reliability     `json:"reliability"`
+	Availability  []Availability  `json:"availability"`
 	// AvailabilityTimeline is each root's state over the fleet in scope,
 	// per day (per hour for periods up to 2 days): what the per-node
 	// Availability rows cannot show, when.
 	AvailabilityTimeline []AvailabilityRoot `json:"availability_timeline"`
-	Incidents     []Incident        `json:"incidents"`
-	Objectives    []ObjectiveResult `json:"objectives"`
+	Incidents            []Incident         `json:"incidents"`
+	Objectives           []ObjectiveResult  `json:"objectives"`
 }
 
 type Period struct {
