@@ -104,8 +104,8 @@ export function ReportChart({ data, labels, fmt, title, from, to, height = 200, 
       ? `${title}: no data in this period`
       : `${title}: ${labels.join(' and ')} at ${points} points from ${fmtUtc(from)} to ${fmtUtc(to)}; gaps are periods without data${base ? `; ${base.label} ${fmt(base.value as number)}` : ''}.`;
   return (
-    <figure class="chart report-chart" role="img" aria-label={label}>
-      <div ref={box} class="chart-canvas" />
+    <figure class="chart report-chart">
+      <div ref={box} class="chart-canvas" role="img" aria-label={label} />
       {points === 0 && <div class="chart-empty">No data in this period.</div>}
       <ul class="chart-legend" aria-hidden="true">
         {labels.map((l, i) => (

@@ -814,7 +814,7 @@ function AvailabilitySection({ r, has }: { r: Report; has: boolean }) {
           </table>
         </div>
       )}
-      <details class="avail-nodes">
+      <details class="avail-nodes no-print">
         <summary>Per node and root ({rows.length} rows)</summary>
         <div class="table-wrap">
           <table class="report-table availability">
