@@ -386,7 +386,7 @@ function SummarySection({ r, secs }: { r: Report; secs: { id: string; has: boole
       <p class="muted small">
         This period against the previous period of the same length ({fmtUtc(r.period.previous_from)} – {fmtUtc(r.period.previous_to)}).
       </p>
-      <div class="table-wrap">
+      <TableWrap>
         <table class="report-table summary-table">
           <caption class="sr-only">Headline numbers of this period and their change against the previous period</caption>
           <thead>
@@ -444,7 +444,7 @@ function SummarySection({ r, secs }: { r: Report; secs: { id: string; has: boole
             </tr>
           </tbody>
         </table>
-      </div>
+      </TableWrap>
       {targets.length > shown.length && <p class="muted small">The {shown.length} ping targets with the highest p99 of {targets.length}; every target is under Ping delay.</p>}
       <dl class="headline">
         <div>
@@ -586,7 +586,7 @@ function KernelSection({ r, from, to, has }: { r: Report; from: number; to: numb
   const blank = charts.filter((c) => !hasData(c.data));
   return (
     <Section id="kernel" title={TITLES.kernel}>
-      <div class="table-wrap">
+      <TableWrap>
         <table class="report-table">
           <caption class="sr-only">Kernel latency by stage</caption>
           <thead>
@@ -619,7 +619,7 @@ function KernelSection({ r, from, to, has }: { r: Report; from: number; to: numb
             ))}
           </tbody>
         </table>
-      </div>
+      </TableWrap>
       {charts
         .filter((c) => hasData(c.data))
         .map(({ k, data }) => (
@@ -684,11 +684,21 @@ function ReliabilitySection({ r, has }: { r: Report; has: boolean }) {
   );
 }
 
+// TableWrap scrolls a wide table sideways on a narrow screen; it takes the
+// keyboard focus so that the scrolling works without a mouse too.
+function TableWrap({ children }: { children: ComponentChildren }) {
+  return (
+    <div class="table-wrap" tabIndex={0}>
+      {children}
+    </div>
+  );
+}
+
 // PingTable is the frame of the per-target and per-node ping tables, which
 // show the same columns after their first.
 function PingTable({ caption, first, children }: { caption: string; first: string; children: ComponentChildren }) {
   return (
-    <div class="table-wrap">
+    <TableWrap>
       <table class="report-table">
         <caption>{caption}</caption>
         <thead>
@@ -702,13 +712,13 @@ function PingTable({ caption, first, children }: { caption: string; first: strin
         </thead>
         <tbody>{children}</tbody>
       </table>
-    </div>
+    </TableWrap>
   );
 }
 
 function ReasonTable({ caption, rows }: { caption: string; rows: { key: string; reason: string; count: Num; per_hour: Num }[] }) {
   return (
-    <div class="table-wrap">
+    <TableWrap>
       <table class="report-table">
         <caption>{caption}</caption>
         <thead>
@@ -736,7 +746,7 @@ function ReasonTable({ caption, rows }: { caption: string; rows: { key: string; 
           )}
         </tbody>
       </table>
-    </div>
+    </TableWrap>
   );
 }
 
@@ -764,7 +774,7 @@ function AvailabilitySection({ r, has }: { r: Report; has: boolean }) {
         <span class="sw sw-ok" /> OK <span class="sw sw-warn" /> WARN <span class="sw sw-crit" /> CRIT <span class="sw sw-none" /> no data
       </p>
       {timeline.length > 0 && (
-        <div class="table-wrap">
+        <TableWrap>
           <table class="report-table avail-timeline">
             <caption>
               Over time, {timeline[0].step_seconds >= 86400 ? 'per day' : 'per hour'}: the share of the nodes' time in each state
@@ -812,11 +822,11 @@ function AvailabilitySection({ r, has }: { r: Report; has: boolean }) {
               })}
             </tbody>
           </table>
-        </div>
+        </TableWrap>
       )}
       <details class="avail-nodes no-print">
         <summary>Per node and root ({rows.length} rows)</summary>
-        <div class="table-wrap">
+        <TableWrap>
           <table class="report-table availability">
             <caption class="sr-only">Share of the period each root was OK, WARN, CRIT or without data, per node</caption>
             <thead>
@@ -848,7 +858,7 @@ function AvailabilitySection({ r, has }: { r: Report; has: boolean }) {
               ))}
             </tbody>
           </table>
-        </div>
+        </TableWrap>
       </details>
     </Section>
   );
@@ -859,7 +869,7 @@ function IncidentsSection({ r, has }: { r: Report; has: boolean }) {
   if (!has) return <Section id="incidents" title={TITLES.incidents} empty="No root was WARN or CRIT in this period." />;
   return (
     <Section id="incidents" title={TITLES.incidents}>
-      <div class="table-wrap">
+      <TableWrap>
         <table class="report-table">
           <caption class="sr-only">Every span in the period where a root was WARN or CRIT; each start opens the node's tree at that time</caption>
           <thead>
@@ -897,7 +907,7 @@ function IncidentsSection({ r, has }: { r: Report; has: boolean }) {
             ))}
           </tbody>
         </table>
-      </div>
+      </TableWrap>
     </Section>
   );
 }
@@ -908,7 +918,7 @@ function ObjectivesSection({ r, has, staff }: { r: Report; has: boolean; staff: 
     return <Section id="objectives" title={TITLES.objectives} empty={staff ? 'This report has no objectives; save it with some to see their attainment.' : 'This report has no objectives.'} />;
   return (
     <Section id="objectives" title={TITLES.objectives}>
-      <div class="table-wrap">
+      <TableWrap>
         <table class="report-table">
           <caption class="sr-only">Attainment of each objective over the period</caption>
           <thead>
@@ -934,7 +944,7 @@ function ObjectivesSection({ r, has, staff }: { r: Report; has: boolean; staff: 
             ))}
           </tbody>
         </table>
-      </div>
+      </TableWrap>
     </Section>
   );
 }
