@@ -47,7 +47,8 @@ type Ping struct {
 type PingTarget struct {
 	Target string `json:"target"`
 	// Nodes names the nodes that ping the target; NodeCount is how many,
-	// and PerNode each one's numbers to this target (the drill-down).
+	// and PerNode their numbers to this target (the drill-down): the 50
+	// with the highest p99, highest first.
 	Nodes        []string     `json:"nodes"`
 	NodeCount    int          `json:"node_count"`
 	PerNode      []PingNode   `json:"per_node"`

@@ -161,6 +161,15 @@ func (d *data) ping(from, to time.Time, step time.Duration) Ping {
 			pt.PerNode = append(pt.PerNode, pingNode(d.names[id], a.byNode[id], sc, hs))
 		}
 		pt.NodeCount = len(pt.Nodes)
+		// The drill-down shows who is slow: the highest p99 first (no data
+		// last), at most maxDrillDown of them in a mesh of many nodes.
+		sort.SliceStable(pt.PerNode, func(i, j int) bool {
+			a, b := pt.PerNode[i].P99, pt.PerNode[j].P99
+			return a != nil && (b == nil || *a > *b)
+		})
+		if len(pt.PerNode) > maxDrillDown {
+			pt.PerNode = pt.PerNode[:maxDrillDown]
+		}
 		if p := prev[t]; p != nil {
 			pt.Previous = PingPrevious{P50: quantile(p.rtt, 0.5, sc), P99: quantile(p.rtt, 0.99, sc), Loss: p.c.loss(),
 				Sent: countOrNil(p.c, p.c.sent), Lost: countOrNil(p.c, p.c.lost)}

@@ -38,6 +38,7 @@ const (
 	maxIncidents  = 1000 // incidents listed
 	maxBadMinutes = 200000
 	topReasons    = 10
+	maxDrillDown  = 50 // nodes in a ping target's per_node
 )
 
 // Store is what a report reads.

@@ -885,7 +885,7 @@ export interface components {
             nodes: string[];
             /** @description How many nodes ping this target. */
             node_count: number;
-            /** @description Each of those nodes' numbers to this target (the drill-down). */
+            /** @description These nodes' numbers to this target (the drill-down): at most 50, the highest p99 first (no data last). */
             per_node: components["schemas"]["ReportPingNode"][];
             p50_ms: number | null;
             p90_ms: number | null;

@@ -550,7 +550,7 @@ function PingTargetRows({ t }: { t: PingTarget }) {
       {open && (
         <tr id={id} class="drill-down">
           <td colSpan={8}>
-            <PingTable caption={`Each node's delay to ${t.target}`} first="Node">
+            <PingTable caption={per.length < count ? `Delay to ${t.target}: the ${per.length} nodes of ${count} with the highest p99` : `Each node's delay to ${t.target}, the highest p99 first`} first="Node">
               {per.map((n) => (
                 <PingNodeRow key={n.node} n={n} />
               ))}
