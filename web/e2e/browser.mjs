@@ -27,10 +27,17 @@
 //    collector has no /api/v1/report-definitions): the customer opens Reports
 //    from the header, runs a day's report, waits for its charts and tables
 //    (every section heading), checks the scope (its nodes, never another
-//    customer's) in the page, the JSON and the CSV download, then prints the
-//    page to PDF (page.pdf() is Chromium's print-to-PDF), turns the PDF into
-//    PNGs with `pdftoppm -png -r 60` and checks the first page is not blank
-//    and the PDF's text (`pdftotext`) has every heading. Needs poppler-utils.
+//    customer's) in the page, the JSON and the CSV download, that the page
+//    fits 390 and 1400 px, then prints the page to PDF (page.pdf() is
+//    Chromium's print-to-PDF), turns the PDF into PNGs with
+//    `pdftoppm -png -r 60` and checks no page is blank, the page count is
+//    bounded by the sections with data, the first page is the summary
+//    against the previous period, and the PDF's text (`pdftotext`) has every
+//    heading and the charts' legends; last it follows an incident to the
+//    node's tree at the incident's time. Needs poppler-utils.
+//
+// axe-core runs on every page the run takes a screenshot of (and the report
+// at 390 px): see axeCheck.
 //
 // NBS_SCENARIOS (comma-separated: admin,operator,customer,report; default all)
 // runs only some, e.g. NBS_SCENARIOS=report against a mock collector; without
