@@ -464,6 +464,10 @@ func TestAccess(t *testing.T) {
 					for _, leak := range staffLeaks(body, staff) {
 						t.Errorf("%s %s as %s: a customer's answer holds the staff field %s: %.300s", method, path, callerNames[caller], leak, body)
 					}
+					// Collector flags are staff's vocabulary too.
+					if m := cliFlag.FindString(body); m != "" && route != "GET "+api.Prefix+"/openapi.json" {
+						t.Errorf("%s %s as %s: a customer's answer names the collector flag %s: %.300s", method, path, callerNames[caller], m, body)
+					}
 				}
 			})
 		}

@@ -836,8 +836,11 @@ export interface components {
       selector?: {
         [key: string]: string;
       };
-      /** @enum {string} */
-      period: "1d" | "7d" | "30d" | "custom";
+      /**
+       * @description 1d, 7d and 30d end now; this_week and this_month run from Monday or the 1st (UTC) to now; last_week and last_month are the whole previous calendar week (from Monday) or month; custom is from/to.
+       * @enum {string}
+       */
+      period: "1d" | "7d" | "30d" | "this_week" | "last_week" | "this_month" | "last_month" | "custom";
       /** Format: date-time */
       from?: string | null;
       /** Format: date-time */
@@ -852,8 +855,11 @@ export interface components {
       selector: {
         [key: string]: string;
       };
-      /** @enum {string} */
-      period: "1d" | "7d" | "30d" | "custom";
+      /**
+       * @description 1d, 7d and 30d end now; this_week and this_month run from Monday or the 1st (UTC) to now; last_week and last_month are the whole previous calendar week (from Monday) or month; custom is from/to.
+       * @enum {string}
+       */
+      period: "1d" | "7d" | "30d" | "this_week" | "last_week" | "this_month" | "last_month" | "custom";
       /** Format: date-time */
       from: string | null;
       /** Format: date-time */
@@ -869,6 +875,21 @@ export interface components {
       definitions: components["schemas"]["ReportDefinition"][];
       /** @description The cursor of the next page; absent on the last. */
       next_cursor?: string;
+    };
+    /** @description One node's ping numbers: over every target it pings (ping.per_node) or to one target (a target's per_node). Delays in ms, null without data. */
+    ReportPingNode: {
+      node: string;
+      p50_ms: number | null;
+      p90_ms: number | null;
+      p99_ms: number | null;
+      max_ms: number | null;
+      /** Format: int64 */
+      sent: number | null;
+      /** Format: int64 */
+      lost: number | null;
+      loss: number | null;
+      host_delay_p50_ms: number | null;
+      host_delay_p99_ms: number | null;
     };
     Report: {
       period: {
@@ -896,7 +917,12 @@ export interface components {
       ping: {
         targets: ({
             target: string;
+            /** @description The nodes that ping this target, by name. */
             nodes: string[];
+            /** @description How many nodes ping this target. */
+            node_count: number;
+            /** @description These nodes' numbers to this target (the drill-down): at most 50, the highest p99 first (no data last). */
+            per_node: components["schemas"]["ReportPingNode"][];
             p50_ms: number | null;
             p90_ms: number | null;
             p99_ms: number | null;
@@ -918,17 +944,7 @@ export interface components {
               lost: number | null;
             };
           })[];
-        per_node: ({
-            node: string;
-            p50_ms: number | null;
-            p99_ms: number | null;
-            max_ms: number | null;
-            /** Format: int64 */
-            sent: number | null;
-            /** Format: int64 */
-            lost: number | null;
-            loss: number | null;
-          })[];
+        per_node: components["schemas"]["ReportPingNode"][];
         series: ({
             target: string;
             points: ({
@@ -1006,6 +1022,19 @@ export interface components {
           crit: number;
           no_data: number;
         }[];
+      /** @description Each root's state over the nodes in scope, per day (per hour for periods up to 2 days): the share of node-time of each step within the period in each state; roots no node reported are left out. */
+      availability_timeline: {
+          root: string;
+          step_seconds: number;
+          points: {
+              /** Format: date-time */
+              t: string;
+              ok: number;
+              warn: number;
+              crit: number;
+              no_data: number;
+            }[];
+        }[];
       incidents: ({
           node: string;
           root: string;
@@ -1016,8 +1045,14 @@ export interface components {
           /** Format: date-time */
           end: string;
           seconds: number;
+          /** @description The metric worst_value is of: the explaining child when there is one, else the root. */
+          metric: string;
+          /** @description The worst value of metric in the incident (its maximum; its minimum for a metric whose threshold is below), in unit. */
           worst_value: number | null;
+          /** @description The unit of worst_value, e.g. ms, % or resets/s; empty when the metric has none. */
+          unit: string;
           child: string | null;
+          /** @description The node's page at the incident: /nodes/{node}?at=<start, Unix ms>&metric=<metric>. */
           tree_url: string;
         })[];
       objectives: ({
