@@ -2,6 +2,7 @@ package source
 
 import (
 	"log/slog"
+	"path/filepath"
 
 	"github.com/nbs-project/nbs/agent/owner"
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
@@ -41,6 +42,27 @@ type Env struct {
 	// BTF is the kernel BTF the probes share while they load; nil gives
 	// each load its own read.
 	BTF *bpfload.KernelBTF
+	// PinDir is the bpffs directory where the always-on counter probes pin
+	// their maps and links, each in a directory of its own (PinDirOf), so
+	// they go on counting between agents (bpfload's pin.go); empty pins
+	// nothing.
+	PinDir string
+}
+
+// PinDirOf is where the probe of one BPF object pins, "" when nothing is
+// pinned.
+func (e Env) PinDirOf(object string) string {
+	if e.PinDir == "" {
+		return ""
+	}
+	return filepath.Join(e.PinDir, object)
+}
+
+// Continuing is a source whose counters continue the previous agent's:
+// its probe adopted the maps that agent pinned. Its first reading is then
+// not a baseline: the agent reports what that agent had not reported yet.
+type Continuing interface {
+	Continued() bool
 }
 
 // SetEnv replaces the environment; a source's Options embed Env, so the

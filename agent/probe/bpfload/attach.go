@@ -46,9 +46,20 @@ func (o *Object) Attach() error {
 		if pt.attach == nil {
 			return errors.Join(fmt.Errorf("attach %s: no attach point (make Points with Tracepoint or Cgroup)", pt.Name), o.Detach())
 		}
-		l, err := pt.attach(pt.Program)
+		var (
+			l   link.Link
+			err error
+		)
+		if o.PinDir != "" && o.pinLinks {
+			if o.adopted == nil {
+				o.adopted = map[string]*ebpf.Program{}
+			}
+			l, err = o.attachPinned(pt)
+		} else {
+			l, err = pt.attach(pt.Program)
+		}
 		if err != nil {
-			return errors.Join(fmt.Errorf("attach %s%s: %w (%s)", pt.Name, pt.where, err, o.Hint(err)), o.Detach())
+			return errors.Join(fmt.Errorf("attach %s%s: %w (%s)", pt.Name, pt.where, err, o.Hint(err)), o.unpinLinks(), o.Detach())
 		}
 		o.links = append(o.links, l)
 		o.attached = append(o.attached, pt.Name)
@@ -69,6 +80,21 @@ func (o *Object) Detach() error {
 	return errors.Join(errs...)
 }
 
+// unpinLinks unpins the links attached so far, when a later one failed:
+// a probe the agent cannot run must not go on running without it.
+func (o *Object) unpinLinks() error {
+	if !o.pinLinks {
+		return nil
+	}
+	var errs []error
+	for _, l := range o.links {
+		if err := l.Unpin(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Attached says whether the programs are attached.
 func (o *Object) Attached() bool { return len(o.links) > 0 }
 
@@ -78,6 +104,9 @@ func (o *Object) Programs() map[string]*ebpf.Program {
 	m := make(map[string]*ebpf.Program, len(o.Points))
 	for _, pt := range o.Points {
 		m[pt.Name] = pt.Program
+		if p := o.adopted[pt.Name]; p != nil {
+			m[pt.Name] = p // the one attached: its statistics are the cost
+		}
 	}
 	return m
 }

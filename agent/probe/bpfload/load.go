@@ -55,10 +55,21 @@ type Object struct {
 	// Points are where Attach attaches the programs, in order; Programs
 	// reports them. They name loaded programs, so they are set after Load.
 	Points []Point
+	// PinDir, when set, is the object's own directory in bpffs where its
+	// maps, and the links of an always-on probe (Guarded.AttachOrClose),
+	// are pinned so they outlive the agent (pin.go); empty pins nothing.
+	PinDir string
 
 	loaded   []io.Closer // in load order
 	links    []link.Link // links[i] attaches the point named attached[i]
 	attached []string
+
+	// pinLinks pins the links too (an always-on probe); pins* count the
+	// pinned maps Load found absent, adopted or replaced; adopted are the
+	// programs of adopted links, by point.
+	pinLinks                           bool
+	pinsNew, pinsAdopted, pinsReplaced int
+	adopted                            map[string]*ebpf.Program
 }
 
 // Load sets vars in spec and loads spec into objs, a bpf2go objects struct
@@ -73,6 +84,13 @@ type Object struct {
 func (o *Object) Load(spec *ebpf.CollectionSpec, vars Vars, objs io.Closer, opts *ebpf.CollectionOptions) error {
 	if err := o.set(spec, vars); err != nil {
 		return errors.Join(err, o.Close())
+	}
+	if o.PinDir != "" {
+		pinned, err := o.preparePins(spec, opts)
+		if err != nil {
+			return errors.Join(err, o.Close())
+		}
+		opts = pinned
 	}
 	if c := o.BTF.Cache(); c != nil && (opts == nil || opts.Cache == nil) {
 		var withCache ebpf.CollectionOptions
@@ -141,6 +159,12 @@ func (o *Object) Close() error {
 		}
 	}
 	o.loaded = nil
+	for _, p := range o.adopted {
+		if err := p.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s adopted program: %w", o.Name, err))
+		}
+	}
+	o.adopted = nil
 	return errors.Join(errs...)
 }
 
