@@ -37,7 +37,7 @@ func TestPeakMemory(t *testing.T) {
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, "--collector.address", "127.0.0.1:9", "--node.name", "peak-1", "--interval", "200ms",
-		"--spool.dir", filepath.Join(dir, "spool"), "--node.credential-file", filepath.Join(dir, "credential"))
+		"--spool.dir", filepath.Join(dir, "spool"), "--node.credential-file", filepath.Join(dir, "credential"), "--bpf.pin-dir", "none")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
