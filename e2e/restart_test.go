@@ -33,7 +33,7 @@ func buildAgentAt(t *testing.T, commit string) string {
 		return bin
 	}
 	src := t.TempDir()
-	archive := exec.Command("sh", "-c", "git archive --format=tar "+commit+" | tar -x -C "+src)
+	archive := exec.Command("sh", "-c", `cd "$(git rev-parse --show-toplevel)" && git archive --format=tar `+commit+" | tar -x -C "+src)
 	if out, err := archive.CombinedOutput(); err != nil {
 		t.Fatalf("git archive %s (the upgrade test needs the repository's history): %v\n%s", commit, err, out)
 	}
@@ -151,6 +151,7 @@ func TestAgentUpgradeAndRestartsLoseNoReset(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	s.end()
 	exact("after the SIGKILL and restart", withinTwoIntervals)
+	t.Logf("%d resets sent by B so far (nstat TcpOutRsts), every one stored", lab.Nstat(t, lab.B)["TcpOutRsts"]-b0["TcpOutRsts"])
 	if n := float64(lab.Nstat(t, lab.B)["TcpOutRsts"] - b0["TcpOutRsts"]); n < 300 {
 		t.Errorf("only %v resets in all; the storm was too weak to test anything", n)
 	}
