@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // Pinning keeps an always-on probe counting while no agent runs: its maps
@@ -208,6 +209,16 @@ func sameGlobals(oid, nid ebpf.MapID) (bool, string) {
 // not there is not an error. It is the uninstall path (nbs-agent
 // --bpf.unpin).
 func Unpin(dir string) error {
+	// Only ever in bpffs: a mistyped --bpf.pin-dir must not remove files.
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); errors.Is(err, unix.ENOENT) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("unpin %s: %w", dir, err)
+	}
+	if st.Type != unix.BPF_FS_MAGIC {
+		return fmt.Errorf("unpin %s: not a bpffs directory; removing nothing", dir)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("unpin %s: %w", dir, err)
 	}
