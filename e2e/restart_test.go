@@ -12,6 +12,7 @@ import (
 
 	agentapp "github.com/nbs-project/nbs/agent/app"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/schema"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
@@ -124,8 +125,12 @@ func TestAgentUpgradeAndRestartsLoseNoReset(t *testing.T) {
 		t.Helper()
 		eventually(t, within, func() string {
 			want := float64(lab.Nstat(t, lab.B)["TcpOutRsts"] - b0["TcpOutRsts"])
-			if got := storedTotal(t, col, "lab-b", "tcp_reset/sent"); got != want {
-				return fmt.Sprintf("%s: stored tcp_reset/sent %v, nstat TcpOutRsts delta %v", phase, got, want)
+			// Every reset B sends is the storm's NO_SOCKET, in B's own
+			// namespace: the reason and its owner child are exact too.
+			for _, metric := range []string{"tcp_reset/sent", "tcp_reset/sent/no_socket", "tcp_reset/sent/no_socket/netns:" + schema.Segment(lab.B)} {
+				if got := storedTotal(t, col, "lab-b", metric); got != want {
+					return fmt.Sprintf("%s: stored %s %v, nstat TcpOutRsts delta %v", phase, metric, got, want)
+				}
 			}
 			return ""
 		})
