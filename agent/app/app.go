@@ -384,10 +384,9 @@ func (a *Agent) collect(ctx context.Context, led *ledger) reading {
 			a.log.Debug("new metrics", "source", s.Name(), "count", len(added))
 		}
 		cont, _ := s.(source.Continuing)
-		continued := cont != nil && cont.Continued()
 		for k, v := range got.Counters {
 			r.counters[k] = v
-			if continued {
+			if cont != nil && cont.Continues(k) {
 				r.continued[k] = true
 			}
 		}

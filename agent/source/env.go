@@ -58,11 +58,15 @@ func (e Env) PinDirOf(object string) string {
 	return filepath.Join(e.PinDir, object)
 }
 
-// Continuing is a source whose counters continue the previous agent's:
-// its probe adopted the maps that agent pinned. Its first reading is then
-// not a baseline: the agent reports what that agent had not reported yet.
+// Continuing is a source whose counters may continue the previous
+// agent's: its probe adopted the maps that agent pinned. The first reading
+// of such a counter is not a baseline: the agent reports what that agent
+// had not reported yet. Continues is asked of each counter of the source's
+// first reading; a source whose counters come from several places (the
+// agent branch, say, with losses kept in other probes' pinned maps) answers
+// for each.
 type Continuing interface {
-	Continued() bool
+	Continues(counterID string) bool
 }
 
 // SetEnv replaces the environment; a source's Options embed Env, so the

@@ -110,9 +110,10 @@ func (s *Source) Capabilities() []*nbsv1.Capability {
 	}
 }
 
-// Continued says whether the counters continue a previous agent's (see
-// source.Continuing); never on /proc.
-func (s *Source) Continued() bool { return s.probe != nil && s.probe.Continued() }
+// Continues says whether the counters continue a previous agent's (see
+// source.Continuing): all of them come from the probe's maps; never on
+// /proc.
+func (s *Source) Continues(string) bool { return s.probe != nil && s.probe.Continued() }
 
 // Programs returns the BPF program by tracepoint, nil on /proc.
 func (s *Source) Programs() map[string]*ebpf.Program {

@@ -80,9 +80,9 @@ func (s *bpfSource) Capabilities() []*nbsv1.Capability {
 	return []*nbsv1.Capability{{Name: capBPF, Available: true}}
 }
 
-// Continued says whether the counters continue a previous agent's (see
-// source.Continuing).
-func (s *bpfSource) Continued() bool { return s.probe.Continued() }
+// Continues says whether the counters continue a previous agent's (see
+// source.Continuing): all of them come from the probe's maps.
+func (s *bpfSource) Continues(string) bool { return s.probe.Continued() }
 
 // Programs returns the probe's programs, for the agent branch's cost figures.
 func (s *bpfSource) Programs() map[string]*ebpf.Program { return s.probe.Programs() }
