@@ -231,6 +231,9 @@ func (a *Agent) flush(led *ledger, car *carry, last time.Time) {
 	// are still there to read.
 	ctx, cancel := context.WithTimeout(context.Background(), max(a.cfg.FlushTimeout, time.Second))
 	defer cancel()
+	// The collector refuses a report of less than the shortest interval
+	// (100ms, as --interval): a stop just after a collection waits for it.
+	time.Sleep(time.Until(last.Add(minInterval)))
 	now := time.Now()
 	a.report(led, car, now, now.Sub(last), a.collect(ctx, led), false)
 	deadline := time.Now().Add(a.cfg.FlushTimeout)

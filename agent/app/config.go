@@ -86,6 +86,10 @@ type Config struct {
 	FlushTimeout time.Duration
 }
 
+// minInterval is the shortest interval a report may cover: the collector
+// refuses shorter ones (ingest's MinInterval).
+const minInterval = 100 * time.Millisecond
+
 // DefaultPinRoot holds each agent's pin directory, by node name.
 const DefaultPinRoot = "/sys/fs/bpf/nbs"
 
@@ -190,7 +194,7 @@ func (c *Config) Validate() error {
 	if err := schema.CheckLabels(c.Labels); err != nil {
 		errs = append(errs, fmt.Errorf("--labels: %w", err))
 	}
-	if c.Interval < 100*time.Millisecond || c.Interval > time.Hour {
+	if c.Interval < minInterval || c.Interval > time.Hour {
 		errs = append(errs, fmt.Errorf("--interval %s must be from 100ms to 1h", c.Interval))
 	}
 	if c.BufferReports < 1 || c.BufferReports > 1_000_000 {
