@@ -85,13 +85,6 @@ func (o *Object) Load(spec *ebpf.CollectionSpec, vars Vars, objs io.Closer, opts
 	if err := o.set(spec, vars); err != nil {
 		return errors.Join(err, o.Close())
 	}
-	if o.PinDir != "" {
-		pinned, err := o.preparePins(spec, opts)
-		if err != nil {
-			return errors.Join(err, o.Close())
-		}
-		opts = pinned
-	}
 	if c := o.BTF.Cache(); c != nil && (opts == nil || opts.Cache == nil) {
 		var withCache ebpf.CollectionOptions
 		if opts != nil {
@@ -100,7 +93,26 @@ func (o *Object) Load(spec *ebpf.CollectionSpec, vars Vars, objs io.Closer, opts
 		withCache.Cache = c
 		opts = &withCache
 	}
-	if err := spec.LoadAndAssign(objs, opts); err != nil {
+	// Pinning is a bonus: where it fails the probe runs as without it.
+	err := errors.New("not loaded")
+	if o.PinDir != "" {
+		pinned, perr := o.preparePins(spec, opts)
+		if perr == nil {
+			err = spec.LoadAndAssign(objs, pinned)
+		}
+		if perr != nil || (err != nil && !isVerifierError(err)) {
+			o.log().Warn(o.Name+": cannot pin; running without, so an agent restart loses what it counts meanwhile",
+				"dir", o.PinDir, "err", errors.Join(perr, err))
+			o.PinDir = ""
+			for _, ms := range spec.Maps {
+				ms.Pinning = ebpf.PinNone
+			}
+		}
+	}
+	if o.PinDir == "" {
+		err = spec.LoadAndAssign(objs, opts)
+	}
+	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			o.log().Debug(o.Name+" verifier log", "log", fmt.Sprintf("%+v", ve))
@@ -109,6 +121,11 @@ func (o *Object) Load(spec *ebpf.CollectionSpec, vars Vars, objs io.Closer, opts
 	}
 	o.loaded = append(o.loaded, objs)
 	return nil
+}
+
+func isVerifierError(err error) bool {
+	var ve *ebpf.VerifierError
+	return errors.As(err, &ve)
 }
 
 // set sets every variable, reporting every one it could not set.

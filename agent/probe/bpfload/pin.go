@@ -124,7 +124,8 @@ func (o *Object) attachPinned(pt Point) (link.Link, error) {
 		return nil, err
 	}
 	if err := l.Pin(path); err != nil {
-		return nil, errors.Join(fmt.Errorf("pin link %s: %w", path, err), l.Close())
+		// Attached all the same: it counts while this agent runs.
+		o.log().Warn(o.Name+": cannot pin the link; the program stops with this agent", "path", path, "err", err)
 	}
 	return l, nil
 }

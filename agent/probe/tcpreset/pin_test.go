@@ -117,3 +117,19 @@ func TestPinnedCountsSurviveTheProbe(t *testing.T) {
 		t.Errorf("fourth probe reads %d, want %d (a fresh map, its program attached once)", got, n)
 	}
 }
+
+// Where pinning fails (a directory outside bpffs), the probe runs as
+// without it and says so.
+func TestPinFailureRunsUnpinned(t *testing.T) {
+	l := netlab.New(t)
+	var logs bytes.Buffer
+	p := load(t, Options{NetnsInode: l.Inode(t, l.B), EvidencePerSecond: 1000, PinDir: filepath.Join(t.TempDir(), "pins"),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if p.Continued() || !strings.Contains(logs.String(), "cannot pin") {
+		t.Errorf("continued %v; log:\n%s", p.Continued(), logs.String())
+	}
+	l.ResetNoSocket(t, 3)
+	if got := named(t, p)["sent/no_socket"]; got != 3 {
+		t.Errorf("counted %d, want 3", got)
+	}
+}
