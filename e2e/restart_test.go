@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	agentapp "github.com/nbs-project/nbs/agent/app"
 	"github.com/nbs-project/nbs/internal/pgcluster"
@@ -151,12 +154,38 @@ func TestAgentUpgradeAndRestartsLoseNoReset(t *testing.T) {
 	s = startStorm(t, lab)
 	time.Sleep(2500 * time.Millisecond)
 	first.kill(t)
+	gapFrom, resetsAtKill := time.Now(), lab.Nstat(t, lab.B)["TcpOutRsts"]
 	time.Sleep(3 * time.Second) // the pinned programs count alone
+	resetsAtStart, gapTo := lab.Nstat(t, lab.B)["TcpOutRsts"], time.Now()
 	second := startAgentProcess(t, "new agent 2", bin, newArgs...)
 	time.Sleep(2 * time.Second)
 	s.end()
 	exact("after the SIGKILL and restart", withinTwoIntervals)
 	t.Logf("%d resets sent by B so far (nstat TcpOutRsts), every one stored", lab.Nstat(t, lab.B)["TcpOutRsts"]-b0["TcpOutRsts"])
+
+	// The evidence of the resets made while no agent ran waited in the
+	// pinned ring for the second agent (the storm is far below the
+	// evidence rate and the ring's size), which reports it with the counts
+	// of the gap: one event each, up to the evidence kept per interval
+	// (the source's cap, 100 here; they all arrive in the first interval).
+	// The window's edges are read apart from the storm, so they may be off
+	// by a batch.
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var inGap int64
+	q := `SELECT count(*) FROM events e JOIN nodes n ON n.id = e.node_id JOIN metric_paths m ON m.id = e.metric_id
+	      WHERE n.name = 'lab-b' AND m.path = 'tcp_reset/sent/no_socket' AND e.ts >= $1 AND e.ts < $2`
+	if err := conn.QueryRow(context.Background(), q, gapFrom, gapTo).Scan(&inGap); err != nil {
+		t.Fatal(err)
+	}
+	made := int64(resetsAtStart - resetsAtKill)
+	if made < 100 || inGap < min(made, 100)-5 || inGap > made+5 {
+		t.Errorf("%d resets while no agent ran, %d evidence events stored for them; want one each up to 100 (±5 at the edges)", made, inGap)
+	}
+	t.Logf("%d resets while no agent ran: %d evidence events stored", made, inGap)
 	if n := float64(lab.Nstat(t, lab.B)["TcpOutRsts"] - b0["TcpOutRsts"]); n < 300 {
 		t.Errorf("only %v resets in all; the storm was too weak to test anything", n)
 	}

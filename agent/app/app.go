@@ -165,6 +165,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	car.pending(0, led.counters)
 	car.commit()
 	last := time.Now()
+	// The evidence of what the first report counts for the previous agent
+	// (read from the pinned rings: made after its last report, or while no
+	// agent ran) goes with it; the rest of the baseline's is of counts that
+	// are not reported.
+	var carried []*nbsv1.Event
+	if reported != nil {
+		carried = first.continuedEvents
+	}
 
 	tlsCfg, err := a.cfg.tls(a.log.With("part", "tls"))
 	if err != nil {
@@ -204,6 +212,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				lastSnapshot = now
 			}
 			full := snapshotDue || now.UnixNano() < a.expandUntil.Load()
+			cur.events, carried = append(carried, cur.events...), nil
 			res := a.report(led, car, now, elapsed, cur, full)
 			a.adapt(ctx, now, res)
 		}
@@ -364,8 +373,10 @@ type reading struct {
 	idle       map[string]bool // see source.Reading.Idle
 	events     []*nbsv1.Event
 	// continued are the counters of sources whose counts continue the
-	// previous agent's (source.Continuing).
-	continued map[string]bool
+	// previous agent's (source.Continuing), and continuedEvents the
+	// events of their metrics.
+	continued       map[string]bool
+	continuedEvents []*nbsv1.Event
 }
 
 func (a *Agent) collect(ctx context.Context, led *ledger) reading {
@@ -403,6 +414,11 @@ func (a *Agent) collect(ctx context.Context, led *ledger) reading {
 			r.idle[id] = true
 		}
 		r.events = append(r.events, got.Events...)
+		for _, e := range got.Events {
+			if cont != nil && cont.Continues(e.GetMetricId()) {
+				r.continuedEvents = append(r.continuedEvents, e)
+			}
+		}
 	}
 	return r
 }
