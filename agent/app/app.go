@@ -162,8 +162,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	led.baseline(first, reported)
 	// What the reports carry from here; for fresh maps, this start.
-	car.pending(0, led.counters)
-	car.commit()
+	car.start(led.counters)
 	last := time.Now()
 	// The evidence of what the first report counts for the previous agent
 	// (read from the pinned rings: made after its last report, or while no

@@ -121,6 +121,13 @@ func spooled(out *spool.Spool, t int64) bool {
 	return false
 }
 
+// start records the values the reports carry when this agent starts
+// (its baseline), in one write.
+func (c *carry) start(counters map[string]uint64) {
+	c.last = carryFile{Counted: maps.Clone(counters)}
+	c.write()
+}
+
 // pending records the values of the report made at t before the outbox
 // takes it.
 func (c *carry) pending(t int64, counters map[string]uint64) {

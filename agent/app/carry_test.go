@@ -56,8 +56,7 @@ func TestCarryRestore(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := newCarry(dir, "n", log)
-			c.pending(0, before)
-			c.commit()
+			c.start(before)
 			node := tt.stop(c, out)
 			if err := out.Close(); err != nil {
 				t.Fatal(err)
