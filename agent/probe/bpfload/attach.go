@@ -44,22 +44,16 @@ func (o *Object) Attach() error {
 	}
 	for _, pt := range o.Points {
 		if pt.attach == nil {
-			return errors.Join(fmt.Errorf("attach %s: no attach point (make Points with Tracepoint or Cgroup)", pt.Name), o.Detach())
+			return fmt.Errorf("attach %s: no attach point (make Points with Tracepoint or Cgroup)", pt.Name)
 		}
-		var (
-			l   link.Link
-			err error
-		)
-		if o.PinDir != "" && o.pinLinks {
-			if o.adopted == nil {
-				o.adopted = map[string]*ebpf.Program{}
-			}
-			l, err = o.attachPinned(pt)
-		} else {
-			l, err = pt.attach(pt.Program)
-		}
+	}
+	if o.PinDir != "" && o.pinLinks {
+		return o.attachPinned()
+	}
+	for _, pt := range o.Points {
+		l, err := pt.attach(pt.Program)
 		if err != nil {
-			return errors.Join(fmt.Errorf("attach %s%s: %w (%s)", pt.Name, pt.where, err, o.Hint(err)), o.unpinLinks(), o.Detach())
+			return errors.Join(fmt.Errorf("attach %s%s: %w (%s)", pt.Name, pt.where, err, o.Hint(err)), o.Detach())
 		}
 		o.links = append(o.links, l)
 		o.attached = append(o.attached, pt.Name)

@@ -70,6 +70,7 @@ type Object struct {
 	pinLinks                           bool
 	pinsNew, pinsAdopted, pinsReplaced int
 	adopted                            map[string]*ebpf.Program
+	oldMaps                            []oldMap // see carryOver
 }
 
 // Load sets vars in spec and loads spec into objs, a bpf2go objects struct
@@ -176,6 +177,10 @@ func (o *Object) Close() error {
 		}
 	}
 	o.loaded = nil
+	for _, om := range o.oldMaps {
+		om.m.Close()
+	}
+	o.oldMaps = nil
 	for _, p := range o.adopted {
 		if err := p.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close %s adopted program: %w", o.Name, err))

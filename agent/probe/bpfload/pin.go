@@ -63,23 +63,114 @@ func (o *Object) preparePins(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOpt
 		}
 		if err == nil {
 			err = ms.Compatible(old)
-			old.Close()
 			if err == nil {
+				old.Close()
 				o.pinsAdopted++
 				continue
 			}
 		}
-		// An upgrade changed the layout (or the pin is not a map): its
-		// counts cannot be read with this agent's types, so they are
-		// replaced, and the agent says so rather than report a jump.
-		o.log().Warn(o.Name+": pinned map cannot be adopted; replacing it, so counts made since the previous agent's last report are lost",
-			"map", path, "err", err)
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("pin %s: replace %s: %w", o.Name, path, err)
 		}
-		o.pinsReplaced++
+		switch {
+		case old != nil && copyable(old, ms):
+			// Only its size or flags changed: the counts are read into
+			// the new map once the old programs are detached (Attach).
+			o.log().Warn(o.Name+": pinned map has another size or flags; replacing it, carrying its counts over", "map", path, "err", err)
+			o.oldMaps = append(o.oldMaps, oldMap{name: ms.Name, m: old})
+			o.pinsAdopted++
+		case ms.Type == ebpf.RingBuf:
+			o.log().Warn(o.Name+": pinned evidence ring cannot be adopted; replacing it, so evidence not yet read from it is lost", "map", path, "err", err)
+			if old != nil {
+				old.Close()
+			}
+		default:
+			// An upgrade changed the layout (or the pin is not a map):
+			// its counts cannot be read with this agent's types, so they
+			// are replaced, and the agent says so rather than report a
+			// jump.
+			o.log().Warn(o.Name+": pinned map cannot be adopted; replacing it, so counts made since the previous agent's last report are lost",
+				"map", path, "err", err)
+			if old != nil {
+				old.Close()
+			}
+			o.pinsReplaced++
+		}
 	}
 	return &pinned, nil
+}
+
+// oldMap is a pinned map replaced by one of another size, whose entries
+// go into its replacement.
+type oldMap struct {
+	name string
+	m    *ebpf.Map
+}
+
+// copyable says whether old's entries can be written into a map made from
+// ms as they are: a hash or array map of the same type, key and value size.
+func copyable(old *ebpf.Map, ms *ebpf.MapSpec) bool {
+	switch ms.Type {
+	case ebpf.Hash, ebpf.PerCPUHash, ebpf.Array, ebpf.PerCPUArray, ebpf.LRUHash, ebpf.LRUCPUHash:
+	default:
+		return false
+	}
+	return old.Type() == ms.Type && old.KeySize() == ms.KeySize && old.ValueSize() == ms.ValueSize
+}
+
+// carryOver writes the entries of the replaced maps into their
+// replacements, once no old program writes them any more, and frees them.
+// An entry that does not fit (a smaller map) is lost and makes the object
+// not continue.
+func (o *Object) carryOver() {
+	for _, om := range o.oldMaps {
+		n, err := copyEntries(om.m, filepath.Join(o.PinDir, om.name))
+		if err != nil {
+			o.log().Warn(o.Name+": could not carry all counts over to the replaced map; they are lost", "map", om.name, "copied", n, "err", err)
+			o.pinsReplaced++
+		} else {
+			o.log().Info(o.Name+": carried the counts of the replaced map over", "map", om.name, "entries", n)
+		}
+		om.m.Close()
+	}
+	o.oldMaps = nil
+}
+
+func copyEntries(from *ebpf.Map, to string) (int, error) {
+	dst, err := ebpf.LoadPinnedMap(to, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer dst.Close()
+	perCPU := from.Type() == ebpf.PerCPUHash || from.Type() == ebpf.PerCPUArray || from.Type() == ebpf.LRUCPUHash
+	var (
+		key    []byte
+		one    []byte
+		percpu [][]byte
+		n      int
+	)
+	it := from.Iterate()
+	for {
+		var ok bool
+		if perCPU {
+			ok = it.Next(&key, &percpu)
+		} else {
+			ok = it.Next(&key, &one)
+		}
+		if !ok {
+			break
+		}
+		if perCPU {
+			err = dst.Put(key, percpu)
+		} else {
+			err = dst.Put(key, one)
+		}
+		if err != nil {
+			return n, fmt.Errorf("write entry: %w", err)
+		}
+		n++
+	}
+	return n, it.Err()
 }
 
 // Continued says whether the object's counter maps were adopted from a
@@ -89,9 +180,58 @@ func (o *Object) Continued() bool {
 	return o.PinDir != "" && o.pinsAdopted > 0 && o.pinsReplaced == 0
 }
 
-// attachPinned attaches pt, adopting the link pinned for it when that runs
-// this agent's program, and pins the link otherwise.
-func (o *Object) attachPinned(pt Point) (link.Link, error) {
+// attachPinned attaches the points of an always-on probe with a PinDir:
+// first it adopts each link pinned for a point when that runs this agent's
+// program, and detaches the others, so no old program writes the maps any
+// more; then it carries the counts of replaced maps over (carryOver); then
+// it attaches the points it did not adopt, and pins their links. On error
+// it detaches what it attached, as Attach does.
+func (o *Object) attachPinned() error {
+	if o.adopted == nil {
+		o.adopted = map[string]*ebpf.Program{}
+	}
+	adopted := make([]link.Link, len(o.Points))
+	for i, pt := range o.Points {
+		l, err := o.takePinned(pt)
+		if err != nil {
+			for _, a := range adopted {
+				if a != nil {
+					a.Close()
+				}
+			}
+			return errors.Join(fmt.Errorf("attach %s%s: %w", pt.Name, pt.where, err), o.Detach())
+		}
+		adopted[i] = l
+	}
+	o.carryOver()
+	for i, pt := range o.Points {
+		l := adopted[i]
+		if l == nil {
+			var err error
+			if l, err = pt.attach(pt.Program); err != nil {
+				for _, a := range adopted[i+1:] {
+					if a != nil {
+						a.Close()
+					}
+				}
+				return errors.Join(fmt.Errorf("attach %s%s: %w (%s)", pt.Name, pt.where, err, o.Hint(err)), o.unpinLinks(), o.Detach())
+			}
+			path := filepath.Join(o.PinDir, "link_"+pt.Name)
+			if err := l.Pin(path); err != nil {
+				// Attached all the same: it counts while this agent runs.
+				o.log().Warn(o.Name+": cannot pin the link; the program stops with this agent", "path", path, "err", err)
+			}
+		}
+		o.links = append(o.links, l)
+		o.attached = append(o.attached, pt.Name)
+	}
+	return nil
+}
+
+// takePinned returns the link pinned for pt when it runs this agent's
+// program (adopting it), and otherwise removes the pinned link, detaching
+// its program, and returns nil.
+func (o *Object) takePinned(pt Point) (link.Link, error) {
 	path := filepath.Join(o.PinDir, "link_"+pt.Name)
 	old, err := link.LoadPinnedLink(path, nil)
 	switch {
@@ -105,8 +245,8 @@ func (o *Object) attachPinned(pt Point) (link.Link, error) {
 		if prog != nil {
 			prog.Close()
 		}
-		// Detach the old program first: both attached would count each
-		// event twice in the shared maps.
+		// Detached before the new program attaches: both attached would
+		// count each event twice in the shared maps.
 		o.log().Warn(o.Name+": replacing the pinned program of the previous agent; events in the moment between are not counted",
 			"point", pt.Name, "why", why)
 		if err := errors.Join(old.Unpin(), old.Close()); err != nil {
@@ -119,15 +259,7 @@ func (o *Object) attachPinned(pt Point) (link.Link, error) {
 			return nil, fmt.Errorf("remove %s: %w", path, err)
 		}
 	}
-	l, err := pt.attach(pt.Program)
-	if err != nil {
-		return nil, err
-	}
-	if err := l.Pin(path); err != nil {
-		// Attached all the same: it counts while this agent runs.
-		o.log().Warn(o.Name+": cannot pin the link; the program stops with this agent", "path", path, "err", err)
-	}
-	return l, nil
+	return nil, nil
 }
 
 // sameProgram says whether the program the link runs is prog as this agent

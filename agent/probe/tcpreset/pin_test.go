@@ -94,8 +94,27 @@ func TestPinnedCountsSurviveTheProbe(t *testing.T) {
 		t.Fatal("nothing pinned")
 	}
 
-	// An upgrade that changed a map's layout: replaced, not continued.
+	// An upgrade that changed only a map's size: replaced, its counts
+	// carried over.
 	counts := filepath.Join(dir, "rst_counts")
+	resize(t, counts, 1)
+	logs.Reset()
+	fourth := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir, Logger: log})
+	if !fourth.Continued() || !strings.Contains(logs.String(), "carried the counts of the replaced map over") {
+		t.Errorf("continued %v after a size change; log:\n%s", fourth.Continued(), logs.String())
+	}
+	if got := sentNoSocket(fourth); got != 4*n {
+		t.Errorf("after a size change the probe reads %d, want the %d carried over", got, 4*n)
+	}
+	l.ResetNoSocket(t, n)
+	if got := sentNoSocket(fourth); got != 5*n {
+		t.Errorf("after more resets %d, want %d", got, 5*n)
+	}
+	if err := fourth.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// An upgrade that changed a map's layout: replaced, not continued.
 	if err := os.Remove(counts); err != nil {
 		t.Fatal(err)
 	}
@@ -108,13 +127,54 @@ func TestPinnedCountsSurviveTheProbe(t *testing.T) {
 	}
 	odd.Close()
 	logs.Reset()
-	fourth := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir, Logger: log})
-	if fourth.Continued() || !strings.Contains(logs.String(), "pinned map cannot be adopted") {
-		t.Errorf("continued %v after a layout change; log:\n%s", fourth.Continued(), logs.String())
+	fifth := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir, Logger: log})
+	if fifth.Continued() || !strings.Contains(logs.String(), "pinned map cannot be adopted") {
+		t.Errorf("continued %v after a layout change; log:\n%s", fifth.Continued(), logs.String())
 	}
 	l.ResetNoSocket(t, n)
-	if got := sentNoSocket(fourth); got != n {
-		t.Errorf("fourth probe reads %d, want %d (a fresh map, its program attached once)", got, n)
+	if got := sentNoSocket(fifth); got != n {
+		t.Errorf("fifth probe reads %d, want %d (a fresh map, its program attached once)", got, n)
+	}
+}
+
+// resize replaces the pinned map at path by one of the same layout with
+// more entries, holding the same counts, as an upgrade that grew it
+// would leave it for the next agent.
+func resize(t *testing.T, path string, more uint32) {
+	t.Helper()
+	old, err := ebpf.LoadPinnedMap(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	info, err := old.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bigger, err := ebpf.NewMap(&ebpf.MapSpec{Name: info.Name, Type: old.Type(), KeySize: old.KeySize(), ValueSize: old.ValueSize(),
+		MaxEntries: old.MaxEntries() + more, Flags: old.Flags()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bigger.Close()
+	var (
+		key []byte
+		val [][]byte // per CPU
+	)
+	it := old.Iterate()
+	for it.Next(&key, &val) {
+		if err := bigger.Put(key, val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := bigger.Pin(path); err != nil {
+		t.Fatal(err)
 	}
 }
 
