@@ -26,9 +26,12 @@ import (
 // the evidence ring, whose unread events the next agent then reads; and,
 // once attached, each program's link, "link_<point>".
 //
-// A pinned map whose layout differs from this agent's (an upgrade changed
-// its type, key, value or size) cannot be adopted: it is replaced by a
-// fresh one, and the object does not continue its counts (Continued).
+// A pinned map that differs from this agent's only in size or flags is
+// replaced by one holding its entries (carryOver), so its counts go on. One
+// whose layout differs (an upgrade changed its type, key or value) cannot
+// be read with this agent's types: it is replaced by a fresh one, and the
+// object does not continue its counts (Continued); an evidence ring so
+// replaced loses only the evidence not yet read from it.
 // A pinned link is adopted when its program is this agent's (same
 // instructions, same configuration, same maps); otherwise it is replaced:
 // the old program is detached before the new one attaches, so nothing is
