@@ -167,9 +167,10 @@ func TestAgentUpgradeAndRestartsLoseNoReset(t *testing.T) {
 	// pinned ring for the second agent (the storm is far below the
 	// evidence rate and the ring's size), which reports it with the counts
 	// of the gap: one event each, up to the evidence kept per interval
-	// (the source's cap, 100 here; they all arrive in the first interval).
-	// The window's edges are read apart from the storm, so they may be off
-	// by a batch.
+	// (the source's cap, 100 here; they all arrive in the first interval,
+	// and it keeps the oldest, some of which were made while the killed
+	// agent was exiting, before the window). The window's edges are read
+	// apart from the storm, so they may be off by a few batches.
 	conn, err := pgx.Connect(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
@@ -182,8 +183,8 @@ func TestAgentUpgradeAndRestartsLoseNoReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	made := int64(resetsAtStart - resetsAtKill)
-	if made < 100 || inGap < min(made, 100)-5 || inGap > made+5 {
-		t.Errorf("%d resets while no agent ran, %d evidence events stored for them; want one each up to 100 (±5 at the edges)", made, inGap)
+	if made < 100 || inGap < min(made, 100)-15 || inGap > made+5 {
+		t.Errorf("%d resets while no agent ran, %d evidence events stored for them; want one each up to 100 (less 15 at the edges)", made, inGap)
 	}
 	t.Logf("%d resets while no agent ran: %d evidence events stored", made, inGap)
 	if n := float64(lab.Nstat(t, lab.B)["TcpOutRsts"] - b0["TcpOutRsts"]); n < 300 {
