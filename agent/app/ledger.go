@@ -44,8 +44,21 @@ func newLedger() *ledger {
 // answered echo is in ping/<target>/sent and in its RTT histogram, or in
 // neither). Sources count from their own start, which is this process's,
 // so a restart never counts what the previous run reported.
-func (l *ledger) baseline(r reading) {
+//
+// The exception is a counter of a source that continues the previous
+// agent's counts (r.continued: its probe adopted pinned maps): it counts
+// from what the previous agent reported of it (reported, see carry), so the
+// first report holds what that agent counted but did not report and what
+// was counted while no agent ran. One the previous agent never reported
+// counts from 0, as a counter seen for the first time does. Without a
+// record of what was reported (reported nil), every counter counts from
+// here.
+func (l *ledger) baseline(r reading, reported map[string]uint64) {
 	for id, v := range r.counters {
+		if r.continued[id] && reported != nil {
+			l.counters[id] = min(reported[id], v)
+			continue
+		}
 		l.counters[id] = v
 	}
 }

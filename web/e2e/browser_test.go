@@ -320,6 +320,7 @@ func startAgent(t *testing.T, name, netns, collectorAddr string, labels agentapp
 	// Not the machine's /var/lib/nbs: each test agent has its own.
 	dir := t.TempDir()
 	cfg.CredentialFile, cfg.SpoolDir = filepath.Join(dir, "node-credential"), filepath.Join(dir, "spool")
+	cfg.PinDir = "none" // nothing left counting in the machine's bpffs
 	ctx, cancel := context.WithCancel(context.Background())
 	a := agentapp.New(cfg, logger(t, "agent:"+cfg.NodeName))
 	done := make(chan error, 1)
