@@ -50,7 +50,8 @@ type EvidenceCounts struct {
 	Branch string
 	// Kept events went into reports.
 	Kept uint64
-	// Dropped are the events given up, by cap (CapRateLimit, ...).
+	// Dropped are the events given up, by cap (CapRateLimit, ... or a
+	// source's own, named as a metric segment: lower case, digits, _).
 	Dropped map[string]uint64
 }
 

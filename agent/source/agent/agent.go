@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -212,11 +214,19 @@ func (s *Source) evidence(r *source.Reading) {
 			continue // closed meanwhile, or no evidence (/proc)
 		}
 		branch := catalog.MetricSegment(c.Branch)
-		r.Metrics = append(r.Metrics, catalog.AgentEvidenceDropped(branch, source.EvidenceCaps)...)
+		// The usual caps always (a zero says nothing was given up), then
+		// any other a source counts.
+		caps := slices.Clone(source.EvidenceCaps)
+		for _, cp := range slices.Sorted(maps.Keys(c.Dropped)) {
+			if !slices.Contains(caps, cp) {
+				caps = append(caps, cp)
+			}
+		}
+		r.Metrics = append(r.Metrics, catalog.AgentEvidenceDropped(branch, caps)...)
 		id := catalog.AgentEvidenceDrop + "/" + branch
 		r.Counters[catalog.AgentEvidence] += c.Kept
 		r.Counters[id] = 0
-		for _, cp := range source.EvidenceCaps {
+		for _, cp := range caps {
 			n := c.Dropped[cp]
 			r.Counters[id+"/"+cp] = n
 			r.Counters[id] += n
