@@ -20,7 +20,8 @@
 //	NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1 go test -run '^$' -bench AgentCost -benchtime 1x -timeout 60m ./bench/agentcost/
 //
 // NBS_AGENTCOST_PAIRS (default 8) on/off pairs of NBS_AGENTCOST_SECONDS
-// (default 5) each; NBS_AGENTCOST_STARTS (default 3) starts. With
+// (default 5) each, of both configurations or NBS_AGENTCOST_ONLY
+// ("default" or "triggered"); NBS_AGENTCOST_STARTS (default 3) starts. With
 // NBS_AGENTCOST_BASE set to a git revision, the start benchmark also builds
 // the agent of that revision and alternates its starts with this one's, for
 // a before/after in the same run.
@@ -353,6 +354,12 @@ func BenchmarkAgentCost(b *testing.B) {
 		// iperf3's load (at the default 1% they would be detached).
 		{name: "triggered sources attached", flags: []string{"--interval", "2s", "--overhead.budget", "100"},
 			triggered: true, rest: rest + 6*time.Second},
+	}
+	switch os.Getenv("NBS_AGENTCOST_ONLY") {
+	case "default":
+		configs = configs[:1]
+	case "triggered":
+		configs = configs[1:]
 	}
 
 	// run is one measurement. Both sides rest alike: the agent starts
