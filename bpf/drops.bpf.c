@@ -61,7 +61,7 @@ struct nbs_drop_percpu {
 	struct nbs_drop_cached cache[NBS_DROP_CACHE]; /* every namespace: by (netns, reason) */
 	__u64 suppressed;             /* evidence withheld by the rate limit */
 	__u64 ring_full;              /* evidence lost because user space lagged */
-	__u64 exhausted_until;        /* time (ns) until which this CPU knows the budget spent */
+	__u64 exhausted_until;        /* time (ns) before which this CPU knows the evidence bucket empty */
 	__u64 exhausted_jiffy;        /* jiffies when this CPU last found the budget spent */
 };
 
@@ -105,14 +105,15 @@ struct {
 	__type(value, __u64);
 } drop_netns_counts SEC(".maps");
 
+#define DROP_RING_BYTES (64 * 1024)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 64 * 1024);
+	__uint(max_entries, DROP_RING_BYTES);
 } drop_events SEC(".maps");
 
-/* Shared evidence budget: high 32 bits = the second (of bpf_ktime_get_ns)
- * the window belongs to, low 32 bits = events emitted in it. */
-__u64 evidence_window = 0;
+/* The evidence bucket shared by all CPUs (nbs_evidence_allowed). */
+__u64 evidence_tat = 0;
 
 /* Keeps struct nbs_drop_event in the object's BTF for bpf2go -type. */
 const struct nbs_drop_event *unused_nbs_drop_event __attribute__((unused));
@@ -135,47 +136,22 @@ static __always_inline __u32 drop_netns(const struct sk_buff *skb, const struct 
 	return ns;
 }
 
-/* At most evidence_per_sec events per second over all CPUs, from one shared
- * budget. A CPU that has seen this second's budget spent stops touching the
- * shared word until the next second; within the jiffy (1-10 ms) in which it
- * last found the budget spent it does not even read the clock, so in a drop
- * storm a suppressed drop costs one load of jiffies and one compare.
- * Evidence is then at most a jiffy late into a new second. */
+/* At most evidence_per_sec events a second over all CPUs, with a burst of
+ * as many, from the shared bucket (nbs_evidence_allowed). Within the jiffy
+ * (1-10 ms) in which a CPU last found the bucket empty it does not even read
+ * the clock, so in a drop storm a suppressed drop costs one load of jiffies
+ * and one compare; evidence is then at most a jiffy late after a refill. */
 static __always_inline bool evidence_allowed(struct nbs_drop_percpu *pc, __u64 *now)
 {
 	__u64 jiffy = bpf_jiffies64();
-	__u32 limit = evidence_per_sec;
-	__u32 sec;
 
 	if (jiffy == pc->exhausted_jiffy)
 		return false;
 	*now = bpf_ktime_get_ns();
-	if (*now < pc->exhausted_until) {
-		pc->exhausted_jiffy = jiffy;
-		return false;
-	}
-	sec = *now / NBS_NSEC_PER_SEC;
-	for (int i = 0; i < 4; i++) {
-		__u64 cur = *(volatile __u64 *)&evidence_window;
-		__u32 wsec = cur >> 32, used = cur;
-		__u64 next;
-
-		/* A CPU whose clock read is a hair behind must not move the
-		 * window back a second. */
-		if (wsec < sec)
-			next = ((__u64)sec << 32) | 1;
-		else if (used >= limit) {
-			if (wsec == sec) {
-				pc->exhausted_until = ((__u64)sec + 1) * NBS_NSEC_PER_SEC;
-				pc->exhausted_jiffy = jiffy;
-			}
-			return false;
-		} else
-			next = cur + 1;
-		if (__sync_val_compare_and_swap(&evidence_window, cur, next) == cur)
-			return true;
-	}
-	return false; /* heavy contention: plenty of other evidence this second */
+	if (nbs_evidence_allowed(&evidence_tat, &pc->exhausted_until, *now, evidence_per_sec))
+		return true;
+	pc->exhausted_jiffy = jiffy;
+	return false;
 }
 
 /* Addresses, ports and protocol of the packet, from its IP header (found at
@@ -266,7 +242,7 @@ static __always_inline void drop_evidence(struct nbs_drop_percpu *pc, const stru
 	}
 	ev->l3proto = bpf_ntohs(skb->protocol);
 	drop_headers(skb, ev);
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, nbs_evidence_submit_flags(&drop_events, DROP_RING_BYTES));
 }
 
 /* Count a drop by namespace and reason: in this CPU's slot for the key if

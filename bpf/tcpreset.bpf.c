@@ -46,7 +46,7 @@ struct nbs_rst_stats {
 	__u64 suppressed;    /* evidence withheld by the rate limit */
 	__u64 ring_full;     /* evidence lost because user space lagged */
 	__u64 count_errors;  /* counter updates that failed (map full) */
-	__u64 exhausted_sec; /* 1 + the second in which this CPU saw the budget spent */
+	__u64 denied_until;  /* time (ns) before which this CPU knows the evidence bucket empty */
 };
 
 struct {
@@ -58,9 +58,11 @@ struct {
 	__type(value, __u64);
 } rst_counts SEC(".maps");
 
+#define RST_RING_BYTES (256 * 1024)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
+	__uint(max_entries, RST_RING_BYTES);
 } rst_events SEC(".maps");
 
 struct {
@@ -70,10 +72,8 @@ struct {
 	__type(value, struct nbs_rst_stats);
 } rst_stats SEC(".maps");
 
-/* Shared evidence budget: high 32 bits = the second (of bpf_ktime_get_ns) the
- * window belongs to, low 32 bits = events emitted in it. One word so a single
- * compare-and-swap both rolls the window over and takes a token. */
-__u64 evidence_window = 0;
+/* The evidence bucket shared by all CPUs (nbs_evidence_allowed). */
+__u64 evidence_tat = 0;
 
 /* Keeps struct nbs_rst_event in the object's BTF for bpf2go -type. */
 const struct nbs_rst_event *unused_nbs_rst_event __attribute__((unused));
@@ -99,46 +99,6 @@ static __always_inline void count(__u32 netns, __u32 direction, __u32 code)
 		__sync_fetch_and_add(&st->count_errors, 1);
 }
 
-/*
- * Rate limit for evidence: at most evidence_per_sec events per second over
- * all CPUs, from a shared budget. Unlike a per-CPU split of the budget, this
- * neither starves a storm that RSS steers to one CPU nor multiplies the limit
- * by the CPU count. The shared word is touched only on the evidence path,
- * and once a CPU has seen this second's budget spent it stops touching it
- * until the next second, so a reset storm costs each CPU one per-CPU read.
- */
-static __always_inline bool evidence_allowed(struct nbs_rst_stats *st, __u64 now)
-{
-	__u32 limit = evidence_per_sec;
-	__u32 sec = now / NBS_NSEC_PER_SEC;
-
-	if (!limit)
-		return false;
-	if (st->exhausted_sec == (__u64)sec + 1)
-		return false;
-	for (int i = 0; i < 4; i++) {
-		__u64 cur = *(volatile __u64 *)&evidence_window;
-		__u32 wsec = cur >> 32, used = cur;
-		__u64 next;
-
-		/* A CPU whose clock read is a hair behind must not move the
-		 * window back a second: it spends the newer window's budget. */
-		if (wsec < sec)
-			next = ((__u64)sec << 32) | 1;
-		else if (used >= limit) {
-			if (wsec == sec)
-				st->exhausted_sec = (__u64)sec + 1;
-			return false;
-		} else
-			next = cur + 1;
-		if (__sync_val_compare_and_swap(&evidence_window, cur, next) == cur)
-			return true;
-	}
-	/* Lost the race four times: heavy contention, so there is plenty of
-	 * other evidence this second. */
-	return false;
-}
-
 /* Emit one evidence event if the budget allows; account for it otherwise. */
 static __always_inline void evidence(const struct sock *sk, const struct sk_buff *skb,
 				     __u32 netns, __u8 direction, __u32 reason)
@@ -151,7 +111,7 @@ static __always_inline void evidence(const struct sock *sk, const struct sk_buff
 	if (!st)
 		return;
 	now = bpf_ktime_get_ns();
-	if (!evidence_allowed(st, now)) {
+	if (!nbs_evidence_allowed(&evidence_tat, &st->denied_until, now, evidence_per_sec)) {
 		__sync_fetch_and_add(&st->suppressed, 1);
 		return;
 	}
@@ -192,7 +152,7 @@ static __always_inline void evidence(const struct sock *sk, const struct sk_buff
 		__builtin_memcpy(ev->saddr, t.saddr, 16);
 		__builtin_memcpy(ev->daddr, t.daddr, 16);
 	}
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, nbs_evidence_submit_flags(&rst_events, RST_RING_BYTES));
 }
 
 /* sk is NULL when no socket matched the packet (NO_SOCKET); skb is NULL for

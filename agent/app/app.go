@@ -298,9 +298,9 @@ type opener func(context.Context, source.Env) (source.Source, error)
 func (a *Agent) branches() []opener {
 	targets, _ := pingsrc.ParseTargets(a.cfg.PingTargets) // checked by Validate
 	return []opener{
-		open(tcpreset.Open, tcpreset.Options{}),
+		open(tcpreset.Open, tcpreset.Options{MaxEventsPerInterval: a.cfg.evidencePerInterval()}),
 		open(latency.Open, latency.Options{}),
-		open(drops.Open, drops.Options{}),
+		open(drops.Open, drops.Options{MaxEventsPerInterval: a.cfg.evidencePerInterval()}),
 		open(pingsrc.Open, pingsrc.Options{Targets: targets, Interval: a.cfg.PingInterval}),
 		open(latencytx.Open, latencytx.Options{CgroupPath: a.cfg.CgroupPath, SampleEvery: uint32(a.cfg.TxSample)}),
 		open(latencyqdisc.Open, latencyqdisc.Options{}),

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/nodecred"
+	"github.com/nbs-project/nbs/agent/source"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
 	"github.com/nbs-project/nbs/agent/spool"
 	"github.com/nbs-project/nbs/internal/netns"
@@ -33,6 +34,10 @@ type Config struct {
 	Labels            Labels
 	BufferReports     int
 	EvidencePerSecond uint
+	// EvidencePerInterval caps each evidence source's events in one report
+	// (0: all --evidence.per-second lets through in an interval, see
+	// source.EvidencePerInterval).
+	EvidencePerInterval uint
 	// TopOwners is how many owners of network namespaces (pods,
 	// containers, ...) a per-namespace counter splits into children of
 	// their own; the rest share "other" (0: catalog.DefaultTopOwners).
@@ -145,6 +150,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.Labels, "labels", "node labels k=v,... (e.g. rack=r12,zone=b), used for grouping, thresholds, alerts and reports; where the collector verifies node names, the tenant label (customer) and any label an operator bound are the collector's, and what this flag says of them is ignored")
 	fs.IntVar(&c.BufferReports, "buffer.reports", c.BufferReports, "un-acked reports kept while the collector is unreachable (8640 = 24h at 10s); the oldest are dropped beyond")
 	fs.UintVar(&c.EvidencePerSecond, "evidence.per-second", c.EvidencePerSecond, "evidence events per second the kernel may emit (rate limit enforced in BPF)")
+	fs.UintVar(&c.EvidencePerInterval, "evidence.per-interval", c.EvidencePerInterval, fmt.Sprintf("evidence events of each source (resets, drops) kept per report; beyond, they are counted in agent/evidence/dropped/<source>/interval_cap (0: all --evidence.per-second lets through in an interval, i.e. per-second x (interval + 2s), at most %d)", source.MaxEvidencePerInterval))
 	fs.IntVar(&c.TopOwners, "owners.top", c.TopOwners, "owners of network namespaces (pods, containers, `ip netns` names, processes) shown as children of their own under each reset and drop reason; the rest are counted in <reason>/other")
 	fs.DurationVar(&c.SnapshotEvery, "snapshot.every", c.SnapshotEvery, "send the full tree this often, so history exists at coarse grain")
 	fs.BoolVar(&c.BPF, "bpf", c.BPF, "use eBPF; false forces the /proc fallback")
@@ -161,6 +167,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Unpin, "bpf.unpin", c.Unpin, "remove what agents pinned in --bpf.pin-dir (the programs stop counting) and exit: the uninstall step")
 	fs.DurationVar(&c.FlushTimeout, "shutdown.flush-timeout", c.FlushTimeout, "on SIGTERM the agent reports its last partial interval and waits this long for the collector to store it (what is not acked stays in --spool.dir for the next agent)")
 	fs.Int64Var(&c.SpoolMaxBytes, "spool.max-bytes", c.SpoolMaxBytes, "bytes of un-acked reports kept; beyond, the oldest children are dropped first, then the oldest reports")
+}
+
+// evidencePerInterval is the cap on each evidence source's events in one
+// report.
+func (c *Config) evidencePerInterval() int {
+	if c.EvidencePerInterval > 0 {
+		return int(c.EvidencePerInterval)
+	}
+	return source.EvidencePerInterval(uint32(c.EvidencePerSecond), c.Interval)
 }
 
 // pingAddress is what the Hello announces: the flag's address, nothing for
@@ -207,6 +222,9 @@ func (c *Config) Validate() error {
 	}
 	if c.EvidencePerSecond > 100_000 {
 		errs = append(errs, fmt.Errorf("--evidence.per-second %d is more than 100000", c.EvidencePerSecond))
+	}
+	if c.EvidencePerInterval > source.MaxEvidencePerInterval {
+		errs = append(errs, fmt.Errorf("--evidence.per-interval %d is more than %d (a quarter of the events one report may carry)", c.EvidencePerInterval, source.MaxEvidencePerInterval))
 	}
 	if c.TopOwners < 0 || c.TopOwners > 100 {
 		errs = append(errs, fmt.Errorf("--owners.top %d must be from 1 to 100 (0: %d)", c.TopOwners, catalog.DefaultTopOwners))

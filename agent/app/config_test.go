@@ -73,6 +73,7 @@ func TestConfigValidate(t *testing.T) {
 		{"collector", func(c *Config) { c.CollectorAddress = "" }, []string{"--collector.address"}},
 		{"tx sample", func(c *Config) { c.TxSample = 1<<20 + 1 }, []string{"--tx-timestamping.sample"}},
 		{"budget", func(c *Config) { c.OverheadBudget = 101 }, []string{"--overhead.budget"}},
+		{"evidence per interval", func(c *Config) { c.EvidencePerInterval = 251 }, []string{"--evidence.per-interval"}},
 		{"triggered", func(c *Config) { c.TriggeredHold, c.TriggeredMax = -1, time.Millisecond }, []string{"--triggered.hold", "--triggered.max"}},
 		{"everything at once", func(c *Config) {
 			c.CollectorAddress, c.NodeName, c.Interval, c.BufferReports = "", "", time.Hour+1, 0

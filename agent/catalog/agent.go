@@ -8,6 +8,8 @@ const (
 	AgentOutbox        = "agent/outbox"
 	AgentOutboxDropped = "agent/outbox/dropped"
 	AgentTriggered     = "agent/triggered"
+	AgentEvidence      = "agent/evidence"
+	AgentEvidenceDrop  = "agent/evidence/dropped"
 )
 
 // AgentTree is the fixed part of the agent branch; a child per BPF program
@@ -42,6 +44,18 @@ func AgentTree() []Metric {
 				"Also counted: reports the collector rejected and measurements too large to send at all, both " +
 				"logged by the agent with the reason.",
 			Threshold: &Threshold{Warn: 0.001, Crit: 1, Hold: 1}},
+		{ID: AgentEvidence, Title: "Evidence events reported", Unit: "events/s", Kind: Rate,
+			Description: "Evidence events (the 5-tuples and reasons of resets and drops) the agent put in its " +
+				"reports. The kernel lets through at most --evidence.per-second of each source's events a second, " +
+				"after a first burst of as many (a token bucket), and the agent keeps at most " +
+				"--evidence.per-interval of each source's events per report; the rest are counted under dropped, " +
+				"so a storm's evidence is a sample and its counters stay exact."},
+		{ID: AgentEvidenceDrop, Title: "Evidence events given up", Unit: "events/s", Kind: Rate,
+			Description: "Evidence events given up, by source and cap: rate_limit (withheld by the kernel's rate " +
+				"limit, --evidence.per-second: expected in a storm, the counters still count every event), " +
+				"ring_full (lost because the agent read the kernel's ring too slowly: the agent is starved of " +
+				"CPU) and interval_cap (read but beyond --evidence.per-interval: raise it, or shorten --interval). " +
+				"The counters of resets and drops are exact whatever evidence is given up."},
 		{ID: AgentTriggered, Title: "Triggered sources attached", Unit: "sources", Kind: Gauge,
 			Description: "Triggered sources (per-packet BPF programs) attached now. Each is attached while its " +
 				"branch is in trouble or an operator is looking, for at most --triggered.max at a stretch, kept " +
@@ -65,6 +79,19 @@ func AgentProgram(name string) []Metric {
 			Description: "Runs per second of BPF program " + name + " during the interval (its last second at " +
 				"intervals of 5 s or more): how often its attach point fired (packets, segments, events)."},
 	}
+}
+
+// AgentEvidenceDropped is the subtree of one source's given-up evidence:
+// the source's total and a child per cap.
+func AgentEvidenceDropped(branch string, caps []string) []Metric {
+	id := AgentEvidenceDrop + "/" + branch
+	out := []Metric{{ID: id, Title: branch + " evidence given up", Unit: "events/s", Kind: Rate,
+		Description: "Evidence events of " + branch + " given up, by cap (the children)."}}
+	for _, c := range caps {
+		out = append(out, Metric{ID: id + "/" + c, Title: branch + " evidence given up: " + c, Unit: "events/s", Kind: Rate,
+			Description: "Evidence events of " + branch + " given up under " + c + " (see " + AgentEvidenceDrop + ")."})
+	}
+	return out
 }
 
 // AgentTriggeredSource is the child saying whether one triggered source is

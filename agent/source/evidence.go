@@ -6,16 +6,65 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nbs-project/nbs/internal/wire"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
 // stopWait bounds how long Stop waits for the reader.
 const stopWait = 5 * time.Second
 
+// MaxEvidencePerInterval is the most evidence events one source may put in
+// a report (--evidence.per-interval): a quarter of what the collector takes
+// in one report (wire.MaxEvents), so the two evidence sources (tcp_reset,
+// drops) and the rest fit in one report, unsplit.
+const MaxEvidencePerInterval = wire.MaxEvents / 4
+
+// EvidencePerInterval is the default cap on one source's events in a
+// report: all the kernel's rate limit lets through in an interval (its
+// bucket of perSec events, plus perSec a second), with 2 s for the
+// collections' jitter, at most MaxEvidencePerInterval. With it, the cap
+// gives up nothing the rate limit let through.
+func EvidencePerInterval(perSec uint32, interval time.Duration) int {
+	n := float64(perSec) * (interval.Seconds() + 2)
+	return int(min(n, MaxEvidencePerInterval))
+}
+
+// The caps under which evidence is given up, as the agent branch names them
+// (agent/evidence/dropped/<branch>/<cap>).
+const (
+	// CapRateLimit: withheld by the kernel's rate limit (--evidence.per-second).
+	CapRateLimit = "rate_limit"
+	// CapRingFull: lost in the kernel because the ring buffer was full (the
+	// agent read too slowly).
+	CapRingFull = "ring_full"
+	// CapInterval: read, then given up beyond --evidence.per-interval.
+	CapInterval = "interval_cap"
+)
+
+// EvidenceCaps lists every cap, in the order the agent branch shows them.
+var EvidenceCaps = []string{CapRateLimit, CapRingFull, CapInterval}
+
+// EvidenceCounts are a source's evidence events since it started.
+type EvidenceCounts struct {
+	// Branch is the source's branch ("tcp_reset").
+	Branch string
+	// Kept events went into reports.
+	Kept uint64
+	// Dropped are the events given up, by cap (CapRateLimit, ... or a
+	// source's own, named as a metric segment: lower case, digits, _).
+	Dropped map[string]uint64
+}
+
+// EvidenceLosses is implemented by sources with evidence, so the agent
+// branch shows what each cap gave up (agent/evidence/dropped).
+type EvidenceLosses interface {
+	EvidenceCounts() (EvidenceCounts, error)
+}
+
 // Evidence gathers a probe's evidence events between collections: a reader
 // goroutine runs from StartEvidence until Stop, and keeps at most max
 // events an interval (the kernel already rate-limits; this bounds the
-// report if the interval is long).
+// report if the interval is long), counting those it gives up.
 type Evidence struct {
 	branch string
 	log    *slog.Logger
@@ -23,6 +72,8 @@ type Evidence struct {
 
 	mu     sync.Mutex
 	events []*nbsv1.Event
+	kept   uint64 // events taken into readings, since the start
+	capped uint64 // events given up beyond max, since the start
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -50,7 +101,9 @@ func (e *Evidence) add(ev *nbsv1.Event) {
 	defer e.mu.Unlock()
 	if len(e.events) < e.max {
 		e.events = append(e.events, ev)
+		return
 	}
+	e.capped++
 }
 
 // Take returns the events gathered since the previous Take.
@@ -59,7 +112,16 @@ func (e *Evidence) Take() []*nbsv1.Event {
 	defer e.mu.Unlock()
 	evs := e.events
 	e.events = nil
+	e.kept += uint64(len(evs))
 	return evs
+}
+
+// Counts returns the events taken and those given up beyond the cap, since
+// the start.
+func (e *Evidence) Counts() (kept, capped uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.kept, e.capped
 }
 
 // Stop ends the reader and waits for it, for a while. Close the probe

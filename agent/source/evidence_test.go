@@ -42,10 +42,15 @@ func TestEvidence(t *testing.T) {
 		batch <- n
 		<-batch
 	}
-	for _, c := range []struct{ add, want int }{{5, 3}, {0, 0}, {2, 2}} {
+	var kept, capped uint64
+	for _, c := range []struct{ add, want int }{{5, 3}, {0, 0}, {2, 2}, {4, 3}} {
 		send(c.add)
 		if got := len(e.Take()); got != c.want {
 			t.Errorf("added %d, took %d, want %d", c.add, got, c.want)
+		}
+		kept, capped = kept+uint64(c.want), capped+uint64(c.add-c.want)
+		if k, cp := e.Counts(); k != kept || cp != capped {
+			t.Errorf("after adding %d: Counts() = %d kept, %d capped, want %d, %d", c.add, k, cp, kept, capped)
 		}
 	}
 	stopped := make(chan struct{})
@@ -59,5 +64,24 @@ func TestEvidence(t *testing.T) {
 	case <-e.done:
 	default:
 		t.Error("Stop returned before the reader ended")
+	}
+}
+
+// The default cap is what the kernel's bucket lets through in an interval
+// and 2 s of jitter, never above the report's share.
+func TestEvidencePerInterval(t *testing.T) {
+	for _, c := range []struct {
+		perSec   uint32
+		interval time.Duration
+		want     int
+	}{
+		{20, 10 * time.Second, 240},
+		{1, 100 * time.Millisecond, 2},
+		{20, time.Minute, MaxEvidencePerInterval},
+		{0, 10 * time.Second, 0},
+	} {
+		if got := EvidencePerInterval(c.perSec, c.interval); got != c.want {
+			t.Errorf("EvidencePerInterval(%d, %s) = %d, want %d", c.perSec, c.interval, got, c.want)
+		}
 	}
 }

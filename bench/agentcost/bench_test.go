@@ -1,25 +1,39 @@
 // Package agentcost measures what the agent costs the node it watches: TCP
 // throughput through a veth pair of the namespace lab with the real
 // nbs-agent binary running (its defaults: every namespace, TX timestamping
-// 1 in 64 connections) against not running, in interleaved runs, measured
-// by iperf3 itself; the agent's CPU and peak memory while it runs, idle
-// and under an 8-stream load; and what its start costs: its CPU over its
-// first 15 s and its peak memory.
+// 1 in 64 connections) against not running, measured by iperf3 itself; the
+// agent's CPU and peak memory while it runs, idle and under an 8-stream
+// load; and what its start costs: its CPU over its first 15 s and its peak
+// memory.
 //
-//	NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1 go test -run '^$' -bench . -benchtime 1x -timeout 20m ./bench/agentcost/
+// The throughput harness treats both sides alike: every run, "on" or
+// "off", starts with the same rest (NBS_AGENTCOST_REST seconds from the
+// run's start, within which the agent is started and ready for an "on"
+// run) and ends with the same cooldown (within which the agent is
+// stopped); the iperf3 client and server are pinned to CPUs
+// (NBS_AGENTCOST_CPUS, "client,server"); pairs alternate their order
+// (off-on, on-off, off-on, ...: ABBA), and the configurations (the default
+// agent, and the agent with its triggered per-packet sources attached by an
+// operator's expand) take turns pair by pair, so a drift of the machine's
+// load falls on every side alike.
 //
-// NBS_AGENTCOST_PAIRS (default 6) on/off pairs of NBS_AGENTCOST_SECONDS
-// (default 3) each; NBS_AGENTCOST_STARTS (default 3) starts. With
+//	NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1 go test -run '^$' -bench AgentCost -benchtime 1x -timeout 60m ./bench/agentcost/
+//
+// NBS_AGENTCOST_PAIRS (default 8) on/off pairs of NBS_AGENTCOST_SECONDS
+// (default 5) each, of both configurations or NBS_AGENTCOST_ONLY
+// ("default" or "triggered"); NBS_AGENTCOST_STARTS (default 3) starts. With
 // NBS_AGENTCOST_BASE set to a git revision, the start benchmark also builds
 // the agent of that revision and alternates its starts with this one's, for
 // a before/after in the same run.
 package agentcost
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +43,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nbs-project/nbs/collector/access"
 	collectorapp "github.com/nbs-project/nbs/collector/app"
+	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 	"github.com/nbs-project/nbs/internal/procstatus"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
@@ -48,21 +66,20 @@ func envInt(name string, def int) int {
 type agent struct {
 	cmd   *exec.Cmd
 	start time.Time
+	log   string // its log file
 }
 
-func startAgent(b *testing.B, bin, collector string) *agent {
-	b.Helper()
-	a := launchAgent(b, bin, collector)
-	time.Sleep(2 * time.Second)
-	return a
-}
+// nodeName is the benchmark agent's node.
+const nodeName = "cost-1"
 
-// launchAgent starts nbs-agent and returns once it logs that it runs.
-func launchAgent(b *testing.B, bin, collector string) *agent {
+// launchAgent starts nbs-agent (with extra flags) and returns once it logs
+// that it runs.
+func launchAgent(b *testing.B, bin, collector string, extra ...string) *agent {
 	b.Helper()
 	dir := b.TempDir()
-	cmd := exec.Command(bin, "--collector.address", collector, "--node.name", "cost-1",
-		"--spool.dir", filepath.Join(dir, "spool"), "--node.credential-file", filepath.Join(dir, "credential"))
+	args := append([]string{"--collector.address", collector, "--node.name", nodeName,
+		"--spool.dir", filepath.Join(dir, "spool"), "--node.credential-file", filepath.Join(dir, "credential")}, extra...)
+	cmd := exec.Command(bin, args...)
 	logf, err := os.Create(filepath.Join(dir, "agent.log"))
 	if err != nil {
 		b.Fatal(err)
@@ -71,22 +88,29 @@ func launchAgent(b *testing.B, bin, collector string) *agent {
 	if err := cmd.Start(); err != nil {
 		b.Fatalf("start nbs-agent: %v", err)
 	}
-	a := &agent{cmd: cmd, start: time.Now()}
+	a := &agent{cmd: cmd, start: time.Now(), log: logf.Name()}
 	b.Cleanup(func() { a.stop(); logf.Close() })
 	// Loading the programs and reading BTF takes a few seconds; measure
 	// the running agent, not its start.
-	deadline := time.Now().Add(30 * time.Second)
+	if !a.waitLog("agent running", time.Now().Add(30*time.Second)) {
+		log, _ := os.ReadFile(a.log)
+		b.Fatalf("nbs-agent did not start within 30s:\n%s", log)
+	}
+	return a
+}
+
+// waitLog waits until the agent's log says what, until deadline.
+func (a *agent) waitLog(what string, deadline time.Time) bool {
 	for {
-		log, _ := os.ReadFile(logf.Name())
-		if strings.Contains(string(log), "agent running") {
-			break
+		log, _ := os.ReadFile(a.log)
+		if strings.Contains(string(log), what) {
+			return true
 		}
-		if time.Now().After(deadline) || cmd.ProcessState != nil {
-			b.Fatalf("nbs-agent did not start within 30s:\n%s", log)
+		if time.Now().After(deadline) || a.cmd.ProcessState != nil {
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return a
 }
 
 func (a *agent) stop() {
@@ -124,13 +148,26 @@ func (a *agent) statusKiB(b *testing.B, field string) int {
 	return n
 }
 
+// cpus are the CPUs the iperf3 client and server are pinned to
+// (NBS_AGENTCOST_CPUS="client,server", default "0,1").
+func cpus() (c struct{ client, server int }) {
+	c.client, c.server = 0, 1
+	if v := os.Getenv("NBS_AGENTCOST_CPUS"); v != "" {
+		cl, sv, _ := strings.Cut(v, ",")
+		c.client, _ = strconv.Atoi(cl)
+		c.server, _ = strconv.Atoi(sv)
+	}
+	return c
+}
+
 // iperfPort is where the iperf3 server listens in B.
 const iperfPort = 5201
 
 // iperfServer starts a one-test iperf3 server in B and returns once it
 // listens (iperf3's own server may exit after a test, so each test gets one).
 func iperfServer(b *testing.B, lab *netlab.Lab) *exec.Cmd {
-	srv := exec.Command("ip", "netns", "exec", lab.B, "iperf3", "-s", "-1", "-p", strconv.Itoa(iperfPort), "-B", lab.IPB.String())
+	srv := exec.Command("ip", "netns", "exec", lab.B, "iperf3", "-s", "-1", "-p", strconv.Itoa(iperfPort), "-B", lab.IPB.String(),
+		"-A", strconv.Itoa(cpus().server))
 	if err := srv.Start(); err != nil {
 		b.Fatalf("iperf3 server: %v", err)
 	}
@@ -165,7 +202,7 @@ func iperf(b *testing.B, lab *netlab.Lab, secs, streams int) float64 {
 	}
 	for try := 0; ; try++ { // until the server listens
 		out, err := exec.Command("ip", "netns", "exec", lab.A, "iperf3", "-c", lab.IPB.String(), "-p", port,
-			"-t", strconv.Itoa(secs), "-P", strconv.Itoa(streams), "-J").Output()
+			"-t", strconv.Itoa(secs), "-P", strconv.Itoa(streams), "-J", "-A", strconv.Itoa(cpus().client)).Output()
 		if jerr := json.Unmarshal(out, &res); jerr != nil {
 			b.Fatalf("iperf3: %v, output %v: %.300s", err, jerr, out)
 		}
@@ -213,9 +250,14 @@ func buildAgentAt(b *testing.B, rev string) string {
 	return bin
 }
 
-// startCollector runs a collector on a throwaway database for the agents
-// to report to, and returns its gRPC address.
-func startCollector(b *testing.B) string {
+// collector is a collector on a throwaway database for the agents to
+// report to, with an admin token for its HTTP API.
+type collector struct {
+	grpcAddr, httpAddr, token string
+}
+
+// startCollector runs a collector on a throwaway database.
+func startCollector(b *testing.B) collector {
 	cfg := collectorapp.DefaultConfig()
 	cfg.DBURL, cfg.GRPCAddr, cfg.HTTPAddr = pgcluster.Database(b), "127.0.0.1:0", "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
@@ -228,8 +270,74 @@ func startCollector(b *testing.B) string {
 	case err := <-done:
 		b.Fatalf("collector: %v", err)
 	}
-	grpcAddr, _ := col.Addrs()
-	return grpcAddr
+	c := collector{token: adminToken(b, cfg.DBURL)}
+	c.grpcAddr, c.httpAddr = col.Addrs()
+	return c
+}
+
+// adminToken makes an admin token with `nbs-collector token create`.
+func adminToken(b *testing.B, dbURL string) string {
+	var stdout, stderr bytes.Buffer
+	cmd := access.TokenCommand{
+		Open: func(ctx context.Context, url string) (*pgxpool.Pool, func(), error) {
+			st, err := store.Open(ctx, url, slog.New(slog.DiscardHandler))
+			if err != nil {
+				return nil, nil, err
+			}
+			return st.Pool(), st.Close, nil
+		},
+		Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }, Log: slog.New(slog.DiscardHandler),
+	}
+	if code := cmd.Run(context.Background(), []string{"create", "--db.url", dbURL, "--name", "agentcost", "--role", "admin", "--expires", "1d"}); code != 0 {
+		b.Fatalf("nbs-collector token create: exit %d: %s", code, stderr.String())
+	}
+	return strings.TrimSpace(stdout.String())
+}
+
+// expand asks the collector to have the agent attach its triggered
+// sources for secs seconds (an operator's expand); false while the agent's
+// stream is not there yet.
+func (c collector) expand(b *testing.B, secs int) bool {
+	req, err := http.NewRequest(http.MethodPost, "http://"+c.httpAddr+"/api/v1/nodes/"+nodeName+"/expand",
+		strings.NewReader(fmt.Sprintf(`{"seconds": %d}`, secs)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatalf("expand: %v", err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusAccepted
+}
+
+// costConfig is one agent configuration measured against no agent.
+type costConfig struct {
+	name  string
+	flags []string
+	// triggered: the run expands the node and waits for the triggered
+	// sources to attach before its rest ends.
+	triggered bool
+	rest      time.Duration
+}
+
+// ratios are one configuration's on/off throughput pairs.
+type ratios struct{ on, off, r []float64 }
+
+func (r ratios) summary() (lo, med, hi float64, below int) {
+	s := slices.Sorted(slices.Values(r.r))
+	med = s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	for _, x := range s {
+		if x < 1 {
+			below++
+		}
+	}
+	return s[0], med, s[len(s)-1], below
 }
 
 func BenchmarkAgentCost(b *testing.B) {
@@ -237,39 +345,105 @@ func BenchmarkAgentCost(b *testing.B) {
 		netlab.SkipOrFail(b, "iperf3 is not installed")
 	}
 	bin := buildAgent(b)
-	grpcAddr := startCollector(b)
+	col := startCollector(b)
 	lab := netlab.New(b)
-	pairs, secs := envInt("NBS_AGENTCOST_PAIRS", 6), envInt("NBS_AGENTCOST_SECONDS", 3)
+	pairs, secs := envInt("NBS_AGENTCOST_PAIRS", 8), envInt("NBS_AGENTCOST_SECONDS", 5)
+	rest := time.Duration(envInt("NBS_AGENTCOST_REST", 8)) * time.Second
+	const cooldown = 3 * time.Second
+	configs := []costConfig{
+		{name: "default agent", rest: rest},
+		// A 2 s interval so the expand attaches them within the rest; the
+		// budget raised so the per-packet programs stay attached under
+		// iperf3's load (at the default 1% they would be detached).
+		{name: "triggered sources attached", flags: []string{"--interval", "2s", "--overhead.budget", "100"},
+			triggered: true, rest: rest + 6*time.Second},
+	}
+	switch os.Getenv("NBS_AGENTCOST_ONLY") {
+	case "default":
+		configs = configs[:1]
+	case "triggered":
+		configs = configs[1:]
+	}
+
+	// run is one measurement. Both sides rest alike: the agent starts
+	// (and, triggered, attaches) within the rest an "off" run spends idle,
+	// and stops within the cooldown.
+	var busyCPU, wall time.Duration
+	peak := 0
+	run := func(cfg costConfig, on bool) float64 {
+		t0 := time.Now()
+		var a *agent
+		if on {
+			a = launchAgent(b, bin, col.grpcAddr, cfg.flags...)
+			if cfg.triggered {
+				for !col.expand(b, secs+int(cfg.rest/time.Second)+30) {
+					if time.Since(t0) > cfg.rest {
+						b.Fatalf("%s: the collector does not know the agent's stream after %s", cfg.name, cfg.rest)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				if !a.waitLog("triggered source attached", t0.Add(cfg.rest)) {
+					b.Fatalf("%s: no triggered source attached within the rest (%s): raise NBS_AGENTCOST_REST", cfg.name, cfg.rest)
+				}
+			}
+			if d := time.Since(t0); d > cfg.rest {
+				b.Fatalf("%s: the agent took %s to be ready, more than the rest (%s): raise NBS_AGENTCOST_REST", cfg.name, d, cfg.rest)
+			}
+		}
+		time.Sleep(time.Until(t0.Add(cfg.rest)))
+		var c0 time.Duration
+		if on {
+			c0 = a.cpu(b)
+		}
+		t1 := time.Now()
+		bps := iperf(b, lab, secs, 1)
+		if on {
+			busyCPU += a.cpu(b) - c0
+			wall += time.Since(t1)
+			peak = max(peak, a.peakKiB(b))
+		}
+		t2 := time.Now()
+		if on {
+			a.stop()
+		}
+		time.Sleep(time.Until(t2.Add(cooldown)))
+		return bps
+	}
 
 	for range b.N {
-		var ratios []float64
-		var on, off []float64
-		var busyCPU, wall time.Duration
-		peak := 0
+		results := make([]ratios, len(configs))
 		for i := range pairs {
-			measureOn := func() {
-				a := startAgent(b, bin, grpcAddr)
-				c0, t0 := a.cpu(b), time.Now()
-				on = append(on, iperf(b, lab, secs, 1))
-				busyCPU += a.cpu(b) - c0
-				wall += time.Since(t0)
-				peak = max(peak, a.peakKiB(b))
-				a.stop()
+			for k, cfg := range configs {
+				r := &results[k]
+				// ABBA: off-on, on-off, off-on, ...
+				if i%2 == 0 {
+					r.off = append(r.off, run(cfg, false))
+					r.on = append(r.on, run(cfg, true))
+				} else {
+					r.on = append(r.on, run(cfg, true))
+					r.off = append(r.off, run(cfg, false))
+				}
+				r.r = append(r.r, r.on[i]/r.off[i])
 			}
-			measureOff := func() { off = append(off, iperf(b, lab, secs, 1)) }
-			// Alternate which goes first, so a drift of the machine's load
-			// falls on both sides alike.
-			if i%2 == 0 {
-				measureOff()
-				measureOn()
-			} else {
-				measureOn()
-				measureOff()
-			}
-			ratios = append(ratios, on[i]/off[i])
 		}
+		c := cpus()
+		for k, cfg := range configs {
+			r := results[k]
+			lo, med, hi, below := r.summary()
+			b.Logf("%s: single-stream throughput on/off over %d ABBA pairs of %d s (rest %s before each run, %s after; iperf3 client on CPU %d, server on CPU %d): median %.3f (min %.3f, max %.3f), %d of %d pairs below 1; ratios %s; on %v Gbit/s, off %v Gbit/s",
+				cfg.name, pairs, secs, cfg.rest, cooldown, c.client, c.server, med, lo, hi, below, pairs, list3(r.r), gbits(r.on), gbits(r.off))
+			unit := "default"
+			if cfg.triggered {
+				unit = "triggered"
+			}
+			b.ReportMetric(med, unit+"_on/off_median")
+			b.ReportMetric(lo, unit+"_on/off_min")
+			b.ReportMetric(hi, unit+"_on/off_max")
+		}
+
 		// The agent idle and under 8 streams, for its CPU and memory.
-		a := startAgent(b, bin, grpcAddr)
+		a := launchAgent(b, bin, col.grpcAddr)
+		time.Sleep(rest)
 		c0, t0 := a.cpu(b), time.Now()
 		time.Sleep(time.Duration(secs) * time.Second)
 		idleCPU := float64(a.cpu(b)-c0) / float64(time.Since(t0))
@@ -279,22 +453,19 @@ func BenchmarkAgentCost(b *testing.B) {
 		loadCPU := float64(a.cpu(b)-c0) / float64(time.Since(t0))
 		peak8 := a.peakKiB(b)
 		a.stop()
-
-		slices.Sort(ratios)
-		med := ratios[len(ratios)/2]
-		if len(ratios)%2 == 0 {
-			med = (ratios[len(ratios)/2-1] + ratios[len(ratios)/2]) / 2
-		}
-		b.Logf("single-stream throughput, agent on/off over %d interleaved pairs of %d s: median %.3f (min %.3f, max %.3f); on %v Gbit/s, off %v Gbit/s",
-			pairs, secs, med, ratios[0], ratios[len(ratios)-1], gbits(on), gbits(off))
 		b.Logf("agent CPU: %.2f%% of a core under the single-stream load, %.2f%% idle, %.2f%% under 8 streams (%.1f Gbit/s); peak RSS %d KiB (single stream), %d KiB idle, %d KiB with 8 streams",
 			100*float64(busyCPU)/float64(wall), 100*idleCPU, 100*loadCPU, bps8/1e9, peak, idlePeak, peak8)
-		b.ReportMetric(med, "on/off_median")
-		b.ReportMetric(ratios[0], "on/off_min")
-		b.ReportMetric(ratios[len(ratios)-1], "on/off_max")
 		b.ReportMetric(100*loadCPU, "cpu%_8streams")
 		b.ReportMetric(float64(max(peak, peak8))/1024, "peak_MiB")
 	}
+}
+
+func list3(v []float64) string {
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = strconv.FormatFloat(x, 'f', 3, 64)
+	}
+	return strings.Join(out, ", ")
 }
 
 func gbits(bps []float64) []string {
@@ -320,7 +491,7 @@ func BenchmarkAgentStart(b *testing.B) {
 	if rev := os.Getenv("NBS_AGENTCOST_BASE"); rev != "" {
 		builds = append(builds, build{rev, buildAgentAt(b, rev)})
 	}
-	grpcAddr := startCollector(b)
+	grpcAddr := startCollector(b).grpcAddr
 	starts := envInt("NBS_AGENTCOST_STARTS", 3)
 	type result struct{ cpu, runningPeak, peak, rss []float64 }
 	for range b.N {

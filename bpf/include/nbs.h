@@ -164,3 +164,56 @@ static __always_inline bool nbs_percpu_inc(void *map, const void *key)
 	}
 	return false;
 }
+
+/*
+ * Evidence rate limit shared by all CPUs: GCRA, a token bucket kept in one
+ * word (*tat, the "theoretical arrival time" of the next event), so one
+ * compare-and-swap both refills the bucket and takes a token. The bucket
+ * holds per_sec tokens (one second's worth) and refills at per_sec a second:
+ * over any span of T seconds at most per_sec * (1 + T) events pass, and a
+ * storm that lasts keeps exactly that (the bucket starts full). A CPU that
+ * finds the bucket empty notes when the next token is due in *denied_until
+ * (its own, per-CPU) and does not touch the shared word before then, so a
+ * storm costs each CPU one compare per suppressed event.
+ */
+static __always_inline bool nbs_evidence_allowed(__u64 *tat, __u64 *denied_until, __u64 now,
+						 __u32 per_sec)
+{
+	__u64 step, tol;
+
+	if (!per_sec)
+		return false;
+	if (now < *denied_until)
+		return false;
+	step = NBS_NSEC_PER_SEC / per_sec;
+	tol = (__u64)(per_sec - 1) * step;
+	for (int i = 0; i < 4; i++) {
+		__u64 cur = *(volatile __u64 *)tat;
+		__u64 base = cur > now ? cur : now;
+
+		if (cur > now + tol) {
+			*denied_until = cur - tol;
+			return false;
+		}
+		if (__sync_val_compare_and_swap(tat, cur, base + step) == cur)
+			return true;
+	}
+	/* Lost the race four times: heavy contention, so there is plenty of
+	 * other evidence right now. */
+	return false;
+}
+
+/*
+ * Submit flags for an evidence record. The agent polls evidence rings on a
+ * timer (agent/probe/evidence.PollPeriod) instead of being woken per record:
+ * the wakeup (an irq_work, an IPI on a VM) cost the packet 18-37 µs per
+ * event, against ~2 µs without it (BENCHMARKS.md, "Evidence cost"). Once a
+ * quarter of the ring is waiting the reader is woken at once, so a storm
+ * cannot fill the ring between two polls.
+ */
+static __always_inline __u64 nbs_evidence_submit_flags(void *ring, __u64 ring_bytes)
+{
+	if (bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= ring_bytes / 4)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}

@@ -60,7 +60,7 @@ const (
 	dropsMapDropPercpu         = "drop_percpu"
 	dropsProgNbsKfreeSkb       = "nbs_kfree_skb"
 	dropsVarEvidencePerSec     = "evidence_per_sec"
-	dropsVarEvidenceWindow     = "evidence_window"
+	dropsVarEvidenceTat        = "evidence_tat"
 	dropsVarNetnsTable         = "netns_table"
 	dropsVarTargetNetns        = "target_netns"
 	dropsVarUnusedNbsDropEvent = "unused_nbs_drop_event"
@@ -125,7 +125,7 @@ type dropsMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type dropsVariableSpecs struct {
 	EvidencePerSec     *ebpf.VariableSpec `ebpf:"evidence_per_sec"`
-	EvidenceWindow     *ebpf.VariableSpec `ebpf:"evidence_window"`
+	EvidenceTat        *ebpf.VariableSpec `ebpf:"evidence_tat"`
 	NetnsTable         *ebpf.VariableSpec `ebpf:"netns_table"`
 	TargetNetns        *ebpf.VariableSpec `ebpf:"target_netns"`
 	UnusedNbsDropEvent *ebpf.VariableSpec `ebpf:"unused_nbs_drop_event"`
@@ -169,7 +169,7 @@ func (m *dropsMaps) Close() error {
 // It can be passed to loadDropsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dropsVariables struct {
 	EvidencePerSec     *ebpf.Variable `ebpf:"evidence_per_sec"`
-	EvidenceWindow     *ebpf.Variable `ebpf:"evidence_window"`
+	EvidenceTat        *ebpf.Variable `ebpf:"evidence_tat"`
 	NetnsTable         *ebpf.Variable `ebpf:"netns_table"`
 	TargetNetns        *ebpf.Variable `ebpf:"target_netns"`
 	UnusedNbsDropEvent *ebpf.Variable `ebpf:"unused_nbs_drop_event"`

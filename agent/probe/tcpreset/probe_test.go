@@ -3,11 +3,15 @@ package tcpreset
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/nbs-project/nbs/agent/probe/evidence"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
@@ -351,10 +355,12 @@ func TestNetnsFilter(t *testing.T) {
 	}
 }
 
-// TestEvidenceRateLimit floods one namespace with bursts of resets, each in a
-// later second, under a small evidence limit: every burst gets the limit
-// afresh, never more, and every reset is accounted for as an event, a
-// suppression or a ring-full loss.
+// TestEvidenceRateLimit floods one namespace with bursts of resets, each more
+// than a second after the last, under a small evidence limit: the bucket
+// (limit tokens, refilled at limit a second) is full again for each burst,
+// so each gets the limit, and no span gets more than the limit plus its
+// refill; every reset is accounted for as an event, a suppression or a
+// ring-full loss.
 func TestEvidenceRateLimit(t *testing.T) {
 	const (
 		limit  = 5
@@ -367,14 +373,13 @@ func TestEvidenceRateLimit(t *testing.T) {
 	start := time.Now()
 	for i := 0; i < bursts; i++ {
 		if i > 0 {
-			// More than a second apart: each burst is in a window of its own.
+			// 1.1 s refills more than the whole bucket.
 			time.Sleep(1100 * time.Millisecond)
 		}
 		l.ResetNoSocket(t, burst)
 	}
 	elapsed := time.Since(start)
-	time.Sleep(50 * time.Millisecond) // let the last events reach the ring reader
-	events := c.stop(t, 0)
+	events := c.stop(t, bursts*limit)
 
 	counts, err := p.Counts()
 	if err != nil {
@@ -392,10 +397,7 @@ func TestEvidenceRateLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Windows are whole seconds of the monotonic clock: a run of `elapsed`
-	// touches at most floor(elapsed)+2 of them, and each burst (far above
-	// the limit) fills at least the one it starts in.
-	minEvents, maxEvents := limit*bursts, limit*(int(elapsed/time.Second)+2)
+	minEvents, maxEvents := limit*bursts, limit+int(math.Ceil(limit*elapsed.Seconds()))
 	t.Logf("%d resets in %s: %d events (want %d..%d), %d suppressed, %d ring full",
 		total, elapsed.Round(time.Millisecond), len(events), minEvents, maxEvents, suppressed, st.RingFull)
 	if total != bursts*burst {
@@ -410,6 +412,119 @@ func TestEvidenceRateLimit(t *testing.T) {
 	if got := uint64(len(events)) + suppressed + st.RingFull; got != total {
 		t.Errorf("events %d + suppressed %d + ring full %d = %d, want every reset (%d)",
 			len(events), suppressed, st.RingFull, got, total)
+	}
+}
+
+// TestEvidenceStorm is a sustained storm at the default rate: resets at 30
+// a second for 4 s against 20 evidence events a second. The kept events are
+// the bucket (20) plus 20 a second of the storm, within one event either
+// way, and the rest are suppressed: nothing is lost to the ring.
+func TestEvidenceStorm(t *testing.T) {
+	const (
+		rate     = 30
+		duration = 4 * time.Second
+	)
+	l := netlab.New(t)
+	p := load(t, Options{NetnsInode: l.Inode(t, l.B)})
+	c := collect(p)
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	var first, last time.Time
+	n := 0
+	for start := time.Now(); time.Since(start) < duration; n++ {
+		<-tick.C
+		if n == 0 {
+			first = time.Now()
+		}
+		l.ResetNoSocket(t, 1)
+		last = time.Now()
+	}
+	// Wait until every reset is an event read or a suppression (or 5 s).
+	var st Stats
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var err error
+		if st, err = p.Stats(); err != nil {
+			t.Fatal(err)
+		}
+		if uint64(c.len())+st.Suppressed+st.RingFull >= uint64(n) {
+			break
+		}
+	}
+	events := c.stop(t, 0)
+	// The kernel stamps each reset between first and last; bound the
+	// storm's span by those times.
+	span := last.Sub(first).Seconds()
+	want := DefaultEvidencePerSecond + DefaultEvidencePerSecond*span
+	t.Logf("%d resets over %.2fs: %d events (want %.1f ±1), %d suppressed, %d ring full",
+		n, span, len(events), want, st.Suppressed, st.RingFull)
+	if math.Abs(float64(len(events))-want) > 1.5 {
+		t.Errorf("%d events, want %.1f ±1 (the bucket plus the rate times the storm)", len(events), want)
+	}
+	if st.RingFull != 0 {
+		t.Errorf("%d events lost to a full ring", st.RingFull)
+	}
+	if got := uint64(len(events)) + st.Suppressed; got != uint64(n) {
+		t.Errorf("events %d + suppressed %d = %d, want every reset (%d)", len(events), st.Suppressed, got, n)
+	}
+}
+
+// TestEvidenceWithoutWakeup checks that evidence is submitted without a
+// wakeup, and still reaches ReadEvents within evidence.PollPeriod. A reader
+// blocked on the ring with no deadline is not woken by a reset (it finds
+// the record only when flushed); ReadEvents has it one poll later at most.
+func TestEvidenceWithoutWakeup(t *testing.T) {
+	l := netlab.New(t)
+	p := load(t, Options{NetnsInode: l.Inode(t, l.B)})
+
+	rd, err := ringbuf.NewReader(p.objs.RstEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		var rec ringbuf.Record
+		got <- rd.ReadInto(&rec)
+	}()
+	time.Sleep(100 * time.Millisecond) // let the reader block
+	l.ResetNoSocket(t, 1)
+	select {
+	case err := <-got:
+		t.Errorf("a blocked reader was woken by one event (%v): it was submitted with a wakeup", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := rd.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("flushed reader: %v, want the record", err)
+	}
+	rd.Close()
+
+	// ReadEvents: each reset's evidence within a poll period, plus
+	// scheduling slack on a loaded machine.
+	c := collect(p)
+	for !p.ring.Reading() {
+		time.Sleep(time.Millisecond)
+	}
+	const n = 5
+	var worst time.Duration
+	for i := 0; i < n; i++ {
+		time.Sleep(evidence.PollPeriod / 3) // land anywhere in a poll period
+		before := c.len()
+		l.ResetNoSocket(t, 1)
+		at := time.Now()
+		for c.len() == before && time.Since(at) < 2*time.Second {
+			time.Sleep(time.Millisecond)
+		}
+		worst = max(worst, time.Since(at))
+	}
+	events := c.stop(t, n)
+	t.Logf("%d events, slowest %s after its reset (poll period %s)", len(events), worst, evidence.PollPeriod)
+	if len(events) != n {
+		t.Errorf("%d events, want %d", len(events), n)
+	}
+	if limit := evidence.PollPeriod + 50*time.Millisecond; worst > limit {
+		t.Errorf("an event took %s to arrive, want at most %s", worst, limit)
 	}
 }
 

@@ -35,11 +35,11 @@ type tcpresetNbsRstKey struct {
 }
 
 type tcpresetNbsRstStats struct {
-	_            structs.HostLayout
-	Suppressed   uint64
-	RingFull     uint64
-	CountErrors  uint64
-	ExhaustedSec uint64
+	_           structs.HostLayout
+	Suppressed  uint64
+	RingFull    uint64
+	CountErrors uint64
+	DeniedUntil uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -52,7 +52,7 @@ const (
 	tcpresetProgNbsRstRecv       = "nbs_rst_recv"
 	tcpresetProgNbsRstSend       = "nbs_rst_send"
 	tcpresetVarEvidencePerSec    = "evidence_per_sec"
-	tcpresetVarEvidenceWindow    = "evidence_window"
+	tcpresetVarEvidenceTat       = "evidence_tat"
 	tcpresetVarTargetNetns       = "target_netns"
 	tcpresetVarUnusedNbsRstEvent = "unused_nbs_rst_event"
 )
@@ -117,7 +117,7 @@ type tcpresetMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcpresetVariableSpecs struct {
 	EvidencePerSec    *ebpf.VariableSpec `ebpf:"evidence_per_sec"`
-	EvidenceWindow    *ebpf.VariableSpec `ebpf:"evidence_window"`
+	EvidenceTat       *ebpf.VariableSpec `ebpf:"evidence_tat"`
 	TargetNetns       *ebpf.VariableSpec `ebpf:"target_netns"`
 	UnusedNbsRstEvent *ebpf.VariableSpec `ebpf:"unused_nbs_rst_event"`
 }
@@ -160,7 +160,7 @@ func (m *tcpresetMaps) Close() error {
 // It can be passed to loadTcpresetObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcpresetVariables struct {
 	EvidencePerSec    *ebpf.Variable `ebpf:"evidence_per_sec"`
-	EvidenceWindow    *ebpf.Variable `ebpf:"evidence_window"`
+	EvidenceTat       *ebpf.Variable `ebpf:"evidence_tat"`
 	TargetNetns       *ebpf.Variable `ebpf:"target_netns"`
 	UnusedNbsRstEvent *ebpf.Variable `ebpf:"unused_nbs_rst_event"`
 }

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -197,6 +199,42 @@ func (s *Source) programID(p *ebpf.Program, key string) string {
 	return id
 }
 
+// evidence adds what each source's evidence caps gave up, and what was
+// reported (agent/evidence).
+func (s *Source) evidence(r *source.Reading) {
+	r.Counters[catalog.AgentEvidence] = 0
+	r.Counters[catalog.AgentEvidenceDrop] = 0
+	for _, src := range s.opts.Sources {
+		el, ok := src.(source.EvidenceLosses)
+		if !ok {
+			continue
+		}
+		c, err := el.EvidenceCounts()
+		if err != nil || c.Dropped == nil {
+			continue // closed meanwhile, or no evidence (/proc)
+		}
+		branch := catalog.MetricSegment(c.Branch)
+		// The usual caps always (a zero says nothing was given up), then
+		// any other a source counts.
+		caps := slices.Clone(source.EvidenceCaps)
+		for _, cp := range slices.Sorted(maps.Keys(c.Dropped)) {
+			if !slices.Contains(caps, cp) {
+				caps = append(caps, cp)
+			}
+		}
+		r.Metrics = append(r.Metrics, catalog.AgentEvidenceDropped(branch, caps)...)
+		id := catalog.AgentEvidenceDrop + "/" + branch
+		r.Counters[catalog.AgentEvidence] += c.Kept
+		r.Counters[id] = 0
+		for _, cp := range caps {
+			n := c.Dropped[cp]
+			r.Counters[id+"/"+cp] = n
+			r.Counters[id] += n
+			r.Counters[catalog.AgentEvidenceDrop] += n
+		}
+	}
+}
+
 // Collect reads every program's statistics and the outbox.
 func (s *Source) Collect(context.Context) (source.Reading, error) {
 	s.mu.Lock()
@@ -216,6 +254,8 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	r := source.Reading{Metrics: catalog.AgentTree(), Gauges: map[string]float64{},
 		Counters: map[string]uint64{catalog.AgentOutboxDropped: s.opts.Dropped()}}
 	r.Gauges[catalog.AgentOutbox] = float64(s.opts.Pending())
+
+	s.evidence(&r)
 
 	var progs []program
 	for _, src := range s.opts.Sources {

@@ -203,3 +203,54 @@ func TestStatsWindow(t *testing.T) {
 		t.Error("statistics still on after the collection that ended the window")
 	}
 }
+
+// evidenceSource is a source whose evidence caps gave up the given counts.
+type evidenceSource struct {
+	source.Source
+	counts source.EvidenceCounts
+}
+
+func (e evidenceSource) EvidenceCounts() (source.EvidenceCounts, error) { return e.counts, nil }
+
+// Each source's given-up evidence shows per cap under agent/evidence/dropped,
+// summed per source and in all, with a source's own caps besides the usual
+// ones; a source without evidence (/proc) adds nothing.
+func TestEvidenceDropped(t *testing.T) {
+	resets := evidenceSource{counts: source.EvidenceCounts{Branch: catalog.TCPReset, Kept: 420,
+		Dropped: map[string]uint64{source.CapRateLimit: 180, source.CapRingFull: 0, source.CapInterval: 3}}}
+	drops := evidenceSource{counts: source.EvidenceCounts{Branch: catalog.Drops, Kept: 7,
+		Dropped: map[string]uint64{source.CapRateLimit: 1, source.CapRingFull: 2, "agent_down": 4}}}
+	proc := evidenceSource{counts: source.EvidenceCounts{Branch: "proc"}}
+	s := newSelf(t, Options{Sources: []source.Source{resets, drops, proc}})
+	r := collect(t, s)
+	want := map[string]uint64{
+		catalog.AgentEvidence:                           427,
+		catalog.AgentEvidenceDrop:                       190,
+		"agent/evidence/dropped/tcp_reset":              183,
+		"agent/evidence/dropped/tcp_reset/rate_limit":   180,
+		"agent/evidence/dropped/tcp_reset/ring_full":    0,
+		"agent/evidence/dropped/tcp_reset/interval_cap": 3,
+		"agent/evidence/dropped/drops":                  7,
+		"agent/evidence/dropped/drops/agent_down":       4,
+		"agent/evidence/dropped/drops/rate_limit":       1,
+		"agent/evidence/dropped/drops/ring_full":        2,
+		"agent/evidence/dropped/drops/interval_cap":     0,
+	}
+	defined := map[string]bool{}
+	for _, m := range r.Metrics {
+		defined[m.ID] = true
+	}
+	for id, v := range want {
+		if got, ok := r.Counters[id]; !ok || got != v {
+			t.Errorf("%s = %d (present %v), want %d", id, got, ok, v)
+		}
+		if !defined[id] {
+			t.Errorf("%s has a value but no definition", id)
+		}
+	}
+	for id := range r.Counters {
+		if strings.HasPrefix(id, "agent/evidence/dropped/proc") {
+			t.Errorf("a source without evidence has %s", id)
+		}
+	}
+}

@@ -27,7 +27,9 @@ const (
 // Options configure Open.
 type Options struct {
 	source.Env
-	// MaxEventsPerInterval bounds evidence per report.
+	// MaxEventsPerInterval bounds evidence per report (--evidence.per-interval);
+	// 0 means source.MaxEvidencePerInterval. Events beyond it are counted
+	// (EvidenceCounts).
 	MaxEventsPerInterval int
 	// SoftnetPath is /proc/net/softnet_stat unless set (tests).
 	SoftnetPath string
@@ -55,7 +57,7 @@ type Source struct {
 // Open loads the BPF probe, or falls back to /proc and says why.
 func Open(ctx context.Context, opts Options) (*Source, error) {
 	if opts.MaxEventsPerInterval <= 0 {
-		opts.MaxEventsPerInterval = 100
+		opts.MaxEventsPerInterval = source.MaxEvidencePerInterval
 	}
 	s := &Source{ns: opts.Netns, log: opts.Log(catalog.Drops), max: opts.MaxEventsPerInterval, bpfWhy: source.BPFDisabled,
 		proc: opts.ProcReader(), softnet: opts.SoftnetPath}
@@ -114,6 +116,23 @@ func (s *Source) Capabilities() []*nbsv1.Capability {
 // source.Continuing): all of them come from the probe's maps; never on
 // /proc.
 func (s *Source) Continues(string) bool { return s.probe != nil && s.probe.Continued() }
+
+// EvidenceCounts says what evidence the kernel's rate limit and ring, and
+// the per-interval cap, gave up; nothing on /proc, which has no evidence.
+func (s *Source) EvidenceCounts() (source.EvidenceCounts, error) {
+	c := source.EvidenceCounts{Branch: catalog.Drops}
+	if s.probe == nil {
+		return c, nil
+	}
+	st, err := s.probe.Stats()
+	if err != nil {
+		return c, fmt.Errorf("read drops evidence losses: %w", err)
+	}
+	var capped uint64
+	c.Kept, capped = s.evidence.Counts()
+	c.Dropped = map[string]uint64{source.CapRateLimit: st.Suppressed, source.CapRingFull: st.RingFull, source.CapInterval: capped}
+	return c, nil
+}
 
 // Programs returns the BPF program by tracepoint, nil on /proc.
 func (s *Source) Programs() map[string]*ebpf.Program {

@@ -25,15 +25,17 @@ const (
 // Options configure Open.
 type Options struct {
 	source.Env
-	// MaxEventsPerInterval bounds evidence per report; the kernel already
-	// rate-limits, this bounds the report size if the interval is long.
+	// MaxEventsPerInterval bounds evidence per report (--evidence.per-interval);
+	// the kernel already rate-limits, this bounds the report size if the
+	// interval is long. 0 means source.MaxEvidencePerInterval; events
+	// beyond it are counted (EvidenceCounts).
 	MaxEventsPerInterval int
 }
 
 // Open loads the BPF probe, or falls back to /proc and says why.
 func Open(ctx context.Context, opts Options) (source.Source, error) {
 	if opts.MaxEventsPerInterval <= 0 {
-		opts.MaxEventsPerInterval = 100
+		opts.MaxEventsPerInterval = source.MaxEvidencePerInterval
 	}
 	log := opts.Log(catalog.TCPReset)
 	why := source.BPFDisabled
@@ -75,6 +77,19 @@ func newBPF(ctx context.Context, p *probe.Probe, log *slog.Logger, maxEvents int
 }
 
 func (s *bpfSource) Name() string { return "tcp_reset (bpf)" }
+
+// EvidenceCounts says what evidence the kernel's rate limit and ring, and
+// the per-interval cap, gave up.
+func (s *bpfSource) EvidenceCounts() (source.EvidenceCounts, error) {
+	st, err := s.probe.Stats()
+	if err != nil {
+		return source.EvidenceCounts{}, fmt.Errorf("read tcp_reset evidence losses: %w", err)
+	}
+	kept, capped := s.evidence.Counts()
+	return source.EvidenceCounts{Branch: catalog.TCPReset, Kept: kept, Dropped: map[string]uint64{
+		source.CapRateLimit: st.Suppressed, source.CapRingFull: st.RingFull, source.CapInterval: capped,
+	}}, nil
+}
 
 func (s *bpfSource) Capabilities() []*nbsv1.Capability {
 	return []*nbsv1.Capability{{Name: capBPF, Available: true}}
