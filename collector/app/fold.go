@@ -24,7 +24,7 @@ type folder struct {
 }
 
 func (c *Collector) folder(st *store.Store) folder {
-	return folder{st: st, log: c.log.With("part", "fold"), every: time.Minute,
+	return folder{st: st, log: c.log.With("part", "fold"), every: 15 * time.Second,
 		opts: store.FoldOptions{MinuteRetention: c.cfg.Retention.Rollup1m, HourRetention: c.cfg.Retention.Rollup1h}}
 }
 
