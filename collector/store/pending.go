@@ -79,6 +79,11 @@ func foldPending(ctx context.Context, conn interface {
 }, before time.Time, limit int) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		// A chunk of full trees is millions of samples to group: in the
+		// default 4 MB the sort of its histograms went to disk.
+		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
+			return fmt.Errorf("set the fold's work memory: %w", err)
+		}
 		if _, err := tx.Exec(ctx, foldPendingDDL); err != nil {
 			return fmt.Errorf("create the fold's table: %w", err)
 		}
