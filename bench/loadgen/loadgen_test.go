@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -17,8 +18,15 @@ func TestMain(m *testing.M) { pgcluster.Main(m) }
 // The simulated fleet is what it claims: every node registers its whole
 // tree, every acknowledged report is in PostgreSQL once (reconnects resend
 // what was not acknowledged, and nothing twice), and the samples it counts
-// as acknowledged are the samples stored.
+// as acknowledged are the samples stored. The same with several nodes'
+// streams on each connection.
 func TestFleetAgainstARealCollector(t *testing.T) {
+	for _, perConn := range []int{1, 4} {
+		t.Run(fmt.Sprintf("nodes_per_conn=%d", perConn), func(t *testing.T) { fleetAgainstARealCollector(t, perConn) })
+	}
+}
+
+func fleetAgainstARealCollector(t *testing.T, perConn int) {
 	dbURL := pgcluster.Database(t)
 	cfg := collectorapp.DefaultConfig()
 	cfg.DBURL, cfg.GRPCAddr, cfg.HTTPAddr = dbURL, "127.0.0.1:0", "127.0.0.1:0"
@@ -44,7 +52,7 @@ func TestFleetAgainstARealCollector(t *testing.T) {
 	const nodes = 20
 	f, err := New(Config{
 		Addr: grpcAddr, Nodes: nodes, Interval: 200 * time.Millisecond, Ramp: 200 * time.Millisecond,
-		Troubled: 0.25, SnapshotEvery: time.Second, ReconnectsPerHour: 3600 * 5, Seed: 7,
+		Troubled: 0.25, SnapshotEvery: time.Second, ReconnectsPerHour: 3600 * 5, Seed: 7, NodesPerConn: perConn,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
@@ -62,6 +70,10 @@ func TestFleetAgainstARealCollector(t *testing.T) {
 	}
 	if s.Reconnects == 0 {
 		t.Fatalf("no reconnects at a rate of one per node-second: %v", s)
+	}
+	// A connection per session, or one per perConn nodes for the run.
+	if perConn > 1 && s.Dials != nodes/uint64(perConn) || perConn == 1 && s.Dials < nodes+s.Reconnects {
+		t.Fatalf("%d connections for %d nodes, %d each, and %d reconnects", s.Dials, nodes, perConn, s.Reconnects)
 	}
 	if n := len(f.Tree().Defs); n < 150 || n > 260 {
 		t.Fatalf("the simulated tree has %d metrics, want about 200", n)
