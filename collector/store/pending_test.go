@@ -225,4 +225,3 @@ func TestBadMinutesWithPendingReports(t *testing.T) {
 	}
 	same(t, "after the folds", bad(t), raw(t))
 }
-
