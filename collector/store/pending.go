@@ -159,3 +159,19 @@ func pendingRollups(ctx context.Context, db querier, nodes []int32, res int32, f
 	}
 	return acc, nil
 }
+
+// UnfoldedFrom is where the open (unfolded) minutes begin: the start of the
+// minute of the oldest report not folded into the minute rollups yet, and
+// false when every stored report is folded. Reads are exact either way
+// (they add those reports from their raw rows); a caller says it, e.g. that
+// a report's buckets from here on are still filling.
+func (s *Store) UnfoldedFrom(ctx context.Context) (time.Time, bool, error) {
+	var t *time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT date_bin('1 minute', min(ts), `+epoch+`) FROM rollup_pending`).Scan(&t); err != nil {
+		return time.Time{}, false, fmt.Errorf("read where the unfolded minutes begin: %w", err)
+	}
+	if t == nil {
+		return time.Time{}, false, nil
+	}
+	return t.UTC(), true, nil
+}

@@ -209,10 +209,16 @@ func TestBadMinutesWithPendingReports(t *testing.T) {
 		return rowsOf(slices.DeleteFunc(s, func(r SampleRow) bool { return r.Warn == 0 && r.Crit == 0 }), nil)
 	}
 	same(t, "before any fold", bad(t), raw(t))
+	if from, ok, err := st.UnfoldedFrom(ctx); err != nil || !ok || !from.Equal(start) {
+		t.Errorf("unfolded from %s (%v, %v) before any fold, want %s", from, ok, err, start)
+	}
 	// Folded up to the middle of a minute: its first reports are folded,
 	// the rest not; then a late report into a folded minute.
 	f.fold(t, start.Add(20*time.Minute+30*time.Second+MinuteGrace))
 	same(t, "folded up to the middle", bad(t), raw(t))
+	if from, ok, err := st.UnfoldedFrom(ctx); err != nil || !ok || !from.Equal(start.Add(20*time.Minute)) {
+		t.Errorf("unfolded from %s (%v, %v), want %s", from, ok, err, start.Add(20*time.Minute))
+	}
 	late := raw(t)
 	f.write(t, start.Add(5*time.Minute+10*time.Second), start.Add(5*time.Minute+11*time.Second))
 	if slices.Equal(late, raw(t)) {
@@ -224,4 +230,7 @@ func TestBadMinutesWithPendingReports(t *testing.T) {
 		t.Fatalf("%d reports pending after the last fold", f.pending(t))
 	}
 	same(t, "after the folds", bad(t), raw(t))
+	if from, ok, err := st.UnfoldedFrom(ctx); err != nil || ok {
+		t.Errorf("unfolded from %s (%v, %v) with nothing pending", from, ok, err)
+	}
 }
