@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	collectorapp "github.com/nbs-project/nbs/collector/app"
+	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
@@ -116,6 +118,86 @@ func fleetAgainstARealCollector(t *testing.T, perConn int) {
 	}
 	if uint64(samples+hists) < s.Samples {
 		t.Fatalf("stored %d samples and %d histograms, fewer than the %d acknowledged", samples, hists, s.Samples)
+	}
+	rollupsAreRaw(t, dbURL)
+}
+
+// rollupsAreRaw folds what the collector's fold has not yet and checks the
+// minute rollups against the raw reports: every stored report counted
+// once, through reconnects and resends.
+func rollupsAreRaw(t *testing.T, dbURL string) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, dbURL, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// Reports the collector had received are committed within its batch wait.
+	time.Sleep(time.Second)
+	for i := 0; ; i++ {
+		// The collector's own fold may hold the lock.
+		r, err := st.FoldRollups(ctx, store.FoldOptions{Now: time.Now().Add(store.MinuteGrace + time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Busy {
+			break
+		}
+		if i == 100 {
+			t.Fatal("the fold lock stayed busy for 10 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, ok, err := st.UnfoldedFrom(ctx); err != nil || ok {
+		t.Fatalf("reports left unfolded after a fold of everything (%v)", err)
+	}
+	rows, err := st.Pool().Query(ctx, `SELECT id FROM nodes`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := store.RollupQuery{NodeIDs: ids, Res: store.RollupMinute, From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)}
+	type key struct {
+		node int32
+		path string
+		ts   int64
+	}
+	read := func(raw bool) (map[key]store.SampleAgg, map[key]uint64) {
+		q.Raw = raw
+		ss, hs, err := st.ReadRollups(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples, hists := map[key]store.SampleAgg{}, map[key]uint64{}
+		for _, r := range ss {
+			samples[key{r.NodeID, r.Path, r.TS.Unix()}] = r.SampleAgg
+		}
+		for _, r := range hs {
+			hists[key{r.NodeID, r.Path, r.TS.Unix()}] = r.Count
+		}
+		return samples, hists
+	}
+	gotS, gotH := read(false)
+	rawS, rawH := read(true)
+	if len(rawS) == 0 || len(rawH) == 0 {
+		t.Fatalf("%d sample and %d histogram buckets in the raw reports: the check checks nothing", len(rawS), len(rawH))
+	}
+	if len(gotS) != len(rawS) || len(gotH) != len(rawH) {
+		t.Fatalf("%d sample and %d histogram minute rollups, the raw reports make %d and %d", len(gotS), len(gotH), len(rawS), len(rawH))
+	}
+	for k, want := range rawS {
+		got := gotS[k]
+		if got.N != want.N || math.Abs(got.Sum-want.Sum) > 1e-6*math.Max(1, math.Abs(want.Sum)) || got.Min != want.Min || got.Max != want.Max {
+			t.Fatalf("minute rollup %+v: %+v, the raw reports make %+v", k, got, want)
+		}
+	}
+	for k, want := range rawH {
+		if gotH[k] != want {
+			t.Fatalf("histogram minute rollup %+v counts %d, the raw reports %d", k, gotH[k], want)
+		}
 	}
 }
 
