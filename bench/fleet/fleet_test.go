@@ -6,6 +6,8 @@
 //
 // BenchmarkFleet holds fleets of NBS_FLEET_NODES nodes (comma-separated;
 // default 1000,4000) at the default 10 s interval with 5% troubled nodes,
+// one connection per node up to 8,000 nodes and several nodes' streams per
+// connection beyond (NBS_FLEET_NODES_PER_CONN overrides),
 // and reports acknowledged samples/s, report→ack p50/p99 and the
 // collector's resident memory per connected node. The collector runs as
 // its own process (the real binary), so its memory is its own.
@@ -20,6 +22,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -34,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nbs-project/nbs/bench/loadgen"
+	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
@@ -201,8 +205,9 @@ func BenchmarkFleet(b *testing.B) {
 			for range b.N {
 				c := startCollector(b, bin, pgcluster.Database(b), nodes)
 				idle := c.rssKiB(b)
+				perConn := nodesPerConn(nodes)
 				f, err := loadgen.New(loadgen.Config{Addr: c.grpcAddr, Nodes: nodes, Interval: interval,
-					Troubled: 0.05, ReconnectsPerHour: float64(nodes) / 10, Seed: uint64(nodes)})
+					Troubled: 0.05, ReconnectsPerHour: float64(nodes) / 10, Seed: uint64(nodes), NodesPerConn: perConn})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -238,8 +243,8 @@ func BenchmarkFleet(b *testing.B) {
 				slices.Sort(rss)
 				steadyRSS := rss[len(rss)/2]
 				steady := float64(s1.Samples-s0.Samples) / (s1.Elapsed - s0.Elapsed).Seconds()
-				b.Logf("%d nodes: all registered after %v; steady state over %v: %.0f samples/s, ack p50 %v p99 %v; collector RSS idle %d KiB, peak while registering %d KiB, peak %d KiB, steady (median) %d KiB, Go heap in use at the end %d KiB, stacks %d KiB, %d goroutines; %v",
-					nodes, registered.Round(time.Second), hold, steady, s1.AckP50, s1.AckP99, idle, regPeak, peak, steadyRSS, heap, stack, goroutines, s1)
+				b.Logf("%d nodes, %d a connection: all registered after %v; steady state over %v: %.0f samples/s, ack p50 %v p99 %v; collector RSS idle %d KiB, peak while registering %d KiB, peak %d KiB, steady (median) %d KiB, Go heap in use at the end %d KiB, stacks %d KiB, %d goroutines; %v",
+					nodes, perConn, registered.Round(time.Second), hold, steady, s1.AckP50, s1.AckP99, idle, regPeak, peak, steadyRSS, heap, stack, goroutines, s1)
 				if registered == 0 {
 					b.Errorf("not every node had a report acknowledged within 10 minutes")
 				}
@@ -254,9 +259,26 @@ func BenchmarkFleet(b *testing.B) {
 				b.ReportMetric(perNode(stack), "stack_KiB/node")
 				b.ReportMetric(float64(goroutines)/float64(nodes), "goroutines/node")
 				b.ReportMetric(float64(s1.Errors), "stream_errors")
+				b.ReportMetric(float64(perConn), "nodes/conn")
 			}
 		})
 	}
+}
+
+// maxConnsPerProcess is how many agent connections one simulator holds: a
+// process here may hold at most 20,000 open files (a hard limit), and the
+// collector holds the other end of each.
+const maxConnsPerProcess = 8000
+
+// nodesPerConn is NBS_FLEET_NODES_PER_CONN, or else 1 up to
+// maxConnsPerProcess nodes and as few as fit beyond: from there the
+// simulator carries several nodes' streams on each connection, and the
+// per-connection cost is the figure of the largest fleet below it.
+func nodesPerConn(nodes int) int {
+	if n := envList("NBS_FLEET_NODES_PER_CONN", nil); len(n) > 0 {
+		return n[0]
+	}
+	return (nodes + maxConnsPerProcess - 1) / maxConnsPerProcess
 }
 
 // BenchmarkIngestVsCopy: NBS_INGEST_NODES nodes (default 200) send their
@@ -279,14 +301,55 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second+hold)
 		s := f.Run(ctx, os.Stderr, 5*time.Second)
 		cancel()
+		// The rollups are folded from what was stored (store.FoldRollups),
+		// by the collector every 15 s while it ran: what it had not folded
+		// yet is folded now, and its time charged to the ingest.
+		c.stop()
+		backlog, foldTime := drainFolds(b, dbURL)
 		copyRate, rows, samples := copyRate(b, dbURL)
+		sustained := float64(s.Samples) / (s.Elapsed + foldTime).Seconds()
 		b.Logf("ingest: %v", s)
+		b.Logf("rollup fold of the %d reports left pending when the load stopped: %v; ingest with it %.0f samples/s", backlog, foldTime.Round(time.Millisecond), sustained)
 		b.Logf("COPY of the same %d report rows (%d samples and histograms): %.0f samples/s", rows, samples, copyRate)
 		b.ReportMetric(s.SamplesPerSecond(), "ingest_samples/s")
+		b.ReportMetric(sustained, "ingest+fold_samples/s")
 		b.ReportMetric(copyRate, "copy_samples/s")
 		b.ReportMetric(s.SamplesPerSecond()/copyRate, "ingest/copy")
+		b.ReportMetric(sustained/copyRate, "ingest+fold/copy")
 		b.ReportMetric(float64(s.AckP99)/1e6, "ack_p99_ms")
 	}
+}
+
+// stop ends the collector (its fold among the rest) and waits for it.
+func (c *collector) stop() {
+	_ = c.cmd.Process.Signal(os.Interrupt)
+	_ = c.cmd.Wait()
+}
+
+// drainFolds folds every report still pending into the rollups, as the
+// collector's fold would a minute later, and returns how many there were
+// and how long it took.
+func drainFolds(b *testing.B, dbURL string) (int, time.Duration) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, dbURL, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	var pending int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM rollup_pending`).Scan(&pending); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	r, err := st.FoldRollups(ctx, store.FoldOptions{Now: time.Now().Add(store.MinuteGrace + time.Minute)})
+	took := time.Since(start)
+	if err != nil || r.Busy {
+		b.Fatalf("fold the pending reports: %+v, %v", r, err)
+	}
+	if r.Reports != pending {
+		b.Fatalf("folded %d reports of %d pending", r.Reports, pending)
+	}
+	return pending, took
 }
 
 // copyRate reads back every report and histogram row the collector stored

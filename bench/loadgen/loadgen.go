@@ -21,6 +21,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
 
@@ -65,6 +68,14 @@ type Config struct {
 	// how long after its report was sent. A test that compares phases of
 	// one run keeps its own tallies with it.
 	OnAck func(at time.Time, latency time.Duration)
+	// NodesPerConn, above 1, carries that many nodes' streams on one gRPC
+	// connection (HTTP/2 streams of one TCP connection), as a relay in
+	// front of agents would: one connection per node stops near 9,000
+	// nodes where a process may hold 20,000 open files (the simulator's
+	// and the collector's ends). A node's reconnect is then a new stream
+	// on its shared connection. 0 or 1: a connection per node, as real
+	// agents have.
+	NodesPerConn int
 	// Seed makes a run's choices repeatable.
 	Seed uint64
 	Log  *slog.Logger
@@ -101,6 +112,9 @@ func (c *Config) defaults() error {
 	if c.ChurnPerDay < 0 || c.ChurnPerDay > 1 {
 		return fmt.Errorf("loadgen: churn %v per day is not within 0..1", c.ChurnPerDay)
 	}
+	if c.NodesPerConn < 0 || c.NodesPerConn > 10000 {
+		return fmt.Errorf("loadgen: %d nodes per connection is not within 0..10000", c.NodesPerConn)
+	}
 	if c.PodsPerDay < 0 || c.PodsPerDay > 1000 {
 		return fmt.Errorf("loadgen: %d pods per day is not within 0..1000", c.PodsPerDay)
 	}
@@ -120,6 +134,7 @@ type Stats struct {
 	Replaced   uint64 // nodes replaced by new ones (ChurnPerDay)
 	Pods       uint64 // owner children named (PodsPerDay), each a new metric path
 	Errors     uint64 // streams that ended with an error
+	Dials      uint64 // gRPC connections made (NodesPerConn)
 	// Registered nodes have had a report acknowledged; AllRegistered is
 	// when the last of them did (0 until then): how long the fleet took
 	// to (re)connect.
@@ -154,10 +169,53 @@ type Fleet struct {
 	connected, registered                                       atomic.Int64
 	allRegistered                                               atomic.Int64 // ns since start
 	reports, acked, samples, rejected, resent, reconnects, errs atomic.Uint64
-	replaced, pods                                              atomic.Uint64
+	replaced, pods, dials                                       atomic.Uint64
 
 	mu  sync.Mutex
 	lat *loglinear.Histogram // ack latency, microseconds
+
+	connMu sync.Mutex
+	conns  map[int]*grpc.ClientConn // shared connections by slot / NodesPerConn
+}
+
+// dial returns the connection node slot's session uses and what the
+// session calls when it ends: its own connection is closed then, a shared
+// one only when Run ends.
+func (f *Fleet) dial(slot int) (*grpc.ClientConn, func(), error) {
+	if f.cfg.NodesPerConn <= 1 {
+		conn, err := grpc.NewClient(f.cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, nil, err
+		}
+		f.dials.Add(1)
+		return conn, func() { conn.Close() }, nil
+	}
+	f.connMu.Lock()
+	defer f.connMu.Unlock()
+	i := slot / f.cfg.NodesPerConn
+	if c := f.conns[i]; c != nil {
+		return c, func() {}, nil
+	}
+	conn, err := grpc.NewClient(f.cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	f.dials.Add(1)
+	if f.conns == nil {
+		f.conns = map[int]*grpc.ClientConn{}
+	}
+	f.conns[i] = conn
+	return conn, func() {}, nil
+}
+
+// closeConns closes the shared connections once every session has ended.
+func (f *Fleet) closeConns() {
+	f.connMu.Lock()
+	defer f.connMu.Unlock()
+	for i, c := range f.conns {
+		c.Close()
+		delete(f.conns, i)
+	}
 }
 
 // New prepares a fleet; Run runs it.
@@ -203,6 +261,7 @@ func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.
 		}
 	}
 	wg.Wait()
+	f.closeConns()
 	return f.Stats()
 }
 
@@ -212,7 +271,7 @@ func (f *Fleet) Stats() Stats {
 		Elapsed: time.Since(f.start), Connected: f.connected.Load(),
 		Registered: f.registered.Load(), AllRegistered: time.Duration(f.allRegistered.Load()),
 		Reports: f.reports.Load(), Acked: f.acked.Load(), Samples: f.samples.Load(),
-		Rejected: f.rejected.Load(), Resent: f.resent.Load(), Reconnects: f.reconnects.Load(), Replaced: f.replaced.Load(), Pods: f.pods.Load(), Errors: f.errs.Load(),
+		Rejected: f.rejected.Load(), Resent: f.resent.Load(), Reconnects: f.reconnects.Load(), Replaced: f.replaced.Load(), Pods: f.pods.Load(), Errors: f.errs.Load(), Dials: f.dials.Load(),
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

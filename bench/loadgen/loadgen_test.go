@@ -2,13 +2,16 @@ package loadgen
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	collectorapp "github.com/nbs-project/nbs/collector/app"
+	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
@@ -17,8 +20,15 @@ func TestMain(m *testing.M) { pgcluster.Main(m) }
 // The simulated fleet is what it claims: every node registers its whole
 // tree, every acknowledged report is in PostgreSQL once (reconnects resend
 // what was not acknowledged, and nothing twice), and the samples it counts
-// as acknowledged are the samples stored.
+// as acknowledged are the samples stored. The same with several nodes'
+// streams on each connection.
 func TestFleetAgainstARealCollector(t *testing.T) {
+	for _, perConn := range []int{1, 4} {
+		t.Run(fmt.Sprintf("nodes_per_conn=%d", perConn), func(t *testing.T) { fleetAgainstARealCollector(t, perConn) })
+	}
+}
+
+func fleetAgainstARealCollector(t *testing.T, perConn int) {
 	dbURL := pgcluster.Database(t)
 	cfg := collectorapp.DefaultConfig()
 	cfg.DBURL, cfg.GRPCAddr, cfg.HTTPAddr = dbURL, "127.0.0.1:0", "127.0.0.1:0"
@@ -44,7 +54,7 @@ func TestFleetAgainstARealCollector(t *testing.T) {
 	const nodes = 20
 	f, err := New(Config{
 		Addr: grpcAddr, Nodes: nodes, Interval: 200 * time.Millisecond, Ramp: 200 * time.Millisecond,
-		Troubled: 0.25, SnapshotEvery: time.Second, ReconnectsPerHour: 3600 * 5, Seed: 7,
+		Troubled: 0.25, SnapshotEvery: time.Second, ReconnectsPerHour: 3600 * 5, Seed: 7, NodesPerConn: perConn,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
@@ -62,6 +72,10 @@ func TestFleetAgainstARealCollector(t *testing.T) {
 	}
 	if s.Reconnects == 0 {
 		t.Fatalf("no reconnects at a rate of one per node-second: %v", s)
+	}
+	// A connection per session, or one per perConn nodes for the run.
+	if perConn > 1 && s.Dials != nodes/uint64(perConn) || perConn == 1 && s.Dials < nodes+s.Reconnects {
+		t.Fatalf("%d connections for %d nodes, %d each, and %d reconnects", s.Dials, nodes, perConn, s.Reconnects)
 	}
 	if n := len(f.Tree().Defs); n < 150 || n > 260 {
 		t.Fatalf("the simulated tree has %d metrics, want about 200", n)
@@ -104,6 +118,86 @@ func TestFleetAgainstARealCollector(t *testing.T) {
 	}
 	if uint64(samples+hists) < s.Samples {
 		t.Fatalf("stored %d samples and %d histograms, fewer than the %d acknowledged", samples, hists, s.Samples)
+	}
+	rollupsAreRaw(t, dbURL)
+}
+
+// rollupsAreRaw folds what the collector's fold has not yet and checks the
+// minute rollups against the raw reports: every stored report counted
+// once, through reconnects and resends.
+func rollupsAreRaw(t *testing.T, dbURL string) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, dbURL, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// Reports the collector had received are committed within its batch wait.
+	time.Sleep(time.Second)
+	for i := 0; ; i++ {
+		// The collector's own fold may hold the lock.
+		r, err := st.FoldRollups(ctx, store.FoldOptions{Now: time.Now().Add(store.MinuteGrace + time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Busy {
+			break
+		}
+		if i == 100 {
+			t.Fatal("the fold lock stayed busy for 10 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, ok, err := st.UnfoldedFrom(ctx); err != nil || ok {
+		t.Fatalf("reports left unfolded after a fold of everything (%v)", err)
+	}
+	rows, err := st.Pool().Query(ctx, `SELECT id FROM nodes`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := store.RollupQuery{NodeIDs: ids, Res: store.RollupMinute, From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)}
+	type key struct {
+		node int32
+		path string
+		ts   int64
+	}
+	read := func(raw bool) (map[key]store.SampleAgg, map[key]uint64) {
+		q.Raw = raw
+		ss, hs, err := st.ReadRollups(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples, hists := map[key]store.SampleAgg{}, map[key]uint64{}
+		for _, r := range ss {
+			samples[key{r.NodeID, r.Path, r.TS.Unix()}] = r.SampleAgg
+		}
+		for _, r := range hs {
+			hists[key{r.NodeID, r.Path, r.TS.Unix()}] = r.Count
+		}
+		return samples, hists
+	}
+	gotS, gotH := read(false)
+	rawS, rawH := read(true)
+	if len(rawS) == 0 || len(rawH) == 0 {
+		t.Fatalf("%d sample and %d histogram buckets in the raw reports: the check checks nothing", len(rawS), len(rawH))
+	}
+	if len(gotS) != len(rawS) || len(gotH) != len(rawH) {
+		t.Fatalf("%d sample and %d histogram minute rollups, the raw reports make %d and %d", len(gotS), len(gotH), len(rawS), len(rawH))
+	}
+	for k, want := range rawS {
+		got := gotS[k]
+		if got.N != want.N || math.Abs(got.Sum-want.Sum) > 1e-6*math.Max(1, math.Abs(want.Sum)) || got.Min != want.Min || got.Max != want.Max {
+			t.Fatalf("minute rollup %+v: %+v, the raw reports make %+v", k, got, want)
+		}
+	}
+	for k, want := range rawH {
+		if gotH[k] != want {
+			t.Fatalf("histogram minute rollup %+v counts %d, the raw reports %d", k, gotH[k], want)
+		}
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/nbs-project/nbs/agent/catalog"
@@ -117,11 +116,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // agent reconnects.
 func (n *node) session(ctx context.Context) error {
 	cfg := n.f.cfg
-	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, release, err := n.f.dial(n.slot)
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}
-	defer conn.Close()
+	defer release()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := nbsv1.NewAgentServiceClient(conn).Connect(sctx)

@@ -8,11 +8,16 @@ import (
 	"github.com/nbs-project/nbs/collector/store"
 )
 
-// folder runs the rollup fold (store.FoldRollups): hour rollups from the
-// minutes of closed hours, day rollups from the hours of closed days, and
-// hours marked dirty by late reports. Every collector runs one; the store
-// lets one fold at a time and the others find it busy, so a collector
-// that dies delays nothing by more than a period — no leader to elect.
+// folder runs the rollup fold (store.FoldRollups): minute rollups from the
+// reports stored since the last fold, hour rollups from the minutes of
+// closed hours, day rollups from the hours of closed days, and hours
+// marked dirty by late reports. Every collector runs one; the store lets
+// one fold at a time (a session advisory lock held for the whole fold, so
+// the fold's leader is whoever holds it, and a collector that dies
+// releases it with its session) and the others find it busy, so a
+// collector that dies delays nothing by more than a period. Every 15 s:
+// what is not folded is read from raw rows by every report, so the
+// fold keeps that to about a minute of the fleet's reports.
 type folder struct {
 	st    *store.Store
 	log   *slog.Logger
@@ -24,7 +29,7 @@ type folder struct {
 }
 
 func (c *Collector) folder(st *store.Store) folder {
-	return folder{st: st, log: c.log.With("part", "fold"), every: time.Minute,
+	return folder{st: st, log: c.log.With("part", "fold"), every: 15 * time.Second,
 		opts: store.FoldOptions{MinuteRetention: c.cfg.Retention.Rollup1m, HourRetention: c.cfg.Retention.Rollup1h}}
 }
 

@@ -11,9 +11,11 @@ import (
 )
 
 // BenchmarkWriteReports measures the ingest path (COPY into staging, dedup
-// insert, latest merge) for batches of reports shaped like a fleet's: each
-// report carries samplesPerReport samples. It reports samples/s and the
-// bytes each sample costs on disk (heap + indexes of reports).
+// insert, pending keys, latest merge) for batches of reports shaped like a
+// fleet's: each report carries samplesPerReport samples. It reports
+// samples/s, the same for the minute fold of everything written
+// (fold-samples/s) and for both (with-fold-samples/s), and the bytes each
+// sample costs on disk (heap + indexes of reports).
 func BenchmarkWriteReports(b *testing.B) {
 	for _, shape := range []struct{ nodes, samples, batch int }{
 		{100, 4, 500},   // healthy fleet: roots only
@@ -72,6 +74,19 @@ func benchWrite(b *testing.B, nodes, samples, batchSize int) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(written)/b.Elapsed().Seconds(), "samples/s")
+	// The rollups are the fold's, from what was stored: its time, for
+	// every report written, is the rest of the cost of ingest.
+	foldStart := time.Now()
+	r, err := st.FoldRollups(ctx, FoldOptions{Now: time.Now().Add(MinuteGrace + time.Minute)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fold := time.Since(foldStart)
+	if r.Reports == 0 {
+		b.Fatalf("fold %+v: nothing folded", r)
+	}
+	b.ReportMetric(float64(written)/fold.Seconds(), "fold-samples/s")
+	b.ReportMetric(float64(written)/(b.Elapsed()+fold).Seconds(), "with-fold-samples/s")
 	var bytes int64
 	if err := st.pool.QueryRow(ctx, `SELECT sum(pg_total_relation_size(c.oid)) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'reports'`).Scan(&bytes); err != nil {

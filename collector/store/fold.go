@@ -11,18 +11,19 @@ import (
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
 
-// Hour and day rollups are not written by the write path, which upserts
-// minute rollups only (three upserts per metric and report made ingest 4–9×
-// slower, BENCHMARKS.md). FoldRollups recomputes them from the finer
-// resolution once closed; rollup_folds says up to where (migration 012).
-// ReadRollups computes what is not folded yet, so a report is exact for the
-// open hour and day too.
+// No rollup is written by the write path (an upsert per metric and report
+// made ingest several times slower, BENCHMARKS.md). FoldRollups adds the
+// reports stored since the last fold to the minute rollups (pending.go),
+// then recomputes hours from their minutes and days from their hours once
+// closed; rollup_folds says up to where (migration 012). ReadRollups
+// computes what is not folded yet, so a report is exact for the open
+// minute, hour and day too.
 //
-// Late data: a writer whose batch reaches an hour that may already be folded
-// marks it in rollup_dirty, in the transaction of its minute rows. A fold
-// recomputes the marked hours (and their folded days) and deletes the marks
-// in one transaction, and reads take marked hours from their minutes: a late
-// report counts exactly once, at once.
+// Late data: the minute fold of a report whose hour is already folded marks
+// the hour in rollup_dirty, in the transaction of its minute rows. The fold
+// then recomputes the marked hours (and their folded days) and deletes the
+// marks in one transaction, and reads take marked hours from their minutes:
+// a late report counts exactly once, at once.
 
 // foldLockID makes one collector fold at a time. A fold is a recompute, so
 // two at once would write the same rows, but a day folded from its hours
@@ -30,9 +31,9 @@ import (
 // data, and the mark that said so would be gone.
 const foldLockID = 0x6e6273_f0
 
-// FoldGrace is how long after its end an hour is folded. A writer marks its
-// batch's hours dirty if they ended a minute ago or more (markDirty), as its
-// transaction's last statement: the other minute covers its commit.
+// FoldGrace is how long after its end an hour is folded: its minutes'
+// reports still on their way are folded into them first. Any later one
+// marks the hour dirty when it is folded (markLateHours).
 const FoldGrace = 2 * time.Minute
 
 // epoch is the origin of date_bin: buckets are UTC, whatever the session's
@@ -182,31 +183,6 @@ func foldBucket(ctx context.Context, tx pgx.Tx, target int32, b time.Time, nodes
 	return nil
 }
 
-// markDirty is a batch's last statement before its commit: the hours ($1)
-// its new minute rows reach that ended a minute ago or more are marked,
-// by PostgreSQL's clock, which the fold's grace is measured on too. A
-// batch of current data marks nothing.
-const markDirty = `
-INSERT INTO rollup_dirty (res, ts) SELECT 3600, h FROM unnest($1::timestamptz[]) AS h
-WHERE clock_timestamp() >= h + interval '1 hour 1 minute'`
-
-// queueDirty queues markDirty for the hours of the batch's new reports.
-func queueDirty(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool) {
-	var hours []time.Time
-	for _, r := range reports {
-		if !inserted[r.Key()] {
-			continue
-		}
-		t := r.Time.Unix()
-		if h := time.Unix(t-mod(t, RollupHour), 0).UTC(); !slices.ContainsFunc(hours, h.Equal) {
-			hours = append(hours, h)
-		}
-	}
-	if len(hours) > 0 {
-		batch.Queue(markDirty, hours)
-	}
-}
-
 // interval is [from, to).
 type interval struct{ from, to time.Time }
 
@@ -317,12 +293,17 @@ type FoldOptions struct {
 	// NodesPerStatement bounds one statement's share of a bucket (1,000
 	// when zero).
 	NodesPerStatement int
+	// ReportsPerFold bounds one transaction of the minute fold
+	// (defaultReportsPerFold when zero).
+	ReportsPerFold int
 }
 
 // FoldResult says what one fold did.
 type FoldResult struct {
 	// Busy: another collector was folding, this one did nothing.
 	Busy bool
+	// Reports folded into the minute rollups.
+	Reports int
 	// Hours and Days folded as they closed, dirty Recomputed, and dirty
 	// ones Skipped for retention.
 	Hours, Days, Recomputed, Skipped int
@@ -395,7 +376,27 @@ func (s *Store) FoldRollups(ctx context.Context, o FoldOptions) (FoldResult, err
 		return err
 	}
 
-	// Dirty hours first, in one transaction with the delete of their
+	// Closed minutes' pending reports first, into the minute rollups,
+	// marking the folded hours they reach dirty: the steps below then see
+	// them. A transaction a chunk, each complete: a fold that dies loses
+	// nothing and repeats nothing.
+	perFold := o.ReportsPerFold
+	if perFold <= 0 {
+		perFold = defaultReportsPerFold
+	}
+	before := now.Add(-MinuteGrace).Truncate(time.Minute)
+	for {
+		n, err := foldPending(ctx, conn, before, perFold)
+		res.Reports += n
+		if err != nil {
+			return res, fmt.Errorf("fold pending reports into minute rollups: %w", err)
+		}
+		if n < perFold {
+			break
+		}
+	}
+
+	// Dirty hours next, in one transaction with the delete of their
 	// marks: a read sees the mark and the old row, or neither and the new
 	// row. READ COMMITTED: each recompute sees every commit before it
 	// started, so the writes of every mark deleted here; a mark committed

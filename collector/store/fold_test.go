@@ -208,6 +208,15 @@ func (f *foldFleet) fold(t *testing.T, now time.Time) FoldResult {
 	return r
 }
 
+func (f *foldFleet) pending(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := f.st.pool.QueryRow(context.Background(), `SELECT count(*) FROM rollup_pending`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func (f *foldFleet) dirtyMarks(t *testing.T) int {
 	t.Helper()
 	var n int
@@ -246,8 +255,8 @@ func TestFoldRollups(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.write(t, d0.Add(22*time.Hour), d1.Add(time.Hour+30*time.Minute))
-	if f.dirtyMarks(t) == 0 {
-		t.Fatal("writes of hours long closed marked none dirty")
+	if n, want := f.pending(t), 3*(2*60+90)*3; n != want {
+		t.Fatalf("%d reports pending after the writes, want every one of the %d", n, want)
 	}
 	hours := func(t *testing.T) {
 		t.Helper()
@@ -262,10 +271,14 @@ func TestFoldRollups(t *testing.T) {
 		same(t, "day rollups from inside a day", got, raw)
 	}
 
-	t.Run("open hours and days are read from minutes", func(t *testing.T) {
+	t.Run("reports not folded are read from their raw rows", func(t *testing.T) {
 		hours(t)
-		if n := len(f.stored(t, RollupHour, d0, d1.Add(day))); n != 0 {
-			t.Errorf("%d hour rows stored by the write path, want none", n)
+		got, raw := f.read(t, RollupMinute, d0.Add(22*time.Hour), d1.Add(2*time.Hour))
+		same(t, "minute rollups", got, raw)
+		for _, res := range []int32{RollupMinute, RollupHour} {
+			if n := len(f.stored(t, res, d0, d1.Add(day))); n != 0 {
+				t.Errorf("%d rows of %ds stored by the write path, want none", n, res)
+			}
 		}
 	})
 
@@ -275,7 +288,13 @@ func TestFoldRollups(t *testing.T) {
 		if r.Hours != 3 || r.Days != 1 || !r.HourThrough.Equal(d1.Add(time.Hour)) || !r.DayThrough.Equal(d1) {
 			t.Errorf("fold %+v, want 3 hours through %s and 1 day through %s", r, d1.Add(time.Hour), d1)
 		}
-		_, raw := f.read(t, RollupHour, d0, d1.Add(time.Hour))
+		// Every report but the open minute's (within its grace).
+		if want := 3 * (2*60 + 90 - 1) * 3; r.Reports != want || f.pending(t) != 9 {
+			t.Errorf("fold took %d reports and left %d, want %d and 9", r.Reports, f.pending(t), want)
+		}
+		_, raw := f.read(t, RollupMinute, d0, now.Add(-time.Minute))
+		same(t, "stored minutes", f.stored(t, RollupMinute, d0, now.Add(-time.Minute)), raw)
+		_, raw = f.read(t, RollupHour, d0, d1.Add(time.Hour))
 		same(t, "stored hours", f.stored(t, RollupHour, d0, d1.Add(day)), raw)
 		_, raw = f.read(t, RollupDay, d0, d1)
 		same(t, "stored day", f.stored(t, RollupDay, d0, d1.Add(day)), raw)
@@ -285,7 +304,7 @@ func TestFoldRollups(t *testing.T) {
 		hours(t)
 		// The hour just closed but within the grace is not folded.
 		r = f.fold(t, d1.Add(2*time.Hour+time.Minute))
-		if r.Hours != 0 || r.Days != 0 || r.Recomputed != 0 {
+		if r.Hours != 0 || r.Days != 0 || r.Recomputed != 0 || r.Reports != 9 {
 			t.Errorf("a second fold %+v, want nothing to do", r)
 		}
 	})
@@ -293,8 +312,9 @@ func TestFoldRollups(t *testing.T) {
 	t.Run("a late report counts once, before and after its fold", func(t *testing.T) {
 		late := f.report(f.nodes[1], d0.Add(22*time.Hour+17*time.Minute+5*time.Second))
 		f.writeBatch(t, []Report{late})
-		if f.dirtyMarks(t) != 1 {
-			t.Fatalf("%d dirty marks after one late report, want 1", f.dirtyMarks(t))
+		// The fold above, at the next hour, took the rest.
+		if f.pending(t) != 1 || f.dirtyMarks(t) != 0 {
+			t.Fatalf("%d reports pending and %d dirty marks after one late report, want 1 and none", f.pending(t), f.dirtyMarks(t))
 		}
 		_, raw := f.read(t, RollupHour, d0, d1.Add(time.Hour))
 		if slices.Equal(f.stored(t, RollupHour, d0, d1.Add(time.Hour)), raw) {
@@ -302,8 +322,8 @@ func TestFoldRollups(t *testing.T) {
 		}
 		hours(t)
 		r := f.fold(t, now)
-		if r.Recomputed != 1 || r.Hours != 0 {
-			t.Errorf("fold %+v, want the one dirty hour recomputed", r)
+		if r.Recomputed != 1 || r.Hours != 0 || r.Reports != 1 {
+			t.Errorf("fold %+v, want the late report folded and its hour recomputed", r)
 		}
 		same(t, "stored hours", f.stored(t, RollupHour, d0, d1.Add(time.Hour)), raw)
 		_, raw = f.read(t, RollupDay, d0, d1)
@@ -313,10 +333,10 @@ func TestFoldRollups(t *testing.T) {
 		// The same report again (the agent's spool resending it) adds
 		// nothing and marks nothing.
 		f.writeBatch(t, []Report{late})
-		if n := f.dirtyMarks(t); n != 0 {
-			t.Errorf("a resent report left %d dirty marks", n)
+		if n := f.pending(t); n != 0 {
+			t.Errorf("a resent report left %d reports pending, want none", n)
 		}
-		if r := f.fold(t, now); r.Recomputed != 0 {
+		if r := f.fold(t, now); r.Recomputed != 0 || r.Reports != 0 {
 			t.Errorf("fold after a resend %+v, want nothing recomputed", r)
 		}
 		hours(t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -173,17 +174,6 @@ ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 const mergeRollupSamples = `
 INSERT INTO rollup_samples AS r SELECT * FROM stage_rollup_samples ORDER BY res, node_id, ts, metric_id` + addRollupSamples
 
-// upsertRollupSamples is mergeRollupSamples with the buckets as arrays, one
-// per column: a statement the write path queues with the rest of its
-// batch, where staging them would cost the transaction three more round
-// trips (the DDL, the COPY and the merge), most of what a batch of healthy
-// nodes' reports cost on a busy machine (BENCHMARKS.md).
-const upsertRollupSamples = `
-INSERT INTO rollup_samples AS r
-SELECT * FROM unnest($1::integer[], $2::timestamptz[], $3::integer[], $4::integer[], $5::bigint[],
-	$6::float8[], $7::float8[], $8::float8[], $9::float8[], $10::float8[], $11::float8[])
-ORDER BY 1, 3, 2, 4` + addRollupSamples
-
 const mergeRollupHistograms = `
 INSERT INTO rollup_histograms AS r (res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count)
 SELECT res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count FROM stage_rollup_histograms ORDER BY res, node_id, ts, metric_id
@@ -196,39 +186,6 @@ ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 				UNION ALL SELECT * FROM unnest(EXCLUDED.bucket_index, EXCLUDED.bucket_count) AS b(i, c)
 			) u GROUP BY i
 		) g)`
-
-// queueRollups folds the batch's new reports into the minute rollups, in
-// the transaction that stores them; hours and days are folded from them
-// later (FoldRollups). The sample upsert is queued into batch; histograms,
-// whose buckets are arrays themselves, are COPYed to staging (created with
-// the reports' staging tables) and their merge queued.
-func queueRollups(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool) error {
-	r := NewRollups()
-	for _, rep := range reports {
-		if inserted[rep.Key()] {
-			r.Add(rep, RollupMinute)
-		}
-	}
-	if n := len(r.Samples); n > 0 {
-		res, ts, node, metric := make([]int32, 0, n), make([]time.Time, 0, n), make([]int32, 0, n), make([]int32, 0, n)
-		cnt, sum, lo, hi, ok, warn, crit := make([]int64, 0, n), make([]float64, 0, n), make([]float64, 0, n), make([]float64, 0, n),
-			make([]float64, 0, n), make([]float64, 0, n), make([]float64, 0, n)
-		for _, k := range sortedKeys(r.Samples) {
-			a := r.Samples[k]
-			res, ts, node, metric = append(res, k.Res), append(ts, time.Unix(k.TS, 0).UTC()), append(node, k.NodeID), append(metric, k.MetricID)
-			cnt, sum, lo, hi = append(cnt, a.N), append(sum, a.Sum), append(lo, a.Min), append(hi, a.Max)
-			ok, warn, crit = append(ok, a.OK), append(warn, a.Warn), append(crit, a.Crit)
-		}
-		batch.Queue(upsertRollupSamples, res, ts, node, metric, cnt, sum, lo, hi, ok, warn, crit)
-	}
-	if len(r.Histograms) > 0 {
-		if err := copyRollupHistograms(ctx, tx, r); err != nil {
-			return err
-		}
-		batch.Queue(mergeRollupHistograms)
-	}
-	return nil
-}
 
 // WriteRollups merges accumulated rollups into the stored ones, through
 // staging tables (benchmarks and backfills seed history with it).
@@ -365,8 +322,10 @@ func (r HistogramRow) AddTo(d *loglinear.Dense) { d.AddBuckets(r.Index, r.Counts
 // ReadRollups returns the buckets of q, from the rollup tables or, with
 // q.Raw, computed from raw reports by the write path's own code. Hour and
 // day buckets not folded yet, or marked dirty by late data, are computed
-// from the finer rollups as the fold would (foldedSources), so a caller
-// reads the same buckets whenever it asks.
+// from the finer rollups as the fold would (foldedSources), and reports
+// not folded into the minute rollups yet (rollup_pending) are added from
+// their raw rows, all in one snapshot: a caller reads the same buckets
+// whenever it asks, before and after any fold.
 func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []HistogramRow, error) {
 	paths, err := s.metricPaths(ctx)
 	if err != nil {
@@ -378,18 +337,37 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 	if !q.From.Before(q.To) {
 		return nil, nil, nil
 	}
+	var samples []SampleRow
+	var hists []HistogramRow
+	// One snapshot: a fold commits its rows with the deletion of what
+	// they were made of (pending keys, dirty marks), so a read sees either
+	// or the other, never both or neither.
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		samples, hists, err = readRollups(ctx, tx, q, paths)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return samples, hists, nil
+}
+
+func readRollups(ctx context.Context, tx pgx.Tx, q RollupQuery, paths map[int32]string) ([]SampleRow, []HistogramRow, error) {
 	filter := q.metricFilter(paths)
 	stored := []interval{{q.From, q.To}}
+	// A bucket is in the range if it starts in it: the pending reports
+	// read are those of the buckets that start in it.
+	step := time.Duration(q.Res) * time.Second
+	from, to := ceilTo(q.From, step), ceilTo(q.To, step)
 	var srcs []rollupSource
 	if q.Res == RollupHour || q.Res == RollupDay {
-		// A bucket is in the range if it starts in it: computed buckets
-		// take their sources from where they start to where they end.
-		step := time.Duration(q.Res) * time.Second
-		from, to := ceilTo(q.From, step), ceilTo(q.To, step)
+		// Computed buckets take their sources from where they start to
+		// where they end.
 		if !from.Before(to) {
 			return nil, nil, nil
 		}
-		st, err := readFoldState(ctx, s.pool, from, to)
+		st, err := readFoldState(ctx, tx, from, to)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -397,7 +375,7 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 	}
 	var out rollupRows
 	for _, iv := range stored {
-		if err := out.read(ctx, s.pool, paths,
+		if err := out.read(ctx, tx, paths,
 			`SELECT node_id, metric_id, ts, n, sum, min, max, ok_s, warn_s, crit_s FROM rollup_samples
 			WHERE res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::integer[] IS NULL OR metric_id = ANY($5))`,
 			`SELECT node_id, metric_id, ts, count, sum, buckets FROM rollup_histograms
@@ -409,14 +387,83 @@ func (s *Store) ReadRollups(ctx context.Context, q RollupQuery) ([]SampleRow, []
 	if len(srcs) > 0 {
 		var part rollupRows
 		for _, src := range srcs {
-			if err := part.read(ctx, s.pool, paths, readAggSamples, readSourceHistograms, src.res, src.from, src.to, q.NodeIDs, filter, float64(q.Res)); err != nil {
+			if err := part.read(ctx, tx, paths, readAggSamples, readSourceHistograms, src.res, src.from, src.to, q.NodeIDs, filter, float64(q.Res)); err != nil {
 				return nil, nil, err
 			}
 		}
 		out.samples = append(out.samples, mergeSamples(part.samples)...)
 		out.hists = append(out.hists, mergeHistograms(part.hists)...)
 	}
-	return out.samples, out.hists, nil
+	pending, err := pendingRollups(ctx, tx, q.NodeIDs, q.Res, from, to)
+	if err != nil {
+		return nil, nil, err
+	}
+	ps, ph := pending.rows(paths, q.Match)
+	return addSamples(out.samples, ps), addHistograms(out.hists, ph), nil
+}
+
+// addSamples merges rows of buckets (add) into rows with one row per node,
+// metric and bucket (rows), in place where a bucket is in both.
+func addSamples(rows, add []SampleRow) []SampleRow {
+	if len(add) == 0 {
+		return rows
+	}
+	type key struct {
+		node int32
+		path string
+		ts   int64
+	}
+	at := make(map[key]int, len(add))
+	for i, r := range add {
+		at[key{r.NodeID, r.Path, r.TS.Unix()}] = i
+	}
+	used := make([]bool, len(add))
+	for i := range rows {
+		if j, ok := at[key{rows[i].NodeID, rows[i].Path, rows[i].TS.Unix()}]; ok {
+			rows[i].Merge(add[j].SampleAgg)
+			used[j] = true
+		}
+	}
+	for j, r := range add {
+		if !used[j] {
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+// addHistograms is addSamples of histogram rows.
+func addHistograms(rows, add []HistogramRow) []HistogramRow {
+	if len(add) == 0 {
+		return rows
+	}
+	type key struct {
+		node, metric int32
+		ts           int64
+	}
+	at := make(map[key]int, len(add))
+	for i, r := range add {
+		at[key{r.NodeID, r.metricID, r.TS.Unix()}] = i
+	}
+	used := make([]bool, len(add))
+	for i := range rows {
+		if j, ok := at[key{rows[i].NodeID, rows[i].metricID, rows[i].TS.Unix()}]; ok {
+			h := rows[i].histogram()
+			for k, idx := range add[j].Index {
+				h.Counts[uint32(idx)] += uint64(add[j].Counts[k])
+			}
+			h.Count += add[j].Count
+			h.Sum += add[j].Sum
+			rows[i] = histogramRow(rows[i].NodeID, rows[i].metricID, rows[i].Path, rows[i].TS, h)
+			used[j] = true
+		}
+	}
+	for j, r := range add {
+		if !used[j] {
+			rows = append(rows, r)
+		}
+	}
+	return rows
 }
 
 // rollupRows collects rollup rows read by queries of the same columns.
@@ -490,67 +537,25 @@ func (o *rollupRows) readHistograms(ctx context.Context, db querier, paths map[i
 
 func (s *Store) readRaw(ctx context.Context, q RollupQuery, paths map[int32]string) ([]SampleRow, []HistogramRow, error) {
 	acc := NewRollups()
-	reports := map[ReportKey]*Report{}
-	rows, err := s.pool.Query(ctx, `
+	reports, err := rawReports(ctx, s.pool, `
 		SELECT node_id, instance_id, seq, ts, interval_ms, metric_ids, vals, states FROM reports
-		WHERE node_id = ANY($1) AND ts >= $2 AND ts < $3`, q.NodeIDs, q.From, q.To)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read raw reports: %w", err)
-	}
-	for rows.Next() {
-		var r Report
-		var inst, seq int64
-		var interval int32
-		var ids []int32
-		var vals []float64
-		var states []int16
-		if err := rows.Scan(&r.NodeID, &inst, &seq, &r.Time, &interval, &ids, &vals, &states); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("scan raw report: %w", err)
-		}
-		r.InstanceID, r.Seq, r.IntervalMS = uint64(inst), uint64(seq), uint32(interval)
-		for i := range ids {
-			if i < len(vals) && i < len(states) {
-				r.Samples = append(r.Samples, Sample{MetricID: ids[i], Value: vals[i], State: State(states[i])})
-			}
-		}
-		reports[r.Key()] = &r
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read raw reports: %w", err)
-	}
-	rows, err = s.pool.Query(ctx, `
+		WHERE node_id = ANY($1) AND ts >= $2 AND ts < $3`, `
 		SELECT node_id, instance_id, seq, ts, metric_id, count, sum, bucket_index, bucket_count FROM histograms
 		WHERE node_id = ANY($1) AND ts >= $2 AND ts < $3`, q.NodeIDs, q.From, q.To)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read raw histograms: %w", err)
-	}
-	for rows.Next() {
-		var k ReportKey
-		var inst, seq, count int64
-		var ts time.Time
-		var h Histogram
-		if err := rows.Scan(&k.NodeID, &inst, &seq, &ts, &h.MetricID, &count, &h.Sum, &h.BucketIndex, &h.BucketCount); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("scan raw histogram: %w", err)
-		}
-		k.InstanceID, k.Seq, h.Count = uint64(inst), uint64(seq), uint64(count)
-		r := reports[k]
-		if r == nil {
-			r = &Report{NodeID: k.NodeID, InstanceID: k.InstanceID, Seq: k.Seq, Time: ts}
-			reports[k] = r
-		}
-		r.Histograms = append(r.Histograms, h)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read raw histograms: %w", err)
+		return nil, nil, err
 	}
 	for _, r := range reports {
 		acc.Add(*r, q.Res)
 	}
-	keep := func(id int32) bool { return q.Match == nil || q.Match(paths[id]) }
+	samples, hists := acc.rows(paths, q.Match)
+	return samples, hists, nil
+}
+
+// rows is the accumulated buckets as rows, of the metrics match accepts
+// (nil: all).
+func (acc *Rollups) rows(paths map[int32]string, match func(string) bool) ([]SampleRow, []HistogramRow) {
+	keep := func(id int32) bool { return match == nil || match(paths[id]) }
 	samples := make([]SampleRow, 0, len(acc.Samples))
 	for k, a := range acc.Samples {
 		if !keep(k.MetricID) {
@@ -565,7 +570,17 @@ func (s *Store) readRaw(ctx context.Context, q RollupQuery, paths map[int32]stri
 		}
 		hists = append(hists, histogramRow(k.NodeID, k.MetricID, paths[k.MetricID], time.Unix(k.TS, 0).UTC(), h))
 	}
-	return samples, hists, nil
+	return samples, hists
+}
+
+// histogram is the row's buckets as a histogram.
+func (r HistogramRow) histogram() *loglinear.Histogram {
+	h := loglinear.New()
+	for i, idx := range r.Index {
+		h.Counts[uint32(idx)] += uint64(r.Counts[i])
+	}
+	h.Count, h.Sum = r.Count, r.Sum
+	return h
 }
 
 func histogramRow(node, metric int32, path string, ts time.Time, h *loglinear.Histogram) HistogramRow {
@@ -577,6 +592,67 @@ func histogramRow(node, metric int32, path string, ts time.Time, h *loglinear.Hi
 		r.Index[i], r.Counts[i] = int32(b), int64(h.Counts[b])
 	}
 	return r
+}
+
+// rawReports reads reports and their histograms by two queries of args:
+// reportsSQL returns node_id, instance_id, seq, ts, interval_ms,
+// metric_ids, vals, states; histsSQL node_id, instance_id, seq, ts,
+// metric_id, count, sum, bucket_index, bucket_count.
+func rawReports(ctx context.Context, db querier, reportsSQL, histsSQL string, args ...any) (map[ReportKey]*Report, error) {
+	reports := map[ReportKey]*Report{}
+	rows, err := db.Query(ctx, reportsSQL, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read raw reports: %w", err)
+	}
+	for rows.Next() {
+		var r Report
+		var inst, seq int64
+		var interval int32
+		var ids []int32
+		var vals []float64
+		var states []int16
+		if err := rows.Scan(&r.NodeID, &inst, &seq, &r.Time, &interval, &ids, &vals, &states); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("scan raw report: %w", err)
+		}
+		r.InstanceID, r.Seq, r.IntervalMS = uint64(inst), uint64(seq), uint32(interval)
+		for i := range ids {
+			if i < len(vals) && i < len(states) {
+				r.Samples = append(r.Samples, Sample{MetricID: ids[i], Value: vals[i], State: State(states[i])})
+			}
+		}
+		reports[r.Key()] = &r
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read raw reports: %w", err)
+	}
+	rows, err = db.Query(ctx, histsSQL, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read raw histograms: %w", err)
+	}
+	for rows.Next() {
+		var k ReportKey
+		var inst, seq, count int64
+		var ts time.Time
+		var h Histogram
+		if err := rows.Scan(&k.NodeID, &inst, &seq, &ts, &h.MetricID, &count, &h.Sum, &h.BucketIndex, &h.BucketCount); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("scan raw histogram: %w", err)
+		}
+		k.InstanceID, k.Seq, h.Count = uint64(inst), uint64(seq), uint64(count)
+		r := reports[k]
+		if r == nil {
+			r = &Report{NodeID: k.NodeID, InstanceID: k.InstanceID, Seq: k.Seq, Time: ts}
+			reports[k] = r
+		}
+		r.Histograms = append(r.Histograms, h)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read raw histograms: %w", err)
+	}
+	return reports, nil
 }
 
 // metricPaths is the whole path dictionary by id (small: one row per
@@ -625,29 +701,89 @@ func (s *Store) DefinitionsOf(ctx context.Context, nodeIDs []int32) (map[string]
 
 // BadMinutes are the minute rollups of some nodes in which any metric was
 // WARN or CRIT: what incidents are made of, read through a partial index so
-// a month of healthy minutes costs nothing.
+// a month of healthy minutes costs nothing. Reports not folded yet are
+// added from their raw rows, in the same snapshot (ReadRollups).
 func (s *Store) BadMinutes(ctx context.Context, nodeIDs []int32, from, to time.Time, limit int) ([]SampleRow, error) {
 	paths, err := s.metricPaths(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `
+	var out []SampleRow
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		out, err = badMinutes(ctx, tx, paths, nodeIDs, from, to, limit)
+		return err
+	})
+	return out, err
+}
+
+func badMinutes(ctx context.Context, tx pgx.Tx, paths map[int32]string, nodeIDs []int32, from, to time.Time, limit int) ([]SampleRow, error) {
+	var rows rollupRows
+	if err := rows.readSamples(ctx, tx, paths, `
 		SELECT node_id, metric_id, ts, n, sum, min, max, ok_s, warn_s, crit_s FROM rollup_samples
 		WHERE res = 60 AND (warn_s > 0 OR crit_s > 0) AND node_id = ANY($1) AND ts >= $2 AND ts < $3
-		ORDER BY ts LIMIT $4`, nodeIDs, from, to, limit)
-	if err != nil {
+		ORDER BY ts LIMIT $4`, nodeIDs, from, to, limit); err != nil {
 		return nil, fmt.Errorf("read non-OK minutes: %w", err)
 	}
-	defer rows.Close()
-	var out []SampleRow
-	for rows.Next() {
-		var r SampleRow
-		var mid int32
-		if err := rows.Scan(&r.NodeID, &mid, &r.TS, &r.N, &r.Sum, &r.Min, &r.Max, &r.OK, &r.Warn, &r.Crit); err != nil {
-			return nil, fmt.Errorf("scan non-OK minute: %w", err)
-		}
-		r.Path = paths[mid]
-		out = append(out, r)
+	pending, err := pendingRollups(ctx, tx, nodeIDs, RollupMinute, ceilTo(from, time.Minute), ceilTo(to, time.Minute))
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	if len(pending.Samples) == 0 {
+		return rows.samples, nil
+	}
+	// A minute with pending reports is its stored row (bad or not) and
+	// theirs: read the stored rows of those minutes whatever their state.
+	add, _ := pending.rows(paths, nil)
+	lo, hi := add[0].TS, add[0].TS
+	for _, r := range add {
+		lo, hi = minTime(lo, r.TS), maxTime(hi, r.TS)
+	}
+	var stored rollupRows
+	if err := stored.readSamples(ctx, tx, paths, `
+		SELECT node_id, metric_id, ts, n, sum, min, max, ok_s, warn_s, crit_s FROM rollup_samples
+		WHERE res = 60 AND node_id = ANY($1) AND ts >= $2 AND ts <= $3`, nodeIDs, lo, hi); err != nil {
+		return nil, fmt.Errorf("read minutes with pending reports: %w", err)
+	}
+	type key struct {
+		node int32
+		path string
+		ts   int64
+	}
+	touched := map[key]bool{}
+	for _, r := range add {
+		touched[key{r.NodeID, r.Path, r.TS.Unix()}] = true
+	}
+	var merged []SampleRow
+	for _, r := range stored.samples {
+		if touched[key{r.NodeID, r.Path, r.TS.Unix()}] {
+			merged = append(merged, r)
+		}
+	}
+	merged = addSamples(merged, add)
+	out := slices.DeleteFunc(rows.samples, func(r SampleRow) bool { return touched[key{r.NodeID, r.Path, r.TS.Unix()}] })
+	for _, r := range merged {
+		if r.Warn > 0 || r.Crit > 0 {
+			out = append(out, r)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b SampleRow) int { return a.TS.Compare(b.TS) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

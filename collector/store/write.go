@@ -16,14 +16,21 @@ import (
 const stagingDDL = `
 CREATE TEMP TABLE IF NOT EXISTS stage_reports (LIKE reports) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS stage_histograms (LIKE histograms) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS stage_events (LIKE events) ON COMMIT DELETE ROWS;` + rollupStagingDDL
+CREATE TEMP TABLE IF NOT EXISTS stage_events (LIKE events) ON COMMIT DELETE ROWS;`
 
 // moveStaged inserts the staged reports that are new and, only for those,
-// their histograms and events, so a resent report adds nothing twice.
+// their histograms and events, so a resent report adds nothing twice. The
+// new reports' keys are left for the minute fold (rollup_pending, migration
+// 016): the rollups are no longer written here, where an upsert per metric
+// and report cost most of the transaction (BENCHMARKS.md).
 const moveStaged = `
 WITH ins AS (
 	INSERT INTO reports SELECT * FROM stage_reports ON CONFLICT DO NOTHING
-	RETURNING node_id, instance_id, seq
+	RETURNING node_id, instance_id, seq, ts
+), p AS (
+	INSERT INTO rollup_pending (node_id, instance_id, seq, ts, hist_ids)
+	SELECT i.node_id, i.instance_id, i.seq, i.ts, array_agg(DISTINCT s.metric_id) FILTER (WHERE s.metric_id IS NOT NULL)
+	FROM ins i LEFT JOIN stage_histograms s USING (node_id, instance_id, seq) GROUP BY 1, 2, 3, 4
 ), h AS (
 	INSERT INTO histograms SELECT s.* FROM stage_histograms s JOIN ins USING (node_id, instance_id, seq)
 ), e AS (
@@ -87,19 +94,17 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("insert staged reports: %w", err)
 		}
-		// One round trip for what is left: rollups, latest values,
-		// dirty marks.
+		// One round trip for the latest values. Rollups are the fold's
+		// (FoldRollups), from rollup_pending.
 		batch := &pgx.Batch{}
-		if err := queueRollups(ctx, tx, batch, unique, result); err != nil {
-			return err
-		}
 		if err := queueLatest(batch, unique, result); err != nil {
 			return err
 		}
-		// Last before the commit (markDirty), and in the same round trip.
-		queueDirty(batch, unique, result)
+		if batch.Len() == 0 {
+			return nil
+		}
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-			return fmt.Errorf("update rollups, latest values and dirty rollup marks: %w", err)
+			return fmt.Errorf("update latest values: %w", err)
 		}
 		return nil
 	})

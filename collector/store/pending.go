@@ -1,0 +1,177 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Minute rollups are folded from the raw reports, off the write path: a
+// writer leaves the key of every new report in rollup_pending (migration
+// 016), in the statement that stores it, and foldPending moves closed
+// minutes' pending reports into the minute rollups. Adding a report's
+// samples and deleting its key commit together, so a report is counted
+// exactly once, however late it arrives and whether or not a fold dies
+// halfway; a resent report is not new, so it is never pending. Reads add
+// the pending reports to what is folded, in one snapshot (pendingRollups),
+// so they are exact before the fold too.
+
+// MinuteGrace is how long after a minute ends its reports are folded: the
+// reports of its last seconds are still on their way, and each fold of a
+// minute already folded is an upsert per metric instead of an insert.
+const MinuteGrace = 10 * time.Second
+
+// defaultReportsPerFold bounds one fold transaction: a collector that was
+// down, or a fleet's spools replaying, must not make one transaction of
+// hours of reports.
+const defaultReportsPerFold = 20000
+
+const (
+	foldPendingDDL = `
+CREATE TEMP TABLE IF NOT EXISTS fold_pending (
+	node_id integer, instance_id bigint, seq bigint, ts timestamptz, hist_ids integer[]
+) ON COMMIT DELETE ROWS`
+	// takePending moves up to $2 pending keys of reports before $1 to the
+	// transaction's own table; only the fold lock's holder deletes from
+	// rollup_pending, so the ctids it selects are the rows it deletes.
+	takePending = `
+WITH d AS (
+	DELETE FROM rollup_pending WHERE ctid = ANY(ARRAY(SELECT ctid FROM rollup_pending WHERE ts < $1 LIMIT $2))
+	RETURNING node_id, instance_id, seq, ts, hist_ids
+)
+INSERT INTO fold_pending SELECT * FROM d`
+	// foldPendingSamples adds the taken reports' samples to the minute
+	// rollups, as Rollups.Add would: NaN and infinities skipped, a sample's
+	// interval counted in its state. Rows in key order (sortedKeys).
+	foldPendingSamples = `
+INSERT INTO rollup_samples AS r (res, ts, node_id, metric_id, n, sum, min, max, ok_s, warn_s, crit_s)
+SELECT 60, b, node_id, m, count(*), sum(v), min(v), max(v),
+	coalesce(sum(secs) FILTER (WHERE s = 1), 0), coalesce(sum(secs) FILTER (WHERE s = 2), 0), coalesce(sum(secs) FILTER (WHERE s = 3), 0)
+FROM (
+	SELECT p.node_id, date_bin('1 minute', p.ts, ` + epoch + `) AS b, u.m, u.v, u.s, rp.interval_ms::float8 / 1000 AS secs
+	FROM fold_pending p JOIN reports rp USING (node_id, instance_id, seq, ts)
+	CROSS JOIN LATERAL unnest(rp.metric_ids, rp.vals, rp.states) AS u(m, v, s)
+	WHERE u.m IS NOT NULL AND u.s IS NOT NULL AND u.v IS NOT NULL AND u.v NOT IN ('NaN', 'Infinity', '-Infinity')
+) x
+GROUP BY node_id, b, m
+ORDER BY node_id, b, m` + addRollupSamples
+	// foldPendingHistograms reads the taken reports' histograms, each
+	// given its minute, through the histograms index.
+	foldPendingHistograms = `
+SELECT p.node_id, h.metric_id, date_bin('1 minute', p.ts, ` + epoch + `), h.count, h.sum, rollup_buckets(h.bucket_index, h.bucket_count)
+FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)
+JOIN histograms h ON h.node_id = p.node_id AND h.metric_id = m.id AND h.ts = p.ts AND h.instance_id = p.instance_id AND h.seq = p.seq`
+	// markLateHours marks the hours already folded that the taken reports
+	// reach: the hour fold recomputes them (FoldRollups), and reads take
+	// them from their minutes until it has.
+	markLateHours = `
+INSERT INTO rollup_dirty (res, ts)
+SELECT DISTINCT 3600, date_bin('1 hour', ts, ` + epoch + `) FROM fold_pending
+WHERE ts < (SELECT through FROM rollup_folds WHERE res = 3600)`
+)
+
+// foldPending folds up to limit pending reports before before into the
+// minute rollups, in one transaction, and returns how many it took.
+func foldPending(ctx context.Context, conn interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, before time.Time, limit int) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		// A chunk of full trees is millions of samples to group: in the
+		// default 4 MB the sort of its histograms went to disk.
+		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
+			return fmt.Errorf("set the fold's work memory: %w", err)
+		}
+		if _, err := tx.Exec(ctx, foldPendingDDL); err != nil {
+			return fmt.Errorf("create the fold's table: %w", err)
+		}
+		tag, err := tx.Exec(ctx, takePending, before, limit)
+		if err != nil {
+			return fmt.Errorf("take pending reports: %w", err)
+		}
+		if n = int(tag.RowsAffected()); n == 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, foldPendingSamples); err != nil {
+			return fmt.Errorf("fold pending reports' samples: %w", err)
+		}
+		var part rollupRows
+		if err := part.readHistograms(ctx, tx, nil, foldPendingHistograms); err != nil {
+			return err
+		}
+		if len(part.hists) > 0 {
+			if _, err := tx.Exec(ctx, rollupStagingDDL); err != nil {
+				return fmt.Errorf("create rollup staging tables: %w", err)
+			}
+			r := NewRollups()
+			for _, h := range mergeHistograms(part.hists) {
+				k := RollupKey{h.NodeID, h.metricID, RollupMinute, h.TS.Unix()}
+				r.Histograms[k] = h.histogram()
+			}
+			if err := copyRollupHistograms(ctx, tx, r); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, mergeRollupHistograms); err != nil {
+				return fmt.Errorf("fold pending reports' histograms: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, markLateHours); err != nil {
+			return fmt.Errorf("mark late hours dirty: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// Pending reports as raw rows, in the columns rawReports reads: those of
+// nodes $1 from $2 to $3.
+const (
+	pendingReports = `
+SELECT rp.node_id, rp.instance_id, rp.seq, rp.ts, rp.interval_ms, rp.metric_ids, rp.vals, rp.states
+FROM rollup_pending p JOIN reports rp USING (node_id, instance_id, seq, ts)
+WHERE p.node_id = ANY($1) AND p.ts >= $2 AND p.ts < $3`
+	pendingHistograms = `
+SELECT h.node_id, h.instance_id, h.seq, h.ts, h.metric_id, h.count, h.sum, h.bucket_index, h.bucket_count
+FROM rollup_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)
+JOIN histograms h ON h.node_id = p.node_id AND h.metric_id = m.id AND h.ts = p.ts AND h.instance_id = p.instance_id AND h.seq = p.seq
+WHERE p.node_id = ANY($1) AND p.ts >= $2 AND p.ts < $3`
+)
+
+// pendingRollups is the buckets of res that the pending reports of nodes
+// add over [from, to) (aligned to res: whole buckets), read in db's
+// snapshot.
+func pendingRollups(ctx context.Context, db querier, nodes []int32, res int32, from, to time.Time) (*Rollups, error) {
+	acc := NewRollups()
+	if !from.Before(to) {
+		return acc, nil
+	}
+	reports, err := rawReports(ctx, db, pendingReports, pendingHistograms, nodes, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("pending reports: %w", err)
+	}
+	for _, r := range reports {
+		acc.Add(*r, res)
+	}
+	return acc, nil
+}
+
+// UnfoldedFrom is where the open (unfolded) minutes begin: the start of the
+// minute of the oldest report not folded into the minute rollups yet, and
+// false when every stored report is folded. Reads are exact either way
+// (they add those reports from their raw rows); a caller says it, e.g. that
+// a report's buckets from here on are still filling.
+func (s *Store) UnfoldedFrom(ctx context.Context) (time.Time, bool, error) {
+	var t *time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT date_bin('1 minute', min(ts), `+epoch+`) FROM rollup_pending`).Scan(&t); err != nil {
+		return time.Time{}, false, fmt.Errorf("read where the unfolded minutes begin: %w", err)
+	}
+	if t == nil {
+		return time.Time{}, false, nil
+	}
+	return t.UTC(), true, nil
+}
