@@ -118,10 +118,12 @@ func TestSelectStreamsRootsAndWhatMatters(t *testing.T) {
 		full      bool
 		want      []string
 	}{
-		{"healthy: roots only", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 10, "r/c": 0}, nil, false, []string{"r"}},
+		// r/c is judged against its baseline: streamed whenever it has a value.
+		{"healthy: roots and baselined", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 10, "r/c": 0}, nil, false, []string{"r", "r/c"}},
+		{"healthy, baselined without a value", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 10}, nil, false, []string{"r"}},
 		{"non-zero child with its ancestors", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0.5, "r/b": 10, "r/c": 0},
-			map[string]float64{"r/a/x": 5}, false, []string{"r", "r/a", "r/a/x"}},
-		{"non-OK child", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 0, "r/c": 0}, nil, false, []string{"r", "r/b"}},
+			map[string]float64{"r/a/x": 5}, false, []string{"r", "r/a", "r/a/x", "r/c"}},
+		{"non-OK child", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 0, "r/c": 0}, nil, false, []string{"r", "r/b", "r/c"}},
 		{"snapshot", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 10, "r/c": 0}, nil, true, []string{"r", "r/a", "r/a/x", "r/b", "r/c"}},
 	}
 	for _, c := range cases {
