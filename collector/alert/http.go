@@ -187,7 +187,11 @@ func (s *Service) view(inst *Instance) AlertView {
 		if target == "" {
 			target = inst.Metric
 		}
-		v.TreeURL = s.treeURL(inst.Node, target)
+		end := inst.ResolvedAt
+		if end.IsZero() {
+			end = time.Now()
+		}
+		v.TreeURL = s.treeURL(inst.Node, target, inst.Since, end)
 	} else {
 		v.Metric = inst.Metric
 		v.TreeURL = s.fleetURL()
