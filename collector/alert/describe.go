@@ -55,9 +55,14 @@ func (s *Service) describe(ctx context.Context, ev *evaluator, c Change) {
 			}
 		}
 		labels["node"] = inst.Node
-		labels["root"] = rootOf(inst.Metric)
-		labels["metric"] = inst.Child
-		s.describeNode(ctx, ev, n, inst, r, annotations)
+		if r.Kind == KindSilent {
+			describeSilent(inst, r, annotations)
+			annotations["tree_url"] = s.treeURL(inst.Node, "", inst.Since, inst.FiredAt)
+		} else {
+			labels["root"] = rootOf(inst.Metric)
+			labels["metric"] = inst.Child
+			s.describeNode(ctx, ev, n, inst, r, annotations)
+		}
 	} else {
 		for k, v := range r.Selector {
 			if !reservedLabels[k] {
@@ -219,6 +224,18 @@ func median(v []float64) float64 {
 	return (v[n/2-1] + v[n/2]) / 2
 }
 
+// describeSilent says since when a node has sent nothing.
+func describeSilent(inst *Instance, r *Rule, out map[string]string) {
+	quiet := inst.FiredAt.Sub(inst.Since).Round(time.Second)
+	out["summary"] = fmt.Sprintf("%s has sent no report for %s", inst.Node, quiet)
+	out["description"] = fmt.Sprintf("%s's last report was at %s: the agent stopped, lost its connection to every collector, or the host is down. "+
+		"Its values in the tree are from then, not current. Rule %s: no report for %s.",
+		inst.Node, inst.Since.UTC().Format(time.RFC3339), r.Name, r.forText())
+	out["value"] = quiet.String()
+	secs := quiet.Seconds()
+	inst.Headline = &secs
+}
+
 func describeGroup(inst *Instance, r *Rule, out map[string]string) {
 	e := inst.Evidence
 	scope := "nodes"
@@ -301,12 +318,19 @@ func fmtNum(v float64) string {
 // the UI serves index.html for client-side routes), over the breach window
 // from its start to end, with some context either side.
 func (s *Service) treeURL(node, metric string, start, end time.Time) string {
-	q := "metric=" + url.QueryEscape(metric)
+	var q []string
+	if metric != "" {
+		q = append(q, "metric="+url.QueryEscape(metric))
+	}
 	if !start.IsZero() && !end.IsZero() {
 		from, to := breachWindow(start, end)
-		q += "&from=" + from.UTC().Format(time.RFC3339) + "&to=" + to.UTC().Format(time.RFC3339)
+		q = append(q, "from="+from.UTC().Format(time.RFC3339), "to="+to.UTC().Format(time.RFC3339))
 	}
-	return fmt.Sprintf("%s/nodes/%s?%s", strings.TrimRight(s.cfg.ExternalURL, "/"), url.PathEscape(node), q)
+	u := fmt.Sprintf("%s/nodes/%s", strings.TrimRight(s.cfg.ExternalURL, "/"), url.PathEscape(node))
+	if len(q) > 0 {
+		u += "?" + strings.Join(q, "&")
+	}
+	return u
 }
 
 // windowPad is the least context shown either side of a breach: enough to
