@@ -423,6 +423,12 @@ func TestAlertRulesAPI(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"name": "NBSRootCritical"`) || !strings.Contains(body, `"builtin": true`) || !strings.Contains(body, `"for_intervals": 2`) {
 		t.Fatalf("GET rules: %d %s", code, body)
 	}
+	var listed struct{ Rules []Rule }
+	json.Unmarshal([]byte(body), &listed)
+	if i := slices.IndexFunc(listed.Rules, func(r Rule) bool { return r.Name == "NBSNodeSilent" }); i < 0 ||
+		listed.Rules[i].Kind != KindSilent || listed.Rules[i].ForSeconds != 180 || !listed.Rules[i].Enabled || !listed.Rules[i].Builtin {
+		t.Errorf("default silent rule missing or not as documented (kind silent, 180 s, enabled, builtin): %s", body)
+	}
 	bad := []struct{ body, want string }{
 		{`{"name":"X","state":"crit","severity":"critical"}`, "give for_intervals"},
 		{`{"name":"X","state":"crit","for_intervals":1,"severity":"critical","kind":"group"}`, "needs min_nodes"},
