@@ -26,10 +26,32 @@ export function alertMetric(a: Alert): string {
   return a.child || a.metric || '';
 }
 
-/** Where the alert is in this UI: the node's tree at that metric, or the fleet filtered to a group's labels. */
-export function alertTreeHref(a: Alert): string {
+/** The least context shown either side of a breach (as the collector's tree_url). */
+export const WINDOW_PAD_MS = 5 * 60_000;
+
+/**
+ * The time range an alert's breach is seen over: from the breach's start to
+ * its resolve (or now, while open), padded by a quarter of its length and at
+ * least five minutes either side, to whole seconds. The collector's links in
+ * pages (tree_url) use the same window.
+ */
+export function alertWindow(a: Alert, now: number = Date.now()): { from: number; to: number } | null {
+  const start = Date.parse(a.since);
+  if (!Number.isFinite(start)) return null;
+  const end = Math.max(a.ends_at ? Date.parse(a.ends_at) : now, start);
+  const pad = Math.max((end - start) / 4, WINDOW_PAD_MS);
+  return { from: Math.floor((start - pad) / 1000) * 1000, to: Math.ceil((end + pad) / 1000) * 1000 };
+}
+
+const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
+
+/** Where the alert is in this UI: the node's tree at that metric over the breach window, or the fleet filtered to a group's labels. */
+export function alertTreeHref(a: Alert, now: number = Date.now()): string {
   const metric = alertMetric(a);
-  if (a.node) return nodeHref(a.node, metric ? withParams(new URLSearchParams(), { metric }) : undefined);
+  if (a.node) {
+    const w = alertWindow(a, now);
+    return nodeHref(a.node, withParams(new URLSearchParams(), { metric: metric || null, from: w ? iso(w.from) : null, to: w ? iso(w.to) : null }));
+  }
   const p = new URLSearchParams();
   for (const [k, v] of Object.entries(a.group ?? {})) p.set(`l.${k}`, v);
   return fleetHref(p);
@@ -52,7 +74,11 @@ export function alertValue(a: Alert): { value: string; threshold: string } {
   }
   const unit = alertUnit(a);
   const value = a.value === null || a.value === undefined ? (ann.value ?? '—') : formatNumber(a.value);
-  return { value: unit && value !== '—' ? `${value} ${unit}` : value, threshold: ann.threshold ? `${ann.threshold}${unit ? ` ${unit}` : ''}` : '' };
+  // The collector states thresholds in the unit ("warn 3x median 1.2 ms = 3.6 ms, crit …"); alerts from
+  // older collectors carry bare numbers ("warn 1, crit 10"), which take the unit at the end.
+  const thr = ann.threshold ?? '';
+  const threshold = !thr ? '' : !unit || thr.endsWith(` ${unit}`) || /median/.test(thr) ? thr : `${thr} ${unit}`;
+  return { value: unit && value !== '—' ? `${value} ${unit}` : value, threshold };
 }
 
 /**

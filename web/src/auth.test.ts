@@ -12,8 +12,8 @@ describe('roles', () => {
   const table: [string, string[]][] = [
     ['customer', []],
     ['viewer', ['readOverrides', 'readRules', 'readAudit']],
-    ['operator', ['readOverrides', 'readRules', 'readAudit', 'editThresholds', 'editRules', 'expand', 'readClaims']],
-    ['admin', ['readOverrides', 'readRules', 'readAudit', 'editThresholds', 'editRules', 'expand', 'readClaims', 'manageTokens', 'manageNodes', 'bindLabels']],
+    ['operator', ['readOverrides', 'readRules', 'readAudit', 'editThresholds', 'editRules', 'actOnAlerts', 'expand', 'readClaims']],
+    ['admin', ['readOverrides', 'readRules', 'readAudit', 'editThresholds', 'editRules', 'actOnAlerts', 'expand', 'readClaims', 'manageTokens', 'manageNodes', 'bindLabels']],
     ['superuser', []],
     ['', []],
   ];

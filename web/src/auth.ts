@@ -12,6 +12,8 @@ export interface Can {
   editThresholds: boolean;
   /** Create, edit, enable and delete alert rules. */
   editRules: boolean;
+  /** Acknowledge and silence alerts (POST/DELETE /alerts/{id}/acknowledge and /silence). */
+  actOnAlerts: boolean;
   /** Live mode: ask a node to stream its full tree (POST /nodes/{node}/expand). */
   expand: boolean;
   /** The fleet-wide list of overrides (GET /thresholds). */
@@ -33,6 +35,7 @@ export interface Can {
 const NOTHING: Can = {
   editThresholds: false,
   editRules: false,
+  actOnAlerts: false,
   expand: false,
   readOverrides: false,
   readRules: false,
@@ -55,7 +58,7 @@ export function capabilities(role: string | null | undefined): Can {
     case 'viewer':
       return { ...NOTHING, readOverrides: true, readRules: true, readAudit: true };
     case 'operator':
-      return { ...capabilities('viewer'), editThresholds: true, editRules: true, expand: true, readClaims: true };
+      return { ...capabilities('viewer'), editThresholds: true, editRules: true, actOnAlerts: true, expand: true, readClaims: true };
     case 'admin':
       return { ...capabilities('operator'), manageTokens: true, manageNodes: true, bindLabels: true };
   }
