@@ -113,9 +113,22 @@ export function safeNext(next: string | null | undefined): string {
 }
 
 /** The login page, remembering where the user was going. */
-export function loginHref(next?: string): string {
+/** Why the login page is shown: a session that ended under the user (expired, revoked), or one they ended. */
+export type LoginReason = 'ended' | 'signed-out';
+
+export function loginHref(next?: string, reason?: LoginReason): string {
   const n = next === undefined ? '/' : safeNext(next);
-  return n === '/' ? '/login' : `/login?${new URLSearchParams({ next: n })}`;
+  const p = new URLSearchParams();
+  if (n !== '/') p.set('next', n);
+  if (reason) p.set('reason', reason);
+  const q = p.toString();
+  return q ? `/login?${q}` : '/login';
+}
+
+/** The reason in a login page's URL, if it is one the page knows. */
+export function loginReason(params: URLSearchParams): LoginReason | null {
+  const r = params.get('reason');
+  return r === 'ended' || r === 'signed-out' ? r : null;
 }
 
 /**
