@@ -196,6 +196,38 @@ export function BareShell({ children }: { children: ComponentChildren }) {
   );
 }
 
+/**
+ * The account, its pages and the theme: in the bar on a wide screen; on a
+ * phone behind a Menu button (the alerts stay in sight), so nothing is pushed
+ * off-screen. Following a link closes it.
+ */
+function TopMenu() {
+  const [open, setOpen] = useState(false);
+  return (
+    <>
+      <button
+        type="button"
+        class="btn btn-quiet menu-toggle"
+        aria-expanded={open}
+        aria-controls="topbar-menu"
+        onClick={() => setOpen((o) => !o)}
+      >
+        <span aria-hidden="true">☰</span> Menu
+      </button>
+      <div
+        id="topbar-menu"
+        class={`topbar-menu${open ? ' open' : ''}`}
+        onClick={(e) => {
+          if ((e.target as HTMLElement).closest('a')) setOpen(false);
+        }}
+      >
+        <Account />
+        <ThemeToggle />
+      </div>
+    </>
+  );
+}
+
 export function Shell({ children, crumbs }: { children: ComponentChildren; crumbs?: ComponentChildren }) {
   return (
     <>
@@ -214,8 +246,7 @@ export function Shell({ children, crumbs }: { children: ComponentChildren; crumb
         </nav>
         <div class="topbar-right">
           <AlertsIndicator />
-          <Account />
-          <ThemeToggle />
+          <TopMenu />
         </div>
       </header>
       <main id="main" tabIndex={-1}>
