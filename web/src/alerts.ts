@@ -72,6 +72,8 @@ export function alertValue(a: Alert): { value: string; threshold: string } {
     const pct = a.value === null || a.value === undefined ? '' : `${formatNumber(a.value)}%`;
     return { value: n ? `${n} node${n === '1' ? '' : 's'}${pct ? ` (${pct})` : ''}` : pct || '—', threshold: '' };
   }
+  // A silent node's alert has no metric: its value is how long it has been silent ("3m0s").
+  if (!a.child && !a.metric) return { value: ann.value || '—', threshold: '' };
   const unit = alertUnit(a);
   const value = a.value === null || a.value === undefined ? (ann.value ?? '—') : formatNumber(a.value);
   // The collector states thresholds in the unit ("warn 3x median 1.2 ms = 3.6 ms, crit …"); alerts from

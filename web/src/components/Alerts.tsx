@@ -510,7 +510,7 @@ export function DeliveryLog({ deliveries, now, alertState }: { deliveries: Deliv
 }
 
 // Annotations shown in their own place; the others are listed as they are.
-const SHOWN_ANNOTATIONS = new Set(['summary', 'description', 'value', 'threshold', 'tree_url', 'runbook_url']);
+const SHOWN_ANNOTATIONS = new Set(['summary', 'description', 'value', 'threshold', 'baseline_median', 'tree_url', 'runbook_url']);
 
 /** One alert: what, where, since when, the link to the tree, and its delivery log. */
 export function AlertDetailPage({ id }: { id: number }) {
@@ -574,6 +574,7 @@ export function AlertDetailPage({ id }: { id: number }) {
       </div>
       <HandledTags a={a} now={now} />
       {can.actOnAlerts && <AlertActions a={a} now={now} onDone={polled.refresh} />}
+      {a.node && alertMetric(a) && <AlertChart a={a} now={now} />}
       <section class="panel alert-facts-panel" aria-label="Alert facts">
         <dl class="facts">
           <dt>State</dt>
@@ -673,7 +674,6 @@ export function AlertDetailPage({ id }: { id: number }) {
           </div>
         )}
       </section>
-      {a.node && alertMetric(a) && <AlertChart a={a} now={now} />}
       <section class="alerts-section" aria-labelledby="deliveries-h">
         {can.readRules ? (
           <>

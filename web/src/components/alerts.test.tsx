@@ -75,6 +75,8 @@ describe('alert logic', () => {
     expect(alertValue(alert(1, { ...ms, annotations: { threshold: baseline } }))).toEqual({ value: '59.8 ms', threshold: baseline });
     expect(alertValue(alert(1, { ...ms, annotations: { threshold: 'warn 3x median, crit 10x median' } })).threshold).toBe('warn 3x median, crit 10x median');
     expect(alertValue(alert(1, { annotations: { threshold: 'warn 1 resets/s, crit 10 resets/s' } })).threshold).toBe('warn 1 resets/s, crit 10 resets/s');
+    // A silent node: how long, no threshold.
+    expect(alertValue(alert(1, { rule: 'NBSNodeSilent', child: '', metric: '', root: '', value: 180, annotations: { value: '3m0s' } }))).toEqual({ value: '3m0s', threshold: '' });
     expect(alertValue(alert(1, { summary: 'agent is WARN on n: agent/cpu at 3' }))).toEqual({ value: '23.5', threshold: 'warn 1, crit 10' });
     expect(alertValue(alert(1, { state: 'pending' }))).toEqual({ value: '—', threshold: '' });
     expect(alertValue(alert(2, { kind: 'group', node: undefined, value: 60, annotations: { value: '3' } }))).toEqual({ value: '3 nodes (60%)', threshold: '' });
