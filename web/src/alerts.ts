@@ -139,7 +139,8 @@ export type RuleErrors = Partial<Record<RuleField, string>>;
 /** The form as typed: text for every field, so half-typed values survive. */
 export interface RuleDraft {
   name: string;
-  kind: 'node' | 'group';
+  /** silent: a node that sent no report for the hold (no metric, no state). */
+  kind: 'node' | 'group' | 'silent';
   metric: string;
   state: string;
   hold: string;
@@ -178,7 +179,7 @@ export function draftFromRule(r: AlertRule): RuleDraft {
   const percent = !!r.min_percent;
   return {
     name: r.name,
-    kind: r.kind === 'group' ? 'group' : 'node',
+    kind: r.kind === 'group' || r.kind === 'silent' ? r.kind : 'node',
     metric: r.metric,
     state: r.state,
     hold: String(seconds ? r.for_seconds : (r.for_intervals ?? '')),
@@ -242,8 +243,9 @@ export function ruleInput(d: RuleDraft): { input?: AlertRuleInput; errors: RuleE
     input: {
       name: d.name.trim(),
       kind: d.kind,
-      metric: d.metric.trim(),
-      state: d.state as AlertRuleInput['state'], // as typed: the collector judges it
+      // A silent rule watches whole nodes: the collector wants "*" and no state of its own.
+      metric: d.kind === 'silent' ? '*' : d.metric.trim(),
+      state: (d.kind === 'silent' ? 'unknown' : d.state) as AlertRuleInput['state'], // as typed: the collector judges it
       for_intervals: d.holdUnit === 'intervals' ? hold : 0,
       for_seconds: d.holdUnit === 'seconds' ? hold : 0,
       severity: d.severity.trim(),

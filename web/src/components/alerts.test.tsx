@@ -142,6 +142,9 @@ describe('alert logic', () => {
     // A stored rule round-trips through the form.
     const r = rule(5, 'Quorum', { kind: 'group', min_percent: 25, group_by: ['customer'], for_seconds: 30, for_intervals: undefined, selector: { tier: 'edge' } });
     expect(ruleInput(draftFromRule(r)).input).toMatchObject({ kind: 'group', min_percent: 25, group_by: ['customer'], for_seconds: 30, selector: { tier: 'edge' } });
+    // The default silent rule stays silent through the form, sent with metric * and no state of its own.
+    const silent = rule(2, 'NBSNodeSilent', { kind: 'silent', metric: '*', state: 'unknown', for_seconds: 180, for_intervals: undefined, builtin: true });
+    expect(ruleInput({ ...draftFromRule(silent), metric: 'leftover', state: 'crit' }).input).toMatchObject({ kind: 'silent', metric: '*', state: 'unknown', for_seconds: 180, for_intervals: 0 });
   });
 });
 
