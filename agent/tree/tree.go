@@ -276,9 +276,10 @@ func median(xs []float64) float64 {
 
 // Select picks the metrics to stream: every root; a child that is not OK,
 // or has a non-zero increase (so per-reason counts add up exactly in
-// storage), or is judged against its own baseline (so the collector can
-// state the moving median an alert's levels multiply, and charts show the
-// baseline, not only the raised spells); everything when full is set
+// storage), or is judged against its own baseline and not zero (so the
+// collector can state the moving median an alert's levels multiply, and
+// charts show the baseline, not only the raised spells; a report without
+// it means zero, as for a rate); everything when full is set
 // (periodic snapshot or an operator looking); and the ancestors of whatever
 // is picked, so the tree stays whole.
 func (t *Tree) Select(res Result, increases map[string]float64, full bool) []string {
@@ -292,7 +293,7 @@ func (t *Tree) Select(res Result, increases map[string]float64, full bool) []str
 			picked[id] = true
 		case !hasValue:
 			// A child with no value says nothing the parent's UNKNOWN doesn't.
-		case res.State[id] != OK, increases[id] > 0, t.baselined(id):
+		case res.State[id] != OK, increases[id] > 0, t.baselined(id) && res.Values[id] != 0:
 			for p := id; p != "" && !picked[p]; p = schema.Parent(p) {
 				picked[p] = true
 			}

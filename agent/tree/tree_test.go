@@ -118,12 +118,12 @@ func TestSelectStreamsRootsAndWhatMatters(t *testing.T) {
 		full      bool
 		want      []string
 	}{
-		// r/c is judged against its baseline: streamed whenever it has a value.
-		{"healthy: roots and baselined", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 10, "r/c": 0}, nil, false, []string{"r", "r/c"}},
-		{"healthy, baselined without a value", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 10}, nil, false, []string{"r"}},
+		{"healthy: roots only", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 10, "r/c": 0}, nil, false, []string{"r"}},
+		// r/c is judged against its baseline: streamed whenever it is not zero.
+		{"healthy, baselined not zero", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 10, "r/c": 1.5}, nil, false, []string{"r", "r/c"}},
 		{"non-zero child with its ancestors", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0.5, "r/b": 10, "r/c": 0},
-			map[string]float64{"r/a/x": 5}, false, []string{"r", "r/a", "r/a/x", "r/c"}},
-		{"non-OK child", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 0, "r/c": 0}, nil, false, []string{"r", "r/b", "r/c"}},
+			map[string]float64{"r/a/x": 5}, false, []string{"r", "r/a", "r/a/x"}},
+		{"non-OK child", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 0, "r/c": 0}, nil, false, []string{"r", "r/b"}},
 		{"snapshot", map[string]float64{"r": 0, "r/a": 0, "r/a/x": 0, "r/b": 10, "r/c": 0}, nil, true, []string{"r", "r/a", "r/a/x", "r/b", "r/c"}},
 	}
 	for _, c := range cases {

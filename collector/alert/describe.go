@@ -192,10 +192,12 @@ func thresholdLevels(thr *store.Threshold, unit string, median *float64) levels 
 }
 
 // baselineMedian is the moving median a baseline threshold multiplied when
-// the alert fired: the median of the metric's stored values over the
-// threshold's window before the firing report, which is what the agent
-// judged that report against (the agent streams baselined metrics every
-// interval for this). nil when nothing was stored.
+// the alert fired: the median of the metric's values in the threshold's
+// window of reports before the firing one, which is what the agent judged
+// that report against. A report without the metric is an increase of zero
+// for a rate (streamed whenever it moved); for a gauge it is skipped (the
+// agent streams baselined gauges whenever they are not zero, older agents
+// only in snapshots). nil when nothing was stored.
 func (s *Service) baselineMedian(ctx context.Context, inst *Instance, def store.MetricDef, thr *store.Threshold) *float64 {
 	e := inst.Evidence
 	interval := max(e.Interval, time.Second)
@@ -207,8 +209,20 @@ func (s *Service) baselineMedian(ctx context.Context, inst *Instance, def store.
 		s.log.Warn("read the baseline of an alert description", "node", inst.Node, "metric", inst.Child, "err", err)
 		return nil
 	}
-	if len(vals) == 0 {
+	present := 0
+	for _, v := range vals {
+		if !math.IsNaN(v) {
+			present++
+		}
+	}
+	if present == 0 {
 		return nil
+	}
+	vals = slices.DeleteFunc(vals, func(v float64) bool { return math.IsNaN(v) && def.Kind != store.KindRate })
+	for i, v := range vals {
+		if math.IsNaN(v) {
+			vals[i] = 0
+		}
 	}
 	m := headline(def, median(vals), e.Interval)
 	return &m

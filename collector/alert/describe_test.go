@@ -89,8 +89,12 @@ func TestDescribeBaselineInUnit(t *testing.T) {
 			st = store.StateCrit
 		}
 		r := store.Report{NodeID: f.node.ID, InstanceID: 1, Seq: f.seq, Time: f.clock, IntervalMS: 1000, Samples: []store.Sample{
-			{MetricID: ids["rtt"], Path: "rtt", Value: v, State: st},
-			{MetricID: ids["rtt/kernel"], Path: "rtt/kernel", Value: v, State: st}}}
+			{MetricID: ids["rtt"], Path: "rtt", Value: v, State: st}}}
+		// Every fourth report carries the root only (a gauge the agent had
+		// no value of): skipped, not read as zero.
+		if f.seq%4 != 0 || v > 12 {
+			r.Samples = append(r.Samples, store.Sample{MetricID: ids["rtt/kernel"], Path: "rtt/kernel", Value: v, State: st})
+		}
 		if _, err := f.st.WriteReports(ctx, []store.Report{r}); err != nil {
 			t.Fatal(err)
 		}
