@@ -305,3 +305,42 @@ func TestDeliveryStatus(t *testing.T) {
 		}
 	}
 }
+
+// A node that stops reporting pages through a silent rule, with a summary
+// that says so and a link to the node over the silence; its next report
+// resolves it. (The default NBSNodeSilent waits 3 minutes; this rule 2 s.)
+func TestNodeSilentPagesAndResolves(t *testing.T) {
+	rcv := newReceivers(t)
+	f := newFixture(t, pgcluster.Database(t))
+	ctx := t.Context()
+	if _, err := f.st.Pool().Exec(ctx, `UPDATE alert_rules SET enabled = false`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (repo{f.st.Pool()}).createRule(ctx, Rule{Name: "QuickSilent", Kind: KindSilent, Metric: "*", State: "unknown",
+		ForSeconds: 2, Severity: "critical", Selector: map[string]string{"customer": "acme"}, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	svc := start(t, f.st, rcv.config(t), "silent")
+	waitLeading(t, svc)
+	f.report(t, svc.Service, 0)
+	waitFor(t, 8*time.Second, func() string {
+		if ev := rcv.events(); len(ev) != 1 || ev[0] != "firing:QuickSilent:web-1:" {
+			return fmt.Sprintf("webhook events %v, want QuickSilent firing for web-1", ev)
+		}
+		return ""
+	})
+	a, _ := rcv.lastAM("QuickSilent", "web-1")
+	if !strings.HasPrefix(a.Annotations["summary"], "web-1 has sent no report for ") || a.Labels["metric"] != "" ||
+		!strings.Contains(a.Annotations["tree_url"], "/nodes/web-1?from=") {
+		t.Errorf("silent alert annotations %v labels %v", a.Annotations, a.Labels)
+	}
+	// It reports again (after the silence began): resolved.
+	f.clock = time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	f.report(t, svc.Service, 0)
+	waitFor(t, 5*time.Second, func() string {
+		if ev := rcv.events(); len(ev) != 2 || ev[1] != "resolved:QuickSilent:web-1:" {
+			return fmt.Sprintf("webhook events %v, want the resolve", ev)
+		}
+		return ""
+	})
+}
