@@ -14,10 +14,20 @@ const sevRank = (s: string) => ({ crit: 0, warn: 1 })[severityState(s) as 'crit'
 const stateRank = (s: string) => (s === 'firing' ? 0 : s === 'pending' ? 1 : 2);
 const time = (iso: string | null | undefined) => (iso ? Date.parse(iso) || 0 : 0);
 
-/** Open alerts for on-call: firing before pending, then by severity, then the newest breach first. */
-export function sortOpen(alerts: Alert[]): Alert[] {
+/** Whether someone is on it: acknowledged, or silenced for now. */
+export function handled(a: Alert, now: number = Date.now()): boolean {
+  return !!a.acknowledged_at || (!!a.silenced_until && Date.parse(a.silenced_until) > now);
+}
+
+/** Open alerts for on-call: firing before pending, then by severity, then those nobody is on yet, then the newest breach first. */
+export function sortOpen(alerts: Alert[], now: number = Date.now()): Alert[] {
   return [...alerts].sort(
-    (a, b) => stateRank(a.state) - stateRank(b.state) || sevRank(a.severity) - sevRank(b.severity) || time(b.since) - time(a.since) || b.id - a.id,
+    (a, b) =>
+      stateRank(a.state) - stateRank(b.state) ||
+      sevRank(a.severity) - sevRank(b.severity) ||
+      Number(handled(a, now)) - Number(handled(b, now)) ||
+      time(b.since) - time(a.since) ||
+      b.id - a.id,
   );
 }
 

@@ -2,7 +2,7 @@ import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { type Alert, api } from '../api';
 import { usePoll } from '../hooks';
-import { alertTreeHref, alertWhere, severityState, sortOpen } from '../alerts';
+import { alertTreeHref, alertWhere, handled, severityState, sortOpen } from '../alerts';
 import { selectorText, useCan, useSession } from '../auth';
 import { alertHref, alertRulesHref, alertsHref, auditHref, fleetHref, linkClick, tokensHref } from '../route';
 import { reportsHref } from '../report';
@@ -107,6 +107,7 @@ function AlertsIndicator() {
                     {a.node && metric ? ` · ${metric}` : ''}
                   </a>
                   {a.state !== 'firing' && <span class="muted"> ({a.state})</span>}
+                  {handled(a) && <span class="muted"> · {a.acknowledged_at ? 'acknowledged' : 'silenced'}</span>}
                   {a.summary && <div class="muted small">{a.summary}</div>}
                 </li>
               );

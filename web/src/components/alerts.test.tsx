@@ -49,6 +49,11 @@ describe('alert logic', () => {
       alert(4, { since: at(5_000) }),
     ];
     expect(sortOpen(list).map((a) => a.id)).toEqual([4, 3, 2, 1]);
+    // Among equally bad ones, those nobody is on come first: 4 is acknowledged, 3 silenced until later.
+    const acked = [alert(3, { since: at(60_000), silenced_until: new Date(now + 60_000).toISOString() }), alert(4, { since: at(5_000), acknowledged_at: at(1000) }), alert(5, { since: at(90_000) })];
+    expect(sortOpen(acked, now).map((a) => a.id)).toEqual([5, 4, 3]);
+    // A silence that ended no longer counts.
+    expect(sortOpen([alert(6, { since: at(60_000), silenced_until: at(1000) }), alert(7, { since: at(5_000), acknowledged_at: at(1000) })], now).map((a) => a.id)).toEqual([6, 7]);
   });
 
   it('links to the tree at the explaining metric over the breach window, or the fleet for a group', () => {
