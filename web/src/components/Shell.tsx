@@ -236,11 +236,12 @@ export function Shell({ children, crumbs }: { children: ComponentChildren; crumb
         Skip to content
       </a>
       <header class="topbar">
-        <a class="brand" href={fleetHref()} onClick={linkClick} aria-label="NBS fleet overview">
-          <span class="brand-mark" aria-hidden="true">
-            N
-          </span>
+        {/* The name people see starts the name a screen reader reads (no aria-label that differs from it);
+            the mark's N is drawn by CSS, so it is not part of either. */}
+        <a class="brand" href={fleetHref()} onClick={linkClick}>
+          <span class="brand-mark brand-mark-css" aria-hidden="true" />
           <span class="brand-name">NBS</span>
+          <span class="sr-only"> fleet overview</span>
         </a>
         <nav class="crumbs" aria-label="Breadcrumb">
           {crumbs}
