@@ -51,8 +51,12 @@ func TestAlertResetStormThroughAlertmanager(t *testing.T) {
 			t.Errorf("alertmanager alert lacks annotation %s: %v", k, a.Annotations)
 		}
 	}
-	if want := "/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket"; !strings.HasSuffix(a.Annotations["tree_url"], want) {
-		t.Errorf("tree_url %q, want it to end in %q", a.Annotations["tree_url"], want)
+	// The link opens the tree at the explaining metric over the breach window.
+	if want := "/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket&from="; !strings.Contains(a.Annotations["tree_url"], want) || !strings.Contains(a.Annotations["tree_url"], "&to=") {
+		t.Errorf("tree_url %q, want %q…&to=…", a.Annotations["tree_url"], want)
+	}
+	if !strings.HasSuffix(a.Annotations["threshold"], " resets/s") {
+		t.Errorf("threshold annotation %q is not in the metric's unit", a.Annotations["threshold"])
 	}
 	if !strings.Contains(a.Annotations["description"], "crit 10 resets/s") {
 		t.Errorf("description %q does not quote the threshold", a.Annotations["description"])

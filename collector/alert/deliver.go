@@ -28,8 +28,10 @@ const (
 )
 
 // outbox builds the notifications announcing a transition, one per target;
-// the repo queues them in the transition's transaction.
-func (s *Service) outbox(inst *Instance, event string) ([]outboxEntry, error) {
+// the repo queues them in the transition's transaction. While the alert's
+// identity is silenced the webhook, which has no silences of its own, is
+// not sent; Alertmanager still is, and applies its copy of the silence.
+func (s *Service) outbox(inst *Instance, event string, silenced bool) ([]outboxEntry, error) {
 	var out []outboxEntry
 	if len(s.cfg.AlertmanagerURLs) > 0 {
 		a := amAlert(inst, time.Time{})
@@ -44,7 +46,7 @@ func (s *Service) outbox(inst *Instance, event string) ([]outboxEntry, error) {
 			out = append(out, outboxEntry{target: targetAlertmanager, url: u, payload: payload})
 		}
 	}
-	if s.webhook != nil {
+	if s.webhook != nil && !silenced {
 		payload, err := json.Marshal(webhookMessage(inst, event))
 		if err != nil {
 			return nil, fmt.Errorf("encode alert %d: %w", inst.ID, err)

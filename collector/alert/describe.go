@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,9 +55,14 @@ func (s *Service) describe(ctx context.Context, ev *evaluator, c Change) {
 			}
 		}
 		labels["node"] = inst.Node
-		labels["root"] = rootOf(inst.Metric)
-		labels["metric"] = inst.Child
-		s.describeNode(ctx, ev, n, inst, r, annotations)
+		if r.Kind == KindSilent {
+			describeSilent(inst, r, annotations)
+			annotations["tree_url"] = s.treeURL(inst.Node, "", inst.Since, inst.FiredAt)
+		} else {
+			labels["root"] = rootOf(inst.Metric)
+			labels["metric"] = inst.Child
+			s.describeNode(ctx, ev, n, inst, r, annotations)
+		}
 	} else {
 		for k, v := range r.Selector {
 			if !reservedLabels[k] {
@@ -113,13 +119,14 @@ func (s *Service) describeNode(ctx context.Context, ev *evaluator, n store.Node,
 		fmt.Fprintf(&d, " (%s)", childDef.Title)
 	}
 	fmt.Fprintf(&d, " is %s at %s", strings.ToUpper(e.ChildState.String()), withUnit(childVal, childDef.Unit))
+	var lv levels
 	if thr != nil {
-		cmp := "above"
-		if thr.Comparison == "below" {
-			cmp = "below"
+		var median *float64
+		if thr.BaselineIntervals > 0 {
+			median = s.baselineMedian(ctx, inst, childDef, thr)
 		}
-		fmt.Fprintf(&d, ", against thresholds warn %s and crit %s (%s)", withUnit(thr.Warn, childDef.Unit),
-			withUnit(thr.Crit, childDef.Unit), cmp)
+		lv = thresholdLevels(thr, childDef.Unit, median)
+		fmt.Fprintf(&d, ", against %s", lv.long)
 	}
 	d.WriteString(".")
 	if inst.Child != inst.Metric {
@@ -131,9 +138,116 @@ func (s *Service) describeNode(ctx context.Context, ev *evaluator, n store.Node,
 	out["description"] = d.String()
 	out["value"] = fmtNum(childVal)
 	if thr != nil {
-		out["threshold"] = fmt.Sprintf("warn %s, crit %s", fmtNum(thr.Warn), fmtNum(thr.Crit))
+		out["threshold"] = lv.short
+		if lv.median != "" {
+			out["baseline_median"] = lv.median
+		}
 	}
-	out["tree_url"] = s.treeURL(inst.Node, inst.Child)
+	out["tree_url"] = s.treeURL(inst.Node, inst.Child, inst.Since, e.ObservedAt)
+}
+
+// levels is a threshold as people read it, in the metric's unit.
+type levels struct {
+	// short: "warn 3 ms, crit 10 ms", or for a baseline threshold
+	// "warn 3x median 1.2 ms = 3.6 ms, crit 10x median 1.2 ms = 12 ms".
+	short string
+	// long: the same with the comparison and, for a baseline, its window.
+	long string
+	// median: the moving median with its unit, "" unless baselined and known.
+	median string
+}
+
+// thresholdLevels renders a threshold. A baseline threshold's warn and crit
+// are factors of the moving median the agent judged the metric against;
+// median is that median in the metric's unit, nil when it is not known
+// (nothing stored before the breach), in which case the factors are given
+// as factors, never as if they were levels.
+func thresholdLevels(thr *store.Threshold, unit string, median *float64) levels {
+	cmp := "above"
+	if thr.Comparison == "below" {
+		cmp = "below"
+	}
+	if thr.BaselineIntervals == 0 {
+		w, c := withUnit(thr.Warn, unit), withUnit(thr.Crit, unit)
+		return levels{short: fmt.Sprintf("warn %s, crit %s", w, c),
+			long: fmt.Sprintf("thresholds warn %s and crit %s (%s)", w, c, cmp)}
+	}
+	window := fmt.Sprintf("the moving median of the last %d intervals", thr.BaselineIntervals)
+	floor := ""
+	if thr.Floor > 0 && cmp == "above" {
+		floor = fmt.Sprintf("; never raised below %s", withUnit(thr.Floor, unit))
+	}
+	if median == nil {
+		return levels{short: fmt.Sprintf("warn %sx median, crit %sx median", fmtNum(thr.Warn), fmtNum(thr.Crit)),
+			long: fmt.Sprintf("warn %sx and crit %sx %s (%s; the median is not known: no stored values before the breach%s)",
+				fmtNum(thr.Warn), fmtNum(thr.Crit), window, cmp, floor)}
+	}
+	m := withUnit(*median, unit)
+	w, c := withUnit(thr.Warn**median, unit), withUnit(thr.Crit**median, unit)
+	return levels{
+		short:  fmt.Sprintf("warn %sx median %s = %s, crit %sx median %s = %s", fmtNum(thr.Warn), m, w, fmtNum(thr.Crit), m, c),
+		long:   fmt.Sprintf("warn %sx and crit %sx %s, %s: warn %s, crit %s (%s%s)", fmtNum(thr.Warn), fmtNum(thr.Crit), window, m, w, c, cmp, floor),
+		median: m,
+	}
+}
+
+// baselineMedian is the moving median a baseline threshold multiplied when
+// the alert fired: the median of the metric's values in the threshold's
+// window of reports before the firing one, which is what the agent judged
+// that report against. A report without the metric is an increase of zero
+// for a rate (streamed whenever it moved); for a gauge it is skipped (the
+// agent streams baselined gauges whenever they are not zero, older agents
+// only in snapshots). nil when nothing was stored.
+func (s *Service) baselineMedian(ctx context.Context, inst *Instance, def store.MetricDef, thr *store.Threshold) *float64 {
+	e := inst.Evidence
+	interval := max(e.Interval, time.Second)
+	// Twice the window: reports arrive with jitter, and the limit keeps
+	// exactly the newest BaselineIntervals of them.
+	from := e.ObservedAt.Add(-2 * time.Duration(thr.BaselineIntervals) * interval)
+	vals, err := s.st.RecentValues(ctx, inst.NodeID, inst.Child, from, e.ObservedAt, int(thr.BaselineIntervals))
+	if err != nil {
+		s.log.Warn("read the baseline of an alert description", "node", inst.Node, "metric", inst.Child, "err", err)
+		return nil
+	}
+	present := 0
+	for _, v := range vals {
+		if !math.IsNaN(v) {
+			present++
+		}
+	}
+	if present == 0 {
+		return nil
+	}
+	vals = slices.DeleteFunc(vals, func(v float64) bool { return math.IsNaN(v) && def.Kind != store.KindRate })
+	for i, v := range vals {
+		if math.IsNaN(v) {
+			vals[i] = 0
+		}
+	}
+	m := headline(def, median(vals), e.Interval)
+	return &m
+}
+
+// median of values (sorted in place), as the agent computes it.
+func median(v []float64) float64 {
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
+}
+
+// describeSilent says since when a node has sent nothing.
+func describeSilent(inst *Instance, r *Rule, out map[string]string) {
+	quiet := inst.FiredAt.Sub(inst.Since).Round(time.Second)
+	out["summary"] = fmt.Sprintf("%s has sent no report for %s", inst.Node, quiet)
+	out["description"] = fmt.Sprintf("%s's last report was at %s: the agent stopped, lost its connection to every collector, or the host is down. "+
+		"Its values in the tree are from then, not current. Rule %s: no report for %s.",
+		inst.Node, inst.Since.UTC().Format(time.RFC3339), r.Name, r.forText())
+	out["value"] = quiet.String()
+	secs := quiet.Seconds()
+	inst.Headline = &secs
 }
 
 func describeGroup(inst *Instance, r *Rule, out map[string]string) {
@@ -215,9 +329,37 @@ func fmtNum(v float64) string {
 }
 
 // treeURL links to a metric in a node's tree in the web UI (history routing:
-// the UI serves index.html for client-side routes).
-func (s *Service) treeURL(node, metric string) string {
-	return fmt.Sprintf("%s/nodes/%s?metric=%s", strings.TrimRight(s.cfg.ExternalURL, "/"), url.PathEscape(node), url.QueryEscape(metric))
+// the UI serves index.html for client-side routes), over the breach window
+// from its start to end, with some context either side.
+func (s *Service) treeURL(node, metric string, start, end time.Time) string {
+	var q []string
+	if metric != "" {
+		q = append(q, "metric="+url.QueryEscape(metric))
+	}
+	if !start.IsZero() && !end.IsZero() {
+		from, to := breachWindow(start, end)
+		q = append(q, "from="+from.UTC().Format(time.RFC3339), "to="+to.UTC().Format(time.RFC3339))
+	}
+	u := fmt.Sprintf("%s/nodes/%s", strings.TrimRight(s.cfg.ExternalURL, "/"), url.PathEscape(node))
+	if len(q) > 0 {
+		u += "?" + strings.Join(q, "&")
+	}
+	return u
+}
+
+// windowPad is the least context shown either side of a breach: enough to
+// see what the metric did before it rose and after it fell.
+const windowPad = 5 * time.Minute
+
+// breachWindow is the time range a link to a breach opens: the breach,
+// padded by a quarter of its length (at least windowPad) either side, to
+// whole seconds.
+func breachWindow(start, end time.Time) (from, to time.Time) {
+	if end.Before(start) {
+		end = start
+	}
+	pad := max(end.Sub(start)/4, windowPad)
+	return start.Add(-pad).Truncate(time.Second), end.Add(pad + time.Second - 1).Truncate(time.Second)
 }
 
 func (s *Service) fleetURL() string { return strings.TrimRight(s.cfg.ExternalURL, "/") + "/" }

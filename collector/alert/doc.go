@@ -10,9 +10,28 @@
 // sent-reset reason) at a state or worse, for N report intervals or S
 // seconds. A group rule counts the nodes matching a label selector (per
 // value of group_by labels) whose matched metrics are at the state or worse
-// and fires at N nodes or X percent. The schema migration creates one
-// default, NBSRootCritical: every root at CRIT for 2 intervals, severity
-// critical; it is created once, so deleting or disabling it sticks.
+// and fires at N nodes or X percent. A silent rule pages for each node
+// matching its selector that has sent no report for the hold (pending from
+// 3 intervals late, as the fleet shows it UNKNOWN; resolved by its next
+// report), counted on the leader's clock from its term's start at the
+// earliest. The schema migrations create two defaults, NBSRootCritical
+// (every root at CRIT for 2 intervals) and NBSNodeSilent (no report for 3
+// minutes), both severity critical; each is created once, so deleting or
+// disabling it sticks.
+//
+// # Descriptions
+//
+// Thresholds are stated in the metric's unit; a baseline threshold with the
+// moving median the agent judged the firing report against (read back from
+// the stored reports), the factors and the levels they make. Links open the
+// node's tree at the explaining metric over the breach window.
+//
+// # Acknowledgements and silences
+//
+// Operators acknowledge an alert (NBS's own record) and silence its
+// identity for a while: an Alertmanager silence on its labels on every
+// configured Alertmanager (v2 API), recorded in alert_silences, during
+// which the webhook is not sent. Both are audited (silence.go).
 //
 // # Evaluation: one leader, fed from PostgreSQL
 //

@@ -2,6 +2,7 @@ package alert
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -170,7 +171,7 @@ func (e *Engine) SetRules(rules []Rule, now time.Time) []Change {
 	var changes []Change
 	for _, fp := range sortedFingerprints(e.open) {
 		inst := e.open[fp]
-		if r := e.rules[inst.RuleID]; r == nil || r.Kind != inst.Kind {
+		if r := e.rules[inst.RuleID]; r == nil || instanceKind(r.Kind) != inst.Kind {
 			changes = append(changes, e.end(inst, nil, inst.LastTS, now))
 		}
 	}
@@ -180,9 +181,15 @@ func (e *Engine) SetRules(rules []Rule, now time.Time) []Change {
 // EndGone ends the open node instances of nodes that are no longer current
 // (deleted, or moved to another tenant, which retires the node's row: the
 // node reports under a new id from then on, so nothing else would end
-// them). A firing one resolves; a pending one clears.
+// them). A firing one resolves; a pending one clears. Such nodes are
+// forgotten, so silent rules do not page for them.
 func (e *Engine) EndGone(current func(id int32) bool, now time.Time) []Change {
 	var changes []Change
+	for id := range e.nodes {
+		if !current(id) {
+			delete(e.nodes, id)
+		}
+	}
 	for _, fp := range sortedFingerprints(e.open) {
 		inst := e.open[fp]
 		if inst.Kind == KindNode && !current(inst.NodeID) {
@@ -512,6 +519,67 @@ func (e *Engine) EvaluateGroups(now time.Time) []Change {
 		}
 	}
 	return changes
+}
+
+// silentPending: a node this many intervals late is shown as a pending
+// silent alert (as the fleet shows it UNKNOWN) before the rule's hold
+// fires it.
+const silentPending = staleAfter
+
+// EvaluateSilent evaluates the silent rules on the collector's clock: a node
+// whose newest report is older than the rule's hold fires (pending from
+// silentPending intervals); its next report resolves it. Silence is counted
+// from started at the latest, the start of this evaluator's term, so a
+// collector that was itself down does not page for every node it could not
+// hear from.
+func (e *Engine) EvaluateSilent(now, started time.Time) []Change {
+	var changes []Change
+	for _, id := range e.ruleOrder {
+		r := e.rules[id]
+		if r.Kind != KindSilent {
+			continue
+		}
+		for _, nid := range sortedNodeIDs(e.nodes) {
+			nv := e.nodes[nid]
+			fp := nodeFingerprint(r.ID, nid, "")
+			inst := e.open[fp]
+			interval := max(nv.interval, time.Second)
+			last := nv.time
+			if last.Before(started) {
+				last = started
+			}
+			quiet := now.Sub(last)
+			switch {
+			case inst != nil && (nv.time.After(inst.Since) || !r.selects(nv.info.Labels)):
+				// It reported again (or the rule no longer watches it).
+				changes = append(changes, e.end(inst, r, nv.time, now))
+			case inst == nil && r.selects(nv.info.Labels) && (quiet > silentPending*interval || quiet >= r.hold(interval)):
+				inst = &Instance{Fingerprint: fp, RuleID: r.ID, RuleName: r.Name, Kind: KindNode, Severity: r.Severity,
+					NodeID: nid, Node: nv.info.Name, State: Pending, Since: nv.time, LastTS: now, lastSeen: now,
+					Evidence: Evidence{ObservedAt: nv.time, Interval: interval, State: store.StateUnknown, ChildState: store.StateUnknown}}
+				e.Restore(inst)
+				if quiet >= r.hold(interval) {
+					inst.State, inst.FiredAt = Firing, now
+					changes = append(changes, Change{Kind: ChangeFired, Inst: inst, Rule: r})
+				} else {
+					changes = append(changes, Change{Kind: ChangePending, Inst: inst, Rule: r})
+				}
+			case inst != nil && inst.State == Pending && quiet >= r.hold(interval):
+				inst.State, inst.LastTS, inst.FiredAt = Firing, now, now
+				changes = append(changes, Change{Kind: ChangeFired, Inst: inst, Rule: r})
+			}
+		}
+	}
+	return changes
+}
+
+func sortedNodeIDs(m map[int32]*nodeView) []int32 {
+	ids := make([]int32, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 func groupEvidence(g *groupAcc, now time.Time) Evidence {

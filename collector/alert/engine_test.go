@@ -358,3 +358,82 @@ func TestAlertEngineEndsAlertsOfNodesGone(t *testing.T) {
 		t.Errorf("after: %d pending, %d firing; want web-9's one firing", p, f)
 	}
 }
+
+func nodeSilent() Rule {
+	return Rule{ID: 2, Name: "NBSNodeSilent", Kind: KindSilent, Metric: "*", State: "unknown", ForSeconds: 180, Severity: "critical", Enabled: true}
+}
+
+// A silent rule shows a node pending once it is 3 intervals late, pages at
+// the hold, and resolves on its next report; a node that keeps reporting
+// never pages; silence before the evaluator started is not counted, while an
+// open silent alert survives a new evaluator.
+func TestAlertEngineNodeSilent(t *testing.T) {
+	web1 := NodeInfo{ID: 1, Name: "web-1"}
+	web2 := NodeInfo{ID: 2, Name: "web-2"}
+	report := func(e *Engine, n NodeInfo, at time.Time) []string {
+		return describeChanges(e.Observe(Observation{Node: n, Time: at, Interval: 10 * time.Second, Samples: roots(ok)}, at))
+	}
+	sec := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	e := NewEngine()
+	e.SetRules([]Rule{rootCrit(), nodeSilent()}, t0)
+	report(e, web1, sec(0))
+	report(e, web2, sec(0))
+	steps := []struct {
+		at     int
+		report bool // web-2 reports (web-1 stays silent after t0)
+		want   []string
+	}{
+		{10, true, []string{}},
+		{30, true, []string{}},
+		{31, false, []string{"pending:"}}, // web-1 silent for 31 s > 3 intervals
+		{120, true, []string{}},
+		{180, true, []string{"fired:"}},
+		{300, true, []string{}},
+	}
+	for _, s := range steps {
+		if s.report {
+			report(e, web2, sec(s.at))
+		}
+		got := describeChanges(e.EvaluateSilent(sec(s.at), t0))
+		if !reflect.DeepEqual(got, s.want) {
+			t.Fatalf("t=%d: %v, want %v", s.at, got, s.want)
+		}
+	}
+	open := e.Open()
+	if len(open) != 1 || open[0].Node != "web-1" || open[0].State != Firing || !open[0].Since.Equal(sec(0)) {
+		t.Fatalf("open %+v, want web-1 firing since its last report", open)
+	}
+
+	// A new evaluator (restart, failover) keeps the open alert rather than
+	// restarting the silence count at its own start.
+	e2 := NewEngine()
+	e2.SetRules([]Rule{rootCrit(), nodeSilent()}, sec(400))
+	e2.SeedNode(web1, sec(0), 10*time.Second, roots(ok))
+	e2.SeedNode(web2, sec(300), 10*time.Second, roots(ok))
+	e2.Restore(open[0])
+	if got := describeChanges(e2.EvaluateSilent(sec(401), sec(400))); len(got) != 0 {
+		t.Fatalf("after restart: %v, want the alert kept as it is", got)
+	}
+	// web-2 went quiet while no evaluator ran: counted from the start (400).
+	if got := describeChanges(e2.EvaluateSilent(sec(429), sec(400))); len(got) != 0 {
+		t.Fatalf("29 s after the evaluator started: %v, want nothing", got)
+	}
+	if got := describeChanges(e2.EvaluateSilent(sec(431), sec(400))); !reflect.DeepEqual(got, []string{"pending:"}) {
+		t.Fatalf("31 s after the evaluator started: %v, want web-2 pending", got)
+	}
+	if got := report(e2, web1, sec(440)); len(got) != 0 {
+		t.Fatalf("report: %v", got)
+	}
+	if got := describeChanges(e2.EvaluateSilent(sec(440), sec(400))); !reflect.DeepEqual(got, []string{"resolved:"}) {
+		t.Fatalf("web-1 reported again: %v, want resolved", got)
+	}
+	// Deleted nodes are forgotten: web-2's pending alert clears and never fires.
+	if got := describeChanges(e2.EndGone(func(id int32) bool { return id == web1.ID }, sec(450))); !reflect.DeepEqual(got, []string{"cleared:"}) {
+		t.Fatalf("EndGone: %v", got)
+	}
+	// web-1 silent again for 460 s (past the hold at once): it fires; web-2 is gone.
+	got := e2.EvaluateSilent(sec(900), sec(400))
+	if len(got) != 1 || got[0].Kind != ChangeFired || got[0].Inst.Node != "web-1" {
+		t.Fatalf("web-1 silent again for 460 s, web-2 gone: %v, want web-1 fired", describeChanges(got))
+	}
+}

@@ -40,7 +40,10 @@ type evaluator struct {
 	lastFlush time.Time
 	lastSweep time.Time
 	lastLoad  time.Time
-	defs      defsCache
+	// started is when this evaluator began: silence before it may be this
+	// collector's own outage, not the nodes'.
+	started time.Time
+	defs    defsCache
 	// ahead holds reports dated after this collector's clock, observed
 	// once at a clamped time, by their own time: they stay after the
 	// watermark, so every cycle reads them again until the watermark passes them.
@@ -83,7 +86,7 @@ func (s *Service) evaluate(ctx context.Context, term leader.Term) error {
 	defer s.countAlerts(nil)
 	for ctx.Err() == nil {
 		ev := &evaluator{s: s, term: term, eng: NewEngine(), paths: map[int32]string{}, known: map[int32]bool{},
-			wm: map[int32]time.Time{}, defs: defsCache{}}
+			wm: map[int32]time.Time{}, defs: defsCache{}, started: time.Now()}
 		err := ev.init(ctx)
 		if err == nil {
 			err = ev.loop(ctx)
@@ -238,6 +241,7 @@ func (ev *evaluator) cycle(ctx context.Context) error {
 		changes = append(changes, c...)
 	}
 	changes = append(changes, ev.eng.EvaluateGroups(now)...)
+	changes = append(changes, ev.eng.EvaluateSilent(now, ev.started)...)
 	ev.eng.Prune(now)
 	if err := ev.persist(ctx, changes, now); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package alert
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -157,12 +158,42 @@ type AlertView struct {
 	TreeURL     string            `json:"tree_url"`
 	Labels      map[string]string `json:"labels"`
 	Annotations map[string]string `json:"annotations"`
+	// AcknowledgedAt: someone is on it (by whom, and why, is staff's).
+	AcknowledgedAt *time.Time `json:"acknowledged_at"`
+	AcknowledgedBy string     `json:"acknowledged_by,omitempty"`
+	AckComment     string     `json:"ack_comment,omitempty"`
+	// SilencedUntil: notifications of this alert's identity are silenced
+	// until then (by whom, and why, is staff's).
+	SilencedUntil  *time.Time `json:"silenced_until"`
+	SilencedBy     string     `json:"silenced_by,omitempty"`
+	SilenceComment string     `json:"silence_comment,omitempty"`
 }
 
-// AlertDetail is one alert with its delivery log.
+// AlertDetail is one alert with its delivery status and, for staff, its
+// delivery log.
 type AlertDetail struct {
 	AlertView
+	// Delivery is the newest notification's outcome, for every viewer:
+	// none (nothing queued: pending, or no receiver), pending, delivered,
+	// failed. Where it went is staff's (Deliveries).
+	Delivery   string     `json:"delivery"`
 	Deliveries []Delivery `json:"deliveries"`
+}
+
+// storedView is an alert with what people did about it.
+func (s *Service) storedView(si *storedInstance) AlertView {
+	v := s.view(&si.Instance)
+	v.AcknowledgedAt, v.AcknowledgedBy, v.AckComment = utc(si.AckAt), si.AckBy, si.AckComment
+	v.SilencedUntil, v.SilencedBy, v.SilenceComment = utc(si.SilencedUntil), si.SilencedBy, si.SilenceComment
+	return v
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 func (s *Service) view(inst *Instance) AlertView {
@@ -187,7 +218,11 @@ func (s *Service) view(inst *Instance) AlertView {
 		if target == "" {
 			target = inst.Metric
 		}
-		v.TreeURL = s.treeURL(inst.Node, target)
+		end := inst.ResolvedAt
+		if end.IsZero() {
+			end = time.Now()
+		}
+		v.TreeURL = s.treeURL(inst.Node, target, inst.Since, end)
 	} else {
 		v.Metric = inst.Metric
 		v.TreeURL = s.fleetURL()
@@ -235,7 +270,7 @@ func (s *Service) ListAlerts(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]AlertView, 0, len(insts))
 	for i := range insts {
-		out = append(out, forViewer(s.view(&insts[i].Instance), f.Viewer))
+		out = append(out, forViewer(s.storedView(&insts[i]), f.Viewer))
 	}
 	body := map[string]any{"alerts": out}
 	// Which collector evaluates (its host, pid and internal URL) is staff's.
@@ -264,35 +299,64 @@ func forViewer(v AlertView, p access.Principal) AlertView {
 		}
 	}
 	v.Annotations = ann
+	v.AcknowledgedBy, v.AckComment, v.SilencedBy, v.SilenceComment = "", "", "", ""
 	return v
 }
 
-// GetAlert serves GET /alerts/{id}: the alert and its delivery log.
+// GetAlert serves GET /alerts/{id}: the alert, its delivery status and,
+// for staff, its delivery log.
 func (s *Service) GetAlert(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "alert")
 	if err != nil {
 		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
-	inst, ok, err := s.repo.alertByID(r.Context(), id, access.FromContext(r.Context()))
+	s.writeAlert(w, r, id)
+}
+
+func (s *Service) detail(ctx context.Context, id int64, viewer access.Principal) (AlertDetail, error) {
+	inst, ok, err := s.repo.alertByID(ctx, id, viewer)
 	if err != nil {
-		httpjson.WriteError(w, r, err, s.log)
-		return
+		return AlertDetail{}, err
 	}
 	if !ok {
-		httpjson.WriteError(w, r, errkind.Errorf(errkind.NotFound, "alert %d: not found", id), s.log)
-		return
+		return AlertDetail{}, errkind.Errorf(errkind.NotFound, "alert %d: not found", id)
 	}
-	v := AlertDetail{AlertView: forViewer(s.view(&inst.Instance), access.FromContext(r.Context()))}
-	// Where and how staff are paged (receiver URLs) is not a customer's.
-	if access.FromContext(r.Context()).SeesAll() {
-		if v.Deliveries, err = s.repo.deliveries(r.Context(), id); err != nil {
-			httpjson.WriteError(w, r, err, s.log)
-			return
-		}
+	v := AlertDetail{AlertView: forViewer(s.storedView(&inst), viewer)}
+	deliveries, err := s.repo.deliveries(ctx, id)
+	if err != nil {
+		return AlertDetail{}, err
+	}
+	v.Delivery = deliveryStatus(deliveries)
+	// Where and how staff are paged (receiver URLs, errors) is not a customer's.
+	if viewer.SeesAll() {
+		v.Deliveries = deliveries
 	}
 	if v.Deliveries == nil {
 		v.Deliveries = []Delivery{}
 	}
-	httpjson.Write(w, http.StatusOK, v)
+	return v, nil
+}
+
+// deliveryStatus sums up the newest event's notifications: delivered when
+// every receiver took it, pending while any is still being tried, failed
+// when one was given up; none when nothing was queued.
+func deliveryStatus(ds []Delivery) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	newest := ds[len(ds)-1].Event
+	status := "delivered"
+	for _, d := range ds {
+		if d.Event != newest {
+			continue
+		}
+		switch d.Status {
+		case "pending":
+			return "pending"
+		case "failed":
+			status = "failed"
+		}
+	}
+	return status
 }

@@ -179,11 +179,28 @@ func (p repo) deleteRule(ctx context.Context, id int64) (found bool, err error) 
 }
 
 const instanceColumns = `id, fingerprint, rule_id, rule_name, kind, severity, coalesce(node_id, 0), node, metric, child,
-	group_key, state, since, last_ts, fired_at, resolved_at, value, labels, annotations`
+	group_key, state, since, last_ts, fired_at, resolved_at, value, labels, annotations,
+	acknowledged_at, acknowledged_by, ack_comment, sil.silence_id, sil.silenced_until, coalesce(sil.silenced_by, ''),
+	coalesce(sil.silence_comment, '')`
 
-// storedInstance is an instance row.
+// instanceFrom is the instances with the newest-ending active silence of
+// each one's identity.
+const instanceFrom = ` FROM alert_instances LEFT JOIN LATERAL (
+	SELECT s.id AS silence_id, s.ends_at AS silenced_until, s.created_by AS silenced_by, s.comment AS silence_comment
+	FROM alert_silences s WHERE s.fingerprint = alert_instances.fingerprint AND s.ends_at > now()
+	ORDER BY s.ends_at DESC LIMIT 1) sil ON true `
+
+// storedInstance is an instance row: the engine's instance and what people
+// did about it.
 type storedInstance struct {
 	Instance
+	AckAt          *time.Time
+	AckBy          string
+	AckComment     string
+	SilenceID      *int64
+	SilencedUntil  *time.Time
+	SilencedBy     string
+	SilenceComment string
 }
 
 func scanInstance(row pgx.Row) (storedInstance, error) {
@@ -192,7 +209,8 @@ func scanInstance(row pgx.Row) (storedInstance, error) {
 	var fired, resolved *time.Time
 	var ruleID int32
 	if err := row.Scan(&s.ID, &s.Fingerprint, &ruleID, &s.RuleName, &s.Kind, &s.Severity, &s.NodeID, &s.Node, &s.Metric,
-		&s.Child, &group, &s.State, &s.Since, &s.LastTS, &fired, &resolved, &s.Headline, &labels, &annotations); err != nil {
+		&s.Child, &group, &s.State, &s.Since, &s.LastTS, &fired, &resolved, &s.Headline, &labels, &annotations,
+		&s.AckAt, &s.AckBy, &s.AckComment, &s.SilenceID, &s.SilencedUntil, &s.SilencedBy, &s.SilenceComment); err != nil {
 		return s, err
 	}
 	s.RuleID = int64(ruleID)
@@ -214,7 +232,7 @@ func scanInstance(row pgx.Row) (storedInstance, error) {
 }
 
 func (p repo) instances(ctx context.Context, where string, args ...any) ([]storedInstance, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+instanceColumns+` FROM alert_instances `+where, args...)
+	rows, err := p.pool.Query(ctx, `SELECT `+instanceColumns+instanceFrom+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read alerts: %w", err)
 	}
@@ -446,7 +464,7 @@ func (p repo) markFailed(ctx context.Context, ids []int64, why string) error {
 // of it happened, and the outbox will announce it, or none of it, and the
 // next term replays it. It returns how many notifications it queued.
 func (p repo) persist(ctx context.Context, term leader.Term, changes []Change, watermarks map[int32]time.Time,
-	outbox func(inst *Instance, event string) ([]outboxEntry, error)) (int, error) {
+	outbox func(inst *Instance, event string, silenced bool) ([]outboxEntry, error)) (int, error) {
 	queued := 0
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if err := term.Fence(ctx, tx); err != nil {
@@ -460,7 +478,12 @@ func (p repo) persist(ctx context.Context, term leader.Term, changes []Change, w
 			if event == "" {
 				continue
 			}
-			entries, err := outbox(c.Inst, event)
+			var silenced bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM alert_silences WHERE fingerprint = $1 AND ends_at > now())`,
+				c.Inst.Fingerprint).Scan(&silenced); err != nil {
+				return fmt.Errorf("read silences of alert %d: %w", c.Inst.ID, err)
+			}
+			entries, err := outbox(c.Inst, event, silenced)
 			if err != nil {
 				return err
 			}

@@ -11,10 +11,15 @@ import (
 )
 
 // PruneHistory deletes alerts resolved before cutoff, with their delivery
-// log (which cascades), batch per statement. An alert whose resolve is
-// still waiting to be delivered stays until it is delivered or given up:
-// the outbox must not lose a resolve. Open alerts are never deleted.
+// log (which cascades), and silences that ended before cutoff, batch per
+// statement. An alert whose resolve is still waiting to be delivered stays
+// until it is delivered or given up: the outbox must not lose a resolve.
+// Open alerts are never deleted.
 func PruneHistory(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, batch int) (int64, error) {
+	if _, err := store.DeleteInBatches(ctx, pool, `
+		DELETE FROM alert_silences WHERE id IN (SELECT id FROM alert_silences WHERE ends_at < $1 LIMIT $2)`, batch, cutoff); err != nil {
+		return 0, fmt.Errorf("delete alert silences ended before %s: %w", cutoff.Format(time.RFC3339), err)
+	}
 	n, err := store.DeleteInBatches(ctx, pool, `
 		DELETE FROM alert_instances WHERE id IN (
 			SELECT i.id FROM alert_instances i

@@ -18,7 +18,19 @@ import (
 const (
 	KindNode  = "node"
 	KindGroup = "group"
+	// KindSilent pages for each node matching Selector that has sent no
+	// report for the hold: stopped, disconnected, or cut off from every
+	// collector. Its alerts are node alerts (kind node) with no metric.
+	KindSilent = "silent"
 )
+
+// instanceKind is the kind of the alerts a rule of this kind opens.
+func instanceKind(ruleKind string) string {
+	if ruleKind == KindSilent {
+		return KindNode
+	}
+	return ruleKind
+}
 
 // Rule says when to page. A node rule watches each node on its own: a metric
 // (an exact id, or a glob where * stands for one path segment, so "*" is
@@ -121,6 +133,9 @@ func (r *Rule) Validate() error {
 	} else if _, err := path.Match(r.Metric, ""); err != nil {
 		add("metric %q is not a valid pattern: %v", r.Metric, err)
 	}
+	if r.Kind == KindSilent && r.State == "" {
+		r.State = "unknown" // a silent node's metrics are UNKNOWN; the state is not asked for
+	}
 	if _, ok := parseState(r.State); !ok {
 		add("state %q must be warn, crit or unknown (the rule matches that state or worse)", r.State)
 	}
@@ -196,8 +211,15 @@ func (r *Rule) Validate() error {
 			}
 			seen[k] = true
 		}
+	case KindSilent:
+		if r.MinNodes != 0 || r.MinPercent != 0 || len(r.GroupBy) > 0 {
+			add("min_nodes, min_percent and group_by belong to group rules (kind group)")
+		}
+		if r.Metric != "*" {
+			add("a silent rule watches whole nodes: metric must be \"*\" (or left out)")
+		}
 	default:
-		add("kind %q must be node or group", r.Kind)
+		add("kind %q must be node, group or silent", r.Kind)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidRule, strings.Join(errs, "; "))

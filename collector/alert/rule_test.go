@@ -49,7 +49,7 @@ func TestAlertRuleValidate(t *testing.T) {
 		{"group with both", group(func(r *Rule) { r.MinNodes = 2 }), "not both"},
 		{"percent above 100", group(func(r *Rule) { r.MinPercent = 150 }), "min_percent 150"},
 		{"group by twice", group(func(r *Rule) { r.GroupBy = []string{"rack", "rack"} }), "names \"rack\" twice"},
-		{"unknown kind", node(func(r *Rule) { r.Kind = "fleet" }), "kind \"fleet\" must be node or group"},
+		{"unknown kind", node(func(r *Rule) { r.Kind = "fleet" }), "kind \"fleet\" must be node, group or silent"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -263,8 +263,12 @@ func TestAlertServiceFiresOnceAcrossRestart(t *testing.T) {
 	if fmt.Sprint(a.Labels) != fmt.Sprint(wantLabels) {
 		t.Errorf("alertmanager labels %v, want %v", a.Labels, wantLabels)
 	}
-	if want := "https://nbs.example.com/nodes/web-1?metric=tcp_reset%2Fsent%2Fno_socket"; a.GeneratorURL != want || a.Annotations["tree_url"] != want {
-		t.Errorf("links %q / %q, want %q", a.GeneratorURL, a.Annotations["tree_url"], want)
+	if want := "https://nbs.example.com/nodes/web-1?"; a.GeneratorURL != a.Annotations["tree_url"] || !strings.HasPrefix(a.GeneratorURL, want) ||
+		!strings.Contains(a.GeneratorURL, "metric=tcp_reset%2Fsent%2Fno_socket") || !strings.Contains(a.GeneratorURL, "&from=") {
+		t.Errorf("links %q / %q, want %q with the metric and the breach window", a.GeneratorURL, a.Annotations["tree_url"], want)
+	}
+	if a.Annotations["threshold"] != "warn 1 resets/s, crit 10 resets/s" {
+		t.Errorf("threshold annotation %q, want it in the metric's unit", a.Annotations["threshold"])
 	}
 	for _, want := range []string{"187 resets/s", "crit 10 resets/s", "tcp_reset is CRIT at 187 resets/s"} {
 		if !strings.Contains(a.Annotations["description"], want) {
@@ -418,6 +422,12 @@ func TestAlertRulesAPI(t *testing.T) {
 	code, body := do("GET", "/alert-rules", "")
 	if code != 200 || !strings.Contains(body, `"name": "NBSRootCritical"`) || !strings.Contains(body, `"builtin": true`) || !strings.Contains(body, `"for_intervals": 2`) {
 		t.Fatalf("GET rules: %d %s", code, body)
+	}
+	var listed struct{ Rules []Rule }
+	json.Unmarshal([]byte(body), &listed)
+	if i := slices.IndexFunc(listed.Rules, func(r Rule) bool { return r.Name == "NBSNodeSilent" }); i < 0 ||
+		listed.Rules[i].Kind != KindSilent || listed.Rules[i].ForSeconds != 180 || !listed.Rules[i].Enabled || !listed.Rules[i].Builtin {
+		t.Errorf("default silent rule missing or not as documented (kind silent, 180 s, enabled, builtin): %s", body)
 	}
 	bad := []struct{ body, want string }{
 		{`{"name":"X","state":"crit","severity":"critical"}`, "give for_intervals"},

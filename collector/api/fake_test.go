@@ -224,14 +224,18 @@ func (stubParts) DeleteOverride(w http.ResponseWriter, r *http.Request) {
 func (stubParts) NodeThresholds(w http.ResponseWriter, r *http.Request) {
 	answer("NodeThresholds")(w, r)
 }
-func (stubParts) ExpandNode(w http.ResponseWriter, r *http.Request) { answer("ExpandNode")(w, r) }
-func (stubParts) ListRules(w http.ResponseWriter, r *http.Request)  { answer("ListRules")(w, r) }
-func (stubParts) CreateRule(w http.ResponseWriter, r *http.Request) { answer("CreateRule")(w, r) }
-func (stubParts) GetRule(w http.ResponseWriter, r *http.Request)    { answer("GetRule")(w, r) }
-func (stubParts) PutRule(w http.ResponseWriter, r *http.Request)    { answer("PutRule")(w, r) }
-func (stubParts) DeleteRule(w http.ResponseWriter, r *http.Request) { answer("DeleteRule")(w, r) }
-func (stubParts) ListAlerts(w http.ResponseWriter, r *http.Request) { answer("ListAlerts")(w, r) }
-func (stubParts) GetAlert(w http.ResponseWriter, r *http.Request)   { answer("GetAlert")(w, r) }
+func (stubParts) ExpandNode(w http.ResponseWriter, r *http.Request)    { answer("ExpandNode")(w, r) }
+func (stubParts) ListRules(w http.ResponseWriter, r *http.Request)     { answer("ListRules")(w, r) }
+func (stubParts) CreateRule(w http.ResponseWriter, r *http.Request)    { answer("CreateRule")(w, r) }
+func (stubParts) GetRule(w http.ResponseWriter, r *http.Request)       { answer("GetRule")(w, r) }
+func (stubParts) PutRule(w http.ResponseWriter, r *http.Request)       { answer("PutRule")(w, r) }
+func (stubParts) DeleteRule(w http.ResponseWriter, r *http.Request)    { answer("DeleteRule")(w, r) }
+func (stubParts) ListAlerts(w http.ResponseWriter, r *http.Request)    { answer("ListAlerts")(w, r) }
+func (stubParts) GetAlert(w http.ResponseWriter, r *http.Request)      { answer("GetAlert")(w, r) }
+func (stubParts) Acknowledge(w http.ResponseWriter, r *http.Request)   { answer("Acknowledge")(w, r) }
+func (stubParts) Unacknowledge(w http.ResponseWriter, r *http.Request) { answer("Unacknowledge")(w, r) }
+func (stubParts) Silence(w http.ResponseWriter, r *http.Request)       { answer("Silence")(w, r) }
+func (stubParts) Unsilence(w http.ResponseWriter, r *http.Request)     { answer("Unsilence")(w, r) }
 func (stubParts) ListIdentities(w http.ResponseWriter, r *http.Request) {
 	answer("ListIdentities")(w, r)
 }

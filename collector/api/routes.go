@@ -79,6 +79,10 @@ type AlertHandlers interface {
 	DeleteRule(http.ResponseWriter, *http.Request)
 	ListAlerts(http.ResponseWriter, *http.Request)
 	GetAlert(http.ResponseWriter, *http.Request)
+	Acknowledge(http.ResponseWriter, *http.Request)
+	Unacknowledge(http.ResponseWriter, *http.Request)
+	Silence(http.ResponseWriter, *http.Request)
+	Unsilence(http.ResponseWriter, *http.Request)
 }
 
 // NodeIdentityHandlers answer about which credential may report as each
@@ -178,6 +182,10 @@ func Routes(p Parts) []Route {
 			{del, "/alert-rules/{id}", a.DeleteRule, operator, unscoped},
 			{get, "/alerts", a.ListAlerts, viewer, scoped},
 			{get, "/alerts/{id}", a.GetAlert, viewer, scoped},
+			{post, "/alerts/{id}/acknowledge", a.Acknowledge, operator, unscoped},
+			{del, "/alerts/{id}/acknowledge", a.Unacknowledge, operator, unscoped},
+			{post, "/alerts/{id}/silence", a.Silence, operator, unscoped},
+			{del, "/alerts/{id}/silence", a.Unsilence, operator, unscoped},
 		}...)
 	}
 	if i := p.Identities; i != nil {

@@ -368,6 +368,22 @@ func TestAccess(t *testing.T) {
 	freshToken := func(c int) int64 {
 		return f.create("POST", "/tokens", fmt.Sprintf(`{"name":"fresh-%d-%d","role":"viewer"}`, c, time.Now().UnixNano()), 201)
 	}
+	// An alert of acme-web with a silence of its own, to end.
+	freshSilenced := func(c int) int64 {
+		var id int64
+		ctx := context.Background()
+		if err := f.st.Pool().QueryRow(ctx, `INSERT INTO alert_instances (fingerprint, rule_id, rule_name, kind, severity, node_id, node,
+				metric, state, since, last_ts, fired_at)
+			SELECT $1, 1, 'NBSRootCritical', 'node', 'critical', node_id, node, metric, 'firing', now(), now(), now()
+			FROM alert_instances WHERE id = $2 RETURNING id`, fmt.Sprintf("fp-silenced-%d-%d", c, time.Now().UnixNano()), f.acmeAlert).Scan(&id); err != nil {
+			f.t.Fatal(err)
+		}
+		if _, err := f.st.Pool().Exec(ctx, `INSERT INTO alert_silences (fingerprint, instance_id, ends_at, created_by)
+			SELECT fingerprint, id, now() + interval '1 hour', 'test' FROM alert_instances WHERE id = $1`, id); err != nil {
+			f.t.Fatal(err)
+		}
+		return id
+	}
 	p := api.Prefix
 	calls := map[string]call{
 		"* /healthz": {fixed("/healthz"), fixed(""), open},
@@ -394,6 +410,10 @@ func TestAccess(t *testing.T) {
 		"DELETE " + p + "/alert-rules/{id}":        {fresh(freshRule, p+"/alert-rules/%d"), fixed(""), operatorWrite(gone)},
 		"GET " + p + "/alerts":                     {fixed(p + "/alerts"), fixed(""), everyoneRead},
 		"GET " + p + "/alerts/{id}":                {fixed(fmt.Sprintf("%s/alerts/%d", p, f.acmeAlert)), fixed(""), acmeNodeRead},
+		"POST " + p + "/alerts/{id}/acknowledge":   {fixed(fmt.Sprintf("%s/alerts/%d/acknowledge", p, f.acmeAlert)), fixed(`{"comment":"on it"}`), operatorWrite(ok)},
+		"DELETE " + p + "/alerts/{id}/acknowledge": {fixed(fmt.Sprintf("%s/alerts/%d/acknowledge", p, f.acmeAlert)), fixed(""), operatorWrite(ok)},
+		"POST " + p + "/alerts/{id}/silence":       {fixed(fmt.Sprintf("%s/alerts/%d/silence", p, f.acmeAlert)), fixed(`{"duration_seconds":600}`), operatorWrite(ok)},
+		"DELETE " + p + "/alerts/{id}/silence":     {fresh(freshSilenced, p+"/alerts/%d/silence"), fixed(""), operatorWrite(ok)},
 		"POST " + p + "/login":                     {fixed(p + "/login"), fixed(`{"token":"` + f.tokens[viewer] + `"}`), open},
 		"POST " + p + "/logout":                    {fixed(p + "/logout"), fixed(""), want{gone, gone, gone, gone, gone, gone}},
 		"GET " + p + "/whoami":                     {fixed(p + "/whoami"), fixed(""), everyoneRead},

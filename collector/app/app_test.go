@@ -129,6 +129,10 @@ func (p part) PutRule(w http.ResponseWriter, _ *http.Request)        { p.answer(
 func (p part) DeleteRule(w http.ResponseWriter, _ *http.Request)     { p.answer(w, "DeleteRule") }
 func (p part) ListAlerts(w http.ResponseWriter, _ *http.Request)     { p.answer(w, "ListAlerts") }
 func (p part) GetAlert(w http.ResponseWriter, _ *http.Request)       { p.answer(w, "GetAlert") }
+func (p part) Acknowledge(w http.ResponseWriter, _ *http.Request)    { p.answer(w, "Acknowledge") }
+func (p part) Unacknowledge(w http.ResponseWriter, _ *http.Request)  { p.answer(w, "Unacknowledge") }
+func (p part) Silence(w http.ResponseWriter, _ *http.Request)        { p.answer(w, "Silence") }
+func (p part) Unsilence(w http.ResponseWriter, _ *http.Request)      { p.answer(w, "Unsilence") }
 
 // TestHTTPHandler: the collector's HTTP surface sends each route to the
 // part that owns it, and keeps health, metrics and the UI beside the API.
@@ -159,6 +163,10 @@ func TestHTTPHandler(t *testing.T) {
 		{"DELETE", "/api/v1/alert-rules/3", 200, "alert.DeleteRule"},
 		{"GET", "/api/v1/alerts", 200, "alert.ListAlerts"},
 		{"GET", "/api/v1/alerts/3", 200, "alert.GetAlert"},
+		{"POST", "/api/v1/alerts/3/acknowledge", 200, "alert.Acknowledge"},
+		{"DELETE", "/api/v1/alerts/3/acknowledge", 200, "alert.Unacknowledge"},
+		{"POST", "/api/v1/alerts/3/silence", 200, "alert.Silence"},
+		{"DELETE", "/api/v1/alerts/3/silence", 200, "alert.Unsilence"},
 		{"GET", "/api/v1/nodes", 200, `"name": "web-1"`},
 		{"GET", "/api/v1/openapi.json", 200, `"openapi": "3.0.3"`},
 		{"GET", "/api/v1/whoami", 200, `"role": "admin"`},

@@ -240,6 +240,32 @@ func (s *Store) Series(ctx context.Context, nodeID int32, path string, from, to 
 	return out, rows.Err()
 }
 
+// RecentValues returns a node's values of a metric in its newest reports
+// in [from, before), newest first, at most limit of them: the inputs of a
+// moving median the agent judged the metric against. A report that did not
+// carry the metric gives NaN; the agent streams a baselined metric whenever
+// it is not zero, so the caller reads NaN as zero, or skips it for a metric
+// the agent had no value of.
+func (s *Store) RecentValues(ctx context.Context, nodeID int32, path string, from, before time.Time, limit int) ([]float64, error) {
+	id, err := s.lookupMetricID(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT coalesce(r.vals[p.i], 'NaN'::float8)
+		FROM reports r CROSS JOIN LATERAL (SELECT array_position(r.metric_ids, $2) AS i) p
+		WHERE r.node_id = $1 AND r.ts >= $3 AND r.ts < $4
+		ORDER BY r.ts DESC LIMIT $5`, nodeID, id, from, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read recent values of %s on node %d: %w", path, nodeID, err)
+	}
+	vals, err := pgx.CollectRows(rows, pgx.RowTo[float64])
+	if err != nil {
+		return nil, fmt.Errorf("read recent values of %s on node %d: %w", path, nodeID, err)
+	}
+	return vals, nil
+}
+
 // severitySQL ranks the stored state expr as schema.Severity does (which is
 // not the enum's order), so that max() over it finds the worst state;
 // schema.StateOfSeverity reads the rank back.

@@ -10,7 +10,9 @@
 // 1. An admin (NBS_TOKEN; without it the collector must ask nobody to sign
 //    in): fleet → red node → tree opened down to the child that explains it →
 //    chart and evidence → live mode → a threshold edit that changes the
-//    state → the firing alert, its delivery log and the alert rules editor →
+//    state → the firing alert, its delivery log, its chart over the breach,
+//    the tree at the breach window, acknowledge and silence (and undo them),
+//    no horizontal overflow at 390 px and 1400 px → the alert rules editor →
 //    the node's tenant & labels editor (a move to another tenant reviewed
 //    with its history split, then cancelled) → a token created (its secret
 //    shown once) and revoked → a tenant bootstrap token created (shown once,
@@ -475,7 +477,11 @@ async function adminScenario() {
     if (env.NBS_ALERT_ROOT) check(cells[4].trim() === env.NBS_ALERT_ROOT, `root cell is "${cells[4]}", want ${env.NBS_ALERT_ROOT}`);
     const treeLink = firingRow.locator('.alert-metric a');
     const href = await treeLink.getAttribute('href');
-    check(href === `/nodes/${encodeURIComponent(nodeName)}?metric=${encodeURIComponent(metric)}`, `tree link is ${href}, want the node at ${metric}`);
+    const link = new URL(href, base);
+    check(
+      link.pathname === `/nodes/${encodeURIComponent(nodeName)}` && link.searchParams.get('metric') === metric && Date.parse(link.searchParams.get('from')) < Date.parse(link.searchParams.get('to')),
+      `tree link is ${href}, want the node at ${metric} over the breach window (from, to)`,
+    );
     check(/ vs warn .*crit/.test(cells[6]), `value cell "${cells[6]}" does not compare with the threshold`);
     const firstRow = await page.locator('.open-alerts tbody tr').first().getAttribute('data-state');
     check(firstRow === 'firing', `the first open alert is ${firstRow}, want firing first`);
@@ -513,11 +519,70 @@ async function adminScenario() {
       await delivered.waitFor({ timeout: 30_000 });
       console.log(`  delivery: ${(await delivered.innerText()).replace(/\s+/g, ' ')}`);
     }
+    step('on-call: the alert page charts the explaining metric over the breach, and follows it to the tree window');
+    await page.locator('.alert-chart .uplot canvas').first().waitFor({ timeout: 30_000 });
     await shot('alert-detail');
+    const alertURL = page.url();
+    const since = await page.evaluate(() => {
+      const dt = [...document.querySelectorAll('.alert-facts-panel dt')].find((d) => d.textContent === 'Breach began');
+      return Date.parse(dt?.nextElementSibling?.querySelector('time')?.getAttribute('datetime') ?? '');
+    });
+    check(Number.isFinite(since), 'the alert page does not say when the breach began');
     await page.getByRole('link', { name: /in the tree$/ }).click();
     await page.waitForURL((u) => u.pathname === `/nodes/${encodeURIComponent(nodeName)}`);
+    const win = new URL(page.url()).searchParams;
+    check(
+      Date.parse(win.get('from')) < since && Date.parse(win.get('to')) > since,
+      `the tree opened at ${page.url()}, want a window around the breach that began ${new Date(since).toISOString()}`,
+    );
     await row(metric).waitFor();
     check((await row(metric).getAttribute('aria-selected')) === 'true', `${metric} is not selected after following the alert`);
+
+    step('on-call: acknowledge and silence the alert from its page (audited), then end the silence');
+    await page.goto(alertURL);
+    await page.locator('.alert-actions-panel').waitFor();
+    await page.getByLabel('Comment').fill('e2e: on it');
+    await page.getByRole('button', { name: 'Acknowledge', exact: true }).click();
+    await page.locator('.alert-page > .handled-tags .tag-ack').waitFor();
+    await page.getByLabel('Silence for').selectOption({ label: '1 hour' });
+    await page.getByRole('button', { name: 'Silence', exact: true }).click();
+    await page.locator('.alert-page > .handled-tags .tag-silenced').filter({ hasText: 'silenced until' }).waitFor();
+    await shot('alert-silenced');
+    const audit = await page.evaluate(async () => (await (await fetch('/api/v1/audit?limit=20')).json()).entries ?? []);
+    for (const action of ['acknowledge', 'silence']) {
+      check(audit.some((e) => e.action === action && e.object_kind === 'alert'), `the audit log has no ${action} of the alert: ${JSON.stringify(audit.slice(0, 3))}`);
+    }
+    await page.getByRole('button', { name: 'End silence' }).click();
+    await page.locator('.alert-page > .handled-tags .tag-silenced').waitFor({ state: 'detached' });
+    await page.getByRole('button', { name: 'Withdraw acknowledgement' }).click();
+    await page.locator('.alert-page > .handled-tags .tag-ack').waitFor({ state: 'detached' });
+
+    step('phone (390 px) and desktop (1400 px): no page is wider than the screen; the header menu holds log out and the theme');
+    for (const width of [390, 1400]) {
+      await page.setViewportSize({ width, height: 844 });
+      for (const path of ['/', '/alerts', new URL(alertURL).pathname, '/alerts/rules', `/nodes/${encodeURIComponent(nodeName)}`]) {
+        await page.goto(base + path);
+        await page.locator('main h1, main h2').first().waitFor();
+        await page.waitForTimeout(300);
+        const over = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+        check(over <= 0, `${path} at ${width} px is ${over} px wider than the screen`);
+      }
+      await page.goto(base + '/alerts');
+      await page.locator('.open-alerts tr[data-state=firing]').first().waitFor({ timeout: 30_000 });
+      if (width === 390) {
+        check((await page.locator('.open-alerts tbody tr').first().evaluate((r) => getComputedStyle(r).display)) === 'block', 'alerts are not cards at 390 px');
+        await shot('alerts-phone');
+        await page.getByRole('button', { name: 'Menu' }).click();
+      }
+      for (const name of ['Log out', /^Colour theme/]) {
+        const b = page.getByRole('button', { name });
+        await b.waitFor();
+        const box = await b.boundingBox();
+        check(box && box.x >= 0 && box.x + box.width <= width, `"${name}" is off-screen at ${width} px: ${JSON.stringify(box)}`);
+      }
+      if (width === 390) await shot('header-menu-phone');
+    }
+    await page.setViewportSize({ width: 1440, height: 900 });
 
     if (env.NBS_SKIP_RULE_EDIT === '1') {
       console.log('  rule edit skipped (NBS_SKIP_RULE_EDIT=1)');

@@ -14,10 +14,20 @@ const sevRank = (s: string) => ({ crit: 0, warn: 1 })[severityState(s) as 'crit'
 const stateRank = (s: string) => (s === 'firing' ? 0 : s === 'pending' ? 1 : 2);
 const time = (iso: string | null | undefined) => (iso ? Date.parse(iso) || 0 : 0);
 
-/** Open alerts for on-call: firing before pending, then by severity, then the newest breach first. */
-export function sortOpen(alerts: Alert[]): Alert[] {
+/** Whether someone is on it: acknowledged, or silenced for now. */
+export function handled(a: Alert, now: number = Date.now()): boolean {
+  return !!a.acknowledged_at || (!!a.silenced_until && Date.parse(a.silenced_until) > now);
+}
+
+/** Open alerts for on-call: firing before pending, then by severity, then those nobody is on yet, then the newest breach first. */
+export function sortOpen(alerts: Alert[], now: number = Date.now()): Alert[] {
   return [...alerts].sort(
-    (a, b) => stateRank(a.state) - stateRank(b.state) || sevRank(a.severity) - sevRank(b.severity) || time(b.since) - time(a.since) || b.id - a.id,
+    (a, b) =>
+      stateRank(a.state) - stateRank(b.state) ||
+      sevRank(a.severity) - sevRank(b.severity) ||
+      Number(handled(a, now)) - Number(handled(b, now)) ||
+      time(b.since) - time(a.since) ||
+      b.id - a.id,
   );
 }
 
@@ -26,10 +36,32 @@ export function alertMetric(a: Alert): string {
   return a.child || a.metric || '';
 }
 
-/** Where the alert is in this UI: the node's tree at that metric, or the fleet filtered to a group's labels. */
-export function alertTreeHref(a: Alert): string {
+/** The least context shown either side of a breach (as the collector's tree_url). */
+export const WINDOW_PAD_MS = 5 * 60_000;
+
+/**
+ * The time range an alert's breach is seen over: from the breach's start to
+ * its resolve (or now, while open), padded by a quarter of its length and at
+ * least five minutes either side, to whole seconds. The collector's links in
+ * pages (tree_url) use the same window.
+ */
+export function alertWindow(a: Alert, now: number = Date.now()): { from: number; to: number } | null {
+  const start = Date.parse(a.since);
+  if (!Number.isFinite(start)) return null;
+  const end = Math.max(a.ends_at ? Date.parse(a.ends_at) : now, start);
+  const pad = Math.max((end - start) / 4, WINDOW_PAD_MS);
+  return { from: Math.floor((start - pad) / 1000) * 1000, to: Math.ceil((end + pad) / 1000) * 1000 };
+}
+
+const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
+
+/** Where the alert is in this UI: the node's tree at that metric over the breach window, or the fleet filtered to a group's labels. */
+export function alertTreeHref(a: Alert, now: number = Date.now()): string {
   const metric = alertMetric(a);
-  if (a.node) return nodeHref(a.node, metric ? withParams(new URLSearchParams(), { metric }) : undefined);
+  if (a.node) {
+    const w = alertWindow(a, now);
+    return nodeHref(a.node, withParams(new URLSearchParams(), { metric: metric || null, from: w ? iso(w.from) : null, to: w ? iso(w.to) : null }));
+  }
   const p = new URLSearchParams();
   for (const [k, v] of Object.entries(a.group ?? {})) p.set(`l.${k}`, v);
   return fleetHref(p);
@@ -50,9 +82,15 @@ export function alertValue(a: Alert): { value: string; threshold: string } {
     const pct = a.value === null || a.value === undefined ? '' : `${formatNumber(a.value)}%`;
     return { value: n ? `${n} node${n === '1' ? '' : 's'}${pct ? ` (${pct})` : ''}` : pct || '—', threshold: '' };
   }
+  // A silent node's alert has no metric: its value is how long it has been silent ("3m0s").
+  if (!a.child && !a.metric) return { value: ann.value || '—', threshold: '' };
   const unit = alertUnit(a);
   const value = a.value === null || a.value === undefined ? (ann.value ?? '—') : formatNumber(a.value);
-  return { value: unit && value !== '—' ? `${value} ${unit}` : value, threshold: ann.threshold ? `${ann.threshold}${unit ? ` ${unit}` : ''}` : '' };
+  // The collector states thresholds in the unit ("warn 3x median 1.2 ms = 3.6 ms, crit …"); alerts from
+  // older collectors carry bare numbers ("warn 1, crit 10"), which take the unit at the end.
+  const thr = ann.threshold ?? '';
+  const threshold = !thr ? '' : !unit || thr.endsWith(` ${unit}`) || /median/.test(thr) ? thr : `${thr} ${unit}`;
+  return { value: unit && value !== '—' ? `${value} ${unit}` : value, threshold };
 }
 
 /**
@@ -111,7 +149,8 @@ export type RuleErrors = Partial<Record<RuleField, string>>;
 /** The form as typed: text for every field, so half-typed values survive. */
 export interface RuleDraft {
   name: string;
-  kind: 'node' | 'group';
+  /** silent: a node that sent no report for the hold (no metric, no state). */
+  kind: 'node' | 'group' | 'silent';
   metric: string;
   state: string;
   hold: string;
@@ -150,7 +189,7 @@ export function draftFromRule(r: AlertRule): RuleDraft {
   const percent = !!r.min_percent;
   return {
     name: r.name,
-    kind: r.kind === 'group' ? 'group' : 'node',
+    kind: r.kind === 'group' || r.kind === 'silent' ? r.kind : 'node',
     metric: r.metric,
     state: r.state,
     hold: String(seconds ? r.for_seconds : (r.for_intervals ?? '')),
@@ -214,8 +253,9 @@ export function ruleInput(d: RuleDraft): { input?: AlertRuleInput; errors: RuleE
     input: {
       name: d.name.trim(),
       kind: d.kind,
-      metric: d.metric.trim(),
-      state: d.state as AlertRuleInput['state'], // as typed: the collector judges it
+      // A silent rule watches whole nodes: the collector wants "*" and no state of its own.
+      metric: d.kind === 'silent' ? '*' : d.metric.trim(),
+      state: (d.kind === 'silent' ? 'unknown' : d.state) as AlertRuleInput['state'], // as typed: the collector judges it
       for_intervals: d.holdUnit === 'intervals' ? hold : 0,
       for_seconds: d.holdUnit === 'seconds' ? hold : 0,
       severity: d.severity.trim(),

@@ -126,8 +126,30 @@ export interface paths {
     get: operations["listAlerts"];
   };
   "/alerts/{id}": {
-    /** One alert with its delivery log. A customer sees only an alert of its own nodes, without the delivery log. */
+    /** One alert with its delivery status and, for staff, its delivery log. A customer sees only an alert of its own nodes, with the status but without the log. */
     get: operations["getAlert"];
+    parameters: {
+      path: {
+        id: components["parameters"]["alertID"];
+      };
+    };
+  };
+  "/alerts/{id}/acknowledge": {
+    /** Acknowledge an open alert: someone is on it. Audited. */
+    post: operations["acknowledgeAlert"];
+    /** Withdraw an acknowledgement. Audited. */
+    delete: operations["unacknowledgeAlert"];
+    parameters: {
+      path: {
+        id: components["parameters"]["alertID"];
+      };
+    };
+  };
+  "/alerts/{id}/silence": {
+    /** Silence the alert's identity for a while: an Alertmanager silence on its exact labels (POST /api/v2/silences on every configured Alertmanager) and no webhook notifications until it ends. Audited. 503 when an Alertmanager refused it (nothing is recorded). */
+    post: operations["silenceAlert"];
+    /** End the alert's active silences now, in Alertmanager too (DELETE /api/v2/silence/{id}). Audited. 409 when it is not silenced. */
+    delete: operations["unsilenceAlert"];
     parameters: {
       path: {
         id: components["parameters"]["alertID"];
@@ -517,8 +539,11 @@ export interface components {
       /** Format: int64 */
       id: number;
       name: string;
-      /** @enum {string} */
-      kind: "node" | "group";
+      /**
+       * @description node: a metric of each node; group: nodes of a group; silent: a node that sent no report for the hold.
+       * @enum {string}
+       */
+      kind: "node" | "group" | "silent";
       /** @description A metric id or a pattern where * matches one path segment ("*" = every root). */
       metric: string;
       /**
@@ -551,10 +576,10 @@ export interface components {
       /** @description Becomes the alertname label: letters, digits and _, not starting with a digit. */
       name: string;
       /**
-       * @description Default node.
+       * @description Default node. A silent rule pages for each node matching selector that sent no report for the hold (metric "*", state unknown).
        * @enum {string}
        */
-      kind?: "node" | "group";
+      kind?: "node" | "group" | "silent";
       /** @description Default "*" (every root). */
       metric?: string;
       /** @enum {string} */
@@ -598,7 +623,10 @@ export interface components {
       /** Format: int64 */
       rule_id: number;
       rule: string;
-      /** @enum {string} */
+      /**
+       * @description A silent rule's alerts are node alerts without a metric.
+       * @enum {string}
+       */
       kind: "node" | "group";
       severity: string;
       /** @enum {string} */
@@ -641,6 +669,24 @@ export interface components {
       annotations: {
         [key: string]: string;
       };
+      /**
+       * Format: date-time
+       * @description Someone acknowledged it (is on it).
+       */
+      acknowledged_at: string | null;
+      /** @description Who acknowledged it (staff only: absent for a customer). */
+      acknowledged_by?: string;
+      /** @description Why (staff only: absent for a customer). */
+      ack_comment?: string;
+      /**
+       * Format: date-time
+       * @description Notifications of this alert's identity are silenced until then (an Alertmanager silence where Alertmanager is the receiver).
+       */
+      silenced_until: string | null;
+      /** @description Who silenced it (staff only: absent for a customer). */
+      silenced_by?: string;
+      /** @description Why (staff only: absent for a customer). */
+      silence_comment?: string;
     };
     /** @description One notification of the delivery log: queued with the transition, retried until delivered or failed. */
     Delivery: {
@@ -660,9 +706,15 @@ export interface components {
       /** Format: date-time */
       delivered_at: string | null;
     };
-    AlertDetail: components["schemas"]["Alert"] & {
+    AlertDetail: components["schemas"]["Alert"] & ({
+      /**
+       * @description The newest notification's outcome, for every viewer: none (nothing queued: the alert is pending, or no receiver is configured), pending (being tried), delivered (every receiver took it), failed (given up).
+       * @enum {string}
+       */
+      delivery: "none" | "pending" | "delivered" | "failed";
+      /** @description The delivery log (staff only: empty for a customer). */
       deliveries: components["schemas"]["Delivery"][];
-    };
+    });
     AlertList: {
       /** @description Which collector evaluates alerts (staff only: absent for a customer). */
       evaluator?: components["schemas"]["Leader"];
@@ -1096,6 +1148,16 @@ export interface components {
       /** @description The token, shown once: give it to the tenant's agents (--node.bootstrap-token-file). */
       token: string;
       bootstrap_token: components["schemas"]["BootstrapToken"];
+    };
+    AckInput: {
+      /** @description Why, or what is being done (at most 1000 bytes). */
+      comment?: string;
+    };
+    SilenceInput: {
+      /** @description How long, from now: 1 minute to 30 days. */
+      duration_seconds: number;
+      /** @description Why (at most 1000 bytes); Alertmanager's silence comment. */
+      comment?: string;
     };
   };
   responses: {
@@ -1645,7 +1707,7 @@ export interface operations {
       default: components["responses"]["Error"];
     };
   };
-  /** One alert with its delivery log. A customer sees only an alert of its own nodes, without the delivery log. */
+  /** One alert with its delivery status and, for staff, its delivery log. A customer sees only an alert of its own nodes, with the status but without the log. */
   getAlert: {
     parameters: {
       path: {
@@ -1663,6 +1725,108 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Acknowledge an open alert: someone is on it. Audited. */
+  acknowledgeAlert: {
+    parameters: {
+      path: {
+        id: components["parameters"]["alertID"];
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["AckInput"];
+      };
+    };
+    responses: {
+      /** @description The alert as GET /alerts/{id} answers. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AlertDetail"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      409: components["responses"]["Conflict"];
+      413: components["responses"]["TooLarge"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Withdraw an acknowledgement. Audited. */
+  unacknowledgeAlert: {
+    parameters: {
+      path: {
+        id: components["parameters"]["alertID"];
+      };
+    };
+    responses: {
+      /** @description The alert as GET /alerts/{id} answers. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AlertDetail"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** Silence the alert's identity for a while: an Alertmanager silence on its exact labels (POST /api/v2/silences on every configured Alertmanager) and no webhook notifications until it ends. Audited. 503 when an Alertmanager refused it (nothing is recorded). */
+  silenceAlert: {
+    parameters: {
+      path: {
+        id: components["parameters"]["alertID"];
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["SilenceInput"];
+      };
+    };
+    responses: {
+      /** @description The alert as GET /alerts/{id} answers. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AlertDetail"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      413: components["responses"]["TooLarge"];
+      415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** End the alert's active silences now, in Alertmanager too (DELETE /api/v2/silence/{id}). Audited. 409 when it is not silenced. */
+  unsilenceAlert: {
+    parameters: {
+      path: {
+        id: components["parameters"]["alertID"];
+      };
+    };
+    responses: {
+      /** @description The alert as GET /alerts/{id} answers. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AlertDetail"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      409: components["responses"]["Conflict"];
+      415: components["responses"]["UnsupportedMedia"];
       default: components["responses"]["Error"];
     };
   };

@@ -162,6 +162,11 @@ export const api = {
     })),
   alert: (id: number | string, signal?: AbortSignal) =>
     request<AlertDetail>('GET', `/api/v1/alerts/${enc(String(id))}`, undefined, signal).then((a) => ({ ...a, deliveries: a.deliveries ?? [] })),
+  acknowledgeAlert: (id: number, comment: string) => request<AlertDetail>('POST', `/api/v1/alerts/${enc(String(id))}/acknowledge`, { comment }),
+  unacknowledgeAlert: (id: number) => request<AlertDetail>('DELETE', `/api/v1/alerts/${enc(String(id))}/acknowledge`),
+  silenceAlert: (id: number, durationSeconds: number, comment: string) =>
+    request<AlertDetail>('POST', `/api/v1/alerts/${enc(String(id))}/silence`, { duration_seconds: durationSeconds, comment }),
+  unsilenceAlert: (id: number) => request<AlertDetail>('DELETE', `/api/v1/alerts/${enc(String(id))}/silence`),
   alertRules: (signal?: AbortSignal) => request<Partial<RuleList>>('GET', '/api/v1/alert-rules', undefined, signal).then((r) => r.rules ?? []),
   createAlertRule: (r: AlertRuleInput) => request<AlertRule>('POST', '/api/v1/alert-rules', r),
   updateAlertRule: (id: number, r: AlertRuleInput) => request<AlertRule>('PUT', `/api/v1/alert-rules/${enc(String(id))}`, r),

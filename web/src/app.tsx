@@ -1,5 +1,5 @@
 import { Fragment } from 'preact';
-import { useEffect, useMemo, useState } from 'preact/hooks';
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import type { WhoAmI } from './access';
 import { ApiError, UNAUTHORIZED_EVENT, api, isAbort } from './api';
 import { type Session, NO_AUTH, SessionContext, loginHref, safeNext, sessionFor } from './auth';
@@ -29,11 +29,16 @@ const noRoute = (e: unknown) => e instanceof ApiError && e.notFound && /route/i.
 function useSessionState(onLoginPage: boolean) {
   const [state, setState] = useState<SessionState>({ status: 'checking' });
   const [attempt, setAttempt] = useState(0);
+  // Whether someone was signed in when a 401 came: then their session ended
+  // (expired or revoked), which the login page says.
+  const wasIn = useRef(false);
+  wasIn.current = state.status === 'in';
 
   useEffect(() => {
     const on = () => {
+      const ended = wasIn.current;
       setState({ status: 'out' });
-      if (location.pathname !== '/login') navigate(loginHref(location.pathname + location.search), { replace: true });
+      if (location.pathname !== '/login') navigate(loginHref(location.pathname + location.search, ended ? 'ended' : undefined), { replace: true });
     };
     window.addEventListener(UNAUTHORIZED_EVENT, on);
     return () => window.removeEventListener(UNAUTHORIZED_EVENT, on);
@@ -81,7 +86,7 @@ export function App() {
         // page even if it cannot be told, as that is where the user asked to be.
         await api.logout().catch(() => {});
         signedOut();
-        navigate('/login');
+        navigate(loginHref('/', 'signed-out'));
       }),
     [me],
   );

@@ -12,8 +12,8 @@ describe('roles', () => {
   const table: [string, string[]][] = [
     ['customer', []],
     ['viewer', ['readOverrides', 'readRules', 'readAudit']],
-    ['operator', ['readOverrides', 'readRules', 'readAudit', 'editThresholds', 'editRules', 'expand', 'readClaims']],
-    ['admin', ['readOverrides', 'readRules', 'readAudit', 'editThresholds', 'editRules', 'expand', 'readClaims', 'manageTokens', 'manageNodes', 'bindLabels']],
+    ['operator', ['readOverrides', 'readRules', 'readAudit', 'editThresholds', 'editRules', 'actOnAlerts', 'expand', 'readClaims']],
+    ['admin', ['readOverrides', 'readRules', 'readAudit', 'editThresholds', 'editRules', 'actOnAlerts', 'expand', 'readClaims', 'manageTokens', 'manageNodes', 'bindLabels']],
     ['superuser', []],
     ['', []],
   ];
@@ -55,6 +55,8 @@ describe('login', () => {
     expect(loginHref('/nodes/lab-b?metric=m')).toBe('/login?next=%2Fnodes%2Flab-b%3Fmetric%3Dm');
     expect(loginHref('/')).toBe('/login');
     expect(loginHref('//evil.example')).toBe('/login');
+    expect(loginHref('/alerts', 'ended')).toBe('/login?next=%2Falerts&reason=ended');
+    expect(loginHref('/', 'signed-out')).toBe('/login?reason=signed-out');
     expect(parseRoute('/login', '?next=%2Falerts')).toMatchObject({ page: 'login' });
     expect(parseRoute('/audit', '?kind=token').page).toBe('audit');
     expect(parseRoute('/tokens/', '').page).toBe('tokens');

@@ -12,6 +12,8 @@ export interface Can {
   editThresholds: boolean;
   /** Create, edit, enable and delete alert rules. */
   editRules: boolean;
+  /** Acknowledge and silence alerts (POST/DELETE /alerts/{id}/acknowledge and /silence). */
+  actOnAlerts: boolean;
   /** Live mode: ask a node to stream its full tree (POST /nodes/{node}/expand). */
   expand: boolean;
   /** The fleet-wide list of overrides (GET /thresholds). */
@@ -33,6 +35,7 @@ export interface Can {
 const NOTHING: Can = {
   editThresholds: false,
   editRules: false,
+  actOnAlerts: false,
   expand: false,
   readOverrides: false,
   readRules: false,
@@ -55,7 +58,7 @@ export function capabilities(role: string | null | undefined): Can {
     case 'viewer':
       return { ...NOTHING, readOverrides: true, readRules: true, readAudit: true };
     case 'operator':
-      return { ...capabilities('viewer'), editThresholds: true, editRules: true, expand: true, readClaims: true };
+      return { ...capabilities('viewer'), editThresholds: true, editRules: true, actOnAlerts: true, expand: true, readClaims: true };
     case 'admin':
       return { ...capabilities('operator'), manageTokens: true, manageNodes: true, bindLabels: true };
   }
@@ -110,9 +113,22 @@ export function safeNext(next: string | null | undefined): string {
 }
 
 /** The login page, remembering where the user was going. */
-export function loginHref(next?: string): string {
+/** Why the login page is shown: a session that ended under the user (expired, revoked), or one they ended. */
+export type LoginReason = 'ended' | 'signed-out';
+
+export function loginHref(next?: string, reason?: LoginReason): string {
   const n = next === undefined ? '/' : safeNext(next);
-  return n === '/' ? '/login' : `/login?${new URLSearchParams({ next: n })}`;
+  const p = new URLSearchParams();
+  if (n !== '/') p.set('next', n);
+  if (reason) p.set('reason', reason);
+  const q = p.toString();
+  return q ? `/login?${q}` : '/login';
+}
+
+/** The reason in a login page's URL, if it is one the page knows. */
+export function loginReason(params: URLSearchParams): LoginReason | null {
+  const r = params.get('reason');
+  return r === 'ended' || r === 'signed-out' ? r : null;
 }
 
 /**

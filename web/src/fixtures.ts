@@ -71,6 +71,8 @@ export function alert(id: number, extra: Partial<Alert> = {}): Alert {
     tree_url: 'http://nbs.test/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket',
     labels: state === 'pending' ? {} : { alertname: 'NBSRootCritical', severity: 'critical', node: 'lab-b', root: 'tcp_reset', metric: 'tcp_reset/sent/no_socket', customer: 'acme' },
     annotations: state === 'pending' ? {} : { summary: 'tcp_reset is CRIT on lab-b', value: '23.5', threshold: 'warn 1, crit 10', tree_url: 'http://nbs.test/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket' },
+    acknowledged_at: null,
+    silenced_until: null,
     ...extra,
   };
 }

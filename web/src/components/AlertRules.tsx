@@ -155,28 +155,35 @@ export function RuleForm({ rule, rules, onSaved, onCancel }: FormProps) {
           <label>
             <input type="radio" name="rule-kind" value="group" checked={draft.kind === 'group'} onChange={() => set('kind', 'group')} /> group: many nodes at once
           </label>
+          <label>
+            <input type="radio" name="rule-kind" value="silent" checked={draft.kind === 'silent'} onChange={() => set('kind', 'silent')} /> silent: a node that stopped reporting
+          </label>
           {err('kind')}
         </fieldset>
-        <div class="field">
-          <label for={fid('metric')}>Metric or pattern</label>
-          <input id={fid('metric')} type="text" class="mono" value={draft.metric} autoComplete="off" spellcheck={false} placeholder="tcp_reset/sent/*" onInput={(e) => set('metric', (e.currentTarget as HTMLInputElement).value)} {...aria('metric', 'rule-metric-hint')} />
-          <span class="hint-text" id="rule-metric-hint">
-            A metric id, or a pattern where * is one path segment (* alone: every root).
-          </span>
-          {err('metric')}
-        </div>
-        <div class="field">
-          <label for={fid('state')}>State</label>
-          <select id={fid('state')} value={draft.state} onChange={(e) => set('state', (e.currentTarget as HTMLSelectElement).value)} {...aria('state')}>
-            {Object.entries(STATE_TEXT).map(([v, t]) => (
-              <option key={v} value={v}>
-                {t}
-              </option>
-            ))}
-            {!STATE_TEXT[draft.state] && <option value={draft.state}>{draft.state}</option>}
-          </select>
-          {err('state')}
-        </div>
+        {draft.kind !== 'silent' && (
+          <div class="field">
+            <label for={fid('metric')}>Metric or pattern</label>
+            <input id={fid('metric')} type="text" class="mono" value={draft.metric} autoComplete="off" spellcheck={false} placeholder="tcp_reset/sent/*" onInput={(e) => set('metric', (e.currentTarget as HTMLInputElement).value)} {...aria('metric', 'rule-metric-hint')} />
+            <span class="hint-text" id="rule-metric-hint">
+              A metric id, or a pattern where * is one path segment (* alone: every root).
+            </span>
+            {err('metric')}
+          </div>
+        )}
+        {draft.kind !== 'silent' && (
+          <div class="field">
+            <label for={fid('state')}>State</label>
+            <select id={fid('state')} value={draft.state} onChange={(e) => set('state', (e.currentTarget as HTMLSelectElement).value)} {...aria('state')}>
+              {Object.entries(STATE_TEXT).map(([v, t]) => (
+                <option key={v} value={v}>
+                  {t}
+                </option>
+              ))}
+              {!STATE_TEXT[draft.state] && <option value={draft.state}>{draft.state}</option>}
+            </select>
+            {err('state')}
+          </div>
+        )}
         <div class="field">
           <label for={fid('hold')}>For (hold)</label>
           <div class="field-pair">

@@ -1,10 +1,12 @@
 import { Fragment } from 'preact';
-import { useEffect, useMemo } from 'preact/hooks';
-import { type Alert, type AlertEvaluator, type Delivery, api } from '../api';
-import { alertTreeHref, alertValue, alertWhere, formatSpan, severityState, sortOpen } from '../alerts';
+import { useEffect, useMemo, useState } from 'preact/hooks';
+import { type Alert, type AlertDetail, type AlertEvaluator, type Delivery, api } from '../api';
+import { alertMetric, alertTreeHref, alertValue, alertWhere, alertWindow, formatSpan, severityState, sortOpen } from '../alerts';
 import { useCan } from '../auth';
 import { formatAgo, formatTime } from '../format';
-import { useNow, usePoll } from '../hooks';
+import { useAction, useNow, usePoll } from '../hooks';
+import { stepFor } from '../timerange';
+import { Chart } from './Chart';
 import { alertHref, alertRulesHref, alertsHref, linkClick, navigate, nodeHref, withParams } from '../route';
 import { Empty, ErrorBox, Loading, StaleNotice } from './common';
 
@@ -67,6 +69,26 @@ export function AlertStateTag({ state }: { state: string }) {
   );
 }
 
+/** "acknowledged" and "silenced until …" tags, for the list and the detail page. */
+export function HandledTags({ a, now }: { a: Alert; now: number }) {
+  const silenced = a.silenced_until && Date.parse(a.silenced_until) > now;
+  if (!a.acknowledged_at && !silenced) return null;
+  return (
+    <span class="handled-tags">
+      {a.acknowledged_at && (
+        <span class="tag tag-ack" title={a.acknowledged_by ? `by ${a.acknowledged_by}${a.ack_comment ? `: ${a.ack_comment}` : ''}` : undefined}>
+          acknowledged
+        </span>
+      )}
+      {silenced && (
+        <span class="tag tag-silenced" title={a.silenced_by ? `by ${a.silenced_by}${a.silence_comment ? `: ${a.silence_comment}` : ''}` : undefined}>
+          silenced until {formatTime(a.silenced_until!, new Date(now))}
+        </span>
+      )}
+    </span>
+  );
+}
+
 function When({ iso, now }: { iso: string | null | undefined; now: number }) {
   if (!iso) return <span class="muted">—</span>;
   return (
@@ -112,7 +134,7 @@ function EvaluatorNote({ ev, now }: { ev: AlertEvaluator | null | undefined; now
 function ValueCell({ a }: { a: Alert }) {
   const v = alertValue(a);
   return (
-    <td class="num nowrap" title={a.description || undefined}>
+    <td class="num alert-value" data-label="Value" title={a.description || undefined}>
       <strong>{v.value}</strong>
       {v.threshold && <span class="muted"> vs {v.threshold}</span>}
     </td>
@@ -122,7 +144,7 @@ function ValueCell({ a }: { a: Alert }) {
 function WhereCell({ a }: { a: Alert }) {
   if (a.node) {
     return (
-      <td class="nowrap">
+      <td class="nowrap" data-label="Node">
         <a href={nodeHref(a.node)} onClick={linkClick}>
           {a.node}
         </a>
@@ -130,7 +152,7 @@ function WhereCell({ a }: { a: Alert }) {
     );
   }
   return (
-    <td>
+    <td data-label="Group">
       <span class="tag">group</span> {alertWhere(a)}
     </td>
   );
@@ -139,9 +161,9 @@ function WhereCell({ a }: { a: Alert }) {
 function MetricCell({ a }: { a: Alert }) {
   const m = a.child || a.metric;
   return (
-    <td class="alert-metric">
+    <td class="alert-metric" data-label="Metric">
       {m ? (
-        <a href={alertTreeHref(a)} onClick={linkClick} class="mono" title={a.node ? `Open ${m} in the tree of ${a.node}` : 'Open the fleet with these labels'}>
+        <a href={alertTreeHref(a)} onClick={linkClick} class="mono" title={a.node ? `Open ${m} in the tree of ${a.node} over the breach` : 'Open the fleet with these labels'}>
           {m}
         </a>
       ) : (
@@ -154,7 +176,7 @@ function MetricCell({ a }: { a: Alert }) {
 function OpenTable({ alerts, now }: { alerts: Alert[]; now: number }) {
   return (
     <div class="table-wrap table-page">
-      <table class="alerts-table open-alerts">
+      <table class="alerts-table open-alerts cards-narrow">
         <caption class="sr-only">Firing and pending alerts, firing first</caption>
         <thead>
           <tr>
@@ -171,23 +193,26 @@ function OpenTable({ alerts, now }: { alerts: Alert[]; now: number }) {
         <tbody>
           {alerts.map((a) => (
             <tr key={a.id} class={`alert-row sev-${severityState(a.severity)} as-${a.state}`} data-alert-id={a.id} data-state={a.state} data-node={a.node ?? ''} data-rule={a.rule}>
-              <td>
+              <td class="alert-sev">
                 <SeverityBadge severity={a.severity} />
               </td>
-              <td>
+              <td class="alert-st">
                 <AlertStateTag state={a.state} />
               </td>
-              <td>
+              <td class="alert-rule-cell">
                 <a href={alertHref(a.id)} onClick={linkClick} class="alert-rule" title={a.summary || 'Details and delivery log'}>
                   {a.rule}
                 </a>
+                <HandledTags a={a} now={now} />
                 {a.summary && <div class="muted small alert-summary">{a.summary}</div>}
               </td>
               <WhereCell a={a} />
-              <td class="mono">{a.root || <span class="muted">—</span>}</td>
+              <td class="mono" data-label="Root">
+                {a.root || <span class="muted">—</span>}
+              </td>
               <MetricCell a={a} />
               <ValueCell a={a} />
-              <td class="nowrap">
+              <td class="nowrap" data-label="Since">
                 <When iso={a.since} now={now} />
               </td>
             </tr>
@@ -201,7 +226,7 @@ function OpenTable({ alerts, now }: { alerts: Alert[]; now: number }) {
 function HistoryTable({ alerts, now }: { alerts: Alert[]; now: number }) {
   return (
     <div class="table-wrap table-page">
-      <table class="alerts-table history">
+      <table class="alerts-table history cards-narrow">
         <caption class="sr-only">Alert history, newest first</caption>
         <thead>
           <tr>
@@ -219,26 +244,30 @@ function HistoryTable({ alerts, now }: { alerts: Alert[]; now: number }) {
         <tbody>
           {alerts.map((a) => (
             <tr key={a.id} class={`alert-row sev-${severityState(a.severity)} as-${a.state}`} data-alert-id={a.id} data-state={a.state} data-node={a.node ?? ''} data-rule={a.rule}>
-              <td>
+              <td class="alert-sev">
                 <SeverityBadge severity={a.severity} />
               </td>
-              <td>
+              <td class="alert-rule-cell">
                 <a href={alertHref(a.id)} onClick={linkClick} class="alert-rule" title={a.summary || 'Details and delivery log'}>
                   {a.rule}
                 </a>
                 {!a.starts_at && <span class="muted small"> (never fired)</span>}
               </td>
               <WhereCell a={a} />
-              <td class="mono">{a.root || <span class="muted">—</span>}</td>
+              <td class="mono" data-label="Root">
+                {a.root || <span class="muted">—</span>}
+              </td>
               <MetricCell a={a} />
               <ValueCell a={a} />
-              <td class="nowrap">
+              <td class="nowrap" data-label="Began">
                 <At iso={a.since} now={now} />
               </td>
-              <td class="nowrap">
+              <td class="nowrap" data-label="Resolved">
                 <At iso={a.ends_at} now={now} />
               </td>
-              <td class="nowrap num">{a.since && a.ends_at ? formatSpan(Date.parse(a.ends_at) - Date.parse(a.since)) : '—'}</td>
+              <td class="nowrap num" data-label="Lasted">
+                {a.since && a.ends_at ? formatSpan(Date.parse(a.ends_at) - Date.parse(a.since)) : '—'}
+              </td>
             </tr>
           ))}
         </tbody>
@@ -396,6 +425,30 @@ function deliveryResult(d: Delivery): { text: string; cls: string } {
   return { text: 'queued', cls: 'st-unknown' };
 }
 
+const DELIVERY_TEXT: Record<string, { text: string; cls: string }> = {
+  delivered: { text: 'delivered', cls: 'st-ok' },
+  pending: { text: 'being delivered', cls: 'st-warn' },
+  failed: { text: 'delivery failed', cls: 'st-crit' },
+};
+
+/** Whether the alert reached its receivers, without where they are: what a customer is told. */
+export function DeliveryStatus({ status, alertState }: { status: string | undefined; alertState: string }) {
+  const d = status ? DELIVERY_TEXT[status] : undefined;
+  if (d) {
+    return (
+      <p class="delivery-status" data-delivery={status}>
+        <span class={`badge badge-sm ${d.cls}`}>{d.text}</span>{' '}
+        {status === 'delivered' ? 'The on-call receivers have been notified.' : status === 'pending' ? 'NBS is still sending the notification.' : 'NBS gave up sending the notification.'}
+      </p>
+    );
+  }
+  return (
+    <p class="delivery-status muted" data-delivery="none">
+      {alertState === 'pending' ? 'Nothing is sent while an alert is pending: it notifies when it fires.' : 'No notification was sent for this alert.'}
+    </p>
+  );
+}
+
 export function DeliveryLog({ deliveries, now, alertState }: { deliveries: Delivery[]; now: number; alertState: string }) {
   if (deliveries.length === 0) {
     return (
@@ -404,7 +457,8 @@ export function DeliveryLog({ deliveries, now, alertState }: { deliveries: Deliv
           <p>Nothing is sent while an alert is pending: it notifies when it fires.</p>
         ) : (
           <p>
-            No notification was queued: this collector has no receiver configured (<code>--alertmanager.url</code>, <code>--alert.webhook-url</code>).
+            No notification was queued: this collector has no receiver configured (<code>--alertmanager.url</code>, <code>--alert.webhook-url</code>), or
+            the alert was silenced.
           </p>
         )}
       </Empty>
@@ -456,7 +510,7 @@ export function DeliveryLog({ deliveries, now, alertState }: { deliveries: Deliv
 }
 
 // Annotations shown in their own place; the others are listed as they are.
-const SHOWN_ANNOTATIONS = new Set(['summary', 'description', 'value', 'threshold', 'tree_url', 'runbook_url']);
+const SHOWN_ANNOTATIONS = new Set(['summary', 'description', 'value', 'threshold', 'baseline_median', 'tree_url', 'runbook_url']);
 
 /** One alert: what, where, since when, the link to the tree, and its delivery log. */
 export function AlertDetailPage({ id }: { id: number }) {
@@ -518,6 +572,9 @@ export function AlertDetailPage({ id }: { id: number }) {
           {a.node ? `All alerts of ${a.node}` : 'All alerts'}
         </a>
       </div>
+      <HandledTags a={a} now={now} />
+      {can.actOnAlerts && <AlertActions a={a} now={now} onDone={polled.refresh} />}
+      {a.node && alertMetric(a) && <AlertChart a={a} now={now} />}
       <section class="panel alert-facts-panel" aria-label="Alert facts">
         <dl class="facts">
           <dt>State</dt>
@@ -618,9 +675,115 @@ export function AlertDetailPage({ id }: { id: number }) {
         )}
       </section>
       <section class="alerts-section" aria-labelledby="deliveries-h">
-        <h2 id="deliveries-h">Delivery log</h2>
-        <DeliveryLog deliveries={a.deliveries} now={now} alertState={a.state} />
+        {can.readRules ? (
+          <>
+            <h2 id="deliveries-h">Delivery log</h2>
+            <DeliveryLog deliveries={a.deliveries} now={now} alertState={a.state} />
+          </>
+        ) : (
+          <>
+            <h2 id="deliveries-h">Notification</h2>
+            <DeliveryStatus status={a.delivery} alertState={a.state} />
+          </>
+        )}
       </section>
     </div>
+  );
+}
+
+/** The explaining metric over the breach window, with its threshold: what on-call looks at first. */
+function AlertChart({ a, now }: { a: AlertDetail; now: number }) {
+  const metric = alertMetric(a);
+  const node = a.node!;
+  // The window of an open alert follows now, a minute at a time, so the poll key does not change every second.
+  const w = alertWindow(a, a.ends_at ? now : Math.ceil(now / 60_000) * 60_000);
+  const key = `alert-series:${node}:${metric}:${w?.from}:${w?.to}`;
+  const series = usePoll(key, (s) => (w ? api.series(node, metric, w.from, w.to, stepFor(w.to - w.from, 240, 1000), s) : Promise.resolve(null)), a.ends_at ? 0 : 15_000);
+  const thresholds = usePoll(`alert-thr:${node}`, (s) => api.effective(node, s).catch(() => []), 60_000);
+  const thr = thresholds.data?.find((t) => t.metric === metric)?.threshold ?? null;
+  return (
+    <section class="alerts-section alert-chart" aria-labelledby="alert-chart-h">
+      <h2 id="alert-chart-h">
+        <span class="mono">{metric}</span> over the breach{' '}
+        {w && (
+          <span class="muted small">
+            ({formatTime(new Date(w.from).toISOString(), new Date(now))} – {formatTime(new Date(w.to).toISOString(), new Date(now))})
+          </span>
+        )}
+      </h2>
+      {series.loading && !series.error && <Loading what="the series" />}
+      {!series.data && series.error && <ErrorBox title="Cannot load the series" error={series.error} onRetry={series.refresh} />}
+      {series.data && <Chart series={series.data} threshold={thr} title={`${metric} on ${node}`} height={200} />}
+    </section>
+  );
+}
+
+const SILENCE_CHOICES: [number, string][] = [
+  [3600, '1 hour'],
+  [4 * 3600, '4 hours'],
+  [24 * 3600, '1 day'],
+  [7 * 24 * 3600, '1 week'],
+];
+
+/** Acknowledge and silence (operators): audited by the collector; a silence goes to Alertmanager where it is the receiver. */
+export function AlertActions({ a, now, onDone }: { a: Alert; now: number; onDone: () => void }) {
+  const { status, error, busy, act } = useAction(onDone);
+  const [comment, setComment] = useState('');
+  const [duration, setDuration] = useState(SILENCE_CHOICES[0][0]);
+  const silenced = !!a.silenced_until && Date.parse(a.silenced_until) > now;
+  const open = a.state !== 'resolved';
+  return (
+    <section class="panel alert-actions-panel" aria-labelledby="alert-act-h">
+      <h2 id="alert-act-h" class="sr-only">
+        Acknowledge or silence
+      </h2>
+      <div class="alert-act-row">
+        <label class="field-inline alert-comment">
+          <span>Comment</span>
+          <input type="text" maxLength={1000} value={comment} placeholder="what is being done, or why" onInput={(e) => setComment((e.currentTarget as HTMLInputElement).value)} />
+        </label>
+        {open &&
+          (a.acknowledged_at ? (
+            <button type="button" class="btn btn-sm" disabled={busy} onClick={() => act(() => api.unacknowledgeAlert(a.id), 'Acknowledgement withdrawn.')}>
+              Withdraw acknowledgement
+            </button>
+          ) : (
+            <button type="button" class="btn btn-sm btn-primary" disabled={busy} onClick={() => act(() => api.acknowledgeAlert(a.id, comment), 'Acknowledged.')}>
+              Acknowledge
+            </button>
+          ))}
+        {silenced ? (
+          <button type="button" class="btn btn-sm" disabled={busy} onClick={() => act(() => api.unsilenceAlert(a.id), 'Silence ended.')}>
+            End silence
+          </button>
+        ) : (
+          <>
+            <label class="field-inline">
+              <span>Silence for</span>
+              <select value={String(duration)} onChange={(e) => setDuration(Number((e.currentTarget as HTMLSelectElement).value))}>
+                {SILENCE_CHOICES.map(([s, label]) => (
+                  <option key={s} value={String(s)}>
+                    {label}
+                  </option>
+                ))}
+              </select>
+            </label>
+            <button type="button" class="btn btn-sm" disabled={busy} onClick={() => act(() => api.silenceAlert(a.id, duration, comment), 'Silenced.')}>
+              Silence
+            </button>
+          </>
+        )}
+      </div>
+      {status && (
+        <p class="muted small" role="status">
+          {status}
+        </p>
+      )}
+      {error && (
+        <p class="field-error" role="alert">
+          {error.message}
+        </p>
+      )}
+    </section>
   );
 }

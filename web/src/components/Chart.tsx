@@ -24,6 +24,23 @@ export function yMax(dataMax: number, t: Threshold | null | undefined): number {
   return top > 0 ? top * 1.08 : 1;
 }
 
+/**
+ * Where threshold labels go: each wants its own y (just above its line, or
+ * at the top edge for a level off the scale); a label closer than `gap` to
+ * the one above it moves down, so "warn 3" and "crit 10" never print over
+ * each other ("wcrit10"). Labels pushed past the bottom move the whole stack
+ * up. Returns the y of each label, in the order given.
+ */
+export function placeLabels(wanted: number[], gap: number, top: number, bottom: number): number[] {
+  const order = wanted.map((y, i) => ({ y: Math.max(y, top + gap), i })).sort((a, b) => a.y - b.y);
+  for (let k = 1; k < order.length; k++) order[k].y = Math.max(order[k].y, order[k - 1].y + gap);
+  const over = order.length ? order[order.length - 1].y - bottom : 0;
+  if (over > 0) for (const o of order) o.y = Math.max(top + gap, o.y - over);
+  const out = new Array<number>(wanted.length);
+  for (const o of order) out[o.i] = o.y;
+  return out;
+}
+
 interface Props {
   series: Series;
   threshold: Threshold | null | undefined;
@@ -140,19 +157,17 @@ function options(series: Series, d: ChartData, unit: string, t: Threshold | null
     ctx.setLineDash([6, 4]);
     ctx.lineWidth = Math.max(1, devicePixelRatio);
     ctx.font = font.replace('11px', `${Math.round(11 * devicePixelRatio)}px`);
+    const max = u.scales.y.max ?? 0;
+    const min = u.scales.y.min ?? 0;
+    const labels: { text: string; color: string; y: number }[] = [];
     for (const [level, color, name] of [
       [t.warn, warn, 'warn'],
       [t.crit, crit, 'crit'],
     ] as const) {
-      const max = u.scales.y.max ?? 0;
-      const min = u.scales.y.min ?? 0;
       if (level < min) continue;
       if (level > max) {
-        // Off the scale: name it at the top edge.
-        ctx.fillStyle = color;
-        ctx.textAlign = 'right';
-        const yTop = u.bbox.top + (name === 'warn' ? 12 : 26) * devicePixelRatio;
-        ctx.fillText(`${name} ${formatCompact(level, unit)} ↑`, left + w - 4 * devicePixelRatio, yTop);
+        // Off the scale: named at the top edge.
+        labels.push({ text: `${name} ${formatCompact(level, unit)} ↑`, color, y: u.bbox.top });
         continue;
       }
       const y = Math.round(u.valToPos(level, 'y', true)) + 0.5;
@@ -161,10 +176,19 @@ function options(series: Series, d: ChartData, unit: string, t: Threshold | null
       ctx.moveTo(left, y);
       ctx.lineTo(left + w, y);
       ctx.stroke();
-      ctx.fillStyle = color;
-      ctx.textAlign = 'right';
-      ctx.fillText(`${name} ${formatCompact(level, unit)}`, left + w - 4 * devicePixelRatio, y - 4 * devicePixelRatio);
+      labels.push({ text: `${name} ${formatCompact(level, unit)}`, color, y: y - 4 * devicePixelRatio });
     }
+    const ys = placeLabels(
+      labels.map((l) => l.y),
+      13 * devicePixelRatio,
+      u.bbox.top,
+      u.bbox.top + u.bbox.height,
+    );
+    ctx.textAlign = 'right';
+    labels.forEach((l, i) => {
+      ctx.fillStyle = l.color;
+      ctx.fillText(l.text, left + w - 4 * devicePixelRatio, ys[i]);
+    });
     ctx.restore();
   };
 

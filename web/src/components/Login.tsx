@@ -1,7 +1,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { WhoAmI } from '../access';
 import { ApiError, api } from '../api';
-import { safeNext, tokenFromHash } from '../auth';
+import { loginReason, safeNext, tokenFromHash } from '../auth';
 import { BareShell } from './Shell';
 
 /** What a failed sign-in tells the user. */
@@ -33,6 +33,7 @@ export function LoginPage({ params, onLoggedIn }: Props) {
   const [viaLink, setViaLink] = useState(false);
   const input = useRef<HTMLInputElement>(null);
   const next = safeNext(params.get('next'));
+  const reason = loginReason(params);
 
   const signIn = async (t: string) => {
     setBusy(true);
@@ -84,6 +85,16 @@ export function LoginPage({ params, onLoggedIn }: Props) {
     <BareShell>
         <div class="panel login-card">
           <h1>Sign in</h1>
+          {reason === 'ended' && (
+            <p class="notice session-ended" role="status">
+              Your session ended: it expired or was revoked. Sign in again{next !== '/' ? ' to return where you were.' : '.'}
+            </p>
+          )}
+          {reason === 'signed-out' && (
+            <p class="notice session-ended" role="status">
+              You signed out.
+            </p>
+          )}
           {next !== '/' && (
             <p class="muted">
               Sign in to continue to <code class="break">{next}</code>.

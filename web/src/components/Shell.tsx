@@ -2,7 +2,7 @@ import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { type Alert, api } from '../api';
 import { usePoll } from '../hooks';
-import { alertTreeHref, alertWhere, severityState, sortOpen } from '../alerts';
+import { alertTreeHref, alertWhere, handled, severityState, sortOpen } from '../alerts';
 import { selectorText, useCan, useSession } from '../auth';
 import { alertHref, alertRulesHref, alertsHref, auditHref, fleetHref, linkClick, tokensHref } from '../route';
 import { reportsHref } from '../report';
@@ -107,6 +107,7 @@ function AlertsIndicator() {
                     {a.node && metric ? ` · ${metric}` : ''}
                   </a>
                   {a.state !== 'firing' && <span class="muted"> ({a.state})</span>}
+                  {handled(a) && <span class="muted"> · {a.acknowledged_at ? 'acknowledged' : 'silenced'}</span>}
                   {a.summary && <div class="muted small">{a.summary}</div>}
                 </li>
               );
@@ -196,6 +197,38 @@ export function BareShell({ children }: { children: ComponentChildren }) {
   );
 }
 
+/**
+ * The account, its pages and the theme: in the bar on a wide screen; on a
+ * phone behind a Menu button (the alerts stay in sight), so nothing is pushed
+ * off-screen. Following a link closes it.
+ */
+function TopMenu() {
+  const [open, setOpen] = useState(false);
+  return (
+    <>
+      <button
+        type="button"
+        class="btn btn-quiet menu-toggle"
+        aria-expanded={open}
+        aria-controls="topbar-menu"
+        onClick={() => setOpen((o) => !o)}
+      >
+        <span aria-hidden="true">☰</span> Menu
+      </button>
+      <div
+        id="topbar-menu"
+        class={`topbar-menu${open ? ' open' : ''}`}
+        onClick={(e) => {
+          if ((e.target as HTMLElement).closest('a')) setOpen(false);
+        }}
+      >
+        <Account />
+        <ThemeToggle />
+      </div>
+    </>
+  );
+}
+
 export function Shell({ children, crumbs }: { children: ComponentChildren; crumbs?: ComponentChildren }) {
   return (
     <>
@@ -203,19 +236,19 @@ export function Shell({ children, crumbs }: { children: ComponentChildren; crumb
         Skip to content
       </a>
       <header class="topbar">
-        <a class="brand" href={fleetHref()} onClick={linkClick} aria-label="NBS fleet overview">
-          <span class="brand-mark" aria-hidden="true">
-            N
-          </span>
+        {/* The name people see starts the name a screen reader reads (no aria-label that differs from it);
+            the mark's N is drawn by CSS, so it is not part of either. */}
+        <a class="brand" href={fleetHref()} onClick={linkClick}>
+          <span class="brand-mark brand-mark-css" aria-hidden="true" />
           <span class="brand-name">NBS</span>
+          <span class="sr-only"> fleet overview</span>
         </a>
         <nav class="crumbs" aria-label="Breadcrumb">
           {crumbs}
         </nav>
         <div class="topbar-right">
           <AlertsIndicator />
-          <Account />
-          <ThemeToggle />
+          <TopMenu />
         </div>
       </header>
       <main id="main" tabIndex={-1}>

@@ -87,6 +87,7 @@ describe('login', () => {
     await waitFor(() => expect(location.pathname).toBe('/login'));
     expect(new URLSearchParams(location.search).get('next')).toBe('/nodes/lab-b?metric=tcp_reset');
     await waitFor(() => expect(el.textContent).toContain('Sign in to continue to /nodes/lab-b?metric=tcp_reset'));
+    expect(el.querySelector('.session-ended')).toBeNull(); // nobody was signed in: nothing ended
     type($(el, '#login-token') as HTMLInputElement, 'nbs_good');
     click(byText(el, 'button', 'Sign in'));
     await waitFor(() => expect(location.pathname + location.search).toBe('/nodes/lab-b?metric=tcp_reset'));
@@ -99,6 +100,9 @@ describe('login', () => {
     const el2 = mount(<App />);
     await waitFor(() => expect(location.pathname).toBe('/login'));
     expect(el2.querySelector('#login-token')).not.toBeNull();
+    // It says why: the session ended, not only "continue to".
+    expect(new URLSearchParams(location.search).get('reason')).toBe('ended');
+    await waitFor(() => expect($(el2, '.session-ended').textContent).toContain('Your session ended'));
   });
 
   it('logs out: the collector ends the session, the UI goes to the login page', async () => {
@@ -117,6 +121,7 @@ describe('login', () => {
     expect(out?.method).toBe('POST');
     expect(out?.body).toBeUndefined();
     expect(el.querySelector('.who')).toBeNull();
+    expect($(el, '.session-ended').textContent).toBe('You signed out.');
   });
 
   it('offers no logout where the collector asks nobody to sign in', async () => {

@@ -1,10 +1,19 @@
-import { beforeEach, describe, expect, it } from 'vitest';
-import { alertTreeHref, alertValue, formatSpan, holdText, mapRuleErrors, quorumText, ruleInput, emptyDraft, sortOpen, splitProblems, draftFromRule } from '../alerts';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+
+// happy-dom has no canvas: a stand-in uPlot for the alert page's chart.
+vi.mock('uplot', () => ({
+  default: class {
+    setSize() {}
+    setData() {}
+    destroy() {}
+  },
+}));
+import { alertTreeHref, alertValue, alertWindow, formatSpan, holdText, mapRuleErrors, quorumText, ruleInput, emptyDraft, sortOpen, splitProblems, draftFromRule } from '../alerts';
 import type { AlertRuleInput } from '../api';
 import { App } from '../app';
 import { alert, evaluator, rule } from '../fixtures';
 import { parseRoute } from '../route';
-import { $, $$, byText, click, fakeApi, mount, mountAs, press, type, waitFor } from '../testutil';
+import { $, $$, byText, click, fakeApi, hasText, mount, mountAs, press, type, waitFor } from '../testutil';
 import { AlertDetailPage, AlertsPage } from './Alerts';
 
 beforeEach(() => history.replaceState(null, '', '/'));
@@ -16,6 +25,9 @@ const SERVER_400 =
   'give for_intervals or for_seconds, not both; severity "Critical" must be a lower-case word such as critical, warning or info; ' +
   'selector label "Customer" is not a valid label key (lower-case letters, digits, \'_\'); label "node" is set by the alert itself; choose another name; ' +
   'runbook_url "wiki" must be an absolute http(s) URL; a group rule needs min_nodes (e.g. 3) or min_percent (e.g. 20); group_by names "rack" twice; group_by label "node" is set by the alert itself; choose another; something new';
+
+/** A tree link at the explaining metric with the breach window. */
+const WINDOWED = /^\/nodes\/lab-b\?metric=tcp_reset%2Fsent%2Fno_socket&from=[^&]+&to=[^&]+$/;
 
 describe('alert logic', () => {
   it('routes the alert pages', () => {
@@ -37,16 +49,39 @@ describe('alert logic', () => {
       alert(4, { since: at(5_000) }),
     ];
     expect(sortOpen(list).map((a) => a.id)).toEqual([4, 3, 2, 1]);
+    // Among equally bad ones, those nobody is on come first: 4 is acknowledged, 3 silenced until later.
+    const acked = [alert(3, { since: at(60_000), silenced_until: new Date(now + 60_000).toISOString() }), alert(4, { since: at(5_000), acknowledged_at: at(1000) }), alert(5, { since: at(90_000) })];
+    expect(sortOpen(acked, now).map((a) => a.id)).toEqual([5, 4, 3]);
+    // A silence that ended no longer counts.
+    expect(sortOpen([alert(6, { since: at(60_000), silenced_until: at(1000) }), alert(7, { since: at(5_000), acknowledged_at: at(1000) })], now).map((a) => a.id)).toEqual([6, 7]);
   });
 
-  it('links to the tree at the explaining metric, or the fleet for a group', () => {
-    expect(alertTreeHref(alert(1))).toBe('/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket');
-    expect(alertTreeHref(alert(1, { child: '' }))).toBe('/nodes/lab-b?metric=tcp_reset');
+  it('links to the tree at the explaining metric over the breach window, or the fleet for a group', () => {
+    const since = '2026-11-27T05:00:00Z';
+    // Open for 2 min: padded by 5 min either side, up to now.
+    const open = alert(1, { since, ends_at: null });
+    expect(alertTreeHref(open, Date.parse('2026-11-27T05:02:00Z'))).toBe(
+      '/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket&from=2026-11-27T04%3A55%3A00Z&to=2026-11-27T05%3A07%3A00Z',
+    );
+    // Resolved after 4 h: padded by a quarter of it, whatever the time now.
+    const done = alert(1, { since, ends_at: '2026-11-27T09:00:00Z', child: '' });
+    expect(alertTreeHref(done, Date.parse('2026-11-28T00:00:00Z'))).toBe('/nodes/lab-b?metric=tcp_reset&from=2026-11-27T04%3A00%3A00Z&to=2026-11-27T10%3A00%3A00Z');
+    expect(alertWindow(done)).toEqual({ from: Date.parse('2026-11-27T04:00:00Z'), to: Date.parse('2026-11-27T10:00:00Z') });
+    // A silent node's alert has no metric: the node over the window.
+    expect(alertTreeHref(alert(3, { since, ends_at: '2026-11-27T05:04:00Z', child: '', metric: '', root: '' }))).toMatch(/^\/nodes\/lab-b\?from=.*&to=/);
     expect(alertTreeHref(alert(2, { kind: 'group', node: undefined, child: undefined, group: { customer: 'acme' } }))).toBe('/?l.customer=acme');
   });
 
   it('reads the value against the threshold, with the unit from the summary', () => {
     expect(alertValue(alert(1))).toEqual({ value: '23.5 resets/s', threshold: 'warn 1, crit 10 resets/s' });
+    // Collectors now state thresholds in the unit, baselines with their median: taken as they are.
+    const ms = { summary: 'ping/gw is CRIT on lab-b: ping/gw/kernel_rtt at 59.8 ms', child: 'ping/gw/kernel_rtt', value: 59.8 };
+    const baseline = 'warn 3x median 1.2 ms = 3.6 ms, crit 10x median 1.2 ms = 12 ms';
+    expect(alertValue(alert(1, { ...ms, annotations: { threshold: baseline } }))).toEqual({ value: '59.8 ms', threshold: baseline });
+    expect(alertValue(alert(1, { ...ms, annotations: { threshold: 'warn 3x median, crit 10x median' } })).threshold).toBe('warn 3x median, crit 10x median');
+    expect(alertValue(alert(1, { annotations: { threshold: 'warn 1 resets/s, crit 10 resets/s' } })).threshold).toBe('warn 1 resets/s, crit 10 resets/s');
+    // A silent node: how long, no threshold.
+    expect(alertValue(alert(1, { rule: 'NBSNodeSilent', child: '', metric: '', root: '', value: 180, annotations: { value: '3m0s' } }))).toEqual({ value: '3m0s', threshold: '' });
     expect(alertValue(alert(1, { summary: 'agent is WARN on n: agent/cpu at 3' }))).toEqual({ value: '23.5', threshold: 'warn 1, crit 10' });
     expect(alertValue(alert(1, { state: 'pending' }))).toEqual({ value: '—', threshold: '' });
     expect(alertValue(alert(2, { kind: 'group', node: undefined, value: 60, annotations: { value: '3' } }))).toEqual({ value: '3 nodes (60%)', threshold: '' });
@@ -112,6 +147,9 @@ describe('alert logic', () => {
     // A stored rule round-trips through the form.
     const r = rule(5, 'Quorum', { kind: 'group', min_percent: 25, group_by: ['customer'], for_seconds: 30, for_intervals: undefined, selector: { tier: 'edge' } });
     expect(ruleInput(draftFromRule(r)).input).toMatchObject({ kind: 'group', min_percent: 25, group_by: ['customer'], for_seconds: 30, selector: { tier: 'edge' } });
+    // The default silent rule stays silent through the form, sent with metric * and no state of its own.
+    const silent = rule(2, 'NBSNodeSilent', { kind: 'silent', metric: '*', state: 'unknown', for_seconds: 180, for_intervals: undefined, builtin: true });
+    expect(ruleInput({ ...draftFromRule(silent), metric: 'leftover', state: 'crit' }).input).toMatchObject({ kind: 'silent', metric: '*', state: 'unknown', for_seconds: 180, for_intervals: 0 });
   });
 });
 
@@ -142,7 +180,7 @@ describe('AlertsPage', () => {
     expect(row.textContent).toContain('tcp_reset');
     expect(row.textContent).toContain('23.5 resets/s vs warn 1, crit 10 resets/s');
     expect(row.textContent).toContain('ago');
-    expect($(row, '.alert-metric a').getAttribute('href')).toBe('/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket');
+    expect($(row, '.alert-metric a').getAttribute('href')).toMatch(WINDOWED);
     expect($(row, 'a.alert-rule').getAttribute('href')).toBe('/alerts/9');
     expect($(el, '.open-alerts tr[data-alert-id="7"]').textContent).toContain('pending');
     await waitFor(() => expect($$(el, '.history tbody tr')).toHaveLength(1));
@@ -199,7 +237,7 @@ describe('AlertDetailPage', () => {
     expect($(el, 'h1').textContent).toContain('NBSRootCritical');
     expect($(el, 'h1').textContent).toContain('lab-b');
     expect(el.textContent).toContain('tcp_reset is CRIT on lab-b');
-    expect(byText(el, 'a.btn', /in the tree/).getAttribute('href')).toBe('/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket');
+    expect(byText(el, 'a.btn', /in the tree/).getAttribute('href')).toMatch(WINDOWED);
     const [am, hook, failed] = $$(el, 'table.deliveries tbody tr');
     expect(am.textContent).toContain('alertmanager');
     expect(am.textContent).toContain('http://am:9093/api/v2/alerts');
@@ -210,6 +248,56 @@ describe('AlertDetailPage', () => {
     expect(failed.textContent).toContain('failed, given up');
     expect(el.textContent).toContain('warn 1, crit 10');
     expect(byText(el, 'dd a', 'NBSRootCritical').getAttribute('href')).toBe('/alerts/rules?edit=1');
+  });
+
+  it('charts the explaining metric over the breach window, and lets an operator acknowledge and silence it', async () => {
+    const a = alert(9, { since: new Date(Date.now() - 120_000).toISOString() });
+    let current = { ...a, delivery: 'delivered', deliveries: [] as unknown[] };
+    const calls = fakeApi({
+      'GET /api/v1/alerts/9': () => [200, current],
+      'GET /api/v1/nodes/lab-b/series': (u) => [200, { node: 'lab-b', metric: u.searchParams.get('metric'), unit: 'resets/s', kind: 'rate', from: u.searchParams.get('from'), to: u.searchParams.get('to'), step: '5s', points: [] }],
+      'GET /api/v1/nodes/lab-b/thresholds': () => [200, { thresholds: [] }],
+      'POST /api/v1/alerts/9/acknowledge': () => {
+        current = { ...current, acknowledged_at: new Date().toISOString(), acknowledged_by: 'alice' };
+        return [200, current];
+      },
+      'POST /api/v1/alerts/9/silence': () => {
+        current = { ...current, silenced_until: new Date(Date.now() + 3_600_000).toISOString() };
+        return [200, current];
+      },
+    });
+    const el = mountAs('operator', <AlertDetailPage id={9} />);
+    await waitFor(() => expect(calls.some((c) => c.url.pathname === '/api/v1/nodes/lab-b/series')).toBe(true));
+    const series = calls.find((c) => c.url.pathname === '/api/v1/nodes/lab-b/series')!.url.searchParams;
+    expect(series.get('metric')).toBe('tcp_reset/sent/no_socket');
+    // From before the breach (5 min of context) to after now.
+    expect(Number(series.get('from'))).toBeLessThanOrEqual(Date.parse(a.since) - 5 * 60_000);
+    expect(Number(series.get('to'))).toBeGreaterThan(Date.now());
+    await waitFor(() => expect(el.querySelector('.alert-chart figure.chart')).not.toBeNull());
+
+    type($(el, '.alert-comment input') as HTMLInputElement, 'on it');
+    click(byText(el, 'button', 'Acknowledge'));
+    await waitFor(() => expect(hasText(el, '.tag-ack', 'acknowledged')).toBe(true));
+    expect(calls.find((c) => c.method === 'POST' && c.url.pathname.endsWith('/acknowledge'))!.body).toEqual({ comment: 'on it' });
+    type($(el, '.alert-actions-panel select') as HTMLSelectElement, String(4 * 3600));
+    click(byText(el, 'button', 'Silence'));
+    await waitFor(() => expect(hasText(el, '.tag-silenced', /silenced until/)).toBe(true));
+    expect(calls.find((c) => c.method === 'POST' && c.url.pathname.endsWith('/silence'))!.body).toEqual({ duration_seconds: 4 * 3600, comment: 'on it' });
+    expect(byText(el, 'button', 'End silence')).toBeTruthy();
+  });
+
+  it('tells a customer whether the alert was delivered, without the log or the actions', async () => {
+    fakeApi({
+      'GET /api/v1/alerts/9': () => [200, { ...alert(9), delivery: 'delivered', deliveries: [] }],
+      'GET /api/v1/nodes/lab-b/series': () => [200, { node: 'lab-b', metric: 'tcp_reset/sent/no_socket', unit: 'resets/s', kind: 'rate', from: new Date().toISOString(), to: new Date().toISOString(), step: '5s', points: [] }],
+      'GET /api/v1/nodes/lab-b/thresholds': () => [200, { thresholds: [] }],
+    });
+    const el = mountAs('customer', <AlertDetailPage id={9} />);
+    await waitFor(() => expect($(el, '.delivery-status').getAttribute('data-delivery')).toBe('delivered'));
+    expect(el.textContent).toContain('The on-call receivers have been notified.');
+    expect(el.textContent).not.toContain('no receiver configured');
+    expect(el.textContent).not.toContain('Delivery log');
+    expect(el.querySelector('.alert-actions-panel')).toBeNull();
   });
 
   it('explains an empty log and an unknown alert', async () => {
@@ -396,7 +484,7 @@ describe('alerts indicator', () => {
     click($(pop, 'summary'));
     expect(byText(pop, 'a', 'All alerts and history').getAttribute('href')).toBe('/alerts');
     expect(byText(pop, 'a', 'NBSRootCritical').getAttribute('href')).toBe('/alerts/9');
-    expect(byText(pop, 'a', /lab-b/).getAttribute('href')).toBe('/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket');
+    expect(byText(pop, 'a', /lab-b/).getAttribute('href')).toMatch(WINDOWED);
     click(byText(pop, 'a', 'All alerts and history'));
     await waitFor(() => expect($(el, 'h1').textContent).toBe('Alerts'));
     expect(location.pathname).toBe('/alerts');
