@@ -31,20 +31,21 @@ type latencyrxNbsRxFifo struct {
 }
 
 type latencyrxNbsRxSlot struct {
-	_         structs.HostLayout
-	Head      uint64
-	ArrivedNs uint64
-	QueuedNs  uint64
-	Epoch     uint32
-	Proto     uint32
+	_        structs.HostLayout
+	Tstamp   uint64
+	QueuedNs uint64
+	EndSeq   uint32
+	Epoch    uint32
+	Pad      uint64
 }
 
 type latencyrxNbsRxStats struct {
 	_           structs.HostLayout
-	Arrived     uint64
+	Runs        [4]uint64
 	Stack       [2]uint64
 	Read        [2]uint64
-	Unmatched   uint64
+	Unstamped   uint64
+	Overwritten uint64
 	UdpUnpaired uint64
 }
 
@@ -52,17 +53,17 @@ type latencyrxNbsRxStats struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	latencyrxMapRxFifo       = "rx_fifo"
-	latencyrxMapRxHist       = "rx_hist"
-	latencyrxMapRxSlots      = "rx_slots"
-	latencyrxMapRxStats      = "rx_stats"
-	latencyrxProgNbsRxArrive = "nbs_rx_arrive"
-	latencyrxProgNbsRxCopy   = "nbs_rx_copy"
-	latencyrxProgNbsRxReady  = "nbs_rx_ready"
-	latencyrxProgNbsRxRecv   = "nbs_rx_recv"
-	latencyrxProgNbsRxTcp    = "nbs_rx_tcp"
-	latencyrxVarEpoch        = "epoch"
-	latencyrxVarTargetNetns  = "target_netns"
+	latencyrxMapRxFifo      = "rx_fifo"
+	latencyrxMapRxHist      = "rx_hist"
+	latencyrxMapRxSlots     = "rx_slots"
+	latencyrxMapRxStats     = "rx_stats"
+	latencyrxProgNbsRxCopy  = "nbs_rx_copy"
+	latencyrxProgNbsRxReady = "nbs_rx_ready"
+	latencyrxProgNbsRxRecv  = "nbs_rx_recv"
+	latencyrxProgNbsRxTcp   = "nbs_rx_tcp"
+	latencyrxVarEpoch       = "epoch"
+	latencyrxVarTaiOffsetNs = "tai_offset_ns"
+	latencyrxVarTargetNetns = "target_netns"
 )
 
 // loadLatencyrx returns the embedded CollectionSpec for latencyrx.
@@ -107,11 +108,10 @@ type latencyrxSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyrxProgramSpecs struct {
-	NbsRxArrive *ebpf.ProgramSpec `ebpf:"nbs_rx_arrive"`
-	NbsRxCopy   *ebpf.ProgramSpec `ebpf:"nbs_rx_copy"`
-	NbsRxReady  *ebpf.ProgramSpec `ebpf:"nbs_rx_ready"`
-	NbsRxRecv   *ebpf.ProgramSpec `ebpf:"nbs_rx_recv"`
-	NbsRxTcp    *ebpf.ProgramSpec `ebpf:"nbs_rx_tcp"`
+	NbsRxCopy  *ebpf.ProgramSpec `ebpf:"nbs_rx_copy"`
+	NbsRxReady *ebpf.ProgramSpec `ebpf:"nbs_rx_ready"`
+	NbsRxRecv  *ebpf.ProgramSpec `ebpf:"nbs_rx_recv"`
+	NbsRxTcp   *ebpf.ProgramSpec `ebpf:"nbs_rx_tcp"`
 }
 
 // latencyrxMapSpecs contains maps before they are loaded into the kernel.
@@ -129,6 +129,7 @@ type latencyrxMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyrxVariableSpecs struct {
 	Epoch       *ebpf.VariableSpec `ebpf:"epoch"`
+	TaiOffsetNs *ebpf.VariableSpec `ebpf:"tai_offset_ns"`
 	TargetNetns *ebpf.VariableSpec `ebpf:"target_netns"`
 }
 
@@ -172,6 +173,7 @@ func (m *latencyrxMaps) Close() error {
 // It can be passed to loadLatencyrxObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyrxVariables struct {
 	Epoch       *ebpf.Variable `ebpf:"epoch"`
+	TaiOffsetNs *ebpf.Variable `ebpf:"tai_offset_ns"`
 	TargetNetns *ebpf.Variable `ebpf:"target_netns"`
 }
 
@@ -179,16 +181,14 @@ type latencyrxVariables struct {
 //
 // It can be passed to loadLatencyrxObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyrxPrograms struct {
-	NbsRxArrive *ebpf.Program `ebpf:"nbs_rx_arrive"`
-	NbsRxCopy   *ebpf.Program `ebpf:"nbs_rx_copy"`
-	NbsRxReady  *ebpf.Program `ebpf:"nbs_rx_ready"`
-	NbsRxRecv   *ebpf.Program `ebpf:"nbs_rx_recv"`
-	NbsRxTcp    *ebpf.Program `ebpf:"nbs_rx_tcp"`
+	NbsRxCopy  *ebpf.Program `ebpf:"nbs_rx_copy"`
+	NbsRxReady *ebpf.Program `ebpf:"nbs_rx_ready"`
+	NbsRxRecv  *ebpf.Program `ebpf:"nbs_rx_recv"`
+	NbsRxTcp   *ebpf.Program `ebpf:"nbs_rx_tcp"`
 }
 
 func (p *latencyrxPrograms) Close() error {
 	return _LatencyrxClose(
-		p.NbsRxArrive,
 		p.NbsRxCopy,
 		p.NbsRxReady,
 		p.NbsRxRecv,

@@ -1,17 +1,22 @@
 // Package latencyrx measures receive-stack latency: how long received TCP
-// and UDP data takes from the device to its socket's receive queue, and
-// from there to the application's read.
+// and UDP data takes from the kernel's receive timestamp to its socket's
+// receive queue, and from there to the application's read.
 //
-// Its programs (bpf/latencyrx.bpf.c) run on every received packet, so the
-// probe loads them once (which is also how it finds out whether this
-// kernel can run them) and attaches them only on request.
+// Its programs (bpf/latencyrx.bpf.c) compare the kernel's own software RX
+// timestamp (skb->tstamp) with the real-time clock where a packet reaches
+// its socket and where it is read, as netstacklat does; the probe keeps a
+// socket with SOF_TIMESTAMPING_RX_SOFTWARE open while attached, which makes
+// the kernel stamp every received packet on the host.
 package latencyrx
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
@@ -53,23 +58,39 @@ type Hists [Protos][Kinds]bpfhist.Hist
 
 // Stats are the probe's counts, cumulative, summed over CPUs.
 type Stats struct {
-	Arrived uint64         // packets stamped at netif_receive_skb
-	Stack   [Protos]uint64 // timed to their socket
-	Read    [Protos]uint64 // timed to the application's read
-	// Unmatched reached a socket without a stamp: their slot was taken by
-	// another packet, or they arrived before the probe was attached.
-	Unmatched uint64
+	Stack [Protos]uint64 // timed to their socket
+	Read  [Protos]uint64 // timed to the application's read
+	// Unstamped reached a socket without a real-time RX timestamp: the
+	// kernel had not yet turned timestamps on, or the field still held a
+	// sender's monotonic delivery time.
+	Unstamped uint64
+	// Overwritten counts TCP segments whose queue time was lost before
+	// their read: more than 4096 data skbs were waiting in the namespace's
+	// receive queues, or two shared a slot.
+	Overwritten uint64
 	// UDPUnpaired counts UDP datagrams read whose queue time was not
 	// found: more than 32 were waiting in their socket, or the datagram
 	// was queued before the probe was attached.
 	UDPUnpaired uint64
+	// Runs are each program's runs in scope (past its namespace test), in
+	// the order of Hooks: the source's own work, against the kernel's count
+	// of every run (Program.Stats).
+	Runs [len(Hooks)]uint64
 }
+
+// Hooks are the programs' attach points, in the order of Stats.Runs (runs[]
+// in bpf/latencyrx.bpf.c).
+var Hooks = [...]string{"tcp_probe", "skb_copy_datagram_iovec", "sk_data_ready", "sock_recv_length"}
 
 // Probe is the loaded programs, attached or not.
 type Probe struct {
 	objs  latencyrxObjects
 	bpf   bpfload.Guarded
 	epoch uint32
+	log   *slog.Logger
+	// stamps is the socket with RX software timestamps on that makes the
+	// kernel stamp every received packet; -1 while detached.
+	stamps int
 }
 
 // Load loads the programs without attaching them.
@@ -82,41 +103,151 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse receive latency object: %w", err)
 	}
-	p := &Probe{epoch: 1, bpf: bpfload.Guarded{Object: bpfload.Object{
+	p := &Probe{epoch: 1, log: log, stamps: -1, bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "receive latency", Log: log, BTF: opts.BTF,
-		Needs: "a kernel (6.10+ for sk_data_ready) with BTF tracepoints netif_receive_skb, tcp_probe, " +
+		Needs: "a kernel (6.10+ for sk_data_ready) with BTF tracepoints tcp_probe, " +
 			"skb_copy_datagram_iovec, sk_data_ready and sock_recv_length",
 	}}}
-	// A new epoch for each attachment: stamps of packets that arrived or
-	// were queued before a Detach are never matched, so nothing is timed
-	// across the gap.
+	// A new epoch for each attachment: queue times of packets queued
+	// before a Detach are never matched, so nothing is timed across the
+	// gap. The kernel's RX timestamps go on first.
 	p.bpf.BeforeAttach = func() error {
+		if err := p.setTAIOffset(); err != nil {
+			return err
+		}
 		p.epoch++
 		if err := p.objs.Epoch.Set(p.epoch); err != nil {
 			return fmt.Errorf("set receive latency epoch: %w", err)
 		}
-		return nil
+		return p.enableStamps()
 	}
+	p.bpf.BeforeClose = func() error { p.disableStamps(); return nil }
 	if err := p.bpf.Load(spec, bpfload.Vars{latencyrxVarTargetNetns: opts.NetnsInode}, &p.objs, nil); err != nil {
 		return nil, err
 	}
 	p.bpf.Points = []bpfload.Point{
-		// The consumers first, so no stamp is taken with nobody to
+		// The consumers first, so no queue time is kept with nobody to
 		// match it.
 		bpfload.Tracepoint("sock_recv_length", p.objs.NbsRxRecv),
 		bpfload.Tracepoint("skb_copy_datagram_iovec", p.objs.NbsRxCopy),
 		bpfload.Tracepoint("sk_data_ready", p.objs.NbsRxReady),
 		bpfload.Tracepoint("tcp_probe", p.objs.NbsRxTcp),
-		bpfload.Tracepoint("netif_receive_skb", p.objs.NbsRxArrive),
 	}
 	return p, nil
+}
+
+// setTAIOffset gives the programs CLOCK_TAI - CLOCK_REALTIME, which turns
+// the TAI clock they read into skb->tstamp's real-time one. It changes
+// only with a leap second; Histograms sets it again at every collection.
+func (p *Probe) setTAIOffset() error {
+	var tx unix.Timex
+	if _, err := unix.Adjtimex(&tx); err != nil {
+		return fmt.Errorf("read the TAI offset (adjtimex): %w", err)
+	}
+	if err := p.objs.TaiOffsetNs.Set(int64(tx.Tai) * int64(time.Second)); err != nil {
+		return fmt.Errorf("set the TAI offset: %w", err)
+	}
+	return nil
+}
+
+// stampWait bounds how long Attach waits for the kernel to start stamping
+// received packets (a static key it flips from a work queue).
+const stampWait = time.Second
+
+// enableStamps opens a socket with software RX timestamps on: while any
+// socket asks for them, the kernel stamps every packet it receives, on
+// every namespace (Documentation/networking/timestamping.rst). It then
+// waits, at most stampWait, until a datagram to itself on loopback comes
+// back stamped, so packets right after Attach are timed; without loopback
+// it logs and goes on.
+func (p *Probe) enableStamps() error {
+	if p.stamps >= 0 {
+		return nil
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("open the RX timestamping socket: %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPING,
+		unix.SOF_TIMESTAMPING_RX_SOFTWARE|unix.SOF_TIMESTAMPING_SOFTWARE); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("turn RX software timestamps on (SO_TIMESTAMPING): %w", err)
+	}
+	p.stamps = fd
+	if err := waitStamped(fd, stampWait); err != nil {
+		p.log.Warn("receive latency: could not see the kernel's RX timestamps come on; the first packets may go untimed", "err", err)
+	}
+	return nil
+}
+
+// waitStamped sends datagrams to fd over loopback until one comes back with
+// a software RX timestamp.
+func waitStamped(fd int, limit time.Duration) error {
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return fmt.Errorf("bind to loopback: %w", err)
+	}
+	self, err := unix.Getsockname(fd)
+	if err != nil {
+		return fmt.Errorf("getsockname: %w", err)
+	}
+	buf, oob := make([]byte, 16), make([]byte, 256)
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if err := unix.Sendto(fd, []byte("stamp?"), 0, self); err != nil {
+			return fmt.Errorf("send to self: %w", err)
+		}
+		for {
+			_, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, 0)
+			if errors.Is(err, unix.EAGAIN) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("receive from self: %w", err)
+			}
+			if stamped(oob[:oobn]) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("no stamped datagram within %s", limit)
+}
+
+// stamped says whether control messages carry a non-zero software stamp.
+func stamped(oob []byte) bool {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return false
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPING && len(m.Data) >= 16 {
+			for _, b := range m.Data[:16] {
+				if b != 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// disableStamps closes the timestamping socket: the kernel stops stamping
+// once no socket on the host asks for it.
+func (p *Probe) disableStamps() {
+	if p.stamps >= 0 {
+		unix.Close(p.stamps)
+		p.stamps = -1
+	}
 }
 
 // Attach starts measuring; attaching an attached probe does nothing.
 func (p *Probe) Attach() error { return p.bpf.Attach() }
 
-// Detach stops measuring; the histograms keep what they counted.
-func (p *Probe) Detach() error { return p.bpf.Detach() }
+// Detach stops measuring and gives up the kernel's RX timestamps; the
+// histograms keep what they counted.
+func (p *Probe) Detach() error {
+	err := p.bpf.Detach()
+	_ = p.bpf.Do("close the RX timestamping socket", func() error { p.disableStamps(); return nil })
+	return err
+}
 
 // Attached says whether the programs are attached.
 func (p *Probe) Attached() bool { return p.bpf.Attached() }
@@ -128,6 +259,10 @@ func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 func (p *Probe) Histograms() (*Hists, error) {
 	var hs Hists
 	err := p.bpf.Do("read receive latency histograms", func() error {
+		// A leap second changes the offset: catch it once per collection.
+		if err := p.setTAIOffset(); err != nil {
+			p.log.Warn("receive latency: TAI offset not refreshed", "err", err)
+		}
 		for proto := range Protos {
 			for kind := range Kinds {
 				h, _, err := bpfhist.Lookup(p.objs.RxHist, uint32(int(proto)*int(Kinds)+int(kind)))
@@ -155,7 +290,8 @@ func (p *Probe) Stats() (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{Arrived: c.Arrived, Stack: c.Stack, Read: c.Read, Unmatched: c.Unmatched, UDPUnpaired: c.UdpUnpaired}, nil
+	return Stats{Stack: c.Stack, Read: c.Read, Unstamped: c.Unstamped, Overwritten: c.Overwritten, UDPUnpaired: c.UdpUnpaired,
+		Runs: c.Runs}, nil
 }
 
 // Close detaches the programs and frees them and their maps.
