@@ -65,7 +65,7 @@ type Stats struct {
 	// sender's monotonic delivery time.
 	Unstamped uint64
 	// Overwritten counts TCP segments whose queue time was lost before
-	// their read: more than 4096 data skbs were waiting in the namespace's
+	// their read: more than 1024 data skbs were waiting in the namespace's
 	// receive queues, or two shared a slot.
 	Overwritten uint64
 	// UDPUnpaired counts UDP datagrams read whose queue time was not
