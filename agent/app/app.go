@@ -217,7 +217,7 @@ func (a *Agent) branches() []opener {
 		open(latencytx.Open, latencytx.Options{CgroupPath: a.cfg.CgroupPath, SampleEvery: uint32(a.cfg.TxSample)}),
 		open(latencyqdisc.Open, latencyqdisc.Options{}),
 		open(latencyflows.Open, latencyflows.Options{}),
-		open(latencyrx.Open, latencyrx.Options{}),
+		open(latencyrx.Open, latencyrx.Options{Triggered: !a.cfg.LatencyRXAlways}),
 	}
 }
 

@@ -102,7 +102,7 @@ func TestBudgetDetachesTriggeredPrograms(t *testing.T) {
 		reasons = append(reasons, e.GetFields()["action"]+": "+e.GetFields()["reason"])
 	}
 	if len(reasons) != 2 || !strings.HasPrefix(reasons[0], "attached: an operator expanded") ||
-		!strings.HasPrefix(reasons[1], "detached: over the overhead budget") {
+		!strings.HasPrefix(reasons[1], "detached: over budget, ") {
 		t.Errorf("events %q", reasons)
 	}
 	if r.Gauges[catalog.AgentTriggered+"/latency_qdisc"] != 0 {
