@@ -384,8 +384,11 @@ func (a *Agent) ApplyConfig(c *nbsv1.Config) {
 	a.tree.SetThresholds(overrides, c.GetDisabledThresholds())
 	a.expandUntil.Store(c.GetExpandUntilUnixNano())
 	a.mu.Lock()
-	ps := a.ping
+	ps, self := a.ping, a.self
 	a.mu.Unlock()
+	if self != nil {
+		self.SetExpandBudget(c.GetExpandBudgetPercent())
+	}
 	if ps != nil {
 		ps.SetPeers(c.GetPingTargets())
 	}

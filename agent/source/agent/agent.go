@@ -95,6 +95,35 @@ type Source struct {
 	cost      map[source.Source]float64 // per source, its own work, last interval
 	events    []*nbsv1.Event
 	adaptErrs map[string]string
+	// expandBudget is the budget (percent) an operator's expand raised, in
+	// force while the expand lasts; 0 for none.
+	expandBudget float64
+}
+
+// MaxExpandBudgetPercent bounds the budget an operator's expand may raise
+// to (percent of one CPU); the collector refuses more, and the agent caps
+// what it is sent.
+const MaxExpandBudgetPercent = 25.0
+
+// SetExpandBudget sets the budget (percent of one CPU) that holds while an
+// operator's expand lasts, when it is above --overhead.budget; 0 clears it.
+// Values beyond MaxExpandBudgetPercent are capped, negative or NaN ones
+// ignored.
+func (s *Source) SetExpandBudget(percent float64) {
+	if !(percent > 0) {
+		percent = 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expandBudget = min(percent, MaxExpandBudgetPercent)
+}
+
+// budget is the budget in force at now (percent), under s.mu.
+func (s *Source) budget(now, expandUntil time.Time) float64 {
+	if now.Before(expandUntil) && s.expandBudget > s.opts.BudgetPercent {
+		return s.expandBudget
+	}
+	return s.opts.BudgetPercent
 }
 
 // New turns on the kernel's BPF run-time statistics, for the agent's
@@ -403,6 +432,10 @@ func (s *Source) Adapt(ctx context.Context, now time.Time, res tree.Result, expa
 		return
 	}
 	total, cost := s.Usage()
+	s.mu.Lock()
+	budget := s.budget(now, expandUntil)
+	s.mu.Unlock()
+	s.ctl.Budget = budget / 100
 	byName := map[string]source.Adaptive{}
 	in := make([]Input, 0, len(s.adaptive))
 	for _, a := range s.adaptive {
@@ -435,7 +468,7 @@ func (s *Source) Adapt(ctx context.Context, now time.Time, res tree.Result, expa
 		}
 		fields := map[string]string{"action": action, "reason": d.Reason, "branch": a.Branch(),
 			"bpf_cpu_percent": strconv.FormatFloat(100*total, 'f', 4, 64),
-			"budget_percent":  strconv.FormatFloat(s.opts.BudgetPercent, 'f', 4, 64)}
+			"budget_percent":  strconv.FormatFloat(budget, 'f', 4, 64)}
 		if err != nil {
 			fields["error"] = err.Error()
 		}
