@@ -238,11 +238,20 @@ func (p *Probe) disableStamps() {
 	}
 }
 
-// Attach starts measuring; attaching an attached probe does nothing.
-func (p *Probe) Attach() error { return p.bpf.Attach() }
+// Attach turns the kernel's RX timestamps on and starts measuring;
+// attaching an attached probe does nothing. If the programs cannot attach,
+// the timestamps go off again.
+func (p *Probe) Attach() error {
+	err := p.bpf.Attach()
+	if err != nil && !p.bpf.Attached() {
+		_ = p.bpf.Do("close the RX timestamping socket", func() error { p.disableStamps(); return nil })
+	}
+	return err
+}
 
 // Detach stops measuring and gives up the kernel's RX timestamps; the
-// histograms keep what they counted.
+// histograms keep what they counted. Attach and Detach are not called
+// concurrently (source.Triggered holds its lock around both).
 func (p *Probe) Detach() error {
 	err := p.bpf.Detach()
 	_ = p.bpf.Do("close the RX timestamping socket", func() error { p.disableStamps(); return nil })
