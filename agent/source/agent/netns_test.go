@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,4 +159,42 @@ func quantile(vs []float64, q float64) float64 {
 	s := slices.Clone(vs)
 	slices.Sort(s)
 	return s[max(int(math.Ceil(q*float64(len(s))))-1, 0)]
+}
+
+// By default the receive latency source is always on: the agent attaches
+// it with nothing in trouble and nobody looking, and says why.
+func TestReceiveLatencyAlwaysOnByDefault(t *testing.T) {
+	lab := netlab.New(t)
+	h, err := netns.Resolve(lab.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx, err := latencyrx.Open(context.Background(), latencyrx.Options{Env: source.Env{Netns: h}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rx.Close() })
+	if rx.Programs() == nil {
+		netlab.SkipOrFail(t, "agent: receive latency unavailable: %s", rx.Capabilities()[0].GetReason())
+	}
+	if !rx.AlwaysOn() || !strings.Contains(rx.Capabilities()[0].GetReason(), "always attached") {
+		t.Fatalf("not always on by default: %v", rx.Capabilities())
+	}
+	s := newSelf(t, Options{Sources: []source.Source{rx}, BudgetPercent: 100, Hold: time.Second, MaxOn: time.Second})
+	collect(t, s)
+	s.Adapt(context.Background(), time.Now(), result(nil), time.Time{})
+	if !rx.Active() {
+		t.Fatal("not attached without trouble or expand")
+	}
+	ev := collect(t, s).Events
+	if len(ev) != 1 || ev[0].GetFields()["action"] != "attached" || ev[0].GetFields()["reason"] != "always on" {
+		t.Errorf("events %v, want one attach, always on", ev)
+	}
+	// Past --triggered.max it stays.
+	time.Sleep(1100 * time.Millisecond)
+	collect(t, s)
+	s.Adapt(context.Background(), time.Now(), result(nil), time.Time{})
+	if !rx.Active() {
+		t.Error("detached after --triggered.max")
+	}
 }
