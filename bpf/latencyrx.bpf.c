@@ -45,6 +45,13 @@
 #include "loglinear.h"
 
 const volatile __u32 target_netns = 0; /* 0 = every namespace */
+/* The queue time is kept for 1 in 2^read_sample_shift TCP segments (by a
+ * hash of the RX stamp) and UDP sockets (by a hash of the socket), so the
+ * read and total histograms are a sample of that rate; the arrival-to-socket
+ * ("stack") histograms count every packet. Keeping the queue time is what
+ * costs beyond netstacklat's work (a slot write, a socket-storage lookup),
+ * so only the sample pays it; the rest leave at a multiply and a test. */
+const volatile __u32 read_sample_shift = 0;
 /* Bumped by user space before each attach: entries of an earlier
  * attachment are never matched, so nothing is timed across a gap. */
 volatile __u32 epoch = 1;
@@ -93,9 +100,13 @@ struct nbs_rx_fifo {
 };
 
 struct nbs_rx_stats {
-	__u64 runs[NBS_RX_HOOKS]; /* per program: runs in scope (past the namespace test) */
+	/* per program: runs in scope (past the namespace test), counted only
+	 * with target_netns (without, every run is in scope: the kernel's
+	 * run count says it) */
+	__u64 runs[NBS_RX_HOOKS];
 	__u64 stack[2];           /* per protocol: timed to the socket */
-	__u64 read[2];            /* per protocol: timed to the read */
+	__u64 read[2];            /* per protocol: timed to the read (the sample) */
+	__u64 sampled[2];         /* per protocol: queue times kept (TCP segments, UDP datagrams) */
 	__u64 unstamped;          /* reached a socket without a real-time RX stamp */
 	__u64 overwritten;        /* TCP queue times lost before their read (slot taken) */
 	__u64 udp_unpaired;       /* UDP reads whose queue time was not found */
@@ -166,14 +177,45 @@ static __always_inline bool in_scope(const struct sock *sk)
 	return !target_netns || nbs_sk_netns(sk) == target_netns;
 }
 
+/* A run in scope, counted only when the namespace test can fail: a
+ * constant the verifier folds, so unrestricted programs carry no store. */
+static __always_inline void count_run(struct nbs_rx_stats *st, int hook)
+{
+	if (target_netns)
+		st->runs[hook]++;
+}
+
+/* The multiplicative hash both the slot and the sample come from. */
+static __always_inline __u64 mix(__u64 v)
+{
+	return v * 0x9E3779B97F4A7C15ULL;
+}
+
+/* Whether hash h is in the 1-in-2^read_sample_shift sample: bits below the
+ * slot index, so the sampled stamps still spread over every slot. */
+static __always_inline bool sampled(__u64 h)
+{
+	return !((h >> 32) & ((1ULL << read_sample_shift) - 1));
+}
+
+/* Whether a UDP socket is in the read sample: by its inode number (BPF
+ * may not hash a pointer), so a socket is in or out for its life. Loads
+ * through a NULL (a kernel socket has no file) read 0. */
+static __always_inline bool sk_sampled(const struct sock *sk)
+{
+	if (!read_sample_shift)
+		return true;
+	return sampled(mix(sk->sk_socket->file->f_inode->i_ino));
+}
+
 static __always_inline const struct tcp_skb_cb *tcp_cb(const struct sk_buff *skb)
 {
 	return (const struct tcp_skb_cb *)skb->cb;
 }
 
-static __always_inline struct nbs_rx_slot *slot_of(__u64 tstamp)
+static __always_inline struct nbs_rx_slot *slot_of(__u64 h)
 {
-	__u32 k = (tstamp * 0x9E3779B97F4A7C15ULL) >> (64 - NBS_RX_SLOTS_BITS);
+	__u32 k = h >> (64 - NBS_RX_SLOTS_BITS);
 
 	return bpf_map_lookup_elem(&rx_slots, &k);
 }
@@ -184,7 +226,7 @@ int BPF_PROG(nbs_rx_tcp, struct sock *sk, const struct sk_buff *skb)
 	const struct tcp_skb_cb *cb = tcp_cb(skb);
 	struct nbs_rx_stats *st;
 	struct nbs_rx_slot *s;
-	__u64 ts, now;
+	__u64 ts, now, h;
 	__u32 end_seq, len;
 
 	if (!in_scope(sk))
@@ -192,7 +234,7 @@ int BPF_PROG(nbs_rx_tcp, struct sock *sk, const struct sk_buff *skb)
 	st = stats();
 	if (!st)
 		return 0;
-	st->runs[NBS_RX_HOOK_TCP]++;
+	count_run(st, NBS_RX_HOOK_TCP);
 	/* Data segments only: a pure ACK is never read. */
 	end_seq = cb->end_seq;
 	len = end_seq - cb->seq - (cb->tcp_flags & NBS_TCPHDR_FIN);
@@ -208,9 +250,13 @@ int BPF_PROG(nbs_rx_tcp, struct sock *sk, const struct sk_buff *skb)
 		return 0;
 	record(NBS_RX_TCP, NBS_RX_STACK, now - ts);
 	st->stack[NBS_RX_TCP]++;
-	s = slot_of(ts);
+	h = mix(ts);
+	if (!sampled(h))
+		return 0;
+	s = slot_of(h);
 	if (!s)
 		return 0;
+	st->sampled[NBS_RX_TCP]++;
 	if (s->tstamp && s->epoch == epoch)
 		st->overwritten++;
 	s->tstamp = ts;
@@ -225,18 +271,24 @@ int BPF_PROG(nbs_rx_copy, const struct sk_buff *skb, int len)
 {
 	struct nbs_rx_stats *st;
 	struct nbs_rx_slot *s;
-	__u64 ts, now;
+	__u64 ts, now, h;
 
 	if (!in_scope(skb->sk))
 		return 0;
-	st = stats();
-	if (!st)
-		return 0;
-	st->runs[NBS_RX_HOOK_COPY]++;
+	if (target_netns) {
+		st = stats();
+		if (!st)
+			return 0;
+		count_run(st, NBS_RX_HOOK_COPY);
+	}
 	ts = skb->tstamp;
 	if (!ts)
 		return 0;
-	s = slot_of(ts);
+	/* Out of the sample: nothing kept to match, and no map touched. */
+	h = mix(ts);
+	if (!sampled(h))
+		return 0;
+	s = slot_of(h);
 	/* Stamp and end_seq: another protocol's skb (UDP, whose reads are
 	 * timed at sock_recv_length) never matches. */
 	if (!s || s->tstamp != ts || s->epoch != epoch || s->end_seq != tcp_cb(skb)->end_seq)
@@ -247,7 +299,9 @@ int BPF_PROG(nbs_rx_copy, const struct sk_buff *skb, int len)
 		return 0;
 	record(NBS_RX_TCP, NBS_RX_READ, now - s->queued_ns);
 	record(NBS_RX_TCP, NBS_RX_TOTAL, now - ts);
-	st->read[NBS_RX_TCP]++;
+	st = stats();
+	if (st)
+		st->read[NBS_RX_TCP]++;
 	return 0;
 }
 
@@ -265,7 +319,7 @@ int BPF_PROG(nbs_rx_ready, const struct sock *sk)
 	st = stats();
 	if (!st)
 		return 0;
-	st->runs[NBS_RX_HOOK_READY]++;
+	count_run(st, NBS_RX_HOOK_READY);
 	if (sk->sk_protocol != NBS_IPPROTO_UDP)
 		return 0;
 	now = now_real();
@@ -283,9 +337,13 @@ int BPF_PROG(nbs_rx_ready, const struct sock *sk)
 			arrived = 0;
 		}
 	}
+	/* A socket out of the sample keeps no queue times. */
+	if (!sk_sampled(sk))
+		return 0;
 	f = bpf_sk_storage_get(&rx_fifo, (struct sock *)sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!f)
 		return 0;
+	st->sampled[NBS_RX_UDP]++;
 	seq = __sync_fetch_and_add(&f->pushed, 1);
 	e = &f->ent[seq & (NBS_RX_FIFO - 1)];
 	e->queued_ns = now;
@@ -309,8 +367,10 @@ int BPF_PROG(nbs_rx_recv, struct sock *sk, int ret, int flags)
 	st = stats();
 	if (!st)
 		return 0;
-	st->runs[NBS_RX_HOOK_RECV]++;
+	count_run(st, NBS_RX_HOOK_RECV);
 	if (ret < 0 || (flags & (NBS_MSG_PEEK | NBS_MSG_ERRQUEUE)) || sk->sk_protocol != NBS_IPPROTO_UDP)
+		return 0;
+	if (!sk_sampled(sk))
 		return 0;
 	f = bpf_sk_storage_get(&rx_fifo, sk, NULL, 0);
 	if (!f)

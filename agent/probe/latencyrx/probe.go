@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -30,7 +31,21 @@ type Options struct {
 	Logger     *slog.Logger
 	// BTF is kernel BTF shared with other probes' loads (nil: read it).
 	BTF *bpfload.KernelBTF
+	// ReadSample keeps the queue time, and so times the read, for 1 in
+	// ReadSample TCP segments and UDP sockets: a power of two from 1
+	// (every one) to MaxReadSample; 0 means DefaultReadSample.
+	ReadSample int
 }
+
+// DefaultReadSample is the read sample the agent runs with: keeping a queue
+// time (a slot write for TCP, a socket-storage lookup for UDP) is the work
+// beyond netstacklat's, and 1 in 8 brings every hook to netstacklat's cost
+// or below (BENCHMARKS.md) while a busy socket still gives its read
+// percentiles within seconds.
+const DefaultReadSample = 8
+
+// MaxReadSample bounds ReadSample.
+const MaxReadSample = 1024
 
 // Proto is a transport protocol the probe times.
 type Proto int
@@ -72,9 +87,15 @@ type Stats struct {
 	// found: more than 32 were waiting in their socket, or the datagram
 	// was queued before the probe was attached.
 	UDPUnpaired uint64
+	// Sampled counts the queue times kept (TCP data segments, datagrams
+	// of sampled UDP sockets): Read counts those of them timed to a read.
+	Sampled [Protos]uint64
+	// Scoped says Runs are counted: with Options.NetnsInode only, since
+	// without it every run is in scope and the kernel's count of every
+	// run (Program.Stats) is the source's work.
+	Scoped bool
 	// Runs are each program's runs in scope (past its namespace test), in
-	// the order of Hooks: the source's own work, against the kernel's count
-	// of every run (Program.Stats).
+	// the order of Hooks, when Scoped.
 	Runs [len(Hooks)]uint64
 }
 
@@ -84,10 +105,12 @@ var Hooks = [...]string{"tcp_probe", "skb_copy_datagram_iovec", "sk_data_ready",
 
 // Probe is the loaded programs, attached or not.
 type Probe struct {
-	objs  latencyrxObjects
-	bpf   bpfload.Guarded
-	epoch uint32
-	log   *slog.Logger
+	objs   latencyrxObjects
+	bpf    bpfload.Guarded
+	epoch  uint32
+	scoped bool
+	sample int
+	log    *slog.Logger
 	// stamps is the socket with RX software timestamps on that makes the
 	// kernel stamp every received packet; -1 while detached.
 	stamps int
@@ -99,11 +122,18 @@ func Load(opts Options) (*Probe, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	sample := opts.ReadSample
+	if sample == 0 {
+		sample = DefaultReadSample
+	}
+	if sample < 1 || sample > MaxReadSample || sample&(sample-1) != 0 {
+		return nil, fmt.Errorf("receive latency read sample %d: want a power of two from 1 to %d", opts.ReadSample, MaxReadSample)
+	}
 	spec, err := loadLatencyrx()
 	if err != nil {
 		return nil, fmt.Errorf("parse receive latency object: %w", err)
 	}
-	p := &Probe{epoch: 1, log: log, stamps: -1, bpf: bpfload.Guarded{Object: bpfload.Object{
+	p := &Probe{epoch: 1, log: log, stamps: -1, scoped: opts.NetnsInode != 0, sample: sample, bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "receive latency", Log: log, BTF: opts.BTF,
 		Needs: "a kernel (6.10+ for sk_data_ready) with BTF tracepoints tcp_probe, " +
 			"skb_copy_datagram_iovec, sk_data_ready and sock_recv_length",
@@ -122,7 +152,8 @@ func Load(opts Options) (*Probe, error) {
 		return p.enableStamps()
 	}
 	p.bpf.BeforeClose = func() error { p.disableStamps(); return nil }
-	if err := p.bpf.Load(spec, bpfload.Vars{latencyrxVarTargetNetns: opts.NetnsInode}, &p.objs, nil); err != nil {
+	if err := p.bpf.Load(spec, bpfload.Vars{
+		latencyrxVarTargetNetns: opts.NetnsInode, latencyrxVarReadSampleShift: uint32(bits.TrailingZeros(uint(sample)))}, &p.objs, nil); err != nil {
 		return nil, err
 	}
 	p.bpf.Points = []bpfload.Point{
@@ -258,6 +289,9 @@ func (p *Probe) Detach() error {
 	return err
 }
 
+// ReadSample is the 1-in-N rate the read and total histograms sample.
+func (p *Probe) ReadSample() int { return p.sample }
+
 // Attached says whether the programs are attached.
 func (p *Probe) Attached() bool { return p.bpf.Attached() }
 
@@ -300,7 +334,7 @@ func (p *Probe) Stats() (Stats, error) {
 		return Stats{}, err
 	}
 	return Stats{Stack: c.Stack, Read: c.Read, Unstamped: c.Unstamped, Overwritten: c.Overwritten, UDPUnpaired: c.UdpUnpaired,
-		Runs: c.Runs}, nil
+		Sampled: c.Sampled, Scoped: p.scoped, Runs: c.Runs}, nil
 }
 
 // Close detaches the programs and frees them and their maps.

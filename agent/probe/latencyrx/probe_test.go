@@ -17,11 +17,16 @@ import (
 )
 
 // attached builds a lab and attaches a probe restricted to its namespace
-// B, where the tests' readers are.
+// B, where the tests' readers are, timing every read (no sample) so counts
+// compare exactly with the readers'.
 func attached(t *testing.T) (*netlab.Lab, *Probe) {
+	return attachedSampling(t, 1)
+}
+
+func attachedSampling(t *testing.T, sample int) (*netlab.Lab, *Probe) {
 	t.Helper()
 	lab := netlab.New(t)
-	p, err := Load(Options{NetnsInode: lab.Inode(t, lab.B)})
+	p, err := Load(Options{NetnsInode: lab.Inode(t, lab.B), ReadSample: sample})
 	if err != nil {
 		netlab.SkipOrFail(t, "latencyrx: %v", err)
 	}

@@ -31,7 +31,9 @@ func TestNetnsSourceChargedOwnWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rx, err := latencyrx.Open(context.Background(), latencyrx.Options{Env: source.Env{Netns: h}, Triggered: true})
+	rx, err := latencyrx.Open(context.Background(), latencyrx.Options{Env: source.Env{Netns: h}, Triggered: true,
+		// Every read timed, for the exact count against the reader's.
+		ReadSample: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,9 @@ type Options struct {
 	// Triggered attaches the programs only while triggered or expanded
 	// (--latency.rx.always=false); by default they are always attached.
 	Triggered bool
+	// ReadSample is the probe's 1-in-N read sample (probe.Options); 0 is
+	// probe.DefaultReadSample.
+	ReadSample int
 }
 
 // Source reads the receive latency histograms while attached.
@@ -63,7 +66,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 		Name: name, Capability: capName, Trigger: catalog.Latency, Branch: catalog.LatencyRX,
 		What: "receive latency", AlwaysOn: !opts.Triggered, Runs: runs,
 		Load: func(netnsInode uint32, log *slog.Logger) (*probe.Probe, error) {
-			return probe.Load(probe.Options{NetnsInode: netnsInode, Logger: log, BTF: opts.BTF})
+			return probe.Load(probe.Options{NetnsInode: netnsInode, Logger: log, BTF: opts.BTF, ReadSample: opts.ReadSample})
 		},
 		Attached: s.attached,
 	})
@@ -71,8 +74,12 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 }
 
 // runs are the programs' runs in scope by attach point, the keys of
-// Programs.
+// Programs; nil when every run is in scope (no --netns), so the agent
+// charges the kernel's count.
 func runs(st probe.Stats) map[string]uint64 {
+	if !st.Scoped {
+		return nil
+	}
 	m := make(map[string]uint64, len(probe.Hooks))
 	for i, h := range probe.Hooks {
 		m[h] = st.Runs[i]
