@@ -14,21 +14,31 @@
  * or is read, compare the stamp with the real-time clock (CLOCK_TAI less the
  * TAI offset user space keeps in tai_offset_ns: bpf_ktime_get_tai_ns() is the
  * real-time clock BPF can read), and file the difference in a per-CPU array
- * histogram: no hash map, no helper but the clock. A TCP packet that crossed
- * a veth or was forwarded carries its sender's monotonic departure time
- * until ip_local_deliver replaces it with a real-time stamp, before any of
- * these hooks; a packet without a stamp is counted, never timed.
+ * histogram: no hash map, no helper but the clock, no counter (the
+ * histogram's bucket counts the packet).
+ *
+ * The queue time, kept for the read, is the work netstacklat does not do,
+ * so it is kept for a sample only (read_sample_mask: 1 in 8 by default):
+ * TCP segments by a hash of their stamp, UDP sockets by their inode. The
+ * arrival-to-socket histograms count every packet; the read and total
+ * histograms count the sample.
+ *
+ * A TCP packet that crossed a veth or was forwarded carries its sender's
+ * monotonic departure time until ip_local_deliver replaces it with a
+ * real-time stamp, before any of these hooks; a packet without a stamp is
+ * counted, never timed.
  *
  * With --netns every program's first test is the namespace: a packet of
  * another namespace costs one compare, and the programs count the runs in
- * scope (runs[]) so the agent charges the source for its own work.
+ * scope (runs[]) so the agent charges the source for its own work; without
+ * it they count nothing (every run is in scope; the kernel counts runs).
  *
  * Where the packet reaches its socket:
  *  - TCP: tp_btf/tcp_probe(sk, skb), at the start of tcp_rcv_established,
  *    after the socket's backlog (so time spent there counts), for segments
- *    with data (end_seq beyond seq in the control block). The queue time is
- *    kept for the read in a direct-mapped table indexed by a hash of the
- *    stamp, and matched by stamp and end_seq at the read, the first
+ *    with data (end_seq beyond seq in the control block). A sampled queue
+ *    time is kept for the read in a direct-mapped table indexed by a hash
+ *    of the stamp, and matched by stamp and end_seq at the read, the first
  *    tp_btf/skb_copy_datagram_iovec of that skb. A segment TCP coalesces
  *    into an skb already queued gives that skb its stamp and end_seq: the
  *    read is timed once, from the newest data's queue time. A slot taken
@@ -37,21 +47,21 @@
  *    appended the datagram: it is the tail of sk_receive_queue. UDP copies
  *    linear datagrams without skb_copy_datagram_iovec, so the read is
  *    tp_btf/sock_recv_length at the end of recvmsg, which takes exactly the
- *    oldest datagram: the last 32 queue times per socket (socket-local
- *    storage), by position, pair them, counted back from the datagrams
- *    still waiting.
+ *    oldest datagram: the last 32 queue times of a sampled socket
+ *    (socket-local storage), by position, pair them, counted back from the
+ *    datagrams still waiting.
  */
 #include "nbs.h"
 #include "loglinear.h"
 
 const volatile __u32 target_netns = 0; /* 0 = every namespace */
-/* The queue time is kept for 1 in 2^read_sample_shift TCP segments (by a
- * hash of the RX stamp) and UDP sockets (by a hash of the socket), so the
+/* The queue time is kept for 1 in read_sample_mask + 1 TCP segments (by a
+ * hash of the RX stamp) and UDP sockets (by a hash of the inode), so the
  * read and total histograms are a sample of that rate; the arrival-to-socket
  * ("stack") histograms count every packet. Keeping the queue time is what
  * costs beyond netstacklat's work (a slot write, a socket-storage lookup),
  * so only the sample pays it; the rest leave at a multiply and a test. */
-const volatile __u32 read_sample_shift = 0;
+const volatile __u32 read_sample_mask = 0; /* a power of two less one; 0: all */
 /* Bumped by user space before each attach: entries of an earlier
  * attachment are never matched, so nothing is timed across a gap. */
 volatile __u32 epoch = 1;
@@ -69,13 +79,14 @@ enum nbs_rx_kind { NBS_RX_STACK, NBS_RX_READ, NBS_RX_TOTAL, NBS_RX_KINDS };
 /* The programs, for their runs in scope. */
 enum nbs_rx_hook { NBS_RX_HOOK_TCP, NBS_RX_HOOK_COPY, NBS_RX_HOOK_READY, NBS_RX_HOOK_RECV, NBS_RX_HOOKS };
 
-#define NBS_RX_SLOTS_BITS 10
+#define NBS_RX_SLOTS_BITS 8
 #define NBS_RX_SLOTS (1 << NBS_RX_SLOTS_BITS)
 #define NBS_RX_FIFO 32 /* power of two */
 
-/* A TCP segment queued and not yet read: 32 bytes, two to a cache line;
- * 1024 of them (32 KiB) stay in cache where 8192 did not (tcp_probe 142 ->
- * 111 ns/run in bench/latencyrx). */
+/* A sampled TCP segment queued and not yet read: 32 bytes, two to a cache
+ * line; 256 of them (8 KiB) stay in cache (8192 did not: tcp_probe 142 ->
+ * 111 ns/run at 1024 in bench/latencyrx) and, 1 in 8 segments sampled,
+ * cover about 2048 data skbs waiting in the namespace's receive queues. */
 struct nbs_rx_slot {
 	__u64 tstamp; /* its RX stamp; 0: free */
 	__u64 queued_ns;
@@ -104,8 +115,8 @@ struct nbs_rx_stats {
 	 * with target_netns (without, every run is in scope: the kernel's
 	 * run count says it) */
 	__u64 runs[NBS_RX_HOOKS];
-	__u64 stack[2];           /* per protocol: timed to the socket */
-	__u64 read[2];            /* per protocol: timed to the read (the sample) */
+	/* Timed counts are the histograms' counts: no counter on the path
+	 * every packet takes. */
 	__u64 sampled[2];         /* per protocol: queue times kept (TCP segments, UDP datagrams) */
 	__u64 unstamped;          /* reached a socket without a real-time RX stamp */
 	__u64 overwritten;        /* TCP queue times lost before their read (slot taken) */
@@ -141,11 +152,16 @@ struct {
 	__type(value, struct nbs_rx_stats);
 } rx_stats SEC(".maps");
 
-static __always_inline struct nbs_rx_stats *stats(void)
+/* Adds one to the counter at byte offset off of this CPU's stats. Only
+ * off the common path: a packet that is timed and not sampled touches no
+ * counter (its histogram bucket counts it). */
+static __always_inline void count(__u32 off)
 {
 	__u32 zero = 0;
+	void *st = bpf_map_lookup_elem(&rx_stats, &zero);
 
-	return bpf_map_lookup_elem(&rx_stats, &zero);
+	if (st)
+		(*(__u64 *)(st + off))++;
 }
 
 static __always_inline void record(__u32 proto, __u32 kind, __u64 ns)
@@ -179,10 +195,10 @@ static __always_inline bool in_scope(const struct sock *sk)
 
 /* A run in scope, counted only when the namespace test can fail: a
  * constant the verifier folds, so unrestricted programs carry no store. */
-static __always_inline void count_run(struct nbs_rx_stats *st, int hook)
+static __always_inline void count_run(int hook)
 {
 	if (target_netns)
-		st->runs[hook]++;
+		count(offsetof(struct nbs_rx_stats, runs[0]) + hook * sizeof(__u64));
 }
 
 /* The multiplicative hash both the slot and the sample come from. */
@@ -191,20 +207,23 @@ static __always_inline __u64 mix(__u64 v)
 	return v * 0x9E3779B97F4A7C15ULL;
 }
 
-/* Whether hash h is in the 1-in-2^read_sample_shift sample: bits below the
- * slot index, so the sampled stamps still spread over every slot. */
+/* Whether hash h is in the 1-in-(read_sample_mask + 1) sample: bits below
+ * the slot index, so the sampled stamps still spread over every slot. */
 static __always_inline bool sampled(__u64 h)
 {
-	return !((h >> 32) & ((1ULL << read_sample_shift) - 1));
+	return !((__u32)(h >> 32) & read_sample_mask);
 }
 
 /* Whether a UDP socket is in the read sample: by its inode number (BPF
- * may not hash a pointer), so a socket is in or out for its life. Loads
- * through a NULL (a kernel socket has no file) read 0. */
+ * may not hash a pointer), so a socket is in or out for its life. The
+ * socket keeps it (sk_ino, 6.18+); older kernels have it only through the
+ * socket's file (loads through a NULL read 0). */
 static __always_inline bool sk_sampled(const struct sock *sk)
 {
-	if (!read_sample_shift)
+	if (!read_sample_mask)
 		return true;
+	if (bpf_core_field_exists(sk->sk_ino))
+		return sampled(mix(sk->sk_ino));
 	return sampled(mix(sk->sk_socket->file->f_inode->i_ino));
 }
 
@@ -224,17 +243,13 @@ SEC("tp_btf/tcp_probe")
 int BPF_PROG(nbs_rx_tcp, struct sock *sk, const struct sk_buff *skb)
 {
 	const struct tcp_skb_cb *cb = tcp_cb(skb);
-	struct nbs_rx_stats *st;
 	struct nbs_rx_slot *s;
 	__u64 ts, now, h;
 	__u32 end_seq, len;
 
 	if (!in_scope(sk))
 		return 0;
-	st = stats();
-	if (!st)
-		return 0;
-	count_run(st, NBS_RX_HOOK_TCP);
+	count_run(NBS_RX_HOOK_TCP);
 	/* Data segments only: a pure ACK is never read. */
 	end_seq = cb->end_seq;
 	len = end_seq - cb->seq - (cb->tcp_flags & NBS_TCPHDR_FIN);
@@ -242,23 +257,22 @@ int BPF_PROG(nbs_rx_tcp, struct sock *sk, const struct sk_buff *skb)
 		return 0;
 	ts = rx_stamp(skb);
 	if (!ts) {
-		st->unstamped++;
+		count(offsetof(struct nbs_rx_stats, unstamped));
 		return 0;
 	}
 	now = now_real();
 	if (now < ts)
 		return 0;
 	record(NBS_RX_TCP, NBS_RX_STACK, now - ts);
-	st->stack[NBS_RX_TCP]++;
 	h = mix(ts);
 	if (!sampled(h))
 		return 0;
 	s = slot_of(h);
 	if (!s)
 		return 0;
-	st->sampled[NBS_RX_TCP]++;
+	count(offsetof(struct nbs_rx_stats, sampled[NBS_RX_TCP]));
 	if (s->tstamp && s->epoch == epoch)
-		st->overwritten++;
+		count(offsetof(struct nbs_rx_stats, overwritten));
 	s->tstamp = ts;
 	s->queued_ns = now;
 	s->end_seq = end_seq;
@@ -269,18 +283,12 @@ int BPF_PROG(nbs_rx_tcp, struct sock *sk, const struct sk_buff *skb)
 SEC("tp_btf/skb_copy_datagram_iovec")
 int BPF_PROG(nbs_rx_copy, const struct sk_buff *skb, int len)
 {
-	struct nbs_rx_stats *st;
 	struct nbs_rx_slot *s;
 	__u64 ts, now, h;
 
 	if (!in_scope(skb->sk))
 		return 0;
-	if (target_netns) {
-		st = stats();
-		if (!st)
-			return 0;
-		count_run(st, NBS_RX_HOOK_COPY);
-	}
+	count_run(NBS_RX_HOOK_COPY);
 	ts = skb->tstamp;
 	if (!ts)
 		return 0;
@@ -299,9 +307,6 @@ int BPF_PROG(nbs_rx_copy, const struct sk_buff *skb, int len)
 		return 0;
 	record(NBS_RX_TCP, NBS_RX_READ, now - s->queued_ns);
 	record(NBS_RX_TCP, NBS_RX_TOTAL, now - ts);
-	st = stats();
-	if (st)
-		st->read[NBS_RX_TCP]++;
 	return 0;
 }
 
@@ -309,17 +314,13 @@ SEC("tp_btf/sk_data_ready")
 int BPF_PROG(nbs_rx_ready, const struct sock *sk)
 {
 	struct nbs_rx_fifo_ent *e;
-	struct nbs_rx_stats *st;
 	struct nbs_rx_fifo *f;
 	struct sk_buff *tail;
 	__u64 now, seq, arrived = 0;
 
 	if (!in_scope(sk))
 		return 0;
-	st = stats();
-	if (!st)
-		return 0;
-	count_run(st, NBS_RX_HOOK_READY);
+	count_run(NBS_RX_HOOK_READY);
 	if (sk->sk_protocol != NBS_IPPROTO_UDP)
 		return 0;
 	now = now_real();
@@ -329,10 +330,9 @@ int BPF_PROG(nbs_rx_ready, const struct sock *sk)
 	if (tail && (void *)tail != (void *)&sk->sk_receive_queue) {
 		arrived = rx_stamp(tail);
 		if (!arrived) {
-			st->unstamped++;
+			count(offsetof(struct nbs_rx_stats, unstamped));
 		} else if (now >= arrived) {
 			record(NBS_RX_UDP, NBS_RX_STACK, now - arrived);
-			st->stack[NBS_RX_UDP]++;
 		} else {
 			arrived = 0;
 		}
@@ -343,7 +343,7 @@ int BPF_PROG(nbs_rx_ready, const struct sock *sk)
 	f = bpf_sk_storage_get(&rx_fifo, (struct sock *)sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!f)
 		return 0;
-	st->sampled[NBS_RX_UDP]++;
+	count(offsetof(struct nbs_rx_stats, sampled[NBS_RX_UDP]));
 	seq = __sync_fetch_and_add(&f->pushed, 1);
 	e = &f->ent[seq & (NBS_RX_FIFO - 1)];
 	e->queued_ns = now;
@@ -356,7 +356,6 @@ int BPF_PROG(nbs_rx_ready, const struct sock *sk)
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(nbs_rx_recv, struct sock *sk, int ret, int flags)
 {
-	struct nbs_rx_stats *st;
 	struct nbs_rx_fifo_ent *e;
 	struct nbs_rx_fifo *f;
 	__u64 now, seq, pushed, q, a;
@@ -364,10 +363,7 @@ int BPF_PROG(nbs_rx_recv, struct sock *sk, int ret, int flags)
 
 	if (!in_scope(sk))
 		return 0;
-	st = stats();
-	if (!st)
-		return 0;
-	count_run(st, NBS_RX_HOOK_RECV);
+	count_run(NBS_RX_HOOK_RECV);
 	if (ret < 0 || (flags & (NBS_MSG_PEEK | NBS_MSG_ERRQUEUE)) || sk->sk_protocol != NBS_IPPROTO_UDP)
 		return 0;
 	if (!sk_sampled(sk))
@@ -388,7 +384,7 @@ int BPF_PROG(nbs_rx_recv, struct sock *sk, int ret, int flags)
 	if (e->seq != seq + 1 || e->epoch != epoch) {
 		/* Overwritten (more than NBS_RX_FIFO waiting), queued before
 		 * this attachment, or still being pushed. */
-		st->udp_unpaired++;
+		count(offsetof(struct nbs_rx_stats, udp_unpaired));
 		return 0;
 	}
 	q = e->queued_ns;
@@ -400,7 +396,6 @@ int BPF_PROG(nbs_rx_recv, struct sock *sk, int ret, int flags)
 	record(NBS_RX_UDP, NBS_RX_READ, now - q);
 	if (a && now >= a)
 		record(NBS_RX_UDP, NBS_RX_TOTAL, now - a);
-	st->read[NBS_RX_UDP]++;
 	return 0;
 }
 

@@ -60,6 +60,7 @@ func BenchmarkReceive(b *testing.B) {
 		progs map[string]*ebpf.Program
 	}{{"nbs", ours.Programs()}, {"peer", pe.Programs()}, {"foreign", foreign.Programs()}}
 	bpfstats.Enable(b)
+	var kept [probe.Protos]uint64
 	under := func(load string, run func()) {
 		type sampled struct {
 			set, hook string
@@ -92,6 +93,16 @@ func BenchmarkReceive(b *testing.B) {
 				b.Logf("%s/%s: nbs/peer median ns/run %.2f", load, hook, n/p)
 			}
 		}
+		// The probe keeps queue times for a sample of TCP segments and of
+		// UDP sockets (probe.DefaultReadSample): whether this load's
+		// reader socket is in the sample changes what sk_data_ready costs.
+		st, err := ours.Stats()
+		if err != nil {
+			b.Fatal(err)
+		}
+		d := [2]uint64{st.Sampled[probe.TCP] - kept[probe.TCP], st.Sampled[probe.UDP] - kept[probe.UDP]}
+		kept = st.Sampled
+		b.Logf("%s: queue times kept (1 in %d sampled): %d tcp segments, %d udp datagrams", load, ours.ReadSample(), d[0], d[1])
 	}
 	for b.Loop() {
 		// Programs on one tracepoint run in the order they were attached,

@@ -42,8 +42,6 @@ type latencyrxNbsRxSlot struct {
 type latencyrxNbsRxStats struct {
 	_           structs.HostLayout
 	Runs        [4]uint64
-	Stack       [2]uint64
-	Read        [2]uint64
 	Sampled     [2]uint64
 	Unstamped   uint64
 	Overwritten uint64
@@ -54,18 +52,18 @@ type latencyrxNbsRxStats struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	latencyrxMapRxFifo          = "rx_fifo"
-	latencyrxMapRxHist          = "rx_hist"
-	latencyrxMapRxSlots         = "rx_slots"
-	latencyrxMapRxStats         = "rx_stats"
-	latencyrxProgNbsRxCopy      = "nbs_rx_copy"
-	latencyrxProgNbsRxReady     = "nbs_rx_ready"
-	latencyrxProgNbsRxRecv      = "nbs_rx_recv"
-	latencyrxProgNbsRxTcp       = "nbs_rx_tcp"
-	latencyrxVarEpoch           = "epoch"
-	latencyrxVarReadSampleShift = "read_sample_shift"
-	latencyrxVarTaiOffsetNs     = "tai_offset_ns"
-	latencyrxVarTargetNetns     = "target_netns"
+	latencyrxMapRxFifo         = "rx_fifo"
+	latencyrxMapRxHist         = "rx_hist"
+	latencyrxMapRxSlots        = "rx_slots"
+	latencyrxMapRxStats        = "rx_stats"
+	latencyrxProgNbsRxCopy     = "nbs_rx_copy"
+	latencyrxProgNbsRxReady    = "nbs_rx_ready"
+	latencyrxProgNbsRxRecv     = "nbs_rx_recv"
+	latencyrxProgNbsRxTcp      = "nbs_rx_tcp"
+	latencyrxVarEpoch          = "epoch"
+	latencyrxVarReadSampleMask = "read_sample_mask"
+	latencyrxVarTaiOffsetNs    = "tai_offset_ns"
+	latencyrxVarTargetNetns    = "target_netns"
 )
 
 // loadLatencyrx returns the embedded CollectionSpec for latencyrx.
@@ -130,10 +128,10 @@ type latencyrxMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyrxVariableSpecs struct {
-	Epoch           *ebpf.VariableSpec `ebpf:"epoch"`
-	ReadSampleShift *ebpf.VariableSpec `ebpf:"read_sample_shift"`
-	TaiOffsetNs     *ebpf.VariableSpec `ebpf:"tai_offset_ns"`
-	TargetNetns     *ebpf.VariableSpec `ebpf:"target_netns"`
+	Epoch          *ebpf.VariableSpec `ebpf:"epoch"`
+	ReadSampleMask *ebpf.VariableSpec `ebpf:"read_sample_mask"`
+	TaiOffsetNs    *ebpf.VariableSpec `ebpf:"tai_offset_ns"`
+	TargetNetns    *ebpf.VariableSpec `ebpf:"target_netns"`
 }
 
 // latencyrxObjects contains all objects after they have been loaded into the kernel.
@@ -175,10 +173,10 @@ func (m *latencyrxMaps) Close() error {
 //
 // It can be passed to loadLatencyrxObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyrxVariables struct {
-	Epoch           *ebpf.Variable `ebpf:"epoch"`
-	ReadSampleShift *ebpf.Variable `ebpf:"read_sample_shift"`
-	TaiOffsetNs     *ebpf.Variable `ebpf:"tai_offset_ns"`
-	TargetNetns     *ebpf.Variable `ebpf:"target_netns"`
+	Epoch          *ebpf.Variable `ebpf:"epoch"`
+	ReadSampleMask *ebpf.Variable `ebpf:"read_sample_mask"`
+	TaiOffsetNs    *ebpf.Variable `ebpf:"tai_offset_ns"`
+	TargetNetns    *ebpf.Variable `ebpf:"target_netns"`
 }
 
 // latencyrxPrograms contains all programs after they have been loaded into the kernel.

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/bits"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -80,7 +79,8 @@ type Stats struct {
 	// sender's monotonic delivery time.
 	Unstamped uint64
 	// Overwritten counts TCP segments whose queue time was lost before
-	// their read: more than 1024 data skbs were waiting in the namespace's
+	// their read: more than 256 sampled data skbs (about 256 × the read
+	// sample of all) were waiting in the namespace's
 	// receive queues, or two shared a slot.
 	Overwritten uint64
 	// UDPUnpaired counts UDP datagrams read whose queue time was not
@@ -153,7 +153,7 @@ func Load(opts Options) (*Probe, error) {
 	}
 	p.bpf.BeforeClose = func() error { p.disableStamps(); return nil }
 	if err := p.bpf.Load(spec, bpfload.Vars{
-		latencyrxVarTargetNetns: opts.NetnsInode, latencyrxVarReadSampleShift: uint32(bits.TrailingZeros(uint(sample)))}, &p.objs, nil); err != nil {
+		latencyrxVarTargetNetns: opts.NetnsInode, latencyrxVarReadSampleMask: uint32(sample - 1)}, &p.objs, nil); err != nil {
 		return nil, err
 	}
 	p.bpf.Points = []bpfload.Point{
@@ -323,7 +323,8 @@ func (p *Probe) Histograms() (*Hists, error) {
 	return &hs, nil
 }
 
-// Stats returns the probe's counts.
+// Stats returns the probe's counts. What was timed is counted by the
+// histograms (the programs keep no counter on the path every packet takes).
 func (p *Probe) Stats() (Stats, error) {
 	var c latencyrxNbsRxStats
 	err := p.bpf.Do("read receive latency stats", func() (err error) {
@@ -333,8 +334,26 @@ func (p *Probe) Stats() (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{Stack: c.Stack, Read: c.Read, Unstamped: c.Unstamped, Overwritten: c.Overwritten, UDPUnpaired: c.UdpUnpaired,
-		Sampled: c.Sampled, Scoped: p.scoped, Runs: c.Runs}, nil
+	hs, err := p.Histograms()
+	if err != nil {
+		return Stats{}, err
+	}
+	st := Stats{Unstamped: c.Unstamped, Overwritten: c.Overwritten, UDPUnpaired: c.UdpUnpaired,
+		Sampled: c.Sampled, Scoped: p.scoped, Runs: c.Runs}
+	for proto := range Protos {
+		st.Stack[proto] = total(&hs[proto][Stack])
+		st.Read[proto] = total(&hs[proto][Read])
+	}
+	return st, nil
+}
+
+// total is a histogram's count.
+func total(h *bpfhist.Hist) uint64 {
+	var n uint64
+	for _, c := range h {
+		n += c
+	}
+	return n
 }
 
 // Close detaches the programs and frees them and their maps.
