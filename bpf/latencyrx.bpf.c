@@ -41,8 +41,8 @@
  *    of the stamp, and matched by stamp and end_seq at the read, the first
  *    tp_btf/skb_copy_datagram_iovec of that skb. A segment TCP coalesces
  *    into an skb already queued gives that skb its stamp and end_seq: the
- *    read is timed once, from the newest data's queue time. A slot taken
- *    before it was read is counted (overwritten).
+ *    read is timed once, from the newest data's queue time. A sampled read
+ *    that finds its slot taken by a newer segment is counted (overwritten).
  *  - UDP: tp_btf/sk_data_ready(sk), right after __udp_enqueue_schedule_skb
  *    appended the datagram: it is the tail of sk_receive_queue. UDP copies
  *    linear datagrams without skb_copy_datagram_iovec, so the read is
@@ -69,6 +69,7 @@ volatile __u32 epoch = 1;
  * collection (it changes only with a leap second). */
 volatile __s64 tai_offset_ns = 0;
 
+#define NBS_IPPROTO_TCP 6
 #define NBS_IPPROTO_UDP 17
 #define NBS_MSG_PEEK 2
 #define NBS_MSG_ERRQUEUE 0x2000
@@ -88,8 +89,8 @@ enum nbs_rx_hook { NBS_RX_HOOK_TCP, NBS_RX_HOOK_COPY, NBS_RX_HOOK_READY, NBS_RX_
  * 111 ns/run at 1024 in bench/latencyrx) and, 1 in 8 segments sampled,
  * cover about 2048 data skbs waiting in the namespace's receive queues. */
 struct nbs_rx_slot {
-	__u64 tstamp; /* its RX stamp; 0: free */
-	__u64 queued_ns;
+	__u64 tstamp;    /* its RX stamp; 0: free */
+	__u64 queued_ns; /* 0: read already */
 	__u32 end_seq;
 	__u32 epoch;
 	__u64 pad;
@@ -119,7 +120,7 @@ struct nbs_rx_stats {
 	 * every packet takes. */
 	__u64 sampled[2];         /* per protocol: queue times kept (TCP segments, UDP datagrams) */
 	__u64 unstamped;          /* reached a socket without a real-time RX stamp */
-	__u64 overwritten;        /* TCP queue times lost before their read (slot taken) */
+	__u64 overwritten;        /* sampled TCP reads whose slot a newer segment took */
 	__u64 udp_unpaired;       /* UDP reads whose queue time was not found */
 };
 
@@ -271,8 +272,8 @@ int BPF_PROG(nbs_rx_tcp, struct sock *sk, const struct sk_buff *skb)
 	if (!s)
 		return 0;
 	count(offsetof(struct nbs_rx_stats, sampled[NBS_RX_TCP]));
-	if (s->tstamp && s->epoch == epoch)
-		count(offsetof(struct nbs_rx_stats, overwritten));
+	/* Stores only: reading the slot (to count what this overwrites) would
+	 * wait for its cache line; the read counts what it did not find. */
 	s->tstamp = ts;
 	s->queued_ns = now;
 	s->end_seq = end_seq;
@@ -283,10 +284,11 @@ int BPF_PROG(nbs_rx_tcp, struct sock *sk, const struct sk_buff *skb)
 SEC("tp_btf/skb_copy_datagram_iovec")
 int BPF_PROG(nbs_rx_copy, const struct sk_buff *skb, int len)
 {
+	const struct sock *sk = skb->sk;
 	struct nbs_rx_slot *s;
-	__u64 ts, now, h;
+	__u64 ts, now, h, q;
 
-	if (!in_scope(skb->sk))
+	if (!in_scope(sk))
 		return 0;
 	count_run(NBS_RX_HOOK_COPY);
 	ts = skb->tstamp;
@@ -297,15 +299,25 @@ int BPF_PROG(nbs_rx_copy, const struct sk_buff *skb, int len)
 	if (!sampled(h))
 		return 0;
 	s = slot_of(h);
+	if (!s)
+		return 0;
 	/* Stamp and end_seq: another protocol's skb (UDP, whose reads are
 	 * timed at sock_recv_length) never matches. */
-	if (!s || s->tstamp != ts || s->epoch != epoch || s->end_seq != tcp_cb(skb)->end_seq)
+	if (s->tstamp != ts || s->end_seq != tcp_cb(skb)->end_seq || s->epoch != epoch) {
+		/* A sampled TCP segment whose queue time is gone: a newer one
+		 * took its slot, or it was queued before this attachment. */
+		if (s->tstamp != ts && sk && sk->sk_protocol == NBS_IPPROTO_TCP)
+			count(offsetof(struct nbs_rx_stats, overwritten));
 		return 0;
-	s->tstamp = 0; /* the first copy is the read; the rest of the skb follows */
+	}
+	if (!s->queued_ns)
+		return 0; /* read already: the rest of the skb follows */
+	q = s->queued_ns;
+	s->queued_ns = 0; /* the first copy is the read */
 	now = now_real();
-	if (now < s->queued_ns)
+	if (now < q)
 		return 0;
-	record(NBS_RX_TCP, NBS_RX_READ, now - s->queued_ns);
+	record(NBS_RX_TCP, NBS_RX_READ, now - q);
 	record(NBS_RX_TCP, NBS_RX_TOTAL, now - ts);
 	return 0;
 }

@@ -78,10 +78,11 @@ type Stats struct {
 	// kernel had not yet turned timestamps on, or the field still held a
 	// sender's monotonic delivery time.
 	Unstamped uint64
-	// Overwritten counts TCP segments whose queue time was lost before
-	// their read: more than 256 sampled data skbs (about 256 × the read
-	// sample of all) were waiting in the namespace's
-	// receive queues, or two shared a slot.
+	// Overwritten counts sampled TCP reads whose queue time was lost: a
+	// newer sampled segment took its slot (more than 256 sampled data
+	// skbs, about 256 × the read sample of all, were waiting in the
+	// namespace's receive queues, or two shared a slot), or it was queued
+	// before the probe was attached.
 	Overwritten uint64
 	// UDPUnpaired counts UDP datagrams read whose queue time was not
 	// found: more than 32 were waiting in their socket, or the datagram
