@@ -41,7 +41,7 @@ type Options struct {
 // beyond netstacklat's, and 1 in 8 brings every hook to netstacklat's cost
 // or below (BENCHMARKS.md) while a busy socket still gives its read
 // percentiles within seconds.
-const DefaultReadSample = 8
+const DefaultReadSample = 16
 
 // MaxReadSample bounds ReadSample.
 const MaxReadSample = 1024
