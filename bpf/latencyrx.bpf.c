@@ -19,7 +19,8 @@
  *
  * The queue time, kept for the read, is the work netstacklat does not do,
  * so it is kept for a sample only (read_sample_mask: 1 in 8 by default):
- * TCP segments by a hash of their stamp, UDP sockets by their inode. The
+ * TCP segments by a hash of their stamp, UDP sockets by a salted hash of
+ * their addresses and ports. The
  * arrival-to-socket histograms count every packet; the read and total
  * histograms count the sample.
  *
@@ -61,13 +62,15 @@
 /* 0 = every namespace */
 volatile __u32 target_netns SEC(".data") = 0;
 /* The queue time is kept for 1 in read_sample_mask + 1 TCP segments (by a
- * hash of the RX stamp) and UDP sockets (by a hash of the inode), so the
+ * hash of the RX stamp) and UDP sockets (by a hash of their addresses), so the
  * read and total histograms are a sample of that rate; the arrival-to-socket
  * ("stack") histograms count every packet. Keeping the queue time is what
  * costs beyond netstacklat's work (a slot write, a socket-storage lookup),
  * so only the sample pays it; the rest leave at a multiply and a test.
  * A power of two less one; 0: all. */
 volatile __u32 read_sample_mask SEC(".data") = 0;
+/* Random, set by user space at load: which UDP sockets are sampled. */
+volatile __u64 read_sample_salt SEC(".data") = 0;
 /* Bumped by user space before each attach: entries of an earlier
  * attachment are never matched, so nothing is timed across a gap. */
 volatile __u32 epoch SEC(".data") = 1;
@@ -221,17 +224,18 @@ static __always_inline bool sampled(__u64 h)
 	return !((__u32)(h >> 32) & read_sample_mask);
 }
 
-/* Whether a UDP socket is in the read sample: by its inode number (BPF
- * may not hash a pointer), so a socket is in or out for its life. The
- * socket keeps it (sk_ino, 6.18+); older kernels have it only through the
- * socket's file (loads through a NULL read 0). */
+/* Whether a UDP socket is in the read sample: by its addresses, ports and
+ * port hashes, the first line of struct sock, which the lookup that found
+ * the socket has just read (its inode, sk_ino, is a line the receive path
+ * does not touch: 10 ns a run more under a flood), salted by user space at
+ * each load so a service out of the sample is not out of it forever. A
+ * SO_REUSEPORT group bound to one address is in or out as one. */
 static __always_inline bool sk_sampled(const struct sock *sk)
 {
 	if (!read_sample_mask)
 		return true;
-	if (bpf_core_field_exists(sk->sk_ino))
-		return sampled(mix(sk->sk_ino));
-	return sampled(mix(sk->sk_socket->file->f_inode->i_ino));
+	return sampled(mix(sk->__sk_common.skc_addrpair ^ read_sample_salt ^
+			   ((__u64)sk->__sk_common.skc_hash << 32 | sk->__sk_common.skc_portpair)));
 }
 
 static __always_inline const struct tcp_skb_cb *tcp_cb(const struct sk_buff *skb)

@@ -62,6 +62,7 @@ const (
 	latencyrxProgNbsRxTcp      = "nbs_rx_tcp"
 	latencyrxVarEpoch          = "epoch"
 	latencyrxVarReadSampleMask = "read_sample_mask"
+	latencyrxVarReadSampleSalt = "read_sample_salt"
 	latencyrxVarTaiOffsetNs    = "tai_offset_ns"
 	latencyrxVarTargetNetns    = "target_netns"
 )
@@ -130,6 +131,7 @@ type latencyrxMapSpecs struct {
 type latencyrxVariableSpecs struct {
 	Epoch          *ebpf.VariableSpec `ebpf:"epoch"`
 	ReadSampleMask *ebpf.VariableSpec `ebpf:"read_sample_mask"`
+	ReadSampleSalt *ebpf.VariableSpec `ebpf:"read_sample_salt"`
 	TaiOffsetNs    *ebpf.VariableSpec `ebpf:"tai_offset_ns"`
 	TargetNetns    *ebpf.VariableSpec `ebpf:"target_netns"`
 }
@@ -175,6 +177,7 @@ func (m *latencyrxMaps) Close() error {
 type latencyrxVariables struct {
 	Epoch          *ebpf.Variable `ebpf:"epoch"`
 	ReadSampleMask *ebpf.Variable `ebpf:"read_sample_mask"`
+	ReadSampleSalt *ebpf.Variable `ebpf:"read_sample_salt"`
 	TaiOffsetNs    *ebpf.Variable `ebpf:"tai_offset_ns"`
 	TargetNetns    *ebpf.Variable `ebpf:"target_netns"`
 }

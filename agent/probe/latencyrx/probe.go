@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -154,7 +155,8 @@ func Load(opts Options) (*Probe, error) {
 	}
 	p.bpf.BeforeClose = func() error { p.disableStamps(); return nil }
 	if err := p.bpf.Load(spec, bpfload.Vars{
-		latencyrxVarTargetNetns: opts.NetnsInode, latencyrxVarReadSampleMask: uint32(sample - 1)}, &p.objs, nil); err != nil {
+		latencyrxVarTargetNetns: opts.NetnsInode, latencyrxVarReadSampleMask: uint32(sample - 1),
+		latencyrxVarReadSampleSalt: rand.Uint64()}, &p.objs, nil); err != nil {
 		return nil, err
 	}
 	p.bpf.Points = []bpfload.Point{

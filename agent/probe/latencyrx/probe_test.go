@@ -406,7 +406,7 @@ func TestUDPPairingByPosition(t *testing.T) {
 func TestReadSample(t *testing.T) {
 	const (
 		messages  = 240
-		sockets   = 64
+		sockets   = 256
 		readDelay = 2 * time.Millisecond
 	)
 	lab, p := attachedSampling(t, DefaultReadSample)
