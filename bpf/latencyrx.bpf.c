@@ -18,7 +18,7 @@
  * histogram's bucket counts the packet).
  *
  * The queue time, kept for the read, is the work netstacklat does not do,
- * so it is kept for a sample only (read_sample_mask: 1 in 8 by default):
+ * so it is kept for a sample only (read_sample_mask: 1 in 16 by default):
  * TCP segments by a hash of their stamp, UDP sockets by a salted hash of
  * their addresses and ports. The
  * arrival-to-socket histograms count every packet; the read and total
@@ -95,8 +95,8 @@ enum nbs_rx_hook { NBS_RX_HOOK_TCP, NBS_RX_HOOK_COPY, NBS_RX_HOOK_READY, NBS_RX_
 
 /* A sampled TCP segment queued and not yet read: 32 bytes, two to a cache
  * line; 256 of them (8 KiB) stay in cache (8192 did not: tcp_probe 142 ->
- * 111 ns/run at 1024 in bench/latencyrx) and, 1 in 8 segments sampled,
- * cover about 2048 data skbs waiting in the namespace's receive queues. */
+ * 111 ns/run at 1024 in bench/latencyrx) and, 1 in 16 segments sampled,
+ * cover about 4096 data skbs waiting in the namespace's receive queues. */
 struct nbs_rx_slot {
 	__u64 tstamp;    /* its RX stamp; 0: free */
 	__u64 queued_ns; /* 0: read already */
@@ -227,7 +227,7 @@ static __always_inline bool sampled(__u64 h)
 /* Whether a UDP socket is in the read sample: by its addresses, ports and
  * port hashes, the first line of struct sock, which the lookup that found
  * the socket has just read (its inode, sk_ino, is a line the receive path
- * does not touch: 10 ns a run more under a flood), salted by user space at
+ * does not otherwise touch), salted by user space at
  * each load so a service out of the sample is not out of it forever. A
  * SO_REUSEPORT group bound to one address is in or out as one. */
 static __always_inline bool sk_sampled(const struct sock *sk)

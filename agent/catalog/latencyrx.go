@@ -40,8 +40,9 @@ const (
 	rxReadHow = "BPF: from the moment the data reached the socket's receive queue to the application's read " +
 		"(TCP: the first skb_copy_datagram_iovec of the skb, from recvmsg; UDP: the end of the recvmsg that " +
 		"took the datagram, paired with it by its position in the socket's queue). A sample: the queue time is " +
-		"kept for 1 in 8 TCP segments (by their timestamp) and for the datagrams of 1 in 8 UDP sockets (by inode), " +
-		"the work beyond netstacklat's that would otherwise cost every packet, so the counts are about an eighth " +
+		"kept for 1 in 16 TCP segments (by their timestamp) and for the datagrams of 1 in 16 UDP sockets (by " +
+		"their addresses and ports, drawn anew at each agent start), the work beyond netstacklat's that would " +
+		"otherwise cost every packet, so the counts are about a sixteenth " +
 		"of the reads and the percentiles are the sample's; the time to the socket counts every packet."
 	rxReadCauses = " This is the application's delay, not the network's: a reader that is busy, blocked on " +
 		"something else (a lock, disk, a slow downstream), starved of CPU (its cgroup's quota, a loaded host), " +
@@ -65,8 +66,8 @@ func LatencyRXTree() []Metric {
 				"application read its data, for TCP and UDP on this host: the host's share of a receive's "+
 				"latency, after the network delivered the packet. The children split it into the kernel's part "+
 				"(stack: arrival to the socket's receive queue) and the application's (read: the queue to the "+
-				"read). It counts data that carried a receive timestamp, in the read's sample (1 in 8 TCP segments, "+
-				"the datagrams of 1 in 8 UDP sockets); a TCP segment merged into data already "+
+				"read). It counts data that carried a receive timestamp, in the read's sample (1 in 16 TCP segments, "+
+				"the datagrams of 1 in 16 UDP sockets); a TCP segment merged into data already "+
 				"queued gives that buffer its timestamp, so the buffer is timed once, from the newest data."+rxAlwaysRemark, nil),
 		latencyHistogram(LatencyRXStack, "Receive stack: arrival → socket (p99)",
 			"Time a received packet spent in the kernel's receive path, from the device handing it to the "+
@@ -92,14 +93,15 @@ func LatencyRXTree() []Metric {
 				"application keeps open without reading (an idle pool, a paused stream) adds its long waits "+
 				"here, and so does data that arrived out of order and waited for a retransmission to fill the "+
 				"gap before it (then latency/retransmits moves too). Data taken without a copy to user memory "+
-				"(splice, kTLS, zero-copy receive) is not timed. A sample of 1 in 8 segments, by their timestamp."+
+				"(splice, kTLS, zero-copy receive) is not timed. A sample of 1 in 16 segments, by their timestamp."+
 				rxReadCauses+rxAlwaysRemark,
 			rxReadThreshold()),
 		latencyHistogram(LatencyRXReadUDP, "UDP queue → read (p99)",
 			"Time UDP datagrams waited in their socket's receive queue for the application's read. When more "+
 				"than 32 datagrams wait in one socket, only the newest 32 are timed, so a badly lagging reader "+
-				"shows here as a high value over fewer observations than datagrams. A sample: the datagrams of 1 in 8 "+
-				"sockets, by inode, so a host with few UDP sockets may show none."+
+				"shows here as a high value over fewer observations than datagrams. A sample: the datagrams of 1 in 16 "+
+				"sockets (by their addresses and ports, drawn anew at each agent start; a SO_REUSEPORT group as one), "+
+				"so a host with few UDP sockets may show none."+
 				rxReadCauses+rxAlwaysRemark,
 			rxReadThreshold()),
 	}

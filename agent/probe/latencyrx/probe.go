@@ -38,10 +38,11 @@ type Options struct {
 }
 
 // DefaultReadSample is the read sample the agent runs with: keeping a queue
-// time (a slot write for TCP, a socket-storage lookup for UDP) is the work
-// beyond netstacklat's, and 1 in 8 brings every hook to netstacklat's cost
-// or below (BENCHMARKS.md) while a busy socket still gives its read
-// percentiles within seconds.
+// time (a slot write for TCP, a socket-storage lookup and FIFO write for
+// UDP) is the work beyond netstacklat's; at 1 in 16 it adds a few ns a run
+// on average (BENCHMARKS.md), while a busy TCP connection still gives its
+// read percentiles within seconds. UDP is sampled by socket (pairing by
+// position needs every datagram of one), salted at each load.
 const DefaultReadSample = 16
 
 // MaxReadSample bounds ReadSample.
