@@ -305,7 +305,7 @@ func (a *Agent) branches() []opener {
 		open(latencytx.Open, latencytx.Options{CgroupPath: a.cfg.CgroupPath, SampleEvery: uint32(a.cfg.TxSample)}),
 		open(latencyqdisc.Open, latencyqdisc.Options{}),
 		open(latencyflows.Open, latencyflows.Options{}),
-		open(latencyrx.Open, latencyrx.Options{}),
+		open(latencyrx.Open, latencyrx.Options{Triggered: !a.cfg.LatencyRXAlways}),
 	}
 }
 
@@ -487,8 +487,11 @@ func (a *Agent) ApplyConfig(c *nbsv1.Config) {
 	a.tree.SetThresholds(overrides, c.GetDisabledThresholds())
 	a.expandUntil.Store(c.GetExpandUntilUnixNano())
 	a.mu.Lock()
-	ps := a.ping
+	ps, self := a.ping, a.self
 	a.mu.Unlock()
+	if self != nil {
+		self.SetExpandBudget(c.GetExpandBudgetPercent())
+	}
 	if ps != nil {
 		ps.SetPeers(c.GetPingTargets())
 	}

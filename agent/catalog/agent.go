@@ -100,6 +100,10 @@ func AgentTriggeredSource(name, branch string) Metric {
 	return Metric{ID: AgentTriggered + "/" + name, Title: name + " attached", Unit: "attached", Kind: Gauge,
 		Description: "1 while the triggered source " + name + " (which measures " + branch + ") is attached, 0 " +
 			"otherwise. It is attached while its parent branch has a child in WARN or CRIT or an operator has " +
-			"expanded the node, and detached after --triggered.hold without either, after --triggered.max at a " +
-			"stretch, or when it would take the agent over --overhead.budget; events say which."}
+			"expanded the node (an always-on source, latency/rx by default, whenever the budget allows), and " +
+			"detached after --triggered.hold without either, after --triggered.max at a stretch, or when it would " +
+			"take the agent over --overhead.budget (which an operator's expand may raise for its duration); events " +
+			"say which, and the node's tree shows the newest reason beside it (\"detached: over budget, 3.2% of a " +
+			"CPU vs 1% (this source 3.1%)\"). A --netns agent's source is charged only its programs' runs in that " +
+			"namespace."}
 }

@@ -74,3 +74,22 @@ type Adaptive interface {
 	// Active says whether they are attached.
 	Active() bool
 }
+
+// Standing is implemented by Adaptive sources that may want their programs
+// attached all the time (latency/rx by default): while AlwaysOn, the agent
+// attaches them whenever the overhead budget allows, with no trouble,
+// expand or --triggered.max needed; over the budget they are detached like
+// any other and tried again after a rest.
+type Standing interface {
+	AlwaysOn() bool
+}
+
+// Scoped is implemented by sources whose programs are restricted to one
+// namespace (--netns) yet run for every packet on the host, leaving those
+// of other namespaces after their first test. RunsInScope counts, by the
+// keys of Programs, the cumulative runs that passed it, so the overhead
+// budget charges the source for its own work only (the kernel's run-time
+// statistics count every run). nil when the source does not count them.
+type Scoped interface {
+	RunsInScope() (map[string]uint64, error)
+}

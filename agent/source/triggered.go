@@ -37,6 +37,12 @@ type TriggeredSpec[P TriggeredProbe[S], S any] struct {
 	// reset what it counts from; either may be nil.
 	Attached func(P) error
 	Detached func()
+	// AlwaysOn keeps the programs attached whenever the overhead budget
+	// allows, not only while triggered or expanded (see Standing).
+	AlwaysOn bool
+	// Runs, when set, gives from the probe's counts each program's runs in
+	// scope (past its namespace test), by the keys of Programs (see Scoped).
+	Runs func(S) map[string]uint64
 }
 
 // Triggered is what every triggered source (Adaptive) does alike: load its
@@ -81,7 +87,27 @@ func (t *Triggered[P, S]) Capabilities() []*nbsv1.Capability {
 	if !t.loaded {
 		return []*nbsv1.Capability{{Name: t.spec.Capability, Available: false, Reason: t.why}}
 	}
+	if t.spec.AlwaysOn {
+		return []*nbsv1.Capability{{Name: t.spec.Capability, Available: true, Reason: "always attached, but detached for a rest while over --overhead.budget"}}
+	}
 	return []*nbsv1.Capability{{Name: t.spec.Capability, Available: true, Reason: "attached only while triggered or expanded"}}
+}
+
+// AlwaysOn says whether the source wants its programs attached whenever
+// the budget allows (Standing).
+func (t *Triggered[P, S]) AlwaysOn() bool { return t.spec.AlwaysOn }
+
+// RunsInScope returns each program's runs in scope (Scoped); nil when the
+// source does not count them or is unavailable.
+func (t *Triggered[P, S]) RunsInScope() (map[string]uint64, error) {
+	if !t.loaded || t.spec.Runs == nil {
+		return nil, nil
+	}
+	st, err := t.probe.Stats()
+	if err != nil {
+		return nil, err
+	}
+	return t.spec.Runs(st), nil
 }
 
 // Programs returns the probe's programs, nil when it is unavailable.

@@ -23,6 +23,9 @@ type TreeNode struct {
 	OwnState    string           `json:"own_state"`
 	UpdatedAt   *time.Time       `json:"updated_at,omitempty"`
 	Threshold   *store.Threshold `json:"threshold"`
+	// Note is a status the value alone does not say: on a triggered
+	// source's child of agent/triggered, why the agent detached it.
+	Note string `json:"note,omitempty"`
 	// Over the recent window (the tree's ?window=, default 5m): a rate's
 	// total increase, and the worst state any report carried.
 	RecentCount *float64    `json:"recent_count,omitempty"`
@@ -167,3 +170,28 @@ func perSecond(increase float64, intervalMS uint32) float64 {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// noteTriggered puts on each triggered source's node the agent's reason
+// for detaching it ("detached: over budget, 3.2% of a CPU vs 1% ..."), from
+// its newest event; an attached source has no note.
+func noteTriggered(roots []*TreeNode, states []store.TriggeredState) {
+	notes := map[string]string{}
+	for _, st := range states {
+		if !st.Attached {
+			notes[st.Metric] = st.Note
+		}
+	}
+	if len(notes) == 0 {
+		return
+	}
+	var walk func(ns []*TreeNode)
+	walk = func(ns []*TreeNode) {
+		for _, n := range ns {
+			if note, ok := notes[n.ID]; ok {
+				n.Note = note
+			}
+			walk(n.Children)
+		}
+	}
+	walk(roots)
+}

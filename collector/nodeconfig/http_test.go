@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
@@ -37,10 +38,24 @@ func TestHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	thr := &store.Threshold{Warn: 1, Crit: 10, Comparison: "above", HoldIntervals: 1}
-	if _, err := st.UpsertDefinitions(ctx, n.ID, []store.MetricDef{
+	ids, err := st.UpsertDefinitions(ctx, n.ID, []store.MetricDef{
 		{Path: "tcp_reset", Kind: store.KindRate, DefaultThreshold: thr},
 		{Path: "tcp_reset/sent", Kind: store.KindRate},
-	}); err != nil {
+		{Path: "agent/triggered/latency_rx", Kind: store.KindGauge},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent attached its receive latency programs, then detached them
+	// over the budget: the newest event is what the expand answers with.
+	now := time.Now()
+	if _, err := st.WriteReports(ctx, []store.Report{{NodeID: n.ID, InstanceID: 1, Seq: 1, Time: now, IntervalMS: 1000,
+		Events: []store.Event{
+			{MetricID: ids["agent/triggered/latency_rx"], Time: now.Add(-20 * time.Second),
+				Fields: map[string]string{"action": "attached", "reason": "always on"}},
+			{MetricID: ids["agent/triggered/latency_rx"], Time: now.Add(-10 * time.Second),
+				Fields: map[string]string{"action": "detached", "reason": "over budget, 3.2% of a CPU vs 1% (this source 3.1%)"}},
+		}}}); err != nil {
 		t.Fatal(err)
 	}
 	svc := New(st, slog.New(slog.DiscardHandler))
@@ -131,8 +146,25 @@ func TestHTTP(t *testing.T) {
 		t.Errorf("GET effective of a bad node name: %d %s", code, body)
 	}
 
-	if code, body := do("POST", "/nodes/web-1/expand", `{"seconds":60}`); code != 202 || !strings.Contains(body, `"until"`) {
-		t.Errorf("expand: %d %s", code, body)
+	if code, body := do("POST", "/nodes/web-1/expand", `{"seconds":60}`); code != 202 || !strings.Contains(body, `"until"`) ||
+		!strings.Contains(body, `"note": "detached: over budget, 3.2% of a CPU vs 1% (this source 3.1%)"`) ||
+		!strings.Contains(body, `"attached": false`) || !strings.Contains(body, `"metric": "agent/triggered/latency_rx"`) {
+		t.Errorf("expand: %d %s; want the receive latency's detach over budget", code, body)
+	}
+	if cfg, err := svc.ConfigFor(ctx, n); err != nil || cfg.GetExpandUntilUnixNano() == 0 || cfg.GetExpandBudgetPercent() != 0 {
+		t.Errorf("config after an expand without a budget: %v, %v", cfg, err)
+	}
+	// An expand may raise the budget for its duration, up to 25%.
+	if code, body := do("POST", "/nodes/web-1/expand", `{"seconds":60,"budget_percent":5}`); code != 202 || !strings.Contains(body, `"budget_percent": 5`) {
+		t.Errorf("expand with a budget: %d %s", code, body)
+	}
+	if cfg, err := svc.ConfigFor(ctx, n); err != nil || cfg.GetExpandBudgetPercent() != 5 {
+		t.Errorf("config after an expand with a 5%% budget: %v, %v", cfg, err)
+	}
+	for _, b := range []string{"25.5", "-1", "1e9"} {
+		if code, body := do("POST", "/nodes/web-1/expand", `{"seconds":60,"budget_percent":`+b+`}`); code != 400 || !strings.Contains(body, "must be from 0") {
+			t.Errorf("expand with budget %s: %d %s, want 400", b, code, body)
+		}
 	}
 	for _, s := range []string{"0", "3601", "9223372036854775807", "-9223372036854775808"} {
 		if code, body := do("POST", "/nodes/web-1/expand", `{"seconds":`+s+`}`); code != 400 || !strings.Contains(body, "must be from 1 to 3600") {
@@ -170,8 +202,17 @@ func TestHTTP(t *testing.T) {
 	}
 	id := fmt.Sprint(o.ID)
 	want := []string{"create threshold " + id + " - 2 none", "update threshold " + id + " 2 4 none",
-		"expand node web-1 - - none", "delete threshold " + id + " 4 - none"}
+		"expand node web-1 - - none", "expand node web-1 - - none", "delete threshold " + id + " 4 - none"}
 	if !slices.Equal(got, want) {
 		t.Errorf("audit log:\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	// The expands' budgets are audited with them.
+	rows, err = st.Pool().Query(ctx, `SELECT new_value->>'budget_percent' FROM audit_log WHERE action = 'expand' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	budgets, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || !slices.Equal(budgets, []string{"0", "5"}) {
+		t.Errorf("audited expand budgets %q (%v), want 0 and 5", budgets, err)
 	}
 }

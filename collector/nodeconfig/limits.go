@@ -55,7 +55,7 @@ var thresholdEntryBytes = func() int {
 // expand and ping targets. Each metric adds at most its id and
 // thresholdEntryBytes (it is a threshold or a disabled entry, not both).
 func configOtherBytes(pingPeers int) int64 {
-	const fixed = 32 // version, expand-until and their tags
+	const fixed = 32 + 9 // version, expand-until and their tags; the expand budget (a double) and its tag
 	return fixed + int64(pingPeers)*(schema.MaxNodeNameLen+1+maxPingAddrLen+3)
 }
 

@@ -44,12 +44,20 @@ type Service struct {
 	peers *peerSet
 
 	mu     sync.Mutex
-	expand map[string]time.Time // node → stream the full tree until
+	expand map[string]expansion // by node
 	runCtx context.Context      // Listen's, once it runs
 }
 
+// expansion is an operator's expand of one node: stream the full tree
+// until, and let the agent's BPF programs use budget percent of a CPU
+// meanwhile (0: the agent's own --overhead.budget).
+type expansion struct {
+	until  time.Time
+	budget float64
+}
+
 func New(st *store.Store, log *slog.Logger) *Service {
-	return &Service{repo: repo{st.Pool()}, store: st, log: log, expand: map[string]time.Time{}, maxOverrides: DefaultMaxOverrides,
+	return &Service{repo: repo{st.Pool()}, store: st, log: log, expand: map[string]expansion{}, maxOverrides: DefaultMaxOverrides,
 		peers: &peerSet{k: DefaultPingPeers, pool: st.Pool()}}
 }
 
@@ -78,8 +86,9 @@ func (s *Service) ConfigFor(ctx context.Context, n store.Node) (*nbsv1.Config, e
 	cfg := thresholdsConfig(n, overrides, has)
 	cfg.Version = uint64(time.Now().UnixNano())
 	s.mu.Lock()
-	if until, ok := s.expand[n.Name]; ok && time.Now().Before(until) {
-		cfg.ExpandUntilUnixNano = until.UnixNano()
+	if e, ok := s.expand[n.Name]; ok && time.Now().Before(e.until) {
+		cfg.ExpandUntilUnixNano = e.until.UnixNano()
+		cfg.ExpandBudgetPercent = e.budget
 	}
 	s.mu.Unlock()
 	if cfg.PingTargets, err = s.pingTargets(ctx, n); err != nil {
@@ -153,6 +162,8 @@ type change struct {
 	Kind  string `json:"kind"` // thresholds, expand or peers
 	Node  string `json:"node,omitempty"`
 	Until int64  `json:"until,omitempty"`
+	// Budget is an expand's raised overhead budget (percent), 0 for none.
+	Budget float64 `json:"budget,omitempty"`
 }
 
 // announceTimeout bounds making, applying and announcing one change. A
@@ -197,11 +208,15 @@ func (s *Service) apply(ctx context.Context, c change) {
 		s.pusher.PushConfig(ctx)
 	case "expand":
 		s.mu.Lock()
-		if cur := s.expand[c.Node]; time.Unix(0, c.Until).After(cur) {
-			s.expand[c.Node] = time.Unix(0, c.Until)
+		// The expand that ends last sets the end; the budget is the
+		// largest asked by any expand still in force.
+		cur, until := s.expand[c.Node], time.Unix(0, c.Until)
+		if time.Now().After(cur.until) {
+			cur = expansion{}
 		}
-		for n, until := range s.expand {
-			if time.Now().After(until) {
+		s.expand[c.Node] = expansion{until: later(cur.until, until), budget: max(cur.budget, c.Budget)}
+		for n, e := range s.expand {
+			if time.Now().After(e.until) {
 				delete(s.expand, n)
 			}
 		}
@@ -357,11 +372,26 @@ func (s *Service) NodeThresholds(w http.ResponseWriter, r *http.Request) {
 // maxExpand bounds how long one request keeps a node's full tree streaming.
 const maxExpand = time.Hour
 
+// maxExpandBudget bounds the overhead budget an expand may raise a node to
+// (percent of one CPU for all the agent's BPF programs), as the agent caps
+// it (agent/source/agent.MaxExpandBudgetPercent).
+const maxExpandBudget = 25.0
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // ExpandNode serves POST /nodes/{node}/expand: the node streams its whole
 // tree for the given seconds.
 func (s *Service) ExpandNode(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Seconds int `json:"seconds"`
+		// BudgetPercent raises the node's overhead budget while the
+		// expand lasts; 0 or absent keeps the agent's.
+		BudgetPercent float64 `json:"budget_percent"`
 	}
 	if err := httpjson.Decode(r, &req); err != nil {
 		httpjson.WriteError(w, r, err, s.log)
@@ -369,6 +399,11 @@ func (s *Service) ExpandNode(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Seconds < 1 || req.Seconds > int(maxExpand/time.Second) { // compared in seconds: a huge count would overflow a Duration
 		httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "seconds %d must be from 1 to %d", req.Seconds, int(maxExpand.Seconds())), s.log)
+		return
+	}
+	if req.BudgetPercent < 0 || req.BudgetPercent > maxExpandBudget {
+		httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "budget_percent %g must be from 0 (the agent's own) to %g (percent of one CPU)",
+			req.BudgetPercent, maxExpandBudget), s.log)
 		return
 	}
 	n, err := s.node(r)
@@ -380,10 +415,20 @@ func (s *Service) ExpandNode(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := changeContext(r.Context())
 	defer cancel()
 	if err := access.Audit(ctx, s.repo.pool, access.Entry{Action: "expand", ObjectKind: "node", ObjectID: n.Name,
-		New: map[string]any{"seconds": req.Seconds, "until": until.UTC()}}); err != nil {
+		New: map[string]any{"seconds": req.Seconds, "until": until.UTC(), "budget_percent": req.BudgetPercent}}); err != nil {
 		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
-	s.announce(ctx, change{Kind: "expand", Node: n.Name, Until: until.UnixNano()})
-	httpjson.Write(w, http.StatusAccepted, map[string]any{"node": n.Name, "until": until.UTC()})
+	s.announce(ctx, change{Kind: "expand", Node: n.Name, Until: until.UnixNano(), Budget: req.BudgetPercent})
+	// What the agent last said of its triggered sources: one detached over
+	// its budget shows here, not only in the agent's log.
+	triggered, err := store.Triggered(ctx, s.store, n.ID, time.Now())
+	if err != nil {
+		s.log.Warn("read the triggered sources' state for an expand", "node", n.Name, "err", err)
+	}
+	if triggered == nil {
+		triggered = []store.TriggeredState{}
+	}
+	httpjson.Write(w, http.StatusAccepted, map[string]any{"node": n.Name, "until": until.UTC(), "budget_percent": req.BudgetPercent,
+		"triggered": triggered})
 }

@@ -326,6 +326,8 @@ export interface components {
        */
       updated_at?: string;
       threshold: components["schemas"]["Threshold"] | null;
+      /** @description A status note on this node, when there is one: on a triggered source's child of agent/triggered detached by the agent, the agent's reason ("detached: over budget, 3.2% of a CPU vs 1% (this source 3.1%)"). */
+      note?: string;
       /** @description Rates: the total increase over the tree's window (window_s). */
       recent_count?: number;
       recent_state?: components["schemas"]["State"];
@@ -528,11 +530,26 @@ export interface components {
     };
     ExpandRequest: {
       seconds: number;
+      /** @description Raises the node's overhead budget (percent of one CPU for all the agent's BPF programs) while the expand lasts, so per-packet programs it attaches are not detached as over budget; 0 or absent keeps the agent's --overhead.budget. Audited with the expand. */
+      budget_percent?: number;
     };
     ExpandAccepted: {
       node: string;
       /** Format: date-time */
       until: string;
+      /** @description The budget asked for (0: the agent's own). */
+      budget_percent: number;
+      /** @description What the node's agent last said of each triggered source (its newest agent/triggered event of the last day): a source detached over its budget says so here. */
+      triggered: components["schemas"]["TriggeredState"][];
+    };
+    TriggeredState: {
+      /** @description The source's child of agent/triggered, e.g. agent/triggered/latency_rx. */
+      metric: string;
+      attached: boolean;
+      /** @description The action and its reason, e.g. "detached: over budget, 3.2% of a CPU vs 1% (this source 3.1%)". */
+      note: string;
+      /** Format: date-time */
+      at: string;
     };
     /** @description When to page. A node rule watches each node on its own; a group rule counts the nodes matching selector (per group_by) at or above state. */
     Rule: {

@@ -31,20 +31,20 @@ type latencyrxNbsRxFifo struct {
 }
 
 type latencyrxNbsRxSlot struct {
-	_         structs.HostLayout
-	Head      uint64
-	ArrivedNs uint64
-	QueuedNs  uint64
-	Epoch     uint32
-	Proto     uint32
+	_        structs.HostLayout
+	Tstamp   uint64
+	QueuedNs uint64
+	EndSeq   uint32
+	Epoch    uint32
+	Pad      uint64
 }
 
 type latencyrxNbsRxStats struct {
 	_           structs.HostLayout
-	Arrived     uint64
-	Stack       [2]uint64
-	Read        [2]uint64
-	Unmatched   uint64
+	Runs        [4]uint64
+	Sampled     [2]uint64
+	Unstamped   uint64
+	Overwritten uint64
 	UdpUnpaired uint64
 }
 
@@ -52,17 +52,19 @@ type latencyrxNbsRxStats struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	latencyrxMapRxFifo       = "rx_fifo"
-	latencyrxMapRxHist       = "rx_hist"
-	latencyrxMapRxSlots      = "rx_slots"
-	latencyrxMapRxStats      = "rx_stats"
-	latencyrxProgNbsRxArrive = "nbs_rx_arrive"
-	latencyrxProgNbsRxCopy   = "nbs_rx_copy"
-	latencyrxProgNbsRxReady  = "nbs_rx_ready"
-	latencyrxProgNbsRxRecv   = "nbs_rx_recv"
-	latencyrxProgNbsRxTcp    = "nbs_rx_tcp"
-	latencyrxVarEpoch        = "epoch"
-	latencyrxVarTargetNetns  = "target_netns"
+	latencyrxMapRxFifo         = "rx_fifo"
+	latencyrxMapRxHist         = "rx_hist"
+	latencyrxMapRxSlots        = "rx_slots"
+	latencyrxMapRxStats        = "rx_stats"
+	latencyrxProgNbsRxCopy     = "nbs_rx_copy"
+	latencyrxProgNbsRxReady    = "nbs_rx_ready"
+	latencyrxProgNbsRxRecv     = "nbs_rx_recv"
+	latencyrxProgNbsRxTcp      = "nbs_rx_tcp"
+	latencyrxVarEpoch          = "epoch"
+	latencyrxVarReadSampleMask = "read_sample_mask"
+	latencyrxVarReadSampleSalt = "read_sample_salt"
+	latencyrxVarTaiOffsetNs    = "tai_offset_ns"
+	latencyrxVarTargetNetns    = "target_netns"
 )
 
 // loadLatencyrx returns the embedded CollectionSpec for latencyrx.
@@ -107,11 +109,10 @@ type latencyrxSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyrxProgramSpecs struct {
-	NbsRxArrive *ebpf.ProgramSpec `ebpf:"nbs_rx_arrive"`
-	NbsRxCopy   *ebpf.ProgramSpec `ebpf:"nbs_rx_copy"`
-	NbsRxReady  *ebpf.ProgramSpec `ebpf:"nbs_rx_ready"`
-	NbsRxRecv   *ebpf.ProgramSpec `ebpf:"nbs_rx_recv"`
-	NbsRxTcp    *ebpf.ProgramSpec `ebpf:"nbs_rx_tcp"`
+	NbsRxCopy  *ebpf.ProgramSpec `ebpf:"nbs_rx_copy"`
+	NbsRxReady *ebpf.ProgramSpec `ebpf:"nbs_rx_ready"`
+	NbsRxRecv  *ebpf.ProgramSpec `ebpf:"nbs_rx_recv"`
+	NbsRxTcp   *ebpf.ProgramSpec `ebpf:"nbs_rx_tcp"`
 }
 
 // latencyrxMapSpecs contains maps before they are loaded into the kernel.
@@ -128,8 +129,11 @@ type latencyrxMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyrxVariableSpecs struct {
-	Epoch       *ebpf.VariableSpec `ebpf:"epoch"`
-	TargetNetns *ebpf.VariableSpec `ebpf:"target_netns"`
+	Epoch          *ebpf.VariableSpec `ebpf:"epoch"`
+	ReadSampleMask *ebpf.VariableSpec `ebpf:"read_sample_mask"`
+	ReadSampleSalt *ebpf.VariableSpec `ebpf:"read_sample_salt"`
+	TaiOffsetNs    *ebpf.VariableSpec `ebpf:"tai_offset_ns"`
+	TargetNetns    *ebpf.VariableSpec `ebpf:"target_netns"`
 }
 
 // latencyrxObjects contains all objects after they have been loaded into the kernel.
@@ -171,24 +175,25 @@ func (m *latencyrxMaps) Close() error {
 //
 // It can be passed to loadLatencyrxObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyrxVariables struct {
-	Epoch       *ebpf.Variable `ebpf:"epoch"`
-	TargetNetns *ebpf.Variable `ebpf:"target_netns"`
+	Epoch          *ebpf.Variable `ebpf:"epoch"`
+	ReadSampleMask *ebpf.Variable `ebpf:"read_sample_mask"`
+	ReadSampleSalt *ebpf.Variable `ebpf:"read_sample_salt"`
+	TaiOffsetNs    *ebpf.Variable `ebpf:"tai_offset_ns"`
+	TargetNetns    *ebpf.Variable `ebpf:"target_netns"`
 }
 
 // latencyrxPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadLatencyrxObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyrxPrograms struct {
-	NbsRxArrive *ebpf.Program `ebpf:"nbs_rx_arrive"`
-	NbsRxCopy   *ebpf.Program `ebpf:"nbs_rx_copy"`
-	NbsRxReady  *ebpf.Program `ebpf:"nbs_rx_ready"`
-	NbsRxRecv   *ebpf.Program `ebpf:"nbs_rx_recv"`
-	NbsRxTcp    *ebpf.Program `ebpf:"nbs_rx_tcp"`
+	NbsRxCopy  *ebpf.Program `ebpf:"nbs_rx_copy"`
+	NbsRxReady *ebpf.Program `ebpf:"nbs_rx_ready"`
+	NbsRxRecv  *ebpf.Program `ebpf:"nbs_rx_recv"`
+	NbsRxTcp   *ebpf.Program `ebpf:"nbs_rx_tcp"`
 }
 
 func (p *latencyrxPrograms) Close() error {
 	return _LatencyrxClose(
-		p.NbsRxArrive,
 		p.NbsRxCopy,
 		p.NbsRxReady,
 		p.NbsRxRecv,

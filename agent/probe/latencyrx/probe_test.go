@@ -17,11 +17,16 @@ import (
 )
 
 // attached builds a lab and attaches a probe restricted to its namespace
-// B, where the tests' readers are.
+// B, where the tests' readers are, timing every read (no sample) so counts
+// compare exactly with the readers'.
 func attached(t *testing.T) (*netlab.Lab, *Probe) {
+	return attachedSampling(t, 1)
+}
+
+func attachedSampling(t *testing.T, sample int) (*netlab.Lab, *Probe) {
 	t.Helper()
 	lab := netlab.New(t)
-	p, err := Load(Options{NetnsInode: lab.Inode(t, lab.B)})
+	p, err := Load(Options{NetnsInode: lab.Inode(t, lab.B), ReadSample: sample})
 	if err != nil {
 		netlab.SkipOrFail(t, "latencyrx: %v", err)
 	}
@@ -390,5 +395,109 @@ func TestUDPPairingByPosition(t *testing.T) {
 				t.Errorf("timed %d to the socket, %d reads, %d unpaired; want %d, %d, %d", stack, read, unpaired, c.stack, c.read, c.unpaired)
 			}
 		})
+	}
+}
+
+// With a read sample (the agent's default), every packet is still timed to
+// its socket, while queue times are kept, and reads timed, for 1 in N TCP
+// segments (by their stamp) and for every datagram of 1 in N UDP sockets
+// (by inode): each kept queue time is read exactly once, and the sampled
+// reads still show the reader's delay.
+func TestReadSample(t *testing.T) {
+	const (
+		messages  = 240
+		sockets   = 256
+		readDelay = 2 * time.Millisecond
+	)
+	lab, p := attachedSampling(t, DefaultReadSample)
+	if p.ReadSample() != DefaultReadSample {
+		t.Fatalf("read sample %d, want %d", p.ReadSample(), DefaultReadSample)
+	}
+	// Between 1/8 and 4 times the expected share, so a sample that kept everything or
+	// nothing fails (binomial: far outside either bound by chance).
+	inSample := func(what string, kept, of uint64) {
+		t.Helper()
+		lo, hi := of/DefaultReadSample/8, 4*of/DefaultReadSample
+		if kept < max(lo, 1) || kept > hi {
+			t.Errorf("%s: %d of %d kept, want about 1 in %d: [%d, %d]", what, kept, of, DefaultReadSample, max(lo, 1), hi)
+		}
+	}
+
+	dst := netip.AddrPortFrom(lab.IPB, 9103)
+	ln := socketIn(t, lab, lab.B, unix.SOCK_STREAM, dst)
+	if err := unix.Listen(ln, 1); err != nil {
+		t.Fatal(err)
+	}
+	c := socketIn(t, lab, lab.A, unix.SOCK_STREAM, netip.AddrPort{})
+	if err := unix.SetsockoptInt(c, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Connect(c, sockaddr(dst)); err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	srv, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC)
+	if err != nil {
+		t.Fatalf("accept: %v", err)
+	}
+	t.Cleanup(func() { unix.Close(srv) })
+	s0 := snap(t, p)
+	msg, buf := make([]byte, 100), make([]byte, 100)
+	for i := range messages {
+		if _, err := unix.Write(c, msg); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		time.Sleep(readDelay)
+		for got := 0; got < len(buf); {
+			m, err := unix.Read(srv, buf[got:])
+			if err != nil || m == 0 {
+				t.Fatalf("read %d: %d, %v", i, m, err)
+			}
+			got += m
+		}
+	}
+	s1 := snap(t, p)
+	stack, read := since(s0, s1, TCP, Stack), since(s0, s1, TCP, Read)
+	kept := s1.st.Sampled[TCP] - s0.st.Sampled[TCP]
+	t.Logf("tcp: %d segments timed to the socket, %d queue times kept, %d reads timed (p50 %.2f ms)",
+		stack.Count, kept, read.Count, read.Quantile(0.5)/1e6)
+	if stack.Count != messages {
+		t.Errorf("timed %d segments to the socket, want every one of the %d", stack.Count, messages)
+	}
+	inSample("tcp segments", kept, messages)
+	if read.Count != kept || since(s0, s1, TCP, Total).Count != kept {
+		t.Errorf("%d reads and %d totals timed, want one for each of the %d kept", read.Count, since(s0, s1, TCP, Total).Count, kept)
+	}
+	if read.Count > 0 {
+		slowReader(t, stack, read, readDelay)
+	}
+
+	// UDP: one datagram to each of many sockets.
+	tx := socketIn(t, lab, lab.A, unix.SOCK_DGRAM, netip.AddrPort{})
+	rxs := make([]int, sockets)
+	for i := range rxs {
+		rxs[i] = socketIn(t, lab, lab.B, unix.SOCK_DGRAM, netip.AddrPortFrom(lab.IPB, uint16(9200+i)))
+		tv := unix.Timeval{Sec: 3}
+		if err := unix.SetsockoptTimeval(rxs[i], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, rx := range rxs {
+		if err := unix.Sendto(tx, []byte("sampled?"), 0, sockaddr(netip.AddrPortFrom(lab.IPB, uint16(9200+i)))); err != nil {
+			t.Fatalf("sendto %d: %v", i, err)
+		}
+		if _, _, err := unix.Recvfrom(rx, buf, 0); err != nil {
+			t.Fatalf("recvfrom %d: %v", i, err)
+		}
+	}
+	s2 := snap(t, p)
+	ustack, uread := since(s1, s2, UDP, Stack), since(s1, s2, UDP, Read)
+	ukept := s2.st.Sampled[UDP] - s1.st.Sampled[UDP]
+	t.Logf("udp: %d datagrams timed to the socket, %d queue times kept, %d reads timed", ustack.Count, ukept, uread.Count)
+	if ustack.Count != sockets {
+		t.Errorf("timed %d datagrams to their socket, want every one of the %d", ustack.Count, sockets)
+	}
+	inSample("udp sockets", ukept, sockets)
+	if uread.Count != ukept {
+		t.Errorf("%d reads timed, want one for each of the %d kept", uread.Count, ukept)
 	}
 }

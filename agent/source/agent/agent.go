@@ -91,11 +91,41 @@ type Source struct {
 	ids       map[*ebpf.Program]string
 	taken     map[string]bool
 	prev      map[*ebpf.Program]ebpf.ProgramStats // at the last Collect, or when the window opened
+	prevOwn   map[*ebpf.Program]uint64            // runs in scope (source.Scoped), as prev
 	lastAt    time.Time
-	total     float64                   // fraction of a CPU, last interval
-	cost      map[source.Source]float64 // per source, last interval
+	total     float64                   // fraction of a CPU charged to the budget, last interval
+	cost      map[source.Source]float64 // per source, its own work, last interval
 	events    []*nbsv1.Event
 	adaptErrs map[string]string
+	// expandBudget is the budget (percent) an operator's expand raised, in
+	// force while the expand lasts; 0 for none.
+	expandBudget float64
+}
+
+// MaxExpandBudgetPercent bounds the budget an operator's expand may raise
+// to (percent of one CPU); the collector refuses more, and the agent caps
+// what it is sent.
+const MaxExpandBudgetPercent = 25.0
+
+// SetExpandBudget sets the budget (percent of one CPU) that holds while an
+// operator's expand lasts, when it is above --overhead.budget; 0 clears it.
+// Values beyond MaxExpandBudgetPercent are capped, negative or NaN ones
+// ignored.
+func (s *Source) SetExpandBudget(percent float64) {
+	if !(percent > 0) {
+		percent = 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expandBudget = min(percent, MaxExpandBudgetPercent)
+}
+
+// budget is the budget in force at now (percent), under s.mu.
+func (s *Source) budget(now, expandUntil time.Time) float64 {
+	if now.Before(expandUntil) && s.expandBudget > s.opts.BudgetPercent {
+		return s.expandBudget
+	}
+	return s.opts.BudgetPercent
 }
 
 // New turns on the kernel's BPF run-time statistics, for the agent's
@@ -126,7 +156,7 @@ func New(opts Options) *Source {
 	s := &Source{opts: opts, log: opts.Logger, names: map[source.Adaptive]string{},
 		ctl: Controller{Budget: opts.BudgetPercent / 100, Hold: opts.Hold, MaxOn: opts.MaxOn},
 		ids: map[*ebpf.Program]string{}, taken: map[string]bool{}, prev: map[*ebpf.Program]ebpf.ProgramStats{},
-		cost: map[source.Source]float64{}, adaptErrs: map[string]string{}}
+		prevOwn: map[*ebpf.Program]uint64{}, cost: map[source.Source]float64{}, adaptErrs: map[string]string{}}
 	for _, src := range opts.Sources {
 		// A triggered source this kernel cannot run has no programs: there
 		// is nothing to attach.
@@ -271,7 +301,8 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	}
 	sort.Slice(progs, func(i, j int) bool { return progs[i].id < progs[j].id })
 	s.progs = progs
-	var total, runs float64
+	own := s.runsInScope(progs)
+	var total, charged, runs float64
 	cost := map[source.Source]float64{}
 	for _, p := range progs {
 		if !measured {
@@ -302,7 +333,19 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 		}
 		total += frac
 		runs += perSec
-		cost[p.src] += frac
+		// A namespace-restricted program is charged the share of its runs
+		// that were in scope: runs for other namespaces leave after one
+		// compare, and are the host's traffic, not this source's work.
+		share := frac
+		if n, ok := own[p.prog]; ok {
+			dOwn := n - min(s.prevOwn[p.prog], n)
+			s.prevOwn[p.prog] = n
+			if dRuns > 0 && dOwn < dRuns {
+				share = frac * float64(dOwn) / float64(dRuns)
+			}
+		}
+		charged += share
+		cost[p.src] += share
 		ms := catalog.AgentProgram(p.id)
 		r.Metrics = append(r.Metrics, ms...)
 		r.Gauges[ms[0].ID] = 100 * frac
@@ -310,7 +353,7 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 		r.Gauges[ms[2].ID] = perSec
 	}
 	if measured {
-		s.total, s.cost = total, cost
+		s.total, s.cost = charged, cost
 		r.Gauges[catalog.Agent] = 100 * total
 		r.Gauges[catalog.AgentBPF] = runs
 	}
@@ -329,6 +372,39 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	r.Gauges[catalog.AgentTriggered] = float64(attached)
 	r.Events, s.events = s.events, nil
 	return r, nil
+}
+
+// runsInScope reads the runs in scope of the programs whose sources count
+// them (source.Scoped), by program.
+func (s *Source) runsInScope(progs []program) map[*ebpf.Program]uint64 {
+	out := map[*ebpf.Program]uint64{}
+	bySource := map[source.Source]map[string]uint64{}
+	for _, src := range s.opts.Sources {
+		sc, ok := src.(source.Scoped)
+		if !ok {
+			continue
+		}
+		m, err := sc.RunsInScope()
+		if err != nil {
+			s.log.Debug("runs in scope unavailable; the source is charged every run", "source", src.Name(), "err", err)
+			continue
+		}
+		bySource[src] = m
+	}
+	for _, p := range progs {
+		m := bySource[p.src]
+		if m == nil {
+			continue
+		}
+		for key, prog := range p.src.(source.Programs).Programs() {
+			if prog == p.prog {
+				if n, ok := m[key]; ok {
+					out[p.prog] = n
+				}
+			}
+		}
+	}
+	return out
 }
 
 // shutWindow turns the statistics off after a Collect (under s.mu) and
@@ -364,6 +440,9 @@ func (s *Source) openWindow() {
 			s.prev[p.prog] = *st
 		}
 	}
+	for p, n := range s.runsInScope(s.progs) {
+		s.prevOwn[p] = n
+	}
 	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
 		s.log.Warn("turn BPF run-time statistics on; this interval's program figures are missing", "err", err)
@@ -372,8 +451,9 @@ func (s *Source) openWindow() {
 	s.statsOn, s.opened = c, time.Now()
 }
 
-// Usage returns the fraction of a CPU all measured programs used over the
-// last interval, and each source's share.
+// Usage returns the fraction of a CPU charged to the budget over the last
+// interval (every program's runs, but only the in-scope runs of a
+// namespace-restricted one, source.Scoped), and each source's share.
 func (s *Source) Usage() (total float64, bySource map[source.Source]float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -392,12 +472,20 @@ func (s *Source) Adapt(ctx context.Context, now time.Time, res tree.Result, expa
 		return
 	}
 	total, cost := s.Usage()
+	s.mu.Lock()
+	budget := s.budget(now, expandUntil)
+	s.mu.Unlock()
+	s.ctl.Budget = budget / 100
 	byName := map[string]source.Adaptive{}
 	in := make([]Input, 0, len(s.adaptive))
 	for _, a := range s.adaptive {
 		name := s.names[a]
 		byName[name] = a
-		in = append(in, Input{Name: name, Trouble: s.trouble(res, a), On: a.Active(), Cost: cost[a]})
+		always := false
+		if st, ok := a.(source.Standing); ok {
+			always = st.AlwaysOn()
+		}
+		in = append(in, Input{Name: name, Trouble: s.trouble(res, a), On: a.Active(), Cost: cost[a], Always: always})
 	}
 	for _, d := range s.ctl.Step(now, expandUntil, total, in) {
 		a := byName[d.Name]
@@ -420,7 +508,7 @@ func (s *Source) Adapt(ctx context.Context, now time.Time, res tree.Result, expa
 		}
 		fields := map[string]string{"action": action, "reason": d.Reason, "branch": a.Branch(),
 			"bpf_cpu_percent": strconv.FormatFloat(100*total, 'f', 4, 64),
-			"budget_percent":  strconv.FormatFloat(s.opts.BudgetPercent, 'f', 4, 64)}
+			"budget_percent":  strconv.FormatFloat(budget, 'f', 4, 64)}
 		if err != nil {
 			fields["error"] = err.Error()
 		}

@@ -102,7 +102,7 @@ func TestBudgetDetachesTriggeredPrograms(t *testing.T) {
 		reasons = append(reasons, e.GetFields()["action"]+": "+e.GetFields()["reason"])
 	}
 	if len(reasons) != 2 || !strings.HasPrefix(reasons[0], "attached: an operator expanded") ||
-		!strings.HasPrefix(reasons[1], "detached: over the overhead budget") {
+		!strings.HasPrefix(reasons[1], "detached: over budget, ") {
 		t.Errorf("events %q", reasons)
 	}
 	if r.Gauges[catalog.AgentTriggered+"/latency_qdisc"] != 0 {
@@ -113,6 +113,42 @@ func TestBudgetDetachesTriggeredPrograms(t *testing.T) {
 	lab.Exec(t, lab.A, "ping", "-c", "20", "-i", "0.002", "-q", lab.IPB.String())
 	if after := collect(t, s).Gauges; after[prog+"/runs_per_sec"] != 0 {
 		t.Errorf("detached net_dev_queue ran %.0f times/s (before: %.0f)", after[prog+"/runs_per_sec"], before[prog+"/runs_per_sec"])
+	}
+}
+
+// An operator's expand may raise the budget for its duration: the qdisc
+// programs that a 1e-6% budget detaches stay attached under the expand's
+// 25% (the cap, whatever the collector sends), and the budget in force is
+// the node's own again once the expand ends.
+func TestExpandRaisesBudget(t *testing.T) {
+	lab := netlab.New(t)
+	qd := openQdisc(t, lab)
+	s := newSelf(t, Options{Sources: []source.Source{qd}, BudgetPercent: 1e-6, Hold: time.Second, MaxOn: time.Hour})
+	s.SetExpandBudget(1000)
+	ctx := context.Background()
+	now := expandQdisc(t, s, qd)
+	until := now.Add(time.Minute)
+	lab.Exec(t, lab.A, "ping", "-c", "200", "-i", "0.002", "-q", lab.IPB.String())
+	r := collect(t, s)
+	if r.Gauges[catalog.Agent] <= 1e-6 {
+		t.Fatalf("BPF used %g%% of a CPU: not over the node's budget, nothing to test", r.Gauges[catalog.Agent])
+	}
+	s.Adapt(ctx, time.Now(), result(nil), until)
+	if !qd.Active() {
+		t.Fatal("detached although the expand raised the budget")
+	}
+	if b := s.budget(time.Now(), until); b != MaxExpandBudgetPercent {
+		t.Errorf("budget during the expand %g%%, want the cap %g%%", b, MaxExpandBudgetPercent)
+	}
+	if b := s.budget(until, until); b != 1e-6 {
+		t.Errorf("budget once the expand ended %g%%, want the node's 1e-6%%", b)
+	}
+	var events []string
+	for _, e := range r.Events {
+		events = append(events, e.GetFields()["action"]+" budget "+e.GetFields()["budget_percent"])
+	}
+	if len(events) != 1 || events[0] != "attached budget 25.0000" {
+		t.Errorf("events %q, want the attach under the expand's budget", events)
 	}
 }
 

@@ -33,7 +33,10 @@ type Input struct {
 	// is CRIT"); empty when nothing does.
 	Trouble string
 	On      bool    // attached now
-	Cost    float64 // fraction of a CPU its programs used over the interval
+	Cost    float64 // fraction of a CPU its programs used over the interval, its own work only
+	// Always wants the source attached whenever the budget allows
+	// (source.Standing), with no trouble, expand or MaxOn.
+	Always bool
 }
 
 // Decision changes one source's attachment.
@@ -74,6 +77,8 @@ func (c *Controller) Step(now, expandUntil time.Time, total float64, in []Input)
 		}
 		cd := &cand{Input: x, it: it}
 		switch {
+		case x.Always:
+			cd.reason = "always on"
 		case x.Trouble != "":
 			if t := now.Add(c.Hold); t.After(it.until) {
 				it.until = t
@@ -87,11 +92,11 @@ func (c *Controller) Step(now, expandUntil time.Time, total float64, in []Input)
 		if now.Before(expandUntil) && expandUntil.After(it.until) {
 			it.until = expandUntil
 		}
-		cd.want = now.Before(it.until)
+		cd.want = x.Always || now.Before(it.until)
 		if cd.want && now.Before(it.restUntil) {
 			cd.want, cd.reason = false, fmt.Sprintf("resting until %s after %s", it.restUntil.Format(time.TimeOnly), cd.reason)
 		}
-		if cd.want && x.On && !it.since.IsZero() && now.Sub(it.since) >= c.MaxOn {
+		if cd.want && !x.Always && x.On && !it.since.IsZero() && now.Sub(it.since) >= c.MaxOn {
 			cd.want, cd.reason = false, fmt.Sprintf("attached for --triggered.max %s; resting for %s", c.MaxOn, c.Hold)
 			it.restUntil = now.Add(c.Hold)
 		}
@@ -107,8 +112,7 @@ func (c *Controller) Step(now, expandUntil time.Time, total float64, in []Input)
 	for _, cd := range cands {
 		if cd.On && cd.want && base+kept > c.Budget {
 			cd.want = false
-			cd.reason = fmt.Sprintf("over the overhead budget: BPF used %.3g%% of a CPU, this source %.3g%%, budget %.3g%%",
-				100*(base+kept), 100*cd.Cost, 100*c.Budget)
+			cd.reason = OverBudget(base+kept, cd.Cost, c.Budget)
 			cd.it.restUntil = now.Add(c.Hold)
 		}
 		if cd.On && !cd.want {
@@ -120,8 +124,8 @@ func (c *Controller) Step(now, expandUntil time.Time, total float64, in []Input)
 	for _, cd := range cands {
 		if !cd.On && cd.want && base+kept+cd.it.cost > c.Budget {
 			cd.want = false
-			cd.reason = fmt.Sprintf("would exceed the overhead budget: BPF uses %.3g%% of a CPU, this source cost %.3g%% when last attached, budget %.3g%%",
-				100*(base+kept), 100*cd.it.cost, 100*c.Budget)
+			cd.reason = fmt.Sprintf("would be over budget, %.2g%% of a CPU with this source's %.2g%% when last attached vs %.3g%%",
+				100*(base+kept+cd.it.cost), 100*cd.it.cost, 100*c.Budget)
 		}
 		if !cd.On && cd.want {
 			kept += cd.it.cost
@@ -140,4 +144,12 @@ func (c *Controller) Step(now, expandUntil time.Time, total float64, in []Input)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// OverBudget is the reason a source is detached over the budget, as the
+// node's tree and the expand API show it after "detached: ": the agent's
+// BPF total (fractions of a CPU) against the budget, and the source's own
+// share.
+func OverBudget(total, source, budget float64) string {
+	return fmt.Sprintf("over budget, %.2g%% of a CPU vs %.3g%% (this source %.2g%%)", 100*total, 100*budget, 100*source)
 }

@@ -110,7 +110,7 @@ func TestBudget(t *testing.T) {
 		t.Fatalf("not attached: %+v", s.on)
 	}
 	ds := s.step(time.Time{}, 0.001, trouble, cost, "q", "f") // 0.011 > 0.01
-	if len(ds) != 1 || ds[0].Name != "q" || ds[0].On || !strings.Contains(ds[0].Reason, "over the overhead budget") {
+	if len(ds) != 1 || ds[0].Name != "q" || ds[0].On || !strings.Contains(ds[0].Reason, "over budget, ") {
 		t.Fatalf("shed: %+v", ds)
 	}
 	if !s.on["f"] {
@@ -142,5 +142,55 @@ func TestBudget(t *testing.T) {
 	}
 	if !s.on["f"] && !s.on["q"] {
 		t.Fatalf("nothing came back after the load fell: %+v", s.on)
+	}
+}
+
+// An always-on source is attached with no trouble or expand and stays past
+// MaxOn; over the budget it is detached, saying by how much, rests for
+// Hold, and is attached again once its last cost fits.
+func TestAlwaysOn(t *testing.T) {
+	c := &Controller{Budget: 0.01, Hold: 30 * time.Second, MaxOn: time.Minute}
+	now := time.Unix(1_000_000, 0)
+	on := false
+	step := func(base, cost float64) []Decision {
+		now = now.Add(10 * time.Second)
+		in := []Input{{Name: "rx", On: on, Always: true}}
+		total := base
+		if on {
+			in[0].Cost = cost
+			total += cost
+		}
+		ds := c.Step(now, time.Time{}, total, in)
+		for _, d := range ds {
+			on = d.On
+		}
+		return ds
+	}
+	if ds := step(0.001, 0.002); len(ds) != 1 || !ds[0].On || ds[0].Reason != "always on" {
+		t.Fatalf("not attached: %+v", ds)
+	}
+	for i := range 12 { // two minutes, twice MaxOn
+		if ds := step(0.001, 0.002); len(ds) != 0 {
+			t.Fatalf("interval %d: %+v", i, ds)
+		}
+	}
+	ds := step(0.001, 0.031)
+	if len(ds) != 1 || ds[0].On || ds[0].Reason != "over budget, 3.2% of a CPU vs 1% (this source 3.1%)" {
+		t.Fatalf("over budget: %+v", ds)
+	}
+	// Resting for Hold (30 s), then its last cost still does not fit.
+	for i := range 3 {
+		if ds := step(0.001, 0); len(ds) != 0 {
+			t.Fatalf("resting, interval %d: %+v", i, ds)
+		}
+	}
+	if ds := step(0.001, 0); len(ds) != 0 || on {
+		t.Fatalf("attached although its last cost does not fit: %+v", ds)
+	}
+	// The rest of the node's programs get cheaper and the budget is
+	// raised: its cost fits again.
+	c.Budget = 0.05
+	if ds := step(0.001, 0.031); len(ds) != 1 || !ds[0].On {
+		t.Fatalf("not attached again: %+v", ds)
 	}
 }

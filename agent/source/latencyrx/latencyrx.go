@@ -1,9 +1,12 @@
 // Package latencyrx is the latency/rx branch: receive-stack latency, from a
-// packet's arrival to its socket's receive queue and from there to the
-// application's read, per protocol, from per-packet BPF programs the agent
-// attaches only while the latency branch is in trouble or an operator is
-// looking (source.Adaptive): they cost 100–500 ns per received packet
-// (BENCHMARKS.md), above what an always-on program may.
+// packet's kernel RX timestamp to its socket's receive queue and from there
+// to the application's read, per protocol. Its programs cost about what
+// netstacklat's do (27–123 ns a run where a packet reaches a socket or is
+// read; the queue-to-read times a 1 in 16 sample; BENCHMARKS.md), so they
+// are attached always by default, within the
+// overhead budget like every Adaptive source (source.Standing); with
+// Options.Triggered they are attached only while the latency branch is in
+// trouble or an operator is looking.
 package latencyrx
 
 import (
@@ -23,6 +26,12 @@ const capName = "bpf.latency.rx"
 // Options configure Open.
 type Options struct {
 	source.Env
+	// Triggered attaches the programs only while triggered or expanded
+	// (--latency.rx.always=false); by default they are always attached.
+	Triggered bool
+	// ReadSample is the probe's 1-in-N read sample (probe.Options); 0 is
+	// probe.DefaultReadSample.
+	ReadSample int
 }
 
 // Source reads the receive latency histograms while attached.
@@ -50,15 +59,33 @@ var parents = [probe.Kinds]string{
 // never measures and says why.
 func Open(_ context.Context, opts Options) (*Source, error) {
 	s := &Source{}
+	name := "latency/rx (bpf, always on)"
+	if opts.Triggered {
+		name = "latency/rx (bpf, triggered)"
+	}
 	s.Triggered = source.NewTriggered(opts.Env, source.TriggeredSpec[*probe.Probe, probe.Stats]{
-		Name: "latency/rx (bpf, triggered)", Capability: capName, Trigger: catalog.Latency, Branch: catalog.LatencyRX,
-		What: "receive latency",
+		Name: name, Capability: capName, Trigger: catalog.Latency, Branch: catalog.LatencyRX,
+		What: "receive latency", AlwaysOn: !opts.Triggered, Runs: runs,
 		Load: func(netnsInode uint32, log *slog.Logger) (*probe.Probe, error) {
-			return probe.Load(probe.Options{NetnsInode: netnsInode, Logger: log, BTF: opts.BTF})
+			return probe.Load(probe.Options{NetnsInode: netnsInode, Logger: log, BTF: opts.BTF, ReadSample: opts.ReadSample})
 		},
 		Attached: s.attached,
 	})
 	return s, nil
+}
+
+// runs are the programs' runs in scope by attach point, the keys of
+// Programs; nil when every run is in scope (no --netns), so the agent
+// charges the kernel's count.
+func runs(st probe.Stats) map[string]uint64 {
+	if !st.Scoped {
+		return nil
+	}
+	m := make(map[string]uint64, len(probe.Hooks))
+	for i, h := range probe.Hooks {
+		m[h] = st.Runs[i]
+	}
+	return m
 }
 
 // attached counts from the attachment: what the maps held before is

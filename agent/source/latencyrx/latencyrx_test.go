@@ -16,10 +16,10 @@ import (
 )
 
 // open opens the source, closed with the test, and returns its one
-// capability.
+// capability. It times every read (no sample), so counts compare exactly.
 func open(t *testing.T, env source.Env) (*Source, *nbsv1.Capability) {
 	t.Helper()
-	s, err := Open(context.Background(), Options{Env: env})
+	s, err := Open(context.Background(), Options{Env: env, ReadSample: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

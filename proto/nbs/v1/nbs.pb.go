@@ -1386,6 +1386,10 @@ type Config struct {
 	PingTargets []string `protobuf:"bytes,4,rep,name=ping_targets,json=pingTargets,proto3" json:"ping_targets,omitempty"`
 	// When in the future, stream the full tree until then (Unix nanoseconds).
 	ExpandUntilUnixNano int64 `protobuf:"varint,5,opt,name=expand_until_unix_nano,json=expandUntilUnixNano,proto3" json:"expand_until_unix_nano,omitempty"`
+	// While expanded: the overhead budget (percent of one CPU for all the
+	// agent's BPF programs) the operator raised for the expand; 0 keeps the
+	// agent's --overhead.budget. The agent uses the larger of the two.
+	ExpandBudgetPercent float64 `protobuf:"fixed64,6,opt,name=expand_budget_percent,json=expandBudgetPercent,proto3" json:"expand_budget_percent,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -1451,6 +1455,13 @@ func (x *Config) GetPingTargets() []string {
 func (x *Config) GetExpandUntilUnixNano() int64 {
 	if x != nil {
 		return x.ExpandUntilUnixNano
+	}
+	return 0
+}
+
+func (x *Config) GetExpandBudgetPercent() float64 {
+	if x != nil {
+		return x.ExpandBudgetPercent
 	}
 	return 0
 }
@@ -1553,7 +1564,7 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"<\n" +
 	"\x06Reject\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xbd\x02\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xf1\x02\n" +
 	"\x06Config\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12>\n" +
 	"\n" +
@@ -1561,7 +1572,8 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"thresholds\x12/\n" +
 	"\x13disabled_thresholds\x18\x03 \x03(\tR\x12disabledThresholds\x12!\n" +
 	"\fping_targets\x18\x04 \x03(\tR\vpingTargets\x123\n" +
-	"\x16expand_until_unix_nano\x18\x05 \x01(\x03R\x13expandUntilUnixNano\x1aP\n" +
+	"\x16expand_until_unix_nano\x18\x05 \x01(\x03R\x13expandUntilUnixNano\x122\n" +
+	"\x15expand_budget_percent\x18\x06 \x01(\x01R\x13expandBudgetPercent\x1aP\n" +
 	"\x0fThresholdsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12'\n" +
 	"\x05value\x18\x02 \x01(\v2\x11.nbs.v1.ThresholdR\x05value:\x028\x01*q\n" +

@@ -96,6 +96,14 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
     return () => window.removeEventListener('nbs:live-error', on);
   }, []);
   useEffect(() => setLiveErr(''), [live]);
+  // Triggered sources the agent detached (over budget), as the expand answered.
+  const [detached, setDetached] = useState<string[]>([]);
+  useEffect(() => {
+    const on = (e: Event) => setDetached((e as CustomEvent<string[]>).detail);
+    window.addEventListener('nbs:live-detached', on);
+    return () => window.removeEventListener('nbs:live-detached', on);
+  }, []);
+  useEffect(() => setDetached([]), [live]);
 
   const [visible, setVisible] = useState<string[]>([]);
   const sparks = useSparks(node, visible, range, intervalMs ?? 10_000);
@@ -134,6 +142,11 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
           tree.refresh();
         }}
       />
+      {live && detached.length > 0 && (
+        <p class="muted small live-detached" role="status">
+          {detached.join('; ')}
+        </p>
+      )}
       <div class="toolbar">
         <TimeRangePicker range={range} onChange={setRange} />
         <div class="toolbar-spacer" />
@@ -397,7 +410,13 @@ function useLiveExpand(node: string, live: boolean) {
     let stopped = false;
     const ask = () =>
       api.expand(node, LIVE_SECONDS).then(
-        () => window.dispatchEvent(new CustomEvent('nbs:live-error', { detail: '' })),
+        (res) => {
+          window.dispatchEvent(new CustomEvent('nbs:live-error', { detail: '' }));
+          const notes = (res.triggered ?? [])
+            .filter((t) => !t.attached)
+            .map((t) => `${t.metric.split('/').pop()} ${t.note}`);
+          window.dispatchEvent(new CustomEvent('nbs:live-detached', { detail: notes }));
+        },
         (err: ApiError) => {
           if (stopped) return;
           const msg = err.notFound && /route/i.test(err.message) ? 'this collector cannot expand nodes.' : err.message;

@@ -213,6 +213,34 @@ describe('what each role is shown', () => {
     expect(calls.filter((c) => c.method === 'DELETE' && c.url.pathname === '/api/v1/nodes/lab-b')).toHaveLength(1);
   });
 
+  it('says, while live, which triggered source the agent detached over its budget', async () => {
+    history.replaceState(null, '', `/nodes/lab-b?metric=${encodeURIComponent(metric)}&live=1`);
+    const note = 'detached: over budget, 3.2% of a CPU vs 1% (this source 3.1%)';
+    const calls = fakeApi({
+      'GET /api/v1/whoami': () => [200, whoami('operator')],
+      'GET /api/v1/nodes/lab-b': () => [200, node('lab-b', 'crit', { customer: 'acme' })],
+      'GET /api/v1/nodes/lab-b/tree': () => [200, { node: 'lab-b', roots: resetTree(), window_s: 60 }],
+      'GET /api/v1/nodes/lab-b/thresholds': () => [200, { thresholds: [{ metric, threshold: th, source: 'node', override_id: 4 }] }],
+      'GET /api/v1/thresholds': () => [200, { overrides: [] }],
+      'GET /api/v1/alerts': () => [200, { evaluator, alerts: [] }],
+      'POST /api/v1/nodes/lab-b/expand': () => [
+        202,
+        {
+          node: 'lab-b',
+          until: '2030-01-01T00:00:00Z',
+          budget_percent: 0,
+          triggered: [
+            { metric: 'agent/triggered/latency_qdisc', attached: true, note: 'attached: an operator expanded the node', at: '2030-01-01T00:00:00Z' },
+            { metric: 'agent/triggered/latency_rx', attached: false, note, at: '2030-01-01T00:00:00Z' },
+          ],
+        },
+      ],
+    });
+    const el = mount(<App />);
+    await waitFor(() => expect($(el, '.live-detached').textContent).toBe(`latency_rx ${note}`));
+    expect(calls.some((c) => c.method === 'POST' && c.url.pathname.endsWith('/expand'))).toBe(true);
+  });
+
   it('ignores live=1 in the URL for a role that may not expand', async () => {
     history.replaceState(null, '', `/nodes/lab-b?metric=${encodeURIComponent(metric)}&live=1`);
     const calls = nodeApi('viewer');
