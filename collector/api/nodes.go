@@ -312,12 +312,16 @@ func (a *API) GetTree(w http.ResponseWriter, r *http.Request) {
 	}
 	out := Tree{Node: n.Name, IntervalMS: n.IntervalMS, WindowS: int(window.Seconds()),
 		Roots: BuildTree(defs, l, thresholds, recent)}
-	triggered, err := store.Triggered(ctx, a.q, n.ID, a.now())
-	if err != nil {
-		httpjson.WriteError(w, r, err, a.log)
-		return
+	// What the agent says of its triggered sources is now; a past tree
+	// shows the values of its time only.
+	if !tt.Past {
+		triggered, err := store.Triggered(ctx, a.q, n.ID, a.now())
+		if err != nil {
+			httpjson.WriteError(w, r, err, a.log)
+			return
+		}
+		noteTriggered(out.Roots, triggered)
 	}
-	noteTriggered(out.Roots, triggered)
 	if ok {
 		t := l.Time.UTC()
 		out.Time = &t
