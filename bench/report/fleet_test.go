@@ -252,6 +252,9 @@ func benchFleet(b *testing.B, n int, busy bool) {
 	if err := st.Pool().QueryRow(ctx, `SELECT array_agg(id) FROM metric_paths WHERE path NOT LIKE 'sock/%'`).Scan(&shown); err != nil {
 		b.Fatal(err)
 	}
+	if os.Getenv("NBS_REPORT_EXPLAIN") != "" {
+		explain(b, st, ids, shown, from, end)
+	}
 	var size, rows int
 	b.ResetTimer()
 	jsonP50 := timeIt(b, runs, func() { size = serve(svc, q30) })
@@ -280,4 +283,32 @@ func benchFleet(b *testing.B, n int, busy bool) {
 	b.Logf("anchor: SELECT 1 through the same pool x200: p50 %s, p99 %s", ds[100], ds[197])
 	b.ReportMetric(float64(jsonP50.Milliseconds()), "ms-p50-30d-json")
 	b.ReportMetric(float64(readP50.Milliseconds()), "ms-p50-30d-reads")
+}
+
+// explain logs the plans of the report's day reads (NBS_REPORT_EXPLAIN=1).
+func explain(b *testing.B, st *store.Store, ids, metrics []int32, from, to time.Time) {
+	ctx := context.Background()
+	for _, sel := range [][]int32{ids, ids[:len(ids)/10]} {
+		for _, q := range []string{
+			`SELECT node_id, metric_id, ts, n, sum, min, max, ok_s, warn_s, crit_s FROM rollup_samples
+			WHERE res = 86400 AND node_id = ANY($1) AND ts >= $2 AND ts < $3 AND ($4::integer[] IS NULL OR metric_id = ANY($4))`,
+			`SELECT node_id, metric_id, ts, count, sum, buckets FROM rollup_histograms
+			WHERE res = 86400 AND node_id = ANY($1) AND ts >= $2 AND ts < $3 AND metric_id = ANY($4)`,
+		} {
+			rows, err := st.Pool().Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q, sel, from, to, metrics)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var plan []string
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					b.Fatal(err)
+				}
+				plan = append(plan, line)
+			}
+			rows.Close()
+			b.Logf("%d nodes:\n%s", len(sel), strings.Join(plan, "\n"))
+		}
+	}
 }
