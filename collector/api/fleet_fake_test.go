@@ -1,0 +1,59 @@
+package api_test
+
+import (
+	"context"
+	"strings"
+
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/schema"
+)
+
+// Fleet answers from memory as the store does, without its paging: every
+// node the scope sees whose name matches, with its roots' newest values.
+func (f *fakeStore) Fleet(_ context.Context, scope store.Scope, q store.FleetQuery) (store.FleetPage, error) {
+	page := store.FleetPage{Counts: map[store.State]int{}, Entries: []store.FleetEntry{}}
+	for _, n := range f.nodes {
+		if !scope.Sees(n.Labels) || !strings.Contains(n.Name, q.Name) {
+			continue
+		}
+		e := store.FleetEntry{Node: n, State: store.StateUnknown, Roots: map[string]store.RootValue{}}
+		if l, ok := f.latest[n.ID]; ok {
+			e.Reported, e.Time, e.IntervalMS, e.State = true, l.Time, l.IntervalMS, store.StateOK
+			for p, v := range l.Metrics {
+				if schema.Root(p) == p {
+					e.Roots[p] = store.RootValue{LatestValue: v}
+					e.State = store.Worse(e.State, v.State)
+				}
+			}
+		}
+		page.Total++
+		page.Counts[e.State]++
+		page.Entries = append(page.Entries, e)
+	}
+	page.Matched = page.Total
+	return page, nil
+}
+
+func (f *fakeStore) LatestOf(_ context.Context, ids []int32) (map[int32]store.Latest, error) {
+	out := map[int32]store.Latest{}
+	for _, id := range ids {
+		if l, ok := f.latest[id]; ok {
+			out[id] = l
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) NodeDefinitionsOf(_ context.Context, ids []int32, paths []string) (map[int32][]store.MetricDef, error) {
+	out := map[int32][]store.MetricDef{}
+	for _, id := range ids {
+		for _, d := range f.defs[id] {
+			for _, p := range paths {
+				if d.Path == p {
+					out[id] = append(out[id], d)
+				}
+			}
+		}
+	}
+	return out, nil
+}

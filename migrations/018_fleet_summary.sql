@@ -1,0 +1,48 @@
+-- The fleet page reads a summary of each node's newest state, never its
+-- whole tree: node_latest.metrics holds every metric's newest value (about
+-- 200 on a busy node, stored out of line), and detoasting 10,000 of them
+-- per page cost seconds. A trigger keeps, beside it:
+--   roots  the root metrics' newest values (the LatestValue entries of
+--          metrics), each with "since": Unix ms of the first report that
+--          carried the root in its current state (null when that state was
+--          already current when this migration ran: not known);
+--   worst  the worst severity among the roots (schema.Severity: 1 OK,
+--          2 UNKNOWN, 3 WARN, 4 CRIT; 0 without roots).
+-- Whatever writes metrics (the report path, the lifecycle's pruning) keeps
+-- them current: the trigger fires on the column, not on a statement.
+ALTER TABLE node_latest ADD COLUMN roots jsonb NOT NULL DEFAULT '{}';
+ALTER TABLE node_latest ADD COLUMN worst smallint NOT NULL DEFAULT 0;
+
+-- nbs_state_severity is schema.Severity of a stored state (nbsv1.State:
+-- 1 OK, 2 WARN, 3 CRIT, 4 UNKNOWN; 0 for anything else).
+CREATE FUNCTION nbs_state_severity(s integer) RETURNS smallint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT (CASE s WHEN 1 THEN 1 WHEN 4 THEN 2 WHEN 2 THEN 3 WHEN 3 THEN 4 ELSE 0 END)::smallint $$;
+
+CREATE FUNCTION nbs_latest_roots() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	old_roots jsonb := '{}';
+BEGIN
+	IF TG_OP = 'UPDATE' THEN
+		old_roots := OLD.roots;
+	END IF;
+	SELECT coalesce(jsonb_object_agg(e.k, e.v || jsonb_build_object('since',
+			CASE WHEN o.v IS NULL THEN e.v -> 't'
+				WHEN o.v -> 's' = e.v -> 's' THEN o.v -> 'since'
+				ELSE e.v -> 't' END)), '{}'),
+		coalesce(max(nbs_state_severity((e.v ->> 's')::integer)), 0)
+	INTO NEW.roots, NEW.worst
+	FROM jsonb_each(NEW.metrics) e(k, v) LEFT JOIN jsonb_each(old_roots) o(k, v) ON o.k = e.k
+	WHERE strpos(e.k, '/') = 0;
+	RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER node_latest_roots BEFORE INSERT OR UPDATE OF metrics ON node_latest
+	FOR EACH ROW EXECUTE FUNCTION nbs_latest_roots();
+
+-- What is stored now: its state's beginning is not known.
+UPDATE node_latest SET metrics = metrics;
+UPDATE node_latest l SET roots = (SELECT coalesce(jsonb_object_agg(k, v || '{"since": null}'), '{}') FROM jsonb_each(l.roots) e(k, v));
