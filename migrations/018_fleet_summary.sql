@@ -7,11 +7,16 @@
 --          carried the root in its current state (null when that state was
 --          already current when this migration ran: not known);
 --   worst  the worst severity among the roots (schema.Severity: 1 OK,
---          2 UNKNOWN, 3 WARN, 4 CRIT; 0 without roots).
+--          2 UNKNOWN, 3 WARN, 4 CRIT; 0 without roots);
+--   raised the metrics below the roots that the newest report carried in
+--          a state other than OK: what explains a raised root (its worst
+--          child, followed down), without reading the whole tree. A
+--          healthy node has none; a troubled one its raised branch.
 -- Whatever writes metrics (the report path, the lifecycle's pruning) keeps
 -- them current: the trigger fires on the column, not on a statement.
 ALTER TABLE node_latest ADD COLUMN roots jsonb NOT NULL DEFAULT '{}';
 ALTER TABLE node_latest ADD COLUMN worst smallint NOT NULL DEFAULT 0;
+ALTER TABLE node_latest ADD COLUMN raised jsonb NOT NULL DEFAULT '{}';
 
 -- nbs_state_severity is schema.Severity of a stored state (nbsv1.State:
 -- 1 OK, 2 WARN, 3 CRIT, 4 UNKNOWN; 0 for anything else).
@@ -28,14 +33,17 @@ BEGIN
 	IF TG_OP = 'UPDATE' THEN
 		old_roots := OLD.roots;
 	END IF;
+	-- One pass over the keys; a value's "t" is its report's Unix ms, and
+	-- the newest report's is ts's (store.BuildTree's "current").
 	SELECT coalesce(jsonb_object_agg(e.k, e.v || jsonb_build_object('since',
 			CASE WHEN o.v IS NULL THEN e.v -> 't'
 				WHEN o.v -> 's' = e.v -> 's' THEN o.v -> 'since'
-				ELSE e.v -> 't' END)), '{}'),
-		coalesce(max(nbs_state_severity((e.v ->> 's')::integer)), 0)
-	INTO NEW.roots, NEW.worst
-	FROM jsonb_each(NEW.metrics) e(k, v) LEFT JOIN jsonb_each(old_roots) o(k, v) ON o.k = e.k
-	WHERE strpos(e.k, '/') = 0;
+				ELSE e.v -> 't' END)) FILTER (WHERE strpos(e.k, '/') = 0), '{}'),
+		coalesce(max(nbs_state_severity((e.v ->> 's')::integer)) FILTER (WHERE strpos(e.k, '/') = 0), 0),
+		coalesce(jsonb_object_agg(e.k, e.v) FILTER (WHERE strpos(e.k, '/') > 0 AND (e.v ->> 's')::integer <> 1
+			AND (e.v ->> 't')::bigint >= floor(extract(epoch FROM NEW.ts) * 1000)::bigint), '{}')
+	INTO NEW.roots, NEW.worst, NEW.raised
+	FROM jsonb_each(NEW.metrics) e(k, v) LEFT JOIN jsonb_each(old_roots) o(k, v) ON o.k = e.k;
 	RETURN NEW;
 END
 $$;

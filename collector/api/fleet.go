@@ -169,30 +169,16 @@ func (a *API) ListFleet(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
-	// Definitions of the page's roots and of what explains them; newest
-	// values of the nodes with a raised root, to find that.
-	ids, raised := make([]int32, 0, len(page.Entries)), []int32{}
-	paths := map[string]bool{}
+	// Definitions of the page's roots and of what explains them.
+	ids, paths := make([]int32, 0, len(page.Entries)), map[string]bool{}
+	explains := map[int32]map[string]string{} // node → root → explaining path
 	for _, e := range page.Entries {
 		ids = append(ids, e.Node.ID)
-		for p, v := range e.Roots {
+		for p := range e.Roots {
 			paths[p] = true
-			if v.State != store.StateOK && !slices.Contains(raised, e.Node.ID) {
-				raised = append(raised, e.Node.ID)
-			}
 		}
-	}
-	latest := map[int32]store.Latest{}
-	if len(raised) > 0 {
-		if latest, err = a.q.LatestOf(ctx, raised); err != nil {
-			httpjson.WriteError(w, r, err, a.log)
-			return
-		}
-	}
-	explains := map[int32]map[string]string{} // node → root → explaining path
-	for id, l := range latest {
-		explains[id] = explainRoots(l)
-		for _, p := range explains[id] {
+		explains[e.Node.ID] = explainRoots(e)
+		for _, p := range explains[e.Node.ID] {
 			paths[p] = true
 		}
 	}
@@ -212,15 +198,14 @@ func (a *API) ListFleet(w http.ResponseWriter, r *http.Request) {
 			Crit: page.Counts[store.StateCrit], Unknown: page.Counts[store.StateUnknown]},
 		Nodes: make([]FleetNode, 0, len(page.Entries))}
 	for _, e := range page.Entries {
-		out.Nodes = append(out.Nodes, fleetNode(e, defs[e.Node.ID], explains[e.Node.ID], latest[e.Node.ID],
-			a.live.Connected(e.Node.Name)))
+		out.Nodes = append(out.Nodes, fleetNode(e, defs[e.Node.ID], explains[e.Node.ID], a.live.Connected(e.Node.Name)))
 	}
 	httpjson.Write(w, http.StatusOK, out)
 }
 
 // fleetNode is one node of the page: its roots (definitions in defs) with
 // their values, since when, and what explains a raised one.
-func fleetNode(e store.FleetEntry, defs []store.MetricDef, explains map[string]string, latest store.Latest, connected bool) FleetNode {
+func fleetNode(e store.FleetEntry, defs []store.MetricDef, explains map[string]string, connected bool) FleetNode {
 	n := FleetNode{Name: e.Node.Name, Labels: e.Node.Labels, Tenant: e.Node.Tenant, State: e.State.String(),
 		Connected: connected && e.Node.Retired == nil, Stale: e.Stale, IntervalMS: e.Node.IntervalMS, RetiredAt: e.Node.Retired,
 		Roots: []FleetRoot{}}
@@ -251,7 +236,7 @@ func fleetNode(e store.FleetEntry, defs []store.MetricDef, explains map[string]s
 		}
 		if p, ok := explains[r.ID]; ok {
 			if d, ok := byPath[p]; ok {
-				v := latest.Metrics[p]
+				v := e.Raised[p]
 				c := &FleetChild{ID: p, Title: d.Title, Unit: d.Unit, State: v.State.String()}
 				if !v.NoValue {
 					c.Value = ptr(v.Value)
@@ -303,24 +288,21 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// explainRoots finds, for every raised root of a node's newest values,
-// its explaining descendant: the worst child in the newest report (a
-// rate's largest increase among equals), followed down while it is not
-// OK. A root with no such child explains itself: it has no entry.
-func explainRoots(l store.Latest) map[string]string {
-	newest := l.Time.UnixMilli()
+// explainRoots finds, for every raised root of a node, its explaining
+// descendant: the worst child in the newest report (the larger value among
+// equals), followed down while it is not OK, as the node page opens. The
+// agent streams only children that are not OK (or have an increase), and
+// the store keeps those that are not OK (FleetEntry.Raised). A root with
+// no such child explains itself: it has no entry.
+func explainRoots(e store.FleetEntry) map[string]string {
 	children := map[string][]string{}
-	for p, v := range l.Metrics {
-		if v.TimeMS < newest || schema.Root(p) == p {
-			continue // not in the newest report: OK since
-		}
+	for p := range e.Raised {
 		parent := schema.Parent(p)
 		children[parent] = append(children[parent], p)
 	}
 	worse := func(a, b string) bool { // a explains more than b
-		va, vb := l.Metrics[a], l.Metrics[b]
-		sa, sb := va.State.Severity(), vb.State.Severity()
-		if sa != sb {
+		va, vb := e.Raised[a], e.Raised[b]
+		if sa, sb := va.State.Severity(), vb.State.Severity(); sa != sb {
 			return sa > sb
 		}
 		if va.Value != vb.Value {
@@ -329,15 +311,16 @@ func explainRoots(l store.Latest) map[string]string {
 		return a < b
 	}
 	out := map[string]string{}
-	for p, v := range l.Metrics {
-		if schema.Root(p) != p || v.State == store.StateOK || v.TimeMS < newest {
+	newest := e.Time.UnixMilli()
+	for p, v := range e.Roots {
+		if v.State == store.StateOK || v.TimeMS < newest {
 			continue
 		}
 		at := p
 		for {
 			best := ""
 			for _, c := range children[at] {
-				if l.Metrics[c].State != store.StateOK && (best == "" || worse(c, best)) {
+				if best == "" || worse(c, best) {
 					best = c
 				}
 			}

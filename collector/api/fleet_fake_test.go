@@ -16,13 +16,16 @@ func (f *fakeStore) Fleet(_ context.Context, scope store.Scope, q store.FleetQue
 		if !scope.Sees(n.Labels) || !strings.Contains(n.Name, q.Name) {
 			continue
 		}
-		e := store.FleetEntry{Node: n, State: store.StateUnknown, Roots: map[string]store.RootValue{}}
+		e := store.FleetEntry{Node: n, State: store.StateUnknown, Roots: map[string]store.RootValue{}, Raised: map[string]store.LatestValue{}}
 		if l, ok := f.latest[n.ID]; ok {
 			e.Reported, e.Time, e.IntervalMS, e.State = true, l.Time, l.IntervalMS, store.StateOK
 			for p, v := range l.Metrics {
-				if schema.Root(p) == p {
+				switch {
+				case schema.Root(p) == p:
 					e.Roots[p] = store.RootValue{LatestValue: v}
 					e.State = store.Worse(e.State, v.State)
+				case v.State != store.StateOK && v.TimeMS >= l.Time.UnixMilli():
+					e.Raised[p] = v
 				}
 			}
 		}
@@ -32,16 +35,6 @@ func (f *fakeStore) Fleet(_ context.Context, scope store.Scope, q store.FleetQue
 	}
 	page.Matched = page.Total
 	return page, nil
-}
-
-func (f *fakeStore) LatestOf(_ context.Context, ids []int32) (map[int32]store.Latest, error) {
-	out := map[int32]store.Latest{}
-	for _, id := range ids {
-		if l, ok := f.latest[id]; ok {
-			out[id] = l
-		}
-	}
-	return out, nil
 }
 
 func (f *fakeStore) NodeDefinitionsOf(_ context.Context, ids []int32, paths []string) (map[int32][]store.MetricDef, error) {

@@ -65,6 +65,9 @@ type FleetEntry struct {
 	Stale      bool
 	State      State
 	Roots      map[string]RootValue
+	// Raised are the metrics below the roots its newest report carried in
+	// a state other than OK: what explains a raised root.
+	Raised map[string]LatestValue
 }
 
 // FleetPage is what a FleetQuery found.
@@ -185,7 +188,7 @@ func (s *Store) Fleet(ctx context.Context, scope Scope, q FleetQuery) (FleetPage
 // fleetDetails reads the nodes and root values of a page's nodes.
 func (s *Store) fleetDetails(ctx context.Context, ids []int32) (map[int32]FleetEntry, error) {
 	cols := strings.ReplaceAll(`n.`+nodeColumns, `, `, `, n.`)
-	rows, err := s.pool.Query(ctx, `SELECT `+cols+`, l.ts, coalesce(l.interval_ms, 0), coalesce(l.roots, '{}')
+	rows, err := s.pool.Query(ctx, `SELECT `+cols+`, l.ts, coalesce(l.interval_ms, 0), coalesce(l.roots, '{}'), coalesce(l.raised, '{}')
 		FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id WHERE n.id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read the fleet page's nodes: %w", err)
@@ -196,8 +199,8 @@ func (s *Store) fleetDetails(ctx context.Context, ids []int32) (map[int32]FleetE
 		var e FleetEntry
 		var ts *time.Time
 		var interval int32
-		var roots []byte
-		n, err := scanNode(scanAlso{rows, []any{&ts, &interval, &roots}})
+		var roots, raised []byte
+		n, err := scanNode(scanAlso{rows, []any{&ts, &interval, &roots, &raised}})
 		if err != nil {
 			return nil, fmt.Errorf("scan the fleet page's nodes: %w", err)
 		}
@@ -207,6 +210,9 @@ func (s *Store) fleetDetails(ctx context.Context, ids []int32) (map[int32]FleetE
 		}
 		if err := json.Unmarshal(roots, &e.Roots); err != nil {
 			return nil, fmt.Errorf("decode the roots of node %s: %w", n.Name, err)
+		}
+		if err := json.Unmarshal(raised, &e.Raised); err != nil {
+			return nil, fmt.Errorf("decode the raised metrics of node %s: %w", n.Name, err)
 		}
 		out[n.ID] = e
 	}
@@ -222,17 +228,19 @@ type scanAlso struct {
 
 func (s scanAlso) Scan(dest ...any) error { return s.row.Scan(append(dest, s.more...)...) }
 
-// LatestOf returns the newest values of the given nodes that reported.
-func (s *Store) LatestOf(ctx context.Context, ids []int32) (map[int32]Latest, error) {
-	return s.latestAll(ctx, "metrics", `WHERE node_id = ANY($1)`, ids)
-}
-
-// NodeDefinitionsOf returns the given nodes' definitions of the given paths.
+// NodeDefinitionsOf returns the given nodes' definitions of the given
+// paths: path, title, unit and kind only (what a fleet page shows). The
+// paths' ids are looked up first, so that each node's are found by its key
+// (node_id, metric_id) and not among all its ~200; the definitions'
+// texts are read once per definition, not per node (they are shared).
 func (s *Store) NodeDefinitionsOf(ctx context.Context, ids []int32, paths []string) (map[int32][]MetricDef, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT nm.node_id, p.path, m.title, m.unit, m.kind, m.description, m.default_threshold, m.scale, m.quantile
-		FROM metric_paths p JOIN node_metrics nm ON nm.metric_id = p.id JOIN metric_defs m ON m.id = nm.def_id
-		WHERE p.path = ANY($2) AND nm.node_id = ANY($1) ORDER BY nm.node_id, p.path`, ids, paths)
+		WITH nm AS MATERIALIZED (SELECT node_id, metric_id, def_id FROM node_metrics
+			WHERE node_id = ANY($1) AND metric_id = ANY(ARRAY(SELECT id FROM metric_paths WHERE path = ANY($2)))),
+		d AS MATERIALIZED (SELECT id, title, unit, kind FROM metric_defs WHERE id IN (SELECT def_id FROM nm))
+		SELECT nm.node_id, p.path, d.title, d.unit, d.kind
+		FROM nm JOIN d ON d.id = nm.def_id JOIN metric_paths p ON p.id = nm.metric_id
+		ORDER BY nm.node_id, p.path`, ids, paths)
 	if err != nil {
 		return nil, fmt.Errorf("read definitions: %w", err)
 	}
@@ -240,23 +248,14 @@ func (s *Store) NodeDefinitionsOf(ctx context.Context, ids []int32, paths []stri
 	out := map[int32][]MetricDef{}
 	for rows.Next() {
 		var node int32
-		d, err := scanDefRow(prefixScan{rows, &node})
-		if err != nil {
+		var d MetricDef
+		if err := rows.Scan(&node, &d.Path, &d.Title, &d.Unit, &d.Kind); err != nil {
 			return nil, fmt.Errorf("scan definition: %w", err)
 		}
 		out[node] = append(out[node], d)
 	}
 	return out, rows.Err()
 }
-
-// prefixScan scans a row's leading column into first, the rest into what
-// its caller asks for.
-type prefixScan struct {
-	row   pgx.Row
-	first any
-}
-
-func (p prefixScan) Scan(dest ...any) error { return p.row.Scan(append([]any{p.first}, dest...)...) }
 
 func fleetOrder(by FleetSort) func(a, b fleetRow) int {
 	return func(a, b fleetRow) int {

@@ -65,9 +65,7 @@ func (s *Store) NodeByName(ctx context.Context, name string) (Node, error) {
 	return n, nil
 }
 
-func scanDef(r pgx.CollectableRow) (MetricDef, error) { return scanDefRow(r) }
-
-func scanDefRow(r pgx.Row) (MetricDef, error) {
+func scanDef(r pgx.CollectableRow) (MetricDef, error) {
 	var d MetricDef
 	var thr []byte
 	if err := r.Scan(&d.Path, &d.Title, &d.Unit, &d.Kind, &d.Description, &thr, &d.Scale, &d.Quantile); err != nil {
