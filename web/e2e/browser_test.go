@@ -85,7 +85,11 @@ func TestBrowser(t *testing.T) {
 	// Alerts go to a signed webhook, so the alert page's delivery log has
 	// real deliveries to show.
 	hook := startWebhook(t)
-	httpAddr, grpcAddr, adminToken := startCollector(t, pgcluster.Database(t), hook.config(t))
+	dbURL := pgcluster.Database(t)
+	httpAddr, grpcAddr, adminToken := startCollector(t, dbURL, hook.config(t))
+	// The operator's fleet is a large one: simulated nodes beside the lab's.
+	fleetNodes := fleetSize(t)
+	seedFleet(t, dbURL, fleetNodes)
 	// lab-b's customer pings its gateway (lab A's address: the mesh does not
 	// cross customers), so its report has a ping target to chart.
 	startAgent(t, "lab-b", lab.B, grpcAddr, agentapp.Labels{"customer": "acme", "rack": "r1"}, "gateway="+lab.IPA.String())
@@ -139,6 +143,7 @@ func TestBrowser(t *testing.T) {
 		"NBS_NODE=lab-b",
 		"NBS_NODE_TENANT=acme",
 		"NBS_OTHER_NODE=lab-a",
+		fmt.Sprintf("NBS_FLEET_NODES=%d", fleetNodes),
 		"NBS_METRIC=tcp_reset/sent/no_socket",
 		"NBS_EVIDENCE_SRC="+netip.AddrPortFrom(lab.IPB, lab.ClosedPort).String(),
 		"NBS_ALERT_RULE=NBSRootCritical",
