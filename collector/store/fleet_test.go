@@ -195,6 +195,12 @@ func TestFleet(t *testing.T) {
 		if len(e.Roots) != 2 || e.Roots["ping/peer"].TimeMS != 0 {
 			t.Errorf("sim-1 roots %v, want agent and ping only", e.Roots)
 		}
+		if r, ok := e.Raised["ping/peer"]; len(e.Raised) != 1 || !ok || r.State != store.StateWarn || r.Value != 9 {
+			t.Errorf("sim-1 raised %v, want ping/peer WARN at 9", e.Raised)
+		}
+		if r := by["sim-2"].Raised; len(r) != 0 {
+			t.Errorf("sim-2 is OK, raised %v", r)
+		}
 		if s := e.Roots["ping"].SinceMS; s == nil || *s != now.Add(-2*time.Second).UnixMilli() {
 			t.Errorf("sim-1 ping since %v, want its first WARN report", s)
 		}
@@ -223,6 +229,10 @@ func TestFleet(t *testing.T) {
 			for _, e := range p.Entries {
 				if e.Node.Name == "sim-1" {
 					got = e.Roots["ping"].SinceMS
+					// Raised until the OK report (step 3); the late WARN moves nothing.
+					if (len(e.Raised) > 0) != (i < 3) {
+						t.Errorf("step %d: raised %v", i, e.Raised)
+					}
 				}
 			}
 			if got == nil || *got != s.since.UnixMilli() {

@@ -7,7 +7,7 @@
 // skips, or fails when CI=true.
 //
 //	go test ./web/e2e -run TestBrowser -v
-//	NBS_UPDATE_SCREENSHOTS=1 go test ./web/e2e   # also refreshes docs/screenshots/{tree,alerts}.png
+//	NBS_UPDATE_SCREENSHOTS=1 go test ./web/e2e   # also refreshes docs/screenshots/{tree,alerts,fleet}.png
 package e2e
 
 import (
@@ -87,9 +87,6 @@ func TestBrowser(t *testing.T) {
 	hook := startWebhook(t)
 	dbURL := pgcluster.Database(t)
 	httpAddr, grpcAddr, adminToken := startCollector(t, dbURL, hook.config(t))
-	// The operator's fleet is a large one: simulated nodes beside the lab's.
-	fleetNodes := fleetSize(t)
-	seedFleet(t, dbURL, fleetNodes)
 	// lab-b's customer pings its gateway (lab A's address: the mesh does not
 	// cross customers), so its report has a ping target to chart.
 	startAgent(t, "lab-b", lab.B, grpcAddr, agentapp.Labels{"customer": "acme", "rack": "r1"}, "gateway="+lab.IPA.String())
@@ -123,6 +120,10 @@ func TestBrowser(t *testing.T) {
 	// The storm keeps the tcp_reset root CRIT for the whole run, far past the
 	// two intervals of the default rule NBSRootCritical, which fires.
 	waitAlert(t, nbs, "lab-b", "NBSRootCritical", "firing")
+	// The operator's fleet is a large one: simulated nodes beside the lab's,
+	// added once the lab's are up (waitReported reads every node).
+	fleetNodes := fleetSize(t)
+	seedFleet(t, dbURL, fleetNodes)
 	updatePicture := os.Getenv("NBS_UPDATE_SCREENSHOTS") == "1"
 	if updatePicture {
 		// A minute and a half of history, so the README picture has trends to show.
@@ -166,7 +167,7 @@ func TestBrowser(t *testing.T) {
 	}
 
 	if updatePicture {
-		for _, name := range []string{"tree.png", "alerts.png"} {
+		for _, name := range []string{"tree.png", "alerts.png", "fleet.png"} {
 			dst := filepath.Join(webDir, "..", "docs", "screenshots", name)
 			if err := copyFile(filepath.Join(artifacts, name), dst); err != nil {
 				t.Fatalf("update %s: %v", dst, err)
