@@ -13,7 +13,7 @@
 --          child, followed down), without reading the whole tree. A
 --          healthy node has none; a troubled one its raised branch.
 -- Whatever writes metrics (the report path, the lifecycle's pruning) keeps
--- them current: the trigger fires on the column, not on a statement.
+-- them current: the trigger fires on the column, whatever the statement.
 ALTER TABLE node_latest ADD COLUMN roots jsonb NOT NULL DEFAULT '{}';
 ALTER TABLE node_latest ADD COLUMN worst smallint NOT NULL DEFAULT 0;
 ALTER TABLE node_latest ADD COLUMN raised jsonb NOT NULL DEFAULT '{}';
@@ -24,26 +24,49 @@ CREATE FUNCTION nbs_state_severity(s integer) RETURNS smallint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT (CASE s WHEN 1 THEN 1 WHEN 4 THEN 2 WHEN 2 THEN 3 WHEN 3 THEN 4 ELSE 0 END)::smallint $$;
 
+-- What the trigger costs a report is kept small: the merged newest values
+-- hold every metric (about 200 on a busy node) and a healthy node's report
+-- carries its roots only. So the roots are looked up by name (those the row
+-- had), and the keys are scanned only for a new row, a snapshot (which
+-- carries every metric: a new root shows up there) or a node with a root
+-- that is not OK (to find what raised it).
 CREATE FUNCTION nbs_latest_roots() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 DECLARE
 	old_roots jsonb := '{}';
+	scan boolean := true;
+	newest bigint := floor(extract(epoch FROM NEW.ts) * 1000)::bigint;
 BEGIN
 	IF TG_OP = 'UPDATE' THEN
 		old_roots := OLD.roots;
+		scan := old_roots = '{}' OR NEW.snapshot_ts IS DISTINCT FROM OLD.snapshot_ts;
 	END IF;
-	-- One pass over the keys; a value's "t" is its report's Unix ms, and
-	-- the newest report's is ts's (store.BuildTree's "current").
-	SELECT coalesce(jsonb_object_agg(e.k, e.v || jsonb_build_object('since',
-			CASE WHEN o.v IS NULL THEN e.v -> 't'
-				WHEN o.v -> 's' = e.v -> 's' THEN o.v -> 'since'
-				ELSE e.v -> 't' END)) FILTER (WHERE strpos(e.k, '/') = 0), '{}'),
-		coalesce(max(nbs_state_severity((e.v ->> 's')::integer)) FILTER (WHERE strpos(e.k, '/') = 0), 0),
-		coalesce(jsonb_object_agg(e.k, e.v) FILTER (WHERE strpos(e.k, '/') > 0 AND (e.v ->> 's')::integer <> 1
-			AND (e.v ->> 't')::bigint >= floor(extract(epoch FROM NEW.ts) * 1000)::bigint), '{}')
-	INTO NEW.roots, NEW.worst, NEW.raised
-	FROM jsonb_each(NEW.metrics) e(k, v) LEFT JOIN jsonb_each(old_roots) o(k, v) ON o.k = e.k;
+	-- A root keeps its "since" while its state ("s") stays; a value's "t"
+	-- is its report's Unix ms.
+	IF scan THEN
+		SELECT coalesce(jsonb_object_agg(e.k, e.v || jsonb_build_object('since',
+				CASE WHEN o.v IS NULL THEN e.v -> 't' WHEN o.v -> 's' = e.v -> 's' THEN o.v -> 'since' ELSE e.v -> 't' END)), '{}')
+		INTO NEW.roots
+		FROM jsonb_each(NEW.metrics) e(k, v) LEFT JOIN jsonb_each(old_roots) o(k, v) ON o.k = e.k
+		WHERE strpos(e.k, '/') = 0;
+	ELSE
+		SELECT coalesce(jsonb_object_agg(o.k, e.v || jsonb_build_object('since',
+				CASE WHEN o.v -> 's' = e.v -> 's' THEN o.v -> 'since' ELSE e.v -> 't' END)), '{}')
+		INTO NEW.roots
+		FROM jsonb_each(old_roots) o(k, v) CROSS JOIN LATERAL (SELECT NEW.metrics -> o.k AS v) e
+		WHERE e.v IS NOT NULL;
+	END IF;
+	SELECT coalesce(max(nbs_state_severity((v ->> 's')::integer)), 0) INTO NEW.worst FROM jsonb_each(NEW.roots) r(k, v);
+	-- The metrics below the roots that the newest report carried raised
+	-- ("s" not OK): only a node with a root that is not OK has any.
+	IF EXISTS (SELECT FROM jsonb_each(NEW.roots) r(k, v) WHERE (v ->> 's')::integer <> 1 AND (v ->> 't')::bigint >= newest) THEN
+		SELECT coalesce(jsonb_object_agg(e.k, e.v), '{}') INTO NEW.raised
+		FROM jsonb_each(NEW.metrics) e(k, v)
+		WHERE strpos(e.k, '/') > 0 AND (e.v ->> 's')::integer <> 1 AND (e.v ->> 't')::bigint >= newest;
+	ELSE
+		NEW.raised := '{}';
+	END IF;
 	RETURN NEW;
 END
 $$;
