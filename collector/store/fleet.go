@@ -127,7 +127,13 @@ func (s *Store) Fleet(ctx context.Context, scope Scope, q FleetQuery) (FleetPage
 	if len(where) > 0 {
 		sql += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	rows, err := s.pool.Query(ctx, sql, args...)
+	// Both reads see one snapshot, so a page's states and roots agree.
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return page, fmt.Errorf("list the fleet: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // read-only: nothing to commit
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return page, fmt.Errorf("list the fleet: %w", err)
 	}
@@ -169,7 +175,7 @@ func (s *Store) Fleet(ctx context.Context, scope Scope, q FleetQuery) (FleetPage
 	for i, f := range kept {
 		ids[i] = f.id
 	}
-	details, err := s.fleetDetails(ctx, ids)
+	details, err := fleetDetails(ctx, tx, ids)
 	if err != nil {
 		return page, err
 	}
@@ -186,9 +192,9 @@ func (s *Store) Fleet(ctx context.Context, scope Scope, q FleetQuery) (FleetPage
 }
 
 // fleetDetails reads the nodes and root values of a page's nodes.
-func (s *Store) fleetDetails(ctx context.Context, ids []int32) (map[int32]FleetEntry, error) {
+func fleetDetails(ctx context.Context, tx pgx.Tx, ids []int32) (map[int32]FleetEntry, error) {
 	cols := strings.ReplaceAll(`n.`+nodeColumns, `, `, `, n.`)
-	rows, err := s.pool.Query(ctx, `SELECT `+cols+`, l.ts, coalesce(l.interval_ms, 0), coalesce(l.roots, '{}'), coalesce(l.raised, '{}')
+	rows, err := tx.Query(ctx, `SELECT `+cols+`, l.ts, coalesce(l.interval_ms, 0), coalesce(l.roots, '{}'), coalesce(l.raised, '{}')
 		FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id WHERE n.id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read the fleet page's nodes: %w", err)
