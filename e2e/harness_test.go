@@ -180,6 +180,9 @@ func startAgent(t testing.TB, name, netns, collectorAddr string, set ...func(*ag
 	dir := t.TempDir()
 	cfg.CredentialFile = filepath.Join(dir, "node-credential")
 	cfg.SpoolDir = filepath.Join(dir, "spool")
+	// Nothing pinned in the machine's bpffs, where it would outlive the
+	// test; a test of restarts pins in a bpffs of its own.
+	cfg.PinDir = "none"
 	for _, f := range set {
 		f(&cfg)
 	}

@@ -216,6 +216,15 @@ func TestIdentityEnrollmentRefusesImpostors(t *testing.T) {
 	for _, c := range cases {
 		wantDenied(t, c.name, claim(t, col.grpcAddr, plain, "lab-b", c.auth), c.want)
 	}
+	// A name is one node whatever its case (schema.CanonicalNodeName): a
+	// look-alike is lab-b, and needs lab-b's credential.
+	for _, variant := range []string{"LAB-B", "Lab-B"} {
+		wantDenied(t, variant+" with the fleet bootstrap token", claim(t, col.grpcAddr, plain, variant, tokenProof(fleetToken)),
+			"a bootstrap token cannot take over an enrolled name")
+		if n, code := getNode(t, col, variant); code != http.StatusOK || n.Name != "lab-b" {
+			t.Errorf("GET /nodes/%s: HTTP %d, node %q; want lab-b's page", variant, code, n.Name)
+		}
+	}
 	// The refused Hellos ended quickly; the real node was never displaced.
 	unharmed(t, col, lab, "lab-b", 10, b0)
 

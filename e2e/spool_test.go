@@ -107,7 +107,8 @@ func TestSpoolAgentKilledWhileCollectorDownLosesNothing(t *testing.T) {
 	addr := freeAddr(t)
 	dir := filepath.Join(t.TempDir(), "spool")
 	args := []string{"--collector.address", addr, "--node.name", "lab-b", "--netns", lab.B, "--interval", interval.String(),
-		"--snapshot.every", "1h", "--evidence.per-second", "1000", "--spool.dir", dir, "--node.credential-file", filepath.Join(filepath.Dir(dir), "node-credential"), "--log.level", "warn"}
+		"--snapshot.every", "1h", "--evidence.per-second", "1000", "--spool.dir", dir, "--node.credential-file", filepath.Join(filepath.Dir(dir), "node-credential"), "--log.level", "warn",
+		"--bpf.pin-dir", "none"} // what a SIGKILL loses without pins: nothing here, as the kill waits for the reports
 
 	col := startCollector(t, db, addr)
 	first := startAgentProcess(t, "agent 1", bin, args...)

@@ -7,7 +7,9 @@
 --          carried the root in its current state (null when that state was
 --          already current when this migration ran: not known);
 --   worst  the worst severity among the roots (schema.Severity: 1 OK,
---          2 UNKNOWN, 3 WARN, 4 CRIT; 0 without roots);
+--          2 UNKNOWN, 3 WARN, 4 CRIT; 0 without roots), and worst_own
+--          the same without the agent's own root (agent), which customers
+--          do not see (collector/api/customer.go);
 --   raised the metrics below the roots that the newest report carried in
 --          a state other than OK: what explains a raised root (its worst
 --          child, followed down), without reading the whole tree. A
@@ -16,6 +18,7 @@
 -- them current: the trigger fires on the column, whatever the statement.
 ALTER TABLE node_latest ADD COLUMN roots jsonb NOT NULL DEFAULT '{}';
 ALTER TABLE node_latest ADD COLUMN worst smallint NOT NULL DEFAULT 0;
+ALTER TABLE node_latest ADD COLUMN worst_own smallint NOT NULL DEFAULT 0;
 ALTER TABLE node_latest ADD COLUMN raised jsonb NOT NULL DEFAULT '{}';
 
 -- nbs_state_severity is schema.Severity of a stored state (nbsv1.State:
@@ -57,7 +60,9 @@ BEGIN
 		FROM jsonb_each(old_roots) o(k, v) CROSS JOIN LATERAL (SELECT NEW.metrics -> o.k AS v) e
 		WHERE e.v IS NOT NULL;
 	END IF;
-	SELECT coalesce(max(nbs_state_severity((v ->> 's')::integer)), 0) INTO NEW.worst FROM jsonb_each(NEW.roots) r(k, v);
+	SELECT coalesce(max(nbs_state_severity((v ->> 's')::integer)), 0),
+		coalesce(max(nbs_state_severity((v ->> 's')::integer)) FILTER (WHERE k <> 'agent'), 0)
+	INTO NEW.worst, NEW.worst_own FROM jsonb_each(NEW.roots) r(k, v);
 	-- The metrics below the roots that the newest report carried raised
 	-- ("s" not OK): only a node with a root that is not OK has any.
 	IF EXISTS (SELECT FROM jsonb_each(NEW.roots) r(k, v) WHERE (v ->> 's')::integer <> 1 AND (v ->> 't')::bigint >= newest) THEN

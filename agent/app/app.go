@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -102,7 +103,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.instance = spooled.Instance()
 	a.caps = append(a.caps, spoolCap)
 	a.mu.Unlock()
+	pinDir, pinCap := a.pinning()
+	a.mu.Lock()
+	a.caps = append(a.caps, pinCap)
+	a.mu.Unlock()
+	carryDir := ""
+	if spooled.Persistent() {
+		carryDir = a.cfg.SpoolDir
+	}
+	car := newCarry(carryDir, a.cfg.NodeName, a.log.With("part", "carry"))
 	env := a.env(ns)
+	env.PinDir = pinDir
 	a.proc = env.Proc
 	restoreGC := tightGC()
 	sources, err := a.openSources(ctx, env, a.branches())
@@ -121,6 +132,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for _, s := range a.sources {
 		a.caps = append(a.caps, s.Capabilities()...)
 	}
+	a.caps = append(a.caps, ownerCapability(env.Owners, a.log))
 	a.mu.Unlock()
 	defer func() {
 		for _, s := range a.sources {
@@ -135,23 +147,51 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
-	// The first reading is the baseline: reports count from here.
+	// The first reading is the baseline: reports count from here, but for
+	// the counters that continue the previous agent's (pinned maps).
 	led := newLedger()
-	led.baseline(a.collect(ctx, led))
+	first := a.collect(ctx, led)
+	var reported map[string]uint64
+	if len(first.continued) > 0 {
+		if reported = car.restore(a.outbox); reported == nil {
+			a.log.Warn("the probes adopted pinned counters but there is no record of what the previous agent reported " +
+				"(a spool in memory, or another node's); counts made while no agent ran are not reported")
+		} else {
+			a.log.Info("continuing the previous agent's counts: the first report holds what was counted since its last one",
+				"counters", len(first.continued))
+		}
+	}
+	led.baseline(first, reported)
+	// What the reports carry from here; for fresh maps, this start.
+	car.start(led.counters)
 	last := time.Now()
+	// The evidence of what the first report counts for the previous agent
+	// (read from the pinned rings: made after its last report, or while no
+	// agent ran) goes with it; the rest of the baseline's is of counts that
+	// are not reported.
+	var carried []*nbsv1.Event
+	if reported != nil {
+		carried = first.continuedEvents
+	}
 
 	tlsCfg, err := a.cfg.tls(a.log.With("part", "tls"))
 	if err != nil {
 		return err
 	}
 	up := uplink.New(uplink.Options{Address: a.cfg.CollectorAddress, TLS: tlsCfg, Identity: identity}, a.outbox, a, a.log.With("part", "uplink"))
+	// The uplink outlives ctx by the final flush: it delivers the last
+	// report of a stopping agent.
+	upCtx, upStop := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := up.Run(ctx); err != nil {
+		if err := up.Run(upCtx); err != nil {
 			a.log.Error("uplink stopped", "err", err)
 		}
 	})
-	defer wg.Wait()
+	defer func() {
+		upStop()
+		wg.Wait()
+	}()
 	a.log.Info("agent running", "node", a.cfg.NodeName, "collector", a.cfg.CollectorAddress, "interval", a.cfg.Interval,
 		"netns", ns.String(), "instance", fmt.Sprintf("%016x", a.instance))
 
@@ -161,6 +201,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			a.flush(led, car, last)
 			return nil
 		case now := <-ticker.C:
 			cur := a.collect(ctx, led)
@@ -171,13 +212,49 @@ func (a *Agent) Run(ctx context.Context) error {
 				lastSnapshot = now
 			}
 			full := snapshotDue || now.UnixNano() < a.expandUntil.Load()
-			// The outbox numbers reports (splitting one too large to send).
-			rep, res := led.build(a.tree, now, elapsed, cur, full)
-			a.outbox.Add(rep)
+			cur.events, carried = append(carried, cur.events...), nil
+			res := a.report(led, car, now, elapsed, cur, full)
 			a.adapt(ctx, now, res)
-			a.reports.Add(1)
 		}
 	}
+}
+
+// report builds the report of the interval (now-elapsed, now] and gives
+// it to the outbox, which numbers it (splitting one too large to send),
+// recording around it which counts the reports carry (see carry).
+func (a *Agent) report(led *ledger, car *carry, now time.Time, elapsed time.Duration, cur reading, full bool) tree.Result {
+	rep, res := led.build(a.tree, now, elapsed, cur, full)
+	car.pending(rep.GetTimeUnixNano(), led.counters)
+	a.outbox.Add(rep)
+	car.commit()
+	a.reports.Add(1)
+	return res
+}
+
+// flush reports the last, partial interval of a stopping agent and waits
+// up to --shutdown.flush-timeout for the collector to ack everything held,
+// so a SIGTERM loses nothing; what is not acked by then stays in the spool
+// for the next agent.
+func (a *Agent) flush(led *ledger, car *carry, last time.Time) {
+	// The sources' readers stopped with the agent's context; the maps
+	// are still there to read.
+	ctx, cancel := context.WithTimeout(context.Background(), max(a.cfg.FlushTimeout, time.Second))
+	defer cancel()
+	// The collector refuses a report of less than the shortest interval
+	// (100ms, as --interval): a stop just after a collection waits for it.
+	time.Sleep(time.Until(last.Add(minInterval)))
+	now := time.Now()
+	a.report(led, car, now, now.Sub(last), a.collect(ctx, led), false)
+	deadline := time.Now().Add(a.cfg.FlushTimeout)
+	for a.outbox.Len() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := a.outbox.Len(); n > 0 {
+		a.log.Warn("stopping with reports not yet acked; they stay in the spool for the next agent", "reports", n,
+			"spool", a.outbox.Persistent())
+		return
+	}
+	a.log.Info("final report stored; stopping")
 }
 
 // tightGC makes the collector run at a quarter of the live heap's growth
@@ -192,6 +269,17 @@ func tightGC() (restore func()) {
 	}
 	prev := debug.SetGCPercent(25)
 	return func() { debug.SetGCPercent(prev) }
+}
+
+// ownerCapability says whether pods' container names can be read from the
+// runtimes' OCI bundles; where they cannot, owners fall back to hostnames
+// without a word in the tree, so it is said here and in the log.
+func ownerCapability(r *owner.Resolver, log *slog.Logger) *nbsv1.Capability {
+	ok, why := r.BundleAccess()
+	if !ok {
+		log.Warn("container names unavailable", "reason", why)
+	}
+	return &nbsv1.Capability{Name: "owner.oci_bundles", Available: ok, Reason: why}
 }
 
 // env is what every source is opened with.
@@ -295,13 +383,19 @@ type reading struct {
 	histograms map[string]*loglinear.Histogram
 	idle       map[string]bool // see source.Reading.Idle
 	events     []*nbsv1.Event
+	// continued are the counters of sources whose counts continue the
+	// previous agent's (source.Continuing), and continuedEvents the
+	// events of their metrics.
+	continued       map[string]bool
+	continuedEvents []*nbsv1.Event
 }
 
 func (a *Agent) collect(ctx context.Context, led *ledger) reading {
 	if a.proc != nil {
 		a.proc.Next()
 	}
-	r := reading{counters: map[string]uint64{}, gauges: map[string]float64{}, histograms: map[string]*loglinear.Histogram{}, idle: map[string]bool{}}
+	r := reading{counters: map[string]uint64{}, gauges: map[string]float64{}, histograms: map[string]*loglinear.Histogram{}, idle: map[string]bool{},
+		continued: map[string]bool{}}
 	for _, s := range a.sources {
 		got, err := s.Collect(ctx)
 		if err != nil {
@@ -314,8 +408,12 @@ func (a *Agent) collect(ctx context.Context, led *ledger) reading {
 		if added := a.tree.Define(got.Metrics...); len(added) > 0 {
 			a.log.Debug("new metrics", "source", s.Name(), "count", len(added))
 		}
+		cont, _ := s.(source.Continuing)
 		for k, v := range got.Counters {
 			r.counters[k] = v
+			if cont != nil && cont.Continues(k) {
+				r.continued[k] = true
+			}
 		}
 		for k, v := range got.Gauges {
 			r.gauges[k] = v
@@ -327,6 +425,11 @@ func (a *Agent) collect(ctx context.Context, led *ledger) reading {
 			r.idle[id] = true
 		}
 		r.events = append(r.events, got.Events...)
+		for _, e := range got.Events {
+			if cont != nil && cont.Continues(e.GetMetricId()) {
+				r.continuedEvents = append(r.continuedEvents, e)
+			}
+		}
 	}
 	return r
 }
@@ -425,3 +528,64 @@ func (a *Agent) Pending() int {
 
 // Reports is the number of reports produced so far.
 func (a *Agent) Reports() uint64 { return a.reports.Load() }
+
+// pinning says where the probes pin, "" for nowhere, and the capability
+// that tells the collector whether a restart keeps what the kernel counts.
+func (a *Agent) pinning() (string, *nbsv1.Capability) {
+	dir := a.cfg.pinDir()
+	c := &nbsv1.Capability{Name: "bpf.pinning"}
+	switch {
+	case !a.cfg.BPF:
+		c.Reason = source.BPFDisabled
+		return "", c
+	case dir == "":
+		c.Reason = "--bpf.pin-dir=none: an agent restart loses what the probes counted after its last collection and while no agent ran"
+		return "", c
+	}
+	if err := onBPFFS(dir); err != nil {
+		a.log.Warn("not pinning BPF counters; an agent restart loses what the probes counted after its last collection", "err", err)
+		c.Reason = err.Error() + ": an agent restart loses what the probes counted after its last collection and while no agent ran"
+		return "", c
+	}
+	c.Available = true
+	c.Reason = "tcp_reset and drops counters and programs are pinned in " + dir + ": they go on counting while no agent runs, and the next agent reports it"
+	return dir, c
+}
+
+// onBPFFS checks that dir is (or would be made) on a bpffs mount: the
+// nearest existing directory must be one.
+func onBPFFS(dir string) error {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		var fs unix.Statfs_t
+		err := unix.Statfs(p, &fs)
+		if err == nil {
+			if fs.Type != unix.BPF_FS_MAGIC {
+				return fmt.Errorf("--bpf.pin-dir %s is not on a bpffs mount (mount -t bpf bpf /sys/fs/bpf)", dir)
+			}
+			return nil
+		}
+		if !errors.Is(err, unix.ENOENT) || p == filepath.Dir(p) {
+			return fmt.Errorf("--bpf.pin-dir %s: %w", dir, err)
+		}
+	}
+}
+
+// Unpin removes what agents with this configuration pinned, and the record
+// of what they reported: the uninstall step (nbs-agent --bpf.unpin). The
+// programs stop counting; an agent started later counts from its start.
+func Unpin(cfg Config, log *slog.Logger) error {
+	dir := cfg.pinDir()
+	if dir == "" {
+		return errors.New("--bpf.pin-dir=none: nothing to unpin")
+	}
+	if err := bpfload.Unpin(dir); err != nil {
+		return err
+	}
+	if cfg.SpoolDir != "" {
+		if err := newCarry(cfg.SpoolDir, cfg.NodeName, log).forget(); err != nil {
+			return fmt.Errorf("remove the record of reported counts: %w", err)
+		}
+	}
+	log.Info("unpinned the agent's BPF programs and counters", "dir", dir)
+	return nil
+}

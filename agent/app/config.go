@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -71,6 +72,36 @@ type Config struct {
 	// SpoolMaxBytes bounds it (0: spool.DefaultMaxBytes).
 	SpoolDir      string
 	SpoolMaxBytes int64
+	// PinDir is the bpffs directory where the always-on counter probes
+	// (tcp_reset, drops) pin their maps and programs, so they count while
+	// no agent runs and the next agent reports it: "" for
+	// DefaultPinRoot/<node name>, "none" to pin nothing.
+	PinDir string
+	// Unpin removes what the agent pinned in PinDir and exits (the
+	// uninstall path).
+	Unpin bool
+	// FlushTimeout is how long a stopping agent (SIGTERM) waits for the
+	// collector to ack its final report (0: it does not wait; the report
+	// stays in the spool for the next agent).
+	FlushTimeout time.Duration
+}
+
+// minInterval is the shortest interval a report may cover: the collector
+// refuses shorter ones (ingest's MinInterval).
+const minInterval = 100 * time.Millisecond
+
+// DefaultPinRoot holds each agent's pin directory, by node name.
+const DefaultPinRoot = "/sys/fs/bpf/nbs"
+
+// pinDir is where the probes pin, "" for nowhere.
+func (c *Config) pinDir() string {
+	switch c.PinDir {
+	case "none":
+		return ""
+	case "":
+		return filepath.Join(DefaultPinRoot, c.NodeName)
+	}
+	return c.PinDir
 }
 
 // DefaultConfig is the production configuration.
@@ -93,6 +124,7 @@ func DefaultConfig() Config {
 		CredentialFile:    nodecred.DefaultFile,
 		SpoolDir:          "/var/lib/nbs/spool",
 		SpoolMaxBytes:     spool.DefaultMaxBytes,
+		FlushTimeout:      5 * time.Second,
 	}
 }
 
@@ -125,6 +157,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TriggeredHold, "triggered.hold", c.TriggeredHold, "keep triggered programs (qdisc sojourn, per-flow detail) attached this long after their branch is healthy again")
 	fs.DurationVar(&c.TriggeredMax, "triggered.max", c.TriggeredMax, "longest stretch triggered programs stay attached; then they rest for --triggered.hold")
 	fs.StringVar(&c.SpoolDir, "spool.dir", c.SpoolDir, "directory keeping un-acked reports across agent restarts and reboots (\"\": memory only, lost on restart); one agent per directory")
+	fs.StringVar(&c.PinDir, "bpf.pin-dir", c.PinDir, "bpffs directory where the reset and drop probes pin their counters and programs, so they go on counting while no agent runs and the next agent (a restart or an upgrade) reports those counts (default "+DefaultPinRoot+"/<node.name>; \"none\": nothing is pinned and a restart loses what was not yet collected); one agent per directory")
+	fs.BoolVar(&c.Unpin, "bpf.unpin", c.Unpin, "remove what agents pinned in --bpf.pin-dir (the programs stop counting) and exit: the uninstall step")
+	fs.DurationVar(&c.FlushTimeout, "shutdown.flush-timeout", c.FlushTimeout, "on SIGTERM the agent reports its last partial interval and waits this long for the collector to store it (what is not acked stays in --spool.dir for the next agent)")
 	fs.Int64Var(&c.SpoolMaxBytes, "spool.max-bytes", c.SpoolMaxBytes, "bytes of un-acked reports kept; beyond, the oldest children are dropped first, then the oldest reports")
 }
 
@@ -155,11 +190,16 @@ func (c *Config) Validate() error {
 	}
 	if err := schema.CheckNodeName(c.NodeName); err != nil {
 		errs = append(errs, fmt.Errorf("--node.name %.256q: %w", c.NodeName, err))
+	} else {
+		// The collector knows a node by its name in lower case
+		// (schema.CanonicalNodeName); the agent says it that way too, so
+		// its log, spool and credential file name the node the UI shows.
+		c.NodeName = schema.CanonicalNodeName(c.NodeName)
 	}
 	if err := schema.CheckLabels(c.Labels); err != nil {
 		errs = append(errs, fmt.Errorf("--labels: %w", err))
 	}
-	if c.Interval < 100*time.Millisecond || c.Interval > time.Hour {
+	if c.Interval < minInterval || c.Interval > time.Hour {
 		errs = append(errs, fmt.Errorf("--interval %s must be from 100ms to 1h", c.Interval))
 	}
 	if c.BufferReports < 1 || c.BufferReports > 1_000_000 {
@@ -207,6 +247,12 @@ func (c *Config) Validate() error {
 	}
 	if c.SpoolMaxBytes != 0 && (c.SpoolMaxBytes < 4<<20 || c.SpoolMaxBytes > 64<<30) {
 		errs = append(errs, fmt.Errorf("--spool.max-bytes %d must be from 4 MiB (4194304) to 64 GiB", c.SpoolMaxBytes))
+	}
+	if d := c.pinDir(); d != "" && (!filepath.IsAbs(d) || filepath.Clean(d) == "/") {
+		errs = append(errs, fmt.Errorf("--bpf.pin-dir %q must be an absolute directory below / (or \"none\")", c.PinDir))
+	}
+	if c.FlushTimeout < 0 || c.FlushTimeout > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--shutdown.flush-timeout %s must be from 0 to 10m", c.FlushTimeout))
 	}
 	if c.CgroupPath != "" {
 		var fs unix.Statfs_t

@@ -94,3 +94,35 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// Where the probes pin, by --bpf.pin-dir, and which values are refused.
+func TestPinDir(t *testing.T) {
+	tests := []struct {
+		flag, want, wantErr string
+	}{
+		{"", DefaultPinRoot + "/node-1", ""},
+		{"none", "", ""},
+		{"/sys/fs/bpf/custom", "/sys/fs/bpf/custom", ""},
+		{"relative/dir", "", "must be an absolute directory"},
+		{"/", "", "must be an absolute directory"},
+	}
+	for _, tt := range tests {
+		c := DefaultConfig()
+		c.NodeName, c.PinDir = "node-1", tt.flag
+		err := c.Validate()
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("--bpf.pin-dir %q: %v, want %q", tt.flag, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || c.pinDir() != tt.want {
+			t.Errorf("--bpf.pin-dir %q: %q, %v; want %q", tt.flag, c.pinDir(), err, tt.want)
+		}
+	}
+	c := DefaultConfig()
+	c.FlushTimeout = -time.Second
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--shutdown.flush-timeout") {
+		t.Errorf("negative flush timeout: %v", err)
+	}
+}

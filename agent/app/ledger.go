@@ -44,8 +44,21 @@ func newLedger() *ledger {
 // answered echo is in ping/<target>/sent and in its RTT histogram, or in
 // neither). Sources count from their own start, which is this process's,
 // so a restart never counts what the previous run reported.
-func (l *ledger) baseline(r reading) {
+//
+// The exception is a counter of a source that continues the previous
+// agent's counts (r.continued: its probe adopted pinned maps): it counts
+// from what the previous agent reported of it (reported, see carry), so the
+// first report holds what that agent counted but did not report and what
+// was counted while no agent ran. One the previous agent never reported
+// counts from 0, as a counter seen for the first time does. Without a
+// record of what was reported (reported nil), every counter counts from
+// here.
+func (l *ledger) baseline(r reading, reported map[string]uint64) {
 	for id, v := range r.counters {
+		if r.continued[id] && reported != nil {
+			l.counters[id] = min(reported[id], v)
+			continue
+		}
 		l.counters[id] = v
 	}
 }
@@ -102,8 +115,13 @@ func (l *ledger) build(t *tree.Tree, now time.Time, elapsed time.Duration, cur r
 	for id, v := range cur.gauges {
 		values[id] = v
 	}
+	// Histograms with no samples this interval: evaluated as 0 (a source
+	// with nothing to measure is healthy, not unknown) but sent with no
+	// value, so that no one reads 0 ms as a fast network.
+	empty := map[string]bool{}
 	for id, h := range cur.histograms {
-		values[id] = 0 // a source with nothing to measure this interval is healthy, not unknown
+		values[id] = 0
+		empty[id] = h.Count == 0
 		if m, ok := t.Metric(id); ok && h.Count > 0 {
 			values[id] = h.Quantile(m.Quantile) / max(m.Scale, 1)
 		}
@@ -121,6 +139,9 @@ func (l *ledger) build(t *tree.Tree, now time.Time, elapsed time.Duration, cur r
 		}
 		if !ok {
 			v = 0 // and said to mean nothing: a root is streamed for its state
+		}
+		if empty[id] {
+			ok, v = false, 0
 		}
 		r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: id, Value: v, State: res.State[id], NoValue: !ok})
 		if d := l.backlog[id]; d != nil {

@@ -40,7 +40,7 @@ func runLedger(t *testing.T, steps []step) ledgerRun {
 	t.Helper()
 	tr, led := ledgerTree(), newLedger()
 	start := time.Unix(1_700_000_000, 0)
-	led.baseline(reading{counters: map[string]uint64{"ping/y": 0}})
+	led.baseline(reading{counters: map[string]uint64{"ping/y": 0}}, nil)
 	var out ledgerRun
 	for i, s := range steps {
 		h := loglinear.New()
@@ -232,7 +232,7 @@ func TestLedgerCountersAcrossMissedReadingsAndNewMetrics(t *testing.T) {
 	// retired one counts afresh when it comes back.
 	tr, led := ledgerTree(), newLedger()
 	now := time.Unix(1_700_000_000, 0)
-	led.baseline(reading{})
+	led.baseline(reading{}, nil)
 	r, _ := led.build(tr, now.Add(10*time.Second), 10*time.Second, reading{counters: map[string]uint64{"ping/y": 4}}, false)
 	if s := sampleOf(r, "ping/y"); s == nil || s.GetValue() != 4 {
 		t.Errorf("new counter: sample %v, want 4", s)
@@ -249,7 +249,7 @@ func TestLedgerCountersAcrossMissedReadingsAndNewMetrics(t *testing.T) {
 func TestLedgerRestartCountsFromBaseline(t *testing.T) {
 	tr, led := ledgerTree(), newLedger()
 	now := time.Unix(1_700_000_000, 0)
-	led.baseline(reading{counters: map[string]uint64{"ping/y": 3}})
+	led.baseline(reading{counters: map[string]uint64{"ping/y": 3}}, nil)
 	r, _ := led.build(tr, now.Add(10*time.Second), 10*time.Second, reading{counters: map[string]uint64{"ping/y": 13}}, false)
 	if s := sampleOf(r, "ping/y"); s == nil || s.GetValue() != 10 {
 		t.Errorf("first interval after a start: sample %v, want the increase since the baseline, 10", s)
@@ -262,7 +262,7 @@ func TestLedgerRestartCountsFromBaseline(t *testing.T) {
 func TestLedgerRootWithoutValue(t *testing.T) {
 	tr, led := ledgerTree(), newLedger()
 	now := time.Unix(1_700_000_000, 0)
-	led.baseline(reading{})
+	led.baseline(reading{}, nil)
 	for i, c := range []struct {
 		gauges  map[string]float64
 		noValue bool
@@ -281,6 +281,25 @@ func TestLedgerRootWithoutValue(t *testing.T) {
 		}
 		if c.noValue && res.Own["ping"] != tree.Unknown {
 			t.Errorf("interval %d: root without a value is %v, want UNKNOWN", i, res.Own["ping"])
+		}
+	}
+}
+
+// An interval in which a histogram had no samples sends it (in a
+// snapshot) with no value and an OK state: 0 ms would read as a fast
+// network. An interval with samples sends its quantile.
+func TestLedgerEmptyHistogramHasNoValue(t *testing.T) {
+	run := runLedger(t, []step{
+		{values: []uint64{2 * ms}, sent: 0, full: true},
+		{values: nil, sent: 0, full: true},
+	})
+	for i, want := range []struct {
+		noValue bool
+		state   nbsv1.State
+	}{{false, nbsv1.State_STATE_OK}, {true, nbsv1.State_STATE_OK}} {
+		s := sampleOf(run.reports[i], "ping/x")
+		if s == nil || s.GetNoValue() != want.noValue || s.GetState() != want.state || (want.noValue && s.GetValue() != 0) || (!want.noValue && s.GetValue() <= 0) {
+			t.Errorf("interval %d: ping/x sample %v; want no_value %v, state %v", i, s, want.noValue, want.state)
 		}
 	}
 }

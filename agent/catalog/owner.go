@@ -33,7 +33,7 @@ func OwnerChild(parent Metric, id, label string, top int) Metric {
 		Description: fmt.Sprintf("The part of %s counted in the network namespace of %s: one of the %d owners with "+
 			"most of it recently on this node (the rest are in %s/%s). An owner keeps its child while it stays "+
 			"active, so its series is continuous; the children and %s add up to the parent exactly. %s The "+
-			"parent's evidence names the owner of each event (fields owner, owner_kind, pod, container).",
+			"parent's evidence names the owner of each event (fields owner, owner_kind, pod, container; owner_id is the child's id segment, so the child lists its events).",
 			parent.ID, label, top, parent.ID, OwnerOther, OwnerOther, ownerHow)}
 }
 

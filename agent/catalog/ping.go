@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"github.com/nbs-project/nbs/internal/schema"
@@ -92,18 +93,24 @@ func PingTree() []Metric {
 }
 
 // PingSegment turns a target's name into an id segment (schema.Segment) of
-// at most 128 bytes. The name "clock" is taken by ping/clock, so such a
-// target becomes "clock_".
+// at most 128 bytes. A longer one keeps its first 119 bytes and a hash of
+// the whole, so that two long names sharing a prefix (node names run to
+// 253 bytes) stay two targets. The name "clock" is taken by ping/clock, so
+// such a target becomes "clock_".
 func PingSegment(name string) string {
 	s := schema.Segment(name)
-	if len(s) > 128 {
-		s = s[:128]
+	if len(s) > maxPingSegment {
+		h := fnv.New32a()
+		h.Write([]byte(s))
+		s = fmt.Sprintf("%s-%08x", s[:maxPingSegment-9], h.Sum32())
 	}
 	if s == "clock" {
 		return "clock_"
 	}
 	return s
 }
+
+const maxPingSegment = 128
 
 // PingTargetID is the id of one target's subtree.
 func PingTargetID(name string) string { return Ping + "/" + PingSegment(name) }

@@ -16,12 +16,22 @@ func TestPingSegment(t *testing.T) {
 		"clock":                  "clock_",
 		"":                       "_",
 		"ünïcode":                "_n_code",
-		strings.Repeat("a", 300): strings.Repeat("a", 128),
+		strings.Repeat("a", 128): strings.Repeat("a", 128),
 	}
 	for in, want := range cases {
 		if got := PingSegment(in); got != want {
 			t.Errorf("PingSegment(%q) = %q, want %q", in, got, want)
 		}
+	}
+	// Long names sharing their first 128 bytes are two targets, each
+	// within a segment's 128 bytes.
+	long1, long2 := strings.Repeat("a", 200)+"-1", strings.Repeat("a", 200)+"-2"
+	s1, s2 := PingSegment(long1), PingSegment(long2)
+	if s1 == s2 || len(s1) != 128 || len(s2) != 128 || !strings.HasPrefix(s1, strings.Repeat("a", 119)) {
+		t.Errorf("long names: %q and %q; want two distinct 128-byte segments keeping the prefix", s1, s2)
+	}
+	if PingSegment(long1) != s1 {
+		t.Error("PingSegment is not deterministic")
 	}
 }
 

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,16 +18,28 @@ import (
 // container image) controls: an OCI config.json is tens of KB.
 const maxFileBytes = 1 << 20
 
-// DefaultRuntimeDirs are where container runtimes keep each container's OCI
-// bundle (config.json with its annotations), seen through PID 1's root so
-// that an agent in a container with the host's PID namespace reads the
-// host's: containerd's shim v2 tasks (<dir>/<namespace>/<id>/config.json,
-// Docker's "moby" namespace included) and CRI-O's and podman's containers
-// (<dir>/<id>/userdata/config.json).
-var DefaultRuntimeDirs = []string{
-	"/proc/1/root/run/containerd/io.containerd.runtime.v2.task",
-	"/proc/1/root/run/docker/containerd/daemon/io.containerd.runtime.v2.task",
-	"/proc/1/root/run/containers/storage/overlay-containers",
+// runtimeDirs are where container runtimes keep each container's OCI
+// bundle (config.json with its annotations): containerd's shim v2 tasks
+// (<dir>/<namespace>/<id>/config.json, Docker's "moby" namespace included)
+// and CRI-O's and podman's containers (<dir>/<id>/userdata/config.json).
+var runtimeDirs = []string{
+	"/run/containerd/io.containerd.runtime.v2.task",
+	"/run/docker/containerd/daemon/io.containerd.runtime.v2.task",
+	"/run/containers/storage/overlay-containers",
+}
+
+// DefaultRuntimeDirs lists each runtime directory twice: first through PID
+// 1's root, so that an agent in a container with the host's PID namespace
+// reads the host's; then as the agent's own root has it, for an agent on
+// the host or one whose pod mounts the runtime's directory, where PID 1's
+// root is out of reach (it takes CAP_SYS_PTRACE, and a hardened pod lacks
+// it). Resolver.BundleAccess says which of them the agent can read.
+func DefaultRuntimeDirs() []string {
+	out := make([]string, 0, 2*len(runtimeDirs))
+	for _, d := range runtimeDirs {
+		out = append(out, "/proc/1/root"+d)
+	}
+	return append(out, runtimeDirs...)
 }
 
 // podMeta is what the runtime's or the pod's own files say.
@@ -176,4 +190,64 @@ func readLimited(path string) ([]byte, error) {
 		return nil, errTooLarge
 	}
 	return b, nil
+}
+
+// BundleAccess says whether container names can come from the runtimes'
+// OCI bundles, and why not, for the agent's capability list (where an
+// operator looks when pods show under their hostnames): a runtime
+// directory that exists but cannot be read is said, with the error, and
+// how to give the agent access. Directories that do not exist are no
+// runtime of that kind on this host, not a fault.
+func (r *Resolver) BundleAccess() (available bool, reason string) {
+	var readable, denied []string
+	seen := map[string]bool{}
+	for _, d := range r.opts.RuntimeDirs {
+		f, err := os.Open(d)
+		if err == nil {
+			_, err = f.Readdirnames(1)
+			f.Close()
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+		}
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			continue
+		case err != nil:
+			denied = append(denied, fmt.Sprintf("%s (%v)", d, unwrapPath(err)))
+			continue
+		}
+		// /proc/1/root/run/x and /run/x are one directory for an agent on
+		// the host: say it once.
+		key := d
+		if fi, err := os.Stat(d); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				key = fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+			}
+		}
+		if !seen[key] {
+			seen[key] = true
+			readable = append(readable, d)
+		}
+	}
+	switch {
+	case len(readable) > 0 && len(denied) == 0:
+		return true, "container names from OCI bundles in " + strings.Join(readable, ", ")
+	case len(readable) > 0:
+		return true, "container names from OCI bundles in " + strings.Join(readable, ", ") + "; cannot read " + strings.Join(denied, ", ")
+	case len(denied) > 0:
+		return false, "cannot read " + strings.Join(denied, ", ") + ": pods are named by their hostname and service account instead, " +
+			"without container names; give the agent the host's PID namespace and CAP_SYS_PTRACE, or mount the runtime's directory under /run"
+	}
+	return true, "no container runtime directory on this host (" + strings.Join(r.opts.RuntimeDirs, ", ") + "): pods, if any, are named by their hostname and service account"
+}
+
+// unwrapPath drops the path from an *os.PathError: the caller names the
+// directory already.
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }

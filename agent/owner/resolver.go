@@ -33,8 +33,8 @@ type Options struct {
 	Proc string
 	// NetnsDirs hold `ip netns` bind mounts; /run/netns unless set.
 	NetnsDirs []string
-	// RuntimeDirs are searched for OCI bundles; DefaultRuntimeDirs unless
-	// set.
+	// RuntimeDirs are searched for OCI bundles, in order; DefaultRuntimeDirs()
+	// unless set.
 	RuntimeDirs []string
 	// MaxEntries bounds the cache; the least recently used entry goes first.
 	MaxEntries int
@@ -84,7 +84,7 @@ func New(opts Options) *Resolver {
 		opts.NetnsDirs = []string{"/run/netns"}
 	}
 	if opts.RuntimeDirs == nil {
-		opts.RuntimeDirs = DefaultRuntimeDirs
+		opts.RuntimeDirs = DefaultRuntimeDirs()
 	}
 	if opts.MaxEntries <= 0 {
 		opts.MaxEntries = DefaultMaxEntries

@@ -2,6 +2,7 @@ package source
 
 import (
 	"log/slog"
+	"path/filepath"
 
 	"github.com/nbs-project/nbs/agent/owner"
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
@@ -41,6 +42,31 @@ type Env struct {
 	// BTF is the kernel BTF the probes share while they load; nil gives
 	// each load its own read.
 	BTF *bpfload.KernelBTF
+	// PinDir is the bpffs directory where the always-on counter probes pin
+	// their maps and links, each in a directory of its own (PinDirOf), so
+	// they go on counting between agents (bpfload's pin.go); empty pins
+	// nothing.
+	PinDir string
+}
+
+// PinDirOf is where the probe of one BPF object pins, "" when nothing is
+// pinned.
+func (e Env) PinDirOf(object string) string {
+	if e.PinDir == "" {
+		return ""
+	}
+	return filepath.Join(e.PinDir, object)
+}
+
+// Continuing is a source whose counters may continue the previous
+// agent's: its probe adopted the maps that agent pinned. The first reading
+// of such a counter is not a baseline: the agent reports what that agent
+// had not reported yet. Continues is asked of each counter of the source's
+// first reading; a source whose counters come from several places (the
+// agent branch, say, with losses kept in other probes' pinned maps) answers
+// for each.
+type Continuing interface {
+	Continues(counterID string) bool
 }
 
 // SetEnv replaces the environment; a source's Options embed Env, so the

@@ -206,12 +206,16 @@ func (sp *ownerSplit) apply(r *Reading, parent catalog.Metric, deltas map[uint32
 }
 
 // Annotate adds the owner of the namespace an evidence event names (its
-// "netns" field, kept) to the event's fields.
+// "netns" field, kept) to the event's fields, with owner_id, the id segment
+// of the owner's child, so that the collector can list a child's events
+// (they are recorded on the parent).
 func (o *Owners) Annotate(e *nbsv1.Event, inode uint32) {
 	if inode == 0 {
 		return
 	}
-	for k, v := range o.resolver.Owner(inode).Fields() {
+	ow := o.resolver.Owner(inode)
+	for k, v := range ow.Fields() {
 		e.Fields[k] = v
 	}
+	e.Fields["owner_id"] = ow.ID()
 }

@@ -94,6 +94,9 @@ func (a *agent) stop() {
 		_ = a.cmd.Process.Signal(os.Interrupt)
 		_ = a.cmd.Wait()
 	}
+	// An agent that pins (where bpffs is mounted) leaves its programs
+	// counting; an "off" run must have none. Older agents pin nothing.
+	_ = os.RemoveAll("/sys/fs/bpf/nbs/cost-1")
 }
 
 // cpu is the agent's user+system time so far.

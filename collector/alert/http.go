@@ -209,9 +209,13 @@ func (s *Service) ListAlerts(w http.ResponseWriter, r *http.Request) {
 	}
 	// A filter no node or rule could match is a mistake worth saying, not an
 	// empty list.
-	if f.Node = q.Get("node"); f.Node != "" && !schema.ValidNodeName(f.Node) {
-		httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "node %s is not a node name", api.Quote(f.Node)), nil)
-		return
+	if f.Node = q.Get("node"); f.Node != "" {
+		n, err := schema.NormalizeNodeName(f.Node)
+		if err != nil {
+			httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "node %s is not a node name", api.Quote(f.Node)), nil)
+			return
+		}
+		f.Node = n
 	}
 	if f.Rule = q.Get("rule"); f.Rule != "" && !ruleNameRE.MatchString(f.Rule) {
 		httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "rule %s is not an alert rule name", api.Quote(f.Rule)), nil)

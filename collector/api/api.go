@@ -46,7 +46,7 @@ type Queries interface {
 	Events(ctx context.Context, nodeID int32, path string, from, to time.Time, limit int) ([]store.StoredEvent, error)
 	// Other nodes' evidence about the same flows, from the nodes scope
 	// sees only.
-	Counterparts(ctx context.Context, scope store.Scope, except int32, probes []store.FlowProbe, perProbe int) ([][]store.Counterpart, error)
+	Counterparts(ctx context.Context, scope store.Scope, except int32, space string, probes []store.FlowProbe, perProbe int) ([][]store.Counterpart, error)
 }
 
 var _ Queries = (*store.Store)(nil)
@@ -78,6 +78,9 @@ type API struct {
 	now        func() time.Time
 	// readyWarnings are listed by /readyz (SetReadyWarnings).
 	readyWarnings []string
+	// counterpartLabel narrows counterparts to one address space
+	// (SetCounterpartLabel).
+	counterpartLabel string
 }
 
 func New(q Queries, live Live, ui http.Handler, log *slog.Logger, m *telemetry.Metrics) *API {
@@ -87,6 +90,13 @@ func New(q Queries, live Live, ui http.Handler, log *slog.Logger, m *telemetry.M
 // SetThresholds makes trees show effective thresholds instead of the
 // catalogue defaults.
 func (a *API) SetThresholds(t Thresholds) { a.thresholds = t }
+
+// SetCounterpartLabel makes counterparts match only between nodes whose
+// value of label key k is the same (a node without it matches only others
+// without it): two clusters of one tenant may reuse private addresses,
+// and a look-alike flow in the other is not the same flow. "" leaves the
+// tenant as the only bound.
+func (a *API) SetCounterpartLabel(k string) { a.counterpartLabel = k }
 
 // SetReadyWarnings makes /readyz list w: settings the collector runs with
 // but that are unsafe (say, nodes that anyone may register), so a probe or

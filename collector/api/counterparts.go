@@ -104,7 +104,7 @@ func (a *API) counterparts(ctx context.Context, scope store.Scope, n store.Node,
 	}
 	// A few spare candidates: some may fall outside the window once their
 	// node's clock is corrected.
-	found, err := a.q.Counterparts(ctx, scope, n.ID, asks, 2*maxCounterparts)
+	found, err := a.q.Counterparts(ctx, scope, n.ID, a.counterpartLabel, asks, 2*maxCounterparts)
 	if err != nil {
 		return nil, err
 	}

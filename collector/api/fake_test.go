@@ -181,7 +181,7 @@ func (f *fakeStore) Events(_ context.Context, _ int32, path string, from, to tim
 // Counterparts answers as the store does: the events of other nodes the
 // scope sees whose endpoints match either way round, within the probe's
 // span, nearest first.
-func (f *fakeStore) Counterparts(_ context.Context, scope store.Scope, except int32, probes []store.FlowProbe, perProbe int) ([][]store.Counterpart, error) {
+func (f *fakeStore) Counterparts(_ context.Context, scope store.Scope, except int32, _ string, probes []store.FlowProbe, perProbe int) ([][]store.Counterpart, error) {
 	f.asked.probes, f.asked.except = probes, except
 	out := make([][]store.Counterpart, len(probes))
 	for i, p := range probes {

@@ -25,10 +25,6 @@ const (
 	maxFleetLabel  = 256 // bytes of one key=value
 )
 
-// agentRoot is the agent's own branch (agent/catalog.Agent): what
-// measuring costs. The fleet lists it after the roots about the node.
-const agentRoot = "agent"
-
 // FleetChild is the descendant that explains a raised root: following the
 // worst child down while it is raised, as the node page opens.
 type FleetChild struct {
@@ -163,7 +159,7 @@ func (a *API) ListFleet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := a.now()
-	fq.Now, fq.StaleAfter = now, staleAfter
+	fq.Now, fq.StaleAfter, fq.HideAgent = now, staleAfter, !staff(ctx)
 	page, err := a.q.Fleet(ctx, Scope(r), fq)
 	if err != nil {
 		httpjson.WriteError(w, r, err, a.log)
@@ -198,7 +194,19 @@ func (a *API) ListFleet(w http.ResponseWriter, r *http.Request) {
 			Crit: page.Counts[store.StateCrit], Unknown: page.Counts[store.StateUnknown]},
 		Nodes: make([]FleetNode, 0, len(page.Entries))}
 	for _, e := range page.Entries {
-		out.Nodes = append(out.Nodes, fleetNode(e, defs[e.Node.ID], explains[e.Node.ID], a.live.Connected(e.Node.Name)))
+		n := fleetNode(e, defs[e.Node.ID], explains[e.Node.ID], a.live.Connected(e.Node.Name))
+		if !staff(ctx) {
+			// What a customer sees of a node (customer.go): not the
+			// agent's own root, nor staff-only metrics explaining one.
+			n.Roots = slices.DeleteFunc(n.Roots, func(r FleetRoot) bool { return customerHidden(r.ID) })
+			for i := range n.Roots {
+				if e := n.Roots[i].Explains; e != nil && customerHidden(e.ID) {
+					n.Roots[i].Explains = nil
+				}
+			}
+			n.Since = nodeSince(n, e)
+		}
+		out.Nodes = append(out.Nodes, n)
 	}
 	httpjson.Write(w, http.StatusOK, out)
 }
@@ -249,10 +257,6 @@ func fleetNode(e store.FleetEntry, defs []store.MetricDef, explains map[string]s
 		}
 		n.Roots = append(n.Roots, fr)
 	}
-	// The node's own roots first, the agent's last.
-	slices.SortStableFunc(n.Roots, func(a, b FleetRoot) int {
-		return boolInt(a.ID == agentRoot) - boolInt(b.ID == agentRoot)
-	})
 	n.Since = nodeSince(n, e)
 	return n
 }
@@ -279,13 +283,6 @@ func nodeSince(n FleetNode, e store.FleetEntry) *time.Time {
 		}
 	}
 	return since
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // explainRoots finds, for every raised root of a node, its explaining

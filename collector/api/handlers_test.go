@@ -158,7 +158,7 @@ func TestRouting(t *testing.T) {
 	// Each route of the table reaches its own handler.
 	for _, rt := range routes {
 		target := api.Prefix + strings.NewReplacer("{node}", "web-1", "{id}", "7").Replace(rt.Pattern)
-		if strings.HasSuffix(rt.Pattern, "/series") || strings.HasSuffix(rt.Pattern, "/events") {
+		if strings.HasSuffix(rt.Pattern, "/series") || strings.HasSuffix(rt.Pattern, "/events") || strings.HasSuffix(rt.Pattern, "/batch") {
 			target += "?metric=tcp_reset"
 		}
 		w := do(t, router, rt.Method, target, "")

@@ -33,19 +33,38 @@ func readSlots(method, pattern string) int {
 		return ReportSlots
 	case "/nodes/{node}/series", "/nodes/{node}/events":
 		return 1
+	case "/nodes/{node}/series/batch":
+		// Up to maxBatchMetrics metrics of one node: one rollup read, or
+		// (steps under a minute) one raw read per metric.
+		return 2
 	}
 	return 0
 }
 
-// admitHeavy puts the heavy routes of routes behind adm.
+// pastTreeSlots is what a tree of a past time costs (?at=, ?from=&to=): it
+// reads the rollups of its window, where the live tree reads one row.
+const pastTreeSlots = 1
+
+// admitHeavy puts the heavy routes of routes behind adm, and the tree's
+// past-time reads.
 func admitHeavy(routes []Route, adm Admission) {
 	for i, rt := range routes {
 		slots := readSlots(rt.Method, rt.Pattern)
-		if slots == 0 {
+		pastTree := rt.Method == http.MethodGet && rt.Pattern == "/nodes/{node}/tree"
+		if slots == 0 && !pastTree {
 			continue
 		}
 		next := rt.Handler
 		routes[i].Handler = func(w http.ResponseWriter, r *http.Request) {
+			slots := slots
+			if pastTree {
+				q := r.URL.Query()
+				if !q.Has("at") && !q.Has("from") && !q.Has("to") {
+					next(w, r)
+					return
+				}
+				slots = pastTreeSlots
+			}
 			release, err := adm.Admit(r, slots)
 			if err != nil {
 				httpjson.WriteError(w, r, err, nil)

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -52,6 +53,8 @@ func TestHeavyRoutesAreAdmitted(t *testing.T) {
 		{"/api/v1/nodes", 0},
 		{"/api/v1/nodes/web-1", 0},
 		{"/api/v1/nodes/web-1/tree", 0},
+		{"/api/v1/nodes/web-1/tree?at=" + fmt.Sprint(time.Now().Add(-time.Hour).UnixMilli()), 1}, // a past tree reads rollups
+		{"/api/v1/nodes/web-1/series/batch?metric=tcp_reset&metric=latency", 2},
 		{"/api/v1/report-definitions", 0},
 		{"/api/v1/whoami", 0},
 		{"/api/v1/thresholds", 0},
@@ -92,7 +95,8 @@ func TestHeavyRoutesDocumented(t *testing.T) {
 	a := api.New(newFakeStore(time.Now()), live{}, nil, slog.New(slog.DiscardHandler), telemetry.New())
 	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}, Identities: stubParts{},
 		Access: stubParts{}, Reports: stubParts{}, Admission: adm})
-	heavy := map[string]bool{"GET /reports": true, "GET /nodes/{node}/series": true, "GET /nodes/{node}/events": true}
+	heavy := map[string]bool{"GET /reports": true, "GET /nodes/{node}/series": true, "GET /nodes/{node}/events": true,
+		"GET /nodes/{node}/series/batch": true, "GET /nodes/{node}/tree": true}
 	signIn := map[string]bool{"POST /login": true}
 	ops := loadDoc(t).Operations()
 	for _, rt := range routes {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nbs-project/nbs/collector/access"
@@ -50,11 +51,18 @@ type NodeList struct {
 
 // Tree is a node's whole metric tree.
 type Tree struct {
-	Node       string      `json:"node"`
-	Time       *time.Time  `json:"time"` // of the newest report; null before the first
-	IntervalMS uint32      `json:"interval_ms"`
-	WindowS    int         `json:"window_s"`
-	Roots      []*TreeNode `json:"roots"`
+	Node       string     `json:"node"`
+	Time       *time.Time `json:"time"` // of the newest report; null before the first
+	IntervalMS uint32     `json:"interval_ms"`
+	WindowS    int        `json:"window_s"`
+	// At and From are set when the tree was asked for a past time: the
+	// instant it is as of, and where its recent window starts.
+	At   *time.Time `json:"at,omitempty"`
+	From *time.Time `json:"from,omitempty"`
+	// Stale: the node has not reported for a while (or its stream is
+	// gone), so the values are its last, not current ones.
+	Stale bool        `json:"stale"`
+	Roots []*TreeNode `json:"roots"`
 }
 
 // Point is one step of a series.
@@ -126,10 +134,27 @@ func (a *API) withClock(s NodeSummary) NodeSummary {
 }
 
 // staffDetail adds what staff see of a node and customers do not: labels
-// its agent claimed against the bound ones.
+// its agent claimed against the bound ones. A customer's summary loses the
+// agent's own root and flags in capability reasons (customer.go).
 func staffDetail(ctx context.Context, n store.Node, s NodeSummary) NodeSummary {
 	if access.FromContext(ctx).SeesAll() {
 		s.ClaimedLabels = n.ClaimedLabels
+	}
+	if !staff(ctx) {
+		s.Roots = customerRoots(s.Roots)
+		if s.LastReport != nil && !s.Stale {
+			worst := store.StateOK // the state of what the customer sees
+			for _, r := range s.Roots {
+				worst = store.Worse(worst, r.worst)
+			}
+			s.State = worst.String()
+		}
+		caps := make([]store.Capability, len(s.Capabilities))
+		for i, c := range s.Capabilities {
+			c.Reason = customerText(c.Reason)
+			caps[i] = c
+		}
+		s.Capabilities = caps
 	}
 	return s
 }
@@ -244,10 +269,19 @@ func (a *API) GetNode(w http.ResponseWriter, r *http.Request) {
 		summarize(st.node, rootDefs, st.latest, st.reported, a.live.Connected(st.node.Name), a.now()))))
 }
 
-// GetTree serves GET /nodes/{node}/tree.
+// GetTree serves GET /nodes/{node}/tree: live, or as of ?at= (with the
+// recent window before it) or over ?from=&to= (as of to), read from that
+// time's rollups (treeat.go).
 func (a *API) GetTree(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	window, err := parseWindow(r.URL.Query().Get("window"))
+	q := r.URL.Query()
+	window, err := parseWindow(q.Get("window"))
+	if err != nil {
+		httpjson.WriteError(w, r, err, nil)
+		return
+	}
+	now := a.now()
+	tt, err := parseTreeTime(q, window, now)
 	if err != nil {
 		httpjson.WriteError(w, r, err, nil)
 		return
@@ -265,7 +299,13 @@ func (a *API) GetTree(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	recent, err := a.q.RecentByMetric(ctx, n.ID, a.now().Add(-window))
+	var recent map[string]store.Recent
+	if tt.Past {
+		l, ok, recent, err = a.pastTree(ctx, n, defs, tt)
+		window = tt.At.Sub(tt.From)
+	} else {
+		recent, err = a.q.RecentByMetric(ctx, n.ID, now.Add(-window))
+	}
 	if err != nil {
 		httpjson.WriteError(w, r, err, a.log)
 		return
@@ -275,6 +315,19 @@ func (a *API) GetTree(w http.ResponseWriter, r *http.Request) {
 	if ok {
 		t := l.Time.UTC()
 		out.Time = &t
+		iv := time.Duration(max(l.IntervalMS, n.IntervalMS, 1)) * time.Millisecond
+		// Live, the newest values are stale when the node stopped
+		// reporting, as the fleet view says (summarize); its stream may be
+		// on another collector, so that this one has none proves nothing.
+		// A past tree is as of its time, never stale.
+		out.Stale = !tt.Past && now.Sub(l.Time) > staleAfter*iv
+	}
+	if tt.Past {
+		at, from := tt.At.UTC(), tt.From.UTC()
+		out.At, out.From = &at, &from
+	}
+	if !staff(ctx) {
+		out.Roots = customerRoots(out.Roots)
 	}
 	httpjson.Write(w, http.StatusOK, out)
 }
@@ -292,39 +345,116 @@ func (a *API) metricWindow(r *http.Request) (metric string, from, to time.Time, 
 
 // GetSeries serves GET /nodes/{node}/series: one metric over time.
 func (a *API) GetSeries(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
 	q := r.URL.Query()
 	metric, from, to, err := a.metricWindow(r)
 	if err != nil {
 		httpjson.WriteError(w, r, err, nil)
 		return
 	}
-	n, err := a.node(r)
+	out, err := a.seriesOf(r, []string{metric}, from, to, q.Get("step"))
 	if err != nil {
 		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
-	step, err := parseStep(q.Get("step"), time.Duration(n.IntervalMS)*time.Millisecond, from, to)
+	httpjson.Write(w, http.StatusOK, out[0])
+}
+
+// maxBatchMetrics bounds the metrics of one batch series request: a tree
+// shows about a hundred rows with every branch open, asked in pages of this.
+const maxBatchMetrics = 64
+
+// SeriesBatch is several metrics of a node over one window and step.
+type SeriesBatch struct {
+	Node   string    `json:"node"`
+	From   time.Time `json:"from"`
+	To     time.Time `json:"to"`
+	StepMS int64     `json:"step_ms"`
+	Series []Series  `json:"series"`
+}
+
+// GetSeriesBatch serves GET /nodes/{node}/series/batch: up to
+// maxBatchMetrics metrics (?metric= repeated) over one window, as the
+// tree's trend lines need them: one request instead of one per row. A
+// metric the node does not have is left out, not an error (the tree may
+// have changed since the client read it).
+func (a *API) GetSeriesBatch(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	metrics := q["metric"]
+	switch {
+	case len(metrics) == 0:
+		httpjson.WriteError(w, r, invalid("query parameter metric is required (repeat it for each metric, at most %d)", maxBatchMetrics), nil)
+		return
+	case len(metrics) > maxBatchMetrics:
+		httpjson.WriteError(w, r, invalid("%d metrics asked; at most %d per request", len(metrics), maxBatchMetrics), nil)
+		return
+	}
+	seen := map[string]bool{}
+	uniq := metrics[:0:0]
+	for _, m := range metrics {
+		if !schema.ValidID(m) {
+			httpjson.WriteError(w, r, invalid("metric %s is not a metric id like tcp_reset/sent/no_socket", Quote(m)), nil)
+			return
+		}
+		if !seen[m] {
+			seen[m] = true
+			uniq = append(uniq, m)
+		}
+	}
+	from, to, err := timeRange(q.Get("from"), q.Get("to"), defaultRange, a.now())
 	if err != nil {
 		httpjson.WriteError(w, r, err, nil)
 		return
 	}
-	defs, err := a.q.Definitions(ctx, n.ID)
+	out, err := a.seriesOf(r, uniq, from, to, q.Get("step"))
 	if err != nil {
 		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
-	var def *store.MetricDef
-	for i := range defs {
-		if defs[i].Path == metric {
-			def = &defs[i]
+	b := SeriesBatch{Series: out}
+	if len(out) > 0 {
+		b.Node, b.From, b.To, b.StepMS = out[0].Node, out[0].From, out[0].To, out[0].StepMS
+	} else if n, err := a.node(r); err == nil {
+		b.Node, b.From, b.To = n.Name, from.UTC(), to.UTC()
+	}
+	httpjson.Write(w, http.StatusOK, b)
+}
+
+// seriesOf computes metrics of the route's node over [from, to). With one
+// metric, one the node does not have is not found; with several, it is left
+// out. Staff-only metrics (customer.go) are unknown to a customer.
+func (a *API) seriesOf(r *http.Request, metrics []string, from, to time.Time, stepS string) ([]Series, error) {
+	ctx := r.Context()
+	n, err := a.node(r)
+	if err != nil {
+		return nil, err
+	}
+	step, err := parseStep(stepS, time.Duration(n.IntervalMS)*time.Millisecond, from, to)
+	if err != nil {
+		return nil, err
+	}
+	defs, err := a.q.Definitions(ctx, n.ID)
+	if err != nil {
+		return nil, err
+	}
+	byPath := make(map[string]store.MetricDef, len(defs))
+	for _, d := range defs {
+		if staff(ctx) || !customerHidden(d.Path) {
+			byPath[d.Path] = d
 		}
 	}
-	if def == nil {
-		httpjson.WriteError(w, r, fmt.Errorf("metric %q on node %s: %w", metric, n.Name, store.ErrNotFound), nil)
-		return
+	var want []store.MetricDef
+	for _, m := range metrics {
+		if d, ok := byPath[m]; ok {
+			want = append(want, d)
+		} else if len(metrics) == 1 {
+			return nil, fmt.Errorf("metric %q on node %s: %w", m, n.Name, store.ErrNotFound)
+		}
 	}
-	var points []Point
+	out := make([]Series, 0, len(want))
+	if len(want) == 0 {
+		return out, nil
+	}
+	points := map[string][]Point{}
 	if res := seriesRollup(step); res != 0 {
 		// Steps start at a boundary of the rollups they are made of: the
 		// first at or after from, so that none begins before what was
@@ -332,16 +462,26 @@ func (a *API) GetSeries(w http.ResponseWriter, r *http.Request) {
 		if r := time.Duration(res) * time.Second; !from.Truncate(r).Equal(from) {
 			from = from.Truncate(r).Add(r)
 		}
-		points, err = a.rollupPoints(ctx, n, *def, from, to, step, res)
+		points, err = a.rollupPoints(ctx, n, want, from, to, step, res)
 	} else {
-		points, err = a.rawPoints(ctx, n, *def, from, to, step)
+		for _, d := range want {
+			if points[d.Path], err = a.rawPoints(ctx, n, d, from, to, step); err != nil {
+				break
+			}
+		}
 	}
 	if err != nil {
-		httpjson.WriteError(w, r, err, a.log)
-		return
+		return nil, err
 	}
-	httpjson.Write(w, http.StatusOK, Series{Node: n.Name, Metric: metric, Unit: def.Unit, Kind: def.Kind.String(),
-		From: from.UTC(), To: to.UTC(), StepMS: step.Milliseconds(), Points: points})
+	for _, d := range want {
+		ps := points[d.Path]
+		if ps == nil {
+			ps = []Point{}
+		}
+		out = append(out, Series{Node: n.Name, Metric: d.Path, Unit: d.Unit, Kind: d.Kind.String(),
+			From: from.UTC(), To: to.UTC(), StepMS: step.Milliseconds(), Points: ps})
+	}
+	return out, nil
 }
 
 // GetEvents serves GET /nodes/{node}/events: the newest evidence.
@@ -363,10 +503,17 @@ func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
-	events, err := a.q.Events(ctx, n.ID, metric, from, to, limit)
+	if !staff(ctx) && customerHidden(metric) {
+		httpjson.WriteError(w, r, fmt.Errorf("metric %q on node %s: %w", metric, n.Name, store.ErrNotFound), nil)
+		return
+	}
+	events, err := a.ownerEvents(ctx, n, metric, from, to, limit)
 	if err != nil {
 		httpjson.WriteError(w, r, err, a.log)
 		return
+	}
+	if !staff(ctx) {
+		events = slices.DeleteFunc(events, func(e store.StoredEvent) bool { return customerHidden(e.Metric) })
 	}
 	others, err := a.counterparts(ctx, Scope(r), n, events)
 	if err != nil {
@@ -379,6 +526,9 @@ func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 		if f == nil {
 			f = map[string]string{}
 		}
+		if !staff(ctx) {
+			f = customerEvidence(f)
+		}
 		cs := others[i]
 		if cs == nil {
 			cs = []Counterpart{}
@@ -386,6 +536,44 @@ func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 		out.Events = append(out.Events, Evidence{e.Time.UTC(), e.Metric, f, cs})
 	}
 	httpjson.Write(w, http.StatusOK, out)
+}
+
+// ownerEvents is the evidence of metric and its descendants, and, for an
+// owner child (drops/not_specified/pod:shop.cart-7d9f), its parent's events
+// whose namespace that owner had: the agent records evidence on the parent
+// and names the owner in each event (owner_id), so that the child's own
+// list is not empty. Both are newest first, at most limit together.
+func (a *API) ownerEvents(ctx context.Context, n store.Node, metric string, from, to time.Time, limit int) ([]store.StoredEvent, error) {
+	events, err := a.q.Events(ctx, n.ID, metric, from, to, limit)
+	if err != nil {
+		return nil, err
+	}
+	parent, seg := schema.Parent(metric), metric[strings.LastIndexByte(metric, '/')+1:]
+	if parent == "" || !ownerSegment(seg) {
+		return events, nil
+	}
+	// The parent's list holds every owner's events: read as many as may
+	// be asked, and keep this owner's.
+	all, err := a.q.Events(ctx, n.ID, parent, from, to, maxLimit)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range all {
+		if e.Metric == parent && e.Fields["owner_id"] == seg {
+			events = append(events, e)
+		}
+	}
+	slices.SortStableFunc(events, func(x, y store.StoredEvent) int { return y.Time.Compare(x.Time) })
+	if len(events) > limit {
+		events = events[:limit]
+	}
+	return events, nil
+}
+
+// ownerSegment reports whether a metric id's last segment names an owner
+// (agent/owner.Owner.ID: a kind prefix, or host).
+func ownerSegment(seg string) bool {
+	return seg == "host" || strings.Contains(seg, ":")
 }
 
 // seriesRollup is the rollup resolution a series of this step is read
@@ -426,29 +614,40 @@ func (a *API) rawPoints(ctx context.Context, n store.Node, def store.MetricDef, 
 	}
 	for i := range points {
 		points[i].Percentiles = byStart[points[i].Time.UnixNano()]
+		noSamples(def, &points[i])
 	}
 	return points, nil
 }
 
-// rollupPoints computes a series from rollups of resolution res, whose
-// buckets make up each step exactly. A rollup counts only the reports
-// that carried the metric; how many the node sent (what a rate is divided
-// by, as the raw series does) is its root's count, which every report
-// carries.
-func (a *API) rollupPoints(ctx context.Context, n store.Node, def store.MetricDef, from, to time.Time, step time.Duration, res int32) ([]Point, error) {
-	root := schema.Root(def.Path)
+// rollupPoints computes series from rollups of resolution res, whose
+// buckets make up each step exactly, for several metrics in one read. A
+// rollup counts only the reports that carried the metric; how many the node
+// sent (what a rate is divided by, as the raw series does) is its root's
+// count, which every report carries.
+func (a *API) rollupPoints(ctx context.Context, n store.Node, defs []store.MetricDef, from, to time.Time, step time.Duration, res int32) (map[string][]Point, error) {
+	wanted := map[string]bool{}
+	for _, d := range defs {
+		wanted[d.Path] = true
+		wanted[schema.Root(d.Path)] = true
+	}
 	samples, hists, err := a.q.ReadRollups(ctx, store.RollupQuery{NodeIDs: []int32{n.ID}, Res: res, From: from, To: to,
-		Match: func(p string) bool { return p == def.Path || p == root }})
+		Match: func(p string) bool { return wanted[p] }})
 	if err != nil {
 		return nil, err
 	}
 	type acc struct {
-		own, root store.SampleAgg
-		hist      *loglinear.Histogram
+		own  store.SampleAgg
+		hist *loglinear.Histogram
+		seen bool
 	}
-	steps := map[int64]*acc{}
-	at := func(ts time.Time) *acc {
-		k := from.Add(ts.Sub(from) / step * step).UnixNano()
+	type key struct {
+		path string
+		at   int64
+	}
+	steps := map[key]*acc{}
+	stepOf := func(ts time.Time) int64 { return from.Add(ts.Sub(from) / step * step).UnixNano() }
+	at := func(path string, ts time.Time) *acc {
+		k := key{path, stepOf(ts)}
 		s := steps[k]
 		if s == nil {
 			s = &acc{}
@@ -457,19 +656,12 @@ func (a *API) rollupPoints(ctx context.Context, n store.Node, def store.MetricDe
 		return s
 	}
 	for _, r := range samples {
-		s := at(r.TS)
-		if r.Path == def.Path {
-			s.own.Merge(r.SampleAgg)
-		}
-		if r.Path == root {
-			s.root.Merge(r.SampleAgg)
-		}
+		s := at(r.Path, r.TS)
+		s.own.Merge(r.SampleAgg)
+		s.seen = true
 	}
 	for _, r := range hists {
-		if r.Path != def.Path {
-			continue
-		}
-		s := at(r.TS)
+		s := at(r.Path, r.TS)
 		if s.hist == nil {
 			s.hist = loglinear.New()
 		}
@@ -479,34 +671,48 @@ func (a *API) rollupPoints(ctx context.Context, n store.Node, def store.MetricDe
 		s.hist.Count += r.Count
 		s.hist.Sum += r.Sum
 	}
-	starts := make([]int64, 0, len(steps))
-	for k := range steps {
-		starts = append(starts, k)
-	}
-	slices.Sort(starts)
 	iv := int64(n.IntervalMS)
-	points := make([]Point, 0, len(starts))
-	for _, k := range starts {
-		s := steps[k]
-		reports := max(s.root.N, s.own.N)
-		b := store.Bucket{Start: time.Unix(0, k), Sum: s.own.Sum, Max: s.own.Max, Present: int(s.own.N), Reports: int(reports),
-			IntervalMS: reports * iv, Worst: store.StateOK}
-		switch seconds := float64(s.own.N*iv) / 1000; {
-		case s.own.Crit > 0:
-			b.Worst = store.StateCrit
-		case s.own.Warn > 0:
-			b.Worst = store.StateWarn
-		case s.own.N > 0 && s.own.OK < seconds-float64(iv)/2000:
-			// Seconds in no OK, WARN or CRIT state: UNKNOWN.
-			b.Worst = store.StateUnknown
+	out := make(map[string][]Point, len(defs))
+	for _, def := range defs {
+		root := schema.Root(def.Path)
+		var starts []int64
+		for k, s := range steps {
+			// A step is there when the node reported: its root was.
+			if k.path == root && s.seen {
+				starts = append(starts, k.at)
+			}
 		}
-		p := point(def, b)
-		if s.hist != nil {
-			p.Percentiles = percentiles(s.hist, def.Scale)
+		slices.Sort(starts)
+		points := make([]Point, 0, len(starts))
+		for _, k := range starts {
+			own, rt := steps[key{def.Path, k}], steps[key{root, k}]
+			var o store.SampleAgg
+			var h *loglinear.Histogram
+			if own != nil {
+				o, h = own.own, own.hist
+			}
+			reports := max(rt.own.N, o.N)
+			b := store.Bucket{Start: time.Unix(0, k), Sum: o.Sum, Max: o.Max, Present: int(o.N), Reports: int(reports),
+				IntervalMS: reports * iv, Worst: aggState(o, iv)}
+			p := point(def, b)
+			if h != nil {
+				p.Percentiles = percentiles(h, def.Scale)
+			}
+			noSamples(def, &p)
+			points = append(points, p)
 		}
-		points = append(points, p)
+		out[def.Path] = points
 	}
-	return points, nil
+	return out, nil
+}
+
+// noSamples clears a histogram step's value when the step had no samples:
+// the agent stores 0 for an interval with nothing to measure, and 0 ms would
+// read as a fast network. No value is null, never 0.
+func noSamples(def store.MetricDef, p *Point) {
+	if def.Kind == store.KindHistogram && p.Percentiles == nil {
+		p.Value, p.Max = nil, nil
+	}
 }
 
 // point is one step of a series as the API shows it.

@@ -154,12 +154,13 @@ func metricParam(r *http.Request) (string, error) {
 	return m, nil
 }
 
-// NodeParam reads the {node} of a route; a name no agent could have is a
-// 400, not a lookup.
+// NodeParam reads the {node} of a route in its canonical form
+// (schema.CanonicalNodeName: /nodes/NODE-A is node-a); a name no agent
+// could have is a 400, not a lookup.
 func NodeParam(r *http.Request) (string, error) {
-	n := chi.URLParam(r, "node")
-	if !schema.ValidNodeName(n) {
-		return "", invalid("node %s is not a node name (letters, digits, '.', '_', '-'; at most 253)", Quote(n))
+	n, err := schema.NormalizeNodeName(chi.URLParam(r, "node"))
+	if err != nil {
+		return "", invalid("node %s is not a node name (letters, digits, '.', '_', '-'; at most 253)", Quote(chi.URLParam(r, "node")))
 	}
 	return n, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,7 +56,7 @@ func FuzzQueryParams(f *testing.F) {
 		if m, err := metricParam(r); err == nil && (m != metric || !schema.ValidID(m)) {
 			t.Fatalf("metricParam(%q) = %q", metric, m)
 		}
-		if n, err := NodeParam(r); err == nil && (n != node || !schema.ValidNodeName(n)) {
+		if n, err := NodeParam(r); err == nil && (n != schema.CanonicalNodeName(node) || !schema.ValidNodeName(n) || n != strings.ToLower(n)) {
 			t.Fatalf("NodeParam(%q) = %q", node, n)
 		}
 	})

@@ -57,6 +57,7 @@ type NodeHandlers interface {
 	GetNode(http.ResponseWriter, *http.Request)
 	GetTree(http.ResponseWriter, *http.Request)
 	GetSeries(http.ResponseWriter, *http.Request)
+	GetSeriesBatch(http.ResponseWriter, *http.Request)
 	GetEvents(http.ResponseWriter, *http.Request)
 }
 
@@ -157,6 +158,7 @@ func Routes(p Parts) []Route {
 			{get, "/nodes/{node}", n.GetNode, viewer, scoped},
 			{get, "/nodes/{node}/tree", n.GetTree, viewer, scoped},
 			{get, "/nodes/{node}/series", n.GetSeries, viewer, scoped},
+			{get, "/nodes/{node}/series/batch", n.GetSeriesBatch, viewer, scoped},
 			{get, "/nodes/{node}/events", n.GetEvents, viewer, scoped},
 		}...)
 	}

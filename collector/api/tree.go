@@ -1,6 +1,9 @@
 package api
 
 import (
+	"cmp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nbs-project/nbs/collector/store"
@@ -49,8 +52,11 @@ func BuildTree(defs []store.MetricDef, latest store.Latest, thresholds map[strin
 			n.UpdatedAt = &at
 			current := v.TimeMS >= newest
 			switch {
-			case current && v.NoValue:
-				own = v.State // no value: the agent had nothing to show, not 0
+			case current && (v.NoValue || (d.Kind == store.KindHistogram && v.Value == 0)):
+				// No value: the agent had nothing to show, not 0. Agents
+				// before no_value on histograms sent a quantile of 0 for an
+				// interval without samples, which no recorded value gives.
+				own = v.State
 			case current:
 				own = v.State
 				n.Value = ptr(v.Value)
@@ -84,7 +90,63 @@ func BuildTree(defs []store.MetricDef, latest store.Latest, thresholds map[strin
 	for _, r := range roots {
 		propagate(r)
 	}
+	sortTree(roots, true)
 	return roots
+}
+
+// agentRoot is the agent's own branch (its overhead and report backlog):
+// the operator's concern, listed last and not shown to customers.
+const agentRoot = "agent"
+
+// sortTree orders siblings as they are read: raised first (CRIT, then
+// WARN, then UNKNOWN), then OK, each by title with numbers in numeric
+// order (sim-2 before sim-10); among roots the agent's own comes last, so
+// its overhead never pushes a raised branch below the fold.
+func sortTree(nodes []*TreeNode, roots bool) {
+	slices.SortStableFunc(nodes, func(a, b *TreeNode) int {
+		if roots && (a.ID == agentRoot) != (b.ID == agentRoot) {
+			if a.ID == agentRoot {
+				return 1
+			}
+			return -1
+		}
+		if c := cmp.Compare(b.worst.Severity(), a.worst.Severity()); c != 0 {
+			return c
+		}
+		return cmp.Or(NaturalCompare(a.Title, b.Title), NaturalCompare(a.ID, b.ID))
+	})
+	for _, n := range nodes {
+		sortTree(n.Children, false)
+	}
+}
+
+// NaturalCompare compares strings with runs of digits compared as numbers:
+// "sim-2" < "sim-10".
+func NaturalCompare(a, b string) int {
+	for a != "" && b != "" {
+		da, db := digitRun(a), digitRun(b)
+		if da > 0 && db > 0 {
+			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
+			if c := cmp.Or(cmp.Compare(len(na), len(nb)), strings.Compare(na, nb)); c != 0 {
+				return c
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if a[0] != b[0] {
+			return cmp.Compare(a[0], b[0])
+		}
+		a, b = a[1:], b[1:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+func digitRun(s string) int {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 // propagate makes a parent's state the worst of its own and its children's,

@@ -68,7 +68,7 @@ func TestBuildTree(t *testing.T) {
 		{
 			name: "states propagate to the root; a child missing from the newest report is OK, a rate's zero",
 			defs: defs, latest: latest,
-			roots: []string{"latency", "tcp_reset"},
+			roots: []string{"tcp_reset", "latency"}, // raised first
 			want: map[string]want{
 				"latency":    {value: f(5), state: "ok", own: "ok", children: []string{"latency/tx"}},
 				"latency/tx": {value: f(7), state: "ok", own: "ok"}, // last known level, and OK since
@@ -111,6 +111,18 @@ func TestBuildTree(t *testing.T) {
 				"ping":       {state: "unknown", own: "unknown", children: []string{"ping/clock"}},
 				"ping/clock": {value: f(1), state: "ok", own: "ok"},
 				"tcp_reset":  {value: f(0), count: f(0), state: "ok", own: "ok"}, // a rate not streamed since: nothing happened
+			},
+		},
+		{
+			name: "a histogram interval without samples has no value, never 0",
+			defs: []store.MetricDef{{Path: "latency", Kind: store.KindHistogram}, {Path: "latency/rx", Kind: store.KindHistogram}},
+			latest: store.Latest{Time: now, IntervalMS: 10000, Metrics: map[string]store.LatestValue{
+				"latency":    {Value: 0, State: store.StateOK, TimeMS: newest, IntervalMS: 10000, NoValue: true},
+				"latency/rx": {Value: 0, State: store.StateOK, TimeMS: newest, IntervalMS: 10000}}}, // an older agent
+			roots: []string{"latency"},
+			want: map[string]want{
+				"latency":    {state: "ok", own: "ok", children: []string{"latency/rx"}},
+				"latency/rx": {state: "ok", own: "ok"},
 			},
 		},
 		{
@@ -237,4 +249,67 @@ func deref(p *float64) any {
 		return nil
 	}
 	return *p
+}
+
+func TestNaturalCompare(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"sim-2", "sim-10", -1},
+		{"sim-10", "sim-2", 1},
+		{"sim-02", "sim-2", 0},
+		{"a", "b", -1},
+		{"drops", "drops/x", -1},
+		{"x9y", "x10a", -1},
+		{"", "", 0},
+	} {
+		if got := NaturalCompare(c.a, c.b); got != c.want {
+			t.Errorf("NaturalCompare(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+// Siblings: raised first (CRIT, WARN, UNKNOWN), then OK, by title with
+// numbers in order; the agent's own root last whatever its state.
+func TestTreeOrder(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	ms := now.UnixMilli()
+	defs := []store.MetricDef{
+		{Path: "agent", Title: "Agent overhead", Kind: store.KindGauge},
+		{Path: "drops", Title: "Drops", Kind: store.KindRate},
+		{Path: "ping", Title: "Ping", Kind: store.KindGauge},
+		{Path: "ping/t10", Title: "target 10", Kind: store.KindGauge},
+		{Path: "ping/t2", Title: "target 2", Kind: store.KindGauge},
+		{Path: "ping/t3", Title: "target 3", Kind: store.KindGauge},
+		{Path: "tcp_reset", Title: "TCP resets", Kind: store.KindRate},
+	}
+	latest := store.Latest{Time: now, IntervalMS: 10000, Metrics: map[string]store.LatestValue{
+		"agent":     {Value: 20, State: store.StateCrit, TimeMS: ms},
+		"ping/t3":   {Value: 9, State: store.StateWarn, TimeMS: ms},
+		"tcp_reset": {Value: 9, State: store.StateCrit, TimeMS: ms},
+		"drops":     {Value: 0, State: store.StateOK, TimeMS: ms},
+	}}
+	roots := BuildTree(defs, latest, nil, nil)
+	var got []string
+	for _, r := range roots {
+		got = append(got, r.ID)
+	}
+	if want := []string{"tcp_reset", "ping", "drops", "agent"}; !slices.Equal(got, want) {
+		t.Errorf("roots %v, want %v", got, want)
+	}
+	got = nil
+	for _, c := range roots[1].Children {
+		got = append(got, c.ID)
+	}
+	if want := []string{"ping/t3", "ping/t2", "ping/t10"}; !slices.Equal(got, want) {
+		t.Errorf("ping's children %v, want %v", got, want)
+	}
+}
+
+func TestCustomerText(t *testing.T) {
+	in := "Reports wait in the spool (--spool.dir, on disk). They are sent in order. Beyond --buffer.reports the oldest go."
+	if got, want := customerText(in), "They are sent in order."; got != want {
+		t.Errorf("customerText = %q, want %q", got, want)
+	}
 }

@@ -154,7 +154,7 @@ func newFleet(t *testing.T, cfg access.Config) *fleet {
 	})
 	f.identities = nodeauth.NewAdmin(st, noneConnected{}, nodeauth.ModeEnroll, "", log)
 	h := httpHandler(st, noneConnected{}, configs, api.Parts{NodeConfig: configs, Alerts: alerts, Identities: f.identities,
-		Reports: report.New(st, st.Pool(), log)}, f.acc, ui, log, telemetry.New())
+		Reports: report.New(st, st.Pool(), log)}, f.acc, ui, log, telemetry.New(), handlerOptions{})
 	f.router = h.(chi.Routes)
 	f.srv = httptest.NewUnstartedServer(h)
 	f.srv.Config.ConnContext = access.ConnContext
@@ -381,6 +381,7 @@ func TestAccess(t *testing.T) {
 		"GET " + p + "/nodes/{node}":               {fixed(p + "/nodes/acme-web"), fixed(""), acmeNodeRead},
 		"GET " + p + "/nodes/{node}/tree":          {fixed(p + "/nodes/acme-web/tree"), fixed(""), acmeNodeRead},
 		"GET " + p + "/nodes/{node}/series":        {fixed(p + "/nodes/acme-web/series?metric=tcp_reset"), fixed(""), acmeNodeRead},
+		"GET " + p + "/nodes/{node}/series/batch":  {fixed(p + "/nodes/acme-web/series/batch?metric=tcp_reset&metric=tcp_reset/sent"), fixed(""), acmeNodeRead},
 		"GET " + p + "/nodes/{node}/events":        {fixed(p + "/nodes/acme-web/events?metric=tcp_reset"), fixed(""), acmeNodeRead},
 		"GET " + p + "/nodes/{node}/thresholds":    {fixed(p + "/nodes/acme-web/thresholds"), fixed(""), acmeNodeRead},
 		"POST " + p + "/nodes/{node}/expand":       {fixed(p + "/nodes/acme-web/expand"), fixed(`{"seconds":5}`), operatorWrite(accepted)},
@@ -463,6 +464,10 @@ func TestAccess(t *testing.T) {
 				if caller == acme || caller == globex {
 					for _, leak := range staffLeaks(body, staff) {
 						t.Errorf("%s %s as %s: a customer's answer holds the staff field %s: %.300s", method, path, callerNames[caller], leak, body)
+					}
+					// Collector flags are staff's vocabulary too.
+					if m := cliFlag.FindString(body); m != "" && route != "GET "+api.Prefix+"/openapi.json" {
+						t.Errorf("%s %s as %s: a customer's answer names the collector flag %s: %.300s", method, path, callerNames[caller], m, body)
 					}
 				}
 			})
@@ -559,6 +564,7 @@ func TestCustomerIsolation(t *testing.T) {
 		mine := append(slices.Clone(reads),
 			p+"/nodes/"+node, p+"/nodes/"+node+"/tree", p+"/nodes/"+node+"/tree?window=1h",
 			p+"/nodes/"+node+"/series?metric=tcp_reset", p+"/nodes/"+node+"/series?metric=tcp_reset/sent&step=1m",
+			p+"/nodes/"+node+"/series/batch?metric=tcp_reset&metric=tcp_reset/sent", p+"/nodes/"+node+"/tree?at="+strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10),
 			p+"/nodes/"+node+"/events?metric=tcp_reset", p+"/nodes/"+node+"/thresholds",
 			p+"/alerts?node="+own[rival[caller]], // filtering by another tenant's node finds nothing
 		)
@@ -664,6 +670,8 @@ func TestCustomerIsolation(t *testing.T) {
 		{p + "/nodes/globex-db", p + "/nodes/nosuch-db"},
 		{p + "/nodes/globex-db/tree", p + "/nodes/nosuch-db/tree"},
 		{p + "/nodes/globex-db/series?metric=tcp_reset", p + "/nodes/nosuch-db/series?metric=tcp_reset"},
+		{p + "/nodes/globex-db/series/batch?metric=tcp_reset", p + "/nodes/nosuch-db/series/batch?metric=tcp_reset"},
+		{p + "/nodes/globex-db/tree?at=1000", p + "/nodes/nosuch-db/tree?at=1000"},
 		{p + "/nodes/globex-db/events?metric=tcp_reset", p + "/nodes/nosuch-db/events?metric=tcp_reset"},
 		{p + "/nodes/globex-db/thresholds", p + "/nodes/nosuch-db/thresholds"},
 		{fmt.Sprintf("%s/alerts/%d", p, f.globexAlert), p + "/alerts/987654321"},

@@ -233,7 +233,7 @@ func (c *Collector) wire(ctx context.Context, st *store.Store, reads *store.Read
 	c.metrics.Registry.MustRegister(admission.Collectors()...)
 	p.handler = httpHandler(reads, p.ingest, p.configs, api.Parts{NodeConfig: p.configs, Alerts: p.alerts, Identities: p.identities,
 		Reports: reports, Admission: admission}, acc, web.Handler(),
-		c.log.With("part", "api"), c.metrics, readyWarnings...)
+		c.log.With("part", "api"), c.metrics, handlerOptions{readyWarnings: readyWarnings, counterpartLabel: c.cfg.CounterpartLabel})
 	return p, nil
 }
 
@@ -266,15 +266,25 @@ func (c *Collector) httpServer(runCtx context.Context, handler http.Handler, lis
 	return srv, serve, nil
 }
 
+// handlerOptions are the HTTP surface's settings most callers leave zero.
+type handlerOptions struct {
+	// readyWarnings are unsafe settings the collector runs with anyway,
+	// listed by /readyz.
+	readyWarnings []string
+	// counterpartLabel narrows counterparts to nodes sharing its value
+	// (--counterparts.label).
+	counterpartLabel string
+}
+
 // httpHandler is the whole HTTP surface: the API answers the node routes
 // from q itself, acc the access routes, and parts the rest of the route
-// table; acc guards every one. /readyz lists readyWarnings (unsafe
-// settings the collector runs with anyway), which most callers have none of.
+// table; acc guards every one.
 func httpHandler(q api.Queries, live api.Live, thresholds api.Thresholds, parts api.Parts, acc *access.Access, ui http.Handler,
-	log *slog.Logger, m *telemetry.Metrics, readyWarnings ...string) http.Handler {
+	log *slog.Logger, m *telemetry.Metrics, opts handlerOptions) http.Handler {
 	a := api.New(q, live, ui, log, m)
 	a.SetThresholds(thresholds)
-	a.SetReadyWarnings(readyWarnings)
+	a.SetReadyWarnings(opts.readyWarnings)
+	a.SetCounterpartLabel(opts.counterpartLabel)
 	parts.Nodes, parts.Access = a, acc
 	return a.Handler(api.Routes(parts), acc)
 }

@@ -141,7 +141,7 @@ func TestHTTPHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := httpHandler(fakeQueries{}, noneConnected{}, nil, api.Parts{NodeConfig: part("nodeconfig"), Alerts: part("alert")},
-		acc, ui, slog.New(slog.DiscardHandler), telemetry.New())
+		acc, ui, slog.New(slog.DiscardHandler), telemetry.New(), handlerOptions{})
 	cases := []struct {
 		method, path string
 		status       int

@@ -15,6 +15,7 @@ import (
 	"github.com/nbs-project/nbs/collector/report"
 	"github.com/nbs-project/nbs/collector/retention"
 	"github.com/nbs-project/nbs/collector/tenant"
+	"github.com/nbs-project/nbs/internal/schema"
 )
 
 // Config is the collector's configuration: the app's own settings (where
@@ -40,6 +41,11 @@ type Config struct {
 	// bound server-side, and never crossed by customer tokens, the ping
 	// mesh, counterparts, reports or alerts.
 	Tenant tenant.Key
+	// CounterpartLabel, when set, is a label key (say cluster or network)
+	// whose value names an address space: counterparts match only between
+	// nodes with the same value (--counterparts.label). The tenant always
+	// bounds them.
+	CounterpartLabel string
 
 	// Ingest is what agents may send and hold, and how their streams are
 	// served (--ingest.*, --grpc.* but the address and node-auth); its
@@ -101,6 +107,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.DBWriters, "db.writers", c.DBWriters, "concurrent database writers (about one per database core)")
 	fs.StringVar(&c.ExternalURL, "web.external-url", c.ExternalURL, "URL people use to reach this NBS, for links in alerts (default http://<http.listen-address>)")
 	c.Tenant.RegisterFlag(fs)
+	fs.StringVar(&c.CounterpartLabel, "counterparts.label", c.CounterpartLabel,
+		"a label key naming a node's address space (say cluster): evidence counterparts match only between nodes with the same value; empty: the tenant alone bounds them")
 	c.Ingest.RegisterFlags(fs)
 	c.NodeAuth.RegisterFlags(fs)
 	c.NodeConfig.RegisterFlags(fs)
@@ -146,6 +154,11 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.nodeAuthMode(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.CounterpartLabel != "" {
+		if err := schema.CheckLabelKey(c.CounterpartLabel); err != nil {
+			errs = append(errs, fmt.Errorf("--counterparts.label %.80q: %w", c.CounterpartLabel, err))
+		}
 	}
 	errs = append(errs, c.Tenant.Validate(), c.Ingest.Validate(), c.NodeConfig.Validate(),
 		c.HTTP.Validate(), c.Reads.Validate(c.HTTP.WriteTimeout), c.Retention.Validate(),

@@ -64,6 +64,7 @@ func TestDefaultConfigValidate(t *testing.T) {
 		},
 			[]string{"--retention.nodes 1h0m0s", "--retention.alerts 0s", "--retention.audit 1752000h0m0s"}},
 		{"writers", func(c *Config) { c.DBWriters = 0 }, []string{"--db.writers"}},
+		{"counterpart label", func(c *Config) { c.CounterpartLabel = "Cluster Name" }, []string{`--counterparts.label "Cluster Name"`}},
 		{"message size", func(c *Config) { c.Ingest.MaxMsgSize = 1 << 30 }, []string{"--grpc.max-message-bytes"}},
 		{"stream window", func(c *Config) { c.Ingest.StreamWindow = 1024 }, []string{"stream window"}},
 		{"external URL", func(c *Config) { c.ExternalURL = "nbs.example.com" }, []string{"--web.external-url"}},

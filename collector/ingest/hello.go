@@ -104,6 +104,9 @@ func (s *Server) receiveHello(ctx context.Context, gs nbsv1.AgentService_Connect
 		}
 		return fail(status.Error(code, rej.msg))
 	}
+	// From here on the Hello names its node canonically, for the
+	// authenticator as for the store (schema.CanonicalNodeName).
+	hello.NodeName = node.Name
 	cat := s.catalogues.intern(defs)
 	// The definitions are in the catalogue now (or were already, and
 	// these copies are garbage): what waits for a slot is the node alone.

@@ -112,7 +112,7 @@ func (l Limits) checkHello(h *nbsv1.Hello) (store.Node, []store.MetricDef, *reje
 		return n, nil, reject("bad_hello", "hello: ping_address %.64q: %v", h.GetPingAddress(), err)
 	}
 	n = store.Node{
-		Name: h.GetNodeName(), Labels: h.GetLabels(), AgentVersion: h.GetAgentVersion(),
+		Name: schema.CanonicalNodeName(h.GetNodeName()), Labels: h.GetLabels(), AgentVersion: h.GetAgentVersion(),
 		KernelRelease: h.GetKernelRelease(), InstanceID: h.GetInstanceId(), IntervalMS: h.GetIntervalMs(),
 		PingAddress: pingAddr,
 	}

@@ -57,10 +57,15 @@ func NewAdmin(st *store.Store, streams Streams, mode Mode, key tenant.Key, log *
 	return &Admin{origin: rand.Uint64(), repo: repo{st.Pool()}, store: st, streams: streams, mode: mode, tenant: key, log: log}
 }
 
-func checkName(node string) error {
-	if err := schema.CheckNodeName(node); err != nil {
-		return fmt.Errorf("%w %q: %v", ErrInvalidName, node, err)
+// checkName refuses an invalid name and folds a valid one to its
+// canonical form in place (schema.CanonicalNodeName), so an operator's
+// NODE-A is the node that reports as node-a.
+func checkName(node *string) error {
+	canonical, err := schema.NormalizeNodeName(*node)
+	if err != nil {
+		return fmt.Errorf("%w %q: %v", ErrInvalidName, *node, err)
 	}
+	*node = canonical
 	return nil
 }
 
@@ -83,7 +88,7 @@ func (a *Admin) List(ctx context.Context) ([]NodeIdentity, error) {
 // enrolled name needs replace, which ends its current stream. labels,
 // when not nil, are bound to the name too (its tenant), as Label does.
 func (a *Admin) Enroll(ctx context.Context, node string, replace bool, labels map[string]string) (string, error) {
-	if err := checkName(node); err != nil {
+	if err := checkName(&node); err != nil {
 		return "", err
 	}
 	if labels != nil {
@@ -116,7 +121,7 @@ func (a *Admin) Enroll(ctx context.Context, node string, replace bool, labels ma
 // Revoke shuts the name out: its stream ends now and no credential,
 // certificate or bootstrap token may report under it until it is re-enrolled.
 func (a *Admin) Revoke(ctx context.Context, node string) error {
-	if err := checkName(node); err != nil {
+	if err := checkName(&node); err != nil {
 		return err
 	}
 	if err := a.repo.revoke(ctx, node); err != nil {
@@ -140,7 +145,7 @@ func (a *Admin) audit(ctx context.Context, action, node string) {
 // next Hello with the bootstrap token enrolls it with a new credential.
 // False when the name was bound to nothing.
 func (a *Admin) Reenroll(ctx context.Context, node string) (bool, error) {
-	if err := checkName(node); err != nil {
+	if err := checkName(&node); err != nil {
 		return false, err
 	}
 	ok, err := a.repo.unbind(ctx, node, false)
@@ -178,7 +183,7 @@ func (a *Admin) Refresh(ctx context.Context, nodes []string) {
 }
 
 func (a *Admin) delete(ctx context.Context, node, action string) error {
-	if err := checkName(node); err != nil {
+	if err := checkName(&node); err != nil {
 		return err
 	}
 	unbound, err := a.repo.unbind(ctx, node, true)

@@ -304,13 +304,15 @@ func (a *Authenticator) checkCertificate(ctx context.Context, node string, opera
 		return nil, denied("node %q: this collector verifies node names by client certificate (--grpc.node-auth=mtls), and the stream has no verified client certificate with a DNS name or common name", node)
 	}
 	var mapped map[string]string
-	allowed := slices.Contains(ids, node)
+	// DNS names compare without case, and node names are lower case
+	// (schema.CanonicalNodeName): a certificate for NODE-A is node-a's.
+	allowed := slices.ContainsFunc(ids, func(id string) bool { return strings.EqualFold(id, node) })
 	if a.idmap != nil {
 		m := a.idmap.Get()
 		for _, id := range ids {
 			if m.Allows(id, node) {
 				allowed = true
-				for k, v := range m[id].Labels {
+				for k, v := range m[strings.ToLower(id)].Labels {
 					if mapped == nil {
 						mapped = map[string]string{}
 					}

@@ -69,6 +69,9 @@ func ParseIdentityMap(b []byte) (IdentityMap, error) {
 		if len(f[0]) > 253 {
 			return nil, fmt.Errorf("line %d: identity is longer than 253 characters", n)
 		}
+		// Certificate names (DNS) and node names (schema.CanonicalNodeName)
+		// compare without case: the map holds both lower-cased.
+		f[0] = strings.ToLower(f[0])
 		e := m[f[0]]
 		for _, p := range f[1:] {
 			if k, v, ok := strings.Cut(p, "="); ok {
@@ -87,6 +90,7 @@ func ParseIdentityMap(b []byte) (IdentityMap, error) {
 				e.Labels[k] = v
 				continue
 			}
+			p = strings.ToLower(p)
 			if _, err := path.Match(p, ""); err != nil || len(p) > 253 {
 				return nil, fmt.Errorf("line %d: %q is not a node name or glob (*, ?, [a-z])", n, p)
 			}
@@ -105,8 +109,8 @@ func ParseIdentityMap(b []byte) (IdentityMap, error) {
 
 // Allows reports whether a certificate of this identity may report as node.
 func (m IdentityMap) Allows(identity, node string) bool {
-	for _, p := range m[identity].Names {
-		if ok, _ := path.Match(p, node); ok {
+	for _, p := range m[strings.ToLower(identity)].Names {
+		if ok, _ := path.Match(p, strings.ToLower(node)); ok {
 			return true
 		}
 	}

@@ -220,7 +220,7 @@ func (a *Admin) RevokeBootstrapToken(ctx context.Context, name string) error {
 // old tenant's — and its stream ends, so its agent reconnects under the
 // new labels and gets the Config (ping peers) of its new tenant.
 func (a *Admin) Label(ctx context.Context, node string, labels map[string]string) error {
-	if err := checkName(node); err != nil {
+	if err := checkName(&node); err != nil {
 		return err
 	}
 	if err := checkLabels(labels, a.tenant, false); err != nil {

@@ -74,6 +74,8 @@ func (o *Override) Validate() error {
 	case "node":
 		if err := schema.CheckNodeName(o.Scope.Node); err != nil {
 			errs = append(errs, fmt.Sprintf("scope node needs a node name, got %.256q: %v", o.Scope.Node, err))
+		} else {
+			o.Scope.Node = schema.CanonicalNodeName(o.Scope.Node)
 		}
 		if len(o.Scope.Selector) > 0 {
 			errs = append(errs, "scope node takes no selector")

@@ -87,9 +87,9 @@ func WriteCSV(w io.Writer, r *Report) error {
 		rows = append(rows, []string{"ping_target", text(t.Target), list(t.Nodes), f(t.P50), f(t.P90), f(t.P99), f(t.Max),
 			i(t.Sent), i(t.Lost), f(t.Loss), f(t.HostDelayP50), f(t.HostDelayP99), f(t.Previous.P50), f(t.Previous.P99), f(t.Previous.Loss)})
 	}
-	rows = append(rows, []string{"section", "node", "p50_ms", "p99_ms", "max_ms", "sent_probes", "lost_probes", "loss_ratio"})
+	rows = append(rows, []string{"section", "node", "p50_ms", "p99_ms", "max_ms", "sent_probes", "lost_probes", "loss_ratio", "p90_ms", "host_delay_p50_ms", "host_delay_p99_ms"})
 	for _, pn := range r.Ping.PerNode {
-		rows = append(rows, []string{"ping_node", text(pn.Node), f(pn.P50), f(pn.P99), f(pn.Max), i(pn.Sent), i(pn.Lost), f(pn.Loss)})
+		rows = append(rows, []string{"ping_node", text(pn.Node), f(pn.P50), f(pn.P99), f(pn.Max), i(pn.Sent), i(pn.Lost), f(pn.Loss), f(pn.P90), f(pn.HostDelayP50), f(pn.HostDelayP99)})
 	}
 	rows = append(rows, []string{"section", "target", "t", "p50_ms", "p99_ms", "loss_ratio"})
 	for _, sr := range r.Ping.Series {
@@ -120,9 +120,9 @@ func WriteCSV(w io.Writer, r *Report) error {
 	for _, a := range r.Availability {
 		rows = append(rows, []string{"availability", text(a.Node), text(a.Root), fv(a.OK), fv(a.Warn), fv(a.Crit), fv(a.NoData)})
 	}
-	rows = append(rows, []string{"section", "node", "root", "state", "start", "end", "seconds", "worst_value", "child", "tree_url"})
+	rows = append(rows, []string{"section", "node", "root", "state", "start", "end", "seconds", "worst_value", "child", "tree_url", "metric", "unit"})
 	for _, x := range r.Incidents {
-		rows = append(rows, []string{"incident", text(x.Node), text(x.Root), text(x.State), ts(x.Start), ts(x.End), fv(x.Seconds), f(x.WorstValue), s(x.Child), text(x.TreeURL)})
+		rows = append(rows, []string{"incident", text(x.Node), text(x.Root), text(x.State), ts(x.Start), ts(x.End), fv(x.Seconds), f(x.WorstValue), s(x.Child), text(x.TreeURL), text(x.Metric), text(x.Unit)})
 	}
 	rows = append(rows, []string{"section", "name", "attainment_ratio", "hours", "no_data_hours", "missed_hours"})
 	for _, o := range r.Objectives {

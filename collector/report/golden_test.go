@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -29,6 +30,8 @@ type seeded struct {
 	sent, lost map[string]int64
 	resets     map[string]int64
 	tx         []uint64
+	host       map[string][]uint64 // ns, by node
+	childWorst float64             // ping/peer-a's highest value in acme-1's WARN span, ms
 }
 
 var defs = []store.MetricDef{
@@ -52,7 +55,7 @@ const interval = 10 * time.Second
 func seed(t *testing.T, st *store.Store, base time.Time) seeded {
 	t.Helper()
 	ctx := context.Background()
-	s := seeded{rtt: map[string][]uint64{}, acmeHour: map[int][]uint64{}, sent: map[string]int64{}, lost: map[string]int64{}, resets: map[string]int64{}}
+	s := seeded{rtt: map[string][]uint64{}, host: map[string][]uint64{}, acmeHour: map[int][]uint64{}, sent: map[string]int64{}, lost: map[string]int64{}, resets: map[string]int64{}}
 	rng := rand.New(rand.NewPCG(1, 2))
 	nodes := []struct {
 		name, customer string
@@ -96,12 +99,17 @@ func seed(t *testing.T, st *store.Store, base time.Time) seeded {
 					h := int(ts.Sub(base) / time.Hour)
 					s.acmeHour[h] = append(s.acmeHour[h], v)
 				}
-				host.Record(uint64(2e4 + rng.IntN(1e4)))
+				hv := uint64(2e4 + rng.IntN(1e4))
+				host.Record(hv)
+				s.host[n.name] = append(s.host[n.name], hv)
 				tv := uint64(1e3 + rng.IntN(1e5))
 				tx.Record(tv)
 				if n.customer == "acme" {
 					s.tx = append(s.tx, tv)
 				}
+			}
+			if warn {
+				s.childWorst = max(s.childWorst, rtt.Quantile(0.99)/1e6)
 			}
 			lost := int64(0)
 			if i%97 == 0 {
@@ -215,8 +223,28 @@ func TestGolden(t *testing.T) {
 		if pt.Max == nil || *pt.Max < exact(acmeRTT, 1)/1e6 || *pt.Max > exact(acmeRTT, 1)/1e6*(1+2*report.ErrorBound) {
 			t.Errorf("max %v, want the upper edge of the bucket of %v", pt.Max, exact(acmeRTT, 1)/1e6)
 		}
+		if len(rep.Ping.PerNode) != 2 {
+			t.Fatalf("per node %+v, want acme-1 and acme-2", rep.Ping.PerNode)
+		}
+		// Every column of the per-node table has data: p90 and the host
+		// delay too, not only what the per-target table shows.
 		for _, n := range rep.Ping.PerNode {
+			within(t, n.Node+" p50", n.P50, exact(s.rtt[n.Node], 0.5)/1e6)
+			within(t, n.Node+" p90", n.P90, exact(s.rtt[n.Node], 0.9)/1e6)
 			within(t, n.Node+" p99", n.P99, exact(s.rtt[n.Node], 0.99)/1e6)
+			within(t, n.Node+" host delay p50", n.HostDelayP50, exact(s.host[n.Node], 0.5)/1e6)
+			within(t, n.Node+" host delay p99", n.HostDelayP99, exact(s.host[n.Node], 0.99)/1e6)
+		}
+		// The per-target drill-down: a count, and each node's numbers to
+		// the target, equal to its own here (one target).
+		if pt.NodeCount != 2 || len(pt.PerNode) != 2 || pt.PerNode[0].Node != "acme-1" || pt.PerNode[1].Node != "acme-2" {
+			t.Fatalf("target %s: node count %d, drill-down %+v", pt.Target, pt.NodeCount, pt.PerNode)
+		}
+		for i, n := range pt.PerNode {
+			within(t, "drill-down "+n.Node+" p90", n.P90, exact(s.rtt[n.Node], 0.9)/1e6)
+			if *n.Sent != *rep.Ping.PerNode[i].Sent {
+				t.Errorf("drill-down %s sent %d, per node %d", n.Node, *n.Sent, *rep.Ping.PerNode[i].Sent)
+			}
 		}
 		if len(rep.KernelLatency) != 1 {
 			t.Fatalf("kernel latency %+v", rep.KernelLatency)
@@ -279,8 +307,47 @@ func TestGolden(t *testing.T) {
 		}
 		in := rep.Incidents[0]
 		if in.Node != "acme-1" || in.Root != "ping" || in.State != "warn" || !in.Start.Equal(base.Add(30*time.Minute)) ||
-			in.Seconds != 300 || in.Child == nil || *in.Child != "ping/peer-a" || !strings.Contains(in.TreeURL, "/nodes/acme-1?at=") {
+			in.Seconds != 300 || in.Child == nil || *in.Child != "ping/peer-a" {
 			t.Errorf("incident %+v", in)
+		}
+		// The value shown is the explaining child's, in its unit, and the
+		// link opens the tree at the incident on that child.
+		if in.Metric != "ping/peer-a" || in.Unit != "ms" || in.WorstValue == nil || math.Abs(*in.WorstValue-s.childWorst) > 1e-9 {
+			t.Errorf("incident worst %v %s of %s, want %v ms of ping/peer-a", in.WorstValue, in.Unit, in.Metric, s.childWorst)
+		}
+		if want := fmt.Sprintf("/nodes/acme-1?at=%d&metric=ping%%2Fpeer-a", base.Add(30*time.Minute).UnixMilli()); in.TreeURL != want {
+			t.Errorf("tree url %s, want %s", in.TreeURL, want)
+		}
+	})
+	t.Run("availability timeline", func(t *testing.T) {
+		byRoot := map[string]report.AvailabilityRoot{}
+		for _, a := range rep.AvailabilityTimeline {
+			byRoot[a.Root] = a
+		}
+		if len(byRoot) != 3 || byRoot["agent"].Points != nil {
+			t.Fatalf("timeline roots %v, want ping, latency and tcp_reset (what was reported)", rep.AvailabilityTimeline)
+		}
+		// Three hours of two nodes: acme-1's ping WARN 5 min in the first,
+		// both silent for 15 min in the third.
+		want := []report.AvailabilityPoint{
+			{T: base, OK: 115.0 / 120, Warn: 5.0 / 120},
+			{T: base.Add(time.Hour), OK: 1},
+			{T: base.Add(2 * time.Hour), OK: 0.75, NoData: 0.25},
+		}
+		for _, root := range []string{"ping", "tcp_reset"} {
+			a := byRoot[root]
+			if a.StepSeconds != 3600 || len(a.Points) != 3 {
+				t.Fatalf("%s: step %d, %d points", root, a.StepSeconds, len(a.Points))
+			}
+			for i, w := range want {
+				if root != "ping" {
+					w.OK, w.Warn = w.OK+w.Warn, 0
+				}
+				g := a.Points[i]
+				if !g.T.Equal(w.T) || math.Abs(g.OK-w.OK) > 1e-9 || math.Abs(g.Warn-w.Warn) > 1e-9 || g.Crit != 0 || math.Abs(g.NoData-w.NoData) > 1e-9 {
+					t.Errorf("%s point %d: %+v, want %+v", root, i, g, w)
+				}
+			}
 		}
 	})
 	t.Run("objectives", func(t *testing.T) {

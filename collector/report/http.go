@@ -55,6 +55,9 @@ func (s *Service) query(r *http.Request, now time.Time) (Query, error) {
 		}
 		q.Selector, q.Targets, q.Objectives = d.Selector, d.Targets, d.Objectives
 		q.From, q.To = d.span(now)
+		if !q.From.Before(q.To) {
+			return q, invalid("report definition %d: its %s has only just started; run it again in a minute", n, d.Period)
+		}
 		return q, nil
 	}
 	if sel := v.Get("selector"); sel != "" {

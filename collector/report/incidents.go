@@ -5,7 +5,9 @@ package report
 
 import (
 	"fmt"
+	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,8 +15,10 @@ import (
 )
 
 // incidents joins consecutive non-OK minutes of a root into spans; the
-// child that explains one is the child non-OK the longest in it.
-func incidents(bad []store.SampleRow, names map[int32]string, cur []store.SampleRow) []Incident {
+// child that explains one is the child non-OK the longest in it, and the
+// worst value is that child's (in its unit), else the root's. Roots in
+// hide (the agent's own, for customers) are left out.
+func incidents(bad []store.SampleRow, names map[int32]string, defs map[string]store.MetricDef, hide map[string]bool) []Incident {
 	type key struct {
 		node int32
 		root string
@@ -23,6 +27,9 @@ func incidents(bad []store.SampleRow, names map[int32]string, cur []store.Sample
 	children := map[key][]store.SampleRow{}
 	for _, r := range bad {
 		root, _, isChild := strings.Cut(r.Path, "/")
+		if hide[root] {
+			continue
+		}
 		if isChild {
 			children[key{r.NodeID, root}] = append(children[key{r.NodeID, root}], r)
 		} else {
@@ -41,6 +48,11 @@ func incidents(bad []store.SampleRow, names map[int32]string, cur []store.Sample
 			open.End = last.Add(time.Minute)
 			open.Seconds = open.End.Sub(open.Start).Seconds()
 			open.Child = explain(children[k], open.Start, open.End)
+			if open.Child != nil {
+				open.Metric, open.WorstValue = *open.Child, worst(children[k], *open.Child, open.Start, open.End, defs)
+			}
+			open.Unit = defs[open.Metric].Unit
+			open.TreeURL = treeURL(open.Node, open.Start, open.Metric)
 			out = append(out, *open)
 			open = nil
 		}
@@ -49,15 +61,13 @@ func incidents(bad []store.SampleRow, names map[int32]string, cur []store.Sample
 				flush()
 			}
 			if open == nil {
-				open = &Incident{Node: names[k.node], Root: k.root, State: "warn", Start: r.TS,
-					TreeURL: fmt.Sprintf("/nodes/%s?at=%d", names[k.node], r.TS.UnixMilli())}
-				open.WorstValue = num(r.Max)
+				open = &Incident{Node: names[k.node], Root: k.root, State: "warn", Start: r.TS, Metric: k.root}
 			}
 			if r.Crit > 0 {
 				open.State = "crit"
 			}
-			if open.WorstValue == nil || r.Max > *open.WorstValue {
-				open.WorstValue = num(r.Max)
+			if v := worse(open.WorstValue, r, below(defs, k.root)); v != nil {
+				open.WorstValue = v
 			}
 			last = r.TS
 		}
@@ -73,6 +83,43 @@ func incidents(bad []store.SampleRow, names map[int32]string, cur []store.Sample
 		out = out[:maxIncidents]
 	}
 	return out
+}
+
+// treeURL opens the node's page at t (Unix ms) with metric selected.
+func treeURL(node string, t time.Time, metric string) string {
+	q := url.Values{"at": {strconv.FormatInt(t.UnixMilli(), 10)}, "metric": {metric}}
+	return fmt.Sprintf("/nodes/%s?%s", url.PathEscape(node), q.Encode())
+}
+
+// below: a metric whose threshold is "below" is worst at its minimum.
+func below(defs map[string]store.MetricDef, path string) bool {
+	t := defs[path].DefaultThreshold
+	return t != nil && t.Comparison == "below"
+}
+
+// worse is r's worst value if it is worse than cur, else nil.
+func worse(cur *float64, r store.SampleRow, low bool) *float64 {
+	v := r.Max
+	if low {
+		v = r.Min
+	}
+	if cur == nil || (low && v < *cur) || (!low && v > *cur) {
+		return num(v)
+	}
+	return nil
+}
+
+// worst is the worst value of path's non-OK minutes in [from, to).
+func worst(rows []store.SampleRow, path string, from, to time.Time, defs map[string]store.MetricDef) *float64 {
+	var w *float64
+	for _, r := range rows {
+		if r.Path == path && !r.TS.Before(from) && r.TS.Before(to) {
+			if v := worse(w, r, below(defs, path)); v != nil {
+				w = v
+			}
+		}
+	}
+	return w
 }
 
 func explain(children []store.SampleRow, from, to time.Time) *string {

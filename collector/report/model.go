@@ -9,17 +9,21 @@ import (
 // Report is the JSON the API serves (README, "Reports"). A pointer field
 // is null when there was no data, never 0.
 type Report struct {
-	Period        Period            `json:"period"`
-	Scope         Scope             `json:"scope"`
-	ErrorBound    float64           `json:"error_bound"`
-	GeneratedAt   time.Time         `json:"generated_at"`
-	Resolution    int               `json:"resolution_seconds"`
-	Ping          Ping              `json:"ping"`
-	KernelLatency []KernelLatency   `json:"kernel_latency"`
-	Reliability   Reliability       `json:"reliability"`
-	Availability  []Availability    `json:"availability"`
-	Incidents     []Incident        `json:"incidents"`
-	Objectives    []ObjectiveResult `json:"objectives"`
+	Period        Period          `json:"period"`
+	Scope         Scope           `json:"scope"`
+	ErrorBound    float64         `json:"error_bound"`
+	GeneratedAt   time.Time       `json:"generated_at"`
+	Resolution    int             `json:"resolution_seconds"`
+	Ping          Ping            `json:"ping"`
+	KernelLatency []KernelLatency `json:"kernel_latency"`
+	Reliability   Reliability     `json:"reliability"`
+	Availability  []Availability  `json:"availability"`
+	// AvailabilityTimeline is each root's state over the fleet in scope,
+	// per day (per hour for periods up to 2 days): what the per-node
+	// Availability rows cannot show, when.
+	AvailabilityTimeline []AvailabilityRoot `json:"availability_timeline"`
+	Incidents            []Incident         `json:"incidents"`
+	Objectives           []ObjectiveResult  `json:"objectives"`
 }
 
 type Period struct {
@@ -41,8 +45,13 @@ type Ping struct {
 }
 
 type PingTarget struct {
-	Target       string       `json:"target"`
+	Target string `json:"target"`
+	// Nodes names the nodes that ping the target; NodeCount is how many,
+	// and PerNode their numbers to this target (the drill-down): the 50
+	// with the highest p99, highest first.
 	Nodes        []string     `json:"nodes"`
+	NodeCount    int          `json:"node_count"`
+	PerNode      []PingNode   `json:"per_node"`
 	P50          *float64     `json:"p50_ms"`
 	P90          *float64     `json:"p90_ms"`
 	P99          *float64     `json:"p99_ms"`
@@ -64,13 +73,16 @@ type PingPrevious struct {
 }
 
 type PingNode struct {
-	Node string   `json:"node"`
-	P50  *float64 `json:"p50_ms"`
-	P99  *float64 `json:"p99_ms"`
-	Max  *float64 `json:"max_ms"`
-	Sent *int64   `json:"sent"`
-	Lost *int64   `json:"lost"`
-	Loss *float64 `json:"loss"`
+	Node         string   `json:"node"`
+	P50          *float64 `json:"p50_ms"`
+	P90          *float64 `json:"p90_ms"`
+	P99          *float64 `json:"p99_ms"`
+	Max          *float64 `json:"max_ms"`
+	Sent         *int64   `json:"sent"`
+	Lost         *int64   `json:"lost"`
+	Loss         *float64 `json:"loss"`
+	HostDelayP50 *float64 `json:"host_delay_p50_ms"`
+	HostDelayP99 *float64 `json:"host_delay_p99_ms"`
 }
 
 type PingSeries struct {
@@ -150,6 +162,9 @@ type Availability struct {
 	NoData float64 `json:"no_data"`
 }
 
+// Incident is a span of non-OK minutes of a root. WorstValue is of
+// Metric, in Unit: the explaining child's when there is one (the loss that
+// made ping WARN, not ping's own value), else the root's.
 type Incident struct {
 	Node       string    `json:"node"`
 	Root       string    `json:"root"`
@@ -157,9 +172,30 @@ type Incident struct {
 	Start      time.Time `json:"start"`
 	End        time.Time `json:"end"`
 	Seconds    float64   `json:"seconds"`
+	Metric     string    `json:"metric"`
 	WorstValue *float64  `json:"worst_value"`
+	Unit       string    `json:"unit"`
 	Child      *string   `json:"child"`
-	TreeURL    string    `json:"tree_url"`
+	// TreeURL opens the node's tree at the incident: at= its start (Unix
+	// ms), metric= the path WorstValue is of.
+	TreeURL string `json:"tree_url"`
+}
+
+// AvailabilityRoot is one root's timeline over the nodes in scope.
+type AvailabilityRoot struct {
+	Root        string              `json:"root"`
+	StepSeconds int                 `json:"step_seconds"`
+	Points      []AvailabilityPoint `json:"points"`
+}
+
+// AvailabilityPoint is the share of node-time of [T, T+step) ∩ the period
+// in each state; what no sample covered is no data.
+type AvailabilityPoint struct {
+	T      time.Time `json:"t"`
+	OK     float64   `json:"ok"`
+	Warn   float64   `json:"warn"`
+	Crit   float64   `json:"crit"`
+	NoData float64   `json:"no_data"`
 }
 
 type ObjectiveResult struct {

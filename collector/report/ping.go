@@ -49,56 +49,82 @@ func countOrNil(c counts, v float64) *int64 {
 	return &x
 }
 
-func (d *data) ping(from, to time.Time, step time.Duration) Ping {
-	type agg struct {
-		rtt, host *loglinear.Dense
-		c         counts
-		nodes     map[string]bool
+// pingAgg is what a target's or a node's ping numbers come from.
+type pingAgg struct {
+	rtt, host *loglinear.Dense
+	c         counts
+	// byNode is a target's per-node drill-down (nil for a node's own).
+	byNode map[int32]*pingAgg
+}
+
+func (a *pingAgg) node(id int32) *pingAgg {
+	if a.byNode[id] == nil {
+		a.byNode[id] = &pingAgg{}
 	}
-	fold := func(samples []store.SampleRow, hists []store.HistogramRow) (map[string]*agg, map[int32]*agg) {
-		byTarget, byNode := map[string]*agg{}, map[int32]*agg{}
-		get := func(m map[string]*agg, k string) *agg {
-			if m[k] == nil {
-				m[k] = &agg{nodes: map[string]bool{}}
+	return a.byNode[id]
+}
+
+// add folds a histogram or a sent/lost sample of child into a.
+func (a *pingAgg) addHist(child string, h store.HistogramRow) {
+	switch child {
+	case "":
+		merge(&a.rtt, h)
+	case "host_delay":
+		merge(&a.host, h)
+	}
+}
+
+func (a *pingAgg) addCount(child string, s store.SampleRow) {
+	a.c.n += s.N
+	if child == "sent" {
+		a.c.sent += s.Sum
+	} else {
+		a.c.lost += s.Sum
+	}
+}
+
+// pingNode is one node's row: sc scales RTTs, hs host delays.
+func pingNode(name string, a *pingAgg, sc, hs float64) PingNode {
+	return PingNode{Node: name,
+		P50: quantile(a.rtt, 0.5, sc), P90: quantile(a.rtt, 0.9, sc), P99: quantile(a.rtt, 0.99, sc), Max: hmax(a.rtt, sc),
+		Sent: countOrNil(a.c, a.c.sent), Lost: countOrNil(a.c, a.c.lost), Loss: a.c.loss(),
+		HostDelayP50: quantile(a.host, 0.5, hs), HostDelayP99: quantile(a.host, 0.99, hs)}
+}
+
+func (d *data) ping(from, to time.Time, step time.Duration) Ping {
+	fold := func(samples []store.SampleRow, hists []store.HistogramRow) (map[string]*pingAgg, map[int32]*pingAgg) {
+		byTarget, byNode := map[string]*pingAgg{}, map[int32]*pingAgg{}
+		get := func(k string) *pingAgg {
+			if byTarget[k] == nil {
+				byTarget[k] = &pingAgg{byNode: map[int32]*pingAgg{}}
 			}
-			return m[k]
+			return byTarget[k]
 		}
-		getN := func(k int32) *agg {
+		getN := func(k int32) *pingAgg {
 			if byNode[k] == nil {
-				byNode[k] = &agg{}
+				byNode[k] = &pingAgg{}
 			}
 			return byNode[k]
 		}
 		for _, h := range hists {
 			t, child := pingTarget(h.Path)
-			if t == "" || !d.wanted(t) {
+			if t == "" || !d.wanted(t) || (child != "" && child != "host_delay") {
 				continue
 			}
-			a := get(byTarget, t)
-			a.nodes[d.names[h.NodeID]] = true
-			switch child {
-			case "":
-				merge(&a.rtt, h)
-				merge(&getN(h.NodeID).rtt, h)
-			case "host_delay":
-				merge(&a.host, h)
-			}
+			a := get(t)
+			a.addHist(child, h)
+			a.node(h.NodeID).addHist(child, h)
+			getN(h.NodeID).addHist(child, h)
 		}
 		for _, s := range samples {
 			t, child := pingTarget(s.Path)
 			if t == "" || !d.wanted(t) || (child != "sent" && child != "lost") {
 				continue
 			}
-			a, n := get(byTarget, t), getN(s.NodeID)
-			a.nodes[d.names[s.NodeID]] = true
-			for _, c := range []*counts{&a.c, &n.c} {
-				c.n += s.N
-				if child == "sent" {
-					c.sent += s.Sum
-				} else {
-					c.lost += s.Sum
-				}
-			}
+			a := get(t)
+			a.addCount(child, s)
+			a.node(s.NodeID).addCount(child, s)
+			getN(s.NodeID).addCount(child, s)
 		}
 		return byTarget, byNode
 	}
@@ -126,10 +152,24 @@ func (d *data) ping(from, to time.Time, step time.Duration) Ping {
 		a := cur[t]
 		sc := d.scale("ping/" + t)
 		hs := d.scale("ping/" + t + "/host_delay")
-		pt := PingTarget{Target: t, Nodes: sortedSet(a.nodes),
+		pt := PingTarget{Target: t, Nodes: []string{}, PerNode: []PingNode{},
 			P50: quantile(a.rtt, 0.5, sc), P90: quantile(a.rtt, 0.9, sc), P99: quantile(a.rtt, 0.99, sc), Max: hmax(a.rtt, sc),
 			Sent: countOrNil(a.c, a.c.sent), Lost: countOrNil(a.c, a.c.lost), Loss: a.c.loss(),
 			HostDelayP50: quantile(a.host, 0.5, hs), HostDelayP99: quantile(a.host, 0.99, hs)}
+		for _, id := range d.byName(a.byNode) {
+			pt.Nodes = append(pt.Nodes, d.names[id])
+			pt.PerNode = append(pt.PerNode, pingNode(d.names[id], a.byNode[id], sc, hs))
+		}
+		pt.NodeCount = len(pt.Nodes)
+		// The drill-down shows who is slow: the highest p99 first (no data
+		// last), at most maxDrillDown of them in a mesh of many nodes.
+		sort.SliceStable(pt.PerNode, func(i, j int) bool {
+			a, b := pt.PerNode[i].P99, pt.PerNode[j].P99
+			return a != nil && (b == nil || *a > *b)
+		})
+		if len(pt.PerNode) > maxDrillDown {
+			pt.PerNode = pt.PerNode[:maxDrillDown]
+		}
 		if p := prev[t]; p != nil {
 			pt.Previous = PingPrevious{P50: quantile(p.rtt, 0.5, sc), P99: quantile(p.rtt, 0.99, sc), Loss: p.c.loss(),
 				Sent: countOrNil(p.c, p.c.sent), Lost: countOrNil(p.c, p.c.lost)}
@@ -137,23 +177,27 @@ func (d *data) ping(from, to time.Time, step time.Duration) Ping {
 		out.Targets = append(out.Targets, pt)
 		out.Series = append(out.Series, PingSeries{Target: t, Points: d.pingSeries(serH[t], ser[t], from, to, step, sc)})
 	}
-	ids := make([]int32, 0, len(curNodes))
-	for id := range curNodes {
+	// A node's numbers over every target it pings: RTTs and host delays
+	// in the first target's unit (every ping target is in ms).
+	sc, hs := 1e6, 1e6
+	for _, t := range names {
+		sc, hs = d.scale("ping/"+t), d.scale("ping/"+t+"/host_delay")
+		break
+	}
+	for _, id := range d.byName(curNodes) {
+		out.PerNode = append(out.PerNode, pingNode(d.names[id], curNodes[id], sc, hs))
+	}
+	return out
+}
+
+// byName is the node ids of m sorted by node name.
+func (d *data) byName(m map[int32]*pingAgg) []int32 {
+	ids := make([]int32, 0, len(m))
+	for id := range m {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return d.names[ids[i]] < d.names[ids[j]] })
-	sc := 1e6
-	for _, t := range names {
-		sc = d.scale("ping/" + t)
-		break
-	}
-	for _, id := range ids {
-		a := curNodes[id]
-		out.PerNode = append(out.PerNode, PingNode{Node: d.names[id],
-			P50: quantile(a.rtt, 0.5, sc), P99: quantile(a.rtt, 0.99, sc), Max: hmax(a.rtt, sc),
-			Sent: countOrNil(a.c, a.c.sent), Lost: countOrNil(a.c, a.c.lost), Loss: a.c.loss()})
-	}
-	return out
+	return ids
 }
 
 func sortedSet(m map[string]bool) []string {

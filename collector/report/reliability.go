@@ -154,3 +154,59 @@ func (d *data) availability(nodes []store.Node, length time.Duration) []Availabi
 	}
 	return out
 }
+
+// availabilityTimeline is each root's state over the n nodes in scope per
+// day, or per hour for periods up to 2 days: the share of node-time of
+// each step (within the period) spent OK, WARN or CRIT, the rest no data.
+// Roots no node reported in the period are left out.
+func (d *data) availabilityTimeline(n int, from, to time.Time) []AvailabilityRoot {
+	out := []AvailabilityRoot{}
+	if n == 0 || !from.Before(to) {
+		return out
+	}
+	step := 24 * time.Hour
+	if to.Sub(from) <= 48*time.Hour {
+		step = time.Hour
+	}
+	first := from.Truncate(step)
+	steps := int((to.Sub(first) + step - 1) / step)
+	acc := map[string][]store.SampleAgg{}
+	for _, s := range d.cur {
+		if strings.Contains(s.Path, "/") || s.Path == "agent" {
+			continue
+		}
+		i := int(s.TS.Truncate(step).Sub(first) / step)
+		if i < 0 || i >= steps {
+			continue
+		}
+		if acc[s.Path] == nil {
+			acc[s.Path] = make([]store.SampleAgg, steps)
+		}
+		acc[s.Path][i].Merge(s.SampleAgg)
+	}
+	for _, root := range sortedSet(func() map[string]bool {
+		m := map[string]bool{}
+		for r := range acc {
+			m[r] = true
+		}
+		return m
+	}()) {
+		a := AvailabilityRoot{Root: root, StepSeconds: int(step.Seconds()), Points: make([]AvailabilityPoint, steps)}
+		for i, agg := range acc[root] {
+			t0 := first.Add(time.Duration(i) * step)
+			// The part of the step inside the period, for every node.
+			secs := (minTime(t0.Add(step), to).Sub(maxTime(t0, from))).Seconds() * float64(n)
+			ok, warn, crit := min(agg.OK/secs, 1), min(agg.Warn/secs, 1), min(agg.Crit/secs, 1)
+			a.Points[i] = AvailabilityPoint{T: t0, OK: ok, Warn: warn, Crit: crit, NoData: max(0, 1-ok-warn-crit)}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -34,7 +34,7 @@ type Definition struct {
 	ID         int64           `json:"id"`
 	Name       string          `json:"name"`
 	Selector   access.Selector `json:"selector"`
-	Period     string          `json:"period"` // 1d, 7d, 30d or custom
+	Period     string          `json:"period"` // 1d, 7d, 30d, this_week, last_week, this_month, last_month or custom
 	From       *time.Time      `json:"from"`
 	To         *time.Time      `json:"to"`
 	Targets    []string        `json:"targets"`
@@ -76,7 +76,7 @@ func (in DefinitionInput) Validate() error {
 		errs = append(errs, err)
 	}
 	switch in.Period {
-	case "1d", "7d", "30d":
+	case "1d", "7d", "30d", "this_week", "last_week", "this_month", "last_month":
 		if in.From != nil || in.To != nil {
 			errs = append(errs, fmt.Errorf("from and to are for period \"custom\" only"))
 		}
@@ -90,7 +90,7 @@ func (in DefinitionInput) Validate() error {
 			errs = append(errs, fmt.Errorf("period is longer than %d days", int(MaxPeriod.Hours()/24)))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("period %q must be 1d, 7d, 30d or custom", in.Period))
+		errs = append(errs, fmt.Errorf("period %q must be 1d, 7d, 30d, this_week, last_week, this_month, last_month or custom", in.Period))
 	}
 	if err := validTargets(in.Targets); err != nil {
 		errs = append(errs, err)
@@ -127,7 +127,31 @@ func (d Definition) span(now time.Time) (time.Time, time.Time) {
 	if d.Period == "custom" && d.From != nil && d.To != nil {
 		return *d.From, *d.To
 	}
+	if from, to, ok := Calendar(d.Period, now); ok {
+		return from, to
+	}
 	return now.Add(-periods[d.Period]), now
+}
+
+// Calendar is a calendar period in UTC as of now: this_week (from Monday
+// 00:00 to now), last_week (Monday to Monday), this_month (from the 1st to
+// now) and last_month (the 1st to the 1st). ok is false for other names.
+func Calendar(name string, now time.Time) (from, to time.Time, ok bool) {
+	now = now.UTC()
+	day := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+	monday := day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7))
+	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	switch name {
+	case "this_week":
+		return monday, now, true
+	case "last_week":
+		return monday.AddDate(0, 0, -7), monday, true
+	case "this_month":
+		return month, now, true
+	case "last_month":
+		return month.AddDate(0, -1, 0), month, true
+	}
+	return time.Time{}, time.Time{}, false
 }
 
 type repo struct {

@@ -38,6 +38,7 @@ const (
 	maxIncidents  = 1000 // incidents listed
 	maxBadMinutes = 200000
 	topReasons    = 10
+	maxDrillDown  = 50 // nodes in a ping target's per_node
 )
 
 // Store is what a report reads.
@@ -205,7 +206,12 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		if d.objH == nil {
 			d.objH = d.curH
 		}
-		rep.Incidents = incidents(bad, names, d.cur)
+		// The agent's own root is how NBS watches itself: staff's.
+		var hide map[string]bool
+		if p.Role == access.RoleCustomer {
+			hide = map[string]bool{"agent": true}
+		}
+		rep.Incidents = incidents(bad, names, d.defs, hide)
 	}
 	if rep.Incidents == nil {
 		rep.Incidents = []Incident{}
@@ -214,6 +220,7 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 	rep.KernelLatency = d.kernel(seriesFrom, to, seriesStep)
 	rep.Reliability = d.reliability(length)
 	rep.Availability = d.availability(nodes, length)
+	rep.AvailabilityTimeline = d.availabilityTimeline(len(nodes), from, to)
 	rep.Objectives = d.objectives(q.Objectives, from, to)
 	return rep, nil
 }

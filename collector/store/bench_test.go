@@ -140,7 +140,7 @@ func BenchmarkCounterparts(b *testing.B) {
 	lookup := func(b *testing.B) {
 		found := 0
 		for b.Loop() {
-			got, err := st.Counterparts(ctx, All{}, ids[0], probes, 6)
+			got, err := st.Counterparts(ctx, All{}, ids[0], "", probes, 6)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -44,6 +44,9 @@ type FleetQuery struct {
 	// a stale node's state is UNKNOWN, whatever it last reported.
 	Now        time.Time
 	StaleAfter int
+	// HideAgent leaves the agent's own root out of a node's state (a
+	// customer's view: it does not see that root).
+	HideAgent bool
 }
 
 // RootValue is a root metric's newest value in node_latest.roots, and
@@ -122,7 +125,11 @@ func (s *Store) Fleet(ctx context.Context, scope Scope, q FleetQuery) (FleetPage
 		args = append(args, string(sel))
 		where = append(where, fmt.Sprintf(`n.labels @> $%d::jsonb`, len(args)))
 	}
-	sql := `SELECT n.id, n.name, l.ts, coalesce(l.interval_ms, 0), coalesce(l.worst, 0)::smallint
+	worst := `l.worst`
+	if q.HideAgent {
+		worst = `l.worst_own`
+	}
+	sql := `SELECT n.id, n.name, l.ts, coalesce(l.interval_ms, 0), coalesce(` + worst + `, 0)::smallint
 		FROM ` + from + ` LEFT JOIN node_latest l ON l.node_id = n.id`
 	if len(where) > 0 {
 		sql += ` WHERE ` + strings.Join(where, ` AND `)

@@ -206,6 +206,25 @@ func TestFleet(t *testing.T) {
 		}
 	})
 
+	t.Run("a customer's state leaves the agent's root out", func(t *testing.T) {
+		id := f.node("agent-hot", acme)
+		f.seq++
+		if _, err := st.WriteReports(ctx, []store.Report{{NodeID: id, Seq: f.seq, Time: now, IntervalMS: 10000, Samples: []store.Sample{
+			{MetricID: f.mid[id]["ping"], Path: "ping", Value: 1, State: store.StateOK},
+			{MetricID: f.mid[id]["agent"], Path: "agent", Value: 90, State: store.StateCrit}}}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, hide := range []bool{false, true} {
+			p, err := st.Fleet(ctx, store.All{}, q(func(q *store.FleetQuery) { q.Name, q.HideAgent = "agent-hot", hide }))
+			if err != nil || len(p.Entries) != 1 {
+				t.Fatalf("%v %v", p, err)
+			}
+			if want := map[bool]store.State{false: store.StateCrit, true: store.StateOK}[hide]; p.Entries[0].State != want || p.Counts[want] != 1 {
+				t.Errorf("hide agent %v: state %s counts %v, want %s", hide, p.Entries[0].State, p.Counts, want)
+			}
+		}
+	})
+
 	t.Run("since moves only when the state does", func(t *testing.T) {
 		t0 := now.Add(time.Second)
 		steps := []struct {

@@ -36,8 +36,11 @@ const maxFlowScan = 100
 // never reveals that it exists. Only nodes of except's tenant count (the
 // nodes without one are a tenant of their own): two tenants' address
 // spaces may overlap, and a look-alike flow of another tenant is not the
-// same flow, whoever asks (collector/tenant).
-func (s *Store) Counterparts(ctx context.Context, scope Scope, except int32, probes []FlowProbe, perProbe int) ([][]Counterpart, error) {
+// same flow, whoever asks (collector/tenant). space, when not "", is a
+// label key naming an address space within a tenant (a cluster, a
+// network): then only nodes with except's value of it count, a node
+// without the label matching only others without it.
+func (s *Store) Counterparts(ctx context.Context, scope Scope, except int32, space string, probes []FlowProbe, perProbe int) ([][]Counterpart, error) {
 	out := make([][]Counterpart, len(probes))
 	if len(probes) == 0 || perProbe <= 0 {
 		return out, nil
@@ -48,7 +51,7 @@ func (s *Store) Counterparts(ctx context.Context, scope Scope, except int32, pro
 	for i, p := range probes {
 		idx[i], src[i], dst[i], proto[i], from[i], to[i], near[i] = int32(i), p.Src, p.Dst, p.Protocol, p.From, p.To, p.Near
 	}
-	visible, scopeArgs := nodeIDsIn(scope, 11)
+	visible, scopeArgs := nodeIDsIn(scope, 12)
 	// Each orientation is an equality on both indexed expressions and a
 	// range on ts (events_flow); the predicate fields ? 'src' is repeated
 	// so the planner may use that partial index. The scope applies before
@@ -58,7 +61,8 @@ func (s *Store) Counterparts(ctx context.Context, scope Scope, except int32, pro
 		return `(SELECT e.node_id, e.ts, e.metric_id, e.fields FROM events e
 			WHERE e.fields ? 'src' AND e.fields->>'src' = ` + a + ` AND e.fields->>'dst' = ` + b + `
 				AND e.ts >= q.lo AND e.ts <= q.hi AND e.node_id <> $9 AND e.node_id IN ` + visible + `
-				AND e.node_id IN (SELECT id FROM nodes WHERE tenant = (SELECT tenant FROM nodes WHERE id = $9))
+				AND e.node_id IN (SELECT o.id FROM nodes o, nodes me WHERE me.id = $9 AND o.tenant = me.tenant
+					AND ($11 = '' OR o.labels->>$11 IS NOT DISTINCT FROM me.labels->>$11))
 				AND coalesce(e.fields->>'protocol', 'tcp') = q.proto
 			ORDER BY e.ts LIMIT $10)`
 	}
@@ -73,7 +77,7 @@ func (s *Store) Counterparts(ctx context.Context, scope Scope, except int32, pro
 		JOIN nodes n ON n.id = c.node_id
 		JOIN metric_paths p ON p.id = c.metric_id
 		ORDER BY q.i, abs(extract(epoch FROM c.ts - q.near)), n.name`,
-		append([]any{idx, src, dst, proto, from, to, near, perProbe, except, maxFlowScan}, scopeArgs...)...)
+		append([]any{idx, src, dst, proto, from, to, near, perProbe, except, maxFlowScan, space}, scopeArgs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read counterpart evidence: %w", err)
 	}

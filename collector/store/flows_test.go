@@ -15,8 +15,10 @@ import (
 
 // TestCounterparts: a reset A received is joined to the reset B sent (same
 // src and dst) and to the packet of A's that B dropped (swapped), within
-// the window, for the protocol asked, never to A's own evidence, and only
-// from nodes the caller's scope sees.
+// the window, for the protocol asked, never to A's own evidence, only from
+// nodes the caller's scope sees, never from another tenant whose address
+// space overlaps (whoever asks, an admin too), and, with an address-space
+// label, only from nodes of A's space.
 func TestCounterparts(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t)
@@ -36,11 +38,16 @@ func TestCounterparts(t *testing.T) {
 		labels map[string]string
 		events []ev
 	}{
-		{"a", map[string]string{"customer": "acme"}, []ev{
+		{"a", map[string]string{"customer": "acme", "cluster": "west"}, []ev{
 			{"tcp_reset/received/syn_sent", bEnd, aEnd, "", 0},
 			{"tcp_reset/sent/no_socket", bEnd, aEnd, "", 0}, // its own: never a counterpart
 		}},
-		{"b", map[string]string{"customer": "acme"}, []ev{
+		// The same tenant's other cluster, reusing the same private
+		// addresses: a counterpart unless the cluster is an address space.
+		{"c", map[string]string{"customer": "acme", "cluster": "east"}, []ev{
+			{"tcp_reset/sent/no_socket", bEnd, aEnd, "", 200 * time.Millisecond},
+		}},
+		{"b", map[string]string{"customer": "acme", "cluster": "west"}, []ev{
 			{"tcp_reset/sent/no_socket", bEnd, aEnd, "", 300 * time.Millisecond},
 			{"drops/netfilter_drop", aEnd, bEnd, "tcp", -100 * time.Millisecond},
 			{"drops/no_socket", aEnd, bEnd, "udp", 0},                      // another protocol
@@ -53,7 +60,7 @@ func TestCounterparts(t *testing.T) {
 	}
 	ids := map[string]int32{}
 	for _, n := range nodes {
-		id, err := st.UpsertNode(ctx, store.Node{Name: n.name, Labels: n.labels, InstanceID: 1, IntervalMS: 1000})
+		id, err := st.UpsertNode(ctx, store.Node{Name: n.name, Labels: n.labels, Tenant: n.labels["customer"], InstanceID: 1, IntervalMS: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,23 +89,28 @@ func TestCounterparts(t *testing.T) {
 	customer := func(sel access.Selector) store.Scope {
 		return access.Principal{Name: "c", Role: access.RoleCustomer, Via: access.ViaToken, Selector: sel}
 	}
+	acmeAll := []string{"b drops/netfilter_drop", "c tcp_reset/sent/no_socket", "b tcp_reset/sent/no_socket"}
 	cases := []struct {
 		name     string
 		scope    store.Scope
+		space    string
 		perProbe int
 		want     []string // node metric, nearest first
 	}{
-		{"every node", store.All{}, 10, []string{"g tcp_reset/sent/not_specified", "b drops/netfilter_drop", "b tcp_reset/sent/no_socket"}},
-		{"a viewer", access.Principal{Name: "v", Role: access.RoleViewer, Via: access.ViaToken}, 10,
-			[]string{"g tcp_reset/sent/not_specified", "b drops/netfilter_drop", "b tcp_reset/sent/no_socket"}},
-		{"acme sees only acme", customer(access.Selector{"customer": "acme"}), 10, []string{"b drops/netfilter_drop", "b tcp_reset/sent/no_socket"}},
-		{"acme, nearest only", customer(access.Selector{"customer": "acme"}), 1, []string{"b drops/netfilter_drop"}},
-		{"another tenant", customer(access.Selector{"customer": "initech"}), 10, nil},
-		{"nobody", access.Principal{}, 10, nil},
+		// g is globex's, with the very same addresses: never a counterpart.
+		{"every node", store.All{}, "", 10, acmeAll},
+		{"a viewer", access.Principal{Name: "v", Role: access.RoleViewer, Via: access.ViaToken}, "", 10, acmeAll},
+		{"acme sees only acme", customer(access.Selector{"customer": "acme"}), "", 10, acmeAll},
+		{"acme, nearest only", customer(access.Selector{"customer": "acme"}), "", 1, []string{"b drops/netfilter_drop"}},
+		{"another tenant", customer(access.Selector{"customer": "initech"}), "", 10, nil},
+		{"globex's own scope", customer(access.Selector{"customer": "globex"}), "", 10, nil},
+		{"nobody", access.Principal{}, "", 10, nil},
+		{"clusters are address spaces", store.All{}, "cluster", 10, []string{"b drops/netfilter_drop", "b tcp_reset/sent/no_socket"}},
+		{"a label nobody has", store.All{}, "rack", 10, acmeAll},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := st.Counterparts(ctx, c.scope, ids["a"], []store.FlowProbe{probe, {Src: "x", Dst: "y", Protocol: "tcp", From: t0, To: t0, Near: t0}}, c.perProbe)
+			got, err := st.Counterparts(ctx, c.scope, ids["a"], c.space, []store.FlowProbe{probe, {Src: "x", Dst: "y", Protocol: "tcp", From: t0, To: t0, Near: t0}}, c.perProbe)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -172,9 +172,9 @@ func (r *Reads) Events(ctx context.Context, nodeID int32, path string, from, to 
 	return heavyRead(ctx, r, "events", func(s *Store) ([]StoredEvent, error) { return s.Events(ctx, nodeID, path, from, to, limit) })
 }
 
-func (r *Reads) Counterparts(ctx context.Context, scope Scope, except int32, probes []FlowProbe, perProbe int) ([][]Counterpart, error) {
+func (r *Reads) Counterparts(ctx context.Context, scope Scope, except int32, space string, probes []FlowProbe, perProbe int) ([][]Counterpart, error) {
 	return heavyRead(ctx, r, "events' counterparts", func(s *Store) ([][]Counterpart, error) {
-		return s.Counterparts(ctx, scope, except, probes, perProbe)
+		return s.Counterparts(ctx, scope, except, space, probes, perProbe)
 	})
 }
 

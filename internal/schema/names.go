@@ -39,6 +39,24 @@ func CheckNodeName(s string) error {
 // ValidNodeName reports whether s can name a node.
 func ValidNodeName(s string) bool { return CheckNodeName(s) == nil }
 
+// CanonicalNodeName is the one form of a valid node name that NBS stores,
+// compares and shows: lower case, like the host names it stands for
+// (DNS compares them without case). Every door a name comes in by — a
+// Hello, an enrollment, a certificate, the identity map, an API path,
+// a flag — folds it here, so NODE-A and node-a are one node: a
+// look-alike cannot take a node's place in the ping mesh (whose target
+// ids were always lower case) or beside it in a list.
+func CanonicalNodeName(s string) string { return strings.ToLower(s) }
+
+// NormalizeNodeName checks s (CheckNodeName) and returns its canonical
+// form.
+func NormalizeNodeName(s string) (string, error) {
+	if err := CheckNodeName(s); err != nil {
+		return "", err
+	}
+	return CanonicalNodeName(s), nil
+}
+
 func alnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }

@@ -252,6 +252,35 @@ func TestCheckNodeName(t *testing.T) {
 	}
 }
 
+// Every valid name has one canonical form, the same for all its case
+// variants, and canonical forms are fixed points; an invalid name has none.
+func TestNormalizeNodeName(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"web-1", "web-1"},
+		{"NODE-A", "node-a"},
+		{"Node-A", "node-a"},
+		{"Web_1.Example.COM", "web_1.example.com"},
+		{"", ""},
+		{"wéb", ""},
+		{"-Web", ""},
+	}
+	for _, c := range cases {
+		got, err := NormalizeNodeName(c.in)
+		if c.want == "" {
+			if err == nil {
+				t.Errorf("NormalizeNodeName(%q) = %q, want an error", c.in, got)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("NormalizeNodeName(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+		if again, err := NormalizeNodeName(got); err != nil || again != got {
+			t.Errorf("NormalizeNodeName(%q) = %q, %v; a canonical name must be its own", got, again, err)
+		}
+	}
+}
+
 func TestCheckLabelKey(t *testing.T) {
 	cases := []struct {
 		key  string

@@ -27,10 +27,17 @@
 //    collector has no /api/v1/report-definitions): the customer opens Reports
 //    from the header, runs a day's report, waits for its charts and tables
 //    (every section heading), checks the scope (its nodes, never another
-//    customer's) in the page, the JSON and the CSV download, then prints the
-//    page to PDF (page.pdf() is Chromium's print-to-PDF), turns the PDF into
-//    PNGs with `pdftoppm -png -r 60` and checks the first page is not blank
-//    and the PDF's text (`pdftotext`) has every heading. Needs poppler-utils.
+//    customer's) in the page, the JSON and the CSV download, that the page
+//    fits 390 and 1400 px, then prints the page to PDF (page.pdf() is
+//    Chromium's print-to-PDF), turns the PDF into PNGs with
+//    `pdftoppm -png -r 60` and checks no page is blank, the page count is
+//    bounded by the sections with data, the first page is the summary
+//    against the previous period, and the PDF's text (`pdftotext`) has every
+//    heading and the charts' legends; last it follows an incident to the
+//    node's tree at the incident's time. Needs poppler-utils.
+//
+// axe-core runs on every page the run takes a screenshot of (and the report
+// at 390 px): see axeCheck.
 //
 // NBS_SCENARIOS (comma-separated: admin,operator,customer,report; default all)
 // runs only some, e.g. NBS_SCENARIOS=report against a mock collector; without
@@ -64,9 +71,12 @@
 //   NBS_REPORT_NODES        comma-separated: nodes the report must cover (default NBS_CUSTOMER_NODES)
 //   NBS_REPORT_HIDDEN_NODES comma-separated: nodes it must never mention (default NBS_CUSTOMER_HIDDEN_NODES)
 //   NBS_REPORT_MIN_CHARTS   charts the day's report must draw (default 1)
+//   NBS_REPORT_INCIDENT_NODE  a node with an incident in the customer's day: its link is followed to the tree
+//   NBS_AXE_REPORT_ONLY=1   serious axe-core violations outside /reports are listed, not failures
 //   NBS_PDFTOPPM, NBS_PDFTOTEXT  default pdftoppm and pdftotext from $PATH
 //   NBS_UPDATE_SCREENSHOTS=1  also copy the report's screenshot to docs/screenshots/report.png
 import { execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -132,9 +142,73 @@ page.on('requestfailed', (r) => {
   if (!/ERR_ABORTED/.test(f)) problems.push(`request failed: ${r.url()} ${f}`);
 });
 
+// axe-core (web/node_modules, no network) checks every page the run takes
+// a screenshot of. It is evaluated in the page through the DevTools
+// protocol, which the collector's Content-Security-Policy does not govern,
+// so the UI's own policy stays as it is. Serious and critical violations
+// fail the run; with NBS_AXE_REPORT_ONLY=1 only those in a report page's own
+// content do, and the others (other pages, the shared header) are listed,
+// for the pages' owners. Every finding is written to artifacts/axe.json.
+const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+const axeFindings = [];
+const axeCheck = async (name) => {
+  const loaded = await page.evaluate(() => typeof window.axe === 'object');
+  if (!loaded) await page.evaluate(axeSource);
+  const res = await page.evaluate(async () => {
+    const r = await window.axe.run(document, { resultTypes: ['violations'] });
+    return r.violations.map((v) => ({
+      id: v.id,
+      impact: v.impact,
+      help: v.help,
+      nodes: v.nodes.slice(0, 5).map((n) => n.target.join(' ')),
+      // Whether every element is in the header (the shell every page shares).
+      header: v.nodes.every((n) => document.querySelector(n.target.join(' '))?.closest('.topbar') != null),
+    }));
+  });
+  const path = new URL(page.url()).pathname;
+  const bad = res.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  axeFindings.push({ page: name, path, violations: res });
+  writeFileSync(join(artifacts, 'axe.json'), JSON.stringify(axeFindings, null, 2));
+  for (const v of bad) {
+    const msg = `axe on ${name} (${path}${v.header ? ', header' : ''}): ${v.impact} ${v.id}: ${v.help} at ${v.nodes.join(', ')}`;
+    if (env.NBS_AXE_REPORT_ONLY !== '1' || (path.startsWith('/reports') && !v.header)) problems.push(msg);
+    else console.log(`  ${msg}`);
+  }
+  console.log(`  axe ${name}: ${bad.length} serious or critical of ${res.length} violations`);
+};
 const shot = async (name) => {
   await page.screenshot({ path: join(artifacts, `${name}.png`) });
   console.log(`  screenshot ${join(artifacts, `${name}.png`)}`);
+  await axeCheck(name);
+};
+
+// No page may be wider than the window: the phone (390 px) and desktop
+// (1400 px) widths, each checked on the page as it is. What overflows in
+// the shared header alone is listed, not a failure, with
+// NBS_AXE_REPORT_ONLY=1 (the header has an owner of its own).
+const checkNoOverflow = async (name, { axe = false } = {}) => {
+  const was = page.viewportSize();
+  try {
+    for (const width of [390, 1400]) {
+      await page.setViewportSize({ width, height: 900 });
+      await page.waitForTimeout(250); // charts resize on the next frame
+      const wide = await page.evaluate(() => {
+        const d = document.documentElement;
+        const over = [...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > d.clientWidth + 1 && !e.closest('.table-wrap'));
+        const names = (es) => es.slice(0, 3).map((e) => `${e.tagName.toLowerCase()}.${[...e.classList].join('.')}`);
+        const own = over.filter((e) => !e.closest('.topbar'));
+        return { scroll: d.scrollWidth, client: d.clientWidth, over: names(over), own: names(own), header: own.length === 0 };
+      });
+      // The phone layout is a page of its own for axe-core too.
+      if (axe && width === 390) await axeCheck(`${name}-390`);
+      if (wide.scroll <= wide.client) continue;
+      const msg = `${name} at ${width} px is ${wide.scroll} px wide (window ${wide.client}): ${wide.over.join(', ')}`;
+      if (wide.header && env.NBS_AXE_REPORT_ONLY === '1') console.log(`  ${msg} (the header only)`);
+      else check(false, msg);
+    }
+  } finally {
+    if (was) await page.setViewportSize(was);
+  }
 };
 const row = (id) => page.locator(`[role=treeitem][data-id="${id}"]`);
 const rowState = async (id) => (await row(id).locator('.badge').innerText()).trim();
@@ -317,11 +391,16 @@ async function adminScenario() {
   await page.locator('.metric-view .description').waitFor();
   await page.locator('.metric-view .uplot canvas').first().waitFor();
   await page.waitForFunction(() => !document.querySelector('.chart-empty'));
-  const evRows = page.locator('table.evidence tbody tr');
+  const evRows = page.locator('table.evidence tbody tr:not(.group-head)');
   await evRows.first().waitFor();
   const firstEv = await evRows.first().innerText();
   if (env.NBS_EVIDENCE_SRC) check(firstEv.includes(env.NBS_EVIDENCE_SRC), `evidence row "${firstEv}" lacks ${env.NBS_EVIDENCE_SRC}`);
   check(/no_socket/.test(await page.locator('table.evidence').innerText()), 'evidence names no reason');
+  // Grouped (by owner where events name one), each group with its count; the owner column first.
+  check(/\(\d+ events?\)/.test(await page.locator('table.evidence tr.group-head').first().innerText()), 'evidence groups carry no count');
+  const cols = (await page.locator('table.evidence thead th').allInnerTexts()).map((c) => c.trim()).filter((c) => c !== 'Time' && c !== 'Metric');
+  check(!cols.includes('owner') || cols[0] === 'owner', `the owner column is not first: ${cols.join(', ')}`);
+  check(!cols.includes('netns') || cols.indexOf('netns') > cols.indexOf('dst'), `the netns inode comes before the flow: ${cols.join(', ')}`);
   await page.waitForFunction(() => document.querySelectorAll('.tree-spark svg :is(path, circle)').length > 0);
   await shot('node');
 
@@ -342,6 +421,61 @@ async function adminScenario() {
   await row(metric).waitFor();
   check((await row(metric).getAttribute('aria-selected')) === 'true', 'selection lost on reload');
   check((await page.locator('.range-picker select').inputValue()) === '15m', 'range lost on reload');
+
+  if (env.NBS_PAST_AT) {
+    // NBS_PAST_AT is in a minute before the reset storm began: the tree then was quiet.
+    const root = metric.split('/')[0];
+    step(`the node page at a past time (?at=${env.NBS_PAST_AT}) shows the state then, and goes back to live`);
+    await page.goto(`${base}${hrefNode(nodeName)}?at=${encodeURIComponent(env.NBS_PAST_AT)}`);
+    await page.locator('.viewing').waitFor();
+    check(/Viewing/.test(await page.locator('.viewing').innerText()), 'no "viewing <time>" indicator');
+    await row(root).waitFor();
+    check((await rowState(root)) === 'OK', `${root} at ${env.NBS_PAST_AT} is ${await rowState(root)}, want OK (before the storm)`);
+    check((await row(metric).count()) === 0 || (await rowState(metric)) !== 'CRIT', `${metric} is CRIT before the storm`);
+    await shot('node-past');
+    await page.getByRole('button', { name: 'Back to live' }).click();
+    await page.waitForFunction(() => !new URL(location.href).searchParams.has('at'));
+    await waitRowState(root, 'CRIT', 20_000);
+    check((await page.locator('.viewing').count()) === 0, 'the "viewing" indicator stays after going back to live');
+
+    step('the trend lines come in batches, not one request per row');
+    let batch = 0;
+    const count = (r) => {
+      if (new URL(r.url()).pathname.endsWith('/series/batch')) batch++;
+    };
+    page.on('request', count);
+    await page.getByRole('button', { name: 'Expand all' }).click();
+    await page.waitForTimeout(3000);
+    page.off('request', count);
+    const rows = await page.locator('[role=treeitem]').count();
+    check(batch >= 1 && batch <= Math.ceil(rows / 64) + 1, `${batch} batch series requests for ${rows} rows`);
+    await page.getByRole('button', { name: 'Collapse all' }).click();
+
+    step('the node page fits a 390 px phone: nothing wider than the screen');
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(`${base}${hrefNode(nodeName)}?metric=${encodeURIComponent(metric)}`);
+    await row(metric).waitFor();
+    await page.locator('table.evidence').waitFor();
+    const wide = await page.evaluate(() => {
+      const w = document.documentElement.clientWidth;
+      const page = document.querySelector('.node-page');
+      const out = [];
+      if (page.scrollWidth > page.clientWidth + 1) out.push(`.node-page scrolls: ${page.scrollWidth} > ${page.clientWidth}`);
+      // What sticks out of the screen, outside a scrolling box (a wide table scrolls in its own).
+      const scrolls = (el) => {
+        for (let p = el.parentElement; p && p !== page; p = p.parentElement) if (/(auto|scroll|hidden)/.test(getComputedStyle(p).overflowX)) return true;
+        return false;
+      };
+      for (const el of page.querySelectorAll('*')) {
+        const r = el.getBoundingClientRect();
+        if (r.width > 0 && r.right > w + 1 && !scrolls(el)) out.push(`${el.tagName.toLowerCase()}.${el.className} ends at ${Math.round(r.right)} px`);
+      }
+      return out.slice(0, 5);
+    });
+    check(wide.length === 0, `at 390 px the node page is wider than the screen: ${wide.join('; ')}`);
+    await shot('node-390');
+    await page.setViewportSize({ width: 1440, height: 900 });
+  }
 
   step('live mode asks the collector to expand the node');
   const expandReq = page.waitForRequest((r) => r.method() === 'POST' && r.url().endsWith(`/api/v1/nodes/${encodeURIComponent(nodeName)}/expand`));
@@ -509,7 +643,7 @@ async function adminScenario() {
   await row(metric).waitFor();
   await waitRowState(metric, 'CRIT', 30_000);
   await page.locator('.metric-view .uplot canvas').first().waitFor();
-  await page.locator('table.evidence tbody tr').first().waitFor();
+  await page.locator('table.evidence tbody tr:not(.group-head)').first().waitFor();
   await page.waitForFunction(() => document.querySelectorAll('.tree-spark svg :is(path, circle)').length > 0);
   await page.waitForTimeout(500);
   await shot('tree');
@@ -713,6 +847,10 @@ async function customerScenario() {
   check((await page.locator('form').count()) === 0, 'a form is on a customer\'s node page');
   check((await page.getByRole('button', { name: /tenant & labels/i }).count()) === 0, 'a customer is offered the tenant & labels editor');
   check((await page.locator('.notice-claims').count()) === 0, "a customer is shown the agent's label claims");
+  check((await row('agent').count()) === 0, "a customer is shown the agent's own root");
+  const treeBody = await (await page.request.get(`${base}/api/v1/nodes/${encodeURIComponent(own)}/tree`)).json();
+  check(!treeBody.roots.some((r) => r.id === 'agent'), "the collector sends a customer the agent's own root");
+  check(!JSON.stringify(treeBody).includes('--'), 'the collector sends a customer command-line flags');
   await shot('customer-node');
   if (await apiExists('/api/v1/alerts')) {
     await page.goto(base + '/alerts');
@@ -803,7 +941,9 @@ function inkShare(file) {
   return ink / (w * h);
 }
 
-const REPORT_HEADINGS = ['Ping delay', 'Kernel latency', 'Reliability', 'Availability', 'Incidents', 'Objectives'];
+// A customer's report: a customer cannot set objectives, so a report
+// without any has no Objectives section for them.
+const REPORT_HEADINGS = ['Summary', 'Ping delay', 'Kernel latency', 'Reliability', 'Availability', 'Incidents'];
 
 async function reportScenario(token) {
   const nodes = list(env.NBS_REPORT_NODES ?? env.NBS_CUSTOMER_NODES);
@@ -833,6 +973,10 @@ async function reportScenario(token) {
   check(/within ±\d+(\.\d+)?% of the exact value/.test(text), 'the page does not state the percentile error bound');
   for (const n of nodes) check(text.includes(n), `the report does not mention ${n}`);
   for (const n of hidden) check(!text.includes(n), `the report mentions another customer's node ${n}`);
+  // Staff internals: the agent's own root, collector flags.
+  const roots = await page.locator('[data-section=incidents] tbody tr td:nth-child(4)').allInnerTexts();
+  check(!roots.includes('agent'), `the report lists incidents of the agent's own root: ${roots}`);
+  check(!/--[a-z]+\.[a-z-]+/.test(text), `the report names a collector flag: ${text.match(/--[a-z]+\.[a-z-]+/)?.[0]}`);
 
   step('the JSON and CSV downloads hold the same scope');
   const jsonHref = await page.getByRole('link', { name: 'JSON', exact: true }).getAttribute('href');
@@ -856,7 +1000,11 @@ async function reportScenario(token) {
     console.log(`  updated ${dst}`);
   }
 
-  step('the report prints to PDF, and the PDF shows the charts and tables');
+  step('the report fits the window at 390 and 1400 px');
+  await checkNoOverflow('report', { axe: true });
+
+  step('the report prints to PDF: the summary first, a page per section with data, legends');
+  const withData = await page.locator('.report-section:not(.report-section-empty)').count();
   const pdfDir = mkdtempSync(join(tmpdir(), 'nbs-report-pdf-'));
   try {
     const pdf = join(artifacts, 'report.pdf');
@@ -864,17 +1012,43 @@ async function reportScenario(token) {
     execFileSync(env.NBS_PDFTOPPM ?? 'pdftoppm', ['-png', '-r', '60', pdf, join(pdfDir, 'page')]);
     const pages = readdirSync(pdfDir).filter((f) => f.endsWith('.png')).sort();
     check(pages.length >= 2, `the PDF has ${pages.length} pages; sections should start new pages`);
+    // The summary page, then a page per section with data (the summary is
+    // one of them); a section's tables may run onto one more page.
+    const most = 2 * withData;
+    check(pages.length <= most, `the PDF has ${pages.length} pages for ${withData} sections with data, want at most ${most}`);
+    for (const [i, f] of pages.entries()) {
+      const ink = inkShare(join(pdfDir, f));
+      check(ink > 0.005, `the PDF's page ${i + 1} of ${pages.length} is (nearly) empty: ${(ink * 100).toFixed(2)}% ink`);
+    }
     const ink = inkShare(join(pdfDir, pages[0]));
-    check(ink > 0.01, `the PDF's first page is blank (${(ink * 100).toFixed(2)}% ink)`);
     copyFileSync(join(pdfDir, pages[0]), join(artifacts, 'report-pdf-page1.png'));
-    const pdfText = execFileSync(env.NBS_PDFTOTEXT ?? 'pdftotext', ['-layout', pdf, '-'], { encoding: 'utf8' });
+    const text = (args) => execFileSync(env.NBS_PDFTOTEXT ?? 'pdftotext', [...args, '-layout', pdf, '-'], { encoding: 'utf8' });
+    const pdfText = text([]);
+    const first = text(['-f', '1', '-l', '1']);
+    check(/Summary/.test(first) && /previous period/.test(first), `the PDF's first page is not the summary against the previous period: ${first.slice(0, 400)}`);
     for (const h of REPORT_HEADINGS) check(pdfText.includes(h), `the PDF lacks the heading "${h}"`);
+    // Each chart's legend prints: its lines and the baseline.
+    const charts = await page.locator('figure.report-chart').count();
+    if (charts > 0) for (const l of ['p50', 'p99', 'median of the period']) check(pdfText.includes(l), `the PDF lacks the chart legend "${l}"`);
     for (const n of hidden) check(!pdfText.includes(n), `the PDF mentions another customer's node ${n}`);
     check(!pdfText.includes('Log out'), 'the PDF shows the header (the print stylesheet should hide it)');
-    console.log(`  PDF: ${pages.length} pages, first page ${(ink * 100).toFixed(1)}% ink; ${pdf}`);
+    console.log(`  PDF: ${pages.length} pages for ${withData} sections with data, first page ${(ink * 100).toFixed(1)}% ink; ${pdf}`);
   } finally {
     rmSync(pdfDir, { recursive: true, force: true });
   }
+
+  step("an incident opens the node's tree at the incident's time");
+  const incident = page.locator('[data-section=incidents] a[href*="at="]').first();
+  if (env.NBS_REPORT_INCIDENT_NODE) {
+    await incident.waitFor();
+    const href = await incident.getAttribute('href');
+    const u = new URL(href, base);
+    check(u.pathname === hrefNode(env.NBS_REPORT_INCIDENT_NODE) && /^\d+$/.test(u.searchParams.get('at') ?? '') && u.searchParams.get('metric'), `incident link ${href}`);
+    await incident.click();
+    await page.waitForURL((x) => x.pathname === u.pathname && x.searchParams.get('at') === u.searchParams.get('at'));
+    await page.locator('[role=treeitem]').first().waitFor();
+    console.log(`  followed ${href}`);
+  } else console.log('  no NBS_REPORT_INCIDENT_NODE: the incident link is not followed');
   await logout();
 }
 

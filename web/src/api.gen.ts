@@ -32,7 +32,10 @@ export interface paths {
     };
   };
   "/nodes/{node}/tree": {
-    /** The node's whole metric tree. */
+    /**
+     * The node's whole metric tree, live or as of a past time.
+     * @description Live by default. With at (an instant) the tree is as of that instant, its recent_* fields over the window before it; with from and to it is as of to (or at, which must lie between them), its recent_* fields over from..to. A past tree is read from the minute rollups (hour or day rollups for windows over 24 h or 60 days), to the minute, so it outlives the raw reports. A past tree is a heavy read (429 past the caller's or the collector's limit, 504 past --reads.statement-timeout); the live one is not.
+     */
     get: operations["getTree"];
     parameters: {
       path: {
@@ -43,6 +46,18 @@ export interface paths {
   "/nodes/{node}/series": {
     /** One metric of the node over time. */
     get: operations["getSeries"];
+    parameters: {
+      path: {
+        node: components["parameters"]["node"];
+      };
+    };
+  };
+  "/nodes/{node}/series/batch": {
+    /**
+     * Several metrics of the node over one window: the tree's trend lines in one request.
+     * @description Up to 64 metrics (metric repeated) over one from..to and step. A metric the node does not have (or a customer may not see) is left out, not an error.
+     */
+    get: operations["getSeriesBatch"];
     parameters: {
       path: {
         node: components["parameters"]["node"];
@@ -353,6 +368,18 @@ export interface components {
       interval_ms: number;
       /** @description The window of the recent_* fields, in seconds. */
       window_s: number;
+      /**
+       * Format: date-time
+       * @description Set for a past tree: the instant it is as of.
+       */
+      at?: string;
+      /**
+       * Format: date-time
+       * @description Set for a past tree: where the window of its recent_* fields starts.
+       */
+      from?: string;
+      /** @description The node has not reported for more than 3 intervals: the values are its last, not current ones. Never set for a past tree. */
+      stale: boolean;
       roots: components["schemas"]["TreeNode"][];
     };
     /** @description A histogram step's merged distribution, in the metric's unit. */
@@ -392,6 +419,15 @@ export interface components {
       to: string;
       step_ms: number;
       points: components["schemas"]["Point"][];
+    };
+    SeriesBatch: {
+      node: string;
+      /** Format: date-time */
+      from: string;
+      /** Format: date-time */
+      to: string;
+      step_ms: number;
+      series: components["schemas"]["Series"][];
     };
     Evidence: {
       /** Format: date-time */
@@ -807,8 +843,11 @@ export interface components {
       selector?: {
         [key: string]: string;
       };
-      /** @enum {string} */
-      period: "1d" | "7d" | "30d" | "custom";
+      /**
+       * @description 1d, 7d and 30d end now; this_week and this_month run from Monday or the 1st (UTC) to now; last_week and last_month are the whole previous calendar week (from Monday) or month; custom is from/to.
+       * @enum {string}
+       */
+      period: "1d" | "7d" | "30d" | "this_week" | "last_week" | "this_month" | "last_month" | "custom";
       /** Format: date-time */
       from?: string | null;
       /** Format: date-time */
@@ -823,8 +862,11 @@ export interface components {
       selector: {
         [key: string]: string;
       };
-      /** @enum {string} */
-      period: "1d" | "7d" | "30d" | "custom";
+      /**
+       * @description 1d, 7d and 30d end now; this_week and this_month run from Monday or the 1st (UTC) to now; last_week and last_month are the whole previous calendar week (from Monday) or month; custom is from/to.
+       * @enum {string}
+       */
+      period: "1d" | "7d" | "30d" | "this_week" | "last_week" | "this_month" | "last_month" | "custom";
       /** Format: date-time */
       from: string | null;
       /** Format: date-time */
@@ -840,6 +882,21 @@ export interface components {
       definitions: components["schemas"]["ReportDefinition"][];
       /** @description The cursor of the next page; absent on the last. */
       next_cursor?: string;
+    };
+    /** @description One node's ping numbers: over every target it pings (ping.per_node) or to one target (a target's per_node). Delays in ms, null without data. */
+    ReportPingNode: {
+      node: string;
+      p50_ms: number | null;
+      p90_ms: number | null;
+      p99_ms: number | null;
+      max_ms: number | null;
+      /** Format: int64 */
+      sent: number | null;
+      /** Format: int64 */
+      lost: number | null;
+      loss: number | null;
+      host_delay_p50_ms: number | null;
+      host_delay_p99_ms: number | null;
     };
     Report: {
       period: {
@@ -867,7 +924,12 @@ export interface components {
       ping: {
         targets: ({
             target: string;
+            /** @description The nodes that ping this target, by name. */
             nodes: string[];
+            /** @description How many nodes ping this target. */
+            node_count: number;
+            /** @description These nodes' numbers to this target (the drill-down): at most 50, the highest p99 first (no data last). */
+            per_node: components["schemas"]["ReportPingNode"][];
             p50_ms: number | null;
             p90_ms: number | null;
             p99_ms: number | null;
@@ -889,17 +951,7 @@ export interface components {
               lost: number | null;
             };
           })[];
-        per_node: ({
-            node: string;
-            p50_ms: number | null;
-            p99_ms: number | null;
-            max_ms: number | null;
-            /** Format: int64 */
-            sent: number | null;
-            /** Format: int64 */
-            lost: number | null;
-            loss: number | null;
-          })[];
+        per_node: components["schemas"]["ReportPingNode"][];
         series: ({
             target: string;
             points: ({
@@ -977,6 +1029,19 @@ export interface components {
           crit: number;
           no_data: number;
         }[];
+      /** @description Each root's state over the nodes in scope, per day (per hour for periods up to 2 days): the share of node-time of each step within the period in each state; roots no node reported are left out. */
+      availability_timeline: {
+          root: string;
+          step_seconds: number;
+          points: {
+              /** Format: date-time */
+              t: string;
+              ok: number;
+              warn: number;
+              crit: number;
+              no_data: number;
+            }[];
+        }[];
       incidents: ({
           node: string;
           root: string;
@@ -987,8 +1052,14 @@ export interface components {
           /** Format: date-time */
           end: string;
           seconds: number;
+          /** @description The metric worst_value is of: the explaining child when there is one, else the root. */
+          metric: string;
+          /** @description The worst value of metric in the incident (its maximum; its minimum for a metric whose threshold is below), in unit. */
           worst_value: number | null;
+          /** @description The unit of worst_value, e.g. ms, % or resets/s; empty when the metric has none. */
+          unit: string;
           child: string | null;
+          /** @description The node's page at the incident: /nodes/{node}?at=<start, Unix ms>&metric=<metric>. */
           tree_url: string;
         })[];
       objectives: ({
@@ -1082,7 +1153,7 @@ export interface components {
        * @description When the node moved to another tenant; only its former tenant sees this row.
        */
       retired_at?: string;
-      /** @description The node's roots by id, the agent's own (agent) last. */
+      /** @description The node's roots, raised first, the agent's own (agent) last. A customer does not see the agent's root, and its state and counts leave it out. */
       roots: components["schemas"]["FleetRoot"][];
     };
     /** @description A root metric of a node on a fleet page. */
@@ -1324,11 +1395,20 @@ export interface operations {
       default: components["responses"]["Error"];
     };
   };
-  /** The node's whole metric tree. */
+  /**
+   * The node's whole metric tree, live or as of a past time.
+   * @description Live by default. With at (an instant) the tree is as of that instant, its recent_* fields over the window before it; with from and to it is as of to (or at, which must lie between them), its recent_* fields over from..to. A past tree is read from the minute rollups (hour or day rollups for windows over 24 h or 60 days), to the minute, so it outlives the raw reports. A past tree is a heavy read (429 past the caller's or the collector's limit, 504 past --reads.statement-timeout); the live one is not.
+   */
   getTree: {
     parameters: {
       query?: {
         window?: components["parameters"]["window"];
+        /** @description The instant the tree is as of: RFC 3339 or Unix milliseconds, from 1970 to 9999. Default: now (live). */
+        at?: string;
+        /** @description Start of a past window: RFC 3339 or Unix milliseconds. Default: window before to. from..to may be up to 400 days. */
+        from?: string;
+        /** @description End of a past window (the tree is as of it unless at is given): RFC 3339 or Unix milliseconds. Default: at, else now. */
+        to?: string;
       };
       path: {
         node: components["parameters"]["node"];
@@ -1345,6 +1425,8 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      429: components["responses"]["TooManyRequests"];
+      504: components["responses"]["Timeout"];
       default: components["responses"]["Error"];
     };
   };
@@ -1366,6 +1448,39 @@ export interface operations {
       200: {
         content: {
           "application/json": components["schemas"]["Series"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      429: components["responses"]["TooManyRequests"];
+      504: components["responses"]["Timeout"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /**
+   * Several metrics of the node over one window: the tree's trend lines in one request.
+   * @description Up to 64 metrics (metric repeated) over one from..to and step. A metric the node does not have (or a customer may not see) is left out, not an error.
+   */
+  getSeriesBatch: {
+    parameters: {
+      query: {
+        /** @description A metric id; repeat for each, at most 64. */
+        metric: string[];
+        from?: components["parameters"]["from"];
+        to?: components["parameters"]["to"];
+        step?: components["parameters"]["step"];
+      };
+      path: {
+        node: components["parameters"]["node"];
+      };
+    };
+    responses: {
+      /** @description The series, in the order asked. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["SeriesBatch"];
         };
       };
       400: components["responses"]["BadRequest"];

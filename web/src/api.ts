@@ -30,6 +30,15 @@ export type AlertRuleInput = Required<Schemas['RuleInput']>;
 export type AlertRule = Schemas['Rule'];
 export type Point = Schemas['Point'];
 export type Series = Schemas['Series'];
+export type SeriesBatch = Schemas['SeriesBatch'];
+/** GET /nodes/{node}/series/batch takes at most this many metrics (collector/api maxBatchMetrics). */
+export const SERIES_BATCH_MAX = 64;
+/** A past time a tree is asked for: an instant, and/or a window (Unix ms). */
+export interface TreeTime {
+  at?: number;
+  from?: number;
+  to?: number;
+}
 export type Evidence = Schemas['Evidence'];
 export type Scope = Schemas['Scope'];
 export type Override = Schemas['Override'];
@@ -133,7 +142,18 @@ export const api = {
     return request<Fleet>('GET', `/api/v1/fleet${s ? `?${s}` : ''}`, undefined, signal);
   },
   node: (node: string, signal?: AbortSignal) => request<NodeSummary>('GET', nodePath(node), undefined, signal),
-  tree: (node: string, signal?: AbortSignal) => request<Tree>('GET', `${nodePath(node)}/tree`, undefined, signal),
+  /** The tree, live or (with at, or from and to, Unix ms) as of a past time. */
+  tree: (node: string, signal?: AbortSignal, past?: TreeTime | null) =>
+    request<Tree>('GET', `${nodePath(node)}/tree${query({ at: past?.at, from: past?.from, to: past?.to })}`, undefined, signal),
+  /** Up to SERIES_BATCH_MAX metrics over one window (the tree's trend lines). */
+  seriesBatch: (node: string, metrics: string[], from: number, to: number, step?: string, signal?: AbortSignal) => {
+    const q = new URLSearchParams();
+    metrics.forEach((m) => q.append('metric', m));
+    q.set('from', String(from));
+    q.set('to', String(to));
+    if (step) q.set('step', step);
+    return request<SeriesBatch>('GET', `${nodePath(node)}/series/batch?${q}`, undefined, signal).then((r) => r.series ?? []);
+  },
   series: (node: string, metric: string, from: number, to: number, step?: string, signal?: AbortSignal) =>
     request<Series>('GET', `${nodePath(node)}/series${query({ metric, from, to, step })}`, undefined, signal),
   events: (node: string, metric: string, from: number, to: number, limit: number, signal?: AbortSignal) =>

@@ -43,9 +43,22 @@ export function formatCompact(v: number, unit = ''): string {
   return formatNumber(v);
 }
 
-/** A value with its unit; null (no data) as an em dash. */
+/** A yes/no gauge's unit, "1 = synced": the word for 1. */
+const FLAG_UNIT = /^1 = (.+)$/;
+/** How a flag's word reads in full. */
+const FLAG_WORDS: Record<string, string> = { synced: 'synchronised' };
+
+/** Whether a unit is a yes/no flag ("1 = synced"), whose values read as words. */
+export const isFlagUnit = (unit: string): boolean => FLAG_UNIT.test(unit);
+
+/** A value with its unit; null (no data) as an em dash. A flag reads "synchronised" / "not synchronised". */
 export function formatValue(v: number | null | undefined, unit: string): string {
   if (v === null || v === undefined || Number.isNaN(v)) return '—';
+  const flag = FLAG_UNIT.exec(unit);
+  if (flag) {
+    const word = FLAG_WORDS[flag[1]] ?? flag[1];
+    return v >= 0.5 ? word : `not ${word}`;
+  }
   const n = formatCompact(v, unit);
   if (!unit) return n;
   if (unit === '%') return `${n}%`;

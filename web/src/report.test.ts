@@ -2,7 +2,13 @@ import { describe, expect, it } from 'vitest';
 import {
   alignSeries,
   availabilityBar,
+  calendarRange,
   change,
+  chartStart,
+  dataStart,
+  fmtValue,
+  loneIndexes,
+  timelineShare,
   definitionReportUrl,
   fmtDuration,
   fmtErrorBound,
@@ -58,6 +64,27 @@ describe('period presets', () => {
   ])('refuses %j', (b, msg) => {
     const r = periodRange({ period: 'custom', ...b }, NOW);
     expect('error' in r && r.error).toMatch(msg);
+  });
+  // NOW is a Wednesday.
+  it.each([
+    ['this_week', '2026-11-23T00:00:00Z', '2026-11-25T06:00:00Z'],
+    ['last_week', '2026-11-16T00:00:00Z', '2026-11-23T00:00:00Z'],
+    ['this_month', '2026-11-01T00:00:00Z', '2026-11-25T06:00:00Z'],
+    ['last_month', '2026-10-01T00:00:00Z', '2026-11-01T00:00:00Z'],
+  ] as const)('%s runs from %s to %s (UTC, weeks from Monday)', (period, from, to) => {
+    expect(periodRange({ period }, NOW)).toEqual({ from: Date.parse(from), to: Date.parse(to) });
+  });
+  it('finds calendar periods across a year and on a Sunday', () => {
+    expect(calendarRange('last_month', Date.parse('2027-01-01T06:00:00Z'))).toEqual({ from: Date.parse('2026-12-01T00:00:00Z'), to: Date.parse('2027-01-01T00:00:00Z') });
+    expect(calendarRange('this_week', Date.parse('2026-11-29T23:00:00Z'))?.from).toBe(Date.parse('2026-11-23T00:00:00Z'));
+    expect(calendarRange('7d', NOW)).toBeNull();
+  });
+  it('refuses a calendar period that has not begun yet', () => {
+    expect(periodRange({ period: 'this_week' }, Date.parse('2026-11-23T00:00:00Z'))).toHaveProperty('error');
+  });
+  it('reads calendar periods from the page URL', () => {
+    expect(queryFromParams(new URLSearchParams('period=last_month')).period).toBe('last_month');
+    expect(queryFromParams(new URLSearchParams('period=fortnight')).period).toBe('7d');
   });
   it('has a previous period of the same length ending where this one starts', () => {
     expect(previousRange({ from: 100, to: 250 })).toEqual({ from: -50, to: 100 });
@@ -234,5 +261,53 @@ describe('objectives', () => {
   });
   it.each(['0', '-1', 'abc', '1e9'])('refuses %s', (t) => {
     expect(pingObjective(t)).toHaveProperty('error');
+  });
+});
+
+describe('charts of sparse data', () => {
+  it('finds the points a line cannot draw', () => {
+    expect(loneIndexes([null, 5, null, 1, 2, null, 3])).toEqual([1, 6]);
+    expect(loneIndexes([7])).toEqual([0]);
+    expect(loneIndexes([1, 2])).toEqual([]);
+    expect(loneIndexes([null, null])).toEqual([]);
+  });
+  it("starts a young fleet's charts at its first data", () => {
+    const r = acmeReport();
+    expect(dataStart(r)).toBe(Date.parse('2026-11-18T00:00:00Z'));
+    r.ping.series = [];
+    r.kernel_latency = [];
+    r.availability_timeline = [];
+    expect(dataStart(r)).toBeNull();
+    const from = Date.parse('2026-11-18T00:00:00Z');
+    const to = from + 7 * DAY;
+    expect(chartStart(from, to, null)).toBe(from);
+    expect(chartStart(from, to, from + DAY)).toBe(from); // most of the period has data
+    expect(chartStart(from, to, from + 6 * DAY)).toBe(from + 6 * DAY);
+  });
+  it('weights the timeline by the part of each step in the period', () => {
+    const from = Date.parse('2026-11-18T12:00:00Z');
+    const to = Date.parse('2026-11-20T00:00:00Z');
+    const s = timelineShare(
+      {
+        root: 'ping',
+        step_seconds: 86400,
+        points: [
+          { t: '2026-11-18T00:00:00Z', ok: 1, warn: 0, crit: 0, no_data: 0 },
+          { t: '2026-11-19T00:00:00Z', ok: 0.5, warn: 0, crit: 0, no_data: 0.5 },
+        ],
+      },
+      from,
+      to,
+    );
+    expect(s.ok).toBeCloseTo((0.5 * 1 + 1 * 0.5) / 1.5);
+    expect(s.no_data).toBeCloseTo(0.5 / 1.5);
+  });
+  it('formats values in their unit', () => {
+    expect(fmtValue(40.5, 'resets/s')).toBe('40.5 resets/s');
+    expect(fmtValue(2.5, '%')).toBe('2.5%');
+    expect(fmtValue(1.5, 'ms')).toBe('1.50 ms');
+    expect(fmtValue(1500, 'us')).toBe('1.50 ms');
+    expect(fmtValue(3, '')).toBe('3');
+    expect(fmtValue(null, 'ms')).toBe('—');
   });
 });

@@ -3,14 +3,43 @@
 // (JSON, CSV, a saved definition), formatting, change against the previous
 // period, and series with their gaps kept as gaps.
 import type { Selector } from './access';
-import type { Num, Objective, ReportPeriodName } from './reporttypes';
+import type { AvailabilityRoot, Num, Objective, Report, ReportPeriodName } from './reporttypes';
 
 export const PERIODS: { value: ReportPeriodName; label: string }[] = [
-  { value: '1d', label: 'A day' },
-  { value: '7d', label: 'A week' },
-  { value: '30d', label: '30 days' },
+  { value: '1d', label: 'Last 24 hours' },
+  { value: '7d', label: 'Last 7 days' },
+  { value: '30d', label: 'Last 30 days' },
+  { value: 'this_week', label: 'This week' },
+  { value: 'last_week', label: 'Last week' },
+  { value: 'this_month', label: 'This month' },
+  { value: 'last_month', label: 'Last month' },
   { value: 'custom', label: 'Custom' },
 ];
+
+const PERIOD_NAMES = new Set<string>(PERIODS.map((p) => p.value));
+
+/**
+ * A calendar period in UTC as of now, as the collector reads a saved one
+ * (report.Calendar): weeks start on Monday; this week and this month end now,
+ * last week and last month are whole.
+ */
+export function calendarRange(name: ReportPeriodName, now: number): { from: number; to: number } | null {
+  const d = new Date(now);
+  const today = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate());
+  const monday = today - ((d.getUTCDay() + 6) % 7) * DAY;
+  const month = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+  switch (name) {
+    case 'this_week':
+      return { from: monday, to: now };
+    case 'last_week':
+      return { from: monday - 7 * DAY, to: monday };
+    case 'this_month':
+      return { from: month, to: now };
+    case 'last_month':
+      return { from: Date.UTC(d.getUTCFullYear(), d.getUTCMonth() - 1, 1), to: month };
+  }
+  return null;
+}
 
 const DAY = 86_400_000;
 /** The collector's limit on a report's period (the contract's 400 days). */
@@ -56,6 +85,8 @@ export function periodRange(q: Pick<ReportQuery, 'period' | 'from' | 'to'>, now:
     case '30d':
       return { from: now - 30 * DAY, to: now };
   }
+  const cal = calendarRange(q.period, now);
+  if (cal) return cal.from < cal.to ? cal : { error: 'This period has only just started; choose another.' };
   const f = utcDay(q.from);
   const t = utcDay(q.to);
   if (f === null) return { error: 'Give the first day of the period as YYYY-MM-DD.' };
@@ -120,7 +151,7 @@ export function parseTargets(text: string | null | undefined): string[] {
 /** The page's URL parameters → the query. */
 export function queryFromParams(p: URLSearchParams): ReportQuery {
   const per = p.get('period');
-  const period: ReportPeriodName = per === '1d' || per === '30d' || per === 'custom' ? per : '7d';
+  const period: ReportPeriodName = per && PERIOD_NAMES.has(per) ? (per as ReportPeriodName) : '7d';
   const sel = parseSelector(p.get('selector') ?? '');
   return {
     selector: 'error' in sel ? {} : (sel as Selector),
@@ -192,6 +223,18 @@ export function fmtLatency(v: Num | undefined, unit: string): string {
   if (nil(v)) return '—';
   const ms = unit === 'us' || unit === 'µs' ? v / 1000 : unit === 'ns' ? v / 1e6 : unit === 's' ? v * 1000 : unit === 'ms' ? v : null;
   return ms === null ? `${fmtNum(v)} ${unit}` : fmtMs(ms);
+}
+
+/**
+ * A metric's value in its unit, as the tree shows it: latencies scaled like
+ * fmtLatency, shares and rates with their unit after the number.
+ */
+export function fmtValue(v: Num | undefined, unit: string | null | undefined): string {
+  if (nil(v)) return '—';
+  const u = (unit ?? '').trim();
+  if (u === 'ms' || u === 'us' || u === 'µs' || u === 'ns' || u === 's') return fmtLatency(v, u);
+  if (u === '%') return `${fmtNum(v)}%`;
+  return u ? `${fmtNum(v)} ${u}` : fmtNum(v);
 }
 
 /** A share (0…1) as a percentage with the digits that matter for small losses. */
@@ -364,4 +407,65 @@ export function pingObjective(text: string, quantile = 0.99): Objective | null |
   if (!Number.isFinite(ms) || ms <= 0 || ms > 60_000) return { error: 'The objective is a delay in ms, above 0 and at most 60000.' };
   const q = `p${Math.round(quantile * 100)}`;
   return { name: `ping ${q} < ${ms} ms per hour`, metric: 'ping', quantile, below_ms: ms, per: 'hour' };
+}
+
+/**
+ * The indexes of points with a value and none on either side: a line
+ * cannot draw them, so the chart marks them as dots (a minute with 809
+ * observations and nothing around it is data, not a blank).
+ */
+export function loneIndexes(ys: readonly (number | null)[]): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < ys.length; i++) {
+    if (ys[i] === null) continue;
+    if ((i === 0 || ys[i - 1] === null) && (i === ys.length - 1 || ys[i + 1] === null)) out.push(i);
+  }
+  return out;
+}
+
+/** Whether an aligned series has any value at all. */
+export const hasData = (a: Aligned) => a.ys.some((y) => y.some((v) => v !== null));
+
+/**
+ * When the data of a report starts: the first point with a value in any
+ * chart or availability step, or null when there is none. A young fleet's
+ * week is mostly before it, and its charts start there instead of drawing
+ * days of nothing.
+ */
+export function dataStart(r: Pick<Report, 'ping' | 'kernel_latency' | 'availability_timeline'>): number | null {
+  let first = Infinity;
+  const see = (t: string, v: boolean) => {
+    const ms = Date.parse(t);
+    if (v && Number.isFinite(ms) && ms < first) first = ms;
+  };
+  for (const s of r.ping?.series ?? []) for (const p of s.points) see(p.t, p.p50_ms !== null || p.loss !== null);
+  for (const k of r.kernel_latency ?? []) for (const p of k.series ?? []) see(p.t, p.p50 !== null);
+  for (const a of r.availability_timeline ?? []) for (const p of a.points) see(p.t, p.no_data < 1);
+  return Number.isFinite(first) ? first : null;
+}
+
+/**
+ * Where a report's charts start: the period's start, or the data's when it
+ * covers less than half of the period (the rest is said in words).
+ */
+export function chartStart(from: number, to: number, start: number | null): number {
+  if (start === null || start <= from) return from;
+  return start - from > (to - from) / 2 ? start : from;
+}
+
+/** A share over a timeline: node-time OK etc. over all its steps, weighted by step length within the period. */
+export function timelineShare(a: AvailabilityRoot, from: number, to: number): { ok: number; warn: number; crit: number; no_data: number } {
+  const tot = { ok: 0, warn: 0, crit: 0, no_data: 0 };
+  let w = 0;
+  for (const p of a.points) {
+    const t0 = Date.parse(p.t);
+    const len = Math.max(0, Math.min(t0 + a.step_seconds * 1000, to) - Math.max(t0, from));
+    w += len;
+    tot.ok += p.ok * len;
+    tot.warn += p.warn * len;
+    tot.crit += p.crit * len;
+    tot.no_data += p.no_data * len;
+  }
+  if (!w) return { ok: 0, warn: 0, crit: 0, no_data: 1 };
+  return { ok: tot.ok / w, warn: tot.warn / w, crit: tot.crit / w, no_data: tot.no_data / w };
 }

@@ -14,6 +14,8 @@ export function acmeReport(): Report {
         {
           target: 'peer:acme-2',
           nodes: ['acme-1'],
+          node_count: 1,
+          per_node: [{ node: 'acme-1', p50_ms: 0.41, p90_ms: 0.6, p99_ms: 1.2, max_ms: 3.1, sent: 86400, lost: 12, loss: 0.000139, host_delay_p50_ms: 0.02, host_delay_p99_ms: 0.3 }],
           p50_ms: 0.41,
           p90_ms: 0.6,
           p99_ms: 1.2,
@@ -26,7 +28,7 @@ export function acmeReport(): Report {
           previous: { p50_ms: 0.4, p99_ms: 1.5, loss: 0.0001, sent: 86400, lost: 9 },
         },
       ],
-      per_node: [{ node: 'acme-1', p50_ms: 0.41, p99_ms: 1.2, max_ms: 3.1, sent: 86400, lost: 12, loss: 0.000139 }],
+      per_node: [{ node: 'acme-1', p50_ms: 0.41, p90_ms: 0.61, p99_ms: 1.2, max_ms: 3.1, sent: 86400, lost: 12, loss: 0.000139, host_delay_p50_ms: 0.021, host_delay_p99_ms: 0.31 }],
       series: [
         {
           target: 'peer:acme-2',
@@ -52,9 +54,11 @@ export function acmeReport(): Report {
         max: 300,
         count: 123456,
         previous: { p50: 12, p99: 40, count: 120000 },
+        // One lone hour with data, nothing around it.
         series: [
-          { t: '2026-11-18T00:00:00Z', p50: 12, p99: 44 },
+          { t: '2026-11-18T00:00:00Z', p50: null, p99: null },
           { t: '2026-11-18T01:00:00Z', p50: 13, p99: 46 },
+          { t: '2026-11-18T02:00:00Z', p50: null, p99: null },
         ],
       },
     ],
@@ -68,6 +72,21 @@ export function acmeReport(): Report {
       { node: 'acme-1', root: 'ping', ok: 0.98, warn: 0.01, crit: 0.005, no_data: 0.005 },
       { node: 'acme-2', root: 'ping', ok: null, warn: null, crit: null, no_data: 1 },
     ],
+    availability_timeline: [
+      {
+        root: 'ping',
+        step_seconds: 86400,
+        points: [
+          { t: '2026-11-18T00:00:00Z', ok: 0.5, warn: 0, crit: 0, no_data: 0.5 },
+          { t: '2026-11-19T00:00:00Z', ok: 0.45, warn: 0.03, crit: 0.02, no_data: 0.5 },
+          { t: '2026-11-20T00:00:00Z', ok: 0.5, warn: 0, crit: 0, no_data: 0.5 },
+          { t: '2026-11-21T00:00:00Z', ok: 0.5, warn: 0, crit: 0, no_data: 0.5 },
+          { t: '2026-11-22T00:00:00Z', ok: 0.5, warn: 0, crit: 0, no_data: 0.5 },
+          { t: '2026-11-23T00:00:00Z', ok: 0.5, warn: 0, crit: 0, no_data: 0.5 },
+          { t: '2026-11-24T00:00:00Z', ok: 0.5, warn: 0, crit: 0, no_data: 0.5 },
+        ],
+      },
+    ],
     incidents: [
       {
         node: 'acme-1',
@@ -76,9 +95,11 @@ export function acmeReport(): Report {
         start: '2026-11-20T13:05:00Z',
         end: '2026-11-20T13:07:00Z',
         seconds: 120,
+        metric: 'tcp_reset/sent/no_socket',
         worst_value: 40.5,
+        unit: 'resets/s',
         child: 'tcp_reset/sent/no_socket',
-        tree_url: '/nodes/acme-1?at=1795698300000',
+        tree_url: '/nodes/acme-1?at=1795698300000&metric=tcp_reset%2Fsent%2Fno_socket',
       },
     ],
     objectives: [{ name: 'ping p99 < 5 ms per hour', attainment: 0.99, hours: 168, missed: ['2026-11-20T13:00:00Z'] }],

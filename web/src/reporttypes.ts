@@ -8,7 +8,7 @@ import type { Selector } from './access';
 /** A count or value that may be missing: null means no data, never zero. */
 export type Num = number | null;
 
-export type ReportPeriodName = '1d' | '7d' | '30d' | 'custom';
+export type ReportPeriodName = '1d' | '7d' | '30d' | 'this_week' | 'last_week' | 'this_month' | 'last_month' | 'custom';
 
 export interface ReportPeriod {
   from: string;
@@ -28,6 +28,9 @@ export interface PingPrevious {
 export interface PingTarget {
   target: string;
   nodes: string[];
+  /** How many nodes ping the target, and each one's numbers to it (the drill-down). */
+  node_count?: number;
+  per_node?: PingNode[];
   p50_ms: Num;
   p90_ms: Num;
   p99_ms: Num;
@@ -48,10 +51,9 @@ export interface PingNode {
   sent: Num;
   lost: Num;
   loss: Num;
-  /** Not in the contract's example; shown when the collector sends them. */
-  p90_ms?: Num;
-  host_delay_p50_ms?: Num;
-  host_delay_p99_ms?: Num;
+  p90_ms: Num;
+  host_delay_p50_ms: Num;
+  host_delay_p99_ms: Num;
 }
 
 export interface PingPoint {
@@ -125,9 +127,27 @@ export interface Incident {
   start: string;
   end: string | null;
   seconds: Num;
+  /** The metric worst_value is of (the explaining child, else the root), in unit. */
+  metric?: string;
   worst_value: Num;
+  unit?: string;
   child: string | null;
   tree_url: string;
+}
+
+export interface AvailabilityPoint {
+  t: string;
+  ok: number;
+  warn: number;
+  crit: number;
+  no_data: number;
+}
+
+/** One root's state over the nodes in scope, per day (per hour up to 2 days). */
+export interface AvailabilityRoot {
+  root: string;
+  step_seconds: number;
+  points: AvailabilityPoint[];
 }
 
 export interface ObjectiveResult {
@@ -146,6 +166,7 @@ export interface Report {
   kernel_latency: KernelLatency[];
   reliability: Reliability;
   availability: Availability[];
+  availability_timeline?: AvailabilityRoot[];
   incidents: Incident[];
   objectives: ObjectiveResult[];
 }

@@ -36,6 +36,13 @@ func run() int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	if cfg.Unpin {
+		if err := app.Unpin(cfg, log); err != nil {
+			log.Error("unpin failed", "err", err)
+			return 1
+		}
+		return 0
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := app.New(cfg, log).Run(ctx); err != nil {

@@ -37,7 +37,7 @@ func TestPeakMemory(t *testing.T) {
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, "--collector.address", "127.0.0.1:9", "--node.name", "peak-1", "--interval", "200ms",
-		"--spool.dir", filepath.Join(dir, "spool"), "--node.credential-file", filepath.Join(dir, "credential"))
+		"--spool.dir", filepath.Join(dir, "spool"), "--node.credential-file", filepath.Join(dir, "credential"), "--bpf.pin-dir", "none")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -89,5 +89,62 @@ func waitLog(t *testing.T, path, line string, within time.Duration) string {
 			t.Fatalf("no %q in the agent's log within %s:\n%s", line, within, log)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// --bpf.unpin is the uninstall step: it removes the pin directory and the
+// record of reported counts, exits 0, and refuses (exit 1, nothing
+// removed) a directory that is not on bpffs.
+func TestUnpinFlag(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "nbs-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	pins := filepath.Join(netlab.BPFFS(t), "nbs", "node-1")
+	spool := filepath.Join(dir, "spool")
+	for _, d := range []string{filepath.Join(pins, "tcp_reset"), spool} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counted := filepath.Join(spool, "counted.json")
+	if err := os.WriteFile(counted, []byte(`{"node":"node-1","counted":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		pinDir   string
+		wantCode int
+		gone     []string // removed by the run
+		kept     []string // still there after it
+	}{
+		{"not bpffs", dir, 1, nil, []string{bin, counted}},
+		{"unpin", pins, 0, []string{pins, counted}, nil},
+		{"again", pins, 0, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := exec.Command(bin, "--bpf.unpin", "--node.name", "node-1", "--bpf.pin-dir", tt.pinDir, "--spool.dir", spool).CombinedOutput()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d: %s", code, tt.wantCode, out)
+			}
+			for _, p := range tt.gone {
+				if _, err := os.Stat(p); !os.IsNotExist(err) {
+					t.Errorf("%s is still there (%v)", p, err)
+				}
+			}
+			for _, p := range tt.kept {
+				if _, err := os.Stat(p); err != nil {
+					t.Errorf("%s was removed: %v", p, err)
+				}
+			}
+		})
 	}
 }

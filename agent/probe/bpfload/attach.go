@@ -44,8 +44,13 @@ func (o *Object) Attach() error {
 	}
 	for _, pt := range o.Points {
 		if pt.attach == nil {
-			return errors.Join(fmt.Errorf("attach %s: no attach point (make Points with Tracepoint or Cgroup)", pt.Name), o.Detach())
+			return fmt.Errorf("attach %s: no attach point (make Points with Tracepoint or Cgroup)", pt.Name)
 		}
+	}
+	if o.PinDir != "" && o.pinLinks {
+		return o.attachPinned()
+	}
+	for _, pt := range o.Points {
 		l, err := pt.attach(pt.Program)
 		if err != nil {
 			return errors.Join(fmt.Errorf("attach %s%s: %w (%s)", pt.Name, pt.where, err, o.Hint(err)), o.Detach())
@@ -69,6 +74,21 @@ func (o *Object) Detach() error {
 	return errors.Join(errs...)
 }
 
+// unpinLinks unpins the links attached so far, when a later one failed:
+// a probe the agent cannot run must not go on running without it.
+func (o *Object) unpinLinks() error {
+	if !o.pinLinks {
+		return nil
+	}
+	var errs []error
+	for _, l := range o.links {
+		if err := l.Unpin(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Attached says whether the programs are attached.
 func (o *Object) Attached() bool { return len(o.links) > 0 }
 
@@ -78,6 +98,9 @@ func (o *Object) Programs() map[string]*ebpf.Program {
 	m := make(map[string]*ebpf.Program, len(o.Points))
 	for _, pt := range o.Points {
 		m[pt.Name] = pt.Program
+		if p := o.adopted[pt.Name]; p != nil {
+			m[pt.Name] = p // the one attached: its statistics are the cost
+		}
 	}
 	return m
 }

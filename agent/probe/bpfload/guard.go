@@ -71,7 +71,11 @@ func (g *Guarded) Attach() error {
 
 // AttachOrClose attaches an always-on probe's programs at the end of its
 // Load; when that fails it frees everything, as the probe is of no use.
+// With a PinDir its links are pinned (or adopted): they outlive the agent.
 func (g *Guarded) AttachOrClose() error {
+	g.mu.Lock()
+	g.pinLinks = true // an always-on probe keeps counting between agents
+	g.mu.Unlock()
 	if err := g.Attach(); err != nil {
 		return errors.Join(err, g.Close())
 	}

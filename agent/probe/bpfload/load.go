@@ -55,10 +55,22 @@ type Object struct {
 	// Points are where Attach attaches the programs, in order; Programs
 	// reports them. They name loaded programs, so they are set after Load.
 	Points []Point
+	// PinDir, when set, is the object's own directory in bpffs where its
+	// maps, and the links of an always-on probe (Guarded.AttachOrClose),
+	// are pinned so they outlive the agent (pin.go); empty pins nothing.
+	PinDir string
 
 	loaded   []io.Closer // in load order
 	links    []link.Link // links[i] attaches the point named attached[i]
 	attached []string
+
+	// pinLinks pins the links too (an always-on probe); pins* count the
+	// pinned maps Load found absent, adopted or replaced; adopted are the
+	// programs of adopted links, by point.
+	pinLinks                           bool
+	pinsNew, pinsAdopted, pinsReplaced int
+	adopted                            map[string]*ebpf.Program
+	oldMaps                            []oldMap // see carryOver
 }
 
 // Load sets vars in spec and loads spec into objs, a bpf2go objects struct
@@ -82,7 +94,26 @@ func (o *Object) Load(spec *ebpf.CollectionSpec, vars Vars, objs io.Closer, opts
 		withCache.Cache = c
 		opts = &withCache
 	}
-	if err := spec.LoadAndAssign(objs, opts); err != nil {
+	// Pinning is a bonus: where it fails the probe runs as without it.
+	err := errors.New("not loaded")
+	if o.PinDir != "" {
+		pinned, perr := o.preparePins(spec, opts)
+		if perr == nil {
+			err = spec.LoadAndAssign(objs, pinned)
+		}
+		if perr != nil || (err != nil && !isVerifierError(err)) {
+			o.log().Warn(o.Name+": cannot pin; running without, so an agent restart loses what it counts meanwhile",
+				"dir", o.PinDir, "err", errors.Join(perr, err))
+			o.PinDir = ""
+			for _, ms := range spec.Maps {
+				ms.Pinning = ebpf.PinNone
+			}
+		}
+	}
+	if o.PinDir == "" {
+		err = spec.LoadAndAssign(objs, opts)
+	}
+	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			o.log().Debug(o.Name+" verifier log", "log", fmt.Sprintf("%+v", ve))
@@ -91,6 +122,11 @@ func (o *Object) Load(spec *ebpf.CollectionSpec, vars Vars, objs io.Closer, opts
 	}
 	o.loaded = append(o.loaded, objs)
 	return nil
+}
+
+func isVerifierError(err error) bool {
+	var ve *ebpf.VerifierError
+	return errors.As(err, &ve)
 }
 
 // set sets every variable, reporting every one it could not set.
@@ -141,6 +177,16 @@ func (o *Object) Close() error {
 		}
 	}
 	o.loaded = nil
+	for _, om := range o.oldMaps {
+		om.m.Close()
+	}
+	o.oldMaps = nil
+	for _, p := range o.adopted {
+		if err := p.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s adopted program: %w", o.Name, err))
+		}
+	}
+	o.adopted = nil
 	return errors.Join(errs...)
 }
 

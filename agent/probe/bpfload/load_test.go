@@ -270,3 +270,31 @@ func TestHint(t *testing.T) {
 		})
 	}
 }
+
+// Unpin removes only from bpffs: a directory elsewhere is refused and left
+// as it is, and one that is not there is no error.
+func TestUnpinOnlyInBPFFS(t *testing.T) {
+	plain := t.TempDir()
+	if err := os.WriteFile(plain+"/keep", []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Unpin(plain); err == nil || !strings.Contains(err.Error(), "not a bpffs directory") {
+		t.Errorf("Unpin of a plain directory: %v, want a refusal", err)
+	}
+	if _, err := os.Stat(plain + "/keep"); err != nil {
+		t.Errorf("Unpin removed a file outside bpffs: %v", err)
+	}
+	if err := Unpin(plain + "/absent"); err != nil {
+		t.Errorf("Unpin of a missing directory: %v", err)
+	}
+	fs := netlab.BPFFS(t)
+	if err := os.MkdirAll(fs+"/nbs/node/tcp_reset", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Unpin(fs + "/nbs/node"); err != nil {
+		t.Errorf("Unpin in bpffs: %v", err)
+	}
+	if _, err := os.Stat(fs + "/nbs/node"); !os.IsNotExist(err) {
+		t.Errorf("the pin directory is still there: %v", err)
+	}
+}

@@ -46,6 +46,10 @@ type Options struct {
 	Logger            *slog.Logger
 	// BTF is kernel BTF shared with other probes' loads (nil: read it).
 	BTF *bpfload.KernelBTF
+	// PinDir is this probe's own bpffs directory: its maps and links are
+	// pinned there and outlive the agent, and the next agent adopts them
+	// (see bpfload). Empty pins nothing.
+	PinDir string
 	// noNetnsTable turns the per-CPU table of (namespace, reason) counters
 	// off, so tests drive the hash behind it.
 	noNetnsTable bool
@@ -129,7 +133,7 @@ func Load(opts Options) (*Probe, error) {
 		return nil, fmt.Errorf("parse drops object: %w", err)
 	}
 	p := &Probe{netns: opts.NetnsInode, names: names, log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "drops", Log: log, BTF: opts.BTF,
+		Name: "drops", Log: log, BTF: opts.BTF, PinDir: opts.PinDir,
 		Needs: "a kernel (5.17+, rx_sk argument 6.12+) with BTF tracepoint kfree_skb(skb, location, reason, rx_sk)",
 	}}}
 	vars := bpfload.Vars{dropsVarTargetNetns: opts.NetnsInode, dropsVarEvidencePerSec: limit, dropsVarNetnsTable: !opts.noNetnsTable}
@@ -148,6 +152,10 @@ func Load(opts Options) (*Probe, error) {
 	p.ring = evidence.GuardedRing(&p.bpf, "drop", p.objs.DropEvents)
 	return p, nil
 }
+
+// Continued says whether the counters continue those of a previous
+// agent: every pinned map was adopted.
+func (p *Probe) Continued() bool { return p.bpf.Continued() }
 
 // Names returns the reason names read from the kernel at load.
 func (p *Probe) Names() Names { return p.names }

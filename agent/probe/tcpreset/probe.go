@@ -62,6 +62,10 @@ type Options struct {
 	Logger            *slog.Logger
 	// BTF is kernel BTF shared with other probes' loads (nil: read it).
 	BTF *bpfload.KernelBTF
+	// PinDir is this probe's own bpffs directory: its maps and links are
+	// pinned there and outlive the agent, and the next agent adopts them
+	// (see bpfload). Empty pins nothing.
+	PinDir string
 }
 
 // Event is one reset as evidence. Src and Dst are those of the RST packet:
@@ -122,7 +126,7 @@ func Load(opts Options) (*Probe, error) {
 		return nil, fmt.Errorf("parse tcp_reset object: %w", err)
 	}
 	p := &Probe{names: names, log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "tcp_reset", Log: log, BTF: opts.BTF,
+		Name: "tcp_reset", Log: log, BTF: opts.BTF, PinDir: opts.PinDir,
 		Needs: "a kernel (6.10+) with BTF tracepoint tcp_send_reset(sk, skb, reason)",
 	}}}
 	vars := bpfload.Vars{tcpresetVarTargetNetns: opts.NetnsInode, tcpresetVarEvidencePerSec: limit}
@@ -140,6 +144,10 @@ func Load(opts Options) (*Probe, error) {
 	p.ring = evidence.GuardedRing(&p.bpf, "tcp_reset", p.objs.RstEvents)
 	return p, nil
 }
+
+// Continued says whether the counters continue those of a previous
+// agent: every pinned map was adopted.
+func (p *Probe) Continued() bool { return p.bpf.Continued() }
 
 // Names returns the reason and state names read from the kernel at load.
 func (p *Probe) Names() Names { return p.names }

@@ -63,7 +63,8 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 		s.softnet = "/proc/net/softnet_stat"
 	}
 	if !opts.DisableBPF {
-		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), EvidencePerSecond: int(opts.EvidencePerSecond), Logger: s.log, BTF: opts.BTF})
+		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), EvidencePerSecond: int(opts.EvidencePerSecond), Logger: s.log, BTF: opts.BTF,
+			PinDir: opts.PinDirOf("drops")})
 		if err == nil {
 			s.startBPF(ctx, p, opts.OwnerSplit())
 			return s, nil
@@ -108,6 +109,11 @@ func (s *Source) Capabilities() []*nbsv1.Capability {
 			"no per-reason split or evidence"},
 	}
 }
+
+// Continues says whether the counters continue a previous agent's (see
+// source.Continuing): all of them come from the probe's maps; never on
+// /proc.
+func (s *Source) Continues(string) bool { return s.probe != nil && s.probe.Continued() }
 
 // Programs returns the BPF program by tracepoint, nil on /proc.
 func (s *Source) Programs() map[string]*ebpf.Program {

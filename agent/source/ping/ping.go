@@ -177,8 +177,12 @@ type wanted struct {
 // per address: an address named twice (by --ping.targets and by the mesh,
 // or by two peers) is pinged once, under its first name — a static
 // target's, which also wins a name clash with a peer at another address.
-// Host names are compared as written, not resolved.
-func wantedTargets(static, peers []Target) map[string]wanted {
+// Host names are compared as written, not resolved. Between two peers
+// whose names make one id, the one already pinged at that address keeps
+// it (incumbent): a newcomer (say a look-alike name announcing another
+// address) cannot move a peer's target elsewhere; only the peer's own
+// change of address, which drops the old entry, does.
+func wantedTargets(static, peers []Target, incumbent func(Target) bool) map[string]wanted {
 	want := map[string]wanted{}
 	byHost := map[string]string{}
 	add := func(t Target, from string) {
@@ -201,8 +205,16 @@ func wantedTargets(static, peers []Target) map[string]wanted {
 	for _, t := range static {
 		add(t, fromFlag)
 	}
+	isIncumbent := func(t Target) bool { return incumbent != nil && incumbent(t) }
 	for _, t := range peers {
-		add(t, fromMesh)
+		if isIncumbent(t) {
+			add(t, fromMesh)
+		}
+	}
+	for _, t := range peers {
+		if !isIncumbent(t) {
+			add(t, fromMesh)
+		}
 	}
 	return want
 }
@@ -213,7 +225,10 @@ func (s *Source) reconcile() {
 	if s.closed {
 		return
 	}
-	want := wantedTargets(s.opts.Targets, s.peers)
+	want := wantedTargets(s.opts.Targets, s.peers, func(t Target) bool {
+		tg, ok := s.targets[t.ID()]
+		return ok && tg.spec.Host == t.Host
+	})
 	for id, tg := range s.targets {
 		// Who names a target is in its definition, which the agent sends
 		// once: a change restarts it like a new address does.

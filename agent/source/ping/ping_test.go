@@ -372,31 +372,41 @@ func TestWantedTargetsOnePerAddress(t *testing.T) {
 	cases := []struct {
 		name          string
 		static, peers []Target
+		incumbent     string            // host already pinged under its peer's id, if any
 		want          map[string]string // id -> host
 		namedBy       map[string][]string
 	}{
-		{"flag and mesh name one address", []Target{flag("10.0.0.2")}, []Target{flag("lab-b=10.0.0.2")},
+		{"flag and mesh name one address", []Target{flag("10.0.0.2")}, []Target{flag("lab-b=10.0.0.2")}, "",
 			map[string]string{"ping/10.0.0.2": "10.0.0.2"},
 			map[string][]string{"ping/10.0.0.2": {"--ping.targets", "the collector's mesh (as lab-b)"}}},
-		{"a named flag target keeps its name", []Target{flag("gw=10.0.0.2")}, []Target{flag("lab-b=10.0.0.2")},
+		{"a named flag target keeps its name", []Target{flag("gw=10.0.0.2")}, []Target{flag("lab-b=10.0.0.2")}, "",
 			map[string]string{"ping/gw": "10.0.0.2"},
 			map[string][]string{"ping/gw": {"--ping.targets (as gw)", "the collector's mesh (as lab-b)"}}},
-		{"two peers at one address", nil, []Target{flag("b1=10.0.0.2"), flag("b2=10.0.0.2")},
+		{"two peers at one address", nil, []Target{flag("b1=10.0.0.2"), flag("b2=10.0.0.2")}, "",
 			map[string]string{"ping/b1": "10.0.0.2"},
 			map[string][]string{"ping/b1": {"the collector's mesh (as b1)", "the collector's mesh (as b2)"}}},
-		{"the same flag twice", []Target{flag("10.0.0.2"), flag("10.0.0.2")}, nil,
+		{"the same flag twice", []Target{flag("10.0.0.2"), flag("10.0.0.2")}, nil, "",
 			map[string]string{"ping/10.0.0.2": "10.0.0.2"},
 			map[string][]string{"ping/10.0.0.2": {"--ping.targets"}}},
-		{"a name clash at two addresses: the flag wins", []Target{flag("lab-b=10.0.0.9")}, []Target{flag("lab-b=10.0.0.2")},
+		{"a name clash at two addresses: the flag wins", []Target{flag("lab-b=10.0.0.9")}, []Target{flag("lab-b=10.0.0.2")}, "",
 			map[string]string{"ping/lab-b": "10.0.0.9"},
 			map[string][]string{"ping/lab-b": {"--ping.targets (as lab-b)"}}},
-		{"distinct addresses stay apart", []Target{flag("10.0.0.3")}, []Target{flag("lab-b=10.0.0.2")},
+		{"distinct addresses stay apart", []Target{flag("10.0.0.3")}, []Target{flag("lab-b=10.0.0.2")}, "",
 			map[string]string{"ping/10.0.0.3": "10.0.0.3", "ping/lab-b": "10.0.0.2"},
 			map[string][]string{"ping/10.0.0.3": {"--ping.targets"}, "ping/lab-b": {"the collector's mesh (as lab-b)"}}},
+		// Two peers whose names make one id (names longer than a segment
+		// holds, or from a collector before names were canonical): the one
+		// already pinged keeps its address, whichever the collector lists first.
+		{"a look-alike peer does not move the incumbent", nil, []Target{flag("NODE-A=10.0.0.66"), flag("node-a=10.0.0.2")}, "10.0.0.2",
+			map[string]string{"ping/node-a": "10.0.0.2"},
+			map[string][]string{"ping/node-a": {"the collector's mesh (as node-a)"}}},
+		{"without an incumbent the first listed wins", nil, []Target{flag("NODE-A=10.0.0.66"), flag("node-a=10.0.0.2")}, "",
+			map[string]string{"ping/node-a": "10.0.0.66"},
+			map[string][]string{"ping/node-a": {"the collector's mesh (as NODE-A)"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := wantedTargets(c.static, c.peers)
+			got := wantedTargets(c.static, c.peers, func(tg Target) bool { return c.incumbent != "" && tg.Host == c.incumbent })
 			if len(got) != len(c.want) {
 				t.Fatalf("targets %+v, want %v", got, c.want)
 			}

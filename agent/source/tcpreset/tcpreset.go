@@ -38,7 +38,8 @@ func Open(ctx context.Context, opts Options) (source.Source, error) {
 	log := opts.Log(catalog.TCPReset)
 	why := source.BPFDisabled
 	if !opts.DisableBPF {
-		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), EvidencePerSecond: opts.EvidencePerSecond, Logger: log, BTF: opts.BTF})
+		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), EvidencePerSecond: opts.EvidencePerSecond, Logger: log, BTF: opts.BTF,
+			PinDir: opts.PinDirOf("tcp_reset")})
 		if err == nil {
 			return newBPF(ctx, p, log, opts.MaxEventsPerInterval, opts.OwnerSplit()), nil
 		}
@@ -78,6 +79,10 @@ func (s *bpfSource) Name() string { return "tcp_reset (bpf)" }
 func (s *bpfSource) Capabilities() []*nbsv1.Capability {
 	return []*nbsv1.Capability{{Name: capBPF, Available: true}}
 }
+
+// Continues says whether the counters continue a previous agent's (see
+// source.Continuing): all of them come from the probe's maps.
+func (s *bpfSource) Continues(string) bool { return s.probe.Continued() }
 
 // Programs returns the probe's programs, for the agent branch's cost figures.
 func (s *bpfSource) Programs() map[string]*ebpf.Program { return s.probe.Programs() }

@@ -1,63 +1,145 @@
 import { Fragment } from 'preact';
+import { useState } from 'preact/hooks';
 import type { ApiError, Evidence } from '../api';
 import { formatTime } from '../format';
 import { linkClick, nodeHref, withParams } from '../route';
 import { Empty, ErrorBox, Loading } from './common';
 
-// Columns that read best first; anything else the agent sends follows.
-const PREFERRED = ['direction', 'reason', 'state', 'src', 'dst', 'netns'];
+// Columns that read best first: whose it is (the owner), then what happened;
+// the namespace inode and the rest the agent sends follow.
+const PREFERRED = ['owner', 'owner_kind', 'pod', 'direction', 'reason', 'state', 'src', 'dst'];
+const LAST = ['netns', 'owner_id'];
 
 export function evidenceColumns(events: Evidence[]): string[] {
   const keys = new Set<string>();
   events.forEach((e) => Object.keys(e.fields ?? {}).forEach((k) => keys.add(k)));
-  const rest = [...keys].filter((k) => !PREFERRED.includes(k)).sort();
-  return [...PREFERRED.filter((k) => keys.has(k)), ...rest];
+  const rest = [...keys].filter((k) => !PREFERRED.includes(k) && !LAST.includes(k)).sort();
+  return [...PREFERRED.filter((k) => keys.has(k)), ...rest, ...LAST.filter((k) => keys.has(k))];
+}
+
+/** What events are grouped by: nothing, their owner, the destination port, or the peer's address. */
+export type GroupBy = 'none' | 'owner' | 'port' | 'peer';
+export const GROUP_LABELS: Record<GroupBy, string> = { none: 'nothing (newest first)', owner: 'owner', port: 'destination port', peer: 'peer' };
+
+/** Splits "10.0.0.1:443" or "[fd00::1]:443" into address and port. */
+export function splitAddr(a: string | undefined): { addr: string; port: string } {
+  if (!a) return { addr: '', port: '' };
+  const m = /^\[(.*)\]:(\d+)$/.exec(a) ?? /^([^:]*):(\d+)$/.exec(a);
+  return m ? { addr: m[1], port: m[2] } : { addr: a, port: '' };
+}
+
+/** An event's group under by; '' when it has no such field. */
+export function groupKey(e: Evidence, by: GroupBy): string {
+  const f = e.fields ?? {};
+  switch (by) {
+    case 'owner':
+      return f.owner ? (f.owner_kind ? `${f.owner_kind} ${f.owner}` : f.owner) : '';
+    case 'port':
+      return f.dport ?? splitAddr(f.dst).port;
+    case 'peer':
+      // The other end: the destination of what this node sent, the source of what it received.
+      return f.direction === 'received' ? splitAddr(f.src).addr : splitAddr(f.dst).addr || f.target || '';
+  }
+  return '';
+}
+
+/** Events grouped under by, biggest group first (then by name), each newest first. */
+export function groupEvents(events: Evidence[], by: GroupBy): { key: string; events: Evidence[] }[] {
+  if (by === 'none') return [{ key: '', events }];
+  const m = new Map<string, Evidence[]>();
+  events.forEach((e) => {
+    const k = groupKey(e, by);
+    m.set(k, [...(m.get(k) ?? []), e]);
+  });
+  return [...m.entries()]
+    .map(([key, evs]) => ({ key, events: evs }))
+    .sort((a, b) => b.events.length - a.events.length || a.key.localeCompare(b.key, 'en', { numeric: true }));
+}
+
+/** The grouping that says most: by owner where events name owners, else by peer. */
+function defaultGroup(events: Evidence[]): GroupBy {
+  if (events.some((e) => e.fields?.owner)) return 'owner';
+  if (events.some((e) => e.fields?.dst || e.fields?.src)) return 'peer';
+  return 'none';
 }
 
 export function EvidenceTable({ events, metric, error, loading, limit, onRetry }: { events: Evidence[] | undefined; metric: string; error: ApiError | null; loading: boolean; limit: number; onRetry: () => void }) {
+  const [chosen, setChosen] = useState<GroupBy | null>(null);
   if (!events && error) return <ErrorBox title="Cannot load the evidence" error={error} onRetry={onRetry} />;
   if (!events || loading) return <Loading what="evidence" />;
   if (events.length === 0) return <Empty>No evidence recorded for this metric in this range. Evidence is sampled while a metric is raised.</Empty>;
+  const by = chosen ?? defaultGroup(events);
   const cols = evidenceColumns(events);
   const showMetric = events.some((e) => e.metric !== metric);
+  const groups = groupEvents(events, by);
+  const span = 1 + (showMetric ? 1 : 0) + cols.length;
   return (
-    <div class="table-wrap">
-      <table class="evidence">
-        <caption class="sr-only">Evidence events for {metric}, newest first</caption>
-        <thead>
-          <tr>
-            <th scope="col">Time</th>
-            {showMetric && <th scope="col">Metric</th>}
-            {cols.map((c) => (
-              <th key={c} scope="col">
-                {c}
-              </th>
-            ))}
-          </tr>
-        </thead>
-        <tbody>
-          {events.map((e, i) => (
-            <Fragment key={`${e.t}-${i}`}>
-              <tr>
-                <td class="num nowrap">{formatTime(e.t)}</td>
-                {showMetric && <td class="mono">{e.metric.startsWith(metric + '/') ? e.metric.slice(metric.length + 1) : e.metric}</td>}
-                {cols.map((c) => (
-                  <td key={c} class={c === 'src' || c === 'dst' || c === 'netns' ? 'mono' : ''}>
-                    {e.fields?.[c] ?? ''}
-                  </td>
-                ))}
-              </tr>
-              {(e.counterparts ?? []).length > 0 && (
-                <tr class="other-side">
-                  <td colSpan={1 + (showMetric ? 1 : 0) + cols.length}>
-                    <OtherSide others={e.counterparts} />
-                  </td>
+    <div>
+      <div class="evidence-groups">
+        <label for="evidence-group">Group by</label>
+        <select id="evidence-group" value={by} onChange={(e) => setChosen((e.target as HTMLSelectElement).value as GroupBy)}>
+          {(Object.keys(GROUP_LABELS) as GroupBy[]).map((g) => (
+            <option key={g} value={g}>
+              {GROUP_LABELS[g]}
+            </option>
+          ))}
+        </select>
+        {by !== 'none' && (
+          <span class="muted small">
+            {groups.length} group{groups.length === 1 ? '' : 's'} of {events.length} events
+          </span>
+        )}
+      </div>
+      <div class="table-wrap">
+        <table class="evidence">
+          <caption class="sr-only">
+            Evidence events for {metric}
+            {by !== 'none' ? `, grouped by ${GROUP_LABELS[by]}` : ''}, newest first
+          </caption>
+          <thead>
+            <tr>
+              <th scope="col">Time</th>
+              {showMetric && <th scope="col">Metric</th>}
+              {cols.map((c) => (
+                <th key={c} scope="col">
+                  {c}
+                </th>
+              ))}
+            </tr>
+          </thead>
+          {groups.map((g) => (
+            <tbody key={g.key}>
+              {by !== 'none' && (
+                <tr class="group-head">
+                  <th scope="rowgroup" colSpan={span}>
+                    {g.key || <span class="muted">no {GROUP_LABELS[by]}</span>} <span class="muted small">({g.events.length} event{g.events.length === 1 ? '' : 's'})</span>
+                  </th>
                 </tr>
               )}
-            </Fragment>
+              {g.events.map((e, i) => (
+                <Fragment key={`${e.t}-${i}`}>
+                  <tr>
+                    <td class="num nowrap">{formatTime(e.t)}</td>
+                    {showMetric && <td class="mono">{e.metric.startsWith(metric + '/') ? e.metric.slice(metric.length + 1) : e.metric}</td>}
+                    {cols.map((c) => (
+                      <td key={c} class={c === 'src' || c === 'dst' || c === 'netns' ? 'mono' : ''}>
+                        {e.fields?.[c] ?? ''}
+                      </td>
+                    ))}
+                  </tr>
+                  {(e.counterparts ?? []).length > 0 && (
+                    <tr class="other-side">
+                      <td colSpan={span}>
+                        <OtherSide others={e.counterparts} />
+                      </td>
+                    </tr>
+                  )}
+                </Fragment>
+              ))}
+            </tbody>
           ))}
-        </tbody>
-      </table>
+        </table>
+      </div>
       {events.length >= limit && <p class="muted small">Showing the newest {limit} events; narrow the range to see older ones.</p>}
     </div>
   );

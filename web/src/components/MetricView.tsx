@@ -20,10 +20,14 @@ interface Props {
   intervalMs: number;
   onZoom: (from: number, to: number) => void;
   onThresholdChange: () => void;
+  /** The page shows a past time: the value is as of it, not now. */
+  asOf?: number;
+  /** The node stopped reporting: the value is its last, not a current one. */
+  stale?: boolean;
 }
 
 /** One metric: what it means, its chart over the range, its threshold, and its evidence. */
-export function MetricView({ node, metricId, tn, range, labels, intervalMs, onZoom, onThresholdChange }: Props) {
+export function MetricView({ node, metricId, tn, range, labels, intervalMs, onZoom, onThresholdChange, asOf, stale }: Props) {
   const rangeKey = range.kind === 'relative' ? range.last : `${range.from}-${range.to}`;
   const refresh = range.kind === 'relative' ? Math.max(5_000, Math.min(intervalMs, 30_000)) : 0;
   const series = usePoll(
@@ -60,7 +64,7 @@ export function MetricView({ node, metricId, tn, range, labels, intervalMs, onZo
           {tn && <span class="kind">{tn.kind}</span>}
           {tn && (
             <span class="metric-now">
-              now <strong class="num">{formatValue(tn.value, unit)}</strong>
+              {asOf !== undefined ? `at ${formatTime(asOf)}` : stale ? 'last known (stale)' : 'now'} <strong class={`num${stale ? ' is-stale' : ''}`}>{formatValue(tn.value, unit)}</strong>
               {tn.kind === 'rate' && tn.count != null && <span class="muted"> ({formatValue(tn.count, '')} in the last interval)</span>}
             </span>
           )}

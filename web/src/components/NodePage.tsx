@@ -1,13 +1,13 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { type ApiError, type NodeSummary, type TreeNode, api, isAbort } from '../api';
-import { useCan } from '../auth';
+import { type ApiError, type NodeSummary, SERIES_BATCH_MAX, type TreeNode, type TreeTime, api, isAbort } from '../api';
+import { useCan, useSession } from '../auth';
 import { gridValues } from '../chartdata';
-import { formatAgo, formatDuration } from '../format';
+import { formatAgo, formatDuration, formatTime } from '../format';
 import { useNow, usePoll } from '../hooks';
 import { fleetHref, linkClick, navigate, nodeHref, withParams } from '../route';
 import { normState, stateLabel } from '../state';
 import { type TimeRange, rangeFromParams, rangeToParams, resolveRange, stepFor } from '../timerange';
-import { allIds, ancestors, defaultOpen, explaining, findNode } from '../tree';
+import { allIds, ancestors, customerRoots, defaultOpen, explaining, findNode, goneId, treeTimeFromParams } from '../tree';
 import { MetricView } from './MetricView';
 import { TenancyNotices, TenantEditor } from './NodeTenancy';
 import { TimeRangePicker } from './TimeRangePicker';
@@ -21,14 +21,28 @@ export function treeRefreshMs(intervalMs: number | undefined): number {
   return Math.min(10_000, Math.max(2_000, intervalMs || 10_000));
 }
 
+/** Around a lone ?at=, the charts show this much before and after it. */
+const AT_SPAN_MS = 30 * 60_000;
+
+/** The charts' range: the URL's, or around ?at= when only an instant is given. */
+export function pageRange(params: URLSearchParams, past: TreeTime | null): TimeRange {
+  const r = rangeFromParams(params);
+  if (r.kind === 'relative' && past?.at !== undefined) return { kind: 'absolute', from: past.at - AT_SPAN_MS, to: past.at + AT_SPAN_MS };
+  return r;
+}
+
 export function NodePage({ node, params }: { node: string; params: URLSearchParams }) {
   const summary = usePoll(`node:${node}`, (s) => api.node(node, s), 10_000);
   const intervalMs = summary.data?.interval_ms;
-  const tree = usePoll(`tree:${node}`, (s) => api.tree(node, s), treeRefreshMs(intervalMs));
-  const range = rangeFromParams(params);
+  // A past time in the URL (?at=, or an absolute ?from=&to=): the tree as of then, read once.
+  const past = treeTimeFromParams(params);
+  const pastKey = past ? `${past.at ?? ''}|${past.from ?? ''}|${past.to ?? ''}` : 'live';
+  const tree = usePoll(`tree:${node}:${pastKey}`, (s) => api.tree(node, s, past), past ? 0 : treeRefreshMs(intervalMs));
+  const range = pageRange(params, past);
   const metric = params.get('metric');
   const live = params.get('live') === '1';
-  const roots = tree.data?.roots ?? [];
+  const customer = useSession()?.me.role === 'customer';
+  const roots = useMemo(() => (customer ? customerRoots(tree.data?.roots ?? []) : tree.data?.roots ?? []), [tree.data, customer]);
 
   const go = useCallback((changes: Record<string, string | string[] | null>, replace = false) => navigate(nodeHref(node, withParams(params, changes)), { replace }), [node, params]);
 
@@ -40,10 +54,13 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
   const userOpen = params.getAll('open');
   const userClosed = params.getAll('closed');
   const defaults = useMemo(() => defaultOpen(roots), [tree.data]);
+  const backToLive = () => go({ at: null, from: null, to: null, range: null });
   const openSet = useMemo(() => {
     const s = new Set([...defaults, ...userOpen]);
     userClosed.forEach((id) => s.delete(id));
     if (metric) ancestors(metric).forEach((id) => userClosed.includes(id) || s.add(id));
+    // A selected owner child that is gone shows: its branch's fold opens too.
+    if (metric && metric.includes('/')) s.add(goneId(metric.slice(0, metric.lastIndexOf('/'))));
     return s;
   }, [defaults, params]);
   const toggle = (id: string, open: boolean) => {
@@ -71,7 +88,7 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
 
   // Live mode asks the collector to expand the node: only for a role that may.
   const can = useCan();
-  useLiveExpand(node, live && can.expand);
+  useLiveExpand(node, live && can.expand && !past); // a past tree is not live
   const [liveErr, setLiveErr] = useState<string>('');
   useEffect(() => {
     const on = (e: Event) => setLiveErr((e as CustomEvent<string>).detail);
@@ -84,7 +101,8 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
   const sparks = useSparks(node, visible, range, intervalMs ?? 10_000);
 
   const selected = metric ? findNode(roots, metric) : null;
-  const setRange = (r: TimeRange) => go(rangeToParams(r));
+  // A range picked or zoomed replaces a lone ?at=: relative is live again, absolute a past window.
+  const setRange = (r: TimeRange) => go({ ...rangeToParams(r), at: null });
 
   if (summary.error?.notFound || tree.error?.notFound) {
     return (
@@ -105,8 +123,8 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
         node={node}
         summary={summary.data}
         error={summary.error}
-        live={live && can.expand}
-        onLive={can.expand ? (on) => go({ live: on ? '1' : null }, true) : undefined}
+        live={live && can.expand && !past}
+        onLive={can.expand && !past ? (on) => go({ live: on ? '1' : null }, true) : undefined}
         liveErr={liveErr}
         treeTime={tree.data?.time ?? null}
         canDelete={can.manageNodes}
@@ -131,6 +149,12 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
           </button>
         )}
       </div>
+      {past && <Viewing past={past} onLive={backToLive} />}
+      {!past && tree.data?.stale && (
+        <p class="viewing stale-note" role="status">
+          <span class="tag tag-warn">stale</span> This node has not reported since {formatTime(tree.data.time)} ({formatAgo(tree.data.time)}): the values below are its last, not current ones.
+        </p>
+      )}
       {tree.data && <StaleNotice error={tree.error} />}
       <div class="node-layout">
         <section class="panel tree-panel" aria-label="Metric tree">
@@ -147,6 +171,9 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
               explains={explains}
               onVisible={setVisible}
               windowS={tree.data.window_s}
+              newest={tree.data.time ?? null}
+              stale={!past && tree.data.stale}
+              past={!!past}
             />
           )}
           {tree.data && !tree.data.time && <p class="muted small">This node has not sent a report yet; values appear with its first report.</p>}
@@ -162,6 +189,8 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
               intervalMs={intervalMs ?? 10_000}
               onZoom={(from, to) => setRange({ kind: 'absolute', from, to })}
               onThresholdChange={tree.refresh}
+              asOf={past ? past.at ?? past.to : undefined}
+              stale={!past && !!tree.data?.stale}
             />
           ) : (
             <div class="hint">
@@ -177,6 +206,28 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
         </section>
       </div>
     </div>
+  );
+}
+
+/** Says the page shows a past time, which, and offers the way back to live. */
+function Viewing({ past, onLive }: { past: TreeTime; onLive: () => void }) {
+  const at = past.at ?? past.to!;
+  return (
+    <p class="viewing" role="status">
+      <span>
+        Viewing <strong>{formatTime(at)}</strong>
+        {past.from !== undefined && past.to !== undefined && (
+          <span class="muted">
+            {' '}
+            (window {formatTime(past.from)} – {formatTime(past.to)})
+          </span>
+        )}
+        : the tree and its states as they were then, to the minute.
+      </span>
+      <button type="button" class="btn btn-sm" onClick={onLive}>
+        Back to live
+      </button>
+    </p>
   );
 }
 
@@ -362,7 +413,10 @@ function useLiveExpand(node: string, live: boolean) {
   }, [node, live]);
 }
 
-/** Sparkline values for the visible rows, fetched a few at a time and refreshed every 30 s. */
+/**
+ * Sparkline values for the visible rows: one batch request (GET …/series/batch, at most
+ * SERIES_BATCH_MAX metrics each) for the rows not fetched lately, refreshed every 30 s.
+ */
 function useSparks(node: string, ids: string[], range: TimeRange, intervalMs: number): Record<string, (number | null)[]> {
   const [data, setData] = useState<{ key: string; values: Record<string, (number | null)[]> }>({ key: '', values: {} });
   const [tick, setTick] = useState(0);
@@ -370,6 +424,7 @@ function useSparks(node: string, ids: string[], range: TimeRange, intervalMs: nu
   const key = `${node}|${rangeKey}`;
   const have = data.key === key ? data.values : {};
   const fetchedAt = useRef(new Map<string, number>());
+  const fetchedKey = useRef('');
 
   useEffect(() => {
     if (range.kind !== 'relative') return;
@@ -378,29 +433,34 @@ function useSparks(node: string, ids: string[], range: TimeRange, intervalMs: nu
   }, [key]);
 
   useEffect(() => {
-    if (data.key !== key) fetchedAt.current.clear();
+    if (fetchedKey.current !== key) {
+      fetchedAt.current.clear();
+      fetchedKey.current = key;
+    }
     const ctl = new AbortController();
     const now = Date.now();
     const todo = ids.filter((id) => now - (fetchedAt.current.get(id) ?? 0) > 25_000);
     if (!todo.length) return;
     const { from, to } = resolveRange(range);
     const step = stepFor(to - from, 60, intervalMs);
-    let i = 0;
-    const worker = async () => {
-      while (i < todo.length && !ctl.signal.aborted) {
-        const id = todo[i++];
+    const run = async () => {
+      for (let i = 0; i < todo.length && !ctl.signal.aborted; i += SERIES_BATCH_MAX) {
+        const chunk = todo.slice(i, i + SERIES_BATCH_MAX);
+        chunk.forEach((id) => fetchedAt.current.set(id, Date.now())); // a failing batch is retried on the next tick
         try {
-          const s = await api.series(node, id, from, to, step, ctl.signal);
-          fetchedAt.current.set(id, Date.now());
-          const values = gridValues(s, from, to);
-          setData((d) => ({ key, values: { ...(d.key === key ? d.values : {}), [id]: values } }));
+          const got = await api.seriesBatch(node, chunk, from, to, step, ctl.signal);
+          const values: Record<string, (number | null)[]> = {};
+          got.forEach((s) => (values[s.metric] = gridValues(s, from, to)));
+          setData((d) => ({ key, values: { ...(d.key === key ? d.values : {}), ...values } }));
         } catch (err) {
-          if (isAbort(err)) return;
-          fetchedAt.current.set(id, Date.now()); // do not hammer a failing metric; retry on the next tick
+          if (isAbort(err)) {
+            chunk.forEach((id) => fetchedAt.current.delete(id)); // not answered: ask again
+            return;
+          }
         }
       }
     };
-    void Promise.all([worker(), worker(), worker(), worker()]);
+    void run();
     return () => ctl.abort();
   }, [key, ids.join('\n'), tick]);
 

@@ -10,6 +10,8 @@ import {
   alignSeries,
   availabilityBar,
   change,
+  chartStart,
+  dataStart,
   definitionReportUrl,
   fmtDuration,
   fmtErrorBound,
@@ -18,6 +20,8 @@ import {
   fmtNum,
   fmtShare,
   fmtUtc,
+  fmtValue,
+  hasData,
   parseSelector,
   parseTargets,
   periodRange,
@@ -28,10 +32,11 @@ import {
   reportsHref,
   scopedSelector,
   selectorString,
+  timelineShare,
 } from '../report';
-import type { Num, Report, ReportDefinition } from '../reporttypes';
+import type { Num, PingNode, PingTarget, Report, ReportDefinition } from '../reporttypes';
 import { linkClick, navigate } from '../route';
-import { Empty, ErrorBox, Loading } from './common';
+import { ErrorBox, Loading } from './common';
 import { ReportChart } from './ReportChart';
 
 const canEdit = (role: string | undefined) => role === 'operator' || role === 'admin';
@@ -87,7 +92,7 @@ export function ReportsPage({ params, id }: { params: URLSearchParams; id?: numb
       {def.error && <ErrorBox title="Cannot load this saved report" error={def.error} onRetry={def.refresh} />}
       {url && report.loading && !report.error && <Loading what="the report" />}
       {url && report.error && <ErrorBox title="Cannot load the report" error={report.error} onRetry={() => setNow(Date.now())} />}
-      {report.data && url && csvUrl && <ReportView r={report.data} jsonUrl={url} csvUrl={csvUrl} />}
+      {report.data && url && csvUrl && <ReportView r={report.data} jsonUrl={url} csvUrl={csvUrl} staff={me?.role !== 'customer'} />}
     </div>
   );
 }
@@ -210,9 +215,9 @@ function SaveForm({ q, onSaved }: { q: ReportQuery; onSaved: (d: ReportDefinitio
   };
   return (
     <form class="toolbar report-save" onSubmit={save} aria-label="Save this report">
-      <label class="field-inline">
+      <label class="field-inline" for="report-save-name">
         <span>Save as</span>
-        <input type="text" value={name} maxLength={200} onInput={(e) => setName((e.currentTarget as HTMLInputElement).value)} />
+        <input id="report-save-name" type="text" aria-label="Save as" value={name} maxLength={200} onInput={(e) => setName((e.currentTarget as HTMLInputElement).value)} />
       </label>
       <label class="field-inline">
         <span>Objective: ping p99 below</span>
@@ -267,173 +272,378 @@ function Delta({ c }: { c: Change }) {
   );
 }
 
-function Section({ id, title, children }: { id: string; title: string; children: ComponentChildren }) {
+/**
+ * A section of the report. One with data starts a printed page of its own;
+ * one without is a heading and a line saying so, printed together with the
+ * others like it (no page that says only "no data").
+ */
+function Section({ id, title, empty, children }: { id: string; title: string; empty?: ComponentChildren; children?: ComponentChildren }) {
   return (
-    <section class="report-section" aria-labelledby={`rs-${id}`} data-section={id}>
+    <section class={`report-section${empty ? ' report-section-empty' : ''}`} aria-labelledby={`rs-${id}`} data-section={id}>
       <h2 id={`rs-${id}`}>{title}</h2>
-      {children}
+      {empty ? <p class="muted">{empty}</p> : children}
     </section>
   );
 }
 
-export function ReportView({ r, jsonUrl, csvUrl }: { r: Report; jsonUrl: string; csvUrl: string }) {
+/** Which sections have data, in the report's order. */
+function sectionsOf(r: Report, staff: boolean): { id: string; has: boolean }[] {
+  const ping = (r.ping?.targets ?? []).length > 0;
+  const kernel = (r.kernel_latency ?? []).length > 0;
+  const rel = r.reliability;
+  const reliability =
+    (rel?.resets ?? []).length > 0 || (rel?.drops ?? []).length > 0 || [rel?.retransmits?.segments, rel?.retransmits?.rtos].some((v) => v !== null && v !== undefined);
+  const availability = (r.availability_timeline ?? []).length > 0 || (r.availability ?? []).some((a) => (a.no_data ?? 1) < 1);
+  const incidents = (r.incidents ?? []).length > 0;
+  const objectives = (r.objectives ?? []).length > 0;
+  return [
+    { id: 'ping', has: ping },
+    { id: 'kernel', has: kernel },
+    { id: 'reliability', has: reliability },
+    { id: 'availability', has: availability },
+    { id: 'incidents', has: incidents },
+    // A customer cannot add objectives: without any, the section is not theirs to see.
+    ...(objectives || staff ? [{ id: 'objectives', has: objectives }] : []),
+  ];
+}
+
+export function ReportView({ r, jsonUrl, csvUrl, staff = true }: { r: Report; jsonUrl: string; csvUrl: string; staff?: boolean }) {
   const from = Date.parse(r.period.from);
   const to = Date.parse(r.period.to);
   const nodes = r.scope?.nodes ?? [];
+  const start = dataStart(r);
+  const chartFrom = chartStart(from, to, start);
+  const secs = sectionsOf(r, staff);
+  const render = (id: string, has: boolean) => {
+    switch (id) {
+      case 'ping':
+        return <PingSection key={id} r={r} from={chartFrom} to={to} has={has} />;
+      case 'kernel':
+        return <KernelSection key={id} r={r} from={chartFrom} to={to} has={has} />;
+      case 'reliability':
+        return <ReliabilitySection key={id} r={r} has={has} />;
+      case 'availability':
+        return <AvailabilitySection key={id} r={r} has={has} />;
+      case 'incidents':
+        return <IncidentsSection key={id} r={r} has={has} />;
+      default:
+        return <ObjectivesSection key={id} r={r} has={has} staff={staff} />;
+    }
+  };
   return (
     <article class="report" aria-label="Report">
       <div class="report-meta">
         <p>
-          Nodes <strong>{selectorString(r.scope?.selector) || 'all'}</strong> ({nodes.length}: {nodes.join(', ') || 'none'}) · {fmtUtc(r.period.from)} – {fmtUtc(r.period.to)} · compared with{' '}
+          Nodes <strong>{selectorString(r.scope?.selector) || 'all'}</strong> ({nodes.length === 1 ? '1 node' : `${nodes.length} nodes`}) · {fmtUtc(r.period.from)} – {fmtUtc(r.period.to)} · compared with{' '}
           {fmtUtc(r.period.previous_from)} – {fmtUtc(r.period.previous_to)}
         </p>
+        {start === null ? (
+          <p class="notice">No data at all in this period: the nodes in scope reported nothing.</p>
+        ) : (
+          chartFrom > from && (
+            <p class="notice">
+              Data starts at {fmtUtc(start)}, {fmtDuration((start - from) / 1000)} into the period: the charts start there, and what comes before is counted as no data.
+            </p>
+          )
+        )}
         <p class="muted small">
           Percentiles come from merged histogram buckets and are within {fmtErrorBound(r.error_bound)} of the exact value. Periods without data are drawn as gaps and
-          counted as “no data”, never as zero or OK. Generated {fmtUtc(r.generated_at)}.
+          counted as “no data”, never as zero or OK; a point with no data on either side is drawn as a dot. Generated {fmtUtc(r.generated_at)}.
         </p>
         <p class="downloads no-print">
           Download: <a href={csvUrl} download>CSV</a> · <a href={jsonUrl} download>JSON</a>
         </p>
+        {nodes.length > 0 && (
+          <details class="scope-nodes no-print">
+            <summary>The {nodes.length === 1 ? 'node' : `${nodes.length} nodes`} in scope</summary>
+            <p class="small">{nodes.join(', ')}</p>
+          </details>
+        )}
       </div>
-      <PingSection r={r} from={from} to={to} />
-      <KernelSection r={r} from={from} to={to} />
-      <ReliabilitySection r={r} />
-      <AvailabilitySection r={r} />
-      <IncidentsSection r={r} />
-      <ObjectivesSection r={r} />
+      <SummarySection r={r} secs={secs} />
+      {secs.filter((s) => s.has).map((s) => render(s.id, true))}
+      {secs.filter((s) => !s.has).map((s) => render(s.id, false))}
     </article>
   );
 }
 
-function PingSection({ r, from, to }: { r: Report; from: number; to: number }) {
+/** Summary: the period against the previous one, the first printed page. */
+function SummarySection({ r, secs }: { r: Report; secs: { id: string; has: boolean }[] }) {
+  const targets = [...(r.ping?.targets ?? [])].sort((a, b) => (b.p99_ms ?? -1) - (a.p99_ms ?? -1));
+  const shown = targets.slice(0, 8);
+  const rel = r.reliability;
+  const resets = sum((rel?.resets ?? []).map((x) => x.count));
+  const drops = sum((rel?.drops ?? []).map((x) => x.count));
+  const from = Date.parse(r.period.from);
+  const to = Date.parse(r.period.to);
+  const avail = (r.availability_timeline ?? []).map((a) => ({ root: a.root, s: timelineShare(a, from, to) }));
+  const incidents = r.incidents ?? [];
+  const crit = incidents.filter((i) => i.state === 'crit').length;
+  const empty = secs.filter((s) => !s.has).map((s) => TITLES[s.id]);
+  return (
+    <section class="report-section report-summary" aria-labelledby="rs-summary" data-section="summary">
+      <h2 id="rs-summary">Summary</h2>
+      <p class="muted small">
+        This period against the previous period of the same length ({fmtUtc(r.period.previous_from)} – {fmtUtc(r.period.previous_to)}).
+      </p>
+      <TableWrap>
+        <table class="report-table summary-table">
+          <caption class="sr-only">Headline numbers of this period and their change against the previous period</caption>
+          <thead>
+            <tr>
+              <th scope="col">Measure</th>
+              <th scope="col">This period</th>
+              <th scope="col">Previous period</th>
+              <th scope="col">Change</th>
+            </tr>
+          </thead>
+          <tbody>
+            {shown.map((t) => (
+              <>
+                <tr key={`${t.target}/p99`}>
+                  <th scope="row">Ping p99 to {t.target}</th>
+                  <td>{fmtMs(t.p99_ms)}</td>
+                  <td>{fmtMs(t.previous?.p99_ms)}</td>
+                  <td>
+                    <Delta c={change(t.p99_ms, t.previous?.p99_ms)} />
+                  </td>
+                </tr>
+                <tr key={`${t.target}/loss`}>
+                  <th scope="row">Ping loss to {t.target}</th>
+                  <td>{fmtShare(t.loss)}</td>
+                  <td>{fmtShare(t.previous?.loss)}</td>
+                  <td>
+                    <Delta c={change(t.loss, t.previous?.loss, 'share')} />
+                  </td>
+                </tr>
+              </>
+            ))}
+            <tr>
+              <th scope="row">TCP resets</th>
+              <td>{fmtNum(resets)}</td>
+              <td>{fmtNum(rel?.previous?.resets)}</td>
+              <td>
+                <Delta c={change(resets, rel?.previous?.resets)} />
+              </td>
+            </tr>
+            <tr>
+              <th scope="row">Retransmitted segments</th>
+              <td>{fmtNum(rel?.retransmits?.segments)}</td>
+              <td>{fmtNum(rel?.previous?.retransmits)}</td>
+              <td>
+                <Delta c={change(rel?.retransmits?.segments, rel?.previous?.retransmits)} />
+              </td>
+            </tr>
+            <tr>
+              <th scope="row">Drops</th>
+              <td>{fmtNum(drops)}</td>
+              <td>{fmtNum(rel?.previous?.drops)}</td>
+              <td>
+                <Delta c={change(drops, rel?.previous?.drops)} />
+              </td>
+            </tr>
+          </tbody>
+        </table>
+      </TableWrap>
+      {targets.length > shown.length && <p class="muted small">The {shown.length} ping targets with the highest p99 of {targets.length}; every target is under Ping delay.</p>}
+      <dl class="headline">
+        <div>
+          <dt>Incidents</dt>
+          <dd>
+            {fmtNum(incidents.length)} <span class="muted small">({crit} CRIT)</span>
+          </dd>
+        </div>
+        {avail.map((a) => (
+          <div key={a.root}>
+            <dt>{a.root}: OK / no data</dt>
+            <dd>
+              {fmtShare(a.s.ok)} <span class="muted small">/ {fmtShare(a.s.no_data)}</span>
+            </dd>
+          </div>
+        ))}
+      </dl>
+      {empty.length > 0 && <p class="muted small">No data in this period for: {empty.join(', ')} (listed at the end).</p>}
+    </section>
+  );
+}
+
+const TITLES: Record<string, string> = {
+  ping: 'Ping delay',
+  kernel: 'Kernel latency',
+  reliability: 'Reliability',
+  availability: 'Availability',
+  incidents: 'Incidents',
+  objectives: 'Objectives',
+};
+
+function PingSection({ r, from, to, has }: { r: Report; from: number; to: number; has: boolean }) {
   const targets = r.ping?.targets ?? [];
   const perNode = r.ping?.per_node ?? [];
   const series = r.ping?.series ?? [];
+  if (!has) return <Section id="ping" title={TITLES.ping} empty="No ping targets in this period." />;
+  const charts = series.map((s) => ({ s, data: alignSeries(s.points, ['p50_ms', 'p99_ms']), t: targets.find((t) => t.target === s.target) }));
+  const blank = charts.filter((c) => !hasData(c.data));
   return (
-    <Section id="ping" title="Ping delay">
-      {targets.length === 0 ? (
-        <Empty>No ping targets in this period.</Empty>
-      ) : (
-        <PingTable caption="Per target" first="Target">
-          {targets.map((t) => (
-            <tr key={t.target}>
-              <th scope="row">
-                {t.target}
-                <div class="muted small">{t.nodes.join(', ')}</div>
-              </th>
-              <td>
-                {fmtMs(t.p50_ms)} <Delta c={change(t.p50_ms, t.previous?.p50_ms)} />
-              </td>
-              <td>{fmtMs(t.p90_ms)}</td>
-              <td>
-                {fmtMs(t.p99_ms)} <Delta c={change(t.p99_ms, t.previous?.p99_ms)} />
-              </td>
-              <td>{fmtMs(t.max_ms)}</td>
-              <td>
-                {fmtShare(t.loss)} <span class="muted">({fmtNum(t.lost)} / {fmtNum(t.sent)})</span> <Delta c={change(t.loss, t.previous?.loss, 'share')} />
-              </td>
-              <td>
-                {fmtMs(t.host_delay_p50_ms)} / {fmtMs(t.host_delay_p99_ms)}
-              </td>
-            </tr>
-          ))}
-        </PingTable>
-      )}
+    <Section id="ping" title={TITLES.ping}>
+      <PingTable caption="Per target" first="Target">
+        {targets.map((t) => (
+          <PingTargetRows key={t.target} t={t} />
+        ))}
+      </PingTable>
       {perNode.length > 0 && (
-        <PingTable caption="Per node" first="Node">
+        <PingTable caption="Per node, over every target it pings" first="Node">
           {perNode.map((n) => (
-            <tr key={n.node}>
-              <th scope="row">{n.node}</th>
-              <td>{fmtMs(n.p50_ms)}</td>
-              <td>{fmtMs(n.p90_ms)}</td>
-              <td>{fmtMs(n.p99_ms)}</td>
-              <td>{fmtMs(n.max_ms)}</td>
-              <td>
-                {fmtShare(n.loss)} <span class="muted">({fmtNum(n.lost)} / {fmtNum(n.sent)})</span>
-              </td>
-              <td>
-                {fmtMs(n.host_delay_p50_ms)} / {fmtMs(n.host_delay_p99_ms)}
-              </td>
-            </tr>
+            <PingNodeRow key={n.node} n={n} />
           ))}
         </PingTable>
       )}
-      {series.map((s) => (
-        <div class="report-chart-block" key={s.target}>
-          <h3>{s.target}: delay over the period</h3>
-          <ReportChart data={alignSeries(s.points, ['p50_ms', 'p99_ms'])} labels={['p50', 'p99']} fmt={(v) => fmtMs(v)} title={`Ping delay to ${s.target}`} from={from} to={to} />
-        </div>
-      ))}
+      {charts
+        .filter((c) => hasData(c.data))
+        .map(({ s, data, t }) => (
+          <div class="report-chart-block" key={s.target}>
+            <h3>Delay to {s.target} over the period</h3>
+            <ReportChart data={data} labels={['p50', 'p99']} fmt={(v) => fmtMs(v)} title={`Ping delay to ${s.target}`} from={from} to={to} baseline={{ label: 'median of the period', value: t?.p50_ms }} />
+          </div>
+        ))}
+      {blank.length > 0 && <p class="muted small">No delay was measured over time to {blank.map((c) => c.s.target).join(', ')}.</p>}
     </Section>
   );
 }
 
-function KernelSection({ r, from, to }: { r: Report; from: number; to: number }) {
-  const rows = r.kernel_latency ?? [];
+// PingTargetRows is a target's row and, opened, its nodes' rows: a count
+// in the table, the names and numbers one click away.
+function PingTargetRows({ t }: { t: PingTarget }) {
+  const [open, setOpen] = useState(false);
+  const per = t.per_node ?? [];
+  const count = t.node_count ?? t.nodes.length;
+  const id = `pt-${t.target.replace(/[^A-Za-z0-9_-]/g, '_')}`;
   return (
-    <Section id="kernel" title="Kernel latency">
-      {rows.length === 0 ? (
-        <Empty>No kernel latency was measured in this period.</Empty>
-      ) : (
-        <>
-          <div class="table-wrap">
-            <table class="report-table">
-              <caption class="sr-only">Kernel latency by stage</caption>
-              <thead>
-                <tr>
-                  <th scope="col">Stage</th>
-                  <th scope="col">p50</th>
-                  <th scope="col">p90</th>
-                  <th scope="col">p99</th>
-                  <th scope="col">max</th>
-                  <th scope="col">Observations</th>
-                </tr>
-              </thead>
-              <tbody>
-                {rows.map((k) => (
-                  <tr key={k.metric}>
-                    <th scope="row">
-                      {k.title}
-                      <div class="muted small mono">{k.metric}</div>
-                    </th>
-                    <td>
-                      {fmtLatency(k.p50, k.unit)} <Delta c={change(k.p50, k.previous?.p50)} />
-                    </td>
-                    <td>{fmtLatency(k.p90, k.unit)}</td>
-                    <td>
-                      {fmtLatency(k.p99, k.unit)} <Delta c={change(k.p99, k.previous?.p99)} />
-                    </td>
-                    <td>{fmtLatency(k.max, k.unit)}</td>
-                    <td>{fmtNum(k.count)}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
+    <>
+      <tr>
+        <th scope="row">
+          <span class="target-name">{t.target}</span>
+          <div class="small">
+            {per.length > 0 ? (
+              <button type="button" class="btn btn-sm btn-quiet no-print" aria-expanded={open} aria-controls={id} onClick={() => setOpen(!open)}>
+                {open ? '▾' : '▸'} {count === 1 ? '1 node' : `${count} nodes`}
+              </button>
+            ) : (
+              <span class="muted">{count === 1 ? '1 node' : `${count} nodes`}</span>
+            )}
+            <span class="muted print-only">{count === 1 ? '1 node' : `${count} nodes`}</span>
           </div>
-          {rows
-            .filter((k) => (k.series ?? []).length > 0)
-            .map((k) => (
-              <div class="report-chart-block" key={k.metric}>
-                <h3>{k.title} over the period</h3>
-                <ReportChart data={alignSeries(k.series, ['p50', 'p99'])} labels={['p50', 'p99']} fmt={(v) => fmtLatency(v, k.unit)} title={`${k.title} latency`} from={from} to={to} />
-              </div>
-            ))}
-        </>
+        </th>
+        <td>
+          {fmtMs(t.p50_ms)} <Delta c={change(t.p50_ms, t.previous?.p50_ms)} />
+        </td>
+        <td>{fmtMs(t.p90_ms)}</td>
+        <td>
+          {fmtMs(t.p99_ms)} <Delta c={change(t.p99_ms, t.previous?.p99_ms)} />
+        </td>
+        <td>{fmtMs(t.max_ms)}</td>
+        <td>
+          {fmtShare(t.loss)} <span class="muted">({fmtNum(t.lost)} of {fmtNum(t.sent)})</span> <Delta c={change(t.loss, t.previous?.loss, 'share')} />
+        </td>
+        <td>{fmtMs(t.host_delay_p50_ms)}</td>
+        <td>{fmtMs(t.host_delay_p99_ms)}</td>
+      </tr>
+      {open && (
+        <tr id={id} class="drill-down">
+          <td colSpan={8}>
+            <PingTable caption={per.length < count ? `Delay to ${t.target}: the ${per.length} nodes of ${count} with the highest p99` : `Each node's delay to ${t.target}, the highest p99 first`} first="Node">
+              {per.map((n) => (
+                <PingNodeRow key={n.node} n={n} />
+              ))}
+            </PingTable>
+          </td>
+        </tr>
       )}
+    </>
+  );
+}
+
+function PingNodeRow({ n }: { n: PingNode }) {
+  return (
+    <tr>
+      <th scope="row">{n.node}</th>
+      <td>{fmtMs(n.p50_ms)}</td>
+      <td>{fmtMs(n.p90_ms)}</td>
+      <td>{fmtMs(n.p99_ms)}</td>
+      <td>{fmtMs(n.max_ms)}</td>
+      <td>
+        {fmtShare(n.loss)} <span class="muted">({fmtNum(n.lost)} of {fmtNum(n.sent)})</span>
+      </td>
+      <td>{fmtMs(n.host_delay_p50_ms)}</td>
+      <td>{fmtMs(n.host_delay_p99_ms)}</td>
+    </tr>
+  );
+}
+
+function KernelSection({ r, from, to, has }: { r: Report; from: number; to: number; has: boolean }) {
+  const rows = r.kernel_latency ?? [];
+  if (!has) return <Section id="kernel" title={TITLES.kernel} empty="No kernel latency was measured in this period." />;
+  const charts = rows.map((k) => ({ k, data: alignSeries(k.series ?? [], ['p50', 'p99']) }));
+  const blank = charts.filter((c) => !hasData(c.data));
+  return (
+    <Section id="kernel" title={TITLES.kernel}>
+      <TableWrap>
+        <table class="report-table">
+          <caption class="sr-only">Kernel latency by stage</caption>
+          <thead>
+            <tr>
+              <th scope="col">Stage</th>
+              <th scope="col">p50</th>
+              <th scope="col">p90</th>
+              <th scope="col">p99</th>
+              <th scope="col">max</th>
+              <th scope="col">Observations</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((k) => (
+              <tr key={k.metric}>
+                <th scope="row">
+                  {k.title}
+                  <div class="muted small mono">{k.metric}</div>
+                </th>
+                <td>
+                  {fmtLatency(k.p50, k.unit)} <Delta c={change(k.p50, k.previous?.p50)} />
+                </td>
+                <td>{fmtLatency(k.p90, k.unit)}</td>
+                <td>
+                  {fmtLatency(k.p99, k.unit)} <Delta c={change(k.p99, k.previous?.p99)} />
+                </td>
+                <td>{fmtLatency(k.max, k.unit)}</td>
+                <td>{fmtNum(k.count)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </TableWrap>
+      {charts
+        .filter((c) => hasData(c.data))
+        .map(({ k, data }) => (
+          <div class="report-chart-block" key={k.metric}>
+            <h3>{k.title} over the period</h3>
+            <ReportChart data={data} labels={['p50', 'p99']} fmt={(v) => fmtLatency(v, k.unit)} title={`${k.title} latency`} from={from} to={to} baseline={{ label: 'median of the period', value: k.p50 }} />
+          </div>
+        ))}
+      {blank.length > 0 && <p class="muted small">No chart for {blank.map((c) => c.k.title).join(', ')}: no point of the period has data.</p>}
     </Section>
   );
 }
 
 const sum = (xs: Num[]): Num => (xs.some((x) => x !== null && x !== undefined) ? xs.reduce<number>((a, x) => a + (x ?? 0), 0) : null);
 
-function ReliabilitySection({ r }: { r: Report }) {
+function ReliabilitySection({ r, has }: { r: Report; has: boolean }) {
   const rel = r.reliability;
   const resets = rel?.resets ?? [];
   const drops = rel?.drops ?? [];
   const rt = rel?.retransmits ?? null;
   const prev = rel?.previous ?? null;
+  if (!has) return <Section id="reliability" title={TITLES.reliability} empty="No resets, retransmits or drops were counted in this period." />;
   return (
-    <Section id="reliability" title="Reliability">
+    <Section id="reliability" title={TITLES.reliability}>
       <dl class="headline">
         <div>
           <dt>Resets</dt>
@@ -474,16 +684,26 @@ function ReliabilitySection({ r }: { r: Report }) {
   );
 }
 
+// TableWrap scrolls a wide table sideways on a narrow screen; it takes the
+// keyboard focus so that the scrolling works without a mouse too.
+function TableWrap({ children }: { children: ComponentChildren }) {
+  return (
+    <div class="table-wrap" tabIndex={0}>
+      {children}
+    </div>
+  );
+}
+
 // PingTable is the frame of the per-target and per-node ping tables, which
 // show the same columns after their first.
 function PingTable({ caption, first, children }: { caption: string; first: string; children: ComponentChildren }) {
   return (
-    <div class="table-wrap">
+    <TableWrap>
       <table class="report-table">
         <caption>{caption}</caption>
         <thead>
           <tr>
-            {[first, 'p50', 'p90', 'p99', 'max', 'Loss (lost / sent)', 'Host delay p50 / p99'].map((c) => (
+            {[first, 'p50', 'p90', 'p99', 'max', 'Loss (lost of sent)', 'Host delay p50', 'Host delay p99'].map((c) => (
               <th key={c} scope="col">
                 {c}
               </th>
@@ -492,13 +712,13 @@ function PingTable({ caption, first, children }: { caption: string; first: strin
         </thead>
         <tbody>{children}</tbody>
       </table>
-    </div>
+    </TableWrap>
   );
 }
 
 function ReasonTable({ caption, rows }: { caption: string; rows: { key: string; reason: string; count: Num; per_hour: Num }[] }) {
   return (
-    <div class="table-wrap">
+    <TableWrap>
       <table class="report-table">
         <caption>{caption}</caption>
         <thead>
@@ -526,21 +746,87 @@ function ReasonTable({ caption, rows }: { caption: string; rows: { key: string; 
           )}
         </tbody>
       </table>
+    </TableWrap>
+  );
+}
+
+const STATES = ['ok', 'warn', 'crit', 'no_data'] as const;
+
+/** A stacked bar of the four states; widths (or heights) set through the DOM, which the CSP allows. */
+function StateBar({ a, vertical }: { a: { ok: Num; warn: Num; crit: Num; no_data: Num }; vertical?: boolean }) {
+  const b = availabilityBar(a);
+  return (
+    <div class={vertical ? 'avail-col' : 'avail-bar'} aria-hidden="true">
+      {STATES.map((k) => (b[k] > 0 ? <span key={k} class={`seg seg-${k}`} style={vertical ? { height: `${b[k]}%` } : { width: `${b[k]}%` }} /> : null))}
     </div>
   );
 }
 
-function AvailabilitySection({ r }: { r: Report }) {
+function AvailabilitySection({ r, has }: { r: Report; has: boolean }) {
   const rows = r.availability ?? [];
+  const timeline = r.availability_timeline ?? [];
+  if (!has) return <Section id="availability" title={TITLES.availability} empty="No state was recorded in this period." />;
+  const from = Date.parse(r.period.from);
+  const to = Date.parse(r.period.to);
   return (
-    <Section id="availability" title="Availability">
-      {rows.length === 0 ? (
-        <Empty>No state was recorded in this period.</Empty>
-      ) : (
-        <>
-          <p class="legend small" aria-hidden="true">
-            <span class="sw sw-ok" /> OK <span class="sw sw-warn" /> WARN <span class="sw sw-crit" /> CRIT <span class="sw sw-none" /> no data
-          </p>
+    <Section id="availability" title={TITLES.availability}>
+      <p class="legend small" aria-hidden="true">
+        <span class="sw sw-ok" /> OK <span class="sw sw-warn" /> WARN <span class="sw sw-crit" /> CRIT <span class="sw sw-none" /> no data
+      </p>
+      {timeline.length > 0 && (
+        <TableWrap>
+          <table class="report-table avail-timeline">
+            <caption>
+              Over time, {timeline[0].step_seconds >= 86400 ? 'per day' : 'per hour'}: the share of the nodes' time in each state
+            </caption>
+            <thead>
+              <tr>
+                <th scope="col">Root</th>
+                <th scope="col">Whole period</th>
+                <th scope="col">
+                  {fmtUtc(r.period.from)} → {fmtUtc(r.period.to)}
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {timeline.map((a) => {
+                const s = timelineShare(a, from, to);
+                const bad = a.points.filter((p) => p.warn + p.crit > 0);
+                return (
+                  <tr key={a.root}>
+                    <th scope="row">{a.root}</th>
+                    <td class="nowrap">
+                      {fmtShare(s.ok)} OK
+                      {s.warn + s.crit > 0 && <div class="small">{fmtShare(s.warn + s.crit)} WARN/CRIT</div>}
+                      {s.no_data > 0 && <div class="small muted">{fmtShare(s.no_data)} no data</div>}
+                    </td>
+                    <td>
+                      <div
+                        class="avail-strip"
+                        role="img"
+                        aria-label={`${a.root}: ${fmtShare(s.ok)} OK over the period${bad.length ? `; WARN or CRIT in ${bad.length} of ${a.points.length} ${a.step_seconds >= 86400 ? 'days' : 'hours'}, from ${fmtUtc(bad[0].t)}` : ''}`}
+                      >
+                        {a.points.map((p) => (
+                          <span key={p.t} class="avail-step" title={`${fmtUtc(p.t)}: ${fmtShare(p.ok)} OK, ${fmtShare(p.warn)} WARN, ${fmtShare(p.crit)} CRIT, ${fmtShare(p.no_data)} no data`}>
+                            <StateBar a={p} vertical />
+                          </span>
+                        ))}
+                      </div>
+                      <div class="avail-axis small muted" aria-hidden="true">
+                        <span>{fmtUtc(a.points[0]?.t).slice(0, a.step_seconds >= 86400 ? 10 : 16)}</span>
+                        <span>{fmtUtc(a.points[a.points.length - 1]?.t).slice(0, a.step_seconds >= 86400 ? 10 : 16)}</span>
+                      </div>
+                    </td>
+                  </tr>
+                );
+              })}
+            </tbody>
+          </table>
+        </TableWrap>
+      )}
+      <details class="avail-nodes no-print">
+        <summary>Per node and root ({rows.length} rows)</summary>
+        <TableWrap>
           <table class="report-table availability">
             <caption class="sr-only">Share of the period each root was OK, WARN, CRIT or without data, per node</caption>
             <thead>
@@ -557,86 +843,82 @@ function AvailabilitySection({ r }: { r: Report }) {
               </tr>
             </thead>
             <tbody>
-              {rows.map((a) => {
-                const b = availabilityBar(a);
-                return (
-                  <tr key={`${a.node}/${a.root}`}>
-                    <th scope="row">{a.node}</th>
-                    <td>{a.root}</td>
-                    <td>{fmtShare(a.ok)}</td>
-                    <td>{fmtShare(a.warn)}</td>
-                    <td>{fmtShare(a.crit)}</td>
-                    <td>{fmtShare(a.no_data)}</td>
-                    <td class="bar-col">
-                      <div class="avail-bar" aria-hidden="true">
-                        {(['ok', 'warn', 'crit', 'no_data'] as const).map((k) => (b[k] > 0 ? <span key={k} class={`seg seg-${k}`} style={{ width: `${b[k]}%` }} /> : null))}
-                      </div>
-                    </td>
-                  </tr>
-                );
-              })}
-            </tbody>
-          </table>
-        </>
-      )}
-    </Section>
-  );
-}
-
-function IncidentsSection({ r }: { r: Report }) {
-  const rows = r.incidents ?? [];
-  return (
-    <Section id="incidents" title="Incidents">
-      {rows.length === 0 ? (
-        <Empty>No root was WARN or CRIT in this period.</Empty>
-      ) : (
-        <div class="table-wrap">
-          <table class="report-table">
-            <caption class="sr-only">Every span in the period where a root was WARN or CRIT</caption>
-            <thead>
-              <tr>
-                <th scope="col">Start</th>
-                <th scope="col">Length</th>
-                <th scope="col">Node</th>
-                <th scope="col">Root</th>
-                <th scope="col">State</th>
-                <th scope="col">Worst value</th>
-                <th scope="col">Explained by</th>
-              </tr>
-            </thead>
-            <tbody>
-              {rows.map((i) => (
-                <tr key={`${i.node}/${i.root}/${i.start}`} data-state={i.state}>
-                  <td>
-                    <a href={i.tree_url} onClick={linkClick} title="The metric tree at that time" aria-label={`${fmtUtc(i.start)}: the tree of ${i.node} at that time`}>
-                      {fmtUtc(i.start)}
-                    </a>
+              {rows.map((a) => (
+                <tr key={`${a.node}/${a.root}`}>
+                  <th scope="row">{a.node}</th>
+                  <td>{a.root}</td>
+                  <td>{fmtShare(a.ok)}</td>
+                  <td>{fmtShare(a.warn)}</td>
+                  <td>{fmtShare(a.crit)}</td>
+                  <td>{fmtShare(a.no_data)}</td>
+                  <td class="bar-col">
+                    <StateBar a={a} />
                   </td>
-                  <td>{i.end ? fmtDuration(i.seconds) : `${fmtDuration(i.seconds)} (ongoing)`}</td>
-                  <td>{i.node}</td>
-                  <td>{i.root}</td>
-                  <td>
-                    <span class={`badge badge-sm st-${i.state === 'crit' ? 'crit' : 'warn'}`}>{i.state.toUpperCase()}</span>
-                  </td>
-                  <td>{fmtNum(i.worst_value)}</td>
-                  <td class="mono">{i.child ?? '—'}</td>
                 </tr>
               ))}
             </tbody>
           </table>
-        </div>
-      )}
+        </TableWrap>
+      </details>
     </Section>
   );
 }
 
-function ObjectivesSection({ r }: { r: Report }) {
-  const rows = r.objectives ?? [];
+function IncidentsSection({ r, has }: { r: Report; has: boolean }) {
+  const rows = r.incidents ?? [];
+  if (!has) return <Section id="incidents" title={TITLES.incidents} empty="No root was WARN or CRIT in this period." />;
   return (
-    <Section id="objectives" title="Objectives">
-      {rows.length === 0 ? (
-        <Empty>This report has no objectives; save it with some to see their attainment.</Empty>
-      ) : (
+    <Section id="incidents" title={TITLES.incidents}>
+      <TableWrap>
+        <table class="report-table">
+          <caption class="sr-only">Every span in the period where a root was WARN or CRIT; each start opens the node's tree at that time</caption>
+          <thead>
+            <tr>
+              <th scope="col">Start</th>
+              <th scope="col">Length</th>
+              <th scope="col">Node</th>
+              <th scope="col">Root</th>
+              <th scope="col">State</th>
+              <th scope="col">Explained by</th>
+              <th scope="col">Worst value</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((i) => (
+              <tr key={`${i.node}/${i.root}/${i.start}`} data-state={i.state}>
+                <td>
+                  <a href={i.tree_url} onClick={linkClick} title="The metric tree at that time" aria-label={`${fmtUtc(i.start)}: the tree of ${i.node} at that time`}>
+                    {fmtUtc(i.start)}
+                  </a>
+                </td>
+                <td>{i.end ? fmtDuration(i.seconds) : `${fmtDuration(i.seconds)} (ongoing)`}</td>
+                <td>{i.node}</td>
+                <td>{i.root}</td>
+                <td>
+                  <span class={`badge badge-sm st-${i.state === 'crit' ? 'crit' : 'warn'}`}>{i.state.toUpperCase()}</span>
+                </td>
+                <td class="mono">{i.child ?? '—'}</td>
+                <td class="nowrap">
+                  {fmtValue(i.worst_value, i.unit)}
+                  {i.metric && i.metric !== i.child && i.metric !== i.root && <div class="muted small mono">{i.metric}</div>}
+                  {i.metric === i.root && i.child === null && <div class="muted small">of {i.root}</div>}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </TableWrap>
+    </Section>
+  );
+}
+
+function ObjectivesSection({ r, has, staff }: { r: Report; has: boolean; staff: boolean }) {
+  const rows = r.objectives ?? [];
+  if (!has)
+    return <Section id="objectives" title={TITLES.objectives} empty={staff ? 'This report has no objectives; save it with some to see their attainment.' : 'This report has no objectives.'} />;
+  return (
+    <Section id="objectives" title={TITLES.objectives}>
+      <TableWrap>
         <table class="report-table">
           <caption class="sr-only">Attainment of each objective over the period</caption>
           <thead>
@@ -662,7 +944,7 @@ function ObjectivesSection({ r }: { r: Report }) {
             ))}
           </tbody>
         </table>
-      )}
+      </TableWrap>
     </Section>
   );
 }

@@ -1,8 +1,8 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { TreeNode } from '../api';
-import { formatCompact, formatDuration, formatValue, thresholdLong, thresholdShort } from '../format';
+import { formatAgo, formatCompact, formatDuration, formatValue, thresholdLong, thresholdShort } from '../format';
 import { normState, raised, stateLabel } from '../state';
-import { type Row, visibleRows } from '../tree';
+import { type Row, rowId, visibleRows } from '../tree';
 import { Sparkline } from './Sparkline';
 import { StateBadge } from './common';
 
@@ -16,17 +16,26 @@ export interface TreeProps {
   explains?: string | null;
   onVisible?: (ids: string[]) => void;
   windowS?: number; // the recent window the tree's recent_count/recent_state cover
+  /** The tree's time (its newest report): owner children not seen since are folded away. */
+  newest?: string | null;
+  /** The values are the node's last, not current ones (it stopped reporting). */
+  stale?: boolean;
+  /** The tree is of a past time: the recent column covers the window before it, not the last minutes. */
+  past?: boolean;
 }
 
 /** The metric tree as an ARIA tree: arrows move, → opens, ← closes or goes up, Enter selects. */
-export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, explains, onVisible, windowS }: TreeProps) {
+export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, explains, onVisible, windowS, newest, stale, past }: TreeProps) {
   const win = windowS ? formatDuration(windowS * 1000) : '';
   const hasRecent = hasRecentData(roots);
-  const rows = visibleRows(roots, isOpen);
+  const rows = visibleRows(roots, isOpen, newest === undefined ? undefined : newest);
   const [focus, setFocus] = useState<string | null>(null);
   const refs = useRef(new Map<string, HTMLDivElement>());
-  const focusId = rows.some((r) => r.node.id === focus) ? focus : rows.some((r) => r.node.id === selected) ? selected : rows[0]?.node.id ?? null;
-  const ids = rows.map((r) => r.node.id).join('\n');
+  const focusId = rows.some((r) => rowId(r) === focus) ? focus : rows.some((r) => rowId(r) === selected) ? selected : rows[0] ? rowId(rows[0]) : null;
+  const ids = rows
+    .filter((r) => !r.gone)
+    .map((r) => r.node.id)
+    .join('\n');
 
   useEffect(() => {
     onVisible?.(ids ? ids.split('\n') : []);
@@ -42,31 +51,32 @@ export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, expl
     let handled = true;
     switch (e.key) {
       case 'ArrowDown':
-        moveTo(rows[i + 1]?.node.id);
+        moveTo(rows[i + 1] && rowId(rows[i + 1]));
         break;
       case 'ArrowUp':
-        moveTo(rows[i - 1]?.node.id);
+        moveTo(rows[i - 1] && rowId(rows[i - 1]));
         break;
       case 'Home':
-        moveTo(rows[0]?.node.id);
+        moveTo(rows[0] && rowId(rows[0]));
         break;
       case 'End':
-        moveTo(rows[rows.length - 1]?.node.id);
+        moveTo(rows[rows.length - 1] && rowId(rows[rows.length - 1]));
         break;
       case 'ArrowRight':
-        if (row.hasChildren && !row.open) onToggle(row.node.id, true);
-        else if (row.open) moveTo(rows[i + 1]?.node.id);
+        if (row.hasChildren && !row.open) onToggle(rowId(row), true);
+        else if (row.open) moveTo(rows[i + 1] && rowId(rows[i + 1]));
         break;
       case 'ArrowLeft':
-        if (row.open) onToggle(row.node.id, false);
+        if (row.open) onToggle(rowId(row), false);
         else moveTo(row.parent);
         break;
       case 'Enter':
       case ' ':
-        onSelect(row.node.id);
+        if (row.gone) onToggle(rowId(row), !row.open);
+        else onSelect(row.node.id);
         break;
       case '*': // open every sibling branch (WAI-ARIA tree pattern)
-        rows.filter((r) => r.parent === row.parent && r.hasChildren && !r.open).forEach((r) => onToggle(r.node.id, true));
+        rows.filter((r) => r.parent === row.parent && r.hasChildren && !r.open).forEach((r) => onToggle(rowId(r), true));
         break;
       default:
         handled = false;
@@ -85,11 +95,12 @@ export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, expl
         <span>Metric</span>
         <span>State</span>
         <span class="num">Value</span>
-        <span class="num">{hasRecent ? `Last ${win || 'window'}` : ''}</span>
+        <span class="num">{hasRecent ? (past ? `${win || 'window'} before` : `Last ${win || 'window'}`) : ''}</span>
         <span>Trend</span>
         <span>Threshold</span>
       </div>
       {rows.map((row, i) => {
+        if (row.gone) return <GoneRow key={rowId(row)} row={row} focused={rowId(row) === focusId} onKey={(e) => onKey(e, row, i)} onToggle={onToggle} setRef={(el) => (el ? refs.current.set(rowId(row), el) : refs.current.delete(rowId(row)))} onFocus={() => setFocus(rowId(row))} />;
         const n = row.node;
         const s = normState(n.state);
         const own = normState(n.own_state);
@@ -142,7 +153,10 @@ export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, expl
               <StateBadge state={s} small />
               {own !== s && own !== 'ok' && <span class="sr-only">, own state {stateLabel[own]}</span>}
             </span>
-            <span class="tree-value num">{formatValue(n.value, n.unit)}</span>
+            <span class={`tree-value num${stale ? ' is-stale' : ''}`} title={stale ? 'The node stopped reporting: its last value, not a current one' : undefined}>
+              {formatValue(n.value, n.unit)}
+              {stale && n.value != null && <span class="sr-only"> (stale)</span>}
+            </span>
             <Recent n={n} win={win} />
             <span class="tree-spark">
               <Sparkline values={sparks?.[n.id]} state={s} label={n.title} />
@@ -153,6 +167,39 @@ export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, expl
           </div>
         );
       })}
+    </div>
+  );
+}
+
+/** A branch's owner children not seen in the window, folded into one row that opens like a branch. */
+function GoneRow({ row, focused, onKey, onToggle, setRef, onFocus }: { row: Row; focused: boolean; onKey: (e: KeyboardEvent) => void; onToggle: (id: string, open: boolean) => void; setRef: (el: HTMLDivElement | null) => void; onFocus: () => void }) {
+  const id = rowId(row);
+  const g = row.gone!;
+  const label = `${g.count} gone owner${g.count === 1 ? '' : 's'}`;
+  return (
+    <div
+      ref={setRef}
+      class="tree-row tree-gone st-ok"
+      role="treeitem"
+      aria-level={row.level}
+      aria-posinset={row.posinset}
+      aria-setsize={row.setsize}
+      aria-expanded={row.open}
+      aria-selected={false}
+      aria-label={`${label}: not seen in this window`}
+      data-id={id}
+      tabIndex={focused ? 0 : -1}
+      onKeyDown={onKey}
+      onClick={() => onToggle(id, !row.open)}
+      onFocus={onFocus}
+    >
+      <span class="tree-title" style={{ paddingLeft: `${(row.level - 1) * 1.25}rem` }}>
+        <span class={`caret${row.open ? ' open' : ''}`} aria-hidden="true">
+          ▸
+        </span>
+        <span class="title-text muted">{label}</span>
+      </span>
+      <span class="tree-gone-note muted small">{g.last ? `not seen in this window; last ${formatAgo(g.last)}` : 'not seen in this window'}</span>
     </div>
   );
 }
@@ -178,7 +225,7 @@ function Recent({ n, win }: { n: TreeNode; win: string }) {
   return (
     <span class={`tree-recent num${showWas ? ` st-${rs}` : ''}`} title={title || undefined}>
       {showWas && <span class={`dot st-${rs}`} aria-hidden="true" />}
-      {showWas && <span class="sr-only">was {stateLabel[rs]}</span>}
+      {showWas && <span class="was">was {stateLabel[rs]} </span>}
       {count != null && count > 0 ? formatCompact(count) : ''}
     </span>
   );

@@ -3,7 +3,7 @@ import type { Evidence } from '../api';
 import { branch, leaf, resetTree } from '../fixtures';
 import { $, $$, click, fakeApi, mount, mountAs, press, type, waitFor } from '../testutil';
 import { defaultOpen } from '../tree';
-import { EvidenceTable, evidenceColumns } from './Evidence';
+import { EvidenceTable, evidenceColumns, groupEvents, splitAddr } from './Evidence';
 import { buildRequest, draftFrom, mapServerError, ThresholdEditor } from './ThresholdEditor';
 import { Tree } from './Tree';
 
@@ -73,11 +73,11 @@ describe('Evidence', () => {
     { t: '2026-01-01T00:00:00Z', metric: 'tcp_reset/received/syn_sent', fields: { src: '10.0.0.2:9', dst: '10.0.0.1:4001', state: 'syn_sent' }, counterparts: [] },
   ];
   it('orders columns for reading and shows each event', () => {
-    expect(evidenceColumns(events)).toEqual(['reason', 'state', 'src', 'dst', 'netns', 'extra']);
+    expect(evidenceColumns(events)).toEqual(['reason', 'state', 'src', 'dst', 'extra', 'netns']);
     const el = mount(<EvidenceTable events={events} metric="tcp_reset" error={null} loading={false} limit={200} onRetry={() => {}} />);
-    expect($$(el, 'tbody tr')).toHaveLength(2);
-    expect($$(el, 'thead th').map((t) => t.textContent)).toEqual(['Time', 'Metric', 'reason', 'state', 'src', 'dst', 'netns', 'extra']);
-    expect($(el, 'tbody tr').textContent).toContain('sent/no_socket');
+    expect($$(el, 'tbody tr:not(.group-head)')).toHaveLength(2);
+    expect($$(el, 'thead th').map((t) => t.textContent)).toEqual(['Time', 'Metric', 'reason', 'state', 'src', 'dst', 'extra', 'netns']);
+    expect($(el, 'tbody tr:not(.group-head)').textContent).toContain('sent/no_socket');
   });
   it('shows what the other side said, linking to its tree', () => {
     const received: Evidence[] = [
@@ -95,7 +95,7 @@ describe('Evidence', () => {
     const el = mount(<EvidenceTable events={received} metric="tcp_reset" error={null} loading={false} limit={200} onRetry={() => {}} />);
     const other = $$(el, 'tbody tr.other-side');
     expect(other).toHaveLength(1); // only the event with counterparts has the row
-    expect($$(el, 'tbody tr')).toHaveLength(4);
+    expect($$(el, 'tbody tr:not(.group-head)')).toHaveLength(4);
     expect(other[0].textContent).toContain('The other side said:');
     expect(other[0].textContent).toContain('drops/netfilter_drop (netfilter_drop)');
     expect(other[0].textContent).toContain('tcp_reset/sent/no_socket (no_socket)');
@@ -107,6 +107,37 @@ describe('Evidence', () => {
     click(links[0]);
     expect(location.pathname).toBe('/nodes/lab-b');
     expect(new URLSearchParams(location.search).get('metric')).toBe('drops/netfilter_drop');
+  });
+  it('puts the owner first and the namespace inode last, and groups by owner with counts', async () => {
+    const owned: Evidence[] = [
+      { t: '2026-01-01T00:00:03Z', metric: 'drops/x', fields: { netns: '4026532177', owner: 'shop/cart', owner_kind: 'pod', dst: '10.0.0.9:443', reason: 'x' }, counterparts: [] },
+      { t: '2026-01-01T00:00:02Z', metric: 'drops/x', fields: { netns: '4026532177', owner: 'shop/cart', owner_kind: 'pod', dst: '10.0.0.9:80', reason: 'x' }, counterparts: [] },
+      { t: '2026-01-01T00:00:01Z', metric: 'drops/x', fields: { netns: '4026532178', owner: 'web', owner_kind: 'container', dst: '[fd00::1]:443', reason: 'x' }, counterparts: [] },
+    ];
+    const cols = evidenceColumns(owned);
+    expect(cols[0]).toBe('owner');
+    expect(cols[cols.length - 1]).toBe('netns');
+    const el = mount(<EvidenceTable events={owned} metric="drops/x" error={null} loading={false} limit={200} onRetry={() => {}} />);
+    expect($$(el, 'tr.group-head').map((t) => t.textContent)).toEqual(['pod shop/cart (2 events)', 'container web (1 event)']);
+    const select = $(el, 'select#evidence-group') as HTMLSelectElement;
+    select.value = 'port';
+    select.dispatchEvent(new Event('change', { bubbles: true }));
+    await waitFor(() => expect($$(el, 'tr.group-head').map((t) => t.textContent)).toEqual(['443 (2 events)', '80 (1 event)']));
+  });
+  it('groups by destination port and peer', () => {
+    const evs: Evidence[] = [
+      { t: '2026-01-01T00:00:03Z', metric: 'm', fields: { dst: '10.0.0.9:443', direction: 'sent' }, counterparts: [] },
+      { t: '2026-01-01T00:00:02Z', metric: 'm', fields: { dst: '[fd00::1]:443', direction: 'sent' }, counterparts: [] },
+      { t: '2026-01-01T00:00:01Z', metric: 'm', fields: { src: '10.0.0.7:80', dst: '10.0.0.1:5000', direction: 'received' }, counterparts: [] },
+    ];
+    expect(splitAddr('[fd00::1]:443')).toEqual({ addr: 'fd00::1', port: '443' });
+    expect(splitAddr('10.0.0.9:443')).toEqual({ addr: '10.0.0.9', port: '443' });
+    expect(groupEvents(evs, 'port').map((g) => [g.key, g.events.length])).toEqual([
+      ['443', 2],
+      ['5000', 1],
+    ]);
+    expect(groupEvents(evs, 'peer').map((g) => g.key)).toEqual(['10.0.0.7', '10.0.0.9', 'fd00::1']);
+    expect(groupEvents(evs, 'none')).toEqual([{ key: '', events: evs }]);
   });
   it('says when there is none', () => {
     const el = mount(<EvidenceTable events={[]} metric="m" error={null} loading={false} limit={200} onRetry={() => {}} />);

@@ -1,0 +1,195 @@
+package tcpreset
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
+)
+
+// pinDir is a directory in a bpffs of the test's own, unpinned when the
+// test ends.
+func pinDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(netlab.BPFFS(t), "nbs", "tcp_reset")
+	t.Cleanup(func() {
+		if err := bpfload.Unpin(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	return dir
+}
+
+// A probe with a PinDir leaves its programs counting when it is closed
+// (as a killed agent's are), and the next probe adopts its maps and links:
+// its counts are the first's plus what happened while none ran. One with
+// another configuration adopts the maps but replaces the programs; one
+// finding a map of another layout (an upgrade) replaces it and says it
+// does not continue.
+func TestPinnedCountsSurviveTheProbe(t *testing.T) {
+	const n = 5
+	l := netlab.New(t)
+	dir := pinDir(t)
+	ino := l.Inode(t, l.B)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	sentNoSocket := func(p *Probe) uint64 { return named(t, p)["sent/no_socket"] }
+
+	first, err := Load(Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir, Logger: log})
+	if err != nil {
+		netlab.SkipOrFail(t, "tcpreset: %v", err)
+	}
+	if first.Continued() {
+		t.Error("a probe on an empty pin directory says it continues")
+	}
+	l.ResetNoSocket(t, n)
+	if got := sentNoSocket(first); got != n {
+		t.Fatalf("first probe counted %d, want %d", got, n)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l.ResetNoSocket(t, n) // no probe open: the pinned program counts
+
+	second := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir, Logger: log})
+	if !second.Continued() {
+		t.Error("the second probe does not continue the first's counts")
+	}
+	if !strings.Contains(logs.String(), "adopted the pinned program") {
+		t.Errorf("the same program was not adopted; log:\n%s", logs.String())
+	}
+	if got := sentNoSocket(second); got != 2*n {
+		t.Errorf("second probe reads %d, want %d (the first's and those made while none ran)", got, 2*n)
+	}
+	l.ResetNoSocket(t, n)
+	if got := sentNoSocket(second); got != 3*n {
+		t.Errorf("after more resets %d, want %d (an adopted program counts once)", got, 3*n)
+	}
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another configuration: the maps continue, the programs are replaced
+	// (not attached twice: each reset counts once).
+	logs.Reset()
+	third := load(t, Options{NetnsInode: ino, EvidencePerSecond: 999, PinDir: dir, Logger: log})
+	if !third.Continued() || !strings.Contains(logs.String(), "replacing the pinned program") {
+		t.Errorf("continued %v; want the maps adopted and the program replaced; log:\n%s", third.Continued(), logs.String())
+	}
+	l.ResetNoSocket(t, n)
+	if got := sentNoSocket(third); got != 4*n {
+		t.Errorf("third probe reads %d, want %d", got, 4*n)
+	}
+	if err := third.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) == 0 {
+		t.Fatal("nothing pinned")
+	}
+
+	// An upgrade that changed only a map's size: replaced, its counts
+	// carried over.
+	counts := filepath.Join(dir, "rst_counts")
+	resize(t, counts, 1)
+	logs.Reset()
+	fourth := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir, Logger: log})
+	if !fourth.Continued() || !strings.Contains(logs.String(), "carried the counts of the replaced map over") {
+		t.Errorf("continued %v after a size change; log:\n%s", fourth.Continued(), logs.String())
+	}
+	if got := sentNoSocket(fourth); got != 4*n {
+		t.Errorf("after a size change the probe reads %d, want the %d carried over", got, 4*n)
+	}
+	l.ResetNoSocket(t, n)
+	if got := sentNoSocket(fourth); got != 5*n {
+		t.Errorf("after more resets %d, want %d", got, 5*n)
+	}
+	if err := fourth.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// An upgrade that changed a map's layout: replaced, not continued.
+	if err := os.Remove(counts); err != nil {
+		t.Fatal(err)
+	}
+	odd, err := ebpf.NewMap(&ebpf.MapSpec{Name: "rst_counts", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := odd.Pin(counts); err != nil {
+		t.Fatal(err)
+	}
+	odd.Close()
+	logs.Reset()
+	fifth := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir, Logger: log})
+	if fifth.Continued() || !strings.Contains(logs.String(), "pinned map cannot be adopted") {
+		t.Errorf("continued %v after a layout change; log:\n%s", fifth.Continued(), logs.String())
+	}
+	l.ResetNoSocket(t, n)
+	if got := sentNoSocket(fifth); got != n {
+		t.Errorf("fifth probe reads %d, want %d (a fresh map, its program attached once)", got, n)
+	}
+}
+
+// resize replaces the pinned map at path by one of the same layout with
+// more entries, holding the same counts, as an upgrade that grew it
+// would leave it for the next agent.
+func resize(t *testing.T, path string, more uint32) {
+	t.Helper()
+	old, err := ebpf.LoadPinnedMap(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	info, err := old.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bigger, err := ebpf.NewMap(&ebpf.MapSpec{Name: info.Name, Type: old.Type(), KeySize: old.KeySize(), ValueSize: old.ValueSize(),
+		MaxEntries: old.MaxEntries() + more, Flags: old.Flags()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bigger.Close()
+	var (
+		key []byte
+		val [][]byte // per CPU
+	)
+	it := old.Iterate()
+	for it.Next(&key, &val) {
+		if err := bigger.Put(key, val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := bigger.Pin(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Where pinning fails (a directory outside bpffs), the probe runs as
+// without it and says so.
+func TestPinFailureRunsUnpinned(t *testing.T) {
+	l := netlab.New(t)
+	var logs bytes.Buffer
+	p := load(t, Options{NetnsInode: l.Inode(t, l.B), EvidencePerSecond: 1000, PinDir: filepath.Join(t.TempDir(), "pins"),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if p.Continued() || !strings.Contains(logs.String(), "cannot pin") {
+		t.Errorf("continued %v; log:\n%s", p.Continued(), logs.String())
+	}
+	l.ResetNoSocket(t, 3)
+	if got := named(t, p)["sent/no_socket"]; got != 3 {
+		t.Errorf("counted %d, want 3", got)
+	}
+}
