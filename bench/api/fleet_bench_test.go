@@ -177,7 +177,7 @@ func BenchmarkFleet(b *testing.B) {
 		ids = append(ids, e.Node.ID)
 	}
 	report("fleet-store-definitions", run(b, 200, func() error {
-		_, err := st.NodeDefinitionsOf(ctx, ids, append(slices.Clone(f.roots), f.troubled...))
+		_, err := st.PathDefinitionsOf(ctx, ids, append(slices.Clone(f.roots), f.troubled...))
 		return err
 	}))
 	customer := access.Principal{Name: "c3", Role: access.RoleCustomer, Via: access.ViaToken, Selector: access.Selector{"customer": "c3"}}

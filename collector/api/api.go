@@ -34,7 +34,7 @@ type Queries interface {
 	// A page of the fleet (GET /fleet): its nodes' summaries, and the
 	// definitions of their roots and of what explains them.
 	Fleet(ctx context.Context, scope store.Scope, q store.FleetQuery) (store.FleetPage, error)
-	NodeDefinitionsOf(ctx context.Context, ids []int32, paths []string) (map[int32][]store.MetricDef, error)
+	PathDefinitionsOf(ctx context.Context, ids []int32, paths []string) (map[string]store.MetricDef, error)
 	// About one node, found through the calls above.
 	Definitions(ctx context.Context, nodeID int32) ([]store.MetricDef, error)
 	Latest(ctx context.Context, nodeID int32) (store.Latest, bool, error)

@@ -178,13 +178,13 @@ func (a *API) ListFleet(w http.ResponseWriter, r *http.Request) {
 			paths[p] = true
 		}
 	}
-	var defs map[int32][]store.MetricDef
+	var defs map[string]store.MetricDef
 	if len(ids) > 0 {
 		pathList := make([]string, 0, len(paths))
 		for p := range paths {
 			pathList = append(pathList, p)
 		}
-		if defs, err = a.q.NodeDefinitionsOf(ctx, ids, pathList); err != nil {
+		if defs, err = a.q.PathDefinitionsOf(ctx, ids, pathList); err != nil {
 			httpjson.WriteError(w, r, err, a.log)
 			return
 		}
@@ -194,7 +194,7 @@ func (a *API) ListFleet(w http.ResponseWriter, r *http.Request) {
 			Crit: page.Counts[store.StateCrit], Unknown: page.Counts[store.StateUnknown]},
 		Nodes: make([]FleetNode, 0, len(page.Entries))}
 	for _, e := range page.Entries {
-		n := fleetNode(e, defs[e.Node.ID], explains[e.Node.ID], a.live.Connected(e.Node.Name))
+		n := fleetNode(e, defs, explains[e.Node.ID], a.live.Connected(e.Node.Name))
 		if !staff(ctx) {
 			// What a customer sees of a node (customer.go): not the
 			// agent's own root, nor staff-only metrics explaining one.
@@ -211,9 +211,9 @@ func (a *API) ListFleet(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, http.StatusOK, out)
 }
 
-// fleetNode is one node of the page: its roots (definitions in defs) with
-// their values, since when, and what explains a raised one.
-func fleetNode(e store.FleetEntry, defs []store.MetricDef, explains map[string]string, connected bool) FleetNode {
+// fleetNode is one node of the page: its roots (definitions by path in
+// byPath) with their values, since when, and what explains a raised one.
+func fleetNode(e store.FleetEntry, byPath map[string]store.MetricDef, explains map[string]string, connected bool) FleetNode {
 	n := FleetNode{Name: e.Node.Name, Labels: e.Node.Labels, Tenant: e.Node.Tenant, State: e.State.String(),
 		Connected: connected && e.Node.Retired == nil, Stale: e.Stale, IntervalMS: e.Node.IntervalMS, RetiredAt: e.Node.Retired,
 		Roots: []FleetRoot{}}
@@ -225,14 +225,13 @@ func fleetNode(e store.FleetEntry, defs []store.MetricDef, explains map[string]s
 	}
 	t := e.Time.UTC()
 	n.LastReport = &t
-	byPath := make(map[string]store.MetricDef, len(defs))
 	var rootDefs []store.MetricDef
-	for _, d := range defs {
-		byPath[d.Path] = d
-		if _, ok := e.Roots[d.Path]; ok && schema.Root(d.Path) == d.Path {
+	for p := range e.Roots {
+		if d, ok := byPath[p]; ok {
 			rootDefs = append(rootDefs, d)
 		}
 	}
+	slices.SortFunc(rootDefs, func(a, b store.MetricDef) int { return strings.Compare(a.Path, b.Path) })
 	l := store.Latest{Time: e.Time, IntervalMS: e.IntervalMS, Metrics: make(map[string]store.LatestValue, len(e.Roots))}
 	for p, v := range e.Roots {
 		l.Metrics[p] = v.LatestValue

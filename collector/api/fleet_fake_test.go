@@ -37,13 +37,13 @@ func (f *fakeStore) Fleet(_ context.Context, scope store.Scope, q store.FleetQue
 	return page, nil
 }
 
-func (f *fakeStore) NodeDefinitionsOf(_ context.Context, ids []int32, paths []string) (map[int32][]store.MetricDef, error) {
-	out := map[int32][]store.MetricDef{}
+func (f *fakeStore) PathDefinitionsOf(_ context.Context, ids []int32, paths []string) (map[string]store.MetricDef, error) {
+	out := map[string]store.MetricDef{}
 	for _, id := range ids {
 		for _, d := range f.defs[id] {
 			for _, p := range paths {
 				if d.Path == p {
-					out[id] = append(out[id], d)
+					out[p] = d
 				}
 			}
 		}

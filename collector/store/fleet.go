@@ -243,31 +243,29 @@ type scanAlso struct {
 
 func (s scanAlso) Scan(dest ...any) error { return s.row.Scan(append(dest, s.more...)...) }
 
-// NodeDefinitionsOf returns the given nodes' definitions of the given
-// paths: path, title, unit and kind only (what a fleet page shows). The
-// paths' ids are looked up first, so that each node's are found by its key
-// (node_id, metric_id) and not among all its ~200; the definitions'
-// texts are read once per definition, not per node (they are shared).
-func (s *Store) NodeDefinitionsOf(ctx context.Context, ids []int32, paths []string) (map[int32][]MetricDef, error) {
+// PathDefinitionsOf returns the definition of each of paths that one of
+// the nodes ids has: path, title, unit and kind (what a fleet page shows).
+// The agent's catalogue gives every node the same of these for a path (as
+// DefinitionsOf assumes), so one node's is read per path, through the key
+// (node_id, metric_id): a handful of index probes, however many nodes.
+func (s *Store) PathDefinitionsOf(ctx context.Context, ids []int32, paths []string) (map[string]MetricDef, error) {
 	rows, err := s.pool.Query(ctx, `
-		WITH nm AS MATERIALIZED (SELECT node_id, metric_id, def_id FROM node_metrics
-			WHERE node_id = ANY($1) AND metric_id = ANY(ARRAY(SELECT id FROM metric_paths WHERE path = ANY($2)))),
-		d AS MATERIALIZED (SELECT id, title, unit, kind FROM metric_defs WHERE id IN (SELECT def_id FROM nm))
-		SELECT nm.node_id, p.path, d.title, d.unit, d.kind
-		FROM nm JOIN d ON d.id = nm.def_id JOIN metric_paths p ON p.id = nm.metric_id
-		ORDER BY nm.node_id, p.path`, ids, paths)
+		SELECT p.path, d.title, d.unit, d.kind
+		FROM metric_paths p CROSS JOIN LATERAL (
+			SELECT def_id FROM node_metrics nm WHERE nm.node_id = ANY($1) AND nm.metric_id = p.id LIMIT 1) nm
+		JOIN metric_defs d ON d.id = nm.def_id
+		WHERE p.path = ANY($2)`, ids, paths)
 	if err != nil {
 		return nil, fmt.Errorf("read definitions: %w", err)
 	}
 	defer rows.Close()
-	out := map[int32][]MetricDef{}
+	out := make(map[string]MetricDef, len(paths))
 	for rows.Next() {
-		var node int32
 		var d MetricDef
-		if err := rows.Scan(&node, &d.Path, &d.Title, &d.Unit, &d.Kind); err != nil {
+		if err := rows.Scan(&d.Path, &d.Title, &d.Unit, &d.Kind); err != nil {
 			return nil, fmt.Errorf("scan definition: %w", err)
 		}
-		out[node] = append(out[node], d)
+		out[d.Path] = d
 	}
 	return out, rows.Err()
 }
