@@ -96,8 +96,7 @@ func TestPinnedCountsSurviveTheProbe(t *testing.T) {
 
 	// An upgrade that changed only a map's size: replaced, its counts
 	// carried over.
-	counts := filepath.Join(dir, "rst_counts")
-	resize(t, counts, 1)
+	resize(t, filepath.Join(dir, "rst_counts"), 1)
 	logs.Reset()
 	fourth := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir, Logger: log})
 	if !fourth.Continued() || !strings.Contains(logs.String(), "carried the counts of the replaced map over") {
@@ -115,10 +114,11 @@ func TestPinnedCountsSurviveTheProbe(t *testing.T) {
 	}
 
 	// An upgrade that changed a map's layout: replaced, not continued.
+	counts := filepath.Join(dir, "rst_percpu") // where one namespace's resets are counted
 	if err := os.Remove(counts); err != nil {
 		t.Fatal(err)
 	}
-	odd, err := ebpf.NewMap(&ebpf.MapSpec{Name: "rst_counts", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	odd, err := ebpf.NewMap(&ebpf.MapSpec{Name: "rst_percpu", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
