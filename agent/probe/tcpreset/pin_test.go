@@ -193,3 +193,48 @@ func TestPinFailureRunsUnpinned(t *testing.T) {
 		t.Errorf("counted %d, want 3", got)
 	}
 }
+
+// The ring's consumer position counts the records read from it across
+// probes: the next probe, adopting the pinned ring, starts from the
+// records the first read, and reads on from the ones made while none ran.
+func TestConsumedCountsAcrossProbes(t *testing.T) {
+	const n = 4
+	l := netlab.New(t)
+	dir := pinDir(t)
+	ino := l.Inode(t, l.B)
+	consumed := func(p *Probe) uint64 {
+		t.Helper()
+		c, err := p.Consumed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	first := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir})
+	if got := consumed(first); got != 0 {
+		t.Fatalf("a new ring says %d records were read", got)
+	}
+	c := collect(first)
+	l.ResetNoSocket(t, n)
+	if got := len(c.stop(t, n)); got != n {
+		t.Fatalf("read %d events, want %d", got, n)
+	}
+	if got := consumed(first); got != n {
+		t.Errorf("after reading %d events Consumed is %d", n, got)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l.ResetNoSocket(t, n) // no probe open: the pinned program writes the ring
+	second := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir})
+	if got := consumed(second); got != n {
+		t.Errorf("the next probe starts at %d records read, want %d", got, n)
+	}
+	c = collect(second)
+	if got := len(c.stop(t, n)); got != n {
+		t.Fatalf("the next probe read %d events, want the %d made while none ran", got, n)
+	}
+	if got := consumed(second); got != 2*n {
+		t.Errorf("Consumed %d, want %d", got, 2*n)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 
@@ -248,6 +249,13 @@ func (p *Probe) Stats() (Stats, error) {
 	}
 	return Stats{Suppressed: old.Suppressed + pc.Suppressed, RingFull: old.RingFull + pc.RingFull,
 		CountErrors: old.CountErrors + pc.CountErrors}, nil
+}
+
+// Consumed returns how many evidence records readers have taken from the
+// ring since it was created (see evidence.Ring.Consumed): with a pinned
+// ring, those of every agent before this one too.
+func (p *Probe) Consumed() (uint64, error) {
+	return p.ring.Consumed(int(unsafe.Sizeof(tcpresetNbsRstEvent{})))
 }
 
 // ReadEvents calls fn for each evidence event until ctx is done or the probe
