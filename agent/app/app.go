@@ -150,10 +150,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The first reading is the baseline: reports count from here, but for
 	// the counters that continue the previous agent's (pinned maps).
 	led := newLedger()
+	// What the previous agent's reports counted: the agent branch's
+	// evidence counts live in the process and continue from it (Carry).
+	prev := car.restore(a.outbox)
+	a.mu.Lock()
+	self := a.self
+	a.mu.Unlock()
+	self.Carry(prev)
 	first := a.collect(ctx, led)
 	var reported map[string]uint64
 	if len(first.continued) > 0 {
-		if reported = car.restore(a.outbox); reported == nil {
+		if reported = prev; reported == nil {
 			a.log.Warn("the probes adopted pinned counters but there is no record of what the previous agent reported " +
 				"(a spool in memory, or another node's); counts made while no agent ran are not reported")
 		} else {

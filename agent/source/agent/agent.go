@@ -96,6 +96,19 @@ type Source struct {
 	cost      map[source.Source]float64 // per source, last interval
 	events    []*nbsv1.Event
 	adaptErrs map[string]string
+	// carried are, by evidence branch (metric segment), what the previous
+	// agent's reports counted of the branch's process-local counts (see
+	// Carry); carriedAll says every evidence branch has them.
+	carried    map[string]carriedEvidence
+	carriedAll bool
+}
+
+// carriedEvidence is what counts of one branch's evidence start from in
+// this agent (Carry).
+type carriedEvidence struct {
+	kept, capped uint64 // the previous agent's reports' agent/evidence/<b> and its interval_cap
+	down         uint64 // agent_down: read by the agents before, never reported
+	downKnown    bool
 }
 
 // New turns on the kernel's BPF run-time statistics, for the agent's
@@ -199,8 +212,77 @@ func (s *Source) programID(p *ebpf.Program, key string) string {
 	return id
 }
 
+// Carry makes the evidence counts that live in this process (events
+// reported, interval_cap) continue those of the previous agent's reports,
+// for each evidence source that continues the previous agent's counts
+// (source.Continuing: its probe adopted the pinned maps and ring), and
+// counts what that agent read from the ring but never reported (agent_down).
+// reported is the counters the previous agent's reports carried (the
+// agent's counted.json), nil when there is no record. Call it before the
+// first Collect.
+//
+// The books of one branch balance from the ring's consumer position, which
+// the pinned ring keeps: every record read by the agents before this one
+// (EvidenceCounts.Consumed, read before this agent's reader started) was
+// reported, given up beyond the per-interval cap, or lost with the agent
+// that read it. So agent_down, cumulative over the agents, is Consumed
+// less the reported and interval_cap counts the previous agent's reports
+// carried, which themselves continue across agents.
+func (s *Source) Carry(reported map[string]uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.carried, s.carriedAll = map[string]carriedEvidence{}, false
+	if reported == nil {
+		return
+	}
+	all := true
+	for _, src := range s.opts.Sources {
+		el, ok := src.(source.EvidenceLosses)
+		if !ok {
+			continue
+		}
+		c, err := el.EvidenceCounts()
+		if err != nil || c.Dropped == nil {
+			continue
+		}
+		cont, _ := src.(source.Continuing)
+		if cont == nil || !cont.Continues(c.Branch) {
+			all = false
+			continue
+		}
+		b := catalog.MetricSegment(c.Branch)
+		k := carriedEvidence{capped: reported[catalog.AgentEvidenceDrop+"/"+b+"/"+source.CapInterval]}
+		// An agent before this version reported no per-branch count: then
+		// what it lost cannot be told from what it reported.
+		if kept, ok := reported[catalog.AgentEvidence+"/"+b]; ok && c.ConsumedKnown {
+			k.kept, k.downKnown = kept, true
+			k.down = c.Consumed - min(kept+k.capped, c.Consumed)
+		}
+		s.carried[b] = k
+	}
+	s.carriedAll = all && len(s.carried) > 0
+}
+
+// Continues says which of the branch's counters continue the previous
+// agent's (source.Continuing): those of the evidence of each source Carry
+// carried, and the evidence totals when it carried every source.
+func (s *Source) Continues(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id == catalog.AgentEvidence || id == catalog.AgentEvidenceDrop {
+		return s.carriedAll
+	}
+	for b := range s.carried {
+		if schema.Within(id, catalog.AgentEvidence+"/"+b) || schema.Within(id, catalog.AgentEvidenceDrop+"/"+b) {
+			return true
+		}
+	}
+	return false
+}
+
 // evidence adds what each source's evidence caps gave up, and what was
-// reported (agent/evidence).
+// reported (agent/evidence), continuing the previous agent's counts where
+// Carry carried them.
 func (s *Source) evidence(r *source.Reading) {
 	r.Counters[catalog.AgentEvidence] = 0
 	r.Counters[catalog.AgentEvidenceDrop] = 0
@@ -214,20 +296,31 @@ func (s *Source) evidence(r *source.Reading) {
 			continue // closed meanwhile, or no evidence (/proc)
 		}
 		branch := catalog.MetricSegment(c.Branch)
+		k := s.carried[branch]
+		dropped := maps.Clone(c.Dropped)
+		dropped[source.CapInterval] += k.capped
+		if c.ConsumedKnown {
+			// A source with a ring always shows agent_down; it is 0 but
+			// after a kill.
+			dropped[source.CapAgentDown] = k.down
+		}
 		// The usual caps always (a zero says nothing was given up), then
 		// any other a source counts.
 		caps := slices.Clone(source.EvidenceCaps)
-		for _, cp := range slices.Sorted(maps.Keys(c.Dropped)) {
+		for _, cp := range slices.Sorted(maps.Keys(dropped)) {
 			if !slices.Contains(caps, cp) {
 				caps = append(caps, cp)
 			}
 		}
+		r.Metrics = append(r.Metrics, catalog.AgentEvidenceReported(branch))
 		r.Metrics = append(r.Metrics, catalog.AgentEvidenceDropped(branch, caps)...)
+		kept := k.kept + c.Kept
+		r.Counters[catalog.AgentEvidence+"/"+branch] = kept
+		r.Counters[catalog.AgentEvidence] += kept
 		id := catalog.AgentEvidenceDrop + "/" + branch
-		r.Counters[catalog.AgentEvidence] += c.Kept
 		r.Counters[id] = 0
 		for _, cp := range caps {
-			n := c.Dropped[cp]
+			n := dropped[cp]
 			r.Counters[id+"/"+cp] = n
 			r.Counters[id] += n
 			r.Counters[catalog.AgentEvidenceDrop] += n
