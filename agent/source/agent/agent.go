@@ -101,6 +101,12 @@ type Source struct {
 	// Carry); carriedAll says every evidence branch has them.
 	carried    map[string]carriedEvidence
 	carriedAll bool
+	// totalsFrom are, for the evidence branches that start afresh while the
+	// totals continue, what the previous agent's reports counted of them;
+	// at the first collection they become totalsOff, the offsets that make
+	// the totals count only what the branches' own counters count.
+	totalsFrom map[string][2]uint64 // reported, given up
+	totalsOff  map[string][2]int64
 }
 
 // carriedEvidence is what counts of one branch's evidence start from in
@@ -232,10 +238,10 @@ func (s *Source) Carry(reported map[string]uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.carried, s.carriedAll = map[string]carriedEvidence{}, false
+	s.totalsFrom, s.totalsOff = map[string][2]uint64{}, map[string][2]int64{}
 	if reported == nil {
 		return
 	}
-	all := true
 	for _, src := range s.opts.Sources {
 		el, ok := src.(source.EvidenceLosses)
 		if !ok {
@@ -245,12 +251,12 @@ func (s *Source) Carry(reported map[string]uint64) {
 		if err != nil || c.Dropped == nil {
 			continue
 		}
+		b := catalog.MetricSegment(c.Branch)
 		cont, _ := src.(source.Continuing)
 		if cont == nil || !cont.Continues(c.Branch) {
-			all = false
+			s.totalsFrom[b] = [2]uint64{reported[catalog.AgentEvidence+"/"+b], reported[catalog.AgentEvidenceDrop+"/"+b]}
 			continue
 		}
-		b := catalog.MetricSegment(c.Branch)
 		k := carriedEvidence{capped: reported[catalog.AgentEvidenceDrop+"/"+b+"/"+source.CapInterval]}
 		// An agent before this version reported no per-branch count: then
 		// what it lost cannot be told from what it reported.
@@ -260,12 +266,14 @@ func (s *Source) Carry(reported map[string]uint64) {
 		}
 		s.carried[b] = k
 	}
-	s.carriedAll = all && len(s.carried) > 0
+	// The totals continue when any branch does; those of the branches
+	// that start afresh are offset at the first collection (evidence).
+	s.carriedAll = len(s.carried) > 0
 }
 
 // Continues says which of the branch's counters continue the previous
 // agent's (source.Continuing): those of the evidence of each source Carry
-// carried, and the evidence totals when it carried every source.
+// carried, and the evidence totals when it carried any.
 func (s *Source) Continues(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -284,8 +292,7 @@ func (s *Source) Continues(id string) bool {
 // reported (agent/evidence), continuing the previous agent's counts where
 // Carry carried them.
 func (s *Source) evidence(r *source.Reading) {
-	r.Counters[catalog.AgentEvidence] = 0
-	r.Counters[catalog.AgentEvidenceDrop] = 0
+	var totalKept, totalDropped int64
 	for _, src := range s.opts.Sources {
 		el, ok := src.(source.EvidenceLosses)
 		if !ok {
@@ -316,16 +323,26 @@ func (s *Source) evidence(r *source.Reading) {
 		r.Metrics = append(r.Metrics, catalog.AgentEvidenceDropped(branch, caps)...)
 		kept := k.kept + c.Kept
 		r.Counters[catalog.AgentEvidence+"/"+branch] = kept
-		r.Counters[catalog.AgentEvidence] += kept
 		id := catalog.AgentEvidenceDrop + "/" + branch
 		r.Counters[id] = 0
 		for _, cp := range caps {
 			n := dropped[cp]
 			r.Counters[id+"/"+cp] = n
 			r.Counters[id] += n
-			r.Counters[catalog.AgentEvidenceDrop] += n
 		}
+		// A branch that starts afresh while the totals continue: its first
+		// values are a baseline of its own counters, so the totals go on
+		// from its reported values instead (Carry).
+		if from, ok := s.totalsFrom[branch]; ok {
+			s.totalsOff[branch] = [2]int64{int64(from[0]) - int64(kept), int64(from[1]) - int64(r.Counters[id])}
+			delete(s.totalsFrom, branch)
+		}
+		off := s.totalsOff[branch]
+		totalKept += int64(kept) + off[0]
+		totalDropped += int64(r.Counters[id]) + off[1]
 	}
+	r.Counters[catalog.AgentEvidence] = uint64(max(totalKept, 0))
+	r.Counters[catalog.AgentEvidenceDrop] = uint64(max(totalDropped, 0))
 }
 
 // Collect reads every program's statistics and the outbox.

@@ -324,3 +324,43 @@ func TestEvidenceCarriedAcrossRestart(t *testing.T) {
 		})
 	}
 }
+
+// mutableSource is an evidence source whose counts a test changes between
+// collections.
+type mutableSource struct {
+	source.Source
+	counts *source.EvidenceCounts
+}
+
+func (m mutableSource) EvidenceCounts() (source.EvidenceCounts, error) { return *m.counts, nil }
+
+// The totals continue when a source continues, and a source that starts
+// afresh adds to them only what its own counters count: its first values
+// are its baseline, not an increase.
+func TestEvidenceTotalsWithAFreshSource(t *testing.T) {
+	resets := continuingSource{evidenceSource{counts: source.EvidenceCounts{Branch: catalog.TCPReset, Kept: 2,
+		Consumed: 105, ConsumedKnown: true, Dropped: map[string]uint64{source.CapRateLimit: 50}}}, true}
+	fresh := &source.EvidenceCounts{Branch: catalog.Drops, Kept: 4, Dropped: map[string]uint64{source.CapRateLimit: 7}}
+	s := newSelf(t, Options{Sources: []source.Source{resets, mutableSource{counts: fresh}}})
+	s.Carry(map[string]uint64{"agent/evidence/tcp_reset": 100, "agent/evidence/drops": 50,
+		"agent/evidence/dropped/drops": 70, catalog.AgentEvidence: 150})
+	if !s.Continues(catalog.AgentEvidence) || s.Continues("agent/evidence/drops") {
+		t.Fatal("the totals must continue and the fresh source's counts must not")
+	}
+	for i, want := range []struct{ kept, dropped uint64 }{
+		{kept: 102 + 50, dropped: 50 + 5 + 70}, // agent_down 105-100; the fresh source's 4 and 7 are its baseline
+		{kept: 102 + 50 + 3, dropped: 50 + 5 + 70 + 1},
+	} {
+		if i == 1 {
+			fresh.Kept += 3
+			fresh.Dropped = map[string]uint64{source.CapRateLimit: 8}
+		}
+		r := collect(t, s)
+		if got := r.Counters[catalog.AgentEvidence]; got != want.kept {
+			t.Errorf("collection %d: %s = %d, want %d", i, catalog.AgentEvidence, got, want.kept)
+		}
+		if got := r.Counters[catalog.AgentEvidenceDrop]; got != want.dropped {
+			t.Errorf("collection %d: %s = %d, want %d", i, catalog.AgentEvidenceDrop, got, want.dropped)
+		}
+	}
+}
