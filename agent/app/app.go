@@ -21,6 +21,7 @@ import (
 	"github.com/nbs-project/nbs/agent/nodecred"
 	"github.com/nbs-project/nbs/agent/owner"
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
+	"github.com/nbs-project/nbs/agent/probe/evidence"
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/agent"
@@ -249,7 +250,10 @@ func (a *Agent) flush(led *ledger, car *carry, last time.Time) {
 	defer cancel()
 	// The collector refuses a report of less than the shortest interval
 	// (100ms, as --interval): a stop just after a collection waits for it.
-	time.Sleep(time.Until(last.Add(minInterval)))
+	// The evidence readers poll their rings (evidence.PollPeriod): waiting
+	// for one more poll puts the evidence of every event counted in this
+	// report in it, so a SIGTERM loses none (agent/evidence/dropped/*/agent_down).
+	time.Sleep(max(time.Until(last.Add(minInterval)), evidence.PollPeriod+50*time.Millisecond))
 	now := time.Now()
 	a.report(led, car, now, now.Sub(last), a.collect(ctx, led), false)
 	deadline := time.Now().Add(a.cfg.FlushTimeout)
