@@ -57,7 +57,9 @@ func AgentTree() []Metric {
 				"CPU), interval_cap (read but beyond --evidence.per-interval: raise it, or shorten --interval) and " +
 				"agent_down (read by an agent that was killed before it reported them; counted by the next agent " +
 				"from the kernel ring's read position; a stop with SIGTERM loses none). Across restarts the " +
-				"counts continue where the previous agent's reports left them. " +
+				"counts continue where the previous agent's reports left them. latency/flows counts its sampling's " +
+				"caps here too: rate_limit (its per-CPU sample rate), table_full (its flow table) and interval_cap " +
+				"(retransmitting flows beyond the 10 an interval names). " +
 				"The counters of resets and drops are exact whatever evidence is given up."},
 		{ID: AgentTriggered, Title: "Triggered sources attached", Unit: "sources", Kind: Gauge,
 			Description: "Triggered sources (per-packet BPF programs) attached now. Each is attached while its " +
