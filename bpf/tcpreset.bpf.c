@@ -77,12 +77,14 @@ struct nbs_rst_cached {
  * are race-free; the fields both programs write are updated atomically.
  */
 struct nbs_rst_percpu {
-	__u64 count[2][NBS_RST_CODES];
-	struct nbs_rst_cached cache[2][NBS_RST_CACHE];
+	/* First, so that with the common low codes' slots they share the
+	 * value's first cache line: at a rare rate every line is a miss. */
 	__u64 suppressed;    /* evidence withheld by the rate limit */
 	__u64 ring_full;     /* evidence lost because user space lagged */
 	__u64 count_errors;  /* counter updates that failed (map full) */
 	__u64 denied_until;  /* time (ns) before which this CPU knows the evidence bucket empty */
+	__u64 count[2][NBS_RST_CODES];
+	struct nbs_rst_cached cache[2][NBS_RST_CACHE];
 };
 
 struct {

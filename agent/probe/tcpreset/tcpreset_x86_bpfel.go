@@ -35,17 +35,17 @@ type tcpresetNbsRstKey struct {
 }
 
 type tcpresetNbsRstPercpu struct {
-	_     structs.HostLayout
-	Count [2][64]uint64
-	Cache [2][64]struct {
-		_     structs.HostLayout
-		Key   uint64
-		Count uint64
-	}
+	_           structs.HostLayout
 	Suppressed  uint64
 	RingFull    uint64
 	CountErrors uint64
 	DeniedUntil uint64
+	Count       [2][64]uint64
+	Cache       [2][64]struct {
+		_     structs.HostLayout
+		Key   uint64
+		Count uint64
+	}
 }
 
 type tcpresetNbsRstStats struct {
