@@ -238,3 +238,74 @@ func TestConsumedCountsAcrossProbes(t *testing.T) {
 		t.Errorf("Consumed %d, want %d", got, 2*n)
 	}
 }
+
+// An upgrade from an agent that counted in the hash and the stats map
+// (before the per-CPU slots): the new probe adopts both and adds what
+// they hold to its own counts, so the counts go on exactly.
+func TestUpgradeFromTheHashKeepsCounts(t *testing.T) {
+	const before, suppressed, n = 3, 7, 4
+	l := netlab.New(t)
+	dir := pinDir(t)
+	ino := l.Inode(t, l.B)
+	names, err := LoadNames(nil)
+	if err != nil {
+		netlab.SkipOrFail(t, "tcpreset names: %v", err)
+	}
+	noSocket, ok := names.ReasonCode("no_socket")
+	if !ok {
+		t.Fatal("no no_socket reason in this kernel's BTF")
+	}
+	spec, err := loadTcpreset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The older agent's maps, as it left them pinned.
+	pin := func(name string, key any, perCPU any) {
+		t.Helper()
+		ms := spec.Maps[name].Copy()
+		ms.Pinning = ebpf.PinNone
+		m, err := ebpf.NewMap(ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if err := m.Put(key, perCPU); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Pin(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := make([]uint64, cpus)
+	counts[0] = before
+	pin("rst_counts", tcpresetNbsRstKey{Netns: ino, Direction: uint32(DirectionSent), Code: noSocket}, counts)
+	stats := make([]tcpresetNbsRstStats, cpus)
+	stats[cpus-1].Suppressed = suppressed
+	pin("rst_stats", uint32(0), stats)
+
+	p := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir})
+	if !p.Continued() {
+		t.Error("the probe does not continue the older agent's counts")
+	}
+	if got := named(t, p)["sent/no_socket"]; got != before {
+		t.Errorf("the adopted hash reads %d, want %d", got, before)
+	}
+	l.ResetNoSocket(t, n)
+	if got := named(t, p)["sent/no_socket"]; got != before+n {
+		t.Errorf("after %d resets %d, want %d", n, got, before+n)
+	}
+	st, err := p.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Suppressed != suppressed {
+		t.Errorf("suppressed %d, want the %d the adopted stats map holds", st.Suppressed, suppressed)
+	}
+}
