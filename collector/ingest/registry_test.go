@@ -113,7 +113,9 @@ func startServerWith(t *testing.T, opts ServerOptions) (*Server, *countingRegist
 	log := slog.New(slog.DiscardHandler)
 	srv := NewServer(reg, NewWriter(nil, WriterOptions{}, log, m), opts, log, m)
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	// As the collector serves them (TestStreamLimits and a push test serve
+	// streams without it).
+	gs := grpc.NewServer(InterruptibleStreams())
 	nbsv1.RegisterAgentServiceServer(gs, srv)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
