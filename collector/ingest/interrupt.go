@@ -22,8 +22,11 @@ type streamCancelKey struct{}
 //
 // With it, the handler's goroutine receives and no second goroutine per
 // stream waits for it: one goroutine stack (8–16 KiB) less per connected
-// node. Without it (a gRPC server built without this option), Connect
-// receives on a goroutine of its own, as it must.
+// node. Without it (a gRPC server built without this option, or a
+// grpc-go whose transport stream no longer writes its own status), Connect
+// receives on a goroutine of its own, as it must. grpc.InTapHandle is
+// experimental in grpc-go, and a server takes only one: another tap would
+// have to do this too.
 func InterruptibleStreams() grpc.ServerOption {
 	return grpc.InTapHandle(interruptible)
 }
