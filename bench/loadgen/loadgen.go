@@ -68,6 +68,11 @@ type Config struct {
 	// how long after its report was sent. A test that compares phases of
 	// one run keeps its own tallies with it.
 	OnAck func(at time.Time, latency time.Duration)
+	// OnAcked, when set, is told which report each acknowledgement was
+	// for (node name, instance, sequence), so that a test can hold the
+	// database to storing every acknowledged report exactly once. It is
+	// called from the node's receiving goroutine and must not block.
+	OnAcked func(node string, instance, seq uint64)
 	// NodesPerConn, above 1, carries that many nodes' streams on one gRPC
 	// connection (HTTP/2 streams of one TCP connection), as a relay in
 	// front of agents would: one connection per node stops near 9,000

@@ -247,6 +247,9 @@ func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbs
 			}
 			if ok {
 				n.f.observe(time.Since(p.sent), p.items)
+				if n.f.cfg.OnAcked != nil {
+					n.f.cfg.OnAcked(n.name, n.instance, m.Ack.GetSequence())
+				}
 			}
 		case *nbsv1.ConnectResponse_Reject:
 			n.mu.Lock()
