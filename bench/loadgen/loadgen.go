@@ -50,6 +50,12 @@ type Config struct {
 	// agent's spool keeps it), resending
 	// what was not acknowledged.
 	ReconnectsPerHour float64
+	// ReconnectInFlight makes each of those reconnects drop the stream
+	// right after sending a report, before its acknowledgement can
+	// arrive, as a connection lost mid-report does: the report is resent
+	// on the new stream, and the collector may have stored it already (it
+	// must store it once and acknowledge it again).
+	ReconnectInFlight bool
 	// Clock stamps reports and paces snapshots, churn and pods (default
 	// time.Now). One running faster than real time compresses months
 	// into minutes (bench/lifecycle); the collector must accept its times.

@@ -56,7 +56,7 @@ func TestFleetSizeInCI(t *testing.T) {
 		Troubled: 0.05, Seed: 18,
 		// About ten reconnects in the minute, each resending what was
 		// not acknowledged when the stream dropped.
-		ReconnectsPerHour: 600,
+		ReconnectsPerHour: 600, ReconnectInFlight: true,
 		OnAcked: func(node string, instance, seq uint64) {
 			mu.Lock()
 			acked[report{node, int64(instance), int64(seq)}]++
@@ -82,8 +82,8 @@ func TestFleetSizeInCI(t *testing.T) {
 	if s.Rejected != 0 {
 		t.Fatalf("%d reports rejected", s.Rejected)
 	}
-	if s.Reconnects == 0 {
-		t.Fatal("no reconnects: the run did not test resending")
+	if s.Reconnects == 0 || s.Resent == 0 {
+		t.Fatalf("%d reconnects, %d reports resent: the run did not test resending", s.Reconnects, s.Resent)
 	}
 	// A node's first report goes an interval after its place in the
 	// ramp: each sends at least run/interval-2 reports in the run.
