@@ -347,30 +347,35 @@ int BPF_PROG(nbs_rx_ready, const struct sock *sk)
 	struct nbs_rx_fifo *f;
 	struct sk_buff *tail;
 	__u64 now, seq, arrived = 0;
+	bool keep, timed;
 
 	if (!in_scope(sk))
 		return 0;
 	count_run(NBS_RX_HOOK_READY);
 	if (sk->sk_protocol != NBS_IPPROTO_UDP)
 		return 0;
-	now = now_real();
 	tail = sk->sk_receive_queue.prev;
 	/* An empty queue: the reader took the datagram already. It still
 	 * takes a position, so the ones after it keep theirs. */
 	if (tail && (void *)tail != (void *)&sk->sk_receive_queue) {
 		arrived = rx_stamp(tail);
-		if (!arrived) {
+		if (!arrived)
 			count(offsetof(struct nbs_rx_stats, unstamped));
-		} else if (now < arrived) {
-			arrived = 0;
-		} else if (sampled(mix(arrived))) {
-			/* The same 1 in N by stamp as TCP's, so the two weigh
-			 * alike in latency/rx/stack, which merges them. */
-			record(NBS_RX_UDP, NBS_RX_STACK, now - arrived);
-		}
 	}
-	/* A socket out of the sample keeps no queue times. */
-	if (!sk_sampled(sk))
+	/* The same 1 in N by stamp as TCP's, so the two weigh alike in
+	 * latency/rx/stack, which merges them; a socket out of the read
+	 * sample keeps no queue times. A datagram in neither leaves before
+	 * the clock. */
+	keep = sk_sampled(sk);
+	timed = arrived && sampled(mix(arrived));
+	if (!keep && !timed)
+		return 0;
+	now = now_real();
+	if (now < arrived)
+		arrived = 0;
+	else if (timed)
+		record(NBS_RX_UDP, NBS_RX_STACK, now - arrived);
+	if (!keep)
 		return 0;
 	f = bpf_sk_storage_get(&rx_fifo, (struct sock *)sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!f)
