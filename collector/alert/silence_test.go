@@ -19,6 +19,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/nbs-project/nbs/collector/access"
+	"github.com/nbs-project/nbs/collector/alert/notify/alertmanager"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/api/apitest"
 	"github.com/nbs-project/nbs/internal/pgcluster"
@@ -329,7 +330,16 @@ func TestNodeSilentPagesAndResolves(t *testing.T) {
 		}
 		return ""
 	})
-	a, _ := rcv.lastAM("QuickSilent", "web-1")
+	// The webhook and Alertmanager are posted to independently: wait for
+	// the Alertmanager post too.
+	var a alertmanager.Alert
+	waitFor(t, 5*time.Second, func() string {
+		if got, n := rcv.lastAM("QuickSilent", "web-1"); n > 0 {
+			a = got
+			return ""
+		}
+		return "no Alertmanager post of QuickSilent for web-1"
+	})
 	if !strings.HasPrefix(a.Annotations["summary"], "web-1 has sent no report for ") || a.Labels["metric"] != "" ||
 		!strings.Contains(a.Annotations["tree_url"], "/nodes/web-1?from=") {
 		t.Errorf("silent alert annotations %v labels %v", a.Annotations, a.Labels)
