@@ -386,7 +386,7 @@ func TestTriggeredDetachedOverBudgetEndToEnd(t *testing.T) {
 		// The expand attaches it (unless the flood's retransmits raised the
 		// latency branch first, which attaches it too).
 		if len(ev) < 2 || ev[0].Fields["action"] != "attached" ||
-			ev[1].Fields["action"] != "detached" || !strings.Contains(ev[1].Fields["reason"], "over the overhead budget") {
+			ev[1].Fields["action"] != "detached" || !strings.Contains(ev[1].Fields["reason"], "over budget") {
 			return fmt.Sprintf("latency_qdisc: %q, want attached, then detached over the budget", actions)
 		}
 		t.Logf("latency_qdisc: %q", actions)

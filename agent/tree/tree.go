@@ -130,12 +130,6 @@ func (t *Tree) Effective(id string) *catalog.Threshold {
 	return t.effective(id)
 }
 
-// baselined reports whether a metric's levels multiply its moving median.
-func (t *Tree) baselined(id string) bool {
-	thr := t.effective(id)
-	return thr != nil && thr.Baseline > 0
-}
-
 func (t *Tree) effective(id string) *catalog.Threshold {
 	if t.disabled[id] {
 		return nil
@@ -276,12 +270,11 @@ func median(xs []float64) float64 {
 
 // Select picks the metrics to stream: every root; a child that is not OK,
 // or has a non-zero increase (so per-reason counts add up exactly in
-// storage), or is judged against its own baseline and not zero (so the
-// collector can state the moving median an alert's levels multiply, and
-// charts show the baseline, not only the raised spells; a report without
-// it means zero, as for a rate); everything when full is set
-// (periodic snapshot or an operator looking); and the ancestors of whatever
-// is picked, so the tree stays whole.
+// storage); everything when full is set (periodic snapshot or an operator
+// looking); and the ancestors of whatever is picked, so the tree stays
+// whole. A healthy child judged against its own baseline is not streamed
+// either: what the collector knows of its moving median comes from the
+// snapshots, which keeps a healthy node's report a few samples.
 func (t *Tree) Select(res Result, increases map[string]float64, full bool) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -293,7 +286,7 @@ func (t *Tree) Select(res Result, increases map[string]float64, full bool) []str
 			picked[id] = true
 		case !hasValue:
 			// A child with no value says nothing the parent's UNKNOWN doesn't.
-		case res.State[id] != OK, increases[id] > 0, t.baselined(id) && res.Values[id] != 0:
+		case res.State[id] != OK, increases[id] > 0:
 			for p := id; p != "" && !picked[p]; p = schema.Parent(p) {
 				picked[p] = true
 			}

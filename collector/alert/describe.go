@@ -195,9 +195,10 @@ func thresholdLevels(thr *store.Threshold, unit string, median *float64) levels 
 // the alert fired: the median of the metric's values in the threshold's
 // window of reports before the firing one, which is what the agent judged
 // that report against. A report without the metric is an increase of zero
-// for a rate (streamed whenever it moved); for a gauge it is skipped (the
-// agent streams baselined gauges whenever they are not zero, older agents
-// only in snapshots). nil when nothing was stored.
+// for a rate (streamed whenever it moved); for a gauge or histogram it is
+// skipped (a healthy child is streamed only in snapshots, so the median is
+// of what was stored: the snapshots' and any raised values). nil when
+// nothing was stored.
 func (s *Service) baselineMedian(ctx context.Context, inst *Instance, def store.MetricDef, thr *store.Threshold) *float64 {
 	e := inst.Evidence
 	interval := max(e.Interval, time.Second)

@@ -680,6 +680,9 @@ func (a *API) rollupPoints(ctx context.Context, n store.Node, defs []store.Metri
 		}
 		s.hist.Count += r.Count
 		s.hist.Sum += r.Sum
+		// A root that is itself a histogram has no sample rows: its
+		// histogram says the node reported.
+		s.seen = true
 	}
 	iv := int64(n.IntervalMS)
 	out := make(map[string][]Point, len(defs))

@@ -243,9 +243,9 @@ func (s *Store) Series(ctx context.Context, nodeID int32, path string, from, to 
 // RecentValues returns a node's values of a metric in its newest reports
 // in [from, before), newest first, at most limit of them: the inputs of a
 // moving median the agent judged the metric against. A report that did not
-// carry the metric gives NaN; the agent streams a baselined metric whenever
-// it is not zero, so the caller reads NaN as zero, or skips it for a metric
-// the agent had no value of.
+// carry the metric gives NaN: for a rate the caller reads it as zero (a
+// rate is streamed whenever it moved), for other kinds it skips it (a
+// healthy child is streamed only in snapshots).
 func (s *Store) RecentValues(ctx context.Context, nodeID int32, path string, from, before time.Time, limit int) ([]float64, error) {
 	id, err := s.lookupMetricID(ctx, path)
 	if err != nil {
