@@ -191,7 +191,7 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
           )}
           {tree.data && !tree.data.time && <p class="muted small">This node has not sent a report yet; values appear with its first report.</p>}
         </section>
-        <section class="panel metric-panel" aria-label="Metric detail">
+        <section class="panel metric-panel" aria-label="Metric detail" tabIndex={0}>
           {metric ? (
             <MetricView
               node={node}
