@@ -115,6 +115,7 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
   if (summary.error?.notFound || tree.error?.notFound) {
     return (
       <div class="page">
+        <h1>{node}</h1>
         <ErrorBox title={`Node “${node}” is not known to this collector`} error={(summary.error ?? tree.error)!} />
         <p>
           <a href={fleetHref()} onClick={linkClick}>
