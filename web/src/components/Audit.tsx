@@ -179,7 +179,7 @@ export function AuditPage({ params }: { params: URLSearchParams }) {
       {!polled.data && polled.error && <ErrorBox title="Cannot load the audit log" error={polled.error} onRetry={polled.refresh} />}
       {polled.data && entries.length === 0 && <Empty>{filtered ? 'No change matches these filters.' : 'Nothing has been changed yet.'}</Empty>}
       {entries.length > 0 && (
-        <div class="table-wrap table-page" tabIndex={0} role="region" aria-label="Audit log">
+        <div class="table-wrap table-page" tabIndex={0} role="region" aria-label="Audit log table">
           <table class="audit-table">
             <caption class="sr-only">Audit log, newest first</caption>
             <thead>
