@@ -20,9 +20,12 @@
  * The queue time, kept for the read, is the work netstacklat does not do,
  * so it is kept for a sample only (read_sample_mask: 1 in 16 by default):
  * TCP segments by a hash of their stamp, UDP sockets by a salted hash of
- * their addresses and ports. The
- * arrival-to-socket histograms count every packet; the read and total
- * histograms count the sample.
+ * their addresses and ports. The arrival-to-socket histograms sample
+ * packets at the same rate by the same hash of the stamp (for TCP the
+ * very segments whose queue time is kept): NBS's log-linear histogram
+ * spreads over more cache lines than netstacklat's log2 one, and a segment
+ * out of the sample leaves tcp_probe before the clock and the histogram.
+ * The read and total histograms count the read sample.
  *
  * A TCP packet that crossed a veth or was forwarded carries its sender's
  * monotonic departure time until ip_local_deliver replaces it with a
@@ -64,9 +67,11 @@ volatile __u32 target_netns SEC(".data") = 0;
 /* The queue time is kept for 1 in read_sample_mask + 1 TCP segments (by a
  * hash of the RX stamp) and UDP sockets (by a hash of their addresses), so the
  * read and total histograms are a sample of that rate; the arrival-to-socket
- * ("stack") histograms count every packet. Keeping the queue time is what
- * costs beyond netstacklat's work (a slot write, a socket-storage lookup),
- * so only the sample pays it; the rest leave at a multiply and a test.
+ * ("stack") histograms sample packets at the same rate by the stamp's hash.
+ * Keeping the queue time is what costs beyond netstacklat's work (a slot
+ * write, a socket-storage lookup), and filing a time in the log-linear
+ * histogram touches more lines than netstacklat's, so only the sample pays
+ * them; the rest of TCP's segments leave at a multiply and a test.
  * A power of two less one; 0: all. */
 volatile __u32 read_sample_mask SEC(".data") = 0;
 /* Random, set by user space at load: which UDP sockets are sampled. */
@@ -271,13 +276,16 @@ int BPF_PROG(nbs_rx_tcp, struct sock *sk, const struct sk_buff *skb)
 		count(offsetof(struct nbs_rx_stats, unstamped));
 		return 0;
 	}
+	/* The sample first: a segment out of it leaves at a multiply and a
+	 * test, before the clock and the histogram (the bucket's cache line
+	 * is the cost netstacklat's coarser histogram does not pay). */
+	h = mix(ts);
+	if (!sampled(h))
+		return 0;
 	now = now_real();
 	if (now < ts)
 		return 0;
 	record(NBS_RX_TCP, NBS_RX_STACK, now - ts);
-	h = mix(ts);
-	if (!sampled(h))
-		return 0;
 	s = slot_of(h);
 	if (!s)
 		return 0;
@@ -339,28 +347,35 @@ int BPF_PROG(nbs_rx_ready, const struct sock *sk)
 	struct nbs_rx_fifo *f;
 	struct sk_buff *tail;
 	__u64 now, seq, arrived = 0;
+	bool keep, timed;
 
 	if (!in_scope(sk))
 		return 0;
 	count_run(NBS_RX_HOOK_READY);
 	if (sk->sk_protocol != NBS_IPPROTO_UDP)
 		return 0;
-	now = now_real();
 	tail = sk->sk_receive_queue.prev;
 	/* An empty queue: the reader took the datagram already. It still
 	 * takes a position, so the ones after it keep theirs. */
 	if (tail && (void *)tail != (void *)&sk->sk_receive_queue) {
 		arrived = rx_stamp(tail);
-		if (!arrived) {
+		if (!arrived)
 			count(offsetof(struct nbs_rx_stats, unstamped));
-		} else if (now >= arrived) {
-			record(NBS_RX_UDP, NBS_RX_STACK, now - arrived);
-		} else {
-			arrived = 0;
-		}
 	}
-	/* A socket out of the sample keeps no queue times. */
-	if (!sk_sampled(sk))
+	/* The same 1 in N by stamp as TCP's, so the two weigh alike in
+	 * latency/rx/stack, which merges them; a socket out of the read
+	 * sample keeps no queue times. A datagram in neither leaves before
+	 * the clock. */
+	keep = sk_sampled(sk);
+	timed = arrived && sampled(mix(arrived));
+	if (!keep && !timed)
+		return 0;
+	now = now_real();
+	if (now < arrived)
+		arrived = 0;
+	else if (timed)
+		record(NBS_RX_UDP, NBS_RX_STACK, now - arrived);
+	if (!keep)
 		return 0;
 	f = bpf_sk_storage_get(&rx_fifo, (struct sock *)sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!f)

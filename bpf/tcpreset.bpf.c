@@ -41,12 +41,50 @@ struct nbs_rst_event {
 	__u8 daddr[16];
 };
 
-/* Per-CPU bookkeeping, read (and summed) by user space. */
+/* Per-CPU bookkeeping of agents before the per-CPU slots (rst_percpu):
+ * the programs no longer write it, but a pinned one adopted after an
+ * upgrade holds what those agents counted, which user space adds in. */
 struct nbs_rst_stats {
 	__u64 suppressed;    /* evidence withheld by the rate limit */
 	__u64 ring_full;     /* evidence lost because user space lagged */
 	__u64 count_errors;  /* counter updates that failed (map full) */
+	__u64 denied_until;  /* unused */
+};
+
+/* Slots per direction for codes 0..NBS_RST_CODES-1 (6.18 has ~40 reasons
+ * and 12 TCP states); a code beyond is counted in the hash, exactly. */
+#define NBS_RST_CODES 64
+/* Direct-mapped (namespace, code) counters per CPU and direction. */
+#define NBS_RST_CACHE 64
+
+/* key is netns << 32 | (code + 1), 0 while the slot is free; written
+ * before count, in one 8-byte store (see drops.bpf.c). */
+struct nbs_rst_cached {
+	__u64 key;
+	__u64 count;
+};
+
+/*
+ * Everything a CPU writes for a reset, in one per-CPU array value, so a
+ * reset costs one array lookup and no hash: at a rare rate (10 a second)
+ * a per-CPU hash's lookup is all cache misses, ~1.5 µs a reset here
+ * (BENCHMARKS.md, "Evidence cost per event"). Counting one namespace, a
+ * reset is counted in count[direction - 1][code]; counting every namespace,
+ * in this CPU's direct-mapped slot for (netns, code) if it has or can take
+ * one, else in the hash (rst_counts). Each slot of count and cache is
+ * written by one program only (each has its direction) and the kernel does
+ * not nest a tracing program inside itself on a CPU, so plain increments
+ * are race-free; the fields both programs write are updated atomically.
+ */
+struct nbs_rst_percpu {
+	/* First, so that with the common low codes' slots they share the
+	 * value's first cache line: at a rare rate every line is a miss. */
+	__u64 suppressed;    /* evidence withheld by the rate limit */
+	__u64 ring_full;     /* evidence lost because user space lagged */
+	__u64 count_errors;  /* counter updates that failed (map full) */
 	__u64 denied_until;  /* time (ns) before which this CPU knows the evidence bucket empty */
+	__u64 count[2][NBS_RST_CODES];
+	struct nbs_rst_cached cache[2][NBS_RST_CACHE];
 };
 
 struct {
@@ -57,6 +95,13 @@ struct {
 	__type(key, struct nbs_rst_key);
 	__type(value, __u64);
 } rst_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nbs_rst_percpu);
+} rst_percpu SEC(".maps");
 
 #define RST_RING_BYTES (256 * 1024)
 
@@ -75,41 +120,59 @@ struct {
 /* The evidence bucket shared by all CPUs (nbs_evidence_allowed). */
 __u64 evidence_tat = 0;
 
+/* Set by the loader before load: the per-CPU direct-mapped table is used
+ * (tests turn it off to drive the hash behind it). */
+const volatile bool netns_table = true;
+
 /* Keeps struct nbs_rst_event in the object's BTF for bpf2go -type. */
 const struct nbs_rst_event *unused_nbs_rst_event __attribute__((unused));
 
-static __always_inline struct nbs_rst_stats *stats(void)
+static __always_inline struct nbs_rst_percpu *percpu(void)
 {
 	__u32 zero = 0;
 
-	return bpf_map_lookup_elem(&rst_stats, &zero);
+	return bpf_map_lookup_elem(&rst_percpu, &zero);
 }
 
-/* Count one reset. Each key has its direction, so only one program ever
- * writes a given slot (nbs_percpu_inc). */
-static __always_inline void count(__u32 netns, __u32 direction, __u32 code)
+/* Count one reset, in one place only (see struct nbs_rst_percpu). */
+static __always_inline void count(struct nbs_rst_percpu *pc, __u32 netns, __u32 direction, __u32 code)
 {
 	struct nbs_rst_key k = {.netns = netns, .direction = direction, .code = code};
-	struct nbs_rst_stats *st;
+	__u32 d = (direction - 1) & 1;
 
-	if (nbs_percpu_inc(&rst_counts, &k))
-		return;
-	st = stats();
-	if (st)
-		__sync_fetch_and_add(&st->count_errors, 1);
+	if (target_netns) {
+		if (code < NBS_RST_CODES) {
+			pc->count[d][code & (NBS_RST_CODES - 1)]++;
+			return;
+		}
+	} else if (netns_table && code < NBS_RST_CODES) {
+		__u64 key = ((__u64)netns << 32) | (code + 1);
+		__u32 i = ((netns * 2654435761u) ^ (code * 40503u)) >> 8;
+		struct nbs_rst_cached *c = &pc->cache[d][i & (NBS_RST_CACHE - 1)];
+
+		if (c->key == key) {
+			c->count++;
+			return;
+		}
+		if (!c->key) {
+			*(volatile __u64 *)&c->key = key;
+			barrier();
+			*(volatile __u64 *)&c->count = 1;
+			return;
+		}
+	}
+	if (!nbs_percpu_inc(&rst_counts, &k))
+		__sync_fetch_and_add(&pc->count_errors, 1);
 }
 
 /* Emit one evidence event if the budget allows; account for it otherwise. */
-static __always_inline void evidence(const struct sock *sk, const struct sk_buff *skb,
-				     __u32 netns, __u8 direction, __u32 reason)
+static __always_inline void evidence(struct nbs_rst_percpu *st, const struct sock *sk,
+				     const struct sk_buff *skb, __u32 netns, __u8 direction, __u32 reason)
 {
-	struct nbs_rst_stats *st = stats();
 	struct nbs_rst_event *ev;
 	struct nbs_tuple t = {};
 	__u64 now;
 
-	if (!st)
-		return;
 	now = bpf_ktime_get_ns();
 	if (!nbs_evidence_allowed(&evidence_tat, &st->denied_until, now, evidence_per_sec)) {
 		__sync_fetch_and_add(&st->suppressed, 1);
@@ -161,13 +224,17 @@ SEC("tp_btf/tcp_send_reset")
 int BPF_PROG(nbs_rst_send, const struct sock *sk, const struct sk_buff *skb,
 	     enum sk_rst_reason reason)
 {
+	struct nbs_rst_percpu *pc;
 	__u32 netns;
 
 	netns = sk ? nbs_sk_netns(sk) : nbs_skb_netns(skb);
 	if (target_netns && netns != target_netns)
 		return 0;
-	count(netns, NBS_RST_SENT, reason);
-	evidence(sk, skb, netns, NBS_RST_SENT, reason);
+	pc = percpu();
+	if (!pc)
+		return 0;
+	count(pc, netns, NBS_RST_SENT, reason);
+	evidence(pc, sk, skb, netns, NBS_RST_SENT, reason);
 	return 0;
 }
 
@@ -176,6 +243,7 @@ int BPF_PROG(nbs_rst_send, const struct sock *sk, const struct sk_buff *skb,
 SEC("tp_btf/tcp_receive_reset")
 int BPF_PROG(nbs_rst_recv, struct sock *sk)
 {
+	struct nbs_rst_percpu *pc;
 	__u32 netns;
 
 	if (!sk)
@@ -183,8 +251,11 @@ int BPF_PROG(nbs_rst_recv, struct sock *sk)
 	netns = nbs_sk_netns(sk);
 	if (target_netns && netns != target_netns)
 		return 0;
-	count(netns, NBS_RST_RECEIVED, sk->__sk_common.skc_state);
-	evidence(sk, NULL, netns, NBS_RST_RECEIVED, 0);
+	pc = percpu();
+	if (!pc)
+		return 0;
+	count(pc, netns, NBS_RST_RECEIVED, sk->__sk_common.skc_state);
+	evidence(pc, sk, NULL, netns, NBS_RST_RECEIVED, 0);
 	return 0;
 }
 

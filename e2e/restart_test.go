@@ -147,6 +147,11 @@ func TestAgentUpgradeAndRestartsLoseNoReset(t *testing.T) {
 	s.end()
 	exact("old agent", withinTwoIntervals)
 	old.kill(t)
+	// From here the evidence books balance (checked at the end): no reset
+	// is made until the storm starts again.
+	booksFrom := time.Now()
+	sentAtBooks := storedTotal(t, col, "lab-b", "tcp_reset/sent")
+	droppedAtBooks := max(storedTotal(t, col, "lab-b", "agent/evidence/dropped/tcp_reset"), 0) // -1: the old agent had no such metric
 
 	// 2. SIGKILL in a storm; 3 s later a new agent.
 	first := startAgentProcess(t, "new agent 1", bin, newArgs...)
@@ -202,6 +207,30 @@ func TestAgentUpgradeAndRestartsLoseNoReset(t *testing.T) {
 	time.Sleep(2 * interval)
 	if got := storedTotal(t, col, "lab-b", "tcp_reset/sent"); got != want {
 		t.Errorf("later: stored %v, want still %v", got, want)
+	}
+
+	// The evidence books balance from the new agents' start: each reset
+	// B sent (all NO_SOCKET, exact as above) emitted an evidence event, or
+	// one was counted as given up under agent/evidence/dropped/tcp_reset —
+	// withheld by the rate limit, lost in a full ring, beyond the
+	// per-interval cap (the second agent's first interval holds the gap's
+	// events), or read by the killed agent and never reported
+	// (agent_down, from the pinned ring's read position). The storm is
+	// far below the rate limit and the ring, so the last two carry it.
+	var events int64
+	q = `SELECT count(*) FROM events e JOIN nodes n ON n.id = e.node_id JOIN metric_paths m ON m.id = e.metric_id
+	      WHERE n.name = 'lab-b' AND m.path LIKE 'tcp_reset/%' AND e.ts >= $1`
+	if err := conn.QueryRow(context.Background(), q, booksFrom).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	sent := storedTotal(t, col, "lab-b", "tcp_reset/sent") - sentAtBooks
+	dropped := storedTotal(t, col, "lab-b", "agent/evidence/dropped/tcp_reset") - droppedAtBooks
+	down := storedTotal(t, col, "lab-b", "agent/evidence/dropped/tcp_reset/agent_down")
+	capped := storedTotal(t, col, "lab-b", "agent/evidence/dropped/tcp_reset/interval_cap")
+	t.Logf("evidence books since the new agents started: %v resets sent, %d events stored, %v given up (agent_down %v, interval_cap %v)",
+		sent, events, dropped, down, capped)
+	if float64(events)+dropped != sent {
+		t.Errorf("evidence books: %d events stored + %v given up = %v, want the %v resets sent", events, dropped, float64(events)+dropped, sent)
 	}
 }
 

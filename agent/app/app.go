@@ -21,6 +21,7 @@ import (
 	"github.com/nbs-project/nbs/agent/nodecred"
 	"github.com/nbs-project/nbs/agent/owner"
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
+	"github.com/nbs-project/nbs/agent/probe/evidence"
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/agent"
@@ -150,10 +151,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The first reading is the baseline: reports count from here, but for
 	// the counters that continue the previous agent's (pinned maps).
 	led := newLedger()
+	// What the previous agent's reports counted: the agent branch's
+	// evidence counts live in the process and continue from it (Carry).
+	prev := car.restore(a.outbox)
+	a.mu.Lock()
+	self := a.self
+	a.mu.Unlock()
+	self.Carry(prev)
 	first := a.collect(ctx, led)
 	var reported map[string]uint64
 	if len(first.continued) > 0 {
-		if reported = car.restore(a.outbox); reported == nil {
+		if reported = prev; reported == nil {
 			a.log.Warn("the probes adopted pinned counters but there is no record of what the previous agent reported " +
 				"(a spool in memory, or another node's); counts made while no agent ran are not reported")
 		} else {
@@ -242,7 +250,10 @@ func (a *Agent) flush(led *ledger, car *carry, last time.Time) {
 	defer cancel()
 	// The collector refuses a report of less than the shortest interval
 	// (100ms, as --interval): a stop just after a collection waits for it.
-	time.Sleep(time.Until(last.Add(minInterval)))
+	// The evidence readers poll their rings (evidence.PollPeriod): waiting
+	// for one more poll puts the evidence of every event counted in this
+	// report in it, so a SIGTERM loses none (agent/evidence/dropped/*/agent_down).
+	time.Sleep(max(time.Until(last.Add(minInterval)), evidence.PollPeriod+50*time.Millisecond))
 	now := time.Now()
 	a.report(led, car, now, now.Sub(last), a.collect(ctx, led), false)
 	deadline := time.Now().Add(a.cfg.FlushTimeout)

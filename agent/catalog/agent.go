@@ -54,7 +54,12 @@ func AgentTree() []Metric {
 			Description: "Evidence events given up, by source and cap: rate_limit (withheld by the kernel's rate " +
 				"limit, --evidence.per-second: expected in a storm, the counters still count every event), " +
 				"ring_full (lost because the agent read the kernel's ring too slowly: the agent is starved of " +
-				"CPU) and interval_cap (read but beyond --evidence.per-interval: raise it, or shorten --interval). " +
+				"CPU), interval_cap (read but beyond --evidence.per-interval: raise it, or shorten --interval) and " +
+				"agent_down (read by an agent that was killed before it reported them; counted by the next agent " +
+				"from the kernel ring's read position; a stop with SIGTERM loses none). Across restarts the " +
+				"counts continue where the previous agent's reports left them. latency/flows counts its sampling's " +
+				"caps here too: rate_limit (its per-CPU sample rate), table_full (its flow table) and interval_cap " +
+				"(retransmitting flows beyond the 10 an interval names). " +
 				"The counters of resets and drops are exact whatever evidence is given up."},
 		{ID: AgentTriggered, Title: "Triggered sources attached", Unit: "sources", Kind: Gauge,
 			Description: "Triggered sources (per-packet BPF programs) attached now. Each is attached while its " +
@@ -92,6 +97,15 @@ func AgentEvidenceDropped(branch string, caps []string) []Metric {
 			Description: "Evidence events of " + branch + " given up under " + c + " (see " + AgentEvidenceDrop + ")."})
 	}
 	return out
+}
+
+// AgentEvidenceReported is the child counting one source's evidence
+// events put in reports.
+func AgentEvidenceReported(branch string) Metric {
+	return Metric{ID: AgentEvidence + "/" + branch, Title: branch + " evidence reported", Unit: "events/s", Kind: Rate,
+		Description: "Evidence events of " + branch + " the agent put in its reports (their sum over sources is " +
+			AgentEvidence + "). With " + AgentEvidenceDrop + "/" + branch + " it accounts for every event the " +
+			"kernel's rate limit let through, across agent restarts."}
 }
 
 // AgentTriggeredSource is the child saying whether one triggered source is

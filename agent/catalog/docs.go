@@ -42,7 +42,8 @@ func Documented() []Branch {
 	latency.Metrics = append(latency.Metrics, LatencyRXTree()...)
 	latency.Children = append(latency.Children, QdiscDevice("<device>", "<device>", 0))
 	agent := Branch{Root: Agent, Metrics: AgentTree(),
-		Children: append(AgentProgram("<program>"), AgentTriggeredSource("<source>", "<branch>"))}
+		Children: slices.Concat(AgentProgram("<program>"), []Metric{AgentTriggeredSource("<source>", "<branch>"), AgentEvidenceReported("<source>")},
+			AgentEvidenceDropped("<source>", []string{"<cap>"}))}
 	drops := Branch{Root: Drops, Metrics: DropsTree(), Children: []Metric{DropReason("<reason>"), DropOverflow(),
 		OwnerChild(DropReason("<reason>"), "<owner>", "<owner>", DefaultTopOwners),
 		OwnerOtherChild(DropReason("<reason>"), DefaultTopOwners)}}

@@ -43,7 +43,12 @@ const (
 		"kept for 1 in 16 TCP segments (by their timestamp) and for the datagrams of 1 in 16 UDP sockets (by " +
 		"their addresses and ports, drawn anew at each agent start), the work beyond netstacklat's that would " +
 		"otherwise cost every packet, so the counts are about a sixteenth " +
-		"of the reads and the percentiles are the sample's; the time to the socket counts every packet."
+		"of the reads and the percentiles are the sample's."
+	// The same sample (DefaultReadSample), by packet.
+	rxStackSample = " Sampled: 1 in 16 packets, by their timestamp, are timed (for TCP the segments whose read is " +
+		"timed), so the count is about a sixteenth of the packets and the percentiles are the sample's; filing " +
+		"a time in this histogram costs more than netstacklat's coarser one, and a packet out of the sample " +
+		"costs less."
 	rxReadCauses = " This is the application's delay, not the network's: a reader that is busy, blocked on " +
 		"something else (a lock, disk, a slow downstream), starved of CPU (its cgroup's quota, a loaded host), " +
 		"or that reads in large batches. Data waiting here also fills the socket's receive buffer, which shrinks " +
@@ -72,17 +77,17 @@ func LatencyRXTree() []Metric {
 		latencyHistogram(LatencyRXStack, "Receive stack: arrival → socket (p99)",
 			"Time a received packet spent in the kernel's receive path, from the device handing it to the "+
 				"stack to its socket's receive queue: IP and TCP/UDP processing, netfilter, and any wait in a "+
-				"backlog. "+rxStackHow+" Microseconds on a healthy host."+rxStackCauses+rxSocketBacklog+
+				"backlog. "+rxStackHow+rxStackSample+" Microseconds on a healthy host."+rxStackCauses+rxSocketBacklog+
 				" The children split it by protocol."+rxAlwaysRemark, nil),
 		latencyHistogram(LatencyRXStackTCP, "TCP receive stack (p99)",
 			"Receive stack latency of TCP segments carrying data (pure ACKs are not timed): arrival to "+
 				"tcp_rcv_established, which runs after the socket's backlog, so time a segment waited for an "+
-				"application holding the socket counts here."+rxStackCauses+rxSocketBacklog+rxAlwaysRemark,
+				"application holding the socket counts here."+rxStackSample+rxStackCauses+rxSocketBacklog+rxAlwaysRemark,
 			rxStackThreshold()),
 		latencyHistogram(LatencyRXStackUDP, "UDP receive stack (p99)",
 			"Receive stack latency of UDP datagrams: arrival to their socket's receive queue. UDP has no "+
 				"socket backlog, so a high value here is the CPU's receive processing itself (softirq starvation, "+
-				"the per-CPU backlog, netfilter)."+rxStackCauses+rxAlwaysRemark,
+				"the per-CPU backlog, netfilter)."+rxStackSample+rxStackCauses+rxAlwaysRemark,
 			rxStackThreshold()),
 		latencyHistogram(LatencyRXRead, "Receive queue → read (p99)",
 			"Time received data waited in its socket's receive queue until the application read it. "+

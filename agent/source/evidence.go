@@ -39,6 +39,11 @@ const (
 	CapRingFull = "ring_full"
 	// CapInterval: read, then given up beyond --evidence.per-interval.
 	CapInterval = "interval_cap"
+	// CapAgentDown: read from the kernel's ring by an agent that was killed
+	// before it reported them (counted by the next agent, from the ring's
+	// consumer position and what the reports counted; see
+	// EvidenceCounts.Consumed).
+	CapAgentDown = "agent_down"
 )
 
 // EvidenceCaps lists every cap, in the order the agent branch shows them.
@@ -53,6 +58,15 @@ type EvidenceCounts struct {
 	// Dropped are the events given up, by cap (CapRateLimit, ... or a
 	// source's own, named as a metric segment: lower case, digits, _).
 	Dropped map[string]uint64
+	// Consumed is how many events readers had taken from the source's
+	// kernel ring when this source started, before its reader ran: with a
+	// ring adopted from the previous agent (source.Continuing), every
+	// agent's before it (evidence.Ring.Consumed). ConsumedKnown is false
+	// for a source without a ring or when it could not be read. With it,
+	// the agent counts what the previous agent read but never reported
+	// (CapAgentDown).
+	Consumed      uint64
+	ConsumedKnown bool
 }
 
 // EvidenceLosses is implemented by sources with evidence, so the agent

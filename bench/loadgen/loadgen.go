@@ -50,6 +50,12 @@ type Config struct {
 	// agent's spool keeps it), resending
 	// what was not acknowledged.
 	ReconnectsPerHour float64
+	// ReconnectInFlight makes each of those reconnects drop the stream
+	// right after sending a report, before its acknowledgement can
+	// arrive, as a connection lost mid-report does: the report is resent
+	// on the new stream, and the collector may have stored it already (it
+	// must store it once and acknowledge it again).
+	ReconnectInFlight bool
 	// Clock stamps reports and paces snapshots, churn and pods (default
 	// time.Now). One running faster than real time compresses months
 	// into minutes (bench/lifecycle); the collector must accept its times.
@@ -68,6 +74,11 @@ type Config struct {
 	// how long after its report was sent. A test that compares phases of
 	// one run keeps its own tallies with it.
 	OnAck func(at time.Time, latency time.Duration)
+	// OnAcked, when set, is told which report each acknowledgement was
+	// for (node name, instance, sequence), so that a test can hold the
+	// database to storing every acknowledged report exactly once. It is
+	// called from the node's receiving goroutine and must not block.
+	OnAcked func(node string, instance, seq uint64)
 	// NodesPerConn, above 1, carries that many nodes' streams on one gRPC
 	// connection (HTTP/2 streams of one TCP connection), as a relay in
 	// front of agents would: one connection per node stops near 9,000

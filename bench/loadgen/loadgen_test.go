@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	collectorapp "github.com/nbs-project/nbs/collector/app"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
@@ -30,28 +29,9 @@ func TestFleetAgainstARealCollector(t *testing.T) {
 
 func fleetAgainstARealCollector(t *testing.T, perConn int) {
 	dbURL := pgcluster.Database(t)
-	cfg := collectorapp.DefaultConfig()
-	cfg.DBURL, cfg.GRPCAddr, cfg.HTTPAddr = dbURL, "127.0.0.1:0", "127.0.0.1:0"
-	ctx, cancel := context.WithCancel(context.Background())
-	c := collectorapp.New(cfg, slog.New(slog.DiscardHandler))
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("collector: %v", err)
-		}
-	})
-	select {
-	case <-c.Ready():
-	case err := <-done:
-		t.Fatalf("collector did not start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("collector not ready within 30s")
-	}
-	grpcAddr, _ := c.Addrs()
-
 	const nodes = 20
+	grpcAddr := startCollector(t, dbURL, nodes)
+
 	f, err := New(Config{
 		Addr: grpcAddr, Nodes: nodes, Interval: 200 * time.Millisecond, Ramp: 200 * time.Millisecond,
 		Troubled: 0.25, SnapshotEvery: time.Second, ReconnectsPerHour: 3600 * 5, Seed: 7, NodesPerConn: perConn,

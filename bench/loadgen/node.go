@@ -166,6 +166,15 @@ func (n *node) session(ctx context.Context) error {
 			recvDone <- err // for the deferred wait
 			return fmt.Errorf("receive: %w", err)
 		case <-restart:
+			if !cfg.ReconnectInFlight {
+				return errReconnect
+			}
+			// Send the next report now and drop the stream before its
+			// ack: the next session resends it.
+			r, items := n.report(cfg.Clock(), announced)
+			if err := n.send(stream, r, items); err != nil {
+				return err
+			}
 			return errReconnect
 		case <-tick.C:
 			now := cfg.Clock()
@@ -178,15 +187,23 @@ func (n *node) session(ctx context.Context) error {
 				n.newPods(d)
 			}
 			r, items := n.report(now, announced)
-			n.mu.Lock()
-			n.unacked[r.Sequence] = pending{report: r, sent: time.Now(), items: items}
-			n.mu.Unlock()
-			n.f.reports.Add(1)
-			if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
-				return fmt.Errorf("send report: %w", err)
+			if err := n.send(stream, r, items); err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// send sends a new report, kept as unacknowledged until its ack comes.
+func (n *node) send(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse], r *nbsv1.Report, items int) error {
+	n.mu.Lock()
+	n.unacked[r.Sequence] = pending{report: r, sent: time.Now(), items: items}
+	n.mu.Unlock()
+	n.f.reports.Add(1)
+	if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
+		return fmt.Errorf("send report: %w", err)
+	}
+	return nil
 }
 
 func (n *node) hello() *nbsv1.Hello {
@@ -247,6 +264,9 @@ func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbs
 			}
 			if ok {
 				n.f.observe(time.Since(p.sent), p.items)
+				if n.f.cfg.OnAcked != nil {
+					n.f.cfg.OnAcked(n.name, n.instance, m.Ack.GetSequence())
+				}
 			}
 		case *nbsv1.ConnectResponse_Reject:
 			n.mu.Lock()

@@ -314,13 +314,20 @@ func (s *Service) GetAlert(w http.ResponseWriter, r *http.Request) {
 	s.writeAlert(w, r, id)
 }
 
-func (s *Service) detail(ctx context.Context, id int64, viewer access.Principal) (AlertDetail, error) {
+// visibleAlert is alert id if viewer may see it, else a NotFound error
+// that does not tell the alert exists.
+func (s *Service) visibleAlert(ctx context.Context, id int64, viewer access.Principal) (storedInstance, error) {
 	inst, ok, err := s.repo.alertByID(ctx, id, viewer)
+	if err == nil && !ok {
+		err = errkind.Errorf(errkind.NotFound, "alert %d: not found", id)
+	}
+	return inst, err
+}
+
+func (s *Service) detail(ctx context.Context, id int64, viewer access.Principal) (AlertDetail, error) {
+	inst, err := s.visibleAlert(ctx, id, viewer)
 	if err != nil {
 		return AlertDetail{}, err
-	}
-	if !ok {
-		return AlertDetail{}, errkind.Errorf(errkind.NotFound, "alert %d: not found", id)
 	}
 	v := AlertDetail{AlertView: forViewer(s.storedView(&inst), viewer)}
 	deliveries, err := s.repo.deliveries(ctx, id)

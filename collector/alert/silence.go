@@ -123,10 +123,7 @@ func (s *Service) Silence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := access.FromContext(r.Context())
-	inst, ok, err := s.repo.alertByID(r.Context(), id, p)
-	if err == nil && !ok {
-		err = errkind.Errorf(errkind.NotFound, "alert %d: not found", id)
-	}
+	inst, err := s.visibleAlert(r.Context(), id, p)
 	if err != nil {
 		httpjson.WriteError(w, r, err, s.log)
 		return
@@ -206,10 +203,7 @@ func (s *Service) Unsilence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := access.FromContext(r.Context())
-	inst, ok, err := s.repo.alertByID(r.Context(), id, p)
-	if err == nil && !ok {
-		err = errkind.Errorf(errkind.NotFound, "alert %d: not found", id)
-	}
+	inst, err := s.visibleAlert(r.Context(), id, p)
 	if err != nil {
 		httpjson.WriteError(w, r, err, s.log)
 		return

@@ -31,6 +31,10 @@ type Queries interface {
 	RootDefinitionsIn(ctx context.Context, scope store.Scope) (map[int32][]store.MetricDef, error)
 	// The newest values of the roots only: the fleet view shows no more.
 	LatestRootsIn(ctx context.Context, scope store.Scope) (map[int32]store.Latest, error)
+	// A page of the fleet (GET /fleet): its nodes' summaries, and the
+	// definitions of their roots and of what explains them.
+	Fleet(ctx context.Context, scope store.Scope, q store.FleetQuery) (store.FleetPage, error)
+	PathDefinitionsOf(ctx context.Context, ids []int32, paths []string) (map[string]store.MetricDef, error)
 	// About one node, found through the calls above.
 	Definitions(ctx context.Context, nodeID int32) ([]store.MetricDef, error)
 	Latest(ctx context.Context, nodeID int32) (store.Latest, bool, error)

@@ -53,6 +53,7 @@ type Route struct {
 // and evidence (API itself).
 type NodeHandlers interface {
 	ListNodes(http.ResponseWriter, *http.Request)
+	ListFleet(http.ResponseWriter, *http.Request)
 	GetNode(http.ResponseWriter, *http.Request)
 	GetTree(http.ResponseWriter, *http.Request)
 	GetSeries(http.ResponseWriter, *http.Request)
@@ -157,6 +158,7 @@ func Routes(p Parts) []Route {
 	if n := p.Nodes; n != nil {
 		routes = append(routes, []Route{
 			{get, "/nodes", n.ListNodes, viewer, scoped},
+			{get, "/fleet", n.ListFleet, viewer, scoped},
 			{get, "/nodes/{node}", n.GetNode, viewer, scoped},
 			{get, "/nodes/{node}/tree", n.GetTree, viewer, scoped},
 			{get, "/nodes/{node}/series", n.GetSeries, viewer, scoped},

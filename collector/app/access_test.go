@@ -393,6 +393,7 @@ func TestAccess(t *testing.T) {
 
 		"GET " + p + "/openapi.json":               {fixed(p + "/openapi.json"), fixed(""), staffRead},
 		"GET " + p + "/nodes":                      {fixed(p + "/nodes"), fixed(""), everyoneRead},
+		"GET " + p + "/fleet":                      {fixed(p + "/fleet"), fixed(""), everyoneRead},
 		"GET " + p + "/nodes/{node}":               {fixed(p + "/nodes/acme-web"), fixed(""), acmeNodeRead},
 		"GET " + p + "/nodes/{node}/tree":          {fixed(p + "/nodes/acme-web/tree"), fixed(""), acmeNodeRead},
 		"GET " + p + "/nodes/{node}/series":        {fixed(p + "/nodes/acme-web/series?metric=tcp_reset"), fixed(""), acmeNodeRead},
@@ -571,7 +572,7 @@ func TestCustomerIsolation(t *testing.T) {
 	f := newFleet(t, access.Config{})
 	p := api.Prefix
 	reads := []string{
-		p + "/nodes", p + "/thresholds", p + "/alerts", p + "/alerts?state=all&limit=1000", p + "/alerts?state=firing",
+		p + "/nodes", p + "/fleet", p + "/fleet?sort=name&limit=500", p + "/thresholds", p + "/alerts", p + "/alerts?state=all&limit=1000", p + "/alerts?state=firing",
 		p + "/whoami",
 		p + "/reports", p + "/reports?format=csv", p + "/reports?selector=rack%3Dr1&from=" + strconv.FormatInt(time.Now().Add(-24*time.Hour).UnixMilli(), 10), p + "/report-definitions",
 	}
@@ -647,6 +648,16 @@ func TestCustomerIsolation(t *testing.T) {
 	} {
 		if got := names(c.caller, "/nodes", "nodes", "name"); !slices.Equal(got, c.nodes) {
 			t.Errorf("%s: GET /nodes lists %v, want %v", callerNames[c.caller], got, c.nodes)
+		}
+		if got := names(c.caller, "/fleet", "nodes", "name"); !slices.Equal(got, c.nodes) {
+			t.Errorf("%s: GET /fleet lists %v, want %v", callerNames[c.caller], got, c.nodes)
+		}
+		var fl api.Fleet
+		if _, _, body := f.do(c.caller, "GET", p+"/fleet", ""); json.Unmarshal([]byte(body), &fl) != nil {
+			t.Fatalf("GET /fleet: %s", body)
+		}
+		if n := fl.Counts.OK + fl.Counts.Warn + fl.Counts.Crit + fl.Counts.Unknown; fl.Total != len(c.nodes) || n != len(c.nodes) {
+			t.Errorf("%s: GET /fleet counts %+v of %d nodes, want %d", callerNames[c.caller], fl.Counts, fl.Total, len(c.nodes))
 		}
 		alerts := names(c.caller, "/alerts", "alerts", "id")
 		for i := range alerts {

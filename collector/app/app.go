@@ -112,6 +112,13 @@ func (c *Collector) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.cfg.PprofAddr != "" {
+		_, wait, err := servePprof(ctx, c.cfg.PprofAddr, c.log.With("part", "pprof"))
+		if err != nil {
+			return err
+		}
+		defer wait()
+	}
 	grpcSrv := grpc.NewServer(grpcOpts...)
 	nbsv1.RegisterAgentServiceServer(grpcSrv, p.ingest)
 

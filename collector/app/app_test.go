@@ -49,6 +49,9 @@ func TestConfigValidate(t *testing.T) {
 		{"retention under a day", func(c *Config) { c.Retention.Raw = time.Hour }, []string{"--retention 1h0m0s is shorter than one day"}},
 		{"too many ping peers", func(c *Config) { c.NodeConfig.PingPeers = 1001 }, []string{"--ping.peers 1001 is more than 1000"}},
 		{"no writers", func(c *Config) { c.DBWriters = 0 }, []string{"--db.writers 0 must be from 1 to 64"}},
+		{"profiles on loopback", func(c *Config) { c.NodeAuth.Mode, c.PprofAddr = "enroll", "127.0.0.1:7709" }, nil},
+		{"profiles reachable from other hosts", func(c *Config) { c.NodeAuth.Mode, c.PprofAddr = "enroll", ":7709" },
+			[]string{"--debug.pprof-listen-address :7709 must be a loopback address, e.g. 127.0.0.1:7709"}},
 		{"messages too small", func(c *Config) { c.Ingest.MaxMsgSize = 1024 }, []string{"--grpc.max-message-bytes 1024"}},
 		{"external URL not absolute", func(c *Config) { c.ExternalURL = "nbs.example.com" }, []string{"--web.external-url"}},
 		{"HTTP TLS", func(c *Config) {

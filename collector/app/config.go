@@ -76,6 +76,9 @@ type Config struct {
 	// Reports bounds the saved report definitions (--reports.*); the zero
 	// value is report.DefaultConfig.
 	Reports report.Config
+	// PprofAddr, when set, serves Go's profiles on this loopback address
+	// (--debug.pprof-listen-address).
+	PprofAddr string
 }
 
 // DefaultConfig is the production configuration, but for the database,
@@ -118,6 +121,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Alert.RegisterFlags(fs)
 	c.Access.RegisterFlags(fs)
 	c.Reports.RegisterFlags(fs)
+	fs.StringVar(&c.PprofAddr, "debug.pprof-listen-address", c.PprofAddr, "loopback address serving Go's profiles at /debug/pprof/ (heap, goroutines, CPU), e.g. 127.0.0.1:7709 (default: off)")
 }
 
 // reports is the report limits in force: a Config not made by
@@ -148,6 +152,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTPAddr == "" {
 		errs = append(errs, errors.New("--http.listen-address is required"))
+	}
+	if c.PprofAddr != "" && !loopbackOnly(c.PprofAddr) {
+		errs = append(errs, fmt.Errorf("--debug.pprof-listen-address %s must be a loopback address, e.g. %s", c.PprofAddr, loopbackOf(c.PprofAddr)))
 	}
 	if c.DBWriters < 1 || c.DBWriters > 64 {
 		errs = append(errs, fmt.Errorf("--db.writers %d must be from 1 to 64", c.DBWriters))

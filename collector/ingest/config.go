@@ -114,7 +114,8 @@ func (c *Config) Validate() error {
 }
 
 // GRPCOptions are the gRPC server's options for agent streams: the
-// message size, the flow-control windows, keepalives and, with a
+// message size, the flow-control windows, keepalives, streams the service
+// can end while it receives (InterruptibleStreams) and, with a
 // certificate, TLS (mutual with a client CA).
 func (c *Config) GRPCOptions(log *slog.Logger) ([]grpc.ServerOption, error) {
 	opts := []grpc.ServerOption{
@@ -123,6 +124,7 @@ func (c *Config) GRPCOptions(log *slog.Logger) ([]grpc.ServerOption, error) {
 		grpc.InitialConnWindowSize(16 * c.StreamWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		InterruptibleStreams(),
 	}
 	if c.TLSCertFile != "" {
 		tlsCfg, err := tlsfiles.Server(c.TLSCertFile, c.TLSKeyFile, c.ClientCAFile, log)

@@ -38,14 +38,25 @@ func (c *versionedConfig) ConfigFor(_ context.Context, n store.Node) (*nbsv1.Con
 // An agent that stops reading holds up no push: PushConfig returns at once
 // however often it is called, a reading agent gets the newest Config, and
 // the stuck stream is ended after the send timeout with a status saying so.
+// Both with InterruptibleStreams (the handler receives, and ending the
+// stream cancels its Send) and without (a goroutine receives aside).
 func TestPushNeverWaitsForAStuckAgent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []grpc.ServerOption
+	}{{"interruptible", []grpc.ServerOption{InterruptibleStreams()}}, {"plain", nil}} {
+		t.Run(tc.name, func(t *testing.T) { testPushWithStuckAgent(t, tc.opts) })
+	}
+}
+
+func testPushWithStuckAgent(t *testing.T, opts []grpc.ServerOption) {
 	src := &versionedConfig{}
 	m := telemetry.New()
 	log := slog.New(slog.DiscardHandler)
 	srv := NewServer(&countingRegistry{upserts: map[string][]store.Node{}}, NewWriter(nil, WriterOptions{}, log, m),
 		ServerOptions{Config: src, SendTimeout: time.Second}, log, m)
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	nbsv1.RegisterAgentServiceServer(gs, srv)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -108,12 +109,19 @@ func startServer(t *testing.T) (*Server, *countingRegistry, nbsv1.AgentServiceCl
 
 func startServerWith(t *testing.T, opts ServerOptions) (*Server, *countingRegistry, nbsv1.AgentServiceClient) {
 	t.Helper()
+	// As the collector serves them (TestStreamLimits and a push test serve
+	// streams without it).
+	return startServerOn(t, opts, InterruptibleStreams())
+}
+
+func startServerOn(t *testing.T, opts ServerOptions, grpcOpts ...grpc.ServerOption) (*Server, *countingRegistry, nbsv1.AgentServiceClient) {
+	t.Helper()
 	reg := &countingRegistry{upserts: map[string][]store.Node{}}
 	m := telemetry.New()
 	log := slog.New(slog.DiscardHandler)
 	srv := NewServer(reg, NewWriter(nil, WriterOptions{}, log, m), opts, log, m)
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpcOpts...)
 	nbsv1.RegisterAgentServiceServer(gs, srv)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
@@ -341,5 +349,70 @@ func TestNodeLimitBeforeAuthenticationAndBoundLabels(t *testing.T) {
 	var conflicts dto.Metric
 	if err := srv.metrics.LabelConflicts.Write(&conflicts); err != nil || conflicts.GetCounter().GetValue() != 1 {
 		t.Errorf("label conflicts counted %v (%v), want 1", conflicts.GetCounter().GetValue(), err)
+	}
+}
+
+// With InterruptibleStreams a connected stream holds one goroutine here
+// (its handler, which receives); without, two (a receiver aside). The
+// streams share one connection, so gRPC's per-connection goroutines are in
+// neither count; the client's per stream are in both, and cancel out. A
+// replaced stream still ends with Aborted either way.
+func TestStreamGoroutines(t *testing.T) {
+	const streams = 20
+	settled := func() int {
+		n := runtime.NumGoroutine()
+		for range 100 {
+			time.Sleep(20 * time.Millisecond)
+			m := runtime.NumGoroutine()
+			if m == n {
+				return n
+			}
+			n = m
+		}
+		return n
+	}
+	added := map[string]int{}
+	for _, tc := range []struct {
+		name string
+		opts []grpc.ServerOption
+	}{
+		{"interruptible", []grpc.ServerOption{InterruptibleStreams()}},
+		{"plain", nil},
+	} {
+		srv, _, c := startServerOn(t, ServerOptions{}, tc.opts...)
+		// A first stream opens the connection.
+		first, m, err := open(t, c, tc.name+"-warm", nil, 1, nil)
+		if err != nil || m.GetConfig() == nil {
+			t.Fatalf("%s: first answer: %v, %v", tc.name, m, err)
+		}
+		before := settled()
+		var opened []*agentStream
+		for i := range streams {
+			s, m, err := open(t, c, fmt.Sprintf("%s-%02d", tc.name, i), nil, 1, nil)
+			if err != nil || m.GetConfig() == nil {
+				t.Fatalf("%s: stream %d: %v, %v", tc.name, i, m, err)
+			}
+			opened = append(opened, s)
+		}
+		added[tc.name] = settled() - before
+		t.Logf("%s: %d streams added %d goroutines", tc.name, streams, added[tc.name])
+		newer, _, err := open(t, c, tc.name+"-00", nil, 2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nextConfig(opened[0]); status.Code(err) != codes.Aborted {
+			t.Errorf("%s: replaced stream ended with %v, want Aborted", tc.name, err)
+		}
+		if !srv.Connected(tc.name + "-00") {
+			t.Errorf("%s: the newer stream is not connected", tc.name)
+		}
+		newer.cancel()
+		first.cancel()
+		for _, s := range opened {
+			s.cancel()
+		}
+	}
+	if got := added["plain"] - added["interruptible"]; got != streams {
+		t.Errorf("plain streams held %d goroutines more than interruptible ones, want %d (one receiver each)", got, streams)
 	}
 }

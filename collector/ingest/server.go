@@ -168,8 +168,13 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 }
 
 // Connect serves one agent's stream: Hello, then reports until either side ends it.
+//
+// It is kept small on purpose: its goroutine waits in Recv for the whole
+// life of the stream, and a goroutine's stack stays at the power of two
+// above four times what it holds while parked. Registering the node (big
+// frames) happens in start, which has returned by then.
 func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
-	ctx, cancel := context.WithCancelCause(grpcStream.Context())
+	ctx, cancel, interruptible := streamContext(grpcStream.Context())
 	defer cancel(nil)
 
 	from := peerAddr(ctx)
@@ -178,17 +183,62 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	}
 	defer s.release(from)
 
-	hello, node, cat, held, err := s.receiveHello(ctx, grpcStream)
+	st, cat, err := s.start(ctx, cancel, grpcStream, from)
 	if err != nil {
 		return err
 	}
 	defer s.catalogues.release(cat)
+	defer func() { cancel(nil); st.close() }()
+	defer s.unregister(st)
+
+	var recvErr error
+	if interruptible {
+		// Ending the stream from outside cancels the context Recv waits
+		// on: this goroutine receives, and no other waits for it.
+		recvErr = s.recvLoop(ctx, grpcStream, st)
+	} else {
+		recvErr = s.recvAside(ctx, grpcStream, st)
+	}
+	cancel(nil)
+	st.close()
+	return s.ended(ctx, st, recvErr)
+}
+
+// recvAside receives on a goroutine of its own, for a gRPC server without
+// InterruptibleStreams: Recv cannot be interrupted then, so the receiver
+// may outlive this function by a moment; returning ends the gRPC stream,
+// which ends its Recv.
+func (s *Server) recvAside(ctx context.Context, gs nbsv1.AgentService_ConnectServer, st *stream) error {
+	recvDone := make(chan error, 1)
+	go func() { recvDone <- s.recvLoop(ctx, gs, st) }()
+	select {
+	case err := <-recvDone:
+		return err
+	case <-ctx.Done(): // ended from outside, by a failed Send, or the agent went away
+		return nil
+	}
+}
+
+// start receives and registers the stream's Hello and makes the stream
+// its node's, with its Config on the way. The catalogue it returns is
+// held until the stream ends.
+func (s *Server) start(ctx context.Context, cancel context.CancelCauseFunc, grpcStream nbsv1.AgentService_ConnectServer, from string) (*stream, *catalogue, error) {
+	hello, node, cat, held, err := s.receiveHello(ctx, grpcStream)
+	if err != nil {
+		return nil, nil, err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			s.catalogues.release(cat)
+		}
+	}()
 	releaseHello := sync.OnceFunc(func() { s.helloBytes.Release(held) })
 	defer releaseHello()
 	select {
 	case s.registering <- struct{}{}:
 	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
+		return nil, nil, status.FromContextError(ctx.Err()).Err()
 	}
 	registered := sync.OnceFunc(func() { <-s.registering; releaseHello() })
 	defer registered()
@@ -197,18 +247,18 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	admitted, total, err := s.registry.AdmitNode(ctx, node.Name, s.limits.MaxNodes)
 	if err != nil {
 		s.log.Error("count nodes", "node", node.Name, "err", err)
-		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+		return nil, nil, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 	}
 	if !admitted {
 		s.metrics.Rejects.WithLabelValues("too_many_nodes").Inc()
 		s.log.Warn("new node refused: node limit reached", "node", node.Name, "peer", from, "nodes", total, "limit", s.limits.MaxNodes)
-		return status.Errorf(codes.ResourceExhausted, "the collector has %d nodes, at most %d allowed (--ingest.max-nodes): delete unused nodes (nbs-collector nodes delete) or raise the limit", total, s.limits.MaxNodes)
+		return nil, nil, status.Errorf(codes.ResourceExhausted, "the collector has %d nodes, at most %d allowed (--ingest.max-nodes): delete unused nodes (nbs-collector nodes delete) or raise the limit", total, s.limits.MaxNodes)
 	}
 	grant, err := s.auth.Authenticate(ctx, hello)
 	if err != nil {
 		s.metrics.Rejects.WithLabelValues("node_auth").Inc()
 		s.log.Warn("hello refused", "node", node.Name, "peer", from, "err", err)
-		return err
+		return nil, nil, err
 	}
 	node.Labels, node.ClaimedLabels = grant.Apply(node.Labels)
 	node.Tenant = s.tenant.Of(node.Labels)
@@ -223,31 +273,29 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 		if err := grpcStream.Send(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Enrolled{
 			Enrolled: &nbsv1.Enrolled{NodeCredential: grant.Credential}}}); err != nil {
 			s.log.Error("node enrolled but its credential could not be sent; an operator must re-enroll it", "node", node.Name, "peer", from, "err", err)
-			return err
+			return nil, nil, err
 		}
 	}
 	node.ID, err = s.registry.UpsertNode(ctx, node)
 	if err != nil {
 		s.log.Error("register node", "node", node.Name, "err", err)
-		return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+		return nil, nil, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 	}
 	base, others, err := s.registerDefinitions(ctx, node, cat)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	registered()
 	st := &stream{node: node, instance: node.InstanceID, peer: from, metrics: metricSet{base: base},
 		otherDefs: others, room: make(chan struct{}, 1), stuck: make(chan struct{}), ctx: ctx, end: cancel}
-	defer func() { cancel(nil); st.close() }()
 	cfg, err := s.config.ConfigFor(ctx, node)
 	if err != nil {
 		s.log.Error("compute config", "node", node.Name, "err", err)
-		return status.Error(codes.Unavailable, "collector cannot compute this node's config; retry later")
+		return nil, nil, status.Error(codes.Unavailable, "collector cannot compute this node's config; retry later")
 	}
 	st.offerConfig(cfg)
 
 	s.register(st)
-	defer s.unregister(st)
 	// Only now may anything reach the agent: once it has its Config, it
 	// finds its node connected.
 	st.sendMu.Lock()
@@ -255,19 +303,14 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	st.startSender()
 	st.sendMu.Unlock()
 	s.log.Info("agent connected", "node", node.Name, "instance", fmt.Sprintf("%016x", node.InstanceID), "peer", from, "metrics", len(cat.defs))
+	keep = true
+	return st, cat, nil
+}
 
-	// Recv cannot be interrupted, so the receiver may outlive this function
-	// by a moment: returning ends the gRPC stream, which ends its Recv.
-	recvDone := make(chan error, 1)
-	go func() { recvDone <- s.recvLoop(ctx, grpcStream, st) }()
-
-	var recvErr error
-	select {
-	case recvErr = <-recvDone:
-	case <-ctx.Done(): // ended from outside, by a failed Send, or the agent went away
-	}
-	cancel(nil)
-	st.close()
+// ended is the status a stream ends with, once its receiving has stopped
+// with recvErr and its sender is closed.
+func (s *Server) ended(ctx context.Context, st *stream, recvErr error) error {
+	node := st.node
 	// Ended from outside (replaced, revoked), or by a Send that failed or
 	// waited too long: that is the agent's answer.
 	if cause := context.Cause(ctx); cause != nil {

@@ -43,6 +43,16 @@ type reliabilityTotals struct {
 	segmentsN      int64
 }
 
+// reliabilityMetric is what foldReliability counts.
+func reliabilityMetric(path string) bool {
+	parts := strings.Split(path, "/")
+	switch {
+	case parts[0] == "tcp_reset" && len(parts) == 3, parts[0] == "drops" && len(parts) == 2:
+		return true
+	}
+	return path == "latency/retransmits" || path == "latency/rto" || path == "latency/segments_out"
+}
+
 func foldReliability(samples []store.SampleRow) reliabilityTotals {
 	t := reliabilityTotals{resets: map[string]float64{}, drops: map[string]float64{}}
 	for _, s := range samples {

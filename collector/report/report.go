@@ -15,6 +15,7 @@ package report
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -138,8 +139,13 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		// the statement timeout answers at once, not after each of its
 		// reads has waited its own turn on the read pool to time out too.
 		g, ctx := errgroup.WithContext(ctx)
-		g.Go(func() (err error) { d.cur, d.curH, err = sp.read(ctx, from, to, nil); return })
-		g.Go(func() (err error) { d.prev, d.prevH, err = sp.read(ctx, prevFrom, from, nil); return })
+		// Only the metrics the sections show: a busy node has hundreds of
+		// metrics (52 histograms), of which a report shows a few dozen, and
+		// the filter is on metric ids in SQL (store.RollupQuery.Match), so
+		// the others are neither fetched nor decoded.
+		match := d.reportMetric(q.Objectives)
+		g.Go(func() (err error) { d.cur, d.curH, err = sp.read(ctx, from, to, match); return })
+		g.Go(func() (err error) { d.prev, d.prevH, err = sp.read(ctx, prevFrom, from, match); return })
 		// Day points: the totals' day rollups are the series' too, so only
 		// the days at either end (partly outside the totals' whole days)
 		// are read again.
@@ -281,6 +287,28 @@ func (s span) read(ctx context.Context, from, to time.Time, match func(string) b
 		}
 	}
 	return slices.Concat(sparts[:]...), slices.Concat(hparts[:]...), nil
+}
+
+// reportMetric is every metric a section reads from the period's totals:
+// ping RTT, host delay, sent and lost of the wanted targets (ping.go),
+// kernel latency (kernel.go), resets, drops, retransmits, RTOs and
+// segments (reliability.go), the roots but the agent's (availability) and
+// the objectives' metrics. Anything else in the rollups the sections skip,
+// so reading it could not change a number (TestMetricFilterEqualsUnfiltered).
+func (d *data) reportMetric(objs []Objective) func(string) bool {
+	objective := objectiveMetrics(objs)
+	return func(path string) bool {
+		if t, child := pingTarget(path); t != "" {
+			if d.wanted(t) && (child == "" || child == "host_delay" || child == "sent" || child == "lost") {
+				return true
+			}
+			return objective(path)
+		}
+		if !strings.Contains(path, "/") {
+			return path != "agent" || objective(path)
+		}
+		return kernelMetric(path) || reliabilityMetric(path) || objective(path)
+	}
 }
 
 // seriesMetric is what the charts need.

@@ -50,6 +50,9 @@ type foldFleet struct {
 	ids   map[string]int32
 	mu    sync.Mutex // writers run at once
 	seq   map[int32]uint64
+	// hists says which reports carry a histogram (nil: all): a batch
+	// with none takes another statement than one with some (moveStaged).
+	hists func(k int64) bool
 }
 
 func newFoldFleet(t *testing.T, st *Store, n int) *foldFleet {
@@ -90,12 +93,15 @@ func (f *foldFleet) report(node int32, ts time.Time) Report {
 		hist.BucketIndex = append(hist.BucketIndex, int32(b))
 		hist.BucketCount = append(hist.BucketCount, int64(h.Counts[b]))
 	}
-	return Report{NodeID: node, InstanceID: 1, Seq: f.seq[node], Time: ts, IntervalMS: 20000,
+	r := Report{NodeID: node, InstanceID: 1, Seq: f.seq[node], Time: ts, IntervalMS: 20000,
 		Samples: []Sample{
 			{MetricID: f.ids["tcp_reset"], Path: "tcp_reset", Value: float64(k % 7), State: st},
 			{MetricID: f.ids["ping"], Path: "ping", Value: 0.25 * float64(k%11), State: st},
-		},
-		Histograms: []Histogram{hist}}
+		}}
+	if f.hists == nil || f.hists(k) {
+		r.Histograms = []Histogram{hist}
+	}
+	return r
 }
 
 // write stores every node's reports of [from, to), one each 20 s.

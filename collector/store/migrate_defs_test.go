@@ -24,19 +24,7 @@ func TestMigrationSharesDefinitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	before := fstest.MapFS{}
-	err = fs.WalkDir(migrations.FS, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".sql") || p >= "010" {
-			return err
-		}
-		b, err := fs.ReadFile(migrations.FS, p)
-		before[p] = &fstest.MapFile{Data: b}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Migrate(ctx, pool, before); err != nil {
+	if _, err := Migrate(ctx, pool, migrationsBefore(t, "010")); err != nil {
 		t.Fatalf("migrate to 009: %v", err)
 	}
 	// The threshold as the collector before 010 wrote it: its Go encoding.
@@ -94,4 +82,23 @@ func TestMigrationSharesDefinitions(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM metric_defs`).Scan(&defs); err != nil || defs != 2 {
 		t.Fatalf("a Hello repeating the migrated definitions made %d definitions (%v), want 2", defs, err)
 	}
+}
+
+// migrationsBefore is the migrations whose file names sort before first:
+// the schema as an older collector left it, for a test of an upgrade.
+func migrationsBefore(t *testing.T, first string) fstest.MapFS {
+	t.Helper()
+	before := fstest.MapFS{}
+	err := fs.WalkDir(migrations.FS, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".sql") || p >= first {
+			return err
+		}
+		b, err := fs.ReadFile(migrations.FS, p)
+		before[p] = &fstest.MapFile{Data: b}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return before
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"testing/fstest"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -29,20 +28,11 @@ func TestMigrationFoldsNodeNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.Sort(names)
 	cut := slices.IndexFunc(names, func(n string) bool { return strings.HasSuffix(n, "_canonical_node_names.sql") })
 	if cut < 0 {
 		t.Fatal("no canonical_node_names migration")
 	}
-	before := fstest.MapFS{}
-	for _, n := range names[:cut] {
-		b, err := fs.ReadFile(migrations.FS, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before[n] = &fstest.MapFile{Data: b}
-	}
-	if _, err := Migrate(ctx, pool, before); err != nil {
+	if _, err := Migrate(ctx, pool, migrationsBefore(t, names[cut])); err != nil {
 		t.Fatalf("migrate to %s: %v", names[cut-1], err)
 	}
 	for _, q := range []string{

@@ -23,20 +23,38 @@ CREATE TEMP TABLE IF NOT EXISTS stage_events (LIKE events) ON COMMIT DELETE ROWS
 // new reports' keys are left for the minute fold (rollup_pending, migration
 // 016): the rollups are no longer written here, where an upsert per metric
 // and report cost most of the transaction (BENCHMARKS.md).
-const moveStaged = `
+//
+// A batch without histograms (a healthy fleet's: roots only) writes its
+// pending keys straight from the inserted rows, and one without events
+// has no events step: the join and GROUP BY over the staged histograms,
+// and the empty joins, were a measurable part of a small report's write.
+func moveStaged(hists, events bool) string {
+	pending := `INSERT INTO rollup_pending (node_id, instance_id, seq, ts) SELECT node_id, instance_id, seq, ts FROM ins`
+	if hists {
+		pending = `INSERT INTO rollup_pending (node_id, instance_id, seq, ts, hist_ids)
+	SELECT i.node_id, i.instance_id, i.seq, i.ts, array_agg(DISTINCT s.metric_id) FILTER (WHERE s.metric_id IS NOT NULL)
+	FROM ins i LEFT JOIN stage_histograms s USING (node_id, instance_id, seq) GROUP BY 1, 2, 3, 4`
+	}
+	q := `
 WITH ins AS (
 	INSERT INTO reports SELECT * FROM stage_reports ON CONFLICT DO NOTHING
 	RETURNING node_id, instance_id, seq, ts
 ), p AS (
-	INSERT INTO rollup_pending (node_id, instance_id, seq, ts, hist_ids)
-	SELECT i.node_id, i.instance_id, i.seq, i.ts, array_agg(DISTINCT s.metric_id) FILTER (WHERE s.metric_id IS NOT NULL)
-	FROM ins i LEFT JOIN stage_histograms s USING (node_id, instance_id, seq) GROUP BY 1, 2, 3, 4
-), h AS (
+	` + pending + `
+)`
+	if hists {
+		q += `, h AS (
 	INSERT INTO histograms SELECT s.* FROM stage_histograms s JOIN ins USING (node_id, instance_id, seq)
-), e AS (
+)`
+	}
+	if events {
+		q += `, e AS (
 	INSERT INTO events SELECT s.* FROM stage_events s JOIN ins USING (node_id, instance_id, seq)
-)
+)`
+	}
+	return q + `
 SELECT node_id, instance_id, seq FROM ins`
+}
 
 // mergeLatest folds newer values over older ones. A report older than what is
 // stored (a late resend) must not move the node's newest state backwards.
@@ -73,10 +91,11 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		if _, err := tx.Exec(ctx, stagingDDL); err != nil {
 			return fmt.Errorf("create staging tables: %w", err)
 		}
-		if err := copyStaged(ctx, tx, unique); err != nil {
+		hists, events, err := copyStaged(ctx, tx, unique)
+		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, moveStaged)
+		rows, err := tx.Query(ctx, moveStaged(hists, events))
 		if err != nil {
 			return fmt.Errorf("insert staged reports: %w", err)
 		}
@@ -139,13 +158,15 @@ func CopyRows(r Report) (report []any, hists, events [][]any, err error) {
 	return report, hists, events, nil
 }
 
-func copyStaged(ctx context.Context, tx pgx.Tx, reports []Report) error {
+// copyStaged copies the reports' rows to the staging tables and says
+// whether there were histograms and events.
+func copyStaged(ctx context.Context, tx pgx.Tx, reports []Report) (bool, bool, error) {
 	var hists, events [][]any
 	rows := make([][]any, 0, len(reports))
 	for _, r := range reports {
 		rep, hs, es, err := CopyRows(r)
 		if err != nil {
-			return err
+			return false, false, err
 		}
 		rows = append(rows, rep)
 		hists = append(hists, hs...)
@@ -154,23 +175,23 @@ func copyStaged(ctx context.Context, tx pgx.Tx, reports []Report) error {
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_reports"},
 		[]string{"node_id", "instance_id", "seq", "ts", "interval_ms", "snapshot", "metric_ids", "vals", "states"},
 		pgx.CopyFromRows(rows)); err != nil {
-		return fmt.Errorf("copy reports: %w", err)
+		return false, false, fmt.Errorf("copy reports: %w", err)
 	}
 	if len(hists) > 0 {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_histograms"},
 			[]string{"node_id", "instance_id", "seq", "ts", "metric_id", "count", "sum", "bucket_index", "bucket_count"},
 			pgx.CopyFromRows(hists)); err != nil {
-			return fmt.Errorf("copy histograms: %w", err)
+			return false, false, fmt.Errorf("copy histograms: %w", err)
 		}
 	}
 	if len(events) > 0 {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_events"},
 			[]string{"node_id", "instance_id", "seq", "ts", "metric_id", "fields"},
 			pgx.CopyFromRows(events)); err != nil {
-			return fmt.Errorf("copy events: %w", err)
+			return false, false, fmt.Errorf("copy events: %w", err)
 		}
 	}
-	return nil
+	return len(hists) > 0, len(events) > 0, nil
 }
 
 // queueLatest merges the batch's new reports into one row per node, so the

@@ -49,6 +49,8 @@
 //   NBS_URL                 the collector (required)
 //   NBS_NODE, NBS_METRIC    a node with a raised metric, and the metric that explains it (required for admin)
 //   NBS_OTHER_NODE          optional second node, expected in the (admin's) fleet
+//   NBS_FLEET_NODES         optional: simulated nodes sim-1… in the fleet (some WARN, explained by a child):
+//                           the admin scans it page by page, by name, and opens an explaining child
 //   NBS_NODE_TENANT         optional: NBS_NODE's tenant, expected on its page
 //   NBS_EVIDENCE_SRC        optional expected evidence source
 //   NBS_ARTIFACTS           screenshot directory (default e2e/artifacts)
@@ -250,6 +252,75 @@ const logout = async () => {
   check(r.status() === 401, `after logging out /api/v1/whoami answers ${r.status()}, want 401`);
 };
 
+// noOverflow fails when the page is wider than a viewport of width px: the
+// fleet's own content must fit; what overflows elsewhere (the header) is
+// named in the log.
+const noOverflow = async (what, width, keep = false) => {
+  const before = page.viewportSize();
+  await page.setViewportSize({ width, height: 900 });
+  await page.waitForTimeout(300);
+  const r = await page.evaluate(() => {
+    const vw = document.documentElement.clientWidth;
+    const wide = [...document.querySelectorAll('main *')].filter((e) => e.getBoundingClientRect().right > vw + 1).map((e) => `${e.tagName.toLowerCase()}.${[...e.classList].join('.')}`);
+    return { vw, sw: document.documentElement.scrollWidth, wide: wide.slice(0, 5) };
+  });
+  check(r.wide.length === 0, `${what} at ${width} px: ${r.wide.join(', ')} reach past the ${r.vw} px viewport`);
+  if (r.sw > r.vw) console.log(`  note: ${what} at ${width} px: the document is ${r.sw} px wide (outside the page's main content)`);
+  else console.log(`  ${what} at ${width} px: no horizontal overflow`);
+  if (!keep && before) await page.setViewportSize(before);
+};
+
+// The operator scans a large fleet (NBS_FLEET_NODES simulated nodes beside
+// the lab's): one server page at a time, counts of the whole fleet, names in
+// numeric order, a raised node's explaining child one click away.
+const fleetNodes = Number(env.NBS_FLEET_NODES ?? 0);
+async function scanLargeFleet() {
+  step(`the fleet of ${fleetNodes} simulated nodes is served a page at a time`);
+  const total = async () => Number((await page.locator('.updated').innerText()).match(/^([\d,]+) nodes/)?.[1].replaceAll(',', '') ?? 0);
+  await page.waitForFunction((n) => /^[\d,]+ nodes/.test(document.querySelector('.updated')?.textContent ?? '') && Number(document.querySelector('.updated').textContent.match(/^([\d,]+)/)[1].replaceAll(',', '')) >= n, fleetNodes);
+  check((await total()) >= fleetNodes, `the fleet says ${await total()} nodes, want at least ${fleetNodes}`);
+  const tiles = await page.locator('.tile').count();
+  check(tiles > 0 && tiles <= 100, `the page holds ${tiles} tiles, want one server page (at most 100)`);
+  const pager = await page.locator('.pager').innerText();
+  check(/page 1 of \d+/.test(pager), `pager says ${pager}`);
+  const counted = (await page.locator('.count-btn .count-n').allInnerTexts()).reduce((sum, t) => sum + Number(t.trim().replaceAll(',', '') || 0), 0);
+  check(counted === (await total()), `the state counts add up to ${counted}, want ${await total()}`);
+
+  step('sorted by name, sim-2 comes before sim-10, and the next page follows on');
+  await page.selectOption('select:near(:text("Sort"))', 'name');
+  await page.waitForFunction(() => new URL(location.href).searchParams.get('sort') === 'name');
+  await page.getByRole('button', { name: 'Next ›' }).click();
+  await page.waitForFunction(() => new URL(location.href).searchParams.get('page') === '2');
+  await page.waitForFunction(() => (document.querySelector('.pager')?.textContent ?? '').includes('page 2 of'));
+  const names = await page.locator('.tile').evaluateAll((ts) => ts.map((t) => t.dataset.node));
+  const sims = names.filter((n) => /^sim-\d+$/.test(n)).map((n) => Number(n.slice(4)));
+  check(sims.length > 10, `page 2 by name holds ${sims.length} sim nodes: ${names.slice(0, 5).join(', ')}…`);
+  check(sims.every((v, i) => i === 0 || sims[i - 1] < v), `page 2 is not in numeric order: ${names.slice(0, 12).join(', ')}`);
+  await page.goto(base + '/?sort=name&q=sim-');
+  await page.locator('.tile').first().waitFor();
+  const first = await page.locator('.tile').evaluateAll((ts) => ts.slice(0, 3).map((t) => t.dataset.node));
+  check(JSON.stringify(first) === JSON.stringify(['sim-1', 'sim-2', 'sim-3']), `by name the fleet starts ${first.join(', ')}, want sim-1, sim-2, sim-3`);
+
+  step('the WARN nodes, each tile naming the child that explains it and since when; open one');
+  await page.goto(base + '/?state=warn&q=sim-');
+  const warnTile = page.locator('.tile.st-warn').first();
+  await warnTile.waitFor();
+  check((await page.locator('.tile:not(.st-warn)').count()) === 0, 'a tile that is not WARN is shown under the WARN filter');
+  const why = warnTile.locator('.explains-link');
+  check(/since \d/.test(await warnTile.locator('.root-why').innerText()), 'the raised root does not say since when');
+  const whyHref = new URL(await why.getAttribute('href'), base);
+  const child = whyHref.searchParams.get('metric');
+  check(!!child && child.includes('/'), `the explaining link goes to ${whyHref}`);
+  await noOverflow('fleet', 390, true);
+  await shot('fleet-phone');
+  await page.setViewportSize({ width: 1440, height: 900 });
+  await why.click();
+  await page.waitForURL((u) => u.pathname === whyHref.pathname && u.searchParams.get('metric') === child);
+  await row(child).waitFor();
+  check((await row(child).getAttribute('aria-selected')) === 'true', `${child} is not selected on the node page`);
+  await page.goto(base + '/');
+}
+
 async function adminScenario() {
   if (env.NBS_TOKEN) {
     step('without a session, the UI sends the user to the login page, remembering where they were going');
@@ -279,11 +350,15 @@ async function adminScenario() {
   check(/CRIT|WARN/.test(await tile.innerText()), 'tile does not name its state');
   const critCount = Number((await page.locator('.count-btn.st-crit .count-n').innerText()).trim());
   check(critCount >= 1, `CRIT count is ${critCount}`);
-  if (env.NBS_OTHER_NODE) await page.locator(`.tile[data-node="${env.NBS_OTHER_NODE}"]`).waitFor();
-  await page.selectOption('select:near(:text("Group by"))', 'customer');
-  await page.locator('.group-head').first().waitFor();
-  check(new URL(page.url()).searchParams.get('group') === 'customer', `grouping is not in the URL: ${page.url()}`);
+  await noOverflow('fleet', 1400);
   await shot('fleet');
+  if (fleetNodes > 0) await scanLargeFleet();
+  if (env.NBS_OTHER_NODE) {
+    await page.goto(base + '/?q=' + encodeURIComponent(env.NBS_OTHER_NODE));
+    await page.locator(`.tile[data-node="${env.NBS_OTHER_NODE}"]`).waitFor();
+    await page.goto(base + '/');
+    await tile.waitFor();
+  }
 
   step('search is keyboard reachable and filters, and the URL keeps it');
   await page.keyboard.press('/');
@@ -292,7 +367,7 @@ async function adminScenario() {
   await page.waitForFunction((n) => [...document.querySelectorAll('.tile')].every((t) => t.dataset.node.includes(n)), nodeName);
   check(new URL(page.url()).searchParams.get('q') === nodeName, `search is not in the URL: ${page.url()}`);
   await page.keyboard.press('Escape');
-  if (env.NBS_OTHER_NODE) await page.locator(`.tile[data-node="${env.NBS_OTHER_NODE}"]`).waitFor();
+  await page.waitForFunction(() => !new URL(location.href).searchParams.has('q'));
 
   step('opening the node shows the tree opened down to the triggered child');
   await tile.click();

@@ -85,7 +85,8 @@ func TestBrowser(t *testing.T) {
 	// Alerts go to a signed webhook, so the alert page's delivery log has
 	// real deliveries to show.
 	hook := startWebhook(t)
-	httpAddr, grpcAddr, adminToken := startCollector(t, pgcluster.Database(t), hook.config(t))
+	dbURL := pgcluster.Database(t)
+	httpAddr, grpcAddr, adminToken := startCollector(t, dbURL, hook.config(t))
 	// lab-b's customer pings its gateway (lab A's address: the mesh does not
 	// cross customers), so its report has a ping target to chart.
 	startAgent(t, "lab-b", lab.B, grpcAddr, agentapp.Labels{"customer": "acme", "rack": "r1"}, "gateway="+lab.IPA.String())
@@ -126,6 +127,10 @@ func TestBrowser(t *testing.T) {
 	// The storm keeps the tcp_reset root CRIT for the whole run, far past the
 	// two intervals of the default rule NBSRootCritical, which fires.
 	waitAlert(t, nbs, "lab-b", "NBSRootCritical", "firing")
+	// The operator's fleet is a large one: simulated nodes beside the lab's,
+	// added once the lab's are up (waitReported reads every node).
+	fleetNodes := fleetSize(t)
+	seedFleet(t, dbURL, fleetNodes)
 	updatePicture := os.Getenv("NBS_UPDATE_SCREENSHOTS") == "1"
 	if updatePicture {
 		// A minute and a half of history, so the README picture has trends to show.
@@ -146,6 +151,7 @@ func TestBrowser(t *testing.T) {
 		"NBS_NODE=lab-b",
 		"NBS_NODE_TENANT=acme",
 		"NBS_OTHER_NODE=lab-a",
+		fmt.Sprintf("NBS_FLEET_NODES=%d", fleetNodes),
 		"NBS_METRIC=tcp_reset/sent/no_socket",
 		"NBS_PAST_AT="+pastAt,
 		"NBS_EVIDENCE_SRC="+netip.AddrPortFrom(lab.IPB, lab.ClosedPort).String(),

@@ -256,6 +256,13 @@ export interface paths {
       };
     };
   };
+  "/fleet": {
+    /**
+     * A page of the fleet the caller sees: each node's summary (state, since when, roots with what explains a raised one), never its tree; with counts by state of every node that matches the filters.
+     * @description Filters: q (name substring, ignoring case), label (key=value, every one must match), state (any of them). Counts and total are of the nodes matching q and label; matched is those also in one of the states, and is what offset and limit page through. Sorted by state (worst first, then name), name (numbers in names compared as numbers: sim-2 before sim-10) or last_seen (newest report first, never-reported last).
+     */
+    get: operations["listFleet"];
+  };
 }
 
 export type webhooks = Record<string, never>;
@@ -1175,6 +1182,90 @@ export interface components {
       duration_seconds: number;
       /** @description Why (at most 1000 bytes); Alertmanager's silence comment. */
       comment?: string;
+    };
+    /** @description One page of the fleet. */
+    Fleet: {
+      /**
+       * Format: date-time
+       * @description The collector's time of the answer: what stale and since are measured against.
+       */
+      time: string;
+      /** @description Nodes that match q and label. */
+      total: number;
+      counts: components["schemas"]["FleetCounts"];
+      /** @description Of total, those in one of the asked states: what is paged. */
+      matched: number;
+      offset: number;
+      limit: number;
+      nodes: components["schemas"]["FleetNode"][];
+    };
+    /** @description Nodes matching q and label, by state. */
+    FleetCounts: {
+      ok: number;
+      warn: number;
+      crit: number;
+      unknown: number;
+    };
+    /** @description A node on a fleet page: its summary, never its tree. */
+    FleetNode: {
+      name: string;
+      labels: {
+        [key: string]: string;
+      };
+      /** @description The node's tenant (--tenant.label), empty for none. */
+      tenant: string;
+      state: components["schemas"]["State"];
+      /**
+       * Format: date-time
+       * @description When the node entered its state: a stale node when it missed its third report; a raised one when the earliest of its roots in that state entered it; an OK one when the last of its roots became OK. Null when not known (the state began before this collector kept it).
+       */
+      since: string | null;
+      /** @description The node has a stream open on this collector. */
+      connected: boolean;
+      /** @description No report for three intervals: state is unknown, and the roots are what it last reported, not current values. */
+      stale: boolean;
+      /** Format: date-time */
+      last_report: string | null;
+      interval_ms: number;
+      /**
+       * Format: date-time
+       * @description When the node moved to another tenant; only its former tenant sees this row.
+       */
+      retired_at?: string;
+      /** @description The node's roots, raised first, the agent's own (agent) last. A customer does not see the agent's root, and its state and counts leave it out. */
+      roots: components["schemas"]["FleetRoot"][];
+    };
+    /** @description A root metric of a node on a fleet page. */
+    FleetRoot: {
+      id: string;
+      title: string;
+      unit: string;
+      kind: string;
+      /**
+       * Format: double
+       * @description The newest value (a rate per second).
+       */
+      value: number | null;
+      state: components["schemas"]["State"];
+      /**
+       * Format: date-time
+       * @description When the root entered its state: the first report here that carried it so. Null when not known.
+       */
+      since: string | null;
+      /** @description For a raised root, the descendant that explains it (the worst child in the newest report, followed down while it is raised); null when the root is OK or explains itself. */
+      explains: components["schemas"]["FleetChild"] | null;
+    };
+    /** @description The metric that explains a raised root. */
+    FleetChild: {
+      id: string;
+      title: string;
+      unit: string;
+      /**
+       * Format: double
+       * @description Its newest value (a rate per second); null when the agent sent it for its state only.
+       */
+      value: number | null;
+      state: components["schemas"]["State"];
     };
   };
   responses: {
@@ -2311,6 +2402,40 @@ export interface operations {
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
       415: components["responses"]["UnsupportedMedia"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /**
+   * A page of the fleet the caller sees: each node's summary (state, since when, roots with what explains a raised one), never its tree; with counts by state of every node that matches the filters.
+   * @description Filters: q (name substring, ignoring case), label (key=value, every one must match), state (any of them). Counts and total are of the nodes matching q and label; matched is those also in one of the states, and is what offset and limit page through. Sorted by state (worst first, then name), name (numbers in names compared as numbers: sim-2 before sim-10) or last_seen (newest report first, never-reported last).
+   */
+  listFleet: {
+    parameters: {
+      query?: {
+        /** @description Keep nodes whose name contains this, ignoring case; at most 256 bytes. */
+        q?: string;
+        /** @description key=value: keep nodes with this label; repeatable, at most 16, each at most 256 bytes. */
+        label?: string[];
+        /** @description Keep nodes in one of these states (a stale node is unknown); repeatable. Counts are not filtered by it. */
+        state?: components["schemas"]["State"][];
+        /** @description state (default), name or last_seen. */
+        sort?: "state" | "name" | "last_seen";
+        /** @description Skip this many of the matched nodes, 0 to 1000000. Default 0. */
+        offset?: number;
+        /** @description At most this many nodes, 1 to 500. Default 100. */
+        limit?: number;
+      };
+    };
+    responses: {
+      /** @description A page of the fleet. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Fleet"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
       default: components["responses"]["Error"];
     };
   };

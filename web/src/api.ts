@@ -14,6 +14,10 @@ export type Threshold = Schemas['Threshold'];
 export type TreeNode = Schemas['TreeNode'];
 export type Capability = Schemas['Capability'];
 export type NodeSummary = Schemas['NodeSummary'];
+export type Fleet = Schemas['Fleet'];
+export type FleetNode = Schemas['FleetNode'];
+export type FleetRoot = Schemas['FleetRoot'];
+export type FleetFilter = NonNullable<operations['listFleet']['parameters']['query']>;
 export type Tree = Schemas['Tree'];
 export type Alert = Schemas['Alert'];
 /** Who evaluates alerts, as recorded by that collector itself (holder is empty before any has). */
@@ -128,6 +132,15 @@ type BootstrapTokens = Schemas['BootstrapTokens'];
 
 export const api = {
   nodes: (signal?: AbortSignal) => request<NodeList>('GET', '/api/v1/nodes', undefined, signal).then((r) => r.nodes ?? []),
+  /** One page of the fleet: repeated parameters (label, state) are sent once per value. */
+  fleet: (f: FleetFilter, signal?: AbortSignal) => {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(f)) {
+      for (const x of Array.isArray(v) ? v : [v]) if (x !== undefined && x !== '') q.append(k, String(x));
+    }
+    const s = q.toString();
+    return request<Fleet>('GET', `/api/v1/fleet${s ? `?${s}` : ''}`, undefined, signal);
+  },
   node: (node: string, signal?: AbortSignal) => request<NodeSummary>('GET', nodePath(node), undefined, signal),
   /** The tree, live or (with at, or from and to, Unix ms) as of a past time. */
   tree: (node: string, signal?: AbortSignal, past?: TreeTime | null) =>

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -258,6 +259,13 @@ func (p *Probe) Stats() (Stats, error) {
 		return Stats{}, err
 	}
 	return Stats{Suppressed: sum.Suppressed, RingFull: sum.RingFull}, nil
+}
+
+// Consumed returns how many evidence records readers have taken from the
+// ring since it was created (see evidence.Ring.Consumed): with a pinned
+// ring, those of every agent before this one too.
+func (p *Probe) Consumed() (uint64, error) {
+	return p.ring.Consumed(int(unsafe.Sizeof(dropsNbsDropEvent{})))
 }
 
 // ReadEvents calls fn for each evidence event until ctx is done or the probe

@@ -17,10 +17,13 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
 )
@@ -146,4 +149,34 @@ func (r *Ring) Reading() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.active != nil
+}
+
+// Consumed returns how many records readers have taken from the ring since
+// the kernel created it: its consumer position, which lives in the map (so
+// a pinned ring keeps it across agents), over the size of one record of
+// eventSize bytes (an 8-byte header, rounded up to 8). It holds for rings
+// whose records are all eventSize bytes and never discarded, as the
+// probes' evidence rings are. The agent uses it to count the evidence a
+// killed agent had read but not reported.
+func (r *Ring) Consumed(eventSize int) (uint64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0, fmt.Errorf("read %s ring position: %w", r.name, r.errClosed)
+	}
+	// The consumer page is the map's first page; a read-only mapping of
+	// it is allowed (only the producer pages must not be writable).
+	page, err := unix.Mmap(r.m.FD(), 0, os.Getpagesize(), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return 0, fmt.Errorf("map %s ring's consumer page: %w", r.name, err)
+	}
+	defer func() { _ = unix.Munmap(page) }()
+	pos := atomic.LoadUint64((*uint64)(unsafe.Pointer(&page[0])))
+	return pos / RecordSize(eventSize), nil
+}
+
+// RecordSize is the bytes one record of eventSize bytes takes in a ring
+// buffer: the kernel's 8-byte header and the event, rounded up to 8.
+func RecordSize(eventSize int) uint64 {
+	return (uint64(eventSize) + 8 + 7) &^ 7
 }

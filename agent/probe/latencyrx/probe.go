@@ -32,16 +32,21 @@ type Options struct {
 	// BTF is kernel BTF shared with other probes' loads (nil: read it).
 	BTF *bpfload.KernelBTF
 	// ReadSample keeps the queue time, and so times the read, for 1 in
-	// ReadSample TCP segments and UDP sockets: a power of two from 1
-	// (every one) to MaxReadSample; 0 means DefaultReadSample.
+	// ReadSample TCP segments and UDP sockets, and times packets to their
+	// socket (the Stack histograms) for 1 in ReadSample by a hash of their
+	// RX stamp (for TCP the same segments): a power of two from 1 (every
+	// one, the oracle tests' exact mode) to MaxReadSample; 0 means
+	// DefaultReadSample.
 	ReadSample int
 }
 
-// DefaultReadSample is the read sample the agent runs with: keeping a queue
+// DefaultReadSample is the sample the agent runs with: keeping a queue
 // time (a slot write for TCP, a socket-storage lookup and FIFO write for
-// UDP) is the work beyond netstacklat's; at 1 in 16 it adds a few ns a run
-// on average (BENCHMARKS.md), while a busy TCP connection still gives its
-// read percentiles within seconds. UDP is sampled by socket (pairing by
+// UDP) is the work beyond netstacklat's, and filing a time in the
+// log-linear histogram touches more cache lines than netstacklat's log2
+// one; at 1 in 16 tcp_probe costs about half the netstacklat-shaped peer's
+// run (BENCHMARKS.md), while a busy TCP connection still gives its
+// percentiles within seconds. UDP is sampled by socket (pairing by
 // position needs every datagram of one), salted at each load.
 const DefaultReadSample = 16
 
@@ -74,7 +79,7 @@ type Hists [Protos][Kinds]bpfhist.Hist
 
 // Stats are the probe's counts, cumulative, summed over CPUs.
 type Stats struct {
-	Stack [Protos]uint64 // timed to their socket
+	Stack [Protos]uint64 // timed to their socket (the sample's)
 	Read  [Protos]uint64 // timed to the application's read
 	// Unstamped reached a socket without a real-time RX timestamp: the
 	// kernel had not yet turned timestamps on, or the field still held a
@@ -293,7 +298,8 @@ func (p *Probe) Detach() error {
 	return err
 }
 
-// ReadSample is the 1-in-N rate the read and total histograms sample.
+// ReadSample is the 1-in-N rate every histogram samples (UDP's read and
+// total by socket, the rest by packet).
 func (p *Probe) ReadSample() int { return p.sample }
 
 // Attached says whether the programs are attached.

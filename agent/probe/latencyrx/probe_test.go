@@ -398,11 +398,13 @@ func TestUDPPairingByPosition(t *testing.T) {
 	}
 }
 
-// With a read sample (the agent's default), every packet is still timed to
-// its socket, while queue times are kept, and reads timed, for 1 in N TCP
-// segments (by their stamp) and for every datagram of 1 in N UDP sockets
-// (by inode): each kept queue time is read exactly once, and the sampled
-// reads still show the reader's delay.
+// With a read sample (the agent's default), packets are timed to their
+// socket for 1 in N (by their stamp; for TCP the segments whose queue time
+// is kept), queue times are kept, and reads timed, for those TCP segments
+// and for every datagram of 1 in N UDP sockets (by their addresses): each
+// kept queue time is read exactly once, and the sample's distribution still
+// meets the unsampled oracle's bounds (a stack under a millisecond, the
+// read p50 at the reader's delay).
 func TestReadSample(t *testing.T) {
 	const (
 		messages  = 240
@@ -460,10 +462,10 @@ func TestReadSample(t *testing.T) {
 	kept := s1.st.Sampled[TCP] - s0.st.Sampled[TCP]
 	t.Logf("tcp: %d segments timed to the socket, %d queue times kept, %d reads timed (p50 %.2f ms)",
 		stack.Count, kept, read.Count, read.Quantile(0.5)/1e6)
-	if stack.Count != messages {
-		t.Errorf("timed %d segments to the socket, want every one of the %d", stack.Count, messages)
-	}
 	inSample("tcp segments", kept, messages)
+	if stack.Count != kept {
+		t.Errorf("timed %d segments to the socket, want the %d whose queue time was kept", stack.Count, kept)
+	}
 	if read.Count != kept || since(s0, s1, TCP, Total).Count != kept {
 		t.Errorf("%d reads and %d totals timed, want one for each of the %d kept", read.Count, since(s0, s1, TCP, Total).Count, kept)
 	}
@@ -493,8 +495,9 @@ func TestReadSample(t *testing.T) {
 	ustack, uread := since(s1, s2, UDP, Stack), since(s1, s2, UDP, Read)
 	ukept := s2.st.Sampled[UDP] - s1.st.Sampled[UDP]
 	t.Logf("udp: %d datagrams timed to the socket, %d queue times kept, %d reads timed", ustack.Count, ukept, uread.Count)
-	if ustack.Count != sockets {
-		t.Errorf("timed %d datagrams to their socket, want every one of the %d", ustack.Count, sockets)
+	inSample("udp datagrams timed to their socket", ustack.Count, sockets)
+	if ustack.Count > 0 && ustack.Quantile(0.99) > 1e6 {
+		t.Errorf("udp stack p99 %.1f µs, want under 1 ms", ustack.Quantile(0.99)/1e3)
 	}
 	inSample("udp sockets", ukept, sockets)
 	if uread.Count != ukept {

@@ -96,8 +96,7 @@ func TestPinnedCountsSurviveTheProbe(t *testing.T) {
 
 	// An upgrade that changed only a map's size: replaced, its counts
 	// carried over.
-	counts := filepath.Join(dir, "rst_counts")
-	resize(t, counts, 1)
+	resize(t, filepath.Join(dir, "rst_counts"), 1)
 	logs.Reset()
 	fourth := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir, Logger: log})
 	if !fourth.Continued() || !strings.Contains(logs.String(), "carried the counts of the replaced map over") {
@@ -115,10 +114,11 @@ func TestPinnedCountsSurviveTheProbe(t *testing.T) {
 	}
 
 	// An upgrade that changed a map's layout: replaced, not continued.
+	counts := filepath.Join(dir, "rst_percpu") // where one namespace's resets are counted
 	if err := os.Remove(counts); err != nil {
 		t.Fatal(err)
 	}
-	odd, err := ebpf.NewMap(&ebpf.MapSpec{Name: "rst_counts", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	odd, err := ebpf.NewMap(&ebpf.MapSpec{Name: "rst_percpu", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,5 +191,121 @@ func TestPinFailureRunsUnpinned(t *testing.T) {
 	l.ResetNoSocket(t, 3)
 	if got := named(t, p)["sent/no_socket"]; got != 3 {
 		t.Errorf("counted %d, want 3", got)
+	}
+}
+
+// The ring's consumer position counts the records read from it across
+// probes: the next probe, adopting the pinned ring, starts from the
+// records the first read, and reads on from the ones made while none ran.
+func TestConsumedCountsAcrossProbes(t *testing.T) {
+	const n = 4
+	l := netlab.New(t)
+	dir := pinDir(t)
+	ino := l.Inode(t, l.B)
+	consumed := func(p *Probe) uint64 {
+		t.Helper()
+		c, err := p.Consumed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	first := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir})
+	if got := consumed(first); got != 0 {
+		t.Fatalf("a new ring says %d records were read", got)
+	}
+	c := collect(first)
+	l.ResetNoSocket(t, n)
+	if got := len(c.stop(t, n)); got != n {
+		t.Fatalf("read %d events, want %d", got, n)
+	}
+	if got := consumed(first); got != n {
+		t.Errorf("after reading %d events Consumed is %d", n, got)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l.ResetNoSocket(t, n) // no probe open: the pinned program writes the ring
+	second := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir})
+	if got := consumed(second); got != n {
+		t.Errorf("the next probe starts at %d records read, want %d", got, n)
+	}
+	c = collect(second)
+	if got := len(c.stop(t, n)); got != n {
+		t.Fatalf("the next probe read %d events, want the %d made while none ran", got, n)
+	}
+	if got := consumed(second); got != 2*n {
+		t.Errorf("Consumed %d, want %d", got, 2*n)
+	}
+}
+
+// An upgrade from an agent that counted in the hash and the stats map
+// (before the per-CPU slots): the new probe adopts both and adds what
+// they hold to its own counts, so the counts go on exactly.
+func TestUpgradeFromTheHashKeepsCounts(t *testing.T) {
+	const before, suppressed, n = 3, 7, 4
+	l := netlab.New(t)
+	dir := pinDir(t)
+	ino := l.Inode(t, l.B)
+	names, err := LoadNames(nil)
+	if err != nil {
+		netlab.SkipOrFail(t, "tcpreset names: %v", err)
+	}
+	noSocket, ok := names.ReasonCode("no_socket")
+	if !ok {
+		t.Fatal("no no_socket reason in this kernel's BTF")
+	}
+	spec, err := loadTcpreset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The older agent's maps, as it left them pinned.
+	pin := func(name string, key any, perCPU any) {
+		t.Helper()
+		ms := spec.Maps[name].Copy()
+		ms.Pinning = ebpf.PinNone
+		m, err := ebpf.NewMap(ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if err := m.Put(key, perCPU); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Pin(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := make([]uint64, cpus)
+	counts[0] = before
+	pin("rst_counts", tcpresetNbsRstKey{Netns: ino, Direction: uint32(DirectionSent), Code: noSocket}, counts)
+	stats := make([]tcpresetNbsRstStats, cpus)
+	stats[cpus-1].Suppressed = suppressed
+	pin("rst_stats", uint32(0), stats)
+
+	p := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir})
+	if !p.Continued() {
+		t.Error("the probe does not continue the older agent's counts")
+	}
+	if got := named(t, p)["sent/no_socket"]; got != before {
+		t.Errorf("the adopted hash reads %d, want %d", got, before)
+	}
+	l.ResetNoSocket(t, n)
+	if got := named(t, p)["sent/no_socket"]; got != before+n {
+		t.Errorf("after %d resets %d, want %d", n, got, before+n)
+	}
+	st, err := p.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Suppressed != suppressed {
+		t.Errorf("suppressed %d, want the %d the adopted stats map holds", st.Suppressed, suppressed)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 
@@ -66,6 +67,9 @@ type Options struct {
 	// pinned there and outlive the agent, and the next agent adopts them
 	// (see bpfload). Empty pins nothing.
 	PinDir string
+	// noNetnsTable turns the per-CPU table of (namespace, code) counters
+	// off, so tests drive the hash behind it.
+	noNetnsTable bool
 }
 
 // Event is one reset as evidence. Src and Dst are those of the RST packet:
@@ -103,6 +107,7 @@ type Probe struct {
 	log   *slog.Logger
 	clock evidence.Clock // kernel stamps to wall time
 	ring  *evidence.Ring
+	netns uint32 // the namespace counted, 0 for every one
 }
 
 // Load loads and attaches both programs; its error says whether this
@@ -125,11 +130,11 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse tcp_reset object: %w", err)
 	}
-	p := &Probe{names: names, log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
+	p := &Probe{netns: opts.NetnsInode, names: names, log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "tcp_reset", Log: log, BTF: opts.BTF, PinDir: opts.PinDir,
 		Needs: "a kernel (6.10+) with BTF tracepoint tcp_send_reset(sk, skb, reason)",
 	}}}
-	vars := bpfload.Vars{tcpresetVarTargetNetns: opts.NetnsInode, tcpresetVarEvidencePerSec: limit}
+	vars := bpfload.Vars{tcpresetVarTargetNetns: opts.NetnsInode, tcpresetVarEvidencePerSec: limit, tcpresetVarNetnsTable: !opts.noNetnsTable}
 	if err := p.bpf.Load(spec, vars, &p.objs, nil); err != nil {
 		return nil, err
 	}
@@ -176,12 +181,39 @@ func (p *Probe) CountsByNetns() (map[uint32]map[Key]uint64, error) {
 	return out, err
 }
 
+// iterate calls fn for every count: this CPU's slots (rst_percpu), then
+// the hash behind them, which also holds what agents before the slots
+// counted (an adopted pinned map). A reset is counted in one place only,
+// so the reads need no common snapshot.
 func (p *Probe) iterate(fn func(netns uint32, k Key, v uint64)) error {
-	return p.bpf.Do("read tcp_reset counts", func() error {
+	var per []tcpresetNbsRstPercpu
+	err := p.bpf.Do("read tcp_reset counts", func() error {
+		if err := p.objs.RstPercpu.Lookup(uint32(0), &per); err != nil {
+			return err
+		}
 		return bpfload.EachSum(p.objs.RstCounts, func(k tcpresetNbsRstKey, sum uint64) {
 			fn(k.Netns, Key{Direction: Direction(k.Direction), Code: k.Code}, sum)
 		})
 	})
+	if err != nil {
+		return err
+	}
+	for _, pc := range per {
+		for d := range pc.Count {
+			dir := Direction(d + 1)
+			for code, v := range pc.Count[d] {
+				if v != 0 {
+					fn(p.netns, Key{Direction: dir, Code: uint32(code)}, v)
+				}
+			}
+			for _, c := range pc.Cache[d] {
+				if c.Key != 0 && c.Count != 0 { // a slot being taken: its count is read next time
+					fn(uint32(c.Key>>32), Key{Direction: dir, Code: uint32(c.Key) - 1}, c.Count)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // Suppressed returns how many evidence events the kernel-side rate limit
@@ -193,15 +225,37 @@ func (p *Probe) Suppressed() (uint64, error) {
 
 // Stats returns the probe's own losses.
 func (p *Probe) Stats() (Stats, error) {
-	var c tcpresetNbsRstStats
+	var (
+		old tcpresetNbsRstStats // what agents before rst_percpu counted (adopted pins)
+		pc  tcpresetNbsRstPercpu
+	)
 	err := p.bpf.Do("read tcp_reset stats", func() (err error) {
-		c, err = bpfload.LookupSum[tcpresetNbsRstStats](p.objs.RstStats, uint32(0))
-		return err
+		if old, err = bpfload.LookupSum[tcpresetNbsRstStats](p.objs.RstStats, uint32(0)); err != nil {
+			return err
+		}
+		var per []tcpresetNbsRstPercpu
+		if err := p.objs.RstPercpu.Lookup(uint32(0), &per); err != nil {
+			return err
+		}
+		for _, c := range per {
+			pc.Suppressed += c.Suppressed
+			pc.RingFull += c.RingFull
+			pc.CountErrors += c.CountErrors
+		}
+		return nil
 	})
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{Suppressed: c.Suppressed, RingFull: c.RingFull, CountErrors: c.CountErrors}, nil
+	return Stats{Suppressed: old.Suppressed + pc.Suppressed, RingFull: old.RingFull + pc.RingFull,
+		CountErrors: old.CountErrors + pc.CountErrors}, nil
+}
+
+// Consumed returns how many evidence records readers have taken from the
+// ring since it was created (see evidence.Ring.Consumed): with a pinned
+// ring, those of every agent before this one too.
+func (p *Probe) Consumed() (uint64, error) {
+	return p.ring.Consumed(int(unsafe.Sizeof(tcpresetNbsRstEvent{})))
 }
 
 // ReadEvents calls fn for each evidence event until ctx is done or the probe

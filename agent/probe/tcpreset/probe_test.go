@@ -252,7 +252,8 @@ func TestResetReasons(t *testing.T) {
 
 // TestNetnsFilter checks that a probe sees only its namespace, in both
 // address families, including resets that never leave a namespace
-// (loopback), and that an unfiltered probe splits namespaces correctly.
+// (loopback), and that an unfiltered probe splits namespaces correctly,
+// with its per-CPU table of namespaces and without it (the hash behind).
 func TestNetnsFilter(t *testing.T) {
 	const n = 5
 	l := netlab.New(t)
@@ -260,6 +261,7 @@ func TestNetnsFilter(t *testing.T) {
 	pA := load(t, Options{NetnsInode: inoA, EvidencePerSecond: 1000})
 	pB := load(t, Options{NetnsInode: inoB, EvidencePerSecond: 1000})
 	pAll := load(t, Options{EvidencePerSecond: 1000})
+	pHash := load(t, Options{EvidencePerSecond: 1000, noNetnsTable: true})
 
 	tests := []struct {
 		name     string
@@ -300,6 +302,10 @@ func TestNetnsFilter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			hash0, err := pHash.CountsByNetns()
+			if err != nil {
+				t.Fatal(err)
+			}
 			c := collect(tt.evidence)
 			l.ConnectRefused(t, tt.from, tt.dst, n)
 			events := c.stop(t, tt.events)
@@ -320,20 +326,26 @@ func TestNetnsFilter(t *testing.T) {
 				}
 			}
 
-			// The unfiltered probe attributes the same counts per namespace.
-			all1, err := pAll.CountsByNetns()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for ns, want := range map[uint32]map[string]uint64{inoA: tt.wantA, inoB: tt.wantB} {
-				delta := map[string]uint64{}
-				for k, v := range all1[ns] {
-					if d := v - all0[ns][k]; d != 0 {
-						delta[keyName(pAll.Names(), k)] = d
-					}
+			// The unfiltered probes attribute the same counts per namespace.
+			for _, u := range []struct {
+				name string
+				p    *Probe
+				base map[uint32]map[Key]uint64
+			}{{"unfiltered probe", pAll, all0}, {"unfiltered probe without its table", pHash, hash0}} {
+				all1, err := u.p.CountsByNetns()
+				if err != nil {
+					t.Fatal(err)
 				}
-				if fmt.Sprint(delta) != fmt.Sprint(want) {
-					t.Errorf("unfiltered probe, netns %d: counted %v, want %v", ns, delta, want)
+				for ns, want := range map[uint32]map[string]uint64{inoA: tt.wantA, inoB: tt.wantB} {
+					delta := map[string]uint64{}
+					for k, v := range all1[ns] {
+						if d := v - u.base[ns][k]; d != 0 {
+							delta[keyName(u.p.Names(), k)] = d
+						}
+					}
+					if fmt.Sprint(delta) != fmt.Sprint(want) {
+						t.Errorf("%s, netns %d: counted %v, want %v", u.name, ns, delta, want)
+					}
 				}
 			}
 

@@ -34,6 +34,20 @@ type tcpresetNbsRstKey struct {
 	Code      uint32
 }
 
+type tcpresetNbsRstPercpu struct {
+	_           structs.HostLayout
+	Suppressed  uint64
+	RingFull    uint64
+	CountErrors uint64
+	DeniedUntil uint64
+	Count       [2][64]uint64
+	Cache       [2][64]struct {
+		_     structs.HostLayout
+		Key   uint64
+		Count uint64
+	}
+}
+
 type tcpresetNbsRstStats struct {
 	_           structs.HostLayout
 	Suppressed  uint64
@@ -48,11 +62,13 @@ type tcpresetNbsRstStats struct {
 const (
 	tcpresetMapRstCounts         = "rst_counts"
 	tcpresetMapRstEvents         = "rst_events"
+	tcpresetMapRstPercpu         = "rst_percpu"
 	tcpresetMapRstStats          = "rst_stats"
 	tcpresetProgNbsRstRecv       = "nbs_rst_recv"
 	tcpresetProgNbsRstSend       = "nbs_rst_send"
 	tcpresetVarEvidencePerSec    = "evidence_per_sec"
 	tcpresetVarEvidenceTat       = "evidence_tat"
+	tcpresetVarNetnsTable        = "netns_table"
 	tcpresetVarTargetNetns       = "target_netns"
 	tcpresetVarUnusedNbsRstEvent = "unused_nbs_rst_event"
 )
@@ -109,6 +125,7 @@ type tcpresetProgramSpecs struct {
 type tcpresetMapSpecs struct {
 	RstCounts *ebpf.MapSpec `ebpf:"rst_counts"`
 	RstEvents *ebpf.MapSpec `ebpf:"rst_events"`
+	RstPercpu *ebpf.MapSpec `ebpf:"rst_percpu"`
 	RstStats  *ebpf.MapSpec `ebpf:"rst_stats"`
 }
 
@@ -118,6 +135,7 @@ type tcpresetMapSpecs struct {
 type tcpresetVariableSpecs struct {
 	EvidencePerSec    *ebpf.VariableSpec `ebpf:"evidence_per_sec"`
 	EvidenceTat       *ebpf.VariableSpec `ebpf:"evidence_tat"`
+	NetnsTable        *ebpf.VariableSpec `ebpf:"netns_table"`
 	TargetNetns       *ebpf.VariableSpec `ebpf:"target_netns"`
 	UnusedNbsRstEvent *ebpf.VariableSpec `ebpf:"unused_nbs_rst_event"`
 }
@@ -144,6 +162,7 @@ func (o *tcpresetObjects) Close() error {
 type tcpresetMaps struct {
 	RstCounts *ebpf.Map `ebpf:"rst_counts"`
 	RstEvents *ebpf.Map `ebpf:"rst_events"`
+	RstPercpu *ebpf.Map `ebpf:"rst_percpu"`
 	RstStats  *ebpf.Map `ebpf:"rst_stats"`
 }
 
@@ -151,6 +170,7 @@ func (m *tcpresetMaps) Close() error {
 	return _TcpresetClose(
 		m.RstCounts,
 		m.RstEvents,
+		m.RstPercpu,
 		m.RstStats,
 	)
 }
@@ -161,6 +181,7 @@ func (m *tcpresetMaps) Close() error {
 type tcpresetVariables struct {
 	EvidencePerSec    *ebpf.Variable `ebpf:"evidence_per_sec"`
 	EvidenceTat       *ebpf.Variable `ebpf:"evidence_tat"`
+	NetnsTable        *ebpf.Variable `ebpf:"netns_table"`
 	TargetNetns       *ebpf.Variable `ebpf:"target_netns"`
 	UnusedNbsRstEvent *ebpf.Variable `ebpf:"unused_nbs_rst_event"`
 }

@@ -100,6 +100,17 @@ type Source struct {
 	// expandBudget is the budget (percent) an operator's expand raised, in
 	// force while the expand lasts; 0 for none.
 	expandBudget float64
+	// carried are, by evidence branch (metric segment), what the previous
+	// agent's reports counted of the branch's process-local counts (see
+	// Carry); carriedAll says every evidence branch has them.
+	carried    map[string]carriedEvidence
+	carriedAll bool
+	// totalsFrom are, for the evidence branches that start afresh while the
+	// totals continue, what the previous agent's reports counted of them;
+	// at the first collection they become totalsOff, the offsets that make
+	// the totals count only what the branches' own counters count.
+	totalsFrom map[string][2]uint64 // reported, given up
+	totalsOff  map[string][2]int64
 }
 
 // MaxExpandBudgetPercent bounds the budget an operator's expand may raise
@@ -126,6 +137,14 @@ func (s *Source) budget(now, expandUntil time.Time) float64 {
 		return s.expandBudget
 	}
 	return s.opts.BudgetPercent
+}
+
+// carriedEvidence is what counts of one branch's evidence start from in
+// this agent (Carry).
+type carriedEvidence struct {
+	kept, capped uint64 // the previous agent's reports' agent/evidence/<b> and its interval_cap
+	down         uint64 // agent_down: read by the agents before, never reported
+	downKnown    bool
 }
 
 // New turns on the kernel's BPF run-time statistics, for the agent's
@@ -229,11 +248,81 @@ func (s *Source) programID(p *ebpf.Program, key string) string {
 	return id
 }
 
+// Carry makes the evidence counts that live in this process (events
+// reported, interval_cap) continue those of the previous agent's reports,
+// for each evidence source that continues the previous agent's counts
+// (source.Continuing: its probe adopted the pinned maps and ring), and
+// counts what that agent read from the ring but never reported (agent_down).
+// reported is the counters the previous agent's reports carried (the
+// agent's counted.json), nil when there is no record. Call it before the
+// first Collect.
+//
+// The books of one branch balance from the ring's consumer position, which
+// the pinned ring keeps: every record read by the agents before this one
+// (EvidenceCounts.Consumed, read before this agent's reader started) was
+// reported, given up beyond the per-interval cap, or lost with the agent
+// that read it. So agent_down, cumulative over the agents, is Consumed
+// less the reported and interval_cap counts the previous agent's reports
+// carried, which themselves continue across agents.
+func (s *Source) Carry(reported map[string]uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.carried, s.carriedAll = map[string]carriedEvidence{}, false
+	s.totalsFrom, s.totalsOff = map[string][2]uint64{}, map[string][2]int64{}
+	if reported == nil {
+		return
+	}
+	for _, src := range s.opts.Sources {
+		el, ok := src.(source.EvidenceLosses)
+		if !ok {
+			continue
+		}
+		c, err := el.EvidenceCounts()
+		if err != nil || c.Dropped == nil {
+			continue
+		}
+		b := catalog.MetricSegment(c.Branch)
+		cont, _ := src.(source.Continuing)
+		if cont == nil || !cont.Continues(c.Branch) {
+			s.totalsFrom[b] = [2]uint64{reported[catalog.AgentEvidence+"/"+b], reported[catalog.AgentEvidenceDrop+"/"+b]}
+			continue
+		}
+		k := carriedEvidence{capped: reported[catalog.AgentEvidenceDrop+"/"+b+"/"+source.CapInterval]}
+		// An agent before this version reported no per-branch count: then
+		// what it lost cannot be told from what it reported.
+		if kept, ok := reported[catalog.AgentEvidence+"/"+b]; ok && c.ConsumedKnown {
+			k.kept, k.downKnown = kept, true
+			k.down = c.Consumed - min(kept+k.capped, c.Consumed)
+		}
+		s.carried[b] = k
+	}
+	// The totals continue when any branch does; those of the branches
+	// that start afresh are offset at the first collection (evidence).
+	s.carriedAll = len(s.carried) > 0
+}
+
+// Continues says which of the branch's counters continue the previous
+// agent's (source.Continuing): those of the evidence of each source Carry
+// carried, and the evidence totals when it carried any.
+func (s *Source) Continues(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id == catalog.AgentEvidence || id == catalog.AgentEvidenceDrop {
+		return s.carriedAll
+	}
+	for b := range s.carried {
+		if schema.Within(id, catalog.AgentEvidence+"/"+b) || schema.Within(id, catalog.AgentEvidenceDrop+"/"+b) {
+			return true
+		}
+	}
+	return false
+}
+
 // evidence adds what each source's evidence caps gave up, and what was
-// reported (agent/evidence).
+// reported (agent/evidence), continuing the previous agent's counts where
+// Carry carried them.
 func (s *Source) evidence(r *source.Reading) {
-	r.Counters[catalog.AgentEvidence] = 0
-	r.Counters[catalog.AgentEvidenceDrop] = 0
+	var totalKept, totalDropped int64
 	for _, src := range s.opts.Sources {
 		el, ok := src.(source.EvidenceLosses)
 		if !ok {
@@ -244,25 +333,46 @@ func (s *Source) evidence(r *source.Reading) {
 			continue // closed meanwhile, or no evidence (/proc)
 		}
 		branch := catalog.MetricSegment(c.Branch)
+		k := s.carried[branch]
+		dropped := maps.Clone(c.Dropped)
+		dropped[source.CapInterval] += k.capped
+		if c.ConsumedKnown {
+			// A source with a ring always shows agent_down; it is 0 but
+			// after a kill.
+			dropped[source.CapAgentDown] = k.down
+		}
 		// The usual caps always (a zero says nothing was given up), then
 		// any other a source counts.
 		caps := slices.Clone(source.EvidenceCaps)
-		for _, cp := range slices.Sorted(maps.Keys(c.Dropped)) {
+		for _, cp := range slices.Sorted(maps.Keys(dropped)) {
 			if !slices.Contains(caps, cp) {
 				caps = append(caps, cp)
 			}
 		}
+		r.Metrics = append(r.Metrics, catalog.AgentEvidenceReported(branch))
 		r.Metrics = append(r.Metrics, catalog.AgentEvidenceDropped(branch, caps)...)
+		kept := k.kept + c.Kept
+		r.Counters[catalog.AgentEvidence+"/"+branch] = kept
 		id := catalog.AgentEvidenceDrop + "/" + branch
-		r.Counters[catalog.AgentEvidence] += c.Kept
 		r.Counters[id] = 0
 		for _, cp := range caps {
-			n := c.Dropped[cp]
+			n := dropped[cp]
 			r.Counters[id+"/"+cp] = n
 			r.Counters[id] += n
-			r.Counters[catalog.AgentEvidenceDrop] += n
 		}
+		// A branch that starts afresh while the totals continue: its first
+		// values are a baseline of its own counters, so the totals go on
+		// from its reported values instead (Carry).
+		if from, ok := s.totalsFrom[branch]; ok {
+			s.totalsOff[branch] = [2]int64{int64(from[0]) - int64(kept), int64(from[1]) - int64(r.Counters[id])}
+			delete(s.totalsFrom, branch)
+		}
+		off := s.totalsOff[branch]
+		totalKept += int64(kept) + off[0]
+		totalDropped += int64(r.Counters[id]) + off[1]
 	}
+	r.Counters[catalog.AgentEvidence] = uint64(max(totalKept, 0))
+	r.Counters[catalog.AgentEvidenceDrop] = uint64(max(totalDropped, 0))
 }
 
 // Collect reads every program's statistics and the outbox.

@@ -261,6 +261,8 @@ func TestEvidenceDropped(t *testing.T) {
 	r := collect(t, s)
 	want := map[string]uint64{
 		catalog.AgentEvidence:                           427,
+		"agent/evidence/tcp_reset":                      420,
+		"agent/evidence/drops":                          7,
 		catalog.AgentEvidenceDrop:                       190,
 		"agent/evidence/dropped/tcp_reset":              183,
 		"agent/evidence/dropped/tcp_reset/rate_limit":   180,
@@ -287,6 +289,114 @@ func TestEvidenceDropped(t *testing.T) {
 	for id := range r.Counters {
 		if strings.HasPrefix(id, "agent/evidence/dropped/proc") {
 			t.Errorf("a source without evidence has %s", id)
+		}
+	}
+}
+
+// continuingSource is an evidence source whose probe adopted the previous
+// agent's pinned maps and ring, or not.
+type continuingSource struct {
+	evidenceSource
+	continues bool
+}
+
+func (c continuingSource) Continues(string) bool { return c.continues }
+
+// Carry makes the process-local evidence counts (reported, interval_cap)
+// continue the previous agent's reports for a source that continues, and
+// counts what that agent read from the ring but never reported
+// (agent_down: the ring's consumer position less what was reported or
+// capped); nothing carries without a record, for a source that starts
+// afresh, and agent_down needs the per-branch reported count.
+func TestEvidenceCarriedAcrossRestart(t *testing.T) {
+	const (
+		kept     = "agent/evidence/tcp_reset"
+		capped   = "agent/evidence/dropped/tcp_reset/interval_cap"
+		down     = "agent/evidence/dropped/tcp_reset/agent_down"
+		dropped  = "agent/evidence/dropped/tcp_reset"
+		rateLim  = "agent/evidence/dropped/tcp_reset/rate_limit"
+		consumed = 130 // records read from the ring by the agents before
+	)
+	// This agent, at its first collection: 2 events taken, 1 beyond the
+	// cap; the kernel's counts continue (rate_limit 50).
+	counts := source.EvidenceCounts{Branch: catalog.TCPReset, Kept: 2, Consumed: consumed, ConsumedKnown: true,
+		Dropped: map[string]uint64{source.CapRateLimit: 50, source.CapRingFull: 0, source.CapInterval: 1}}
+	prev := map[string]uint64{kept: 100, capped: 5, down: 3, rateLim: 40}
+	tests := []struct {
+		name      string
+		continues bool
+		reported  map[string]uint64
+		want      map[string]uint64
+		continued bool
+	}{
+		{"continuing, with a record", true, prev,
+			map[string]uint64{kept: 102, capped: 6, down: 130 - 105, dropped: 50 + 6 + 25, catalog.AgentEvidence: 102}, true},
+		{"no record of the previous reports", true, nil,
+			map[string]uint64{kept: 2, capped: 1, down: 0, dropped: 51, catalog.AgentEvidence: 2}, false},
+		{"a fresh ring", false, prev,
+			map[string]uint64{kept: 2, capped: 1, down: 0, dropped: 51}, false},
+		{"a record without per-source counts (an older agent)", true, map[string]uint64{capped: 5},
+			map[string]uint64{kept: 2, capped: 6, down: 0, dropped: 56}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := continuingSource{evidenceSource{counts: counts}, tt.continues}
+			s := newSelf(t, Options{Sources: []source.Source{src}})
+			s.Carry(tt.reported)
+			r := collect(t, s)
+			for id, v := range tt.want {
+				if got := r.Counters[id]; got != v {
+					t.Errorf("%s = %d, want %d", id, got, v)
+				}
+			}
+			for _, id := range []string{kept, capped, down, dropped, rateLim, catalog.AgentEvidence, catalog.AgentEvidenceDrop} {
+				if got := s.Continues(id); got != tt.continued {
+					t.Errorf("Continues(%s) = %v, want %v", id, got, tt.continued)
+				}
+			}
+			if s.Continues(catalog.AgentOutboxDropped) {
+				t.Error("the outbox's own counter continues")
+			}
+		})
+	}
+}
+
+// mutableSource is an evidence source whose counts a test changes between
+// collections.
+type mutableSource struct {
+	source.Source
+	counts *source.EvidenceCounts
+}
+
+func (m mutableSource) EvidenceCounts() (source.EvidenceCounts, error) { return *m.counts, nil }
+
+// The totals continue when a source continues, and a source that starts
+// afresh adds to them only what its own counters count: its first values
+// are its baseline, not an increase.
+func TestEvidenceTotalsWithAFreshSource(t *testing.T) {
+	resets := continuingSource{evidenceSource{counts: source.EvidenceCounts{Branch: catalog.TCPReset, Kept: 2,
+		Consumed: 105, ConsumedKnown: true, Dropped: map[string]uint64{source.CapRateLimit: 50}}}, true}
+	fresh := &source.EvidenceCounts{Branch: catalog.Drops, Kept: 4, Dropped: map[string]uint64{source.CapRateLimit: 7}}
+	s := newSelf(t, Options{Sources: []source.Source{resets, mutableSource{counts: fresh}}})
+	s.Carry(map[string]uint64{"agent/evidence/tcp_reset": 100, "agent/evidence/drops": 50,
+		"agent/evidence/dropped/drops": 70, catalog.AgentEvidence: 150})
+	if !s.Continues(catalog.AgentEvidence) || s.Continues("agent/evidence/drops") {
+		t.Fatal("the totals must continue and the fresh source's counts must not")
+	}
+	for i, want := range []struct{ kept, dropped uint64 }{
+		{kept: 102 + 50, dropped: 50 + 5 + 70}, // agent_down 105-100; the fresh source's 4 and 7 are its baseline
+		{kept: 102 + 50 + 3, dropped: 50 + 5 + 70 + 1},
+	} {
+		if i == 1 {
+			fresh.Kept += 3
+			fresh.Dropped = map[string]uint64{source.CapRateLimit: 8}
+		}
+		r := collect(t, s)
+		if got := r.Counters[catalog.AgentEvidence]; got != want.kept {
+			t.Errorf("collection %d: %s = %d, want %d", i, catalog.AgentEvidence, got, want.kept)
+		}
+		if got := r.Counters[catalog.AgentEvidenceDrop]; got != want.dropped {
+			t.Errorf("collection %d: %s = %d, want %d", i, catalog.AgentEvidenceDrop, got, want.dropped)
 		}
 	}
 }

@@ -47,6 +47,8 @@ type Source struct {
 	names    probe.Names
 	evidence *source.Evidence
 	owners   *source.Owners
+	consumed uint64 // records read from the ring before this source's reader ran
+	known    bool   // consumed could be read
 
 	// /proc
 	proc    *procnet.Reader
@@ -82,6 +84,13 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 
 func (s *Source) startBPF(ctx context.Context, p *probe.Probe, owners *source.Owners) {
 	s.probe, s.names, s.bpfWhy, s.owners = p, p.Names(), "", owners
+	// Before the reader starts: what the previous agents read of an
+	// adopted ring (EvidenceCounts.Consumed).
+	var err error
+	if s.consumed, err = p.Consumed(); err != nil {
+		s.log.Warn("drops: cannot read the evidence ring's position; evidence a killed agent read but did not report is not counted", "err", err)
+	}
+	s.known = err == nil
 	s.evidence = source.StartEvidence(ctx, catalog.Drops, s.log, s.max, func(ctx context.Context, add func(*nbsv1.Event)) error {
 		return p.ReadEvents(ctx, func(e probe.Event) {
 			ev := event(e)
@@ -131,6 +140,7 @@ func (s *Source) EvidenceCounts() (source.EvidenceCounts, error) {
 	var capped uint64
 	c.Kept, capped = s.evidence.Counts()
 	c.Dropped = map[string]uint64{source.CapRateLimit: st.Suppressed, source.CapRingFull: st.RingFull, source.CapInterval: capped}
+	c.Consumed, c.ConsumedKnown = s.consumed, s.known
 	return c, nil
 }
 

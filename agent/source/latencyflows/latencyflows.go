@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -45,6 +46,36 @@ type Source struct {
 	// Guarded by Triggered's lock.
 	lastMono uint64            // CLOCK_MONOTONIC ns of the previous collection
 	retrans  map[uint64]uint32 // total_retrans per flow at the previous collection
+
+	mu     sync.Mutex // guards kept and capped, read by the agent branch
+	kept   uint64     // flows named in events, since the start
+	capped uint64     // retransmitting flows beyond TopFlows, not named
+}
+
+// CapTableFull: a flow the kernel's table of sampled flows had no room
+// for, so its samples were given up.
+const CapTableFull = "table_full"
+
+// EvidenceCounts says what the sampling gave up (source.EvidenceLosses):
+// samples the kernel's per-CPU rate limit withheld (rate_limit), flows the
+// kernel's full table could not take (table_full), and retransmitting
+// flows beyond the TopFlows an interval names (interval_cap). Kept are the
+// flows named in events. All count from the agent's start, attached or
+// not; nothing when the probe could not load.
+func (s *Source) EvidenceCounts() (source.EvidenceCounts, error) {
+	c := source.EvidenceCounts{Branch: catalog.LatencyFlows}
+	if s.Programs() == nil {
+		return c, nil
+	}
+	st, err := s.Stats()
+	if err != nil {
+		return c, fmt.Errorf("read latency/flows sampling losses: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.Kept = s.kept
+	c.Dropped = map[string]uint64{source.CapRateLimit: st.Suppressed, CapTableFull: st.TableFull, source.CapInterval: s.capped}
+	return c, nil
 }
 
 // Open loads the program without attaching it, or returns a source that
@@ -118,6 +149,10 @@ func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 		return moved[i].f.SRTT > moved[j].f.SRTT
 	})
 	wall := time.Now().UnixNano()
+	s.mu.Lock()
+	s.kept += uint64(min(len(moved), TopFlows))
+	s.capped += uint64(len(moved) - min(len(moved), TopFlows))
+	s.mu.Unlock()
 	for _, m := range moved[:min(len(moved), TopFlows)] {
 		f := m.f
 		r.Events = append(r.Events, &nbsv1.Event{MetricId: catalog.LatencyFlows, TimeUnixNano: wall, Fields: map[string]string{

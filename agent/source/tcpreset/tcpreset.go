@@ -57,6 +57,8 @@ func Open(ctx context.Context, opts Options) (source.Source, error) {
 
 type bpfSource struct {
 	probe    *probe.Probe
+	consumed uint64 // records read from the ring before this source's reader ran
+	known    bool   // consumed could be read
 	names    probe.Names
 	evidence *source.Evidence
 	owners   *source.Owners
@@ -64,6 +66,13 @@ type bpfSource struct {
 
 func newBPF(ctx context.Context, p *probe.Probe, log *slog.Logger, maxEvents int, owners *source.Owners) *bpfSource {
 	s := &bpfSource{probe: p, names: p.Names(), owners: owners}
+	// Before the reader starts: what the previous agents read of an
+	// adopted ring (EvidenceCounts.Consumed).
+	var err error
+	if s.consumed, err = p.Consumed(); err != nil {
+		log.Warn("tcp_reset: cannot read the evidence ring's position; evidence a killed agent read but did not report is not counted", "err", err)
+	}
+	s.known = err == nil
 	s.evidence = source.StartEvidence(ctx, catalog.TCPReset, log, maxEvents, func(ctx context.Context, add func(*nbsv1.Event)) error {
 		return p.ReadEvents(ctx, func(e probe.Event) {
 			ev := event(e)
@@ -88,7 +97,7 @@ func (s *bpfSource) EvidenceCounts() (source.EvidenceCounts, error) {
 	kept, capped := s.evidence.Counts()
 	return source.EvidenceCounts{Branch: catalog.TCPReset, Kept: kept, Dropped: map[string]uint64{
 		source.CapRateLimit: st.Suppressed, source.CapRingFull: st.RingFull, source.CapInterval: capped,
-	}}, nil
+	}, Consumed: s.consumed, ConsumedKnown: s.known}, nil
 }
 
 func (s *bpfSource) Capabilities() []*nbsv1.Capability {

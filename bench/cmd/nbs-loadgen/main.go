@@ -41,6 +41,7 @@ func run(args []string) error {
 	fs.Float64Var(&cfg.Troubled, "troubled", 0.05, "share of nodes whose tcp_reset branch streams children and evidence")
 	fs.DurationVar(&cfg.SnapshotEvery, "snapshot.every", 5*time.Minute, "how often each node sends its full tree")
 	fs.Float64Var(&cfg.ReconnectsPerHour, "reconnects-per-hour", 0, "agent reconnects per hour over the whole fleet")
+	fs.BoolVar(&cfg.ReconnectInFlight, "reconnect-in-flight", false, "each reconnect drops the stream right after sending a report, before its ack (the report is resent)")
 	fs.IntVar(&cfg.NodesPerConn, "nodes-per-conn", 1, "nodes' streams carried on each gRPC connection (beyond ~9,000 nodes a process runs out of open files with one each)")
 	tokenFile := fs.String("bootstrap-token-file", "", "enroll with this fleet bootstrap token (a collector with --grpc.node-auth=enroll)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulation's choices")

@@ -1,10 +1,15 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { AuditRecord, Role, Token } from '../access';
+import type { Fleet, FleetNode } from '../api';
 import { App } from '../app';
 import { alert, evaluator, node, resetTree, rule } from '../fixtures';
 import { $, $$, byText, click, fakeApi, hasText, mount, mountAs, mountAt, stubClipboard, type, waitFor, whoami } from '../testutil';
 import { AuditPage } from './Audit';
 import { TokensPage } from './Tokens';
+
+// The fleet page (GET /fleet), empty or of named OK nodes.
+const emptyFleet: Fleet = { time: new Date().toISOString(), total: 0, matched: 0, offset: 0, limit: 100, counts: { ok: 0, warn: 0, crit: 0, unknown: 0 }, nodes: [] };
+const fleetRow = (name: string): FleetNode => ({ name, labels: {}, tenant: '', state: 'ok', since: null, connected: true, stale: false, last_report: new Date().toISOString(), interval_ms: 10000, roots: [] });
 
 const UNAUTHORIZED: [number, unknown] = [401, { error: { code: 'unauthorized', message: 'sign in: send Authorization: Bearer <token>, or log in: unauthenticated' } }];
 
@@ -17,6 +22,7 @@ describe('login', () => {
       'POST /api/v1/login': (_u, init) => (JSON.parse(String(init?.body)).token === 'nbs_good' ? [200, whoami('operator', { name: 'alice' })] : UNAUTHORIZED),
       'GET /api/v1/alerts': () => [200, { evaluator, alerts: [alert(9)] }],
       'GET /api/v1/nodes': () => [200, { nodes: [] }],
+      'GET /api/v1/fleet': () => [200, emptyFleet],
       'GET /api/v1/alert-rules': () => [200, { rules: [] }],
     });
     const el = mount(<App />);
@@ -38,6 +44,7 @@ describe('login', () => {
     fakeApi({
       'POST /api/v1/login': (_u, init) => (JSON.parse(String(init?.body)).token === 'nbs_good' ? [200, whoami('viewer')] : UNAUTHORIZED),
       'GET /api/v1/nodes': () => [200, { nodes: [node('lab-a', 'ok')] }],
+      'GET /api/v1/fleet': () => [200, { ...emptyFleet, total: 1, matched: 1, counts: { ...emptyFleet.counts, ok: 1 }, nodes: [fleetRow('lab-a')] }],
       'GET /api/v1/alerts': () => [200, { evaluator, alerts: [] }],
     });
     const el = mount(<App />);
@@ -58,6 +65,7 @@ describe('login', () => {
     fakeApi({
       'POST /api/v1/login': () => [200, whoami('viewer')],
       'GET /api/v1/nodes': () => [200, { nodes: [] }],
+      'GET /api/v1/fleet': () => [200, emptyFleet],
       'GET /api/v1/alerts': () => [200, { evaluator, alerts: [] }],
     });
     const el = mount(<App />);
@@ -96,7 +104,7 @@ describe('login', () => {
     // The session ends while the page is open: the next answer is a 401.
     signedIn = false;
     history.replaceState(null, '', '/');
-    fakeApi({ 'GET /api/v1/nodes': () => UNAUTHORIZED, 'GET /api/v1/alerts': () => UNAUTHORIZED });
+    fakeApi({ 'GET /api/v1/nodes': () => UNAUTHORIZED, 'GET /api/v1/fleet': () => UNAUTHORIZED, 'GET /api/v1/alerts': () => UNAUTHORIZED });
     const el2 = mount(<App />);
     await waitFor(() => expect(location.pathname).toBe('/login'));
     expect(el2.querySelector('#login-token')).not.toBeNull();
@@ -110,6 +118,7 @@ describe('login', () => {
       'GET /api/v1/whoami': () => [200, whoami('admin', { name: 'root' })],
       'POST /api/v1/logout': () => [204, undefined],
       'GET /api/v1/nodes': () => [200, { nodes: [] }],
+      'GET /api/v1/fleet': () => [200, emptyFleet],
       'GET /api/v1/alerts': () => [200, { evaluator, alerts: [] }],
     });
     const el = mount(<App />);
@@ -125,7 +134,7 @@ describe('login', () => {
   });
 
   it('offers no logout where the collector asks nobody to sign in', async () => {
-    fakeApi({ 'GET /api/v1/nodes': () => [200, { nodes: [] }], 'GET /api/v1/alerts': () => [200, { evaluator, alerts: [] }] });
+    fakeApi({ 'GET /api/v1/nodes': () => [200, { nodes: [] }], 'GET /api/v1/fleet': () => [200, emptyFleet], 'GET /api/v1/alerts': () => [200, { evaluator, alerts: [] }] });
     const el = mount(<App />); // no /whoami route: a collector without access control
     await waitFor(() => expect($(el, '.who').textContent).toContain('anonymous'));
     expect(hasText(el, 'button', 'Log out')).toBe(false);
@@ -196,6 +205,7 @@ describe('what each role is shown', () => {
       'GET /api/v1/thresholds': () => [200, { overrides: [] }],
       'GET /api/v1/alerts': () => [200, { evaluator, alerts: [] }],
       'GET /api/v1/nodes': () => [200, { nodes: [] }],
+      'GET /api/v1/fleet': () => [200, emptyFleet],
       'DELETE /api/v1/nodes/lab-b': () => [204, null],
     });
     const el = mount(<App />);
@@ -256,6 +266,7 @@ describe('what each role is shown', () => {
       'GET /api/v1/alerts': () => [200, { evaluator, alerts: [alert(9)] }],
       'GET /api/v1/alerts/9': () => [200, { ...alert(9), deliveries: [] }],
       'GET /api/v1/nodes': () => [200, { nodes: [] }],
+      'GET /api/v1/fleet': () => [200, emptyFleet],
     });
 
   it('shows a viewer the rules read only, even from an edit link', async () => {

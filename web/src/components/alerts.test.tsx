@@ -477,6 +477,7 @@ describe('alerts indicator', () => {
     fakeApi({
       'GET /api/v1/alerts': () => [200, { evaluator, alerts: [alert(9)] }],
       'GET /api/v1/nodes': () => [200, { nodes: [] }],
+      'GET /api/v1/fleet': () => [200, { time: new Date().toISOString(), total: 0, matched: 0, offset: 0, limit: 100, counts: { ok: 0, warn: 0, crit: 0, unknown: 0 }, nodes: [] }],
     });
     const el = mount(<App />);
     await waitFor(() => expect($(el, '.alerts summary').textContent).toContain('1'));

@@ -1,10 +1,9 @@
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Evidence } from '../api';
-import { branch, leaf, node, resetTree } from '../fixtures';
+import { branch, leaf, resetTree } from '../fixtures';
 import { $, $$, click, fakeApi, mount, mountAs, press, type, waitFor } from '../testutil';
 import { defaultOpen } from '../tree';
 import { EvidenceTable, evidenceColumns, groupEvents, splitAddr } from './Evidence';
-import { FleetPage } from './Fleet';
 import { buildRequest, draftFrom, mapServerError, ThresholdEditor } from './ThresholdEditor';
 import { Tree } from './Tree';
 
@@ -65,58 +64,6 @@ describe('Tree', () => {
     roots[0].children![0].unit = 'ms';
     const el = mount(<Tree roots={roots} isOpen={() => true} onToggle={() => {}} selected={null} onSelect={() => {}} />);
     expect($(el, '[data-id="ping/10.0.0.1/rtt_p99"]').textContent).toContain('3.2 ms');
-  });
-});
-
-describe('FleetPage', () => {
-  const nodes = [
-    node('db-1', 'ok', { customer: 'acme', rack: 'r1' }),
-    node('web-1', 'crit', { customer: 'acme', rack: 'r2' }),
-    node('web-2', 'warn', { customer: 'globex' }),
-    node('cache-1', 'unknown', {}, { stale: true }),
-  ];
-
-  it('shows every node, worst first, with counts per state', async () => {
-    fakeApi({ 'GET /api/v1/nodes': () => [200, { nodes }] });
-    const el = mount(<FleetPage params={new URLSearchParams()} />);
-    await waitFor(() => expect($$(el, '.tile')).toHaveLength(4));
-    expect($$(el, '.tile').map((t) => t.dataset.node)).toEqual(['web-1', 'web-2', 'cache-1', 'db-1']);
-    expect($(el, '.count-btn.st-crit').textContent).toContain('1');
-    expect($(el, '.tile.st-crit').getAttribute('href')).toBe('/nodes/web-1');
-    expect($(el, '[data-node="cache-1"]').textContent).toContain('stale');
-  });
-
-  it('filters by search, state and label and groups by label from the URL', async () => {
-    fakeApi({ 'GET /api/v1/nodes': () => [200, { nodes }] });
-    const el = mount(<FleetPage params={new URLSearchParams('q=web&group=customer')} />);
-    await waitFor(() => expect($$(el, '.tile')).toHaveLength(2));
-    expect($$(el, '.group-head').map((h) => h.textContent?.trim())).toEqual(['customer = acme (1)', 'customer = globex (1)']);
-    const el2 = mount(<FleetPage params={new URLSearchParams('state=crit&state=warn&l.customer=acme')} />);
-    await waitFor(() => expect($$(el2, '.tile').map((t) => t.dataset.node)).toEqual(['web-1']));
-    const el3 = mount(<FleetPage params={new URLSearchParams('q=rack=r1')} />);
-    await waitFor(() => expect($$(el3, '.tile').map((t) => t.dataset.node)).toEqual(['db-1']));
-  });
-
-  it('writes filters into the URL', async () => {
-    fakeApi({ 'GET /api/v1/nodes': () => [200, { nodes }] });
-    const el = mount(<FleetPage params={new URLSearchParams()} />);
-    await waitFor(() => $(el, '.tile'));
-    click($(el, '.count-btn.st-crit'));
-    expect(location.search).toBe('?state=crit');
-    type($(el, 'input[type=search]') as HTMLInputElement, 'web');
-    expect(new URLSearchParams(location.search).get('q')).toBe('web');
-  });
-
-  it('shows the collector error', async () => {
-    fakeApi({ 'GET /api/v1/nodes': () => [500, { error: { code: 'internal', message: 'internal error; the collector log has the details (request x)' } }] });
-    const el = mount(<FleetPage params={new URLSearchParams()} />);
-    await waitFor(() => expect($(el, '[role=alert]').textContent).toContain('collector log has the details'));
-  });
-
-  it('explains an empty fleet', async () => {
-    fakeApi({ 'GET /api/v1/nodes': () => [200, { nodes: [] }] });
-    const el = mount(<FleetPage params={new URLSearchParams()} />);
-    await waitFor(() => expect(el.textContent).toContain('No node has reported'));
   });
 });
 

@@ -1,6 +1,6 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { Role } from '../access';
-import type { BootstrapToken, NodeIdentity, NodeSummary } from '../api';
+import type { BootstrapToken, FleetNode, NodeIdentity, NodeSummary } from '../api';
 import { node, resetTree } from '../fixtures';
 import { $, $$, byText, click, fakeApi, hasText, mountAs, mountAt, stubClipboard, type, waitFor } from '../testutil';
 import { FleetPage } from './Fleet';
@@ -84,11 +84,13 @@ describe('a node page and its tenancy', () => {
   });
 
   it('marks a moved-away node in the fleet in words, not as disconnected', async () => {
-    fakeApi({ 'GET /api/v1/nodes': () => [200, { nodes: [node('lab-b', 'ok', { customer: 'acme' }, { retired_at: '2025-03-04T10:00:00Z', connected: false, stale: true })] }] });
+    const n = node('lab-b', 'ok', { customer: 'acme' }, { retired_at: '2025-03-04T10:00:00Z', connected: false, stale: true });
+    const row: FleetNode = { name: n.name, labels: n.labels, tenant: n.tenant, state: 'ok', since: null, connected: false, stale: true, last_report: n.last_report, interval_ms: 10000, retired_at: n.retired_at, roots: [] };
+    fakeApi({ 'GET /api/v1/fleet': () => [200, { time: new Date().toISOString(), total: 1, matched: 1, offset: 0, limit: 100, counts: { ok: 1, warn: 0, crit: 0, unknown: 0 }, nodes: [row] }] });
     const el = mountAs('customer', <FleetPage params={new URLSearchParams()} />);
     await waitFor(() => $(el, '.tile[data-node="lab-b"]'));
     const tile = $(el, '.tile[data-node="lab-b"]');
-    expect(tile.getAttribute('aria-label')).toBe('lab-b: OK, moved to another tenant');
+    expect($(tile, '.tile-link').getAttribute('aria-label')).toBe('lab-b: OK, moved to another tenant');
     expect($(tile, '.tag-warn').textContent).toBe('moved');
   });
 
