@@ -313,7 +313,7 @@ async function scanLargeFleet() {
   check(!!child && child.includes('/'), `the explaining link goes to ${whyHref}`);
   await noOverflow('fleet', 390, true);
   await shot('fleet-phone');
-  await page.setViewportSize({ width: 1440, height: 900 });
+  await page.setViewportSize({ width: 1400, height: 900 });
   await why.click();
   await page.waitForURL((u) => u.pathname === whyHref.pathname && u.searchParams.get('metric') === child);
   await row(child).waitFor();
