@@ -7,7 +7,7 @@
 // skips, or fails when CI=true.
 //
 //	go test ./web/e2e -run TestBrowser -v
-//	NBS_UPDATE_SCREENSHOTS=1 go test ./web/e2e   # also refreshes docs/screenshots/{tree,alerts,fleet}.png
+//	NBS_UPDATE_SCREENSHOTS=1 go test ./web/e2e   # also refreshes docs/screenshots/{tree,alerts,alert,alerts-phone,fleet,report}.png
 package e2e
 
 import (
@@ -160,9 +160,6 @@ func TestBrowser(t *testing.T) {
 		"NBS_ALERT_RECEIVER=webhook",
 		// lab-b's tcp_reset root is CRIT throughout: an incident in acme's day.
 		"NBS_REPORT_INCIDENT_NODE=lab-b",
-		// axe-core's serious findings outside the report pages are listed,
-		// not failures, until the pages' owners have fixed them.
-		"NBS_AXE_REPORT_ONLY=1",
 		"NBS_ARTIFACTS="+artifacts,
 		"NBS_CHROMIUM="+chromium,
 	)
@@ -180,9 +177,18 @@ func TestBrowser(t *testing.T) {
 	}
 
 	if updatePicture {
-		for _, name := range []string{"tree.png", "alerts.png", "fleet.png"} {
-			dst := filepath.Join(webDir, "..", "docs", "screenshots", name)
-			if err := copyFile(filepath.Join(artifacts, name), dst); err != nil {
+		// The run's screenshot -> the picture in docs/screenshots the README
+		// and docs/*.md show (report.png is copied by browser.mjs itself).
+		pictures := []struct{ shot, doc string }{
+			{"tree.png", "tree.png"},
+			{"alerts.png", "alerts.png"},
+			{"alert-detail.png", "alert.png"},
+			{"alerts-phone.png", "alerts-phone.png"},
+			{"fleet.png", "fleet.png"},
+		}
+		for _, p := range pictures {
+			dst := filepath.Join(webDir, "..", "docs", "screenshots", p.doc)
+			if err := copyFile(filepath.Join(artifacts, p.shot), dst); err != nil {
 				t.Fatalf("update %s: %v", dst, err)
 			}
 			t.Logf("updated %s", dst)

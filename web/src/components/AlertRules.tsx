@@ -389,7 +389,7 @@ export function AlertRulesPage({ params }: { params: URLSearchParams }) {
       {!polled.data && polled.error && <ErrorBox title="Cannot load the alert rules" error={polled.error} onRetry={polled.refresh} />}
       {polled.data && rules.length === 0 && <Empty>No alert rule: nothing pages.{can.editRules && ' Create one with “New rule…”.'}</Empty>}
       {rules.length > 0 && (
-        <div class="table-wrap table-page">
+        <div class="table-wrap table-page" tabIndex={0} role="region" aria-label="Alert rules table">
           <table class="rules-table">
             <caption class="sr-only">Alert rules</caption>
             <TableHead columns={['Name', 'Kind', 'Metric or pattern', 'State', 'For', 'Selector', 'At least', 'Group by', 'Severity', 'Enabled']} actions={can.editRules} />

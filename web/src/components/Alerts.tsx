@@ -175,7 +175,7 @@ function MetricCell({ a }: { a: Alert }) {
 
 function OpenTable({ alerts, now }: { alerts: Alert[]; now: number }) {
   return (
-    <div class="table-wrap table-page">
+    <div class="table-wrap table-page" tabIndex={0} role="region" aria-label="Firing and pending alerts table">
       <table class="alerts-table open-alerts cards-narrow">
         <caption class="sr-only">Firing and pending alerts, firing first</caption>
         <thead>
@@ -225,7 +225,7 @@ function OpenTable({ alerts, now }: { alerts: Alert[]; now: number }) {
 
 function HistoryTable({ alerts, now }: { alerts: Alert[]; now: number }) {
   return (
-    <div class="table-wrap table-page">
+    <div class="table-wrap table-page" tabIndex={0} role="region" aria-label="Alert history table">
       <table class="alerts-table history cards-narrow">
         <caption class="sr-only">Alert history, newest first</caption>
         <thead>
@@ -465,7 +465,7 @@ export function DeliveryLog({ deliveries, now, alertState }: { deliveries: Deliv
     );
   }
   return (
-    <div class="table-wrap table-page">
+    <div class="table-wrap table-page" tabIndex={0} role="region" aria-label="Delivery log table">
       <table class="deliveries">
         <caption class="sr-only">Delivery log: one row per notification, oldest first</caption>
         <thead>
@@ -575,7 +575,12 @@ export function AlertDetailPage({ id }: { id: number }) {
       <HandledTags a={a} now={now} />
       {can.actOnAlerts && <AlertActions a={a} now={now} onDone={polled.refresh} />}
       {a.node && alertMetric(a) && <AlertChart a={a} now={now} />}
-      <section class="panel alert-facts-panel" aria-label="Alert facts">
+      <section class="panel alert-facts-panel" aria-labelledby="alert-facts-h">
+        {/* The h3s below (Labels, Annotations) need an h2 above them even when
+            neither the chart nor the actions (each with its h2) are shown. */}
+        <h2 id="alert-facts-h" class="sr-only">
+          Alert facts
+        </h2>
         <dl class="facts">
           <dt>State</dt>
           <dd>{a.state}</dd>

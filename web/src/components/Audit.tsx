@@ -58,11 +58,11 @@ export function AuditChange({ e }: { e: AuditRecord }) {
           </summary>
           <div class="audit-json">
             <div>
-              <h4>Before</h4>
+              <div class="audit-json-h">Before</div>
               <pre>{json(e.old)}</pre>
             </div>
             <div>
-              <h4>After</h4>
+              <div class="audit-json-h">After</div>
               <pre>{json(e.new)}</pre>
             </div>
           </div>
@@ -179,7 +179,7 @@ export function AuditPage({ params }: { params: URLSearchParams }) {
       {!polled.data && polled.error && <ErrorBox title="Cannot load the audit log" error={polled.error} onRetry={polled.refresh} />}
       {polled.data && entries.length === 0 && <Empty>{filtered ? 'No change matches these filters.' : 'Nothing has been changed yet.'}</Empty>}
       {entries.length > 0 && (
-        <div class="table-wrap table-page">
+        <div class="table-wrap table-page" tabIndex={0} role="region" aria-label="Audit log table">
           <table class="audit-table">
             <caption class="sr-only">Audit log, newest first</caption>
             <thead>

@@ -90,7 +90,7 @@ export function EvidenceTable({ events, metric, error, loading, limit, onRetry }
           </span>
         )}
       </div>
-      <div class="table-wrap">
+      <div class="table-wrap" tabIndex={0} role="region" aria-label={`Evidence table of ${metric}`}>
         <table class="evidence">
           <caption class="sr-only">
             Evidence events for {metric}

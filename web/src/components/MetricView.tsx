@@ -75,6 +75,14 @@ export function MetricView({ node, metricId, tn, range, labels, intervalMs, onZo
             Its own value is {stateLabel[own]}; it is {stateLabel[s]} because of a child.
           </p>
         )}
+        {tn?.note && (
+          <p class="metric-note" role="note">
+            <span class="note-mark" aria-hidden="true">
+              ⚠
+            </span>{' '}
+            <strong>Note:</strong> {tn.note}
+          </p>
+        )}
         {!tn && <p class="muted small">This metric is not in the node's current tree (the agent no longer announces it); its history is shown.</p>}
       </header>
 

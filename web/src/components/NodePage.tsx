@@ -115,6 +115,7 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
   if (summary.error?.notFound || tree.error?.notFound) {
     return (
       <div class="page">
+        <h1>{node}</h1>
         <ErrorBox title={`Node “${node}” is not known to this collector`} error={(summary.error ?? tree.error)!} />
         <p>
           <a href={fleetHref()} onClick={linkClick}>
@@ -191,7 +192,7 @@ export function NodePage({ node, params }: { node: string; params: URLSearchPara
           )}
           {tree.data && !tree.data.time && <p class="muted small">This node has not sent a report yet; values appear with its first report.</p>}
         </section>
-        <section class="panel metric-panel" aria-label="Metric detail">
+        <section class="panel metric-panel" aria-label="Metric detail" tabIndex={0}>
           {metric ? (
             <MetricView
               node={node}

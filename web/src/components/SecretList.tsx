@@ -260,7 +260,7 @@ export function SecretList<T extends { id: number }, C>(p: SecretListProps<T, C>
       {!polled.data && polled.error && !noRoute && <ErrorBox title={`Cannot load the ${many}`} error={polled.error} onRetry={polled.refresh} />}
       {polled.data && shown.length === 0 && <Empty>{`No live ${one}. Create one with “New ${one}…”.`}</Empty>}
       {shown.length > 0 && (
-        <div class="table-wrap table-page">
+        <div class="table-wrap table-page" tabIndex={0} role="region" aria-label={showAll ? `Table of every ${one}` : `Table of live ${many}`}>
           <table class={p.tableClass}>
             <caption class="sr-only">{showAll ? `Every ${one}` : `Live ${many}`}</caption>
             <TableHead columns={p.columns} actions />

@@ -119,7 +119,10 @@ export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, expl
             aria-setsize={row.setsize}
             aria-expanded={row.hasChildren ? row.open : undefined}
             aria-selected={isSel}
-            aria-label={`${n.title}, ${stateLabel[s]}, ${formatValue(n.value, n.unit)}`}
+            // No aria-label: the row's name is its content (title, state,
+            // value, recent count, trend, threshold, note), so that what a
+            // voice-control user reads on screen is part of the name (WCAG
+            // 2.5.3, axe's label-content-name-mismatch).
             data-id={n.id}
             tabIndex={n.id === focusId ? 0 : -1}
             onKeyDown={(e) => onKey(e, row, i)}
@@ -164,6 +167,7 @@ export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, expl
             <span class="tree-threshold" title={thresholdLong(n.threshold, n.unit)}>
               {thresholdShort(n.threshold)}
             </span>
+            {n.note && <TreeNote note={n.note} level={row.level} />}
           </div>
         );
       })}
@@ -186,7 +190,6 @@ function GoneRow({ row, focused, onKey, onToggle, setRef, onFocus }: { row: Row;
       aria-setsize={row.setsize}
       aria-expanded={row.open}
       aria-selected={false}
-      aria-label={`${label}: not seen in this window`}
       data-id={id}
       tabIndex={focused ? 0 : -1}
       onKeyDown={onKey}
@@ -201,6 +204,22 @@ function GoneRow({ row, focused, onKey, onToggle, setRef, onFocus }: { row: Row;
       </span>
       <span class="tree-gone-note muted small">{g.last ? `not seen in this window; last ${formatAgo(g.last)}` : 'not seen in this window'}</span>
     </div>
+  );
+}
+
+/**
+ * A node's status note (the agent detached a triggered source, and why) on a
+ * line of its own under the row, in words: "Note:" says what it is without
+ * colour, and it is part of the row's accessible name.
+ */
+function TreeNote({ note, level }: { note: string; level: number }) {
+  return (
+    <span class="tree-note small" style={{ paddingLeft: `${(level - 1) * 1.25 + 1.4}rem` }}>
+      <span class="note-mark" aria-hidden="true">
+        ⚠
+      </span>{' '}
+      <strong>Note:</strong> {note}
+    </span>
   );
 }
 

@@ -181,3 +181,37 @@ describe('the node page at a past time', () => {
     await waitFor(() => expect($(el, '.metric-now').textContent).toContain('last known (stale)'));
   });
 });
+
+describe('status notes', () => {
+  const note = 'detached: over budget, 3.2% of a CPU vs 1% (this source 3.1%)';
+  const triggered = (): TreeNode[] => [branch('agent', [branch('agent/triggered', [{ ...leaf('agent/triggered/dns'), note }, leaf('agent/triggered/ping')])])];
+
+  it('shows the note under its tree row in words, as part of the row’s name', () => {
+    const el = mountAs('operator', <Tree roots={triggered()} isOpen={() => true} onToggle={() => {}} selected={null} onSelect={() => {}} />);
+    const row = $(el, '[role=treeitem][data-id="agent/triggered/dns"]');
+    expect($(row, '.tree-note').textContent).toBe(`⚠ Note: ${note}`);
+    // The name comes from the content (no aria-label to hide the note or
+    // to differ from what is on screen).
+    expect(row.hasAttribute('aria-label')).toBe(false);
+    expect(row.textContent).toContain(note);
+    // Only the node that has a note shows one.
+    expect($(el, '[data-id="agent/triggered/ping"]').querySelector('.tree-note')).toBeNull();
+    expect($$(el, '.tree-note')).toHaveLength(1);
+  });
+
+  it('shows the note in the metric view', async () => {
+    history.replaceState(null, '', '/nodes/lab-b?metric=agent/triggered/dns');
+    fakeApi({
+      'GET /api/v1/nodes/lab-b': () => [200, node('lab-b', 'ok')],
+      'GET /api/v1/nodes/lab-b/tree': () => [200, { node: 'lab-b', time: new Date().toISOString(), interval_ms: 10000, window_s: 300, stale: false, roots: triggered() }],
+      'GET /api/v1/nodes/lab-b/series/batch': (u) => [200, { node: 'lab-b', from: '', to: '', step_ms: 60000, series: u.searchParams.getAll('metric').map((m) => ({ node: 'lab-b', metric: m, unit: '', kind: 'rate', from: '', to: '', step_ms: 60000, points: [] })) }],
+      'GET /api/v1/nodes/lab-b/series': () => [200, { node: 'lab-b', metric: 'x', unit: '', kind: 'rate', from: '', to: '', step_ms: 60000, points: [] }],
+      'GET /api/v1/nodes/lab-b/events': () => [200, { node: 'lab-b', metric: 'x', events: [] }],
+      'GET /api/v1/nodes/lab-b/thresholds': () => [200, { node: 'lab-b', thresholds: [] }],
+    });
+    const el = mountAs('operator', <NodePage node="lab-b" params={new URLSearchParams({ metric: 'agent/triggered/dns' })} />);
+    const p = await waitFor(() => $(el, '.metric-view [role=note]'));
+    expect(p.textContent).toBe(`⚠ Note: ${note}`);
+    expect($(p, 'strong').textContent).toBe('Note:');
+  });
+});
