@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
@@ -273,6 +274,19 @@ func (s *Store) RebuildScopeDays(ctx context.Context, from, to time.Time) error 
 		})
 		if err != nil {
 			return fmt.Errorf("rebuild the scope pre-aggregate of %s: %w", d.UTC().Format(time.DateOnly), err)
+		}
+	}
+	return nil
+}
+
+// deleteScopeDaysBefore is the pre-aggregate's part of day rollup
+// retention (DeleteRollupsBefore).
+func deleteScopeDaysBefore(ctx context.Context, db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, cutoff time.Time) error {
+	for _, t := range []string{"rollup_scope_nodes", "rollup_scope_samples", "rollup_scope_histograms"} {
+		if _, err := db.Exec(ctx, `DELETE FROM `+t+` WHERE day < $1`, cutoff); err != nil {
+			return fmt.Errorf("delete %s older than %s: %w", t, cutoff.Format(time.RFC3339), err)
 		}
 	}
 	return nil
