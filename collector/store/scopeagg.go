@@ -37,19 +37,26 @@ func foldScopeDay(ctx context.Context, tx pgx.Tx, day time.Time) error {
 			return fmt.Errorf("replace the scope pre-aggregate of %s: %w", day.UTC().Format(time.DateOnly), err)
 		}
 	}
+	// By node: the rollups' key is (res, node_id, ts, metric_id), so a day
+	// of every node is an index range per node, as the fold reads it (a day
+	// alone would scan every day's rows).
+	var nodes []int32
+	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(id), '{}') FROM nodes`).Scan(&nodes); err != nil {
+		return fmt.Errorf("list nodes for the scope pre-aggregate: %w", err)
+	}
 	// Every scope that exists gets its row, empty or not: a day without
 	// one is a day not folded since the migration, which reads fall back
 	// from (ReadScopeDays).
 	if _, err := tx.Exec(ctx, `
 		WITH ids AS (
-			SELECT node_id FROM rollup_samples WHERE res = 86400 AND ts = $1
+			SELECT node_id FROM rollup_samples WHERE res = 86400 AND node_id = ANY($2) AND ts = $1
 			UNION
-			SELECT node_id FROM rollup_histograms WHERE res = 86400 AND ts = $1
+			SELECT node_id FROM rollup_histograms WHERE res = 86400 AND node_id = ANY($2) AND ts = $1
 		), t AS (SELECT ids.node_id, n.tenant FROM ids JOIN nodes n ON n.id = ids.node_id),
 		scopes AS (SELECT '' AS scope UNION SELECT DISTINCT tenant FROM nodes WHERE tenant <> '')
 		INSERT INTO rollup_scope_nodes (scope, day, node_ids)
 		SELECT s.scope, $1, coalesce((SELECT array_agg(t.node_id ORDER BY t.node_id) FROM t WHERE s.scope = '' OR t.tenant = s.scope), '{}')
-		FROM scopes s`, day); err != nil {
+		FROM scopes s`, day, nodes); err != nil {
 		return fmt.Errorf("fold the scope nodes of %s: %w", day.UTC().Format(time.DateOnly), err)
 	}
 	if _, err := tx.Exec(ctx, `
@@ -57,21 +64,21 @@ func foldScopeDay(ctx context.Context, tx pgx.Tx, day time.Time) error {
 		SELECT CASE WHEN grouping(n.tenant) = 1 THEN '' ELSE n.tenant END, $1, r.metric_id,
 			sum(r.n)::bigint, sum(r.sum), min(r.min), max(r.max), sum(r.ok_s), sum(r.warn_s), sum(r.crit_s)
 		FROM rollup_samples r JOIN nodes n ON n.id = r.node_id
-		WHERE r.res = 86400 AND r.ts = $1
+		WHERE r.res = 86400 AND r.node_id = ANY($2) AND r.ts = $1
 		GROUP BY GROUPING SETS ((r.metric_id), (n.tenant, r.metric_id))
-		HAVING grouping(n.tenant) = 1 OR n.tenant <> ''`, day); err != nil {
+		HAVING grouping(n.tenant) = 1 OR n.tenant <> ''`, day, nodes); err != nil {
 		return fmt.Errorf("fold the scope samples of %s: %w", day.UTC().Format(time.DateOnly), err)
 	}
-	return foldScopeHistograms(ctx, tx, day)
+	return foldScopeHistograms(ctx, tx, day, nodes)
 }
 
 // foldScopeHistograms merges the day's histogram rollups per scope and
 // metric in Go, streaming (a day of 10,000 busy nodes is half a million
 // rows), as the fold merges its own (unnest and GROUP BY in SQL were
 // several times slower, BENCHMARKS.md).
-func foldScopeHistograms(ctx context.Context, tx pgx.Tx, day time.Time) error {
+func foldScopeHistograms(ctx context.Context, tx pgx.Tx, day time.Time, nodes []int32) error {
 	rows, err := tx.Query(ctx, `SELECT n.tenant, r.metric_id, r.count, r.sum, r.buckets
-		FROM rollup_histograms r JOIN nodes n ON n.id = r.node_id WHERE r.res = 86400 AND r.ts = $1`, day)
+		FROM rollup_histograms r JOIN nodes n ON n.id = r.node_id WHERE r.res = 86400 AND r.node_id = ANY($2) AND r.ts = $1`, day, nodes)
 	if err != nil {
 		return fmt.Errorf("read the day's histogram rollups for their scopes: %w", err)
 	}
