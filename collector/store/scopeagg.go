@@ -298,3 +298,31 @@ func deleteScopeDaysBefore(ctx context.Context, db interface {
 	}
 	return nil
 }
+
+// ReadScopeDays is a heavy read: on the replica or the primary's read
+// pool, as ReadRollups.
+func (r *Reads) ReadScopeDays(ctx context.Context, q ScopeDayQuery) ([]SampleRow, []HistogramRow, bool, error) {
+	type rows struct {
+		s  []SampleRow
+		h  []HistogramRow
+		ok bool
+	}
+	v, err := heavyRead(ctx, r, "report's pre-aggregate", func(s *Store) (rows, error) {
+		sr, hr, ok, err := s.ReadScopeDays(ctx, q)
+		return rows{sr, hr, ok}, err
+	})
+	return v.s, v.h, v.ok, err
+}
+
+// ReadNodePeriodSamples is a heavy read, as ReadRollups.
+func (r *Reads) ReadNodePeriodSamples(ctx context.Context, q NodePeriodQuery) ([]SampleRow, bool, error) {
+	type rows struct {
+		s  []SampleRow
+		ok bool
+	}
+	v, err := heavyRead(ctx, r, "report's per-node sums", func(s *Store) (rows, error) {
+		sr, ok, err := s.ReadNodePeriodSamples(ctx, q)
+		return rows{sr, ok}, err
+	})
+	return v.s, v.ok, err
+}
