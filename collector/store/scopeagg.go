@@ -326,3 +326,54 @@ func (r *Reads) ReadNodePeriodSamples(ctx context.Context, q NodePeriodQuery) ([
 	})
 	return v.s, v.ok, err
 }
+
+// BackfillScopeDays builds the pre-aggregate of up to max folded days that
+// have none (days folded before migration 025; a day the fold writes has
+// one), newest first, back to retention before now (0: 800 days). The
+// collector's folder calls it after each fold, so an upgraded database
+// gets its history's pre-aggregate a few days a fold, and reports of
+// those days read per node until then. It returns how many it built, 0
+// with the fold busy elsewhere.
+func (s *Store) BackfillScopeDays(ctx context.Context, now time.Time, retention time.Duration, max int) (int, error) {
+	if retention <= 0 {
+		retention = 800 * 24 * time.Hour
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT d FROM generate_series(
+			(SELECT through FROM rollup_folds WHERE res = 86400) - interval '1 day',
+			date_bin('1 day', $1::timestamptz, `+epoch+`), interval '-1 day') d
+		WHERE NOT EXISTS (SELECT 1 FROM rollup_scope_nodes WHERE scope = '' AND day = d)
+		LIMIT $2`, now.Add(-retention+24*time.Hour), max)
+	if err != nil {
+		return 0, fmt.Errorf("find days without a scope pre-aggregate: %w", err)
+	}
+	days, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return 0, fmt.Errorf("find days without a scope pre-aggregate: %w", err)
+	}
+	n := 0
+	for _, d := range days {
+		busy := false
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var locked bool
+			if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, foldLockID).Scan(&locked); err != nil {
+				return fmt.Errorf("take the fold lock: %w", err)
+			}
+			if busy = !locked; busy {
+				return nil
+			}
+			return foldScopeDay(ctx, tx, d)
+		})
+		if err != nil {
+			return n, fmt.Errorf("backfill the scope pre-aggregate of %s: %w", d.UTC().Format(time.DateOnly), err)
+		}
+		if busy {
+			return n, nil
+		}
+		n++
+	}
+	return n, nil
+}

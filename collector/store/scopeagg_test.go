@@ -135,6 +135,31 @@ func TestScopeDaysFoldedWithTheDay(t *testing.T) {
 			}
 		}
 	})
+	t.Run("backfill of days folded before the pre-aggregate", func(t *testing.T) {
+		if _, err := st.pool.Exec(ctx, `DELETE FROM rollup_scope_nodes; DELETE FROM rollup_scope_samples; DELETE FROM rollup_scope_histograms`); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, ok := read(t, "a", a, d0, d1); ok {
+			t.Fatal("served a day without its pre-aggregate")
+		}
+		n, err := st.BackfillScopeDays(ctx, time.Time{}, 0, 2)
+		if err != nil || n != 2 {
+			t.Fatalf("backfilled %d days (%v), want 2", n, err)
+		}
+		s, h, ok := read(t, "a", a, d0, d1)
+		if !ok {
+			t.Fatal("not served after the backfill")
+		}
+		g, w := got(s, h), want(t, a)
+		for p, wa := range w {
+			if g[p].N != wa.N || g[p].Sum != wa.Sum {
+				t.Errorf("%s: %+v, want %+v", p, g[p], wa)
+			}
+		}
+		if n, err := st.BackfillScopeDays(ctx, d1, 2*day, 2); err != nil || n != 0 {
+			t.Errorf("backfilled %d days (%v) with every day in retention built, want 0", n, err)
+		}
+	})
 	t.Run("retention", func(t *testing.T) {
 		if _, err := st.DeleteRollupsBefore(ctx, RollupDay, d1); err != nil {
 			t.Fatal(err)
