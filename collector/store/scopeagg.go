@@ -377,3 +377,18 @@ func (s *Store) BackfillScopeDays(ctx context.Context, now time.Time, retention 
 	}
 	return n, nil
 }
+
+// forgetScopeDaysOf deletes, in the transaction deleting nodes ids with
+// their rollups, the pre-aggregate of every day that summed any of them:
+// a report of those days reads per node until BackfillScopeDays has
+// rebuilt them without the nodes (a fold rebuilding them here could take
+// minutes for a node with years of history).
+func forgetScopeDaysOf(ctx context.Context, tx pgx.Tx, ids []int32) error {
+	for _, t := range []string{"rollup_scope_samples", "rollup_scope_histograms", "rollup_scope_nodes"} {
+		if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE day IN (
+			SELECT day FROM rollup_scope_nodes WHERE scope = '' AND node_ids && $1::integer[])`, ids); err != nil {
+			return fmt.Errorf("forget the report pre-aggregate of its days: %w", err)
+		}
+	}
+	return nil
+}

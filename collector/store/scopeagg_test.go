@@ -160,6 +160,27 @@ func TestScopeDaysFoldedWithTheDay(t *testing.T) {
 			t.Errorf("backfilled %d days (%v) with every day in retention built, want 0", n, err)
 		}
 	})
+	t.Run("a deleted node's days are rebuilt without it", func(t *testing.T) {
+		if err := st.DeleteNode(ctx, "fold-2"); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, ok := read(t, FleetScope, a, d0, d1); ok {
+			t.Error("served the sums of a deleted node")
+		}
+		if n, err := st.BackfillScopeDays(ctx, d1, 2*day, 2); err != nil || n != 1 {
+			t.Fatalf("backfilled %d days (%v), want 1", n, err)
+		}
+		s, h, ok := read(t, FleetScope, a, d0, d1)
+		if !ok {
+			t.Fatal("not served after the backfill")
+		}
+		g, w := got(s, h), want(t, a)
+		for p, wa := range w {
+			if g[p].N != wa.N || g[p].Sum != wa.Sum {
+				t.Errorf("%s: %+v, want %+v", p, g[p], wa)
+			}
+		}
+	})
 	t.Run("retention", func(t *testing.T) {
 		if _, err := st.DeleteRollupsBefore(ctx, RollupDay, d1); err != nil {
 			t.Fatal(err)
