@@ -14,7 +14,9 @@ package report
 // report ending mid-day also reads the hours at either end).
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -111,7 +113,8 @@ func seedFleetDays(b *testing.B, st *store.Store, n int, busy bool, from, to tim
 	ids := make([]int32, 0, n)
 	start := time.Now()
 	for i := range n {
-		id, err := st.UpsertNode(ctx, store.Node{Name: fmt.Sprintf("fleet-%05d", i), Labels: map[string]string{"customer": fmt.Sprintf("c%d", i%10)},
+		c := fmt.Sprintf("c%d", i%10)
+		id, err := st.UpsertNode(ctx, store.Node{Name: fmt.Sprintf("fleet-%05d", i), Labels: map[string]string{"customer": c}, Tenant: c,
 			InstanceID: 1, IntervalMS: intervalSec * 1000})
 		if err != nil {
 			b.Fatal(err)
@@ -124,11 +127,12 @@ func seedFleetDays(b *testing.B, st *store.Store, n int, busy bool, from, to tim
 	b.Logf("registered %d nodes with their definitions in %s", n, time.Since(start).Round(time.Second))
 	start = time.Now()
 	for c := range slices.Chunk(ids, 500) {
-		// Counters per day: sum is the day's total, one sample every 10 s;
+		// Counters per day: sum is the day's total (a whole count: agents send
+		// counts per interval), one sample every 10 s;
 		// a day in 50 of a metric has 10 minutes WARN.
 		if _, err := pool.Exec(ctx, `
 			INSERT INTO rollup_samples (res, ts, node_id, metric_id, n, sum, min, max, ok_s, warn_s, crit_s)
-			SELECT 86400, d, nm.node_id, nm.metric_id, 8640, CASE WHEN p.path LIKE '%/sent' THEN 86400 ELSE v * 8640 END, 0, v * 2,
+			SELECT 86400, d, nm.node_id, nm.metric_id, 8640, CASE WHEN p.path LIKE '%/sent' THEN 86400 ELSE round(v * 8640) END, 0, v * 2,
 				86400 - bad, bad, 0
 			FROM node_metrics nm JOIN metric_defs md ON md.id = nm.def_id JOIN metric_paths p ON p.id = nm.metric_id
 			CROSS JOIN generate_series($1::timestamptz, $2::timestamptz - interval '1 day', interval '1 day') d
@@ -154,6 +158,18 @@ func seedFleetDays(b *testing.B, st *store.Store, n int, busy bool, from, to tim
 			b.Fatal(err)
 		}
 	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		b.Fatal(err)
+	}
+	// The per-scope day pre-aggregate, by the day fold's own code (the
+	// seed wrote the day rollups without the fold).
+	start = time.Now()
+	if err := st.RebuildScopeDays(ctx, from, to); err != nil {
+		b.Fatal(err)
+	}
+	days := int(to.Sub(from).Hours() / 24)
+	b.Logf("built the scope pre-aggregate of %d days in %s (%s a day, the day fold's added cost)", days, time.Since(start).Round(time.Second),
+		(time.Since(start) / time.Duration(days)).Round(time.Millisecond))
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
 		b.Fatal(err)
 	}
@@ -263,6 +279,38 @@ func benchFleet(b *testing.B, n int, busy bool) {
 	b.Logf("30-day report, %d nodes, CSV: p50 %s over %d runs, %d bytes", n, csvP50.Round(time.Millisecond), runs, size)
 	custP50 := timeIt(b, runs, func() { size = serve(svc, q30+"&selector=customer%3Dc3") })
 	b.Logf("30-day report, one customer (%d nodes), JSON: p50 %s", n/10, custP50.Round(time.Millisecond))
+	// The same-run anchor: the report read per node (as before the
+	// pre-aggregate), computed without JSON, against the same computed
+	// from the pre-aggregate; and the two must be the same report.
+	var viaScope, perNode []byte
+	compute := func(perNode bool) []byte {
+		r, err := report.Compute(staff, st, report.Query{From: from, To: end, PerNode: perNode}, end)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := json.Marshal(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return out
+	}
+	scopeT := timeIt(b, 1, func() { viaScope = compute(false) })
+	nodeT := timeIt(b, 1, func() { perNode = compute(true) })
+	b.Logf("30-day report, %d nodes, computed and marshalled: from the pre-aggregate %s, per node %s (1 run each); byte-equal: %v",
+		n, scopeT.Round(time.Millisecond), nodeT.Round(time.Millisecond), bytes.Equal(viaScope, perNode))
+	if !bytes.Equal(viaScope, perNode) {
+		// Sums of fractional values (this seed's counters are) depend on
+		// the order they are added in: day by day over the nodes here, node
+		// by node over the days there. Anything but a number, or a number
+		// off by more than float64 rounding, is a difference.
+		n, worst, other := compareNumbers(viaScope, perNode)
+		b.Logf("not byte-equal: %d numbers differ, by at most %.2g relative; other differences: %v", n, worst, other)
+		if other != "" || worst > 1e-12 {
+			_ = os.WriteFile("/tmp/report-scope.json", viaScope, 0o644)
+			_ = os.WriteFile("/tmp/report-pernode.json", perNode, 0o644)
+			b.Errorf("the report from the pre-aggregate differs from the per-node one (/tmp/report-scope.json, /tmp/report-pernode.json)")
+		}
+	}
 	readP50 := timeIt(b, runs, func() { rows = fetchDays(b, st, ids, shown, from, end) })
 	b.Logf("its rollup reads alone (the report's metrics, fetched, not decoded): p50 %s, %d rows", readP50.Round(time.Millisecond), rows)
 	if busy {
@@ -311,4 +359,56 @@ func explain(b *testing.B, st *store.Store, ids, metrics []int32, from, to time.
 			b.Logf("%d nodes:\n%s", len(sel), strings.Join(plan, "\n"))
 		}
 	}
+}
+
+// compareNumbers walks two JSON documents of the same shape: how many
+// numbers differ, the largest relative difference, and the first
+// difference that is not of a number ("" for none).
+func compareNumbers(a, b []byte) (n int, worst float64, other string) {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return 0, 0, "not JSON"
+	}
+	var walk func(path string, x, y any)
+	walk = func(path string, x, y any) {
+		if other != "" {
+			return
+		}
+		switch xv := x.(type) {
+		case map[string]any:
+			yv, ok := y.(map[string]any)
+			if !ok || len(xv) != len(yv) {
+				other = path
+				return
+			}
+			for k := range xv {
+				walk(path+"."+k, xv[k], yv[k])
+			}
+		case []any:
+			yv, ok := y.([]any)
+			if !ok || len(xv) != len(yv) {
+				other = path
+				return
+			}
+			for i := range xv {
+				walk(fmt.Sprintf("%s[%d]", path, i), xv[i], yv[i])
+			}
+		case float64:
+			yv, ok := y.(float64)
+			if !ok {
+				other = path
+				return
+			}
+			if xv != yv {
+				n++
+				worst = max(worst, math.Abs(xv-yv)/max(math.Abs(xv), math.Abs(yv)))
+			}
+		default:
+			if x != y {
+				other = path
+			}
+		}
+	}
+	walk("", x, y)
+	return n, worst, other
 }

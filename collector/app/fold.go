@@ -61,6 +61,16 @@ func (f folder) once(ctx context.Context) {
 		}
 		return
 	}
+	// Days folded before the report pre-aggregate existed get theirs a few
+	// at a time (store.BackfillScopeDays): 4 days of 1,000 busy nodes are
+	// about 2 s of the database's time every 15 s, until none is left.
+	if n, err := f.st.BackfillScopeDays(ctx, o.Now, f.opts.HourRetention, 4); err != nil {
+		if ctx.Err() == nil {
+			f.log.Warn("report pre-aggregate backfill", "err", err, "days", n)
+		}
+	} else if n > 0 {
+		f.log.Info("report pre-aggregate built for days folded before it", "days", n)
+	}
 	if r.Hours+r.Days+r.Recomputed+r.Skipped > 0 {
 		f.log.Info("rollups folded", "hours", r.Hours, "days", r.Days, "late_hours_recomputed", r.Recomputed,
 			"late_hours_skipped", r.Skipped, "hours_through", r.HourThrough, "days_through", r.DayThrough,

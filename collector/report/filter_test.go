@@ -74,7 +74,7 @@ var filterDefs = []struct {
 	{store.MetricDef{Path: "sock/wait", Unit: "us", Kind: store.KindHistogram, Scale: 1e3}, true},
 }
 
-// seedFilterFleet writes 6 nodes of two customers: 62 days of hour and
+// seedFilterFleet writes 6 nodes of two customers (tenants) on three racks: 62 days of hour and
 // day rollups (folded), then 3 hours of 10 s reports through the write
 // path, every metric with values and some WARN and CRIT time.
 func seedFilterFleet(t *testing.T, st *store.Store, end time.Time) {
@@ -116,7 +116,9 @@ func seedFilterFleet(t *testing.T, st *store.Store, end time.Time) {
 	}
 	for i := range 6 {
 		customer := []string{"acme", "globex"}[i%2]
-		id, err := st.UpsertNode(ctx, store.Node{Name: fmt.Sprintf("%s-%d", customer, i), Labels: map[string]string{"customer": customer},
+		id, err := st.UpsertNode(ctx, store.Node{Name: fmt.Sprintf("%s-%d", customer, i),
+			Labels:     map[string]string{"customer": customer, "rack": fmt.Sprintf("r%d", i%3)},
+			Tenant:     customer,
 			InstanceID: 1, IntervalMS: 10000})
 		if err != nil {
 			t.Fatal(err)

@@ -181,7 +181,11 @@ func (d *data) availabilityTimeline(n int, from, to time.Time) []AvailabilityRoo
 	first := from.Truncate(step)
 	steps := int((to.Sub(first) + step - 1) / step)
 	acc := map[string][]store.SampleAgg{}
-	for _, s := range d.cur {
+	rows := d.cur
+	if d.timeline != nil {
+		rows = d.timeline
+	}
+	for _, s := range rows {
 		if strings.Contains(s.Path, "/") || s.Path == "agent" {
 			continue
 		}

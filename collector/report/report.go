@@ -60,6 +60,17 @@ type Query struct {
 	Raw bool
 	// Res forces a rollup resolution (seconds); 0 picks one.
 	Res int32
+	// PerNode reads every day from per-node day rollups, never from the
+	// scope pre-aggregate (the equality tests' reference, benchmarks).
+	PerNode bool
+}
+
+// ScopeStore is what a Store that keeps the per-scope day pre-aggregate
+// (store.ReadScopeDays) also offers. Each read says ok false when it
+// cannot serve its days exactly, and the report reads them per node.
+type ScopeStore interface {
+	ReadScopeDays(ctx context.Context, q store.ScopeDayQuery) ([]store.SampleRow, []store.HistogramRow, bool, error)
+	ReadNodePeriodSamples(ctx context.Context, q store.NodePeriodQuery) ([]store.SampleRow, bool, error)
 }
 
 // Compute builds the report the principal in ctx may see: its scope is
@@ -135,6 +146,9 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 	}
 	if len(ids) > 0 {
 		sp := span{st: st, ids: ids, res: res, raw: q.Raw}
+		if ss, ok := st.(ScopeStore); ok && !q.PerNode {
+			sp.scoped, sp.scope = ss, scopeOf(nodes)
+		}
 		// The first read to fail ends the others: a report whose read hit
 		// the statement timeout answers at once, not after each of its
 		// reads has waited its own turn on the read pool to time out too.
@@ -144,8 +158,26 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		// the filter is on metric ids in SQL (store.RollupQuery.Match), so
 		// the others are neither fetched nor decoded.
 		match := d.reportMetric(q.Objectives)
-		g.Go(func() (err error) { d.cur, d.curH, err = sp.read(ctx, from, to, match); return })
-		g.Go(func() (err error) { d.prev, d.prevH, err = sp.read(ctx, prevFrom, from, match); return })
+		// A fleet's or a tenant's whole days from the scope pre-aggregate
+		// when it covers exactly these nodes (readScoped); the per-node
+		// tables from per-node sums over the period.
+		var curDays scopedDays
+		g.Go(func() (err error) {
+			var ok bool
+			if d.cur, d.curH, curDays, ok, err = sp.readScoped(ctx, from, to, match, true); err != nil || ok {
+				return err
+			}
+			d.cur, d.curH, err = sp.read(ctx, from, to, match)
+			return
+		})
+		g.Go(func() (err error) {
+			var ok bool
+			if d.prev, d.prevH, _, ok, err = sp.readScoped(ctx, prevFrom, from, match, false); err != nil || ok {
+				return err
+			}
+			d.prev, d.prevH, err = sp.read(ctx, prevFrom, from, match)
+			return
+		})
 		// Day points: the totals' day rollups are the series' too, so only
 		// the days at either end (partly outside the totals' whole days)
 		// are read again.
@@ -195,6 +227,20 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 			d.serH = append(slices.DeleteFunc(slices.Clone(d.curH), func(r store.HistogramRow) bool { return inside(r.TS) }), hours.h...)
 		case seriesRes == res:
 			d.ser, d.serH = d.cur, d.curH
+		case curDays.ok:
+			// The whole days' points are the scope's day rows.
+			d.ser, d.serH = edges[0].s, edges[0].h
+			for _, r := range curDays.s {
+				if seriesMetric(r.Path) {
+					d.ser = append(d.ser, r)
+				}
+			}
+			for _, r := range curDays.h {
+				if seriesMetric(r.Path) {
+					d.serH = append(d.serH, r)
+				}
+			}
+			d.ser, d.serH = append(d.ser, edges[1].s...), append(d.serH, edges[1].h...)
 		default:
 			d.ser, d.serH = edges[0].s, edges[0].h
 			for _, r := range d.cur {
@@ -211,6 +257,9 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		}
 		if d.objH == nil {
 			d.objH = d.curH
+		}
+		if curDays.ok {
+			d.timeline = curDays.timeline
 		}
 		// The agent's own root is how NBS watches itself: staff's.
 		var hide map[string]bool
@@ -242,6 +291,9 @@ type data struct {
 	ser  []store.SampleRow
 	serH []store.HistogramRow
 	objH []store.HistogramRow
+	// timeline is what the availability timeline reads when d.cur holds
+	// per-node period sums (readScoped); nil: d.cur.
+	timeline []store.SampleRow
 }
 
 // span reads the rollups of a period: minute rollups, or whole UTC days
@@ -251,6 +303,105 @@ type span struct {
 	ids []int32
 	res int32
 	raw bool
+	// scoped, if set, serves whole days of scope (readScoped).
+	scoped ScopeStore
+	scope  string
+}
+
+// scopeOf is the pre-aggregate scope that could cover nodes exactly: their
+// tenant when they all have the same one, else the whole fleet. Whether it
+// does (no other node in its sums) store.ReadScopeDays checks.
+func scopeOf(nodes []store.Node) string {
+	if len(nodes) == 0 {
+		return store.FleetScope
+	}
+	t := nodes[0].Tenant
+	for _, n := range nodes[1:] {
+		if n.Tenant != t {
+			return store.FleetScope
+		}
+	}
+	return t
+}
+
+// perNodeMetric is what the per-node tables read: the ping targets' metrics
+// (ping per node, a target's drill-down) and the roots (availability per
+// node). Every other section sums over the nodes.
+func perNodeMetric(path string) bool {
+	t, _ := pingTarget(path)
+	return t != "" || !strings.Contains(path, "/")
+}
+
+// perNodeHistogram is the histograms among them: a ping target's RTT and
+// host delay.
+func perNodeHistogram(path string) bool {
+	t, child := pingTarget(path)
+	return t != "" && (child == "" || child == "host_delay")
+}
+
+// scopedDays is the scope pre-aggregate's rows of a period's whole days
+// (NodeID 0, a row a day and metric), for the charts and the timeline.
+type scopedDays struct {
+	ok       bool
+	s        []store.SampleRow
+	h        []store.HistogramRow
+	timeline []store.SampleRow
+}
+
+// readScoped reads [from, to) as read does, but its whole days from the
+// scope pre-aggregate: every metric but the per-node tables' as the
+// scope's day rows, and with perNode those (perNodeMetric) as one sample
+// row a node and metric summed over the days in SQL and the ping
+// histograms' day rows. Whichever way a number is summed, it is the same
+// sum of the same day rollups (TestPreAggregateEqualsPerNode). ok is false
+// when the pre-aggregate cannot serve these days for these nodes.
+func (s span) readScoped(ctx context.Context, from, to time.Time, match func(string) bool, perNode bool) (
+	samples []store.SampleRow, hists []store.HistogramRow, days scopedDays, ok bool, err error) {
+	d0, d1 := s.days(from, to)
+	if s.scoped == nil || s.raw || s.res != store.RollupHour || !d0.Before(d1) {
+		return nil, nil, days, false, nil
+	}
+	ds, dh, ok, err := s.scoped.ReadScopeDays(ctx, store.ScopeDayQuery{Scope: s.scope, NodeIDs: s.ids, From: d0, To: d1, Match: match})
+	if err != nil || !ok {
+		return nil, nil, days, false, err
+	}
+	var ns []store.SampleRow
+	var nh []store.HistogramRow
+	if perNode {
+		ns, ok, err = s.scoped.ReadNodePeriodSamples(ctx, store.NodePeriodQuery{NodeIDs: s.ids, From: d0, To: d1,
+			Match: func(p string) bool { return match(p) && perNodeMetric(p) && !perNodeHistogram(p) }})
+		if err != nil || !ok {
+			return nil, nil, days, false, err
+		}
+		if _, nh, err = s.st.ReadRollups(ctx, store.RollupQuery{NodeIDs: s.ids, Res: store.RollupDay, From: d0, To: d1,
+			Match: func(p string) bool { return match(p) && perNodeHistogram(p) }}); err != nil {
+			return nil, nil, days, false, err
+		}
+	}
+	var edges [2]struct {
+		s []store.SampleRow
+		h []store.HistogramRow
+	}
+	for i, r := range [2][2]time.Time{{from, d0}, {d1, to}} {
+		if edges[i].s, edges[i].h, err = s.st.ReadRollups(ctx, store.RollupQuery{NodeIDs: s.ids, Res: store.RollupHour, From: r[0], To: r[1], Match: match}); err != nil {
+			return nil, nil, days, false, err
+		}
+	}
+	keep := func(p string) bool { return !perNode || !perNodeMetric(p) }
+	samples = append(slices.Concat(edges[0].s, edges[1].s), ns...)
+	hists = append(slices.Concat(edges[0].h, edges[1].h), nh...)
+	for _, r := range ds {
+		if keep(r.Path) {
+			samples = append(samples, r)
+		}
+	}
+	for _, r := range dh {
+		if keep(r.Path) {
+			hists = append(hists, r)
+		}
+	}
+	days = scopedDays{ok: true, s: ds, h: dh, timeline: append(slices.Concat(edges[0].s, edges[1].s), ds...)}
+	return samples, hists, days, true, nil
 }
 
 // days is the whole UTC days of [from, to) that read takes from day

@@ -56,6 +56,11 @@ func deleteRows(ctx context.Context, tx pgx.Tx, name string, ids []int32) error 
 			return fmt.Errorf("delete %s of node %q: %w", table, name, err)
 		}
 	}
+	// The report pre-aggregate's days that summed these nodes: rebuilt
+	// without them by the folder's backfill (scopeagg.go).
+	if err := forgetScopeDaysOf(ctx, tx, ids); err != nil {
+		return fmt.Errorf("delete node %q: %w", name, err)
+	}
 	if _, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = ANY($1)`, ids); err != nil {
 		return fmt.Errorf("delete node %q: %w", name, err)
 	}

@@ -366,6 +366,11 @@ func (s *Store) FoldRollups(ctx context.Context, o FoldOptions) (FoldResult, err
 				return fmt.Errorf("fold the %ds rollups of %s: %w", target, b.UTC().Format(time.RFC3339), err)
 			}
 		}
+		if target == RollupDay {
+			// In the day's transaction: the pre-aggregate is always the
+			// sum of the day rows (scopeagg.go).
+			return foldScopeDay(ctx, tx, b)
+		}
 		return nil
 	}
 	through := func(db interface {

@@ -257,6 +257,14 @@ func (s *Store) SeedRollups(ctx context.Context, r *Rollups) error {
 // start before cutoff go.
 func (s *Store) DeleteRollupsBefore(ctx context.Context, res int32, cutoff time.Time) (int64, error) {
 	var n int64
+	if res == RollupDay {
+		// The scope pre-aggregate first: a report reading in between finds
+		// no pre-aggregate for the day and reads what is left per node,
+		// never sums of day rows that are gone.
+		if err := deleteScopeDaysBefore(ctx, s.pool, cutoff); err != nil {
+			return n, err
+		}
+	}
 	for _, table := range []string{"rollup_samples", "rollup_histograms"} {
 		tag, err := s.pool.Exec(ctx, `DELETE FROM `+table+` WHERE res = $1 AND ts < $2`, res, cutoff)
 		if err != nil {
