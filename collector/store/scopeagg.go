@@ -12,7 +12,7 @@ import (
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
 
-// The per-scope day pre-aggregate (migration 025). A 30-day report of a
+// The per-scope day pre-aggregate (migration 020). A 30-day report of a
 // whole fleet or of one tenant sums the same day rollups of every node
 // for its fleet-wide numbers (the previous period, kernel latency,
 // reliability, the availability timeline, the charts): 30 rows a metric
@@ -165,7 +165,7 @@ type ScopeDayQuery struct {
 // as the day rollups of q.NodeIDs would: a day not folded yet or marked
 // dirty (read from finer rollups), reports not folded yet in the range
 // (read from their raw rows), a day with no pre-aggregate (folded before
-// migration 025, or a tenant newer than the day), or a day that summed a
+// migration 020, or a tenant newer than the day), or a day that summed a
 // node the report does not have (a retired or deleted node's history). The
 // caller then reads the day rollups per node. The scope's own nodes that
 // are in q.NodeIDs are in its sums by construction, so what is checked is
@@ -267,7 +267,7 @@ func (s *Store) ReadNodePeriodSamples(ctx context.Context, q NodePeriodQuery) ([
 // RebuildScopeDays recomputes the pre-aggregate of the whole UTC days in
 // [from, to) from their day rollups, a transaction a day: for day rollups
 // written without the fold (backfills, benchmarks' seeds) and days folded
-// before migration 025. Days the fold has not reached (rollup_folds) are
+// before migration 020. Days the fold has not reached (rollup_folds) are
 // left to it.
 func (s *Store) RebuildScopeDays(ctx context.Context, from, to time.Time) error {
 	for d := ceilTo(from, 24*time.Hour); d.Before(to); d = d.Add(24 * time.Hour) {
@@ -328,7 +328,7 @@ func (r *Reads) ReadNodePeriodSamples(ctx context.Context, q NodePeriodQuery) ([
 }
 
 // BackfillScopeDays builds the pre-aggregate of up to max folded days that
-// have none (days folded before migration 025; a day the fold writes has
+// have none (days folded before migration 020; a day the fold writes has
 // one), newest first, back to retention before now (0: 800 days). The
 // collector's folder calls it after each fold, so an upgraded database
 // gets its history's pre-aggregate a few days a fold, and reports of
