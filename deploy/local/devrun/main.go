@@ -226,6 +226,9 @@ func runAll(ctx context.Context, cfg *config, out *console, log *slog.Logger, ge
 	// Not the system's /var/lib/nbs/spool: reports of a demo must not be
 	// replayed by a real agent installed on this host later.
 	agentArgs = append(agentArgs, "--spool.dir", filepath.Join(cfg.runDir, "spool"))
+	// A local run is thrown away at Ctrl-C: pinned programs would go on
+	// counting after it (--agent.args "--bpf.pin-dir DIR" pins anyway).
+	agentArgs = append(agentArgs, "--bpf.pin-dir", "none")
 	agentArgs = append(agentArgs, cfg.agentArgs...)
 
 	var children []*child
