@@ -288,7 +288,7 @@ func TestRun(t *testing.T) {
 			}
 			agent := readArgs(t, recordDir, "agent")
 			wantAgent := []string{"--collector.address", grpcAddr, "--interval", "3s", "--spool.dir", filepath.Join(root, ".run", "spool"),
-				"--labels", "customer=acme corp"}
+				"--bpf.pin-dir", "none", "--labels", "customer=acme corp"}
 			if !slices.Equal(agent, wantAgent) {
 				t.Errorf("agent args = %q, want %q", agent, wantAgent)
 			}
