@@ -18,7 +18,7 @@ import { useCan, useSession } from '../auth';
 import { useAction, usePoll } from '../hooks';
 import { alertRulesHref, alertsHref, linkClick, navigate, withParams } from '../route';
 import { AlertTabs, SeverityBadge } from './Alerts';
-import { ConfirmCell, Empty, ErrorBox, Loading, StaleNotice, TableHead } from './common';
+import { ConfirmCell, Empty, ErrorBox, Loading, StaleNotice, TableHead, TableWrap } from './common';
 import { FormActions } from './form';
 
 export const RULES_REFRESH_MS = 15_000;
@@ -389,7 +389,7 @@ export function AlertRulesPage({ params }: { params: URLSearchParams }) {
       {!polled.data && polled.error && <ErrorBox title="Cannot load the alert rules" error={polled.error} onRetry={polled.refresh} />}
       {polled.data && rules.length === 0 && <Empty>No alert rule: nothing pages.{can.editRules && ' Create one with “New rule…”.'}</Empty>}
       {rules.length > 0 && (
-        <div class="table-wrap table-page" tabIndex={0} role="region" aria-label="Alert rules table">
+        <TableWrap page label="Alert rules table">
           <table class="rules-table">
             <caption class="sr-only">Alert rules</caption>
             <TableHead columns={['Name', 'Kind', 'Metric or pattern', 'State', 'For', 'Selector', 'At least', 'Group by', 'Severity', 'Enabled']} actions={can.editRules} />
@@ -405,7 +405,7 @@ export function AlertRulesPage({ params }: { params: URLSearchParams }) {
               ))}
             </tbody>
           </table>
-        </div>
+        </TableWrap>
       )}
     </div>
   );

@@ -8,7 +8,7 @@ import { useAction, useNow, usePoll } from '../hooks';
 import { stepFor } from '../timerange';
 import { Chart } from './Chart';
 import { alertHref, alertRulesHref, alertsHref, linkClick, navigate, nodeHref, withParams } from '../route';
-import { Empty, ErrorBox, Loading, StaleNotice } from './common';
+import { Empty, ErrorBox, Loading, StaleNotice, TableWrap } from './common';
 
 export const ALERTS_REFRESH_MS = 5000;
 const HISTORY_LIMIT = 100;
@@ -175,7 +175,7 @@ function MetricCell({ a }: { a: Alert }) {
 
 function OpenTable({ alerts, now }: { alerts: Alert[]; now: number }) {
   return (
-    <div class="table-wrap table-page" tabIndex={0} role="region" aria-label="Firing and pending alerts table">
+    <TableWrap page label="Firing and pending alerts table">
       <table class="alerts-table open-alerts cards-narrow">
         <caption class="sr-only">Firing and pending alerts, firing first</caption>
         <thead>
@@ -219,13 +219,13 @@ function OpenTable({ alerts, now }: { alerts: Alert[]; now: number }) {
           ))}
         </tbody>
       </table>
-    </div>
+    </TableWrap>
   );
 }
 
 function HistoryTable({ alerts, now }: { alerts: Alert[]; now: number }) {
   return (
-    <div class="table-wrap table-page" tabIndex={0} role="region" aria-label="Alert history table">
+    <TableWrap page label="Alert history table">
       <table class="alerts-table history cards-narrow">
         <caption class="sr-only">Alert history, newest first</caption>
         <thead>
@@ -272,7 +272,7 @@ function HistoryTable({ alerts, now }: { alerts: Alert[]; now: number }) {
           ))}
         </tbody>
       </table>
-    </div>
+    </TableWrap>
   );
 }
 
@@ -465,7 +465,7 @@ export function DeliveryLog({ deliveries, now, alertState }: { deliveries: Deliv
     );
   }
   return (
-    <div class="table-wrap table-page" tabIndex={0} role="region" aria-label="Delivery log table">
+    <TableWrap page label="Delivery log table">
       <table class="deliveries">
         <caption class="sr-only">Delivery log: one row per notification, oldest first</caption>
         <thead>
@@ -505,7 +505,7 @@ export function DeliveryLog({ deliveries, now, alertState }: { deliveries: Deliv
           })}
         </tbody>
       </table>
-    </div>
+    </TableWrap>
   );
 }
 

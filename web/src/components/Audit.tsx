@@ -6,7 +6,7 @@ import { AUDIT_KINDS, SINCE_CHOICES, auditFiltersFrom, auditQuery, diffValues } 
 import { formatAgo, formatTime } from '../format';
 import { useNow, usePoll } from '../hooks';
 import { auditHref, linkClick, navigate, withParams } from '../route';
-import { Empty, ErrorBox, Loading, StaleNotice } from './common';
+import { Empty, ErrorBox, Loading, StaleNotice, TableWrap } from './common';
 
 export const AUDIT_REFRESH_MS = 15_000;
 /** Lines of a change shown in the table; the full values are one click away. */
@@ -179,7 +179,7 @@ export function AuditPage({ params }: { params: URLSearchParams }) {
       {!polled.data && polled.error && <ErrorBox title="Cannot load the audit log" error={polled.error} onRetry={polled.refresh} />}
       {polled.data && entries.length === 0 && <Empty>{filtered ? 'No change matches these filters.' : 'Nothing has been changed yet.'}</Empty>}
       {entries.length > 0 && (
-        <div class="table-wrap table-page" tabIndex={0} role="region" aria-label="Audit log table">
+        <TableWrap page label="Audit log table">
           <table class="audit-table">
             <caption class="sr-only">Audit log, newest first</caption>
             <thead>
@@ -197,7 +197,7 @@ export function AuditPage({ params }: { params: URLSearchParams }) {
               ))}
             </tbody>
           </table>
-        </div>
+        </TableWrap>
       )}
       {polled.data && entries.length === f.limit && f.limit < MAX_AUDIT_LIMIT && (
         <p>

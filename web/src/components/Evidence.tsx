@@ -3,7 +3,7 @@ import { useState } from 'preact/hooks';
 import type { ApiError, Evidence } from '../api';
 import { formatTime } from '../format';
 import { linkClick, nodeHref, withParams } from '../route';
-import { Empty, ErrorBox, Loading } from './common';
+import { Empty, ErrorBox, Loading, TableWrap } from './common';
 
 // Columns that read best first: whose it is (the owner), then what happened;
 // the namespace inode and the rest the agent sends follow.
@@ -90,7 +90,7 @@ export function EvidenceTable({ events, metric, error, loading, limit, onRetry }
           </span>
         )}
       </div>
-      <div class="table-wrap" tabIndex={0} role="region" aria-label={`Evidence table of ${metric}`}>
+      <TableWrap label={`Evidence table of ${metric}`}>
         <table class="evidence">
           <caption class="sr-only">
             Evidence events for {metric}
@@ -139,7 +139,7 @@ export function EvidenceTable({ events, metric, error, loading, limit, onRetry }
             </tbody>
           ))}
         </table>
-      </div>
+      </TableWrap>
       {events.length >= limit && <p class="muted small">Showing the newest {limit} events; narrow the range to see older ones.</p>}
     </div>
   );

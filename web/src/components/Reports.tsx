@@ -36,7 +36,7 @@ import {
 } from '../report';
 import type { Num, PingNode, PingTarget, Report, ReportDefinition } from '../reporttypes';
 import { linkClick, navigate } from '../route';
-import { ErrorBox, Loading } from './common';
+import { ErrorBox, Loading, TableWrap } from './common';
 import { ReportChart } from './ReportChart';
 
 const canEdit = (role: string | undefined) => role === 'operator' || role === 'admin';
@@ -681,16 +681,6 @@ function ReliabilitySection({ r, has }: { r: Report; has: boolean }) {
         <ReasonTable caption="Drops by reason" rows={drops.map((x) => ({ key: x.metric, reason: x.reason, count: x.count, per_hour: x.per_hour }))} />
       </div>
     </Section>
-  );
-}
-
-// TableWrap scrolls a wide table sideways on a narrow screen; it takes the
-// keyboard focus so that the scrolling works without a mouse too.
-function TableWrap({ children }: { children: ComponentChildren }) {
-  return (
-    <div class="table-wrap" tabIndex={0}>
-      {children}
-    </div>
   );
 }
 

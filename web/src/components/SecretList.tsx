@@ -6,7 +6,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { formatRelative, formatTime } from '../format';
 import { useAction, useNow, usePoll } from '../hooks';
 import { navigate, withParams } from '../route';
-import { Empty, ErrorBox, Loading, StaleNotice, TableHead, copy } from './common';
+import { Empty, ErrorBox, Loading, StaleNotice, TableHead, copy, TableWrap } from './common';
 import { type Described, FormActions } from './form';
 
 type Heading = 'h2' | 'h3';
@@ -260,7 +260,7 @@ export function SecretList<T extends { id: number }, C>(p: SecretListProps<T, C>
       {!polled.data && polled.error && !noRoute && <ErrorBox title={`Cannot load the ${many}`} error={polled.error} onRetry={polled.refresh} />}
       {polled.data && shown.length === 0 && <Empty>{`No live ${one}. Create one with “New ${one}…”.`}</Empty>}
       {shown.length > 0 && (
-        <div class="table-wrap table-page" tabIndex={0} role="region" aria-label={showAll ? `Table of every ${one}` : `Table of live ${many}`}>
+        <TableWrap page label={showAll ? `Table of every ${one}` : `Table of live ${many}`}>
           <table class={p.tableClass}>
             <caption class="sr-only">{showAll ? `Every ${one}` : `Live ${many}`}</caption>
             <TableHead columns={p.columns} actions />
@@ -270,7 +270,7 @@ export function SecretList<T extends { id: number }, C>(p: SecretListProps<T, C>
               ))}
             </tbody>
           </table>
-        </div>
+        </TableWrap>
       )}
       {polled.data && (dead > 0 || showAll) && (
         <p>

@@ -146,3 +146,15 @@ export function TableHead({ columns, actions }: { columns: string[]; actions: bo
     </thead>
   );
 }
+
+// TableWrap scrolls a wide table sideways on a narrow screen. It takes the
+// keyboard focus so that the scrolling works without a mouse too; with a
+// label it is a named region (axe's scrollable-region-focusable). page
+// gives it the full-page tables' frame.
+export function TableWrap({ label, page, children }: { label?: string; page?: boolean; children: ComponentChildren }) {
+  return (
+    <div class={page ? 'table-wrap table-page' : 'table-wrap'} tabIndex={0} role={label ? 'region' : undefined} aria-label={label}>
+      {children}
+    </div>
+  );
+}
