@@ -20,8 +20,9 @@
 //	NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1 go test -run '^$' -bench AgentCost -benchtime 1x -timeout 60m ./bench/agentcost/
 //
 // NBS_AGENTCOST_PAIRS (default 8) on/off pairs of NBS_AGENTCOST_SECONDS
-// (default 5) each, of both configurations or NBS_AGENTCOST_ONLY
-// ("default" or "triggered"); NBS_AGENTCOST_STARTS (default 3) starts. With
+// (default 5) each, of both configurations or of those NBS_AGENTCOST_ONLY
+// lists ("default", "triggered", and the default agent with one part taken
+// away: "no-rx", "no-tx", "no-rx-tx", "no-bpf"); NBS_AGENTCOST_STARTS (default 3) starts. With
 // NBS_AGENTCOST_BASE set to a git revision, the start benchmark also builds
 // the agent of that revision and alternates its starts with this one's, for
 // a before/after in the same run.
@@ -33,6 +34,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -315,12 +317,56 @@ func (c collector) expand(b *testing.B, secs int) bool {
 
 // costConfig is one agent configuration measured against no agent.
 type costConfig struct {
+	key   string // its name in NBS_AGENTCOST_ONLY and the reported metrics
 	name  string
 	flags []string
 	// triggered: the run expands the node and waits for the triggered
 	// sources to attach before its rest ends.
 	triggered bool
 	rest      time.Duration
+}
+
+// costConfigs are the configurations the harness knows, by the name
+// NBS_AGENTCOST_ONLY selects them with. "default" and "triggered" are the
+// goals; the others take one part of the default agent away each, so that
+// what the default agent costs can be told apart in one run.
+func costConfigs(rest time.Duration) map[string]costConfig {
+	return map[string]costConfig{
+		"default": {name: "default agent", rest: rest},
+		// The default interval, as a node runs them: at a shorter one (under
+		// 5 s) the run-time statistics stay on for good and every program's
+		// run pays two more clock reads, which is a cost of the interval and
+		// not of the sources. So the rest is long enough for an expand to
+		// reach the agent and attach them at its next collection. The budget
+		// is raised so the per-packet programs stay attached under iperf3's
+		// load (at the default 1% they would be detached).
+		"triggered": {name: "triggered sources attached", flags: []string{"--overhead.budget", "100"},
+			triggered: true, rest: rest + 18*time.Second},
+		"no-rx":    {name: "default agent without always-on RX latency", flags: []string{"--latency.rx.always=false"}, rest: rest},
+		"no-tx":    {name: "default agent without TX timestamping", flags: []string{"--tx-timestamping.sample", "0"}, rest: rest},
+		"no-rx-tx": {name: "default agent without RX latency and TX timestamping", flags: []string{"--latency.rx.always=false", "--tx-timestamping.sample", "0"}, rest: rest},
+		"no-bpf":   {name: "agent without BPF (/proc only)", flags: []string{"--bpf=false"}, rest: rest},
+	}
+}
+
+// selectConfigs turns NBS_AGENTCOST_ONLY (a comma-separated list of
+// costConfigs' names; empty: default and triggered) into the
+// configurations to run, in the order given.
+func selectConfigs(only string, rest time.Duration) ([]costConfig, error) {
+	known := costConfigs(rest)
+	if only == "" {
+		only = "default,triggered"
+	}
+	var out []costConfig
+	for name := range strings.SplitSeq(only, ",") {
+		cfg, ok := known[strings.TrimSpace(name)]
+		if !ok {
+			return nil, fmt.Errorf("NBS_AGENTCOST_ONLY: unknown configuration %q (known: %s)", name, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
+		}
+		cfg.key = strings.TrimSpace(name)
+		out = append(out, cfg)
+	}
+	return out, nil
 }
 
 // ratios are one configuration's on/off throughput pairs.
@@ -350,19 +396,9 @@ func BenchmarkAgentCost(b *testing.B) {
 	pairs, secs := envInt("NBS_AGENTCOST_PAIRS", 8), envInt("NBS_AGENTCOST_SECONDS", 5)
 	rest := time.Duration(envInt("NBS_AGENTCOST_REST", 8)) * time.Second
 	const cooldown = 3 * time.Second
-	configs := []costConfig{
-		{name: "default agent", rest: rest},
-		// A 2 s interval so the expand attaches them within the rest; the
-		// budget raised so the per-packet programs stay attached under
-		// iperf3's load (at the default 1% they would be detached).
-		{name: "triggered sources attached", flags: []string{"--interval", "2s", "--overhead.budget", "100"},
-			triggered: true, rest: rest + 6*time.Second},
-	}
-	switch os.Getenv("NBS_AGENTCOST_ONLY") {
-	case "default":
-		configs = configs[:1]
-	case "triggered":
-		configs = configs[1:]
+	configs, err := selectConfigs(os.Getenv("NBS_AGENTCOST_ONLY"), rest)
+	if err != nil {
+		b.Fatal(err)
 	}
 
 	// run is one measurement. Both sides rest alike: the agent starts
@@ -432,13 +468,9 @@ func BenchmarkAgentCost(b *testing.B) {
 			lo, med, hi, below := r.summary()
 			b.Logf("%s: single-stream throughput on/off over %d ABBA pairs of %d s (rest %s before each run, %s after; iperf3 client on CPU %d, server on CPU %d): median %.3f (min %.3f, max %.3f), %d of %d pairs below 1; ratios %s; on %v Gbit/s, off %v Gbit/s",
 				cfg.name, pairs, secs, cfg.rest, cooldown, c.client, c.server, med, lo, hi, below, pairs, list3(r.r), gbits(r.on), gbits(r.off))
-			unit := "default"
-			if cfg.triggered {
-				unit = "triggered"
-			}
-			b.ReportMetric(med, unit+"_on/off_median")
-			b.ReportMetric(lo, unit+"_on/off_min")
-			b.ReportMetric(hi, unit+"_on/off_max")
+			b.ReportMetric(med, cfg.key+"_on/off_median")
+			b.ReportMetric(lo, cfg.key+"_on/off_min")
+			b.ReportMetric(hi, cfg.key+"_on/off_max")
 		}
 
 		// The agent idle and under 8 streams, for its CPU and memory.
