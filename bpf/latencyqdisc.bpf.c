@@ -21,12 +21,20 @@ struct nbs_qdisc_dev {
 	__u32 ifindex;
 };
 
-/* In flight: skb address -> when it was queued. The skb's data head is
- * kept too, so a new skb that happens to reuse the address of one that was
- * dropped in the qdisc (and so never reached the driver) does not match. */
-struct nbs_qdisc_pkt {
+/* In flight: a direct-mapped table of slots, indexed by a hash of the skb's
+ * address, each holding the packet's tag and when it was queued. A hash
+ * map did the same at 250-290 ns a packet on each side (a bucket lock, an
+ * LRU list, a delete at the driver); a slot is a store and a load
+ * (BENCHMARKS.md, "The agent"). The tag mixes the address with the data
+ * head, so a new skb that reuses the address of one dropped in the qdisc
+ * (never reaching the driver) does not match, and with the attachment's
+ * epoch, so nothing queued before a Detach is timed after the next Attach.
+ * Two packets in flight at once in one slot: the later one wins, the
+ * earlier is not timed and is counted (overwritten). */
+#define NBS_QDISC_SLOTS_BITS 17
+struct nbs_qdisc_slot {
+	__u64 tag; /* 0: free */
 	__u64 queued_ns;
-	__u64 head;
 };
 
 struct nbs_qdisc_dev_info {
@@ -34,18 +42,22 @@ struct nbs_qdisc_dev_info {
 };
 
 struct nbs_qdisc_stats {
-	__u64 queued;   /* packets entering dev_queue_xmit in scope */
-	__u64 matched;  /* of which timed to the driver */
-	__u64 dev_full; /* not counted: the device table is full */
-	__u64 stale;    /* an entry for a reused skb address, or a clock step */
+	__u64 queued;      /* packets entering dev_queue_xmit in scope */
+	__u64 matched;     /* of which timed to the driver */
+	__u64 dev_full;    /* not counted: the device table is full */
+	__u64 stale;       /* a clock step between queue and driver */
+	__u64 overwritten; /* a slot taken from a packet not (yet) seen at the driver */
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct nbs_qdisc_pkt);
-} qd_inflight SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1 << NBS_QDISC_SLOTS_BITS);
+	__type(key, __u32);
+	__type(value, struct nbs_qdisc_slot);
+} qd_slots SEC(".maps");
+
+/* Bumped by user space before each Attach (Probe.BeforeAttach). */
+volatile __u32 epoch SEC(".data") = 1;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -94,21 +106,46 @@ static __always_inline struct nbs_hist *dev_hist(const struct net_device *dev, _
 	return bpf_map_lookup_elem(&qd_hist, &k);
 }
 
+static __always_inline __u64 mix(__u64 v)
+{
+	return v * 0x9E3779B97F4A7C15ULL;
+}
+
+/* A packet's tag: its address, its data head and the attachment, never 0. */
+static __always_inline __u64 tag_of(const struct sk_buff *skb)
+{
+	return mix((__u64)skb ^ ((__u64)skb->head << 7) ^ ((__u64)epoch << 48)) | 1;
+}
+
+static __always_inline struct nbs_qdisc_slot *slot_of(const struct sk_buff *skb)
+{
+	__u32 k = mix((__u64)skb) >> (64 - NBS_QDISC_SLOTS_BITS);
+
+	return bpf_map_lookup_elem(&qd_slots, &k);
+}
+
 SEC("tp_btf/net_dev_queue")
 int BPF_PROG(nbs_qdisc_queue, struct sk_buff *skb)
 {
-	struct nbs_qdisc_pkt v;
 	struct nbs_qdisc_stats *st;
-	__u64 key = (__u64)skb;
+	struct nbs_qdisc_slot *s;
+	bool taken;
 
 	if (target_netns && nbs_skb_netns(skb) != target_netns)
 		return 0;
-	v.queued_ns = bpf_ktime_get_ns();
-	v.head = (__u64)skb->head;
-	bpf_map_update_elem(&qd_inflight, &key, &v, BPF_ANY);
+	s = slot_of(skb);
+	if (!s)
+		return 0;
+	/* The line is about to be written: reading it first costs nothing. */
+	taken = s->tag != 0;
+	s->queued_ns = bpf_ktime_get_ns();
+	s->tag = tag_of(skb);
 	st = stats();
-	if (st)
+	if (st) {
 		st->queued++;
+		if (taken)
+			st->overwritten++;
+	}
 	return 0;
 }
 
@@ -116,30 +153,26 @@ SEC("tp_btf/net_dev_start_xmit")
 int BPF_PROG(nbs_qdisc_xmit, const struct sk_buff *skb, const struct net_device *dev)
 {
 	struct nbs_qdisc_stats *st;
-	struct nbs_qdisc_pkt *v;
+	struct nbs_qdisc_slot *s;
 	struct nbs_hist *h;
-	__u64 key = (__u64)skb, now, queued;
+	__u64 now, queued;
 
-	v = bpf_map_lookup_elem(&qd_inflight, &key);
-	if (!v)
+	s = slot_of(skb);
+	if (!s || s->tag != tag_of(skb))
 		return 0;
+	queued = s->queued_ns;
+	s->tag = 0;
 	/* A dropped skb's memory, head included, can be reused for another
 	 * namespace's packet: never time a device outside the scope. */
-	if (target_netns && dev->nd_net.net->ns.inum != target_netns) {
-		bpf_map_delete_elem(&qd_inflight, &key);
+	if (target_netns && dev->nd_net.net->ns.inum != target_netns)
 		return 0;
-	}
 	now = bpf_ktime_get_ns();
-	queued = v->queued_ns;
-	if (v->head != (__u64)skb->head || now < queued) {
-		bpf_map_delete_elem(&qd_inflight, &key);
-		st = stats();
+	st = stats();
+	if (now < queued) {
 		if (st)
 			st->stale++;
 		return 0;
 	}
-	bpf_map_delete_elem(&qd_inflight, &key);
-	st = stats();
 	h = dev_hist(dev, dev->nd_net.net->ns.inum);
 	if (!h) {
 		if (st)

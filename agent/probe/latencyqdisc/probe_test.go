@@ -186,7 +186,7 @@ func TestSojournUnderBloatMatchesOracles(t *testing.T) {
 	_, drop1 := tcQdisc(t, lab)
 	s1 := stats(t, p)
 	queued, matched := s1.Queued-s0.Queued, s1.Matched-s0.Matched
-	t.Logf("queued %d, timed %d, tc dropped %.0f, stale %d", queued, matched, drop1-drop0, s1.Stale-s0.Stale)
+	t.Logf("queued %d, timed %d, tc dropped %.0f, stale %d, slots overwritten %d", queued, matched, drop1-drop0, s1.Stale-s0.Stale, s1.Overwritten-s0.Overwritten)
 	if diff := float64(queued-matched) - (drop1 - drop0); math.Abs(diff) > 2+0.01*float64(queued) {
 		t.Errorf("queued %d - timed %d = %d, but tc dropped %.0f", queued, matched, queued-matched, drop1-drop0)
 	}
