@@ -111,15 +111,25 @@ static __always_inline __u64 mix(__u64 v)
 	return v * 0x9E3779B97F4A7C15ULL;
 }
 
-/* A packet's tag: its address, its data head and the attachment, never 0. */
-static __always_inline __u64 tag_of(const struct sk_buff *skb)
+/* The skb's address as a number: the verifier allows no arithmetic on a
+ * trusted pointer, so it is read from the tracepoint's first argument. */
+static __always_inline __u64 skb_addr(unsigned long long *ctx)
 {
-	return mix((__u64)skb ^ ((__u64)skb->head << 7) ^ ((__u64)epoch << 48)) | 1;
+	__u64 a = 0;
+
+	bpf_probe_read_kernel(&a, sizeof(a), ctx);
+	return a;
 }
 
-static __always_inline struct nbs_qdisc_slot *slot_of(const struct sk_buff *skb)
+/* A packet's tag: its address, its data head and the attachment, never 0. */
+static __always_inline __u64 tag_of(__u64 addr, const struct sk_buff *skb)
 {
-	__u32 k = mix((__u64)skb) >> (64 - NBS_QDISC_SLOTS_BITS);
+	return mix(addr ^ ((__u64)skb->head << 7) ^ ((__u64)epoch << 48)) | 1;
+}
+
+static __always_inline struct nbs_qdisc_slot *slot_of(__u64 addr)
+{
+	__u32 k = mix(addr) >> (64 - NBS_QDISC_SLOTS_BITS);
 
 	return bpf_map_lookup_elem(&qd_slots, &k);
 }
@@ -129,17 +139,19 @@ int BPF_PROG(nbs_qdisc_queue, struct sk_buff *skb)
 {
 	struct nbs_qdisc_stats *st;
 	struct nbs_qdisc_slot *s;
+	__u64 addr;
 	bool taken;
 
 	if (target_netns && nbs_skb_netns(skb) != target_netns)
 		return 0;
-	s = slot_of(skb);
+	addr = skb_addr(ctx);
+	s = slot_of(addr);
 	if (!s)
 		return 0;
 	/* The line is about to be written: reading it first costs nothing. */
 	taken = s->tag != 0;
 	s->queued_ns = bpf_ktime_get_ns();
-	s->tag = tag_of(skb);
+	s->tag = tag_of(addr, skb);
 	st = stats();
 	if (st) {
 		st->queued++;
@@ -155,10 +167,10 @@ int BPF_PROG(nbs_qdisc_xmit, const struct sk_buff *skb, const struct net_device 
 	struct nbs_qdisc_stats *st;
 	struct nbs_qdisc_slot *s;
 	struct nbs_hist *h;
-	__u64 now, queued;
+	__u64 now, queued, addr = skb_addr(ctx);
 
-	s = slot_of(skb);
-	if (!s || s->tag != tag_of(skb))
+	s = slot_of(addr);
+	if (!s || s->tag != tag_of(addr, skb))
 		return 0;
 	queued = s->queued_ns;
 	s->tag = 0;

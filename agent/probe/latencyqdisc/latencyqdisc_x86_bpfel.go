@@ -29,18 +29,19 @@ type latencyqdiscNbsQdiscDevInfo struct {
 	Name [16]uint8
 }
 
-type latencyqdiscNbsQdiscPkt struct {
+type latencyqdiscNbsQdiscSlot struct {
 	_        structs.HostLayout
+	Tag      uint64
 	QueuedNs uint64
-	Head     uint64
 }
 
 type latencyqdiscNbsQdiscStats struct {
-	_       structs.HostLayout
-	Queued  uint64
-	Matched uint64
-	DevFull uint64
-	Stale   uint64
+	_           structs.HostLayout
+	Queued      uint64
+	Matched     uint64
+	DevFull     uint64
+	Stale       uint64
+	Overwritten uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -49,10 +50,11 @@ type latencyqdiscNbsQdiscStats struct {
 const (
 	latencyqdiscMapQdDevs         = "qd_devs"
 	latencyqdiscMapQdHist         = "qd_hist"
-	latencyqdiscMapQdInflight     = "qd_inflight"
+	latencyqdiscMapQdSlots        = "qd_slots"
 	latencyqdiscMapQdStats        = "qd_stats"
 	latencyqdiscProgNbsQdiscQueue = "nbs_qdisc_queue"
 	latencyqdiscProgNbsQdiscXmit  = "nbs_qdisc_xmit"
+	latencyqdiscVarEpoch          = "epoch"
 	latencyqdiscVarNbsZeroHist    = "nbs_zero_hist"
 	latencyqdiscVarTargetNetns    = "target_netns"
 )
@@ -107,16 +109,17 @@ type latencyqdiscProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyqdiscMapSpecs struct {
-	QdDevs     *ebpf.MapSpec `ebpf:"qd_devs"`
-	QdHist     *ebpf.MapSpec `ebpf:"qd_hist"`
-	QdInflight *ebpf.MapSpec `ebpf:"qd_inflight"`
-	QdStats    *ebpf.MapSpec `ebpf:"qd_stats"`
+	QdDevs  *ebpf.MapSpec `ebpf:"qd_devs"`
+	QdHist  *ebpf.MapSpec `ebpf:"qd_hist"`
+	QdSlots *ebpf.MapSpec `ebpf:"qd_slots"`
+	QdStats *ebpf.MapSpec `ebpf:"qd_stats"`
 }
 
 // latencyqdiscVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyqdiscVariableSpecs struct {
+	Epoch       *ebpf.VariableSpec `ebpf:"epoch"`
 	NbsZeroHist *ebpf.VariableSpec `ebpf:"nbs_zero_hist"`
 	TargetNetns *ebpf.VariableSpec `ebpf:"target_netns"`
 }
@@ -141,17 +144,17 @@ func (o *latencyqdiscObjects) Close() error {
 //
 // It can be passed to loadLatencyqdiscObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyqdiscMaps struct {
-	QdDevs     *ebpf.Map `ebpf:"qd_devs"`
-	QdHist     *ebpf.Map `ebpf:"qd_hist"`
-	QdInflight *ebpf.Map `ebpf:"qd_inflight"`
-	QdStats    *ebpf.Map `ebpf:"qd_stats"`
+	QdDevs  *ebpf.Map `ebpf:"qd_devs"`
+	QdHist  *ebpf.Map `ebpf:"qd_hist"`
+	QdSlots *ebpf.Map `ebpf:"qd_slots"`
+	QdStats *ebpf.Map `ebpf:"qd_stats"`
 }
 
 func (m *latencyqdiscMaps) Close() error {
 	return _LatencyqdiscClose(
 		m.QdDevs,
 		m.QdHist,
-		m.QdInflight,
+		m.QdSlots,
 		m.QdStats,
 	)
 }
@@ -160,6 +163,7 @@ func (m *latencyqdiscMaps) Close() error {
 //
 // It can be passed to loadLatencyqdiscObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyqdiscVariables struct {
+	Epoch       *ebpf.Variable `ebpf:"epoch"`
 	NbsZeroHist *ebpf.Variable `ebpf:"nbs_zero_hist"`
 	TargetNetns *ebpf.Variable `ebpf:"target_netns"`
 }
