@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/internal/netns"
@@ -286,5 +287,50 @@ func TestCatalogue(t *testing.T) {
 	}
 	if res.State[catalog.Latency] != tree.Crit || res.State[catalog.LatencySocketDrops] != tree.Crit || res.State[catalog.LatencyRetransmits] != tree.OK {
 		t.Errorf("states %v", res.State)
+	}
+}
+
+// TestPinnedContinues: with a pin directory the probe's counters continue
+// the previous source's (the agent then reports what was counted while
+// none ran), the /proc children are the kernel's since boot, never the
+// probe's.
+func TestPinnedContinues(t *testing.T) {
+	l := netlab.New(t)
+	h, err := netns.Resolve(l.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(netlab.BPFFS(t), "nbs")
+	t.Cleanup(func() {
+		if err := bpfload.Unpin(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	env := source.Env{Netns: h, PinDir: dir}
+	first, err := Open(context.Background(), Options{Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.probe == nil {
+		_ = first.Close()
+		netlab.SkipOrFail(t, "latency: BPF unavailable: %s", first.bpfWhy)
+	}
+	if first.Continues(catalog.LatencyRetransmits) {
+		t.Error("a source on an empty pin directory says it continues")
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	second := open(t, Options{Env: env})
+	for id, want := range map[string][2]bool{ // Continues, SinceBoot
+		catalog.Latency:                {true, false},
+		catalog.LatencyRetransmits:     {true, false},
+		catalog.LatencyRTO:             {true, false},
+		catalog.LatencyListenOverflows: {false, true},
+		catalog.LatencySoftnetDropped:  {false, true},
+	} {
+		if got := [2]bool{second.Continues(id), second.SinceBoot(id)}; got != want {
+			t.Errorf("%s: Continues, SinceBoot = %v, want %v", id, got, want)
+		}
 	}
 }
