@@ -11,7 +11,11 @@
 -- every reader says so.
 ALTER TABLE node_latest ADD COLUMN hot jsonb NOT NULL DEFAULT '{}';
 
--- The fleet summary (migration 018) reads the newest values the same way.
+-- The fleet summary (migration 018) reads the newest values the same way,
+-- and costs a healthy node's report one query instead of three: with the
+-- value no longer rewritten, the trigger's queries were most of what that
+-- report cost (BENCHMARKS.md, "A healthy node's newest values"). What it
+-- keeps is migration 018's: roots with "since", worst, worst_own, raised.
 CREATE OR REPLACE FUNCTION nbs_latest_roots() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
@@ -19,35 +23,37 @@ DECLARE
 	old_roots jsonb := '{}';
 	scan boolean := true;
 	newest bigint := floor(extract(epoch FROM NEW.ts) * 1000)::bigint;
+	raised boolean;
 BEGIN
 	IF TG_OP = 'UPDATE' THEN
 		old_roots := OLD.roots;
 		scan := old_roots = '{}' OR NEW.snapshot_ts IS DISTINCT FROM OLD.snapshot_ts;
 	END IF;
-	-- A root keeps its "since" while its state ("s") stays; a value's "t"
-	-- is its report's Unix ms.
-	IF scan THEN
-		SELECT coalesce(jsonb_object_agg(e.k, e.v || jsonb_build_object('since',
-				CASE WHEN o.v IS NULL THEN e.v -> 't' WHEN o.v -> 's' = e.v -> 's' THEN o.v -> 'since' ELSE e.v -> 't' END)), '{}')
-		INTO NEW.roots
-		FROM jsonb_each(NEW.metrics || NEW.hot) e(k, v) LEFT JOIN jsonb_each(old_roots) o(k, v) ON o.k = e.k
-		WHERE strpos(e.k, '/') = 0;
-	ELSE
-		SELECT coalesce(jsonb_object_agg(o.k, e.v || jsonb_build_object('since',
-				CASE WHEN o.v -> 's' = e.v -> 's' THEN o.v -> 'since' ELSE e.v -> 't' END)), '{}')
-		INTO NEW.roots
-		-- hot first: a healthy node's report leaves its roots there, and
-		-- coalesce stops at the first value, so metrics (out of line) is
-		-- not read at all.
-		FROM jsonb_each(old_roots) o(k, v) CROSS JOIN LATERAL (SELECT coalesce(NEW.hot -> o.k, NEW.metrics -> o.k) AS v) e
-		WHERE e.v IS NOT NULL;
-	END IF;
-	SELECT coalesce(max(nbs_state_severity((v ->> 's')::integer)), 0),
-		coalesce(max(nbs_state_severity((v ->> 's')::integer)) FILTER (WHERE k <> 'agent'), 0)
-	INTO NEW.worst, NEW.worst_own FROM jsonb_each(NEW.roots) r(k, v);
+	-- The roots' newest values: every root of the newest values for a new
+	-- row or a snapshot (which carries every metric: a new root shows up
+	-- there), else the roots the row had, looked up in hot first —
+	-- coalesce stops at the first value, so for a healthy node's report
+	-- metrics (out of line) is not read at all. A root keeps its "since"
+	-- while its state ("s") stays; a value's "t" is its report's Unix ms.
+	-- In the same pass: the worst severity, with and without the agent's
+	-- root, and whether the newest report raised a root.
+	SELECT coalesce(jsonb_object_agg(x.k, x.v), '{}'), coalesce(max(x.sev), 0),
+		coalesce(max(x.sev) FILTER (WHERE x.k <> 'agent'), 0), coalesce(bool_or(x.sev <> 1 AND x.t >= newest), false)
+	INTO NEW.roots, NEW.worst, NEW.worst_own, raised
+	FROM (
+		SELECT r.k, r.v || jsonb_build_object('since',
+				CASE WHEN o.v IS NULL THEN r.v -> 't' WHEN o.v -> 's' = r.v -> 's' THEN o.v -> 'since' ELSE r.v -> 't' END) AS v,
+			nbs_state_severity((r.v ->> 's')::integer) AS sev, (r.v ->> 't')::bigint AS t
+		FROM (
+			SELECT e.k, e.v FROM jsonb_each(NEW.metrics || NEW.hot) e(k, v) WHERE scan AND strpos(e.k, '/') = 0
+			UNION ALL
+			SELECT o.k, coalesce(NEW.hot -> o.k, NEW.metrics -> o.k) FROM jsonb_each(old_roots) o(k, v) WHERE NOT scan
+		) r(k, v) LEFT JOIN jsonb_each(old_roots) o(k, v) ON o.k = r.k
+		WHERE r.v IS NOT NULL
+	) x;
 	-- The metrics below the roots that the newest report carried raised
-	-- ("s" not OK): only a node with a root that is not OK has any.
-	IF EXISTS (SELECT FROM jsonb_each(NEW.roots) r(k, v) WHERE (v ->> 's')::integer <> 1 AND (v ->> 't')::bigint >= newest) THEN
+	-- ("s" not OK): only a node with a root raised by it has any.
+	IF raised THEN
 		SELECT coalesce(jsonb_object_agg(e.k, e.v), '{}') INTO NEW.raised
 		FROM jsonb_each(NEW.metrics || NEW.hot) e(k, v)
 		WHERE strpos(e.k, '/') > 0 AND (e.v ->> 's')::integer <> 1 AND (e.v ->> 't')::bigint >= newest;
