@@ -329,7 +329,10 @@ func (r *Reads) ReadNodePeriodSamples(ctx context.Context, q NodePeriodQuery) ([
 
 // BackfillScopeDays builds the pre-aggregate of up to max folded days that
 // have none (days folded before migration 020; a day the fold writes has
-// one), newest first, back to retention before now (0: 800 days). The
+// one), newest first, back to retention before now (0: 800 days) but not
+// before any node was seen: no day before that has rollups (two days
+// earlier, for reports an agent's spool kept from before its first Hello),
+// and a new database would otherwise build hundreds of empty days. The
 // collector's folder calls it after each fold, so an upgraded database
 // gets its history's pre-aggregate a few days a fold, and reports of
 // those days read per node until then. It returns how many it built, 0
@@ -344,7 +347,8 @@ func (s *Store) BackfillScopeDays(ctx context.Context, now time.Time, retention 
 	rows, err := s.pool.Query(ctx, `
 		SELECT d FROM generate_series(
 			(SELECT through FROM rollup_folds WHERE res = 86400) - interval '1 day',
-			date_bin('1 day', $1::timestamptz, `+epoch+`), interval '-1 day') d
+			date_bin('1 day', greatest($1::timestamptz, coalesce((SELECT min(first_seen) FROM nodes), now()) - interval '2 days'), `+epoch+`),
+			interval '-1 day') d
 		WHERE NOT EXISTS (SELECT 1 FROM rollup_scope_nodes WHERE scope = '' AND day = d)
 		LIMIT $2`, now.Add(-retention+24*time.Hour), max)
 	if err != nil {
