@@ -153,11 +153,11 @@ func (s *Store) registerBatch(ctx context.Context, batch []Registration, maxMetr
 	res := make([]Registered, len(batch))
 	// Rows encoded first: a node that cannot be is its own failure.
 	var (
-		live                                                    []int
+		live                                                   []int
 		names, labels, versions, kernels, caps, pings, tenants []string
-		instances                                               []int64
-		intervals                                               []int32
-		claimed                                                 []*string
+		instances                                              []int64
+		intervals                                              []int32
+		claimed                                                []*string
 	)
 	for i, r := range batch {
 		row, err := encodeNode(r.Node)
