@@ -112,7 +112,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if spooled.Persistent() {
 		carryDir = a.cfg.SpoolDir
 	}
-	car := newCarry(carryDir, a.cfg.NodeName, a.log.With("part", "carry"))
+	boot, err := readBootID(bootIDPath)
+	if err != nil {
+		a.log.Warn("this boot is unknown; the kernel's /proc counters will not continue across agent restarts", "err", err)
+	}
+	car := newCarry(carryDir, a.cfg.NodeName, origin{Boot: boot, Netns: ns.Inode}, a.log.With("part", "carry"))
 	env := a.env(ns)
 	env.PinDir = pinDir
 	a.proc = env.Proc
@@ -157,11 +161,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	self := a.self
 	a.mu.Unlock()
-	self.Carry(prev)
+	self.Carry(prev.counted)
 	first := a.collect(ctx, led)
 	var reported map[string]uint64
 	if len(first.continued) > 0 {
-		if reported = prev; reported == nil {
+		if reported = prev.counted; reported == nil {
 			a.log.Warn("the probes adopted pinned counters but there is no record of what the previous agent reported " +
 				"(a spool in memory, or another node's); counts made while no agent ran are not reported")
 		} else {
@@ -169,9 +173,9 @@ func (a *Agent) Run(ctx context.Context) error {
 				"counters", len(first.continued))
 		}
 	}
-	led.baseline(first, reported)
+	a.logKernelBaseline(led.baseline(first, prev, car.here))
 	// What the reports carry from here; for fresh maps, this start.
-	car.start(led.counters)
+	car.start(led.counters, led.sinceBoot)
 	last := time.Now()
 	// The evidence of what the first report counts for the previous agent
 	// (read from the pinned rings: made after its last report, or while no
@@ -224,6 +228,22 @@ func (a *Agent) Run(ctx context.Context) error {
 			res := a.report(led, car, now, elapsed, cur, full)
 			a.adapt(ctx, now, res)
 		}
+	}
+}
+
+// logKernelBaseline says, once, whether the kernel's own (/proc) counters
+// continue the previous agent's.
+func (a *Agent) logKernelBaseline(n baselineNote) {
+	if len(n.backwards) > 0 {
+		a.log.Warn("kernel counters smaller than the previous agent reported (reset); counting them from this agent's start",
+			"counters", n.backwards)
+	}
+	switch {
+	case n.continued > 0:
+		a.log.Info("continuing the previous agent's kernel (/proc) counters: the first report holds what they counted since its last one",
+			"counters", n.continued, "of", n.kernel)
+	case n.why != "":
+		a.log.Info("counting the kernel's (/proc) counters from this agent's start", "why", n.why, "counters", n.kernel)
 	}
 }
 
@@ -399,6 +419,9 @@ type reading struct {
 	// events of their metrics.
 	continued       map[string]bool
 	continuedEvents []*nbsv1.Event
+	// sinceBoot are the counters that are the kernel's own since boot
+	// (source.SinceBoot).
+	sinceBoot map[string]bool
 }
 
 func (a *Agent) collect(ctx context.Context, led *ledger) reading {
@@ -406,7 +429,7 @@ func (a *Agent) collect(ctx context.Context, led *ledger) reading {
 		a.proc.Next()
 	}
 	r := reading{counters: map[string]uint64{}, gauges: map[string]float64{}, histograms: map[string]*loglinear.Histogram{}, idle: map[string]bool{},
-		continued: map[string]bool{}}
+		continued: map[string]bool{}, sinceBoot: map[string]bool{}}
 	for _, s := range a.sources {
 		got, err := s.Collect(ctx)
 		if err != nil {
@@ -420,10 +443,14 @@ func (a *Agent) collect(ctx context.Context, led *ledger) reading {
 			a.log.Debug("new metrics", "source", s.Name(), "count", len(added))
 		}
 		cont, _ := s.(source.Continuing)
+		kernel, _ := s.(source.SinceBoot)
 		for k, v := range got.Counters {
 			r.counters[k] = v
 			if cont != nil && cont.Continues(k) {
 				r.continued[k] = true
+			}
+			if kernel != nil && kernel.SinceBoot(k) {
+				r.sinceBoot[k] = true
 			}
 		}
 		for k, v := range got.Gauges {
@@ -596,7 +623,7 @@ func Unpin(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	if cfg.SpoolDir != "" {
-		if err := newCarry(cfg.SpoolDir, cfg.NodeName, log).forget(); err != nil {
+		if err := newCarry(cfg.SpoolDir, cfg.NodeName, origin{}, log).forget(); err != nil {
 			return fmt.Errorf("remove the record of reported counts: %w", err)
 		}
 	}

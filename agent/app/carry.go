@@ -11,6 +11,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/nbs-project/nbs/agent/spool"
 )
@@ -40,13 +42,42 @@ const maxCarryBytes = 16 << 20
 // counted twice.)
 //
 // Pins do not survive a reboot; the spool does. After a reboot no probe
-// continues, so the file is not used: counters start from the first
-// collection, as they always did.
+// continues, so the file's values of pinned counters are not used.
+//
+// The kernel's own counters (/proc, source.SinceBoot) survive an agent
+// restart by themselves: their values are recorded as the kernel has them,
+// since boot, with the boot (boot_id) and the namespace they were read in,
+// so the next agent continues them only on the same boot and namespace.
 type carry struct {
 	path string // "" when the spool is in memory: nothing is carried
 	node string
+	here origin
 	log  *slog.Logger
 	last carryFile // as written last
+	// sinceBoot are the counters whose values are the kernel's since boot
+	// (the ledger's set, read at each write).
+	sinceBoot map[string]bool
+}
+
+// origin is where the kernel's own counters an agent reads come from.
+type origin struct {
+	// Boot is the kernel's boot_id; "" when unknown.
+	Boot string
+	// Netns is the inode of the namespace the agent reads /proc in.
+	Netns uint32
+}
+
+// bootIDPath is the kernel's random id of this boot.
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// readBootID returns this boot's id, "" (unknown: the kernel's counters
+// then never continue a previous agent's) when it cannot be read.
+func readBootID(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read boot id: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 type carryFile struct {
@@ -56,38 +87,56 @@ type carryFile struct {
 	// with the values Pending; 0 when none is.
 	PendingTime int64             `json:"pending_time,omitempty"`
 	Pending     map[string]uint64 `json:"pending,omitempty"`
+	// BootID and Netns say where the SinceBoot counters were read; a file
+	// without them (an older agent's) is of an unknown boot.
+	BootID    string   `json:"boot_id,omitempty"`
+	Netns     uint32   `json:"netns,omitempty"`
+	SinceBoot []string `json:"since_boot,omitempty"`
 }
 
-func newCarry(spoolDir, node string, log *slog.Logger) *carry {
-	c := &carry{node: node, log: log}
+// carried is what the previous agent's reports carry.
+type carried struct {
+	// counted are the counter values; nil when there is no record (first
+	// start, another node's file, or a spool in memory).
+	counted map[string]uint64
+	// from is where its kernel counters were read, sinceBoot which they
+	// are.
+	from      origin
+	sinceBoot map[string]bool
+}
+
+func newCarry(spoolDir, node string, here origin, log *slog.Logger) *carry {
+	c := &carry{node: node, here: here, log: log}
 	if spoolDir != "" {
 		c.path = filepath.Join(spoolDir, carryName)
 	}
 	return c
 }
 
-// restore returns the counter values the previous agent's reports carry,
-// nil when there is no record of them (first start, another node's file,
-// or a spool in memory).
-func (c *carry) restore(out *spool.Spool) map[string]uint64 {
+// restore returns what the previous agent's reports carry.
+func (c *carry) restore(out *spool.Spool) carried {
 	if c.path == "" {
-		return nil
+		return carried{}
 	}
 	f, err := readCarry(c.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil
+		return carried{}
 	case err != nil:
 		c.log.Warn("cannot read which counts the previous agent reported; counting from this agent's start", "file", c.path, "err", err)
-		return nil
+		return carried{}
 	case f.Node != c.node:
 		c.log.Warn("counted.json is another node's; counting from this agent's start", "file", c.path, "file_node", f.Node, "node", c.node)
-		return nil
+		return carried{}
 	}
+	r := carried{counted: f.Counted, from: origin{Boot: f.BootID, Netns: f.Netns}, sinceBoot: make(map[string]bool, len(f.SinceBoot))}
 	if f.PendingTime != 0 && spooled(out, f.PendingTime) {
-		return f.Pending
+		r.counted = f.Pending
 	}
-	return f.Counted
+	for _, id := range f.SinceBoot {
+		r.sinceBoot[id] = true
+	}
+	return r
 }
 
 func readCarry(path string) (carryFile, error) {
@@ -122,9 +171,11 @@ func spooled(out *spool.Spool, t int64) bool {
 }
 
 // start records the values the reports carry when this agent starts
-// (its baseline), in one write.
-func (c *carry) start(counters map[string]uint64) {
+// (its baseline), in one write; sinceBoot is the ledger's set of the
+// kernel's own counters, read again at every write.
+func (c *carry) start(counters map[string]uint64, sinceBoot map[string]bool) {
 	c.last = carryFile{Counted: maps.Clone(counters)}
+	c.sinceBoot = sinceBoot
 	c.write()
 }
 
@@ -148,7 +199,8 @@ func (c *carry) write() {
 	if c.path == "" {
 		return
 	}
-	c.last.Node = c.node
+	c.last.Node, c.last.BootID, c.last.Netns = c.node, c.here.Boot, c.here.Netns
+	c.last.SinceBoot = slices.Sorted(maps.Keys(c.sinceBoot))
 	b, err := json.Marshal(c.last)
 	if err == nil {
 		tmp := c.path + ".tmp"

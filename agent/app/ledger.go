@@ -1,7 +1,9 @@
 package app
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/nbs-project/nbs/agent/catalog"
@@ -27,7 +29,11 @@ type ledger struct {
 	// collection), so the value it reports next is not counted again from
 	// the source's start.
 	counters map[string]uint64
-	backlog  map[string]*deferred
+	// sinceBoot are the counters that are the kernel's own since boot
+	// (source.SinceBoot): one first seen after the baseline counts from
+	// there, not from boot.
+	sinceBoot map[string]bool
+	backlog   map[string]*deferred
 }
 
 type deferred struct {
@@ -36,7 +42,7 @@ type deferred struct {
 }
 
 func newLedger() *ledger {
-	return &ledger{counters: map[string]uint64{}, backlog: map[string]*deferred{}}
+	return &ledger{counters: map[string]uint64{}, sinceBoot: map[string]bool{}, backlog: map[string]*deferred{}}
 }
 
 // baseline takes the agent's first reading: counters count from here, and
@@ -45,22 +51,75 @@ func newLedger() *ledger {
 // neither). Sources count from their own start, which is this process's,
 // so a restart never counts what the previous run reported.
 //
-// The exception is a counter of a source that continues the previous
-// agent's counts (r.continued: its probe adopted pinned maps): it counts
-// from what the previous agent reported of it (reported, see carry), so the
-// first report holds what that agent counted but did not report and what
-// was counted while no agent ran. One the previous agent never reported
-// counts from 0, as a counter seen for the first time does. Without a
-// record of what was reported (reported nil), every counter counts from
-// here.
-func (l *ledger) baseline(r reading, reported map[string]uint64) {
+// Two kinds of counter count instead from what the previous agent reported
+// of them (prev, see carry), so the first report holds what that agent
+// counted but did not report and what was counted while no agent ran:
+//   - a counter of a source that continues the previous agent's counts
+//     (r.continued: its probe adopted pinned maps). One the previous agent
+//     never reported counts from 0, as a counter seen for the first time
+//     does.
+//   - a counter that is the kernel's own since boot (r.sinceBoot, /proc),
+//     when the previous agent read it on this boot and in this namespace
+//     (here) and it has not gone backwards since (the kernel reset it).
+//     Otherwise it counts from here.
+//
+// Without a record of what was reported (prev.counted nil), every counter
+// counts from here. The note says what happened to the kernel's counters,
+// for one log line.
+func (l *ledger) baseline(r reading, prev carried, here origin) (note baselineNote) {
+	why := sameOrigin(prev, here)
 	for id, v := range r.counters {
-		if r.continued[id] && reported != nil {
-			l.counters[id] = min(reported[id], v)
+		switch c, ok := prev.counted[id]; {
+		case r.sinceBoot[id]:
+			l.sinceBoot[id] = true
+			note.kernel++
+			switch {
+			case why != "" || !ok || !prev.sinceBoot[id]:
+			case c > v:
+				note.backwards = append(note.backwards, id)
+			default:
+				l.counters[id] = c
+				note.continued++
+				continue
+			}
+		case r.continued[id] && prev.counted != nil && !prev.sinceBoot[id]:
+			l.counters[id] = min(c, v)
 			continue
 		}
 		l.counters[id] = v
 	}
+	if note.kernel > 0 && note.continued == 0 {
+		note.why = why
+	}
+	slices.Sort(note.backwards)
+	return note
+}
+
+// baselineNote is what baseline did with the kernel's own counters.
+type baselineNote struct {
+	kernel, continued int // counters, and those continuing the previous agent's
+	// why none continued, when none did and there is a reason besides
+	// going backwards
+	why       string
+	backwards []string // counters smaller than the previous agent reported
+}
+
+// sameOrigin says why the kernel's counters a previous agent reported
+// cannot be continued here, "" when they can.
+func sameOrigin(prev carried, here origin) string {
+	switch {
+	case prev.counted == nil:
+		return "no record of what a previous agent reported"
+	case prev.from.Boot == "":
+		return "the previous agent did not record its boot"
+	case here.Boot == "":
+		return "this boot's id is unknown"
+	case prev.from.Boot != here.Boot:
+		return "the previous agent ran before a reboot"
+	case prev.from.Netns != here.Netns:
+		return fmt.Sprintf("the previous agent read another namespace (inode %d, now %d)", prev.from.Netns, here.Netns)
+	}
+	return ""
 }
 
 func (l *ledger) accumulate(id string, h *loglinear.Histogram, start time.Time) {
@@ -86,6 +145,7 @@ func (l *ledger) retire(ids []string) {
 		for id := range l.counters {
 			if schema.Within(id, r) {
 				delete(l.counters, id)
+				delete(l.sinceBoot, id)
 			}
 		}
 		for id := range l.backlog {
@@ -104,6 +164,13 @@ func (l *ledger) build(t *tree.Tree, now time.Time, elapsed time.Duration, cur r
 	values := make(map[string]float64, len(cur.counters)+len(cur.gauges)+len(cur.histograms))
 	increases := make(map[string]float64, len(cur.counters))
 	for id, v := range cur.counters {
+		if _, seen := l.counters[id]; !seen && cur.sinceBoot[id] {
+			// The kernel's, first seen now (its source failed the first
+			// reading): it counts from here, not from boot.
+			l.counters[id], l.sinceBoot[id] = v, true
+			increases[id], values[id] = 0, 0
+			continue
+		}
 		// Sources count from their own start, so a counter never legitimately
 		// goes backwards; if one does, nothing is made up. A counter seen for
 		// the first time counts from 0: its source started it at 0.

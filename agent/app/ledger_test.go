@@ -40,7 +40,7 @@ func runLedger(t *testing.T, steps []step) ledgerRun {
 	t.Helper()
 	tr, led := ledgerTree(), newLedger()
 	start := time.Unix(1_700_000_000, 0)
-	led.baseline(reading{counters: map[string]uint64{"ping/y": 0}}, nil)
+	led.baseline(reading{counters: map[string]uint64{"ping/y": 0}}, carried{}, origin{})
 	var out ledgerRun
 	for i, s := range steps {
 		h := loglinear.New()
@@ -232,7 +232,7 @@ func TestLedgerCountersAcrossMissedReadingsAndNewMetrics(t *testing.T) {
 	// retired one counts afresh when it comes back.
 	tr, led := ledgerTree(), newLedger()
 	now := time.Unix(1_700_000_000, 0)
-	led.baseline(reading{}, nil)
+	led.baseline(reading{}, carried{}, origin{})
 	r, _ := led.build(tr, now.Add(10*time.Second), 10*time.Second, reading{counters: map[string]uint64{"ping/y": 4}}, false)
 	if s := sampleOf(r, "ping/y"); s == nil || s.GetValue() != 4 {
 		t.Errorf("new counter: sample %v, want 4", s)
@@ -249,7 +249,7 @@ func TestLedgerCountersAcrossMissedReadingsAndNewMetrics(t *testing.T) {
 func TestLedgerRestartCountsFromBaseline(t *testing.T) {
 	tr, led := ledgerTree(), newLedger()
 	now := time.Unix(1_700_000_000, 0)
-	led.baseline(reading{counters: map[string]uint64{"ping/y": 3}}, nil)
+	led.baseline(reading{counters: map[string]uint64{"ping/y": 3}}, carried{}, origin{})
 	r, _ := led.build(tr, now.Add(10*time.Second), 10*time.Second, reading{counters: map[string]uint64{"ping/y": 13}}, false)
 	if s := sampleOf(r, "ping/y"); s == nil || s.GetValue() != 10 {
 		t.Errorf("first interval after a start: sample %v, want the increase since the baseline, 10", s)
@@ -262,7 +262,7 @@ func TestLedgerRestartCountsFromBaseline(t *testing.T) {
 func TestLedgerRootWithoutValue(t *testing.T) {
 	tr, led := ledgerTree(), newLedger()
 	now := time.Unix(1_700_000_000, 0)
-	led.baseline(reading{}, nil)
+	led.baseline(reading{}, carried{}, origin{})
 	for i, c := range []struct {
 		gauges  map[string]float64
 		noValue bool

@@ -69,6 +69,19 @@ type Continuing interface {
 	Continues(counterID string) bool
 }
 
+// SinceBoot is a source some of whose counters are the kernel's own
+// cumulative counts (/proc/net/snmp, netstat, softnet_stat), reported as
+// the kernel has them: since boot, in Env.Netns (softnet host-wide). The
+// agent, not the source, takes them from its start (agent/app's ledger):
+// from the first reading, or, when the previous agent ran on the same boot
+// and read the same namespace, from what that agent last reported, so a
+// restart loses none of what the kernel counted meanwhile. SinceBoot is
+// asked of each counter the source reports; one seen for the first time
+// after the agent's start counts from there, never from boot.
+type SinceBoot interface {
+	SinceBoot(counterID string) bool
+}
+
 // SetEnv replaces the environment; a source's Options embed Env, so the
 // agent can give every source the same one.
 func (e *Env) SetEnv(v Env) { *e = v }

@@ -19,8 +19,10 @@ import (
 type Reading struct {
 	// Metrics the source knows now (fixed ones and any discovered since).
 	Metrics []catalog.Metric
-	// Counters are cumulative since the source started, by metric id;
-	// the agent turns them into increases.
+	// Counters are cumulative since the source started (or since the
+	// pinned maps it adopted were made, Continuing), by metric id, but for
+	// the kernel's own counters, cumulative since boot (SinceBoot); the
+	// agent turns them into increases.
 	Counters map[string]uint64
 	// Gauges are levels by metric id.
 	Gauges map[string]float64

@@ -32,7 +32,7 @@ func (s *Store) PruneLatest(ctx context.Context, cutoff time.Time, batch int) (i
 		var n int64
 		err := s.pool.QueryRow(ctx, `
 			WITH l AS (
-				SELECT node_id, metrics FROM node_latest WHERE node_id > $1
+				SELECT node_id, `+latestValues+` AS metrics FROM node_latest WHERE node_id > $1
 				ORDER BY node_id LIMIT $2 FOR UPDATE SKIP LOCKED
 			), old AS (
 				SELECT l.node_id, e.key AS path, (e.value->>'t')::bigint AS t
@@ -43,7 +43,7 @@ func (s *Store) PruneLatest(ctx context.Context, cutoff time.Time, batch int) (i
 				FROM old JOIN metric_paths p ON p.path = old.path
 				WHERE nm.node_id = old.node_id AND nm.metric_id = p.id
 			), cut AS (
-				UPDATE node_latest nl SET metrics = nl.metrics - o.paths
+				UPDATE node_latest nl SET metrics = nl.metrics - o.paths, hot = nl.hot - o.paths
 				FROM (SELECT node_id, array_agg(path) AS paths FROM old GROUP BY node_id) o
 				WHERE nl.node_id = o.node_id
 			)
@@ -77,7 +77,7 @@ func (s *Store) PruneDefinitions(ctx context.Context, cutoff time.Time, batch in
 				SELECT nm.node_id, nm.metric_id FROM node_metrics nm
 				WHERE nm.last_sample < $1
 				  AND NOT EXISTS (SELECT 1 FROM node_latest l JOIN metric_paths p ON p.id = nm.metric_id
-				                  WHERE l.node_id = nm.node_id AND l.metrics ? p.path)
+				                  WHERE l.node_id = nm.node_id AND (l.metrics ? p.path OR l.hot ? p.path))
 				LIMIT $2
 			), del AS (
 				DELETE FROM node_metrics nm USING gone

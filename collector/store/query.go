@@ -153,7 +153,7 @@ func (s *Store) Latest(ctx context.Context, nodeID int32) (l Latest, ok bool, er
 	var interval int32
 	var snap *time.Time
 	var raw []byte
-	err = s.pool.QueryRow(ctx, `SELECT ts, interval_ms, snapshot_ts, metrics FROM node_latest WHERE node_id = $1`, nodeID).
+	err = s.pool.QueryRow(ctx, `SELECT ts, interval_ms, snapshot_ts, `+latestValues+` FROM node_latest WHERE node_id = $1`, nodeID).
 		Scan(&ts, &interval, &snap, &raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return l, false, nil
@@ -167,11 +167,11 @@ func (s *Store) Latest(ctx context.Context, nodeID int32) (l Latest, ok bool, er
 
 // LatestAll returns the newest values of every node that reported.
 func (s *Store) LatestAll(ctx context.Context) (map[int32]Latest, error) {
-	return s.latestAll(ctx, "metrics", "")
+	return s.latestAll(ctx, latestValues, "")
 }
 
-// latestAll reads the newest values (metrics, an expression on the column
-// of that name) of the nodes where selects ("WHERE …").
+// latestAll reads the newest values (metrics, an expression on
+// latestValues) of the nodes where selects ("WHERE …").
 func (s *Store) latestAll(ctx context.Context, metrics, where string, args ...any) (map[int32]Latest, error) {
 	rows, err := s.pool.Query(ctx, `SELECT node_id, ts, interval_ms, snapshot_ts, `+metrics+` FROM node_latest `+where, args...)
 	if err != nil {

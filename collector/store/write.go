@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,15 +59,36 @@ SELECT node_id, instance_id, seq FROM ins`
 
 // mergeLatest folds newer values over older ones. A report older than what is
 // stored (a late resend) must not move the node's newest state backwards.
+// What hot held (mergeLatestHot) is older than the report and newer than
+// metrics, so it goes between them.
 const mergeLatest = `
 INSERT INTO node_latest (node_id, ts, interval_ms, snapshot_ts, metrics)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (node_id) DO UPDATE SET
-	metrics = node_latest.metrics || EXCLUDED.metrics,
+	metrics = node_latest.metrics || node_latest.hot || EXCLUDED.metrics,
+	hot = '{}',
 	ts = EXCLUDED.ts,
 	interval_ms = EXCLUDED.interval_ms,
 	snapshot_ts = coalesce(EXCLUDED.snapshot_ts, node_latest.snapshot_ts)
 WHERE node_latest.ts <= EXCLUDED.ts`
+
+// mergeLatestHot is mergeLatest for reports that carry root metrics only (a
+// healthy node's, every interval): they go to hot, a few entries stored
+// inline, and metrics — every metric's newest value, out of line — is kept
+// as it is instead of being rewritten whole (migration 021).
+const mergeLatestHot = `
+INSERT INTO node_latest (node_id, ts, interval_ms, snapshot_ts, metrics)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (node_id) DO UPDATE SET
+	hot = node_latest.hot || EXCLUDED.metrics,
+	ts = EXCLUDED.ts,
+	interval_ms = EXCLUDED.interval_ms,
+	snapshot_ts = coalesce(EXCLUDED.snapshot_ts, node_latest.snapshot_ts)
+WHERE node_latest.ts <= EXCLUDED.ts`
+
+// latestValues is how a query reads a node's newest values from node_latest
+// (migration 021).
+const latestValues = `(metrics || hot)`
 
 // WriteReports stores a batch in one transaction. It returns, for every
 // report of the batch, whether it was new; false means it was already stored.
@@ -202,6 +224,7 @@ func queueLatest(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool
 		intervalMS uint32
 		snapshot   *time.Time
 		metrics    map[string]LatestValue
+		deep       bool // a metric below the roots
 	}
 	byNode := map[int32]*acc{}
 	sorted := make([]Report, 0, len(reports))
@@ -223,6 +246,7 @@ func queueLatest(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool
 			a.snapshot = &t
 		}
 		for _, smp := range r.Samples {
+			a.deep = a.deep || strings.Contains(smp.Path, "/")
 			a.metrics[smp.Path] = LatestValue{Value: smp.Value, State: smp.State, TimeMS: r.OrderTime().UnixMilli(), IntervalMS: r.IntervalMS, NoValue: smp.NoValue}
 		}
 	}
@@ -239,7 +263,11 @@ func queueLatest(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool
 		if err != nil {
 			return fmt.Errorf("encode latest values: %w", err)
 		}
-		batch.Queue(mergeLatest, node, a.ts, int32(a.intervalMS), a.snapshot, m)
+		q := mergeLatest
+		if !a.deep && a.snapshot == nil {
+			q = mergeLatestHot
+		}
+		batch.Queue(q, node, a.ts, int32(a.intervalMS), a.snapshot, m)
 	}
 	return nil
 }

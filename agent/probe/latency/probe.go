@@ -27,9 +27,14 @@ type Options struct {
 	Logger     *slog.Logger
 	// BTF is kernel BTF shared with other probes' loads (nil: read it).
 	BTF *bpfload.KernelBTF
+	// PinDir is this probe's own bpffs directory: its maps and links are
+	// pinned there, so it goes on counting between agents, and the next
+	// agent adopts them (bpfload's pin.go); empty pins nothing.
+	PinDir string
 }
 
-// Counts are cumulative since load, summed over CPUs.
+// Counts are cumulative since the maps were made (by this load, or by a
+// previous agent's whose pins it adopted), summed over CPUs.
 type Counts struct {
 	// Segments retransmitted by full sockets (data, SYN, FIN, tail loss
 	// probes), as tcp_sock.total_retrans counts them.
@@ -70,7 +75,7 @@ func Load(opts Options) (*Probe, error) {
 		return nil, fmt.Errorf("parse retrans object: %w", err)
 	}
 	p := &Probe{bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "retrans", Log: log, BTF: opts.BTF,
+		Name: "retrans", Log: log, BTF: opts.BTF, PinDir: opts.PinDir,
 		Needs: "a kernel (6.7+ for tcp_sock.total_rto) with BTF tracepoints tcp_retransmit_skb and tcp_retransmit_synack and socket storage",
 	}}}
 	if err := p.bpf.Load(spec, bpfload.Vars{latencyVarTargetNetns: opts.NetnsInode}, &p.objs, nil); err != nil {
@@ -86,6 +91,11 @@ func Load(opts Options) (*Probe, error) {
 	log.Info("retrans probe counting", "netns", opts.NetnsInode)
 	return p, nil
 }
+
+// Continued says whether the counts continue those of a previous agent:
+// every pinned map was adopted. The socket storage is adopted with the
+// counts, so a socket's growth while no agent ran is counted once.
+func (p *Probe) Continued() bool { return p.bpf.Continued() }
 
 // Programs returns the programs by tracepoint name, for run-time statistics.
 func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
@@ -106,5 +116,6 @@ func (p *Probe) Counts() (Counts, error) {
 	}, nil
 }
 
-// Close detaches the programs and frees the maps.
+// Close detaches the programs and frees the maps; pinned ones go on
+// counting in the kernel for the next agent.
 func (p *Probe) Close() error { return p.bpf.Close() }

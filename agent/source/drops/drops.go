@@ -53,7 +53,6 @@ type Source struct {
 	// /proc
 	proc    *procnet.Reader
 	softnet string
-	base    map[string]uint64
 }
 
 // Open loads the BPF probe, or falls back to /proc and says why.
@@ -125,6 +124,10 @@ func (s *Source) Capabilities() []*nbsv1.Capability {
 // source.Continuing): all of them come from the probe's maps; never on
 // /proc.
 func (s *Source) Continues(string) bool { return s.probe != nil && s.probe.Continued() }
+
+// SinceBoot says the counters are the kernel's since boot (see
+// source.SinceBoot): on /proc, all of them.
+func (s *Source) SinceBoot(string) bool { return s.probe == nil }
 
 // EvidenceCounts says what evidence the kernel's rate limit and ring, and
 // the per-interval cap, gave up; nothing on /proc, which has no evidence.
@@ -273,14 +276,11 @@ func (s *Source) collectProc() (source.Reading, error) {
 		}
 		abs[pc.Metric.ID] = v
 	}
-	if s.base == nil {
-		s.base = abs
-	}
+	// As the kernel counts them, since boot (source.SinceBoot).
 	r.Counters = make(map[string]uint64, len(abs)+1)
 	for id, v := range abs {
-		d := v - min(s.base[id], v)
-		r.Counters[id] = d
-		r.Counters[catalog.Drops] += d
+		r.Counters[id] = v
+		r.Counters[catalog.Drops] += v
 	}
 	return r, nil
 }

@@ -42,9 +42,6 @@ type Source struct {
 	bpfWhy   string
 	softnet  string
 	log      *slog.Logger
-	// base holds the /proc values at the first collection: the kernel's
-	// counters run since boot, reports count from the agent's start.
-	base map[string]uint64
 }
 
 // Open loads the retransmit probe, or falls back to /proc and says why.
@@ -55,7 +52,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 		s.softnet = "/proc/net/softnet_stat"
 	}
 	if !opts.DisableBPF {
-		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), Logger: s.log, BTF: opts.BTF})
+		p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), Logger: s.log, BTF: opts.BTF, PinDir: opts.PinDirOf("latency")})
 		if err == nil {
 			s.probe, s.bpfWhy = p, ""
 		} else {
@@ -101,6 +98,23 @@ func (s *Source) Programs() map[string]*ebpf.Program {
 	return s.probe.Programs()
 }
 
+// bpfCounted are the counters the probe counts where it runs: the root is
+// the retransmits.
+var bpfCounted = map[string]bool{catalog.Latency: true, catalog.LatencyRetransmits: true, catalog.LatencyRTO: true}
+
+// Continues says whether a counter continues a previous agent's (see
+// source.Continuing): the probe's, when it adopted that agent's pinned maps.
+func (s *Source) Continues(id string) bool {
+	return s.probe != nil && bpfCounted[id] && s.probe.Continued()
+}
+
+// SinceBoot says which counters are the kernel's own since boot (see
+// source.SinceBoot): every one but the probe's.
+func (s *Source) SinceBoot(id string) bool { return s.probe == nil || !bpfCounted[id] }
+
+// Collect reads the counters: the probe's cumulative since its maps were
+// made, the /proc ones as the kernel counts them since boot (the agent
+// counts those from its start, or from the previous agent's last report).
 func (s *Source) Collect(context.Context) (source.Reading, error) {
 	c, err := s.proc.SNMP()
 	if err != nil {
@@ -110,21 +124,15 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	if err != nil {
 		return source.Reading{}, err
 	}
-	abs := make(map[string]uint64, len(catalog.LatencyProcCounters)+2)
+	r := source.Reading{Metrics: catalog.LatencyTree(), Counters: make(map[string]uint64, len(catalog.LatencyProcCounters)+6)}
 	for id, counter := range catalog.LatencyProcCounters {
-		abs[id] = c[counter]
+		r.Counters[id] = c[counter]
 	}
-	abs[catalog.LatencySoftnetDropped] = sn.Dropped + sn.FlowLimit
-	abs[catalog.LatencySoftnetSqueeze] = sn.TimeSqueeze
-	if s.base == nil {
-		s.base = abs
-	}
-	r := source.Reading{Metrics: catalog.LatencyTree(), Counters: make(map[string]uint64, len(abs)+4)}
-	for id, v := range abs {
-		r.Counters[id] = v - min(s.base[id], v)
-	}
+	r.Counters[catalog.LatencySoftnetDropped] = sn.Dropped + sn.FlowLimit
+	r.Counters[catalog.LatencySoftnetSqueeze] = sn.TimeSqueeze
 	if s.probe != nil {
-		// Counted since load, in the namespaces the probe watches.
+		// Counted since the maps were made, in the namespaces the probe
+		// watches.
 		bc, err := s.probe.Counts()
 		if err != nil {
 			return source.Reading{}, err

@@ -10,12 +10,23 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/internal/netns"
 	"github.com/nbs-project/nbs/internal/schema"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
+
+// collect returns one reading's counters.
+func collect(t *testing.T, s *Source) map[string]uint64 {
+	t.Helper()
+	r, err := s.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Counters
+}
 
 func open(t *testing.T, opts Options) *Source {
 	t.Helper()
@@ -112,7 +123,7 @@ func TestRetransmitsUnderLoss(t *testing.T) {
 	if s.probe == nil {
 		netlab.SkipOrFail(t, "latency: BPF unavailable: %s", s.bpfWhy)
 	}
-	before := l.Nstat(t, l.A)
+	before, base := l.Nstat(t, l.A), collect(t, s)
 	ev := evaluate(s, time.Second)
 	res := l.LossyBulk(t, 50, 4*time.Second)
 	time.Sleep(1100 * time.Millisecond) // one more interval to evaluate
@@ -134,7 +145,12 @@ func TestRetransmitsUnderLoss(t *testing.T) {
 		catalog.LatencyListenOverflows: d("TcpExtListenOverflows"),
 		catalog.LatencySocketRcvQ:      d("TcpExtTCPRcvQDrop"),
 	} {
-		if got := r.Counters[id]; got != want {
+		// The probe's count from its load, the /proc ones since boot.
+		got := r.Counters[id]
+		if s.SinceBoot(id) {
+			got -= base[id]
+		}
+		if got != want {
 			t.Errorf("%s = %d, nstat says %d", id, got, want)
 		}
 	}
@@ -173,15 +189,22 @@ func TestProcFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := open(t, Options{Env: source.Env{Netns: h, DisableBPF: true}})
-	before := l.Nstat(t, l.A)
+	before, base := l.Nstat(t, l.A), collect(t, s)
 	l.LossyBulk(t, 50, time.Second)
-	after := l.Nstat(t, l.A)
-	r, err := s.Collect(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := r.Counters[catalog.LatencyRetransmits], after["TcpRetransSegs"]-before["TcpRetransSegs"]; got != want || want == 0 {
+	after, r := l.Nstat(t, l.A), collect(t, s)
+	if got, want := r[catalog.LatencyRetransmits]-base[catalog.LatencyRetransmits], after["TcpRetransSegs"]-before["TcpRetransSegs"]; got != want || want == 0 {
 		t.Errorf("retransmits %d, nstat %d (want equal, > 0)", got, want)
+	}
+	// On /proc every counter is the kernel's since boot: the agent counts
+	// them from its start or continues a previous agent's (source.SinceBoot),
+	// and none continues a pinned map.
+	if got, want := r[catalog.LatencyRetransmits], after["TcpRetransSegs"]; got != want {
+		t.Errorf("retransmits %d, want the kernel's since boot, %d", got, want)
+	}
+	for id := range r {
+		if !s.SinceBoot(id) || s.Continues(id) {
+			t.Errorf("%s on /proc: SinceBoot %v, Continues %v", id, s.SinceBoot(id), s.Continues(id))
+		}
 	}
 	if s.Programs() != nil {
 		t.Errorf("Programs() on /proc = %v, want nil", s.Programs())
@@ -196,7 +219,7 @@ func TestProcFallback(t *testing.T) {
 }
 
 // TestSoftnet: softnet_stat's columns feed the softnet children, summed
-// over CPUs, counted from the source's start.
+// over CPUs, as the kernel has them (since boot).
 func TestSoftnet(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "softnet_stat")
 	write := func(dropped, squeeze, flow uint32) {
@@ -216,7 +239,7 @@ func TestSoftnet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id, want := range map[string]uint64{catalog.LatencySoftnetDropped: 12, catalog.LatencySoftnetSqueeze: 20, catalog.LatencySoftnet: 32} {
+	for id, want := range map[string]uint64{catalog.LatencySoftnetDropped: 18, catalog.LatencySoftnetSqueeze: 28, catalog.LatencySoftnet: 46} {
 		if got := r.Counters[id]; got != want {
 			t.Errorf("%s = %d, want %d", id, got, want)
 		}
@@ -264,5 +287,50 @@ func TestCatalogue(t *testing.T) {
 	}
 	if res.State[catalog.Latency] != tree.Crit || res.State[catalog.LatencySocketDrops] != tree.Crit || res.State[catalog.LatencyRetransmits] != tree.OK {
 		t.Errorf("states %v", res.State)
+	}
+}
+
+// TestPinnedContinues: with a pin directory the probe's counters continue
+// the previous source's (the agent then reports what was counted while
+// none ran), the /proc children are the kernel's since boot, never the
+// probe's.
+func TestPinnedContinues(t *testing.T) {
+	l := netlab.New(t)
+	h, err := netns.Resolve(l.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(netlab.BPFFS(t), "nbs")
+	t.Cleanup(func() {
+		if err := bpfload.Unpin(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	env := source.Env{Netns: h, PinDir: dir}
+	first, err := Open(context.Background(), Options{Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.probe == nil {
+		_ = first.Close()
+		netlab.SkipOrFail(t, "latency: BPF unavailable: %s", first.bpfWhy)
+	}
+	if first.Continues(catalog.LatencyRetransmits) {
+		t.Error("a source on an empty pin directory says it continues")
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	second := open(t, Options{Env: env})
+	for id, want := range map[string][2]bool{ // Continues, SinceBoot
+		catalog.Latency:                {true, false},
+		catalog.LatencyRetransmits:     {true, false},
+		catalog.LatencyRTO:             {true, false},
+		catalog.LatencyListenOverflows: {false, true},
+		catalog.LatencySoftnetDropped:  {false, true},
+	} {
+		if got := [2]bool{second.Continues(id), second.SinceBoot(id)}; got != want {
+			t.Errorf("%s: Continues, SinceBoot = %v, want %v", id, got, want)
+		}
 	}
 }

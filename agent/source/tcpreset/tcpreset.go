@@ -185,8 +185,11 @@ func (s *bpfSource) Close() error {
 type procSource struct {
 	proc   *procnet.Reader
 	bpfWhy string
-	base   map[string]uint64
 }
+
+// SinceBoot says every counter is the kernel's since boot (see
+// source.SinceBoot).
+func (s *procSource) SinceBoot(string) bool { return true }
 
 func (s *procSource) Name() string { return "tcp_reset (/proc)" }
 
@@ -202,7 +205,7 @@ func (s *procSource) Collect(context.Context) (source.Reading, error) {
 	if err != nil {
 		return source.Reading{}, err
 	}
-	// The kernel's counters run since boot; count from the agent's start.
+	// As the kernel counts them, since boot (source.SinceBoot).
 	abs := map[string]uint64{
 		catalog.TCPResetSent:                 c["Tcp.OutRsts"],
 		catalog.ResetReceivedProc().ID:       c["Tcp.EstabResets"],
@@ -218,13 +221,7 @@ func (s *procSource) Collect(context.Context) (source.Reading, error) {
 		explained += c["TcpExt."+pc.Counter]
 	}
 	abs[catalog.ResetSentOther().ID] = c["Tcp.OutRsts"] - min(explained, c["Tcp.OutRsts"])
-	if s.base == nil {
-		s.base = abs
-	}
-	r.Counters = make(map[string]uint64, len(abs))
-	for id, v := range abs {
-		r.Counters[id] = v - min(s.base[id], v)
-	}
+	r.Counters = abs
 	return r, nil
 }
 

@@ -1,0 +1,140 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/store/storetest"
+)
+
+// TestLatestHot: reports of root metrics only (a healthy node's) leave a
+// node's stored values of every metric as they were and go to hot; a report
+// carrying more folds hot in. Whatever went where, the newest values read
+// back, the fleet summary and pruning are those of one merged map
+// (migration 021).
+func TestLatestHot(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	f := &fleetFixture{t: t, st: st, ids: map[string]int32{}, mid: map[int32]map[string]int32{}}
+	id := f.node("hot-1", nil)
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+
+	type raw struct {
+		metrics, hot map[string]store.LatestValue
+		since        *int64
+		worst        int
+	}
+	read := func() raw {
+		t.Helper()
+		var m, h []byte
+		var r raw
+		if err := st.Pool().QueryRow(ctx, `SELECT metrics, hot, (roots->'ping'->>'since')::bigint, worst FROM node_latest WHERE node_id = $1`, id).
+			Scan(&m, &h, &r.since, &r.worst); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(m, &r.metrics); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(h, &r.hot); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	latest := func() store.Latest {
+		t.Helper()
+		l, ok, err := st.Latest(ctx, id)
+		if err != nil || !ok {
+			t.Fatalf("Latest: ok %v, %v", ok, err)
+		}
+		all, err := st.LatestAll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all[id].Metrics) != len(l.Metrics) {
+			t.Errorf("LatestAll has %d values of the node, Latest %d", len(all[id].Metrics), len(l.Metrics))
+		}
+		return l
+	}
+	want := func(step string, l store.Latest, path string, s store.State, atS int) {
+		t.Helper()
+		v, ok := l.Metrics[path]
+		if !ok || v.State != s || v.TimeMS != at(atS).UnixMilli() {
+			t.Errorf("%s: %s = %+v (present %v), want state %v at %s", step, path, v, ok, s, at(atS))
+		}
+	}
+
+	// A troubled report: the branch below the root is stored with it.
+	f.report("hot-1", at(0), store.StateCrit)
+	first := read()
+	if len(first.hot) != 0 || len(first.metrics) != 3 {
+		t.Fatalf("after a report with a child: metrics %v, hot %v; want the 3 in metrics", first.metrics, first.hot)
+	}
+
+	// Healthy reports: roots only, into hot; metrics as it was.
+	f.report("hot-1", at(10), store.StateOK)
+	f.report("hot-1", at(20), store.StateOK)
+	r := read()
+	if len(r.hot) != 2 || r.hot["ping"].TimeMS != at(20).UnixMilli() {
+		t.Errorf("after healthy reports: hot %v, want ping and agent of the last one", r.hot)
+	}
+	if mb, _ := json.Marshal(r.metrics); string(mb) != string(must(json.Marshal(first.metrics))) {
+		t.Errorf("a healthy report changed metrics: %v, was %v", r.metrics, first.metrics)
+	}
+	if r.since == nil || *r.since != at(10).UnixMilli() || r.worst != 1 {
+		t.Errorf("fleet summary: ping since %v, worst %d; want since the first OK report (%d), worst 1 (OK)", r.since, r.worst, at(10).UnixMilli())
+	}
+	l := latest()
+	want("healthy", l, "ping", store.StateOK, 20)
+	want("healthy", l, "agent", store.StateOK, 20)
+	want("healthy", l, "ping/peer", store.StateCrit, 0) // not reported since: kept as it was
+	if !l.Time.Equal(at(20)) {
+		t.Errorf("latest time %s, want %s", l.Time, at(20))
+	}
+
+	// A late healthy report changes nothing.
+	f.report("hot-1", at(5), store.StateOK)
+	want("late", latest(), "ping", store.StateOK, 20)
+
+	// Trouble again: hot folds into metrics under the report's values.
+	f.report("hot-1", at(30), store.StateWarn)
+	r = read()
+	if len(r.hot) != 0 || r.metrics["ping"].TimeMS != at(30).UnixMilli() || r.metrics["ping/peer"].State != store.StateWarn {
+		t.Errorf("after a report with a child: metrics %v, hot %v; want everything in metrics, of this report", r.metrics, r.hot)
+	}
+	if r.since == nil || *r.since != at(30).UnixMilli() || r.worst != 3 {
+		t.Errorf("fleet summary: ping since %v, worst %d; want since this report, worst 3 (WARN)", r.since, r.worst)
+	}
+
+	// Healthy once more, then prune what was last reported before the
+	// healthy report: the child goes, from metrics; the roots stay (hot).
+	f.report("hot-1", at(40), store.StateOK)
+	n, err := st.PruneLatest(ctx, at(35), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l = latest()
+	if _, ok := l.Metrics["ping/peer"]; ok || n != 1 {
+		t.Errorf("pruned %d values; ping/peer still there: %v; want it gone, 1 value", n, ok)
+	}
+	want("pruned", l, "ping", store.StateOK, 40)
+	if _, err := st.PruneLatest(ctx, at(45), 100); err != nil {
+		t.Fatal(err)
+	}
+	if l := latest(); len(l.Metrics) != 0 {
+		t.Errorf("pruned everything before the newest report: %v left", l.Metrics)
+	}
+	if r := read(); len(r.hot) != 0 || len(r.metrics) != 0 {
+		t.Errorf("pruned everything: metrics %v, hot %v left", r.metrics, r.hot)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
