@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -211,5 +212,38 @@ func TestAdmitNodesBatchAtLimit(t *testing.T) {
 		if err != nil || !slices.Equal(ok, tc.want) || !slices.Equal(fresh, tc.fresh) || total != tc.total {
 			t.Errorf("AdmitNodes(%v, max %d, reserved %d) = %v %v %d %v, want %v %v %d", tc.names, tc.max, tc.reserved, ok, fresh, total, err, tc.want, tc.fresh, tc.total)
 		}
+	}
+}
+
+// Without a foreign key from node_metrics to nodes (migration 022),
+// deleting a node still deletes its definitions, and a stream's new
+// definitions for a node deleted meanwhile are refused, not orphaned.
+func TestNodeMetricsFollowTheirNode(t *testing.T) {
+	st := openTest(t)
+	ctx := context.Background()
+	res := st.RegisterNodes(ctx, []Registration{registration("gone", "", regDefs(4, "A")), registration("stays", "", regDefs(4, "A"))}, 10)
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if err := st.DeleteNode(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	count := func(id int32) int {
+		var n int
+		if err := st.pool.QueryRow(ctx, `SELECT count(*) FROM node_metrics WHERE node_id = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n, m := count(res[0].ID), count(res[1].ID); n != 0 || m != 4 {
+		t.Fatalf("after deleting a node: %d of its definitions left, %d of the other's (want 0, 4)", n, m)
+	}
+	if _, err := st.UpsertDefinitions(ctx, res[0].ID, regDefs(5, "B")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("new definitions of a deleted node: %v, want ErrNotFound", err)
+	}
+	if n := count(res[0].ID); n != 0 {
+		t.Fatalf("%d definitions written for a deleted node", n)
 	}
 }
