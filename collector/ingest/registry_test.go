@@ -448,3 +448,55 @@ func TestStreamGoroutines(t *testing.T) {
 		t.Errorf("plain streams held %d goroutines more than interruptible ones, want %d (one receiver each)", got, streams)
 	}
 }
+
+// gatedAuth grants every Hello once gate is closed, counting the callers
+// it holds at once.
+type gatedAuth struct {
+	gate           chan struct{}
+	mu             sync.Mutex
+	inflight, most int
+}
+
+func (a *gatedAuth) Authenticate(context.Context, *nbsv1.Hello) (Grant, error) {
+	a.mu.Lock()
+	a.inflight++
+	a.most = max(a.most, a.inflight)
+	a.mu.Unlock()
+	<-a.gate
+	a.mu.Lock()
+	a.inflight--
+	a.mu.Unlock()
+	return Grant{}, nil
+}
+
+// Authentication may query the database too: with the registrar's
+// connection it stays within DefaultRegistrations connections, however
+// many Hellos are admitted together.
+func TestAuthenticationsAreBounded(t *testing.T) {
+	auth := &gatedAuth{gate: make(chan struct{})}
+	_, reg, client := startServerWith(t, ServerOptions{Auth: auth})
+	const nodes = 5
+	errs := make(chan error, nodes)
+	for i := range nodes {
+		go func() {
+			_, m, err := open(t, client, fmt.Sprintf("auth-%d", i), nil, 1, nil)
+			if err == nil && m.GetConfig() == nil {
+				err = fmt.Errorf("first answer %v, want a Config", m)
+			}
+			errs <- err
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // every Hello admitted, waiting to be authenticated
+	close(auth.gate)
+	for range nodes {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	auth.mu.Lock()
+	defer auth.mu.Unlock()
+	if auth.most != DefaultRegistrations-1 || reg.count("auth-0") != 1 {
+		t.Fatalf("%d Hellos authenticated at once, want %d (the registrar holds the other connection); auth-0 registered %d times",
+			auth.most, DefaultRegistrations-1, reg.count("auth-0"))
+	}
+}
