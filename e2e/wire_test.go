@@ -164,7 +164,6 @@ func (r *openRegistry) idsOf(paths []string) map[string]int32 {
 	return out
 }
 
-func (*openRegistry) UpsertNode(context.Context, store.Node) (int32, error) { return 1, nil }
 func (r *openRegistry) UpsertDefinitions(_ context.Context, _ int32, defs []store.MetricDef) (map[string]int32, error) {
 	paths := make([]string, len(defs))
 	for i, d := range defs {
@@ -172,16 +171,23 @@ func (r *openRegistry) UpsertDefinitions(_ context.Context, _ int32, defs []stor
 	}
 	return r.idsOf(paths), nil
 }
-func (*openRegistry) AdmitNode(context.Context, string, int) (bool, int, error) { return true, 0, nil }
-func (*openRegistry) DefinitionsOutside(context.Context, int32, []string) (int, error) {
-	return 0, nil
+func (*openRegistry) AdmitNodes(_ context.Context, names []string, _, _ int) ([]bool, []bool, int, error) {
+	ok := make([]bool, len(names))
+	for i := range ok {
+		ok[i] = true
+	}
+	return ok, make([]bool, len(names)), 0, nil
 }
-func (*openRegistry) KnownDefinitions(context.Context, int32) ([]byte, int, error) {
-	return nil, 0, nil
-}
-func (*openRegistry) MarkDefinitions(context.Context, int32, []byte) error { return nil }
-func (r *openRegistry) MetricIDs(_ context.Context, paths []string) (map[string]int32, error) {
-	return r.idsOf(paths), nil
+func (r *openRegistry) RegisterNodes(_ context.Context, regs []store.Registration, _ int) []store.Registered {
+	out := make([]store.Registered, len(regs))
+	for i, g := range regs {
+		paths := make([]string, len(g.Defs))
+		for k, d := range g.Defs {
+			paths[k] = d.Path
+		}
+		out[i] = store.Registered{ID: 1, IDs: r.idsOf(paths)}
+	}
+	return out
 }
 
 // storedReports stands in for PostgreSQL: it keeps every report the

@@ -144,6 +144,31 @@ func (c *collector) goMetrics(b *testing.B) (heapKiB, stackKiB, goroutines int) 
 	return heapKiB, stackKiB, goroutines
 }
 
+// streams is how many agent streams the collector has registered (its
+// nbs_collector_streams): each had its Hello stored and its Config sent.
+func (c *collector) streams(b *testing.B) int {
+	resp, err := http.Get("http://" + c.httpAddr + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "nbs_collector_streams "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return int(f)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return 0
+}
+
 // rssKiB is the collector's resident memory.
 func (c *collector) rssKiB(b *testing.B) int {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
@@ -213,7 +238,35 @@ func BenchmarkFleet(b *testing.B) {
 				}
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan loadgen.Stats, 1)
+				start := time.Now()
 				go func() { done <- f.Run(ctx, os.Stderr, interval) }()
+				// Registration proper, from the collector's side: when every
+				// node's Hello was stored and its Config sent, and how many
+				// were at 20 and 60 s (the first report's ack, AllRegistered,
+				// waits an interval more and for the write path).
+				var hellos time.Duration
+				var at20, at60 int
+				var last time.Duration
+				noteHellos := func() {
+					if hellos != 0 {
+						return
+					}
+					n, since := c.streams(b), time.Since(start)
+					if since.Truncate(10*time.Second) != last.Truncate(10*time.Second) {
+						fmt.Fprintf(os.Stderr, "collector: %d Hellos registered after %v\n", n, since.Round(time.Second))
+					}
+					last = since
+					if since <= 20*time.Second {
+						at20 = n
+					}
+					if since <= 60*time.Second {
+						at60 = n
+					}
+					if n >= nodes {
+						hellos = since
+						fmt.Fprintf(os.Stderr, "collector: every Hello registered after %v\n", since.Round(time.Second))
+					}
+				}
 				// RSS once a second: its peak while the fleet registers (every
 				// Hello at once), and its median over the steady hold, which
 				// is the cost of a connected node.
@@ -222,6 +275,7 @@ func BenchmarkFleet(b *testing.B) {
 				wait := func(d time.Duration, until func() bool) {
 					end := time.Now().Add(d)
 					for time.Now().Before(end) && (until == nil || !until()) {
+						noteHellos()
 						r := c.rssKiB(b)
 						peak = max(peak, r)
 						rss = append(rss, r)
@@ -245,9 +299,12 @@ func BenchmarkFleet(b *testing.B) {
 				steady := float64(s1.Samples-s0.Samples) / (s1.Elapsed - s0.Elapsed).Seconds()
 				b.Logf("%d nodes, %d a connection: all registered after %v; steady state over %v: %.0f samples/s, ack p50 %v p99 %v; collector RSS idle %d KiB, peak while registering %d KiB, peak %d KiB, steady (median) %d KiB, Go heap in use at the end %d KiB, stacks %d KiB, %d goroutines; %v",
 					nodes, perConn, registered.Round(time.Second), hold, steady, s1.AckP50, s1.AckP99, idle, regPeak, peak, steadyRSS, heap, stack, goroutines, s1)
+				b.Logf("%d nodes: every Hello registered (stored, Config sent) after %v (%.0f a second); %d after 20 s, %d after 60 s",
+					nodes, hellos.Round(time.Second), float64(nodes)/hellos.Seconds(), at20, at60)
 				if registered == 0 {
 					b.Errorf("not every node had a report acknowledged within 10 minutes")
 				}
+				b.ReportMetric(hellos.Seconds(), "hellos_registered_s")
 				perNode := func(kib int) float64 { return float64(kib) / float64(nodes) }
 				b.ReportMetric(registered.Seconds(), "registered_s")
 				b.ReportMetric(steady, "samples/s")

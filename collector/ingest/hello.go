@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -15,57 +14,32 @@ import (
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
-// registerDefinitions stores a Hello's definitions and returns their ids
-// and how many of the node's stored definitions lie outside them. A Hello
-// that repeats the definitions its node last registered writes nothing: a
+// registerNode stores the node and its Hello's definitions (in the
+// registrar's next batch) and returns its id, the definitions' ids and how
+// many of the node's stored definitions lie outside them. A Hello that
+// repeats the definitions its node last registered writes none of them: a
 // collector restart has every agent say Hello again with the same tree.
-func (s *Server) registerDefinitions(ctx context.Context, node store.Node, cat *catalogue) (map[string]streamMetric, int, error) {
-	unavailable := status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
-	paths := make([]string, len(cat.defs))
-	for i, d := range cat.defs {
-		paths[i] = d.Path
-	}
-	known, total, err := s.registry.KnownDefinitions(ctx, node.ID)
-	if err != nil {
-		s.log.Error("read known metric definitions", "node", node.Name, "err", err)
-		return nil, 0, unavailable
-	}
-	same := known != nil && bytes.Equal(known, cat.hash)
-	others := total - len(cat.defs)
-	if !same {
-		if others, err = s.registry.DefinitionsOutside(ctx, node.ID, paths); err != nil {
-			s.log.Error("count metric definitions", "node", node.Name, "err", err)
-			return nil, 0, unavailable
+func (s *Server) registerNode(ctx context.Context, node store.Node, cat *catalogue, place *reservation) (int32, map[string]streamMetric, int, error) {
+	resolved := cat.resolved()
+	out := s.registrar.register(ctx, store.Registration{Node: node, Defs: cat.defs, Hash: cat.hash, NeedIDs: resolved == nil}, place)
+	if out.Err != nil {
+		if ctx.Err() != nil {
+			return 0, nil, 0, status.FromContextError(ctx.Err()).Err()
 		}
+		s.log.Error("register node", "node", node.Name, "err", out.Err)
+		return 0, nil, 0, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 	}
-	if others+len(cat.defs) > s.limits.MaxMetrics {
+	if out.TooMany {
 		s.metrics.Rejects.WithLabelValues("too_many_metrics").Inc()
-		return nil, 0, status.Errorf(codes.ResourceExhausted, "hello: node %s would have %d metric definitions (%d stored from earlier Hellos + %d in this one), at most %d allowed (--ingest.max-metrics-per-node): delete the node to start afresh",
-			node.Name, others+len(cat.defs), others, len(cat.defs), s.limits.MaxMetrics)
+		return 0, nil, 0, status.Errorf(codes.ResourceExhausted, "hello: node %s would have %d metric definitions (%d stored from earlier Hellos + %d in this one), at most %d allowed (--ingest.max-metrics-per-node): delete the node to start afresh",
+			node.Name, out.Others+len(cat.defs), out.Others, len(cat.defs), s.limits.MaxMetrics)
 	}
-	if same {
+	if out.IDs == nil {
 		// Metric ids are global: a catalogue another node registered
 		// needs no query at all.
-		if m := cat.resolved(); m != nil {
-			return m, others, nil
-		}
-		ids, err := s.registry.MetricIDs(ctx, paths)
-		if err != nil {
-			s.log.Error("resolve metric ids", "node", node.Name, "err", err)
-			return nil, 0, unavailable
-		}
-		return cat.resolve(ids), others, nil
+		return out.ID, resolved, out.Others, nil
 	}
-	ids, err := s.registry.UpsertDefinitions(ctx, node.ID, cat.defs)
-	if err != nil {
-		s.log.Error("register metric definitions", "node", node.Name, "err", err)
-		return nil, 0, unavailable
-	}
-	if err := s.registry.MarkDefinitions(ctx, node.ID, cat.hash); err != nil {
-		// Only the next Hello's shortcut is lost.
-		s.log.Warn("record metric definitions hash", "node", node.Name, "err", err)
-	}
-	return cat.resolve(ids), others, nil
+	return out.ID, cat.resolve(out.IDs), out.Others, nil
 }
 
 // receiveHello reads and checks a stream's Hello within the server's Hello

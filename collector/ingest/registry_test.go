@@ -26,13 +26,15 @@ import (
 type countingRegistry struct {
 	mu      sync.Mutex
 	upserts map[string][]store.Node
-	// gate, when set, holds every UpsertNode until it is closed; inflight
-	// and most count the callers held at once.
+	// gate, when set, holds every RegisterNodes until it is closed;
+	// inflight and most count the batches held at once, batches the
+	// Hellos of each batch.
 	gate           chan struct{}
 	inflight, most int
+	batches        []int
 }
 
-func (r *countingRegistry) UpsertNode(_ context.Context, n store.Node) (int32, error) {
+func (r *countingRegistry) RegisterNodes(_ context.Context, regs []store.Registration, maxMetrics int) []store.Registered {
 	r.mu.Lock()
 	gate := r.gate
 	r.inflight++
@@ -44,8 +46,22 @@ func (r *countingRegistry) UpsertNode(_ context.Context, n store.Node) (int32, e
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inflight--
-	r.upserts[n.Name] = append(r.upserts[n.Name], n)
-	return 1, nil
+	r.batches = append(r.batches, len(regs))
+	out := make([]store.Registered, len(regs))
+	for i, g := range regs {
+		r.upserts[g.Node.Name] = append(r.upserts[g.Node.Name], g.Node)
+		out[i].ID = 1
+		if len(g.Defs) > maxMetrics {
+			out[i].TooMany = true
+			continue
+		}
+		ids := map[string]int32{}
+		for k, d := range g.Defs {
+			ids[d.Path] = int32(k + 1)
+		}
+		out[i].IDs = ids
+	}
+	return out
 }
 
 func (r *countingRegistry) UpsertDefinitions(_ context.Context, _ int32, defs []store.MetricDef) (map[string]int32, error) {
@@ -56,29 +72,24 @@ func (r *countingRegistry) UpsertDefinitions(_ context.Context, _ int32, defs []
 	return ids, nil
 }
 
-func (r *countingRegistry) AdmitNode(_ context.Context, name string, max int) (bool, int, error) {
+func (r *countingRegistry) AdmitNodes(_ context.Context, names []string, max, reserved int) (admitted, fresh []bool, total int, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.upserts[name]
-	return ok || len(r.upserts) < max, len(r.upserts), nil
-}
-
-func (r *countingRegistry) DefinitionsOutside(context.Context, int32, []string) (int, error) {
-	return 0, nil
-}
-
-func (r *countingRegistry) KnownDefinitions(context.Context, int32) ([]byte, int, error) {
-	return nil, 0, nil
-}
-
-func (r *countingRegistry) MarkDefinitions(context.Context, int32, []byte) error { return nil }
-
-func (r *countingRegistry) MetricIDs(_ context.Context, paths []string) (map[string]int32, error) {
-	ids := map[string]int32{}
-	for i, p := range paths {
-		ids[p] = int32(i + 1)
+	admitted, fresh = make([]bool, len(names)), make([]bool, len(names))
+	added := map[string]bool{}
+	for i, name := range names {
+		if _, ok := r.upserts[name]; ok {
+			admitted[i] = true
+			continue
+		}
+		if added[name] || len(r.upserts)+reserved+len(added) < max {
+			admitted[i], fresh[i] = true, true
+			added[name] = true
+			continue
+		}
+		total = len(r.upserts) + reserved + len(added)
 	}
-	return ids, nil
+	return admitted, fresh, total, nil
 }
 
 func (r *countingRegistry) count(node string) int {
@@ -246,47 +257,67 @@ func TestEnrolledCredentialIsTheFirstMessage(t *testing.T) {
 	}
 }
 
-// Hellos are registered DefaultRegistrations at a time: a fleet
-// reconnecting waits its turn instead of taking every database connection
-// from the writers; once the slots free up, every node is registered.
-func TestRegistrationsAreBounded(t *testing.T) {
-	_, reg, c := startServer(t)
+// Hellos are registered in batches by one registrar, one batch at a
+// time: a fleet reconnecting shares its statements and holds one database
+// connection instead of taking every one from the writers; the Hellos
+// that came while a batch was stored are admitted together, and those that
+// come while one is stored are stored together; every node
+// is registered.
+func TestRegistrationsAreBatched(t *testing.T) {
+	srv, reg, c := startServer(t)
 	reg.mu.Lock()
 	reg.gate = make(chan struct{})
 	reg.mu.Unlock()
 	const nodes = 6
 	errs := make(chan error, nodes)
-	for i := range nodes {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			s, err := c.Connect(ctx)
-			if err == nil {
-				node := fmt.Sprintf("reg-%d", i)
-				err = s.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Hello{Hello: &nbsv1.Hello{
-					NodeName: node, InstanceId: 1, IntervalMs: 1000, Auth: cred("cred-" + node),
-					Metrics: []*nbsv1.MetricDefinition{{Id: "tcp_reset", Title: "resets", Unit: "1/s", Kind: nbsv1.MetricKind_METRIC_KIND_RATE}}}}})
-			}
-			if err == nil {
-				_, err = s.Recv() // the first Config: registered
-			}
-			errs <- err
-		}()
+	hello := func(i int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s, err := c.Connect(ctx)
+		if err == nil {
+			node := fmt.Sprintf("reg-%d", i)
+			err = s.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Hello{Hello: &nbsv1.Hello{
+				NodeName: node, InstanceId: 1, IntervalMs: 1000, Auth: cred("cred-" + node),
+				Metrics: []*nbsv1.MetricDefinition{{Id: "tcp_reset", Title: "resets", Unit: "1/s", Kind: nbsv1.MetricKind_METRIC_KIND_RATE}}}}})
+		}
+		if err == nil {
+			_, err = s.Recv() // the first Config: registered
+		}
+		errs <- err
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	go hello(0)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("the first batch", func() bool {
 		reg.mu.Lock()
-		in := reg.inflight
-		reg.mu.Unlock()
-		if in == DefaultRegistrations {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d Hellos being registered, want %d", in, DefaultRegistrations)
-		}
-		time.Sleep(10 * time.Millisecond)
+		defer reg.mu.Unlock()
+		return reg.inflight == 1
+	})
+	for i := 1; i < nodes; i++ {
+		go hello(i)
 	}
-	time.Sleep(200 * time.Millisecond) // the others had time to pile in
+	waitFor("the other Hellos to wait for the registrar", func() bool {
+		srv.registrar.mu.Lock()
+		defer srv.registrar.mu.Unlock()
+		return len(srv.registrar.admits) == nodes-1
+	})
+	// They are admitted in one batch once the first is stored; the
+	// first of them to be authenticated is stored alone, and the rest
+	// wait for it and then go in one batch.
+	reg.gate <- struct{}{}
+	waitFor("the next Hellos to wait for the registrar", func() bool {
+		srv.registrar.mu.Lock()
+		defer srv.registrar.mu.Unlock()
+		return len(srv.registrar.regs) == nodes-2
+	})
 	close(reg.gate)
 	for range nodes {
 		if err := <-errs; err != nil {
@@ -295,8 +326,9 @@ func TestRegistrationsAreBounded(t *testing.T) {
 	}
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
-	if reg.most != DefaultRegistrations || len(reg.upserts) != nodes {
-		t.Fatalf("at most %d registered at once (want %d), %d nodes registered (want %d)", reg.most, DefaultRegistrations, len(reg.upserts), nodes)
+	if reg.most != 1 || len(reg.upserts) != nodes || !slices.Equal(reg.batches, []int{1, 1, nodes - 2}) {
+		t.Fatalf("at most %d batches at once (want 1), %d nodes registered (want %d), batches %v (want [1 1 %d])",
+			reg.most, len(reg.upserts), nodes, reg.batches, nodes-2)
 	}
 }
 
@@ -414,5 +446,57 @@ func TestStreamGoroutines(t *testing.T) {
 	}
 	if got := added["plain"] - added["interruptible"]; got != streams {
 		t.Errorf("plain streams held %d goroutines more than interruptible ones, want %d (one receiver each)", got, streams)
+	}
+}
+
+// gatedAuth grants every Hello once gate is closed, counting the callers
+// it holds at once.
+type gatedAuth struct {
+	gate           chan struct{}
+	mu             sync.Mutex
+	inflight, most int
+}
+
+func (a *gatedAuth) Authenticate(context.Context, *nbsv1.Hello) (Grant, error) {
+	a.mu.Lock()
+	a.inflight++
+	a.most = max(a.most, a.inflight)
+	a.mu.Unlock()
+	<-a.gate
+	a.mu.Lock()
+	a.inflight--
+	a.mu.Unlock()
+	return Grant{}, nil
+}
+
+// Authentication may query the database too: with the registrar's
+// connection it stays within DefaultRegistrations connections, however
+// many Hellos are admitted together.
+func TestAuthenticationsAreBounded(t *testing.T) {
+	auth := &gatedAuth{gate: make(chan struct{})}
+	_, reg, client := startServerWith(t, ServerOptions{Auth: auth})
+	const nodes = 5
+	errs := make(chan error, nodes)
+	for i := range nodes {
+		go func() {
+			_, m, err := open(t, client, fmt.Sprintf("auth-%d", i), nil, 1, nil)
+			if err == nil && m.GetConfig() == nil {
+				err = fmt.Errorf("first answer %v, want a Config", m)
+			}
+			errs <- err
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // every Hello admitted, waiting to be authenticated
+	close(auth.gate)
+	for range nodes {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	auth.mu.Lock()
+	defer auth.mu.Unlock()
+	if auth.most != DefaultRegistrations-1 || reg.count("auth-0") != 1 {
+		t.Fatalf("%d Hellos authenticated at once, want %d (the registrar holds the other connection); auth-0 registered %d times",
+			auth.most, DefaultRegistrations-1, reg.count("auth-0"))
 	}
 }

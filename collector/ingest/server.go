@@ -25,21 +25,17 @@ import (
 
 // Registry is what a stream needs from the store to register a node.
 type Registry interface {
-	UpsertNode(ctx context.Context, n store.Node) (int32, error)
+	// AdmitNodes decides for each name whether a Hello from it may
+	// register under a limit of max nodes, counting reserved new names
+	// admitted before and not registered yet (store.AdmitNodes): fresh
+	// marks admitted names without a node; total is the node count when
+	// one is refused.
+	AdmitNodes(ctx context.Context, names []string, max, reserved int) (admitted, fresh []bool, total int, err error)
+	// RegisterNodes stores a batch of Hellos' nodes and definitions, a
+	// result (or error) per Hello (store.RegisterNodes).
+	RegisterNodes(ctx context.Context, regs []store.Registration, maxMetrics int) []store.Registered
+	// UpsertDefinitions stores definitions a stream's reports bring.
 	UpsertDefinitions(ctx context.Context, nodeID int32, defs []store.MetricDef) (map[string]int32, error)
-	// AdmitNode reports whether the named node may register: it is
-	// registered, or fewer than max nodes are; total is the node count
-	// when it may not.
-	AdmitNode(ctx context.Context, name string, max int) (ok bool, total int, err error)
-	// DefinitionsOutside counts the node's stored definitions whose paths
-	// are not in paths: what earlier Hellos and streams defined.
-	DefinitionsOutside(ctx context.Context, nodeID int32, paths []string) (int, error)
-	// KnownDefinitions and MarkDefinitions let a Hello that repeats the
-	// node's last registered definitions (store.DefinitionsHash) skip
-	// writing them; MetricIDs then resolves their ids.
-	KnownDefinitions(ctx context.Context, nodeID int32) (hash []byte, total int, err error)
-	MarkDefinitions(ctx context.Context, nodeID int32, hash []byte) error
-	MetricIDs(ctx context.Context, paths []string) (map[string]int32, error)
 }
 
 // ConfigSource computes the effective Config for a node (thresholds, peers,
@@ -66,7 +62,11 @@ type Server struct {
 	limits       Limits
 	helloTimeout time.Duration
 	sendTimeout  time.Duration
-	registering  chan struct{} // a slot per Hello being registered
+	registering  chan struct{} // a slot per Hello being registered (ServerOptions.Hellos)
+	// authenticating: a slot per Hello being authenticated, which may
+	// take a database connection of its own.
+	authenticating chan struct{}
+	registrar      *registrar
 	// helloBytes bounds the Hellos being received or waiting for a slot:
 	// each reserves helloReserve before its Hello is read.
 	helloBytes  *semaphore.Weighted
@@ -107,11 +107,17 @@ type ServerOptions struct {
 	// Tenant is the label key naming a node's tenant (default
 	// tenant.DefaultKey): a node whose tenant changes starts a new row.
 	Tenant tenant.Key
-	// Registrations bounds the Hellos registered at once (authentication,
-	// node and definitions in PostgreSQL; default DefaultRegistrations).
-	// The rest wait their turn, so a fleet reconnecting at once cannot
-	// take every database connection from the writers that ack reports.
+	// Registrations bounds the database connections registering Hellos
+	// takes at once (default DefaultRegistrations): one is the
+	// registrar's, which stores every waiting Hello's node and
+	// definitions in one batch; the rest (at least one) authenticate
+	// Hellos. So a fleet reconnecting at once cannot take every database
+	// connection from the writers that ack reports.
 	Registrations int
+	// Hellos bounds the Hellos being registered at once (default
+	// DefaultHellos): admitted, authenticated and stored, waiting on the
+	// registrar's batches. The rest wait their turn.
+	Hellos int
 	// HelloBytes bounds the memory of Hellos being received or waiting
 	// to be registered (default DefaultHelloBytes): a stream reserves
 	// HelloReserve of it before its Hello is read, and keeps only what
@@ -123,8 +129,13 @@ type ServerOptions struct {
 	HelloBytes int64
 }
 
-// DefaultRegistrations is how many Hellos are registered at once.
+// DefaultRegistrations is how many database connections registering
+// Hellos holds at most: the registrar's and one authenticating.
 const DefaultRegistrations = 2
+
+// DefaultHellos is how many Hellos are registered at once: enough to
+// fill the registrar's batches while the one before is stored.
+const DefaultHellos = 2 * defaultBatch
 
 // DefaultHelloBytes is the memory Hellos being received or waiting to be
 // registered may take: 256 Hellos being read at once.
@@ -158,11 +169,15 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 	if opts.Registrations <= 0 {
 		opts.Registrations = DefaultRegistrations
 	}
+	if opts.Hellos <= 0 {
+		opts.Hellos = DefaultHellos
+	}
 	if opts.HelloBytes < HelloReserve {
 		opts.HelloBytes = DefaultHelloBytes
 	}
 	return &Server{registry: reg, writer: w, config: opts.Config, auth: opts.Auth, tenant: opts.Tenant, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
-		sendTimeout: opts.SendTimeout, registering: make(chan struct{}, opts.Registrations),
+		sendTimeout: opts.SendTimeout, registering: make(chan struct{}, opts.Hellos),
+		authenticating: make(chan struct{}, max(1, opts.Registrations-1)), registrar: newRegistrar(reg, opts.Limits, log),
 		helloBytes: semaphore.NewWeighted(opts.HelloBytes), helloBudget: opts.HelloBytes,
 		log: log, metrics: m, streams: map[string]*stream{}, perIP: map[string]int{}, clock: map[string]time.Duration{}}
 }
@@ -243,18 +258,25 @@ func (s *Server) start(ctx context.Context, cancel context.CancelCauseFunc, grpc
 	registered := sync.OnceFunc(func() { <-s.registering; releaseHello() })
 	defer registered()
 	// The node limit before anything is bound to the name: a bootstrap
-	// token's holder cannot fill the collector with credentials.
-	admitted, total, err := s.registry.AdmitNode(ctx, node.Name, s.limits.MaxNodes)
+	// token's holder cannot fill the collector with credentials. A new
+	// name admitted keeps its place under the limit until its node is
+	// stored (or its Hello refused), so Hellos registering together
+	// cannot pass the limit.
+	admitted, total, place, err := s.registrar.admit(ctx, node.Name)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, status.FromContextError(ctx.Err()).Err()
+		}
 		s.log.Error("count nodes", "node", node.Name, "err", err)
 		return nil, nil, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 	}
+	defer s.registrar.release(place)
 	if !admitted {
 		s.metrics.Rejects.WithLabelValues("too_many_nodes").Inc()
 		s.log.Warn("new node refused: node limit reached", "node", node.Name, "peer", from, "nodes", total, "limit", s.limits.MaxNodes)
 		return nil, nil, status.Errorf(codes.ResourceExhausted, "the collector has %d nodes, at most %d allowed (--ingest.max-nodes): delete unused nodes (nbs-collector nodes delete) or raise the limit", total, s.limits.MaxNodes)
 	}
-	grant, err := s.auth.Authenticate(ctx, hello)
+	grant, err := s.authenticate(ctx, hello)
 	if err != nil {
 		s.metrics.Rejects.WithLabelValues("node_auth").Inc()
 		s.log.Warn("hello refused", "node", node.Name, "peer", from, "err", err)
@@ -276,12 +298,9 @@ func (s *Server) start(ctx context.Context, cancel context.CancelCauseFunc, grpc
 			return nil, nil, err
 		}
 	}
-	node.ID, err = s.registry.UpsertNode(ctx, node)
-	if err != nil {
-		s.log.Error("register node", "node", node.Name, "err", err)
-		return nil, nil, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
-	}
-	base, others, err := s.registerDefinitions(ctx, node, cat)
+	var base map[string]streamMetric
+	var others int
+	node.ID, base, others, err = s.registerNode(ctx, node, cat, place)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -305,6 +324,18 @@ func (s *Server) start(ctx context.Context, cancel context.CancelCauseFunc, grpc
 	s.log.Info("agent connected", "node", node.Name, "instance", fmt.Sprintf("%016x", node.InstanceID), "peer", from, "metrics", len(cat.defs))
 	keep = true
 	return st, cat, nil
+}
+
+// authenticate runs the Authenticator in one of the authentication
+// slots: it may query the database.
+func (s *Server) authenticate(ctx context.Context, hello *nbsv1.Hello) (Grant, error) {
+	select {
+	case s.authenticating <- struct{}{}:
+	case <-ctx.Done():
+		return Grant{}, status.FromContextError(ctx.Err()).Err()
+	}
+	defer func() { <-s.authenticating }()
+	return s.auth.Authenticate(ctx, hello)
 }
 
 // ended is the status a stream ends with, once its receiving has stopped

@@ -209,6 +209,57 @@ func BenchmarkRegisterDefinitions(b *testing.B) {
 	}
 }
 
+// BenchmarkRegisterNodes registers new nodes with the agent's catalogue
+// (190 definitions) in batches of 1 and 64 (RegisterNodes, as the
+// registrar does), against the anchor of one node the old way in the same
+// run (UpsertNode, UpsertDefinitions, MarkDefinitions): time per node.
+func BenchmarkRegisterNodes(b *testing.B) {
+	ctx := context.Background()
+	st := openTest(b)
+	var defs []MetricDef
+	for m := range 185 {
+		defs = append(defs, MetricDef{Path: fmt.Sprintf("root%d/m%d", m%5, m), Title: fmt.Sprintf("Metric %d", m), Unit: "1/s", Kind: KindRate,
+			Description: strings.Repeat(fmt.Sprintf("What metric %d means, what usually causes it and what to look at next. ", m), 6)})
+	}
+	for m := range 5 {
+		defs = append(defs, MetricDef{Path: fmt.Sprintf("root%d", m), Title: "Root", Unit: "1/s", Kind: KindRate})
+	}
+	hash := DefinitionsHash(defs)
+	n := 0
+	b.Run("anchor=one-by-one", func(b *testing.B) {
+		for b.Loop() {
+			n++
+			node, err := st.UpsertNode(ctx, Node{Name: fmt.Sprintf("reg-%d", n), InstanceID: 1, IntervalMS: 10000})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := st.UpsertDefinitions(ctx, node, defs); err != nil {
+				b.Fatal(err)
+			}
+			if err := st.MarkDefinitions(ctx, node, hash); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, size := range []int{1, 64} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			for b.Loop() {
+				batch := make([]Registration, size)
+				for i := range batch {
+					n++
+					batch[i] = Registration{Node: Node{Name: fmt.Sprintf("reg-%d", n), InstanceID: 1, IntervalMS: 10000}, Defs: defs, Hash: hash}
+				}
+				for _, r := range st.RegisterNodes(ctx, batch, 1000) {
+					if r.Err != nil {
+						b.Fatal(r.Err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*size), "ms/node")
+		})
+	}
+}
+
 // BenchmarkFoldRollups measures the fold's cost per hour of fleet data:
 // 1,000 nodes × 10 metrics (8 sample metrics, 2 histograms of a ping's
 // 60 RTTs a minute) × 60 minute rollups folded into their hour, and 24 of

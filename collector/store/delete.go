@@ -64,5 +64,11 @@ func deleteRows(ctx context.Context, tx pgx.Tx, name string, ids []int32) error 
 	if _, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = ANY($1)`, ids); err != nil {
 		return fmt.Errorf("delete node %q: %w", name, err)
 	}
+	// No foreign key cascades to node_metrics (migration 022). After the
+	// node rows: that statement waited for any registration holding them,
+	// and this one's snapshot sees what it committed.
+	if _, err := tx.Exec(ctx, `DELETE FROM node_metrics WHERE node_id = ANY($1)`, ids); err != nil {
+		return fmt.Errorf("delete metric definitions of node %q: %w", name, err)
+	}
 	return nil
 }

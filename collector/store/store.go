@@ -363,6 +363,15 @@ func (s *Store) upsertDefinitions(ctx context.Context, nodeID int32, defs []Metr
 	// conflicts with, so either the pass sees these rows, or this check
 	// sees the entries gone (CollectDictionaries).
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The node row held against a delete, as the foreign key did
+		// before migration 022: deleteRows removes node_metrics after it.
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE id = $1 FOR KEY SHARE)`, nodeID).Scan(&exists); err != nil {
+			return fmt.Errorf("lock node %d: %w", nodeID, err)
+		}
+		if !exists {
+			return fmt.Errorf("node %d: %w", nodeID, ErrNotFound)
+		}
 		if _, err := tx.Exec(ctx, `
 			WITH stale AS (UPDATE nodes SET defs_hash = NULL WHERE id = $1 AND defs_hash IS NOT NULL)
 			INSERT INTO node_metrics AS nm (node_id, metric_id, def_id)
