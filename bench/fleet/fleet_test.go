@@ -110,64 +110,41 @@ func startCollector(b *testing.B, bin, dbURL string, nodes int) *collector {
 	return &collector{cmd: cmd, grpcAddr: grpcAddr, httpAddr: httpAddr}
 }
 
-// goMetrics reads the collector's own Go runtime figures from its
-// /metrics: heap and goroutine stacks in use, and goroutines.
-func (c *collector) goMetrics(b *testing.B) (heapKiB, stackKiB, goroutines int) {
+// metrics reads the collector's /metrics: every unlabelled sample by name.
+func (c *collector) metrics(b *testing.B) map[string]float64 {
 	resp, err := http.Get("http://" + c.httpAddr + "/metrics")
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer resp.Body.Close()
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		name, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
+		if !ok || strings.HasPrefix(name, "#") {
 			continue
 		}
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			continue
-		}
-		switch name {
-		case "go_memstats_heap_inuse_bytes":
-			heapKiB = int(f / 1024)
-		case "go_memstats_stack_inuse_bytes":
-			stackKiB = int(f / 1024)
-		case "go_goroutines":
-			goroutines = int(f)
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			out[name] = f
 		}
 	}
 	if err := sc.Err(); err != nil {
 		b.Fatal(err)
 	}
-	return heapKiB, stackKiB, goroutines
+	return out
+}
+
+// goMetrics reads the collector's own Go runtime figures from its
+// /metrics: heap and goroutine stacks in use, and goroutines.
+func (c *collector) goMetrics(b *testing.B) (heapKiB, stackKiB, goroutines int) {
+	m := c.metrics(b)
+	return int(m["go_memstats_heap_inuse_bytes"] / 1024), int(m["go_memstats_stack_inuse_bytes"] / 1024), int(m["go_goroutines"])
 }
 
 // streams is how many agent streams the collector has registered (its
 // nbs_collector_streams): each had its Hello stored and its Config sent.
-func (c *collector) streams(b *testing.B) int {
-	resp, err := http.Get("http://" + c.httpAddr + "/metrics")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "nbs_collector_streams "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return int(f)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		b.Fatal(err)
-	}
-	return 0
-}
+func (c *collector) streams(b *testing.B) int { return int(c.metrics(b)["nbs_collector_streams"]) }
 
 // rssKiB is the collector's resident memory.
 func (c *collector) rssKiB(b *testing.B) int {

@@ -190,14 +190,7 @@ func BenchmarkCounterparts(b *testing.B) {
 func BenchmarkRegisterDefinitions(b *testing.B) {
 	ctx := context.Background()
 	st := openTest(b)
-	var defs []MetricDef
-	for m := range 185 {
-		defs = append(defs, MetricDef{Path: fmt.Sprintf("root%d/m%d", m%5, m), Title: fmt.Sprintf("Metric %d", m), Unit: "1/s", Kind: KindRate,
-			Description: strings.Repeat(fmt.Sprintf("What metric %d means, what usually causes it and what to look at next. ", m), 6)})
-	}
-	for m := range 5 {
-		defs = append(defs, MetricDef{Path: fmt.Sprintf("root%d", m), Title: "Root", Unit: "1/s", Kind: KindRate})
-	}
+	defs := agentCatalogue()
 	for i := 0; b.Loop(); i++ {
 		node, err := st.UpsertNode(ctx, Node{Name: fmt.Sprintf("reg-%d", i), InstanceID: 1, IntervalMS: 10000})
 		if err != nil {
@@ -216,14 +209,7 @@ func BenchmarkRegisterDefinitions(b *testing.B) {
 func BenchmarkRegisterNodes(b *testing.B) {
 	ctx := context.Background()
 	st := openTest(b)
-	var defs []MetricDef
-	for m := range 185 {
-		defs = append(defs, MetricDef{Path: fmt.Sprintf("root%d/m%d", m%5, m), Title: fmt.Sprintf("Metric %d", m), Unit: "1/s", Kind: KindRate,
-			Description: strings.Repeat(fmt.Sprintf("What metric %d means, what usually causes it and what to look at next. ", m), 6)})
-	}
-	for m := range 5 {
-		defs = append(defs, MetricDef{Path: fmt.Sprintf("root%d", m), Title: "Root", Unit: "1/s", Kind: KindRate})
-	}
+	defs := agentCatalogue()
 	hash := DefinitionsHash(defs)
 	n := 0
 	b.Run("anchor=one-by-one", func(b *testing.B) {
@@ -353,4 +339,19 @@ func BenchmarkFoldRollups(b *testing.B) {
 			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/fleet-"+c.name)
 		})
 	}
+}
+
+// agentCatalogue is a fleet agent's catalogue as the registration
+// benchmarks store it: 185 metrics under 5 roots, with operator-length
+// descriptions, the same for every node.
+func agentCatalogue() []MetricDef {
+	var defs []MetricDef
+	for m := range 185 {
+		defs = append(defs, MetricDef{Path: fmt.Sprintf("root%d/m%d", m%5, m), Title: fmt.Sprintf("Metric %d", m), Unit: "1/s", Kind: KindRate,
+			Description: strings.Repeat(fmt.Sprintf("What metric %d means, what usually causes it and what to look at next. ", m), 6)})
+	}
+	for m := range 5 {
+		defs = append(defs, MetricDef{Path: fmt.Sprintf("root%d", m), Title: "Root", Unit: "1/s", Kind: KindRate})
+	}
+	return defs
 }
