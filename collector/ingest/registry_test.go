@@ -27,17 +27,18 @@ type countingRegistry struct {
 	mu      sync.Mutex
 	upserts map[string][]store.Node
 	// gate, when set, holds every RegisterNodes until it is closed;
-	// inflight and most count the batches held at once, batches the
-	// Hellos of each batch.
-	gate           chan struct{}
-	inflight, most int
-	batches        []int
+	// inflight and most count the batches held at once, held the Hellos
+	// of those held, batches the Hellos of each batch.
+	gate                 chan struct{}
+	inflight, most, held int
+	batches              []int
 }
 
 func (r *countingRegistry) RegisterNodes(_ context.Context, regs []store.Registration, maxMetrics int) []store.Registered {
 	r.mu.Lock()
 	gate := r.gate
 	r.inflight++
+	r.held += len(regs)
 	r.most = max(r.most, r.inflight)
 	r.mu.Unlock()
 	if gate != nil {
@@ -46,6 +47,7 @@ func (r *countingRegistry) RegisterNodes(_ context.Context, regs []store.Registr
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inflight--
+	r.held -= len(regs)
 	r.batches = append(r.batches, len(regs))
 	out := make([]store.Registered, len(regs))
 	for i, g := range regs {
@@ -309,14 +311,18 @@ func TestRegistrationsAreBatched(t *testing.T) {
 		defer srv.registrar.mu.Unlock()
 		return len(srv.registrar.admits) == nodes-1
 	})
-	// They are admitted in one batch once the first is stored; the
-	// first of them to be authenticated is stored alone, and the rest
-	// wait for it and then go in one batch.
+	// They are admitted in one batch once the first is stored, and
+	// authenticated one at a time: those authenticated before the
+	// registrar is free again go in the next batch (how many depends on
+	// the scheduler), and every one authenticated while that batch is
+	// held waits, to go in one batch after it.
 	reg.gate <- struct{}{}
-	waitFor("the next Hellos to wait for the registrar", func() bool {
+	waitFor("the rest to wait for the registrar's second batch", func() bool {
+		reg.mu.Lock()
+		defer reg.mu.Unlock()
 		srv.registrar.mu.Lock()
 		defer srv.registrar.mu.Unlock()
-		return len(srv.registrar.regs) == nodes-2
+		return reg.inflight == 1 && reg.held+len(srv.registrar.regs) == nodes-1
 	})
 	close(reg.gate)
 	for range nodes {
@@ -326,9 +332,13 @@ func TestRegistrationsAreBatched(t *testing.T) {
 	}
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
-	if reg.most != 1 || len(reg.upserts) != nodes || !slices.Equal(reg.batches, []int{1, 1, nodes - 2}) {
-		t.Fatalf("at most %d batches at once (want 1), %d nodes registered (want %d), batches %v (want [1 1 %d])",
-			reg.most, len(reg.upserts), nodes, reg.batches, nodes-2)
+	sum := 0
+	for _, n := range reg.batches {
+		sum += n
+	}
+	if reg.most != 1 || len(reg.upserts) != nodes || sum != nodes || len(reg.batches) < 2 || len(reg.batches) > 3 || reg.batches[0] != 1 {
+		t.Fatalf("at most %d batches at once (want 1), %d nodes registered (want %d), batches %v (want the first alone, then at most two more for the other %d)",
+			reg.most, len(reg.upserts), nodes, reg.batches, nodes-1)
 	}
 }
 
