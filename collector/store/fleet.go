@@ -203,7 +203,7 @@ func (s *Store) Fleet(ctx context.Context, scope Scope, q FleetQuery) (FleetPage
 // fleetDetails reads the nodes and root values of a page's nodes.
 func fleetDetails(ctx context.Context, tx pgx.Tx, ids []int32) (map[int32]FleetEntry, error) {
 	cols := strings.ReplaceAll(`n.`+nodeColumns, `, `, `, n.`)
-	rows, err := tx.Query(ctx, `SELECT `+cols+`, l.ts, coalesce(l.interval_ms, 0), coalesce(l.roots, '{}'), coalesce(l.raised, '{}')
+	rows, err := tx.Query(ctx, `SELECT `+cols+`, l.ts, coalesce(l.interval_ms, 0), coalesce(l.roots, '{}'), coalesce(l.raised, '{}'), coalesce(l.hot, '{}')
 		FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id WHERE n.id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read the fleet page's nodes: %w", err)
@@ -214,8 +214,8 @@ func fleetDetails(ctx context.Context, tx pgx.Tx, ids []int32) (map[int32]FleetE
 		var e FleetEntry
 		var ts *time.Time
 		var interval int32
-		var roots, raised []byte
-		n, err := scanNode(scanAlso{rows, []any{&ts, &interval, &roots, &raised}})
+		var roots, raised, hot []byte
+		n, err := scanNode(scanAlso{rows, []any{&ts, &interval, &roots, &raised, &hot}})
 		if err != nil {
 			return nil, fmt.Errorf("scan the fleet page's nodes: %w", err)
 		}
@@ -229,9 +229,33 @@ func fleetDetails(ctx context.Context, tx pgx.Tx, ids []int32) (map[int32]FleetE
 		if err := json.Unmarshal(raised, &e.Raised); err != nil {
 			return nil, fmt.Errorf("decode the raised metrics of node %s: %w", n.Name, err)
 		}
+		if err := newerRootValues(e.Roots, hot); err != nil {
+			return nil, fmt.Errorf("decode the newest root values of node %s: %w", n.Name, err)
+		}
 		out[n.ID] = e
 	}
 	return out, rows.Err()
+}
+
+// newerRootValues gives roots the values hot holds for them. The summary's
+// trigger skips reports that change no root's state (migration 023), so
+// roots keeps the values of its last run and hot the newer ones; a root's
+// "since" is always roots'.
+func newerRootValues(roots map[string]RootValue, hot []byte) error {
+	if len(roots) == 0 || len(hot) <= 2 { // "{}"
+		return nil
+	}
+	var newer map[string]LatestValue
+	if err := json.Unmarshal(hot, &newer); err != nil {
+		return err
+	}
+	for k, r := range roots {
+		if v, ok := newer[k]; ok {
+			r.LatestValue = v
+			roots[k] = r
+		}
+	}
+	return nil
 }
 
 // scanAlso scans a row's leading columns into what scanNode asks for and
