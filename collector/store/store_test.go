@@ -108,12 +108,15 @@ func TestWriteReportsIsIdempotentAndMergesLatest(t *testing.T) {
 	if got[again[0].Key()] || !got[again[1].Key()] {
 		t.Errorf("resend: inserted = %v; want seq 2 false, seq 3 true", got)
 	}
-	var reports, events int
-	if err := st.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM reports), (SELECT count(*) FROM events)`).Scan(&reports, &events); err != nil {
+	// The first batch went straight in (copyDirect), the second through
+	// staging (writeStaged): each report once, with one pending key.
+	var reports, events, pending int
+	if err := st.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM reports), (SELECT count(*) FROM events), (SELECT count(*) FROM rollup_pending)`).
+		Scan(&reports, &events, &pending); err != nil {
 		t.Fatal(err)
 	}
-	if reports != 3 || events != 2 {
-		t.Errorf("stored %d reports and %d events; want 3 and 2", reports, events)
+	if reports != 3 || events != 2 || pending != 3 {
+		t.Errorf("stored %d reports, %d events and %d pending keys; want 3, 2 and 3", reports, events, pending)
 	}
 
 	l, ok, err := st.Latest(ctx, node)

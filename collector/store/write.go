@@ -3,13 +3,16 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // stagingDDL creates per-connection staging tables. Rows are COPYed there and
@@ -110,31 +113,21 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		return nil, err
 	}
 
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, stagingDDL); err != nil {
-			return fmt.Errorf("create staging tables: %w", err)
-		}
-		hists, events, err := copyStaged(ctx, tx, unique)
+	rows, err := newCopyRows(unique)
+	if err != nil {
+		return nil, err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		stored, err := copyDirect(ctx, tx, rows)
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, moveStaged(hists, events))
-		if err != nil {
-			return fmt.Errorf("insert staged reports: %w", err)
-		}
-		for rows.Next() {
-			var k ReportKey
-			var inst, seq int64
-			if err := rows.Scan(&k.NodeID, &inst, &seq); err != nil {
-				rows.Close()
-				return fmt.Errorf("scan inserted report: %w", err)
+		if stored {
+			for k := range result {
+				result[k] = true
 			}
-			k.InstanceID, k.Seq = uint64(inst), uint64(seq)
-			result[k] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("insert staged reports: %w", err)
+		} else if err := s.writeStaged(ctx, tx, rows, result); err != nil {
+			return err
 		}
 		// One round trip for the latest values. Rollups are the fold's
 		// (FoldRollups), from rollup_pending.
@@ -181,40 +174,120 @@ func CopyRows(r Report) (report []any, hists, events [][]any, err error) {
 	return report, hists, events, nil
 }
 
-// copyStaged copies the reports' rows to the staging tables and says
-// whether there were histograms and events.
-func copyStaged(ctx context.Context, tx pgx.Tx, reports []Report) (bool, bool, error) {
-	var hists, events [][]any
-	rows := make([][]any, 0, len(reports))
+// copyRows is a batch as the rows COPY writes.
+type copyRows struct {
+	reports, hists, events, pending [][]any
+}
+
+func newCopyRows(reports []Report) (copyRows, error) {
+	c := copyRows{reports: make([][]any, 0, len(reports)), pending: make([][]any, 0, len(reports))}
 	for _, r := range reports {
 		rep, hs, es, err := CopyRows(r)
 		if err != nil {
-			return false, false, err
+			return copyRows{}, err
 		}
-		rows = append(rows, rep)
-		hists = append(hists, hs...)
-		events = append(events, es...)
+		c.reports = append(c.reports, rep)
+		c.hists = append(c.hists, hs...)
+		c.events = append(c.events, es...)
+		var histIDs []int32 // NULL without histograms, as moveStaged writes it
+		for _, h := range r.Histograms {
+			if !slices.Contains(histIDs, h.MetricID) {
+				histIDs = append(histIDs, h.MetricID)
+			}
+		}
+		slices.Sort(histIDs)
+		c.pending = append(c.pending, []any{r.NodeID, int64(r.InstanceID), int64(r.Seq), r.Time, histIDs})
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_reports"},
-		[]string{"node_id", "instance_id", "seq", "ts", "interval_ms", "snapshot", "metric_ids", "vals", "states"},
-		pgx.CopyFromRows(rows)); err != nil {
-		return false, false, fmt.Errorf("copy reports: %w", err)
+	return c, nil
+}
+
+var (
+	reportColumns    = []string{"node_id", "instance_id", "seq", "ts", "interval_ms", "snapshot", "metric_ids", "vals", "states"}
+	histogramColumns = []string{"node_id", "instance_id", "seq", "ts", "metric_id", "count", "sum", "bucket_index", "bucket_count"}
+	eventColumns     = []string{"node_id", "instance_id", "seq", "ts", "metric_id", "fields"}
+	pendingColumns   = []string{"node_id", "instance_id", "seq", "ts", "hist_ids"}
+)
+
+// copyDirect COPYs a batch straight into reports, histograms, events and
+// rollup_pending, as if none of its reports were stored yet, which is the
+// normal case: a resend happens only after a reconnect. If one was (the
+// primary key refuses it), the copies are undone to a savepoint and it
+// returns false, for writeStaged. The staging tables' extra COPY and
+// INSERT … SELECT cost as much as the rest of a batch's write
+// (BENCHMARKS.md, "Ingest vs COPY").
+func copyDirect(ctx context.Context, tx pgx.Tx, c copyRows) (bool, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("begin savepoint: %w", err)
 	}
-	if len(hists) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_histograms"},
-			[]string{"node_id", "instance_id", "seq", "ts", "metric_id", "count", "sum", "bucket_index", "bucket_count"},
-			pgx.CopyFromRows(hists)); err != nil {
-			return false, false, fmt.Errorf("copy histograms: %w", err)
+	err = copyAll(ctx, sp, "", c, true)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: a resend
+		if err := sp.Rollback(ctx); err != nil {
+			return false, fmt.Errorf("roll back to savepoint: %w", err)
+		}
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return false, fmt.Errorf("release savepoint: %w", err)
+	}
+	return true, nil
+}
+
+// copyAll COPYs a batch's rows into the tables named prefix+name: the
+// stored tables, or the staging ones ("stage_"), which take no pending
+// rows (moveStaged writes those for the new reports only).
+func copyAll(ctx context.Context, tx pgx.Tx, prefix string, c copyRows, pending bool) error {
+	for _, t := range []struct {
+		name string
+		cols []string
+		rows [][]any
+	}{
+		{"reports", reportColumns, c.reports},
+		{"histograms", histogramColumns, c.hists},
+		{"events", eventColumns, c.events},
+		{"rollup_pending", pendingColumns, c.pending},
+	} {
+		if len(t.rows) == 0 || (t.name == "rollup_pending" && !pending) {
+			continue
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{prefix + t.name}, t.cols, pgx.CopyFromRows(t.rows)); err != nil {
+			return fmt.Errorf("copy %s: %w", t.name, err)
 		}
 	}
-	if len(events) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_events"},
-			[]string{"node_id", "instance_id", "seq", "ts", "metric_id", "fields"},
-			pgx.CopyFromRows(events)); err != nil {
-			return false, false, fmt.Errorf("copy events: %w", err)
-		}
+	return nil
+}
+
+// writeStaged stores the reports of a batch that are not stored yet: COPY
+// to staging tables, then moveStaged. It marks the new ones in result.
+func (s *Store) writeStaged(ctx context.Context, tx pgx.Tx, c copyRows, result map[ReportKey]bool) error {
+	if _, err := tx.Exec(ctx, stagingDDL); err != nil {
+		return fmt.Errorf("create staging tables: %w", err)
 	}
-	return len(hists) > 0, len(events) > 0, nil
+	if err := copyAll(ctx, tx, "stage_", c, false); err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, moveStaged(len(c.hists) > 0, len(c.events) > 0))
+	if err != nil {
+		return fmt.Errorf("insert staged reports: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k ReportKey
+		var inst, seq int64
+		if err := rows.Scan(&k.NodeID, &inst, &seq); err != nil {
+			return fmt.Errorf("scan inserted report: %w", err)
+		}
+		k.InstanceID, k.Seq = uint64(inst), uint64(seq)
+		result[k] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("insert staged reports: %w", err)
+	}
+	return nil
 }
 
 // queueLatest merges the batch's new reports into one row per node, so the
