@@ -82,6 +82,9 @@ func startCollector(b *testing.B, bin, dbURL string, nodes int) *collector {
 	cmd := exec.Command(bin, "--db.url", dbURL, "--grpc.listen-address", grpcAddr, "--http.listen-address", httpAddr,
 		"--grpc.node-auth", "none", "--ingest.max-streams", streams, "--ingest.max-streams-per-address", streams,
 		"--ingest.max-nodes", streams)
+	// NBS_FLEET_COLLECTOR_ARGS adds flags, e.g. a profile endpoint:
+	// "--debug.pprof-listen-address 127.0.0.1:6061".
+	cmd.Args = append(cmd.Args, strings.Fields(os.Getenv("NBS_FLEET_COLLECTOR_ARGS"))...)
 	logf, err := os.Create(filepath.Join(b.TempDir(), "collector.log"))
 	if err != nil {
 		b.Fatal(err)
