@@ -38,10 +38,7 @@ type evaluator struct {
 	paths     map[int32]string
 	nodes     map[int32]store.Node
 	known     map[int32]bool // nodes whose watermark is persisted
-	// synced is the nodes this evaluator has read from the database: from
-	// then on the reports this collector stores for them may come from
-	// memory, the database having had everything before them.
-	synced    map[int32]bool
+	synced    map[int32]bool // nodes read from the database by this evaluator (see read)
 	wm        map[int32]time.Time
 	lastFlush time.Time
 	lastSweep time.Time
