@@ -528,7 +528,7 @@ func TestAlertRulesAPI(t *testing.T) {
 
 // scrape reads a registry's /metrics as the collector serves it, by series
 // (name and labels as exposed).
-func scrape(t *testing.T, m *telemetry.Metrics) map[string]float64 {
+func scrape(t testing.TB, m *telemetry.Metrics) map[string]float64 {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
