@@ -79,10 +79,12 @@
 //     does), newer than the watermark, within the lookback, times in
 //     microseconds. A report arriving after its node's watermark passed it
 //     is ignored on either path.
-//   - Every sweepEvery it reads all nodes from the database, in case a
-//     notification was lost, after the hand-over has moved the watermarks:
-//     a node whose reports all came from memory costs one index lookup and
-//     returns nothing.
+//   - Every sweepEvery (and when asked to read every node) it compares
+//     every node's newest stored report time (node_latest, one read of the
+//     table) with its watermark, after the hand-over has moved the
+//     watermarks, and reads the nodes that have something newer, in case a
+//     notification was lost: a node whose reports all came from memory
+//     costs a row of that read.
 //
 // /metrics counts the reports evaluated by source (memory, database) and
 // the reports the hand-over had no room for.

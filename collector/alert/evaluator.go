@@ -269,9 +269,9 @@ func keys(m map[int32]bool) []int32 {
 // reports in the same order: a node read from the database in this cycle
 // has what was handed over for it (the hand-over follows the commit), so
 // that is set aside; the memory path keeps to the cursor's rules (newer
-// than the watermark, within the lookback, in report order). A sweep reads
-// the database after memory has moved the watermarks, so it reads only
-// what no hand-over brought: one index lookup per quiet node.
+// than the watermark, within the lookback, in report order). A sweep
+// comes after memory has moved the watermarks, so it reads the reports
+// only of nodes with something no hand-over brought.
 func (ev *evaluator) read(ctx context.Context, now time.Time) ([]Change, error) {
 	dirty, all := ev.s.dirty.take()
 	mem, missed, lost := ev.s.handover.take()
@@ -279,20 +279,14 @@ func (ev *evaluator) read(ctx context.Context, now time.Time) ([]Change, error) 
 		dirty = map[int32]bool{}
 	}
 	maps.Copy(dirty, missed)
-	if all || lost {
-		for id := range ev.nodes {
-			dirty[id] = true
-		}
-	}
+	all = all || lost
 	kept := mem[:0]
 	for _, r := range mem {
-		switch {
-		case dirty[r.NodeID]:
-		case !ev.synced[r.NodeID]:
+		if all || dirty[r.NodeID] || !ev.synced[r.NodeID] {
 			dirty[r.NodeID] = true
-		default:
-			kept = append(kept, r)
+			continue
 		}
+		kept = append(kept, r)
 	}
 	var changes []Change
 	if len(kept) > 0 {
@@ -304,10 +298,11 @@ func (ev *evaluator) read(ctx context.Context, now time.Time) ([]Change, error) 
 		}
 		changes = append(changes, c...)
 	}
-	if all || lost || now.Sub(ev.lastSweep) >= sweepEvery {
+	if all || now.Sub(ev.lastSweep) >= sweepEvery {
 		ev.lastSweep = now
-		for id := range ev.nodes {
-			dirty[id] = true
+		if err := ev.sweep(ctx, dirty); err != nil {
+			ev.s.dirty.add(keys(dirty), true) // read them again next time
+			return nil, err
 		}
 	}
 	if len(dirty) > 0 {
@@ -319,6 +314,31 @@ func (ev *evaluator) read(ctx context.Context, now time.Time) ([]Change, error) 
 		changes = append(changes, c...)
 	}
 	return changes, nil
+}
+
+// sweep adds to dirty every known node with a stored report newer than its
+// watermark, by node_latest's newest time (what the cursor's join checks
+// first): one read of that table rather than a cursor per node, a fifth of
+// the cost at 30,000 nodes (BENCHMARKS.md). The nodes with nothing newer
+// are read from the database as far as it matters: from now on their
+// reports may come from memory.
+func (ev *evaluator) sweep(ctx context.Context, dirty map[int32]bool) error {
+	newest, err := ev.s.st.NewestTimes(ctx)
+	if err != nil {
+		return err
+	}
+	for id := range ev.nodes {
+		if dirty[id] {
+			continue
+		}
+		ts, ok := newest[id]
+		if wm, known := ev.eng.Watermark(id); ok && (!known || ts.After(wm)) {
+			dirty[id] = true
+			continue
+		}
+		ev.synced[id] = true
+	}
+	return nil
 }
 
 // fromMemory orders handed-over reports as the database path reads them

@@ -64,6 +64,30 @@ func (s *Store) ReportsAfter(ctx context.Context, cursors []ReportCursor) ([]Rep
 	return out, nil
 }
 
+// NewestTimes is every node's newest report time (node_latest's, by
+// OrderTime): what a reader compares with its cursors to know which nodes
+// have anything newer, without sending a cursor per node.
+func (s *Store) NewestTimes(ctx context.Context) (map[int32]time.Time, error) {
+	rows, err := s.pool.Query(ctx, `SELECT node_id, ts FROM node_latest`)
+	if err != nil {
+		return nil, fmt.Errorf("read newest report times: %w", err)
+	}
+	defer rows.Close()
+	out := map[int32]time.Time{}
+	for rows.Next() {
+		var id int32
+		var ts time.Time
+		if err := rows.Scan(&id, &ts); err != nil {
+			return nil, fmt.Errorf("read newest report times: %w", err)
+		}
+		out[id] = ts
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read newest report times: %w", err)
+	}
+	return out, nil
+}
+
 // MetricPaths resolves metric ids to their paths; unknown ids are left out.
 func (s *Store) MetricPaths(ctx context.Context, ids []int32) (map[int32]string, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, path FROM metric_paths WHERE id = ANY($1)`, ids)

@@ -75,6 +75,10 @@ func TestReportsAfterCursors(t *testing.T) {
 			}
 		})
 	}
+	newest, err := st.NewestTimes(ctx)
+	if err != nil || len(newest) != 2 || !newest[nodes["a"]].Equal(at(10)) || !newest[nodes["b"]].Equal(at(10)) {
+		t.Errorf("NewestTimes = %v, %v; want a and b at their tenth second, quiet absent", newest, err)
+	}
 	paths, err := st.MetricPaths(ctx, []int32{ids["tcp_reset"], ids["tcp_reset/sent"], 1_000_000})
 	if err != nil || len(paths) != 2 || paths[ids["tcp_reset/sent"]] != "tcp_reset/sent" {
 		t.Errorf("MetricPaths = %v, %v; want the two known ids", paths, err)
