@@ -150,3 +150,57 @@ func TestAlertHandoverAcrossTermChange(t *testing.T) {
 		})
 	}
 }
+
+// A node registered after the leader started is unknown to its evaluator
+// and has never been read from the database: its first handed-over report
+// sends it there (which also loads the node), and the reports after it
+// come from memory.
+func TestAlertNewNodeAfterLeaderStarted(t *testing.T) {
+	rcv := newReceivers(t)
+	f := newFixture(t, pgcluster.Database(t))
+	svc := start(t, f.st, rcv.config(t), "only")
+	waitLeading(t, svc)
+	// Once web-1's report is read, the evaluator has loaded its nodes.
+	f.report(t, svc.Service, 0)
+	waitFor(t, 5*time.Second, func() string {
+		if m := scrape(t, svc.metrics); m[readMemory]+m[readDatabase] != 1 {
+			return "web-1's report not read"
+		}
+		return ""
+	})
+	before := scrape(t, svc.metrics)
+	ctx := context.Background()
+	f.node.Name = "web-2"
+	var err error
+	if f.node.ID, err = f.st.UpsertNode(ctx, f.node); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.UpsertDefinitions(ctx, f.node.ID, []store.MetricDef{
+		{Path: "tcp_reset", Title: "TCP resets", Unit: "resets/s", Kind: store.KindRate},
+		{Path: "tcp_reset/sent", Title: "Resets sent", Unit: "resets/s", Kind: store.KindRate},
+		{Path: "tcp_reset/sent/no_socket", Title: "Sent: no_socket", Unit: "resets/s", Kind: store.KindRate},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.report(t, svc.Service, 0)
+	waitFor(t, 5*time.Second, func() string {
+		if m := scrape(t, svc.metrics); m[readMemory]+m[readDatabase] != before[readMemory]+before[readDatabase]+1 {
+			return "web-2's first report not read"
+		}
+		return ""
+	})
+	f.report(t, svc.Service, 187)
+	f.report(t, svc.Service, 187)
+	waitFor(t, 3*time.Second, func() string {
+		if ev := rcv.events(); fmt.Sprint(ev) != "[firing:NBSRootCritical:web-2:tcp_reset/sent/no_socket]" {
+			return fmt.Sprintf("webhook events %v, want web-2 firing", ev)
+		}
+		return ""
+	})
+	m := scrape(t, svc.metrics)
+	fromDB, fromMem := m[readDatabase]-before[readDatabase], m[readMemory]-before[readMemory]
+	if fromDB != 1 || fromMem != 2 {
+		t.Errorf("read %v of web-2's reports from the database and %v from memory; want the first from the database, the others from memory",
+			fromDB, fromMem)
+	}
+}
