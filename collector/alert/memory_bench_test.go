@@ -25,8 +25,9 @@ import (
 // "memory" is the leader taking them from the hand-over; "database" is the
 // hand-over turned off (no room), so every report is read back as before
 // it. db_rows is reports read back; pg_blocks and pg_tuples are
-// pg_stat_database's buffer accesses and tuples returned and fetched, all
-// per 1,000 reports.
+// pg_stat_database's buffer accesses and tuples returned and fetched;
+// wm_blocks the buffer accesses of the watermark upserts; all per 1,000
+// reports.
 func BenchmarkAlertEvaluatorReads(b *testing.B) {
 	const nodes, batch = 1000, 500
 	ctx := context.Background()
@@ -109,7 +110,7 @@ func BenchmarkAlertEvaluatorReads(b *testing.B) {
 			if m != nil {
 				rows0 = readTotal(b, m, "database")
 			}
-			blocks0, tuples0 := dbStats(b, st.Pool())
+			blocks0, tuples0, wm0 := dbStats(b, st.Pool())
 			b.ResetTimer()
 			for range b.N {
 				round(svc)
@@ -119,13 +120,14 @@ func BenchmarkAlertEvaluatorReads(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			blocks, tuples := dbStats(b, st.Pool())
+			blocks, tuples, wm := dbStats(b, st.Pool())
 			per := float64(b.N*nodes) / 1000
 			if m != nil {
 				b.ReportMetric((readTotal(b, m, "database")-rows0)/per, "db_rows/1k")
 			}
 			b.ReportMetric((blocks-blocks0)/per, "pg_blocks/1k")
 			b.ReportMetric((tuples-tuples0)/per, "pg_tuples/1k")
+			b.ReportMetric((wm-wm0)/per, "wm_blocks/1k")
 		})
 	}
 }
@@ -147,14 +149,17 @@ func waitRead(b *testing.B, m *telemetry.Metrics, want float64) {
 }
 
 // dbStats is the database's buffer accesses and tuples returned and
-// fetched so far, after the other backends have flushed their statistics
-// (they do at most once a second).
-func dbStats(b *testing.B, pool *pgxpool.Pool) (blocks, tuples float64) {
+// fetched so far, and the buffer accesses of alert_watermarks (table and
+// index), after the other backends have flushed their statistics (they do
+// at most once a second).
+func dbStats(b *testing.B, pool *pgxpool.Pool) (blocks, tuples, watermarks float64) {
 	b.Helper()
 	time.Sleep(1500 * time.Millisecond)
-	if err := pool.QueryRow(context.Background(), `SELECT blks_hit + blks_read, tup_returned + tup_fetched
-		FROM pg_stat_database WHERE datname = current_database()`).Scan(&blocks, &tuples); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT d.blks_hit + d.blks_read, d.tup_returned + d.tup_fetched,
+			coalesce(w.heap_blks_hit + w.heap_blks_read + w.idx_blks_hit + w.idx_blks_read, 0)
+		FROM pg_stat_database d, pg_statio_user_tables w
+		WHERE d.datname = current_database() AND w.relname = 'alert_watermarks'`).Scan(&blocks, &tuples, &watermarks); err != nil {
 		b.Fatal(err)
 	}
-	return blocks, tuples
+	return blocks, tuples, watermarks
 }
