@@ -50,6 +50,9 @@ type Service struct {
 
 	hook     chan []int32
 	overflow atomic.Bool
+	// handover carries the reports this collector stored while it leads
+	// to its evaluator; hook carries node ids otherwise.
+	handover *handover
 	dirty    dirtySet
 	rulesCh  chan struct{}
 	sendWake chan struct{}
@@ -62,7 +65,7 @@ func New(st *store.Store, cfg Config, log *slog.Logger, m *telemetry.Metrics) (*
 		return nil, err
 	}
 	s := &Service{cfg: cfg, st: st, repo: repo{st.Pool()}, log: log, metrics: m.Alert, am: alertmanager.New(nil),
-		hook: make(chan []int32, hookQueue), dirty: dirtySet{wake: make(chan struct{}, 1)},
+		hook: make(chan []int32, hookQueue), handover: newHandover(), dirty: dirtySet{wake: make(chan struct{}, 1)},
 		rulesCh: make(chan struct{}, 1), sendWake: make(chan struct{}, 1)}
 	if cfg.WebhookURL != "" {
 		secret, err := readSecret(cfg.WebhookSecretFile)
@@ -85,11 +88,28 @@ func (s *Service) SetThresholds(t api.Thresholds) { s.thresholds = t }
 // Leading reports whether this collector evaluates alerts right now.
 func (s *Service) Leading() bool { return s.elector.Leading() }
 
-// OnStored is the writer's hook. It runs on a database writer, so it never
-// blocks: the node ids go to a bounded queue, and if that is full the
-// forwarder is told to sweep every node instead (nothing is lost, since the
-// evaluator reads the reports themselves from PostgreSQL).
+// OnStored is the writer's hook, called after commit with the reports that
+// were new. It runs on a database writer, so it never blocks. While this
+// collector leads, the reports go to its evaluator in memory (bounded; a
+// report without room leaves its node to be read from PostgreSQL).
+// Otherwise the node ids go to a bounded queue for the forwarder, and if
+// that is full the forwarder is told to sweep every node instead. Nothing
+// is lost either way: the reports are committed, and the database path
+// reads whatever did not arrive in memory.
 func (s *Service) OnStored(reports []store.Report) {
+	if s.Leading() {
+		if dropped := s.handover.put(reports); dropped > 0 {
+			s.metrics.HandoverOverflow.Add(float64(dropped))
+		}
+		s.dirty.poke()
+		return
+	}
+	s.forwardIDs(reports)
+}
+
+// forwardIDs queues the reports' node ids for the forwarder, or, if its
+// queue is full, asks it for a sweep of every node.
+func (s *Service) forwardIDs(reports []store.Report) {
 	ids := make([]int32, 0, len(reports))
 	seen := make(map[int32]bool, len(reports))
 	for _, r := range reports {
@@ -132,6 +152,12 @@ func (d *dirtySet) add(ids []int32, all bool) {
 	}
 	d.all = d.all || all
 	d.mu.Unlock()
+	d.poke()
+}
+
+// poke wakes the evaluator without marking anything: the hand-over has
+// reports for it.
+func (d *dirtySet) poke() {
 	select {
 	case d.wake <- struct{}{}:
 	default:
@@ -232,12 +258,30 @@ func parseWake(payload string) (ids []int32, all bool) {
 func (s *Service) lead(ctx context.Context, term leader.Term) error {
 	s.metrics.Leader.Set(1)
 	defer s.metrics.Leader.Set(0)
+	defer s.handBack()
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 	wg.Go(func() { s.deliver(ctx) })
 	return s.evaluate(ctx, term)
+}
+
+// handBack runs when a term ends: what the hand-over still holds (reports
+// stored while this collector led, not yet evaluated) goes to the forwarder
+// as node ids, so the next leader hears of them by NOTIFY rather than only
+// at its sweep; missed nodes beyond the bound become a sweep of every node.
+func (s *Service) handBack() {
+	reports, missed, all := s.handover.take()
+	for id := range missed {
+		reports = append(reports, store.Report{NodeID: id})
+	}
+	if all {
+		s.overflow.Store(true)
+	}
+	if len(reports) > 0 || all {
+		s.forwardIDs(reports)
+	}
 }
 
 // heard takes a notification the leader's lock connection received: new

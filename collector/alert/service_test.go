@@ -159,6 +159,15 @@ func newFixture(t *testing.T, db string) *fixture {
 // no_socket child when resets > 0) and runs the writer's hook.
 func (f *fixture) report(t *testing.T, svc *Service, resets float64) {
 	t.Helper()
+	r := f.next(resets)
+	if _, err := f.st.WriteReports(context.Background(), []store.Report{r}); err != nil {
+		t.Fatal(err)
+	}
+	svc.OnStored([]store.Report{r})
+}
+
+// next is the next one-second report, not yet stored.
+func (f *fixture) next(resets float64) store.Report {
 	f.seq++
 	f.clock = f.clock.Add(time.Second)
 	st := store.StateOK
@@ -172,10 +181,7 @@ func (f *fixture) report(t *testing.T, svc *Service, resets float64) {
 			store.Sample{MetricID: f.ids["tcp_reset/sent"], Path: "tcp_reset/sent", Value: resets, State: st},
 			store.Sample{MetricID: f.ids["tcp_reset/sent/no_socket"], Path: "tcp_reset/sent/no_socket", Value: resets, State: st})
 	}
-	if _, err := f.st.WriteReports(context.Background(), []store.Report{r}); err != nil {
-		t.Fatal(err)
-	}
-	svc.OnStored([]store.Report{r})
+	return r
 }
 
 type running struct {
@@ -186,11 +192,20 @@ type running struct {
 
 func start(t *testing.T, st *store.Store, cfg Config, name string) *running {
 	t.Helper()
+	return startWith(t, st, cfg, name, nil)
+}
+
+// startWith is start with a change to the service before it runs.
+func startWith(t *testing.T, st *store.Store, cfg Config, name string, tweak func(*Service)) *running {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("svc", name)
 	m := telemetry.New()
 	svc, err := New(st, cfg, log, m)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tweak != nil {
+		tweak(svc)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -339,6 +354,10 @@ func TestAlertServiceFailover(t *testing.T) {
 		return ""
 	})
 	t.Logf("fired %s after the second report via the follower", time.Since(start))
+	if m := scrape(t, a.metrics); m[readMemory] != 0 || m[readDatabase] != 2 {
+		t.Errorf("the leader read %v reports from memory and %v from the database; want the follower's two from the database",
+			m[readMemory], m[readDatabase])
+	}
 	a.stop()
 	waitLeading(t, b)
 	f.report(t, b.Service, 0)
@@ -509,7 +528,7 @@ func TestAlertRulesAPI(t *testing.T) {
 
 // scrape reads a registry's /metrics as the collector serves it, by series
 // (name and labels as exposed).
-func scrape(t *testing.T, m *telemetry.Metrics) map[string]float64 {
+func scrape(t testing.TB, m *telemetry.Metrics) map[string]float64 {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))

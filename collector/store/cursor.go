@@ -16,8 +16,9 @@ type ReportCursor struct {
 }
 
 // ReportsAfter reads the samples of the reports each cursor asks for,
-// ordered by node and time; histograms and events are not read, and sample
-// paths are left for MetricPaths to resolve. A node with nothing newer than
+// ordered by node and time, with their keys (instance and sequence);
+// histograms and events are not read, and sample paths are left for
+// MetricPaths to resolve. A node with nothing newer than
 // its cursor costs one index lookup.
 func (s *Store) ReportsAfter(ctx context.Context, cursors []ReportCursor) ([]Report, error) {
 	ids := make([]int32, len(cursors))
@@ -27,7 +28,7 @@ func (s *Store) ReportsAfter(ctx context.Context, cursors []ReportCursor) ([]Rep
 		ids[i], after[i], lookback[i] = c.NodeID, c.After, c.Lookback.Milliseconds()
 	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT r.node_id, r.ts, r.interval_ms, r.metric_ids, r.vals, r.states
+		SELECT r.node_id, r.instance_id, r.seq, r.ts, r.interval_ms, r.metric_ids, r.vals, r.states
 		FROM unnest($1::int[], $2::timestamptz[], $3::bigint[]) AS w(node_id, since, lookback_ms)
 		JOIN node_latest l ON l.node_id = w.node_id AND l.ts > w.since
 		JOIN reports r ON r.node_id = w.node_id
@@ -44,10 +45,11 @@ func (s *Store) ReportsAfter(ctx context.Context, cursors []ReportCursor) ([]Rep
 		var metricIDs []int32
 		var vals []float64
 		var states []int16
-		if err := rows.Scan(&r.NodeID, &r.Time, &interval, &metricIDs, &vals, &states); err != nil {
+		var inst, seq int64
+		if err := rows.Scan(&r.NodeID, &inst, &seq, &r.Time, &interval, &metricIDs, &vals, &states); err != nil {
 			return nil, fmt.Errorf("read new reports: %w", err)
 		}
-		r.IntervalMS = uint32(interval)
+		r.InstanceID, r.Seq, r.IntervalMS = uint64(inst), uint64(seq), uint32(interval)
 		r.Samples = make([]Sample, 0, len(metricIDs))
 		for i, id := range metricIDs {
 			if i < len(vals) && i < len(states) {
@@ -58,6 +60,30 @@ func (s *Store) ReportsAfter(ctx context.Context, cursors []ReportCursor) ([]Rep
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read new reports: %w", err)
+	}
+	return out, nil
+}
+
+// NewestTimes is every node's newest report time (node_latest's, by
+// OrderTime): what a reader compares with its cursors to know which nodes
+// have anything newer, without sending a cursor per node.
+func (s *Store) NewestTimes(ctx context.Context) (map[int32]time.Time, error) {
+	rows, err := s.pool.Query(ctx, `SELECT node_id, ts FROM node_latest`)
+	if err != nil {
+		return nil, fmt.Errorf("read newest report times: %w", err)
+	}
+	defer rows.Close()
+	out := map[int32]time.Time{}
+	for rows.Next() {
+		var id int32
+		var ts time.Time
+		if err := rows.Scan(&id, &ts); err != nil {
+			return nil, fmt.Errorf("read newest report times: %w", err)
+		}
+		out[id] = ts
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read newest report times: %w", err)
 	}
 	return out, nil
 }

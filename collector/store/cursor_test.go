@@ -10,7 +10,8 @@ import (
 
 // ReportsAfter returns, per node, the reports after its cursor and within
 // its lookback of the node's newest report, in node and time order, with
-// ids resolvable by MetricPaths.
+// their keys (the evaluator tells reports apart by them) and ids resolvable
+// by MetricPaths.
 func TestReportsAfterCursors(t *testing.T) {
 	st := openTest(t)
 	ctx := context.Background()
@@ -60,7 +61,11 @@ func TestReportsAfterCursors(t *testing.T) {
 			}
 			var b []string
 			for _, r := range got {
-				b = append(b, fmt.Sprintf("%s:%d", names[r.NodeID], r.Time.Sub(t0)/time.Second))
+				sec := r.Time.Sub(t0) / time.Second
+				b = append(b, fmt.Sprintf("%s:%d", names[r.NodeID], sec))
+				if want := (ReportKey{NodeID: r.NodeID, InstanceID: 1, Seq: uint64(sec)}); r.Key() != want {
+					t.Errorf("report at second %d: key %+v, want %+v", sec, r.Key(), want)
+				}
 				if r.IntervalMS != 1000 || len(r.Samples) != 2 || r.Samples[1].State != StateCrit || r.Samples[1].MetricID != ids["tcp_reset/sent"] {
 					t.Errorf("report %+v: want interval 1000 and both samples with their ids and states", r)
 				}
@@ -69,6 +74,10 @@ func TestReportsAfterCursors(t *testing.T) {
 				t.Errorf("reports %q, want %q", s, c.want)
 			}
 		})
+	}
+	newest, err := st.NewestTimes(ctx)
+	if err != nil || len(newest) != 2 || !newest[nodes["a"]].Equal(at(10)) || !newest[nodes["b"]].Equal(at(10)) {
+		t.Errorf("NewestTimes = %v, %v; want a and b at their tenth second, quiet absent", newest, err)
 	}
 	paths, err := st.MetricPaths(ctx, []int32{ids["tcp_reset"], ids["tcp_reset/sent"], 1_000_000})
 	if err != nil || len(paths) != 2 || paths[ids["tcp_reset/sent"]] != "tcp_reset/sent" {

@@ -13,6 +13,8 @@ type AlertMetrics struct {
 	Alerts              *prometheus.GaugeVec     // state: pending, firing
 	Leader              prometheus.Gauge
 	EvaluationFailures  prometheus.Counter
+	ReportsRead         *prometheus.CounterVec // source: memory, database
+	HandoverOverflow    prometheus.Counter
 }
 
 func newAlertMetrics() AlertMetrics {
@@ -36,6 +38,12 @@ func newAlertMetrics() AlertMetrics {
 		EvaluationFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nbs_collector_alert_evaluation_failures_total",
 			Help: "Alert evaluations that failed (a database error) and restarted from what PostgreSQL holds."}),
+		ReportsRead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nbs_collector_alert_reports_read_total",
+			Help: "Reports the alert leader evaluated, by source: memory (stored by its own writer and handed over) or database (read back from PostgreSQL: other collectors' reports, sweeps, overflow)."}, []string{"source"}),
+		HandoverOverflow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nbs_collector_alert_handover_overflow_total",
+			Help: "Stored reports the alert leader's in-memory hand-over had no room for; their nodes are read from PostgreSQL instead."}),
 	}
 	// Series exist from the start, so rate() and absence alerts work.
 	for _, i := range []string{"alertmanager", "webhook"} {
@@ -45,9 +53,12 @@ func newAlertMetrics() AlertMetrics {
 	for _, s := range []string{"pending", "firing"} {
 		m.Alerts.WithLabelValues(s)
 	}
+	for _, s := range []string{"memory", "database"} {
+		m.ReportsRead.WithLabelValues(s)
+	}
 	return m
 }
 
 func (m AlertMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Notifications, m.NotificationsFailed, m.NotificationLatency, m.Alerts, m.Leader, m.EvaluationFailures}
+	return []prometheus.Collector{m.Notifications, m.NotificationsFailed, m.NotificationLatency, m.Alerts, m.Leader, m.EvaluationFailures, m.ReportsRead, m.HandoverOverflow}
 }

@@ -1,0 +1,100 @@
+package alert
+
+import (
+	"sync"
+	"unsafe"
+
+	"github.com/nbs-project/nbs/collector/store"
+)
+
+// The hand-over's bounds. At 3,000 reports/s (30,000 nodes at 10 s) a
+// healthy report takes a few hundred bytes here and the evaluator takes
+// them every cycle (well under a second), so the bounds are only reached
+// when the evaluator is stalled (a database outage, a restart); beyond them
+// nothing is lost, the nodes are read from PostgreSQL instead.
+const (
+	// handoverReports and handoverBytes bound the reports held, in number
+	// and in memory (reportSize; a snapshot report is tens of KB).
+	handoverReports = 1 << 16
+	handoverBytes   = 32 << 20
+	// handoverMissed bounds the nodes remembered as missed; beyond it the
+	// evaluator reads every node from PostgreSQL.
+	handoverMissed = 1 << 16
+)
+
+// handover passes the reports this collector's own writer committed, while
+// it leads, to its evaluator in memory, so that it does not read them back
+// from PostgreSQL. It is bounded in reports and bytes; a report it has no
+// room for leaves its node marked missed, and the evaluator then reads that
+// node from the database, which holds everything the hand-over dropped
+// (the writer hands over only after commit). The reports, missed nodes and
+// the all flag are taken together under one lock, so the evaluator never
+// sees a node's later report without learning that an earlier one was
+// dropped.
+type handover struct {
+	mu         sync.Mutex
+	reports    []store.Report
+	bytes      int64
+	missed     map[int32]bool
+	all        bool // more nodes missed than handoverMissed: read every node
+	maxReports int
+	maxBytes   int64
+	maxMissed  int
+}
+
+func newHandover() *handover {
+	return &handover{maxReports: handoverReports, maxBytes: handoverBytes, maxMissed: handoverMissed}
+}
+
+// put holds what it has room for, trimmed to what evaluation reads (the
+// histograms and events stay with the writer's batch), and returns how
+// many reports it had no room for. It only takes a lock that take holds
+// for a swap, so it never blocks the writer for long.
+func (h *handover) put(reports []store.Report) (dropped int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range reports {
+		r := &reports[i]
+		n := reportSize(r)
+		if len(h.reports) < h.maxReports && h.bytes+n <= h.maxBytes {
+			h.reports = append(h.reports, store.Report{NodeID: r.NodeID, InstanceID: r.InstanceID, Seq: r.Seq,
+				Time: r.Time, Received: r.Received, IntervalMS: r.IntervalMS, Samples: r.Samples})
+			h.bytes += n
+			continue
+		}
+		dropped++
+		if h.all {
+			continue
+		}
+		if len(h.missed) >= h.maxMissed {
+			h.all, h.missed = true, nil
+			continue
+		}
+		if h.missed == nil {
+			h.missed = map[int32]bool{}
+		}
+		h.missed[r.NodeID] = true
+	}
+	return dropped
+}
+
+// take empties the hand-over: the reports in the order they were
+// committed, the nodes whose reports were dropped, and whether so many were
+// that every node must be read from the database.
+func (h *handover) take() (reports []store.Report, missed map[int32]bool, all bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	reports, missed, all = h.reports, h.missed, h.all
+	h.reports, h.missed, h.all, h.bytes = nil, nil, false, 0
+	return reports, missed, all
+}
+
+// reportSize estimates the memory a handed-over report holds: the struct,
+// its samples and their paths (as the agent sent them, not interned).
+func reportSize(r *store.Report) int64 {
+	n := int64(unsafe.Sizeof(*r))
+	for i := range r.Samples {
+		n += int64(unsafe.Sizeof(r.Samples[i])) + int64(len(r.Samples[i].Path))
+	}
+	return n
+}
