@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -534,12 +535,16 @@ const silentPending = staleAfter
 // hear from.
 func (e *Engine) EvaluateSilent(now, started time.Time) []Change {
 	var changes []Change
+	var ids []int32
 	for _, id := range e.ruleOrder {
 		r := e.rules[id]
 		if r.Kind != KindSilent {
 			continue
 		}
-		for _, nid := range sortedNodeIDs(e.nodes) {
+		if ids == nil {
+			ids = sortedNodeIDs(e.nodes)
+		}
+		for _, nid := range ids {
 			nv := e.nodes[nid]
 			fp := nodeFingerprint(r.ID, nid, "")
 			inst := e.open[fp]
@@ -586,8 +591,17 @@ func groupEvidence(g *groupAcc, now time.Time) Evidence {
 	return Evidence{ObservedAt: now, Interval: g.maxInterval, InState: len(g.inState), Total: g.total, Nodes: g.inState}
 }
 
+// nodeFingerprint is "n:<rule>:<node>:<metric>", built without fmt: silent
+// rules build one per node on every evaluation.
 func nodeFingerprint(rule int64, node int32, metric string) string {
-	return fmt.Sprintf("n:%d:%d:%s", rule, node, metric)
+	b := make([]byte, 0, 32+len(metric))
+	b = append(b, "n:"...)
+	b = strconv.AppendInt(b, rule, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(node), 10)
+	b = append(b, ':')
+	b = append(b, metric...)
+	return string(b)
 }
 
 func groupFingerprint(rule int64, key map[string]string) string {

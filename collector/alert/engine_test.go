@@ -437,3 +437,17 @@ func TestAlertEngineNodeSilent(t *testing.T) {
 		t.Fatalf("web-1 silent again for 460 s, web-2 gone: %v, want web-1 fired", describeChanges(got))
 	}
 }
+
+// TestNodeFingerprintFormat: fingerprints are stored (alert_instances) and
+// sent to Alertmanager; building them without fmt must not change one.
+func TestNodeFingerprintFormat(t *testing.T) {
+	for _, c := range []struct {
+		rule   int64
+		node   int32
+		metric string
+	}{{1, 1, ""}, {42, 7, "tcp_reset/sent/no_socket"}, {-3, -2147483648, "ping"}, {1 << 40, 2147483647, "a:b"}} {
+		if got, want := nodeFingerprint(c.rule, c.node, c.metric), fmt.Sprintf("n:%d:%d:%s", c.rule, c.node, c.metric); got != want {
+			t.Errorf("nodeFingerprint(%d, %d, %q) = %q, want %q", c.rule, c.node, c.metric, got, want)
+		}
+	}
+}

@@ -18,6 +18,9 @@ const (
 	// without a wake-up, in case a NOTIFY was lost (a follower's database
 	// hiccup, a leader change in between).
 	sweepEvery = 10 * time.Second
+	// silentEvery: silent rules are evaluated this often, not on every
+	// cycle.
+	silentEvery = time.Second
 	// reloadEvery: rules and node labels are re-read this often besides on
 	// notification.
 	reloadEvery = 30 * time.Second
@@ -43,6 +46,8 @@ type evaluator struct {
 	lastFlush time.Time
 	lastSweep time.Time
 	lastLoad  time.Time
+	// lastSilent is when silent rules were last evaluated.
+	lastSilent time.Time
 	// started is when this evaluator began: silence before it may be this
 	// collector's own outage, not the nodes'.
 	started time.Time
@@ -233,7 +238,13 @@ func (ev *evaluator) cycle(ctx context.Context) error {
 	}
 	changes = append(changes, c...)
 	changes = append(changes, ev.eng.EvaluateGroups(now)...)
-	changes = append(changes, ev.eng.EvaluateSilent(now, ev.started)...)
+	// Silence is a matter of seconds at the least (intervals are), and
+	// looking at every node costs: at 10,000 nodes it was a fifth of the
+	// collector's CPU when it ran on every cycle.
+	if now.Sub(ev.lastSilent) >= silentEvery {
+		ev.lastSilent = now
+		changes = append(changes, ev.eng.EvaluateSilent(now, ev.started)...)
+	}
 	ev.eng.Prune(now)
 	if err := ev.persist(ctx, changes, now); err != nil {
 		return err
