@@ -91,7 +91,7 @@
 //
 // Because the reports table is the input, a new leader needs no hand-over
 // from its predecessor: it loads the open alerts and per-node watermarks
-// (flushed at least every second) and replays what it has not seen, capped
+// (flushed every 30 s, and a node's with its changes) and replays what it has not seen, capped
 // at Lookback per node; what the old leader had in its hand-over is in the
 // table (and, when the term ends, its node ids are sent on by NOTIFY).
 // Replays are idempotent: an instance ignores reports at or before its last
