@@ -390,8 +390,9 @@ func (s *Store) FoldRollups(ctx context.Context, o FoldOptions) (FoldResult, err
 		perFold = defaultReportsPerFold
 	}
 	before := now.Add(-MinuteGrace).Truncate(time.Minute)
-	for {
-		n, err := foldPending(ctx, conn, before, perFold)
+	for from := firstPendingKey; ; {
+		n, last, err := foldPending(ctx, conn, before, from, perFold)
+		from = last
 		res.Reports += n
 		if err != nil {
 			return res, fmt.Errorf("fold pending reports into minute rollups: %w", err)

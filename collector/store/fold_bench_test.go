@@ -6,7 +6,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -98,7 +97,7 @@ func TestExplainFoldPending(t *testing.T) {
 	f.minute(t, m.Add(-time.Minute))
 	f.minute(t, m)
 	// The minute before: folded, as the fold's steady state finds it.
-	if _, err := foldPending(ctx, st.pool, m, 1<<30); err != nil {
+	if _, _, err := foldPending(ctx, st.pool, m, firstPendingKey, 1<<30); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := st.pool.Begin(ctx)
@@ -131,7 +130,11 @@ func TestExplainFoldPending(t *testing.T) {
 		}
 	}
 	limit := envInt("NBS_FOLD_LIMIT", defaultReportsPerFold)
-	explain(takePending, m.Add(time.Minute), limit)
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off`); err != nil {
+		t.Fatal(err)
+	}
+	explain(takePending, m.Add(time.Minute), limit, firstPendingKey.node, firstPendingKey.ts)
+
 	explain(foldPendingSamples)
 	explain(foldPendingHistograms)
 	explain(markLateHours)
@@ -242,11 +245,9 @@ func BenchmarkFoldPending(b *testing.B) {
 	}
 	legacy := &variant{name: "before", st: openTest(b)}
 	current := &variant{name: "after", st: openTest(b)}
-	for _, fk := range []string{
-		`ALTER TABLE rollup_samples ADD FOREIGN KEY (node_id) REFERENCES nodes (id) ON DELETE CASCADE`,
-		`ALTER TABLE rollup_histograms ADD FOREIGN KEY (node_id) REFERENCES nodes (id) ON DELETE CASCADE`,
-	} {
-		if _, err := legacy.st.pool.Exec(ctx, fk); err != nil && !strings.Contains(err.Error(), "already exists") {
+	for _, table := range []string{"rollup_samples", "rollup_histograms"} {
+		if _, err := legacy.st.pool.Exec(ctx, `ALTER TABLE `+table+` DROP CONSTRAINT IF EXISTS `+table+`_node_id_fkey, 
+			ADD CONSTRAINT `+table+`_node_id_fkey FOREIGN KEY (node_id) REFERENCES nodes (id) ON DELETE CASCADE`); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -257,14 +258,18 @@ func BenchmarkFoldPending(b *testing.B) {
 		r, err := current.st.FoldRollups(ctx, FoldOptions{Now: before.Add(MinuteGrace)})
 		return r.Reports, err
 	}
+	start := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
 	for _, v := range []*variant{legacy, current} {
 		v.f = newFoldBacklog(b, v.st, nodes)
-		// Hours stay unfolded: this times the minute fold alone.
-		if err := v.st.SetFoldWatermark(ctx, RollupHour, time.Now().Add(-24*time.Hour).Truncate(time.Hour)); err != nil {
+		// The minutes' hour is open and no day closes: this times the
+		// minute fold alone.
+		if err := v.st.SetFoldWatermark(ctx, RollupHour, start); err != nil {
+			b.Fatal(err)
+		}
+		if err := v.st.SetFoldWatermark(ctx, RollupDay, start.Truncate(24*time.Hour)); err != nil {
 			b.Fatal(err)
 		}
 	}
-	start := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
 	b.ResetTimer()
 	for r := range rounds + 1 {
 		m := start.Add(time.Duration(r) * time.Minute)

@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,15 +35,29 @@ const (
 CREATE TEMP TABLE IF NOT EXISTS fold_pending (
 	node_id integer, instance_id bigint, seq bigint, ts timestamptz, hist_ids integer[]
 ) ON COMMIT DELETE ROWS`
-	// takePending moves up to $2 pending keys of reports before $1 to the
-	// transaction's own table; only the fold lock's holder deletes from
-	// rollup_pending, so the ctids it selects are the rows it deletes.
+	// takePending moves up to $2 pending keys of reports before $1, in
+	// (node_id, ts) order from ($3, $4) on, to the transaction's own
+	// table, and returns how many and the last key taken. Only the fold
+	// lock's holder deletes from rollup_pending, so the ctids it selects
+	// are the rows it deletes.
+	//
+	// In node order, a chunk holds whole node-minutes: each minute rollup
+	// row is inserted once, by one chunk, and only the node-minute at a
+	// chunk's edge (and late reports) is added to a row already stored.
+	// Taken as stored (by time), every chunk of a fleet's minute held about
+	// one report of every node, and each chunk after the first updated
+	// every row the first inserted: 5 updates a row at 6 reports a minute
+	// (BENCHMARKS.md, "The minute fold"). The lower bound skips the index
+	// entries of the chunks already taken.
 	takePending = `
 WITH d AS (
-	DELETE FROM rollup_pending WHERE ctid = ANY(ARRAY(SELECT ctid FROM rollup_pending WHERE ts < $1 LIMIT $2))
+	DELETE FROM rollup_pending WHERE ctid = ANY(ARRAY(
+		SELECT ctid FROM rollup_pending WHERE ts < $1 AND (node_id, ts) >= ($3, $4) ORDER BY node_id, ts LIMIT $2))
 	RETURNING node_id, instance_id, seq, ts, hist_ids
+), i AS (
+	INSERT INTO fold_pending SELECT * FROM d
 )
-INSERT INTO fold_pending SELECT * FROM d`
+SELECT count(*) OVER (), node_id, ts FROM d ORDER BY node_id DESC, ts DESC LIMIT 1`
 	// foldPendingSamples adds the taken reports' samples to the minute
 	// rollups, as Rollups.Add would: NaN and infinities skipped, a sample's
 	// interval counted in its state. Rows in key order (sortedKeys).
@@ -72,27 +88,44 @@ SELECT DISTINCT 3600, date_bin('1 hour', ts, ` + epoch + `) FROM fold_pending
 WHERE ts < (SELECT through FROM rollup_folds WHERE res = 3600)`
 )
 
-// foldPending folds up to limit pending reports before before into the
-// minute rollups, in one transaction, and returns how many it took.
+// pendingKey is where a fold's next chunk starts, in (node_id, ts) order.
+type pendingKey struct {
+	node int32
+	ts   time.Time
+}
+
+// firstPendingKey is before every pending report (the zero time is year 1).
+var firstPendingKey = pendingKey{node: math.MinInt32}
+
+// foldPending folds up to limit pending reports before before, from key
+// from on in (node_id, ts) order, into the minute rollups, in one
+// transaction. It returns how many it took and the key of the last.
 func foldPending(ctx context.Context, conn interface {
 	Begin(context.Context) (pgx.Tx, error)
-}, before time.Time, limit int) (int, error) {
+}, before time.Time, from pendingKey, limit int) (int, pendingKey, error) {
 	var n int
+	last := from
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		// A chunk of full trees is millions of samples to group: in the
 		// default 4 MB the sort of its histograms went to disk.
-		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
-			return fmt.Errorf("set the fold's work memory: %w", err)
+		//
+		// A chunk is a few thousand nodes' minute, its reports found by
+		// their keys: an index probe each. A hash join read the whole day
+		// partition instead (about 5× the probes' time with a day's first
+		// 2 minutes in it, and it grows all day), and the planner chose it
+		// whenever the partition was small; a merge join sorts as much.
+		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off`); err != nil {
+			return fmt.Errorf("set the fold's work memory and joins: %w", err)
 		}
 		if _, err := tx.Exec(ctx, foldPendingDDL); err != nil {
 			return fmt.Errorf("create the fold's table: %w", err)
 		}
-		tag, err := tx.Exec(ctx, takePending, before, limit)
+		err := tx.QueryRow(ctx, takePending, before, limit, from.node, from.ts).Scan(&n, &last.node, &last.ts)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("take pending reports: %w", err)
-		}
-		if n = int(tag.RowsAffected()); n == 0 {
-			return nil
 		}
 		if _, err := tx.Exec(ctx, foldPendingSamples); err != nil {
 			return fmt.Errorf("fold pending reports' samples: %w", err)
@@ -123,9 +156,9 @@ func foldPending(ctx context.Context, conn interface {
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, from, err
 	}
-	return n, nil
+	return n, last, nil
 }
 
 // Pending reports as raw rows, in the columns rawReports reads: those of
