@@ -79,6 +79,16 @@ ORDER BY node_id, b, m` + addRollupSamples
 SELECT p.node_id, h.metric_id, date_bin('1 minute', p.ts, ` + epoch + `), h.count, h.sum, rollup_buckets(h.bucket_index, h.bucket_count)
 FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)
 JOIN histograms h ON h.node_id = p.node_id AND h.metric_id = m.id AND h.ts = p.ts AND h.instance_id = p.instance_id AND h.seq = p.seq`
+	// lockFoldNodes locks the nodes of the taken reports FOR KEY SHARE,
+	// as the rollups' foreign keys did (migration 025), and drops the
+	// reports of nodes that are gone: deleting a node (deleteRows) then
+	// waits for this transaction and deletes what it wrote, and a report
+	// stored while its node was being deleted is not folded.
+	lockFoldNodes = `
+WITH live AS (
+	SELECT id FROM nodes WHERE id IN (SELECT node_id FROM fold_pending) ORDER BY id FOR KEY SHARE
+)
+DELETE FROM fold_pending WHERE node_id NOT IN (SELECT id FROM live)`
 	// markLateHours marks the hours already folded that the taken reports
 	// reach: the hour fold recomputes them (FoldRollups), and reads take
 	// them from their minutes until it has.
@@ -126,6 +136,9 @@ func foldPending(ctx context.Context, conn interface {
 		}
 		if err != nil {
 			return fmt.Errorf("take pending reports: %w", err)
+		}
+		if _, err := tx.Exec(ctx, lockFoldNodes); err != nil {
+			return fmt.Errorf("lock the nodes of pending reports: %w", err)
 		}
 		if _, err := tx.Exec(ctx, foldPendingSamples); err != nil {
 			return fmt.Errorf("fold pending reports' samples: %w", err)

@@ -113,7 +113,7 @@ func TestShardedLayoutSimulation(t *testing.T) {
 			for _, q := range []string{foldPendingDDL, rename(takePending), rename(foldPendingSamples)} {
 				args := []any{}
 				if strings.Contains(q, "$2") {
-					args = []any{through, 1 << 30}
+					args = []any{through, 1 << 30, firstPendingKey.node, firstPendingKey.ts}
 				}
 				if _, err := tx.Exec(ctx, q, args...); err != nil {
 					return fmt.Errorf("%s: %w", q, err)
