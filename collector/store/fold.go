@@ -403,14 +403,18 @@ func (s *Store) FoldRollups(ctx context.Context, o FoldOptions) (FoldResult, err
 		perFold = defaultReportsPerFold
 	}
 	before := now.Add(-MinuteGrace).Truncate(time.Minute)
-	for from := firstPendingKey; ; {
-		n, last, err := foldPending(ctx, conn, before, from, perFold)
-		from = last
+	fresh, err := readFreshMinutes(ctx, conn)
+	if err != nil {
+		return res, fmt.Errorf("fold pending reports into minute rollups: %w", err)
+	}
+	for cur := (foldCursor{fresh: fresh}); ; {
+		n, next, more, err := foldPending(ctx, conn, before, cur, perFold)
+		cur = next
 		res.Reports += n
 		if err != nil {
 			return res, fmt.Errorf("fold pending reports into minute rollups: %w", err)
 		}
-		if n < perFold {
+		if !more {
 			break
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // foldBacklog seeds what the minute fold finds at 30,000 nodes: a fleet
@@ -97,7 +98,10 @@ func TestExplainFoldPending(t *testing.T) {
 	f.minute(t, m.Add(-time.Minute))
 	f.minute(t, m)
 	// The minute before: folded, as the fold's steady state finds it.
-	if _, _, err := foldPending(ctx, st.pool, m, firstPendingKey, 1<<30); err != nil {
+	if err := st.SetFoldWatermark(ctx, RollupMinute, m.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := foldPending(ctx, st.pool, m, foldCursor{fresh: m.Add(-time.Minute)}, 1<<30); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := st.pool.Begin(ctx)
@@ -133,9 +137,29 @@ func TestExplainFoldPending(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off`); err != nil {
 		t.Fatal(err)
 	}
-	explain(takePending, m.Add(time.Minute), limit, firstPendingKey.node, firstPendingKey.ts)
+	explain(takePending, m.Add(time.Minute), limit, 0)
 
-	explain(foldPendingSamples)
+	if os.Getenv("NBS_FOLD_ANALYZE") != "" {
+		if _, err := tx.Exec(ctx, `ANALYZE fold_pending`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	explain(lockFoldNodes)
+	if os.Getenv("NBS_FOLD_PLAIN") != "" {
+		// The same rows by a plain INSERT (no conflict check), undone.
+		for range 2 {
+			for _, fresh := range []any{pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}, m} {
+				if _, err := tx.Exec(ctx, `SAVEPOINT s`); err != nil {
+					t.Fatal(err)
+				}
+				explain(foldPendingSamples, fresh, 0)
+				if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT s`); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	explain(foldPendingSamples, m, 0)
 	explain(foldPendingHistograms)
 	explain(markLateHours)
 	fmt.Println()
