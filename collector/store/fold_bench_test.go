@@ -139,6 +139,11 @@ func TestExplainFoldPending(t *testing.T) {
 	}
 	explain(takePending, m.Add(time.Minute), limit, 0)
 
+	if os.Getenv("NBS_FOLD_NOSORT") != "" {
+		if _, err := tx.Exec(ctx, `SET LOCAL enable_sort = off`); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if os.Getenv("NBS_FOLD_ANALYZE") != "" {
 		if _, err := tx.Exec(ctx, `ANALYZE fold_pending`); err != nil {
 			t.Fatal(err)
