@@ -85,8 +85,11 @@ func envInt(name string, def int) int {
 }
 
 // TestExplainFoldPending prints EXPLAIN (ANALYZE, BUFFERS) of the minute
-// fold's statements over a minute of NBS_FOLD_NODES nodes (a tool, not a
-// check: run with NBS_FOLD_EXPLAIN=1).
+// fold's statements, with the fold's settings, over a minute of
+// NBS_FOLD_NODES nodes (default 30,000) after the minute before was
+// folded: the first chunk of NBS_FOLD_LIMIT reports (default the fold's).
+// NBS_FOLD_PLAIN=1 also explains its samples as upserts against plain
+// inserts. A tool, not a check: run with NBS_FOLD_EXPLAIN=1.
 func TestExplainFoldPending(t *testing.T) {
 	if os.Getenv("NBS_FOLD_EXPLAIN") == "" {
 		t.Skip("a measuring tool: NBS_FOLD_EXPLAIN=1")
@@ -128,30 +131,21 @@ func TestExplainFoldPending(t *testing.T) {
 		}
 		t.Logf("%v\n%s\n%s", time.Since(start), q, out)
 	}
-	for _, q := range []string{`SET LOCAL work_mem = '64MB'`, foldPendingDDL} {
+	// The fold's settings (foldPending).
+	for _, q := range []string{`SET LOCAL work_mem = '64MB'; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off`, foldPendingDDL} {
 		if _, err := tx.Exec(ctx, q); err != nil {
 			t.Fatal(err)
 		}
 	}
-	limit := envInt("NBS_FOLD_LIMIT", defaultReportsPerFold)
-	if _, err := tx.Exec(ctx, `SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off`); err != nil {
+	explain(takePending, m.Add(time.Minute), envInt("NBS_FOLD_LIMIT", defaultReportsPerFold), 0)
+	explain(lockFoldNodes)
+	explain(foldPendingHistograms)
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_sort = off`); err != nil {
 		t.Fatal(err)
 	}
-	explain(takePending, m.Add(time.Minute), limit, 0)
-
-	if os.Getenv("NBS_FOLD_NOSORT") != "" {
-		if _, err := tx.Exec(ctx, `SET LOCAL enable_sort = off`); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if os.Getenv("NBS_FOLD_ANALYZE") != "" {
-		if _, err := tx.Exec(ctx, `ANALYZE fold_pending`); err != nil {
-			t.Fatal(err)
-		}
-	}
-	explain(lockFoldNodes)
 	if os.Getenv("NBS_FOLD_PLAIN") != "" {
-		// The same rows by a plain INSERT (no conflict check), undone.
+		// The same rows as upserts and as plain inserts, twice each,
+		// undone.
 		for range 2 {
 			for _, fresh := range []any{pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}, m} {
 				if _, err := tx.Exec(ctx, `SAVEPOINT s`); err != nil {
@@ -165,9 +159,10 @@ func TestExplainFoldPending(t *testing.T) {
 		}
 	}
 	explain(foldPendingSamples, m, 0)
-	explain(foldPendingHistograms)
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_sort = on`); err != nil {
+		t.Fatal(err)
+	}
 	explain(markLateHours)
-	fmt.Println()
 }
 
 // legacyFoldPending is the minute fold as it was before it took whole
