@@ -9,8 +9,9 @@ import (
 )
 
 // DeleteNode deletes a node and everything it reported, in one transaction:
-// reports, histograms and events (partitioned, so not cascaded), and through
-// the nodes row its metric definitions, latest values and alert watermark.
+// reports, histograms and events (partitioned, so not cascaded), its
+// rollups and metric definitions (no foreign keys: migrations 022, 025),
+// and through the nodes row its latest values and alert watermark.
 // Every row the name had is deleted, those of its former tenants too
 // (migration 014). Alert history (alert_instances) is kept. It returns
 // ErrNotFound when no node has the name. A report of the node still in
@@ -69,6 +70,15 @@ func deleteRows(ctx context.Context, tx pgx.Tx, name string, ids []int32) error 
 	// and this one's snapshot sees what it committed.
 	if _, err := tx.Exec(ctx, `DELETE FROM node_metrics WHERE node_id = ANY($1)`, ids); err != nil {
 		return fmt.Errorf("delete metric definitions of node %q: %w", name, err)
+	}
+	// Nor to the rollups (migration 025), for the same reason after the
+	// node rows: a fold locks the nodes it writes rollups for. Every
+	// resolution named, so the primary key's index finds each node's rows.
+	for _, table := range []string{"rollup_samples", "rollup_histograms"} {
+		if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE res = ANY($2) AND node_id = ANY($1)`,
+			ids, []int32{RollupMinute, RollupHour, RollupDay}); err != nil {
+			return fmt.Errorf("delete %s of node %q: %w", table, name, err)
+		}
 	}
 	return nil
 }

@@ -362,6 +362,19 @@ func (s *Store) FoldRollups(ctx context.Context, o FoldOptions) (FoldResult, err
 	}
 	fold := func(ctx context.Context, tx pgx.Tx, target int32, b time.Time) error {
 		for c := range slices.Chunk(nodes, chunk) {
+			// As the rollups' foreign keys did (migration 025): a node
+			// deleted meanwhile is not written, and deleting one waits for
+			// this transaction, then deletes what it wrote.
+			rows, err := tx.Query(ctx, `SELECT id FROM nodes WHERE id = ANY($1) ORDER BY id FOR KEY SHARE`, c)
+			if err != nil {
+				return fmt.Errorf("lock nodes to fold: %w", err)
+			}
+			if c, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
+				return fmt.Errorf("lock nodes to fold: %w", err)
+			}
+			if len(c) == 0 {
+				continue
+			}
 			if err := foldBucket(ctx, tx, target, b, c); err != nil {
 				return fmt.Errorf("fold the %ds rollups of %s: %w", target, b.UTC().Format(time.RFC3339), err)
 			}
@@ -390,13 +403,18 @@ func (s *Store) FoldRollups(ctx context.Context, o FoldOptions) (FoldResult, err
 		perFold = defaultReportsPerFold
 	}
 	before := now.Add(-MinuteGrace).Truncate(time.Minute)
-	for {
-		n, err := foldPending(ctx, conn, before, perFold)
+	fresh, err := readFreshMinutes(ctx, conn)
+	if err != nil {
+		return res, fmt.Errorf("fold pending reports into minute rollups: %w", err)
+	}
+	for cur := (foldCursor{fresh: fresh}); ; {
+		n, next, more, err := foldPending(ctx, conn, before, cur, perFold)
+		cur = next
 		res.Reports += n
 		if err != nil {
 			return res, fmt.Errorf("fold pending reports into minute rollups: %w", err)
 		}
-		if n < perFold {
+		if !more {
 			break
 		}
 	}

@@ -174,9 +174,14 @@ ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 const mergeRollupSamples = `
 INSERT INTO rollup_samples AS r SELECT * FROM stage_rollup_samples ORDER BY res, node_id, ts, metric_id` + addRollupSamples
 
-const mergeRollupHistograms = `
+const mergeRollupHistograms = mergeRollupHistogramsWhere + mergeRollupHistogramsSet
+
+// mergeRollupHistograms in two, for a WHERE between.
+const (
+	mergeRollupHistogramsWhere = `
 INSERT INTO rollup_histograms AS r (res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count)
-SELECT res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count FROM stage_rollup_histograms ORDER BY res, node_id, ts, metric_id
+SELECT res, ts, node_id, metric_id, count, sum, bucket_index, bucket_count FROM stage_rollup_histograms`
+	mergeRollupHistogramsSet = ` ORDER BY res, node_id, ts, metric_id
 ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 	count = r.count + EXCLUDED.count, sum = r.sum + EXCLUDED.sum,
 	(bucket_index, bucket_count) = (
@@ -186,6 +191,7 @@ ON CONFLICT (res, node_id, ts, metric_id) DO UPDATE SET
 				UNION ALL SELECT * FROM unnest(EXCLUDED.bucket_index, EXCLUDED.bucket_count) AS b(i, c)
 			) u GROUP BY i
 		) g)`
+)
 
 // WriteRollups merges accumulated rollups into the stored ones, through
 // staging tables (benchmarks and backfills seed history with it).

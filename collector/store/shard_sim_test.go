@@ -112,8 +112,11 @@ func TestShardedLayoutSimulation(t *testing.T) {
 		err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
 			for _, q := range []string{foldPendingDDL, rename(takePending), rename(foldPendingSamples)} {
 				args := []any{}
-				if strings.Contains(q, "$2") {
-					args = []any{through, 1 << 30}
+				switch {
+				case strings.Contains(q, "$3"): // takePending
+					args = []any{through, 1 << 30, 0}
+				case strings.Contains(q, "$2"): // foldPendingSamples: every row new
+					args = []any{time.Time{}, 0}
 				}
 				if _, err := tx.Exec(ctx, q, args...); err != nil {
 					return fmt.Errorf("%s: %w", q, err)
