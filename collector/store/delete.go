@@ -71,7 +71,7 @@ func deleteRows(ctx context.Context, tx pgx.Tx, name string, ids []int32) error 
 	if _, err := tx.Exec(ctx, `DELETE FROM node_metrics WHERE node_id = ANY($1)`, ids); err != nil {
 		return fmt.Errorf("delete metric definitions of node %q: %w", name, err)
 	}
-	// Nor to the rollups (migration 025), for the same reason after the
+	// Nor to the rollups (migration 024), for the same reason after the
 	// node rows: a fold locks the nodes it writes rollups for. Every
 	// resolution named, so the primary key's index finds each node's rows.
 	for _, table := range []string{"rollup_samples", "rollup_histograms"} {

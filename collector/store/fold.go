@@ -362,7 +362,7 @@ func (s *Store) FoldRollups(ctx context.Context, o FoldOptions) (FoldResult, err
 	}
 	fold := func(ctx context.Context, tx pgx.Tx, target int32, b time.Time) error {
 		for c := range slices.Chunk(nodes, chunk) {
-			// As the rollups' foreign keys did (migration 025): a node
+			// As the rollups' foreign keys did (migration 024): a node
 			// deleted meanwhile is not written, and deleting one waits for
 			// this transaction, then deletes what it wrote.
 			rows, err := tx.Query(ctx, `SELECT id FROM nodes WHERE id = ANY($1) ORDER BY id FOR KEY SHARE`, c)

@@ -73,7 +73,7 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM k), coalesce((SELECT max(
 	// (one whose reports the chunk before took some of) is new: a plain
 	// INSERT, half the time of an upsert's (BENCHMARKS.md). Any other row
 	// may be stored, and is added to. Were a "new" row stored after all
-	// (a collector older than migration 025 writing minute rollups), the
+	// (a collector older than migration 024 writing minute rollups), the
 	// insert fails on the primary key and foldPending writes the chunk
 	// again with $1 infinity: every row an upsert.
 	foldPendingSamples = `
@@ -111,7 +111,7 @@ SELECT p.node_id, h.metric_id, date_bin('1 minute', p.ts, ` + epoch + `), h.coun
 FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)
 JOIN histograms h ON h.node_id = p.node_id AND h.metric_id = m.id AND h.ts = p.ts AND h.instance_id = p.instance_id AND h.seq = p.seq`
 	// lockFoldNodes locks the nodes of the taken reports FOR KEY SHARE,
-	// as the rollups' foreign keys did (migration 025), and drops the
+	// as the rollups' foreign keys did (migration 024), and drops the
 	// reports of nodes that are gone: deleting a node (deleteRows) then
 	// waits for this transaction and deletes what it wrote, and a report
 	// stored while its node was being deleted is not folded. The nodes

@@ -255,7 +255,7 @@ func TestBadMinutesWithPendingReports(t *testing.T) {
 }
 
 // A minute rollup the fold has not written but finds stored (a collector
-// older than migration 025 writing minute rollups itself, or any other
+// older than migration 024 writing minute rollups itself, or any other
 // writer) fails the fold's plain insert; the fold writes the chunk again,
 // adding to what is stored, and counts every report once.
 func TestFoldAddsToMinutesItDidNotWrite(t *testing.T) {
