@@ -152,3 +152,17 @@ func TestSummaryOnChange(t *testing.T) {
 	}
 	t.Logf("%d row-steps read with the trigger skipped", skipped)
 }
+
+// TestLatestMetricsLz4: migration 025 compresses node_latest.metrics with
+// lz4 on a server that has it, as this machine's PostgreSQL does.
+func TestLatestMetricsLz4(t *testing.T) {
+	st := storetest.Open(t)
+	var method string
+	if err := st.Pool().QueryRow(context.Background(), `SELECT attcompression::text FROM pg_attribute
+		WHERE attrelid = 'node_latest'::regclass AND attname = 'metrics'`).Scan(&method); err != nil {
+		t.Fatal(err)
+	}
+	if method != "l" {
+		t.Fatalf("node_latest.metrics compression %q, want l (lz4)", method)
+	}
+}
