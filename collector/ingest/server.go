@@ -335,8 +335,7 @@ func (s *Server) start(ctx context.Context, cancel context.CancelCauseFunc, grpc
 		return nil, nil, err
 	}
 	registered()
-	st := &stream{node: node, instance: node.InstanceID, peer: from, metrics: metricSet{base: base},
-		otherDefs: others, room: make(chan struct{}, 1), stuck: make(chan struct{}), ctx: ctx, end: cancel}
+	st := &stream{node: node, peer: from, metrics: metricSet{base: base}, otherDefs: others, ctx: ctx, end: cancel}
 	cfg, err := s.config.ConfigFor(ctx, node)
 	if err != nil {
 		s.log.Error("compute config", "node", node.Name, "err", err)
@@ -581,10 +580,10 @@ func (s *Server) register(st *stream) {
 	defer s.mu.Unlock()
 	if old := s.streams[st.node.Name]; old != nil {
 		s.log.Info("a new stream replaces the node's older one", "node", st.node.Name,
-			"old_instance", fmt.Sprintf("%016x", old.instance), "old_peer", old.peer,
-			"instance", fmt.Sprintf("%016x", st.instance), "peer", st.peer)
+			"old_instance", fmt.Sprintf("%016x", old.node.InstanceID), "old_peer", old.peer,
+			"instance", fmt.Sprintf("%016x", st.node.InstanceID), "peer", st.peer)
 		old.end(status.Errorf(codes.Aborted, "node %s: replaced by a newer stream of the same node (instance %016x from %s)",
-			st.node.Name, st.instance, st.peer))
+			st.node.Name, st.node.InstanceID, st.peer))
 	}
 	s.streams[st.node.Name] = st
 	s.metrics.Streams.Set(float64(len(s.streams)))

@@ -1,3 +1,8 @@
+//go:build !race
+
+// The race detector's instrumentation makes every frame larger: the stack
+// an idle stream keeps is a property of the collector as built, without it.
+
 package ingest
 
 import (
@@ -9,11 +14,10 @@ import (
 
 // A connected node's handler goroutine waits in Recv for the whole life of
 // its stream. Registering the node grows its stack; once the stream is
-// idle, a collection must shrink it back to 8 KiB. Go halves a parked
-// goroutine's stack only while it uses less than a quarter of it (plus
-// 800 bytes of guard), so the frames from gRPC's handler goroutine down to
-// its wait in Recv must stay under about 3.2 KiB: 16 KiB a node more if
-// they do not (Connect and what it calls while receiving are kept thin).
+// idle, collections must shrink it back to 8 KiB: 8 KiB a node more if they
+// do not. With deferred calls in Connect, the frame that waits, it stayed
+// at 16 KiB (Connect). The figure includes the test client's goroutine per
+// stream (about 2.7 KiB).
 func TestIdleStreamStack(t *testing.T) {
 	const streams = 200
 	limits := DefaultLimits()
@@ -27,7 +31,7 @@ func TestIdleStreamStack(t *testing.T) {
 	settle := func() uint64 {
 		time.Sleep(200 * time.Millisecond)
 		var ms runtime.MemStats
-		for range 10 {
+		for range 3 {
 			runtime.GC() // a collection shrinks the stacks it scans
 		}
 		runtime.ReadMemStats(&ms)
@@ -45,7 +49,7 @@ func TestIdleStreamStack(t *testing.T) {
 	}
 	perStream := float64(settle()-before) / streams / 1024
 	t.Logf("%d idle streams: %.1f KiB of stack each, %d goroutines more", streams, perStream, runtime.NumGoroutine()-g0)
-	if perStream > 12 {
+	if perStream > 12 { // 18.6 KiB with Connect's defers
 		t.Errorf("an idle stream holds %.1f KiB of stack, want its handler's 8 KiB", perStream)
 	}
 	for _, s := range opened {
