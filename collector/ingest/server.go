@@ -220,13 +220,13 @@ type served struct {
 // begin admits the stream and registers its Hello (start); on an error
 // it has released everything it took.
 func (s *Server) begin(grpcStream nbsv1.AgentService_ConnectServer) (*served, error) {
-	ctx, cancel, interruptible := streamContext(grpcStream.Context())
+	ctx, made, cancel, interruptible := streamContext(grpcStream.Context())
 	from := peerAddr(ctx)
 	if err := s.admit(from); err != nil {
 		cancel(nil)
 		return nil, err
 	}
-	st, cat, err := s.start(ctx, cancel, grpcStream, from)
+	st, cat, err := s.start(ctx, made, cancel, grpcStream, from)
 	if err != nil {
 		s.release(from)
 		cancel(nil)
@@ -266,8 +266,10 @@ func (s *Server) recvAside(sv *served) error {
 
 // start receives and registers the stream's Hello and makes the stream
 // its node's, with its Config on the way. The catalogue it returns is
-// held until the stream ends.
-func (s *Server) start(ctx context.Context, cancel context.CancelCauseFunc, grpcStream nbsv1.AgentService_ConnectServer, from string) (*stream, *catalogue, error) {
+// held until the stream ends. The database is queried with made, the
+// context gRPC made for the stream (streamContext): until the stream is
+// registered, nothing but its end cancels ctx, and made ends with it.
+func (s *Server) start(ctx, made context.Context, cancel context.CancelCauseFunc, grpcStream nbsv1.AgentService_ConnectServer, from string) (*stream, *catalogue, error) {
 	hello, node, cat, held, err := s.receiveHello(ctx, grpcStream)
 	if err != nil {
 		return nil, nil, err
@@ -292,7 +294,7 @@ func (s *Server) start(ctx context.Context, cancel context.CancelCauseFunc, grpc
 	// name admitted keeps its place under the limit until its node is
 	// stored (or its Hello refused), so Hellos registering together
 	// cannot pass the limit.
-	admitted, total, place, err := s.registrar.admit(ctx, node.Name)
+	admitted, total, place, err := s.registrar.admit(made, node.Name)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, status.FromContextError(ctx.Err()).Err()
@@ -306,7 +308,7 @@ func (s *Server) start(ctx context.Context, cancel context.CancelCauseFunc, grpc
 		s.log.Warn("new node refused: node limit reached", "node", node.Name, "peer", from, "nodes", total, "limit", s.limits.MaxNodes)
 		return nil, nil, status.Errorf(codes.ResourceExhausted, "the collector has %d nodes, at most %d allowed (--ingest.max-nodes): delete unused nodes (nbs-collector nodes delete) or raise the limit", total, s.limits.MaxNodes)
 	}
-	grant, err := s.authenticate(ctx, hello)
+	grant, err := s.authenticate(made, hello)
 	if err != nil {
 		s.metrics.Rejects.WithLabelValues("node_auth").Inc()
 		s.log.Warn("hello refused", "node", node.Name, "peer", from, "err", err)
@@ -330,13 +332,13 @@ func (s *Server) start(ctx context.Context, cancel context.CancelCauseFunc, grpc
 	}
 	var base map[string]streamMetric
 	var others int
-	node.ID, base, others, err = s.registerNode(ctx, node, cat, place)
+	node.ID, base, others, err = s.registerNode(made, node, cat, place)
 	if err != nil {
 		return nil, nil, err
 	}
 	registered()
 	st := &stream{node: node, peer: from, metrics: metricSet{base: base}, otherDefs: others, ctx: ctx, end: cancel}
-	cfg, err := s.config.ConfigFor(ctx, node)
+	cfg, err := s.config.ConfigFor(made, node)
 	if err != nil {
 		s.log.Error("compute config", "node", node.Name, "err", err)
 		return nil, nil, status.Error(codes.Unavailable, "collector cannot compute this node's config; retry later")
