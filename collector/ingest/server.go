@@ -185,13 +185,17 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 // Connect serves one agent's stream: Hello, then reports until either side ends it.
 //
 // It is kept thin on purpose: its goroutine waits in Recv for the whole
-// life of the stream, and what its stack grew to while registering the
-// node and handling reports should shrink back to 8 KiB once the stream is
-// idle. Measured (TestIdleStreamStack): with deferred calls in this frame,
-// the one that waits, an idle stream's handler kept 16 KiB of stack; with
-// the setup in begin and the teardown in finish, which have returned or not
-// started while it waits, 8 KiB (and so up to 1.5 KiB more of frames on
-// the way to Recv). So no defers here or in recvLoop.
+// life of the stream, and registering the node may grow its stack (an
+// Authenticator or ConfigSource querying the database runs on it). Go
+// halves a parked goroutine's stack only while it uses less than a quarter
+// of it, 800 bytes of guard included: for an idle stream's 16 KiB to shrink
+// back to 8 KiB, the frames from gRPC's handler goroutine down to its wait
+// in Recv must take under about 3.2 KiB, and gRPC's own take all but about
+// 130 bytes of that (grpc-go 1.85, amd64). So the setup is in begin and the
+// teardown in finish, which have returned or not started while it waits,
+// there are no defers here, and the receiving loop is in this frame. Its
+// margin is about 50 bytes: TestIdleStreamStack fails when a change here
+// or in grpc-go takes it (an idle stream then costs 8 KiB more).
 func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	sv, err := s.begin(grpcStream)
 	if err != nil {
@@ -201,8 +205,18 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 		return s.finish(sv, s.recvAside(sv))
 	}
 	// Ending the stream from outside cancels the context Recv waits on:
-	// this goroutine receives, and no other waits for it.
-	return s.finish(sv, s.recvLoop(sv))
+	// this goroutine receives, and no other waits for it. This is
+	// recvLoop, in this frame: a frame less on the way to Recv.
+	for {
+		m := new(nbsv1.ConnectRequest)
+		if err := grpcStream.RecvMsg(m); err != nil {
+			s.countRecvError(err)
+			return s.finish(sv, err)
+		}
+		if err := s.handle(sv, m); err != nil {
+			return s.finish(sv, err)
+		}
+	}
 }
 
 // served is a stream being served: what receiving needs and what its end
@@ -479,9 +493,9 @@ func peerAddr(ctx context.Context) string {
 	return ""
 }
 
-// recvLoop receives until the stream ends. Its goroutine waits here
-// between reports, so it is thin too (Connect): one message at a time,
-// handled by handle, which has returned by the time it waits again.
+// recvLoop receives until the stream ends, on the goroutine recvAside
+// starts (Connect does the same itself): one message at a time, handled by
+// handle, which has returned by the time it waits again.
 func (s *Server) recvLoop(sv *served) error {
 	for {
 		m := new(nbsv1.ConnectRequest)
