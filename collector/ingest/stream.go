@@ -183,7 +183,9 @@ func (st *stream) close() {
 		st.sendMu.Unlock()
 		return
 	}
-	st.unstuck = make(chan struct{})
+	if st.unstuck == nil {
+		st.unstuck = make(chan struct{})
+	}
 	unstuck := st.unstuck
 	st.sendMu.Unlock()
 	done := make(chan struct{})
