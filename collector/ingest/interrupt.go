@@ -9,9 +9,16 @@ import (
 	"google.golang.org/grpc/tap"
 )
 
-// streamCancelKey holds, in an agent stream's context, the function that
-// cancels the context gRPC's Recv and Send wait on.
+// streamCancelKey holds, in an agent stream's context, its interruptor.
 type streamCancelKey struct{}
+
+// interruptor is what InterruptibleStreams leaves in a stream's context:
+// the function that cancels the context gRPC's Recv and Send wait on, and
+// the context gRPC made for the stream, which that one derives from.
+type interruptor struct {
+	cancel context.CancelCauseFunc
+	made   context.Context
+}
 
 // InterruptibleStreams is the gRPC server option that lets the agent
 // service end a stream while its handler waits in Recv: a newer stream of
@@ -31,9 +38,9 @@ func InterruptibleStreams() grpc.ServerOption {
 	return grpc.InTapHandle(interruptible)
 }
 
-func interruptible(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	return context.WithValue(ctx, streamCancelKey{}, cancel), nil
+func interruptible(made context.Context, _ *tap.Info) (context.Context, error) {
+	ctx, cancel := context.WithCancelCause(made)
+	return context.WithValue(ctx, streamCancelKey{}, interruptor{cancel: cancel, made: made}), nil
 }
 
 // statusWriter is what gRPC's server transport stream does besides
@@ -49,19 +56,27 @@ type statusWriter interface {
 // with Canceled itself, and the first status written is the one it gets.
 // Else (false) it is a context derived from the stream's, which Recv does
 // not see.
-func streamContext(ctx context.Context) (context.Context, context.CancelCauseFunc, bool) {
-	cancel, ok := ctx.Value(streamCancelKey{}).(context.CancelCauseFunc)
+//
+// made is the context gRPC made for the stream, which the served one
+// derives from: it ends when the agent goes away or the server stops, and
+// only the cancel also ends the served one. Registering the node queries
+// the database with it, before anything can call the cancel: a query
+// (pgx watches its context) made with the served context would leave a
+// table of its children in it for the whole life of the stream (Go's
+// context keeps that table once made; about 250 bytes a connected node).
+func streamContext(ctx context.Context) (served, made context.Context, cancel context.CancelCauseFunc, interruptible bool) {
+	in, ok := ctx.Value(streamCancelKey{}).(interruptor)
 	sw, writes := grpc.ServerTransportStreamFromContext(ctx).(statusWriter)
 	if !ok || !writes {
-		ctx, cancel := context.WithCancelCause(ctx)
-		return ctx, cancel, false
+		served, cancel := context.WithCancelCause(ctx)
+		return served, ctx, cancel, false
 	}
-	return ctx, func(cause error) {
+	return ctx, in.made, func(cause error) {
 		if ctx.Err() == nil {
 			if st, ok := status.FromError(cause); ok && cause != nil && st.Code() != codes.Canceled {
 				_ = sw.WriteStatus(st) // it fails only once a status is written
 			}
 		}
-		cancel(cause)
+		in.cancel(cause)
 	}, true
 }

@@ -184,60 +184,106 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 
 // Connect serves one agent's stream: Hello, then reports until either side ends it.
 //
-// It is kept small on purpose: its goroutine waits in Recv for the whole
-// life of the stream, and a goroutine's stack stays at the power of two
-// above four times what it holds while parked. Registering the node (big
-// frames) happens in start, which has returned by then.
+// It is kept thin on purpose: its goroutine waits in Recv for the whole
+// life of the stream, and registering the node may grow its stack (an
+// Authenticator or ConfigSource querying the database runs on it). Go
+// halves a parked goroutine's stack only while it uses less than a quarter
+// of it, 800 bytes of guard included: for an idle stream's 16 KiB to shrink
+// back to 8 KiB, the frames from gRPC's handler goroutine down to its wait
+// in Recv must take under about 3.2 KiB, and gRPC's own take all but about
+// 130 bytes of that (grpc-go 1.85, amd64). So the setup is in begin and the
+// teardown in finish, which have returned or not started while it waits,
+// there are no defers here, and the receiving loop is in this frame. Its
+// margin is about 50 bytes: TestIdleStreamStack fails when a change here
+// or in grpc-go takes it (an idle stream then costs 8 KiB more).
 func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
-	ctx, cancel, interruptible := streamContext(grpcStream.Context())
-	defer cancel(nil)
-
-	from := peerAddr(ctx)
-	if err := s.admit(from); err != nil {
-		return err
-	}
-	defer s.release(from)
-
-	st, cat, err := s.start(ctx, cancel, grpcStream, from)
+	sv, err := s.begin(grpcStream)
 	if err != nil {
 		return err
 	}
-	defer s.catalogues.release(cat)
-	defer func() { cancel(nil); st.close() }()
-	defer s.unregister(st)
-
-	var recvErr error
-	if interruptible {
-		// Ending the stream from outside cancels the context Recv waits
-		// on: this goroutine receives, and no other waits for it.
-		recvErr = s.recvLoop(ctx, grpcStream, st)
-	} else {
-		recvErr = s.recvAside(ctx, grpcStream, st)
+	if !sv.interruptible {
+		return s.finish(sv, s.recvAside(sv))
 	}
-	cancel(nil)
-	st.close()
-	return s.ended(ctx, st, recvErr)
+	// Ending the stream from outside cancels the context Recv waits on:
+	// this goroutine receives, and no other waits for it. This is
+	// recvLoop, in this frame: a frame less on the way to Recv.
+	for {
+		m := new(nbsv1.ConnectRequest)
+		if err := grpcStream.RecvMsg(m); err != nil {
+			s.countRecvError(err)
+			return s.finish(sv, err)
+		}
+		if err := s.handle(sv, m); err != nil {
+			return s.finish(sv, err)
+		}
+	}
+}
+
+// served is a stream being served: what receiving needs and what its end
+// releases.
+type served struct {
+	gs            nbsv1.AgentService_ConnectServer
+	ctx           context.Context
+	cancel        context.CancelCauseFunc
+	interruptible bool
+	from          string
+	st            *stream
+	cat           *catalogue
+}
+
+// begin admits the stream and registers its Hello (start); on an error
+// it has released everything it took.
+func (s *Server) begin(grpcStream nbsv1.AgentService_ConnectServer) (*served, error) {
+	ctx, made, cancel, interruptible := streamContext(grpcStream.Context())
+	from := peerAddr(ctx)
+	if err := s.admit(from); err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	st, cat, err := s.start(ctx, made, cancel, grpcStream, from)
+	if err != nil {
+		s.release(from)
+		cancel(nil)
+		return nil, err
+	}
+	return &served{gs: grpcStream, ctx: ctx, cancel: cancel, interruptible: interruptible, from: from, st: st, cat: cat}, nil
+}
+
+// finish ends a stream begin started, once receiving stopped with
+// recvErr: its sender is closed, its node's entry, catalogue and
+// admission released. A panic while receiving ends the process (gRPC does
+// not recover it), so nothing is left to release then.
+func (s *Server) finish(sv *served, recvErr error) error {
+	sv.cancel(nil)
+	sv.st.close()
+	err := s.ended(sv.ctx, sv.st, recvErr)
+	s.unregister(sv.st)
+	s.catalogues.release(sv.cat)
+	s.release(sv.from)
+	return err
 }
 
 // recvAside receives on a goroutine of its own, for a gRPC server without
 // InterruptibleStreams: Recv cannot be interrupted then, so the receiver
 // may outlive this function by a moment; returning ends the gRPC stream,
 // which ends its Recv.
-func (s *Server) recvAside(ctx context.Context, gs nbsv1.AgentService_ConnectServer, st *stream) error {
+func (s *Server) recvAside(sv *served) error {
 	recvDone := make(chan error, 1)
-	go func() { recvDone <- s.recvLoop(ctx, gs, st) }()
+	go func() { recvDone <- s.recvLoop(sv) }()
 	select {
 	case err := <-recvDone:
 		return err
-	case <-ctx.Done(): // ended from outside, by a failed Send, or the agent went away
+	case <-sv.ctx.Done(): // ended from outside, by a failed Send, or the agent went away
 		return nil
 	}
 }
 
 // start receives and registers the stream's Hello and makes the stream
 // its node's, with its Config on the way. The catalogue it returns is
-// held until the stream ends.
-func (s *Server) start(ctx context.Context, cancel context.CancelCauseFunc, grpcStream nbsv1.AgentService_ConnectServer, from string) (*stream, *catalogue, error) {
+// held until the stream ends. The database is queried with made, the
+// context gRPC made for the stream (streamContext): until the stream is
+// registered, nothing but its end cancels ctx, and made ends with it.
+func (s *Server) start(ctx, made context.Context, cancel context.CancelCauseFunc, grpcStream nbsv1.AgentService_ConnectServer, from string) (*stream, *catalogue, error) {
 	hello, node, cat, held, err := s.receiveHello(ctx, grpcStream)
 	if err != nil {
 		return nil, nil, err
@@ -262,7 +308,7 @@ func (s *Server) start(ctx context.Context, cancel context.CancelCauseFunc, grpc
 	// name admitted keeps its place under the limit until its node is
 	// stored (or its Hello refused), so Hellos registering together
 	// cannot pass the limit.
-	admitted, total, place, err := s.registrar.admit(ctx, node.Name)
+	admitted, total, place, err := s.registrar.admit(made, node.Name)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, status.FromContextError(ctx.Err()).Err()
@@ -276,7 +322,7 @@ func (s *Server) start(ctx context.Context, cancel context.CancelCauseFunc, grpc
 		s.log.Warn("new node refused: node limit reached", "node", node.Name, "peer", from, "nodes", total, "limit", s.limits.MaxNodes)
 		return nil, nil, status.Errorf(codes.ResourceExhausted, "the collector has %d nodes, at most %d allowed (--ingest.max-nodes): delete unused nodes (nbs-collector nodes delete) or raise the limit", total, s.limits.MaxNodes)
 	}
-	grant, err := s.authenticate(ctx, hello)
+	grant, err := s.authenticate(made, hello)
 	if err != nil {
 		s.metrics.Rejects.WithLabelValues("node_auth").Inc()
 		s.log.Warn("hello refused", "node", node.Name, "peer", from, "err", err)
@@ -300,14 +346,13 @@ func (s *Server) start(ctx context.Context, cancel context.CancelCauseFunc, grpc
 	}
 	var base map[string]streamMetric
 	var others int
-	node.ID, base, others, err = s.registerNode(ctx, node, cat, place)
+	node.ID, base, others, err = s.registerNode(made, node, cat, place)
 	if err != nil {
 		return nil, nil, err
 	}
 	registered()
-	st := &stream{node: node, instance: node.InstanceID, peer: from, metrics: metricSet{base: base},
-		otherDefs: others, room: make(chan struct{}, 1), stuck: make(chan struct{}), ctx: ctx, end: cancel}
-	cfg, err := s.config.ConfigFor(ctx, node)
+	st := &stream{node: node, peer: from, metrics: metricSet{base: base}, otherDefs: others, ctx: ctx, end: cancel}
+	cfg, err := s.config.ConfigFor(made, node)
 	if err != nil {
 		s.log.Error("compute config", "node", node.Name, "err", err)
 		return nil, nil, status.Error(codes.Unavailable, "collector cannot compute this node's config; retry later")
@@ -448,29 +493,37 @@ func peerAddr(ctx context.Context) string {
 	return ""
 }
 
-func (s *Server) recvLoop(ctx context.Context, gs nbsv1.AgentService_ConnectServer, st *stream) error {
+// recvLoop receives until the stream ends, on the goroutine recvAside
+// starts (Connect does the same itself): one message at a time, handled by
+// handle, which has returned by the time it waits again.
+func (s *Server) recvLoop(sv *served) error {
 	for {
-		m, err := gs.Recv()
-		if err != nil {
+		m := new(nbsv1.ConnectRequest)
+		if err := sv.gs.RecvMsg(m); err != nil {
 			s.countRecvError(err)
 			return err
 		}
-		if ctx.Err() != nil {
-			// Replaced or revoked while this message was on its way.
-			return ctx.Err()
+		if err := s.handle(sv, m); err != nil {
+			return err
 		}
-		switch msg := m.GetMsg().(type) {
-		case *nbsv1.ConnectRequest_Report:
-			if err := s.handleReport(ctx, st, msg.Report); err != nil {
-				return err
-			}
-		case *nbsv1.ConnectRequest_Hello:
-			s.metrics.Rejects.WithLabelValues("protocol").Inc()
-			return status.Error(codes.InvalidArgument, "a second Hello on one stream: open a new stream to re-identify")
-		default:
-			s.metrics.Rejects.WithLabelValues("protocol").Inc()
-			return status.Error(codes.InvalidArgument, "empty or unknown message: expected a Report")
-		}
+	}
+}
+
+// handle is one message from the agent.
+func (s *Server) handle(sv *served, m *nbsv1.ConnectRequest) error {
+	if sv.ctx.Err() != nil {
+		// Replaced or revoked while this message was on its way.
+		return sv.ctx.Err()
+	}
+	switch msg := m.GetMsg().(type) {
+	case *nbsv1.ConnectRequest_Report:
+		return s.handleReport(sv.ctx, sv.st, msg.Report)
+	case *nbsv1.ConnectRequest_Hello:
+		s.metrics.Rejects.WithLabelValues("protocol").Inc()
+		return status.Error(codes.InvalidArgument, "a second Hello on one stream: open a new stream to re-identify")
+	default:
+		s.metrics.Rejects.WithLabelValues("protocol").Inc()
+		return status.Error(codes.InvalidArgument, "empty or unknown message: expected a Report")
 	}
 }
 
@@ -543,10 +596,10 @@ func (s *Server) register(st *stream) {
 	defer s.mu.Unlock()
 	if old := s.streams[st.node.Name]; old != nil {
 		s.log.Info("a new stream replaces the node's older one", "node", st.node.Name,
-			"old_instance", fmt.Sprintf("%016x", old.instance), "old_peer", old.peer,
-			"instance", fmt.Sprintf("%016x", st.instance), "peer", st.peer)
+			"old_instance", fmt.Sprintf("%016x", old.node.InstanceID), "old_peer", old.peer,
+			"instance", fmt.Sprintf("%016x", st.node.InstanceID), "peer", st.peer)
 		old.end(status.Errorf(codes.Aborted, "node %s: replaced by a newer stream of the same node (instance %016x from %s)",
-			st.node.Name, st.instance, st.peer))
+			st.node.Name, st.node.InstanceID, st.peer))
 	}
 	s.streams[st.node.Name] = st
 	s.metrics.Streams.Set(float64(len(s.streams)))

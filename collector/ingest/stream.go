@@ -19,10 +19,13 @@ type streamMetric struct {
 
 // stream is the state of one agent connection. Only the receiving goroutine
 // touches metrics and lastSeq; out is drained by the sending goroutine.
+//
+// It is allocated once per connected node and kept small: 512 bytes is a
+// size class (TestStreamSize), and its channels are made only when
+// something waits on them.
 type stream struct {
-	node     store.Node
-	instance uint64
-	metrics  metricSet
+	node    store.Node
+	metrics metricSet
 	// otherDefs counts the node's stored definitions this stream's Hello
 	// did not repeat, so the per-node limit holds across streams.
 	otherDefs int
@@ -44,15 +47,19 @@ type stream struct {
 	cfg     *nbsv1.Config
 	sending bool // a sender is running
 	closed  bool // the stream is over: no sender starts again
-	room    chan struct{}
+	// stuck: one Send has waited longer than the send timeout (the agent
+	// stopped reading), and the stream is ended.
+	stuck bool
+	// room, made by a send that waits for the queue to have room, gets a
+	// token when a message leaves the queue.
+	room chan struct{}
+	// unstuck, made by a close that waits for a running sender, is closed
+	// when stuck is set.
+	unstuck chan struct{}
 	senders sync.WaitGroup
 	// transmit sends one message on the gRPC stream.
 	transmit func(*nbsv1.ConnectResponse) error
-	// stuck is closed when one Send has waited longer than the send
-	// timeout: the agent stopped reading, and its stream is ended.
-	stuck     chan struct{}
-	stuckOnce sync.Once
-	ctx       context.Context
+	ctx      context.Context
 	// end closes the stream from outside, with the status the agent gets:
 	// a newer stream of the node replaced it, or an operator revoked it.
 	end context.CancelCauseFunc
@@ -76,9 +83,13 @@ func (st *stream) send(m *nbsv1.ConnectResponse) bool {
 			st.sendMu.Unlock()
 			return true
 		}
+		if st.room == nil {
+			st.room = make(chan struct{}, 1)
+		}
+		room := st.room
 		st.sendMu.Unlock()
 		select {
-		case <-st.room:
+		case <-room:
 		case <-st.ctx.Done():
 			return false
 		}
@@ -149,9 +160,11 @@ func (st *stream) next() *nbsv1.ConnectResponse {
 		if st.queue = st.queue[1:]; len(st.queue) == 0 {
 			st.queue = nil // the array goes with the burst
 		}
-		select {
-		case st.room <- struct{}{}:
-		default:
+		if st.room != nil {
+			select {
+			case st.room <- struct{}{}:
+			default:
+			}
 		}
 	}
 	if m == nil {
@@ -166,16 +179,34 @@ func (st *stream) next() *nbsv1.ConnectResponse {
 func (st *stream) close() {
 	st.sendMu.Lock()
 	st.closed = true
-	running := st.sending
-	st.sendMu.Unlock()
-	if !running {
+	if !st.sending || st.stuck {
+		st.sendMu.Unlock()
 		return
 	}
+	if st.unstuck == nil {
+		st.unstuck = make(chan struct{})
+	}
+	unstuck := st.unstuck
+	st.sendMu.Unlock()
 	done := make(chan struct{})
 	go func() { st.senders.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-st.stuck:
+	case <-unstuck:
+	}
+}
+
+// markStuck records that a Send waited longer than the send timeout and
+// lets a close waiting for that sender return.
+func (st *stream) markStuck() {
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
+	if st.stuck {
+		return
+	}
+	st.stuck = true
+	if st.unstuck != nil {
+		close(st.unstuck)
 	}
 }
 
@@ -189,7 +220,7 @@ func (s *Server) transmitter(gs nbsv1.AgentService_ConnectServer, st *stream) fu
 			s.metrics.Rejects.WithLabelValues("send_timeout").Inc()
 			s.log.Warn("agent stopped reading its stream; ending it", "node", st.node.Name, "peer", st.peer, "send_timeout", s.sendTimeout)
 			st.end(status.Errorf(codes.DeadlineExceeded, "the agent did not read its stream for %s", s.sendTimeout))
-			st.stuckOnce.Do(func() { close(st.stuck) })
+			st.markStuck()
 		})
 		defer t.Stop()
 		return gs.Send(m)

@@ -309,7 +309,7 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 		return k, ok
 	}
 
-	out = store.Report{InstanceID: st.instance, Seq: r.GetSequence(), Time: ts, IntervalMS: r.GetIntervalMs(), Snapshot: r.GetSnapshot()}
+	out = store.Report{InstanceID: st.node.InstanceID, Seq: r.GetSequence(), Time: ts, IntervalMS: r.GetIntervalMs(), Snapshot: r.GetSnapshot()}
 	seen := make(map[string]bool, len(r.GetSamples()))
 	for _, s := range r.GetSamples() {
 		p := s.GetMetricId()

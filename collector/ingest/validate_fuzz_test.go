@@ -98,7 +98,7 @@ func FuzzCheckReport(f *testing.F) {
 		if rej != nil {
 			t.Fatalf("seed hello refused: %v", rej)
 		}
-		st := &stream{node: node, instance: node.InstanceID}
+		st := &stream{node: node}
 		for i, d := range defs {
 			st.metrics.add(d.Path, streamMetric{id: int32(i + 1), kind: d.Kind})
 		}
