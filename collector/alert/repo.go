@@ -15,6 +15,7 @@ import (
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/leader"
+	"github.com/nbs-project/nbs/collector/store"
 )
 
 // repo is the alert tables and notification channels: all of alerting's
@@ -324,17 +325,11 @@ func (p repo) watermarks(ctx context.Context) (map[int32]time.Time, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read alert watermarks: %w", err)
 	}
-	defer rows.Close()
-	out := map[int32]time.Time{}
-	for rows.Next() {
-		var id int32
-		var ts time.Time
-		if err := rows.Scan(&id, &ts); err != nil {
-			return nil, fmt.Errorf("read alert watermarks: %w", err)
-		}
-		out[id] = ts
+	out, err := store.NodeTimes(rows)
+	if err != nil {
+		return nil, fmt.Errorf("read alert watermarks: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Leader is who evaluates alerts, as recorded by the leader itself.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ReportCursor asks for a node's reports newer than After, but none older
@@ -72,20 +74,26 @@ func (s *Store) NewestTimes(ctx context.Context) (map[int32]time.Time, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read newest report times: %w", err)
 	}
+	out, err := NodeTimes(rows)
+	if err != nil {
+		return nil, fmt.Errorf("read newest report times: %w", err)
+	}
+	return out, nil
+}
+
+// NodeTimes collects rows of (node id, time) into a map, closing rows.
+func NodeTimes(rows pgx.Rows) (map[int32]time.Time, error) {
 	defer rows.Close()
 	out := map[int32]time.Time{}
 	for rows.Next() {
 		var id int32
 		var ts time.Time
 		if err := rows.Scan(&id, &ts); err != nil {
-			return nil, fmt.Errorf("read newest report times: %w", err)
+			return nil, err
 		}
 		out[id] = ts
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read newest report times: %w", err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // MetricPaths resolves metric ids to their paths; unknown ids are left out.
