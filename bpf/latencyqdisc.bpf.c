@@ -22,15 +22,23 @@ struct nbs_qdisc_dev {
 };
 
 /* In flight: a direct-mapped table of slots, indexed by a hash of the skb's
- * address, each holding the packet's tag and when it was queued. A hash
- * map did the same at 250-290 ns a packet on each side (a bucket lock, an
- * LRU list, a delete at the driver); a slot is a store and a load
- * (BENCHMARKS.md, "The agent"). The tag mixes the address with the data
- * head, so a new skb that reuses the address of one dropped in the qdisc
- * (never reaching the driver) does not match, and with the attachment's
- * epoch, so nothing queued before a Detach is timed after the next Attach.
- * Two packets in flight at once in one slot: the later one wins, the
- * earlier is not timed and is counted (overwritten). */
+ * data buffer (skb->head), each holding the packet's tag and when it was
+ * queued. A hash map did the same at 250-290 ns a packet on each side (a
+ * bucket lock, an LRU list, a delete at the driver); a slot is a store and a
+ * load (BENCHMARKS.md, "The agent"). The buffer's address, not the skb's:
+ * the verifier allows no arithmetic on the trusted skb pointer, so its
+ * address took a bpf_probe_read_kernel of the tracepoint's argument on each
+ * side, while head is a plain number read from the skb, whose line is in
+ * cache. The tag mixes head with the attachment's epoch, so nothing queued
+ * before a Detach is timed after the next Attach. A buffer freed with its
+ * packet dropped in the qdisc (never reaching the driver) and reused by a
+ * new packet: the new packet's queue takes the slot again, and a packet
+ * that reaches the driver without passing net_dev_queue (a qdisc bypass)
+ * of another namespace is refused at the driver by its device's namespace.
+ * Two packets in flight at once in one slot (two buffers hashed alike, or
+ * two clones of one buffer, which TCP does not send while one is still
+ * queued): the later one wins, the earlier is not timed and is counted
+ * (overwritten). */
 #define NBS_QDISC_SLOTS_BITS 17
 struct nbs_qdisc_slot {
 	__u64 tag; /* 0: free */
@@ -111,25 +119,28 @@ static __always_inline __u64 mix(__u64 v)
 	return v * 0x9E3779B97F4A7C15ULL;
 }
 
-/* The skb's address as a number: the verifier allows no arithmetic on a
- * trusted pointer, so it is read from the tracepoint's first argument. */
-static __always_inline __u64 skb_addr(unsigned long long *ctx)
+/* A packet's buffer address as a number, negated (as good a key). The
+ * verifier types skb->head as read-only untrusted memory, and a multiply
+ * or shift keeps that type, which cannot be spilled in part (the 32-bit
+ * map key); a negation (allowed to a privileged loader) makes it a plain
+ * number. In assembly, so the compiler does not fold it into the hash. */
+static __always_inline __u64 head_of(const struct sk_buff *skb)
 {
-	__u64 a = 0;
+	__u64 h = (__u64)skb->head;
 
-	bpf_probe_read_kernel(&a, sizeof(a), ctx);
-	return a;
+	asm volatile("%[h] = -%[h]" : [h] "+r"(h));
+	return h;
 }
 
-/* A packet's tag: its address, its data head and the attachment, never 0. */
-static __always_inline __u64 tag_of(__u64 addr, const struct sk_buff *skb)
+/* A packet's tag: its buffer and the attachment, never 0. */
+static __always_inline __u64 tag_of(__u64 head)
 {
-	return mix(addr ^ ((__u64)skb->head << 7) ^ ((__u64)epoch << 48)) | 1;
+	return mix(head ^ ((__u64)epoch << 48)) | 1;
 }
 
-static __always_inline struct nbs_qdisc_slot *slot_of(__u64 addr)
+static __always_inline struct nbs_qdisc_slot *slot_of(__u64 head)
 {
-	__u32 k = mix(addr) >> (64 - NBS_QDISC_SLOTS_BITS);
+	__u32 k = mix(head) >> (64 - NBS_QDISC_SLOTS_BITS);
 
 	return bpf_map_lookup_elem(&qd_slots, &k);
 }
@@ -139,19 +150,19 @@ int BPF_PROG(nbs_qdisc_queue, struct sk_buff *skb)
 {
 	struct nbs_qdisc_stats *st;
 	struct nbs_qdisc_slot *s;
-	__u64 addr;
+	__u64 head;
 	bool taken;
 
 	if (target_netns && nbs_skb_netns(skb) != target_netns)
 		return 0;
-	addr = skb_addr(ctx);
-	s = slot_of(addr);
+	head = head_of(skb);
+	s = slot_of(head);
 	if (!s)
 		return 0;
 	/* The line is about to be written: reading it first costs nothing. */
 	taken = s->tag != 0;
 	s->queued_ns = bpf_ktime_get_ns();
-	s->tag = tag_of(addr, skb);
+	s->tag = tag_of(head);
 	st = stats();
 	if (st) {
 		st->queued++;
@@ -167,10 +178,10 @@ int BPF_PROG(nbs_qdisc_xmit, const struct sk_buff *skb, const struct net_device 
 	struct nbs_qdisc_stats *st;
 	struct nbs_qdisc_slot *s;
 	struct nbs_hist *h;
-	__u64 now, queued, addr = skb_addr(ctx);
+	__u64 now, queued, head = head_of(skb);
 
-	s = slot_of(addr);
-	if (!s || s->tag != tag_of(addr, skb))
+	s = slot_of(head);
+	if (!s || s->tag != tag_of(head))
 		return 0;
 	queued = s->queued_ns;
 	s->tag = 0;
