@@ -45,8 +45,24 @@ struct nbs_qdisc_slot {
 	__u64 queued_ns;
 };
 
+/* Devices get a histogram each: an index into the per-CPU array qd_hist,
+ * handed out in order on a device's first packet, for good (a device
+ * table that fills counts dev_full, as a full hash map did). The index is
+ * found per packet in a small per-CPU cache of recent devices in the stats
+ * (a line the packet touches anyway), before the hash map qd_devs: a
+ * histogram in a per-CPU hash map cost a hash lookup per packet. */
+#define NBS_QDISC_DEVS 256
+#define NBS_QDISC_CACHE_BITS 3
+
 struct nbs_qdisc_dev_info {
 	__u8 name[16]; /* NUL-terminated */
+	__u32 index;   /* its histogram in qd_hist */
+	__u32 pad;
+};
+
+struct nbs_qdisc_cached {
+	__u64 dev;   /* netns << 32 | ifindex; 0: empty */
+	__u64 index; /* its histogram in qd_hist */
 };
 
 struct nbs_qdisc_stats {
@@ -55,6 +71,8 @@ struct nbs_qdisc_stats {
 	__u64 dev_full;    /* not counted: the device table is full */
 	__u64 stale;       /* a clock step between queue and driver */
 	__u64 overwritten; /* a slot taken from a packet not (yet) seen at the driver */
+	/* Not a count: this CPU's recent devices (dev_hist). */
+	struct nbs_qdisc_cached cache[1 << NBS_QDISC_CACHE_BITS];
 };
 
 struct {
@@ -68,15 +86,18 @@ struct {
 volatile __u32 epoch SEC(".data") = 1;
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 256);
-	__type(key, struct nbs_qdisc_dev);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NBS_QDISC_DEVS);
+	__type(key, __u32);
 	__type(value, struct nbs_hist);
 } qd_hist SEC(".maps");
 
+/* The next histogram index to hand out. */
+__u32 next_dev SEC(".bss");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 256);
+	__uint(max_entries, NBS_QDISC_DEVS);
 	__type(key, struct nbs_qdisc_dev);
 	__type(value, struct nbs_qdisc_dev_info);
 } qd_devs SEC(".maps");
@@ -88,9 +109,6 @@ struct {
 	__type(value, struct nbs_qdisc_stats);
 } qd_stats SEC(".maps");
 
-/* A zeroed histogram to insert: too big for the stack. */
-const struct nbs_hist nbs_zero_hist = {};
-
 static __always_inline struct nbs_qdisc_stats *stats(void)
 {
 	__u32 zero = 0;
@@ -98,25 +116,46 @@ static __always_inline struct nbs_qdisc_stats *stats(void)
 	return bpf_map_lookup_elem(&qd_stats, &zero);
 }
 
-static __always_inline struct nbs_hist *dev_hist(const struct net_device *dev, __u32 netns)
-{
-	struct nbs_qdisc_dev k = {.netns = netns, .ifindex = dev->ifindex};
-	struct nbs_qdisc_dev_info info = {};
-	struct nbs_hist *h;
-
-	h = bpf_map_lookup_elem(&qd_hist, &k);
-	if (h)
-		return h;
-	/* First packet of this device: name it, then make its histogram. */
-	bpf_probe_read_kernel_str(info.name, sizeof(info.name), dev->name);
-	bpf_map_update_elem(&qd_devs, &k, &info, BPF_NOEXIST);
-	bpf_map_update_elem(&qd_hist, &k, &nbs_zero_hist, BPF_NOEXIST);
-	return bpf_map_lookup_elem(&qd_hist, &k);
-}
-
 static __always_inline __u64 mix(__u64 v)
 {
 	return v * 0x9E3779B97F4A7C15ULL;
+}
+
+/* The histogram of device dev in namespace netns: from this CPU's cache of
+ * recent devices, else from the device table, which the device's first
+ * packet enters (named, and given the next free histogram). */
+static __always_inline struct nbs_hist *dev_hist(struct nbs_qdisc_stats *st, const struct net_device *dev,
+						 __u32 netns)
+{
+	struct nbs_qdisc_dev k = {.netns = netns, .ifindex = dev->ifindex};
+	__u64 key = (__u64)netns << 32 | k.ifindex;
+	struct nbs_qdisc_dev_info *found, info = {};
+	struct nbs_qdisc_cached *c;
+	__u32 index;
+
+	c = &st->cache[mix(key) >> (64 - NBS_QDISC_CACHE_BITS)];
+	if (c->dev == key) {
+		index = c->index;
+		return bpf_map_lookup_elem(&qd_hist, &index);
+	}
+	found = bpf_map_lookup_elem(&qd_devs, &k);
+	if (!found) {
+		/* First packet of this device. Two CPUs that meet it at once
+		 * both take an index; the one whose entry lands wins, the
+		 * other's index stays unused. */
+		info.index = __sync_fetch_and_add(&next_dev, 1);
+		if (info.index >= NBS_QDISC_DEVS)
+			return NULL;
+		bpf_probe_read_kernel_str(info.name, sizeof(info.name), dev->name);
+		bpf_map_update_elem(&qd_devs, &k, &info, BPF_NOEXIST);
+		found = bpf_map_lookup_elem(&qd_devs, &k);
+		if (!found)
+			return NULL;
+	}
+	index = found->index;
+	c->dev = key;
+	c->index = index;
+	return bpf_map_lookup_elem(&qd_hist, &index);
 }
 
 /* A packet's buffer address as a number, negated (as good a key). The
@@ -191,20 +230,19 @@ int BPF_PROG(nbs_qdisc_xmit, const struct sk_buff *skb, const struct net_device 
 		return 0;
 	now = bpf_ktime_get_ns();
 	st = stats();
+	if (!st)
+		return 0;
 	if (now < queued) {
-		if (st)
-			st->stale++;
+		st->stale++;
 		return 0;
 	}
-	h = dev_hist(dev, dev->nd_net.net->ns.inum);
+	h = dev_hist(st, dev, dev->nd_net.net->ns.inum);
 	if (!h) {
-		if (st)
-			st->dev_full++;
+		st->dev_full++;
 		return 0;
 	}
 	nbs_hist_record(h, now - queued);
-	if (st)
-		st->matched++;
+	st->matched++;
 	return 0;
 }
 
