@@ -3,6 +3,7 @@ package agentcost
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,6 +52,11 @@ func agentProgramIDs(b *testing.B, pid int) []ebpf.ProgramID {
 	slices.Sort(ids)
 	return ids
 }
+
+// triggeredOnly are the programs an expand adds to the default agent's
+// (latency/qdisc and latency/flows; latency/rx is on by default): what the
+// triggered configuration costs beyond the default.
+var triggeredOnly = map[string]bool{"nbs_qdisc_queue": true, "nbs_qdisc_xmit": true, "nbs_flow_probe": true}
 
 // progCost is what one program cost over one iperf3 run.
 type progCost struct {
@@ -156,6 +162,7 @@ func BenchmarkTriggeredPrograms(b *testing.B) {
 		}
 		all := make([]map[string]*agg, len(builds))
 		totals := make([][]float64, len(builds))
+		added := make([][]float64, len(builds)) // triggeredOnly's part of the total
 		for k := range all {
 			all[k] = map[string]*agg{}
 		}
@@ -163,9 +170,12 @@ func BenchmarkTriggeredPrograms(b *testing.B) {
 			for j := range builds {
 				k := (j + i) % len(builds)
 				costs, gbps := measure(builds[k].bin)
-				total := 0.0
+				total, add := 0.0, 0.0
 				for _, c := range costs {
 					total += c.nsPerMB
+					if triggeredOnly[c.name] {
+						add += c.nsPerMB
+					}
 					a := all[k][c.name]
 					if a == nil {
 						a = &agg{}
@@ -178,8 +188,9 @@ func BenchmarkTriggeredPrograms(b *testing.B) {
 					a.runsPerMB = append(a.runsPerMB, c.runsPerM)
 				}
 				totals[k] = append(totals[k], total)
-				b.Logf("round %d, %s: %.1f Gbit/s, BPF %.0f ns per MB received (%.2f%% of the stream's time)",
-					i+1, builds[k].name, gbps, total, 100*total*gbps*1e9/8/1e6/1e9)
+				added[k] = append(added[k], add)
+				b.Logf("round %d, %s: %.1f Gbit/s, BPF %.0f ns per MB received (%.2f%% of a CPU at this rate), of which the triggered programs %.0f",
+					i+1, builds[k].name, gbps, total, 100*total*gbps*1e9/8/1e6/1e9, add)
 			}
 		}
 		for k, bd := range builds {
@@ -197,11 +208,44 @@ func BenchmarkTriggeredPrograms(b *testing.B) {
 				b.Logf("  %-16s | %s | %s | %s | %s | %s", n, list0(a.runsPerSec), list0(a.runsPerMB), list0(a.median), list0(a.mean), list0(a.nsPerMB))
 			}
 			b.Logf("  %-16s | | | | | %s", "total", list0(totals[k]))
+			b.Logf("  %-16s | | | | | %s", "triggered only", list0(added[k]))
 			metric := "ns/MB"
 			if k > 0 {
 				metric = "base_ns/MB"
 			}
 			b.ReportMetric(bpfstats.Median(totals[k]), metric)
+		}
+		if len(builds) == 2 {
+			// Before/after, round by round: the two builds of a round ran
+			// back to back, so a drift of the machine's load falls on
+			// both; the median of the rounds' ratios.
+			names := map[string]bool{}
+			for n := range all[0] {
+				names[n] = true
+			}
+			var out []string
+			for _, n := range slices.Sorted(maps.Keys(names)) {
+				a, base := all[0][n], all[1][n]
+				if base == nil || len(a.median) != len(base.median) || slices.Contains(base.median, 0) {
+					continue
+				}
+				ns, perMB := make([]float64, len(a.median)), make([]float64, len(a.median))
+				for i := range a.median {
+					ns[i] = a.median[i] / base.median[i]
+					perMB[i] = a.nsPerMB[i] / base.nsPerMB[i]
+				}
+				out = append(out, fmt.Sprintf("%s %.2f (ns/MB %.2f)", n, bpfstats.Median(ns), bpfstats.Median(perMB)))
+			}
+			ratio := func(x, y []float64) float64 {
+				r := make([]float64, len(x))
+				for i := range x {
+					r[i] = x[i] / y[i]
+				}
+				return bpfstats.Median(r)
+			}
+			b.Logf("%s / %s, median of the rounds' ratios: ns/run median: %s; total ns/MB %.2f, triggered programs' ns/MB %.2f",
+				builds[0].name, builds[1].name, strings.Join(out, ", "), ratio(totals[0], totals[1]), ratio(added[0], added[1]))
+			b.ReportMetric(ratio(added[0], added[1]), "triggered_ns/MB_ratio")
 		}
 	}
 }
