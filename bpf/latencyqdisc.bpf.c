@@ -66,12 +66,18 @@ struct nbs_qdisc_cached {
 };
 
 struct nbs_qdisc_stats {
+	/* Not counts: the packet this CPU queued last to a device without a
+	 * qdisc (see "direct" below), in the first line with the counters. */
+	__u64 direct_tag;
+	__u64 direct_ns;
+	__u64 direct_dev; /* its device (an address, as a number) */
 	__u64 queued;      /* packets entering dev_queue_xmit in scope */
 	__u64 matched;     /* of which timed to the driver */
 	__u64 dev_full;    /* not counted: the device table is full */
 	__u64 stale;       /* a clock step between queue and driver */
 	__u64 overwritten; /* a slot taken from a packet not (yet) seen at the driver */
-	/* Not a count: this CPU's recent devices (dev_hist). */
+	__u64 direct;      /* of matched, timed without a slot (no qdisc) */
+	/* Not counts: this CPU's recent devices (dev_hist). */
 	struct nbs_qdisc_cached cache[1 << NBS_QDISC_CACHE_BITS];
 };
 
@@ -81,6 +87,16 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nbs_qdisc_slot);
 } qd_slots SEC(".maps");
+
+/* A device without a qdisc (noqueue: veth, bridges, tunnels, most pods'
+ * interfaces) hands a packet to its driver right after net_dev_queue, on
+ * the same CPU, with no other packet in between (__dev_queue_xmit: BHs off,
+ * then validate_xmit_skb and the TX lock): such a packet is kept in its
+ * CPU's stats line, which both sides touch anyway, not in a slot of the
+ * table, a line of its own. The entry names its device, so a packet that
+ * was dropped or segmented before the driver (and whose buffer may come
+ * back to another device's packet) is never matched elsewhere; the next
+ * packet overwrites it (counted). */
 
 /* Bumped by user space before each Attach (Probe.BeforeAttach). */
 volatile __u32 epoch SEC(".data") = 1;
@@ -171,6 +187,27 @@ static __always_inline __u64 head_of(const struct sk_buff *skb)
 	return h;
 }
 
+/* A device's address as a number, negated likewise (only ever compared). */
+static __always_inline __u64 dev_id(const struct net_device *dev)
+{
+	__u64 d = (__u64)dev;
+
+	asm volatile("%[d] = -%[d]" : [d] "+r"(d));
+	return d;
+}
+
+/* Whether the device the packet is queued to has no qdisc: its TX queue's
+ * qdisc has no enqueue (__dev_queue_xmit tests the same right after the
+ * tracepoint). Only queue 0 is looked at (the verifier allows no index
+ * into the device's queue array); a packet of another queue takes the
+ * table, which is always right. */
+static __always_inline bool noqueue(const struct sk_buff *skb, const struct net_device *dev)
+{
+	if (!dev || skb->queue_mapping)
+		return false;
+	return dev->_tx && dev->_tx->qdisc && !dev->_tx->qdisc->enqueue;
+}
+
 /* A packet's tag: its buffer and the attachment, never 0. */
 static __always_inline __u64 tag_of(__u64 head)
 {
@@ -187,27 +224,34 @@ static __always_inline struct nbs_qdisc_slot *slot_of(__u64 head)
 SEC("tp_btf/net_dev_queue")
 int BPF_PROG(nbs_qdisc_queue, struct sk_buff *skb)
 {
+	const struct net_device *dev = skb->dev;
 	struct nbs_qdisc_stats *st;
 	struct nbs_qdisc_slot *s;
 	__u64 head;
-	bool taken;
 
 	if (target_netns && nbs_skb_netns(skb) != target_netns)
 		return 0;
+	st = stats();
+	if (!st)
+		return 0;
 	head = head_of(skb);
+	st->queued++;
+	if (noqueue(skb, dev)) {
+		if (st->direct_tag)
+			st->overwritten++;
+		st->direct_ns = bpf_ktime_get_ns();
+		st->direct_tag = tag_of(head);
+		st->direct_dev = dev_id(dev);
+		return 0;
+	}
 	s = slot_of(head);
 	if (!s)
 		return 0;
 	/* The line is about to be written: reading it first costs nothing. */
-	taken = s->tag != 0;
+	if (s->tag)
+		st->overwritten++;
 	s->queued_ns = bpf_ktime_get_ns();
 	s->tag = tag_of(head);
-	st = stats();
-	if (st) {
-		st->queued++;
-		if (taken)
-			st->overwritten++;
-	}
 	return 0;
 }
 
@@ -217,21 +261,27 @@ int BPF_PROG(nbs_qdisc_xmit, const struct sk_buff *skb, const struct net_device 
 	struct nbs_qdisc_stats *st;
 	struct nbs_qdisc_slot *s;
 	struct nbs_hist *h;
-	__u64 now, queued, head = head_of(skb);
+	__u64 now, queued, tag = tag_of(head_of(skb));
 
-	s = slot_of(head);
-	if (!s || s->tag != tag_of(head))
+	st = stats();
+	if (!st)
 		return 0;
-	queued = s->queued_ns;
-	s->tag = 0;
+	if (st->direct_tag == tag && st->direct_dev == dev_id(dev)) {
+		queued = st->direct_ns;
+		st->direct_tag = 0;
+		st->direct++;
+	} else {
+		s = slot_of(head_of(skb));
+		if (!s || s->tag != tag)
+			return 0;
+		queued = s->queued_ns;
+		s->tag = 0;
+	}
 	/* A dropped skb's memory, head included, can be reused for another
 	 * namespace's packet: never time a device outside the scope. */
 	if (target_netns && dev->nd_net.net->ns.inum != target_netns)
 		return 0;
 	now = bpf_ktime_get_ns();
-	st = stats();
-	if (!st)
-		return 0;
 	if (now < queued) {
 		st->stale++;
 		return 0;

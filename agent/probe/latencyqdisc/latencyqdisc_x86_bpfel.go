@@ -39,11 +39,15 @@ type latencyqdiscNbsQdiscSlot struct {
 
 type latencyqdiscNbsQdiscStats struct {
 	_           structs.HostLayout
+	DirectTag   uint64
+	DirectNs    uint64
+	DirectDev   uint64
 	Queued      uint64
 	Matched     uint64
 	DevFull     uint64
 	Stale       uint64
 	Overwritten uint64
+	Direct      uint64
 	Cache       [8]struct {
 		_     structs.HostLayout
 		Dev   uint64

@@ -49,6 +49,9 @@ type Stats struct {
 	// in flight), or one dropped in the queue, which never reached the
 	// driver to free it.
 	Overwritten uint64
+	// Direct: of Matched, packets of devices without a qdisc, timed
+	// through their CPU's last-queued entry rather than a slot.
+	Direct uint64
 }
 
 // Probe is the loaded pair of programs, attached or not.
@@ -149,7 +152,7 @@ func (p *Probe) Stats() (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{Queued: c.Queued, Matched: c.Matched, DevFull: c.DevFull, Stale: c.Stale, Overwritten: c.Overwritten}, nil
+	return Stats{Queued: c.Queued, Matched: c.Matched, DevFull: c.DevFull, Stale: c.Stale, Overwritten: c.Overwritten, Direct: c.Direct}, nil
 }
 
 // Close detaches the programs and frees them and their maps.
