@@ -17,9 +17,9 @@
  * which TCP sets to the tick of every ACK and data segment it takes, right
  * after tcp_probe). A bulk flow's other segments, nearly all of them, leave
  * there, before the clock read and the socket-storage lookup. A sample can
- * thus come up to one tick later than min_gap_ns allows; a flow that
- * receives anything after min_gap_ns is still sampled, since the first
- * segment of every tick is considered. Triggered only:
+ * thus come up to one tick later than min_gap_ns allows: a flow is still
+ * sampled if it receives a segment in a tick that starts after min_gap_ns
+ * has passed, whose first segment is considered. Triggered only:
  * agent/probe/latencyflows attaches it while the latency branch is in trouble
  * or an operator is looking.
  */
