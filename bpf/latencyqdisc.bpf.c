@@ -67,7 +67,7 @@ struct nbs_qdisc_cached {
 
 struct nbs_qdisc_stats {
 	/* Not counts: the packet this CPU queued last to a device without a
-	 * qdisc (see "direct" below), in the first line with the counters. */
+	 * qdisc (see "direct" below), next to the counters both sides touch. */
 	__u64 direct_tag;
 	__u64 direct_ns;
 	__u64 direct_dev; /* its device (an address, as a number) */
