@@ -78,7 +78,7 @@ type progCost struct {
 // alternated with this tree's (which goes first alternates), for a
 // before/after in one run.
 //
-//	NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1 go test -run '^$' -bench TriggeredPrograms -benchtime 1x -timeout 30m ./bench/agentcost/
+//	NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1 go test -v -run '^$' -bench TriggeredPrograms -benchtime 1x -timeout 30m ./bench/agentcost/
 //
 // NBS_AGENTCOST_ROUNDS (default 3) runs of each build, NBS_AGENTCOST_SECONDS
 // (default 5) each. The tracepoints are machine-wide and the agent watches
@@ -151,6 +151,13 @@ func BenchmarkTriggeredPrograms(b *testing.B) {
 				nsPerMB: r.MeanNs * float64(r.Runs) / mb, runsPerM: float64(r.Runs) / mb})
 		}
 		a.stop()
+		// The run measures the triggered configuration only if the
+		// triggered programs ran under the stream.
+		for name := range triggeredOnly {
+			if !slices.ContainsFunc(costs, func(c progCost) bool { return c.name == name && c.runsPerSec > 0 }) {
+				b.Errorf("%s did not run under the stream: the triggered sources were not attached", name)
+			}
+		}
 		time.Sleep(3 * time.Second) // cooldown, as BenchmarkAgentCost's
 		return costs, bps / 1e9
 	}
