@@ -8,11 +8,24 @@
  * tcp_probe fires for every segment an established socket receives, so the
  * program is rate-limited twice before it touches the flow table: at most
  * one sample per flow every min_gap_ns (a timestamp in the socket's own
- * storage), and at most samples_per_sec per CPU. Triggered only:
+ * storage), and at most samples_per_sec per CPU.
+ *
+ * Before either, a gate that reads only the socket (in cache: TCP is
+ * processing it) and the jiffies counter: a flow is considered once per
+ * clock tick (1-10 ms, CONFIG_HZ), at the first segment of a tick — one
+ * whose socket saw no segment yet in that tick (rcv_tstamp and lrcvtime,
+ * which TCP sets to the tick of every ACK and data segment it takes, right
+ * after tcp_probe). A bulk flow's other segments, nearly all of them, leave
+ * there, before the clock read and the socket-storage lookup. A sample can
+ * thus come up to one tick later than min_gap_ns allows: a flow is still
+ * sampled if it receives a segment in a tick that starts after min_gap_ns
+ * has passed, whose first segment is considered. Triggered only:
  * agent/probe/latencyflows attaches it while the latency branch is in trouble
  * or an operator is looking.
  */
 #include "nbs.h"
+
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 
 const volatile __u32 target_netns = 0;        /* 0 = every namespace */
 const volatile __u64 min_gap_ns = 100000000;  /* per flow */
@@ -42,6 +55,7 @@ struct nbs_flow_sock {
 
 struct nbs_flow_stats {
 	__u64 seen;       /* tcp_probe hits in scope */
+	__u64 considered; /* of which past the tick gate */
 	__u64 sampled;
 	__u64 suppressed; /* over samples_per_sec */
 	__u64 table_full; /* flow table inserts that failed */
@@ -73,13 +87,14 @@ struct {
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(nbs_flow_probe, struct sock *sk, const struct sk_buff *skb)
 {
+	const struct tcp_sock *tk;
 	struct nbs_flow_stats *st;
 	struct nbs_flow_sock *fs;
 	struct nbs_flow *f;
 	struct tcp_sock *tp;
 	struct nbs_tuple t;
 	__u64 now, cookie, sec;
-	__u32 zero = 0;
+	__u32 zero = 0, tick;
 
 	if (target_netns && nbs_sk_netns(sk) != target_netns)
 		return 0;
@@ -87,6 +102,13 @@ int BPF_PROG(nbs_flow_probe, struct sock *sk, const struct sk_buff *skb)
 	if (!st)
 		return 0;
 	st->seen++;
+	/* The tick gate (above). tcp_probe runs only in tcp_rcv_established,
+	 * so sk is a full TCP socket. */
+	tk = bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct tcp_sock));
+	tick = (__u32)bpf_jiffies64();
+	if (tk->rcv_tstamp == tick || tk->inet_conn.icsk_ack.lrcvtime == tick)
+		return 0;
+	st->considered++;
 	now = bpf_ktime_get_ns();
 	fs = bpf_sk_storage_get(&flow_sock, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!fs || (fs->last_ns && now - fs->last_ns < min_gap_ns))

@@ -14,7 +14,7 @@ func LatencyFlowsTree() []Metric {
 	return []Metric{
 		{ID: LatencyFlows, Title: "Flows retransmitting", Unit: "flows", Kind: Gauge,
 			Description: "TCP flows that retransmitted during the interval, among those sampled (BPF, tracepoint " +
-				"tcp_probe, at most one sample per flow every 100 ms and a per-CPU cap). The evidence lists the " +
+				"tcp_probe, at most one sample per flow every 100 ms, taken at the first segment of a clock tick, and a per-CPU cap). The evidence lists the " +
 				"flows with the most retransmits: 5-tuple, retransmits in the interval and in total, smoothed RTT, " +
 				"RTT variation, congestion window. Many flows to many peers point at this host or its uplink; a " +
 				"few flows to one peer point at that peer or its path." + latencyTriggeredOnlyRemark},

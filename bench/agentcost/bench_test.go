@@ -191,6 +191,13 @@ func iperfServer(b *testing.B, lab *netlab.Lab) *exec.Cmd {
 // returns the receiver's bits per second.
 func iperf(b *testing.B, lab *netlab.Lab, secs, streams int) float64 {
 	b.Helper()
+	bps, _ := iperfBytes(b, lab, secs, streams)
+	return bps
+}
+
+// iperfBytes is iperf, with the bytes the receiver got too.
+func iperfBytes(b *testing.B, lab *netlab.Lab, secs, streams int) (bps, bytes float64) {
+	b.Helper()
 	port := strconv.Itoa(iperfPort)
 	srv := iperfServer(b, lab)
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
@@ -198,6 +205,7 @@ func iperf(b *testing.B, lab *netlab.Lab, secs, streams int) float64 {
 		End struct {
 			SumReceived struct {
 				BitsPerSecond float64 `json:"bits_per_second"`
+				Bytes         float64 `json:"bytes"`
 			} `json:"sum_received"`
 		} `json:"end"`
 		Error string `json:"error"`
@@ -216,7 +224,7 @@ func iperf(b *testing.B, lab *netlab.Lab, secs, streams int) float64 {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return res.End.SumReceived.BitsPerSecond
+	return res.End.SumReceived.BitsPerSecond, res.End.SumReceived.Bytes
 }
 
 // buildAgent builds nbs-agent from this tree.

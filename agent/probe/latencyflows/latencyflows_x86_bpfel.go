@@ -41,6 +41,7 @@ type latencyflowsNbsFlowSock struct {
 type latencyflowsNbsFlowStats struct {
 	_          structs.HostLayout
 	Seen       uint64
+	Considered uint64
 	Sampled    uint64
 	Suppressed uint64
 	TableFull  uint64

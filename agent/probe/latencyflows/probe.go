@@ -61,6 +61,7 @@ type Flow struct {
 // Stats are the probe's counts, cumulative, summed over CPUs.
 type Stats struct {
 	Seen       uint64 // tcp_probe hits in scope while attached
+	Considered uint64 // of which past the once-a-tick gate, to the per-flow gap
 	Sampled    uint64
 	Suppressed uint64 // samples withheld by the per-CPU rate limit
 	TableFull  uint64
@@ -162,7 +163,7 @@ func (p *Probe) Stats() (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{Seen: c.Seen, Sampled: c.Sampled, Suppressed: c.Suppressed, TableFull: c.TableFull}, nil
+	return Stats{Seen: c.Seen, Considered: c.Considered, Sampled: c.Sampled, Suppressed: c.Suppressed, TableFull: c.TableFull}, nil
 }
 
 // Close detaches the program and frees it and its maps.

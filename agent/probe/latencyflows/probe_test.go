@@ -184,7 +184,7 @@ func TestFlowMatchesSS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Sampled == 0 || st.Sampled > st.Seen {
+	if st.Sampled == 0 || st.Sampled > st.Considered || st.Considered > st.Seen {
 		t.Errorf("stats %+v", st)
 	}
 
@@ -218,5 +218,10 @@ func TestRateLimit(t *testing.T) {
 	limit := uint64(5 * float64(runtime.NumCPU()) * (secs + 1))
 	if st.Sampled > limit || st.Suppressed == 0 || st.Seen < 100 {
 		t.Errorf("sampled %d (limit %d), suppressed %d, seen %d", st.Sampled, limit, st.Suppressed, st.Seen)
+	}
+	// The tick gate: a bulk flow is considered at most once a tick (HZ is
+	// at most 1000) per socket, far fewer times than it receives segments.
+	if ticks := uint64(2 * 1000 * 2 * (secs + 1)); st.Considered > ticks || st.Considered >= st.Seen/2 || st.Sampled > st.Considered {
+		t.Errorf("considered %d of %d seen (at most %d ticks of 2 sockets each side), sampled %d", st.Considered, st.Seen, ticks, st.Sampled)
 	}
 }

@@ -25,8 +25,10 @@ type latencyqdiscNbsQdiscDev struct {
 }
 
 type latencyqdiscNbsQdiscDevInfo struct {
-	_    structs.HostLayout
-	Name [16]uint8
+	_     structs.HostLayout
+	Name  [16]uint8
+	Index uint32
+	Pad   uint32
 }
 
 type latencyqdiscNbsQdiscSlot struct {
@@ -37,11 +39,20 @@ type latencyqdiscNbsQdiscSlot struct {
 
 type latencyqdiscNbsQdiscStats struct {
 	_           structs.HostLayout
+	DirectTag   uint64
+	DirectNs    uint64
+	DirectDev   uint64
 	Queued      uint64
 	Matched     uint64
 	DevFull     uint64
 	Stale       uint64
 	Overwritten uint64
+	Direct      uint64
+	Cache       [8]struct {
+		_     structs.HostLayout
+		Dev   uint64
+		Index uint64
+	}
 }
 
 // Names of all BPF objects in the ELF.
@@ -55,7 +66,7 @@ const (
 	latencyqdiscProgNbsQdiscQueue = "nbs_qdisc_queue"
 	latencyqdiscProgNbsQdiscXmit  = "nbs_qdisc_xmit"
 	latencyqdiscVarEpoch          = "epoch"
-	latencyqdiscVarNbsZeroHist    = "nbs_zero_hist"
+	latencyqdiscVarNextDev        = "next_dev"
 	latencyqdiscVarTargetNetns    = "target_netns"
 )
 
@@ -120,7 +131,7 @@ type latencyqdiscMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyqdiscVariableSpecs struct {
 	Epoch       *ebpf.VariableSpec `ebpf:"epoch"`
-	NbsZeroHist *ebpf.VariableSpec `ebpf:"nbs_zero_hist"`
+	NextDev     *ebpf.VariableSpec `ebpf:"next_dev"`
 	TargetNetns *ebpf.VariableSpec `ebpf:"target_netns"`
 }
 
@@ -164,7 +175,7 @@ func (m *latencyqdiscMaps) Close() error {
 // It can be passed to loadLatencyqdiscObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyqdiscVariables struct {
 	Epoch       *ebpf.Variable `ebpf:"epoch"`
-	NbsZeroHist *ebpf.Variable `ebpf:"nbs_zero_hist"`
+	NextDev     *ebpf.Variable `ebpf:"next_dev"`
 	TargetNetns *ebpf.Variable `ebpf:"target_netns"`
 }
 

@@ -49,6 +49,9 @@ type Stats struct {
 	// in flight), or one dropped in the queue, which never reached the
 	// driver to free it.
 	Overwritten uint64
+	// Direct: of Matched, packets of devices without a qdisc, timed
+	// through their CPU's last-queued entry rather than a slot.
+	Direct uint64
 }
 
 // Probe is the loaded pair of programs, attached or not.
@@ -110,17 +113,28 @@ func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 func (p *Probe) Devices() (map[Device]bpfhist.Hist, error) {
 	out := map[Device]bpfhist.Hist{}
 	err := p.bpf.Do("read qdisc sojourn devices", func() error {
-		return bpfload.EachSum(p.objs.QdHist, func(k latencyqdiscNbsQdiscDev, h bpfhist.Hist) {
-			d := Device{Netns: k.Netns, Ifindex: k.Ifindex}
-			var info latencyqdiscNbsQdiscDevInfo
-			if err := p.objs.QdDevs.Lookup(k, &info); err == nil {
-				d.Name = unix.ByteSliceToString(info.Name[:])
+		// Each device the programs met has an entry naming it and the
+		// index of its histogram.
+		var (
+			k    latencyqdiscNbsQdiscDev
+			info latencyqdiscNbsQdiscDevInfo
+		)
+		it := p.objs.QdDevs.Iterate()
+		for it.Next(&k, &info) {
+			h, err := bpfload.LookupSum[bpfhist.Hist](p.objs.QdHist, info.Index)
+			if err != nil {
+				return fmt.Errorf("read the sojourn histogram of if%d: %w", k.Ifindex, err)
 			}
+			d := Device{Netns: k.Netns, Ifindex: k.Ifindex, Name: unix.ByteSliceToString(info.Name[:])}
 			if d.Name == "" {
 				d.Name = fmt.Sprintf("if%d", k.Ifindex)
 			}
 			out[d] = h
-		})
+		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("read qdisc sojourn devices: %w", err)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -138,7 +152,7 @@ func (p *Probe) Stats() (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{Queued: c.Queued, Matched: c.Matched, DevFull: c.DevFull, Stale: c.Stale, Overwritten: c.Overwritten}, nil
+	return Stats{Queued: c.Queued, Matched: c.Matched, DevFull: c.DevFull, Stale: c.Stale, Overwritten: c.Overwritten, Direct: c.Direct}, nil
 }
 
 // Close detaches the programs and frees them and their maps.
