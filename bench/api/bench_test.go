@@ -199,6 +199,8 @@ func BenchmarkAPI(b *testing.B) {
 		b.ReportMetric(ms(t.q(0.5)), name+"-p50-ms")
 		b.ReportMetric(ms(t.q(0.99)), name+"-p99-ms")
 		b.Logf("%-34s p50 %8.2f ms  p99 %8.2f ms  (%d requests)", name, ms(t.q(0.5)), ms(t.q(0.99)), len(t))
+		// As it goes too: a 10,000-node run is long enough to watch.
+		fmt.Fprintf(os.Stderr, "%s %-34s p50 %8.2f ms  p99 %8.2f ms  (%d requests)\n", time.Now().UTC().Format("15:04:05"), name, ms(t.q(0.5)), ms(t.q(0.99)), len(t))
 	}
 	report("anchor-select-1", anchor)
 
