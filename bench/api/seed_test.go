@@ -3,13 +3,16 @@ package api
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/bench/loadgen"
@@ -26,6 +29,8 @@ const (
 	eventsPerRep  = 5  // evidence a troubled node sends per interval (as bench/loadgen)
 	day           = 24 * time.Hour
 	copyBlock     = 500 // nodes whose reports of one hour go in one COPY
+	// registerWorkers register nodes concurrently (register).
+	registerWorkers = 4
 )
 
 // seedConfig is what to seed; see the package comment for why each part
@@ -130,20 +135,56 @@ func register(ctx context.Context, st *store.Store, cfg seedConfig, end time.Tim
 		}
 	}
 	hash := store.DefinitionsHash(f.defs)
-	for i := range cfg.Nodes {
+	one := func(i int) (int32, map[string]int32, error) {
 		id, err := st.UpsertNode(ctx, store.Node{Name: nodeName(i), InstanceID: 1, IntervalMS: uint32(interval.Milliseconds()),
 			AgentVersion: "bench", KernelRelease: "6.18",
 			Labels: map[string]string{"customer": fmt.Sprintf("c%d", i%20), "rack": fmt.Sprintf("r%d", i%50)}})
 		if err != nil {
-			return nil, err
+			return 0, nil, err
 		}
-		if f.metric, err = st.UpsertDefinitions(ctx, id, f.defs); err != nil {
-			return nil, err
+		metric, err := st.UpsertDefinitions(ctx, id, f.defs)
+		if err != nil {
+			return 0, nil, err
 		}
-		if err := st.MarkDefinitions(ctx, id, hash); err != nil {
-			return nil, err
-		}
-		f.names, f.ids = append(f.names, nodeName(i)), append(f.ids, id)
+		return id, metric, st.MarkDefinitions(ctx, id, hash)
+	}
+	f.ids = make([]int32, cfg.Nodes)
+	for i := range cfg.Nodes {
+		f.names = append(f.names, nodeName(i))
+	}
+	if cfg.Nodes == 0 {
+		return f, nil
+	}
+	// The first node stores the tree's dictionary entries; the others,
+	// sharing them, register concurrently (a collector's Hellos do too):
+	// one at a time, 10,000 nodes are minutes of commit round trips.
+	var err error
+	if f.ids[0], f.metric, err = one(0); err != nil {
+		return nil, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	next := atomic.Int64{}
+	next.Store(1)
+	for range registerWorkers {
+		g.Go(func() error {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= cfg.Nodes || gctx.Err() != nil {
+					return nil
+				}
+				id, metric, err := one(i)
+				if err != nil {
+					return fmt.Errorf("register %s: %w", nodeName(i), err)
+				}
+				if !maps.Equal(metric, f.metric) {
+					return fmt.Errorf("register %s: its metric ids differ from node-0000's", nodeName(i))
+				}
+				f.ids[i] = id
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -482,6 +523,27 @@ func (f *fleet) writeLive(ctx context.Context, st *store.Store, from, to time.Ti
 	return took, c, nil
 }
 
+// durable turns synchronous_commit on (the cluster's setting) or off for
+// the test binary's throwaway cluster: seeding needs no commit on disk
+// before the next begins, the timed writes through store.WriteReports
+// wait for theirs as the collector's do.
+func durable(ctx context.Context, st *store.Store, on bool) error {
+	q := `ALTER SYSTEM SET synchronous_commit = off`
+	if on {
+		q = `ALTER SYSTEM RESET synchronous_commit`
+	}
+	if _, err := st.Pool().Exec(ctx, q); err != nil {
+		return fmt.Errorf("set synchronous_commit: %w", err)
+	}
+	if _, err := st.Pool().Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		return fmt.Errorf("reload configuration: %w", err)
+	}
+	// Each session reloads on its next statement; the signal takes a
+	// moment to reach them.
+	time.Sleep(200 * time.Millisecond)
+	return nil
+}
+
 func dbSize(ctx context.Context, st *store.Store) (int64, error) {
 	var n int64
 	err := st.Pool().QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&n)
@@ -502,6 +564,13 @@ func seed(tb testing.TB, st *store.Store, cfg seedConfig, vacuum bool) (*fleet, 
 		tb.Logf("seed: %-44s %9d reports %10d samples %9d histograms %8d events %9d rollup rows  %6.1fs  db %.2f GB",
 			what, c.Reports, c.Samples, c.Histograms, c.Events, c.RollupRows, time.Since(t0).Seconds(), float64(size)/1e9)
 	}
+	setDurable := func(on bool) {
+		if err := durable(ctx, st, on); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	setDurable(false)
+	defer setDurable(true)
 	t0 := time.Now()
 	f, err := register(ctx, st, cfg, end)
 	if err != nil {
@@ -517,10 +586,12 @@ func seed(tb testing.TB, st *store.Store, cfg seedConfig, vacuum bool) (*fleet, 
 		if err != nil {
 			tb.Fatal(err)
 		}
+		setDurable(true)
 		took, c, err := f.writeLive(ctx, st, slot, slot.Add(2*time.Minute))
 		if err != nil {
 			tb.Fatal(err)
 		}
+		setDurable(false)
 		slot = slot.Add(2 * time.Minute)
 		r := ingestRate{stored: size, rate: float64(c.Reports) / took.Seconds()}
 		rates = append(rates, r)
@@ -592,6 +663,7 @@ func seed(tb testing.TB, st *store.Store, cfg seedConfig, vacuum bool) (*fleet, 
 		seedRaw("raw, every node, the minutes seeding took", 0, cfg.Nodes, slot, gapTo)
 		slot = gapTo
 	}
+	setDurable(true)
 	t0 = time.Now()
 	liveTo := slot.Add(5 * time.Minute)
 	if now := time.Now().UTC().Truncate(interval); now.After(liveTo) {
