@@ -65,6 +65,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -304,6 +305,7 @@ func BenchmarkAPI(b *testing.B) {
 			}))
 		}
 	}
+	explainSeries(b, st, f.ids[slices.Index(f.names, healthy)], f.metric["tcp_reset"], f.metric["ping/peer-0"], now)
 	report("events", run(b, 200, get("/nodes/"+troubled+"/events", url.Values{"metric": {"tcp_reset"}})))
 	report("events-store-reads", run(b, 200, func() error {
 		_, err := st.Events(ctx, f.ids[0], "tcp_reset", now.Add(-time.Hour), now, 100)
@@ -324,6 +326,40 @@ func BenchmarkAPI(b *testing.B) {
 	diskPerSample(b, st)
 	for _, r := range ing {
 		b.ReportMetric(r.rate, fmt.Sprintf("ingest-reports/s-at-%.1fGB", float64(r.stored)/1e9))
+	}
+}
+
+// explainSeries logs the plans, times and buffers of the 30-day series'
+// stored-rollup reads (the statements store.ReadRollups runs for the hour
+// rows of one metric of a node): what a 30-day series costs, and what of it
+// grows with the fleet.
+func explainSeries(b *testing.B, st *store.Store, node, sample, hist int32, now time.Time) {
+	ctx := context.Background()
+	for _, q := range []struct {
+		table, cols string
+		metric      int32
+	}{{"rollup_samples", "n, sum, min, max, ok_s, warn_s, crit_s", sample}, {"rollup_histograms", "count, sum, buckets", hist}} {
+		rows, err := st.Pool().Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) SELECT node_id, metric_id, ts, `+q.cols+` FROM `+q.table+`
+			WHERE res = 3600 AND node_id = ANY($1) AND ts >= $2 AND ts < $3 AND ($4::integer[] IS NULL OR metric_id = ANY($4))`,
+			[]int32{node}, now.Add(-30*day).Truncate(time.Hour), now.Truncate(time.Hour), []int32{q.metric})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				b.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			b.Fatal(err)
+		}
+		msg := fmt.Sprintf("explain, 30-day hour rows of one metric from %s:\n%s", q.table, strings.Join(plan, "\n"))
+		b.Log(msg)
+		fmt.Fprintln(os.Stderr, msg)
 	}
 }
 
