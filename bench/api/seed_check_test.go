@@ -26,7 +26,9 @@ func TestSeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	cfg := seedConfig{Nodes: 4, Deep: 1, Days: 1, RawHours: 1, MinuteOf: day}
+	// Fewer days of the other nodes' history than the deep node's, as at
+	// 10,000 nodes.
+	cfg := seedConfig{Nodes: 4, Deep: 1, Days: 1, History: 1, Raw: time.Hour, Window: day, MinuteOf: day}
 	f, rates := seed(t, st, cfg, false)
 	if len(rates) != 3 {
 		t.Errorf("%d ingest timings, want 3", len(rates))
@@ -41,56 +43,75 @@ func TestSeed(t *testing.T) {
 		return n
 	}
 	perHour := int(time.Hour / interval)
-	// Raw reports: every node over the raw window, the deep node over all
+	// Raw reports: every node over the raw window, the troubled node-0000
+	// over the tree's window (from a whole hour), the deep node over all
 	// the days; the troubled node's evidence with each of its reports.
 	for _, c := range []struct {
-		node  int
-		hours int
-	}{{0, cfg.RawHours}, {1, cfg.Days * 24}, {2, cfg.RawHours}, {3, cfg.RawHours}} {
-		from := end.Add(-time.Duration(c.hours) * time.Hour)
-		if got := count(`SELECT count(*) FROM reports WHERE node_id = $1 AND ts >= $2 AND ts < $3`, f.ids[c.node], from, end); got != c.hours*perHour {
-			t.Errorf("%s: %d reports over the %d seeded hours, want %d", f.names[c.node], got, c.hours, c.hours*perHour)
+		node int
+		from time.Time
+	}{{0, end.Add(-cfg.Window).Truncate(time.Hour)}, {1, end.Add(-time.Duration(cfg.Days) * day)}, {2, end.Add(-cfg.Raw)}, {3, end.Add(-cfg.Raw)}} {
+		want := int(end.Sub(c.from) / interval)
+		if got := count(`SELECT count(*) FROM reports WHERE node_id = $1 AND ts >= $2 AND ts < $3`, f.ids[c.node], c.from, end); got != want {
+			t.Errorf("%s: %d reports over the seeded %s, want %d", f.names[c.node], got, end.Sub(c.from), want)
 		}
-		if got := count(`SELECT count(*) FROM reports WHERE node_id = $1 AND ts < $2`, f.ids[c.node], from); got != 0 {
-			t.Errorf("%s: %d reports before its %d seeded hours", f.names[c.node], got, c.hours)
+		if got := count(`SELECT count(*) FROM reports WHERE node_id = $1 AND ts < $2`, f.ids[c.node], c.from); got != 0 {
+			t.Errorf("%s: %d reports before its seeded %s", f.names[c.node], got, end.Sub(c.from))
+		}
+	}
+	// Every node reports up to now (the minutes seeding took, then the
+	// write path's live tail).
+	for i, id := range f.ids {
+		var last time.Time
+		if err := st.Pool().QueryRow(ctx, `SELECT max(ts) FROM reports WHERE node_id = $1`, id).Scan(&last); err != nil {
+			t.Fatal(err)
+		}
+		if age := time.Since(last); age > 2*time.Minute {
+			t.Errorf("%s: newest report %s old", f.names[i], age.Round(time.Second))
 		}
 	}
 	if got, want := count(`SELECT count(*) FROM events WHERE node_id = $1 AND ts >= $2 AND ts < $3`, f.ids[0], end.Add(-time.Hour), end), eventsPerRep*perHour; got != want {
 		t.Errorf("troubled node: %d events in the last seeded hour, want %d", got, want)
 	}
-	// Day rollups of every node back over the report's two periods.
-	histFrom := end.Add(-time.Duration(2*cfg.Days) * day).Truncate(day)
-	wantDays := int(end.Truncate(day).Sub(histFrom)/day) + 1
+	// Day rollups back over the report's two periods (node-0000 and the
+	// deep node), over cfg.History days (the rest).
 	for i, id := range f.ids {
+		days := 2 * cfg.Days
+		if i > cfg.Deep {
+			days = cfg.History
+		}
+		histFrom := end.Add(-time.Duration(days) * day).Truncate(day)
+		wantDays := int(end.Truncate(day).Sub(histFrom)/day) + 1
 		if got := count(`SELECT count(DISTINCT ts) FROM rollup_samples WHERE res = 86400 AND node_id = $1`, id); got != wantDays {
 			t.Errorf("%s: day rollups of %d days, want %d", f.names[i], got, wantDays)
 		}
 	}
-	// The deep node's hour rollups are the write path's fold of its raw
-	// reports.
-	hour := end.Add(-12 * time.Hour).Truncate(time.Hour)
-	q := store.RollupQuery{NodeIDs: []int32{f.ids[1]}, Res: store.RollupHour, From: hour, To: hour.Add(time.Hour)}
-	stored, storedH, err := st.ReadRollups(ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.Raw = true
-	raw, rawH, err := st.ReadRollups(ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(stored) != len(raw) || len(storedH) != len(rawH) || len(stored) != len(f.defs) {
-		t.Fatalf("hour rollups: %d samples and %d histograms stored, %d and %d from raw reports, want %d samples",
-			len(stored), len(storedH), len(raw), len(rawH), len(f.defs))
-	}
-	byPath := map[string]store.SampleAgg{}
-	for _, r := range raw {
-		byPath[r.Path] = r.SampleAgg
-	}
-	for _, r := range stored {
-		w := byPath[r.Path]
-		if r.N != w.N || !near(r.Sum, w.Sum) || r.Min != w.Min || r.Max != w.Max || r.OK != w.OK || r.Warn != w.Warn {
-			t.Errorf("%s hour rollup %+v, raw reports give %+v", r.Path, r.SampleAgg, w)
+	// node-0000's and the deep node's hour rollups are the write path's
+	// fold of their raw reports.
+	for _, node := range []int{0, 1} {
+		hour := end.Add(-12 * time.Hour).Truncate(time.Hour)
+		q := store.RollupQuery{NodeIDs: []int32{f.ids[node]}, Res: store.RollupHour, From: hour, To: hour.Add(time.Hour)}
+		stored, storedH, err := st.ReadRollups(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Raw = true
+		raw, rawH, err := st.ReadRollups(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stored) != len(raw) || len(storedH) != len(rawH) || len(stored) != len(f.defs) {
+			t.Fatalf("%s hour rollups: %d samples and %d histograms stored, %d and %d from raw reports, want %d samples",
+				f.names[node], len(stored), len(storedH), len(raw), len(rawH), len(f.defs))
+		}
+		byPath := map[string]store.SampleAgg{}
+		for _, r := range raw {
+			byPath[r.Path] = r.SampleAgg
+		}
+		for _, r := range stored {
+			w := byPath[r.Path]
+			if r.N != w.N || !near(r.Sum, w.Sum) || r.Min != w.Min || r.Max != w.Max || r.OK != w.OK || r.Warn != w.Warn {
+				t.Errorf("%s: %s hour rollup %+v, raw reports give %+v", f.names[node], r.Path, r.SampleAgg, w)
+			}
 		}
 	}
 

@@ -3,13 +3,16 @@ package api
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/bench/loadgen"
@@ -25,15 +28,22 @@ const (
 	troubledEvery = 20 // every 20th node is troubled: 5% of the fleet
 	eventsPerRep  = 5  // evidence a troubled node sends per interval (as bench/loadgen)
 	day           = 24 * time.Hour
+	copyBlock     = 500 // nodes whose reports of one hour go in one COPY
+	// registerWorkers register nodes concurrently (register).
+	registerWorkers = 4
 )
 
 // seedConfig is what to seed; see the package comment for why each part
 // has the size it has.
 type seedConfig struct {
-	Nodes    int           // registered nodes
-	Deep     int           // the first Deep nodes get raw reports for all of Days
-	Days     int           // history of the deep nodes' raw reports; day rollups reach back 2×Days (the report's previous period)
-	RawHours int           // raw reports of every node for the newest RawHours
+	Nodes int // registered nodes
+	Deep  int // the Deep nodes from node-0001 on get raw reports for all of Days
+	Days  int // history of the deep nodes' raw reports; their day rollups reach back 2×Days (the report's previous period)
+	// History is how many days back the other nodes' day rollups reach
+	// (2×Days unless a fleet's size asks for fewer).
+	History  int
+	Raw      time.Duration // raw reports of every node for the newest Raw
+	Window   time.Duration // raw reports of the troubled node-0000 for the newest Window (the tree's longest window)
 	MinuteOf time.Duration // minute rollups of the deep nodes' newest MinuteOf
 }
 
@@ -125,20 +135,56 @@ func register(ctx context.Context, st *store.Store, cfg seedConfig, end time.Tim
 		}
 	}
 	hash := store.DefinitionsHash(f.defs)
-	for i := range cfg.Nodes {
+	one := func(i int) (int32, map[string]int32, error) {
 		id, err := st.UpsertNode(ctx, store.Node{Name: nodeName(i), InstanceID: 1, IntervalMS: uint32(interval.Milliseconds()),
 			AgentVersion: "bench", KernelRelease: "6.18",
 			Labels: map[string]string{"customer": fmt.Sprintf("c%d", i%20), "rack": fmt.Sprintf("r%d", i%50)}})
 		if err != nil {
-			return nil, err
+			return 0, nil, err
 		}
-		if f.metric, err = st.UpsertDefinitions(ctx, id, f.defs); err != nil {
-			return nil, err
+		metric, err := st.UpsertDefinitions(ctx, id, f.defs)
+		if err != nil {
+			return 0, nil, err
 		}
-		if err := st.MarkDefinitions(ctx, id, hash); err != nil {
-			return nil, err
-		}
-		f.names, f.ids = append(f.names, nodeName(i)), append(f.ids, id)
+		return id, metric, st.MarkDefinitions(ctx, id, hash)
+	}
+	f.ids = make([]int32, cfg.Nodes)
+	for i := range cfg.Nodes {
+		f.names = append(f.names, nodeName(i))
+	}
+	if cfg.Nodes == 0 {
+		return f, nil
+	}
+	// The first node stores the tree's dictionary entries; the others,
+	// sharing them, register concurrently (a collector's Hellos do too):
+	// one at a time, 10,000 nodes are minutes of commit round trips.
+	var err error
+	if f.ids[0], f.metric, err = one(0); err != nil {
+		return nil, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	next := atomic.Int64{}
+	next.Store(1)
+	for range registerWorkers {
+		g.Go(func() error {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= cfg.Nodes || gctx.Err() != nil {
+					return nil
+				}
+				id, metric, err := one(i)
+				if err != nil {
+					return fmt.Errorf("register %s: %w", nodeName(i), err)
+				}
+				if !maps.Equal(metric, f.metric) {
+					return fmt.Errorf("register %s: its metric ids differ from node-0000's", nodeName(i))
+				}
+				f.ids[i] = id
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -234,56 +280,60 @@ func (f *fleet) seedRaw(ctx context.Context, st *store.Store, n0, n1 int, from, 
 		if t0.Truncate(day) != t1.Add(-time.Nanosecond).Truncate(day) {
 			t1 = t1.Truncate(day)
 		}
-		var reps, hists, events [][]any
 		roll := store.NewRollups()
-		for i := n0; i < n1; i++ {
-			rng := rand.New(rand.NewPCG(uint64(i), uint64(t0.Unix())))
-			for t := t0; t.Before(t1); t = t.Add(interval) {
-				r := f.report(rng, i, t)
-				if dayKey := t.UTC().Format("20060102"); !written[dayKey] {
-					written[dayKey] = true
-					if _, err := st.WriteReports(ctx, []store.Report{r}); err != nil {
+		// COPY a block of nodes at a time: a fleet's hour held in memory
+		// at once would be gigabytes.
+		for b0 := n0; b0 < n1; b0 += copyBlock {
+			var reps, hists, events [][]any
+			for i := b0; i < min(b0+copyBlock, n1); i++ {
+				rng := rand.New(rand.NewPCG(uint64(i), uint64(t0.Unix())))
+				for t := t0; t.Before(t1); t = t.Add(interval) {
+					r := f.report(rng, i, t)
+					if dayKey := t.UTC().Format("20060102"); !written[dayKey] {
+						written[dayKey] = true
+						if _, err := st.WriteReports(ctx, []store.Report{r}); err != nil {
+							return c, err
+						}
+						c.Reports++
+						continue
+					}
+					switch {
+					case !rollups:
+					case t.Before(minuteFrom):
+						roll.Add(r, store.RollupHour)
+						days.Add(r, store.RollupDay)
+					default:
+						roll.Add(r, store.RollupMinute, store.RollupHour)
+						days.Add(r, store.RollupDay)
+					}
+					rep, hs, es, err := store.CopyRows(r)
+					if err != nil {
 						return c, err
 					}
+					reps = append(reps, rep)
+					hists = append(hists, hs...)
+					events = append(events, es...)
 					c.Reports++
+					c.Samples += int64(len(r.Samples))
+					c.Histograms += int64(len(r.Histograms))
+					c.Events += int64(len(r.Events))
+				}
+			}
+			for _, cp := range []struct {
+				table string
+				cols  []string
+				rows  [][]any
+			}{
+				{"reports", []string{"node_id", "instance_id", "seq", "ts", "interval_ms", "snapshot", "metric_ids", "vals", "states"}, reps},
+				{"histograms", []string{"node_id", "instance_id", "seq", "ts", "metric_id", "count", "sum", "bucket_index", "bucket_count"}, hists},
+				{"events", []string{"node_id", "instance_id", "seq", "ts", "metric_id", "fields"}, events},
+			} {
+				if len(cp.rows) == 0 {
 					continue
 				}
-				switch {
-				case !rollups:
-				case t.Before(minuteFrom):
-					roll.Add(r, store.RollupHour)
-					days.Add(r, store.RollupDay)
-				default:
-					roll.Add(r, store.RollupMinute, store.RollupHour)
-					days.Add(r, store.RollupDay)
+				if _, err := st.Pool().CopyFrom(ctx, pgx.Identifier{cp.table}, cp.cols, pgx.CopyFromRows(cp.rows)); err != nil {
+					return c, fmt.Errorf("copy %s: %w", cp.table, err)
 				}
-				rep, hs, es, err := store.CopyRows(r)
-				if err != nil {
-					return c, err
-				}
-				reps = append(reps, rep)
-				hists = append(hists, hs...)
-				events = append(events, es...)
-				c.Reports++
-				c.Samples += int64(len(r.Samples))
-				c.Histograms += int64(len(r.Histograms))
-				c.Events += int64(len(r.Events))
-			}
-		}
-		for _, cp := range []struct {
-			table string
-			cols  []string
-			rows  [][]any
-		}{
-			{"reports", []string{"node_id", "instance_id", "seq", "ts", "interval_ms", "snapshot", "metric_ids", "vals", "states"}, reps},
-			{"histograms", []string{"node_id", "instance_id", "seq", "ts", "metric_id", "count", "sum", "bucket_index", "bucket_count"}, hists},
-			{"events", []string{"node_id", "instance_id", "seq", "ts", "metric_id", "fields"}, events},
-		} {
-			if len(cp.rows) == 0 {
-				continue
-			}
-			if _, err := st.Pool().CopyFrom(ctx, pgx.Identifier{cp.table}, cp.cols, pgx.CopyFromRows(cp.rows)); err != nil {
-				return c, fmt.Errorf("copy %s: %w", cp.table, err)
 			}
 		}
 		c.RollupRows += int64(len(roll.Samples) + len(roll.Histograms))
@@ -473,6 +523,27 @@ func (f *fleet) writeLive(ctx context.Context, st *store.Store, from, to time.Ti
 	return took, c, nil
 }
 
+// durable turns synchronous_commit on (the cluster's setting) or off for
+// the test binary's throwaway cluster: seeding needs no commit on disk
+// before the next begins, the timed writes through store.WriteReports
+// wait for theirs as the collector's do.
+func durable(ctx context.Context, st *store.Store, on bool) error {
+	q := `ALTER SYSTEM SET synchronous_commit = off`
+	if on {
+		q = `ALTER SYSTEM RESET synchronous_commit`
+	}
+	if _, err := st.Pool().Exec(ctx, q); err != nil {
+		return fmt.Errorf("set synchronous_commit: %w", err)
+	}
+	if _, err := st.Pool().Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		return fmt.Errorf("reload configuration: %w", err)
+	}
+	// Each session reloads on its next statement; the signal takes a
+	// moment to reach them.
+	time.Sleep(200 * time.Millisecond)
+	return nil
+}
+
 func dbSize(ctx context.Context, st *store.Store) (int64, error) {
 	var n int64
 	err := st.Pool().QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&n)
@@ -493,13 +564,20 @@ func seed(tb testing.TB, st *store.Store, cfg seedConfig, vacuum bool) (*fleet, 
 		tb.Logf("seed: %-44s %9d reports %10d samples %9d histograms %8d events %9d rollup rows  %6.1fs  db %.2f GB",
 			what, c.Reports, c.Samples, c.Histograms, c.Events, c.RollupRows, time.Since(t0).Seconds(), float64(size)/1e9)
 	}
+	setDurable := func(on bool) {
+		if err := durable(ctx, st, on); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	setDurable(false)
+	defer setDurable(true)
 	t0 := time.Now()
 	f, err := register(ctx, st, cfg, end)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	step(fmt.Sprintf("registered %d nodes", cfg.Nodes), seedCounts{}, t0)
-	raw := time.Duration(cfg.RawHours) * time.Hour
+	raw, window := cfg.Raw, max(cfg.Window, cfg.Raw)
 	minuteFrom := end.Add(-cfg.MinuteOf)
 	var rates []ingestRate
 	slot := end
@@ -508,10 +586,12 @@ func seed(tb testing.TB, st *store.Store, cfg seedConfig, vacuum bool) (*fleet, 
 		if err != nil {
 			tb.Fatal(err)
 		}
+		setDurable(true)
 		took, c, err := f.writeLive(ctx, st, slot, slot.Add(2*time.Minute))
 		if err != nil {
 			tb.Fatal(err)
 		}
+		setDurable(false)
 		slot = slot.Add(2 * time.Minute)
 		r := ingestRate{stored: size, rate: float64(c.Reports) / took.Seconds()}
 		rates = append(rates, r)
@@ -520,7 +600,8 @@ func seed(tb testing.TB, st *store.Store, cfg seedConfig, vacuum bool) (*fleet, 
 	}
 	seedRaw := func(what string, n0, n1 int, from, to time.Time) {
 		t0 := time.Now()
-		// Rollups of the deep nodes' reports only (package comment).
+		// Rollups of node-0000's and the deep nodes' reports only (package
+		// comment).
 		var c seedCounts
 		for _, part := range []struct {
 			n0, n1  int
@@ -542,22 +623,31 @@ func seed(tb testing.TB, st *store.Store, cfg seedConfig, vacuum bool) (*fleet, 
 	timeWrites()
 	seedRaw("raw, every node, rest of the window", 0, cfg.Nodes, end.Add(-raw), tenth)
 	timeWrites()
-	if cfg.Days*24 > cfg.RawHours {
-		seedRaw(fmt.Sprintf("raw, %d deep nodes, %d days", cfg.Deep, cfg.Days), 1, 1+cfg.Deep, end.Add(-time.Duration(cfg.Days)*day), end.Add(-raw))
+	// node-0000's from a whole hour, so that its hour rollups before it
+	// (seedHistory's) and after it (seedRaw's) meet.
+	windowFrom := end.Add(-window).Truncate(time.Hour)
+	if windowFrom.Before(end.Add(-raw)) {
+		seedRaw(fmt.Sprintf("raw, node-0000 (troubled), the tree's %s", window), 0, 1, windowFrom, end.Add(-raw))
+	}
+	deepFrom := end.Add(-time.Duration(cfg.Days) * day)
+	if deepFrom.Before(end.Add(-raw)) && cfg.Deep > 0 {
+		seedRaw(fmt.Sprintf("raw, %d deep nodes, %d days", cfg.Deep, cfg.Days), 1, 1+cfg.Deep, deepFrom, end.Add(-raw))
 	}
 	t0 = time.Now()
+	var c seedCounts
 	histFrom := end.Add(-time.Duration(2*cfg.Days) * day).Truncate(day)
-	c, err := f.seedHistory(ctx, st, 0, 1, histFrom, end.Add(-raw))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	d, err := f.seedHistory(ctx, st, 1+cfg.Deep, cfg.Nodes, histFrom, end.Add(-raw))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c.add(d)
-	if cfg.Days*24 > cfg.RawHours {
-		d, err := f.seedHistory(ctx, st, 1, 1+cfg.Deep, histFrom, end.Add(-time.Duration(cfg.Days)*day))
+	for _, h := range []struct {
+		n0, n1   int
+		from, to time.Time
+	}{
+		{0, 1, histFrom, windowFrom},
+		{1, 1 + cfg.Deep, histFrom, deepFrom},
+		{1 + cfg.Deep, cfg.Nodes, end.Add(-time.Duration(cfg.History) * day).Truncate(day), end.Add(-raw)},
+	} {
+		if h.n0 >= h.n1 || !h.from.Before(h.to) {
+			continue
+		}
+		d, err := f.seedHistory(ctx, st, h.n0, h.n1, h.from, h.to)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -565,8 +655,15 @@ func seed(tb testing.TB, st *store.Store, cfg seedConfig, vacuum bool) (*fleet, 
 	}
 	step("rollups of the history before the raw reports", c, t0)
 	timeWrites()
-	// Up to now, and at least one snapshot of every node (5 minutes), so
-	// the newest values hold the whole tree.
+	// Up to now: the minutes seeding took (at 10,000 nodes, many) COPYed
+	// as the raw window was, then at least one snapshot of every node (5
+	// minutes) through store.WriteReports, so the newest values hold the
+	// whole tree.
+	if gapTo := time.Now().UTC().Add(-5 * time.Minute).Truncate(time.Minute); slot.Before(gapTo) {
+		seedRaw("raw, every node, the minutes seeding took", 0, cfg.Nodes, slot, gapTo)
+		slot = gapTo
+	}
+	setDurable(true)
 	t0 = time.Now()
 	liveTo := slot.Add(5 * time.Minute)
 	if now := time.Now().UTC().Truncate(interval); now.After(liveTo) {
