@@ -38,8 +38,10 @@ type registrar struct {
 // instead of holding them.
 const registrationTimeout = 30 * time.Second
 
-// defaultBatch is the most Hellos one batch registers.
-const defaultBatch = 64
+// defaultBatch is the most Hellos one batch registers: at 30,000 nodes, 256
+// (512 Hellos at once) registered every node in 50 s against 64 s with 64
+// (BENCHMARKS.md, "Fleet").
+const defaultBatch = 256
 
 type admitJob struct {
 	ctx  context.Context
