@@ -69,6 +69,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nbs-project/nbs/collector/access"
 	collectorapi "github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
@@ -345,16 +346,8 @@ func explainSeries(b *testing.B, st *store.Store, node, sample, hist int32, now 
 		if err != nil {
 			b.Fatal(err)
 		}
-		var plan []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				b.Fatal(err)
-			}
-			plan = append(plan, line)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
 			b.Fatal(err)
 		}
 		msg := fmt.Sprintf("explain, 30-day hour rows of one metric from %s:\n%s", q.table, strings.Join(plan, "\n"))

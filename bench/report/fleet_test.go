@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/report"
 	"github.com/nbs-project/nbs/collector/store"
@@ -347,15 +348,10 @@ func explain(b *testing.B, st *store.Store, ids, metrics []int32, from, to time.
 			if err != nil {
 				b.Fatal(err)
 			}
-			var plan []string
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					b.Fatal(err)
-				}
-				plan = append(plan, line)
+			plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				b.Fatal(err)
 			}
-			rows.Close()
 			b.Logf("%d nodes:\n%s", len(sel), strings.Join(plan, "\n"))
 		}
 	}
