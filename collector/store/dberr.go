@@ -81,3 +81,11 @@ func queryCanceled(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "57014"
 }
+
+// uniqueViolation reports whether err is PostgreSQL refusing a row its
+// unique index already has: the write paths that try the cheap way first
+// (a batch with no resend, a minute no fold reached) fall back on it.
+func uniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}

@@ -2,12 +2,10 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -218,8 +216,7 @@ func foldPending(ctx context.Context, conn interface {
 		if _, err := tx.Exec(ctx, `SET LOCAL enable_sort = off`); err != nil {
 			return fmt.Errorf("set the fold's grouping: %w", err)
 		}
-		var pgErr *pgconn.PgError
-		if err := write(cur.fresh); errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		if err := write(cur.fresh); uniqueViolation(err) {
 			err = write(pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true})
 			if err != nil {
 				return err

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // stagingDDL creates per-connection staging tables. Rows are COPYed there and
@@ -201,13 +199,6 @@ func newCopyRows(reports []Report) (copyRows, error) {
 	return c, nil
 }
 
-var (
-	reportColumns    = []string{"node_id", "instance_id", "seq", "ts", "interval_ms", "snapshot", "metric_ids", "vals", "states"}
-	histogramColumns = []string{"node_id", "instance_id", "seq", "ts", "metric_id", "count", "sum", "bucket_index", "bucket_count"}
-	eventColumns     = []string{"node_id", "instance_id", "seq", "ts", "metric_id", "fields"}
-	pendingColumns   = []string{"node_id", "instance_id", "seq", "ts", "hist_ids"}
-)
-
 // copyDirect COPYs a batch straight into reports, histograms, events and
 // rollup_pending, as if none of its reports were stored yet, which is the
 // normal case: a resend happens only after a reconnect. If one was (the
@@ -221,8 +212,7 @@ func copyDirect(ctx context.Context, tx pgx.Tx, c copyRows) (bool, error) {
 		return false, fmt.Errorf("begin savepoint: %w", err)
 	}
 	err = copyAll(ctx, sp, "", c, true)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: a resend
+	if uniqueViolation(err) { // a resend
 		if err := sp.Rollback(ctx); err != nil {
 			return false, fmt.Errorf("roll back to savepoint: %w", err)
 		}
@@ -246,10 +236,10 @@ func copyAll(ctx context.Context, tx pgx.Tx, prefix string, c copyRows, pending 
 		cols []string
 		rows [][]any
 	}{
-		{"reports", reportColumns, c.reports},
-		{"histograms", histogramColumns, c.hists},
-		{"events", eventColumns, c.events},
-		{"rollup_pending", pendingColumns, c.pending},
+		{"reports", []string{"node_id", "instance_id", "seq", "ts", "interval_ms", "snapshot", "metric_ids", "vals", "states"}, c.reports},
+		{"histograms", []string{"node_id", "instance_id", "seq", "ts", "metric_id", "count", "sum", "bucket_index", "bucket_count"}, c.hists},
+		{"events", []string{"node_id", "instance_id", "seq", "ts", "metric_id", "fields"}, c.events},
+		{"rollup_pending", []string{"node_id", "instance_id", "seq", "ts", "hist_ids"}, c.pending},
 	} {
 		if len(t.rows) == 0 || (t.name == "rollup_pending" && !pending) {
 			continue
