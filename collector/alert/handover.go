@@ -2,7 +2,6 @@ package alert
 
 import (
 	"sync"
-	"unsafe"
 
 	"github.com/nbs-project/nbs/collector/store"
 )
@@ -55,10 +54,11 @@ func (h *handover) put(reports []store.Report) (dropped int) {
 	defer h.mu.Unlock()
 	for i := range reports {
 		r := &reports[i]
-		n := reportSize(r)
+		kept := store.Report{NodeID: r.NodeID, InstanceID: r.InstanceID, Seq: r.Seq,
+			Time: r.Time, Received: r.Received, IntervalMS: r.IntervalMS, Samples: r.Samples}
+		n := kept.Bytes()
 		if len(h.reports) < h.maxReports && h.bytes+n <= h.maxBytes {
-			h.reports = append(h.reports, store.Report{NodeID: r.NodeID, InstanceID: r.InstanceID, Seq: r.Seq,
-				Time: r.Time, Received: r.Received, IntervalMS: r.IntervalMS, Samples: r.Samples})
+			h.reports = append(h.reports, kept)
 			h.bytes += n
 			continue
 		}
@@ -87,14 +87,4 @@ func (h *handover) take() (reports []store.Report, missed map[int32]bool, all bo
 	reports, missed, all = h.reports, h.missed, h.all
 	h.reports, h.missed, h.all, h.bytes = nil, nil, false, 0
 	return reports, missed, all
-}
-
-// reportSize estimates the memory a handed-over report holds: the struct,
-// its samples and their paths (as the agent sent them, not interned).
-func reportSize(r *store.Report) int64 {
-	n := int64(unsafe.Sizeof(*r))
-	for i := range r.Samples {
-		n += int64(unsafe.Sizeof(r.Samples[i])) + int64(len(r.Samples[i].Path))
-	}
-	return n
 }

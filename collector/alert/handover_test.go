@@ -32,7 +32,7 @@ func TestAlertHandoverBounds(t *testing.T) {
 		{"all fit", 10, 10, 1 << 20, []store.Report{small, big, small}, 3, 0, nil, false, []int32{1, 2, 1}},
 		{"report bound", 2, 10, 1 << 20, []store.Report{small, small, big}, 2, 1, []int32{2}, false, []int32{1, 1}},
 		// The big report does not fit the bytes left; the small one after it does.
-		{"byte bound", 10, 10, 2*reportSize(&small) + 10, []store.Report{small, big, small}, 2, 1, []int32{2}, false, []int32{1, 1}},
+		{"byte bound", 10, 10, 2*small.Bytes() + 10, []store.Report{small, big, small}, 2, 1, []int32{2}, false, []int32{1, 1}},
 		{"missed bound", 0, 1, 1 << 20, []store.Report{small, big}, 0, 2, nil, true, nil},
 		{"nothing held", 0, 10, 1 << 20, []store.Report{small, big, small}, 0, 3, []int32{1, 2}, false, nil},
 	}

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/semaphore"
@@ -72,24 +71,6 @@ func DefaultWriterOptions() WriterOptions {
 // of KB, the largest report allowed megabytes.
 const DefaultQueueBytes = 64 << 20
 
-// reportBytes estimates the memory a validated report holds.
-func reportBytes(r *store.Report) int64 {
-	n := int64(unsafe.Sizeof(*r))
-	for _, s := range r.Samples {
-		n += int64(unsafe.Sizeof(s)) + int64(len(s.Path))
-	}
-	for _, h := range r.Histograms {
-		n += int64(unsafe.Sizeof(h)) + int64(len(h.Path)) + 12*int64(len(h.BucketIndex))
-	}
-	for _, e := range r.Events {
-		n += int64(unsafe.Sizeof(e)) + int64(len(e.Path))
-		for k, v := range e.Fields {
-			n += 48 + int64(len(k)+len(v)) // map slot and string headers
-		}
-	}
-	return n
-}
-
 // NewWriter prepares a writer; opts is DefaultWriterOptions with changes.
 func NewWriter(st ReportWriter, opts WriterOptions, log *slog.Logger, m *telemetry.Metrics) *Writer {
 	if opts.QueueBytes <= 0 {
@@ -104,7 +85,7 @@ func NewWriter(st ReportWriter, opts WriterOptions, log *slog.Logger, m *telemet
 // or in bytes.
 func (w *Writer) Submit(ctx context.Context, r store.Report, done Stored) error {
 	// A report larger than the whole budget waits for all of it.
-	n := min(reportBytes(&r), w.maxBytes)
+	n := min(r.Bytes(), w.maxBytes)
 	if err := w.bytes.Acquire(ctx, n); err != nil {
 		return err
 	}

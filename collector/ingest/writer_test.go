@@ -38,7 +38,7 @@ func TestWriterQueueIsBoundedInBytes(t *testing.T) {
 		}
 		return r
 	}
-	one := reportBytes(new(report(1, 100)))
+	one := new(report(1, 100)).Bytes()
 	g := gatedStore{gate: make(chan struct{})}
 	log := slog.New(slog.DiscardHandler)
 	w := NewWriter(g, WriterOptions{Workers: 1, QueueSize: 100, QueueBytes: one + one/2, MaxBatch: 1, MaxWait: time.Millisecond}, log, telemetry.New())

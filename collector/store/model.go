@@ -5,6 +5,7 @@ package store
 
 import (
 	"time"
+	"unsafe"
 
 	"github.com/nbs-project/nbs/internal/schema"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
@@ -202,4 +203,24 @@ type Latest struct {
 	IntervalMS uint32
 	SnapshotAt time.Time
 	Metrics    map[string]LatestValue
+}
+
+// Bytes estimates the memory a report holds (its samples, histograms and
+// events, paths as sent, not interned): what the writer's queue and the
+// alert hand-over bound.
+func (r *Report) Bytes() int64 {
+	n := int64(unsafe.Sizeof(*r))
+	for _, s := range r.Samples {
+		n += int64(unsafe.Sizeof(s)) + int64(len(s.Path))
+	}
+	for _, h := range r.Histograms {
+		n += int64(unsafe.Sizeof(h)) + int64(len(h.Path)) + 12*int64(len(h.BucketIndex))
+	}
+	for _, e := range r.Events {
+		n += int64(unsafe.Sizeof(e)) + int64(len(e.Path))
+		for k, v := range e.Fields {
+			n += 48 + int64(len(k)+len(v)) // map slot and string headers
+		}
+	}
+	return n
 }
