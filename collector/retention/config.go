@@ -89,7 +89,10 @@ func (c *Config) Validate() error {
 	if c.Rollup1h < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--retention.rollup-1h %s is shorter than a day", c.Rollup1h))
 	}
-	if c.Unreported != 0 && (c.Unreported < 2*time.Hour || c.Unreported > max(c.Nodes, 2*time.Hour)) {
+	// Against a node retention out of its own bounds, reported below,
+	// only the lower bound is checked.
+	nodesOK := c.Nodes >= 24*time.Hour && c.Nodes <= 100*365*24*time.Hour
+	if c.Unreported != 0 && (c.Unreported < 2*time.Hour || (nodesOK && c.Unreported > c.Nodes)) {
 		errs = append(errs, fmt.Errorf("--retention.unreported-nodes %s must be from 2h to --retention.nodes (%s)", c.Unreported, c.Nodes))
 	}
 	for _, r := range []struct {
