@@ -274,3 +274,12 @@ func (s *Store) UnreportedNodes(ctx context.Context, cutoff time.Time, limit int
 	}
 	return names, nil
 }
+
+// NodeExists reports whether any row, of any tenant, has the name.
+func (s *Store) NodeExists(ctx context.Context, name string) (bool, error) {
+	var ok bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE name = $1)`, name).Scan(&ok); err != nil {
+		return false, fmt.Errorf("look up node %q: %w", name, err)
+	}
+	return ok, nil
+}

@@ -36,6 +36,11 @@ running collector ends the affected node's stream at once):
                     them: they replace whatever its agent says for those keys.
                     A new tenant starts a new history: what the node reported
                     before stays visible to its old tenant only
+  reserve NODE LABELS
+                    keep the name NODE for LABELS' tenant (customer=globex)
+                    before any node has it: another tenant's bootstrap token
+                    cannot enroll it, and the reservation does not expire
+                    (label NODE "" releases it)
   revoke NODE       end NODE's stream; nothing may report under the name (no
                     credential, certificate or bootstrap token) until re-enrolled
   reenroll NODE     forget NODE's credential or revocation: the next Hello with
@@ -65,7 +70,7 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 	labelsFlag := fs.String("labels", "", "enroll, bootstrap create: labels to bind (k=v,...), e.g. customer=acme")
 	name := fs.String("name", "", "bootstrap create, revoke: the token's name")
 	expires := fs.String("expires", "", "bootstrap create: how long the token works, e.g. 72h or 30d (default 30d, at most 365d)")
-	maxNodes := fs.Int("max-nodes", 0, "bootstrap create: most names the token may enroll (default: no limit of its own)")
+	maxNodes := fs.Int("max-nodes", 0, "bootstrap create: most names the token may enroll, 1 to 16777216 (default 1000)")
 	key := tenant.Key(tenant.DefaultKey)
 	key.RegisterFlag(fs)
 	if len(args) == 0 {
@@ -87,7 +92,7 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	want := map[string]int{"list": 0, "enroll": 1, "label": 2, "revoke": 1, "reenroll": 1, "delete": 1,
+	want := map[string]int{"list": 0, "enroll": 1, "label": 2, "reserve": 2, "revoke": 1, "reenroll": 1, "delete": 1,
 		"bootstrap create": 0, "bootstrap list": 0, "bootstrap revoke": 0}
 	n, known := want[cmd]
 	switch {
@@ -108,7 +113,7 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 	var labels access.Selector
 	var err error
 	labelSpec, labelsGiven := *labelsFlag, *labelsFlag != ""
-	if cmd == "label" {
+	if cmd == "label" || cmd == "reserve" {
 		labelSpec, labelsGiven = rest[1], true
 	}
 	if labelsGiven {
@@ -157,6 +162,10 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 	case "label":
 		if err = admin.Label(ctx, node, labels); err == nil {
 			fmt.Fprintf(stdout, "%s: labels bound: %s (tenant %q)\n", node, orNone(labels.String()), key.Of(labels))
+		}
+	case "reserve":
+		if err = admin.Reserve(ctx, node, labels); err == nil {
+			fmt.Fprintf(stdout, "%s reserved for %s (tenant %q): only a bootstrap token of that tenant, an operator or a certificate may enroll it\n", node, labels, key.Of(labels))
 		}
 	case "revoke":
 		if err = admin.Revoke(ctx, node); err == nil {
