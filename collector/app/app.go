@@ -233,7 +233,7 @@ func (c *Collector) wire(ctx context.Context, st *store.Store, reads *store.Read
 		c.log.Info("node names are not verified (--grpc.node-auth=none): only clients on this host reach the gRPC listen address", "grpc", c.cfg.GRPCAddr)
 	}
 	p.ingest = ingest.NewServer(st, p.writer, ingest.ServerOptions{Limits: limits, Config: p.configs, Auth: auth, Tenant: c.cfg.Tenant,
-		SendTimeout: c.cfg.Ingest.SendTimeout, HelloTimeout: c.cfg.Ingest.HelloTimeout}, c.log.With("part", "ingest"), c.metrics)
+		SendTimeout: c.cfg.Ingest.SendTimeout, HelloTimeout: c.cfg.Ingest.HelloTimeout, Quotas: st}, c.log.With("part", "ingest"), c.metrics)
 	p.configs.SetPusher(p.ingest)
 	p.identities = nodeauth.NewAdmin(st, p.ingest, authMode, c.cfg.Tenant, c.log.With("part", "nodeauth"))
 	p.alerts.SetThresholds(p.configs)

@@ -75,6 +75,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConnsPerAddress, "grpc.max-connections-per-address", c.MaxConnsPerAddress, "most open gRPC connections from one source IP address; more are closed at once. Agents behind one NAT share an address: raise it with --ingest.max-streams-per-address for such a fleet")
 	fs.DurationVar(&c.HelloTimeout, "ingest.hello-timeout", c.HelloTimeout, "how long a new stream may take to send its Hello")
 	fs.IntVar(&c.MaxNodes, "ingest.max-nodes", c.MaxNodes, "registered nodes; a Hello from a new node beyond it is refused (delete unused nodes with nbs-collector nodes delete)")
+	fs.IntVar(&c.MaxNodesPerTenant, "ingest.max-nodes-per-tenant", c.MaxNodesPerTenant, "registered nodes of one tenant, unless an operator set its quota (nbs-collector nodes quota set TENANT N); a Hello from a new node of a tenant at its quota is refused; 0: no quota but --ingest.max-nodes")
 	fs.IntVar(&c.MaxMetrics, "ingest.max-metrics-per-node", c.MaxMetrics, "metric definitions per node, counted across all its Hellos and streams")
 	fs.IntVar(&c.MaxCapabilities, "ingest.max-capabilities", c.MaxCapabilities, "capabilities per Hello")
 	fs.IntVar(&c.MaxSamples, "ingest.max-samples", c.MaxSamples, "samples per report")
@@ -117,6 +118,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxFutureSkew < 0 || c.MaxFutureSkew > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--ingest.max-future-skew %s must be from 0 to 24h", c.MaxFutureSkew))
+	}
+	if c.MaxNodesPerTenant < 0 || c.MaxNodesPerTenant > 1<<24 {
+		errs = append(errs, fmt.Errorf("--ingest.max-nodes-per-tenant %d must be from 0 (none) to %d", c.MaxNodesPerTenant, 1<<24))
 	}
 	if c.MaxConns >= 1 && c.MaxConnsPerAddress > c.MaxConns {
 		errs = append(errs, fmt.Errorf("--grpc.max-connections-per-address %d is more than --grpc.max-connections %d", c.MaxConnsPerAddress, c.MaxConns))
