@@ -18,8 +18,11 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
 // TestNoAddressLocksOthersOut is the load test of the HTTP connection
@@ -210,4 +213,75 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 		}
 	}
 	return false
+}
+
+// The gRPC listener bounds one address's connections too, counted on
+// /metrics; an agent from another address still gets its Config.
+func TestGRPCConnectionsPerAddress(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DBURL = "127.0.0.1:0", "127.0.0.1:0", pgcluster.Database(t)
+	cfg.Ingest.MaxConnsPerAddress = 4
+	c, stop := startCollector(t, cfg)
+	defer stop()
+	grpcAddr, _ := c.Addrs()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 5 * time.Second}
+	for range 4 {
+		conn, err := d.Dial("tcp", grpcAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+	}
+	waitFor(t, "the address's 4 connections open", func() bool { return grpcMetric(t, c, "nbs_collector_grpc_connections") == 4 })
+	fifth, err := d.Dial("tcp", grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fifth.Close()
+	fifth.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fifth.Read(make([]byte, 1)); err != io.EOF && !isReset(err) {
+		t.Errorf("a fifth connection from the address: read %v, want it closed", err)
+	}
+	if n := grpcMetric(t, c, "nbs_collector_grpc_connections_refused_total"); n != 1 {
+		t.Errorf("refused = %v, want 1", n)
+	}
+
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := nbsv1.NewAgentServiceClient(conn).Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Hello{Hello: &nbsv1.Hello{NodeName: "other-1", InstanceId: 1, IntervalMs: 1000,
+		Metrics: []*nbsv1.MetricDefinition{{Id: "tcp_reset", Title: "TCP resets", Unit: "resets/s", Kind: nbsv1.MetricKind_METRIC_KIND_RATE}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.Recv(); err != nil || m.GetConfig() == nil {
+		t.Errorf("an agent from another address: %v, %v; want its Config", m, err)
+	}
+}
+
+func isReset(err error) bool { return err != nil && strings.Contains(err.Error(), "connection reset") }
+
+// grpcMetric reads an unlabelled gauge or counter of c's registry.
+func grpcMetric(t *testing.T, c *Collector, name string) float64 {
+	t.Helper()
+	mfs, err := c.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			if g := mf.GetMetric()[0].GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }
