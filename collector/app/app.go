@@ -273,7 +273,7 @@ func (c *Collector) httpServer(runCtx context.Context, handler http.Handler, lis
 	// shortest of them). One address holds at most MaxConnsPerAddress, but
 	// for the proxies that carry everyone's requests.
 	proxies := slices.Concat(accCfg.TrustedProxies, accCfg.ProxyCIDRs)
-	limited := connlimit.New(lis, connlimit.Limits{Max: hl.MaxConns, PerAddress: hl.MaxConnsPerAddress, Exempt: proxies.Contains}, c.httpConns)
+	limited := connlimit.New(lis, connlimit.Limits{Max: hl.MaxConns, PerAddress: hl.MaxConnsPerAddress, Exempt: proxies.Contains, States: true}, c.httpConns)
 	srv.ConnState = limited.ConnState
 	lis = limited
 	serve := func() error { return srv.Serve(lis) }

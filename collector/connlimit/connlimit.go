@@ -40,6 +40,11 @@ type Limits struct {
 	// Exempt, when set, says which addresses count only against Max: the
 	// reverse proxies and load balancers that carry many clients' requests.
 	Exempt func(netip.Addr) bool
+	// States says the server reports each connection's state through
+	// ConnState (an http.Server does): only then are idle and stalled
+	// connections closed for newcomers. Without it (gRPC) every
+	// connection would look stalled.
+	States bool
 }
 
 // Metrics count what a listener refused and closed; Collectors registers
@@ -148,16 +153,10 @@ func (l *Listener) admit(nc net.Conn) *conn {
 		l.m.closed.WithLabelValues("address_idle").Inc()
 	}
 	for l.open >= l.lim.Max {
-		if v := l.oldestIdle(netip.Addr{}); v != nil {
+		if v, why := l.victim(); v != nil {
 			l.releaseLocked(v)
 			victims = append(victims, v)
-			l.m.closed.WithLabelValues("idle").Inc()
-			continue
-		}
-		if v := l.oldestStalled(); v != nil {
-			l.releaseLocked(v)
-			victims = append(victims, v)
-			l.m.closed.WithLabelValues("stalled").Inc()
+			l.m.closed.WithLabelValues(why).Inc()
 			continue
 		}
 		changed := l.changed
@@ -189,6 +188,22 @@ func (l *Listener) admit(nc net.Conn) *conn {
 	l.m.open.Set(float64(l.open))
 	l.mu.Unlock()
 	return c
+}
+
+// victim is the connection a full server closes for a newcomer, and why:
+// the least recently used idle one, else the oldest stalled one; none
+// when the server reports no states.
+func (l *Listener) victim() (*conn, string) {
+	if !l.lim.States {
+		return nil, ""
+	}
+	if v := l.oldestIdle(netip.Addr{}); v != nil {
+		return v, "idle"
+	}
+	if v := l.oldestStalled(); v != nil {
+		return v, "stalled"
+	}
+	return nil, ""
 }
 
 // oldestIdle is the least recently idle connection (of addr, when valid).

@@ -36,6 +36,7 @@ func serve(t *testing.T, lim Limits) server {
 		t.Fatal(err)
 	}
 	m := NewMetrics("test")
+	lim.States = true
 	l := New(inner, lim, m)
 	release := make(chan struct{})
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -317,4 +318,57 @@ func value(c prometheus.Counter) float64 {
 		return -1
 	}
 	return m.GetCounter().GetValue()
+}
+
+// A listener whose server reports no states (gRPC) closes nothing for a
+// newcomer when full: its connections are busy as far as it knows, and
+// the newcomer waits for one to close.
+func TestWithoutStatesFullWaits(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(inner, Limits{Max: 2, PerAddress: 2}, NewMetrics("test"))
+	defer l.Close()
+	accepted := make(chan net.Conn, 3)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	s := server{addr: inner.Addr().String()}
+	first, second := dial(t, s, 2), dial(t, s, 3)
+	_, _ = first, second
+	held := []net.Conn{<-accepted, <-accepted}
+	time.Sleep(NewGrace + 200*time.Millisecond) // long enough to look stalled
+	third := dial(t, s, 4)
+	select {
+	case <-accepted:
+		t.Fatal("a third connection was accepted past the bound")
+	case <-time.After(NewGrace + 500*time.Millisecond):
+	}
+	for _, c := range []net.Conn{first, second} {
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err == nil || !isTimeout(err) {
+			t.Errorf("a held connection was closed for the newcomer: %v", err)
+		}
+	}
+	held[0].Close()
+	select {
+	case c := <-accepted:
+		c.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting connection was not accepted once one closed")
+	}
+	_ = third
+	held[1].Close()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
