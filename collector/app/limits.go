@@ -31,7 +31,8 @@ type HTTPLimits struct {
 	// used idle one is closed for a newcomer, else it waits to be
 	// accepted (collector/connlimit).
 	MaxConns int
-	// MaxConnsPerAddress bounds one client address's open connections
+	// MaxConnsPerAddress bounds one client address's (an IPv6 /64's) open
+	// connections
 	// (the reverse proxies and load balancers of --web.trusted-proxies
 	// and --auth.proxy-cidrs count only against MaxConns): past it, the
 	// address's own least recently used idle connection is closed for the

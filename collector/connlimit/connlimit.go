@@ -35,7 +35,8 @@ const NewGrace = time.Second
 type Limits struct {
 	// Max is the open connections in all.
 	Max int
-	// PerAddress is the open connections from one IP address.
+	// PerAddress is the open connections from one IPv4 address or IPv6
+	// /64.
 	PerAddress int
 	// Exempt, when set, says which addresses count only against Max: the
 	// reverse proxies and load balancers that carry many clients' requests.
@@ -131,8 +132,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 
 // admit makes room for nc, or refuses it (closed, nil).
 func (l *Listener) admit(nc net.Conn) *conn {
-	c := &conn{Conn: nc, l: l, addr: addrOf(nc.RemoteAddr())}
-	c.exempt = l.lim.Exempt != nil && l.lim.Exempt(c.addr)
+	peer := addrOf(nc.RemoteAddr())
+	c := &conn{Conn: nc, l: l, addr: clientOf(peer)}
+	c.exempt = l.lim.Exempt != nil && l.lim.Exempt(peer)
 	var victims []*conn
 	defer func() {
 		for _, v := range victims {
@@ -310,12 +312,23 @@ func addrOf(a net.Addr) netip.Addr {
 	return netip.Addr{}
 }
 
+// clientOf is what the per-address bound counts: an IPv4 address, or an
+// IPv6 address's /64, which one host (one customer line) is given whole
+// and could otherwise take a new address from for every connection.
+func clientOf(a netip.Addr) netip.Addr {
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
+	}
+	return a
+}
+
 // conn is an accepted connection; its fields but Conn are guarded by the
 // listener's mu.
 type conn struct {
 	net.Conn
 	l        *Listener
-	addr     netip.Addr
+	addr     netip.Addr // clientOf its peer's address
 	exempt   bool
 	state    state
 	since    time.Time

@@ -372,3 +372,19 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+func TestClientOf(t *testing.T) {
+	for _, c := range []struct{ addr, want string }{
+		{"127.0.0.2", "127.0.0.2"},
+		{"::ffff:10.0.0.1", "10.0.0.1"}, // addrOf unmaps first; clientOf keeps an IPv4 as it is
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::"},
+		{"2001:db8:1:2::1", "2001:db8:1:2::"},
+		{"2001:db8:1:3::1", "2001:db8:1:3::"},
+		{"::1", "::"},
+	} {
+		a := netip.MustParseAddr(c.addr).Unmap()
+		if got := clientOf(a); got.String() != c.want {
+			t.Errorf("clientOf(%s) = %s, want %s", c.addr, got, c.want)
+		}
+	}
+}
