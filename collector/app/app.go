@@ -130,7 +130,8 @@ func (c *Collector) Run(ctx context.Context) error {
 	grpcSrv := grpc.NewServer(grpcOpts...)
 	nbsv1.RegisterAgentServiceServer(grpcSrv, p.ingest)
 	// Agents behind one NAT share an address, so the per-address bound is
-	// a fleet's, not a browser's (ingest.Config.MaxConnsPerAddress); an
+	// a fleet's, not a browser's (ingest.Config.MaxConnsPerAddress), and
+	// a fleet's servers share their IPv6 /64s, so each address counts; an
 	// agent holds one connection, and gRPC has no idle ones to close:
 	// a connection without a stream ends after its idle timeout.
 	grpcLimited := connlimit.New(grpcLis, connlimit.Limits{Max: c.cfg.Ingest.MaxConns, PerAddress: c.cfg.Ingest.MaxConnsPerAddress}, c.grpcConns)
@@ -273,7 +274,8 @@ func (c *Collector) httpServer(runCtx context.Context, handler http.Handler, lis
 	// shortest of them). One address holds at most MaxConnsPerAddress, but
 	// for the proxies that carry everyone's requests.
 	proxies := slices.Concat(accCfg.TrustedProxies, accCfg.ProxyCIDRs)
-	limited := connlimit.New(lis, connlimit.Limits{Max: hl.MaxConns, PerAddress: hl.MaxConnsPerAddress, Exempt: proxies.Contains, States: true}, c.httpConns)
+	limited := connlimit.New(lis, connlimit.Limits{Max: hl.MaxConns, PerAddress: hl.MaxConnsPerAddress, IPv6Bits: 64,
+		Exempt: proxies.Contains, States: true}, c.httpConns)
 	srv.ConnState = limited.ConnState
 	lis = limited
 	serve := func() error { return srv.Serve(lis) }

@@ -35,9 +35,14 @@ const NewGrace = time.Second
 type Limits struct {
 	// Max is the open connections in all.
 	Max int
-	// PerAddress is the open connections from one IPv4 address or IPv6
-	// /64.
+	// PerAddress is the open connections from one address: an IPv4
+	// address, or IPv6 addresses sharing their first IPv6Bits.
 	PerAddress int
+	// IPv6Bits is how much of an IPv6 address names one client: 64 where
+	// a host is given a whole /64 and could take a new address for every
+	// connection (browsers), 128 (or 0) where many hosts share one /64
+	// (a fleet's servers).
+	IPv6Bits int
 	// Exempt, when set, says which addresses count only against Max: the
 	// reverse proxies and load balancers that carry many clients' requests.
 	Exempt func(netip.Addr) bool
@@ -133,7 +138,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 // admit makes room for nc, or refuses it (closed, nil).
 func (l *Listener) admit(nc net.Conn) *conn {
 	peer := addrOf(nc.RemoteAddr())
-	c := &conn{Conn: nc, l: l, addr: clientOf(peer)}
+	c := &conn{Conn: nc, l: l, addr: clientOf(peer, l.lim.IPv6Bits)}
 	c.exempt = l.lim.Exempt != nil && l.lim.Exempt(peer)
 	var victims []*conn
 	defer func() {
@@ -313,11 +318,10 @@ func addrOf(a net.Addr) netip.Addr {
 }
 
 // clientOf is what the per-address bound counts: an IPv4 address, or an
-// IPv6 address's /64, which one host (one customer line) is given whole
-// and could otherwise take a new address from for every connection.
-func clientOf(a netip.Addr) netip.Addr {
-	if a.Is6() {
-		p, _ := a.Prefix(64)
+// IPv6 address's first bits (Limits.IPv6Bits).
+func clientOf(a netip.Addr, bits int) netip.Addr {
+	if a.Is6() && bits > 0 && bits < 128 {
+		p, _ := a.Prefix(bits)
 		return p.Addr()
 	}
 	return a

@@ -374,17 +374,22 @@ func isTimeout(err error) bool {
 }
 
 func TestClientOf(t *testing.T) {
-	for _, c := range []struct{ addr, want string }{
-		{"127.0.0.2", "127.0.0.2"},
-		{"::ffff:10.0.0.1", "10.0.0.1"}, // addrOf unmaps first; clientOf keeps an IPv4 as it is
-		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::"},
-		{"2001:db8:1:2::1", "2001:db8:1:2::"},
-		{"2001:db8:1:3::1", "2001:db8:1:3::"},
-		{"::1", "::"},
+	for _, c := range []struct {
+		addr string
+		bits int
+		want string
+	}{
+		{"127.0.0.2", 64, "127.0.0.2"},
+		{"::ffff:10.0.0.1", 64, "10.0.0.1"}, // addrOf unmaps first; an IPv4 stays whole
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", 64, "2001:db8:1:2::"},
+		{"2001:db8:1:2::1", 64, "2001:db8:1:2::"},
+		{"2001:db8:1:3::1", 64, "2001:db8:1:3::"},
+		{"2001:db8:1:2::1", 128, "2001:db8:1:2::1"},
+		{"2001:db8:1:2::1", 0, "2001:db8:1:2::1"},
 	} {
 		a := netip.MustParseAddr(c.addr).Unmap()
-		if got := clientOf(a); got.String() != c.want {
-			t.Errorf("clientOf(%s) = %s, want %s", c.addr, got, c.want)
+		if got := clientOf(a, c.bits); got.String() != c.want {
+			t.Errorf("clientOf(%s, %d) = %s, want %s", c.addr, c.bits, got, c.want)
 		}
 	}
 }
