@@ -2223,7 +2223,7 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
-      /** @description Saving it would pass a limit: --reports.max-definitions in all, or --reports.max-definitions-per-selector with its selector (code conflict). */
+      /** @description Saving it would pass a limit: --reports.max-definitions in all, or --reports.max-definitions-per-tenant for the tenant its selector names, whatever other labels it adds (code conflict). */
       409: {
         content: {
           "application/json": components["schemas"]["ErrorBody"];
@@ -2278,7 +2278,7 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
-      /** @description Moving it to another selector would pass --reports.max-definitions-per-selector (code conflict). */
+      /** @description Moving it to another tenant would pass --reports.max-definitions-per-tenant (code conflict). */
       409: {
         content: {
           "application/json": components["schemas"]["ErrorBody"];
