@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nbs-project/nbs/collector/access"
+	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
@@ -77,6 +78,9 @@ type ScopeStore interface {
 // ANDed with q.Selector, so a customer can never widen it.
 func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, error) {
 	p := access.FromContext(ctx)
+	// An objective of a staff-only metric (the agent's own) does not
+	// exist for a customer (api.View).
+	q.Objectives = slices.DeleteFunc(slices.Clone(q.Objectives), func(o Objective) bool { return !api.ViewFor(p).Metric(o.Metric) })
 	all, err := st.NodesIn(ctx, p)
 	if err != nil {
 		return nil, err
@@ -261,12 +265,9 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		if curDays.ok {
 			d.timeline = curDays.timeline
 		}
-		// The agent's own root is how NBS watches itself: staff's.
-		var hide map[string]bool
-		if p.Role == access.RoleCustomer {
-			hide = map[string]bool{"agent": true}
-		}
-		rep.Incidents = incidents(bad, names, d.defs, hide)
+		// The agent's own root is how NBS watches itself: staff's, as
+		// are owner children of processes and namespaces (api.View).
+		rep.Incidents = incidents(bad, names, d.defs, api.ViewFor(p).Metric)
 	}
 	if rep.Incidents == nil {
 		rep.Incidents = []Incident{}
