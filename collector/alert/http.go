@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -299,7 +300,10 @@ func forViewer(v AlertView, p access.Principal) AlertView {
 	scrub := func(s string) string { return s }
 	if view := api.ViewFor(p); v.Child != "" && !view.Metric(v.Child) {
 		child, shown := v.Child, view.Shown(v.Child)
-		scrub = func(s string) string { return strings.ReplaceAll(s, child, shown) }
+		scrub = func(s string) string {
+			s = strings.ReplaceAll(s, url.QueryEscape(child), url.QueryEscape(shown)) // in tree_url
+			return strings.ReplaceAll(s, child, shown)
+		}
 		v.Child = shown
 		v.Summary, v.Description, v.TreeURL = scrub(v.Summary), scrub(v.Description), scrub(v.TreeURL)
 	}

@@ -506,15 +506,15 @@ func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
+	// A metric the caller may not see has no evidence, exactly as one the
+	// node does not have: an empty list, not a 404 that would say it exists.
 	view := ViewOf(ctx)
-	if !view.Metric(metric) {
-		httpjson.WriteError(w, r, fmt.Errorf("metric %q on node %s: %w", metric, n.Name, store.ErrNotFound), nil)
-		return
-	}
-	events, err := a.ownerEvents(ctx, n, metric, from, to, limit)
-	if err != nil {
-		httpjson.WriteError(w, r, err, a.log)
-		return
+	var events []store.StoredEvent
+	if view.Metric(metric) {
+		if events, err = a.ownerEvents(ctx, n, metric, from, to, limit); err != nil {
+			httpjson.WriteError(w, r, err, a.log)
+			return
+		}
 	}
 	events = slices.DeleteFunc(events, func(e store.StoredEvent) bool { return !view.Metric(e.Metric) })
 	others, err := a.counterparts(ctx, Scope(r), n, events)

@@ -327,6 +327,62 @@ func TestAccess(t *testing.T) {
 	if !slices.Contains(staff, "evaluator") || !slices.Contains(staff, "created_by") {
 		t.Fatalf("openapi.json marks %v as staff's; evaluator and created_by at least", staff)
 	}
+	calls := accessCalls(f)
+	served := f.routes()
+	if len(served) < 29 {
+		t.Fatalf("walked only %d routes: %v", len(served), served)
+	}
+	for _, route := range served {
+		c, ok := calls[route]
+		if !ok {
+			t.Errorf("%s is served but the access test has no entry for it: add one with the status every caller must get", route)
+			continue
+		}
+		method, pattern, _ := strings.Cut(route, " ")
+		if method == "*" {
+			method = http.MethodGet
+		}
+		for caller := range nCallers {
+			t.Run(route+" as "+callerNames[caller], func(t *testing.T) {
+				path := c.path(caller)
+				code, h, body := f.do(caller, method, path, c.body(caller))
+				if code != c.want[caller] {
+					t.Fatalf("%s %s as %s: HTTP %d %.300s; want %d", method, path, callerNames[caller], code, body, c.want[caller])
+				}
+				for _, hdr := range []string{"Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options"} {
+					if h.Get(hdr) == "" {
+						t.Errorf("%s %s: no %s", method, path, hdr)
+					}
+				}
+				if rel, ok := strings.CutPrefix(pattern, api.Prefix); ok {
+					if err := doc.CheckResponse(method, rel, code, []byte(body)); err != nil {
+						t.Error(err)
+					}
+				}
+				if caller == acme || caller == globex {
+					for _, leak := range staffLeaks(body, staff) {
+						t.Errorf("%s %s as %s: a customer's answer holds the staff field %s: %.300s", method, path, callerNames[caller], leak, body)
+					}
+					// Collector flags are staff's vocabulary too.
+					if m := cliFlag.FindString(body); m != "" && route != "GET "+api.Prefix+"/openapi.json" {
+						t.Errorf("%s %s as %s: a customer's answer names the collector flag %s: %.300s", method, path, callerNames[caller], m, body)
+					}
+				}
+			})
+		}
+	}
+	for route := range calls {
+		if !slices.Contains(served, route) {
+			t.Errorf("the access test expects %s, which is not served", route)
+		}
+	}
+}
+
+// accessCalls is how the access test calls each route the collector
+// serves, by "METHOD pattern" as fleet.routes names them: the path, the
+// body, and the status every caller must get. Other tests walk the same
+// table, so that a new route is covered by each of them once it is here.
+func accessCalls(f *fleet) map[string]call {
 	const (
 		// none, viewer, operator, admin, acme, globex
 		ok, created, accepted, gone = 200, 201, 202, 204
@@ -450,54 +506,7 @@ func TestAccess(t *testing.T) {
 			return fmt.Sprintf("%s/node-bootstrap-tokens/%s", p, name)
 		}, fixed(""), adminOnly(gone)},
 	}
-	served := f.routes()
-	if len(served) < 29 {
-		t.Fatalf("walked only %d routes: %v", len(served), served)
-	}
-	for _, route := range served {
-		c, ok := calls[route]
-		if !ok {
-			t.Errorf("%s is served but the access test has no entry for it: add one with the status every caller must get", route)
-			continue
-		}
-		method, pattern, _ := strings.Cut(route, " ")
-		if method == "*" {
-			method = http.MethodGet
-		}
-		for caller := range nCallers {
-			t.Run(route+" as "+callerNames[caller], func(t *testing.T) {
-				path := c.path(caller)
-				code, h, body := f.do(caller, method, path, c.body(caller))
-				if code != c.want[caller] {
-					t.Fatalf("%s %s as %s: HTTP %d %.300s; want %d", method, path, callerNames[caller], code, body, c.want[caller])
-				}
-				for _, hdr := range []string{"Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options"} {
-					if h.Get(hdr) == "" {
-						t.Errorf("%s %s: no %s", method, path, hdr)
-					}
-				}
-				if rel, ok := strings.CutPrefix(pattern, api.Prefix); ok {
-					if err := doc.CheckResponse(method, rel, code, []byte(body)); err != nil {
-						t.Error(err)
-					}
-				}
-				if caller == acme || caller == globex {
-					for _, leak := range staffLeaks(body, staff) {
-						t.Errorf("%s %s as %s: a customer's answer holds the staff field %s: %.300s", method, path, callerNames[caller], leak, body)
-					}
-					// Collector flags are staff's vocabulary too.
-					if m := cliFlag.FindString(body); m != "" && route != "GET "+api.Prefix+"/openapi.json" {
-						t.Errorf("%s %s as %s: a customer's answer names the collector flag %s: %.300s", method, path, callerNames[caller], m, body)
-					}
-				}
-			})
-		}
-	}
-	for route := range calls {
-		if !slices.Contains(served, route) {
-			t.Errorf("the access test expects %s, which is not served", route)
-		}
-	}
+	return calls
 }
 
 // staffLeaks lists the keys of a JSON answer, at any depth, that are in

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +51,10 @@ type Definition struct {
 func (d Definition) forViewer(p access.Principal) Definition {
 	if !p.SeesAll() {
 		d.CreatedBy = ""
+		// An objective of a staff-only metric does not exist for a
+		// customer, here as in the report (api.View).
+		view := api.ViewFor(p)
+		d.Objectives = slices.DeleteFunc(slices.Clone(d.Objectives), func(o Objective) bool { return !view.Metric(o.Metric) })
 	}
 	return d
 }
