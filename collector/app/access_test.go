@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"slices"
 	"sort"
@@ -956,4 +957,79 @@ func TestClientAddress(t *testing.T) {
 	if code, _, body := trusting.do(none, "POST", p+"/login", `{"token":"`+trusting.tokens[viewer]+`"}`, "X-Forwarded-For", "203.0.113.10"); code != 200 {
 		t.Errorf("another client behind the proxy: %d %s", code, body)
 	}
+}
+
+// TestStringParameters: every parameter of every route the collector
+// serves, as openapi.json documents it, and one no route documents, is
+// refused with a 400 naming it when it holds a NUL byte, invalid UTF-8, a
+// control character or more than api.MaxParamBytes — before any handler
+// runs (nothing reaches PostgreSQL, nothing is a 500) — as each caller the
+// access test's table lets call the route. The routes come from the router
+// and the parameters from the document, so a new one is covered at once.
+func TestStringParameters(t *testing.T) {
+	f := newFleet(t, access.Config{})
+	doc, err := apitest.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := accessCalls(f)
+	bad := []struct{ what, value string }{
+		{"a NUL byte", "a\x00b"},
+		{"invalid UTF-8", "\xff\xfe"},
+		{"a newline", "a\nb"},
+		{"an oversized value", strings.Repeat("a", api.MaxParamBytes+1)},
+	}
+	sent := 0
+	for _, route := range f.routes() {
+		method, pattern, _ := strings.Cut(route, " ")
+		rel, ok := strings.CutPrefix(pattern, api.Prefix)
+		c, known := calls[route]
+		if !ok || !known {
+			continue // not the API's, or TestAccess fails for want of an entry
+		}
+		params := append(doc.Parameters(method+" "+rel), apitest.Param{Name: "undocumented", In: "query"})
+		for _, p := range params {
+			for _, b := range bad {
+				for _, caller := range []int{admin, acme} {
+					if c.want[caller] >= 400 {
+						continue // Require answers first: the route is not the caller's
+					}
+					path := withParam(t, pattern, c.path(caller), p, b.value)
+					code, _, body := f.do(caller, method, path, c.body(caller))
+					sent++
+					if code != 400 || !strings.Contains(body, "parameter "+p.Name) || !strings.Contains(body, `"bad_request"`) {
+						t.Errorf("%s as %s, %s %s holding %s: HTTP %d %.300s; want a 400 naming it", route, callerNames[caller], p.In, p.Name, b.what, code, body)
+					}
+				}
+			}
+		}
+	}
+	if sent < 200 {
+		t.Fatalf("only %d requests sent: the routes or their parameters were not found", sent)
+	}
+}
+
+// withParam is path (a call of pattern) with parameter p set to v.
+func withParam(t *testing.T, pattern, path string, p apitest.Param, v string) string {
+	t.Helper()
+	base, rawQuery, _ := strings.Cut(path, "?")
+	if p.In == "query" {
+		q, err := url.ParseQuery(rawQuery)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		q.Set(p.Name, v)
+		return base + "?" + q.Encode()
+	}
+	segs, pats := strings.Split(base, "/"), strings.Split(pattern, "/")
+	i := slices.Index(pats, "{"+p.Name+"}")
+	if i < 0 || len(segs) != len(pats) {
+		t.Fatalf("%s has no {%s} where %s has it", path, p.Name, pattern)
+	}
+	segs[i] = url.PathEscape(v)
+	out := strings.Join(segs, "/")
+	if rawQuery != "" {
+		out += "?" + rawQuery
+	}
+	return out
 }
