@@ -76,4 +76,3 @@ func TestCustomerCapabilities(t *testing.T) {
 		t.Errorf("staff see %+v, want every capability as the agent said it", staff)
 	}
 }
-
