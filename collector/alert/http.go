@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -287,15 +289,33 @@ func (s *Service) ListAlerts(w http.ResponseWriter, r *http.Request) {
 // are told to look (an internal runbook) is not the customer's business.
 var staffAnnotations = []string{"runbook_url"}
 
-// forViewer strips from an alert what only staff may see.
+// forViewer strips from an alert what only staff may see. A customer sees
+// no alert of a staff-only metric (visibleTo); one explained by a child it
+// may not see (a process's or a namespace's owner child) names the child's
+// nearest ancestor it may, in every field (api.View).
 func forViewer(v AlertView, p access.Principal) AlertView {
 	if p.SeesAll() {
 		return v
 	}
+	scrub := func(s string) string { return s }
+	if view := api.ViewFor(p); v.Child != "" && !view.Metric(v.Child) {
+		child, shown := v.Child, view.Shown(v.Child)
+		scrub = func(s string) string {
+			s = strings.ReplaceAll(s, url.QueryEscape(child), url.QueryEscape(shown)) // in tree_url
+			return strings.ReplaceAll(s, child, shown)
+		}
+		v.Child = shown
+		v.Summary, v.Description, v.TreeURL = scrub(v.Summary), scrub(v.Description), scrub(v.TreeURL)
+	}
+	labels := make(map[string]string, len(v.Labels))
+	for k, val := range v.Labels {
+		labels[k] = scrub(val)
+	}
+	v.Labels = labels
 	ann := make(map[string]string, len(v.Annotations))
 	for k, val := range v.Annotations {
 		if !slices.Contains(staffAnnotations, k) {
-			ann[k] = val
+			ann[k] = scrub(val)
 		}
 	}
 	v.Annotations = ann

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nbs-project/nbs/collector/access"
+	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/leader"
 	"github.com/nbs-project/nbs/collector/store"
@@ -284,14 +285,16 @@ func (p repo) listAlerts(ctx context.Context, f alertFilter) ([]storedInstance, 
 
 // visibleTo narrows a WHERE clause to the alerts viewer may see: a
 // customer only node alerts of its own nodes (a group alert counts nodes
-// across tenants).
+// across tenants), and none of a staff-only metric such as the agent's own
+// root (api.View), so that lists, details and counts agree.
 func visibleTo(viewer access.Principal, args *[]any) string {
 	if viewer.SeesAll() {
 		return ""
 	}
 	clause, extra := viewer.LabelClause("labels", len(*args)+1)
 	*args = append(*args, extra...)
-	return ` AND kind = '` + KindNode + `' AND node_id IN (SELECT id FROM nodes WHERE ` + clause + `)`
+	return ` AND kind = '` + KindNode + `' AND node_id IN (SELECT id FROM nodes WHERE ` + clause + `)` +
+		api.ViewFor(viewer).MetricFilter("metric")
 }
 
 // alertByID returns one alert viewer may see; ok is false when there is

@@ -198,9 +198,9 @@ func (a *API) ListFleet(w http.ResponseWriter, r *http.Request) {
 		if !staff(ctx) {
 			// What a customer sees of a node (customer.go): not the
 			// agent's own root, nor staff-only metrics explaining one.
-			n.Roots = slices.DeleteFunc(n.Roots, func(r FleetRoot) bool { return customerHidden(r.ID) })
+			n.Roots = slices.DeleteFunc(n.Roots, func(r FleetRoot) bool { return StaffMetric(r.ID) })
 			for i := range n.Roots {
-				if e := n.Roots[i].Explains; e != nil && customerHidden(e.ID) {
+				if e := n.Roots[i].Explains; e != nil && StaffMetric(e.ID) {
 					n.Roots[i].Explains = nil
 				}
 			}

@@ -275,8 +275,9 @@ func (s *Service) ListOverrides(w http.ResponseWriter, r *http.Request) {
 			httpjson.WriteError(w, r, err, s.log)
 			return
 		}
+		view := api.ViewOf(ctx)
 		os = slices.DeleteFunc(os, func(o Override) bool {
-			return o.Scope.Kind != "global" && !slices.ContainsFunc(nodes, o.matches)
+			return !view.Metric(o.Metric) || (o.Scope.Kind != "global" && !slices.ContainsFunc(nodes, o.matches))
 		})
 	}
 	if os == nil {
@@ -366,6 +367,9 @@ func (s *Service) NodeThresholds(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
+	// A customer sees no threshold of a staff-only metric (api.View).
+	view := api.ViewOf(r.Context())
+	eff = slices.DeleteFunc(eff, func(e Effective) bool { return !view.Metric(e.Metric) })
 	httpjson.Write(w, http.StatusOK, map[string]any{"node": n.Name, "thresholds": eff})
 }
 

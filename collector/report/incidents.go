@@ -16,9 +16,13 @@ import (
 
 // incidents joins consecutive non-OK minutes of a root into spans; the
 // child that explains one is the child non-OK the longest in it, and the
-// worst value is that child's (in its unit), else the root's. Roots in
-// hide (the agent's own, for customers) are left out.
-func incidents(bad []store.SampleRow, names map[int32]string, defs map[string]store.MetricDef, hide map[string]bool) []Incident {
+// worst value is that child's (in its unit), else the root's. Only the
+// metrics shown says the caller sees count (nil: all): a root it may not
+// see has no incidents, a child it may not see explains none.
+func incidents(bad []store.SampleRow, names map[int32]string, defs map[string]store.MetricDef, shown func(path string) bool) []Incident {
+	if shown == nil {
+		shown = func(string) bool { return true }
+	}
 	type key struct {
 		node int32
 		root string
@@ -27,7 +31,7 @@ func incidents(bad []store.SampleRow, names map[int32]string, defs map[string]st
 	children := map[key][]store.SampleRow{}
 	for _, r := range bad {
 		root, _, isChild := strings.Cut(r.Path, "/")
-		if hide[root] {
+		if !shown(root) || !shown(r.Path) {
 			continue
 		}
 		if isChild {

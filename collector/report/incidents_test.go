@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/store"
 )
 
@@ -37,7 +38,7 @@ func TestIncidentsValueOfTheExplainingChild(t *testing.T) {
 		row(1, "agent", 3, 0, 1, 60),
 	}
 	names := map[int32]string{1: "gw / vm"}
-	got := incidents(bad, names, defs, map[string]bool{"agent": true})
+	got := incidents(bad, names, defs, func(p string) bool { return !api.StaffMetric(p) })
 	want := []struct {
 		root, metric, unit, url string
 		worst                   float64

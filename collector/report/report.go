@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nbs-project/nbs/collector/access"
+	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
@@ -77,6 +78,15 @@ type ScopeStore interface {
 // ANDed with q.Selector, so a customer can never widen it.
 func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, error) {
 	p := access.FromContext(ctx)
+	// What the caller may not see (api.View: the agent's own root, owner
+	// children of processes and namespaces) is not read at all: no
+	// section, chart, objective or incident can show it.
+	view := api.ViewFor(p)
+	shownOnly := func(match func(string) bool) func(string) bool {
+		return func(path string) bool { return view.Metric(path) && match(path) }
+	}
+	seriesMatch := shownOnly(seriesMetric)
+	q.Objectives = slices.DeleteFunc(slices.Clone(q.Objectives), func(o Objective) bool { return !view.Metric(o.Metric) })
 	all, err := st.NodesIn(ctx, p)
 	if err != nil {
 		return nil, err
@@ -157,7 +167,7 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		// metrics (52 histograms), of which a report shows a few dozen, and
 		// the filter is on metric ids in SQL (store.RollupQuery.Match), so
 		// the others are neither fetched nor decoded.
-		match := d.reportMetric(q.Objectives)
+		match := shownOnly(d.reportMetric(q.Objectives))
 		// A fleet's or a tenant's whole days from the scope pre-aggregate
 		// when it covers exactly these nodes (readScoped); the per-node
 		// tables from per-node sums over the period.
@@ -195,20 +205,20 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		hourlyDays := seriesRes == res && res == store.RollupHour && d0.Before(d1)
 		if hourlyDays {
 			g.Go(func() (err error) {
-				hours.s, hours.h, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: store.RollupHour, From: d0, To: d1, Match: seriesMetric})
+				hours.s, hours.h, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: store.RollupHour, From: d0, To: d1, Match: seriesMatch})
 				return
 			})
 		}
 		if seriesRes != res {
 			for i, r := range [2][2]time.Time{{seriesFrom, d0}, {d1, to}} {
 				g.Go(func() (err error) {
-					edges[i].s, edges[i].h, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: seriesRes, From: r[0], To: r[1], Match: seriesMetric})
+					edges[i].s, edges[i].h, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: seriesRes, From: r[0], To: r[1], Match: seriesMatch})
 					return
 				})
 			}
 		}
 		if len(q.Objectives) > 0 && res != store.RollupMinute {
-			match := objectiveMetrics(q.Objectives)
+			match := shownOnly(objectiveMetrics(q.Objectives))
 			g.Go(func() (err error) {
 				_, d.objH, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: store.RollupHour, From: from, To: to, Match: match})
 				return
@@ -231,12 +241,12 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 			// The whole days' points are the scope's day rows.
 			d.ser, d.serH = edges[0].s, edges[0].h
 			for _, r := range curDays.s {
-				if seriesMetric(r.Path) {
+				if seriesMatch(r.Path) {
 					d.ser = append(d.ser, r)
 				}
 			}
 			for _, r := range curDays.h {
-				if seriesMetric(r.Path) {
+				if seriesMatch(r.Path) {
 					d.serH = append(d.serH, r)
 				}
 			}
@@ -244,12 +254,12 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		default:
 			d.ser, d.serH = edges[0].s, edges[0].h
 			for _, r := range d.cur {
-				if !r.TS.Before(d0) && r.TS.Before(d1) && seriesMetric(r.Path) {
+				if !r.TS.Before(d0) && r.TS.Before(d1) && seriesMatch(r.Path) {
 					d.ser = append(d.ser, r)
 				}
 			}
 			for _, r := range d.curH {
-				if !r.TS.Before(d0) && r.TS.Before(d1) && seriesMetric(r.Path) {
+				if !r.TS.Before(d0) && r.TS.Before(d1) && seriesMatch(r.Path) {
 					d.serH = append(d.serH, r)
 				}
 			}
@@ -261,12 +271,9 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		if curDays.ok {
 			d.timeline = curDays.timeline
 		}
-		// The agent's own root is how NBS watches itself: staff's.
-		var hide map[string]bool
-		if p.Role == access.RoleCustomer {
-			hide = map[string]bool{"agent": true}
-		}
-		rep.Incidents = incidents(bad, names, d.defs, hide)
+		// The agent's own root is how NBS watches itself: staff's, as
+		// are owner children of processes and namespaces (api.View).
+		rep.Incidents = incidents(bad, names, d.defs, view.Metric)
 	}
 	if rep.Incidents == nil {
 		rep.Incidents = []Incident{}

@@ -395,8 +395,11 @@ async function adminScenario() {
   // Grouped (by owner where events name one), each group with its count; the owner column first.
   check(/\(\d+ events?\)/.test(await page.locator('table.evidence tr.group-head').first().innerText()), 'evidence groups carry no count');
   const cols = (await page.locator('table.evidence thead th').allInnerTexts()).map((c) => c.trim()).filter((c) => c !== 'Time' && c !== 'Metric');
-  check(!cols.includes('owner') || cols[0] === 'owner', `the owner column is not first: ${cols.join(', ')}`);
-  check(!cols.includes('netns') || cols.indexOf('netns') > cols.indexOf('dst'), `the netns inode comes before the flow: ${cols.join(', ')}`);
+  // Titled for people (Evidence.tsx, fieldTitle), whatever the style's case.
+  const col = (title) => cols.findIndex((c) => c.toLowerCase() === title.toLowerCase());
+  check(col('Owner') <= 0, `the owner column is not first: ${cols.join(', ')}`);
+  check(col('Namespace inode') < 0 || col('Namespace inode') > col('Destination'), `the netns inode comes before the flow: ${cols.join(', ')}`);
+  check(!cols.some((c) => /^[a-z]+(_[a-z]+)+$/i.test(c)), `an evidence column is titled by its field name: ${cols.join(', ')}`);
   await page.waitForFunction(() => document.querySelectorAll('.tree-spark svg :is(path, circle)').length > 0);
   await shot('node');
 

@@ -307,10 +307,11 @@ export interface components {
       /** @description Baseline thresholds only: values below it are never over the threshold. */
       floor?: number;
     };
+    /** @description What a node's agent can measure. Staff get every capability as the agent said it (name such as owner.oci_bundles or bpf.drops, and the reason, which may hold host paths, kernel capabilities and flags). A customer gets only the missing ones it is told of, once per topic: name is the topic (pod_names, ping, reset_reasons, drop_reasons, retransmit_detail, send_latency, receive_latency, queueing_latency, slow_flows, tcp_counters, resets, drops, buffering, or measurements for one this collector does not know) and reason what the customer loses (collector/api/customer.go). */
     Capability: {
       name: string;
       available: boolean;
-      /** @description Why it is not available. */
+      /** @description Why it is not available (staff); what is lost without it (a customer). */
       reason?: string;
     };
     /** @description One metric of a node's tree. state is the worst of own_state and the children's states; recent_* cover the tree's window and appear in trees, not in the fleet view. */
@@ -458,7 +459,7 @@ export interface components {
       t: string;
       /** @description The metric the event explains (the requested one or a descendant). */
       metric: string;
-      /** @description What the agent recorded: for flows, src and dst ("addr:port", src the packet's sender), protocol, reason, state, netns and the like. */
+      /** @description What the agent recorded: for flows, src and dst ("addr:port", src the packet's sender), protocol, reason, state, netns and the like, and the owner (owner, owner_kind, pod, container_name, ...). A customer gets none of pid, comm, netns, netns_name and owner_id, and no owner that is a process or a network namespace (collector/api/customer.go). */
       fields: {
         [key: string]: string;
       };
@@ -2223,7 +2224,7 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
-      /** @description Saving it would pass a limit: --reports.max-definitions in all, or --reports.max-definitions-per-selector with its selector (code conflict). */
+      /** @description Saving it would pass a limit: --reports.max-definitions in all, or --reports.max-definitions-per-tenant for the tenant its selector names, whatever other labels it adds (code conflict). */
       409: {
         content: {
           "application/json": components["schemas"]["ErrorBody"];
@@ -2278,7 +2279,7 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
-      /** @description Moving it to another selector would pass --reports.max-definitions-per-selector (code conflict). */
+      /** @description Moving it to another tenant would pass --reports.max-definitions-per-tenant (code conflict). */
       409: {
         content: {
           "application/json": components["schemas"]["ErrorBody"];
