@@ -57,6 +57,7 @@ type Server struct {
 	registry     Registry
 	writer       *Writer
 	config       ConfigSource
+	guard        PingGuard // nil: no tenancy checks of ping targets
 	auth         Authenticator
 	tenant       tenant.Key
 	limits       Limits
@@ -127,6 +128,9 @@ type ServerOptions struct {
 	// with at most its stream window (64 KiB) of its Hello buffered here,
 	// instead of the several times its size a decoded Hello takes.
 	HelloBytes int64
+	// PingGuard finds ping targets naming another tenant's node (default:
+	// Config, when it is one; none otherwise).
+	PingGuard PingGuard
 }
 
 // DefaultRegistrations is how many database connections registering
@@ -175,7 +179,10 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 	if opts.HelloBytes < HelloReserve {
 		opts.HelloBytes = DefaultHelloBytes
 	}
-	return &Server{registry: reg, writer: w, config: opts.Config, auth: opts.Auth, tenant: opts.Tenant, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
+	if g, ok := opts.Config.(PingGuard); ok && opts.PingGuard == nil {
+		opts.PingGuard = g
+	}
+	return &Server{registry: reg, writer: w, config: opts.Config, guard: opts.PingGuard, auth: opts.Auth, tenant: opts.Tenant, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
 		sendTimeout: opts.SendTimeout, registering: make(chan struct{}, opts.Hellos),
 		authenticating: make(chan struct{}, max(1, opts.Registrations-1)), registrar: newRegistrar(reg, opts.Limits, log),
 		helloBytes: semaphore.NewWeighted(opts.HelloBytes), helloBudget: opts.HelloBytes,
@@ -344,6 +351,22 @@ func (s *Server) start(ctx, made context.Context, cancel context.CancelCauseFunc
 			return nil, nil, err
 		}
 	}
+	// Ping targets naming another tenant's node are left out before
+	// anything is stored (PingGuard), and so is what reports say of them.
+	foreign, err := s.foreignTargets(made, node.Tenant, cat.defs)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, status.FromContextError(ctx.Err()).Err()
+		}
+		s.log.Error("check ping targets", "node", node.Name, "err", err)
+		return nil, nil, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+	}
+	if len(foreign) > 0 {
+		s.refuseForeign(node, foreign, "hello")
+		own := s.catalogues.intern(withoutSubtrees(cat.defs, foreign))
+		s.catalogues.release(cat)
+		cat = own
+	}
 	var base map[string]streamMetric
 	var others int
 	node.ID, base, others, err = s.registerNode(made, node, cat, place)
@@ -352,6 +375,9 @@ func (s *Server) start(ctx, made context.Context, cancel context.CancelCauseFunc
 	}
 	registered()
 	st := &stream{node: node, peer: from, metrics: metricSet{base: base}, otherDefs: others, ctx: ctx, end: cancel}
+	if len(foreign) > 0 {
+		st.foreign = &foreign
+	}
 	cfg, err := s.config.ConfigFor(made, node)
 	if err != nil {
 		s.log.Error("compute config", "node", node.Name, "err", err)
@@ -531,6 +557,9 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 	received := time.Now()
 	if r.GetSequence() > st.lastSeq {
 		s.noteClock(st, time.Unix(0, r.GetTimeUnixNano()).Sub(received))
+	}
+	if err := s.guardReport(ctx, st, r); err != nil {
+		return err
 	}
 	rep, newDefs, rej := s.limits.checkReport(r, st, received)
 	if rej != nil {

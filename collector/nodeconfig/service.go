@@ -58,7 +58,7 @@ type expansion struct {
 
 func New(st *store.Store, log *slog.Logger) *Service {
 	return &Service{repo: repo{st.Pool()}, store: st, log: log, expand: map[string]expansion{}, maxOverrides: DefaultMaxOverrides,
-		peers: &peerSet{k: DefaultPingPeers, pool: st.Pool()}}
+		peers: &peerSet{k: DefaultPingPeers, pool: st.Pool(), log: log}}
 }
 
 // SetPusher connects the service to the ingest server (which in turn asks

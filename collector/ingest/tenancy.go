@@ -1,0 +1,161 @@
+package ingest
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/schema"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// PingGuard tells which of a node's ping targets name another tenant's
+// node. The collector gives a node only peers of its own tenant; an agent
+// may still name others: an old agent that kept the peers it was given
+// before the operator bound or changed its tenant, an agent whose reports
+// from before a move are resent after it, or a hostile one. What it names
+// so is neither stored nor served: a customer must never see another
+// customer's node names (DESIGN.md, "Identity, access and tenancy").
+type PingGuard interface {
+	// ForeignPingTargets returns the ids (ping/<name>) of the targets
+	// naming a node of a tenant other than tenant.
+	ForeignPingTargets(ctx context.Context, tenant string, targets []PingTarget) ([]string, error)
+}
+
+// PingTarget is one ping/<name> subtree a node defines.
+type PingTarget struct {
+	ID   string // ping/<name>
+	Name string // the id's segment: the node name for a mesh peer
+}
+
+const pingRoot = "ping"
+
+// pingTargetsOf lists the ping target subtrees among defs: ping/<name>,
+// but for ping/clock, which is the node's own clock.
+func pingTargetsOf(defs []store.MetricDef) []PingTarget {
+	var out []PingTarget
+	for _, d := range defs {
+		rest, ok := strings.CutPrefix(d.Path, pingRoot+"/")
+		if !ok || strings.Contains(rest, "/") || rest == "clock" {
+			continue
+		}
+		out = append(out, PingTarget{ID: d.Path, Name: rest})
+	}
+	return out
+}
+
+// within says whether path is in one of the subtrees ids.
+func within(path string, ids []string) bool {
+	for _, id := range ids {
+		if schema.Within(path, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// foreignTargets asks the guard about the ping targets among defs.
+func (s *Server) foreignTargets(ctx context.Context, tenant string, defs []store.MetricDef) ([]string, error) {
+	if s.guard == nil {
+		return nil, nil
+	}
+	targets := pingTargetsOf(defs)
+	if len(targets) == 0 {
+		return nil, nil
+	}
+	return s.guard.ForeignPingTargets(ctx, tenant, targets)
+}
+
+// withoutSubtrees is defs without the subtrees ids.
+func withoutSubtrees(defs []store.MetricDef, ids []string) []store.MetricDef {
+	out := make([]store.MetricDef, 0, len(defs))
+	for _, d := range defs {
+		if !within(d.Path, ids) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// stripForeign removes from a report everything under the subtrees ids:
+// definitions, samples, histograms and events. The rest of the report is
+// stored as usual; it returns how many entries went.
+//
+// What goes is not deferred to a later report: it describes a node that
+// is not this node's tenant's to see, and there is no report of this
+// node's that another tenant reads. Its counts are dropped on purpose
+// (docs/secure-deployment.md, "What crosses tenants: none").
+func stripForeign(r *nbsv1.Report, ids []string) int {
+	n := 0
+	keep := func(path string) bool {
+		if within(path, ids) {
+			n++
+			return false
+		}
+		return true
+	}
+	r.NewMetrics = filter(r.NewMetrics, func(d *nbsv1.MetricDefinition) bool { return keep(d.GetId()) })
+	r.Samples = filter(r.Samples, func(x *nbsv1.Sample) bool { return keep(x.GetMetricId()) })
+	r.Histograms = filter(r.Histograms, func(x *nbsv1.Histogram) bool { return keep(x.GetMetricId()) })
+	r.Events = filter(r.Events, func(x *nbsv1.Event) bool { return keep(x.GetMetricId()) })
+	return n
+}
+
+func filter[T any](xs []T, keep func(T) bool) []T {
+	out := xs[:0]
+	for _, x := range xs {
+		if keep(x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// refuseForeign logs and counts ping targets left out of what a node
+// reported: the collector's log is staff's, and says which.
+func (s *Server) refuseForeign(node store.Node, ids []string, in string) {
+	s.metrics.Rejects.WithLabelValues("foreign_ping_target").Add(float64(len(ids)))
+	s.log.Warn("ping targets naming nodes of another tenant are neither stored nor served", "node", node.Name, "tenant", node.Tenant,
+		"in", in, "targets", ids)
+}
+
+// guardReport checks the ping targets a report defines and strips what
+// it says of any naming another tenant's node, before it is validated.
+func (s *Server) guardReport(ctx context.Context, st *stream, r *nbsv1.Report) error {
+	if s.guard != nil && len(r.GetNewMetrics()) > 0 {
+		var targets []PingTarget
+		for _, d := range r.GetNewMetrics() {
+			rest, ok := strings.CutPrefix(d.GetId(), pingRoot+"/")
+			if ok && !strings.Contains(rest, "/") && rest != "clock" && !slices.Contains(st.foreignIDs(), d.GetId()) {
+				targets = append(targets, PingTarget{ID: d.GetId(), Name: rest})
+			}
+		}
+		if len(targets) > 0 {
+			foreign, err := s.guard.ForeignPingTargets(ctx, st.node.Tenant, targets)
+			if err != nil {
+				s.log.Error("check ping targets", "node", st.node.Name, "err", err)
+				return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+			}
+			if len(foreign) > 0 {
+				s.refuseForeign(st.node, foreign, "report")
+				all := append(st.foreignIDs(), foreign...)
+				st.foreign = &all
+			}
+		}
+	}
+	if ids := st.foreignIDs(); len(ids) > 0 {
+		stripForeign(r, ids)
+	}
+	return nil
+}
+
+func (st *stream) foreignIDs() []string {
+	if st.foreign == nil {
+		return nil
+	}
+	return *st.foreign
+}
