@@ -370,7 +370,8 @@ func statsWindow(interval time.Duration) time.Duration {
 
 // peers is the ping branch as the collector's config reaches it.
 type peers interface {
-	SetPeers(specs []string)
+	// SetPeers returns the subtrees of the peers it stopped pinging.
+	SetPeers(specs []string) (retired []string)
 }
 
 // openSources opens the source of every branch, then the agent branch,
@@ -531,7 +532,15 @@ func (a *Agent) ApplyConfig(c *nbsv1.Config) {
 		self.SetExpandBudget(c.GetExpandBudgetPercent())
 	}
 	if ps != nil {
-		ps.SetPeers(c.GetPingTargets())
+		// Forgotten now, not at the next collection: the Hello of a stream
+		// opened meanwhile, and the next report, no longer name a peer the
+		// collector took away (after a change of tenant, another tenant's
+		// node). What the ledger deferred for them is dropped at the next
+		// collection (ledger.retire says why).
+		if gone := ps.SetPeers(c.GetPingTargets()); len(gone) > 0 {
+			a.tree.Forget(gone...)
+			a.log.Info("ping peers removed by the collector forgotten", "targets", gone)
+		}
 	}
 	a.log.Info("config applied", "version", c.GetVersion(), "threshold_overrides", len(overrides))
 }
