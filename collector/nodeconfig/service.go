@@ -361,6 +361,10 @@ func (s *Service) NodeThresholds(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
+	if defs, err = api.WithoutForeignPing(r.Context(), s.store, api.Scope(r), defs); err != nil {
+		httpjson.WriteError(w, r, err, s.log)
+		return
+	}
 	eff, err := s.Effective(r.Context(), n, defs)
 	if err != nil {
 		httpjson.WriteError(w, r, err, s.log)

@@ -261,6 +261,12 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		if curDays.ok {
 			d.timeline = curDays.timeline
 		}
+		// Nothing stored before the collector refused them at ingest names
+		// another tenant's node to a customer (store.ForeignPing): not a
+		// ping target row, its series, incidents or objectives.
+		if bad, err = d.withoutForeignPing(ctx, st, p, bad); err != nil {
+			return nil, err
+		}
 		// The agent's own root is how NBS watches itself: staff's.
 		var hide map[string]bool
 		if p.Role == access.RoleCustomer {
@@ -466,4 +472,48 @@ func (d *data) reportMetric(objs []Objective) func(string) bool {
 func seriesMetric(path string) bool {
 	t, child := pingTarget(path)
 	return (t != "" && (child == "" || child == "sent" || child == "lost")) || kernelMetric(path)
+}
+
+// withoutForeignPing drops from every row the report read, and from bad,
+// the ping targets named after a node outside scope.
+func (d *data) withoutForeignPing(ctx context.Context, st Store, scope store.Scope, bad []store.SampleRow) ([]store.SampleRow, error) {
+	seen := map[string]bool{}
+	var paths []string
+	note := func(p string) {
+		if t := store.PingTargetOf(p); t != "" && !seen[t] {
+			seen[t] = true
+			paths = append(paths, p)
+		}
+	}
+	for _, rows := range [][]store.SampleRow{d.cur, d.prev, d.ser, d.timeline, bad} {
+		for _, r := range rows {
+			note(r.Path)
+		}
+	}
+	for _, rows := range [][]store.HistogramRow{d.curH, d.prevH, d.serH, d.objH} {
+		for _, r := range rows {
+			note(r.Path)
+		}
+	}
+	hide, err := store.ForeignPing(ctx, st, scope, paths)
+	if err != nil || hide == nil {
+		return bad, err
+	}
+	samples := func(rows []store.SampleRow) []store.SampleRow {
+		return slices.DeleteFunc(slices.Clone(rows), func(r store.SampleRow) bool { return hide(r.Path) })
+	}
+	hists := func(rows []store.HistogramRow) []store.HistogramRow {
+		return slices.DeleteFunc(slices.Clone(rows), func(r store.HistogramRow) bool { return hide(r.Path) })
+	}
+	d.cur, d.prev, d.ser = samples(d.cur), samples(d.prev), samples(d.ser)
+	if d.timeline != nil {
+		d.timeline = samples(d.timeline)
+	}
+	d.curH, d.prevH, d.serH, d.objH = hists(d.curH), hists(d.prevH), hists(d.serH), hists(d.objH)
+	for p := range d.defs {
+		if hide(p) {
+			delete(d.defs, p)
+		}
+	}
+	return samples(bad), nil
 }
