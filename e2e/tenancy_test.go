@@ -33,6 +33,8 @@ type tenantAgent struct {
 	stream     nbsv1.AgentService_ConnectClient
 	cancel     context.CancelFunc
 	config     *nbsv1.Config
+	// extra are definitions its Hellos carry besides tenantHello's.
+	extra []*nbsv1.MetricDefinition
 }
 
 func tenantHello(name string, labels map[string]string, auth *nbsv1.NodeAuth, pingAddr string) *nbsv1.ConnectRequest {
@@ -77,7 +79,9 @@ func (a *tenantAgent) connectWith(token string, labels map[string]string) error 
 	if a.stream, err = nbsv1.NewAgentServiceClient(conn).Connect(ctx); err != nil {
 		return err
 	}
-	if err := a.stream.Send(tenantHello(a.name, labels, auth, a.ping)); err != nil {
+	h := tenantHello(a.name, labels, auth, a.ping)
+	h.GetHello().Metrics = append(h.GetHello().Metrics, a.extra...)
+	if err := a.stream.Send(h); err != nil {
 		return err
 	}
 	for {

@@ -353,7 +353,7 @@ func (s *Server) start(ctx, made context.Context, cancel context.CancelCauseFunc
 	}
 	// Ping targets naming another tenant's node are left out before
 	// anything is stored (PingGuard), and so is what reports say of them.
-	foreign, err := s.foreignTargets(made, node.Tenant, cat.defs)
+	foreign, err := s.foreignTargets(made, node, cat.defs)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, status.FromContextError(ctx.Err()).Err()

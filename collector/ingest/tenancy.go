@@ -21,9 +21,9 @@ import (
 // so is neither stored nor served: a customer must never see another
 // customer's node names (DESIGN.md, "Identity, access and tenancy").
 type PingGuard interface {
-	// ForeignPingTargets returns the ids (ping/<name>) of the targets
-	// naming a node of a tenant other than tenant.
-	ForeignPingTargets(ctx context.Context, tenant string, targets []PingTarget) ([]string, error)
+	// ForeignPingTargets returns the ids (ping/<name>) of the targets of
+	// node naming a node of a tenant other than node's.
+	ForeignPingTargets(ctx context.Context, node store.Node, targets []PingTarget) ([]string, error)
 }
 
 // PingTarget is one ping/<name> subtree a node defines.
@@ -59,7 +59,7 @@ func within(path string, ids []string) bool {
 }
 
 // foreignTargets asks the guard about the ping targets among defs.
-func (s *Server) foreignTargets(ctx context.Context, tenant string, defs []store.MetricDef) ([]string, error) {
+func (s *Server) foreignTargets(ctx context.Context, node store.Node, defs []store.MetricDef) ([]string, error) {
 	if s.guard == nil {
 		return nil, nil
 	}
@@ -67,7 +67,7 @@ func (s *Server) foreignTargets(ctx context.Context, tenant string, defs []store
 	if len(targets) == 0 {
 		return nil, nil
 	}
-	return s.guard.ForeignPingTargets(ctx, tenant, targets)
+	return s.guard.ForeignPingTargets(ctx, node, targets)
 }
 
 // withoutSubtrees is defs without the subtrees ids.
@@ -135,7 +135,7 @@ func (s *Server) guardReport(ctx context.Context, st *stream, r *nbsv1.Report) e
 			}
 		}
 		if len(targets) > 0 {
-			foreign, err := s.guard.ForeignPingTargets(ctx, st.node.Tenant, targets)
+			foreign, err := s.guard.ForeignPingTargets(ctx, st.node, targets)
 			if err != nil {
 				s.log.Error("check ping targets", "node", st.node.Name, "err", err)
 				return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")

@@ -379,12 +379,28 @@ func (s *Service) SetPingPeers(k int) {
 // another tenant's addresses, so one there came from the agent's own
 // --ping.targets. A target naming a node of the same tenant, or no node
 // at all, is the node's own business.
-func (s *Service) ForeignPingTargets(ctx context.Context, tenant string, targets []ingest.PingTarget) ([]string, error) {
+func (s *Service) ForeignPingTargets(ctx context.Context, node store.Node, targets []ingest.PingTarget) ([]string, error) {
 	if len(targets) == 0 {
 		return nil, nil
 	}
-	if _, _, err := s.peers.current(ctx, nil, false); err != nil {
-		return nil, err
+	// node forces a read when the cache does not know it as it is now (it
+	// was just bound or moved); so does a target that looks foreign in a
+	// cache older than foreignRecheck (its node may have moved into node's
+	// tenant since), at most once that often.
+	foreign, readAt, err := s.foreignIn(ctx, node, targets, false)
+	if err == nil && len(foreign) > 0 && time.Since(readAt) > foreignRecheck {
+		foreign, _, err = s.foreignIn(ctx, node, targets, true)
+	}
+	return foreign, err
+}
+
+// foreignRecheck is how old the cached fleet may be for a target that
+// looks foreign not to be read again.
+const foreignRecheck = time.Second
+
+func (s *Service) foreignIn(ctx context.Context, node store.Node, targets []ingest.PingTarget, force bool) ([]string, time.Time, error) {
+	if _, _, err := s.peers.current(ctx, &node, force); err != nil {
+		return nil, time.Time{}, err
 	}
 	s.peers.mu.Lock()
 	defer s.peers.mu.Unlock()
@@ -394,9 +410,9 @@ func (s *Service) ForeignPingTargets(ctx context.Context, tenant string, targets
 		if !ok {
 			n, ok = s.peers.renamed[t.Name]
 		}
-		if ok && n.tenant != tenant {
+		if ok && n.tenant != node.Tenant {
 			out = append(out, t.ID)
 		}
 	}
-	return out, nil
+	return out, s.peers.readAt, nil
 }

@@ -297,7 +297,7 @@ func TestForeignPingTargetsAndTakenAddresses(t *testing.T) {
 		{"globex", []string{"acme-1", "globex-db-1", "globex-3"}, []string{"ping/acme-1"}},
 		{"", []string{"acme-1", "infra-1"}, []string{"ping/acme-1"}},
 	} {
-		got, err := svc.ForeignPingTargets(ctx, c.tenant, targets(c.ask...))
+		got, err := svc.ForeignPingTargets(ctx, store.Node{Name: "asking", Tenant: c.tenant}, targets(c.ask...))
 		if err != nil || !slices.Equal(got, c.want) {
 			t.Errorf("tenant %q asking about %v: foreign %v, %v; want %v", c.tenant, c.ask, got, err, c.want)
 		}

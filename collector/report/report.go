@@ -152,6 +152,7 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		// The first read to fail ends the others: a report whose read hit
 		// the statement timeout answers at once, not after each of its
 		// reads has waited its own turn on the read pool to time out too.
+		outer := ctx // the group's ends with Wait
 		g, ctx := errgroup.WithContext(ctx)
 		// Only the metrics the sections show: a busy node has hundreds of
 		// metrics (52 histograms), of which a report shows a few dozen, and
@@ -264,7 +265,7 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		// Nothing stored before the collector refused them at ingest names
 		// another tenant's node to a customer (store.ForeignPing): not a
 		// ping target row, its series, incidents or objectives.
-		if bad, err = d.withoutForeignPing(ctx, st, p, bad); err != nil {
+		if bad, err = d.withoutForeignPing(outer, st, p, bad); err != nil {
 			return nil, err
 		}
 		// The agent's own root is how NBS watches itself: staff's.
