@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/collector/ingest"
 
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
 )
 
 // The ping mesh. Every node that announces a ping address is a candidate
@@ -76,6 +78,7 @@ type peerSet struct {
 	list    []peer // by name
 	log     *slog.Logger
 	refused map[string]bool      // nodes whose ping address another tenant holds
+	taken   prometheus.Gauge     // their count, when set (SetMetrics)
 	nodes   map[string]fleetNode // every current node, by name
 	// renamed are the nodes whose ping target segment is not their name
 	// (catalog.PingSegment: longer than 128 bytes, or "clock"), by segment.
@@ -194,6 +197,9 @@ func (p *peerSet) noteRefused(refused []peer) {
 		}
 	}
 	p.refused = now
+	if p.taken != nil {
+		p.taken.Set(float64(len(now)))
+	}
 }
 
 func fingerprint(list []peer) uint64 {
@@ -415,4 +421,12 @@ func (s *Service) foreignIn(ctx context.Context, node store.Node, targets []inge
 		}
 	}
 	return out, s.peers.readAt, nil
+}
+
+// SetMetrics reports the nodes whose ping address another tenant holds in
+// m.PingAddressesTaken.
+func (s *Service) SetMetrics(m *telemetry.Metrics) {
+	s.peers.mu.Lock()
+	defer s.peers.mu.Unlock()
+	s.peers.taken = m.PingAddressesTaken
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
@@ -264,6 +265,8 @@ func TestForeignPingTargetsAndTakenAddresses(t *testing.T) {
 	defer st.Close()
 	svc := New(st, slog.New(slog.DiscardHandler))
 	svc.SetPusher(&fakePusher{})
+	metrics := telemetry.New()
+	svc.SetMetrics(metrics)
 	nodes := map[string]store.Node{}
 	for _, n := range []store.Node{
 		{Name: "acme-1", PingAddress: "198.18.1.1", Tenant: "acme"},
@@ -314,5 +317,18 @@ func TestForeignPingTargetsAndTakenAddresses(t *testing.T) {
 		if got := strings.Join(cfg.GetPingTargets(), ","); got != want {
 			t.Errorf("%s pings %q, want %q (globex-3 announced acme-2's address: no peer)", name, got, want)
 		}
+	}
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := -1.0
+	for _, f := range families {
+		if f.GetName() == "nbs_collector_ping_addresses_taken" {
+			taken = f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	if taken != 1 {
+		t.Errorf("nbs_collector_ping_addresses_taken is %v, want 1 (globex-3)", taken)
 	}
 }
