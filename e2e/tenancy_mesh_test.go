@@ -235,6 +235,16 @@ func TestNoTenantSeesAnothersNodes(t *testing.T) {
 	globexOnly := []string{"globex-web-1", "globex-db-1", addr["globex-web-1"], addr["globex-db-1"]}
 	seesNoneOf(t, col, "acme after the binding", acme, map[string]string{"acme-web-1": "acme-db-1", "acme-db-1": "acme-web-1"}, globexOnly)
 	seesNoneOf(t, col, "globex after the binding", globex, map[string]string{"globex-web-1": "globex-db-1", "globex-db-1": "globex-web-1"}, acmeOnly)
+	// The alerts checked are there: the ping roots the agents reported
+	// CRIT fired for each tenant, explained by what they may see.
+	for who, token := range map[string]string{"acme": acme, "globex": globex} {
+		eventually(t, 10*time.Second, func() string {
+			if _, b := as(t, col, token, http.MethodGet, "/api/v1/alerts", ""); !strings.Contains(string(b), `"root": "ping"`) {
+				return fmt.Sprintf("%s has no alert of a ping root: %.400s", who, b)
+			}
+			return ""
+		})
+	}
 	// Not stored at all: staff's tree of the node has no such child either.
 	var staffTree treeResp
 	col.getJSON(t, "/api/v1/nodes/acme-web-1/tree", &staffTree)
