@@ -61,6 +61,12 @@ type Agent struct {
 	// pingAddress is what this node announces for peers to ping.
 	pingAddress string
 
+	// collecting is held while the sources are read and their metrics
+	// defined, and while the collector's peers are applied: a peer it
+	// takes away is then either not read or forgotten after it was
+	// defined, never defined again after it was forgotten.
+	collecting sync.Mutex
+
 	expandUntil atomic.Int64 // Unix nanoseconds
 	reports     atomic.Uint64
 }
@@ -426,6 +432,8 @@ type reading struct {
 }
 
 func (a *Agent) collect(ctx context.Context, led *ledger) reading {
+	a.collecting.Lock()
+	defer a.collecting.Unlock()
 	if a.proc != nil {
 		a.proc.Next()
 	}
@@ -537,8 +545,11 @@ func (a *Agent) ApplyConfig(c *nbsv1.Config) {
 		// collector took away (after a change of tenant, another tenant's
 		// node). What the ledger deferred for them is dropped at the next
 		// collection (ledger.retire says why).
-		if gone := ps.SetPeers(c.GetPingTargets()); len(gone) > 0 {
-			a.tree.Forget(gone...)
+		a.collecting.Lock()
+		gone := ps.SetPeers(c.GetPingTargets())
+		a.tree.Forget(gone...)
+		a.collecting.Unlock()
+		if len(gone) > 0 {
 			a.log.Info("ping peers removed by the collector forgotten", "targets", gone)
 		}
 	}
