@@ -141,13 +141,24 @@ func (p *peerSet) read(ctx context.Context) ([]peer, map[string]fleetNode, error
 // its address or customer) forces a fresh read. changed reports that the
 // fleet's peers differ from what earlier configs were computed from.
 func (p *peerSet) current(ctx context.Context, n *store.Node, force bool) (m *mesh, changed bool, err error) {
+	var readBefore time.Time
+	if force {
+		readBefore = time.Now()
+	}
+	return p.currentAsOf(ctx, n, readBefore)
+}
+
+// currentAsOf is current, reading the fleet again if the cache was read
+// before readBefore: callers that decide to force a read at the same
+// moment then cause one read, not one each.
+func (p *peerSet) currentAsOf(ctx context.Context, n *store.Node, readBefore time.Time) (m *mesh, changed bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	tenant := ""
 	if n != nil {
 		tenant = n.Tenant
 	}
-	if force || p.fp == 0 || time.Since(p.readAt) >= peerRefreshEvery || (n != nil && !p.reflects(*n)) {
+	if p.readAt.Before(readBefore) || p.fp == 0 || time.Since(p.readAt) >= peerRefreshEvery || (n != nil && !p.reflects(*n)) {
 		list, all, err := p.read(ctx)
 		if err != nil {
 			return nil, false, err
@@ -393,9 +404,9 @@ func (s *Service) ForeignPingTargets(ctx context.Context, node store.Node, targe
 	// was just bound or moved); so does a target that looks foreign in a
 	// cache older than foreignRecheck (its node may have moved into node's
 	// tenant since), at most once that often.
-	foreign, readAt, err := s.foreignIn(ctx, node, targets, false)
+	foreign, readAt, err := s.foreignIn(ctx, node, targets, time.Time{})
 	if err == nil && len(foreign) > 0 && time.Since(readAt) > foreignRecheck {
-		foreign, _, err = s.foreignIn(ctx, node, targets, true)
+		foreign, _, err = s.foreignIn(ctx, node, targets, readAt.Add(time.Nanosecond))
 	}
 	return foreign, err
 }
@@ -404,9 +415,14 @@ func (s *Service) ForeignPingTargets(ctx context.Context, node store.Node, targe
 // looks foreign not to be read again.
 const foreignRecheck = time.Second
 
-func (s *Service) foreignIn(ctx context.Context, node store.Node, targets []ingest.PingTarget, force bool) ([]string, time.Time, error) {
-	if _, _, err := s.peers.current(ctx, &node, force); err != nil {
+func (s *Service) foreignIn(ctx context.Context, node store.Node, targets []ingest.PingTarget, readBefore time.Time) ([]string, time.Time, error) {
+	_, changed, err := s.peers.currentAsOf(ctx, &node, readBefore)
+	if err != nil {
 		return nil, time.Time{}, err
+	}
+	if changed {
+		// As pingTargets does: the read that notices a change pushes it.
+		s.schedulePeerPush()
 	}
 	s.peers.mu.Lock()
 	defer s.peers.mu.Unlock()
