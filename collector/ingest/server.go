@@ -699,5 +699,6 @@ func (s *Server) PushConfig(ctx context.Context, names ...string) {
 			continue
 		}
 		st.offerConfig(cfg)
+		st.recheckPing.Store(true)
 	}
 }

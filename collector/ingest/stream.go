@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -54,6 +55,9 @@ type stream struct {
 	// stuck: one Send has waited longer than the send timeout (the agent
 	// stopped reading), and the stream is ended.
 	stuck bool
+	// recheckPing is set by a Config push (peers may have changed
+	// tenant): the next report checks the stream's ping targets again.
+	recheckPing atomic.Bool
 	// room, made by a send that waits for the queue to have room, gets a
 	// token when a message leaves the queue.
 	room chan struct{}

@@ -125,30 +125,77 @@ func (s *Server) refuseForeign(node store.Node, ids []string, in string) {
 
 // guardReport checks the ping targets a report defines and strips what
 // it says of any naming another tenant's node, before it is validated.
+//
+// After a Config push (the fleet's peers changed: a peer may have moved
+// to another tenant, or back) the targets the stream has defined are
+// checked again too: an agent that does not forget a peer the collector
+// took away (an older version) reports nothing more of it once it is
+// another tenant's. A target refused before it was defined stays refused
+// for the stream: its definition was never stored.
 func (s *Server) guardReport(ctx context.Context, st *stream, r *nbsv1.Report) error {
-	if s.guard != nil && len(r.GetNewMetrics()) > 0 {
-		var targets []PingTarget
-		for _, d := range r.GetNewMetrics() {
-			rest, ok := strings.CutPrefix(d.GetId(), pingRoot+"/")
-			if ok && !strings.Contains(rest, "/") && rest != "clock" && !slices.Contains(st.foreignIDs(), d.GetId()) {
-				targets = append(targets, PingTarget{ID: d.GetId(), Name: rest})
-			}
+	recheck := st.recheckPing.Swap(false)
+	if s.guard == nil || (len(r.GetNewMetrics()) == 0 && !recheck) {
+		if ids := st.foreignIDs(); len(ids) > 0 {
+			stripForeign(r, ids)
 		}
-		if len(targets) > 0 {
-			foreign, err := s.guard.ForeignPingTargets(ctx, st.node, targets)
-			if err != nil {
-				s.log.Error("check ping targets", "node", st.node.Name, "err", err)
-				return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
-			}
-			if len(foreign) > 0 {
-				s.refuseForeign(st.node, foreign, "report")
-				all := append(st.foreignIDs(), foreign...)
-				st.foreign = &all
-			}
+		return nil
+	}
+	var targets []PingTarget
+	seen := map[string]bool{}
+	add := func(id string) {
+		rest, ok := strings.CutPrefix(id, pingRoot+"/")
+		if ok && !strings.Contains(rest, "/") && rest != "clock" && !seen[id] {
+			seen[id] = true
+			targets = append(targets, PingTarget{ID: id, Name: rest})
 		}
 	}
-	if ids := st.foreignIDs(); len(ids) > 0 {
-		stripForeign(r, ids)
+	// What stays refused whatever the check says: refused at the Hello
+	// or in a report's new_metrics, so never defined on this stream.
+	var keep []string
+	for _, id := range st.foreignIDs() {
+		if recheck && st.metrics.has(id) {
+			add(id)
+		} else {
+			keep = append(keep, id)
+			seen[id] = true
+		}
+	}
+	for _, d := range r.GetNewMetrics() {
+		add(d.GetId())
+	}
+	if recheck {
+		for id := range st.metrics.base {
+			add(id)
+		}
+		for id := range st.metrics.extra {
+			add(id)
+		}
+	}
+	if len(targets) > 0 {
+		foreign, err := s.guard.ForeignPingTargets(ctx, st.node, targets)
+		if err != nil {
+			s.log.Error("check ping targets", "node", st.node.Name, "err", err)
+			return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+		}
+		var fresh []string
+		for _, id := range foreign {
+			if !slices.Contains(st.foreignIDs(), id) {
+				fresh = append(fresh, id)
+			}
+		}
+		if len(fresh) > 0 {
+			s.refuseForeign(st.node, fresh, "report")
+		}
+		keep = append(keep, foreign...)
+	}
+	switch {
+	case len(keep) > 0:
+		st.foreign = &keep
+	default:
+		st.foreign = nil
+	}
+	if len(keep) > 0 {
+		stripForeign(r, keep)
 	}
 	return nil
 }

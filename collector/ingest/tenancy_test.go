@@ -2,12 +2,14 @@ package ingest
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -87,5 +89,55 @@ func TestStripForeign(t *testing.T) {
 	}
 	if got, want := strings.Join(left, ","), "def ping/acme-2,sample ping,sample ping/globex-db-10,hist ping/acme-2,event tcp_reset"; got != want {
 		t.Errorf("left %s, want %s", got, want)
+	}
+}
+
+// A peer that moves to another tenant while a stream goes on: once a
+// Config push says the peers changed, the next report says nothing more
+// of it, and once it is back, the report says it again. A target refused
+// before it was defined stays refused for the stream.
+func TestReportsFollowPeersMovingTenant(t *testing.T) {
+	guard := tenantsGuard{"acme-2": "acme", "acme-3": "acme", "globex-db-1": "globex"}
+	m := telemetry.New()
+	srv := NewServer(&countingRegistry{}, nil, ServerOptions{PingGuard: guard}, slog.New(slog.DiscardHandler), m)
+	base := map[string]streamMetric{}
+	for _, id := range []string{"ping", "ping/acme-2", "ping/acme-2/loss", "ping/acme-3"} {
+		base[id] = streamMetric{}
+	}
+	st := &stream{node: store.Node{Name: "acme-1", Tenant: "acme"}, metrics: metricSet{base: base}}
+	st.foreign = &[]string{"ping/globex-db-1"} // refused at its Hello
+	report := func() []string {
+		r := &nbsv1.Report{Samples: []*nbsv1.Sample{{MetricId: "ping"}, {MetricId: "ping/acme-2"}, {MetricId: "ping/acme-2/loss"},
+			{MetricId: "ping/acme-3"}, {MetricId: "ping/globex-db-1"}}}
+		if err := srv.guardReport(context.Background(), st, r); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, s := range r.Samples {
+			ids = append(ids, s.GetMetricId())
+		}
+		return ids
+	}
+	steps := []struct {
+		name   string
+		change func()
+		push   bool
+		want   []string
+	}{
+		{"before", func() {}, false, []string{"ping", "ping/acme-2", "ping/acme-2/loss", "ping/acme-3"}},
+		{"acme-2 moved, no push yet", func() { guard["acme-2"] = "globex" }, false, []string{"ping", "ping/acme-2", "ping/acme-2/loss", "ping/acme-3"}},
+		{"after the push", func() {}, true, []string{"ping", "ping/acme-3"}},
+		{"the next report", func() {}, false, []string{"ping", "ping/acme-3"}},
+		{"back, and globex-db-1 joined acme", func() { guard["acme-2"], guard["globex-db-1"] = "acme", "acme" }, true,
+			[]string{"ping", "ping/acme-2", "ping/acme-2/loss", "ping/acme-3"}},
+	}
+	for _, s := range steps {
+		s.change()
+		if s.push {
+			st.recheckPing.Store(true)
+		}
+		if got := report(); !slices.Equal(got, s.want) {
+			t.Errorf("%s: the report keeps %v, want %v", s.name, got, s.want)
+		}
 	}
 }
