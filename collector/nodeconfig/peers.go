@@ -16,7 +16,6 @@ import (
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/collector/ingest"
-
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
 )
@@ -107,7 +106,9 @@ func (p *peerSet) read(ctx context.Context) ([]peer, map[string]fleetNode, error
 	all := map[string]fleetNode{}
 	// The first node (by first_seen) to announce an address holds it for
 	// its tenant: a node of another tenant announcing the same address is
-	// no ping peer (pingAddressTaken).
+	// no ping peer (noteRefused logs and counts it). Refusing its Hello
+	// instead would lose everything else it measures, which is its
+	// tenant's own; and the address may be a mistake of either.
 	holder := map[string]string{}
 	for rows.Next() {
 		var (
@@ -389,7 +390,7 @@ func (s *Service) SetPingPeers(k int) {
 // ForeignPingTargets implements ingest.PingGuard from the cached fleet
 // (refreshed every minute, and at once by a moved node's Hello): the ping
 // targets whose name is that of a current node of a tenant other than
-// tenant. A mesh peer's target is named after its node, so a peer the
+// node's. A mesh peer's target is named after its node, so a peer the
 // agent kept from before its tenant was bound or changed is one of them.
 // Addresses are not compared: tenants' address spaces may overlap (a
 // gateway at 10.0.0.1 in each), and the collector never tells a node
