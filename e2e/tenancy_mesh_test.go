@@ -5,18 +5,21 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	agentapp "github.com/nbs-project/nbs/agent/app"
 	"github.com/nbs-project/nbs/collector/access"
 	collectorapp "github.com/nbs-project/nbs/collector/app"
 	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/tenant"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -329,5 +332,69 @@ func storeForeignHistory(t *testing.T, dbURL, node, peer, peerAddr string) {
 		Events:     []store.Event{{MetricID: ids[root+"/loss"], Path: root + "/loss", Time: now, Fields: map[string]string{"dst": peerAddr, "peer": peer}}},
 	}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Real agents in one mesh, then bound to two tenants by `nbs-collector
+// nodes label`: each forgets the peer the collector no longer gives it
+// (its later Hellos define only what it still pings), and the collector
+// stores nothing of what the Hello of its new stream, sent before the
+// Config, still says of it: neither the tenant nor staff read the other
+// tenant's node in the tree of the new tenant's row. (That the agent
+// forgets when the Config arrives rather than at its next collection is
+// agent/app's TestPeersTakenAwayAreForgottenAtOnce.)
+func TestAgentsForgetPeersOfAnotherTenant(t *testing.T) {
+	lab := netlab.New(t)
+	db := pgcluster.Database(t)
+	col := startCollector(t, db, "127.0.0.1:0")
+	agents := map[string]*agent{}
+	for _, n := range []struct {
+		name, ns string
+		addr     netip.Addr
+	}{{"lab-a", lab.A, lab.IPA}, {"lab-b", lab.B, lab.IPB}} {
+		agents[n.name] = startAgent(t, n.name, n.ns, col.grpcAddr, func(c *agentapp.Config) {
+			c.BPF = false // ICMP only
+			c.PingAddress, c.PingInterval = n.addr.String(), 100*time.Millisecond
+		})
+	}
+	waitNode(t, col, "lab-a")
+	waitNode(t, col, "lab-b")
+	eventually(t, 30*time.Second, func() string {
+		if tr := pingTree(t, col, "lab-a"); tr.find("ping/lab-b") == nil {
+			return "lab-a does not ping lab-b yet (one mesh)"
+		}
+		return ""
+	})
+	nodesLabel(t, db, "lab-a", "customer=acme")
+	nodesLabel(t, db, "lab-b", "customer=globex")
+	defines := func(a *agent, prefix string) bool {
+		return slices.ContainsFunc(a.Hello().GetMetrics(), func(m *nbsv1.MetricDefinition) bool { return strings.HasPrefix(m.GetId(), prefix) })
+	}
+	took := eventually(t, 30*time.Second, func() string {
+		for name, other := range map[string]string{"lab-a": "ping/lab-b", "lab-b": "ping/lab-a"} {
+			if defines(agents[name], other) {
+				return fmt.Sprintf("%s's agent still defines %s", name, other)
+			}
+		}
+		return ""
+	})
+	t.Logf("both agents forgot the other tenant's node %s after the binding", took.Round(time.Millisecond))
+	acme, globex := customerToken(t, col, "acme"), customerToken(t, col, "globex")
+	for _, c := range []struct{ token, node, other string }{{acme, "lab-a", "lab-b"}, {globex, "lab-b", "lab-a"}} {
+		// The new tenant's row has a report: what is read is the tree the
+		// agent reports now.
+		eventually(t, 20*time.Second, func() string {
+			code, b := as(t, col, c.token, http.MethodGet, "/api/v1/nodes/"+c.node+"/tree", "")
+			if code != http.StatusOK || !strings.Contains(string(b), `"time"`) {
+				return fmt.Sprintf("%s's tree for its tenant: HTTP %d %.200s", c.node, code, b)
+			}
+			return ""
+		})
+		for who, token := range map[string]string{"its tenant": c.token, "staff": col.token} {
+			_, b := as(t, col, token, http.MethodGet, "/api/v1/nodes/"+c.node+"/tree", "")
+			if strings.Contains(string(b), c.other) {
+				t.Errorf("%s's tree after the binding, read by %s, names %s", c.node, who, c.other)
+			}
+		}
 	}
 }
