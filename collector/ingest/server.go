@@ -369,6 +369,9 @@ func (s *Server) start(ctx, made context.Context, cancel context.CancelCauseFunc
 	}
 	var base map[string]streamMetric
 	var others int
+	// The stream's own start: a report older than it is a resent one,
+	// which may be from before a move (formerRow).
+	node.LastHello = time.Now()
 	node.ID, base, others, err = s.registerNode(made, node, cat, place)
 	if err != nil {
 		return nil, nil, err
@@ -376,7 +379,7 @@ func (s *Server) start(ctx, made context.Context, cancel context.CancelCauseFunc
 	registered()
 	st := &stream{node: node, peer: from, metrics: metricSet{base: base}, otherDefs: others, ctx: ctx, end: cancel}
 	if len(foreign) > 0 {
-		st.foreign = &foreign
+		st.tenancy = &streamTenancy{foreign: foreign}
 	}
 	cfg, err := s.config.ConfigFor(made, node)
 	if err != nil {
@@ -561,6 +564,10 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 	if err := s.guardReport(ctx, st, r); err != nil {
 		return err
 	}
+	dest, err := s.destination(ctx, st, r)
+	if err != nil {
+		return err
+	}
 	rep, newDefs, rej := s.limits.checkReport(r, st, received)
 	if rej != nil {
 		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
@@ -574,6 +581,10 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 	}
 	if len(newDefs) > 0 {
 		ids, err := s.registry.UpsertDefinitions(ctx, st.node.ID, newDefs)
+		if err == nil && dest != st.node.ID {
+			// The row the report goes to reads it by these too.
+			_, err = s.registry.UpsertDefinitions(ctx, dest, newDefs)
+		}
 		if err != nil {
 			s.log.Error("register new metric definitions", "node", st.node.Name, "err", err)
 			return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
@@ -586,7 +597,7 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 		s.PushConfig(ctx, st.node.Name)
 	}
 	st.lastSeq = rep.Seq
-	rep.NodeID = st.node.ID
+	rep.NodeID = dest
 	rep.Received = received
 	for i := range rep.Samples {
 		rep.Samples[i].MetricID = metricID(&st.metrics, rep.Samples[i].Path)

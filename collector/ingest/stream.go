@@ -31,10 +31,9 @@ type stream struct {
 	// did not repeat, so the per-node limit holds across streams.
 	otherDefs int
 	lastSeq   uint64
-	// foreign are the ping targets naming another tenant's node
-	// (PingGuard): nothing under them is stored. A pointer, as most
-	// streams have none and a stream is kept to 512 bytes.
-	foreign *[]string
+	// tenancy is what tenancy checks found of the stream (tenancy.go):
+	// nil for most streams, which are kept to 512 bytes.
+	tenancy *streamTenancy
 	// offsets are the last reports' time minus their receipt time.
 	offsets  [clockSamples]time.Duration
 	nOffsets int

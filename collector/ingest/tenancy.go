@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -188,21 +189,95 @@ func (s *Server) guardReport(ctx context.Context, st *stream, r *nbsv1.Report) e
 		}
 		keep = append(keep, foreign...)
 	}
-	switch {
-	case len(keep) > 0:
-		st.foreign = &keep
-	default:
-		st.foreign = nil
-	}
+	st.setForeign(keep)
 	if len(keep) > 0 {
 		stripForeign(r, keep)
 	}
 	return nil
 }
 
+// streamTenancy is what the tenancy checks keep of a stream.
+type streamTenancy struct {
+	// foreign are the ping targets naming another tenant's node
+	// (PingGuard): nothing under them is stored.
+	foreign []string
+	// former is the row the node's name had before its latest move, read
+	// once the stream resends a report from before it began (looked).
+	former store.FormerRow
+	looked bool
+}
+
 func (st *stream) foreignIDs() []string {
-	if st.foreign == nil {
+	if st.tenancy == nil {
 		return nil
 	}
-	return *st.foreign
+	return st.tenancy.foreign
+}
+
+func (st *stream) setForeign(ids []string) {
+	if st.tenancy == nil {
+		if len(ids) == 0 {
+			return
+		}
+		st.tenancy = &streamTenancy{}
+	}
+	st.tenancy.foreign = ids
+}
+
+// FormerRows finds the row a node's name had before its latest move
+// (store.FormerRow).
+type FormerRows interface {
+	FormerRow(ctx context.Context, name string, current int32) (store.FormerRow, error)
+}
+
+// destination is the row a report is stored in: the stream's node's,
+// but for a report from before the node's latest move (an agent resends
+// what was not acked when the move ended its stream), which is stored in
+// the row of the tenant the node had then. So what a node measured while
+// it was acme's stays acme's — its evidence (acme's flows) included —
+// and is not lost either. What it says of ping targets naming a node of
+// a tenant other than that one is stripped, as for any report; so is what
+// it says of targets foreign to the node's new tenant, which the stream
+// has no definitions of (dropped, like what guardReport strips).
+func (s *Server) destination(ctx context.Context, st *stream, r *nbsv1.Report) (int32, error) {
+	fr, ok := s.registry.(FormerRows)
+	if !ok || !time.Unix(0, r.GetTimeUnixNano()).Before(st.node.LastHello) {
+		return st.node.ID, nil
+	}
+	if st.tenancy == nil {
+		st.tenancy = &streamTenancy{}
+	}
+	t := st.tenancy
+	if !t.looked {
+		former, err := fr.FormerRow(ctx, st.node.Name, st.node.ID)
+		if err != nil {
+			s.log.Error("look up the node's row before its move", "node", st.node.Name, "err", err)
+			return 0, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+		}
+		t.former, t.looked = former, true
+	}
+	if t.former.ID == 0 || !time.Unix(0, r.GetTimeUnixNano()).Before(t.former.Until) {
+		return st.node.ID, nil
+	}
+	if s.guard != nil {
+		var targets []PingTarget
+		seen := map[string]bool{}
+		for _, sm := range r.GetSamples() {
+			rest, ok := strings.CutPrefix(sm.GetMetricId(), pingRoot+"/")
+			name, _, _ := strings.Cut(rest, "/")
+			if id := pingRoot + "/" + name; ok && name != "clock" && !seen[id] {
+				seen[id] = true
+				targets = append(targets, PingTarget{ID: id, Name: name})
+			}
+		}
+		foreign, err := s.guard.ForeignPingTargets(ctx, store.Node{Name: st.node.Name, Tenant: t.former.Tenant}, targets)
+		if err != nil {
+			s.log.Error("check ping targets", "node", st.node.Name, "err", err)
+			return 0, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+		}
+		stripForeign(r, foreign)
+	}
+	s.log.Info("a report from before the node's move is stored with the tenant it had then", "node", st.node.Name,
+		"seq", r.GetSequence(), "tenant", t.former.Tenant, "moved_at", t.former.Until)
+	return t.former.ID, nil
 }

@@ -105,7 +105,7 @@ func TestReportsFollowPeersMovingTenant(t *testing.T) {
 		base[id] = streamMetric{}
 	}
 	st := &stream{node: store.Node{Name: "acme-1", Tenant: "acme"}, metrics: metricSet{base: base}}
-	st.foreign = &[]string{"ping/globex-db-1"} // refused at its Hello
+	st.setForeign([]string{"ping/globex-db-1"}) // refused at its Hello
 	report := func() []string {
 		r := &nbsv1.Report{Samples: []*nbsv1.Sample{{MetricId: "ping"}, {MetricId: "ping/acme-2"}, {MetricId: "ping/acme-2/loss"},
 			{MetricId: "ping/acme-3"}, {MetricId: "ping/globex-db-1"}}}

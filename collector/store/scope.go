@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -179,4 +180,28 @@ func ForeignPing(ctx context.Context, q any, scope Scope, paths []string) (func(
 		}
 		return false
 	}, nil
+}
+
+// FormerRow is the row a node's name had before its latest move to
+// another tenant: its id (0: none), that tenant, and when the move retired
+// it.
+type FormerRow struct {
+	ID     int32
+	Tenant string
+	Until  time.Time
+}
+
+// FormerRow returns the row the name had before the move that made
+// current its current row: the most recently retired other row.
+func (s *Store) FormerRow(ctx context.Context, name string, current int32) (FormerRow, error) {
+	var f FormerRow
+	err := s.pool.QueryRow(ctx, `SELECT id, tenant, retired_at FROM nodes WHERE name = $1 AND id <> $2 AND retired_at IS NOT NULL
+		ORDER BY retired_at DESC, id DESC LIMIT 1`, name, current).Scan(&f.ID, &f.Tenant, &f.Until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return FormerRow{}, nil
+	}
+	if err != nil {
+		return FormerRow{}, fmt.Errorf("read node %q's row before its move: %w", name, err)
+	}
+	return f, nil
 }
