@@ -143,8 +143,8 @@ func (l *ledger) accumulate(id string, h *loglinear.Histogram, start time.Time) 
 // about any more, and for a ping peer the collector took away there is no
 // binding left to report them under: the collector ends a node's stream
 // when its tenant changes, so by the time the new peer list arrives every
-// report goes to the new tenant's row, and a peer of the old list is, then,
-// another tenant's node. Counters lose nothing (an increase is streamed in
+// report built from here on is dated after the move and goes to the new
+// tenant's row, and a peer of the old list is, then, another tenant's node. Counters lose nothing (an increase is streamed in
 // the interval it happens); what goes is at most one snapshot period
 // (--snapshot.every) of the RTT buckets of a target that was healthy
 // throughout.
