@@ -262,13 +262,22 @@ func (s *Server) destination(ctx context.Context, st *stream, r *nbsv1.Report) (
 	if s.guard != nil {
 		var targets []PingTarget
 		seen := map[string]bool{}
-		for _, sm := range r.GetSamples() {
-			rest, ok := strings.CutPrefix(sm.GetMetricId(), pingRoot+"/")
+		note := func(path string) {
+			rest, ok := strings.CutPrefix(path, pingRoot+"/")
 			name, _, _ := strings.Cut(rest, "/")
 			if id := pingRoot + "/" + name; ok && name != "clock" && !seen[id] {
 				seen[id] = true
 				targets = append(targets, PingTarget{ID: id, Name: name})
 			}
+		}
+		for _, x := range r.GetSamples() {
+			note(x.GetMetricId())
+		}
+		for _, x := range r.GetHistograms() {
+			note(x.GetMetricId())
+		}
+		for _, x := range r.GetEvents() {
+			note(x.GetMetricId())
 		}
 		foreign, err := s.guard.ForeignPingTargets(ctx, store.Node{Name: st.node.Name, Tenant: t.former.Tenant}, targets)
 		if err != nil {
