@@ -1,6 +1,7 @@
 package api
 
 import (
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -176,6 +177,21 @@ func (a *API) ListFleet(w http.ResponseWriter, r *http.Request) {
 		explains[e.Node.ID] = explainRoots(e)
 		for _, p := range explains[e.Node.ID] {
 			paths[p] = true
+		}
+	}
+	// A customer's explaining child never names another tenant's node.
+	explained := make([]string, 0, len(paths))
+	for p := range paths {
+		explained = append(explained, p)
+	}
+	hide, err := store.ForeignPing(ctx, a.q, Scope(r), explained)
+	if err != nil {
+		httpjson.WriteError(w, r, err, a.log)
+		return
+	}
+	if hide != nil {
+		for _, ex := range explains {
+			maps.DeleteFunc(ex, func(_, p string) bool { return hide(p) })
 		}
 	}
 	var defs map[string]store.MetricDef

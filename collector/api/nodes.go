@@ -243,6 +243,9 @@ func (a *API) nodeState(r *http.Request) (nodeState, error) {
 	if st.defs, err = a.q.Definitions(r.Context(), n.ID); err != nil {
 		return st, err
 	}
+	if st.defs, err = a.withoutForeignPing(r.Context(), Scope(r), st.defs); err != nil {
+		return st, err
+	}
 	st.latest, st.reported, err = a.q.Latest(r.Context(), n.ID)
 	return st, err
 }
@@ -439,6 +442,9 @@ func (a *API) seriesOf(r *http.Request, metrics []string, from, to time.Time, st
 	if err != nil {
 		return nil, err
 	}
+	if defs, err = a.withoutForeignPing(ctx, Scope(r), defs); err != nil {
+		return nil, err
+	}
 	byPath := make(map[string]store.MetricDef, len(defs))
 	for _, d := range defs {
 		if ViewOf(ctx).Metric(d.Path) {
@@ -517,6 +523,10 @@ func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	events = slices.DeleteFunc(events, func(e store.StoredEvent) bool { return !view.Metric(e.Metric) })
+	if events, err = a.withoutForeignEvents(ctx, Scope(r), events); err != nil {
+		httpjson.WriteError(w, r, err, a.log)
+		return
+	}
 	others, err := a.counterparts(ctx, Scope(r), n, events)
 	if err != nil {
 		httpjson.WriteError(w, r, err, a.log)

@@ -58,7 +58,7 @@ type expansion struct {
 
 func New(st *store.Store, log *slog.Logger) *Service {
 	return &Service{repo: repo{st.Pool()}, store: st, log: log, expand: map[string]expansion{}, maxOverrides: DefaultMaxOverrides,
-		peers: &peerSet{k: DefaultPingPeers, pool: st.Pool()}}
+		peers: &peerSet{k: DefaultPingPeers, pool: st.Pool(), log: log}}
 }
 
 // SetPusher connects the service to the ingest server (which in turn asks
@@ -359,6 +359,10 @@ func (s *Service) NodeThresholds(w http.ResponseWriter, r *http.Request) {
 	}
 	defs, err := s.store.Definitions(r.Context(), n.ID)
 	if err != nil {
+		httpjson.WriteError(w, r, err, s.log)
+		return
+	}
+	if defs, err = api.WithoutForeignPing(r.Context(), s.store, api.Scope(r), defs); err != nil {
 		httpjson.WriteError(w, r, err, s.log)
 		return
 	}

@@ -162,6 +162,7 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		// The first read to fail ends the others: a report whose read hit
 		// the statement timeout answers at once, not after each of its
 		// reads has waited its own turn on the read pool to time out too.
+		outer := ctx // the group's ends with Wait
 		g, ctx := errgroup.WithContext(ctx)
 		// Only the metrics the sections show: a busy node has hundreds of
 		// metrics (52 histograms), of which a report shows a few dozen, and
@@ -270,6 +271,12 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		}
 		if curDays.ok {
 			d.timeline = curDays.timeline
+		}
+		// Nothing stored before the collector refused them at ingest names
+		// another tenant's node to a customer (store.ForeignPing): not a
+		// ping target row, its series, incidents or objectives.
+		if bad, err = d.withoutForeignPing(outer, st, p, bad); err != nil {
+			return nil, err
 		}
 		// The agent's own root is how NBS watches itself: staff's, as
 		// are owner children of processes and namespaces (api.View).
@@ -473,4 +480,44 @@ func (d *data) reportMetric(objs []Objective) func(string) bool {
 func seriesMetric(path string) bool {
 	t, child := pingTarget(path)
 	return (t != "" && (child == "" || child == "sent" || child == "lost")) || kernelMetric(path)
+}
+
+// withoutForeignPing drops from every row the report read, and from bad,
+// the ping targets named after a node outside scope. The candidates come
+// from the scope's definitions (every row has one), so the rows are
+// scanned only when one of them is another tenant's node; staff's
+// reports skip the check.
+func (d *data) withoutForeignPing(ctx context.Context, st Store, scope store.Scope, bad []store.SampleRow) ([]store.SampleRow, error) {
+	if scope.SeesAll() {
+		return bad, nil
+	}
+	seen := map[string]bool{}
+	var paths []string
+	for p := range d.defs {
+		if t := store.PingTargetOf(p); t != "" && !seen[t] {
+			seen[t] = true
+			paths = append(paths, p)
+		}
+	}
+	hide, err := store.ForeignPing(ctx, st, scope, paths)
+	if err != nil || hide == nil {
+		return bad, err
+	}
+	samples := func(rows []store.SampleRow) []store.SampleRow {
+		return slices.DeleteFunc(slices.Clone(rows), func(r store.SampleRow) bool { return hide(r.Path) })
+	}
+	hists := func(rows []store.HistogramRow) []store.HistogramRow {
+		return slices.DeleteFunc(slices.Clone(rows), func(r store.HistogramRow) bool { return hide(r.Path) })
+	}
+	d.cur, d.prev, d.ser = samples(d.cur), samples(d.prev), samples(d.ser)
+	if d.timeline != nil {
+		d.timeline = samples(d.timeline)
+	}
+	d.curH, d.prevH, d.serH, d.objH = hists(d.curH), hists(d.prevH), hists(d.serH), hists(d.objH)
+	for p := range d.defs {
+		if hide(p) {
+			delete(d.defs, p)
+		}
+	}
+	return samples(bad), nil
 }

@@ -115,8 +115,12 @@ func (s *Source) Capabilities() []*nbsv1.Capability {
 // SetPeers replaces the collector-assigned targets ("name=address"
 // strings from Config.ping_targets); pingers start and stop to match,
 // without touching the static targets. Entries that do not parse are
-// skipped and logged.
-func (s *Source) SetPeers(specs []string) {
+// skipped and logged. It returns the subtrees it retired, for the agent
+// to forget at once: a peer the collector no longer gives is, after a
+// change of tenant, another tenant's node, whose name must not reach the
+// next Hello or report (the next Collect retires them too, for the
+// ledger).
+func (s *Source) SetPeers(specs []string) []string {
 	var peers []Target
 	for _, spec := range specs {
 		t, err := ParseTarget(spec)
@@ -129,7 +133,9 @@ func (s *Source) SetPeers(specs []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.peers = peers
+	before := len(s.retired)
 	s.reconcile()
+	return slices.Clone(s.retired[before:])
 }
 
 // Targets lists the targets being pinged, by subtree id.

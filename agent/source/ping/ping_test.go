@@ -178,7 +178,9 @@ func TestTargetsComeAndGo(t *testing.T) {
 		t.Errorf("counts of ping/lab-b: %+v, %v", c, ok)
 	}
 
-	src.SetPeers(nil)
+	if gone := src.SetPeers(nil); !slices.Equal(gone, []string{"ping/lab-b"}) {
+		t.Errorf("SetPeers(nil) retired %v, want ping/lab-b (for the agent to forget at once)", gone)
+	}
 	res = loop.interval()
 	if _, ok := loop.tree.Metric("ping/lab-b/loss"); ok {
 		t.Error("ping/lab-b is still in the tree after the collector removed the peer")
