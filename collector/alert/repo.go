@@ -385,7 +385,7 @@ func ranked(f alertFilter, args *[]any) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return `(SELECT alert_instances.*, ` + stateRankSQL + ` AS srank, ` + sevRankSQL + ` AS vrank
+	return `(SELECT id, rule_name, group_key, state, ` + stateRankSQL + ` AS srank, ` + sevRankSQL + ` AS vrank
 		FROM alert_instances` + where + st + `) ranked`, nil
 }
 
@@ -403,9 +403,10 @@ func (p repo) listAlerts(ctx context.Context, f alertFilter) (alertPage, error) 
 		after = fmt.Sprintf(` WHERE (srank, vrank, -id) > ($%d, $%d, $%d)`, n-2, n-1, n)
 	}
 	args = append(args, f.Limit+1)
-	// The page is chosen from the instances alone; only its rows are joined
-	// with their silences.
-	page := `(SELECT * FROM ` + from + after + rankedOrder + ` LIMIT $` + strconv.Itoa(len(args)) + `) alert_instances`
+	// The page is chosen by id and ranks alone (a sort of narrow rows); only
+	// its rows are read whole and joined with their silences.
+	page := `(SELECT i.*, p.srank, p.vrank FROM (SELECT id, srank, vrank FROM ` + from + after + rankedOrder + ` LIMIT $` +
+		strconv.Itoa(len(args)) + `) p JOIN alert_instances i USING (id)) alert_instances`
 	rows, err := p.pool.Query(ctx, `SELECT `+instanceColumns+`, srank, vrank FROM `+page+instanceJoin+rankedOrder, args...)
 	if err != nil {
 		return alertPage{}, fmt.Errorf("list alerts: %w", err)
@@ -450,6 +451,10 @@ func (p repo) alertTotals(ctx context.Context, f alertFilter) (AlertTotals, erro
 	return t, nil
 }
 
+// groupIDSpan bounds alert ids in a group's packed place (alertGroups):
+// 2^40, a trillion alerts.
+const groupIDSpan int64 = 1 << 40
+
 // alertGroup is the open alerts of one rule and group labels, as
 // Alertmanager groups notifications: a rack gone silent is one group of
 // its nodes' node_silent alerts, not a page of them.
@@ -479,13 +484,15 @@ func (p repo) alertGroups(ctx context.Context, f alertFilter, limit int) ([]aler
 		return nil, 0, err
 	}
 	args = append(args, limit)
-	rows, err := p.pool.Query(ctx, `WITH m AS (SELECT id, rule_name, group_key, state, srank, vrank FROM `+from+`)
-		SELECT f.id, g.n, g.firing, g.pending, count(*) OVER ()
-		FROM (SELECT rule_name, group_key, count(*) AS n, count(*) FILTER (WHERE state = 'firing') AS firing,
-				count(*) FILTER (WHERE state = 'pending') AS pending FROM m GROUP BY rule_name, group_key) g
-		JOIN (SELECT DISTINCT ON (rule_name, group_key) rule_name, group_key, id, srank, vrank FROM m
-			ORDER BY rule_name, group_key, srank, vrank, id DESC) f USING (rule_name, group_key)
-		ORDER BY f.srank, f.vrank, f.id DESC LIMIT $`+strconv.Itoa(len(args)), args...)
+	// A group's first alert is the least of its members' places in the
+	// order, packed in one bigint (ranks above the id's 40 bits, the id
+	// inverted so the newest is least): one hash aggregate, no sort of the
+	// members by text and jsonb.
+	rows, err := p.pool.Query(ctx, `SELECT `+strconv.FormatInt(groupIDSpan, 10)+` - min(place) % `+strconv.FormatInt(groupIDSpan, 10)+`,
+			count(*), count(*) FILTER (WHERE state = 'firing'), count(*) FILTER (WHERE state = 'pending'), count(*) OVER ()
+		FROM (SELECT rule_name, group_key, state, (srank * `+strconv.Itoa(maxSevRank+1)+` + vrank) * `+strconv.FormatInt(groupIDSpan, 10)+`::bigint + (`+
+		strconv.FormatInt(groupIDSpan, 10)+` - id) AS place FROM `+from+`) m
+		GROUP BY rule_name, group_key ORDER BY min(place) LIMIT $`+strconv.Itoa(len(args)), args...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("group alerts: %w", err)
 	}
