@@ -422,8 +422,10 @@ export function AlertsPage({ params }: { params: URLSearchParams }) {
     showOpen ? ALERTS_REFRESH_MS : 0,
   );
   const history = useAlertPages(`alerts:history:${f.node}:${f.rule}:${f.limit}`, { state: 'resolved', node: f.node, rule: f.rule, limit: f.limit }, showHistory);
-  // Choices for the filters: the fleet's nodes and the rules, whatever alerts exist.
-  const nodes = usePoll('alerts:nodes', (s) => api.nodes(s).catch(() => []), 60_000);
+  // Choices for the filters: the fleet's nodes and the rules, whatever alerts exist. Every node with
+  // its roots is a large answer in a large fleet: it is asked once the alerts are on screen, not before.
+  const shown = !!open.data || !!history.first.data;
+  const nodes = usePoll(`alerts:nodes:${shown}`, (s) => (shown ? api.nodes(s).catch(() => []) : Promise.resolve([])), shown ? 60_000 : 0);
   const can = useCan();
   const rules = usePoll(`alerts:rules:${can.readRules}`, (s) => (can.readRules ? api.alertRules(s).catch(() => []) : Promise.resolve([])), can.readRules ? 60_000 : 0);
 
