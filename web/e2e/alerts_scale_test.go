@@ -78,11 +78,12 @@ func TestAlertsAtScale(t *testing.T) {
 	defer st.Close()
 	pool := st.Pool()
 	// The rules, before the collector's evaluator reads them: a silent node
-	// of the simulated fleet is a warning pending for an hour; the database
-	// node down is critical after two seconds.
+	// of the simulated fleet is critical (as NBSNodeSilent is) but pending
+	// for an hour; the database node down fires critical after two seconds.
+	// Both critical: only firing-before-pending puts the one that fired first.
 	if _, err := pool.Exec(ctx, `UPDATE alert_rules SET enabled = false WHERE name = 'NBSNodeSilent';
 		INSERT INTO alert_rules (name, kind, metric, state, for_seconds, severity, selector)
-		VALUES ('node_silent', 'silent', '*', 'unknown', 3600, 'warning', '{"customer":"sim"}'),
+		VALUES ('node_silent', 'silent', '*', 'unknown', 3600, 'critical', '{"customer":"sim"}'),
 		       ('db_down', 'silent', '*', 'unknown', 2, 'critical', '{"customer":"db"}')`); err != nil {
 		t.Fatal(err)
 	}
