@@ -250,7 +250,7 @@ type AlertList struct {
 	NextCursor string `json:"next_cursor,omitempty"`
 	// Groups (with ?groups=true) are the open alerts by rule and group
 	// labels, worst first; GroupsTotal is how many there are.
-	Groups      []AlertGroupView `json:"groups,omitempty"`
+	Groups      []AlertGroupView `json:"groups,omitzero"`
 	GroupsTotal *int             `json:"groups_total,omitempty"`
 	Evaluator   *Leader          `json:"evaluator,omitempty"`
 }
