@@ -6,9 +6,10 @@
 // same run: BENCHMARKS.md).
 //
 //	NBS_URL=… NBS_TOKEN=… NBS_OPEN_ALERTS=3041 NBS_CRIT_NODE=db-1 NBS_CRIT_RULE=db_down NBS_GROUP_RULE=node_silent node e2e/alerts_scale.mjs
-import { mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
 
 const env = process.env;
@@ -23,6 +24,8 @@ const check = (ok, msg) => {
   if (!ok) throw new Error(msg);
 };
 const count = (n) => n.toLocaleString('en-US');
+const artifacts = resolve(env.NBS_ARTIFACTS ?? 'e2e/artifacts');
+mkdirSync(artifacts, { recursive: true });
 
 const ctx = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'nbs-chromium-')), {
   executablePath: env.NBS_CHROMIUM ?? '/usr/bin/chromium',
@@ -37,6 +40,20 @@ page.setDefaultTimeout(30_000);
 const problems = [];
 page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
 page.on('console', (m) => m.type() === 'error' && problems.push(`console error: ${m.text()}`));
+
+// A screenshot, and axe-core on the page as it is: serious and critical findings fail the run.
+const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+const shot = async (name) => {
+  await page.screenshot({ path: join(artifacts, `${name}.png`) });
+  if (!(await page.evaluate(() => typeof window.axe === 'object'))) await page.evaluate(axeSource);
+  const bad = await page.evaluate(async () =>
+    (await window.axe.run(document, { resultTypes: ['violations'] })).violations
+      .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+      .map((v) => `${v.impact} ${v.id}: ${v.help} at ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`),
+  );
+  console.log(`  screenshot ${join(artifacts, `${name}.png`)}; axe: ${bad.length} serious or critical`);
+  problems.push(...bad.map((b) => `axe on ${name}: ${b}`));
+};
 
 try {
   await page.goto(`${base}/login#token=${env.NBS_TOKEN}`);
@@ -76,6 +93,12 @@ try {
   await page.locator('tr.in-group').nth(199).waitFor();
   const ids = await page.locator('tr.in-group').evaluateAll((rs) => rs.map((r) => r.dataset.alertId));
   check(new Set(ids).size === ids.length, 'an alert is listed twice in the opened group');
+  await group.locator('button.group-toggle').click();
+  await shot('alerts-at-scale');
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.waitForTimeout(250);
+  await shot('alerts-at-scale-phone');
+  await page.setViewportSize({ width: 1400, height: 900 });
 
   console.log('▶ timing: the alerts page beside the fleet page, interleaved');
   const timed = { alerts: [], fleet: [] };

@@ -94,9 +94,10 @@ func TestAlertsAtScale(t *testing.T) {
 	}
 	nodes = append(nodes, silentNode{"db-1", "db", time.Second})
 	// Counted from the evaluator's start, a node is pending after three
-	// intervals: these at 9 s, 9.3 s, … one every 0.3 s.
+	// intervals: these at 9 s, 9.1 s, … one every 0.1 s (the evaluator's
+	// silent pass runs every second: a few a pass).
 	for i := range scaleLate {
-		nodes = append(nodes, silentNode{fmt.Sprintf("late-%d", i), "sim", 3*time.Second + time.Duration(i)*100*time.Millisecond})
+		nodes = append(nodes, silentNode{fmt.Sprintf("late-%d", i), "sim", 3*time.Second + time.Duration(i)*100*time.Millisecond/3})
 	}
 	seedSilent(t, st, nodes)
 	t.Logf("seeded %d nodes in %s", len(nodes), time.Since(start).Round(time.Millisecond))
@@ -139,7 +140,7 @@ func TestAlertsAtScale(t *testing.T) {
 		}
 		q.Set("cursor", l.NextCursor)
 		// Wait for an alert to open before the next page (the late nodes go
-		// silent one every 0.3 s, until they are all pending).
+		// silent a few a second, until they are all pending).
 		if n := len(openIDs(t, pool)); n < scaleSilent+1+scaleLate {
 			eventually(t, 10*time.Second, func() string {
 				if m := len(openIDs(t, pool)); m == n {
