@@ -303,13 +303,14 @@ func parseAlertCursor(s string) (alertCursor, error) {
 	if len(s) > 64 {
 		return c, bad
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(s)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
 		return c, bad
 	}
 	if _, err := fmt.Sscanf(string(raw), cursorFormat, &c.StateRank, &c.SevRank, &c.ID); err != nil ||
 		string(raw) != fmt.Sprintf(cursorFormat, c.StateRank, c.SevRank, c.ID) ||
-		c.StateRank < 0 || c.StateRank > maxStateRank || c.SevRank < 0 || c.SevRank > maxSevRank || c.ID < 1 {
+		c.StateRank < 0 || c.StateRank > maxStateRank || c.SevRank < 0 || c.SevRank > maxSevRank || c.ID < 1 ||
+		c.String() != s { // the decoder skips newlines: only the one spelling String writes
 		return c, bad
 	}
 	return c, nil
