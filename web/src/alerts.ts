@@ -1,6 +1,6 @@
 // Alerts and alert rules as the UI reads and edits them: ordering, links into
 // the tree, rule drafts, and the collector's validation messages by field.
-import type { Alert, AlertRule, AlertRuleInput } from './api';
+import type { Alert, AlertGroup, AlertRule, AlertRuleInput } from './api';
 import { formatNumber } from './format';
 import { fleetHref, nodeHref, withParams } from './route';
 import { normState } from './state';
@@ -29,6 +29,30 @@ export function sortOpen(alerts: Alert[], now: number = Date.now()): Alert[] {
       time(b.since) - time(a.since) ||
       b.id - a.id,
   );
+}
+
+/** What alerts are grouped by, as Alertmanager groups them: the rule and the group labels. */
+export function groupKey(a: Pick<Alert, 'rule' | 'group'>): string {
+  const labels = Object.entries(a.group ?? {}).sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0));
+  return JSON.stringify([a.rule, labels]);
+}
+
+/**
+ * Open alerts (in order) grouped by groupKey, each group where its first
+ * alert is: what the collector answers with groups=true, made from one page
+ * for a collector that does not group.
+ */
+export function groupAlerts(alerts: Alert[]): AlertGroup[] {
+  const out = new Map<string, AlertGroup>();
+  for (const a of alerts) {
+    const k = groupKey(a);
+    const g = out.get(k) ?? { rule: a.rule, group: a.group, count: 0, firing: 0, pending: 0, first: a };
+    g.count++;
+    if (a.state === 'firing') g.firing++;
+    if (a.state === 'pending') g.pending++;
+    out.set(k, g);
+  }
+  return [...out.values()];
 }
 
 /** The metric the tree opens at: the child that explains the alert, else the metric the rule matched. */

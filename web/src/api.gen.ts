@@ -122,7 +122,7 @@ export interface paths {
     };
   };
   "/alerts": {
-    /** Alerts: open ones first, then history, newest first. A customer gets the alerts of its own nodes (no group alerts). */
+    /** Alerts, a page at a time, in on-call's order: firing, then pending, the worst severity first (critical… and page… before warning… before the rest), newest first within each; then history (resolved), newest first. total and totals count everything the filter selects, so a page shorter than total says the list is cut; next_cursor continues it. A customer gets the alerts of its own nodes (no group alerts), and its totals count only those. */
     get: operations["listAlerts"];
   };
   "/alerts/{id}": {
@@ -743,8 +743,40 @@ export interface components {
     AlertList: {
       /** @description Which collector evaluates alerts (staff only: absent for a customer). */
       evaluator?: components["schemas"]["Leader"];
-      /** @description Open alerts first, then history, newest first. */
+      /** @description This page, in the order above. */
       alerts: components["schemas"]["Alert"][];
+      /** @description How many alerts the filter (state included) selects: fewer in alerts means the list is cut. */
+      total: number;
+      totals: components["schemas"]["AlertTotals"];
+      /** @description The page's size as asked (or the default). */
+      limit: number;
+      /** @description Pass as cursor for the next page; absent on the last page. */
+      next_cursor?: string;
+      /** @description With groups=true: the open alerts by rule and group labels, worst first. */
+      groups?: components["schemas"]["AlertGroup"][];
+      /** @description With groups=true: how many groups there are (groups holds at most 200). */
+      groups_total?: number;
+    };
+    /** @description Alerts the filter's node and rule select (whatever its state), that the caller may see, by state. acknowledged and silenced count open (firing or pending) alerts. */
+    AlertTotals: {
+      firing: number;
+      pending: number;
+      resolved: number;
+      acknowledged: number;
+      silenced: number;
+    };
+    /** @description Open alerts of one rule and group labels: a rack gone silent is one group of its nodes' alerts. */
+    AlertGroup: {
+      rule: string;
+      /** @description Group rules: the group_by label values. */
+      group?: {
+        [key: string]: string;
+      };
+      count: number;
+      firing: number;
+      pending: number;
+      /** @description The group's first alert in the order above: its worst. */
+      first: components["schemas"]["Alert"];
     };
     /**
      * @description viewer reads everything; operator also changes thresholds and alert rules and expands nodes; admin also manages tokens; customer reads only its own nodes (selector).
@@ -1790,7 +1822,7 @@ export interface operations {
       default: components["responses"]["Error"];
     };
   };
-  /** Alerts: open ones first, then history, newest first. A customer gets the alerts of its own nodes (no group alerts). */
+  /** Alerts, a page at a time, in on-call's order: firing, then pending, the worst severity first (critical… and page… before warning… before the rest), newest first within each; then history (resolved), newest first. total and totals count everything the filter selects, so a page shorter than total says the list is cut; next_cursor continues it. A customer gets the alerts of its own nodes (no group alerts), and its totals count only those. */
   listAlerts: {
     parameters: {
       query?: {
@@ -1800,11 +1832,16 @@ export interface operations {
         node?: string;
         /** @description Only this rule's alerts (its name). */
         rule?: string;
-        limit?: components["parameters"]["limit"];
+        /** @description At most this many alerts in the page, 1 to 1000. Default 100. */
+        limit?: number;
+        /** @description next_cursor of the previous page, as it was given (opaque): the page continues strictly after that page's last alert, so alerts opened while a client pages neither repeat nor shift the ones not yet read. Anything else is a 400. */
+        cursor?: string;
+        /** @description true: also answer groups, the open alerts the filter selects by rule and group labels (as Alertmanager groups them), worst first, at most 200. */
+        groups?: boolean;
       };
     };
     responses: {
-      /** @description The alerts and who evaluates them. */
+      /** @description A page of the alerts, their totals by state and, for staff, who evaluates them. */
       200: {
         content: {
           "application/json": components["schemas"]["AlertList"];

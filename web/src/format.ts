@@ -127,3 +127,8 @@ export function thresholdLong(t: Threshold | null | undefined, unit: string): st
   }
   return `WARN when ${dir} ${formatValue(t.warn, unit)}, CRIT when ${dir} ${formatValue(t.crit, unit)}${hold}.`;
 }
+
+/** A count for people: "2,999". */
+export function formatCount(n: number): string {
+  return n.toLocaleString('en-US');
+}
