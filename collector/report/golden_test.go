@@ -315,7 +315,7 @@ func TestGolden(t *testing.T) {
 		if in.Metric != "ping/peer-a" || in.Unit != "ms" || in.WorstValue == nil || math.Abs(*in.WorstValue-s.childWorst) > 1e-9 {
 			t.Errorf("incident worst %v %s of %s, want %v ms of ping/peer-a", in.WorstValue, in.Unit, in.Metric, s.childWorst)
 		}
-		if want := fmt.Sprintf("/nodes/acme-1?at=%d&metric=ping%%2Fpeer-a", base.Add(30*time.Minute).UnixMilli()); in.TreeURL != want {
+		if want := fmt.Sprintf("/nodes/acme-1?from=%d&metric=ping%%2Fpeer-a&to=%d", base.Add(25*time.Minute).UnixMilli(), base.Add(35*time.Minute).UnixMilli()); in.TreeURL != want {
 			t.Errorf("tree url %s, want %s", in.TreeURL, want)
 		}
 	})

@@ -176,8 +176,9 @@ type Incident struct {
 	WorstValue *float64  `json:"worst_value"`
 	Unit       string    `json:"unit"`
 	Child      *string   `json:"child"`
-	// TreeURL opens the node's tree at the incident: at= its start (Unix
-	// ms), metric= the path WorstValue is of.
+	// TreeURL opens the node's tree over the incident: from= five minutes
+	// before its start to= its end (Unix ms, never past the report's
+	// time), metric= the path WorstValue is of.
 	TreeURL string `json:"tree_url"`
 }
 

@@ -266,7 +266,7 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		if p.Role == access.RoleCustomer {
 			hide = map[string]bool{"agent": true}
 		}
-		rep.Incidents = incidents(bad, names, d.defs, hide)
+		rep.Incidents = incidents(bad, names, d.defs, hide, now)
 	}
 	if rep.Incidents == nil {
 		rep.Incidents = []Incident{}

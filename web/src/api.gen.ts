@@ -1128,7 +1128,7 @@ export interface components {
           /** @description The unit of worst_value, e.g. ms, % or resets/s; empty when the metric has none. */
           unit: string;
           child: string | null;
-          /** @description The node's page at the incident: /nodes/{node}?at=<start, Unix ms>&metric=<metric>. */
+          /** @description The node's page over the incident: /nodes/{node}?from=<five minutes before the start, Unix ms>&metric=<metric>&to=<the end, never past the report's time, Unix ms>. The tree is read as of to, so the breach shows. */
           tree_url: string;
         })[];
       objectives: ({
