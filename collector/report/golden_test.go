@@ -460,6 +460,40 @@ func TestGolden(t *testing.T) {
 			}
 		}
 	})
+	t.Run("data starts at its first minute", func(t *testing.T) {
+		if rep.DataFrom == nil || !rep.DataFrom.Equal(base) {
+			t.Errorf("acme's data from %v, want %s (its first report)", rep.DataFrom, base)
+		}
+		// A node of its own tenant whose first report comes 2 h 37 min
+		// into the period: the report says so to the minute, not the
+		// hour its first hourly bucket starts.
+		ctx := context.Background()
+		id, err := st.UpsertNode(ctx, store.Node{Name: "late-1", Labels: map[string]string{"customer": "late"}, InstanceID: 1, IntervalMS: 10000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := st.UpsertDefinitions(ctx, id, defs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := base.Add(2*time.Hour + 37*time.Minute + 10*time.Second)
+		write(t, st, []store.Report{{NodeID: id, InstanceID: 1, Seq: 1, Time: first, IntervalMS: 10000,
+			Samples: []store.Sample{{MetricID: ids["tcp_reset"], Path: "tcp_reset", Value: 1, State: store.StateOK}}}})
+		r, err := report.Compute(customer("late"), st, q, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := first.Truncate(time.Minute); r.DataFrom == nil || !r.DataFrom.Equal(want) {
+			t.Errorf("late's data from %v, want %s", r.DataFrom, want)
+		}
+		r, err = report.Compute(customer("nobody"), st, q, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.DataFrom != nil {
+			t.Errorf("a report of no node has data from %v, want null", r.DataFrom)
+		}
+	})
 	t.Run("tenant isolation", func(t *testing.T) {
 		for _, sel := range []access.Selector{nil, {"customer": "globex"}} {
 			q := q

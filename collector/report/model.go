@@ -9,11 +9,14 @@ import (
 // Report is the JSON the API serves (README, "Reports"). A pointer field
 // is null when there was no data, never 0.
 type Report struct {
-	Period        Period          `json:"period"`
-	Scope         Scope           `json:"scope"`
-	ErrorBound    float64         `json:"error_bound"`
-	GeneratedAt   time.Time       `json:"generated_at"`
-	Resolution    int             `json:"resolution_seconds"`
+	Period      Period    `json:"period"`
+	Scope       Scope     `json:"scope"`
+	ErrorBound  float64   `json:"error_bound"`
+	GeneratedAt time.Time `json:"generated_at"`
+	Resolution  int       `json:"resolution_seconds"`
+	// DataFrom is when the data of the period starts (dataFrom), nil when
+	// the nodes in scope reported nothing in it.
+	DataFrom      *time.Time      `json:"data_from"`
 	Ping          Ping            `json:"ping"`
 	KernelLatency []KernelLatency `json:"kernel_latency"`
 	Reliability   Reliability     `json:"reliability"`

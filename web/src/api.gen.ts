@@ -990,6 +990,11 @@ export interface components {
       generated_at: string;
       /** @description rollup resolution the report was computed from (60 or 3600); the period is aligned outwards to it */
       resolution_seconds: number;
+      /**
+       * Format: date-time
+       * @description when the data of the period starts: the earliest row with samples, to the minute for periods up to two days (else to the resolution read); null when the nodes in scope reported nothing in the period
+       */
+      data_from?: string | null;
       ping: {
         targets: ({
             target: string;

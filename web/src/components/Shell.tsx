@@ -204,9 +204,23 @@ export function BareShell({ children }: { children: ComponentChildren }) {
  */
 function TopMenu() {
   const [open, setOpen] = useState(false);
+  const toggle = useRef<HTMLButtonElement>(null);
+  // Escape closes it, from anywhere on the page, and gives the focus back to the button when it was inside.
+  useEffect(() => {
+    if (!open) return;
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key !== 'Escape') return;
+      const inside = document.getElementById('topbar-menu')?.contains(document.activeElement);
+      setOpen(false);
+      if (inside || document.activeElement === toggle.current) toggle.current?.focus();
+    };
+    document.addEventListener('keydown', onKey);
+    return () => document.removeEventListener('keydown', onKey);
+  }, [open]);
   return (
     <>
       <button
+        ref={toggle}
         type="button"
         class="btn btn-quiet menu-toggle"
         aria-expanded={open}
