@@ -227,6 +227,19 @@ function options(series: Series, d: ChartData, unit: string, t: Threshold | null
     ctx.restore();
   };
 
+  // Where the lone points' markers are, in canvas pixels: kept on the chart for tests and tools that read the page.
+  const markLone = (u: uPlot) => {
+    const at: string[] = [];
+    for (let si = 1; si < u.series.length; si++) {
+      for (const i of lonePoints(u.data[si] as (number | null)[])) {
+        const x = u.valToPos(u.data[0][i], 'x', true);
+        const y = u.valToPos(u.data[si][i] as number, 'y', true);
+        if (Number.isFinite(x) && Number.isFinite(y)) at.push(`${Math.round(x)},${Math.round(y)}`);
+      }
+    }
+    u.root.dataset.loneAt = at.join(';');
+  };
+
   return {
     width,
     height,
@@ -259,14 +272,25 @@ function options(series: Series, d: ChartData, unit: string, t: Threshold | null
       },
     },
     axes: [
-      { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font, values: (u, splits, _ax, _space, incr) => timeTicks(splits, (u.scales.x.max ?? 0) - (u.scales.x.min ?? 0), incr) },
+      {
+        stroke: fg,
+        grid: { stroke: grid, width: 1 },
+        ticks: { stroke: grid, width: 1 },
+        font,
+        values: (u, splits, _ax, _space, incr) => {
+          const labels = timeTicks(splits, (u.scales.x.max ?? 0) - (u.scales.x.min ?? 0), incr);
+          // The labels are drawn on the canvas: kept on the chart too, for tests and tools that read the page.
+          u.root.dataset.ticks = labels.join('|');
+          return labels;
+        },
+      },
       { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font, size: 56, values: (_u, vals) => vals.map((v) => formatCompact(v, unit)) },
     ],
     legend: { show: true, live: true },
     cursor: { drag: { x: true, y: false, setScale: false } },
     hooks: {
       drawAxes: [bands],
-      draw: [lines],
+      draw: [lines, markLone],
       setSelect: [
         (u: uPlot) => {
           if (u.select.width < 4) return;

@@ -465,7 +465,7 @@ function SummarySection({ r, secs }: { r: Report; secs: { id: string; has: boole
               <dt>{a.root} OK</dt>
               <dd>
                 <span class="headline-ok">{fmtShare(h.ok)}</span>
-                {h.noData !== null && <span class="muted small headline-nodata">{h.ok === null ? 'no data in the period' : `of the time with data; no data ${fmtShare(h.noData)}`}</span>}
+                {h.noData !== null && <span class="muted small headline-nodata">{h.ok === null ? 'nothing reported in the period' : `of the time it reported; ${fmtShare(h.noData)} of the period without data`}</span>}
               </dd>
             </div>
           );

@@ -473,6 +473,24 @@ describe('TokensPage', () => {
     expect($(el, 'tr[data-token="acme-portal"]').textContent).toContain('customer=acme');
   });
 
+  it("takes a new token's secret off the screen when that token is revoked", async () => {
+    fakeApi({
+      'GET /api/v1/tokens': () => [200, { tokens: [tok(1, 'admin-1', { role: 'admin' }), tok(9, 'fresh')] }],
+      'POST /api/v1/tokens': () => [201, { token: 'nbs_freshsecretfresh', info: tok(9, 'fresh') }],
+      'DELETE /api/v1/tokens/9': () => [200, tok(9, 'fresh', { state: 'revoked' })],
+    });
+    const el = mountAt('admin', '/tokens?new=1', (p) => <TokensPage params={p} />);
+    await waitFor(() => $(el, 'form.token-form'));
+    type($(el, '#token-name') as HTMLInputElement, 'fresh');
+    click(byText(el, 'button', 'Create token'));
+    await waitFor(() => expect(($(el, '#new-token') as HTMLInputElement).value).toBe('nbs_freshsecretfresh'));
+    await waitFor(() => $(el, 'tr[data-token="fresh"]'));
+    click($(el, 'button[aria-label="Revoke fresh…"]'));
+    click(byText(el, 'button', 'Revoke fresh'));
+    await waitFor(() => expect(el.querySelector('.secret-box')).toBeNull());
+    expect(el.innerHTML).not.toContain('nbs_freshsecretfresh');
+  });
+
   it('revokes only after confirming', async () => {
     const calls = tokensApi();
     const el = mountAs('admin', <TokensPage params={new URLSearchParams()} />);
