@@ -90,7 +90,7 @@ export function Chart({ series, threshold, title, height = 240, onZoom }: Props)
         `${s.raised} intervals in WARN or CRIT.`;
 
   return (
-    <figure class="chart" aria-label={label} role="img" data-points={data.xs.length} data-lone={data.lines.reduce((n, l) => n + lonePoints(l.values).length, 0)}>
+    <figure class="chart" aria-label={label} role="img" data-points={data.xs.length} data-lone={data.lines.reduce((n, l) => n + (l.secondary ? 0 : lonePoints(l.values).length), 0)}>
       <div ref={box} class="chart-canvas" />
       {data.xs.length === 0 && <div class="chart-empty">No data in this range.</div>}
     </figure>
@@ -230,7 +230,9 @@ function options(series: Series, d: ChartData, unit: string, t: Threshold | null
   // Where the lone points' markers are, in canvas pixels: kept on the chart for tests and tools that read the page.
   const markLone = (u: uPlot) => {
     const at: string[] = [];
+    const cd = (u as unknown as { nbs?: ChartData }).nbs ?? d;
     for (let si = 1; si < u.series.length; si++) {
+      if (cd.lines[si - 1]?.secondary) continue;
       for (const i of lonePoints(u.data[si] as (number | null)[])) {
         const x = u.valToPos(u.data[0][i], 'x', true);
         const y = u.valToPos(u.data[si][i] as number, 'y', true);
@@ -257,8 +259,9 @@ function options(series: Series, d: ChartData, unit: string, t: Threshold | null
           size: LONE_POINT_PX,
           width: 1,
           fill: l.key === 'max' ? fg : palette[i % palette.length],
+          // The main lines' lone points; a secondary line (max) has its point where the main line's marker is.
           filter: (u: uPlot, si: number) => {
-            const idx = lonePoints(u.data[si] as (number | null)[]);
+            const idx = l.secondary ? [] : lonePoints(u.data[si] as (number | null)[]);
             return idx.length ? idx : null;
           },
         },
