@@ -222,8 +222,10 @@ const checkNoOverflow = async (name, { axe = false } = {}) => {
 // Issue 27's page checks: each at the desktop (1400 px) and phone (390 px)
 // widths, with axe-core on each (no serious or critical finding, contrast
 // included), on the page as it is.
+let atWidthsMs = 0; // what these checks add to the run, said at its end
 const atWidths = async (name, fn) => {
   const was = page.viewportSize();
+  const t0 = Date.now();
   try {
     for (const width of [1400, 390]) {
       await page.setViewportSize({ width, height: 900 });
@@ -233,6 +235,7 @@ const atWidths = async (name, fn) => {
     }
   } finally {
     if (was) await page.setViewportSize(was);
+    atWidthsMs += Date.now() - t0;
   }
 };
 // The tree's rows: no name cut short, and the recent window's column ("was
@@ -1365,6 +1368,7 @@ try {
   else console.log('  report scenario skipped: no NBS_REPORT_TOKEN or NBS_CUSTOMER_TOKEN');
 
   if (problems.length) throw new Error(`browser reported problems:\n  ${problems.join('\n  ')}`);
+  console.log(`  the pages' checks at 1400 and 390 px took ${(atWidthsMs / 1000).toFixed(1)} s`);
   console.log('✓ browser end-to-end passed');
 } catch (err) {
   failed = true;
