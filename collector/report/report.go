@@ -280,7 +280,8 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		}
 		// The agent's own root is how NBS watches itself: staff's, as
 		// are owner children of processes and namespaces (api.View).
-		rep.Incidents = incidents(bad, names, d.defs, view.Metric)
+		rep.Incidents = incidents(bad, names, d.defs, view.Metric, now)
+		rep.DataFrom = d.dataFrom(bad)
 	}
 	if rep.Incidents == nil {
 		rep.Incidents = []Incident{}
@@ -292,6 +293,40 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 	rep.AvailabilityTimeline = d.availabilityTimeline(len(nodes), from, to)
 	rep.Objectives = d.objectives(q.Objectives, from, to)
 	return rep, nil
+}
+
+// dataFrom is when the period's data starts: the earliest row with
+// samples in it, at the finest resolution read (a minute for periods up to
+// two days; the raised minutes always), so a page says "data starts at
+// 06:27", not the hour or day the first row of a coarser read begins. Nil
+// when nothing was reported in the period.
+func (d *data) dataFrom(bad []store.SampleRow) *time.Time {
+	var first time.Time
+	see := func(ts time.Time, n int64) {
+		if n > 0 && (first.IsZero() || ts.Before(first)) {
+			first = ts
+		}
+	}
+	rows := [][]store.SampleRow{d.ser, bad, d.timeline}
+	if d.timeline == nil {
+		// d.cur holds rows of their times, not per-node period sums.
+		rows = append(rows, d.cur)
+	}
+	for _, rs := range rows {
+		for _, r := range rs {
+			see(r.TS, r.N)
+		}
+	}
+	for _, hs := range [][]store.HistogramRow{d.serH} {
+		for _, h := range hs {
+			see(h.TS, int64(h.Count))
+		}
+	}
+	if first.IsZero() {
+		return nil
+	}
+	first = first.UTC()
+	return &first
 }
 
 // data is what a report is computed from.

@@ -4,6 +4,7 @@ import type { Alert, AlertGroup, AlertRule, AlertRuleInput } from './api';
 import { formatNumber } from './format';
 import { fleetHref, nodeHref, withParams } from './route';
 import { normState } from './state';
+import { clampToNow } from './timerange';
 
 /** A severity word (critical, warning, page, info…) as a state colour. */
 export function severityState(s: string): string {
@@ -66,15 +67,16 @@ export const WINDOW_PAD_MS = 5 * 60_000;
 /**
  * The time range an alert's breach is seen over: from the breach's start to
  * its resolve (or now, while open), padded by a quarter of its length and at
- * least five minutes either side, to whole seconds. The collector's links in
- * pages (tree_url) use the same window.
+ * least five minutes either side, to whole seconds, and never past now: a
+ * window that ends ahead would show the tree of a time not yet come. The
+ * collector's links in pages (tree_url) use the same window.
  */
 export function alertWindow(a: Alert, now: number = Date.now()): { from: number; to: number } | null {
   const start = Date.parse(a.since);
   if (!Number.isFinite(start)) return null;
   const end = Math.max(a.ends_at ? Date.parse(a.ends_at) : now, start);
   const pad = Math.max((end - start) / 4, WINDOW_PAD_MS);
-  return { from: Math.floor((start - pad) / 1000) * 1000, to: Math.ceil((end + pad) / 1000) * 1000 };
+  return clampToNow({ from: Math.floor((start - pad) / 1000) * 1000, to: Math.ceil((end + pad) / 1000) * 1000 }, now);
 }
 
 const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');

@@ -1023,6 +1023,11 @@ export interface components {
       generated_at: string;
       /** @description rollup resolution the report was computed from (60 or 3600); the period is aligned outwards to it */
       resolution_seconds: number;
+      /**
+       * Format: date-time
+       * @description when the data of the period starts: the earliest row with samples, to the minute for periods up to two days (else to the resolution read); null when the nodes in scope reported nothing in the period
+       */
+      data_from?: string | null;
       ping: {
         targets: ({
             target: string;
@@ -1161,7 +1166,7 @@ export interface components {
           /** @description The unit of worst_value, e.g. ms, % or resets/s; empty when the metric has none. */
           unit: string;
           child: string | null;
-          /** @description The node's page at the incident: /nodes/{node}?at=<start, Unix ms>&metric=<metric>. */
+          /** @description The node's page over the incident: /nodes/{node}?from=<five minutes before the start, Unix ms>&metric=<metric>&to=<the end, never past the report's time, Unix ms>. The tree is read as of to, so the breach shows. */
           tree_url: string;
         })[];
       objectives: ({

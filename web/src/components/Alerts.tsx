@@ -613,7 +613,7 @@ export function DeliveryLog({ deliveries, now, alertState }: { deliveries: Deliv
   }
   return (
     <TableWrap page label="Delivery log table">
-      <table class="deliveries">
+      <table class="deliveries cards-narrow">
         <caption class="sr-only">Delivery log: one row per notification, oldest first</caption>
         <thead>
           <tr>
@@ -631,22 +631,28 @@ export function DeliveryLog({ deliveries, now, alertState }: { deliveries: Deliv
             const r = deliveryResult(d);
             return (
               <tr key={d.id} data-delivery-id={d.id} data-status={d.status}>
-                <td>
-                  <strong>{d.target}</strong>
-                  <div class="muted small mono break">{d.url}</div>
+                <td data-label="Receiver">
+                  <div>
+                    <strong>{d.target}</strong>
+                    <div class="muted small mono wrap-long">{d.url}</div>
+                  </div>
                 </td>
-                <td>{d.event}</td>
-                <td class="nowrap">
+                <td data-label="Event">{d.event}</td>
+                <td class="nowrap" data-label="Queued">
                   <At iso={d.created_at} now={now} />
                 </td>
-                <td class="nowrap">
+                <td class="nowrap" data-label="Result">
                   <span class={`badge badge-sm ${r.cls}`}>{r.text}</span>
                 </td>
-                <td class="num">{d.attempts}</td>
-                <td class="nowrap">
+                <td class="num" data-label="Attempts">
+                  {d.attempts}
+                </td>
+                <td class="nowrap" data-label="Delivered">
                   <At iso={d.delivered_at} now={now} />
                 </td>
-                <td class="break">{d.last_error ? <span class="field-error">{d.last_error}</span> : <span class="muted">—</span>}</td>
+                <td class="wrap-long" data-label="Error">
+                  {d.last_error ? <span class="field-error">{d.last_error}</span> : <span class="muted">—</span>}
+                </td>
               </tr>
             );
           })}
@@ -843,14 +849,22 @@ export function AlertDetailPage({ id }: { id: number }) {
   );
 }
 
+/** An agent's report interval when its node cannot be read (the agent's --interval default). */
+const DEFAULT_INTERVAL_MS = 10_000;
+
 /** The explaining metric over the breach window, with its threshold: what on-call looks at first. */
 function AlertChart({ a, now }: { a: AlertDetail; now: number }) {
   const metric = alertMetric(a);
   const node = a.node!;
   // The window of an open alert follows now, a minute at a time, so the poll key does not change every second.
   const w = alertWindow(a, a.ends_at ? now : Math.ceil(now / 60_000) * 60_000);
-  const key = `alert-series:${node}:${metric}:${w?.from}:${w?.to}`;
-  const series = usePoll(key, (s) => (w ? api.series(node, metric, w.from, w.to, stepFor(w.to - w.from, 240, 1000), s) : Promise.resolve(null)), a.ends_at ? 0 : 15_000);
+  // The node's report interval bounds the step: a histogram reported every 10 s asked at 5 s comes back
+  // as lone points and draws no line. Until the node answers the chart waits; if it cannot, the agents' default.
+  const info = usePoll(`alert-node:${node}`, (s) => api.node(node, s), 60_000);
+  const intervalMs = info.data?.interval_ms || (info.error ? DEFAULT_INTERVAL_MS : undefined);
+  const step = w && intervalMs ? stepFor(w.to - w.from, 240, intervalMs) : '';
+  const key = `alert-series:${node}:${metric}:${w?.from}:${w?.to}:${step}`;
+  const series = usePoll(key, (s) => (w && step ? api.series(node, metric, w.from, w.to, step, s) : Promise.resolve(null)), a.ends_at ? 0 : 15_000);
   const thresholds = usePoll(`alert-thr:${node}`, (s) => api.effective(node, s).catch(() => []), 60_000);
   const thr = thresholds.data?.find((t) => t.metric === metric)?.threshold ?? null;
   return (

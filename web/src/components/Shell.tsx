@@ -215,9 +215,28 @@ export function BareShell({ children }: { children: ComponentChildren }) {
  */
 function TopMenu() {
   const [open, setOpen] = useState(false);
+  const toggle = useRef<HTMLButtonElement>(null);
+  const isOpen = useRef(open);
+  isOpen.current = open;
+  // Escape closes it, from anywhere on the page, and gives the focus back to
+  // the button when it was inside. Listening from the start (not from the
+  // effect after opening, which runs after a paint) so that an Escape right
+  // after opening is not missed.
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key !== 'Escape' || !isOpen.current) return;
+      const inside = document.getElementById('topbar-menu')?.contains(document.activeElement);
+      isOpen.current = false;
+      setOpen(false);
+      if (inside || document.activeElement === toggle.current) toggle.current?.focus();
+    };
+    document.addEventListener('keydown', onKey);
+    return () => document.removeEventListener('keydown', onKey);
+  }, []);
   return (
     <>
       <button
+        ref={toggle}
         type="button"
         class="btn btn-quiet menu-toggle"
         aria-expanded={open}

@@ -58,11 +58,14 @@ describe('alert logic', () => {
 
   it('links to the tree at the explaining metric over the breach window, or the fleet for a group', () => {
     const since = '2026-11-27T05:00:00Z';
-    // Open for 2 min: padded by 5 min either side, up to now.
+    // Open for 2 min: padded by 5 min before, and ending now, never after it (the tree of a time not yet come).
     const open = alert(1, { since, ends_at: null });
     expect(alertTreeHref(open, Date.parse('2026-11-27T05:02:00Z'))).toBe(
-      '/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket&from=2026-11-27T04%3A55%3A00Z&to=2026-11-27T05%3A07%3A00Z',
+      '/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket&from=2026-11-27T04%3A55%3A00Z&to=2026-11-27T05%3A02%3A00Z',
     );
+    // Resolved a minute ago: its 5 min after the resolve are not there yet.
+    const just = alert(1, { since, ends_at: '2026-11-27T05:02:00Z' });
+    expect(alertWindow(just, Date.parse('2026-11-27T05:03:00.400Z'))).toEqual({ from: Date.parse('2026-11-27T04:55:00Z'), to: Date.parse('2026-11-27T05:03:01Z') });
     // Resolved after 4 h: padded by a quarter of it, whatever the time now.
     const done = alert(1, { since, ends_at: '2026-11-27T09:00:00Z', child: '' });
     expect(alertTreeHref(done, Date.parse('2026-11-28T00:00:00Z'))).toBe('/nodes/lab-b?metric=tcp_reset&from=2026-11-27T04%3A00%3A00Z&to=2026-11-27T10%3A00%3A00Z');
