@@ -33,6 +33,8 @@ type tenantAgent struct {
 	stream     nbsv1.AgentService_ConnectClient
 	cancel     context.CancelFunc
 	config     *nbsv1.Config
+	// extra are definitions its Hellos carry besides tenantHello's.
+	extra []*nbsv1.MetricDefinition
 }
 
 func tenantHello(name string, labels map[string]string, auth *nbsv1.NodeAuth, pingAddr string) *nbsv1.ConnectRequest {
@@ -77,7 +79,9 @@ func (a *tenantAgent) connectWith(token string, labels map[string]string) error 
 	if a.stream, err = nbsv1.NewAgentServiceClient(conn).Connect(ctx); err != nil {
 		return err
 	}
-	if err := a.stream.Send(tenantHello(a.name, labels, auth, a.ping)); err != nil {
+	h := tenantHello(a.name, labels, auth, a.ping)
+	h.GetHello().Metrics = append(h.GetHello().Metrics, a.extra...)
+	if err := a.stream.Send(h); err != nil {
 		return err
 	}
 	for {
@@ -99,10 +103,18 @@ func (a *tenantAgent) connectWith(token string, labels map[string]string) error 
 // for the ack.
 func (a *tenantAgent) resets(n int, port int) {
 	a.t.Helper()
+	a.resetsAt(n, port, time.Now())
+}
+
+// resetsAt is resets in a report of time at (a report resent from the
+// agent's spool is older than its stream).
+func (a *tenantAgent) resetsAt(n int, port int, at time.Time) {
+	a.t.Helper()
 	a.seq++
 	r := report(a.seq, sample("tcp_reset", float64(n)), sample("tcp_reset/sent", float64(n)), sample("tcp_reset/sent/no_socket", float64(n)))
+	r.GetReport().TimeUnixNano = at.UnixNano()
 	for i := range n {
-		r.GetReport().Events = append(r.GetReport().Events, &nbsv1.Event{MetricId: "tcp_reset/sent/no_socket", TimeUnixNano: time.Now().UnixNano(),
+		r.GetReport().Events = append(r.GetReport().Events, &nbsv1.Event{MetricId: "tcp_reset/sent/no_socket", TimeUnixNano: at.UnixNano(),
 			Fields: map[string]string{"src": fmt.Sprintf("10.0.0.5:%d", port), "dst": fmt.Sprintf("10.0.0.9:%d", 40000+i), "protocol": "tcp", "reason": "NO_SOCKET"}})
 	}
 	if err := a.stream.Send(r); err != nil {

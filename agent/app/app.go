@@ -61,6 +61,12 @@ type Agent struct {
 	// pingAddress is what this node announces for peers to ping.
 	pingAddress string
 
+	// collecting is held while the sources are read and their metrics
+	// defined, and while the collector's peers are applied: a peer it
+	// takes away is then either not read or forgotten after it was
+	// defined, never defined again after it was forgotten.
+	collecting sync.Mutex
+
 	expandUntil atomic.Int64 // Unix nanoseconds
 	reports     atomic.Uint64
 }
@@ -370,7 +376,8 @@ func statsWindow(interval time.Duration) time.Duration {
 
 // peers is the ping branch as the collector's config reaches it.
 type peers interface {
-	SetPeers(specs []string)
+	// SetPeers returns the subtrees of the peers it stopped pinging.
+	SetPeers(specs []string) (retired []string)
 }
 
 // openSources opens the source of every branch, then the agent branch,
@@ -425,6 +432,8 @@ type reading struct {
 }
 
 func (a *Agent) collect(ctx context.Context, led *ledger) reading {
+	a.collecting.Lock()
+	defer a.collecting.Unlock()
 	if a.proc != nil {
 		a.proc.Next()
 	}
@@ -531,7 +540,18 @@ func (a *Agent) ApplyConfig(c *nbsv1.Config) {
 		self.SetExpandBudget(c.GetExpandBudgetPercent())
 	}
 	if ps != nil {
-		ps.SetPeers(c.GetPingTargets())
+		// Forgotten now, not at the next collection: the Hello of a stream
+		// opened meanwhile, and the next report, no longer name a peer the
+		// collector took away (after a change of tenant, another tenant's
+		// node). What the ledger deferred for them is dropped at the next
+		// collection (ledger.retire says why).
+		a.collecting.Lock()
+		gone := ps.SetPeers(c.GetPingTargets())
+		a.tree.Forget(gone...)
+		a.collecting.Unlock()
+		if len(gone) > 0 {
+			a.log.Info("ping peers removed by the collector forgotten", "targets", gone)
+		}
 	}
 	a.log.Info("config applied", "version", c.GetVersion(), "threshold_overrides", len(overrides))
 }

@@ -138,8 +138,16 @@ func (l *ledger) accumulate(id string, h *loglinear.Histogram, start time.Time) 
 
 // retire forgets the counters and backlog of metrics their source stopped
 // measuring (and their subtrees): a target added again later counts afresh.
-// Its deferred observations are lost with it; they belong to a target
-// nobody asks about any more.
+// Its deferred observations are dropped with it, deliberately — the one
+// exception to "deferred, not lost". They belong to a target nobody asks
+// about any more, and for a ping peer the collector took away there is no
+// binding left to report them under: the collector ends a node's stream
+// when its tenant changes, so by the time the new peer list arrives every
+// report built from here on is dated after the move and goes to the new
+// tenant's row, and a peer of the old list is, then, another tenant's node. Counters lose nothing (an increase is streamed in
+// the interval it happens); what goes is at most one snapshot period
+// (--snapshot.every) of the RTT buckets of a target that was healthy
+// throughout.
 func (l *ledger) retire(ids []string) {
 	for _, r := range ids {
 		for id := range l.counters {

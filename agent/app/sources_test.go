@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -29,10 +30,18 @@ func (f *fakeSource) Collect(context.Context) (source.Reading, error) { return s
 func (f *fakeSource) Capabilities() []*nbsv1.Capability               { return nil }
 func (f *fakeSource) Close() error                                    { f.closed++; return nil }
 
-// fakePing is a source the collector's peers reach.
-type fakePing struct{ fakeSource }
+// fakePing is a source the collector's peers reach: it retires the
+// targets in retire at the next SetPeers.
+type fakePing struct {
+	fakeSource
+	retire []string
+}
 
-func (f *fakePing) SetPeers([]string) {}
+func (f *fakePing) SetPeers([]string) []string {
+	r := f.retire
+	f.retire = nil
+	return r
+}
 
 // TestOpenSources: the sources open in the table's order with the agent
 // branch last; a constructor that fails closes, once each, the sources
@@ -46,7 +55,7 @@ func TestOpenSources(t *testing.T) {
 			a := New(Config{BufferReports: 10}, slog.New(slog.DiscardHandler))
 			var made []*fakeSource       // to count closes
 			var returned []source.Source // in the order opened
-			ping := &fakePing{fakeSource{name: "ping"}}
+			ping := &fakePing{fakeSource: fakeSource{name: "ping"}}
 			var branches []opener
 			for i := range n {
 				branches = append(branches, func(context.Context, source.Env) (source.Source, error) {
@@ -184,5 +193,38 @@ func TestProcReadOncePerCollect(t *testing.T) {
 				t.Errorf("collection %d has no %s: its source did not collect (%v)", i, id, slices.Sorted(maps.Keys(r.counters)))
 			}
 		}
+	}
+}
+
+// A ping peer the collector no longer gives is forgotten when its Config
+// is applied, not at the next collection: a Hello sent meanwhile (the
+// stream the collector ended when the node changed tenant reconnects at
+// once) names only the peers the node still has.
+func TestPeersTakenAwayAreForgottenAtOnce(t *testing.T) {
+	a := New(Config{BufferReports: 10}, slog.New(slog.DiscardHandler))
+	ping := &fakePing{fakeSource: fakeSource{name: "ping"}}
+	a.ping = ping
+	a.tree.Define(catalog.PingTree()...)
+	a.tree.Define(catalog.PingTarget("ping/globex-db-1", "10.77.0.21", "the collector's mesh")...)
+	a.tree.Define(catalog.PingTarget("ping/acme-2", "198.18.0.2", "the collector's mesh")...)
+	helloNames := func() []string {
+		var ids []string
+		for _, m := range a.Hello().GetMetrics() {
+			ids = append(ids, m.GetId())
+		}
+		return ids
+	}
+	if ids := helloNames(); !slices.Contains(ids, "ping/globex-db-1/kernel_rtt") {
+		t.Fatalf("before the Config the Hello lacks the old peer: %v", ids)
+	}
+	ping.retire = []string{"ping/globex-db-1"}
+	a.ApplyConfig(&nbsv1.Config{Version: 2, PingTargets: []string{"acme-2=198.18.0.2"}})
+	for _, id := range helloNames() {
+		if strings.HasPrefix(id, "ping/globex-db-1") {
+			t.Errorf("the Hello after the Config still defines %s", id)
+		}
+	}
+	if _, ok := a.tree.Metric("ping/acme-2/loss"); !ok {
+		t.Error("the peer the node keeps was forgotten too")
 	}
 }

@@ -30,7 +30,8 @@ type Reading struct {
 	// by metric id, in the shared log-linear layout.
 	Histograms map[string]*loglinear.Histogram
 	// Idle lists metrics with nothing to measure this interval (the ping
-	// root of a node without targets): they have no value, yet nothing is
+	// root of a node without targets, or whose echoes were all lost): they
+	// have no value of their own, yet nothing is
 	// wrong, so they are OK rather than UNKNOWN (a missing source).
 	Idle []string
 	// Events are evidence gathered since the previous collection.

@@ -172,7 +172,7 @@ func thresholdLevels(thr *store.Threshold, unit string, median *float64) levels 
 		return levels{short: fmt.Sprintf("warn %s, crit %s", w, c),
 			long: fmt.Sprintf("thresholds warn %s and crit %s (%s)", w, c, cmp)}
 	}
-	window := fmt.Sprintf("the moving median of the last %d intervals", thr.BaselineIntervals)
+	window := fmt.Sprintf("the median of the %d intervals before the breach", thr.BaselineIntervals)
 	floor := ""
 	if thr.Floor > 0 && cmp == "above" {
 		floor = fmt.Sprintf("; never raised below %s", withUnit(thr.Floor, unit))
@@ -191,21 +191,27 @@ func thresholdLevels(thr *store.Threshold, unit string, median *float64) levels 
 	}
 }
 
-// baselineMedian is the moving median a baseline threshold multiplied when
-// the alert fired: the median of the metric's values in the threshold's
-// window of reports before the firing one, which is what the agent judged
-// that report against. A report without the metric is an increase of zero
-// for a rate (streamed whenever it moved); for a gauge or histogram it is
-// skipped (a healthy child is streamed only in snapshots, so the median is
-// of what was stored: the snapshots' and any raised values). nil when
-// nothing was stored.
+// baselineMedian is the median a baseline threshold multiplies, taken from
+// before the breach: the metric's values in the threshold's window of
+// reports that precede the breach's start (inst.Since), not including it.
+// The reports between the start and the firing one are the breach itself:
+// a median over them would be the breach's own value ("CRIT at 214 ms,
+// against warn 3x median 214 ms"), explaining nothing. A report without
+// the metric is an increase of zero for a rate (streamed whenever it
+// moved); for a gauge or histogram it is skipped (a healthy child is
+// streamed only in snapshots, so the median is of what was stored: the
+// snapshots' and any raised values). nil when nothing was stored.
 func (s *Service) baselineMedian(ctx context.Context, inst *Instance, def store.MetricDef, thr *store.Threshold) *float64 {
 	e := inst.Evidence
 	interval := max(e.Interval, time.Second)
+	before := inst.Since
+	if before.IsZero() || before.After(e.ObservedAt) {
+		before = e.ObservedAt
+	}
 	// Twice the window: reports arrive with jitter, and the limit keeps
 	// exactly the newest BaselineIntervals of them.
-	from := e.ObservedAt.Add(-2 * time.Duration(thr.BaselineIntervals) * interval)
-	vals, err := s.st.RecentValues(ctx, inst.NodeID, inst.Child, from, e.ObservedAt, int(thr.BaselineIntervals))
+	from := before.Add(-2 * time.Duration(thr.BaselineIntervals) * interval)
+	vals, err := s.st.RecentValues(ctx, inst.NodeID, inst.Child, from, before, int(thr.BaselineIntervals))
 	if err != nil {
 		s.log.Warn("read the baseline of an alert description", "node", inst.Node, "metric", inst.Child, "err", err)
 		return nil

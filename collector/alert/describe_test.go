@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
@@ -26,10 +27,10 @@ func TestThresholdLevels(t *testing.T) {
 			"warn 5 resets/s, crit 1 resets/s", "thresholds warn 5 resets/s and crit 1 resets/s (below)"},
 		{"baseline with its median", store.Threshold{Warn: 3, Crit: 10, Comparison: "above", BaselineIntervals: 30, Floor: 1}, &m,
 			"warn 3x median 1.2 resets/s = 3.6 resets/s, crit 10x median 1.2 resets/s = 12 resets/s",
-			"warn 3x and crit 10x the moving median of the last 30 intervals, 1.2 resets/s: warn 3.6 resets/s, crit 12 resets/s (above; never raised below 1 resets/s)"},
+			"warn 3x and crit 10x the median of the 30 intervals before the breach, 1.2 resets/s: warn 3.6 resets/s, crit 12 resets/s (above; never raised below 1 resets/s)"},
 		{"baseline, median unknown: factors stay factors", store.Threshold{Warn: 3, Crit: 10, Comparison: "above", BaselineIntervals: 30}, nil,
 			"warn 3x median, crit 10x median",
-			"warn 3x and crit 10x the moving median of the last 30 intervals (above; the median is not known: no stored values before the breach)"},
+			"warn 3x and crit 10x the median of the 30 intervals before the breach (above; the median is not known: no stored values before the breach)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -59,10 +60,11 @@ func TestBreachWindow(t *testing.T) {
 	}
 }
 
-// A baseline threshold is described in the metric's unit: the moving median
-// of the values before the firing report, the factors, and the levels they
-// make, in the description, the threshold annotation, Alertmanager's
-// annotations and the webhook; the tree link carries the breach window.
+// A baseline threshold is described in the metric's unit: the median of
+// the values before the breach began (not the breach's own), the factors,
+// and the levels they make, in one text that the API (what the UI shows),
+// Alertmanager and the webhook all carry; the tree link carries the breach
+// window.
 func TestDescribeBaselineInUnit(t *testing.T) {
 	rcv := newReceivers(t)
 	ctx := context.Background()
@@ -75,12 +77,17 @@ func TestDescribeBaselineInUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The breach holds for 20 intervals before it fires: the newest 30
+	// reports before the firing one are mostly the breach, whose median is
+	// the breach's own value.
+	if _, err := f.st.Pool().Exec(ctx, `UPDATE alert_rules SET for_intervals = 20 WHERE name = 'NBSRootCritical'`); err != nil {
+		t.Fatal(err)
+	}
 	svc := start(t, f.st, rcv.config(t), "baseline")
 	waitLeading(t, svc)
-	// 40 reports: the first ten at 9 ms fall out of the 30-interval window,
-	// the next thirty are 1.1, 1.2 or 1.3 ms (median 1.2), then 59.8 ms
-	// twice: the second report (which fires) is judged against 29 of them
-	// and the first 59.8.
+	// 40 reports: the first ten at 9 ms fall out of the 30-interval window
+	// before the breach, the next thirty are 1.1, 1.2 or 1.3 ms (median
+	// 1.2), then 59.8 ms until it fires.
 	rtt := func(v float64) {
 		f.seq++
 		f.clock = f.clock.Add(time.Second)
@@ -113,18 +120,19 @@ func TestDescribeBaselineInUnit(t *testing.T) {
 		}
 	}
 	start := f.clock
-	rtt(59.8)
-	rtt(59.8)
-	fired := f.clock
 	want := "warn 3x median 1.2 ms = 3.6 ms, crit 10x median 1.2 ms = 12 ms"
-	waitFor(t, 5*time.Second, func() string {
+	for range 24 {
+		rtt(59.8)
+	}
+	fired := f.clock
+	waitFor(t, 10*time.Second, func() string {
 		if a, n := rcv.lastAM("NBSRootCritical", "web-1"); n == 0 || a.Annotations["threshold"] != want {
 			return fmt.Sprintf("alertmanager annotations %v, want threshold %q", a.Annotations, want)
 		}
 		return ""
 	})
 	a, _ := rcv.lastAM("NBSRootCritical", "web-1")
-	for _, w := range []string{"59.8 ms", "the moving median of the last 30 intervals, 1.2 ms: warn 3.6 ms, crit 12 ms"} {
+	for _, w := range []string{"59.8 ms", "the median of the 30 intervals before the breach, 1.2 ms: warn 3.6 ms, crit 12 ms"} {
 		if !strings.Contains(a.Annotations["description"], w) {
 			t.Errorf("description %q lacks %q", a.Annotations["description"], w)
 		}
@@ -140,8 +148,20 @@ func TestDescribeBaselineInUnit(t *testing.T) {
 		}
 	}
 	rcv.mu.Unlock()
-	if hook["threshold"] != want {
-		t.Errorf("webhook threshold %q, want %q", hook["threshold"], want)
+	// One text, three carriers: the webhook, Alertmanager and the API the
+	// UI reads say the same words.
+	pg, err := svc.repo.listAlerts(ctx, alertFilter{State: "firing", Limit: 10, Viewer: access.Principal{Name: "t", Role: access.RoleViewer, Via: access.ViaSystem}})
+	if err != nil || len(pg.Alerts) != 1 {
+		t.Fatalf("firing alerts: %d, %v", len(pg.Alerts), err)
+	}
+	ui := svc.storedView(&pg.Alerts[0])
+	for _, k := range []string{"summary", "description", "threshold", "baseline_median"} {
+		if hook[k] != a.Annotations[k] || ui.Annotations[k] != a.Annotations[k] || a.Annotations[k] == "" {
+			t.Errorf("%s differs:\n alertmanager %q\n webhook      %q\n API (UI)     %q", k, a.Annotations[k], hook[k], ui.Annotations[k])
+		}
+	}
+	if ui.Description != a.Annotations["description"] || ui.Summary != a.Annotations["summary"] {
+		t.Errorf("API description/summary %q / %q; Alertmanager's %q / %q", ui.Description, ui.Summary, a.Annotations["description"], a.Annotations["summary"])
 	}
 	u, err := url.Parse(a.Annotations["tree_url"])
 	if err != nil {

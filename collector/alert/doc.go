@@ -22,8 +22,10 @@
 // # Descriptions
 //
 // Thresholds are stated in the metric's unit; a baseline threshold with the
-// moving median the agent judged the firing report against (read back from
-// the stored reports), the factors and the levels they make. Links open the
+// median of the stored values in its window before the breach began (not
+// the breach's own values), the factors and the levels they make. The text
+// is written once, when the alert fires, and the API, the webhook and
+// Alertmanager carry it as it is. Links open the
 // node's tree at the explaining metric over the breach window.
 //
 // # Acknowledgements and silences

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -230,72 +232,173 @@ func (s *Service) view(inst *Instance) AlertView {
 	return v
 }
 
-// ListAlerts serves open alerts first, then history, newest first.
+// What GET /alerts answers at most: a page, and the groups of the open
+// alerts. A client pages on with next_cursor; the totals count everything.
+const (
+	defaultAlertLimit = 100
+	maxAlertLimit     = 1000
+	maxAlertGroups    = 200
+)
+
+// AlertList is the answer of GET /alerts.
+type AlertList struct {
+	Alerts []AlertView `json:"alerts"`
+	// Total is how many alerts the filter selects; len(Alerts) < Total
+	// says the list is cut.
+	Total  int         `json:"total"`
+	Totals AlertTotals `json:"totals"`
+	Limit  int         `json:"limit"`
+	// NextCursor continues the list after this page; absent on the last.
+	NextCursor string `json:"next_cursor,omitempty"`
+	// Groups (with ?groups=true) are the open alerts by rule and group
+	// labels, worst first; GroupsTotal is how many there are.
+	Groups      []AlertGroupView `json:"groups,omitzero"`
+	GroupsTotal *int             `json:"groups_total,omitempty"`
+	Evaluator   *Leader          `json:"evaluator,omitempty"`
+}
+
+// AlertGroupView is a group of open alerts as the API serves it.
+type AlertGroupView struct {
+	Rule    string            `json:"rule"`
+	Group   map[string]string `json:"group,omitempty"`
+	Count   int               `json:"count"`
+	Firing  int               `json:"firing"`
+	Pending int               `json:"pending"`
+	First   AlertView         `json:"first"`
+}
+
+// ListAlerts serves a page of alerts: firing, then pending, worst severity
+// first, then history; newest first within each.
 //
-//	?state=firing|pending|resolved|open|all (default all)  ?node=  ?rule=  ?limit= (1-1000, default 100)
+//	?state=firing|pending|resolved|open|all (default all)  ?node=  ?rule=
+//	?limit= (1-1000, default 100)  ?cursor= (next_cursor of the previous page)  ?groups=true|false
 func (s *Service) ListAlerts(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	f := alertFilter{State: q.Get("state"), Limit: 100, Viewer: access.FromContext(r.Context())}
-	switch f.State {
-	case "", "all", "open", "firing", "pending", "resolved":
-	default:
-		httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "state %s must be firing, pending, resolved, open or all", api.Quote(f.State)), nil)
+	f, groups, err := alertQuery(r)
+	if err != nil {
+		httpjson.WriteError(w, r, err, nil)
 		return
 	}
-	// A filter no node or rule could match is a mistake worth saying, not an
-	// empty list.
-	if f.Node = q.Get("node"); f.Node != "" {
-		n, err := schema.NormalizeNodeName(f.Node)
-		if err != nil {
-			httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "node %s is not a node name", api.Quote(f.Node)), nil)
-			return
-		}
-		f.Node = n
-	}
-	if f.Rule = q.Get("rule"); f.Rule != "" && !ruleNameRE.MatchString(f.Rule) {
-		httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "rule %s is not an alert rule name", api.Quote(f.Rule)), nil)
-		return
-	}
-	if l := q.Get("limit"); l != "" {
-		var err error
-		if f.Limit, err = strconv.Atoi(l); err != nil || f.Limit < 1 || f.Limit > 1000 {
-			httpjson.WriteError(w, r, errkind.Errorf(errkind.Invalid, "limit %s must be an integer from 1 to 1000", api.Quote(l)), nil)
-			return
-		}
-	}
-	insts, err := s.repo.listAlerts(r.Context(), f)
+	ctx := r.Context()
+	page, err := s.repo.listAlerts(ctx, f)
 	if err != nil {
 		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
-	out := make([]AlertView, 0, len(insts))
-	for i := range insts {
-		out = append(out, forViewer(s.storedView(&insts[i]), f.Viewer))
+	totals, err := s.repo.alertTotals(ctx, f)
+	if err != nil {
+		httpjson.WriteError(w, r, err, s.log)
+		return
 	}
-	body := map[string]any{"alerts": out}
-	// Which collector evaluates (its host, pid and internal URL) is staff's.
-	if f.Viewer.SeesAll() {
-		if body["evaluator"], err = s.repo.leader(r.Context()); err != nil {
+	out := AlertList{Alerts: make([]AlertView, 0, len(page.Alerts)), Totals: totals, Limit: f.Limit}
+	for i := range page.Alerts {
+		out.Alerts = append(out.Alerts, forViewer(s.storedView(&page.Alerts[i]), f.Viewer))
+	}
+	// The page and the totals are two reads: an alert opened between them
+	// must not make the list look cut, nor one resolved make it look whole.
+	out.Total = max(totals.of(f.State), len(out.Alerts))
+	if page.Next != nil {
+		out.NextCursor = page.Next.String()
+	}
+	if groups {
+		gs, n, err := s.repo.alertGroups(ctx, f, maxAlertGroups)
+		if err != nil {
 			httpjson.WriteError(w, r, err, s.log)
 			return
 		}
+		out.Groups, out.GroupsTotal = make([]AlertGroupView, 0, len(gs)), &n
+		for i := range gs {
+			g := &gs[i]
+			out.Groups = append(out.Groups, AlertGroupView{Rule: g.Rule, Group: g.Group, Count: g.Count, Firing: g.Firing,
+				Pending: g.Pending, First: forViewer(s.storedView(&g.First), f.Viewer)})
+		}
 	}
-	httpjson.Write(w, http.StatusOK, body)
+	// Which collector evaluates (its host, pid and internal URL) is staff's.
+	if f.Viewer.SeesAll() {
+		l, err := s.repo.leader(ctx)
+		if err != nil {
+			httpjson.WriteError(w, r, err, s.log)
+			return
+		}
+		out.Evaluator = &l
+	}
+	httpjson.Write(w, http.StatusOK, out)
+}
+
+// alertQuery reads GET /alerts' parameters; a filter no node or rule could
+// match is a mistake worth saying, not an empty list.
+func alertQuery(r *http.Request) (alertFilter, bool, error) {
+	q := r.URL.Query()
+	f := alertFilter{State: q.Get("state"), Limit: defaultAlertLimit, Viewer: access.FromContext(r.Context())}
+	switch f.State {
+	case "", "all", "open", "firing", "pending", "resolved":
+	default:
+		return f, false, errkind.Errorf(errkind.Invalid, "state %s must be firing, pending, resolved, open or all", api.Quote(f.State))
+	}
+	if f.Node = q.Get("node"); f.Node != "" {
+		n, err := schema.NormalizeNodeName(f.Node)
+		if err != nil {
+			return f, false, errkind.Errorf(errkind.Invalid, "node %s is not a node name", api.Quote(f.Node))
+		}
+		f.Node = n
+	}
+	if f.Rule = q.Get("rule"); f.Rule != "" && !ruleNameRE.MatchString(f.Rule) {
+		return f, false, errkind.Errorf(errkind.Invalid, "rule %s is not an alert rule name", api.Quote(f.Rule))
+	}
+	if l := q.Get("limit"); l != "" {
+		var err error
+		if f.Limit, err = strconv.Atoi(l); err != nil || f.Limit < 1 || f.Limit > maxAlertLimit {
+			return f, false, errkind.Errorf(errkind.Invalid, "limit %s must be an integer from 1 to %d", api.Quote(l), maxAlertLimit)
+		}
+	}
+	if c := q.Get("cursor"); c != "" {
+		cur, err := parseAlertCursor(c)
+		if err != nil {
+			return f, false, errkind.Errorf(errkind.Invalid, "cursor %s: %v", api.Quote(c), err)
+		}
+		f.After = &cur
+	}
+	groups := false
+	switch g := q.Get("groups"); g {
+	case "", "false":
+	case "true":
+		groups = true
+	default:
+		return f, false, errkind.Errorf(errkind.Invalid, "groups %s must be true or false", api.Quote(g))
+	}
+	return f, groups, nil
 }
 
 // staffAnnotations are annotations a customer does not see: where staff
 // are told to look (an internal runbook) is not the customer's business.
 var staffAnnotations = []string{"runbook_url"}
 
-// forViewer strips from an alert what only staff may see.
+// forViewer strips from an alert what only staff may see. A customer sees
+// no alert of a staff-only metric (visibleTo); one explained by a child it
+// may not see (a process's or a namespace's owner child) names the child's
+// nearest ancestor it may, in every field (api.View).
 func forViewer(v AlertView, p access.Principal) AlertView {
 	if p.SeesAll() {
 		return v
 	}
+	scrub := func(s string) string { return s }
+	if view := api.ViewFor(p); v.Child != "" && !view.Metric(v.Child) {
+		child, shown := v.Child, view.Shown(v.Child)
+		scrub = func(s string) string {
+			s = strings.ReplaceAll(s, url.QueryEscape(child), url.QueryEscape(shown)) // in tree_url
+			return strings.ReplaceAll(s, child, shown)
+		}
+		v.Child = shown
+		v.Summary, v.Description, v.TreeURL = scrub(v.Summary), scrub(v.Description), scrub(v.TreeURL)
+	}
+	labels := make(map[string]string, len(v.Labels))
+	for k, val := range v.Labels {
+		labels[k] = scrub(val)
+	}
+	v.Labels = labels
 	ann := make(map[string]string, len(v.Annotations))
 	for k, val := range v.Annotations {
 		if !slices.Contains(staffAnnotations, k) {
-			ann[k] = val
+			ann[k] = scrub(val)
 		}
 	}
 	v.Annotations = ann

@@ -2,6 +2,7 @@ package alert
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nbs-project/nbs/collector/access"
+	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/leader"
 	"github.com/nbs-project/nbs/collector/store"
@@ -186,7 +188,11 @@ const instanceColumns = `id, fingerprint, rule_id, rule_name, kind, severity, co
 
 // instanceFrom is the instances with the newest-ending active silence of
 // each one's identity.
-const instanceFrom = ` FROM alert_instances LEFT JOIN LATERAL (
+const instanceFrom = ` FROM alert_instances` + instanceJoin
+
+// instanceJoin joins what alert_instances names (the table, or a page of it
+// under that name) with its newest-ending active silence.
+const instanceJoin = ` LEFT JOIN LATERAL (
 	SELECT s.id AS silence_id, s.ends_at AS silenced_until, s.created_by AS silenced_by, s.comment AS silence_comment
 	FROM alert_silences s WHERE s.fingerprint = alert_instances.fingerprint AND s.ends_at > now()
 	ORDER BY s.ends_at DESC LIMIT 1) sil ON true `
@@ -204,14 +210,16 @@ type storedInstance struct {
 	SilenceComment string
 }
 
-func scanInstance(row pgx.Row) (storedInstance, error) {
+// scanInstance reads instanceColumns and then into extra, if any.
+func scanInstance(row pgx.Row, extra ...any) (storedInstance, error) {
 	var s storedInstance
 	var group, labels, annotations []byte
 	var fired, resolved *time.Time
 	var ruleID int32
-	if err := row.Scan(&s.ID, &s.Fingerprint, &ruleID, &s.RuleName, &s.Kind, &s.Severity, &s.NodeID, &s.Node, &s.Metric,
+	dest := append(make([]any, 0, 26+len(extra)), &s.ID, &s.Fingerprint, &ruleID, &s.RuleName, &s.Kind, &s.Severity, &s.NodeID, &s.Node, &s.Metric,
 		&s.Child, &group, &s.State, &s.Since, &s.LastTS, &fired, &resolved, &s.Headline, &labels, &annotations,
-		&s.AckAt, &s.AckBy, &s.AckComment, &s.SilenceID, &s.SilencedUntil, &s.SilencedBy, &s.SilenceComment); err != nil {
+		&s.AckAt, &s.AckBy, &s.AckComment, &s.SilenceID, &s.SilencedUntil, &s.SilencedBy, &s.SilenceComment)
+	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return s, err
 	}
 	s.RuleID = int64(ruleID)
@@ -250,48 +258,296 @@ type alertFilter struct {
 	Node  string
 	Rule  string
 	Limit int
+	// After is where the previous page ended; nil for the first page.
+	After *alertCursor
 	// Viewer is who asks: a customer sees only node alerts of its own
 	// nodes (a group alert counts nodes across tenants).
 	Viewer access.Principal
 }
 
-// listAlerts returns open alerts first, then history, newest first.
-func (p repo) listAlerts(ctx context.Context, f alertFilter) ([]storedInstance, error) {
-	where := `WHERE true`
-	var args []any
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
+// The order of the alerts API, for on-call: firing before pending before
+// resolved; within the open ones the worst severity first (as the UI's
+// severityState reads severities: crit… and page… before warn… before the
+// rest); then the newest first. History (resolved) is newest first only.
+// The two ranks and the id are the cursor: a page continues strictly after
+// the previous page's last alert, so alerts opened while a client pages
+// neither shift what it has not read yet nor come back twice.
+const (
+	stateRankSQL = `CASE state WHEN 'firing' THEN 0 WHEN 'pending' THEN 1 ELSE 2 END`
+	sevRankSQL   = `CASE WHEN state = 'resolved' THEN 0 WHEN severity LIKE 'crit%' OR severity LIKE 'page%' THEN 0
+		WHEN severity LIKE 'warn%' THEN 1 ELSE 2 END`
+	maxStateRank = 2
+	maxSevRank   = 2
+	// rankedOrder is the order over a relation with srank and vrank.
+	rankedOrder = ` ORDER BY srank, vrank, id DESC`
+)
+
+// alertCursor is the place of an alert in that order.
+type alertCursor struct {
+	StateRank, SevRank int
+	ID                 int64
+}
+
+const cursorFormat = "a1.%d.%d.%d"
+
+// String is the cursor as clients carry it: opaque, so the order's keys
+// can change without breaking a contract.
+func (c alertCursor) String() string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, cursorFormat, c.StateRank, c.SevRank, c.ID))
+}
+
+// parseAlertCursor reads a cursor a client gives back; anything but one
+// this API wrote is an error.
+func parseAlertCursor(s string) (alertCursor, error) {
+	var c alertCursor
+	bad := errors.New("not a cursor this API gave (pass next_cursor of the previous page as it is)")
+	if len(s) > 64 {
+		return c, bad
 	}
-	switch f.State {
-	case "", "all":
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	if err != nil {
+		return c, bad
+	}
+	if _, err := fmt.Sscanf(string(raw), cursorFormat, &c.StateRank, &c.SevRank, &c.ID); err != nil ||
+		string(raw) != fmt.Sprintf(cursorFormat, c.StateRank, c.SevRank, c.ID) ||
+		c.StateRank < 0 || c.StateRank > maxStateRank || c.SevRank < 0 || c.SevRank > maxSevRank || c.ID < 1 ||
+		c.String() != s { // the decoder skips newlines: only the one spelling String writes
+		return c, bad
+	}
+	return c, nil
+}
+
+// AlertTotals counts alerts by state whatever page was asked for: what the
+// header and the page say when a page shows only some. Acknowledged and
+// Silenced count open alerts (a resolved one needs neither).
+type AlertTotals struct {
+	Firing       int `json:"firing"`
+	Pending      int `json:"pending"`
+	Resolved     int `json:"resolved"`
+	Acknowledged int `json:"acknowledged"`
+	Silenced     int `json:"silenced"`
+}
+
+// of is how many alerts a state filter selects.
+func (t AlertTotals) of(state string) int {
+	switch state {
 	case "open":
-		where += ` AND state <> 'resolved'`
-	case string(Pending), string(Firing), string(Resolved):
-		where += ` AND state = ` + arg(f.State)
-	default:
-		return nil, fmt.Errorf("alert state %q must be firing, pending, resolved, open or all", f.State)
+		return t.Firing + t.Pending
+	case string(Firing):
+		return t.Firing
+	case string(Pending):
+		return t.Pending
+	case string(Resolved):
+		return t.Resolved
 	}
+	return t.Firing + t.Pending + t.Resolved
+}
+
+// alertPage is one page of alerts and where the next one starts (nil: this
+// is the last page).
+type alertPage struct {
+	Alerts []storedInstance
+	Next   *alertCursor
+}
+
+// alertWhere is the filter's WHERE clause but its state: node, rule and
+// what the viewer may see.
+func alertWhere(f alertFilter, args *[]any) string {
+	arg := func(v any) string {
+		*args = append(*args, v)
+		return "$" + strconv.Itoa(len(*args))
+	}
+	where := ` WHERE true`
 	if f.Node != "" {
 		where += ` AND node = ` + arg(f.Node)
 	}
 	if f.Rule != "" {
 		where += ` AND rule_name = ` + arg(f.Rule)
 	}
-	where += visibleTo(f.Viewer, &args)
-	return p.instances(ctx, where+` ORDER BY state = 'resolved', id DESC LIMIT `+arg(f.Limit), args...)
+	return where + visibleTo(f.Viewer, args)
+}
+
+func stateWhere(state string, args *[]any) (string, error) {
+	switch state {
+	case "", "all":
+		return "", nil
+	case "open":
+		return ` AND state <> 'resolved'`, nil
+	case string(Pending), string(Firing), string(Resolved):
+		*args = append(*args, state)
+		return ` AND state = $` + strconv.Itoa(len(*args)), nil
+	}
+	return "", fmt.Errorf("alert state %q must be firing, pending, resolved, open or all", state)
+}
+
+// ranked is the filtered instances with their ranks in the API's order.
+func ranked(f alertFilter, args *[]any) (string, error) {
+	where := alertWhere(f, args)
+	st, err := stateWhere(f.State, args)
+	if err != nil {
+		return "", err
+	}
+	return `(SELECT id, rule_name, group_key, state, ` + stateRankSQL + ` AS srank, ` + sevRankSQL + ` AS vrank
+		FROM alert_instances` + where + st + `) ranked`, nil
+}
+
+// listAlerts returns a page of alerts in the API's order (stateRankSQL).
+func (p repo) listAlerts(ctx context.Context, f alertFilter) (alertPage, error) {
+	var args []any
+	from, err := ranked(f, &args)
+	if err != nil {
+		return alertPage{}, err
+	}
+	after := ""
+	if c := f.After; c != nil {
+		args = append(args, c.StateRank, c.SevRank, -c.ID)
+		n := len(args)
+		after = fmt.Sprintf(` WHERE (srank, vrank, -id) > ($%d, $%d, $%d)`, n-2, n-1, n)
+	}
+	args = append(args, f.Limit+1)
+	// The page is chosen by id and ranks alone (a sort of narrow rows); only
+	// its rows are read whole and joined with their silences.
+	page := `(SELECT i.*, p.srank, p.vrank FROM (SELECT id, srank, vrank FROM ` + from + after + rankedOrder + ` LIMIT $` +
+		strconv.Itoa(len(args)) + `) p JOIN alert_instances i USING (id)) alert_instances`
+	rows, err := p.pool.Query(ctx, `SELECT `+instanceColumns+`, srank, vrank FROM `+page+instanceJoin+rankedOrder, args...)
+	if err != nil {
+		return alertPage{}, fmt.Errorf("list alerts: %w", err)
+	}
+	var out alertPage
+	var keys []alertCursor
+	for rows.Next() {
+		var k alertCursor
+		inst, err := scanInstance(rows, &k.StateRank, &k.SevRank)
+		if err != nil {
+			rows.Close()
+			return alertPage{}, fmt.Errorf("list alerts: %w", err)
+		}
+		k.ID = inst.ID
+		out.Alerts, keys = append(out.Alerts, inst), append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return alertPage{}, fmt.Errorf("list alerts: %w", err)
+	}
+	if len(out.Alerts) > f.Limit {
+		out.Alerts = out.Alerts[:f.Limit]
+		out.Next = &keys[f.Limit-1]
+	}
+	return out, nil
+}
+
+// alertTotals counts the alerts the filter's node, rule and viewer select,
+// by state (whatever state the filter asks for).
+func (p repo) alertTotals(ctx context.Context, f alertFilter) (AlertTotals, error) {
+	var args []any
+	where := alertWhere(f, &args)
+	var t AlertTotals
+	err := p.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'firing'), count(*) FILTER (WHERE state = 'pending'),
+		count(*) FILTER (WHERE state = 'resolved'),
+		count(*) FILTER (WHERE state <> 'resolved' AND acknowledged_at IS NOT NULL),
+		count(*) FILTER (WHERE state <> 'resolved' AND EXISTS (SELECT FROM alert_silences s
+			WHERE s.fingerprint = alert_instances.fingerprint AND s.ends_at > now()))
+		FROM alert_instances`+where, args...).Scan(&t.Firing, &t.Pending, &t.Resolved, &t.Acknowledged, &t.Silenced)
+	if err != nil {
+		return t, fmt.Errorf("count alerts: %w", err)
+	}
+	return t, nil
+}
+
+// groupIDSpan bounds alert ids in a group's packed place (alertGroups):
+// 2^40, a trillion alerts.
+const groupIDSpan int64 = 1 << 40
+
+// alertGroup is the open alerts of one rule and group labels, as
+// Alertmanager groups notifications: a rack gone silent is one group of
+// its nodes' node_silent alerts, not a page of them.
+type alertGroup struct {
+	Rule    string
+	Group   map[string]string
+	Count   int
+	Firing  int
+	Pending int
+	// First is the group's first alert in the API's order: its worst.
+	First storedInstance
+}
+
+// alertGroups returns the groups of the open alerts the filter selects
+// (resolved ones are not grouped), worst first by their first alert, at
+// most limit of them, and how many there are.
+func (p repo) alertGroups(ctx context.Context, f alertFilter, limit int) ([]alertGroup, int, error) {
+	if f.State == string(Resolved) {
+		return nil, 0, nil
+	}
+	var args []any
+	if f.State != string(Firing) && f.State != string(Pending) {
+		f.State = "open"
+	}
+	from, err := ranked(f, &args)
+	if err != nil {
+		return nil, 0, err
+	}
+	args = append(args, limit)
+	// A group's first alert is the least of its members' places in the
+	// order, packed in one bigint (ranks above the id's 40 bits, the id
+	// inverted so the newest is least): one hash aggregate, no sort of the
+	// members by text and jsonb.
+	rows, err := p.pool.Query(ctx, `SELECT `+strconv.FormatInt(groupIDSpan, 10)+` - min(place) % `+strconv.FormatInt(groupIDSpan, 10)+`,
+			count(*), count(*) FILTER (WHERE state = 'firing'), count(*) FILTER (WHERE state = 'pending'), count(*) OVER ()
+		FROM (SELECT rule_name, group_key, state, (srank * `+strconv.Itoa(maxSevRank+1)+` + vrank) * `+strconv.FormatInt(groupIDSpan, 10)+`::bigint + (`+
+		strconv.FormatInt(groupIDSpan, 10)+` - id) AS place FROM `+from+`) m
+		GROUP BY rule_name, group_key ORDER BY min(place) LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("group alerts: %w", err)
+	}
+	var groups []alertGroup
+	var ids []int64
+	total := 0
+	for rows.Next() {
+		var g alertGroup
+		var id int64
+		if err := rows.Scan(&id, &g.Count, &g.Firing, &g.Pending, &total); err != nil {
+			rows.Close()
+			return nil, 0, fmt.Errorf("group alerts: %w", err)
+		}
+		groups, ids = append(groups, g), append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("group alerts: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, 0, nil
+	}
+	firsts, err := p.instances(ctx, `WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, 0, fmt.Errorf("group alerts: %w", err)
+	}
+	byID := make(map[int64]storedInstance, len(firsts))
+	for _, inst := range firsts {
+		byID[inst.ID] = inst
+	}
+	out := groups[:0]
+	for i, g := range groups {
+		// An alert resolved and cleared between the two reads drops its group
+		// from this answer; the next poll has it right.
+		if inst, ok := byID[ids[i]]; ok {
+			g.First, g.Rule, g.Group = inst, inst.RuleName, inst.Group
+			out = append(out, g)
+		}
+	}
+	return out, total, nil
 }
 
 // visibleTo narrows a WHERE clause to the alerts viewer may see: a
 // customer only node alerts of its own nodes (a group alert counts nodes
-// across tenants).
+// across tenants), and none of a staff-only metric such as the agent's own
+// root (api.View), so that lists, details and counts agree.
 func visibleTo(viewer access.Principal, args *[]any) string {
 	if viewer.SeesAll() {
 		return ""
 	}
 	clause, extra := viewer.LabelClause("labels", len(*args)+1)
 	*args = append(*args, extra...)
-	return ` AND kind = '` + KindNode + `' AND node_id IN (SELECT id FROM nodes WHERE ` + clause + `)`
+	return ` AND kind = '` + KindNode + `' AND node_id IN (SELECT id FROM nodes WHERE ` + clause + `)` +
+		api.ViewFor(viewer).MetricFilter("metric")
 }
 
 // alertByID returns one alert viewer may see; ok is false when there is

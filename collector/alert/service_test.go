@@ -2,12 +2,14 @@ package alert
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -493,10 +495,22 @@ func TestAlertRulesAPI(t *testing.T) {
 		t.Errorf("GET alerts: %d %s", code, body)
 	}
 	// Filters no node or rule could match are mistakes, not empty lists.
-	for _, q := range []string{"node=-x", "node=" + strings.Repeat("n", 100000), "rule=1bad", "rule=" + strings.Repeat("r", 200), "limit=0"} {
-		if code, body := do("GET", "/alerts?"+q, ""); code != 400 || len(body) > 1000 {
-			t.Errorf("GET alerts?%.30s: %d %.200s, want a short 400", q, code, body)
+	for _, c := range []struct{ q, names string }{
+		{"node=-x", "node"}, {"node=" + strings.Repeat("n", 100000), "node"}, {"rule=1bad", "rule"},
+		{"rule=" + strings.Repeat("r", 200), "rule"}, {"limit=0", "limit"}, {"limit=1001", "from 1 to 1000"},
+		{"cursor=abc", "cursor"}, {"cursor=" + strings.Repeat("A", 5000), "cursor"},
+		{"cursor=" + url.QueryEscape(alertCursor{StateRank: 7, ID: 1}.String()), "cursor"},
+		{"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("a1.0.0.1; DROP TABLE alert_instances")), "cursor"}, {"groups=yes", "groups"},
+	} {
+		if code, body := do("GET", "/alerts?"+c.q, ""); code != 400 || len(body) > 1000 || !strings.Contains(body, c.names) {
+			t.Errorf("GET alerts?%.30s: %d %.200s, want a short 400 naming %s", c.q, code, body, c.names)
 		}
+	}
+	// Paging: total, totals, limit and next_cursor, whatever the page.
+	if code, body := do("GET", "/alerts?limit=1&groups=true&cursor="+url.QueryEscape(alertCursor{ID: 1}.String()), ""); code != 200 ||
+		!strings.Contains(body, `"total": 0`) || !strings.Contains(body, `"totals": {`) || !strings.Contains(body, `"limit": 1`) ||
+		!strings.Contains(body, `"groups": []`) || !strings.Contains(body, `"groups_total": 0`) || strings.Contains(body, "next_cursor") {
+		t.Errorf("GET alerts?limit=1&groups=true&cursor=…: %d %s", code, body)
 	}
 	if code, body := do("GET", "/alerts/12345", ""); code != 404 || !strings.Contains(body, "alert 12345: not found") {
 		t.Errorf("GET unknown alert: %d %s", code, body)

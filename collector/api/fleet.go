@@ -1,6 +1,7 @@
 package api
 
 import (
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -178,6 +179,21 @@ func (a *API) ListFleet(w http.ResponseWriter, r *http.Request) {
 			paths[p] = true
 		}
 	}
+	// A customer's explaining child never names another tenant's node.
+	explained := make([]string, 0, len(paths))
+	for p := range paths {
+		explained = append(explained, p)
+	}
+	hide, err := store.ForeignPing(ctx, a.q, Scope(r), explained)
+	if err != nil {
+		httpjson.WriteError(w, r, err, a.log)
+		return
+	}
+	if hide != nil {
+		for _, ex := range explains {
+			maps.DeleteFunc(ex, func(_, p string) bool { return hide(p) })
+		}
+	}
 	var defs map[string]store.MetricDef
 	if len(ids) > 0 {
 		pathList := make([]string, 0, len(paths))
@@ -198,9 +214,9 @@ func (a *API) ListFleet(w http.ResponseWriter, r *http.Request) {
 		if !staff(ctx) {
 			// What a customer sees of a node (customer.go): not the
 			// agent's own root, nor staff-only metrics explaining one.
-			n.Roots = slices.DeleteFunc(n.Roots, func(r FleetRoot) bool { return customerHidden(r.ID) })
+			n.Roots = slices.DeleteFunc(n.Roots, func(r FleetRoot) bool { return StaffMetric(r.ID) })
 			for i := range n.Roots {
-				if e := n.Roots[i].Explains; e != nil && customerHidden(e.ID) {
+				if e := n.Roots[i].Explains; e != nil && StaffMetric(e.ID) {
 					n.Roots[i].Explains = nil
 				}
 			}

@@ -135,13 +135,13 @@ func (a *API) withClock(s NodeSummary) NodeSummary {
 
 // staffDetail adds what staff see of a node and customers do not: labels
 // its agent claimed against the bound ones. A customer's summary loses the
-// agent's own root and flags in capability reasons (customer.go).
+// agent's own root, and its capabilities are what it loses (customer.go).
 func staffDetail(ctx context.Context, n store.Node, s NodeSummary) NodeSummary {
 	if access.FromContext(ctx).SeesAll() {
 		s.ClaimedLabels = n.ClaimedLabels
 	}
-	if !staff(ctx) {
-		s.Roots = customerRoots(s.Roots)
+	if v := ViewOf(ctx); !v.Staff() {
+		s.Roots = v.Roots(s.Roots)
 		if s.LastReport != nil && !s.Stale {
 			worst := store.StateOK // the state of what the customer sees
 			for _, r := range s.Roots {
@@ -149,12 +149,7 @@ func staffDetail(ctx context.Context, n store.Node, s NodeSummary) NodeSummary {
 			}
 			s.State = worst.String()
 		}
-		caps := make([]store.Capability, len(s.Capabilities))
-		for i, c := range s.Capabilities {
-			c.Reason = customerText(c.Reason)
-			caps[i] = c
-		}
-		s.Capabilities = caps
+		s.Capabilities = v.Capabilities(s.Capabilities)
 	}
 	return s
 }
@@ -248,6 +243,9 @@ func (a *API) nodeState(r *http.Request) (nodeState, error) {
 	if st.defs, err = a.q.Definitions(r.Context(), n.ID); err != nil {
 		return st, err
 	}
+	if st.defs, err = a.withoutForeignPing(r.Context(), Scope(r), st.defs); err != nil {
+		return st, err
+	}
 	st.latest, st.reported, err = a.q.Latest(r.Context(), n.ID)
 	return st, err
 }
@@ -336,9 +334,7 @@ func (a *API) GetTree(w http.ResponseWriter, r *http.Request) {
 		at, from := tt.At.UTC(), tt.From.UTC()
 		out.At, out.From = &at, &from
 	}
-	if !staff(ctx) {
-		out.Roots = customerRoots(out.Roots)
-	}
+	out.Roots = ViewOf(ctx).Roots(out.Roots)
 	httpjson.Write(w, http.StatusOK, out)
 }
 
@@ -446,9 +442,12 @@ func (a *API) seriesOf(r *http.Request, metrics []string, from, to time.Time, st
 	if err != nil {
 		return nil, err
 	}
+	if defs, err = a.withoutForeignPing(ctx, Scope(r), defs); err != nil {
+		return nil, err
+	}
 	byPath := make(map[string]store.MetricDef, len(defs))
 	for _, d := range defs {
-		if staff(ctx) || !customerHidden(d.Path) {
+		if ViewOf(ctx).Metric(d.Path) {
 			byPath[d.Path] = d
 		}
 	}
@@ -513,17 +512,20 @@ func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, r, err, a.log)
 		return
 	}
-	if !staff(ctx) && customerHidden(metric) {
-		httpjson.WriteError(w, r, fmt.Errorf("metric %q on node %s: %w", metric, n.Name, store.ErrNotFound), nil)
-		return
+	// A metric the caller may not see has no evidence, exactly as one the
+	// node does not have: an empty list, not a 404 that would say it exists.
+	view := ViewOf(ctx)
+	var events []store.StoredEvent
+	if view.Metric(metric) {
+		if events, err = a.ownerEvents(ctx, n, metric, from, to, limit); err != nil {
+			httpjson.WriteError(w, r, err, a.log)
+			return
+		}
 	}
-	events, err := a.ownerEvents(ctx, n, metric, from, to, limit)
-	if err != nil {
+	events = slices.DeleteFunc(events, func(e store.StoredEvent) bool { return !view.Metric(e.Metric) })
+	if events, err = a.withoutForeignEvents(ctx, Scope(r), events); err != nil {
 		httpjson.WriteError(w, r, err, a.log)
 		return
-	}
-	if !staff(ctx) {
-		events = slices.DeleteFunc(events, func(e store.StoredEvent) bool { return customerHidden(e.Metric) })
 	}
 	others, err := a.counterparts(ctx, Scope(r), n, events)
 	if err != nil {
@@ -536,12 +538,14 @@ func (a *API) GetEvents(w http.ResponseWriter, r *http.Request) {
 		if f == nil {
 			f = map[string]string{}
 		}
-		if !staff(ctx) {
-			f = customerEvidence(f)
-		}
-		cs := others[i]
-		if cs == nil {
-			cs = []Counterpart{}
+		f = view.Fields(f)
+		// The other nodes' fields as the caller sees them too.
+		cs := make([]Counterpart, 0, len(others[i]))
+		for _, c := range others[i] {
+			if view.Metric(c.Metric) {
+				c.Fields = view.Fields(c.Fields)
+				cs = append(cs, c)
+			}
 		}
 		out.Events = append(out.Events, Evidence{e.Time.UTC(), e.Metric, f, cs})
 	}

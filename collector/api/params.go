@@ -3,12 +3,16 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/httpjson"
 	"github.com/nbs-project/nbs/internal/schema"
 )
 
@@ -27,7 +31,102 @@ const (
 	minTimeMS  = 0
 	maxTimeMS  = 253402300799999 // 9999-12-31T23:59:59.999Z
 	maxTimeLen = 64
+	// Every string parameter of every route, before its handler parses it
+	// (checkParams): the longest any route takes is a report's targets.
+	MaxParamBytes  = 16 << 10
+	MaxParamValues = 256 // query values of one request, all names together
 )
+
+// checkParams refuses, before any handler of the table runs, a request
+// whose query or path parameters no route could use: a query string that
+// is not URL encoding, more than MaxParamValues values, or a name or value
+// that is not valid UTF-8, holds a control character (NUL among them,
+// which PostgreSQL refuses in text) or is longer than MaxParamBytes. The
+// answer is a 400 naming the parameter. Each handler's own parsing then
+// applies its parameter's narrower bounds; none can forget these.
+func checkParams(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := RequestParams(r); err != nil {
+			httpjson.WriteError(w, r, err, nil)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// RequestParams checks a request's parameters as checkParams does: the
+// path parameters of its route (as handlers read them, chi.URLParam) and
+// its query.
+func RequestParams(r *http.Request) error {
+	if rctx := chi.RouteContext(r.Context()); rctx != nil {
+		for i, k := range rctx.URLParams.Keys {
+			if i < len(rctx.URLParams.Values) {
+				if err := paramValue("path parameter "+k, rctx.URLParams.Values[i]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return QueryParams(r.URL.RawQuery)
+}
+
+// QueryParams checks a raw query string (see checkParams).
+func QueryParams(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return invalid("the query string is not URL encoding (name=value&…, escapes as %%XX): %v", clipErr(err))
+	}
+	names := make([]string, 0, len(q))
+	n := 0
+	for k, vs := range q {
+		names = append(names, k)
+		n += len(vs)
+	}
+	if n > MaxParamValues {
+		return invalid("the query has %d values; at most %d", n, MaxParamValues)
+	}
+	slices.Sort(names) // the same request gets the same message
+	for _, k := range names {
+		if err := paramValue("a query parameter's name", k); err != nil {
+			return err
+		}
+		for _, v := range q[k] {
+			if err := paramValue("query parameter "+k, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// paramValue checks one name or value; what names it.
+func paramValue(what, v string) error {
+	if len(v) > MaxParamBytes {
+		return invalid("%s is %d bytes; at most %d", what, len(v), MaxParamBytes)
+	}
+	if !utf8.ValidString(v) {
+		return invalid("%s %s is not valid UTF-8", what, Quote(v))
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c == 0x7f {
+			return invalid("%s %s holds a control character (byte 0x%02x at %d); none is allowed", what, Quote(v), c, i)
+		}
+	}
+	return nil
+}
+
+// clipErr is an error's text, shortened as Quote shortens a value.
+func clipErr(err error) string {
+	const n = 120
+	s := err.Error()
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}
 
 // Quote quotes what a client sent for an error message, shortened so a huge
 // parameter does not come back in full.

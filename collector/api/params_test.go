@@ -182,3 +182,43 @@ func TestMetricAndNodeParams(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryParams: what no route could use is refused before any handler
+// runs, with a short 400 naming the parameter; anything else passes to the
+// handlers' own parsing.
+func TestQueryParams(t *testing.T) {
+	long := strings.Repeat("a", MaxParamBytes)
+	many := strings.Repeat("metric=a&", MaxParamValues)
+	cases := []struct {
+		raw, wantErr string
+	}{
+		{"", ""},
+		{"q=web&label=customer%3Dacme&label=rack%3Dr1", ""},
+		{"q=caf%C3%A9", ""}, // UTF-8 is fine
+		{"q=" + long, ""},
+		{many[:len(many)-1], ""},
+		{"q=a%00b", `query parameter q "a\x00b" holds a control character (byte 0x00 at 1)`},
+		{"q=%FF%FE", `query parameter q "\xff\xfe" is not valid UTF-8`},
+		{"object_kind=threshold%0A", "query parameter object_kind"},
+		{"q=a%7Fb", "control character (byte 0x7f"},
+		{"q=" + long + "a", "query parameter q is 16385 bytes; at most 16384"},
+		{"label=a&label=" + long + "a", "query parameter label is 16385 bytes"},
+		{"a%00=1", `a query parameter's name "a\x00"`},
+		{"%FF=1", "a query parameter's name"},
+		{"q=%zz", "the query string is not URL encoding"},
+		{"q=a;b", "the query string is not URL encoding"},
+		{many + "metric=b", "the query has 257 values; at most 256"},
+	}
+	for _, c := range cases {
+		err := QueryParams(c.raw)
+		if c.wantErr == "" {
+			if err != nil {
+				t.Errorf("QueryParams(%.60q) = %v, want nil", c.raw, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.wantErr) || errkind.Of(err) != errkind.Invalid || len(err.Error()) > 300 {
+			t.Errorf("QueryParams(%.60q) = %v; want a short Invalid error containing %q", c.raw, err, c.wantErr)
+		}
+	}
+}

@@ -242,7 +242,9 @@ func V1(routes []Route, acc Access) chi.Router {
 	r := chi.NewRouter()
 	r.Use(middleware.SetHeader("Cache-Control", "no-store"), limitBody(maxBody))
 	for _, rt := range routes {
-		r.With(acc.Require(rt.Role, rt.Scoped)).MethodFunc(rt.Method, rt.Pattern, rt.Handler)
+		// Who may call it first: to a caller who may not, a route is as
+		// unknown with bad parameters as with good ones.
+		r.With(acc.Require(rt.Role, rt.Scoped), checkParams).MethodFunc(rt.Method, rt.Pattern, rt.Handler)
 	}
 	notFound := func(w http.ResponseWriter, req *http.Request) {
 		httpjson.WriteError(w, req, errkind.Errorf(errkind.NotFound, "no API route %s %s: not found", req.Method, clipPath(req.URL.Path)), nil)

@@ -309,7 +309,7 @@ func TestTreeOrder(t *testing.T) {
 
 func TestCustomerText(t *testing.T) {
 	in := "Reports wait in the spool (--spool.dir, on disk). They are sent in order. Beyond --buffer.reports the oldest go."
-	if got, want := customerText(in), "They are sent in order."; got != want {
-		t.Errorf("customerText = %q, want %q", got, want)
+	if got, want := (View{customer: true}).Text(in), "They are sent in order."; got != want {
+		t.Errorf("a customer's Text = %q, want %q", got, want)
 	}
 }

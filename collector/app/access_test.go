@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"slices"
 	"sort"
@@ -327,6 +328,62 @@ func TestAccess(t *testing.T) {
 	if !slices.Contains(staff, "evaluator") || !slices.Contains(staff, "created_by") {
 		t.Fatalf("openapi.json marks %v as staff's; evaluator and created_by at least", staff)
 	}
+	calls := accessCalls(f)
+	served := f.routes()
+	if len(served) < 29 {
+		t.Fatalf("walked only %d routes: %v", len(served), served)
+	}
+	for _, route := range served {
+		c, ok := calls[route]
+		if !ok {
+			t.Errorf("%s is served but the access test has no entry for it: add one with the status every caller must get", route)
+			continue
+		}
+		method, pattern, _ := strings.Cut(route, " ")
+		if method == "*" {
+			method = http.MethodGet
+		}
+		for caller := range nCallers {
+			t.Run(route+" as "+callerNames[caller], func(t *testing.T) {
+				path := c.path(caller)
+				code, h, body := f.do(caller, method, path, c.body(caller))
+				if code != c.want[caller] {
+					t.Fatalf("%s %s as %s: HTTP %d %.300s; want %d", method, path, callerNames[caller], code, body, c.want[caller])
+				}
+				for _, hdr := range []string{"Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options"} {
+					if h.Get(hdr) == "" {
+						t.Errorf("%s %s: no %s", method, path, hdr)
+					}
+				}
+				if rel, ok := strings.CutPrefix(pattern, api.Prefix); ok {
+					if err := doc.CheckResponse(method, rel, code, []byte(body)); err != nil {
+						t.Error(err)
+					}
+				}
+				if caller == acme || caller == globex {
+					for _, leak := range staffLeaks(body, staff) {
+						t.Errorf("%s %s as %s: a customer's answer holds the staff field %s: %.300s", method, path, callerNames[caller], leak, body)
+					}
+					// Collector flags are staff's vocabulary too.
+					if m := cliFlag.FindString(body); m != "" && route != "GET "+api.Prefix+"/openapi.json" {
+						t.Errorf("%s %s as %s: a customer's answer names the collector flag %s: %.300s", method, path, callerNames[caller], m, body)
+					}
+				}
+			})
+		}
+	}
+	for route := range calls {
+		if !slices.Contains(served, route) {
+			t.Errorf("the access test expects %s, which is not served", route)
+		}
+	}
+}
+
+// accessCalls is how the access test calls each route the collector
+// serves, by "METHOD pattern" as fleet.routes names them: the path, the
+// body, and the status every caller must get. Other tests walk the same
+// table, so that a new route is covered by each of them once it is here.
+func accessCalls(f *fleet) map[string]call {
 	const (
 		// none, viewer, operator, admin, acme, globex
 		ok, created, accepted, gone = 200, 201, 202, 204
@@ -450,54 +507,7 @@ func TestAccess(t *testing.T) {
 			return fmt.Sprintf("%s/node-bootstrap-tokens/%s", p, name)
 		}, fixed(""), adminOnly(gone)},
 	}
-	served := f.routes()
-	if len(served) < 29 {
-		t.Fatalf("walked only %d routes: %v", len(served), served)
-	}
-	for _, route := range served {
-		c, ok := calls[route]
-		if !ok {
-			t.Errorf("%s is served but the access test has no entry for it: add one with the status every caller must get", route)
-			continue
-		}
-		method, pattern, _ := strings.Cut(route, " ")
-		if method == "*" {
-			method = http.MethodGet
-		}
-		for caller := range nCallers {
-			t.Run(route+" as "+callerNames[caller], func(t *testing.T) {
-				path := c.path(caller)
-				code, h, body := f.do(caller, method, path, c.body(caller))
-				if code != c.want[caller] {
-					t.Fatalf("%s %s as %s: HTTP %d %.300s; want %d", method, path, callerNames[caller], code, body, c.want[caller])
-				}
-				for _, hdr := range []string{"Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options"} {
-					if h.Get(hdr) == "" {
-						t.Errorf("%s %s: no %s", method, path, hdr)
-					}
-				}
-				if rel, ok := strings.CutPrefix(pattern, api.Prefix); ok {
-					if err := doc.CheckResponse(method, rel, code, []byte(body)); err != nil {
-						t.Error(err)
-					}
-				}
-				if caller == acme || caller == globex {
-					for _, leak := range staffLeaks(body, staff) {
-						t.Errorf("%s %s as %s: a customer's answer holds the staff field %s: %.300s", method, path, callerNames[caller], leak, body)
-					}
-					// Collector flags are staff's vocabulary too.
-					if m := cliFlag.FindString(body); m != "" && route != "GET "+api.Prefix+"/openapi.json" {
-						t.Errorf("%s %s as %s: a customer's answer names the collector flag %s: %.300s", method, path, callerNames[caller], m, body)
-					}
-				}
-			})
-		}
-	}
-	for route := range calls {
-		if !slices.Contains(served, route) {
-			t.Errorf("the access test expects %s, which is not served", route)
-		}
-	}
+	return calls
 }
 
 // staffLeaks lists the keys of a JSON answer, at any depth, that are in
@@ -947,4 +957,170 @@ func TestClientAddress(t *testing.T) {
 	if code, _, body := trusting.do(none, "POST", p+"/login", `{"token":"`+trusting.tokens[viewer]+`"}`, "X-Forwarded-For", "203.0.113.10"); code != 200 {
 		t.Errorf("another client behind the proxy: %d %s", code, body)
 	}
+}
+
+// TestStringParameters: every parameter of every route the collector
+// serves, as openapi.json documents it, and one no route documents, is
+// refused with a 400 naming it when it holds a NUL byte, invalid UTF-8, a
+// control character or more than api.MaxParamBytes — before any handler
+// runs (nothing reaches PostgreSQL, nothing is a 500) — as each caller the
+// access test's table lets call the route. The routes come from the router
+// and the parameters from the document, so a new one is covered at once.
+func TestStringParameters(t *testing.T) {
+	f := newFleet(t, access.Config{})
+	doc, err := apitest.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := accessCalls(f)
+	bad := []struct{ what, value string }{
+		{"a NUL byte", "a\x00b"},
+		{"invalid UTF-8", "\xff\xfe"},
+		{"a newline", "a\nb"},
+		{"an oversized value", strings.Repeat("a", api.MaxParamBytes+1)},
+	}
+	sent := 0
+	for _, route := range f.routes() {
+		method, pattern, _ := strings.Cut(route, " ")
+		rel, ok := strings.CutPrefix(pattern, api.Prefix)
+		c, known := calls[route]
+		if !ok || !known {
+			continue // not the API's, or TestAccess fails for want of an entry
+		}
+		params := append(doc.Parameters(method+" "+rel), apitest.Param{Name: "undocumented", In: "query"})
+		for _, p := range params {
+			for _, b := range bad {
+				for _, caller := range []int{admin, acme} {
+					if c.want[caller] >= 400 {
+						continue // Require answers first: the route is not the caller's
+					}
+					path := withParam(t, pattern, c.path(caller), p, b.value)
+					code, _, body := f.do(caller, method, path, c.body(caller))
+					sent++
+					if code != 400 || !strings.Contains(body, "parameter "+p.Name) || !strings.Contains(body, `"bad_request"`) {
+						t.Errorf("%s as %s, %s %s holding %s: HTTP %d %.300s; want a 400 naming it", route, callerNames[caller], p.In, p.Name, b.what, code, body)
+					}
+				}
+			}
+		}
+	}
+	if sent < 200 {
+		t.Fatalf("only %d requests sent: the routes or their parameters were not found", sent)
+	}
+}
+
+// withParam is path (a call of pattern) with parameter p set to v.
+func withParam(t *testing.T, pattern, path string, p apitest.Param, v string) string {
+	t.Helper()
+	base, rawQuery, _ := strings.Cut(path, "?")
+	if p.In == "query" {
+		q, err := url.ParseQuery(rawQuery)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		q.Set(p.Name, v)
+		return base + "?" + q.Encode()
+	}
+	segs, pats := strings.Split(base, "/"), strings.Split(pattern, "/")
+	i := slices.Index(pats, "{"+p.Name+"}")
+	if i < 0 || len(segs) != len(pats) {
+		t.Fatalf("%s has no {%s} where %s has it", path, p.Name, pattern)
+	}
+	segs[i] = url.PathEscape(v)
+	out := strings.Join(segs, "/")
+	if rawQuery != "" {
+		out += "?" + rawQuery
+	}
+	return out
+}
+
+// TestBodiesHoldNoNUL: a NUL byte (\u0000) in any string of any route's
+// JSON body, one string at a time, is a 400 naming where it is — never a
+// 500 from PostgreSQL, which stores it in neither text nor jsonb. The
+// bodies are the access test's, so a new route's is covered at once.
+func TestBodiesHoldNoNUL(t *testing.T) {
+	f := newFleet(t, access.Config{})
+	calls := accessCalls(f)
+	sent := 0
+	for _, route := range f.routes() {
+		method, _, _ := strings.Cut(route, " ")
+		c, ok := calls[route]
+		if !ok || c.want[admin] >= 400 || c.body(admin) == "" {
+			continue
+		}
+		var doc any
+		if err := json.Unmarshal([]byte(c.body(admin)), &doc); err != nil {
+			t.Fatalf("%s: its body is not JSON: %v", route, err)
+		}
+		for i := 0; ; i++ {
+			bad, at, ok := withNUL(doc, i)
+			if !ok {
+				break
+			}
+			b, err := json.Marshal(bad)
+			if err != nil {
+				t.Fatal(err)
+			}
+			code, _, body := f.do(admin, method, c.path(admin), string(b))
+			sent++
+			// A login's token that does not work is a failed sign-in,
+			// whatever it holds (collector/access: 401, counted).
+			want := 400
+			if route == "POST "+api.Prefix+"/login" {
+				want = 401
+			}
+			// Where it is, or the NUL itself in what the handler quotes
+			// (a time or a name it could not take).
+			named := strings.Contains(body, "holds a NUL byte") && strings.Contains(body, at) ||
+				strings.Contains(body, `\\u0000`) || strings.Contains(body, `\\x00`)
+			if code != want || (want == 400 && !named) {
+				t.Errorf("%s with a NUL in %s: HTTP %d %.300s; want %d naming it", route, at, code, body, want)
+			}
+		}
+	}
+	if sent < 15 {
+		t.Fatalf("only %d bodies sent", sent)
+	}
+}
+
+// withNUL is a copy of v whose n-th string (in a walk of sorted keys) has a
+// NUL byte appended, and where that string is; ok is false past the last.
+func withNUL(v any, n int) (any, string, bool) {
+	i := 0
+	var at string
+	var walk func(v any, path string) any
+	walk = func(v any, path string) any {
+		switch x := v.(type) {
+		case string:
+			if i++; i-1 == n {
+				at = path
+				return x + "\x00"
+			}
+			return x
+		case []any:
+			out := make([]any, len(x))
+			for j, e := range x {
+				out[j] = walk(e, fmt.Sprintf("%s[%d]", path, j))
+			}
+			return out
+		case map[string]any:
+			out := make(map[string]any, len(x))
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				p := k
+				if path != "" {
+					p = path + "." + k
+				}
+				out[k] = walk(x[k], p)
+			}
+			return out
+		}
+		return v
+	}
+	out := walk(v, "")
+	return out, at, at != ""
 }

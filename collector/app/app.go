@@ -216,6 +216,7 @@ func (c *Collector) wire(ctx context.Context, st *store.Store, reads *store.Read
 	}
 	limits.MaxAge = c.cfg.Retention.Raw
 	p.configs = nodeconfig.New(st, c.log.With("part", "nodeconfig"))
+	p.configs.SetMetrics(c.metrics)
 	p.configs.SetPingPeers(c.cfg.NodeConfig.PingPeers)
 	p.configs.SetMaxOverrides(c.cfg.NodeConfig.MaxOverrides)
 	authMode, _ := c.cfg.nodeAuthMode() // checked by Validate

@@ -127,10 +127,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // reports is the report limits in force: a Config not made by
 // DefaultConfig has the defaults.
 func (c *Config) reports() report.Config {
-	if c.Reports == (report.Config{}) {
-		return report.DefaultConfig()
+	r := c.Reports
+	if r == (report.Config{}) {
+		r = report.DefaultConfig()
 	}
-	return c.Reports
+	// One tenant key for the whole collector: --tenant.label.
+	if c.Tenant != "" {
+		r.Tenant = c.Tenant
+	}
+	return r
 }
 
 // Validate reports every problem of the configuration at once: the app's

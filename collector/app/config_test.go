@@ -69,8 +69,8 @@ func TestDefaultConfigValidate(t *testing.T) {
 		{"stream window", func(c *Config) { c.Ingest.StreamWindow = 1024 }, []string{"stream window"}},
 		{"external URL", func(c *Config) { c.ExternalURL = "nbs.example.com" }, []string{"--web.external-url"}},
 		{"alert resend", func(c *Config) { c.Alert.ResendInterval = 0 }, []string{"--alert.resend-interval"}},
-		{"report definition limits", func(c *Config) { c.Reports.MaxDefinitions, c.Reports.MaxDefinitionsPerSelector = 5, 6 },
-			[]string{"--reports.max-definitions-per-selector 6 must be from 1 to --reports.max-definitions (5)"}},
+		{"report definition limits", func(c *Config) { c.Reports.MaxDefinitions, c.Reports.MaxDefinitionsPerTenant = 5, 6 },
+			[]string{"--reports.max-definitions-per-tenant 6 must be from 1 to --reports.max-definitions (5)"}},
 		{"report definition limits left zero are the defaults", func(c *Config) { c.Reports = report.Config{} }, nil},
 		{"HTTP timeouts off", func(c *Config) {
 			c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.WriteTimeout, c.HTTP.IdleTimeout = 0, 0, 0, 0

@@ -15,7 +15,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
@@ -149,9 +151,99 @@ func Write(w http.ResponseWriter, status int, v any) {
 }
 
 // Decode reads a request body holding exactly one JSON value into v,
-// refusing fields v does not have: a typo must not be silently ignored.
+// refusing fields v does not have: a typo must not be silently ignored,
+// and a string holding a NUL byte (\u0000), which PostgreSQL stores in
+// neither text nor jsonb, naming where it is. (Invalid UTF-8 needs no
+// check: the decoder replaces it.)
 func Decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
+	body, err := io.ReadAll(r.Body)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return errkind.Errorf(errkind.TooLarge, "request body is larger than %d bytes", mbe.Limit)
+	case err != nil:
+		return errkind.Errorf(errkind.Invalid, "request body: %w", err)
+	}
+	if err := decode(bytes.NewReader(body), v); err != nil {
+		return err
+	}
+	if at, ok := nulAt(body); ok {
+		return errkind.Errorf(errkind.Invalid, "request body: %s holds a NUL byte (\\u0000); no field may", at)
+	}
+	return nil
+}
+
+// nulAt finds a string of a JSON document holding U+0000, and says where
+// ("name", "labels.team", "objectives[1].name", or "a key of labels").
+func nulAt(body []byte) (string, bool) {
+	if !hasNULEscape(body) {
+		return "", false
+	}
+	var doc any
+	if json.Unmarshal(body, &doc) != nil {
+		return "a string", true
+	}
+	var walk func(v any, at string) (string, bool)
+	walk = func(v any, at string) (string, bool) {
+		switch x := v.(type) {
+		case string:
+			return at, strings.ContainsRune(x, 0)
+		case []any:
+			for i, e := range x {
+				if w, ok := walk(e, fmt.Sprintf("%s[%d]", at, i)); ok {
+					return w, true
+				}
+			}
+		case map[string]any:
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				name := k
+				if at != "" {
+					name = at + "." + k
+				}
+				if strings.ContainsRune(k, 0) {
+					if at == "" {
+						return "a key of the body", true
+					}
+					return "a key of " + at, true
+				}
+				if w, ok := walk(x[k], name); ok {
+					return w, true
+				}
+			}
+		}
+		return "", false
+	}
+	if at, ok := walk(doc, ""); ok {
+		if at == "" {
+			at = "the body"
+		}
+		return strconv.Quote(at), true
+	}
+	return "", false
+}
+
+// hasNULEscape reports whether body holds the escape \u0000 (not an
+// escaped backslash followed by the text u0000).
+func hasNULEscape(body []byte) bool {
+	for i := 0; i+6 <= len(body); i++ {
+		if body[i] != '\\' {
+			continue
+		}
+		if string(body[i+1:i+6]) == "u0000" {
+			return true
+		}
+		i++ // the escaped character, a backslash included
+	}
+	return false
+}
+
+func decode(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	var mbe *http.MaxBytesError

@@ -143,7 +143,12 @@ func kindOfForTest(err error) errkind.Kind {
 
 func TestDecode(t *testing.T) {
 	type target struct {
-		Seconds int `json:"seconds"`
+		Seconds int               `json:"seconds"`
+		Name    string            `json:"name"`
+		Labels  map[string]string `json:"labels"`
+		List    []struct {
+			Name string `json:"name"`
+		} `json:"list"`
 	}
 	cases := []struct {
 		name, body string
@@ -161,6 +166,13 @@ func TestDecode(t *testing.T) {
 		{"two values", `{"seconds": 5}{"seconds": 6}`, 1 << 20, 0, errkind.Invalid, "more than one JSON value"},
 		{"over the limit", `{"seconds": 5, "pad": "` + strings.Repeat("x", 100) + `"}`, 20, 0, errkind.TooLarge, "larger than 20 bytes"},
 		{"over the limit after the value", `{"seconds": 5}` + strings.Repeat(" ", 100), 20, 0, errkind.TooLarge, "larger than 20 bytes"},
+		// PostgreSQL stores a NUL byte in neither text nor jsonb.
+		{"a NUL in a field", `{"seconds": 5, "name": "a\u0000b"}`, 1 << 20, 0, errkind.Invalid, `"name" holds a NUL byte`},
+		{"a NUL in a map value", `{"labels": {"team": "x\u0000"}}`, 1 << 20, 0, errkind.Invalid, `"labels.team" holds a NUL byte`},
+		{"a NUL in a map key", `{"labels": {"te\u0000am": "x"}}`, 1 << 20, 0, errkind.Invalid, `"a key of labels" holds a NUL byte`},
+		{"a NUL in a list", `{"list": [{"name": "a"}, {"name": "\u0000"}]}`, 1 << 20, 0, errkind.Invalid, `"list[1].name" holds a NUL byte`},
+		{"an escaped backslash before u0000 is text", `{"seconds": 7, "name": "C:\\u0000"}`, 1 << 20, 7, errkind.Internal, ""},
+		{"invalid UTF-8 is replaced, not refused", "{\"seconds\": 8, \"name\": \"\xff\"}", 1 << 20, 8, errkind.Internal, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

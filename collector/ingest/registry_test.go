@@ -26,6 +26,7 @@ import (
 type countingRegistry struct {
 	mu      sync.Mutex
 	upserts map[string][]store.Node
+	defs    map[string][]string // paths each node's last registration brought, when not nil
 	// gate, when set, holds every RegisterNodes until it is closed;
 	// inflight and most count the batches held at once, held the Hellos
 	// of those held, batches the Hellos of each batch.
@@ -52,6 +53,12 @@ func (r *countingRegistry) RegisterNodes(_ context.Context, regs []store.Registr
 	out := make([]store.Registered, len(regs))
 	for i, g := range regs {
 		r.upserts[g.Node.Name] = append(r.upserts[g.Node.Name], g.Node)
+		if r.defs != nil {
+			r.defs[g.Node.Name] = nil
+			for _, d := range g.Defs {
+				r.defs[g.Node.Name] = append(r.defs[g.Node.Name], d.Path)
+			}
+		}
 		out[i].ID = 1
 		if len(g.Defs) > maxMetrics {
 			out[i].TooMany = true

@@ -57,6 +57,7 @@ type Server struct {
 	registry     Registry
 	writer       *Writer
 	config       ConfigSource
+	guard        PingGuard // nil: no tenancy checks of ping targets
 	auth         Authenticator
 	tenant       tenant.Key
 	limits       Limits
@@ -133,6 +134,9 @@ type ServerOptions struct {
 	// Quotas, when set, bound each tenant's new nodes: the operator's
 	// quota, else Limits.MaxNodesPerTenant.
 	Quotas TenantQuotas
+	// PingGuard finds ping targets naming another tenant's node (default:
+	// Config, when it is one; none otherwise).
+	PingGuard PingGuard
 }
 
 // DefaultRegistrations is how many database connections registering
@@ -181,7 +185,10 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 	if opts.HelloBytes < HelloReserve {
 		opts.HelloBytes = DefaultHelloBytes
 	}
-	return &Server{registry: reg, writer: w, config: opts.Config, auth: opts.Auth, tenant: opts.Tenant, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
+	if g, ok := opts.Config.(PingGuard); ok && opts.PingGuard == nil {
+		opts.PingGuard = g
+	}
+	return &Server{registry: reg, writer: w, config: opts.Config, guard: opts.PingGuard, auth: opts.Auth, tenant: opts.Tenant, limits: opts.Limits, helloTimeout: opts.HelloTimeout,
 		sendTimeout: opts.SendTimeout, registering: make(chan struct{}, opts.Hellos),
 		authenticating: make(chan struct{}, max(1, opts.Registrations-1)), registrar: newRegistrar(reg, opts.Limits, log),
 		helloBytes: semaphore.NewWeighted(opts.HelloBytes), helloBudget: opts.HelloBytes,
@@ -369,14 +376,36 @@ func (s *Server) start(ctx, made context.Context, cancel context.CancelCauseFunc
 		}
 		defer tenantDone()
 	}
+	// Ping targets naming another tenant's node are left out before
+	// anything is stored (PingGuard), and so is what reports say of them.
+	foreign, err := s.foreignTargets(made, node, cat.defs)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, status.FromContextError(ctx.Err()).Err()
+		}
+		s.log.Error("check ping targets", "node", node.Name, "err", err)
+		return nil, nil, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+	}
+	if len(foreign) > 0 {
+		s.refuseForeign(node, foreign, "hello")
+		own := s.catalogues.intern(withoutSubtrees(cat.defs, foreign))
+		s.catalogues.release(cat)
+		cat = own
+	}
 	var base map[string]streamMetric
 	var others int
+	// The stream's own start: a report older than it is a resent one,
+	// which may be from before a move (formerRow).
+	node.LastHello = time.Now()
 	node.ID, base, others, err = s.registerNode(made, node, cat, place)
 	if err != nil {
 		return nil, nil, err
 	}
 	registered()
 	st := &stream{node: node, peer: from, metrics: metricSet{base: base}, otherDefs: others, ctx: ctx, end: cancel}
+	if len(foreign) > 0 {
+		st.tenancy = &streamTenancy{foreign: foreign}
+	}
 	cfg, err := s.config.ConfigFor(made, node)
 	if err != nil {
 		s.log.Error("compute config", "node", node.Name, "err", err)
@@ -557,6 +586,13 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 	if r.GetSequence() > st.lastSeq {
 		s.noteClock(st, time.Unix(0, r.GetTimeUnixNano()).Sub(received))
 	}
+	if err := s.guardReport(ctx, st, r); err != nil {
+		return err
+	}
+	dest, err := s.destination(ctx, st, r)
+	if err != nil {
+		return err
+	}
 	rep, newDefs, rej := s.limits.checkReport(r, st, received)
 	if rej != nil {
 		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
@@ -570,6 +606,10 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 	}
 	if len(newDefs) > 0 {
 		ids, err := s.registry.UpsertDefinitions(ctx, st.node.ID, newDefs)
+		if err == nil && dest != st.node.ID {
+			// The row the report goes to reads it by these too.
+			_, err = s.registry.UpsertDefinitions(ctx, dest, newDefs)
+		}
 		if err != nil {
 			s.log.Error("register new metric definitions", "node", st.node.Name, "err", err)
 			return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
@@ -582,7 +622,7 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 		s.PushConfig(ctx, st.node.Name)
 	}
 	st.lastSeq = rep.Seq
-	rep.NodeID = st.node.ID
+	rep.NodeID = dest
 	rep.Received = received
 	for i := range rep.Samples {
 		rep.Samples[i].MetricID = metricID(&st.metrics, rep.Samples[i].Path)
@@ -695,5 +735,6 @@ func (s *Server) PushConfig(ctx context.Context, names ...string) {
 			continue
 		}
 		st.offerConfig(cfg)
+		st.recheckPing.Store(true)
 	}
 }

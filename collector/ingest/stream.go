@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -30,6 +31,9 @@ type stream struct {
 	// did not repeat, so the per-node limit holds across streams.
 	otherDefs int
 	lastSeq   uint64
+	// tenancy is what tenancy checks found of the stream (tenancy.go):
+	// nil for most streams, which are kept to 512 bytes.
+	tenancy *streamTenancy
 	// offsets are the last reports' time minus their receipt time.
 	offsets  [clockSamples]time.Duration
 	nOffsets int
@@ -50,6 +54,9 @@ type stream struct {
 	// stuck: one Send has waited longer than the send timeout (the agent
 	// stopped reading), and the stream is ended.
 	stuck bool
+	// recheckPing is set by a Config push (peers may have changed
+	// tenant): the next report checks the stream's ping targets again.
+	recheckPing atomic.Bool
 	// room, made by a send that waits for the queue to have room, gets a
 	// token when a message leaves the queue.
 	room chan struct{}

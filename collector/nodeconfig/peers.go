@@ -4,14 +4,20 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
 )
 
 // The ping mesh. Every node that announces a ping address is a candidate
@@ -56,40 +62,79 @@ type peer struct {
 	tenant     string // the node's tenant; "" for none
 }
 
+// fleetNode is one current node as the tenancy checks see it: every node,
+// silent or not, with a ping address or not.
+type fleetNode struct {
+	tenant, addr string
+}
+
 // peerSet caches the candidate peers and notices when they change.
 type peerSet struct {
 	k    int
 	pool *pgxpool.Pool
 
 	mu      sync.Mutex
-	list    []peer           // by name
+	list    []peer // by name
+	log     *slog.Logger
+	refused map[string]bool      // nodes whose ping address another tenant holds
+	taken   prometheus.Gauge     // their count, when set (SetMetrics)
+	nodes   map[string]fleetNode // every current node, by name
+	// renamed are the nodes whose ping target segment is not their name
+	// (catalog.PingSegment: longer than 128 bytes, or "clock"), by segment.
+	renamed map[string]fleetNode
 	meshes  map[string]*mesh // of list's tenants, for k
 	fp      uint64           // fingerprint of list; 0 before the first read
 	readAt  time.Time
 	pending bool // a push of new peer sets is scheduled
 }
 
-func (p *peerSet) read(ctx context.Context) ([]peer, error) {
+// read returns the candidate peers, and every current node for the
+// tenancy checks (ForeignPingTargets). The whole fleet is one row a node,
+// read once a minute by each collector.
+func (p *peerSet) read(ctx context.Context) ([]peer, map[string]fleetNode, error) {
+	var refused []peer
 	rows, err := p.pool.Query(ctx, `
-		SELECT n.name, n.ping_address, n.tenant FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id
-		WHERE n.retired_at IS NULL AND n.ping_address <> '' AND greatest(n.last_hello, l.ts) > now() - make_interval(secs => $1)
-		ORDER BY n.name`, peerMaxAge.Seconds())
+		SELECT n.name, n.ping_address, n.tenant, greatest(n.last_hello, l.ts) > now() - make_interval(secs => $1)
+		FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id
+		WHERE n.retired_at IS NULL
+		ORDER BY n.first_seen, n.id`, peerMaxAge.Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("read ping peers: %w", err)
+		return nil, nil, fmt.Errorf("read ping peers: %w", err)
 	}
 	defer rows.Close()
 	var out []peer
+	all := map[string]fleetNode{}
+	// The first node (by first_seen) to announce an address holds it for
+	// its tenant: a node of another tenant announcing the same address is
+	// no ping peer (noteRefused logs and counts it). Refusing its Hello
+	// instead would lose everything else it measures, which is its
+	// tenant's own; and the address may be a mistake of either.
+	holder := map[string]string{}
 	for rows.Next() {
-		var pr peer
-		if err := rows.Scan(&pr.name, &pr.addr, &pr.tenant); err != nil {
-			return nil, fmt.Errorf("read ping peers: %w", err)
+		var (
+			pr    peer
+			fresh *bool
+		)
+		if err := rows.Scan(&pr.name, &pr.addr, &pr.tenant, &fresh); err != nil {
+			return nil, nil, fmt.Errorf("read ping peers: %w", err)
 		}
+		all[pr.name] = fleetNode{tenant: pr.tenant, addr: pr.addr}
+		if pr.addr == "" || fresh == nil || !*fresh {
+			continue
+		}
+		if t, taken := holder[pr.addr]; taken && t != pr.tenant {
+			refused = append(refused, pr)
+			continue
+		}
+		holder[pr.addr] = pr.tenant
 		out = append(out, pr)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read ping peers: %w", err)
+		return nil, nil, fmt.Errorf("read ping peers: %w", err)
 	}
-	return out, nil
+	slices.SortFunc(out, func(a, b peer) int { return strings.Compare(a.name, b.name) })
+	p.noteRefused(refused)
+	return out, all, nil
 }
 
 // current returns the mesh of n's tenant, as n would see it: a node whose
@@ -97,20 +142,37 @@ func (p *peerSet) read(ctx context.Context) ([]peer, error) {
 // its address or customer) forces a fresh read. changed reports that the
 // fleet's peers differ from what earlier configs were computed from.
 func (p *peerSet) current(ctx context.Context, n *store.Node, force bool) (m *mesh, changed bool, err error) {
+	var readBefore time.Time
+	if force {
+		readBefore = time.Now()
+	}
+	return p.currentAsOf(ctx, n, readBefore)
+}
+
+// currentAsOf is current, reading the fleet again if the cache was read
+// before readBefore: callers that decide to force a read at the same
+// moment then cause one read, not one each.
+func (p *peerSet) currentAsOf(ctx context.Context, n *store.Node, readBefore time.Time) (m *mesh, changed bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	tenant := ""
 	if n != nil {
 		tenant = n.Tenant
 	}
-	if force || p.fp == 0 || time.Since(p.readAt) >= peerRefreshEvery || (n != nil && !p.reflects(*n)) {
-		list, err := p.read(ctx)
+	if p.readAt.Before(readBefore) || p.fp == 0 || time.Since(p.readAt) >= peerRefreshEvery || (n != nil && !p.reflects(*n)) {
+		list, all, err := p.read(ctx)
 		if err != nil {
 			return nil, false, err
 		}
 		fp := fingerprint(list)
 		changed = p.fp != 0 && fp != p.fp
 		p.list, p.fp, p.readAt, p.meshes = list, fp, time.Now(), nil
+		p.nodes, p.renamed = all, map[string]fleetNode{}
+		for name, n := range all {
+			if seg := catalog.PingSegment(name); seg != name {
+				p.renamed[seg] = n
+			}
+		}
 	}
 	if p.meshes == nil {
 		p.meshes = map[string]*mesh{}
@@ -128,21 +190,28 @@ func (p *peerSet) current(ctx context.Context, n *store.Node, force bool) (m *me
 	return m, changed, nil
 }
 
-// reflects says whether the cached list agrees with what n announced.
+// reflects says whether the cached fleet agrees with what n announced.
 func (p *peerSet) reflects(n store.Node) bool {
-	i, found := slices.BinarySearchFunc(p.list, n.Name, func(pr peer, name string) int {
-		switch {
-		case pr.name < name:
-			return -1
-		case pr.name > name:
-			return 1
+	c, ok := p.nodes[n.Name]
+	return ok && c.addr == n.PingAddress && c.tenant == n.Tenant
+}
+
+// noteRefused logs each node whose ping address another tenant's node
+// announced first, once while it stays so; the count of such nodes is
+// in every line.
+func (p *peerSet) noteRefused(refused []peer) {
+	now := map[string]bool{}
+	for _, pr := range refused {
+		now[pr.name] = true
+		if !p.refused[pr.name] && p.log != nil {
+			p.log.Warn("ping address announced by a node of another tenant first: this node is no ping peer until it announces another (--ping.address)",
+				"node", pr.name, "tenant", pr.tenant, "ping_address", pr.addr, "refused_nodes", len(refused))
 		}
-		return 0
-	})
-	if n.PingAddress == "" {
-		return !found
 	}
-	return found && p.list[i].addr == n.PingAddress && p.list[i].tenant == n.Tenant
+	p.refused = now
+	if p.taken != nil {
+		p.taken.Set(float64(len(now)))
+	}
 }
 
 func fingerprint(list []peer) uint64 {
@@ -316,4 +385,65 @@ func (s *Service) SetPingPeers(k int) {
 	s.peers.mu.Lock()
 	defer s.peers.mu.Unlock()
 	s.peers.k = max(k, 0)
+}
+
+// ForeignPingTargets implements ingest.PingGuard from the cached fleet
+// (refreshed every minute, and at once by a moved node's Hello): the ping
+// targets whose name is that of a current node of a tenant other than
+// node's. A mesh peer's target is named after its node, so a peer the
+// agent kept from before its tenant was bound or changed is one of them.
+// Addresses are not compared: tenants' address spaces may overlap (a
+// gateway at 10.0.0.1 in each), and the collector never tells a node
+// another tenant's addresses, so one there came from the agent's own
+// --ping.targets. A target naming a node of the same tenant, or no node
+// at all, is the node's own business.
+func (s *Service) ForeignPingTargets(ctx context.Context, node store.Node, targets []ingest.PingTarget) ([]string, error) {
+	if len(targets) == 0 {
+		return nil, nil
+	}
+	// node forces a read when the cache does not know it as it is now (it
+	// was just bound or moved); so does a target that looks foreign in a
+	// cache older than foreignRecheck (its node may have moved into node's
+	// tenant since), at most once that often.
+	foreign, readAt, err := s.foreignIn(ctx, node, targets, time.Time{})
+	if err == nil && len(foreign) > 0 && time.Since(readAt) > foreignRecheck {
+		foreign, _, err = s.foreignIn(ctx, node, targets, readAt.Add(time.Nanosecond))
+	}
+	return foreign, err
+}
+
+// foreignRecheck is how old the cached fleet may be for a target that
+// looks foreign not to be read again.
+const foreignRecheck = time.Second
+
+func (s *Service) foreignIn(ctx context.Context, node store.Node, targets []ingest.PingTarget, readBefore time.Time) ([]string, time.Time, error) {
+	_, changed, err := s.peers.currentAsOf(ctx, &node, readBefore)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if changed {
+		// As pingTargets does: the read that notices a change pushes it.
+		s.schedulePeerPush()
+	}
+	s.peers.mu.Lock()
+	defer s.peers.mu.Unlock()
+	var out []string
+	for _, t := range targets {
+		n, ok := s.peers.nodes[t.Name]
+		if !ok {
+			n, ok = s.peers.renamed[t.Name]
+		}
+		if ok && n.tenant != node.Tenant {
+			out = append(out, t.ID)
+		}
+	}
+	return out, s.peers.readAt, nil
+}
+
+// SetMetrics reports the nodes whose ping address another tenant holds in
+// m.PingAddressesTaken.
+func (s *Service) SetMetrics(m *telemetry.Metrics) {
+	s.peers.mu.Lock()
+	defer s.peers.mu.Unlock()
+	s.peers.taken = m.PingAddressesTaken
 }

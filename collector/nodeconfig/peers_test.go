@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
@@ -247,5 +249,86 @@ func TestPeersStayWithinACustomer(t *testing.T) {
 	}
 	if got := cfg.GetPingTargets(); len(got) != 2 {
 		t.Errorf("globex-1, now acme's, pings %v; want acme-1 and acme-2", got)
+	}
+}
+
+// The tenancy checks of ping targets: a target named after another
+// tenant's node is foreign, whoever's mesh it came from; one named after a
+// node of the same tenant, or after no node, is not. A node announcing a
+// ping address another tenant's node announced first is no ping peer.
+func TestForeignPingTargetsAndTakenAddresses(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	svc := New(st, slog.New(slog.DiscardHandler))
+	svc.SetPusher(&fakePusher{})
+	metrics := telemetry.New()
+	svc.SetMetrics(metrics)
+	nodes := map[string]store.Node{}
+	for _, n := range []store.Node{
+		{Name: "acme-1", PingAddress: "198.18.1.1", Tenant: "acme"},
+		{Name: "acme-2", PingAddress: "198.18.1.2", Tenant: "acme"},
+		{Name: "globex-db-1", PingAddress: "10.77.0.21", Tenant: "globex"},
+		{Name: "globex-2", PingAddress: "198.18.2.2", Tenant: "globex"},
+		// Announces acme-2's address, after acme-2 did.
+		{Name: "globex-3", PingAddress: "198.18.1.2", Tenant: "globex"},
+		{Name: "infra-1", Tenant: ""},
+	} {
+		n.InstanceID, n.IntervalMS = 1, 1000
+		n.Labels = map[string]string{"customer": n.Tenant}
+		if n.ID, err = st.UpsertNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		nodes[n.Name] = n
+	}
+	targets := func(names ...string) []ingest.PingTarget {
+		var out []ingest.PingTarget
+		for _, n := range names {
+			out = append(out, ingest.PingTarget{ID: "ping/" + n, Name: n})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		tenant string
+		ask    []string
+		want   []string
+	}{
+		{"acme", []string{"acme-2", "globex-db-1", "gw", "10.77.0.21", "infra-1"}, []string{"ping/globex-db-1", "ping/infra-1"}},
+		{"globex", []string{"acme-1", "globex-db-1", "globex-3"}, []string{"ping/acme-1"}},
+		{"", []string{"acme-1", "infra-1"}, []string{"ping/acme-1"}},
+	} {
+		got, err := svc.ForeignPingTargets(ctx, store.Node{Name: "asking", Tenant: c.tenant}, targets(c.ask...))
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("tenant %q asking about %v: foreign %v, %v; want %v", c.tenant, c.ask, got, err, c.want)
+		}
+	}
+	for name, want := range map[string]string{
+		"acme-1":      "acme-2=198.18.1.2",
+		"globex-2":    "globex-db-1=10.77.0.21",
+		"globex-db-1": "globex-2=198.18.2.2",
+	} {
+		cfg, err := svc.ConfigFor(ctx, nodes[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(cfg.GetPingTargets(), ","); got != want {
+			t.Errorf("%s pings %q, want %q (globex-3 announced acme-2's address: no peer)", name, got, want)
+		}
+	}
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := -1.0
+	for _, f := range families {
+		if f.GetName() == "nbs_collector_ping_addresses_taken" {
+			taken = f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	if taken != 1 {
+		t.Errorf("nbs_collector_ping_addresses_taken is %v, want 1 (globex-3)", taken)
 	}
 }

@@ -58,7 +58,7 @@ type expansion struct {
 
 func New(st *store.Store, log *slog.Logger) *Service {
 	return &Service{repo: repo{st.Pool()}, store: st, log: log, expand: map[string]expansion{}, maxOverrides: DefaultMaxOverrides,
-		peers: &peerSet{k: DefaultPingPeers, pool: st.Pool()}}
+		peers: &peerSet{k: DefaultPingPeers, pool: st.Pool(), log: log}}
 }
 
 // SetPusher connects the service to the ingest server (which in turn asks
@@ -275,8 +275,9 @@ func (s *Service) ListOverrides(w http.ResponseWriter, r *http.Request) {
 			httpjson.WriteError(w, r, err, s.log)
 			return
 		}
+		view := api.ViewOf(ctx)
 		os = slices.DeleteFunc(os, func(o Override) bool {
-			return o.Scope.Kind != "global" && !slices.ContainsFunc(nodes, o.matches)
+			return !view.Metric(o.Metric) || (o.Scope.Kind != "global" && !slices.ContainsFunc(nodes, o.matches))
 		})
 	}
 	if os == nil {
@@ -361,11 +362,18 @@ func (s *Service) NodeThresholds(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
+	if defs, err = api.WithoutForeignPing(r.Context(), s.store, api.Scope(r), defs); err != nil {
+		httpjson.WriteError(w, r, err, s.log)
+		return
+	}
 	eff, err := s.Effective(r.Context(), n, defs)
 	if err != nil {
 		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
+	// A customer sees no threshold of a staff-only metric (api.View).
+	view := api.ViewOf(r.Context())
+	eff = slices.DeleteFunc(eff, func(e Effective) bool { return !view.Metric(e.Metric) })
 	httpjson.Write(w, http.StatusOK, map[string]any{"node": n.Name, "thresholds": eff})
 }
 

@@ -87,9 +87,11 @@ func WriteCSV(w io.Writer, r *Report) error {
 		rows = append(rows, []string{"ping_target", text(t.Target), list(t.Nodes), f(t.P50), f(t.P90), f(t.P99), f(t.Max),
 			i(t.Sent), i(t.Lost), f(t.Loss), f(t.HostDelayP50), f(t.HostDelayP99), f(t.Previous.P50), f(t.Previous.P99), f(t.Previous.Loss)})
 	}
-	rows = append(rows, []string{"section", "node", "p50_ms", "p99_ms", "max_ms", "sent_probes", "lost_probes", "loss_ratio", "p90_ms", "host_delay_p50_ms", "host_delay_p99_ms"})
+	// Percentiles in one order in every table (p50, p90, p99, max), the
+	// per-node table's columns in the per-target table's order.
+	rows = append(rows, []string{"section", "node", "p50_ms", "p90_ms", "p99_ms", "max_ms", "sent_probes", "lost_probes", "loss_ratio", "host_delay_p50_ms", "host_delay_p99_ms"})
 	for _, pn := range r.Ping.PerNode {
-		rows = append(rows, []string{"ping_node", text(pn.Node), f(pn.P50), f(pn.P99), f(pn.Max), i(pn.Sent), i(pn.Lost), f(pn.Loss), f(pn.P90), f(pn.HostDelayP50), f(pn.HostDelayP99)})
+		rows = append(rows, []string{"ping_node", text(pn.Node), f(pn.P50), f(pn.P90), f(pn.P99), f(pn.Max), i(pn.Sent), i(pn.Lost), f(pn.Loss), f(pn.HostDelayP50), f(pn.HostDelayP99)})
 	}
 	rows = append(rows, []string{"section", "target", "t", "p50_ms", "p99_ms", "loss_ratio"})
 	for _, sr := range r.Ping.Series {

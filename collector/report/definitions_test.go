@@ -143,29 +143,40 @@ func TestDefinitionPages(t *testing.T) {
 	}
 }
 
-// TestDefinitionLimits: saving past the limit per selector, or in all, is
-// refused with 409 naming the flag; replacing one is not a new one, but
-// moving it to a full selector is.
+// TestDefinitionLimits: saving past the limit per tenant, or in all, is
+// refused with 409 naming the flag; a second label in the selector does not
+// make another tenant; replacing one is not a new one, but moving it to a
+// full tenant is.
 func TestDefinitionLimits(t *testing.T) {
 	s := definitionService(t)
-	s.SetLimits(report.Config{MaxDefinitions: 5, MaxDefinitionsPerSelector: 2})
+	s.SetLimits(report.Config{MaxDefinitions: 6, MaxDefinitionsPerTenant: 2})
 	ids := map[string]string{}
+	const perTenant = "is the limit for one tenant, whatever other labels their selectors name (--reports.max-definitions-per-tenant)"
 	for _, c := range []struct {
 		name, selector string
 		code           int
 		want           string
 	}{
 		{"acme 1", `{"customer":"acme"}`, 201, ""},
-		{"acme 2", `{"customer":"acme"}`, 201, ""},
-		{"acme 3", `{"customer":"acme"}`, 409, "with selector customer=acme is the limit for one selector (--reports.max-definitions-per-selector)"},
-		{"acme eu", `{"customer":"acme","region":"eu"}`, 201, ""}, // another selector
+		{"acme 2", `{"customer":"acme","rack":"r1"}`, 201, ""},
+		{"acme 3", `{"customer":"acme"}`, 409, "2 saved report definitions of tenant customer=acme " + perTenant},
+		// Varying a second label is the same tenant.
+		{"acme eu", `{"customer":"acme","region":"eu"}`, 409, "of tenant customer=acme " + perTenant},
+		{"acme rack 2", `{"customer":"acme","rack":"r2"}`, 409, "of tenant customer=acme"},
 		{"globex 1", `{"customer":"globex"}`, 201, ""},
+		// Definitions naming no tenant are staff's: one more tenant.
 		{"fleet", `{}`, 201, ""},
-		{"globex 2", `{"customer":"globex"}`, 409, "--reports.max-definitions)"},
+		{"rack r1", `{"rack":"r1"}`, 201, ""},
+		{"rack r2", `{"rack":"r2"}`, 409, "naming no tenant (no customer label in their selector) " + perTenant},
+		{"globex 2", `{"customer":"globex","rack":"r1"}`, 201, ""},
+		{"initech 1", `{"customer":"initech"}`, 409, "--reports.max-definitions)"},
 	} {
 		code, body := create(t, s, c.name, c.selector)
 		if code != c.code || !strings.Contains(body, c.want) {
 			t.Errorf("create %s: %d %s, want %d with %q", c.name, code, body, c.code, c.want)
+		}
+		if code == 409 && !strings.Contains(body, `"code": "conflict"`) {
+			t.Errorf("create %s: %s, want the code conflict", c.name, body)
 		}
 		var d report.Definition
 		if code == 201 && json.Unmarshal([]byte(body), &d) == nil {
@@ -176,18 +187,27 @@ func TestDefinitionLimits(t *testing.T) {
 		return call(t, s.PutDefinition, operator, "PUT", "/report-definitions/"+ids[name], ids[name],
 			fmt.Sprintf(`{"name":%q,"selector":%s,"period":"1d"}`, name, selector))
 	}
-	if code, body := put("acme 2", `{"customer":"acme"}`); code != 200 {
-		t.Errorf("replacing one within its full selector: %d %s", code, body)
+	if code, body := put("acme 2", `{"customer":"acme","region":"eu"}`); code != 200 {
+		t.Errorf("replacing one within its full tenant: %d %s", code, body)
 	}
-	if code, body := put("globex 1", `{"customer":"acme"}`); code != 409 || !strings.Contains(body, "--reports.max-definitions-per-selector") {
-		t.Errorf("moving one to a full selector: %d %s", code, body)
+	if code, body := put("globex 1", `{"customer":"acme","rack":"r9"}`); code != 409 || !strings.Contains(body, "--reports.max-definitions-per-tenant") {
+		t.Errorf("moving one to a full tenant: %d %s", code, body)
 	}
 	// Deleting one makes room again.
 	if code, body := call(t, s.DeleteDefinition, operator, "DELETE", "/report-definitions/"+ids["fleet"], ids["fleet"], ""); code != 204 {
 		t.Fatalf("delete: %d %s", code, body)
 	}
-	if code, body := create(t, s, "globex 2", `{"customer":"globex"}`); code != 201 {
+	if code, body := create(t, s, "initech 1", `{"customer":"initech"}`); code != 201 {
 		t.Errorf("after a delete: %d %s", code, body)
+	}
+	// The tenant is --tenant.label's: under another key, customer= is
+	// just another label of the definitions naming no tenant.
+	s.SetLimits(report.Config{MaxDefinitions: 100, MaxDefinitionsPerTenant: 2, Tenant: "team"})
+	if code, body := create(t, s, "no team", `{"customer":"acme"}`); code != 409 || !strings.Contains(body, "naming no tenant (no team label") {
+		t.Errorf("under --tenant.label=team: %d %s, want the definitions naming no team full", code, body)
+	}
+	if code, body := create(t, s, "team a", `{"team":"a","customer":"acme"}`); code != 201 {
+		t.Errorf("under --tenant.label=team, team=a: %d %s", code, body)
 	}
 }
 
@@ -195,7 +215,7 @@ func TestDefinitionLimits(t *testing.T) {
 // pass the limit between them.
 func TestDefinitionLimitsUnderConcurrency(t *testing.T) {
 	s := definitionService(t)
-	s.SetLimits(report.Config{MaxDefinitions: 100, MaxDefinitionsPerSelector: 3})
+	s.SetLimits(report.Config{MaxDefinitions: 100, MaxDefinitionsPerTenant: 3})
 	codes := make(chan int, 12)
 	var wg sync.WaitGroup
 	for i := range 12 {

@@ -315,7 +315,7 @@ func TestGolden(t *testing.T) {
 		if in.Metric != "ping/peer-a" || in.Unit != "ms" || in.WorstValue == nil || math.Abs(*in.WorstValue-s.childWorst) > 1e-9 {
 			t.Errorf("incident worst %v %s of %s, want %v ms of ping/peer-a", in.WorstValue, in.Unit, in.Metric, s.childWorst)
 		}
-		if want := fmt.Sprintf("/nodes/acme-1?at=%d&metric=ping%%2Fpeer-a", base.Add(30*time.Minute).UnixMilli()); in.TreeURL != want {
+		if want := fmt.Sprintf("/nodes/acme-1?from=%d&metric=ping%%2Fpeer-a&to=%d", base.Add(25*time.Minute).UnixMilli(), base.Add(35*time.Minute).UnixMilli()); in.TreeURL != want {
 			t.Errorf("tree url %s, want %s", in.TreeURL, want)
 		}
 	})
@@ -458,6 +458,40 @@ func TestGolden(t *testing.T) {
 			if pt := r.Ping.Targets[0]; *pt.P99 != *rep.Ping.Targets[0].P99 || *pt.Sent != *rep.Ping.Targets[0].Sent {
 				t.Errorf("to %s: p99 %v sent %d, 3-hour report %v %d", to, *pt.P99, *pt.Sent, *rep.Ping.Targets[0].P99, *rep.Ping.Targets[0].Sent)
 			}
+		}
+	})
+	t.Run("data starts at its first minute", func(t *testing.T) {
+		if rep.DataFrom == nil || !rep.DataFrom.Equal(base) {
+			t.Errorf("acme's data from %v, want %s (its first report)", rep.DataFrom, base)
+		}
+		// A node of its own tenant whose first report comes 2 h 37 min
+		// into the period: the report says so to the minute, not the
+		// hour its first hourly bucket starts.
+		ctx := context.Background()
+		id, err := st.UpsertNode(ctx, store.Node{Name: "late-1", Labels: map[string]string{"customer": "late"}, InstanceID: 1, IntervalMS: 10000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := st.UpsertDefinitions(ctx, id, defs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := base.Add(2*time.Hour + 37*time.Minute + 10*time.Second)
+		write(t, st, []store.Report{{NodeID: id, InstanceID: 1, Seq: 1, Time: first, IntervalMS: 10000,
+			Samples: []store.Sample{{MetricID: ids["tcp_reset"], Path: "tcp_reset", Value: 1, State: store.StateOK}}}})
+		r, err := report.Compute(customer("late"), st, q, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := first.Truncate(time.Minute); r.DataFrom == nil || !r.DataFrom.Equal(want) {
+			t.Errorf("late's data from %v, want %s", r.DataFrom, want)
+		}
+		r, err = report.Compute(customer("nobody"), st, q, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.DataFrom != nil {
+			t.Errorf("a report of no node has data from %v, want null", r.DataFrom)
 		}
 	})
 	t.Run("tenant isolation", func(t *testing.T) {

@@ -16,9 +16,13 @@ import (
 
 // incidents joins consecutive non-OK minutes of a root into spans; the
 // child that explains one is the child non-OK the longest in it, and the
-// worst value is that child's (in its unit), else the root's. Roots in
-// hide (the agent's own, for customers) are left out.
-func incidents(bad []store.SampleRow, names map[int32]string, defs map[string]store.MetricDef, hide map[string]bool) []Incident {
+// worst value is that child's (in its unit), else the root's. Only the
+// metrics shown says the caller sees count (nil: all): a root it may not
+// see has no incidents, a child it may not see explains none.
+func incidents(bad []store.SampleRow, names map[int32]string, defs map[string]store.MetricDef, shown func(path string) bool, now time.Time) []Incident {
+	if shown == nil {
+		shown = func(string) bool { return true }
+	}
 	type key struct {
 		node int32
 		root string
@@ -27,7 +31,7 @@ func incidents(bad []store.SampleRow, names map[int32]string, defs map[string]st
 	children := map[key][]store.SampleRow{}
 	for _, r := range bad {
 		root, _, isChild := strings.Cut(r.Path, "/")
-		if hide[root] {
+		if !shown(root) || !shown(r.Path) {
 			continue
 		}
 		if isChild {
@@ -52,7 +56,7 @@ func incidents(bad []store.SampleRow, names map[int32]string, defs map[string]st
 				open.Metric, open.WorstValue = *open.Child, worst(children[k], *open.Child, open.Start, open.End, defs)
 			}
 			open.Unit = defs[open.Metric].Unit
-			open.TreeURL = treeURL(open.Node, open.Start, open.Metric)
+			open.TreeURL = treeURL(open.Node, open.Start, open.End, now, open.Metric)
 			out = append(out, *open)
 			open = nil
 		}
@@ -85,9 +89,24 @@ func incidents(bad []store.SampleRow, names map[int32]string, defs map[string]st
 	return out
 }
 
-// treeURL opens the node's page at t (Unix ms) with metric selected.
-func treeURL(node string, t time.Time, metric string) string {
-	q := url.Values{"at": {strconv.FormatInt(t.UnixMilli(), 10)}, "metric": {metric}}
+// incidentLead is how much of the time before an incident its tree link
+// shows: the chart starts OK, then breaks.
+const incidentLead = 5 * time.Minute
+
+// treeURL opens the node's page over the incident's window, with metric
+// selected: from a little before its start to its end (never past now).
+// The tree is read as of to= from minute rollups before it, so its last
+// raised minute is in it and the breach shows; at= its start would read
+// the minute before the breach, still OK.
+func treeURL(node string, start, end, now time.Time, metric string) string {
+	if !now.IsZero() && end.After(now) {
+		end = now
+	}
+	if !end.After(start) {
+		end = start.Add(time.Minute)
+	}
+	ms := func(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
+	q := url.Values{"from": {ms(start.Add(-incidentLead))}, "to": {ms(end)}, "metric": {metric}}
 	return fmt.Sprintf("/nodes/%s?%s", url.PathEscape(node), q.Encode())
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/store"
 )
 
@@ -37,14 +38,22 @@ func TestIncidentsValueOfTheExplainingChild(t *testing.T) {
 		row(1, "agent", 3, 0, 1, 60),
 	}
 	names := map[int32]string{1: "gw / vm"}
-	got := incidents(bad, names, defs, map[string]bool{"agent": true})
+	// The report is made a minute into the drops incident: its link ends then.
+	now := t0.Add(5*time.Minute + 30*time.Second)
+	got := incidents(bad, names, defs, func(p string) bool { return !api.StaffMetric(p) }, now)
+	url := func(metric string, from, to int) string {
+		return fmt.Sprintf("/nodes/gw%%20%%2F%%20vm?from=%d&metric=%s&to=%d", t0.Add(time.Duration(from)*time.Minute).UnixMilli(), metric, t0.Add(time.Duration(to)*time.Minute).UnixMilli())
+	}
 	want := []struct {
 		root, metric, unit, url string
 		worst                   float64
 	}{
-		{"ping", "ping/gw/loss", "%", fmt.Sprintf("/nodes/gw%%20%%2F%%20vm?at=%d&metric=ping%%2Fgw%%2Floss", t0.UnixMilli()), 12},
-		{"drops", "drops", "packets/s", fmt.Sprintf("/nodes/gw%%20%%2F%%20vm?at=%d&metric=drops", t0.Add(5*time.Minute).UnixMilli()), 7},
-		{"clock", "clock/sync/accuracy", "ppm", fmt.Sprintf("/nodes/gw%%20%%2F%%20vm?at=%d&metric=clock%%2Fsync%%2Faccuracy", t0.Add(8*time.Minute).UnixMilli()), 0.25},
+		// The window: five minutes before the start to the end of the last
+		// raised minute (the tree is read as of to=, from the minutes
+		// before it, so the breach shows), never past now.
+		{"ping", "ping/gw/loss", "%", url("ping%2Fgw%2Floss", -5, 2), 12},
+		{"drops", "drops", "packets/s", fmt.Sprintf("/nodes/gw%%20%%2F%%20vm?from=%d&metric=drops&to=%d", t0.UnixMilli(), now.UnixMilli()), 7},
+		{"clock", "clock/sync/accuracy", "ppm", url("clock%2Fsync%2Faccuracy", 3, 9), 0.25},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("incidents %+v, want %d (the agent's hidden)", got, len(want))
@@ -59,7 +68,7 @@ func TestIncidentsValueOfTheExplainingChild(t *testing.T) {
 	if got[0].State != "warn" {
 		t.Errorf("ping incident state %s, want warn", got[0].State)
 	}
-	if all := incidents(bad, names, defs, nil); len(all) != 4 {
+	if all := incidents(bad, names, defs, nil, now); len(all) != 4 {
 		t.Errorf("staff see %d incidents, want 4 with the agent's", len(all))
 	}
 }

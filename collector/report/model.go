@@ -9,11 +9,14 @@ import (
 // Report is the JSON the API serves (README, "Reports"). A pointer field
 // is null when there was no data, never 0.
 type Report struct {
-	Period        Period          `json:"period"`
-	Scope         Scope           `json:"scope"`
-	ErrorBound    float64         `json:"error_bound"`
-	GeneratedAt   time.Time       `json:"generated_at"`
-	Resolution    int             `json:"resolution_seconds"`
+	Period      Period    `json:"period"`
+	Scope       Scope     `json:"scope"`
+	ErrorBound  float64   `json:"error_bound"`
+	GeneratedAt time.Time `json:"generated_at"`
+	Resolution  int       `json:"resolution_seconds"`
+	// DataFrom is when the data of the period starts (dataFrom), nil when
+	// the nodes in scope reported nothing in it.
+	DataFrom      *time.Time      `json:"data_from"`
 	Ping          Ping            `json:"ping"`
 	KernelLatency []KernelLatency `json:"kernel_latency"`
 	Reliability   Reliability     `json:"reliability"`
@@ -176,8 +179,9 @@ type Incident struct {
 	WorstValue *float64  `json:"worst_value"`
 	Unit       string    `json:"unit"`
 	Child      *string   `json:"child"`
-	// TreeURL opens the node's tree at the incident: at= its start (Unix
-	// ms), metric= the path WorstValue is of.
+	// TreeURL opens the node's tree over the incident: from= five minutes
+	// before its start to= its end (Unix ms, never past the report's
+	// time), metric= the path WorstValue is of.
 	TreeURL string `json:"tree_url"`
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/errkind"
+	"github.com/nbs-project/nbs/collector/tenant"
 )
 
 // Paging of GET /report-definitions: a page holds DefaultPage definitions
@@ -49,6 +51,10 @@ type Definition struct {
 func (d Definition) forViewer(p access.Principal) Definition {
 	if !p.SeesAll() {
 		d.CreatedBy = ""
+		// An objective of a staff-only metric does not exist for a
+		// customer, here as in the report (api.View).
+		view := api.ViewFor(p)
+		d.Objectives = slices.DeleteFunc(slices.Clone(d.Objectives), func(o Objective) bool { return !view.Metric(o.Metric) })
 	}
 	return d
 }
@@ -249,31 +255,32 @@ func (r repo) list(ctx context.Context, p access.Principal, limit int, after *Cu
 
 // checkLimits refuses a definition with selector sel that would pass a
 // limit; self is the definition being replaced (0: a new one). The caller
-// holds definitionsLockID.
-func (r repo) checkLimits(ctx context.Context, tx pgx.Tx, sel []byte, self int64) error {
+// holds definitionsLockID. The per-tenant count is by the tenant the
+// selector names, not the whole selector: customer=acme,rack=r1 and
+// customer=acme,rack=r2 are both acme's.
+func (r repo) checkLimits(ctx context.Context, tx pgx.Tx, sel access.Selector, self int64) error {
+	key := r.limits.Tenant
+	if key == "" {
+		key = tenant.DefaultKey
+	}
+	t := key.Of(sel)
 	var all, same int
-	if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE selector = $1::jsonb AND id <> $2)
-		FROM report_definitions`, sel, self).Scan(&all, &same); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE coalesce(selector->>$1, '') = $2 AND id <> $3)
+		FROM report_definitions`, key.String(), t, self).Scan(&all, &same); err != nil {
 		return fmt.Errorf("count report definitions: %w", err)
 	}
 	if self == 0 && all >= r.limits.MaxDefinitions {
 		return errkind.Errorf(errkind.Conflict, "%d saved report definitions is the limit (--reports.max-definitions); delete some first", r.limits.MaxDefinitions)
 	}
-	if same >= r.limits.MaxDefinitionsPerSelector {
-		return errkind.Errorf(errkind.Conflict, "%d saved report definitions with selector %s is the limit for one selector (--reports.max-definitions-per-selector); delete some of them first",
-			r.limits.MaxDefinitionsPerSelector, selectorText(sel))
+	if same >= r.limits.MaxDefinitionsPerTenant {
+		whose := fmt.Sprintf("of tenant %s=%s", key, t)
+		if t == "" {
+			whose = fmt.Sprintf("naming no tenant (no %s label in their selector)", key)
+		}
+		return errkind.Errorf(errkind.Conflict, "%d saved report definitions %s is the limit for one tenant, whatever other labels their selectors name (--reports.max-definitions-per-tenant); delete some of them first",
+			r.limits.MaxDefinitionsPerTenant, whose)
 	}
 	return nil
-}
-
-// selectorText is a stored selector as people write it (customer=acme),
-// or "{}" for every node.
-func selectorText(sel []byte) string {
-	var s access.Selector
-	if json.Unmarshal(sel, &s) != nil || len(s) == 0 {
-		return "{} (every node)"
-	}
-	return s.String()
 }
 
 func lockDefinitions(ctx context.Context, tx pgx.Tx) error {
@@ -320,7 +327,7 @@ func (r repo) create(ctx context.Context, p access.Principal, in DefinitionInput
 		if err := lockDefinitions(ctx, tx); err != nil {
 			return err
 		}
-		if err := r.checkLimits(ctx, tx, sel, 0); err != nil {
+		if err := r.checkLimits(ctx, tx, in.Selector, 0); err != nil {
 			return err
 		}
 		d, err = scanDefinition(tx.QueryRow(ctx, `INSERT INTO report_definitions (name, selector, body, created_by)
@@ -353,8 +360,8 @@ func (r repo) update(ctx context.Context, id int64, in DefinitionInput) (Definit
 		if err != nil {
 			return err
 		}
-		// Moving it to another selector counts against that one's limit.
-		if err := r.checkLimits(ctx, tx, sel, id); err != nil {
+		// Moving it to another tenant counts against that one's limit.
+		if err := r.checkLimits(ctx, tx, in.Selector, id); err != nil {
 			return err
 		}
 		d, err = scanDefinition(tx.QueryRow(ctx, `UPDATE report_definitions SET name = $2, selector = $3, body = $4

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nbs-project/nbs/collector/access"
+	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
@@ -77,6 +78,15 @@ type ScopeStore interface {
 // ANDed with q.Selector, so a customer can never widen it.
 func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, error) {
 	p := access.FromContext(ctx)
+	// What the caller may not see (api.View: the agent's own root, owner
+	// children of processes and namespaces) is not read at all: no
+	// section, chart, objective or incident can show it.
+	view := api.ViewFor(p)
+	shownOnly := func(match func(string) bool) func(string) bool {
+		return func(path string) bool { return view.Metric(path) && match(path) }
+	}
+	seriesMatch := shownOnly(seriesMetric)
+	q.Objectives = slices.DeleteFunc(slices.Clone(q.Objectives), func(o Objective) bool { return !view.Metric(o.Metric) })
 	all, err := st.NodesIn(ctx, p)
 	if err != nil {
 		return nil, err
@@ -152,12 +162,13 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		// The first read to fail ends the others: a report whose read hit
 		// the statement timeout answers at once, not after each of its
 		// reads has waited its own turn on the read pool to time out too.
+		outer := ctx // the group's ends with Wait
 		g, ctx := errgroup.WithContext(ctx)
 		// Only the metrics the sections show: a busy node has hundreds of
 		// metrics (52 histograms), of which a report shows a few dozen, and
 		// the filter is on metric ids in SQL (store.RollupQuery.Match), so
 		// the others are neither fetched nor decoded.
-		match := d.reportMetric(q.Objectives)
+		match := shownOnly(d.reportMetric(q.Objectives))
 		// A fleet's or a tenant's whole days from the scope pre-aggregate
 		// when it covers exactly these nodes (readScoped); the per-node
 		// tables from per-node sums over the period.
@@ -195,20 +206,20 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		hourlyDays := seriesRes == res && res == store.RollupHour && d0.Before(d1)
 		if hourlyDays {
 			g.Go(func() (err error) {
-				hours.s, hours.h, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: store.RollupHour, From: d0, To: d1, Match: seriesMetric})
+				hours.s, hours.h, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: store.RollupHour, From: d0, To: d1, Match: seriesMatch})
 				return
 			})
 		}
 		if seriesRes != res {
 			for i, r := range [2][2]time.Time{{seriesFrom, d0}, {d1, to}} {
 				g.Go(func() (err error) {
-					edges[i].s, edges[i].h, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: seriesRes, From: r[0], To: r[1], Match: seriesMetric})
+					edges[i].s, edges[i].h, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: seriesRes, From: r[0], To: r[1], Match: seriesMatch})
 					return
 				})
 			}
 		}
 		if len(q.Objectives) > 0 && res != store.RollupMinute {
-			match := objectiveMetrics(q.Objectives)
+			match := shownOnly(objectiveMetrics(q.Objectives))
 			g.Go(func() (err error) {
 				_, d.objH, err = st.ReadRollups(ctx, store.RollupQuery{NodeIDs: ids, Res: store.RollupHour, From: from, To: to, Match: match})
 				return
@@ -231,12 +242,12 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 			// The whole days' points are the scope's day rows.
 			d.ser, d.serH = edges[0].s, edges[0].h
 			for _, r := range curDays.s {
-				if seriesMetric(r.Path) {
+				if seriesMatch(r.Path) {
 					d.ser = append(d.ser, r)
 				}
 			}
 			for _, r := range curDays.h {
-				if seriesMetric(r.Path) {
+				if seriesMatch(r.Path) {
 					d.serH = append(d.serH, r)
 				}
 			}
@@ -244,12 +255,12 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		default:
 			d.ser, d.serH = edges[0].s, edges[0].h
 			for _, r := range d.cur {
-				if !r.TS.Before(d0) && r.TS.Before(d1) && seriesMetric(r.Path) {
+				if !r.TS.Before(d0) && r.TS.Before(d1) && seriesMatch(r.Path) {
 					d.ser = append(d.ser, r)
 				}
 			}
 			for _, r := range d.curH {
-				if !r.TS.Before(d0) && r.TS.Before(d1) && seriesMetric(r.Path) {
+				if !r.TS.Before(d0) && r.TS.Before(d1) && seriesMatch(r.Path) {
 					d.serH = append(d.serH, r)
 				}
 			}
@@ -261,12 +272,16 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		if curDays.ok {
 			d.timeline = curDays.timeline
 		}
-		// The agent's own root is how NBS watches itself: staff's.
-		var hide map[string]bool
-		if p.Role == access.RoleCustomer {
-			hide = map[string]bool{"agent": true}
+		// Nothing stored before the collector refused them at ingest names
+		// another tenant's node to a customer (store.ForeignPing): not a
+		// ping target row, its series, incidents or objectives.
+		if bad, err = d.withoutForeignPing(outer, st, p, bad); err != nil {
+			return nil, err
 		}
-		rep.Incidents = incidents(bad, names, d.defs, hide)
+		// The agent's own root is how NBS watches itself: staff's, as
+		// are owner children of processes and namespaces (api.View).
+		rep.Incidents = incidents(bad, names, d.defs, view.Metric, now)
+		rep.DataFrom = d.dataFrom(bad)
 	}
 	if rep.Incidents == nil {
 		rep.Incidents = []Incident{}
@@ -278,6 +293,40 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 	rep.AvailabilityTimeline = d.availabilityTimeline(len(nodes), from, to)
 	rep.Objectives = d.objectives(q.Objectives, from, to)
 	return rep, nil
+}
+
+// dataFrom is when the period's data starts: the earliest row with
+// samples in it, at the finest resolution read (a minute for periods up to
+// two days; the raised minutes always), so a page says "data starts at
+// 06:27", not the hour or day the first row of a coarser read begins. Nil
+// when nothing was reported in the period.
+func (d *data) dataFrom(bad []store.SampleRow) *time.Time {
+	var first time.Time
+	see := func(ts time.Time, n int64) {
+		if n > 0 && (first.IsZero() || ts.Before(first)) {
+			first = ts
+		}
+	}
+	rows := [][]store.SampleRow{d.ser, bad, d.timeline}
+	if d.timeline == nil {
+		// d.cur holds rows of their times, not per-node period sums.
+		rows = append(rows, d.cur)
+	}
+	for _, rs := range rows {
+		for _, r := range rs {
+			see(r.TS, r.N)
+		}
+	}
+	for _, hs := range [][]store.HistogramRow{d.serH} {
+		for _, h := range hs {
+			see(h.TS, int64(h.Count))
+		}
+	}
+	if first.IsZero() {
+		return nil
+	}
+	first = first.UTC()
+	return &first
 }
 
 // data is what a report is computed from.
@@ -466,4 +515,44 @@ func (d *data) reportMetric(objs []Objective) func(string) bool {
 func seriesMetric(path string) bool {
 	t, child := pingTarget(path)
 	return (t != "" && (child == "" || child == "sent" || child == "lost")) || kernelMetric(path)
+}
+
+// withoutForeignPing drops from every row the report read, and from bad,
+// the ping targets named after a node outside scope. The candidates come
+// from the scope's definitions (every row has one), so the rows are
+// scanned only when one of them is another tenant's node; staff's
+// reports skip the check.
+func (d *data) withoutForeignPing(ctx context.Context, st Store, scope store.Scope, bad []store.SampleRow) ([]store.SampleRow, error) {
+	if scope.SeesAll() {
+		return bad, nil
+	}
+	seen := map[string]bool{}
+	var paths []string
+	for p := range d.defs {
+		if t := store.PingTargetOf(p); t != "" && !seen[t] {
+			seen[t] = true
+			paths = append(paths, p)
+		}
+	}
+	hide, err := store.ForeignPing(ctx, st, scope, paths)
+	if err != nil || hide == nil {
+		return bad, err
+	}
+	samples := func(rows []store.SampleRow) []store.SampleRow {
+		return slices.DeleteFunc(slices.Clone(rows), func(r store.SampleRow) bool { return hide(r.Path) })
+	}
+	hists := func(rows []store.HistogramRow) []store.HistogramRow {
+		return slices.DeleteFunc(slices.Clone(rows), func(r store.HistogramRow) bool { return hide(r.Path) })
+	}
+	d.cur, d.prev, d.ser = samples(d.cur), samples(d.prev), samples(d.ser)
+	if d.timeline != nil {
+		d.timeline = samples(d.timeline)
+	}
+	d.curH, d.prevH, d.serH, d.objH = hists(d.curH), hists(d.prevH), hists(d.serH), hists(d.objH)
+	for p := range d.defs {
+		if hide(p) {
+			delete(d.defs, p)
+		}
+	}
+	return samples(bad), nil
 }

@@ -270,14 +270,21 @@ func (s *Store) registerBatch(ctx context.Context, batch []Registration, maxMetr
 				if err != nil {
 					return err
 				}
+				args := []any{names[k], labels[k], versions[k], kernels[k], instances[k], intervals[k], caps[k], pings[k], tenants[k], claimed[k]}
 				if retired != 0 {
 					s.log.Info("node changed tenant: its history stays with the old one", "node", r.Node.Name, "retired_id", retired, "tenant", r.Node.Tenant)
+					if u.id, err = reviveNode(ctx, tx, args...); err != nil {
+						return err
+					}
 				}
-				if err := tx.QueryRow(ctx, upsertNode+` RETURNING id`, names[k], labels[k], versions[k], kernels[k], instances[k], intervals[k],
-					caps[k], pings[k], tenants[k], claimed[k]).Scan(&u.id); err != nil {
-					return fmt.Errorf("insert node %q for its new tenant: %w", r.Node.Name, err)
+				if u.id == 0 {
+					if err := tx.QueryRow(ctx, upsertNode+` RETURNING id`, args...).Scan(&u.id); err != nil {
+						return fmt.Errorf("insert node %q for its new tenant: %w", r.Node.Name, err)
+					}
+					u.inserted = true
+				} else if err := tx.QueryRow(ctx, `SELECT defs_hash, defs_total FROM nodes WHERE id = $1`, u.id).Scan(&u.hash, &u.total); err != nil {
+					return fmt.Errorf("read node %q's revived row: %w", r.Node.Name, err)
 				}
-				u.inserted = true
 			}
 			out := &res[i]
 			out.ID = u.id

@@ -118,6 +118,9 @@ func (s *Store) UpsertNode(ctx context.Context, n Node) (int32, error) {
 			}
 			if retired != 0 {
 				s.log.Info("node changed tenant: its history stays with the old one", "node", n.Name, "retired_id", retired, "tenant", n.Tenant)
+				if id, err = reviveNode(ctx, tx, args...); err != nil || id != 0 {
+					return err
+				}
 			}
 			return tx.QueryRow(ctx, upsertNode+` RETURNING id`, args...).Scan(&id)
 		})
@@ -135,6 +138,29 @@ const upsertNode = `
 			kernel_release = EXCLUDED.kernel_release, instance_id = EXCLUDED.instance_id,
 			interval_ms = EXCLUDED.interval_ms, capabilities = EXCLUDED.capabilities,
 			ping_address = EXCLUDED.ping_address, claimed_labels = EXCLUDED.claimed_labels, last_hello = now()`
+
+// reviveNode makes current again the row the name had the last time it
+// belonged to the tenant (args[8]), with the Hello's columns (upsertNode's
+// arguments), once its current row of another tenant was retired: a node
+// moved acme → globex → acme is one acme row, whose history before the
+// first move and after the return its tenant reads by name, and one
+// globex row for the period between. It returns 0 when the tenant never
+// had the name.
+func reviveNode(ctx context.Context, tx pgx.Tx, args ...any) (int32, error) {
+	var id int32
+	err := tx.QueryRow(ctx, `
+		UPDATE nodes SET retired_at = NULL, labels = $2, agent_version = $3, kernel_release = $4, instance_id = $5, interval_ms = $6,
+			capabilities = $7, ping_address = $8, claimed_labels = $10, last_hello = now()
+		WHERE id = (SELECT id FROM nodes WHERE name = $1 AND tenant = $9 AND retired_at IS NOT NULL ORDER BY retired_at DESC, id DESC LIMIT 1)
+		RETURNING id`, args...).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("revive node %q's row of tenant %q: %w", args[0], args[8], err)
+	}
+	return id, nil
+}
 
 // retireNode retires the name's current row if its tenant is not tenant,
 // returning the retired row's id (0: nothing retired).
@@ -177,6 +203,19 @@ func (s *Store) Rebind(ctx context.Context, name string, bound map[string]string
 		}
 		if retired == 0 {
 			_, err := tx.Exec(ctx, `UPDATE nodes SET labels = (labels - $2::text[]) || $3::jsonb, claimed_labels = NULL WHERE id = $1`, old, unset, set)
+			return err
+		}
+		// Back to a tenant it had: that tenant's row is current again
+		// (reviveNode), with the labels and what the node said of itself
+		// carried over from the row just retired.
+		tag, err := tx.Exec(ctx, `
+			UPDATE nodes r SET retired_at = NULL, labels = (o.labels - $2::text[]) || $3::jsonb, agent_version = o.agent_version,
+				kernel_release = o.kernel_release, instance_id = o.instance_id, interval_ms = o.interval_ms, capabilities = o.capabilities,
+				ping_address = o.ping_address, last_hello = o.last_hello, claimed_labels = NULL
+			FROM nodes o
+			WHERE o.id = $1 AND r.id = (SELECT id FROM nodes WHERE name = o.name AND tenant = $4 AND retired_at IS NOT NULL AND id <> $1
+				ORDER BY retired_at DESC, id DESC LIMIT 1)`, old, unset, set, tenant)
+		if err != nil || tag.RowsAffected() > 0 {
 			return err
 		}
 		// The new row starts empty but for what the node said of itself;

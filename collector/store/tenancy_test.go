@@ -81,23 +81,55 @@ func TestTenantChangeRetiresTheNodeRow(t *testing.T) {
 		t.Errorf("a node with a retired row counts once: admitted %v, %v", ok, err)
 	}
 
-	// An operator moves it back to acme: a third row, with the new labels
-	// at once and the Hello's other labels kept.
+	// An operator moves it back to acme: acme's row is current again, with
+	// the new labels at once and the Hello's other labels kept, so acme
+	// reads the node's history before the first move and after the return
+	// by its name; globex keeps the period between.
 	if found, err := st.Rebind(ctx, "n1", map[string]string{"customer": "acme"}, []string{"customer"}, "acme"); err != nil || !found {
 		t.Fatalf("rebind: %v, %v", found, err)
 	}
 	cur, err := st.NodeByName(ctx, "n1")
-	if err != nil || cur.ID == globexID || cur.ID == acmeID || cur.Tenant != "acme" || cur.Labels["customer"] != "acme" || cur.Labels["rack"] != "r1" || cur.PingAddress != "198.18.0.1" {
-		t.Errorf("after the rebind the current row is %+v, %v; want a new acme row keeping rack and ping address", cur, err)
+	if err != nil || cur.ID != acmeID || cur.Retired != nil || cur.Tenant != "acme" || cur.Labels["customer"] != "acme" || cur.Labels["rack"] != "r1" || cur.PingAddress != "198.18.0.1" {
+		t.Errorf("after the move back the current row is %+v, %v; want acme's row %d again, keeping rack and ping address", cur, err, acmeID)
 	}
-	// Acme sees its newest row: the current one, not the one from before.
-	if n, err := st.NodeByNameIn(ctx, customer("acme"), "n1"); err != nil || n.ID != cur.ID {
-		t.Errorf("acme reads n1 as row %d, %v; want its newest row %d", n.ID, err, cur.ID)
+	report(acmeID, 2, 7)
+	for _, c := range []struct {
+		name  string
+		scope store.Scope
+		id    int32
+		sum   float64
+	}{
+		{"acme", customer("acme"), acmeID, 10}, {"globex", customer("globex"), globexID, 5},
+	} {
+		n, err := st.NodeByNameIn(ctx, c.scope, "n1")
+		if err != nil || n.ID != c.id {
+			t.Errorf("%s reads n1 as row %d, %v; want row %d", c.name, n.ID, err, c.id)
+			continue
+		}
+		buckets, err := st.Series(ctx, n.ID, "tcp_reset", time.Now().Add(-time.Hour), time.Now().Add(time.Minute), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := 0.0
+		for _, b := range buckets {
+			sum += b.Sum
+		}
+		if sum != c.sum {
+			t.Errorf("%s reads %v resets of n1, want %v (its own periods only)", c.name, sum, c.sum)
+		}
+	}
+	// A Hello of globex's again (the agent's, after an operator's move)
+	// revives globex's row the same way.
+	if id, err := st.UpsertNode(ctx, node("globex")); err != nil || id != globexID {
+		t.Errorf("a Hello moving n1 back to globex: row %d, %v; want globex's row %d", id, err, globexID)
+	}
+	if found, err := st.Rebind(ctx, "n1", map[string]string{"customer": "acme"}, []string{"customer"}, "acme"); err != nil || !found {
+		t.Fatalf("rebind: %v, %v", found, err)
 	}
 	// Retired rows expire on their own; the current one stays.
 	ids, err := st.ExpiredRetiredNodes(ctx, time.Now().Add(time.Minute), 10)
-	if err != nil || len(ids) != 2 {
-		t.Fatalf("expired retired rows: %v, %v; want the two retired rows", ids, err)
+	if err != nil || len(ids) != 1 || ids[0] != globexID {
+		t.Fatalf("expired retired rows: %v, %v; want globex's row %d", ids, err, globexID)
 	}
 	if err := st.DeleteRetiredNode(ctx, ids[0]); err != nil {
 		t.Fatal(err)

@@ -22,13 +22,16 @@ type Metrics struct {
 	// LabelConflicts counts Hellos whose labels differed from those bound
 	// to the node server-side (its tenant): the bound ones were used.
 	LabelConflicts prometheus.Counter
-	DBWrite        prometheus.Histogram
-	DBBatch        prometheus.Histogram
-	DBErrors       prometheus.Counter
-	WriteQueue     prometheus.Gauge
-	HTTPRequests   *prometheus.CounterVec
-	HTTPDurations  *prometheus.HistogramVec
-	Alert          AlertMetrics
+	// PingAddressesTaken is how many nodes announce a ping address a node
+	// of another tenant announced first: they are no ping peers.
+	PingAddressesTaken prometheus.Gauge
+	DBWrite            prometheus.Histogram
+	DBBatch            prometheus.Histogram
+	DBErrors           prometheus.Counter
+	WriteQueue         prometheus.Gauge
+	HTTPRequests       *prometheus.CounterVec
+	HTTPDurations      *prometheus.HistogramVec
+	Alert              AlertMetrics
 }
 
 func New() *Metrics {
@@ -45,6 +48,9 @@ func New() *Metrics {
 		LabelConflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nbs_collector_hello_label_conflicts_total",
 			Help: "Hellos that claimed labels (the tenant among them) other than those bound to the node by the operator; the bound ones were used. The node identity list shows which nodes and what they claimed."}),
+		PingAddressesTaken: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nbs_collector_ping_addresses_taken",
+			Help: "Nodes announcing a ping address that a node of another tenant announced first: they are no ping peers until they announce another (the collector's log names them)."}),
 		DBWrite: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "nbs_collector_db_write_seconds", Help: "Time to write one batch of reports to PostgreSQL.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
@@ -62,7 +68,7 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"route"}),
 		Alert: newAlertMetrics(),
 	}
-	m.Registry.MustRegister(m.Streams, m.Reports, m.Samples, m.Rejects, m.LabelConflicts, m.DBWrite, m.DBBatch, m.DBErrors,
+	m.Registry.MustRegister(m.Streams, m.Reports, m.Samples, m.Rejects, m.LabelConflicts, m.PingAddressesTaken, m.DBWrite, m.DBBatch, m.DBErrors,
 		m.WriteQueue, m.HTTPRequests, m.HTTPDurations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Registry.MustRegister(m.Alert.collectors()...)

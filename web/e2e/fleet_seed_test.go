@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"testing"
@@ -33,7 +34,9 @@ func fleetSize(t *testing.T) int {
 // customer token of the test sees them) straight into the collector's
 // store, each with a small tree and one report, as an agent's Hello and
 // first report would leave them. Every 50th is WARN on ping, explained by
-// ping/gw/loss. Their interval is an hour, so they stay current for the
+// ping/gw/loss, with every echo lost: its ping root has no value (an
+// agent sends none then, never 0 ms). Their interval is an hour, so they
+// stay current for the
 // whole run without reporting again (they are marked disconnected: they
 // have no stream).
 func seedFleet(t *testing.T, dbURL string, n int) {
@@ -78,8 +81,11 @@ func seedFleet(t *testing.T, dbURL string, n int) {
 		if i%50 == 0 {
 			state = store.StateWarn
 		}
-		s := []store.Sample{{MetricID: mids["agent"], Path: "agent", Value: 0.3, State: store.StateOK},
-			{MetricID: mids["ping"], Path: "ping", Value: 1.2, State: state},
+		ping := store.Sample{MetricID: mids["ping"], Path: "ping", Value: 1.2, State: state}
+		if state != store.StateOK {
+			ping.Value, ping.NoValue = 0, true
+		}
+		s := []store.Sample{{MetricID: mids["agent"], Path: "agent", Value: 0.3, State: store.StateOK}, ping,
 			{MetricID: mids["tcp_reset"], Path: "tcp_reset", Value: 0, State: store.StateOK}}
 		if state != store.StateOK {
 			s = append(s, store.Sample{MetricID: mids["ping/gw"], Path: "ping/gw", Value: 1.2, State: state},
@@ -93,5 +99,40 @@ func seedFleet(t *testing.T, dbURL string, n int) {
 	if len(batch) > 0 {
 		flush()
 	}
+	seedLonePoint(ctx, t, st, defs)
 	t.Logf("seeded %d simulated nodes in %s", n, time.Since(start).Round(time.Millisecond))
+}
+
+// seedLonePoint registers lone-1 (customer=sim), a node that reported its
+// ping root every 10 s for the last 20 minutes but for a gap of three
+// minutes with one report in the middle of it: a point its chart cannot
+// join to any other, which must show as a marker, not a speck.
+func seedLonePoint(ctx context.Context, t *testing.T, st *store.Store, defs []store.MetricDef) {
+	t.Helper()
+	const interval = 10 * time.Second
+	id, err := st.UpsertNode(ctx, store.Node{Name: "lone-1", InstanceID: 1, IntervalMS: uint32(interval.Milliseconds()),
+		AgentVersion: "simulated", KernelRelease: "6.18", Labels: map[string]string{"customer": "sim", "rack": "r0"}})
+	if err != nil {
+		t.Fatalf("seed lone-1: %v", err)
+	}
+	mids, err := st.UpsertDefinitions(ctx, id, defs)
+	if err != nil {
+		t.Fatalf("seed lone-1: %v", err)
+	}
+	now := time.Now().Truncate(interval)
+	gapFrom, lone, gapTo := now.Add(-10*time.Minute), now.Add(-8*time.Minute-30*time.Second), now.Add(-7*time.Minute)
+	var reports []store.Report
+	seq := uint64(0)
+	for at := now.Add(-20 * time.Minute); at.Before(now.Add(-time.Minute)); at = at.Add(interval) {
+		if !at.Before(gapFrom) && at.Before(gapTo) && !at.Equal(lone) {
+			continue
+		}
+		seq++
+		v := 2 + math.Sin(float64(seq)/6)
+		reports = append(reports, store.Report{NodeID: id, InstanceID: 1, Seq: seq, Time: at, IntervalMS: uint32(interval.Milliseconds()),
+			Samples: []store.Sample{{MetricID: mids["ping"], Path: "ping", Value: v, State: store.StateOK}}})
+	}
+	if _, err := st.WriteReports(ctx, reports); err != nil {
+		t.Fatalf("seed lone-1's reports: %v", err)
+	}
 }

@@ -1,9 +1,10 @@
 // Alerts and alert rules as the UI reads and edits them: ordering, links into
 // the tree, rule drafts, and the collector's validation messages by field.
-import type { Alert, AlertRule, AlertRuleInput } from './api';
+import type { Alert, AlertGroup, AlertRule, AlertRuleInput } from './api';
 import { formatNumber } from './format';
 import { fleetHref, nodeHref, withParams } from './route';
 import { normState } from './state';
+import { clampToNow } from './timerange';
 
 /** A severity word (critical, warning, page, info…) as a state colour. */
 export function severityState(s: string): string {
@@ -31,6 +32,30 @@ export function sortOpen(alerts: Alert[], now: number = Date.now()): Alert[] {
   );
 }
 
+/** What alerts are grouped by, as Alertmanager groups them: the rule and the group labels. */
+export function groupKey(a: Pick<Alert, 'rule' | 'group'>): string {
+  const labels = Object.entries(a.group ?? {}).sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0));
+  return JSON.stringify([a.rule, labels]);
+}
+
+/**
+ * Open alerts (in order) grouped by groupKey, each group where its first
+ * alert is: what the collector answers with groups=true, made from one page
+ * for a collector that does not group.
+ */
+export function groupAlerts(alerts: Alert[]): AlertGroup[] {
+  const out = new Map<string, AlertGroup>();
+  for (const a of alerts) {
+    const k = groupKey(a);
+    const g = out.get(k) ?? { rule: a.rule, group: a.group, count: 0, firing: 0, pending: 0, first: a };
+    g.count++;
+    if (a.state === 'firing') g.firing++;
+    if (a.state === 'pending') g.pending++;
+    out.set(k, g);
+  }
+  return [...out.values()];
+}
+
 /** The metric the tree opens at: the child that explains the alert, else the metric the rule matched. */
 export function alertMetric(a: Alert): string {
   return a.child || a.metric || '';
@@ -42,15 +67,16 @@ export const WINDOW_PAD_MS = 5 * 60_000;
 /**
  * The time range an alert's breach is seen over: from the breach's start to
  * its resolve (or now, while open), padded by a quarter of its length and at
- * least five minutes either side, to whole seconds. The collector's links in
- * pages (tree_url) use the same window.
+ * least five minutes either side, to whole seconds, and never past now: a
+ * window that ends ahead would show the tree of a time not yet come. The
+ * collector's links in pages (tree_url) use the same window.
  */
 export function alertWindow(a: Alert, now: number = Date.now()): { from: number; to: number } | null {
   const start = Date.parse(a.since);
   if (!Number.isFinite(start)) return null;
   const end = Math.max(a.ends_at ? Date.parse(a.ends_at) : now, start);
   const pad = Math.max((end - start) / 4, WINDOW_PAD_MS);
-  return { from: Math.floor((start - pad) / 1000) * 1000, to: Math.ceil((end + pad) / 1000) * 1000 };
+  return clampToNow({ from: Math.floor((start - pad) / 1000) * 1000, to: Math.ceil((end + pad) / 1000) * 1000 }, now);
 }
 
 const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');

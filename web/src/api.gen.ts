@@ -122,7 +122,7 @@ export interface paths {
     };
   };
   "/alerts": {
-    /** Alerts: open ones first, then history, newest first. A customer gets the alerts of its own nodes (no group alerts). */
+    /** Alerts, a page at a time, in on-call's order: firing, then pending, the worst severity first (critical… and page… before warning… before the rest), newest first within each; then history (resolved), newest first. total and totals count everything the filter selects, so a page shorter than total says the list is cut; next_cursor continues it. A customer gets the alerts of its own nodes (no group alerts), and its totals count only those. */
     get: operations["listAlerts"];
   };
   "/alerts/{id}": {
@@ -307,10 +307,11 @@ export interface components {
       /** @description Baseline thresholds only: values below it are never over the threshold. */
       floor?: number;
     };
+    /** @description What a node's agent can measure. Staff get every capability as the agent said it (name such as owner.oci_bundles or bpf.drops, and the reason, which may hold host paths, kernel capabilities and flags). A customer gets only the missing ones it is told of, once per topic: name is the topic (pod_names, ping, reset_reasons, drop_reasons, retransmit_detail, send_latency, receive_latency, queueing_latency, slow_flows, tcp_counters, resets, drops, buffering, or measurements for one this collector does not know) and reason what the customer loses (collector/api/customer.go). */
     Capability: {
       name: string;
       available: boolean;
-      /** @description Why it is not available. */
+      /** @description Why it is not available (staff); what is lost without it (a customer). */
       reason?: string;
     };
     /** @description One metric of a node's tree. state is the worst of own_state and the children's states; recent_* cover the tree's window and appear in trees, not in the fleet view. */
@@ -458,7 +459,7 @@ export interface components {
       t: string;
       /** @description The metric the event explains (the requested one or a descendant). */
       metric: string;
-      /** @description What the agent recorded: for flows, src and dst ("addr:port", src the packet's sender), protocol, reason, state, netns and the like. */
+      /** @description What the agent recorded: for flows, src and dst ("addr:port", src the packet's sender), protocol, reason, state, netns and the like, and the owner (owner, owner_kind, pod, container_name, ...). A customer gets none of pid, comm, netns, netns_name and owner_id, and no owner that is a process or a network namespace (collector/api/customer.go). */
       fields: {
         [key: string]: string;
       };
@@ -742,8 +743,40 @@ export interface components {
     AlertList: {
       /** @description Which collector evaluates alerts (staff only: absent for a customer). */
       evaluator?: components["schemas"]["Leader"];
-      /** @description Open alerts first, then history, newest first. */
+      /** @description This page, in the order above. */
       alerts: components["schemas"]["Alert"][];
+      /** @description How many alerts the filter (state included) selects: fewer in alerts means the list is cut. */
+      total: number;
+      totals: components["schemas"]["AlertTotals"];
+      /** @description The page's size as asked (or the default). */
+      limit: number;
+      /** @description Pass as cursor for the next page; absent on the last page. */
+      next_cursor?: string;
+      /** @description With groups=true: the open alerts by rule and group labels, worst first. */
+      groups?: components["schemas"]["AlertGroup"][];
+      /** @description With groups=true: how many groups there are (groups holds at most 200). */
+      groups_total?: number;
+    };
+    /** @description Alerts the filter's node and rule select (whatever its state), that the caller may see, by state. acknowledged and silenced count open (firing or pending) alerts. */
+    AlertTotals: {
+      firing: number;
+      pending: number;
+      resolved: number;
+      acknowledged: number;
+      silenced: number;
+    };
+    /** @description Open alerts of one rule and group labels: a rack gone silent is one group of its nodes' alerts. */
+    AlertGroup: {
+      rule: string;
+      /** @description Group rules: the group_by label values. */
+      group?: {
+        [key: string]: string;
+      };
+      count: number;
+      firing: number;
+      pending: number;
+      /** @description The group's first alert in the order above: its worst. */
+      first: components["schemas"]["Alert"];
     };
     /**
      * @description viewer reads everything; operator also changes thresholds and alert rules and expands nodes; admin also manages tokens; customer reads only its own nodes (selector).
@@ -990,6 +1023,11 @@ export interface components {
       generated_at: string;
       /** @description rollup resolution the report was computed from (60 or 3600); the period is aligned outwards to it */
       resolution_seconds: number;
+      /**
+       * Format: date-time
+       * @description when the data of the period starts: the earliest row with samples, to the minute for periods up to two days (else to the resolution read); null when the nodes in scope reported nothing in the period
+       */
+      data_from?: string | null;
       ping: {
         targets: ({
             target: string;
@@ -1128,7 +1166,7 @@ export interface components {
           /** @description The unit of worst_value, e.g. ms, % or resets/s; empty when the metric has none. */
           unit: string;
           child: string | null;
-          /** @description The node's page at the incident: /nodes/{node}?at=<start, Unix ms>&metric=<metric>. */
+          /** @description The node's page over the incident: /nodes/{node}?from=<five minutes before the start, Unix ms>&metric=<metric>&to=<the end, never past the report's time, Unix ms>. The tree is read as of to, so the breach shows. */
           tree_url: string;
         })[];
       objectives: ({
@@ -1789,7 +1827,7 @@ export interface operations {
       default: components["responses"]["Error"];
     };
   };
-  /** Alerts: open ones first, then history, newest first. A customer gets the alerts of its own nodes (no group alerts). */
+  /** Alerts, a page at a time, in on-call's order: firing, then pending, the worst severity first (critical… and page… before warning… before the rest), newest first within each; then history (resolved), newest first. total and totals count everything the filter selects, so a page shorter than total says the list is cut; next_cursor continues it. A customer gets the alerts of its own nodes (no group alerts), and its totals count only those. */
   listAlerts: {
     parameters: {
       query?: {
@@ -1799,11 +1837,16 @@ export interface operations {
         node?: string;
         /** @description Only this rule's alerts (its name). */
         rule?: string;
-        limit?: components["parameters"]["limit"];
+        /** @description At most this many alerts in the page, 1 to 1000. Default 100. */
+        limit?: number;
+        /** @description next_cursor of the previous page, as it was given (opaque): the page continues strictly after that page's last alert, so alerts opened while a client pages neither repeat nor shift the ones not yet read. Anything else is a 400. */
+        cursor?: string;
+        /** @description true: also answer groups, the open alerts the filter selects by rule and group labels (as Alertmanager groups them), worst first, at most 200. */
+        groups?: boolean;
       };
     };
     responses: {
-      /** @description The alerts and who evaluates them. */
+      /** @description A page of the alerts, their totals by state and, for staff, who evaluates them. */
       200: {
         content: {
           "application/json": components["schemas"]["AlertList"];
@@ -2223,7 +2266,7 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
-      /** @description Saving it would pass a limit: --reports.max-definitions in all, or --reports.max-definitions-per-selector with its selector (code conflict). */
+      /** @description Saving it would pass a limit: --reports.max-definitions in all, or --reports.max-definitions-per-tenant for the tenant its selector names, whatever other labels it adds (code conflict). */
       409: {
         content: {
           "application/json": components["schemas"]["ErrorBody"];
@@ -2278,7 +2321,7 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
-      /** @description Moving it to another selector would pass --reports.max-definitions-per-selector (code conflict). */
+      /** @description Moving it to another tenant would pass --reports.max-definitions-per-tenant (code conflict). */
       409: {
         content: {
           "application/json": components["schemas"]["ErrorBody"];

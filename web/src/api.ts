@@ -126,6 +126,34 @@ type OverrideList = Schemas['OverrideList'];
 type NodeThresholds = Schemas['NodeThresholds'];
 type ExpandAccepted = Schemas['ExpandAccepted'];
 type AlertList = Schemas['AlertList'];
+export type AlertTotals = Schemas['AlertTotals'];
+export type AlertGroup = Schemas['AlertGroup'];
+
+/** A page of alerts as GET /alerts answers it; an older collector answers no totals, which the page's length stands in for. */
+export interface AlertPage {
+  evaluator: AlertEvaluator | null;
+  alerts: Alert[];
+  total: number;
+  totals: AlertTotals;
+  nextCursor: string | null;
+  groups: AlertGroup[] | null;
+  groupsTotal: number;
+}
+
+function alertPage(r: Partial<AlertList>): AlertPage {
+  const alerts = r.alerts ?? [];
+  const count = (st: string) => alerts.filter((a) => a.state === st).length;
+  const totals = r.totals ?? { firing: count('firing'), pending: count('pending'), resolved: count('resolved'), acknowledged: 0, silenced: 0 };
+  return {
+    evaluator: r.evaluator ?? null,
+    alerts,
+    total: r.total ?? alerts.length,
+    totals,
+    nextCursor: r.next_cursor || null,
+    groups: r.groups ?? null,
+    groupsTotal: r.groups_total ?? r.groups?.length ?? 0,
+  };
+}
 type RuleList = Schemas['RuleList'];
 type NodeIdentities = Schemas['NodeIdentities'];
 type BootstrapTokens = Schemas['BootstrapTokens'];
@@ -167,12 +195,16 @@ export const api = {
   deleteOverride: (id: number | string) => request<void>('DELETE', `/api/v1/thresholds/${enc(String(id))}`),
   deleteNode: (node: string) => request<void>('DELETE', nodePath(node)),
   expand: (node: string, seconds: number) => request<ExpandAccepted>('POST', `${nodePath(node)}/expand`, { seconds }),
-  alerts: (signal?: AbortSignal) => request<Partial<AlertList>>('GET', '/api/v1/alerts?state=open', undefined, signal).then((r) => r.alerts ?? []),
+  /** The first open alerts (worst first) and the true totals, for the header. */
+  alerts: (limit: number, signal?: AbortSignal) =>
+    request<Partial<AlertList>>('GET', `/api/v1/alerts${query({ state: 'open', limit })}`, undefined, signal).then(alertPage),
   alertList: (f: AlertFilter, signal?: AbortSignal) =>
-    request<Partial<AlertList>>('GET', `/api/v1/alerts${query({ state: f.state, node: f.node, rule: f.rule, limit: f.limit })}`, undefined, signal).then((r) => ({
-      evaluator: r.evaluator ?? null,
-      alerts: r.alerts ?? [],
-    })),
+    request<Partial<AlertList>>(
+      'GET',
+      `/api/v1/alerts${query({ state: f.state, node: f.node, rule: f.rule, limit: f.limit, cursor: f.cursor, groups: f.groups ? 'true' : undefined })}`,
+      undefined,
+      signal,
+    ).then(alertPage),
   alert: (id: number | string, signal?: AbortSignal) =>
     request<AlertDetail>('GET', `/api/v1/alerts/${enc(String(id))}`, undefined, signal).then((a) => ({ ...a, deliveries: a.deliveries ?? [] })),
   acknowledgeAlert: (id: number, comment: string) => request<AlertDetail>('POST', `/api/v1/alerts/${enc(String(id))}/acknowledge`, { comment }),

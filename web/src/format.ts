@@ -100,6 +100,20 @@ export function formatRelative(iso: string | null | undefined, now = Date.now())
   return formatAgo(new Date(now - (t - now)).toISOString(), now).replace(/^(.*) ago$/, 'in $1');
 }
 
+/**
+ * A window's length for a column header: "45 s", "11 min", "3 h", "2 d",
+ * rounded to its largest unit (the exact span is in the title), never the
+ * "670s" a Go duration would print.
+ */
+export function formatWindow(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds) || seconds <= 0) return '—';
+  const s = Math.round(seconds);
+  if (s < 120) return `${s} s`;
+  if (s < 2 * 3600) return `${Math.round(s / 60)} min`;
+  if (s < 2 * 86400) return `${Math.round(s / 3600)} h`;
+  return `${Math.round(s / 86400)} d`;
+}
+
 export function formatDuration(ms: number): string {
   if (ms % 86400000 === 0) return `${ms / 86400000}d`;
   if (ms % 3600000 === 0) return `${ms / 3600000}h`;
@@ -126,4 +140,9 @@ export function thresholdLong(t: Threshold | null | undefined, unit: string): st
     return `WARN when ${dir} ${formatNumber(t.warn)}× and CRIT when ${dir} ${formatNumber(t.crit)}× its median over the last ${t.baseline_intervals} intervals${floor}${hold}.`;
   }
   return `WARN when ${dir} ${formatValue(t.warn, unit)}, CRIT when ${dir} ${formatValue(t.crit, unit)}${hold}.`;
+}
+
+/** A count for people: "2,999". */
+export function formatCount(n: number): string {
+  return n.toLocaleString('en-US');
 }

@@ -6,6 +6,7 @@ import {
   change,
   chartStart,
   dataStart,
+  rootHeadline,
   fmtValue,
   loneIndexes,
   timelineShare,
@@ -283,6 +284,23 @@ describe('charts of sparse data', () => {
     expect(chartStart(from, to, null)).toBe(from);
     expect(chartStart(from, to, from + DAY)).toBe(from); // most of the period has data
     expect(chartStart(from, to, from + 6 * DAY)).toBe(from + 6 * DAY);
+  });
+  it("says when the data starts to the minute the collector gives, not the hour its first bucket starts", () => {
+    const r = acmeReport();
+    // The availability timeline's hour starts at 00:00; the first report came at 00:27.
+    expect(dataStart({ ...r, data_from: '2026-11-18T00:27:00Z' })).toBe(Date.parse('2026-11-18T00:27:00Z'));
+    expect(dataStart({ ...r, data_from: null })).toBeNull();
+    // An older collector without the field: the first point, as before.
+    expect(dataStart({ ...r, data_from: undefined })).toBe(Date.parse('2026-11-18T00:00:00Z'));
+  });
+  it("gives a root's OK share of the time it reported, and — when it reported nothing", () => {
+    // 0.36% OK of a period 99.6% without data: OK all the time it reported.
+    expect(rootHeadline({ ok: 0.0036, no_data: 0.9964 })).toEqual({ ok: expect.closeTo(1, 9), noData: 0.9964 });
+    expect(rootHeadline({ ok: 0.99, no_data: 0 })).toEqual({ ok: 0.99, noData: null });
+    // Nothing reported: no OK share at all, not 0%.
+    const none = rootHeadline({ ok: 0, no_data: 1 });
+    expect(none).toEqual({ ok: null, noData: 1 });
+    expect(fmtShare(none.ok)).toBe('—');
   });
   it('weights the timeline by the part of each step in the period', () => {
     const from = Date.parse('2026-11-18T12:00:00Z');

@@ -432,7 +432,18 @@ export const hasData = (a: Aligned) => a.ys.some((y) => y.some((v) => v !== null
  * week is mostly before it, and its charts start there instead of drawing
  * days of nothing.
  */
-export function dataStart(r: Pick<Report, 'ping' | 'kernel_latency' | 'availability_timeline'>): number | null {
+export function dataStart(r: Pick<Report, 'ping' | 'kernel_latency' | 'availability_timeline' | 'data_from'>): number | null {
+  // The collector's own answer is to the minute; the points below only to
+  // their step (an hour for the availability timeline).
+  if (r.data_from !== undefined) {
+    const t = r.data_from === null ? NaN : Date.parse(r.data_from);
+    return Number.isFinite(t) ? t : null;
+  }
+  return pointsStart(r);
+}
+
+/** The first point with a value in any chart or availability step: where the charts' first bucket starts. */
+export function pointsStart(r: Pick<Report, 'ping' | 'kernel_latency' | 'availability_timeline'>): number | null {
   let first = Infinity;
   const see = (t: string, v: boolean) => {
     const ms = Date.parse(t);
@@ -468,4 +479,18 @@ export function timelineShare(a: AvailabilityRoot, from: number, to: number): { 
   }
   if (!w) return { ok: 0, warn: 0, crit: 0, no_data: 1 };
   return { ok: tot.ok / w, warn: tot.warn / w, crit: tot.crit / w, no_data: tot.no_data / w };
+}
+
+/**
+ * A root's headline over the period: how much of the time it reported it
+ * was OK, and how much of the period had no data. A root that reported
+ * nothing has no OK share at all (null, shown as —), never 0% or the
+ * period's share; one with no gap has no no-data figure (null).
+ */
+export function rootHeadline(s: { ok: number; no_data: number }): { ok: Num; noData: Num } {
+  const reported = 1 - s.no_data;
+  return {
+    ok: reported > 1e-9 ? Math.min(1, s.ok / reported) : null,
+    noData: s.no_data > 1e-9 ? s.no_data : null,
+  };
 }

@@ -162,6 +162,8 @@ export interface Report {
   scope: { selector: Selector; nodes: string[] };
   error_bound: Num;
   generated_at: string;
+  /** When the data of the period starts, to the minute for periods up to two days; null: none at all. Older collectors: absent. */
+  data_from?: string | null;
   ping: { targets: PingTarget[]; per_node: PingNode[]; series: PingSeries[] };
   kernel_latency: KernelLatency[];
   reliability: Reliability;

@@ -44,7 +44,12 @@ export function resolveRange(r: TimeRange, now = Date.now()): { from: number; to
   return r.kind === 'relative' ? { from: now - r.ms, to: now } : { from: r.from, to: r.to };
 }
 
-/** A step (Go duration) giving about `points` points over the span, never finer than minStepMs. */
+/**
+ * A step (Go duration) giving about `points` points over the span, never
+ * finer than minStepMs: pass the node's report interval, or a histogram
+ * reported every 10 s asked at 5 s comes back as lone points with a gap
+ * between each, and no line is drawn.
+ */
 export function stepFor(spanMs: number, points: number, minStepMs: number): string {
   const raw = Math.max(spanMs / points, minStepMs, 1000);
   const nice = [1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
@@ -64,4 +69,10 @@ export function toLocalInput(t: number): string {
   const d = new Date(t);
   const pad = (n: number) => String(n).padStart(2, '0');
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
+/** A window that ends no later than now (to the second above), and is at least a second long. */
+export function clampToNow(w: { from: number; to: number }, now: number): { from: number; to: number } {
+  const to = Math.min(w.to, Math.ceil(now / 1000) * 1000);
+  return { from: w.from, to: Math.max(to, w.from + 1000) };
 }

@@ -115,8 +115,12 @@ func (s *Source) Capabilities() []*nbsv1.Capability {
 // SetPeers replaces the collector-assigned targets ("name=address"
 // strings from Config.ping_targets); pingers start and stop to match,
 // without touching the static targets. Entries that do not parse are
-// skipped and logged.
-func (s *Source) SetPeers(specs []string) {
+// skipped and logged. It returns the subtrees it retired, for the agent
+// to forget at once: a peer the collector no longer gives is, after a
+// change of tenant, another tenant's node, whose name must not reach the
+// next Hello or report (the next Collect retires them too, for the
+// ledger).
+func (s *Source) SetPeers(specs []string) []string {
 	var peers []Target
 	for _, spec := range specs {
 		t, err := ParseTarget(spec)
@@ -129,7 +133,9 @@ func (s *Source) SetPeers(specs []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.peers = peers
+	before := len(s.retired)
 	s.reconcile()
+	return slices.Clone(s.retired[before:])
 }
 
 // Targets lists the targets being pinged, by subtree id.
@@ -282,21 +288,23 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	}
 	s.mu.Unlock()
 
-	worst := 0.0
+	worst, answered := 0.0, false
 	for _, tg := range targets {
 		if s.mode == 0 {
 			continue // no socket: the target's metrics stay UNKNOWN
 		}
 		if rtt := tg.drain(&r); !math.IsNaN(rtt) {
-			worst = max(worst, rtt)
+			worst, answered = max(worst, rtt), true
 		}
 	}
-	// With no target there is no round trip to speak of: the root has no
-	// value, not a 0 ms that reads as a fast network, and is idle rather
-	// than UNKNOWN, as nothing is wrong. Without a socket the targets are
-	// UNKNOWN, and so is it.
+	// With no target, or no echo answered this interval (every one lost),
+	// there is no round trip to speak of: the root has no value, not a
+	// 0 ms that reads as a fast network, and its own state is idle rather
+	// than UNKNOWN; the targets' loss children say what is wrong, and the
+	// root takes their state. Without a socket the targets are UNKNOWN,
+	// and so is it.
 	switch {
-	case s.mode != 0 && len(targets) > 0:
+	case s.mode != 0 && answered:
 		r.Gauges[catalog.Ping] = worst
 	case s.mode != 0:
 		r.Idle = append(r.Idle, catalog.Ping)

@@ -178,7 +178,9 @@ func TestTargetsComeAndGo(t *testing.T) {
 		t.Errorf("counts of ping/lab-b: %+v, %v", c, ok)
 	}
 
-	src.SetPeers(nil)
+	if gone := src.SetPeers(nil); !slices.Equal(gone, []string{"ping/lab-b"}) {
+		t.Errorf("SetPeers(nil) retired %v, want ping/lab-b (for the agent to forget at once)", gone)
+	}
 	res = loop.interval()
 	if _, ok := loop.tree.Metric("ping/lab-b/loss"); ok {
 		t.Error("ping/lab-b is still in the tree after the collector removed the peer")
@@ -495,5 +497,46 @@ func TestNoTargetsNoRootValue(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("ping root %v with a target answering; want its RTT", res.Values["ping"])
 		}
+	}
+}
+
+// A target whose every echo is lost (an nftables rule in B drops them all)
+// gives the root no round trip at all: it has no value, never a 0 ms that
+// reads as a fast network, and it is CRIT through the loss child.
+func TestEveryEchoLostNoRootValue(t *testing.T) {
+	lab := netlab.New(t)
+	for _, args := range [][]string{
+		{"add", "table", "inet", "nbslost"},
+		{"add", "chain", "inet", "nbslost", "in", "{ type filter hook input priority 0; policy accept; }"},
+		{"add", "rule", "inet", "nbslost", "in", "ip", "saddr", lab.IPA.String(), "icmp", "type", "echo-request", "drop"},
+	} {
+		lab.Exec(t, lab.B, append([]string{"nft"}, args...)...)
+	}
+	src := openSource(t, Options{Env: source.Env{Netns: handle(t, lab.A)}, Targets: []Target{{Name: "b", Host: lab.IPB.String()}},
+		Interval: 20 * time.Millisecond, Timeout: 100 * time.Millisecond})
+	loop := newAgentLoop(t, src)
+	deadline := time.Now().Add(5 * time.Second)
+	var res tree.Result
+	for {
+		time.Sleep(300 * time.Millisecond)
+		res = loop.interval()
+		if c, _ := src.Counts("ping/b"); c.Lost > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no echo was counted lost within 5 s")
+		}
+	}
+	if c, _ := src.Counts("ping/b"); c.Replies != 0 {
+		t.Fatalf("%d replies came through the drop rule", c.Replies)
+	}
+	if v, ok := res.Values["ping"]; ok {
+		t.Errorf("ping root has the value %v ms with every echo lost; want none", v)
+	}
+	if loss := res.Values["ping/b/loss"]; loss != 100 {
+		t.Errorf("loss gauge %v%%, want 100%%", loss)
+	}
+	if res.State["ping/b/loss"] != tree.Crit || res.State["ping"] != tree.Crit {
+		t.Errorf("loss %v, root %v with every echo lost: want both CRIT", res.State["ping/b/loss"], res.State["ping"])
 	}
 }

@@ -54,6 +54,31 @@ func (d *Doc) Operations() map[string]map[string]any {
 	return out
 }
 
+// Param is one documented parameter of an operation.
+type Param struct {
+	Name string
+	In   string // "path" or "query"
+}
+
+// Parameters returns the documented parameters of "METHOD /pattern": the
+// path item's and the operation's, $refs resolved.
+func (d *Doc) Parameters(route string) []Param {
+	method, pattern, _ := strings.Cut(route, " ")
+	item, _ := d.root["paths"].(map[string]any)[pattern].(map[string]any)
+	op, _ := item[strings.ToLower(method)].(map[string]any)
+	var out []Param
+	for _, list := range []any{item["parameters"], op["parameters"]} {
+		for _, p := range asSlice(list) {
+			m, _ := p.(map[string]any)
+			m = d.resolve(m)
+			name, _ := m["name"].(string)
+			in, _ := m["in"].(string)
+			out = append(out, Param{Name: name, In: in})
+		}
+	}
+	return out
+}
+
 // Schema returns a named schema of the components.
 func (d *Doc) Schema(name string) (map[string]any, bool) {
 	s, ok := d.lookup("#/components/schemas/" + name)

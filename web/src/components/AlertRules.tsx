@@ -262,17 +262,17 @@ function RuleRow({ r, busy, onDelete, onToggle }: { r: AlertRule; busy: boolean;
         {r.name}
         {r.builtin && <span class="tag">default</span>}
       </th>
-      <td>{r.kind}</td>
-      <td class="mono">{r.metric}</td>
-      <td class="nowrap">{STATE_TEXT[r.state] ?? r.state}</td>
-      <td class="nowrap">{holdText(r)}</td>
-      <td>{labelsText(r.selector) || <span class="muted">all nodes</span>}</td>
-      <td class="nowrap">{quorumText(r) || <span class="muted">—</span>}</td>
-      <td>{(r.group_by ?? []).join(', ') || <span class="muted">—</span>}</td>
-      <td>
+      <td data-label="Kind">{r.kind}</td>
+      <td class="mono" data-label="Metric">{r.metric}</td>
+      <td class="nowrap" data-label="State">{STATE_TEXT[r.state] ?? r.state}</td>
+      <td class="nowrap" data-label="For">{holdText(r)}</td>
+      <td data-label="Selector">{labelsText(r.selector) || <span class="muted">all nodes</span>}</td>
+      <td class="nowrap" data-label="At least">{quorumText(r) || <span class="muted">—</span>}</td>
+      <td data-label="Group by">{(r.group_by ?? []).join(', ') || <span class="muted">—</span>}</td>
+      <td data-label="Severity">
         <SeverityBadge severity={r.severity} />
       </td>
-      <td>
+      <td data-label="Enabled">
         {onToggle ? (
           <label class="check nowrap">
             <input type="checkbox" checked={r.enabled} disabled={busy} onChange={(e) => onToggle((e.currentTarget as HTMLInputElement).checked)} aria-label={`${r.name} enabled`} />{' '}
@@ -390,7 +390,7 @@ export function AlertRulesPage({ params }: { params: URLSearchParams }) {
       {polled.data && rules.length === 0 && <Empty>No alert rule: nothing pages.{can.editRules && ' Create one with “New rule…”.'}</Empty>}
       {rules.length > 0 && (
         <TableWrap page label="Alert rules table">
-          <table class="rules-table">
+          <table class="rules-table cards-narrow">
             <caption class="sr-only">Alert rules</caption>
             <TableHead columns={['Name', 'Kind', 'Metric or pattern', 'State', 'For', 'Selector', 'At least', 'Group by', 'Severity', 'Enabled']} actions={can.editRules} />
             <tbody>

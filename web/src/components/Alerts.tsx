@@ -1,9 +1,9 @@
 import { Fragment } from 'preact';
 import { useEffect, useMemo, useState } from 'preact/hooks';
-import { type Alert, type AlertDetail, type AlertEvaluator, type Delivery, api } from '../api';
-import { alertMetric, alertTreeHref, alertValue, alertWhere, alertWindow, formatSpan, severityState, sortOpen } from '../alerts';
+import { type Alert, type AlertDetail, type AlertEvaluator, type AlertFilter, type AlertGroup, type Delivery, api } from '../api';
+import { alertMetric, alertTreeHref, alertValue, alertWhere, alertWindow, formatSpan, groupAlerts, groupKey, severityState, sortOpen } from '../alerts';
 import { useCan } from '../auth';
-import { formatAgo, formatTime } from '../format';
+import { formatAgo, formatCount, formatTime } from '../format';
 import { useAction, useNow, usePoll } from '../hooks';
 import { stepFor } from '../timerange';
 import { Chart } from './Chart';
@@ -173,11 +173,169 @@ function MetricCell({ a }: { a: Alert }) {
   );
 }
 
-function OpenTable({ alerts, now }: { alerts: Alert[]; now: number }) {
+/** One open alert's row, alone or inside its group. */
+function OpenRow({ a, now, inGroup }: { a: Alert; now: number; inGroup?: boolean }) {
+  return (
+    <tr class={`alert-row sev-${severityState(a.severity)} as-${a.state}${inGroup ? ' in-group' : ''}`} data-alert-id={a.id} data-state={a.state} data-node={a.node ?? ''} data-rule={a.rule}>
+      <td class="alert-sev">
+        <SeverityBadge severity={a.severity} />
+      </td>
+      <td class="alert-st">
+        <AlertStateTag state={a.state} />
+      </td>
+      <td class="alert-rule-cell">
+        <a href={alertHref(a.id)} onClick={linkClick} class="alert-rule" title={a.summary || 'Details and delivery log'}>
+          {a.rule}
+        </a>
+        <HandledTags a={a} now={now} />
+        {a.summary && <div class="muted small alert-summary">{a.summary}</div>}
+      </td>
+      <WhereCell a={a} />
+      <td class="mono" data-label="Root">
+        {a.root || <span class="muted">—</span>}
+      </td>
+      <MetricCell a={a} />
+      <ValueCell a={a} />
+      <td class="nowrap" data-label="Since">
+        <When iso={a.since} now={now} />
+      </td>
+    </tr>
+  );
+}
+
+/** A group of at most this many alerts is shown as its alerts; a larger one as one row, opened on demand. */
+export const GROUP_INLINE = 5;
+/** The page of a group's alerts, and of the open list, asked at a time. */
+export const ALERT_PAGE = 100;
+
+const sameGroup = (g: AlertGroup, a: Alert) => a.state !== 'resolved' && groupKey(a) === groupKey(g);
+
+/** What a group's one row says of its size: "2,999 nodes · 3 firing · 2,996 pending". */
+export function groupText(g: AlertGroup): string {
+  const what = g.first.kind === 'group' ? 'groups' : 'nodes';
+  const parts = [`${formatCount(g.count)} ${g.count === 1 ? what.slice(0, -1) : what}`];
+  if (g.firing) parts.push(`${formatCount(g.firing)} firing`);
+  if (g.pending) parts.push(`${formatCount(g.pending)} pending`);
+  return parts.join(' · ');
+}
+
+/** Alerts fetched a page at a time from a cursor: the first page polled, the further ones kept until the filter changes. */
+function useAlertPages(key: string, f: AlertFilter, enabled: boolean) {
+  const first = usePoll(key, (s) => (enabled ? api.alertList(f, s) : Promise.resolve(null)), enabled ? ALERTS_REFRESH_MS : 0);
+  const [more, setMore] = useState<{ key: string; alerts: Alert[]; next: string | null; busy: boolean; error: string }>({ key, alerts: [], next: null, busy: false, error: '' });
+  const extra = more.key === key ? more : { key, alerts: [], next: null, busy: false, error: '' };
+  const seen = new Set<number>();
+  const alerts = [...(first.data?.alerts ?? []), ...extra.alerts].filter((a) => !seen.has(a.id) && !!seen.add(a.id));
+  const next = extra.alerts.length ? extra.next : (first.data?.nextCursor ?? null);
+  const loadMore = async () => {
+    if (!next) return;
+    setMore({ ...extra, busy: true, error: '' });
+    try {
+      const pg = await api.alertList({ ...f, cursor: next, groups: false });
+      setMore((m) => (m.key === key ? { key, alerts: [...extra.alerts, ...pg.alerts], next: pg.nextCursor, busy: false, error: '' } : m));
+    } catch (e) {
+      setMore((m) => (m.key === key ? { ...m, busy: false, error: (e as Error).message } : m));
+    }
+  };
+  return { first, alerts, next, loadMore, busy: extra.busy, moreError: extra.error };
+}
+
+/** "Showing 100 of 2,999" and the button that fetches the next page. */
+function MoreAlerts({ shown, total, next, busy, error, onMore, what }: { shown: number; total: number; next: string | null; busy: boolean; error: string; onMore: () => void; what: string }) {
+  if (shown >= total && !next) return null;
+  return (
+    <p class="alerts-more" role="status">
+      <span class="muted">
+        Showing {formatCount(shown)} of {formatCount(total)} {what}.
+      </span>{' '}
+      {next && (
+        <button type="button" class="btn btn-sm" disabled={busy} onClick={onMore}>
+          {busy ? 'Loading…' : `Show ${formatCount(Math.min(ALERT_PAGE, Math.max(total - shown, 1)))} more`}
+        </button>
+      )}
+      {error && <span class="field-error"> {error}</span>}
+    </p>
+  );
+}
+
+/** A large group's alerts, a page at a time, shown when its row is opened. */
+function GroupAlerts({ g, f, now }: { g: AlertGroup; f: AlertFilters; now: number }) {
+  const filter: AlertFilter = { state: f.state || 'open', node: f.node, rule: g.rule, limit: ALERT_PAGE };
+  const pages = useAlertPages(`alerts:group:${f.state}:${f.node}:${g.rule}`, filter, true);
+  const alerts = pages.alerts.filter((a) => sameGroup(g, a));
+  return (
+    <>
+      {alerts.map((a) => (
+        <OpenRow key={a.id} a={a} now={now} inGroup />
+      ))}
+      <tr class="group-more">
+        <td colSpan={8}>
+          {pages.first.loading && !pages.first.error && <Loading what={`the alerts of ${g.rule}`} />}
+          {pages.first.error && <span class="field-error">Cannot load the alerts of {g.rule}: {pages.first.error.message}</span>}
+          {pages.first.data && (
+            <MoreAlerts shown={alerts.length} total={pages.first.data.total} next={pages.next} busy={pages.busy} error={pages.moreError} onMore={pages.loadMore} what={`alerts of ${g.rule}`} />
+          )}
+        </td>
+      </tr>
+    </>
+  );
+}
+
+/** One group: its alerts when few, else one row that opens to them. */
+function GroupRows({ g, page, f, now }: { g: AlertGroup; page: Alert[]; f: AlertFilters; now: number }) {
+  const [open, setOpen] = useState(false);
+  const members = page.filter((a) => sameGroup(g, a));
+  if (!members.some((a) => a.id === g.first.id)) members.unshift(g.first);
+  if (g.count <= GROUP_INLINE && members.length >= g.count) {
+    return (
+      <tbody class="alert-group" data-rule={g.rule}>
+        {members.map((a) => (
+          <OpenRow key={a.id} a={a} now={now} />
+        ))}
+      </tbody>
+    );
+  }
+  const a = g.first;
+  return (
+    <tbody class="alert-group" data-rule={g.rule} data-count={g.count}>
+      <tr class={`alert-group-row sev-${severityState(a.severity)} as-${a.state}`} data-rule={g.rule} data-count={g.count} data-state={a.state}>
+        <td class="alert-sev">
+          <SeverityBadge severity={a.severity} />
+        </td>
+        <td class="alert-st">
+          <AlertStateTag state={a.state} />
+        </td>
+        <td class="alert-rule-cell" colSpan={2}>
+          <button type="button" class="btn-link group-toggle" aria-expanded={open} onClick={() => setOpen(!open)}>
+            <span aria-hidden="true">{open ? '▾' : '▸'}</span> <strong class="alert-rule">{g.rule}</strong> — <span class="group-size">{groupText(g)}</span>
+          </button>
+          <div class="muted small">
+            worst:{' '}
+            <a href={alertHref(a.id)} onClick={linkClick}>
+              {alertWhere(a)}
+            </a>
+            {a.summary ? ` · ${a.summary}` : ''}
+          </div>
+        </td>
+        <td class="mono" data-label="Root">
+          {a.root || <span class="muted">—</span>}
+        </td>
+        <MetricCell a={a} />
+        <ValueCell a={a} />
+        <td class="nowrap" data-label="Since">
+          <When iso={a.since} now={now} />
+        </td>
+      </tr>
+      {open && <GroupAlerts g={g} f={f} now={now} />}
+    </tbody>
+  );
+}
+
+function OpenTable({ groups, page, f, now }: { groups: AlertGroup[]; page: Alert[]; f: AlertFilters; now: number }) {
   return (
     <TableWrap page label="Firing and pending alerts table">
       <table class="alerts-table open-alerts cards-narrow">
-        <caption class="sr-only">Firing and pending alerts, firing first</caption>
+        <caption class="sr-only">Firing and pending alerts by rule, firing first, worst first</caption>
         <thead>
           <tr>
             <th scope="col">Severity</th>
@@ -190,34 +348,9 @@ function OpenTable({ alerts, now }: { alerts: Alert[]; now: number }) {
             <th scope="col">Since</th>
           </tr>
         </thead>
-        <tbody>
-          {alerts.map((a) => (
-            <tr key={a.id} class={`alert-row sev-${severityState(a.severity)} as-${a.state}`} data-alert-id={a.id} data-state={a.state} data-node={a.node ?? ''} data-rule={a.rule}>
-              <td class="alert-sev">
-                <SeverityBadge severity={a.severity} />
-              </td>
-              <td class="alert-st">
-                <AlertStateTag state={a.state} />
-              </td>
-              <td class="alert-rule-cell">
-                <a href={alertHref(a.id)} onClick={linkClick} class="alert-rule" title={a.summary || 'Details and delivery log'}>
-                  {a.rule}
-                </a>
-                <HandledTags a={a} now={now} />
-                {a.summary && <div class="muted small alert-summary">{a.summary}</div>}
-              </td>
-              <WhereCell a={a} />
-              <td class="mono" data-label="Root">
-                {a.root || <span class="muted">—</span>}
-              </td>
-              <MetricCell a={a} />
-              <ValueCell a={a} />
-              <td class="nowrap" data-label="Since">
-                <When iso={a.since} now={now} />
-              </td>
-            </tr>
-          ))}
-        </tbody>
+        {groups.map((g) => (
+          <GroupRows key={groupKey(g)} g={g} page={page} f={f} now={now} />
+        ))}
       </table>
     </TableWrap>
   );
@@ -282,19 +415,17 @@ export function AlertsPage({ params }: { params: URLSearchParams }) {
   const now = useNow(1000);
   const showOpen = f.state !== 'resolved';
   const showHistory = f.state === '' || f.state === 'resolved';
-  const openKey = `alerts:open:${f.state}:${f.node}:${f.rule}`;
   const open = usePoll(
-    openKey,
-    (s) => (showOpen ? api.alertList({ state: f.state || 'open', node: f.node, rule: f.rule, limit: MAX_LIMIT }, s) : Promise.resolve(null)),
+    `alerts:open:${f.state}:${f.node}:${f.rule}`,
+    (s) =>
+      showOpen ? api.alertList({ state: f.state || 'open', node: f.node, rule: f.rule, limit: ALERT_PAGE, groups: true }, s) : Promise.resolve(null),
     showOpen ? ALERTS_REFRESH_MS : 0,
   );
-  const history = usePoll(
-    `alerts:history:${f.state}:${f.node}:${f.rule}:${f.limit}`,
-    (s) => (showHistory ? api.alertList({ state: 'resolved', node: f.node, rule: f.rule, limit: f.limit }, s) : Promise.resolve(null)),
-    showHistory ? ALERTS_REFRESH_MS : 0,
-  );
-  // Choices for the filters: the fleet's nodes and the rules, whatever alerts exist.
-  const nodes = usePoll('alerts:nodes', (s) => api.nodes(s).catch(() => []), 60_000);
+  const history = useAlertPages(`alerts:history:${f.node}:${f.rule}:${f.limit}`, { state: 'resolved', node: f.node, rule: f.rule, limit: f.limit }, showHistory);
+  // Choices for the filters: the fleet's nodes and the rules, whatever alerts exist. Every node with
+  // its roots is a large answer in a large fleet: it is asked once the alerts are on screen, not before.
+  const shown = !!open.data || !!history.first.data;
+  const nodes = usePoll(`alerts:nodes:${shown}`, (s) => (shown ? api.nodes(s).catch(() => []) : Promise.resolve([])), shown ? 60_000 : 0);
   const can = useCan();
   const rules = usePoll(`alerts:rules:${can.readRules}`, (s) => (can.readRules ? api.alertRules(s).catch(() => []) : Promise.resolve([])), can.readRules ? 60_000 : 0);
 
@@ -305,18 +436,23 @@ export function AlertsPage({ params }: { params: URLSearchParams }) {
   const update = (changes: Record<string, string | null>) => navigate(alertsHref(withParams(params, changes)), { replace: true });
 
   const openAlerts = useMemo(() => sortOpen(open.data?.alerts ?? []), [open.data]);
-  const past = history.data?.alerts ?? [];
-  const evaluator = open.data?.evaluator ?? history.data?.evaluator;
-  const firing = openAlerts.filter((a) => a.state === 'firing').length;
-  const pending = openAlerts.filter((a) => a.state === 'pending').length;
+  // An older collector answers no groups: each alert is its own.
+  const groups = useMemo(
+    () => open.data?.groups ?? groupAlerts(openAlerts),
+    [open.data, openAlerts],
+  );
+  const past = history.alerts;
+  const evaluator = open.data?.evaluator ?? history.first.data?.evaluator;
+  const firing = open.data?.totals.firing ?? 0;
+  const pending = open.data?.totals.pending ?? 0;
 
-  const nodeNames = [...new Set([...(nodes.data ?? []).map((n) => n.name), ...openAlerts.map((a) => a.node ?? ''), ...past.map((a) => a.node ?? ''), f.node])]
+  const nodeNames = [...new Set([...(nodes.data ?? []).map((n) => n.name), ...openAlerts.map((a) => a.node ?? ''), ...groups.map((g) => g.first.node ?? ''), ...past.map((a) => a.node ?? ''), f.node])]
     .filter(Boolean)
     .sort();
-  const ruleNames = [...new Set([...(rules.data ?? []).map((r) => r.name), ...openAlerts.map((a) => a.rule), ...past.map((a) => a.rule), f.rule])].filter(Boolean).sort();
+  const ruleNames = [...new Set([...(rules.data ?? []).map((r) => r.name), ...groups.map((g) => g.rule), ...past.map((a) => a.rule), f.rule])].filter(Boolean).sort();
   const filtered = f.state !== '' || f.node !== '' || f.rule !== '';
 
-  if (noRoute(open.error) || noRoute(history.error)) {
+  if (noRoute(open.error) || noRoute(history.first.error)) {
     return (
       <div class="page">
         <h1>Alerts</h1>
@@ -331,7 +467,7 @@ export function AlertsPage({ params }: { params: URLSearchParams }) {
         <h1>Alerts</h1>
         <AlertTabs current="alerts" />
         <span class="muted updated" aria-live="off">
-          {open.data && `${firing} firing · ${pending} pending · `}live, every {ALERTS_REFRESH_MS / 1000}s
+          {open.data && `${formatCount(firing)} firing · ${formatCount(pending)} pending · `}live, every {ALERTS_REFRESH_MS / 1000}s
         </span>
       </div>
       <EvaluatorNote ev={evaluator} now={now} />
@@ -379,38 +515,49 @@ export function AlertsPage({ params }: { params: URLSearchParams }) {
         <section class="alerts-section" aria-labelledby="open-alerts-h">
           <h2 id="open-alerts-h">
             {f.state === 'firing' ? 'Firing' : f.state === 'pending' ? 'Pending' : 'Firing and pending'}{' '}
-            {open.data && <span class="muted count-inline">({openAlerts.length})</span>}
+            {open.data && <span class="muted count-inline">({formatCount(open.data.total)})</span>}
           </h2>
           {open.data && <StaleNotice error={open.error} />}
           {open.loading && !open.error && <Loading what="alerts" />}
           {!open.data && open.error && <ErrorBox title="Cannot load the alerts" error={open.error} onRetry={open.refresh} />}
           {open.data &&
-            (openAlerts.length === 0 ? (
+            (open.data.total === 0 && groups.length === 0 ? (
               <Empty>{filtered ? 'No open alert matches these filters.' : 'Nothing is firing or pending.'}</Empty>
             ) : (
-              <OpenTable alerts={openAlerts} now={now} />
+              <>
+                <OpenTable groups={groups} page={openAlerts} f={f} now={now} />
+                {open.data.groups && open.data.groupsTotal > groups.length && (
+                  <p class="alerts-more muted" role="status">
+                    Showing the worst {formatCount(groups.length)} of {formatCount(open.data.groupsTotal)} groups; filter by node or rule to see the others.
+                  </p>
+                )}
+              </>
             ))}
         </section>
       )}
 
       {showHistory && (
         <section class="alerts-section" aria-labelledby="history-h">
-          <h2 id="history-h">History {history.data && <span class="muted count-inline">({past.length === f.limit ? `latest ${past.length}` : past.length})</span>}</h2>
-          {history.data && !showOpen && <StaleNotice error={history.error} />}
-          {history.loading && !history.error && <Loading what="the alert history" />}
-          {!history.data && history.error && <ErrorBox title="Cannot load the alert history" error={history.error} onRetry={history.refresh} />}
-          {history.data &&
+          <h2 id="history-h">History {history.first.data && <span class="muted count-inline">({formatCount(history.first.data.total)})</span>}</h2>
+          {history.first.data && !showOpen && <StaleNotice error={history.first.error} />}
+          {history.first.loading && !history.first.error && <Loading what="the alert history" />}
+          {!history.first.data && history.first.error && <ErrorBox title="Cannot load the alert history" error={history.first.error} onRetry={history.first.refresh} />}
+          {history.first.data &&
             (past.length === 0 ? (
               <Empty>{filtered ? 'No resolved alert matches these filters.' : 'No alert has resolved yet.'}</Empty>
             ) : (
               <HistoryTable alerts={past} now={now} />
             ))}
-          {history.data && past.length === f.limit && f.limit < MAX_LIMIT && (
-            <p>
-              <button type="button" class="btn btn-sm" onClick={() => update({ limit: String(Math.min(f.limit * 2, MAX_LIMIT)) })}>
-                Show older alerts
-              </button>
-            </p>
+          {history.first.data && (
+            <MoreAlerts
+              shown={past.length}
+              total={history.first.data.total}
+              next={history.next}
+              busy={history.busy}
+              error={history.moreError}
+              onMore={history.loadMore}
+              what="resolved alerts, newest first"
+            />
           )}
         </section>
       )}
@@ -466,7 +613,7 @@ export function DeliveryLog({ deliveries, now, alertState }: { deliveries: Deliv
   }
   return (
     <TableWrap page label="Delivery log table">
-      <table class="deliveries">
+      <table class="deliveries cards-narrow">
         <caption class="sr-only">Delivery log: one row per notification, oldest first</caption>
         <thead>
           <tr>
@@ -484,22 +631,28 @@ export function DeliveryLog({ deliveries, now, alertState }: { deliveries: Deliv
             const r = deliveryResult(d);
             return (
               <tr key={d.id} data-delivery-id={d.id} data-status={d.status}>
-                <td>
-                  <strong>{d.target}</strong>
-                  <div class="muted small mono break">{d.url}</div>
+                <td data-label="Receiver">
+                  <div>
+                    <strong>{d.target}</strong>
+                    <div class="muted small mono wrap-long">{d.url}</div>
+                  </div>
                 </td>
-                <td>{d.event}</td>
-                <td class="nowrap">
+                <td data-label="Event">{d.event}</td>
+                <td class="nowrap" data-label="Queued">
                   <At iso={d.created_at} now={now} />
                 </td>
-                <td class="nowrap">
+                <td class="nowrap" data-label="Result">
                   <span class={`badge badge-sm ${r.cls}`}>{r.text}</span>
                 </td>
-                <td class="num">{d.attempts}</td>
-                <td class="nowrap">
+                <td class="num" data-label="Attempts">
+                  {d.attempts}
+                </td>
+                <td class="nowrap" data-label="Delivered">
                   <At iso={d.delivered_at} now={now} />
                 </td>
-                <td class="break">{d.last_error ? <span class="field-error">{d.last_error}</span> : <span class="muted">—</span>}</td>
+                <td class="wrap-long" data-label="Error">
+                  {d.last_error ? <span class="field-error">{d.last_error}</span> : <span class="muted">—</span>}
+                </td>
               </tr>
             );
           })}
@@ -696,14 +849,22 @@ export function AlertDetailPage({ id }: { id: number }) {
   );
 }
 
+/** An agent's report interval when its node cannot be read (the agent's --interval default). */
+const DEFAULT_INTERVAL_MS = 10_000;
+
 /** The explaining metric over the breach window, with its threshold: what on-call looks at first. */
 function AlertChart({ a, now }: { a: AlertDetail; now: number }) {
   const metric = alertMetric(a);
   const node = a.node!;
   // The window of an open alert follows now, a minute at a time, so the poll key does not change every second.
   const w = alertWindow(a, a.ends_at ? now : Math.ceil(now / 60_000) * 60_000);
-  const key = `alert-series:${node}:${metric}:${w?.from}:${w?.to}`;
-  const series = usePoll(key, (s) => (w ? api.series(node, metric, w.from, w.to, stepFor(w.to - w.from, 240, 1000), s) : Promise.resolve(null)), a.ends_at ? 0 : 15_000);
+  // The node's report interval bounds the step: a histogram reported every 10 s asked at 5 s comes back
+  // as lone points and draws no line. Until the node answers the chart waits; if it cannot, the agents' default.
+  const info = usePoll(`alert-node:${node}`, (s) => api.node(node, s), 60_000);
+  const intervalMs = info.data?.interval_ms || (info.error ? DEFAULT_INTERVAL_MS : undefined);
+  const step = w && intervalMs ? stepFor(w.to - w.from, 240, intervalMs) : '';
+  const key = `alert-series:${node}:${metric}:${w?.from}:${w?.to}:${step}`;
+  const series = usePoll(key, (s) => (w && step ? api.series(node, metric, w.from, w.to, step, s) : Promise.resolve(null)), a.ends_at ? 0 : 15_000);
   const thresholds = usePoll(`alert-thr:${node}`, (s) => api.effective(node, s).catch(() => []), 60_000);
   const thr = thresholds.data?.find((t) => t.metric === metric)?.threshold ?? null;
   return (

@@ -145,6 +145,7 @@ export function BootstrapTokens({ params }: { params: URLSearchParams }) {
         revoke={(t) => api.revokeBootstrapToken(t.name)}
         revoked={(t) => `Revoked bootstrap token ${t.name}: no new node enrolls with it.`}
         Secret={NewBootstrapSecret}
+        createdId={(c) => c.bootstrap_token.id}
         Form={BootstrapForm}
         tableClass="tokens-table bootstrap-table"
         columns={['Name', 'Labels', 'Enrolled', 'Created', 'Expires', 'State']}

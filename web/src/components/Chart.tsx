@@ -4,6 +4,7 @@ import 'uplot/dist/uPlot.min.css';
 import type { Series, Threshold } from '../api';
 import { type ChartData, chartData, summarize } from '../chartdata';
 import { formatCompact, formatTime, formatValue } from '../format';
+import { loneIndexes } from '../report';
 import { useScheme } from '../hooks';
 
 function css(name: string, fallback: string): string {
@@ -89,27 +90,61 @@ export function Chart({ series, threshold, title, height = 240, onZoom }: Props)
         `${s.raised} intervals in WARN or CRIT.`;
 
   return (
-    <figure class="chart" aria-label={label} role="img">
+    <figure class="chart" aria-label={label} role="img" data-points={data.xs.length} data-lone={data.lines.reduce((n, l) => n + (l.secondary ? 0 : lonePoints(l.values).length), 0)}>
       <div ref={box} class="chart-canvas" />
       {data.xs.length === 0 && <div class="chart-empty">No data in this range.</div>}
     </figure>
   );
 }
 
-/** 24-hour tick labels; the date where it changes or the span is long. */
-function timeTicks(u: uPlot, splits: number[]): string[] {
-  const span = (u.scales.x.max ?? 0) - (u.scales.x.min ?? 0);
-  const pad = (n: number) => String(n).padStart(2, '0');
+const pad2 = (n: number) => String(n).padStart(2, '0');
+
+/**
+ * 24-hour tick labels, each tick its own: HH:MM when the ticks are a minute
+ * or more apart, HH:MM:SS when closer (a 10-minute window ticked every 30 s
+ * would read 06:10, 06:10, 06:11 in minutes), MM-DD over more than three
+ * days; the date under the time where it changes over more than a day. A
+ * precision that would give two ticks one label is made finer.
+ */
+export function timeTicks(splits: number[], spanS: number, incrS: number): string[] {
+  type Precision = 'day' | 'minute' | 'second';
+  const unit: Record<Precision, number> = { day: 86400, minute: 60, second: 1 };
+  const local = (v: number) => new Date(v * 1000);
+  // Distinct at a precision: no two ticks in the same local day, minute or second.
+  const distinct = (p: Precision) => {
+    const keys = splits.map((v) => {
+      const d = local(v);
+      return p === 'day' ? d.toDateString() : p === 'minute' ? `${d.toDateString()} ${d.getHours()}:${d.getMinutes()}` : String(Math.floor(v / unit.second));
+    });
+    return new Set(keys).size === keys.length;
+  };
+  let p: Precision = spanS > 3 * 86400 && incrS >= 86400 ? 'day' : incrS >= 60 && spanS > 300 ? 'minute' : 'second';
+  if (p === 'day' && !distinct('day')) p = 'minute';
+  if (p === 'minute' && !distinct('minute')) p = 'second';
+  const parts = splits.map((v) => {
+    const d = local(v);
+    const hm = `${pad2(d.getHours())}:${pad2(d.getMinutes())}`;
+    return { day: `${pad2(d.getMonth() + 1)}-${pad2(d.getDate())}`, t: p === 'second' ? `${hm}:${pad2(d.getSeconds())}` : hm };
+  });
+  if (p === 'day') return parts.map((x) => x.day);
+  // Over days, the date goes under the time where it changes, or under
+  // every time when a time of day comes back (06:00 of two days).
+  const everyDay = spanS > 86400 && new Set(parts.map((x) => x.t)).size < parts.length;
   let lastDay = '';
-  return splits.map((v) => {
-    const d = new Date(v * 1000);
-    const day = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
-    const hm = span <= 300 ? `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}` : `${pad(d.getHours())}:${pad(d.getMinutes())}`;
-    const showDay = span > 86400 && day !== lastDay;
+  return parts.map(({ day, t }) => {
+    const showDay = spanS > 86400 && (everyDay || day !== lastDay);
     lastDay = day;
-    return span > 3 * 86400 ? `${pad(d.getMonth() + 1)}-${pad(d.getDate())}` : showDay ? `${hm}\n${day.slice(5)}` : hm;
+    return showDay ? `${t}\n${day}` : t;
   });
 }
+
+/** The indexes of a line's points with a value and none beside it: a line cannot draw them, so they get a marker. */
+export function lonePoints(ys: readonly (number | null | undefined)[]): number[] {
+  return loneIndexes(ys.map((v) => (v === undefined ? null : v)));
+}
+
+/** A lone point's marker, in CSS pixels: a dot that reads as data, not a speck. */
+export const LONE_POINT_PX = 7;
 
 /** The x axis spans the requested range, not only the stored points. */
 function xRange(s: Series, min: number | null, max: number | null): [number, number] {
@@ -192,6 +227,21 @@ function options(series: Series, d: ChartData, unit: string, t: Threshold | null
     ctx.restore();
   };
 
+  // Where the lone points' markers are, in canvas pixels: kept on the chart for tests and tools that read the page.
+  const markLone = (u: uPlot) => {
+    const at: string[] = [];
+    const cd = (u as unknown as { nbs?: ChartData }).nbs ?? d;
+    for (let si = 1; si < u.series.length; si++) {
+      if (cd.lines[si - 1]?.secondary) continue;
+      for (const i of lonePoints(u.data[si] as (number | null)[])) {
+        const x = u.valToPos(u.data[0][i], 'x', true);
+        const y = u.valToPos(u.data[si][i] as number, 'y', true);
+        if (Number.isFinite(x) && Number.isFinite(y)) at.push(`${Math.round(x)},${Math.round(y)}`);
+      }
+    }
+    u.root.dataset.loneAt = at.join(';');
+  };
+
   return {
     width,
     height,
@@ -203,6 +253,18 @@ function options(series: Series, d: ChartData, unit: string, t: Threshold | null
         width: l.secondary ? 1 : 1.75,
         dash: l.secondary ? [3, 3] : undefined,
         spanGaps: false,
+        // A point with no neighbour is a marker; the rest are lines only.
+        points: {
+          show: false,
+          size: LONE_POINT_PX,
+          width: 1,
+          fill: l.key === 'max' ? fg : palette[i % palette.length],
+          // The main lines' lone points; a secondary line (max) has its point where the main line's marker is.
+          filter: (u: uPlot, si: number) => {
+            const idx = l.secondary ? [] : lonePoints(u.data[si] as (number | null)[]);
+            return idx.length ? idx : null;
+          },
+        },
         value: (_u: uPlot, v: number | null) => (v == null ? '—' : formatValue(v, unit)),
       })),
     ],
@@ -213,14 +275,25 @@ function options(series: Series, d: ChartData, unit: string, t: Threshold | null
       },
     },
     axes: [
-      { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font, values: (u, splits) => timeTicks(u, splits) },
+      {
+        stroke: fg,
+        grid: { stroke: grid, width: 1 },
+        ticks: { stroke: grid, width: 1 },
+        font,
+        values: (u, splits, _ax, _space, incr) => {
+          const labels = timeTicks(splits, (u.scales.x.max ?? 0) - (u.scales.x.min ?? 0), incr);
+          // The labels are drawn on the canvas: kept on the chart too, for tests and tools that read the page.
+          u.root.dataset.ticks = labels.join('|');
+          return labels;
+        },
+      },
       { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font, size: 56, values: (_u, vals) => vals.map((v) => formatCompact(v, unit)) },
     ],
     legend: { show: true, live: true },
     cursor: { drag: { x: true, y: false, setScale: false } },
     hooks: {
       drawAxes: [bands],
-      draw: [lines],
+      draw: [lines, markLone],
       setSelect: [
         (u: uPlot) => {
           if (u.select.width < 4) return;

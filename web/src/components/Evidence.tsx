@@ -10,6 +10,45 @@ import { Empty, ErrorBox, Loading, TableWrap } from './common';
 const PREFERRED = ['owner', 'owner_kind', 'pod', 'direction', 'reason', 'state', 'src', 'dst'];
 const LAST = ['netns', 'owner_id'];
 
+// What people call each field the agents send; a field not here is shown
+// by its name, spaced and capitalised. To a customer the collector sends
+// no namespace, process or owner-id fields (collector/api/customer.go), so
+// the same table serves both.
+const TITLES: Record<string, string> = {
+  owner: 'Owner',
+  owner_kind: 'Owner kind',
+  owner_id: 'Owner id',
+  pod: 'Pod',
+  pod_uid: 'Pod UID',
+  container: 'Container id',
+  container_name: 'Container',
+  runtime: 'Runtime',
+  direction: 'Direction',
+  reason: 'Reason',
+  state: 'State',
+  src: 'Source',
+  dst: 'Destination',
+  sport: 'Source port',
+  dport: 'Destination port',
+  protocol: 'Protocol',
+  netns: 'Namespace inode',
+  netns_name: 'Namespace',
+  pid: 'PID',
+  comm: 'Command',
+  srtt_ms: 'Smoothed RTT (ms)',
+  min_rtt_ms: 'Min RTT (ms)',
+  rttvar_ms: 'RTT variance (ms)',
+  cwnd: 'Congestion window',
+};
+
+/** A field's column title, for people. */
+export function fieldTitle(field: string): string {
+  const t = TITLES[field];
+  if (t) return t;
+  const spaced = field.replace(/_/g, ' ');
+  return spaced.charAt(0).toUpperCase() + spaced.slice(1);
+}
+
 export function evidenceColumns(events: Evidence[]): string[] {
   const keys = new Set<string>();
   events.forEach((e) => Object.keys(e.fields ?? {}).forEach((k) => keys.add(k)));
@@ -101,8 +140,8 @@ export function EvidenceTable({ events, metric, error, loading, limit, onRetry }
               <th scope="col">Time</th>
               {showMetric && <th scope="col">Metric</th>}
               {cols.map((c) => (
-                <th key={c} scope="col">
-                  {c}
+                <th key={c} scope="col" title={c}>
+                  {fieldTitle(c)}
                 </th>
               ))}
             </tr>

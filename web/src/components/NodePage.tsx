@@ -390,7 +390,7 @@ function NodeHeader({
         <ul class="capabilities" aria-label="Missing sources">
           {missing.map((c) => (
             <li key={c.name}>
-              <span class="tag tag-warn">{c.name} unavailable</span> {c.reason}
+              <span class="tag tag-warn">{capabilityLabel(c.name)} unavailable</span> {c.reason}
             </li>
           ))}
         </ul>
@@ -402,6 +402,15 @@ function NodeHeader({
       )}
     </div>
   );
+}
+
+/**
+ * A capability as the header names it: staff get the agent's name
+ * (owner.oci_bundles), a customer the topic the collector maps it to
+ * (pod_names → "pod names", collector/api/customer.go).
+ */
+export function capabilityLabel(name: string): string {
+  return name.includes('.') ? name : name.replace(/_/g, ' ');
 }
 
 /** While live, asks the collector to have the agent stream its full tree, renewed before it lapses. */

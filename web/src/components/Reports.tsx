@@ -12,6 +12,8 @@ import {
   change,
   chartStart,
   dataStart,
+  pointsStart,
+  rootHeadline,
   definitionReportUrl,
   fmtDuration,
   fmtErrorBound,
@@ -312,7 +314,9 @@ export function ReportView({ r, jsonUrl, csvUrl, staff = true }: { r: Report; js
   const to = Date.parse(r.period.to);
   const nodes = r.scope?.nodes ?? [];
   const start = dataStart(r);
-  const chartFrom = chartStart(from, to, start);
+  // The charts start with the bucket the data starts in, which may begin before it.
+  const first = pointsStart(r);
+  const chartFrom = chartStart(from, to, start === null ? null : Math.min(start, first ?? start));
   const secs = sectionsOf(r, staff);
   const render = (id: string, has: boolean) => {
     switch (id) {
@@ -453,14 +457,19 @@ function SummarySection({ r, secs }: { r: Report; secs: { id: string; has: boole
             {fmtNum(incidents.length)} <span class="muted small">({crit} CRIT)</span>
           </dd>
         </div>
-        {avail.map((a) => (
-          <div key={a.root}>
-            <dt>{a.root}: OK / no data</dt>
-            <dd>
-              {fmtShare(a.s.ok)} <span class="muted small">/ {fmtShare(a.s.no_data)}</span>
-            </dd>
-          </div>
-        ))}
+        {avail.map((a) => {
+          // OK of the time the root reported; the period's time without data said apart, only when there was some.
+          const h = rootHeadline(a.s);
+          return (
+            <div key={a.root} data-root={a.root}>
+              <dt>{a.root} OK</dt>
+              <dd>
+                <span class="headline-ok">{fmtShare(h.ok)}</span>
+                {h.noData !== null && <span class="muted small headline-nodata">{h.ok === null ? 'nothing reported in the period' : `of the time it reported; ${fmtShare(h.noData)} of the period without data`}</span>}
+              </dd>
+            </div>
+          );
+        })}
       </dl>
       {empty.length > 0 && <p class="muted small">No data in this period for: {empty.join(', ')} (listed at the end).</p>}
     </section>
@@ -542,7 +551,7 @@ function PingTargetRows({ t }: { t: PingTarget }) {
         </td>
         <td>{fmtMs(t.max_ms)}</td>
         <td>
-          {fmtShare(t.loss)} <span class="muted">({fmtNum(t.lost)} of {fmtNum(t.sent)})</span> <Delta c={change(t.loss, t.previous?.loss, 'share')} />
+          {fmtShare(t.loss)} {t.sent != null && <span class="muted">({fmtNum(t.lost)} of {fmtNum(t.sent)})</span>} <Delta c={change(t.loss, t.previous?.loss, 'share')} />
         </td>
         <td>{fmtMs(t.host_delay_p50_ms)}</td>
         <td>{fmtMs(t.host_delay_p99_ms)}</td>
@@ -571,7 +580,7 @@ function PingNodeRow({ n }: { n: PingNode }) {
       <td>{fmtMs(n.p99_ms)}</td>
       <td>{fmtMs(n.max_ms)}</td>
       <td>
-        {fmtShare(n.loss)} <span class="muted">({fmtNum(n.lost)} of {fmtNum(n.sent)})</span>
+        {fmtShare(n.loss)} {n.sent != null && <span class="muted">({fmtNum(n.lost)} of {fmtNum(n.sent)})</span>}
       </td>
       <td>{fmtMs(n.host_delay_p50_ms)}</td>
       <td>{fmtMs(n.host_delay_p99_ms)}</td>
@@ -654,7 +663,7 @@ function ReliabilitySection({ r, has }: { r: Report; has: boolean }) {
         <div>
           <dt>Retransmits per 1,000 segments</dt>
           <dd>
-            {fmtNum(rt?.per_1000_segments)} <span class="muted small">({fmtNum(rt?.per_second)}/s)</span>
+            {fmtNum(rt?.per_1000_segments)} {rt?.per_second != null && <span class="muted small">({fmtNum(rt.per_second)}/s)</span>}
           </dd>
         </div>
         <div>
@@ -666,7 +675,7 @@ function ReliabilitySection({ r, has }: { r: Report; has: boolean }) {
         <div>
           <dt>RTOs</dt>
           <dd>
-            {fmtNum(rt?.rtos)} <span class="muted small">({fmtNum(rt?.rtos_per_second)}/s)</span>
+            {fmtNum(rt?.rtos)} {rt?.rtos_per_second != null && <span class="muted small">({fmtNum(rt.rtos_per_second)}/s)</span>}
           </dd>
         </div>
         <div>

@@ -185,6 +185,8 @@ export interface SecretListProps<T extends { id: number }, C> {
   /** The status line after revoking t. */
   revoked: (t: T) => string;
   Secret: ComponentType<{ created: C; onDone: () => void }>;
+  /** Which listed one a new secret is: revoking it takes its secret off the screen. */
+  createdId: (c: C) => number;
   Form: ComponentType<{ onCreated: (c: C) => void; onCancel: () => void }>;
   tableClass: string;
   columns: string[];
@@ -266,7 +268,17 @@ export function SecretList<T extends { id: number }, C>(p: SecretListProps<T, C>
             <TableHead columns={p.columns} actions />
             <tbody>
               {shown.map((t) => (
-                <Row key={t.id} t={t} now={now} busy={busy} onRevoke={() => act(() => p.revoke(t), p.revoked(t))} />
+                <Row
+                  key={t.id}
+                  t={t}
+                  now={now}
+                  busy={busy}
+                  onRevoke={() => {
+                    // A secret that no longer works is not left on the screen to be copied.
+                    if (created && p.createdId(created) === t.id) setCreated(null);
+                    act(() => p.revoke(t), p.revoked(t));
+                  }}
+                />
               ))}
             </tbody>
           </table>

@@ -1,12 +1,13 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { type Alert, api } from '../api';
+import { api } from '../api';
 import { usePoll } from '../hooks';
 import { alertTreeHref, alertWhere, handled, severityState, sortOpen } from '../alerts';
 import { selectorText, useCan, useSession } from '../auth';
 import { alertHref, alertRulesHref, alertsHref, auditHref, fleetHref, linkClick, tokensHref } from '../route';
 import { reportsHref } from '../report';
 import { StateDot } from './common';
+import { formatCount } from '../format';
 
 type Theme = 'system' | 'light' | 'dark';
 
@@ -52,6 +53,9 @@ export function ThemeToggle() {
   );
 }
 
+// The header lists the first open alerts, worst first; its counts are the collector's totals.
+const HEADER_ALERTS = 50;
+
 /** Open alerts, when this collector has an alerts API; hidden when it does not (404). */
 function AlertsIndicator() {
   const can = useCan();
@@ -71,13 +75,15 @@ function AlertsIndicator() {
       document.removeEventListener('keydown', close);
     };
   }, []);
-  const polled = usePoll(absent ? 'alerts:absent' : 'alerts', (s) => (absent ? Promise.resolve([] as Alert[]) : api.alerts(s)), absent ? 0 : 15000);
+  const polled = usePoll(absent ? 'alerts:absent' : 'alerts', (s) => (absent ? Promise.resolve(null) : api.alerts(HEADER_ALERTS, s)), absent ? 0 : 15000);
   useEffect(() => {
     if (polled.error?.notFound) setAbsent(true);
   }, [polled.error]);
   if (absent || !polled.data) return null;
-  const alerts = sortOpen(polled.data.filter((a) => a.state !== 'resolved'));
-  const firing = alerts.filter((a) => a.state === 'firing');
+  // The counts are the collector's totals: the list below is only the first (worst) few of them.
+  const { firing, pending } = polled.data.totals;
+  const alerts = sortOpen(polled.data.alerts.filter((a) => a.state !== 'resolved'));
+  const open = firing + pending;
   // A link inside the popover navigates in-app; close it on the way.
   const follow = (e: MouseEvent) => {
     linkClick(e);
@@ -85,8 +91,8 @@ function AlertsIndicator() {
   };
   return (
     <details class="alerts" ref={box}>
-      <summary class={`btn btn-quiet${firing.length ? ' alerts-firing' : ''}`} aria-label={`Alerts: ${firing.length} firing, ${alerts.length - firing.length} pending`}>
-        Alerts <span class="count">{firing.length}</span>
+      <summary class={`btn btn-quiet${firing ? ' alerts-firing' : ''}`} aria-label={`Alerts: ${firing} firing, ${pending} pending`}>
+        Alerts <span class="count">{formatCount(firing)}</span>
       </summary>
       <div class="alerts-pop" role="region" aria-label="Open alerts">
         {polled.error && <p class="field-error">Cannot refresh alerts: {polled.error.message}</p>}
@@ -94,7 +100,7 @@ function AlertsIndicator() {
           <p class="muted">No alert is firing.</p>
         ) : (
           <ul>
-            {alerts.slice(0, 50).map((a) => {
+            {alerts.map((a) => {
               const metric = a.child || a.metric;
               return (
                 <li key={a.id}>
@@ -113,6 +119,11 @@ function AlertsIndicator() {
               );
             })}
           </ul>
+        )}
+        {alerts.length < open && (
+          <p class="muted small" role="status">
+            Showing the first {alerts.length} of {formatCount(open)} open alerts ({formatCount(firing)} firing), worst first.
+          </p>
         )}
         <p class="alerts-pop-links">
           <a href={alertsHref()} onClick={follow}>
@@ -204,9 +215,28 @@ export function BareShell({ children }: { children: ComponentChildren }) {
  */
 function TopMenu() {
   const [open, setOpen] = useState(false);
+  const toggle = useRef<HTMLButtonElement>(null);
+  const isOpen = useRef(open);
+  isOpen.current = open;
+  // Escape closes it, from anywhere on the page, and gives the focus back to
+  // the button when it was inside. Listening from the start (not from the
+  // effect after opening, which runs after a paint) so that an Escape right
+  // after opening is not missed.
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key !== 'Escape' || !isOpen.current) return;
+      const inside = document.getElementById('topbar-menu')?.contains(document.activeElement);
+      isOpen.current = false;
+      setOpen(false);
+      if (inside || document.activeElement === toggle.current) toggle.current?.focus();
+    };
+    document.addEventListener('keydown', onKey);
+    return () => document.removeEventListener('keydown', onKey);
+  }, []);
   return (
     <>
       <button
+        ref={toggle}
         type="button"
         class="btn btn-quiet menu-toggle"
         aria-expanded={open}

@@ -208,6 +208,7 @@ export function TokensPage({ params }: { params: URLSearchParams }) {
         revoke={(t) => api.revokeToken(t.id)}
         revoked={(t) => `Revoked ${t.name}: it no longer works, and its sessions have ended.`}
         Secret={NewSecret}
+        createdId={(c) => c.info.id}
         Form={TokenForm}
         tableClass="tokens-table"
         columns={['Name', 'Role', 'Selector', 'Created', 'Expires', 'Last used', 'State']}

@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { TreeNode } from '../api';
-import { formatAgo, formatCompact, formatDuration, formatValue, thresholdLong, thresholdShort } from '../format';
+import { formatAgo, formatCompact, formatValue, formatWindow, thresholdLong, thresholdShort } from '../format';
 import { normState, raised, stateLabel } from '../state';
 import { type Row, rowId, visibleRows } from '../tree';
 import { Sparkline } from './Sparkline';
@@ -26,7 +26,7 @@ export interface TreeProps {
 
 /** The metric tree as an ARIA tree: arrows move, → opens, ← closes or goes up, Enter selects. */
 export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, explains, onVisible, windowS, newest, stale, past }: TreeProps) {
-  const win = windowS ? formatDuration(windowS * 1000) : '';
+  const win = windowS ? formatWindow(windowS) : '';
   const hasRecent = hasRecentData(roots);
   const rows = visibleRows(roots, isOpen, newest === undefined ? undefined : newest);
   const [focus, setFocus] = useState<string | null>(null);
@@ -95,7 +95,9 @@ export function Tree({ roots, isOpen, onToggle, selected, onSelect, sparks, expl
         <span>Metric</span>
         <span>State</span>
         <span class="num">Value</span>
-        <span class="num">{hasRecent ? (past ? `${win || 'window'} before` : `Last ${win || 'window'}`) : ''}</span>
+        <span class="num tree-recent-head" title={windowS ? `${windowS} s` : undefined}>
+          {hasRecent ? (past ? `${win || 'Window'} before` : `Last ${win || 'window'}`) : ''}
+        </span>
         <span>Trend</span>
         <span>Threshold</span>
       </div>

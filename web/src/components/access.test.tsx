@@ -6,6 +6,8 @@ import { alert, evaluator, node, resetTree, rule } from '../fixtures';
 import { $, $$, byText, click, fakeApi, hasText, mount, mountAs, mountAt, stubClipboard, type, waitFor, whoami } from '../testutil';
 import { AuditPage } from './Audit';
 import { TokensPage } from './Tokens';
+import { Shell } from './Shell';
+import { act } from 'preact/test-utils';
 
 // The fleet page (GET /fleet), empty or of named OK nodes.
 const emptyFleet: Fleet = { time: new Date().toISOString(), total: 0, matched: 0, offset: 0, limit: 100, counts: { ok: 0, warn: 0, crit: 0, unknown: 0 }, nodes: [] };
@@ -473,6 +475,24 @@ describe('TokensPage', () => {
     expect($(el, 'tr[data-token="acme-portal"]').textContent).toContain('customer=acme');
   });
 
+  it("takes a new token's secret off the screen when that token is revoked", async () => {
+    fakeApi({
+      'GET /api/v1/tokens': () => [200, { tokens: [tok(1, 'admin-1', { role: 'admin' }), tok(9, 'fresh')] }],
+      'POST /api/v1/tokens': () => [201, { token: 'nbs_freshsecretfresh', info: tok(9, 'fresh') }],
+      'DELETE /api/v1/tokens/9': () => [200, tok(9, 'fresh', { state: 'revoked' })],
+    });
+    const el = mountAt('admin', '/tokens?new=1', (p) => <TokensPage params={p} />);
+    await waitFor(() => $(el, 'form.token-form'));
+    type($(el, '#token-name') as HTMLInputElement, 'fresh');
+    click(byText(el, 'button', 'Create token'));
+    await waitFor(() => expect(($(el, '#new-token') as HTMLInputElement).value).toBe('nbs_freshsecretfresh'));
+    await waitFor(() => $(el, 'tr[data-token="fresh"]'));
+    click($(el, 'button[aria-label="Revoke fresh…"]'));
+    click(byText(el, 'button', 'Revoke fresh'));
+    await waitFor(() => expect(el.querySelector('.secret-box')).toBeNull());
+    expect(el.innerHTML).not.toContain('nbs_freshsecretfresh');
+  });
+
   it('revokes only after confirming', async () => {
     const calls = tokensApi();
     const el = mountAs('admin', <TokensPage params={new URLSearchParams()} />);
@@ -487,5 +507,24 @@ describe('TokensPage', () => {
     // Revoking one's own token is said to sign one out.
     click($(el, 'button[aria-label="Revoke admin-1…"]'));
     await waitFor(() => expect(el.textContent).toContain('You are signed in with it'));
+  });
+});
+
+describe('the phone menu', () => {
+  it('closes on Escape, pressed at once after opening it, and gives the focus back to its button', async () => {
+    fakeApi({ 'GET /api/v1/alerts': () => [200, { evaluator, alerts: [] }] });
+    const el = mountAs('admin', <Shell>page</Shell>);
+    const toggle = $(el, '.menu-toggle') as HTMLButtonElement;
+    click(toggle);
+    expect(toggle.getAttribute('aria-expanded')).toBe('true');
+    const logout = $(el, '#topbar-menu .logout') as HTMLButtonElement;
+    logout.focus();
+    // No wait for effects: Escape comes in the same tick as the click.
+    act(() => {
+      logout.dispatchEvent(new KeyboardEvent('keydown', { key: 'Escape', bubbles: true }));
+    });
+    expect(toggle.getAttribute('aria-expanded')).toBe('false');
+    expect($(el, '#topbar-menu').classList.contains('open')).toBe(false);
+    expect(document.activeElement).toBe(toggle);
   });
 });

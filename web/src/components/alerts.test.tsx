@@ -58,11 +58,14 @@ describe('alert logic', () => {
 
   it('links to the tree at the explaining metric over the breach window, or the fleet for a group', () => {
     const since = '2026-11-27T05:00:00Z';
-    // Open for 2 min: padded by 5 min either side, up to now.
+    // Open for 2 min: padded by 5 min before, and ending now, never after it (the tree of a time not yet come).
     const open = alert(1, { since, ends_at: null });
     expect(alertTreeHref(open, Date.parse('2026-11-27T05:02:00Z'))).toBe(
-      '/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket&from=2026-11-27T04%3A55%3A00Z&to=2026-11-27T05%3A07%3A00Z',
+      '/nodes/lab-b?metric=tcp_reset%2Fsent%2Fno_socket&from=2026-11-27T04%3A55%3A00Z&to=2026-11-27T05%3A02%3A00Z',
     );
+    // Resolved a minute ago: its 5 min after the resolve are not there yet.
+    const just = alert(1, { since, ends_at: '2026-11-27T05:02:00Z' });
+    expect(alertWindow(just, Date.parse('2026-11-27T05:03:00.400Z'))).toEqual({ from: Date.parse('2026-11-27T04:55:00Z'), to: Date.parse('2026-11-27T05:03:01Z') });
     // Resolved after 4 h: padded by a quarter of it, whatever the time now.
     const done = alert(1, { since, ends_at: '2026-11-27T09:00:00Z', child: '' });
     expect(alertTreeHref(done, Date.parse('2026-11-28T00:00:00Z'))).toBe('/nodes/lab-b?metric=tcp_reset&from=2026-11-27T04%3A00%3A00Z&to=2026-11-27T10%3A00%3A00Z');
@@ -469,6 +472,81 @@ describe('alert rules editor', () => {
     click(byText(el, 'button', 'Delete AcmeQuorum'));
     await waitFor(() => expect(el.querySelector('tr[data-rule="AcmeQuorum"]')).toBeNull());
     expect($(el, '.saved').textContent).toContain('Deleted rule AcmeQuorum');
+  });
+});
+
+describe('alerts at fleet scale', () => {
+  // 2,999 nodes of a rack gone silent (pending) and one firing CRIT, as the
+  // collector answers them: a page, the true totals, the groups worst first.
+  const crit = alert(5000, { rule: 'rtt_crit', node: 'db-1' });
+  const silent = (id: number) =>
+    alert(id, { rule: 'node_silent', kind: 'node', state: 'pending', severity: 'warning', node: `rack-${id}`, child: '', metric: '', root: '', value: null, summary: `rack-${id} has sent no report for 3m0s` });
+  const totals = { firing: 1, pending: 2999, resolved: 0, acknowledged: 0, silenced: 0 };
+  const fleet = () =>
+    fakeApi({
+      'GET /api/v1/alerts': (u) => {
+        const limit = Number(u.searchParams.get('limit') ?? 100);
+        const rule = u.searchParams.get('rule');
+        const st = u.searchParams.get('state');
+        if (st === 'resolved') return [200, { evaluator, alerts: [], total: 0, totals, limit }];
+        // The silent ones newest first: ids 4999 down to 2001.
+        const all = [...(rule === 'node_silent' ? [] : [crit]), ...Array.from({ length: 2999 }, (_, i) => silent(4999 - i))].filter((a) => !rule || a.rule === rule);
+        const from = Number(u.searchParams.get('cursor') ?? 0);
+        const page = all.slice(from, from + limit);
+        const next = from + limit < all.length ? String(from + limit) : undefined;
+        const groups = u.searchParams.get('groups') === 'true'
+          ? [
+              { rule: 'rtt_crit', count: 1, firing: 1, pending: 0, first: crit },
+              { rule: 'node_silent', count: 2999, firing: 0, pending: 2999, first: silent(4999) },
+            ]
+          : undefined;
+        return [200, { evaluator, alerts: page, total: all.length, totals, limit, next_cursor: next, groups, groups_total: groups?.length }];
+      },
+      'GET /api/v1/nodes': () => [200, { nodes: [] }],
+      'GET /api/v1/alert-rules': () => [200, { rules: [] }],
+      'GET /api/v1/fleet': () => [200, { time: new Date().toISOString(), total: 0, matched: 0, offset: 0, limit: 100, counts: { ok: 0, warn: 0, crit: 0, unknown: 0 }, nodes: [] }],
+    });
+
+  it('shows the firing CRIT first and the silent rack as one row that opens a page at a time', async () => {
+    const calls = fleet();
+    const el = mountAs('operator', <AlertsPage params={new URLSearchParams()} />);
+    await waitFor(() => $(el, '.open-alerts tr.alert-group-row'));
+    const rows = $$(el, '.open-alerts tbody > tr');
+    expect(rows[0].dataset.alertId).toBe('5000');
+    expect(rows[0].textContent).toContain('firing');
+    expect(rows).toHaveLength(2);
+    const group = $(el, 'tr.alert-group-row[data-rule="node_silent"]');
+    expect(group.textContent).toContain('node_silent — 2,999 nodes · 2,999 pending');
+    expect(el.textContent).toContain('1 firing · 2,999 pending');
+    expect($(el, '#open-alerts-h').textContent).toContain('(3,000)');
+    const open = calls.find((c) => c.url.pathname === '/api/v1/alerts' && c.url.searchParams.get('state') === 'open')!;
+    expect(open.url.searchParams.get('groups')).toBe('true');
+    expect(Number(open.url.searchParams.get('limit'))).toBeLessThanOrEqual(100);
+
+    click($(group, 'button.group-toggle'));
+    expect($(group, 'button.group-toggle').getAttribute('aria-expanded')).toBe('true');
+    await waitFor(() => expect($$(el, 'tr.in-group')).toHaveLength(100));
+    expect($(el, '.alert-group .alerts-more').textContent).toContain('Showing 100 of 2,999 alerts of node_silent');
+    click(byText(el, 'button', 'Show 100 more'));
+    await waitFor(() => expect($$(el, 'tr.in-group')).toHaveLength(200));
+    const ids = $$(el, 'tr.in-group').map((r) => Number(r.dataset.alertId));
+    expect(new Set(ids).size).toBe(200);
+    expect(ids[0]).toBe(4999);
+    expect(ids[199]).toBe(4800);
+    expect(calls.some((c) => c.url.searchParams.get('rule') === 'node_silent' && c.url.searchParams.get('cursor') === '100')).toBe(true);
+  });
+
+  it('counts firing alerts in the header from the totals, not from the alerts it lists', async () => {
+    fleet();
+    const el = mount(<App />);
+    // The header asks for the first 50 only; the count is the total.
+    await waitFor(() => expect($(el, '.alerts summary .count').textContent).toBe('1'));
+    expect($(el, '.alerts summary').getAttribute('aria-label')).toBe('Alerts: 1 firing, 2999 pending');
+    const pop = $(el, '.alerts');
+    click($(pop, 'summary'));
+    expect($$(pop, 'li')).toHaveLength(50);
+    expect($$(pop, 'li')[0].textContent).toContain('rtt_crit');
+    expect(pop.textContent).toContain('Showing the first 50 of 3,000 open alerts (1 firing), worst first.');
   });
 });
 

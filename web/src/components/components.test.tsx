@@ -3,7 +3,8 @@ import type { Evidence } from '../api';
 import { branch, leaf, resetTree } from '../fixtures';
 import { $, $$, click, fakeApi, mount, mountAs, press, type, waitFor } from '../testutil';
 import { defaultOpen } from '../tree';
-import { EvidenceTable, evidenceColumns, groupEvents, splitAddr } from './Evidence';
+import { EvidenceTable, evidenceColumns, fieldTitle, groupEvents, splitAddr } from './Evidence';
+import { capabilityLabel } from './NodePage';
 import { buildRequest, draftFrom, mapServerError, ThresholdEditor } from './ThresholdEditor';
 import { Tree } from './Tree';
 
@@ -76,8 +77,24 @@ describe('Evidence', () => {
     expect(evidenceColumns(events)).toEqual(['reason', 'state', 'src', 'dst', 'extra', 'netns']);
     const el = mount(<EvidenceTable events={events} metric="tcp_reset" error={null} loading={false} limit={200} onRetry={() => {}} />);
     expect($$(el, 'tbody tr:not(.group-head)')).toHaveLength(2);
-    expect($$(el, 'thead th').map((t) => t.textContent)).toEqual(['Time', 'Metric', 'reason', 'state', 'src', 'dst', 'extra', 'netns']);
+    expect($$(el, 'thead th').map((t) => t.textContent)).toEqual(['Time', 'Metric', 'Reason', 'State', 'Source', 'Destination', 'Extra', 'Namespace inode']);
     expect($(el, 'tbody tr:not(.group-head)').textContent).toContain('sent/no_socket');
+  });
+  it('titles every column for people, in both shapes the collector sends', () => {
+    // Staff: the owner and the namespace it was found from.
+    const staff: Evidence[] = [{ t: '2026-01-01T00:00:01Z', metric: 'drops/x', fields: { owner: 'blue', owner_kind: 'netns', netns_name: 'blue', netns: '4026532177', owner_id: 'netns:blue', pid: '42', comm: 'sleep', dst: '10.0.0.9:443' }, counterparts: [] }];
+    const el = mount(<EvidenceTable events={staff} metric="drops/x" error={null} loading={false} limit={200} onRetry={() => {}} />);
+    const heads = $$(el, 'thead th').map((t) => t.textContent);
+    expect(heads).toEqual(['Time', 'Owner', 'Owner kind', 'Destination', 'Command', 'Namespace', 'PID', 'Namespace inode', 'Owner id']);
+    // A customer: the collector sent no namespace or process fields; a pod's owner stays.
+    const customer: Evidence[] = [{ t: '2026-01-01T00:00:01Z', metric: 'drops/x', fields: { owner: 'shop/cart', owner_kind: 'pod', pod: 'shop/cart', dst: '10.0.0.9:443', function: 'tcp_v4_rcv' }, counterparts: [] }];
+    const cel = mount(<EvidenceTable events={customer} metric="drops/x" error={null} loading={false} limit={200} onRetry={() => {}} />);
+    expect($$(cel, 'thead th').map((t) => t.textContent)).toEqual(['Time', 'Owner', 'Owner kind', 'Pod', 'Destination', 'Function']);
+    expect(fieldTitle('some_new_field')).toBe('Some new field');
+  });
+  it('names a missing capability by the agent for staff and by topic for a customer', () => {
+    expect(capabilityLabel('owner.oci_bundles')).toBe('owner.oci_bundles');
+    expect(capabilityLabel('pod_names')).toBe('pod names');
   });
   it('shows what the other side said, linking to its tree', () => {
     const received: Evidence[] = [
