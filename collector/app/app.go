@@ -11,15 +11,16 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/alert"
 	"github.com/nbs-project/nbs/collector/api"
+	"github.com/nbs-project/nbs/collector/connlimit"
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/nodeauth"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
@@ -37,6 +38,9 @@ type Collector struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *telemetry.Metrics
+	// httpConns and grpcConns count the listeners' connections, and what
+	// their limits refused and closed.
+	httpConns, grpcConns *connlimit.Metrics
 
 	mu       sync.Mutex
 	grpcAddr net.Addr
@@ -47,7 +51,11 @@ type Collector struct {
 // New prepares a collector; cfg is DefaultConfig with changes, and is
 // validated when Run starts.
 func New(cfg Config, log *slog.Logger) *Collector {
-	return &Collector{cfg: cfg, log: log, metrics: telemetry.New(), ready: make(chan struct{})}
+	c := &Collector{cfg: cfg, log: log, metrics: telemetry.New(), ready: make(chan struct{}),
+		httpConns: connlimit.NewMetrics("http"), grpcConns: connlimit.NewMetrics("grpc")}
+	c.metrics.Registry.MustRegister(c.httpConns.Collectors()...)
+	c.metrics.Registry.MustRegister(c.grpcConns.Collectors()...)
+	return c
 }
 
 // Ready is closed once both listeners accept connections.
@@ -121,6 +129,12 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	grpcSrv := grpc.NewServer(grpcOpts...)
 	nbsv1.RegisterAgentServiceServer(grpcSrv, p.ingest)
+	// Agents behind one NAT share an address, so the per-address bound is
+	// a fleet's, not a browser's (ingest.Config.MaxConnsPerAddress), and
+	// a fleet's servers share their IPv6 /64s, so each address counts; an
+	// agent holds one connection, and gRPC has no idle ones to close:
+	// a connection without a stream ends after its idle timeout.
+	grpcLimited := connlimit.New(grpcLis, connlimit.Limits{Max: c.cfg.Ingest.MaxConns, PerAddress: c.cfg.Ingest.MaxConnsPerAddress}, c.grpcConns)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -140,7 +154,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	wg.Go(func() { p.identities.Listen(runCtx, st.Pool()) })
 	wg.Go(func() { p.alerts.Run(runCtx) })
 	wg.Go(func() {
-		if err := grpcSrv.Serve(grpcLis); err != nil {
+		if err := grpcSrv.Serve(grpcLimited); err != nil {
 			errc <- fmt.Errorf("serve gRPC: %w", err)
 		}
 	})
@@ -221,7 +235,7 @@ func (c *Collector) wire(ctx context.Context, st *store.Store, reads *store.Read
 		c.log.Info("node names are not verified (--grpc.node-auth=none): only clients on this host reach the gRPC listen address", "grpc", c.cfg.GRPCAddr)
 	}
 	p.ingest = ingest.NewServer(st, p.writer, ingest.ServerOptions{Limits: limits, Config: p.configs, Auth: auth, Tenant: c.cfg.Tenant,
-		SendTimeout: c.cfg.Ingest.SendTimeout, HelloTimeout: c.cfg.Ingest.HelloTimeout}, c.log.With("part", "ingest"), c.metrics)
+		SendTimeout: c.cfg.Ingest.SendTimeout, HelloTimeout: c.cfg.Ingest.HelloTimeout, Quotas: st}, c.log.With("part", "ingest"), c.metrics)
 	p.configs.SetPusher(p.ingest)
 	p.identities = nodeauth.NewAdmin(st, p.ingest, authMode, c.cfg.Tenant, c.log.With("part", "nodeauth"))
 	p.alerts.SetThresholds(p.configs)
@@ -254,10 +268,17 @@ func (c *Collector) httpServer(runCtx context.Context, handler http.Handler, lis
 		IdleTimeout: hl.IdleTimeout, MaxHeaderBytes: hl.MaxHeaderBytes,
 		BaseContext: func(net.Listener) context.Context { return runCtx },
 		ErrorLog:    slog.NewLogLogger(c.log.With("part", "http").Handler(), slog.LevelWarn)}
-	// Past MaxConns, connections wait in the kernel's backlog: a flood of
-	// slow clients cannot exhaust descriptors, and each is closed by the
-	// timeouts above.
-	lis = netutil.LimitListener(lis, hl.MaxConns)
+	// Past MaxConns, idle connections make room (least recently used
+	// first), else new ones wait in the kernel's backlog: a flood of slow
+	// clients cannot exhaust descriptors, and each is closed by the
+	// timeouts above (a TLS handshake too: net/http bounds it by the
+	// shortest of them). One address holds at most MaxConnsPerAddress, but
+	// for the proxies that carry everyone's requests.
+	proxies := slices.Concat(accCfg.TrustedProxies, accCfg.ProxyCIDRs)
+	limited := connlimit.New(lis, connlimit.Limits{Max: hl.MaxConns, PerAddress: hl.MaxConnsPerAddress, IPv6Bits: 64,
+		Exempt: proxies.Contains, States: true}, c.httpConns)
+	srv.ConnState = limited.ConnState
+	lis = limited
 	serve := func() error { return srv.Serve(lis) }
 	if accCfg.TLSCertFile != "" {
 		var err error

@@ -83,6 +83,12 @@ func TestDefaultConfigValidate(t *testing.T) {
 				"--reads.statement-timeout 30s is longer than --http.write-timeout 10s"}},
 		{"HTTP headers and connections", func(c *Config) { c.HTTP.MaxHeaderBytes, c.HTTP.MaxConns = 100, 0 },
 			[]string{"--http.max-header-bytes 100", "--http.max-connections 0"}},
+		{"HTTP connections per address", func(c *Config) { c.HTTP.MaxConnsPerAddress = 0 }, []string{"--http.max-connections-per-address 0"}},
+		{"HTTP connections per address over the total", func(c *Config) { c.HTTP.MaxConns, c.HTTP.MaxConnsPerAddress = 100, 101 },
+			[]string{"--http.max-connections-per-address 101 must be from 1 to --http.max-connections (100)"}},
+		{"gRPC connections", func(c *Config) { c.Ingest.MaxConns, c.Ingest.MaxConnsPerAddress = 10, 11 },
+			[]string{"--grpc.max-connections-per-address 11 is more than --grpc.max-connections 10"}},
+		{"gRPC connections per address", func(c *Config) { c.Ingest.MaxConnsPerAddress = 0 }, []string{"--grpc.max-connections-per-address 0"}},
 		{"send timeout", func(c *Config) { c.Ingest.SendTimeout = 0 }, []string{"--grpc.send-timeout 0s"}},
 		{"overrides cap", func(c *Config) { c.NodeConfig.MaxOverrides = 0 }, []string{"--thresholds.max-overrides 0"}},
 		{"everything at once", func(c *Config) {

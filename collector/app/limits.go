@@ -27,8 +27,17 @@ type HTTPLimits struct {
 	WriteTimeout   time.Duration
 	IdleTimeout    time.Duration
 	MaxHeaderBytes int
-	// MaxConns bounds the open connections; more wait to be accepted.
+	// MaxConns bounds the open connections: past it the least recently
+	// used idle one is closed for a newcomer, else it waits to be
+	// accepted (collector/connlimit).
 	MaxConns int
+	// MaxConnsPerAddress bounds one client address's (an IPv6 /64's) open
+	// connections
+	// (the reverse proxies and load balancers of --web.trusted-proxies
+	// and --auth.proxy-cidrs count only against MaxConns): past it, the
+	// address's own least recently used idle connection is closed for the
+	// new one, else the new one is.
+	MaxConnsPerAddress int
 }
 
 // DefaultHTTPLimits are the production HTTP bounds.
@@ -40,6 +49,10 @@ func DefaultHTTPLimits() HTTPLimits {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		MaxConns:          1024,
+		// A browser holds one connection over HTTP/2 and up to six over
+		// HTTP/1.1: 64 is an office of browsers behind one NAT, and a
+		// sixteenth of the server.
+		MaxConnsPerAddress: 64,
 	}
 }
 
@@ -51,7 +64,8 @@ func (h *HTTPLimits) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&h.WriteTimeout, "http.write-timeout", h.WriteTimeout, "how long reading a request and writing its answer may take (the largest answers, a year of a series or a whole tree, take seconds)")
 	fs.DurationVar(&h.IdleTimeout, "http.idle-timeout", h.IdleTimeout, "how long a kept-alive connection may wait for its next request")
 	fs.IntVar(&h.MaxHeaderBytes, "http.max-header-bytes", h.MaxHeaderBytes, "largest request line and headers, in bytes (more: 431)")
-	fs.IntVar(&h.MaxConns, "http.max-connections", h.MaxConns, "most open HTTP connections; more wait to be accepted")
+	fs.IntVar(&h.MaxConns, "http.max-connections", h.MaxConns, "most open HTTP connections; past it the least recently used idle connection is closed for a new one, else the new one waits to be accepted")
+	fs.IntVar(&h.MaxConnsPerAddress, "http.max-connections-per-address", h.MaxConnsPerAddress, "most open HTTP connections from one client address (--web.trusted-proxies and --auth.proxy-cidrs count only against --http.max-connections); past it the address's least recently used idle connection is closed for the new one, else the new one is refused; 1 to --http.max-connections")
 }
 
 // Validate reports every problem at once.
@@ -80,8 +94,14 @@ func (h *HTTPLimits) Validate() error {
 	if h.MaxHeaderBytes < 4<<10 || h.MaxHeaderBytes > 1<<20 {
 		errs = append(errs, fmt.Errorf("--http.max-header-bytes %d must be from 4 KiB to 1 MiB", h.MaxHeaderBytes))
 	}
-	if h.MaxConns < 16 || h.MaxConns > 1_000_000 {
+	maxOK := h.MaxConns >= 16 && h.MaxConns <= 1_000_000
+	if !maxOK {
 		errs = append(errs, fmt.Errorf("--http.max-connections %d must be from 16 to 1000000", h.MaxConns))
+	}
+	// Against a total out of its own bounds, reported already, only the
+	// lower bound is checked.
+	if h.MaxConnsPerAddress < 1 || (maxOK && h.MaxConnsPerAddress > h.MaxConns) {
+		errs = append(errs, fmt.Errorf("--http.max-connections-per-address %d must be from 1 to --http.max-connections (%d)", h.MaxConnsPerAddress, h.MaxConns))
 	}
 	return errors.Join(errs...)
 }

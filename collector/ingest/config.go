@@ -33,6 +33,11 @@ type Config struct {
 	// default auto-tuned windows a collector buffered ~2 GB when Postgres
 	// fell behind.
 	StreamWindow int32
+	// MaxConns and MaxConnsPerAddress bound the gRPC listener's
+	// connections, in all and from one address (collector/connlimit): an
+	// agent holds one, and agents behind one NAT share an address.
+	MaxConns           int
+	MaxConnsPerAddress int
 	// TLS for agent streams; with ClientCAFile, agents must present a
 	// certificate it signed (mutual TLS).
 	TLSCertFile  string
@@ -49,6 +54,10 @@ func DefaultConfig() Config {
 		SendTimeout:  DefaultSendTimeout,
 		MaxMsgSize:   wire.MaxMessageBytes,
 		StreamWindow: 64 << 10,
+		// Twice the streams: an agent reconnecting holds its old
+		// connection for a moment beside its new one.
+		MaxConns:           2 * DefaultLimits().MaxStreams,
+		MaxConnsPerAddress: 2 * DefaultLimits().MaxStreamsPerIP,
 	}
 }
 
@@ -62,8 +71,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SendTimeout, "grpc.send-timeout", c.SendTimeout, "an agent that reads nothing from its stream for this long is disconnected (it reconnects and gets the newest config)")
 	fs.IntVar(&c.MaxStreams, "ingest.max-streams", c.MaxStreams, "concurrent agent streams on this collector, with a Hello or not; more are refused with ResourceExhausted")
 	fs.IntVar(&c.MaxStreamsPerIP, "ingest.max-streams-per-address", c.MaxStreamsPerIP, "concurrent agent streams from one source IP address")
+	fs.IntVar(&c.MaxConns, "grpc.max-connections", c.MaxConns, "most open gRPC connections (an agent holds one); more wait to be accepted")
+	fs.IntVar(&c.MaxConnsPerAddress, "grpc.max-connections-per-address", c.MaxConnsPerAddress, "most open gRPC connections from one source IP address; more are closed at once. Agents behind one NAT share an address: raise it with --ingest.max-streams-per-address for such a fleet")
 	fs.DurationVar(&c.HelloTimeout, "ingest.hello-timeout", c.HelloTimeout, "how long a new stream may take to send its Hello")
 	fs.IntVar(&c.MaxNodes, "ingest.max-nodes", c.MaxNodes, "registered nodes; a Hello from a new node beyond it is refused (delete unused nodes with nbs-collector nodes delete)")
+	fs.IntVar(&c.MaxNodesPerTenant, "ingest.max-nodes-per-tenant", c.MaxNodesPerTenant, "registered nodes of one tenant, unless an operator set its quota (nbs-collector nodes quota set TENANT N); a Hello from a new node of a tenant at its quota is refused; 0: no quota but --ingest.max-nodes")
 	fs.IntVar(&c.MaxMetrics, "ingest.max-metrics-per-node", c.MaxMetrics, "metric definitions per node, counted across all its Hellos and streams")
 	fs.IntVar(&c.MaxCapabilities, "ingest.max-capabilities", c.MaxCapabilities, "capabilities per Hello")
 	fs.IntVar(&c.MaxSamples, "ingest.max-samples", c.MaxSamples, "samples per report")
@@ -93,6 +105,7 @@ func (c *Config) Validate() error {
 	}{
 		{"--ingest.max-streams", c.MaxStreams, 1 << 20}, {"--ingest.max-streams-per-address", c.MaxStreamsPerIP, 1 << 20},
 		{"--ingest.max-nodes", c.MaxNodes, 1 << 24}, {"--ingest.max-metrics-per-node", c.MaxMetrics, 1 << 20},
+		{"--grpc.max-connections", c.MaxConns, 1 << 21}, {"--grpc.max-connections-per-address", c.MaxConnsPerAddress, 1 << 21},
 		{"--ingest.max-capabilities", c.MaxCapabilities, 1 << 16}, {"--ingest.max-samples", c.MaxSamples, 1 << 20},
 		{"--ingest.max-histograms", c.MaxHistograms, 1 << 20}, {"--ingest.max-events", c.MaxEvents, 1 << 20},
 	} {
@@ -106,12 +119,22 @@ func (c *Config) Validate() error {
 	if c.MaxFutureSkew < 0 || c.MaxFutureSkew > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--ingest.max-future-skew %s must be from 0 to 24h", c.MaxFutureSkew))
 	}
+	if c.MaxNodesPerTenant < 0 || c.MaxNodesPerTenant > 1<<24 {
+		errs = append(errs, fmt.Errorf("--ingest.max-nodes-per-tenant %d must be from 0 (none) to %d", c.MaxNodesPerTenant, 1<<24))
+	}
+	if c.MaxConns >= 1 && c.MaxConnsPerAddress > c.MaxConns {
+		errs = append(errs, fmt.Errorf("--grpc.max-connections-per-address %d is more than --grpc.max-connections %d", c.MaxConnsPerAddress, c.MaxConns))
+	}
 	// gRPC ignores windows below 64 KiB.
 	if c.StreamWindow < 64<<10 || c.StreamWindow > 16<<20 {
 		errs = append(errs, fmt.Errorf("stream window %d must be from 64 KiB to 16 MiB", c.StreamWindow))
 	}
 	return errors.Join(errs...)
 }
+
+// maxConnectionIdle ends a gRPC connection without a stream: agents
+// between two streams reconnect within seconds.
+const maxConnectionIdle = 2 * time.Minute
 
 // GRPCOptions are the gRPC server's options for agent streams: the
 // message size, the flow-control windows, keepalives, streams the service
@@ -122,7 +145,12 @@ func (c *Config) GRPCOptions(log *slog.Logger) ([]grpc.ServerOption, error) {
 		grpc.MaxRecvMsgSize(c.MaxMsgSize),
 		grpc.InitialWindowSize(c.StreamWindow),
 		grpc.InitialConnWindowSize(16 * c.StreamWindow),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// A connection has HelloTimeout to finish its TLS handshake (gRPC's
+		// default is two minutes), and one with no stream for
+		// maxConnectionIdle is closed: an agent always holds a stream, so
+		// only a client holding a place keeps one idle.
+		grpc.ConnectionTimeout(c.HelloTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: maxConnectionIdle}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		InterruptibleStreams(),
 	}

@@ -68,6 +68,8 @@ type Server struct {
 	// take a database connection of its own.
 	authenticating chan struct{}
 	registrar      *registrar
+	// quotas, when set, bound each tenant's nodes (admitTenant).
+	quotas TenantQuotas
 	// helloBytes bounds the Hellos being received or waiting for a slot:
 	// each reserves helloReserve before its Hello is read.
 	helloBytes  *semaphore.Weighted
@@ -81,6 +83,7 @@ type Server struct {
 	clock   map[string]time.Duration // node → estimated clock offset, from its stream's reports
 	open    int                      // streams being served, with a Hello or not
 	perIP   map[string]int           // open streams by source address
+	tenants tenantGate
 }
 
 // DefaultSendTimeout is how long one message to an agent may wait for the
@@ -128,6 +131,9 @@ type ServerOptions struct {
 	// with at most its stream window (64 KiB) of its Hello buffered here,
 	// instead of the several times its size a decoded Hello takes.
 	HelloBytes int64
+	// Quotas, when set, bound each tenant's new nodes: the operator's
+	// quota, else Limits.MaxNodesPerTenant.
+	Quotas TenantQuotas
 	// PingGuard finds ping targets naming another tenant's node (default:
 	// Config, when it is one; none otherwise).
 	PingGuard PingGuard
@@ -186,6 +192,7 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 		sendTimeout: opts.SendTimeout, registering: make(chan struct{}, opts.Hellos),
 		authenticating: make(chan struct{}, max(1, opts.Registrations-1)), registrar: newRegistrar(reg, opts.Limits, log),
 		helloBytes: semaphore.NewWeighted(opts.HelloBytes), helloBudget: opts.HelloBytes,
+		quotas: opts.Quotas, tenants: tenantGate{pending: map[string]int{}},
 		log: log, metrics: m, streams: map[string]*stream{}, perIP: map[string]int{}, clock: map[string]time.Duration{}}
 }
 
@@ -350,6 +357,24 @@ func (s *Server) start(ctx, made context.Context, cancel context.CancelCauseFunc
 			s.log.Error("node enrolled but its credential could not be sent; an operator must re-enroll it", "node", node.Name, "peer", from, "err", err)
 			return nil, nil, err
 		}
+	}
+	if place != nil {
+		// A new name: its tenant's quota, once its tenant is known. An
+		// enrollment's credential went to the agent already, so a node
+		// refused here comes back with it once there is room.
+		tenantDone, err := s.admitTenant(made, node.Tenant)
+		if err != nil {
+			var qe *quotaError
+			if !errors.As(err, &qe) {
+				s.log.Error("count a tenant's nodes", "node", node.Name, "tenant", node.Tenant, "err", err)
+				return nil, nil, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
+			}
+			s.metrics.Rejects.WithLabelValues("too_many_nodes_in_tenant").Inc()
+			s.log.Warn("new node refused: its tenant's node quota reached", "node", node.Name, "peer", from, "tenant", node.Tenant,
+				"nodes", qe.nodes, "quota", qe.quota)
+			return nil, nil, qe.GRPCStatus().Err()
+		}
+		defer tenantDone()
 	}
 	// Ping targets naming another tenant's node are left out before
 	// anything is stored (PingGuard), and so is what reports say of them.

@@ -23,22 +23,25 @@ const MaxHistogramSpan = 24 * time.Hour
 // Limits bound what one agent may send. Everything beyond them is refused
 // with a message that names the limit, never truncated silently.
 type Limits struct {
-	MaxMetrics       int           // definitions per node, cumulative across Hellos and streams
-	MaxCapabilities  int           // capabilities per Hello
-	MaxStreams       int           // concurrent streams on this collector, Hello or not
-	MaxStreamsPerIP  int           // concurrent streams from one source address
-	MaxNodes         int           // registered nodes; a new node beyond it is refused
-	MaxSamples       int           // samples per report
-	MaxHistograms    int           // histograms per report
-	MaxBuckets       int           // buckets per histogram
-	MaxEvents        int           // events per report
-	MaxEventFields   int           // fields per event
-	MaxStringLen     int           // any field or text value (labels follow schema's limits)
-	MaxFutureSkew    time.Duration // how far ahead of the collector's clock a report may be
-	MaxAge           time.Duration // how old a resent report may be (the retention)
-	MinInterval      time.Duration
-	MaxInterval      time.Duration
-	MaxAbsoluteValue float64
+	MaxMetrics      int // definitions per node, cumulative across Hellos and streams
+	MaxCapabilities int // capabilities per Hello
+	MaxStreams      int // concurrent streams on this collector, Hello or not
+	MaxStreamsPerIP int // concurrent streams from one source address
+	MaxNodes        int // registered nodes; a new node beyond it is refused
+	// MaxNodesPerTenant is a tenant's registered nodes, unless an
+	// operator set its quota (nbs-collector nodes quota); 0: no quota.
+	MaxNodesPerTenant int
+	MaxSamples        int           // samples per report
+	MaxHistograms     int           // histograms per report
+	MaxBuckets        int           // buckets per histogram
+	MaxEvents         int           // events per report
+	MaxEventFields    int           // fields per event
+	MaxStringLen      int           // any field or text value (labels follow schema's limits)
+	MaxFutureSkew     time.Duration // how far ahead of the collector's clock a report may be
+	MaxAge            time.Duration // how old a resent report may be (the retention)
+	MinInterval       time.Duration
+	MaxInterval       time.Duration
+	MaxAbsoluteValue  float64
 }
 
 func DefaultLimits() Limits {

@@ -182,6 +182,27 @@ func (a *Admin) Refresh(ctx context.Context, nodes []string) {
 	}
 }
 
+// ExpireUnreported deletes a node that registered and never reported
+// (collector/retention, --retention.unreported-nodes), so that names
+// enrolled and never used do not hold places under --ingest.max-nodes.
+// Its credential and bound labels stay, as they would for a name enrolled
+// and not yet registered: a node that comes back with its credential
+// registers again under its tenant, and the names a bootstrap token may
+// enroll stay counted against it. The audit log says "expire_unreported".
+func (a *Admin) ExpireUnreported(ctx context.Context, node string) error {
+	if err := checkName(&node); err != nil {
+		return err
+	}
+	// The stream ends before the row goes, so it cannot write after.
+	a.announce(ctx, change{Node: node, Action: "expire_unreported"})
+	if err := a.store.DeleteNode(ctx, node); err != nil {
+		return err
+	}
+	a.log.Info("node deleted: it registered and never reported", "node", node)
+	a.audit(ctx, "expire_unreported", node)
+	return nil
+}
+
 func (a *Admin) delete(ctx context.Context, node, action string) error {
 	if err := checkName(&node); err != nil {
 		return err
@@ -213,7 +234,7 @@ func (a *Admin) delete(ctx context.Context, node, action string) error {
 
 type change struct {
 	Node   string `json:"node"`
-	Action string `json:"action"` // enroll, revoke, reenroll, label, delete, expire or refresh
+	Action string `json:"action"` // enroll, revoke, reenroll, label, delete, expire, expire_unreported or refresh
 	Origin uint64 `json:"origin"`
 }
 
@@ -228,6 +249,8 @@ func (c change) cause() error {
 		return status.Errorf(codes.Aborted, "node %q's labels (its tenant) were changed by an operator; reconnect to report under them", c.Node)
 	case "expire":
 		return status.Errorf(codes.Aborted, "node %q was deleted: it had not reported for the node retention", c.Node)
+	case "expire_unreported":
+		return status.Errorf(codes.Aborted, "node %q was deleted: it registered and never reported (--retention.unreported-nodes); reconnect to register again", c.Node)
 	case "refresh":
 		return status.Errorf(codes.Aborted, "node %q: the collector pruned metric definitions it had not reported for the retention; reconnect to announce the metrics it has", c.Node)
 	default:

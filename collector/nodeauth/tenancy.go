@@ -34,6 +34,12 @@ const (
 	// enrollment is a rollout's moment, not a standing door.
 	DefaultBootstrapTTL = 30 * 24 * time.Hour
 	MaxBootstrapTTL     = 365 * 24 * time.Hour
+	// DefaultBootstrapMaxNodes is how many names a tenant's bootstrap
+	// token enrolls when its creator says nothing: a token is handed to a
+	// customer's fleet, and without a bound its holder could enroll names
+	// until --ingest.max-nodes refused every other tenant's new node. A
+	// larger rollout asks for more (--max-nodes, up to 1<<24).
+	DefaultBootstrapMaxNodes = 1000
 )
 
 var bootstrapNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -62,7 +68,7 @@ type NewBootstrapToken struct {
 	Name     string            `json:"name"`
 	Labels   map[string]string `json:"labels"`
 	TTL      time.Duration     `json:"-"`
-	MaxNodes int               `json:"max_nodes,omitempty"` // 0: no limit of its own
+	MaxNodes int               `json:"max_nodes,omitempty"` // 0: DefaultBootstrapMaxNodes
 }
 
 // bootstrapToken finds a live tenant bootstrap token.
@@ -127,8 +133,11 @@ func (a *Admin) CreateBootstrapToken(ctx context.Context, n NewBootstrapToken) (
 	if n.TTL < time.Minute || n.TTL > MaxBootstrapTTL {
 		errs = append(errs, fmt.Errorf("%w: expiry %s must be from 1m to %s", ErrInvalidLabels, n.TTL, MaxBootstrapTTL))
 	}
-	if n.MaxNodes < 0 || n.MaxNodes > 1<<24 {
-		errs = append(errs, fmt.Errorf("%w: max nodes %d must be from 0 (no limit of its own) to %d", ErrInvalidLabels, n.MaxNodes, 1<<24))
+	if n.MaxNodes == 0 {
+		n.MaxNodes = DefaultBootstrapMaxNodes
+	}
+	if n.MaxNodes < 1 || n.MaxNodes > 1<<24 {
+		errs = append(errs, fmt.Errorf("%w: max nodes %d must be from 1 to %d (default %d)", ErrInvalidLabels, n.MaxNodes, 1<<24, DefaultBootstrapMaxNodes))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return "", info, err
@@ -140,10 +149,7 @@ func (a *Admin) CreateBootstrapToken(ctx context.Context, n NewBootstrapToken) (
 	token := bootstrapPrefix + base64.RawURLEncoding.EncodeToString(secret)
 	hash := sha256.Sum256([]byte(token))
 	labels, _ := json.Marshal(n.Labels) // a map of strings always encodes
-	var maxNodes *int
-	if n.MaxNodes > 0 {
-		maxNodes = &n.MaxNodes
-	}
+	maxNodes := &n.MaxNodes
 	actor := access.FromContext(ctx).Name
 	err := pgx.BeginFunc(ctx, a.repo.pool, func(tx pgx.Tx) error {
 		var live int
@@ -257,6 +263,43 @@ func (a *Admin) Label(ctx context.Context, node string, labels map[string]string
 	return nil
 }
 
+// reservedBy marks a binding made by Reserve: retention keeps it.
+const reservedBy = "reserve:"
+
+// Reserve binds labels (naming a tenant) to a name no node has yet, so
+// that another tenant's bootstrap token cannot enroll it first: node names
+// are one namespace, and the operator decides who gets which. Unlike the
+// bindings of names enrolled and never used, a reservation does not
+// expire; Label replaces it (no labels: releases it).
+func (a *Admin) Reserve(ctx context.Context, node string, labels map[string]string) error {
+	if err := checkName(&node); err != nil {
+		return err
+	}
+	if err := checkLabels(labels, a.tenant, true); err != nil {
+		return err
+	}
+	b, bound, err := a.repo.get(ctx, node)
+	if err != nil {
+		return err
+	}
+	exists, err := a.store.NodeExists(ctx, node)
+	if err != nil {
+		return err
+	}
+	if bound || exists || b.Labels != nil {
+		return errkind.Errorf(errkind.Conflict, "node %q is enrolled, has reported or has labels bound already; move it with: nbs-collector nodes label %s %s",
+			node, node, labelString(labels))
+	}
+	if err := bindLabels(ctx, a.repo.pool, node, labels, reservedBy+access.FromContext(ctx).Name, false); err != nil {
+		return err
+	}
+	a.log.Info("node name reserved", "node", node, "labels", labels)
+	if err := access.Audit(ctx, a.repo.pool, access.Entry{Action: "reserve", ObjectKind: "node", ObjectID: node, New: maps.Clone(labels)}); err != nil {
+		a.log.Error("audit a node name reservation", "node", node, "err", err)
+	}
+	return nil
+}
+
 func nilIfEmpty(m map[string]string) any {
 	if len(m) == 0 {
 		return nil
@@ -277,7 +320,7 @@ func PruneUnused(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, batc
 			  AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = c.node) LIMIT $2)`,
 		`DELETE FROM node_bindings WHERE node IN (
 			SELECT b.node FROM node_bindings b
-			WHERE b.set_at < $1
+			WHERE b.set_at < $1 AND b.set_by NOT LIKE '` + reservedBy + `%'
 			  AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = b.node)
 			  AND NOT EXISTS (SELECT 1 FROM node_credentials c WHERE c.node = b.node) LIMIT $2)`,
 	} {

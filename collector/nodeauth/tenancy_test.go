@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/nbs-project/nbs/collector/access"
+	"github.com/nbs-project/nbs/collector/errkind"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/store/storetest"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
@@ -42,6 +43,8 @@ func TestTenantBootstrapTokens(t *testing.T) {
 		{NewBootstrapToken{Name: "no-tenant", Labels: map[string]string{"rack": "r1"}}, ErrInvalidLabels},
 		{NewBootstrapToken{Name: "bad name!", Labels: map[string]string{"customer": "x"}}, ErrInvalidLabels},
 		{NewBootstrapToken{Name: "forever", Labels: map[string]string{"customer": "x"}, TTL: 10 * 365 * 24 * time.Hour}, ErrInvalidLabels},
+		{NewBootstrapToken{Name: "negative", Labels: map[string]string{"customer": "x"}, MaxNodes: -1}, ErrInvalidLabels},
+		{NewBootstrapToken{Name: "huge", Labels: map[string]string{"customer": "x"}, MaxNodes: 1<<24 + 1}, ErrInvalidLabels},
 	} {
 		if _, _, err := admin.CreateBootstrapToken(ctx, bad.n); !errors.Is(err, bad.want) {
 			t.Errorf("create %+v: %v; want %v", bad.n, err, bad.want)
@@ -49,6 +52,20 @@ func TestTenantBootstrapTokens(t *testing.T) {
 	}
 	if _, _, err := admin.CreateBootstrapToken(ctx, NewBootstrapToken{Name: "acme-fleet", Labels: map[string]string{"customer": "acme"}}); err == nil {
 		t.Error("a second live token of the same name was created")
+	}
+	// Said nothing of its cap, a token gets the default one.
+	if _, info, err := admin.CreateBootstrapToken(ctx, NewBootstrapToken{Name: "uncapped", Labels: map[string]string{"customer": "initech"}}); err != nil ||
+		info.MaxNodes == nil || *info.MaxNodes != DefaultBootstrapMaxNodes {
+		t.Errorf("a token created without a cap: %+v, %v; want max_nodes %d", info, err, DefaultBootstrapMaxNodes)
+	}
+	if ts, err := admin.ListBootstrapTokens(ctx); err != nil || !slices.ContainsFunc(ts, func(b BootstrapTokenInfo) bool {
+		return b.Name == "uncapped" && b.MaxNodes != nil && *b.MaxNodes == DefaultBootstrapMaxNodes
+	}) {
+		t.Errorf("stored tokens %+v, %v; want uncapped with max_nodes %d", ts, err, DefaultBootstrapMaxNodes)
+	}
+	// Gone, so the listing below is of acme's tokens only.
+	if _, err := st.Pool().Exec(ctx, `DELETE FROM node_bootstrap_tokens WHERE name = 'uncapped'`); err != nil {
+		t.Fatal(err)
 	}
 	hello := func(node, claim string, a *nbsv1.NodeAuth) *nbsv1.Hello {
 		h := helloWith(node, a)
@@ -136,6 +153,16 @@ func TestPruneUnused(t *testing.T) {
 	if err := admin.Revoke(ctx, "banned-1"); err != nil {
 		t.Fatal(err)
 	}
+	// A reservation stays; a name enrolled or reported cannot be reserved.
+	if err := admin.Reserve(ctx, "kept-1", map[string]string{"customer": "globex"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Reserve(ctx, "ghost-1", map[string]string{"customer": "globex"}); errkind.Of(err) != errkind.Conflict {
+		t.Errorf("reserve an enrolled name: %v, want a conflict", err)
+	}
+	if err := admin.Reserve(ctx, "kept-2", map[string]string{"rack": "r1"}); !errors.Is(err, ErrInvalidLabels) {
+		t.Errorf("reserve without a tenant: %v, want invalid labels", err)
+	}
 	if _, err := st.UpsertNode(ctx, store.Node{Name: "real-1", Tenant: "acme", Labels: map[string]string{"customer": "acme"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +181,7 @@ func TestPruneUnused(t *testing.T) {
 	for _, id := range ids {
 		left = append(left, id.Node+":"+id.State)
 	}
-	if want := []string{"banned-1:revoked", "real-1:enrolled"}; !slices.Equal(left, want) {
+	if want := []string{"banned-1:revoked", "kept-1:not_enrolled", "real-1:enrolled"}; !slices.Equal(left, want) {
 		t.Errorf("left %v; want %v", left, want)
 	}
 }

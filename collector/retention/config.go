@@ -18,6 +18,10 @@ type Config struct {
 	// Nodes: a node that has not reported for this long is deleted with
 	// everything it reported, rollups included, and its credential.
 	Nodes time.Duration
+	// Unreported: a node that registered (its Hello) and has never
+	// reported is deleted this long after its last Hello; zero is
+	// DefaultUnreported.
+	Unreported time.Duration
 	// Alerts keeps resolved alerts and their delivery log.
 	Alerts time.Duration
 	// Audit keeps the audit log.
@@ -28,6 +32,19 @@ type Config struct {
 // metric's last report: as long as a rollup may hold the metric, since
 // reports read its title and unit from the definition.
 func (c Config) Catalogue() time.Duration { return max(c.Raw, c.Rollup1m, c.Rollup1h) }
+
+// DefaultUnreported is how long a node that registered and never
+// reported keeps its place: an agent reports within its interval (at most
+// an hour), so one silent for hours since its Hello is a name enrolled
+// and not used.
+const DefaultUnreported = 6 * time.Hour
+
+func (c Config) unreported() time.Duration {
+	if c.Unreported == 0 {
+		return DefaultUnreported
+	}
+	return c.Unreported
+}
 
 // DefaultConfig is the production configuration.
 func DefaultConfig() Config {
@@ -41,9 +58,10 @@ func DefaultConfig() Config {
 		// A node silent as long as raw data is kept has nothing left to
 		// show but rollups; kept longer, churned Kubernetes nodes pile up
 		// against --ingest.max-nodes.
-		Nodes:  30 * 24 * time.Hour,
-		Alerts: 90 * 24 * time.Hour,
-		Audit:  400 * 24 * time.Hour,
+		Nodes:      30 * 24 * time.Hour,
+		Unreported: DefaultUnreported,
+		Alerts:     90 * 24 * time.Hour,
+		Audit:      400 * 24 * time.Hour,
 	}
 }
 
@@ -54,6 +72,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Rollup1m, "retention.rollup-1m", c.Rollup1m, "how long the 1-minute report rollups are kept (incidents, reports up to 2 days)")
 	fs.DurationVar(&c.Rollup1h, "retention.rollup-1h", c.Rollup1h, "how long the 1-hour and 1-day report rollups are kept (longer reports and their previous periods)")
 	fs.DurationVar(&c.Nodes, "retention.nodes", c.Nodes, "a node that has not reported for this long is deleted with all its data, rollups included, and its credential (a running agent registers again)")
+	fs.DurationVar(&c.Unreported, "retention.unreported-nodes", c.Unreported, "a node that registered (its Hello) and never reported is deleted this long after its last Hello, so names enrolled and never used do not hold places under --ingest.max-nodes (its credential and bound labels stay); 2h to --retention.nodes")
 	fs.DurationVar(&c.Alerts, "retention.alerts", c.Alerts, "how long resolved alerts and their delivery log are kept")
 	fs.DurationVar(&c.Audit, "retention.audit", c.Audit, "how long the audit log is kept")
 }
@@ -69,6 +88,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Rollup1h < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--retention.rollup-1h %s is shorter than a day", c.Rollup1h))
+	}
+	// Against a node retention out of its own bounds, reported below,
+	// only the lower bound is checked.
+	nodesOK := c.Nodes >= 24*time.Hour && c.Nodes <= 100*365*24*time.Hour
+	if c.Unreported != 0 && (c.Unreported < 2*time.Hour || (nodesOK && c.Unreported > c.Nodes)) {
+		errs = append(errs, fmt.Errorf("--retention.unreported-nodes %s must be from 2h to --retention.nodes (%s)", c.Unreported, c.Nodes))
 	}
 	for _, r := range []struct {
 		flag string

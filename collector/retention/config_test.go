@@ -18,4 +18,9 @@ func TestConfigValidate(t *testing.T) {
 	configtest.Problems(t, c.Validate())
 	c.Audit = 101 * 365 * 24 * time.Hour
 	configtest.Problems(t, c.Validate(), "--retention.audit 884760h0m0s must be from 1 day to 100 years")
+	c = DefaultConfig()
+	c.Unreported = time.Hour // an agent may report hourly
+	configtest.Problems(t, c.Validate(), "--retention.unreported-nodes 1h0m0s must be from 2h")
+	c.Unreported = 31 * 24 * time.Hour
+	configtest.Problems(t, c.Validate(), "--retention.unreported-nodes 744h0m0s must be from 2h to --retention.nodes (720h0m0s)")
 }

@@ -41,6 +41,7 @@ const (
 // pruned, on every collector (nodeauth.Admin).
 type Nodes interface {
 	Expire(ctx context.Context, node string) error
+	ExpireUnreported(ctx context.Context, node string) error
 	Refresh(ctx context.Context, nodes []string)
 }
 
@@ -52,6 +53,7 @@ type Stats struct {
 	Definitions     int64 // node_metrics rows
 	RefreshedNodes  int   // nodes whose streams were ended to announce again
 	ExpiredNodes    int   // nodes deleted
+	UnreportedNodes int   // nodes deleted that registered and never reported
 	RetiredNodes    int   // former tenants' rows of nodes deleted
 	Credentials     int64 // credentials and bindings of names that never reported
 	MetricPaths     int64 // metric_paths rows
@@ -92,7 +94,7 @@ func (r *Retainer) Run(ctx context.Context, every time.Duration) {
 		}
 		if s != (Stats{Took: s.Took}) {
 			r.log.Info("retention pass", "partitions", s.Partitions, "rollups", s.Rollups, "latest_values", s.LatestValues,
-				"definitions", s.Definitions, "refreshed_nodes", s.RefreshedNodes, "expired_nodes", s.ExpiredNodes,
+				"definitions", s.Definitions, "refreshed_nodes", s.RefreshedNodes, "expired_nodes", s.ExpiredNodes, "unreported_nodes", s.UnreportedNodes,
 				"retired_node_rows", s.RetiredNodes, "unused_credentials", s.Credentials,
 				"metric_paths", s.MetricPaths, "metric_defs", s.MetricDefs, "alerts", s.Alerts, "audit_entries", s.AuditEntries, "took", s.Took)
 		}
@@ -138,6 +140,18 @@ func (r *Retainer) Pass(ctx context.Context, now time.Time) (Stats, error) {
 			continue
 		}
 		s.ExpiredNodes++
+	}
+	// Names registered and never used leave within hours, not the node
+	// retention: each holds a place under --ingest.max-nodes, and a
+	// bootstrap token's holder can register many.
+	unreported, err := r.st.UnreportedNodes(ctx, now.Add(-r.cfg.unreported()), maxExpiredNodes)
+	step(err)
+	for _, node := range unreported {
+		if err := r.nodes.ExpireUnreported(ctx, node); err != nil && !errors.Is(err, store.ErrNotFound) {
+			step(fmt.Errorf("expire unreported node %q: %w", node, err))
+			continue
+		}
+		s.UnreportedNodes++
 	}
 	// A node's former tenant's part of its history ends when the node
 	// retention has passed since it was retired: it holds nothing newer.

@@ -119,3 +119,81 @@ func TestPassKeepsEachRetention(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A node that registered hours ago and never reported leaves within
+// --retention.unreported-nodes, keeping its credential and bound labels;
+// one that reported, one registered recently, and one with another
+// tenant's row (moved while away) stay.
+func TestPassExpiresUnreportedNodes(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	st, err := store.Open(ctx, pgcluster.Database(t), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pool := st.Pool()
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now().UTC()
+	for _, n := range []struct {
+		name     string
+		hello    time.Duration // ago
+		reported bool
+	}{{"unrep-old", 7 * time.Hour, false}, {"unrep-new", time.Hour, false}, {"rep-old", 7 * time.Hour, true}, {"unrep-moved", 7 * time.Hour, false}} {
+		id, err := st.UpsertNode(ctx, store.Node{Name: n.name, InstanceID: 1, IntervalMS: 1000, Labels: map[string]string{"customer": "acme"}, Tenant: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.reported {
+			ids, err := st.UpsertDefinitions(ctx, id, []store.MetricDef{{Path: "r", Title: "r", Unit: "1", Kind: store.KindRate}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.WriteReports(ctx, []store.Report{{NodeID: id, InstanceID: 1, Seq: 1, Time: now.Add(-n.hello), IntervalMS: 1000,
+				Samples: []store.Sample{{MetricID: ids["r"], Path: "r", Value: 1, State: store.StateOK}}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n.name == "unrep-moved" {
+			if _, err := st.Rebind(ctx, n.name, map[string]string{"customer": "globex"}, []string{}, "globex"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		exec(`UPDATE nodes SET last_hello = $2 WHERE name = $1`, n.name, now.Add(-n.hello))
+	}
+	exec(`INSERT INTO node_credentials (node, state, secret_hash, enrolled_by, enrolled_at) VALUES ('unrep-old', 'active', sha256('x'), 'bootstrap:acme', $1)`, now.Add(-8*time.Hour))
+	exec(`INSERT INTO node_bindings (node, labels, set_by) VALUES ('unrep-old', '{"customer":"acme"}', 'bootstrap:acme')`)
+
+	day := 24 * time.Hour
+	r := New(st, nodeauth.NewAdmin(st, nil, "", "", log), Config{Raw: 5 * day, Rollup1m: 5 * day, Rollup1h: 5 * day,
+		Nodes: 7 * day, Unreported: 6 * time.Hour, Alerts: 30 * day, Audit: 400 * day}, log)
+	s, err := r.Pass(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.UnreportedNodes != 1 || s.ExpiredNodes != 0 {
+		t.Errorf("pass: %+v; want 1 unreported node", s)
+	}
+	var left []string
+	rows, _ := pool.Query(ctx, `SELECT DISTINCT name FROM nodes ORDER BY name`)
+	if left, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(left, []string{"rep-old", "unrep-moved", "unrep-new"}) {
+		t.Errorf("nodes = %v, want rep-old, unrep-moved, unrep-new", left)
+	}
+	var creds, bindings, audited int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM node_credentials WHERE node = 'unrep-old'),
+		(SELECT count(*) FROM node_bindings WHERE node = 'unrep-old'),
+		(SELECT count(*) FROM audit_log WHERE action = 'expire_unreported' AND object_id = 'unrep-old')`).Scan(&creds, &bindings, &audited); err != nil {
+		t.Fatal(err)
+	}
+	if creds != 1 || bindings != 1 || audited != 1 {
+		t.Errorf("unrep-old: %d credentials, %d bindings, %d audit entries; want its credential and binding kept, the expiry audited", creds, bindings, audited)
+	}
+}

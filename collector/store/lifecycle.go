@@ -248,3 +248,38 @@ func (s *Store) ExpiredRetiredNodes(ctx context.Context, cutoff time.Time, limit
 	}
 	return ids, nil
 }
+
+// UnreportedNodes returns, oldest first, up to limit nodes that have never
+// reported and whose last Hello is older than cutoff: names registered
+// (often enrolled with a bootstrap token) and never used, each holding a
+// place under --ingest.max-nodes. A name with another tenant's row
+// (a node moved while it was away) is left to the node retention, so
+// no tenant's history goes with it.
+func (s *Store) UnreportedNodes(ctx context.Context, cutoff time.Time, limit int) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT n.name FROM nodes n
+		WHERE n.retired_at IS NULL AND n.last_hello < $1
+		  AND NOT EXISTS (SELECT 1 FROM node_latest l WHERE l.node_id = n.id)
+		  AND NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = n.id)
+		  AND NOT EXISTS (SELECT 1 FROM rollup_pending p WHERE p.node_id = n.id)
+		  AND NOT EXISTS (SELECT 1 FROM rollup_samples r WHERE r.res = ANY($3) AND r.node_id = n.id)
+		  AND NOT EXISTS (SELECT 1 FROM nodes o WHERE o.name = n.name AND o.id <> n.id)
+		ORDER BY n.last_hello LIMIT $2`, cutoff, limit, []int32{RollupMinute, RollupHour, RollupDay})
+	if err != nil {
+		return nil, fmt.Errorf("find nodes that never reported, registered before %s: %w", cutoff.Format(time.RFC3339), err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find nodes that never reported, registered before %s: %w", cutoff.Format(time.RFC3339), err)
+	}
+	return names, nil
+}
+
+// NodeExists reports whether any row, of any tenant, has the name.
+func (s *Store) NodeExists(ctx context.Context, name string) (bool, error) {
+	var ok bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE name = $1)`, name).Scan(&ok); err != nil {
+		return false, fmt.Errorf("look up node %q: %w", name, err)
+	}
+	return ok, nil
+}

@@ -244,7 +244,7 @@ export interface paths {
   "/node-bootstrap-tokens": {
     /** The tenants' bootstrap tokens (never their secrets). */
     get: operations["listBootstrapTokens"];
-    /** A tenant's bootstrap token: it enrolls new node names into its labels (which must name the tenant) and no other. Body {"name", "labels", "expires_in" (e.g. 720h, 30d; default 30d, at most 365d), "max_nodes"}. The token is in the answer only. Audited. */
+    /** A tenant's bootstrap token: it enrolls new node names into its labels (which must name the tenant) and no other. Body {"name", "labels", "expires_in" (e.g. 720h, 30d; default 30d, at most 365d), "max_nodes" (1 to 16777216; default 1000)}. The token is in the answer only. Audited. */
     post: operations["createBootstrapToken"];
   };
   "/node-bootstrap-tokens/{name}": {
@@ -1192,7 +1192,7 @@ export interface components {
       labels: {
         [key: string]: string;
       };
-      /** @description Most names it may enroll; absent: no limit of its own. */
+      /** @description Most names it may enroll (tokens made before the default cap existed: absent, no limit of their own). */
       max_nodes?: number;
       enrolled: number;
       created_by: string;
@@ -2398,7 +2398,7 @@ export interface operations {
       default: components["responses"]["Error"];
     };
   };
-  /** A tenant's bootstrap token: it enrolls new node names into its labels (which must name the tenant) and no other. Body {"name", "labels", "expires_in" (e.g. 720h, 30d; default 30d, at most 365d), "max_nodes"}. The token is in the answer only. Audited. */
+  /** A tenant's bootstrap token: it enrolls new node names into its labels (which must name the tenant) and no other. Body {"name", "labels", "expires_in" (e.g. 720h, 30d; default 30d, at most 365d), "max_nodes" (1 to 16777216; default 1000)}. The token is in the answer only. Audited. */
   createBootstrapToken: {
     requestBody: {
       content: {

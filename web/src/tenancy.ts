@@ -130,7 +130,7 @@ export interface BootstrapDraft {
   labels: string;
   /** 30d, 720h; empty for the collector's default (30d). */
   expires: string;
-  /** Most names it may enroll; empty for no limit of its own. */
+  /** Most names it may enroll; empty for the collector's default (1000). */
   maxNodes: string;
 }
 
@@ -151,7 +151,7 @@ export function bootstrapRequest(d: BootstrapDraft): { req?: CreateBootstrapToke
   if (exp && !(/^[1-9][0-9]*d$/.test(exp) || /^([0-9]+(\.[0-9]+)?(h|m|s))+$/.test(exp))) errors.expires = 'Give the lifetime in days (30d) or hours (720h).';
   const max = d.maxNodes.trim();
   const maxN = Number(max);
-  if (max && (!/^[0-9]+$/.test(max) || !Number.isSafeInteger(maxN))) errors.maxNodes = 'A whole number of nodes, or empty for no limit.';
+  if (max && (!/^[0-9]+$/.test(max) || !Number.isSafeInteger(maxN))) errors.maxNodes = 'A whole number of nodes, or empty for the default (1000).';
   if (Object.keys(errors).length) return { errors };
   const req: CreateBootstrapTokenRequest = { name, labels: labels as Record<string, string> };
   if (exp) req.expires_in = exp;

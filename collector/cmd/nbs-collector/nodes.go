@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -36,6 +37,11 @@ running collector ends the affected node's stream at once):
                     them: they replace whatever its agent says for those keys.
                     A new tenant starts a new history: what the node reported
                     before stays visible to its old tenant only
+  reserve NODE LABELS
+                    keep the name NODE for LABELS' tenant (customer=globex)
+                    before any node has it: another tenant's bootstrap token
+                    cannot enroll it, and the reservation does not expire
+                    (label NODE "" releases it)
   revoke NODE       end NODE's stream; nothing may report under the name (no
                     credential, certificate or bootstrap token) until re-enrolled
   reenroll NODE     forget NODE's credential or revocation: the next Hello with
@@ -47,6 +53,14 @@ running collector ends the affected node's stream at once):
                     node names into those labels (its tenant) and no other
   bootstrap list    the tenant bootstrap tokens
   bootstrap revoke --name NAME
+
+  quota set TENANT N
+                    TENANT (a value of the tenant label) may register at most
+                    N nodes (0: no new one), instead of
+                    --ingest.max-nodes-per-tenant; its nodes beyond it stay
+  quota list        the quotas set, with each tenant's nodes
+  quota remove TENANT
+                    TENANT has --ingest.max-nodes-per-tenant again
 
 Flags:
 `
@@ -61,11 +75,11 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 	dbURL := fs.String("db.url", os.Getenv("NBS_DB_URL"), "PostgreSQL URL (env NBS_DB_URL)")
 	replace := fs.Bool("replace", false, "enroll: replace the credential of an enrolled node")
 	out := fs.String("out", "", "enroll: write the credential to this file (mode 0600) instead of standard output")
-	asJSON := fs.Bool("json", false, "list, bootstrap list: print JSON")
+	asJSON := fs.Bool("json", false, "list, bootstrap list, quota list: print JSON")
 	labelsFlag := fs.String("labels", "", "enroll, bootstrap create: labels to bind (k=v,...), e.g. customer=acme")
 	name := fs.String("name", "", "bootstrap create, revoke: the token's name")
 	expires := fs.String("expires", "", "bootstrap create: how long the token works, e.g. 72h or 30d (default 30d, at most 365d)")
-	maxNodes := fs.Int("max-nodes", 0, "bootstrap create: most names the token may enroll (default: no limit of its own)")
+	maxNodes := fs.Int("max-nodes", 0, "bootstrap create: most names the token may enroll, 1 to 16777216 (default 1000)")
 	key := tenant.Key(tenant.DefaultKey)
 	key.RegisterFlag(fs)
 	if len(args) == 0 {
@@ -73,8 +87,8 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmd := args[0]
-	if cmd == "bootstrap" && len(args) > 1 {
-		cmd, args = "bootstrap "+args[1], args[1:]
+	if (cmd == "bootstrap" || cmd == "quota") && len(args) > 1 {
+		cmd, args = cmd+" "+args[1], args[1:]
 	}
 	// Flags may come before or after the node name.
 	if err := fs.Parse(args[1:]); err != nil {
@@ -87,8 +101,8 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	want := map[string]int{"list": 0, "enroll": 1, "label": 2, "revoke": 1, "reenroll": 1, "delete": 1,
-		"bootstrap create": 0, "bootstrap list": 0, "bootstrap revoke": 0}
+	want := map[string]int{"list": 0, "enroll": 1, "label": 2, "reserve": 2, "revoke": 1, "reenroll": 1, "delete": 1,
+		"bootstrap create": 0, "bootstrap list": 0, "bootstrap revoke": 0, "quota set": 2, "quota list": 0, "quota remove": 1}
 	n, known := want[cmd]
 	switch {
 	case !known:
@@ -96,7 +110,11 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	case len(rest) != n:
-		fmt.Fprintf(stderr, "nbs-collector nodes %s: want %s\n", cmd, map[int]string{0: "no arguments", 1: "one node name", 2: "a node name and its labels (k=v,...)"}[n])
+		what := map[int]string{0: "no arguments", 1: "one node name", 2: "a node name and its labels (k=v,...)"}[n]
+		if cmd == "quota set" || cmd == "quota remove" {
+			what = map[int]string{1: "a tenant", 2: "a tenant and its node quota"}[n]
+		}
+		fmt.Fprintf(stderr, "nbs-collector nodes %s: want %s\n", cmd, what)
 		return 2
 	case (cmd == "bootstrap create" || cmd == "bootstrap revoke") && *name == "":
 		fmt.Fprintf(stderr, "nbs-collector nodes %s: --name is required\n", cmd)
@@ -108,7 +126,7 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 	var labels access.Selector
 	var err error
 	labelSpec, labelsGiven := *labelsFlag, *labelsFlag != ""
-	if cmd == "label" {
+	if cmd == "label" || cmd == "reserve" {
 		labelSpec, labelsGiven = rest[1], true
 	}
 	if labelsGiven {
@@ -158,6 +176,10 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 		if err = admin.Label(ctx, node, labels); err == nil {
 			fmt.Fprintf(stdout, "%s: labels bound: %s (tenant %q)\n", node, orNone(labels.String()), key.Of(labels))
 		}
+	case "reserve":
+		if err = admin.Reserve(ctx, node, labels); err == nil {
+			fmt.Fprintf(stdout, "%s reserved for %s (tenant %q): only a bootstrap token of that tenant, an operator or a certificate may enroll it\n", node, labels, key.Of(labels))
+		}
 	case "revoke":
 		if err = admin.Revoke(ctx, node); err == nil {
 			fmt.Fprintf(stdout, "%s revoked: it may not report until re-enrolled (nbs-collector nodes reenroll %s)\n", node, node)
@@ -182,6 +204,33 @@ func nodesMain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, token)
 			fmt.Fprintf(stderr, "bootstrap token %s (shown once) enrolls new nodes into %s until %s: put it in each node's --node.bootstrap-token-file, mode 0600\n",
 				info.Name, labels, info.ExpiresAt.UTC().Format(time.DateTime))
+		}
+	case "quota set":
+		var quota int
+		if quota, err = strconv.Atoi(rest[1]); err != nil {
+			err = fmt.Errorf("node quota %q is not a whole number", rest[1])
+		} else if err = admin.SetTenantQuota(ctx, node, quota); err == nil {
+			fmt.Fprintf(stdout, "tenant %q may register at most %d nodes\n", node, quota)
+		}
+	case "quota remove":
+		if err = admin.RemoveTenantQuota(ctx, node); err == nil {
+			fmt.Fprintf(stdout, "tenant %q has --ingest.max-nodes-per-tenant again\n", node)
+		} else if errors.Is(err, store.ErrNotFound) {
+			err = fmt.Errorf("tenant %q has no node quota of its own", node)
+		}
+	case "quota list":
+		var qs []store.TenantQuota
+		if qs, err = admin.TenantQuotas(ctx); err == nil {
+			if *asJSON {
+				err = printList(stdout, "quotas", qs)
+			} else {
+				tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "TENANT\tNODES\tQUOTA\tSET BY\tSET AT")
+				for _, q := range qs {
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", q.Tenant, q.Nodes, q.MaxNodes, q.SetBy, q.SetAt.UTC().Format(time.DateTime))
+				}
+				err = tw.Flush()
+			}
 		}
 	case "bootstrap list":
 		err = listBootstrapTokens(ctx, admin, stdout, *asJSON)

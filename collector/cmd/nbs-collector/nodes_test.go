@@ -81,3 +81,36 @@ func TestNodesCommand(t *testing.T) {
 		t.Errorf("list: exit %d, %q", code, out)
 	}
 }
+
+// An operator reserves a name for a tenant and sets tenants' node quotas
+// from the command line.
+func TestNodesReserveAndQuota(t *testing.T) {
+	db := pgcluster.Database(t)
+	steps := []struct {
+		args     []string
+		code     int
+		out, err string // fragments expected
+	}{
+		{[]string{"reserve", "globex-db-1", "customer=globex", "--db.url", db}, 0, `globex-db-1 reserved for customer=globex (tenant "globex")`, ""},
+		{[]string{"reserve", "globex-db-1", "customer=acme", "--db.url", db}, 1, "", "has labels bound already"},
+		{[]string{"reserve", "db-2", "rack=r1", "--db.url", db}, 1, "", "must name the tenant"},
+		{[]string{"quota", "set", "acme", "500", "--db.url", db}, 0, `tenant "acme" may register at most 500 nodes`, ""},
+		{[]string{"quota", "set", "acme", "lots", "--db.url", db}, 1, "", `node quota "lots" is not a whole number`},
+		{[]string{"quota", "set", "acme", "16777217", "--db.url", db}, 1, "", "must be from 0 (no new node) to 16777216"},
+		{[]string{"quota", "set", "", "5", "--db.url", db}, 1, "", "empty is no tenant"},
+		{[]string{"quota", "set", "acme", "--db.url", db}, 2, "", "want a tenant and its node quota"},
+		{[]string{"quota", "list", "--db.url", db}, 0, "acme    0      500", ""},
+		{[]string{"quota", "remove", "acme", "--db.url", db}, 0, "has --ingest.max-nodes-per-tenant again", ""},
+		{[]string{"quota", "remove", "acme", "--db.url", db}, 1, "", `tenant "acme" has no node quota of its own`},
+	}
+	for _, s := range steps {
+		code, out, errOut := nodes(t, s.args...)
+		if code != s.code || !strings.Contains(out, s.out) || !strings.Contains(errOut, s.err) {
+			t.Errorf("nodes %q: exit %d, stdout %q, stderr %q; want exit %d, %q, %q", s.args, code, out, errOut, s.code, s.out, s.err)
+		}
+	}
+	_, out, _ := nodes(t, "list", "--json", "--db.url", db)
+	if !strings.Contains(out, `"node": "globex-db-1"`) || !strings.Contains(out, `"customer": "globex"`) {
+		t.Errorf("list after reserve: %s; want globex-db-1 bound to globex", out)
+	}
+}
