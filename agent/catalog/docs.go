@@ -50,6 +50,9 @@ func Documented() []Branch {
 	for _, pc := range DropProcCounters() {
 		drops.Children = append(drops.Children, pc.Metric)
 	}
+	drops.Children = append(drops.Children, ConntrackTree()...)
+	drops.Children = append(drops.Children, DeviceTree()...)
+	drops.Children = append(drops.Children, DeviceChild(DeviceCounters()[0].Metric, "<device>", "<device>"))
 	for _, reason := range sortedKeys(dropReasonHelp) {
 		drops.Notes = append(drops.Notes, DropReason(reason))
 	}

@@ -1,0 +1,154 @@
+package catalog
+
+import "fmt"
+
+// Drops the kernel counts outside kfree_skb's reasons: the connection
+// tracking table of the watched namespace (drops/conntrack) and the devices'
+// own statistics (drops/device). Neither adds to the drops headline: a
+// packet conntrack drops is also a netfilter_drop, and device counters
+// overlap the reasons (a veth's peer down is both tx_dropped and a freed
+// skb) or lie below the stack, in hardware, where no reason exists.
+const (
+	DropsConntrack             = "drops/conntrack"
+	DropsConntrackUsage        = "drops/conntrack/usage"
+	DropsConntrackEntries      = "drops/conntrack/entries"
+	DropsConntrackDrop         = "drops/conntrack/drop"
+	DropsConntrackInsertFailed = "drops/conntrack/insert_failed"
+	DropsConntrackEarlyDrop    = "drops/conntrack/early_drop"
+	DropsDevice                = "drops/device"
+)
+
+// ConntrackTree is drops/conntrack and its children, defined while the
+// namespace has connection tracking (nf_conntrack loaded).
+func ConntrackTree() []Metric {
+	return []Metric{
+		{ID: DropsConntrack, Title: "Conntrack: packets dropped", Unit: "packets/s", Kind: Rate,
+			Description: "Packets the connection tracker of the watched namespace dropped because it could not track " +
+				"them: the table was full (drop) or the new entry clashed on insert (insert_failed), from " +
+				"/proc/net/stat/nf_conntrack summed over CPUs. Each is also counted as drops/netfilter_drop, which is " +
+				"why this is not part of the drops headline. The children say which, and how full the table is " +
+				"(usage against nf_conntrack_max). `conntrack -S` shows the same counters, `conntrack -L` the entries.",
+		},
+		{ID: DropsConntrackUsage, Title: "Conntrack table usage", Unit: "%", Kind: Gauge,
+			Description: "Entries in the connection tracking table as a share of its maximum (nf_conntrack_count / " +
+				"nf_conntrack_max in /proc/sys/net/netfilter, the watched namespace's). At 100% the kernel evicts " +
+				"unconfirmed entries (early_drop) and, failing that, drops new connections with \"nf_conntrack: table " +
+				"full, dropping packet\" in the kernel log. Usual causes: a connection flood or scan, many short-lived " +
+				"connections (DNS over UDP, health checks) with long timeouts, NAT for a busy service, a maximum left " +
+				"at a small default. Look at what fills it (`conntrack -L | awk '{print $1}' | sort | uniq -c`, by " +
+				"state and destination), shorten the timeouts that hold it (nf_conntrack_udp_timeout, " +
+				"nf_conntrack_tcp_timeout_time_wait), or raise net.netfilter.nf_conntrack_max (settable only in the " +
+				"host's initial namespace on recent kernels, and host-wide) with nf_conntrack_buckets.",
+			Threshold: &Threshold{Warn: 80, Crit: 95, Hold: 1}},
+		{ID: DropsConntrackEntries, Title: "Conntrack entries", Unit: "entries", Kind: Gauge,
+			Description: "Entries in the watched namespace's connection tracking table (nf_conntrack_count); " +
+				"drops/conntrack/usage relates it to the maximum. No threshold of its own: a count means trouble only " +
+				"against the maximum."},
+		{ID: DropsConntrackDrop, Title: "Conntrack: dropped, table full", Unit: "packets/s", Kind: Rate,
+			Description: "Packets dropped because the connection tracking table was full and no entry could be " +
+				"evicted to make room (the \"drop\" column of /proc/net/stat/nf_conntrack; the kernel logs " +
+				"\"nf_conntrack: table full, dropping packet\"). Each is a new connection's packet lost: clients see " +
+				"SYNs retried and connect timeouts. Any is a problem: see drops/conntrack/usage for what to do.",
+			Threshold: &Threshold{Warn: 0.001, Crit: 10, Hold: 1}},
+		{ID: DropsConntrackInsertFailed, Title: "Conntrack: insert failed", Unit: "packets/s", Kind: Rate,
+			Description: "Packets dropped because their new conntrack entry could not be inserted: another packet " +
+				"of the same connection created the same entry first and the clash could not be resolved (the " +
+				"\"insert_failed\" column). Classic cause: UDP from one socket to two addresses at once through NAT, " +
+				"as glibc's resolver sends A and AAAA queries in parallel to a DNS service (5 s DNS delays in " +
+				"Kubernetes); options single-request-reopen or use-vc in resolv.conf, or a node-local DNS cache, avoid it.",
+			Threshold: &Threshold{Warn: 0.001, Crit: 10, Hold: 1}},
+		{ID: DropsConntrackEarlyDrop, Title: "Conntrack: early drops", Unit: "entries/s", Kind: Rate,
+			Description: "Entries evicted to make room for new ones because the table was full (the \"early_drop\" " +
+				"column): the table reached nf_conntrack_max. Unconfirmed or not yet assured connections lose their " +
+				"state (a NATed flow may break). A warning that drops/conntrack/drop comes next; see " +
+				"drops/conntrack/usage.",
+			Threshold: &Threshold{Warn: 0.001, Crit: 100, Hold: 1}},
+	}
+}
+
+// DeviceCounter is one child of drops/device: the counter of struct
+// rtnl_link_stats64 (IFLA_STATS64) it reads, by its name in the kernel's
+// Documentation/networking/statistics.rst.
+type DeviceCounter struct {
+	Metric Metric
+	// Kernel is the field's name ("rx_missed_errors").
+	Kernel string
+	// Headline says whether it adds to drops/device; the breakdowns of
+	// rx_errors and tx_errors do not (they are in them already).
+	Headline bool
+}
+
+// DeviceCounters are the children of drops/device, in the order shown.
+func DeviceCounters() []DeviceCounter {
+	hw := &Threshold{Warn: 1, Crit: 100, Hold: 1}      // the device ran out of room: real loss
+	errs := &Threshold{Warn: 0.01, Crit: 10, Hold: 2}  // broken frames, carrier: hardware or cabling
+	dropped := &Threshold{Warn: 1, Crit: 100, Hold: 2} // software drops: some are routine
+	m := func(id, title, desc string, thr *Threshold) Metric {
+		return Metric{ID: DropsDevice + "/" + id, Title: title, Unit: "packets/s", Kind: Rate, Threshold: thr,
+			Description: desc + " Per device children name the devices (`ip -s -s link show dev <device>`, and " +
+				"`ethtool -S <device>` for the driver's own breakdown)."}
+	}
+	return []DeviceCounter{
+		{m("rx_dropped", "Device: RX dropped", "Received packets the device or its driver dropped without an error in "+
+			"them (rx_dropped): no buffer, a full receive queue (a veth's peer backlog, a tun/tap reader too slow), "+
+			"or a packet the driver could not hand up. On older kernels also packets of protocols nothing handles.", dropped),
+			"rx_dropped", true},
+		{m("rx_missed", "Device: RX missed", "Packets the NIC could not take because the host had no free "+
+			"descriptor in its receive ring (rx_missed_errors): the CPU serving the queue falls behind. Enlarge the "+
+			"ring (`ethtool -G`), spread interrupts (RSS, irqbalance), check latency/softnet for time squeeze.", hw),
+			"rx_missed_errors", true},
+		{m("rx_errors", "Device: RX errors", "Bad packets received (rx_errors): the total of the length, CRC, frame and "+
+			"other receive errors the driver reports, over/fifo included on most drivers. The sibling children "+
+			"break it down.", errs),
+			"rx_errors", true},
+		{m("rx_over", "Device: RX overruns", "Packets dropped because the NIC's receive FIFO or ring overflowed "+
+			"(rx_over_errors): bursts faster than the device drains to memory. Part of rx_errors.", hw),
+			"rx_over_errors", false},
+		{m("rx_fifo", "Device: RX FIFO errors", "Receive FIFO errors (rx_fifo_errors): hardware overflow events on "+
+			"NICs, queue overflows on software devices. Part of rx_errors.", hw),
+			"rx_fifo_errors", false},
+		{m("rx_frame", "Device: RX frame errors", "Frames with alignment or framing errors (rx_frame_errors): a bad "+
+			"cable, transceiver or duplex mismatch. Part of rx_errors.", errs),
+			"rx_frame_errors", false},
+		{m("rx_crc", "Device: RX CRC errors", "Frames with a bad checksum (rx_crc_errors): corruption on the wire, "+
+			"usually a cable, optic or port. Part of rx_errors.", errs),
+			"rx_crc_errors", false},
+		{m("tx_dropped", "Device: TX dropped", "Packets the device or driver dropped on transmit (tx_dropped): no "+
+			"room in its queue, no carrier, a veth whose peer is down, a tun/tap with no reader.", dropped),
+			"tx_dropped", true},
+		{m("tx_errors", "Device: TX errors", "Transmit failures (tx_errors): the total of aborted, FIFO, carrier, "+
+			"heartbeat and window errors the driver reports. The sibling children break it down.", errs),
+			"tx_errors", true},
+		{m("tx_fifo", "Device: TX FIFO errors", "Transmit FIFO underruns (tx_fifo_errors): the device ran out of data "+
+			"to send mid-frame. Part of tx_errors.", hw),
+			"tx_fifo_errors", false},
+		{m("tx_carrier", "Device: TX carrier errors", "Frames lost for loss of carrier (tx_carrier_errors): the link "+
+			"went down or flaps (`ip -s link`: carrier changes). Part of tx_errors.", errs),
+			"tx_carrier_errors", false},
+	}
+}
+
+// DeviceTree is drops/device with its children; one grandchild per device is
+// added as a device's counter moves.
+func DeviceTree() []Metric {
+	out := []Metric{{ID: DropsDevice, Title: "Device drops and errors", Unit: "packets/s", Kind: Rate,
+		Description: "Packets the network devices of the watched namespace dropped or failed to send or receive, " +
+			"from the kernel's own device statistics (rtnetlink IFLA_STATS64, as `ip -s -s link` shows them): " +
+			"rx_dropped + rx_missed + rx_errors + tx_dropped + tx_errors. Below the stack, in drivers and hardware, " +
+			"where no drop reason is recorded, so this is not part of the drops headline. The children split it by " +
+			"counter, and under each the devices whose counter moved. Virtual devices count only some of them (a " +
+			"veth has no FIFO, CRC or carrier errors)."}}
+	for _, c := range DeviceCounters() {
+		out = append(out, c.Metric)
+	}
+	return out
+}
+
+// DeviceChild is the child of one device under one counter of
+// drops/device; id is the metric-safe device name.
+func DeviceChild(parent Metric, id, name string) Metric {
+	return Metric{ID: parent.ID + "/" + id, Title: parent.Title + " on " + name, Unit: parent.Unit, Kind: Rate,
+		Threshold: parent.Threshold,
+		Description: fmt.Sprintf("%s This child counts device %s only (`ip -s -s link show dev %s`).",
+			parent.Description, name, name)}
+}
