@@ -1,0 +1,457 @@
+package drops
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/agent/tree"
+	"github.com/nbs-project/nbs/internal/netns"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
+)
+
+func TestParseConntrackStat(t *testing.T) {
+	const six18 = `entries  clashres found new invalid ignore delete chainlength insert insert_failed drop early_drop icmp_error  expect_new expect_create expect_delete search_restart
+00000010  00000000 00000000 00000000 00000003 00000000 00000000 00000000 00000000 00000001 0000000a 00000002 00000000  00000000 00000000 00000000 00000000
+00000010  00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 000000f0 00000000 00000000  00000000 00000000 00000000 00000000
+`
+	for _, c := range []struct {
+		name, in string
+		want     []uint64
+		err      string
+	}{
+		{"6.18 layout, two CPUs, hex", six18, []uint64{0xfa, 1, 2}, ""},
+		// An older kernel's layout: other columns, other order.
+		{"older layout", "entries searched found new invalid ignore delete delete_list insert insert_failed drop early_drop\n" +
+			"00000001 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000004 00000005 00000006\n",
+			[]uint64{5, 4, 6}, ""},
+		{"no drop column", "entries found\n00000001 00000002\n", nil, `no column "drop"`},
+		{"header only", "entries drop insert_failed early_drop\n", nil, "want a header and a row"},
+		{"short row", "entries drop insert_failed early_drop\n0 1 2\n", nil, "has 3 fields"},
+		{"not hex", "entries drop insert_failed early_drop\n0 zz 0 0\n", nil, "column drop"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := parseConntrackStat([]byte(c.in), "drop", "insert_failed", "early_drop")
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("err %v, want one containing %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Errorf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestConntrackAbsent: a namespace without nf_conntrack has no
+// drops/conntrack, says why in its capability, and is not an error; a
+// conntrack that goes away retires its subtree.
+func TestConntrackAbsent(t *testing.T) {
+	_, err := readConntrack(func(string) ([]byte, error) { return nil, &fs.PathError{Op: "open", Path: ConntrackCountPath, Err: fs.ErrNotExist} })
+	if !errors.Is(err, errNoConntrack) {
+		t.Fatalf("readConntrack without the module: %v, want errNoConntrack", err)
+	}
+	s := &Source{kernel: newKernel()}
+	r := source.Reading{Counters: map[string]uint64{}, Gauges: map[string]float64{}}
+	s.kernel.add(&r, conntrack{count: 3, max: 12}, nil, nil)
+	if r.Gauges[catalog.DropsConntrackUsage] != 25 || r.Gauges[catalog.DropsConntrackEntries] != 3 || !hasCap(s, capConntrack, true) {
+		t.Fatalf("with conntrack: gauges %v, capabilities %v", r.Gauges, s.Capabilities())
+	}
+	r = source.Reading{Counters: map[string]uint64{}, Gauges: map[string]float64{}}
+	s.kernel.add(&r, conntrack{}, err, nil)
+	for _, m := range r.Metrics {
+		if strings.HasPrefix(m.ID, catalog.DropsConntrack) {
+			t.Errorf("%s defined without conntrack", m.ID)
+		}
+	}
+	if len(r.Counters) != 0 || len(r.Gauges) != 0 || fmt.Sprint(r.Retired) != "["+catalog.DropsConntrack+"]" {
+		t.Errorf("without conntrack: counters %v, gauges %v, retired %v", r.Counters, r.Gauges, r.Retired)
+	}
+	if !hasCap(s, capConntrack, false) {
+		t.Errorf("capabilities %v: want %s unavailable, saying nf_conntrack is not loaded", s.Capabilities(), capConntrack)
+	}
+}
+
+func hasCap(s *Source, name string, available bool) bool {
+	for _, c := range s.Capabilities() {
+		if c.GetName() == name {
+			return c.GetAvailable() == available && (available || strings.Contains(c.GetReason(), "not loaded"))
+		}
+	}
+	return false
+}
+
+// TestDeviceAccounting: the parents count every increase once, from the
+// kernel's values at the first reading; a device arriving with counts of
+// its own (moved in) adds nothing until they move; a driver reset counts
+// from zero; children appear when a device's counter moves, are bounded
+// by MaxDevices, and go when the device goes.
+func TestDeviceAccounting(t *testing.T) {
+	k := newKernel()
+	lk := func(i int32, name string, rxDropped uint64) link {
+		return link{index: i, name: name, stats: map[string]uint64{"rx_dropped": rxDropped, "tx_errors": 1}}
+	}
+	step := func(links ...link) source.Reading {
+		r := source.Reading{Counters: map[string]uint64{}, Gauges: map[string]float64{}}
+		k.add(&r, conntrack{}, errNoConntrack, links)
+		return r
+	}
+	rxd := catalog.DropsDevice + "/rx_dropped"
+	r := step(lk(1, "lo", 0), lk(2, "eth0", 100))
+	if r.Counters[rxd] != 100 || r.Counters[catalog.DropsDevice] != 102 || len(r.Metrics) != len(catalog.DeviceTree()) {
+		t.Fatalf("first reading: %v, %d metrics", r.Counters, len(r.Metrics))
+	}
+	r = step(lk(1, "lo", 0), lk(2, "eth0", 107), lk(3, "moved", 5000))
+	if r.Counters[rxd] != 107 || r.Counters[rxd+"/eth0"] != 7 || r.Counters[rxd+"/moved"] != 0 {
+		t.Fatalf("second reading: %v", r.Counters)
+	}
+	r = step(lk(1, "lo", 0), lk(2, "eth0", 3), lk(3, "moved", 5001))
+	if r.Counters[rxd] != 111 || r.Counters[rxd+"/eth0"] != 10 || r.Counters[rxd+"/moved"] != 1 {
+		t.Fatalf("after a reset of eth0's counters: %v", r.Counters)
+	}
+	r = step(lk(1, "lo", 0), lk(3, "moved", 5001))
+	if r.Counters[rxd] != 111 || fmt.Sprint(r.Retired) != "["+rxd+"/eth0]" {
+		t.Fatalf("eth0 gone: %v, retired %v", r.Counters, r.Retired)
+	}
+	var links []link
+	for i := range MaxDevices + 5 {
+		links = append(links, lk(int32(10+i), fmt.Sprintf("v%d", i), 0))
+	}
+	step(links...)
+	for i := range links {
+		links[i].stats = map[string]uint64{"rx_dropped": 1, "tx_errors": 1}
+	}
+	r = step(links...)
+	children := 0
+	for id := range r.Counters {
+		if isDeviceChild(id) && strings.HasPrefix(id, rxd+"/") {
+			children++
+		}
+	}
+	// "moved" keeps its child: MaxDevices-1 of the new devices get one.
+	if children != MaxDevices || r.Counters[rxd] != 111+uint64(len(links)) {
+		t.Errorf("%d children of %s (max %d), parent %d", children, rxd, MaxDevices, r.Counters[rxd])
+	}
+}
+
+// ctStats sums `conntrack -S` (ctnetlink's per-CPU statistics, not the
+// /proc file the source reads) in ns.
+func ctStats(t *testing.T, l *netlab.Lab, ns string) map[string]uint64 {
+	t.Helper()
+	out := l.Exec(t, ns, "conntrack", "-S")
+	sum := map[string]uint64{}
+	for _, f := range strings.Fields(out) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || k == "cpu" {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("conntrack -S: %q: %v", f, err)
+		}
+		sum[k] += n
+	}
+	if _, ok := sum["drop"]; !ok {
+		t.Fatalf("conntrack -S printed no drop counter: %q", out)
+	}
+	return sum
+}
+
+func readUint(t *testing.T, l *netlab.Lab, ns, path string) uint64 {
+	t.Helper()
+	v, err := strconv.ParseUint(strings.TrimSpace(l.Exec(t, ns, "cat", path)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestConntrackTableFull fills B's conntrack table: nf_conntrack_max set to
+// 16, 16 TCP connections held open (assured, so never evicted), then more
+// attempts, whose SYNs the kernel drops ("table full"). The children
+// equal `conntrack -S`'s deltas and the table's count.
+//
+// On this kernel (6.18) nf_conntrack_max is read-only outside the initial
+// namespace: the limit is the host's, applied to each namespace's own
+// count. The test lowers it for well under a second and restores it.
+func TestConntrackTableFull(t *testing.T) {
+	const maxEntries, extra = 16, 6
+	if _, err := exec.LookPath("conntrack"); err != nil {
+		netlab.SkipOrFail(t, "conntrack (Debian package conntrack) not installed: %v", err)
+	}
+	l := netlab.New(t)
+	h, err := netns.Resolve(l.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Any ct expression makes B track connections.
+	l.Nft(t, l.B, `table inet nbs_ct {
+	chain in {
+		type filter hook input priority 0; policy accept;
+		ct state new counter accept
+	}
+}`)
+	var ln net.Listener
+	if err := l.Do(l.B, func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(l.IPB, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	dst := ln.Addr().String()
+
+	s := open(t, Options{Env: source.Env{Netns: h, DisableBPF: true}})
+	if !hasCap(s, capConntrack, true) {
+		t.Fatalf("capabilities %v: want %s", s.Capabilities(), capConntrack)
+	}
+	c0, o0 := collect(t, s), ctStats(t, l, l.B)
+
+	orig, err := os.ReadFile(ConntrackMaxPath)
+	if err != nil {
+		t.Fatalf("read the host's nf_conntrack_max: %v", err)
+	}
+	restore := func() {
+		if err := os.WriteFile(ConntrackMaxPath, orig, 0); err != nil {
+			t.Errorf("restore nf_conntrack_max %s: %v", orig, err)
+		}
+	}
+	t.Cleanup(restore)
+	if err := os.WriteFile(ConntrackMaxPath, []byte(strconv.Itoa(maxEntries)), 0); err != nil {
+		t.Fatalf("set nf_conntrack_max: %v", err)
+	}
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	var fds []int
+	err = l.Do(l.A, func() error {
+		d := net.Dialer{Timeout: 2 * time.Second}
+		for range maxEntries {
+			c, err := d.Dial("tcp", dst)
+			if err != nil {
+				return fmt.Errorf("connection %d of %d: %w", len(conns)+1, maxEntries, err)
+			}
+			conns = append(conns, c)
+		}
+		// The table is full: these SYNs are dropped. Non-blocking, so each
+		// sends one SYN now and none is retried before they are closed.
+		for range extra {
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			fds = append(fds, fd)
+			var sa unix.SockaddrInet4
+			ap := netip.MustParseAddrPort(dst)
+			sa.Addr, sa.Port = ap.Addr().As4(), int(ap.Port())
+			if err := unix.Connect(fd, &sa); err != nil && !errors.Is(err, unix.EINPROGRESS) {
+				return err
+			}
+		}
+		return nil
+	})
+	time.Sleep(200 * time.Millisecond) // under the SYN's first retransmission (1 s)
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := readUint(t, l, l.B, ConntrackCountPath)
+	max := readUint(t, l, l.B, ConntrackMaxPath)
+	o1 := ctStats(t, l, l.B)
+	r, err := s.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2 := ctStats(t, l, l.B)
+	restore()
+	if fmt.Sprint(o1) != fmt.Sprint(o2) {
+		t.Fatalf("conntrack -S moved around the collection: %v, then %v", o1, o2)
+	}
+	cnt := readUint(t, l, l.B, ConntrackCountPath)
+	t.Logf("nf_conntrack_count %d (max was %d), conntrack -S deltas drop %d insert_failed %d early_drop %d; agent %d %d %d, entries %v usage %v%%",
+		cnt, max, o1["drop"]-o0["drop"], o1["insert_failed"]-o0["insert_failed"], o1["early_drop"]-o0["early_drop"],
+		r.Counters[catalog.DropsConntrackDrop]-c0[catalog.DropsConntrackDrop],
+		r.Counters[catalog.DropsConntrackInsertFailed]-c0[catalog.DropsConntrackInsertFailed],
+		r.Counters[catalog.DropsConntrackEarlyDrop]-c0[catalog.DropsConntrackEarlyDrop],
+		r.Gauges[catalog.DropsConntrackEntries], r.Gauges[catalog.DropsConntrackUsage])
+	if max != maxEntries || count != maxEntries || cnt != count {
+		t.Fatalf("nf_conntrack_max %d, count %d then %d: want the table full at %d", max, count, cnt, maxEntries)
+	}
+	for _, c := range []struct {
+		id, oracle string
+	}{
+		{catalog.DropsConntrackDrop, "drop"},
+		{catalog.DropsConntrackInsertFailed, "insert_failed"},
+		{catalog.DropsConntrackEarlyDrop, "early_drop"},
+	} {
+		if got, want := r.Counters[c.id]-c0[c.id], o1[c.oracle]-o0[c.oracle]; got != want {
+			t.Errorf("%s +%d, conntrack -S %s +%d", c.id, got, c.oracle, want)
+		}
+	}
+	drop := r.Counters[catalog.DropsConntrackDrop] - c0[catalog.DropsConntrackDrop]
+	if drop < extra {
+		t.Errorf("drops/conntrack/drop +%d, want at least the %d SYNs sent to a full table", drop, extra)
+	}
+	if got, want := r.Counters[catalog.DropsConntrack]-c0[catalog.DropsConntrack],
+		drop+r.Counters[catalog.DropsConntrackInsertFailed]-c0[catalog.DropsConntrackInsertFailed]; got != want {
+		t.Errorf("drops/conntrack +%d, want drop + insert_failed = %d", got, want)
+	}
+	if e := r.Gauges[catalog.DropsConntrackEntries]; e != float64(cnt) {
+		t.Errorf("entries %v, nf_conntrack_count %d", e, cnt)
+	}
+	if u, want := r.Gauges[catalog.DropsConntrackUsage], 100*float64(cnt)/float64(max); math.Abs(u-want) > 1e-9 || u != 100 {
+		t.Errorf("usage %v%%, want %v%% (full)", u, want)
+	}
+	// The table full: usage CRIT, and any drop WARN at least at any
+	// interval up to 1000 s.
+	tr := tree.New()
+	tr.Define(r.Metrics...)
+	res := tr.Evaluate(map[string]float64{catalog.DropsConntrackUsage: r.Gauges[catalog.DropsConntrackUsage],
+		catalog.DropsConntrackDrop: float64(drop) / 1000, catalog.DropsConntrackEarlyDrop: 0, catalog.DropsConntrackInsertFailed: 0,
+		catalog.DropsConntrackEntries: float64(cnt), catalog.DropsConntrack: float64(drop) / 1000}, nil)
+	if res.State[catalog.DropsConntrackUsage] != tree.Crit || res.State[catalog.DropsConntrackDrop] != tree.Warn {
+		t.Errorf("states %v: want usage CRIT and drop WARN", res.State)
+	}
+}
+
+// ipLinkStats reads `ip -s -s -j link` in ns: by device, each counter of
+// catalog.DeviceCounters by its kernel name.
+func ipLinkStats(t *testing.T, l *netlab.Lab, ns string) map[string]map[string]uint64 {
+	t.Helper()
+	var links []struct {
+		Name  string `json:"ifname"`
+		Stats struct {
+			RX map[string]uint64 `json:"rx"`
+			TX map[string]uint64 `json:"tx"`
+		} `json:"stats64"`
+	}
+	if err := json.Unmarshal([]byte(l.Exec(t, ns, "ip", "-s", "-s", "-j", "link", "show")), &links); err != nil {
+		t.Fatalf("ip -s -s -j link: %v", err)
+	}
+	out := map[string]map[string]uint64{}
+	for _, ln := range links {
+		m := map[string]uint64{}
+		for _, c := range catalog.DeviceCounters() {
+			dir, name, _ := strings.Cut(c.Kernel, "_") // rx_missed_errors: rx.missed_errors
+			v, ok := map[string]map[string]uint64{"rx": ln.Stats.RX, "tx": ln.Stats.TX}[dir][name]
+			if !ok {
+				t.Fatalf("ip -j link: %s has no %s.%s", ln.Name, dir, name)
+			}
+			m[c.Kernel] = v
+		}
+		out[ln.Name] = m
+	}
+	return out
+}
+
+// TestDeviceDrops: packets routed into a tun device no process reads are
+// dropped by the device (tx_dropped); every device's children, and each
+// counter, equal `ip -s -s link`'s deltas for B's devices (lo, the veth,
+// the tun).
+//
+// What a veth can show: packets, bytes, rx/tx dropped (its peer down, the
+// peer's backlog or XDP ring full) and nothing of missed, FIFO, over,
+// frame, CRC or carrier errors, which only hardware has. Of these, only
+// the tun's tx_dropped is reproducible to the packet here.
+func TestDeviceDrops(t *testing.T) {
+	const n = 30
+	l := netlab.New(t)
+	h, err := netns.Resolve(l.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Exec(t, l.B, "ip", "tuntap", "add", "dev", "nbstun", "mode", "tun")
+	l.Exec(t, l.B, "ip", "addr", "add", "192.0.2.1/30", "dev", "nbstun")
+	l.Exec(t, l.B, "ip", "link", "set", "nbstun", "up")
+	s := open(t, Options{Env: source.Env{Netns: h, DisableBPF: true}})
+	c0, o0 := collect(t, s), ipLinkStats(t, l, l.B)
+	netlab.SendUDPIn(t, h, netip.MustParseAddrPort("192.0.2.2:9"), n, 64, 0)
+	l.SendUDP(t, l.A, netip.AddrPortFrom(l.IPB, 9), n, 64, 0)
+	c1, o1 := collect(t, s), ipLinkStats(t, l, l.B)
+	if len(o1) < 3 {
+		t.Fatalf("ip link shows %d devices in B, want lo, vB and nbstun", len(o1))
+	}
+	var headline uint64
+	for _, c := range catalog.DeviceCounters() {
+		var sum uint64
+		for dev, after := range o1 {
+			d := after[c.Kernel] - o0[dev][c.Kernel]
+			sum += d
+			child := c.Metric.ID + "/" + catalog.MetricSegment(dev)
+			if got := c1[child] - c0[child]; got != d {
+				t.Errorf("%s +%d, ip -s -s link %s %s +%d", child, got, dev, c.Kernel, d)
+			}
+		}
+		if got := c1[c.Metric.ID] - c0[c.Metric.ID]; got != sum {
+			t.Errorf("%s +%d, ip -s -s link's devices +%d", c.Metric.ID, got, sum)
+		}
+		if c.Headline {
+			headline += sum
+		}
+	}
+	if got := c1[catalog.DropsDevice] - c0[catalog.DropsDevice]; got != headline {
+		t.Errorf("%s +%d, want rx_dropped+rx_missed+rx_errors+tx_dropped+tx_errors = %d", catalog.DropsDevice, got, headline)
+	}
+	tun := catalog.DropsDevice + "/tx_dropped/nbstun"
+	if got := c1[tun] - c0[tun]; got != n {
+		t.Errorf("%s +%d, sent %d into the unread tun", tun, got, n)
+	}
+	t.Logf("%s +%d; ip -s -s link nbstun tx dropped +%d", tun, c1[tun]-c0[tun], o1["nbstun"]["tx_dropped"]-o0["nbstun"]["tx_dropped"])
+	if !hasCap(s, capDevice, true) {
+		t.Errorf("capabilities %v", s.Capabilities())
+	}
+	// The agent restarting: a new source continues from the kernel's
+	// values, so the ledger (source.SinceBoot) can count what happened
+	// between the two.
+	s2 := open(t, Options{Env: source.Env{Netns: h, DisableBPF: true}})
+	netlab.SendUDPIn(t, h, netip.MustParseAddrPort("192.0.2.2:9"), n, 64, 0)
+	c2 := collect(t, s2)
+	if got := c2[catalog.DropsDevice+"/tx_dropped"] - c1[catalog.DropsDevice+"/tx_dropped"]; got != n {
+		t.Errorf("a new source's tx_dropped is %d above the old one's last, want the %d dropped since", got, n)
+	}
+	for _, id := range []string{catalog.DropsDevice, catalog.DropsDevice + "/tx_dropped"} {
+		if !s2.SinceBoot(id) || s2.SinceBoot(tun) || s2.Continues(id) {
+			t.Errorf("SinceBoot(%s) %v, SinceBoot(%s) %v, Continues %v", id, s2.SinceBoot(id), tun, s2.SinceBoot(tun), s2.Continues(id))
+		}
+	}
+}
