@@ -52,7 +52,9 @@ func Documented() []Branch {
 	}
 	drops.Children = append(drops.Children, ConntrackTree()...)
 	drops.Children = append(drops.Children, DeviceTree()...)
-	drops.Children = append(drops.Children, DeviceChild(DeviceCounters()[0].Metric, "<device>", "<device>"))
+	drops.Children = append(drops.Children, DeviceChild(Metric{ID: DropsDevice + "/<counter>", Title: "Device: <counter>",
+		Unit: "packets/s", Description: "The device's count of its parent's counter, with the parent's threshold."},
+		"<device>", "<device>"))
 	for _, reason := range sortedKeys(dropReasonHelp) {
 		drops.Notes = append(drops.Notes, DropReason(reason))
 	}

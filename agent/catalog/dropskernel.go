@@ -18,6 +18,10 @@ const (
 	DropsDevice                = "drops/device"
 )
 
+// DeviceChildrenMax bounds the device children of each drops/device
+// counter; devices beyond count in the counter only.
+const DeviceChildrenMax = 32
+
 // ConntrackTree is drops/conntrack and its children, defined while the
 // namespace has connection tracking (nf_conntrack loaded).
 func ConntrackTree() []Metric {
@@ -30,8 +34,9 @@ func ConntrackTree() []Metric {
 				"(usage against nf_conntrack_max). `conntrack -S` shows the same counters, `conntrack -L` the entries.",
 		},
 		{ID: DropsConntrackUsage, Title: "Conntrack table usage", Unit: "%", Kind: Gauge,
-			Description: "Entries in the connection tracking table as a share of its maximum (nf_conntrack_count / " +
-				"nf_conntrack_max in /proc/sys/net/netfilter, the watched namespace's). At 100% the kernel evicts " +
+			Description: "Entries in the watched namespace's connection tracking table as a share of its maximum " +
+				"(nf_conntrack_count / nf_conntrack_max in /proc/sys/net/netfilter; the count is the namespace's, the " +
+				"maximum the host's on recent kernels). At 100% the kernel evicts " +
 				"unconfirmed entries (early_drop) and, failing that, drops new connections with \"nf_conntrack: table " +
 				"full, dropping packet\" in the kernel log. Usual causes: a connection flood or scan, many short-lived " +
 				"connections (DNS over UDP, health checks) with long timeouts, NAT for a busy service, a maximum left " +
@@ -136,7 +141,8 @@ func DeviceTree() []Metric {
 			"from the kernel's own device statistics (rtnetlink IFLA_STATS64, as `ip -s -s link` shows them): " +
 			"rx_dropped + rx_missed + rx_errors + tx_dropped + tx_errors. Below the stack, in drivers and hardware, " +
 			"where no drop reason is recorded, so this is not part of the drops headline. The children split it by " +
-			"counter, and under each the devices whose counter moved. Virtual devices count only some of them (a " +
+			"counter, and under each the devices whose counter moved (at most " +
+			fmt.Sprint(DeviceChildrenMax) + " per counter; the rest count in the counter only). Virtual devices count only some of them (a " +
 			"veth has no FIFO, CRC or carrier errors)."}}
 	for _, c := range DeviceCounters() {
 		out = append(out, c.Metric)

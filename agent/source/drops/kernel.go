@@ -179,7 +179,7 @@ func readFileHere(path string) ([]byte, error) { return os.ReadFile(path) }
 
 // MaxDevices bounds the device children of each drops/device counter;
 // devices beyond count in the counter only.
-const MaxDevices = 32
+const MaxDevices = catalog.DeviceChildrenMax
 
 // device is what the source remembers of one device.
 type device struct {

@@ -67,7 +67,9 @@ func TestParseConntrackStat(t *testing.T) {
 // drops/conntrack, says why in its capability, and is not an error; a
 // conntrack that goes away retires its subtree.
 func TestConntrackAbsent(t *testing.T) {
-	_, err := readConntrack(func(string) ([]byte, error) { return nil, &fs.PathError{Op: "open", Path: ConntrackCountPath, Err: fs.ErrNotExist} })
+	_, err := readConntrack(func(string) ([]byte, error) {
+		return nil, &fs.PathError{Op: "open", Path: ConntrackCountPath, Err: fs.ErrNotExist}
+	})
 	if !errors.Is(err, errNoConntrack) {
 		t.Fatalf("readConntrack without the module: %v, want errNoConntrack", err)
 	}
