@@ -77,6 +77,11 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 			PinDir: opts.PinDirOf("drops")})
 		if err == nil {
 			s.startBPF(ctx, p, opts.OwnerSplit())
+			// The first reading of conntrack and the devices, so the
+			// capabilities say what is there (the agent asks once, now).
+			if err := s.collectKernel(&source.Reading{Counters: map[string]uint64{}}); err != nil {
+				s.log.Warn("drops: cannot read conntrack and device counters", "err", err)
+			}
 			return s, nil
 		}
 		s.bpfWhy = err.Error()

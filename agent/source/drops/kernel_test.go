@@ -457,3 +457,27 @@ func TestDeviceDrops(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelCapabilitiesAtOpen: with BPF as without, the capabilities the
+// agent asks for once, right after Open, already say what conntrack and the
+// devices give.
+func TestKernelCapabilitiesAtOpen(t *testing.T) {
+	l := netlab.New(t)
+	h, err := netns.Resolve(l.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bpf := range []bool{true, false} {
+		s := open(t, Options{Env: source.Env{Netns: h, DisableBPF: !bpf}})
+		if bpf && s.probe == nil {
+			netlab.SkipOrFail(t, "drops: BPF unavailable: %s", s.bpfWhy)
+		}
+		if !hasCap(s, capDevice, true) {
+			t.Errorf("bpf %v: capabilities %v, want %s available", bpf, s.Capabilities(), capDevice)
+		}
+		// The host has nf_conntrack (the lab's tests use it): B sees it.
+		if _, err := os.Stat(ConntrackCountPath); err == nil && !hasCap(s, capConntrack, true) {
+			t.Errorf("bpf %v: capabilities %v, want %s available", bpf, s.Capabilities(), capConntrack)
+		}
+	}
+}
