@@ -23,7 +23,9 @@ import (
 const (
 	ConntrackCountPath = "/proc/sys/net/netfilter/nf_conntrack_count"
 	ConntrackMaxPath   = "/proc/sys/net/netfilter/nf_conntrack_max"
-	ConntrackStatPath  = "/proc/thread-self/net/stat/nf_conntrack"
+	// ConntrackBucketsPath is the hash table's size (the tests set it).
+	ConntrackBucketsPath = "/proc/sys/net/netfilter/nf_conntrack_buckets"
+	ConntrackStatPath    = "/proc/thread-self/net/stat/nf_conntrack"
 )
 
 // conntrack is one reading of the namespace's connection tracking.

@@ -188,16 +188,22 @@ func readUint(t *testing.T, l *netlab.Lab, ns, path string) uint64 {
 	return v
 }
 
-// TestConntrackTableFull fills B's conntrack table: nf_conntrack_max set to
-// 16, 16 TCP connections held open (assured, so never evicted), then more
-// attempts, whose SYNs the kernel drops ("table full"). The children
-// equal `conntrack -S`'s deltas and the table's count.
+// TestConntrackTableFull fills the conntrack tables of the lab with
+// nf_conntrack_max set to 16. In B, 16 TCP connections held open (assured,
+// so never evicted), then more attempts, whose SYNs the kernel drops
+// ("table full"). In A, 200 UDP flows never answered (not assured): beyond
+// 16, each evicts an entry (early_drop) when one is in the 8 buckets the
+// kernel looks at, and is dropped otherwise. The children equal
+// `conntrack -S`'s deltas (ctnetlink, not the /proc file the source reads)
+// and the table's count. insert_failed (a clash of two packets of one new
+// flow on two CPUs) is not reproduced: it stays 0 on both sides.
 //
-// On this kernel (6.18) nf_conntrack_max is read-only outside the initial
-// namespace: the limit is the host's, applied to each namespace's own
-// count. The test lowers it for well under a second and restores it.
+// On this kernel (6.18) nf_conntrack_max and nf_conntrack_buckets are
+// read-only outside the initial namespace: the limit is the host's, applied
+// to each namespace's own count. The test lowers both for about a second
+// and restores them.
 func TestConntrackTableFull(t *testing.T) {
-	const maxEntries, extra = 16, 6
+	const maxEntries, extra, udpFlows = 16, 6, 200
 	if _, err := exec.LookPath("conntrack"); err != nil {
 		netlab.SkipOrFail(t, "conntrack (Debian package conntrack) not installed: %v", err)
 	}
@@ -244,19 +250,10 @@ func TestConntrackTableFull(t *testing.T) {
 	}
 	c0, o0 := collect(t, s), ctStats(t, l, l.B)
 
-	orig, err := os.ReadFile(ConntrackMaxPath)
-	if err != nil {
-		t.Fatalf("read the host's nf_conntrack_max: %v", err)
-	}
-	restore := func() {
-		if err := os.WriteFile(ConntrackMaxPath, orig, 0); err != nil {
-			t.Errorf("restore nf_conntrack_max %s: %v", orig, err)
-		}
-	}
-	t.Cleanup(restore)
-	if err := os.WriteFile(ConntrackMaxPath, []byte(strconv.Itoa(maxEntries)), 0); err != nil {
-		t.Fatalf("set nf_conntrack_max: %v", err)
-	}
+	// The fewest buckets the kernel allows (512): early_drop looks for an
+	// entry to evict in 8 buckets only, so with the host's hash size the
+	// lab's few entries would never be found.
+	restore := hostSysctls(t, map[string]string{ConntrackMaxPath: strconv.Itoa(maxEntries), ConntrackBucketsPath: "1"})
 	var conns []net.Conn
 	t.Cleanup(func() {
 		for _, c := range conns {
@@ -305,7 +302,70 @@ func TestConntrackTableFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	o2 := ctStats(t, l, l.B)
+	// Phase 2, in A: its table fills with UDP flows never answered (one per
+	// source port), which are not assured, so each flow beyond the maximum
+	// evicts one when the 8 buckets the kernel looks at hold one
+	// (early_drop), and is dropped otherwise.
+	// B's full table would drop the flows as they leave: B stops tracking.
+	l.NftDelete(t, l.B, "nbs_ct")
+	l.Nft(t, l.A, `table inet nbs_ct {
+	chain in {
+		type filter hook input priority 0; policy accept;
+		ct state new counter accept
+	}
+}`)
+	hA, err := netns.Resolve(l.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sA := open(t, Options{Env: source.Env{Netns: hA, DisableBPF: true}})
+	a0, p0 := collect(t, sA), ctStats(t, l, l.A)
+	if err := l.Do(l.B, func() error {
+		for range udpFlows {
+			c, err := net.Dial("udp", netip.AddrPortFrom(l.IPA, l.ClosedPort).String())
+			if err != nil {
+				return err
+			}
+			_, err = c.Write([]byte("x"))
+			c.Close()
+			if err != nil && !errors.Is(err, unix.ECONNREFUSED) {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	p1 := ctStats(t, l, l.A)
+	a1, err := sA.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2 := ctStats(t, l, l.A)
+	countA := readUint(t, l, l.A, ConntrackCountPath)
 	restore()
+	if fmt.Sprint(p1) != fmt.Sprint(p2) {
+		t.Fatalf("conntrack -S in A moved around the collection: %v, then %v", p1, p2)
+	}
+	t.Logf("%d UDP flows into A: nf_conntrack_count %d, conntrack -S drop +%d early_drop +%d insert_failed +%d",
+		udpFlows, countA, p1["drop"]-p0["drop"], p1["early_drop"]-p0["early_drop"], p1["insert_failed"]-p0["insert_failed"])
+	for _, c := range []struct{ id, oracle string }{
+		{catalog.DropsConntrackDrop, "drop"},
+		{catalog.DropsConntrackInsertFailed, "insert_failed"},
+		{catalog.DropsConntrackEarlyDrop, "early_drop"},
+	} {
+		if got, want := a1.Counters[c.id]-a0[c.id], p1[c.oracle]-p0[c.oracle]; got != want {
+			t.Errorf("A: %s +%d, conntrack -S %s +%d", c.id, got, c.oracle, want)
+		}
+	}
+	if p1["early_drop"] == p0["early_drop"] || p1["drop"] == p0["drop"] || countA != maxEntries {
+		t.Errorf("%d UDP flows into A's table (max %d, 512 buckets): count %d, no early drop or no drop; the test tests nothing",
+			udpFlows, maxEntries, countA)
+	}
+	if a1.Gauges[catalog.DropsConntrackUsage] != 100 {
+		t.Errorf("A's usage %v%%, want 100%%", a1.Gauges[catalog.DropsConntrackUsage])
+	}
 	if fmt.Sprint(o1) != fmt.Sprint(o2) {
 		t.Fatalf("conntrack -S moved around the collection: %v, then %v", o1, o2)
 	}
@@ -354,6 +414,33 @@ func TestConntrackTableFull(t *testing.T) {
 	if res.State[catalog.DropsConntrackUsage] != tree.Crit || res.State[catalog.DropsConntrackDrop] != tree.Warn {
 		t.Errorf("states %v: want usage CRIT and drop WARN", res.State)
 	}
+}
+
+// hostSysctls sets files of the initial namespace's /proc/sys and returns
+// what puts them back (also a cleanup of t); each is put back once.
+func hostSysctls(t *testing.T, set map[string]string) (restore func()) {
+	t.Helper()
+	orig := map[string][]byte{}
+	restore = func() {
+		for path, v := range orig {
+			if err := os.WriteFile(path, v, 0); err != nil {
+				t.Errorf("restore %s to %s: %v", path, v, err)
+			}
+			delete(orig, path)
+		}
+	}
+	t.Cleanup(restore)
+	for path, v := range set {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("read the host's %s: %v", path, err)
+		}
+		orig[path] = b
+		if err := os.WriteFile(path, []byte(v), 0); err != nil {
+			t.Fatalf("set %s to %s: %v", path, v, err)
+		}
+	}
+	return restore
 }
 
 // ipLinkStats reads `ip -s -s -j link` in ns: by device, each counter of
