@@ -1,6 +1,8 @@
 // Package drops is the drops branch: packets the kernel dropped, by the
 // kernel's own reason from BPF (kfree_skb), with evidence; or a few /proc
-// counters where BPF is unavailable.
+// counters where BPF is unavailable. Either way, the connection tracking
+// table's failures and the devices' own drop and error counters of the
+// watched namespace (kernel.go).
 package drops
 
 import (
@@ -8,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 
 	"github.com/cilium/ebpf"
@@ -144,8 +147,8 @@ func (s *Source) Capabilities() []*nbsv1.Capability {
 }
 
 // Continues says whether the counters continue a previous agent's (see
-// source.Continuing): all of them come from the probe's maps; never on
-// /proc.
+// source.Continuing): those from the probe's maps; never on /proc, nor
+// conntrack's and the devices' (SinceBoot).
 func (s *Source) Continues(id string) bool {
 	return s.probe != nil && s.probe.Continued() && !isKernelCounter(id)
 }
@@ -273,7 +276,7 @@ func (s *Source) collectKernel(r *source.Reading) error {
 		links        []link
 	)
 	if err := s.ns.Do(func() error {
-		ct, ctErr = readConntrack(readFileHere)
+		ct, ctErr = readConntrack(os.ReadFile) // in the namespace: this thread is
 		links, lnErr = readLinks()
 		return nil
 	}); err != nil {

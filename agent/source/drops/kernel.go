@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -176,9 +175,6 @@ func parseLinks(b []byte) ([]link, error) {
 	return out, nil
 }
 
-// readFileHere reads a file as the current thread sees it.
-func readFileHere(path string) ([]byte, error) { return os.ReadFile(path) }
-
 // MaxDevices bounds the device children of each drops/device counter;
 // devices beyond count in the counter only.
 const MaxDevices = catalog.DeviceChildrenMax
@@ -313,9 +309,8 @@ func (k *kernel) add(r *source.Reading, ct conntrack, ctErr error, links []link)
 	}
 }
 
-// sinceBoot says whether id is one of the kernel's cumulative counters
-// here (the device children count from the source's first sight of their
-// device instead).
+// isKernelCounter says whether id is under drops/conntrack or
+// drops/device: the kernel's counters, read the same with or without BPF.
 func isKernelCounter(id string) bool {
 	switch {
 	case id == catalog.DropsConntrack || strings.HasPrefix(id, catalog.DropsConntrack+"/"):
