@@ -2,7 +2,7 @@
 // kernel's own reason from BPF (kfree_skb), with evidence; or a few /proc
 // counters where BPF is unavailable. Either way, the connection tracking
 // table's failures and the devices' own drop and error counters of the
-// watched namespace (kernel.go).
+// watched namespace (conntrack.go, device.go; kernel.go makes them children).
 package drops
 
 import (
