@@ -473,15 +473,16 @@ func ipLinkStats(t *testing.T, l *netlab.Lab, ns string) map[string]map[string]u
 	return out
 }
 
-// TestDeviceDrops: packets routed into a tun device no process reads are
-// dropped by the device (tx_dropped); every device's children, and each
-// counter, equal `ip -s -s link`'s deltas for B's devices (lo, the veth,
-// the tun).
+// TestDeviceDrops: packets routed into a tun device no process reads, and
+// through a veth whose peer is down, are dropped by the device
+// (tx_dropped); every device's children, and each counter, equal
+// `ip -s -s link`'s deltas for B's devices (lo, the veth, the tun).
 //
-// What a veth can show: packets, bytes, rx/tx dropped (its peer down, the
-// peer's backlog or XDP ring full) and nothing of missed, FIFO, over,
-// frame, CRC or carrier errors, which only hardware has. Of these, only
-// the tun's tx_dropped is reproducible to the packet here.
+// What a veth can show: tx_dropped (its peer down, the peer's backlog
+// full) and rx_dropped (the peer's XDP ring full); never missed, FIFO,
+// over, frame, CRC or carrier errors, which only hardware has. Here the
+// tun's tx_dropped is exact to the packet, the veth's at least the
+// datagrams sent (its own neighbour discovery is dropped too).
 func TestDeviceDrops(t *testing.T) {
 	const n = 30
 	l := netlab.New(t)
@@ -493,9 +494,14 @@ func TestDeviceDrops(t *testing.T) {
 	l.Exec(t, l.B, "ip", "addr", "add", "192.0.2.1/30", "dev", "nbstun")
 	l.Exec(t, l.B, "ip", "link", "set", "nbstun", "up")
 	s := open(t, Options{Env: source.Env{Netns: h, DisableBPF: true}})
+	// vB's peer down, and A's address resolved for good, so B's datagrams
+	// reach vB's transmit and are dropped there.
+	mac := strings.Fields(l.Exec(t, l.A, "cat", "/sys/class/net/vA/address"))
+	l.Exec(t, l.A, "ip", "link", "set", "vA", "down")
+	l.Exec(t, l.B, "ip", "neigh", "replace", l.IPA.String(), "lladdr", mac[0], "dev", "vB", "nud", "permanent")
 	c0, o0 := collect(t, s), ipLinkStats(t, l, l.B)
 	netlab.SendUDPIn(t, h, netip.MustParseAddrPort("192.0.2.2:9"), n, 64, 0)
-	l.SendUDP(t, l.A, netip.AddrPortFrom(l.IPB, 9), n, 64, 0)
+	netlab.SendUDPIn(t, h, netip.AddrPortFrom(l.IPA, 9), n, 64, 0)
 	c1, o1 := collect(t, s), ipLinkStats(t, l, l.B)
 	if len(o1) < 3 {
 		t.Fatalf("ip link shows %d devices in B, want lo, vB and nbstun", len(o1))
@@ -521,11 +527,16 @@ func TestDeviceDrops(t *testing.T) {
 	if got := c1[catalog.DropsDevice] - c0[catalog.DropsDevice]; got != headline {
 		t.Errorf("%s +%d, want rx_dropped+rx_missed+rx_errors+tx_dropped+tx_errors = %d", catalog.DropsDevice, got, headline)
 	}
-	tun := catalog.DropsDevice + "/tx_dropped/nbstun"
+	tun, veth := catalog.DropsDevice+"/tx_dropped/nbstun", catalog.DropsDevice+"/tx_dropped/vb"
 	if got := c1[tun] - c0[tun]; got != n {
 		t.Errorf("%s +%d, sent %d into the unread tun", tun, got, n)
 	}
-	t.Logf("%s +%d; ip -s -s link nbstun tx dropped +%d", tun, c1[tun]-c0[tun], o1["nbstun"]["tx_dropped"]-o0["nbstun"]["tx_dropped"])
+	// At least: the IPv6 neighbour discovery vB sends also goes nowhere.
+	if got := c1[veth] - c0[veth]; got < n {
+		t.Errorf("%s +%d, sent %d through it with its peer down", veth, got, n)
+	}
+	t.Logf("%s +%d, %s +%d; ip -s -s link: nbstun tx dropped +%d, vB +%d", tun, c1[tun]-c0[tun], veth, c1[veth]-c0[veth],
+		o1["nbstun"]["tx_dropped"]-o0["nbstun"]["tx_dropped"], o1["vB"]["tx_dropped"]-o0["vB"]["tx_dropped"])
 	if !hasCap(s, capDevice, true) {
 		t.Errorf("capabilities %v", s.Capabilities())
 	}
