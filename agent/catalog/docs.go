@@ -50,6 +50,11 @@ func Documented() []Branch {
 	for _, pc := range DropProcCounters() {
 		drops.Children = append(drops.Children, pc.Metric)
 	}
+	drops.Children = append(drops.Children, ConntrackTree()...)
+	drops.Children = append(drops.Children, DeviceTree()...)
+	drops.Children = append(drops.Children, DeviceChild(Metric{ID: DropsDevice + "/<counter>", Title: "Device: <counter>",
+		Unit: "packets/s", Description: "The device's count of its parent's counter, with the parent's threshold."},
+		"<device>", "<device>"))
 	for _, reason := range sortedKeys(dropReasonHelp) {
 		drops.Notes = append(drops.Notes, DropReason(reason))
 	}

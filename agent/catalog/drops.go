@@ -24,7 +24,9 @@ func DropsTree() []Metric {
 			"of it. Its state is the worst child's: open the red one, and under it the pods, containers or " +
 			"namespaces that dropped most; the evidence names the packets (protocol, addresses, ports, device), " +
 			"the kernel function that dropped them and who owns the namespace. Without BPF, a few /proc " +
-			"counters stand in for the reasons.",
+			"counters stand in for the reasons. drops/conntrack (the connection tracking table) and drops/device " +
+			"(the devices' own statistics) are counted apart, with or without BPF, and not in the headline: " +
+			"conntrack's drops are netfilter_drop already, and the devices' lie below the stack.",
 	}}
 }
 

@@ -1,12 +1,16 @@
 // Package drops is the drops branch: packets the kernel dropped, by the
 // kernel's own reason from BPF (kfree_skb), with evidence; or a few /proc
-// counters where BPF is unavailable.
+// counters where BPF is unavailable. Either way, the connection tracking
+// table's failures and the devices' own drop and error counters of the
+// watched namespace (conntrack.go, device.go; kernel.go makes them children).
 package drops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 
 	"github.com/cilium/ebpf"
@@ -22,6 +26,9 @@ import (
 const (
 	capBPF  = "bpf.drops"
 	capProc = "proc.drops"
+	// Not BPF: read from the watched namespace either way.
+	capConntrack = "proc.drops.conntrack"
+	capDevice    = "netlink.drops.device"
 )
 
 // Options configure Open.
@@ -53,6 +60,9 @@ type Source struct {
 	// /proc
 	proc    *procnet.Reader
 	softnet string
+
+	// The kernel's conntrack and device counters, with or without BPF.
+	kernel *kernel
 }
 
 // Open loads the BPF probe, or falls back to /proc and says why.
@@ -61,7 +71,7 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 		opts.MaxEventsPerInterval = source.MaxEvidencePerInterval
 	}
 	s := &Source{ns: opts.Netns, log: opts.Log(catalog.Drops), max: opts.MaxEventsPerInterval, bpfWhy: source.BPFDisabled,
-		proc: opts.ProcReader(), softnet: opts.SoftnetPath}
+		proc: opts.ProcReader(), softnet: opts.SoftnetPath, kernel: newKernel()}
 	if s.softnet == "" {
 		s.softnet = "/proc/net/softnet_stat"
 	}
@@ -70,6 +80,11 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 			PinDir: opts.PinDirOf("drops")})
 		if err == nil {
 			s.startBPF(ctx, p, opts.OwnerSplit())
+			// The first reading of conntrack and the devices, so the
+			// capabilities say what is there (the agent asks once, now).
+			if err := s.collectKernel(&source.Reading{Counters: map[string]uint64{}}); err != nil {
+				s.log.Warn("drops: cannot read conntrack and device counters", "err", err)
+			}
 			return s, nil
 		}
 		s.bpfWhy = err.Error()
@@ -109,25 +124,45 @@ func (s *Source) Name() string {
 }
 
 func (s *Source) Capabilities() []*nbsv1.Capability {
+	ct := &nbsv1.Capability{Name: capConntrack, Available: s.kernel.ctWhy == "",
+		Reason: "drops/conntrack from /proc/sys/net/netfilter and /proc/net/stat/nf_conntrack of " + s.ns.String()}
+	if !ct.Available {
+		ct.Reason = "no drops/conntrack in " + s.ns.String() + ": " + s.kernel.ctWhy
+	}
+	dev := &nbsv1.Capability{Name: capDevice, Available: s.kernel.devWhy == "",
+		Reason: "drops/device from the devices' IFLA_STATS64 (rtnetlink) in " + s.ns.String()}
+	if !dev.Available {
+		dev.Reason = "no drops/device in " + s.ns.String() + ": " + s.kernel.devWhy
+	}
 	if s.probe != nil {
-		return []*nbsv1.Capability{{Name: capBPF, Available: true}}
+		return []*nbsv1.Capability{{Name: capBPF, Available: true}, ct, dev}
 	}
 	return []*nbsv1.Capability{
 		{Name: capBPF, Available: false, Reason: s.bpfWhy},
 		{Name: capProc, Available: true, Reason: "UDP no-port and receive-buffer drops, IP input discards and listen drops " +
 			"from /proc/net/{snmp,snmp6,netstat} of " + s.ns.String() + ", CPU backlog drops from softnet_stat (host-wide); " +
 			"no per-reason split or evidence"},
+		ct, dev,
 	}
 }
 
 // Continues says whether the counters continue a previous agent's (see
-// source.Continuing): all of them come from the probe's maps; never on
-// /proc.
-func (s *Source) Continues(string) bool { return s.probe != nil && s.probe.Continued() }
+// source.Continuing): those from the probe's maps; never on /proc, nor
+// conntrack's and the devices' (SinceBoot).
+func (s *Source) Continues(id string) bool {
+	return s.probe != nil && s.probe.Continued() && !isKernelCounter(id)
+}
 
 // SinceBoot says the counters are the kernel's since boot (see
-// source.SinceBoot): on /proc, all of them.
-func (s *Source) SinceBoot(string) bool { return s.probe == nil }
+// source.SinceBoot): on /proc, all of them; with BPF, those of conntrack
+// and drops/device. Not the device children, which count from the
+// source's first sight of their device.
+func (s *Source) SinceBoot(id string) bool {
+	if isDeviceChild(id) {
+		return false
+	}
+	return s.probe == nil || isKernelCounter(id)
+}
 
 // EvidenceCounts says what evidence the kernel's rate limit and ring, and
 // the per-interval cap, gave up; nothing on /proc, which has no evidence.
@@ -226,7 +261,42 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 		}
 	}
 	s.owners.Split(&r, split)
+	if err := s.collectKernel(&r); err != nil {
+		return source.Reading{}, err
+	}
 	return r, nil
+}
+
+// collectKernel adds drops/conntrack and drops/device, read in one visit
+// to the watched namespace.
+func (s *Source) collectKernel(r *source.Reading) error {
+	var (
+		ct           conntrack
+		ctErr, lnErr error
+		links        []link
+	)
+	if err := s.ns.Do(func() error {
+		ct, ctErr = readConntrack(os.ReadFile) // in the namespace: this thread is
+		links, lnErr = readLinks()
+		return nil
+	}); err != nil {
+		return fmt.Errorf("read conntrack and device counters: %w", err)
+	}
+	if ctErr != nil && !errors.Is(ctErr, errNoConntrack) && ctErr.Error() != s.kernel.ctWhy {
+		s.log.Warn("drops: cannot read conntrack counters", "netns", s.ns.String(), "err", ctErr)
+	}
+	why := ""
+	if lnErr != nil {
+		if why = lnErr.Error(); why != s.kernel.devWhy {
+			s.log.Warn("drops: cannot read device counters", "netns", s.ns.String(), "err", lnErr)
+		}
+	}
+	s.kernel.devWhy = why
+	if r.Gauges == nil {
+		r.Gauges = map[string]float64{}
+	}
+	s.kernel.add(r, ct, ctErr, links)
+	return nil
 }
 
 // nameFunctions adds the kernel function that dropped each packet, looked
@@ -281,6 +351,9 @@ func (s *Source) collectProc() (source.Reading, error) {
 	for id, v := range abs {
 		r.Counters[id] = v
 		r.Counters[catalog.Drops] += v
+	}
+	if err := s.collectKernel(&r); err != nil {
+		return source.Reading{}, err
 	}
 	return r, nil
 }
