@@ -461,6 +461,9 @@ func TestPushHTTPTimeouts(t *testing.T) {
 	)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) {
 		c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.IdleTimeout, c.HTTP.WriteTimeout = readHeader, read, idle, 5*time.Second
+		// Every client here is 127.0.0.1: the timeouts, not the cap on
+		// one address (TestNoAddressLocksOthersOut's), must free them.
+		c.HTTP.MaxConnsPerAddress = c.HTTP.MaxConns
 		c.Reads.StatementTimeout = 5 * time.Second // at most the write timeout
 	})
 	type held struct {
@@ -531,11 +534,14 @@ func TestPushHTTPTimeouts(t *testing.T) {
 func TestPushHTTPConnectionLimit(t *testing.T) {
 	const readHeader = time.Second
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) {
-		c.HTTP.ReadHeaderTimeout, c.HTTP.MaxConns = readHeader, 16
+		c.HTTP.ReadHeaderTimeout, c.HTTP.MaxConns, c.HTTP.MaxConnsPerAddress = readHeader, 16, 16
 	})
-	// Sixteen connections that send nothing fill every slot.
+	// Sixteen connections that send nothing fill every slot. They come
+	// from 127.0.0.2, so the client below (127.0.0.1) meets the server's
+	// limit, not its own address's.
+	holder := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	for range 16 {
-		c, err := net.Dial("tcp", col.httpAddr)
+		c, err := holder.Dial("tcp", col.httpAddr)
 		if err != nil {
 			t.Fatal(err)
 		}
