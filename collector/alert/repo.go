@@ -538,16 +538,33 @@ func (p repo) alertGroups(ctx context.Context, f alertFilter, limit int) ([]aler
 
 // visibleTo narrows a WHERE clause to the alerts viewer may see: a
 // customer only node alerts of its own nodes (a group alert counts nodes
-// across tenants), and none of a staff-only metric such as the agent's own
-// root (api.View), so that lists, details and counts agree.
+// across tenants), none of a staff-only metric such as the agent's own
+// root (api.View), and none about a ping target named after a node it does
+// not see (foreignPingSQL), so that lists, details, groups and counts agree.
 func visibleTo(viewer access.Principal, args *[]any) string {
 	if viewer.SeesAll() {
 		return ""
 	}
-	clause, extra := viewer.LabelClause("labels", len(*args)+1)
+	n := len(*args) + 1
+	clause, extra := viewer.LabelClause("labels", n)
+	foreign, _ := viewer.LabelClause("fn.labels", n) // the same selector, $n
 	*args = append(*args, extra...)
 	return ` AND kind = '` + KindNode + `' AND node_id IN (SELECT id FROM nodes WHERE ` + clause + `)` +
-		api.ViewFor(viewer).MetricFilter("metric")
+		api.ViewFor(viewer).MetricFilter("metric") + foreignPingSQL(foreign)
+}
+
+// foreignPingSQL excludes the alerts whose metric or child is under a ping
+// target named after a node outside the viewer's scope (seen: its label
+// clause on fn.labels): the rule of store.ForeignPing, which the API and
+// reports apply to trees, evidence and report rows. The collector refuses
+// such targets at ingest now; alerts that fired before the tenancy fix
+// (a node kept pinging a peer of its old mesh) still name them in their
+// text, so the rule holds on every read instead. A target named like no
+// node (an address, a gateway) stays visible, as does ping/clock.
+func foreignPingSQL(seen string) string {
+	return ` AND NOT EXISTS (SELECT FROM (VALUES (metric), (child)) AS pp (p) JOIN nodes fn ON fn.name = split_part(pp.p, '/', 2)
+		WHERE pp.p LIKE 'ping/%' AND split_part(pp.p, '/', 2) <> 'clock'
+		GROUP BY fn.name HAVING NOT bool_or(` + seen + `))`
 }
 
 // alertByID returns one alert viewer may see; ok is false when there is
