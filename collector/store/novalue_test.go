@@ -130,7 +130,8 @@ func TestNoValueStaysAbsentInHistory(t *testing.T) {
 		}
 	}
 
-	vals, err := st.RecentValues(ctx, node, "ping", t0, t0.Add(time.Hour), 100)
+	// The intervals without a value were CRIT: in breach, out of a baseline.
+	vals, err := st.BaselineValues(ctx, node, "ping", t0, t0.Add(time.Hour), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +143,8 @@ func TestNoValueStaysAbsentInHistory(t *testing.T) {
 			values++
 		}
 	}
-	if nan != 5 || values != 4 {
-		t.Errorf("recent values %v: %d NaN and %d values, want 5 and 4", vals, nan, values)
+	if nan != 0 || values != 4 {
+		t.Errorf("baseline values %v: %d NaN and %d values, want 0 and 4", vals, nan, values)
 	}
 
 	reps, err := st.ReportsAfter(ctx, []ReportCursor{{NodeID: node, After: t0.Add(-time.Second), Lookback: 3 * time.Hour}})
@@ -199,6 +200,52 @@ func TestNoValueStaysAbsentInHistory(t *testing.T) {
 			if r.SampleAgg != c.want[i] {
 				t.Errorf("%s: row %d %+v, want %+v", c.name, i, r.SampleAgg, c.want[i])
 			}
+		}
+	}
+}
+
+// BaselineValues are a baseline's inputs as the agent keeps them: reports
+// in breach (stored state not OK) are left out and not counted in the
+// limit; a report without the metric, or without its value, is NaN.
+func TestBaselineValuesLeaveOutBreach(t *testing.T) {
+	st := openTest(t)
+	ctx := context.Background()
+	node, err := st.UpsertNode(ctx, Node{Name: "b", InstanceID: 1, IntervalMS: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := st.UpsertDefinitions(ctx, node, []MetricDef{{Path: "rtt", Title: "RTT", Unit: "ms", Kind: KindGauge},
+		{Path: "other", Title: "Other", Unit: "", Kind: KindGauge}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	rtt := func(v float64, s State, none bool) []Sample {
+		return []Sample{{MetricID: ids["rtt"], Path: "rtt", Value: v, State: s, NoValue: none}}
+	}
+	var batch []Report
+	for i, smp := range [][]Sample{
+		rtt(1, StateOK, false), rtt(2, StateOK, false), rtt(3, StateOK, false),
+		rtt(50, StateCrit, false), rtt(60, StateWarn, false),
+		{{MetricID: ids["other"], Path: "other", Value: 1, State: StateOK}},
+		rtt(4, StateOK, false), rtt(0, StateOK, true),
+	} {
+		batch = append(batch, Report{NodeID: node, InstanceID: 1, Seq: uint64(i + 1), Time: t0.Add(time.Duration(i) * time.Second), IntervalMS: 1000, Samples: smp})
+	}
+	if _, err := st.WriteReports(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.BaselineValues(ctx, node, "rtt", t0, t0.Add(time.Minute), 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{math.NaN(), 4, math.NaN(), 3, 2, 1}
+	if len(got) != len(want) {
+		t.Fatalf("baseline values %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] && !(math.IsNaN(got[i]) && math.IsNaN(want[i])) {
+			t.Fatalf("baseline values %v, want %v", got, want)
 		}
 	}
 }

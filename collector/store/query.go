@@ -242,13 +242,16 @@ func (s *Store) Series(ctx context.Context, nodeID int32, path string, from, to 
 	return out, rows.Err()
 }
 
-// RecentValues returns a node's values of a metric in its newest reports
-// in [from, before), newest first, at most limit of them: the inputs of a
-// moving median the agent judged the metric against. A report that did not
-// carry the metric, or carried it without a value, gives NaN: for a rate the caller reads it as zero (a
-// rate is streamed whenever it moved), for other kinds it skips it (a
-// healthy child is streamed only in snapshots).
-func (s *Store) RecentValues(ctx context.Context, nodeID int32, path string, from, before time.Time, limit int) ([]float64, error) {
+// BaselineValues returns a node's values of a metric in its newest reports
+// in [from, before) in which the metric was not in breach, newest first, at
+// most limit of them: the inputs of the moving median the agent judged the
+// metric against (agent/tree learn: a value enters its baseline only when
+// its streamed state is OK). A report that carried the metric in another
+// state is left out (not counted in limit). One that did not carry it, or
+// carried it without a value, gives NaN: for a rate the caller reads it as
+// zero (a rate is streamed whenever it moved), for other kinds it skips it
+// (a healthy child is streamed only in snapshots).
+func (s *Store) BaselineValues(ctx context.Context, nodeID int32, path string, from, before time.Time, limit int) ([]float64, error) {
 	id, err := s.lookupMetricID(ctx, path)
 	if err != nil {
 		return nil, err
@@ -256,14 +259,14 @@ func (s *Store) RecentValues(ctx context.Context, nodeID int32, path string, fro
 	rows, err := s.pool.Query(ctx, `
 		SELECT coalesce(r.vals[p.i], 'NaN'::float8)
 		FROM reports r CROSS JOIN LATERAL (SELECT array_position(r.metric_ids, $2) AS i) p
-		WHERE r.node_id = $1 AND r.ts >= $3 AND r.ts < $4
-		ORDER BY r.ts DESC LIMIT $5`, nodeID, id, from, before, limit)
+		WHERE r.node_id = $1 AND r.ts >= $3 AND r.ts < $4 AND (p.i IS NULL OR r.states[p.i] = $6)
+		ORDER BY r.ts DESC LIMIT $5`, nodeID, id, from, before, limit, int16(StateOK))
 	if err != nil {
-		return nil, fmt.Errorf("read recent values of %s on node %d: %w", path, nodeID, err)
+		return nil, fmt.Errorf("read the baseline values of %s on node %d: %w", path, nodeID, err)
 	}
 	vals, err := pgx.CollectRows(rows, pgx.RowTo[float64])
 	if err != nil {
-		return nil, fmt.Errorf("read recent values of %s on node %d: %w", path, nodeID, err)
+		return nil, fmt.Errorf("read the baseline values of %s on node %d: %w", path, nodeID, err)
 	}
 	return vals, nil
 }
