@@ -31,6 +31,15 @@ type Threshold struct {
 	Floor float64
 }
 
+// BaselineAdopt is how many baseline windows a breach must last before its
+// level is accepted as the new baseline: 6 (30 minutes at the default 30
+// intervals of 10 s). Until then a baseline threshold is judged against
+// the median of the values from before the breach, which is what the
+// collector's alert text states (collector/alert/describe.go); a
+// permanent change (a peer moved farther away) alerts for that long, then
+// is the normal, and the alert resolves. docs/thresholds.md.
+const BaselineAdopt = 6
+
 type Metric struct {
 	ID          string
 	Title       string

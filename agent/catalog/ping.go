@@ -65,9 +65,11 @@ func PingTree() []Metric {
 			Description: "How long does the network take? This node pings its targets (from --ping.targets) and the " +
 				"fleet peers the collector assigns it, timing every echo with kernel timestamps. The headline is the " +
 				"worst target's round-trip time at p99 this interval, as an application sees it (the user-space RTT, " +
-				"what ping(8) shows). With no target it has no value and is OK: there is no round trip to " +
-				"speak of, 0 ms would read as a fast network, and nothing is wrong; 0 when targets exist but none replied. Loss is not folded into it: a target " +
-				"that answers nothing has no RTT, and its loss child turns the state red instead. The state is the " +
+				"what ping(8) shows). With no target, or when every echo of the interval was lost, it has no value " +
+				"(\"—\" in the tree, a gap in the chart, left out of averages and percentiles; never 0 ms, which " +
+				"would read as a fast network): there is no round trip to speak of. With no target that is OK. Loss " +
+				"is not folded into it: a target that answers nothing has no RTT, and its loss child turns the state " +
+				"red instead. The state is the " +
 				"worst of the children: open the red target, then its children say whether the time is spent in the " +
 				"network (kernel_rtt), on this host (host_delay, and which stage), or lost (loss).",
 		},

@@ -38,8 +38,18 @@ type evalState struct {
 	state   State // current, after hold
 	pending State // level waiting for its hold count
 	streak  uint32
-	history []float64 // recent values, for baseline thresholds
+	// history is the baseline: the newest values (at most Baseline) of the
+	// intervals the metric's subtree was OK. A breach is kept out, so the
+	// threshold it is judged against does not rise with it (learn).
+	history []float64
+	// breach is the newest values (at most Baseline) of the current run of
+	// intervals the metric's own state is raised, and run that run's
+	// length: past catalog.BaselineAdopt baseline windows the run is the new
+	// normal, and its values become the baseline.
+	breach []float64
+	run    uint32
 }
+
 
 func New() *Tree {
 	return &Tree{metrics: map[string]catalog.Metric{}, overrides: map[string]catalog.Threshold{},
@@ -182,7 +192,46 @@ func (t *Tree) Evaluate(values map[string]float64, idle map[string]bool) Result 
 			}
 		}
 	}
+	for _, id := range t.order {
+		if v, ok := values[id]; ok {
+			t.learn(id, v, res.Own[id], res.State[id])
+		}
+	}
 	return res
+}
+
+// learn adds an interval's value to a baseline threshold's history when
+// the metric was not in breach: its state, the one streamed (the worst of
+// its subtree), is OK. The collector states the median of the same values
+// (stored with state OK, before the breach: collector/alert/describe.go).
+// While its own state is raised the baseline is frozen, except that a
+// run raised for catalog.BaselineAdopt windows becomes the baseline; while only
+// its subtree is raised it is frozen.
+func (t *Tree) learn(id string, v float64, own, folded State) {
+	thr := t.effective(id)
+	st := t.eval[id]
+	if thr == nil || thr.Baseline == 0 || st == nil {
+		return
+	}
+	window := int(thr.Baseline)
+	keep := func(xs []float64) []float64 {
+		xs = append(xs, v)
+		if len(xs) > window {
+			xs = xs[len(xs)-window:]
+		}
+		return xs
+	}
+	switch {
+	case folded == OK:
+		st.history, st.breach, st.run = keep(st.history), st.breach[:0], 0
+	case own != OK:
+		st.breach, st.run = keep(st.breach), st.run+1
+		if uint64(st.run) >= catalog.BaselineAdopt*uint64(thr.Baseline) {
+			st.history, st.breach, st.run = slices.Clone(st.breach), nil, 0
+		}
+	default:
+		st.breach, st.run = st.breach[:0], 0
+	}
 }
 
 func (t *Tree) evaluateOne(id string, v float64) State {
@@ -212,12 +261,6 @@ func (t *Tree) evaluateOne(id string, v float64) State {
 		}
 		if usable {
 			level = compare(v, warn, crit, thr.Below)
-		}
-		if thr.Baseline > 0 {
-			st.history = append(st.history, v)
-			if len(st.history) > int(thr.Baseline) {
-				st.history = st.history[len(st.history)-int(thr.Baseline):]
-			}
 		}
 	}
 	hold := uint32(1)

@@ -167,3 +167,61 @@ func TestIdleIsOKWithoutValue(t *testing.T) {
 		t.Fatalf("missing root: %v, want UNKNOWN", res.Own["r"])
 	}
 }
+
+// A baseline is of the intervals not in breach: a breach does not raise
+// the threshold it is judged against (so the state and the collector's
+// "median from before the breach" agree), until it has lasted
+// catalog.BaselineAdopt windows, when its level becomes the baseline.
+func TestBaselineDuringBreach(t *testing.T) {
+	const window = 10
+	thr := &catalog.Threshold{Warn: 3, Crit: 10, Baseline: window}
+	type run struct {
+		v     float64
+		n     int   // intervals of v
+		want  State // the metric's own state at each of them
+		child float64
+	}
+	adopt := catalog.BaselineAdopt * window
+	for _, c := range []struct {
+		name  string
+		hold  uint32
+		steps []run
+	}{
+		{"a long breach stays raised against the median from before it", 0, []run{
+			{10, window, OK, 0}, {50, adopt - 1, Warn, 0}, {10, 1, OK, 0}, {35, 1, Warn, 0}}},
+		{"a breach as long as BaselineAdopt windows becomes the baseline", 0, []run{
+			{10, window, OK, 0}, {50, adopt, Warn, 0}, {50, 3, OK, 0}, {10, 1, OK, 0}, {150, 1, Warn, 0}}},
+		{"a short breach leaves the baseline as it was", 0, []run{
+			// Half a window of 100: with it in the baseline the median
+			// would be 55 and 35 would be OK.
+			{10, window, OK, 0}, {100, window / 2, Crit, 0}, {10, 2, OK, 0}, {35, 1, Warn, 0}}},
+		{"a new breach starts its count afresh", 0, []run{
+			{10, window, OK, 0}, {50, adopt - 1, Warn, 0}, {10, 1, OK, 0}, {50, adopt - 1, Warn, 0}}},
+		{"held values count as not in breach, as the collector reads them stored OK", 3, []run{
+			// Two held intervals of 1000 enter the baseline (state OK), too
+			// few of ten to move its median.
+			{10, window, OK, 0}, {1000, 2, OK, 0}, {1000, 5, Crit, 0}, {10, 1, OK, 0}, {35, 2, OK, 0}, {35, 1, Warn, 0}}},
+		{"a raised child freezes the baseline; the metric is not in breach itself", 0, []run{
+			// While the child is CRIT, 25 is OK (below 3x 10) but kept out:
+			// with ten of them in, 35 would be OK against a median of 25.
+			{10, window, OK, 0}, {25, window, OK, 5}, {35, 1, Warn, 0}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tr := New()
+			thr := *thr
+			thr.Hold = c.hold
+			tr.Define(catalog.Metric{ID: "rtt", Kind: catalog.Gauge, Threshold: &thr},
+				catalog.Metric{ID: "rtt/loss", Kind: catalog.Gauge, Threshold: &catalog.Threshold{Warn: 1, Crit: 2}})
+			i := 0
+			for _, s := range c.steps {
+				for k := range s.n {
+					i++
+					res := tr.Evaluate(map[string]float64{"rtt": s.v, "rtt/loss": s.child}, nil)
+					if got := res.Own["rtt"]; got != s.want {
+						t.Fatalf("interval %d (%v, %d of %d): %v, want %v", i, s.v, k+1, s.n, got, s.want)
+					}
+				}
+			}
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/schema"
 )
@@ -192,15 +193,20 @@ func thresholdLevels(thr *store.Threshold, unit string, median *float64) levels 
 }
 
 // baselineMedian is the median a baseline threshold multiplies, taken from
-// before the breach: the metric's values in the threshold's window of
-// reports that precede the breach's start (inst.Since), not including it.
-// The reports between the start and the firing one are the breach itself:
-// a median over them would be the breach's own value ("CRIT at 214 ms,
-// against warn 3x median 214 ms"), explaining nothing. A report without
-// the metric is an increase of zero for a rate (streamed whenever it
-// moved); for a gauge or histogram it is skipped (a healthy child is
-// streamed only in snapshots, so the median is of what was stored: the
-// snapshots' and any raised values). nil when nothing was stored.
+// before the breach, as the agent takes it (agent/tree learn): the
+// metric's values in the threshold's window of reports that precede the
+// breach's start (inst.Since), not including it, and only those it was not
+// in breach in (stored state OK: an earlier breach is left out of the
+// agent's baseline too). The reports between the start and the firing one
+// are the breach itself: a median over them would be the breach's own value
+// ("CRIT at 214 ms, against warn 3x median 214 ms"), explaining nothing. A
+// report without the metric is an increase of zero for a rate (streamed
+// whenever it moved); for a gauge or histogram it is skipped (a healthy
+// child is streamed only in snapshots, so the median is of what was
+// stored: the snapshots' and any raised values). nil when nothing was
+// stored. A breach that lasted catalog.BaselineAdopt windows became the
+// agent's baseline and its alert resolved; for a window after that, a new
+// alert's text may state the median from before it.
 func (s *Service) baselineMedian(ctx context.Context, inst *Instance, def store.MetricDef, thr *store.Threshold) *float64 {
 	e := inst.Evidence
 	interval := max(e.Interval, time.Second)
@@ -208,10 +214,11 @@ func (s *Service) baselineMedian(ctx context.Context, inst *Instance, def store.
 	if before.IsZero() || before.After(e.ObservedAt) {
 		before = e.ObservedAt
 	}
-	// Twice the window: reports arrive with jitter, and the limit keeps
+	// Twice the window, for reports' jitter, and as far back as earlier
+	// breaches left out may reach (BaselineAdopt windows): the limit keeps
 	// exactly the newest BaselineIntervals of them.
-	from := before.Add(-2 * time.Duration(thr.BaselineIntervals) * interval)
-	vals, err := s.st.RecentValues(ctx, inst.NodeID, inst.Child, from, before, int(thr.BaselineIntervals))
+	from := before.Add(-(2 + catalog.BaselineAdopt) * time.Duration(thr.BaselineIntervals) * interval)
+	vals, err := s.st.BaselineValues(ctx, inst.NodeID, inst.Child, from, before, int(thr.BaselineIntervals))
 	if err != nil {
 		s.log.Warn("read the baseline of an alert description", "node", inst.Node, "metric", inst.Child, "err", err)
 		return nil

@@ -744,7 +744,9 @@ func point(def store.MetricDef, b store.Bucket) Point {
 			p.Value, p.Max = ptr(b.Sum/float64(b.Present)), ptr(b.Max)
 		}
 	}
-	if b.Present == 0 {
+	// A step without a value is OK unless its reports were in breach
+	// without one (a ping root whose every echo was lost is CRIT, no value).
+	if b.Present == 0 && b.Worst != store.StateWarn && b.Worst != store.StateCrit {
 		p.State = store.StateOK.String()
 	}
 	return p

@@ -183,10 +183,13 @@ func (a *API) latestAt(ctx context.Context, n store.Node, defs []store.MetricDef
 		}
 		reports := max(roots[r.TS.Unix()], r.N)
 		v := store.LatestValue{State: aggState(r.SampleAgg, iv), TimeMS: r.TS.UnixMilli(), IntervalMS: uint32(min(reports*iv, 1<<31))}
-		switch d.Kind {
-		case store.KindRate:
+		switch {
+		case r.N == 0 && d.Kind != store.KindHistogram:
+			// Every report of the minute carried it without a value.
+			v.NoValue = true
+		case d.Kind == store.KindRate:
 			v.Value = r.Sum
-		case store.KindHistogram:
+		case d.Kind == store.KindHistogram:
 			h := merged[key{path, r.TS.Unix()}]
 			if h == nil || h.Count == 0 {
 				v.NoValue = true

@@ -116,8 +116,13 @@ func below(defs map[string]store.MetricDef, path string) bool {
 	return t != nil && t.Comparison == "below"
 }
 
-// worse is r's worst value if it is worse than cur, else nil.
+// worse is r's worst value if it is worse than cur, else nil (also when r
+// had no value: an interval in breach without one, a ping root whose every
+// echo was lost, has no worst value, not 0).
 func worse(cur *float64, r store.SampleRow, low bool) *float64 {
+	if r.N == 0 {
+		return nil
+	}
 	v := r.Max
 	if low {
 		v = r.Min

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -120,3 +121,43 @@ func TestCalendar(t *testing.T) {
 		t.Errorf("this_week: %v", err)
 	}
 }
+
+// An incident's worst value is of the minutes that had one: a ping root
+// whose every echo was lost (a rollup of no value: n 0, min +Inf, max -Inf)
+// has none, neither 0 nor an infinity.
+func TestIncidentsWorstValueSkipsNoValue(t *testing.T) {
+	t0 := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
+	defs := map[string]store.MetricDef{"ping": {Unit: "ms"}}
+	lost := func(node int32, min int) store.SampleRow {
+		return store.SampleRow{NodeID: node, Path: "ping", TS: t0.Add(time.Duration(min) * time.Minute),
+			SampleAgg: store.SampleAgg{N: 0, Min: math.Inf(1), Max: math.Inf(-1), Crit: 60}}
+	}
+	slow := func(node int32, min int, hi float64) store.SampleRow {
+		return store.SampleRow{NodeID: node, Path: "ping", TS: t0.Add(time.Duration(min) * time.Minute),
+			SampleAgg: store.SampleAgg{N: 6, Min: 1, Max: hi, Warn: 60}}
+	}
+	for _, c := range []struct {
+		name  string
+		rows  []store.SampleRow
+		worst *float64
+	}{
+		{"every minute lost", []store.SampleRow{lost(1, 0), lost(1, 1)}, nil},
+		{"lost, then slow", []store.SampleRow{lost(1, 0), slow(1, 1, 80), lost(1, 2)}, ptrTo(80)},
+		{"slow, then lost", []store.SampleRow{slow(1, 0, 30), lost(1, 1)}, ptrTo(30)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := incidents(c.rows, map[int32]string{1: "n"}, defs, nil, t0.Add(time.Hour))
+			if len(got) != 1 {
+				t.Fatalf("incidents %+v, want 1", got)
+			}
+			if w := got[0].WorstValue; (w == nil) != (c.worst == nil) || (w != nil && *w != *c.worst) {
+				t.Errorf("worst %v, want %v", deref(w), deref(c.worst))
+			}
+			if got[0].State != "crit" {
+				t.Errorf("state %s, want crit: the lost minutes were", got[0].State)
+			}
+		})
+	}
+}
+
+func ptrTo(v float64) *float64 { return &v }

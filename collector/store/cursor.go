@@ -55,7 +55,7 @@ func (s *Store) ReportsAfter(ctx context.Context, cursors []ReportCursor) ([]Rep
 		r.Samples = make([]Sample, 0, len(metricIDs))
 		for i, id := range metricIDs {
 			if i < len(vals) && i < len(states) {
-				r.Samples = append(r.Samples, Sample{MetricID: id, Value: vals[i], State: State(states[i])})
+				r.Samples = append(r.Samples, sampleOf(id, vals[i], states[i]))
 			}
 		}
 		out = append(out, r)

@@ -93,10 +93,14 @@ func (f *foldFleet) report(node int32, ts time.Time) Report {
 		hist.BucketIndex = append(hist.BucketIndex, int32(b))
 		hist.BucketCount = append(hist.BucketCount, int64(h.Counts[b]))
 	}
+	ping := Sample{MetricID: f.ids["ping"], Path: "ping", Value: 0.25 * float64(k%11), State: st}
+	if (k/3)%5 == 0 { // every echo lost: no value, for runs long enough to empty a minute
+		ping = Sample{MetricID: f.ids["ping"], Path: "ping", State: StateCrit, NoValue: true}
+	}
 	r := Report{NodeID: node, InstanceID: 1, Seq: f.seq[node], Time: ts, IntervalMS: 20000,
 		Samples: []Sample{
 			{MetricID: f.ids["tcp_reset"], Path: "tcp_reset", Value: float64(k % 7), State: st},
-			{MetricID: f.ids["ping"], Path: "ping", Value: 0.25 * float64(k%11), State: st},
+			ping,
 		}}
 	if f.hists == nil || f.hists(k) {
 		r.Histograms = []Histogram{hist}

@@ -124,8 +124,10 @@ type Sample struct {
 	Value    float64
 	State    State
 	// NoValue: the agent had no value (Value is 0 and means nothing); the
-	// sample is there for its state. Only the latest values keep the
-	// difference; history stores the 0.
+	// sample is there for its state. History keeps the difference: reports
+	// store NaN for it (ingest refuses NaN from an agent, so NaN in
+	// reports.vals means nothing else), and a rollup counts its interval in
+	// its state but not in n, sum, min or max (see SampleAgg).
 	NoValue bool
 }
 

@@ -63,8 +63,10 @@ WITH k AS MATERIALIZED (
 )
 SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM k), coalesce((SELECT max(node_id) FROM d), 0)`
 	// foldPendingSamples adds the taken reports' samples to the minute
-	// rollups, as Rollups.Add would: NaN and infinities skipped, a sample's
-	// interval counted in its state. Rows in key order (sortedKeys).
+	// rollups, as Rollups.Add would: infinities skipped, a sample's
+	// interval counted in its state, a sample with no value (NaN) in its
+	// state only, with min +Inf and max -Inf where a bucket has no value
+	// at all (SampleAgg). Rows in key order (sortedKeys).
 	//
 	// A row of a minute from $1 on (rollup_folds' minute watermark when
 	// the fold began: no fold had reached it) of a node other than $2
@@ -76,14 +78,16 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM k), coalesce((SELECT max(
 	// again with $1 infinity: every row an upsert.
 	foldPendingSamples = `
 WITH agg AS MATERIALIZED (
-	SELECT node_id, b, m, b >= $1 AND node_id <> $2 AS new, count(*) AS n, sum(v) AS sum, min(v) AS min, max(v) AS max,
+	SELECT node_id, b, m, b >= $1 AND node_id <> $2 AS new, count(*) FILTER (WHERE v <> 'NaN') AS n,
+		coalesce(sum(v) FILTER (WHERE v <> 'NaN'), 0) AS sum, coalesce(min(v) FILTER (WHERE v <> 'NaN'), 'Infinity') AS min,
+		coalesce(max(v) FILTER (WHERE v <> 'NaN'), '-Infinity') AS max,
 		coalesce(sum(secs) FILTER (WHERE s = 1), 0) AS ok_s, coalesce(sum(secs) FILTER (WHERE s = 2), 0) AS warn_s,
 		coalesce(sum(secs) FILTER (WHERE s = 3), 0) AS crit_s
 	FROM (
 		SELECT p.node_id, date_bin('1 minute', p.ts, ` + epoch + `) AS b, u.m, u.v, u.s, rp.interval_ms::float8 / 1000 AS secs
 		FROM fold_pending p JOIN reports rp USING (node_id, instance_id, seq, ts)
 		CROSS JOIN LATERAL unnest(rp.metric_ids, rp.vals, rp.states) AS u(m, v, s)
-		WHERE u.m IS NOT NULL AND u.s IS NOT NULL AND u.v IS NOT NULL AND u.v NOT IN ('NaN', 'Infinity', '-Infinity')
+		WHERE u.m IS NOT NULL AND u.s IS NOT NULL AND u.v IS NOT NULL AND u.v NOT IN ('Infinity', '-Infinity')
 	) x
 	GROUP BY node_id, b, m
 ), fresh AS (

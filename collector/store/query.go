@@ -199,12 +199,13 @@ func (s *Store) latestAll(ctx context.Context, metrics, where string, args ...an
 
 // Bucket aggregates one metric over the reports of a time step. A report
 // that does not carry the metric counts as zero for a rate (the agent always
-// sends a non-zero increase) and as missing for a gauge.
+// sends a non-zero increase) and as missing for a gauge; one that carries it
+// without a value (stored NaN) counts in Worst only.
 type Bucket struct {
 	Start      time.Time
 	Sum        float64 // sum of the values present
 	Max        float64 // largest value present
-	Present    int     // reports that carried the metric
+	Present    int     // reports that carried a value of the metric
 	Reports    int     // reports in the step
 	IntervalMS int64   // summed report intervals
 	Worst      State   // worst state among the reports that carried it
@@ -218,9 +219,10 @@ func (s *Store) Series(ctx context.Context, nodeID int32, path string, from, to 
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT date_bin($5::interval, r.ts, $3::timestamptz) AS b,
-			coalesce(sum(r.vals[p.i]), 0), coalesce(max(r.vals[p.i]), 0), count(p.i), count(*), sum(r.interval_ms),
+			coalesce(sum(v.v), 0), coalesce(max(v.v), 0), count(v.v), count(*), sum(r.interval_ms),
 			coalesce(max(`+severitySQL("r.states[p.i]")+`), 0)
 		FROM reports r CROSS JOIN LATERAL (SELECT array_position(r.metric_ids, $2) AS i) p
+		CROSS JOIN LATERAL (SELECT nullif(r.vals[p.i], 'NaN') AS v) v
 		WHERE r.node_id = $1 AND r.ts >= $3 AND r.ts < $4
 		GROUP BY b ORDER BY b`, nodeID, ids, from, to, step)
 	if err != nil {
@@ -240,13 +242,16 @@ func (s *Store) Series(ctx context.Context, nodeID int32, path string, from, to 
 	return out, rows.Err()
 }
 
-// RecentValues returns a node's values of a metric in its newest reports
-// in [from, before), newest first, at most limit of them: the inputs of a
-// moving median the agent judged the metric against. A report that did not
-// carry the metric gives NaN: for a rate the caller reads it as zero (a
-// rate is streamed whenever it moved), for other kinds it skips it (a
-// healthy child is streamed only in snapshots).
-func (s *Store) RecentValues(ctx context.Context, nodeID int32, path string, from, before time.Time, limit int) ([]float64, error) {
+// BaselineValues returns a node's values of a metric in its newest reports
+// in [from, before) in which the metric was not in breach, newest first, at
+// most limit of them: the inputs of the moving median the agent judged the
+// metric against (agent/tree learn: a value enters its baseline only when
+// its streamed state is OK). A report that carried the metric in another
+// state is left out (not counted in limit). One that did not carry it, or
+// carried it without a value, gives NaN: for a rate the caller reads it as
+// zero (a rate is streamed whenever it moved), for other kinds it skips it
+// (a healthy child is streamed only in snapshots).
+func (s *Store) BaselineValues(ctx context.Context, nodeID int32, path string, from, before time.Time, limit int) ([]float64, error) {
 	id, err := s.lookupMetricID(ctx, path)
 	if err != nil {
 		return nil, err
@@ -254,14 +259,14 @@ func (s *Store) RecentValues(ctx context.Context, nodeID int32, path string, fro
 	rows, err := s.pool.Query(ctx, `
 		SELECT coalesce(r.vals[p.i], 'NaN'::float8)
 		FROM reports r CROSS JOIN LATERAL (SELECT array_position(r.metric_ids, $2) AS i) p
-		WHERE r.node_id = $1 AND r.ts >= $3 AND r.ts < $4
-		ORDER BY r.ts DESC LIMIT $5`, nodeID, id, from, before, limit)
+		WHERE r.node_id = $1 AND r.ts >= $3 AND r.ts < $4 AND (p.i IS NULL OR r.states[p.i] = $6)
+		ORDER BY r.ts DESC LIMIT $5`, nodeID, id, from, before, limit, int16(StateOK))
 	if err != nil {
-		return nil, fmt.Errorf("read recent values of %s on node %d: %w", path, nodeID, err)
+		return nil, fmt.Errorf("read the baseline values of %s on node %d: %w", path, nodeID, err)
 	}
 	vals, err := pgx.CollectRows(rows, pgx.RowTo[float64])
 	if err != nil {
-		return nil, fmt.Errorf("read recent values of %s on node %d: %w", path, nodeID, err)
+		return nil, fmt.Errorf("read the baseline values of %s on node %d: %w", path, nodeID, err)
 	}
 	return vals, nil
 }
@@ -352,7 +357,7 @@ type Recent struct {
 // shows besides the newest interval, so a burst is still visible after it ends.
 func (s *Store) RecentByMetric(ctx context.Context, nodeID int32, since time.Time) (map[string]Recent, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT p.path, sum(u.v), max(`+severitySQL("u.s")+`)
+		SELECT p.path, coalesce(sum(nullif(u.v, 'NaN')), 0), max(`+severitySQL("u.s")+`)
 		FROM reports r CROSS JOIN LATERAL unnest(r.metric_ids, r.vals, r.states) AS u(m, v, s)
 		JOIN metric_paths p ON p.id = u.m
 		WHERE r.node_id = $1 AND r.ts >= $2

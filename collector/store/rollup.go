@@ -34,7 +34,14 @@ type RollupKey struct {
 
 // SampleAgg folds samples of any kind: count and sum (a rate's stored
 // value is its increase, so sum is the counter's total), min and max
-// (gauges), and seconds spent in each state.
+// (gauges), and seconds spent in each state. A sample with no value (a
+// ping root whose every echo was lost) counts its seconds in its state
+// and nothing else: n, sum, min and max are of values only, so an
+// average or a maximum over a period does not take such an interval as 0.
+// An aggregate of no value at all has n 0, min +Inf and max -Inf: the
+// identities of min and max, so SQL's min(), least(), max() and
+// greatest() over stored rows need no filter; a reader shows nothing for
+// n 0 (never min or max).
 type SampleAgg struct {
 	N              int64
 	Sum, Min, Max  float64
@@ -50,6 +57,18 @@ func (a *SampleAgg) add(v float64, st State, seconds float64) {
 	}
 	a.N++
 	a.Sum += v
+	a.addState(st, seconds)
+}
+
+// addNoValue counts a sample without a value: its state only.
+func (a *SampleAgg) addNoValue(st State, seconds float64) {
+	if a.N == 0 {
+		a.Min, a.Max = math.Inf(1), math.Inf(-1)
+	}
+	a.addState(st, seconds)
+}
+
+func (a *SampleAgg) addState(st State, seconds float64) {
 	switch st {
 	case StateOK:
 		a.OK += seconds
@@ -62,14 +81,15 @@ func (a *SampleAgg) add(v float64, st State, seconds float64) {
 
 // Merge adds another aggregate.
 func (a *SampleAgg) Merge(o SampleAgg) {
-	if o.N == 0 {
-		return
-	}
-	if a.N == 0 || o.Min < a.Min {
-		a.Min = o.Min
-	}
-	if a.N == 0 || o.Max > a.Max {
-		a.Max = o.Max
+	if o.N > 0 {
+		if a.N == 0 || o.Min < a.Min {
+			a.Min = o.Min
+		}
+		if a.N == 0 || o.Max > a.Max {
+			a.Max = o.Max
+		}
+	} else if a.N == 0 && o.OK+o.Warn+o.Crit > 0 {
+		a.Min, a.Max = math.Inf(1), math.Inf(-1)
 	}
 	a.N += o.N
 	a.Sum += o.Sum
@@ -97,7 +117,7 @@ func (r *Rollups) Add(rep Report, resolutions ...int32) {
 	for _, res := range resolutions {
 		ts := t - mod(t, int64(res))
 		for _, s := range rep.Samples {
-			if math.IsNaN(s.Value) || math.IsInf(s.Value, 0) {
+			if math.IsInf(s.Value, 0) {
 				continue
 			}
 			k := RollupKey{rep.NodeID, s.MetricID, res, ts}
@@ -106,7 +126,11 @@ func (r *Rollups) Add(rep Report, resolutions ...int32) {
 				a = &SampleAgg{}
 				r.Samples[k] = a
 			}
-			a.add(s.Value, s.State, seconds)
+			if s.NoValue || math.IsNaN(s.Value) {
+				a.addNoValue(s.State, seconds)
+			} else {
+				a.add(s.Value, s.State, seconds)
+			}
 		}
 		for _, h := range rep.Histograms {
 			k := RollupKey{rep.NodeID, h.MetricID, res, ts}
@@ -632,7 +656,7 @@ func rawReports(ctx context.Context, db querier, reportsSQL, histsSQL string, ar
 		r.InstanceID, r.Seq, r.IntervalMS = uint64(inst), uint64(seq), uint32(interval)
 		for i := range ids {
 			if i < len(vals) && i < len(states) {
-				r.Samples = append(r.Samples, Sample{MetricID: ids[i], Value: vals[i], State: State(states[i])})
+				r.Samples = append(r.Samples, sampleOf(ids[i], vals[i], states[i]))
 			}
 		}
 		reports[r.Key()] = &r

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -147,6 +148,25 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 	return result, nil
 }
 
+// storedValue is a sample's value as reports.vals keeps it: NaN for no
+// value. A sentinel in the float8[] rather than a NULL element: the array
+// stays without a null bitmap, COPY keeps encoding a []float64, and every
+// aggregate reading it already had to pass over NaN (see Sample.NoValue).
+func storedValue(s Sample) float64 {
+	if s.NoValue {
+		return math.NaN()
+	}
+	return s.Value
+}
+
+// sampleOf is a stored sample read back: NaN is no value.
+func sampleOf(id int32, v float64, st int16) Sample {
+	if math.IsNaN(v) {
+		return Sample{MetricID: id, State: State(st), NoValue: true}
+	}
+	return Sample{MetricID: id, Value: v, State: State(st)}
+}
+
 // CopyRows is one report as the rows COPY writes: its reports row, in
 // the columns of reports, and its histograms and events rows (benchmarks
 // that seed history COPY the same rows).
@@ -155,7 +175,7 @@ func CopyRows(r Report) (report []any, hists, events [][]any, err error) {
 	vals := make([]float64, len(r.Samples))
 	states := make([]int16, len(r.Samples))
 	for i, smp := range r.Samples {
-		ids[i], vals[i], states[i] = smp.MetricID, smp.Value, int16(smp.State)
+		ids[i], vals[i], states[i] = smp.MetricID, storedValue(smp), int16(smp.State)
 	}
 	inst, seq := int64(r.InstanceID), int64(r.Seq)
 	report = []any{r.NodeID, inst, seq, r.Time, int32(r.IntervalMS), r.Snapshot, ids, vals, states}

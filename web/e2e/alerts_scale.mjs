@@ -100,6 +100,32 @@ try {
   await shot('alerts-at-scale-phone');
   await page.setViewportSize({ width: 1400, height: 900 });
 
+  console.log('▶ the Node filter suggests a few names, never every node, and filters by the one picked');
+  await page.goto(`${base}/alerts`);
+  await page.locator('.open-alerts tbody tr').first().waitFor();
+  check((await page.locator('.node-filter [role="option"]').count()) === 0, 'the Node filter drew choices before it was used');
+  const nodeBox = page.getByRole('combobox', { name: 'Node', exact: true });
+  await nodeBox.fill(critNode);
+  const picked = page.getByRole('listbox', { name: 'Nodes' }).getByRole('option', { name: critNode, exact: true });
+  await picked.waitFor();
+  // Every node (the fleet's names) arrives once the box is used: the suggestions stay a few.
+  await page.waitForFunction(() => performance.getEntriesByType('resource').some((e) => new URL(e.name).pathname === '/api/v1/nodes'));
+  await nodeBox.fill(critNode.slice(0, 1));
+  await page.getByRole('listbox', { name: 'Nodes' }).getByRole('option').first().waitFor();
+  const suggested = await page.getByRole('listbox', { name: 'Nodes' }).getByRole('option').count();
+  check(suggested >= 1 && suggested <= 12, `the Node filter suggests ${suggested} names of ${count(openAlerts)}`);
+  await nodeBox.fill(critNode);
+  await picked.click();
+  await page.waitForFunction((n) => new URL(location.href).searchParams.get('node') === n, critNode);
+  await page.waitForFunction(
+    (n) => {
+      const rows = [...document.querySelectorAll('.open-alerts tbody tr[data-node]')];
+      return rows.length > 0 && rows.every((r) => r.dataset.node === n);
+    },
+    critNode,
+  );
+  check((await nodeBox.inputValue()) === critNode, `the Node filter reads ${await nodeBox.inputValue()}`);
+
   console.log('▶ timing: the alerts page beside the fleet page, interleaved');
   const timed = { alerts: [], fleet: [] };
   const apiTimes = { alerts: [], fleet: [] };

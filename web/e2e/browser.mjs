@@ -711,7 +711,13 @@ async function adminScenario() {
 
     step('the alert filters live in the URL');
     if (env.NBS_OTHER_NODE) {
-      await page.getByLabel('Node', { exact: true }).selectOption(env.NBS_OTHER_NODE);
+      // The Node filter is a search box: type part of the name, pick it from the few suggested.
+      await page.getByRole('combobox', { name: 'Node', exact: true }).fill(env.NBS_OTHER_NODE.slice(0, -1));
+      const suggested = page.getByRole('listbox', { name: 'Nodes' }).getByRole('option', { name: env.NBS_OTHER_NODE, exact: true });
+      await suggested.waitFor();
+      const suggestions = await page.getByRole('listbox', { name: 'Nodes' }).getByRole('option').count();
+      check(suggestions >= 1 && suggestions <= 12, `the Node filter suggests ${suggestions} names`);
+      await suggested.click();
       await page.waitForFunction((n) => new URL(location.href).searchParams.get('node') === n, env.NBS_OTHER_NODE);
       await page.waitForFunction((n) => ![...document.querySelectorAll('.open-alerts tr[data-node]')].some((r) => r.dataset.node === n), nodeName);
       await page.reload();

@@ -378,3 +378,28 @@ export function mapRuleErrors(message: string): RuleErrors {
 }
 
 export const RULE_FIELD_ORDER: RuleField[] = ['form', 'name', 'kind', 'metric', 'state', 'hold', 'severity', 'selector', 'min', 'group_by', 'labels', 'runbook'];
+
+/** How many node names the alerts page's Node filter suggests at once. */
+export const NODE_SUGGESTIONS = 12;
+
+/**
+ * The node names the Node filter suggests for what is typed: those starting with it first, then those
+ * containing it, case-insensitively, at most limit (nothing typed: the first names). A fleet of 3,000
+ * drawn as choices held the page's main thread on every load; a few suggestions cost nothing.
+ */
+export function matchNodes(names: readonly string[], typed: string, limit: number = NODE_SUGGESTIONS): string[] {
+  const q = typed.trim().toLowerCase();
+  if (!q) return names.slice(0, limit);
+  const starts: string[] = [];
+  const contains: string[] = [];
+  for (const n of names) {
+    const l = n.toLowerCase();
+    if (l.startsWith(q)) {
+      starts.push(n);
+      if (starts.length >= limit) break;
+    } else if (contains.length < limit && l.includes(q)) {
+      contains.push(n);
+    }
+  }
+  return [...starts, ...contains].slice(0, limit);
+}

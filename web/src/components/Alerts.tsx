@@ -1,7 +1,7 @@
 import { Fragment } from 'preact';
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { type Alert, type AlertDetail, type AlertEvaluator, type AlertFilter, type AlertGroup, type Delivery, api } from '../api';
-import { alertMetric, alertTreeHref, alertValue, alertWhere, alertWindow, formatSpan, groupAlerts, groupKey, severityState, sortOpen } from '../alerts';
+import { alertMetric, alertTreeHref, alertValue, alertWhere, alertWindow, formatSpan, groupAlerts, groupKey, matchNodes, severityState, sortOpen } from '../alerts';
 import { useCan } from '../auth';
 import { formatAgo, formatCount, formatTime } from '../format';
 import { useAction, useNow, usePoll } from '../hooks';
@@ -410,6 +410,96 @@ function HistoryTable({ alerts, now }: { alerts: Alert[]; now: number }) {
 }
 
 /** Firing and pending alerts first, then the history; the URL holds the filters. */
+/**
+ * The Node filter: a search box suggesting the few node names that match what is typed (matchNodes),
+ * never a choice per node of the fleet. Enter or a click on a suggestion filters by it; Enter on text
+ * that matches no suggestion filters by the text as typed; emptying the box clears the filter.
+ */
+function NodeFilter({ value, names, onUse, onPick }: { value: string; names: string[]; onUse: () => void; onPick: (node: string) => void }) {
+  const [text, setText] = useState(value);
+  const [open, setOpen] = useState(false);
+  const [active, setActive] = useState(-1);
+  useEffect(() => setText(value), [value]);
+  const matches = open ? matchNodes(names, text) : [];
+  const expanded = open && matches.length > 0;
+  const pick = (n: string) => {
+    setText(n);
+    setOpen(false);
+    setActive(-1);
+    onPick(n);
+  };
+  return (
+    <div class="field-inline node-filter">
+      <label for="alerts-node-filter">Node</label>
+      <input
+        id="alerts-node-filter"
+        type="search"
+        role="combobox"
+        list={undefined /* the suggestions are the listbox below, not a datalist of every node */}
+        aria-label="Node"
+        aria-autocomplete="list"
+        aria-expanded={expanded}
+        aria-controls="alerts-node-options"
+        aria-activedescendant={expanded && active >= 0 ? `alerts-node-option-${active}` : undefined}
+        placeholder="any"
+        autoComplete="off"
+        spellcheck={false}
+        value={text}
+        onFocus={() => {
+          onUse();
+          setOpen(true);
+        }}
+        onBlur={() => setOpen(false)}
+        onInput={(e) => {
+          const v = (e.currentTarget as HTMLInputElement).value;
+          setText(v);
+          setOpen(true);
+          setActive(-1);
+          if (v === '') onPick('');
+        }}
+        onKeyDown={(e) => {
+          if (e.key === 'ArrowDown') {
+            e.preventDefault();
+            setOpen(true);
+            setActive((a) => Math.min(a + 1, matches.length - 1));
+          } else if (e.key === 'ArrowUp') {
+            e.preventDefault();
+            setActive((a) => Math.max(a - 1, -1));
+          } else if (e.key === 'Enter') {
+            e.preventDefault();
+            pick(expanded && active >= 0 ? matches[active] : text.trim());
+          } else if (e.key === 'Escape' && open) {
+            e.stopPropagation();
+            setOpen(false);
+            setActive(-1);
+            setText(value);
+          }
+        }}
+      />
+      {expanded && (
+        <ul id="alerts-node-options" role="listbox" aria-label="Nodes" class="node-options">
+          {matches.map((n, i) => (
+            <li
+              key={n}
+              id={`alerts-node-option-${i}`}
+              role="option"
+              aria-selected={i === active}
+              data-node={n}
+              // mousedown, not click: the input's blur would close the list before a click lands.
+              onMouseDown={(e) => {
+                e.preventDefault();
+                pick(n);
+              }}
+            >
+              {n}
+            </li>
+          ))}
+        </ul>
+      )}
+    </div>
+  );
+}
+
 export function AlertsPage({ params }: { params: URLSearchParams }) {
   const f = alertFiltersFrom(params);
   const now = useNow(1000);
@@ -423,9 +513,9 @@ export function AlertsPage({ params }: { params: URLSearchParams }) {
   );
   const history = useAlertPages(`alerts:history:${f.node}:${f.rule}:${f.limit}`, { state: 'resolved', node: f.node, rule: f.rule, limit: f.limit }, showHistory);
   // Choices for the filters: the fleet's nodes and the rules, whatever alerts exist. Every node with
-  // its roots is a large answer in a large fleet: it is asked once the alerts are on screen, not before.
-  const shown = !!open.data || !!history.first.data;
-  const nodes = usePoll(`alerts:nodes:${shown}`, (s) => (shown ? api.nodes(s).catch(() => []) : Promise.resolve([])), shown ? 60_000 : 0);
+  // its roots is a large answer in a large fleet: it is asked only once someone uses the Node filter.
+  const [wantNodes, setWantNodes] = useState(false);
+  const nodes = usePoll(`alerts:nodes:${wantNodes}`, (s) => (wantNodes ? api.nodes(s).catch(() => []) : Promise.resolve([])), wantNodes ? 60_000 : 0);
   const can = useCan();
   const rules = usePoll(`alerts:rules:${can.readRules}`, (s) => (can.readRules ? api.alertRules(s).catch(() => []) : Promise.resolve([])), can.readRules ? 60_000 : 0);
 
@@ -446,9 +536,13 @@ export function AlertsPage({ params }: { params: URLSearchParams }) {
   const firing = open.data?.totals.firing ?? 0;
   const pending = open.data?.totals.pending ?? 0;
 
-  const nodeNames = [...new Set([...(nodes.data ?? []).map((n) => n.name), ...openAlerts.map((a) => a.node ?? ''), ...groups.map((g) => g.first.node ?? ''), ...past.map((a) => a.node ?? ''), f.node])]
-    .filter(Boolean)
-    .sort();
+  const nodeNames = useMemo(
+    () =>
+      [...new Set([...(nodes.data ?? []).map((n) => n.name), ...openAlerts.map((a) => a.node ?? ''), ...groups.map((g) => g.first.node ?? ''), ...past.map((a) => a.node ?? '')])]
+        .filter(Boolean)
+        .sort(),
+    [nodes.data, openAlerts, groups, past],
+  );
   const ruleNames = [...new Set([...(rules.data ?? []).map((r) => r.name), ...groups.map((g) => g.rule), ...past.map((a) => a.rule), f.rule])].filter(Boolean).sort();
   const filtered = f.state !== '' || f.node !== '' || f.rule !== '';
 
@@ -482,17 +576,7 @@ export function AlertsPage({ params }: { params: URLSearchParams }) {
             <option value="resolved">resolved (history)</option>
           </select>
         </label>
-        <label class="field-inline">
-          <span>Node</span>
-          <select aria-label="Node" value={f.node} onChange={(e) => update({ node: (e.currentTarget as HTMLSelectElement).value || null, limit: null })}>
-            <option value="">any</option>
-            {nodeNames.map((n) => (
-              <option key={n} value={n}>
-                {n}
-              </option>
-            ))}
-          </select>
-        </label>
+        <NodeFilter value={f.node} names={nodeNames} onUse={() => setWantNodes(true)} onPick={(n) => update({ node: n || null, limit: null })} />
         <label class="field-inline">
           <span>Rule</span>
           <select aria-label="Rule" value={f.rule} onChange={(e) => update({ rule: (e.currentTarget as HTMLSelectElement).value || null, limit: null })}>

@@ -8,11 +8,12 @@ vi.mock('uplot', () => ({
     destroy() {}
   },
 }));
-import { alertTreeHref, alertValue, alertWindow, formatSpan, holdText, mapRuleErrors, quorumText, ruleInput, emptyDraft, sortOpen, splitProblems, draftFromRule } from '../alerts';
+import { alertTreeHref, alertValue, alertWindow, formatSpan, holdText, mapRuleErrors, matchNodes, NODE_SUGGESTIONS, quorumText, ruleInput, emptyDraft, sortOpen, splitProblems, draftFromRule } from '../alerts';
 import type { AlertRuleInput } from '../api';
 import { App } from '../app';
 import { alert, evaluator, rule } from '../fixtures';
 import { parseRoute } from '../route';
+import { act } from 'preact/test-utils';
 import { $, $$, byText, click, fakeApi, hasText, mount, mountAs, press, type, waitFor } from '../testutil';
 import { AlertDetailPage, AlertsPage } from './Alerts';
 
@@ -156,6 +157,21 @@ describe('alert logic', () => {
   });
 });
 
+describe('matchNodes', () => {
+  const names = ['db-1', 'db-10', 'edge-db', 'Web-DB-2', 'web-1'];
+  it.each([
+    ['names starting with the text first, then containing it, ignoring case', 'db', 10, ['db-1', 'db-10', 'edge-db', 'Web-DB-2']],
+    ['at most the limit, starting ones kept first', 'db', 2, ['db-1', 'db-10']],
+    ['nothing typed: the first names', '  ', 2, ['db-1', 'db-10']],
+    ['no match: none', 'zzz', 10, []],
+  ])('%s', (_, typed, limit, want) => {
+    expect(matchNodes(names, typed as string, limit as number)).toEqual(want);
+  });
+  it('suggests a dozen by default', () => {
+    expect(matchNodes(Array.from({ length: 3000 }, (_, i) => `n${i}`), 'n')).toHaveLength(NODE_SUGGESTIONS);
+  });
+});
+
 describe('AlertsPage', () => {
   const open = [alert(7, { state: 'pending', value: null }), alert(9), alert(8, { node: 'lab-a', severity: 'warning', child: 'latency/rto', root: 'latency', metric: 'latency' })];
   const resolved = [alert(3, { state: 'resolved' })];
@@ -208,6 +224,46 @@ describe('AlertsPage', () => {
     await waitFor(() => expect($$(el2, '.history tbody tr')).toHaveLength(1));
     expect(el2.querySelector('.open-alerts')).toBeNull();
     expect(el2.textContent).not.toContain('Firing and pending');
+  });
+
+  it('filters by node through a search box that suggests a few names, never every node of the fleet', async () => {
+    const fleet = Array.from({ length: 3000 }, (_, i) => ({ name: `node-${String(i).padStart(4, '0')}`, roots: [] }));
+    const calls = fakeApi({
+      'GET /api/v1/alerts': (u) => [200, { evaluator, alerts: open.filter((a) => !u.searchParams.get('node') || a.node === u.searchParams.get('node')) }],
+      'GET /api/v1/nodes': () => [200, { nodes: [...fleet, { name: 'lab-a', roots: [] }, { name: 'lab-b', roots: [] }] }],
+      'GET /api/v1/alert-rules': () => [200, { rules: [] }],
+    });
+    const el = mountAs('operator', <AlertsPage params={new URLSearchParams()} />);
+    await waitFor(() => expect($$(el, '.open-alerts tbody tr')).toHaveLength(3));
+    const box = el.querySelector<HTMLInputElement>('input[aria-label="Node"]')!;
+    expect(box.getAttribute('role')).toBe('combobox');
+    expect(el.querySelectorAll('.node-filter option, [role="option"]')).toHaveLength(0);
+    // Every node is asked only once someone uses the filter.
+    expect(calls.some((c) => c.url.pathname === '/api/v1/nodes')).toBe(false);
+    act(() => {
+      box.dispatchEvent(new FocusEvent('focus'));
+    });
+    await waitFor(() => expect(calls.some((c) => c.url.pathname === '/api/v1/nodes')).toBe(true));
+    type(box, 'node-29');
+    await waitFor(() => expect($$(el, '[role="option"]').map((o) => o.dataset.node)).toEqual(Array.from({ length: 12 }, (_, i) => `node-29${String(i).padStart(2, '0')}`)));
+    expect(box.getAttribute('aria-expanded')).toBe('true');
+    type(box, 'LAB');
+    await waitFor(() => expect($$(el, '[role="option"]').map((o) => o.dataset.node)).toEqual(['lab-a', 'lab-b']));
+    press(box, 'ArrowDown');
+    expect(box.getAttribute('aria-activedescendant')).toBe('alerts-node-option-0');
+    press(box, 'Enter');
+    expect(new URLSearchParams(location.search).get('node')).toBe('lab-a');
+    expect(box.value).toBe('lab-a');
+    expect($$(el, '[role="option"]')).toHaveLength(0);
+    // A click on a suggestion picks it as well; emptying the box clears the filter.
+    type(box, 'lab-');
+    await waitFor(() => expect($$(el, '[role="option"]')).toHaveLength(2));
+    act(() => {
+      $(el, '[data-node="lab-b"]').dispatchEvent(new MouseEvent('mousedown', { bubbles: true, cancelable: true }));
+    });
+    expect(new URLSearchParams(location.search).get('node')).toBe('lab-b');
+    type(box, '');
+    expect(new URLSearchParams(location.search).get('node')).toBeNull();
   });
 
   it('says when nothing is firing and when nobody evaluates', async () => {
