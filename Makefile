@@ -7,6 +7,14 @@ BUF := $(GO) tool -modfile=../tools/go.mod buf
 
 .DEFAULT_GOAL := help
 
+# The version stamped into the binaries (nbs-agent --version) and the image's
+# tag and labels: the nearest tag and the commit (make image VERSION=v1.2.3).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# The image's timestamps: the commit's time, so a rebuild of one commit
+# gives the same image digest.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+LDFLAGS := -X github.com/nbs-project/nbs/internal/buildinfo.version=$(VERSION)
+
 .PHONY: help
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -47,8 +55,14 @@ web: web-deps ## build the web UI into web/dist (npm ci when node_modules is mis
 
 .PHONY: build
 build: $(if $(HAVE_NPM),web) ## build bin/nbs-agent and bin/nbs-collector (and the web UI when npm is present)
-	$(GO) build -o $(BIN)/nbs-agent ./agent/cmd/nbs-agent
-	$(GO) build -o $(BIN)/nbs-collector ./collector/cmd/nbs-collector
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/nbs-agent ./agent/cmd/nbs-agent
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/nbs-collector ./collector/cmd/nbs-collector
+
+# No container daemon, no registry: tools/image builds the binaries static
+# and writes the image as an OCI layout and a tarball (docs/image.md).
+.PHONY: image
+image: $(if $(HAVE_NPM),web) ## build the image the Kubernetes manifests run, ghcr.io/nbs-project/nbs:VERSION, into bin/image (OCI layout and nbs.tar)
+	cd tools/image && $(GO) run . -repo ../.. -version '$(VERSION)' -created '$(SOURCE_DATE_EPOCH)' -out ../../$(BIN)/image
 
 .PHONY: test
 test: ## install what is missing, then run all tests: web unit, Go unit, PostgreSQL, BPF lab, end-to-end, browser
