@@ -95,6 +95,13 @@ test: ## install what is missing, then run all tests: web unit, Go unit, Postgre
 	$(GO) vet ./...
 	$(TESTTIME_BUILD)
 	@mkdir -p test-artifacts
+	@# -p 1 below serializes compiling and linking too: build every test
+	@# binary first, both cores at once (-exec true runs none of them), and
+	@# what the image test builds (static, -trimpath), so the serial run
+	@# starts from the cache.
+	$(GO) test -count=1 -run '^$$' -exec true ./... > test-artifacts/prebuild.txt || { cat test-artifacts/prebuild.txt; exit 1; }
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -o /dev/null ./agent/cmd/nbs-agent ./collector/cmd/nbs-collector
+	$(GO) build -C tools/image -o /dev/null .
 	@# One package at a time: lab tests compare microsecond timings with
 	@# kernel oracles, and two labs loading 2 cores at once skew both sides.
 	@# testtime prints what go test prints, then the slowest packages and
