@@ -111,6 +111,7 @@ test: ## install what is missing, then run all tests: web unit, Go unit, Postgre
 	GO=$(GO) FUZZTIME=2s tools/fuzz.sh
 	@# kustomize and the Kubernetes API types live in their own module.
 	cd tools/manifests && $(GO) test -count=1 ./...
+	cd tools/testtime && $(GO) test -count=1 ./...
 
 # make fuzz FUZZTIME=5m runs each target longer; FUZZ_SAVE=1 copies what the
 # fuzzer found into testdata/fuzz/<FuzzName>/ to commit.
