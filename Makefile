@@ -7,6 +7,14 @@ BUF := $(GO) tool -modfile=../tools/go.mod buf
 
 .DEFAULT_GOAL := help
 
+# The version stamped into the binaries (nbs-agent --version) and the image's
+# tag and labels: the nearest tag and the commit (make image VERSION=v1.2.3).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# The image's timestamps: the commit's time, so a rebuild of one commit
+# gives the same image digest.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+LDFLAGS := -X github.com/nbs-project/nbs/internal/buildinfo.version=$(VERSION)
+
 .PHONY: help
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -39,7 +47,11 @@ HAVE_NPM := $(shell command -v npm 2>/dev/null)
 .PHONY: web-deps
 web-deps: # npm ci when web/node_modules is missing or older than the lock file
 	@command -v npm >/dev/null || { echo "make: npm (Node.js 20) is needed for the UI's build, tests and generated API types" >&2; exit 1; }
-	cd web && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
+	@# npm ci empties node_modules first: through a link (worktrees sharing
+	@# one install) that would empty the shared install under everyone.
+	cd web && { [ node_modules/.package-lock.json -nt package-lock.json ] || \
+	  { [ -L node_modules ] && echo "make: web/node_modules is a link to a shared install older than package-lock.json; not running npm ci through it: update it where it lives" >&2; } || \
+	  npm ci --no-audit --no-fund; }
 
 .PHONY: web
 web: web-deps ## build the web UI into web/dist (npm ci when node_modules is missing or older than the lock file)
@@ -47,8 +59,32 @@ web: web-deps ## build the web UI into web/dist (npm ci when node_modules is mis
 
 .PHONY: build
 build: $(if $(HAVE_NPM),web) ## build bin/nbs-agent and bin/nbs-collector (and the web UI when npm is present)
-	$(GO) build -o $(BIN)/nbs-agent ./agent/cmd/nbs-agent
-	$(GO) build -o $(BIN)/nbs-collector ./collector/cmd/nbs-collector
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/nbs-agent ./agent/cmd/nbs-agent
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/nbs-collector ./collector/cmd/nbs-collector
+
+# No container daemon, no registry: tools/image builds the binaries static
+# and writes the image as an OCI layout and a tarball (docs/image.md).
+.PHONY: image
+image: $(if $(HAVE_NPM),web) ## build the image the Kubernetes manifests run, ghcr.io/nbs-project/nbs:VERSION, into bin/image (OCI layout and nbs.tar)
+	cd tools/image && $(GO) run . -repo ../.. -version '$(VERSION)' -created '$(SOURCE_DATE_EPOCH)' -out ../../$(BIN)/image
+
+# go test -json in, go test's own output and the slowest tests out.
+TESTTIME := $(BIN)/testtime
+TESTTIME_BUILD := $(GO) build -C tools/testtime -o ../../$(TESTTIME) .
+
+# The inner loop. -short makes every test that needs PostgreSQL or the
+# namespace lab skip at once (pgcluster.Database, netlab.New), so what runs
+# is the unit tests, packages in parallel; make test runs everything.
+.PHONY: check
+check: web-deps ## the inner loop (under 3 minutes): vet, unit tests (go test -short), web unit tests, generated code fresh
+	$(GO) vet ./...
+	$(TESTTIME_BUILD)
+	set -o pipefail; $(GO) test -short -json ./... | $(TESTTIME) -top 10
+	cd web && npm test
+	@# Fresh means make generate changes nothing, whatever else is being edited.
+	@state() { git diff HEAD --binary | sha256sum; git ls-files -o --exclude-standard | xargs -r sha256sum | sha256sum; }; \
+	before=$$(state); $(MAKE) --no-print-directory generate; after=$$(state); \
+	[ "$$before" = "$$after" ] || { echo "make check: make generate changed generated code (regenerated now): review it and commit it with its source" >&2; exit 1; }
 
 .PHONY: test
 test: ## install what is missing, then run all tests: web unit, Go unit, PostgreSQL, BPF lab, end-to-end, browser
@@ -57,11 +93,25 @@ test: ## install what is missing, then run all tests: web unit, Go unit, Postgre
 	$(MAKE) web
 	cd web && npm test
 	$(GO) vet ./...
+	$(TESTTIME_BUILD)
+	@mkdir -p test-artifacts
+	@# -p 1 below serializes compiling and linking too: build every test
+	@# binary first, both cores at once (-exec true runs none of them), and
+	@# what the image test builds (static, -trimpath), so the serial run
+	@# starts from the cache.
+	$(GO) test -count=1 -run '^$$' -exec true ./... > test-artifacts/prebuild.txt || { cat test-artifacts/prebuild.txt; exit 1; }
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -o /dev/null ./agent/cmd/nbs-agent ./collector/cmd/nbs-collector
+	$(GO) build -C tools/image -o /dev/null .
 	@# One package at a time: lab tests compare microsecond timings with
 	@# kernel oracles, and two labs loading 2 cores at once skew both sides.
-	$(GO) test -count=1 -p 1 -timeout 25m ./...
+	@# testtime prints what go test prints, then the slowest packages and
+	@# tests; the raw -json stream stays in test-artifacts/go-test.json.
+	set -o pipefail; $(GO) test -count=1 -p 1 -timeout 25m -json ./... | $(TESTTIME) -top 20 -save test-artifacts/go-test.json
 	@# Every fuzz target for FUZZTIME each (2s; the whole step stays near 90 s).
 	GO=$(GO) FUZZTIME=2s tools/fuzz.sh
+	@# kustomize and the Kubernetes API types live in their own module.
+	cd tools/manifests && $(GO) test -count=1 ./...
+	cd tools/testtime && $(GO) test -count=1 ./...
 
 # make fuzz FUZZTIME=5m runs each target longer; FUZZ_SAVE=1 copies what the
 # fuzzer found into testdata/fuzz/<FuzzName>/ to commit.

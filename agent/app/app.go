@@ -36,6 +36,7 @@ import (
 	"github.com/nbs-project/nbs/agent/spool"
 	"github.com/nbs-project/nbs/agent/tree"
 	"github.com/nbs-project/nbs/agent/uplink"
+	"github.com/nbs-project/nbs/internal/buildinfo"
 	"github.com/nbs-project/nbs/internal/loglinear"
 	"github.com/nbs-project/nbs/internal/netns"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
@@ -74,11 +75,7 @@ type Agent struct {
 func New(cfg Config, log *slog.Logger) *Agent {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
-	version := "devel"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		version = bi.Main.Version
-	}
-	return &Agent{cfg: cfg, log: log, tree: tree.New(), kernel: unix.ByteSliceToString(uts.Release[:]), version: version}
+	return &Agent{cfg: cfg, log: log, tree: tree.New(), kernel: unix.ByteSliceToString(uts.Release[:]), version: buildinfo.Version()}
 }
 
 // Run measures and streams until ctx ends.

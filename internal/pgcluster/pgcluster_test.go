@@ -20,6 +20,9 @@ func TestMain(m *testing.M) { Main(m) }
 // (t.TempDir's parent is 0700) and stops any cluster in it at cleanup.
 func clusterDir(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: starts PostgreSQL (make test runs it)")
+	}
 	if _, err := findBinDir(""); err != nil {
 		if requirePG(os.Getenv) {
 			t.Fatal(err)

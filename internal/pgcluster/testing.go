@@ -47,9 +47,14 @@ func Run(m *testing.M) int {
 // cluster, drops it when the test ends and returns its URL.
 //
 // Without PostgreSQL binaries the test is skipped, unless NBS_REQUIRE_PG=1
-// or CI=true, where it fails so CI cannot go green by skipping.
+// or CI=true, where it fails so CI cannot go green by skipping. Under
+// go test -short (make check) it is skipped.
 func Database(t testing.TB) string {
 	t.Helper()
+	if testing.Short() {
+		// make check: the unit tests only; make test and CI never pass -short.
+		t.Skip("-short: needs PostgreSQL (make test runs it)")
+	}
 	tc := shared.Load()
 	if tc == nil {
 		t.Fatal("pgcluster.Database needs the package's TestMain to call pgcluster.Main(m)")

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/nbs-project/nbs/agent/app"
+	"github.com/nbs-project/nbs/internal/buildinfo"
 )
 
 func main() {
@@ -23,8 +24,13 @@ func run() int {
 	cfg := app.DefaultConfig()
 	cfg.RegisterFlags(fs)
 	level := fs.String("log.level", "info", "log level: debug, info, warn, error")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
+	}
+	if *showVersion {
+		fmt.Println("nbs-agent " + buildinfo.Version())
+		return 0
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/nbs-project/nbs/collector/app"
+	"github.com/nbs-project/nbs/internal/buildinfo"
 )
 
 func main() {
@@ -35,8 +36,13 @@ func run() int {
 	cfg.DBReadURL = os.Getenv("NBS_DB_READ_URL")
 	cfg.RegisterFlags(fs)
 	level := fs.String("log.level", "info", "log level: debug, info, warn, error")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
+	}
+	if *showVersion {
+		fmt.Println("nbs-collector " + buildinfo.Version())
+		return 0
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {

@@ -14,6 +14,7 @@ import (
 // cannot be mounted.
 func BPFFS(t testing.TB) string {
 	t.Helper()
+	SkipShort(t)
 	dir := t.TempDir()
 	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
 		SkipOrFail(t, "mount bpffs on %s: %v", dir, err)

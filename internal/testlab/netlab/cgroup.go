@@ -30,6 +30,7 @@ type Cgroup struct {
 // (only the test's own processes can be there).
 func NewCgroup(t testing.TB) *Cgroup {
 	t.Helper()
+	SkipShort(t)
 	root, err := cgroupv2.Root()
 	if err != nil {
 		SkipOrFail(t, "netlab: %v", err)

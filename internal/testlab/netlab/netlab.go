@@ -32,6 +32,17 @@ import (
 // are known to support everything).
 const RequireEnv = "NBS_REQUIRE_BPF"
 
+// SkipShort skips the test under go test -short (make check, the unit
+// tests only): a lab loads the machine and times against the kernel, so it
+// runs in make test, one package at a time. make test and CI never pass
+// -short.
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: needs the namespace lab (make test runs it)")
+	}
+}
+
 // SkipOrFail skips the test for a reason outside the code under test (not
 // root, no BPF support), or fails it when RequireEnv=1 says that reason
 // must not occur here.
@@ -63,6 +74,7 @@ type Lab struct {
 // iproute2 it skips the test (fails it when NBS_REQUIRE_BPF=1).
 func New(t testing.TB) *Lab {
 	t.Helper()
+	SkipShort(t)
 	if os.Geteuid() != 0 {
 		SkipOrFail(t, "netlab: needs root to create network namespaces")
 	}

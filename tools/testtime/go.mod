@@ -1,0 +1,3 @@
+module github.com/nbs-project/nbs/tools/testtime
+
+go 1.26
