@@ -38,7 +38,9 @@ func TestPingAllLostHasNoValueInSeries(t *testing.T) {
 	lab.Exec(t, lab.B, "nft", "add", "table", "inet", "nbslost")
 	lab.Exec(t, lab.B, "nft", "add", "chain", "inet", "nbslost", "in", "{ type filter hook input priority 0; policy accept; }")
 	lab.Exec(t, lab.B, "nft", "add", "rule", "inet", "nbslost", "in", "ip", "saddr", lab.IPA.String(), "icmp", "type", "echo-request", "drop")
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "exec", lab.B, "nft", "delete", "table", "inet", "nbslost").Run() })
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "exec", lab.B, "nft", "delete", "table", "inet", "nbslost").Run()
+	})
 
 	// Live first: the root loses its value once a whole interval's echoes
 	// are given up on.

@@ -50,7 +50,6 @@ type evalState struct {
 	run    uint32
 }
 
-
 func New() *Tree {
 	return &Tree{metrics: map[string]catalog.Metric{}, overrides: map[string]catalog.Threshold{},
 		disabled: map[string]bool{}, eval: map[string]*evalState{}}

@@ -134,7 +134,8 @@ func (c *Collector) Run(ctx context.Context) error {
 	// a fleet's servers share their IPv6 /64s, so each address counts; an
 	// agent holds one connection, and gRPC has no idle ones to close:
 	// a connection without a stream ends after its idle timeout.
-	grpcLimited := connlimit.New(grpcLis, connlimit.Limits{Max: c.cfg.Ingest.MaxConns, PerAddress: c.cfg.Ingest.MaxConnsPerAddress}, c.grpcConns)
+	grpcMax, grpcPerAddr := c.cfg.Ingest.Conns()
+	grpcLimited := connlimit.New(grpcLis, connlimit.Limits{Max: grpcMax, PerAddress: grpcPerAddr}, c.grpcConns)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -88,7 +88,9 @@ func TestDefaultConfigValidate(t *testing.T) {
 			[]string{"--http.max-connections-per-address 101 must be from 1 to --http.max-connections (100)"}},
 		{"gRPC connections", func(c *Config) { c.Ingest.MaxConns, c.Ingest.MaxConnsPerAddress = 10, 11 },
 			[]string{"--grpc.max-connections-per-address 11 is more than --grpc.max-connections 10"}},
-		{"gRPC connections per address", func(c *Config) { c.Ingest.MaxConnsPerAddress = 0 }, []string{"--grpc.max-connections-per-address 0"}},
+		{"gRPC connections per address", func(c *Config) { c.Ingest.MaxConnsPerAddress = -1 }, []string{"--grpc.max-connections-per-address -1"}},
+		{"gRPC connections per address over the streams' total", func(c *Config) { c.Ingest.MaxStreams, c.Ingest.MaxConnsPerAddress = 10, 21 },
+			[]string{"--grpc.max-connections-per-address 21 is more than --grpc.max-connections 20"}},
 		{"send timeout", func(c *Config) { c.Ingest.SendTimeout = 0 }, []string{"--grpc.send-timeout 0s"}},
 		{"overrides cap", func(c *Config) { c.NodeConfig.MaxOverrides = 0 }, []string{"--thresholds.max-overrides 0"}},
 		{"everything at once", func(c *Config) {

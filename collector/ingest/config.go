@@ -35,7 +35,10 @@ type Config struct {
 	StreamWindow int32
 	// MaxConns and MaxConnsPerAddress bound the gRPC listener's
 	// connections, in all and from one address (collector/connlimit): an
-	// agent holds one, and agents behind one NAT share an address.
+	// agent holds one, and agents behind one NAT share an address. Zero
+	// follows the stream limits (Conns): raising --ingest.max-streams or
+	// --ingest.max-streams-per-address for a fleet behind NAT raises these
+	// with them, so one knob is enough.
 	MaxConns           int
 	MaxConnsPerAddress int
 	// TLS for agent streams; with ClientCAFile, agents must present a
@@ -54,11 +57,21 @@ func DefaultConfig() Config {
 		SendTimeout:  DefaultSendTimeout,
 		MaxMsgSize:   wire.MaxMessageBytes,
 		StreamWindow: 64 << 10,
-		// Twice the streams: an agent reconnecting holds its old
-		// connection for a moment beside its new one.
-		MaxConns:           2 * DefaultLimits().MaxStreams,
-		MaxConnsPerAddress: 2 * DefaultLimits().MaxStreamsPerIP,
 	}
+}
+
+// Conns is the gRPC listener's bound on connections, in all and from one
+// address: as set, or twice the stream limits when zero, because an agent
+// reconnecting holds its old connection for a moment beside its new one.
+func (c *Config) Conns() (total, perAddress int) {
+	total, perAddress = c.MaxConns, c.MaxConnsPerAddress
+	if total == 0 {
+		total = 2 * c.MaxStreams
+	}
+	if perAddress == 0 {
+		perAddress = min(2*c.MaxStreamsPerIP, total)
+	}
+	return total, perAddress
 }
 
 // RegisterFlags binds the flags, with the values already in c
@@ -71,8 +84,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SendTimeout, "grpc.send-timeout", c.SendTimeout, "an agent that reads nothing from its stream for this long is disconnected (it reconnects and gets the newest config)")
 	fs.IntVar(&c.MaxStreams, "ingest.max-streams", c.MaxStreams, "concurrent agent streams on this collector, with a Hello or not; more are refused with ResourceExhausted")
 	fs.IntVar(&c.MaxStreamsPerIP, "ingest.max-streams-per-address", c.MaxStreamsPerIP, "concurrent agent streams from one source IP address")
-	fs.IntVar(&c.MaxConns, "grpc.max-connections", c.MaxConns, "most open gRPC connections (an agent holds one); more wait to be accepted")
-	fs.IntVar(&c.MaxConnsPerAddress, "grpc.max-connections-per-address", c.MaxConnsPerAddress, "most open gRPC connections from one source IP address; more are closed at once. Agents behind one NAT share an address: raise it with --ingest.max-streams-per-address for such a fleet")
+	fs.IntVar(&c.MaxConns, "grpc.max-connections", c.MaxConns, "most open gRPC connections (an agent holds one); more wait to be accepted; 0: twice --ingest.max-streams")
+	fs.IntVar(&c.MaxConnsPerAddress, "grpc.max-connections-per-address", c.MaxConnsPerAddress, "most open gRPC connections from one source IP address; more are closed at once; 0: twice --ingest.max-streams-per-address, so raising that for agents behind one NAT raises this too")
 	fs.DurationVar(&c.HelloTimeout, "ingest.hello-timeout", c.HelloTimeout, "how long a new stream may take to send its Hello")
 	fs.IntVar(&c.MaxNodes, "ingest.max-nodes", c.MaxNodes, "registered nodes; a Hello from a new node beyond it is refused (delete unused nodes with nbs-collector nodes delete)")
 	fs.IntVar(&c.MaxNodesPerTenant, "ingest.max-nodes-per-tenant", c.MaxNodesPerTenant, "registered nodes of one tenant, unless an operator set its quota (nbs-collector nodes quota set TENANT N); a Hello from a new node of a tenant at its quota is refused; 0: no quota but --ingest.max-nodes")
@@ -105,7 +118,6 @@ func (c *Config) Validate() error {
 	}{
 		{"--ingest.max-streams", c.MaxStreams, 1 << 20}, {"--ingest.max-streams-per-address", c.MaxStreamsPerIP, 1 << 20},
 		{"--ingest.max-nodes", c.MaxNodes, 1 << 24}, {"--ingest.max-metrics-per-node", c.MaxMetrics, 1 << 20},
-		{"--grpc.max-connections", c.MaxConns, 1 << 21}, {"--grpc.max-connections-per-address", c.MaxConnsPerAddress, 1 << 21},
 		{"--ingest.max-capabilities", c.MaxCapabilities, 1 << 16}, {"--ingest.max-samples", c.MaxSamples, 1 << 20},
 		{"--ingest.max-histograms", c.MaxHistograms, 1 << 20}, {"--ingest.max-events", c.MaxEvents, 1 << 20},
 	} {
@@ -122,8 +134,16 @@ func (c *Config) Validate() error {
 	if c.MaxNodesPerTenant < 0 || c.MaxNodesPerTenant > 1<<24 {
 		errs = append(errs, fmt.Errorf("--ingest.max-nodes-per-tenant %d must be from 0 (none) to %d", c.MaxNodesPerTenant, 1<<24))
 	}
-	if c.MaxConns >= 1 && c.MaxConnsPerAddress > c.MaxConns {
-		errs = append(errs, fmt.Errorf("--grpc.max-connections-per-address %d is more than --grpc.max-connections %d", c.MaxConnsPerAddress, c.MaxConns))
+	for _, l := range []struct {
+		flag string
+		v    int
+	}{{"--grpc.max-connections", c.MaxConns}, {"--grpc.max-connections-per-address", c.MaxConnsPerAddress}} {
+		if l.v < 0 || l.v > 1<<21 {
+			errs = append(errs, fmt.Errorf("%s %d must be from 0 (twice the stream limit) to %d", l.flag, l.v, 1<<21))
+		}
+	}
+	if total, per := c.Conns(); c.MaxConns >= 0 && per > total {
+		errs = append(errs, fmt.Errorf("--grpc.max-connections-per-address %d is more than --grpc.max-connections %d", per, total))
 	}
 	// gRPC ignores windows below 64 KiB.
 	if c.StreamWindow < 64<<10 || c.StreamWindow > 16<<20 {

@@ -33,3 +33,32 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// Connection bounds left at zero follow the stream limits, so an operator
+// who raises --ingest.max-streams-per-address for agents behind one NAT
+// need not find a second flag; set ones are kept.
+func TestConnsFollowStreams(t *testing.T) {
+	cases := []struct {
+		name                      string
+		streams, perIP            int
+		conns, connsPerAddr       int
+		wantTotal, wantPerAddress int
+	}{
+		{"defaults", DefaultLimits().MaxStreams, DefaultLimits().MaxStreamsPerIP, 0, 0, 2 * DefaultLimits().MaxStreams, 2 * DefaultLimits().MaxStreamsPerIP},
+		{"a fleet behind NAT", 30000, 30000, 0, 0, 60000, 60000},
+		{"per address bounded by the total", 10, 50, 0, 0, 20, 20},
+		{"set explicitly", 30000, 30000, 100, 7, 100, 7},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.MaxStreams, cfg.MaxStreamsPerIP, cfg.MaxConns, cfg.MaxConnsPerAddress = c.streams, c.perIP, c.conns, c.connsPerAddr
+			if total, per := cfg.Conns(); total != c.wantTotal || per != c.wantPerAddress {
+				t.Errorf("Conns() = %d, %d; want %d, %d", total, per, c.wantTotal, c.wantPerAddress)
+			}
+			if err := cfg.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		})
+	}
+}
