@@ -272,7 +272,9 @@ func ecnTransfer(t *testing.T, l *netlab.Lab, dst netip.AddrPort, n int) {
 		}
 	}
 	// 200 Mbit/s: 2 MiB in ~85 ms, far below what the veth's backlog drops.
-	ctl(func(fd int) error { return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, 25_000_000) })
+	ctl(func(fd int) error {
+		return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, 25_000_000)
+	})
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, err := c.Write(make([]byte, n)); err != nil {
 		t.Fatalf("send to %s: %v", dst, err)

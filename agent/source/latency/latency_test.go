@@ -328,6 +328,8 @@ func TestPinnedContinues(t *testing.T) {
 		catalog.LatencyRTO:             {true, false},
 		catalog.LatencyListenOverflows: {false, true},
 		catalog.LatencySoftnetDropped:  {false, true},
+		catalog.LatencyECN:             {false, true},
+		catalog.LatencyECNDeliveredCE:  {false, true},
 	} {
 		if got := [2]bool{second.Continues(id), second.SinceBoot(id)}; got != want {
 			t.Errorf("%s: Continues, SinceBoot = %v, want %v", id, got, want)
