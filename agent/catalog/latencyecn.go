@@ -53,7 +53,7 @@ func ECNTree() []Metric {
 				"with the delay it adds (an AQM marks only once its target delay is exceeded). On DCTCP or L4S " +
 				"networks (ECT(1), the ect1 child) shallow, frequent marking is the design and shares of tens of " +
 				"percent are normal: raise the threshold for those nodes. Next: which peers send the marked " +
-				"traffic (`ss -tin` shows ecn and ce counts per connection on recent kernels), the queues on their path.",
+				"traffic (`ss -tin` shows per connection ecn, ecnseen and delivered_ce), the queues on their path.",
 			Threshold: &Threshold{Warn: 1, Crit: 5, Hold: 3}},
 		{ID: LatencyECNECT0, Title: "ECN-capable packets received, ECT(0)", Unit: "packets/s", Kind: Rate,
 			Description: "Packets received with the ECT(0) codepoint (IpExtInECT0Pkts + Ip6InECT0Pkts): their sender " +
@@ -75,7 +75,7 @@ func ECNTree() []Metric {
 				"congestion window once per round trip (CWR), as for a loss but without retransmitting. With classic " +
 				"ECN the echo repeats on every ACK until the sender's CWR reaches the peer, so this counts every segment " +
 				"delivered in that round trip, more than the marks themselves; with Accurate ECN it counts marked " +
-				"segments exactly. Rising here while the latency/ecn root stays quiet means the marks are on the " +
+				"segments exactly. Per connection: delivered_ce in `ss -tin`. Rising here while the latency/ecn root stays quiet means the marks are on the " +
 				"way out, towards the peers: congestion on their side or in the network, not in what this host receives."},
 		{ID: LatencyECNMode, Title: "TCP ECN mode (net.ipv4.tcp_ecn)", Unit: "mode", Kind: Gauge,
 			Description: "The watched namespace's net.ipv4.tcp_ecn: 0 never use ECN; 1 ask for it on outgoing " +
@@ -83,6 +83,6 @@ func ECNTree() []Metric {
 				"never ask; higher values are newer kernels' Accurate ECN modes. A host that only receives " +
 				"(mode 2) gets marks only from peers that ask; a host that sends bulk data and should react to " +
 				"marks rather than losses needs 1 (and its peers 1 or 2). ECN is negotiated per connection: " +
-				"`ss -tin` shows ecn on the connections that use it. Shown for the record, no threshold."},
+				"`ss -tin` shows ecn on the connections that use it, ecnseen where ECN codepoints arrived. Shown for the record, no threshold."},
 	}
 }
