@@ -30,6 +30,7 @@ func TestLatencyTXAndAgentDefinitions(t *testing.T) {
 	all = append(all, QdiscDevice("va", "vA", 0), QdiscDevice("eth0.ns4026532598", "eth0", 4026532598))
 	all = append(all, LatencyFlowsTree()...)
 	all = append(all, LatencyRXTree()...)
+	all = append(all, ECNTree()...)
 	all = append(all, AgentTree()...)
 	all = append(all, AgentProgram(MetricSegment("tcp_send_reset"))...)
 	all = append(all, AgentTriggeredSource("latency_qdisc", LatencyQdisc))

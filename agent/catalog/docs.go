@@ -40,6 +40,7 @@ func Documented() []Branch {
 	latency.Metrics = append(latency.Metrics, LatencyQdiscTree()...)
 	latency.Metrics = append(latency.Metrics, LatencyFlowsTree()...)
 	latency.Metrics = append(latency.Metrics, LatencyRXTree()...)
+	latency.Metrics = append(latency.Metrics, ECNTree()...)
 	latency.Children = append(latency.Children, QdiscDevice("<device>", "<device>", 0))
 	agent := Branch{Root: Agent, Metrics: AgentTree(),
 		Children: slices.Concat(AgentProgram("<program>"), []Metric{AgentTriggeredSource("<source>", "<branch>"), AgentEvidenceReported("<source>")},

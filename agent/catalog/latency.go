@@ -49,7 +49,8 @@ func LatencyTree() []Metric {
 				"(every retransmission costs the application at least a round trip, a timeout 200 ms or more). " +
 				"The children show the other ways: retransmission timeouts, lost retransmissions, connections " +
 				"refused at a full accept queue, data thrown away for lack of socket memory, packets dropped or " +
-				"delayed before the stack ever saw them (softnet), and, where sampled, where time goes on the " +
+				"delayed before the stack ever saw them (softnet), congestion the network signalled with ECN marks " +
+				"instead of losses (ecn), and, where sampled, where time goes on the " +
 				"transmit path (tx), in queueing disciplines (qdisc) and on the receive path to the application (rx).",
 		},
 		{

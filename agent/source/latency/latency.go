@@ -3,7 +3,8 @@
 // every watched namespace), or from /proc where BPF is unavailable; lost
 // retransmissions, listen queue, socket memory and memory pressure counters
 // from /proc/net/netstat; softnet drops and time squeeze from
-// /proc/net/softnet_stat.
+// /proc/net/softnet_stat; congestion marks (latency/ecn, ecn.go) from
+// /proc/net/netstat and /proc/net/snmp6.
 package latency
 
 import (
@@ -24,6 +25,7 @@ import (
 const (
 	capBPF  = "bpf.latency.retransmits"
 	capProc = "proc.latency"
+	capECN  = "proc.latency.ecn"
 )
 
 // Options configure Open.
@@ -42,12 +44,13 @@ type Source struct {
 	bpfWhy   string
 	softnet  string
 	log      *slog.Logger
+	ecn      ecn
 }
 
 // Open loads the retransmit probe, or falls back to /proc and says why.
 func Open(_ context.Context, opts Options) (*Source, error) {
 	s := &Source{ns: opts.Netns, allNetns: opts.AllNetns, proc: opts.ProcReader(), softnet: opts.SoftnetPath,
-		log: opts.Log(catalog.Latency), bpfWhy: source.BPFDisabled}
+		log: opts.Log(catalog.Latency), bpfWhy: source.BPFDisabled, ecn: ecn{why: "not read yet"}}
 	if s.softnet == "" {
 		s.softnet = "/proc/net/softnet_stat"
 	}
@@ -85,9 +88,9 @@ func (s *Source) Capabilities() []*nbsv1.Capability {
 		"memory pressure counters from /proc/net/netstat of " + scope + "; softnet from /proc/net/softnet_stat (host-wide)"}
 	if s.probe == nil {
 		return []*nbsv1.Capability{{Name: capBPF, Available: false, Reason: s.bpfWhy + "; retransmits and RTOs from " +
-			"TcpRetransSegs and TcpExtTCPTimeouts of the watched namespace"}, proc}
+			"TcpRetransSegs and TcpExtTCPTimeouts of the watched namespace"}, proc, s.ecnCapability()}
 	}
-	return []*nbsv1.Capability{{Name: capBPF, Available: true}, proc}
+	return []*nbsv1.Capability{{Name: capBPF, Available: true}, proc, s.ecnCapability()}
 }
 
 // Programs returns the BPF programs by tracepoint, nil on /proc.
@@ -120,6 +123,10 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	if err != nil {
 		return source.Reading{}, err
 	}
+	c6, err := s.proc.SNMP6()
+	if err != nil {
+		return source.Reading{}, err
+	}
 	sn, err := procnet.ReadSoftnet(s.softnet)
 	if err != nil {
 		return source.Reading{}, err
@@ -144,6 +151,7 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	r.Counters[catalog.LatencySocketDrops] = r.Counters[catalog.LatencySocketRcvQ] + r.Counters[catalog.LatencySocketBacklog] +
 		r.Counters[catalog.LatencySocketPruned] + r.Counters[catalog.LatencySocketOFO]
 	r.Counters[catalog.LatencySoftnet] = r.Counters[catalog.LatencySoftnetDropped] + r.Counters[catalog.LatencySoftnetSqueeze]
+	s.addECN(&r, c, c6, s.readECNMode())
 	return r, nil
 }
 

@@ -210,7 +210,7 @@ func TestProcFallback(t *testing.T) {
 		t.Errorf("Programs() on /proc = %v, want nil", s.Programs())
 	}
 	caps := s.Capabilities()
-	if len(caps) != 2 || caps[0].GetName() != capBPF || caps[0].GetAvailable() || caps[0].GetReason() == "" {
+	if len(caps) != 3 || caps[0].GetName() != capBPF || caps[0].GetAvailable() || caps[0].GetReason() == "" {
 		t.Errorf("capabilities %v: want %s unavailable with a reason", caps, capBPF)
 	}
 	if s.Name() != "latency (/proc)" {
@@ -328,6 +328,8 @@ func TestPinnedContinues(t *testing.T) {
 		catalog.LatencyRTO:             {true, false},
 		catalog.LatencyListenOverflows: {false, true},
 		catalog.LatencySoftnetDropped:  {false, true},
+		catalog.LatencyECN:             {false, true},
+		catalog.LatencyECNDeliveredCE:  {false, true},
 	} {
 		if got := [2]bool{second.Continues(id), second.SinceBoot(id)}; got != want {
 			t.Errorf("%s: Continues, SinceBoot = %v, want %v", id, got, want)

@@ -1,0 +1,88 @@
+package catalog
+
+// latency/ecn: congestion-experienced (CE) marks, the network's own signal
+// of queueing, from the watched namespace's /proc counters: the codepoints
+// of the packets received (IpExt and Ip6 In*Pkts), the segments TCP learnt
+// were marked (TcpExtTCPDeliveredCE), and whether TCP asks for ECN at all
+// (net.ipv4.tcp_ecn).
+const (
+	LatencyECN            = "latency/ecn"
+	LatencyECNShare       = "latency/ecn/ce_share"
+	LatencyECNECT0        = "latency/ecn/ect0"
+	LatencyECNECT1        = "latency/ecn/ect1"
+	LatencyECNNotECT      = "latency/ecn/not_ect"
+	LatencyECNDeliveredCE = "latency/ecn/delivered_ce"
+	LatencyECNMode        = "latency/ecn/tcp_ecn"
+)
+
+// ECNProcCounters says which counters of /proc/net/netstat (IPv4) and
+// /proc/net/snmp6 (IPv6) feed which child, as procnet names them; each
+// child is the sum of its IPv4 and IPv6 counters.
+var ECNProcCounters = map[string][2]string{
+	LatencyECN:       {"IpExt.InCEPkts", "Ip6.InCEPkts"},
+	LatencyECNECT0:   {"IpExt.InECT0Pkts", "Ip6.InECT0Pkts"},
+	LatencyECNECT1:   {"IpExt.InECT1Pkts", "Ip6.InECT1Pkts"},
+	LatencyECNNotECT: {"IpExt.InNoECTPkts", "Ip6.InNoECTPkts"},
+}
+
+// ECNDeliveredCECounter feeds latency/ecn/delivered_ce (Linux 4.20 on).
+const ECNDeliveredCECounter = "TcpExt.TCPDeliveredCE"
+
+// ECNTree is latency/ecn and its children, defined while the namespace's
+// kernel counts ECN codepoints (every kernel since 3.x does).
+func ECNTree() []Metric {
+	return []Metric{
+		{ID: LatencyECN, Title: "Congestion marks received (ECN CE)", Unit: "packets/s", Kind: Rate,
+			Description: "Packets this host received marked Congestion Experienced (CE): a router, switch or queue " +
+				"on the way (an AQM such as fq_codel, RED, a DCTCP/L4S switch) was queueing them and, instead of " +
+				"dropping, set the two ECN bits of the IP header. Each mark is the network saying \"slow down\": the " +
+				"receiving TCP echoes it to the sender, which shrinks its window as for a loss, but nothing is lost " +
+				"or retransmitted. Counted at IP input of the watched namespace (IpExtInCEPkts + Ip6InCEPkts), " +
+				"forwarded packets included, TCP and UDP (QUIC) alike, one per wire packet even when GRO merged them. " +
+				"Marks need both ends to use ECN (ect0, ect1 and tcp_ecn say whether they do) and a marking queue " +
+				"on the path; without them congestion shows as loss instead (latency/retransmits, drops). The ce_share " +
+				"child says how much of the ECN-capable traffic was marked. Next: `nstat -az | grep -i ecn` on both " +
+				"ends, `tc -s qdisc` on the hops you control (marked counts of fq_codel, red), the switches' ECN counters."},
+		{ID: LatencyECNShare, Title: "Share of ECN packets marked CE", Unit: "%", Kind: Gauge,
+			Description: "Of the ECN-capable packets received in the interval (CE + ECT(0) + ECT(1)), the share marked " +
+				"CE, in percent. No value (not 0) while no ECN-capable packet arrives: there is nothing to mark. " +
+				"The default threshold is for classic ECN (RFC 3168, ECT(0), what Linux's tcp_ecn sends): an AQM marks " +
+				"where it would otherwise drop, so the share reads like a loss rate. By Mathis' formula a Reno-like " +
+				"flow's window averages 1.22/sqrt(p) segments: about 12 at 1%, 5 at 5%, far below what a fast path " +
+				"carries. A path marking over 1% of packets for minutes is congested; over 5% is a queue standing full, " +
+				"with the delay it adds (an AQM marks only once its target delay is exceeded). On DCTCP or L4S " +
+				"networks (ECT(1), the ect1 child) shallow, frequent marking is the design and shares of tens of " +
+				"percent are normal: raise the threshold for those nodes. Next: which peers send the marked " +
+				"traffic (`ss -tin` shows per connection ecn, ecnseen and delivered_ce), the queues on their path.",
+			Threshold: &Threshold{Warn: 1, Crit: 5, Hold: 3}},
+		{ID: LatencyECNECT0, Title: "ECN-capable packets received, ECT(0)", Unit: "packets/s", Kind: Rate,
+			Description: "Packets received with the ECT(0) codepoint (IpExtInECT0Pkts + Ip6InECT0Pkts): their sender " +
+				"negotiated classic ECN (RFC 3168, Linux TCP with tcp_ecn) and a queue may mark them CE instead of " +
+				"dropping them. No threshold: a share of traffic, not trouble. Zero while CE marks arrive means " +
+				"the marked packets are ECT(1) or the marking queue marks packets that never asked for ECN."},
+		{ID: LatencyECNECT1, Title: "ECN-capable packets received, ECT(1)", Unit: "packets/s", Kind: Rate,
+			Description: "Packets received with the ECT(1) codepoint (IpExtInECT1Pkts + Ip6InECT1Pkts): L4S senders " +
+				"(TCP Prague, DCTCP with ECT(1), some QUIC stacks) that expect shallow, frequent marking. Where " +
+				"they dominate, a high ce_share is their normal operation. No threshold."},
+		{ID: LatencyECNNotECT, Title: "Packets received without ECN", Unit: "packets/s", Kind: Rate,
+			Description: "Packets received with the Not-ECT codepoint (IpExtInNoECTPkts + Ip6InNoECTPkts): their sender " +
+				"did not use ECN (no negotiation, or the pure ACKs and retransmissions classic ECN leaves unmarked), " +
+				"so a congested queue drops them rather than marking. Most traffic on most networks. No threshold: " +
+				"compare with ect0 and ect1 to see how much of the traffic congestion can signal without loss."},
+		{ID: LatencyECNDeliveredCE, Title: "Segments TCP learnt were marked", Unit: "segments/s", Kind: Rate,
+			Description: "TCP's response to marks, on the sending side: segments this host sent whose delivery the " +
+				"peer acknowledged with an ECN echo (TcpExtTCPDeliveredCE). Each echo makes the sender reduce its " +
+				"congestion window once per round trip (CWR), as for a loss but without retransmitting. With classic " +
+				"ECN the echo repeats on every ACK until the sender's CWR reaches the peer, so this counts every segment " +
+				"delivered in that round trip, more than the marks themselves; with Accurate ECN it counts marked " +
+				"segments exactly. Per connection: delivered_ce in `ss -tin`. Rising here while the latency/ecn root stays quiet means the marks are on the " +
+				"way out, towards the peers: congestion on their side or in the network, not in what this host receives."},
+		{ID: LatencyECNMode, Title: "TCP ECN mode (net.ipv4.tcp_ecn)", Unit: "mode", Kind: Gauge,
+			Description: "The watched namespace's net.ipv4.tcp_ecn: 0 never use ECN; 1 ask for it on outgoing " +
+				"connections and accept it on incoming ones; 2 (the Linux default) accept it when a peer asks, " +
+				"never ask; higher values are newer kernels' Accurate ECN modes. A host that only receives " +
+				"(mode 2) gets marks only from peers that ask; a host that sends bulk data and should react to " +
+				"marks rather than losses needs 1 (and its peers 1 or 2). ECN is negotiated per connection: " +
+				"`ss -tin` shows ecn on the connections that use it, ecnseen where ECN codepoints arrived. Shown for the record, no threshold."},
+	}
+}
