@@ -251,7 +251,6 @@ func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.
 		n := &node{
 			f: f, slot: i, name: fmt.Sprintf("%s%d", f.cfg.Prefix, i),
 			pcg: pcg, rng: rand.New(pcg),
-			unacked:  map[uint64]pending{},
 			troubled: float64(i) < f.cfg.Troubled*float64(f.cfg.Nodes),
 		}
 		// Spread first connects over the ramp and reports over the

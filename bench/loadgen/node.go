@@ -58,9 +58,9 @@ type node struct {
 	pods         []*nbsv1.MetricDefinition // today's owner children
 
 	mu         sync.Mutex
-	acked      bool // a report of this node has been acknowledged
+	registered bool // a report of this node has been acknowledged
 	credential string
-	unacked    map[uint64]pending
+	unacked    []pending // by sequence: sent in order, and few (a map costs a KiB a node)
 }
 
 func (n *node) run(ctx context.Context) {
@@ -107,7 +107,7 @@ func (n *node) start() {
 	// Snapshots spread over the fleet, as agents start at different times.
 	n.lastSnapshot = n.f.cfg.Clock().Add(-time.Duration(n.rng.Int64N(int64(n.f.cfg.SnapshotEvery))))
 	n.mu.Lock()
-	n.unacked, n.credential = map[uint64]pending{}, ""
+	n.unacked, n.credential = nil, ""
 	n.mu.Unlock()
 }
 
@@ -215,7 +215,7 @@ func (n *node) session(ctx context.Context) error {
 func (n *node) send(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse], p pending, r *nbsv1.Report) error {
 	p.sent = time.Now()
 	n.mu.Lock()
-	n.unacked[p.seq] = p
+	n.unacked = append(n.unacked, p)
 	n.mu.Unlock()
 	n.f.reports.Add(1)
 	if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
@@ -248,19 +248,25 @@ func (n *node) hello() *nbsv1.Hello {
 func (n *node) resend() []pending {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	seqs := make([]uint64, 0, len(n.unacked))
-	for s := range n.unacked {
-		seqs = append(seqs, s)
+	now := time.Now()
+	for i := range n.unacked {
+		n.unacked[i].sent = now
 	}
-	slices.Sort(seqs)
-	out := make([]pending, len(seqs))
-	for i, s := range seqs {
-		p := n.unacked[s]
-		p.sent = time.Now()
-		n.unacked[s] = p
-		out[i] = p
+	return slices.Clone(n.unacked)
+}
+
+// acked takes the unacknowledged report seq out of those kept.
+func (n *node) acked(seq uint64) (pending, bool) {
+	i := slices.IndexFunc(n.unacked, func(p pending) bool { return p.seq == seq })
+	if i < 0 {
+		return pending{}, false
 	}
-	return out
+	p := n.unacked[i]
+	n.unacked = slices.Delete(n.unacked, i, i+1)
+	if len(n.unacked) == 0 {
+		n.unacked = nil // let a backlog's array go
+	}
+	return p, true
 }
 
 func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse]) error {
@@ -272,10 +278,9 @@ func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbs
 		switch m := msg.Msg.(type) {
 		case *nbsv1.ConnectResponse_Ack:
 			n.mu.Lock()
-			p, ok := n.unacked[m.Ack.GetSequence()]
-			delete(n.unacked, m.Ack.GetSequence())
-			first := !n.acked
-			n.acked = true
+			p, ok := n.acked(m.Ack.GetSequence())
+			first := !n.registered
+			n.registered = true
 			n.mu.Unlock()
 			if first {
 				n.f.firstAck()
@@ -288,7 +293,7 @@ func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbs
 			}
 		case *nbsv1.ConnectResponse_Reject:
 			n.mu.Lock()
-			delete(n.unacked, m.Reject.GetSequence())
+			n.acked(m.Reject.GetSequence())
 			n.mu.Unlock()
 			n.f.rejected.Add(1)
 			n.f.cfg.Log.Warn("report rejected", "node", n.name, "seq", m.Reject.GetSequence(), "reason", m.Reject.GetReason())

@@ -26,7 +26,7 @@ func TestPendingRebuildsTheReport(t *testing.T) {
 				t.Fatal(err)
 			}
 			pcg := rand.NewPCG(5, 1)
-			n := &node{f: f, name: "sim-1", pcg: pcg, rng: rand.New(pcg), troubled: tc.troubled, unacked: map[uint64]pending{}}
+			n := &node{f: f, name: "sim-1", pcg: pcg, rng: rand.New(pcg), troubled: tc.troubled}
 			n.start()
 			announced := map[string]bool{}
 			type sent struct {
