@@ -247,10 +247,10 @@ func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.
 	f.start = time.Now()
 	var wg sync.WaitGroup
 	for i := range f.cfg.Nodes {
+		pcg := rand.NewPCG(f.cfg.Seed, uint64(i))
 		n := &node{
 			f: f, slot: i, name: fmt.Sprintf("%s%d", f.cfg.Prefix, i),
-			rng:      rand.New(rand.NewPCG(f.cfg.Seed, uint64(i))),
-			unacked:  map[uint64]pending{},
+			pcg: pcg, rng: rand.New(pcg),
 			troubled: float64(i) < f.cfg.Troubled*float64(f.cfg.Nodes),
 		}
 		// Spread first connects over the ramp and reports over the

@@ -23,10 +23,20 @@ var errReconnect = errors.New("reconnect")
 // errReplaced ends a node for good: a new node takes its slot (churn).
 var errReplaced = errors.New("replaced")
 
+// pending is a report sent and not yet acknowledged: not the report
+// itself but what rebuilds it byte for byte (its draws of the node's
+// random numbers start from rng), so that a node waiting minutes for its
+// first ack, as a fleet registering does, holds a few words a report
+// rather than the report.
 type pending struct {
-	report *nbsv1.Report
-	sent   time.Time
-	items  int
+	seq      uint64
+	timeNano int64
+	snapshot bool
+	rng      rand.PCG                  // the node's generator before the report drew from it
+	pods     []*nbsv1.MetricDefinition // the node's pods then (never changed in place)
+	announce []*nbsv1.MetricDefinition // those of them the report announced
+	sent     time.Time
+	items    int
 }
 
 // node is one simulated agent. Its instance id and numbering survive a
@@ -36,6 +46,7 @@ type node struct {
 	slot     int // its index in the fleet; a replacement takes the slot
 	gen      int // how many nodes had the slot before
 	name     string
+	pcg      *rand.PCG // rng's source, whose state a pending report keeps
 	rng      *rand.Rand
 	troubled bool
 	delay    time.Duration
@@ -47,9 +58,9 @@ type node struct {
 	pods         []*nbsv1.MetricDefinition // today's owner children
 
 	mu         sync.Mutex
-	acked      bool // a report of this node has been acknowledged
+	registered bool // a report of this node has been acknowledged
 	credential string
-	unacked    map[uint64]pending
+	unacked    []pending // by sequence: sent in order, and few (a map costs a KiB a node)
 }
 
 func (n *node) run(ctx context.Context) {
@@ -96,7 +107,7 @@ func (n *node) start() {
 	// Snapshots spread over the fleet, as agents start at different times.
 	n.lastSnapshot = n.f.cfg.Clock().Add(-time.Duration(n.rng.Int64N(int64(n.f.cfg.SnapshotEvery))))
 	n.mu.Lock()
-	n.unacked, n.credential = map[uint64]pending{}, ""
+	n.unacked, n.credential = nil, ""
 	n.mu.Unlock()
 }
 
@@ -123,7 +134,12 @@ func (n *node) session(ctx context.Context) error {
 	defer release()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := nbsv1.NewAgentServiceClient(conn).Connect(sctx)
+	// No replay buffer: gRPC keeps what a stream sent (up to 256 KiB, in
+	// pooled buffers of up to 1 MiB for a 73 KiB Hello) until its first
+	// response, to retry it transparently. A fleet registering waits
+	// minutes for that response, node after node, which held about a MiB a
+	// node; a lost stream is resent by the session, as the agent does.
+	stream, err := nbsv1.NewAgentServiceClient(conn).Connect(sctx, grpc.MaxRetryRPCBufferSize(0))
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
@@ -142,7 +158,8 @@ func (n *node) session(ctx context.Context) error {
 	// announced with the first report that carries them.
 	announced := map[string]bool{}
 	for _, p := range n.resend() {
-		if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: p}}); err != nil {
+		r := n.build(p, rand.New(&p.rng))
+		if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
 			return fmt.Errorf("resend: %w", err)
 		}
 		n.f.resent.Add(1)
@@ -171,8 +188,8 @@ func (n *node) session(ctx context.Context) error {
 			}
 			// Send the next report now and drop the stream before its
 			// ack: the next session resends it.
-			r, items := n.report(cfg.Clock(), announced)
-			if err := n.send(stream, r, items); err != nil {
+			p, r := n.report(cfg.Clock(), announced)
+			if err := n.send(stream, p, r); err != nil {
 				return err
 			}
 			return errReconnect
@@ -186,8 +203,8 @@ func (n *node) session(ctx context.Context) error {
 				}
 				n.newPods(d)
 			}
-			r, items := n.report(now, announced)
-			if err := n.send(stream, r, items); err != nil {
+			p, r := n.report(now, announced)
+			if err := n.send(stream, p, r); err != nil {
 				return err
 			}
 		}
@@ -195,9 +212,10 @@ func (n *node) session(ctx context.Context) error {
 }
 
 // send sends a new report, kept as unacknowledged until its ack comes.
-func (n *node) send(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse], r *nbsv1.Report, items int) error {
+func (n *node) send(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse], p pending, r *nbsv1.Report) error {
+	p.sent = time.Now()
 	n.mu.Lock()
-	n.unacked[r.Sequence] = pending{report: r, sent: time.Now(), items: items}
+	n.unacked = append(n.unacked, p)
 	n.mu.Unlock()
 	n.f.reports.Add(1)
 	if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
@@ -226,23 +244,29 @@ func (n *node) hello() *nbsv1.Hello {
 }
 
 // resend returns the unacknowledged reports in sequence order, stamped as
-// sent now.
-func (n *node) resend() []*nbsv1.Report {
+// sent now; each is built as it is sent, not all of them at once.
+func (n *node) resend() []pending {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	seqs := make([]uint64, 0, len(n.unacked))
-	for s := range n.unacked {
-		seqs = append(seqs, s)
+	now := time.Now()
+	for i := range n.unacked {
+		n.unacked[i].sent = now
 	}
-	slices.Sort(seqs)
-	out := make([]*nbsv1.Report, len(seqs))
-	for i, s := range seqs {
-		p := n.unacked[s]
-		p.sent = time.Now()
-		n.unacked[s] = p
-		out[i] = p.report
+	return slices.Clone(n.unacked)
+}
+
+// acked takes the unacknowledged report seq out of those kept.
+func (n *node) acked(seq uint64) (pending, bool) {
+	i := slices.IndexFunc(n.unacked, func(p pending) bool { return p.seq == seq })
+	if i < 0 {
+		return pending{}, false
 	}
-	return out
+	p := n.unacked[i]
+	n.unacked = slices.Delete(n.unacked, i, i+1)
+	if len(n.unacked) == 0 {
+		n.unacked = nil // let a backlog's array go
+	}
+	return p, true
 }
 
 func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse]) error {
@@ -254,10 +278,9 @@ func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbs
 		switch m := msg.Msg.(type) {
 		case *nbsv1.ConnectResponse_Ack:
 			n.mu.Lock()
-			p, ok := n.unacked[m.Ack.GetSequence()]
-			delete(n.unacked, m.Ack.GetSequence())
-			first := !n.acked
-			n.acked = true
+			p, ok := n.acked(m.Ack.GetSequence())
+			first := !n.registered
+			n.registered = true
 			n.mu.Unlock()
 			if first {
 				n.f.firstAck()
@@ -270,7 +293,7 @@ func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbs
 			}
 		case *nbsv1.ConnectResponse_Reject:
 			n.mu.Lock()
-			delete(n.unacked, m.Reject.GetSequence())
+			n.acked(m.Reject.GetSequence())
 			n.mu.Unlock()
 			n.f.rejected.Add(1)
 			n.f.cfg.Log.Warn("report rejected", "node", n.name, "seq", m.Reject.GetSequence(), "reason", m.Reject.GetReason())
@@ -282,45 +305,61 @@ func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbs
 	}
 }
 
-// report builds the next report: roots; a troubled node's tcp_reset
-// subtree and evidence; everything when a snapshot is due.
-func (n *node) report(now time.Time, announced map[string]bool) (*nbsv1.Report, int) {
+// report makes the next report: roots; a troubled node's tcp_reset
+// subtree and evidence; everything when a snapshot is due. The pending
+// record rebuilds it for a resend.
+func (n *node) report(now time.Time, announced map[string]bool) (pending, *nbsv1.Report) {
 	n.seq++
-	r := &nbsv1.Report{Sequence: n.seq, TimeUnixNano: now.UnixNano(), IntervalMs: uint32(n.f.cfg.Interval.Milliseconds())}
-	t := n.f.tree
+	p := pending{seq: n.seq, timeNano: now.UnixNano(), rng: *n.pcg, pods: n.pods}
 	if now.Sub(n.lastSnapshot) >= n.f.cfg.SnapshotEvery {
 		n.lastSnapshot = now
-		r.Snapshot = true
-		for _, d := range t.Defs {
-			fill(r, d, n.troubled && d.Id == catalog.TCPReset, n.rng, n.f.shapes)
-		}
-	} else {
-		for _, d := range t.Roots {
-			fill(r, d, n.troubled && d.Id == catalog.TCPReset, n.rng, n.f.shapes)
-		}
-		if n.troubled {
-			for _, d := range t.Troubled[1:] { // the root is in already
-				fill(r, d, true, n.rng, n.f.shapes)
-			}
-		}
-	}
-	if n.troubled {
-		events(r, now.UnixNano(), n.rng)
+		p.snapshot = true
 	}
 	for _, d := range n.pods {
 		if !announced[d.Id] {
 			announced[d.Id] = true
-			r.NewMetrics = append(r.NewMetrics, d)
+			p.announce = append(p.announce, d)
 		}
-		fill(r, d, false, n.rng, n.f.shapes)
 	}
-	return r, len(r.Samples) + len(r.Histograms)
+	r := n.build(p, n.rng)
+	p.items = len(r.Samples) + len(r.Histograms)
+	return p, r
+}
+
+// build makes the report p describes, drawing its values from rng (the
+// node's own, or a copy of its state then for a resend).
+func (n *node) build(p pending, rng *rand.Rand) *nbsv1.Report {
+	r := &nbsv1.Report{Sequence: p.seq, TimeUnixNano: p.timeNano, IntervalMs: uint32(n.f.cfg.Interval.Milliseconds()),
+		Snapshot: p.snapshot, NewMetrics: p.announce}
+	t := n.f.tree
+	if p.snapshot {
+		for _, d := range t.Defs {
+			fill(r, d, n.troubled && d.Id == catalog.TCPReset, rng, n.f.shapes)
+		}
+	} else {
+		for _, d := range t.Roots {
+			fill(r, d, n.troubled && d.Id == catalog.TCPReset, rng, n.f.shapes)
+		}
+		if n.troubled {
+			for _, d := range t.Troubled[1:] { // the root is in already
+				fill(r, d, true, rng, n.f.shapes)
+			}
+		}
+	}
+	if n.troubled {
+		events(r, p.timeNano, rng)
+	}
+	for _, d := range p.pods {
+		fill(r, d, false, rng, n.f.shapes)
+	}
+	return r
 }
 
 // newPods names the pods the node runs on day d, as owner children of a
 // reset reason: new names every day, as a Kubernetes node's pods have.
 func (n *node) newPods(d time.Time) {
-	n.pods = n.pods[:0]
+	// A new slice: pending reports keep the old one.
+	n.pods = nil
 	parent := catalog.ResetSentReason("reason_0")
 	for k := range n.f.cfg.PodsPerDay {
 		pod := fmt.Sprintf("shop.cart-%s-%d-%d-%d", d.Format("0102"), n.slot, n.gen, k)

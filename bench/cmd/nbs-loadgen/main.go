@@ -10,7 +10,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -34,7 +33,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("nbs-loadgen", flag.ContinueOnError)
 	var cfg loadgen.Config
 	fs.StringVar(&cfg.Addr, "collector", "127.0.0.1:7701", "the collector's gRPC address")
-	fs.IntVar(&cfg.Nodes, "nodes", 1000, "simulated nodes, each with its own connection and stream")
+	fs.IntVar(&cfg.Nodes, "nodes", 1000, "simulated nodes, each with its own stream (and connection, unless --nodes-per-conn)")
 	fs.StringVar(&cfg.Prefix, "prefix", "sim-", "node names are this prefix and a number")
 	fs.DurationVar(&cfg.Interval, "interval", 10*time.Second, "report interval of each node")
 	fs.DurationVar(&cfg.Ramp, "ramp", 0, "spread the first connects over this long (default: one interval)")
@@ -42,7 +41,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.SnapshotEvery, "snapshot.every", 5*time.Minute, "how often each node sends its full tree")
 	fs.Float64Var(&cfg.ReconnectsPerHour, "reconnects-per-hour", 0, "agent reconnects per hour over the whole fleet")
 	fs.BoolVar(&cfg.ReconnectInFlight, "reconnect-in-flight", false, "each reconnect drops the stream right after sending a report, before its ack (the report is resent)")
-	fs.IntVar(&cfg.NodesPerConn, "nodes-per-conn", 1, "nodes' streams carried on each gRPC connection (beyond ~9,000 nodes a process runs out of open files with one each)")
+	fs.IntVar(&cfg.NodesPerConn, "nodes-per-conn", 1, "nodes' streams carried on each gRPC connection (the open-file limit is sized by connections: beyond ~18,000 nodes at the default 20,000 files, carry several a connection)")
 	tokenFile := fs.String("bootstrap-token-file", "", "enroll with this fleet bootstrap token (a collector with --grpc.node-auth=enroll)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulation's choices")
 	duration := fs.Duration("duration", time.Minute, "how long to run after the ramp")
@@ -64,7 +63,7 @@ func run(args []string) error {
 		level = slog.LevelDebug
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if err := raiseFileLimit(cfg.Nodes); err != nil {
+	if err := raiseFileLimit(cfg.Nodes, cfg.NodesPerConn); err != nil {
 		return err
 	}
 	f, err := loadgen.New(cfg)
@@ -96,22 +95,61 @@ func run(args []string) error {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// raiseFileLimit lets one process hold a connection per simulated node.
-func raiseFileLimit(nodes int) error {
+// raiseFileLimit lets one process hold the fleet's connections.
+func raiseFileLimit(nodes, perConn int) error {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		return fmt.Errorf("read open-file limit: %w", err)
 	}
-	need := uint64(nodes)*2 + 256
-	if l.Cur >= need {
+	set, err := fileLimit(nodes, perConn, l.Cur, l.Max)
+	if err != nil {
+		return err
+	}
+	if set == l.Cur {
 		return nil
 	}
-	l.Cur = min(need, l.Max)
+	l.Cur = set
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		return fmt.Errorf("raise open-file limit to %d: %w", l.Cur, err)
-	}
-	if l.Cur < need {
-		return errors.New("open-file limit too low for one connection per node: raise the hard limit (ulimit -Hn)")
+		return fmt.Errorf("raise open-file limit to %d: %w", set, err)
 	}
 	return nil
+}
+
+// fileLimit is the soft open-file limit a fleet of nodes, perConn nodes'
+// streams a connection, needs (cur when that is enough already). The hard
+// limit is as far as an unprivileged process may go; beyond it the error
+// says what to change.
+func fileLimit(nodes, perConn int, cur, hard uint64) (uint64, error) {
+	need := filesNeeded(nodes, perConn)
+	switch {
+	case cur >= need:
+		return cur, nil
+	case hard >= need:
+		return need, nil
+	}
+	hint := "raise the hard limit"
+	for p := max(perConn, 1) + 1; p <= maxNodesPerConn; p++ {
+		if filesNeeded(nodes, p) <= hard {
+			hint = fmt.Sprintf("use --nodes-per-conn %d or more", p)
+			break
+		}
+	}
+	return 0, fmt.Errorf("open-file limit too low: %d nodes at --nodes-per-conn %d are %d connections, which need %d open files, and the hard limit is %d: raise it (ulimit -n %d, as root) or %s",
+		nodes, max(perConn, 1), connections(nodes, perConn), need, hard, need, hint)
+}
+
+// maxNodesPerConn is the most loadgen.Config accepts.
+const maxNodesPerConn = 10000
+
+func connections(nodes, perConn int) uint64 {
+	perConn = max(perConn, 1)
+	return uint64((nodes + perConn - 1) / perConn)
+}
+
+// filesNeeded is one file a connection, a tenth more for connections
+// still closing as reconnects dial new ones, and room for the process's
+// own files.
+func filesNeeded(nodes, perConn int) uint64 {
+	c := connections(nodes, perConn)
+	return c + c/10 + 256
 }

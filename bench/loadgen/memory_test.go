@@ -1,0 +1,206 @@
+package loadgen
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/internal/pgcluster"
+)
+
+// BenchmarkNodeMemory measures what the simulator holds per simulated node:
+// a fleet of NBS_LOADGEN_MEM_NODES nodes (comma-separated; default
+// 2000,8000), four nodes' streams a connection, 5% troubled, registers
+// against the real nbs-collector binary (its own process, so its memory is
+// not counted here) and a real PostgreSQL, reports for a minute, and then
+// the simulator's Go heap in use and its resident memory are read, each
+// less what the process held before the fleet started, per node.
+//
+//	NBS_REQUIRE_PG=1 go test -run '^$' -bench NodeMemory -benchtime 1x -timeout 30m ./bench/loadgen/
+//
+// NBS_LOADGEN_MEM_PROFILE=dir writes a heap profile (inuse) of each size
+// into dir at the moment of measurement.
+func BenchmarkNodeMemory(b *testing.B) {
+	sizes := []int{2000, 8000}
+	if v := os.Getenv("NBS_LOADGEN_MEM_NODES"); v != "" {
+		sizes = sizes[:0]
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 50000 {
+				b.Fatalf("NBS_LOADGEN_MEM_NODES=%q: want sizes within 1..50000", v)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	hold := time.Minute
+	if v := os.Getenv("NBS_LOADGEN_MEM_HOLD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			b.Fatalf("NBS_LOADGEN_MEM_HOLD=%q: want a duration", v)
+		}
+		hold = d
+	}
+	bin := collectorBinary(b)
+	for _, nodes := range sizes {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			for range b.N {
+				nodeMemory(b, bin, nodes, hold)
+			}
+		})
+	}
+}
+
+func nodeMemory(b *testing.B, bin string, nodes int, hold time.Duration) {
+	const perConn = 4
+	grpcAddr := startCollectorProcess(b, bin, pgcluster.Database(b), nodes)
+	f, err := New(Config{Addr: grpcAddr, Nodes: nodes, NodesPerConn: perConn, Troubled: 0.05, Seed: 31})
+	if err != nil {
+		b.Fatal(err)
+	}
+	heap0, stack0, rss0 := memNow(b)
+	// Start the peak (VmHWM) from here, not from an earlier size's run.
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		b.Fatalf("reset the peak resident set: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan Stats, 1)
+	go func() { done <- f.Run(ctx, nil, 0) }()
+	defer func() { cancel(); <-done }()
+	// Registration: every node has had a report acknowledged.
+	deadline := time.Now().Add(10 * time.Minute)
+	for f.Stats().Registered < int64(nodes) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d nodes registered in 10 minutes", f.Stats().Registered, nodes)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	registered := f.Stats().AllRegistered
+	time.Sleep(hold)
+	heap1, stack1, rss1 := memNow(b)
+	if dir := os.Getenv("NBS_LOADGEN_MEM_PROFILE"); dir != "" {
+		w, err := os.Create(filepath.Join(dir, fmt.Sprintf("loadgen-heap-%d.pprof", nodes)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.Lookup("heap").WriteTo(w, 0); err != nil {
+			b.Fatal(err)
+		}
+		w.Close()
+	}
+	s := f.Stats()
+	if s.Errors != 0 || s.Rejected != 0 || s.Acked == 0 {
+		b.Fatalf("the fleet was not healthy while measured: %v", s)
+	}
+	heapPer := (float64(heap1) - float64(heap0)) / float64(nodes)
+	stackPer := (float64(stack1) - float64(stack0)) / float64(nodes)
+	rssPer := (float64(rss1) - float64(rss0)) / float64(nodes)
+	// The most the process held at once, registering included (the
+	// benchmark binary holds nothing else of size).
+	peakPer := (float64(procStatus(b, "VmHWM")) - float64(rss0)) / float64(nodes)
+	b.ReportMetric(heapPer, "heap-B/node")
+	b.ReportMetric(stackPer, "stack-B/node")
+	b.ReportMetric(rssPer, "rss-B/node")
+	b.ReportMetric(peakPer, "peak-rss-B/node")
+	b.ReportMetric(float64(runtime.NumGoroutine())/float64(nodes), "goroutines/node")
+	b.Logf("%d nodes, %d a connection: registered in %v, then %v: heap in use %.1f KiB a node, stacks %.1f KiB, RSS %.1f KiB (%d MiB in all), peak RSS %.1f KiB a node; %v",
+		nodes, perConn, registered.Round(time.Second), hold, heapPer/1024, stackPer/1024, rssPer/1024, rss1>>20, peakPer/1024, s)
+}
+
+// memNow is the Go heap in use and the goroutines' stacks, and the
+// resident set, after two collections (what sync.Pools keep survives one)
+// with free memory returned to the system.
+func memNow(b *testing.B) (heap, stack, rss uint64) {
+	runtime.GC()
+	debug.FreeOSMemory()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse, m.StackInuse, procStatus(b, "VmRSS")
+}
+
+// procStatus is a size in /proc/self/status (VmRSS, VmHWM), in bytes.
+func procStatus(b *testing.B, field string) uint64 {
+	st, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(st))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				b.Fatalf("%s %q: %v", field, v, err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatalf("no %s in /proc/self/status", field)
+	return 0
+}
+
+// collectorBinary builds nbs-collector once for the benchmark.
+func collectorBinary(b *testing.B) string {
+	b.Helper()
+	bin := filepath.Join(b.TempDir(), "nbs-collector")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/nbs-project/nbs/collector/cmd/nbs-collector").CombinedOutput()
+	if err != nil {
+		b.Fatalf("build nbs-collector: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startCollectorProcess runs the collector binary on dbURL until the
+// benchmark ends and returns its gRPC address.
+func startCollectorProcess(b *testing.B, bin, dbURL string, nodes int) string {
+	b.Helper()
+	grpcAddr, httpAddr := freeAddr(b), freeAddr(b)
+	streams := strconv.Itoa(nodes + 100)
+	cmd := exec.Command(bin, "--db.url", dbURL, "--grpc.listen-address", grpcAddr, "--http.listen-address", httpAddr,
+		"--grpc.node-auth", "none", "--ingest.max-streams", streams, "--ingest.max-streams-per-address", streams,
+		"--ingest.max-nodes", streams)
+	logf, err := os.Create(filepath.Join(b.TempDir(), "collector.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start collector: %v", err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		logf.Close()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.Dial("tcp", httpAddr)
+		if err == nil {
+			c.Close()
+			return grpcAddr
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("collector not listening within 30s (log: %s)", logf.Name())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func freeAddr(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
