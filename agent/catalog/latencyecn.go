@@ -8,22 +8,21 @@ package catalog
 const (
 	LatencyECN            = "latency/ecn"
 	LatencyECNShare       = "latency/ecn/ce_share"
-	LatencyECNECT0        = "latency/ecn/ect0"
-	LatencyECNECT1        = "latency/ecn/ect1"
-	LatencyECNNotECT      = "latency/ecn/not_ect"
 	LatencyECNDeliveredCE = "latency/ecn/delivered_ce"
 	LatencyECNMode        = "latency/ecn/tcp_ecn"
 )
 
-// ECNProcCounters says which counters of /proc/net/netstat (IPv4) and
-// /proc/net/snmp6 (IPv6) feed which child, as procnet names them; each
-// child is the sum of its IPv4 and IPv6 counters.
-var ECNProcCounters = map[string][2]string{
-	LatencyECN:       {"IpExt.InCEPkts", "Ip6.InCEPkts"},
-	LatencyECNECT0:   {"IpExt.InECT0Pkts", "Ip6.InECT0Pkts"},
-	LatencyECNECT1:   {"IpExt.InECT1Pkts", "Ip6.InECT1Pkts"},
-	LatencyECNNotECT: {"IpExt.InNoECTPkts", "Ip6.InNoECTPkts"},
-}
+// ECNCECounters feed latency/ecn, ECNCapableCounters only its ce_share:
+// counters of /proc/net/netstat (IPv4) and /proc/net/snmp6 (IPv6) as
+// procnet names them, IPv4 and IPv6 summed. The ECT(0)/ECT(1) counts are
+// not children of their own: they move with every ECN-capable packet, and
+// a counter child that moves is streamed (so counts add up exactly), which
+// would make every healthy node's report carry them. The share says what
+// an operator needs of them.
+var (
+	ECNCECounters      = [2]string{"IpExt.InCEPkts", "Ip6.InCEPkts"}
+	ECNCapableCounters = [][2]string{{"IpExt.InECT0Pkts", "Ip6.InECT0Pkts"}, {"IpExt.InECT1Pkts", "Ip6.InECT1Pkts"}}
+)
 
 // ECNDeliveredCECounter feeds latency/ecn/delivered_ce (Linux 4.20 on).
 const ECNDeliveredCECounter = "TcpExt.TCPDeliveredCE"
@@ -39,7 +38,7 @@ func ECNTree() []Metric {
 				"receiving TCP echoes it to the sender, which shrinks its window as for a loss, but nothing is lost " +
 				"or retransmitted. Counted at IP input of the watched namespace (IpExtInCEPkts + Ip6InCEPkts), " +
 				"forwarded packets included, TCP and UDP (QUIC) alike, one per wire packet even when GRO merged them. " +
-				"Marks need both ends to use ECN (ect0, ect1 and tcp_ecn say whether they do) and a marking queue " +
+				"Marks need both ends to use ECN (tcp_ecn and the share's ECN-capable packets say whether they do) and a marking queue " +
 				"on the path; without them congestion shows as loss instead (latency/retransmits, drops). The ce_share " +
 				"child says how much of the ECN-capable traffic was marked. Next: `nstat -az | grep -i ecn` on both " +
 				"ends, `tc -s qdisc` on the hops you control (marked counts of fq_codel, red), the switches' ECN counters."},
@@ -51,24 +50,10 @@ func ECNTree() []Metric {
 				"flow's window averages 1.22/sqrt(p) segments: about 12 at 1%, 5 at 5%, far below what a fast path " +
 				"carries. A path marking over 1% of packets for minutes is congested; over 5% is a queue standing full, " +
 				"with the delay it adds (an AQM marks only once its target delay is exceeded). On DCTCP or L4S " +
-				"networks (ECT(1), the ect1 child) shallow, frequent marking is the design and shares of tens of " +
+				"networks (ECT(1)) shallow, frequent marking is the design and shares of tens of " +
 				"percent are normal: raise the threshold for those nodes. Next: which peers send the marked " +
 				"traffic (`ss -tin` shows per connection ecn, ecnseen and delivered_ce), the queues on their path.",
 			Threshold: &Threshold{Warn: 1, Crit: 5, Hold: 3}},
-		{ID: LatencyECNECT0, Title: "ECN-capable packets received, ECT(0)", Unit: "packets/s", Kind: Rate,
-			Description: "Packets received with the ECT(0) codepoint (IpExtInECT0Pkts + Ip6InECT0Pkts): their sender " +
-				"negotiated classic ECN (RFC 3168, Linux TCP with tcp_ecn) and a queue may mark them CE instead of " +
-				"dropping them. No threshold: a share of traffic, not trouble. Zero while CE marks arrive means " +
-				"the marked packets are ECT(1) or the marking queue marks packets that never asked for ECN."},
-		{ID: LatencyECNECT1, Title: "ECN-capable packets received, ECT(1)", Unit: "packets/s", Kind: Rate,
-			Description: "Packets received with the ECT(1) codepoint (IpExtInECT1Pkts + Ip6InECT1Pkts): L4S senders " +
-				"(TCP Prague, DCTCP with ECT(1), some QUIC stacks) that expect shallow, frequent marking. Where " +
-				"they dominate, a high ce_share is their normal operation. No threshold."},
-		{ID: LatencyECNNotECT, Title: "Packets received without ECN", Unit: "packets/s", Kind: Rate,
-			Description: "Packets received with the Not-ECT codepoint (IpExtInNoECTPkts + Ip6InNoECTPkts): their sender " +
-				"did not use ECN (no negotiation, or the pure ACKs and retransmissions classic ECN leaves unmarked), " +
-				"so a congested queue drops them rather than marking. Most traffic on most networks. No threshold: " +
-				"compare with ect0 and ect1 to see how much of the traffic congestion can signal without loss."},
 		{ID: LatencyECNDeliveredCE, Title: "Segments TCP learnt were marked", Unit: "segments/s", Kind: Rate,
 			Description: "TCP's response to marks, on the sending side: segments this host sent whose delivery the " +
 				"peer acknowledged with an ECN echo (TcpExtTCPDeliveredCE). Each echo makes the sender reduce its " +

@@ -51,7 +51,7 @@ func (s *Source) readECNMode() int64 {
 // unknown). Counters are the kernel's since boot (SinceBoot); ce_share is
 // this source's, of the interval since its previous collection.
 func (s *Source) addECN(r *source.Reading, c, c6 procnet.Counters, mode int64) {
-	ceName := catalog.ECNProcCounters[catalog.LatencyECN][0]
+	ceName := catalog.ECNCECounters[0]
 	if _, ok := c[ceName]; !ok {
 		s.ecn.why = "the kernel counts no ECN codepoints (no " + ceName + " in /proc/net/netstat)"
 		s.ecn.have = false
@@ -71,9 +71,7 @@ func (s *Source) addECN(r *source.Reading, c, c6 procnet.Counters, mode int64) {
 			r.Metrics = append(r.Metrics, m)
 		}
 	}
-	for id, names := range catalog.ECNProcCounters {
-		r.Counters[id] = c[names[0]] + c6[names[1]]
-	}
+	r.Counters[catalog.LatencyECN] = c[catalog.ECNCECounters[0]] + c6[catalog.ECNCECounters[1]]
 	if hasDelivered {
 		r.Counters[catalog.LatencyECNDeliveredCE] = delivered
 	}
@@ -83,7 +81,10 @@ func (s *Source) addECN(r *source.Reading, c, c6 procnet.Counters, mode int64) {
 	if mode >= 0 {
 		r.Gauges[catalog.LatencyECNMode] = float64(mode)
 	}
-	cur := [3]uint64{r.Counters[catalog.LatencyECN], r.Counters[catalog.LatencyECNECT0], r.Counters[catalog.LatencyECNECT1]}
+	cur := [3]uint64{r.Counters[catalog.LatencyECN]}
+	for i, names := range catalog.ECNCapableCounters {
+		cur[i+1] = c[names[0]] + c6[names[1]]
+	}
 	prev, have := s.ecn.prev, s.ecn.have
 	s.ecn.prev, s.ecn.have = cur, true
 	var ce, capable uint64
