@@ -23,11 +23,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +33,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nbs-project/nbs/bench/collectorproc"
 	"github.com/nbs-project/nbs/bench/loadgen"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/pgcluster"
@@ -44,20 +42,7 @@ import (
 func TestMain(m *testing.M) { pgcluster.Main(m) }
 
 // collector is the real nbs-collector binary, running on its own database.
-type collector struct {
-	cmd      *exec.Cmd
-	grpcAddr string
-	httpAddr string
-}
-
-func freePort(b *testing.B) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+type collector struct{ *collectorproc.Process }
 
 // binary builds nbs-collector once per benchmark binary, or takes the one
 // NBS_FLEET_COLLECTOR names (e.g. built from another commit, for an A/B).
@@ -66,56 +51,19 @@ func binary(b *testing.B) string {
 	if bin := os.Getenv("NBS_FLEET_COLLECTOR"); bin != "" {
 		return bin
 	}
-	dir := b.TempDir()
-	bin := filepath.Join(dir, "nbs-collector")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/nbs-project/nbs/collector/cmd/nbs-collector").CombinedOutput()
-	if err != nil {
-		b.Fatalf("build nbs-collector: %v\n%s", err, out)
-	}
-	return bin
+	return collectorproc.Build(b)
 }
 
 func startCollector(b *testing.B, bin, dbURL string, nodes int) *collector {
 	b.Helper()
-	grpcAddr, httpAddr := freePort(b), freePort(b)
-	streams := strconv.Itoa(nodes + 100)
-	cmd := exec.Command(bin, "--db.url", dbURL, "--grpc.listen-address", grpcAddr, "--http.listen-address", httpAddr,
-		"--grpc.node-auth", "none", "--ingest.max-streams", streams, "--ingest.max-streams-per-address", streams,
-		"--ingest.max-nodes", streams)
 	// NBS_FLEET_COLLECTOR_ARGS adds flags, e.g. a profile endpoint:
 	// "--debug.pprof-listen-address 127.0.0.1:6061".
-	cmd.Args = append(cmd.Args, strings.Fields(os.Getenv("NBS_FLEET_COLLECTOR_ARGS"))...)
-	logf, err := os.Create(filepath.Join(b.TempDir(), "collector.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("start collector: %v", err)
-	}
-	b.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-		logf.Close()
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.Dial("tcp", httpAddr)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("collector not listening within 30s (log: %s)", logf.Name())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return &collector{cmd: cmd, grpcAddr: grpcAddr, httpAddr: httpAddr}
+	return &collector{collectorproc.Start(b, bin, dbURL, nodes, strings.Fields(os.Getenv("NBS_FLEET_COLLECTOR_ARGS"))...)}
 }
 
 // metrics reads the collector's /metrics: every unlabelled sample by name.
 func (c *collector) metrics(b *testing.B) map[string]float64 {
-	resp, err := http.Get("http://" + c.httpAddr + "/metrics")
+	resp, err := http.Get("http://" + c.HTTPAddr + "/metrics")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -151,7 +99,7 @@ func (c *collector) streams(b *testing.B) int { return int(c.metrics(b)["nbs_col
 
 // rssKiB is the collector's resident memory.
 func (c *collector) rssKiB(b *testing.B) int {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.Cmd.Process.Pid))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -211,7 +159,7 @@ func BenchmarkFleet(b *testing.B) {
 				c := startCollector(b, bin, pgcluster.Database(b), nodes)
 				idle := c.rssKiB(b)
 				perConn := nodesPerConn(nodes)
-				f, err := loadgen.New(loadgen.Config{Addr: c.grpcAddr, Nodes: nodes, Interval: interval,
+				f, err := loadgen.New(loadgen.Config{Addr: c.GRPCAddr, Nodes: nodes, Interval: interval,
 					Troubled: 0.05, ReconnectsPerHour: float64(nodes) / 10, Seed: uint64(nodes), NodesPerConn: perConn})
 				if err != nil {
 					b.Fatal(err)
@@ -330,7 +278,7 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 	for range b.N {
 		dbURL := pgcluster.Database(b)
 		c := startCollector(b, bin, dbURL, nodes)
-		f, err := loadgen.New(loadgen.Config{Addr: c.grpcAddr, Nodes: nodes, Interval: interval,
+		f, err := loadgen.New(loadgen.Config{Addr: c.GRPCAddr, Nodes: nodes, Interval: interval,
 			Ramp: time.Second, SnapshotEvery: time.Nanosecond, Seed: 3})
 		if err != nil {
 			b.Fatal(err)
@@ -341,7 +289,7 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 		// The rollups are folded from what was stored (store.FoldRollups),
 		// by the collector every 15 s while it ran: what it had not folded
 		// yet is folded now, and its time charged to the ingest.
-		c.stop()
+		c.Stop()
 		backlog, foldTime := drainFolds(b, dbURL)
 		copyRate, rows, samples := copyRate(b, dbURL)
 		sustained := float64(s.Samples) / (s.Elapsed + foldTime).Seconds()
@@ -355,12 +303,6 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 		b.ReportMetric(sustained/copyRate, "ingest+fold/copy")
 		b.ReportMetric(float64(s.AckP99)/1e6, "ack_p99_ms")
 	}
-}
-
-// stop ends the collector (its fold among the rest) and waits for it.
-func (c *collector) stop() {
-	_ = c.cmd.Process.Signal(os.Interrupt)
-	_ = c.cmd.Wait()
 }
 
 // drainFolds folds every report still pending into the rollups, as the
@@ -453,7 +395,7 @@ func BenchmarkReregistration(b *testing.B) {
 		dbURL := pgcluster.Database(b)
 		c := startCollector(b, bin, dbURL, nodes)
 		register := func() time.Duration {
-			f, err := loadgen.New(loadgen.Config{Addr: c.grpcAddr, Nodes: nodes, Interval: 2 * time.Second, Ramp: time.Second, Seed: 5})
+			f, err := loadgen.New(loadgen.Config{Addr: c.GRPCAddr, Nodes: nodes, Interval: 2 * time.Second, Ramp: time.Second, Seed: 5})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -17,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nbs-project/nbs/bench/collectorproc"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
@@ -52,7 +51,7 @@ func BenchmarkNodeMemory(b *testing.B) {
 		}
 		hold = d
 	}
-	bin := collectorBinary(b)
+	bin := collectorproc.Build(b)
 	for _, nodes := range sizes {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
 			for range b.N {
@@ -64,7 +63,7 @@ func BenchmarkNodeMemory(b *testing.B) {
 
 func nodeMemory(b *testing.B, bin string, nodes int, hold time.Duration) {
 	const perConn = 4
-	grpcAddr := startCollectorProcess(b, bin, pgcluster.Database(b), nodes)
+	grpcAddr := collectorproc.Start(b, bin, pgcluster.Database(b), nodes).GRPCAddr
 	f, err := New(Config{Addr: grpcAddr, Nodes: nodes, NodesPerConn: perConn, Troubled: 0.05, Seed: 31})
 	if err != nil {
 		b.Fatal(err)
@@ -147,60 +146,4 @@ func procStatus(b *testing.B, field string) uint64 {
 	}
 	b.Fatalf("no %s in /proc/self/status", field)
 	return 0
-}
-
-// collectorBinary builds nbs-collector once for the benchmark.
-func collectorBinary(b *testing.B) string {
-	b.Helper()
-	bin := filepath.Join(b.TempDir(), "nbs-collector")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/nbs-project/nbs/collector/cmd/nbs-collector").CombinedOutput()
-	if err != nil {
-		b.Fatalf("build nbs-collector: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// startCollectorProcess runs the collector binary on dbURL until the
-// benchmark ends and returns its gRPC address.
-func startCollectorProcess(b *testing.B, bin, dbURL string, nodes int) string {
-	b.Helper()
-	grpcAddr, httpAddr := freeAddr(b), freeAddr(b)
-	streams := strconv.Itoa(nodes + 100)
-	cmd := exec.Command(bin, "--db.url", dbURL, "--grpc.listen-address", grpcAddr, "--http.listen-address", httpAddr,
-		"--grpc.node-auth", "none", "--ingest.max-streams", streams, "--ingest.max-streams-per-address", streams,
-		"--ingest.max-nodes", streams)
-	logf, err := os.Create(filepath.Join(b.TempDir(), "collector.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("start collector: %v", err)
-	}
-	b.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-		logf.Close()
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.Dial("tcp", httpAddr)
-		if err == nil {
-			c.Close()
-			return grpcAddr
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("collector not listening within 30s (log: %s)", logf.Name())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func freeAddr(b *testing.B) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
