@@ -85,21 +85,7 @@ func (a *meshAgent) measure() {
 		r.Events = append(r.Events, &nbsv1.Event{MetricId: "ping/" + p + "/loss", TimeUnixNano: time.Now().UnixNano(),
 			Fields: map[string]string{"dst": a.kept[p], "peer": p}})
 	}
-	if err := a.stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
-		a.t.Fatalf("%s: send report: %v", a.name, err)
-	}
-	for {
-		m, err := a.stream.Recv()
-		if err != nil {
-			a.t.Fatalf("%s: waiting for the ack of %d: %v", a.name, a.seq, err)
-		}
-		if m.GetReject() != nil {
-			a.t.Fatalf("%s: report %d rejected: %v", a.name, a.seq, m.GetReject())
-		}
-		if m.GetAck().GetSequence() == a.seq {
-			return
-		}
-	}
+	a.sendAcked(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}})
 }
 
 // waitEnded waits for the collector to end the agent's stream (an

@@ -117,6 +117,11 @@ func (a *tenantAgent) resetsAt(n int, port int, at time.Time) {
 		r.GetReport().Events = append(r.GetReport().Events, &nbsv1.Event{MetricId: "tcp_reset/sent/no_socket", TimeUnixNano: at.UnixNano(),
 			Fields: map[string]string{"src": fmt.Sprintf("10.0.0.5:%d", port), "dst": fmt.Sprintf("10.0.0.9:%d", 40000+i), "protocol": "tcp", "reason": "NO_SOCKET"}})
 	}
+	a.sendAcked(r)
+}
+
+// sendAcked sends report r (sequence a.seq) and waits for its ack.
+func (a *tenantAgent) sendAcked(r *nbsv1.ConnectRequest) {
 	if err := a.stream.Send(r); err != nil {
 		a.t.Fatalf("%s: send report: %v", a.name, err)
 	}
