@@ -35,18 +35,46 @@ type PingTarget struct {
 
 const pingRoot = "ping"
 
-// pingTargetsOf lists the ping target subtrees among defs: ping/<name>,
-// but for ping/clock, which is the node's own clock.
-func pingTargetsOf(defs []store.MetricDef) []PingTarget {
-	var out []PingTarget
-	for _, d := range defs {
-		rest, ok := strings.CutPrefix(d.Path, pingRoot+"/")
-		if !ok || strings.Contains(rest, "/") || rest == "clock" {
-			continue
-		}
-		out = append(out, PingTarget{ID: d.Path, Name: rest})
+// pingTargetOf is the ping target whose subtree holds path: ping/<name>
+// for ping/<name> and everything below it, but for ping/clock, which is
+// the node's own clock.
+func pingTargetOf(path string) (PingTarget, bool) {
+	rest, ok := strings.CutPrefix(path, pingRoot+"/")
+	name, _, _ := strings.Cut(rest, "/")
+	if !ok || name == "" || name == "clock" {
+		return PingTarget{}, false
 	}
-	return out
+	return PingTarget{ID: pingRoot + "/" + name, Name: name}, true
+}
+
+// pingTargets collects the ping targets paths lie in, each once.
+type pingTargets struct {
+	list []PingTarget
+	seen map[string]bool
+}
+
+// skip keeps target id out of what add collects.
+func (p *pingTargets) skip(id string) {
+	if p.seen == nil {
+		p.seen = map[string]bool{}
+	}
+	p.seen[id] = true
+}
+
+func (p *pingTargets) add(path string) {
+	if t, ok := pingTargetOf(path); ok && !p.seen[t.ID] {
+		p.skip(t.ID)
+		p.list = append(p.list, t)
+	}
+}
+
+// pingTargetsOf lists the ping target subtrees among defs.
+func pingTargetsOf(defs []store.MetricDef) []PingTarget {
+	var p pingTargets
+	for _, d := range defs {
+		p.add(d.Path)
+	}
+	return p.list
 }
 
 // within says whether path is in one of the subtrees ids.
@@ -141,39 +169,31 @@ func (s *Server) guardReport(ctx context.Context, st *stream, r *nbsv1.Report) e
 		}
 		return nil
 	}
-	var targets []PingTarget
-	seen := map[string]bool{}
-	add := func(id string) {
-		rest, ok := strings.CutPrefix(id, pingRoot+"/")
-		if ok && !strings.Contains(rest, "/") && rest != "clock" && !seen[id] {
-			seen[id] = true
-			targets = append(targets, PingTarget{ID: id, Name: rest})
-		}
-	}
+	var targets pingTargets
 	// What stays refused whatever the check says: refused at the Hello
 	// or in a report's new_metrics, so never defined on this stream.
 	var keep []string
 	for _, id := range st.foreignIDs() {
 		if recheck && st.metrics.has(id) {
-			add(id)
+			targets.add(id)
 		} else {
 			keep = append(keep, id)
-			seen[id] = true
+			targets.skip(id)
 		}
 	}
 	for _, d := range r.GetNewMetrics() {
-		add(d.GetId())
+		targets.add(d.GetId())
 	}
 	if recheck {
 		for id := range st.metrics.base {
-			add(id)
+			targets.add(id)
 		}
 		for id := range st.metrics.extra {
-			add(id)
+			targets.add(id)
 		}
 	}
-	if len(targets) > 0 {
-		foreign, err := s.guard.ForeignPingTargets(ctx, st.node, targets)
+	if len(targets.list) > 0 {
+		foreign, err := s.guard.ForeignPingTargets(ctx, st.node, targets.list)
 		if err != nil {
 			s.log.Error("check ping targets", "node", st.node.Name, "err", err)
 			return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
@@ -260,26 +280,17 @@ func (s *Server) destination(ctx context.Context, st *stream, r *nbsv1.Report) (
 		return st.node.ID, nil
 	}
 	if s.guard != nil {
-		var targets []PingTarget
-		seen := map[string]bool{}
-		note := func(path string) {
-			rest, ok := strings.CutPrefix(path, pingRoot+"/")
-			name, _, _ := strings.Cut(rest, "/")
-			if id := pingRoot + "/" + name; ok && name != "clock" && !seen[id] {
-				seen[id] = true
-				targets = append(targets, PingTarget{ID: id, Name: name})
-			}
-		}
+		var targets pingTargets
 		for _, x := range r.GetSamples() {
-			note(x.GetMetricId())
+			targets.add(x.GetMetricId())
 		}
 		for _, x := range r.GetHistograms() {
-			note(x.GetMetricId())
+			targets.add(x.GetMetricId())
 		}
 		for _, x := range r.GetEvents() {
-			note(x.GetMetricId())
+			targets.add(x.GetMetricId())
 		}
-		foreign, err := s.guard.ForeignPingTargets(ctx, store.Node{Name: st.node.Name, Tenant: t.former.Tenant}, targets)
+		foreign, err := s.guard.ForeignPingTargets(ctx, store.Node{Name: st.node.Name, Tenant: t.former.Tenant}, targets.list)
 		if err != nil {
 			s.log.Error("check ping targets", "node", st.node.Name, "err", err)
 			return 0, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
