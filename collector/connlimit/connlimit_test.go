@@ -143,14 +143,14 @@ func waitState(t *testing.T, l *Listener, st state, n int) {
 func TestPerAddress(t *testing.T) {
 	s := serve(t, Limits{Max: 100, PerAddress: 3})
 	var held []net.Conn
-	for range 3 {
+	for i := range 3 {
 		c := dial(t, s, 2)
 		if err := get(c); err != nil {
 			t.Fatal(err)
 		}
+		waitIdle(t, s.lis, i+1) // in order, as in TestFullClosesIdleFirst
 		held = append(held, c)
 	}
-	waitIdle(t, s.lis, 3)
 	// The address's own least recently used idle connection makes room.
 	if err := get(held[1]); err != nil { // held[0] is now the least recently used
 		t.Fatal(err)
@@ -194,14 +194,17 @@ func TestPerAddress(t *testing.T) {
 func TestFullClosesIdleFirst(t *testing.T) {
 	s := serve(t, Limits{Max: 4, PerAddress: 4})
 	var idle []net.Conn
-	for range 4 {
+	for i := range 4 {
 		c := dial(t, s, 2)
 		if err := get(c); err != nil {
 			t.Fatal(err)
 		}
+		// The client has its answer before the server marks the
+		// connection idle: wait for it, so idle[0] is the least recently
+		// used (two in flight at once could go idle in either order).
+		waitIdle(t, s.lis, i+1)
 		idle = append(idle, c)
 	}
-	waitIdle(t, s.lis, 4)
 	newcomer := dial(t, s, 3)
 	if err := get(newcomer); err != nil {
 		t.Fatalf("a newcomer to a server full of idle connections: %v", err)
