@@ -337,7 +337,7 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 		if s.GetNoValue() {
 			v = 0 // whatever came with it means nothing
 		}
-		out.Samples = append(out.Samples, store.Sample{Path: p, Value: v, State: store.State(s.GetState()), NoValue: s.GetNoValue()})
+		out.Samples = append(out.Samples, store.Sample{Path: p, Value: v, State: store.State(s.GetState()), NoValue: s.GetNoValue(), Counter: kind == store.KindRate})
 	}
 	for _, h := range r.GetHistograms() {
 		p := h.GetMetricId()

@@ -50,6 +50,7 @@ type Stats struct {
 	Partitions      int   // raw day partitions dropped
 	Rollups         int64 // rollup rows
 	LatestValues    int64 // values removed from node_latest
+	Counters        int64 // running totals of the exports not moved within the raw retention
 	Definitions     int64 // node_metrics rows
 	RefreshedNodes  int   // nodes whose streams were ended to announce again
 	ExpiredNodes    int   // nodes deleted
@@ -93,7 +94,7 @@ func (r *Retainer) Run(ctx context.Context, every time.Duration) {
 			r.log.Warn("retention pass incomplete; the next pass retries", "err", err)
 		}
 		if s != (Stats{Took: s.Took}) {
-			r.log.Info("retention pass", "partitions", s.Partitions, "rollups", s.Rollups, "latest_values", s.LatestValues,
+			r.log.Info("retention pass", "partitions", s.Partitions, "rollups", s.Rollups, "latest_values", s.LatestValues, "export_counters", s.Counters,
 				"definitions", s.Definitions, "refreshed_nodes", s.RefreshedNodes, "expired_nodes", s.ExpiredNodes, "unreported_nodes", s.UnreportedNodes,
 				"retired_node_rows", s.RetiredNodes, "unused_credentials", s.Credentials,
 				"metric_paths", s.MetricPaths, "metric_defs", s.MetricDefs, "alerts", s.Alerts, "audit_entries", s.AuditEntries, "took", s.Took)
@@ -169,6 +170,8 @@ func (r *Retainer) Pass(ctx context.Context, now time.Time) (Stats, error) {
 	s.Credentials, err = nodeauth.PruneUnused(ctx, r.st.Pool(), now.Add(-r.cfg.Nodes), batch)
 	step(err)
 	s.LatestValues, err = r.st.PruneLatest(ctx, now.Add(-r.cfg.Raw), batch)
+	step(err)
+	s.Counters, err = r.st.PruneCounters(ctx, now.Add(-r.cfg.Raw), batch)
 	step(err)
 	refresh, n, err := r.st.PruneDefinitions(ctx, now.Add(-r.cfg.Catalogue()), batch)
 	s.Definitions, s.RefreshedNodes = n, len(refresh)

@@ -52,7 +52,7 @@ func (s *Store) DeleteRetiredNode(ctx context.Context, id int32) error {
 }
 
 func deleteRows(ctx context.Context, tx pgx.Tx, name string, ids []int32) error {
-	for _, table := range []string{"events", "histograms", "reports"} {
+	for _, table := range []string{"events", "histograms", "reports", "export_counters"} {
 		if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE node_id = ANY($1)`, ids); err != nil {
 			return fmt.Errorf("delete %s of node %q: %w", table, name, err)
 		}

@@ -129,6 +129,10 @@ type Sample struct {
 	// reports.vals means nothing else), and a rollup counts its interval in
 	// its state but not in n, sum, min or max (see SampleAgg).
 	NoValue bool
+	// Counter: the metric is a rate, so Value is an increase that
+	// WriteReports adds to the metric's running total (export_counters,
+	// migration 027). Ingest sets it from the metric's definition.
+	Counter bool
 }
 
 type Histogram struct {

@@ -134,6 +134,7 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		if err := queueLatest(batch, unique, result); err != nil {
 			return err
 		}
+		queueCounters(batch, unique, result)
 		if batch.Len() == 0 {
 			return nil
 		}
@@ -363,6 +364,52 @@ func queueLatest(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool
 	}
 	batch.Queue(mergeLatest, nodes, ts, intervals, snapshots, metrics, states)
 	return nil
+}
+
+// addCounters adds a batch's increases to the running totals
+// (export_counters, migration 027): $1..$3 are arrays with an element per
+// node and metric, in that order, so concurrent batches lock rows in one
+// order, after node_latest's, and cannot deadlock.
+const addCounters = `
+INSERT INTO export_counters AS c (node_id, metric_id, total, born, born_inc, updated)
+SELECT n, m, v, now(), v, now() FROM unnest($1::int[], $2::int[], $3::float8[]) AS x(n, m, v)
+ON CONFLICT (node_id, metric_id) DO UPDATE SET total = c.total + EXCLUDED.total, updated = EXCLUDED.updated`
+
+// queueCounters sums the new reports' non-zero increases per node and
+// metric: a quiet counter costs no row, and a resend (not new) adds nothing.
+// The order of the reports does not matter to a sum, so a late report adds
+// its increase like any other.
+func queueCounters(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool) {
+	type key struct{ node, metric int32 }
+	sums := map[key]float64{}
+	for _, r := range reports {
+		if !inserted[r.Key()] {
+			continue
+		}
+		for _, smp := range r.Samples {
+			if smp.Counter && !smp.NoValue && smp.Value > 0 && smp.MetricID != 0 {
+				sums[key{r.NodeID, smp.MetricID}] += smp.Value
+			}
+		}
+	}
+	if len(sums) == 0 {
+		return
+	}
+	keys := make([]key, 0, len(sums))
+	for k := range sums {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if a.node != b.node {
+			return int(a.node) - int(b.node)
+		}
+		return int(a.metric) - int(b.metric)
+	})
+	nodes, metrics, vals := make([]int32, len(keys)), make([]int32, len(keys)), make([]float64, len(keys))
+	for i, k := range keys {
+		nodes[i], metrics[i], vals[i] = k.node, k.metric, sums[k]
+	}
+	batch.Queue(addCounters, nodes, metrics, vals)
 }
 
 // rootStates renders the states of a roots-only report's metrics in one
