@@ -3,6 +3,7 @@ package export_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"math"
 	"net/http/httptest"
 	"strings"
@@ -251,7 +252,8 @@ func TestScrapeFormatsAndMatch(t *testing.T) {
 	now := time.Now()
 	f.report(t, "web-1", now.Add(-time.Second), map[string]float64{"tcp_reset": 3, "ping": 1})
 	f.report(t, "db-1", now.Add(-time.Second), map[string]float64{"tcp_reset": 2, "ping": 1})
-	h := export.NewHandler(export.New(f.st, export.DefaultConfig()), nil)
+	e := export.New(f.st, export.DefaultConfig())
+	h := export.NewHandler(e, nil)
 	staff := access.Principal{Role: access.RoleViewer}
 	for _, c := range []struct {
 		name, query, accept string
@@ -279,6 +281,17 @@ func TestScrapeFormatsAndMatch(t *testing.T) {
 				t.Fatalf("HTTP %d %s, want %d with %q and not %q:\n%s", w.Code, w.Header().Get("Content-Type"), c.code, c.want, c.not, body)
 			}
 		})
+	}
+	// The status says what the newest scrape held: the match's, web-1
+	// alone (node info, last report, its roots' states and values).
+	w := httptest.NewRecorder()
+	h.GetStatus(w, httptest.NewRequest("GET", "/api/v1/export/status", nil))
+	var st export.Status
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Exports) != 1 || st.Exports[0].Kind != "scrape" || st.Exports[0].Nodes != 1 || st.Exports[0].Exports != 3 || st.Exports[0].Series != 6 {
+		t.Errorf("status %s: want one kind, scrape, 3 exports (the 400s read nothing), the newest of 1 node and 6 series", w.Body)
 	}
 }
 
