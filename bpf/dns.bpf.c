@@ -1,0 +1,426 @@
+//go:build ignore
+
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * DNS as this host's clients see it: queries over UDP sent by local
+ * sockets, matched to their responses by (netns, 5-tuple, DNS id) in a
+ * bounded LRU hash; latency measured in the kernel between the query
+ * leaving the namespace's device and its response arriving on one; counts
+ * by (netns, server, rcode); rate-limited evidence of slow and failed
+ * answers naming the query.
+ *
+ * Loaded by agent/probe/dns. Two tp_btf programs, the only tracing type
+ * that attaches on our kernels (docs/kernel.md, "Attach points"):
+ * net_dev_queue sees every packet a device is asked to send (queries go
+ * out there), netif_receive_skb every packet a device hands the stack
+ * (responses come in there). Both run for every packet of the host, so the
+ * first tests (protocol, then UDP port 53) are the cheap ones.
+ *
+ * Only queries from local sockets (skb->sk set at the device) are tracked:
+ * a pod's query forwarded by the host leaves the host's device without a
+ * socket, and is the pod's, already counted in the pod's namespace.
+ * Timeouts are counted by user space, which deletes pending queries older
+ * than its timeout; a response and the sweep race for the entry through
+ * bpf_map_delete_elem, so each query ends exactly once: answered or timed
+ * out.
+ */
+#include "nbs.h"
+#include "loglinear.h"
+
+#define NBS_ETH_P_IP 0x0800
+#define NBS_ETH_P_IPV6 0x86DD
+#define NBS_IPPROTO_UDP 17
+#define NBS_DNS_PORT 53
+#define NBS_DNS_QR 0x8000
+/* Longest query name kept, in wire format (length-prefixed labels): 96
+ * bytes hold any name of a cluster ("cart.shop.svc.cluster.local" is 29);
+ * a longer one is cut and marked so. */
+#define NBS_DNS_NAME 96
+
+/* Set by the loader before load. */
+const volatile __u32 target_netns = 0;     /* 0 = every namespace */
+const volatile __u32 evidence_per_sec = 0; /* evidence events per second, all CPUs together; 0 = none */
+const volatile __u64 slow_ns = 0;          /* answers at least this slow are evidence; 0 = none */
+
+/* A query as the client sent it: client = this host's socket. */
+struct nbs_dns_key {
+	__u8 client[16];
+	__u8 server[16];
+	__u32 netns;
+	__u16 client_port;
+	__u16 server_port;
+	__u16 id;     /* DNS message id */
+	__u16 family;
+};
+
+struct nbs_dns_pending {
+	__u64 ts_ns; /* first sent (a retry with the same id keeps it) */
+	__u16 qtype;
+	__u8 name_len; /* bytes of name read */
+	__u8 pad[5];
+	__u8 name[NBS_DNS_NAME];
+};
+
+/* Counter keys: what = NBS_DNS_QUERY, or NBS_DNS_ANSWER with the rcode. */
+enum nbs_dns_what {
+	NBS_DNS_QUERY = 1,
+	NBS_DNS_ANSWER = 2,
+};
+
+struct nbs_dns_count_key {
+	__u8 server[16];
+	__u32 netns;
+	__u16 family;
+	__u8 what;
+	__u8 rcode;
+};
+
+struct nbs_dns_event {
+	__u64 ts_ns; /* bpf_ktime_get_ns() of the answer */
+	__u64 latency_ns;
+	__u8 client[16];
+	__u8 server[16];
+	__u32 netns;
+	__u16 client_port;
+	__u16 server_port;
+	__u16 family;
+	__u16 id;
+	__u16 qtype;
+	__u8 rcode;
+	__u8 name_len;
+	__u8 name[NBS_DNS_NAME];
+};
+
+/* Per-CPU counts of the programs' own work and losses. */
+struct nbs_dns_stats {
+	__u64 queries;     /* query packets tracked */
+	__u64 answers;     /* responses matched to a pending query */
+	__u64 unmatched;   /* responses with no pending query (late, or not ours) */
+	__u64 pending_full; /* queries not tracked: the pending map refused them */
+	__u64 count_errors; /* counter updates that failed (map full) */
+	__u64 nonlinear;   /* port-53 packets whose DNS header was not readable */
+	__u64 suppressed;  /* evidence withheld by the rate limit */
+	__u64 ring_full;   /* evidence lost because user space lagged */
+	__u64 denied_until; /* time (ns) before which this CPU knows the evidence bucket empty */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	/* Outstanding queries: answered ones are deleted at once, the rest by
+	 * user space's sweep after its timeout. 16,384 is 3,000 unanswered
+	 * queries a second for a 5 s timeout. */
+	__uint(max_entries, 16384);
+	__type(key, struct nbs_dns_key);
+	__type(value, struct nbs_dns_pending);
+} dns_pending SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	/* netns x server x (query + 16 rcodes) */
+	__uint(max_entries, 16384);
+	__type(key, struct nbs_dns_count_key);
+	__type(value, __u64);
+} dns_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nbs_hist);
+} dns_hist SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nbs_dns_stats);
+} dns_stats SEC(".maps");
+
+#define DNS_RING_BYTES (256 * 1024)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, DNS_RING_BYTES);
+} dns_events SEC(".maps");
+
+/* The evidence bucket shared by all CPUs (nbs_evidence_allowed). */
+__u64 evidence_tat = 0;
+
+/* Keeps the record types in the object's BTF for bpf2go -type. */
+const struct nbs_dns_event *unused_nbs_dns_event __attribute__((unused));
+
+/* The IP and UDP headers of a packet and where its DNS header starts. */
+struct nbs_dns_pkt {
+	__u8 src[16];
+	__u8 dst[16];
+	__u16 sport;
+	__u16 dport;
+	__u16 family;
+	__u16 payload; /* UDP payload bytes */
+	unsigned char *dns;
+};
+
+/*
+ * Parse the packet whose IP header is at l3: true for a UDP datagram to or
+ * from port 53 (IPv4, or IPv6 without extension headers), with its DNS
+ * header in the skb's linear data. One read covers IP and UDP headers for
+ * the common shapes, so a packet of another protocol costs one read.
+ */
+static __always_inline bool parse(const struct sk_buff *skb, unsigned char *l3, struct nbs_dns_pkt *p,
+				  struct nbs_dns_stats *st)
+{
+	__u16 proto = bpf_ntohs(skb->protocol);
+	unsigned char *l4;
+
+	if (proto == NBS_ETH_P_IP) {
+		struct {
+			struct iphdr ip;
+			struct udphdr udp;
+		} h;
+
+		if (bpf_probe_read_kernel(&h, sizeof(h), l3))
+			return false;
+		if (h.ip.protocol != NBS_IPPROTO_UDP || h.ip.version != 4)
+			return false;
+		if (h.ip.frag_off & bpf_htons(0x1fff)) /* a later fragment: no UDP header */
+			return false;
+		if (h.ip.ihl != 5) {
+			l4 = l3 + h.ip.ihl * 4;
+			if (bpf_probe_read_kernel(&h.udp, sizeof(h.udp), l4))
+				return false;
+		} else {
+			l4 = l3 + sizeof(h.ip);
+		}
+		if (h.udp.source != bpf_htons(NBS_DNS_PORT) && h.udp.dest != bpf_htons(NBS_DNS_PORT))
+			return false;
+		__builtin_memset(p->src, 0, 16);
+		__builtin_memset(p->dst, 0, 16);
+		*(__u32 *)p->src = h.ip.saddr;
+		*(__u32 *)p->dst = h.ip.daddr;
+		p->family = NBS_AF_INET;
+		p->sport = bpf_ntohs(h.udp.source);
+		p->dport = bpf_ntohs(h.udp.dest);
+		p->payload = bpf_ntohs(h.udp.len) - sizeof(h.udp);
+	} else if (proto == NBS_ETH_P_IPV6) {
+		struct {
+			struct ipv6hdr ip;
+			struct udphdr udp;
+		} h;
+
+		if (bpf_probe_read_kernel(&h, sizeof(h), l3))
+			return false;
+		if (h.ip.nexthdr != NBS_IPPROTO_UDP)
+			return false;
+		if (h.udp.source != bpf_htons(NBS_DNS_PORT) && h.udp.dest != bpf_htons(NBS_DNS_PORT))
+			return false;
+		l4 = l3 + sizeof(h.ip);
+		__builtin_memcpy(p->src, &h.ip.saddr, 16);
+		__builtin_memcpy(p->dst, &h.ip.daddr, 16);
+		p->family = NBS_AF_INET6;
+		p->sport = bpf_ntohs(h.udp.source);
+		p->dport = bpf_ntohs(h.udp.dest);
+		p->payload = bpf_ntohs(h.udp.len) - sizeof(h.udp);
+	} else {
+		return false;
+	}
+	p->dns = l4 + sizeof(struct udphdr);
+	/* The DNS header must be in the linear data (it is for every datagram
+	 * a socket sends, and for what drivers and veth receive); a header in
+	 * page fragments is counted, not guessed at. */
+	if (p->payload < 12 || p->payload > 65507 ||
+	    p->dns + 12 > skb->head + skb->tail) {
+		st->nonlinear++;
+		return false;
+	}
+	return true;
+}
+
+static __always_inline struct nbs_dns_stats *stats(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&dns_stats, &zero);
+}
+
+static __always_inline void count(struct nbs_dns_stats *st, const __u8 *server, __u32 netns, __u16 family,
+				  __u8 what, __u8 rcode)
+{
+	struct nbs_dns_count_key k = {.netns = netns, .family = family, .what = what, .rcode = rcode};
+
+	__builtin_memcpy(k.server, server, 16);
+	if (!nbs_percpu_inc(&dns_counts, &k))
+		st->count_errors++;
+}
+
+/* The question's name (wire format) and type, from the DNS message at
+ * dns (payload bytes): bounded reads, a name cut at NBS_DNS_NAME bytes. */
+static __always_inline void question(unsigned char *dns, __u16 payload, __u8 *name, __u8 *name_len, __u16 *qtype)
+{
+	__u32 n = payload - 12;
+	__be16 qt = 0;
+
+	*name_len = 0;
+	if (n > NBS_DNS_NAME)
+		n = NBS_DNS_NAME;
+	if (n == 0 || bpf_probe_read_kernel(name, n, dns + 12))
+		return;
+	*name_len = n;
+	/* The type follows the name's terminating zero label; find it. */
+	for (__u32 i = 0, hops = 0; hops < 32; hops++) {
+		__u8 l;
+
+		if (i >= n || i >= NBS_DNS_NAME)
+			break;
+		l = name[i];
+		if (l == 0) {
+			if (i + 3 <= n)
+				bpf_probe_read_kernel(&qt, 2, dns + 12 + i + 1);
+			break;
+		}
+		i += l + 1;
+	}
+	*qtype = bpf_ntohs(qt);
+}
+
+/* A query leaving a local socket through a device. */
+SEC("tp_btf/net_dev_queue")
+int BPF_PROG(nbs_dns_query, struct sk_buff *skb)
+{
+	struct nbs_dns_pending pend = {};
+	struct nbs_dns_key k = {};
+	struct nbs_dns_stats *st;
+	struct nbs_dns_pkt p;
+	__be16 hdr[2];
+	__u32 netns;
+
+	if (!skb->sk)
+		return 0;
+	netns = nbs_skb_netns(skb);
+	if (target_netns && netns != target_netns)
+		return 0;
+	st = stats();
+	if (!st)
+		return 0;
+	if (!parse(skb, skb->head + skb->network_header, &p, st) || p.dport != NBS_DNS_PORT)
+		return 0;
+	if (bpf_probe_read_kernel(hdr, sizeof(hdr), p.dns))
+		return 0;
+	if (bpf_ntohs(hdr[1]) & NBS_DNS_QR)
+		return 0; /* a response a local server sends */
+	__builtin_memcpy(k.client, p.src, 16);
+	__builtin_memcpy(k.server, p.dst, 16);
+	k.netns = netns;
+	k.client_port = p.sport;
+	k.server_port = p.dport;
+	k.id = bpf_ntohs(hdr[0]);
+	k.family = p.family;
+	st->queries++;
+	count(st, p.dst, netns, p.family, NBS_DNS_QUERY, 0);
+	pend.ts_ns = bpf_ktime_get_ns();
+	question(p.dns, p.payload, pend.name, &pend.name_len, &pend.qtype);
+	/* A retry with the same id and port keeps the first send's time: the
+	 * latency the client waited. */
+	if (bpf_map_update_elem(&dns_pending, &k, &pend, BPF_NOEXIST) && !bpf_map_lookup_elem(&dns_pending, &k))
+		st->pending_full++;
+	return 0;
+}
+
+/* Reserve an evidence record for the answer to q, if the budget allows;
+ * NULL otherwise (accounted for). */
+static __always_inline struct nbs_dns_event *evidence(struct nbs_dns_stats *st, const struct nbs_dns_key *k,
+						      const struct nbs_dns_pending *q, __u64 now, __u64 latency,
+						      __u8 rcode)
+{
+	struct nbs_dns_event *ev;
+
+	if (!nbs_evidence_allowed(&evidence_tat, &st->denied_until, now, evidence_per_sec)) {
+		__sync_fetch_and_add(&st->suppressed, 1);
+		return NULL;
+	}
+	ev = bpf_ringbuf_reserve(&dns_events, sizeof(*ev), 0);
+	if (!ev) {
+		__sync_fetch_and_add(&st->ring_full, 1);
+		return NULL;
+	}
+	ev->ts_ns = now;
+	ev->latency_ns = latency;
+	__builtin_memcpy(ev->client, k->client, 16);
+	__builtin_memcpy(ev->server, k->server, 16);
+	ev->netns = k->netns;
+	ev->client_port = k->client_port;
+	ev->server_port = k->server_port;
+	ev->family = k->family;
+	ev->id = k->id;
+	ev->qtype = q->qtype;
+	ev->rcode = rcode;
+	ev->name_len = q->name_len;
+	__builtin_memcpy(ev->name, q->name, NBS_DNS_NAME);
+	return ev;
+}
+
+/* A response arriving for a pending query. At netif_receive_skb the
+ * skb's data is its network header (the device pulled the link header;
+ * network_header is set only after the tracepoint). */
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(nbs_dns_answer, struct sk_buff *skb)
+{
+	struct nbs_dns_event *ev = NULL;
+	struct nbs_dns_pending *q;
+	struct nbs_dns_key k = {};
+	struct nbs_dns_stats *st;
+	struct nbs_dns_pkt p;
+	struct nbs_hist *h;
+	__be16 hdr[2];
+	__u64 now, lat;
+	__u32 netns, zero = 0;
+	__u8 rcode;
+
+	netns = nbs_skb_netns(skb);
+	if (target_netns && netns != target_netns)
+		return 0;
+	st = stats();
+	if (!st)
+		return 0;
+	if (!parse(skb, skb->data, &p, st) || p.sport != NBS_DNS_PORT)
+		return 0;
+	if (bpf_probe_read_kernel(hdr, sizeof(hdr), p.dns))
+		return 0;
+	if (!(bpf_ntohs(hdr[1]) & NBS_DNS_QR))
+		return 0; /* a query to a local server */
+	__builtin_memcpy(k.client, p.dst, 16);
+	__builtin_memcpy(k.server, p.src, 16);
+	k.netns = netns;
+	k.client_port = p.dport;
+	k.server_port = p.sport;
+	k.id = bpf_ntohs(hdr[0]);
+	k.family = p.family;
+	q = bpf_map_lookup_elem(&dns_pending, &k);
+	if (!q) {
+		st->unmatched++;
+		return 0;
+	}
+	now = bpf_ktime_get_ns();
+	lat = now > q->ts_ns ? now - q->ts_ns : 0;
+	rcode = bpf_ntohs(hdr[1]) & 0xf;
+	/* Evidence is taken from the entry before it is deleted. */
+	if (rcode != 0 || (slow_ns && lat >= slow_ns))
+		ev = evidence(st, &k, q, now, lat, rcode);
+	/* Whoever deletes the entry ends the query: this answer, or user
+	 * space's sweep of timed-out ones. */
+	if (bpf_map_delete_elem(&dns_pending, &k)) {
+		if (ev)
+			bpf_ringbuf_discard(ev, 0);
+		st->unmatched++;
+		return 0;
+	}
+	st->answers++;
+	count(st, k.server, netns, p.family, NBS_DNS_ANSWER, rcode);
+	h = bpf_map_lookup_elem(&dns_hist, &zero);
+	if (h)
+		nbs_hist_record(h, lat);
+	if (ev)
+		bpf_ringbuf_submit(ev, nbs_evidence_submit_flags(&dns_events, DNS_RING_BYTES));
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
