@@ -104,7 +104,7 @@ func (s *dnsServer) serve() {
 			resp := make([]byte, 0, qend)
 			resp = binary.BigEndian.AppendUint16(resp, binary.BigEndian.Uint16(q[0:2]))
 			resp = binary.BigEndian.AppendUint16(resp, 0x8180|uint16(rcode)) // QR, RD, RA
-			resp = append(resp, 0, 1, 0, 0, 0, 0, 0, 0)                        // one question, nothing else
+			resp = append(resp, 0, 1, 0, 0, 0, 0, 0, 0)                      // one question, nothing else
 			resp = append(resp, q[12:qend]...)
 			if _, err := s.conn.WriteToUDPAddrPort(resp, from); err == nil {
 				s.mu.Lock()
