@@ -111,7 +111,7 @@ func DNSTree() []Metric {
 				"Next: the evidence's server, `drops` on this node, `dig @SERVER NAME` from the owner's namespace.",
 				DNSTimeout),
 			Threshold: &Threshold{Warn: 0.1, Crit: 1, Hold: 1}},
-		{ID: DNSClients, Title: "DNS queries by client", Unit: "queries/s", Kind: Rate,
+		{ID: DNSClients, Title: "DNS queries", Unit: "queries/s", Kind: Rate,
 			Description: "The queries of the dns root by the owner of the network namespace that sent them: the " +
 				"pods, containers or namespaces that asked most each get a child, the rest share other, so the " +
 				"children add up to this exactly. A client in a retry loop, or one whose resolv.conf makes every " +
@@ -122,6 +122,17 @@ func DNSTree() []Metric {
 				"so the children add up to this exactly. A server whose errors or timeouts rise while the others' "+
 				"do not is the one to look at.", DefaultTopServers)},
 	}
+}
+
+// DNSMetric is the metric of the fixed tree with id (the zero Metric for
+// another id).
+func DNSMetric(id string) Metric {
+	for _, m := range DNSTree() {
+		if m.ID == id {
+			return m
+		}
+	}
+	return Metric{}
 }
 
 // DNSRcode is the child of dns/errors for one response code.
