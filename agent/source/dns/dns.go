@@ -322,7 +322,7 @@ func event(e probe.Event) *nbsv1.Event {
 		f["outcome"] = "timeout"
 	} else {
 		f["rcode"] = catalog.RcodeName(e.Rcode)
-		f["latency_ms"] = strconv.FormatFloat(float64(e.Latency)/1e6, 'f', 3, 64)
+		f["latency_ms"] = strconv.FormatFloat(float64(e.Latency)/1e6, 'f', 6, 64) // to the nanosecond
 	}
 	return &nbsv1.Event{MetricId: id, TimeUnixNano: e.Time.UnixNano(), Fields: f}
 }

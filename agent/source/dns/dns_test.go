@@ -26,6 +26,10 @@ var netipLoopback = netip.MustParseAddr("127.0.0.1")
 // timeout costs the test a second rather than five.
 const testTimeout = time.Second
 
+// slack is what a client's own system calls and wake-up may add to the
+// kernel's time of an answer on a loaded machine.
+const slack = 2 * time.Millisecond
+
 func open(t *testing.T, opts Options) *Source {
 	t.Helper()
 	opts.Timeout = testTimeout
@@ -204,12 +208,11 @@ func TestAgainstClientAndServer(t *testing.T) {
 	if hist.Count != uint64(len(lat)) {
 		t.Errorf("latency histogram holds %d answers, the client got %d", hist.Count, len(lat))
 	}
-	const slack = 2e6 // ns
 	for _, q := range []float64{0.5, 0.9, 0.99} {
 		client := lat[max(int(math.Ceil(q*float64(len(lat))))-1, 0)]
 		got := hist.Quantile(q)
 		t.Logf("p%g: kernel %.2f ms, client %.2f ms", q*100, got/1e6, client/1e6)
-		if got > client*(1+1.0/16) || got < client*(1-1.0/16)-slack {
+		if got > client*(1+1.0/16) || got < client*(1-1.0/16)-float64(slack) {
 			t.Errorf("p%g: kernel %.3f ms, client %.3f ms: beyond the histogram's error", q*100, got/1e6, client/1e6)
 		}
 	}
@@ -217,8 +220,10 @@ func TestAgainstClientAndServer(t *testing.T) {
 	// Evidence: each failed, slow (40 ms > 30 ms) and unanswered query
 	// by name, on the metric it explains, and nothing else.
 	wantEv := map[string]string{}
+	client := map[string]time.Duration{}
 	for _, an := range answers {
 		name := an.name + "."
+		client[name] = an.latency
 		switch {
 		case an.timedOut:
 			wantEv[name] = catalog.DNSTimeouts
@@ -229,11 +234,30 @@ func TestAgainstClientAndServer(t *testing.T) {
 		}
 	}
 	got := map[string]string{}
+	slowEv := loglinear.New() // the kernel's own latency of each answer over 30 ms, from its evidence
 	for _, e := range events {
 		f := e.GetFields()
-		got[f["name"]] = e.GetMetricId()
+		name := f["name"]
+		got[name] = e.GetMetricId()
 		if f["netns"] != strconv.FormatUint(uint64(a.Inode), 10) || f["qtype"] != "A" || f["server"] == "" {
 			t.Errorf("event %v on %s", f, e.GetMetricId())
+		}
+		if f["outcome"] == "timeout" {
+			continue
+		}
+		ms, err := strconv.ParseFloat(f["latency_ms"], 64)
+		if err != nil {
+			t.Errorf("event %v: latency_ms: %v", f, err)
+			continue
+		}
+		// Per query: the kernel's time is the client's less its own
+		// system calls and wake-up.
+		k := time.Duration(math.Round(ms * 1e6))
+		if k > client[name] || k < client[name]-slack {
+			t.Errorf("%s: kernel %v, client %v", name, k, client[name])
+		}
+		if k >= 30*time.Millisecond {
+			slowEv.Record(uint64(k.Nanoseconds()))
 		}
 	}
 	for name, id := range wantEv {
@@ -243,6 +267,13 @@ func TestAgainstClientAndServer(t *testing.T) {
 	}
 	if len(got) != len(wantEv) {
 		t.Errorf("%d queries have evidence, want %d: %v", len(got), len(wantEv), got)
+	}
+	// The histogram's buckets from 30 ms on hold exactly the answers the
+	// evidence timed there.
+	for i := loglinear.Index(uint64(30 * time.Millisecond)); i <= loglinear.Index(uint64(time.Minute)); i++ {
+		if hist.Counts[i] != slowEv.Counts[i] && loglinear.Lower(i) >= uint64(30*time.Millisecond) {
+			t.Errorf("latency bucket from %v holds %d answers, the evidence %d", time.Duration(loglinear.Lower(i)), hist.Counts[i], slowEv.Counts[i])
+		}
 	}
 }
 
