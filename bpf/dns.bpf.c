@@ -14,7 +14,8 @@
  * net_dev_queue sees every packet a device is asked to send (queries go
  * out there), netif_receive_skb every packet a device hands the stack
  * (responses come in there). Both run for every packet of the host, so the
- * first tests (protocol, then UDP port 53) are the cheap ones.
+ * first tests (a UDP socket's, then port 53) are the cheap ones, and the
+ * namespace is looked at only for DNS.
  *
  * Only queries from local sockets (skb->sk set at the device) are tracked:
  * a pod's query forwarded by the host leaves the host's device without a
@@ -26,6 +27,9 @@
  */
 #include "nbs.h"
 #include "loglinear.h"
+
+/* libbpf-dev 1.1 has no bpf_core_cast (docs/kernel.md). */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 
 #define NBS_ETH_P_IP 0x0800
 #define NBS_ETH_P_IPV6 0x86DD
@@ -166,80 +170,79 @@ struct nbs_dns_pkt {
  * header in the skb's linear data. One read covers IP and UDP headers for
  * the common shapes, so a packet of another protocol costs one read.
  */
-static __always_inline bool parse(const struct sk_buff *skb, unsigned char *l3, struct nbs_dns_pkt *p,
-				  struct nbs_dns_stats *st)
+enum nbs_dns_parsed {
+	NBS_DNS_OTHER = 0,  /* not a DNS datagram: the common case, left at once */
+	NBS_DNS_OK = 1,
+	NBS_DNS_UNREADABLE = 2, /* port 53, but the DNS header is not in linear data */
+};
+
+static __always_inline int parse(const struct sk_buff *skb, unsigned char *l3, struct nbs_dns_pkt *p)
 {
 	__u16 proto = bpf_ntohs(skb->protocol);
-	unsigned char *l4;
+	const struct udphdr *udp;
 
+	/* Headers are read with direct loads through bpf_rdonly_cast (the
+	 * verifier makes them fault-tolerant loads, and the cast itself no
+	 * instruction): a packet that is not DNS costs no helper call. */
 	if (proto == NBS_ETH_P_IP) {
-		struct {
-			struct iphdr ip;
-			struct udphdr udp;
-		} h;
+		const struct iphdr *ip = bpf_rdonly_cast(l3, bpf_core_type_id_kernel(struct iphdr));
+		__u32 ihl;
 
-		if (bpf_probe_read_kernel(&h, sizeof(h), l3))
-			return false;
-		if (h.ip.protocol != NBS_IPPROTO_UDP || h.ip.version != 4)
-			return false;
-		if (h.ip.frag_off & bpf_htons(0x1fff)) /* a later fragment: no UDP header */
-			return false;
-		if (h.ip.ihl != 5) {
-			l4 = l3 + h.ip.ihl * 4;
-			if (bpf_probe_read_kernel(&h.udp, sizeof(h.udp), l4))
-				return false;
-		} else {
-			l4 = l3 + sizeof(h.ip);
-		}
-		if (h.udp.source != bpf_htons(NBS_DNS_PORT) && h.udp.dest != bpf_htons(NBS_DNS_PORT))
-			return false;
+		if (ip->protocol != NBS_IPPROTO_UDP)
+			return NBS_DNS_OTHER;
+		if (ip->frag_off & bpf_htons(0x1fff)) /* a later fragment: no UDP header */
+			return NBS_DNS_OTHER;
+		ihl = BPF_CORE_READ_BITFIELD(ip, ihl);
+		if (ihl < 5)
+			return NBS_DNS_OTHER;
+		udp = bpf_rdonly_cast(l3 + ihl * 4, bpf_core_type_id_kernel(struct udphdr));
+		if (udp->source != bpf_htons(NBS_DNS_PORT) && udp->dest != bpf_htons(NBS_DNS_PORT))
+			return NBS_DNS_OTHER;
 		__builtin_memset(p->src, 0, 16);
 		__builtin_memset(p->dst, 0, 16);
-		*(__u32 *)p->src = h.ip.saddr;
-		*(__u32 *)p->dst = h.ip.daddr;
+		*(__u32 *)p->src = ip->saddr;
+		*(__u32 *)p->dst = ip->daddr;
 		p->family = NBS_AF_INET;
-		p->sport = bpf_ntohs(h.udp.source);
-		p->dport = bpf_ntohs(h.udp.dest);
-		p->payload = bpf_ntohs(h.udp.len) - sizeof(h.udp);
 	} else if (proto == NBS_ETH_P_IPV6) {
-		struct {
-			struct ipv6hdr ip;
-			struct udphdr udp;
-		} h;
+		const struct ipv6hdr *ip6 = bpf_rdonly_cast(l3, bpf_core_type_id_kernel(struct ipv6hdr));
 
-		if (bpf_probe_read_kernel(&h, sizeof(h), l3))
-			return false;
-		if (h.ip.nexthdr != NBS_IPPROTO_UDP)
-			return false;
-		if (h.udp.source != bpf_htons(NBS_DNS_PORT) && h.udp.dest != bpf_htons(NBS_DNS_PORT))
-			return false;
-		l4 = l3 + sizeof(h.ip);
-		__builtin_memcpy(p->src, &h.ip.saddr, 16);
-		__builtin_memcpy(p->dst, &h.ip.daddr, 16);
+		if (ip6->nexthdr != NBS_IPPROTO_UDP)
+			return NBS_DNS_OTHER;
+		udp = bpf_rdonly_cast(l3 + sizeof(struct ipv6hdr), bpf_core_type_id_kernel(struct udphdr));
+		if (udp->source != bpf_htons(NBS_DNS_PORT) && udp->dest != bpf_htons(NBS_DNS_PORT))
+			return NBS_DNS_OTHER;
+		if (bpf_probe_read_kernel(p->src, 16, &ip6->saddr) || bpf_probe_read_kernel(p->dst, 16, &ip6->daddr))
+			return NBS_DNS_OTHER;
 		p->family = NBS_AF_INET6;
-		p->sport = bpf_ntohs(h.udp.source);
-		p->dport = bpf_ntohs(h.udp.dest);
-		p->payload = bpf_ntohs(h.udp.len) - sizeof(h.udp);
 	} else {
-		return false;
+		return NBS_DNS_OTHER;
 	}
-	p->dns = l4 + sizeof(struct udphdr);
+	p->sport = bpf_ntohs(udp->source);
+	p->dport = bpf_ntohs(udp->dest);
+	p->payload = bpf_ntohs(udp->len) - sizeof(struct udphdr);
+	p->dns = (unsigned char *)udp + sizeof(struct udphdr);
 	/* The DNS header must be in the linear data (it is for every datagram
 	 * a socket sends, and for what drivers and veth receive); a header in
 	 * page fragments is counted, not guessed at. */
-	if (p->payload < 12 || p->payload > 65507 ||
-	    p->dns + 12 > skb->head + skb->tail) {
-		st->nonlinear++;
-		return false;
-	}
-	return true;
+	if (p->payload < 12 || p->payload > 65507 || p->dns + 12 > skb->head + skb->tail)
+		return NBS_DNS_UNREADABLE;
+	return NBS_DNS_OK;
 }
 
-static __always_inline struct nbs_dns_stats *stats(void)
+/* The stats, after parse: only DNS datagrams pay for the lookup. */
+static __always_inline struct nbs_dns_stats *parsed(int r)
 {
 	__u32 zero = 0;
+	struct nbs_dns_stats *st;
 
-	return bpf_map_lookup_elem(&dns_stats, &zero);
+	if (r == NBS_DNS_OTHER)
+		return NULL;
+	st = bpf_map_lookup_elem(&dns_stats, &zero);
+	if (st && r == NBS_DNS_UNREADABLE) {
+		st->nonlinear++;
+		return NULL;
+	}
+	return st;
 }
 
 static __always_inline void count(struct nbs_dns_stats *st, const __u8 *server, __u32 netns, __u16 family,
@@ -288,20 +291,22 @@ int BPF_PROG(nbs_dns_query, struct sk_buff *skb)
 {
 	struct nbs_dns_pending pend = {};
 	struct nbs_dns_key k = {};
+	struct sock *sk;
 	struct nbs_dns_stats *st;
 	struct nbs_dns_pkt p;
 	__be16 hdr[2];
 	__u32 netns;
 
-	if (!skb->sk)
+	sk = skb->sk;
+	/* Direct loads: a packet of no socket (forwarded) or of a socket
+	 * other than UDP leaves without a helper call. */
+	if (!sk || sk->sk_protocol != NBS_IPPROTO_UDP)
+		return 0;
+	st = parsed(parse(skb, skb->head + skb->network_header, &p));
+	if (!st || p.dport != NBS_DNS_PORT)
 		return 0;
 	netns = nbs_skb_netns(skb);
 	if (target_netns && netns != target_netns)
-		return 0;
-	st = stats();
-	if (!st)
-		return 0;
-	if (!parse(skb, skb->head + skb->network_header, &p, st) || p.dport != NBS_DNS_PORT)
 		return 0;
 	if (bpf_probe_read_kernel(hdr, sizeof(hdr), p.dns))
 		return 0;
@@ -375,13 +380,11 @@ int BPF_PROG(nbs_dns_answer, struct sk_buff *skb)
 	__u32 netns, zero = 0;
 	__u8 rcode;
 
+	st = parsed(parse(skb, skb->data, &p));
+	if (!st || p.sport != NBS_DNS_PORT)
+		return 0;
 	netns = nbs_skb_netns(skb);
 	if (target_netns && netns != target_netns)
-		return 0;
-	st = stats();
-	if (!st)
-		return 0;
-	if (!parse(skb, skb->data, &p, st) || p.sport != NBS_DNS_PORT)
 		return 0;
 	if (bpf_probe_read_kernel(hdr, sizeof(hdr), p.dns))
 		return 0;
