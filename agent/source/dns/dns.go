@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nbs-project/nbs/agent/catalog"
@@ -55,6 +56,11 @@ type Source struct {
 	log      *slog.Logger
 	evidence *source.Evidence
 	annotate *source.Owners // names the owners of evidence (Annotate is safe for concurrent use)
+
+	capMu       sync.Mutex
+	pendingEv   []*nbsv1.Event // timeouts' evidence for this reading
+	sweptKept   uint64         // timeouts' evidence reported, since the start
+	sweptCapped uint64         // and given up beyond the per-interval cap
 
 	// Guarded by Triggered's lock; reset at each attachment, since the
 	// agent forgets the root when the programs detach (its counters then
@@ -141,6 +147,16 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	if s.evidence != nil {
 		r.Events = append(r.Events, s.evidence.Take()...)
 	}
+	// Timeouts swept share the per-interval cap with the ring's events:
+	// a resolver that went away must not fill a report with them.
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	room := max(s.opts.MaxEventsPerInterval-len(r.Events), 0)
+	n := min(room, len(s.pendingEv))
+	r.Events = append(r.Events, s.pendingEv[:n]...)
+	s.sweptKept += uint64(n)
+	s.sweptCapped += uint64(len(s.pendingEv) - n)
+	s.pendingEv = nil
 	return r, err
 }
 
@@ -225,7 +241,9 @@ func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 	}
 	s.servers.add(r, byServer)
 	s.owners.Split(r, split)
-	r.Events = append(r.Events, s.swept...)
+	s.capMu.Lock()
+	s.pendingEv = append(s.pendingEv, s.swept...)
+	s.capMu.Unlock()
 	s.swept = nil
 	return nil
 }
@@ -273,7 +291,8 @@ func dedupe(ms []catalog.Metric) []catalog.Metric {
 }
 
 // EvidenceCounts says what evidence the kernel's rate limit and ring, and
-// the per-interval cap, gave up. Timeouts are all kept: the sweep's.
+// the per-interval cap, gave up; the timeouts' evidence, which user space
+// makes, passes the per-interval cap only.
 func (s *Source) EvidenceCounts() (source.EvidenceCounts, error) {
 	st, err := s.Stats()
 	if err != nil {
@@ -284,6 +303,10 @@ func (s *Source) EvidenceCounts() (source.EvidenceCounts, error) {
 	if s.evidence != nil {
 		c.Kept, c.Dropped[source.CapInterval] = s.evidence.Counts()
 	}
+	s.capMu.Lock()
+	c.Kept += s.sweptKept
+	c.Dropped[source.CapInterval] += s.sweptCapped
+	s.capMu.Unlock()
 	return c, nil
 }
 

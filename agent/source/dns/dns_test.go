@@ -324,3 +324,56 @@ func TestOwners(t *testing.T) {
 	sourcetest.CheckSum(t, led, catalog.DNSClients)
 	sourcetest.CheckSum(t, led, nx)
 }
+
+// TestTimeoutEvidenceCapped: the evidence of timed-out queries, which the
+// agent makes itself (no kernel rate limit), passes the per-interval cap,
+// and what the cap gives up is counted; the timeouts themselves are all
+// counted.
+func TestTimeoutEvidenceCapped(t *testing.T) {
+	const unanswered, maxEvents = 5, 3
+	lab := netlab.New(t)
+	a, err := netns.Resolve(lab.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := netns.Resolve(lab.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, Options{Env: source.Env{Netns: a}, MaxEventsPerInterval: maxEvents})
+	srv := serveDNS(t, b, lab.IPB)
+	base := collect(t, s)
+	led := sourcetest.NewLedger(base.Counters)
+	for i := range unanswered {
+		if an := ask(t, a, srv.Addr, uint16(i+1), fmt.Sprintf("drop-%d.cap.example", i), 50*time.Millisecond); !an.timedOut {
+			t.Fatalf("drop-%d answered", i)
+		}
+	}
+	// All five time out before the next collection, so that one reading
+	// would carry them all but for the cap.
+	time.Sleep(testTimeout + 100*time.Millisecond)
+	var events []*nbsv1.Event
+	deadline := time.Now().Add(10 * time.Second)
+	for led.Inc[catalog.DNSTimeouts] < unanswered {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d timeouts after 10 s, want %d", led.Inc[catalog.DNSTimeouts], unanswered)
+		}
+		r := collect(t, s)
+		led.Add(r.Counters, r.Retired)
+		events = append(events, r.Events...)
+		time.Sleep(100 * time.Millisecond)
+		if len(r.Events) > maxEvents {
+			t.Errorf("a reading carries %d events, the cap is %d", len(r.Events), maxEvents)
+		}
+	}
+	c, err := s.EvidenceCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if led.Inc[catalog.DNSTimeouts] != unanswered || len(events) != maxEvents ||
+		c.Kept != maxEvents || c.Dropped[source.CapInterval] != unanswered-maxEvents {
+		t.Errorf("timeouts %d, events %d, counted kept %d and capped %d; want %d, %d, %d, %d",
+			led.Inc[catalog.DNSTimeouts], len(events), c.Kept, c.Dropped[source.CapInterval],
+			unanswered, maxEvents, maxEvents, unanswered-maxEvents)
+	}
+}
