@@ -84,7 +84,11 @@ func DNSTree() []Metric {
 				"latency, the errors by response code, the queries that were never answered, and the queries by " +
 				"client (the owners of the namespaces that asked: pods, containers, the host) and by server. The rate itself is no trouble; a sudden rise is a client in a retry loop or a cache " +
 				"that stopped caching. The evidence of dns/latency, dns/errors and dns/timeouts names the slow or " +
-				"failed queries (shown, like all evidence, only to staff and to the tenant of this node)."},
+				"failed queries (shown, like all evidence, only to staff and to the tenant of this node). " +
+				"Measured always by default (--dns.always): the programs test every packet, at about a third of " +
+				"a NetObserv-shaped tracker's cost. Over the agent's overhead budget they are detached for a rest " +
+				"(agent/triggered says so, and why), and the dns root is absent meanwhile. Without BPF there is no " +
+				"dns root: no kernel counter counts DNS, and the node's capabilities say why."},
 		{ID: DNSLatency, Title: "DNS answer latency", Unit: "ms", Kind: Histogram, Quantile: 0.99, Scale: 1e6,
 			Description: "Time from a query leaving this node's device to its answer arriving, as the kernel sees " +
 				"both, per answered query; the headline is the p99. It is the resolver's answer time plus the " +

@@ -133,7 +133,7 @@ func Load(opts Options) (*Probe, error) {
 	}
 	p := &Probe{log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "dns", Log: log, BTF: opts.BTF,
-		Needs: "a kernel with BTF tracepoints net_dev_queue and netif_receive_skb",
+		Needs: "a kernel (6.2+) with BTF tracepoints net_dev_queue and netif_receive_skb and the kfunc bpf_rdonly_cast",
 	}}}
 	// Queries left pending by an earlier attachment had their answers
 	// missed while detached: they would time out falsely.
