@@ -65,7 +65,7 @@ struct nbs_dns_pending {
 	__u8 name[NBS_DNS_NAME];
 };
 
-/* Counter keys: what = NBS_DNS_QUERY, or NBS_DNS_ANSWER with the rcode. */
+/* Counter keys: what = NBS_DNS_QUERY, or NBS_DNS_ANSWER with an error rcode. */
 enum nbs_dns_what {
 	NBS_DNS_QUERY = 1,
 	NBS_DNS_ANSWER = 2,
@@ -417,7 +417,10 @@ int BPF_PROG(nbs_dns_answer, struct sk_buff *skb)
 		return 0;
 	}
 	st->answers++;
-	count(st, k.server, netns, p.family, NBS_DNS_ANSWER, rcode);
+	/* NOERROR answers are counted by the histogram only: a key per
+	 * namespace less in the counter map. */
+	if (rcode)
+		count(st, k.server, netns, p.family, NBS_DNS_ANSWER, rcode);
 	h = bpf_map_lookup_elem(&dns_hist, &zero);
 	if (h)
 		nbs_hist_record(h, lat);

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -45,7 +46,7 @@ type What uint8
 
 const (
 	Query  What = 1 // a query sent
-	Answer What = 2 // a response matched to its query, by Rcode
+	Answer What = 2 // a response matched to its query with an error Rcode (NOERROR answers are in the histogram only)
 )
 
 // Key identifies one counter: queries to a server, or its answers with
@@ -71,6 +72,10 @@ type Options struct {
 	Logger *slog.Logger
 	// BTF is kernel BTF shared with other probes' loads (nil: read it).
 	BTF *bpfload.KernelBTF
+	// FoldAbove and FoldIdle say when counters leave the kernel's map for
+	// the probe's memory (see Probe.fold); 0 means DefaultFoldAbove and
+	// DefaultFoldIdle, a negative FoldAbove folds at any size.
+	FoldAbove, FoldIdle int
 }
 
 // Event is a slow or failed answer, or a timed-out query (Sweep).
@@ -110,7 +115,30 @@ type Probe struct {
 	log   *slog.Logger
 	clock evidence.Clock
 	ring  *evidence.Ring
+
+	countsMu   sync.Mutex
+	foldAbove  int
+	foldIdle   int
+	seen       map[dnsNbsDnsCountKey]seenKey
+	folded     map[dnsNbsDnsCountKey]uint64
+	foldedKeys uint64
 }
+
+// seenKey is a kernel counter as the last Counts read it, and for how
+// many reads since it has not moved.
+type seenKey struct {
+	v    uint64
+	idle int
+}
+
+// Defaults of Options.FoldAbove and FoldIdle: the counter map holds
+// 16,384 keys; folding starts at a quarter of it, so a node with a few
+// hundred pods never folds, and takes keys idle for 30 readings (5
+// minutes at the default interval).
+const (
+	DefaultFoldAbove = 4096
+	DefaultFoldIdle  = 30
+)
 
 // Load loads the programs without attaching them; its error says whether
 // this kernel can run them.
@@ -131,7 +159,15 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse dns object: %w", err)
 	}
-	p := &Probe{log: log, clock: evidence.NewClock(), bpf: bpfload.Guarded{Object: bpfload.Object{
+	foldAbove, foldIdle := opts.FoldAbove, opts.FoldIdle
+	if foldAbove == 0 {
+		foldAbove = DefaultFoldAbove
+	}
+	if foldIdle <= 0 {
+		foldIdle = DefaultFoldIdle
+	}
+	p := &Probe{log: log, clock: evidence.NewClock(), foldAbove: foldAbove, foldIdle: foldIdle,
+		seen: map[dnsNbsDnsCountKey]seenKey{}, folded: map[dnsNbsDnsCountKey]uint64{}, bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "dns", Log: log, BTF: opts.BTF,
 		Needs: "a kernel (6.2+) with BTF tracepoints net_dev_queue and netif_receive_skb and the kfunc bpf_rdonly_cast",
 	}}}
@@ -168,15 +204,80 @@ func (p *Probe) Attached() bool { return p.bpf.Attached() }
 // Programs returns the programs by attach point, for run-time statistics.
 func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 
-// Counts returns the cumulative counters, summed over CPUs.
+// Counts returns the cumulative counters, summed over CPUs, including
+// those folded out of the kernel's map (see fold).
 func (p *Probe) Counts() (map[Key]uint64, error) {
-	out := map[Key]uint64{}
+	p.countsMu.Lock()
+	defer p.countsMu.Unlock()
+	live := map[dnsNbsDnsCountKey]uint64{}
 	err := p.bpf.Do("read dns counts", func() error {
-		return bpfload.EachSum(p.objs.DnsCounts, func(k dnsNbsDnsCountKey, v uint64) {
-			out[Key{Netns: k.Netns, Server: addr(k.Family, k.Server), What: What(k.What), Rcode: k.Rcode}] += v
-		})
+		err := bpfload.EachSum(p.objs.DnsCounts, func(k dnsNbsDnsCountKey, v uint64) { live[k] = v })
+		if err != nil {
+			return err
+		}
+		return p.fold(live)
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[Key]uint64, len(live)+len(p.folded))
+	for k, v := range p.folded {
+		out[key(k)] += v
+	}
+	for k, v := range live {
+		out[key(k)] += v
+	}
+	return out, nil
+}
+
+func key(k dnsNbsDnsCountKey) Key {
+	return Key{Netns: k.Netns, Server: addr(k.Family, k.Server), What: What(k.What), Rcode: k.Rcode}
+}
+
+// fold keeps the kernel's counter map from filling as namespaces come and
+// go (a node's pods each leave a few keys behind): while it holds more
+// than foldAbove keys, a key that has not moved for foldIdle readings is
+// deleted from it and its count kept here, so every count goes on adding
+// up (a key counted again starts from 0 in the kernel, on top of what was
+// kept). An increment landing between the read and the delete of a key
+// idle that long is the one thing lost. Under p.bpf's lock.
+func (p *Probe) fold(live map[dnsNbsDnsCountKey]uint64) error {
+	for k, v := range live {
+		if prev, ok := p.seen[k]; ok && prev.v == v {
+			p.seen[k] = seenKey{v, prev.idle + 1}
+		} else {
+			p.seen[k] = seenKey{v, 0}
+		}
+	}
+	for k := range p.seen {
+		if _, ok := live[k]; !ok {
+			delete(p.seen, k)
+		}
+	}
+	if len(live) <= p.foldAbove {
+		return nil
+	}
+	for k, s := range p.seen {
+		if s.idle < p.foldIdle {
+			continue
+		}
+		if err := p.objs.DnsCounts.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("fold an idle dns counter: %w", err)
+		}
+		p.folded[k] += s.v
+		p.foldedKeys++
+		delete(live, k)
+		delete(p.seen, k)
+	}
+	return nil
+}
+
+// FoldedKeys returns how many counters were moved out of the kernel's map
+// (see fold).
+func (p *Probe) FoldedKeys() uint64 {
+	p.countsMu.Lock()
+	defer p.countsMu.Unlock()
+	return p.foldedKeys
 }
 
 // Histogram returns the cumulative latency histogram of answers, in

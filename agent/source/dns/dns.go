@@ -47,6 +47,9 @@ type Options struct {
 	// TopServers is how many servers get a child; 0 means
 	// catalog.DefaultTopServers.
 	TopServers int
+
+	// foldAbove and foldIdle are the probe's (tests fold at once).
+	foldAbove, foldIdle int
 }
 
 // Source reads the dns counters while attached.
@@ -56,6 +59,7 @@ type Source struct {
 	log      *slog.Logger
 	evidence *source.Evidence
 	annotate *source.Owners // names the owners of evidence (Annotate is safe for concurrent use)
+	probe    *probe.Probe   // nil when unavailable
 
 	capMu       sync.Mutex
 	pendingEv   []*nbsv1.Event // timeouts' evidence for this reading
@@ -102,12 +106,13 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 		What: "DNS", AlwaysOn: !opts.Triggered,
 		Load: func(netnsInode uint32, log *slog.Logger) (*probe.Probe, error) {
 			p, err := probe.Load(probe.Options{NetnsInode: netnsInode, EvidencePerSecond: opts.EvidencePerSecond,
-				Slow: opts.Slow, Logger: log, BTF: opts.BTF})
+				Slow: opts.Slow, Logger: log, BTF: opts.BTF, FoldAbove: opts.foldAbove, FoldIdle: opts.foldIdle})
 			loaded = p
 			return p, err
 		},
 		Attached: s.attached,
 	})
+	s.probe = loaded
 	if loaded != nil && s.Programs() != nil {
 		owners := opts.OwnerSplit()
 		s.evidence = source.StartEvidence(ctx, catalog.DNS, s.log, opts.MaxEventsPerInterval,
@@ -121,6 +126,14 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 		s.annotate = owners
 	}
 	return s, nil
+}
+
+// probeFolded is the probe's FoldedKeys, for tests.
+func (s *Source) probeFolded() uint64 {
+	if s.probe == nil {
+		return 0
+	}
+	return s.probe.FoldedKeys()
 }
 
 // attached starts counting afresh (see Source).
@@ -144,9 +157,6 @@ func (s *Source) attached(p *probe.Probe) error {
 
 func (s *Source) Collect(context.Context) (source.Reading, error) {
 	r, err := s.WhileAttached(s.collect)
-	if s.evidence != nil {
-		r.Events = append(r.Events, s.evidence.Take()...)
-	}
 	// Timeouts swept share the per-interval cap with the ring's events:
 	// a resolver that went away must not fill a report with them.
 	s.capMu.Lock()
@@ -161,6 +171,12 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 }
 
 func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
+	// Events first: the kernel counts an answer before it submits its
+	// evidence, so every event taken here is in the counts read next, and
+	// its metric defined. (While detached, events read late wait here.)
+	if s.evidence != nil {
+		r.Events = s.evidence.Take()
+	}
 	timedOut, err := p.Sweep(s.opts.Timeout)
 	if err != nil {
 		return fmt.Errorf("time out dns queries: %w", err)

@@ -377,3 +377,55 @@ func TestTimeoutEvidenceCapped(t *testing.T) {
 			unanswered, maxEvents, maxEvents, unanswered-maxEvents)
 	}
 }
+
+// TestFoldKeepsCounting folds every idle counter out of the kernel's map
+// at once: the counts must go on adding up across the fold, and a key
+// counted again after its fold must add to what was folded.
+func TestFoldKeepsCounting(t *testing.T) {
+	lab := netlab.New(t)
+	a, err := netns.Resolve(lab.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := netns.Resolve(lab.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, Options{Env: source.Env{Netns: a}, foldAbove: -1, foldIdle: 1})
+	srv := serveDNS(t, b, lab.IPB)
+	base := collect(t, s)
+	led := sourcetest.NewLedger(base.Counters)
+	nx := catalog.DNSRcode("nxdomain").ID
+	id := uint16(0)
+	last := map[string]uint64{}
+	round := func(n int) {
+		for range n {
+			id++
+			ask(t, a, srv.Addr, id, fmt.Sprintf("nx-%d.fold.example", id), time.Second)
+		}
+		for range 3 { // counted, then idle twice: folded
+			r := collect(t, s)
+			// A source's counters are cumulative: one that went back
+			// would lose what was folded (the ledger reads it as a
+			// restart).
+			for id, v := range r.Counters {
+				if v < last[id] {
+					t.Errorf("%s went back from %d to %d", id, last[id], v)
+				}
+				last[id] = v
+			}
+			led.Add(r.Counters, r.Retired)
+		}
+	}
+	round(3)
+	folded := s.probeFolded()
+	round(2)
+	if folded == 0 || s.probeFolded() <= folded {
+		t.Errorf("folded keys %d after the first round, %d after the second: want some, then more", folded, s.probeFolded())
+	}
+	if led.Inc[catalog.DNS] != 5 || led.Inc[nx] != 5 || led.Inc[catalog.DNSClients] != 5 {
+		t.Errorf("across folds: queries %d, nxdomain %d, by client %d; want 5 each", led.Inc[catalog.DNS], led.Inc[nx], led.Inc[catalog.DNSClients])
+	}
+	sourcetest.CheckSum(t, led, catalog.DNSClients)
+	sourcetest.CheckSum(t, led, nx)
+}
