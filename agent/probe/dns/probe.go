@@ -168,9 +168,9 @@ func Load(opts Options) (*Probe, error) {
 	}
 	p := &Probe{log: log, clock: evidence.NewClock(), foldAbove: foldAbove, foldIdle: foldIdle,
 		seen: map[dnsNbsDnsCountKey]seenKey{}, folded: map[dnsNbsDnsCountKey]uint64{}, bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "dns", Log: log, BTF: opts.BTF,
-		Needs: "a kernel (6.2+) with BTF tracepoints net_dev_queue and netif_receive_skb and the kfunc bpf_rdonly_cast",
-	}}}
+			Name: "dns", Log: log, BTF: opts.BTF,
+			Needs: "a kernel (6.2+) with BTF tracepoints net_dev_queue and netif_receive_skb and the kfunc bpf_rdonly_cast",
+		}}}
 	// Queries left pending by an earlier attachment had their answers
 	// missed while detached: they would time out falsely.
 	p.bpf.BeforeAttach = func() error {
