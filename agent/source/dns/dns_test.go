@@ -429,3 +429,27 @@ func TestFoldKeepsCounting(t *testing.T) {
 	sourcetest.CheckSum(t, led, catalog.DNSClients)
 	sourcetest.CheckSum(t, led, nx)
 }
+
+// Without BPF the source measures nothing, says why in its capability, and
+// refuses to attach with that reason; there is no /proc fallback.
+func TestWithoutBPF(t *testing.T) {
+	s, err := Open(context.Background(), Options{Env: source.Env{DisableBPF: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	caps := s.Capabilities()
+	if len(caps) != 1 || caps[0].GetName() != capName || caps[0].GetAvailable() || caps[0].GetReason() != source.BPFDisabled {
+		t.Fatalf("capabilities %v, want %s unavailable: %s", caps, capName, source.BPFDisabled)
+	}
+	if err := s.SetActive(context.Background(), true); err == nil || !strings.Contains(err.Error(), source.BPFDisabled) {
+		t.Errorf("SetActive(true) = %v, want the reason", err)
+	}
+	r, err := s.Collect(context.Background())
+	if err != nil || len(r.Metrics) != 0 || len(r.Counters) != 0 || len(r.Events) != 0 {
+		t.Errorf("Collect = %+v, %v; want nothing", r, err)
+	}
+	if s.Programs() != nil {
+		t.Errorf("programs %v without BPF", s.Programs())
+	}
+}
