@@ -2,9 +2,13 @@ package dns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -451,5 +455,74 @@ func TestWithoutBPF(t *testing.T) {
 	}
 	if s.Programs() != nil {
 		t.Errorf("programs %v without BPF", s.Programs())
+	}
+}
+
+// TestGlibcResolver lets glibc's own resolver (getent, through `ip netns
+// exec` and a resolv.conf of the lab namespace's) ask the lab's server: it
+// sends A and AAAA queries in parallel from one socket, with EDNS, as
+// applications do. Every query the server received must be counted, every
+// answer it sent timed, and every NXDOMAIN counted as such.
+func TestGlibcResolver(t *testing.T) {
+	if _, err := exec.LookPath("getent"); err != nil {
+		netlab.SkipOrFail(t, "getent: %v", err)
+	}
+	lab := netlab.New(t)
+	a, err := netns.Resolve(lab.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := netns.Resolve(lab.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serveDNS(t, b, lab.IPB)
+	// ip netns exec mounts /etc/netns/<name>/resolv.conf over /etc/resolv.conf.
+	dir := filepath.Join("/etc/netns", lab.A)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	conf := fmt.Sprintf("nameserver %s\noptions timeout:2 attempts:1 edns0\n", lab.IPB)
+	if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, Options{Env: source.Env{Netns: a}})
+	base := collect(t, s)
+	led := sourcetest.NewLedger(base.Counters)
+	hist := loglinear.New()
+	for i, name := range []string{"ok-1-a.glibc.example", "nx-b.glibc.example", "ok-3-c.glibc.example", "nx-d.glibc.example"} {
+		out, err := exec.Command("ip", "netns", "exec", lab.A, "getent", "ahosts", name).CombinedOutput()
+		// getent exits 2 for a name that does not exist or has no address.
+		var ee *exec.ExitError
+		if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 2) {
+			t.Fatalf("getent %d: %v: %s", i, err, out)
+		}
+	}
+	received, sent := srv.counts()
+	answered := 0
+	for _, v := range sent {
+		answered += v
+	}
+	eventually := time.Now().Add(5 * time.Second)
+	for {
+		r := collect(t, s)
+		led.Add(r.Counters, r.Retired)
+		if h := r.Histograms[catalog.DNSLatency]; h != nil {
+			hist.Merge(h)
+		}
+		if hist.Count >= uint64(answered) || time.Now().After(eventually) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("glibc: the server received %d queries, answered %v", received, sent)
+	if received < 8 || sent[rcodeNXDomain] < 4 {
+		t.Fatalf("oracle: glibc sent %d queries, %v answered; want A and AAAA for each of 4 names", received, sent)
+	}
+	if led.Inc[catalog.DNS] != uint64(received) || hist.Count != uint64(answered) ||
+		led.Inc[catalog.DNSRcode("nxdomain").ID] != uint64(sent[rcodeNXDomain]) || led.Inc[catalog.DNSTimeouts] != 0 {
+		t.Errorf("counted %d queries, %d answers timed, %d NXDOMAIN, %d timeouts; the server received %d, answered %v",
+			led.Inc[catalog.DNS], hist.Count, led.Inc[catalog.DNSRcode("nxdomain").ID], led.Inc[catalog.DNSTimeouts], received, sent)
 	}
 }
