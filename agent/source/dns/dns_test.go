@@ -223,8 +223,13 @@ func TestAgainstClientAndServer(t *testing.T) {
 
 	// Evidence: each failed, slow (40 ms > 30 ms) and unanswered query
 	// by name, on the metric it explains, and nothing else.
+	// An answer is slow by the kernel's time, which is the client's less
+	// up to slack: one the client waited 30 ms + slack for must be
+	// evidence, one under 30 ms must not; between, either (a loaded
+	// machine makes the server's 10 ms sleeps that long too).
 	wantEv := map[string]string{}
 	client := map[string]time.Duration{}
+	maybe := map[string]bool{}
 	for _, an := range answers {
 		name := an.name + "."
 		client[name] = an.latency
@@ -233,8 +238,10 @@ func TestAgainstClientAndServer(t *testing.T) {
 			wantEv[name] = catalog.DNSTimeouts
 		case an.rcode != 0:
 			wantEv[name] = catalog.DNSRcode(catalog.RcodeName(uint8(an.rcode))).ID
-		case strings.HasPrefix(an.name, "ok-40-"):
+		case an.latency >= 30*time.Millisecond+slack:
 			wantEv[name] = catalog.DNSLatency
+		case an.latency >= 30*time.Millisecond:
+			maybe[name] = true
 		}
 	}
 	got := map[string]string{}
@@ -269,8 +276,13 @@ func TestAgainstClientAndServer(t *testing.T) {
 			t.Errorf("evidence of %s: on %q, want %s", name, got[name], id)
 		}
 	}
-	if len(got) != len(wantEv) {
-		t.Errorf("%d queries have evidence, want %d: %v", len(got), len(wantEv), got)
+	for name, id := range got {
+		if wantEv[name] == "" && !(maybe[name] && id == catalog.DNSLatency) {
+			t.Errorf("evidence of %s on %s, which the client got in %v", name, id, client[name])
+		}
+	}
+	if slowAnswers := countOn(got, catalog.DNSLatency); slowAnswers < 5 {
+		t.Errorf("%d slow answers have evidence, want at least the 5 of 40 ms", slowAnswers)
 	}
 	// The histogram's buckets from 30 ms on hold exactly the answers the
 	// evidence timed there.
@@ -279,6 +291,16 @@ func TestAgainstClientAndServer(t *testing.T) {
 			t.Errorf("latency bucket from %v holds %d answers, the evidence %d", time.Duration(loglinear.Lower(i)), hist.Counts[i], slowEv.Counts[i])
 		}
 	}
+}
+
+func countOn(got map[string]string, id string) int {
+	n := 0
+	for _, v := range got {
+		if v == id {
+			n++
+		}
+	}
+	return n
 }
 
 func sumChildren(led *sourcetest.Ledger, parent string) uint64 {
