@@ -106,6 +106,11 @@ struct nbs_dns_stats {
 	__u64 suppressed;  /* evidence withheld by the rate limit */
 	__u64 ring_full;   /* evidence lost because user space lagged */
 	__u64 denied_until; /* time (ns) before which this CPU knows the evidence bucket empty */
+	/* With target_netns only: each program's runs in that namespace, so
+	 * the agent charges the source for its own work, not every packet of
+	 * the host (run-time statistics count every run). */
+	__u64 runs_query;
+	__u64 runs_answer;
 };
 
 struct {
@@ -245,6 +250,29 @@ static __always_inline struct nbs_dns_stats *parsed(int r)
 	return st;
 }
 
+/* With target_netns: whether skb is of that namespace (*netns set), the
+ * run counted as in scope; without, always true and *netns left for the
+ * caller. */
+static __always_inline bool in_scope(const struct sk_buff *skb, __u32 *netns, int answer)
+{
+	struct nbs_dns_stats *st;
+	__u32 zero = 0;
+
+	if (!target_netns)
+		return true;
+	*netns = nbs_skb_netns(skb);
+	if (*netns != target_netns)
+		return false;
+	st = bpf_map_lookup_elem(&dns_stats, &zero);
+	if (st) {
+		if (answer)
+			st->runs_answer++;
+		else
+			st->runs_query++;
+	}
+	return true;
+}
+
 static __always_inline void count(struct nbs_dns_stats *st, const __u8 *server, __u32 netns, __u16 family,
 				  __u8 what, __u8 rcode)
 {
@@ -295,8 +323,13 @@ int BPF_PROG(nbs_dns_query, struct sk_buff *skb)
 	struct nbs_dns_stats *st;
 	struct nbs_dns_pkt p;
 	__be16 hdr[2];
-	__u32 netns;
+	__u32 netns = 0;
 
+	/* Counting one namespace, its test comes first, so the runs in scope
+	 * can be counted (dns_stats); counting every one, it is left for
+	 * DNS packets only. */
+	if (!in_scope(skb, &netns, 0))
+		return 0;
 	sk = skb->sk;
 	/* Direct loads: a packet of no socket (forwarded) or of a socket
 	 * other than UDP leaves without a helper call. */
@@ -305,9 +338,8 @@ int BPF_PROG(nbs_dns_query, struct sk_buff *skb)
 	st = parsed(parse(skb, skb->head + skb->network_header, &p));
 	if (!st || p.dport != NBS_DNS_PORT)
 		return 0;
-	netns = nbs_skb_netns(skb);
-	if (target_netns && netns != target_netns)
-		return 0;
+	if (!target_netns)
+		netns = nbs_skb_netns(skb);
 	if (bpf_probe_read_kernel(hdr, sizeof(hdr), p.dns))
 		return 0;
 	if (bpf_ntohs(hdr[1]) & NBS_DNS_QR)
@@ -377,15 +409,16 @@ int BPF_PROG(nbs_dns_answer, struct sk_buff *skb)
 	struct nbs_hist *h;
 	__be16 hdr[2];
 	__u64 now, lat;
-	__u32 netns, zero = 0;
+	__u32 netns = 0, zero = 0;
 	__u8 rcode;
 
+	if (!in_scope(skb, &netns, 1))
+		return 0;
 	st = parsed(parse(skb, skb->data, &p));
 	if (!st || p.sport != NBS_DNS_PORT)
 		return 0;
-	netns = nbs_skb_netns(skb);
-	if (target_netns && netns != target_netns)
-		return 0;
+	if (!target_netns)
+		netns = nbs_skb_netns(skb);
 	if (bpf_probe_read_kernel(hdr, sizeof(hdr), p.dns))
 		return 0;
 	if (!(bpf_ntohs(hdr[1]) & NBS_DNS_QR))

@@ -70,6 +70,8 @@ type dnsNbsDnsStats struct {
 	Suppressed  uint64
 	RingFull    uint64
 	DeniedUntil uint64
+	RunsQuery   uint64
+	RunsAnswer  uint64
 }
 
 type dnsNbsHist struct {

@@ -106,7 +106,17 @@ type Stats struct {
 	Nonlinear   uint64 // port-53 datagrams whose DNS header was not in linear data
 	Suppressed  uint64 // evidence withheld by the kernel's rate limit
 	RingFull    uint64 // evidence lost because the reader lagged
+	// Scoped says RunsQuery and RunsAnswer are counted: with
+	// Options.NetnsInode only, the runs of each program in that namespace.
+	Scoped                bool
+	RunsQuery, RunsAnswer uint64
 }
+
+// The attach points, the keys of Programs.
+const (
+	HookQuery  = "net_dev_queue"
+	HookAnswer = "netif_receive_skb"
+)
 
 // Probe is the loaded pair of programs, attached or not.
 type Probe struct {
@@ -115,6 +125,8 @@ type Probe struct {
 	log   *slog.Logger
 	clock evidence.Clock
 	ring  *evidence.Ring
+
+	scoped bool // counting one namespace: runs in scope are counted
 
 	countsMu   sync.Mutex
 	foldAbove  int
@@ -166,7 +178,7 @@ func Load(opts Options) (*Probe, error) {
 	if foldIdle <= 0 {
 		foldIdle = DefaultFoldIdle
 	}
-	p := &Probe{log: log, clock: evidence.NewClock(), foldAbove: foldAbove, foldIdle: foldIdle,
+	p := &Probe{log: log, clock: evidence.NewClock(), foldAbove: foldAbove, foldIdle: foldIdle, scoped: opts.NetnsInode != 0,
 		seen: map[dnsNbsDnsCountKey]seenKey{}, folded: map[dnsNbsDnsCountKey]uint64{}, bpf: bpfload.Guarded{Object: bpfload.Object{
 			Name: "dns", Log: log, BTF: opts.BTF,
 			Needs: "a kernel (6.2+) with BTF tracepoints net_dev_queue and netif_receive_skb and the kfunc bpf_rdonly_cast",
@@ -185,8 +197,8 @@ func Load(opts Options) (*Probe, error) {
 	}
 	p.bpf.Points = []bpfload.Point{
 		// Answers first, so no query is tracked with nobody to match it.
-		bpfload.Tracepoint("netif_receive_skb", p.objs.NbsDnsAnswer),
-		bpfload.Tracepoint("net_dev_queue", p.objs.NbsDnsQuery),
+		bpfload.Tracepoint(HookAnswer, p.objs.NbsDnsAnswer),
+		bpfload.Tracepoint(HookQuery, p.objs.NbsDnsQuery),
 	}
 	p.ring = evidence.GuardedRing(&p.bpf, "dns", p.objs.DnsEvents)
 	return p, nil
@@ -355,7 +367,8 @@ func (p *Probe) Stats() (Stats, error) {
 		return Stats{}, err
 	}
 	return Stats{Queries: c.Queries, Answers: c.Answers, Unmatched: c.Unmatched, PendingFull: c.PendingFull,
-		CountErrors: c.CountErrors, Nonlinear: c.Nonlinear, Suppressed: c.Suppressed, RingFull: c.RingFull}, nil
+		CountErrors: c.CountErrors, Nonlinear: c.Nonlinear, Suppressed: c.Suppressed, RingFull: c.RingFull,
+		Scoped: p.scoped, RunsQuery: c.RunsQuery, RunsAnswer: c.RunsAnswer}, nil
 }
 
 // Consumed returns how many evidence records readers have taken from the

@@ -103,7 +103,7 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 	var loaded *probe.Probe
 	s.Triggered = source.NewTriggered(opts.Env, source.TriggeredSpec[*probe.Probe, probe.Stats]{
 		Name: name, Capability: capName, Trigger: catalog.DNS, Branch: catalog.DNS,
-		What: "DNS", AlwaysOn: !opts.Triggered,
+		What: "DNS", AlwaysOn: !opts.Triggered, Runs: runs,
 		Load: func(netnsInode uint32, log *slog.Logger) (*probe.Probe, error) {
 			p, err := probe.Load(probe.Options{NetnsInode: netnsInode, EvidencePerSecond: opts.EvidencePerSecond,
 				Slow: opts.Slow, Logger: log, BTF: opts.BTF, FoldAbove: opts.foldAbove, FoldIdle: opts.foldIdle})
@@ -126,6 +126,16 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 		s.annotate = owners
 	}
 	return s, nil
+}
+
+// runs are the programs' runs in scope by attach point, the keys of
+// Programs; nil when every run is in scope (no --netns), so the agent
+// charges the kernel's count.
+func runs(st probe.Stats) map[string]uint64 {
+	if !st.Scoped {
+		return nil
+	}
+	return map[string]uint64{probe.HookQuery: st.RunsQuery, probe.HookAnswer: st.RunsAnswer}
 }
 
 // probeFolded is the probe's FoldedKeys, for tests.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/agent/catalog"
+	probe "github.com/nbs-project/nbs/agent/probe/dns"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/sourcetest"
 	"github.com/nbs-project/nbs/internal/loglinear"
@@ -284,6 +285,16 @@ func TestAgainstClientAndServer(t *testing.T) {
 	if slowAnswers := countOn(got, catalog.DNSLatency); slowAnswers < 5 {
 		t.Errorf("%d slow answers have evidence, want at least the 5 of 40 ms", slowAnswers)
 	}
+
+	// Counting A only, the programs' runs in A are counted for the
+	// overhead budget: at least every query sent and answer received.
+	runs, err := s.RunsInScope()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs[probe.HookQuery] < want[catalog.DNS] || runs[probe.HookAnswer] < uint64(len(lat)) {
+		t.Errorf("runs in scope %v; want at least %d queries and %d answers", runs, want[catalog.DNS], len(lat))
+	}
 	// The histogram's buckets from 30 ms on hold exactly the answers the
 	// evidence timed there.
 	for i := loglinear.Index(uint64(30 * time.Millisecond)); i <= loglinear.Index(uint64(time.Minute)); i++ {
@@ -349,6 +360,10 @@ func TestOwners(t *testing.T) {
 	}
 	sourcetest.CheckSum(t, led, catalog.DNSClients)
 	sourcetest.CheckSum(t, led, nx)
+	// Counting every namespace, every run is the source's own.
+	if runs, err := s.RunsInScope(); err != nil || runs != nil {
+		t.Errorf("RunsInScope = %v, %v; want nil (every run in scope)", runs, err)
+	}
 }
 
 // TestTimeoutEvidenceCapped: the evidence of timed-out queries, which the
