@@ -284,16 +284,26 @@ static __always_inline void count(struct nbs_dns_stats *st, const __u8 *server, 
 }
 
 /* The question's name (wire format) and type, from the DNS message at
- * dns (payload bytes): bounded reads, a name cut at NBS_DNS_NAME bytes. */
-static __always_inline void question(unsigned char *dns, __u16 payload, __u8 *name, __u8 *name_len, __u16 *qtype)
+ * dns (payload bytes): bounded reads within the skb's linear data (end),
+ * a name cut at NBS_DNS_NAME bytes. */
+static __always_inline void question(unsigned char *dns, __u16 payload, unsigned char *end, __u8 *name,
+				     __u8 *name_len, __u16 *qtype)
 {
+	long avail = end - (dns + 12);
 	__u32 n = payload - 12;
 	__be16 qt = 0;
 
 	*name_len = 0;
+	if (avail <= 0)
+		return;
+	if (avail < n) /* the rest is in page fragments: keep what is linear */
+		n = avail;
 	if (n > NBS_DNS_NAME)
 		n = NBS_DNS_NAME;
-	if (n == 0 || bpf_probe_read_kernel(name, n, dns + 12))
+	/* Keep the compiler from folding the bound into the clamps above,
+	 * where the verifier would not see it. */
+	barrier_var(n);
+	if (n == 0 || n > NBS_DNS_NAME || bpf_probe_read_kernel(name, n, dns + 12))
 		return;
 	*name_len = n;
 	/* The type follows the name's terminating zero label; find it. */
@@ -354,7 +364,7 @@ int BPF_PROG(nbs_dns_query, struct sk_buff *skb)
 	st->queries++;
 	count(st, p.dst, netns, p.family, NBS_DNS_QUERY, 0);
 	pend.ts_ns = bpf_ktime_get_ns();
-	question(p.dns, p.payload, pend.name, &pend.name_len, &pend.qtype);
+	question(p.dns, p.payload, skb->head + skb->tail, pend.name, &pend.name_len, &pend.qtype);
 	/* A retry with the same id and port keeps the first send's time: the
 	 * latency the client waited. */
 	if (bpf_map_update_elem(&dns_pending, &k, &pend, BPF_NOEXIST) && !bpf_map_lookup_elem(&dns_pending, &k))

@@ -113,7 +113,7 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 		Attached: s.attached,
 	})
 	s.probe = loaded
-	if loaded != nil && s.Programs() != nil {
+	if loaded != nil {
 		owners := opts.OwnerSplit()
 		s.evidence = source.StartEvidence(ctx, catalog.DNS, s.log, opts.MaxEventsPerInterval,
 			func(ctx context.Context, add func(*nbsv1.Event)) error {
