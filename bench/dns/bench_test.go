@@ -82,7 +82,7 @@ func BenchmarkDNS(b *testing.B) {
 			b.Logf("%-44s median %5.0f ns/run, mean %5.0f ns/run, %8d runs", name, r.MedianNs, r.MeanNs, r.Runs)
 			median[[2]string{x.set, x.hook}] = r.MedianNs
 		}
-		n, p := median[[2]string{"nbs", "net_dev_queue"}], median[[2]string{"peer", "net_dev_queue"}]
+		n, p := median[[2]string{"nbs", probe.HookQuery}], median[[2]string{"peer", "net_dev_queue"}]
 		if n > 0 && p > 0 {
 			b.Logf("%s/net_dev_queue: nbs/peer median ns/run %.2f", load, n/p)
 		}

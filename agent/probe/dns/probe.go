@@ -112,10 +112,13 @@ type Stats struct {
 	RunsQuery, RunsAnswer uint64
 }
 
-// The attach points, the keys of Programs.
+// The keys of Programs: the attach points (tracepoints net_dev_queue and
+// netif_receive_skb), named for this probe, since latency/qdisc's program
+// attaches to net_dev_queue too and the agent branch names each program's
+// cost by its key.
 const (
-	HookQuery  = "net_dev_queue"
-	HookAnswer = "netif_receive_skb"
+	HookQuery  = "dns_net_dev_queue"
+	HookAnswer = "dns_netif_receive_skb"
 )
 
 // Probe is the loaded pair of programs, attached or not.
