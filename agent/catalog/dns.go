@@ -112,9 +112,11 @@ func DNSTree() []Metric {
 				"unreachable, the query or answer dropped on the way (drops, a firewall, conntrack full), a resolver "+
 				"overloaded or rate-limiting this client. An answer arriving later is not counted as an answer. "+
 				"Each is evidence, naming the query, the server and the owner; the owner children add up to this. "+
-				"Next: the evidence's server, `drops` on this node, `dig @SERVER NAME` from the owner's namespace.",
+				"Next: the evidence's server, `drops` on this node, `dig @SERVER NAME` from the owner's namespace. "+
+				"The default threshold warns when timeouts recur two intervals running (a single lost datagram "+
+				"is not an incident; one every 10 s for 20 s is users waiting) and is critical at one a second.",
 				DNSTimeout),
-			Threshold: &Threshold{Warn: 0.1, Crit: 1, Hold: 1}},
+			Threshold: &Threshold{Warn: 0.1, Crit: 1, Hold: 2}},
 		{ID: DNSClients, Title: "DNS queries", Unit: "queries/s", Kind: Rate,
 			Description: "The queries of the dns root by the owner of the network namespace that sent them: the " +
 				"pods, containers or namespaces that asked most each get a child, the rest share other, so the " +
@@ -167,7 +169,7 @@ func DNSServer(id, label string) []Metric {
 			Threshold: dnsErrorThreshold()},
 		{ID: base + "/" + DNSServerTimeouts, Title: "DNS queries to " + label + " unanswered", Unit: "queries/s", Kind: Rate,
 			Description: fmt.Sprintf("Queries to %s with no answer within %d s.", label, DNSTimeout),
-			Threshold:   &Threshold{Warn: 0.1, Crit: 1, Hold: 1}},
+			Threshold:   &Threshold{Warn: 0.1, Crit: 1, Hold: 2}},
 	}
 }
 
