@@ -31,6 +31,7 @@ import (
 	"github.com/nbs-project/nbs/agent/source/latencyflows"
 	"github.com/nbs-project/nbs/agent/source/latencyqdisc"
 	"github.com/nbs-project/nbs/agent/source/latencyrx"
+	"github.com/nbs-project/nbs/agent/source/latencysizes"
 	"github.com/nbs-project/nbs/agent/source/latencytx"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
 	"github.com/nbs-project/nbs/agent/source/tcpreset"
@@ -339,6 +340,7 @@ func (a *Agent) branches() []opener {
 		open(pingsrc.Open, pingsrc.Options{Targets: targets, Interval: a.cfg.PingInterval}),
 		open(latencytx.Open, latencytx.Options{CgroupPath: a.cfg.CgroupPath, SampleEvery: uint32(a.cfg.TxSample)}),
 		open(latencyqdisc.Open, latencyqdisc.Options{}),
+		open(latencysizes.Open, latencysizes.Options{}),
 		open(latencyflows.Open, latencyflows.Options{}),
 		open(latencyrx.Open, latencyrx.Options{Triggered: !a.cfg.LatencyRXAlways}),
 		open(dnssrc.Open, dnssrc.Options{Triggered: !a.cfg.DNSAlways, MaxEventsPerInterval: a.cfg.evidencePerInterval()}),

@@ -38,10 +38,12 @@ func Documented() []Branch {
 	latency := Branch{Root: Latency, Metrics: LatencyTree()}
 	latency.Metrics = append(latency.Metrics, LatencyTXTree()...)
 	latency.Metrics = append(latency.Metrics, LatencyQdiscTree()...)
+	latency.Metrics = append(latency.Metrics, LatencySizesTree()...)
 	latency.Metrics = append(latency.Metrics, LatencyFlowsTree()...)
 	latency.Metrics = append(latency.Metrics, LatencyRXTree()...)
 	latency.Metrics = append(latency.Metrics, ECNTree()...)
 	latency.Children = append(latency.Children, QdiscDevice("<device>", "<device>", 0))
+	latency.Children = append(latency.Children, SizesDevice("<device>", "<device>", 0)...)
 	agent := Branch{Root: Agent, Metrics: AgentTree(),
 		Children: slices.Concat(AgentProgram("<program>"), []Metric{AgentTriggeredSource("<source>", "<branch>"), AgentEvidenceReported("<source>")},
 			AgentEvidenceDropped("<source>", []string{"<cap>"}))}
