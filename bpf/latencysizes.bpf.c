@@ -98,11 +98,8 @@ struct {
 	__type(value, struct nbs_sizes_stats);
 } sz_stats SEC(".maps");
 
-/* The GSO fields of skb_shared_info, adjacent in every kernel since 2.6. */
-struct nbs_sizes_gso {
-	__u16 size;
-	__u16 segs;
-};
+/* libbpf-dev 1.1 has no bpf_core_cast (docs/kernel.md). */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 
 static __always_inline __u64 mix(__u64 v)
 {
@@ -140,27 +137,20 @@ static __always_inline int dev_index(struct nbs_sizes_stats *st, const struct ne
 	return found->index;
 }
 
-/* The skb's GSO size and segments, from its shared info at head + end.
- * head is read-only untrusted memory to the verifier, and no arithmetic
- * is allowed on it: negated (as in latencyqdisc.bpf.c) it is a plain
- * number, and the read goes through bpf_probe_read_kernel. */
-static __always_inline struct nbs_sizes_gso gso_of(const struct sk_buff *skb)
+/* The skb's shared info, at head + end, read with direct loads through
+ * bpf_rdonly_cast (fault-tolerant loads, no helper call, as dns.bpf.c
+ * reads headers). */
+static __always_inline const struct skb_shared_info *shinfo(const struct sk_buff *skb)
 {
-	struct nbs_sizes_gso g = {};
-	__u64 h = (__u64)skb->head;
-
-	asm volatile("%[h] = -%[h]" : [h] "+r"(h));
-	bpf_probe_read_kernel(&g, sizeof(g),
-			      (void *)((__u64)skb->end - h + __builtin_offsetof(struct skb_shared_info, gso_size)));
-	return g;
+	return bpf_rdonly_cast(skb->head + skb->end, bpf_core_type_id_kernel(struct skb_shared_info));
 }
 
 static __always_inline void record(const struct net_device *dev, __u32 netns, __u32 dir, __u32 len,
 				   const struct sk_buff *skb)
 {
 	struct nbs_sizes_counts *c;
+	const struct skb_shared_info *si;
 	struct nbs_sizes_stats *st;
-	struct nbs_sizes_gso g;
 	struct nbs_hist *h;
 	__u32 zero = 0, i;
 	int index;
@@ -183,10 +173,10 @@ static __always_inline void record(const struct net_device *dev, __u32 netns, __
 	c->bytes += len;
 	if (!skb)
 		return;
-	g = gso_of(skb);
-	if (g.size) {
+	si = shinfo(skb);
+	if (si->gso_size) {
 		c->gso_packets++;
-		c->gso_segs += g.segs;
+		c->gso_segs += si->gso_segs;
 	}
 }
 
