@@ -34,6 +34,8 @@ func TestLatencyTXAndAgentDefinitions(t *testing.T) {
 	all = append(all, LatencyFlowsTree()...)
 	all = append(all, LatencyRXTree()...)
 	all = append(all, ECNTree()...)
+	all = append(all, ECNDevicesTree()...)
+	all = append(all, ECNDevice("va", "vA", 0), ECNPeer("va", MetricSegment("2001:db8::1"), "2001:db8::1"), ECNPeerOtherChild("va"))
 	all = append(all, AgentTree()...)
 	all = append(all, AgentProgram(MetricSegment("tcp_send_reset"))...)
 	all = append(all, AgentTriggeredSource("latency_qdisc", LatencyQdisc))

@@ -42,8 +42,10 @@ func Documented() []Branch {
 	latency.Metrics = append(latency.Metrics, LatencyFlowsTree()...)
 	latency.Metrics = append(latency.Metrics, LatencyRXTree()...)
 	latency.Metrics = append(latency.Metrics, ECNTree()...)
+	latency.Metrics = append(latency.Metrics, ECNDevicesTree()...)
 	latency.Children = append(latency.Children, QdiscDevice("<device>", "<device>", 0))
 	latency.Children = append(latency.Children, SizesDevice("<device>", "<device>", 0)...)
+	latency.Children = append(latency.Children, ECNDevice("<device>", "<device>", 0), ECNPeer("<device>", "<peer>", "<peer>"), ECNPeerOtherChild("<device>"))
 	agent := Branch{Root: Agent, Metrics: AgentTree(),
 		Children: slices.Concat(AgentProgram("<program>"), []Metric{AgentTriggeredSource("<source>", "<branch>"), AgentEvidenceReported("<source>")},
 			AgentEvidenceDropped("<source>", []string{"<cap>"}))}

@@ -173,6 +173,10 @@ func New() *Rules {
 	add("latency/ecn/ce_share", GaugeKind, fam("nbs_ecn_ce_ratio", "Share of ECN-capable packets that carried a CE mark (tree: latency/ecn/ce_share).", Gauge, percent))
 	add("latency/ecn/delivered_ce", Rate, fam("nbs_tcp_delivered_ce_segments_total", "Segments TCP delivered with CE marks (tree: latency/ecn/delivered_ce; the kernel's TCPDeliveredCE).", Counter, 0))
 	add("latency/ecn/tcp_ecn", GaugeKind, fam("nbs_tcp_ecn_mode", "The node's net.ipv4.tcp_ecn setting (tree: latency/ecn/tcp_ecn).", Gauge, 0))
+	ecnDev := fam("nbs_ecn_ce_packets_by_device_total", "Packets received with CE marks, counted per device by BPF while latency/ecn is in trouble or expanded (tree: latency/ecn/devices); every device has no device.", Counter, 0, "device")
+	add("latency/ecn/devices", Rate, ecnDev)
+	add("latency/ecn/devices/*", Rate, ecnDev, "device")
+	add("latency/ecn/devices/*/*", Rate, fam("nbs_ecn_ce_packets_by_peer_total", "Packets received with CE marks per device and source address, other for the peers beyond the named ones (tree: latency/ecn/devices/<device>/<peer>).", Counter, 0, "device", "peer"), "device", "peer")
 
 	add("dns", Rate, fam("nbs_dns_queries_total", "DNS queries the node's clients sent over UDP (tree: dns).", Counter, 0))
 	add("dns/latency", Histogram, fam("nbs_dns_latency_seconds", "Time from a DNS query leaving the node to its answer arriving, a quantile (tree: dns/latency).", Gauge, ms, "quantile"))
