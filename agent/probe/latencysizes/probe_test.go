@@ -198,6 +198,24 @@ type zeros struct{}
 
 func (zeros) Read(b []byte) (int, error) { clear(b); return len(b), nil }
 
+// snapshot reads the probe's sizes of vA and vB and the devices' own
+// counters at one moment: a packet the lab sends on its own (IPv6
+// neighbour discovery) between the reads would make them disagree, so the
+// probe is read again after the devices, until nothing moved in between.
+func snapshot(t *testing.T, lab *netlab.Lab, p *Probe, inA, inB uint32) (a, b Sizes, la, lb linkStats) {
+	t.Helper()
+	for range 10 {
+		a, b = sizesOf(t, p, inA, "vA"), sizesOf(t, p, inB, "vB")
+		la, lb = ipLink(t, lab, lab.A, "vA"), ipLink(t, lab, lab.B, "vB")
+		a2, b2 := sizesOf(t, p, inA, "vA"), sizesOf(t, p, inB, "vB")
+		if a2.Counts == a.Counts && b2.Counts == b.Counts {
+			return a, b, la, lb
+		}
+	}
+	t.Fatal("vA and vB never stopped sending long enough to read them")
+	return
+}
+
 // large counts a histogram's values of at least 1,536 bytes.
 func large(h *loglinear.Histogram) uint64 {
 	from := loglinear.Index(1536)
@@ -246,13 +264,11 @@ func TestSizesFollowOffloads(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			lab.Exec(t, lab.A, "ethtool", "-K", "vA", "tso", tc.offloads, "gso", tc.offloads)
 			lab.Exec(t, lab.B, "ethtool", "-K", "vB", "gro", tc.offloads)
-			a0, b0 := sizesOf(t, p, inA, "vA"), sizesOf(t, p, inB, "vB")
-			la0, lb0 := ipLink(t, lab, lab.A, "vA"), ipLink(t, lab, lab.B, "vB")
+			a0, b0, la0, lb0 := snapshot(t, lab, p, inA, inB)
 			stop := capture(t, lab, lab.A, "vA")
 			send(t, lab, n)
 			wire, wireLarge := stop()
-			a1, b1 := sizesOf(t, p, inA, "vA"), sizesOf(t, p, inB, "vB")
-			la1, lb1 := ipLink(t, lab, lab.A, "vA"), ipLink(t, lab, lab.B, "vB")
+			a1, b1, la1, lb1 := snapshot(t, lab, p, inA, inB)
 
 			sent, xmit, recv := delta(a0.Hist[Sent], a1.Hist[Sent]), delta(a0.Hist[Xmit], a1.Hist[Xmit]), delta(b0.Hist[Received], b1.Hist[Received])
 			xc := Counts{Packets: a1.Counts[Xmit].Packets - a0.Counts[Xmit].Packets, Bytes: a1.Counts[Xmit].Bytes - a0.Counts[Xmit].Bytes}
@@ -271,9 +287,13 @@ func TestSizesFollowOffloads(t *testing.T) {
 				xc.Packets, xc.Bytes, oTxP, oTxB, wire, xmit.Sum/float64(xmit.Count), float64(oTxB)/float64(oTxP), large(xmit), wireLarge,
 				rc.Packets, rc.Bytes, oRxP, oRxB, large(recv))
 
-			// Exact: the driver's packets and bytes are the device's,
-			// and tcpdump's; the histograms hold every one.
-			if xc.Packets != oTxP || xc.Bytes != oTxB || xc.Packets != wire || xmit.Count != xc.Packets {
+			// Exact: the driver's packets and bytes are the device's; the
+			// histograms hold every one. tcpdump watched a little less
+			// (it starts after the first reading and stops before the
+			// last, and the lab's own IPv6 neighbour discovery may fall
+			// between), so its total may be short by those small packets;
+			// its large ones, all the transfer's, are exact below.
+			if xc.Packets != oTxP || xc.Bytes != oTxB || wire > xc.Packets || xc.Packets-wire > 4 || xmit.Count != xc.Packets {
 				t.Errorf("driver: %d packets, %d bytes, %d in the histogram; ip link %d, %d; tcpdump %d", xc.Packets, xc.Bytes, xmit.Count, oTxP, oTxB, wire)
 			}
 			if large(xmit) != wireLarge {
