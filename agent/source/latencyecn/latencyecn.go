@@ -119,7 +119,7 @@ func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 			s.peers[pr] = st
 		}
 		d := ce - st.prev
-		if ce < st.prev { // evicted and back: counted from zero
+		if ce < st.prev { // evicted and back while named: counted from zero
 			d = ce
 		}
 		st.prev = ce
@@ -153,6 +153,14 @@ func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 		}
 		if st.id == "" {
 			dv.other += d
+		}
+	}
+	// Peers the kernel's table evicted are forgotten unless they have a
+	// child, so the agent holds no more than the table does (and the
+	// named ones); one that comes back counts from zero.
+	for pr, st := range s.peers {
+		if _, ok := peers[pr]; !ok && st.id == "" {
+			delete(s.peers, pr)
 		}
 	}
 	r.Metrics = catalog.ECNDevicesTree()
