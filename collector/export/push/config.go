@@ -71,6 +71,10 @@ func (r *receiverFlags) Set(v string) error {
 	return nil
 }
 
+// Configured says receivers are given: without, nothing is pushed and the
+// other settings are not looked at.
+func (c Config) Configured() bool { return c.ReceiversFile != "" || len(c.Receivers) > 0 }
+
 // Validate checks the settings but the receivers (LoadReceivers).
 func (c Config) Validate() error {
 	var errs []error
