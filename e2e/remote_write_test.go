@@ -267,7 +267,8 @@ func (a *rwAgent) resets(n float64) {
 	}
 }
 
-// collectorMetric reads one sample of the collector's own /metrics.
+// collectorMetric reads the collector's own /metrics: the sum of name's
+// series of receiver (of all, for "").
 func collectorMetric(t *testing.T, c *collector, name, receiver string) float64 {
 	t.Helper()
 	code, body := c.call(t, "GET", "/metrics", "")
@@ -281,10 +282,12 @@ func collectorMetric(t *testing.T, c *collector, name, receiver string) float64 
 	}
 	total := 0.0
 	for _, m := range fams[name].GetMetric() {
+		ok := receiver == ""
 		for _, l := range m.GetLabel() {
-			if l.GetName() == "receiver" && l.GetValue() == receiver {
-				total += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
-			}
+			ok = ok || l.GetName() == "receiver" && l.GetValue() == receiver
+		}
+		if ok {
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
 		}
 	}
 	return total
@@ -511,5 +514,81 @@ func TestRemoteWriteAnswersOfPrometheus(t *testing.T) {
 	want := []rwPoint{{now.UnixMilli(), 5}, {now.Add(5 * time.Second).UnixMilli(), 7}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Prometheus holds %v, want %v", got, want)
+	}
+}
+
+// Two collectors behind one database, both configured with the receiver:
+// only the push leader takes snapshots, so Prometheus holds one sample an
+// interval, not two; when the leader stops, the other takes over and the
+// samples go on with one step off the interval.
+func TestRemoteWriteOneLeaderPushes(t *testing.T) {
+	bin := rwPrometheusBinary(t)
+	dbURL := pgcluster.Database(t)
+	prom := startRWPrometheus(t, bin, "")
+	const interval = 5 * time.Second
+	receiver := fmt.Sprintf(`{name: prom, url: "http://%s/api/v1/write", timeout: 2s}`, prom.addr)
+	start := func() *collector {
+		return startCollector(t, dbURL, "127.0.0.1:0", func(c *collectorapp.Config) {
+			c.Push.Interval, c.Push.QueueDir, c.Push.Receivers = interval, t.TempDir(), []string{receiver}
+		})
+	}
+	first := start()
+	eventually(t, 10*time.Second, func() string {
+		if collectorMetric(t, first, "nbs_collector_export_push_leader", "") != 1 {
+			return "the first collector does not lead the push"
+		}
+		return ""
+	})
+	second := start()
+	a := &rwAgent{t: t, name: "rw-2"}
+	a.connect(first.grpcAddr)
+	a.resets(1)
+	const counter = `nbs_tcp_resets_total{node="rw-2",direction=""}`
+	count := func() int {
+		var res []struct {
+			Values [][2]any `json:"values"`
+		}
+		if err := json.Unmarshal(prom.query(counter+"[10m]"), &res); err != nil || len(res) == 0 {
+			return 0
+		}
+		return len(res[0].Values)
+	}
+	eventually(t, 40*time.Second, func() string {
+		if n := count(); n < 5 {
+			return fmt.Sprintf("%d samples pushed", n)
+		}
+		return ""
+	})
+	if collectorMetric(t, second, "nbs_collector_export_push_leader", "") != 0 {
+		t.Fatal("both collectors lead the push")
+	}
+	first.stop()
+	before := count()
+	eventually(t, 40*time.Second, func() string {
+		if n := count(); n < before+3 {
+			return fmt.Sprintf("%d samples pushed since the leader stopped", n-before)
+		}
+		return ""
+	})
+	if collectorMetric(t, second, "nbs_collector_export_push_leader", "") != 1 {
+		t.Fatal("the second collector did not take the push over")
+	}
+	points := prom.samples(counter, 10*time.Minute)
+	odd := 0
+	for i := 1; i < len(points); i++ {
+		step := time.Duration(points[i].at-points[i-1].at) * time.Millisecond
+		if step < interval-time.Second || step > interval+2*time.Second {
+			odd++
+			t.Logf("step of %s at %s", step, time.UnixMilli(points[i].at))
+			if step > 2*interval+6*time.Second {
+				t.Errorf("samples %s apart at %s: the takeover lost snapshots", step, time.UnixMilli(points[i].at))
+			}
+		}
+	}
+	if odd > 1 {
+		t.Errorf("%d steps off the %s interval, want at most the takeover's: two collectors pushed", odd, interval)
+	}
+	if d := collectorMetric(t, second, "nbs_collector_export_push_samples_dropped_total", "prom"); d != 0 {
+		t.Errorf("%v samples dropped", d)
 	}
 }
