@@ -592,3 +592,88 @@ func TestRemoteWriteOneLeaderPushes(t *testing.T) {
 		t.Errorf("%v samples dropped", d)
 	}
 }
+
+// rwPrometheus3Binary is Prometheus 3, built from its Go module by
+// tools/prometheus/build.sh (cached per version; make test builds it
+// first). Debian's Prometheus 2 speaks remote write 1.0 only.
+func rwPrometheus3Binary(t *testing.T) string {
+	t.Helper()
+	script := filepath.Join("..", "tools", "prometheus", "build.sh")
+	if _, err := os.Stat(script); err != nil {
+		const msg = "tools/prometheus/build.sh not found: it builds Prometheus 3 (branch otlp)"
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s; CI=true requires it", msg)
+		}
+		t.Skip(msg)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command("bash", script)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("build Prometheus 3 (%s): %v: %s", script, err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// rwTwoSeries is the counter of rwSnapshot and a second series, node
+// other, so a request can hold a refused sample beside a good one.
+func rwTwoSeries(at time.Time, v float64, other string) export.Snapshot {
+	s := rwSnapshot(at, v)
+	mf := s.Families[0]
+	mf.Metric = append(mf.Metric, &dto.Metric{Label: []*dto.LabelPair{{Name: proto.String("node"), Value: proto.String(other)}},
+		Counter: &dto.Counter{Value: proto.Float64(v)}})
+	return s
+}
+
+// What Prometheus 3 answers remote write 2.0 and 1.0: 2.0 is taken with
+// its symbols table and metadata; a resend is a duplicate; a request with
+// an out-of-order sample beside a new series stores the new one and is
+// answered 400 with how many it wrote, so only the refused sample counts
+// as dropped; 1.0 refuses such a request whole.
+func TestRemoteWriteAnswersOfPrometheus3(t *testing.T) {
+	prom := startRWPrometheus(t, rwPrometheus3Binary(t), "")
+	ctx := context.Background()
+	sender := func(version string) *remotewrite.Sender {
+		s, err := remotewrite.New(export.Receiver{Name: "p", URL: "http://" + prom.addr + "/api/v1/write", Version: version}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	v1, v2 := sender("1.0"), sender("2.0")
+	now := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	rejected := func(err error) int {
+		t.Helper()
+		var rej interface{ RejectedSamples() int }
+		if !export.IsPermanent(err) || !errors.As(err, &rej) {
+			t.Fatalf("err %v: want a permanent refusal", err)
+		}
+		var se *remotewrite.StatusError
+		if !errors.As(err, &se) || !se.OutOfOrder() {
+			t.Fatalf("err %v: want an out-of-order refusal", err)
+		}
+		return rej.RejectedSamples()
+	}
+	if err := v2.Send(ctx, rwSnapshot(now.Add(5*time.Second), 7)); err != nil {
+		t.Fatalf("2.0: %v", err)
+	}
+	if err := v2.Send(ctx, rwSnapshot(now.Add(5*time.Second), 7)); err != nil {
+		t.Fatalf("2.0 again: %v", err)
+	}
+	if n := rejected(v2.Send(ctx, rwTwoSeries(now, 5, "new-in-v2"))); n != 1 {
+		t.Fatalf("2.0, one sample out of order beside a new series: %d refused, want 1", n)
+	}
+	if n := rejected(v1.Send(ctx, rwTwoSeries(now, 5, "new-in-v1"))); n != 2 {
+		t.Fatalf("1.0, one sample out of order beside a new series: %d refused, want the request's 2", n)
+	}
+	if got, want := prom.samples(`nbs_tcp_resets_total{node="answers"}`, time.Hour), []rwPoint{{now.Add(5 * time.Second).UnixMilli(), 7}}; !slices.Equal(got, want) {
+		t.Fatalf("answers: Prometheus holds %v, want %v", got, want)
+	}
+	if got, want := prom.samples(`nbs_tcp_resets_total{node="new-in-v2"}`, time.Hour), []rwPoint{{now.UnixMilli(), 5}}; !slices.Equal(got, want) {
+		t.Fatalf("new-in-v2: Prometheus holds %v, want %v", got, want)
+	}
+	if res := prom.query(`nbs_tcp_resets_total{node="new-in-v1"}[1h]`); string(res) != "[]" {
+		t.Fatalf("new-in-v1: Prometheus holds %s, want nothing (1.0 refuses the request whole)", res)
+	}
+}
