@@ -146,6 +146,7 @@ bench: ## run every benchmark of BENCHMARKS.md (about two hours; root for the BP
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench CompressedMonth -benchtime 1x -timeout 30m ./bench/lifecycle/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 90m ./bench/api/
 	$(BENCH_ENV) $(GO) test ./e2e -run '^$$' -bench AlertLatency -benchtime 40x -timeout 30m
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench RemoteWriteThroughput -benchtime 1x ./bench/remotewrite/
 
 .PHONY: run
 run: ## run the whole system locally: throwaway PostgreSQL, collector, one agent

@@ -554,7 +554,7 @@ func TestRemoteWriteOneLeaderPushes(t *testing.T) {
 		return len(res[0].Values)
 	}
 	eventually(t, 40*time.Second, func() string {
-		if n := count(); n < 5 {
+		if n := count(); n < 3 {
 			return fmt.Sprintf("%d samples pushed", n)
 		}
 		return ""
@@ -565,7 +565,7 @@ func TestRemoteWriteOneLeaderPushes(t *testing.T) {
 	first.stop()
 	before := count()
 	eventually(t, 40*time.Second, func() string {
-		if n := count(); n < before+3 {
+		if n := count(); n < before+2 {
 			return fmt.Sprintf("%d samples pushed since the leader stopped", n-before)
 		}
 		return ""
