@@ -515,6 +515,20 @@ func TestRemoteWriteAnswersOfPrometheus(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("Prometheus holds %v, want %v", got, want)
 	}
+
+	// A series gone from the export gets a staleness marker (the pusher's
+	// withStaleMarkers): it leaves instant queries at once, as a series
+	// gone from a scrape does, not after the 5 min lookback.
+	const instant = `nbs_tcp_resets_total{node="answers"}`
+	if res := prom.latest(instant); len(res) != 1 {
+		t.Fatalf("%s before the marker: %v", instant, res)
+	}
+	if err := v1.Send(ctx, rwSnapshot(now.Add(15*time.Second), math.Float64frombits(0x7ff0000000000002))); err != nil {
+		t.Fatalf("staleness marker: %v", err)
+	}
+	if res := prom.latest(instant); len(res) != 0 {
+		t.Fatalf("%s after the marker: %v, want nothing", instant, res)
+	}
 }
 
 // Two collectors behind one database, both configured with the receiver:

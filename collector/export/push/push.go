@@ -22,14 +22,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/export"
@@ -80,6 +85,9 @@ type receiver struct {
 	scope  store.Scope
 	sender export.Sender
 	q      *queue
+	// prev is the last snapshot this term queued: series it had that the
+	// next lacks get a staleness marker. Only the lead goroutine uses it.
+	prev export.Snapshot
 }
 
 // New opens each receiver's queue (what an earlier run left is shipped
@@ -153,6 +161,11 @@ func (p *Pusher) Leading() bool { return p.elector != nil && p.elector.Leading()
 func (p *Pusher) lead(ctx context.Context, _ leader.Term) error {
 	p.m.leader.Set(1)
 	defer p.m.leader.Set(0)
+	defer func() {
+		for _, r := range p.receivers {
+			r.prev = export.Snapshot{}
+		}
+	}()
 	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -176,17 +189,86 @@ func (p *Pusher) snapshot(ctx context.Context, r *receiver) {
 		}
 		return
 	}
-	if len(snap.Families) == 0 {
-		return
-	}
 	// A term can end between the snapshot and here (its context says so):
 	// the successor takes its own, so this one is not queued.
 	if ctx.Err() != nil {
 		return
 	}
-	if err := r.q.append(snap); err != nil {
-		p.log.Warn("push: queue the snapshot", "receiver", r.r.Name, "err", err)
+	marked := withStaleMarkers(r.prev, snap)
+	if len(marked.Families) == 0 {
+		return
 	}
+	if err := r.q.append(marked); err != nil {
+		p.log.Warn("push: queue the snapshot", "receiver", r.r.Name, "err", err)
+		return
+	}
+	r.prev = snap
+}
+
+// staleNaN is Prometheus's staleness marker: a series' sample with this
+// value ends it at once, as a scrape that no longer has it does, rather
+// than leaving it in queries for the 5 min lookback.
+var staleNaN = math.Float64frombits(0x7ff0000000000002)
+
+// withStaleMarkers is snap with a staleness marker, at snap's time, for
+// each series of prev that snap lacks (a node gone from the window, a
+// counter that stopped moving). After a restart or a failover prev is
+// empty: series that ended then fade after the receiver's lookback.
+func withStaleMarkers(prev, snap export.Snapshot) export.Snapshot {
+	if len(prev.Families) == 0 {
+		return snap
+	}
+	key := func(m *dto.Metric) string {
+		var b strings.Builder
+		for _, l := range m.GetLabel() {
+			b.WriteString(l.GetName())
+			b.WriteByte(0)
+			b.WriteString(l.GetValue())
+			b.WriteByte(0)
+		}
+		return b.String()
+	}
+	now := map[string]map[string]bool{}
+	for _, mf := range snap.Families {
+		keys := make(map[string]bool, len(mf.Metric))
+		for _, m := range mf.Metric {
+			keys[key(m)] = true
+		}
+		now[mf.GetName()] = keys
+	}
+	out := export.Snapshot{Now: snap.Now, Stats: snap.Stats, Families: slices.Clone(snap.Families)}
+	index := map[string]int{}
+	for i, mf := range out.Families {
+		index[mf.GetName()] = i
+	}
+	for _, mf := range prev.Families {
+		keys := now[mf.GetName()]
+		var gone []*dto.Metric
+		for _, m := range mf.Metric {
+			if keys[key(m)] {
+				continue
+			}
+			stale := &dto.Metric{Label: m.Label}
+			if mf.GetType() == dto.MetricType_COUNTER {
+				stale.Counter = &dto.Counter{Value: proto.Float64(staleNaN)}
+			} else {
+				stale.Gauge = &dto.Gauge{Value: proto.Float64(staleNaN)}
+			}
+			gone = append(gone, stale)
+		}
+		if len(gone) == 0 {
+			continue
+		}
+		if i, ok := index[mf.GetName()]; ok {
+			// A new family: snap's is prev next time, without markers.
+			f := out.Families[i]
+			out.Families[i] = &dto.MetricFamily{Name: f.Name, Help: f.Help, Type: f.Type, Unit: f.Unit, Metric: append(slices.Clip(f.Metric), gone...)}
+			continue
+		}
+		index[mf.GetName()] = len(out.Families)
+		out.Families = append(out.Families, &dto.MetricFamily{Name: mf.Name, Help: mf.Help, Type: mf.Type, Metric: gone})
+	}
+	return out
 }
 
 // ship sends r's queue head first, until ctx ends.

@@ -2,6 +2,8 @@ package push
 
 import (
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -218,5 +220,57 @@ func TestBackoff(t *testing.T) {
 		if len(seen) < 100 {
 			t.Fatalf("attempt %d: only %d distinct waits in 200", tc.attempt, len(seen))
 		}
+	}
+}
+
+func TestStaleMarkers(t *testing.T) {
+	t0 := time.Now().UTC()
+	gauge := func(names ...string) *dto.MetricFamily {
+		mf := &dto.MetricFamily{Name: proto.String("nbs_test_seconds"), Type: dto.MetricType_GAUGE.Enum()}
+		for _, n := range names {
+			mf.Metric = append(mf.Metric, &dto.Metric{Label: []*dto.LabelPair{{Name: proto.String("node"), Value: proto.String(n)}},
+				Gauge: &dto.Gauge{Value: proto.Float64(1)}})
+		}
+		return mf
+	}
+	prev := snapshotOf(t0, 3, 1) // counters n000, n001, n002
+	prev.Families = append(prev.Families, gauge("a", "b"))
+	next := snapshotOf(t0.Add(15*time.Second), 2, 5) // n002 is gone
+	next.Families = next.Families[:1]                 // and the whole gauge family
+	got := withStaleMarkers(prev, next)
+
+	stale := map[string]bool{}
+	for _, mf := range got.Families {
+		for _, m := range mf.Metric {
+			v := m.GetCounter().GetValue()
+			if mf.GetType() == dto.MetricType_GAUGE {
+				v = m.GetGauge().GetValue()
+			}
+			if math.Float64bits(v) == math.Float64bits(staleNaN) {
+				stale[mf.GetName()+"/"+m.GetLabel()[0].GetValue()] = true
+			}
+		}
+	}
+	want := map[string]bool{"nbs_test_total/n002": true, "nbs_test_seconds/a": true, "nbs_test_seconds/b": true}
+	if !maps.Equal(stale, want) {
+		t.Fatalf("staleness markers for %v, want %v", stale, want)
+	}
+	if len(next.Families[0].Metric) != 2 {
+		t.Fatalf("the snapshot itself got %d series, want its own 2 (it is the next one's prev)", len(next.Families[0].Metric))
+	}
+	// The markers survive the queue: the record keeps the NaN's bits.
+	b, _, err := encodeRecord(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := decodeRecord(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := back.Families[0].Metric[2].GetCounter().GetValue(); math.Float64bits(v) != math.Float64bits(staleNaN) {
+		t.Fatalf("marker read back as %x", math.Float64bits(v))
+	}
+	if got := withStaleMarkers(export.Snapshot{}, next); len(got.Families) != 1 || len(got.Families[0].Metric) != 2 {
+		t.Fatalf("without a previous snapshot: %v", got.Families)
 	}
 }
