@@ -274,7 +274,7 @@ func (c *Collector) wire(ctx context.Context, st *store.Store, reads *store.Read
 			return p, err
 		}
 		// The otlp type joins here once collector/export/otlp lands:
-		// senders["otlp"] = func(r export.Receiver) (export.Sender, error) { return otlp.New(r) }
+		// senders["otlp"] = otlp.New
 		senders := push.DefaultSenders()
 		if p.pusher, err = push.New(st.Pool(), p.exporter, c.cfg.Push, rs, senders, c.metrics.Registry, c.log.With("part", "push")); err != nil {
 			return p, err

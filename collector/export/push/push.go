@@ -81,8 +81,11 @@ type Pusher struct {
 }
 
 type receiver struct {
-	r      export.Receiver
-	scope  store.Scope
+	r     export.Receiver
+	scope store.Scope
+	// match is the selector in its canonical form: receivers with the
+	// same one share a snapshot.
+	match  string
 	sender export.Sender
 	q      *queue
 	// prev is the last snapshot this term queued: series it had that the
@@ -124,7 +127,7 @@ func New(pool *pgxpool.Pool, g Gatherer, cfg Config, rs []export.Receiver, sende
 		if err != nil {
 			return nil, fmt.Errorf("push receiver %s: %w", r.Name, err)
 		}
-		p.receivers = append(p.receivers, &receiver{r: r, scope: scope, sender: s, q: q})
+		p.receivers = append(p.receivers, &receiver{r: r, scope: scope, match: sel.String(), sender: s, q: q})
 		p.m.init(name)
 	}
 	p.m.queues = p.receivers
@@ -169,8 +172,10 @@ func (p *Pusher) lead(ctx context.Context, _ leader.Term) error {
 	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
 	for {
+		// Receivers with the same match share one snapshot.
+		taken := map[string]export.Snapshot{}
 		for _, r := range p.receivers {
-			p.snapshot(ctx, r)
+			p.snapshot(ctx, r, taken)
 		}
 		select {
 		case <-t.C:
@@ -180,29 +185,37 @@ func (p *Pusher) lead(ctx context.Context, _ leader.Term) error {
 	}
 }
 
-func (p *Pusher) snapshot(ctx context.Context, r *receiver) {
-	snap, err := p.g.Gather(ctx, r.scope)
-	if err != nil {
-		if ctx.Err() == nil {
-			p.m.gatherErrors.WithLabelValues(r.r.Name).Inc()
-			p.log.Warn("push: export snapshot", "receiver", r.r.Name, "err", err)
+func (p *Pusher) snapshot(ctx context.Context, r *receiver, taken map[string]export.Snapshot) {
+	snap, ok := taken[r.match]
+	if !ok {
+		var err error
+		if snap, err = p.g.Gather(ctx, r.scope); err != nil {
+			if ctx.Err() == nil {
+				p.m.gatherErrors.WithLabelValues(r.r.Name).Inc()
+				p.log.Warn("push: export snapshot", "receiver", r.r.Name, "err", err)
+			}
+			return
 		}
-		return
+		taken[r.match] = snap
 	}
 	// A term can end between the snapshot and here (its context says so):
 	// the successor takes its own, so this one is not queued.
 	if ctx.Err() != nil {
 		return
 	}
-	marked := withStaleMarkers(r.prev, snap)
-	if len(marked.Families) == 0 {
+	// Staleness markers are remote write's (a NaN of Prometheus's own
+	// bits); OTLP would store them as values.
+	if r.r.Type == "remote_write" {
+		marked := withStaleMarkers(r.prev, snap)
+		r.prev = snap
+		snap = marked
+	}
+	if len(snap.Families) == 0 {
 		return
 	}
-	if err := r.q.append(marked); err != nil {
+	if err := r.q.append(snap); err != nil {
 		p.log.Warn("push: queue the snapshot", "receiver", r.r.Name, "err", err)
-		return
 	}
-	r.prev = snap
 }
 
 // staleNaN is Prometheus's staleness marker: a series' sample with this

@@ -30,9 +30,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klauspost/compress/snappy"
 	writev2 "github.com/prometheus/client_golang/exp/api/remote/genproto/v2"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/klauspost/compress/snappy"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/nbs-project/nbs/collector/export"
