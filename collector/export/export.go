@@ -79,13 +79,14 @@ type Source interface {
 
 // Exporter builds the families.
 type Exporter struct {
-	src   Source
-	rules *promfamily.Rules
-	cfg   Config
+	src    Source
+	rules  *promfamily.Rules
+	cfg    Config
+	ledger ledger
 }
 
 func New(src Source, cfg Config) *Exporter {
-	return &Exporter{src: src, rules: promfamily.New(), cfg: cfg}
+	return &Exporter{src: src, rules: promfamily.New(), cfg: cfg, ledger: ledger{kinds: map[string]*KindStatus{}}}
 }
 
 // Snapshot is one export: the families, at the database's clock.
