@@ -267,6 +267,29 @@ func (a *rwAgent) resets(n float64) {
 	}
 }
 
+// pushStatus is the push receiver prom and its export's ledger, as GET
+// /api/v1/export/status shows them.
+func pushStatus(t *testing.T, c *collector) (export.ReceiverStatus, export.KindStatus) {
+	t.Helper()
+	var st export.Status
+	if code := c.getJSON(t, "/api/v1/export/status", &st); code != http.StatusOK {
+		t.Fatalf("export status: HTTP %d", code)
+	}
+	var r export.ReceiverStatus
+	var k export.KindStatus
+	for _, x := range st.Receivers {
+		if x.Name == "prom" {
+			r = x
+		}
+	}
+	for _, x := range st.Exports {
+		if x.Kind == "prom" {
+			k = x
+		}
+	}
+	return r, k
+}
+
 // collectorMetric reads the collector's own /metrics: the sum of name's
 // series of receiver (of all, for "").
 func collectorMetric(t *testing.T, c *collector, name, receiver string) float64 {
@@ -351,6 +374,9 @@ func TestRemoteWriteSurvivesOutageAndRestart(t *testing.T) {
 	}
 	if f := collectorMetric(t, col, "nbs_collector_export_push_samples_failed_total", "prom"); f == 0 {
 		t.Fatal("no failed sends counted while the receiver was away")
+	}
+	if r, _ := pushStatus(t, col); r.QueueBytes == 0 || r.QueueOldest == nil || !strings.Contains(r.LastError, "connection refused") {
+		t.Fatalf("export status while the receiver is away: %+v, want its queue and its error", r)
 	}
 	col.stop()
 	col = start()
@@ -604,6 +630,9 @@ func TestRemoteWriteOneLeaderPushes(t *testing.T) {
 	}
 	if d := collectorMetric(t, second, "nbs_collector_export_push_samples_dropped_total", "prom"); d != 0 {
 		t.Errorf("%v samples dropped", d)
+	}
+	if r, k := pushStatus(t, second); r.Type != "remote_write" || r.Sent == 0 || r.LastSuccess == nil || r.LastError != "" || k.Series == 0 || k.Exports == 0 {
+		t.Errorf("export status of the new leader: receiver %+v, exports %+v", r, k)
 	}
 }
 

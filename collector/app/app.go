@@ -279,6 +279,7 @@ func (c *Collector) wire(ctx context.Context, st *store.Store, reads *store.Read
 		if p.pusher, err = push.New(st.Pool(), p.exporter, c.cfg.Push, rs, senders, c.metrics.Registry, c.log.With("part", "push")); err != nil {
 			return p, err
 		}
+		p.exporter.SetReceivers(p.pusher.Status)
 	}
 	p.handler = httpHandler(reads, p.ingest, p.configs, api.Parts{NodeConfig: p.configs, Alerts: p.alerts, Identities: p.identities,
 		Reports: reports, Export: export.NewHandler(p.exporter, c.metrics), Admission: admission}, acc, web.Handler(),

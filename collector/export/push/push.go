@@ -60,6 +60,11 @@ type Gatherer interface {
 	Gather(ctx context.Context, scope store.Scope) (export.Snapshot, error)
 }
 
+// recorder is the exporter's ledger of exports, for its status page.
+type recorder interface {
+	Record(kind string, snap export.Snapshot, took time.Duration)
+}
+
 const (
 	// leaderLockID is the advisory lock whose holder takes the snapshots
 	// ("nbs" and a number of its own: alerts hold 0x…a1).
@@ -91,6 +96,31 @@ type receiver struct {
 	// prev is the last snapshot this term queued: series it had that the
 	// next lacks get a staleness marker. Only the lead goroutine uses it.
 	prev export.Snapshot
+
+	// What the status page shows (GET /api/v1/export/status).
+	mu          sync.Mutex
+	lastSuccess time.Time
+	lastError   string
+	sent        int64
+	dropped     int64
+}
+
+// note records an outcome for the status page: sent and dropped samples,
+// and the error of a failure (kept until a success).
+func (r *receiver) note(sent, dropped int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent += int64(sent)
+	r.dropped += int64(dropped)
+	switch {
+	case err != nil:
+		r.lastError = strings.ToValidUTF8(err.Error()[:min(len(err.Error()), 512)], "")
+	case sent > 0:
+		r.lastError = ""
+	}
+	if sent > 0 {
+		r.lastSuccess = time.Now()
+	}
 }
 
 // New opens each receiver's queue (what an earlier run left is shipped
@@ -118,16 +148,18 @@ func New(pool *pgxpool.Pool, g Gatherer, cfg Config, rs []export.Receiver, sende
 			scope = selectorScope(sel)
 		}
 		name := r.Name
-		q, err := openQueue(filepath.Join(cfg.QueueDir, name), cfg.QueueMaxBytes, func(reason string, samples int) {
+		rcv := &receiver{r: r, scope: scope, match: sel.String(), sender: s}
+		rcv.q, err = openQueue(filepath.Join(cfg.QueueDir, name), cfg.QueueMaxBytes, func(reason string, samples int) {
 			p.m.dropped.WithLabelValues(name, reason).Add(float64(samples))
 			if samples > 0 {
+				rcv.note(0, samples, nil)
 				log.Warn("push queue dropped a snapshot", "receiver", name, "reason", reason, "samples", samples)
 			}
 		})
 		if err != nil {
 			return nil, fmt.Errorf("push receiver %s: %w", r.Name, err)
 		}
-		p.receivers = append(p.receivers, &receiver{r: r, scope: scope, match: sel.String(), sender: s, q: q})
+		p.receivers = append(p.receivers, rcv)
 		p.m.init(name)
 	}
 	p.m.queues = p.receivers
@@ -154,6 +186,28 @@ func (p *Pusher) Run(ctx context.Context) {
 	}
 	p.elector.Run(ctx, p.lead, nil)
 	wg.Wait()
+}
+
+// Status is each receiver's state on this collector, for the export's
+// status page (export.Exporter.SetReceivers).
+func (p *Pusher) Status() []export.ReceiverStatus {
+	out := make([]export.ReceiverStatus, 0, len(p.receivers))
+	for _, r := range p.receivers {
+		bytes, _, oldest := r.q.stats()
+		st := export.ReceiverStatus{Name: r.r.Name, Type: r.r.Type, URL: r.r.URL, QueueBytes: bytes}
+		if !oldest.IsZero() {
+			st.QueueOldest = &oldest
+		}
+		r.mu.Lock()
+		if !r.lastSuccess.IsZero() {
+			t := r.lastSuccess
+			st.LastSuccess = &t
+		}
+		st.LastError, st.Sent, st.Dropped = r.lastError, r.sent, r.dropped
+		r.mu.Unlock()
+		out = append(out, st)
+	}
+	return out
 }
 
 // Leading reports whether this collector takes the snapshots.
@@ -189,6 +243,7 @@ func (p *Pusher) snapshot(ctx context.Context, r *receiver, taken map[string]exp
 	snap, ok := taken[r.match]
 	if !ok {
 		var err error
+		began := time.Now()
 		if snap, err = p.g.Gather(ctx, r.scope); err != nil {
 			if ctx.Err() == nil {
 				p.m.gatherErrors.WithLabelValues(r.r.Name).Inc()
@@ -197,6 +252,11 @@ func (p *Pusher) snapshot(ctx context.Context, r *receiver, taken map[string]exp
 			return
 		}
 		taken[r.match] = snap
+		if rec, ok := p.g.(recorder); ok {
+			rec.Record(r.r.Name, snap, time.Since(began))
+		}
+	} else if rec, ok := p.g.(recorder); ok {
+		rec.Record(r.r.Name, snap, 0)
 	}
 	// A term can end between the snapshot and here (its context says so):
 	// the successor takes its own, so this one is not queued.
@@ -303,6 +363,7 @@ func (p *Pusher) ship(ctx context.Context, r *receiver) {
 			continue
 		case errors.Is(err, errCorrupt):
 			p.m.dropped.WithLabelValues(name, "corrupt").Add(float64(e.samples))
+			r.note(0, e.samples, err)
 			p.log.Warn("push: a queued snapshot cannot be read; dropped", "receiver", name, "err", err, "samples", e.samples)
 			p.remove(r, e)
 			continue
@@ -331,10 +392,12 @@ func (p *Pusher) ship(ctx context.Context, r *receiver) {
 				p.m.sent.WithLabelValues(name).Add(float64(e.samples - refused))
 				p.m.lastSuccess.WithLabelValues(name).Set(float64(time.Now().UnixMilli()) / 1000)
 			}
+			r.note(e.samples-refused, refused, err)
 			p.remove(r, e)
 			continue
 		}
 		p.m.failed.WithLabelValues(name).Add(float64(e.samples))
+		r.note(0, 0, err)
 		wait := p.backoff.next(attempt)
 		attempt++
 		p.log.Warn("push: send failed; retrying", "receiver", name, "err", err, "attempt", attempt, "in", wait.Round(time.Millisecond),
