@@ -37,6 +37,9 @@ const (
 type Config struct {
 	// Interval between two snapshots of each receiver's scope.
 	Interval time.Duration
+	// MaxBackoff caps the wait between two attempts to send a snapshot
+	// (exponential from 1 s, with jitter).
+	MaxBackoff time.Duration
 	// QueueDir holds a directory per receiver with its unsent snapshots.
 	QueueDir string
 	// QueueMaxBytes bounds each receiver's queue; past it the oldest
@@ -50,12 +53,13 @@ type Config struct {
 
 // DefaultConfig pushes nowhere until receivers are configured.
 func DefaultConfig() Config {
-	return Config{Interval: 15 * time.Second, QueueDir: "/var/lib/nbs/export-queue", QueueMaxBytes: 256 << 20}
+	return Config{Interval: 15 * time.Second, MaxBackoff: 30 * time.Second, QueueDir: "/var/lib/nbs/export-queue", QueueMaxBytes: 256 << 20}
 }
 
 // RegisterFlags binds c to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&c.Interval, "export.push-interval", c.Interval, "how often the leading collector takes a snapshot for each push receiver (5s to 10m)")
+	fs.DurationVar(&c.Interval, "export.push-interval", c.Interval, "how often the leading collector takes a snapshot for each push receiver (1s to 10m)")
+	fs.DurationVar(&c.MaxBackoff, "export.push-max-backoff", c.MaxBackoff, "longest wait between two attempts to send to a failing receiver (1s to 5m; from 1s, doubling, with jitter): how soon a receiver back from an outage gets its queue")
 	fs.StringVar(&c.QueueDir, "export.queue-dir", c.QueueDir, "directory of the push receivers' on-disk queues (one subdirectory a receiver); keep it across restarts, so nothing unsent is lost")
 	fs.Int64Var(&c.QueueMaxBytes, "export.queue-max-bytes", c.QueueMaxBytes, "bound of each push receiver's queue in bytes (1 MiB to 64 GiB): past it the oldest snapshots are dropped and counted")
 	fs.StringVar(&c.ReceiversFile, "export.receivers-file", c.ReceiversFile, "JSON or YAML list of push receivers (name, type remote_write|otlp, url, match, headers, bearer_token_file, version 1.0|2.0, timeout); see docs/export-remote-write.md")
@@ -78,8 +82,11 @@ func (c Config) Configured() bool { return c.ReceiversFile != "" || len(c.Receiv
 // Validate checks the settings but the receivers (LoadReceivers).
 func (c Config) Validate() error {
 	var errs []error
-	if c.Interval < 5*time.Second || c.Interval > 10*time.Minute {
-		errs = append(errs, fmt.Errorf("--export.push-interval %s: must be from 5s to 10m", c.Interval))
+	if c.Interval < time.Second || c.Interval > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--export.push-interval %s: must be from 1s to 10m", c.Interval))
+	}
+	if c.MaxBackoff < time.Second || c.MaxBackoff > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("--export.push-max-backoff %s: must be from 1s to 5m", c.MaxBackoff))
 	}
 	if c.QueueMaxBytes < 1<<20 || c.QueueMaxBytes > 64<<30 {
 		errs = append(errs, fmt.Errorf("--export.queue-max-bytes %d: must be from 1 MiB to 64 GiB", c.QueueMaxBytes))

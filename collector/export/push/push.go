@@ -129,7 +129,7 @@ func New(pool *pgxpool.Pool, g Gatherer, cfg Config, rs []export.Receiver, sende
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Pusher{cfg: cfg, g: g, log: log, m: newMetrics(), backoff: backoff{min: time.Second, max: 30 * time.Second}}
+	p := &Pusher{cfg: cfg, g: g, log: log, m: newMetrics(), backoff: backoff{min: time.Second, max: cfg.MaxBackoff}}
 	for _, r := range rs {
 		mk := senders[r.Type]
 		if mk == nil {
