@@ -190,12 +190,12 @@ func (p *rwPrometheus) latest(expr string) map[string]float64 {
 		delete(r.Metric, "job")
 		delete(r.Metric, "instance")
 		f, _ := strconv.ParseFloat(r.Value[1].(string), 64)
-		out[labelKey(r.Metric)] = f
+		out[rwLabelKey(r.Metric)] = f
 	}
 	return out
 }
 
-func labelKey(m map[string]string) string {
+func rwLabelKey(m map[string]string) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
