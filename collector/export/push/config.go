@@ -151,7 +151,7 @@ func (c Config) LoadReceivers() ([]export.Receiver, error) {
 			err = fmt.Errorf("name %q: used by another receiver", r.Name)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", where[i], err))
+			errs = append(errs, fmt.Errorf("%s (%.63s): %w", where[i], s.Name, err))
 			continue
 		}
 		names[r.Name] = true
@@ -166,7 +166,7 @@ func decodeStrict(b []byte, v any) error {
 	d := yaml.NewDecoder(bytes.NewReader(b))
 	d.KnownFields(true)
 	if err := d.Decode(v); err != nil {
-		return err
+		return fmt.Errorf("%w (the fields: name, type, url, match, headers, bearer_token_file, version, timeout)", err)
 	}
 	return nil
 }
@@ -243,10 +243,7 @@ func (s spec) receiver() (export.Receiver, error) {
 			r.Timeout = d
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return r, fmt.Errorf("receiver %s: %w", r.Name, err)
-	}
-	return r, nil
+	return r, errors.Join(errs...)
 }
 
 func validHeaderName(k string) bool {
