@@ -243,7 +243,7 @@ type builder struct {
 	perFam     map[string]int
 	overflow   map[string]*dto.Metric // family and node → its overflow series
 	orders     map[*promfamily.Family][]int
-	node       int                    // series of the current node
+	node       int // series of the current node
 	series     int
 	overflowed int
 }
