@@ -304,4 +304,3 @@ func TestNewRefusesBadReceivers(t *testing.T) {
 		t.Errorf("a good receiver: %v", err)
 	}
 }
-
