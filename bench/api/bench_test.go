@@ -57,6 +57,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"github.com/nbs-project/nbs/collector/export"
 	"io"
 	"log/slog"
 	"net/http"
@@ -116,7 +117,7 @@ func server(tb testing.TB, st *store.Store) (*httptest.Server, string) {
 	a := collectorapi.New(st, noStreams{}, nil, log, telemetry.New())
 	a.SetThresholds(configs)
 	h := a.Handler(collectorapi.Routes(collectorapi.Parts{Nodes: a, NodeConfig: configs, Access: acc,
-		Reports: report.New(st, st.Pool(), log)}), acc)
+		Reports: report.New(st, st.Pool(), log), Export: export.NewHandler(export.New(st, export.DefaultConfig()), nil)}), acc)
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ConnContext = access.ConnContext
 	srv.Start()

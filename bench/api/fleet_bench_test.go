@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -186,4 +187,26 @@ func BenchmarkFleet(b *testing.B) {
 		return err
 	}))
 	report("nodes-every-node-with-roots", run(b, 10, get("/nodes", nil)))
+	// The Prometheus scrape of the same fleet (issue 28's goal: under 1 s),
+	// and its size, in the text format and gzipped as Prometheus asks.
+	report("export-scrape-every-node", run(b, 20, get("/export/metrics", nil)))
+	for _, gz := range []bool{false, true} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/export/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		if gz {
+			req.Header.Set("Accept-Encoding", "gzip")
+		}
+		resp, err := srv.Client().Transport.RoundTrip(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		b.Logf("export scrape (gzip %v): %d bytes, %d lines", gz, len(body), bytes.Count(body, []byte("\n")))
+		b.ReportMetric(float64(len(body)), fmt.Sprintf("export-bytes-gzip-%v", gz))
+	}
+	report("export-store-read", run(b, 20, func() error {
+		_, err := st.ExportNodes(ctx, store.All{}, time.Now().Add(-5*time.Minute))
+		return err
+	}))
 }

@@ -205,7 +205,7 @@ func (f *fleet) report(rng *rand.Rand, i int, t time.Time) store.Report {
 		if warn {
 			v, st = 50+rng.Float64()*50, store.StateWarn
 		}
-		r.Samples = append(r.Samples, store.Sample{MetricID: f.metric[p], Path: p, Value: v, State: st})
+		r.Samples = append(r.Samples, store.Sample{MetricID: f.metric[p], Path: p, Value: v, State: st, Counter: f.kinds[p] == store.KindRate})
 	}
 	if r.Snapshot {
 		for _, d := range f.defs {
