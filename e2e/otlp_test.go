@@ -151,6 +151,31 @@ func promRaw(t *testing.T, base string, at time.Time) map[string]promSeries {
 	return out
 }
 
+// otlpRequests is Prometheus's count of the OTLP requests it answered 2xx.
+func otlpRequests(t *testing.T, base string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	req.SetBasicAuth(otlpPromUser, otlpPromPassword)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	n := 0
+	for line := range strings.Lines(string(body)) {
+		if strings.HasPrefix(line, "prometheus_http_requests_total{") && strings.Contains(line, `code="2`) && strings.Contains(line, `handler="/api/v1/otlp/v1/metrics"`) {
+			f := strings.Fields(line)
+			v, err := strconv.Atoi(f[len(f)-1])
+			if err != nil {
+				t.Fatalf("Prometheus's /metrics: %q: %v", line, err)
+			}
+			n += v
+		}
+	}
+	return n
+}
+
 func labelKey(l map[string]string) string {
 	var b strings.Builder
 	for _, k := range slices.Sorted(maps.Keys(l)) {
@@ -207,38 +232,47 @@ func TestOTLPExportLandsInPrometheusAsTheScrape(t *testing.T) {
 		return &nbsv1.MetricDefinition{Id: id, Title: id, Unit: unit, Kind: kind, Quantile: q}
 	}
 	rate, gauge, hist := nbsv1.MetricKind_METRIC_KIND_RATE, nbsv1.MetricKind_METRIC_KIND_GAUGE, nbsv1.MetricKind_METRIC_KIND_HISTOGRAM
+	// Children are exported while raised: below a root that is not OK.
 	warn := func(s *nbsv1.Sample) *nbsv1.Sample { s.State = nbsv1.State_STATE_WARN; return s }
 	a := &tenantAgent{t: t, addr: col.grpcAddr, name: "otlp-a", ping: "198.18.0.1", extra: []*nbsv1.MetricDefinition{
 		def("tcp_reset/sent/no_socket/pod:shop.cart-7d9f", "resets/s", rate, 0),
 		def("drops", "packets/s", rate, 0),
+		def("drops/conntrack", "events/s", rate, 0),
 		def("drops/conntrack/usage", "%", gauge, 0),
 		def("ping", "ms", gauge, 0),
 		def("ping/10.0.0.7", "ms", hist, 0.99),
 		def("ping/10.0.0.7/loss", "%", gauge, 0),
+		def("latency", "events/s", rate, 0),
+		def("latency/rx", "ms", hist, 0.99),
+		def("latency/rx/stack", "ms", hist, 0.99),
 		def("latency/rx/stack/udp", "ms", hist, 0.99),
 	}}
 	b := &tenantAgent{t: t, addr: col.grpcAddr, name: "otlp-b", ping: "198.18.0.2", extra: []*nbsv1.MetricDefinition{
+		def("latency", "events/s", rate, 0),
+		def("latency/qdisc", "ms", hist, 0.99),
 		def("latency/qdisc/eth0", "ms", hist, 0.99),
+		def("custom", "widgets", gauge, 0),
 		def("custom/thing", "widgets", gauge, 0),
 	}}
+	// The operator binds otlp-a to tenant acme before it connects.
+	if code, body := col.call(t, http.MethodPut, "/api/v1/nodes/otlp-a/labels", `{"labels":{"customer":"acme"}}`); code != http.StatusOK {
+		t.Fatalf("bind otlp-a to acme: HTTP %d %s", code, body)
+	}
 	for _, ag := range []*tenantAgent{a, b} {
 		if err := ag.connectWith("", map[string]string{"rack": "r1"}); err != nil {
 			t.Fatalf("%s: connect: %v", ag.name, err)
 		}
 	}
-	if code, body := col.call(t, http.MethodPut, "/api/v1/nodes/otlp-a/labels", `{"labels":{"customer":"acme"}}`); code != http.StatusOK {
-		t.Fatalf("bind otlp-a to acme: HTTP %d %s", code, body)
-	}
 	reportA := func(n float64) {
 		a.seq++
 		a.sendAcked(report(a.seq, sample("tcp_reset", n), sample("tcp_reset/sent", n), sample("tcp_reset/sent/no_socket", n),
 			sample("tcp_reset/sent/no_socket/pod:shop.cart-7d9f", n), sample("drops", 2*n),
-			warn(sample("drops/conntrack/usage", 81.5)), sample("ping", 1.25), warn(sample("ping/10.0.0.7", 1.25)),
+			warn(sample("drops/conntrack/usage", 81.5)), warn(sample("ping", 1.25)), warn(sample("ping/10.0.0.7", 1.25)),
 			warn(sample("ping/10.0.0.7/loss", 12.5)), warn(sample("latency/rx/stack/udp", 0.4))))
 	}
 	reportB := func(n float64) {
 		b.seq++
-		b.sendAcked(report(b.seq, sample("tcp_reset", n), warn(sample("latency/qdisc/eth0", 3)), sample("custom/thing", 7)))
+		b.sendAcked(report(b.seq, sample("tcp_reset", n), warn(sample("latency/qdisc/eth0", 3)), warn(sample("custom", 7)), warn(sample("custom/thing", 7))))
 	}
 
 	st, err := store.Open(ctx, db, testLogger(t, "export"))
@@ -273,8 +307,19 @@ func TestOTLPExportLandsInPrometheusAsTheScrape(t *testing.T) {
 		if i > 0 && !snap.Now.After(snaps[i-1].Now) {
 			t.Fatalf("the database's clock did not move between exports: %s, %s", snaps[i-1].Now, snap.Now)
 		}
+		before := otlpRequests(t, prom)
 		if err := s.Send(ctx, snap); err != nil {
 			t.Fatalf("push %d: %v", i+1, err)
+		}
+		// Prometheus's own count of the requests it took: one a node,
+		// then many more when the limit split them.
+		switch n := otlpRequests(t, prom) - before; {
+		case i == 0 && n != 2:
+			t.Errorf("push 1 took %d requests, want one a node (2)", n)
+		case i == 1 && n <= 4:
+			t.Errorf("push 2, limited to 700 bytes a request, took %d requests: not split", n)
+		default:
+			t.Logf("push %d: %d requests", i+1, n)
 		}
 		snaps = append(snaps, snap)
 	}

@@ -290,6 +290,7 @@ func TestNewRefusesBadReceivers(t *testing.T) {
 		{"type", export.Receiver{Name: "x", Type: "remote_write", URL: "http://h/v1/metrics"}, "not otlp"},
 		{"scheme", export.Receiver{Name: "x", URL: "ftp://h/v1/metrics"}, "url"},
 		{"no host", export.Receiver{Name: "x", URL: "http:///v1/metrics"}, "url"},
+		{"credentials in the url", export.Receiver{Name: "x", URL: "http://u:p@h/v1/metrics"}, "credentials"},
 		{"header name", export.Receiver{Name: "x", URL: "http://h/v1/metrics", Headers: map[string]string{"Bad Name": "v"}}, "header"},
 		{"header value", export.Receiver{Name: "x", URL: "http://h/v1/metrics", Headers: map[string]string{"X-Scope-OrgID": "a\nb"}}, "header"},
 		{"two authorizations", export.Receiver{Name: "x", URL: "http://h/v1/metrics", Headers: map[string]string{"authorization": "Bearer a"}, BearerTokenFile: "/f"}, "both"},

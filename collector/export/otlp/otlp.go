@@ -79,6 +79,9 @@ func NewWith(r export.Receiver, opts Options) (*Sender, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("receiver %q: url %q: want http(s)://host[:port]/path (e.g. http://prometheus:9090/api/v1/otlp/v1/metrics)", r.Name, r.URL)
 	}
+	if u.User != nil {
+		return nil, fmt.Errorf("receiver %q: url: must not hold credentials (use headers or bearer_token_file)", r.Name)
+	}
 	for k, v := range r.Headers {
 		if !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(v) {
 			return nil, fmt.Errorf("receiver %q: header %q: not a valid HTTP header", r.Name, k)
