@@ -1,6 +1,7 @@
 package otlp
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -303,5 +304,37 @@ func TestNewRefusesBadReceivers(t *testing.T) {
 	}
 	if _, err := New(export.Receiver{Name: "ok", Type: "otlp", URL: "https://h:4318/v1/metrics", Headers: map[string]string{"X-Scope-OrgID": "t1"}}); err != nil {
 		t.Errorf("a good receiver: %v", err)
+	}
+}
+
+func TestBearerTokenFileIsReadAtEachSend(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/token"
+	s, err := NewWith(export.Receiver{Name: "x", URL: "http://h/v1/metrics", BearerTokenFile: file}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		content *string
+		want    string
+		err     string
+	}{
+		{"missing", nil, "", "read bearer_token_file"},
+		{"empty", proto.String(" \n"), "", "empty"},
+		{"a line", proto.String("tok-1\n"), "tok-1", ""},
+		{"rotated", proto.String("tok-2"), "tok-2", ""},
+		{"two lines", proto.String("tok\nmore"), "", "not a valid header value"},
+		{"too long", proto.String(strings.Repeat("t", maxTokenBytes+1)), "", "longer than"},
+	} {
+		if tc.content != nil {
+			if err := os.WriteFile(file, []byte(*tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := s.token()
+		if got != tc.want || (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s: token %q, error %v; want %q, an error saying %q", tc.name, got, err, tc.want, tc.err)
+		}
 	}
 }
