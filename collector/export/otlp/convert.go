@@ -209,15 +209,14 @@ func convert(snap export.Snapshot, n *namer, st *starts, scopeVersion string) []
 				if c := m.GetCounter().GetCreatedTimestamp(); c != nil {
 					start = c.AsTime()
 				} else {
+					// The series' labels (node and tenant among them) name it.
 					key.Reset()
-					key.WriteString(node)
-					key.WriteByte(0)
 					key.WriteString(mf.GetName())
-					for _, kv := range set.ToSlice() {
+					for _, l := range m.GetLabel() {
 						key.WriteByte(0)
-						key.WriteString(string(kv.Key))
+						key.WriteString(l.GetName())
 						key.WriteByte('=')
-						key.WriteString(kv.Value.Emit())
+						key.WriteString(l.GetValue())
 					}
 					start = st.of(key.String(), snap.Now)
 				}
