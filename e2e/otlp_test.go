@@ -221,8 +221,9 @@ func promLabels(name string, m *dto.Metric, extra map[string]map[string]string) 
 func TestOTLPExportLandsInPrometheusAsTheScrape(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	prom := otlpPrometheus(t)
+	// The database first: under -short it skips before Prometheus builds.
 	db := pgcluster.Database(t)
+	prom := otlpPrometheus(t)
 	col := startCollector(t, db, "127.0.0.1:0")
 
 	// Two raw agents: one of tenant acme, with an owner that is a pod,
