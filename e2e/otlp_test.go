@@ -418,6 +418,17 @@ func TestOTLPExportLandsInPrometheusAsTheScrape(t *testing.T) {
 	}
 	t.Logf("%d series (%d counters) in two pushes, all in Prometheus", len(want), counted)
 
+	// A retried push sends the same samples again: Prometheus takes them
+	// as duplicates. An older export after a newer one is out of order:
+	// refused, permanently, in a message of bounded size (Prometheus
+	// names each sample).
+	if err := sender.Send(ctx, snaps[1]); err != nil {
+		t.Errorf("the same export again: %v", err)
+	}
+	if err := sender.Send(ctx, snaps[0]); !export.IsPermanent(err) || !strings.Contains(err.Error(), "out of order") || len(err.Error()) > 2000 {
+		t.Errorf("an older export after a newer: %v (%d bytes); want a permanent error of at most 2000 bytes saying out of order", err, len(fmt.Sprint(err)))
+	}
+
 	// Refusals: without the receiver's credentials (401), at a path it
 	// does not serve (404) — permanent; a receiver that is down — retried.
 	for _, tc := range []struct {

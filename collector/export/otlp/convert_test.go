@@ -1,6 +1,8 @@
 package otlp
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -335,6 +337,30 @@ func TestBearerTokenFileIsReadAtEachSend(t *testing.T) {
 		got, err := s.token()
 		if got != tc.want || (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("%s: token %q, error %v; want %q, an error saying %q", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func TestSendErrorsAreBounded(t *testing.T) {
+	long := errors.New("failed to send: 400 Bad Request (body: " + strings.Repeat("out of order sample\n", 500) + ")")
+	if m := short(long); len(m) > maxNodeErrorLen+len("…") || strings.Contains(m, "\n") || !strings.HasPrefix(m, "failed to send: 400 Bad Request") {
+		t.Errorf("short: %d bytes %q", len(m), m)
+	}
+	var errs []error
+	for i := range 1000 {
+		errs = append(errs, fmt.Errorf("node n%d: %s", i, short(long)))
+	}
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{
+		{1, "node n0:"},
+		{3, "node n2:"},
+		{1000, "(and 997 more nodes)"},
+	} {
+		m := firstErrors(errs[:tc.n]).Error()
+		if !strings.Contains(m, tc.want) || strings.Contains(m, "node n3:") || len(m) > maxNodeErrors*(maxNodeErrorLen+40)+40 {
+			t.Errorf("%d errors: %d bytes, want at most %d nodes named and %q", tc.n, len(m), maxNodeErrors, tc.want)
 		}
 	}
 }

@@ -189,11 +189,35 @@ func (s *Sender) Send(ctx context.Context, snap export.Snapshot) error {
 	case ctx.Err() != nil:
 		return fmt.Errorf("otlp %s: %w", s.r.Name, ctx.Err())
 	case len(retryable) > 0:
-		return fmt.Errorf("otlp %s: %d of %d nodes not sent: %w", s.r.Name, len(retryable)+len(permanent), len(rms), errors.Join(retryable...))
+		return fmt.Errorf("otlp %s: %d of %d nodes not sent: %w", s.r.Name, len(retryable)+len(permanent), len(rms), firstErrors(retryable))
 	case len(permanent) > 0:
-		return export.Permanent(fmt.Errorf("otlp %s: %d of %d nodes refused: %w", s.r.Name, len(permanent), len(rms), errors.Join(permanent...)))
+		return export.Permanent(fmt.Errorf("otlp %s: %d of %d nodes refused: %w", s.r.Name, len(permanent), len(rms), firstErrors(permanent)))
 	}
 	return nil
+}
+
+// The error of a send names a few nodes, each in a bounded message: a
+// receiver's answer can name every sample it refused, and a fleet's worth
+// of those would flood the log.
+const (
+	maxNodeErrors   = 3
+	maxNodeErrorLen = 400
+)
+
+func firstErrors(errs []error) error {
+	if len(errs) <= maxNodeErrors {
+		return errors.Join(errs...)
+	}
+	return fmt.Errorf("%w\n(and %d more nodes)", errors.Join(errs[:maxNodeErrors]...), len(errs)-maxNodeErrors)
+}
+
+// short is err's message cut to maxNodeErrorLen, as one line.
+func short(err error) string {
+	m := strings.Join(strings.Fields(err.Error()), " ")
+	if len(m) > maxNodeErrorLen {
+		m = strings.ToValidUTF8(m[:maxNodeErrorLen], "") + "…"
+	}
+	return m
 }
 
 // token reads the bearer token file at each send, so a rotated token is
@@ -236,18 +260,25 @@ func (s *Sender) export(ctx context.Context, rm *metricdata.ResourceMetrics, tok
 	if tooLarge {
 		a, b, ok := halve(rm)
 		if !ok {
-			return export.Permanent(fmt.Errorf("node %s: one data point is larger than the limit: %w", node, err))
+			return export.Permanent(fmt.Errorf("node %s: one data point is larger than the limit: %s", node, short(err)))
 		}
-		return errors.Join(s.export(ctx, a, token), s.export(ctx, b, token))
+		ea, eb := s.export(ctx, a, token), s.export(ctx, b, token)
+		switch {
+		case ea == nil:
+			return eb
+		case eb == nil || !export.IsPermanent(ea):
+			return ea
+		}
+		return eb
 	}
 	switch {
 	case c.status >= 200 && c.status < 300:
 		// A partial success: the receiver kept the rest and said so.
-		return export.Permanent(fmt.Errorf("node %s: %w", node, err))
+		return export.Permanent(fmt.Errorf("node %s: %s", node, short(err)))
 	case c.status >= 400 && c.status < 500 && c.status != http.StatusTooManyRequests:
-		return export.Permanent(fmt.Errorf("node %s: HTTP %d: %w", node, c.status, err))
+		return export.Permanent(fmt.Errorf("node %s: HTTP %d: %s", node, c.status, short(err)))
 	}
-	return fmt.Errorf("node %s: %w", node, err)
+	return fmt.Errorf("node %s: %s", node, short(err))
 }
 
 func nodeOf(rm *metricdata.ResourceMetrics) string {
