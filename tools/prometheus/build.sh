@@ -13,7 +13,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 GO="${GO:-go}"
 key="$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-16)"
 version="$(awk '$1 == "github.com/prometheus/prometheus" { print $2 }' "$here/go.mod")"
-dir="${NBS_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nbs-tools}/prometheus-$version-$key"
+dir="${NBS_TOOLS_CACHE:-${XDG_CACHE_HOME:-${HOME:-/var/tmp}/.cache}/nbs-tools}/prometheus-$version-$key"
 bin="$dir/prometheus"
 if [ ! -x "$bin" ]; then
   echo "prometheus: building $version from its Go module into $dir (one-time, minutes)" >&2
