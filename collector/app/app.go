@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/nbs-project/nbs/collector/export"
+	"github.com/nbs-project/nbs/collector/export/otlp"
 	"github.com/nbs-project/nbs/collector/export/push"
 	"log/slog"
 	"net"
@@ -273,9 +274,8 @@ func (c *Collector) wire(ctx context.Context, st *store.Store, reads *store.Read
 		if err != nil {
 			return p, err
 		}
-		// The otlp type joins here once collector/export/otlp lands:
-		// senders["otlp"] = otlp.New
 		senders := push.DefaultSenders()
+		senders["otlp"] = otlp.New
 		if p.pusher, err = push.New(st.Pool(), p.exporter, c.cfg.Push, rs, senders, c.metrics.Registry, c.log.With("part", "push")); err != nil {
 			return p, err
 		}
