@@ -23,6 +23,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/promfamily"
@@ -123,6 +124,9 @@ type series struct {
 	value  float64
 	depth  int
 	path   string
+	// created is a counter's start (its row's born): the same from every
+	// collector, so an OTLP backend sees one start, not a reset a failover.
+	created time.Time
 }
 
 // Gather builds the export of what scope sees.
@@ -176,6 +180,9 @@ func (e *Exporter) Gather(ctx context.Context, scope store.Scope) (Snapshot, err
 			switch {
 			case m.Kind == store.KindRate:
 				s.value = counterValue(m.Counter, exp.Now, e.cfg.CounterHold)
+				if m.Counter != nil {
+					s.created = m.Counter.Born
+				}
 			case !m.HasLatest || m.Latest.NoValue:
 				continue
 			default:
@@ -279,13 +286,16 @@ func (b *builder) add(base []*dto.LabelPair, s series, exempt bool) {
 		key := s.fam.Name + "\x00" + base[0].GetValue()
 		if m := b.overflow[key]; m != nil {
 			m.Counter.Value = proto.Float64(m.Counter.GetValue() + s.value)
+			if c := m.Counter.GetCreatedTimestamp(); !s.created.IsZero() && (c == nil || s.created.Before(c.AsTime())) {
+				m.Counter.CreatedTimestamp = timestamppb.New(s.created)
+			}
 			return
 		}
 		vals := make([]string, len(s.fam.Labels))
 		for i := range vals {
 			vals[i] = OverflowValue
 		}
-		m := b.metric(base, s.fam, vals, s.value)
+		m := b.metric(base, s.fam, vals, s.value, s.created)
 		b.overflow[key] = m
 		mf.Metric = append(mf.Metric, m)
 		b.series++
@@ -295,14 +305,14 @@ func (b *builder) add(base []*dto.LabelPair, s series, exempt bool) {
 		b.node++
 		b.perFam[s.fam.Name]++
 	}
-	mf.Metric = append(mf.Metric, b.metric(base, s.fam, s.values, s.value))
+	mf.Metric = append(mf.Metric, b.metric(base, s.fam, s.values, s.value, s.created))
 	b.series++
 }
 
 // metric is one series: base (the node's labels, in name order, shared by
 // its series) merged with the family's labels, in name order as remote
 // write wants them, without sorting each series' labels again.
-func (b *builder) metric(base []*dto.LabelPair, f *promfamily.Family, values []string, v float64) *dto.Metric {
+func (b *builder) metric(base []*dto.LabelPair, f *promfamily.Family, values []string, v float64, created time.Time) *dto.Metric {
 	labels := make([]*dto.LabelPair, 0, len(base)+len(values))
 	order := b.sortedLabels(f)
 	bi := 0
@@ -321,6 +331,9 @@ func (b *builder) metric(base []*dto.LabelPair, f *promfamily.Family, values []s
 	m := &dto.Metric{Label: labels}
 	if f.Type == promfamily.Counter {
 		m.Counter = &dto.Counter{Value: proto.Float64(v)}
+		if !created.IsZero() {
+			m.Counter.CreatedTimestamp = timestamppb.New(created)
+		}
 	} else {
 		m.Gauge = &dto.Gauge{Value: proto.Float64(v)}
 	}
