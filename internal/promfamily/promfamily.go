@@ -75,6 +75,7 @@ const (
 // labels) to a family.
 type rule struct {
 	pattern string
+	segs    []string // pattern split at "/", once
 	family  *Family
 	idx     []int // for each capture, its index in family.Labels
 	kind    Kind
@@ -112,7 +113,7 @@ func New() *Rules {
 				panic("promfamily: rule " + pattern + " fills label " + l + ", which " + f.Name + " does not have")
 			}
 		}
-		r.rules = append(r.rules, rule{pattern: pattern, family: f, idx: idx, kind: kind})
+		r.rules = append(r.rules, rule{pattern: pattern, segs: strings.Split(pattern, "/"), family: f, idx: idx, kind: kind})
 	}
 
 	resets := fam("nbs_tcp_resets_total", "TCP resets sent and received (tree: tcp_reset); the node's total has no direction, a direction's total no reason.", Counter, 0, "direction", "reason")
@@ -253,7 +254,7 @@ func (r *Rules) Lookup(path string, kind Kind, unit string, quantile float64) Ma
 	segs := strings.Split(path, "/")
 	for i := range r.rules {
 		ru := &r.rules[i]
-		caps, ok := matchPattern(ru.pattern, segs)
+		caps, ok := matchPattern(ru.segs, segs)
 		if !ok {
 			continue
 		}
@@ -294,10 +295,14 @@ func scaleOf(s float64) float64 {
 	return s
 }
 
-func matchPattern(pattern string, segs []string) ([]string, bool) {
-	ps := strings.Split(pattern, "/")
+func matchPattern(ps, segs []string) ([]string, bool) {
 	if len(ps) != len(segs) {
 		return nil, false
+	}
+	for i, p := range ps {
+		if p != "*" && p != segs[i] {
+			return nil, false
+		}
 	}
 	var caps []string
 	for i, p := range ps {
