@@ -16,14 +16,16 @@
 //    the node's tenant & labels editor (a move to another tenant reviewed
 //    with its history split, then cancelled) → a token created (its secret
 //    shown once) and revoked → a tenant bootstrap token created (shown once,
-//    with the agent's flag) and revoked.
+//    with the agent's flag) and revoked. Before the tokens: the export page
+//    after a scrape of /api/v1/export/metrics (its series as the page shows
+//    them, the scrape config), at 1400 and 390 px.
 // 2. An operator (NBS_OPERATOR_TOKEN): edits a threshold, then finds that
 //    change (metric and new value) in the audit log, and removes it again;
 //    the tenant & labels editor is not offered.
 // 3. A customer (NBS_CUSTOMER_TOKEN, e.g. of customer=acme): the fleet shows
 //    exactly its nodes, nothing anywhere can be edited (no threshold editor
 //    button, no live mode, no tenant & labels editor or agent claims, no
-//    alert rules, audit log or tokens), and another
+//    alert rules, audit log, export page or tokens), and another
 //    customer's node is "not known", exactly like a node that does not exist.
 // 4. A report (NBS_REPORT_TOKEN, default NBS_CUSTOMER_TOKEN; skipped when the
 //    collector has no /api/v1/report-definitions): the customer opens Reports
@@ -959,6 +961,8 @@ async function adminScenario() {
     check(!bound, 'labels were sent without being confirmed');
   }
 
+  if (await apiExists('/api/v1/export/status')) await exportPage();
+
   if (env.NBS_TOKEN) {
     step('tokens: an admin creates one, sees its secret once, and revokes it');
     await setTheme('light');
@@ -1020,6 +1024,41 @@ async function adminScenario() {
     }
     await logout();
   }
+}
+
+// The export page (staff): Prometheus scrapes the collector once, and the
+// page shows that scrape's series (as many as the scrape held), the empty
+// receivers, the scrape URL and config for this collector; at 1400 and 390
+// px with axe, nothing wider than the window.
+async function exportPage() {
+  step("the export page: a Prometheus scrape, then its series on the page, no receivers, the scrape config");
+  const t0 = Date.now();
+  const scraped = await page.request.get(base + '/api/v1/export/metrics');
+  check(scraped.status() === 200, `GET /api/v1/export/metrics answered ${scraped.status()}`);
+  // Counters and gauges: one line per series.
+  const series = (await scraped.text()).split('\n').filter((l) => l && !l.startsWith('#')).length;
+  check(series > 0, 'the scrape held no series');
+  const scrapeMs = Date.now() - t0;
+  await page.goto(base + '/');
+  await page.getByRole('link', { name: 'Export', exact: true }).click();
+  await page.waitForURL((u) => u.pathname === '/export');
+  const scrapeRow = page.locator('.export-table tr[data-kind="scrape"]');
+  await scrapeRow.waitFor();
+  const shown = Number((await scrapeRow.locator('[data-series]').innerText()).replaceAll(',', ''));
+  check(shown === series, `the page says the newest scrape had ${shown} series; the scrape held ${series}`);
+  check((await page.locator('.export-no-receivers').innerText()).includes('--export.receivers-file'), 'no empty state for the push receivers');
+  const url = (await page.locator('[data-scrape-url]').innerText()).trim();
+  check(url === `${base}/api/v1/export/metrics`, `the scrape URL reads ${url}`);
+  const config = await page.locator('.export-config').innerText();
+  check(config.includes(`targets: ['${new URL(base).host}']`) && config.includes('metrics_path: /api/v1/export/metrics'), `the scrape config does not point at this collector:\n${config}`);
+  await atWidths('export', async (width) => {
+    await page.screenshot({ path: join(artifacts, `export-${width}.png`), fullPage: true });
+    const wide = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    check(wide <= 0, `the export page at ${width} px scrolls sideways by ${wide} px`);
+    const cut = await clippedTable('.export-table');
+    check(cut.length === 0, `the exports table at ${width} px is cut: ${cut.join('; ')}`);
+  });
+  console.log(`  export: the scrape held ${series} series (${scrapeMs} ms); the page and its checks took ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 }
 
 // Scenario 2: an operator changes a threshold, and the audit log shows who
@@ -1097,7 +1136,7 @@ async function customerScenario() {
   check(counted === customerNodes.length, `the state counts add up to ${counted} nodes, want ${customerNodes.length}`);
 
   step('nothing can be edited, and the staff pages are not offered');
-  for (const name of ['Audit log', 'Tokens', 'Alert rules']) check((await page.getByRole('link', { name, exact: true }).count()) === 0, `a customer is offered "${name}"`);
+  for (const name of ['Audit log', 'Export', 'Tokens', 'Alert rules']) check((await page.getByRole('link', { name, exact: true }).count()) === 0, `a customer is offered "${name}"`);
   const alerts = page.locator('details.alerts');
   if (await alerts.count()) {
     await alerts.locator('summary').click();
@@ -1133,7 +1172,7 @@ async function customerScenario() {
     const alertNodes = await page.locator('tr[data-node]').evaluateAll((rs) => rs.map((r) => r.dataset.node));
     for (const n of alertNodes) check(!n || customerNodes.includes(n), `the alerts page lists an alert of ${n}`);
   }
-  for (const path of ['/alerts/rules', '/audit', '/tokens']) {
+  for (const path of ['/alerts/rules', '/audit', '/export', '/tokens']) {
     await page.goto(base + path);
     await page.getByRole('heading', { name: 'Not found' }).waitFor();
   }
