@@ -69,17 +69,20 @@ export function scrapeConfig(origin: string, counterHoldSeconds: number): string
   const u = new URL(origin);
   const scheme = u.protocol.replace(/:$/, '');
   const interval = scrapeInterval(counterHoldSeconds);
-  const hold = counterHoldSeconds > 0 ? `shorter than the counter hold (${formatWindow(counterHoldSeconds)})` : 'any';
+  const hold = counterHoldSeconds > 0 ? `# shorter than the counter hold (${formatWindow(counterHoldSeconds)})` : '# any: the counter hold is off';
+  // Short lines: the snippet is read on a phone too.
   return [
     'scrape_configs:',
     '  - job_name: nbs',
-    `    scrape_interval: ${interval}s  # ${hold}`,
+    `    ${hold}`,
+    `    scrape_interval: ${interval}s`,
     `    scheme: ${scheme}`,
     `    metrics_path: ${EXPORT_METRICS_PATH}`,
     '    authorization:',
     '      type: Bearer',
-    "      # A viewer's token scrapes every node; a customer's only its tenant's.",
-    '      credentials: <NBS token>  # or credentials_file: /etc/prometheus/nbs-token',
+    '      # staff: every node; customer: its tenant',
+    '      credentials: <NBS token>',
+    '      # or credentials_file: <path>',
     '    static_configs:',
     `      - targets: ['${u.host}']`,
     '',

@@ -55,7 +55,9 @@ function KindRow({ k, now }: { k: ExportKindStatus; now: number }) {
         {k.kind === 'scrape' ? <div class="muted small">GET {EXPORT_METRICS_PATH}</div> : <div class="muted small">push</div>}
       </th>
       <td data-label="Newest">
-        <At iso={k.at} now={now} />
+        <div>
+          <At iso={k.at} now={now} />
+        </div>
       </td>
       <td class="num" data-label="Nodes">
         {formatCount(k.nodes)}
@@ -64,8 +66,10 @@ function KindRow({ k, now }: { k: ExportKindStatus; now: number }) {
         {formatCount(k.series)}
       </td>
       <td data-label="Overflowed" data-overflowed={k.overflowed}>
-        {k.overflowed > 0 ? <span class="badge badge-sm st-warn">{formatCount(k.overflowed)} over a cap</span> : <span>none</span>}
-        {k.overflowed_total > 0 && <div class="muted small">{formatCount(k.overflowed_total)} since start</div>}
+        <div>
+          {k.overflowed > 0 ? <span class="badge badge-sm st-warn">{formatCount(k.overflowed)} over a cap</span> : <span>none</span>}
+          {k.overflowed_total > 0 && <div class="muted small">{formatCount(k.overflowed_total)} since start</div>}
+        </div>
       </td>
       <td class="num" data-label="Took">
         {formatNumber(k.took_ms)} ms
@@ -148,24 +152,32 @@ function ReceiverRow({ r, now }: { r: ExportReceiverStatus; now: number }) {
     <tr data-receiver={r.name} data-health={h.state} class={`receiver-${h.state}`}>
       <th scope="row" data-label="Receiver">
         <strong>{r.name}</strong> <span class="tag">{r.type === 'otlp' ? 'OTLP' : 'remote write'}</span>
-        <div class="muted small mono wrap-long">{r.url}</div>
+        <div class="muted small mono break">{r.url}</div>
       </th>
-      <td data-label="State">
-        <HealthCell h={h} r={r} now={now} />
+      <td class="receiver-state" data-label="State">
+        <div>
+          <HealthCell h={h} r={r} now={now} />
+        </div>
       </td>
       <td data-label="Queue">
-        {formatValue(r.queue_bytes, 'bytes')}
-        <div class="muted small">{r.queue_oldest ? `oldest ${formatAgo(r.queue_oldest, now)}` : 'empty'}</div>
+        <div>
+          <span class="nowrap">{formatValue(r.queue_bytes, 'bytes')}</span>
+          <div class="muted small">{r.queue_oldest ? `oldest ${formatAgo(r.queue_oldest, now)}` : 'empty'}</div>
+        </div>
       </td>
       <td data-label="Last success">
-        <At iso={r.last_success} now={now} never="never" />
+        <div>
+          <At iso={r.last_success} now={now} never="never" />
+        </div>
       </td>
       <td class="num" data-label="Samples">
-        {formatCount(r.samples_sent)} sent
-        <div class={r.samples_dropped > 0 ? 'field-error small' : 'muted small'}>{formatCount(r.samples_dropped)} dropped</div>
+        <div>
+          <span class="nowrap">{formatCount(r.samples_sent)} sent</span>
+          <div class={r.samples_dropped > 0 ? 'field-error small' : 'muted small'}>{formatCount(r.samples_dropped)} dropped</div>
+        </div>
       </td>
       <td class="wrap-long" data-label="Last error">
-        {r.last_error ? <span class="field-error export-error">{r.last_error}</span> : <span class="muted">—</span>}
+        {r.last_error ? <span class="field-error export-error break">{r.last_error}</span> : <span class="muted">—</span>}
       </td>
     </tr>
   );
