@@ -59,7 +59,7 @@ function KindRow({ k, now }: { k: ExportKindStatus; now: number }) {
           <At iso={k.at} now={now} />
         </div>
       </td>
-      <td class="num" data-label="Nodes">
+      <td class="num" data-label="Nodes" data-nodes>
         {formatCount(k.nodes)}
       </td>
       <td class="num" data-label="Series" data-series>
