@@ -80,7 +80,7 @@ export function scrapeConfig(origin: string, counterHoldSeconds: number): string
     `    metrics_path: ${EXPORT_METRICS_PATH}`,
     '    authorization:',
     '      type: Bearer',
-    '      # staff: every node; customer: its tenant',
+    '      # staff: every node, customer: own',
     '      credentials: <NBS token>',
     '      # or credentials_file: <path>',
     '    static_configs:',

@@ -190,7 +190,7 @@ function Receivers({ st, now }: { st: ExportStatus; now: number }) {
       {st.receivers.length === 0 ? (
         <Empty>
           <p class="export-no-receivers">
-            No push receivers configured (<code>--export.receivers-file</code>).
+            No push receivers configured (<code class="nowrap">--export.receivers-file</code>).
           </p>
         </Empty>
       ) : (

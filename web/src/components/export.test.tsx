@@ -248,7 +248,7 @@ describe('export logic', () => {
         '    metrics_path: /api/v1/export/metrics',
         '    authorization:',
         '      type: Bearer',
-        '      # staff: every node; customer: its tenant',
+        '      # staff: every node, customer: own',
         '      credentials: <NBS token>',
         '      # or credentials_file: <path>',
         '    static_configs:',
