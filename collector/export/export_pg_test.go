@@ -178,6 +178,16 @@ func TestExportCountersAndFamilies(t *testing.T) {
 			t.Errorf("%s%v = %v (found %v), want %v", c.name, c.labels, got, ok, c.want)
 		}
 	}
+	// Labels come in name order (remote write requires it).
+	for _, mf := range snap.Families {
+		for _, m := range mf.GetMetric() {
+			for i := 1; i < len(m.GetLabel()); i++ {
+				if m.GetLabel()[i-1].GetName() >= m.GetLabel()[i].GetName() {
+					t.Errorf("%s: labels out of order: %v", mf.GetName(), m.GetLabel())
+				}
+			}
+		}
+	}
 	if snap.Stats.Nodes != 2 || snap.Stats.Overflowed != 0 {
 		t.Errorf("stats %+v, want 2 nodes, nothing overflowed", snap.Stats)
 	}
