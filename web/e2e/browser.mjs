@@ -76,6 +76,8 @@
 //   NBS_ALERT_ROOT          its root
 //   NBS_ALERT_RECEIVER      a receiver expected in its delivery log, e.g. webhook
 //   NBS_SKIP_RULE_EDIT=1    leave alert rules alone
+//   NBS_EXPORT_FAILING_RECEIVER  a push receiver that cannot be reached: the export page must show it failing
+//                           (unset: the page must say no receivers are configured)
 //   NBS_TOKEN               an admin token for scenario 1 (unset: no sign-in, --auth.mode=none)
 //   NBS_OPERATOR_TOKEN      an operator token: runs scenario 2
 //   NBS_OPERATOR_NAME       optional: that token's name, expected as the audit entry's actor
@@ -1028,11 +1030,12 @@ async function adminScenario() {
 }
 
 // The export page (staff): Prometheus scrapes the collector once, and the
-// page shows that scrape's series (as many as the scrape held), the empty
-// receivers, the scrape URL and config for this collector; at 1400 and 390
-// px with axe, nothing wider than the window.
+// page shows that scrape's series (as many as the scrape held), the push
+// receivers (NBS_EXPORT_FAILING_RECEIVER failing, or none), the scrape URL
+// and config for this collector; at 1400 and 390 px with axe, nothing wider
+// than the window.
 async function exportPage() {
-  step("the export page: a Prometheus scrape, then its series on the page, no receivers, the scrape config");
+  step("the export page: a Prometheus scrape, then its series on the page, the push receivers, the scrape config");
   const t0 = Date.now();
   // Narrowed to lab-b's tenant (?match=): the same scrape whatever the
   // simulated fleet still holds in the export's window, and a cheap one.
@@ -1051,7 +1054,20 @@ async function exportPage() {
   check(shown === series, `the page says the newest scrape had ${shown} series; the scrape held ${series}`);
   const nodes = (await scrapeRow.locator('[data-nodes]').innerText()).trim();
   check(nodes === '1', `the page says the newest scrape (customer=acme: lab-b) had ${nodes} nodes, want 1`);
-  check((await page.locator('.export-no-receivers').innerText()).includes('--export.receivers-file'), 'no empty state for the push receivers');
+  const failingName = env.NBS_EXPORT_FAILING_RECEIVER;
+  if (failingName) {
+    // A receiver nothing listens for fails from its first push: the page
+    // (refreshed every 15 s) says so, with the error as the collector has it.
+    const rrow = page.locator(`.receivers-table tr[data-receiver="${failingName}"]`);
+    await page.waitForFunction((n) => document.querySelector(`.receivers-table tr[data-receiver="${n}"]`)?.dataset.health === 'failing', failingName, { timeout: 40_000 });
+    const failing = (await rrow.locator('.export-failing').innerText()).trim();
+    check(/^Failing: nothing delivered yet/.test(failing), `the failing receiver says: ${failing}`);
+    const shownErr = (await rrow.locator('.export-error').innerText()).trim();
+    check(/connection refused/.test(shownErr), `the failing receiver's error reads: ${shownErr}`);
+    console.log(`  export: ${failingName}: ${failing} · ${shownErr}`);
+  } else {
+    check((await page.locator('.export-no-receivers').innerText()).includes('--export.receivers-file'), 'no empty state for the push receivers');
+  }
   const url = (await page.locator('[data-scrape-url]').innerText()).trim();
   check(url === `${base}/api/v1/export/metrics`, `the scrape URL reads ${url}`);
   const config = await page.locator('.export-config').innerText();
@@ -1060,8 +1076,10 @@ async function exportPage() {
     await page.screenshot({ path: join(artifacts, `export-${width}.png`), fullPage: true });
     const wide = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
     check(wide <= 0, `the export page at ${width} px scrolls sideways by ${wide} px`);
-    const cut = await clippedTable('.export-table');
-    check(cut.length === 0, `the exports table at ${width} px is cut: ${cut.join('; ')}`);
+    for (const table of ['.export-table', ...(failingName ? ['.receivers-table'] : [])]) {
+      const cut = await clippedTable(table);
+      check(cut.length === 0, `${table} at ${width} px is cut: ${cut.join('; ')}`);
+    }
   });
   console.log(`  export: the scrape held ${series} series (${scrapeMs} ms); the page and its checks took ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 }
