@@ -16,14 +16,17 @@
 //    the node's tenant & labels editor (a move to another tenant reviewed
 //    with its history split, then cancelled) → a token created (its secret
 //    shown once) and revoked → a tenant bootstrap token created (shown once,
-//    with the agent's flag) and revoked.
+//    with the agent's flag) and revoked. Before the tokens: the export page
+//    after a scrape of /api/v1/export/metrics?match=customer=acme (its series
+//    and its one node as the page shows them, the scrape config), at 1400
+//    and 390 px.
 // 2. An operator (NBS_OPERATOR_TOKEN): edits a threshold, then finds that
 //    change (metric and new value) in the audit log, and removes it again;
 //    the tenant & labels editor is not offered.
 // 3. A customer (NBS_CUSTOMER_TOKEN, e.g. of customer=acme): the fleet shows
 //    exactly its nodes, nothing anywhere can be edited (no threshold editor
 //    button, no live mode, no tenant & labels editor or agent claims, no
-//    alert rules, audit log or tokens), and another
+//    alert rules, audit log, export page or tokens), and another
 //    customer's node is "not known", exactly like a node that does not exist.
 // 4. A report (NBS_REPORT_TOKEN, default NBS_CUSTOMER_TOKEN; skipped when the
 //    collector has no /api/v1/report-definitions): the customer opens Reports
@@ -73,6 +76,8 @@
 //   NBS_ALERT_ROOT          its root
 //   NBS_ALERT_RECEIVER      a receiver expected in its delivery log, e.g. webhook
 //   NBS_SKIP_RULE_EDIT=1    leave alert rules alone
+//   NBS_EXPORT_FAILING_RECEIVER  a push receiver that cannot be reached: the export page must show it failing
+//                           (unset: the page must say no receivers are configured)
 //   NBS_TOKEN               an admin token for scenario 1 (unset: no sign-in, --auth.mode=none)
 //   NBS_OPERATOR_TOKEN      an operator token: runs scenario 2
 //   NBS_OPERATOR_NAME       optional: that token's name, expected as the audit entry's actor
@@ -959,6 +964,8 @@ async function adminScenario() {
     check(!bound, 'labels were sent without being confirmed');
   }
 
+  if (await apiExists('/api/v1/export/status')) await exportPage();
+
   if (env.NBS_TOKEN) {
     step('tokens: an admin creates one, sees its secret once, and revokes it');
     await setTheme('light');
@@ -1020,6 +1027,61 @@ async function adminScenario() {
     }
     await logout();
   }
+}
+
+// The export page (staff): Prometheus scrapes the collector once, and the
+// page shows that scrape's series (as many as the scrape held), the push
+// receivers (NBS_EXPORT_FAILING_RECEIVER failing, or none), the scrape URL
+// and config for this collector; at 1400 and 390 px with axe, nothing wider
+// than the window.
+async function exportPage() {
+  step("the export page: a Prometheus scrape, then its series on the page, the push receivers, the scrape config");
+  const t0 = Date.now();
+  // Narrowed to lab-b's tenant (?match=): the same scrape whatever the
+  // simulated fleet still holds in the export's window, and a cheap one.
+  const scraped = await page.request.get(base + '/api/v1/export/metrics?match=customer%3Dacme');
+  check(scraped.status() === 200, `GET /api/v1/export/metrics?match=customer=acme answered ${scraped.status()}`);
+  // Counters and gauges: one line per series.
+  const series = (await scraped.text()).split('\n').filter((l) => l && !l.startsWith('#')).length;
+  check(series > 0, 'the scrape held no series');
+  const scrapeMs = Date.now() - t0;
+  await page.goto(base + '/');
+  await page.getByRole('link', { name: 'Export', exact: true }).click();
+  await page.waitForURL((u) => u.pathname === '/export');
+  const scrapeRow = page.locator('.export-table tr[data-kind="scrape"]');
+  await scrapeRow.waitFor();
+  const shown = Number((await scrapeRow.locator('[data-series]').innerText()).replaceAll(',', ''));
+  check(shown === series, `the page says the newest scrape had ${shown} series; the scrape held ${series}`);
+  const nodes = (await scrapeRow.locator('[data-nodes]').innerText()).trim();
+  check(nodes === '1', `the page says the newest scrape (customer=acme: lab-b) had ${nodes} nodes, want 1`);
+  const failingName = env.NBS_EXPORT_FAILING_RECEIVER;
+  if (failingName) {
+    // A receiver nothing listens for fails from its first push: the page
+    // (refreshed every 15 s) says so, with the error as the collector has it.
+    const rrow = page.locator(`.receivers-table tr[data-receiver="${failingName}"]`);
+    await page.waitForFunction((n) => document.querySelector(`.receivers-table tr[data-receiver="${n}"]`)?.dataset.health === 'failing', failingName, { timeout: 40_000 });
+    const failing = (await rrow.locator('.export-failing').innerText()).trim();
+    check(/^Failing: nothing delivered yet/.test(failing), `the failing receiver says: ${failing}`);
+    const shownErr = (await rrow.locator('.export-error').innerText()).trim();
+    check(/connection refused/.test(shownErr), `the failing receiver's error reads: ${shownErr}`);
+    console.log(`  export: ${failingName}: ${failing} · ${shownErr}`);
+  } else {
+    check((await page.locator('.export-no-receivers').innerText()).includes('--export.receivers-file'), 'no empty state for the push receivers');
+  }
+  const url = (await page.locator('[data-scrape-url]').innerText()).trim();
+  check(url === `${base}/api/v1/export/metrics`, `the scrape URL reads ${url}`);
+  const config = await page.locator('.export-config').innerText();
+  check(config.includes(`targets: ['${new URL(base).host}']`) && config.includes('metrics_path: /api/v1/export/metrics'), `the scrape config does not point at this collector:\n${config}`);
+  await atWidths('export', async (width) => {
+    await page.screenshot({ path: join(artifacts, `export-${width}.png`), fullPage: true });
+    const wide = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    check(wide <= 0, `the export page at ${width} px scrolls sideways by ${wide} px`);
+    for (const table of ['.export-table', ...(failingName ? ['.receivers-table'] : [])]) {
+      const cut = await clippedTable(table);
+      check(cut.length === 0, `${table} at ${width} px is cut: ${cut.join('; ')}`);
+    }
+  });
+  console.log(`  export: the scrape held ${series} series (${scrapeMs} ms); the page and its checks took ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 }
 
 // Scenario 2: an operator changes a threshold, and the audit log shows who
@@ -1097,7 +1159,7 @@ async function customerScenario() {
   check(counted === customerNodes.length, `the state counts add up to ${counted} nodes, want ${customerNodes.length}`);
 
   step('nothing can be edited, and the staff pages are not offered');
-  for (const name of ['Audit log', 'Tokens', 'Alert rules']) check((await page.getByRole('link', { name, exact: true }).count()) === 0, `a customer is offered "${name}"`);
+  for (const name of ['Audit log', 'Export', 'Tokens', 'Alert rules']) check((await page.getByRole('link', { name, exact: true }).count()) === 0, `a customer is offered "${name}"`);
   const alerts = page.locator('details.alerts');
   if (await alerts.count()) {
     await alerts.locator('summary').click();
@@ -1133,7 +1195,7 @@ async function customerScenario() {
     const alertNodes = await page.locator('tr[data-node]').evaluateAll((rs) => rs.map((r) => r.dataset.node));
     for (const n of alertNodes) check(!n || customerNodes.includes(n), `the alerts page lists an alert of ${n}`);
   }
-  for (const path of ['/alerts/rules', '/audit', '/tokens']) {
+  for (const path of ['/alerts/rules', '/audit', '/export', '/tokens']) {
     await page.goto(base + path);
     await page.getByRole('heading', { name: 'Not found' }).waitFor();
   }

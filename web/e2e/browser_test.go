@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -86,7 +87,7 @@ func TestBrowser(t *testing.T) {
 	// real deliveries to show.
 	hook := startWebhook(t)
 	dbURL := pgcluster.Database(t)
-	httpAddr, grpcAddr, adminToken := startCollector(t, dbURL, hook.config(t))
+	httpAddr, grpcAddr, adminToken := startCollector(t, dbURL, hook.config(t), withDeadReceiver(t))
 	// lab-b's customer pings its gateway (lab A's address: the mesh does not
 	// cross customers), so its report has a ping target to chart.
 	startAgent(t, "lab-b", lab.B, grpcAddr, agentapp.Labels{"customer": "acme", "rack": "r1"}, "gateway="+lab.IPA.String())
@@ -162,6 +163,7 @@ func TestBrowser(t *testing.T) {
 		"NBS_REPORT_INCIDENT_NODE=lab-b",
 		"NBS_ARTIFACTS="+artifacts,
 		"NBS_CHROMIUM="+chromium,
+		"NBS_EXPORT_FAILING_RECEIVER="+deadReceiver,
 	)
 	out := &lineLogger{t: t}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -287,13 +289,36 @@ func resetLoop(ctx context.Context, t *testing.T, lab *netlab.Lab) {
 
 // startCollector runs a collector with access on, as make run does: it
 // writes a fresh admin token to a file, which is returned.
-func startCollector(t *testing.T, dbURL string, alerts alert.Config) (httpAddr, grpcAddr, adminToken string) {
+// deadReceiver is the push receiver of the browser test's collector: a
+// remote write endpoint nothing listens on, so the export page has a real
+// failing receiver to show (its error verbatim, "failing" since no push got
+// through). Its match keeps each snapshot to lab-b.
+const deadReceiver = "e2e-unreachable"
+
+// withDeadReceiver configures deadReceiver on a closed port of this host.
+func withDeadReceiver(t *testing.T) func(*collectorapp.Config) {
+	return func(cfg *collectorapp.Config) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close() // closed: every push is refused at once
+		cfg.Push.QueueDir = t.TempDir()
+		cfg.Push.Receivers = []string{fmt.Sprintf(`{name: %s, url: "http://%s/api/v1/write", match: "customer=acme"}`, deadReceiver, addr)}
+	}
+}
+
+func startCollector(t *testing.T, dbURL string, alerts alert.Config, opts ...func(*collectorapp.Config)) (httpAddr, grpcAddr, adminToken string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	tokenFile := filepath.Join(t.TempDir(), "admin-token")
 	cfg := collectorapp.DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DBURL, cfg.Alert = "127.0.0.1:0", "127.0.0.1:0", dbURL, alerts
 	cfg.Access.BootstrapAdminFile = tokenFile
+	for _, o := range opts {
+		o(&cfg)
+	}
 	c := collectorapp.New(cfg, logger(t, "collector"))
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()

@@ -48,6 +48,10 @@ export type NodeIdentity = Schemas['NodeIdentity'];
 export type NodeLabels = Schemas['NodeLabels'];
 export type BootstrapToken = Schemas['BootstrapToken'];
 export type NewBootstrapToken = Schemas['NewBootstrapToken'];
+/** GET /export/status: the Prometheus export's settings, its newest exports on this collector, the push receivers. */
+export type ExportStatus = Schemas['ExportStatus'];
+export type ExportKindStatus = Schemas['ExportKindStatus'];
+export type ExportReceiverStatus = Schemas['ExportReceiverStatus'];
 export type CreateBootstrapTokenRequest = operations['createBootstrapToken']['requestBody']['content']['application/json'];
 type ErrorBody = Schemas['ErrorBody'];
 
@@ -244,6 +248,17 @@ export const api = {
     request<Partial<BootstrapTokens>>('GET', '/api/v1/node-bootstrap-tokens', undefined, signal).then((r) => r.bootstrap_tokens ?? []),
   createBootstrapToken: (t: CreateBootstrapTokenRequest) => request<NewBootstrapToken>('POST', '/api/v1/node-bootstrap-tokens', t),
   revokeBootstrapToken: (name: string) => request<void>('DELETE', `/api/v1/node-bootstrap-tokens/${enc(name)}`),
+
+  // The Prometheus export (staff): a customer gets 404, as for every staff route.
+  exportStatus: (signal?: AbortSignal) =>
+    request<Partial<ExportStatus>>('GET', '/api/v1/export/status', undefined, signal).then((r) => ({
+      window_seconds: r.window_seconds ?? 0,
+      counter_hold_seconds: r.counter_hold_seconds ?? 0,
+      max_series_per_node: r.max_series_per_node ?? 0,
+      max_series_per_family: r.max_series_per_family ?? 0,
+      exports: r.exports ?? [],
+      receivers: r.receivers ?? [],
+    })),
 
   // Reports (issue 10). The URL carries the query (report.ts builds it), so
   // the same link serves the page, the JSON and the CSV downloads.

@@ -6,6 +6,7 @@ import { type Session, NO_AUTH, SessionContext, loginHref, safeNext, sessionFor 
 import { AlertRulesPage } from './components/AlertRules';
 import { AlertDetailPage, AlertsPage } from './components/Alerts';
 import { AuditPage } from './components/Audit';
+import { ExportPage } from './components/Export';
 import { FleetPage } from './components/Fleet';
 import { LoginPage } from './components/Login';
 import { NodePage } from './components/NodePage';
@@ -179,6 +180,14 @@ function Page({ route, pathname, session }: { route: ReturnType<typeof parseRout
       return (
         <Shell crumbs={<Crumbs trail={[]} current="Audit log" />}>
           <AuditPage params={route.params} />
+        </Shell>
+      );
+    case 'export':
+      // Staff only: to a customer, as to the collector, the export's status does not exist.
+      if (!can.readExport) return <NotFound pathname={pathname} />;
+      return (
+        <Shell crumbs={<Crumbs trail={[]} current="Export" />}>
+          <ExportPage />
         </Shell>
       );
     case 'reports':

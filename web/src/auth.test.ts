@@ -11,9 +11,9 @@ describe('roles', () => {
   // What each role is offered; the collector's role.go decides the same on every route.
   const table: [string, string[]][] = [
     ['customer', []],
-    ['viewer', ['readOverrides', 'readRules', 'readAudit']],
-    ['operator', ['readOverrides', 'readRules', 'readAudit', 'editThresholds', 'editRules', 'actOnAlerts', 'expand', 'readClaims']],
-    ['admin', ['readOverrides', 'readRules', 'readAudit', 'editThresholds', 'editRules', 'actOnAlerts', 'expand', 'readClaims', 'manageTokens', 'manageNodes', 'bindLabels']],
+    ['viewer', ['readOverrides', 'readRules', 'readAudit', 'readExport']],
+    ['operator', ['readOverrides', 'readRules', 'readAudit', 'readExport', 'editThresholds', 'editRules', 'actOnAlerts', 'expand', 'readClaims']],
+    ['admin', ['readOverrides', 'readRules', 'readAudit', 'readExport', 'editThresholds', 'editRules', 'actOnAlerts', 'expand', 'readClaims', 'manageTokens', 'manageNodes', 'bindLabels']],
     ['superuser', []],
     ['', []],
   ];

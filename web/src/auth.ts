@@ -22,6 +22,8 @@ export interface Can {
   readRules: boolean;
   /** The audit log page and links to it. */
   readAudit: boolean;
+  /** The export page (GET /export/status): staff only. */
+  readExport: boolean;
   /** The tokens page: list, create, revoke. */
   manageTokens: boolean;
   /** Delete a node with everything it reported (DELETE /nodes/{node}). */
@@ -40,6 +42,7 @@ const NOTHING: Can = {
   readOverrides: false,
   readRules: false,
   readAudit: false,
+  readExport: false,
   manageTokens: false,
   manageNodes: false,
   readClaims: false,
@@ -56,7 +59,7 @@ const NOTHING: Can = {
 export function capabilities(role: string | null | undefined): Can {
   switch (role) {
     case 'viewer':
-      return { ...NOTHING, readOverrides: true, readRules: true, readAudit: true };
+      return { ...NOTHING, readOverrides: true, readRules: true, readAudit: true, readExport: true };
     case 'operator':
       return { ...capabilities('viewer'), editThresholds: true, editRules: true, actOnAlerts: true, expand: true, readClaims: true };
     case 'admin':

@@ -7,6 +7,7 @@
 //   /audit                      the audit log ?kind=threshold&id=…&since=24h&limit=200
 //   /reports                    reports   ?selector=customer%3Dacme&period=7d|1d|30d|custom&from=&to=&targets=a,b
 //   /reports/{id}               a saved report definition, run for its period ending now
+//   /export                     the Prometheus export's health (staff): series, overflow, push receivers, the scrape config
 //   /tokens                     API tokens (admins) ?new=1 (the create form), ?new=bootstrap (a tenant bootstrap token), ?all=1, ?bootall=1 (dead ones too)
 //   /login                      sign in   ?next=/where/to/go  #token=nbs_… (a login link)
 // The collector serves index.html for any path that is not a file or /api.
@@ -20,6 +21,7 @@ export type Route =
   | { page: 'alertRules'; params: URLSearchParams }
   | { page: 'audit'; params: URLSearchParams }
   | { page: 'tokens'; params: URLSearchParams }
+  | { page: 'export'; params: URLSearchParams }
   | { page: 'reports'; params: URLSearchParams }
   | { page: 'report'; id: number; params: URLSearchParams }
   | { page: 'login'; params: URLSearchParams }
@@ -33,6 +35,7 @@ export function parseRoute(pathname: string, search: string): Route {
   if (path === '/alerts/rules') return { page: 'alertRules', params };
   if (path === '/audit') return { page: 'audit', params };
   if (path === '/tokens') return { page: 'tokens', params };
+  if (path === '/export') return { page: 'export', params };
   if (path === '/reports') return { page: 'reports', params };
   const r = /^\/reports\/([1-9][0-9]{0,15})$/.exec(path);
   if (r) return { page: 'report', id: Number(r[1]), params };
@@ -76,6 +79,7 @@ export const alertHref = (id: number | string) => `/alerts/${encodeURIComponent(
 export const alertRulesHref = (params?: URLSearchParams) => withQuery('/alerts/rules', params);
 export const auditHref = (params?: URLSearchParams) => withQuery('/audit', params);
 export const tokensHref = (params?: URLSearchParams) => withQuery('/tokens', params);
+export const exportHref = () => '/export';
 
 const EVENT = 'nbs:navigate';
 

@@ -4,7 +4,7 @@ import { api } from '../api';
 import { usePoll } from '../hooks';
 import { alertTreeHref, alertWhere, handled, severityState, sortOpen } from '../alerts';
 import { selectorText, useCan, useSession } from '../auth';
-import { alertHref, alertRulesHref, alertsHref, auditHref, fleetHref, linkClick, tokensHref } from '../route';
+import { alertHref, alertRulesHref, alertsHref, auditHref, exportHref, fleetHref, linkClick, tokensHref } from '../route';
 import { reportsHref } from '../report';
 import { StateDot } from './common';
 import { formatCount } from '../format';
@@ -156,6 +156,11 @@ function Account() {
           {can.readAudit && (
             <a href={auditHref()} onClick={linkClick}>
               Audit log
+            </a>
+          )}
+          {can.readExport && (
+            <a href={exportHref()} onClick={linkClick}>
+              Export
             </a>
           )}
           {can.manageTokens && (
