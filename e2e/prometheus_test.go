@@ -1,0 +1,274 @@
+package e2e
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	agentapp "github.com/nbs-project/nbs/agent/app"
+	collectorapp "github.com/nbs-project/nbs/collector/app"
+	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// testCounterHold is the export's counter hold in these tests: longer than
+// Prometheus's scrape interval (1s), so a new counter's first scrape is
+// its held-back value and its first increase is seen as one, as
+// --export.counter-hold (1m) does for a 15s or 30s scrape.
+const testCounterHold = 3 * time.Second
+
+// samplesOf is the raw samples Prometheus stored of the one series sel
+// selects over the last d, oldest first.
+func (p *promServer) samplesOf(sel string, d time.Duration) []promPoint {
+	p.tb.Helper()
+	out := p.query(fmt.Sprintf("%s[%dms]", sel, d.Milliseconds()), time.Time{})
+	switch len(out) {
+	case 0:
+		return nil
+	case 1:
+		return out[0].Values
+	}
+	p.tb.Fatalf("%s: %d series, want one: %+v", sel, len(out), out)
+	return nil
+}
+
+// firstSampleAt is the first sample of sel with value v over the last
+// minute; zero when there is none yet.
+func (p *promServer) firstSampleAt(sel string, v float64) promPoint {
+	for _, s := range p.samplesOf(sel, time.Minute) {
+		if s.V == v {
+			return s
+		}
+	}
+	return promPoint{}
+}
+
+// A real Prometheus scrapes the collector's export while two agents in a
+// namespace lab report real resets: the increase of
+// nbs_tcp_resets_total{reason="no_socket"} over a window equals the
+// kernel's count (nstat) and NBS's own API for the same window, exactly;
+// then every query of every Grafana dashboard answers with data from the
+// same Prometheus.
+func TestPrometheusScrapesALab(t *testing.T) {
+	lab := netlab.New(t)
+	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) { c.Export.CounterHold = testCounterHold })
+	for _, n := range []struct{ name, ns, addr string }{{"lab-a", lab.A, lab.IPA.String()}, {"lab-b", lab.B, lab.IPB.String()}} {
+		startAgent(t, n.name, n.ns, col.grpcAddr, func(c *agentapp.Config) {
+			c.Labels = agentapp.Labels{"customer": "acme"}
+			c.PingAddress, c.PingInterval = n.addr, 100*time.Millisecond
+		})
+	}
+	waitNode(t, col, "lab-a")
+	waitNode(t, col, "lab-b")
+	prom := startPrometheus(t, scrapeJob{name: "nbs", target: col.httpAddr, token: col.token})
+	prom.waitUp("nbs")
+
+	// A first burst makes the reason's counter: its first scrapes hold it
+	// at 0, then it is n1. That start is before the window, so what the
+	// window must count is the second burst alone.
+	const n1, n2 = 7, 20
+	const sel = `nbs_tcp_resets_total{node="lab-b",direction="sent",reason="no_socket"}`
+	lab.ResetNoSocket(t, n1)
+	var t0 promPoint
+	eventually(t, 30*time.Second, func() string {
+		if t0 = prom.firstSampleAt(sel, n1); t0.T.IsZero() {
+			return fmt.Sprintf("no sample %s = %d yet: %+v", sel, n1, prom.samplesOf(sel, time.Minute))
+		}
+		return ""
+	})
+	if held := prom.samplesOf(sel, time.Minute); held[0].V != 0 {
+		t.Errorf("the counter's first sample is %v: its first increase was not held back, so Prometheus cannot see it (samples %+v)", held[0].V, held)
+	}
+	b0 := lab.Nstat(t, lab.B)
+	lab.ResetNoSocket(t, n2)
+	b1 := lab.Nstat(t, lab.B)
+	kernel := float64(b1["TcpOutRsts"] - b0["TcpOutRsts"])
+	var t1 promPoint
+	eventually(t, 30*time.Second, func() string {
+		if t1 = prom.firstSampleAt(sel, n1+n2); t1.T.IsZero() {
+			return fmt.Sprintf("no sample %s = %d yet: %+v", sel, n1+n2, prom.samplesOf(sel, time.Minute))
+		}
+		return ""
+	})
+
+	// increase() extrapolates to the ends of its range unless a sample
+	// sits on each end: the range is [t0, t1] exactly (both ends are
+	// scrapes of the one target, so every node's series has a sample on
+	// both), evaluated at t1 — Prometheus 2's range includes its start.
+	w := t1.T.Sub(t0.T)
+	got, err := prom.scalar(fmt.Sprintf(`sum(increase(nbs_tcp_resets_total{reason="no_socket"}[%dms]))`, w.Milliseconds()), t1.T)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same from the raw counter at the two instants.
+	raw, err := prom.scalar(fmt.Sprintf(`sum(nbs_tcp_resets_total{reason="no_socket"}) - sum(nbs_tcp_resets_total{reason="no_socket"} offset %dms)`, w.Milliseconds()), t1.T)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// NBS's own API over the same window: the reports stored between the
+	// two scrapes (report times; the first burst's were stored, and so
+	// were older, before t0 was scraped).
+	var s seriesResp
+	if code := col.getJSON(t, fmt.Sprintf("/api/v1/nodes/lab-b/series?metric=tcp_reset/sent/no_socket&from=%d&to=%d", t0.T.UnixMilli(), t1.T.UnixMilli()), &s); code != http.StatusOK {
+		t.Fatalf("series: HTTP %d", code)
+	}
+	var api float64
+	for _, p := range s.Points {
+		if p.Count != nil {
+			api += *p.Count
+		}
+	}
+	t.Logf("window %s (%s to %s): Prometheus increase %v, raw difference %v, nstat TcpOutRsts %v, NBS API %v",
+		w, t0.T.Format(time.TimeOnly), t1.T.Format(time.TimeOnly), got, raw, kernel, api)
+	for what, v := range map[string]float64{"increase()": got, "the raw counters' difference": raw, "nstat TcpOutRsts of lab-b": kernel, "NBS's API": api} {
+		if v != n2 {
+			t.Errorf("%s over the window: %v, want the %d resets caused", what, v, n2)
+		}
+	}
+	// What a user writes, over a range the scrapes do not bound, is off
+	// by Prometheus's extrapolation only: never by a reset counted twice.
+	loose, err := prom.scalar(fmt.Sprintf(`sum(increase(nbs_tcp_resets_total{reason="no_socket"}[%dms]))`, w.Milliseconds()+500), t1.T.Add(250*time.Millisecond))
+	if err != nil || math.Abs(loose-n2) > n2*0.5 {
+		t.Errorf("increase over a window not on scrapes: %v (%v), want about %d", loose, err, n2)
+	}
+
+	t.Run("dashboards", func(t *testing.T) {
+		dashboardsAnswer(t, prom, map[string]string{"DS": "", "node": "lab-b", "tenant": "acme"}, 60*time.Second)
+	})
+}
+
+// A customer token's scrape holds its tenant's series only, a token that
+// is not one scrapes nothing (up 0), and ?match= narrows staff's scrape.
+func TestPrometheusScrapeScopes(t *testing.T) {
+	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
+	for i, n := range []struct{ name, tenant string }{{"acme-1", "acme"}, {"acme-2", "acme"}, {"globex-1", "globex"}, {"infra-1", ""}} {
+		a := &tenantAgent{t: t, addr: col.grpcAddr, name: n.name, ping: fmt.Sprintf("198.18.2.%d", i+1)}
+		if err := a.connect("", n.tenant); err != nil {
+			t.Fatalf("%s: %v", n.name, err)
+		}
+		a.resets(3+i, 4000)
+	}
+	acme := customerToken(t, col, "acme")
+	prom := startPrometheus(t,
+		scrapeJob{name: "staff", target: col.httpAddr, token: col.token},
+		scrapeJob{name: "staff-globex", target: col.httpAddr, token: col.token, match: "tenant=globex"},
+		scrapeJob{name: "acme", target: col.httpAddr, token: acme},
+		scrapeJob{name: "forged", target: col.httpAddr, token: "nbs_" + strings.Repeat("0", 40)},
+	)
+	for _, job := range []string{"staff", "staff-globex", "acme"} {
+		prom.waitUp(job)
+	}
+	nodesOf := func(job string) []string {
+		var out []string
+		for _, s := range prom.query(fmt.Sprintf(`count by (node, tenant) ({job=%q, __name__=~"nbs_.+"})`, job), time.Time{}) {
+			out = append(out, s.Metric["node"]+"@"+s.Metric["tenant"])
+		}
+		slices.Sort(out)
+		return out
+	}
+	for job, want := range map[string][]string{
+		"staff":        {"acme-1@acme", "acme-2@acme", "globex-1@globex", "infra-1@"},
+		"staff-globex": {"globex-1@globex"},
+		"acme":         {"acme-1@acme", "acme-2@acme"},
+	} {
+		if got := nodesOf(job); !slices.Equal(got, want) {
+			t.Errorf("job %s scrapes nodes %v, want %v", job, got, want)
+		}
+	}
+	// The customer's series are staff's, value for value.
+	diff := prom.query(`{job="acme", __name__=~"nbs_.+"} != ignoring(job) {job="staff", __name__=~"nbs_.+"}`, time.Time{})
+	if len(diff) > 0 {
+		t.Errorf("acme's series differ from staff's: %+v", diff)
+	}
+	if n := prom.query(`count({job="acme", __name__=~"nbs_.+"})`, time.Time{}); len(n) != 1 || n[0].Value.V < 4 {
+		t.Errorf("acme's scrape holds %+v series; want its nodes' info, last report, states and resets", n)
+	}
+	eventually(t, 10*time.Second, func() string {
+		up, err := prom.scalar(`up{job="forged"}`, time.Time{})
+		if err != nil || up != 0 {
+			return fmt.Sprintf("the forged token's scrape: up %v (%v), want 0", up, err)
+		}
+		if !strings.Contains(prom.targets(), "401") {
+			return "Prometheus does not show the forged token's scrape refused with 401: " + prom.targets()
+		}
+		return ""
+	})
+	if n := prom.query(`count({job="forged", __name__=~"nbs_.+"})`, time.Time{}); len(n) != 0 {
+		t.Errorf("a forged token scraped %+v", n)
+	}
+}
+
+// Owners come and go (pods churning): 1,000 cycles, each of which reports
+// resets of owners never seen before. What Prometheus scrapes stays within
+// the per-node cap all along (an overflow series takes the rest), and the
+// owners that stopped leave the scrape once the export window has passed.
+func TestPrometheusSeriesStayFlatUnderOwnerChurn(t *testing.T) {
+	const (
+		window  = 10 * time.Second
+		cap     = 40
+		cycles  = 1000
+		perStep = 3 // new owners a cycle
+	)
+	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) {
+		c.Export.Window, c.Export.CounterHold, c.Export.MaxSeriesPerNode = window, testCounterHold, cap
+	})
+	a := &tenantAgent{t: t, addr: col.grpcAddr, name: "churn-1", ping: "198.18.3.1"}
+	if err := a.connect("", ""); err != nil {
+		t.Fatal(err)
+	}
+	prom := startPrometheus(t, scrapeJob{name: "nbs", target: col.httpAddr, token: col.token})
+	prom.waitUp("nbs")
+	start := time.Now()
+	for c := range cycles {
+		a.seq++
+		r := report(a.seq, sample("tcp_reset", perStep), sample("tcp_reset/sent", perStep), sample("tcp_reset/sent/no_socket", perStep))
+		for j := range perStep {
+			id := fmt.Sprintf("tcp_reset/sent/no_socket/pod:shop~cart-%d-%d", c, j)
+			r.GetReport().NewMetrics = append(r.GetReport().NewMetrics, &nbsv1.MetricDefinition{Id: id, Title: "No socket in a pod", Unit: "resets/s", Kind: nbsv1.MetricKind_METRIC_KIND_RATE})
+			r.GetReport().Samples = append(r.GetReport().Samples, sample(id, 1))
+		}
+		a.sendAcked(r)
+	}
+	churn := time.Since(start)
+	// Every scrape of the churn, counted by Prometheus itself.
+	ran := time.Since(start) + 2*time.Second
+	maxScraped, err := prom.scalar(fmt.Sprintf(`max_over_time(scrape_samples_scraped{job="nbs"}[%dms])`, ran.Milliseconds()), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners, err := prom.scalar(fmt.Sprintf(`count(count_over_time(nbs_tcp_resets_by_owner_total[%dms]))`, ran.Milliseconds()), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cap counts a node's series but its info and last report; past
+	// it each counter family has one overflow series.
+	bound := float64(cap + 2 + 2)
+	t.Logf("%d cycles (%d owners) in %s: at most %v series in a scrape (bound %v); %v owner series over the run", cycles, cycles*perStep, churn.Round(time.Millisecond), maxScraped, bound, owners)
+	if maxScraped > bound {
+		t.Errorf("a scrape held %v series during the churn, more than the cap allows (%v)", maxScraped, bound)
+	}
+	if maxScraped < cap {
+		t.Errorf("no scrape reached the cap (at most %v series): the churn did not test it", maxScraped)
+	}
+	overflow := prom.query(`nbs_tcp_resets_by_owner_total{owner="_overflow"}`, time.Time{})
+	if len(overflow) != 1 {
+		t.Errorf("overflow series %+v; want the owners past the cap summed into one", overflow)
+	}
+	// Gone owners leave: once the window has passed with no report moving
+	// them, no owner is exported, and the scrape is back to the node's few.
+	eventually(t, window+10*time.Second, func() string {
+		if n := prom.query(`count(nbs_tcp_resets_by_owner_total)`, time.Time{}); len(n) != 0 {
+			return fmt.Sprintf("%v owner series still scraped %s after the churn", n[0].Value.V, time.Since(start)-churn)
+		}
+		return ""
+	})
+	after, err := prom.scalar(`scrape_samples_scraped{job="nbs"}`, time.Time{})
+	if err != nil || after > 10 {
+		t.Errorf("after the window the scrape holds %v series (%v); want the node's few", after, err)
+	}
+}
