@@ -252,7 +252,8 @@ func (stubParts) CreateBootstrapTokenHTTP(w http.ResponseWriter, r *http.Request
 func (stubParts) RevokeBootstrapTokenHTTP(w http.ResponseWriter, r *http.Request) {
 	answer("RevokeBootstrapTokenHTTP")(w, r)
 }
-func (stubParts) GetReport(w http.ResponseWriter, r *http.Request) { answer("GetReport")(w, r) }
+func (stubParts) GetReport(w http.ResponseWriter, r *http.Request)  { answer("GetReport")(w, r) }
+func (stubParts) GetMetrics(w http.ResponseWriter, r *http.Request) { answer("GetMetrics")(w, r) }
 func (stubParts) ListDefinitions(w http.ResponseWriter, r *http.Request) {
 	answer("ListDefinitions")(w, r)
 }
@@ -289,7 +290,7 @@ func server(t *testing.T, st api.Queries) (chi.Router, []api.Route) {
 	t.Helper()
 	acc := noAccess(t)
 	a := api.New(st, live{"web-1": true}, answer("UI"), slog.New(slog.DiscardHandler), telemetry.New())
-	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}, Identities: stubParts{}, Access: stubParts{}, Reports: stubParts{}})
+	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}, Identities: stubParts{}, Access: stubParts{}, Reports: stubParts{}, Export: stubParts{}})
 	return a.Handler(routes, acc), routes
 }
 

@@ -33,6 +33,9 @@ func readSlots(method, pattern string) int {
 		return ReportSlots
 	case "/nodes/{node}/series", "/nodes/{node}/events":
 		return 1
+	case "/export/metrics":
+		// Every node in the caller's scope, every scrape interval.
+		return 2
 	case "/nodes/{node}/series/batch":
 		// Up to maxBatchMetrics metrics of one node: one rollup read, or
 		// (steps under a minute) one raw read per metric.

@@ -41,7 +41,7 @@ func TestHeavyRoutesAreAdmitted(t *testing.T) {
 	acc := noAccess(t)
 	a := api.New(newFakeStore(time.Now()), live{"web-1": true}, answer("UI"), slog.New(slog.DiscardHandler), telemetry.New())
 	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}, Identities: stubParts{},
-		Access: stubParts{}, Reports: stubParts{}, Admission: adm})
+		Access: stubParts{}, Reports: stubParts{}, Export: stubParts{}, Admission: adm})
 	h := a.Handler(routes, acc)
 	cases := []struct {
 		path  string
@@ -94,7 +94,7 @@ func TestHeavyRoutesDocumented(t *testing.T) {
 	adm := &admission{}
 	a := api.New(newFakeStore(time.Now()), live{}, nil, slog.New(slog.DiscardHandler), telemetry.New())
 	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}, Identities: stubParts{},
-		Access: stubParts{}, Reports: stubParts{}, Admission: adm})
+		Access: stubParts{}, Reports: stubParts{}, Export: stubParts{}, Admission: adm})
 	heavy := map[string]bool{"GET /reports": true, "GET /nodes/{node}/series": true, "GET /nodes/{node}/events": true,
 		"GET /nodes/{node}/series/batch": true, "GET /nodes/{node}/tree": true}
 	signIn := map[string]bool{"POST /login": true}

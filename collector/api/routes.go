@@ -110,6 +110,12 @@ type ReportHandlers interface {
 	DeleteDefinition(http.ResponseWriter, *http.Request)
 }
 
+// ExportHandlers serve the fleet's metric trees to Prometheus
+// (collector/export).
+type ExportHandlers interface {
+	GetMetrics(http.ResponseWriter, *http.Request)
+}
+
 // AccessHandlers answer about signing in and out, the caller itself, API
 // tokens and the audit log (collector/access).
 type AccessHandlers interface {
@@ -131,6 +137,7 @@ type Parts struct {
 	Identities NodeIdentityHandlers
 	Access     AccessHandlers
 	Reports    ReportHandlers
+	Export     ExportHandlers
 	// Admission, when set, admits the heavy reads (reports, series,
 	// evidence) by caller; without it they are not limited.
 	Admission Admission
@@ -211,6 +218,9 @@ func Routes(p Parts) []Route {
 			{put, "/report-definitions/{id}", rp.PutDefinition, operator, unscoped},
 			{del, "/report-definitions/{id}", rp.DeleteDefinition, operator, unscoped},
 		}...)
+	}
+	if e := p.Export; e != nil {
+		routes = append(routes, Route{get, "/export/metrics", e.GetMetrics, viewer, scoped})
 	}
 	if a := p.Access; a != nil {
 		routes = append(routes, []Route{

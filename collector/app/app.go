@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nbs-project/nbs/collector/export"
 	"log/slog"
 	"net"
 	"net/http"
@@ -192,6 +193,8 @@ type parts struct {
 	configs    *nodeconfig.Service
 	ingest     *ingest.Server
 	identities *nodeauth.Admin
+	// exporter builds the Prometheus export (scrape, pushers).
+	exporter *export.Exporter
 	// handler is the whole HTTP side.
 	handler http.Handler
 }
@@ -254,8 +257,13 @@ func (c *Collector) wire(ctx context.Context, st *store.Store, reads *store.Read
 	reports.SetLimits(c.cfg.reports())
 	admission := readlimit.New(c.cfg.Reads.limits())
 	c.metrics.Registry.MustRegister(admission.Collectors()...)
+	exportCfg := c.cfg.Export
+	if exportCfg == (export.Config{}) { // a Config not made by DefaultConfig
+		exportCfg = export.DefaultConfig()
+	}
+	p.exporter = export.New(reads, exportCfg)
 	p.handler = httpHandler(reads, p.ingest, p.configs, api.Parts{NodeConfig: p.configs, Alerts: p.alerts, Identities: p.identities,
-		Reports: reports, Admission: admission}, acc, web.Handler(),
+		Reports: reports, Export: export.NewHandler(p.exporter, c.metrics), Admission: admission}, acc, web.Handler(),
 		c.log.With("part", "api"), c.metrics, handlerOptions{readyWarnings: readyWarnings, counterpartLabel: c.cfg.CounterpartLabel})
 	return p, nil
 }

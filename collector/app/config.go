@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/nbs-project/nbs/collector/export"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -76,6 +77,9 @@ type Config struct {
 	// Reports bounds the saved report definitions (--reports.*); the zero
 	// value is report.DefaultConfig.
 	Reports report.Config
+	// Export is what the Prometheus export holds (--export.*): its window,
+	// counter hold and series caps; the zero value is export.DefaultConfig.
+	Export export.Config
 	// PprofAddr, when set, serves Go's profiles on this loopback address
 	// (--debug.pprof-listen-address).
 	PprofAddr string
@@ -97,6 +101,7 @@ func DefaultConfig() Config {
 		Alert:      alert.DefaultConfig(),
 		Access:     access.DefaultConfig(),
 		Reports:    report.DefaultConfig(),
+		Export:     export.DefaultConfig(),
 	}
 }
 
@@ -121,6 +126,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Alert.RegisterFlags(fs)
 	c.Access.RegisterFlags(fs)
 	c.Reports.RegisterFlags(fs)
+	c.Export.RegisterFlags(fs)
 	fs.StringVar(&c.PprofAddr, "debug.pprof-listen-address", c.PprofAddr, "loopback address serving Go's profiles at /debug/pprof/ (heap, goroutines, CPU), e.g. 127.0.0.1:7709 (default: off)")
 }
 
@@ -160,6 +166,11 @@ func (c *Config) Validate() error {
 	}
 	if c.PprofAddr != "" && !loopbackOnly(c.PprofAddr) {
 		errs = append(errs, fmt.Errorf("--debug.pprof-listen-address %s must be a loopback address, e.g. %s", c.PprofAddr, loopbackOf(c.PprofAddr)))
+	}
+	if c.Export != (export.Config{}) {
+		if err := c.Export.Check(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.DBWriters < 1 || c.DBWriters > 64 {
 		errs = append(errs, fmt.Errorf("--db.writers %d must be from 1 to 64", c.DBWriters))

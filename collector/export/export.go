@@ -15,6 +15,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"strings"
@@ -309,4 +310,12 @@ func (b *builder) finish() ([]*dto.MetricFamily, int, int) {
 	}
 	slices.SortFunc(out, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
 	return out, b.series, b.overflowed
+}
+
+// RegisterFlags binds c to the --export.* flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&c.Window, "export.window", c.Window, "the Prometheus export (GET /api/v1/export/metrics, remote write, OTLP) holds the nodes that reported within this, and the child counters that moved within it: a gone node's or owner's series end after it")
+	fs.DurationVar(&c.CounterHold, "export.counter-hold", c.CounterHold, "a new counter's first increase is exported this long after it was stored, so Prometheus sees it as an increase rather than the series' start: keep it longer than the scrape interval (0: off)")
+	fs.IntVar(&c.MaxSeriesPerNode, "export.max-series-per-node", c.MaxSeriesPerNode, "series one node may have in an export; past it counters are summed into their family's _overflow series and gauges left out (counted in nbs_collector_export_overflowed_series_total)")
+	fs.IntVar(&c.MaxSeriesPerFamily, "export.max-series-per-family", c.MaxSeriesPerFamily, "series one metric family may have in an export; past it as past --export.max-series-per-node")
 }

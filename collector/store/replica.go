@@ -199,3 +199,11 @@ func (r *Reads) BadMinutes(ctx context.Context, nodeIDs []int32, from, to time.T
 		return s.BadMinutes(ctx, nodeIDs, from, to, limit)
 	})
 }
+
+// ExportNodes reads on the primary's read pool, never a replica: a
+// replica's lag would let two collectors behind one load balancer export
+// different totals of one counter, which Prometheus would read as resets.
+func (r *Reads) ExportNodes(ctx context.Context, scope Scope, since time.Time) (Export, error) {
+	e, err := r.heavy.ExportNodes(ctx, scope, since)
+	return e, r.tooSlow(ctx, "export", err)
+}

@@ -4,6 +4,7 @@ package telemetry
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -32,6 +33,19 @@ type Metrics struct {
 	HTTPRequests       *prometheus.CounterVec
 	HTTPDurations      *prometheus.HistogramVec
 	Alert              AlertMetrics
+	ExportSeries       *prometheus.GaugeVec
+	ExportNodes        *prometheus.GaugeVec
+	ExportOverflowed   *prometheus.CounterVec
+	ExportSeconds      *prometheus.HistogramVec
+}
+
+// ObserveExport records one export of the metric trees (collector/export):
+// kind is scrape, or a pusher's receiver.
+func (m *Metrics) ObserveExport(kind string, series, nodes, overflowed int, took time.Duration) {
+	m.ExportSeries.WithLabelValues(kind).Set(float64(series))
+	m.ExportNodes.WithLabelValues(kind).Set(float64(nodes))
+	m.ExportOverflowed.WithLabelValues(kind).Add(float64(overflowed))
+	m.ExportSeconds.WithLabelValues(kind).Observe(took.Seconds())
 }
 
 func New() *Metrics {
@@ -67,9 +81,18 @@ func New() *Metrics {
 			Name: "nbs_collector_http_request_seconds", Help: "HTTP request latency by route.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"route"}),
 		Alert: newAlertMetrics(),
+		ExportSeries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nbs_collector_export_series", Help: "Series in the newest export of the metric trees, by kind (scrape, or a push receiver): the active series a Prometheus holds of NBS."}, []string{"kind"}),
+		ExportNodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nbs_collector_export_nodes", Help: "Nodes in the newest export of the metric trees, by kind."}, []string{"kind"}),
+		ExportOverflowed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nbs_collector_export_overflowed_series_total", Help: "Series past --export.max-series-per-node or --export.max-series-per-family, by kind: counters summed into their family's _overflow series, gauges left out."}, []string{"kind"}),
+		ExportSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "nbs_collector_export_seconds", Help: "Time to build one export of the metric trees, by kind.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"kind"}),
 	}
 	m.Registry.MustRegister(m.Streams, m.Reports, m.Samples, m.Rejects, m.LabelConflicts, m.PingAddressesTaken, m.DBWrite, m.DBBatch, m.DBErrors,
-		m.WriteQueue, m.HTTPRequests, m.HTTPDurations,
+		m.WriteQueue, m.HTTPRequests, m.HTTPDurations, m.ExportSeries, m.ExportNodes, m.ExportOverflowed, m.ExportSeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Registry.MustRegister(m.Alert.collectors()...)
 	return m

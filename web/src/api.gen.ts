@@ -263,6 +263,13 @@ export interface paths {
      */
     get: operations["listFleet"];
   };
+  "/export/metrics": {
+    /**
+     * The fleet's metric trees for Prometheus to scrape: every node the caller sees that reported within --export.window, its roots, raised children and moving counters, named as docs/metrics.md says.
+     * @description Prometheus text format, or OpenMetrics when the Accept header asks for it (gzip when accepted). Counters are running totals kept in PostgreSQL, the same from every collector and monotonic across agent restarts and collector failover. A customer token scrapes its tenant's nodes only (set it as the scrape config's authorization credentials); match narrows anyone's. Series past --export.max-series-per-node or --export.max-series-per-family are summed into their family's _overflow series (counters) or left out (gauges). See docs/export.md.
+     */
+    get: operations["getExportMetrics"];
+  };
 }
 
 export type webhooks = Record<string, never>;
@@ -2479,6 +2486,32 @@ export interface operations {
       400: components["responses"]["BadRequest"];
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /**
+   * The fleet's metric trees for Prometheus to scrape: every node the caller sees that reported within --export.window, its roots, raised children and moving counters, named as docs/metrics.md says.
+   * @description Prometheus text format, or OpenMetrics when the Accept header asks for it (gzip when accepted). Counters are running totals kept in PostgreSQL, the same from every collector and monotonic across agent restarts and collector failover. A customer token scrapes its tenant's nodes only (set it as the scrape config's authorization credentials); match narrows anyone's. Series past --export.max-series-per-node or --export.max-series-per-family are summed into their family's _overflow series (counters) or left out (gauges). See docs/export.md.
+   */
+  getExportMetrics: {
+    parameters: {
+      query?: {
+        /** @description label=value,…: keep only the nodes carrying every one of these labels (at most 8 labels, values 1 to 256 bytes); give it once. */
+        match?: string;
+      };
+    };
+    responses: {
+      /** @description The metric families. */
+      200: {
+        content: {
+          "text/plain": string;
+          "application/openmetrics-text": string;
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
       default: components["responses"]["Error"];
     };
   };
