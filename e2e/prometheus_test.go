@@ -156,7 +156,7 @@ func TestPrometheusScrapeScopes(t *testing.T) {
 	acme := customerToken(t, col, "acme")
 	prom := startPrometheus(t,
 		scrapeJob{name: "staff", target: col.httpAddr, token: col.token},
-		scrapeJob{name: "staff-globex", target: col.httpAddr, token: col.token, match: "tenant=globex"},
+		scrapeJob{name: "staff-globex", target: col.httpAddr, token: col.token, match: "customer=globex"},
 		scrapeJob{name: "acme", target: col.httpAddr, token: acme},
 		scrapeJob{name: "forged", target: col.httpAddr, token: "nbs_" + strings.Repeat("0", 40)},
 	)
@@ -181,12 +181,22 @@ func TestPrometheusScrapeScopes(t *testing.T) {
 		}
 	}
 	// The customer's series are staff's, value for value.
-	diff := prom.query(`{job="acme", __name__=~"nbs_.+"} != ignoring(job) {job="staff", __name__=~"nbs_.+"}`, time.Time{})
-	if len(diff) > 0 {
-		t.Errorf("acme's series differ from staff's: %+v", diff)
+	series := func(job string) map[string]float64 {
+		out := map[string]float64{}
+		for _, s := range prom.query(fmt.Sprintf(`{job=%q, __name__=~"nbs_.+"}`, job), time.Time{}) {
+			delete(s.Metric, "job")
+			out[fmt.Sprint(s.Metric)] = s.Value.V
+		}
+		return out
 	}
-	if n := prom.query(`count({job="acme", __name__=~"nbs_.+"})`, time.Time{}); len(n) != 1 || n[0].Value.V < 4 {
-		t.Errorf("acme's scrape holds %+v series; want its nodes' info, last report, states and resets", n)
+	staff, customer := series("staff"), series("acme")
+	for k, v := range customer {
+		if sv, ok := staff[k]; !ok || sv != v {
+			t.Errorf("acme scrapes %s = %v; staff %v (present %v)", k, v, sv, ok)
+		}
+	}
+	if len(customer) < 8 {
+		t.Errorf("acme's scrape holds %d series; want its two nodes' info, last report, states and resets: %v", len(customer), customer)
 	}
 	eventually(t, 10*time.Second, func() string {
 		up, err := prom.scalar(`up{job="forged"}`, time.Time{})
@@ -228,9 +238,17 @@ func TestPrometheusSeriesStayFlatUnderOwnerChurn(t *testing.T) {
 		a.seq++
 		r := report(a.seq, sample("tcp_reset", perStep), sample("tcp_reset/sent", perStep), sample("tcp_reset/sent/no_socket", perStep))
 		for j := range perStep {
-			id := fmt.Sprintf("tcp_reset/sent/no_socket/pod:shop~cart-%d-%d", c, j)
+			id := fmt.Sprintf("tcp_reset/sent/no_socket/pod:shop_cart-%d-%d", c, j)
 			r.GetReport().NewMetrics = append(r.GetReport().NewMetrics, &nbsv1.MetricDefinition{Id: id, Title: "No socket in a pod", Unit: "resets/s", Kind: nbsv1.MetricKind_METRIC_KIND_RATE})
 			r.GetReport().Samples = append(r.GetReport().Samples, sample(id, 1))
+		}
+		// An agent sends on while reports wait for their acks: so does
+		// this one, to a hundred reports in flight.
+		if c%100 < 99 {
+			if err := a.stream.Send(r); err != nil {
+				t.Fatalf("send report %d: %v", a.seq, err)
+			}
+			continue
 		}
 		a.sendAcked(r)
 	}
@@ -259,14 +277,24 @@ func TestPrometheusSeriesStayFlatUnderOwnerChurn(t *testing.T) {
 	if len(overflow) != 1 {
 		t.Errorf("overflow series %+v; want the owners past the cap summed into one", overflow)
 	}
-	// Gone owners leave: once the window has passed with no report moving
-	// them, no owner is exported, and the scrape is back to the node's few.
-	eventually(t, window+10*time.Second, func() string {
+	// Gone owners leave: the node goes on reporting its roots, and once
+	// the window has passed with no report moving them, no owner is
+	// exported, and the scrape is back to the node's few series.
+	var last time.Time
+	eventually(t, window+15*time.Second, func() string {
+		if time.Since(last) >= time.Second {
+			a.seq++
+			a.sendAcked(report(a.seq, sample("tcp_reset", 0)))
+			last = time.Now()
+		}
 		if n := prom.query(`count(nbs_tcp_resets_by_owner_total)`, time.Time{}); len(n) != 0 {
 			return fmt.Sprintf("%v owner series still scraped %s after the churn", n[0].Value.V, time.Since(start)-churn)
 		}
 		return ""
 	})
+	if n := prom.query(`nbs_node_info{node="churn-1"}`, time.Time{}); len(n) != 1 {
+		t.Errorf("the node itself left the scrape (%+v): the owners' leaving proves nothing", n)
+	}
 	after, err := prom.scalar(`scrape_samples_scraped{job="nbs"}`, time.Time{})
 	if err != nil || after > 10 {
 		t.Errorf("after the window the scrape holds %v series (%v); want the node's few", after, err)
