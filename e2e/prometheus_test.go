@@ -130,11 +130,13 @@ func TestPrometheusScrapesALab(t *testing.T) {
 			t.Errorf("%s over the window: %v, want the %d resets caused", what, v, n2)
 		}
 	}
-	// What a user writes, over a range the scrapes do not bound, is off
-	// by Prometheus's extrapolation only: never by a reset counted twice.
+	// Why the range must sit on the scrapes: a quarter second wider on
+	// each side, increase() stretches the same two samples' difference to
+	// the range (w+0.5s)/w — Prometheus's extrapolation, not a reset
+	// counted twice.
 	loose, err := prom.scalar(fmt.Sprintf(`sum(increase(nbs_tcp_resets_total{reason="no_socket"}[%dms]))`, w.Milliseconds()+500), t1.T.Add(250*time.Millisecond))
-	if err != nil || math.Abs(loose-n2) > n2*0.5 {
-		t.Errorf("increase over a window not on scrapes: %v (%v), want about %d", loose, err, n2)
+	if want := n2 * (w + 500*time.Millisecond).Seconds() / w.Seconds(); err != nil || math.Abs(loose-want) > 1e-6 {
+		t.Errorf("increase over the window widened by 0.5s: %v (%v), want the extrapolated %v", loose, err, want)
 	}
 
 	t.Run("dashboards", func(t *testing.T) {
