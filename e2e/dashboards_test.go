@@ -268,3 +268,41 @@ func dashboardsAnswer(t *testing.T, prom *promServer, vars map[string]string, ti
 	})
 	t.Logf("all %d dashboard queries answer with data", len(queries))
 }
+
+// exportDocExamples reads docs/export.md's examples: the PromQL of its
+// promql blocks (one query a line, comments left out) and its rule file
+// (the yaml block that starts with groups:), so the page's examples are
+// run against the real Prometheus, as the dashboards are.
+func exportDocExamples(t *testing.T) (queries []string, rules string) {
+	t.Helper()
+	b, err := os.ReadFile("../docs/export.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var block []string
+	lang, in := "", false
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case !in && strings.HasPrefix(line, "```"):
+			lang, in, block = strings.TrimPrefix(line, "```"), true, nil
+		case in && strings.HasPrefix(line, "```"):
+			in = false
+			switch {
+			case lang == "promql":
+				for _, q := range block {
+					if q = strings.TrimSpace(q); q != "" && !strings.HasPrefix(q, "#") {
+						queries = append(queries, q)
+					}
+				}
+			case lang == "yaml" && len(block) > 0 && block[0] == "groups:":
+				rules = strings.Join(block, "\n") + "\n"
+			}
+		case in:
+			block = append(block, line)
+		}
+	}
+	if len(queries) == 0 || rules == "" {
+		t.Fatalf("docs/export.md: %d PromQL examples and rules %q; want both", len(queries), rules)
+	}
+	return queries, rules
+}

@@ -55,13 +55,28 @@ type promServer struct {
 // first scrapes may still be on their way (waitUp).
 func startPrometheus(tb testing.TB, jobs ...scrapeJob) *promServer {
 	tb.Helper()
+	return startPrometheusWithRules(tb, "", jobs...)
+}
+
+// startPrometheusWithRules is startPrometheus with a rule file's text
+// (recording and alerting rules, evaluated each second).
+func startPrometheusWithRules(tb testing.TB, rules string, jobs ...scrapeJob) *promServer {
+	tb.Helper()
 	bin := prometheusBinary(tb)
 	dir := tb.TempDir()
 	var cfg strings.Builder
 	// The scrape timeout is the interval: the export of a small lab takes
 	// milliseconds, and a slow one should show as a failed scrape (up 0),
 	// not as scrapes that overlap.
-	cfg.WriteString("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nscrape_configs:\n")
+	cfg.WriteString("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n")
+	if rules != "" {
+		file := filepath.Join(dir, "rules.yml")
+		if err := os.WriteFile(file, []byte(rules), 0o600); err != nil {
+			tb.Fatal(err)
+		}
+		fmt.Fprintf(&cfg, "rule_files: [%q]\n", file)
+	}
+	cfg.WriteString("scrape_configs:\n")
 	for _, j := range jobs {
 		fmt.Fprintf(&cfg, "  - job_name: %s\n    metrics_path: /api/v1/export/metrics\n", j.name)
 		if j.match != "" {
@@ -239,6 +254,38 @@ func (p *promServer) waitUp(job string) {
 		}
 		return ""
 	})
+}
+
+// ruleHealth is each rule's health as Prometheus evaluated it last
+// ("ok", "err" with its error, or "unknown" before its first evaluation).
+func (p *promServer) ruleHealth() map[string]string {
+	p.tb.Helper()
+	resp, err := http.Get(p.base + "/api/v1/rules")
+	if err != nil {
+		p.tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ans struct {
+		Data struct {
+			Groups []struct {
+				Rules []struct {
+					Name      string `json:"name"`
+					Health    string `json:"health"`
+					LastError string `json:"lastError"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
+		p.tb.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, g := range ans.Data.Groups {
+		for _, r := range g.Rules {
+			out[r.Name] = strings.TrimSpace(r.Health + " " + r.LastError)
+		}
+	}
+	return out
 }
 
 // targets is what Prometheus says of its scrapes (their last errors).

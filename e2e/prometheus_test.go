@@ -65,7 +65,8 @@ func TestPrometheusScrapesALab(t *testing.T) {
 	}
 	waitNode(t, col, "lab-a")
 	waitNode(t, col, "lab-b")
-	prom := startPrometheus(t, scrapeJob{name: "nbs", target: col.httpAddr, token: col.token})
+	docQueries, docRules := exportDocExamples(t)
+	prom := startPrometheusWithRules(t, docRules, scrapeJob{name: "nbs", target: col.httpAddr, token: col.token})
 	prom.waitUp("nbs")
 
 	// A first burst makes the reason's counter: its first scrapes hold it
@@ -141,6 +142,29 @@ func TestPrometheusScrapesALab(t *testing.T) {
 
 	t.Run("dashboards", func(t *testing.T) {
 		dashboardsAnswer(t, prom, map[string]string{"DS": "", "node": "lab-b", "tenant": "acme"}, 60*time.Second)
+	})
+	// docs/export.md's examples: valid PromQL, rules Prometheus evaluates
+	// without error, and the ping loss recording rule has every node.
+	t.Run("docs", func(t *testing.T) {
+		for _, q := range docQueries {
+			if _, err := prom.tryQuery(strings.ReplaceAll(q, `node="web-1"`, `node="lab-b"`), time.Time{}); err != nil {
+				t.Errorf("docs/export.md: %v", err)
+			}
+		}
+		if got := prom.query(`sum by (direction, reason) (rate(nbs_tcp_resets_total{node="lab-b",reason!=""}[5m]))`, time.Time{}); len(got) == 0 {
+			t.Error("docs/export.md's resets by reason answer nothing on lab-b")
+		}
+		eventually(t, 10*time.Second, func() string {
+			for name, h := range prom.ruleHealth() {
+				if h != "ok" {
+					return fmt.Sprintf("rule %s: %s", name, h)
+				}
+			}
+			if got := prom.query(`count(node:nbs_ping_loss:ratio_rate5m{node=~"lab-a|lab-b"})`, time.Time{}); len(got) != 1 || got[0].Value.V != 2 {
+				return fmt.Sprintf("the ping loss recording rule has %+v nodes, want lab-a and lab-b", got)
+			}
+			return ""
+		})
 	})
 }
 

@@ -72,6 +72,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nbs-project/nbs/collector/access"
 	collectorapi "github.com/nbs-project/nbs/collector/api"
+	"github.com/nbs-project/nbs/collector/export"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
 	"github.com/nbs-project/nbs/collector/report"
 	"github.com/nbs-project/nbs/collector/store"
@@ -116,7 +117,7 @@ func server(tb testing.TB, st *store.Store) (*httptest.Server, string) {
 	a := collectorapi.New(st, noStreams{}, nil, log, telemetry.New())
 	a.SetThresholds(configs)
 	h := a.Handler(collectorapi.Routes(collectorapi.Parts{Nodes: a, NodeConfig: configs, Access: acc,
-		Reports: report.New(st, st.Pool(), log)}), acc)
+		Reports: report.New(st, st.Pool(), log), Export: export.NewHandler(export.New(st, export.DefaultConfig()), nil)}), acc)
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ConnContext = access.ConnContext
 	srv.Start()
