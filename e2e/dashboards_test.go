@@ -262,7 +262,14 @@ func dashboardsAnswer(t *testing.T, prom *promServer, vars map[string]string, ti
 		}
 		if len(empty) > 0 {
 			slices.Sort(empty)
-			return fmt.Sprintf("%d of %d dashboard queries answer no data:\n%s", len(empty), len(queries), strings.Join(empty, "\n"))
+			// What the scrape holds, to tell a missing series from a wrong query.
+			var held []string
+			for _, s := range prom.query(`count by (__name__, node) ({__name__=~"nbs_.+"})`, time.Time{}) {
+				held = append(held, fmt.Sprintf("%s{node=%q} %v", s.Metric["__name__"], s.Metric["node"], s.Value.V))
+			}
+			slices.Sort(held)
+			return fmt.Sprintf("%d of %d dashboard queries answer no data:\n%s\nthe series Prometheus holds now:\n%s",
+				len(empty), len(queries), strings.Join(empty, "\n"), strings.Join(held, "\n"))
 		}
 		return ""
 	})
