@@ -111,11 +111,14 @@ func TestPrometheusScrapesALab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// NBS's own API over the same window: the reports stored between the
-	// two scrapes (report times; the first burst's were stored, and so
-	// were older, before t0 was scraped).
+	// NBS's own API over the same window, by report time: from t0 (the
+	// first burst's reports were stored, so were older, before t0 was
+	// scraped) to a second after t1 — a sample is stamped when its scrape
+	// starts and reads the database a moment later, so the report it
+	// counts may be stamped just after t1; nothing was reset after the
+	// burst for a later report to add.
 	var s seriesResp
-	if code := col.getJSON(t, fmt.Sprintf("/api/v1/nodes/lab-b/series?metric=tcp_reset/sent/no_socket&from=%d&to=%d", t0.T.UnixMilli(), t1.T.UnixMilli()), &s); code != http.StatusOK {
+	if code := col.getJSON(t, fmt.Sprintf("/api/v1/nodes/lab-b/series?metric=tcp_reset/sent/no_socket&from=%d&to=%d", t0.T.UnixMilli(), t1.T.Add(time.Second).UnixMilli()), &s); code != http.StatusOK {
 		t.Fatalf("series: HTTP %d", code)
 	}
 	var api float64
