@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nbs-project/nbs/collector/export"
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
@@ -106,6 +107,17 @@ func BenchmarkExport(b *testing.B) {
 	report("anchor-select-1", run(b, 200, func() error {
 		var one int
 		return st.Pool().QueryRow(ctx, `SELECT 1`).Scan(&one)
+	}))
+	// The export's parts: the store's read (PostgreSQL), then the families
+	// built from it (Gather, which reads too), then the text written.
+	report("export-store-read", run(b, 10, func() error {
+		_, err := st.ExportNodes(ctx, store.All{}, time.Now().Add(-5*time.Minute))
+		return err
+	}))
+	exp := export.New(st, export.DefaultConfig())
+	report("export-gather", run(b, 10, func() error {
+		_, err := exp.Gather(ctx, store.All{})
+		return err
 	}))
 	report("export", run(b, 20, get("export", "/export/metrics", "")))
 	report("export-gzip", run(b, 20, get("export-gzip", "/export/metrics", "gzip")))
