@@ -262,6 +262,10 @@ func TestPrometheusSeriesStayFlatUnderOwnerChurn(t *testing.T) {
 	}
 	prom := startPrometheus(t, scrapeJob{name: "nbs", target: col.httpAddr, token: col.token})
 	prom.waitUp("nbs")
+	// A hundred cycles a second: the churn spans ten scrapes, each of
+	// which must stay within the cap.
+	pace := time.NewTicker(time.Second)
+	defer pace.Stop()
 	start := time.Now()
 	for c := range cycles {
 		a.seq++
@@ -280,6 +284,7 @@ func TestPrometheusSeriesStayFlatUnderOwnerChurn(t *testing.T) {
 			continue
 		}
 		a.sendAcked(r)
+		<-pace.C
 	}
 	churn := time.Since(start)
 	// Every scrape of the churn, counted by Prometheus itself.
@@ -288,6 +293,10 @@ func TestPrometheusSeriesStayFlatUnderOwnerChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	scrapes, err := prom.scalar(fmt.Sprintf(`count_over_time(scrape_samples_scraped{job="nbs"}[%dms])`, churn.Milliseconds()), time.Time{})
+	if err != nil || scrapes < 8 {
+		t.Errorf("%v scrapes during the churn (%v); want about ten", scrapes, err)
+	}
 	owners, err := prom.scalar(fmt.Sprintf(`count(count_over_time(nbs_tcp_resets_by_owner_total[%dms]))`, ran.Milliseconds()), time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +304,7 @@ func TestPrometheusSeriesStayFlatUnderOwnerChurn(t *testing.T) {
 	// The cap counts a node's series but its info and last report; past
 	// it each counter family has one overflow series.
 	bound := float64(cap + 2 + 2)
-	t.Logf("%d cycles (%d owners) in %s: at most %v series in a scrape (bound %v); %v owner series over the run", cycles, cycles*perStep, churn.Round(time.Millisecond), maxScraped, bound, owners)
+	t.Logf("%d cycles (%d owners) in %s, %v scrapes: at most %v series in a scrape (bound %v); %v owner series over the run", cycles, cycles*perStep, churn.Round(time.Millisecond), scrapes, maxScraped, bound, owners)
 	if maxScraped > bound {
 		t.Errorf("a scrape held %v series during the churn, more than the cap allows (%v)", maxScraped, bound)
 	}
