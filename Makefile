@@ -102,6 +102,10 @@ test: ## install what is missing, then run all tests: web unit, Go unit, Postgre
 	$(GO) test -count=1 -run '^$$' -exec true ./... > test-artifacts/prebuild.txt || { cat test-artifacts/prebuild.txt; exit 1; }
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -o /dev/null ./agent/cmd/nbs-agent ./collector/cmd/nbs-collector
 	$(GO) build -C tools/image -o /dev/null .
+	@# Prometheus 3 (the export tests' OTLP receiver), built from its Go
+	@# module once per version into a cache the runs share (minutes the
+	@# first time on a machine, nothing after).
+	GO=$(GO) tools/prometheus/build.sh >/dev/null
 	@# One package at a time: lab tests compare microsecond timings with
 	@# kernel oracles, and two labs loading 2 cores at once skew both sides.
 	@# testtime prints what go test prints, then the slowest packages and
@@ -146,6 +150,7 @@ bench: ## run every benchmark of BENCHMARKS.md (about two hours; root for the BP
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench CompressedMonth -benchtime 1x -timeout 30m ./bench/lifecycle/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 90m ./bench/api/
 	$(BENCH_ENV) $(GO) test ./e2e -run '^$$' -bench AlertLatency -benchtime 40x -timeout 30m
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench RemoteWriteThroughput -benchtime 1x ./bench/remotewrite/
 
 .PHONY: run
 run: ## run the whole system locally: throwaway PostgreSQL, collector, one agent

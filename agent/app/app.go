@@ -25,6 +25,7 @@ import (
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/agent"
+	dnssrc "github.com/nbs-project/nbs/agent/source/dns"
 	"github.com/nbs-project/nbs/agent/source/drops"
 	"github.com/nbs-project/nbs/agent/source/latency"
 	"github.com/nbs-project/nbs/agent/source/latencyflows"
@@ -340,6 +341,7 @@ func (a *Agent) branches() []opener {
 		open(latencyqdisc.Open, latencyqdisc.Options{}),
 		open(latencyflows.Open, latencyflows.Options{}),
 		open(latencyrx.Open, latencyrx.Options{Triggered: !a.cfg.LatencyRXAlways}),
+		open(dnssrc.Open, dnssrc.Options{Triggered: !a.cfg.DNSAlways, MaxEventsPerInterval: a.cfg.evidencePerInterval()}),
 	}
 }
 

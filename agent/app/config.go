@@ -65,6 +65,9 @@ type Config struct {
 	// LatencyRXAlways keeps the receive-latency programs attached whenever
 	// the budget allows; false attaches them only when triggered.
 	LatencyRXAlways bool
+	// DNSAlways keeps the DNS programs attached whenever the budget
+	// allows; false attaches them only while the node is expanded.
+	DNSAlways bool
 	// TLS to the collector: any of these turns it on.
 	CollectorTLS        bool
 	CollectorCA         string
@@ -130,6 +133,7 @@ func DefaultConfig() Config {
 		TriggeredHold:     2 * time.Minute,
 		TriggeredMax:      15 * time.Minute,
 		LatencyRXAlways:   true,
+		DNSAlways:         true,
 		CredentialFile:    nodecred.DefaultFile,
 		SpoolDir:          "/var/lib/nbs/spool",
 		SpoolMaxBytes:     spool.DefaultMaxBytes,
@@ -166,6 +170,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.OverheadBudget, "overhead.budget", c.OverheadBudget, "percent of one CPU the agent's BPF programs may use; triggered (per-packet) programs are detached beyond it")
 	fs.DurationVar(&c.TriggeredHold, "triggered.hold", c.TriggeredHold, "keep triggered programs (qdisc sojourn, per-flow detail) attached this long after their branch is healthy again")
 	fs.BoolVar(&c.LatencyRXAlways, "latency.rx.always", c.LatencyRXAlways, "keep the receive-latency programs (latency/rx, netstacklat's cost per run) attached whenever --overhead.budget allows; false attaches them only while the latency branch is in trouble or the node is expanded, like the other triggered programs")
+	fs.BoolVar(&c.DNSAlways, "dns.always", c.DNSAlways, "keep the DNS programs (the dns root: queries, answer latency, errors, timeouts; a test of every packet sent and received for UDP port 53) attached whenever --overhead.budget allows; false attaches them only while the node is expanded")
 	fs.DurationVar(&c.TriggeredMax, "triggered.max", c.TriggeredMax, "longest stretch triggered programs stay attached; then they rest for --triggered.hold")
 	fs.StringVar(&c.SpoolDir, "spool.dir", c.SpoolDir, "directory keeping un-acked reports across agent restarts and reboots (\"\": memory only, lost on restart); one agent per directory")
 	fs.StringVar(&c.PinDir, "bpf.pin-dir", c.PinDir, "bpffs directory where the reset and drop probes pin their counters and programs, so they go on counting while no agent runs and the next agent (a restart or an upgrade) reports those counts (default "+DefaultPinRoot+"/<node.name>; \"none\": nothing is pinned and a restart loses what was not yet collected); one agent per directory")

@@ -60,7 +60,16 @@ func Documented() []Branch {
 		drops.Notes = append(drops.Notes, DropReason(reason))
 	}
 	ping := Branch{Root: Ping, Metrics: PingTree(), Children: PingTarget(Ping+"/<target>", "")}
-	return []Branch{resets, latency, drops, ping, agent}
+	dns := Branch{Root: DNS, Metrics: DNSTree(), Children: slices.Concat([]Metric{DNSRcode("<rcode>"),
+		OwnerChild(DNSMetric(DNSClients), "<owner>", "<owner>", DefaultTopOwners),
+		OwnerOtherChild(DNSMetric(DNSClients), DefaultTopOwners),
+		OwnerChild(DNSRcode("<rcode>"), "<owner>", "<owner>", DefaultTopOwners),
+		OwnerChild(DNSMetric(DNSTimeouts), "<owner>", "<owner>", DefaultTopOwners)},
+		DNSServer("<server>", "<server>"), DNSServerOther())}
+	for _, name := range sortedKeys(rcodeHelp) {
+		dns.Notes = append(dns.Notes, DNSRcode(name))
+	}
+	return []Branch{resets, latency, drops, dns, ping, agent}
 }
 
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

@@ -57,6 +57,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"github.com/nbs-project/nbs/collector/export"
 	"io"
 	"log/slog"
 	"net/http"
@@ -72,7 +73,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nbs-project/nbs/collector/access"
 	collectorapi "github.com/nbs-project/nbs/collector/api"
-	"github.com/nbs-project/nbs/collector/export"
 	"github.com/nbs-project/nbs/collector/nodeconfig"
 	"github.com/nbs-project/nbs/collector/report"
 	"github.com/nbs-project/nbs/collector/store"

@@ -1,10 +1,12 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"slices"
@@ -46,12 +48,40 @@ func BenchmarkFleet(b *testing.B) {
 	}
 	b.Logf("registered %d nodes in %s", n, time.Since(start).Round(time.Second))
 
+	// writeRound writes one report of every node at t (spread over the
+	// interval); snapshot makes it carry the whole tree.
 	writeRound := func(t time.Time, snapshot bool) (time.Duration, int) {
-		took, n, err := f.writeRound(ctx, st, t, snapshot)
-		if err != nil {
-			b.Fatal(err)
+		var took time.Duration
+		batch := make([]store.Report, 0, 500)
+		flush := func() {
+			s := time.Now()
+			if _, err := st.WriteReports(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			took += time.Since(s)
+			batch = batch[:0]
 		}
-		return took, n
+		for i := range f.ids {
+			rng := rand.New(rand.NewPCG(uint64(i), uint64(t.Unix())))
+			at := t.Add(time.Duration(i) * interval / time.Duration(len(f.ids)))
+			// report() decides a snapshot by the time: ask at one that is.
+			probe := at
+			for snapshot != ((probe.Unix()/10+int64(i))%snapshotEvery == 0) {
+				probe = probe.Add(interval)
+			}
+			r := f.report(rng, i, probe)
+			r.Time, r.Seq = at, seq(at)
+			for k := range r.Events {
+				r.Events[k].Time = at
+			}
+			if batch = append(batch, r); len(batch) == cap(batch) {
+				flush()
+			}
+		}
+		if len(batch) > 0 {
+			flush()
+		}
+		return took, len(f.ids)
 	}
 	start = time.Now()
 	writeRound(now.Add(-4*interval), true)
@@ -157,4 +187,26 @@ func BenchmarkFleet(b *testing.B) {
 		return err
 	}))
 	report("nodes-every-node-with-roots", run(b, 10, get("/nodes", nil)))
+	// The Prometheus scrape of the same fleet (issue 28's goal: under 1 s),
+	// and its size, in the text format and gzipped as Prometheus asks.
+	report("export-scrape-every-node", run(b, 20, get("/export/metrics", nil)))
+	for _, gz := range []bool{false, true} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/export/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		if gz {
+			req.Header.Set("Accept-Encoding", "gzip")
+		}
+		resp, err := srv.Client().Transport.RoundTrip(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		b.Logf("export scrape (gzip %v): %d bytes, %d lines", gz, len(body), bytes.Count(body, []byte("\n")))
+		b.ReportMetric(float64(len(body)), fmt.Sprintf("export-bytes-gzip-%v", gz))
+	}
+	report("export-store-read", run(b, 20, func() error {
+		_, err := st.ExportNodes(ctx, store.All{}, time.Now().Add(-5*time.Minute))
+		return err
+	}))
 }

@@ -205,7 +205,7 @@ func (f *fleet) report(rng *rand.Rand, i int, t time.Time) store.Report {
 		if warn {
 			v, st = 50+rng.Float64()*50, store.StateWarn
 		}
-		r.Samples = append(r.Samples, store.Sample{MetricID: f.metric[p], Path: p, Value: v, State: st})
+		r.Samples = append(r.Samples, store.Sample{MetricID: f.metric[p], Path: p, Value: v, State: st, Counter: f.kinds[p] == store.KindRate})
 	}
 	if r.Snapshot {
 		for _, d := range f.defs {
@@ -683,46 +683,4 @@ func seed(tb testing.TB, st *store.Store, cfg seedConfig, vacuum bool) (*fleet, 
 	}
 	tb.Logf("seed: done in %s", time.Since(start).Round(time.Second))
 	return f, rates
-}
-
-// writeRound writes one report of every node at t (spread over the
-// interval) through store.WriteReports, in batches of 500; snapshot makes
-// each carry the whole tree. It returns the time the writes took.
-func (f *fleet) writeRound(ctx context.Context, st *store.Store, t time.Time, snapshot bool) (time.Duration, int, error) {
-	var took time.Duration
-	batch := make([]store.Report, 0, 500)
-	flush := func() error {
-		s := time.Now()
-		if _, err := st.WriteReports(ctx, batch); err != nil {
-			return fmt.Errorf("write %d reports: %w", len(batch), err)
-		}
-		took += time.Since(s)
-		batch = batch[:0]
-		return nil
-	}
-	for i := range f.ids {
-		rng := rand.New(rand.NewPCG(uint64(i), uint64(t.Unix())))
-		at := t.Add(time.Duration(i) * interval / time.Duration(len(f.ids)))
-		// report() decides a snapshot by the time: ask at one that is.
-		probe := at
-		for snapshot != ((probe.Unix()/10+int64(i))%snapshotEvery == 0) {
-			probe = probe.Add(interval)
-		}
-		r := f.report(rng, i, probe)
-		r.Time, r.Seq = at, seq(at)
-		for k := range r.Events {
-			r.Events[k].Time = at
-		}
-		if batch = append(batch, r); len(batch) == cap(batch) {
-			if err := flush(); err != nil {
-				return took, 0, err
-			}
-		}
-	}
-	if len(batch) > 0 {
-		if err := flush(); err != nil {
-			return took, 0, err
-		}
-	}
-	return took, len(f.ids), nil
 }

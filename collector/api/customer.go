@@ -163,6 +163,7 @@ var customerCapabilities = map[string]customerCapability{
 	"bpf.latency.rx":          {"receive_latency", "Where time goes as data is received is not measured on this node."},
 	"bpf.latency.qdisc":       {"queueing_latency", "Time spent in the send queue is not measured on this node."},
 	"bpf.latency.flows":       {"slow_flows", "The slowest connections are not listed on this node."},
+	"bpf.dns":                 {"dns", "Name resolution (DNS queries, their latency, errors and timeouts) is not measured on this node."},
 	"spool":                   {"buffering", "Measurements made while this node cannot reach the collector may be lost if the agent restarts."},
 	"bpf.pinning":             {},
 	"bpf.stats":               {},

@@ -254,6 +254,7 @@ func (stubParts) RevokeBootstrapTokenHTTP(w http.ResponseWriter, r *http.Request
 }
 func (stubParts) GetReport(w http.ResponseWriter, r *http.Request)  { answer("GetReport")(w, r) }
 func (stubParts) GetMetrics(w http.ResponseWriter, r *http.Request) { answer("GetMetrics")(w, r) }
+func (stubParts) GetStatus(w http.ResponseWriter, r *http.Request)  { answer("GetStatus")(w, r) }
 func (stubParts) ListDefinitions(w http.ResponseWriter, r *http.Request) {
 	answer("ListDefinitions")(w, r)
 }

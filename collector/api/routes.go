@@ -114,6 +114,7 @@ type ReportHandlers interface {
 // (collector/export).
 type ExportHandlers interface {
 	GetMetrics(http.ResponseWriter, *http.Request)
+	GetStatus(http.ResponseWriter, *http.Request)
 }
 
 // AccessHandlers answer about signing in and out, the caller itself, API
@@ -220,7 +221,10 @@ func Routes(p Parts) []Route {
 		}...)
 	}
 	if e := p.Export; e != nil {
-		routes = append(routes, Route{get, "/export/metrics", e.GetMetrics, viewer, scoped})
+		routes = append(routes, []Route{
+			{get, "/export/metrics", e.GetMetrics, viewer, scoped},
+			{get, "/export/status", e.GetStatus, viewer, unscoped},
+		}...)
 	}
 	if a := p.Access; a != nil {
 		routes = append(routes, []Route{

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/nbs-project/nbs/collector/export"
+	"github.com/nbs-project/nbs/collector/export/otlp"
+	"github.com/nbs-project/nbs/collector/export/push"
 	"log/slog"
 	"net"
 	"net/http"
@@ -155,6 +157,9 @@ func (c *Collector) Run(ctx context.Context) error {
 	wg.Go(func() { p.configs.Listen(runCtx, st.Pool()) })
 	wg.Go(func() { p.identities.Listen(runCtx, st.Pool()) })
 	wg.Go(func() { p.alerts.Run(runCtx) })
+	if p.pusher != nil {
+		wg.Go(func() { p.pusher.Run(runCtx) })
+	}
 	wg.Go(func() {
 		if err := grpcSrv.Serve(grpcLimited); err != nil {
 			errc <- fmt.Errorf("serve gRPC: %w", err)
@@ -195,6 +200,8 @@ type parts struct {
 	identities *nodeauth.Admin
 	// exporter builds the Prometheus export (scrape, pushers).
 	exporter *export.Exporter
+	// pusher sends the export to the configured receivers; nil without.
+	pusher *push.Pusher
 	// handler is the whole HTTP side.
 	handler http.Handler
 }
@@ -262,6 +269,18 @@ func (c *Collector) wire(ctx context.Context, st *store.Store, reads *store.Read
 		exportCfg = export.DefaultConfig()
 	}
 	p.exporter = export.New(reads, exportCfg)
+	if c.cfg.Push.Configured() {
+		rs, err := c.cfg.Push.LoadReceivers()
+		if err != nil {
+			return p, err
+		}
+		senders := push.DefaultSenders()
+		senders["otlp"] = otlp.New
+		if p.pusher, err = push.New(st.Pool(), p.exporter, c.cfg.Push, rs, senders, c.metrics.Registry, c.log.With("part", "push")); err != nil {
+			return p, err
+		}
+		p.exporter.SetReceivers(p.pusher.Status)
+	}
 	p.handler = httpHandler(reads, p.ingest, p.configs, api.Parts{NodeConfig: p.configs, Alerts: p.alerts, Identities: p.identities,
 		Reports: reports, Export: export.NewHandler(p.exporter, c.metrics), Admission: admission}, acc, web.Handler(),
 		c.log.With("part", "api"), c.metrics, handlerOptions{readyWarnings: readyWarnings, counterpartLabel: c.cfg.CounterpartLabel})

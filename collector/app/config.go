@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/nbs-project/nbs/collector/export"
+	"github.com/nbs-project/nbs/collector/export/push"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -80,6 +81,10 @@ type Config struct {
 	// Export is what the Prometheus export holds (--export.*): its window,
 	// counter hold and series caps; the zero value is export.DefaultConfig.
 	Export export.Config
+	// Push sends the export to remote write and OTLP receivers
+	// (--export.push-interval, --export.queue-*, --export.receiver(s-file)):
+	// nothing is pushed without receivers.
+	Push push.Config
 	// PprofAddr, when set, serves Go's profiles on this loopback address
 	// (--debug.pprof-listen-address).
 	PprofAddr string
@@ -102,6 +107,7 @@ func DefaultConfig() Config {
 		Access:     access.DefaultConfig(),
 		Reports:    report.DefaultConfig(),
 		Export:     export.DefaultConfig(),
+		Push:       push.DefaultConfig(),
 	}
 }
 
@@ -127,6 +133,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Access.RegisterFlags(fs)
 	c.Reports.RegisterFlags(fs)
 	c.Export.RegisterFlags(fs)
+	c.Push.RegisterFlags(fs)
 	fs.StringVar(&c.PprofAddr, "debug.pprof-listen-address", c.PprofAddr, "loopback address serving Go's profiles at /debug/pprof/ (heap, goroutines, CPU), e.g. 127.0.0.1:7709 (default: off)")
 }
 
@@ -169,6 +176,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Export != (export.Config{}) {
 		if err := c.Export.Check(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Push.Configured() {
+		errs = append(errs, c.Push.Validate())
+		if _, err := c.Push.LoadReceivers(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -23,6 +23,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/internal/promfamily"
@@ -79,13 +80,14 @@ type Source interface {
 
 // Exporter builds the families.
 type Exporter struct {
-	src   Source
-	rules *promfamily.Rules
-	cfg   Config
+	src    Source
+	rules  *promfamily.Rules
+	cfg    Config
+	ledger ledger
 }
 
 func New(src Source, cfg Config) *Exporter {
-	return &Exporter{src: src, rules: promfamily.New(), cfg: cfg}
+	return &Exporter{src: src, rules: promfamily.New(), cfg: cfg, ledger: ledger{kinds: map[string]*KindStatus{}}}
 }
 
 // Snapshot is one export: the families, at the database's clock.
@@ -122,6 +124,9 @@ type series struct {
 	value  float64
 	depth  int
 	path   string
+	// created is a counter's start (its row's born): the same from every
+	// collector, so an OTLP backend sees one start, not a reset a failover.
+	created time.Time
 }
 
 // Gather builds the export of what scope sees.
@@ -139,6 +144,23 @@ func (e *Exporter) Gather(ctx context.Context, scope store.Scope) (Snapshot, err
 		return snap, err
 	}
 	b := newBuilder(e.cfg)
+	// A fleet's nodes share their paths: each is looked up once an export.
+	type lookupKey struct {
+		path     string
+		kind     store.Kind
+		unit     string
+		quantile float64
+	}
+	matches := map[lookupKey]promfamily.Match{}
+	lookup := func(m store.ExportMetric) promfamily.Match {
+		k := lookupKey{m.Path, m.Kind, m.Unit, m.Quantile}
+		match, ok := matches[k]
+		if !ok {
+			match = e.rules.Lookup(m.Path, promfamily.Kind(m.Kind), m.Unit, m.Quantile)
+			matches[k] = match
+		}
+		return match
+	}
 	for _, n := range exp.Nodes {
 		if n.Last.Before(since) {
 			continue
@@ -153,11 +175,14 @@ func (e *Exporter) Gather(ctx context.Context, scope store.Scope) (Snapshot, err
 			if m.HasLatest && m.Latest.State != store.StateUnspecified {
 				ss = append(ss, series{fam: stateFamily, values: []string{m.Path}, value: float64(m.Latest.State.Severity() - 1), depth: depth, path: m.Path})
 			}
-			match := e.rules.Lookup(m.Path, promfamily.Kind(m.Kind), m.Unit, m.Quantile)
+			match := lookup(m)
 			s := series{fam: match.Family, values: match.Values, depth: depth, path: m.Path}
 			switch {
 			case m.Kind == store.KindRate:
 				s.value = counterValue(m.Counter, exp.Now, e.cfg.CounterHold)
+				if m.Counter != nil {
+					s.created = m.Counter.Born
+				}
 			case !m.HasLatest || m.Latest.NoValue:
 				continue
 			default:
@@ -224,13 +249,15 @@ type builder struct {
 	fams       map[string]*dto.MetricFamily
 	perFam     map[string]int
 	overflow   map[string]*dto.Metric // family and node → its overflow series
-	node       int                    // series of the current node
+	orders     map[*promfamily.Family][]int
+	node       int // series of the current node
 	series     int
 	overflowed int
 }
 
 func newBuilder(cfg Config) *builder {
-	return &builder{cfg: cfg, fams: map[string]*dto.MetricFamily{}, perFam: map[string]int{}, overflow: map[string]*dto.Metric{}}
+	return &builder{cfg: cfg, fams: map[string]*dto.MetricFamily{}, perFam: map[string]int{}, overflow: map[string]*dto.Metric{},
+		orders: map[*promfamily.Family][]int{}}
 }
 
 func (b *builder) family(f *promfamily.Family) *dto.MetricFamily {
@@ -259,13 +286,16 @@ func (b *builder) add(base []*dto.LabelPair, s series, exempt bool) {
 		key := s.fam.Name + "\x00" + base[0].GetValue()
 		if m := b.overflow[key]; m != nil {
 			m.Counter.Value = proto.Float64(m.Counter.GetValue() + s.value)
+			if c := m.Counter.GetCreatedTimestamp(); !s.created.IsZero() && (c == nil || s.created.Before(c.AsTime())) {
+				m.Counter.CreatedTimestamp = timestamppb.New(s.created)
+			}
 			return
 		}
 		vals := make([]string, len(s.fam.Labels))
 		for i := range vals {
 			vals[i] = OverflowValue
 		}
-		m := metric(base, s.fam, vals, s.value)
+		m := b.metric(base, s.fam, vals, s.value, s.created)
 		b.overflow[key] = m
 		mf.Metric = append(mf.Metric, m)
 		b.series++
@@ -275,25 +305,53 @@ func (b *builder) add(base []*dto.LabelPair, s series, exempt bool) {
 		b.node++
 		b.perFam[s.fam.Name]++
 	}
-	mf.Metric = append(mf.Metric, metric(base, s.fam, s.values, s.value))
+	mf.Metric = append(mf.Metric, b.metric(base, s.fam, s.values, s.value, s.created))
 	b.series++
 }
 
-func metric(base []*dto.LabelPair, f *promfamily.Family, values []string, v float64) *dto.Metric {
-	labels := slices.Clone(base)
-	for i, name := range f.Labels {
-		if values[i] != "" {
-			labels = append(labels, label(name, values[i]))
+// metric is one series: base (the node's labels, in name order, shared by
+// its series) merged with the family's labels, in name order as remote
+// write wants them, without sorting each series' labels again.
+func (b *builder) metric(base []*dto.LabelPair, f *promfamily.Family, values []string, v float64, created time.Time) *dto.Metric {
+	labels := make([]*dto.LabelPair, 0, len(base)+len(values))
+	order := b.sortedLabels(f)
+	bi := 0
+	for _, i := range order {
+		if values[i] == "" {
+			continue
 		}
+		name := f.Labels[i]
+		for bi < len(base) && base[bi].GetName() < name {
+			labels = append(labels, base[bi])
+			bi++
+		}
+		labels = append(labels, label(name, values[i]))
 	}
-	slices.SortFunc(labels, func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) })
+	labels = append(labels, base[bi:]...)
 	m := &dto.Metric{Label: labels}
 	if f.Type == promfamily.Counter {
 		m.Counter = &dto.Counter{Value: proto.Float64(v)}
+		if !created.IsZero() {
+			m.Counter.CreatedTimestamp = timestamppb.New(created)
+		}
 	} else {
 		m.Gauge = &dto.Gauge{Value: proto.Float64(v)}
 	}
 	return m
+}
+
+// sortedLabels is the order of f's labels by name, worked out once a family.
+func (b *builder) sortedLabels(f *promfamily.Family) []int {
+	if o, ok := b.orders[f]; ok {
+		return o
+	}
+	o := make([]int, len(f.Labels))
+	for i := range o {
+		o[i] = i
+	}
+	slices.SortFunc(o, func(a, b int) int { return strings.Compare(f.Labels[a], f.Labels[b]) })
+	b.orders[f] = o
+	return o
 }
 
 func label(name, value string) *dto.LabelPair {

@@ -3,6 +3,7 @@ package export_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"math"
 	"net/http/httptest"
 	"strings"
@@ -177,6 +178,16 @@ func TestExportCountersAndFamilies(t *testing.T) {
 			t.Errorf("%s%v = %v (found %v), want %v", c.name, c.labels, got, ok, c.want)
 		}
 	}
+	// Labels come in name order (remote write requires it).
+	for _, mf := range snap.Families {
+		for _, m := range mf.GetMetric() {
+			for i := 1; i < len(m.GetLabel()); i++ {
+				if m.GetLabel()[i-1].GetName() >= m.GetLabel()[i].GetName() {
+					t.Errorf("%s: labels out of order: %v", mf.GetName(), m.GetLabel())
+				}
+			}
+		}
+	}
 	if snap.Stats.Nodes != 2 || snap.Stats.Overflowed != 0 {
 		t.Errorf("stats %+v, want 2 nodes, nothing overflowed", snap.Stats)
 	}
@@ -251,7 +262,8 @@ func TestScrapeFormatsAndMatch(t *testing.T) {
 	now := time.Now()
 	f.report(t, "web-1", now.Add(-time.Second), map[string]float64{"tcp_reset": 3, "ping": 1})
 	f.report(t, "db-1", now.Add(-time.Second), map[string]float64{"tcp_reset": 2, "ping": 1})
-	h := export.NewHandler(export.New(f.st, export.DefaultConfig()), nil)
+	e := export.New(f.st, export.DefaultConfig())
+	h := export.NewHandler(e, nil)
 	staff := access.Principal{Role: access.RoleViewer}
 	for _, c := range []struct {
 		name, query, accept string
@@ -279,5 +291,84 @@ func TestScrapeFormatsAndMatch(t *testing.T) {
 				t.Fatalf("HTTP %d %s, want %d with %q and not %q:\n%s", w.Code, w.Header().Get("Content-Type"), c.code, c.want, c.not, body)
 			}
 		})
+	}
+	// The status says what the newest scrape held: the match's, web-1
+	// alone (node info, last report, its roots' states and values).
+	w := httptest.NewRecorder()
+	h.GetStatus(w, httptest.NewRequest("GET", "/api/v1/export/status", nil))
+	var st export.Status
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Exports) != 1 || st.Exports[0].Kind != "scrape" || st.Exports[0].Nodes != 1 || st.Exports[0].Exports != 3 || st.Exports[0].Series != 6 {
+		t.Errorf("status %s: want one kind, scrape, 3 exports (the 400s read nothing), the newest of 1 node and 6 series", w.Body)
+	}
+}
+
+// A counter rises on across an agent restart (a new instance, its sequence
+// from 1 again), and what has not moved within the window is left out: a
+// gone node, an owner that stopped.
+func TestExportRestartAndWindow(t *testing.T) {
+	ctx := context.Background()
+	f := newFleet(t, map[string]string{"web-1": "", "gone-1": ""})
+	now := time.Now()
+	f.report(t, "web-1", now.Add(-50*time.Second), map[string]float64{"tcp_reset!": 3, "tcp_reset/sent/no_socket/pod-a": 3})
+	f.report(t, "gone-1", now.Add(-time.Hour), map[string]float64{"tcp_reset": 5})
+	// The agent restarts: instance 2, sequence 1.
+	r := store.Report{NodeID: f.nid["web-1"], InstanceID: 2, Seq: 1, Time: now.Add(-time.Second), IntervalMS: 1000,
+		Samples: []store.Sample{{MetricID: f.ids["web-1"]["tcp_reset"], Path: "tcp_reset", Value: 4, State: store.StateOK, Counter: true}}}
+	f.write(t, r)
+	// The owner's counter moved 50 s ago: inside a 5 m window, outside a
+	// 10 s one. export_counters.updated is the database's clock, so move
+	// it back rather than wait.
+	if _, err := f.st.Pool().Exec(ctx, `UPDATE export_counters SET updated = now() - interval '50 seconds' WHERE metric_id = $1`,
+		f.ids["web-1"]["tcp_reset/sent/no_socket/pod-a"]); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		window time.Duration
+		owner  bool
+	}{{5 * time.Minute, true}, {10 * time.Second, false}} {
+		cfg := export.DefaultConfig()
+		cfg.CounterHold, cfg.Window = 0, c.window
+		snap, err := export.New(f.st, cfg).Gather(ctx, store.All{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := find(t, snap.Families, "nbs_tcp_resets_total", map[string]string{"node": "web-1"}); !ok || got != 7 {
+			t.Errorf("window %s: web-1's resets across the restart = %v (found %v), want 7", c.window, got, ok)
+		}
+		if _, ok := find(t, snap.Families, "nbs_node_info", map[string]string{"node": "gone-1", "agent_version": "v1", "kernel_release": "6.18"}); ok {
+			t.Errorf("window %s: gone-1, an hour silent, is exported", c.window)
+		}
+		_, ok := find(t, snap.Families, "nbs_tcp_resets_by_owner_total", map[string]string{"node": "web-1", "direction": "sent", "reason": "no_socket", "owner": "pod-a"})
+		if ok != c.owner {
+			t.Errorf("window %s: owner pod-a (moved 50 s ago) exported %v, want %v", c.window, ok, c.owner)
+		}
+	}
+}
+
+// Two collectors (two exporters over one database) asked at once give one
+// answer: counters and the clock are the database's.
+func TestExportSameFromEveryCollector(t *testing.T) {
+	ctx := context.Background()
+	f := newFleet(t, map[string]string{"web-1": "acme"})
+	f.report(t, "web-1", time.Now().Add(-2*time.Second), map[string]float64{"tcp_reset!": 3, "tcp_reset/sent!": 3, "ping": 1})
+	text := func() string {
+		snap, err := export.New(f.st, export.DefaultConfig()).Gather(ctx, store.All{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		for _, mf := range snap.Families {
+			if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b.String()
+	}
+	a, b := text(), text()
+	if a != b || !strings.Contains(a, "nbs_tcp_resets_total") {
+		t.Errorf("two exports differ or lack resets:\n%s\n---\n%s", a, b)
 	}
 }

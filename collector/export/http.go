@@ -52,8 +52,10 @@ func (h *Handler) GetMetrics(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, r, err, nil)
 		return
 	}
+	took := time.Since(start)
+	h.e.Record("scrape", snap, took)
 	if h.obs != nil {
-		h.obs.ObserveExport("scrape", snap.Stats.Series, snap.Stats.Nodes, snap.Stats.Overflowed, time.Since(start))
+		h.obs.ObserveExport("scrape", snap.Stats.Series, snap.Stats.Nodes, snap.Stats.Overflowed, took)
 	}
 	g := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return snap.Families, nil })
 	promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true}).ServeHTTP(w, r)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -57,72 +58,74 @@ type Export struct {
 func (s *Store) ExportNodes(ctx context.Context, scope Scope, since time.Time) (Export, error) {
 	var out Export
 	clause, args := scope.LabelClause("n.labels", 2)
+	// A node a row, its values as arrays (pgx decodes them in binary), each
+	// value's definition and counter looked up by key: the LIMITs keep
+	// PostgreSQL from joining a node's every definition (187 on a busy
+	// node) to find its six roots, which cost 0.5 ms a node (BENCHMARKS.md,
+	// "Export"). The counters that moved within the window but are not
+	// among the values are read apart, by their own index on updated.
 	rows, err := s.pool.Query(ctx, `
-		SELECT n.id, n.name, n.tenant, n.agent_version, n.kernel_release, l.ts,
-			coalesce((SELECT jsonb_agg(jsonb_build_array(e.k, e.v, d.kind, d.unit, d.quantile))
-				FROM jsonb_each(l.roots || l.raised) e(k, v)
-				JOIN metric_paths p ON p.path = e.k
-				JOIN node_metrics nm ON nm.node_id = n.id AND nm.metric_id = p.id
-				JOIN metric_defs d ON d.id = nm.def_id), '[]')
+		SELECT n.id, n.name, n.tenant, n.agent_version, n.kernel_release, l.ts, now(),
+			v.paths, v.vals, v.kinds, v.units, v.quantiles, v.totals, v.borns, v.born_incs
 		FROM nodes n JOIN node_latest l ON l.node_id = n.id
+		CROSS JOIN LATERAL (
+			SELECT array_agg(e.k) AS paths, array_agg(e.v::text) AS vals, array_agg(d.kind) AS kinds, array_agg(d.unit) AS units,
+				array_agg(d.quantile) AS quantiles, array_agg(coalesce(c.total, 0)) AS totals,
+				array_agg(coalesce(c.born, 'epoch')) AS borns, array_agg(coalesce(c.born_inc, 0)) AS born_incs
+			FROM jsonb_each(l.roots || l.raised) e(k, v)
+			CROSS JOIN LATERAL (SELECT id FROM metric_paths WHERE path = e.k LIMIT 1) p
+			CROSS JOIN LATERAL (SELECT def_id FROM node_metrics WHERE node_id = n.id AND metric_id = p.id LIMIT 1) nm
+			CROSS JOIN LATERAL (SELECT kind, unit, quantile FROM metric_defs WHERE id = nm.def_id LIMIT 1) d
+			LEFT JOIN LATERAL (SELECT total, born, born_inc FROM export_counters WHERE node_id = n.id AND metric_id = p.id LIMIT 1) c ON true) v
 		WHERE n.retired_at IS NULL AND l.ts >= $1 AND `+clause+`
 		ORDER BY n.name`, append([]any{since}, args...)...)
 	if err != nil {
 		return out, fmt.Errorf("export: read nodes: %w", err)
 	}
-	byID := map[int32]int{}
-	var pairNodes []int32
-	var pairPaths []string
+	at := map[int32]int{}
 	for rows.Next() {
 		var n ExportNode
-		var raw []byte
-		if err := rows.Scan(&n.ID, &n.Name, &n.Tenant, &n.AgentVersion, &n.KernelRelease, &n.Last, &raw); err != nil {
+		var paths, vals, units []string
+		var kinds []int16
+		var quantiles, totals, bornIncs []float64
+		var borns []time.Time
+		if err := rows.Scan(&n.ID, &n.Name, &n.Tenant, &n.AgentVersion, &n.KernelRelease, &n.Last, &out.Now,
+			&paths, &vals, &kinds, &units, &quantiles, &totals, &borns, &bornIncs); err != nil {
 			rows.Close()
 			return out, fmt.Errorf("export: scan a node: %w", err)
 		}
-		var entries [][]json.RawMessage
-		if err := json.Unmarshal(raw, &entries); err != nil {
-			rows.Close()
-			return out, fmt.Errorf("export: decode the values of node %s: %w", n.Name, err)
-		}
-		for _, e := range entries {
-			if len(e) != 5 {
-				continue
-			}
-			m := ExportMetric{HasLatest: true}
-			if err := decodeAll([]any{&m.Path, &m.Latest, &m.Kind, &m.Unit, &m.Quantile}, e); err != nil {
+		for i, p := range paths {
+			m := ExportMetric{Path: p, Kind: Kind(kinds[i]), Unit: units[i], Quantile: quantiles[i], HasLatest: true}
+			if err := json.Unmarshal([]byte(vals[i]), &m.Latest); err != nil {
 				rows.Close()
-				return out, fmt.Errorf("export: decode a value of node %s: %w", n.Name, err)
+				return out, fmt.Errorf("export: node %s: decode the value of %s: %w", n.Name, p, err)
+			}
+			if m.Kind == KindRate && totals[i] > 0 {
+				m.Counter = &CounterTotal{Total: totals[i], Born: borns[i], BornInc: bornIncs[i]}
 			}
 			n.Metrics = append(n.Metrics, m)
-			if m.Kind == KindRate {
-				pairNodes, pairPaths = append(pairNodes, n.ID), append(pairPaths, m.Path)
-			}
 		}
-		byID[n.ID] = len(out.Nodes)
+		at[n.ID] = len(out.Nodes)
 		out.Nodes = append(out.Nodes, n)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return out, fmt.Errorf("export: read nodes: %w", err)
 	}
-	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&out.Now); err != nil {
-		return out, fmt.Errorf("export: read the clock: %w", err)
+	if out.Now.IsZero() {
+		if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&out.Now); err != nil {
+			return out, fmt.Errorf("export: read the clock: %w", err)
+		}
 	}
 	if len(out.Nodes) == 0 {
 		return out, nil
 	}
-	ids := make([]int32, len(out.Nodes))
-	for i, n := range out.Nodes {
-		ids[i] = n.ID
-	}
 	rows, err = s.pool.Query(ctx, `
 		SELECT c.node_id, p.path, c.total, c.born, c.born_inc
-		FROM export_counters c JOIN metric_paths p ON p.id = c.metric_id
-		WHERE c.node_id = ANY($1) AND (c.updated >= $2 OR (c.node_id, p.path) IN (SELECT * FROM unnest($3::int[], $4::text[])))`,
-		ids, since, pairNodes, pairPaths)
+		FROM export_counters c JOIN metric_paths p ON p.id = c.metric_id JOIN nodes n ON n.id = c.node_id
+		WHERE c.updated >= $1 AND strpos(p.path, '/') > 0 AND n.retired_at IS NULL AND `+clause, append([]any{since}, args...)...)
 	if err != nil {
-		return out, fmt.Errorf("export: read counters: %w", err)
+		return out, fmt.Errorf("export: read moving counters: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -132,32 +135,20 @@ func (s *Store) ExportNodes(ctx context.Context, scope Scope, since time.Time) (
 		if err := rows.Scan(&id, &path, &c.Total, &c.Born, &c.BornInc); err != nil {
 			return out, fmt.Errorf("export: scan a counter: %w", err)
 		}
-		n := &out.Nodes[byID[id]]
-		found := false
-		for i := range n.Metrics {
-			if n.Metrics[i].Path == path {
-				n.Metrics[i].Counter = &c
-				found = true
-				break
-			}
+		i, ok := at[id]
+		if !ok {
+			continue // a node outside the scope or the window
 		}
-		if !found {
-			n.Metrics = append(n.Metrics, ExportMetric{Path: path, Kind: KindRate, Counter: &c})
+		n := &out.Nodes[i]
+		if slices.ContainsFunc(n.Metrics, func(m ExportMetric) bool { return m.Path == path }) {
+			continue // a raised child, read with its value
 		}
+		n.Metrics = append(n.Metrics, ExportMetric{Path: path, Kind: KindRate, Counter: &c})
 	}
 	if err := rows.Err(); err != nil {
-		return out, fmt.Errorf("export: read counters: %w", err)
+		return out, fmt.Errorf("export: read moving counters: %w", err)
 	}
 	return out, nil
-}
-
-func decodeAll(dst []any, src []json.RawMessage) error {
-	for i := range dst {
-		if err := json.Unmarshal(src[i], dst[i]); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // PruneCounters deletes the running totals not moved since cutoff, batch

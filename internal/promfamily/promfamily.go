@@ -75,6 +75,7 @@ const (
 // labels) to a family.
 type rule struct {
 	pattern string
+	segs    []string // pattern split at "/", once
 	family  *Family
 	idx     []int // for each capture, its index in family.Labels
 	kind    Kind
@@ -112,7 +113,7 @@ func New() *Rules {
 				panic("promfamily: rule " + pattern + " fills label " + l + ", which " + f.Name + " does not have")
 			}
 		}
-		r.rules = append(r.rules, rule{pattern: pattern, family: f, idx: idx, kind: kind})
+		r.rules = append(r.rules, rule{pattern: pattern, segs: strings.Split(pattern, "/"), family: f, idx: idx, kind: kind})
 	}
 
 	resets := fam("nbs_tcp_resets_total", "TCP resets sent and received (tree: tcp_reset); the node's total has no direction, a direction's total no reason.", Counter, 0, "direction", "reason")
@@ -168,6 +169,23 @@ func New() *Rules {
 	add("latency/ecn/ce_share", GaugeKind, fam("nbs_ecn_ce_ratio", "Share of ECN-capable packets that carried a CE mark (tree: latency/ecn/ce_share).", Gauge, percent))
 	add("latency/ecn/delivered_ce", Rate, fam("nbs_tcp_delivered_ce_segments_total", "Segments TCP delivered with CE marks (tree: latency/ecn/delivered_ce; the kernel's TCPDeliveredCE).", Counter, 0))
 	add("latency/ecn/tcp_ecn", GaugeKind, fam("nbs_tcp_ecn_mode", "The node's net.ipv4.tcp_ecn setting (tree: latency/ecn/tcp_ecn).", Gauge, 0))
+
+	add("dns", Rate, fam("nbs_dns_queries_total", "DNS queries the node's clients sent over UDP (tree: dns).", Counter, 0))
+	add("dns/latency", Histogram, fam("nbs_dns_latency_seconds", "Time from a DNS query leaving the node to its answer arriving, a quantile (tree: dns/latency).", Gauge, ms, "quantile"))
+	dnsErr := fam("nbs_dns_error_answers_total", "DNS answers with a response code other than NOERROR, by rcode (tree: dns/errors); the total has no rcode.", Counter, 0, "rcode")
+	add("dns/errors", Rate, dnsErr)
+	add("dns/errors/*", Rate, dnsErr, "rcode")
+	add("dns/errors/*/*", Rate, fam("nbs_dns_error_answers_by_owner_total", "DNS error answers of one rcode to one owner's network namespace, or owner=\"other\" (tree: dns/errors/<rcode>/<owner>).", Counter, 0, "rcode", "owner"), "rcode", "owner")
+	add("dns/timeouts", Rate, fam("nbs_dns_timeouts_total", "DNS queries with no answer within the timeout (tree: dns/timeouts).", Counter, 0))
+	add("dns/timeouts/*", Rate, fam("nbs_dns_timeouts_by_owner_total", "DNS queries unanswered, sent from one owner's network namespace, or owner=\"other\" (tree: dns/timeouts/<owner>).", Counter, 0, "owner"), "owner")
+	dnsClients := fam("nbs_dns_queries_by_owner_total", "DNS queries sent from one owner's network namespace, or owner=\"other\" (tree: dns/clients/<owner>); the total has no owner.", Counter, 0, "owner")
+	add("dns/clients", Rate, dnsClients)
+	add("dns/clients/*", Rate, dnsClients, "owner")
+	dnsServers := fam("nbs_dns_queries_by_server_total", "DNS queries sent to one server, or server=\"other\" (tree: dns/servers/<server>); the total has no server.", Counter, 0, "server")
+	add("dns/servers", Rate, dnsServers)
+	add("dns/servers/*", Rate, dnsServers, "server")
+	add("dns/servers/*/errors", Rate, fam("nbs_dns_server_error_answers_total", "DNS answers from one server with an error other than NXDOMAIN (tree: dns/servers/<server>/errors).", Counter, 0, "server"), "server")
+	add("dns/servers/*/timeouts", Rate, fam("nbs_dns_server_timeouts_total", "DNS queries to one server with no answer within the timeout (tree: dns/servers/<server>/timeouts).", Counter, 0, "server"), "server")
 
 	add("ping", GaugeKind, fam("nbs_ping_delay_seconds", "The node's worst ping delay to its peers (tree: ping).", Gauge, ms))
 	add("ping/clock", GaugeKind, fam("nbs_ping_clock_synced", "1 when the node's clock is synchronised (tree: ping/clock).", Gauge, 0))
@@ -227,7 +245,7 @@ func (r *Rules) Lookup(path string, kind Kind, unit string, quantile float64) Ma
 	segs := strings.Split(path, "/")
 	for i := range r.rules {
 		ru := &r.rules[i]
-		caps, ok := matchPattern(ru.pattern, segs)
+		caps, ok := matchPattern(ru.segs, segs)
 		if !ok {
 			continue
 		}
@@ -268,10 +286,14 @@ func scaleOf(s float64) float64 {
 	return s
 }
 
-func matchPattern(pattern string, segs []string) ([]string, bool) {
-	ps := strings.Split(pattern, "/")
+func matchPattern(ps, segs []string) ([]string, bool) {
 	if len(ps) != len(segs) {
 		return nil, false
+	}
+	for i, p := range ps {
+		if p != "*" && p != segs[i] {
+			return nil, false
+		}
 	}
 	var caps []string
 	for i, p := range ps {

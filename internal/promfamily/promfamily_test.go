@@ -51,10 +51,14 @@ func TestLookup(t *testing.T) {
 		{"ping/db-1/host_delay/qdisc", Histogram, 0.5, "nbs_ping_host_delay_seconds", []string{"db-1", "qdisc", "0.5"}, 0.001},
 		{"ping/clock", GaugeKind, 0, "nbs_ping_clock_synced", []string{}, 1},
 		{"latency/rx/stack/tcp", Histogram, 0.99, "nbs_rx_latency_seconds", []string{"stack", "tcp", "0.99"}, 0.001},
+		{"dns/latency", Histogram, 0.99, "nbs_dns_latency_seconds", []string{"0.99"}, 0.001},
+		{"dns/errors/servfail/pod:shop.cart", Rate, 0, "nbs_dns_error_answers_by_owner_total", []string{"servfail", "pod:shop.cart"}, 1},
+		{"dns/servers/10.96.0.10/timeouts", Rate, 0, "nbs_dns_server_timeouts_total", []string{"10.96.0.10"}, 1},
+		{"dns/clients", Rate, 0, "nbs_dns_queries_by_owner_total", []string{""}, 1},
 		{"agent/bpf/tcp_send_reset/ns_per_run", GaugeKind, 0, "nbs_agent_bpf_run_seconds", []string{"tcp_send_reset"}, 1e-9},
 		// What no rule names, and a kind an agent got wrong, go to the
 		// generic families: a family's type never changes.
-		{"dns/latency", Histogram, 0.99, "nbs_tree_value", []string{"dns/latency", "ms", "0.99"}, 1},
+		{"quic/latency", Histogram, 0.99, "nbs_tree_value", []string{"quic/latency", "ms", "0.99"}, 1},
 		{"tcp_reset", GaugeKind, 0, "nbs_tree_value", []string{"tcp_reset", "ms", ""}, 1},
 		{"ping/db-1", Rate, 0, "nbs_tree_increase_total", []string{"ping/db-1"}, 1},
 	} {

@@ -270,6 +270,10 @@ export interface paths {
      */
     get: operations["getExportMetrics"];
   };
+  "/export/status": {
+    /** The Prometheus export's settings and what its newest exports held on this collector: series, nodes, overflowed series, by kind (scrape, each push receiver), and each push receiver's queue and last success. */
+    get: operations["getExportStatus"];
+  };
 }
 
 export type webhooks = Record<string, never>;
@@ -1311,6 +1315,52 @@ export interface components {
        */
       value: number | null;
       state: components["schemas"]["State"];
+    };
+    ExportKindStatus: {
+      /** @description scrape, or a push receiver's name. */
+      kind: string;
+      /**
+       * Format: date-time
+       * @description The database's clock when the newest export of this kind was read.
+       */
+      at: string;
+      nodes: number;
+      /** @description Series in the newest export: the active series a Prometheus holds of NBS. */
+      series: number;
+      /** @description Series of the newest export past a cap: counters summed into an _overflow series, gauges left out. */
+      overflowed: number;
+      /** @description Overflowed series of every export of this kind since this collector started. */
+      overflowed_total: number;
+      took_ms: number;
+      /** @description Exports of this kind since this collector started. */
+      exports: number;
+    };
+    ExportReceiverStatus: {
+      name: string;
+      /** @enum {string} */
+      type: "remote_write" | "otlp";
+      url: string;
+      /** @description Bytes waiting in the receiver's on-disk queue. */
+      queue_bytes: number;
+      /**
+       * Format: date-time
+       * @description When the oldest waiting export was taken.
+       */
+      queue_oldest?: string;
+      /** Format: date-time */
+      last_success?: string;
+      last_error?: string;
+      samples_sent: number;
+      /** @description Samples dropped: refused by the receiver (4xx) or pushed out of a full queue. */
+      samples_dropped: number;
+    };
+    ExportStatus: {
+      window_seconds: number;
+      counter_hold_seconds: number;
+      max_series_per_node: number;
+      max_series_per_family: number;
+      exports: components["schemas"]["ExportKindStatus"][];
+      receivers: components["schemas"]["ExportReceiverStatus"][];
     };
   };
   responses: {
@@ -2509,6 +2559,21 @@ export interface operations {
         };
       };
       400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /** The Prometheus export's settings and what its newest exports held on this collector: series, nodes, overflowed series, by kind (scrape, each push receiver), and each push receiver's queue and last success. */
+  getExportStatus: {
+    responses: {
+      /** @description The export's status. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["ExportStatus"];
+        };
+      };
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
