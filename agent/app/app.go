@@ -28,9 +28,11 @@ import (
 	dnssrc "github.com/nbs-project/nbs/agent/source/dns"
 	"github.com/nbs-project/nbs/agent/source/drops"
 	"github.com/nbs-project/nbs/agent/source/latency"
+	"github.com/nbs-project/nbs/agent/source/latencyecn"
 	"github.com/nbs-project/nbs/agent/source/latencyflows"
 	"github.com/nbs-project/nbs/agent/source/latencyqdisc"
 	"github.com/nbs-project/nbs/agent/source/latencyrx"
+	"github.com/nbs-project/nbs/agent/source/latencysizes"
 	"github.com/nbs-project/nbs/agent/source/latencytx"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
 	"github.com/nbs-project/nbs/agent/source/tcpreset"
@@ -339,6 +341,8 @@ func (a *Agent) branches() []opener {
 		open(pingsrc.Open, pingsrc.Options{Targets: targets, Interval: a.cfg.PingInterval}),
 		open(latencytx.Open, latencytx.Options{CgroupPath: a.cfg.CgroupPath, SampleEvery: uint32(a.cfg.TxSample)}),
 		open(latencyqdisc.Open, latencyqdisc.Options{}),
+		open(latencysizes.Open, latencysizes.Options{}),
+		open(latencyecn.Open, latencyecn.Options{}),
 		open(latencyflows.Open, latencyflows.Options{}),
 		open(latencyrx.Open, latencyrx.Options{Triggered: !a.cfg.LatencyRXAlways}),
 		open(dnssrc.Open, dnssrc.Options{Triggered: !a.cfg.DNSAlways, MaxEventsPerInterval: a.cfg.evidencePerInterval()}),

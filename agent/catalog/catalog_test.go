@@ -28,9 +28,14 @@ func TestLatencyTXAndAgentDefinitions(t *testing.T) {
 	all := append(LatencyTree(), LatencyTXTree()...)
 	all = append(all, LatencyQdiscTree()...)
 	all = append(all, QdiscDevice("va", "vA", 0), QdiscDevice("eth0.ns4026532598", "eth0", 4026532598))
+	all = append(all, LatencySizesTree()...)
+	all = append(all, SizesDevice("va", "vA", 0)...)
+	all = append(all, SizesDevice("eth0.ns4026532598", "eth0", 4026532598)...)
 	all = append(all, LatencyFlowsTree()...)
 	all = append(all, LatencyRXTree()...)
 	all = append(all, ECNTree()...)
+	all = append(all, ECNDevicesTree()...)
+	all = append(all, ECNDevice("va", "vA", 0), ECNPeer("va", MetricSegment("2001:db8::1"), "2001:db8::1"), ECNPeerOtherChild("va"))
 	all = append(all, AgentTree()...)
 	all = append(all, AgentProgram(MetricSegment("tcp_send_reset"))...)
 	all = append(all, AgentTriggeredSource("latency_qdisc", LatencyQdisc))
@@ -48,7 +53,8 @@ func TestLatencyTXAndAgentDefinitions(t *testing.T) {
 		if m.Title == "" || m.Unit == "" || len(m.Description) < 40 {
 			t.Errorf("%s: title %q, unit %q, description %q", m.ID, m.Title, m.Unit, m.Description)
 		}
-		if m.Kind == Histogram && (m.Quantile <= 0 || m.Scale != 1e6) {
+		// Times are recorded in nanoseconds and shown in ms; sizes in bytes.
+		if m.Kind == Histogram && (m.Quantile <= 0 || m.Scale != map[string]float64{"ms": 1e6, "bytes": 1}[m.Unit]) {
 			t.Errorf("%s: histogram with quantile %v, scale %v", m.ID, m.Quantile, m.Scale)
 		}
 	}

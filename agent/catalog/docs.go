@@ -38,10 +38,14 @@ func Documented() []Branch {
 	latency := Branch{Root: Latency, Metrics: LatencyTree()}
 	latency.Metrics = append(latency.Metrics, LatencyTXTree()...)
 	latency.Metrics = append(latency.Metrics, LatencyQdiscTree()...)
+	latency.Metrics = append(latency.Metrics, LatencySizesTree()...)
 	latency.Metrics = append(latency.Metrics, LatencyFlowsTree()...)
 	latency.Metrics = append(latency.Metrics, LatencyRXTree()...)
 	latency.Metrics = append(latency.Metrics, ECNTree()...)
+	latency.Metrics = append(latency.Metrics, ECNDevicesTree()...)
 	latency.Children = append(latency.Children, QdiscDevice("<device>", "<device>", 0))
+	latency.Children = append(latency.Children, SizesDevice("<device>", "<device>", 0)...)
+	latency.Children = append(latency.Children, ECNDevice("<device>", "<device>", 0), ECNPeer("<device>", "<peer>", "<peer>"), ECNPeerOtherChild("<device>"))
 	agent := Branch{Root: Agent, Metrics: AgentTree(),
 		Children: slices.Concat(AgentProgram("<program>"), []Metric{AgentTriggeredSource("<source>", "<branch>"), AgentEvidenceReported("<source>")},
 			AgentEvidenceDropped("<source>", []string{"<cap>"}))}

@@ -1,5 +1,7 @@
 package catalog
 
+import "fmt"
+
 // latency/ecn: congestion-experienced (CE) marks, the network's own signal
 // of queueing, from the watched namespace's /proc counters: the codepoints
 // of the packets received (IpExt and Ip6 In*Pkts), the segments TCP learnt
@@ -40,7 +42,8 @@ func ECNTree() []Metric {
 				"forwarded packets included, TCP and UDP (QUIC) alike, one per wire packet even when GRO merged them. " +
 				"Marks need both ends to use ECN (tcp_ecn and the share's ECN-capable packets say whether they do) and a marking queue " +
 				"on the path; without them congestion shows as loss instead (latency/retransmits, drops). The ce_share " +
-				"child says how much of the ECN-capable traffic was marked. Next: `nstat -az | grep -i ecn` on both " +
+				"child says how much of the ECN-capable traffic was marked; the devices child, measured while this branch is in trouble, " +
+				"on which devices and from which peers the marks came. Next: `nstat -az | grep -i ecn` on both " +
 				"ends, `tc -s qdisc` on the hops you control (marked counts of fq_codel, red), the switches' ECN counters."},
 		{ID: LatencyECNShare, Title: "Share of ECN packets marked CE", Unit: "%", Kind: Gauge,
 			Description: "Of the ECN-capable packets received in the interval (CE + ECT(0) + ECT(1)), the share marked " +
@@ -70,4 +73,59 @@ func ECNTree() []Metric {
 				"marks rather than losses needs 1 (and its peers 1 or 2). ECN is negotiated per connection: " +
 				"`ss -tin` shows ecn on the connections that use it, ecnseen where ECN codepoints arrived. Shown for the record, no threshold."},
 	}
+}
+
+// LatencyECNDevices is the triggered subtree of latency/ecn: CE marks
+// received per device and per peer, from a BPF program on the receive path
+// (agent/source/latencyecn), attached only while latency/ecn is in trouble
+// or an operator is looking.
+const LatencyECNDevices = "latency/ecn/devices"
+
+// ECNPeerOther is the child of a device's peers beyond its named ones.
+const ECNPeerOther = "other"
+
+const ecnTriggeredRemark = " Measured only while latency/ecn is in trouble (its share of marked packets above its " +
+	"threshold) or an operator is looking: the program reads the IP header of every received packet. " +
+	"agent/triggered says whether it is attached."
+
+// ECNDevicesTree is the per-device parent; devices and their peers are
+// added as marks arrive.
+func ECNDevicesTree() []Metric {
+	return []Metric{{ID: LatencyECNDevices, Title: "Congestion marks received, by device", Unit: "packets/s", Kind: Rate,
+		Description: "Packets marked Congestion Experienced (CE) as this host's devices received them (BPF, tracepoint " +
+			"netif_receive_skb: the IP header's two ECN bits of every IPv4 and IPv6 packet, one count per packet as the " +
+			"device delivered it, so a GRO-merged packet counts once where the latency/ecn root counts each segment). " +
+			"The children name the devices the marks came in on, and under each the peers (source addresses) that " +
+			"sent the marked packets: the path between that peer and this host has a queue that marks." + ecnTriggeredRemark}}
+}
+
+// ECNDevice is the child of one device. id is the metric-safe name, name
+// the kernel's; netns is set for a device outside the agent's namespace.
+func ECNDevice(id, name string, netns uint32) Metric {
+	where := ""
+	if netns != 0 {
+		where = fmt.Sprintf(" in network namespace %d", netns)
+	}
+	return Metric{ID: LatencyECNDevices + "/" + id, Title: "Congestion marks received on " + name, Unit: "packets/s", Kind: Rate,
+		Description: fmt.Sprintf("CE-marked packets received by device %s%s. Its children name the peers that sent them "+
+			"(the %d that marked first, the rest together as other). Marks on one device only point at the path behind it "+
+			"(its uplink, a switch port, a tunnel); marks from one peer only, at that peer's path or its own queue.",
+			name, where, ECNMaxPeers)}
+}
+
+// ECNMaxPeers bounds the named peers of a device.
+const ECNMaxPeers = 8
+
+// ECNPeer is the child of one peer under device devID.
+func ECNPeer(devID, peerID, addr string) Metric {
+	return Metric{ID: LatencyECNDevices + "/" + devID + "/" + peerID, Title: "Congestion marks from " + addr, Unit: "packets/s", Kind: Rate,
+		Description: "CE-marked packets received from " + addr + " on this device: a queue on the path from that peer " +
+			"(or the peer's own, an AQM on its egress) marks its traffic to this host. Next: `ss -tin dst " + addr +
+			"` (ecnseen, delivered_ce on the peer), the queues on that path, and whether other peers are marked too."}
+}
+
+// ECNPeerOtherChild is the child of a device's peers beyond its named ones.
+func ECNPeerOtherChild(devID string) Metric {
+	return Metric{ID: LatencyECNDevices + "/" + devID + "/" + ECNPeerOther, Title: "Congestion marks from other peers", Unit: "packets/s", Kind: Rate,
+		Description: fmt.Sprintf("CE-marked packets received on this device from peers beyond the %d named beside this child.", ECNMaxPeers)}
 }

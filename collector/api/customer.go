@@ -162,6 +162,8 @@ var customerCapabilities = map[string]customerCapability{
 	"bpf.latency.tx":          {"send_latency", "Where time goes as data is sent (queueing, driver, acknowledgement) is not measured on this node."},
 	"bpf.latency.rx":          {"receive_latency", "Where time goes as data is received is not measured on this node."},
 	"bpf.latency.qdisc":       {"queueing_latency", "Time spent in the send queue is not measured on this node."},
+	"bpf.latency.sizes":       {"packet_sizes", "Packet sizes per device, which show whether segmentation and receive offloads work, are not measured on this node."},
+	"bpf.latency.ecn":         {"congestion_mark_peers", "Congestion marks are counted, but not by device or by the peer that sent them."},
 	"bpf.latency.flows":       {"slow_flows", "The slowest connections are not listed on this node."},
 	"bpf.dns":                 {"dns", "Name resolution (DNS queries, their latency, errors and timeouts) is not measured on this node."},
 	"spool":                   {"buffering", "Measurements made while this node cannot reach the collector may be lost if the agent restarts."},

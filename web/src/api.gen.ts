@@ -318,7 +318,7 @@ export interface components {
       /** @description Baseline thresholds only: values below it are never over the threshold. */
       floor?: number;
     };
-    /** @description What a node's agent can measure. Staff get every capability as the agent said it (name such as owner.oci_bundles or bpf.drops, and the reason, which may hold host paths, kernel capabilities and flags). A customer gets only the missing ones it is told of, once per topic: name is the topic (pod_names, ping, reset_reasons, drop_reasons, retransmit_detail, send_latency, receive_latency, queueing_latency, slow_flows, tcp_counters, resets, drops, buffering, or measurements for one this collector does not know) and reason what the customer loses (collector/api/customer.go). */
+    /** @description What a node's agent can measure. Staff get every capability as the agent said it (name such as owner.oci_bundles or bpf.drops, and the reason, which may hold host paths, kernel capabilities and flags). A customer gets only the missing ones it is told of, once per topic: name is the topic (pod_names, ping, reset_reasons, drop_reasons, retransmit_detail, send_latency, receive_latency, queueing_latency, packet_sizes, congestion_mark_peers, slow_flows, tcp_counters, resets, drops, buffering, or measurements for one this collector does not know) and reason what the customer loses (collector/api/customer.go). */
     Capability: {
       name: string;
       available: boolean;

@@ -1,0 +1,75 @@
+package latencyecn
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/internal/netns"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
+)
+
+// Attached in lab namespace B, the branch counts the CE marks B's vB
+// received from A's address as the marking rule in A counted them, under
+// the device's child and the peer's; detached, the branch is retired.
+func TestBranchCountsMarksByDeviceAndPeer(t *testing.T) {
+	lab := netlab.New(t)
+	h, err := netns.Resolve(lab.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(context.Background(), Options{Env: source.Env{Netns: h}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if s.Programs() == nil {
+		netlab.SkipOrFail(t, "latencyecn: unavailable: %s", s.Capabilities()[0].GetReason())
+	}
+	ctx := context.Background()
+	if err := s.SetActive(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	lab.Nft(t, lab.A, fmt.Sprintf(`table inet nbs_ce { chain out { type filter hook output priority 0; policy accept;
+  ip daddr %s udp dport 9999 numgen random mod 4 == 0 counter ip ecn set ce
+}
+}`, lab.IPB))
+	r0, err := s.Collect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab.SendUDP(t, lab.A, netip.AddrPortFrom(lab.IPB, 9999), 2000, 100, 0)
+	r, err := s.Collect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := lab.NftPackets(t, lab.A, "nbs_ce")
+	dev := catalog.LatencyECNDevices + "/vb"
+	pe := dev + "/" + catalog.MetricSegment(lab.IPA.String())
+	var ids []string
+	for _, m := range r.Metrics {
+		ids = append(ids, m.ID)
+	}
+	for _, id := range []string{catalog.LatencyECNDevices, dev, pe} {
+		if !slices.Contains(ids, id) {
+			t.Fatalf("%s missing: %v", id, ids)
+		}
+		if got := r.Counters[id] - r0.Counters[id]; got != marked || marked == 0 {
+			t.Errorf("%s: %d marks; the marking rule counted %d", id, got, marked)
+		}
+	}
+	if err := s.SetActive(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	r, err = s.Collect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(r.Retired, catalog.LatencyECNDevices) || len(r.Metrics) != 0 {
+		t.Errorf("detached: retired %v, metrics %d; want the branch retired, none", r.Retired, len(r.Metrics))
+	}
+}
