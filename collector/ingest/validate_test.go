@@ -92,7 +92,8 @@ func TestHistogramStart(t *testing.T) {
 }
 
 // A sample the agent had no value for keeps saying so into storage, and
-// whatever value came with it is dropped: it means nothing.
+// whatever value came with it is dropped: it means nothing. A rate's sample
+// is a counter's increase (export_counters sums it), a gauge's is not.
 func TestSampleWithoutValue(t *testing.T) {
 	now := time.Now()
 	st := &stream{metrics: metricSet{base: map[string]streamMetric{"ping": {id: 1, kind: store.KindGauge}, "drops": {id: 2, kind: store.KindRate}}}}
@@ -104,7 +105,7 @@ func TestSampleWithoutValue(t *testing.T) {
 	if rej != nil {
 		t.Fatalf("checkReport = %v, want accepted", rej)
 	}
-	want := []store.Sample{{Path: "ping", Value: 0, State: store.StateUnknown, NoValue: true}, {Path: "drops", Value: 3, State: store.StateOK}}
+	want := []store.Sample{{Path: "ping", Value: 0, State: store.StateUnknown, NoValue: true}, {Path: "drops", Value: 3, State: store.StateOK, Counter: true}}
 	if len(out.Samples) != 2 || out.Samples[0] != want[0] || out.Samples[1] != want[1] {
 		t.Errorf("samples %+v, want %+v", out.Samples, want)
 	}
