@@ -562,7 +562,7 @@ func visibleTo(viewer access.Principal, args *[]any) string {
 // ping/clock. The names outside are one uncorrelated subquery, hashed once
 // a statement: as a correlated NOT EXISTS per alert a customer's page at
 // 3,000 open alerts took 93 ms instead of 6; this way a few ms more than
-// without the rule (BENCHMARKS.md, "Alerts naming another tenant's node").
+// without the rule.
 func foreignPingSQL(seen string) string {
 	target := func(col string) string {
 		return `(CASE WHEN ` + col + ` LIKE 'ping/%' AND split_part(` + col + `, '/', 2) <> 'clock' THEN split_part(` + col + `, '/', 2) ELSE '' END)`

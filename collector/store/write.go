@@ -226,7 +226,7 @@ func newCopyRows(reports []Report) (copyRows, error) {
 // primary key refuses it), the copies are undone to a savepoint and it
 // returns false, for writeStaged. The staging tables' extra COPY and
 // INSERT … SELECT cost as much as the rest of a batch's write
-// (BENCHMARKS.md, "Ingest vs COPY").
+// (BENCHMARKS.md, "Fleet": "Ingest against raw COPY").
 func copyDirect(ctx context.Context, tx pgx.Tx, c copyRows) (bool, error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
