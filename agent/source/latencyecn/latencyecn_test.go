@@ -9,6 +9,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/agent/source/sourcetest"
 	"github.com/nbs-project/nbs/internal/netns"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
@@ -18,22 +19,10 @@ import (
 // the device's child and the peer's; detached, the branch is retired.
 func TestBranchCountsMarksByDeviceAndPeer(t *testing.T) {
 	lab := netlab.New(t)
-	h, err := netns.Resolve(lab.B)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(context.Background(), Options{Env: source.Env{Netns: h}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if s.Programs() == nil {
-		netlab.SkipOrFail(t, "latencyecn: unavailable: %s", s.Capabilities()[0].GetReason())
-	}
 	ctx := context.Background()
-	if err := s.SetActive(ctx, true); err != nil {
-		t.Fatal(err)
-	}
+	s := sourcetest.ActiveIn(t, lab.B, func(h netns.Handle) (*Source, error) {
+		return Open(ctx, Options{Env: source.Env{Netns: h}})
+	})
 	lab.Nft(t, lab.A, fmt.Sprintf(`table inet nbs_ce { chain out { type filter hook output priority 0; policy accept;
   ip daddr %s udp dport 9999 numgen random mod 4 == 0 counter ip ecn set ce
 }
