@@ -64,16 +64,12 @@ type Probe struct {
 
 // Load loads the program without attaching it.
 func Load(opts Options) (*Probe, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	spec, err := loadLatencyecn()
 	if err != nil {
 		return nil, fmt.Errorf("parse ECN marks object: %w", err)
 	}
 	p := &Probe{bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "ECN marks", Log: log, BTF: opts.BTF,
+		Name: "ECN marks", Log: opts.Logger, BTF: opts.BTF,
 		Needs: "a kernel with BTF tracepoint netif_receive_skb and the kfunc bpf_rdonly_cast",
 	}}}
 	if err := p.bpf.Load(spec, bpfload.Vars{latencyecnVarTargetNetns: opts.NetnsInode}, &p.objs, nil); err != nil {

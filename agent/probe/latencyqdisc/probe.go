@@ -59,16 +59,12 @@ type Probe struct {
 
 // Load loads the programs without attaching them.
 func Load(opts Options) (*Probe, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	spec, err := loadLatencyqdisc()
 	if err != nil {
 		return nil, fmt.Errorf("parse qdisc sojourn object: %w", err)
 	}
 	p := &Probe{epoch: 1, bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "qdisc sojourn", Log: log, BTF: opts.BTF,
+		Name: "qdisc sojourn", Log: opts.Logger, BTF: opts.BTF,
 		Needs: "a kernel with BTF tracepoints net_dev_queue and net_dev_start_xmit",
 	}}}
 	// A new epoch for each attachment: packets queued before a Detach

@@ -79,16 +79,12 @@ type Probe struct {
 
 // Load loads the programs without attaching them.
 func Load(opts Options) (*Probe, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	spec, err := loadLatencysizes()
 	if err != nil {
 		return nil, fmt.Errorf("parse packet sizes object: %w", err)
 	}
 	p := &Probe{bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "packet sizes", Log: log, BTF: opts.BTF,
+		Name: "packet sizes", Log: opts.Logger, BTF: opts.BTF,
 		Needs: "a kernel with BTF tracepoints net_dev_queue, net_dev_xmit and netif_receive_skb",
 	}}}
 	if err := p.bpf.Load(spec, bpfload.Vars{latencysizesVarTargetNetns: opts.NetnsInode}, &p.objs, nil); err != nil {
