@@ -8,8 +8,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/source"
-	"github.com/nbs-project/nbs/agent/source/sourcetest"
-	"github.com/nbs-project/nbs/internal/netns"
+	"github.com/nbs-project/nbs/agent/source/triggeredtest"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
@@ -36,23 +35,14 @@ func txRx(t *testing.T, lab *netlab.Lab, ns, dev string) (tx, rx uint64) {
 func TestBranchCountsTheDevice(t *testing.T) {
 	lab := netlab.New(t)
 	ctx := context.Background()
-	s := sourcetest.ActiveIn(t, lab.A, func(h netns.Handle) (*Source, error) {
-		return Open(ctx, Options{Env: source.Env{Netns: h}})
+	s := triggeredtest.Active(t, lab.A, func(env source.Env) (*Source, error) {
+		return Open(ctx, Options{Env: env})
 	})
-	if _, err := s.Collect(ctx); err != nil {
-		t.Fatal(err)
-	}
+	triggeredtest.Collect(t, s)
 	tx0, rx0 := txRx(t, lab, lab.A, "vA")
 	lab.Bulk(t, 4<<20)
 	tx1, rx1 := txRx(t, lab, lab.A, "vA")
-	r, err := s.Collect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, m := range r.Metrics {
-		ids = append(ids, m.ID)
-	}
+	r, ids := triggeredtest.Collect(t, s)
 	dev := catalog.LatencySizes + "/va"
 	for _, id := range []string{catalog.LatencySizes, dev, dev + "/" + catalog.SizesXmit, dev + "/" + catalog.SizesReceived} {
 		if !slices.Contains(ids, id) || r.Histograms[id] == nil {
@@ -73,14 +63,5 @@ func TestBranchCountsTheDevice(t *testing.T) {
 		t.Errorf("sent p99 %.0f bytes, want above the MTU (TCP's GSO packets)", q)
 	}
 
-	if err := s.SetActive(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	r, err = s.Collect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(r.Retired, catalog.LatencySizes) || len(r.Metrics) != 0 {
-		t.Errorf("detached: retired %v, metrics %d; want the branch retired, none", r.Retired, len(r.Metrics))
-	}
+	triggeredtest.DetachRetires(t, s, catalog.LatencySizes)
 }
