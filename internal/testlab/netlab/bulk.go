@@ -1,10 +1,10 @@
 package netlab
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -14,14 +14,35 @@ import (
 // (GSO) packets from A and their acknowledgements from B.
 func (l *Lab) Bulk(t testing.TB, n int64) {
 	t.Helper()
-	var ln net.Listener
-	if err := l.Do(l.B, func() (err error) {
-		ln, err = net.Listen("tcp", net.JoinHostPort(l.IPB.String(), "0"))
+	addr, wait := l.Sink(t, netip.AddrPortFrom(l.IPB, 0), n)
+	var c net.Conn
+	if err := l.Do(l.A, func() (err error) {
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	if _, err := io.CopyN(c, zeros{}, n); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	wait()
+}
+
+// Sink listens in B at dst (port 0: any free one) for one TCP connection
+// and reads it to its end. It returns the address to connect to, and wait,
+// which returns once the sender has closed, failing the test unless
+// exactly n bytes came within 30 s.
+func (l *Lab) Sink(t testing.TB, dst netip.AddrPort, n int64) (addr string, wait func()) {
+	t.Helper()
+	var ln net.Listener
+	if err := l.Do(l.B, func() (err error) {
+		ln, err = net.Listen("tcp", dst.String())
+		return err
+	}); err != nil {
+		t.Fatalf("listen in %s: %v", l.B, err)
+	}
+	t.Cleanup(func() { ln.Close() }) // a sender that never came
 	got := make(chan error, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -36,26 +57,17 @@ func (l *Lab) Bulk(t testing.TB, n int64) {
 		}
 		got <- err
 	}()
-	var c net.Conn
-	if err := l.Do(l.A, func() (err error) {
-		c, err = net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.CopyN(c, zeros{}, n); err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("receive: %v", err)
+	return ln.Addr().String(), func() {
+		t.Helper()
+		defer ln.Close()
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("receive at %s: %v", ln.Addr(), err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("receive at %s: not done after 30s", ln.Addr())
 		}
-	case <-ctx.Done():
-		t.Fatal("receive: timed out")
 	}
 }
 
