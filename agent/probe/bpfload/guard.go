@@ -175,3 +175,15 @@ func EachSum[K any, V any](m *ebpf.Map, fn func(K, V)) error {
 	}
 	return nil
 }
+
+// GuardedSum reads key from the per-CPU map m under g's lock, summed over
+// CPUs (see Do and LookupSum): a probe's cumulative counts, typically key 0
+// of its stats array.
+func GuardedSum[T any](g *Guarded, what string, m *ebpf.Map, key any) (T, error) {
+	var sum T
+	err := g.Do(what, func() (err error) {
+		sum, err = LookupSum[T](m, key)
+		return err
+	})
+	return sum, err
+}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
+	"github.com/nbs-project/nbs/agent/probe/devtable"
 )
 
 // Hook names the attach point as the agent branch shows it; prefixed so
@@ -63,16 +64,12 @@ type Probe struct {
 
 // Load loads the program without attaching it.
 func Load(opts Options) (*Probe, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	spec, err := loadLatencyecn()
 	if err != nil {
 		return nil, fmt.Errorf("parse ECN marks object: %w", err)
 	}
 	p := &Probe{bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "ECN marks", Log: log, BTF: opts.BTF,
+		Name: "ECN marks", Log: opts.Logger, BTF: opts.BTF,
 		Needs: "a kernel with BTF tracepoint netif_receive_skb and the kfunc bpf_rdonly_cast",
 	}}}
 	if err := p.bpf.Load(spec, bpfload.Vars{latencyecnVarTargetNetns: opts.NetnsInode}, &p.objs, nil); err != nil {
@@ -122,10 +119,7 @@ func (p *Probe) Peers() (map[Peer]Counts, error) {
 			if err != nil {
 				return err
 			}
-			pr := Peer{Netns: k.Netns, Ifindex: k.Ifindex, Device: names[uint64(k.Netns)<<32|uint64(k.Ifindex)]}
-			if pr.Device == "" {
-				pr.Device = fmt.Sprintf("if%d", k.Ifindex)
-			}
+			pr := Peer{Netns: k.Netns, Ifindex: k.Ifindex, Device: devtable.Name(names[uint64(k.Netns)<<32|uint64(k.Ifindex)], k.Ifindex)}
 			if k.Family == unix.AF_INET {
 				pr.Addr = netip.AddrFrom4([4]byte(k.Addr[:4]))
 			} else {
@@ -146,11 +140,7 @@ func (p *Probe) Peers() (map[Peer]Counts, error) {
 
 // Stats returns the probe's counts.
 func (p *Probe) Stats() (Stats, error) {
-	var c latencyecnNbsEcnStats
-	err := p.bpf.Do("read ECN stats", func() (err error) {
-		c, err = bpfload.LookupSum[latencyecnNbsEcnStats](p.objs.EcnStats, uint32(0))
-		return err
-	})
+	c, err := bpfload.GuardedSum[latencyecnNbsEcnStats](&p.bpf, "read ECN stats", p.objs.EcnStats, uint32(0))
 	if err != nil {
 		return Stats{}, err
 	}

@@ -12,10 +12,10 @@ import (
 	"log/slog"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
+	"github.com/nbs-project/nbs/agent/probe/devtable"
 )
 
 // Options configure Load.
@@ -29,11 +29,7 @@ type Options struct {
 }
 
 // Device is a network device as the kernel identifies it.
-type Device struct {
-	Netns   uint32
-	Ifindex uint32
-	Name    string
-}
+type Device = devtable.Device
 
 // Stats are the probe's counts, cumulative, summed over CPUs.
 type Stats struct {
@@ -63,16 +59,12 @@ type Probe struct {
 
 // Load loads the programs without attaching them.
 func Load(opts Options) (*Probe, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	spec, err := loadLatencyqdisc()
 	if err != nil {
 		return nil, fmt.Errorf("parse qdisc sojourn object: %w", err)
 	}
 	p := &Probe{epoch: 1, bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "qdisc sojourn", Log: log, BTF: opts.BTF,
+		Name: "qdisc sojourn", Log: opts.Logger, BTF: opts.BTF,
 		Needs: "a kernel with BTF tracepoints net_dev_queue and net_dev_start_xmit",
 	}}}
 	// A new epoch for each attachment: packets queued before a Detach
@@ -115,26 +107,14 @@ func (p *Probe) Devices() (map[Device]bpfhist.Hist, error) {
 	err := p.bpf.Do("read qdisc sojourn devices", func() error {
 		// Each device the programs met has an entry naming it and the
 		// index of its histogram.
-		var (
-			k    latencyqdiscNbsQdiscDev
-			info latencyqdiscNbsQdiscDevInfo
-		)
-		it := p.objs.QdDevs.Iterate()
-		for it.Next(&k, &info) {
-			h, err := bpfload.LookupSum[bpfhist.Hist](p.objs.QdHist, info.Index)
+		return devtable.Each(p.objs.QdDevs, func(d Device, index uint32) error {
+			h, err := bpfload.LookupSum[bpfhist.Hist](p.objs.QdHist, index)
 			if err != nil {
-				return fmt.Errorf("read the sojourn histogram of if%d: %w", k.Ifindex, err)
-			}
-			d := Device{Netns: k.Netns, Ifindex: k.Ifindex, Name: unix.ByteSliceToString(info.Name[:])}
-			if d.Name == "" {
-				d.Name = fmt.Sprintf("if%d", k.Ifindex)
+				return fmt.Errorf("read the sojourn histogram of if%d: %w", d.Ifindex, err)
 			}
 			out[d] = h
-		}
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("read qdisc sojourn devices: %w", err)
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -144,11 +124,7 @@ func (p *Probe) Devices() (map[Device]bpfhist.Hist, error) {
 
 // Stats returns the probe's counts.
 func (p *Probe) Stats() (Stats, error) {
-	var c latencyqdiscNbsQdiscStats
-	err := p.bpf.Do("read qdisc sojourn stats", func() (err error) {
-		c, err = bpfload.LookupSum[latencyqdiscNbsQdiscStats](p.objs.QdStats, uint32(0))
-		return err
-	})
+	c, err := bpfload.GuardedSum[latencyqdiscNbsQdiscStats](&p.bpf, "read qdisc sojourn stats", p.objs.QdStats, uint32(0))
 	if err != nil {
 		return Stats{}, err
 	}

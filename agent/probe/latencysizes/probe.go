@@ -14,10 +14,10 @@ import (
 	"log/slog"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
+	"github.com/nbs-project/nbs/agent/probe/devtable"
 )
 
 // Directions, the index of a device's histograms and counts
@@ -49,11 +49,7 @@ type Options struct {
 }
 
 // Device is a network device as the kernel identifies it.
-type Device struct {
-	Netns   uint32
-	Ifindex uint32
-	Name    string
-}
+type Device = devtable.Device
 
 // Counts are a direction's exact counts, cumulative, summed over CPUs.
 type Counts struct {
@@ -83,16 +79,12 @@ type Probe struct {
 
 // Load loads the programs without attaching them.
 func Load(opts Options) (*Probe, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	spec, err := loadLatencysizes()
 	if err != nil {
 		return nil, fmt.Errorf("parse packet sizes object: %w", err)
 	}
 	p := &Probe{bpf: bpfload.Guarded{Object: bpfload.Object{
-		Name: "packet sizes", Log: log, BTF: opts.BTF,
+		Name: "packet sizes", Log: opts.Logger, BTF: opts.BTF,
 		Needs: "a kernel with BTF tracepoints net_dev_queue, net_dev_xmit and netif_receive_skb",
 	}}}
 	if err := p.bpf.Load(spec, bpfload.Vars{latencysizesVarTargetNetns: opts.NetnsInode}, &p.objs, nil); err != nil {
@@ -123,36 +115,24 @@ func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 func (p *Probe) Devices() (map[Device]*Sizes, error) {
 	out := map[Device]*Sizes{}
 	err := p.bpf.Do("read packet sizes devices", func() error {
-		var (
-			k    latencysizesNbsSizesDev
-			info latencysizesNbsSizesDevInfo
-		)
-		it := p.objs.SzDevs.Iterate()
-		for it.Next(&k, &info) {
+		return devtable.Each(p.objs.SzDevs, func(d Device, index uint32) error {
 			s := &Sizes{}
 			for dir := range uint32(dirs) {
-				i := info.Index*dirs + dir
+				i := index*dirs + dir
 				h, err := bpfload.LookupSum[bpfhist.Hist](p.objs.SzHist, i)
 				if err != nil {
-					return fmt.Errorf("read the size histogram of if%d: %w", k.Ifindex, err)
+					return fmt.Errorf("read the size histogram of if%d: %w", d.Ifindex, err)
 				}
 				c, err := bpfload.LookupSum[latencysizesNbsSizesCounts](p.objs.SzCounts, i)
 				if err != nil {
-					return fmt.Errorf("read the size counts of if%d: %w", k.Ifindex, err)
+					return fmt.Errorf("read the size counts of if%d: %w", d.Ifindex, err)
 				}
 				s.Hist[dir] = h
 				s.Counts[dir] = Counts{Packets: c.Packets, Bytes: c.Bytes, GSOPackets: c.GsoPackets, GSOSegs: c.GsoSegs}
 			}
-			d := Device{Netns: k.Netns, Ifindex: k.Ifindex, Name: unix.ByteSliceToString(info.Name[:])}
-			if d.Name == "" {
-				d.Name = fmt.Sprintf("if%d", k.Ifindex)
-			}
 			out[d] = s
-		}
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("read packet sizes devices: %w", err)
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -162,11 +142,7 @@ func (p *Probe) Devices() (map[Device]*Sizes, error) {
 
 // Stats returns the probe's counts.
 func (p *Probe) Stats() (Stats, error) {
-	var c latencysizesNbsSizesStats
-	err := p.bpf.Do("read packet sizes stats", func() (err error) {
-		c, err = bpfload.LookupSum[latencysizesNbsSizesStats](p.objs.SzStats, uint32(0))
-		return err
-	})
+	c, err := bpfload.GuardedSum[latencysizesNbsSizesStats](&p.bpf, "read packet sizes stats", p.objs.SzStats, uint32(0))
 	if err != nil {
 		return Stats{}, err
 	}

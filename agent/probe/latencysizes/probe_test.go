@@ -2,10 +2,8 @@ package latencysizes
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,58 +144,6 @@ func capture(t *testing.T, lab *netlab.Lab, ns, dev string) (stop func() (all, l
 	}
 }
 
-// send copies n bytes over one TCP connection from A to B.
-func send(t *testing.T, lab *netlab.Lab, n int64) {
-	t.Helper()
-	var ln net.Listener
-	if err := lab.Do(lab.B, func() (err error) {
-		ln, err = net.Listen("tcp", net.JoinHostPort(lab.IPB.String(), "0"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	got := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- err
-			return
-		}
-		defer c.Close()
-		m, err := io.Copy(io.Discard, c)
-		if err == nil && m != n {
-			err = io.ErrUnexpectedEOF
-		}
-		got <- err
-	}()
-	var c net.Conn
-	if err := lab.Do(lab.A, func() (err error) {
-		c, err = net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.CopyN(c, zeros{}, n); err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("receive: %v", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("receive: timed out")
-	}
-}
-
-type zeros struct{}
-
-func (zeros) Read(b []byte) (int, error) { clear(b); return len(b), nil }
-
 // snapshot reads the probe's sizes of vA and vB and the devices' own
 // counters at one moment: a packet the lab sends on its own (IPv6
 // neighbour discovery) between the reads would make them disagree, so the
@@ -266,7 +212,7 @@ func TestSizesFollowOffloads(t *testing.T) {
 			lab.Exec(t, lab.B, "ethtool", "-K", "vB", "gro", tc.offloads)
 			a0, b0, la0, lb0 := snapshot(t, lab, p, inA, inB)
 			stop := capture(t, lab, lab.A, "vA")
-			send(t, lab, n)
+			lab.Bulk(t, n)
 			wire, wireLarge := stop()
 			a1, b1, la1, lb1 := snapshot(t, lab, p, inA, inB)
 

@@ -3,7 +3,6 @@ package latency
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -229,31 +228,10 @@ func TestECNMarks(t *testing.T) {
 // acknowledged.
 func ecnTransfer(t *testing.T, l *netlab.Lab, dst netip.AddrPort, n int) {
 	t.Helper()
-	var ln net.Listener
-	if err := l.Do(l.B, func() (err error) {
-		ln, err = net.Listen("tcp", dst.String())
-		return err
-	}); err != nil {
-		t.Fatalf("listen in %s: %v", l.B, err)
-	}
-	defer ln.Close()
-	got := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- err
-			return
-		}
-		defer c.Close()
-		m, err := io.Copy(io.Discard, c)
-		if err == nil && m != int64(n) {
-			err = fmt.Errorf("received %d bytes of %d", m, n)
-		}
-		got <- err
-	}()
+	addr, wait := l.Sink(t, dst, int64(n))
 	var c net.Conn
 	if err := l.Do(l.A, func() (err error) {
-		c, err = net.DialTimeout("tcp", dst.String(), 5*time.Second)
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
 		return err
 	}); err != nil {
 		t.Fatalf("connect from %s: %v", l.A, err)
@@ -281,14 +259,7 @@ func ecnTransfer(t *testing.T, l *netlab.Lab, dst netip.AddrPort, n int) {
 	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("receive at %s: %v", dst, err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("receive at %s: not done after 30s", dst)
-	}
+	wait()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		var info *unix.TCPInfo
 		ctl(func(fd int) (err error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/nbs-project/nbs/agent/catalog"
 	probe "github.com/nbs-project/nbs/agent/probe/latencyecn"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/agent/source/perdevice"
 )
 
 const capName = "bpf.latency.ecn"
@@ -45,19 +46,18 @@ type peer struct {
 // Source reads CE marks per device and peer while attached.
 type Source struct {
 	*source.Triggered[*probe.Probe, probe.Stats]
-	own uint32 // the watched namespace: its devices go by name alone
 
 	// Guarded by Triggered's lock.
 	devs  map[devKey]*device
 	peers map[probe.Peer]*peer
-	ids   map[string]bool // device child ids in use
+	ids   *perdevice.IDs // device child ids
 	total uint64
 }
 
 // Open loads the program without attaching it, or returns a source that
 // never measures and says why.
 func Open(_ context.Context, opts Options) (*Source, error) {
-	s := &Source{own: opts.Netns.Inode}
+	s := &Source{ids: perdevice.NewIDs(opts.Netns.Inode, MaxDevices)}
 	s.reset()
 	s.Triggered = source.NewTriggered(opts.Env, source.TriggeredSpec[*probe.Probe, probe.Stats]{
 		Name: "latency/ecn/devices (bpf, triggered)", Capability: capName, Trigger: catalog.LatencyECN, Branch: catalog.LatencyECNDevices,
@@ -72,7 +72,8 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 }
 
 func (s *Source) reset() {
-	s.devs, s.peers, s.ids, s.total = map[devKey]*device{}, map[probe.Peer]*peer{}, map[string]bool{}, 0
+	s.devs, s.peers, s.total = map[devKey]*device{}, map[probe.Peer]*peer{}, 0
+	s.ids.Reset()
 }
 
 // attached counts from the attachment.
@@ -135,17 +136,8 @@ func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 			s.devs[dk] = dv
 		}
 		dv.total += d
-		if dv.id == "" && len(s.ids) < MaxDevices {
-			base := catalog.MetricSegment(pr.Device)
-			if pr.Netns != s.own {
-				base = fmt.Sprintf("%s.ns%d", base, pr.Netns)
-			}
-			id := base
-			for n := 2; s.ids[id]; n++ {
-				id = fmt.Sprintf("%s.%d", base, n)
-			}
-			dv.id = id
-			s.ids[id] = true
+		if dv.id == "" {
+			dv.id = s.ids.Assign(pr.Device, pr.Netns)
 		}
 		if st.id == "" && dv.named < catalog.ECNMaxPeers && st.total == d {
 			st.id = catalog.MetricSegment(pr.Addr.String())
@@ -169,11 +161,7 @@ func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 		if dv.id == "" {
 			continue
 		}
-		netns := uint32(0)
-		if dk.netns != s.own {
-			netns = dk.netns
-		}
-		m := catalog.ECNDevice(dv.id, dv.name, netns)
+		m := catalog.ECNDevice(dv.id, dv.name, s.ids.Netns(dk.netns))
 		r.Metrics = append(r.Metrics, m)
 		r.Counters[m.ID] = dv.total
 		if dv.other > 0 {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/source"
-	"github.com/nbs-project/nbs/internal/netns"
+	"github.com/nbs-project/nbs/agent/source/triggeredtest"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
@@ -18,42 +18,20 @@ import (
 // the device's child and the peer's; detached, the branch is retired.
 func TestBranchCountsMarksByDeviceAndPeer(t *testing.T) {
 	lab := netlab.New(t)
-	h, err := netns.Resolve(lab.B)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(context.Background(), Options{Env: source.Env{Netns: h}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if s.Programs() == nil {
-		netlab.SkipOrFail(t, "latencyecn: unavailable: %s", s.Capabilities()[0].GetReason())
-	}
 	ctx := context.Background()
-	if err := s.SetActive(ctx, true); err != nil {
-		t.Fatal(err)
-	}
+	s := triggeredtest.Active(t, lab.B, func(env source.Env) (*Source, error) {
+		return Open(ctx, Options{Env: env})
+	})
 	lab.Nft(t, lab.A, fmt.Sprintf(`table inet nbs_ce { chain out { type filter hook output priority 0; policy accept;
   ip daddr %s udp dport 9999 numgen random mod 4 == 0 counter ip ecn set ce
 }
 }`, lab.IPB))
-	r0, err := s.Collect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r0, _ := triggeredtest.Collect(t, s)
 	lab.SendUDP(t, lab.A, netip.AddrPortFrom(lab.IPB, 9999), 2000, 100, 0)
-	r, err := s.Collect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, ids := triggeredtest.Collect(t, s)
 	marked := lab.NftPackets(t, lab.A, "nbs_ce")
 	dev := catalog.LatencyECNDevices + "/vb"
 	pe := dev + "/" + catalog.MetricSegment(lab.IPA.String())
-	var ids []string
-	for _, m := range r.Metrics {
-		ids = append(ids, m.ID)
-	}
 	for _, id := range []string{catalog.LatencyECNDevices, dev, pe} {
 		if !slices.Contains(ids, id) {
 			t.Fatalf("%s missing: %v", id, ids)
@@ -62,14 +40,5 @@ func TestBranchCountsMarksByDeviceAndPeer(t *testing.T) {
 			t.Errorf("%s: %d marks; the marking rule counted %d", id, got, marked)
 		}
 	}
-	if err := s.SetActive(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	r, err = s.Collect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(r.Retired, catalog.LatencyECNDevices) || len(r.Metrics) != 0 {
-		t.Errorf("detached: retired %v, metrics %d; want the branch retired, none", r.Retired, len(r.Metrics))
-	}
+	triggeredtest.DetachRetires(t, s, catalog.LatencyECNDevices)
 }

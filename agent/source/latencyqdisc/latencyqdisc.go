@@ -7,12 +7,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
 	probe "github.com/nbs-project/nbs/agent/probe/latencyqdisc"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/agent/source/perdevice"
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
 
@@ -31,26 +31,18 @@ type Options struct {
 	source.Env
 }
 
-type device struct {
-	id    string // "" while it has no child
-	delta bpfhist.Delta
-	idle  int // intervals without a packet
-}
-
 // Source reads per-device sojourn while attached.
 type Source struct {
 	*source.Triggered[*probe.Probe, probe.Stats]
-	own uint32 // the watched namespace: its devices go by name alone
 
 	// Guarded by Triggered's lock.
-	devs map[probe.Device]*device
-	ids  map[string]bool // child ids in use
+	devs *perdevice.Devices[bpfhist.Delta]
 }
 
 // Open loads the programs without attaching them, or returns a source that
 // never measures and says why.
 func Open(_ context.Context, opts Options) (*Source, error) {
-	s := &Source{own: opts.Netns.Inode, devs: map[probe.Device]*device{}, ids: map[string]bool{}}
+	s := &Source{devs: perdevice.NewDevices[bpfhist.Delta](opts.Netns.Inode, MaxDevices, idleRetire)}
 	s.Triggered = source.NewTriggered(opts.Env, source.TriggeredSpec[*probe.Probe, probe.Stats]{
 		Name: "latency/qdisc (bpf, triggered)", Capability: capName, Trigger: catalog.Latency, Branch: catalog.LatencyQdisc,
 		What: "qdisc sojourn",
@@ -58,7 +50,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 			return probe.Load(probe.Options{NetnsInode: netnsInode, Logger: log, BTF: opts.BTF})
 		},
 		Attached: s.attached,
-		Detached: func() { s.devs, s.ids = map[probe.Device]*device{}, map[string]bool{} },
+		Detached: s.devs.Reset,
 	})
 	return s, nil
 }
@@ -70,36 +62,9 @@ func (s *Source) attached(p *probe.Probe) error {
 		return err
 	}
 	for d, h := range devs {
-		s.device(d).delta.Reset(h)
+		s.devs.State(d).Reset(h)
 	}
 	return nil
-}
-
-// device returns the state of d.
-func (s *Source) device(d probe.Device) *device {
-	dv, ok := s.devs[d]
-	if !ok {
-		dv = &device{}
-		s.devs[d] = dv
-	}
-	return dv
-}
-
-// name gives d a child id, unless MaxDevices children exist already.
-func (s *Source) name(d probe.Device, dv *device) {
-	if dv.id != "" || len(s.ids) >= MaxDevices {
-		return
-	}
-	base := catalog.MetricSegment(d.Name)
-	if d.Netns != s.own {
-		base = fmt.Sprintf("%s.ns%d", base, d.Netns)
-	}
-	id := base
-	for n := 2; s.ids[id]; n++ { // names differing only in case, or reused
-		id = fmt.Sprintf("%s.%d", base, n)
-	}
-	dv.id = id
-	s.ids[id] = true
 }
 
 func (s *Source) Collect(context.Context) (source.Reading, error) {
@@ -114,42 +79,19 @@ func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 	all := loglinear.New()
 	r.Metrics = catalog.LatencyQdiscTree()
 	r.Histograms = map[string]*loglinear.Histogram{catalog.LatencyQdisc: all}
-	keys := make([]probe.Device, 0, len(devs))
-	for d := range devs {
-		keys = append(keys, d)
-	}
-	// Stable naming when two devices compete for an id.
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].Netns != keys[j].Netns {
-			return keys[i].Netns < keys[j].Netns
-		}
-		return keys[i].Ifindex < keys[j].Ifindex
-	})
-	for _, d := range keys {
-		dv := s.device(d)
-		h := dv.delta.Next(devs[d])
+	for _, d := range perdevice.Sorted(devs) {
+		h := s.devs.State(d).Next(devs[d])
 		all.Merge(h)
-		if h.Count == 0 {
-			dv.idle++
-		} else {
-			dv.idle = 0
-			s.name(d, dv)
-		}
-		if dv.id == "" {
+		c := s.devs.Next(d, h.Count > 0)
+		if c.ID == "" {
 			continue
 		}
-		child := catalog.LatencyQdisc + "/" + dv.id
-		if dv.idle > idleRetire {
+		child := catalog.LatencyQdisc + "/" + c.ID
+		if c.Retired {
 			r.Retired = append(r.Retired, child)
-			delete(s.ids, dv.id)
-			dv.id = ""
 			continue
 		}
-		netnsInode := uint32(0)
-		if d.Netns != s.own {
-			netnsInode = d.Netns
-		}
-		r.Metrics = append(r.Metrics, catalog.QdiscDevice(dv.id, d.Name, netnsInode))
+		r.Metrics = append(r.Metrics, catalog.QdiscDevice(c.ID, d.Name, c.Netns))
 		// Every child gets a histogram, empty when idle, so it reads 0
 		// rather than UNKNOWN.
 		r.Histograms[child] = h
