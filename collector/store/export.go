@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ExportNode is one node as the Prometheus exports see it: its current row,
@@ -55,58 +59,41 @@ type Export struct {
 // and every counter that moved since since (or belongs to one of those).
 // The database's clock is the one every collector shares, so two
 // collectors asked at once give one answer.
+//
+// Four statements, none a lookup per metric: the nodes with their roots
+// and raised children (one jsonb each); the definitions of those this
+// Store has not seen (a cache, exportDefTTL); the counters of roots and of
+// what moved; the counters of raised children that did not move. Looked up
+// one by one in a lateral join, 60,000 roots' definitions and counters cost
+// about 1.5 s at 10,000 nodes (BENCHMARKS.md, "Export: the scrape at 10,000 nodes").
 func (s *Store) ExportNodes(ctx context.Context, scope Scope, since time.Time) (Export, error) {
 	var out Export
 	clause, args := scope.LabelClause("n.labels", 2)
-	// A node a row, its values as arrays (pgx decodes them in binary), each
-	// value's definition and counter looked up by key: the LIMITs keep
-	// PostgreSQL from joining a node's every definition (187 on a busy
-	// node) to find its six roots, which cost 0.5 ms a node (BENCHMARKS.md,
-	// "Export"). The counters that moved within the window but are not
-	// among the values are read apart, by their own index on updated.
 	rows, err := s.pool.Query(ctx, `
-		SELECT n.id, n.name, n.tenant, n.agent_version, n.kernel_release, l.ts, now(),
-			v.paths, v.vals, v.kinds, v.units, v.quantiles, v.totals, v.borns, v.born_incs
+		SELECT n.id, n.name, n.tenant, n.agent_version, n.kernel_release, l.ts, now(), l.roots || l.raised
 		FROM nodes n JOIN node_latest l ON l.node_id = n.id
-		CROSS JOIN LATERAL (
-			SELECT array_agg(e.k) AS paths, array_agg(e.v::text) AS vals, array_agg(d.kind) AS kinds, array_agg(d.unit) AS units,
-				array_agg(d.quantile) AS quantiles, array_agg(coalesce(c.total, 0)) AS totals,
-				array_agg(coalesce(c.born, 'epoch')) AS borns, array_agg(coalesce(c.born_inc, 0)) AS born_incs
-			FROM jsonb_each(l.roots || l.raised) e(k, v)
-			CROSS JOIN LATERAL (SELECT id FROM metric_paths WHERE path = e.k LIMIT 1) p
-			CROSS JOIN LATERAL (SELECT def_id FROM node_metrics WHERE node_id = n.id AND metric_id = p.id LIMIT 1) nm
-			CROSS JOIN LATERAL (SELECT kind, unit, quantile FROM metric_defs WHERE id = nm.def_id LIMIT 1) d
-			LEFT JOIN LATERAL (SELECT total, born, born_inc FROM export_counters WHERE node_id = n.id AND metric_id = p.id LIMIT 1) c ON true) v
 		WHERE n.retired_at IS NULL AND l.ts >= $1 AND `+clause+`
 		ORDER BY n.name`, append([]any{since}, args...)...)
 	if err != nil {
 		return out, fmt.Errorf("export: read nodes: %w", err)
 	}
 	at := map[int32]int{}
+	values := make([]map[string]LatestValue, 0)
 	for rows.Next() {
 		var n ExportNode
-		var paths, vals, units []string
-		var kinds []int16
-		var quantiles, totals, bornIncs []float64
-		var borns []time.Time
-		if err := rows.Scan(&n.ID, &n.Name, &n.Tenant, &n.AgentVersion, &n.KernelRelease, &n.Last, &out.Now,
-			&paths, &vals, &kinds, &units, &quantiles, &totals, &borns, &bornIncs); err != nil {
+		var raw []byte
+		if err := rows.Scan(&n.ID, &n.Name, &n.Tenant, &n.AgentVersion, &n.KernelRelease, &n.Last, &out.Now, &raw); err != nil {
 			rows.Close()
 			return out, fmt.Errorf("export: scan a node: %w", err)
 		}
-		for i, p := range paths {
-			m := ExportMetric{Path: p, Kind: Kind(kinds[i]), Unit: units[i], Quantile: quantiles[i], HasLatest: true}
-			if err := json.Unmarshal([]byte(vals[i]), &m.Latest); err != nil {
-				rows.Close()
-				return out, fmt.Errorf("export: node %s: decode the value of %s: %w", n.Name, p, err)
-			}
-			if m.Kind == KindRate && totals[i] > 0 {
-				m.Counter = &CounterTotal{Total: totals[i], Born: borns[i], BornInc: bornIncs[i]}
-			}
-			n.Metrics = append(n.Metrics, m)
+		var v map[string]LatestValue
+		if err := json.Unmarshal(raw, &v); err != nil {
+			rows.Close()
+			return out, fmt.Errorf("export: node %s: decode its values: %w", n.Name, err)
 		}
 		at[n.ID] = len(out.Nodes)
 		out.Nodes = append(out.Nodes, n)
+		values = append(values, v)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -120,34 +107,164 @@ func (s *Store) ExportNodes(ctx context.Context, scope Scope, since time.Time) (
 	if len(out.Nodes) == 0 {
 		return out, nil
 	}
+	defs, err := s.exportDefinitions(ctx, out.Nodes, values, out.Now)
+	if err != nil {
+		return out, err
+	}
+	for i := range out.Nodes {
+		n := &out.Nodes[i]
+		for path, v := range values[i] {
+			d, ok := defs[exportDefKey{n.ID, path}]
+			if !ok {
+				continue // no definition: nothing says what its value is
+			}
+			n.Metrics = append(n.Metrics, ExportMetric{Path: path, Kind: d.kind, Unit: d.unit, Quantile: d.quantile, HasLatest: true, Latest: v})
+		}
+		slices.SortFunc(n.Metrics, func(a, b ExportMetric) int { return strings.Compare(a.Path, b.Path) })
+	}
+
+	// The counters of roots (every node's, moved or not) and of whatever
+	// moved within the window, with one pass over the table.
 	rows, err = s.pool.Query(ctx, `
 		SELECT c.node_id, p.path, c.total, c.born, c.born_inc
 		FROM export_counters c JOIN metric_paths p ON p.id = c.metric_id JOIN nodes n ON n.id = c.node_id
-		WHERE c.updated >= $1 AND strpos(p.path, '/') > 0 AND n.retired_at IS NULL AND `+clause, append([]any{since}, args...)...)
+		WHERE (c.updated >= $1 OR strpos(p.path, '/') = 0) AND n.retired_at IS NULL AND `+clause, append([]any{since}, args...)...)
 	if err != nil {
-		return out, fmt.Errorf("export: read moving counters: %w", err)
+		return out, fmt.Errorf("export: read counters: %w", err)
 	}
+	seen := map[exportDefKey]bool{}
+	if err := s.attachCounters(rows, out.Nodes, at, seen); err != nil {
+		return out, err
+	}
+	// A raised child whose counter has not moved within the window.
+	var missNodes []int32
+	var missPaths []string
+	for i := range out.Nodes {
+		n := &out.Nodes[i]
+		for _, m := range n.Metrics {
+			if m.Kind == KindRate && m.HasLatest && strings.Contains(m.Path, "/") && !seen[exportDefKey{n.ID, m.Path}] {
+				missNodes, missPaths = append(missNodes, n.ID), append(missPaths, m.Path)
+			}
+		}
+	}
+	if len(missNodes) > 0 {
+		rows, err = s.pool.Query(ctx, `
+			SELECT c.node_id, p.path, c.total, c.born, c.born_inc
+			FROM unnest($1::int[], $2::text[]) x(n, path) JOIN metric_paths p ON p.path = x.path
+			JOIN export_counters c ON c.node_id = x.n AND c.metric_id = p.id`, missNodes, missPaths)
+		if err != nil {
+			return out, fmt.Errorf("export: read raised counters: %w", err)
+		}
+		if err := s.attachCounters(rows, out.Nodes, at, seen); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// attachCounters puts each counter row on its node's metric, or adds a
+// rate metric for it (a child that moved without being raised).
+func (s *Store) attachCounters(rows pgx.Rows, nodes []ExportNode, at map[int32]int, seen map[exportDefKey]bool) error {
 	defer rows.Close()
 	for rows.Next() {
 		var id int32
 		var path string
 		var c CounterTotal
 		if err := rows.Scan(&id, &path, &c.Total, &c.Born, &c.BornInc); err != nil {
-			return out, fmt.Errorf("export: scan a counter: %w", err)
+			return fmt.Errorf("export: scan a counter: %w", err)
 		}
 		i, ok := at[id]
 		if !ok {
-			continue // a node outside the scope or the window
+			continue // a node outside the window
 		}
-		n := &out.Nodes[i]
-		if slices.ContainsFunc(n.Metrics, func(m ExportMetric) bool { return m.Path == path }) {
-			continue // a raised child, read with its value
+		seen[exportDefKey{id, path}] = true
+		n := &nodes[i]
+		j := slices.IndexFunc(n.Metrics, func(m ExportMetric) bool { return m.Path == path })
+		if j >= 0 {
+			if n.Metrics[j].Kind == KindRate {
+				n.Metrics[j].Counter = &c
+			}
+			continue
 		}
 		n.Metrics = append(n.Metrics, ExportMetric{Path: path, Kind: KindRate, Counter: &c})
 	}
 	if err := rows.Err(); err != nil {
-		return out, fmt.Errorf("export: read moving counters: %w", err)
+		return fmt.Errorf("export: read counters: %w", err)
 	}
+	return nil
+}
+
+// exportDefKey is a node's metric, as the export's definition cache holds it.
+type exportDefKey struct {
+	node int32
+	path string
+}
+
+// exportDef is what an export needs of a metric's definition.
+type exportDef struct {
+	kind     Kind
+	unit     string
+	quantile float64
+	read     time.Time
+}
+
+// exportDefTTL is how long the export trusts a definition it read: an
+// agent that changes one (a new version's unit or quantile) is exported
+// with the new one after at most this long.
+const exportDefTTL = 10 * time.Minute
+
+// maxExportDefs bounds the cache: past it, it starts over. A node's roots
+// and raised children are a few dozen, so a million is a fleet of tens of
+// thousands of troubled nodes.
+const maxExportDefs = 1_000_000
+
+// exportDefinitions returns the definitions of every node's values, from
+// the cache or, for those it lacks or holds too long, one statement.
+func (s *Store) exportDefinitions(ctx context.Context, nodes []ExportNode, values []map[string]LatestValue, now time.Time) (map[exportDefKey]exportDef, error) {
+	out := map[exportDefKey]exportDef{}
+	var missNodes []int32
+	var missPaths []string
+	s.mu.Lock()
+	if s.exportDefs == nil || len(s.exportDefs) > maxExportDefs {
+		s.exportDefs = map[exportDefKey]exportDef{}
+	}
+	for i, n := range nodes {
+		for path := range values[i] {
+			k := exportDefKey{n.ID, path}
+			if d, ok := s.exportDefs[k]; ok && now.Sub(d.read) < exportDefTTL {
+				out[k] = d
+				continue
+			}
+			missNodes, missPaths = append(missNodes, n.ID), append(missPaths, path)
+		}
+	}
+	s.mu.Unlock()
+	if len(missNodes) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT x.n, x.path, d.kind, d.unit, d.quantile
+		FROM unnest($1::int[], $2::text[]) x(n, path) JOIN metric_paths p ON p.path = x.path
+		JOIN node_metrics nm ON nm.node_id = x.n AND nm.metric_id = p.id JOIN metric_defs d ON d.id = nm.def_id`, missNodes, missPaths)
+	if err != nil {
+		return nil, fmt.Errorf("export: read definitions: %w", err)
+	}
+	defer rows.Close()
+	read := map[exportDefKey]exportDef{}
+	for rows.Next() {
+		var k exportDefKey
+		d := exportDef{read: now}
+		if err := rows.Scan(&k.node, &k.path, &d.kind, &d.unit, &d.quantile); err != nil {
+			return nil, fmt.Errorf("export: scan a definition: %w", err)
+		}
+		read[k], out[k] = d, d
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("export: read definitions: %w", err)
+	}
+	s.mu.Lock()
+	maps.Copy(s.exportDefs, read)
+	s.mu.Unlock()
 	return out, nil
 }
 

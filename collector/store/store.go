@@ -33,6 +33,9 @@ type Store struct {
 	defIDs     map[string]int32 // metric_defs ids by defKey, at most maxDefIDs of them
 	maxDefIDs  int
 	partitions map[string]bool // "reports_20261121" etc. known to exist
+	// exportDefs caches the definitions the Prometheus export reads
+	// (ExportNodes), at most maxExportDefs.
+	exportDefs map[exportDefKey]exportDef
 	nodes      nodeTally
 	// epoch is the dictionary_epoch the cached ids are valid for (-1:
 	// not read yet); a retention pass that deletes entries bumps it.
