@@ -91,7 +91,6 @@ test: ## install what is missing, then run all tests: web unit, Go unit, Postgre
 	$(DEPS) test
 	@command -v npm >/dev/null || { echo "make test: npm (Node.js 20) is needed for the UI's tests and build" >&2; exit 1; }
 	$(MAKE) web
-	$(GO) vet ./...
 	$(TESTTIME_BUILD)
 	@mkdir -p test-artifacts
 	@# The runs below are -p 1 (timing) or share 2 cores: build every test
@@ -108,8 +107,8 @@ test: ## install what is missing, then run all tests: web unit, Go unit, Postgre
 	@# Two phases (tools/gotest.sh): the tests tools/timing-tests.txt lists
 	@# (they compare microsecond timings with kernel oracles, or bound a
 	@# latency) one package at a time with nothing else running; then the
-	@# rest concurrently with the web unit tests, every fuzz target for
-	@# FUZZTIME (2s) and the tools' modules. testtime prints what go test
+	@# rest concurrently with go vet, the web unit tests, every fuzz target
+	@# for FUZZTIME (2s) and the tools' modules. testtime prints what go test
 	@# prints, then the slowest packages and tests; the raw -json stream
 	@# stays in test-artifacts/go-test.json.
 	GO=$(GO) TESTTIME=$(TESTTIME) FUZZTIME=2s tools/gotest.sh

@@ -7,8 +7,9 @@
 #     or a timeout) run one package at a time with nothing else running;
 #  2. concurrent: every other Go test, packages two at a time and e2e's
 #     tests side by side (t.Parallel, -parallel GOTEST_PARALLEL), beside
-#     the web unit tests, the fuzz targets and the tools' own modules
-#     (these last at nice 19: they only compute).
+#     go vet, the web unit tests, the fuzz targets and the tools' own
+#     modules (these at nice 5: they only compute, and the tests beside
+#     them wait on conditions with deadlines of seconds).
 #
 # A package or test not listed in tools/timing-tests.txt is in phase 2.
 # Every go test -json stream is kept in test-artifacts/ and joined into
@@ -51,6 +52,10 @@ for p in "${!split[@]}"; do
 	splitpkgs+=("$p")
 done
 mapfile -t splitpkgs < <(printf '%s\n' "${splitpkgs[@]}" | sort)
+# The browser test takes minutes: a lane of its own, so it starts with
+# phase 2 instead of after the 50-odd packages before it in go list's order.
+own=(./web/e2e)
+for p in "${own[@]}"; do skip[$($GO list "$p")]=1; done
 rest=()
 for p in "${all[@]}"; do [[ -n ${skip[$p]:-} ]] || rest+=("$p"); done
 
@@ -77,14 +82,18 @@ lane() { # lane NAME COMMAND...: run COMMAND in the background into NAME's log
 	lanes+=("$name")
 	("$@" >"$art/phase2-$name.log" 2>&1; echo $? >"$art/phase2-$name.rc") &
 }
-echo "--- phase 2: ${#rest[@]} packages (-p 2), the rest of ${splitpkgs[*]} (-parallel $PARALLEL), web unit tests, fuzz targets (${FUZZTIME} each), tools modules"
+echo "--- phase 2: ${own[*]}, ${#rest[@]} packages (-p 2), the rest of ${splitpkgs[*]} (-parallel $PARALLEL), go vet, web unit tests, fuzz targets (${FUZZTIME} each), tools modules"
+for p in "${own[@]}"; do
+	lane "go-${p//[.\/]/_}" $GO test -count=1 -timeout 25m -json "$p"
+done
 lane go-rest $GO test -count=1 -p 2 -timeout 25m -json "${rest[@]}"
 for p in "${splitpkgs[@]}"; do
 	lane "go-${p//[.\/]/_}" $GO test -count=1 -timeout 25m -parallel "$PARALLEL" -json -skip "${split[$p]}" "$p"
 done
-lane web-unit nice -n 19 bash -c 'cd web && npm test'
-lane fuzz nice -n 19 env GO="$GO" FUZZTIME="$FUZZTIME" tools/fuzz.sh
-lane tools-modules nice -n 19 bash -c "cd tools/manifests && $GO test -count=1 ./... && cd ../testtime && $GO test -count=1 ./..."
+lane vet nice -n 5 $GO vet ./...
+lane web-unit nice -n 5 bash -c 'cd web && npm test'
+lane fuzz nice -n 5 env GO="$GO" FUZZTIME="$FUZZTIME" tools/fuzz.sh
+lane tools-modules nice -n 5 bash -c "cd tools/manifests && $GO test -count=1 ./... && cd ../testtime && $GO test -count=1 ./..."
 wait
 t2=$((SECONDS - phase_start))
 
