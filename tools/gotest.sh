@@ -31,31 +31,37 @@ failed=0
 
 # Read the list: whole packages, and packages split by test name.
 whole=()
-declare -A split=() # package -> ^(TestA|TestB)$
-while read -r pkg tests; do
+declare -A split=() names=() # package -> ^(TestA|TestB)$, and -> TestA TestB
+while read -ra words; do
+	pkg=${words[0]:-} tests=("${words[@]:1}")
 	[[ -z $pkg || $pkg == \#* ]] && continue
-	if [[ -z $tests ]]; then
+	if ((${#tests[@]} == 0)); then
 		whole+=("$pkg")
 	else
-		split[$pkg]="^(${tests// /|})\$"
+		split[$pkg]="^($(IFS='|'; echo "${tests[*]}"))\$"
+		names[$pkg]=${tests[*]}
 	fi
 done < tools/timing-tests.txt
 
-mapfile -t all < <($GO list ./...)
-mapfile -t timed < <($GO list "${whole[@]}")
-declare -A skip=()
+# go list failing must stop the run, not leave packages out of it.
+list() { $GO list "$@" || { echo "gotest: go list $*: failed" >&2; exit 1; }; }
+all_out=$(list ./...) || exit 1
+timed_out=$(list "${whole[@]}") || exit 1
+mapfile -t all <<<"$all_out"
+mapfile -t timed <<<"$timed_out"
+declare -A skip=() full=()
 for p in "${timed[@]}"; do skip[$p]=1; done
 splitpkgs=()
 for p in "${!split[@]}"; do
-	full=$($GO list "$p") || { echo "gotest: tools/timing-tests.txt names $p, which go list does not know" >&2; exit 1; }
-	skip[$full]=1
+	full[$p]=$($GO list "$p") || { echo "gotest: tools/timing-tests.txt names $p, which go list does not know" >&2; exit 1; }
+	skip[${full[$p]}]=1
 	splitpkgs+=("$p")
 done
 mapfile -t splitpkgs < <(printf '%s\n' "${splitpkgs[@]}" | sort)
 # The browser test takes minutes: a lane of its own, so it starts with
 # phase 2 instead of after the 50-odd packages before it in go list's order.
 own=(./web/e2e)
-for p in "${own[@]}"; do skip[$($GO list "$p")]=1; done
+for p in "${own[@]}"; do skip[$(list "$p")]=1 || exit 1; done
 rest=()
 for p in "${all[@]}"; do [[ -n ${skip[$p]:-} ]] || rest+=("$p"); done
 
@@ -70,6 +76,16 @@ echo "--- phase 1: timing tests, one package at a time (${#timed[@]} packages, a
 	exit $rc
 } | $TESTTIME -top 0 -save "$art/go-test-timing.json" || failed=1
 t1=$((SECONDS - phase_start))
+# A listed test that did not run (renamed, deleted) would run in phase 2
+# beside the others without anyone noticing: the list must be fixed.
+for p in "${splitpkgs[@]}"; do
+	for name in ${names[$p]}; do
+		if ! grep -qE "\"Action\":\"(pass|fail|skip)\",\"Package\":\"${full[$p]}\",\"Test\":\"$name\"" "$art/go-test-timing.json"; then
+			echo "--- tools/timing-tests.txt names $p $name, which did not run: fix the list"
+			failed=1
+		fi
+	done
+done
 echo "--- phase 1: ${t1} s"
 
 # Phase 2: each lane writes its stream to a file; they are printed in
