@@ -91,14 +91,12 @@ test: ## install what is missing, then run all tests: web unit, Go unit, Postgre
 	$(DEPS) test
 	@command -v npm >/dev/null || { echo "make test: npm (Node.js 20) is needed for the UI's tests and build" >&2; exit 1; }
 	$(MAKE) web
-	cd web && npm test
-	$(GO) vet ./...
 	$(TESTTIME_BUILD)
 	@mkdir -p test-artifacts
-	@# -p 1 below serializes compiling and linking too: build every test
+	@# The runs below are -p 1 (timing) or share 2 cores: build every test
 	@# binary first, both cores at once (-exec true runs none of them), and
-	@# what the image test builds (static, -trimpath), so the serial run
-	@# starts from the cache.
+	@# what the image test builds (static, -trimpath), so the runs start
+	@# from the cache.
 	$(GO) test -count=1 -run '^$$' -exec true ./... > test-artifacts/prebuild.txt || { cat test-artifacts/prebuild.txt; exit 1; }
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -o /dev/null ./agent/cmd/nbs-agent ./collector/cmd/nbs-collector
 	$(GO) build -C tools/image -o /dev/null .
@@ -106,16 +104,14 @@ test: ## install what is missing, then run all tests: web unit, Go unit, Postgre
 	@# module once per version into a cache the runs share (minutes the
 	@# first time on a machine, nothing after).
 	GO=$(GO) tools/prometheus/build.sh >/dev/null
-	@# One package at a time: lab tests compare microsecond timings with
-	@# kernel oracles, and two labs loading 2 cores at once skew both sides.
-	@# testtime prints what go test prints, then the slowest packages and
-	@# tests; the raw -json stream stays in test-artifacts/go-test.json.
-	set -o pipefail; $(GO) test -count=1 -p 1 -timeout 25m -json ./... | $(TESTTIME) -top 20 -save test-artifacts/go-test.json
-	@# Every fuzz target for FUZZTIME each (2s; the whole step stays near 90 s).
-	GO=$(GO) FUZZTIME=2s tools/fuzz.sh
-	@# kustomize and the Kubernetes API types live in their own module.
-	cd tools/manifests && $(GO) test -count=1 ./...
-	cd tools/testtime && $(GO) test -count=1 ./...
+	@# Two phases (tools/gotest.sh): the tests tools/timing-tests.txt lists
+	@# (they compare microsecond timings with kernel oracles, or bound a
+	@# latency) one package at a time with nothing else running; then the
+	@# rest concurrently with go vet, the web unit tests, every fuzz target
+	@# for FUZZTIME (2s) and the tools' modules. testtime prints what go test
+	@# prints, then the slowest packages and tests; the raw -json stream
+	@# stays in test-artifacts/go-test.json.
+	GO=$(GO) TESTTIME=$(TESTTIME) FUZZTIME=2s tools/gotest.sh
 
 # make fuzz FUZZTIME=5m runs each target longer; FUZZ_SAVE=1 copies what the
 # fuzzer found into testdata/fuzz/<FuzzName>/ to commit.

@@ -236,6 +236,7 @@ func TestAlertsTwoCollectorsFireOnce(t *testing.T) {
 
 // Invalid rules are refused with the reason; a valid one is stored.
 func TestAlertRulesAPIValidates(t *testing.T) {
+	t.Parallel()
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	post := func(body string) (int, string) {
 		code, b := col.call(t, http.MethodPost, "/api/v1/alert-rules", body)

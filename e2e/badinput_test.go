@@ -48,6 +48,7 @@ func sample(id string, v float64) *nbsv1.Sample {
 // Bad reports are rejected one by one with a reason, and the stream goes on:
 // a good report after them is still stored and acked.
 func TestBadReportsAreRejectedAndTheStreamSurvives(t *testing.T) {
+	t.Parallel()
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	client := dialCollector(t, col.grpcAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -135,6 +136,7 @@ func recvSkippingConfigs(s grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.
 
 // Protocol violations end the stream with a status that says what was wrong.
 func TestProtocolViolationsEndTheStreamWithAReason(t *testing.T) {
+	t.Parallel()
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	client := dialCollector(t, col.grpcAddr)
 	badHello := hello("bad")

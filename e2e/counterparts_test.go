@@ -18,6 +18,7 @@ import (
 // A's node, name what B's kernel said about each flow: its sent reset's
 // reason for the first, its netfilter drop for the second.
 func TestCounterpartsEndToEnd(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	startAgent(t, "lab-a", lab.A, col.grpcAddr)

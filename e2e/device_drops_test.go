@@ -39,6 +39,7 @@ func tunTxDropped(t *testing.T, lab *netlab.Lab, ns, dev string) uint64 {
 // namespace, counted.json). The device's own child counts from each
 // agent's start: it has what each agent saw, not the gap between them.
 func TestDeviceDropsAcrossAgentRestart(t *testing.T) {
+	t.Parallel()
 	const before, gap, after = 20, 15, 10
 	lab := netlab.New(t)
 	h, err := netns.Resolve(lab.A)

@@ -23,6 +23,7 @@ import (
 // and the evidence names each query to staff and to the node's own tenant,
 // never to another tenant (the node is a 404 to it, as everywhere).
 func TestDNSEndToEnd(t *testing.T) {
+	t.Parallel()
 	const n = 5
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")

@@ -18,6 +18,7 @@ import (
 // the collector acked was on the standby's disk, and what it had not acked
 // the agent resent.
 func TestFaultPostgresFailover(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := pgcluster.ClusterDir(t)
 	primary, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(dir, "primary"), Logger: testLogger(t, "pg-primary")})

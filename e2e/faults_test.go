@@ -46,6 +46,7 @@ func storedExactly(t *testing.T, col *collector, lab *netlab.Lab, b0 map[string]
 // agent holds its reports, and once a collector is back on the same address
 // and database every reset is counted exactly once.
 func TestFaultCollectorDown60s(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	db := pgcluster.Database(t)
 	addr := freeAddr(t)
@@ -67,6 +68,7 @@ func TestFaultCollectorDown60s(t *testing.T) {
 // Unavailable meanwhile and every report lands exactly once. The test has
 // a cluster of its own: stopping the shared one would break its neighbours.
 func TestFaultPostgresRestartedMidStream(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	opts := pgcluster.Options{Dir: pgcluster.ClusterDir(t), Logger: testLogger(t, "pg")}
 	pg, err := pgcluster.Start(ctx, opts)
@@ -100,6 +102,7 @@ func TestFaultPostgresRestartedMidStream(t *testing.T) {
 // in the root namespace (its --netns only chooses what it watches), so the
 // rule is a table of its own there, on that one port, removed at the end.
 func TestFaultPathCutByNftables30s(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("nft is not installed")
 	}

@@ -24,6 +24,12 @@ import (
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
+// Each test builds its own lab (namespaces with random names), database,
+// collector on a free port and agents, so a test calls t.Parallel unless
+// it times something (then it is listed in tools/timing-tests.txt and make
+// test runs it alone, before the rest) or it checks the whole process
+// (the soak test). The timing tests do not call t.Parallel: in a plain
+// go test ./e2e they run one by one, before the parallel ones.
 func TestMain(m *testing.M) { pgcluster.Main(m) }
 
 // testLogger logs a part of the system into the test's log. A benchmark's

@@ -174,6 +174,7 @@ func unharmed(t *testing.T, col *collector, lab *netlab.Lab, node string, sent i
 // stays connected with its labels and version, its totals stay exact, and
 // it still receives config pushes.
 func TestIdentityEnrollmentRefusesImpostors(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", enrollWith(tokenFile(t)))
 	credFile := filepath.Join(t.TempDir(), "state", "node-credential")
@@ -240,6 +241,7 @@ func TestIdentityEnrollmentRefusesImpostors(t *testing.T) {
 // nothing; a certificate the operator's identity map allows other names for
 // reports under those names only.
 func TestIdentityMutualTLSRefusesAnotherNodesCertificate(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	ca := newCA(t, "nbs-fleet-ca")
 	caFile := filepath.Join(ca.dir, "ca.pem")
@@ -301,6 +303,7 @@ func TestIdentityMutualTLSRefusesAnotherNodesCertificate(t *testing.T) {
 // stream is ended (Aborted, "replaced"), its end does not disconnect the
 // node, and config pushes reach the new instance.
 func TestIdentityAgentRestartTakesOverItsName(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", enrollWith(tokenFile(t)))
 	credFile := filepath.Join(t.TempDir(), "node-credential")
@@ -403,6 +406,7 @@ func identityState(t *testing.T, col *collector, node string) string {
 // its bootstrap token), and what it measured meanwhile arrives exactly once;
 // deletion takes the node's data.
 func TestIdentityRevocationAndReenrollment(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", enrollWith(tokenFile(t)))
 	credFile := filepath.Join(t.TempDir(), "node-credential")
@@ -537,6 +541,7 @@ func (r *rotator) rotate(dst string, srcs ...string) {
 // reads them: the collector's server certificate and its client CA on the
 // next handshake, and the agent's client certificate on its next connection.
 func TestTLSFilesReloadWithoutRestart(t *testing.T) {
+	t.Parallel()
 	old, next := newCA(t, "fleet-old"), newCA(t, "fleet-next")
 	dir := t.TempDir()
 	path := func(n string) string { return filepath.Join(dir, n) }
@@ -622,6 +627,7 @@ func TestTLSFilesReloadWithoutRestart(t *testing.T) {
 // certificates; an agent reports with its own, and another node's
 // certificate cannot claim its name.
 func TestTLSCertificatesFromTheDeployScript(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	script := filepath.Join("..", "deploy", "tls", "nbs-certs")
 	run := func(args ...string) {

@@ -38,6 +38,7 @@ const (
 // reports of the image's agent measuring a lab namespace, which reports the
 // stamped version.
 func TestImageBuildsReproduciblyAndRuns(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	db := pgcluster.Database(t)
 

@@ -34,6 +34,7 @@ func raised(t *testing.T, c *collector, node, metric string) (bool, []string) {
 // thresholds the latency root turns WARN/CRIT because of
 // latency/retransmits, which the tree names.
 func TestLatencyRetransmitsEndToEnd(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	startAgent(t, "lab-a", lab.A, col.grpcAddr)
@@ -92,6 +93,7 @@ func TestLatencyRetransmitsEndToEnd(t *testing.T) {
 // UdpNoPorts, drops turns WARN/CRIT through drops/netfilter_drop, and the
 // evidence names the dropped packets.
 func TestDropsByReasonEndToEnd(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	startAgent(t, "lab-b", lab.B, col.grpcAddr)
@@ -155,6 +157,7 @@ func TestDropsByReasonEndToEnd(t *testing.T) {
 
 // Without BPF both branches still report from /proc, and say why.
 func TestLatencyDropsFallbackWithoutBPF(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	startAgent(t, "lab-a", lab.A, col.grpcAddr, func(c *agentapp.Config) { c.BPF = false })

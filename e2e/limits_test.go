@@ -74,6 +74,7 @@ func connectOnce(t *testing.T, client nbsv1.AgentServiceClient, msgs ...*nbsv1.C
 // Reject naming the field) and a count on /metrics, and leaves an honest
 // agent's data exact.
 func TestLimitsAgainstARealCollector(t *testing.T) {
+	t.Parallel()
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) {
 		c.Ingest.MaxMetrics = 6
 		c.Ingest.MaxNodes = 6
@@ -332,6 +333,7 @@ func describeValue(n *treeNode) string {
 // A report dated 9 minutes ahead, saying OK, cannot hide a firing alert
 // nor the CRIT reports that follow it.
 func TestLimitsClockAheadCannotResolveAnAlert(t *testing.T) {
+	t.Parallel()
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	client := dialCollector(t, col.grpcAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -219,6 +219,7 @@ func promLabels(name string, m *dto.Metric, extra map[string]map[string]string) 
 // is not; and a node's request split to fit a small size limit arrives
 // whole.
 func TestOTLPExportLandsInPrometheusAsTheScrape(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// The database first: under -short it skips before Prometheus builds.

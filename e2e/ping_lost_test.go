@@ -17,6 +17,7 @@ import (
 // keeps it so: the series API's steps of those intervals have no value but
 // the root's raised state, and no step reads 0 ms.
 func TestPingAllLostHasNoValueInSeries(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("nft is not installed")
 	}

@@ -223,6 +223,7 @@ func TestPushStuckAgentDoesNotDelayThresholds(t *testing.T) {
 // collector on the same database: the change is committed, so the NOTIFY
 // that tells the other collector must not depend on the request.
 func TestPushCancelledThresholdPutReachesOtherCollector(t *testing.T) {
+	t.Parallel()
 	db := pgcluster.Database(t)
 	a := startCollector(t, db, "127.0.0.1:0")
 	b := startCollector(t, db, "127.0.0.1:0")
@@ -293,6 +294,7 @@ func TestPushCancelledThresholdPutReachesOtherCollector(t *testing.T) {
 // number, and never make a Config larger than agents receive; selectors
 // are bounded. Each refusal is a 400 (or 409) that says why.
 func TestThresholdOverrideLimits(t *testing.T) {
+	t.Parallel()
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) { c.NodeConfig.MaxOverrides = 4 })
 	lim := connectRaw(t, col.grpcAddr, "lim-1", map[string]string{"customer": "acme"}, true)
 	eventually(t, 20*time.Second, func() string {
@@ -407,6 +409,7 @@ func TestThresholdOverrideLimits(t *testing.T) {
 // outside the calendar, huge expand durations and selectors are clear 400s
 // (they were a 200 with an empty body, a 500, or the year 1734).
 func TestPushHTTPParametersAreClear400s(t *testing.T) {
+	t.Parallel()
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	a := connectRaw(t, col.grpcAddr, "param-1", nil, true)
 	eventually(t, 10*time.Second, func() string {

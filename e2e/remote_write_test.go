@@ -478,6 +478,7 @@ func rwSnapshot(at time.Time, v float64) export.Snapshot {
 // so is a different value at the same time; and a 2.0 request to a
 // receiver that speaks only 1.0 is refused rather than taken as sent.
 func TestRemoteWriteAnswersOfPrometheus(t *testing.T) {
+	t.Parallel()
 	prom := startRWPrometheus(t, rwPrometheusBinary(t), "")
 	ctx := context.Background()
 	v1, err := remotewrite.New(export.Receiver{Name: "p", URL: "http://" + prom.addr + "/api/v1/write"}, nil)
@@ -676,6 +677,7 @@ func rwTwoSeries(at time.Time, v float64, other string) export.Snapshot {
 // answered 400 with how many it wrote, so only the refused sample counts
 // as dropped; 1.0 refuses such a request whole.
 func TestRemoteWriteAnswersOfPrometheus3(t *testing.T) {
+	t.Parallel()
 	prom := startRWPrometheus(t, rwPrometheus3Binary(t), "")
 	ctx := context.Background()
 	sender := func(version string) *remotewrite.Sender {

@@ -45,6 +45,7 @@ func waitNode(t testing.TB, c *collector, node string) {
 // the HTTP API: exact per-reason totals, equal to the resets caused and to
 // the kernel's own counters.
 func TestResetsByReasonEndToEnd(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	startAgent(t, "lab-b", lab.B, col.grpcAddr, func(c *agentapp.Config) { c.Labels = agentapp.Labels{"customer": "acme"} })
@@ -157,6 +158,7 @@ func TestResetsByReasonEndToEnd(t *testing.T) {
 // The collector goes away while resets happen; when it is back, every reset
 // is stored exactly once.
 func TestCollectorOutageLosesNothing(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	db := pgcluster.Database(t)
 	addr := freeAddr(t)
@@ -217,6 +219,7 @@ func TestCollectorOutageLosesNothing(t *testing.T) {
 
 // Without BPF the agent still reports resets from /proc and says why.
 func TestFallbackWithoutBPF(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	startAgent(t, "lab-b", lab.B, col.grpcAddr, func(c *agentapp.Config) { c.BPF = false })

@@ -94,6 +94,7 @@ func (l *fullListener) close() {
 // (counted.json). Connects overflow A's accept queue only while no agent
 // runs, so they are counted by no agent at all.
 func TestAgentRestartLosesNoRetransmitOrOverflow(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	bin := buildAgent(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")

@@ -112,6 +112,7 @@ func (p *agentProcess) signal(t *testing.T, sig syscall.Signal, within time.Dura
 //  3. A burst just before a SIGTERM: the stopping agent reports the last,
 //     partial interval, and the total is exact when it has exited.
 func TestAgentUpgradeAndRestartsLoseNoReset(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	oldBin := buildAgentAt(t, upgradeFrom)
 	bin := buildAgent(t)
@@ -238,6 +239,7 @@ func TestAgentUpgradeAndRestartsLoseNoReset(t *testing.T) {
 // of a long interval: its final report holds the partial interval, stored
 // before Run returns.
 func TestAgentStopFlushesFinalReport(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	ag := startAgent(t, "lab-b", lab.B, col.grpcAddr, func(c *agentapp.Config) { c.Interval = 4 * time.Second })

@@ -165,6 +165,10 @@ func misbehave(ctx context.Context, t *testing.T, addr string, k, i int) {
 // an in-process collector: every honest report is stored exactly once, and
 // once they are all gone the collector's goroutines, descriptors and heap
 // are back within the margins above.
+//
+// Not t.Parallel: it counts the whole process's goroutines, descriptors and
+// heap, so it runs before the package's parallel tests start (go test runs
+// the sequential top-level tests first).
 func TestSoakManyAgentsSomeMisbehaving(t *testing.T) {
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -101,6 +101,7 @@ func spooledSince(t *testing.T, dir string, since time.Time) int {
 // before the collector is back. Every reset is stored exactly once, as the
 // kernel's own counter says.
 func TestSpoolAgentKilledWhileCollectorDownLosesNothing(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	bin := buildAgent(t)
 	db := pgcluster.Database(t)
@@ -195,6 +196,7 @@ func (fakeAgent) ApplyConfig(*nbsv1.Config) {}
 // histograms and events than a report may carry) reaches PostgreSQL whole,
 // split into parts the real collector accepts, and every part is acked.
 func TestSpoolOversizedReportIsSplitAndStored(t *testing.T) {
+	t.Parallel()
 	db := pgcluster.Database(t)
 	col := startCollector(t, db, "127.0.0.1:0")
 	const (

@@ -17,6 +17,7 @@ import (
 // roots and nothing else, except a child with a non-zero count (which must
 // be kept so per-reason totals add up) and the periodic full snapshot.
 func TestHealthyNodeStreamsRootsAndSnapshots(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	db := pgcluster.Database(t)
 	col := startCollector(t, db, "127.0.0.1:0")

@@ -178,6 +178,7 @@ func seesNoneOf(t *testing.T, col *collector, who, token string, own map[string]
 // by name: acme the time before the move and after the return, globex the
 // time between.
 func TestNoTenantSeesAnothersNodes(t *testing.T) {
+	t.Parallel()
 	db := pgcluster.Database(t)
 	col := startCollector(t, db, "127.0.0.1:0", enrollWith(tokenFile(t)), func(c *collectorapp.Config) { c.NodeAuth.Mode = "enroll" })
 	addr := map[string]string{"acme-web-1": "198.18.7.1", "acme-db-1": "198.18.7.2", "globex-web-1": "198.18.7.3", "globex-db-1": "198.18.7.4"}
@@ -334,6 +335,7 @@ func storeForeignHistory(t *testing.T, dbURL, node, peer, peerAddr string) {
 // forgets when the Config arrives rather than at its next collection is
 // agent/app's TestPeersTakenAwayAreForgottenAtOnce.)
 func TestAgentsForgetPeersOfAnotherTenant(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	db := pgcluster.Database(t)
 	col := startCollector(t, db, "127.0.0.1:0")

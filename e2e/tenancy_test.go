@@ -268,6 +268,7 @@ func look(t *testing.T, col *collector, token, node string) view {
 // tenant sees exactly its own part of the node's history — tree, series,
 // evidence and report.
 func TestTenancyIsTheOperators(t *testing.T) {
+	t.Parallel()
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", enrollWith(tokenFile(t)),
 		func(c *collectorapp.Config) { c.NodeAuth.Mode = "enroll" })
 	acmeToken, globexToken := readToken(t, tenantTokenFile(t, col, "acme")), readToken(t, tenantTokenFile(t, col, "globex"))
@@ -425,6 +426,7 @@ func readToken(t *testing.T, file string) string {
 // means nothing any more — two nodes with the same customer label but
 // different tenants never ping each other.
 func TestTenancyFollowsTheConfiguredLabel(t *testing.T) {
+	t.Parallel()
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", func(c *collectorapp.Config) { c.Tenant = "tenant" })
 	labels := map[string]map[string]string{
 		"a-1": {"tenant": "acme", "customer": "shared"},

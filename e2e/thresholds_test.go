@@ -23,6 +23,7 @@ func put(t *testing.T, c *collector, path, body string) (int, string) {
 // An operator override reaches the agent without a restart and changes the
 // state the agent evaluates; invalid overrides are refused with the reason.
 func TestThresholdOverrideReachesTheAgent(t *testing.T) {
+	t.Parallel()
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
 	startAgent(t, "lab-b", lab.B, col.grpcAddr, func(c *agentapp.Config) { c.Labels = agentapp.Labels{"customer": "acme"} })

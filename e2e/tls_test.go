@@ -86,6 +86,7 @@ func (ca *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage, ips .
 // streams as usual; a client without one, with one from another CA, or
 // without TLS at all is refused before it can say anything.
 func TestMutualTLSStream(t *testing.T) {
+	t.Parallel()
 	ca, other := newCA(t, "nbs-fleet-ca"), newCA(t, "someone-else")
 	serverCert, serverKey := ca.issue(t, "collector", x509.ExtKeyUsageServerAuth, net.IPv4(127, 0, 0, 1))
 	// The certificate names the node: under mutual TLS it may report as no other.

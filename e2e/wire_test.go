@@ -28,6 +28,7 @@ import (
 // the collector's ingest server configured as the collector is by default,
 // and every part must pass its validation and be stored.
 func TestSplitReportPassesTheCollectorsDefaults(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		// announced describes the metrics the Hello announces.

@@ -4,6 +4,9 @@
 //
 //	go test -json ./... | testtime -top 15 -save test-artifacts/go-test.json
 //
+// -top 0 prints no summary (one part of a longer run); -quiet prints only
+// the summary, of a stream whose output was printed already.
+//
 // It exits 1 when a test or package failed (the caller's pipefail also
 // carries go test's own status).
 package main
@@ -38,6 +41,7 @@ type timing struct {
 func main() {
 	top := flag.Int("top", 15, "how many of the slowest packages and tests to list")
 	save := flag.String("save", "", "also write the raw go test -json stream to this file")
+	quiet := flag.Bool("quiet", false, "print only the slowest packages and tests, not the tests' output (a stream already printed)")
 	flag.Parse()
 	var raw io.Writer = io.Discard
 	if *save != "" {
@@ -49,12 +53,19 @@ func main() {
 		defer f.Close()
 		raw = f
 	}
-	pkgs, tests, failed, err := run(os.Stdin, os.Stdout, raw)
+	var out io.Writer = os.Stdout
+	if *quiet {
+		out = io.Discard
+	}
+	pkgs, tests, failed, err := run(os.Stdin, out, raw)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testtime: read go test -json: %v\n", err)
 		os.Exit(2)
 	}
-	summary(os.Stdout, pkgs, tests, *top)
+	// -top 0: one part of a longer run, whose summary comes at its end.
+	if *top > 0 {
+		summary(os.Stdout, pkgs, tests, *top)
+	}
 	if failed {
 		os.Exit(1)
 	}

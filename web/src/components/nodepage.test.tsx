@@ -1,9 +1,13 @@
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 
 // happy-dom has no canvas: the metric view's chart draws nothing here.
+// Every method Chart calls is here: on a slow machine its effects run
+// before the test unmounts it (setData was missing, and failed make test
+// once under load with "u.setData is not a function").
 vi.mock('uplot', () => ({
   default: class {
     setSize() {}
+    setData() {}
     destroy() {}
   },
 }));
