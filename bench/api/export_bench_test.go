@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"sync"
@@ -42,40 +41,13 @@ func BenchmarkExport(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Logf("registered %d nodes in %s", n, time.Since(start).Round(time.Second))
+	// Rounds come faster than seq's 10 s steps: number each node's reports.
 	seqs := map[int]uint64{}
-	// round writes one report of every node, now (snapshot: the whole tree).
 	round := func(snapshot bool) time.Duration {
-		var took time.Duration
-		batch := make([]store.Report, 0, 500)
-		flush := func() {
-			s := time.Now()
-			if _, err := st.WriteReports(ctx, batch); err != nil {
-				b.Fatal(err)
-			}
-			took += time.Since(s)
-			batch = batch[:0]
-		}
-		t := time.Now()
-		for i := range f.ids {
-			rng := rand.New(rand.NewPCG(uint64(i), uint64(t.UnixNano())))
-			probe := t
-			for snapshot != ((probe.Unix()/10+int64(i))%snapshotEvery == 0) {
-				probe = probe.Add(interval)
-			}
-			r := f.report(rng, i, probe)
+		return f.writeRound(ctx, b, st, time.Now(), snapshot, func(i int, at time.Time) uint64 {
 			seqs[i]++
-			r.Time, r.Seq = t, uint64(t.UnixNano())+seqs[i]
-			for k := range r.Events {
-				r.Events[k].Time = t
-			}
-			if batch = append(batch, r); len(batch) == cap(batch) {
-				flush()
-			}
-		}
-		if len(batch) > 0 {
-			flush()
-		}
-		return took
+			return uint64(at.UnixNano()) + seqs[i]
+		})
 	}
 	round(true)
 	round(false)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"slices"
@@ -48,40 +47,8 @@ func BenchmarkFleet(b *testing.B) {
 	}
 	b.Logf("registered %d nodes in %s", n, time.Since(start).Round(time.Second))
 
-	// writeRound writes one report of every node at t (spread over the
-	// interval); snapshot makes it carry the whole tree.
 	writeRound := func(t time.Time, snapshot bool) (time.Duration, int) {
-		var took time.Duration
-		batch := make([]store.Report, 0, 500)
-		flush := func() {
-			s := time.Now()
-			if _, err := st.WriteReports(ctx, batch); err != nil {
-				b.Fatal(err)
-			}
-			took += time.Since(s)
-			batch = batch[:0]
-		}
-		for i := range f.ids {
-			rng := rand.New(rand.NewPCG(uint64(i), uint64(t.Unix())))
-			at := t.Add(time.Duration(i) * interval / time.Duration(len(f.ids)))
-			// report() decides a snapshot by the time: ask at one that is.
-			probe := at
-			for snapshot != ((probe.Unix()/10+int64(i))%snapshotEvery == 0) {
-				probe = probe.Add(interval)
-			}
-			r := f.report(rng, i, probe)
-			r.Time, r.Seq = at, seq(at)
-			for k := range r.Events {
-				r.Events[k].Time = at
-			}
-			if batch = append(batch, r); len(batch) == cap(batch) {
-				flush()
-			}
-		}
-		if len(batch) > 0 {
-			flush()
-		}
-		return took, len(f.ids)
+		return f.writeRound(ctx, b, st, t, snapshot, func(_ int, at time.Time) uint64 { return seq(at) }), len(f.ids)
 	}
 	start = time.Now()
 	writeRound(now.Add(-4*interval), true)

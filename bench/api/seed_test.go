@@ -191,6 +191,44 @@ func register(ctx context.Context, st *store.Store, cfg seedConfig, end time.Tim
 
 // seq numbers a node's reports by their time, so every report of the run
 // has its own.
+// writeRound writes one report of every node at t, spread over the
+// interval, in batches of 500 through store.WriteReports; snapshot makes
+// each carry the whole tree. seqOf numbers node i's report at at. It
+// returns the time the writes took.
+func (f *fleet) writeRound(ctx context.Context, tb testing.TB, st *store.Store, t time.Time, snapshot bool, seqOf func(i int, at time.Time) uint64) time.Duration {
+	var took time.Duration
+	batch := make([]store.Report, 0, 500)
+	flush := func() {
+		s := time.Now()
+		if _, err := st.WriteReports(ctx, batch); err != nil {
+			tb.Fatal(err)
+		}
+		took += time.Since(s)
+		batch = batch[:0]
+	}
+	for i := range f.ids {
+		rng := rand.New(rand.NewPCG(uint64(i), uint64(t.Unix())))
+		at := t.Add(time.Duration(i) * interval / time.Duration(len(f.ids)))
+		// report() decides a snapshot by the time: ask at one that is.
+		probe := at
+		for snapshot != ((probe.Unix()/10+int64(i))%snapshotEvery == 0) {
+			probe = probe.Add(interval)
+		}
+		r := f.report(rng, i, probe)
+		r.Time, r.Seq = at, seqOf(i, at)
+		for k := range r.Events {
+			r.Events[k].Time = at
+		}
+		if batch = append(batch, r); len(batch) == cap(batch) {
+			flush()
+		}
+	}
+	if len(batch) > 0 {
+		flush()
+	}
+	return took
+}
+
 func seq(t time.Time) uint64 { return uint64(t.Unix() / int64(interval/time.Second)) }
 
 // report is node i's report at t, shaped as bench/loadgen's: roots when
