@@ -23,6 +23,12 @@ const (
 	// MaxEvents is the most events one report may carry
 	// (--ingest.max-events).
 	MaxEvents = 1000
+	// MaxFlowEdges is the most flow edges one report may carry, "other"
+	// edges included (--ingest.max-flow-edges).
+	MaxFlowEdges = 2000
+	// MaxAddressHolders is the most address holders one report may carry
+	// (--ingest.max-address-holders).
+	MaxAddressHolders = 4000
 )
 
 // MetricIDs lists the metric of every sample, histogram and event of a

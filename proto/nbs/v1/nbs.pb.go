@@ -194,6 +194,57 @@ func (State) EnumDescriptor() ([]byte, []int) {
 	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{2}
 }
 
+type FlowRole int32
+
+const (
+	FlowRole_FLOW_ROLE_UNSPECIFIED FlowRole = 0
+	// The local owner opened the connections (connect).
+	FlowRole_FLOW_ROLE_CLIENT FlowRole = 1
+	// The local owner accepted them (listen/accept).
+	FlowRole_FLOW_ROLE_SERVER FlowRole = 2
+)
+
+// Enum value maps for FlowRole.
+var (
+	FlowRole_name = map[int32]string{
+		0: "FLOW_ROLE_UNSPECIFIED",
+		1: "FLOW_ROLE_CLIENT",
+		2: "FLOW_ROLE_SERVER",
+	}
+	FlowRole_value = map[string]int32{
+		"FLOW_ROLE_UNSPECIFIED": 0,
+		"FLOW_ROLE_CLIENT":      1,
+		"FLOW_ROLE_SERVER":      2,
+	}
+)
+
+func (x FlowRole) Enum() *FlowRole {
+	p := new(FlowRole)
+	*p = x
+	return p
+}
+
+func (x FlowRole) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FlowRole) Descriptor() protoreflect.EnumDescriptor {
+	return file_nbs_v1_nbs_proto_enumTypes[3].Descriptor()
+}
+
+func (FlowRole) Type() protoreflect.EnumType {
+	return &file_nbs_v1_nbs_proto_enumTypes[3]
+}
+
+func (x FlowRole) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FlowRole.Descriptor instead.
+func (FlowRole) EnumDescriptor() ([]byte, []int) {
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{3}
+}
+
 type ConnectRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -940,9 +991,18 @@ type Report struct {
 	// Metrics that appeared after the Hello of this stream (e.g. a reset
 	// reason seen for the first time). Samples may only name metrics defined
 	// in the Hello or in this or an earlier report of the same stream.
-	NewMetrics    []*MetricDefinition `protobuf:"bytes,8,rep,name=new_metrics,json=newMetrics,proto3" json:"new_metrics,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NewMetrics []*MetricDefinition `protobuf:"bytes,8,rep,name=new_metrics,json=newMetrics,proto3" json:"new_metrics,omitempty"`
+	// Who talked to whom over the interval: this node's owners' TCP
+	// connections by peer (see FlowEdge). Bounded by the agent's top-K
+	// (wire.MaxFlowEdges); what falls past it is summed into edges with
+	// other = true, so the node's totals stay exact.
+	Flows []*FlowEdge `protobuf:"bytes,9,rep,name=flows,proto3" json:"flows,omitempty"`
+	// The addresses this node's owners held during the interval, so the
+	// collector resolves a peer address to the owner that held it then
+	// (not to whoever holds a reused pod address today).
+	AddressHolders []*AddressHolder `protobuf:"bytes,10,rep,name=address_holders,json=addressHolders,proto3" json:"address_holders,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Report) Reset() {
@@ -1031,6 +1091,365 @@ func (x *Report) GetNewMetrics() []*MetricDefinition {
 	return nil
 }
 
+func (x *Report) GetFlows() []*FlowEdge {
+	if x != nil {
+		return x.Flows
+	}
+	return nil
+}
+
+func (x *Report) GetAddressHolders() []*AddressHolder {
+	if x != nil {
+		return x.AddressHolders
+	}
+	return nil
+}
+
+// FlowOwner is what owns a socket's network namespace (agent/owner).
+type FlowOwner struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// owner.ID(): "pod:shop.cart-7d9f", "host", "netns:blue", … Stable across
+	// intervals and agent restarts; a metric id segment.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "host", "pod", "container", "netns", "process" or "unknown".
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// owner.Name(): how an operator reads it ("shop/cart-7d9f").
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The pod's workload when the agent can tell it ("shop/cart" for the pods
+	// of one Deployment); empty otherwise.
+	Workload      string `protobuf:"bytes,4,opt,name=workload,proto3" json:"workload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowOwner) Reset() {
+	*x = FlowOwner{}
+	mi := &file_nbs_v1_nbs_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowOwner) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowOwner) ProtoMessage() {}
+
+func (x *FlowOwner) ProtoReflect() protoreflect.Message {
+	mi := &file_nbs_v1_nbs_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowOwner.ProtoReflect.Descriptor instead.
+func (*FlowOwner) Descriptor() ([]byte, []int) {
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *FlowOwner) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *FlowOwner) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *FlowOwner) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FlowOwner) GetWorkload() string {
+	if x != nil {
+		return x.Workload
+	}
+	return ""
+}
+
+// FlowEdge is one interval's TCP connections between one local owner and
+// one peer, in one role. A client edge's peer is the address and port it
+// connected to; a server edge's peer is the client's address (its port is
+// ephemeral and left out) and local_port is the port it accepted on. Every
+// counter is the increase over the interval.
+type FlowEdge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Local *FlowOwner             `protobuf:"bytes,1,opt,name=local,proto3" json:"local,omitempty"`
+	Role  FlowRole               `protobuf:"varint,2,opt,name=role,proto3,enum=nbs.v1.FlowRole" json:"role,omitempty"`
+	// The local owner's address on these connections.
+	LocalAddress string `protobuf:"bytes,3,opt,name=local_address,json=localAddress,proto3" json:"local_address,omitempty"`
+	// SERVER: the port the connections were accepted on; CLIENT: 0.
+	LocalPort uint32 `protobuf:"varint,4,opt,name=local_port,json=localPort,proto3" json:"local_port,omitempty"`
+	// The peer as the socket sees it ("10.0.0.7", "fd00::7").
+	PeerAddress string `protobuf:"bytes,5,opt,name=peer_address,json=peerAddress,proto3" json:"peer_address,omitempty"`
+	// CLIENT: the port it connected to; SERVER: 0.
+	PeerPort uint32 `protobuf:"varint,6,opt,name=peer_port,json=peerPort,proto3" json:"peer_port,omitempty"`
+	// CLIENT: the far end the node's own connection tracking translated the
+	// peer to (a Service's backend behind a DNAT'd address:port); empty when
+	// the node saw no translation.
+	PeerTranslatedAddress string `protobuf:"bytes,7,opt,name=peer_translated_address,json=peerTranslatedAddress,proto3" json:"peer_translated_address,omitempty"`
+	PeerTranslatedPort    uint32 `protobuf:"varint,8,opt,name=peer_translated_port,json=peerTranslatedPort,proto3" json:"peer_translated_port,omitempty"`
+	// The sum of the node's edges past its top-K (local, peer and role are
+	// then empty/unspecified, and edges_folded says how many there were).
+	Other       bool   `protobuf:"varint,9,opt,name=other,proto3" json:"other,omitempty"`
+	EdgesFolded uint32 `protobuf:"varint,10,opt,name=edges_folded,json=edgesFolded,proto3" json:"edges_folded,omitempty"`
+	// Connections that reached ESTABLISHED, and connects that failed (reset,
+	// refused or timed out before ESTABLISHED).
+	Opened      uint64 `protobuf:"varint,11,opt,name=opened,proto3" json:"opened,omitempty"`
+	Failed      uint64 `protobuf:"varint,12,opt,name=failed,proto3" json:"failed,omitempty"`
+	Closed      uint64 `protobuf:"varint,13,opt,name=closed,proto3" json:"closed,omitempty"`
+	Retransmits uint64 `protobuf:"varint,14,opt,name=retransmits,proto3" json:"retransmits,omitempty"`
+	// TCP resets by the reason the agent names (the tcp_reset tree's reasons).
+	ResetsSent     map[string]uint64 `protobuf:"bytes,15,rep,name=resets_sent,json=resetsSent,proto3" json:"resets_sent,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	ResetsReceived map[string]uint64 `protobuf:"bytes,16,rep,name=resets_received,json=resetsReceived,proto3" json:"resets_received,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Packets of these connections the kernel dropped, by drop reason.
+	Drops         map[string]uint64 `protobuf:"bytes,17,rep,name=drops,proto3" json:"drops,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	BytesSent     uint64            `protobuf:"varint,18,opt,name=bytes_sent,json=bytesSent,proto3" json:"bytes_sent,omitempty"`
+	BytesReceived uint64            `protobuf:"varint,19,opt,name=bytes_received,json=bytesReceived,proto3" json:"bytes_received,omitempty"`
+	// Smoothed RTT samples of these connections (nanoseconds, log-linear
+	// like every histogram; metric_id is empty).
+	Rtt           *Histogram `protobuf:"bytes,20,opt,name=rtt,proto3" json:"rtt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowEdge) Reset() {
+	*x = FlowEdge{}
+	mi := &file_nbs_v1_nbs_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowEdge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowEdge) ProtoMessage() {}
+
+func (x *FlowEdge) ProtoReflect() protoreflect.Message {
+	mi := &file_nbs_v1_nbs_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowEdge.ProtoReflect.Descriptor instead.
+func (*FlowEdge) Descriptor() ([]byte, []int) {
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FlowEdge) GetLocal() *FlowOwner {
+	if x != nil {
+		return x.Local
+	}
+	return nil
+}
+
+func (x *FlowEdge) GetRole() FlowRole {
+	if x != nil {
+		return x.Role
+	}
+	return FlowRole_FLOW_ROLE_UNSPECIFIED
+}
+
+func (x *FlowEdge) GetLocalAddress() string {
+	if x != nil {
+		return x.LocalAddress
+	}
+	return ""
+}
+
+func (x *FlowEdge) GetLocalPort() uint32 {
+	if x != nil {
+		return x.LocalPort
+	}
+	return 0
+}
+
+func (x *FlowEdge) GetPeerAddress() string {
+	if x != nil {
+		return x.PeerAddress
+	}
+	return ""
+}
+
+func (x *FlowEdge) GetPeerPort() uint32 {
+	if x != nil {
+		return x.PeerPort
+	}
+	return 0
+}
+
+func (x *FlowEdge) GetPeerTranslatedAddress() string {
+	if x != nil {
+		return x.PeerTranslatedAddress
+	}
+	return ""
+}
+
+func (x *FlowEdge) GetPeerTranslatedPort() uint32 {
+	if x != nil {
+		return x.PeerTranslatedPort
+	}
+	return 0
+}
+
+func (x *FlowEdge) GetOther() bool {
+	if x != nil {
+		return x.Other
+	}
+	return false
+}
+
+func (x *FlowEdge) GetEdgesFolded() uint32 {
+	if x != nil {
+		return x.EdgesFolded
+	}
+	return 0
+}
+
+func (x *FlowEdge) GetOpened() uint64 {
+	if x != nil {
+		return x.Opened
+	}
+	return 0
+}
+
+func (x *FlowEdge) GetFailed() uint64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *FlowEdge) GetClosed() uint64 {
+	if x != nil {
+		return x.Closed
+	}
+	return 0
+}
+
+func (x *FlowEdge) GetRetransmits() uint64 {
+	if x != nil {
+		return x.Retransmits
+	}
+	return 0
+}
+
+func (x *FlowEdge) GetResetsSent() map[string]uint64 {
+	if x != nil {
+		return x.ResetsSent
+	}
+	return nil
+}
+
+func (x *FlowEdge) GetResetsReceived() map[string]uint64 {
+	if x != nil {
+		return x.ResetsReceived
+	}
+	return nil
+}
+
+func (x *FlowEdge) GetDrops() map[string]uint64 {
+	if x != nil {
+		return x.Drops
+	}
+	return nil
+}
+
+func (x *FlowEdge) GetBytesSent() uint64 {
+	if x != nil {
+		return x.BytesSent
+	}
+	return 0
+}
+
+func (x *FlowEdge) GetBytesReceived() uint64 {
+	if x != nil {
+		return x.BytesReceived
+	}
+	return 0
+}
+
+func (x *FlowEdge) GetRtt() *Histogram {
+	if x != nil {
+		return x.Rtt
+	}
+	return nil
+}
+
+// AddressHolder says which owner held an address on this node during the
+// report's interval.
+type AddressHolder struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Owner         *FlowOwner             `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddressHolder) Reset() {
+	*x = AddressHolder{}
+	mi := &file_nbs_v1_nbs_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddressHolder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddressHolder) ProtoMessage() {}
+
+func (x *AddressHolder) ProtoReflect() protoreflect.Message {
+	mi := &file_nbs_v1_nbs_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddressHolder.ProtoReflect.Descriptor instead.
+func (*AddressHolder) Descriptor() ([]byte, []int) {
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AddressHolder) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *AddressHolder) GetOwner() *FlowOwner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
 type Sample struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	MetricId string                 `protobuf:"bytes,1,opt,name=metric_id,json=metricId,proto3" json:"metric_id,omitempty"`
@@ -1051,7 +1470,7 @@ type Sample struct {
 
 func (x *Sample) Reset() {
 	*x = Sample{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[9]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1482,7 @@ func (x *Sample) String() string {
 func (*Sample) ProtoMessage() {}
 
 func (x *Sample) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[9]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1495,7 @@ func (x *Sample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sample.ProtoReflect.Descriptor instead.
 func (*Sample) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{9}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Sample) GetMetricId() string {
@@ -1133,7 +1552,7 @@ type Histogram struct {
 
 func (x *Histogram) Reset() {
 	*x = Histogram{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[10]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1564,7 @@ func (x *Histogram) String() string {
 func (*Histogram) ProtoMessage() {}
 
 func (x *Histogram) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[10]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1577,7 @@ func (x *Histogram) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Histogram.ProtoReflect.Descriptor instead.
 func (*Histogram) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{10}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Histogram) GetMetricId() string {
@@ -1216,7 +1635,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[11]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1647,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[11]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1660,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{11}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Event) GetMetricId() string {
@@ -1278,7 +1697,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[12]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1709,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[12]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1722,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{12}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Ack) GetSequence() uint64 {
@@ -1331,7 +1750,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[13]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1762,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[13]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1775,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{13}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Reject) GetSequence() uint64 {
@@ -1396,7 +1815,7 @@ type Config struct {
 
 func (x *Config) Reset() {
 	*x = Config{}
-	mi := &file_nbs_v1_nbs_proto_msgTypes[14]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1827,7 @@ func (x *Config) String() string {
 func (*Config) ProtoMessage() {}
 
 func (x *Config) ProtoReflect() protoreflect.Message {
-	mi := &file_nbs_v1_nbs_proto_msgTypes[14]
+	mi := &file_nbs_v1_nbs_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1840,7 @@ func (x *Config) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Config.ProtoReflect.Descriptor instead.
 func (*Config) Descriptor() ([]byte, []int) {
-	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{14}
+	return file_nbs_v1_nbs_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Config) GetVersion() uint64 {
@@ -1526,7 +1945,7 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\x12>\n" +
 	"\x11default_threshold\x18\x06 \x01(\v2\x11.nbs.v1.ThresholdR\x10defaultThreshold\x12\x14\n" +
 	"\x05scale\x18\a \x01(\x01R\x05scale\x12\x1a\n" +
-	"\bquantile\x18\b \x01(\x01R\bquantile\"\xc6\x02\n" +
+	"\bquantile\x18\b \x01(\x01R\bquantile\"\xae\x03\n" +
 	"\x06Report\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x1f\n" +
@@ -1539,7 +1958,53 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"histograms\x12%\n" +
 	"\x06events\x18\a \x03(\v2\r.nbs.v1.EventR\x06events\x129\n" +
 	"\vnew_metrics\x18\b \x03(\v2\x18.nbs.v1.MetricDefinitionR\n" +
-	"newMetrics\"{\n" +
+	"newMetrics\x12&\n" +
+	"\x05flows\x18\t \x03(\v2\x10.nbs.v1.FlowEdgeR\x05flows\x12>\n" +
+	"\x0faddress_holders\x18\n" +
+	" \x03(\v2\x15.nbs.v1.AddressHolderR\x0eaddressHolders\"_\n" +
+	"\tFlowOwner\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1a\n" +
+	"\bworkload\x18\x04 \x01(\tR\bworkload\"\xd6\a\n" +
+	"\bFlowEdge\x12'\n" +
+	"\x05local\x18\x01 \x01(\v2\x11.nbs.v1.FlowOwnerR\x05local\x12$\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x10.nbs.v1.FlowRoleR\x04role\x12#\n" +
+	"\rlocal_address\x18\x03 \x01(\tR\flocalAddress\x12\x1d\n" +
+	"\n" +
+	"local_port\x18\x04 \x01(\rR\tlocalPort\x12!\n" +
+	"\fpeer_address\x18\x05 \x01(\tR\vpeerAddress\x12\x1b\n" +
+	"\tpeer_port\x18\x06 \x01(\rR\bpeerPort\x126\n" +
+	"\x17peer_translated_address\x18\a \x01(\tR\x15peerTranslatedAddress\x120\n" +
+	"\x14peer_translated_port\x18\b \x01(\rR\x12peerTranslatedPort\x12\x14\n" +
+	"\x05other\x18\t \x01(\bR\x05other\x12!\n" +
+	"\fedges_folded\x18\n" +
+	" \x01(\rR\vedgesFolded\x12\x16\n" +
+	"\x06opened\x18\v \x01(\x04R\x06opened\x12\x16\n" +
+	"\x06failed\x18\f \x01(\x04R\x06failed\x12\x16\n" +
+	"\x06closed\x18\r \x01(\x04R\x06closed\x12 \n" +
+	"\vretransmits\x18\x0e \x01(\x04R\vretransmits\x12A\n" +
+	"\vresets_sent\x18\x0f \x03(\v2 .nbs.v1.FlowEdge.ResetsSentEntryR\n" +
+	"resetsSent\x12M\n" +
+	"\x0fresets_received\x18\x10 \x03(\v2$.nbs.v1.FlowEdge.ResetsReceivedEntryR\x0eresetsReceived\x121\n" +
+	"\x05drops\x18\x11 \x03(\v2\x1b.nbs.v1.FlowEdge.DropsEntryR\x05drops\x12\x1d\n" +
+	"\n" +
+	"bytes_sent\x18\x12 \x01(\x04R\tbytesSent\x12%\n" +
+	"\x0ebytes_received\x18\x13 \x01(\x04R\rbytesReceived\x12#\n" +
+	"\x03rtt\x18\x14 \x01(\v2\x11.nbs.v1.HistogramR\x03rtt\x1a=\n" +
+	"\x0fResetsSentEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1aA\n" +
+	"\x13ResetsReceivedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1a8\n" +
+	"\n" +
+	"DropsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"R\n" +
+	"\rAddressHolder\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12'\n" +
+	"\x05owner\x18\x02 \x01(\v2\x11.nbs.v1.FlowOwnerR\x05owner\"{\n" +
 	"\x06Sample\x12\x1b\n" +
 	"\tmetric_id\x18\x01 \x01(\tR\bmetricId\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12#\n" +
@@ -1595,7 +2060,11 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"STATE_WARN\x10\x02\x12\x0e\n" +
 	"\n" +
 	"STATE_CRIT\x10\x03\x12\x11\n" +
-	"\rSTATE_UNKNOWN\x10\x042N\n" +
+	"\rSTATE_UNKNOWN\x10\x04*Q\n" +
+	"\bFlowRole\x12\x19\n" +
+	"\x15FLOW_ROLE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10FLOW_ROLE_CLIENT\x10\x01\x12\x14\n" +
+	"\x10FLOW_ROLE_SERVER\x10\x022N\n" +
 	"\fAgentService\x12>\n" +
 	"\aConnect\x12\x16.nbs.v1.ConnectRequest\x1a\x17.nbs.v1.ConnectResponse(\x010\x01B/Z-github.com/nbs-project/nbs/proto/nbs/v1;nbsv1b\x06proto3"
 
@@ -1611,60 +2080,76 @@ func file_nbs_v1_nbs_proto_rawDescGZIP() []byte {
 	return file_nbs_v1_nbs_proto_rawDescData
 }
 
-var file_nbs_v1_nbs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_nbs_v1_nbs_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_nbs_v1_nbs_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_nbs_v1_nbs_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_nbs_v1_nbs_proto_goTypes = []any{
 	(MetricKind)(0),          // 0: nbs.v1.MetricKind
 	(Comparison)(0),          // 1: nbs.v1.Comparison
 	(State)(0),               // 2: nbs.v1.State
-	(*ConnectRequest)(nil),   // 3: nbs.v1.ConnectRequest
-	(*ConnectResponse)(nil),  // 4: nbs.v1.ConnectResponse
-	(*Hello)(nil),            // 5: nbs.v1.Hello
-	(*NodeAuth)(nil),         // 6: nbs.v1.NodeAuth
-	(*Enrolled)(nil),         // 7: nbs.v1.Enrolled
-	(*Capability)(nil),       // 8: nbs.v1.Capability
-	(*Threshold)(nil),        // 9: nbs.v1.Threshold
-	(*MetricDefinition)(nil), // 10: nbs.v1.MetricDefinition
-	(*Report)(nil),           // 11: nbs.v1.Report
-	(*Sample)(nil),           // 12: nbs.v1.Sample
-	(*Histogram)(nil),        // 13: nbs.v1.Histogram
-	(*Event)(nil),            // 14: nbs.v1.Event
-	(*Ack)(nil),              // 15: nbs.v1.Ack
-	(*Reject)(nil),           // 16: nbs.v1.Reject
-	(*Config)(nil),           // 17: nbs.v1.Config
-	nil,                      // 18: nbs.v1.Hello.LabelsEntry
-	nil,                      // 19: nbs.v1.Event.FieldsEntry
-	nil,                      // 20: nbs.v1.Config.ThresholdsEntry
+	(FlowRole)(0),            // 3: nbs.v1.FlowRole
+	(*ConnectRequest)(nil),   // 4: nbs.v1.ConnectRequest
+	(*ConnectResponse)(nil),  // 5: nbs.v1.ConnectResponse
+	(*Hello)(nil),            // 6: nbs.v1.Hello
+	(*NodeAuth)(nil),         // 7: nbs.v1.NodeAuth
+	(*Enrolled)(nil),         // 8: nbs.v1.Enrolled
+	(*Capability)(nil),       // 9: nbs.v1.Capability
+	(*Threshold)(nil),        // 10: nbs.v1.Threshold
+	(*MetricDefinition)(nil), // 11: nbs.v1.MetricDefinition
+	(*Report)(nil),           // 12: nbs.v1.Report
+	(*FlowOwner)(nil),        // 13: nbs.v1.FlowOwner
+	(*FlowEdge)(nil),         // 14: nbs.v1.FlowEdge
+	(*AddressHolder)(nil),    // 15: nbs.v1.AddressHolder
+	(*Sample)(nil),           // 16: nbs.v1.Sample
+	(*Histogram)(nil),        // 17: nbs.v1.Histogram
+	(*Event)(nil),            // 18: nbs.v1.Event
+	(*Ack)(nil),              // 19: nbs.v1.Ack
+	(*Reject)(nil),           // 20: nbs.v1.Reject
+	(*Config)(nil),           // 21: nbs.v1.Config
+	nil,                      // 22: nbs.v1.Hello.LabelsEntry
+	nil,                      // 23: nbs.v1.FlowEdge.ResetsSentEntry
+	nil,                      // 24: nbs.v1.FlowEdge.ResetsReceivedEntry
+	nil,                      // 25: nbs.v1.FlowEdge.DropsEntry
+	nil,                      // 26: nbs.v1.Event.FieldsEntry
+	nil,                      // 27: nbs.v1.Config.ThresholdsEntry
 }
 var file_nbs_v1_nbs_proto_depIdxs = []int32{
-	5,  // 0: nbs.v1.ConnectRequest.hello:type_name -> nbs.v1.Hello
-	11, // 1: nbs.v1.ConnectRequest.report:type_name -> nbs.v1.Report
-	15, // 2: nbs.v1.ConnectResponse.ack:type_name -> nbs.v1.Ack
-	16, // 3: nbs.v1.ConnectResponse.reject:type_name -> nbs.v1.Reject
-	17, // 4: nbs.v1.ConnectResponse.config:type_name -> nbs.v1.Config
-	7,  // 5: nbs.v1.ConnectResponse.enrolled:type_name -> nbs.v1.Enrolled
-	18, // 6: nbs.v1.Hello.labels:type_name -> nbs.v1.Hello.LabelsEntry
-	8,  // 7: nbs.v1.Hello.capabilities:type_name -> nbs.v1.Capability
-	10, // 8: nbs.v1.Hello.metrics:type_name -> nbs.v1.MetricDefinition
-	6,  // 9: nbs.v1.Hello.auth:type_name -> nbs.v1.NodeAuth
+	6,  // 0: nbs.v1.ConnectRequest.hello:type_name -> nbs.v1.Hello
+	12, // 1: nbs.v1.ConnectRequest.report:type_name -> nbs.v1.Report
+	19, // 2: nbs.v1.ConnectResponse.ack:type_name -> nbs.v1.Ack
+	20, // 3: nbs.v1.ConnectResponse.reject:type_name -> nbs.v1.Reject
+	21, // 4: nbs.v1.ConnectResponse.config:type_name -> nbs.v1.Config
+	8,  // 5: nbs.v1.ConnectResponse.enrolled:type_name -> nbs.v1.Enrolled
+	22, // 6: nbs.v1.Hello.labels:type_name -> nbs.v1.Hello.LabelsEntry
+	9,  // 7: nbs.v1.Hello.capabilities:type_name -> nbs.v1.Capability
+	11, // 8: nbs.v1.Hello.metrics:type_name -> nbs.v1.MetricDefinition
+	7,  // 9: nbs.v1.Hello.auth:type_name -> nbs.v1.NodeAuth
 	1,  // 10: nbs.v1.Threshold.comparison:type_name -> nbs.v1.Comparison
 	0,  // 11: nbs.v1.MetricDefinition.kind:type_name -> nbs.v1.MetricKind
-	9,  // 12: nbs.v1.MetricDefinition.default_threshold:type_name -> nbs.v1.Threshold
-	12, // 13: nbs.v1.Report.samples:type_name -> nbs.v1.Sample
-	13, // 14: nbs.v1.Report.histograms:type_name -> nbs.v1.Histogram
-	14, // 15: nbs.v1.Report.events:type_name -> nbs.v1.Event
-	10, // 16: nbs.v1.Report.new_metrics:type_name -> nbs.v1.MetricDefinition
-	2,  // 17: nbs.v1.Sample.state:type_name -> nbs.v1.State
-	19, // 18: nbs.v1.Event.fields:type_name -> nbs.v1.Event.FieldsEntry
-	20, // 19: nbs.v1.Config.thresholds:type_name -> nbs.v1.Config.ThresholdsEntry
-	9,  // 20: nbs.v1.Config.ThresholdsEntry.value:type_name -> nbs.v1.Threshold
-	3,  // 21: nbs.v1.AgentService.Connect:input_type -> nbs.v1.ConnectRequest
-	4,  // 22: nbs.v1.AgentService.Connect:output_type -> nbs.v1.ConnectResponse
-	22, // [22:23] is the sub-list for method output_type
-	21, // [21:22] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	10, // 12: nbs.v1.MetricDefinition.default_threshold:type_name -> nbs.v1.Threshold
+	16, // 13: nbs.v1.Report.samples:type_name -> nbs.v1.Sample
+	17, // 14: nbs.v1.Report.histograms:type_name -> nbs.v1.Histogram
+	18, // 15: nbs.v1.Report.events:type_name -> nbs.v1.Event
+	11, // 16: nbs.v1.Report.new_metrics:type_name -> nbs.v1.MetricDefinition
+	14, // 17: nbs.v1.Report.flows:type_name -> nbs.v1.FlowEdge
+	15, // 18: nbs.v1.Report.address_holders:type_name -> nbs.v1.AddressHolder
+	13, // 19: nbs.v1.FlowEdge.local:type_name -> nbs.v1.FlowOwner
+	3,  // 20: nbs.v1.FlowEdge.role:type_name -> nbs.v1.FlowRole
+	23, // 21: nbs.v1.FlowEdge.resets_sent:type_name -> nbs.v1.FlowEdge.ResetsSentEntry
+	24, // 22: nbs.v1.FlowEdge.resets_received:type_name -> nbs.v1.FlowEdge.ResetsReceivedEntry
+	25, // 23: nbs.v1.FlowEdge.drops:type_name -> nbs.v1.FlowEdge.DropsEntry
+	17, // 24: nbs.v1.FlowEdge.rtt:type_name -> nbs.v1.Histogram
+	13, // 25: nbs.v1.AddressHolder.owner:type_name -> nbs.v1.FlowOwner
+	2,  // 26: nbs.v1.Sample.state:type_name -> nbs.v1.State
+	26, // 27: nbs.v1.Event.fields:type_name -> nbs.v1.Event.FieldsEntry
+	27, // 28: nbs.v1.Config.thresholds:type_name -> nbs.v1.Config.ThresholdsEntry
+	10, // 29: nbs.v1.Config.ThresholdsEntry.value:type_name -> nbs.v1.Threshold
+	4,  // 30: nbs.v1.AgentService.Connect:input_type -> nbs.v1.ConnectRequest
+	5,  // 31: nbs.v1.AgentService.Connect:output_type -> nbs.v1.ConnectResponse
+	31, // [31:32] is the sub-list for method output_type
+	30, // [30:31] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_nbs_v1_nbs_proto_init() }
@@ -1691,8 +2176,8 @@ func file_nbs_v1_nbs_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nbs_v1_nbs_proto_rawDesc), len(file_nbs_v1_nbs_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   18,
+			NumEnums:      4,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
