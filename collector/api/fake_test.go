@@ -267,6 +267,9 @@ func (stubParts) DeleteDefinition(w http.ResponseWriter, r *http.Request) {
 	answer("DeleteDefinition")(w, r)
 }
 
+func (stubParts) ListFlows(w http.ResponseWriter, r *http.Request)   { answer("ListFlows")(w, r) }
+func (stubParts) GetFlowEdge(w http.ResponseWriter, r *http.Request) { answer("GetFlowEdge")(w, r) }
+
 // stubParts stand in for access's handlers too, which need a database:
 // each answers with its route.
 func (stubParts) HandleLogin(w http.ResponseWriter, r *http.Request)  { answer("POST /login")(w, r) }
@@ -291,7 +294,7 @@ func server(t *testing.T, st api.Queries) (chi.Router, []api.Route) {
 	t.Helper()
 	acc := noAccess(t)
 	a := api.New(st, live{"web-1": true}, answer("UI"), slog.New(slog.DiscardHandler), telemetry.New())
-	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}, Identities: stubParts{}, Access: stubParts{}, Reports: stubParts{}, Export: stubParts{}})
+	routes := api.Routes(api.Parts{Nodes: a, NodeConfig: stubParts{}, Alerts: stubParts{}, Identities: stubParts{}, Access: stubParts{}, Reports: stubParts{}, Export: stubParts{}, Flows: stubParts{}})
 	return a.Handler(routes, acc), routes
 }
 

@@ -36,6 +36,10 @@ func readSlots(method, pattern string) int {
 	case "/export/metrics":
 		// Every node in the caller's scope, every scrape interval.
 		return 2
+	case "/flows", "/flows/edge":
+		// The rollups of every edge of the caller's nodes over the window,
+		// and the address holders that resolve their peers.
+		return 2
 	case "/nodes/{node}/series/batch":
 		// Up to maxBatchMetrics metrics of one node: one rollup read, or
 		// (steps under a minute) one raw read per metric.

@@ -117,6 +117,13 @@ type ExportHandlers interface {
 	GetStatus(http.ResponseWriter, *http.Request)
 }
 
+// FlowHandlers answer about the flow map: who talked to whom, and how
+// each edge fared (collector/flows).
+type FlowHandlers interface {
+	ListFlows(http.ResponseWriter, *http.Request)
+	GetFlowEdge(http.ResponseWriter, *http.Request)
+}
+
 // AccessHandlers answer about signing in and out, the caller itself, API
 // tokens and the audit log (collector/access).
 type AccessHandlers interface {
@@ -139,6 +146,7 @@ type Parts struct {
 	Access     AccessHandlers
 	Reports    ReportHandlers
 	Export     ExportHandlers
+	Flows      FlowHandlers
 	// Admission, when set, admits the heavy reads (reports, series,
 	// evidence) by caller; without it they are not limited.
 	Admission Admission
@@ -224,6 +232,12 @@ func Routes(p Parts) []Route {
 		routes = append(routes, []Route{
 			{get, "/export/metrics", e.GetMetrics, viewer, scoped},
 			{get, "/export/status", e.GetStatus, viewer, unscoped},
+		}...)
+	}
+	if f := p.Flows; f != nil {
+		routes = append(routes, []Route{
+			{get, "/flows", f.ListFlows, viewer, scoped},
+			{get, "/flows/edge", f.GetFlowEdge, viewer, scoped},
 		}...)
 	}
 	if a := p.Access; a != nil {
