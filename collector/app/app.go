@@ -9,6 +9,7 @@ import (
 	"github.com/nbs-project/nbs/collector/export"
 	"github.com/nbs-project/nbs/collector/export/otlp"
 	"github.com/nbs-project/nbs/collector/export/push"
+	"github.com/nbs-project/nbs/collector/flows"
 	"log/slog"
 	"net"
 	"net/http"
@@ -282,7 +283,7 @@ func (c *Collector) wire(ctx context.Context, st *store.Store, reads *store.Read
 		p.exporter.SetReceivers(p.pusher.Status)
 	}
 	p.handler = httpHandler(reads, p.ingest, p.configs, api.Parts{NodeConfig: p.configs, Alerts: p.alerts, Identities: p.identities,
-		Reports: reports, Export: export.NewHandler(p.exporter, c.metrics), Admission: admission}, acc, web.Handler(),
+		Reports: reports, Export: export.NewHandler(p.exporter, c.metrics), Flows: flows.New(reads, c.log.With("part", "flows")), Admission: admission}, acc, web.Handler(),
 		c.log.With("part", "api"), c.metrics, handlerOptions{readyWarnings: readyWarnings, counterpartLabel: c.cfg.CounterpartLabel})
 	return p, nil
 }

@@ -94,6 +94,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxSamples, "ingest.max-samples", c.MaxSamples, "samples per report")
 	fs.IntVar(&c.MaxHistograms, "ingest.max-histograms", c.MaxHistograms, "histograms per report")
 	fs.IntVar(&c.MaxEvents, "ingest.max-events", c.MaxEvents, "events per report")
+	fs.IntVar(&c.MaxFlowEdges, "ingest.max-flow-edges", c.MaxFlowEdges, "flow edges per report, its other edges included (docs/flow-map.md)")
+	fs.IntVar(&c.MaxAddressHolders, "ingest.max-address-holders", c.MaxAddressHolders, "address holders per report (docs/flow-map.md)")
 	fs.DurationVar(&c.MaxFutureSkew, "ingest.max-future-skew", c.MaxFutureSkew, "how far ahead of the collector's clock a report may be dated (what it may move is clamped to the collector's clock anyway)")
 }
 
@@ -120,6 +122,7 @@ func (c *Config) Validate() error {
 		{"--ingest.max-nodes", c.MaxNodes, 1 << 24}, {"--ingest.max-metrics-per-node", c.MaxMetrics, 1 << 20},
 		{"--ingest.max-capabilities", c.MaxCapabilities, 1 << 16}, {"--ingest.max-samples", c.MaxSamples, 1 << 20},
 		{"--ingest.max-histograms", c.MaxHistograms, 1 << 20}, {"--ingest.max-events", c.MaxEvents, 1 << 20},
+		{"--ingest.max-flow-edges", c.MaxFlowEdges, 1 << 20}, {"--ingest.max-address-holders", c.MaxAddressHolders, 1 << 20},
 	} {
 		if l.v < 1 || l.v > l.max {
 			errs = append(errs, fmt.Errorf("%s %d must be from 1 to %d", l.flag, l.v, l.max))

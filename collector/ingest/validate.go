@@ -36,6 +36,8 @@ type Limits struct {
 	MaxBuckets        int           // buckets per histogram
 	MaxEvents         int           // events per report
 	MaxEventFields    int           // fields per event
+	MaxFlowEdges      int           // flow edges per report, other edges included
+	MaxAddressHolders int           // address holders per report
 	MaxStringLen      int           // any field or text value (labels follow schema's limits)
 	MaxFutureSkew     time.Duration // how far ahead of the collector's clock a report may be
 	MaxAge            time.Duration // how old a resent report may be (the retention)
@@ -49,6 +51,7 @@ func DefaultLimits() Limits {
 		MaxMetrics: 20000, MaxCapabilities: 256, MaxStreams: 10000, MaxStreamsPerIP: 64, MaxNodes: 10000,
 		MaxSamples: wire.MaxSamples, MaxHistograms: wire.MaxHistograms, MaxBuckets: 4096,
 		MaxEvents: wire.MaxEvents, MaxEventFields: 32, MaxStringLen: 4096,
+		MaxFlowEdges: wire.MaxFlowEdges, MaxAddressHolders: wire.MaxAddressHolders,
 		MaxFutureSkew: 10 * time.Minute, MaxAge: 30 * 24 * time.Hour,
 		MinInterval: 100 * time.Millisecond, MaxInterval: time.Hour,
 		MaxAbsoluteValue: 1e18,
@@ -408,6 +411,9 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 			et = ts // keep the evidence, at the report's time, rather than refuse a report for a bad event clock
 		}
 		out.Events = append(out.Events, store.Event{Path: p, Time: et, Fields: e.GetFields()})
+	}
+	if rej := l.checkFlows(r, &out); rej != nil {
+		return out, nil, rej
 	}
 	return out, newDefs, nil
 }

@@ -74,11 +74,16 @@ func deleteRows(ctx context.Context, tx pgx.Tx, name string, ids []int32) error 
 	// Nor to the rollups (migration 024), for the same reason after the
 	// node rows: a fold locks the nodes it writes rollups for. Every
 	// resolution named, so the primary key's index finds each node's rows.
-	for _, table := range []string{"rollup_samples", "rollup_histograms"} {
+	for _, table := range []string{"rollup_samples", "rollup_histograms", "flow_edges"} {
 		if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE res = ANY($2) AND node_id = ANY($1)`,
 			ids, []int32{RollupMinute, RollupHour, RollupDay}); err != nil {
 			return fmt.Errorf("delete %s of node %q: %w", table, name, err)
 		}
+	}
+	// The addresses its owners held: a deleted node's pods resolve no
+	// peer any more.
+	if _, err := tx.Exec(ctx, `DELETE FROM flow_holders WHERE node_id = ANY($1)`, ids); err != nil {
+		return fmt.Errorf("delete address holders of node %q: %w", name, err)
 	}
 	return nil
 }

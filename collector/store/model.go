@@ -169,6 +169,9 @@ type Report struct {
 	Samples    []Sample
 	Histograms []Histogram
 	Events     []Event
+	// Flows and Holders are the report's flow map (flowwrite.go).
+	Flows   []FlowEdge
+	Holders []AddressHolder
 }
 
 // ReportKey identifies a report for deduplication.

@@ -302,6 +302,21 @@ func (s *Store) DeleteRollupsBefore(ctx context.Context, res int32, cutoff time.
 		}
 		n += tag.RowsAffected()
 	}
+	// The flow map's buckets leave with the tree's (migration 029); an
+	// address's holders with the day rollups, the longest kept, since an
+	// edge of a day still kept resolves by them.
+	tag, err := s.pool.Exec(ctx, `DELETE FROM flow_edges WHERE res = $1 AND ts < $2`, res, cutoff)
+	if err != nil {
+		return n, fmt.Errorf("delete flow edges older than %s: %w", cutoff.Format(time.RFC3339), err)
+	}
+	n += tag.RowsAffected()
+	if res == RollupDay {
+		tag, err := s.pool.Exec(ctx, `DELETE FROM flow_holders WHERE last_seen < $1`, cutoff)
+		if err != nil {
+			return n, fmt.Errorf("delete address holders older than %s: %w", cutoff.Format(time.RFC3339), err)
+		}
+		n += tag.RowsAffected()
+	}
 	return n, nil
 }
 

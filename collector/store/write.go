@@ -135,6 +135,10 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 			return err
 		}
 		queueCounters(batch, unique, result)
+		if err := queueFlowEdges(batch, unique, result); err != nil {
+			return err
+		}
+		queueHolders(batch, unique, result)
 		if batch.Len() == 0 {
 			return nil
 		}

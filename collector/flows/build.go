@@ -1,0 +1,497 @@
+package flows
+
+import (
+	"cmp"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/internal/loglinear"
+)
+
+// Owner is a node's owner that an edge's end refers to.
+type Owner struct {
+	Key       string `json:"key"`
+	Node      string `json:"node"`
+	ID        string `json:"id"`
+	Kind      string `json:"kind"`
+	Name      string `json:"name"`
+	Workload  string `json:"workload"`
+	Namespace string `json:"namespace"`
+	nodeID    int32
+}
+
+// End is one end of an edge.
+type End struct {
+	Owner   *string `json:"owner"`
+	Address string  `json:"address"`
+	Port    *int    `json:"port,omitempty"`
+	Label   string  `json:"label"`
+	Outside bool    `json:"outside"`
+}
+
+// Resets are an edge's resets by end and direction, by reason.
+type Resets struct {
+	ClientSent     map[string]uint64 `json:"client_sent"`
+	ClientReceived map[string]uint64 `json:"client_received"`
+	ServerSent     map[string]uint64 `json:"server_sent"`
+	ServerReceived map[string]uint64 `json:"server_received"`
+}
+
+// Drops are an edge's drops by end, by reason.
+type Drops struct {
+	Client map[string]uint64 `json:"client"`
+	Server map[string]uint64 `json:"server"`
+}
+
+// Edge is one edge of the map: the connections of a client end to a server
+// end's port, over the window.
+type Edge struct {
+	Key         string   `json:"key"`
+	Client      End      `json:"client"`
+	Server      End      `json:"server"`
+	SeenBy      []string `json:"seen_by"`
+	Opened      uint64   `json:"opened"`
+	Failed      uint64   `json:"failed"`
+	Closed      uint64   `json:"closed"`
+	Retransmits uint64   `json:"retransmits"`
+	Resets      Resets   `json:"resets"`
+	Drops       Drops    `json:"drops"`
+	BytesC2S    uint64   `json:"bytes_client_to_server"`
+	BytesS2C    uint64   `json:"bytes_server_to_client"`
+	RTTP50      *float64 `json:"rtt_p50_ms"`
+	RTTP99      *float64 `json:"rtt_p99_ms"`
+	State       string   `json:"state"`
+	Explain     string   `json:"explain"`
+
+	client, server *half   // what each end reported, nil when it did not
+	nodes          []int32 // the reporting nodes
+	clientNode     int32   // the nodes of the ends' owners (0: an address)
+	serverNode     int32
+}
+
+// half is what one end reported of an edge: its counters, and per bucket.
+type half struct {
+	store.FlowCounters
+	buckets map[int64]*store.FlowCounters // bucket start → counters
+}
+
+func (h *half) add(ts time.Time, c store.FlowCounters, series bool) {
+	h.Add(c)
+	if !series {
+		return
+	}
+	if h.buckets == nil {
+		h.buckets = map[int64]*store.FlowCounters{}
+	}
+	b := h.buckets[ts.Unix()]
+	if b == nil {
+		b = &store.FlowCounters{}
+		h.buckets[ts.Unix()] = b
+	}
+	b.Add(c)
+}
+
+// Other is what agents folded past their top-K, in the selection.
+type Other struct {
+	EdgesFolded uint64 `json:"edges_folded"`
+	Opened      uint64 `json:"opened"`
+	Failed      uint64 `json:"failed"`
+	Retransmits uint64 `json:"retransmits"`
+	Resets      uint64 `json:"resets"`
+	Drops       uint64 `json:"drops"`
+	Bytes       uint64 `json:"bytes"`
+	NodesCapped int    `json:"nodes_capped"`
+}
+
+// Input is what a map is built from: the nodes the caller sees, their
+// edges and the address holders over the window.
+type Input struct {
+	Nodes    map[int32]store.FlowNode
+	Rows     []store.FlowEdgeRow
+	Holders  []store.FlowHolder
+	Res      time.Duration
+	From, To time.Time
+	// Hide says an owner is not the caller's to see (a customer's view of
+	// processes and network namespaces): its end is shown as its address.
+	Hide func(store.FlowOwner) bool
+	// Series keeps each edge's counters per bucket (the edge detail).
+	Series bool
+}
+
+// Graph is a built map: every edge of the input, not yet filtered, sorted
+// or paged.
+type Graph struct {
+	Edges  []*Edge
+	Owners map[string]Owner
+	Other  Other
+	window time.Duration
+}
+
+// holderIndex finds who held an address when, within a tenant.
+type holderIndex map[string][]store.FlowHolder // tenant \x00 address → spans
+
+func newHolderIndex(hs []store.FlowHolder) holderIndex {
+	idx := holderIndex{}
+	for _, h := range hs {
+		k := h.Tenant + "\x00" + h.Address
+		idx[k] = append(idx[k], h)
+	}
+	return idx
+}
+
+// at returns the holders of address in tenant whose spans overlap
+// [from, to), the longest overlap first (ties: the newest span).
+func (idx holderIndex) at(tenant, address string, from, to time.Time) []store.FlowHolder {
+	var out []store.FlowHolder
+	for _, h := range idx[tenant+"\x00"+address] {
+		if h.First.Before(to) && h.Last.After(from) {
+			out = append(out, h)
+		}
+	}
+	overlap := func(h store.FlowHolder) time.Duration {
+		return minTime(h.Last, to).Sub(maxTime(h.First, from))
+	}
+	slices.SortStableFunc(out, func(a, b store.FlowHolder) int {
+		if oa, ob := overlap(a), overlap(b); oa != ob {
+			return cmp.Compare(ob, oa)
+		}
+		return b.First.Compare(a.First)
+	})
+	return out
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Ambiguous lists the peer addresses of rows (summed over the window) that
+// more than one holder of their tenant held during the row's buckets:
+// those rows must be read per bucket, so that each bucket goes to its own
+// holder (a pod address reused by another workload).
+func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder, res time.Duration) []string {
+	idx := newHolderIndex(holders)
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range rows {
+		if r.Role == store.FlowOther {
+			continue
+		}
+		addr, _ := peerOf(r.FlowEdge)
+		if seen[addr] {
+			continue
+		}
+		hs := idx.at(r.Tenant, addr, r.First, r.Last.Add(res))
+		if distinctHolders(hs) > 1 {
+			seen[addr] = true
+			out = append(out, addr)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func distinctHolders(hs []store.FlowHolder) int {
+	n := 0
+	seen := map[[2]string]bool{}
+	for _, h := range hs {
+		k := [2]string{fmt.Sprint(h.NodeID), h.Owner.ID}
+		if !seen[k] {
+			seen[k] = true
+			n++
+		}
+	}
+	return n
+}
+
+// peerOf is the address and port an edge's peer is resolved by: a client's
+// translated peer when its node translated it (the backend behind a
+// Service address), else the peer as the socket saw it. A server edge's
+// peer port is the client's ephemeral one, left out.
+func peerOf(e store.FlowEdge) (string, uint16) {
+	if e.Role == store.FlowClient && e.XlatAddr != "" {
+		return e.XlatAddr, e.XlatPort
+	}
+	return e.PeerAddr, e.PeerPort
+}
+
+// Build builds the map of in.
+func Build(in Input) *Graph {
+	g := &Graph{Owners: map[string]Owner{}, window: in.To.Sub(in.From)}
+	idx := newHolderIndex(in.Holders)
+	// The addresses each tenant's owners held at any time of the window:
+	// an address no holder explains is outside.
+	held := map[string]bool{}
+	for _, h := range in.Holders {
+		if h.First.Before(in.To) && h.Last.After(in.From) {
+			held[h.Tenant+"\x00"+h.Address] = true
+		}
+	}
+	hide := in.Hide
+	if hide == nil {
+		hide = func(store.FlowOwner) bool { return false }
+	}
+	byKey := map[string]*Edge{}
+	capped := map[int32]bool{}
+	for _, r := range in.Rows {
+		node, ok := in.Nodes[r.NodeID]
+		if !ok {
+			continue
+		}
+		if r.Role == store.FlowOther {
+			o := &g.Other
+			o.EdgesFolded += r.EdgesFolded
+			o.Opened += r.Opened
+			o.Failed += r.Failed
+			o.Retransmits += r.Retransmits
+			o.Resets += sum(r.ResetsSent) + sum(r.ResetsRecv)
+			o.Drops += sum(r.Drops)
+			o.Bytes += r.BytesSent + r.BytesRecv
+			capped[r.NodeID] = true
+			continue
+		}
+		local := end{address: r.LocalAddr}
+		if !hide(r.Local) {
+			local.owner = g.owner(node, r.Local)
+		}
+		peerAddr, peerPort := peerOf(r.FlowEdge)
+		peer := end{address: peerAddr}
+		if hs := idx.at(r.Tenant, peerAddr, r.First, r.Last.Add(in.Res)); len(hs) > 0 {
+			h := hs[0]
+			if hn, ok := in.Nodes[h.NodeID]; ok && !hide(h.Owner) {
+				peer.owner = g.owner(hn, h.Owner)
+			}
+			peer.held = true
+		} else {
+			peer.held = held[r.Tenant+"\x00"+peerAddr]
+		}
+		local.held = true
+		var client, server end
+		var port uint16
+		var role string
+		switch r.Role {
+		case store.FlowClient:
+			client, server, port, role = local, peer, peerPort, "client"
+		case store.FlowServer:
+			client, server, port, role = peer, local, r.LocalPort, "server"
+		default:
+			continue
+		}
+		key := edgeKey(client.id(), server.id(), port)
+		e := byKey[key]
+		if e == nil {
+			e = &Edge{Key: key, Client: client.api(0), Server: server.api(port)}
+			if client.owner != nil {
+				e.clientNode = client.owner.nodeID
+			}
+			if server.owner != nil {
+				e.serverNode = server.owner.nodeID
+			}
+			byKey[key] = e
+			g.Edges = append(g.Edges, e)
+		}
+		h := &e.client
+		if role == "server" {
+			h = &e.server
+		}
+		if *h == nil {
+			*h = &half{}
+		}
+		(*h).add(r.First, r.FlowCounters, in.Series)
+		if !slices.Contains(e.nodes, r.NodeID) {
+			e.nodes = append(e.nodes, r.NodeID)
+		}
+	}
+	g.Other.NodesCapped = len(capped)
+	for _, e := range g.Edges {
+		e.finish(g.window)
+	}
+	return g
+}
+
+// end is an edge's end while the map is built.
+type end struct {
+	owner   *Owner
+	address string
+	held    bool // some holder of the tenant held the address in the window
+}
+
+func (e end) id() string {
+	if e.owner != nil {
+		return "o:" + e.owner.Key
+	}
+	return "a:" + e.address
+}
+
+func (e end) api(port uint16) End {
+	out := End{Address: e.address, Label: e.address, Outside: e.owner == nil && !e.held}
+	if port != 0 {
+		p := int(port)
+		out.Port = &p
+		out.Label = hostPort(e.address, port)
+	}
+	if e.owner != nil {
+		k := e.owner.Key
+		out.Owner = &k
+		out.Label = e.owner.Name
+		if out.Label == "" {
+			out.Label = e.owner.ID
+		}
+	}
+	return out
+}
+
+func hostPort(addr string, port uint16) string {
+	if a, err := netip.ParseAddr(addr); err == nil && a.Is6() {
+		return fmt.Sprintf("[%s]:%d", addr, port)
+	}
+	return fmt.Sprintf("%s:%d", addr, port)
+}
+
+// owner is the map's owner o of node n, added to the owners once.
+func (g *Graph) owner(n store.FlowNode, o store.FlowOwner) *Owner {
+	key := n.Name + "|" + o.ID
+	if have, ok := g.Owners[key]; ok {
+		return &have
+	}
+	ow := Owner{Key: key, Node: n.Name, ID: o.ID, Kind: o.Kind, Name: o.Name, Workload: o.Workload, Namespace: namespaceOf(o), nodeID: n.ID}
+	g.Owners[key] = ow
+	return &ow
+}
+
+// namespaceOf is a pod's or its container's Kubernetes namespace: agents
+// name pods namespace/name (agent/owner).
+func namespaceOf(o store.FlowOwner) string {
+	if o.Kind != "pod" && o.Kind != "container" {
+		return ""
+	}
+	for _, s := range []string{o.Name, o.Workload} {
+		if ns, _, ok := strings.Cut(s, "/"); ok {
+			return ns
+		}
+	}
+	return ""
+}
+
+// edgeKey is an edge's opaque key: its ends and port, base64url of JSON,
+// so the detail can find it again over any window.
+func edgeKey(client, server string, port uint16) string {
+	b, _ := json.Marshal([]any{client, server, port})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// parseKey decodes a key made by edgeKey.
+func parseKey(key string) (client, server string, port uint16, err error) {
+	b, err := base64.RawURLEncoding.DecodeString(key)
+	if err != nil {
+		return "", "", 0, fmt.Errorf("not an edge key")
+	}
+	var v []json.RawMessage
+	if err := json.Unmarshal(b, &v); err != nil || len(v) != 3 {
+		return "", "", 0, fmt.Errorf("not an edge key")
+	}
+	var p int
+	if json.Unmarshal(v[0], &client) != nil || json.Unmarshal(v[1], &server) != nil || json.Unmarshal(v[2], &p) != nil || p < 0 || p > 65535 {
+		return "", "", 0, fmt.Errorf("not an edge key")
+	}
+	return client, server, uint16(p), nil
+}
+
+// finish computes an edge's figures from what its ends reported: each
+// count from the end that measures it (connects and bytes sent from the
+// client when it reported, else the server), resets and drops per end,
+// retransmits summed (each end retransmits its own segments), RTT from
+// the client's samples, else the server's.
+func (e *Edge) finish(window time.Duration) {
+	c, s := e.client, e.server
+	e.SeenBy = e.SeenBy[:0]
+	e.Resets = Resets{ClientSent: map[string]uint64{}, ClientReceived: map[string]uint64{}, ServerSent: map[string]uint64{}, ServerReceived: map[string]uint64{}}
+	e.Drops = Drops{Client: map[string]uint64{}, Server: map[string]uint64{}}
+	var rtt map[int32]uint64
+	if c != nil {
+		e.SeenBy = append(e.SeenBy, "client")
+		e.Opened, e.Failed, e.Closed = c.Opened, c.Failed, c.Closed
+		e.BytesC2S, e.BytesS2C = c.BytesSent, c.BytesRecv
+		e.Retransmits += c.Retransmits
+		e.Resets.ClientSent, e.Resets.ClientReceived, e.Drops.Client = orEmpty(c.ResetsSent), orEmpty(c.ResetsRecv), orEmpty(c.Drops)
+		rtt = c.RTT
+	}
+	if s != nil {
+		e.SeenBy = append(e.SeenBy, "server")
+		if c == nil {
+			e.Opened, e.Failed, e.Closed = s.Opened, s.Failed, s.Closed
+			e.BytesC2S, e.BytesS2C = s.BytesRecv, s.BytesSent
+		}
+		e.Retransmits += s.Retransmits
+		e.Resets.ServerSent, e.Resets.ServerReceived, e.Drops.Server = orEmpty(s.ResetsSent), orEmpty(s.ResetsRecv), orEmpty(s.Drops)
+		if len(rtt) == 0 {
+			rtt = s.RTT
+		}
+	}
+	e.RTTP50, e.RTTP99 = quantileMS(rtt, 0.5), quantileMS(rtt, 0.99)
+	e.State, e.Explain = State(e.figures(), window)
+}
+
+func (e *Edge) figures() Figures {
+	return Figures{Opened: e.Opened, Failed: e.Failed, Retransmits: e.Retransmits, Bytes: e.BytesC2S + e.BytesS2C,
+		ClientSent: e.Resets.ClientSent, ClientReceived: e.Resets.ClientReceived, ServerSent: e.Resets.ServerSent, ServerReceived: e.Resets.ServerReceived,
+		ClientDrops: e.Drops.Client, ServerDrops: e.Drops.Server}
+}
+
+func orEmpty(m map[string]uint64) map[string]uint64 {
+	if m == nil {
+		return map[string]uint64{}
+	}
+	return m
+}
+
+// quantileMS is the q-quantile of an RTT histogram (ns buckets) in ms; nil
+// without samples.
+func quantileMS(buckets map[int32]uint64, q float64) *float64 {
+	if len(buckets) == 0 {
+		return nil
+	}
+	h := loglinear.New()
+	for i, n := range buckets {
+		h.AddBucket(uint32(i), n)
+	}
+	v := h.Quantile(q) / 1e6
+	if v != v { // NaN
+		return nil
+	}
+	v = float64(int64(v*1000+0.5)) / 1000
+	return &v
+}
+
+// badness orders edges within a state: the most resets, failures and drops
+// first.
+func (e *Edge) badness() uint64 {
+	f := e.figures()
+	return max(sum(f.ClientSent)+sum(f.ClientReceived), sum(f.ServerSent)+sum(f.ServerReceived)) + e.Failed + sum(f.ClientDrops) + sum(f.ServerDrops)
+}
+
+func stateRank(s string) int {
+	switch s {
+	case "crit":
+		return 2
+	case "warn":
+		return 1
+	}
+	return 0
+}
