@@ -197,7 +197,7 @@ func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder, res time.Du
 		if seen[addr] {
 			continue
 		}
-		hs := idx.at(r.Tenant, addr, r.First, r.Last.Add(res))
+		hs := idx.at(r.Tenant, addr, r.First, r.Last.Add(rowRes(r, res)))
 		if distinctHolders(hs) > 1 {
 			seen[addr] = true
 			out = append(out, addr)
@@ -218,6 +218,15 @@ func distinctHolders(hs []store.FlowHolder) int {
 		}
 	}
 	return n
+}
+
+// rowRes is the length of a row's buckets: its own (a window of hours
+// may hold minutes, minutesOf), else the window's.
+func rowRes(r store.FlowEdgeRow, res time.Duration) time.Duration {
+	if r.Res > 0 {
+		return time.Duration(r.Res) * time.Second
+	}
+	return res
 }
 
 // peerOf is the address and port an edge's peer is resolved by: a client's
@@ -272,7 +281,7 @@ func Build(in Input) *Graph {
 		}
 		peerAddr, peerPort := peerOf(r.FlowEdge)
 		peer := end{address: peerAddr}
-		if hs := idx.at(r.Tenant, peerAddr, r.First, r.Last.Add(in.Res)); len(hs) > 0 {
+		if hs := idx.at(r.Tenant, peerAddr, r.First, r.Last.Add(rowRes(r, in.Res))); len(hs) > 0 {
 			h := hs[0]
 			if hn, ok := in.Nodes[h.NodeID]; ok && !hide(h.Owner) {
 				peer.owner = g.owner(hn, h.Owner)
@@ -313,7 +322,7 @@ func Build(in Input) *Graph {
 		if *h == nil {
 			*h = &half{}
 		}
-		(*h).add(r.First, r.FlowCounters, in.Series)
+		(*h).add(r.First.Truncate(in.Res), r.FlowCounters, in.Series)
 		if !slices.Contains(e.nodes, r.NodeID) {
 			e.nodes = append(e.nodes, r.NodeID)
 		}

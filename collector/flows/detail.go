@@ -88,7 +88,7 @@ func (s *Service) GetFlowEdge(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if e == nil {
-		httpjson.WriteError(w, r, errkind.Errorf(errkind.NotFound, "no flow edge %s between %s and %s: not found",
+		httpjson.WriteError(w, r, errkind.Errorf(errkind.NotFound, "no flow edge with key %s between %s and %s: not found",
 			api.Quote(key), win.From.Format(time.RFC3339), win.To.Format(time.RFC3339)), s.log)
 		return
 	}

@@ -363,30 +363,70 @@ func (s *Service) graph(ctx context.Context, scope store.Scope, customer bool, w
 	if in.Holders, err = s.reads.ReadFlowHolders(ctx, ids, w.From, w.To); err != nil {
 		return nil, nil, err
 	}
-	if !series {
-		// An address two owners held within an edge's buckets: read
-		// those edges per bucket, each bucket resolved by its own holder.
-		if amb := Ambiguous(in.Rows, in.Holders, w.Res); len(amb) > 0 {
+	// An address two owners held within an edge's buckets: read those
+	// edges per bucket (by the minute where minutes are still kept), each
+	// bucket resolved by its own holder.
+	if amb := Ambiguous(in.Rows, in.Holders, w.Res); len(amb) > 0 {
+		ambSet := map[string]bool{}
+		for _, a := range amb {
+			ambSet[a] = true
+		}
+		isAmb := func(r store.FlowEdgeRow) bool {
+			return r.Role != store.FlowOther && (ambSet[r.PeerAddr] || ambSet[r.XlatAddr])
+		}
+		var per []store.FlowEdgeRow
+		if series {
+			for _, r := range in.Rows {
+				if isAmb(r) {
+					per = append(per, r)
+				}
+			}
+		} else {
 			read.PerBucket, read.PeerAddrs = true, amb
-			per, err := s.reads.ReadFlowEdges(ctx, read)
-			if err != nil {
+			if per, err = s.reads.ReadFlowEdges(ctx, read); err != nil {
 				return nil, nil, err
 			}
-			ambSet := map[string]bool{}
-			for _, a := range amb {
-				ambSet[a] = true
-			}
-			in.Rows = slices.DeleteFunc(in.Rows, func(r store.FlowEdgeRow) bool {
-				if r.Role == store.FlowOther {
-					return false
-				}
-				a, _ := peerOf(r.FlowEdge)
-				return ambSet[a] || ambSet[r.PeerAddr] || ambSet[r.XlatAddr]
-			})
-			in.Rows = append(in.Rows, per...)
 		}
+		if w.Res > time.Minute {
+			read.PerBucket, read.PeerAddrs = true, amb
+			if per, err = s.minutesOf(ctx, read, per, w.Res); err != nil {
+				return nil, nil, err
+			}
+		}
+		in.Rows = slices.DeleteFunc(in.Rows, isAmb)
+		in.Rows = append(in.Rows, per...)
 	}
 	return Build(in), nodes, nil
+}
+
+// minutesOf replaces hour or day buckets of per by their minutes where
+// those are still kept: a pod address reused within an hour resolves by
+// the minute, as in a window of a day or less.
+func (s *Service) minutesOf(ctx context.Context, read store.FlowRead, per []store.FlowEdgeRow, res time.Duration) ([]store.FlowEdgeRow, error) {
+	read.Res = int32(time.Minute / time.Second)
+	mins, err := s.reads.ReadFlowEdges(ctx, read)
+	if err != nil || len(mins) == 0 {
+		return per, err
+	}
+	type key struct {
+		node   int32
+		edge   string
+		bucket int64
+	}
+	rowKey := func(r store.FlowEdgeRow) string {
+		return fmt.Sprint(r.Role, "|", r.Local.ID, "|", r.LocalAddr, "|", r.LocalPort, "|", r.PeerAddr, "|", r.PeerPort, "|", r.XlatAddr, "|", r.XlatPort)
+	}
+	covered := map[key]bool{}
+	for _, m := range mins {
+		covered[key{m.NodeID, rowKey(m), m.First.Truncate(res).Unix()}] = true
+	}
+	out := mins
+	for _, r := range per {
+		if !covered[key{r.NodeID, rowKey(r), r.First.Unix()}] {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 // keep applies a filter to an edge.

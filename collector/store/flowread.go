@@ -57,6 +57,7 @@ type FlowEdgeRow struct {
 	NodeID      int32
 	Tenant      string
 	First, Last time.Time // bucket starts
+	Res         int32     // the buckets' length, seconds
 	FlowEdge
 }
 
@@ -104,7 +105,7 @@ func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 			&folded, &opened, &failed, &closed, &retr, &bs, &br, &rs, &rr, &dr, &rtt); err != nil {
 			return nil, fmt.Errorf("read flow edges: %w", err)
 		}
-		r.Role = FlowRole(role)
+		r.Role, r.Res = FlowRole(role), q.Res
 		r.LocalPort, r.PeerPort, r.XlatPort = uint16(lport), uint16(pport), uint16(xport)
 		r.EdgesFolded = uint64(folded)
 		r.Opened, r.Failed, r.Closed, r.Retransmits, r.BytesSent, r.BytesRecv = uint64(opened), uint64(failed), uint64(closed), uint64(retr), uint64(bs), uint64(br)
