@@ -153,12 +153,15 @@ func ParseWindow(q url.Values, now time.Time) (Window, error) {
 	default:
 		w.Res = 24 * time.Hour
 	}
-	// Whole buckets: a bucket is counted whole or not at all.
-	w.From = from.UTC().Truncate(w.Res)
+	// Whole buckets, as many as the window's length needs, ending with
+	// the bucket that holds to: a bucket is counted whole or not at all,
+	// and window=5m is five minutes, whenever it is asked.
 	w.To = to.UTC().Truncate(w.Res)
 	if w.To.Before(to) {
 		w.To = w.To.Add(w.Res)
 	}
+	n := (to.Sub(from) + w.Res - 1) / w.Res
+	w.From = w.To.Add(-n * w.Res)
 	return w, nil
 }
 

@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	collectorapp "github.com/nbs-project/nbs/collector/app"
+	"github.com/nbs-project/nbs/internal/pgcluster"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// flowReport is a report of one interval's flow edges and address holders,
+// as an agent sends it (Report.flows, Report.address_holders).
+func (a *tenantAgent) flowReport(edges []*nbsv1.FlowEdge, holders []*nbsv1.AddressHolder) *nbsv1.ConnectRequest {
+	a.seq++
+	r := report(a.seq, sample("tcp_reset", 0))
+	r.GetReport().Flows, r.GetReport().AddressHolders = edges, holders
+	return r
+}
+
+func flowPod(ns, name, workload string) *nbsv1.FlowOwner {
+	return &nbsv1.FlowOwner{Id: "pod:" + ns + "." + name, Kind: "pod", Name: ns + "/" + name, Workload: ns + "/" + workload}
+}
+
+// The flow map end to end, with agents simulated at the wire (the agent's
+// own measurements are flowagent's lab tests): agents of two tenants whose
+// address spaces overlap report both ends of connections over gRPC, through
+// enrollment, validation and storage, to the API. The client and server
+// ends are one edge, its resets make it crit and say so; a bad edge is
+// rejected with its reason and the stream goes on; each customer's map,
+// JSON and CSV, has its own edges only, and another tenant's owner at the
+// same address is just an address.
+func TestFlowMapEndToEnd(t *testing.T) {
+	t.Parallel()
+	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0", enrollWith(tokenFile(t)),
+		func(c *collectorapp.Config) { c.NodeAuth.Mode = "enroll" })
+	acmeToken, globexToken := readToken(t, tenantTokenFile(t, col, "acme")), readToken(t, tenantTokenFile(t, col, "globex"))
+	agents := map[string]*tenantAgent{}
+	for i, n := range []struct{ name, token string }{{"acme-1", acmeToken}, {"acme-2", acmeToken}, {"globex-1", globexToken}} {
+		a := &tenantAgent{t: t, addr: col.grpcAddr, name: n.name, ping: fmt.Sprintf("198.18.2.%d", i+1)}
+		if err := a.connect(n.token, ""); err != nil {
+			t.Fatalf("%s enrolling: %v", n.name, err)
+		}
+		agents[n.name] = a
+	}
+	cart, db, ledger := flowPod("shop", "cart-1", "cart"), flowPod("shop", "db-0", "db"), flowPod("bank", "ledger-0", "ledger")
+
+	// A bad edge: the report is rejected naming it, and nothing is lost.
+	a1 := agents["acme-1"]
+	bad := a1.flowReport([]*nbsv1.FlowEdge{{Local: cart, Role: nbsv1.FlowRole_FLOW_ROLE_CLIENT, LocalAddress: "10.0.0.1", PeerAddress: "10.0.0.2", PeerPort: 70000}}, nil)
+	if err := a1.stream.Send(bad); err != nil {
+		t.Fatal(err)
+	}
+	rej, err := recvSkippingConfigs(a1.stream)
+	if err != nil || rej.GetReject() == nil || !strings.Contains(rej.GetReject().GetReason(), "flow edge 0: peer_port 70000 is above 65535") {
+		t.Fatalf("a bad flow edge: %v %v; want a reject naming it", rej, err)
+	}
+
+	a1.sendAcked(a1.flowReport([]*nbsv1.FlowEdge{{Local: cart, Role: nbsv1.FlowRole_FLOW_ROLE_CLIENT, LocalAddress: "10.0.0.1",
+		PeerAddress: "10.0.0.2", PeerPort: 5432, Opened: 20, Closed: 20, BytesSent: 4000, BytesReceived: 90000,
+		ResetsReceived: map[string]uint64{"no_socket": 12}}},
+		[]*nbsv1.AddressHolder{{Address: "10.0.0.1", Owner: cart}}))
+	agents["acme-2"].sendAcked(agents["acme-2"].flowReport([]*nbsv1.FlowEdge{{Local: db, Role: nbsv1.FlowRole_FLOW_ROLE_SERVER, LocalAddress: "10.0.0.2",
+		LocalPort: 5432, PeerAddress: "10.0.0.1", Opened: 20, Closed: 20, BytesSent: 90000, BytesReceived: 4000,
+		ResetsSent: map[string]uint64{"no_socket": 12}}},
+		[]*nbsv1.AddressHolder{{Address: "10.0.0.2", Owner: db}}))
+	// globex's ledger holds the same address as acme's db, and is reached
+	// from the same address as acme's cart.
+	agents["globex-1"].sendAcked(agents["globex-1"].flowReport([]*nbsv1.FlowEdge{{Local: ledger, Role: nbsv1.FlowRole_FLOW_ROLE_SERVER,
+		LocalAddress: "10.0.0.2", LocalPort: 5432, PeerAddress: "10.0.0.1", Opened: 3, Closed: 3}},
+		[]*nbsv1.AddressHolder{{Address: "10.0.0.2", Owner: ledger}}))
+
+	type flowEnd struct {
+		Owner   *string `json:"owner"`
+		Address string  `json:"address"`
+		Label   string  `json:"label"`
+		Outside bool    `json:"outside"`
+	}
+	type flowMap struct {
+		Edges []struct {
+			Key     string                       `json:"key"`
+			Client  flowEnd                      `json:"client"`
+			Server  flowEnd                      `json:"server"`
+			SeenBy  []string                     `json:"seen_by"`
+			Opened  uint64                       `json:"opened"`
+			Resets  map[string]map[string]uint64 `json:"resets"`
+			State   string                       `json:"state"`
+			Explain string                       `json:"explain"`
+		} `json:"edges"`
+		TotalEdges int `json:"total_edges"`
+	}
+	get := func(token string, q url.Values) (flowMap, []byte) {
+		t.Helper()
+		q.Set("window", "5m")
+		code, body := as(t, col, token, http.MethodGet, "/api/v1/flows?"+q.Encode(), "")
+		if code != http.StatusOK {
+			t.Fatalf("GET /flows?%s: HTTP %d %s", q.Encode(), code, body)
+		}
+		var m flowMap
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m, body
+	}
+
+	acme, globex := customerToken(t, col, "acme"), customerToken(t, col, "globex")
+	m, body := get(acme, url.Values{})
+	if len(m.Edges) != 1 {
+		t.Fatalf("acme's map: %s", body)
+	}
+	e := m.Edges[0]
+	if e.Client.Label != "shop/cart-1" || e.Server.Label != "shop/db-0" || strings.Join(e.SeenBy, "+") != "client+server" || e.Opened != 20 ||
+		e.Resets["server_sent"]["no_socket"] != 12 || e.State != "crit" || !strings.Contains(e.Explain, "12 resets in 5m") {
+		t.Fatalf("acme's edge: %s", body)
+	}
+	m, gbody := get(globex, url.Values{})
+	if len(m.Edges) != 1 || m.Edges[0].Client.Owner != nil || m.Edges[0].Client.Label != "10.0.0.1" || !m.Edges[0].Client.Outside ||
+		m.Edges[0].Server.Label != "bank/ledger-0" || m.Edges[0].Opened != 3 {
+		t.Fatalf("globex's map: %s", gbody)
+	}
+	_, acmeCSV := as(t, col, acme, http.MethodGet, "/api/v1/flows?window=5m&format=csv", "")
+	_, globexCSV := as(t, col, globex, http.MethodGet, "/api/v1/flows?window=5m&format=csv", "")
+	if rows, err := csv.NewReader(strings.NewReader(string(acmeCSV))).ReadAll(); err != nil || len(rows) != 2 {
+		t.Fatalf("acme's CSV: %v\n%s", err, acmeCSV)
+	}
+	for _, c := range []struct {
+		who    string
+		answer []byte
+		never  []string
+	}{
+		{"acme JSON", body, []string{"globex", "bank", "ledger"}}, {"acme CSV", acmeCSV, []string{"globex", "bank", "ledger"}},
+		{"globex JSON", gbody, []string{"acme", "shop", "cart", "db-0"}}, {"globex CSV", globexCSV, []string{"acme", "shop", "cart", "db-0"}},
+	} {
+		for _, n := range c.never {
+			if strings.Contains(string(c.answer), n) {
+				t.Errorf("%s names %q:\n%s", c.who, n, c.answer)
+			}
+		}
+	}
+	// globex's edge is not acme's to open; acme's opens, with links into
+	// both ends' trees.
+	if code, _ := as(t, col, acme, http.MethodGet, "/api/v1/flows/edge?window=5m&key="+url.QueryEscape(m.Edges[0].Key), ""); code != http.StatusNotFound {
+		t.Errorf("acme opening globex's edge: HTTP %d, want 404", code)
+	}
+	code, detail := as(t, col, acme, http.MethodGet, "/api/v1/flows/edge?window=5m&key="+url.QueryEscape(e.Key), "")
+	if code != http.StatusOK || !strings.Contains(string(detail), `"tcp_reset/sent/no_socket"`) || !strings.Contains(string(detail), `/api/v1/nodes/acme-2/events?`) {
+		t.Fatalf("acme's edge detail: HTTP %d %s", code, detail)
+	}
+	// Staff see both tenants' edges, never joined across them.
+	if m, body := get(col.token, url.Values{}); m.TotalEdges != 2 {
+		t.Fatalf("staff's map: %s", body)
+	}
+}
