@@ -50,9 +50,9 @@ CREATE TABLE flow_edges (
 -- Staff's map of the whole fleet reads a window of every node.
 CREATE INDEX flow_edges_time ON flow_edges (res, ts);
 
--- Sums two reason → count objects (the upsert of flow_edges, and reads
--- over many buckets). Most edges have no resets, drops or RTT samples: an
--- empty side costs nothing.
+-- Sums two reason → count objects (the upsert of flow_edges). Most edges
+-- have no resets or drops: an empty side costs nothing. Reads sum in Go
+-- (store.ReadFlowEdges): an aggregate calling this per row is slow.
 CREATE FUNCTION flow_counts_add(a jsonb, b jsonb) RETURNS jsonb
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     AS $$
@@ -62,7 +62,6 @@ CREATE FUNCTION flow_counts_add(a jsonb, b jsonb) RETURNS jsonb
               FROM (SELECT * FROM jsonb_each_text(a) UNION ALL SELECT * FROM jsonb_each_text(b)) x (k, v)
               GROUP BY k) y) END
     $$;
-CREATE AGGREGATE flow_counts_sum(jsonb) (SFUNC = flow_counts_add, STYPE = jsonb, INITCOND = '{}', PARALLEL = SAFE);
 
 -- Who held each address when: a row per (node, address, owner) span,
 -- extended while the same owner goes on reporting it, and a new row when

@@ -80,6 +80,7 @@ type Edge struct {
 type half struct {
 	store.FlowCounters
 	buckets map[int64]*store.FlowCounters // bucket start → counters
+	rows    map[store.FlowRowKey]bool     // the node's edges it sums
 }
 
 func (h *half) add(ts time.Time, c store.FlowCounters, series bool) {
@@ -116,7 +117,7 @@ type Input struct {
 	Nodes    map[int32]store.FlowNode
 	Rows     []store.FlowEdgeRow
 	Holders  []store.FlowHolder
-	Res      time.Duration
+	Res      time.Duration // of the series' buckets
 	From, To time.Time
 	// Hide says an owner is not the caller's to see (a customer's view of
 	// processes and network namespaces): its end is shown as its address.
@@ -185,7 +186,7 @@ func maxTime(a, b time.Time) time.Time {
 // more than one holder of their tenant held during the row's buckets:
 // those rows must be read per bucket, so that each bucket goes to its own
 // holder (a pod address reused by another workload).
-func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder, res time.Duration) []string {
+func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder) []string {
 	idx := newHolderIndex(holders)
 	seen := map[string]bool{}
 	var out []string
@@ -197,7 +198,7 @@ func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder, res time.Du
 		if seen[addr] {
 			continue
 		}
-		hs := idx.at(r.Tenant, addr, r.First, r.Last.Add(rowRes(r, res)))
+		hs := idx.at(r.Tenant, addr, r.First, r.End)
 		if distinctHolders(hs) > 1 {
 			seen[addr] = true
 			out = append(out, addr)
@@ -218,15 +219,6 @@ func distinctHolders(hs []store.FlowHolder) int {
 		}
 	}
 	return n
-}
-
-// rowRes is the length of a row's buckets: its own (a window of hours
-// may hold minutes, minutesOf), else the window's.
-func rowRes(r store.FlowEdgeRow, res time.Duration) time.Duration {
-	if r.Res > 0 {
-		return time.Duration(r.Res) * time.Second
-	}
-	return res
 }
 
 // peerOf is the address and port an edge's peer is resolved by: a client's
@@ -281,7 +273,7 @@ func Build(in Input) *Graph {
 		}
 		peerAddr, peerPort := peerOf(r.FlowEdge)
 		peer := end{address: peerAddr}
-		if hs := idx.at(r.Tenant, peerAddr, r.First, r.Last.Add(rowRes(r, in.Res))); len(hs) > 0 {
+		if hs := idx.at(r.Tenant, peerAddr, r.First, r.End); len(hs) > 0 {
 			h := hs[0]
 			if hn, ok := in.Nodes[h.NodeID]; ok && !hide(h.Owner) {
 				peer.owner = g.owner(hn, h.Owner)
@@ -320,9 +312,10 @@ func Build(in Input) *Graph {
 			h = &e.server
 		}
 		if *h == nil {
-			*h = &half{}
+			*h = &half{rows: map[store.FlowRowKey]bool{}}
 		}
 		(*h).add(r.First.Truncate(in.Res), r.FlowCounters, in.Series)
+		(*h).rows[r.Key()] = true
 		if !slices.Contains(e.nodes, r.NodeID) {
 			e.nodes = append(e.nodes, r.NodeID)
 		}
@@ -432,14 +425,12 @@ func (e *Edge) finish(window time.Duration) {
 	e.SeenBy = e.SeenBy[:0]
 	e.Resets = Resets{ClientSent: map[string]uint64{}, ClientReceived: map[string]uint64{}, ServerSent: map[string]uint64{}, ServerReceived: map[string]uint64{}}
 	e.Drops = Drops{Client: map[string]uint64{}, Server: map[string]uint64{}}
-	var rtt map[int32]uint64
 	if c != nil {
 		e.SeenBy = append(e.SeenBy, "client")
 		e.Opened, e.Failed, e.Closed = c.Opened, c.Failed, c.Closed
 		e.BytesC2S, e.BytesS2C = c.BytesSent, c.BytesRecv
 		e.Retransmits += c.Retransmits
 		e.Resets.ClientSent, e.Resets.ClientReceived, e.Drops.Client = orEmpty(c.ResetsSent), orEmpty(c.ResetsRecv), orEmpty(c.Drops)
-		rtt = c.RTT
 	}
 	if s != nil {
 		e.SeenBy = append(e.SeenBy, "server")
@@ -449,12 +440,22 @@ func (e *Edge) finish(window time.Duration) {
 		}
 		e.Retransmits += s.Retransmits
 		e.Resets.ServerSent, e.Resets.ServerReceived, e.Drops.Server = orEmpty(s.ResetsSent), orEmpty(s.ResetsRecv), orEmpty(s.Drops)
-		if len(rtt) == 0 {
-			rtt = s.RTT
-		}
+	}
+	e.setRTT()
+	e.State, e.Explain = State(e.figures(), window)
+}
+
+// setRTT sets the RTT percentiles from the client's samples, else the
+// server's.
+func (e *Edge) setRTT() {
+	var rtt map[int32]uint64
+	if e.client != nil {
+		rtt = e.client.RTT
+	}
+	if len(rtt) == 0 && e.server != nil {
+		rtt = e.server.RTT
 	}
 	e.RTTP50, e.RTTP99 = quantileMS(rtt, 0.5), quantileMS(rtt, 0.99)
-	e.State, e.Explain = State(e.figures(), window)
 }
 
 func (e *Edge) figures() Figures {

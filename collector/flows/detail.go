@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nbs-project/nbs/collector/api"
@@ -66,9 +67,20 @@ func (s *Service) GetFlowEdge(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, r, invalid("key: give the key of an edge of GET /flows (at most %d bytes)", maxKey), s.log)
 		return
 	}
-	if _, _, _, err := parseKey(key); err != nil {
+	client, server, _, err := parseKey(key)
+	if err != nil {
 		httpjson.WriteError(w, r, invalid("key: %s is not the key of an edge of GET /flows", api.Quote(key)), s.log)
 		return
+	}
+	var ends endFilter
+	for _, end := range []string{client, server} {
+		if k, ok := strings.CutPrefix(end, "o:"); ok {
+			if _, id, ok := strings.Cut(k, "|"); ok {
+				ends.owners = append(ends.owners, id)
+			}
+		} else if a, ok := strings.CutPrefix(end, "a:"); ok {
+			ends.addrs = append(ends.addrs, a)
+		}
 	}
 	win, err := ParseWindow(q, s.now())
 	if err != nil {
@@ -76,7 +88,7 @@ func (s *Service) GetFlowEdge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	customer := isCustomer(r)
-	g, nodes, err := s.graph(r.Context(), api.Scope(r), customer, win, nil, true)
+	g, nodes, err := s.graph(r.Context(), api.Scope(r), customer, win, nil, true, ends)
 	if err != nil {
 		httpjson.WriteError(w, r, fmt.Errorf("flow edge: %w", err), s.log)
 		return

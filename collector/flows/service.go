@@ -337,7 +337,11 @@ func staffOwner(o store.FlowOwner) bool { return api.StaffMetric("flow/" + o.ID)
 
 // graph builds the map of the window for the caller: its nodes, their
 // edges, and the holders of their tenants' addresses.
-func (s *Service) graph(ctx context.Context, scope store.Scope, customer bool, w Window, tenant *string, series bool) (*Graph, map[int32]store.FlowNode, error) {
+// endFilter narrows the read of one edge's detail to the rows of its
+// ends: those of an owner end's owner, or of an address end's address.
+type endFilter struct{ owners, addrs []string }
+
+func (s *Service) graph(ctx context.Context, scope store.Scope, customer bool, w Window, tenant *string, series bool, ends endFilter) (*Graph, map[int32]store.FlowNode, error) {
 	all, err := s.reads.FlowNodesIn(ctx, scope)
 	if err != nil {
 		return nil, nil, err
@@ -358,8 +362,12 @@ func (s *Service) graph(ctx context.Context, scope store.Scope, customer bool, w
 	if len(ids) == 0 {
 		return Build(in), nodes, nil
 	}
-	res := int32(w.Res / time.Second)
-	read := store.FlowRead{Nodes: ids, Res: res, From: w.From, To: w.To, PerBucket: series}
+	read := store.FlowRead{Nodes: ids, Sources: store.FlowSources(w.From, w.To), PerBucket: series, RTT: series}
+	if series {
+		// A series point per bucket of the window's resolution.
+		read.Sources = []store.FlowSource{{Res: int32(w.Res / time.Second), From: w.From, To: w.To}}
+		read.OwnerIDs, read.LocalAddrs = ends.owners, ends.addrs
+	}
 	if in.Rows, err = s.reads.ReadFlowEdges(ctx, read); err != nil {
 		return nil, nil, err
 	}
@@ -369,7 +377,7 @@ func (s *Service) graph(ctx context.Context, scope store.Scope, customer bool, w
 	// An address two owners held within an edge's buckets: read those
 	// edges per bucket (by the minute where minutes are still kept), each
 	// bucket resolved by its own holder.
-	if amb := Ambiguous(in.Rows, in.Holders, w.Res); len(amb) > 0 {
+	if amb := Ambiguous(in.Rows, in.Holders); len(amb) > 0 {
 		ambSet := map[string]bool{}
 		for _, a := range amb {
 			ambSet[a] = true
@@ -390,11 +398,9 @@ func (s *Service) graph(ctx context.Context, scope store.Scope, customer bool, w
 				return nil, nil, err
 			}
 		}
-		if w.Res > time.Minute {
-			read.PerBucket, read.PeerAddrs = true, amb
-			if per, err = s.minutesOf(ctx, read, per, w.Res); err != nil {
-				return nil, nil, err
-			}
+		read.PerBucket, read.PeerAddrs = true, amb
+		if per, err = s.minutesOf(ctx, read, per, w); err != nil {
+			return nil, nil, err
 		}
 		in.Rows = slices.DeleteFunc(in.Rows, isAmb)
 		in.Rows = append(in.Rows, per...)
@@ -402,34 +408,97 @@ func (s *Service) graph(ctx context.Context, scope store.Scope, customer bool, w
 	return Build(in), nodes, nil
 }
 
-// minutesOf replaces hour or day buckets of per by their minutes where
+// minutesOf replaces the hour or day buckets of per by their minutes where
 // those are still kept: a pod address reused within an hour resolves by
 // the minute, as in a window of a day or less.
-func (s *Service) minutesOf(ctx context.Context, read store.FlowRead, per []store.FlowEdgeRow, res time.Duration) ([]store.FlowEdgeRow, error) {
-	read.Res = int32(time.Minute / time.Second)
+func (s *Service) minutesOf(ctx context.Context, read store.FlowRead, per []store.FlowEdgeRow, w Window) ([]store.FlowEdgeRow, error) {
+	coarse := false
+	for _, r := range per {
+		coarse = coarse || r.End.Sub(r.First) > time.Minute
+	}
+	if !coarse {
+		return per, nil
+	}
+	read.Sources = []store.FlowSource{{Res: store.RollupMinute, From: w.From, To: w.To}}
 	mins, err := s.reads.ReadFlowEdges(ctx, read)
 	if err != nil || len(mins) == 0 {
 		return per, err
 	}
-	type key struct {
-		node   int32
-		edge   string
-		bucket int64
-	}
-	rowKey := func(r store.FlowEdgeRow) string {
-		return fmt.Sprint(r.Role, "|", r.Local.ID, "|", r.LocalAddr, "|", r.LocalPort, "|", r.PeerAddr, "|", r.PeerPort, "|", r.XlatAddr, "|", r.XlatPort)
-	}
-	covered := map[key]bool{}
+	at := map[store.FlowRowKey][]time.Time{}
 	for _, m := range mins {
-		covered[key{m.NodeID, rowKey(m), m.First.Truncate(res).Unix()}] = true
+		at[m.Key()] = append(at[m.Key()], m.First)
 	}
-	out := mins
+	out := slices.Clone(mins)
 	for _, r := range per {
-		if !covered[key{r.NodeID, rowKey(r), r.First.Unix()}] {
+		if r.End.Sub(r.First) <= time.Minute {
+			continue // mins holds every minute of the window
+		}
+		covered := false
+		for _, t := range at[r.Key()] {
+			covered = covered || (!t.Before(r.First) && t.Before(r.End))
+		}
+		if !covered {
 			out = append(out, r)
 		}
 	}
 	return out, nil
+}
+
+// fillRTT reads the RTT histograms of a page's edges and sets their
+// percentiles: merging histograms costs most of a read, and only the page
+// shows them.
+func (s *Service) fillRTT(ctx context.Context, edges []*Edge, w Window) error {
+	var nodes []int32
+	var owners []string
+	seenNode, seenOwner := map[int32]bool{}, map[string]bool{}
+	for _, e := range edges {
+		for _, h := range []*half{e.client, e.server} {
+			if h == nil {
+				continue
+			}
+			for k := range h.rows {
+				if !seenNode[k.Node] {
+					seenNode[k.Node] = true
+					nodes = append(nodes, k.Node)
+				}
+				if !seenOwner[k.Owner] {
+					seenOwner[k.Owner] = true
+					owners = append(owners, k.Owner)
+				}
+			}
+		}
+	}
+	if len(nodes) == 0 {
+		return nil
+	}
+	rows, err := s.reads.ReadFlowEdges(ctx, store.FlowRead{Nodes: nodes, Sources: store.FlowSources(w.From, w.To), OwnerIDs: owners, RTT: true})
+	if err != nil {
+		return err
+	}
+	rtt := make(map[store.FlowRowKey]map[int32]uint64, len(rows))
+	for _, r := range rows {
+		if len(r.RTT) > 0 {
+			rtt[r.Key()] = r.RTT
+		}
+	}
+	for _, e := range edges {
+		for _, h := range []*half{e.client, e.server} {
+			if h == nil {
+				continue
+			}
+			h.RTT = nil
+			for k := range h.rows {
+				for i, n := range rtt[k] {
+					if h.RTT == nil {
+						h.RTT = map[int32]uint64{}
+					}
+					h.RTT[i] += n
+				}
+			}
+		}
+		e.setRTT()
+	}
+	return nil
 }
 
 // keep applies a filter to an edge.
@@ -533,12 +602,16 @@ func (s *Service) ListFlows(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
-	g, nodes, err := s.graph(r.Context(), api.Scope(r), customer, q.Window, q.Tenant, false)
+	g, nodes, err := s.graph(r.Context(), api.Scope(r), customer, q.Window, q.Tenant, false, endFilter{})
 	if err != nil {
 		httpjson.WriteError(w, r, fmt.Errorf("flow map: %w", err), s.log)
 		return
 	}
 	m := page(g, q, nodes)
+	if err := s.fillRTT(r.Context(), m.Edges, q.Window); err != nil {
+		httpjson.WriteError(w, r, fmt.Errorf("flow map: %w", err), s.log)
+		return
+	}
 	if q.CSV {
 		writeCSV(w, m)
 		return

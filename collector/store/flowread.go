@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,56 +38,138 @@ func (s *Store) FlowNodesIn(ctx context.Context, scope Scope) ([]FlowNode, error
 	return out, nil
 }
 
-// FlowRead asks for the flow edges of Nodes in buckets of resolution Res
-// starting in [From, To).
-type FlowRead struct {
-	Nodes    []int32
-	Res      int32
+// FlowSource is one resolution's buckets starting in [From, To).
+type FlowSource struct {
+	Res      int32 // seconds
 	From, To time.Time
+}
+
+// FlowSources covers [from, to) — both whole minutes — with the coarsest
+// buckets that fit: whole UTC days from the day buckets, whole hours from
+// the hour buckets, the minutes at either end from the minute buckets.
+// Every resolution is written with the report (flowwrite.go), so the
+// cover is exact; a day's window reads a row per edge, not 1,440.
+func FlowSources(from, to time.Time) []FlowSource {
+	var out []FlowSource
+	var cover func(from, to time.Time, levels []int32)
+	cover = func(from, to time.Time, levels []int32) {
+		if !from.Before(to) {
+			return
+		}
+		res := levels[0]
+		if len(levels) == 1 {
+			out = append(out, FlowSource{res, from, to})
+			return
+		}
+		step := time.Duration(res) * time.Second
+		a := from.Truncate(step)
+		if a.Before(from) {
+			a = a.Add(step)
+		}
+		b := to.Truncate(step)
+		if !a.Before(b) {
+			cover(from, to, levels[1:])
+			return
+		}
+		cover(from, a, levels[1:])
+		out = append(out, FlowSource{res, a, b})
+		cover(b, to, levels[1:])
+	}
+	cover(from.UTC(), to.UTC(), []int32{RollupDay, RollupHour, RollupMinute})
+	return out
+}
+
+// FlowRead asks for the flow edges of Nodes in Sources.
+type FlowRead struct {
+	Nodes   []int32
+	Sources []FlowSource
 	// PerBucket returns a row per bucket; otherwise a row per edge, summed
-	// over the window, with its first and last bucket.
+	// over the sources, with the span its buckets cover.
 	PerBucket bool
 	// PeerAddrs, when not nil, keeps the edges whose peer or translated
 	// peer is one of these.
 	PeerAddrs []string
+	// OwnerIDs and LocalAddrs, when either is not nil, keep the edges whose
+	// local owner or local address is one of these.
+	OwnerIDs, LocalAddrs []string
+	// RTT reads the RTT histograms too: merging them is most of an
+	// aggregate's cost, and a map needs them for its page only.
+	RTT bool
 }
 
-// FlowEdgeRow is a node's flow edge over one bucket (PerBucket) or over the
-// buckets First..Last.
+// FlowEdgeRow is a node's flow edge over one bucket (PerBucket) or summed
+// over the buckets that cover [First, End).
 type FlowEdgeRow struct {
-	NodeID      int32
-	Tenant      string
-	First, Last time.Time // bucket starts
-	Res         int32     // the buckets' length, seconds
+	NodeID     int32
+	Tenant     string
+	First, End time.Time
 	FlowEdge
 }
 
-const flowEdgeSums = `sum(edges_folded)::bigint, sum(opened)::bigint, sum(failed)::bigint, sum(closed)::bigint, sum(retransmits)::bigint,
-	sum(bytes_sent)::bigint, sum(bytes_recv)::bigint, flow_counts_sum(resets_sent), flow_counts_sum(resets_recv), flow_counts_sum(drops), flow_counts_sum(rtt)`
+// Key is the row's edge as the node reported it, without its counters.
+func (r FlowEdgeRow) Key() FlowRowKey {
+	return FlowRowKey{r.NodeID, r.Role, r.Local.ID, r.LocalAddr, r.LocalPort, r.PeerAddr, r.PeerPort, r.XlatAddr, r.XlatPort}
+}
 
-const flowEdgeCols = `edges_folded, opened, failed, closed, retransmits, bytes_sent, bytes_recv, resets_sent, resets_recv, drops, rtt`
+// FlowRowKey identifies a node's edge.
+type FlowRowKey struct {
+	Node      int32
+	Role      FlowRole
+	Owner     string
+	LocalAddr string
+	LocalPort uint16
+	PeerAddr  string
+	PeerPort  uint16
+	XlatAddr  string
+	XlatPort  uint16
+}
 
-// ReadFlowEdges reads flow edges (see FlowRead) from the read pool.
+// ReadFlowEdges reads flow edges (see FlowRead).
 func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, error) {
-	if len(q.Nodes) == 0 {
+	if len(q.Nodes) == 0 || len(q.Sources) == 0 {
 		return nil, nil
 	}
+	args := []any{q.Nodes}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	var srcs []string
+	for _, src := range q.Sources {
+		srcs = append(srcs, "(res = "+arg(src.Res)+" AND ts >= "+arg(src.From)+" AND ts < "+arg(src.To)+")")
+	}
+	where := `node_id = ANY($1) AND (` + strings.Join(srcs, " OR ") + `)`
+	if q.PeerAddrs != nil {
+		a := arg(q.PeerAddrs)
+		where += ` AND (peer_addr = ANY(` + a + `) OR xlat_addr = ANY(` + a + `))`
+	}
+	if q.OwnerIDs != nil || q.LocalAddrs != nil {
+		where += ` AND (owner_id = ANY(` + arg(orEmptyStrings(q.OwnerIDs)) + `) OR local_addr = ANY(` + arg(orEmptyStrings(q.LocalAddrs)) + `))`
+	}
 	keys := `node_id, tenant, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port`
-	where := `res = $1 AND node_id = ANY($2) AND ts >= $3 AND ts < $4 AND ($5::text[] IS NULL OR peer_addr = ANY($5) OR xlat_addr = ANY($5))`
+	rtt := `'{}'::jsonb`
 	var sql string
 	if q.PerBucket {
-		sql = `SELECT ` + keys + `, ts, ts, owner_kind, owner_name, owner_workload, ` + flowEdgeCols + ` FROM flow_edges WHERE ` + where
+		if q.RTT {
+			rtt = `rtt`
+		}
+		sql = `SELECT ` + keys + `, ts, ts + make_interval(secs => res), owner_kind, owner_name, owner_workload,
+	edges_folded, opened, failed, closed, retransmits, bytes_sent, bytes_recv, resets_sent, resets_recv, drops, ` + rtt + ` FROM flow_edges WHERE ` + where
 	} else {
-		// The owner's names of its newest bucket: ids are stable, names
-		// are how an operator reads them now.
-		sql = `SELECT ` + keys + `, min(ts), max(ts), (array_agg(owner_kind ORDER BY ts DESC))[1], (array_agg(owner_name ORDER BY ts DESC))[1],
-	(array_agg(owner_workload ORDER BY ts DESC))[1], ` + flowEdgeSums + ` FROM flow_edges WHERE ` + where + ` GROUP BY ` + keys
+		// Maps are summed in Go from the few non-empty ones: a custom
+		// aggregate calls its SQL function per row, which made a map of
+		// 50,000 edges take most of a minute.
+		if q.RTT {
+			rtt = `coalesce(jsonb_agg(rtt) FILTER (WHERE rtt <> '{}'), '[]')`
+		}
+		sql = `SELECT ` + keys + `, min(ts), max(ts + make_interval(secs => res)), max(owner_kind), max(owner_name), max(owner_workload),
+	sum(edges_folded)::bigint, sum(opened)::bigint, sum(failed)::bigint, sum(closed)::bigint, sum(retransmits)::bigint,
+	sum(bytes_sent)::bigint, sum(bytes_recv)::bigint,
+	coalesce(jsonb_agg(resets_sent) FILTER (WHERE resets_sent <> '{}'), '[]'), coalesce(jsonb_agg(resets_recv) FILTER (WHERE resets_recv <> '{}'), '[]'),
+	coalesce(jsonb_agg(drops) FILTER (WHERE drops <> '{}'), '[]'), ` + rtt + `
+FROM flow_edges WHERE ` + where + ` GROUP BY ` + keys
 	}
-	var peers any
-	if q.PeerAddrs != nil {
-		peers = q.PeerAddrs
-	}
-	rows, err := s.pool.Query(ctx, sql, q.Res, q.Nodes, q.From, q.To, peers)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read flow edges: %w", err)
 	}
@@ -101,11 +184,11 @@ func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 			rs, rr, dr, rtt                              []byte
 		)
 		if err := rows.Scan(&r.NodeID, &r.Tenant, &role, &r.Local.ID, &r.LocalAddr, &lport, &r.PeerAddr, &pport, &r.XlatAddr, &xport,
-			&r.First, &r.Last, &r.Local.Kind, &r.Local.Name, &r.Local.Workload,
+			&r.First, &r.End, &r.Local.Kind, &r.Local.Name, &r.Local.Workload,
 			&folded, &opened, &failed, &closed, &retr, &bs, &br, &rs, &rr, &dr, &rtt); err != nil {
 			return nil, fmt.Errorf("read flow edges: %w", err)
 		}
-		r.Role, r.Res = FlowRole(role), q.Res
+		r.Role = FlowRole(role)
 		r.LocalPort, r.PeerPort, r.XlatPort = uint16(lport), uint16(pport), uint16(xport)
 		r.EdgesFolded = uint64(folded)
 		r.Opened, r.Failed, r.Closed, r.Retransmits, r.BytesSent, r.BytesRecv = uint64(opened), uint64(failed), uint64(closed), uint64(retr), uint64(bs), uint64(br)
@@ -127,21 +210,40 @@ func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 	return out, nil
 }
 
+func orEmptyStrings(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// decodeCounts reads reason → count as stored (an object) or as read
+// summed (an array of objects, jsonb_agg), adding them up.
 func decodeCounts(b []byte) (map[string]uint64, error) {
-	if len(b) <= 2 { // {}
+	if len(b) <= 2 { // {} or []
 		return nil, nil
 	}
-	var m map[string]json.Number
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("decode counts: %w", err)
-	}
-	out := make(map[string]uint64, len(m))
-	for k, v := range m {
-		n, err := strconv.ParseFloat(string(v), 64)
-		if err != nil {
-			return nil, fmt.Errorf("decode count %s: %w", k, err)
+	var objs []map[string]json.Number
+	if b[0] == '[' {
+		if err := json.Unmarshal(b, &objs); err != nil {
+			return nil, fmt.Errorf("decode counts: %w", err)
 		}
-		out[k] = uint64(n)
+	} else {
+		var m map[string]json.Number
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("decode counts: %w", err)
+		}
+		objs = append(objs, m)
+	}
+	out := map[string]uint64{}
+	for _, m := range objs {
+		for k, v := range m {
+			n, err := strconv.ParseFloat(string(v), 64)
+			if err != nil {
+				return nil, fmt.Errorf("decode count %s: %w", k, err)
+			}
+			out[k] += uint64(n)
+		}
 	}
 	return out, nil
 }

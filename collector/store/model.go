@@ -214,8 +214,8 @@ type Latest struct {
 	Metrics    map[string]LatestValue
 }
 
-// Bytes estimates the memory a report holds (its samples, histograms and
-// events, paths as sent, not interned): what the writer's queue and the
+// Bytes estimates the memory a report holds (its samples, histograms,
+// events, flow edges and address holders, paths as sent, not interned): what the writer's queue and the
 // alert hand-over bound.
 func (r *Report) Bytes() int64 {
 	n := int64(unsafe.Sizeof(*r))
@@ -230,6 +230,19 @@ func (r *Report) Bytes() int64 {
 		for k, v := range e.Fields {
 			n += 48 + int64(len(k)+len(v)) // map slot and string headers
 		}
+	}
+	for _, f := range r.Flows {
+		n += int64(unsafe.Sizeof(f)) + int64(len(f.Local.ID)+len(f.Local.Kind)+len(f.Local.Name)+len(f.Local.Workload)+
+			len(f.LocalAddr)+len(f.PeerAddr)+len(f.XlatAddr))
+		for _, m := range []map[string]uint64{f.ResetsSent, f.ResetsRecv, f.Drops} {
+			for k := range m {
+				n += 48 + int64(len(k))
+			}
+		}
+		n += 48 * int64(len(f.RTT))
+	}
+	for _, h := range r.Holders {
+		n += int64(unsafe.Sizeof(h)) + int64(len(h.Address)+len(h.Owner.ID)+len(h.Owner.Kind)+len(h.Owner.Name)+len(h.Owner.Workload))
 	}
 	return n
 }

@@ -1,0 +1,170 @@
+// Package flowmap measures the flow map's collector side (issue 29): flow
+// edges ingested per second through store.WriteReports, the collector's
+// write path, and GET /api/v1/flows answered by collector/flows over
+// 5,000 owners and 50,000 edges:
+//
+//	NBS_REQUIRE_PG=1 go test -run '^$' -bench FlowMap -benchtime 1x -timeout 30m ./bench/flowmap/
+//
+// The fleet: NBS_FLOWMAP_NODES (100) nodes of one tenant, 50 pod owners
+// each, every owner holding an address and connecting to 10 owners of
+// other nodes on port 8080; each node reports, every minute of
+// NBS_FLOWMAP_MINUTES (5), the client ends of its owners' connections and
+// the server ends of the connections to them (1,000 edges a report, every
+// one with an RTT histogram, every 10th with resets), and its holders: the
+// map has 5,000 owners and 50,000 edges, each seen by both ends. Reports
+// are written ten nodes at a time, as the ingest writer batches them, by
+// one writer (one core of Go, one PostgreSQL backend). The map is then
+// asked NBS_FLOWMAP_READS (30) times for the 5-minute window, 500 edges a
+// page (the default), worst first, and once for every edge (limit 5000,
+// walking all pages is 10 more reads).
+package flowmap
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/collector/access"
+	"github.com/nbs-project/nbs/collector/flows"
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/store/storetest"
+	"github.com/nbs-project/nbs/internal/pgcluster"
+)
+
+func TestMain(m *testing.M) { pgcluster.Main(m) }
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func BenchmarkFlowMap(b *testing.B) {
+	nodes, minutes, reads := envInt("NBS_FLOWMAP_NODES", 100), envInt("NBS_FLOWMAP_MINUTES", 5), envInt("NBS_FLOWMAP_READS", 30)
+	const owners, fanout = 50, 10
+	ctx := context.Background()
+	st := storetest.Open(b)
+	ids := make([]int32, nodes)
+	for i := range ids {
+		id, err := st.UpsertNode(ctx, store.Node{Name: fmt.Sprintf("node-%03d", i), Labels: map[string]string{"customer": "acme"}, Tenant: "acme", InstanceID: 1, IntervalMS: 60000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = id
+	}
+	total := nodes * owners
+	owner := func(g int) store.FlowOwner {
+		return store.FlowOwner{ID: fmt.Sprintf("pod:shop.app-%d", g), Kind: "pod", Name: fmt.Sprintf("shop/app-%d", g), Workload: fmt.Sprintf("shop/app%d", g%97)}
+	}
+	addr := func(g int) string { return fmt.Sprintf("10.%d.%d.%d", g>>16&255, g>>8&255, g&255) }
+	// Owner g connects to g + k·owners·7 + 1 (k < fanout): always another node.
+	peerOf := func(g, k int) int { return (g + (k+1)*owners*7 + 1) % total }
+	edgesOf := make([][]store.FlowEdge, nodes)
+	counters := func(i int) store.FlowCounters {
+		c := store.FlowCounters{Opened: 5, Closed: 5, BytesSent: 40000, BytesRecv: 900000, Retransmits: uint64(i % 3),
+			RTT: map[int32]uint64{300: 3, 310: 1, 330: 1}}
+		if i%10 == 0 {
+			c.ResetsSent = map[string]uint64{"no_socket": 1}
+		}
+		return c
+	}
+	for g := range total {
+		n := g / owners
+		for k := range fanout {
+			p := peerOf(g, k)
+			edgesOf[n] = append(edgesOf[n], store.FlowEdge{Local: owner(g), Role: store.FlowClient, LocalAddr: addr(g), PeerAddr: addr(p), PeerPort: 8080, FlowCounters: counters(g + k)})
+			edgesOf[p/owners] = append(edgesOf[p/owners], store.FlowEdge{Local: owner(p), Role: store.FlowServer, LocalAddr: addr(p), LocalPort: 8080, PeerAddr: addr(g), FlowCounters: counters(g + k)})
+		}
+	}
+	now := time.Now().UTC().Truncate(time.Minute)
+	t0 := now.Add(-time.Duration(minutes) * time.Minute)
+	var written, batches int
+	var wall, cpu time.Duration
+	var lat []time.Duration
+	for m := range minutes {
+		for n0 := 0; n0 < nodes; n0 += 10 {
+			var batch []store.Report
+			for n := n0; n < min(n0+10, nodes); n++ {
+				r := store.Report{NodeID: ids[n], InstanceID: 1, Seq: uint64(m + 1), Time: t0.Add(time.Duration(m)*time.Minute + 30*time.Second), IntervalMS: 60000, Flows: edgesOf[n]}
+				for o := n * owners; o < (n+1)*owners; o++ {
+					r.Holders = append(r.Holders, store.AddressHolder{Address: addr(o), Owner: owner(o)})
+				}
+				batch = append(batch, r)
+				written += len(r.Flows)
+			}
+			start, c0 := time.Now(), cpuTime()
+			if _, err := st.WriteReports(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			d := time.Since(start)
+			wall += d
+			cpu += cpuTime() - c0
+			lat = append(lat, d)
+			batches++
+		}
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(written)/wall.Seconds(), "edges_ingested/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "batch_p50_ms")
+	b.ReportMetric(float64(written)/cpu.Seconds(), "edges/go_cpu_s")
+	b.Logf("ingest: %d edges in %d batches of 10 reports (%d edges each report) in %s wall, %s Go CPU", written, batches, len(edgesOf[0]), wall.Round(time.Millisecond), cpu.Round(time.Millisecond))
+
+	svc := flows.New(st, slog.New(slog.DiscardHandler))
+	var answer struct {
+		Owners     []struct{} `json:"owners"`
+		TotalEdges int        `json:"total_edges"`
+		Edges      []struct {
+			SeenBy []string `json:"seen_by"`
+		} `json:"edges"`
+	}
+	ask := func(q string) (time.Duration, int) {
+		req := httptest.NewRequest(http.MethodGet, "/api/v1/flows?"+q, nil)
+		req = req.WithContext(access.WithPrincipal(req.Context(), access.Principal{Name: "op", Role: access.RoleViewer}))
+		w := httptest.NewRecorder()
+		start := time.Now()
+		svc.ListFlows(w, req)
+		d := time.Since(start)
+		if w.Code != http.StatusOK {
+			b.Fatalf("GET /flows?%s: %d %s", q, w.Code, w.Body.String())
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &answer); err != nil || answer.TotalEdges != total*fanout || len(answer.Edges[0].SeenBy) != 2 {
+			b.Fatalf("GET /flows?%s: %d edges (%v), want %d seen by both ends", q, answer.TotalEdges, err, total*fanout)
+		}
+		return d, w.Body.Len()
+	}
+	window := "from=" + t0.Format(time.RFC3339) + "&to=" + now.Format(time.RFC3339)
+	var total50 int
+	for b.Loop() {
+		var ds []time.Duration
+		var size int
+		for range reads {
+			d, n := ask(window)
+			ds = append(ds, d)
+			size = n
+		}
+		slices.Sort(ds)
+		dAll, nAll := ask(window + "&limit=5000")
+		b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "map_p50_ms")
+		b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds())/1000, "map_p99_ms")
+		b.ReportMetric(float64(dAll.Microseconds())/1000, "map_5000_ms")
+		b.Logf("map: %d reads of 500 edges (%d KiB): p50 %s p99 %s max %s; 5000 edges (%d KiB) %s", reads, size>>10, ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1], nAll>>10, dAll)
+		total50++
+	}
+	_ = total50
+}
