@@ -82,7 +82,7 @@ func (s *Service) GetFlowEdge(w http.ResponseWriter, r *http.Request) {
 			ends.addrs = append(ends.addrs, a)
 		}
 	}
-	win, err := ParseWindow(q, s.now())
+	win, err := ParseDetailWindow(q, s.now())
 	if err != nil {
 		httpjson.WriteError(w, r, err, s.log)
 		return

@@ -237,7 +237,7 @@ func TestResolutionByTime(t *testing.T) {
 	// Before the reuse only db-0; after it only cache-0.
 	m, _ = l.flowMap(staff, url.Values{"from": {l.t0.Format(time.RFC3339)}, "to": {l.t0.Add(5 * time.Minute).Format(time.RFC3339)}})
 	same(t, "edges before the reuse", edges(m), []string{"shop/cart-1 -> shop/db-0 opened=8 seen=client"})
-	m, _ = l.flowMap(staff, url.Values{"from": {l.t0.Add(6 * time.Minute).Format(time.RFC3339)}, "to": {l.t0.Add(time.Hour).Format(time.RFC3339)}})
+	m, _ = l.flowMap(staff, url.Values{"from": {l.t0.Add(6 * time.Minute).Format(time.RFC3339)}, "to": {l.t0.Add(15 * time.Minute).Format(time.RFC3339)}})
 	same(t, "edges after the reuse", edges(m), []string{"shop/cart-1 -> shop/cache-0 opened=15 seen=client"})
 }
 

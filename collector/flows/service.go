@@ -34,11 +34,17 @@ const (
 	maxNamespace  = 253
 	maxCursor     = 512
 	maxKey        = 1024
-	// A window of up to minuteWindow is read from the minute buckets, up
-	// to hourWindow from the hour buckets, longer from the day buckets, as
-	// the tree's time travel is (collector/api/treeat.go).
-	minuteWindow = 24 * time.Hour
-	hourWindow   = 60 * 24 * time.Hour
+	// A window of up to minuteWindow is rounded to minutes, up to
+	// hourWindow to hours, a longer one to days. Coarser than the tree's
+	// time travel (collector/api/treeat.go), which reads one node: a map
+	// reads every edge of the fleet, and a bucket is a row per edge — the
+	// last hour is two hour rows, not sixty minutes (bench/flowmap).
+	minuteWindow = 15 * time.Minute
+	hourWindow   = 48 * time.Hour
+	// One edge's detail reads only its ends' rows, and is rounded as the
+	// tree's time travel is: its series a point a minute for a day.
+	detailMinuteWindow = 24 * time.Hour
+	detailHourWindow   = 60 * 24 * time.Hour
 	// maxSeries bounds the detail's points.
 	maxSeries = 1440
 )
@@ -104,6 +110,15 @@ func parseDuration(s string) (time.Duration, error) {
 // ParseWindow reads window, at, from and to as the tree's time travel
 // does: to defaults to at, else now; from to window before to.
 func ParseWindow(q url.Values, now time.Time) (Window, error) {
+	return parseWindow(q, now, minuteWindow, hourWindow)
+}
+
+// ParseDetailWindow is ParseWindow for one edge's detail.
+func ParseDetailWindow(q url.Values, now time.Time) (Window, error) {
+	return parseWindow(q, now, detailMinuteWindow, detailHourWindow)
+}
+
+func parseWindow(q url.Values, now time.Time, minuteWindow, hourWindow time.Duration) (Window, error) {
 	var w Window
 	window := DefaultWindow
 	if s := q.Get("window"); s != "" {
@@ -153,15 +168,14 @@ func ParseWindow(q url.Values, now time.Time) (Window, error) {
 	default:
 		w.Res = 24 * time.Hour
 	}
-	// Whole buckets, as many as the window's length needs, ending with
-	// the bucket that holds to: a bucket is counted whole or not at all,
-	// and window=5m is five minutes, whenever it is asked.
+	// Whole buckets, rounded out: a bucket is counted whole or not at
+	// all, and the last hour at 13:05 is 12:00 to 14:00, not the five
+	// minutes of the current hour.
+	w.From = from.UTC().Truncate(w.Res)
 	w.To = to.UTC().Truncate(w.Res)
 	if w.To.Before(to) {
 		w.To = w.To.Add(w.Res)
 	}
-	n := (to.Sub(from) + w.Res - 1) / w.Res
-	w.From = w.To.Add(-n * w.Res)
 	return w, nil
 }
 

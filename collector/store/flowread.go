@@ -146,48 +146,38 @@ func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 	if q.OwnerIDs != nil || q.LocalAddrs != nil {
 		where += ` AND (owner_id = ANY(` + arg(orEmptyStrings(q.OwnerIDs)) + `) OR local_addr = ANY(` + arg(orEmptyStrings(q.LocalAddrs)) + `))`
 	}
-	keys := `node_id, tenant, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port`
 	rtt := `'{}'::jsonb`
-	var sql string
-	if q.PerBucket {
-		if q.RTT {
-			rtt = `rtt`
-		}
-		sql = `SELECT ` + keys + `, ts, ts + make_interval(secs => res), owner_kind, owner_name, owner_workload,
-	edges_folded, opened, failed, closed, retransmits, bytes_sent, bytes_recv, resets_sent, resets_recv, drops, ` + rtt + ` FROM flow_edges WHERE ` + where
-	} else {
-		// Maps are summed in Go from the few non-empty ones: a custom
-		// aggregate calls its SQL function per row, which made a map of
-		// 50,000 edges take most of a minute.
-		if q.RTT {
-			rtt = `coalesce(jsonb_agg(rtt) FILTER (WHERE rtt <> '{}'), '[]')`
-		}
-		sql = `SELECT ` + keys + `, min(ts), max(ts + make_interval(secs => res)), max(owner_kind), max(owner_name), max(owner_workload),
-	sum(edges_folded)::bigint, sum(opened)::bigint, sum(failed)::bigint, sum(closed)::bigint, sum(retransmits)::bigint,
-	sum(bytes_sent)::bigint, sum(bytes_recv)::bigint,
-	coalesce(jsonb_agg(resets_sent) FILTER (WHERE resets_sent <> '{}'), '[]'), coalesce(jsonb_agg(resets_recv) FILTER (WHERE resets_recv <> '{}'), '[]'),
-	coalesce(jsonb_agg(drops) FILTER (WHERE drops <> '{}'), '[]'), ` + rtt + `
-FROM flow_edges WHERE ` + where + ` GROUP BY ` + keys
+	if q.RTT {
+		rtt = `rtt`
 	}
+	// Rows are read per bucket and summed here: a GROUP BY of ten key
+	// columns cost PostgreSQL 2-3× reading the rows (a map of 50,000
+	// edges: 0.45 s against 0.17 s), and most edges have one row a
+	// bucket anyway. Maps are empty for most rows ('{}').
+	sql := `SELECT node_id, tenant, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port, ts, res,
+	owner_kind, owner_name, owner_workload, edges_folded, opened, failed, closed, retransmits, bytes_sent, bytes_recv,
+	resets_sent, resets_recv, drops, ` + rtt + ` FROM flow_edges WHERE ` + where
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read flow edges: %w", err)
 	}
 	defer rows.Close()
 	var out []FlowEdgeRow
+	at := map[FlowRowKey]int{}
 	for rows.Next() {
 		var (
 			r                                            FlowEdgeRow
 			role                                         int16
-			lport, pport, xport                          int32
+			lport, pport, xport, res                     int32
 			folded, opened, failed, closed, retr, bs, br int64
 			rs, rr, dr, rtt                              []byte
 		)
 		if err := rows.Scan(&r.NodeID, &r.Tenant, &role, &r.Local.ID, &r.LocalAddr, &lport, &r.PeerAddr, &pport, &r.XlatAddr, &xport,
-			&r.First, &r.End, &r.Local.Kind, &r.Local.Name, &r.Local.Workload,
+			&r.First, &res, &r.Local.Kind, &r.Local.Name, &r.Local.Workload,
 			&folded, &opened, &failed, &closed, &retr, &bs, &br, &rs, &rr, &dr, &rtt); err != nil {
 			return nil, fmt.Errorf("read flow edges: %w", err)
 		}
+		r.End = r.First.Add(time.Duration(res) * time.Second)
 		r.Role = FlowRole(role)
 		r.LocalPort, r.PeerPort, r.XlatPort = uint16(lport), uint16(pport), uint16(xport)
 		r.EdgesFolded = uint64(folded)
@@ -202,7 +192,27 @@ FROM flow_edges WHERE ` + where + ` GROUP BY ` + keys
 		if err != nil {
 			return nil, fmt.Errorf("read flow edges: %w", err)
 		}
-		out = append(out, r)
+		if q.PerBucket {
+			out = append(out, r)
+			continue
+		}
+		k := r.Key()
+		i, ok := at[k]
+		if !ok {
+			at[k] = len(out)
+			out = append(out, r)
+			continue
+		}
+		sum := &out[i]
+		if r.First.Before(sum.First) {
+			sum.First = r.First
+		}
+		if r.End.After(sum.End) {
+			sum.End = r.End
+			sum.Local = r.Local // the newest bucket's names
+		}
+		sum.EdgesFolded += r.EdgesFolded
+		sum.Add(r.FlowCounters)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read flow edges: %w", err)
