@@ -208,17 +208,15 @@ func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder) []string {
 	return out
 }
 
+// distinctHolders counts the owners among hs, up to 2: whether an edge is
+// ambiguous.
 func distinctHolders(hs []store.FlowHolder) int {
-	n := 0
-	seen := map[[2]string]bool{}
-	for _, h := range hs {
-		k := [2]string{fmt.Sprint(h.NodeID), h.Owner.ID}
-		if !seen[k] {
-			seen[k] = true
-			n++
+	for _, h := range hs[min(1, len(hs)):] {
+		if h.NodeID != hs[0].NodeID || h.Owner.ID != hs[0].Owner.ID {
+			return 2
 		}
 	}
-	return n
+	return len(hs[:min(1, len(hs))])
 }
 
 // peerOf is the address and port an edge's peer is resolved by: a client's
@@ -248,7 +246,7 @@ func Build(in Input) *Graph {
 	if hide == nil {
 		hide = func(store.FlowOwner) bool { return false }
 	}
-	byKey := map[string]*Edge{}
+	byKey := map[edgeID]*Edge{}
 	capped := map[int32]bool{}
 	for _, r := range in.Rows {
 		node, ok := in.Nodes[r.NodeID]
@@ -294,17 +292,17 @@ func Build(in Input) *Graph {
 		default:
 			continue
 		}
-		key := edgeKey(client.id(), server.id(), port)
-		e := byKey[key]
+		id := edgeID{client.id(), server.id(), port}
+		e := byKey[id]
 		if e == nil {
-			e = &Edge{Key: key, Client: client.api(0), Server: server.api(port)}
+			e = &Edge{Key: edgeKey(id.client, id.server, port), Client: client.api(0), Server: server.api(port)}
 			if client.owner != nil {
 				e.clientNode = client.owner.nodeID
 			}
 			if server.owner != nil {
 				e.serverNode = server.owner.nodeID
 			}
-			byKey[key] = e
+			byKey[id] = e
 			g.Edges = append(g.Edges, e)
 		}
 		h := &e.client
@@ -325,6 +323,12 @@ func Build(in Input) *Graph {
 		e.finish(g.window)
 	}
 	return g
+}
+
+// edgeID is a map edge's identity: its ends and port.
+type edgeID struct {
+	client, server string
+	port           uint16
 }
 
 // end is an edge's end while the map is built.

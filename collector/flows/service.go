@@ -54,6 +54,7 @@ type Reads interface {
 	FlowNodesIn(ctx context.Context, scope store.Scope) ([]store.FlowNode, error)
 	ReadFlowEdges(ctx context.Context, q store.FlowRead) ([]store.FlowEdgeRow, error)
 	ReadFlowHolders(ctx context.Context, nodes []int32, from, to time.Time) ([]store.FlowHolder, error)
+	ReadFlowRTT(ctx context.Context, sources []store.FlowSource, keys []store.FlowRowKey) (map[store.FlowRowKey]map[int32]uint64, error)
 }
 
 // Service serves the flow map (api.FlowHandlers).
@@ -462,38 +463,22 @@ func (s *Service) minutesOf(ctx context.Context, read store.FlowRead, per []stor
 // percentiles: merging histograms costs most of a read, and only the page
 // shows them.
 func (s *Service) fillRTT(ctx context.Context, edges []*Edge, w Window) error {
-	var nodes []int32
-	var owners []string
-	seenNode, seenOwner := map[int32]bool{}, map[string]bool{}
+	var keys []store.FlowRowKey
 	for _, e := range edges {
 		for _, h := range []*half{e.client, e.server} {
-			if h == nil {
-				continue
-			}
-			for k := range h.rows {
-				if !seenNode[k.Node] {
-					seenNode[k.Node] = true
-					nodes = append(nodes, k.Node)
-				}
-				if !seenOwner[k.Owner] {
-					seenOwner[k.Owner] = true
-					owners = append(owners, k.Owner)
+			if h != nil {
+				for k := range h.rows {
+					keys = append(keys, k)
 				}
 			}
 		}
 	}
-	if len(nodes) == 0 {
+	if len(keys) == 0 {
 		return nil
 	}
-	rows, err := s.reads.ReadFlowEdges(ctx, store.FlowRead{Nodes: nodes, Sources: store.FlowSources(w.From, w.To), OwnerIDs: owners, RTT: true})
+	rtt, err := s.reads.ReadFlowRTT(ctx, store.FlowSources(w.From, w.To), keys)
 	if err != nil {
 		return err
-	}
-	rtt := make(map[store.FlowRowKey]map[int32]uint64, len(rows))
-	for _, r := range rows {
-		if len(r.RTT) > 0 {
-			rtt[r.Key()] = r.RTT
-		}
 	}
 	for _, e := range edges {
 		for _, h := range []*half{e.client, e.server} {

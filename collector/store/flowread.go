@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -227,49 +226,165 @@ func orEmptyStrings(s []string) []string {
 	return s
 }
 
-// decodeCounts reads reason → count as stored (an object) or as read
-// summed (an array of objects, jsonb_agg), adding them up.
+// decodeCounts reads reason → count as stored: a flat object of numbers,
+// which PostgreSQL writes as {"a": 1, "b": 2}. Most rows have none ({}).
 func decodeCounts(b []byte) (map[string]uint64, error) {
-	if len(b) <= 2 { // {} or []
+	if len(b) <= 2 {
 		return nil, nil
 	}
-	var objs []map[string]json.Number
-	if b[0] == '[' {
-		if err := json.Unmarshal(b, &objs); err != nil {
-			return nil, fmt.Errorf("decode counts: %w", err)
-		}
-	} else {
-		var m map[string]json.Number
-		if err := json.Unmarshal(b, &m); err != nil {
-			return nil, fmt.Errorf("decode counts: %w", err)
-		}
-		objs = append(objs, m)
-	}
 	out := map[string]uint64{}
-	for _, m := range objs {
-		for k, v := range m {
-			n, err := strconv.ParseFloat(string(v), 64)
-			if err != nil {
-				return nil, fmt.Errorf("decode count %s: %w", k, err)
-			}
-			out[k] += uint64(n)
-		}
+	if err := eachCount(b, func(k string, v uint64) { out[k] += v }); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
 func decodeRTT(b []byte) (map[int32]uint64, error) {
-	m, err := decodeCounts(b)
-	if err != nil || m == nil {
-		return nil, err
+	if len(b) <= 2 {
+		return nil, nil
 	}
-	out := make(map[int32]uint64, len(m))
-	for k, v := range m {
+	out := map[int32]uint64{}
+	var bad error
+	err := eachCount(b, func(k string, v uint64) {
 		i, err := strconv.ParseInt(k, 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("decode rtt bucket %q: %w", k, err)
+			bad = fmt.Errorf("decode rtt bucket %q: %w", k, err)
+			return
 		}
-		out[int32(i)] = v
+		out[int32(i)] += v
+	})
+	if err == nil {
+		err = bad
+	}
+	return out, err
+}
+
+// eachCount calls fn with each key and count of a flat JSON object of
+// non-negative numbers: what flow_edges' maps hold. A hand-written reader:
+// encoding/json's reflection was a third of a map's read. Keys are metric
+// id segments and bucket numbers (ingest checks them), with no escapes;
+// anything else is refused.
+func eachCount(b []byte, fn func(k string, v uint64)) error {
+	i := 0
+	skip := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+			i++
+		}
+	}
+	fail := func() error { return fmt.Errorf("decode counts: %.64q is not a flat object of counts", b) }
+	skip()
+	if i >= len(b) || b[i] != '{' {
+		return fail()
+	}
+	i++
+	for first := true; ; first = false {
+		skip()
+		if first && i < len(b) && b[i] == '}' {
+			return nil
+		}
+		if i >= len(b) || b[i] != '"' {
+			return fail()
+		}
+		i++
+		ks := i
+		for i < len(b) && b[i] != '"' && b[i] != '\\' {
+			i++
+		}
+		if i >= len(b) || b[i] != '"' {
+			return fail()
+		}
+		k := string(b[ks:i])
+		i++
+		skip()
+		if i >= len(b) || b[i] != ':' {
+			return fail()
+		}
+		i++
+		skip()
+		vs := i
+		for i < len(b) && (b[i] >= '0' && b[i] <= '9' || b[i] == '.' || b[i] == 'e' || b[i] == 'E' || b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		v, err := strconv.ParseUint(string(b[vs:i]), 10, 64)
+		if err != nil {
+			f, ferr := strconv.ParseFloat(string(b[vs:i]), 64)
+			if ferr != nil || f < 0 {
+				return fail()
+			}
+			v = uint64(f)
+		}
+		fn(k, v)
+		skip()
+		if i < len(b) && b[i] == ',' {
+			i++
+			continue
+		}
+		if i < len(b) && b[i] == '}' {
+			return nil
+		}
+		return fail()
+	}
+}
+
+// ReadFlowRTT reads the RTT histograms of the given edges of nodes in
+// sources, summed per edge: a map reads them for its page only.
+func (s *Store) ReadFlowRTT(ctx context.Context, sources []FlowSource, keys []FlowRowKey) (map[FlowRowKey]map[int32]uint64, error) {
+	out := map[FlowRowKey]map[int32]uint64{}
+	if len(keys) == 0 || len(sources) == 0 {
+		return out, nil
+	}
+	n := len(keys)
+	var (
+		node, lport, pport, xport  = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+		role                       = make([]int16, n)
+		owner, laddr, paddr, xaddr = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	)
+	for i, k := range keys {
+		node[i], role[i], owner[i], laddr[i], lport[i] = k.Node, int16(k.Role), k.Owner, k.LocalAddr, int32(k.LocalPort)
+		paddr[i], pport[i], xaddr[i], xport[i] = k.PeerAddr, int32(k.PeerPort), k.XlatAddr, int32(k.XlatPort)
+	}
+	args := []any{node, role, owner, laddr, lport, paddr, pport, xaddr, xport}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	var srcs []string
+	for _, src := range sources {
+		srcs = append(srcs, "(f.res = "+arg(src.Res)+" AND f.ts >= "+arg(src.From)+" AND f.ts < "+arg(src.To)+")")
+	}
+	rows, err := s.pool.Query(ctx, `SELECT f.node_id, f.role, f.owner_id, f.local_addr, f.local_port, f.peer_addr, f.peer_port, f.xlat_addr, f.xlat_port, f.rtt
+FROM unnest($1::int[], $2::smallint[], $3::text[], $4::text[], $5::int[], $6::text[], $7::int[], $8::text[], $9::int[])
+	AS k (node_id, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port)
+JOIN flow_edges f USING (node_id, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port)
+WHERE (`+strings.Join(srcs, " OR ")+`) AND f.rtt <> '{}'`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read flow rtt: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k FlowRowKey
+		var r int16
+		var lp, pp, xp int32
+		var b []byte
+		if err := rows.Scan(&k.Node, &r, &k.Owner, &k.LocalAddr, &lp, &k.PeerAddr, &pp, &k.XlatAddr, &xp, &b); err != nil {
+			return nil, fmt.Errorf("read flow rtt: %w", err)
+		}
+		k.Role, k.LocalPort, k.PeerPort, k.XlatPort = FlowRole(r), uint16(lp), uint16(pp), uint16(xp)
+		h := out[k]
+		if h == nil {
+			h = map[int32]uint64{}
+			out[k] = h
+		}
+		if err := eachCount(b, func(key string, v uint64) {
+			if i, err := strconv.ParseInt(key, 10, 32); err == nil {
+				h[int32(i)] += v
+			}
+		}); err != nil {
+			return nil, fmt.Errorf("read flow rtt: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read flow rtt: %w", err)
 	}
 	return out, nil
 }
@@ -312,6 +427,10 @@ func (r *Reads) FlowNodesIn(ctx context.Context, scope Scope) ([]FlowNode, error
 
 func (r *Reads) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, error) {
 	return heavyRead(ctx, r, "flow edges", func(s *Store) ([]FlowEdgeRow, error) { return s.ReadFlowEdges(ctx, q) })
+}
+
+func (r *Reads) ReadFlowRTT(ctx context.Context, sources []FlowSource, keys []FlowRowKey) (map[FlowRowKey]map[int32]uint64, error) {
+	return heavyRead(ctx, r, "flow edges' RTT", func(s *Store) (map[FlowRowKey]map[int32]uint64, error) { return s.ReadFlowRTT(ctx, sources, keys) })
 }
 
 func (r *Reads) ReadFlowHolders(ctx context.Context, nodes []int32, from, to time.Time) ([]FlowHolder, error) {

@@ -37,3 +37,32 @@ func TestFlowSources(t *testing.T) {
 		}
 	}
 }
+
+// Maps are read as PostgreSQL writes jsonb; anything else is refused, not
+// misread.
+func TestEachCount(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want string // "" = refused
+	}{
+		{`{}`, "map[]"},
+		{`{"no_socket": 3, "abort": 12}`, "map[abort:12 no_socket:3]"},
+		{`{"300":1,"310":2}`, "map[300:1 310:2]"},
+		{`{"a": 6.0}`, "map[a:6]"},
+		{`{"a": -1}`, ""},
+		{`{"a": "1"}`, ""},
+		{`{"a\"b": 1}`, ""},
+		{`{"a": 1,}`, ""},
+		{`[{"a": 1}]`, ""},
+		{`{"a": 1`, ""},
+	} {
+		got := map[string]uint64{}
+		err := eachCount([]byte(c.in), func(k string, v uint64) { got[k] += v })
+		switch {
+		case c.want == "" && err == nil:
+			t.Errorf("eachCount(%s) = %v, want refused", c.in, got)
+		case c.want != "" && (err != nil || fmt.Sprint(got) != c.want):
+			t.Errorf("eachCount(%s) = %v %v, want %s", c.in, got, err, c.want)
+		}
+	}
+}
