@@ -16,7 +16,9 @@
 // one writer (one core of Go, one PostgreSQL backend). The map is then
 // asked NBS_FLOWMAP_READS (30) times for the last hour (the page's
 // default: hour buckets) and for the last 5 minutes (minute buckets), 500
-// edges a page (the default), worst first, and once with limit 5000.
+// edges a page (the default), worst first: cold (a new service each time)
+// and warm (the window's graph kept, as the next page reads it); and once
+// with limit 5000.
 package flowmap
 
 import (
@@ -127,13 +129,12 @@ func BenchmarkFlowMap(b *testing.B) {
 
 	svc := flows.New(st, slog.New(slog.DiscardHandler))
 	var answer struct {
-		Owners     []struct{} `json:"owners"`
-		TotalEdges int        `json:"total_edges"`
+		TotalEdges int `json:"total_edges"`
 		Edges      []struct {
 			SeenBy []string `json:"seen_by"`
 		} `json:"edges"`
 	}
-	ask := func(q string) (time.Duration, int) {
+	ask := func(svc *flows.Service, q string) (time.Duration, int) {
 		req := httptest.NewRequest(http.MethodGet, "/api/v1/flows?"+q, nil)
 		req = req.WithContext(access.WithPrincipal(req.Context(), access.Principal{Name: "op", Role: access.RoleViewer}))
 		w := httptest.NewRecorder()
@@ -155,19 +156,25 @@ func BenchmarkFlowMap(b *testing.B) {
 			{"1h", "window=1h&at=" + at}, // the page's default: the hour buckets
 			{"5m", "window=5m&at=" + at}, // the minute buckets
 		} {
-			var ds []time.Duration
+			// Cold: a new service, nothing kept; warm: the graph of the
+			// window kept (15 s), as the next page or another sort reads it.
+			var cold, warm []time.Duration
 			var size int
 			for range reads {
-				d, n := ask(c.q)
-				ds = append(ds, d)
-				size = n
+				d, _ := ask(flows.New(st, slog.New(slog.DiscardHandler)), c.q)
+				cold = append(cold, d)
+				d, size = ask(svc, c.q)
+				warm = append(warm, d)
 			}
-			slices.Sort(ds)
-			dAll, nAll := ask(c.q + "&limit=5000")
-			b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "map_"+c.name+"_p50_ms")
-			b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds())/1000, "map_"+c.name+"_p99_ms")
-			b.ReportMetric(float64(dAll.Microseconds())/1000, "map_"+c.name+"_5000_ms")
-			b.Logf("map %s: %d reads of 500 edges (%d KiB): p50 %s p99 %s max %s; 5000 edges (%d KiB) %s", c.name, reads, size>>10, ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1], nAll>>10, dAll)
+			slices.Sort(cold)
+			slices.Sort(warm)
+			dAll, nAll := ask(flows.New(st, slog.New(slog.DiscardHandler)), c.q+"&limit=5000")
+			p := func(ds []time.Duration, q int) time.Duration { return ds[min(len(ds)-1, len(ds)*q/100)] }
+			b.ReportMetric(float64(p(cold, 50).Microseconds())/1000, "map_"+c.name+"_cold_p50_ms")
+			b.ReportMetric(float64(p(cold, 99).Microseconds())/1000, "map_"+c.name+"_cold_p99_ms")
+			b.ReportMetric(float64(p(warm, 99).Microseconds())/1000, "map_"+c.name+"_warm_p99_ms")
+			b.Logf("map %s, 500 edges (%d KiB): cold p50 %s p99 %s; warm p50 %s p99 %s; 5000 edges cold (%d KiB) %s",
+				c.name, size>>10, p(cold, 50), p(cold, 99), p(warm, 50), p(warm, 99), nAll>>10, dAll)
 		}
 		total50++
 	}

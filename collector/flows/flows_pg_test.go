@@ -423,6 +423,16 @@ func TestTenancy(t *testing.T) {
 	if code, body := l.get(acme, "/flows", url.Values{"tenant": {"globex"}}); code != 400 || !strings.Contains(string(body), "tenant") {
 		t.Fatalf("a customer naming a tenant: %d %s, want 400 naming tenant", code, body)
 	}
+	// Graphs are kept a few seconds by who asked: acme asking again after
+	// staff still gets its own.
+	if _, again := l.flowMap(acme, url.Values{}); string(again) != string(body) {
+		t.Fatalf("acme's map after staff's:\n%s\nwant\n%s", again, body)
+	}
+	// Nor does another customer get acme's.
+	globexP := access.Principal{Name: "globex", Role: access.RoleCustomer, Selector: access.Selector{"customer": "globex"}}
+	if g, gb := l.flowMap(globexP, url.Values{}); len(g.Edges) != 2 || strings.Contains(string(gb), "cart") {
+		t.Fatalf("globex's map after acme's: %s", gb)
+	}
 	// Nor is an edge of another tenant found by its key.
 	m, _ = l.flowMap(staff, url.Values{"tenant": {"globex"}})
 	if code, _ := l.get(acme, "/flows/edge", url.Values{"key": {m.Edges[0].Key}}); code != 404 {

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nbs-project/nbs/collector/access"
@@ -62,6 +63,7 @@ type Service struct {
 	reads Reads
 	log   *slog.Logger
 	now   func() time.Time
+	cache graphCache
 }
 
 var _ api.FlowHandlers = (*Service)(nil)
@@ -571,7 +573,18 @@ func page(g *Graph, q Query, nodes map[int32]store.FlowNode) Map {
 		start = sort.Search(len(kept), func(i int) bool { return compareKeys(keys[kept[i]], *q.Cursor) > 0 })
 	}
 	end := min(start+q.Limit, len(kept))
-	m.Edges = append(m.Edges, kept[start:end]...)
+	// Copies: the graph may be cached and shared, and fillRTT sets the
+	// page's RTT.
+	for _, e := range kept[start:end] {
+		cp := *e
+		for _, h := range []**half{&cp.client, &cp.server} {
+			if *h != nil {
+				c := **h
+				*h = &c
+			}
+		}
+		m.Edges = append(m.Edges, &cp)
+	}
 	if end < len(kept) && end > start {
 		c := keys[kept[end-1]].String()
 		m.NextCursor = &c
@@ -589,6 +602,72 @@ func page(g *Graph, q Query, nodes map[int32]store.FlowNode) Map {
 	return m
 }
 
+// The built graph of a window is kept a few seconds: a page, the next
+// page, another sort or filter of the same window read it once. Building
+// a map of 50,000 edges reads every edge's rows and costs seconds
+// (bench/flowmap); the page asks for it again as an operator clicks.
+const (
+	cacheTTL      = 15 * time.Second
+	cacheMaxEdges = 100_000 // over every graph kept
+)
+
+type cachedGraph struct {
+	key   string
+	at    time.Time
+	g     *Graph
+	nodes map[int32]store.FlowNode
+}
+
+// graphCache keeps the newest graphs, at most cacheMaxEdges edges in all.
+type graphCache struct {
+	mu      sync.Mutex
+	entries []cachedGraph
+}
+
+// cacheKey is what a graph depends on: who asks (a customer's selector
+// and what it may see), the tenant asked for, the window.
+func cacheKey(p access.Principal, tenant *string, w Window) string {
+	sel := make([]string, 0, len(p.Selector))
+	for k, v := range p.Selector {
+		sel = append(sel, k+"="+v)
+	}
+	sort.Strings(sel)
+	t := "\x00all"
+	if tenant != nil {
+		t = *tenant
+	}
+	return fmt.Sprintf("%s\x00%q\x00%q\x00%d\x00%d\x00%d", p.Role, sel, t, w.From.UnixNano(), w.To.UnixNano(), w.Res)
+}
+
+func (c *graphCache) get(key string, now time.Time) (*Graph, map[int32]store.FlowNode, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.entries {
+		if e.key == key && now.Sub(e.at) < cacheTTL && !now.Before(e.at) {
+			return e.g, e.nodes, true
+		}
+	}
+	return nil, nil, false
+}
+
+func (c *graphCache) put(key string, g *Graph, nodes map[int32]store.FlowNode, now time.Time) {
+	if len(g.Edges) > cacheMaxEdges {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kept := []cachedGraph{{key: key, at: now, g: g, nodes: nodes}}
+	total := len(g.Edges)
+	for _, e := range c.entries {
+		if e.key == key || now.Sub(e.at) >= cacheTTL || total+len(e.g.Edges) > cacheMaxEdges {
+			continue
+		}
+		total += len(e.g.Edges)
+		kept = append(kept, e)
+	}
+	c.entries = kept
+}
+
 func isCustomer(r *http.Request) bool {
 	return access.FromContext(r.Context()).Role == access.RoleCustomer
 }
@@ -601,10 +680,15 @@ func (s *Service) ListFlows(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, r, err, s.log)
 		return
 	}
-	g, nodes, err := s.graph(r.Context(), api.Scope(r), customer, q.Window, q.Tenant, false, endFilter{})
-	if err != nil {
-		httpjson.WriteError(w, r, fmt.Errorf("flow map: %w", err), s.log)
-		return
+	key := cacheKey(access.FromContext(r.Context()), q.Tenant, q.Window)
+	g, nodes, ok := s.cache.get(key, s.now())
+	if !ok {
+		var err error
+		if g, nodes, err = s.graph(r.Context(), api.Scope(r), customer, q.Window, q.Tenant, false, endFilter{}); err != nil {
+			httpjson.WriteError(w, r, fmt.Errorf("flow map: %w", err), s.log)
+			return
+		}
+		s.cache.put(key, g, nodes, s.now())
 	}
 	m := page(g, q, nodes)
 	if err := s.fillRTT(r.Context(), m.Edges, q.Window); err != nil {
