@@ -292,10 +292,10 @@ func Build(in Input) *Graph {
 		default:
 			continue
 		}
-		id := edgeID{client.id(), server.id(), port}
+		id := edgeID{client.id(), server.id(), port, r.Tenant}
 		e := byKey[id]
 		if e == nil {
-			e = &Edge{Key: edgeKey(id.client, id.server, port), Client: client.api(0), Server: server.api(port)}
+			e = &Edge{Key: edgeKey(id.client, id.server, port, id.tenant), Client: client.api(0), Server: server.api(port)}
 			if client.owner != nil {
 				e.clientNode = client.owner.nodeID
 			}
@@ -329,6 +329,7 @@ func Build(in Input) *Graph {
 type edgeID struct {
 	client, server string
 	port           uint16
+	tenant         string
 }
 
 // end is an edge's end while the map is built.
@@ -395,10 +396,12 @@ func namespaceOf(o store.FlowOwner) string {
 	return ""
 }
 
-// edgeKey is an edge's opaque key: its ends and port, base64url of JSON,
-// so the detail can find it again over any window.
-func edgeKey(client, server string, port uint16) string {
-	b, _ := json.Marshal([]any{client, server, port})
+// edgeKey is an edge's opaque key: its ends, port and tenant, base64url
+// of JSON, so the detail can find it again over any window. The tenant
+// keeps two tenants' look-alike edges apart (staff see both; a node that
+// changed tenant keeps its name).
+func edgeKey(client, server string, port uint16, tenant string) string {
+	b, _ := json.Marshal([]any{client, server, port, tenant})
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
@@ -409,11 +412,13 @@ func parseKey(key string) (client, server string, port uint16, err error) {
 		return "", "", 0, fmt.Errorf("not an edge key")
 	}
 	var v []json.RawMessage
-	if err := json.Unmarshal(b, &v); err != nil || len(v) != 3 {
+	if err := json.Unmarshal(b, &v); err != nil || len(v) != 4 {
 		return "", "", 0, fmt.Errorf("not an edge key")
 	}
 	var p int
-	if json.Unmarshal(v[0], &client) != nil || json.Unmarshal(v[1], &server) != nil || json.Unmarshal(v[2], &p) != nil || p < 0 || p > 65535 {
+	var tenant string
+	if json.Unmarshal(v[0], &client) != nil || json.Unmarshal(v[1], &server) != nil || json.Unmarshal(v[2], &p) != nil || p < 0 || p > 65535 ||
+		json.Unmarshal(v[3], &tenant) != nil {
 		return "", "", 0, fmt.Errorf("not an edge key")
 	}
 	return client, server, uint16(p), nil

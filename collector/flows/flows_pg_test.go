@@ -311,7 +311,7 @@ func TestClientAndServerJoined(t *testing.T) {
 	for _, c := range []struct {
 		key  string
 		code int
-	}{{"", 400}, {"%%%", 400}, {"WyJhOjEuMi4zLjQiLCJhOjUuNi43LjgiLDgwXQ", 404}} {
+	}{{"", 400}, {"%%%", 400}, {"WyJhOjEuMi4zLjQiLCJhOjUuNi43LjgiLDgwLCJhY21lIl0", 404}} {
 		if code, body := l.get(staff, "/flows/edge", url.Values{"key": {c.key}}); code != c.code || !strings.Contains(string(body), "key") {
 			t.Errorf("key %q: %d %s, want %d naming key", c.key, code, body, c.code)
 		}

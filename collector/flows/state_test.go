@@ -46,12 +46,12 @@ func TestState(t *testing.T) {
 }
 
 func TestParseKey(t *testing.T) {
-	k := edgeKey("o:n1|pod:shop.cart-1", "a:10.0.0.2", 5432)
+	k := edgeKey("o:n1|pod:shop.cart-1", "a:10.0.0.2", 5432, "acme")
 	c, s, p, err := parseKey(k)
 	if err != nil || c != "o:n1|pod:shop.cart-1" || s != "a:10.0.0.2" || p != 5432 {
 		t.Fatalf("parseKey(%s) = %q %q %d %v", k, c, s, p, err)
 	}
-	for _, bad := range []string{"", "!!", "WzEsMl0", "WyJhIiwiYiIsNzAwMDBd"} {
+	for _, bad := range []string{"", "!!", "WzEsMl0", "WyJhIiwiYiIsNzAwMDBd", edgeKey("a", "b", 80, "")[:15]} {
 		if _, _, _, err := parseKey(bad); err == nil {
 			t.Errorf("parseKey(%q) accepted", bad)
 		}
