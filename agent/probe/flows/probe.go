@@ -55,7 +55,7 @@ type Key struct {
 // Counts are one interval's counts of an edge (or of the overflow record).
 type Counts struct {
 	Opened, Failed, Closed, Retransmits uint64
-	BytesSent, BytesReceived           uint64
+	BytesSent, BytesReceived            uint64
 	// RTTCount samples of the connections' smoothed RTT, summing to RTTSum;
 	// RTTBuckets counts them by log-linear bucket (internal/loglinear) of
 	// their value in nanoseconds.
@@ -136,10 +136,12 @@ func Load(opts Options) (*Probe, error) {
 		return nil, err
 	}
 	p.bpf.Points = []bpfload.Point{
-		bpfload.Tracepoint("inet_sock_set_state", p.objs.NbsFlowState),
-		bpfload.Tracepoint("tcp_retransmit_skb", p.objs.NbsFlowRetrans),
-		bpfload.Tracepoint("tcp_send_reset", p.objs.NbsFlowRstSend),
-		bpfload.Tracepoint("tcp_receive_reset", p.objs.NbsFlowRstRecv),
+		// Named apart from the tcp_reset probe's programs on the same
+		// tracepoints: the agent branch names each program's cost by it.
+		bpfload.Tracepoint("flows_inet_sock_set_state", p.objs.NbsFlowState),
+		bpfload.Tracepoint("flows_tcp_retransmit_skb", p.objs.NbsFlowRetrans),
+		bpfload.Tracepoint("flows_tcp_send_reset", p.objs.NbsFlowRstSend),
+		bpfload.Tracepoint("flows_tcp_receive_reset", p.objs.NbsFlowRstRecv),
 	}
 	it, err := link.AttachIter(link.IterOptions{Program: p.objs.NbsFlowIter, Map: p.objs.FlowSock})
 	if err != nil {

@@ -366,7 +366,6 @@ func boolU(b bool) uint64 {
 	return 0
 }
 
-
 // Retransmits per edge equal the kernel's TcpRetransSegs for the namespace.
 func TestRetransmitsEqualTcpRetransSegs(t *testing.T) {
 	lab := netlab.New(t)

@@ -1,0 +1,221 @@
+package flows
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/agent/owner"
+	"github.com/nbs-project/nbs/internal/netns"
+	"github.com/nbs-project/nbs/internal/wire"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// refreshEvery is how old a namespace's addresses may get before they are
+// read again when nothing else says they changed.
+const refreshEvery = 30 * time.Second
+
+// holders lists the addresses of every network namespace on the node (the
+// host's and each pod's, container's or `ip netns` one's), read by netlink
+// inside each, and cached: a namespace's addresses are read again when it
+// is new, when the set of namespaces changed (a pod came or went: its
+// address may pass to another), when it had none (a pod whose address the
+// CNI had not set yet) and every refreshEvery.
+type holders struct {
+	resolver *owner.Resolver
+	proc     string
+	dirs     []string
+	log      *slog.Logger
+
+	known map[uint32]*nsAddrs
+	// capped counts holders left out of reports past MaxAddressHolders.
+	capped uint64
+}
+
+type nsAddrs struct {
+	path  string
+	addrs []netip.Addr
+	read  time.Time
+	// gone is set when the namespace was not found: it held its
+	// addresses during the interval it went, so it is reported once more.
+	gone bool
+}
+
+func newHolders(r *owner.Resolver, proc string, dirs []string, log *slog.Logger) *holders {
+	if proc == "" {
+		proc = "/proc"
+	}
+	if dirs == nil {
+		dirs = []string{"/run/netns"}
+	}
+	return &holders{resolver: r, proc: proc, dirs: dirs, log: log, known: map[uint32]*nsAddrs{}}
+}
+
+// collect returns every (address, owner) held during the interval.
+func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
+	now := time.Now()
+	live := h.namespaces()
+	changed := false
+	for ino := range h.known {
+		if _, ok := live[ino]; !ok {
+			changed = true
+		}
+	}
+	for ino := range live {
+		if _, ok := h.known[ino]; !ok {
+			changed = true
+		}
+	}
+	for ino, ns := range h.known {
+		if _, ok := live[ino]; ok {
+			continue
+		}
+		if ns.gone {
+			delete(h.known, ino)
+		} else {
+			ns.gone = true
+		}
+	}
+	for ino, path := range live {
+		if ctx.Err() != nil {
+			break
+		}
+		ns := h.known[ino]
+		if ns == nil {
+			ns = &nsAddrs{}
+			h.known[ino] = ns
+		}
+		ns.path = path
+		if ns.read.IsZero() || changed || len(ns.addrs) == 0 || now.Sub(ns.read) >= refreshEvery {
+			addrs, err := readAddrs(netns.Handle{Path: path, Inode: ino})
+			if err != nil {
+				// Gone between the scan and the read, usually.
+				h.log.Debug("flows: read a namespace's addresses", "netns", path, "err", err)
+				continue
+			}
+			ns.addrs, ns.read = addrs, now
+		}
+	}
+
+	inodes := make([]uint32, 0, len(h.known))
+	for ino, ns := range h.known {
+		if len(ns.addrs) > 0 {
+			inodes = append(inodes, ino)
+		}
+	}
+	owners := h.resolver.Lookup(inodes...)
+	type held struct {
+		addr  netip.Addr
+		owner owner.Owner
+	}
+	var all []held
+	for _, ino := range inodes {
+		ow := owners[ino]
+		if ow.Kind == owner.Unknown {
+			continue // no name the collector could show
+		}
+		for _, a := range h.known[ino].addrs {
+			all = append(all, held{a, ow})
+		}
+	}
+	slices.SortFunc(all, func(x, y held) int { return cmp.Or(x.addr.Compare(y.addr), cmp.Compare(x.owner.ID(), y.owner.ID())) })
+	all = slices.CompactFunc(all, func(x, y held) bool { return x.addr == y.addr && x.owner.ID() == y.owner.ID() })
+	if len(all) > wire.MaxAddressHolders {
+		h.capped += uint64(len(all) - wire.MaxAddressHolders)
+		h.log.Warn("flows: more addresses than a report carries; the rest are left out", "addresses", len(all), "max", wire.MaxAddressHolders)
+		all = all[:wire.MaxAddressHolders]
+	}
+	out := make([]*nbsv1.AddressHolder, 0, len(all))
+	for _, x := range all {
+		out = append(out, &nbsv1.AddressHolder{Address: x.addr.String(), Owner: flowOwner(x.owner)})
+	}
+	return out
+}
+
+// namespaces finds every network namespace a process is in or an `ip netns`
+// name holds, with a path to enter it by.
+func (h *holders) namespaces() map[uint32]string {
+	out := map[uint32]string{}
+	for _, dir := range h.dirs {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			p := filepath.Join(dir, e.Name())
+			var st unix.Stat_t
+			if unix.Stat(p, &st) == nil && st.Ino != 0 {
+				out[uint32(st.Ino)] = p
+			}
+		}
+	}
+	d, err := os.Open(h.proc)
+	if err != nil {
+		h.log.Warn("flows: read /proc", "err", err)
+		return out
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	for _, n := range names {
+		if _, err := strconv.Atoi(n); err != nil {
+			continue
+		}
+		p := filepath.Join(h.proc, n, "ns", "net")
+		link, err := os.Readlink(p)
+		if err != nil {
+			continue
+		}
+		s, ok := strings.CutPrefix(link, "net:[")
+		if !ok {
+			continue
+		}
+		ino, err := strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 32)
+		if err != nil {
+			continue
+		}
+		if _, ok := out[uint32(ino)]; !ok {
+			out[uint32(ino)] = p
+		}
+	}
+	return out
+}
+
+// readAddrs lists a namespace's addresses but loopback and link-local ones
+// (never a peer another node sees).
+func readAddrs(h netns.Handle) ([]netip.Addr, error) {
+	var out []netip.Addr
+	err := h.Do(func() error {
+		as, err := net.InterfaceAddrs()
+		if err != nil {
+			return err
+		}
+		for _, a := range as {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(ipn.IP)
+			if !ok {
+				continue
+			}
+			ip = ip.Unmap()
+			if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() {
+				continue
+			}
+			out = append(out, ip)
+		}
+		return nil
+	})
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out), err
+}
