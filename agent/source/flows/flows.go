@@ -25,6 +25,7 @@ import (
 	probe "github.com/nbs-project/nbs/agent/probe/flows"
 	"github.com/nbs-project/nbs/agent/probe/tcpreset"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/internal/netns"
 	"github.com/nbs-project/nbs/internal/wire"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
@@ -89,7 +90,11 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 		s.why = "disabled by --flows.enable=false"
 		return s, nil
 	}
-	s.holders = newHolders(s.resolver, opts.Proc, opts.NetnsDirs, s.log)
+	var only *netns.Handle
+	if !opts.AllNetns {
+		only = &opts.Netns
+	}
+	s.holders = newHolders(s.resolver, opts.Proc, opts.NetnsDirs, only, s.log)
 	if opts.DisableBPF {
 		s.why = source.BPFDisabled
 		return s, nil

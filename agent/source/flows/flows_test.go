@@ -350,7 +350,7 @@ func TestEdgesOfSeveralOwnersEqualTheLabsCounts(t *testing.T) {
 func TestAddressHoldersFollowAReusedAddress(t *testing.T) {
 	lab := newStar(t)
 	old := lab.add(t, "old", 50)
-	src, err := Open(context.Background(), Options{Env: source.Env{DisableBPF: true, Owners: owner.New(owner.Options{})}})
+	src, err := Open(context.Background(), Options{Env: source.Env{AllNetns: true, DisableBPF: true, Owners: owner.New(owner.Options{})}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,5 +427,24 @@ func probeInterval() probe.Interval {
 			{Key: probe.Key{Netns: 2, Role: probe.Server, Local: a, LocalPort: 443, Peer: peer(4)}, Counts: probe.Counts{Opened: 1, BytesSent: 7}},
 		},
 		Overflow: probe.Counts{Opened: 9},
+	}
+}
+
+// An agent watching one namespace (--netns) is that namespace's node: it
+// lists that namespace's addresses only.
+func TestAddressHoldersOfOneWatchedNamespace(t *testing.T) {
+	lab := newStar(t)
+	a, b := lab.add(t, "a", 31), lab.add(t, "b", 32)
+	src, err := Open(context.Background(), Options{Env: source.Env{Netns: a.h, DisableBPF: true, Owners: owner.New(owner.Options{})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	r, err := src.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.AddressHolders) != 1 || r.AddressHolders[0].GetAddress() != a.addr.String() || r.AddressHolders[0].GetOwner().GetId() != ownerID(a.ns) {
+		t.Errorf("holders %v; want only %s held by %s (not %s's %s)", r.AddressHolders, a.addr, ownerID(a.ns), b.ns, b.addr)
 	}
 }

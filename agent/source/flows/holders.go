@@ -37,6 +37,11 @@ type holders struct {
 	dirs     []string
 	log      *slog.Logger
 
+	// only, when set, is the one namespace whose addresses are listed:
+	// an agent watching one namespace (--netns) is the node of that
+	// namespace alone.
+	only *netns.Handle
+
 	known map[uint32]*nsAddrs
 	// capped counts holders left out of reports past MaxAddressHolders.
 	capped uint64
@@ -51,14 +56,14 @@ type nsAddrs struct {
 	gone bool
 }
 
-func newHolders(r *owner.Resolver, proc string, dirs []string, log *slog.Logger) *holders {
+func newHolders(r *owner.Resolver, proc string, dirs []string, only *netns.Handle, log *slog.Logger) *holders {
 	if proc == "" {
 		proc = "/proc"
 	}
 	if dirs == nil {
 		dirs = []string{"/run/netns"}
 	}
-	return &holders{resolver: r, proc: proc, dirs: dirs, log: log, known: map[uint32]*nsAddrs{}}
+	return &holders{resolver: r, proc: proc, dirs: dirs, only: only, log: log, known: map[uint32]*nsAddrs{}}
 }
 
 // collect returns every (address, owner) held during the interval.
@@ -145,6 +150,9 @@ func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
 // namespaces finds every network namespace a process is in or an `ip netns`
 // name holds, with a path to enter it by.
 func (h *holders) namespaces() map[uint32]string {
+	if h.only != nil {
+		return map[uint32]string{h.only.Inode: h.only.Path}
+	}
 	out := map[uint32]string{}
 	for _, dir := range h.dirs {
 		ents, err := os.ReadDir(dir)
