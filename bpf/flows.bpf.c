@@ -52,9 +52,9 @@ struct nbs_fedge_key {
 	__u32 gen;
 	__u32 netns;
 	__u8 role;
-	__u8 pad0;
+	__u8 dnat; /* a client edge of one connection to a translated peer */
 	__u16 family;
-	__u16 lport; /* server edges only */
+	__u16 lport; /* server edges, and client edges with dnat */
 	__u16 rport; /* client edges only */
 	__u8 laddr[16];
 	__u8 raddr[16];
@@ -128,6 +128,24 @@ struct {
 	__type(value, struct nbs_fover);
 } flow_over SEC(".maps");
 
+/* Peers the node's connection tracking translates (DNAT: a Service's
+ * address), found by user space in the conntrack tables. A client edge to
+ * one is kept per connection (its local port in the key, dnat set) for
+ * user space to split by the backend each connection was translated to. */
+struct nbs_fpeer {
+	__u32 netns;
+	__u16 family;
+	__u16 port;
+	__u8 addr[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct nbs_fpeer);
+	__type(value, __u8);
+} flow_dnat_peers SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -138,6 +156,7 @@ struct {
 /* Keeps the types in the object's BTF for bpf2go -type. */
 const struct nbs_fdetail_key *unused_nbs_fdetail_key __attribute__((unused));
 const struct nbs_fover *unused_nbs_fover __attribute__((unused));
+const struct nbs_fpeer *unused_nbs_fpeer __attribute__((unused));
 
 static __always_inline struct nbs_fover *over(__u32 g)
 {
@@ -227,10 +246,18 @@ static __always_inline void sk_edge(const struct sock *sk, __u8 role, struct nbs
 	k->family = t.family;
 	__builtin_memcpy(k->laddr, t.saddr, 16);
 	__builtin_memcpy(k->raddr, t.daddr, 16);
-	if (role == NBS_FLOW_SERVER)
+	if (role == NBS_FLOW_SERVER) {
 		k->lport = t.sport;
-	else
+	} else {
+		struct nbs_fpeer peer = {.netns = k->netns, .family = t.family, .port = t.dport};
+
 		k->rport = t.dport;
+		__builtin_memcpy(peer.addr, t.daddr, 16);
+		if (bpf_map_lookup_elem(&flow_dnat_peers, &peer)) {
+			k->dnat = 1;
+			k->lport = t.sport;
+		}
+	}
 }
 
 /* Raise *seen to now and return by how much, once across CPUs: the

@@ -26,7 +26,7 @@ type flowsNbsFedgeKey struct {
 	Gen    uint32
 	Netns  uint32
 	Role   uint8
-	Pad0   uint8
+	Dnat   uint8
 	Family uint16
 	Lport  uint16
 	Rport  uint16
@@ -56,6 +56,14 @@ type flowsNbsFover struct {
 	Rtt         [528]uint64
 }
 
+type flowsNbsFpeer struct {
+	_      structs.HostLayout
+	Netns  uint32
+	Family uint16
+	Port   uint16
+	Addr   [16]uint8
+}
+
 type flowsNbsFsock struct {
 	_         structs.HostLayout
 	Edge      flowsNbsFedgeKey
@@ -70,6 +78,7 @@ type flowsNbsFsock struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	flowsMapFlowDetails         = "flow_details"
+	flowsMapFlowDnatPeers       = "flow_dnat_peers"
 	flowsMapFlowEdges           = "flow_edges"
 	flowsMapFlowOver            = "flow_over"
 	flowsMapFlowSock            = "flow_sock"
@@ -82,6 +91,7 @@ const (
 	flowsVarTargetNetns         = "target_netns"
 	flowsVarUnusedNbsFdetailKey = "unused_nbs_fdetail_key"
 	flowsVarUnusedNbsFover      = "unused_nbs_fover"
+	flowsVarUnusedNbsFpeer      = "unused_nbs_fpeer"
 )
 
 // loadFlows returns the embedded CollectionSpec for flows.
@@ -137,10 +147,11 @@ type flowsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type flowsMapSpecs struct {
-	FlowDetails *ebpf.MapSpec `ebpf:"flow_details"`
-	FlowEdges   *ebpf.MapSpec `ebpf:"flow_edges"`
-	FlowOver    *ebpf.MapSpec `ebpf:"flow_over"`
-	FlowSock    *ebpf.MapSpec `ebpf:"flow_sock"`
+	FlowDetails   *ebpf.MapSpec `ebpf:"flow_details"`
+	FlowDnatPeers *ebpf.MapSpec `ebpf:"flow_dnat_peers"`
+	FlowEdges     *ebpf.MapSpec `ebpf:"flow_edges"`
+	FlowOver      *ebpf.MapSpec `ebpf:"flow_over"`
+	FlowSock      *ebpf.MapSpec `ebpf:"flow_sock"`
 }
 
 // flowsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -151,6 +162,7 @@ type flowsVariableSpecs struct {
 	TargetNetns         *ebpf.VariableSpec `ebpf:"target_netns"`
 	UnusedNbsFdetailKey *ebpf.VariableSpec `ebpf:"unused_nbs_fdetail_key"`
 	UnusedNbsFover      *ebpf.VariableSpec `ebpf:"unused_nbs_fover"`
+	UnusedNbsFpeer      *ebpf.VariableSpec `ebpf:"unused_nbs_fpeer"`
 }
 
 // flowsObjects contains all objects after they have been loaded into the kernel.
@@ -173,15 +185,17 @@ func (o *flowsObjects) Close() error {
 //
 // It can be passed to loadFlowsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type flowsMaps struct {
-	FlowDetails *ebpf.Map `ebpf:"flow_details"`
-	FlowEdges   *ebpf.Map `ebpf:"flow_edges"`
-	FlowOver    *ebpf.Map `ebpf:"flow_over"`
-	FlowSock    *ebpf.Map `ebpf:"flow_sock"`
+	FlowDetails   *ebpf.Map `ebpf:"flow_details"`
+	FlowDnatPeers *ebpf.Map `ebpf:"flow_dnat_peers"`
+	FlowEdges     *ebpf.Map `ebpf:"flow_edges"`
+	FlowOver      *ebpf.Map `ebpf:"flow_over"`
+	FlowSock      *ebpf.Map `ebpf:"flow_sock"`
 }
 
 func (m *flowsMaps) Close() error {
 	return _FlowsClose(
 		m.FlowDetails,
+		m.FlowDnatPeers,
 		m.FlowEdges,
 		m.FlowOver,
 		m.FlowSock,
@@ -196,6 +210,7 @@ type flowsVariables struct {
 	TargetNetns         *ebpf.Variable `ebpf:"target_netns"`
 	UnusedNbsFdetailKey *ebpf.Variable `ebpf:"unused_nbs_fdetail_key"`
 	UnusedNbsFover      *ebpf.Variable `ebpf:"unused_nbs_fover"`
+	UnusedNbsFpeer      *ebpf.Variable `ebpf:"unused_nbs_fpeer"`
 }
 
 // flowsPrograms contains all programs after they have been loaded into the kernel.

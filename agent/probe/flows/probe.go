@@ -42,10 +42,14 @@ func (r Role) String() string {
 }
 
 // Key is an edge. LocalPort is set for server edges, PeerPort for client
-// edges (the other end's ephemeral port is left out).
+// edges (the other end's ephemeral port is left out). A client edge to a
+// peer marked translated (MarkTranslated) is one connection's: DNAT is set
+// and LocalPort is the connection's, so that user space can look up what
+// the connection tracking translated it to.
 type Key struct {
 	Netns     uint32
 	Role      Role
+	DNAT      bool
 	Local     netip.Addr
 	LocalPort uint16
 	Peer      netip.Addr
@@ -162,6 +166,25 @@ func (p *Probe) Attach() error { return p.bpf.Attach() }
 
 // Programs returns the programs by attach point, for run-time statistics.
 func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
+
+// MarkTranslated makes the client edges to peer in namespace netns
+// per-connection from now on (Key.DNAT). It fails when the table of
+// translated peers is full.
+func (p *Probe) MarkTranslated(netns uint32, peer netip.AddrPort) error {
+	k := flowsNbsFpeer{Netns: netns, Port: peer.Port()}
+	a := peer.Addr()
+	if a.Is4() {
+		k.Family = unix.AF_INET
+		b := a.As4()
+		copy(k.Addr[:], b[:])
+	} else {
+		k.Family = unix.AF_INET6
+		k.Addr = a.As16()
+	}
+	return p.bpf.Do("mark a translated peer", func() error {
+		return p.objs.FlowDnatPeers.Update(&k, uint8(1), ebpf.UpdateAny)
+	})
+}
 
 // Close detaches and frees everything.
 func (p *Probe) Close() error {
@@ -352,7 +375,7 @@ func decodeVal(v flowsNbsFedgeVal) Counts {
 }
 
 func decodeKey(k flowsNbsFedgeKey) Key {
-	return Key{Netns: k.Netns, Role: Role(k.Role), Local: addr(k.Family, k.Laddr), LocalPort: k.Lport,
+	return Key{Netns: k.Netns, Role: Role(k.Role), DNAT: k.Dnat != 0, Local: addr(k.Family, k.Laddr), LocalPort: k.Lport,
 		Peer: addr(k.Family, k.Raddr), PeerPort: k.Rport}
 }
 

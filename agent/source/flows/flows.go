@@ -67,6 +67,7 @@ type Source struct {
 	resolver *owner.Resolver
 	top      int
 	holders  *holders // nil when the flow map is off
+	xlat     *translator
 
 	mu     sync.Mutex
 	folded uint64 // edges folded into "other", since the start
@@ -117,6 +118,16 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 		return s, nil
 	}
 	s.probe, s.names, s.why = p, names, p.LiveReason()
+	host := opts.Netns
+	if opts.AllNetns {
+		// The node's connection tracking (a Service's DNAT) is the
+		// host's: PID 1's namespace.
+		if h, err := netns.Resolve("/proc/1/ns/net"); err == nil {
+			host = h
+		}
+	}
+	s.xlat = &translator{probe: p, path: s.holders.path, checked: map[peerKey]bool{},
+		host: func() (netns.Handle, bool) { return host, host.Path != "" }}
 	return s, nil
 }
 
@@ -162,7 +173,7 @@ func (s *Source) Collect(ctx context.Context) (source.Reading, error) {
 	if err != nil {
 		return r, fmt.Errorf("flows: %w", err)
 	}
-	edges, folded := s.edges(iv)
+	edges, folded := s.edges(iv, s.xlat.apply(iv))
 	s.mu.Lock()
 	s.folded += uint64(folded)
 	s.mu.Unlock()
@@ -179,6 +190,9 @@ type edgeID struct {
 	localPort uint16
 	peer      netip.Addr
 	peerPort  uint16
+	// translated is where the node's connection tracking sent the
+	// connections (DNAT), when it did.
+	translated netip.AddrPort
 }
 
 type agg struct {
@@ -189,16 +203,21 @@ type agg struct {
 // edges turns an interval into FlowEdges: its s.top worst and busiest,
 // and one "other" edge with the rest and what the kernel's tables had no
 // room for, so the node's totals stay exact.
-func (s *Source) edges(iv probe.Interval) ([]*nbsv1.FlowEdge, int) {
+// xlat names the backends of per-connection edges (translator.apply).
+func (s *Source) edges(iv probe.Interval, xlat map[int]netip.AddrPort) ([]*nbsv1.FlowEdge, int) {
 	inodes := make([]uint32, 0, len(iv.Edges))
 	for _, e := range iv.Edges {
 		inodes = append(inodes, e.Netns)
 	}
 	owners := s.resolver.Lookup(slices.Compact(slices.Sorted(slices.Values(inodes)))...)
 	byID := make(map[edgeID]*agg, len(iv.Edges))
-	for _, e := range iv.Edges {
+	for i, e := range iv.Edges {
 		ow := owners[e.Netns]
-		id := edgeID{owner: ow.ID(), role: e.Role, local: e.Local, localPort: e.LocalPort, peer: e.Peer, peerPort: e.PeerPort}
+		id := edgeID{owner: ow.ID(), role: e.Role, local: e.Local, localPort: e.LocalPort, peer: e.Peer, peerPort: e.PeerPort,
+			translated: xlat[i]}
+		if e.Role == probe.Client {
+			id.localPort = 0 // a per-connection edge joins its backend's
+		}
 		a := byID[id]
 		if a == nil {
 			a = &agg{owner: ow}
@@ -214,7 +233,8 @@ func (s *Source) edges(iv probe.Interval) ([]*nbsv1.FlowEdge, int) {
 			cmp.Compare(b.Opened+b.Closed+b.Failed, a.Opened+a.Closed+a.Failed),
 			cmp.Compare(b.BytesSent+b.BytesReceived, a.BytesSent+a.BytesReceived),
 			cmp.Compare(x.owner, y.owner), cmp.Compare(x.role, y.role), x.local.Compare(y.local),
-			cmp.Compare(x.localPort, y.localPort), x.peer.Compare(y.peer), cmp.Compare(x.peerPort, y.peerPort))
+			cmp.Compare(x.localPort, y.localPort), x.peer.Compare(y.peer), cmp.Compare(x.peerPort, y.peerPort),
+			x.translated.Compare(y.translated))
 	})
 	keep := min(len(ids), s.top)
 	out := make([]*nbsv1.FlowEdge, 0, keep+1)
@@ -230,6 +250,10 @@ func (s *Source) edges(iv probe.Interval) ([]*nbsv1.FlowEdge, int) {
 		} else {
 			fe.Role = nbsv1.FlowRole_FLOW_ROLE_CLIENT
 			fe.PeerPort = uint32(id.peerPort)
+			if id.translated.IsValid() {
+				fe.PeerTranslatedAddress = id.translated.Addr().String()
+				fe.PeerTranslatedPort = uint32(id.translated.Port())
+			}
 		}
 		out = append(out, fe)
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,7 +49,11 @@ func edgeName(e *nbsv1.FlowEdge) string {
 	if e.GetRole() == nbsv1.FlowRole_FLOW_ROLE_SERVER {
 		return fmt.Sprintf("%s server %s:%d <- %s", e.GetLocal().GetId(), e.GetLocalAddress(), e.GetLocalPort(), e.GetPeerAddress())
 	}
-	return fmt.Sprintf("%s client %s -> %s:%d", e.GetLocal().GetId(), e.GetLocalAddress(), e.GetPeerAddress(), e.GetPeerPort())
+	k := fmt.Sprintf("%s client %s -> %s:%d", e.GetLocal().GetId(), e.GetLocalAddress(), e.GetPeerAddress(), e.GetPeerPort())
+	if e.GetPeerTranslatedAddress() != "" {
+		k += fmt.Sprintf(" (%s:%d)", e.GetPeerTranslatedAddress(), e.GetPeerTranslatedPort())
+	}
+	return k
 }
 
 func (es *edgeSum) add(t *testing.T, r source.Reading) {
@@ -64,7 +70,8 @@ func (es *edgeSum) add(t *testing.T, r source.Reading) {
 		s := es.edges[k]
 		if s == nil {
 			s = &nbsv1.FlowEdge{Local: e.GetLocal(), Role: e.GetRole(), LocalAddress: e.GetLocalAddress(), LocalPort: e.GetLocalPort(),
-				PeerAddress: e.GetPeerAddress(), PeerPort: e.GetPeerPort(), ResetsSent: map[string]uint64{}, ResetsReceived: map[string]uint64{}}
+				PeerAddress: e.GetPeerAddress(), PeerPort: e.GetPeerPort(), PeerTranslatedAddress: e.GetPeerTranslatedAddress(),
+				PeerTranslatedPort: e.GetPeerTranslatedPort(), ResetsSent: map[string]uint64{}, ResetsReceived: map[string]uint64{}}
 			es.edges[k] = s
 		}
 		s.Opened += e.GetOpened()
@@ -391,7 +398,7 @@ func TestAddressHoldersFollowAReusedAddress(t *testing.T) {
 func TestTopKFoldsTheRestExactly(t *testing.T) {
 	s := &Source{resolver: owner.New(owner.Options{Proc: t.TempDir(), NetnsDirs: []string{}}), top: 2}
 	iv := probeInterval()
-	out, folded := s.edges(iv)
+	out, folded := s.edges(iv, nil)
 	if len(out) != 3 || folded != 2 || !out[2].GetOther() || out[2].GetEdgesFolded() != 2 {
 		t.Fatalf("got %d edges, %d folded: %v", len(out), folded, out)
 	}
@@ -446,5 +453,107 @@ func TestAddressHoldersOfOneWatchedNamespace(t *testing.T) {
 	}
 	if len(r.AddressHolders) != 1 || r.AddressHolders[0].GetAddress() != a.addr.String() || r.AddressHolders[0].GetOwner().GetId() != ownerID(a.ns) {
 		t.Errorf("holders %v; want only %s held by %s (not %s's %s)", r.AddressHolders, a.addr, ownerID(a.ns), b.ns, b.addr)
+	}
+}
+
+// Two backends behind one address and port (DNAT in the client's
+// namespace): two client edges, each naming its backend, with the
+// connections each backend's server counted.
+func TestDNATSplitsAClientEdgeByBackend(t *testing.T) {
+	lab := newStar(t)
+	c := lab.add(t, "c", 11)
+	s1, s2 := lab.add(t, "s1", 21), lab.add(t, "s2", 22)
+	vip := netip.AddrPortFrom(netip.AddrFrom4([4]byte{lab.net[0], lab.net[1], lab.net[2], 100}), 80)
+	const backendPort = 8080
+	rules := fmt.Sprintf(`table ip nbs_dnat {
+	chain out {
+		type nat hook output priority -100; policy accept;
+		ip daddr %s tcp dport %d dnat ip to numgen inc mod 2 map { 0 : %s . %d, 1 : %s . %d }
+	}
+}`, vip.Addr(), vip.Port(), s1.addr, backendPort, s2.addr, backendPort)
+	cmd := exec.Command("ip", "netns", "exec", c.ns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		netlab.SkipOrFail(t, "nft dnat: %v: %s", err, out)
+	}
+	src := openSource(t, Options{Top: 1000})
+	served := map[string]int{}
+	var mu sync.Mutex
+	for _, l := range []leaf{s1, s2} {
+		listen(t, l, backendPort, func(conn net.Conn) {
+			defer conn.Close()
+			_, _ = io.Copy(io.Discard, conn)
+			mu.Lock()
+			served[l.ns]++
+			mu.Unlock()
+		})
+	}
+	connect := func(n int) {
+		for range n {
+			conn, err := dial(c, vip)
+			if err != nil {
+				t.Fatalf("connect to %s: %v", vip, err)
+			}
+			conn.Close()
+		}
+	}
+	es := &edgeSum{owners: map[string]bool{ownerID(c.ns): true}, edges: map[string]*nbsv1.FlowEdge{}}
+	collect := func() {
+		r, err := src.Collect(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		es.add(t, r)
+	}
+	// The first connection shows the peer is translated; the edges to it
+	// are kept per connection from the next one on.
+	connect(1)
+	waitFor(t, "the first connection counted", func() bool {
+		collect()
+		for _, e := range es.edges {
+			if e.GetPeerAddress() == vip.Addr().String() && e.Closed == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	mu.Lock()
+	before := map[string]int{s1.ns: served[s1.ns], s2.ns: served[s2.ns]}
+	mu.Unlock()
+	es.edges = map[string]*nbsv1.FlowEdge{}
+	const conns = 6
+	connect(conns)
+	byBackend := func() map[string]uint64 {
+		m := map[string]uint64{}
+		for _, e := range es.edges {
+			if e.GetPeerAddress() == vip.Addr().String() && e.GetPeerPort() == uint32(vip.Port()) {
+				m[fmt.Sprintf("%s:%d", e.GetPeerTranslatedAddress(), e.GetPeerTranslatedPort())] += e.GetClosed()
+			}
+		}
+		return m
+	}
+	waitFor(t, "the connections counted", func() bool {
+		collect()
+		var n uint64
+		for _, v := range byBackend() {
+			n += v
+		}
+		return n == conns
+	})
+	waitFor(t, "the servers done", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return served[s1.ns]+served[s2.ns]-before[s1.ns]-before[s2.ns] == conns
+	})
+	got := byBackend()
+	mu.Lock()
+	want := map[string]uint64{
+		fmt.Sprintf("%s:%d", s1.addr, backendPort): uint64(served[s1.ns] - before[s1.ns]),
+		fmt.Sprintf("%s:%d", s2.addr, backendPort): uint64(served[s2.ns] - before[s2.ns]),
+	}
+	mu.Unlock()
+	if len(got) != 2 || got[fmt.Sprintf("%s:%d", s1.addr, backendPort)] != want[fmt.Sprintf("%s:%d", s1.addr, backendPort)] ||
+		got[fmt.Sprintf("%s:%d", s2.addr, backendPort)] != want[fmt.Sprintf("%s:%d", s2.addr, backendPort)] {
+		t.Errorf("client edges to %s by backend %v, want %v (what each backend served)", vip, got, want)
 	}
 }

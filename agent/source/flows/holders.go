@@ -227,3 +227,11 @@ func readAddrs(h netns.Handle) ([]netip.Addr, error) {
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out), err
 }
+
+// path is a way into namespace ino, as last found.
+func (h *holders) path(ino uint32) (string, bool) {
+	if ns, ok := h.known[ino]; ok && !ns.gone {
+		return ns.path, true
+	}
+	return "", false
+}
