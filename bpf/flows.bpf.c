@@ -46,6 +46,7 @@ enum nbs_flow_detail {
 	NBS_FD_RTT = 1,      /* code: log-linear bucket of the smoothed RTT in ns */
 	NBS_FD_RST_SENT = 2, /* code: enum sk_rst_reason */
 	NBS_FD_RST_RECV = 3, /* code: socket state */
+	NBS_FD_DROP = 4,     /* code: enum skb_drop_reason */
 };
 
 struct nbs_fedge_key {
@@ -92,6 +93,7 @@ struct nbs_fsock {
 
 #define NBS_FO_RST_SENT 64
 #define NBS_FO_RST_RECV 16
+#define NBS_FO_DROPS 256
 
 /* What had no room in the tables, per generation and CPU. */
 struct nbs_fover {
@@ -100,6 +102,7 @@ struct nbs_fover {
 	__u64 details_lost; /* details that found the detail table full */
 	__u64 rst_sent[NBS_FO_RST_SENT];
 	__u64 rst_recv[NBS_FO_RST_RECV];
+	__u64 drops[NBS_FO_DROPS];
 	__u64 rtt[NBS_HIST_BUCKETS];
 };
 
@@ -230,6 +233,9 @@ static __always_inline void detail(struct nbs_fedge_key *k, __u16 kind, __u32 co
 		break;
 	case NBS_FD_RST_RECV:
 		__sync_fetch_and_add(&o->rst_recv[code & (NBS_FO_RST_RECV - 1)], 1);
+		break;
+	case NBS_FD_DROP:
+		__sync_fetch_and_add(&o->drops[code & (NBS_FO_DROPS - 1)], 1);
 		break;
 	}
 }
@@ -513,6 +519,49 @@ int BPF_PROG(nbs_flow_rst_recv, struct sock *sk)
 		return 0;
 	}
 	detail(&k, NBS_FD_RST_RECV, state);
+	return 0;
+}
+
+/* A packet the kernel dropped (kfree_skb fires for drops only; a packet
+ * consumed normally goes to consume_skb): counted on the edge of its
+ * socket when it has one with flow state, by the drop reason the drops
+ * tree names. A packet of a connection is tied to its socket when it was
+ * sent, and when received once the socket was found: for an established
+ * connection that is as early as IP's early demux, before netfilter's
+ * input hook; drops before it (the device, the qdisc of another host, a
+ * prerouting rule) are not on any edge, only in the drops tree. Runs per
+ * dropped packet, like the drops probe's program, and leaves at once for
+ * one without a full TCP socket. */
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(nbs_flow_drop, struct sk_buff *skb, void *location, enum skb_drop_reason reason,
+	     struct sock *rx_sk)
+{
+	struct nbs_fedge_key k;
+	struct nbs_fsock *fs;
+	struct sock *sk;
+
+	sk = skb->sk;
+	if (!sk)
+		sk = rx_sk;
+	if (!sk || !nbs_sk_fullsock(sk) || sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+	fs = bpf_sk_storage_get(&flow_sock, sk, 0, 0);
+	if (!fs)
+		return 0;
+	k = fs->edge;
+	if (target_netns && k.netns != target_netns)
+		return 0;
+	k.gen = gen & 1;
+	if (!edge(&k)) {
+		struct nbs_fover *o = over(k.gen);
+
+		if (o) {
+			__sync_fetch_and_add(&o->edges_lost, 1);
+			__sync_fetch_and_add(&o->drops[reason & (NBS_FO_DROPS - 1)], 1);
+		}
+		return 0;
+	}
+	detail(&k, NBS_FD_DROP, reason);
 	return 0;
 }
 

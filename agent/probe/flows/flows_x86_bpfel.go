@@ -53,6 +53,7 @@ type flowsNbsFover struct {
 	DetailsLost uint64
 	RstSent     [64]uint64
 	RstRecv     [16]uint64
+	Drops       [256]uint64
 	Rtt         [528]uint64
 }
 
@@ -82,6 +83,7 @@ const (
 	flowsMapFlowEdges           = "flow_edges"
 	flowsMapFlowOver            = "flow_over"
 	flowsMapFlowSock            = "flow_sock"
+	flowsProgNbsFlowDrop        = "nbs_flow_drop"
 	flowsProgNbsFlowIter        = "nbs_flow_iter"
 	flowsProgNbsFlowRetrans     = "nbs_flow_retrans"
 	flowsProgNbsFlowRstRecv     = "nbs_flow_rst_recv"
@@ -136,6 +138,7 @@ type flowsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type flowsProgramSpecs struct {
+	NbsFlowDrop    *ebpf.ProgramSpec `ebpf:"nbs_flow_drop"`
 	NbsFlowIter    *ebpf.ProgramSpec `ebpf:"nbs_flow_iter"`
 	NbsFlowRetrans *ebpf.ProgramSpec `ebpf:"nbs_flow_retrans"`
 	NbsFlowRstRecv *ebpf.ProgramSpec `ebpf:"nbs_flow_rst_recv"`
@@ -217,6 +220,7 @@ type flowsVariables struct {
 //
 // It can be passed to loadFlowsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type flowsPrograms struct {
+	NbsFlowDrop    *ebpf.Program `ebpf:"nbs_flow_drop"`
 	NbsFlowIter    *ebpf.Program `ebpf:"nbs_flow_iter"`
 	NbsFlowRetrans *ebpf.Program `ebpf:"nbs_flow_retrans"`
 	NbsFlowRstRecv *ebpf.Program `ebpf:"nbs_flow_rst_recv"`
@@ -226,6 +230,7 @@ type flowsPrograms struct {
 
 func (p *flowsPrograms) Close() error {
 	return _FlowsClose(
+		p.NbsFlowDrop,
 		p.NbsFlowIter,
 		p.NbsFlowRetrans,
 		p.NbsFlowRstRecv,

@@ -70,6 +70,8 @@ type Counts struct {
 	// state (tcpreset.Names name both).
 	ResetsSent     map[uint32]uint64
 	ResetsReceived map[uint32]uint64
+	// Drops of the connections' packets by enum skb_drop_reason.
+	Drops map[uint32]uint64
 }
 
 // Edge is one edge's counts in an interval.
@@ -146,6 +148,7 @@ func Load(opts Options) (*Probe, error) {
 		bpfload.Tracepoint("flows_tcp_retransmit_skb", p.objs.NbsFlowRetrans),
 		bpfload.Tracepoint("flows_tcp_send_reset", p.objs.NbsFlowRstSend),
 		bpfload.Tracepoint("flows_tcp_receive_reset", p.objs.NbsFlowRstRecv),
+		bpfload.Tracepoint("flows_kfree_skb", p.objs.NbsFlowDrop),
 	}
 	it, err := link.AttachIter(link.IterOptions{Program: p.objs.NbsFlowIter, Map: p.objs.FlowSock})
 	if err != nil {
@@ -304,6 +307,9 @@ func (p *Probe) drain(gen uint32, out *Interval) error {
 		for code, n := range o.RstRecv {
 			addDetail(&out.Overflow, kindRstRecv, uint32(code), n)
 		}
+		for code, n := range o.Drops {
+			addDetail(&out.Overflow, kindDrop, uint32(code), n)
+		}
 		for b, n := range o.Rtt {
 			addDetail(&out.Overflow, kindRTT, uint32(b), n)
 		}
@@ -335,6 +341,7 @@ const (
 	kindRTT     = 1
 	kindRstSent = 2
 	kindRstRecv = 3
+	kindDrop    = 4
 )
 
 func addDetail(c *Counts, kind uint16, code uint32, n uint64) {
@@ -349,6 +356,8 @@ func addDetail(c *Counts, kind uint16, code uint32, n uint64) {
 		m = &c.ResetsSent
 	case kindRstRecv:
 		m = &c.ResetsReceived
+	case kindDrop:
+		m = &c.Drops
 	default:
 		return
 	}

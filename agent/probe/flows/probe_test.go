@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nbs-project/nbs/agent/probe/drops"
 	"github.com/nbs-project/nbs/agent/probe/tcpreset"
 	"github.com/nbs-project/nbs/internal/loglinear"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
@@ -71,7 +72,7 @@ func (tt *totals) collect(t *testing.T) Interval {
 		for _, d := range []struct {
 			dst *map[uint32]uint64
 			src map[uint32]uint64
-		}{{&c.RTTBuckets, e.RTTBuckets}, {&c.ResetsSent, e.ResetsSent}, {&c.ResetsReceived, e.ResetsReceived}} {
+		}{{&c.RTTBuckets, e.RTTBuckets}, {&c.ResetsSent, e.ResetsSent}, {&c.ResetsReceived, e.ResetsReceived}, {&c.Drops, e.Drops}} {
 			for k, v := range d.src {
 				if *d.dst == nil {
 					*d.dst = map[uint32]uint64{}
@@ -420,5 +421,59 @@ func TestFullTableOverflowsWithoutLoss(t *testing.T) {
 	}
 	if opened < 2*conns || lost == 0 || len(edges) > 1 {
 		t.Errorf("with one edge of room: %d opened counted (want ≥ %d), %d lost to overflow (want > 0), edges %+v", opened, 2*conns, lost, edges)
+	}
+}
+
+// Packets of a connection dropped by a netfilter rule count on the
+// receiving server's edge, by reason, as many as the rule's counter.
+func TestDropsOnTheEdgeEqualTheRulesCounter(t *testing.T) {
+	lab := netlab.New(t)
+	p := load(t, Options{})
+	dn, err := drops.LoadNames(nil)
+	if err != nil {
+		netlab.SkipOrFail(t, "drop names: %v", err)
+	}
+	nfDrop, ok := dn.ReasonCode("netfilter_drop")
+	if !ok {
+		t.Fatal("no netfilter_drop reason")
+	}
+	a, b := lab.Inode(t, lab.A), lab.Inode(t, lab.B)
+	tt := newTotals(p, a, b)
+	const n = 2 << 20
+	srv, wait := serve(t, lab, lab.B, netip.AddrPortFrom(lab.IPB, 0), n, 1)
+	// Established first: the rule drops data segments only, each of which
+	// IP's early demux has tied to the server's socket.
+	var c net.Conn
+	if err := lab.Do(lab.A, func() (err error) {
+		c, err = net.DialTimeout("tcp", srv.String(), 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const table = "nbs_flowdrop"
+	lab.Nft(t, lab.B, fmt.Sprintf(`table inet %s {
+	chain in {
+		type filter hook input priority 0; policy accept;
+		ip saddr %s tcp dport %d meta length > 200 numgen random mod 100 < 5 counter drop
+	}
+}`, table, lab.IPA, srv.Port()))
+	if _, err := io.CopyN(c, zeros{}, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(io.Discard, c, 1); err != nil {
+		t.Fatal(err)
+	}
+	dropped := lab.NftPackets(t, lab.B, table)
+	lab.NftDelete(t, lab.B, table)
+	c.Close()
+	wait(1)
+	server := Key{Netns: b, Role: Server, Local: lab.IPB, LocalPort: srv.Port(), Peer: lab.IPA}
+	tt.until(t, "closed", func() bool { return tt.get(server).Closed == 1 })
+	if dropped == 0 {
+		t.Fatal("the rule dropped nothing")
+	}
+	if got := tt.get(server); got.Drops[nfDrop] != dropped {
+		t.Errorf("server edge drops %v, want %d netfilter_drop (the rule's counter)", got.Drops, dropped)
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/owner"
+	dropsprobe "github.com/nbs-project/nbs/agent/probe/drops"
 	probe "github.com/nbs-project/nbs/agent/probe/flows"
 	"github.com/nbs-project/nbs/agent/probe/tcpreset"
 	"github.com/nbs-project/nbs/agent/source"
@@ -64,6 +65,7 @@ type Source struct {
 	probe    *probe.Probe // nil when edges are not measured
 	why      string       // why not, or what is missing
 	names    tcpreset.Names
+	drops    dropsprobe.Names
 	resolver *owner.Resolver
 	top      int
 	holders  *holders // nil when the flow map is off
@@ -106,6 +108,12 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 		s.log.Warn("flows: no edges measured", "err", err)
 		return s, nil
 	}
+	dnames, err := dropsprobe.LoadNames(opts.BTF)
+	if err != nil {
+		s.why = err.Error()
+		s.log.Warn("flows: no edges measured", "err", err)
+		return s, nil
+	}
 	p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), MaxEdges: opts.MaxEdges, Logger: s.log, BTF: opts.BTF})
 	if err == nil {
 		if err = p.Attach(); err != nil {
@@ -117,7 +125,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 		s.log.Warn("flows: no edges measured", "err", err)
 		return s, nil
 	}
-	s.probe, s.names, s.why = p, names, p.LiveReason()
+	s.probe, s.names, s.drops, s.why = p, names, dnames, p.LiveReason()
 	host := opts.Netns
 	if opts.AllNetns {
 		// The node's connection tracking (a Service's DNAT) is the
@@ -274,6 +282,9 @@ func (s *Source) edges(iv probe.Interval, xlat map[int]netip.AddrPort) ([]*nbsv1
 // trouble is how bad an edge's interval was, for the top-K's order.
 func trouble(c probe.Counts) uint64 {
 	n := c.Failed + c.Retransmits
+	for _, v := range c.Drops {
+		n += v
+	}
 	for _, v := range c.ResetsSent {
 		n += v
 	}
@@ -285,7 +296,7 @@ func trouble(c probe.Counts) uint64 {
 
 func empty(c probe.Counts) bool {
 	return c.Opened == 0 && c.Failed == 0 && c.Closed == 0 && c.Retransmits == 0 && c.BytesSent == 0 &&
-		c.BytesReceived == 0 && c.RTTCount == 0 && len(c.ResetsSent) == 0 && len(c.ResetsReceived) == 0
+		c.BytesReceived == 0 && c.RTTCount == 0 && len(c.ResetsSent) == 0 && len(c.ResetsReceived) == 0 && len(c.Drops) == 0
 }
 
 func addCounts(dst *probe.Counts, src probe.Counts) {
@@ -300,6 +311,7 @@ func addCounts(dst *probe.Counts, src probe.Counts) {
 	dst.RTTBuckets = addMap(dst.RTTBuckets, src.RTTBuckets)
 	dst.ResetsSent = addMap(dst.ResetsSent, src.ResetsSent)
 	dst.ResetsReceived = addMap(dst.ResetsReceived, src.ResetsReceived)
+	dst.Drops = addMap(dst.Drops, src.Drops)
 }
 
 func addMap(dst, src map[uint32]uint64) map[uint32]uint64 {
@@ -322,6 +334,7 @@ func (s *Source) counts(c probe.Counts) *nbsv1.FlowEdge {
 		BytesSent: c.BytesSent, BytesReceived: c.BytesReceived}
 	fe.ResetsSent = named(c.ResetsSent, s.names.Reason)
 	fe.ResetsReceived = named(c.ResetsReceived, s.names.State)
+	fe.Drops = named(c.Drops, s.drops.Reason)
 	if c.RTTCount > 0 {
 		h := &nbsv1.Histogram{Count: c.RTTCount, Sum: float64(c.RTTSum.Nanoseconds())}
 		for _, b := range slices.Sorted(maps.Keys(c.RTTBuckets)) {
