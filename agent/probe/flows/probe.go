@@ -160,6 +160,15 @@ func Load(opts Options) (*Probe, error) {
 	return p, nil
 }
 
+// SockStateBytes is the socket storage the program keeps per connection.
+const SockStateBytes = 80
+
+// Maps returns the probe's tables but the socket storage (whose elements
+// belong to the sockets), for memory accounting.
+func (p *Probe) Maps() []*ebpf.Map {
+	return []*ebpf.Map{p.objs.FlowEdges, p.objs.FlowDetails, p.objs.FlowOver, p.objs.FlowDnatPeers}
+}
+
 // LiveReason says why live connections are not read at each interval's
 // end, "" when they are.
 func (p *Probe) LiveReason() string { return p.iterWhy }

@@ -1,6 +1,7 @@
 package flows
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -475,5 +476,11 @@ func TestDropsOnTheEdgeEqualTheRulesCounter(t *testing.T) {
 	}
 	if got := tt.get(server); got.Drops[nfDrop] != dropped {
 		t.Errorf("server edge drops %v, want %d netfilter_drop (the rule's counter)", got.Drops, dropped)
+	}
+}
+
+func TestSockStateBytesIsTheStructsSize(t *testing.T) {
+	if n := binary.Size(flowsNbsFsock{}); n != SockStateBytes {
+		t.Errorf("struct nbs_fsock is %d bytes, SockStateBytes says %d", n, SockStateBytes)
 	}
 }

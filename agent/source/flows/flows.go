@@ -233,17 +233,30 @@ func (s *Source) edges(iv probe.Interval, xlat map[int]netip.AddrPort) ([]*nbsv1
 		}
 		addCounts(&a.Counts, e.Counts)
 	}
-	ids := slices.Collect(maps.Keys(byID))
-	slices.SortFunc(ids, func(x, y edgeID) int {
-		a, b := byID[x], byID[y]
-		return cmp.Or(
-			cmp.Compare(trouble(b.Counts), trouble(a.Counts)),
-			cmp.Compare(b.Opened+b.Closed+b.Failed, a.Opened+a.Closed+a.Failed),
-			cmp.Compare(b.BytesSent+b.BytesReceived, a.BytesSent+a.BytesReceived),
-			cmp.Compare(x.owner, y.owner), cmp.Compare(x.role, y.role), x.local.Compare(y.local),
+	// Ranked once: the sort compares precomputed figures, the edges'
+	// addresses only on ties, so the order is the same every time.
+	type rankedEdge struct {
+		id                    edgeID
+		trouble, busy, volume uint64
+	}
+	ranked := make([]rankedEdge, 0, len(byID))
+	for id, a := range byID {
+		ranked = append(ranked, rankedEdge{id: id, trouble: trouble(a.Counts), busy: a.Opened + a.Closed + a.Failed,
+			volume: a.BytesSent + a.BytesReceived})
+	}
+	slices.SortFunc(ranked, func(a, b rankedEdge) int {
+		if c := cmp.Or(cmp.Compare(b.trouble, a.trouble), cmp.Compare(b.busy, a.busy), cmp.Compare(b.volume, a.volume)); c != 0 {
+			return c
+		}
+		x, y := a.id, b.id
+		return cmp.Or(cmp.Compare(x.owner, y.owner), cmp.Compare(x.role, y.role), x.local.Compare(y.local),
 			cmp.Compare(x.localPort, y.localPort), x.peer.Compare(y.peer), cmp.Compare(x.peerPort, y.peerPort),
 			x.translated.Compare(y.translated))
 	})
+	ids := make([]edgeID, len(ranked))
+	for i, r := range ranked {
+		ids[i] = r.id
+	}
 	keep := min(len(ids), s.top)
 	out := make([]*nbsv1.FlowEdge, 0, keep+1)
 	for _, id := range ids[:keep] {
