@@ -133,16 +133,21 @@ func exchange(lab *netlab.Lab, dst netip.AddrPort, keep bool) (net.Conn, error) 
 }
 
 // BenchmarkConnectionEvents: each set's programs' median ns per run, and
-// their total BPF time per connection (both ends of each connection are on
-// this host: the state changes of both sockets count for ours; the peer
-// sees each packet once, at A's interface, ingress or egress).
+// their total BPF time per connection, under two loads: short connections
+// (1 KB each way) and bulk ones (16 MB from A). Both ends of each
+// connection are on this host, so the state changes of both sockets count
+// for ours; the peer sees each packet once, at A's interface, ingress or
+// egress. Ours runs host-wide, so connections, retransmits and drops
+// elsewhere on the machine during the run are in its raw runs too
+// ("host-runs/conn"); "ns/conn" counts the runs the lab's connections
+// caused: 10 state changes each (5 per socket), and the retransmits the
+// lab's namespaces counted (TcpRetransSegs), at each program's median.
 func BenchmarkConnectionEvents(b *testing.B) {
 	lab := netlab.New(b)
 	ours := loadOurs(b)
 	pe := loadPeer(b, lab)
 	dst := server(b, lab)
 	bpfstats.Enable(b)
-	const conns = 2000
 	sets := []struct {
 		name  string
 		progs map[string]*ebpf.Program
@@ -151,63 +156,96 @@ func BenchmarkConnectionEvents(b *testing.B) {
 		set, hook string
 		s         *bpfstats.Sampler
 	}
-	if _, err := ours.Collect(); err != nil {
-		b.Fatal(err)
-	}
-	var ss []sampled
-	for _, set := range sets {
-		for _, hook := range slices.Sorted(maps.Keys(set.progs)) {
-			ss = append(ss, sampled{set.name, hook, bpfstats.Start(b, set.progs[hook])})
+	under := func(load string, conns int, run func() error) {
+		if _, err := ours.Collect(); err != nil {
+			b.Fatal(err)
 		}
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for w := range 4 {
-		wg.Go(func() {
-			for i := w; i < conns; i += 4 {
-				if _, err := exchange(lab, dst, false); err != nil {
-					errs <- err
-					return
-				}
+		var ss []sampled
+		for _, set := range sets {
+			for _, hook := range slices.Sorted(maps.Keys(set.progs)) {
+				ss = append(ss, sampled{set.name, hook, bpfstats.Start(b, set.progs[hook])})
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond) // the last closes
-	perConn := map[string]float64{}
-	runs := map[string]uint64{}
-	for _, x := range ss {
-		r, ok := x.s.Stop()
-		if !ok {
-			b.Logf("%s/%s: did not run", x.set, x.hook)
-			continue
 		}
-		b.ReportMetric(r.MedianNs, x.set+"/"+x.hook+"-ns/run")
-		perConn[x.set] += r.MeanNs * float64(r.Runs) / conns
-		runs[x.set] += r.Runs
-	}
-	for _, set := range sets {
-		b.ReportMetric(perConn[set.name], set.name+"-ns/conn")
-		b.ReportMetric(float64(runs[set.name])/conns, set.name+"-runs/conn")
-	}
-	iv, err := ours.Collect()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var opened uint64
-	for _, e := range iv.Edges {
-		if e.Netns == lab.Inode(b, lab.A) {
-			opened += e.Opened
+		retrans0 := lab.Nstat(b, lab.A)["TcpRetransSegs"] + lab.Nstat(b, lab.B)["TcpRetransSegs"]
+		if err := run(); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // the last closes
+		retrans := lab.Nstat(b, lab.A)["TcpRetransSegs"] + lab.Nstat(b, lab.B)["TcpRetransSegs"] - retrans0
+		caused := map[string]float64{"flows_inet_sock_set_state": 10 * float64(conns), "flows_tcp_retransmit_skb": float64(retrans)}
+		perConn := map[string]float64{}
+		runs := map[string]uint64{}
+		for _, x := range ss {
+			r, ok := x.s.Stop()
+			if !ok {
+				continue
+			}
+			b.ReportMetric(r.MedianNs, load+"/"+x.set+"/"+x.hook+"-ns/run")
+			if x.set == "nbs" {
+				perConn[x.set] += r.MedianNs * caused[x.hook] / float64(conns)
+			} else {
+				perConn[x.set] += r.MedianNs * float64(r.Runs) / float64(conns)
+			}
+			runs[x.set] += r.Runs
+		}
+		for _, set := range sets {
+			b.ReportMetric(perConn[set.name], load+"/"+set.name+"-ns/conn")
+			b.ReportMetric(float64(runs[set.name])/float64(conns), load+"/"+set.name+"-host-runs/conn")
+		}
+		iv, err := ours.Collect()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var opened uint64
+		for _, e := range iv.Edges {
+			if e.Netns == lab.Inode(b, lab.A) {
+				opened += e.Opened
+			}
+		}
+		if opened != uint64(conns) {
+			b.Errorf("%s: the edge counted %d connections opened, want %d", load, opened, conns)
 		}
 	}
-	if opened != conns {
-		b.Errorf("the edge counted %d connections opened, want %d", opened, conns)
-	}
+	const short = 2000
+	under("short", short, func() error {
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for w := range 4 {
+			wg.Go(func() {
+				for i := w; i < short; i += 4 {
+					if _, err := exchange(lab, dst, false); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		return <-errs
+	})
+	const bulk, size = 8, 16 << 20
+	under("bulk", bulk, func() error {
+		for range bulk {
+			c, err := exchange(lab, dst, true)
+			if err != nil {
+				return err
+			}
+			if _, err := io.CopyN(c, zeros{}, size); err != nil {
+				c.Close()
+				return err
+			}
+			if err := c.Close(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
 func liveConns() int {
 	if v, err := strconv.Atoi(os.Getenv("NBS_FLOWS_LIVE")); err == nil && v > 0 {
