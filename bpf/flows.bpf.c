@@ -320,9 +320,11 @@ static __always_inline void account(const struct sock *sk, struct nbs_fsock *fs,
 	sent = advance(&fs->bytes_sent, payload_sent(sk, tp));
 	recv = advance(&fs->bytes_recv, payload_recv(sk, tp));
 	retr = advance(&fs->retrans, tp->total_retrans);
-	if (rtt)
+	/* A live connection's RTT is sampled only in an interval it moved
+	 * data in: an idle one's smoothed RTT is as old as its last ACK. */
+	if (rtt && (sent || recv || retr || closed))
 		srtt_ns = (__u64)(tp->srtt_us >> 3) * 1000;
-	if (!sent && !recv && !retr && !closed && !srtt_ns)
+	if (!sent && !recv && !retr && !closed)
 		return;
 	k.gen = gen & 1;
 	v = counters(&k);

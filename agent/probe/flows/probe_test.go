@@ -271,7 +271,10 @@ func TestEdgesCountWhatTheClientAndServerDid(t *testing.T) {
 	}
 }
 
-var ssRTT = regexp.MustCompile(`\brtt:([\d.]+)/`)
+var (
+	ssRTT   = regexp.MustCompile(`\brtt:([\d.]+)/`)
+	ssAcked = regexp.MustCompile(`\bbytes_acked:(\d+)`)
+)
 
 // A live connection's bytes count in the interval they are sent, and its
 // RTT sample is the socket's smoothed RTT, as ss -ti shows it.
@@ -338,8 +341,25 @@ func TestLiveConnectionCountsInItsInterval(t *testing.T) {
 			t.Errorf("interval %d: %+v, want %d bytes sent, opened %d, not closed", i, got, n, boolU(i == 0))
 		}
 	}
-	// Idle now: the smoothed RTT stays as ss shows it.
-	out := lab.Exec(t, lab.A, "ss", "-tinH", "state", "established", fmt.Sprintf("sport = :%d", local.Port()))
+	// One more write: once ss shows it acknowledged, the smoothed RTT
+	// stays as ss shows it until the interval's end samples it.
+	tt.collect(t)
+	if _, err := c.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	total++
+	var out string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out = lab.Exec(t, lab.A, "ss", "-tinH", "state", "established", fmt.Sprintf("sport = :%d", local.Port()))
+		if m := ssAcked.FindStringSubmatch(out); m != nil && m[1] == strconv.FormatInt(total+1, 10) { // the SYN counts one
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("write not acknowledged in 5s: %q", out)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	m := ssRTT.FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("no rtt in ss output %q", out)
@@ -348,8 +368,8 @@ func TestLiveConnectionCountsInItsInterval(t *testing.T) {
 	tt.edges = map[Key]*Counts{}
 	tt.collect(t)
 	got := tt.get(client)
-	if got.RTTCount != 1 {
-		t.Fatalf("one live connection gave %d RTT samples: %+v", got.RTTCount, got)
+	if got.RTTCount != 1 || got.BytesSent != 1 {
+		t.Fatalf("one live connection that sent a byte gave %d RTT samples: %+v", got.RTTCount, got)
 	}
 	ns := uint64(ms * 1e6)
 	wantBucket := loglinear.Index(ns)
@@ -358,6 +378,12 @@ func TestLiveConnectionCountsInItsInterval(t *testing.T) {
 		if got.RTTBuckets[wantBucket-1]+got.RTTBuckets[wantBucket+1] != 1 {
 			t.Errorf("RTT sample %v (buckets %v), ss says %.3f ms (bucket %d)", got.RTTSum, got.RTTBuckets, ms, wantBucket)
 		}
+	}
+	// Idle: no bytes, no sample.
+	tt.edges = map[Key]*Counts{}
+	tt.collect(t)
+	if got := tt.get(client); got.RTTCount != 0 || got.BytesSent != 0 {
+		t.Errorf("an idle connection's interval: %+v, want nothing", got)
 	}
 }
 
