@@ -380,6 +380,9 @@ static __always_inline void opened(struct sock *sk, __u8 role)
 		fs->bytes_recv = payload_recv(sk, tp);
 		fs->retrans = tp->total_retrans;
 	}
+	/* A socket disconnected (connect(AF_UNSPEC)) and connected again
+	 * keeps its storage: this is a new connection. */
+	fs->closed = 0;
 }
 
 SEC("tp_btf/inet_sock_set_state")
