@@ -11,6 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/drops"
 	"github.com/nbs-project/nbs/agent/probe/tcpreset"
@@ -508,5 +511,79 @@ func TestDropsOnTheEdgeEqualTheRulesCounter(t *testing.T) {
 func TestSockStateBytesIsTheStructsSize(t *testing.T) {
 	if n := binary.Size(flowsNbsFsock{}); n != SockStateBytes {
 		t.Errorf("struct nbs_fsock is %d bytes, SockStateBytes says %d", n, SockStateBytes)
+	}
+}
+
+// A socket disconnected (connect with AF_UNSPEC) and connected again is a
+// second connection, counted as one.
+func TestReconnectedSocketCountsTwice(t *testing.T) {
+	lab := netlab.New(t)
+	p := load(t, Options{})
+	a, b := lab.Inode(t, lab.A), lab.Inode(t, lab.B)
+	tt := newTotals(p, a, b)
+	// The disconnect aborts (a reset, not a FIN): the server's last read
+	// fails, as it should.
+	var ln net.Listener
+	if err := lab.Do(lab.B, func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(lab.IPB, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := io.CopyN(io.Discard, c, 10); err == nil {
+					_, _ = c.Write(make([]byte, 10))
+				}
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	srv := netip.MustParseAddrPort(ln.Addr().String())
+	sa := &unix.SockaddrInet4{Port: int(srv.Port()), Addr: srv.Addr().As4()}
+	err := lab.Do(lab.A, func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		buf := make([]byte, 10)
+		for i := range 2 {
+			if err := unix.Connect(fd, sa); err != nil {
+				return fmt.Errorf("connect %d: %w", i, err)
+			}
+			if _, err := unix.Write(fd, buf); err != nil {
+				return err
+			}
+			for got := 0; got < len(buf); {
+				n, err := unix.Read(fd, buf[got:])
+				if err != nil || n == 0 {
+					return fmt.Errorf("read %d: %d, %v", i, n, err)
+				}
+				got += n
+			}
+			// Disconnect: the socket aborts the connection and may
+			// connect again.
+			unspec := unix.RawSockaddr{Family: unix.AF_UNSPEC}
+			if _, _, errno := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&unspec)), unsafe.Sizeof(unspec)); errno != 0 {
+				return fmt.Errorf("disconnect %d: %w", i, errno)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := Key{Netns: a, Role: Client, Local: lab.IPA, Peer: lab.IPB, PeerPort: srv.Port()}
+	tt.until(t, "both connections closed", func() bool { return tt.get(client).Closed >= 2 })
+	if got := tt.get(client); got.Opened != 2 || got.Closed != 2 || got.BytesSent != 20 || got.BytesReceived != 20 {
+		t.Errorf("client edge %+v, want 2 opened and closed, 20 bytes each way", got)
 	}
 }
