@@ -345,14 +345,12 @@ static __always_inline void account(const struct sock *sk, struct nbs_fsock *fs,
 	}
 }
 
-static __always_inline void count_edge(const struct sock *sk, __u8 role, bool opened)
+static __always_inline void count_key(struct nbs_fedge_key *k, bool opened)
 {
-	struct nbs_fedge_key k;
 	struct nbs_fedge_val *v;
 
-	sk_edge(sk, role, &k);
-	k.gen = gen & 1;
-	v = counters(&k);
+	k->gen = gen & 1;
+	v = counters(k);
 	if (!v)
 		return;
 	if (opened)
@@ -361,28 +359,38 @@ static __always_inline void count_edge(const struct sock *sk, __u8 role, bool op
 		__sync_fetch_and_add(&v->failed, 1);
 }
 
+static __always_inline void count_edge(const struct sock *sk, __u8 role, bool opened)
+{
+	struct nbs_fedge_key k;
+
+	sk_edge(sk, role, &k);
+	count_key(&k, opened);
+}
+
 /* A connection that reached ESTABLISHED: count it opened and give the
  * socket its flow state, starting from what it carries already (the
  * handshake's bytes are not data). */
 static __always_inline void opened(struct sock *sk, __u8 role)
 {
+	struct nbs_fedge_key k;
 	struct nbs_fsock *fs;
 	struct tcp_sock *tp;
 
-	count_edge(sk, role, true);
+	sk_edge(sk, role, &k);
 	fs = bpf_sk_storage_get(&flow_sock, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!fs)
-		return;
-	sk_edge(sk, role, &fs->edge);
-	tp = bpf_skc_to_tcp_sock(sk);
-	if (tp) {
-		fs->bytes_sent = payload_sent(sk, tp);
-		fs->bytes_recv = payload_recv(sk, tp);
-		fs->retrans = tp->total_retrans;
+	if (fs) {
+		fs->edge = k;
+		tp = bpf_skc_to_tcp_sock(sk);
+		if (tp) {
+			fs->bytes_sent = payload_sent(sk, tp);
+			fs->bytes_recv = payload_recv(sk, tp);
+			fs->retrans = tp->total_retrans;
+		}
+		/* A socket disconnected (connect(AF_UNSPEC)) and connected
+		 * again keeps its storage: this is a new connection. */
+		fs->closed = 0;
 	}
-	/* A socket disconnected (connect(AF_UNSPEC)) and connected again
-	 * keeps its storage: this is a new connection. */
-	fs->closed = 0;
+	count_key(&k, true);
 }
 
 SEC("tp_btf/inet_sock_set_state")
