@@ -587,3 +587,24 @@ func TestReconnectedSocketCountsTwice(t *testing.T) {
 		t.Errorf("client edge %+v, want 2 opened and closed, 20 bytes each way", got)
 	}
 }
+
+// IPv6 connections make IPv6 edges at both ends.
+func TestIPv6Edges(t *testing.T) {
+	lab := netlab.New(t)
+	p := load(t, Options{})
+	a, b := lab.Inode(t, lab.A), lab.Inode(t, lab.B)
+	tt := newTotals(p, a, b)
+	srv, wait := serve(t, lab, lab.B, netip.AddrPortFrom(lab.IP6B, 0), 100, 200)
+	for range 2 {
+		if err := exchange(lab, lab.A, srv, 100, 200); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait(2)
+	client := Key{Netns: a, Role: Client, Local: lab.IP6A, Peer: lab.IP6B, PeerPort: srv.Port()}
+	server := Key{Netns: b, Role: Server, Local: lab.IP6B, LocalPort: srv.Port(), Peer: lab.IP6A}
+	tt.until(t, "closed at both ends", func() bool { return tt.get(client).Closed == 2 && tt.get(server).Closed == 2 })
+	if c, s := tt.get(client), tt.get(server); c.Opened != 2 || c.BytesSent != 200 || c.BytesReceived != 400 || s.BytesSent != 400 {
+		t.Errorf("client %+v, server %+v", c, s)
+	}
+}

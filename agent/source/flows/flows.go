@@ -211,7 +211,8 @@ type agg struct {
 // edges turns an interval into FlowEdges: its s.top worst and busiest,
 // and one "other" edge with the rest and what the kernel's tables had no
 // room for, so the node's totals stay exact.
-// xlat names the backends of per-connection edges (translator.apply).
+// xlat names the backends of per-connection edges (translator.apply). The
+// maps of iv's counts may be changed.
 func (s *Source) edges(iv probe.Interval, xlat map[int]netip.AddrPort) ([]*nbsv1.FlowEdge, int) {
 	inodes := make([]uint32, 0, len(iv.Edges))
 	for _, e := range iv.Edges {
@@ -228,8 +229,10 @@ func (s *Source) edges(iv probe.Interval, xlat map[int]netip.AddrPort) ([]*nbsv1
 		}
 		a := byID[id]
 		if a == nil {
-			a = &agg{owner: ow}
-			byID[id] = a
+			// The first edge's counts are taken over, maps and all: iv is
+			// not used after this.
+			byID[id] = &agg{owner: ow, Counts: e.Counts}
+			continue
 		}
 		addCounts(&a.Counts, e.Counts)
 	}
