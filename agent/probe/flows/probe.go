@@ -135,7 +135,7 @@ func Load(opts Options) (*Probe, error) {
 	spec.Maps["flow_details"].MaxEntries = 2 * n
 	p := &Probe{log: log, bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "tcp flow map", Log: log, BTF: opts.BTF,
-		Needs: "a kernel (6.10+) with BTF tracepoints inet_sock_set_state, tcp_retransmit_skb, tcp_send_reset(sk, skb, reason), tcp_receive_reset and socket storage",
+		Needs: "a kernel (6.12+) with BTF tracepoints inet_sock_set_state, tcp_retransmit_skb, tcp_send_reset(sk, skb, reason), tcp_receive_reset, kfree_skb(skb, location, reason, rx_sk) and socket storage",
 	}}}
 	vars := bpfload.Vars{flowsVarTargetNetns: opts.NetnsInode}
 	if err := p.bpf.Load(spec, vars, &p.objs, nil); err != nil {
