@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -555,5 +557,60 @@ func TestDNATSplitsAClientEdgeByBackend(t *testing.T) {
 	if len(got) != 2 || got[fmt.Sprintf("%s:%d", s1.addr, backendPort)] != want[fmt.Sprintf("%s:%d", s1.addr, backendPort)] ||
 		got[fmt.Sprintf("%s:%d", s2.addr, backendPort)] != want[fmt.Sprintf("%s:%d", s2.addr, backendPort)] {
 		t.Errorf("client edges to %s by backend %v, want %v (what each backend served)", vip, got, want)
+	}
+}
+
+// A namespace found under another path with a known inode is taken for a
+// new one (the kernel reuses the inodes of namespaces that went): here the
+// same namespace, renamed, which the owners' resolver would otherwise keep
+// naming by its old name for half a minute.
+func TestAddressHoldersFollowAnInodeToItsNewOwner(t *testing.T) {
+	lab := newStar(t)
+	x := lab.add(t, "x", 60)
+	src, err := Open(context.Background(), Options{Env: source.Env{AllNetns: true, DisableBPF: true, Owners: owner.New(owner.Options{})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	holders := func() []string {
+		r, err := src.Collect(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, h := range r.AddressHolders {
+			if h.GetAddress() == x.addr.String() {
+				ids = append(ids, h.GetOwner().GetId())
+			}
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	if got := holders(); !slices.Equal(got, []string{ownerID(x.ns)}) {
+		t.Fatalf("before: %v", got)
+	}
+	y := lab.prefix + "-y"
+	yPath := "/run/netns/" + y
+	if err := os.WriteFile(yPath, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = unix.Unmount(yPath, unix.MNT_DETACH)
+		_ = os.Remove(yPath)
+	})
+	if err := unix.Mount("/run/netns/"+x.ns, yPath, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("ip", "netns", "del", x.ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns del: %v: %s", err, out)
+	}
+	delete(lab.leaves, "x") // gone by that name; y holds it
+	want := []string{ownerID(x.ns), ownerID(y)}
+	slices.Sort(want)
+	if got := holders(); !slices.Equal(got, want) {
+		t.Errorf("the interval of the change: %v, want %v", got, want)
+	}
+	if got := holders(); !slices.Equal(got, []string{ownerID(y)}) {
+		t.Errorf("after: %v, want only %s", got, ownerID(y))
 	}
 }

@@ -31,6 +31,12 @@ const refreshEvery = 30 * time.Second
 // is new, when the set of namespaces changed (a pod came or went: its
 // address may pass to another), when it had none (a pod whose address the
 // CNI had not set yet) and every refreshEvery.
+//
+// A namespace is known by its inode and the path it was found at: the
+// kernel reuses the inode of a namespace that went, so one found at another
+// path is taken for a new namespace (the owners' resolver is told to name
+// it anew), and the one that had the inode is listed once more, with its
+// own owner, as every namespace that went is.
 type holders struct {
 	resolver *owner.Resolver
 	proc     string
@@ -42,15 +48,21 @@ type holders struct {
 	// namespace alone.
 	only *netns.Handle
 
-	known map[uint32]*nsAddrs
+	known map[nsKey]*nsAddrs
+	paths map[uint32]string // the live namespaces' paths, by inode
 	// capped counts holders left out of reports past MaxAddressHolders.
 	capped uint64
 }
 
+type nsKey struct {
+	ino  uint32
+	path string
+}
+
 type nsAddrs struct {
-	path  string
 	addrs []netip.Addr
 	read  time.Time
+	owner owner.Owner
 	// gone is set when the namespace was not found: it held its
 	// addresses during the interval it went, so it is reported once more.
 	gone bool
@@ -63,59 +75,69 @@ func newHolders(r *owner.Resolver, proc string, dirs []string, only *netns.Handl
 	if dirs == nil {
 		dirs = []string{"/run/netns"}
 	}
-	return &holders{resolver: r, proc: proc, dirs: dirs, only: only, log: log, known: map[uint32]*nsAddrs{}}
+	return &holders{resolver: r, proc: proc, dirs: dirs, only: only, log: log, known: map[nsKey]*nsAddrs{}}
 }
 
 // collect returns every (address, owner) held during the interval.
 func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
 	now := time.Now()
-	live := h.namespaces()
+	live := map[nsKey]bool{}
+	h.paths = h.namespaces()
+	for ino, path := range h.paths {
+		live[nsKey{ino, path}] = true
+	}
 	changed := false
-	for ino := range h.known {
-		if _, ok := live[ino]; !ok {
-			changed = true
+	byIno := map[uint32]nsKey{}
+	for k, ns := range h.known {
+		if !ns.gone {
+			byIno[k.ino] = k
 		}
 	}
-	for ino := range live {
-		if _, ok := h.known[ino]; !ok {
-			changed = true
-		}
-	}
-	for ino, ns := range h.known {
-		if _, ok := live[ino]; ok {
+	var reused []uint32
+	for k := range live {
+		if _, ok := h.known[k]; ok {
 			continue
 		}
+		changed = true
+		if old, ok := byIno[k.ino]; ok && old != k {
+			reused = append(reused, k.ino)
+		}
+	}
+	for k, ns := range h.known {
+		if live[k] {
+			continue
+		}
+		changed = true
 		if ns.gone {
-			delete(h.known, ino)
+			delete(h.known, k)
 		} else {
 			ns.gone = true
 		}
 	}
-	for ino, path := range live {
+	if len(reused) > 0 {
+		h.resolver.Forget(reused...)
+	}
+	var inodes []uint32
+	for k := range live {
 		if ctx.Err() != nil {
 			break
 		}
-		ns := h.known[ino]
+		ns := h.known[k]
 		if ns == nil {
 			ns = &nsAddrs{}
-			h.known[ino] = ns
+			h.known[k] = ns
 		}
-		ns.path = path
 		if ns.read.IsZero() || changed || len(ns.addrs) == 0 || now.Sub(ns.read) >= refreshEvery {
-			addrs, err := readAddrs(netns.Handle{Path: path, Inode: ino})
+			addrs, err := readAddrs(netns.Handle{Path: k.path, Inode: k.ino})
 			if err != nil {
 				// Gone between the scan and the read, usually.
-				h.log.Debug("flows: read a namespace's addresses", "netns", path, "err", err)
+				h.log.Debug("flows: read a namespace's addresses", "netns", k.path, "err", err)
 				continue
 			}
 			ns.addrs, ns.read = addrs, now
 		}
-	}
-
-	inodes := make([]uint32, 0, len(h.known))
-	for ino, ns := range h.known {
 		if len(ns.addrs) > 0 {
-			inodes = append(inodes, ino)
+			inodes = append(inodes, k.ino)
 		}
 	}
 	owners := h.resolver.Lookup(inodes...)
@@ -124,13 +146,17 @@ func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
 		owner owner.Owner
 	}
 	var all []held
-	for _, ino := range inodes {
-		ow := owners[ino]
-		if ow.Kind == owner.Unknown {
+	for k, ns := range h.known {
+		if !ns.gone {
+			if live[k] && len(ns.addrs) > 0 {
+				ns.owner = owners[k.ino]
+			}
+		}
+		if ns.owner.Kind == "" || ns.owner.Kind == owner.Unknown {
 			continue // no name the collector could show
 		}
-		for _, a := range h.known[ino].addrs {
-			all = append(all, held{a, ow})
+		for _, a := range ns.addrs {
+			all = append(all, held{a, ns.owner})
 		}
 	}
 	slices.SortFunc(all, func(x, y held) int { return cmp.Or(x.addr.Compare(y.addr), cmp.Compare(x.owner.ID(), y.owner.ID())) })
@@ -230,8 +256,6 @@ func readAddrs(h netns.Handle) ([]netip.Addr, error) {
 
 // path is a way into namespace ino, as last found.
 func (h *holders) path(ino uint32) (string, bool) {
-	if ns, ok := h.known[ino]; ok && !ns.gone {
-		return ns.path, true
-	}
-	return "", false
+	p, ok := h.paths[ino]
+	return p, ok
 }
