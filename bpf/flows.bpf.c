@@ -37,6 +37,10 @@ const volatile __u32 target_netns = 0; /* 0 = every namespace */
 /* The generation new counts go to (0 or 1); written by user space. */
 volatile __u32 gen = 0;
 
+/* Set by user space once a peer is marked translated (flow_dnat_peers):
+ * until then a connect does not look it up. */
+volatile __u32 dnat_marked = 0;
+
 enum nbs_flow_role {
 	NBS_FLOW_CLIENT = 1,
 	NBS_FLOW_SERVER = 2,
@@ -258,6 +262,8 @@ static __always_inline void sk_edge(const struct sock *sk, __u8 role, struct nbs
 		struct nbs_fpeer peer = {.netns = k->netns, .family = t.family, .port = t.dport};
 
 		k->rport = t.dport;
+		if (!dnat_marked)
+			return;
 		__builtin_memcpy(peer.addr, t.daddr, 16);
 		if (bpf_map_lookup_elem(&flow_dnat_peers, &peer)) {
 			k->dnat = 1;

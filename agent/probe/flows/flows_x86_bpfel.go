@@ -89,6 +89,7 @@ const (
 	flowsProgNbsFlowRstRecv     = "nbs_flow_rst_recv"
 	flowsProgNbsFlowRstSend     = "nbs_flow_rst_send"
 	flowsProgNbsFlowState       = "nbs_flow_state"
+	flowsVarDnatMarked          = "dnat_marked"
 	flowsVarGen                 = "gen"
 	flowsVarTargetNetns         = "target_netns"
 	flowsVarUnusedNbsFdetailKey = "unused_nbs_fdetail_key"
@@ -161,6 +162,7 @@ type flowsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type flowsVariableSpecs struct {
+	DnatMarked          *ebpf.VariableSpec `ebpf:"dnat_marked"`
 	Gen                 *ebpf.VariableSpec `ebpf:"gen"`
 	TargetNetns         *ebpf.VariableSpec `ebpf:"target_netns"`
 	UnusedNbsFdetailKey *ebpf.VariableSpec `ebpf:"unused_nbs_fdetail_key"`
@@ -209,6 +211,7 @@ func (m *flowsMaps) Close() error {
 //
 // It can be passed to loadFlowsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type flowsVariables struct {
+	DnatMarked          *ebpf.Variable `ebpf:"dnat_marked"`
 	Gen                 *ebpf.Variable `ebpf:"gen"`
 	TargetNetns         *ebpf.Variable `ebpf:"target_netns"`
 	UnusedNbsFdetailKey *ebpf.Variable `ebpf:"unused_nbs_fdetail_key"`

@@ -194,7 +194,10 @@ func (p *Probe) MarkTranslated(netns uint32, peer netip.AddrPort) error {
 		k.Addr = a.As16()
 	}
 	return p.bpf.Do("mark a translated peer", func() error {
-		return p.objs.FlowDnatPeers.Update(&k, uint8(1), ebpf.UpdateAny)
+		if err := p.objs.FlowDnatPeers.Update(&k, uint8(1), ebpf.UpdateAny); err != nil {
+			return err
+		}
+		return p.objs.DnatMarked.Set(uint32(1))
 	})
 }
 
