@@ -471,7 +471,7 @@ func TestDropsOnTheEdgeEqualTheRulesCounter(t *testing.T) {
 	tt := newTotals(p, a, b)
 	const n = 2 << 20
 	srv, wait := serve(t, lab, lab.B, netip.AddrPortFrom(lab.IPB, 0), n, 1)
-	// Established first: the rule drops data segments only, each of which
+	// Established first: the rule drops every 8th data segment, each of which
 	// IP's early demux has tied to the server's socket.
 	var c net.Conn
 	if err := lab.Do(lab.A, func() (err error) {
@@ -485,7 +485,7 @@ func TestDropsOnTheEdgeEqualTheRulesCounter(t *testing.T) {
 	lab.Nft(t, lab.B, fmt.Sprintf(`table inet %s {
 	chain in {
 		type filter hook input priority 0; policy accept;
-		ip saddr %s tcp dport %d meta length > 200 numgen random mod 100 < 5 counter drop
+		ip saddr %s tcp dport %d meta length > 200 numgen inc mod 8 == 0 counter drop
 	}
 }`, table, lab.IPA, srv.Port()))
 	if _, err := io.CopyN(c, zeros{}, n); err != nil {
