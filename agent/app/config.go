@@ -19,6 +19,7 @@ import (
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/nodecred"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/agent/source/flows"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
 	"github.com/nbs-project/nbs/agent/spool"
 	"github.com/nbs-project/nbs/internal/netns"
@@ -68,6 +69,11 @@ type Config struct {
 	// DNSAlways keeps the DNS programs attached whenever the budget
 	// allows; false attaches them only while the node is expanded.
 	DNSAlways bool
+	// FlowsEnable measures the flow map's edges and lists the owners'
+	// addresses (agent/source/flows); FlowsTop is how many edges a report
+	// names before folding the rest into "other".
+	FlowsEnable bool
+	FlowsTop    int
 	// TLS to the collector: any of these turns it on.
 	CollectorTLS        bool
 	CollectorCA         string
@@ -134,6 +140,8 @@ func DefaultConfig() Config {
 		TriggeredMax:      15 * time.Minute,
 		LatencyRXAlways:   true,
 		DNSAlways:         true,
+		FlowsEnable:       true,
+		FlowsTop:          flows.DefaultTop,
 		CredentialFile:    nodecred.DefaultFile,
 		SpoolDir:          "/var/lib/nbs/spool",
 		SpoolMaxBytes:     spool.DefaultMaxBytes,
@@ -170,6 +178,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.OverheadBudget, "overhead.budget", c.OverheadBudget, "percent of one CPU the agent's BPF programs may use; triggered (per-packet) programs are detached beyond it")
 	fs.DurationVar(&c.TriggeredHold, "triggered.hold", c.TriggeredHold, "keep triggered programs (qdisc sojourn, per-flow detail) attached this long after their branch is healthy again")
 	fs.BoolVar(&c.LatencyRXAlways, "latency.rx.always", c.LatencyRXAlways, "keep the receive-latency programs (latency/rx, netstacklat's cost per run) attached whenever --overhead.budget allows; false attaches them only while the latency branch is in trouble or the node is expanded, like the other triggered programs")
+	fs.BoolVar(&c.FlowsEnable, "flows.enable", c.FlowsEnable, "measure the flow map: each interval, this node's TCP connections by owner and peer (opened, failed, closed, resets by reason, retransmits, bytes, RTT) from state changes, retransmits and resets only, and the addresses its owners hold (capability bpf.flows says why not where the kernel cannot)")
+	fs.IntVar(&c.FlowsTop, "flows.top", c.FlowsTop, fmt.Sprintf("flow-map edges a report names, the worst and busiest first; the rest are summed into one \"other\" edge so totals stay exact (1 to %d)", flows.MaxTop))
 	fs.BoolVar(&c.DNSAlways, "dns.always", c.DNSAlways, "keep the DNS programs (the dns root: queries, answer latency, errors, timeouts; a test of every packet sent and received for UDP port 53) attached whenever --overhead.budget allows; false attaches them only while the node is expanded")
 	fs.DurationVar(&c.TriggeredMax, "triggered.max", c.TriggeredMax, "longest stretch triggered programs stay attached; then they rest for --triggered.hold")
 	fs.StringVar(&c.SpoolDir, "spool.dir", c.SpoolDir, "directory keeping un-acked reports across agent restarts and reboots (\"\": memory only, lost on restart); one agent per directory")
@@ -235,6 +245,9 @@ func (c *Config) Validate() error {
 	}
 	if c.EvidencePerInterval > source.MaxEvidencePerInterval {
 		errs = append(errs, fmt.Errorf("--evidence.per-interval %d is more than %d (a quarter of the events one report may carry)", c.EvidencePerInterval, source.MaxEvidencePerInterval))
+	}
+	if c.FlowsTop < 0 || c.FlowsTop > flows.MaxTop {
+		errs = append(errs, fmt.Errorf("--flows.top %d must be from 1 to %d (0: %d)", c.FlowsTop, flows.MaxTop, flows.DefaultTop))
 	}
 	if c.TopOwners < 0 || c.TopOwners > 100 {
 		errs = append(errs, fmt.Errorf("--owners.top %d must be from 1 to 100 (0: %d)", c.TopOwners, catalog.DefaultTopOwners))

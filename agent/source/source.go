@@ -40,6 +40,11 @@ type Reading struct {
 	// previous collection (a ping target removed): the agent forgets them
 	// and their subtrees, so they do not linger as UNKNOWN.
 	Retired []string
+	// Flows are the interval's flow-map edges and AddressHolders the
+	// addresses the node's owners held (agent/source/flows): not metrics
+	// of the tree, they go into the report's own fields as they are.
+	Flows          []*nbsv1.FlowEdge
+	AddressHolders []*nbsv1.AddressHolder
 }
 
 // Source is one branch of the tree.
