@@ -215,7 +215,7 @@ static __always_inline void evidence(struct nbs_rst_percpu *st, const struct soc
 		__builtin_memcpy(ev->saddr, t.saddr, 16);
 		__builtin_memcpy(ev->daddr, t.daddr, 16);
 	}
-	bpf_ringbuf_submit(ev, nbs_evidence_submit_flags(&rst_events, RST_RING_BYTES));
+	bpf_ringbuf_submit(ev, nbs_evidence_submit_flags(&rst_events, RST_RING_BYTES, sizeof(*ev), evidence_per_sec));
 }
 
 /* sk is NULL when no socket matched the packet (NO_SOCKET); skb is NULL for

@@ -42,6 +42,7 @@ import (
 	"github.com/nbs-project/nbs/agent/probe/evidence"
 	"github.com/nbs-project/nbs/agent/probe/tcpreset"
 	"github.com/nbs-project/nbs/bench/bpfstats"
+	"github.com/nbs-project/nbs/bench/floor"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
@@ -168,8 +169,27 @@ func BenchmarkEvidencePerEvent(b *testing.B) {
 		peerVariant(b, "peer, ring submit with wakeup", "peer_wakeup", ns, 0),
 		peerVariant(b, "peer, ring submit with BPF_RB_NO_WAKEUP", "peer_nowakeup", ns, 1),
 	}
+	runVariants(b, l, variants, "peer_nowakeup", rate, secs, rounds)
+}
+
+// loadavg is /proc/loadavg's first three fields, for the log of a run.
+func loadavg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(raw))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// runVariants runs rounds of phases, one variant attached at a time, and
+// reports each variant's ratio to the anchor's (the variant whose metric
+// is anchor) round by round: the anchor's phase is in the same round, so
+// the two met the same machine within seconds of each other.
+func runVariants(b *testing.B, l *netlab.Lab, variants []variant, anchor string, rate, secs, rounds int) {
 	bpfstats.Enable(b)
 	for range b.N {
+		b.Logf("load average before: %s", loadavg())
 		perEvent := make([][]float64, len(variants))
 		for r := range rounds {
 			for k := range variants {
@@ -201,7 +221,28 @@ func BenchmarkEvidencePerEvent(b *testing.B) {
 			b.Logf("%s: ns of BPF time per evidence event at %d/s, %d rounds: %s (median %.0f)", v.name, rate, rounds, fmtNs(perEvent[i]), x[len(x)/2])
 			b.ReportMetric(x[len(x)/2], v.metric+"_ns/event")
 		}
+		a := slices.IndexFunc(variants, func(v variant) bool { return v.metric == anchor })
+		for i, v := range variants {
+			if a < 0 || i == a {
+				continue
+			}
+			ratios := make([]float64, rounds)
+			for r := range rounds {
+				ratios[r] = perEvent[i][r] / perEvent[a][r]
+			}
+			b.Logf("%s / %s, round by round: %s (max %.2f)", v.metric, anchor, fmtRatios(ratios), slices.Max(ratios))
+			b.ReportMetric(slices.Max(ratios), v.metric+"/"+anchor+"_max")
+		}
+		b.Logf("load average after: %s", loadavg())
 	}
+}
+
+func fmtRatios(v []float64) string {
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return strings.Join(out, ", ")
 }
 
 func fmtNs(v []float64) string {
@@ -212,6 +253,13 @@ func fmtNs(v []float64) string {
 	return strings.Join(out, ", ")
 }
 
+// BenchmarkKfreeSkbPeer measures the agent's kfree_skb program beside the
+// ebpf_exporter-shaped peers and the floor (an empty program at the same
+// tracepoint, bench/floor), all attached in the same run. Programs at one
+// tracepoint run in the order they were attached and the first to read the
+// packet pays its cache misses, so the rounds alternate: the agent first,
+// then the exporter's example first. The floor is attached before both and
+// reads nothing.
 func BenchmarkKfreeSkbPeer(b *testing.B) {
 	l := netlab.New(b)
 	l.Nft(b, l.B, `table inet nbs_bench {
@@ -220,48 +268,82 @@ func BenchmarkKfreeSkbPeer(b *testing.B) {
 		udp dport 7777 counter drop
 	}
 }`)
-	ours, err := drops.Load(drops.Options{})
+	fl, err := floor.Load()
 	if err != nil {
-		netlab.SkipOrFail(b, "drops: %v", err)
+		netlab.SkipOrFail(b, "floor: %v", err)
 	}
-	defer ours.Close()
+	defer fl.Close()
+	floors, err := fl.Attach("kfree_skb")
+	if err != nil {
+		netlab.SkipOrFail(b, "floor: %v", err)
+	}
 	var objs kfreepeerObjects
 	if err := loadKfreepeerObjects(&objs, nil); err != nil {
 		netlab.SkipOrFail(b, "load the kfree_skb peers: %v", err)
 	}
 	defer objs.Close()
-	defer attach(b, objs.ExporterKfreeSkb).Close()
-	defer attach(b, objs.ExporterKfreeSkbReason).Close()
 	bpfstats.Enable(b)
-	progs := []struct {
-		name, metric string
-		prog         *ebpf.Program
-	}{
-		{"agent tp_btf/kfree_skb (every namespace, evidence 20/s)", "agent", ours.Programs()["kfree_skb"]},
-		{"ebpf_exporter shape: tp_btf, headers, hash by (proto, port, reason)", "exporter", objs.ExporterKfreeSkb},
-		{"ebpf_exporter shape: hash by reason", "exporter_reason", objs.ExporterKfreeSkbReason},
+	names := []struct{ name, metric string }{
+		{"agent tp_btf/kfree_skb (every namespace, evidence 20/s)", "agent"},
+		{"ebpf_exporter shape: tp_btf, headers, hash by (proto, port, reason)", "exporter"},
+		{"ebpf_exporter shape: hash by reason", "exporter_reason"},
+		{"floor: an empty tp_btf/kfree_skb program", "floor"},
 	}
-	rounds := envInt("NBS_EVIDENCE_ROUNDS", 3)
+	rounds := envInt("NBS_EVIDENCE_ROUNDS", 4)
 	for range b.N {
-		medians := make([][]float64, len(progs))
-		for range rounds {
+		b.Logf("load average before: %s", loadavg())
+		medians := make([][]float64, len(names))
+		for r := range rounds {
+			agentFirst := r%2 == 0
+			var ours *drops.Probe
+			var links []link.Link
+			loadOurs := func() {
+				if ours, err = drops.Load(drops.Options{}); err != nil {
+					netlab.SkipOrFail(b, "drops: %v", err)
+				}
+			}
+			if agentFirst {
+				loadOurs()
+			}
+			links = append(links, attach(b, objs.ExporterKfreeSkb), attach(b, objs.ExporterKfreeSkbReason))
+			if !agentFirst {
+				loadOurs()
+			}
+			progs := []*ebpf.Program{ours.Programs()["kfree_skb"], objs.ExporterKfreeSkb, objs.ExporterKfreeSkbReason, floors["kfree_skb"]}
 			samplers := make([]*bpfstats.Sampler, len(progs))
-			for i, pr := range progs {
-				samplers[i] = bpfstats.Start(b, pr.prog)
+			for i, p := range progs {
+				samplers[i] = bpfstats.Start(b, p)
 			}
 			for _, port := range []uint16{9999, 7777} {
 				l.SendUDP(b, l.A, netip.AddrPortFrom(l.IPB, port), 100_000, 64, 0)
 			}
-			for i, pr := range progs {
-				r := report(b, samplers[i], pr.name)
-				b.Logf("%s: %d runs, median %.0f ns/run, mean %.0f ns/run", pr.name, r.Runs, r.MedianNs, r.MeanNs)
+			order := "agent first"
+			if !agentFirst {
+				order = "exporter first"
+			}
+			for i, n := range names {
+				r := report(b, samplers[i], n.name)
+				b.Logf("%s, %s: %d runs, median %.0f ns/run, mean %.0f ns/run", n.name, order, r.Runs, r.MedianNs, r.MeanNs)
 				medians[i] = append(medians[i], r.MedianNs)
 			}
+			for _, k := range links {
+				_ = k.Close()
+			}
+			_ = ours.Close()
 		}
-		for i, pr := range progs {
+		for i, n := range names {
 			x := slices.Sorted(slices.Values(medians[i]))
-			b.Logf("%s: median ns/run of %d rounds: %s", pr.name, rounds, fmtNs(medians[i]))
-			b.ReportMetric(x[len(x)/2], pr.metric+"_ns/run")
+			b.Logf("%s: median ns/run of %d rounds (agent first, exporter first, ...): %s", n.name, rounds, fmtNs(medians[i]))
+			b.ReportMetric(x[len(x)/2], n.metric+"_ns/run")
 		}
+		for _, against := range []int{1, 3} {
+			ratios := make([]float64, rounds)
+			for r := range rounds {
+				ratios[r] = medians[0][r] / medians[against][r]
+			}
+			b.Logf("agent / %s, round by round: %s (max %.2f)", names[against].metric, fmtRatios(ratios), slices.Max(ratios))
+			b.ReportMetric(slices.Max(ratios), "agent/"+names[against].metric+"_max")
+		}
+		b.Logf("load average after: %s", loadavg())
 	}
 }

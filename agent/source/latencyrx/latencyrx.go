@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
@@ -29,8 +30,9 @@ type Options struct {
 	// Triggered attaches the programs only while triggered or expanded
 	// (--latency.rx.always=false); by default they are always attached.
 	Triggered bool
-	// ReadSample is the probe's 1-in-N read sample (probe.Options); 0 is
-	// probe.DefaultReadSample.
+	// ReadSample is the probe's 1-in-N sample (probe.Options,
+	// --latency.rx.sample); 0 is probe.DefaultReadSample. An operator's
+	// expand times every packet and socket while it lasts (SetExpanded).
 	ReadSample int
 }
 
@@ -39,6 +41,36 @@ type Source struct {
 	*source.Triggered[*probe.Probe, probe.Stats]
 
 	deltas [probe.Protos][probe.Kinds]bpfhist.Delta // guarded by Triggered's lock
+
+	mu       sync.Mutex
+	expanded bool
+}
+
+// SetExpanded times every packet and UDP socket (true) or the sample
+// (false, Options.ReadSample), without reloading the programs
+// (source.Expandable).
+func (s *Source) SetExpanded(on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on == s.expanded {
+		return nil
+	}
+	n := 0 // the sample the probe was loaded with
+	if on {
+		n = 1
+	}
+	if err := s.WithProbe(func(p *probe.Probe) error { return p.SetReadSample(n) }); err != nil {
+		return err
+	}
+	s.expanded = on
+	return nil
+}
+
+// Expanded says whether every packet and socket is timed.
+func (s *Source) Expanded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.expanded
 }
 
 // ids names the histogram of each protocol and kind; Total has no child
