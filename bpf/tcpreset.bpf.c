@@ -134,6 +134,26 @@ static __always_inline struct nbs_rst_percpu *percpu(void)
 	return bpf_map_lookup_elem(&rst_percpu, &zero);
 }
 
+/*
+ * This CPU's slots, looked up first and their first line and the evidence
+ * bucket's read at once, before the namespace: at a rare rate each is a
+ * cache miss (the lookup's two, the map and then the value, in a row), and
+ * issued here they overlap the namespace's own chain of misses (socket or
+ * device, then the namespace) instead of following it. A reset of another
+ * namespace pays the lookup; resets are not per packet.
+ */
+static __always_inline struct nbs_rst_percpu *early(void)
+{
+	struct nbs_rst_percpu *pc = percpu();
+
+	if (pc) {
+		(void)*(volatile __u64 *)&pc->denied_until;
+		if (evidence_per_sec)
+			(void)*(volatile __u64 *)&evidence_tat;
+	}
+	return pc;
+}
+
 /* Count one reset, in one place only (see struct nbs_rst_percpu). */
 static __always_inline void count(struct nbs_rst_percpu *pc, __u32 netns, __u32 direction, __u32 code)
 {
@@ -227,11 +247,11 @@ int BPF_PROG(nbs_rst_send, const struct sock *sk, const struct sk_buff *skb,
 	struct nbs_rst_percpu *pc;
 	__u32 netns;
 
+	pc = early();
+	if (!pc)
+		return 0;
 	netns = sk ? nbs_sk_netns(sk) : nbs_skb_netns(skb);
 	if (target_netns && netns != target_netns)
-		return 0;
-	pc = percpu();
-	if (!pc)
 		return 0;
 	count(pc, netns, NBS_RST_SENT, reason);
 	evidence(pc, sk, skb, netns, NBS_RST_SENT, reason);
@@ -248,11 +268,11 @@ int BPF_PROG(nbs_rst_recv, struct sock *sk)
 
 	if (!sk)
 		return 0;
+	pc = early();
+	if (!pc)
+		return 0;
 	netns = nbs_sk_netns(sk);
 	if (target_netns && netns != target_netns)
-		return 0;
-	pc = percpu();
-	if (!pc)
 		return 0;
 	count(pc, netns, NBS_RST_RECEIVED, sk->__sk_common.skc_state);
 	evidence(pc, sk, NULL, netns, NBS_RST_RECEIVED, 0);
