@@ -96,12 +96,39 @@ struct {
 	__type(value, __u64);
 } rst_counts SEC(".maps");
 
+/* What agents before rst_cpus counted, per CPU: the programs no longer
+ * write it, but a pinned one adopted after an upgrade holds their counts,
+ * which user space adds in. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct nbs_rst_percpu);
 } rst_percpu SEC(".maps");
+
+/* One CPU's slots, a whole number of cache lines, so no two CPUs write
+ * one line. */
+struct nbs_rst_cpu {
+	struct nbs_rst_percpu c;
+	__u8 pad[64 - sizeof(struct nbs_rst_percpu) % 64];
+};
+
+/*
+ * This CPU's slots, indexed by the CPU (the loader sets max_entries to the
+ * possible CPUs; the program runs with migration disabled, and the fields
+ * both programs write are updated atomically, as in a per-CPU value). A
+ * plain array, not a per-CPU one: the verifier turns the lookup into
+ * arithmetic on constants, where a per-CPU array's loads its pointer table
+ * from the map first. At a rare rate that load is a cache miss of its own,
+ * in a row before the value's (a quarter of what counting and the rate
+ * limit cost beyond the evidence record; BENCHMARKS.md).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nbs_rst_cpu);
+} rst_cpus SEC(".maps");
 
 #define RST_RING_BYTES (256 * 1024)
 
@@ -129,9 +156,10 @@ const struct nbs_rst_event *unused_nbs_rst_event __attribute__((unused));
 
 static __always_inline struct nbs_rst_percpu *percpu(void)
 {
-	__u32 zero = 0;
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct nbs_rst_cpu *v = bpf_map_lookup_elem(&rst_cpus, &cpu);
 
-	return bpf_map_lookup_elem(&rst_percpu, &zero);
+	return v ? &v->c : NULL;
 }
 
 /*

@@ -25,8 +25,8 @@ import (
 
 	probe "github.com/nbs-project/nbs/agent/probe/dns"
 	"github.com/nbs-project/nbs/bench/bpfstats"
-	"github.com/nbs-project/nbs/bench/floor"
 	"github.com/nbs-project/nbs/bench/dns/peer"
+	"github.com/nbs-project/nbs/bench/floor"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 	"github.com/nbs-project/nbs/internal/testlab/txlab"
 )
