@@ -120,8 +120,7 @@ struct nbs_rst_cpu {
  * plain array, not a per-CPU one: the verifier turns the lookup into
  * arithmetic on constants, where a per-CPU array's loads its pointer table
  * from the map first. At a rare rate that load is a cache miss of its own,
- * in a row before the value's (a quarter of what counting and the rate
- * limit cost beyond the evidence record; BENCHMARKS.md).
+ * in a row before the value's (BENCHMARKS.md, "Evidence cost per event").
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
