@@ -92,6 +92,19 @@ type Standing interface {
 	AlwaysOn() bool
 }
 
+// Expandable is implemented by Adaptive sources that measure a sample and
+// measure everything while an operator has the node expanded (latency/rx
+// times 1 socket and packet in --latency.rx.sample, and every one during an
+// expand): one slow socket outside the sample is what the operator may be
+// looking for. The agent turns it on for the expand's duration and off
+// again, and back off early when the overhead budget is exceeded with it on.
+type Expandable interface {
+	// SetExpanded measures everything (true) or the sample (false).
+	SetExpanded(on bool) error
+	// Expanded says which.
+	Expanded() bool
+}
+
 // Scoped is implemented by sources whose programs are restricted to one
 // namespace (--netns) yet run for every packet on the host, leaving those
 // of other namespaces after their first test. RunsInScope counts, by the
