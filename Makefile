@@ -139,6 +139,7 @@ bench: ## run every benchmark of BENCHMARKS.md (about two hours; root for the BP
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencydrops/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencytx/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencyrx/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/dns/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/evidencecost/
 	$(BENCH_ENV) NBS_FLEET_NODES=$(FLEET_NODES) NBS_FLEET_DURATION=$(FLEET_DURATION) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 180m ./bench/fleet/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./bench/agentcost/

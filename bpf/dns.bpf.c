@@ -468,7 +468,7 @@ int BPF_PROG(nbs_dns_answer, struct sk_buff *skb)
 	if (h)
 		nbs_hist_record(h, lat);
 	if (ev)
-		bpf_ringbuf_submit(ev, nbs_evidence_submit_flags(&dns_events, DNS_RING_BYTES));
+		bpf_ringbuf_submit(ev, nbs_evidence_submit_flags(&dns_events, DNS_RING_BYTES, sizeof(*ev), evidence_per_sec));
 	return 0;
 }
 

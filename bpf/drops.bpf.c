@@ -242,7 +242,7 @@ static __always_inline void drop_evidence(struct nbs_drop_percpu *pc, const stru
 	}
 	ev->l3proto = bpf_ntohs(skb->protocol);
 	drop_headers(skb, ev);
-	bpf_ringbuf_submit(ev, nbs_evidence_submit_flags(&drop_events, DROP_RING_BYTES));
+	bpf_ringbuf_submit(ev, nbs_evidence_submit_flags(&drop_events, DROP_RING_BYTES, sizeof(*ev), evidence_per_sec));
 }
 
 /* Count a drop by namespace and reason: in this CPU's slot for the key if

@@ -96,12 +96,38 @@ struct {
 	__type(value, __u64);
 } rst_counts SEC(".maps");
 
+/* What agents before rst_cpus counted, per CPU: the programs no longer
+ * write it, but a pinned one adopted after an upgrade holds their counts,
+ * which user space adds in. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct nbs_rst_percpu);
 } rst_percpu SEC(".maps");
+
+/* One CPU's slots, a whole number of cache lines, so no two CPUs write
+ * one line. */
+struct nbs_rst_cpu {
+	struct nbs_rst_percpu c;
+	__u8 pad[64 - sizeof(struct nbs_rst_percpu) % 64];
+};
+
+/*
+ * This CPU's slots, indexed by the CPU (the loader sets max_entries to the
+ * possible CPUs; the program runs with migration disabled, and the fields
+ * both programs write are updated atomically, as in a per-CPU value). A
+ * plain array, not a per-CPU one: the verifier turns the lookup into
+ * arithmetic on constants, where a per-CPU array's loads its pointer table
+ * from the map first. At a rare rate that load is a cache miss of its own,
+ * in a row before the value's (BENCHMARKS.md, "Evidence cost per event").
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nbs_rst_cpu);
+} rst_cpus SEC(".maps");
 
 #define RST_RING_BYTES (256 * 1024)
 
@@ -129,9 +155,30 @@ const struct nbs_rst_event *unused_nbs_rst_event __attribute__((unused));
 
 static __always_inline struct nbs_rst_percpu *percpu(void)
 {
-	__u32 zero = 0;
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct nbs_rst_cpu *v = bpf_map_lookup_elem(&rst_cpus, &cpu);
 
-	return bpf_map_lookup_elem(&rst_percpu, &zero);
+	return v ? &v->c : NULL;
+}
+
+/*
+ * This CPU's slots, looked up first and their first line and the evidence
+ * bucket's read at once, before the namespace: at a rare rate each is a
+ * cache miss (the lookup's two, the map and then the value, in a row), and
+ * issued here they overlap the namespace's own chain of misses (socket or
+ * device, then the namespace) instead of following it. A reset of another
+ * namespace pays the lookup; resets are not per packet.
+ */
+static __always_inline struct nbs_rst_percpu *early(void)
+{
+	struct nbs_rst_percpu *pc = percpu();
+
+	if (pc) {
+		(void)*(volatile __u64 *)&pc->denied_until;
+		if (evidence_per_sec)
+			(void)*(volatile __u64 *)&evidence_tat;
+	}
+	return pc;
 }
 
 /* Count one reset, in one place only (see struct nbs_rst_percpu). */
@@ -215,7 +262,7 @@ static __always_inline void evidence(struct nbs_rst_percpu *st, const struct soc
 		__builtin_memcpy(ev->saddr, t.saddr, 16);
 		__builtin_memcpy(ev->daddr, t.daddr, 16);
 	}
-	bpf_ringbuf_submit(ev, nbs_evidence_submit_flags(&rst_events, RST_RING_BYTES));
+	bpf_ringbuf_submit(ev, nbs_evidence_submit_flags(&rst_events, RST_RING_BYTES, sizeof(*ev), evidence_per_sec));
 }
 
 /* sk is NULL when no socket matched the packet (NO_SOCKET); skb is NULL for
@@ -227,11 +274,11 @@ int BPF_PROG(nbs_rst_send, const struct sock *sk, const struct sk_buff *skb,
 	struct nbs_rst_percpu *pc;
 	__u32 netns;
 
+	pc = early();
+	if (!pc)
+		return 0;
 	netns = sk ? nbs_sk_netns(sk) : nbs_skb_netns(skb);
 	if (target_netns && netns != target_netns)
-		return 0;
-	pc = percpu();
-	if (!pc)
 		return 0;
 	count(pc, netns, NBS_RST_SENT, reason);
 	evidence(pc, sk, skb, netns, NBS_RST_SENT, reason);
@@ -248,11 +295,11 @@ int BPF_PROG(nbs_rst_recv, struct sock *sk)
 
 	if (!sk)
 		return 0;
+	pc = early();
+	if (!pc)
+		return 0;
 	netns = nbs_sk_netns(sk);
 	if (target_netns && netns != target_netns)
-		return 0;
-	pc = percpu();
-	if (!pc)
 		return 0;
 	count(pc, netns, NBS_RST_RECEIVED, sk->__sk_common.skc_state);
 	evidence(pc, sk, NULL, netns, NBS_RST_RECEIVED, 0);

@@ -4,7 +4,9 @@
 #
 #  1. timing: the tests tools/timing-tests.txt lists (they compare
 #     microsecond timings with kernel oracles, or bound a latency, a rate
-#     or a timeout) run one package at a time with nothing else running;
+#     or a timeout) run one package at a time: first its two light lanes
+#     (lines marked lane:a and lane:b) side by side, then the rest with
+#     nothing else running;
 #  2. concurrent: every other Go test, packages two at a time and e2e's
 #     tests side by side (t.Parallel, -parallel GOTEST_PARALLEL), beside
 #     go vet, the web unit tests, the fuzz targets and the tools' own
@@ -26,20 +28,30 @@ PARALLEL=${GOTEST_PARALLEL:-4}
 FUZZTIME=${FUZZTIME:-2s}
 art=test-artifacts
 mkdir -p "$art"
-rm -f "$art"/go-test*.json "$art"/phase2-*.log "$art"/phase2-*.rc
+rm -f "$art"/go-test*.json "$art"/phase[12]-*.log "$art"/phase[12]-*.rc
 failed=0
 
-# Read the list: whole packages, and packages split by test name.
+# Read the list: whole packages, and packages split by test name, each in
+# its lane ("" = alone, after the lanes a and b have run side by side).
 whole=()
-declare -A split=() names=() # package -> ^(TestA|TestB)$, and -> TestA TestB
+declare -A wholelane=() split=() names=() # split: package -> ^(TestA|TestB)$ of all its lines
+declare -A lanesplit=()                                # "lane package" -> ^(TestA|TestB)$
 while read -ra words; do
+	ln=""
+	if [[ ${words[0]:-} == lane:* ]]; then
+		ln=${words[0]#lane:}
+		[[ $ln == a || $ln == b ]] || { echo "gotest: tools/timing-tests.txt: unknown lane ${words[0]} (lane:a or lane:b)" >&2; exit 1; }
+		words=("${words[@]:1}")
+	fi
 	pkg=${words[0]:-} tests=("${words[@]:1}")
 	[[ -z $pkg || $pkg == \#* ]] && continue
 	if ((${#tests[@]} == 0)); then
 		whole+=("$pkg")
+		wholelane[$pkg]=$ln
 	else
-		split[$pkg]="^($(IFS='|'; echo "${tests[*]}"))\$"
-		names[$pkg]=${tests[*]}
+		names[$pkg]="${names[$pkg]:+${names[$pkg]} }${tests[*]}"
+		lanesplit["$ln $pkg"]="^($(IFS='|'; echo "${tests[*]}"))\$"
+		split[$pkg]="^($(echo "${names[$pkg]}" | tr ' ' '|'))\$"
 	fi
 done < tools/timing-tests.txt
 
@@ -65,16 +77,34 @@ for p in "${own[@]}"; do skip[$(list "$p")]=1 || exit 1; done
 rest=()
 for p in "${all[@]}"; do [[ -n ${skip[$p]:-} ]] || rest+=("$p"); done
 
-phase_start=$SECONDS
-echo "--- phase 1: timing tests, one package at a time (${#timed[@]} packages, and ${#splitpkgs[@]} packages' listed tests)"
-{
-	rc=0
-	$GO test -count=1 -p 1 -timeout 25m -json "${timed[@]}" 2>&1 || rc=1
+# runlane LANE: the lane's whole packages (-p 1), then its split packages'
+# listed tests, one package at a time.
+runlane() {
+	local ln=$1 rc=0 pkgs=() p
+	for p in "${whole[@]}"; do [[ ${wholelane[$p]} == "$ln" ]] && pkgs+=("$p"); done
+	if ((${#pkgs[@]} > 0)); then
+		$GO test -count=1 -p 1 -timeout 25m -json "${pkgs[@]}" 2>&1 || rc=1
+	fi
 	for p in "${splitpkgs[@]}"; do
-		$GO test -count=1 -p 1 -timeout 25m -json -run "${split[$p]}" "$p" 2>&1 || rc=1
+		[[ -n ${lanesplit["$ln $p"]:-} ]] || continue
+		$GO test -count=1 -p 1 -timeout 25m -json -run "${lanesplit["$ln $p"]}" "$p" 2>&1 || rc=1
 	done
-	exit $rc
-} | $TESTTIME -top 0 -save "$art/go-test-timing.json" || failed=1
+	return $rc
+}
+
+phase_start=$SECONDS
+echo "--- phase 1: timing tests (${#whole[@]} packages, and ${#splitpkgs[@]} packages' listed tests): lanes a and b side by side, then the rest one package at a time"
+for ln in a b; do
+	(runlane "$ln" >"$art/phase1-$ln.log"; echo $? >"$art/phase1-$ln.rc") &
+done
+wait
+for ln in a b; do
+	[[ $(cat "$art/phase1-$ln.rc" 2>/dev/null) == 0 ]] || failed=1
+	$TESTTIME -top 0 -save "$art/go-test-timing-$ln.json" <"$art/phase1-$ln.log" || failed=1
+done
+echo "--- phase 1, lanes a and b: $((SECONDS - phase_start)) s"
+runlane "" | $TESTTIME -top 0 -save "$art/go-test-timing-alone.json" || failed=1
+cat "$art"/go-test-timing-{a,b,alone}.json >"$art/go-test-timing.json"
 t1=$((SECONDS - phase_start))
 # A listed test that did not run (renamed, deleted) would run in phase 2
 # beside the others without anyone noticing: the list must be fixed.

@@ -34,5 +34,8 @@ export default defineConfig({
   test: {
     environment: 'happy-dom',
     include: ['src/**/*.test.{ts,tsx}'],
+    // make test runs these beside the Go tests on two cores: a test that
+    // takes 1 s alone can take 5 s there, which is not a failure.
+    testTimeout: 30_000,
   },
 });

@@ -27,6 +27,7 @@ import (
 	"github.com/nbs-project/nbs/agent/source/agent"
 	dnssrc "github.com/nbs-project/nbs/agent/source/dns"
 	"github.com/nbs-project/nbs/agent/source/drops"
+	"github.com/nbs-project/nbs/agent/source/flows"
 	"github.com/nbs-project/nbs/agent/source/latency"
 	"github.com/nbs-project/nbs/agent/source/latencyecn"
 	"github.com/nbs-project/nbs/agent/source/latencyflows"
@@ -258,6 +259,7 @@ func (a *Agent) logKernelBaseline(n baselineNote) {
 // recording around it which counts the reports carry (see carry).
 func (a *Agent) report(led *ledger, car *carry, now time.Time, elapsed time.Duration, cur reading, full bool) tree.Result {
 	rep, res := led.build(a.tree, now, elapsed, cur, full)
+	rep.Flows, rep.AddressHolders = cur.flows, cur.holders
 	car.pending(rep.GetTimeUnixNano(), led.counters)
 	a.outbox.Add(rep)
 	car.commit()
@@ -344,8 +346,9 @@ func (a *Agent) branches() []opener {
 		open(latencysizes.Open, latencysizes.Options{}),
 		open(latencyecn.Open, latencyecn.Options{}),
 		open(latencyflows.Open, latencyflows.Options{}),
-		open(latencyrx.Open, latencyrx.Options{Triggered: !a.cfg.LatencyRXAlways}),
+		open(latencyrx.Open, latencyrx.Options{Triggered: !a.cfg.LatencyRXAlways, ReadSample: a.cfg.LatencyRXSample}),
 		open(dnssrc.Open, dnssrc.Options{Triggered: !a.cfg.DNSAlways, MaxEventsPerInterval: a.cfg.evidencePerInterval()}),
+		open(flows.Open, flows.Options{Disabled: !a.cfg.FlowsEnable, Top: a.cfg.FlowsTop}),
 	}
 }
 
@@ -432,6 +435,9 @@ type reading struct {
 	// sinceBoot are the counters that are the kernel's own since boot
 	// (source.SinceBoot).
 	sinceBoot map[string]bool
+	// flows and holders go into the report as they are (source.Reading).
+	flows   []*nbsv1.FlowEdge
+	holders []*nbsv1.AddressHolder
 }
 
 func (a *Agent) collect(ctx context.Context, led *ledger) reading {
@@ -475,6 +481,8 @@ func (a *Agent) collect(ctx context.Context, led *ledger) reading {
 			r.idle[id] = true
 		}
 		r.events = append(r.events, got.Events...)
+		r.flows = append(r.flows, got.Flows...)
+		r.holders = append(r.holders, got.AddressHolders...)
 		for _, e := range got.Events {
 			if cont != nil && cont.Continues(e.GetMetricId()) {
 				r.continuedEvents = append(r.continuedEvents, e)

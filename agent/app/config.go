@@ -18,7 +18,9 @@ import (
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/nodecred"
+	latencyrxprobe "github.com/nbs-project/nbs/agent/probe/latencyrx"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/agent/source/flows"
 	pingsrc "github.com/nbs-project/nbs/agent/source/ping"
 	"github.com/nbs-project/nbs/agent/spool"
 	"github.com/nbs-project/nbs/internal/netns"
@@ -65,9 +67,18 @@ type Config struct {
 	// LatencyRXAlways keeps the receive-latency programs attached whenever
 	// the budget allows; false attaches them only when triggered.
 	LatencyRXAlways bool
+	// LatencyRXSample times 1 in LatencyRXSample TCP segments, UDP
+	// sockets and packets (agent/probe/latencyrx.Options.ReadSample; 0 is
+	// its default); an operator's expand times every one while it lasts.
+	LatencyRXSample int
 	// DNSAlways keeps the DNS programs attached whenever the budget
 	// allows; false attaches them only while the node is expanded.
 	DNSAlways bool
+	// FlowsEnable measures the flow map's edges and lists the owners'
+	// addresses (agent/source/flows); FlowsTop is how many edges a report
+	// names before folding the rest into "other".
+	FlowsEnable bool
+	FlowsTop    int
 	// TLS to the collector: any of these turns it on.
 	CollectorTLS        bool
 	CollectorCA         string
@@ -133,7 +144,10 @@ func DefaultConfig() Config {
 		TriggeredHold:     2 * time.Minute,
 		TriggeredMax:      15 * time.Minute,
 		LatencyRXAlways:   true,
+		LatencyRXSample:   latencyrxprobe.DefaultReadSample,
 		DNSAlways:         true,
+		FlowsEnable:       true,
+		FlowsTop:          flows.DefaultTop,
 		CredentialFile:    nodecred.DefaultFile,
 		SpoolDir:          "/var/lib/nbs/spool",
 		SpoolMaxBytes:     spool.DefaultMaxBytes,
@@ -169,7 +183,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.UintVar(&c.TxSample, "tx-timestamping.sample", c.TxSample, "time 1 in this many TCP connections with BPF TX timestamping (sendmsg → qdisc → driver → ACK); 1 = every connection, 0 = off")
 	fs.Float64Var(&c.OverheadBudget, "overhead.budget", c.OverheadBudget, "percent of one CPU the agent's BPF programs may use; triggered (per-packet) programs are detached beyond it")
 	fs.DurationVar(&c.TriggeredHold, "triggered.hold", c.TriggeredHold, "keep triggered programs (qdisc sojourn, per-flow detail) attached this long after their branch is healthy again")
+	fs.IntVar(&c.LatencyRXSample, "latency.rx.sample", c.LatencyRXSample, fmt.Sprintf("time 1 in this many TCP segments, UDP sockets and packets for latency/rx (a power of two from 1, every one, to %d); while an operator has the node expanded every one is timed, within --overhead.budget", latencyrxprobe.MaxReadSample))
 	fs.BoolVar(&c.LatencyRXAlways, "latency.rx.always", c.LatencyRXAlways, "keep the receive-latency programs (latency/rx, netstacklat's cost per run) attached whenever --overhead.budget allows; false attaches them only while the latency branch is in trouble or the node is expanded, like the other triggered programs")
+	fs.BoolVar(&c.FlowsEnable, "flows.enable", c.FlowsEnable, "measure the flow map: each interval, this node's TCP connections by owner and peer (opened, failed, closed, resets by reason, retransmits, bytes, RTT) from state changes, retransmits and resets only, and the addresses its owners hold (capability bpf.flows says why not where the kernel cannot)")
+	fs.IntVar(&c.FlowsTop, "flows.top", c.FlowsTop, fmt.Sprintf("flow-map edges a report names, the worst and busiest first; the rest are summed into one \"other\" edge so totals stay exact (1 to %d)", flows.MaxTop))
 	fs.BoolVar(&c.DNSAlways, "dns.always", c.DNSAlways, "keep the DNS programs (the dns root: queries, answer latency, errors, timeouts; a test of every packet sent and received for UDP port 53) attached whenever --overhead.budget allows; false attaches them only while the node is expanded")
 	fs.DurationVar(&c.TriggeredMax, "triggered.max", c.TriggeredMax, "longest stretch triggered programs stay attached; then they rest for --triggered.hold")
 	fs.StringVar(&c.SpoolDir, "spool.dir", c.SpoolDir, "directory keeping un-acked reports across agent restarts and reboots (\"\": memory only, lost on restart); one agent per directory")
@@ -230,11 +247,17 @@ func (c *Config) Validate() error {
 	if c.BufferReports < 1 || c.BufferReports > 1_000_000 {
 		errs = append(errs, fmt.Errorf("--buffer.reports %d must be from 1 to 1000000", c.BufferReports))
 	}
+	if n := c.LatencyRXSample; n != 0 && (n < 1 || n > latencyrxprobe.MaxReadSample || n&(n-1) != 0) {
+		errs = append(errs, fmt.Errorf("--latency.rx.sample %d must be a power of two from 1 to %d", n, latencyrxprobe.MaxReadSample))
+	}
 	if c.EvidencePerSecond > 100_000 {
 		errs = append(errs, fmt.Errorf("--evidence.per-second %d is more than 100000", c.EvidencePerSecond))
 	}
 	if c.EvidencePerInterval > source.MaxEvidencePerInterval {
 		errs = append(errs, fmt.Errorf("--evidence.per-interval %d is more than %d (a quarter of the events one report may carry)", c.EvidencePerInterval, source.MaxEvidencePerInterval))
+	}
+	if c.FlowsTop < 0 || c.FlowsTop > flows.MaxTop {
+		errs = append(errs, fmt.Errorf("--flows.top %d must be from 1 to %d (0: %d)", c.FlowsTop, flows.MaxTop, flows.DefaultTop))
 	}
 	if c.TopOwners < 0 || c.TopOwners > 100 {
 		errs = append(errs, fmt.Errorf("--owners.top %d must be from 1 to 100 (0: %d)", c.TopOwners, catalog.DefaultTopOwners))

@@ -73,6 +73,10 @@ func TestConfigValidate(t *testing.T) {
 		{"collector", func(c *Config) { c.CollectorAddress = "" }, []string{"--collector.address"}},
 		{"tx sample", func(c *Config) { c.TxSample = 1<<20 + 1 }, []string{"--tx-timestamping.sample"}},
 		{"budget", func(c *Config) { c.OverheadBudget = 101 }, []string{"--overhead.budget"}},
+		{"rx sample every packet", func(c *Config) { c.LatencyRXSample = 1 }, nil},
+		{"rx sample not a power of two", func(c *Config) { c.LatencyRXSample = 12 }, []string{"--latency.rx.sample 12 must be a power of two from 1 to 1024"}},
+		{"rx sample too sparse", func(c *Config) { c.LatencyRXSample = 2048 }, []string{"--latency.rx.sample 2048"}},
+		{"rx sample negative", func(c *Config) { c.LatencyRXSample = -16 }, []string{"--latency.rx.sample -16"}},
 		{"evidence per interval", func(c *Config) { c.EvidencePerInterval = 251 }, []string{"--evidence.per-interval"}},
 		{"triggered", func(c *Config) { c.TriggeredHold, c.TriggeredMax = -1, time.Millisecond }, []string{"--triggered.hold", "--triggered.max"}},
 		{"everything at once", func(c *Config) {

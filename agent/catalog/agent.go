@@ -118,6 +118,8 @@ func AgentTriggeredSource(name, branch string) Metric {
 			"detached after --triggered.hold without either, after --triggered.max at a stretch, or when it would " +
 			"take the agent over --overhead.budget (which an operator's expand may raise for its duration); events " +
 			"say which, and the node's tree shows the newest reason beside it (\"detached: over budget, 3.2% of a " +
-			"CPU vs 1% (this source 3.1%)\"). A --netns agent's source is charged only its programs' runs in that " +
+			"CPU vs 1% (this source 3.1%)\"). A sampling source (latency/rx) measures everything while an expand " +
+			"lasts and its sample again after, or sooner when that takes the agent over the budget; events with " +
+			"action \"measuring everything\" and \"measuring its sample\" say when. A --netns agent's source is charged only its programs' runs in that " +
 			"namespace."}
 }

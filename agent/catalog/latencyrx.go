@@ -36,16 +36,19 @@ const (
 	rxSocketBacklog = " For TCP also the socket's backlog: a segment arriving while the application holds its " +
 		"socket waits until the application lets go, typically during a large recv or send on a fast flow " +
 		"(TcpExtTCPBacklogDrop counts the ones that found it full)."
-	// The sample is agent/probe/latencyrx.DefaultReadSample.
+	// The sample is --latency.rx.sample, agent/probe/latencyrx.DefaultReadSample by default.
 	rxReadHow = "BPF: from the moment the data reached the socket's receive queue to the application's read " +
 		"(TCP: the first skb_copy_datagram_iovec of the skb, from recvmsg; UDP: the end of the recvmsg that " +
 		"took the datagram, paired with it by its position in the socket's queue). A sample: the queue time is " +
 		"kept for 1 in 16 TCP segments (by their timestamp) and for the datagrams of 1 in 16 UDP sockets (by " +
 		"their addresses and ports, drawn anew at each agent start), the work beyond netstacklat's that would " +
 		"otherwise cost every packet, so the counts are about a sixteenth " +
-		"of the reads and the percentiles are the sample's."
-	// The same sample (DefaultReadSample), by packet.
-	rxStackSample = " Sampled: 1 in 16 packets, by their timestamp, are timed (for TCP the segments whose read is " +
+		"of the reads and the percentiles are the sample's. --latency.rx.sample sets the rate (1 in 16 by " +
+		"default); while an operator has the node expanded every segment and every socket is timed (so the " +
+		"one slow socket the sample left out shows), within --overhead.budget, and the counts rise with it."
+	// The same sample, by packet.
+	rxStackSample = " Sampled: 1 in 16 packets (--latency.rx.sample; every one while the node is expanded), by " +
+		"their timestamp, are timed (for TCP the segments whose read is " +
 		"timed), so the count is about a sixteenth of the packets and the percentiles are the sample's; filing " +
 		"a time in this histogram costs more than netstacklat's coarser one, and a packet out of the sample " +
 		"costs less."

@@ -152,6 +152,18 @@ func (r *Resolver) Lookup(inodes ...uint32) map[uint32]Owner {
 	return out
 }
 
+// Forget drops what the resolver knows of namespace inodes, so the next
+// lookup of each resolves it anew: for a caller that saw a new namespace
+// take the inode of one that went (the kernel reuses them), which a lookup
+// would otherwise name by the old owner until RefreshEvery.
+func (r *Resolver) Forget(inodes ...uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ino := range inodes {
+		delete(r.entries, ino)
+	}
+}
+
 // Stats returns how many times the resolver has scanned /proc and how many
 // namespaces it holds.
 func (r *Resolver) Stats() (scans uint64, entries int) {

@@ -145,3 +145,22 @@ func TestResolverRefresh(t *testing.T) {
 		t.Errorf("vanished namespace still cached")
 	}
 }
+
+// Forget makes the next lookup resolve the inode anew.
+func TestResolverForget(t *testing.T) {
+	r := New(Options{Proc: t.TempDir(), NetnsDirs: []string{}, MinScanGap: time.Millisecond})
+	r.Lookup(42)
+	scans, entries := r.Stats()
+	r.Lookup(42) // cached (unknown, rescanned at most every RescanEvery)
+	if s, _ := r.Stats(); s != scans || entries != 1 {
+		t.Fatalf("a cached lookup scanned (%d scans, was %d) or entries %d", s, scans, entries)
+	}
+	r.Forget(42)
+	if _, n := r.Stats(); n != 0 {
+		t.Fatalf("%d entries after Forget", n)
+	}
+	r.Lookup(42)
+	if s, _ := r.Stats(); s != scans+1 {
+		t.Errorf("%d scans after Forget and a lookup, want %d", s, scans+1)
+	}
+}

@@ -40,6 +40,11 @@ type Reading struct {
 	// previous collection (a ping target removed): the agent forgets them
 	// and their subtrees, so they do not linger as UNKNOWN.
 	Retired []string
+	// Flows are the interval's flow-map edges and AddressHolders the
+	// addresses the node's owners held (agent/source/flows): not metrics
+	// of the tree, they go into the report's own fields as they are.
+	Flows          []*nbsv1.FlowEdge
+	AddressHolders []*nbsv1.AddressHolder
 }
 
 // Source is one branch of the tree.
@@ -85,6 +90,19 @@ type Adaptive interface {
 // any other and tried again after a rest.
 type Standing interface {
 	AlwaysOn() bool
+}
+
+// Expandable is implemented by Adaptive sources that measure a sample and
+// measure everything while an operator has the node expanded (latency/rx
+// times 1 socket and packet in --latency.rx.sample, and every one during an
+// expand): one slow socket outside the sample is what the operator may be
+// looking for. The agent turns it on for the expand's duration and off
+// again, and back off early when the overhead budget is exceeded with it on.
+type Expandable interface {
+	// SetExpanded measures everything (true) or the sample (false).
+	SetExpanded(on bool) error
+	// Expanded says which.
+	Expanded() bool
 }
 
 // Scoped is implemented by sources whose programs are restricted to one

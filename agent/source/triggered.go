@@ -172,6 +172,15 @@ func (t *Triggered[P, S]) WhileAttached(collect func(p P, r *Reading) error) (Re
 	return r, err
 }
 
+// WithProbe runs fn with the probe; it does nothing when the probe is
+// unavailable. fn must not call back into t.
+func (t *Triggered[P, S]) WithProbe(fn func(P) error) error {
+	if !t.loaded {
+		return nil
+	}
+	return fn(t.probe)
+}
+
 // Stats returns the probe's counts (zero when unavailable).
 func (t *Triggered[P, S]) Stats() (S, error) {
 	if !t.loaded {

@@ -27,7 +27,8 @@ const reportOverhead = 64
 // Roots go first, so the first part carries them all. An entry too large on
 // its own is dropped, logged and counted.
 func (s *Spool) split(r *nbsv1.Report, used []string) []*nbsv1.Report {
-	if len(r.GetSamples()) <= wire.MaxSamples && len(r.GetHistograms()) <= wire.MaxHistograms && len(r.GetEvents()) <= wire.MaxEvents {
+	if len(r.GetSamples()) <= wire.MaxSamples && len(r.GetHistograms()) <= wire.MaxHistograms && len(r.GetEvents()) <= wire.MaxEvents &&
+		len(r.GetFlows()) <= wire.MaxFlowEdges && len(r.GetAddressHolders()) <= wire.MaxAddressHolders {
 		defined := map[string]bool{}
 		size := reportOverhead + proto.Size(r)
 		for _, id := range used {
@@ -82,9 +83,19 @@ func (s *Spool) split(r *nbsv1.Report, used []string) []*nbsv1.Report {
 		place(x.GetMetricId(), x, func() bool { return len(cur.Events) >= wire.MaxEvents },
 			func() { cur.Events = append(cur.Events, x) })
 	}
+	// Flow edges and address holders name no metric: no definitions.
+	for _, x := range r.GetFlows() {
+		place("", x, func() bool { return len(cur.Flows) >= wire.MaxFlowEdges },
+			func() { cur.Flows = append(cur.Flows, x) })
+	}
+	for _, x := range r.GetAddressHolders() {
+		place("", x, func() bool { return len(cur.AddressHolders) >= wire.MaxAddressHolders },
+			func() { cur.AddressHolders = append(cur.AddressHolders, x) })
+	}
 	if len(parts) > 1 {
 		s.log.Info("report split to fit the collector's limits", "parts", len(parts), "samples", len(r.GetSamples()),
-			"histograms", len(r.GetHistograms()), "events", len(r.GetEvents()))
+			"histograms", len(r.GetHistograms()), "events", len(r.GetEvents()),
+			"flows", len(r.GetFlows()), "address_holders", len(r.GetAddressHolders()))
 	}
 	return parts
 }

@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +104,41 @@ func TestEntryTooLargeAloneIsDroppedAndCounted(t *testing.T) {
 	got, _ := s.After(0, wire.MaxMessageBytes)
 	if len(got) != 1 || len(got[0].Samples) != 1 || len(got[0].Events) != 1 || s.Dropped() != 1 {
 		t.Fatalf("got %d reports (%v), dropped %d; want the report without its huge event, 1 dropped", len(got), seqs(got), s.Dropped())
+	}
+}
+
+// Flow edges and address holders past a report's limits go to further
+// parts, every one of them once.
+func TestFlowsAndAddressHoldersAreSplitWithinLimits(t *testing.T) {
+	s := open(t, Options{})
+	r := &nbsv1.Report{TimeUnixNano: 1, IntervalMs: 1000, Samples: []*nbsv1.Sample{{MetricId: "drops"}}}
+	for i := range wire.MaxFlowEdges + 7 {
+		r.Flows = append(r.Flows, &nbsv1.FlowEdge{PeerAddress: fmt.Sprintf("10.0.%d.%d", i/256, i%256), Opened: 1})
+	}
+	for i := range wire.MaxAddressHolders + 3 {
+		r.AddressHolders = append(r.AddressHolders, &nbsv1.AddressHolder{Address: fmt.Sprintf("10.1.%d.%d", i/256, i%256)})
+	}
+	s.Add(proto.Clone(r).(*nbsv1.Report))
+	parts := all(s)
+	flows, holders := map[string]int{}, map[string]int{}
+	for i, p := range parts {
+		if len(p.Flows) > wire.MaxFlowEdges || len(p.AddressHolders) > wire.MaxAddressHolders {
+			t.Errorf("part %d: %d flows, %d holders: over the limits", i, len(p.Flows), len(p.AddressHolders))
+		}
+		for _, f := range p.Flows {
+			flows[f.GetPeerAddress()]++
+		}
+		for _, h := range p.AddressHolders {
+			holders[h.GetAddress()]++
+		}
+	}
+	if len(parts) < 2 || len(flows) != len(r.Flows) || len(holders) != len(r.AddressHolders) || s.Dropped() != 0 {
+		t.Fatalf("%d parts with %d distinct flows of %d, %d holders of %d, %d dropped", len(parts), len(flows), len(r.Flows),
+			len(holders), len(r.AddressHolders), s.Dropped())
+	}
+	for k, n := range flows {
+		if n != 1 {
+			t.Fatalf("flow %s in %d parts", k, n)
+		}
 	}
 }

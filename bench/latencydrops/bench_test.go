@@ -8,7 +8,9 @@
 // when the benchmark ends) and read with Program.Stats(). Each program's
 // statistics are sampled every 100 ms during the load; the benchmark reports
 // the median of those windows' ns/run (the figure BENCHMARKS.md records),
-// the overall mean and the number of runs.
+// the overall mean and the number of runs, and the same for the floor: an
+// empty program at the same tracepoint (bench/floor), attached before the
+// probe in the same run, which is what any program there costs.
 package latencydrops
 
 import (
@@ -16,24 +18,55 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/nbs-project/nbs/agent/probe/drops"
 	"github.com/nbs-project/nbs/agent/probe/latency"
 	"github.com/nbs-project/nbs/agent/probe/tcpreset"
 	"github.com/nbs-project/nbs/bench/bpfstats"
+	"github.com/nbs-project/nbs/bench/floor"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
-// report stops s and reports its median and mean ns/run and runs.
-func report(b *testing.B, s *bpfstats.Sampler, name string) {
+// report stops s and reports its median and mean ns/run and runs; unit
+// prefixes the metrics ("" for the probe's, "floor-" for the floor's).
+func report(b *testing.B, s *bpfstats.Sampler, name, unit string) bpfstats.Result {
 	r, ok := s.Stop()
 	if !ok {
 		b.Fatalf("%s: the program never ran under the load", name)
 	}
-	b.ReportMetric(r.MedianNs, "ns/run-median")
-	b.ReportMetric(r.MeanNs, "ns/run-mean")
-	b.ReportMetric(float64(r.Runs), "runs")
-	b.ReportMetric(float64(r.RecursionMisses), "recursion-misses")
+	b.ReportMetric(r.MedianNs, unit+"ns/run-median")
+	b.ReportMetric(r.MeanNs, unit+"ns/run-mean")
+	b.ReportMetric(float64(r.Runs), unit+"runs")
+	b.ReportMetric(float64(r.RecursionMisses), unit+"recursion-misses")
 	b.Logf("%s: %d runs, median %.0f ns/run, mean %.0f ns/run", name, r.Runs, r.MedianNs, r.MeanNs)
+	return r
+}
+
+// floorAt loads and attaches the empty programs at hooks, detached when
+// the benchmark ends.
+func floorAt(b *testing.B, hooks ...string) map[string]*ebpf.Program {
+	fl, err := floor.Load()
+	if err != nil {
+		netlab.SkipOrFail(b, "floor: %v", err)
+	}
+	b.Cleanup(func() { fl.Close() })
+	progs, err := fl.Attach(hooks...)
+	if err != nil {
+		netlab.SkipOrFail(b, "floor: %v", err)
+	}
+	return progs
+}
+
+// reportWithFloor reports the program's and the floor's figures and the
+// program's median over the floor's.
+func reportWithFloor(b *testing.B, s, f *bpfstats.Sampler, name string) {
+	r := report(b, s, name, "")
+	fr := report(b, f, name+" floor (empty program, same hook)", "floor-")
+	if fr.MedianNs > 0 {
+		b.ReportMetric(r.MedianNs/fr.MedianNs, "x-floor")
+		b.Logf("%s: %.2f× the floor", name, r.MedianNs/fr.MedianNs)
+	}
 }
 
 // BenchmarkKfreeSkb floods B with UDP to a closed port (every datagram is a
@@ -60,6 +93,7 @@ func BenchmarkKfreeSkb(b *testing.B) {
 		udp dport 7777 counter drop
 	}
 }`)
+			fl := floorAt(b, "kfree_skb")
 			p, err := drops.Load(c.opts(l))
 			if err != nil {
 				netlab.SkipOrFail(b, "drops: %v", err)
@@ -67,11 +101,11 @@ func BenchmarkKfreeSkb(b *testing.B) {
 			defer p.Close()
 			bpfstats.Enable(b)
 			for i := 0; i < b.N; i++ {
-				s := bpfstats.Start(b, p.Programs()["kfree_skb"])
+				s, f := bpfstats.Start(b, p.Programs()["kfree_skb"]), bpfstats.Start(b, fl["kfree_skb"])
 				for _, port := range []uint16{9999, 7777} {
 					l.SendUDP(b, l.A, netip.AddrPortFrom(l.IPB, port), 100_000, 64, 0)
 				}
-				report(b, s, "kfree_skb")
+				reportWithFloor(b, s, f, "kfree_skb")
 			}
 		})
 	}
@@ -85,6 +119,7 @@ func BenchmarkRetransmit(b *testing.B) {
 	}{{"one-netns", true}, {"all-netns", false}} {
 		b.Run(c.name, func(b *testing.B) {
 			l := netlab.New(b)
+			fl := floorAt(b, "tcp_retransmit_skb")
 			opts := latency.Options{}
 			if c.netA {
 				opts.NetnsInode = l.Inode(b, l.A)
@@ -96,9 +131,9 @@ func BenchmarkRetransmit(b *testing.B) {
 			defer p.Close()
 			bpfstats.Enable(b)
 			for i := 0; i < b.N; i++ {
-				s := bpfstats.Start(b, p.Programs()["tcp_retransmit_skb"])
+				s, f := bpfstats.Start(b, p.Programs()["tcp_retransmit_skb"]), bpfstats.Start(b, fl["tcp_retransmit_skb"])
 				l.LossyBulk(b, 50, 5*time.Second)
-				report(b, s, "tcp_retransmit_skb")
+				reportWithFloor(b, s, f, "tcp_retransmit_skb")
 			}
 		})
 	}
@@ -109,6 +144,7 @@ func BenchmarkRetransmit(b *testing.B) {
 // evidence rate limit as the agent runs it.
 func BenchmarkTCPReset(b *testing.B) {
 	l := netlab.New(b)
+	fl := floorAt(b, "tcp_send_reset", "tcp_receive_reset")
 	p, err := tcpreset.Load(tcpreset.Options{})
 	if err != nil {
 		netlab.SkipOrFail(b, "tcp_reset: %v", err)
@@ -117,8 +153,9 @@ func BenchmarkTCPReset(b *testing.B) {
 	bpfstats.Enable(b)
 	for i := 0; i < b.N; i++ {
 		send, recv := bpfstats.Start(b, p.Programs()["tcp_send_reset"]), bpfstats.Start(b, p.Programs()["tcp_receive_reset"])
+		fsend, frecv := bpfstats.Start(b, fl["tcp_send_reset"]), bpfstats.Start(b, fl["tcp_receive_reset"])
 		l.ResetNoSocket(b, 20_000)
-		report(b, send, "tcp_send_reset")
-		report(b, recv, "tcp_receive_reset")
+		reportWithFloor(b, send, fsend, "tcp_send_reset")
+		reportWithFloor(b, recv, frecv, "tcp_receive_reset")
 	}
 }

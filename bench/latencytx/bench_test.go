@@ -8,7 +8,9 @@
 // kernel.bpf_stats_enabled=1 turns on, reference-counted and undone when
 // the benchmark ends) and read with Program.Stats() every 100 ms during each
 // load; the benchmark reports the median of those windows' ns/run, the mean
-// over the load and the number of runs, per program and load.
+// over the load and the number of runs, per program and load, and the same
+// for the floor of the always-on tcp_sendmsg_locked (an empty program at
+// that tracepoint, bench/floor).
 package latencytx
 
 import (
@@ -23,6 +25,7 @@ import (
 	"github.com/nbs-project/nbs/agent/probe/latencyqdisc"
 	"github.com/nbs-project/nbs/agent/probe/latencytx"
 	"github.com/nbs-project/nbs/bench/bpfstats"
+	"github.com/nbs-project/nbs/bench/floor"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 	"github.com/nbs-project/nbs/internal/testlab/txlab"
 )
@@ -75,6 +78,18 @@ func setup(b *testing.B, sampleEvery uint32) *rig {
 			r.progs[k] = p
 		}
 	}
+	// The floor of the always-on tcp_sendmsg_locked: an empty program at
+	// the same tracepoint (bench/floor), sampled beside it.
+	flr, err := floor.Load()
+	if err != nil {
+		netlab.SkipOrFail(b, "floor: %v", err)
+	}
+	b.Cleanup(func() { flr.Close() })
+	floors, err := flr.Attach("tcp_sendmsg_locked")
+	if err != nil {
+		netlab.SkipOrFail(b, "floor: %v", err)
+	}
+	r.progs["floor/tcp_sendmsg_locked"] = floors["tcp_sendmsg_locked"]
 	r.sink = txlab.NewSink(b, r.lab, r.lab.B, r.lab.IPB)
 	return r
 }

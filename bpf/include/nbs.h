@@ -207,12 +207,33 @@ static __always_inline bool nbs_evidence_allowed(__u64 *tat, __u64 *denied_until
  * Submit flags for an evidence record. The agent polls evidence rings on a
  * timer (agent/probe/evidence.PollPeriod) instead of being woken per record:
  * the wakeup (an irq_work, an IPI on a VM) cost the packet 18-37 µs per
- * event, against ~2 µs without it (BENCHMARKS.md, "Evidence cost"). Once a
- * quarter of the ring is waiting the reader is woken at once, so a storm
- * cannot fill the ring between two polls.
+ * event, against ~2 µs without it (BENCHMARKS.md, "Evidence cost").
+ *
+ * The rate limit (nbs_evidence_allowed) bounds what can wait in the ring:
+ * a burst of per_sec records, then per_sec a second. When a quarter of the
+ * ring holds NBS_EVIDENCE_RING_SECONDS of that (the burst and 3 s of a
+ * reader that polls late), no rate the bucket allows can bring the ring
+ * near full between polls, and the record is submitted without a wakeup
+ * and without asking the ring how full it is: per_sec and the sizes are
+ * load-time constants, so the verifier prunes the query. The query (a
+ * helper call whose code and ring positions are cold at a rare rate) was
+ * the largest part of what evidence cost beyond the record itself
+ * (BENCHMARKS.md, "Evidence cost per event"). At higher rates (beyond about
+ * 40 a second for drops, 97 for DNS, 204 for resets, with these rings and
+ * records) the reader is woken at once
+ * once a quarter of the ring is waiting, so a storm cannot fill it between
+ * two polls.
  */
-static __always_inline __u64 nbs_evidence_submit_flags(void *ring, __u64 ring_bytes)
+#define NBS_EVIDENCE_RING_SECONDS 4
+
+static __always_inline __u64 nbs_evidence_submit_flags(void *ring, __u64 ring_bytes, __u64 event_bytes,
+						       __u32 per_sec)
 {
+	/* The kernel's 8-byte header, the record rounded up to 8. */
+	__u64 record = (event_bytes + 8 + 7) & ~7ULL;
+
+	if ((__u64)per_sec * NBS_EVIDENCE_RING_SECONDS * record <= ring_bytes / 4)
+		return BPF_RB_NO_WAKEUP;
 	if (bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= ring_bytes / 4)
 		return BPF_RB_FORCE_WAKEUP;
 	return BPF_RB_NO_WAKEUP;

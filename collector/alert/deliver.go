@@ -184,7 +184,10 @@ func (s *Service) sendAlertmanager(ctx context.Context, u string, batch []outbox
 	for i, r := range batch {
 		ids[i] = r.id
 	}
-	if err := s.post(ctx, u, alerts); err != nil {
+	// A send in flight finishes and is recorded even when the term ends
+	// meanwhile (the clients time out on their own): cut short, the
+	// receiver could have it while the successor sends it again.
+	if err := s.post(context.WithoutCancel(ctx), u, alerts); err != nil {
 		s.log.Warn("deliver to alertmanager", "url", u, "alerts", len(alerts), "attempt", batch[0].attempts+1, "err", err)
 		s.markRetry(ctx, ids, batch[0].attempts+1, err)
 		return false
@@ -199,7 +202,8 @@ func (s *Service) sendWebhook(ctx context.Context, r outboxRow) bool {
 	if err := json.Unmarshal(r.payload, &m); err == nil {
 		key = m.Delivery
 	}
-	if err := s.notified(targetWebhook, func() error { return s.webhook.Send(ctx, r.url, key, r.event, r.payload) }); err != nil {
+	inflight := context.WithoutCancel(ctx) // as in sendAlertmanager
+	if err := s.notified(targetWebhook, func() error { return s.webhook.Send(inflight, r.url, key, r.event, r.payload) }); err != nil {
 		s.log.Warn("deliver to webhook", "url", r.url, "delivery", key, "attempt", r.attempts+1, "err", err)
 		s.markRetry(ctx, []int64{r.id}, r.attempts+1, err)
 		return false
@@ -235,7 +239,13 @@ func (s *Service) notified(integration string, send func() error) error {
 }
 
 func (s *Service) markDelivered(ctx context.Context, ids []int64) {
-	if err := s.repo.markDelivered(ctx, ids); err != nil && ctx.Err() == nil {
+	// The receiver has it: record that even when the term is ending (a
+	// stop, a lost lead), or the successor sends it again. lead waits for
+	// this before the term's lock is released, so the successor reads the
+	// outbox after it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.repo.markDelivered(ctx, ids); err != nil {
 		// The next round sends these again: a duplicate, never a loss.
 		s.log.Warn("record delivered alerts", "err", err)
 	}

@@ -45,6 +45,9 @@ type receivers struct {
 	posts    [][]alertmanager.Alert
 	messages []webhook.Message
 	failHook int // answer this many webhook requests with 503
+	// whileAnswering runs once, before the first webhook message is
+	// answered (after it is recorded as received).
+	whileAnswering func()
 }
 
 func newReceivers(t *testing.T) *receivers {
@@ -77,6 +80,12 @@ func newReceivers(t *testing.T) *receivers {
 			t.Errorf("webhook: decode: %v", err)
 		}
 		r.messages = append(r.messages, m)
+		if f := r.whileAnswering; f != nil {
+			r.whileAnswering = nil
+			r.mu.Unlock()
+			f()
+			r.mu.Lock()
+		}
 	}))
 	t.Cleanup(r.am.Close)
 	t.Cleanup(r.hook.Close)
@@ -369,6 +378,44 @@ func TestAlertServiceFailover(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// The leader is stopped while the webhook receiver holds its firing and
+// has not answered yet: the send finishes, is recorded as delivered before
+// the term's lock is released, and the successor sends only the resolve.
+func TestAlertLeaderStoppedMidDeliveryNotifiesOnce(t *testing.T) {
+	rcv := newReceivers(t)
+	f := newFixture(t, pgcluster.Database(t))
+	cfg := rcv.config(t)
+	a := start(t, f.st, cfg, "a")
+	waitLeading(t, a)
+	b := start(t, f.st, cfg, "b")
+	stopped := make(chan struct{})
+	rcv.whileAnswering = func() {
+		go func() { a.stop(); close(stopped) }()
+		// The term's context is cancelled while the request is open.
+		waitFor(t, 3*time.Second, func() string {
+			if a.Leading() {
+				return "a still leads"
+			}
+			return ""
+		})
+	}
+	for range 2 {
+		f.report(t, b.Service, 50)
+	}
+	<-stopped
+	waitLeading(t, b)
+	f.report(t, b.Service, 0)
+	waitFor(t, 5*time.Second, func() string {
+		if ev := rcv.events(); len(ev) < 2 || !strings.HasPrefix(ev[len(ev)-1], "resolved:") {
+			return fmt.Sprintf("webhook events %v, want firing then resolved", ev)
+		}
+		return ""
+	})
+	if ev := rcv.events(); len(ev) != 2 {
+		t.Errorf("webhook events %v: the successor sent the firing again", ev)
+	}
 }
 
 // A webhook that fails is retried with backoff until it answers; the delivery

@@ -5,9 +5,13 @@
 // The BPF programs submit evidence without waking the reader
 // (BPF_RB_NO_WAKEUP, bpf/include/nbs.h nbs_evidence_submit_flags): a wakeup
 // per event cost the packet 18-37 µs on a VM. The reader polls the ring every
-// PollPeriod instead, and is woken at once only when a quarter of the ring is
-// waiting, so an event reaches the agent at most PollPeriod after the kernel
-// wrote it, and a storm cannot fill the ring between polls.
+// PollPeriod instead, so an event reaches the agent at most PollPeriod after
+// the kernel wrote it (plus however late the agent's goroutine runs). The
+// rate limit bounds what can wait: while a quarter of the ring holds 4 s of
+// the limit and its burst (the default 20/s on every probe), the programs
+// never look at the ring's fill; above that rate they wake the reader at once
+// when a quarter of the ring is waiting, so a storm cannot fill the ring
+// between polls (nbs_evidence_submit_flags in bpf/include/nbs.h).
 package evidence
 
 import (

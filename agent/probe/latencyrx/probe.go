@@ -117,7 +117,8 @@ type Probe struct {
 	bpf    bpfload.Guarded
 	epoch  uint32
 	scoped bool
-	sample int
+	sample int // the sample Load was given
+	now    int // the sample the programs run with (SetReadSample)
 	log    *slog.Logger
 	// stamps is the socket with RX software timestamps on that makes the
 	// kernel stamp every received packet; -1 while detached.
@@ -141,7 +142,7 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse receive latency object: %w", err)
 	}
-	p := &Probe{epoch: 1, log: log, stamps: -1, scoped: opts.NetnsInode != 0, sample: sample, bpf: bpfload.Guarded{Object: bpfload.Object{
+	p := &Probe{epoch: 1, log: log, stamps: -1, scoped: opts.NetnsInode != 0, sample: sample, now: sample, bpf: bpfload.Guarded{Object: bpfload.Object{
 		Name: "receive latency", Log: log, BTF: opts.BTF,
 		Needs: "a kernel (6.10+ for sk_data_ready) with BTF tracepoints tcp_probe, " +
 			"skb_copy_datagram_iovec, sk_data_ready and sock_recv_length",
@@ -299,8 +300,47 @@ func (p *Probe) Detach() error {
 }
 
 // ReadSample is the 1-in-N rate every histogram samples (UDP's read and
-// total by socket, the rest by packet).
-func (p *Probe) ReadSample() int { return p.sample }
+// total by socket, the rest by packet) now: Options.ReadSample, or what
+// SetReadSample set.
+func (p *Probe) ReadSample() int {
+	var n int
+	_ = p.bpf.Do("read the receive latency sample", func() error { n = p.now; return nil })
+	return n
+}
+
+// SetReadSample changes the sample while the programs run, without
+// reloading them: 1 times every packet and every UDP socket (an operator's
+// expand, so the one slow socket the 1-in-16 choice left out is timed);
+// Options.ReadSample's value goes back to the sample. n is a power of two
+// from 1 to MaxReadSample; 0 means the sample Load was given.
+//
+// The change takes a new epoch, as an attachment does: queue times kept
+// under the old sample are never matched under the new one, so a UDP
+// socket that enters the sample with datagrams already waiting (kept by
+// nobody) is never paired with the wrong one; reads in flight at the
+// switch go untimed (or, for TCP, counted as Overwritten).
+func (p *Probe) SetReadSample(n int) error {
+	if n == 0 {
+		n = p.sample
+	}
+	if n < 1 || n > MaxReadSample || n&(n-1) != 0 {
+		return fmt.Errorf("receive latency read sample %d: want a power of two from 1 to %d", n, MaxReadSample)
+	}
+	return p.bpf.Do("set the receive latency sample", func() error {
+		if n == p.now {
+			return nil
+		}
+		if err := p.objs.ReadSampleMask.Set(uint32(n - 1)); err != nil {
+			return fmt.Errorf("set the receive latency sample: %w", err)
+		}
+		p.epoch++
+		if err := p.objs.Epoch.Set(p.epoch); err != nil {
+			return fmt.Errorf("set receive latency epoch: %w", err)
+		}
+		p.now = n
+		return nil
+	})
+}
 
 // Attached says whether the programs are attached.
 func (p *Probe) Attached() bool { return p.bpf.Attached() }

@@ -504,3 +504,87 @@ func TestReadSample(t *testing.T) {
 		t.Errorf("%d reads timed, want one for each of the %d kept", uread.Count, ukept)
 	}
 }
+
+// The 1-in-N choice of UDP sockets hides a slow socket outside it; an
+// operator's expand (SetReadSample(1), what source.Expandable does while it
+// lasts) times it, every datagram, and the end of the expand (0: back to
+// the loaded sample) leaves it out again, without reloading the programs.
+func TestExpandTimesTheSocketTheSampleSkips(t *testing.T) {
+	const (
+		datagrams = 5
+		readDelay = 20 * time.Millisecond
+	)
+	lab, p := attachedSampling(t, DefaultReadSample)
+	tx := socketIn(t, lab, lab.A, unix.SOCK_DGRAM, netip.AddrPort{})
+	buf := make([]byte, 64)
+	// exchange sends n datagrams to dst and reads each after delay.
+	exchange := func(rx int, dst netip.AddrPort, n int, delay time.Duration) {
+		t.Helper()
+		for i := range n {
+			if err := unix.Sendto(tx, []byte("slow?"), 0, sockaddr(dst)); err != nil {
+				t.Fatalf("sendto %v: %v", dst, err)
+			}
+			time.Sleep(delay)
+			if _, _, err := unix.Recvfrom(rx, buf, 0); err != nil {
+				t.Fatalf("recvfrom %v, datagram %d: %v", dst, i, err)
+			}
+		}
+	}
+	// A socket out of the sample: one whose datagram kept no queue time.
+	var (
+		slow int
+		dst  netip.AddrPort
+	)
+	for i := range 64 {
+		ap := netip.AddrPortFrom(lab.IPB, uint16(9400+i))
+		rx := socketIn(t, lab, lab.B, unix.SOCK_DGRAM, ap)
+		s0 := snap(t, p)
+		exchange(rx, ap, 1, 0)
+		if snap(t, p).st.Sampled[UDP] == s0.st.Sampled[UDP] {
+			slow, dst = rx, ap
+			break
+		}
+	}
+	if !dst.IsValid() {
+		t.Fatalf("every one of 64 UDP sockets was in a 1 in %d sample", DefaultReadSample)
+	}
+	reads := func(s0, s1 snapshot) *loglinear.Histogram { return since(s0, s1, UDP, Read) }
+
+	s0 := snap(t, p)
+	exchange(slow, dst, datagrams, readDelay)
+	s1 := snap(t, p)
+	if n := reads(s0, s1).Count; n != 0 {
+		t.Fatalf("sampled: %d reads of the socket out of the sample timed, want 0", n)
+	}
+
+	if err := p.SetReadSample(1); err != nil {
+		t.Fatal(err)
+	}
+	if p.ReadSample() != 1 {
+		t.Fatalf("read sample %d while expanded, want 1", p.ReadSample())
+	}
+	exchange(slow, dst, datagrams, readDelay)
+	s2 := snap(t, p)
+	r := reads(s1, s2)
+	t.Logf("expanded: %d reads timed, p50 %.2f ms", r.Count, r.Quantile(0.5)/1e6)
+	if r.Count != datagrams {
+		t.Fatalf("expanded: %d reads of the slow socket timed, want all %d", r.Count, datagrams)
+	}
+	if q := r.Quantile(0.5); q < 0.95*float64(readDelay) {
+		t.Errorf("expanded: read p50 %.2f ms, want at least the reader's %v", q/1e6, readDelay)
+	}
+
+	if err := p.SetReadSample(0); err != nil {
+		t.Fatal(err)
+	}
+	if p.ReadSample() != DefaultReadSample {
+		t.Fatalf("read sample %d after the expand, want %d", p.ReadSample(), DefaultReadSample)
+	}
+	exchange(slow, dst, datagrams, 0)
+	if n := reads(s2, snap(t, p)).Count; n != 0 {
+		t.Errorf("after the expand: %d reads of the socket out of the sample timed, want 0", n)
+	}
+	if err := p.SetReadSample(3); err == nil {
+		t.Error("SetReadSample(3): no error, want one (not a power of two)")
+	}
+}

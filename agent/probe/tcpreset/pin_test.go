@@ -113,12 +113,38 @@ func TestPinnedCountsSurviveTheProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// What agents before the per-CPU array slots counted in rst_percpu
+	// (pinned, its programs gone) is read with the slots' counts.
+	legacy, err := ebpf.LoadPinnedMap(filepath.Join(dir, "rst_percpu"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := uint32(0)
+	for c := range uint32(64) {
+		if fourth.Names().Reason(c) == "no_socket" {
+			code = c
+		}
+	}
+	per := make([]tcpresetNbsRstPercpu, mustCPUs(t))
+	per[0].Count[0][code] = 7
+	if err := legacy.Put(uint32(0), per); err != nil {
+		t.Fatal(err)
+	}
+	legacy.Close()
+	sixth := load(t, Options{NetnsInode: ino, EvidencePerSecond: 1000, PinDir: dir, Logger: log})
+	if got := sentNoSocket(sixth); got != 5*n+7 {
+		t.Errorf("with 7 in the legacy per-CPU map the probe reads %d, want %d", got, 5*n+7)
+	}
+	if err := sixth.Close(); err != nil {
+		t.Fatal(err)
+	}
+
 	// An upgrade that changed a map's layout: replaced, not continued.
-	counts := filepath.Join(dir, "rst_percpu") // where one namespace's resets are counted
+	counts := filepath.Join(dir, "rst_cpus") // where one namespace's resets are counted
 	if err := os.Remove(counts); err != nil {
 		t.Fatal(err)
 	}
-	odd, err := ebpf.NewMap(&ebpf.MapSpec{Name: "rst_percpu", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	odd, err := ebpf.NewMap(&ebpf.MapSpec{Name: "rst_cpus", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,9 +158,18 @@ func TestPinnedCountsSurviveTheProbe(t *testing.T) {
 		t.Errorf("continued %v after a layout change; log:\n%s", fifth.Continued(), logs.String())
 	}
 	l.ResetNoSocket(t, n)
-	if got := sentNoSocket(fifth); got != n {
-		t.Errorf("fifth probe reads %d, want %d (a fresh map, its program attached once)", got, n)
+	if got := sentNoSocket(fifth); got != n+7 {
+		t.Errorf("fifth probe reads %d, want %d (a fresh map, its program attached once, and the legacy map's 7)", got, n+7)
 	}
+}
+
+func mustCPUs(t *testing.T) int {
+	t.Helper()
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // resize replaces the pinned map at path by one of the same layout with

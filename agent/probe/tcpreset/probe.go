@@ -135,6 +135,12 @@ func Load(opts Options) (*Probe, error) {
 		Needs: "a kernel (6.10+) with BTF tracepoint tcp_send_reset(sk, skb, reason)",
 	}}}
 	vars := bpfload.Vars{tcpresetVarTargetNetns: opts.NetnsInode, tcpresetVarEvidencePerSec: limit, tcpresetVarNetnsTable: !opts.noNetnsTable}
+	// A slot of rst_cpus for every CPU the kernel may run the programs on.
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("count the possible CPUs: %w", err)
+	}
+	spec.Maps[tcpresetMapRstCpus].MaxEntries = uint32(cpus)
 	if err := p.bpf.Load(spec, vars, &p.objs, nil); err != nil {
 		return nil, err
 	}
@@ -181,14 +187,32 @@ func (p *Probe) CountsByNetns() (map[uint32]map[Key]uint64, error) {
 	return out, err
 }
 
-// iterate calls fn for every count: this CPU's slots (rst_percpu), then
-// the hash behind them, which also holds what agents before the slots
-// counted (an adopted pinned map). A reset is counted in one place only,
-// so the reads need no common snapshot.
+// slots returns every CPU's slots: rst_cpus, which the programs write, and
+// rst_percpu, which holds what agents before it counted (an adopted pinned
+// map; zero otherwise). Call it under p.bpf.Do.
+func (p *Probe) slots() ([]tcpresetNbsRstPercpu, error) {
+	var per []tcpresetNbsRstPercpu
+	if err := p.objs.RstPercpu.Lookup(uint32(0), &per); err != nil {
+		return nil, err
+	}
+	var c tcpresetNbsRstCpu
+	for cpu := range p.objs.RstCpus.MaxEntries() {
+		if err := p.objs.RstCpus.Lookup(cpu, &c); err != nil {
+			return nil, err
+		}
+		per = append(per, c.C)
+	}
+	return per, nil
+}
+
+// iterate calls fn for every count: the CPUs' slots (slots), then the hash
+// behind them, which also holds what agents before the slots counted (an
+// adopted pinned map). A reset is counted in one place only, so the reads
+// need no common snapshot.
 func (p *Probe) iterate(fn func(netns uint32, k Key, v uint64)) error {
 	var per []tcpresetNbsRstPercpu
-	err := p.bpf.Do("read tcp_reset counts", func() error {
-		if err := p.objs.RstPercpu.Lookup(uint32(0), &per); err != nil {
+	err := p.bpf.Do("read tcp_reset counts", func() (err error) {
+		if per, err = p.slots(); err != nil {
 			return err
 		}
 		return bpfload.EachSum(p.objs.RstCounts, func(k tcpresetNbsRstKey, sum uint64) {
@@ -233,8 +257,8 @@ func (p *Probe) Stats() (Stats, error) {
 		if old, err = bpfload.LookupSum[tcpresetNbsRstStats](p.objs.RstStats, uint32(0)); err != nil {
 			return err
 		}
-		var per []tcpresetNbsRstPercpu
-		if err := p.objs.RstPercpu.Lookup(uint32(0), &per); err != nil {
+		per, err := p.slots()
+		if err != nil {
 			return err
 		}
 		for _, c := range per {

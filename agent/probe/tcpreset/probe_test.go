@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf/ringbuf"
 
@@ -614,5 +615,42 @@ func TestPrograms(t *testing.T) {
 		insns, _ := info.VerifiedInstructions()
 		jited, _ := info.JitedSize()
 		t.Logf("%s: %s, %d instructions verified, %d bytes JITed", name, info.Name, insns, jited)
+	}
+}
+
+// TestEvidenceWakesAtAQuarter: at a rate whose records could fill a quarter
+// of the ring between two polls (here 100,000 a second), the program asks
+// the ring how full it is and wakes a blocked reader once a quarter of it
+// is waiting, so a storm cannot fill it before the next poll; at the
+// default rate (TestEvidenceWithoutWakeup) it never wakes it.
+func TestEvidenceWakesAtAQuarter(t *testing.T) {
+	l := netlab.New(t)
+	p := load(t, Options{NetnsInode: l.Inode(t, l.B), EvidencePerSecond: 100_000})
+	rd, err := ringbuf.NewReader(p.objs.RstEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	got := make(chan error, 1)
+	go func() {
+		var rec ringbuf.Record
+		got <- rd.ReadInto(&rec)
+	}()
+	time.Sleep(100 * time.Millisecond) // let the reader block
+	quarter := uint64(p.objs.RstEvents.MaxEntries()) / 4 / evidence.RecordSize(int(unsafe.Sizeof(tcpresetNbsRstEvent{})))
+	l.ResetNoSocket(t, int(quarter)/2)
+	select {
+	case err := <-got:
+		t.Fatalf("woken with an eighth of the ring waiting (%v), want a quarter", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	l.ResetNoSocket(t, int(quarter)/2+20)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Errorf("woken reader: %v, want the first record", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("a blocked reader was not woken with a quarter of the ring (%d records) waiting", quarter)
 	}
 }

@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type tcpresetNbsRstCpu struct {
+	_   structs.HostLayout
+	C   tcpresetNbsRstPercpu
+	Pad [32]uint8
+}
+
 type tcpresetNbsRstEvent struct {
 	_         structs.HostLayout
 	TsNs      uint64
@@ -61,6 +67,7 @@ type tcpresetNbsRstStats struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	tcpresetMapRstCounts         = "rst_counts"
+	tcpresetMapRstCpus           = "rst_cpus"
 	tcpresetMapRstEvents         = "rst_events"
 	tcpresetMapRstPercpu         = "rst_percpu"
 	tcpresetMapRstStats          = "rst_stats"
@@ -124,6 +131,7 @@ type tcpresetProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcpresetMapSpecs struct {
 	RstCounts *ebpf.MapSpec `ebpf:"rst_counts"`
+	RstCpus   *ebpf.MapSpec `ebpf:"rst_cpus"`
 	RstEvents *ebpf.MapSpec `ebpf:"rst_events"`
 	RstPercpu *ebpf.MapSpec `ebpf:"rst_percpu"`
 	RstStats  *ebpf.MapSpec `ebpf:"rst_stats"`
@@ -161,6 +169,7 @@ func (o *tcpresetObjects) Close() error {
 // It can be passed to loadTcpresetObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcpresetMaps struct {
 	RstCounts *ebpf.Map `ebpf:"rst_counts"`
+	RstCpus   *ebpf.Map `ebpf:"rst_cpus"`
 	RstEvents *ebpf.Map `ebpf:"rst_events"`
 	RstPercpu *ebpf.Map `ebpf:"rst_percpu"`
 	RstStats  *ebpf.Map `ebpf:"rst_stats"`
@@ -169,6 +178,7 @@ type tcpresetMaps struct {
 func (m *tcpresetMaps) Close() error {
 	return _TcpresetClose(
 		m.RstCounts,
+		m.RstCpus,
 		m.RstEvents,
 		m.RstPercpu,
 		m.RstStats,

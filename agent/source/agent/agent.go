@@ -100,6 +100,10 @@ type Source struct {
 	// expandBudget is the budget (percent) an operator's expand raised, in
 	// force while the expand lasts; 0 for none.
 	expandBudget float64
+	// expandShed names the Expandable sources sent back to their sample
+	// for the rest of the current expand, over the budget (Adapt's
+	// goroutine only).
+	expandShed map[string]bool
 	// carried are, by evidence branch (metric segment), what the previous
 	// agent's reports counted of the branch's process-local counts (see
 	// Carry); carriedAll says every evidence branch has them.
@@ -175,7 +179,7 @@ func New(opts Options) *Source {
 	s := &Source{opts: opts, log: opts.Logger, names: map[source.Adaptive]string{},
 		ctl: Controller{Budget: opts.BudgetPercent / 100, Hold: opts.Hold, MaxOn: opts.MaxOn},
 		ids: map[*ebpf.Program]string{}, taken: map[string]bool{}, prev: map[*ebpf.Program]ebpf.ProgramStats{},
-		prevOwn: map[*ebpf.Program]uint64{}, cost: map[source.Source]float64{}, adaptErrs: map[string]string{}}
+		prevOwn: map[*ebpf.Program]uint64{}, cost: map[source.Source]float64{}, adaptErrs: map[string]string{}, expandShed: map[string]bool{}}
 	for _, src := range opts.Sources {
 		// A triggered source this kernel cannot run has no programs: there
 		// is nothing to attach.
@@ -586,6 +590,7 @@ func (s *Source) Adapt(ctx context.Context, now time.Time, res tree.Result, expa
 	budget := s.budget(now, expandUntil)
 	s.mu.Unlock()
 	s.ctl.Budget = budget / 100
+	total = s.expand(now, expandUntil, total, cost)
 	byName := map[string]source.Adaptive{}
 	in := make([]Input, 0, len(s.adaptive))
 	for _, a := range s.adaptive {
@@ -626,6 +631,56 @@ func (s *Source) Adapt(ctx context.Context, now time.Time, res tree.Result, expa
 		s.events = append(s.events, &nbsv1.Event{MetricId: catalog.AgentTriggered + "/" + d.Name, TimeUnixNano: now.UnixNano(), Fields: fields})
 		s.mu.Unlock()
 	}
+}
+
+// expand turns every source.Expandable to measuring everything while an
+// operator has the node expanded and back to its sample after, or as soon
+// as the agent's BPF programs together are over the budget with it on (then
+// for the rest of that expand). A source whose sampling changed is treated
+// as unmeasured this interval (its cost was its old sampling's): its cost is
+// taken out of total, which it returns, and the controller forgets what it
+// last cost, so it stays attached and is measured afresh.
+func (s *Source) expand(now, expandUntil time.Time, total float64, cost map[source.Source]float64) float64 {
+	expanding := now.Before(expandUntil)
+	for _, a := range s.adaptive {
+		e, ok := a.(source.Expandable)
+		if !ok {
+			continue
+		}
+		name := s.names[a]
+		if !expanding {
+			delete(s.expandShed, name)
+		}
+		want := expanding && !s.expandShed[name]
+		reason := "an operator expanded the node"
+		if want && e.Expanded() && total > s.ctl.Budget {
+			want, s.expandShed[name] = false, true
+			reason = OverBudget(total, cost[a], s.ctl.Budget) + ": back to the sample until the expand ends"
+		} else if !want {
+			reason = "the expand ended"
+		}
+		if want == e.Expanded() {
+			continue
+		}
+		err := e.SetExpanded(want)
+		action := "measuring everything"
+		if !want {
+			action = "measuring its sample"
+		}
+		if err != nil {
+			s.log.Warn("expandable source: "+action+" failed", "source", a.Name(), "reason", reason, "err", err)
+			continue
+		}
+		s.log.Info("expandable source "+action, "source", a.Name(), "reason", reason)
+		total -= cost[a]
+		delete(cost, a)
+		s.ctl.ForgetCost(name)
+		s.mu.Lock()
+		s.events = append(s.events, &nbsv1.Event{MetricId: catalog.AgentTriggered + "/" + name, TimeUnixNano: now.UnixNano(),
+			Fields: map[string]string{"action": action, "reason": reason, "branch": a.Branch()}})
+		s.mu.Unlock()
+	}
+	return total
 }
 
 // trouble names a metric under a's trigger branch that is WARN or CRIT by

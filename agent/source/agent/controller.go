@@ -146,6 +146,15 @@ func (c *Controller) Step(now, expandUntil time.Time, total float64, in []Input)
 	return out
 }
 
+// ForgetCost forgets what source name cost when last measured: its
+// sampling changed (source.Expandable), so the next attach or interval
+// measures it afresh rather than judge it by what it cost before.
+func (c *Controller) ForgetCost(name string) {
+	if it := c.items[name]; it != nil {
+		it.cost = 0
+	}
+}
+
 // OverBudget is the reason a source is detached over the budget, as the
 // node's tree and the expand API show it after "detached: ": the agent's
 // BPF total (fractions of a CPU) against the budget, and the source's own

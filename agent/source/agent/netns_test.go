@@ -18,6 +18,7 @@ import (
 	"github.com/nbs-project/nbs/agent/source/latencyrx"
 	"github.com/nbs-project/nbs/internal/netns"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
 // A --netns agent's receive latency, expanded while another namespace
@@ -198,5 +199,92 @@ func TestReceiveLatencyAlwaysOnByDefault(t *testing.T) {
 	s.Adapt(context.Background(), time.Now(), result(nil), time.Time{})
 	if !rx.Active() {
 		t.Error("detached after --triggered.max")
+	}
+}
+
+// An operator's expand makes the receive latency source time every packet
+// and UDP socket, not its sample, for the expand's duration; over the
+// overhead budget it goes back to its sample at once (still attached: the
+// cost that broke the budget was the expand's) and stays there until that
+// expand ends. Events say each change and why.
+func TestReceiveLatencyExpandTimesEverything(t *testing.T) {
+	lab := netlab.New(t)
+	h, err := netns.Resolve(lab.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx, err := latencyrx.Open(context.Background(), latencyrx.Options{Env: source.Env{Netns: h}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rx.Close() })
+	if rx.Programs() == nil {
+		netlab.SkipOrFail(t, "agent: receive latency unavailable: %s", rx.Capabilities()[0].GetReason())
+	}
+	s := newSelf(t, Options{Sources: []source.Source{rx}, BudgetPercent: 100, Hold: time.Second, MaxOn: time.Hour})
+	ctx := context.Background()
+	collect(t, s)
+	now := time.Now()
+	s.Adapt(ctx, now, result(nil), time.Time{})
+	if !rx.Active() || rx.Expanded() {
+		t.Fatalf("before any expand: attached %v, expanded %v; want attached, sampling", rx.Active(), rx.Expanded())
+	}
+	until := now.Add(time.Minute)
+	s.Adapt(ctx, now.Add(time.Second), result(nil), until)
+	if !rx.Expanded() {
+		t.Fatal("an expand did not make the source time everything")
+	}
+	s.Adapt(ctx, until, result(nil), until)
+	if rx.Expanded() {
+		t.Fatal("still timing everything once the expand ended")
+	}
+	actions := func(evs []*nbsv1.Event) []string {
+		var out []string
+		for _, e := range evs {
+			if a := e.GetFields()["action"]; strings.HasPrefix(a, "measuring") {
+				out = append(out, a+": "+e.GetFields()["reason"])
+			}
+		}
+		return out
+	}
+	want := []string{"measuring everything: an operator expanded the node", "measuring its sample: the expand ended"}
+	if got := actions(collect(t, s).Events); !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+
+	// A budget the expanded programs break.
+	s.opts.BudgetPercent = 1e-6
+	until = time.Now().Add(time.Minute)
+	s.Adapt(ctx, time.Now(), result(nil), until)
+	if !rx.Expanded() {
+		t.Fatal("the second expand did not make the source time everything")
+	}
+	dst := netip.AddrPortFrom(lab.IPB, 9300)
+	err = lab.Do(lab.B, func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		return unix.Bind(fd, &unix.SockaddrInet4{Addr: dst.Addr().As4(), Port: int(dst.Port())})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab.SendUDP(t, lab.A, dst, 200, 64, 0)
+	if r := collect(t, s); r.Gauges[catalog.Agent] <= 1e-6 {
+		t.Fatalf("BPF used %g%% of a CPU: not over the budget, nothing to test", r.Gauges[catalog.Agent])
+	}
+	s.Adapt(ctx, time.Now(), result(nil), until)
+	if rx.Expanded() || !rx.Active() {
+		t.Fatalf("over the budget while expanded: expanded %v, attached %v; want the sample, attached", rx.Expanded(), rx.Active())
+	}
+	got := actions(collect(t, s).Events)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "measuring its sample: over budget, ") || !strings.HasSuffix(got[0], "back to the sample until the expand ends") {
+		t.Errorf("events %q, want the return to the sample over the budget", got)
+	}
+	s.Adapt(ctx, time.Now(), result(nil), until)
+	if rx.Expanded() {
+		t.Error("timing everything again within the expand that broke the budget")
 	}
 }

@@ -1,18 +1,20 @@
 // Package latencyrx is the latency/rx branch: receive-stack latency, from a
 // packet's kernel RX timestamp to its socket's receive queue and from there
 // to the application's read, per protocol. Its programs cost less than
-// netstacklat's (26–62 ns a run where a packet reaches a socket or is read;
-// every histogram a 1 in 16 sample; BENCHMARKS.md), so they
-// are attached always by default, within the
+// netstacklat's (every histogram a 1 in 16 sample: about a third of
+// today's netstacklat a run, about half even timing every packet;
+// BENCHMARKS.md), so they are attached always by default, within the
 // overhead budget like every Adaptive source (source.Standing); with
 // Options.Triggered they are attached only while the latency branch is in
-// trouble or an operator is looking.
+// trouble or an operator is looking. While an operator has the node
+// expanded they time every packet and socket (SetExpanded).
 package latencyrx
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	"github.com/nbs-project/nbs/agent/probe/bpfhist"
@@ -29,8 +31,9 @@ type Options struct {
 	// Triggered attaches the programs only while triggered or expanded
 	// (--latency.rx.always=false); by default they are always attached.
 	Triggered bool
-	// ReadSample is the probe's 1-in-N read sample (probe.Options); 0 is
-	// probe.DefaultReadSample.
+	// ReadSample is the probe's 1-in-N sample (probe.Options,
+	// --latency.rx.sample); 0 is probe.DefaultReadSample. An operator's
+	// expand times every packet and socket while it lasts (SetExpanded).
 	ReadSample int
 }
 
@@ -39,6 +42,36 @@ type Source struct {
 	*source.Triggered[*probe.Probe, probe.Stats]
 
 	deltas [probe.Protos][probe.Kinds]bpfhist.Delta // guarded by Triggered's lock
+
+	mu       sync.Mutex
+	expanded bool
+}
+
+// SetExpanded times every packet and UDP socket (true) or the sample
+// (false, Options.ReadSample), without reloading the programs
+// (source.Expandable).
+func (s *Source) SetExpanded(on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on == s.expanded {
+		return nil
+	}
+	n := 0 // the sample the probe was loaded with
+	if on {
+		n = 1
+	}
+	if err := s.WithProbe(func(p *probe.Probe) error { return p.SetReadSample(n) }); err != nil {
+		return err
+	}
+	s.expanded = on
+	return nil
+}
+
+// Expanded says whether every packet and socket is timed.
+func (s *Source) Expanded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.expanded
 }
 
 // ids names the histogram of each protocol and kind; Total has no child

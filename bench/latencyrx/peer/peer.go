@@ -10,18 +10,38 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Peer is the netstacklat-shaped programs, loaded and attached.
+// Shape is which netstacklat a Peer is.
+type Shape int
+
+const (
+	// Before2025 is netstacklat before May 2025: a per-CPU array of log2
+	// buckets per hook, every packet of every protocol at sk_data_ready.
+	Before2025 Shape = iota
+	// Current is netstacklat as its source is now: one per-CPU hash of
+	// (cgroup, ifindex, hook, bucket), two lookups a packet.
+	Current
+)
+
+func (s Shape) String() string { return [...]string{"netstacklat-2024", "netstacklat-current"}[s] }
+
+// Peer is one shape's programs, loaded; Attach attaches them.
 type Peer struct {
-	objs  peerObjects
+	coll  *ebpf.Collection
+	progs map[string]*ebpf.Program
 	links []link.Link
 }
 
-// Load loads and attaches the peer's programs. The kernel's RX timestamps
-// must be on (the receive-latency probe's Attach turns them on).
-func Load() (*Peer, error) {
-	spec, err := loadPeer()
+// Load loads the programs of shape without attaching them.
+func Load(shape Shape) (*Peer, error) {
+	load, names := loadPeer, map[string]string{
+		"tcp_probe": "peer_rx_tcp", "skb_copy_datagram_iovec": "peer_rx_copy", "sk_data_ready": "peer_rx_ready"}
+	if shape == Current {
+		load, names = loadCurrent, map[string]string{
+			"tcp_probe": "cur_rx_tcp", "skb_copy_datagram_iovec": "cur_rx_copy", "sk_data_ready": "cur_rx_ready"}
+	}
+	spec, err := load()
 	if err != nil {
-		return nil, fmt.Errorf("parse the peer object: %w", err)
+		return nil, fmt.Errorf("parse the %s object: %w", shape, err)
 	}
 	var tx unix.Timex
 	if _, err := unix.Adjtimex(&tx); err != nil {
@@ -30,35 +50,46 @@ func Load() (*Peer, error) {
 	if err := spec.Variables["tai_offset_ns"].Set(int64(tx.Tai) * int64(time.Second)); err != nil {
 		return nil, fmt.Errorf("set the TAI offset: %w", err)
 	}
-	p := &Peer{}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		return nil, fmt.Errorf("load the peer: %w", err)
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		return nil, fmt.Errorf("load the %s programs: %w", shape, err)
 	}
-	for _, prog := range []*ebpf.Program{p.objs.PeerRxTcp, p.objs.PeerRxCopy, p.objs.PeerRxReady} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("attach the peer: %w", err), p.Close())
-		}
-		p.links = append(p.links, l)
+	p := &Peer{coll: coll, progs: map[string]*ebpf.Program{}}
+	for hook, name := range names {
+		p.progs[hook] = coll.Programs[name]
 	}
 	return p, nil
 }
 
-// Programs returns the peer's programs by attach point.
-func (p *Peer) Programs() map[string]*ebpf.Program {
-	return map[string]*ebpf.Program{
-		"tcp_probe":               p.objs.PeerRxTcp,
-		"skb_copy_datagram_iovec": p.objs.PeerRxCopy,
-		"sk_data_ready":           p.objs.PeerRxReady,
+// Attach attaches the programs (after whatever is attached at their
+// hooks: programs at a tracepoint run in the order they were attached).
+func (p *Peer) Attach() error {
+	for _, prog := range p.progs {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			return errors.Join(fmt.Errorf("attach the peer: %w", err), p.Detach())
+		}
+		p.links = append(p.links, l)
 	}
+	return nil
 }
 
-// Close detaches and frees the peer.
-func (p *Peer) Close() error {
+// Detach detaches the programs.
+func (p *Peer) Detach() error {
 	var errs []error
 	for _, l := range p.links {
 		errs = append(errs, l.Close())
 	}
-	errs = append(errs, p.objs.Close())
+	p.links = nil
 	return errors.Join(errs...)
+}
+
+// Programs returns the programs by attach point.
+func (p *Peer) Programs() map[string]*ebpf.Program { return p.progs }
+
+// Close detaches and frees the programs.
+func (p *Peer) Close() error {
+	err := p.Detach()
+	p.coll.Close()
+	return err
 }

@@ -1,0 +1,170 @@
+package flows
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/internal/netns"
+)
+
+// ctnetlink, as include/uapi/linux/netfilter/nfnetlink_conntrack.h has it.
+const (
+	ipctnlMsgCtGet  = 1
+	ctaTupleOrig    = 1
+	ctaTupleReply   = 2
+	ctaTupleIP      = 1
+	ctaTupleProto   = 2
+	ctaIPv4Src      = 1
+	ctaIPv4Dst      = 2
+	ctaIPv6Src      = 3
+	ctaIPv6Dst      = 4
+	ctaProtoNum     = 1
+	ctaProtoSrcPort = 2
+	ctaProtoDstPort = 3
+	nlaTypeMask     = 0x3fff
+	// maxConntrack bounds one dump: a node's table beyond it is read in
+	// part (the connections not found stay untranslated).
+	maxConntrack = 200000
+)
+
+// ctTuple is one direction of a tracked TCP connection.
+type ctTuple struct {
+	src, dst netip.AddrPort
+}
+
+// conntrackTCP lists the TCP connections the namespace's connection
+// tracking holds, by their original direction, with the reply direction's
+// source: for a DNAT'd connection, the backend it was translated to.
+func conntrackTCP(h netns.Handle) (map[ctTuple]netip.AddrPort, error) {
+	out := map[ctTuple]netip.AddrPort{}
+	err := h.Do(func() error {
+		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+		if err != nil {
+			return fmt.Errorf("open ctnetlink: %w", err)
+		}
+		defer unix.Close(fd)
+		if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+			return fmt.Errorf("bind ctnetlink: %w", err)
+		}
+		req := make([]byte, unix.NLMSG_HDRLEN+4)
+		binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
+		binary.NativeEndian.PutUint16(req[4:], unix.NFNL_SUBSYS_CTNETLINK<<8|ipctnlMsgCtGet)
+		binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+		binary.NativeEndian.PutUint32(req[8:], 1)
+		req[unix.NLMSG_HDRLEN] = unix.AF_UNSPEC
+		req[unix.NLMSG_HDRLEN+1] = unix.NFNETLINK_V0
+		if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+			return fmt.Errorf("dump conntrack: %w", err)
+		}
+		buf := make([]byte, 256<<10)
+		for {
+			n, _, err := unix.Recvfrom(fd, buf, 0)
+			if err != nil {
+				return fmt.Errorf("read conntrack: %w", err)
+			}
+			msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+			if err != nil {
+				return fmt.Errorf("parse conntrack: %w", err)
+			}
+			for _, m := range msgs {
+				switch m.Header.Type {
+				case unix.NLMSG_DONE:
+					return nil
+				case unix.NLMSG_ERROR:
+					if len(m.Data) >= 4 {
+						if e := int32(binary.NativeEndian.Uint32(m.Data)); e != 0 {
+							return fmt.Errorf("dump conntrack: %w", unix.Errno(-e))
+						}
+					}
+					return nil
+				}
+				if len(out) >= maxConntrack || len(m.Data) < 4 {
+					continue
+				}
+				orig, reply, ok := parseCT(m.Data[4:])
+				if ok {
+					out[orig] = reply.src
+				}
+			}
+		}
+	})
+	return out, err
+}
+
+// parseCT reads one conntrack entry's attributes: the original tuple and
+// the reply's; ok only for TCP.
+func parseCT(b []byte) (orig, reply ctTuple, ok bool) {
+	var okO, okR bool
+	for typ, v := range attrs(b) {
+		switch typ {
+		case ctaTupleOrig:
+			orig, okO = parseTuple(v)
+		case ctaTupleReply:
+			reply, okR = parseTuple(v)
+		}
+	}
+	return orig, reply, okO && okR
+}
+
+func parseTuple(b []byte) (ctTuple, bool) {
+	var src, dst netip.Addr
+	var sport, dport uint16
+	proto := -1
+	for typ, v := range attrs(b) {
+		switch typ {
+		case ctaTupleIP:
+			for t, a := range attrs(v) {
+				addr, ok := netip.AddrFromSlice(a)
+				if !ok {
+					continue
+				}
+				switch t {
+				case ctaIPv4Src, ctaIPv6Src:
+					src = addr
+				case ctaIPv4Dst, ctaIPv6Dst:
+					dst = addr
+				}
+			}
+		case ctaTupleProto:
+			for t, a := range attrs(v) {
+				switch {
+				case t == ctaProtoNum && len(a) == 1:
+					proto = int(a[0])
+				case t == ctaProtoSrcPort && len(a) == 2:
+					sport = binary.BigEndian.Uint16(a)
+				case t == ctaProtoDstPort && len(a) == 2:
+					dport = binary.BigEndian.Uint16(a)
+				}
+			}
+		}
+	}
+	if proto != unix.IPPROTO_TCP || !src.IsValid() || !dst.IsValid() {
+		return ctTuple{}, false
+	}
+	return ctTuple{src: netip.AddrPortFrom(src.Unmap(), sport), dst: netip.AddrPortFrom(dst.Unmap(), dport)}, true
+}
+
+// attrs iterates netlink attributes (type without its flags, value).
+func attrs(b []byte) func(func(uint16, []byte) bool) {
+	return func(yield func(uint16, []byte) bool) {
+		for len(b) >= unix.SizeofNlAttr {
+			l := int(binary.NativeEndian.Uint16(b))
+			t := binary.NativeEndian.Uint16(b[2:]) & nlaTypeMask
+			if l < unix.SizeofNlAttr || l > len(b) {
+				return
+			}
+			if !yield(t, b[unix.SizeofNlAttr:l]) {
+				return
+			}
+			al := (l + unix.NLA_ALIGNTO - 1) &^ (unix.NLA_ALIGNTO - 1)
+			if al > len(b) {
+				return
+			}
+			b = b[al:]
+		}
+	}
+}

@@ -1,0 +1,382 @@
+// Package flows hands the agent's report the flow map's data (issue 29,
+// docs/flow-map-agent.md): each interval, the TCP connections of this node's
+// owners by peer (FlowEdge), from the flows probe, and the addresses those
+// owners held (AddressHolder), so the collector can join both ends of a
+// connection and name the owner that held a peer address at the time.
+//
+// It adds nothing to the metric tree: its data goes in the report's own
+// fields (source.Reading's Flows and AddressHolders).
+package flows
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/nbs-project/nbs/agent/catalog"
+	"github.com/nbs-project/nbs/agent/owner"
+	dropsprobe "github.com/nbs-project/nbs/agent/probe/drops"
+	probe "github.com/nbs-project/nbs/agent/probe/flows"
+	"github.com/nbs-project/nbs/agent/probe/tcpreset"
+	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/internal/netns"
+	"github.com/nbs-project/nbs/internal/wire"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// CapBPF is the capability that says whether edges are measured.
+const CapBPF = "bpf.flows"
+
+// DefaultTop is how many edges a report carries before the rest are
+// folded into one "other" edge (--flows.top).
+const DefaultTop = 200
+
+// MaxTop keeps the top-K and its "other" edge within a report's limit.
+const MaxTop = wire.MaxFlowEdges - 1
+
+// Options configure Open.
+type Options struct {
+	source.Env
+	// Disabled turns the flow map off (--flows.enable=false): no program is
+	// loaded and no address is read.
+	Disabled bool
+	// Top is how many edges each report names (--flows.top): the worst and
+	// busiest; the rest are summed into one "other" edge. 0 means
+	// DefaultTop; more than MaxTop is MaxTop.
+	Top int
+	// MaxEdges sizes the kernel's edge table (0: the probe's default).
+	MaxEdges uint32
+	// NetnsDirs and Proc are where namespaces are found (tests); /run/netns
+	// and /proc unless set.
+	NetnsDirs []string
+	Proc      string
+}
+
+// Source reads the flows probe and the owners' addresses.
+type Source struct {
+	log      *slog.Logger
+	probe    *probe.Probe // nil when edges are not measured
+	why      string       // why not, or what is missing
+	names    tcpreset.Names
+	drops    dropsprobe.Names
+	resolver *owner.Resolver
+	top      int
+	holders  *holders // nil when the flow map is off
+	xlat     *translator
+
+	mu     sync.Mutex
+	folded uint64 // edges folded into "other", since the start
+}
+
+// Open loads and attaches the flows probe, or returns a source that says
+// why it measures no edges (it still lists the owners' addresses, which
+// the collector needs to name this node's owners as other nodes' peers).
+func Open(_ context.Context, opts Options) (*Source, error) {
+	s := &Source{log: opts.Log("flows"), resolver: opts.Owners, top: opts.Top}
+	if s.resolver == nil {
+		s.resolver = owner.New(owner.Options{Logger: opts.Logger})
+	}
+	switch {
+	case s.top <= 0:
+		s.top = DefaultTop
+	case s.top > MaxTop:
+		s.top = MaxTop
+	}
+	if opts.Disabled {
+		s.why = "disabled by --flows.enable=false"
+		return s, nil
+	}
+	var only *netns.Handle
+	if !opts.AllNetns {
+		only = &opts.Netns
+	}
+	s.holders = newHolders(s.resolver, opts.Proc, opts.NetnsDirs, only, s.log)
+	if opts.DisableBPF {
+		s.why = source.BPFDisabled
+		return s, nil
+	}
+	names, err := tcpreset.LoadNames(opts.BTF)
+	if err != nil {
+		s.why = err.Error()
+		s.log.Warn("flows: no edges measured", "err", err)
+		return s, nil
+	}
+	dnames, err := dropsprobe.LoadNames(opts.BTF)
+	if err != nil {
+		s.why = err.Error()
+		s.log.Warn("flows: no edges measured", "err", err)
+		return s, nil
+	}
+	p, err := probe.Load(probe.Options{NetnsInode: opts.BPFNetns(), MaxEdges: opts.MaxEdges, Logger: s.log, BTF: opts.BTF})
+	if err == nil {
+		if err = p.Attach(); err != nil {
+			p.Close()
+		}
+	}
+	if err != nil {
+		s.why = err.Error()
+		s.log.Warn("flows: no edges measured", "err", err)
+		return s, nil
+	}
+	s.probe, s.names, s.drops, s.why = p, names, dnames, p.LiveReason()
+	host := opts.Netns
+	if opts.AllNetns {
+		// The node's connection tracking (a Service's DNAT) is the
+		// host's: PID 1's namespace.
+		if h, err := netns.Resolve("/proc/1/ns/net"); err == nil {
+			host = h
+		}
+	}
+	s.xlat = &translator{probe: p, path: s.holders.path, checked: map[peerKey]bool{},
+		host: func() (netns.Handle, bool) { return host, host.Path != "" }}
+	return s, nil
+}
+
+func (s *Source) Name() string { return "flows (bpf)" }
+
+// Capabilities says whether edges are measured, and if live connections
+// are read at each interval's end.
+func (s *Source) Capabilities() []*nbsv1.Capability {
+	return []*nbsv1.Capability{{Name: CapBPF, Available: s.probe != nil, Reason: s.why}}
+}
+
+// Programs returns the probe's programs, for the agent branch's cost figures.
+func (s *Source) Programs() map[string]*ebpf.Program {
+	if s.probe == nil {
+		return nil
+	}
+	return s.probe.Programs()
+}
+
+// Folded is how many edges were folded into "other" since the start.
+func (s *Source) Folded() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.folded
+}
+
+func (s *Source) Close() error {
+	if s.probe == nil {
+		return nil
+	}
+	return s.probe.Close()
+}
+
+func (s *Source) Collect(ctx context.Context) (source.Reading, error) {
+	var r source.Reading
+	if s.holders != nil {
+		r.AddressHolders = s.holders.collect(ctx)
+	}
+	if s.probe == nil {
+		return r, nil
+	}
+	iv, err := s.probe.Collect()
+	if err != nil {
+		return r, fmt.Errorf("flows: %w", err)
+	}
+	edges, folded := s.edges(iv, s.xlat.apply(iv))
+	s.mu.Lock()
+	s.folded += uint64(folded)
+	s.mu.Unlock()
+	r.Flows = edges
+	return r, nil
+}
+
+// edgeID is an edge once its namespace is named: two namespaces of one
+// owner (never, but for Unknown ones) are one edge.
+type edgeID struct {
+	owner     string
+	role      probe.Role
+	local     netip.Addr
+	localPort uint16
+	peer      netip.Addr
+	peerPort  uint16
+	// translated is where the node's connection tracking sent the
+	// connections (DNAT), when it did.
+	translated netip.AddrPort
+}
+
+type agg struct {
+	owner owner.Owner
+	probe.Counts
+}
+
+// edges turns an interval into FlowEdges: its s.top worst and busiest,
+// and one "other" edge with the rest and what the kernel's tables had no
+// room for, so the node's totals stay exact.
+// xlat names the backends of per-connection edges (translator.apply). The
+// maps of iv's counts may be changed.
+func (s *Source) edges(iv probe.Interval, xlat map[int]netip.AddrPort) ([]*nbsv1.FlowEdge, int) {
+	inodes := make([]uint32, 0, len(iv.Edges))
+	for _, e := range iv.Edges {
+		inodes = append(inodes, e.Netns)
+	}
+	owners := s.resolver.Lookup(slices.Compact(slices.Sorted(slices.Values(inodes)))...)
+	byID := make(map[edgeID]*agg, len(iv.Edges))
+	for i, e := range iv.Edges {
+		ow := owners[e.Netns]
+		id := edgeID{owner: ow.ID(), role: e.Role, local: e.Local, localPort: e.LocalPort, peer: e.Peer, peerPort: e.PeerPort,
+			translated: xlat[i]}
+		if e.Role == probe.Client {
+			id.localPort = 0 // a per-connection edge joins its backend's
+		}
+		a := byID[id]
+		if a == nil {
+			// The first edge's counts are taken over, maps and all: iv is
+			// not used after this.
+			byID[id] = &agg{owner: ow, Counts: e.Counts}
+			continue
+		}
+		addCounts(&a.Counts, e.Counts)
+	}
+	// Ranked once: the sort compares precomputed figures, the edges'
+	// addresses only on ties, so the order is the same every time.
+	type rankedEdge struct {
+		id                    edgeID
+		trouble, busy, volume uint64
+	}
+	ranked := make([]rankedEdge, 0, len(byID))
+	for id, a := range byID {
+		ranked = append(ranked, rankedEdge{id: id, trouble: trouble(a.Counts), busy: a.Opened + a.Closed + a.Failed,
+			volume: a.BytesSent + a.BytesReceived})
+	}
+	slices.SortFunc(ranked, func(a, b rankedEdge) int {
+		if c := cmp.Or(cmp.Compare(b.trouble, a.trouble), cmp.Compare(b.busy, a.busy), cmp.Compare(b.volume, a.volume)); c != 0 {
+			return c
+		}
+		x, y := a.id, b.id
+		return cmp.Or(cmp.Compare(x.owner, y.owner), cmp.Compare(x.role, y.role), x.local.Compare(y.local),
+			cmp.Compare(x.localPort, y.localPort), x.peer.Compare(y.peer), cmp.Compare(x.peerPort, y.peerPort),
+			x.translated.Compare(y.translated))
+	})
+	ids := make([]edgeID, len(ranked))
+	for i, r := range ranked {
+		ids[i] = r.id
+	}
+	keep := min(len(ids), s.top)
+	out := make([]*nbsv1.FlowEdge, 0, keep+1)
+	for _, id := range ids[:keep] {
+		a := byID[id]
+		fe := s.counts(a.Counts)
+		fe.Local = flowOwner(a.owner)
+		fe.LocalAddress = id.local.String()
+		fe.PeerAddress = id.peer.String()
+		if id.role == probe.Server {
+			fe.Role = nbsv1.FlowRole_FLOW_ROLE_SERVER
+			fe.LocalPort = uint32(id.localPort)
+		} else {
+			fe.Role = nbsv1.FlowRole_FLOW_ROLE_CLIENT
+			fe.PeerPort = uint32(id.peerPort)
+			if id.translated.IsValid() {
+				fe.PeerTranslatedAddress = id.translated.Addr().String()
+				fe.PeerTranslatedPort = uint32(id.translated.Port())
+			}
+		}
+		out = append(out, fe)
+	}
+	var other probe.Counts
+	addCounts(&other, iv.Overflow)
+	for _, id := range ids[keep:] {
+		addCounts(&other, byID[id].Counts)
+	}
+	folded := len(ids) - keep
+	if folded > 0 || !empty(other) {
+		fe := s.counts(other)
+		fe.Other, fe.EdgesFolded = true, uint32(folded)
+		out = append(out, fe)
+	}
+	return out, folded
+}
+
+// trouble is how bad an edge's interval was, for the top-K's order.
+func trouble(c probe.Counts) uint64 {
+	n := c.Failed + c.Retransmits
+	for _, v := range c.Drops {
+		n += v
+	}
+	for _, v := range c.ResetsSent {
+		n += v
+	}
+	for _, v := range c.ResetsReceived {
+		n += v
+	}
+	return n
+}
+
+func empty(c probe.Counts) bool {
+	return c.Opened == 0 && c.Failed == 0 && c.Closed == 0 && c.Retransmits == 0 && c.BytesSent == 0 &&
+		c.BytesReceived == 0 && c.RTTCount == 0 && len(c.ResetsSent) == 0 && len(c.ResetsReceived) == 0 && len(c.Drops) == 0
+}
+
+func addCounts(dst *probe.Counts, src probe.Counts) {
+	dst.Opened += src.Opened
+	dst.Failed += src.Failed
+	dst.Closed += src.Closed
+	dst.Retransmits += src.Retransmits
+	dst.BytesSent += src.BytesSent
+	dst.BytesReceived += src.BytesReceived
+	dst.RTTCount += src.RTTCount
+	dst.RTTSum += src.RTTSum
+	dst.RTTBuckets = addMap(dst.RTTBuckets, src.RTTBuckets)
+	dst.ResetsSent = addMap(dst.ResetsSent, src.ResetsSent)
+	dst.ResetsReceived = addMap(dst.ResetsReceived, src.ResetsReceived)
+	dst.Drops = addMap(dst.Drops, src.Drops)
+}
+
+func addMap(dst, src map[uint32]uint64) map[uint32]uint64 {
+	for k, v := range src {
+		if v == 0 {
+			continue
+		}
+		if dst == nil {
+			dst = map[uint32]uint64{}
+		}
+		dst[k] += v
+	}
+	return dst
+}
+
+// counts is an edge's counters on the wire, resets by the names the
+// tcp_reset tree gives them.
+func (s *Source) counts(c probe.Counts) *nbsv1.FlowEdge {
+	fe := &nbsv1.FlowEdge{Opened: c.Opened, Failed: c.Failed, Closed: c.Closed, Retransmits: c.Retransmits,
+		BytesSent: c.BytesSent, BytesReceived: c.BytesReceived}
+	fe.ResetsSent = named(c.ResetsSent, s.names.Reason)
+	fe.ResetsReceived = named(c.ResetsReceived, s.names.State)
+	fe.Drops = named(c.Drops, s.drops.Reason)
+	if c.RTTCount > 0 {
+		h := &nbsv1.Histogram{Count: c.RTTCount, Sum: float64(c.RTTSum.Nanoseconds())}
+		for _, b := range slices.Sorted(maps.Keys(c.RTTBuckets)) {
+			h.BucketIndex = append(h.BucketIndex, b)
+			h.BucketCount = append(h.BucketCount, c.RTTBuckets[b])
+		}
+		fe.Rtt = h
+	}
+	return fe
+}
+
+func named(m map[uint32]uint64, name func(uint32) string) map[string]uint64 {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]uint64, len(m))
+	for code, n := range m {
+		out[catalog.MetricSegment(name(code))] += n
+	}
+	return out
+}
+
+func flowOwner(o owner.Owner) *nbsv1.FlowOwner {
+	fo := &nbsv1.FlowOwner{Id: o.ID(), Kind: string(o.Kind), Name: o.Name()}
+	if o.Kind == owner.Pod {
+		fo.Workload = Workload(o.Pod)
+	}
+	return fo
+}

@@ -1,0 +1,261 @@
+package flows
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/agent/owner"
+	"github.com/nbs-project/nbs/internal/netns"
+	"github.com/nbs-project/nbs/internal/wire"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
+)
+
+// refreshEvery is how old a namespace's addresses may get before they are
+// read again when nothing else says they changed.
+const refreshEvery = 30 * time.Second
+
+// holders lists the addresses of every network namespace on the node (the
+// host's and each pod's, container's or `ip netns` one's), read by netlink
+// inside each, and cached: a namespace's addresses are read again when it
+// is new, when the set of namespaces changed (a pod came or went: its
+// address may pass to another), when it had none (a pod whose address the
+// CNI had not set yet) and every refreshEvery.
+//
+// A namespace is known by its inode and the path it was found at: the
+// kernel reuses the inode of a namespace that went, so one found at another
+// path is taken for a new namespace (the owners' resolver is told to name
+// it anew), and the one that had the inode is listed once more, with its
+// own owner, as every namespace that went is.
+type holders struct {
+	resolver *owner.Resolver
+	proc     string
+	dirs     []string
+	log      *slog.Logger
+
+	// only, when set, is the one namespace whose addresses are listed:
+	// an agent watching one namespace (--netns) is the node of that
+	// namespace alone.
+	only *netns.Handle
+
+	known map[nsKey]*nsAddrs
+	paths map[uint32]string // the live namespaces' paths, by inode
+	// capped counts holders left out of reports past MaxAddressHolders.
+	capped uint64
+}
+
+type nsKey struct {
+	ino  uint32
+	path string
+}
+
+type nsAddrs struct {
+	addrs []netip.Addr
+	read  time.Time
+	owner owner.Owner
+	// gone is set when the namespace was not found: it held its
+	// addresses during the interval it went, so it is reported once more.
+	gone bool
+}
+
+func newHolders(r *owner.Resolver, proc string, dirs []string, only *netns.Handle, log *slog.Logger) *holders {
+	if proc == "" {
+		proc = "/proc"
+	}
+	if dirs == nil {
+		dirs = []string{"/run/netns"}
+	}
+	return &holders{resolver: r, proc: proc, dirs: dirs, only: only, log: log, known: map[nsKey]*nsAddrs{}}
+}
+
+// collect returns every (address, owner) held during the interval.
+func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
+	now := time.Now()
+	live := map[nsKey]bool{}
+	h.paths = h.namespaces()
+	for ino, path := range h.paths {
+		live[nsKey{ino, path}] = true
+	}
+	changed := false
+	byIno := map[uint32]nsKey{}
+	for k, ns := range h.known {
+		if !ns.gone {
+			byIno[k.ino] = k
+		}
+	}
+	var reused []uint32
+	for k := range live {
+		if _, ok := h.known[k]; ok {
+			continue
+		}
+		changed = true
+		if old, ok := byIno[k.ino]; ok && old != k {
+			reused = append(reused, k.ino)
+		}
+	}
+	for k, ns := range h.known {
+		if live[k] {
+			continue
+		}
+		changed = true
+		if ns.gone {
+			delete(h.known, k)
+		} else {
+			ns.gone = true
+		}
+	}
+	if len(reused) > 0 {
+		h.resolver.Forget(reused...)
+	}
+	var inodes []uint32
+	for k := range live {
+		if ctx.Err() != nil {
+			break
+		}
+		ns := h.known[k]
+		if ns == nil {
+			ns = &nsAddrs{}
+			h.known[k] = ns
+		}
+		if ns.read.IsZero() || changed || len(ns.addrs) == 0 || now.Sub(ns.read) >= refreshEvery {
+			addrs, err := readAddrs(netns.Handle{Path: k.path, Inode: k.ino})
+			if err != nil {
+				// Gone between the scan and the read, usually.
+				h.log.Debug("flows: read a namespace's addresses", "netns", k.path, "err", err)
+				continue
+			}
+			ns.addrs, ns.read = addrs, now
+		}
+		if len(ns.addrs) > 0 {
+			inodes = append(inodes, k.ino)
+		}
+	}
+	owners := h.resolver.Lookup(inodes...)
+	type held struct {
+		addr  netip.Addr
+		owner owner.Owner
+	}
+	var all []held
+	for k, ns := range h.known {
+		if !ns.gone {
+			if live[k] && len(ns.addrs) > 0 {
+				ns.owner = owners[k.ino]
+			}
+		}
+		if ns.owner.Kind == "" || ns.owner.Kind == owner.Unknown {
+			continue // no name the collector could show
+		}
+		for _, a := range ns.addrs {
+			all = append(all, held{a, ns.owner})
+		}
+	}
+	slices.SortFunc(all, func(x, y held) int { return cmp.Or(x.addr.Compare(y.addr), cmp.Compare(x.owner.ID(), y.owner.ID())) })
+	all = slices.CompactFunc(all, func(x, y held) bool { return x.addr == y.addr && x.owner.ID() == y.owner.ID() })
+	if len(all) > wire.MaxAddressHolders {
+		h.capped += uint64(len(all) - wire.MaxAddressHolders)
+		h.log.Warn("flows: more addresses than a report carries; the rest are left out", "addresses", len(all), "max", wire.MaxAddressHolders)
+		all = all[:wire.MaxAddressHolders]
+	}
+	out := make([]*nbsv1.AddressHolder, 0, len(all))
+	for _, x := range all {
+		out = append(out, &nbsv1.AddressHolder{Address: x.addr.String(), Owner: flowOwner(x.owner)})
+	}
+	return out
+}
+
+// namespaces finds every network namespace a process is in or an `ip netns`
+// name holds, with a path to enter it by.
+func (h *holders) namespaces() map[uint32]string {
+	if h.only != nil {
+		return map[uint32]string{h.only.Inode: h.only.Path}
+	}
+	out := map[uint32]string{}
+	for _, dir := range h.dirs {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			p := filepath.Join(dir, e.Name())
+			var st unix.Stat_t
+			if unix.Stat(p, &st) == nil && st.Ino != 0 {
+				out[uint32(st.Ino)] = p
+			}
+		}
+	}
+	d, err := os.Open(h.proc)
+	if err != nil {
+		h.log.Warn("flows: read /proc", "err", err)
+		return out
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	for _, n := range names {
+		if _, err := strconv.Atoi(n); err != nil {
+			continue
+		}
+		p := filepath.Join(h.proc, n, "ns", "net")
+		link, err := os.Readlink(p)
+		if err != nil {
+			continue
+		}
+		s, ok := strings.CutPrefix(link, "net:[")
+		if !ok {
+			continue
+		}
+		ino, err := strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 32)
+		if err != nil {
+			continue
+		}
+		if _, ok := out[uint32(ino)]; !ok {
+			out[uint32(ino)] = p
+		}
+	}
+	return out
+}
+
+// readAddrs lists a namespace's addresses but loopback and link-local ones
+// (never a peer another node sees).
+func readAddrs(h netns.Handle) ([]netip.Addr, error) {
+	var out []netip.Addr
+	err := h.Do(func() error {
+		as, err := net.InterfaceAddrs()
+		if err != nil {
+			return err
+		}
+		for _, a := range as {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(ipn.IP)
+			if !ok {
+				continue
+			}
+			ip = ip.Unmap()
+			if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() {
+				continue
+			}
+			out = append(out, ip)
+		}
+		return nil
+	})
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out), err
+}
+
+// path is a way into namespace ino, as last found.
+func (h *holders) path(ino uint32) (string, bool) {
+	p, ok := h.paths[ino]
+	return p, ok
+}
