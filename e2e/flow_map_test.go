@@ -4,13 +4,19 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	agentapp "github.com/nbs-project/nbs/agent/app"
 	collectorapp "github.com/nbs-project/nbs/collector/app"
 	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/internal/testlab/netlab"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -154,5 +160,101 @@ func TestFlowMapEndToEnd(t *testing.T) {
 	// Staff see both tenants' edges, never joined across them.
 	if m, body := get(col.token, url.Values{}); m.TotalEdges != 2 {
 		t.Fatalf("staff's map: %s", body)
+	}
+}
+
+// The flow map from real agents (flowagent's BPF) in a namespace lab: A
+// sends a megabyte to a sink in B over one connection and connects five
+// times to a port of B where nothing listens. Through two agents, the
+// collector and PostgreSQL, the map has the two edges between A's and B's
+// owners, each joined from both ends, with the lab's own counts: one
+// connection and its bytes, five failed connects refused by B
+// (NO_SOCKET), which make the edge crit and say so; and A's active opens
+// in the kernel's counters are the map's.
+func TestFlowMapFromRealAgents(t *testing.T) {
+	t.Parallel()
+	lab := netlab.New(t)
+	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
+	flowsOn := func(c *agentapp.Config) { c.FlowsEnable = true }
+	startAgent(t, "lab-a", lab.A, col.grpcAddr, flowsOn)
+	startAgent(t, "lab-b", lab.B, col.grpcAddr, flowsOn)
+	waitNode(t, col, "lab-a")
+	waitNode(t, col, "lab-b")
+
+	a0 := lab.Nstat(t, lab.A)
+	const size, refused = 1 << 20, 5
+	addr, wait := lab.Sink(t, netip.AddrPortFrom(lab.IPB, 0), size)
+	var c net.Conn
+	if err := lab.Do(lab.A, func() (err error) {
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	wait()
+	lab.ResetNoSocket(t, refused)
+	a1 := lab.Nstat(t, lab.A)
+	sinkPort, err := strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type edge struct {
+		Client, Server struct {
+			Owner   *string `json:"owner"`
+			Address string  `json:"address"`
+			Port    *int    `json:"port"`
+		}
+		SeenBy   []string                     `json:"seen_by"`
+		Opened   uint64                       `json:"opened"`
+		Failed   uint64                       `json:"failed"`
+		Closed   uint64                       `json:"closed"`
+		BytesC2S uint64                       `json:"bytes_client_to_server"`
+		Resets   map[string]map[string]uint64 `json:"resets"`
+		State    string                       `json:"state"`
+		Explain  string                       `json:"explain"`
+	}
+	var bulk, refusedEdge *edge
+	eventually(t, 30*time.Second, func() string {
+		var m struct {
+			Edges []edge `json:"edges"`
+		}
+		col.getJSON(t, "/api/v1/flows?window=15m", &m)
+		bulk, refusedEdge = nil, nil
+		for i, e := range m.Edges {
+			if e.Client.Address != lab.IPA.String() || e.Server.Address != lab.IPB.String() || e.Client.Owner == nil || e.Server.Owner == nil ||
+				!strings.HasPrefix(*e.Client.Owner, "lab-a|") || !strings.HasPrefix(*e.Server.Owner, "lab-b|") {
+				continue
+			}
+			switch *e.Server.Port {
+			case sinkPort:
+				bulk = &m.Edges[i]
+			case int(lab.ClosedPort):
+				refusedEdge = &m.Edges[i]
+			}
+		}
+		switch {
+		case bulk == nil || refusedEdge == nil:
+			return fmt.Sprintf("the map has no edge lab-a → lab-b:%d and :%d yet: %+v", sinkPort, lab.ClosedPort, m.Edges)
+		case len(bulk.SeenBy) != 2 || bulk.Closed != 1 || bulk.BytesC2S != size:
+			return fmt.Sprintf("bulk edge %+v, want seen by both ends, 1 closed, %d bytes", *bulk, size)
+		case len(refusedEdge.SeenBy) != 2 || refusedEdge.Failed != refused:
+			return fmt.Sprintf("refused edge %+v, want seen by both ends, %d failed", *refusedEdge, refused)
+		}
+		return ""
+	})
+	if bulk.Opened != 1 || bulk.Failed != 0 || bulk.State != "ok" {
+		t.Errorf("bulk edge %+v, want 1 opened, none failed, ok", *bulk)
+	}
+	if refusedEdge.Resets["server_sent"]["no_socket"] != refused || refusedEdge.Resets["client_received"]["syn_sent"] != refused ||
+		refusedEdge.State != "crit" || !strings.Contains(refusedEdge.Explain, fmt.Sprintf("%d of %d connects failed", refused, refused)) {
+		t.Errorf("refused edge %+v, want %d no_socket resets sent by B and received in syn_sent by A, crit", *refusedEdge, refused)
+	}
+	if opens := a1["TcpActiveOpens"] - a0["TcpActiveOpens"]; opens != bulk.Opened+refusedEdge.Failed {
+		t.Errorf("A's TcpActiveOpens rose by %d; the map has %d opened and %d failed", opens, bulk.Opened, refusedEdge.Failed)
 	}
 }
