@@ -121,6 +121,23 @@ func BenchmarkFlowMap(b *testing.B) {
 			batches++
 		}
 	}
+	// The anchor, in the same run: the same reports (another instance's)
+	// without their flows and holders, through the same write path.
+	var bare time.Duration
+	for m := range minutes {
+		for n0 := 0; n0 < nodes; n0 += 10 {
+			var batch []store.Report
+			for n := n0; n < min(n0+10, nodes); n++ {
+				batch = append(batch, store.Report{NodeID: ids[n], InstanceID: 2, Seq: uint64(m + 1), Time: t0.Add(time.Duration(m)*time.Minute + 30*time.Second), IntervalMS: 60000})
+			}
+			start := time.Now()
+			if _, err := st.WriteReports(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			bare += time.Since(start)
+		}
+	}
+	b.Logf("anchor: the same %d reports without flows in %s wall", batches*10, bare.Round(time.Millisecond))
 	slices.Sort(lat)
 	b.ReportMetric(float64(written)/wall.Seconds(), "edges_ingested/s")
 	b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "batch_p50_ms")
