@@ -5,6 +5,7 @@
 // which the UI shows.
 import type { AuditList, AuditQuery, CreateTokenRequest, CreatedToken, Token, TokenList, WhoAmI } from './access';
 import type { components, operations } from './api.gen';
+import type { FlowEdgeDetail, FlowGraph } from './flows';
 import type { Report, ReportDefinition, ReportDefinitionInput } from './reporttypes';
 
 type Schemas = components['schemas'];
@@ -259,6 +260,10 @@ export const api = {
       exports: r.exports ?? [],
       receivers: r.receivers ?? [],
     })),
+
+  // The flow map (issue 29): the query is built by flows.ts, tenant-scoped by the collector.
+  flows: (q: URLSearchParams, signal?: AbortSignal) => request<FlowGraph>('GET', `/api/v1/flows?${q}`, undefined, signal),
+  flowEdge: (q: URLSearchParams, signal?: AbortSignal) => request<FlowEdgeDetail>('GET', `/api/v1/flows/edge?${q}`, undefined, signal),
 
   // Reports (issue 10). The URL carries the query (report.ts builds it), so
   // the same link serves the page, the JSON and the CSV downloads.
