@@ -274,6 +274,20 @@ export interface paths {
     /** The Prometheus export's settings and what its newest exports held on this collector: series, nodes, overflowed series, by kind (scrape, each push receiver), and each push receiver's queue and last success. */
     get: operations["getExportStatus"];
   };
+  "/flows": {
+    /**
+     * The flow map for a window: owners and the edges between them and their peers (worst or busiest first, paged), with what agents folded past their top-K.
+     * @description Edges are TCP connections measured by agents (docs/flow-map.md): a client end (the owner that connected) and a server end (the owner that accepted, or the address:port connected to). Both ends' reports of the same connections are one edge; a peer address resolves to the owner of the same tenant that held it at the edge's time, and stays an address otherwise (outside: no owner of the tenant held it in the window) — an address held by another tenant's owner looks exactly like any outside address. Read from the minute rollups for windows up to 24 h, the hour rollups up to 60 days, the day rollups beyond (resolution). Customers see only their own nodes' edges; to them an owner that is a process or a network namespace is shown as its address only. A heavy read (429 past the caller's or the collector's limit, 504 past --reads.statement-timeout). With format=csv or Accept: text/csv, the same edges (every page's columns, this page's rows) as CSV.
+     */
+    get: operations["listFlows"];
+  };
+  "/flows/edge": {
+    /**
+     * One edge of the flow map over a window: its totals, a per-step series, both ends' owners and nodes, and links into each end's tree and evidence.
+     * @description key is an edge's key from GET /flows (over any window: it names the endpoints, not a time). 404 when the caller sees no such edge in the window. A heavy read, like GET /flows.
+     */
+    get: operations["getFlowEdge"];
+  };
 }
 
 export type webhooks = Record<string, never>;
@@ -1361,6 +1375,180 @@ export interface components {
       max_series_per_family: number;
       exports: components["schemas"]["ExportKindStatus"][];
       receivers: components["schemas"]["ExportReceiverStatus"][];
+    };
+    FlowOwner: {
+      /** @description node|id: what edges' owner fields refer to. */
+      key: string;
+      /** @description The node whose agent reported it. */
+      node: string;
+      /** @description The agent's owner id (pod:shop.cart-7d9f, host, container:…): the owner's segment in the node's tree. */
+      id: string;
+      /** @description host, pod, container, netns, process or unknown. */
+      kind: string;
+      /** @description How an operator reads it (shop/cart-7d9f). */
+      name: string;
+      /** @description The pod's workload (shop/cart), or empty. */
+      workload: string;
+      /** @description The pod's Kubernetes namespace, or empty. */
+      namespace: string;
+    };
+    FlowEnd: {
+      /** @description The key of the owner (in owners) that held the address at the edge's time; null when none of the tenant's did. */
+      owner: string | null;
+      /** @description The end's address (for a server end behind a DNAT the node translated, the backend's). */
+      address: string;
+      /** @description Server ends only: the port connected to. */
+      port?: number;
+      /** @description What to show: the owner's name, else the address (with the port for a server end). */
+      label: string;
+      /** @description No owner of the tenant held the address anywhere in the window (an address of the internet, or of another tenant: the two look alike). */
+      outside: boolean;
+    };
+    FlowResets: {
+      /** @description Count by kernel reason (the tcp_reset or drop tree's reason names). */
+      client_sent: {
+        [key: string]: number;
+      };
+      /** @description Count by kernel reason (the tcp_reset or drop tree's reason names). */
+      client_received: {
+        [key: string]: number;
+      };
+      /** @description Count by kernel reason (the tcp_reset or drop tree's reason names). */
+      server_sent: {
+        [key: string]: number;
+      };
+      /** @description Count by kernel reason (the tcp_reset or drop tree's reason names). */
+      server_received: {
+        [key: string]: number;
+      };
+    };
+    FlowDrops: {
+      /** @description Count by kernel reason (the tcp_reset or drop tree's reason names). */
+      client: {
+        [key: string]: number;
+      };
+      /** @description Count by kernel reason (the tcp_reset or drop tree's reason names). */
+      server: {
+        [key: string]: number;
+      };
+    };
+    FlowEdge: {
+      /** @description Opaque, the same for the same endpoints over any window; for GET /flows/edge. */
+      key: string;
+      client: components["schemas"]["FlowEnd"];
+      server: components["schemas"]["FlowEnd"];
+      /** @description Which ends' agents reported these connections. */
+      seen_by: ("client" | "server")[];
+      /** @description Connections that reached ESTABLISHED (the client's count when it reported them, else the server's). */
+      opened: number;
+      /** @description Connects that failed before ESTABLISHED (refused, reset or timed out): the client's count. */
+      failed: number;
+      /** @description Connections closed. */
+      closed: number;
+      /** @description Segments retransmitted, both ends summed. */
+      retransmits: number;
+      resets: components["schemas"]["FlowResets"];
+      drops: components["schemas"]["FlowDrops"];
+      /** @description Bytes the client sent (its count when it reported, else what the server received). */
+      bytes_client_to_server: number;
+      /** @description Bytes the server sent. */
+      bytes_server_to_client: number;
+      /** @description Median smoothed RTT of the connections, ms (the client's samples when it reported, else the server's); null with no sample. */
+      rtt_p50_ms: number | null;
+      /** @description 99th percentile, as rtt_p50_ms. */
+      rtt_p99_ms: number | null;
+      /**
+       * @description By the rules of docs/flow-map.md (one function: collector/flows.State).
+       * @enum {string}
+       */
+      state: "ok" | "warn" | "crit";
+      /** @description The figure that made it warn or crit, one sentence; empty when ok. */
+      explain: string;
+    };
+    FlowOther: {
+      /** @description Edges agents summed past their top-K (--flows top-K) in this selection. */
+      edges_folded: number;
+      /** @description Their connections opened. */
+      opened: number;
+      /** @description Their failed connects. */
+      failed: number;
+      /** @description Their retransmits. */
+      retransmits: number;
+      /** @description Their resets, sent and received. */
+      resets: number;
+      /** @description Their drops. */
+      drops: number;
+      /** @description Their bytes, both ways. */
+      bytes: number;
+      /** @description Nodes that folded edges. */
+      nodes_capped: number;
+    };
+    FlowMap: {
+      /** Format: date-time */
+      from: string;
+      /** Format: date-time */
+      to: string;
+      /**
+       * @description The rollups read: from and to are rounded out to it.
+       * @enum {string}
+       */
+      resolution: "minute" | "hour" | "day";
+      /** @description Every owner an edge of this page refers to. */
+      owners: components["schemas"]["FlowOwner"][];
+      edges: components["schemas"]["FlowEdge"][];
+      other: components["schemas"]["FlowOther"];
+      /** @description Edges matching the query, over every page. */
+      total_edges: number;
+      /** @description Pass as cursor for the next page; null on the last. */
+      next_cursor: string | null;
+    };
+    FlowPoint: {
+      /**
+       * Format: date-time
+       * @description Start of the step (a minute, hour or day: the resolution).
+       */
+      t: string;
+      opened: number;
+      failed: number;
+      /** @description Both ends, sent and received. */
+      resets: number;
+      /** @description Both ends. */
+      drops: number;
+      retransmits: number;
+      rtt_p99_ms: number | null;
+    };
+    FlowTreeLink: {
+      /** @enum {string} */
+      end: "client" | "server";
+      node: string;
+      /** @description The UI path of the node's page at the window's end (/nodes/n1?at=…). */
+      path: string;
+      /** @description Metric ids of the tree to open there: the end's reset reasons (tcp_reset/sent/no_socket), drop reasons and latency. */
+      metrics: string[];
+    };
+    FlowEvidenceLink: {
+      /** @enum {string} */
+      end: "client" | "server";
+      node: string;
+      /** @description GET path of the node's evidence (/api/v1/nodes/n1/events?metric=tcp_reset&from=…&to=…). */
+      path: string;
+    };
+    FlowEdgeDetail: {
+      /** Format: date-time */
+      from: string;
+      /** Format: date-time */
+      to: string;
+      /** @enum {string} */
+      resolution: "minute" | "hour" | "day";
+      edge: components["schemas"]["FlowEdge"];
+      /** @description The ends' owners (each names its node). */
+      owners: components["schemas"]["FlowOwner"][];
+      /** @description One point per step of the resolution that had any of the edge's connections, oldest first; at most 1440. */
+      series: components["schemas"]["FlowPoint"][];
+      links: {
+        tree: components["schemas"]["FlowTreeLink"][];
+        evidence: components["schemas"]["FlowEvidenceLink"][];
+      };
     };
   };
   responses: {
@@ -2577,6 +2765,95 @@ export interface operations {
       401: components["responses"]["Unauthorized"];
       403: components["responses"]["Forbidden"];
       404: components["responses"]["NotFound"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /**
+   * The flow map for a window: owners and the edges between them and their peers (worst or busiest first, paged), with what agents folded past their top-K.
+   * @description Edges are TCP connections measured by agents (docs/flow-map.md): a client end (the owner that connected) and a server end (the owner that accepted, or the address:port connected to). Both ends' reports of the same connections are one edge; a peer address resolves to the owner of the same tenant that held it at the edge's time, and stays an address otherwise (outside: no owner of the tenant held it in the window) — an address held by another tenant's owner looks exactly like any outside address. Read from the minute rollups for windows up to 24 h, the hour rollups up to 60 days, the day rollups beyond (resolution). Customers see only their own nodes' edges; to them an owner that is a process or a network namespace is shown as its address only. A heavy read (429 past the caller's or the collector's limit, 504 past --reads.statement-timeout). With format=csv or Accept: text/csv, the same edges (every page's columns, this page's rows) as CSV.
+   */
+  listFlows: {
+    parameters: {
+      query?: {
+        /** @description The window's length when from is not given, a duration from 1m to 400 days (e.g. 5m, 1h, 24h). Default 1h. */
+        window?: string;
+        /** @description The instant the window ends at (time travel, like the tree's at): RFC 3339 or Unix milliseconds. Default: to, else now. */
+        at?: string;
+        /** @description Start of the window: RFC 3339 or Unix milliseconds. Default: window before to. from..to may be up to 400 days. */
+        from?: string;
+        /** @description End of the window: RFC 3339 or Unix milliseconds. Default: at, else now. */
+        to?: string;
+        /** @description Staff only: keep the edges of this tenant's nodes (the value of the tenant label). A customer is always scoped to its own nodes and may not give it (400). */
+        tenant?: string;
+        /** @description key=value: keep the edges with an end on a node with this label; repeatable, at most 16, each at most 256 bytes. */
+        label?: string[];
+        /** @description Keep the edges with an end whose owner is in this Kubernetes namespace; at most 253 bytes. */
+        namespace?: string;
+        /** @description Keep the edges with an end whose owner's name, workload or id, or whose address, contains this (ignoring case); at most 256 bytes. */
+        owner?: string;
+        /** @description worst (default: crit, then warn, then ok; within a state the most resets, failures and drops first) or traffic (most connections opened, then bytes, first: the top talkers). */
+        sort?: "worst" | "traffic";
+        /** @description At most this many edges, 1 to 5000. Default 500. */
+        limit?: number;
+        /** @description Where the previous page ended (its next_cursor), for the same query; at most 512 bytes. */
+        cursor?: string;
+        /** @description json (default) or csv. */
+        format?: "json" | "csv";
+      };
+    };
+    responses: {
+      /** @description A page of the map (JSON), or the page's edges as CSV with format=csv or Accept: text/csv: one row per edge, a header row first (client_owner, client_label, client_address, server_owner, server_label, server_address, server_port, seen_by, state, explain, opened, failed, closed, retransmits, resets_client_sent, resets_client_received, resets_server_sent, resets_server_received, drops_client, drops_server, bytes_client_to_server, bytes_server_to_client, rtt_p50_ms, rtt_p99_ms); an empty cell is no data. */
+      200: {
+        headers: {
+          /** @description attachment; filename=… (CSV only) */
+          "Content-Disposition"?: string;
+        };
+        content: {
+          "application/json": components["schemas"]["FlowMap"];
+          "text/csv": string;
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      429: components["responses"]["TooManyRequests"];
+      504: components["responses"]["Timeout"];
+      default: components["responses"]["Error"];
+    };
+  };
+  /**
+   * One edge of the flow map over a window: its totals, a per-step series, both ends' owners and nodes, and links into each end's tree and evidence.
+   * @description key is an edge's key from GET /flows (over any window: it names the endpoints, not a time). 404 when the caller sees no such edge in the window. A heavy read, like GET /flows.
+   */
+  getFlowEdge: {
+    parameters: {
+      query: {
+        /** @description The edge's key (FlowEdge.key); at most 1024 bytes. */
+        key: string;
+        /** @description The window's length when from is not given, a duration from 1m to 400 days (e.g. 5m, 1h, 24h). Default 1h. */
+        window?: string;
+        /** @description The instant the window ends at (time travel, like the tree's at): RFC 3339 or Unix milliseconds. Default: to, else now. */
+        at?: string;
+        /** @description Start of the window: RFC 3339 or Unix milliseconds. Default: window before to. from..to may be up to 400 days. */
+        from?: string;
+        /** @description End of the window: RFC 3339 or Unix milliseconds. Default: at, else now. */
+        to?: string;
+      };
+    };
+    responses: {
+      /** @description The edge. */
+      200: {
+        content: {
+          "application/json": components["schemas"]["FlowEdgeDetail"];
+        };
+      };
+      400: components["responses"]["BadRequest"];
+      401: components["responses"]["Unauthorized"];
+      403: components["responses"]["Forbidden"];
+      404: components["responses"]["NotFound"];
+      429: components["responses"]["TooManyRequests"];
+      504: components["responses"]["Timeout"];
       default: components["responses"]["Error"];
     };
   };

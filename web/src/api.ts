@@ -5,7 +5,6 @@
 // which the UI shows.
 import type { AuditList, AuditQuery, CreateTokenRequest, CreatedToken, Token, TokenList, WhoAmI } from './access';
 import type { components, operations } from './api.gen';
-import type { FlowEdgeDetail, FlowGraph } from './flows';
 import type { Report, ReportDefinition, ReportDefinitionInput } from './reporttypes';
 
 type Schemas = components['schemas'];
@@ -54,6 +53,16 @@ export type ExportStatus = Schemas['ExportStatus'];
 export type ExportKindStatus = Schemas['ExportKindStatus'];
 export type ExportReceiverStatus = Schemas['ExportReceiverStatus'];
 export type CreateBootstrapTokenRequest = operations['createBootstrapToken']['requestBody']['content']['application/json'];
+/** The flow map (GET /flows, GET /flows/edge). */
+export type FlowGraph = Schemas['FlowMap'];
+export type FlowEdge = Schemas['FlowEdge'];
+export type FlowEnd = Schemas['FlowEnd'];
+export type FlowOwner = Schemas['FlowOwner'];
+export type FlowOther = Schemas['FlowOther'];
+export type FlowPoint = Schemas['FlowPoint'];
+export type FlowTreeLink = Schemas['FlowTreeLink'];
+export type FlowEvidenceLink = Schemas['FlowEvidenceLink'];
+export type FlowEdgeDetail = Schemas['FlowEdgeDetail'];
 type ErrorBody = Schemas['ErrorBody'];
 
 export class ApiError extends Error {

@@ -6,100 +6,15 @@
 // (the same answer draws the same picture) and bounded (it lays out at most
 // GRAPH_MAX_EDGES edges, whatever the answer holds; the rest are in the
 // table).
+import type { FlowEdge, FlowEnd, FlowOwner, FlowTreeLink } from './api';
 import { normState, sev } from './state';
 import { type TimeRange, parseInstant, rangeFromParams, rangeToParams } from './timerange';
+import { formatCompact } from './format';
 import { nodeHref, withParams } from './route';
 
-// ---- The API's shape (collector/api/openapi.json, GET /flows and /flows/edge) ----
-
+export type { FlowEdge, FlowEdgeDetail, FlowEnd, FlowGraph, FlowOwner, FlowPoint, FlowTreeLink } from './api';
 export type FlowState = 'ok' | 'warn' | 'crit';
 export type Reasons = Record<string, number>;
-
-export interface FlowOwner {
-  key: string;
-  node: string;
-  id: string;
-  kind: string;
-  name: string;
-  workload?: string | null;
-  namespace?: string | null;
-}
-
-/** One end of an edge: an owner of the caller's tenant, or only an address (or "outside"). */
-export interface FlowEnd {
-  owner: string | null;
-  address?: string | null;
-  port?: number | null;
-  label: string;
-}
-
-export interface FlowEdge {
-  key: string;
-  client: FlowEnd;
-  server: FlowEnd;
-  seen_by?: string[] | null;
-  opened: number;
-  failed: number;
-  closed: number;
-  retransmits: number;
-  resets?: { client_sent?: Reasons | null; client_received?: Reasons | null; server_sent?: Reasons | null; server_received?: Reasons | null } | null;
-  drops?: { client?: Reasons | null; server?: Reasons | null } | null;
-  bytes_client_to_server: number;
-  bytes_server_to_client: number;
-  rtt_p50_ms?: number | null;
-  rtt_p99_ms?: number | null;
-  state: string;
-  explain?: string | null;
-}
-
-export interface FlowOther {
-  edges_folded: number;
-  opened: number;
-  failed: number;
-  retransmits: number;
-  resets: number;
-  drops: number;
-  bytes: number;
-  nodes_capped: number;
-}
-
-export interface FlowGraph {
-  from: string;
-  to: string;
-  resolution: string;
-  owners: FlowOwner[];
-  edges: FlowEdge[];
-  other?: FlowOther | null;
-  total_edges: number;
-  next_cursor?: string | null;
-}
-
-/** One minute of an edge. */
-export interface FlowPoint {
-  t: string;
-  opened?: number | null;
-  failed?: number | null;
-  resets?: number | null;
-  drops?: number | null;
-  retransmits?: number | null;
-  rtt_p99_ms?: number | null;
-}
-
-/** Where an end's tree is: its node and the metrics to open there. */
-export interface FlowTreeLink {
-  node: string;
-  path?: string;
-  metrics?: string[] | null;
-}
-
-export interface FlowEdgeDetail extends FlowEdge {
-  series?: FlowPoint[] | null;
-  client_node?: string | null;
-  server_node?: string | null;
-  client_owner?: FlowOwner | null;
-  server_owner?: FlowOwner | null;
-  links?: { tree?: { client?: FlowTreeLink | null; server?: FlowTreeLink | null } | null; evidence?: string | null } | null;
-}
 
 // ---- The page's state, all of it in the URL ----
 
@@ -232,7 +147,22 @@ export function edgeResets(e: FlowEdge): number {
 }
 
 export const edgeDrops = (e: FlowEdge) => sumReasons(e.drops?.client) + sumReasons(e.drops?.server);
+/** 1,000 B, 4.88 KiB. */
+export function formatBytes(v: number): string {
+  const c = formatCompact(v, 'B');
+  return /[KMGT]i$/.test(c) ? `${c.slice(0, -2)} ${c.slice(-2)}B` : `${c} B`;
+}
+
 export const edgeBytes = (e: FlowEdge) => (e.bytes_client_to_server ?? 0) + (e.bytes_server_to_client ?? 0);
+
+const baseName = (end: FlowEnd, owners: Map<string, FlowOwner>) => {
+  const o = end.owner ? owners.get(end.owner) : undefined;
+  return o ? o.name : end.label || end.address || 'outside';
+};
+
+/** " (outside)" for an address no owner of the caller's tenant held in the window. */
+const outsideMark = (end: FlowEnd, owners: Map<string, FlowOwner>, name: string) =>
+  end.outside && !(end.owner && owners.has(end.owner)) && !name.startsWith('outside') ? ' (outside)' : '';
 
 /**
  * An end as the page names it: the owner's name when the answer holds the
@@ -240,15 +170,15 @@ export const edgeBytes = (e: FlowEdge) => (e.bytes_client_to_server ?? 0) + (e.b
  * Never anything else: a peer outside the caller's tenant has no name here.
  */
 export function endName(end: FlowEnd, owners: Map<string, FlowOwner>): string {
-  const o = end.owner ? owners.get(end.owner) : undefined;
-  return o ? o.name : end.label || end.address || 'outside';
+  const n = baseName(end, owners);
+  return n + outsideMark(end, owners, n);
 }
 
 /** The server end with its port: "shop/db-0:5432". */
 export function serverName(end: FlowEnd, owners: Map<string, FlowOwner>): string {
-  const n = endName(end, owners);
-  if (!end.port || n.endsWith(`:${end.port}`)) return n;
-  return `${n}:${end.port}`;
+  let n = baseName(end, owners);
+  if (end.port && !n.endsWith(`:${end.port}`)) n = `${n}:${end.port}`;
+  return n + outsideMark(end, owners, n);
 }
 
 /** A sentence for an edge: who, how it is, why. */
@@ -303,18 +233,41 @@ export function sortEdges(edges: FlowEdge[], owners: Map<string, FlowOwner>, col
 
 // ---- Links into the trees ----
 
-/** The node page of an end at a metric, at the map's time. */
-export function endTreeHref(link: FlowTreeLink, metric: string | undefined, f: Pick<FlowFilters, 'range' | 'at'>): string {
-  const p = new URLSearchParams();
-  if (metric) p.set('metric', metric);
-  if (f.range.kind === 'absolute') {
-    p.set('from', new Date(f.range.from).toISOString());
-    p.set('to', new Date(f.range.to).toISOString());
+/**
+ * The node page of an end, with a metric open: the collector's path for
+ * the end (the node's page at the window's end) when it is one of this UI's
+ * node pages, else the node's page at the map's time.
+ */
+export function endTreeHref(link: Pick<FlowTreeLink, 'node' | 'path'>, metric: string | undefined, f: Pick<FlowFilters, 'range' | 'at'>): string {
+  let p: URLSearchParams;
+  let path: string;
+  const given = link.path && link.path.startsWith('/nodes/') && !link.path.startsWith('//') ? new URL(link.path, 'http://nbs.invalid') : null;
+  if (given && given.origin === 'http://nbs.invalid') {
+    path = given.pathname;
+    p = new URLSearchParams(given.search);
   } else {
-    if (f.range.kind === 'relative' && f.range.last !== '1h') p.set('range', f.range.last);
-    if (f.at !== null) p.set('at', new Date(f.at).toISOString());
+    path = nodeHref(link.node);
+    p = new URLSearchParams();
+    if (f.range.kind === 'absolute') {
+      p.set('from', new Date(f.range.from).toISOString());
+      p.set('to', new Date(f.range.to).toISOString());
+    } else {
+      if (f.range.last !== '1h') p.set('range', f.range.last);
+      if (f.at !== null) p.set('at', new Date(f.at).toISOString());
+    }
   }
-  return nodeHref(link.node, p);
+  if (metric) p.set('metric', metric);
+  const q = p.toString();
+  return q ? `${path}?${q}` : path;
+}
+
+/** The metric an evidence query (/api/v1/nodes/n1/events?metric=…) is about. */
+export function evidenceMetric(path: string): string | null {
+  try {
+    return new URL(path, 'http://nbs.invalid').searchParams.get('metric');
+  } catch {
+    return null;
+  }
 }
 
 // ---- Layout ----

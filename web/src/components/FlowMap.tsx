@@ -27,12 +27,13 @@ import {
   flowParams,
   flowsHref,
   flowsQuery,
+  formatBytes,
   layoutGraph,
   ownerIndex,
   serverName,
   sortEdges,
 } from '../flows';
-import { formatCompact, formatCount, formatNumber, formatTime } from '../format';
+import { formatCount, formatNumber, formatTime } from '../format';
 import { usePoll } from '../hooks';
 import { navigate } from '../route';
 import type { TimeRange } from '../timerange';
@@ -261,7 +262,7 @@ function FlowSummary({ data, f, narrow }: { data: FlowGraph; f: FlowFilters; nar
           <strong>Other</strong>: {formatCount(o.edges_folded)} edge{o.edges_folded === 1 ? '' : 's'} fell past the agents' per-node cap
           {o.nodes_capped > 0 ? ` on ${formatCount(o.nodes_capped)} node${o.nodes_capped === 1 ? '' : 's'}` : ''}; together {formatCount(o.opened)} opened,{' '}
           {formatCount(o.failed)} failed, {formatCount(o.resets)} resets, {formatCount(o.drops)} drops, {formatCount(o.retransmits)} retransmits,{' '}
-          {formatCompact(o.bytes, 'B')}B.
+          {formatBytes(o.bytes)}.
         </p>
       )}
     </div>
@@ -372,7 +373,7 @@ export function FlowGraphView({ edges, owners, selected, onOpen }: { edges: Flow
                   data-key={le.key}
                   data-i={i}
                   data-state={le.state}
-                  tabIndex={i === focus ? 0 : -1}
+                  tabindex={i === focus ? 0 : -1}
                   role="button"
                   aria-label={edgeSummary(e, owners)}
                 />
@@ -500,7 +501,7 @@ export function FlowTable({
                 <td class="num">{formatCount(edgeDrops(e))}</td>
                 <td class="num">{formatCount(e.retransmits)}</td>
                 <td class="num">{e.rtt_p99_ms === null || e.rtt_p99_ms === undefined ? '—' : `${formatNumber(e.rtt_p99_ms)} ms`}</td>
-                <td class="num">{formatCompact(edgeBytes(e), 'B')}B</td>
+                <td class="num">{formatBytes(edgeBytes(e))}</td>
               </tr>
             );
           })}

@@ -2,20 +2,9 @@
 // and direction, drops, RTT, the per-minute series, and the way into each
 // end's tree at the metric and to the evidence.
 import { useEffect, useRef } from 'preact/hooks';
-import { api } from '../api';
-import {
-  type FlowEdgeDetail,
-  type FlowFilters,
-  type FlowPoint,
-  type FlowTreeLink,
-  type Reasons,
-  STATE_SHAPE,
-  STATE_TEXT,
-  edgeState,
-  endTreeHref,
-  flowEdgeQuery,
-} from '../flows';
-import { formatCompact, formatCount, formatNumber, formatTime } from '../format';
+import { type FlowEdgeDetail, type FlowEvidenceLink, type FlowPoint, type FlowTreeLink, api } from '../api';
+import { type FlowFilters, type Reasons, STATE_SHAPE, STATE_TEXT, edgeState, endTreeHref, evidenceMetric, flowEdgeQuery, formatBytes, ownerIndex, serverName, endName } from '../flows';
+import { formatCount, formatNumber, formatTime } from '../format';
 import { usePoll } from '../hooks';
 import { linkClick } from '../route';
 import { Sparkline } from './Sparkline';
@@ -45,7 +34,7 @@ export function FlowEdgePanel({ edgeKey, f, onClose }: { edgeKey: string; f: Flo
     <aside class="flow-panel" aria-labelledby="flow-panel-title">
       <div class="flow-panel-head">
         <h2 id="flow-panel-title" ref={head} tabIndex={-1}>
-          {d ? `${d.client.label} → ${d.server.label}${d.server.port && !d.server.label.endsWith(`:${d.server.port}`) ? `:${d.server.port}` : ''}` : 'Edge'}
+          {d ? edgeTitle(d) : 'Edge'}
         </h2>
         <button type="button" class="btn btn-sm btn-quiet" onClick={onClose} aria-label="Close the edge">
           ✕ Close
@@ -58,6 +47,11 @@ export function FlowEdgePanel({ edgeKey, f, onClose }: { edgeKey: string; f: Flo
   );
 }
 
+function edgeTitle(d: FlowEdgeDetail): string {
+  const owners = ownerIndex(d.owners ?? []);
+  return `${endName(d.edge.client, owners)} → ${serverName(d.edge.server, owners)}`;
+}
+
 function reasonsText(r: Reasons | null | undefined): string {
   const e = Object.entries(r ?? {}).filter(([, n]) => n > 0);
   if (e.length === 0) return '0';
@@ -67,11 +61,14 @@ function reasonsText(r: Reasons | null | undefined): string {
     .join(', ');
 }
 
-function EdgeDetail({ d, f }: { d: FlowEdgeDetail; f: FlowFilters }) {
+function EdgeDetail({ d: detail, f }: { d: FlowEdgeDetail; f: FlowFilters }) {
+  const d = detail.edge;
+  const owners = ownerIndex(detail.owners ?? []);
   const s = edgeState(d);
   const seen = d.seen_by ?? [];
-  const series = d.series ?? [];
-  const tree = d.links?.tree;
+  const series = detail.series ?? [];
+  const tree = detail.links?.tree ?? [];
+  const evidence = detail.links?.evidence ?? [];
   return (
     <div class="flow-detail" data-state={s}>
       <p>
@@ -93,8 +90,8 @@ function EdgeDetail({ d, f }: { d: FlowEdgeDetail; f: FlowFilters }) {
             <th scope="col">
               <span class="sr-only">Counter</span>
             </th>
-            <th scope="col">Client {d.client.label}</th>
-            <th scope="col">Server {d.server.label}</th>
+            <th scope="col">Client {endName(d.client, owners)}</th>
+            <th scope="col">Server {serverName(d.server, owners)}</th>
           </tr>
         </thead>
         <tbody>
@@ -115,8 +112,8 @@ function EdgeDetail({ d, f }: { d: FlowEdgeDetail; f: FlowFilters }) {
           </tr>
           <tr>
             <th scope="row">Bytes sent</th>
-            <td class="num">{formatCompact(d.bytes_client_to_server, 'B')}B</td>
-            <td class="num">{formatCompact(d.bytes_server_to_client, 'B')}B</td>
+            <td class="num">{formatBytes(d.bytes_client_to_server)}</td>
+            <td class="num">{formatBytes(d.bytes_server_to_client)}</td>
           </tr>
         </tbody>
       </table>
@@ -172,29 +169,21 @@ function EdgeDetail({ d, f }: { d: FlowEdgeDetail; f: FlowFilters }) {
       )}
       <h3>Into the trees</h3>
       <ul class="flow-links">
-        <EndLinks who="Client" link={tree?.client} f={f} />
-        <EndLinks who="Server" link={tree?.server} f={f} />
-        {d.links?.evidence && (
-          <li>
-            <a href={d.links.evidence}>Evidence for this flow (JSON)</a>
-          </li>
-        )}
+        <EndLinks who="Client" link={tree.find((l) => l.end === 'client')} evidence={evidence.filter((l) => l.end === 'client')} f={f} />
+        <EndLinks who="Server" link={tree.find((l) => l.end === 'server')} evidence={evidence.filter((l) => l.end === 'server')} f={f} />
       </ul>
     </div>
   );
 }
 
-function EndLinks({ who, link, f }: { who: string; link: FlowTreeLink | null | undefined; f: FlowFilters }) {
+function EndLinks({ who, link, evidence, f }: { who: string; link: FlowTreeLink | undefined; evidence: FlowEvidenceLink[]; f: FlowFilters }) {
   if (!link?.node) {
-    return (
-      <li class="muted">
-        {who}: not a node of yours (no tree to open).
-      </li>
-    );
+    return <li class="muted">{who}: not a node of yours (no tree to open).</li>;
   }
   const metrics = link.metrics ?? [];
+  const end = who.toLowerCase();
   return (
-    <li>
+    <li data-end={end}>
       {who}: node <strong>{link.node}</strong>{' '}
       {metrics.length === 0 ? (
         <a href={endTreeHref(link, undefined, f)} onClick={linkClick}>
@@ -204,12 +193,26 @@ function EndLinks({ who, link, f }: { who: string; link: FlowTreeLink | null | u
         metrics.map((m, i) => (
           <span key={m}>
             {i > 0 && ' · '}
-            <a href={endTreeHref(link, m, f)} onClick={linkClick} aria-label={`${m} on ${link.node} (${who.toLowerCase()})`}>
+            <a class="tree-link" href={endTreeHref(link, m, f)} onClick={linkClick} aria-label={`${m} on ${link.node} (${end})`}>
               {m}
             </a>
           </span>
         ))
       )}
+      {evidence.map((ev) => {
+        const m = evidenceMetric(ev.path);
+        return (
+          <span key={ev.path}>
+            {' · '}
+            <a class="evidence-link" href={endTreeHref({ node: ev.node, path: link.node === ev.node ? link.path : '' }, m ?? undefined, f)} onClick={linkClick}>
+              evidence{m ? ` of ${m}` : ''} on {ev.node}
+            </a>{' '}
+            <a class="muted small" href={ev.path} aria-label={`evidence on ${ev.node} as JSON`}>
+              (JSON)
+            </a>
+          </span>
+        );
+      })}
     </li>
   );
 }
