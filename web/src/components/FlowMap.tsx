@@ -356,13 +356,16 @@ export function FlowGraphView({ edges, owners, selected, onOpen }: { edges: Flow
         >
           <defs>
             {(['ok', 'warn', 'crit'] as FlowState[]).map((s) => (
-              <marker key={s} id={`fa-${s}`} class={`fa st-${s}`} viewBox="0 0 8 8" refX="7" refY="4" markerWidth="6" markerHeight="6" orient="auto">
+              <marker key={s} id={`fa-${s}`} class={`fa st-${s}`} viewBox="0 0 8 8" refX="7" refY="4" markerUnits="userSpaceOnUse" markerWidth="9" markerHeight="9" orient="auto">
                 <path d="M0,0L8,4L0,8z" />
               </marker>
             ))}
           </defs>
+          {/* The worst are drawn last, over the others; the keyboard goes worst first (data-i). */}
           <g class="fes">
-            {layout.edges.map((le, i) => {
+            {layout.edges.map((_, j) => {
+              const i = layout.edges.length - 1 - j;
+              const le = layout.edges[i];
               const e = byKey.get(le.key)!;
               return (
                 <path
@@ -426,6 +429,9 @@ export function figures(e: FlowEdge): string {
   return parts.join(', ');
 }
 
+/** Rows the table draws at first (and each "Show more" adds): a page may hold 5,000. */
+export const TABLE_ROWS = 500;
+
 const COL_TEXT: Record<TableCol, string> = {
   state: 'State',
   client: 'Client',
@@ -452,62 +458,76 @@ export function FlowTable({
   onSort: (col: TableCol | null, desc: boolean) => void;
   onOpen: (key: string) => void;
 }) {
-  const rows = useMemo(() => sortEdges(edges, owners, f.tsort, f.tdesc), [edges, owners, f.tsort, f.tdesc]);
+  const sorted = useMemo(() => sortEdges(edges, owners, f.tsort, f.tdesc), [edges, owners, f.tsort, f.tdesc]);
+  const [shown, setShown] = useState(TABLE_ROWS);
+  const rows = sorted.length > shown ? sorted.slice(0, shown) : sorted;
   const cols = Object.keys(COL_TEXT) as TableCol[];
   return (
-    <TableWrap label="Flows">
-      <table class="flow-table">
-        <thead>
-          <tr>
-            {cols.map((c) => {
-              const on = f.tsort === c;
-              const text = c === 'client' || c === 'server';
+    <>
+      <TableWrap label="Flows">
+        <table class="flow-table">
+          <thead>
+            <tr>
+              {cols.map((c) => {
+                const on = f.tsort === c;
+                const text = c === 'client' || c === 'server';
+                return (
+                  <th key={c} scope="col" aria-sort={on ? (f.tdesc ? 'descending' : 'ascending') : undefined} class={text ? undefined : 'num'}>
+                    <button
+                      type="button"
+                      class="th-sort"
+                      onClick={() => (on ? (f.tdesc === text ? onSort(null, true) : onSort(c, !f.tdesc)) : onSort(c, !text))}
+                      title={on ? 'Change the order' : `Sort by ${COL_TEXT[c]}`}
+                    >
+                      {COL_TEXT[c]}
+                      {on && <span aria-hidden="true">{f.tdesc ? ' ▾' : ' ▴'}</span>}
+                    </button>
+                  </th>
+                );
+              })}
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((e) => {
+              const s = edgeState(e);
               return (
-                <th key={c} scope="col" aria-sort={on ? (f.tdesc ? 'descending' : 'ascending') : undefined} class={text ? undefined : 'num'}>
-                  <button
-                    type="button"
-                    class="th-sort"
-                    onClick={() => (on ? (f.tdesc === text ? onSort(null, true) : onSort(c, !f.tdesc)) : onSort(c, !text))}
-                    title={on ? 'Change the order' : `Sort by ${COL_TEXT[c]}`}
-                  >
-                    {COL_TEXT[c]}
-                    {on && <span aria-hidden="true">{f.tdesc ? ' ▾' : ' ▴'}</span>}
-                  </button>
-                </th>
+                <tr key={e.key} data-key={e.key} data-state={s} class={e.key === f.edge ? 'sel' : undefined}>
+                  <td>
+                    <span class={`badge badge-sm st-${s}`}>
+                      <span aria-hidden="true">{STATE_SHAPE[s]} </span>
+                      {STATE_TEXT[s]}
+                    </span>
+                  </td>
+                  <td>
+                    <button type="button" class="link-btn" onClick={() => onOpen(e.key)} title={e.explain || figures(e)}>
+                      {endName(e.client, owners)}
+                    </button>
+                  </td>
+                  <td>{serverName(e.server, owners)}</td>
+                  <td class="num">{formatCount(e.opened)}</td>
+                  <td class="num">{formatCount(e.failed)}</td>
+                  <td class="num">{formatCount(edgeResets(e))}</td>
+                  <td class="num">{formatCount(edgeDrops(e))}</td>
+                  <td class="num">{formatCount(e.retransmits)}</td>
+                  <td class="num">{e.rtt_p99_ms === null || e.rtt_p99_ms === undefined ? '—' : `${formatNumber(e.rtt_p99_ms)} ms`}</td>
+                  <td class="num">{formatBytes(edgeBytes(e))}</td>
+                </tr>
               );
             })}
-          </tr>
-        </thead>
-        <tbody>
-          {rows.map((e) => {
-            const s = edgeState(e);
-            return (
-              <tr key={e.key} data-key={e.key} data-state={s} class={e.key === f.edge ? 'sel' : undefined}>
-                <td>
-                  <span class={`badge badge-sm st-${s}`}>
-                    <span aria-hidden="true">{STATE_SHAPE[s]} </span>
-                    {STATE_TEXT[s]}
-                  </span>
-                </td>
-                <td>
-                  <button type="button" class="link-btn" onClick={() => onOpen(e.key)} title={e.explain || figures(e)}>
-                    {endName(e.client, owners)}
-                  </button>
-                </td>
-                <td>{serverName(e.server, owners)}</td>
-                <td class="num">{formatCount(e.opened)}</td>
-                <td class="num">{formatCount(e.failed)}</td>
-                <td class="num">{formatCount(edgeResets(e))}</td>
-                <td class="num">{formatCount(edgeDrops(e))}</td>
-                <td class="num">{formatCount(e.retransmits)}</td>
-                <td class="num">{e.rtt_p99_ms === null || e.rtt_p99_ms === undefined ? '—' : `${formatNumber(e.rtt_p99_ms)} ms`}</td>
-                <td class="num">{formatBytes(edgeBytes(e))}</td>
-              </tr>
-            );
-          })}
-        </tbody>
-      </table>
-    </TableWrap>
+          </tbody>
+        </table>
+      </TableWrap>
+      {sorted.length > rows.length && (
+        <p class="table-more">
+          <span class="muted">
+            {formatCount(rows.length)} of this page's {formatCount(sorted.length)} rows shown.
+          </span>{' '}
+          <button type="button" class="btn btn-sm" onClick={() => setShown(shown + TABLE_ROWS)}>
+            Show {formatCount(Math.min(TABLE_ROWS, sorted.length - rows.length))} more
+          </button>
+        </p>
+      )}
+    </>
   );
 }
 

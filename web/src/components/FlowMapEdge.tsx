@@ -8,7 +8,7 @@ import { formatCount, formatNumber, formatTime } from '../format';
 import { usePoll } from '../hooks';
 import { linkClick } from '../route';
 import { Sparkline } from './Sparkline';
-import { ErrorBox, Loading } from './common';
+import { ErrorBox, Loading, TableWrap } from './common';
 
 const SERIES: { key: keyof FlowPoint; title: string }[] = [
   { key: 'opened', title: 'Opened' },
@@ -140,6 +140,7 @@ function EdgeDetail({ d: detail, f }: { d: FlowEdgeDetail; f: FlowFilters }) {
           </ul>
           <details>
             <summary>The minutes as a table</summary>
+            <TableWrap label="The edge per minute">
             <table class="flow-series">
               <thead>
                 <tr>
@@ -164,6 +165,7 @@ function EdgeDetail({ d: detail, f }: { d: FlowEdgeDetail; f: FlowFilters }) {
                 ))}
               </tbody>
             </table>
+            </TableWrap>
           </details>
         </>
       )}

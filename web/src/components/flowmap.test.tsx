@@ -32,7 +32,9 @@ describe('FlowMapPage', () => {
     const el = page('admin', '/flows');
     await waitFor(() => expect($$(el, 'path.fe[data-key]')).toHaveLength(3));
     expect(Object.fromEntries(calls[0].url.searchParams)).toEqual({ window: '1h', sort: 'worst', limit: '500' });
-    const paths = $$(el, 'path.fe[data-key]');
+    // Drawn worst last (on top); the keyboard goes worst first.
+    expect($$(el, 'path.fe[data-key]').map((p) => p.dataset.state)).toEqual(['ok', 'warn', 'crit']);
+    const paths = $$(el, 'path.fe[data-key]').sort((a, b) => Number(a.dataset.i) - Number(b.dataset.i));
     expect(paths.map((p) => p.dataset.state)).toEqual(['crit', 'warn', 'ok']);
     expect(paths.map((p) => p.getAttribute('class'))).toEqual(['fe st-crit', 'fe st-warn', 'fe st-ok']);
     // Not colour alone: CRIT carries a diamond, and every edge says its state in words.
@@ -159,8 +161,14 @@ describe('FlowMapPage', () => {
     expect(new URLSearchParams(location.search).get('view')).toBe('table');
     const t = page('admin', `${location.pathname}${location.search}&tsort=opened&tdir=asc`);
     await waitFor(() => $(t, '.flow-table tbody tr'));
+    // A page may hold 5,000: the table draws 500 rows at a time.
+    expect($$(t, '.flow-table tbody tr')).toHaveLength(500);
+    expect($(t, '.table-more').textContent).toContain('500 of this page\'s 1,200 rows shown');
+    click($(t, '.table-more button'));
+    click($(t, '.table-more button'));
     const rows = $$(t, '.flow-table tbody tr');
     expect(rows).toHaveLength(1200);
+    expect(t.querySelector('.table-more')).toBeNull();
     const opened = rows.map((r) => Number(r.children[3].textContent!.replace(/,/g, '')));
     expect(opened).toEqual([...opened].sort((a, b) => a - b));
     expect($(t, 'th[aria-sort]').textContent).toContain('Opened');

@@ -1,0 +1,65 @@
+// The flow map's render benchmark in Chromium: 5,000 owners and 50,000
+// edges in the selection, the page asking the largest page (limit=5000,
+// worst first): the time from navigation to the graph painted (its edges
+// in the DOM and a frame drawn after them), and to the table view of the
+// same 5,000 edges (sorted, its first 500 rows drawn). The API is the
+// stand-in of flowmap_mock.mjs (answers built once, in memory), so the
+// figure is the page's: fetch, parse, layout, render, paint.
+//
+//   npm run build && node e2e/flowmap_bench.mjs            # 5000 owners, 50000 edges, 7 runs
+//   NBS_BENCH_OWNERS=… NBS_BENCH_EDGES=… NBS_BENCH_RUNS=… node e2e/flowmap_bench.mjs
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+import { startMock } from './flowmap_mock.mjs';
+
+const env = process.env;
+const owners = Number(env.NBS_BENCH_OWNERS ?? 5000);
+const edges = Number(env.NBS_BENCH_EDGES ?? 50000);
+const runs = Number(env.NBS_BENCH_RUNS ?? 7);
+const mock = await startMock({ owners, edges });
+const ctx = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'nbs-chromium-')), {
+  executablePath: env.NBS_CHROMIUM ?? '/usr/bin/chromium',
+  headless: true,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  viewport: { width: 1400, height: 900 },
+  timezoneId: 'UTC',
+  locale: 'en-GB',
+});
+const page = ctx.pages()[0] ?? (await ctx.newPage());
+page.setDefaultTimeout(60_000);
+const problems = [];
+page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+// The stand-in answers 404 to the routes it does not have (whoami: no sign-in; alerts): the browser logs those.
+page.on('console', (m) => m.type() === 'error' && !/status of 404/.test(m.text()) && problems.push(`console error: ${m.text()}`));
+
+// Two frames after the condition: the one it was drawn in has been painted.
+const painted = () => page.evaluate(() => new Promise((ok) => requestAnimationFrame(() => requestAnimationFrame(() => ok(performance.now())))));
+
+const median = (v) => [...v].sort((a, b) => a - b)[v.length >> 1];
+try {
+  const graph = [];
+  const table = [];
+  let drawn = 0;
+  for (let i = 0; i < runs; i++) {
+    await page.goto(`${mock.base}/flows?limit=5000`);
+    await page.waitForFunction(() => document.querySelectorAll('path.fe[data-key]').length > 0 && document.querySelector('.flow-counts'));
+    graph.push(await painted());
+    drawn = await page.locator('path.fe[data-key]').count();
+    await page.goto(`${mock.base}/flows?limit=5000&view=table`);
+    await page.waitForFunction(() => document.querySelectorAll('.flow-table tbody tr').length >= 500 && document.querySelector('.table-more'));
+    table.push(await painted());
+  }
+  const cap = await page.goto(`${mock.base}/flows?limit=5000`).then(() => page.locator('.graph-cap').innerText());
+  const load = await page.evaluate(() => (navigator.hardwareConcurrency ?? 0));
+  console.log(`flow map: ${owners} owners, ${edges} edges in the selection, a page of 5000, ${drawn} drawn; ${runs} runs; ${load} cores`);
+  console.log(`  graph painted: median ${Math.round(median(graph))} ms, max ${Math.round(Math.max(...graph))} ms (${graph.map(Math.round).join(', ')})`);
+  console.log(`  table view (5000 sorted, the first 500 rows drawn) painted: median ${Math.round(median(table))} ms, max ${Math.round(Math.max(...table))} ms (${table.map(Math.round).join(', ')})`);
+  console.log(`  the page says: ${cap}`);
+  if (problems.length) throw new Error(problems.join('\n'));
+  if (median(graph) > 2000) throw new Error(`the graph took ${Math.round(median(graph))} ms (median): over 2 s`);
+} finally {
+  await ctx.close();
+  mock.close();
+}
