@@ -61,6 +61,9 @@ const page = ctx.pages()[0] ?? (await ctx.newPage());
 page.setDefaultTimeout(30_000);
 const problems = [];
 page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+// Which request a console's "Failed to load resource" is about.
+const failed = [];
+page.on('response', (r) => r.status() >= 400 && failed.push(`${r.status()} ${r.request().method()} ${new URL(r.url()).pathname}${new URL(r.url()).search.slice(0, 80)}`));
 page.on('console', (m) => {
   // The stand-in answers 404 to what it does not have (whoami, alerts); the browser logs each.
   if (m.type() === 'error' && !(mock && /status of 404/.test(m.text()))) problems.push(`console error: ${m.text()}`);
@@ -110,6 +113,17 @@ const signOut = async () => {
 };
 const critPath = () => page.locator('path.fe[data-state="crit"]');
 const critEdge = () => page.locator(`path.fe[aria-label^="${want.client} → ${want.server}, CRIT"]`);
+// The middle of an edge's stroke in the viewport: where a user points at a
+// curve (the centre of its box is off the stroke, and a path is hit by its
+// stroke only).
+const onStroke = async (edge) => {
+  await edge.scrollIntoViewIfNeeded();
+  return edge.evaluate((p) => {
+    const pt = p.getPointAtLength(p.getTotalLength() / 2);
+    const m = p.getScreenCTM();
+    return { x: m.a * pt.x + m.c * pt.y + m.e, y: m.b * pt.x + m.d * pt.y + m.f };
+  });
+};
 
 try {
   step('staff: the header leads to the flow map; the CRIT edge is drawn CRIT, by colour and by shape');
@@ -125,7 +139,8 @@ try {
   check((await page.locator('.flow-legend').innerText()).includes('CRIT'), 'no legend');
 
   step('its figure on hover, and on keyboard focus');
-  await critEdge().hover();
+  const mid = await onStroke(critEdge());
+  await page.mouse.move(mid.x, mid.y);
   const tip = page.locator('.flow-tip');
   await tip.waitFor();
   check((await tip.innerText()).includes(want.explain), `the tooltip says ${await tip.innerText()}`);
@@ -144,7 +159,8 @@ try {
   );
 
   step('a click opens the edge: resets by reason at both ends, links into both trees');
-  await critEdge().click();
+  const at = await onStroke(critEdge());
+  await page.mouse.click(at.x, at.y);
   await page.waitForURL((u) => u.searchParams.has('edge'));
   const panel = page.locator('.flow-panel');
   await panel.locator('.flow-detail').waitFor();
@@ -224,7 +240,7 @@ try {
     await page.setViewportSize({ width: 1400, height: 900 });
     await signOut();
   }
-  check(problems.length === 0, problems.join('\n'));
+  check(problems.length === 0, `${problems.join('\n')}\nanswers ≥ 400: ${failed.join(', ')}`);
   console.log('✔ the flow map');
 } finally {
   await ctx.close();

@@ -35,7 +35,7 @@ type flowNode struct {
 var globexNames = []string{"bank/ledger-0", "pod:bank.ledger-0", "bank-a"}
 
 // flowScenario: two pods of acme on two nodes (cart-1 → db-0 on 5432 with
-// 40 NO_SOCKET resets, CRIT; on 6379 with 2 drops, WARN), cart-1 to an
+// 400 NO_SOCKET resets (over 10 per 5 min across the hour), CRIT; on 6379 with 2 drops, WARN), cart-1 to an
 // internet address, and cart-1 to a pod of globex on a globex node, which
 // acme must see only as an address.
 func flowScenario() []flowNode {
@@ -53,7 +53,7 @@ func flowScenario() []flowNode {
 	return []flowNode{
 		{name: "shop-a", labels: map[string]string{"customer": "acme"},
 			flows: []*nbsv1.FlowEdge{
-				client(cart, "10.60.0.21", 5432, &nbsv1.FlowEdge{Opened: 30, Closed: 30, ResetsReceived: map[string]uint64{"no_socket": 40}, BytesSent: 3000, BytesReceived: 9000}),
+				client(cart, "10.60.0.21", 5432, &nbsv1.FlowEdge{Opened: 30, Closed: 30, ResetsReceived: map[string]uint64{"no_socket": 400}, BytesSent: 3000, BytesReceived: 9000}),
 				client(cart, "10.60.0.21", 6379, &nbsv1.FlowEdge{Opened: 20, Closed: 20, Drops: map[string]uint64{"netfilter": 2}, BytesSent: 2000, BytesReceived: 2000}),
 				client(cart, "203.0.113.9", 443, &nbsv1.FlowEdge{Opened: 50, Closed: 50, BytesSent: 5000, BytesReceived: 500000}),
 				client(cart, "10.70.0.31", 8080, &nbsv1.FlowEdge{Opened: 5, Closed: 5, BytesSent: 500, BytesReceived: 500}),
@@ -61,7 +61,7 @@ func flowScenario() []flowNode {
 			holders: []*nbsv1.AddressHolder{{Address: "10.60.0.11", Owner: cart}}},
 		{name: "shop-b", labels: map[string]string{"customer": "acme"},
 			flows: []*nbsv1.FlowEdge{
-				server(db, "10.60.0.21", 5432, "10.60.0.11", &nbsv1.FlowEdge{Opened: 30, Closed: 30, ResetsSent: map[string]uint64{"no_socket": 40}, BytesSent: 9000, BytesReceived: 3000}),
+				server(db, "10.60.0.21", 5432, "10.60.0.11", &nbsv1.FlowEdge{Opened: 30, Closed: 30, ResetsSent: map[string]uint64{"no_socket": 400}, BytesSent: 9000, BytesReceived: 3000}),
 				server(db, "10.60.0.21", 6379, "10.60.0.11", &nbsv1.FlowEdge{Opened: 20, Closed: 20, BytesSent: 2000, BytesReceived: 2000}),
 			},
 			holders: []*nbsv1.AddressHolder{{Address: "10.60.0.21", Owner: db}}},
@@ -89,11 +89,20 @@ func sendFlows(t *testing.T, grpcAddr string, n flowNode, instance uint64) {
 		t.Fatalf("connect %s: %v", n.name, err)
 	}
 	const interval = 10 * time.Second
-	hello := &nbsv1.Hello{NodeName: n.name, Labels: n.labels, AgentVersion: "flowmap-e2e", KernelRelease: "6.18", InstanceId: instance, IntervalMs: uint32(interval.Milliseconds())}
+	// The reset tree the map links into, as the agent announces it: a
+	// tree link opens a metric the node has.
+	var defs []*nbsv1.MetricDefinition
+	var samples []*nbsv1.Sample
+	for _, id := range []string{"tcp_reset", "tcp_reset/sent", "tcp_reset/sent/no_socket", "tcp_reset/received", "tcp_reset/received/no_socket"} {
+		defs = append(defs, &nbsv1.MetricDefinition{Id: id, Title: id, Unit: "resets/s", Kind: nbsv1.MetricKind_METRIC_KIND_RATE, Scale: 1})
+		samples = append(samples, &nbsv1.Sample{MetricId: id, State: nbsv1.State_STATE_OK})
+	}
+	hello := &nbsv1.Hello{NodeName: n.name, Labels: n.labels, AgentVersion: "flowmap-e2e", KernelRelease: "6.18", InstanceId: instance,
+		IntervalMs: uint32(interval.Milliseconds()), Metrics: defs}
 	if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Hello{Hello: hello}}); err != nil {
 		t.Fatalf("hello %s: %v", n.name, err)
 	}
-	r := &nbsv1.Report{Sequence: 1, TimeUnixNano: time.Now().UnixNano(), IntervalMs: uint32(interval.Milliseconds()), Flows: n.flows, AddressHolders: n.holders}
+	r := &nbsv1.Report{Sequence: 1, TimeUnixNano: time.Now().UnixNano(), IntervalMs: uint32(interval.Milliseconds()), Samples: samples, Flows: n.flows, AddressHolders: n.holders}
 	if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
 		t.Fatalf("report %s: %v", n.name, err)
 	}
@@ -185,12 +194,14 @@ func TestFlowMapBrowser(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &m); err != nil {
 			return fmt.Sprintf("GET /api/v1/flows: %v", err), body
 		}
+		var seen []string
 		for _, e := range m.Edges {
 			if e.Client.Label == "shop/cart-1" && e.Server.Label == "shop/db-0" && e.Server.Port == 5432 && e.State == "crit" {
 				return "", body
 			}
+			seen = append(seen, fmt.Sprintf("%s → %s:%d %s (%s)", e.Client.Label, e.Server.Label, e.Server.Port, e.State, e.Explain))
 		}
-		return fmt.Sprintf("no CRIT edge shop/cart-1 → shop/db-0:5432 yet: %.500s", body), body
+		return fmt.Sprintf("no CRIT edge shop/cart-1 → shop/db-0:5432 yet; edges: %s", strings.Join(seen, "; ")), body
 	}
 	eventually(t, 60*time.Second, func() string { msg, _ := crit(nbs); return msg })
 	var acmeBody string

@@ -110,6 +110,10 @@ describe('layoutGraph', () => {
     expect(at('shop/cart-1').state).toBe('crit');
     expect(at('web/api-1').state).toBe('warn');
     expect(l.edges.map((e) => e.state)).toEqual(['warn', 'crit', 'ok', 'ok']);
+    // An edge along one row bows: a straight line has no height to hover or click.
+    const row = l.edges.find((e) => e.key === 'api-cart')!;
+    const ys = row.d.match(/-?[\d.]+/g)!.map(Number).filter((_, i) => i % 2 === 1);
+    expect(new Set(ys).size).toBeGreaterThan(1);
     expect(l.nodes).toHaveLength(4);
     expect(l.omitted).toBe(0);
   });

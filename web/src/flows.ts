@@ -432,9 +432,12 @@ export function layoutGraph(edges: FlowEdge[], owners: Map<string, FlowOwner>, o
       const x1 = a.x + r;
       const x2 = b.x - r - 3;
       const c = (x2 - x1) / 2;
-      d = `M${x1},${a.y}C${x1 + c},${a.y} ${x2 - c},${b.y} ${x2},${b.y}`;
+      // Along one row, a slight bow: a straight line has no height to point
+      // at (and would hide behind the edges of the rows between).
+      const bow = Math.abs(b.y - a.y) < 1 ? Math.min(rowH * 0.6, 6 + (x2 - x1) * 0.03) : 0;
+      d = `M${x1},${a.y}C${x1 + c},${a.y - bow} ${x2 - c},${b.y - bow} ${x2},${b.y}`;
       mx = (x1 + x2) / 2;
-      my = (a.y + b.y) / 2;
+      my = (a.y + b.y) / 2 - bow * 0.75;
     } else {
       // Back (or within one column): an arc out to the right and back in.
       const bulge = colW * 0.35 + Math.abs(b.y - a.y) * 0.1;
