@@ -118,6 +118,18 @@ describe('layoutGraph', () => {
     expect(l.omitted).toBe(0);
   });
 
+  it('fans out edges between the same two vertices', () => {
+    const two = [
+      edge('pg', ownerEnd(cart, '1'), ownerEnd(db, '2', 5432), { state: 'crit' }),
+      edge('redis', ownerEnd(cart, '1'), ownerEnd(db, '2', 6379), { state: 'warn' }),
+      edge('mc', ownerEnd(cart, '1'), ownerEnd(db, '2', 11211)),
+    ];
+    const l = layoutGraph(two, owners);
+    expect(l.nodes).toHaveLength(2);
+    expect(new Set(l.edges.map((e) => e.d)).size).toBe(3);
+    expect(new Set(l.edges.map((e) => e.my)).size).toBe(3);
+  });
+
   it('is deterministic: the same answer, the same picture', () => {
     const g = synthetic(400, 3000);
     const o = ownerIndex(g.owners);

@@ -417,30 +417,39 @@ export function layoutGraph(edges: FlowEdge[], owners: Map<string, FlowOwner>, o
   const height = margin * 2 + Math.max(1, rows) * rowH;
 
   const r = 6;
+  // Edges between the same two vertices (one owner's ports, or both
+  // directions) fan out, each a few pixels more than the one before; a pair
+  // counts its edges in the answer's order, so the worst is the first.
+  const pairs = new Map<string, number>();
   const laidEdges: LaidEdge[] = links.map(({ e, from, to, st }) => {
     const a = pos.get(from)!;
     const b = pos.get(to)!;
+    const pair = from < to ? `${from}\u0000${to}` : `${to}\u0000${from}`;
+    const k = pairs.get(pair) ?? 0;
+    pairs.set(pair, k + 1);
+    const fan = k === 0 ? 0 : (k % 2 === 1 ? -1 : 1) * Math.ceil(k / 2) * 9;
     let d: string;
     let mx: number;
     let my: number;
     if (from === to) {
       // To itself: a small loop above the vertex.
-      d = `M${a.x},${a.y - r}c-14,-18 14,-18 0,0`;
+      const h = 18 + Math.abs(fan);
+      d = `M${a.x},${a.y - r}c-14,-${h} 14,-${h} 0,0`;
       mx = a.x;
-      my = a.y - r - 13;
+      my = a.y - r - h * 0.72;
     } else if (b.x > a.x) {
       const x1 = a.x + r;
       const x2 = b.x - r - 3;
       const c = (x2 - x1) / 2;
       // Along one row, a slight bow: a straight line has no height to point
       // at (and would hide behind the edges of the rows between).
-      const bow = Math.abs(b.y - a.y) < 1 ? Math.min(rowH * 0.6, 6 + (x2 - x1) * 0.03) : 0;
+      const bow = (Math.abs(b.y - a.y) < 1 ? Math.min(rowH * 0.6, 6 + (x2 - x1) * 0.03) : 0) - fan;
       d = `M${x1},${a.y}C${x1 + c},${a.y - bow} ${x2 - c},${b.y - bow} ${x2},${b.y}`;
       mx = (x1 + x2) / 2;
       my = (a.y + b.y) / 2 - bow * 0.75;
     } else {
       // Back (or within one column): an arc out to the right and back in.
-      const bulge = colW * 0.35 + Math.abs(b.y - a.y) * 0.1;
+      const bulge = colW * 0.35 + Math.abs(b.y - a.y) * 0.1 + Math.abs(fan);
       const x1 = a.x + r;
       const x2 = b.x + r + 3;
       d = `M${x1},${a.y}C${x1 + bulge},${a.y} ${x2 + bulge},${b.y} ${x2},${b.y}`;

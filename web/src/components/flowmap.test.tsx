@@ -174,7 +174,7 @@ describe('FlowMapPage', () => {
     expect($(t, 'th[aria-sort]').textContent).toContain('Opened');
     expect($(t, 'th[aria-sort]').getAttribute('aria-sort')).toBe('ascending');
     expect(rows[0].querySelector('.badge')!.textContent).toMatch(/OK|WARN|CRIT/);
-  });
+  }, 30_000); // 1,200 edges drawn in happy-dom: seconds on a loaded machine
 
   it('is a list at phone width, worst first, each item opening its edge', async () => {
     vi.stubGlobal('matchMedia', (q: string) => ({ matches: q.includes('max-width'), media: q, addEventListener() {}, removeEventListener() {} }));
