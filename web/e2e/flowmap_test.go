@@ -232,4 +232,11 @@ func TestFlowMapBrowser(t *testing.T) {
 		t.Fatalf("flow map browser run failed: %v (screenshots in %s)", err, artifacts)
 	}
 	t.Logf("screenshots in %s", artifacts)
+	if os.Getenv("NBS_UPDATE_SCREENSHOTS") == "1" {
+		dst := filepath.Join(webDir, "..", "docs", "screenshots", "flow-map.png")
+		if err := copyFile(filepath.Join(artifacts, "flowmap-edge.png"), dst); err != nil {
+			t.Fatalf("update %s: %v", dst, err)
+		}
+		t.Logf("updated %s", dst)
+	}
 }

@@ -35,8 +35,8 @@ import {
 } from '../flows';
 import { formatCount, formatNumber, formatTime } from '../format';
 import { usePoll } from '../hooks';
-import { navigate } from '../route';
-import type { TimeRange } from '../timerange';
+import { navigate, withParams } from '../route';
+import { type TimeRange, toLocalInput } from '../timerange';
 import { FlowEdgePanel } from './FlowMapEdge';
 import { TimeRangePicker } from './TimeRangePicker';
 import { Empty, ErrorBox, Loading, StaleNotice, TableWrap } from './common';
@@ -108,7 +108,7 @@ export function FlowMapPage({ params }: { params: URLSearchParams }) {
       {!data && polled.error && <ErrorBox title="Cannot load the flow map" error={polled.error} onRetry={polled.refresh} />}
       {data && (
         <>
-          <FlowSummary data={data} f={f} narrow={narrow} />
+          <FlowSummary data={data} f={f} narrow={narrow} csv={`/api/v1/flows?${withParams(q, { format: 'csv' })}`} />
           {edges.length === 0 ? (
             <Empty>{filtered ? 'No flow matches these filters in this window.' : 'No flow was reported in this window. Agents report flows when started with --flows.'}</Empty>
           ) : narrow ? (
@@ -222,6 +222,22 @@ function FlowToolbar({ f, staff, onChange }: { f: FlowFilters; staff: boolean; o
         </select>
       </label>
       <TimeRangePicker range={f.range} onChange={(r: TimeRange) => onChange({ range: r, ...(r.kind === 'absolute' ? { at: null } : {}) })} />
+      {f.range.kind === 'relative' && (
+        <label class="field-inline">
+          <span>Ending</span>
+          <input
+            type="datetime-local"
+            class="flow-at"
+            value={f.at === null ? '' : toLocalInput(f.at)}
+            title="Time travel: the window ends then (empty: now)"
+            onChange={(e) => {
+              const v = (e.currentTarget as HTMLInputElement).value;
+              const t = v ? new Date(v).getTime() : NaN;
+              onChange({ at: Number.isFinite(t) ? t : null });
+            }}
+          />
+        </label>
+      )}
       {f.labels.map((l) => (
         <button key={l} type="button" class="tag tag-filter" onClick={() => onChange({ labels: f.labels.filter((x) => x !== l) })} title={`Stop filtering on ${l}`}>
           {l} <span aria-hidden="true">×</span>
@@ -233,7 +249,7 @@ function FlowToolbar({ f, staff, onChange }: { f: FlowFilters; staff: boolean; o
 }
 
 /** The counts of the page, what the graph leaves out, and what agents folded into "other". */
-function FlowSummary({ data, f, narrow }: { data: FlowGraph; f: FlowFilters; narrow: boolean }) {
+function FlowSummary({ data, f, narrow, csv }: { data: FlowGraph; f: FlowFilters; narrow: boolean; csv: string }) {
   const n = data.edges.length;
   const counts: Record<FlowState, number> = { crit: 0, warn: 0, ok: 0 };
   data.edges.forEach((e) => counts[edgeState(e)]++);
@@ -248,7 +264,10 @@ function FlowSummary({ data, f, narrow }: { data: FlowGraph; f: FlowFilters; nar
           </span>
         ))}{' '}
         <span class="muted">
-          on this page: {formatCount(n)} of {formatCount(data.total_edges)} edges, {f.sort === 'worst' ? 'worst' : 'most traffic'} first
+          on this page: {formatCount(n)} of {formatCount(data.total_edges)} edges, {f.sort === 'worst' ? 'worst' : 'most traffic'} first ·{' '}
+          <a href={csv} download>
+            CSV of this page
+          </a>
         </span>
       </p>
       {!narrow && f.view === 'graph' && n > drawn && (

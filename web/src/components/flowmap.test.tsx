@@ -125,6 +125,13 @@ describe('FlowMapPage', () => {
     await waitFor(() => expect(calls.at(-1)!.url.searchParams.get('cursor')).toBe('page2'));
     await waitFor(() => $(el2, '.pager'));
     expect($$(el2, '.pager button')[1].hasAttribute('disabled')).toBe(false);
+    expect($(el2, '.flow-counts a[download]').getAttribute('href')).toBe('/api/v1/flows?window=1h&owner=cart&sort=worst&limit=500&cursor=page2&format=csv');
+    // Time travel: the window ends at the instant picked.
+    const at = $(el2, 'input.flow-at') as HTMLInputElement;
+    at.value = '2026-11-29T10:00';
+    at.dispatchEvent(new Event('change', { bubbles: true }));
+    expect(new URLSearchParams(location.search).get('at')).toBe(new Date('2026-11-29T10:00').toISOString());
+    expect(new URLSearchParams(location.search).has('cursor')).toBe(false);
     const sort = $(el2, '.flow-toolbar select') as HTMLSelectElement;
     sort.value = 'traffic';
     sort.dispatchEvent(new Event('change', { bubbles: true }));
