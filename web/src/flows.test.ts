@@ -9,12 +9,14 @@ import {
   endTreeHref,
   flowFiltersFrom,
   flowParams,
+  flowsHref,
   flowsQuery,
   layoutGraph,
   ownerIndex,
   serverName,
   sortEdges,
 } from './flows';
+import { parseRoute } from './route';
 
 const cart = owner('n1', 'pod:shop.cart-1', 'shop/cart-1', 'shop');
 const db = owner('n2', 'pod:shop.db-0', 'shop/db-0', 'shop');
@@ -53,6 +55,16 @@ describe('flow URL state', () => {
     expect(abs.get('to')).toBe('2026-11-29T10:00:00.000Z');
     expect(abs.has('window') || abs.has('at')).toBe(false);
     expect(flowsQuery(flowFiltersFrom(new URLSearchParams('range=90m')), false).get('window')).toBe('90m');
+  });
+});
+
+describe('the /flows route', () => {
+  it('is a page of its own, its query its params', () => {
+    const r = parseRoute('/flows/', '?owner=cart&view=table');
+    expect(r.page).toBe('flows');
+    expect(r.params.get('owner')).toBe('cart');
+    expect(flowsHref(new URLSearchParams('edge=k 1'))).toBe('/flows?edge=k+1');
+    expect(flowsHref()).toBe('/flows');
   });
 });
 
