@@ -154,7 +154,27 @@ export function FlowMapPage({ params }: { params: URLSearchParams }) {
   );
 }
 
+/** The owner search waits for typing to pause this long: each map is a heavy read at the collector. */
+export const OWNER_SEARCH_MS = 350;
+
 function FlowToolbar({ f, staff, onChange }: { f: FlowFilters; staff: boolean; onChange: (c: Partial<FlowFilters>) => void }) {
+  // What is typed, ahead of the URL by up to OWNER_SEARCH_MS.
+  const [owner, setOwner] = useState(f.owner);
+  const typed = useRef<ReturnType<typeof setTimeout> | undefined>(undefined);
+  useEffect(() => {
+    if (typed.current === undefined) setOwner(f.owner);
+  }, [f.owner]);
+  useEffect(() => () => clearTimeout(typed.current), []);
+  const searchOwner = (v: string, now = false) => {
+    setOwner(v);
+    clearTimeout(typed.current);
+    const go = () => {
+      typed.current = undefined;
+      onChange({ owner: v });
+    };
+    if (now) go();
+    else typed.current = setTimeout(go, OWNER_SEARCH_MS);
+  };
   const [label, setLabel] = useState('');
   const [labelErr, setLabelErr] = useState('');
   const addLabel = (e: Event) => {
@@ -175,10 +195,13 @@ function FlowToolbar({ f, staff, onChange }: { f: FlowFilters; staff: boolean; o
         <input
           type="search"
           placeholder="part of an owner's name or an address"
-          value={f.owner}
+          value={owner}
           maxLength={256}
-          onInput={(e) => onChange({ owner: (e.currentTarget as HTMLInputElement).value })}
-          onKeyDown={(e) => e.key === 'Escape' && onChange({ owner: '' })}
+          onInput={(e) => searchOwner((e.currentTarget as HTMLInputElement).value)}
+          onKeyDown={(e) => {
+            if (e.key === 'Escape') searchOwner('', true);
+            if (e.key === 'Enter') searchOwner((e.currentTarget as HTMLInputElement).value, true);
+          }}
         />
       </label>
       <label class="field-inline">

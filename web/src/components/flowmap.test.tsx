@@ -3,7 +3,7 @@ import { beforeEach, describe, expect, it, vi } from 'vitest';
 import type { FlowEdgeDetail } from '../api';
 import { addressEnd, edge, graph, owner, ownerEnd, synthetic } from '../flowfixture';
 import { GRAPH_MAX_EDGES } from '../flows';
-import { $, $$, click, fakeApi, mountAt, press, waitFor } from '../testutil';
+import { $, $$, click, fakeApi, mountAt, press, type, waitFor } from '../testutil';
 import { FlowMapPage } from './FlowMap';
 
 beforeEach(() => history.replaceState(null, '', '/flows'));
@@ -197,6 +197,20 @@ describe('FlowMapPage', () => {
     expect(items[0].textContent).toContain('12 resets sent by the server');
     click($(items[1], 'button'));
     expect(new URLSearchParams(location.search).get('edge')).toBe('cart-out');
+  });
+
+  it('asks for an owner once typing pauses, not at every key', async () => {
+    const calls = fakeApi({ 'GET /api/v1/flows': () => [200, answer] });
+    const el = page('admin', '/flows');
+    await waitFor(() => $(el, 'path.fe'));
+    const box = $(el, '.flow-toolbar input[type=search]') as HTMLInputElement;
+    for (const v of ['c', 'ca', 'car', 'cart']) type(box, v);
+    expect(new URLSearchParams(location.search).has('owner')).toBe(false);
+    await waitFor(() => expect(new URLSearchParams(location.search).get('owner')).toBe('cart'));
+    const el2 = page('admin', location.pathname + location.search);
+    await waitFor(() => $(el2, 'path.fe'));
+    expect(calls.map((c) => c.url.searchParams.get('owner'))).toEqual([null, 'cart']);
+    expect(($(el2, '.flow-toolbar input[type=search]') as HTMLInputElement).value).toBe('cart');
   });
 
   it('explains an empty map and an error', async () => {
