@@ -275,6 +275,8 @@ export function evidenceMetric(path: string): string | null {
 export interface LaidNode {
   id: string;
   label: string;
+  /** What a pointer's hover says of it: the owner's kind, workload and node, or that it is only an address. */
+  title: string;
   /** An owner of the tenant, or only an address (or "outside"). */
   outside: boolean;
   namespace: string;
@@ -462,7 +464,11 @@ export function layoutGraph(edges: FlowEdge[], owners: Map<string, FlowOwner>, o
   const nodes: LaidNode[] = [];
   verts.forEach((v, id) => {
     const p = pos.get(id)!;
-    nodes.push({ id, label: v.label, outside: v.outside, namespace: v.namespace, x: p.x, y: p.y, state: v.state });
+    const o = id.startsWith('o:') ? owners.get(id.slice(2)) : undefined;
+    const title = o
+      ? `${o.name}: ${o.kind}${o.workload && o.workload !== o.name ? ` of ${o.workload}` : ''} on node ${o.node}`
+      : `${v.label}: an address no owner of this map held`;
+    nodes.push({ id, label: v.label, title, outside: v.outside, namespace: v.namespace, x: p.x, y: p.y, state: v.state });
   });
   return { nodes, edges: laidEdges, width, height, omitted: Math.max(0, edges.length - drawn.length) };
 }

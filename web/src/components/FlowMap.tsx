@@ -435,10 +435,10 @@ export function FlowGraphView({ edges, owners, selected, onOpen }: { edges: Flow
           <g class="fvs">
             {layout.nodes.map((n) => (
               <g key={n.id} class={`fv st-${n.state}${n.outside ? ' fv-outside' : ''}`} data-id={n.id}>
+                <title>{n.title}</title>
                 <circle cx={n.x} cy={n.y} r="6" />
                 <text x={n.x + 9} y={n.y + 4}>
                   {n.label.length > 28 ? `${n.label.slice(0, 27)}…` : n.label}
-                  {n.label.length > 28 && <title>{n.label}</title>}
                 </text>
               </g>
             ))}

@@ -129,17 +129,19 @@ function EdgeDetail({ d: detail, f }: { d: FlowEdgeDetail; f: FlowFilters }) {
       </dl>
       {series.length > 0 && (
         <>
-          <h3>Per minute</h3>
-          <ul class="flow-sparks">
-            {SERIES.map(({ key, title }) => (
-              <li key={key}>
-                <span>{title}</span>
-                <Sparkline values={series.map((p) => (typeof p[key] === 'number' ? (p[key] as number) : null))} state={s} label={title} width={140} />
-              </li>
-            ))}
-          </ul>
-          <details>
-            <summary>The minutes as a table</summary>
+          <h3>Per {detail.resolution}</h3>
+          {series.length > 1 && (
+            <ul class="flow-sparks">
+              {SERIES.map(({ key, title }) => (
+                <li key={key}>
+                  <span>{title}</span>
+                  <Sparkline values={series.map((p) => (typeof p[key] === 'number' ? (p[key] as number) : null))} state={s} label={title} width={140} />
+                </li>
+              ))}
+            </ul>
+          )}
+          <details open={series.length === 1}>
+            <summary>As a table</summary>
             <TableWrap label="The edge per minute">
             <table class="flow-series">
               <thead>
