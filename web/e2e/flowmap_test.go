@@ -75,7 +75,7 @@ func flowScenario() []flowNode {
 
 // sendFlows connects as the agent n would, sends its Hello and one report
 // of its edges, and waits for the collector's ack.
-func sendFlows(t *testing.T, grpcAddr string, n flowNode, instance uint64) {
+func sendFlows(t testing.TB, grpcAddr string, n flowNode, instance uint64) {
 	t.Helper()
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
