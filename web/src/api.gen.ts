@@ -277,14 +277,14 @@ export interface paths {
   "/flows": {
     /**
      * The flow map for a window: owners and the edges between them and their peers (worst or busiest first, paged), with what agents folded past their top-K.
-     * @description Edges are TCP connections measured by agents (docs/flow-map.md): a client end (the owner that connected) and a server end (the owner that accepted, or the address:port connected to). Both ends' reports of the same connections are one edge; a peer address resolves to the owner of the same tenant that held it at the edge's time, and stays an address otherwise (outside: no owner of the tenant held it in the window) — an address held by another tenant's owner looks exactly like any outside address. Read from the minute rollups for windows up to 24 h, the hour rollups up to 60 days, the day rollups beyond (resolution). Customers see only their own nodes' edges; to them an owner that is a process or a network namespace is shown as its address only. A heavy read (429 past the caller's or the collector's limit, 504 past --reads.statement-timeout). With format=csv or Accept: text/csv, the same edges (every page's columns, this page's rows) as CSV.
+     * @description Edges are TCP connections measured by agents (docs/flow-map.md): a client end (the owner that connected) and a server end (the owner that accepted, or the address:port connected to). Both ends' reports of the same connections are one edge; a peer address resolves to the owner of the same tenant that held it at the edge's time, and stays an address otherwise (outside: no owner of the tenant held it in the window) — an address held by another tenant's owner looks exactly like any outside address. The window is whole buckets (resolution): minutes for windows up to 15 minutes, hours up to 48 hours, UTC days beyond, rounded out (the last hour at 13:05 is 12:00 to 14:00). Customers see only their own nodes' edges; to them an owner that is a process or a network namespace is shown as its address only. A heavy read (429 past the caller's or the collector's limit, 504 past --reads.statement-timeout). With format=csv or Accept: text/csv, the same edges (every page's columns, this page's rows) as CSV.
      */
     get: operations["listFlows"];
   };
   "/flows/edge": {
     /**
      * One edge of the flow map over a window: its totals, a per-step series, both ends' owners and nodes, and links into each end's tree and evidence.
-     * @description key is an edge's key from GET /flows (over any window: it names the endpoints, not a time). 404 when the caller sees no such edge in the window. A heavy read, like GET /flows.
+     * @description key is an edge's key from GET /flows (over any window: it names the endpoints, not a time). 404 when the caller sees no such edge in the window. A heavy read, like GET /flows. Its window is rounded as the tree's time travel is: minutes for windows up to 24 h (the series a point a minute), hours up to 60 days, days beyond.
      */
     get: operations["getFlowEdge"];
   };
@@ -1489,7 +1489,7 @@ export interface components {
       /** Format: date-time */
       to: string;
       /**
-       * @description The rollups read: from and to are rounded out to it.
+       * @description The window's buckets: minute (windows up to 15 minutes), hour (up to 48 hours) or day; from and to are their bounds.
        * @enum {string}
        */
       resolution: "minute" | "hour" | "day";
@@ -2770,7 +2770,7 @@ export interface operations {
   };
   /**
    * The flow map for a window: owners and the edges between them and their peers (worst or busiest first, paged), with what agents folded past their top-K.
-   * @description Edges are TCP connections measured by agents (docs/flow-map.md): a client end (the owner that connected) and a server end (the owner that accepted, or the address:port connected to). Both ends' reports of the same connections are one edge; a peer address resolves to the owner of the same tenant that held it at the edge's time, and stays an address otherwise (outside: no owner of the tenant held it in the window) — an address held by another tenant's owner looks exactly like any outside address. Read from the minute rollups for windows up to 24 h, the hour rollups up to 60 days, the day rollups beyond (resolution). Customers see only their own nodes' edges; to them an owner that is a process or a network namespace is shown as its address only. A heavy read (429 past the caller's or the collector's limit, 504 past --reads.statement-timeout). With format=csv or Accept: text/csv, the same edges (every page's columns, this page's rows) as CSV.
+   * @description Edges are TCP connections measured by agents (docs/flow-map.md): a client end (the owner that connected) and a server end (the owner that accepted, or the address:port connected to). Both ends' reports of the same connections are one edge; a peer address resolves to the owner of the same tenant that held it at the edge's time, and stays an address otherwise (outside: no owner of the tenant held it in the window) — an address held by another tenant's owner looks exactly like any outside address. The window is whole buckets (resolution): minutes for windows up to 15 minutes, hours up to 48 hours, UTC days beyond, rounded out (the last hour at 13:05 is 12:00 to 14:00). Customers see only their own nodes' edges; to them an owner that is a process or a network namespace is shown as its address only. A heavy read (429 past the caller's or the collector's limit, 504 past --reads.statement-timeout). With format=csv or Accept: text/csv, the same edges (every page's columns, this page's rows) as CSV.
    */
   listFlows: {
     parameters: {
@@ -2824,7 +2824,7 @@ export interface operations {
   };
   /**
    * One edge of the flow map over a window: its totals, a per-step series, both ends' owners and nodes, and links into each end's tree and evidence.
-   * @description key is an edge's key from GET /flows (over any window: it names the endpoints, not a time). 404 when the caller sees no such edge in the window. A heavy read, like GET /flows.
+   * @description key is an edge's key from GET /flows (over any window: it names the endpoints, not a time). 404 when the caller sees no such edge in the window. A heavy read, like GET /flows. Its window is rounded as the tree's time travel is: minutes for windows up to 24 h (the series a point a minute), hours up to 60 days, days beyond.
    */
   getFlowEdge: {
     parameters: {
