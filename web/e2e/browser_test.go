@@ -309,7 +309,7 @@ func withDeadReceiver(t *testing.T) func(*collectorapp.Config) {
 	}
 }
 
-func startCollector(t *testing.T, dbURL string, alerts alert.Config, opts ...func(*collectorapp.Config)) (httpAddr, grpcAddr, adminToken string) {
+func startCollector(t testing.TB, dbURL string, alerts alert.Config, opts ...func(*collectorapp.Config)) (httpAddr, grpcAddr, adminToken string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	tokenFile := filepath.Join(t.TempDir(), "admin-token")
@@ -370,7 +370,7 @@ func startAgent(t *testing.T, name, netns, collectorAddr string, labels agentapp
 	})
 }
 
-func logger(t *testing.T, part string) *slog.Logger {
+func logger(t testing.TB, part string) *slog.Logger {
 	level := slog.LevelWarn
 	if os.Getenv("NBS_TEST_VERBOSE") != "" {
 		level = slog.LevelDebug
@@ -380,7 +380,7 @@ func logger(t *testing.T, part string) *slog.Logger {
 
 // lineLogger writes whole lines to the test log.
 type lineLogger struct {
-	t   *testing.T
+	t   testing.TB
 	mu  sync.Mutex
 	buf []byte
 }
@@ -403,7 +403,7 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 // site is the collector's HTTP side, called with an admin token.
 type site struct{ base, token string }
 
-func (s site) do(t *testing.T, method, path, body string) (int, string) {
+func (s site) do(t testing.TB, method, path, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, s.base+path, strings.NewReader(body))
 	if err != nil {
@@ -422,14 +422,14 @@ func (s site) do(t *testing.T, method, path, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func (s site) get(t *testing.T, path string) string {
+func (s site) get(t testing.TB, path string) string {
 	t.Helper()
 	_, body := s.do(t, http.MethodGet, path, "")
 	return body
 }
 
 // createToken makes a token through the API and returns its secret.
-func (s site) createToken(t *testing.T, body string) string {
+func (s site) createToken(t testing.TB, body string) string {
 	t.Helper()
 	code, out := s.do(t, http.MethodPost, "/api/v1/tokens", body)
 	var created struct {
@@ -441,7 +441,7 @@ func (s site) createToken(t *testing.T, body string) string {
 	return created.Token
 }
 
-func eventually(t *testing.T, timeout time.Duration, cond func() string) {
+func eventually(t testing.TB, timeout time.Duration, cond func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last string

@@ -53,6 +53,16 @@ export type ExportStatus = Schemas['ExportStatus'];
 export type ExportKindStatus = Schemas['ExportKindStatus'];
 export type ExportReceiverStatus = Schemas['ExportReceiverStatus'];
 export type CreateBootstrapTokenRequest = operations['createBootstrapToken']['requestBody']['content']['application/json'];
+/** The flow map (GET /flows, GET /flows/edge). */
+export type FlowGraph = Schemas['FlowMap'];
+export type FlowEdge = Schemas['FlowEdge'];
+export type FlowEnd = Schemas['FlowEnd'];
+export type FlowOwner = Schemas['FlowOwner'];
+export type FlowOther = Schemas['FlowOther'];
+export type FlowPoint = Schemas['FlowPoint'];
+export type FlowTreeLink = Schemas['FlowTreeLink'];
+export type FlowEvidenceLink = Schemas['FlowEvidenceLink'];
+export type FlowEdgeDetail = Schemas['FlowEdgeDetail'];
 type ErrorBody = Schemas['ErrorBody'];
 
 export class ApiError extends Error {
@@ -259,6 +269,10 @@ export const api = {
       exports: r.exports ?? [],
       receivers: r.receivers ?? [],
     })),
+
+  // The flow map (issue 29): the query is built by flows.ts, tenant-scoped by the collector.
+  flows: (q: URLSearchParams, signal?: AbortSignal) => request<FlowGraph>('GET', `/api/v1/flows?${q}`, undefined, signal),
+  flowEdge: (q: URLSearchParams, signal?: AbortSignal) => request<FlowEdgeDetail>('GET', `/api/v1/flows/edge?${q}`, undefined, signal),
 
   // Reports (issue 10). The URL carries the query (report.ts builds it), so
   // the same link serves the page, the JSON and the CSV downloads.

@@ -8,6 +8,7 @@ import { AlertDetailPage, AlertsPage } from './components/Alerts';
 import { AuditPage } from './components/Audit';
 import { ExportPage } from './components/Export';
 import { FleetPage } from './components/Fleet';
+import { FlowMapPage } from './components/FlowMap';
 import { LoginPage } from './components/Login';
 import { NodePage } from './components/NodePage';
 import { BareShell, Shell } from './components/Shell';
@@ -188,6 +189,12 @@ function Page({ route, pathname, session }: { route: ReturnType<typeof parseRout
       return (
         <Shell crumbs={<Crumbs trail={[]} current="Export" />}>
           <ExportPage />
+        </Shell>
+      );
+    case 'flows':
+      return (
+        <Shell crumbs={<Crumbs trail={[]} current="Flow map" />}>
+          <FlowMapPage params={route.params} />
         </Shell>
       );
     case 'reports':

@@ -5,6 +5,7 @@
 //   /alerts/{id}                one alert and its delivery log
 //   /alerts/rules               alert rules ?edit={id} or ?new=1 (the form that is open)
 //   /audit                      the audit log ?kind=threshold&id=…&since=24h&limit=200
+//   /flows                      the flow map ?owner=&namespace=&label=k%3Dv&tenant=&sort=traffic&range=6h|from=&to=&at=&view=table&edge={key}&cursor=&limit=&tsort=&tdir=
 //   /reports                    reports   ?selector=customer%3Dacme&period=7d|1d|30d|custom&from=&to=&targets=a,b
 //   /reports/{id}               a saved report definition, run for its period ending now
 //   /export                     the Prometheus export's health (staff): series, overflow, push receivers, the scrape config
@@ -22,6 +23,7 @@ export type Route =
   | { page: 'audit'; params: URLSearchParams }
   | { page: 'tokens'; params: URLSearchParams }
   | { page: 'export'; params: URLSearchParams }
+  | { page: 'flows'; params: URLSearchParams }
   | { page: 'reports'; params: URLSearchParams }
   | { page: 'report'; id: number; params: URLSearchParams }
   | { page: 'login'; params: URLSearchParams }
@@ -36,6 +38,7 @@ export function parseRoute(pathname: string, search: string): Route {
   if (path === '/audit') return { page: 'audit', params };
   if (path === '/tokens') return { page: 'tokens', params };
   if (path === '/export') return { page: 'export', params };
+  if (path === '/flows') return { page: 'flows', params };
   if (path === '/reports') return { page: 'reports', params };
   const r = /^\/reports\/([1-9][0-9]{0,15})$/.exec(path);
   if (r) return { page: 'report', id: Number(r[1]), params };

@@ -5,6 +5,7 @@ import { usePoll } from '../hooks';
 import { alertTreeHref, alertWhere, handled, severityState, sortOpen } from '../alerts';
 import { selectorText, useCan, useSession } from '../auth';
 import { alertHref, alertRulesHref, alertsHref, auditHref, exportHref, fleetHref, linkClick, tokensHref } from '../route';
+import { flowsHref } from '../flows';
 import { reportsHref } from '../report';
 import { StateDot } from './common';
 import { formatCount } from '../format';
@@ -150,6 +151,9 @@ function Account() {
   return (
     <>
       <nav class="admin-links" aria-label="Pages">
+        <a href={flowsHref()} onClick={linkClick}>
+          Flow map
+        </a>
         <a href={reportsHref()} onClick={linkClick}>
           Reports
         </a>
