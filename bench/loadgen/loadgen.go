@@ -139,6 +139,15 @@ type Stats struct {
 	Reports    uint64
 	Acked      uint64
 	Samples    uint64 // in acknowledged reports (histograms count as samples too)
+	// Due is how many reports the nodes' schedules called for (one a node
+	// and interval since each session began), OfferedSamples their
+	// samples: a node still blocked sending when its next report was due
+	// (the collector pushing back through gRPC flow control) skips it, so
+	// Reports falls behind Due when the collector cannot take what is
+	// offered. SendWait is the time nodes spent blocked in Send.
+	Due            uint64
+	OfferedSamples uint64
+	SendWait       time.Duration
 	Rejected   uint64
 	Resent     uint64
 	Reconnects uint64
@@ -162,6 +171,15 @@ func (s Stats) String() string {
 		s.Rejected, s.Resent, s.Reconnects, s.Errors)
 }
 
+// OfferedPerSecond is the samples the schedules called for over the
+// elapsed time: what the fleet offered, taken or not.
+func (s Stats) OfferedPerSecond() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.OfferedSamples) / s.Elapsed.Seconds()
+}
+
 // SamplesPerSecond is acknowledged samples over the elapsed time.
 func (s Stats) SamplesPerSecond() float64 {
 	if s.Elapsed <= 0 {
@@ -181,6 +199,7 @@ type Fleet struct {
 	allRegistered                                               atomic.Int64 // ns since start
 	reports, acked, samples, rejected, resent, reconnects, errs atomic.Uint64
 	replaced, pods, dials                                       atomic.Uint64
+	due, offered, sendWait                                      atomic.Uint64
 
 	mu  sync.Mutex
 	lat *loglinear.Histogram // ack latency, microseconds
@@ -283,6 +302,7 @@ func (f *Fleet) Stats() Stats {
 		Registered: f.registered.Load(), AllRegistered: time.Duration(f.allRegistered.Load()),
 		Reports: f.reports.Load(), Acked: f.acked.Load(), Samples: f.samples.Load(),
 		Rejected: f.rejected.Load(), Resent: f.resent.Load(), Reconnects: f.reconnects.Load(), Replaced: f.replaced.Load(), Pods: f.pods.Load(), Errors: f.errs.Load(), Dials: f.dials.Load(),
+		Due: f.due.Load(), OfferedSamples: f.offered.Load(), SendWait: time.Duration(f.sendWait.Load()),
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
