@@ -134,11 +134,11 @@ func (c *Config) defaults() error {
 
 // Stats are a run's counts so far.
 type Stats struct {
-	Elapsed    time.Duration
-	Connected  int64 // streams open now
-	Reports    uint64
-	Acked      uint64
-	Samples    uint64 // in acknowledged reports (histograms count as samples too)
+	Elapsed   time.Duration
+	Connected int64 // streams open now
+	Reports   uint64
+	Acked     uint64
+	Samples   uint64 // in acknowledged reports (histograms count as samples too)
 	// Due is how many reports the nodes' schedules called for (one a node
 	// and interval since each session began), OfferedSamples their
 	// samples: a node still blocked sending when its next report was due
@@ -148,13 +148,13 @@ type Stats struct {
 	Due            uint64
 	OfferedSamples uint64
 	SendWait       time.Duration
-	Rejected   uint64
-	Resent     uint64
-	Reconnects uint64
-	Replaced   uint64 // nodes replaced by new ones (ChurnPerDay)
-	Pods       uint64 // owner children named (PodsPerDay), each a new metric path
-	Errors     uint64 // streams that ended with an error
-	Dials      uint64 // gRPC connections made (NodesPerConn)
+	Rejected       uint64
+	Resent         uint64
+	Reconnects     uint64
+	Replaced       uint64 // nodes replaced by new ones (ChurnPerDay)
+	Pods           uint64 // owner children named (PodsPerDay), each a new metric path
+	Errors         uint64 // streams that ended with an error
+	Dials          uint64 // gRPC connections made (NodesPerConn)
 	// Registered nodes have had a report acknowledged; AllRegistered is
 	// when the last of them did (0 until then): how long the fleet took
 	// to (re)connect.
