@@ -99,6 +99,16 @@ func (d *dbBusy) shares() map[string]float64 {
 	return out
 }
 
+// perReport turns mean backends busy over elapsed into backend
+// milliseconds per report stored.
+func perReport(shares map[string]float64, elapsed time.Duration, reports uint64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range shares {
+		out[k] = v * elapsed.Seconds() * 1000 / float64(max(reports, 1))
+	}
+	return out
+}
+
 func formatShares(s map[string]float64) string {
 	keys := make([]string, 0, len(s))
 	for k := range s {

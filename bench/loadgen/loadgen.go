@@ -171,6 +171,23 @@ func (s Stats) String() string {
 		s.Rejected, s.Resent, s.Reconnects, s.Errors)
 }
 
+// Since is what happened between before and s (counts and elapsed time;
+// the latencies are s's).
+func (s Stats) Since(before Stats) Stats {
+	s.Elapsed -= before.Elapsed
+	s.Reports -= before.Reports
+	s.Acked -= before.Acked
+	s.Samples -= before.Samples
+	s.Rejected -= before.Rejected
+	s.Resent -= before.Resent
+	s.Reconnects -= before.Reconnects
+	s.Errors -= before.Errors
+	s.Due -= before.Due
+	s.OfferedSamples -= before.OfferedSamples
+	s.SendWait -= before.SendWait
+	return s
+}
+
 // OfferedPerSecond is the samples the schedules called for over the
 // elapsed time: what the fleet offered, taken or not.
 func (s Stats) OfferedPerSecond() float64 {
