@@ -62,9 +62,8 @@ type Export struct {
 //
 // Four statements, none a lookup per metric: the nodes with their roots
 // and raised children (one jsonb each; a root's newest value is hot's when
-// the fleet summary's trigger skipped the reports since, migrations 023
-// and 029); the definitions of those this
-// Store has not seen (a cache, exportDefTTL); the counters of roots and of
+// the fleet summary's trigger skipped the reports since, migration 023);
+// the definitions of those this Store has not seen (a cache, exportDefTTL); the counters of roots and of
 // what moved; the counters of raised children that did not move. Looked up
 // one by one in a lateral join, 60,000 roots' definitions and counters cost
 // about 1.5 s at 10,000 nodes (BENCHMARKS.md, "Export: the scrape at 10,000 nodes").

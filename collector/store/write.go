@@ -61,7 +61,7 @@ SELECT node_id, instance_id, seq FROM ins`
 }
 
 // mergeLatest merges a batch's newest values into node_latest, one row per
-// node, in one statement: $1..$7 are arrays with an element per node.
+// node, in one statement: $1..$6 are arrays with an element per node.
 // A report older than what is stored (a late resend) must not move the
 // node's newest state backwards.
 //
@@ -70,30 +70,19 @@ SELECT node_id, instance_id, seq FROM ins`
 // metric's newest value, out of line — is kept as it is instead of being
 // rewritten whole (migration 021). Its roots' states (root_states,
 // rootStates) let the fleet summary's trigger skip a report that changes no
-// state (migration 023).
-//
-// A report that carries more folds hot, older than it and newer than
-// metrics, into metrics. When none of its metrics below the roots is
-// raised, it also passes its roots' states, marked "+" (a deep report),
-// and its roots' values ($7), which become hot: the trigger skips it as it
-// skips a roots-only report when no root changed state (migration 029),
-// and readers take the roots' values from hot as they do then. Without
-// that, the trigger's scan of every metric was 43% of what merging a full
-// tree cost (BENCHMARKS.md, "Ingest against raw COPY"). Any other deep
-// report has no root_states and hot is emptied: the trigger runs.
+// state (migration 023). A report that carries more has no root_states: it
+// folds hot, older than it and newer than metrics, into metrics.
 //
 // One statement for the batch rather than one per node: a pipeline of 500
 // upserts cost 1.24x the one statement (BenchmarkLatestMerge). Rows are
 // locked in the order of the arrays, node order, so concurrent batches
 // cannot deadlock.
 const mergeLatest = `
-INSERT INTO node_latest (node_id, ts, interval_ms, snapshot_ts, metrics, root_states, hot)
-SELECT * FROM unnest($1::int[], $2::timestamptz[], $3::int[], $4::timestamptz[], $5::jsonb[], $6::text[], $7::jsonb[])
+INSERT INTO node_latest (node_id, ts, interval_ms, snapshot_ts, metrics, root_states)
+SELECT * FROM unnest($1::int[], $2::timestamptz[], $3::int[], $4::timestamptz[], $5::jsonb[], $6::text[])
 ON CONFLICT (node_id) DO UPDATE SET
-	metrics = CASE WHEN EXCLUDED.root_states IS NULL OR starts_with(EXCLUDED.root_states, '+')
-		THEN node_latest.metrics || node_latest.hot || EXCLUDED.metrics ELSE node_latest.metrics END,
-	hot = CASE WHEN EXCLUDED.root_states IS NULL THEN '{}' WHEN starts_with(EXCLUDED.root_states, '+') THEN EXCLUDED.hot
-		ELSE node_latest.hot || EXCLUDED.metrics END,
+	metrics = CASE WHEN EXCLUDED.root_states IS NULL THEN node_latest.metrics || node_latest.hot || EXCLUDED.metrics ELSE node_latest.metrics END,
+	hot = CASE WHEN EXCLUDED.root_states IS NULL THEN '{}' ELSE node_latest.hot || EXCLUDED.metrics END,
 	root_states = EXCLUDED.root_states,
 	ts = EXCLUDED.ts,
 	interval_ms = EXCLUDED.interval_ms,
@@ -361,55 +350,31 @@ func queueLatest(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool
 	snapshots := make([]*time.Time, len(nodes))
 	metrics := make([]string, len(nodes))
 	states := make([]*string, len(nodes))
-	hot := make([]string, len(nodes))
 	var buf []byte
 	for i, node := range nodes {
 		a := byNode[node]
 		var err error
-		if buf, err = appendLatestJSON(buf[:0], a.metrics, false); err != nil {
+		if buf, err = appendLatestJSON(buf[:0], a.metrics); err != nil {
 			return err
 		}
-		ts[i], intervals[i], snapshots[i], metrics[i], hot[i] = a.ts, int32(a.intervalMS), a.snapshot, string(buf), "{}"
-		switch {
-		case !a.deep && a.snapshot == nil:
+		ts[i], intervals[i], snapshots[i], metrics[i] = a.ts, int32(a.intervalMS), a.snapshot, string(buf)
+		if !a.deep && a.snapshot == nil {
 			rs := rootStates(a.metrics)
 			states[i] = &rs
-		case !raisedBelowRoots(a.metrics):
-			rs := "+" + rootStates(a.metrics)
-			states[i] = &rs
-			if buf, err = appendLatestJSON(buf[:0], a.metrics, true); err != nil {
-				return err
-			}
-			hot[i] = string(buf)
 		}
 	}
-	batch.Queue(mergeLatest, nodes, ts, intervals, snapshots, metrics, states, hot)
+	batch.Queue(mergeLatest, nodes, ts, intervals, snapshots, metrics, states)
 	return nil
 }
 
-// raisedBelowRoots says whether a metric below the roots is in a state
-// other than OK: the fleet summary's raised children may change, so the
-// trigger must run.
-func raisedBelowRoots(metrics map[string]LatestValue) bool {
-	for k, v := range metrics {
-		if v.State != StateOK && strings.Contains(k, "/") {
-			return true
-		}
-	}
-	return false
-}
-
 // appendLatestJSON appends metrics as the JSON object node_latest keeps
-// (LatestValue's encoding), only the roots when rootsOnly. Written by hand:
+// (LatestValue's encoding). Written by hand:
 // encoding/json's reflection and sorted keys were 15% of the collector's
 // CPU at a full tree per report (jsonb does not keep the order of keys).
-func appendLatestJSON(b []byte, metrics map[string]LatestValue, rootsOnly bool) ([]byte, error) {
+func appendLatestJSON(b []byte, metrics map[string]LatestValue) ([]byte, error) {
 	b = append(b, '{')
 	first := true
 	for k, v := range metrics {
-		if rootsOnly && strings.Contains(k, "/") {
-			continue
-		}
 		if !first {
 			b = append(b, ',')
 		}
@@ -512,15 +477,13 @@ func queueCounters(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bo
 	batch.Queue(addCounters, nodes, metrics, vals)
 }
 
-// rootStates renders the states of a report's roots in one canonical
-// string ("drops=1,ping=3"): equal strings, equal states, which is all the
-// fleet summary's trigger needs to know to skip (migrations 023, 029).
+// rootStates renders the states of a roots-only report's metrics in one
+// canonical string ("drops=1,ping=3"): equal strings, equal states, which
+// is all the fleet summary's trigger needs to know to skip (migration 023).
 func rootStates(metrics map[string]LatestValue) string {
 	keys := make([]string, 0, len(metrics))
 	for k := range metrics {
-		if !strings.Contains(k, "/") {
-			keys = append(keys, k)
-		}
+		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	var b strings.Builder
