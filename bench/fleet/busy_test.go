@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -227,4 +228,24 @@ func profile(b *testing.B, pprofAddr string, delay, seconds time.Duration) func(
 		fetch("/debug/pprof/allocs", "allocs.pprof")
 	}()
 	return func() { <-done }
+}
+
+// profileDrain profiles this process (whose store folds what the collector
+// left pending, drainFolds) into NBS_INGEST_PROFILE/fold.pprof, when set.
+func profileDrain(b *testing.B) func() {
+	dir := os.Getenv("NBS_INGEST_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, "fold.pprof"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }

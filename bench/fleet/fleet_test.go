@@ -336,7 +336,9 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 				EXECUTE format('ALTER DATABASE %I SET auto_explain.log_analyze = on', current_database());
 				EXECUTE format('ALTER DATABASE %I SET auto_explain.log_nested_statements = on', current_database()); END $$`)
 		}
+		stopProfile := profileDrain(b)
 		backlog, foldTime := drainFolds(b, dbURL)
+		stopProfile()
 		if dst := os.Getenv("NBS_INGEST_EXPLAIN"); dst != "" {
 			var dir string
 			if err := connect(b, dbURL).QueryRow(context.Background(), `SHOW data_directory`).Scan(&dir); err != nil {
