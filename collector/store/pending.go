@@ -205,12 +205,16 @@ func foldPending(ctx context.Context, conn interface {
 			if _, err := tx.Exec(ctx, rollupStagingDDL); err != nil {
 				return fmt.Errorf("create rollup staging tables: %w", err)
 			}
-			r := NewRollups()
-			for _, h := range mergeHistograms(part.hists) {
-				k := RollupKey{h.NodeID, h.metricID, RollupMinute, h.TS.Unix()}
-				r.Histograms[k] = h.histogram()
+			// The merged rows' arrays as they are: through a
+			// loglinear.Histogram (a map) and back, with its buckets sorted
+			// again, they were half the minute fold's Go time at 10,000
+			// nodes. The statements below order the rows themselves.
+			merged := mergeHistograms(part.hists)
+			rows := make([][]any, len(merged))
+			for i, h := range merged {
+				rows[i] = []any{int32(RollupMinute), h.TS, h.NodeID, h.metricID, int64(h.Count), h.Sum, h.Index, h.Counts}
 			}
-			if err := copyRollupHistograms(ctx, tx, r); err != nil {
+			if err := stageRollupHistograms(ctx, tx, rows); err != nil {
 				return err
 			}
 		}
