@@ -269,17 +269,25 @@ func nodesPerConn(nodes int) int {
 }
 
 // BenchmarkIngestVsCopy: NBS_INGEST_NODES nodes (default 800) send their
-// full tree every NBS_INGEST_INTERVAL (default 100ms, the
-// collector's least) for NBS_INGEST_DURATION
-// (default 30s), offering several times what the collector can take; then
-// the rows they stored are COPYed into a table of the same shape in the
-// same database.
+// full tree every NBS_INGEST_INTERVAL (default 100ms, the collector's
+// least), offering several times what the collector can take; once every
+// node has registered, a window of NBS_INGEST_DURATION (default 30s) is
+// measured. Then what is left pending is folded (drainFolds, by this
+// binary's store: for an A/B of the fold, build the benchmark at each
+// revision too) and the rows stored are COPYed into tables of the same
+// shape in the same database: the anchor.
 //
 // The figure is the collector's only if the collector was the bottleneck:
 // the fleet offered more than was taken (a node still blocked sending when
 // its next report was due skips it, loadgen.Stats.Due) and the collector's
 // write queue was seldom empty. A run where either fails is an error, not
 // a figure: the simulator's ceiling would be measured instead.
+//
+// Where PostgreSQL's time goes is sampled from pg_stat_activity (dbBusy).
+// NBS_INGEST_PROFILE (a directory) takes the collector's CPU and
+// allocation profiles over the window and this process's over the drain;
+// NBS_INGEST_EXPLAIN (a file) the plans of the drain's slow statements
+// (auto_explain, from the server's log).
 func BenchmarkIngestVsCopy(b *testing.B) {
 	bin := binary(b)
 	nodes := envList("NBS_INGEST_NODES", []int{800})[0]
