@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/nbs-project/nbs/collector/store"
 )
 
 // dbBusy samples which statements PostgreSQL's client backends are
@@ -248,4 +251,30 @@ func profileDrain(b *testing.B) func() {
 		pprof.StopCPUProfile()
 		f.Close()
 	}
+}
+
+// foldLockID is store.foldLockID, the advisory lock one collector's fold
+// holds while it folds: holding it makes every fold return Busy.
+const foldLockID = 0x6e6273_f0
+
+// holdFolds takes the fold lock for the benchmark until the returned func
+// is called, and checks that a fold then finds it held.
+func holdFolds(b *testing.B, dbURL string) func() {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(foldLockID)); err != nil {
+		b.Fatal(err)
+	}
+	st, err := store.Open(ctx, dbURL, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	if r, err := st.FoldRollups(ctx, store.FoldOptions{}); err != nil || !r.Busy {
+		b.Fatalf("a fold with the fold lock held: %+v, %v; want busy (store.foldLockID changed?)", r, err)
+	}
+	return func() { conn.Close(ctx) }
 }
