@@ -134,18 +134,27 @@ func (c *Config) defaults() error {
 
 // Stats are a run's counts so far.
 type Stats struct {
-	Elapsed    time.Duration
-	Connected  int64 // streams open now
-	Reports    uint64
-	Acked      uint64
-	Samples    uint64 // in acknowledged reports (histograms count as samples too)
-	Rejected   uint64
-	Resent     uint64
-	Reconnects uint64
-	Replaced   uint64 // nodes replaced by new ones (ChurnPerDay)
-	Pods       uint64 // owner children named (PodsPerDay), each a new metric path
-	Errors     uint64 // streams that ended with an error
-	Dials      uint64 // gRPC connections made (NodesPerConn)
+	Elapsed   time.Duration
+	Connected int64 // streams open now
+	Reports   uint64
+	Acked     uint64
+	Samples   uint64 // in acknowledged reports (histograms count as samples too)
+	// Due is how many reports the nodes' schedules called for (one a node
+	// and interval since each session began), OfferedSamples their
+	// samples: a node still blocked sending when its next report was due
+	// (the collector pushing back through gRPC flow control) skips it, so
+	// Reports falls behind Due when the collector cannot take what is
+	// offered. SendWait is the time nodes spent blocked in Send.
+	Due            uint64
+	OfferedSamples uint64
+	SendWait       time.Duration
+	Rejected       uint64
+	Resent         uint64
+	Reconnects     uint64
+	Replaced       uint64 // nodes replaced by new ones (ChurnPerDay)
+	Pods           uint64 // owner children named (PodsPerDay), each a new metric path
+	Errors         uint64 // streams that ended with an error
+	Dials          uint64 // gRPC connections made (NodesPerConn)
 	// Registered nodes have had a report acknowledged; AllRegistered is
 	// when the last of them did (0 until then): how long the fleet took
 	// to (re)connect.
@@ -160,6 +169,32 @@ func (s Stats) String() string {
 		s.Elapsed.Seconds(), s.Registered, s.Connected, s.Reports, s.Acked, s.SamplesPerSecond(),
 		s.AckP50.Round(time.Millisecond), s.AckP99.Round(time.Millisecond), s.AckMax.Round(time.Millisecond),
 		s.Rejected, s.Resent, s.Reconnects, s.Errors)
+}
+
+// Since is what happened between before and s (counts and elapsed time;
+// the latencies are s's).
+func (s Stats) Since(before Stats) Stats {
+	s.Elapsed -= before.Elapsed
+	s.Reports -= before.Reports
+	s.Acked -= before.Acked
+	s.Samples -= before.Samples
+	s.Rejected -= before.Rejected
+	s.Resent -= before.Resent
+	s.Reconnects -= before.Reconnects
+	s.Errors -= before.Errors
+	s.Due -= before.Due
+	s.OfferedSamples -= before.OfferedSamples
+	s.SendWait -= before.SendWait
+	return s
+}
+
+// OfferedPerSecond is the samples the schedules called for over the
+// elapsed time: what the fleet offered, taken or not.
+func (s Stats) OfferedPerSecond() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.OfferedSamples) / s.Elapsed.Seconds()
 }
 
 // SamplesPerSecond is acknowledged samples over the elapsed time.
@@ -181,6 +216,7 @@ type Fleet struct {
 	allRegistered                                               atomic.Int64 // ns since start
 	reports, acked, samples, rejected, resent, reconnects, errs atomic.Uint64
 	replaced, pods, dials                                       atomic.Uint64
+	due, offered, sendWait                                      atomic.Uint64
 
 	mu  sync.Mutex
 	lat *loglinear.Histogram // ack latency, microseconds
@@ -283,6 +319,7 @@ func (f *Fleet) Stats() Stats {
 		Registered: f.registered.Load(), AllRegistered: time.Duration(f.allRegistered.Load()),
 		Reports: f.reports.Load(), Acked: f.acked.Load(), Samples: f.samples.Load(),
 		Rejected: f.rejected.Load(), Resent: f.resent.Load(), Reconnects: f.reconnects.Load(), Replaced: f.replaced.Load(), Pods: f.pods.Load(), Errors: f.errs.Load(), Dials: f.dials.Load(),
+		Due: f.due.Load(), OfferedSamples: f.offered.Load(), SendWait: time.Duration(f.sendWait.Load()),
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

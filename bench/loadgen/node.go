@@ -175,6 +175,9 @@ func (n *node) session(ctx context.Context) error {
 	}
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
+	// The schedule: a report due every interval from here on, counted
+	// whether or not it could be sent when due (Stats.Due).
+	began, due := time.Now(), int64(0)
 	for {
 		select {
 		case <-ctx.Done():
@@ -204,6 +207,14 @@ func (n *node) session(ctx context.Context) error {
 				n.newPods(d)
 			}
 			p, r := n.report(now, announced)
+			// A ticker drops the ticks of a loop still blocked in Send:
+			// those reports were due and not offered, counted as offered
+			// at this one's size.
+			d := int64(time.Since(began) / cfg.Interval)
+			missed := max(d-due, 1)
+			due += missed
+			n.f.due.Add(uint64(missed))
+			n.f.offered.Add(uint64(missed) * uint64(p.items))
 			if err := n.send(stream, p, r); err != nil {
 				return err
 			}
@@ -218,7 +229,9 @@ func (n *node) send(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.
 	n.unacked = append(n.unacked, p)
 	n.mu.Unlock()
 	n.f.reports.Add(1)
-	if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
+	err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}})
+	n.f.sendWait.Add(uint64(time.Since(p.sent)))
+	if err != nil {
 		return fmt.Errorf("send report: %w", err)
 	}
 	return nil

@@ -61,8 +61,9 @@ type Export struct {
 // collectors asked at once give one answer.
 //
 // Four statements, none a lookup per metric: the nodes with their roots
-// and raised children (one jsonb each); the definitions of those this
-// Store has not seen (a cache, exportDefTTL); the counters of roots and of
+// and raised children (one jsonb each; a root's newest value is hot's when
+// the fleet summary's trigger skipped the reports since, migration 023);
+// the definitions of those this Store has not seen (a cache, exportDefTTL); the counters of roots and of
 // what moved; the counters of raised children that did not move. Looked up
 // one by one in a lateral join, 60,000 roots' definitions and counters cost
 // about 1.5 s at 10,000 nodes (BENCHMARKS.md, "Export: the scrape at 10,000 nodes").
@@ -70,7 +71,7 @@ func (s *Store) ExportNodes(ctx context.Context, scope Scope, since time.Time) (
 	var out Export
 	clause, args := scope.LabelClause("n.labels", 2)
 	rows, err := s.pool.Query(ctx, `
-		SELECT n.id, n.name, n.tenant, n.agent_version, n.kernel_release, l.ts, now(), l.roots || l.raised
+		SELECT n.id, n.name, n.tenant, n.agent_version, n.kernel_release, l.ts, now(), l.roots || l.raised || l.hot
 		FROM nodes n JOIN node_latest l ON l.node_id = n.id
 		WHERE n.retired_at IS NULL AND l.ts >= $1 AND `+clause+`
 		ORDER BY n.name`, append([]any{since}, args...)...)

@@ -98,33 +98,59 @@ func mergeSamples(rows []SampleRow) []SampleRow {
 }
 
 // mergeHistograms merges rows of one node, metric and bucket start (finer
-// rows given their coarser bucket's start) into one row each.
+// rows given their coarser bucket's start) into one row each, in the order
+// each was first seen. Each group is added up in one reused
+// loglinear.Dense: a map per group (loglinear.Histogram) made the minute
+// fold's merge of a full tree's 50 histograms a report most of its Go
+// time, a hash write per bucket (BENCHMARKS.md, "Ingest against raw COPY").
 func mergeHistograms(rows []HistogramRow) []HistogramRow {
 	type key struct {
 		node, metric int32
 		ts           int64
 	}
-	acc := map[key]*loglinear.Histogram{}
-	paths := map[int32]string{}
-	var keys []key
-	for _, r := range rows {
+	group := make([]int32, len(rows))
+	at := map[key]int32{}
+	var first []int // each group's first row
+	for i, r := range rows {
 		k := key{r.NodeID, r.metricID, r.TS.Unix()}
-		paths[r.metricID] = r.Path
-		h := acc[k]
-		if h == nil {
-			h = loglinear.New()
-			acc[k] = h
-			keys = append(keys, k)
+		g, ok := at[k]
+		if !ok {
+			g = int32(len(first))
+			at[k] = g
+			first = append(first, i)
 		}
-		for i, idx := range r.Index {
-			h.Counts[uint32(idx)] += uint64(r.Counts[i])
-		}
-		h.Count += r.Count
-		h.Sum += r.Sum
+		group[i] = g
 	}
-	out := make([]HistogramRow, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, histogramRow(k.node, k.metric, paths[k.metric], time.Unix(k.ts, 0).UTC(), acc[k]))
+	// The rows of each group together, in their order (a counting sort).
+	start := make([]int, len(first)+1)
+	for _, g := range group {
+		start[g+1]++
+	}
+	for g := range first {
+		start[g+1] += start[g]
+	}
+	order := make([]int, len(rows))
+	fill := slices.Clone(start[:len(first)])
+	for i, g := range group {
+		order[fill[g]] = i
+		fill[g]++
+	}
+	var d loglinear.Dense
+	out := make([]HistogramRow, 0, len(first))
+	// Never nil, not even empty: the fold writes them to NOT NULL columns.
+	idx, cnt := make([]int32, 0, 16*len(first)), make([]int64, 0, 16*len(first))
+	for g, i := range first {
+		d.Reset()
+		for _, j := range order[start[g]:start[g+1]] {
+			d.AddBuckets(rows[j].Index, rows[j].Counts, rows[j].Count, rows[j].Sum)
+		}
+		n := len(idx)
+		idx, cnt = d.AppendBuckets(idx, cnt)
+		r := rows[i]
+		// Full slice expressions: the arrays are shared by every row out,
+		// and appending to one must not write into the next.
+		out = append(out, HistogramRow{NodeID: r.NodeID, Path: r.Path, TS: time.Unix(r.TS.Unix(), 0).UTC(), Count: d.Count, Sum: d.Sum,
+			metricID: r.metricID, Index: idx[n:len(idx):len(idx)], Counts: cnt[n:len(cnt):len(cnt)]})
 	}
 	return out
 }

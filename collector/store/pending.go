@@ -107,11 +107,24 @@ WITH fresh AS (
 )` + mergeRollupHistogramsWhere + `
 WHERE NOT (ts >= $1 AND node_id <> $2)` + mergeRollupHistogramsSet
 	// foldPendingHistograms reads the taken reports' histograms, each
-	// given its minute, through the histograms index.
+	// given its minute, through the histograms index: a probe of (node_id,
+	// metric_id, ts) per histogram (histProbe).
 	foldPendingHistograms = `
 SELECT p.node_id, h.metric_id, date_bin('1 minute', p.ts, ` + epoch + `), h.count, h.sum, rollup_buckets(h.bucket_index, h.bucket_count)
-FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)
-JOIN histograms h ON h.node_id = p.node_id AND h.metric_id = m.id AND h.ts = p.ts AND h.instance_id = p.instance_id AND h.seq = p.seq`
+FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)` + histProbe
+	// histProbe finds the histogram m.id of report p. OFFSET 0 keeps the
+	// subquery as it is written, a probe with all three index columns:
+	// flattened, the planner (which cannot know a temporary table's rows)
+	// scanned the node's whole day in the index for every report and
+	// matched each row against every metric of its report — 15 million
+	// comparisons and 9.5 of the 13 s that folding 5,852 full-tree
+	// reports took (BENCHMARKS.md, "Ingest against raw COPY").
+	histProbe = `
+CROSS JOIN LATERAL (
+	SELECT h.metric_id, h.instance_id, h.seq, h.ts, h.count, h.sum, h.bucket_index, h.bucket_count FROM histograms h
+	WHERE h.node_id = p.node_id AND h.metric_id = m.id AND h.ts = p.ts AND h.instance_id = p.instance_id AND h.seq = p.seq
+	OFFSET 0
+) h`
 	// lockFoldNodes locks the nodes of the taken reports FOR KEY SHARE,
 	// as the rollups' foreign keys did (migration 024), and drops the
 	// reports of nodes that are gone: deleting a node (deleteRows) then
@@ -192,12 +205,16 @@ func foldPending(ctx context.Context, conn interface {
 			if _, err := tx.Exec(ctx, rollupStagingDDL); err != nil {
 				return fmt.Errorf("create rollup staging tables: %w", err)
 			}
-			r := NewRollups()
-			for _, h := range mergeHistograms(part.hists) {
-				k := RollupKey{h.NodeID, h.metricID, RollupMinute, h.TS.Unix()}
-				r.Histograms[k] = h.histogram()
+			// The merged rows' arrays as they are: through a
+			// loglinear.Histogram (a map) and back, with its buckets sorted
+			// again, they were half the minute fold's Go time at 10,000
+			// nodes. The statements below order the rows themselves.
+			merged := mergeHistograms(part.hists)
+			rows := make([][]any, len(merged))
+			for i, h := range merged {
+				rows[i] = []any{int32(RollupMinute), h.TS, h.NodeID, h.metricID, int64(h.Count), h.Sum, h.Index, h.Counts}
 			}
-			if err := copyRollupHistograms(ctx, tx, r); err != nil {
+			if err := stageRollupHistograms(ctx, tx, rows); err != nil {
 				return err
 			}
 		}
@@ -280,9 +297,8 @@ SELECT rp.node_id, rp.instance_id, rp.seq, rp.ts, rp.interval_ms, rp.metric_ids,
 FROM rollup_pending p JOIN reports rp USING (node_id, instance_id, seq, ts)
 WHERE p.node_id = ANY($1) AND p.ts >= $2 AND p.ts < $3`
 	pendingHistograms = `
-SELECT h.node_id, h.instance_id, h.seq, h.ts, h.metric_id, h.count, h.sum, h.bucket_index, h.bucket_count
-FROM rollup_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)
-JOIN histograms h ON h.node_id = p.node_id AND h.metric_id = m.id AND h.ts = p.ts AND h.instance_id = p.instance_id AND h.seq = p.seq
+SELECT p.node_id, h.instance_id, h.seq, h.ts, h.metric_id, h.count, h.sum, h.bucket_index, h.bucket_count
+FROM rollup_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)` + histProbe + `
 WHERE p.node_id = ANY($1) AND p.ts >= $2 AND p.ts < $3`
 )
 

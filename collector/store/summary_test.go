@@ -166,3 +166,53 @@ func TestLatestMetricsLz4(t *testing.T) {
 		t.Fatalf("node_latest.metrics compression %q, want l (lz4)", method)
 	}
 }
+
+// TestExportReadsNewestRoots: the export takes a root's value from hot,
+// where the roots-only reports the fleet summary's trigger skipped (no
+// root changed state, migration 023) left it, not the value of the
+// trigger's last run.
+func TestExportReadsNewestRoots(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	f := &fleetFixture{t: t, st: st, ids: map[string]int32{}, mid: map[int32]map[string]int32{}}
+	id := f.node("exp-1", nil)
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	for i, c := range []struct {
+		what     string
+		snapshot bool
+	}{
+		{"first report: the trigger runs", false},
+		{"roots only, same states: skipped", false},
+		{"roots only again: skipped", false},
+		{"snapshot: the trigger runs", true},
+		{"roots only after it: skipped", false},
+	} {
+		f.seq++
+		ping := float64(10 + i)
+		samples := []store.Sample{{MetricID: f.mid[id]["ping"], Path: "ping", Value: ping, State: store.StateOK},
+			{MetricID: f.mid[id]["agent"], Path: "agent", Value: 0.5, State: store.StateOK}}
+		if c.snapshot {
+			samples = append(samples, store.Sample{MetricID: f.mid[id]["ping/peer"], Path: "ping/peer", Value: 3, State: store.StateOK})
+		}
+		at := t0.Add(time.Duration(i) * time.Second)
+		if _, err := st.WriteReports(ctx, []store.Report{{NodeID: id, Seq: f.seq, Time: at,
+			IntervalMS: 10000, Snapshot: c.snapshot, Samples: samples}}); err != nil {
+			t.Fatal(err)
+		}
+		exp, err := st.ExportNodes(ctx, store.All{}, t0.Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got *store.LatestValue
+		for _, n := range exp.Nodes {
+			for _, m := range n.Metrics {
+				if n.ID == id && m.Path == "ping" && m.HasLatest {
+					got = &m.Latest
+				}
+			}
+		}
+		if got == nil || got.Value != ping || got.TimeMS != at.UnixMilli() {
+			t.Fatalf("%s: the export reads ping %+v, want the value %v of the newest report", c.what, got, ping)
+		}
+	}
+}

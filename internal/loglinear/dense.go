@@ -107,3 +107,14 @@ func (d *Dense) Max() float64 {
 	}
 	return math.NaN()
 }
+
+// AppendBuckets appends d's non-empty buckets, in index order, as stored
+// (index and count arrays).
+func (d *Dense) AppendBuckets(idx []int32, cnt []int64) ([]int32, []int64) {
+	for b := d.lo; b < d.hi; b++ {
+		if n := d.counts[b]; n > 0 {
+			idx, cnt = append(idx, int32(b)), append(cnt, int64(n))
+		}
+	}
+	return idx, cnt
+}

@@ -60,6 +60,17 @@ func TestDenseMatchesHistogram(t *testing.T) {
 				if got, w := d.h.Max(), want.Max(); got != w {
 					t.Errorf("%s: max %v, want %v", d.how, got, w)
 				}
+				// Its buckets as stored: the merged sparse histogram's,
+				// appended after what was there.
+				idx, cnt := d.h.AppendBuckets([]int32{-1}, []int64{-1})
+				if len(idx) != len(want.Counts)+1 || len(cnt) != len(idx) || idx[0] != -1 || cnt[0] != -1 {
+					t.Fatalf("%s: %d buckets appended, want %d", d.how, len(idx)-1, len(want.Counts))
+				}
+				for i, b := range want.Sorted() {
+					if idx[i+1] != int32(b) || cnt[i+1] != int64(want.Counts[b]) {
+						t.Fatalf("%s: bucket %d: %d of %d, want %d of %d", d.how, i, cnt[i+1], idx[i+1], want.Counts[b], b)
+					}
+				}
 			}
 		})
 	}

@@ -1,0 +1,280 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nbs-project/nbs/collector/store"
+)
+
+// dbBusy samples which statements PostgreSQL's client backends are
+// running (pg_stat_activity, every 50 ms) while the ingest runs: a kind's
+// share is the mean number of backends running it, "0.42 of a backend".
+// pg_stat_statements would need the server started with it preloaded;
+// sampling needs nothing and sees the same split.
+type dbBusy struct {
+	mu      sync.Mutex
+	samples int
+	busy    map[string]int
+	stop    func()
+}
+
+// statementKind names the write path's statements by their text.
+func statementKind(q string) string {
+	q = strings.ToLower(strings.TrimSpace(q))
+	switch {
+	case strings.HasPrefix(q, "copy"):
+		return "copy"
+	case strings.Contains(q, "into node_latest"):
+		return "node_latest merge"
+	case strings.Contains(q, "export_counters"):
+		return "export counters"
+	case strings.Contains(q, "rollup_pending") || strings.Contains(q, "fold_pending") || strings.Contains(q, "rollup_samples") ||
+		strings.Contains(q, "rollup_histograms") || strings.Contains(q, "rollup_folds") || strings.Contains(q, "rollup_dirty"):
+		return "fold"
+	case q == "commit" || q == "begin" || strings.HasPrefix(q, "savepoint") || strings.HasPrefix(q, "release"):
+		return "begin/commit"
+	default:
+		return "other"
+	}
+}
+
+func sampleDB(b *testing.B, dbURL string) *dbBusy {
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := &dbBusy{busy: map[string]int{}}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer conn.Close(context.Background())
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rows, err := conn.Query(ctx, `SELECT query FROM pg_stat_activity
+				WHERE state = 'active' AND backend_type = 'client backend' AND pid <> pg_backend_pid()`)
+			if err != nil {
+				return
+			}
+			qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return
+			}
+			d.mu.Lock()
+			d.samples++
+			for _, q := range qs {
+				d.busy[statementKind(q)]++
+			}
+			d.mu.Unlock()
+		}
+	})
+	d.stop = func() { cancel(); wg.Wait() }
+	return d
+}
+
+// shares stops the sampling and returns each kind's mean backends busy.
+func (d *dbBusy) shares() map[string]float64 {
+	d.stop()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]float64{}
+	for k, n := range d.busy {
+		out[k] = float64(n) / float64(max(d.samples, 1))
+	}
+	return out
+}
+
+// perReport turns mean backends busy over elapsed into backend
+// milliseconds per report stored.
+func perReport(shares map[string]float64, elapsed time.Duration, reports uint64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range shares {
+		out[k] = v * elapsed.Seconds() * 1000 / float64(max(reports, 1))
+	}
+	return out
+}
+
+func formatShares(s map[string]float64) string {
+	keys := make([]string, 0, len(s))
+	for k := range s {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if s[a] != s[b] {
+			if s[a] > s[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	var out []string
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%s %.3f", k, s[k]))
+	}
+	return strings.Join(out, ", ")
+}
+
+// queueSampler reads the collector's write queue (reports waiting for the
+// database) every 200 ms: a collector that is the bottleneck has reports
+// waiting all the time, one that is offered too little drains it.
+type queueSampler struct {
+	mu     sync.Mutex
+	values []float64
+	stop   func()
+}
+
+func sampleQueue(b *testing.B, c *collector) *queueSampler {
+	ctx, cancel := context.WithCancel(context.Background())
+	q := &queueSampler{}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			resp, err := http.Get("http://" + c.HTTPAddr + "/metrics")
+			if err != nil {
+				continue
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for line := range strings.SplitSeq(string(body), "\n") {
+				if v, ok := strings.CutPrefix(line, "nbs_collector_write_queue_reports "); ok {
+					var f float64
+					if _, err := fmt.Sscan(v, &f); err == nil {
+						q.mu.Lock()
+						q.values = append(q.values, f)
+						q.mu.Unlock()
+					}
+				}
+			}
+		}
+	})
+	q.stop = func() { cancel(); wg.Wait() }
+	return q
+}
+
+// empty stops the sampling and returns the share of samples with no
+// report waiting, and the median waiting.
+func (q *queueSampler) empty() (share, median float64) {
+	q.stop()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.values) == 0 {
+		return 1, 0
+	}
+	v := slices.Clone(q.values)
+	slices.Sort(v)
+	n := 0
+	for _, x := range v {
+		if x == 0 {
+			n++
+		}
+	}
+	return float64(n) / float64(len(v)), v[len(v)/2]
+}
+
+// profile fetches the collector's CPU profile over the middle of the run
+// and its allocation profile after it into NBS_INGEST_PROFILE (a
+// directory), when set; the collector then serves pprof on pprofAddr.
+func profile(b *testing.B, pprofAddr string, delay, seconds time.Duration) func() {
+	dir := os.Getenv("NBS_INGEST_PROFILE")
+	if dir == "" || pprofAddr == "" {
+		return func() {}
+	}
+	fetch := func(path, file string) {
+		resp, err := http.Get("http://" + pprofAddr + path)
+		if err != nil {
+			b.Logf("profile %s: %v", path, err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(filepath.Join(dir, file))
+		if err != nil {
+			b.Logf("profile %s: %v", path, err)
+			return
+		}
+		defer f.Close()
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			b.Logf("profile %s: %v", path, err)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(delay)
+		fetch(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(seconds.Seconds())), "cpu.pprof")
+		fetch("/debug/pprof/allocs", "allocs.pprof")
+	}()
+	return func() { <-done }
+}
+
+// profileDrain profiles this process (whose store folds what the collector
+// left pending, drainFolds) into NBS_INGEST_PROFILE/fold.pprof, when set.
+func profileDrain(b *testing.B) func() {
+	dir := os.Getenv("NBS_INGEST_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, "fold.pprof"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
+
+// foldLockID is store.foldLockID, the advisory lock one collector's fold
+// holds while it folds: holding it makes every fold return Busy.
+const foldLockID = 0x6e6273_f0
+
+// holdFolds takes the fold lock for the benchmark until the returned func
+// is called, and checks that a fold then finds it held.
+func holdFolds(b *testing.B, dbURL string) func() {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(foldLockID)); err != nil {
+		b.Fatal(err)
+	}
+	st, err := store.Open(ctx, dbURL, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	if r, err := st.FoldRollups(ctx, store.FoldOptions{}); err != nil || !r.Busy {
+		b.Fatalf("a fold with the fold lock held: %+v, %v; want busy (store.foldLockID changed?)", r, err)
+	}
+	return func() { conn.Close(ctx) }
+}
