@@ -341,19 +341,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // beside the silent fleet's one row, and page loads are timed.
 func browseAlertsAtScale(t *testing.T, nbs site) {
 	t.Helper()
-	webDir, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodeBin, err := exec.LookPath("node")
-	if err != nil {
-		skipOrFail(t, "node (Node.js) is not installed: %v", err)
-	}
-	for _, need := range []string{filepath.Join(webDir, "node_modules", "playwright-core"), chromium, filepath.Join(webDir, "dist", "index.html")} {
-		if _, err := os.Stat(need); err != nil {
-			skipOrFail(t, "the Chromium part needs %s (npm ci, apt-get install chromium, npm run build before go test): %v", need, err)
-		}
-	}
+	webDir, nodeBin, _ := browserSetup(t)
 	if body := nbs.get(t, "/"); !strings.Contains(body, `id="app"`) {
 		skipOrFail(t, "the collector in this test binary embeds no UI: %.200s", body)
 	}

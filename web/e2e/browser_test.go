@@ -54,12 +54,16 @@ func skipOrFail(t *testing.T, format string, args ...any) {
 	t.Skip(msg)
 }
 
-func TestBrowser(t *testing.T) {
+// browserSetup finds what a Chromium test needs (web/, node, Playwright,
+// Chromium, the built UI the collector embeds), skipping or, under CI,
+// failing when one is missing, and makes the screenshots' directory.
+func browserSetup(t *testing.T) (webDir, nodeBin, artifacts string) {
+	t.Helper()
 	webDir, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodeBin, err := exec.LookPath("node")
+	nodeBin, err = exec.LookPath("node")
 	if err != nil {
 		skipOrFail(t, "node (Node.js) is not installed: %v", err)
 	}
@@ -72,7 +76,7 @@ func TestBrowser(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(webDir, "dist", "index.html")); err != nil {
 		skipOrFail(t, "the UI is not built: run `cd web && npm run build` before go test, so the collector embeds it (%v)", err)
 	}
-	artifacts := os.Getenv("NBS_ARTIFACTS")
+	artifacts = os.Getenv("NBS_ARTIFACTS")
 	if artifacts != "" {
 		artifacts = filepath.Join(artifacts, "web-e2e")
 	} else {
@@ -81,6 +85,11 @@ func TestBrowser(t *testing.T) {
 	if err := os.MkdirAll(artifacts, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return webDir, nodeBin, artifacts
+}
+
+func TestBrowser(t *testing.T) {
+	webDir, nodeBin, artifacts := browserSetup(t)
 
 	lab := netlab.New(t)
 	// Alerts go to a signed webhook, so the alert page's delivery log has

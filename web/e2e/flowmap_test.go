@@ -142,32 +142,7 @@ type flowMapAnswer struct {
 // checked first, so a failure says which side it is on.
 func TestFlowMapBrowser(t *testing.T) {
 	t.Parallel()
-	webDir, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodeBin, err := exec.LookPath("node")
-	if err != nil {
-		skipOrFail(t, "node (Node.js) is not installed: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(webDir, "node_modules", "playwright-core")); err != nil {
-		skipOrFail(t, "web/node_modules is missing: run `cd web && npm ci` (%v)", err)
-	}
-	if _, err := os.Stat(chromium); err != nil {
-		skipOrFail(t, "%s is missing: apt-get install chromium (%v)", chromium, err)
-	}
-	if _, err := os.Stat(filepath.Join(webDir, "dist", "index.html")); err != nil {
-		skipOrFail(t, "the UI is not built: run `cd web && npm run build` before go test, so the collector embeds it (%v)", err)
-	}
-	artifacts := os.Getenv("NBS_ARTIFACTS")
-	if artifacts != "" {
-		artifacts = filepath.Join(artifacts, "web-e2e")
-	} else {
-		artifacts = filepath.Join(webDir, "e2e", "artifacts")
-	}
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	webDir, nodeBin, artifacts := browserSetup(t)
 
 	dbURL := pgcluster.Database(t)
 	httpAddr, grpcAddr, adminToken := startCollector(t, dbURL, alert.DefaultConfig())
