@@ -116,15 +116,29 @@ func dropThreshold(reason string) *Threshold {
 		return &Threshold{Warn: 0.1, Crit: 10, Hold: 1}
 	case "no_socket":
 		return &Threshold{Warn: 50, Crit: 500, Hold: 2}
-	case "otherhost", "unhandled_proto", "pkt_too_small", "unicast_in_l2_multicast", "socket_close", "queue_purge",
+	}
+	if HealthyTrafficDrop(reason) {
+		return &Threshold{Warn: 100, Crit: 1000, Hold: 3}
+	}
+	return &Threshold{Warn: 10, Crit: 100, Hold: 2}
+}
+
+// HealthyTrafficDrop says a drop reason is common in healthy traffic: a
+// duplicate or stale segment discarded (what a retransmission leaves), a
+// socket's queues freed as it closes, a packet for another host. The drops
+// tree raises them only at high rates, and the flow map counts them on an
+// edge without raising its state.
+func HealthyTrafficDrop(reason string) bool {
+	switch reason {
+	case "not_specified", "otherhost", "unhandled_proto", "pkt_too_small", "unicast_in_l2_multicast", "socket_close", "queue_purge",
 		"tcp_old_data", "tcp_old_ack", "tcp_too_old_ack", "tcp_ofomerge", "tcp_old_sequence", "tcp_invalid_sequence",
 		"tcp_reset", "tcp_close", "tcp_flags", "tcp_zerowindow", "tcp_overwindow", "tcp_rfc7323_paws",
 		"tcp_rfc7323_paws_ack", "tcp_rfc7323_tw_paws", "tcp_abort_on_data", "neigh_dead", "dup_frag",
 		"ipv6_ndisc_ns_otherhost", "qdisc_drop", "qdisc_overlimit", "qdisc_congested", "fq_band_limit",
 		"fq_horizon_limit", "fq_flow_limit":
-		return &Threshold{Warn: 100, Crit: 1000, Hold: 3}
+		return true
 	}
-	return &Threshold{Warn: 10, Crit: 100, Hold: 2}
+	return false
 }
 
 // DropReason is the child metric for one kernel drop reason.

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/nbs-project/nbs/agent/catalog"
 )
 
 // State rules (docs/flow-map.md, "States"): what an operator should look
@@ -80,24 +82,13 @@ func State(f Figures, window time.Duration) (string, string) {
 	return "ok", ""
 }
 
-// teardownDrop says a reason is one of the kernel's drop reasons for what a socket frees as
-// it closes (its queues purged, unread data at close): a healthy
-// connection's end has them, so they are counted on the edge but do not
-// raise its state. The drops tree holds them to high thresholds for the
-// same reason.
-func teardownDrop(reason string) bool {
-	switch reason {
-	case "queue_purge", "socket_close", "tcp_close":
-		return true
-	}
-	return false
-}
-
-// wireDrops is by without the teardown reasons.
+// wireDrops is by without the reasons common in healthy traffic
+// (catalog.HealthyTrafficDrop: a socket's queues freed as it closes, a
+// duplicate segment discarded): counted on the edge, they do not raise it.
 func wireDrops(by map[string]uint64) map[string]uint64 {
 	out := make(map[string]uint64, len(by))
 	for r, n := range by {
-		if !teardownDrop(r) {
+		if !catalog.HealthyTrafficDrop(r) {
 			out[r] = n
 		}
 	}
