@@ -219,6 +219,12 @@ func distinctHolders(hs []store.FlowHolder) int {
 	return len(hs[:min(1, len(hs))])
 }
 
+// loopback says addr is a loopback address (127.0.0.0/8, ::1).
+func loopback(addr string) bool {
+	a, err := netip.ParseAddr(addr)
+	return err == nil && a.Unmap().IsLoopback()
+}
+
 // peerOf is the address and port an edge's peer is resolved by: a client's
 // translated peer when its node translated it (the backend behind a
 // Service address), else the peer as the socket saw it. A server edge's
@@ -271,7 +277,12 @@ func Build(in Input) *Graph {
 		}
 		peerAddr, peerPort := peerOf(r.FlowEdge)
 		peer := end{address: peerAddr}
-		if hs := idx.at(r.Tenant, peerAddr, r.First, r.End); len(hs) > 0 {
+		if loopback(peerAddr) {
+			// A loopback connection never leaves its network namespace:
+			// its peer is the local owner itself, on this node, whatever
+			// other nodes and namespaces hold the same address.
+			peer.owner, peer.held = local.owner, true
+		} else if hs := idx.at(r.Tenant, peerAddr, r.First, r.End); len(hs) > 0 {
 			h := hs[0]
 			if hn, ok := in.Nodes[h.NodeID]; ok && !hide(h.Owner) {
 				peer.owner = g.owner(hn, h.Owner)

@@ -318,6 +318,31 @@ func TestClientAndServerJoined(t *testing.T) {
 	}
 }
 
+// Loopback connections never leave their namespace: both ends are the
+// local owner, joined into one edge, though every node and namespace holds
+// 127.0.0.1 and no agent lists it as held.
+func TestLoopbackIsTheOwnerItself(t *testing.T) {
+	l := newLab(t)
+	l.node("n1", "acme")
+	l.node("n2", "acme")
+	app, other := pod("shop", "app-1", "app"), pod("shop", "other-1", "other")
+	c := clientEdge(app, "127.0.0.1", "127.0.0.1", 6379, 3)
+	s := serverEdge(app, "127.0.0.1", 6379, "127.0.0.1", 3)
+	l.report("n1", 1, []store.FlowEdge{c, s}, []store.AddressHolder{holds("10.0.0.1", app)})
+	// Another node's owner on the same loopback address and port.
+	l.report("n2", 1, []store.FlowEdge{clientEdge(other, "::1", "::1", 6379, 2)}, []store.AddressHolder{holds("10.0.0.2", other)})
+	m, _ := l.flowMap(staff, url.Values{})
+	same(t, "edges", edges(m), []string{
+		"shop/app-1 -> shop/app-1 opened=3 seen=client+server",
+		"shop/other-1 -> shop/other-1 opened=2 seen=client",
+	})
+	for _, e := range m.Edges {
+		if e.Client.Outside || e.Server.Outside {
+			t.Errorf("a loopback end reads outside: %+v %+v", e.Client, e.Server)
+		}
+	}
+}
+
 // Two services behind one address and port (a Service's ClusterIP): the
 // client's node translated each connection to its backend, so there are
 // two edges; an untranslated one stays the address, outside.
