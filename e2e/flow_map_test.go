@@ -175,7 +175,9 @@ func TestFlowMapFromRealAgents(t *testing.T) {
 	t.Parallel()
 	lab := netlab.New(t)
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
-	flowsOn := func(c *agentapp.Config) { c.FlowsEnable = true }
+	// Edges with every report, so the test does not wait for the minute
+	// (--flows.every's default; TestHeldIntervalsAddUp sums the intervals).
+	flowsOn := func(c *agentapp.Config) { c.FlowsEnable, c.FlowsEvery = true, 0 }
 	startAgent(t, "lab-a", lab.A, col.grpcAddr, flowsOn)
 	startAgent(t, "lab-b", lab.B, col.grpcAddr, flowsOn)
 	waitNode(t, col, "lab-a")

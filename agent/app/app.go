@@ -348,7 +348,7 @@ func (a *Agent) branches() []opener {
 		open(latencyflows.Open, latencyflows.Options{}),
 		open(latencyrx.Open, latencyrx.Options{Triggered: !a.cfg.LatencyRXAlways, ReadSample: a.cfg.LatencyRXSample}),
 		open(dnssrc.Open, dnssrc.Options{Triggered: !a.cfg.DNSAlways, MaxEventsPerInterval: a.cfg.evidencePerInterval()}),
-		open(flows.Open, flows.Options{Disabled: !a.cfg.FlowsEnable, Top: a.cfg.FlowsTop}),
+		open(flows.Open, flows.Options{Disabled: !a.cfg.FlowsEnable, Top: a.cfg.FlowsTop, Every: a.cfg.FlowsEvery}),
 	}
 }
 

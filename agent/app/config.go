@@ -79,6 +79,9 @@ type Config struct {
 	// names before folding the rest into "other".
 	FlowsEnable bool
 	FlowsTop    int
+	// FlowsEvery is how often a report carries the edges and addresses
+	// (0: every report).
+	FlowsEvery time.Duration
 	// TLS to the collector: any of these turns it on.
 	CollectorTLS        bool
 	CollectorCA         string
@@ -148,6 +151,7 @@ func DefaultConfig() Config {
 		DNSAlways:         true,
 		FlowsEnable:       true,
 		FlowsTop:          flows.DefaultTop,
+		FlowsEvery:        flows.DefaultEvery,
 		CredentialFile:    nodecred.DefaultFile,
 		SpoolDir:          "/var/lib/nbs/spool",
 		SpoolMaxBytes:     spool.DefaultMaxBytes,
@@ -187,6 +191,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.LatencyRXAlways, "latency.rx.always", c.LatencyRXAlways, "keep the receive-latency programs (latency/rx, netstacklat's cost per run) attached whenever --overhead.budget allows; false attaches them only while the latency branch is in trouble or the node is expanded, like the other triggered programs")
 	fs.BoolVar(&c.FlowsEnable, "flows.enable", c.FlowsEnable, "measure the flow map: each interval, this node's TCP connections by owner and peer (opened, failed, closed, resets by reason, retransmits, bytes, RTT) from state changes, retransmits and resets only, and the addresses its owners hold (capability bpf.flows says why not where the kernel cannot)")
 	fs.IntVar(&c.FlowsTop, "flows.top", c.FlowsTop, fmt.Sprintf("flow-map edges a report names, the worst and busiest first; the rest are summed into one \"other\" edge so totals stay exact (1 to %d)", flows.MaxTop))
+	fs.DurationVar(&c.FlowsEvery, "flows.every", c.FlowsEvery, "how often a report carries the flow map's edges and addresses, what the intervals between counted summed into it (the collector keeps edges per minute, so 1m loses no detail and writes a sixth of the rows of 10s reports); 0 sends them with every report")
 	fs.BoolVar(&c.DNSAlways, "dns.always", c.DNSAlways, "keep the DNS programs (the dns root: queries, answer latency, errors, timeouts; a test of every packet sent and received for UDP port 53) attached whenever --overhead.budget allows; false attaches them only while the node is expanded")
 	fs.DurationVar(&c.TriggeredMax, "triggered.max", c.TriggeredMax, "longest stretch triggered programs stay attached; then they rest for --triggered.hold")
 	fs.StringVar(&c.SpoolDir, "spool.dir", c.SpoolDir, "directory keeping un-acked reports across agent restarts and reboots (\"\": memory only, lost on restart); one agent per directory")
@@ -258,6 +263,9 @@ func (c *Config) Validate() error {
 	}
 	if c.FlowsTop < 0 || c.FlowsTop > flows.MaxTop {
 		errs = append(errs, fmt.Errorf("--flows.top %d must be from 1 to %d (0: %d)", c.FlowsTop, flows.MaxTop, flows.DefaultTop))
+	}
+	if c.FlowsEvery < 0 || c.FlowsEvery > time.Hour {
+		errs = append(errs, fmt.Errorf("--flows.every %s must be from 0 (every report) to 1h", c.FlowsEvery))
 	}
 	if c.TopOwners < 0 || c.TopOwners > 100 {
 		errs = append(errs, fmt.Errorf("--owners.top %d must be from 1 to 100 (0: %d)", c.TopOwners, catalog.DefaultTopOwners))

@@ -74,6 +74,8 @@ func TestConfigValidate(t *testing.T) {
 		{"tx sample", func(c *Config) { c.TxSample = 1<<20 + 1 }, []string{"--tx-timestamping.sample"}},
 		{"budget", func(c *Config) { c.OverheadBudget = 101 }, []string{"--overhead.budget"}},
 		{"rx sample every packet", func(c *Config) { c.LatencyRXSample = 1 }, nil},
+		{"flows top", func(c *Config) { c.FlowsTop = 5000 }, []string{"--flows.top 5000 must be from 1 to 1999"}},
+		{"flows every", func(c *Config) { c.FlowsEvery = -time.Second }, []string{"--flows.every -1s must be from 0 (every report) to 1h"}},
 		{"rx sample not a power of two", func(c *Config) { c.LatencyRXSample = 12 }, []string{"--latency.rx.sample 12 must be a power of two from 1 to 1024"}},
 		{"rx sample too sparse", func(c *Config) { c.LatencyRXSample = 2048 }, []string{"--latency.rx.sample 2048"}},
 		{"rx sample negative", func(c *Config) { c.LatencyRXSample = -16 }, []string{"--latency.rx.sample -16"}},

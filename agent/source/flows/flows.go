@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -38,6 +39,10 @@ const CapBPF = "bpf.flows"
 // folded into one "other" edge (--flows.top).
 const DefaultTop = 200
 
+// DefaultEvery is how often a report carries edges and addresses
+// (--flows.every): the collector's finest bucket.
+const DefaultEvery = time.Minute
+
 // MaxTop keeps the top-K and its "other" edge within a report's limit.
 const MaxTop = wire.MaxFlowEdges - 1
 
@@ -51,6 +56,12 @@ type Options struct {
 	// busiest; the rest are summed into one "other" edge. 0 means
 	// DefaultTop; more than MaxTop is MaxTop.
 	Top int
+	// Every is how often a report carries the edges and the addresses
+	// (--flows.every): what the intervals between counted is summed into
+	// it. 0 sends them with every report. The collector keeps edges per
+	// minute, so a minute loses no detail and writes a sixth of the rows of
+	// 10 s reports.
+	Every time.Duration
 	// MaxEdges sizes the kernel's edge table (0: the probe's default).
 	MaxEdges uint32
 	// NetnsDirs and Proc are where namespaces are found (tests); /run/netns
@@ -71,6 +82,19 @@ type Source struct {
 	holders  *holders // nil when the flow map is off
 	xlat     *translator
 
+	// every (Options.Every); pending is what the probe counted since the
+	// last report that carried edges, with the backends of its
+	// per-connection edges by index; due is when the next one does.
+	every       time.Duration
+	pending     probe.Interval
+	pendingXlat map[int]netip.AddrPort
+	pendingIdx  map[heldKey]int // an edge of pending by its key
+	// heldAddrs are the address holders seen since the last report with
+	// edges, each (address, owner id) once (heldAddrIdx).
+	heldAddrs   []*nbsv1.AddressHolder
+	heldAddrIdx map[[2]string]bool
+	due         time.Time
+
 	mu     sync.Mutex
 	folded uint64 // edges folded into "other", since the start
 }
@@ -79,7 +103,7 @@ type Source struct {
 // why it measures no edges (it still lists the owners' addresses, which
 // the collector needs to name this node's owners as other nodes' peers).
 func Open(_ context.Context, opts Options) (*Source, error) {
-	s := &Source{log: opts.Log("flows"), resolver: opts.Owners, top: opts.Top}
+	s := &Source{log: opts.Log("flows"), resolver: opts.Owners, top: opts.Top, every: opts.Every}
 	if s.resolver == nil {
 		s.resolver = owner.New(owner.Options{Logger: opts.Logger})
 	}
@@ -170,23 +194,102 @@ func (s *Source) Close() error {
 }
 
 func (s *Source) Collect(ctx context.Context) (source.Reading, error) {
+	return s.collect(ctx, time.Now())
+}
+
+func (s *Source) collect(ctx context.Context, now time.Time) (source.Reading, error) {
 	var r source.Reading
+	send := s.every <= 0 || !now.Before(s.due)
+	var held []*nbsv1.AddressHolder
 	if s.holders != nil {
-		r.AddressHolders = s.holders.collect(ctx)
+		// Every interval: it also finds the namespaces whose connection
+		// tracking the translator reads.
+		held = s.holders.collect(ctx)
 	}
+	if !send {
+		s.holdAddresses(held)
+	}
+	if s.probe != nil {
+		// The probe is read every interval (its tables hold one interval),
+		// and what it counted waits here until a report carries it.
+		iv, err := s.probe.Collect()
+		if err != nil {
+			return r, fmt.Errorf("flows: %w", err)
+		}
+		s.hold(iv, s.xlat.apply(iv))
+	}
+	if !send {
+		return r, nil
+	}
+	if s.every > 0 {
+		// On the grid of every, so the nodes' edges land in the same
+		// minute buckets.
+		s.due = now.Truncate(s.every).Add(s.every)
+		// Every owner that held an address since the last report with
+		// edges, so one that came and went between two is named too.
+		s.holdAddresses(held)
+		held = s.heldAddrs
+		s.heldAddrs, s.heldAddrIdx = nil, nil
+	}
+	r.AddressHolders = held
 	if s.probe == nil {
 		return r, nil
 	}
-	iv, err := s.probe.Collect()
-	if err != nil {
-		return r, fmt.Errorf("flows: %w", err)
-	}
-	edges, folded := s.edges(iv, s.xlat.apply(iv))
+	edges, folded := s.edges(s.pending, s.pendingXlat)
+	s.pending, s.pendingXlat, s.pendingIdx = probe.Interval{}, nil, nil
 	s.mu.Lock()
 	s.folded += uint64(folded)
 	s.mu.Unlock()
 	r.Flows = edges
 	return r, nil
+}
+
+// holdAddresses adds the holders of an interval to those waiting for a
+// report, each (address, owner) once.
+func (s *Source) holdAddresses(hs []*nbsv1.AddressHolder) {
+	if s.heldAddrIdx == nil {
+		s.heldAddrIdx = map[[2]string]bool{}
+	}
+	for _, h := range hs {
+		k := [2]string{h.GetAddress(), h.GetOwner().GetId()}
+		if !s.heldAddrIdx[k] && len(s.heldAddrs) < wire.MaxAddressHolders {
+			s.heldAddrIdx[k] = true
+			s.heldAddrs = append(s.heldAddrs, h)
+		}
+	}
+}
+
+// heldKey is an edge of the probe as edges names it (a client's local
+// port left out, its backend in): the intervals waiting for a report are
+// summed by it, so what waits is bounded by the distinct edges, not by the
+// intervals.
+type heldKey struct {
+	probe.Key
+	to netip.AddrPort
+}
+
+// hold adds an interval's edges (and the backends of its per-connection
+// ones) to those waiting for a report.
+func (s *Source) hold(iv probe.Interval, xlat map[int]netip.AddrPort) {
+	if s.pendingIdx == nil {
+		s.pendingXlat, s.pendingIdx = map[int]netip.AddrPort{}, map[heldKey]int{}
+	}
+	for i, e := range iv.Edges {
+		k := heldKey{Key: e.Key, to: xlat[i]}
+		if k.Role == probe.Client {
+			k.LocalPort, k.DNAT = 0, false
+		}
+		if j, ok := s.pendingIdx[k]; ok {
+			addCounts(&s.pending.Edges[j].Counts, e.Counts)
+			continue
+		}
+		s.pendingIdx[k] = len(s.pending.Edges)
+		if k.to.IsValid() {
+			s.pendingXlat[len(s.pending.Edges)] = k.to
+		}
+		s.pending.Edges = append(s.pending.Edges, e)
+	}
+	addCounts(&s.pending.Overflow, iv.Overflow)
 }
 
 // edgeID is an edge once its namespace is named: two namespaces of one

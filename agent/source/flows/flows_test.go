@@ -428,6 +428,73 @@ func TestTopKFoldsTheRestExactly(t *testing.T) {
 	}
 }
 
+// With --flows.every, the intervals between two reports that carry edges
+// are summed, edge by edge: the report carries what one interval would
+// have, added up, with the per-connection edges of one backend as one and
+// the overflow summed; and it comes on the grid of every.
+func TestHeldIntervalsAddUp(t *testing.T) {
+	s := &Source{resolver: owner.New(owner.Options{Proc: t.TempDir(), NetnsDirs: []string{}}), top: 10, every: time.Minute}
+	a, svc := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.96.0.1")
+	backend := netip.MustParseAddrPort("10.0.2.1:8080")
+	// Two connections to a Service address, each its own per-connection
+	// edge in the probe, translated to the same backend.
+	conn := func(port uint16) probe.Edge {
+		return probe.Edge{Key: probe.Key{Netns: 1, Role: probe.Client, DNAT: true, Local: a, LocalPort: port, Peer: svc, PeerPort: 80}, Counts: probe.Counts{Opened: 1}}
+	}
+	for i := range 3 {
+		iv := probeInterval()
+		iv.Edges = append(iv.Edges, conn(uint16(40000+i)), conn(uint16(41000+i)))
+		n := len(iv.Edges)
+		s.hold(iv, map[int]netip.AddrPort{n - 2: backend, n - 1: backend})
+	}
+	if got := len(s.pending.Edges); got != 5 {
+		t.Fatalf("%d edges wait after 3 intervals of the same 5, want 5 (summed as they come)", got)
+	}
+	out, folded := s.edges(s.pending, s.pendingXlat)
+	if folded != 0 || len(out) != 6 {
+		t.Fatalf("%d edges (%d folded): %v", len(out), folded, out)
+	}
+	byPeer := map[string]*nbsv1.FlowEdge{}
+	for _, e := range out {
+		byPeer[e.GetPeerAddress()+"/"+e.GetPeerTranslatedAddress()] = e
+	}
+	for _, c := range []struct {
+		peer           string
+		opened, failed uint64
+	}{{"10.0.1.1/", 9, 0}, {"10.0.1.2/", 300, 0}, {"10.0.1.3/", 0, 15}, {"10.0.1.4/", 3, 0}, {"10.96.0.1/10.0.2.1", 6, 0}, {"/", 27, 0}} {
+		e := byPeer[c.peer]
+		if e == nil || e.GetOpened() != c.opened || e.GetFailed() != c.failed {
+			t.Errorf("edge to %s: %v, want opened %d failed %d", c.peer, e, c.opened, c.failed)
+		}
+	}
+	// The addresses held in any interval since the last report with edges,
+	// each once: a pod that came and went between two is named too.
+	pod := func(addr, id string) *nbsv1.AddressHolder {
+		return &nbsv1.AddressHolder{Address: addr, Owner: &nbsv1.FlowOwner{Id: id}}
+	}
+	s.holdAddresses([]*nbsv1.AddressHolder{pod("10.0.0.5", "pod:a.x"), pod("10.0.0.6", "pod:a.y")})
+	s.holdAddresses([]*nbsv1.AddressHolder{pod("10.0.0.5", "pod:a.x"), pod("10.0.0.5", "pod:b.z")})
+	if len(s.heldAddrs) != 3 {
+		t.Errorf("held %v, want the three (address, owner) pairs once each", s.heldAddrs)
+	}
+
+	// The grid: the first report carries what is there, the next on the
+	// next minute boundary.
+	s = &Source{every: time.Minute}
+	t0 := time.Date(2026, 11, 29, 10, 0, 5, 0, time.UTC)
+	for _, c := range []struct {
+		at  time.Duration
+		due string
+	}{{0, "10:01:00"}, {10 * time.Second, "10:01:00"}, {50 * time.Second, "10:01:00"}, {65 * time.Second, "10:02:00"}} {
+		if _, err := s.collect(context.Background(), t0.Add(c.at)); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.due.Format("15:04:05"); got != c.due {
+			t.Errorf("after a collection at %s: next report with edges at %s, want %s", t0.Add(c.at).Format("15:04:05"), got, c.due)
+		}
+	}
+}
+
 func probeInterval() probe.Interval {
 	a := netip.MustParseAddr("10.0.0.1")
 	peer := func(i byte) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 1, i}) }
