@@ -95,14 +95,26 @@ func (r *Ring) Read(ctx context.Context, fn func(raw []byte)) error {
 		r.mu.Lock()
 		r.active = nil
 		r.mu.Unlock()
-		_ = act.Close()
+		_ = act.release()
 	}()
 
 	var rec ringbuf.Record
 	for {
-		// Never block in the reader when the runtime's poller can wait:
-		// a deadline now reads what the ring holds and returns.
 		if act.wake != nil {
+			if act.closed.Load() {
+				return nil
+			}
+			// The ring is read only when it holds something: an empty
+			// poll makes no system call (each would wake the runtime's
+			// monitor thread, see activeRead).
+			if rd.AvailableBytes() == 0 {
+				if !act.wait(nextPoll()) {
+					return nil // closed
+				}
+				continue
+			}
+			// Never block in the reader: a deadline now reads what the
+			// ring holds and returns.
 			rd.SetDeadline(time.Now())
 		} else {
 			rd.SetDeadline(nextPoll())
@@ -114,9 +126,6 @@ func (r *Ring) Read(ctx context.Context, fn func(raw []byte)) error {
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// The records written without a wakeup have been read (a
 			// deadline returns only once the ring is empty): poll again.
-			if act.wake != nil && !act.wait(nextPoll()) {
-				return nil // closed
-			}
 		case errors.Is(err, os.ErrClosed):
 			return nil
 		default:
@@ -140,10 +149,12 @@ func nextPoll() time.Time { return time.Now().Truncate(PollPeriod).Add(PollPerio
 // (sysmon) into a run of 20 µs sleeps, which made the ring polls most of
 // what an idle agent cost: 0.7% of a core of its 0.9 with three rings
 // (bench/agentcost BenchmarkAgentIdle). In the runtime's poller a waiting
-// ring costs a timer, and all of them one wakeup per PollPeriod.
+// ring costs a timer, all of them one wakeup per PollPeriod, and an empty
+// ring no system call.
 type activeRead struct {
-	rd   *ringbuf.Reader
-	wake *os.File // nil: Read waits in rd
+	rd     *ringbuf.Reader
+	wake   *os.File // nil: Read waits in rd
+	closed atomic.Bool
 }
 
 // waiter returns a non-blocking duplicate of the ring's descriptor in the
@@ -189,10 +200,20 @@ func (a *activeRead) wait(until time.Time) bool {
 	return err == nil || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
-// Close ends the read: the wait first, then the reader.
+// Close ends the read. With a wait, only the Read's goroutine closes the
+// reader (release), so it never looks at a ring the reader has let go.
 func (a *activeRead) Close() error {
+	if a.wake == nil {
+		return a.rd.Close()
+	}
+	a.closed.Store(true)
+	return a.wake.Close()
+}
+
+// release frees what the Read held, on its goroutine.
+func (a *activeRead) release() error {
 	if a.wake != nil {
-		_ = a.wake.Close()
+		_ = a.wake.Close() // closed already when Close ended the read
 	}
 	return a.rd.Close()
 }

@@ -79,7 +79,7 @@ func TestWaitWokenByKernel(t *testing.T) {
 				t.Fatal(err)
 			}
 			act := &activeRead{rd: rd, wake: wake}
-			defer act.Close()
+			defer act.release()
 			done := make(chan bool, 1)
 			// A poll far away: only a wakeup ends the wait.
 			go func() { done <- act.wait(time.Now().Add(time.Hour)) }()
