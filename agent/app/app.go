@@ -126,6 +126,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	env := a.env(ns)
 	env.PinDir = pinDir
 	a.proc = env.Proc
+	dropTextPages() // what the start ran so far
 	restoreGC := tightGC()
 	sources, err := a.openSources(ctx, env, a.branches())
 	restoreGC()
@@ -136,8 +137,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	// Loading left garbage several times the agent's live heap, which a
-	// quiet agent would otherwise keep resident until its next GC.
+	// quiet agent would otherwise keep resident until its next GC, and
+	// code that it does not run again.
 	debug.FreeOSMemory()
+	dropTextPages()
 	a.mu.Lock()
 	a.sources = sources
 	for _, s := range a.sources {
@@ -300,13 +303,25 @@ func (a *Agent) flush(led *ledger, car *carry, last time.Time) {
 // live heap, and at the default the agent's peak memory came from that
 // (bench/agentcost: 1.5–3 MB less peak resident memory, no more CPU). An
 // operator's GOGC is left alone.
+//
+// A soft memory limit (loadMemoryLimit) holds the heap, and what the
+// runtime keeps of it, near the live heap too, unless the operator set
+// GOMEMLIMIT: 1.3 MB less peak for 0.16 s more CPU at the start.
 func tightGC() (restore func()) {
-	if os.Getenv("GOGC") != "" {
-		return func() {}
+	restoreGC, restoreLimit := func() {}, func() {}
+	if os.Getenv("GOGC") == "" {
+		prev := debug.SetGCPercent(25)
+		restoreGC = func() { debug.SetGCPercent(prev) }
 	}
-	prev := debug.SetGCPercent(25)
-	return func() { debug.SetGCPercent(prev) }
+	if os.Getenv("GOMEMLIMIT") == "" {
+		prev := debug.SetMemoryLimit(loadMemoryLimit)
+		restoreLimit = func() { debug.SetMemoryLimit(prev) }
+	}
+	return func() { restoreGC(); restoreLimit() }
 }
+
+// loadMemoryLimit is the soft memory limit while the programs load.
+const loadMemoryLimit = 10 << 20
 
 // ownerCapability says whether pods' container names can be read from the
 // runtimes' OCI bundles; where they cannot, owners fall back to hostnames
