@@ -2,30 +2,39 @@
 // throughput through a veth pair of the namespace lab with the real
 // nbs-agent binary running (its defaults: every namespace, TX timestamping
 // 1 in 64 connections) against not running, measured by iperf3 itself; the
-// agent's CPU and peak memory while it runs, idle and under an 8-stream
-// load; and what its start costs: its CPU over its first 15 s and its peak
-// memory.
+// BPF time of all its programs per MB moved, which does not depend on the
+// machine's load; its CPU and peak memory idle and under a 10 Gbit/s
+// stream (BenchmarkAgentIdle); and what its start costs.
 //
 // The throughput harness treats both sides alike: every run, "on" or
-// "off", starts with the same rest (NBS_AGENTCOST_REST seconds from the
-// run's start, within which the agent is started and ready for an "on"
-// run) and ends with the same cooldown (within which the agent is
-// stopped); the iperf3 client and server are pinned to CPUs
+// "off", starts with the same rest (NBS_AGENTCOST_REST seconds, default 20;
+// 10 more for the triggered configuration) and ends with the same cooldown.
+// Within an "on" run's rest the agent starts, its first report is stored
+// and acked by the collector (in this process, with PostgreSQL) and,
+// triggered, an expand attaches its triggered sources; all of that must be
+// over NBS_AGENTCOST_QUIET seconds (default 4) before the timed window, so
+// the window holds the running agent only, and the machine's busy CPU over
+// that quiet end of the rest is reported for both sides. Every agent has a
+// node name and pin directory of its own (nothing shared between runs or
+// with another benchmark). The iperf3 client and server are pinned to CPUs
 // (NBS_AGENTCOST_CPUS, "client,server"); pairs alternate their order
-// (off-on, on-off, off-on, ...: ABBA), and the configurations (the default
-// agent, and the agent with its triggered per-packet sources attached by an
-// operator's expand) take turns pair by pair, so a drift of the machine's
-// load falls on every side alike.
+// (off-on, on-off, ...: ABBA), and the configurations take turns pair by
+// pair, so a drift of the machine's load falls on every side alike. Each
+// configuration reports the geometric mean of its pairs' on/off ratios
+// with a 95% bootstrap interval over ABBA blocks, their spread, and its
+// agent's CPU and peak memory apart from the others'.
 //
 //	NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1 go test -run '^$' -bench AgentCost -benchtime 1x -timeout 60m ./bench/agentcost/
 //
-// NBS_AGENTCOST_PAIRS (default 8) on/off pairs of NBS_AGENTCOST_SECONDS
-// (default 5) each, of both configurations or of those NBS_AGENTCOST_ONLY
+// NBS_AGENTCOST_PAIRS (default 12) on/off pairs of NBS_AGENTCOST_SECONDS
+// (default 8) each, of both configurations or of those NBS_AGENTCOST_ONLY
 // lists ("default", "triggered", and the default agent with one part taken
-// away: "no-rx", "no-tx", "no-rx-tx", "no-bpf"); NBS_AGENTCOST_STARTS (default 3) starts. With
-// NBS_AGENTCOST_BASE set to a git revision, the start benchmark also builds
-// the agent of that revision and alternates its starts with this one's, for
-// a before/after in the same run.
+// away: "no-rx", "no-tx", "no-rx-tx", "no-bpf"); then NBS_AGENTCOST_BPFRUNS
+// (default 2) runs of each with run-time statistics on for BPF ns per MB.
+// NBS_AGENTCOST_STARTS (default 3) starts. With NBS_AGENTCOST_BASE set to a
+// git revision (or the path of an agent binary), the start, idle and
+// program benchmarks also measure that agent, alternated with this tree's,
+// for a before/after in the same run.
 package agentcost
 
 import (
