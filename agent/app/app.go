@@ -126,7 +126,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	env := a.env(ns)
 	env.PinDir = pinDir
 	a.proc = env.Proc
-	dropTextPages() // what the start ran so far
+	// The load's peak is its heap and the pages of the binary it maps:
+	// not also those the start mapped before it.
+	dropTextPages()
 	restoreGC := tightGC()
 	sources, err := a.openSources(ctx, env, a.branches())
 	restoreGC()
@@ -137,10 +139,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	// Loading left garbage several times the agent's live heap, which a
-	// quiet agent would otherwise keep resident until its next GC, and
-	// code that it does not run again.
+	// quiet agent would otherwise keep resident until its next GC.
 	debug.FreeOSMemory()
-	dropTextPages()
 	a.mu.Lock()
 	a.sources = sources
 	for _, s := range a.sources {
@@ -298,7 +298,8 @@ func (a *Agent) flush(led *ledger, car *carry, last time.Time) {
 }
 
 // tightGC makes the collector run at a quarter of the live heap's growth
-// rather than at its doubling, until the returned func restores it: the
+// rather than at its doubling, until the returned func sets the running
+// agent's (runningGCPercent): the
 // loading of the BPF programs decodes kernel BTF, garbage several times the
 // live heap, and at the default the agent's peak memory came from that
 // (bench/agentcost: 1.5–3 MB less peak resident memory, no more CPU). An
@@ -310,8 +311,8 @@ func (a *Agent) flush(led *ledger, car *carry, last time.Time) {
 func tightGC() (restore func()) {
 	restoreGC, restoreLimit := func() {}, func() {}
 	if os.Getenv("GOGC") == "" {
-		prev := debug.SetGCPercent(25)
-		restoreGC = func() { debug.SetGCPercent(prev) }
+		debug.SetGCPercent(25)
+		restoreGC = func() { debug.SetGCPercent(runningGCPercent) }
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		prev := debug.SetMemoryLimit(loadMemoryLimit)
@@ -322,6 +323,13 @@ func tightGC() (restore func()) {
 
 // loadMemoryLimit is the soft memory limit while the programs load.
 const loadMemoryLimit = 10 << 20
+
+// runningGCPercent is the running agent's GOGC: its live heap is a few MB
+// and it allocates little between collections, so collecting at half the
+// heap's growth keeps 1–2 MB less resident (the peak of a running agent is
+// its binary's pages and its heap's growth) for a GC cycle every few
+// intervals more.
+const runningGCPercent = 50
 
 // ownerCapability says whether pods' container names can be read from the
 // runtimes' OCI bundles; where they cannot, owners fall back to hostnames

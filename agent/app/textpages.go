@@ -11,14 +11,17 @@ import (
 
 // dropTextPages unmaps the pages of the agent's own binary it has mapped so
 // far (code, read-only data), so that they count in its resident memory
-// again only if it runs them again: the kernel maps a binary's pages 16 at
-// a time around each one touched, and most of what starting touches (flag
-// parsing, the ELF and BTF decoding of the programs' load) is never run
-// again. The pages stay in the page cache; a page touched later comes back
-// from there. Only mappings no page of which was ever written are dropped
+// again only when it runs them again. The kernel maps a binary's pages 16
+// at a time around each one touched; before the programs load, the pages
+// the start mapped (flag parsing, the runtime's start, what Run did so
+// far) would add to the load's peak. The pages stay in the page cache (a
+// cgroup's charge for them is not less); one touched later comes back from
+// there. Only mappings no page of which was ever written are dropped
 // (smaps "Anonymous: 0"): a private mapping's written page (a relocation)
-// would be lost. bench/agentcost BenchmarkAgentStart: peak resident memory
-// 27.4 → 24.x MiB.
+// would be lost. bench/agentcost BenchmarkAgentIdle: peak resident memory
+// 27.3–27.6 → 24.2 MiB with the load's soft memory limit (tightGC). After
+// the load it buys nothing: the running agent maps most of the binary
+// again within a second.
 func dropTextPages() {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
