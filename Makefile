@@ -142,7 +142,7 @@ bench: ## run every benchmark of BENCHMARKS.md (about two hours; root for the BP
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/dns/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/evidencecost/
 	$(BENCH_ENV) NBS_FLEET_NODES=$(FLEET_NODES) NBS_FLEET_DURATION=$(FLEET_DURATION) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 180m ./bench/fleet/
-	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./bench/agentcost/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 90m ./bench/agentcost/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/report/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench CompressedMonth -benchtime 1x -timeout 30m ./bench/lifecycle/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 90m ./bench/api/

@@ -106,7 +106,7 @@ func BenchmarkTriggeredPrograms(b *testing.B) {
 		// at its next collection within a few seconds.
 		a := launchAgent(b, bin, col.grpcAddr, "--overhead.budget", "100", "--interval", "2s")
 		t0 := time.Now()
-		for !col.expand(b, 120) {
+		for !col.expand(b, a.node, 120) {
 			if time.Since(t0) > 30*time.Second {
 				b.Fatal("the collector does not know the agent's stream after 30 s")
 			}

@@ -45,7 +45,7 @@ type Ring struct {
 
 	mu     sync.Mutex
 	closed bool
-	active *ringbuf.Reader
+	active *activeRead
 }
 
 // NewRing reads map m; name appears in errors, and errClosed (the probe's
@@ -80,7 +80,8 @@ func (r *Ring) Read(ctx context.Context, fn func(raw []byte)) error {
 		r.mu.Unlock()
 		return fmt.Errorf("open %s event ring: %w", r.name, err)
 	}
-	r.active = rd
+	act := &activeRead{rd: rd, wake: r.waiter()}
+	r.active = act
 	r.mu.Unlock()
 
 	// Closing the reader is the only way to interrupt a blocked Read
@@ -89,7 +90,7 @@ func (r *Ring) Read(ctx context.Context, fn func(raw []byte)) error {
 	closerDone := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(closerDone)
-		_ = rd.Close()
+		_ = act.Close()
 	})
 	defer func() {
 		if !stop() {
@@ -98,12 +99,30 @@ func (r *Ring) Read(ctx context.Context, fn func(raw []byte)) error {
 		r.mu.Lock()
 		r.active = nil
 		r.mu.Unlock()
-		_ = rd.Close()
+		_ = act.release()
 	}()
 
 	var rec ringbuf.Record
-	rd.SetDeadline(time.Now().Add(PollPeriod))
 	for {
+		if act.wake != nil {
+			if act.closed.Load() {
+				return nil
+			}
+			// The ring is read only when it holds something: an empty
+			// poll makes no system call (each would wake the runtime's
+			// monitor thread, see activeRead).
+			if rd.AvailableBytes() == 0 {
+				if !act.wait(nextPoll()) {
+					return nil // closed
+				}
+				continue
+			}
+			// Never block in the reader: a deadline now reads what the
+			// ring holds and returns.
+			rd.SetDeadline(time.Now())
+		} else {
+			rd.SetDeadline(nextPoll())
+		}
 		err := rd.ReadInto(&rec)
 		switch {
 		case err == nil:
@@ -111,13 +130,96 @@ func (r *Ring) Read(ctx context.Context, fn func(raw []byte)) error {
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// The records written without a wakeup have been read (a
 			// deadline returns only once the ring is empty): poll again.
-			rd.SetDeadline(time.Now().Add(PollPeriod))
 		case errors.Is(err, os.ErrClosed):
 			return nil
 		default:
 			return fmt.Errorf("read %s events: %w", r.name, err)
 		}
 	}
+}
+
+// nextPoll is when the next poll of every ring is due: polls fall on
+// multiples of PollPeriod, so the agent's rings are polled together, in one
+// wakeup of the process rather than one each.
+func nextPoll() time.Time { return time.Now().Truncate(PollPeriod).Add(PollPeriod) }
+
+// activeRead is a running Read: the ring's reader and, where it could be
+// made, a descriptor of the ring in the Go runtime's poller that the Read
+// waits on between polls.
+//
+// Why not wait in the reader (epoll_wait with a timeout)? A goroutine
+// blocked in a system call holds its OS thread and, until the runtime takes
+// it back, a P: every poll of every ring woke the runtime's monitor thread
+// (sysmon) into a run of 20 µs sleeps, which made the ring polls most of
+// what an idle agent cost: 0.7% of a core of its 0.9 with three rings
+// (bench/agentcost BenchmarkAgentIdle). In the runtime's poller a waiting
+// ring costs a timer, all of them one wakeup per PollPeriod, and an empty
+// ring no system call.
+type activeRead struct {
+	rd     *ringbuf.Reader
+	wake   *os.File // nil: Read waits in rd
+	closed atomic.Bool
+}
+
+// waiter returns a non-blocking duplicate of the ring's descriptor in the
+// runtime's poller (readable when the kernel wakes the ring's readers, at a
+// quarter full), or nil where that cannot be made.
+func (r *Ring) waiter() *os.File {
+	fd, err := unix.FcntlInt(uintptr(r.m.FD()), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	// O_NONBLOCK is the open file's: it affects the map's descriptor too,
+	// which only bpf(2) and mmap use.
+	if err := unix.SetNonblock(fd, true); err != nil {
+		_ = unix.Close(fd)
+		return nil
+	}
+	f := os.NewFile(uintptr(fd), r.name+" ring")
+	if f.SetReadDeadline(time.Time{}) != nil { // not pollable
+		_ = f.Close()
+		return nil
+	}
+	return f
+}
+
+// wait returns at until, or earlier when the kernel wakes the ring's
+// readers; false once the read is closed.
+func (a *activeRead) wait(until time.Time) bool {
+	if err := a.wake.SetReadDeadline(until); err != nil {
+		return false
+	}
+	rc, err := a.wake.SyscallConn()
+	if err != nil {
+		return false
+	}
+	// Nothing is read from the descriptor itself: the first call's false
+	// has the runtime wait for it to become readable (or the deadline),
+	// the second's true ends the wait.
+	waited := false
+	err = rc.Read(func(uintptr) bool {
+		defer func() { waited = true }()
+		return waited
+	})
+	return err == nil || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// Close ends the read. With a wait, only the Read's goroutine closes the
+// reader (release), so it never looks at a ring the reader has let go.
+func (a *activeRead) Close() error {
+	if a.wake == nil {
+		return a.rd.Close()
+	}
+	a.closed.Store(true)
+	return a.wake.Close()
+}
+
+// release frees what the Read held, on its goroutine.
+func (a *activeRead) release() error {
+	if a.wake != nil {
+		_ = a.wake.Close() // closed already when Close ended the read
+	}
+	return a.rd.Close()
 }
 
 // ReadDecoded is Read for a probe's events: decode turns each record into
