@@ -133,25 +133,72 @@ type Graph struct {
 	Owners map[string]Owner
 	Other  Other
 	window time.Duration
+	owned  map[nodeOwner]*Owner // owner's answers while building
+}
+
+type nodeOwner struct {
+	node int32
+	id   string
 }
 
 // holderIndex finds who held an address when, within a tenant.
-type holderIndex map[string][]store.FlowHolder // tenant \x00 address → spans
+type holderIndex map[tenantAddr][]store.FlowHolder
+
+type tenantAddr struct{ tenant, address string }
 
 func newHolderIndex(hs []store.FlowHolder) holderIndex {
 	idx := holderIndex{}
 	for _, h := range hs {
-		k := h.Tenant + "\x00" + h.Address
+		k := tenantAddr{h.Tenant, h.Address}
 		idx[k] = append(idx[k], h)
 	}
 	return idx
+}
+
+// best is at's first holder, found without sorting: a map's first read
+// asks it for every row.
+func (idx holderIndex) best(tenant, address string, from, to time.Time) (store.FlowHolder, bool) {
+	var out store.FlowHolder
+	var bestOverlap time.Duration
+	found := false
+	for _, h := range idx[tenantAddr{tenant, address}] {
+		if !h.First.Before(to) || !h.Last.After(from) {
+			continue
+		}
+		// at's order: the longest overlap, then the newest span; on a tie
+		// the earlier span in the index (a stable sort).
+		o := minTime(h.Last, to).Sub(maxTime(h.First, from))
+		if !found || o > bestOverlap || (o == bestOverlap && h.First.After(out.First)) {
+			out, bestOverlap, found = h, o, true
+		}
+	}
+	return out, found
+}
+
+// ambiguous says whether more than one owner held address in tenant
+// during [from, to): distinctHolders(idx.at(...)) > 1, without sorting.
+func (idx holderIndex) ambiguous(tenant, address string, from, to time.Time) bool {
+	var first *store.FlowHolder
+	for i, h := range idx[tenantAddr{tenant, address}] {
+		if !h.First.Before(to) || !h.Last.After(from) {
+			continue
+		}
+		if first == nil {
+			first = &idx[tenantAddr{tenant, address}][i]
+			continue
+		}
+		if h.NodeID != first.NodeID || h.Owner.ID != first.Owner.ID {
+			return true
+		}
+	}
+	return false
 }
 
 // at returns the holders of address in tenant whose spans overlap
 // [from, to), the longest overlap first (ties: the newest span).
 func (idx holderIndex) at(tenant, address string, from, to time.Time) []store.FlowHolder {
 	var out []store.FlowHolder
-	for _, h := range idx[tenant+"\x00"+address] {
+	for _, h := range idx[tenantAddr{tenant, address}] {
 		if h.First.Before(to) && h.Last.After(from) {
 			out = append(out, h)
 		}
@@ -198,8 +245,7 @@ func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder) []string {
 		if seen[addr] {
 			continue
 		}
-		hs := idx.at(r.Tenant, addr, r.First, r.End)
-		if distinctHolders(hs) > 1 {
+		if idx.ambiguous(r.Tenant, addr, r.First, r.End) {
 			seen[addr] = true
 			out = append(out, addr)
 		}
@@ -232,14 +278,14 @@ func peerOf(e store.FlowEdge) (string, uint16) {
 
 // Build builds the map of in.
 func Build(in Input) *Graph {
-	g := &Graph{Owners: map[string]Owner{}, window: in.To.Sub(in.From)}
+	g := &Graph{Owners: map[string]Owner{}, window: in.To.Sub(in.From), owned: map[nodeOwner]*Owner{}}
 	idx := newHolderIndex(in.Holders)
 	// The addresses each tenant's owners held at any time of the window:
 	// an address no holder explains is outside.
-	held := map[string]bool{}
+	held := map[tenantAddr]bool{}
 	for _, h := range in.Holders {
 		if h.First.Before(in.To) && h.Last.After(in.From) {
-			held[h.Tenant+"\x00"+h.Address] = true
+			held[tenantAddr{h.Tenant, h.Address}] = true
 		}
 	}
 	hide := in.Hide
@@ -271,14 +317,13 @@ func Build(in Input) *Graph {
 		}
 		peerAddr, peerPort := peerOf(r.FlowEdge)
 		peer := end{address: peerAddr}
-		if hs := idx.at(r.Tenant, peerAddr, r.First, r.End); len(hs) > 0 {
-			h := hs[0]
+		if h, ok := idx.best(r.Tenant, peerAddr, r.First, r.End); ok {
 			if hn, ok := in.Nodes[h.NodeID]; ok && !hide(h.Owner) {
 				peer.owner = g.owner(hn, h.Owner)
 			}
 			peer.held = true
 		} else {
-			peer.held = held[r.Tenant+"\x00"+peerAddr]
+			peer.held = held[tenantAddr{r.Tenant, peerAddr}]
 		}
 		local.held = true
 		var client, server end
@@ -319,6 +364,7 @@ func Build(in Input) *Graph {
 		}
 	}
 	g.Other.NodesCapped = len(capped)
+	g.owned = nil
 	for _, e := range g.Edges {
 		e.finish(g.window)
 	}
@@ -372,13 +418,20 @@ func hostPort(addr string, port uint16) string {
 }
 
 // owner is the map's owner o of node n, added to the owners once.
+// The answer is shared: callers only read it.
 func (g *Graph) owner(n store.FlowNode, o store.FlowOwner) *Owner {
+	nk := nodeOwner{n.ID, o.ID}
+	if have := g.owned[nk]; have != nil {
+		return have
+	}
 	key := n.Name + "|" + o.ID
 	if have, ok := g.Owners[key]; ok {
+		g.owned[nk] = &have
 		return &have
 	}
 	ow := Owner{Key: key, Node: n.Name, ID: o.ID, Kind: o.Kind, Name: o.Name, Workload: o.Workload, Namespace: namespaceOf(o), nodeID: n.ID}
 	g.Owners[key] = ow
+	g.owned[nk] = &ow
 	return &ow
 }
 
@@ -432,8 +485,7 @@ func parseKey(key string) (client, server string, port uint16, err error) {
 func (e *Edge) finish(window time.Duration) {
 	c, s := e.client, e.server
 	e.SeenBy = e.SeenBy[:0]
-	e.Resets = Resets{ClientSent: map[string]uint64{}, ClientReceived: map[string]uint64{}, ServerSent: map[string]uint64{}, ServerReceived: map[string]uint64{}}
-	e.Drops = Drops{Client: map[string]uint64{}, Server: map[string]uint64{}}
+	e.Resets, e.Drops = Resets{}, Drops{}
 	if c != nil {
 		e.SeenBy = append(e.SeenBy, "client")
 		e.Opened, e.Failed, e.Closed = c.Opened, c.Failed, c.Closed
@@ -450,6 +502,8 @@ func (e *Edge) finish(window time.Duration) {
 		e.Retransmits += s.Retransmits
 		e.Resets.ServerSent, e.Resets.ServerReceived, e.Drops.Server = orEmpty(s.ResetsSent), orEmpty(s.ResetsRecv), orEmpty(s.Drops)
 	}
+	e.Resets.ClientSent, e.Resets.ClientReceived, e.Drops.Client = orEmpty(e.Resets.ClientSent), orEmpty(e.Resets.ClientReceived), orEmpty(e.Drops.Client)
+	e.Resets.ServerSent, e.Resets.ServerReceived, e.Drops.Server = orEmpty(e.Resets.ServerSent), orEmpty(e.Resets.ServerReceived), orEmpty(e.Drops.Server)
 	e.setRTT()
 	e.State, e.Explain = State(e.figures(), window)
 }

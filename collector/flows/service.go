@@ -563,20 +563,26 @@ func page(g *Graph, q Query, nodes map[int32]store.FlowNode) Map {
 		}
 	}
 	m.TotalEdges = len(kept)
-	keys := make(map[*Edge]cursor, len(kept))
-	for _, e := range kept {
-		keys[e] = sortKey(e, q.Sort)
+	// Each edge with its sort key, sorted together: a sort of 50,000
+	// edges looking keys up in a map cost as much as the page.
+	type keyed struct {
+		e *Edge
+		k cursor
 	}
-	sort.Slice(kept, func(i, j int) bool { return compareKeys(keys[kept[i]], keys[kept[j]]) < 0 })
+	ks := make([]keyed, len(kept))
+	for i, e := range kept {
+		ks[i] = keyed{e, sortKey(e, q.Sort)}
+	}
+	slices.SortFunc(ks, func(a, b keyed) int { return compareKeys(a.k, b.k) })
 	start := 0
 	if q.Cursor != nil {
-		start = sort.Search(len(kept), func(i int) bool { return compareKeys(keys[kept[i]], *q.Cursor) > 0 })
+		start = sort.Search(len(ks), func(i int) bool { return compareKeys(ks[i].k, *q.Cursor) > 0 })
 	}
-	end := min(start+q.Limit, len(kept))
+	end := min(start+q.Limit, len(ks))
 	// Copies: the graph may be cached and shared, and fillRTT sets the
 	// page's RTT.
-	for _, e := range kept[start:end] {
-		cp := *e
+	for _, x := range ks[start:end] {
+		cp := *x.e
 		for _, h := range []**half{&cp.client, &cp.server} {
 			if *h != nil {
 				c := **h
@@ -585,8 +591,8 @@ func page(g *Graph, q Query, nodes map[int32]store.FlowNode) Map {
 		}
 		m.Edges = append(m.Edges, &cp)
 	}
-	if end < len(kept) && end > start {
-		c := keys[kept[end-1]].String()
+	if end < len(ks) && end > start {
+		c := ks[end-1].k.String()
 		m.NextCursor = &c
 	}
 	seen := map[string]bool{}

@@ -163,24 +163,23 @@ func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 	defer rows.Close()
 	var out []FlowEdgeRow
 	at := map[FlowRowKey]int{}
-	for rows.Next() {
-		var (
-			r                                            FlowEdgeRow
-			role                                         int16
-			lport, pport, xport, res                     int32
-			folded, opened, failed, closed, retr, bs, br int64
-			rs, rr, dr, rtt                              []byte
-		)
-		if err := rows.Scan(&r.NodeID, &r.Tenant, &role, &r.Local.ID, &r.LocalAddr, &lport, &r.PeerAddr, &pport, &r.XlatAddr, &xport,
-			&r.First, &res, &r.Local.Kind, &r.Local.Name, &r.Local.Workload,
-			&folded, &opened, &failed, &closed, &retr, &bs, &br, &rs, &rr, &dr, &rtt); err != nil {
-			return nil, fmt.Errorf("read flow edges: %w", err)
+	raw := newRawRow(rows)
+	for raw.next() {
+		var r FlowEdgeRow
+		r.NodeID, r.Tenant, r.Role = int32(raw.int(0)), raw.str(1), FlowRole(raw.int(2))
+		r.Local.ID, r.LocalAddr, r.LocalPort = raw.str(3), raw.str(4), uint16(raw.int(5))
+		r.PeerAddr, r.PeerPort, r.XlatAddr, r.XlatPort = raw.str(6), uint16(raw.int(7)), raw.str(8), uint16(raw.int(9))
+		r.First = raw.time(10)
+		r.End = r.First.Add(time.Duration(raw.int(11)) * time.Second)
+		r.Local.Kind, r.Local.Name, r.Local.Workload = raw.str(12), raw.str(13), raw.str(14)
+		r.EdgesFolded = uint64(raw.int(15))
+		r.Opened, r.Failed, r.Closed = uint64(raw.int(16)), uint64(raw.int(17)), uint64(raw.int(18))
+		r.Retransmits, r.BytesSent, r.BytesRecv = uint64(raw.int(19)), uint64(raw.int(20)), uint64(raw.int(21))
+		rs, rr, dr, rtt := raw.json(22), raw.json(23), raw.json(24), raw.json(25)
+		if raw.err != nil {
+			return nil, fmt.Errorf("read flow edges: %w", raw.err)
 		}
-		r.End = r.First.Add(time.Duration(res) * time.Second)
-		r.Role = FlowRole(role)
-		r.LocalPort, r.PeerPort, r.XlatPort = uint16(lport), uint16(pport), uint16(xport)
-		r.EdgesFolded = uint64(folded)
-		r.Opened, r.Failed, r.Closed, r.Retransmits, r.BytesSent, r.BytesRecv = uint64(opened), uint64(failed), uint64(closed), uint64(retr), uint64(bs), uint64(br)
+		var err error
 		if r.ResetsSent, err = decodeCounts(rs); err == nil {
 			if r.ResetsRecv, err = decodeCounts(rr); err == nil {
 				if r.Drops, err = decodeCounts(dr); err == nil {
