@@ -1,13 +1,13 @@
 package flows
 
 import (
-	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,7 +80,7 @@ type Edge struct {
 type half struct {
 	store.FlowCounters
 	buckets map[int64]*store.FlowCounters // bucket start → counters
-	rows    map[store.FlowRowKey]bool     // the node's edges it sums
+	rows    []store.FlowRowKey            // the node's edges it sums, each once
 }
 
 func (h *half) add(ts time.Time, c store.FlowCounters, series bool) {
@@ -155,8 +155,9 @@ func newHolderIndex(hs []store.FlowHolder) holderIndex {
 	return idx
 }
 
-// best is at's first holder, found without sorting: a map's first read
-// asks it for every row.
+// best is the holder of address in tenant whose span overlaps [from, to)
+// the longest (ties: the newest span, then the first indexed), found
+// without sorting: a map's first read asks it for every row.
 func (idx holderIndex) best(tenant, address string, from, to time.Time) (store.FlowHolder, bool) {
 	var out store.FlowHolder
 	var bestOverlap time.Duration
@@ -165,8 +166,6 @@ func (idx holderIndex) best(tenant, address string, from, to time.Time) (store.F
 		if !h.First.Before(to) || !h.Last.After(from) {
 			continue
 		}
-		// at's order: the longest overlap, then the newest span; on a tie
-		// the earlier span in the index (a stable sort).
 		o := minTime(h.Last, to).Sub(maxTime(h.First, from))
 		if !found || o > bestOverlap || (o == bestOverlap && h.First.After(out.First)) {
 			out, bestOverlap, found = h, o, true
@@ -176,7 +175,8 @@ func (idx holderIndex) best(tenant, address string, from, to time.Time) (store.F
 }
 
 // ambiguous says whether more than one owner held address in tenant
-// during [from, to): distinctHolders(idx.at(...)) > 1, without sorting.
+// during [from, to), without sorting (build_test.go holds the sorting
+// reference it is tested against).
 func (idx holderIndex) ambiguous(tenant, address string, from, to time.Time) bool {
 	var first *store.FlowHolder
 	for i, h := range idx[tenantAddr{tenant, address}] {
@@ -192,27 +192,6 @@ func (idx holderIndex) ambiguous(tenant, address string, from, to time.Time) boo
 		}
 	}
 	return false
-}
-
-// at returns the holders of address in tenant whose spans overlap
-// [from, to), the longest overlap first (ties: the newest span).
-func (idx holderIndex) at(tenant, address string, from, to time.Time) []store.FlowHolder {
-	var out []store.FlowHolder
-	for _, h := range idx[tenantAddr{tenant, address}] {
-		if h.First.Before(to) && h.Last.After(from) {
-			out = append(out, h)
-		}
-	}
-	overlap := func(h store.FlowHolder) time.Duration {
-		return minTime(h.Last, to).Sub(maxTime(h.First, from))
-	}
-	slices.SortStableFunc(out, func(a, b store.FlowHolder) int {
-		if oa, ob := overlap(a), overlap(b); oa != ob {
-			return cmp.Compare(ob, oa)
-		}
-		return b.First.Compare(a.First)
-	})
-	return out
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -252,17 +231,6 @@ func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// distinctHolders counts the owners among hs, up to 2: whether an edge is
-// ambiguous.
-func distinctHolders(hs []store.FlowHolder) int {
-	for _, h := range hs[min(1, len(hs)):] {
-		if h.NodeID != hs[0].NodeID || h.Owner.ID != hs[0].Owner.ID {
-			return 2
-		}
-	}
-	return len(hs[:min(1, len(hs))])
 }
 
 // peerOf is the address and port an edge's peer is resolved by: a client's
@@ -337,10 +305,10 @@ func Build(in Input) *Graph {
 		default:
 			continue
 		}
-		id := edgeID{client.id(), server.id(), port, r.Tenant}
+		id := edgeID{client.ref(), server.ref(), port, r.Tenant}
 		e := byKey[id]
 		if e == nil {
-			e = &Edge{Key: edgeKey(id.client, id.server, port, id.tenant), Client: client.api(0), Server: server.api(port)}
+			e = &Edge{Key: edgeKey(client.id(), server.id(), port, id.tenant), Client: client.api(0), Server: server.api(port)}
 			if client.owner != nil {
 				e.clientNode = client.owner.nodeID
 			}
@@ -355,10 +323,14 @@ func Build(in Input) *Graph {
 			h = &e.server
 		}
 		if *h == nil {
-			*h = &half{rows: map[store.FlowRowKey]bool{}}
+			*h = &half{}
 		}
 		(*h).add(r.First.Truncate(in.Res), r.FlowCounters, in.Series)
-		(*h).rows[r.Key()] = true
+		// A half sums a row or a few (more only where per-bucket rows of
+		// a reused address were read): a list beats a map per half.
+		if k := r.Key(); !slices.Contains((*h).rows, k) {
+			(*h).rows = append((*h).rows, k)
+		}
 		if !slices.Contains(e.nodes, r.NodeID) {
 			e.nodes = append(e.nodes, r.NodeID)
 		}
@@ -373,9 +345,23 @@ func Build(in Input) *Graph {
 
 // edgeID is a map edge's identity: its ends and port.
 type edgeID struct {
-	client, server string
+	client, server endRef
 	port           uint16
 	tenant         string
+}
+
+// endRef is an end's id() without building the string: an owner's key or
+// an address.
+type endRef struct {
+	owner bool
+	s     string
+}
+
+func (e end) ref() endRef {
+	if e.owner != nil {
+		return endRef{true, e.owner.Key}
+	}
+	return endRef{false, e.address}
 }
 
 // end is an edge's end while the map is built.
@@ -454,8 +440,34 @@ func namespaceOf(o store.FlowOwner) string {
 // keeps two tenants' look-alike edges apart (staff see both; a node that
 // changed tenant keeps its name).
 func edgeKey(client, server string, port uint16, tenant string) string {
+	// json.Marshal's bytes, written directly when no string needs
+	// escaping (a map's first read makes 50,000 keys).
+	if plainJSON(client) && plainJSON(server) && plainJSON(tenant) {
+		b := make([]byte, 0, len(client)+len(server)+len(tenant)+16)
+		b = append(b, `["`...)
+		b = append(b, client...)
+		b = append(b, `","`...)
+		b = append(b, server...)
+		b = append(b, `",`...)
+		b = strconv.AppendUint(b, uint64(port), 10)
+		b = append(b, `,"`...)
+		b = append(b, tenant...)
+		b = append(b, `"]`...)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
 	b, _ := json.Marshal([]any{client, server, port, tenant})
 	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// plainJSON says encoding/json writes s as itself between quotes: printable
+// ASCII without the characters it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // parseKey decodes a key made by edgeKey.

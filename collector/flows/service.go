@@ -469,9 +469,7 @@ func (s *Service) fillRTT(ctx context.Context, edges []*Edge, w Window) error {
 	for _, e := range edges {
 		for _, h := range []*half{e.client, e.server} {
 			if h != nil {
-				for k := range h.rows {
-					keys = append(keys, k)
-				}
+				keys = append(keys, h.rows...)
 			}
 		}
 	}
@@ -488,7 +486,7 @@ func (s *Service) fillRTT(ctx context.Context, edges []*Edge, w Window) error {
 				continue
 			}
 			h.RTT = nil
-			for k := range h.rows {
+			for _, k := range h.rows {
 				for i, n := range rtt[k] {
 					if h.RTT == nil {
 						h.RTT = map[int32]uint64{}

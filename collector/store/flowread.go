@@ -123,11 +123,9 @@ type FlowRowKey struct {
 	XlatPort  uint16
 }
 
-// ReadFlowEdges reads flow edges (see FlowRead).
-func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, error) {
-	if len(q.Nodes) == 0 || len(q.Sources) == 0 {
-		return nil, nil
-	}
+// FlowEdgesSQL is the statement ReadFlowEdges sends for q, with its
+// arguments (bench/flowmap explains it).
+func FlowEdgesSQL(q FlowRead) (string, []any) {
 	args := []any{q.Nodes}
 	arg := func(v any) string {
 		args = append(args, v)
@@ -156,6 +154,15 @@ func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 	sql := `SELECT node_id, tenant, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port, ts, res,
 	owner_kind, owner_name, owner_workload, edges_folded, opened, failed, closed, retransmits, bytes_sent, bytes_recv,
 	resets_sent, resets_recv, drops, ` + rtt + ` FROM flow_edges WHERE ` + where
+	return sql, args
+}
+
+// ReadFlowEdges reads flow edges (see FlowRead).
+func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, error) {
+	if len(q.Nodes) == 0 || len(q.Sources) == 0 {
+		return nil, nil
+	}
+	sql, args := FlowEdgesSQL(q)
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read flow edges: %w", err)
