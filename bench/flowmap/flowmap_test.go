@@ -71,25 +71,41 @@ func explainReads(b *testing.B, st *store.Store, ids []int32, at time.Time) {
 		{"1h", mustWindow(b, "1h", at)},
 		{"5m", mustWindow(b, "5m", at)},
 	} {
-		sql, args := store.FlowEdgesSQL(store.FlowRead{Nodes: ids, Sources: store.FlowSources(c.w.From, c.w.To)})
-		rows, err := st.Pool().Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+sql, args...)
+		read := store.FlowRead{Nodes: ids, Sources: store.FlowSources(c.w.From, c.w.To)}
+		edges, err := st.ReadFlowEdges(ctx, read)
 		if err != nil {
 			b.Fatal(err)
 		}
-		var plan []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				b.Fatal(err)
-			}
-			plan = append(plan, line)
+		// A page's RTT: the histograms of 1,000 of the node's edges.
+		var keys []store.FlowRowKey
+		for _, e := range edges[:min(1000, len(edges))] {
+			keys = append(keys, e.Key())
 		}
-		if err := rows.Err(); err != nil {
+		sql, args := store.FlowEdgesSQL(read)
+		explain(b, st, c.name+", its edges", sql, args)
+		sql, args = store.FlowRTTSQL(read.Sources, keys)
+		explain(b, st, c.name+", a page's RTT", sql, args)
+	}
+}
+
+func explain(b *testing.B, st *store.Store, what, sql string, args []any) {
+	rows, err := st.Pool().Query(context.Background(), "EXPLAIN (ANALYZE, BUFFERS) "+sql, args...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
 			b.Fatal(err)
 		}
-		// Printed, not logged: the testing package truncates a benchmark's log.
-		fmt.Fprintf(os.Stderr, "EXPLAIN the edges of a map of %s:\n%s\n", c.name, strings.Join(plan, "\n"))
+		plan = append(plan, line)
 	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	// Printed, not logged: the testing package truncates a benchmark's log.
+	fmt.Fprintf(os.Stderr, "EXPLAIN a map of %s:\n%s\n", what, strings.Join(plan, "\n"))
 }
 
 func mustWindow(b *testing.B, window string, at time.Time) flows.Window {

@@ -377,46 +377,7 @@ func (s *Store) readFlowRTT(ctx context.Context, sources []FlowSource, keys []Fl
 	if len(keys) == 0 || len(sources) == 0 {
 		return out, nil
 	}
-	n := len(keys)
-	var (
-		node, lport, pport, xport  = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
-		role                       = make([]int16, n)
-		owner, laddr, paddr, xaddr = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	)
-	for i, k := range keys {
-		node[i], role[i], owner[i], laddr[i], lport[i] = k.Node, int16(k.Role), k.Owner, k.LocalAddr, int32(k.LocalPort)
-		paddr[i], pport[i], xaddr[i], xport[i] = k.PeerAddr, int32(k.PeerPort), k.XlatAddr, int32(k.XlatPort)
-	}
-	args := []any{node, role, owner, laddr, lport, paddr, pport, xaddr, xport}
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
-	const keys9 = `unnest($1::int[], $2::smallint[], $3::text[], $4::text[], $5::int[], $6::text[], $7::int[], $8::text[], $9::int[])
-	AS k (node_id, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port)`
-	var sql string
-	if bres, bts := flowBuckets(sources, maxLookups/len(keys)); bres != nil {
-		// Few buckets: every (edge, bucket) is a primary key lookup. A
-		// join on the key without the bucket read every row of the
-		// window's buckets (bench/flowmap: 100,000 to 500,000 of them for
-		// a page's 1,000).
-		sql = `SELECT f.node_id, f.role, f.owner_id, f.local_addr, f.local_port, f.peer_addr, f.peer_port, f.xlat_addr, f.xlat_port, f.rtt
-FROM ` + keys9 + `
-CROSS JOIN unnest(` + arg(bres) + `::int[], ` + arg(bts) + `::timestamptz[]) AS b (res, ts)
-JOIN flow_edges f ON f.res = b.res AND f.node_id = k.node_id AND f.ts = b.ts AND f.role = k.role AND f.owner_id = k.owner_id
-	AND f.local_addr = k.local_addr AND f.local_port = k.local_port AND f.peer_addr = k.peer_addr AND f.peer_port = k.peer_port
-	AND f.xlat_addr = k.xlat_addr AND f.xlat_port = k.xlat_port
-WHERE f.rtt <> '{}'`
-	} else {
-		var srcs []string
-		for _, src := range sources {
-			srcs = append(srcs, "(f.res = "+arg(src.Res)+" AND f.ts >= "+arg(src.From)+" AND f.ts < "+arg(src.To)+")")
-		}
-		sql = `SELECT f.node_id, f.role, f.owner_id, f.local_addr, f.local_port, f.peer_addr, f.peer_port, f.xlat_addr, f.xlat_port, f.rtt
-FROM ` + keys9 + `
-JOIN flow_edges f USING (node_id, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port)
-WHERE (` + strings.Join(srcs, " OR ") + `) AND f.rtt <> '{}'`
-	}
+	sql, args := flowRTTSQL(sources, keys, maxLookups)
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read flow rtt: %w", err)
@@ -448,6 +409,57 @@ WHERE (` + strings.Join(srcs, " OR ") + `) AND f.rtt <> '{}'`
 		return nil, fmt.Errorf("read flow rtt: %w", err)
 	}
 	return out, nil
+}
+
+// FlowRTTSQL is the statement ReadFlowRTT sends, with its arguments
+// (bench/flowmap explains it).
+func FlowRTTSQL(sources []FlowSource, keys []FlowRowKey) (string, []any) {
+	return flowRTTSQL(sources, keys, maxRTTLookups)
+}
+
+func flowRTTSQL(sources []FlowSource, keys []FlowRowKey, maxLookups int) (string, []any) {
+	n := len(keys)
+	var (
+		node, lport, pport, xport  = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+		role                       = make([]int16, n)
+		owner, laddr, paddr, xaddr = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	)
+	for i, k := range keys {
+		node[i], role[i], owner[i], laddr[i], lport[i] = k.Node, int16(k.Role), k.Owner, k.LocalAddr, int32(k.LocalPort)
+		paddr[i], pport[i], xaddr[i], xport[i] = k.PeerAddr, int32(k.PeerPort), k.XlatAddr, int32(k.XlatPort)
+	}
+	args := []any{node, role, owner, laddr, lport, paddr, pport, xaddr, xport}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	const keys9 = `unnest($1::int[], $2::smallint[], $3::text[], $4::text[], $5::int[], $6::text[], $7::int[], $8::text[], $9::int[])
+	AS k (node_id, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port)`
+	var sql string
+	if bres, bts := flowBuckets(sources, maxLookups/len(keys)); bres != nil {
+		// Few buckets: every (edge, bucket) is a primary key lookup, kept
+		// a subquery run per edge and bucket by OFFSET 0. Joined, the
+		// planner (which cannot know that an edge has one row a bucket)
+		// read every row of the window's buckets and sorted them
+		// (bench/flowmap: 100,000 to 500,000 rows for a page's 1,000).
+		sql = `SELECT k.node_id, k.role, k.owner_id, k.local_addr, k.local_port, k.peer_addr, k.peer_port, k.xlat_addr, k.xlat_port, f.rtt
+FROM ` + keys9 + `
+CROSS JOIN unnest(` + arg(bres) + `::int[], ` + arg(bts) + `::timestamptz[]) AS b (res, ts)
+CROSS JOIN LATERAL (SELECT f.rtt FROM flow_edges f
+	WHERE f.res = b.res AND f.node_id = k.node_id AND f.ts = b.ts AND f.role = k.role AND f.owner_id = k.owner_id
+	AND f.local_addr = k.local_addr AND f.local_port = k.local_port AND f.peer_addr = k.peer_addr AND f.peer_port = k.peer_port
+	AND f.xlat_addr = k.xlat_addr AND f.xlat_port = k.xlat_port AND f.rtt <> '{}' OFFSET 0) f`
+	} else {
+		var srcs []string
+		for _, src := range sources {
+			srcs = append(srcs, "(f.res = "+arg(src.Res)+" AND f.ts >= "+arg(src.From)+" AND f.ts < "+arg(src.To)+")")
+		}
+		sql = `SELECT f.node_id, f.role, f.owner_id, f.local_addr, f.local_port, f.peer_addr, f.peer_port, f.xlat_addr, f.xlat_port, f.rtt
+FROM ` + keys9 + `
+JOIN flow_edges f USING (node_id, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port)
+WHERE (` + strings.Join(srcs, " OR ") + `) AND f.rtt <> '{}'`
+	}
+	return sql, args
 }
 
 // maxRTTLookups bounds the primary key lookups of ReadFlowRTT (edges ×
