@@ -397,6 +397,9 @@ func (e end) api(port uint16) End {
 }
 
 func hostPort(addr string, port uint16) string {
+	if !strings.Contains(addr, ":") { // not IPv6: no parse, no fmt
+		return addr + ":" + strconv.Itoa(int(port))
+	}
 	if a, err := netip.ParseAddr(addr); err == nil && a.Is6() {
 		return fmt.Sprintf("[%s]:%d", addr, port)
 	}
