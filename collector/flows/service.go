@@ -608,8 +608,9 @@ func page(g *Graph, q Query, nodes map[int32]store.FlowNode) Map {
 
 // The built graph of a window is kept a few seconds: a page, the next
 // page, another sort or filter of the same window read it once. Building
-// a map of 50,000 edges reads every edge's rows and costs seconds
-// (bench/flowmap); the page asks for it again as an operator clicks.
+// a map of 50,000 edges reads every edge's rows and costs about half a
+// second, a read from memory about 50 ms (bench/flowmap); the page asks
+// for it again as an operator clicks.
 const (
 	cacheTTL      = 15 * time.Second
 	cacheMaxEdges = 100_000 // over every graph kept
