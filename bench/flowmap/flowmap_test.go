@@ -28,9 +28,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -55,6 +57,63 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// explainReads logs EXPLAIN (ANALYZE, BUFFERS) of the edges' read of a
+// first map of the last hour and of the last 5 minutes
+// (NBS_FLOWMAP_EXPLAIN=1).
+func explainReads(b *testing.B, st *store.Store, ids []int32, at time.Time) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		w    flows.Window
+	}{
+		{"1h", mustWindow(b, "1h", at)},
+		{"5m", mustWindow(b, "5m", at)},
+	} {
+		read := store.FlowRead{Nodes: ids, Sources: store.FlowSources(c.w.From, c.w.To)}
+		edges, err := st.ReadFlowEdges(ctx, read)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// A page's RTT: the histograms of 1,000 of the node's edges.
+		var keys []store.FlowRowKey
+		for _, e := range edges[:min(1000, len(edges))] {
+			keys = append(keys, e.Key())
+		}
+		sql, args := store.FlowEdgesSQL(read)
+		explain(b, st, c.name+", its edges", sql, args)
+		sql, args = store.FlowRTTSQL(read.Sources, keys)
+		explain(b, st, c.name+", a page's RTT", sql, args)
+	}
+}
+
+func explain(b *testing.B, st *store.Store, what, sql string, args []any) {
+	rows, err := st.Pool().Query(context.Background(), "EXPLAIN (ANALYZE, BUFFERS) "+sql, args...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			b.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	// Printed, not logged: the testing package truncates a benchmark's log.
+	fmt.Fprintf(os.Stderr, "EXPLAIN a map of %s:\n%s\n", what, strings.Join(plan, "\n"))
+}
+
+func mustWindow(b *testing.B, window string, at time.Time) flows.Window {
+	w, err := flows.ParseWindow(url.Values{"window": {window}}, at)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return w
 }
 
 func BenchmarkFlowMap(b *testing.B) {
@@ -167,6 +226,9 @@ func BenchmarkFlowMap(b *testing.B) {
 		return d, w.Body.Len()
 	}
 	at := now.Add(-time.Second).Format(time.RFC3339)
+	if os.Getenv("NBS_FLOWMAP_EXPLAIN") != "" {
+		explainReads(b, st, ids, now.Add(-time.Second))
+	}
 	var total50 int
 	for b.Loop() {
 		for _, c := range []struct{ name, q string }{

@@ -1,13 +1,13 @@
 package flows
 
 import (
-	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,7 +80,7 @@ type Edge struct {
 type half struct {
 	store.FlowCounters
 	buckets map[int64]*store.FlowCounters // bucket start → counters
-	rows    map[store.FlowRowKey]bool     // the node's edges it sums
+	rows    []store.FlowRowKey            // the node's edges it sums, each once
 }
 
 func (h *half) add(ts time.Time, c store.FlowCounters, series bool) {
@@ -133,39 +133,65 @@ type Graph struct {
 	Owners map[string]Owner
 	Other  Other
 	window time.Duration
+	owned  map[nodeOwner]*Owner // owner's answers while building
+}
+
+type nodeOwner struct {
+	node int32
+	id   string
 }
 
 // holderIndex finds who held an address when, within a tenant.
-type holderIndex map[string][]store.FlowHolder // tenant \x00 address → spans
+type holderIndex map[tenantAddr][]store.FlowHolder
+
+type tenantAddr struct{ tenant, address string }
 
 func newHolderIndex(hs []store.FlowHolder) holderIndex {
 	idx := holderIndex{}
 	for _, h := range hs {
-		k := h.Tenant + "\x00" + h.Address
+		k := tenantAddr{h.Tenant, h.Address}
 		idx[k] = append(idx[k], h)
 	}
 	return idx
 }
 
-// at returns the holders of address in tenant whose spans overlap
-// [from, to), the longest overlap first (ties: the newest span).
-func (idx holderIndex) at(tenant, address string, from, to time.Time) []store.FlowHolder {
-	var out []store.FlowHolder
-	for _, h := range idx[tenant+"\x00"+address] {
-		if h.First.Before(to) && h.Last.After(from) {
-			out = append(out, h)
+// best is the holder of address in tenant whose span overlaps [from, to)
+// the longest (ties: the newest span, then the first indexed), found
+// without sorting: a map's first read asks it for every row.
+func (idx holderIndex) best(tenant, address string, from, to time.Time) (store.FlowHolder, bool) {
+	var out store.FlowHolder
+	var bestOverlap time.Duration
+	found := false
+	for _, h := range idx[tenantAddr{tenant, address}] {
+		if !h.First.Before(to) || !h.Last.After(from) {
+			continue
+		}
+		o := minTime(h.Last, to).Sub(maxTime(h.First, from))
+		if !found || o > bestOverlap || (o == bestOverlap && h.First.After(out.First)) {
+			out, bestOverlap, found = h, o, true
 		}
 	}
-	overlap := func(h store.FlowHolder) time.Duration {
-		return minTime(h.Last, to).Sub(maxTime(h.First, from))
-	}
-	slices.SortStableFunc(out, func(a, b store.FlowHolder) int {
-		if oa, ob := overlap(a), overlap(b); oa != ob {
-			return cmp.Compare(ob, oa)
+	return out, found
+}
+
+// ambiguous says whether more than one owner held address in tenant
+// during [from, to), without sorting (build_test.go holds the sorting
+// reference it is tested against).
+func (idx holderIndex) ambiguous(tenant, address string, from, to time.Time) bool {
+	var first *store.FlowHolder
+	for i, h := range idx[tenantAddr{tenant, address}] {
+		if !h.First.Before(to) || !h.Last.After(from) {
+			continue
 		}
-		return b.First.Compare(a.First)
-	})
-	return out
+		if first == nil {
+			first = &idx[tenantAddr{tenant, address}][i]
+			continue
+		}
+		if h.NodeID != first.NodeID || h.Owner.ID != first.Owner.ID {
+			return true
+		}
+	}
+	return false
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -198,25 +224,13 @@ func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder) []string {
 		if seen[addr] {
 			continue
 		}
-		hs := idx.at(r.Tenant, addr, r.First, r.End)
-		if distinctHolders(hs) > 1 {
+		if idx.ambiguous(r.Tenant, addr, r.First, r.End) {
 			seen[addr] = true
 			out = append(out, addr)
 		}
 	}
 	sort.Strings(out)
 	return out
-}
-
-// distinctHolders counts the owners among hs, up to 2: whether an edge is
-// ambiguous.
-func distinctHolders(hs []store.FlowHolder) int {
-	for _, h := range hs[min(1, len(hs)):] {
-		if h.NodeID != hs[0].NodeID || h.Owner.ID != hs[0].Owner.ID {
-			return 2
-		}
-	}
-	return len(hs[:min(1, len(hs))])
 }
 
 // loopback says addr is a loopback address (127.0.0.0/8, ::1).
@@ -238,14 +252,14 @@ func peerOf(e store.FlowEdge) (string, uint16) {
 
 // Build builds the map of in.
 func Build(in Input) *Graph {
-	g := &Graph{Owners: map[string]Owner{}, window: in.To.Sub(in.From)}
+	g := &Graph{Owners: map[string]Owner{}, window: in.To.Sub(in.From), owned: map[nodeOwner]*Owner{}}
 	idx := newHolderIndex(in.Holders)
 	// The addresses each tenant's owners held at any time of the window:
 	// an address no holder explains is outside.
-	held := map[string]bool{}
+	held := map[tenantAddr]bool{}
 	for _, h := range in.Holders {
 		if h.First.Before(in.To) && h.Last.After(in.From) {
-			held[h.Tenant+"\x00"+h.Address] = true
+			held[tenantAddr{h.Tenant, h.Address}] = true
 		}
 	}
 	hide := in.Hide
@@ -282,14 +296,13 @@ func Build(in Input) *Graph {
 			// its peer is the local owner itself, on this node, whatever
 			// other nodes and namespaces hold the same address.
 			peer.owner, peer.held = local.owner, true
-		} else if hs := idx.at(r.Tenant, peerAddr, r.First, r.End); len(hs) > 0 {
-			h := hs[0]
+		} else if h, ok := idx.best(r.Tenant, peerAddr, r.First, r.End); ok {
 			if hn, ok := in.Nodes[h.NodeID]; ok && !hide(h.Owner) {
 				peer.owner = g.owner(hn, h.Owner)
 			}
 			peer.held = true
 		} else {
-			peer.held = held[r.Tenant+"\x00"+peerAddr]
+			peer.held = held[tenantAddr{r.Tenant, peerAddr}]
 		}
 		local.held = true
 		var client, server end
@@ -303,10 +316,10 @@ func Build(in Input) *Graph {
 		default:
 			continue
 		}
-		id := edgeID{client.id(), server.id(), port, r.Tenant}
+		id := edgeID{client.ref(), server.ref(), port, r.Tenant}
 		e := byKey[id]
 		if e == nil {
-			e = &Edge{Key: edgeKey(id.client, id.server, port, id.tenant), Client: client.api(0), Server: server.api(port)}
+			e = &Edge{Key: edgeKey(client.id(), server.id(), port, id.tenant), Client: client.api(0), Server: server.api(port)}
 			if client.owner != nil {
 				e.clientNode = client.owner.nodeID
 			}
@@ -321,15 +334,20 @@ func Build(in Input) *Graph {
 			h = &e.server
 		}
 		if *h == nil {
-			*h = &half{rows: map[store.FlowRowKey]bool{}}
+			*h = &half{}
 		}
 		(*h).add(r.First.Truncate(in.Res), r.FlowCounters, in.Series)
-		(*h).rows[r.Key()] = true
+		// A half sums a row or a few (more only where per-bucket rows of
+		// a reused address were read): a list beats a map per half.
+		if k := r.Key(); !slices.Contains((*h).rows, k) {
+			(*h).rows = append((*h).rows, k)
+		}
 		if !slices.Contains(e.nodes, r.NodeID) {
 			e.nodes = append(e.nodes, r.NodeID)
 		}
 	}
 	g.Other.NodesCapped = len(capped)
+	g.owned = nil
 	for _, e := range g.Edges {
 		e.finish(g.window)
 	}
@@ -338,9 +356,23 @@ func Build(in Input) *Graph {
 
 // edgeID is a map edge's identity: its ends and port.
 type edgeID struct {
-	client, server string
+	client, server endRef
 	port           uint16
 	tenant         string
+}
+
+// endRef is an end's id() without building the string: an owner's key or
+// an address.
+type endRef struct {
+	owner bool
+	s     string
+}
+
+func (e end) ref() endRef {
+	if e.owner != nil {
+		return endRef{true, e.owner.Key}
+	}
+	return endRef{false, e.address}
 }
 
 // end is an edge's end while the map is built.
@@ -376,6 +408,9 @@ func (e end) api(port uint16) End {
 }
 
 func hostPort(addr string, port uint16) string {
+	if !strings.Contains(addr, ":") { // not IPv6: no parse, no fmt
+		return addr + ":" + strconv.Itoa(int(port))
+	}
 	if a, err := netip.ParseAddr(addr); err == nil && a.Is6() {
 		return fmt.Sprintf("[%s]:%d", addr, port)
 	}
@@ -383,13 +418,20 @@ func hostPort(addr string, port uint16) string {
 }
 
 // owner is the map's owner o of node n, added to the owners once.
+// The answer is shared: callers only read it.
 func (g *Graph) owner(n store.FlowNode, o store.FlowOwner) *Owner {
+	nk := nodeOwner{n.ID, o.ID}
+	if have := g.owned[nk]; have != nil {
+		return have
+	}
 	key := n.Name + "|" + o.ID
 	if have, ok := g.Owners[key]; ok {
+		g.owned[nk] = &have
 		return &have
 	}
 	ow := Owner{Key: key, Node: n.Name, ID: o.ID, Kind: o.Kind, Name: o.Name, Workload: o.Workload, Namespace: namespaceOf(o), nodeID: n.ID}
 	g.Owners[key] = ow
+	g.owned[nk] = &ow
 	return &ow
 }
 
@@ -412,8 +454,34 @@ func namespaceOf(o store.FlowOwner) string {
 // keeps two tenants' look-alike edges apart (staff see both; a node that
 // changed tenant keeps its name).
 func edgeKey(client, server string, port uint16, tenant string) string {
+	// json.Marshal's bytes, written directly when no string needs
+	// escaping (a map's first read makes 50,000 keys).
+	if plainJSON(client) && plainJSON(server) && plainJSON(tenant) {
+		b := make([]byte, 0, len(client)+len(server)+len(tenant)+16)
+		b = append(b, `["`...)
+		b = append(b, client...)
+		b = append(b, `","`...)
+		b = append(b, server...)
+		b = append(b, `",`...)
+		b = strconv.AppendUint(b, uint64(port), 10)
+		b = append(b, `,"`...)
+		b = append(b, tenant...)
+		b = append(b, `"]`...)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
 	b, _ := json.Marshal([]any{client, server, port, tenant})
 	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// plainJSON says encoding/json writes s as itself between quotes: printable
+// ASCII without the characters it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // parseKey decodes a key made by edgeKey.
@@ -443,8 +511,7 @@ func parseKey(key string) (client, server string, port uint16, err error) {
 func (e *Edge) finish(window time.Duration) {
 	c, s := e.client, e.server
 	e.SeenBy = e.SeenBy[:0]
-	e.Resets = Resets{ClientSent: map[string]uint64{}, ClientReceived: map[string]uint64{}, ServerSent: map[string]uint64{}, ServerReceived: map[string]uint64{}}
-	e.Drops = Drops{Client: map[string]uint64{}, Server: map[string]uint64{}}
+	e.Resets, e.Drops = Resets{}, Drops{}
 	if c != nil {
 		e.SeenBy = append(e.SeenBy, "client")
 		e.Opened, e.Failed, e.Closed = c.Opened, c.Failed, c.Closed
@@ -461,6 +528,8 @@ func (e *Edge) finish(window time.Duration) {
 		e.Retransmits += s.Retransmits
 		e.Resets.ServerSent, e.Resets.ServerReceived, e.Drops.Server = orEmpty(s.ResetsSent), orEmpty(s.ResetsRecv), orEmpty(s.Drops)
 	}
+	e.Resets.ClientSent, e.Resets.ClientReceived, e.Drops.Client = orEmpty(e.Resets.ClientSent), orEmpty(e.Resets.ClientReceived), orEmpty(e.Drops.Client)
+	e.Resets.ServerSent, e.Resets.ServerReceived, e.Drops.Server = orEmpty(e.Resets.ServerSent), orEmpty(e.Resets.ServerReceived), orEmpty(e.Drops.Server)
 	e.setRTT()
 	e.State, e.Explain = State(e.figures(), window)
 }

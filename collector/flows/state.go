@@ -47,7 +47,11 @@ type Figures struct {
 // figure that made it warn or crit ("" when ok), over a window of length
 // window.
 func State(f Figures, window time.Duration) (string, string) {
-	per := fmtWindow(window)
+	// Most edges are ok: per is written only for an explanation.
+	var per string
+	if f.Failed > 0 || f.Retransmits > 0 || len(f.ClientSent)+len(f.ClientReceived)+len(f.ServerSent)+len(f.ServerReceived)+len(f.ClientDrops)+len(f.ServerDrops) > 0 {
+		per = fmtWindow(window)
+	}
 	// A reset is counted at both ends when both report (the server sent
 	// what the client received): an end's own total is the count.
 	clientResets := sum(f.ClientSent) + sum(f.ClientReceived)
@@ -86,6 +90,9 @@ func State(f Figures, window time.Duration) (string, string) {
 // (catalog.HealthyTrafficDrop: a socket's queues freed as it closes, a
 // duplicate segment discarded): counted on the edge, they do not raise it.
 func wireDrops(by map[string]uint64) map[string]uint64 {
+	if len(by) == 0 {
+		return nil
+	}
 	out := make(map[string]uint64, len(by))
 	for r, n := range by {
 		if !catalog.HealthyTrafficDrop(r) {
