@@ -6,11 +6,10 @@
 // same run: BENCHMARKS.md).
 //
 //	NBS_URL=… NBS_TOKEN=… NBS_OPEN_ALERTS=3041 NBS_CRIT_NODE=db-1 NBS_CRIT_RULE=db_down NBS_GROUP_RULE=node_silent node e2e/alerts_scale.mjs
-import { mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { chromium } from 'playwright-core';
+import { launchChromium } from './chromium.mjs';
 
 const env = process.env;
 const base = (env.NBS_URL ?? '').replace(/\/$/, '');
@@ -27,14 +26,7 @@ const count = (n) => n.toLocaleString('en-US');
 const artifacts = resolve(env.NBS_ARTIFACTS ?? 'e2e/artifacts');
 mkdirSync(artifacts, { recursive: true });
 
-const ctx = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'nbs-chromium-')), {
-  executablePath: env.NBS_CHROMIUM ?? '/usr/bin/chromium',
-  headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  viewport: { width: 1400, height: 900 },
-  timezoneId: 'UTC',
-  locale: 'en-GB',
-});
+const ctx = await launchChromium(env);
 const page = ctx.pages()[0] ?? (await ctx.newPage());
 page.setDefaultTimeout(30_000);
 const problems = [];

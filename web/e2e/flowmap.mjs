@@ -17,11 +17,10 @@
 //
 // Any console or page error fails it. Screenshots in $NBS_ARTIFACTS/web-e2e
 // or e2e/artifacts (flowmap-*.png).
-import { mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { chromium } from 'playwright-core';
+import { launchChromium } from './chromium.mjs';
 
 const env = process.env;
 let base = (env.NBS_URL ?? '').replace(/\/$/, '');
@@ -49,14 +48,7 @@ const step = (s) => console.log(`▶ ${s}`);
 const artifacts = resolve(env.NBS_ARTIFACTS ?? 'e2e/artifacts');
 mkdirSync(artifacts, { recursive: true });
 
-const ctx = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'nbs-chromium-')), {
-  executablePath: env.NBS_CHROMIUM ?? '/usr/bin/chromium',
-  headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  viewport: { width: 1400, height: 900 },
-  timezoneId: 'UTC',
-  locale: 'en-GB',
-});
+const ctx = await launchChromium(env);
 const page = ctx.pages()[0] ?? (await ctx.newPage());
 page.setDefaultTimeout(30_000);
 const problems = [];

@@ -15,10 +15,8 @@
 // one and runs this), the figure is the whole page's, the API's reads
 // included: NBS_URL=… NBS_TOKEN=… NBS_BENCH_ANCHOR_QUERY=owner=… (a filter
 // that leaves a few edges: the anchor).
-import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { readFileSync } from 'node:fs';
+import { launchChromium } from './chromium.mjs';
 import { startMock } from './flowmap_mock.mjs';
 
 const env = process.env;
@@ -31,14 +29,7 @@ const small = real ? null : await startMock({ owners: 50, edges: 100 });
 const bigURL = `${real || mock.base}/flows?limit=5000`;
 const tableURL = `${bigURL}&view=table`;
 const anchorURL = real ? `${real}/flows?limit=5000&${env.NBS_BENCH_ANCHOR_QUERY ?? ''}` : `${small.base}/flows?limit=5000`;
-const ctx = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'nbs-chromium-')), {
-  executablePath: env.NBS_CHROMIUM ?? '/usr/bin/chromium',
-  headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  viewport: { width: 1400, height: 900 },
-  timezoneId: 'UTC',
-  locale: 'en-GB',
-});
+const ctx = await launchChromium(env);
 const page = ctx.pages()[0] ?? (await ctx.newPage());
 page.setDefaultTimeout(60_000);
 const problems = [];
