@@ -18,9 +18,6 @@ import (
 // second of the storm, ±1), and every other event counted as given up by
 // the rate limit, none by the ring or the per-interval cap.
 func TestEvidenceStormAtDefaults(t *testing.T) {
-	// Timing (phase 1), but light: paired with the other parallel timing
-	// test of phase 1 (docs/development.md, "Two phases").
-	t.Parallel()
 	const (
 		resets  = 600
 		rate    = 30

@@ -98,9 +98,6 @@ func quantile(xs []float64, q float64) float64 {
 // the agent's own stored sent - lost, and their p50/p99 agree with iputils
 // ping run over the same period.
 func TestExactPingCounts(t *testing.T) {
-	// Timing (phase 1), but light: paired with the other parallel timing
-	// test of phase 1 (docs/development.md, "Two phases").
-	t.Parallel()
 	lab := netlab.New(t)
 	lab.Exec(t, lab.B, "tc", "qdisc", "replace", "dev", "vB", "root", "tbf", "rate", "10mbit", "burst", "32kbit", "latency", "50ms")
 	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
