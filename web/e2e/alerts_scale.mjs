@@ -6,10 +6,9 @@
 // same run: BENCHMARKS.md).
 //
 //	NBS_URL=… NBS_TOKEN=… NBS_OPEN_ALERTS=3041 NBS_CRIT_NODE=db-1 NBS_CRIT_RULE=db_down NBS_GROUP_RULE=node_silent node e2e/alerts_scale.mjs
-import { mkdirSync, readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { join, resolve } from 'node:path';
-import { launchChromium } from './chromium.mjs';
+import { mkdirSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { launchChromium, screenshotter } from './chromium.mjs';
 
 const env = process.env;
 const base = (env.NBS_URL ?? '').replace(/\/$/, '');
@@ -34,18 +33,7 @@ page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
 page.on('console', (m) => m.type() === 'error' && problems.push(`console error: ${m.text()}`));
 
 // A screenshot, and axe-core on the page as it is: serious and critical findings fail the run.
-const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-const shot = async (name) => {
-  await page.screenshot({ path: join(artifacts, `${name}.png`) });
-  if (!(await page.evaluate(() => typeof window.axe === 'object'))) await page.evaluate(axeSource);
-  const bad = await page.evaluate(async () =>
-    (await window.axe.run(document, { resultTypes: ['violations'] })).violations
-      .filter((v) => v.impact === 'serious' || v.impact === 'critical')
-      .map((v) => `${v.impact} ${v.id}: ${v.help} at ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`),
-  );
-  console.log(`  screenshot ${join(artifacts, `${name}.png`)}; axe: ${bad.length} serious or critical`);
-  problems.push(...bad.map((b) => `axe on ${name}: ${b}`));
-};
+const shot = screenshotter(page, artifacts, problems);
 
 try {
   await page.goto(`${base}/login#token=${env.NBS_TOKEN}`);

@@ -17,10 +17,9 @@
 //
 // Any console or page error fails it. Screenshots in $NBS_ARTIFACTS/web-e2e
 // or e2e/artifacts (flowmap-*.png).
-import { mkdirSync, readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { join, resolve } from 'node:path';
-import { launchChromium } from './chromium.mjs';
+import { mkdirSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { launchChromium, screenshotter } from './chromium.mjs';
 
 const env = process.env;
 let base = (env.NBS_URL ?? '').replace(/\/$/, '');
@@ -61,18 +60,8 @@ page.on('console', (m) => {
   if (m.type() === 'error' && !(mock && /status of 404/.test(m.text()))) problems.push(`console error: ${m.text()}`);
 });
 
-const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-const shot = async (name) => {
-  await page.screenshot({ path: join(artifacts, `${name}.png`) });
-  if (!(await page.evaluate(() => typeof window.axe === 'object'))) await page.evaluate(axeSource);
-  const bad = await page.evaluate(async () =>
-    (await window.axe.run(document, { resultTypes: ['violations'] })).violations
-      .filter((v) => v.impact === 'serious' || v.impact === 'critical')
-      .map((v) => `${v.impact} ${v.id}: ${v.help} at ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`),
-  );
-  console.log(`  screenshot ${join(artifacts, `${name}.png`)}; axe: ${bad.length} serious or critical`);
-  problems.push(...bad.map((b) => `axe on ${name}: ${b}`));
-};
+// A screenshot, and axe-core on the page as it is: serious and critical findings fail the run.
+const shot = screenshotter(page, artifacts, problems);
 const noOverflow = async (what) => {
   const r = await page.evaluate(() => {
     const vw = document.documentElement.clientWidth;
