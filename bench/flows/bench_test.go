@@ -328,9 +328,24 @@ func BenchmarkMapMemory(b *testing.B) {
 	for _, m := range ours.Maps() {
 		fixed += memlock(b, m)
 	}
+	perSocket := socketStorageBytes(b)
+	ourBytes := fixed + flows*perSocket
+	b.ReportMetric(float64(peerBytes)/(1<<20), "netobserv-MiB")
+	b.ReportMetric(float64(ourBytes)/(1<<20), "nbs-MiB")
+	b.ReportMetric(float64(fixed)/(1<<20), "nbs-fixed-MiB")
+	b.ReportMetric(float64(perSocket), "nbs-B/socket")
+	b.Logf("at %d flows: netobserv-shaped map %d B (%d CPUs); ours %d B fixed + %d B per socket = %d B",
+		flows, peerBytes, runtime.NumCPU(), fixed, perSocket, ourBytes)
+}
+
+// socketStorageBytes is what the kernel allocates for our socket storage
+// per socket: its element and the storage header, at the kernel's own
+// struct sizes (BTF), rounded to kmalloc's size classes.
+func socketStorageBytes(b *testing.B) uint64 {
+	b.Helper()
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {
-		b.Skip(err)
+		netlab.SkipOrFail(b, "kernel BTF: %v", err)
 	}
 	size := func(name string) uint64 {
 		var s *btf.Struct
@@ -339,14 +354,7 @@ func BenchmarkMapMemory(b *testing.B) {
 		}
 		return uint64(s.Size)
 	}
-	perSocket := kmalloc(size("bpf_local_storage_elem")+probe.SockStateBytes) + kmalloc(size("bpf_local_storage"))
-	ourBytes := fixed + flows*perSocket
-	b.ReportMetric(float64(peerBytes)/(1<<20), "netobserv-MiB")
-	b.ReportMetric(float64(ourBytes)/(1<<20), "nbs-MiB")
-	b.ReportMetric(float64(fixed)/(1<<20), "nbs-fixed-MiB")
-	b.ReportMetric(float64(perSocket), "nbs-B/socket")
-	b.Logf("at %d flows: netobserv-shaped map %d B (%d CPUs); ours %d B fixed + %d B per socket = %d B",
-		flows, peerBytes, runtime.NumCPU(), fixed, perSocket, ourBytes)
+	return kmalloc(size("bpf_local_storage_elem")+probe.SockStateBytes) + kmalloc(size("bpf_local_storage"))
 }
 
 // memlock is what the kernel charges for a map (/proc/self/fdinfo).
