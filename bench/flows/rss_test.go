@@ -30,8 +30,8 @@ import (
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
-// childEnv names the side a child process of BenchmarkAgentRSS runs:
-// "nbs" or "netobserv".
+// childEnv names what a child process of BenchmarkAgentRSS runs: "nbs" or
+// "netobserv" (a side's user space), or "holder" (connections of the lab).
 const childEnv = "NBS_FLOWSRSS_CHILD"
 
 // TestMain runs the children of BenchmarkAgentRSS: each side's user space
@@ -40,6 +40,12 @@ func TestMain(m *testing.M) {
 	switch side := os.Getenv(childEnv); side {
 	case "":
 		os.Exit(m.Run())
+	case "holder":
+		if err := runHolder(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "holder: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	case "nbs", "netobserv":
 		if err := runChild(side, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintf(os.Stderr, "%s child: %v\n", side, err)
@@ -281,6 +287,15 @@ func (c *child) tick(b *testing.B) {
 	c.expect(b, "ok")
 }
 
+// stop ends a holder: its connections close.
+func (c *child) stop(b *testing.B) {
+	b.Helper()
+	c.in.Close()
+	if err := c.cmd.Wait(); err != nil {
+		b.Fatalf("%s child: %v", c.side, err)
+	}
+}
+
 func (c *child) finish(b *testing.B) childStats {
 	b.Helper()
 	c.in.Close()
@@ -301,9 +316,11 @@ func (c *child) finish(b *testing.B) childStats {
 // NetObserv-shaped peer's eviction (peer.Evict: iterate, delete, join the
 // CPUs, one record per flow) over its per-CPU map sized for the flows it
 // sees (two a connection at vA: data one way, ACKs the other). The lab's
-// connections go from A to 64 addresses and 2 ports of B, through the veth
-// pair the peer watches; every connection sends a byte each interval, so
-// both designs have every flow active. Reported: each process's resident
+// connections go from A to 64 addresses of B, through the veth pair the
+// peer watches, held by processes of 9,000 each (runHolder; two ports of
+// their own each: 128 server edges and 128 client edges a process); every
+// connection sends a byte each interval, so both designs have every flow
+// active. Reported: each process's resident
 // memory once loaded, its peak over NBS_FLOWSRSS_INTERVALS (default 5)
 // intervals, its Go heap and allocations per interval, and the kernel
 // memory of both (the maps' memlock, and ours adds its socket storage,
@@ -314,21 +331,9 @@ func (c *child) finish(b *testing.B) childStats {
 func BenchmarkAgentRSS(b *testing.B) {
 	conns := envInt("NBS_FLOWSRSS_CONNS", 100000)
 	intervals := envInt("NBS_FLOWSRSS_INTERVALS", 5)
-	// Both ends of every connection are in this process.
-	need := uint64(2*conns + 1000)
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		b.Fatal(err)
-	}
-	if lim.Cur < need {
-		lim.Cur, lim.Max = need, max(lim.Max, need)
-		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-			netlab.SkipOrFail(b, "raise RLIMIT_NOFILE to %d for %d connections: %v", need, conns, err)
-		}
-	}
 	lab := netlab.New(b)
-	const addrs, ports = 64, 2
-	dsts := make([]netip.AddrPort, 0, addrs*ports)
+	const addrs = 64
+	var dsts []string
 	base := lab.IPB.As4()
 	for i := range addrs {
 		a := base
@@ -337,27 +342,43 @@ func BenchmarkAgentRSS(b *testing.B) {
 		if out, err := exec.Command("ip", "-n", lab.B, "addr", "add", addr.String()+"/24", "dev", "vB").CombinedOutput(); err != nil {
 			b.Fatalf("ip addr add %s: %v: %s", addr, err, out)
 		}
-		for p := range ports {
-			dsts = append(dsts, netip.AddrPortFrom(addr, uint16(20000+p)))
-		}
+		dsts = append(dsts, addr.String())
 	}
 	for b.Loop() {
 		b.Logf("load average at the start: %s", loadavg())
 		ours := startChild(b, "nbs", nil)
 		theirs := startChild(b, "netobserv", []string{"NBS_FLOWSRSS_PEERMAP=" + strconv.Itoa(2*conns+1024),
 			"NBS_FLOWSRSS_AGENTIP=" + lab.IPA.String()}, "ip", "netns", "exec", lab.A)
-		clients, servers := openMany(b, lab, dsts, conns)
+		// The connections are held by processes of a few thousand each:
+		// raising RLIMIT_NOFILE's hard limit takes CAP_SYS_RESOURCE.
+		t0 := time.Now()
+		var holders []*child
+		var hwg sync.WaitGroup
+		var hmu sync.Mutex
+		for h := 0; h*perHolder < conns; h++ {
+			env := []string{"NBS_FLOWSRSS_A=" + lab.A, "NBS_FLOWSRSS_B=" + lab.B,
+				"NBS_FLOWSRSS_N=" + strconv.Itoa(min(perHolder, conns-h*perHolder)),
+				"NBS_FLOWSRSS_PORTS=" + fmt.Sprintf("%d,%d", 20000+2*h, 20001+2*h),
+				"NBS_FLOWSRSS_ADDRS=" + strings.Join(dsts, ",")}
+			hwg.Go(func() {
+				c := startChild(b, "holder", env)
+				hmu.Lock()
+				holders = append(holders, c)
+				hmu.Unlock()
+			})
+		}
+		hwg.Wait()
+		b.Logf("%d connections open in %v (%d processes)", conns, time.Since(t0).Round(time.Millisecond), len(holders))
 		kids := []*child{ours, theirs}
 		start := time.Now()
 		for range intervals {
-			one := []byte{1}
-			for _, fd := range clients {
-				if _, err := unix.Write(fd, one); err != nil {
-					b.Fatalf("write: %v", err)
-				}
-			}
-			time.Sleep(200 * time.Millisecond) // the ACKs
+			// A byte on every connection, then both sides' interval.
 			var wg sync.WaitGroup
+			for _, h := range holders {
+				wg.Go(func() { h.tick(b) })
+			}
+			wg.Wait()
+			time.Sleep(200 * time.Millisecond) // the ACKs
 			for _, k := range kids {
 				wg.Go(func() { k.tick(b) })
 			}
@@ -365,8 +386,9 @@ func BenchmarkAgentRSS(b *testing.B) {
 		}
 		elapsed := time.Since(start)
 		o, t := ours.finish(b), theirs.finish(b)
-		closeAll(clients)
-		closeAll(servers)
+		for _, h := range holders {
+			h.stop(b)
+		}
 		// Both ends' state changes count: the lab's connections were
 		// opened twice over (client and server edges), beside whatever
 		// else the machine opened meanwhile.
@@ -399,34 +421,80 @@ func BenchmarkAgentRSS(b *testing.B) {
 	}
 }
 
-// openMany opens n connections from A to dsts (in turn) in B and returns
-// both ends' descriptors; raw sockets, so the connections cost this
-// process little beyond the descriptors.
-func openMany(b *testing.B, lab *netlab.Lab, dsts []netip.AddrPort, n int) (clients, servers []int) {
-	b.Helper()
-	ports := map[uint16]bool{}
-	for _, d := range dsts {
-		ports[d.Port()] = true
+// perHolder is how many connections a holder process opens: both ends'
+// descriptors within the usual RLIMIT_NOFILE of 20,000.
+const perHolder = 9000
+
+// runHolder opens NBS_FLOWSRSS_N connections from namespace
+// NBS_FLOWSRSS_A to the addresses NBS_FLOWSRSS_ADDRS and ports
+// NBS_FLOWSRSS_PORTS in NBS_FLOWSRSS_B, in turn, holding both ends (raw
+// sockets: little memory beyond the descriptors); says "ready", writes a
+// byte on each client socket per line read ("ok" each), and closes all at
+// the end of its input.
+func runHolder(in io.Reader, out io.Writer) error {
+	n, err := strconv.Atoi(os.Getenv("NBS_FLOWSRSS_N"))
+	if err != nil {
+		return fmt.Errorf("NBS_FLOWSRSS_N: %w", err)
 	}
-	var mu sync.Mutex
-	var accepted atomic.Int64
-	var wg sync.WaitGroup
+	nsA, err := netns.Resolve(os.Getenv("NBS_FLOWSRSS_A"))
+	if err != nil {
+		return err
+	}
+	nsB, err := netns.Resolve(os.Getenv("NBS_FLOWSRSS_B"))
+	if err != nil {
+		return err
+	}
+	var dsts []unix.SockaddrInet4
+	for p := range strings.SplitSeq(os.Getenv("NBS_FLOWSRSS_PORTS"), ",") {
+		port, err := strconv.Atoi(p)
+		if err != nil {
+			return fmt.Errorf("NBS_FLOWSRSS_PORTS: %w", err)
+		}
+		for a := range strings.SplitSeq(os.Getenv("NBS_FLOWSRSS_ADDRS"), ",") {
+			addr, err := netip.ParseAddr(a)
+			if err != nil {
+				return fmt.Errorf("NBS_FLOWSRSS_ADDRS: %w", err)
+			}
+			dsts = append(dsts, unix.SockaddrInet4{Addr: addr.As4(), Port: port})
+		}
+	}
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	if lim.Cur < uint64(2*n+100) {
+		return fmt.Errorf("RLIMIT_NOFILE %d is too low for %d connections", lim.Cur, n)
+	}
+	var fds []int // every descriptor, closed at the end
+	defer func() { closeAll(fds) }()
 	var listeners []int
-	for port := range ports {
+	seen := map[int]bool{}
+	for _, d := range dsts {
+		if seen[d.Port] {
+			continue
+		}
+		seen[d.Port] = true
 		var fd int
-		if err := lab.Do(lab.B, func() (err error) {
+		if err := nsB.Do(func() (err error) {
 			fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}
-			if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(port)}); err != nil {
+			if err := unix.Bind(fd, &unix.SockaddrInet4{Port: d.Port}); err != nil {
+				unix.Close(fd)
 				return err
 			}
 			return unix.Listen(fd, 4096)
 		}); err != nil {
-			b.Fatalf("listen on %d: %v", port, err)
+			return fmt.Errorf("listen on %d: %w", d.Port, err)
 		}
 		listeners = append(listeners, fd)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var accepted atomic.Int64
+	var servers []int
+	for _, fd := range listeners {
 		wg.Go(func() {
 			for {
 				c, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC)
@@ -443,44 +511,54 @@ func openMany(b *testing.B, lab *netlab.Lab, dsts []netip.AddrPort, n int) (clie
 			}
 		})
 	}
-	defer func() {
+	stopAccepting := func() {
 		for _, fd := range listeners {
 			_ = unix.Shutdown(fd, unix.SHUT_RD) // wakes the accept
 			unix.Close(fd)
 		}
 		wg.Wait()
-	}()
-	clients = make([]int, 0, n)
-	t0 := time.Now()
-	if err := lab.Do(lab.A, func() error {
+		fds = append(fds, servers...)
+	}
+	clients := make([]int, 0, n)
+	err = nsA.Do(func() error {
 		for i := range n {
 			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 			if err != nil {
 				return fmt.Errorf("socket %d: %w", i, err)
 			}
-			d := dsts[i%len(dsts)]
-			if err := unix.Connect(fd, &unix.SockaddrInet4{Addr: d.Addr().As4(), Port: int(d.Port())}); err != nil {
-				unix.Close(fd)
-				return fmt.Errorf("connect %d to %s: %w", i, d, err)
-			}
 			clients = append(clients, fd)
+			if err := unix.Connect(fd, &dsts[i%len(dsts)]); err != nil {
+				return fmt.Errorf("connect %d: %w", i, err)
+			}
 		}
 		return nil
-	}); err != nil {
-		closeAll(clients)
-		b.Fatal(err)
+	})
+	fds = append(fds, clients...)
+	if err != nil {
+		stopAccepting()
+		return err
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for accepted.Load() < int64(n) {
 		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d connections accepted", accepted.Load(), n)
+			stopAccepting()
+			return fmt.Errorf("%d of %d connections accepted", accepted.Load(), n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	b.Logf("%d connections open in %v", n, time.Since(t0).Round(time.Millisecond))
-	mu.Lock()
-	defer mu.Unlock()
-	return clients, servers
+	stopAccepting()
+	fmt.Fprintln(out, "ready")
+	sc := bufio.NewScanner(in)
+	one := []byte{1}
+	for sc.Scan() {
+		for _, fd := range clients {
+			if _, err := unix.Write(fd, one); err != nil {
+				return fmt.Errorf("write: %w", err)
+			}
+		}
+		fmt.Fprintln(out, "ok")
+	}
+	return nil
 }
 
 func closeAll(fds []int) {
