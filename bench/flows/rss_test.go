@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,8 +24,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	flowsrc "github.com/nbs-project/nbs/agent/source/flows"
 	"github.com/nbs-project/nbs/agent/source"
+	flowsrc "github.com/nbs-project/nbs/agent/source/flows"
 	"github.com/nbs-project/nbs/bench/flows/peer"
 	"github.com/nbs-project/nbs/internal/netns"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
@@ -177,6 +178,17 @@ func runChild(side string, in io.Reader, out io.Writer) error {
 	if n > 1 {
 		st.AllocPerInterval = (ms.TotalAlloc - alloc0) / uint64(n-1)
 	}
+	if dir := os.Getenv("NBS_FLOWSRSS_PROFILE"); dir != "" {
+		// Where the intervals allocate: go tool pprof -sample_index=alloc_space.
+		f, err := os.Create(filepath.Join(dir, side+".allocs"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			return err
+		}
+	}
 	if st.PeakKiB, err = statusKiB("self", "VmHWM"); err != nil {
 		return err
 	}
@@ -322,7 +334,8 @@ func (c *child) finish(b *testing.B) childStats {
 // connection sends a byte each interval, so both designs have every flow
 // active. Reported: each process's resident
 // memory once loaded, its peak over NBS_FLOWSRSS_INTERVALS (default 5)
-// intervals, its Go heap and allocations per interval, and the kernel
+// intervals, its Go heap and allocations per interval (with
+// NBS_FLOWSRSS_PROFILE=<dir>, each side's allocation profile there), and the kernel
 // memory of both (the maps' memlock, and ours adds its socket storage,
 // both ends of each connection, at the kernel's struct sizes as in
 // BenchmarkMapMemory).

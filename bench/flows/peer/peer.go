@@ -10,14 +10,15 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
+
+	"github.com/nbs-project/nbs/bench/peerload"
 )
 
 // Peer is the NetObserv-shaped program, loaded and attached to one
 // interface's ingress and egress (TCX), as NetObserv attaches to each.
 type Peer struct {
-	objs  peerObjects
-	links []link.Link
+	objs peerObjects
+	peerload.Links
 }
 
 // Load loads the peer with its flow map sized for 100,000 flows, as
@@ -44,17 +45,7 @@ func LoadSized(maxFlows uint32) (*Peer, error) {
 // Attach attaches to the interface ifindex of the calling thread's
 // network namespace.
 func (p *Peer) Attach(ifindex int) error {
-	for _, a := range []struct {
-		prog *ebpf.Program
-		typ  ebpf.AttachType
-	}{{p.objs.PeerFlowIngress, ebpf.AttachTCXIngress}, {p.objs.PeerFlowEgress, ebpf.AttachTCXEgress}} {
-		l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: a.prog, Attach: a.typ})
-		if err != nil {
-			return fmt.Errorf("attach the peer: %w", err)
-		}
-		p.links = append(p.links, l)
-	}
-	return nil
+	return p.TCX(ifindex, p.objs.PeerFlowIngress, p.objs.PeerFlowEgress)
 }
 
 // Programs returns the peer's programs by attach point.
@@ -66,13 +57,7 @@ func (p *Peer) Programs() map[string]*ebpf.Program {
 func (p *Peer) Flows() *ebpf.Map { return p.objs.PeerFlows }
 
 // Close detaches and frees the peer.
-func (p *Peer) Close() error {
-	var errs []error
-	for _, l := range p.links {
-		errs = append(errs, l.Close())
-	}
-	return errors.Join(append(errs, p.objs.Close())...)
-}
+func (p *Peer) Close() error { return errors.Join(p.Detach(), p.objs.Close()) }
 
 // Record is one flow as NetObserv's user space forwards it (its
 // model.Record, the fields this peer's map fills).
