@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -94,6 +95,8 @@ type Source struct {
 	heldAddrs   []*nbsv1.AddressHolder
 	heldAddrIdx map[[2]string]bool
 	due         time.Time
+	// release makes the next collection carry everything held (Release).
+	release atomic.Bool
 
 	// Reused by each report's edges: the edges by owner (the kernel's
 	// table bounds them) and their ranking (s.top at most).
@@ -199,13 +202,17 @@ func (s *Source) Close() error {
 	return s.probe.Close()
 }
 
+// Release makes the next Collect carry the edges and addresses held since
+// the last report with them (a stopping agent's last report), due or not.
+func (s *Source) Release() { s.release.Store(true) }
+
 func (s *Source) Collect(ctx context.Context) (source.Reading, error) {
 	return s.collect(ctx, time.Now())
 }
 
 func (s *Source) collect(ctx context.Context, now time.Time) (source.Reading, error) {
 	var r source.Reading
-	send := s.every <= 0 || !now.Before(s.due)
+	send := s.every <= 0 || !now.Before(s.due) || s.release.Swap(false)
 	var held []*nbsv1.AddressHolder
 	if s.holders != nil {
 		// Every interval: it also finds the namespaces whose connection
