@@ -248,13 +248,23 @@ func (s *Source) collect(ctx context.Context, now time.Time) (source.Reading, er
 	if s.probe == nil {
 		return r, nil
 	}
+	r.Flows = s.takeHeld()
+	return r, nil
+}
+
+// takeHeld turns the edges held since the last report into its edges.
+func (s *Source) takeHeld() []*nbsv1.FlowEdge {
 	edges, folded := s.edges(s.pending, s.pendingXlat)
-	s.pending, s.pendingXlat, s.pendingIdx = probe.Interval{}, nil, nil
+	// What waited is in edges now; its storage waits for the next
+	// intervals (the kernel's table bounds it), without their counts.
+	clear(s.pending.Edges)
+	s.pending = probe.Interval{Edges: s.pending.Edges[:0]}
+	clear(s.pendingXlat)
+	clear(s.pendingIdx)
 	s.mu.Lock()
 	s.folded += uint64(folded)
 	s.mu.Unlock()
-	r.Flows = edges
-	return r, nil
+	return edges
 }
 
 // holdAddresses adds the holders of an interval to those waiting for a

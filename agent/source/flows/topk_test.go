@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nbs-project/nbs/agent/owner"
 	probe "github.com/nbs-project/nbs/agent/probe/flows"
@@ -69,6 +70,46 @@ func TestTopKHeapEqualsAFullRanking(t *testing.T) {
 			if other := len(out) > named; other != (folded > 0) {
 				t.Errorf("top %d, round %d: an other edge %v with %d folded", k, round, other, folded)
 			}
+		}
+	}
+}
+
+// Each report carries what was held since the one before, none of it
+// again: the held edges' storage is reused from report to report.
+func TestReportsCarryEachHeldIntervalOnce(t *testing.T) {
+	s := &Source{resolver: owner.New(owner.Options{Proc: t.TempDir(), NetnsDirs: []string{}}), top: 10, every: time.Minute}
+	backend := netip.MustParseAddrPort("10.0.2.1:8080")
+	for report, c := range []struct {
+		intervals int
+		peers     []byte
+	}{{2, []byte{1, 2, 3}}, {1, []byte{2}}, {3, []byte{4, 5}}} {
+		want := map[string]uint64{}
+		for range c.intervals {
+			iv := probe.Interval{Overflow: probe.Counts{Failed: 1}}
+			xlat := map[int]netip.AddrPort{}
+			for _, p := range c.peers {
+				peer := netip.AddrFrom4([4]byte{10, 0, 1, p})
+				iv.Edges = append(iv.Edges, probe.Edge{Key: probe.Key{Netns: 1, Role: probe.Client, DNAT: p%2 == 0,
+					Local: netip.MustParseAddr("10.0.0.1"), LocalPort: 40000, Peer: peer, PeerPort: 80},
+					Counts: probe.Counts{Opened: uint64(p)}})
+				if p%2 == 0 {
+					xlat[len(iv.Edges)-1] = backend
+				}
+				want[peer.String()] += uint64(p)
+			}
+			s.hold(iv, xlat)
+		}
+		got := map[string]uint64{}
+		var otherFailed uint64
+		for _, e := range s.takeHeld() {
+			if e.GetOther() {
+				otherFailed = e.GetFailed()
+				continue
+			}
+			got[e.GetPeerAddress()] += e.GetOpened()
+		}
+		if !maps.Equal(got, want) || otherFailed != uint64(c.intervals) {
+			t.Errorf("report %d: opened by peer %v and %d failed in other, want %v and %d", report, got, otherFailed, want, c.intervals)
 		}
 	}
 }
