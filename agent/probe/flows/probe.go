@@ -292,7 +292,7 @@ func (p *Probe) drain(gen uint32, out *Interval) error {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("iterate edges: %w", err)
 	}
-	p.keys, p.lastEdges = keys, len(out.Edges)
+	p.lastEdges = len(out.Edges)
 	var dk flowsNbsFdetailKey
 	var dv uint64
 	dkeys := p.dkeys[:0]
@@ -312,7 +312,6 @@ func (p *Probe) drain(gen uint32, out *Interval) error {
 		}
 		addDetail(c, dk.Kind, dk.Code, dv)
 	}
-	p.dkeys = dkeys
 	if err := dit.Err(); err != nil {
 		return fmt.Errorf("iterate edge details: %w", err)
 	}
@@ -321,6 +320,10 @@ func (p *Probe) drain(gen uint32, out *Interval) error {
 	}
 	if err := deleteAll(p.objs.FlowEdges, keys); err != nil {
 		return fmt.Errorf("delete edges: %w", err)
+	}
+	p.keys, p.dkeys = Reusable(keys), Reusable(dkeys)
+	if p.keys == nil {
+		p.idx = nil // grown by a burst: a map never shrinks
 	}
 	per := p.over
 	if err := p.objs.FlowOver.Lookup(gen, &per); err != nil {
@@ -351,6 +354,22 @@ func (p *Probe) drain(gen uint32, out *Interval) error {
 		return fmt.Errorf("clear overflow: %w", err)
 	}
 	return nil
+}
+
+// Keep says whether storage for c items, n of them used this interval, is
+// kept for the next: not once it is four times what an interval needs
+// (and more than a few), so a burst of edges does not hold its memory for
+// good.
+func Keep(n, c int) bool { return c <= 1024 || n >= c/4 }
+
+// Reusable is s emptied for the next interval, or nil when Keep says its
+// storage goes.
+func Reusable[T any](s []T) []T {
+	clear(s)
+	if !Keep(len(s), cap(s)) {
+		return nil
+	}
+	return s[:0]
 }
 
 func deleteAll[K any](m *ebpf.Map, keys []K) error {

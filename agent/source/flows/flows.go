@@ -257,10 +257,13 @@ func (s *Source) takeHeld() []*nbsv1.FlowEdge {
 	edges, folded := s.edges(s.pending, s.pendingXlat)
 	// What waited is in edges now; its storage waits for the next
 	// intervals (the kernel's table bounds it), without their counts.
-	clear(s.pending.Edges)
-	s.pending = probe.Interval{Edges: s.pending.Edges[:0]}
+	n := len(s.pending.Edges)
+	s.pending = probe.Interval{Edges: probe.Reusable(s.pending.Edges)}
 	clear(s.pendingXlat)
 	clear(s.pendingIdx)
+	if s.pending.Edges == nil && n > 0 {
+		s.pendingXlat, s.pendingIdx = nil, nil // grown by a burst
+	}
 	s.mu.Lock()
 	s.folded += uint64(folded)
 	s.mu.Unlock()
@@ -350,10 +353,12 @@ func (s *Source) edges(iv probe.Interval, xlat map[int]netip.AddrPort) ([]*nbsv1
 	}
 	byID, aggs := s.byID, s.aggs[:0]
 	defer func() {
-		// Kept for the next interval without the counts' maps.
+		// Kept for the next interval without the counts' maps, unless
+		// a burst made them far larger than it needs.
 		clear(byID)
-		clear(aggs)
-		s.aggs = aggs[:0]
+		if s.aggs = probe.Reusable(aggs); s.aggs == nil {
+			s.byID = nil
+		}
 	}()
 	for i, e := range iv.Edges {
 		ow := owners[e.Netns]

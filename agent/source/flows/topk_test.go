@@ -113,3 +113,37 @@ func TestReportsCarryEachHeldIntervalOnce(t *testing.T) {
 		}
 	}
 }
+
+// A burst of edges does not keep its storage for good: once an interval
+// needs a quarter of it, it goes, and the next report is still exact.
+func TestStorageOfABurstIsLetGo(t *testing.T) {
+	s := &Source{resolver: owner.New(owner.Options{Proc: t.TempDir(), NetnsDirs: []string{}}), top: 10, every: time.Minute}
+	interval := func(n int) (probe.Interval, uint64) {
+		var iv probe.Interval
+		var opened uint64
+		for i := range n {
+			iv.Edges = append(iv.Edges, probe.Edge{Key: probe.Key{Netns: 1, Role: probe.Client, Local: netip.MustParseAddr("10.0.0.1"),
+				Peer: netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), PeerPort: 80}, Counts: probe.Counts{Opened: 1 + uint64(i%3)}})
+			opened += 1 + uint64(i%3)
+		}
+		return iv, opened
+	}
+	for _, c := range []struct {
+		edges int
+		kept  bool
+	}{{5000, true}, {4000, true}, {10, false}, {10, true}} {
+		iv, want := interval(c.edges)
+		s.hold(iv, nil)
+		var got uint64
+		for _, e := range s.takeHeld() {
+			got += e.GetOpened()
+		}
+		if got != want {
+			t.Errorf("%d edges: %d opened reported, want %d", c.edges, got, want)
+		}
+		if kept := s.pending.Edges != nil && s.aggs != nil; kept != c.kept {
+			t.Errorf("after %d edges: storage kept %v (held edges' capacity %d, by owner %d), want %v",
+				c.edges, kept, cap(s.pending.Edges), cap(s.aggs), c.kept)
+		}
+	}
+}
