@@ -199,6 +199,28 @@ static __always_inline struct nbs_fedge_val *counters(struct nbs_fedge_key *k)
 	return &o->v;
 }
 
+/* Count a detail in the overflow record o. Per-CPU, and a tracing
+ * program does not nest inside itself on a CPU, but the programs here may
+ * run inside one another (a reset sent from a state change), hence the
+ * atomics. */
+static __always_inline void over_detail(struct nbs_fover *o, __u16 kind, __u32 code)
+{
+	switch (kind) {
+	case NBS_FD_RTT:
+		__sync_fetch_and_add(&o->rtt[code < NBS_HIST_BUCKETS ? code : NBS_HIST_BUCKETS - 1], 1);
+		break;
+	case NBS_FD_RST_SENT:
+		__sync_fetch_and_add(&o->rst_sent[code & (NBS_FO_RST_SENT - 1)], 1);
+		break;
+	case NBS_FD_RST_RECV:
+		__sync_fetch_and_add(&o->rst_recv[code & (NBS_FO_RST_RECV - 1)], 1);
+		break;
+	case NBS_FD_DROP:
+		__sync_fetch_and_add(&o->drops[code & (NBS_FO_DROPS - 1)], 1);
+		break;
+	}
+}
+
 static __always_inline void detail(struct nbs_fedge_key *k, __u16 kind, __u32 code)
 {
 	struct nbs_fdetail_key dk = {};
@@ -220,28 +242,33 @@ static __always_inline void detail(struct nbs_fedge_key *k, __u16 kind, __u32 co
 		__sync_fetch_and_add(v, 1);
 		return;
 	}
-	/* The table is full: the overflow record keeps the detail. Per-CPU,
-	 * and a tracing program does not nest inside itself on a CPU, but the
-	 * programs here may run inside one another (a reset sent from a state
-	 * change), hence the atomics. */
+	/* The table is full: the overflow record keeps the detail. */
 	o = over(k->gen);
 	if (!o)
 		return;
 	__sync_fetch_and_add(&o->details_lost, 1);
-	switch (kind) {
-	case NBS_FD_RTT:
-		__sync_fetch_and_add(&o->rtt[code < NBS_HIST_BUCKETS ? code : NBS_HIST_BUCKETS - 1], 1);
-		break;
-	case NBS_FD_RST_SENT:
-		__sync_fetch_and_add(&o->rst_sent[code & (NBS_FO_RST_SENT - 1)], 1);
-		break;
-	case NBS_FD_RST_RECV:
-		__sync_fetch_and_add(&o->rst_recv[code & (NBS_FO_RST_RECV - 1)], 1);
-		break;
-	case NBS_FD_DROP:
-		__sync_fetch_and_add(&o->drops[code & (NBS_FO_DROPS - 1)], 1);
-		break;
+	over_detail(o, kind, code);
+}
+
+/* A reset sent or received, or a drop, on the edge k (its gen not set
+ * yet): the edge is made to exist for the detail to be read with; with the
+ * edge table full, the overflow record keeps both. */
+static __always_inline void count_detail(struct nbs_fedge_key *k, __u16 kind, __u32 code)
+{
+	struct nbs_fover *o;
+
+	if (target_netns && k->netns != target_netns)
+		return;
+	k->gen = gen & 1;
+	if (edge(k)) {
+		detail(k, kind, code);
+		return;
 	}
+	o = over(k->gen);
+	if (!o)
+		return;
+	__sync_fetch_and_add(&o->edges_lost, 1);
+	over_detail(o, kind, code);
 }
 
 /* The edge of a socket from its own addresses. */
@@ -491,22 +518,8 @@ int BPF_PROG(nbs_flow_rst_send, const struct sock *sk, const struct sk_buff *skb
 {
 	struct nbs_fedge_key k;
 
-	if (!rst_edge(sk, skb, &k))
-		return 0;
-	if (target_netns && k.netns != target_netns)
-		return 0;
-	k.gen = gen & 1;
-	/* The edge exists for the detail to be read with: make it so. */
-	if (!edge(&k)) {
-		struct nbs_fover *o = over(k.gen);
-
-		if (o) {
-			__sync_fetch_and_add(&o->edges_lost, 1);
-			__sync_fetch_and_add(&o->rst_sent[reason & (NBS_FO_RST_SENT - 1)], 1);
-		}
-		return 0;
-	}
-	detail(&k, NBS_FD_RST_SENT, reason);
+	if (rst_edge(sk, skb, &k))
+		count_detail(&k, NBS_FD_RST_SENT, reason);
 	return 0;
 }
 
@@ -525,19 +538,7 @@ int BPF_PROG(nbs_flow_rst_recv, struct sock *sk)
 	} else if (!rst_edge(sk, NULL, &k)) {
 		return 0;
 	}
-	if (target_netns && k.netns != target_netns)
-		return 0;
-	k.gen = gen & 1;
-	if (!edge(&k)) {
-		struct nbs_fover *o = over(k.gen);
-
-		if (o) {
-			__sync_fetch_and_add(&o->edges_lost, 1);
-			__sync_fetch_and_add(&o->rst_recv[state & (NBS_FO_RST_RECV - 1)], 1);
-		}
-		return 0;
-	}
-	detail(&k, NBS_FD_RST_RECV, state);
+	count_detail(&k, NBS_FD_RST_RECV, state);
 	return 0;
 }
 
@@ -568,19 +569,7 @@ int BPF_PROG(nbs_flow_drop, struct sk_buff *skb, void *location, enum skb_drop_r
 	if (!fs)
 		return 0;
 	k = fs->edge;
-	if (target_netns && k.netns != target_netns)
-		return 0;
-	k.gen = gen & 1;
-	if (!edge(&k)) {
-		struct nbs_fover *o = over(k.gen);
-
-		if (o) {
-			__sync_fetch_and_add(&o->edges_lost, 1);
-			__sync_fetch_and_add(&o->drops[reason & (NBS_FO_DROPS - 1)], 1);
-		}
-		return 0;
-	}
-	detail(&k, NBS_FD_DROP, reason);
+	count_detail(&k, NBS_FD_DROP, reason);
 	return 0;
 }
 

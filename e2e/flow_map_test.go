@@ -260,3 +260,59 @@ func TestFlowMapFromRealAgents(t *testing.T) {
 		t.Errorf("A's TcpActiveOpens rose by %d; the map has %d opened and %d failed", opens, bulk.Opened, refusedEdge.Failed)
 	}
 }
+
+// A stopping agent's last report carries what it summed for a later one
+// (--flows.every): the refused connects of an interval that no report
+// carried yet reach the collector when the agent stops mid-interval.
+func TestFlowEdgesOfAStoppingAgentReachTheCollector(t *testing.T) {
+	t.Parallel()
+	lab := netlab.New(t)
+	col := startCollector(t, pgcluster.Database(t), "127.0.0.1:0")
+	// Edges on the hour (--flows.every's most): none after the first
+	// report, but across an hour's boundary.
+	const every = time.Hour
+	started := time.Now()
+	a := startAgent(t, "stop-a", lab.A, col.grpcAddr, func(c *agentapp.Config) { c.FlowsEnable, c.FlowsEvery = true, every })
+	waitNode(t, col, "stop-a")
+	const refused = 4
+	lab.ResetNoSocket(t, refused)
+	find := func() (failed uint64, found bool) {
+		var m struct {
+			Edges []struct {
+				Client, Server struct {
+					Address string `json:"address"`
+					Port    *int   `json:"port"`
+				}
+				Failed uint64 `json:"failed"`
+			} `json:"edges"`
+		}
+		col.getJSON(t, "/api/v1/flows?window=15m", &m)
+		for _, e := range m.Edges {
+			if e.Client.Address == lab.IPA.String() && e.Server.Address == lab.IPB.String() && e.Server.Port != nil &&
+				*e.Server.Port == int(lab.ClosedPort) {
+				return e.Failed, true
+			}
+		}
+		return 0, false
+	}
+	// Two reports after the connects, neither with them (unless the hour
+	// turned since the start: then one was due).
+	after := a.Reports() + 2
+	eventually(t, 20*time.Second, func() string {
+		if n := a.Reports(); n < after {
+			return fmt.Sprintf("%d reports, want %d", n, after)
+		}
+		return ""
+	})
+	if _, found := find(); found && started.Truncate(every).Equal(time.Now().Truncate(every)) {
+		t.Fatal("the refused connects reached the collector before the agent stopped: nothing was held")
+	}
+	a.stop()
+	eventually(t, 20*time.Second, func() string {
+		failed, found := find()
+		if !found || failed != refused {
+			return fmt.Sprintf("the edge lab-a → %s:%d: found %v, %d failed; want %d", lab.IPB, lab.ClosedPort, found, failed, refused)
+		}
+		return ""
+	})
+}

@@ -285,6 +285,11 @@ func (a *Agent) flush(led *ledger, car *carry, last time.Time) {
 	// for one more poll puts the evidence of every event counted in this
 	// report in it, so a SIGTERM loses none (agent/evidence/dropped/*/agent_down).
 	time.Sleep(max(time.Until(last.Add(minInterval)), evidence.PollPeriod+50*time.Millisecond))
+	for _, s := range a.sources {
+		if h, ok := s.(source.Holding); ok {
+			h.Release() // what it held for a later report goes in this one
+		}
+	}
 	now := time.Now()
 	a.report(led, car, now, now.Sub(last), a.collect(ctx, led), false)
 	deadline := time.Now().Add(a.cfg.FlushTimeout)

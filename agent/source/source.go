@@ -56,6 +56,13 @@ type Source interface {
 	Close() error
 }
 
+// Holding is implemented by sources that hold what they counted for a
+// later report (flows: --flows.every): Release makes the next Collect hand
+// everything held, for a stopping agent's last report.
+type Holding interface {
+	Release()
+}
+
 // Programs is implemented by sources that run BPF programs, so the agent
 // can measure what each costs (the agent branch) and keep within its
 // overhead budget. Keys name the attach point ("tcp_send_reset"); a source

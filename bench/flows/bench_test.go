@@ -6,12 +6,14 @@
 //	NBS_REQUIRE_BPF=1 go test -run '^$' -bench . -benchtime 1x ./bench/flows/
 //
 // BenchmarkConnectionEvents: BPF ns per run and per connection of both,
-// under short connections in the namespace lab (run-time statistics as in
-// bench/dns, bench/bpfstats). BenchmarkCollectLive: one interval's end
+// under short, bulk and refused connections in the namespace lab (run-time
+// statistics as in bench/dns, bench/bpfstats). BenchmarkCollectLive: one interval's end
 // (iterator over the live sockets, generation switch, drain) with
 // NBS_FLOWS_LIVE (default 8000) connections open. BenchmarkMapMemory: the
-// kernel memory of both at 100,000 concurrent flows. The Go side of an
-// interval is agent/source/flows' BenchmarkEdges.
+// kernel memory of both at 100,000 concurrent flows. BenchmarkAgentRSS:
+// the user space of both (resident memory, Go heap) with 100,000 TCP
+// connections open. The Go side of an interval is agent/source/flows'
+// BenchmarkEdges.
 package flows
 
 import (
@@ -133,15 +135,15 @@ func exchange(lab *netlab.Lab, dst netip.AddrPort, keep bool) (net.Conn, error) 
 }
 
 // BenchmarkConnectionEvents: each set's programs' median ns per run, and
-// their total BPF time per connection, under two loads: short connections
-// (1 KB each way) and bulk ones (16 MB from A). Both ends of each
-// connection are on this host, so the state changes of both sockets count
-// for ours; the peer sees each packet once, at A's interface, ingress or
+// their total BPF time per connection, under three loads: short
+// connections (1 KB each way), bulk ones (16 MB from A) and refused
+// connects (a reset each way). Both ends of each connection are on this
+// host, so the state changes of both sockets count for ours; the peer sees each packet once, at A's interface, ingress or
 // egress. Ours runs host-wide, so connections, retransmits and drops
 // elsewhere on the machine during the run are in its raw runs too
 // ("host-runs/conn"); "ns/conn" counts the runs the lab's connections
-// caused: 10 state changes each (5 per socket), and the retransmits the
-// lab's namespaces counted (TcpRetransSegs), at each program's median.
+// caused (see each load), and the retransmits the lab's namespaces
+// counted (TcpRetransSegs), at each program's median.
 func BenchmarkConnectionEvents(b *testing.B) {
 	lab := netlab.New(b)
 	ours := loadOurs(b)
@@ -156,7 +158,10 @@ func BenchmarkConnectionEvents(b *testing.B) {
 		set, hook string
 		s         *bpfstats.Sampler
 	}
-	under := func(load string, conns int, run func() error) {
+	// under runs one load of conns connections; caused is how many runs
+	// of each of our programs the lab's connections make, and opened and
+	// failed what A's edges must count.
+	under := func(load string, conns int, caused map[string]float64, opened, failed uint64, run func() error) {
 		if _, err := ours.Collect(); err != nil {
 			b.Fatal(err)
 		}
@@ -172,7 +177,7 @@ func BenchmarkConnectionEvents(b *testing.B) {
 		}
 		time.Sleep(200 * time.Millisecond) // the last closes
 		retrans := lab.Nstat(b, lab.A)["TcpRetransSegs"] + lab.Nstat(b, lab.B)["TcpRetransSegs"] - retrans0
-		caused := map[string]float64{"flows_inet_sock_set_state": 10 * float64(conns), "flows_tcp_retransmit_skb": float64(retrans)}
+		caused["flows_tcp_retransmit_skb"] = float64(retrans)
 		perConn := map[string]float64{}
 		runs := map[string]uint64{}
 		for _, x := range ss {
@@ -196,18 +201,23 @@ func BenchmarkConnectionEvents(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var opened uint64
+		var o, f uint64
 		for _, e := range iv.Edges {
 			if e.Netns == lab.Inode(b, lab.A) {
-				opened += e.Opened
+				o += e.Opened
+				f += e.Failed
 			}
 		}
-		if opened != uint64(conns) {
-			b.Errorf("%s: the edge counted %d connections opened, want %d", load, opened, conns)
+		if o != opened || f != failed {
+			b.Errorf("%s: the edges counted %d connections opened and %d failed, want %d and %d", load, o, f, opened, failed)
 		}
 	}
+	// Each connection: 10 state changes, 5 per socket.
+	opens := func(conns int) map[string]float64 {
+		return map[string]float64{"flows_inet_sock_set_state": 10 * float64(conns)}
+	}
 	const short = 2000
-	under("short", short, func() error {
+	under("short", short, opens(short), short, 0, func() error {
 		var wg sync.WaitGroup
 		errs := make(chan error, 4)
 		for w := range 4 {
@@ -225,7 +235,7 @@ func BenchmarkConnectionEvents(b *testing.B) {
 		return <-errs
 	})
 	const bulk, size = 8, 16 << 20
-	under("bulk", bulk, func() error {
+	under("bulk", bulk, opens(bulk), bulk, 0, func() error {
 		for range bulk {
 			c, err := exchange(lab, dst, true)
 			if err != nil {
@@ -239,6 +249,15 @@ func BenchmarkConnectionEvents(b *testing.B) {
 				return err
 			}
 		}
+		return nil
+	})
+	// Refused connects: 2 state changes each (SYN_SENT and back to
+	// CLOSE), a reset sent by B (no socket), one received by A, and the
+	// SYN dropped in B (kfree_skb, no socket: left at once).
+	const refused = 2000
+	under("refused", refused, map[string]float64{"flows_inet_sock_set_state": 2 * refused, "flows_tcp_send_reset": refused,
+		"flows_tcp_receive_reset": refused, "flows_kfree_skb": refused}, 0, refused, func() error {
+		lab.ConnectRefused(b, lab.A, netip.AddrPortFrom(lab.IPB, lab.ClosedPort), refused)
 		return nil
 	})
 }
@@ -328,9 +347,24 @@ func BenchmarkMapMemory(b *testing.B) {
 	for _, m := range ours.Maps() {
 		fixed += memlock(b, m)
 	}
+	perSocket := socketStorageBytes(b)
+	ourBytes := fixed + flows*perSocket
+	b.ReportMetric(float64(peerBytes)/(1<<20), "netobserv-MiB")
+	b.ReportMetric(float64(ourBytes)/(1<<20), "nbs-MiB")
+	b.ReportMetric(float64(fixed)/(1<<20), "nbs-fixed-MiB")
+	b.ReportMetric(float64(perSocket), "nbs-B/socket")
+	b.Logf("at %d flows: netobserv-shaped map %d B (%d CPUs); ours %d B fixed + %d B per socket = %d B",
+		flows, peerBytes, runtime.NumCPU(), fixed, perSocket, ourBytes)
+}
+
+// socketStorageBytes is what the kernel allocates for our socket storage
+// per socket: its element and the storage header, at the kernel's own
+// struct sizes (BTF), rounded to kmalloc's size classes.
+func socketStorageBytes(b *testing.B) uint64 {
+	b.Helper()
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {
-		b.Skip(err)
+		netlab.SkipOrFail(b, "kernel BTF: %v", err)
 	}
 	size := func(name string) uint64 {
 		var s *btf.Struct
@@ -339,14 +373,7 @@ func BenchmarkMapMemory(b *testing.B) {
 		}
 		return uint64(s.Size)
 	}
-	perSocket := kmalloc(size("bpf_local_storage_elem")+probe.SockStateBytes) + kmalloc(size("bpf_local_storage"))
-	ourBytes := fixed + flows*perSocket
-	b.ReportMetric(float64(peerBytes)/(1<<20), "netobserv-MiB")
-	b.ReportMetric(float64(ourBytes)/(1<<20), "nbs-MiB")
-	b.ReportMetric(float64(fixed)/(1<<20), "nbs-fixed-MiB")
-	b.ReportMetric(float64(perSocket), "nbs-B/socket")
-	b.Logf("at %d flows: netobserv-shaped map %d B (%d CPUs); ours %d B fixed + %d B per socket = %d B",
-		flows, peerBytes, runtime.NumCPU(), fixed, perSocket, ourBytes)
+	return kmalloc(size("bpf_local_storage_elem")+probe.SockStateBytes) + kmalloc(size("bpf_local_storage"))
 }
 
 // memlock is what the kernel charges for a map (/proc/self/fdinfo).

@@ -114,6 +114,17 @@ type Probe struct {
 	gen  uint32
 	// iterWhy says why live connections are not read, "" when they are.
 	iterWhy string
+
+	// Reused by each interval's drain, so an interval allocates its edges
+	// only: the keys read (to delete), the edges by key, the overflow
+	// records; bounded by the tables' sizes. lastEdges sizes the next
+	// interval's edges.
+	keys      []flowsNbsFedgeKey
+	dkeys     []flowsNbsFdetailKey
+	idx       map[flowsNbsFedgeKey]int
+	over      []flowsNbsFover
+	zero      []flowsNbsFover
+	lastEdges int
 }
 
 // Load loads the programs and the iterator of live connections; Attach
@@ -261,8 +272,12 @@ func quiesce() {
 }
 
 func (p *Probe) drain(gen uint32, out *Interval) error {
-	idx := map[flowsNbsFedgeKey]int{}
-	var keys []flowsNbsFedgeKey
+	if p.idx == nil {
+		p.idx = map[flowsNbsFedgeKey]int{}
+	}
+	clear(p.idx)
+	idx, keys := p.idx, p.keys[:0]
+	out.Edges = make([]Edge, 0, p.lastEdges)
 	var k flowsNbsFedgeKey
 	var v flowsNbsFedgeVal
 	it := p.objs.FlowEdges.Iterate()
@@ -277,9 +292,10 @@ func (p *Probe) drain(gen uint32, out *Interval) error {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("iterate edges: %w", err)
 	}
+	p.lastEdges = len(out.Edges)
 	var dk flowsNbsFdetailKey
 	var dv uint64
-	var dkeys []flowsNbsFdetailKey
+	dkeys := p.dkeys[:0]
 	dit := p.objs.FlowDetails.Iterate()
 	for dit.Next(&dk, &dv) {
 		if dk.Edge.Gen != gen {
@@ -305,7 +321,11 @@ func (p *Probe) drain(gen uint32, out *Interval) error {
 	if err := deleteAll(p.objs.FlowEdges, keys); err != nil {
 		return fmt.Errorf("delete edges: %w", err)
 	}
-	var per []flowsNbsFover
+	p.keys, p.dkeys = Reusable(keys), Reusable(dkeys)
+	if p.keys == nil {
+		p.idx = nil // grown by a burst: a map never shrinks
+	}
+	per := p.over
 	if err := p.objs.FlowOver.Lookup(gen, &per); err != nil {
 		return fmt.Errorf("read overflow: %w", err)
 	}
@@ -326,11 +346,30 @@ func (p *Probe) drain(gen uint32, out *Interval) error {
 			addDetail(&out.Overflow, kindRTT, uint32(b), n)
 		}
 	}
-	zero := make([]flowsNbsFover, len(per))
-	if err := p.objs.FlowOver.Put(gen, zero); err != nil {
+	p.over = per
+	if len(p.zero) != len(per) {
+		p.zero = make([]flowsNbsFover, len(per))
+	}
+	if err := p.objs.FlowOver.Put(gen, p.zero); err != nil {
 		return fmt.Errorf("clear overflow: %w", err)
 	}
 	return nil
+}
+
+// Keep says whether storage for c items, n of them used this interval, is
+// kept for the next: not once it is four times what an interval needs
+// (and more than a few), so a burst of edges does not hold its memory for
+// good.
+func Keep(n, c int) bool { return c <= 1024 || n >= c/4 }
+
+// Reusable is s emptied for the next interval, or nil when Keep says its
+// storage goes.
+func Reusable[T any](s []T) []T {
+	clear(s)
+	if !Keep(len(s), cap(s)) {
+		return nil
+	}
+	return s[:0]
 }
 
 func deleteAll[K any](m *ebpf.Map, keys []K) error {

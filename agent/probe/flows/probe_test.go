@@ -454,6 +454,38 @@ func TestFullTableOverflowsWithoutLoss(t *testing.T) {
 	}
 }
 
+// With the edge table full, a reset's edge finds no room: the reset goes
+// to the overflow record by its reason (sent) and state (received), with
+// the edge counted lost, none dropped.
+func TestFullTableKeepsResetsInOverflow(t *testing.T) {
+	lab := netlab.New(t)
+	p := load(t, Options{MaxEdges: 1})
+	nm := names(t)
+	noSocket, synSent := code(t, nm.ReasonCode, "no_socket"), code(t, nm.StateCode, "syn_sent")
+	if _, err := p.Collect(); err != nil {
+		t.Fatal(err)
+	}
+	// A connection's edge takes the one entry (if nothing else did) until
+	// the next Collect: every reset after it overflows.
+	srv, wait := serve(t, lab, lab.B, netip.AddrPortFrom(lab.IPB, 0), 10, 10)
+	if err := exchange(lab, lab.A, srv, 10, 10); err != nil {
+		t.Fatal(err)
+	}
+	wait(1)
+	const refused = 5
+	lab.ResetNoSocket(t, refused)
+	iv, err := p.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Other tests' resets may overflow too: at least ours.
+	o := iv.Overflow
+	if o.ResetsSent[noSocket] < refused || o.ResetsReceived[synSent] < refused || o.Failed < refused || iv.EdgesLost < 3*refused {
+		t.Errorf("overflow: %d no_socket resets sent, %d received in syn_sent, %d failed, %d edges lost; want ≥ %d, %d, %d, %d (edges %+v)",
+			o.ResetsSent[noSocket], o.ResetsReceived[synSent], o.Failed, iv.EdgesLost, refused, refused, refused, 3*refused, iv.Edges)
+	}
+}
+
 // Packets of a connection dropped by a netfilter rule count on the
 // receiving server's edge, by reason, as many as the rule's counter.
 func TestDropsOnTheEdgeEqualTheRulesCounter(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -94,6 +95,14 @@ type Source struct {
 	heldAddrs   []*nbsv1.AddressHolder
 	heldAddrIdx map[[2]string]bool
 	due         time.Time
+	// release makes the next collection carry everything held (Release).
+	release atomic.Bool
+
+	// Reused by each report's edges: the edges by owner (the kernel's
+	// table bounds them) and their ranking (s.top at most).
+	byID    map[edgeID]int
+	aggs    []agg
+	topHeap []rankedEdge
 
 	mu     sync.Mutex
 	folded uint64 // edges folded into "other", since the start
@@ -193,13 +202,17 @@ func (s *Source) Close() error {
 	return s.probe.Close()
 }
 
+// Release makes the next Collect carry the edges and addresses held since
+// the last report with them (a stopping agent's last report), due or not.
+func (s *Source) Release() { s.release.Store(true) }
+
 func (s *Source) Collect(ctx context.Context) (source.Reading, error) {
 	return s.collect(ctx, time.Now())
 }
 
 func (s *Source) collect(ctx context.Context, now time.Time) (source.Reading, error) {
 	var r source.Reading
-	send := s.every <= 0 || !now.Before(s.due)
+	send := s.every <= 0 || !now.Before(s.due) || s.release.Swap(false)
 	var held []*nbsv1.AddressHolder
 	if s.holders != nil {
 		// Every interval: it also finds the namespaces whose connection
@@ -235,13 +248,26 @@ func (s *Source) collect(ctx context.Context, now time.Time) (source.Reading, er
 	if s.probe == nil {
 		return r, nil
 	}
+	r.Flows = s.takeHeld()
+	return r, nil
+}
+
+// takeHeld turns the edges held since the last report into its edges.
+func (s *Source) takeHeld() []*nbsv1.FlowEdge {
 	edges, folded := s.edges(s.pending, s.pendingXlat)
-	s.pending, s.pendingXlat, s.pendingIdx = probe.Interval{}, nil, nil
+	// What waited is in edges now; its storage waits for the next
+	// intervals (the kernel's table bounds it), without their counts.
+	n := len(s.pending.Edges)
+	s.pending = probe.Interval{Edges: probe.Reusable(s.pending.Edges)}
+	clear(s.pendingXlat)
+	clear(s.pendingIdx)
+	if s.pending.Edges == nil && n > 0 {
+		s.pendingXlat, s.pendingIdx = nil, nil // grown by a burst
+	}
 	s.mu.Lock()
 	s.folded += uint64(folded)
 	s.mu.Unlock()
-	r.Flows = edges
-	return r, nil
+	return edges
 }
 
 // holdAddresses adds the holders of an interval to those waiting for a
@@ -322,7 +348,18 @@ func (s *Source) edges(iv probe.Interval, xlat map[int]netip.AddrPort) ([]*nbsv1
 		inodes = append(inodes, e.Netns)
 	}
 	owners := s.resolver.Lookup(slices.Compact(slices.Sorted(slices.Values(inodes)))...)
-	byID := make(map[edgeID]*agg, len(iv.Edges))
+	if s.byID == nil {
+		s.byID = map[edgeID]int{}
+	}
+	byID, aggs := s.byID, s.aggs[:0]
+	defer func() {
+		// Kept for the next interval without the counts' maps, unless
+		// a burst made them far larger than it needs.
+		clear(byID)
+		if s.aggs = probe.Reusable(aggs); s.aggs == nil {
+			s.byID = nil
+		}
+	}()
 	for i, e := range iv.Edges {
 		ow := owners[e.Netns]
 		id := edgeID{owner: ow.ID(), role: e.Role, local: e.Local, localPort: e.LocalPort, peer: e.Peer, peerPort: e.PeerPort,
@@ -330,43 +367,49 @@ func (s *Source) edges(iv probe.Interval, xlat map[int]netip.AddrPort) ([]*nbsv1
 		if e.Role == probe.Client {
 			id.localPort = 0 // a per-connection edge joins its backend's
 		}
-		a := byID[id]
-		if a == nil {
+		j, ok := byID[id]
+		if !ok {
 			// The first edge's counts are taken over, maps and all: iv is
 			// not used after this.
-			byID[id] = &agg{owner: ow, Counts: e.Counts}
+			byID[id] = len(aggs)
+			aggs = append(aggs, agg{owner: ow, Counts: e.Counts})
 			continue
 		}
-		addCounts(&a.Counts, e.Counts)
+		addCounts(&aggs[j].Counts, e.Counts)
 	}
-	// Ranked once: the sort compares precomputed figures, the edges'
-	// addresses only on ties, so the order is the same every time.
-	type rankedEdge struct {
-		id                    edgeID
-		trouble, busy, volume uint64
-	}
-	ranked := make([]rankedEdge, 0, len(byID))
-	for id, a := range byID {
-		ranked = append(ranked, rankedEdge{id: id, trouble: trouble(a.Counts), busy: a.Opened + a.Closed + a.Failed,
-			volume: a.BytesSent + a.BytesReceived})
-	}
-	slices.SortFunc(ranked, func(a, b rankedEdge) int {
-		if c := cmp.Or(cmp.Compare(b.trouble, a.trouble), cmp.Compare(b.busy, a.busy), cmp.Compare(b.volume, a.volume)); c != 0 {
-			return c
+	// The top K kept in a heap of K, its least one on top, so what the
+	// ranking holds is K edges, not all of them; the rest goes to "other"
+	// as it is pushed out. Figures are computed once per edge; addresses
+	// compared only on ties, so the order is the same every time.
+	top := s.topHeap[:0]
+	var other probe.Counts
+	addCounts(&other, iv.Overflow)
+	folded := 0
+	for id, j := range byID {
+		a := &aggs[j]
+		r := rankedEdge{id: id, trouble: trouble(a.Counts), busy: a.Opened + a.Closed + a.Failed,
+			volume: a.BytesSent + a.BytesReceived}
+		if len(top) < s.top {
+			top = append(top, r)
+			siftUp(top, len(top)-1)
+			continue
 		}
-		x, y := a.id, b.id
-		return cmp.Or(cmp.Compare(x.owner, y.owner), cmp.Compare(x.role, y.role), x.local.Compare(y.local),
-			cmp.Compare(x.localPort, y.localPort), x.peer.Compare(y.peer), cmp.Compare(x.peerPort, y.peerPort),
-			x.translated.Compare(y.translated))
-	})
-	ids := make([]edgeID, len(ranked))
-	for i, r := range ranked {
-		ids[i] = r.id
+		if rankBefore(top[0], r) {
+			// r ranks below all K kept.
+			addCounts(&other, a.Counts)
+			folded++
+			continue
+		}
+		addCounts(&other, aggs[byID[top[0].id]].Counts)
+		folded++
+		top[0] = r
+		siftDown(top, 0)
 	}
-	keep := min(len(ids), s.top)
-	out := make([]*nbsv1.FlowEdge, 0, keep+1)
-	for _, id := range ids[:keep] {
-		a := byID[id]
+	slices.SortFunc(top, rankCmp)
+	out := make([]*nbsv1.FlowEdge, 0, len(top)+1)
+	for _, r := range top {
+		id := r.id
+		a := &aggs[byID[id]]
 		fe := s.counts(a.Counts)
 		fe.Local = flowOwner(a.owner)
 		fe.LocalAddress = id.local.String()
@@ -384,18 +427,63 @@ func (s *Source) edges(iv probe.Interval, xlat map[int]netip.AddrPort) ([]*nbsv1
 		}
 		out = append(out, fe)
 	}
-	var other probe.Counts
-	addCounts(&other, iv.Overflow)
-	for _, id := range ids[keep:] {
-		addCounts(&other, byID[id].Counts)
-	}
-	folded := len(ids) - keep
+	clear(top)
+	s.topHeap = top[:0]
 	if folded > 0 || !empty(other) {
 		fe := s.counts(other)
 		fe.Other, fe.EdgesFolded = true, uint32(folded)
 		out = append(out, fe)
 	}
 	return out, folded
+}
+
+// rankedEdge is an edge with the figures it ranks by.
+type rankedEdge struct {
+	id                    edgeID
+	trouble, busy, volume uint64
+}
+
+// rankCmp orders the worst first (failures, resets, drops, retransmits),
+// then the busiest (connections, then bytes), then by the edge itself.
+func rankCmp(a, b rankedEdge) int {
+	if c := cmp.Or(cmp.Compare(b.trouble, a.trouble), cmp.Compare(b.busy, a.busy), cmp.Compare(b.volume, a.volume)); c != 0 {
+		return c
+	}
+	x, y := a.id, b.id
+	return cmp.Or(cmp.Compare(x.owner, y.owner), cmp.Compare(x.role, y.role), x.local.Compare(y.local),
+		cmp.Compare(x.localPort, y.localPort), x.peer.Compare(y.peer), cmp.Compare(x.peerPort, y.peerPort),
+		x.translated.Compare(y.translated))
+}
+
+func rankBefore(a, b rankedEdge) bool { return rankCmp(a, b) < 0 }
+
+// siftUp and siftDown keep h a heap with the lowest-ranked edge at h[0].
+func siftUp(h []rankedEdge, i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !rankBefore(h[parent], h[i]) {
+			return
+		}
+		h[parent], h[i] = h[i], h[parent]
+		i = parent
+	}
+}
+
+func siftDown(h []rankedEdge, i int) {
+	for {
+		low, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && rankBefore(h[low], h[l]) {
+			low = l
+		}
+		if r < len(h) && rankBefore(h[low], h[r]) {
+			low = r
+		}
+		if low == i {
+			return
+		}
+		h[i], h[low] = h[low], h[i]
+		i = low
+	}
 }
 
 // trouble is how bad an edge's interval was, for the top-K's order.

@@ -8,13 +8,14 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
+
+	"github.com/nbs-project/nbs/bench/peerload"
 )
 
 // Peer is the NetObserv-shaped program, loaded and attached.
 type Peer struct {
 	objs peerObjects
-	link link.Link
+	peerload.Links
 }
 
 // Load loads the peer and attaches it to tracepoint net_dev_queue, where
@@ -24,11 +25,9 @@ func Load() (*Peer, error) {
 	if err := loadPeerObjects(&p.objs, nil); err != nil {
 		return nil, fmt.Errorf("load the peer: %w", err)
 	}
-	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "net_dev_queue", Program: p.objs.PeerDnsTrace})
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("attach the peer: %w", err), p.objs.Close())
+	if err := p.RawTracepoint("net_dev_queue", p.objs.PeerDnsTrace); err != nil {
+		return nil, errors.Join(err, p.objs.Close())
 	}
-	p.link = l
 	return p, nil
 }
 
@@ -39,18 +38,10 @@ func (p *Peer) Programs() map[string]*ebpf.Program {
 
 // Matched returns how many responses the peer matched to their queries.
 func (p *Peer) Matched() (uint64, error) {
-	var per []peerPeerDnsResult
-	if err := p.objs.PeerDnsResults.Lookup(uint32(0), &per); err != nil {
-		return 0, fmt.Errorf("read the peer's results: %w", err)
-	}
-	var n uint64
-	for _, r := range per {
-		n += r.Matched
-	}
-	return n, nil
+	return peerload.SumPerCPU(p.objs.PeerDnsResults, 0, func(r peerPeerDnsResult) uint64 { return r.Matched })
 }
 
 // Close detaches and frees the peer.
 func (p *Peer) Close() error {
-	return errors.Join(p.link.Close(), p.objs.Close())
+	return errors.Join(p.Detach(), p.objs.Close())
 }

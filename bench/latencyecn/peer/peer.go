@@ -8,14 +8,15 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/nbs-project/nbs/bench/peerload"
 )
 
 // Peer is the ipecn-shaped program, loaded.
 type Peer struct {
-	objs   peerObjects
-	link   link.Link
+	objs peerObjects
+	peerload.Links
 	reader *ringbuf.Reader
 	done   chan struct{}
 }
@@ -49,36 +50,11 @@ func (p *Peer) Programs() map[string]*ebpf.Program {
 }
 
 // Attach attaches the program.
-func (p *Peer) Attach() error {
-	l, err := link.AttachTracing(link.TracingOptions{Program: p.objs.PeerIpecn, AttachType: ebpf.AttachTraceRawTp})
-	if err != nil {
-		return fmt.Errorf("attach the peer: %w", err)
-	}
-	p.link = l
-	return nil
-}
-
-// Detach detaches the program.
-func (p *Peer) Detach() error {
-	if p.link == nil {
-		return nil
-	}
-	err := p.link.Close()
-	p.link = nil
-	return err
-}
+func (p *Peer) Attach() error { return p.Tracing(p.objs.PeerIpecn) }
 
 // CE returns how many CE packets the peer counted.
 func (p *Peer) CE() (uint64, error) {
-	var per []uint64
-	if err := p.objs.PeerCe.Lookup(uint32(0), &per); err != nil {
-		return 0, fmt.Errorf("read the peer's count: %w", err)
-	}
-	var n uint64
-	for _, v := range per {
-		n += v
-	}
-	return n, nil
+	return peerload.SumPerCPU(p.objs.PeerCe, 0, func(n uint64) uint64 { return n })
 }
 
 // Close detaches and frees the peer.

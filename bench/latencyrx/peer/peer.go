@@ -1,13 +1,15 @@
 package peer
 
 import (
-	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/nbs-project/nbs/bench/peerload"
 )
 
 // Shape is which netstacklat a Peer is.
@@ -28,7 +30,7 @@ func (s Shape) String() string { return [...]string{"netstacklat-2024", "netstac
 type Peer struct {
 	coll  *ebpf.Collection
 	progs map[string]*ebpf.Program
-	links []link.Link
+	peerload.Links
 }
 
 // Load loads the programs of shape without attaching them.
@@ -63,26 +65,7 @@ func Load(shape Shape) (*Peer, error) {
 
 // Attach attaches the programs (after whatever is attached at their
 // hooks: programs at a tracepoint run in the order they were attached).
-func (p *Peer) Attach() error {
-	for _, prog := range p.progs {
-		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
-		if err != nil {
-			return errors.Join(fmt.Errorf("attach the peer: %w", err), p.Detach())
-		}
-		p.links = append(p.links, l)
-	}
-	return nil
-}
-
-// Detach detaches the programs.
-func (p *Peer) Detach() error {
-	var errs []error
-	for _, l := range p.links {
-		errs = append(errs, l.Close())
-	}
-	p.links = nil
-	return errors.Join(errs...)
-}
+func (p *Peer) Attach() error { return p.Tracing(slices.Collect(maps.Values(p.progs))...) }
 
 // Programs returns the programs by attach point.
 func (p *Peer) Programs() map[string]*ebpf.Program { return p.progs }

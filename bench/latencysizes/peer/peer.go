@@ -7,14 +7,18 @@ import (
 	"errors"
 	"fmt"
 
+	"maps"
+	"slices"
+
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
+
+	"github.com/nbs-project/nbs/bench/peerload"
 )
 
 // Peer is the netsize-shaped programs, loaded.
 type Peer struct {
-	objs  peerObjects
-	links []link.Link
+	objs peerObjects
+	peerload.Links
 }
 
 // Load loads the peer without attaching it.
@@ -36,26 +40,7 @@ func (p *Peer) Programs() map[string]*ebpf.Program {
 }
 
 // Attach attaches the programs.
-func (p *Peer) Attach() error {
-	for _, prog := range p.Programs() {
-		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
-		if err != nil {
-			return errors.Join(fmt.Errorf("attach the peer: %w", err), p.Detach())
-		}
-		p.links = append(p.links, l)
-	}
-	return nil
-}
-
-// Detach detaches the programs.
-func (p *Peer) Detach() error {
-	var errs []error
-	for _, l := range p.links {
-		errs = append(errs, l.Close())
-	}
-	p.links = nil
-	return errors.Join(errs...)
-}
+func (p *Peer) Attach() error { return p.Tracing(slices.Collect(maps.Values(p.Programs()))...) }
 
 // Close detaches and frees the peer.
 func (p *Peer) Close() error {
