@@ -134,6 +134,7 @@ type Graph struct {
 	Other  Other
 	window time.Duration
 	owned  map[nodeOwner]*Owner // owner's answers while building
+	keyed  map[string]*Owner    // the same by key: one pointer an owner
 }
 
 type nodeOwner struct {
@@ -142,36 +143,71 @@ type nodeOwner struct {
 }
 
 // holderIndex finds who held an address when, within a tenant.
-type holderIndex map[tenantAddr][]store.FlowHolder
+type holderIndex map[tenantAddr]*holderList
 
 type tenantAddr struct{ tenant, address string }
+
+// holderList is the spans of one address in one tenant, and the map's
+// owner of each once Build has asked (a holder is a peer of many rows:
+// looking its owner up again per row was a tenth of a map's build).
+type holderList struct {
+	hs       []store.FlowHolder
+	owners   []*Owner
+	resolved []bool
+}
 
 func newHolderIndex(hs []store.FlowHolder) holderIndex {
 	idx := holderIndex{}
 	for _, h := range hs {
 		k := tenantAddr{h.Tenant, h.Address}
-		idx[k] = append(idx[k], h)
+		l := idx[k]
+		if l == nil {
+			l = &holderList{}
+			idx[k] = l
+		}
+		l.hs = append(l.hs, h)
+		l.owners, l.resolved = append(l.owners, nil), append(l.resolved, false)
 	}
 	return idx
+}
+
+// spans is the spans of address in tenant.
+func (idx holderIndex) spans(tenant, address string) []store.FlowHolder {
+	if l := idx[tenantAddr{tenant, address}]; l != nil {
+		return l.hs
+	}
+	return nil
 }
 
 // best is the holder of address in tenant whose span overlaps [from, to)
 // the longest (ties: the newest span, then the first indexed), found
 // without sorting: a map's first read asks it for every row.
 func (idx holderIndex) best(tenant, address string, from, to time.Time) (store.FlowHolder, bool) {
-	var out store.FlowHolder
+	l, i := idx.bestIn(tenant, address, from, to)
+	if i < 0 {
+		return store.FlowHolder{}, false
+	}
+	return l.hs[i], true
+}
+
+// bestIn is best as its list and index (-1: none).
+func (idx holderIndex) bestIn(tenant, address string, from, to time.Time) (*holderList, int) {
+	l := idx[tenantAddr{tenant, address}]
+	if l == nil {
+		return nil, -1
+	}
+	found := -1
 	var bestOverlap time.Duration
-	found := false
-	for _, h := range idx[tenantAddr{tenant, address}] {
+	for i, h := range l.hs {
 		if !h.First.Before(to) || !h.Last.After(from) {
 			continue
 		}
 		o := minTime(h.Last, to).Sub(maxTime(h.First, from))
-		if !found || o > bestOverlap || (o == bestOverlap && h.First.After(out.First)) {
-			out, bestOverlap, found = h, o, true
+		if found < 0 || o > bestOverlap || (o == bestOverlap && h.First.After(l.hs[found].First)) {
+			found, bestOverlap = i, o
 		}
 	}
-	return out, found
+	return l, found
 }
 
 // ambiguous says whether more than one owner held address in tenant
@@ -179,12 +215,13 @@ func (idx holderIndex) best(tenant, address string, from, to time.Time) (store.F
 // reference it is tested against).
 func (idx holderIndex) ambiguous(tenant, address string, from, to time.Time) bool {
 	var first *store.FlowHolder
-	for i, h := range idx[tenantAddr{tenant, address}] {
+	hs := idx.spans(tenant, address)
+	for i, h := range hs {
 		if !h.First.Before(to) || !h.Last.After(from) {
 			continue
 		}
 		if first == nil {
-			first = &idx[tenantAddr{tenant, address}][i]
+			first = &hs[i]
 			continue
 		}
 		if h.NodeID != first.NodeID || h.Owner.ID != first.Owner.ID {
@@ -235,6 +272,9 @@ func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder) []string {
 
 // loopback says addr is a loopback address (127.0.0.0/8, ::1).
 func loopback(addr string) bool {
+	if !strings.HasPrefix(addr, "127.") && !strings.Contains(addr, ":") {
+		return false // IPv4, not 127.0.0.0/8: no parse for most rows
+	}
 	a, err := netip.ParseAddr(addr)
 	return err == nil && a.Unmap().IsLoopback()
 }
@@ -252,7 +292,7 @@ func peerOf(e store.FlowEdge) (string, uint16) {
 
 // Build builds the map of in.
 func Build(in Input) *Graph {
-	g := &Graph{Owners: map[string]Owner{}, window: in.To.Sub(in.From), owned: map[nodeOwner]*Owner{}}
+	g := &Graph{Owners: map[string]Owner{}, window: in.To.Sub(in.From), owned: map[nodeOwner]*Owner{}, keyed: map[string]*Owner{}}
 	idx := newHolderIndex(in.Holders)
 	// The addresses each tenant's owners held at any time of the window:
 	// an address no holder explains is outside.
@@ -296,10 +336,16 @@ func Build(in Input) *Graph {
 			// its peer is the local owner itself, on this node, whatever
 			// other nodes and namespaces hold the same address.
 			peer.owner, peer.held = local.owner, true
-		} else if h, ok := idx.best(r.Tenant, peerAddr, r.First, r.End); ok {
-			if hn, ok := in.Nodes[h.NodeID]; ok && !hide(h.Owner) {
-				peer.owner = g.owner(hn, h.Owner)
+		} else if l, i := idx.bestIn(r.Tenant, peerAddr, r.First, r.End); i >= 0 {
+			if !l.resolved[i] {
+				if h := l.hs[i]; !hide(h.Owner) {
+					if hn, ok := in.Nodes[h.NodeID]; ok {
+						l.owners[i] = g.owner(hn, h.Owner)
+					}
+				}
+				l.resolved[i] = true
 			}
+			peer.owner = l.owners[i]
 			peer.held = true
 		} else {
 			peer.held = held[tenantAddr{r.Tenant, peerAddr}]
@@ -347,7 +393,7 @@ func Build(in Input) *Graph {
 		}
 	}
 	g.Other.NodesCapped = len(capped)
-	g.owned = nil
+	g.owned, g.keyed = nil, nil
 	for _, e := range g.Edges {
 		e.finish(g.window)
 	}
@@ -361,18 +407,19 @@ type edgeID struct {
 	tenant         string
 }
 
-// endRef is an end's id() without building the string: an owner's key or
-// an address.
+// endRef is an end's id() without building the string: its owner (one
+// pointer an owner key, Graph.owner) or its address. A pointer hashes in
+// a fraction of a key's time: the lookup is per row.
 type endRef struct {
-	owner bool
-	s     string
+	owner *Owner
+	addr  string
 }
 
 func (e end) ref() endRef {
 	if e.owner != nil {
-		return endRef{true, e.owner.Key}
+		return endRef{owner: e.owner}
 	}
-	return endRef{false, e.address}
+	return endRef{addr: e.address}
 }
 
 // end is an edge's end while the map is built.
@@ -425,14 +472,15 @@ func (g *Graph) owner(n store.FlowNode, o store.FlowOwner) *Owner {
 		return have
 	}
 	key := n.Name + "|" + o.ID
-	if have, ok := g.Owners[key]; ok {
-		g.owned[nk] = &have
-		return &have
+	if have := g.keyed[key]; have != nil {
+		g.owned[nk] = have
+		return have
 	}
-	ow := Owner{Key: key, Node: n.Name, ID: o.ID, Kind: o.Kind, Name: o.Name, Workload: o.Workload, Namespace: namespaceOf(o), nodeID: n.ID}
-	g.Owners[key] = ow
-	g.owned[nk] = &ow
-	return &ow
+	ow := &Owner{Key: key, Node: n.Name, ID: o.ID, Kind: o.Kind, Name: o.Name, Workload: o.Workload, Namespace: namespaceOf(o), nodeID: n.ID}
+	g.Owners[key] = *ow
+	g.keyed[key] = ow
+	g.owned[nk] = ow
+	return ow
 }
 
 // namespaceOf is a pod's or its container's Kubernetes namespace: agents

@@ -18,7 +18,7 @@ import (
 // first (ties: the newest span), sorted.
 func (idx holderIndex) at(tenant, address string, from, to time.Time) []store.FlowHolder {
 	var out []store.FlowHolder
-	for _, h := range idx[tenantAddr{tenant, address}] {
+	for _, h := range idx.spans(tenant, address) {
 		if h.First.Before(to) && h.Last.After(from) {
 			out = append(out, h)
 		}

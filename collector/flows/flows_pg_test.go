@@ -556,12 +556,64 @@ func TestBadParameters(t *testing.T) {
 		{url.Values{"cursor": {"nope"}}, "cursor"},
 		{url.Values{"label": {"novalue"}}, "label"},
 		{url.Values{"owner": {strings.Repeat("x", 257)}}, "owner"},
+		{url.Values{"vertex": {strings.Repeat("x", 513)}}, "vertex"},
 		{url.Values{"namespace": {strings.Repeat("x", 254)}}, "namespace"},
 		{url.Values{"format": {"xml"}}, "format"},
 	} {
 		code, body := l.get(staff, "/flows", c.q)
 		if code != http.StatusBadRequest || !strings.Contains(string(body), c.name) {
 			t.Errorf("%s: %d %s, want 400 naming %s", c.q.Encode(), code, body, c.name)
+		}
+	}
+}
+
+// vertex= keeps the edges of one vertex of the map exactly (the page's
+// click on an owner): cart-1's, not cart-10's, whose name owner=cart-1
+// also matches; and an address no owner explains is a vertex too.
+func TestVertexFilter(t *testing.T) {
+	l := newLab(t)
+	l.node("n1", "acme")
+	l.node("n2", "acme")
+	cart1, cart10, db := pod("shop", "cart-1", "cart"), pod("shop", "cart-10", "cart"), pod("shop", "db-0", "db")
+	l.report("n1", 0, []store.FlowEdge{
+		clientEdge(cart1, "10.0.0.1", "10.0.0.3", 5432, 1),
+		clientEdge(cart1, "10.0.0.1", "203.0.113.9", 443, 2),
+		clientEdge(cart10, "10.0.0.10", "10.0.0.3", 5432, 3),
+		clientEdge(cart10, "10.0.0.10", "203.0.113.7", 443, 4),
+	}, []store.AddressHolder{holds("10.0.0.1", cart1), holds("10.0.0.10", cart10)})
+	l.report("n2", 0, []store.FlowEdge{serverEdge(db, "10.0.0.3", 5432, "10.0.0.1", 1)}, []store.AddressHolder{holds("10.0.0.3", db)})
+
+	for _, c := range []struct {
+		q    url.Values
+		want []string
+	}{
+		{url.Values{"vertex": {"n1|pod:shop.cart-1"}}, []string{
+			"shop/cart-1 -> 203.0.113.9:443 opened=2 seen=client",
+			"shop/cart-1 -> shop/db-0 opened=1 seen=client+server",
+		}},
+		// The server's end, whoever the client.
+		{url.Values{"vertex": {"n2|pod:shop.db-0"}}, []string{
+			"shop/cart-1 -> shop/db-0 opened=1 seen=client+server",
+			"shop/cart-10 -> shop/db-0 opened=3 seen=client",
+		}},
+		{url.Values{"vertex": {"203.0.113.7"}}, []string{"shop/cart-10 -> 203.0.113.7:443 opened=4 seen=client"}},
+		// An owner's key is not its name, and not another node's owner.
+		{url.Values{"vertex": {"shop/cart-1"}}, nil},
+		{url.Values{"vertex": {"n2|pod:shop.cart-1"}}, nil},
+		// With another filter, both hold.
+		{url.Values{"vertex": {"n2|pod:shop.db-0"}, "owner": {"cart-10"}}, []string{"shop/cart-10 -> shop/db-0 opened=3 seen=client"}},
+		// What owner= (a substring) keeps for the same click: cart-10's too.
+		{url.Values{"owner": {"cart-1"}}, []string{
+			"shop/cart-1 -> 203.0.113.9:443 opened=2 seen=client",
+			"shop/cart-1 -> shop/db-0 opened=1 seen=client+server",
+			"shop/cart-10 -> 203.0.113.7:443 opened=4 seen=client",
+			"shop/cart-10 -> shop/db-0 opened=3 seen=client",
+		}},
+	} {
+		m, _ := l.flowMap(staff, c.q)
+		same(t, c.q.Encode(), edges(m), c.want)
+		if m.TotalEdges != len(c.want) {
+			t.Errorf("%s: total_edges %d, want %d", c.q.Encode(), m.TotalEdges, len(c.want))
 		}
 	}
 }

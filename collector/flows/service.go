@@ -32,9 +32,12 @@ const (
 	MaxWindow     = 400 * 24 * time.Hour
 	maxLabels     = 16
 	maxParamLen   = 256
-	maxNamespace  = 253
-	maxCursor     = 512
-	maxKey        = 1024
+	// maxVertex bounds vertex=: an owner key is a node name (≤ 253) and an
+	// owner id (≤ 255) joined by "|".
+	maxVertex    = 512
+	maxNamespace = 253
+	maxCursor    = 512
+	maxKey       = 1024
 	// A window of up to minuteWindow is rounded to minutes, up to
 	// hourWindow to hours, a longer one to days. Coarser than the tree's
 	// time travel (collector/api/treeat.go), which reads one node: a map
@@ -193,6 +196,11 @@ type Filter struct {
 	// Owner: an end's owner name, workload or id, or its address,
 	// contains it, ignoring case.
 	Owner string
+	// Vertex: an end is this vertex of the map, exactly: an owner's key
+	// (node|id), or the address of an end no owner explains. The page
+	// filters by a vertex clicked; Owner's substring would also keep
+	// cart-10's edges for cart-1.
+	Vertex string
 }
 
 // Query is a parsed GET /flows.
@@ -239,6 +247,9 @@ func parseQuery(r *http.Request, now time.Time, staff bool) (Query, error) {
 	}
 	if out.Owner = q.Get("owner"); len(out.Owner) > maxParamLen {
 		return out, invalid("owner: at most %d bytes", maxParamLen)
+	}
+	if out.Vertex = q.Get("vertex"); len(out.Vertex) > maxVertex {
+		return out, invalid("vertex: at most %d bytes", maxVertex)
 	}
 	switch out.Sort = q.Get("sort"); out.Sort {
 	case "":
@@ -525,6 +536,19 @@ func keep(e *Edge, f Filter, g *Graph, nodes map[int32]store.FlowNode) bool {
 		for _, end := range ends {
 			if end.Owner != nil && g.Owners[*end.Owner].Namespace == f.Namespace {
 				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if f.Vertex != "" {
+		ok := false
+		for _, end := range ends {
+			if end.Owner != nil {
+				ok = ok || *end.Owner == f.Vertex
+			} else {
+				ok = ok || end.Address == f.Vertex
 			}
 		}
 		if !ok {

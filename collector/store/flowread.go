@@ -202,13 +202,23 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 	}
 	defer rows.Close()
 	var out []FlowEdgeRow
-	at := map[FlowRowKey]int{}
+	// A row's edge by the numbers of its interned strings: the same as
+	// its FlowRowKey within this read, hashed without its strings.
+	type rowKey struct {
+		node                int32
+		role                FlowRole
+		lport, pport, xport uint16
+		owner, laddr, paddr uint32
+		xaddr               uint32
+	}
+	at := map[rowKey]int{}
 	raw := newRawRow(rows)
 	for raw.next() {
 		var r FlowEdgeRow
+		owner, laddr, paddr, xaddr := raw.istr(3), raw.istr(4), raw.istr(6), raw.istr(8)
 		r.NodeID, r.Tenant, r.Role = int32(raw.int(0)), raw.str(1), FlowRole(raw.int(2))
-		r.Local.ID, r.LocalAddr, r.LocalPort = raw.str(3), raw.str(4), uint16(raw.int(5))
-		r.PeerAddr, r.PeerPort, r.XlatAddr, r.XlatPort = raw.str(6), uint16(raw.int(7)), raw.str(8), uint16(raw.int(9))
+		r.Local.ID, r.LocalAddr, r.LocalPort = owner.s, laddr.s, uint16(raw.int(5))
+		r.PeerAddr, r.PeerPort, r.XlatAddr, r.XlatPort = paddr.s, uint16(raw.int(7)), xaddr.s, uint16(raw.int(9))
 		r.First = raw.time(10)
 		r.End = r.First.Add(time.Duration(raw.int(11)) * time.Second)
 		r.Local.Kind, r.Local.Name, r.Local.Workload = raw.str(12), raw.str(13), raw.str(14)
@@ -234,7 +244,7 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 			out = append(out, r)
 			continue
 		}
-		k := r.Key()
+		k := rowKey{r.NodeID, r.Role, r.LocalPort, r.PeerPort, r.XlatPort, owner.id, laddr.id, paddr.id, xaddr.id}
 		i, ok := at[k]
 		if !ok {
 			at[k] = len(out)

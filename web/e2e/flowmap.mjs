@@ -8,7 +8,9 @@
 //    the edge: resets by reason at both ends, links into both ends' trees
 //    (a link is followed to the node page, the metric open); the table view
 //    of the same edges sorts by a column (aria-sort); a reload keeps the
-//    view; the outside peer NBS_FLOW_OUTSIDE reads as its address; at 1400
+//    view; clicking the server's owner shows only its edges (vertex= in
+//    the URL), Back all of them, and Tab to the owners and Enter the same;
+//    the outside peer NBS_FLOW_OUTSIDE reads as its address; at 1400
 //    and 390 px (a list there, no graph), no horizontal overflow, axe clean.
 // 2. A customer (NBS_CUSTOMER_TOKEN; with the stand-in, the x-mock-role
 //    header): no tenant filter; nothing of NBS_FLOW_HIDDEN (another
@@ -138,6 +140,40 @@ try {
     (await page.locator('.fv text').allTextContents()).some((t) => t.startsWith(want.outside)),
     `no vertex reads ${want.outside}: ${(await page.locator('.fv.fv-outside text').allTextContents()).slice(0, 5).join(', ')}`,
   );
+
+  step("a click on an owner shows only its edges (in the URL); Back shows all again; by keyboard too");
+  const serverName = want.server.replace(/:\d+$/, '');
+  const allEdges = await page.locator('path.fe[data-key]').count();
+  const vkeys = await page
+    .locator('g.fv[role="button"]')
+    .evaluateAll((gs, name) => gs.filter((g) => g.querySelector('text')?.textContent === name).map((g) => g.getAttribute('data-vertex')), serverName);
+  check(vkeys.length === 1, `${vkeys.length} vertices named ${serverName}`);
+  const vkey = vkeys[0];
+  const vertex = page.locator(`g.fv[data-vertex="${vkey}"]`);
+  await vertex.locator('text').click();
+  await page.waitForURL((u) => u.searchParams.get('vertex') === vkey);
+  await page.locator('.flow-toolbar .vertex-filter').waitFor();
+  await page.locator('g.fv.fv-sel').waitFor();
+  // Every edge drawn now has that vertex at one end, and there are fewer of them.
+  const drawnEdges = await page.locator('path.fe[data-key]').evaluateAll((ps) => ps.map((p) => p.getAttribute('aria-label') ?? ''));
+  check(drawnEdges.length > 0 && drawnEdges.length < allEdges, `${drawnEdges.length} edges drawn for ${serverName}, ${allEdges} before`);
+  for (const e of drawnEdges) check(e.includes(`${serverName}:`) || e.startsWith(`${serverName} →`), `an edge without ${serverName} is drawn: ${e}`);
+  check((await page.locator('.flow-toolbar .vertex-filter').innerText()).includes(serverName), 'the filter chip does not name the owner');
+  await shot('flowmap-vertex');
+  await page.goBack();
+  await page.waitForURL((u) => !u.searchParams.has('vertex'));
+  await page.waitForFunction((n) => document.querySelectorAll('path.fe[data-key]').length === n, allEdges);
+  // Keyboard: Tab from the edges to the owners, Enter filters, and Enter again (the focus kept on it) undoes it.
+  await page.locator('path.fe[tabindex="0"]').focus();
+  await page.keyboard.press('Tab');
+  const focused = await page.evaluate(() => document.activeElement?.getAttribute('data-vertex'));
+  check(!!focused, `Tab from the edges did not reach an owner (at ${await page.evaluate(() => document.activeElement?.outerHTML.slice(0, 80))})`);
+  await page.keyboard.press('Enter');
+  await page.waitForURL((u) => u.searchParams.get('vertex') === focused);
+  await page.waitForFunction((v) => document.activeElement?.getAttribute('data-vertex') === v && document.activeElement.getAttribute('aria-pressed') === 'true', focused);
+  await page.keyboard.press('Enter');
+  await page.waitForURL((u) => !u.searchParams.has('vertex'));
+  await page.waitForFunction((n) => document.querySelectorAll('path.fe[data-key]').length === n, allEdges);
 
   step('a click opens the edge: resets by reason at both ends, links into both trees');
   const at = await onStroke(critEdge());

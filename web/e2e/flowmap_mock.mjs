@@ -70,7 +70,10 @@ export function synthMap(nOwners, nEdges) {
 function page(map, q) {
   const limit = Math.min(5000, Math.max(1, Number(q.get('limit') ?? 500) || 500));
   const from = Number(q.get('cursor') ?? 0) || 0;
-  const edges = map.edges.slice(from, from + limit);
+  // vertex=, as the collector: an end is this owner's key, or this address without an owner.
+  const v = q.get('vertex');
+  const all = v ? map.edges.filter((e) => [e.client, e.server].some((x) => (x.owner ? x.owner === v : x.address === v))) : map.edges;
+  const edges = all.slice(from, from + limit);
   const keys = new Set(edges.flatMap((e) => [e.client.owner, e.server.owner]).filter(Boolean));
   const to = new Date();
   return {
@@ -80,8 +83,8 @@ function page(map, q) {
     owners: [...keys].map((k) => map.owners.get(k)),
     edges,
     other: { edges_folded: 120, opened: 900, failed: 3, retransmits: 12, resets: 4, drops: 1, bytes: 1234567, nodes_capped: 3 },
-    total_edges: map.edges.length,
-    next_cursor: from + limit < map.edges.length ? String(from + limit) : null,
+    total_edges: all.length,
+    next_cursor: from + limit < all.length ? String(from + limit) : null,
   };
 }
 

@@ -2791,6 +2791,8 @@ export interface operations {
         namespace?: string;
         /** @description Keep the edges with an end whose owner's name, workload or id, or whose address, contains this (ignoring case); at most 256 bytes. */
         owner?: string;
+        /** @description Keep the edges with an end that is exactly this vertex of the map: an owner's key (node|id, as in owners[].key and an end's owner), or the address of an end no owner explains (an end's address when its owner is null); at most 512 bytes. */
+        vertex?: string;
         /** @description worst (default: crit, then warn, then ok; within a state the most resets, failures and drops first) or traffic (most connections opened, then bytes, first: the top talkers). */
         sort?: "worst" | "traffic";
         /** @description At most this many edges, 1 to 5000. Default 500. */

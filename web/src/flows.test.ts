@@ -30,6 +30,7 @@ describe('flow URL state', () => {
     ['range=6h&at=2026-11-29T10%3A00%3A00.000Z&view=table&tsort=rtt&tdir=asc&edge=k1', ''],
     ['from=2026-11-29T09%3A00%3A00.000Z&to=2026-11-29T10%3A00%3A00.000Z&cursor=abc&limit=2000', ''],
     ['tenant=acme', ''],
+    ['vertex=n1%7Cpod%3Ashop.cart-1&owner=cart', ''],
   ])('round-trips %s', (search, _) => {
     const f = flowFiltersFrom(new URLSearchParams(search));
     const sorted = (p: URLSearchParams) => [...p].map(([k, v]) => `${k}=${v}`).sort();
@@ -55,6 +56,9 @@ describe('flow URL state', () => {
     expect(abs.get('to')).toBe('2026-11-29T10:00:00.000Z');
     expect(abs.has('window') || abs.has('at')).toBe(false);
     expect(flowsQuery(flowFiltersFrom(new URLSearchParams('range=90m')), false).get('window')).toBe('90m');
+    // A vertex clicked is asked for exactly, as its key or address.
+    expect(flowsQuery(flowFiltersFrom(new URLSearchParams('vertex=n1%7Cpod%3Ashop.cart-1')), false).get('vertex')).toBe('n1|pod:shop.cart-1');
+    expect(flowsQuery(flowFiltersFrom(new URLSearchParams('')), false).has('vertex')).toBe(false);
   });
 });
 
@@ -119,6 +123,9 @@ describe('layoutGraph', () => {
     expect(at('shop/cart-1').x).toBeLessThan(at('shop/db-0').x);
     expect(at('10.9.9.9:443 (outside)').outside).toBe(true);
     expect(at('shop/db-0').state).toBe('crit');
+    // What a click on each asks GET /flows for (vertex=): an owner's key, a peer's address.
+    expect(at('shop/cart-1').vertex).toBe(cart.key);
+    expect(at('10.9.9.9:443 (outside)').vertex).toBe('10.9.9.9');
     expect(at('shop/cart-1').state).toBe('crit');
     expect(at('web/api-1').state).toBe('warn');
     expect(l.edges.map((e) => e.state)).toEqual(['warn', 'crit', 'ok', 'ok']);

@@ -35,6 +35,8 @@ export interface FlowFilters {
   labels: string[];
   namespace: string;
   owner: string;
+  /** One vertex of the map, exactly (an owner's key, or an address no owner explains): only its edges. */
+  vertex: string;
   sort: FlowSort;
   limit: number;
   cursor: string;
@@ -58,6 +60,7 @@ export function flowFiltersFrom(p: URLSearchParams): FlowFilters {
     labels: p.getAll('label').map((l) => l.trim()).filter((l) => /^[^=]+=/.test(l)),
     namespace: p.get('namespace')?.trim() ?? '',
     owner: p.get('owner') ?? '',
+    vertex: p.get('vertex') ?? '',
     sort: sort === 'traffic' ? 'traffic' : 'worst',
     limit: Number.isFinite(limit) && limit > 0 ? Math.min(limit, FLOW_MAX_PAGE) : FLOW_PAGE,
     cursor: p.get('cursor') ?? '',
@@ -77,6 +80,7 @@ export function flowParams(f: FlowFilters): URLSearchParams {
     label: f.labels,
     namespace: f.namespace || null,
     owner: f.owner || null,
+    vertex: f.vertex || null,
     sort: f.sort === 'worst' ? null : f.sort,
     limit: f.limit === FLOW_PAGE ? null : String(f.limit),
     cursor: f.cursor || null,
@@ -116,6 +120,7 @@ export function flowsQuery(f: FlowFilters, staff: boolean): URLSearchParams {
   f.labels.forEach((l) => q.append('label', l));
   if (f.namespace) q.set('namespace', f.namespace);
   if (f.owner.trim()) q.set('owner', f.owner.trim());
+  if (f.vertex) q.set('vertex', f.vertex);
   q.set('sort', f.sort);
   q.set('limit', String(f.limit));
   if (f.cursor) q.set('cursor', f.cursor);
@@ -187,6 +192,15 @@ export function edgeSummary(e: FlowEdge, owners: Map<string, FlowOwner>): string
   const why = e.explain ? `: ${e.explain}` : '';
   return `${endName(e.client, owners)} → ${serverName(e.server, owners)}, ${STATE_TEXT[s]}${why}`;
 }
+
+/**
+ * The vertex= of an end (GET /flows): its owner's key, else its address.
+ * '' for an end with neither, which no filter can name.
+ */
+export const vertexOf = (end: FlowEnd): string => end.owner ?? end.address ?? '';
+
+/** A vertex= as the page names it: its owner's name when the answer holds it, else the address. */
+export const vertexName = (vertex: string, owners: Map<string, FlowOwner>): string => owners.get(vertex)?.name ?? vertex;
 
 export function ownerIndex(owners: FlowOwner[]): Map<string, FlowOwner> {
   return new Map(owners.map((o) => [o.key, o]));
@@ -280,6 +294,8 @@ export interface LaidNode {
   /** An owner of the tenant, or only an address (or "outside"). */
   outside: boolean;
   namespace: string;
+  /** Its vertex= (vertexOf), '' when it has none: clicking it shows only its edges. */
+  vertex: string;
   x: number;
   y: number;
   state: FlowState;
@@ -336,13 +352,13 @@ export function layoutGraph(edges: FlowEdge[], owners: Map<string, FlowOwner>, o
   const drawn = edges.slice(0, Math.max(0, maxEdges));
 
   // The vertices, in order of first appearance.
-  const verts = new Map<string, { id: string; label: string; outside: boolean; namespace: string; state: FlowState; first: number }>();
+  const verts = new Map<string, { id: string; label: string; outside: boolean; namespace: string; vertex: string; state: FlowState; first: number }>();
   const vertex = (end: FlowEnd, st: FlowState) => {
     const id = endId(end);
     let v = verts.get(id);
     if (!v) {
       const o = end.owner ? owners.get(end.owner) : undefined;
-      v = { id, label: endName(end, owners), outside: !o, namespace: o?.namespace ?? '', state: 'ok', first: verts.size };
+      v = { id, label: endName(end, owners), outside: !o, namespace: o?.namespace ?? '', vertex: vertexOf(end), state: 'ok', first: verts.size };
       verts.set(id, v);
     }
     if (sev(st) > sev(v.state)) v.state = st;
@@ -468,7 +484,7 @@ export function layoutGraph(edges: FlowEdge[], owners: Map<string, FlowOwner>, o
     const title = o
       ? `${o.name}: ${o.kind}${o.workload && o.workload !== o.name ? ` of ${o.workload}` : ''} on node ${o.node}`
       : `${v.label}: an address no owner of this map held`;
-    nodes.push({ id, label: v.label, title, outside: v.outside, namespace: v.namespace, x: p.x, y: p.y, state: v.state });
+    nodes.push({ id, label: v.label, title, outside: v.outside, namespace: v.namespace, vertex: v.vertex, x: p.x, y: p.y, state: v.state });
   });
   return { nodes, edges: laidEdges, width, height, omitted: Math.max(0, edges.length - drawn.length) };
 }

@@ -32,6 +32,7 @@ import {
   ownerIndex,
   serverName,
   sortEdges,
+  vertexName,
 } from '../flows';
 import { formatCount, formatNumber, formatTime } from '../format';
 import { usePoll } from '../hooks';
@@ -79,10 +80,17 @@ export function FlowMapPage({ params }: { params: URLSearchParams }) {
     setBack([]);
     go({ cursor: '', edge: '', ...changes });
   };
+  // A vertex clicked (or its × or a click again): only its edges, or all
+  // again. A new history entry, so Back undoes it too.
+  const refocusVertex = useRef('');
+  const showVertex = (vertex: string) => {
+    setBack([]);
+    go({ cursor: '', edge: '', vertex }, false);
+  };
   const data = polled.data;
   const owners = useMemo(() => ownerIndex(data?.owners ?? []), [data]);
   const edges = data?.edges ?? [];
-  const filtered = !!(f.tenant || f.labels.length || f.namespace || f.owner);
+  const filtered = !!(f.tenant || f.labels.length || f.namespace || f.owner || f.vertex);
 
   return (
     <div class="page flows">
@@ -92,7 +100,7 @@ export function FlowMapPage({ params }: { params: URLSearchParams }) {
           {data && `${formatCount(data.total_edges)} edge${data.total_edges === 1 ? '' : 's'} · ${data.resolution} resolution${live ? `, every ${FLOWS_REFRESH_MS / 1000}s` : ''}`}
         </span>
       </div>
-      <FlowToolbar f={f} staff={staff} onChange={refilter} />
+      <FlowToolbar f={f} staff={staff} onChange={refilter} vertexLabel={vertexName(f.vertex, owners)} onVertex={showVertex} />
       {f.at !== null && (
         <p class="viewing" role="status">
           <span>
@@ -124,7 +132,15 @@ export function FlowMapPage({ params }: { params: URLSearchParams }) {
                 </button>
               </div>
               {f.view === 'graph' ? (
-                <FlowGraphView edges={edges} owners={owners} selected={f.edge} onOpen={(key) => go({ edge: key }, false)} />
+                <FlowGraphView
+                  edges={edges}
+                  owners={owners}
+                  selected={f.edge}
+                  onOpen={(key) => go({ edge: key }, false)}
+                  vertex={f.vertex}
+                  onVertex={(v) => showVertex(v === f.vertex ? '' : v)}
+                  refocusRef={refocusVertex}
+                />
               ) : (
                 <FlowTable edges={edges} owners={owners} f={f} onSort={(tsort, tdesc) => go({ tsort, tdesc })} onOpen={(key) => go({ edge: key }, false)} />
               )}
@@ -157,7 +173,19 @@ export function FlowMapPage({ params }: { params: URLSearchParams }) {
 /** The owner search waits for typing to pause this long: each map is a heavy read at the collector. */
 export const OWNER_SEARCH_MS = 350;
 
-function FlowToolbar({ f, staff, onChange }: { f: FlowFilters; staff: boolean; onChange: (c: Partial<FlowFilters>) => void }) {
+function FlowToolbar({
+  f,
+  staff,
+  onChange,
+  vertexLabel,
+  onVertex,
+}: {
+  f: FlowFilters;
+  staff: boolean;
+  onChange: (c: Partial<FlowFilters>) => void;
+  vertexLabel: string;
+  onVertex: (vertex: string) => void;
+}) {
   // What is typed, ahead of the URL by up to OWNER_SEARCH_MS.
   const [owner, setOwner] = useState(f.owner);
   const typed = useRef<ReturnType<typeof setTimeout> | undefined>(undefined);
@@ -261,6 +289,12 @@ function FlowToolbar({ f, staff, onChange }: { f: FlowFilters; staff: boolean; o
           />
         </label>
       )}
+      {f.vertex && (
+        <button type="button" class="tag tag-filter vertex-filter" onClick={() => onVertex('')} title={`Show every edge again, not only ${vertexLabel}'s`}>
+          only {vertexLabel}'s edges <span aria-hidden="true">×</span>
+          <span class="sr-only">, remove</span>
+        </button>
+      )}
       {f.labels.map((l) => (
         <button key={l} type="button" class="tag tag-filter" onClick={() => onChange({ labels: f.labels.filter((x) => x !== l) })} title={`Stop filtering on ${l}`}>
           {l} <span aria-hidden="true">×</span>
@@ -331,10 +365,46 @@ function Legend() {
   );
 }
 
-export function FlowGraphView({ edges, owners, selected, onOpen }: { edges: FlowEdge[]; owners: Map<string, FlowOwner>; selected: string; onOpen: (key: string) => void }) {
+export function FlowGraphView({
+  edges,
+  owners,
+  selected,
+  onOpen,
+  vertex = '',
+  onVertex,
+  refocusRef,
+}: {
+  edges: FlowEdge[];
+  owners: Map<string, FlowOwner>;
+  selected: string;
+  onOpen: (key: string) => void;
+  /** The vertex whose edges alone are shown ('' for none). */
+  vertex?: string;
+  /** A vertex clicked, or Enter on it; without it vertices are not controls. */
+  onVertex?: (vertex: string) => void;
+  /** The vertex to focus once drawn (set as the keyboard chooses one). */
+  refocusRef?: { current: string };
+}) {
   const layout: Layout = useMemo(() => layoutGraph(edges, owners), [edges, owners]);
   const byKey = useMemo(() => new Map(edges.map((e) => [e.key, e])), [edges]);
+  // The vertices a click filters by, in the layout's order: the arrows move along them.
+  const vnodes = useMemo(() => (onVertex ? layout.nodes.filter((n) => n.vertex) : []), [layout, onVertex]);
+  const vindex = useMemo(() => new Map(vnodes.map((n, i) => [n.id, i])), [vnodes]);
   const [focus, setFocus] = useState(0);
+  const [vfocus, setVfocus] = useState(0);
+  // A vertex chosen by keyboard keeps the focus once the map is drawn
+  // again, its edges only (or all of them again): the page keeps the ref,
+  // since the graph is drawn anew from the new answer.
+  const own = useRef('');
+  const refocus = refocusRef ?? own;
+  useEffect(() => {
+    const v = refocus.current;
+    const el = v ? [...(svg.current?.querySelectorAll<SVGElement>('[data-vertex]') ?? [])].find((x) => x.getAttribute('data-vertex') === v) : undefined;
+    if (!el) return;
+    refocus.current = '';
+    setVfocus(Number(el.getAttribute('data-vi')));
+    el.focus();
+  }, [layout]);
   const [tip, setTip] = useState<string | null>(null);
   const svg = useRef<SVGSVGElement>(null);
   const tipEdge = tip ? layout.edges.find((e) => e.key === tip) : undefined;
@@ -346,13 +416,21 @@ export function FlowGraphView({ edges, owners, selected, onOpen }: { edges: Flow
     setFocus(j);
     (svg.current?.querySelector(`[data-i="${j}"]`) as SVGElement | null)?.focus();
   };
+  const focusVertex = (i: number) => {
+    const n = vnodes.length;
+    const j = ((i % n) + n) % n;
+    setVfocus(j);
+    (svg.current?.querySelector(`[data-vi="${j}"]`) as SVGElement | null)?.focus();
+  };
   const keyFrom = (t: EventTarget | null) => (t instanceof Element ? t.getAttribute('data-key') : null);
+  const vertexFrom = (t: EventTarget | null) => (t instanceof Element ? (t.closest('[data-vertex]')?.getAttribute('data-vertex') ?? null) : null);
 
   return (
     <div class="flow-graph-wrap">
       <Legend />
       <p class="muted small">
-        Callers left, callees right. Hover or focus an edge for its figure; click or Enter opens it. Keyboard: Tab into the map, ← → or ↑ ↓ move between edges.
+        Callers left, callees right. Hover or focus an edge for its figure; click or Enter opens it. Click an owner (or Tab to the owners, Enter) for its edges
+        only; again, or ×, for all. Keyboard: Tab into the map, ← → or ↑ ↓ move between edges (and between owners).
       </p>
       <div class="flow-graph" tabIndex={-1}>
         <svg
@@ -369,13 +447,31 @@ export function FlowGraphView({ edges, owners, selected, onOpen }: { edges: Flow
             setTip(k);
             const i = (e.target as Element).getAttribute?.('data-i');
             if (i !== null && i !== undefined) setFocus(Number(i));
+            const vi = (e.target as Element).getAttribute?.('data-vi');
+            if (vi !== null && vi !== undefined) setVfocus(Number(vi));
           }}
           onFocusOut={() => setTip(null)}
           onClick={(e) => {
+            const v = vertexFrom(e.target);
+            if (v && onVertex) return onVertex(v);
             const k = keyFrom(e.target);
             if (k) onOpen(k);
           }}
           onKeyDown={(e) => {
+            const v = (e.target as Element).getAttribute?.('data-vi') != null ? vertexFrom(e.target) : null;
+            if (v && onVertex) {
+              const i = vindex.get((e.target as Element).getAttribute('data-id') ?? '') ?? 0;
+              const to: Record<string, number> = { ArrowRight: i + 1, ArrowDown: i + 1, ArrowLeft: i - 1, ArrowUp: i - 1, Home: 0, End: vnodes.length - 1 };
+              if (e.key === 'Enter' || e.key === ' ') {
+                e.preventDefault();
+                refocus.current = v;
+                onVertex(v);
+              } else if (e.key in to) {
+                e.preventDefault();
+                focusVertex(to[e.key]);
+              }
+              return;
+            }
             const k = keyFrom(e.target);
             if (!k) return;
             if (e.key === 'Enter' || e.key === ' ') {
@@ -433,15 +529,29 @@ export function FlowGraphView({ edges, owners, selected, onOpen }: { edges: Flow
               ))}
           </g>
           <g class="fvs">
-            {layout.nodes.map((n) => (
-              <g key={n.id} class={`fv st-${n.state}${n.outside ? ' fv-outside' : ''}`} data-id={n.id}>
-                <title>{n.title}</title>
-                <circle cx={n.x} cy={n.y} r="6" />
-                <text x={n.x + 9} y={n.y + 4}>
-                  {n.label.length > 28 ? `${n.label.slice(0, 27)}…` : n.label}
-                </text>
-              </g>
-            ))}
+            {layout.nodes.map((n) => {
+              const vi = vindex.get(n.id);
+              const control = vi !== undefined;
+              return (
+                <g
+                  key={n.id}
+                  class={`fv st-${n.state}${n.outside ? ' fv-outside' : ''}${control ? ' fv-btn' : ''}${control && n.vertex === vertex ? ' fv-sel' : ''}`}
+                  data-id={n.id}
+                  data-vertex={control ? n.vertex : undefined}
+                  data-vi={vi}
+                  role={control ? 'button' : undefined}
+                  tabindex={control ? (vi === Math.min(vfocus, vnodes.length - 1) ? 0 : -1) : undefined}
+                  aria-pressed={control ? n.vertex === vertex : undefined}
+                  aria-label={control ? `Only the edges of ${n.label}` : undefined}
+                >
+                  <title>{n.title}</title>
+                  <circle cx={n.x} cy={n.y} r="6" />
+                  <text x={n.x + 9} y={n.y + 4}>
+                    {n.label.length > 28 ? `${n.label.slice(0, 27)}…` : n.label}
+                  </text>
+                </g>
+              );
+            })}
           </g>
         </svg>
         {tipEdge && tipData && (

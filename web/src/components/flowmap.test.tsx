@@ -24,6 +24,9 @@ const answer = graph([cart, db], [critEdge, warnEdge, okEdge], {
   other: { edges_folded: 40, opened: 400, failed: 1, retransmits: 5, resets: 2, drops: 0, bytes: 123456, nodes_capped: 2 },
 });
 
+// An SVG element has no click(): a click as the browser dispatches it.
+const clickSvg = (el: Element) => act(() => void el.dispatchEvent(new MouseEvent('click', { bubbles: true, cancelable: true })));
+
 const page = (role: 'admin' | 'customer', path: string) => mountAt(role, path, (p) => <FlowMapPage params={p} />);
 
 describe('FlowMapPage', () => {
@@ -197,6 +200,58 @@ describe('FlowMapPage', () => {
     expect(items[0].textContent).toContain('12 resets sent by the server');
     click($(items[1], 'button'));
     expect(new URLSearchParams(location.search).get('edge')).toBe('cart-out');
+  });
+
+  it('shows only the edges of an owner clicked, in the URL (a history entry); again or its × shows all; by keyboard too', async () => {
+    const calls = fakeApi({ 'GET /api/v1/flows': () => [200, answer] });
+    const el = page('admin', '/flows?owner=shop');
+    await waitFor(() => $(el, 'path.fe'));
+    // Every vertex is a toggle, one Tab stop for all of them; the outside peer with no address is none.
+    const verts = $$(el, 'g.fv[role=button]');
+    expect(verts.map((v) => v.dataset.vertex).sort()).toEqual(['10.9.9.9', cart.key, db.key]);
+    expect(verts.map((v) => v.getAttribute('tabindex')).filter((t) => t === '0')).toHaveLength(1);
+    expect(verts.every((v) => v.getAttribute('aria-pressed') === 'false')).toBe(true);
+    const before = history.length;
+    clickSvg($(el, `g.fv[data-vertex="${cart.key}"] text`));
+    expect(new URLSearchParams(location.search).get('vertex')).toBe(cart.key);
+    expect(new URLSearchParams(location.search).get('owner')).toBe('shop');
+    expect(history.length).toBe(before + 1);
+
+    // The page of that URL asks the collector for the vertex's edges, and says so.
+    const el2 = page('admin', location.pathname + location.search);
+    await waitFor(() => expect(calls.at(-1)!.url.searchParams.get('vertex')).toBe(cart.key));
+    await waitFor(() => $(el2, 'path.fe'));
+    expect(calls.at(-1)!.url.searchParams.get('owner')).toBe('shop');
+    const chip = $(el2, '.flow-toolbar .vertex-filter');
+    expect(chip.textContent).toContain("only shop/cart-1's edges");
+    const sel = $(el2, 'g.fv.fv-sel');
+    expect(sel.dataset.vertex).toBe(cart.key);
+    expect(sel.getAttribute('aria-pressed')).toBe('true');
+    expect(sel.getAttribute('aria-label')).toBe('Only the edges of shop/cart-1');
+    // Clicking it again shows every edge; so does its ×.
+    clickSvg($(sel, 'circle'));
+    expect(new URLSearchParams(location.search).has('vertex')).toBe(false);
+    history.replaceState(null, '', `/flows?vertex=${encodeURIComponent(cart.key)}`);
+    click(chip);
+    expect(new URLSearchParams(location.search).has('vertex')).toBe(false);
+
+    // Keyboard: the arrows move along the vertices, Enter shows one's edges.
+    const el3 = page('admin', '/flows');
+    await waitFor(() => $(el3, 'g.fv[tabindex="0"]'));
+    const first = $(el3, 'g.fv[tabindex="0"]');
+    first.focus();
+    press(first, 'ArrowDown');
+    const second = document.activeElement as HTMLElement;
+    expect(second).not.toBe(first);
+    expect(second.getAttribute('role')).toBe('button');
+    expect(second.getAttribute('tabindex')).toBe('0');
+    expect(first.getAttribute('tabindex')).toBe('-1');
+    const chosen = second.dataset.vertex!;
+    press(second, 'Enter');
+    expect(new URLSearchParams(location.search).get('vertex')).toBe(chosen);
+    // Edges are still opened by click (not taken for a vertex's).
+    clickSvg($(el3, 'path.fe[data-key="cart-db"]'));
+    expect(new URLSearchParams(location.search).get('edge')).toBe('cart-db');
   });
 
   it('asks for an owner once typing pauses, not at every key', async () => {
