@@ -27,7 +27,8 @@ import (
 // of 5 s, so nothing of its start is in it. With NBS_AGENTCOST_BASE set to
 // a git revision, the agent of that revision is measured too, round by
 // round alternated with this tree's (which goes first alternates), for a
-// before/after in one run.
+// before/after in one run; several revisions (or agent paths) separated
+// by commas take turns alike.
 //
 //	NBS_AGENTCOST_BASE=<git revision> NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1 go test -run '^$' -bench AgentIdle -benchtime 1x -timeout 30m ./bench/agentcost/
 //
@@ -46,8 +47,10 @@ func BenchmarkAgentIdle(b *testing.B) {
 	}
 	type build struct{ name, bin string }
 	builds := []build{{"this tree", buildAgent(b)}}
-	if rev := os.Getenv("NBS_AGENTCOST_BASE"); rev != "" {
-		builds = append(builds, build{rev, buildAgentAt(b, rev)})
+	for rev := range strings.SplitSeq(os.Getenv("NBS_AGENTCOST_BASE"), ",") {
+		if rev != "" {
+			builds = append(builds, build{rev, buildAgentAt(b, rev)})
+		}
 	}
 	peers := 0
 	if v, err := strconv.Atoi(os.Getenv("NBS_AGENTCOST_PEERS")); err == nil {
