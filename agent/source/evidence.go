@@ -15,8 +15,9 @@ const stopWait = 5 * time.Second
 
 // syncWait bounds how long a collection waits for the reader to take in
 // what waits in the kernel (Evidence.Sync): what it does not take by then
-// goes into the next report.
-const syncWait = 250 * time.Millisecond
+// goes into the next report. At most the old poll period, so a reader
+// starved on a loaded node delays a report no more than it used to.
+const syncWait = 100 * time.Millisecond
 
 // MaxEvidencePerInterval is the most evidence events one source may put in
 // a report (--evidence.per-interval): a quarter of what the collector takes
