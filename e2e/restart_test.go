@@ -239,7 +239,8 @@ func TestAgentUpgradeAndRestartsLoseNoReset(t *testing.T) {
 
 // The in-process agent stopped (as SIGTERM stops nbs-agent) in the middle
 // of a long interval: its final report holds the partial interval, stored
-// before Run returns.
+// before Run returns, with the evidence of every reset it counts (read
+// from the ring by the final collection, not left for a poll).
 func TestAgentStopFlushesFinalReport(t *testing.T) {
 	t.Parallel()
 	lab := netlab.New(t)
@@ -258,5 +259,13 @@ func TestAgentStopFlushesFinalReport(t *testing.T) {
 	}
 	if got := storedTotal(t, col, "lab-b", "tcp_reset/sent/no_socket"); got != 15 {
 		t.Errorf("stored %v when the agent had stopped, want 15", got)
+	}
+	// 15 is within the rate limit's bucket (--evidence.per-second 20).
+	var ev struct {
+		Events []struct{} `json:"events"`
+	}
+	col.getJSON(t, "/api/v1/nodes/lab-b/events?metric=tcp_reset/sent/no_socket&limit=100", &ev)
+	if len(ev.Events) != 15 {
+		t.Errorf("%d events stored when the agent had stopped, want one for each of the 15 resets", len(ev.Events))
 	}
 }

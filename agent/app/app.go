@@ -21,7 +21,6 @@ import (
 	"github.com/nbs-project/nbs/agent/nodecred"
 	"github.com/nbs-project/nbs/agent/owner"
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
-	"github.com/nbs-project/nbs/agent/probe/evidence"
 	"github.com/nbs-project/nbs/agent/procnet"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/agent/source/agent"
@@ -275,16 +274,17 @@ func (a *Agent) report(led *ledger, car *carry, now time.Time, elapsed time.Dura
 // so a SIGTERM loses nothing; what is not acked by then stays in the spool
 // for the next agent.
 func (a *Agent) flush(led *ledger, car *carry, last time.Time) {
-	// The sources' readers stopped with the agent's context; the maps
-	// are still there to read.
+	// The agent's context has ended, not the sources: their maps are
+	// still there to read, and their evidence readers run until they close.
 	ctx, cancel := context.WithTimeout(context.Background(), max(a.cfg.FlushTimeout, time.Second))
 	defer cancel()
 	// The collector refuses a report of less than the shortest interval
 	// (100ms, as --interval): a stop just after a collection waits for it.
-	// The evidence readers poll their rings (evidence.PollPeriod): waiting
-	// for one more poll puts the evidence of every event counted in this
-	// report in it, so a SIGTERM loses none (agent/evidence/dropped/*/agent_down).
-	time.Sleep(max(time.Until(last.Add(minInterval)), evidence.PollPeriod+50*time.Millisecond))
+	// The collection has the evidence readers read their rings first
+	// (source.Evidence.Sync), which puts the evidence of every event
+	// counted in this report in it, so a SIGTERM loses none
+	// (agent/evidence/dropped/*/agent_down).
+	time.Sleep(time.Until(last.Add(minInterval)))
 	for _, s := range a.sources {
 		if h, ok := s.(source.Holding); ok {
 			h.Release() // what it held for a later report goes in this one

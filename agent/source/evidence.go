@@ -13,6 +13,12 @@ import (
 // stopWait bounds how long Stop waits for the reader.
 const stopWait = 5 * time.Second
 
+// syncWait bounds how long a collection waits for the reader to take in
+// what waits in the kernel (Evidence.Sync): what it does not take by then
+// goes into the next report. At most the old poll period, so a reader
+// starved on a loaded node delays a report no more than it used to.
+const syncWait = 100 * time.Millisecond
+
 // MaxEvidencePerInterval is the most evidence events one source may put in
 // a report (--evidence.per-interval): a quarter of what the collector takes
 // in one report (wire.MaxEvents), so the two evidence sources (tcp_reset,
@@ -83,6 +89,7 @@ type Evidence struct {
 	branch string
 	log    *slog.Logger
 	max    int
+	sync   func(context.Context) error
 
 	mu     sync.Mutex
 	events []*nbsv1.Event
@@ -95,10 +102,11 @@ type Evidence struct {
 
 // StartEvidence runs read, a probe's event loop handing each event to add,
 // until Stop. The reader keeps ctx's values but not its end: it stops at
-// Stop, with the source.
+// Stop, with the source. sync (the probe's SyncEvents; nil for none)
+// returns once read has added every event the kernel wrote before it.
 func StartEvidence(ctx context.Context, branch string, log *slog.Logger, max int,
-	read func(ctx context.Context, add func(*nbsv1.Event)) error) *Evidence {
-	e := &Evidence{branch: branch, log: log, max: max, done: make(chan struct{})}
+	read func(ctx context.Context, add func(*nbsv1.Event)) error, sync func(context.Context) error) *Evidence {
+	e := &Evidence{branch: branch, log: log, max: max, sync: sync, done: make(chan struct{})}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
 	go func() {
@@ -118,6 +126,21 @@ func (e *Evidence) add(ev *nbsv1.Event) {
 		return
 	}
 	e.capped++
+}
+
+// Sync has the reader take in the events the kernel wrote before it (for
+// up to syncWait): a collection calls it before it reads its counters, so
+// that the report carries the evidence of what it counts (the reader polls
+// the kernel only every evidence.PollPeriod).
+func (e *Evidence) Sync(ctx context.Context) {
+	if e.sync == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, syncWait)
+	defer cancel()
+	if err := e.sync(ctx); err != nil {
+		e.log.Debug(e.branch+": evidence left for the next report", "err", err)
+	}
 }
 
 // Take returns the events gathered since the previous Take.

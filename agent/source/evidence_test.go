@@ -34,7 +34,7 @@ func TestEvidence(t *testing.T) {
 				batch <- 0 // done
 			}
 		}
-	})
+	}, nil)
 	if err, ok := <-started; ok {
 		t.Fatalf("reader started with an ended context or without its values: %v", err)
 	}

@@ -299,9 +299,13 @@ type collector struct {
 	grpcAddr, httpAddr, token string
 }
 
-// startCollector runs a collector on a throwaway database.
-func startCollector(b *testing.B) collector {
+// startCollector runs a collector on a throwaway database; adjust, if
+// given, changes its configuration.
+func startCollector(b *testing.B, adjust ...func(*collectorapp.Config)) collector {
 	cfg := collectorapp.DefaultConfig()
+	for _, f := range adjust {
+		f(&cfg)
+	}
 	cfg.DBURL, cfg.GRPCAddr, cfg.HTTPAddr = pgcluster.Database(b), "127.0.0.1:0", "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
 	col := collectorapp.New(cfg, slog.New(slog.DiscardHandler))

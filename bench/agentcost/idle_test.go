@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/bench/bpfstats"
+	collectorapp "github.com/nbs-project/nbs/collector/app"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 )
 
@@ -26,22 +27,37 @@ import (
 // of 5 s, so nothing of its start is in it. With NBS_AGENTCOST_BASE set to
 // a git revision, the agent of that revision is measured too, round by
 // round alternated with this tree's (which goes first alternates), for a
-// before/after in one run.
+// before/after in one run; several revisions (or agent paths) separated
+// by commas take turns alike.
 //
 //	NBS_AGENTCOST_BASE=<git revision> NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1 go test -run '^$' -bench AgentIdle -benchtime 1x -timeout 30m ./bench/agentcost/
 //
 // NBS_AGENTCOST_ROUNDS (default 3) rounds; NBS_AGENTCOST_IDLE (default 60)
 // seconds idle and NBS_AGENTCOST_SECONDS (default 20) of the stream each.
+//
+// The collector's ping mesh is off: each agent of the run would otherwise
+// ping the agents of the rounds before it (up to 8, on this machine's
+// address), work that grows round by round and that an operator's fleet
+// asks for; NBS_AGENTCOST_PEERS sets how many peers each agent pings.
+// NBS_AGENTCOST_FLAGS are more flags for every agent (e.g.
+// "--flows.enable=false", to see what one branch costs).
 func BenchmarkAgentIdle(b *testing.B) {
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		netlab.SkipOrFail(b, "iperf3 is not installed")
 	}
 	type build struct{ name, bin string }
 	builds := []build{{"this tree", buildAgent(b)}}
-	if rev := os.Getenv("NBS_AGENTCOST_BASE"); rev != "" {
-		builds = append(builds, build{rev, buildAgentAt(b, rev)})
+	for rev := range strings.SplitSeq(os.Getenv("NBS_AGENTCOST_BASE"), ",") {
+		if rev != "" {
+			builds = append(builds, build{rev, buildAgentAt(b, rev)})
+		}
 	}
-	col := startCollector(b)
+	peers := 0
+	if v, err := strconv.Atoi(os.Getenv("NBS_AGENTCOST_PEERS")); err == nil {
+		peers = v
+	}
+	col := startCollector(b, func(c *collectorapp.Config) { c.NodeConfig.PingPeers = peers })
+	flags := strings.Fields(os.Getenv("NBS_AGENTCOST_FLAGS"))
 	lab := netlab.New(b)
 	netnsCount := envInt("NBS_AGENTCOST_NETNS", 50)
 	makeNamespaces(b, netnsCount)
@@ -53,12 +69,13 @@ func BenchmarkAgentIdle(b *testing.B) {
 
 	type result struct{ idle, wakeups, loaded, gbps, peak []float64 }
 	for range b.N {
-		b.Logf("load average at the start: %s; network namespaces on the machine: %d", loadavg(), countNamespaces())
+		b.Logf("load average at the start: %s; network namespaces on the machine: %d; ping peers %d; agent flags %q",
+			loadavg(), countNamespaces(), peers, flags)
 		results := make([]result, len(builds))
 		for i := range rounds {
 			for j := range builds {
 				k := (j + i) % len(builds)
-				a := launchAgent(b, builds[k].bin, col.grpcAddr)
+				a := launchAgent(b, builds[k].bin, col.grpcAddr, flags...)
 				col.ready(b, a, ready, 0, time.Now().Add(60*time.Second))
 				time.Sleep(quiet)
 				c0, t0, w0 := a.cpu(b), time.Now(), a.switches()

@@ -387,6 +387,10 @@ func (p *Probe) ReadEvents(ctx context.Context, fn func(Event)) error {
 	return evidence.ReadDecoded(ctx, p.ring, p.log, p.decode, fn)
 }
 
+// SyncEvents returns once the running ReadEvents has handed fn every event
+// the kernel wrote before this call (see evidence.Ring.Sync).
+func (p *Probe) SyncEvents(ctx context.Context) error { return p.ring.Sync(ctx) }
+
 func (p *Probe) decode(raw []byte) (Event, error) {
 	r, err := evidence.Decode[dnsNbsDnsEvent](raw)
 	if err != nil {

@@ -51,6 +51,7 @@ func named(t *testing.T, p *Probe) map[string]uint64 {
 }
 
 type collector struct {
+	p      *Probe
 	mu     sync.Mutex
 	events []Event
 	cancel context.CancelFunc
@@ -59,7 +60,7 @@ type collector struct {
 
 func collect(p *Probe) *collector {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &collector{cancel: cancel, done: make(chan error, 1)}
+	c := &collector{p: p, cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		c.done <- p.ReadEvents(ctx, func(e Event) {
 			c.mu.Lock()
@@ -71,11 +72,13 @@ func collect(p *Probe) *collector {
 }
 
 // stop waits until n events matched keep (or 5 s), then stops reading and
-// returns the matching ones.
+// returns the matching ones. It has the reader take what waits in the ring
+// (SyncEvents), as the agent's collections do, rather than wait for a poll.
 func (c *collector) stop(t *testing.T, n int, keep func(Event) bool) []Event {
 	t.Helper()
 	var out []Event
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c.sync()
 		c.mu.Lock()
 		out = out[:0]
 		for _, e := range c.events {
@@ -93,6 +96,13 @@ func (c *collector) stop(t *testing.T, n int, keep func(Event) bool) []Event {
 		t.Errorf("ReadEvents: %v", err)
 	}
 	return out
+}
+
+// sync has the reader take what waits in the ring, for a while.
+func (c *collector) sync() {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_ = c.p.SyncEvents(ctx) // a timeout: the loop tries again
 }
 
 func ifindex(t *testing.T, l *netlab.Lab, ns, dev string) uint32 {

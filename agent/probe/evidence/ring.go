@@ -5,9 +5,10 @@
 // The BPF programs submit evidence without waking the reader
 // (BPF_RB_NO_WAKEUP, bpf/include/nbs.h nbs_evidence_submit_flags): a wakeup
 // per event cost the packet 18-37 µs on a VM. The reader polls the ring every
-// PollPeriod instead, so an event reaches the agent at most PollPeriod after
-// the kernel wrote it (plus however late the agent's goroutine runs). The
-// rate limit bounds what can wait: while a quarter of the ring holds 4 s of
+// PollPeriod instead, and each collection has it read what waits first
+// (Ring.Sync), so a report carries the evidence of every event the kernel
+// wrote before its collection however long the period is. The rate limit
+// bounds what can wait: while a quarter of the ring holds 4 s of
 // the limit and its burst (the default 20/s on every probe), the programs
 // never look at the ring's fill; above that rate they wake the reader at once
 // when a quarter of the ring is waiting, so a storm cannot fill the ring
@@ -33,15 +34,21 @@ import (
 )
 
 // PollPeriod is how often Read looks at the ring for records the kernel did
-// not wake it for: the longest an event waits before the agent has it.
-// Each poll is one epoll_wait timeout, ten a second per ring.
-const PollPeriod = 100 * time.Millisecond
+// neither wake it for nor were read by a Sync: it only keeps the ring from
+// filling between collections (intervals may be an hour; a quarter of the
+// ring holds the burst and 3 s of the rate limit, bpf/include/nbs.h). It
+// was 100 ms: each poll wakes the process (a timer, a thread, the runtime's
+// monitor), and those wakeups were most of what an idle agent cost; a
+// report does not wait for a poll since the collections Sync
+// (bench/agentcost BenchmarkAgentIdle).
+const PollPeriod = time.Second
 
 // Ring is the consumer side of one ring buffer map.
 type Ring struct {
 	name      string
 	m         *ebpf.Map
 	errClosed error
+	poll      time.Duration // PollPeriod; tests set it
 
 	mu     sync.Mutex
 	closed bool
@@ -51,7 +58,7 @@ type Ring struct {
 // NewRing reads map m; name appears in errors, and errClosed (the probe's
 // own "closed" error) is wrapped by a Read after Close.
 func NewRing(name string, m *ebpf.Map, errClosed error) *Ring {
-	return &Ring{name: name, m: m, errClosed: errClosed}
+	return &Ring{name: name, m: m, errClosed: errClosed, poll: PollPeriod}
 }
 
 // GuardedRing reads map m of the probe object g, whose Close closes the
@@ -99,6 +106,7 @@ func (r *Ring) Read(ctx context.Context, fn func(raw []byte)) error {
 		r.mu.Lock()
 		r.active = nil
 		r.mu.Unlock()
+		act.end() // nothing more will be read: no Sync waits on it
 		_ = act.release()
 	}()
 
@@ -112,7 +120,10 @@ func (r *Ring) Read(ctx context.Context, fn func(raw []byte)) error {
 			// poll makes no system call (each would wake the runtime's
 			// monitor thread, see activeRead).
 			if rd.AvailableBytes() == 0 {
-				if !act.wait(nextPoll()) {
+				// Every record written before a waiting Sync asked has
+				// been handed to fn.
+				act.synced()
+				if !act.wait(nextPoll(r.poll)) {
 					return nil // closed
 				}
 				continue
@@ -121,7 +132,7 @@ func (r *Ring) Read(ctx context.Context, fn func(raw []byte)) error {
 			// ring holds and returns.
 			rd.SetDeadline(time.Now())
 		} else {
-			rd.SetDeadline(nextPoll())
+			rd.SetDeadline(nextPoll(r.poll))
 		}
 		err := rd.ReadInto(&rec)
 		switch {
@@ -130,6 +141,7 @@ func (r *Ring) Read(ctx context.Context, fn func(raw []byte)) error {
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// The records written without a wakeup have been read (a
 			// deadline returns only once the ring is empty): poll again.
+			act.synced()
 		case errors.Is(err, os.ErrClosed):
 			return nil
 		default:
@@ -139,9 +151,34 @@ func (r *Ring) Read(ctx context.Context, fn func(raw []byte)) error {
 }
 
 // nextPoll is when the next poll of every ring is due: polls fall on
-// multiples of PollPeriod, so the agent's rings are polled together, in one
-// wakeup of the process rather than one each.
-func nextPoll() time.Time { return time.Now().Truncate(PollPeriod).Add(PollPeriod) }
+// multiples of the period, so the agent's rings are polled together, in
+// one wakeup of the process rather than one each.
+func nextPoll(period time.Duration) time.Time { return time.Now().Truncate(period).Add(period) }
+
+// Sync returns once the running Read has handed its fn every record the
+// ring held when Sync was called: a collection calls it before it reads
+// the probe's counters, so the report carries the evidence of what it
+// counts without waiting for a poll. It returns at once when no Read runs
+// or the Read cannot be woken (it waits in the reader: the records come at
+// its next poll), and with ctx's error when ctx ends first.
+func (r *Ring) Sync(ctx context.Context) error {
+	r.mu.Lock()
+	act := r.active
+	r.mu.Unlock()
+	if act == nil || act.wake == nil {
+		return nil
+	}
+	done := act.askSync()
+	// After asking: a wait that starts meanwhile sees the request
+	// (activeRead.wait); one under way is ended by the deadline.
+	_ = act.wake.SetReadDeadline(time.Now())
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("read %s events waiting in the ring: %w", r.name, ctx.Err())
+	}
+}
 
 // activeRead is a running Read: the ring's reader and, where it could be
 // made, a descriptor of the ring in the Go runtime's poller that the Read
@@ -159,6 +196,50 @@ type activeRead struct {
 	rd     *ringbuf.Reader
 	wake   *os.File // nil: Read waits in rd
 	closed atomic.Bool
+
+	syncMu sync.Mutex
+	syncs  []chan struct{} // of Syncs waiting for the ring to be read empty
+	ended  bool            // the Read returned: a Sync has nothing to wait for
+}
+
+// askSync returns a channel closed once the Read has found the ring empty
+// after this call (or has ended).
+func (a *activeRead) askSync() <-chan struct{} {
+	done := make(chan struct{})
+	a.syncMu.Lock()
+	defer a.syncMu.Unlock()
+	if a.ended {
+		close(done)
+		return done
+	}
+	a.syncs = append(a.syncs, done)
+	return done
+}
+
+// end releases every Sync, now and from now on: the Read returns.
+func (a *activeRead) end() {
+	a.syncMu.Lock()
+	a.ended = true
+	a.syncMu.Unlock()
+	a.synced()
+}
+
+// synced releases the Syncs asked so far: the ring was read empty after
+// they asked.
+func (a *activeRead) synced() {
+	a.syncMu.Lock()
+	defer a.syncMu.Unlock()
+	for _, done := range a.syncs {
+		close(done)
+	}
+	a.syncs = nil
+}
+
+// syncWanted says whether a Sync waits.
+func (a *activeRead) syncWanted() bool {
+	a.syncMu.Lock()
+	defer a.syncMu.Unlock()
+	return len(a.syncs) > 0
 }
 
 // waiter returns a non-blocking duplicate of the ring's descriptor in the
@@ -188,6 +269,11 @@ func (r *Ring) waiter() *os.File {
 func (a *activeRead) wait(until time.Time) bool {
 	if err := a.wake.SetReadDeadline(until); err != nil {
 		return false
+	}
+	// A Sync that asked after the ring was last found empty may have set
+	// its deadline before ours: read again now rather than at the poll.
+	if a.syncWanted() {
+		return true
 	}
 	rc, err := a.wake.SyscallConn()
 	if err != nil {

@@ -1,7 +1,9 @@
 package evidence
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,5 +112,50 @@ func TestWaitWokenByKernel(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSyncReadsWhatWaits checks that Sync returns once the Read has handed
+// its fn every record written before it, records written without a wakeup
+// and a poll far away (a collection does not wait for the poll), and at
+// once when no Read runs.
+func TestSyncReadsWhatWaits(t *testing.T) {
+	m, p := ringWriter(t, rbNoWakeup)
+	r := NewRing("test", m, errors.New("closed"))
+	r.poll = time.Hour // only a Sync has the ring read
+	sync := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return r.Sync(ctx)
+	}
+	if err := sync(); err != nil {
+		t.Fatalf("Sync with no Read running: %v, want nil at once", err)
+	}
+	var got atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Read(ctx, func([]byte) { got.Add(1) }) }()
+	for !r.Reading() {
+		time.Sleep(time.Millisecond)
+	}
+	want := int64(0)
+	for _, n := range []int{1, 0, 3, 1} {
+		for range n {
+			write(t, p)
+		}
+		want += int64(n)
+		if err := sync(); err != nil {
+			t.Fatalf("Sync after %d records: %v", n, err)
+		}
+		if g := got.Load(); g != want {
+			t.Fatalf("after Sync the Read has handed over %d records, want %d", g, want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	if err := sync(); err != nil {
+		t.Fatalf("Sync after the Read ended: %v, want nil at once", err)
 	}
 }

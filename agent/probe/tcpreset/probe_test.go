@@ -62,6 +62,7 @@ func eventName(e Event) string {
 
 // collector runs ReadEvents in the background until stop.
 type collector struct {
+	p      *Probe
 	mu     sync.Mutex
 	events []Event
 	cancel context.CancelFunc
@@ -70,7 +71,7 @@ type collector struct {
 
 func collect(p *Probe) *collector {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &collector{cancel: cancel, done: make(chan error, 1)}
+	c := &collector{p: p, cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		c.done <- p.ReadEvents(ctx, func(e Event) {
 			c.mu.Lock()
@@ -87,11 +88,19 @@ func (c *collector) len() int {
 	return len(c.events)
 }
 
-// waitFor waits until n events arrived (or a timeout), then stops reading.
+// stop waits until n events arrived (or a timeout), then stops reading.
+// It has the reader take what waits in the ring (SyncEvents), as the
+// agent's collections do, rather than wait for a poll.
 func (c *collector) stop(t *testing.T, n int) []Event {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for c.len() < n && time.Now().Before(deadline) {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		_ = c.p.SyncEvents(ctx) // a timeout: the loop tries again
+		cancel()
+		if c.len() >= n || !time.Now().Before(deadline) {
+			break
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	c.cancel()

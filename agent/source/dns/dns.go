@@ -122,7 +122,7 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 					owners.Annotate(ev, e.Netns) // named now: the namespace may be gone later
 					add(ev)
 				})
-			})
+			}, loaded.SyncEvents)
 		s.annotate = owners
 	}
 	return s, nil
@@ -165,7 +165,11 @@ func (s *Source) attached(p *probe.Probe) error {
 	return nil
 }
 
-func (s *Source) Collect(context.Context) (source.Reading, error) {
+func (s *Source) Collect(ctx context.Context) (source.Reading, error) {
+	if s.evidence != nil {
+		// What the kernel wrote so far, for collect to take.
+		s.evidence.Sync(ctx)
+	}
 	r, err := s.WhileAttached(s.collect)
 	// Timeouts swept share the per-interval cap with the ring's events:
 	// a resolver that went away must not fill a report with them.

@@ -113,7 +113,7 @@ func (s *Source) startBPF(ctx context.Context, p *probe.Probe, owners *source.Ow
 			owners.Annotate(ev, e.Netns)
 			add(ev)
 		})
-	})
+	}, p.SyncEvents)
 }
 
 func (s *Source) Name() string {
@@ -222,10 +222,13 @@ func event(e probe.Event) *nbsv1.Event {
 	return &nbsv1.Event{MetricId: id, TimeUnixNano: e.Time.UnixNano(), Fields: fields}
 }
 
-func (s *Source) Collect(context.Context) (source.Reading, error) {
+func (s *Source) Collect(ctx context.Context) (source.Reading, error) {
 	if s.probe == nil {
 		return s.collectProc()
 	}
+	// The evidence the kernel wrote so far first: each drop is counted
+	// before its evidence is submitted, so the counts read next hold it.
+	s.evidence.Sync(ctx)
 	byNetns, err := s.probe.CountsByNetns()
 	if err != nil {
 		return source.Reading{}, fmt.Errorf("read drop counters: %w", err)

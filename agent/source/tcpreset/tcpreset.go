@@ -81,7 +81,7 @@ func newBPF(ctx context.Context, p *probe.Probe, log *slog.Logger, maxEvents int
 			owners.Annotate(ev, e.Netns)
 			add(ev)
 		})
-	})
+	}, p.SyncEvents)
 	return s
 }
 
@@ -141,7 +141,10 @@ func event(e probe.Event) *nbsv1.Event {
 	return &nbsv1.Event{MetricId: id, TimeUnixNano: e.Time.UnixNano(), Fields: fields}
 }
 
-func (s *bpfSource) Collect(context.Context) (source.Reading, error) {
+func (s *bpfSource) Collect(ctx context.Context) (source.Reading, error) {
+	// The evidence the kernel wrote so far first: each reset is counted
+	// before its evidence is submitted, so the counts read next hold it.
+	s.evidence.Sync(ctx)
 	byNetns, err := s.probe.CountsByNetns()
 	if err != nil {
 		return source.Reading{}, fmt.Errorf("read tcp_reset counters: %w", err)
