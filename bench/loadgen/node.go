@@ -139,11 +139,11 @@ func (n *node) session(ctx context.Context) error {
 	// response, to retry it transparently. A fleet registering waits
 	// minutes for that response, node after node, which held about a MiB a
 	// node; a lost stream is resent by the session, as the agent does.
-	stream, err := nbsv1.NewAgentServiceClient(conn).Connect(sctx, grpc.MaxRetryRPCBufferSize(0))
+	stream, err := nbsv1.NewAgentServiceClient(conn).Connect(sctx, grpc.MaxRetryRPCBufferSize(0), grpc.ForceCodecV2(n.f.codec))
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Hello{Hello: n.hello()}}); err != nil {
+	if err := stream.SendMsg(treeHello{n.hello()}); err != nil {
 		return fmt.Errorf("send hello: %w", err)
 	}
 	n.f.connected.Add(1)
@@ -240,7 +240,7 @@ func (n *node) send(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.
 func (n *node) hello() *nbsv1.Hello {
 	h := &nbsv1.Hello{
 		NodeName: n.name, InstanceId: n.instance, AgentVersion: "loadgen", KernelRelease: "sim",
-		IntervalMs: uint32(n.f.cfg.Interval.Milliseconds()), Metrics: n.f.tree.Defs,
+		IntervalMs: uint32(n.f.cfg.Interval.Milliseconds()), // Metrics: the fleet's tree, added by the codec (treeHello)
 		// A node's customer is its own for life, as a real node's tenant
 		// is (a changed tenant starts a new history: migration 014).
 		Labels: map[string]string{"customer": fmt.Sprintf("c%d", n.slot%20), "sim": "true"},

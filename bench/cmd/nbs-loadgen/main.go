@@ -13,6 +13,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -48,6 +51,7 @@ func run(args []string) error {
 	progress := fs.Duration("progress", 5*time.Second, "progress line every (0: none)")
 	asJSON := fs.Bool("json", false, "print the final figures as JSON")
 	verbose := fs.Bool("v", false, "log each stream's end")
+	pprofAddr := fs.String("debug.pprof-listen-address", "", "loopback address serving the simulator's own Go profiles at /debug/pprof/ (heap, goroutines, CPU), e.g. 127.0.0.1:7719 (default: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,6 +73,13 @@ func run(args []string) error {
 	f, err := loadgen.New(cfg)
 	if err != nil {
 		return err
+	}
+	if *pprofAddr != "" {
+		stopProfiles, err := serveProfiles(*pprofAddr)
+		if err != nil {
+			return err
+		}
+		defer stopProfiles()
 	}
 	ramp := cfg.Ramp
 	if ramp <= 0 {
@@ -152,4 +163,27 @@ func connections(nodes, perConn int) uint64 {
 func filesNeeded(nodes, perConn int) uint64 {
 	c := connections(nodes, perConn)
 	return c + c/10 + 256
+}
+
+// serveProfiles serves Go's profiles of this process on addr, which must
+// be a loopback address: a profile shows what the process holds.
+func serveProfiles(addr string) (func(), error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug.pprof-listen-address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("--debug.pprof-listen-address %q: not a loopback address", addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("serve profiles: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return func() { srv.Close() }, nil
 }
