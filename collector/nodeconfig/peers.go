@@ -85,6 +85,7 @@ type peerSet struct {
 	meshes  map[string]*mesh // of list's tenants, for k
 	fp      uint64           // fingerprint of list; 0 before the first read
 	readAt  time.Time
+	reads   int  // of the fleet so far
 	pending bool // a push of new peer sets is scheduled
 }
 
@@ -176,6 +177,7 @@ func (p *peerSet) currentAsOf(ctx context.Context, n *store.Node, readBefore tim
 		// the query ran may be missing from it.
 		began := time.Now()
 		list, all, err := p.read(ctx)
+		p.reads++
 		if err != nil {
 			return nil, false, err
 		}
