@@ -47,7 +47,8 @@ func run(args []string) error {
 	fs.IntVar(&cfg.NodesPerConn, "nodes-per-conn", 1, "nodes' streams carried on each gRPC connection (the open-file limit is sized by connections: beyond ~18,000 nodes at the default 20,000 files, carry several a connection)")
 	tokenFile := fs.String("bootstrap-token-file", "", "enroll with this fleet bootstrap token (a collector with --grpc.node-auth=enroll)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulation's choices")
-	duration := fs.Duration("duration", time.Minute, "how long to run after the ramp")
+	duration := fs.Duration("duration", time.Minute, "how long to run after the ramp (with --hold: how long the fleet may take to register)")
+	hold := fs.Duration("hold", 0, "once every node has had a report acknowledged, run this long more and print the figures of this hold alone (ack percentiles, samples/s), with when the fleet had registered (default 0: no hold)")
 	progress := fs.Duration("progress", 5*time.Second, "progress line every (0: none)")
 	asJSON := fs.Bool("json", false, "print the final figures as JSON")
 	verbose := fs.Bool("v", false, "log each stream's end")
@@ -87,11 +88,33 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, ramp+*duration)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	fmt.Fprintf(os.Stderr, "nbs-loadgen: %d nodes (%d metrics each, %.0f%% troubled) every %v against %s for %v\n",
-		cfg.Nodes, len(f.Tree().Defs), cfg.Troubled*100, cfg.Interval, cfg.Addr, ramp+*duration)
-	s := f.Run(ctx, os.Stderr, *progress)
+		cfg.Nodes, len(f.Tree().Defs), cfg.Troubled*100, cfg.Interval, cfg.Addr, ramp+*duration+*hold)
+	done := make(chan loadgen.Stats, 1)
+	go func() { done <- f.Run(ctx, os.Stderr, *progress) }()
+	held, err := holdAfterRegistration(ctx, f, ramp+*duration, *hold)
+	cancel()
+	s := <-done
+	if err != nil {
+		return err
+	}
+	if *hold > 0 {
+		// The hold's own figures; the counts of the whole run follow.
+		fmt.Fprintf(os.Stderr, "nbs-loadgen: registered after %v; the hold of %v: %v\n", s.AllRegistered.Round(time.Second), *hold, held)
+		if *asJSON {
+			return json.NewEncoder(os.Stdout).Encode(map[string]any{
+				"nodes": cfg.Nodes, "registered_s": s.AllRegistered.Seconds(), "hold_s": held.Elapsed.Seconds(),
+				"samples_per_s": held.SamplesPerSecond(), "offered_samples_per_s": held.OfferedPerSecond(),
+				"ack_p50_ms": ms(held.AckP50), "ack_p99_ms": ms(held.AckP99), "ack_max_ms": ms(held.AckMax),
+				"reports": held.Reports, "acked": held.Acked, "rejected": held.Rejected, "resent": held.Resent,
+				"reconnects": held.Reconnects, "stream_errors": held.Errors,
+			})
+		}
+		fmt.Println(held)
+		return nil
+	}
 	if *asJSON {
 		return json.NewEncoder(os.Stdout).Encode(map[string]any{
 			"nodes": cfg.Nodes, "elapsed_s": s.Elapsed.Seconds(), "reports": s.Reports, "acked": s.Acked,
@@ -102,6 +125,40 @@ func run(args []string) error {
 	}
 	fmt.Println(s)
 	return nil
+}
+
+// holdAfterRegistration waits up to limit for every node to have had a
+// report acknowledged (without hold: waits out limit), then runs hold
+// more with the latency percentiles reset, and returns the hold's figures.
+func holdAfterRegistration(ctx context.Context, f *loadgen.Fleet, limit, hold time.Duration) (loadgen.Stats, error) {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	if hold <= 0 {
+		select {
+		case <-ctx.Done():
+		case <-deadline.C:
+		}
+		return loadgen.Stats{}, nil
+	}
+	poll := time.NewTicker(200 * time.Millisecond)
+	defer poll.Stop()
+	for f.Stats().AllRegistered == 0 {
+		select {
+		case <-ctx.Done():
+			return loadgen.Stats{}, fmt.Errorf("interrupted before every node registered: %v", f.Stats())
+		case <-deadline.C:
+			return loadgen.Stats{}, fmt.Errorf("not every node registered within %v (the ramp and --duration): %v", limit, f.Stats())
+		case <-poll.C:
+		}
+	}
+	f.ResetLatency()
+	before := f.Stats()
+	select {
+	case <-ctx.Done():
+		return loadgen.Stats{}, fmt.Errorf("interrupted during the hold: %v", f.Stats())
+	case <-time.After(hold):
+	}
+	return f.Stats().Since(before), nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
