@@ -229,8 +229,9 @@ func (t *ticker) stop() {
 		t.restart.Stop()
 	}
 	t.mu.Unlock()
+	// Taking busy waits for a timer function still running.
 	t.busy.Lock()
-	t.busy.Unlock() //nolint:staticcheck // an empty critical section: waiting for a running timer function
+	t.busy.Unlock()
 }
 
 // enter starts a timer function's turn: false once the session stopped.
