@@ -209,6 +209,7 @@ func (s Stats) SamplesPerSecond() float64 {
 type Fleet struct {
 	cfg    Config
 	tree   Tree
+	codec  *codec
 	shapes []shape
 	start  time.Time
 
@@ -270,7 +271,12 @@ func New(cfg Config) (*Fleet, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	return &Fleet{cfg: cfg, tree: NewTree(), lat: loglinear.New(),
+	tree := NewTree()
+	c, err := newCodec(tree.Defs)
+	if err != nil {
+		return nil, err
+	}
+	return &Fleet{cfg: cfg, tree: tree, codec: c, lat: loglinear.New(),
 		shapes: newShapes(rand.New(rand.NewPCG(cfg.Seed, 0)), 64)}, nil
 }
 

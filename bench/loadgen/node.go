@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -125,6 +126,15 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // session is one connection and stream: Hello, resend what is unacked,
 // then a report every interval until ctx ends, the stream fails or the
 // agent reconnects.
+//
+// The session's goroutine waits in Recv for the stream's life; reports are
+// built and sent from timers (time.AfterFunc), each on a goroutine of its
+// own that ends once its report is sent. So a node holds one goroutine of
+// its own (and gRPC's stream watcher) while it waits between reports,
+// with only Recv's frames on its stack, instead of a second goroutine
+// whose stack had grown building and encoding reports: that was most of
+// a simulated node's memory (BENCHMARKS.md, "The simulator's memory per
+// node").
 func (n *node) session(ctx context.Context) error {
 	cfg := n.f.cfg
 	conn, release, err := n.f.dial(n.slot)
@@ -132,31 +142,26 @@ func (n *node) session(ctx context.Context) error {
 		return fmt.Errorf("dial: %w", err)
 	}
 	defer release()
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	// No replay buffer: gRPC keeps what a stream sent (up to 256 KiB, in
 	// pooled buffers of up to 1 MiB for a 73 KiB Hello) until its first
 	// response, to retry it transparently. A fleet registering waits
 	// minutes for that response, node after node, which held about a MiB a
 	// node; a lost stream is resent by the session, as the agent does.
-	stream, err := nbsv1.NewAgentServiceClient(conn).Connect(sctx, grpc.MaxRetryRPCBufferSize(0))
+	stream, err := nbsv1.NewAgentServiceClient(conn).Connect(sctx, grpc.MaxRetryRPCBufferSize(0), grpc.ForceCodecV2(n.f.codec))
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Hello{Hello: n.hello()}}); err != nil {
+	if err := stream.SendMsg(treeHello{n.hello()}); err != nil {
 		return fmt.Errorf("send hello: %w", err)
 	}
 	n.f.connected.Add(1)
 	defer n.f.connected.Add(-1)
-	recvDone := make(chan error, 1)
-	go func() { recvDone <- n.receive(stream) }()
-	// The receiver ends with the stream; wait for it so no goroutine
-	// outlives the session.
-	defer func() { cancel(); <-recvDone }()
 
-	// What this stream announced: the tree in its Hello; today's pods are
-	// announced with the first report that carries them.
-	announced := map[string]bool{}
+	t := &ticker{n: n, stream: stream, end: cancel, began: time.Now(), announced: map[string]bool{}}
+	// Resent from here, before any timer runs: the timers' reports
+	// follow them in sequence.
 	for _, p := range n.resend() {
 		r := n.build(p, rand.New(&p.rng))
 		if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
@@ -164,62 +169,144 @@ func (n *node) session(ctx context.Context) error {
 		}
 		n.f.resent.Add(1)
 	}
-	var restart <-chan time.Time
+	t.start(cfg)
+	recvErr := n.receive(stream)
+	// Whatever ended the stream, no timer may touch the node once this
+	// returns: the next session (or a replacement node) owns it.
+	cancel(nil)
+	t.stop()
+	switch cause := context.Cause(sctx); {
+	case ctx.Err() != nil:
+		return nil
+	case errors.Is(cause, errReconnect), errors.Is(cause, errReplaced):
+		return cause
+	case cause != nil && !errors.Is(cause, context.Canceled):
+		return cause // a send failed
+	}
+	return fmt.Errorf("receive: %w", recvErr)
+}
+
+// ticker sends a session's reports from timers: one every interval on
+// the session's schedule, and the reconnect, if one is due.
+type ticker struct {
+	n         *node
+	stream    grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse]
+	end       context.CancelCauseFunc
+	began     time.Time
+	announced map[string]bool // what this stream announced: the tree in its Hello, today's pods with the first report that carries them
+
+	// busy is held by a timer's function while it runs: stop waits for
+	// it, and a function that finds stopped set returns at once.
+	busy    sync.Mutex
+	mu      sync.Mutex
+	stopped bool
+	due     int64 // reports due so far on the session's schedule (Stats.Due)
+	report  *time.Timer
+	restart *time.Timer
+}
+
+func (t *ticker) start(cfg Config) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.report = time.AfterFunc(cfg.Interval, t.tick)
 	if cfg.ReconnectsPerHour > 0 {
 		// Exponential times between one node's reconnects, the fleet's
 		// rate spread over its nodes.
 		mean := time.Hour.Seconds() * float64(cfg.Nodes) / cfg.ReconnectsPerHour
-		t := time.NewTimer(time.Duration(n.rng.ExpFloat64() * mean * float64(time.Second)))
-		defer t.Stop()
-		restart = t.C
+		t.restart = time.AfterFunc(time.Duration(t.n.rng.ExpFloat64()*mean*float64(time.Second)), t.reconnect)
 	}
-	tick := time.NewTicker(cfg.Interval)
-	defer tick.Stop()
-	// The schedule: a report due every interval from here on, counted
-	// whether or not it could be sent when due (Stats.Due).
-	began, due := time.Now(), int64(0)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-recvDone:
-			recvDone <- err // for the deferred wait
-			return fmt.Errorf("receive: %w", err)
-		case <-restart:
-			if !cfg.ReconnectInFlight {
-				return errReconnect
-			}
-			// Send the next report now and drop the stream before its
-			// ack: the next session resends it.
-			p, r := n.report(cfg.Clock(), announced)
-			if err := n.send(stream, p, r); err != nil {
-				return err
-			}
-			return errReconnect
-		case <-tick.C:
-			now := cfg.Clock()
-			if d := now.UTC().Truncate(24 * time.Hour); !d.Equal(n.day) {
-				first := n.day.IsZero()
-				n.day = d
-				if !first && n.rng.Float64() < cfg.ChurnPerDay {
-					return errReplaced
-				}
-				n.newPods(d)
-			}
-			p, r := n.report(now, announced)
-			// A ticker drops the ticks of a loop still blocked in Send:
-			// those reports were due and not offered, counted as offered
-			// at this one's size.
-			d := int64(time.Since(began) / cfg.Interval)
-			missed := max(d-due, 1)
-			due += missed
-			n.f.due.Add(uint64(missed))
-			n.f.offered.Add(uint64(missed) * uint64(p.items))
-			if err := n.send(stream, p, r); err != nil {
-				return err
-			}
+}
+
+// stop stops the timers and waits for a function of theirs still running
+// (the stream is cancelled first, so its Send returns).
+func (t *ticker) stop() {
+	t.mu.Lock()
+	t.stopped = true
+	if t.report != nil {
+		t.report.Stop()
+	}
+	if t.restart != nil {
+		t.restart.Stop()
+	}
+	t.mu.Unlock()
+	// Taking busy waits for a timer function still running.
+	t.busy.Lock()
+	t.busy.Unlock()
+}
+
+// enter starts a timer function's turn: false once the session stopped.
+func (t *ticker) enter() bool {
+	t.busy.Lock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		t.busy.Unlock()
+		return false
+	}
+	return true
+}
+
+func (t *ticker) tick() {
+	if !t.enter() {
+		return
+	}
+	defer t.busy.Unlock()
+	n, cfg := t.n, t.n.f.cfg
+	now := cfg.Clock()
+	if d := now.UTC().Truncate(24 * time.Hour); !d.Equal(n.day) {
+		first := n.day.IsZero()
+		n.day = d
+		if !first && n.rng.Float64() < cfg.ChurnPerDay {
+			t.end(errReplaced)
+			return
+		}
+		n.newPods(d)
+	}
+	p, r := n.report(now, t.announced)
+	// A report still being sent when the next was due delays it to the
+	// next slot of the schedule: those skipped were due and not offered,
+	// counted as offered at this one's size.
+	d := int64(time.Since(t.began) / cfg.Interval)
+	missed := max(d-t.due, 1)
+	t.due += missed
+	n.f.due.Add(uint64(missed))
+	n.f.offered.Add(uint64(missed) * uint64(p.items))
+	if err := n.send(t.stream, p, r); err != nil {
+		t.failed(err)
+		return
+	}
+	next := t.began.Add(time.Duration(max(t.due, int64(time.Since(t.began)/cfg.Interval))+1) * cfg.Interval)
+	t.mu.Lock()
+	if !t.stopped {
+		t.report.Reset(time.Until(next))
+	}
+	t.mu.Unlock()
+}
+
+// failed ends the session after a failed send. io.EOF is the collector
+// having ended the stream: Recv has its status (an Aborted one asks for a
+// new stream at once), so the session ends with that instead.
+func (t *ticker) failed(err error) {
+	if !errors.Is(err, io.EOF) {
+		t.end(err)
+	}
+}
+
+func (t *ticker) reconnect() {
+	if !t.enter() {
+		return
+	}
+	defer t.busy.Unlock()
+	if t.n.f.cfg.ReconnectInFlight {
+		// Send the next report now and drop the stream before its ack:
+		// the next session resends it.
+		p, r := t.n.report(t.n.f.cfg.Clock(), t.announced)
+		if err := t.n.send(t.stream, p, r); err != nil {
+			t.failed(err)
+			return
 		}
 	}
+	t.end(errReconnect)
 }
 
 // send sends a new report, kept as unacknowledged until its ack comes.
@@ -240,7 +327,7 @@ func (n *node) send(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.
 func (n *node) hello() *nbsv1.Hello {
 	h := &nbsv1.Hello{
 		NodeName: n.name, InstanceId: n.instance, AgentVersion: "loadgen", KernelRelease: "sim",
-		IntervalMs: uint32(n.f.cfg.Interval.Milliseconds()), Metrics: n.f.tree.Defs,
+		IntervalMs: uint32(n.f.cfg.Interval.Milliseconds()), // Metrics: the fleet's tree, added by the codec (treeHello)
 		// A node's customer is its own for life, as a real node's tenant
 		// is (a changed tenant starts a new history: migration 014).
 		Labels: map[string]string{"customer": fmt.Sprintf("c%d", n.slot%20), "sim": "true"},

@@ -72,12 +72,23 @@ func (c *Collector) Addrs() (grpcAddr, httpAddr string) {
 	return c.grpcAddr.String(), c.httpAddr.String()
 }
 
+// poolShortQueries is the main pool's room beyond its writers and
+// registration: the node identity listener's connection and the short
+// queries beside them.
+const poolShortQueries = 4
+
 // Run serves until ctx ends, then shuts down gracefully.
 func (c *Collector) Run(ctx context.Context) error {
 	if err := c.cfg.Validate(); err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, c.cfg.DBURL, c.log)
+	// The pool holds the writers and the registration (ingest) at once,
+	// the node identity listener for good, and the Hello path's short
+	// queries (credentials, tenant quotas, ping peers, configs), the folds
+	// and alerts beside them. pgx's default, 4 on 2 cores, left those
+	// waiting behind the writers' commits one Hello at a time while a
+	// fleet registered.
+	st, err := store.OpenWithConns(ctx, c.cfg.DBURL, c.log, c.cfg.DBWriters+ingest.DefaultRegistrations+poolShortQueries)
 	if err != nil {
 		return err
 	}

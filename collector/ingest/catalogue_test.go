@@ -2,7 +2,9 @@ package ingest
 
 import (
 	"context"
+	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,4 +144,66 @@ func TestCatalogueTakesNewIDs(t *testing.T) {
 	if first["b"].id != 2 {
 		t.Error("a map handed out earlier was changed in place")
 	}
+}
+
+// A Hello repeating a catalogue's definitions shares it whether it is
+// found by comparison (same order) or by hash (another order); one that
+// differs anywhere, -0 for 0 included, gets its own; and so do Hellos
+// crafted to share a shape beyond those compared.
+func TestInternFindsRepeatedCatalogues(t *testing.T) {
+	base := func() []store.MetricDef {
+		return []store.MetricDef{
+			{Path: "a", Title: "A", Unit: "1/s", Kind: store.KindRate},
+			{Path: "b", Title: "B", Unit: "s", Kind: store.KindHistogram, Scale: 1e9, Quantile: 0.99,
+				DefaultThreshold: &store.Threshold{Warn: 0.1, Crit: 1, Comparison: "above", HoldIntervals: 3}},
+			{Path: "c", Title: "C", Unit: "1", Kind: store.KindGauge},
+		}
+	}
+	changed := func(f func(d []store.MetricDef) []store.MetricDef) []store.MetricDef { return f(base()) }
+	for _, tc := range []struct {
+		name   string
+		defs   []store.MetricDef
+		shared bool
+	}{
+		{"same, same order", base(), true},
+		{"same, another order", changed(func(d []store.MetricDef) []store.MetricDef { d[0], d[2] = d[2], d[0]; return d }), true},
+		{"a title", changed(func(d []store.MetricDef) []store.MetricDef { d[2].Title = "C'"; return d }), false},
+		{"a threshold", changed(func(d []store.MetricDef) []store.MetricDef { d[1].DefaultThreshold.Crit = 2; return d }), false},
+		{"no threshold", changed(func(d []store.MetricDef) []store.MetricDef { d[1].DefaultThreshold = nil; return d }), false},
+		{"-0 for 0", changed(func(d []store.MetricDef) []store.MetricDef { d[0].Scale = math.Copysign(0, -1); return d }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cs catalogues
+			first := cs.intern(base())
+			c := cs.intern(tc.defs)
+			if got := c == first; got != tc.shared {
+				t.Errorf("shared %v, want %v", got, tc.shared)
+			}
+			cs.release(c)
+			cs.release(first)
+			if len(cs.byHash) != 0 || len(cs.byShape) != 0 {
+				t.Errorf("left after every release: %d by hash, %d by shape", len(cs.byHash), len(cs.byShape))
+			}
+		})
+	}
+	t.Run("many of one shape", func(t *testing.T) {
+		var cs catalogues
+		var held []*catalogue
+		for i := range 2 * maxSameShape {
+			held = append(held, cs.intern(changed(func(d []store.MetricDef) []store.MetricDef { d[1].Title = strconv.Itoa(i); return d })))
+		}
+		for i := range 2 * maxSameShape {
+			again := cs.intern(changed(func(d []store.MetricDef) []store.MetricDef { d[1].Title = strconv.Itoa(i); return d }))
+			if again != held[i] {
+				t.Errorf("catalogue %d not shared", i)
+			}
+			held = append(held, again)
+		}
+		for _, c := range held {
+			cs.release(c)
+		}
+		if len(cs.byHash) != 0 || len(cs.byShape) != 0 {
+			t.Errorf("left after every release: %d by hash, %d by shape", len(cs.byHash), len(cs.byShape))
+		}
+	})
 }

@@ -85,6 +85,7 @@ type peerSet struct {
 	meshes  map[string]*mesh // of list's tenants, for k
 	fp      uint64           // fingerprint of list; 0 before the first read
 	readAt  time.Time
+	reads   int  // of the fleet so far
 	pending bool // a push of new peer sets is scheduled
 }
 
@@ -152,21 +153,37 @@ func (p *peerSet) current(ctx context.Context, n *store.Node, force bool) (m *me
 // currentAsOf is current, reading the fleet again if the cache was read
 // before readBefore: callers that decide to force a read at the same
 // moment then cause one read, not one each.
+//
+// A node the cache does not reflect asks for a read that began after it
+// asked, not for a read of its own: every Hello of a fleet registering
+// is such a node (the tenancy check runs before its node is stored, so no
+// read could reflect it then), and a read of its own each, one after
+// another under mu, made registering quadratic in the fleet (30,000 nodes
+// at about 100 a second: BENCHMARKS.md, "Fleet"). The Hellos waiting
+// while one read runs share the next.
 func (p *peerSet) currentAsOf(ctx context.Context, n *store.Node, readBefore time.Time) (m *mesh, changed bool, err error) {
+	asked := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	tenant := ""
 	if n != nil {
 		tenant = n.Tenant
+		if !p.reflects(*n) && asked.After(readBefore) {
+			readBefore = asked
+		}
 	}
-	if p.readAt.Before(readBefore) || p.fp == 0 || time.Since(p.readAt) >= peerRefreshEvery || (n != nil && !p.reflects(*n)) {
+	if p.readAt.Before(readBefore) || p.fp == 0 || time.Since(p.readAt) >= peerRefreshEvery {
+		// The cache is as of when its read began: a node stored while
+		// the query ran may be missing from it.
+		began := time.Now()
 		list, all, err := p.read(ctx)
+		p.reads++
 		if err != nil {
 			return nil, false, err
 		}
 		fp := fingerprint(list)
 		changed = p.fp != 0 && fp != p.fp
-		p.list, p.fp, p.readAt, p.meshes = list, fp, time.Now(), nil
+		p.list, p.fp, p.readAt, p.meshes = list, fp, began, nil
 		p.nodes, p.renamed = all, map[string]fleetNode{}
 		for name, n := range all {
 			if seg := catalog.PingSegment(name); seg != name {

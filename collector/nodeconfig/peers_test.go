@@ -332,3 +332,68 @@ func TestForeignPingTargetsAndTakenAddresses(t *testing.T) {
 		t.Errorf("nbs_collector_ping_addresses_taken is %v, want 1 (globex-3)", taken)
 	}
 }
+
+// Hellos of new nodes, which the cached fleet cannot reflect (the tenancy
+// check runs before their node is stored), share reads of the fleet rather
+// than each reading it in turn (which made registering a fleet quadratic);
+// and each still sees the fleet as it was when it asked: a node of another
+// tenant stored just before is foreign at once.
+func TestNewNodesShareFleetReads(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	svc := New(st, slog.New(slog.DiscardHandler))
+	svc.SetPusher(&fakePusher{})
+	for i := range 50 {
+		n := store.Node{Name: fmt.Sprintf("acme-%d", i), PingAddress: fmt.Sprintf("198.18.0.%d", i), Tenant: "acme",
+			InstanceID: 1, IntervalMS: 1000, Labels: map[string]string{"customer": "acme"}}
+		if _, err := st.UpsertNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := []ingest.PingTarget{{ID: "ping/acme-1", Name: "acme-1"}}
+	if _, err := svc.ForeignPingTargets(ctx, store.Node{Name: "first", Tenant: "acme"}, target); err != nil {
+		t.Fatal(err)
+	}
+	readsBefore := func() int { svc.peers.mu.Lock(); defer svc.peers.mu.Unlock(); return svc.peers.reads }()
+	const hellos = 64
+	var wg sync.WaitGroup
+	errs := make(chan error, hellos)
+	for i := range hellos {
+		wg.Go(func() {
+			got, err := svc.ForeignPingTargets(ctx, store.Node{Name: fmt.Sprintf("new-%d", i), Tenant: "acme"}, target)
+			if err == nil && len(got) != 0 {
+				err = fmt.Errorf("new-%d: foreign %v, want none", i, got)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc.peers.mu.Lock()
+	reads := svc.peers.reads - readsBefore
+	svc.peers.mu.Unlock()
+	// Callers arriving while a read runs share the next: a handful of
+	// reads, however many Hellos.
+	if reads < 1 || reads > hellos/4 {
+		t.Errorf("%d Hellos of new nodes read the fleet %d times, want from 1 to %d", hellos, reads, hellos/4)
+	}
+	// Stored after the cache's last read: a new node's Hello still sees it.
+	moved := store.Node{Name: "globex-1", PingAddress: "198.18.9.1", Tenant: "globex", InstanceID: 1, IntervalMS: 1000,
+		Labels: map[string]string{"customer": "globex"}}
+	if _, err := st.UpsertNode(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	got, err := svc.ForeignPingTargets(ctx, store.Node{Name: "new-late", Tenant: "acme"}, []ingest.PingTarget{{ID: "ping/globex-1", Name: "globex-1"}})
+	if err != nil || !slices.Equal(got, []string{"ping/globex-1"}) {
+		t.Errorf("a node of another tenant stored just before: foreign %v, %v; want [ping/globex-1]", got, err)
+	}
+}

@@ -47,14 +47,23 @@ type Store struct {
 // distinct ones only costs lookups once it is forgotten.
 const DefaultMaxDefIDs = 100_000
 
-// Open connects, applies pending migrations and returns a ready Store.
+// Open connects, applies pending migrations and returns a ready Store
+// with a pool of at least 4 connections.
 func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
+	return OpenWithConns(ctx, url, log, 4)
+}
+
+// OpenWithConns is Open with a pool of at least minConns connections (the
+// URL's pool_max_conns, when larger, wins): a collector's pool holds its
+// writers, its registration, a listener and the short queries of the
+// Hello path at once (collector/app).
+func OpenWithConns(ctx context.Context, url string, log *slog.Logger, minConns int) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
-	if cfg.MaxConns < 4 {
-		cfg.MaxConns = 4
+	if cfg.MaxConns < int32(minConns) {
+		cfg.MaxConns = int32(minConns)
 	}
 	defaultConnectTimeout(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -13,6 +13,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -44,10 +47,12 @@ func run(args []string) error {
 	fs.IntVar(&cfg.NodesPerConn, "nodes-per-conn", 1, "nodes' streams carried on each gRPC connection (the open-file limit is sized by connections: beyond ~18,000 nodes at the default 20,000 files, carry several a connection)")
 	tokenFile := fs.String("bootstrap-token-file", "", "enroll with this fleet bootstrap token (a collector with --grpc.node-auth=enroll)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulation's choices")
-	duration := fs.Duration("duration", time.Minute, "how long to run after the ramp")
+	duration := fs.Duration("duration", time.Minute, "how long to run after the ramp (with --hold: how long the fleet may take to register)")
+	hold := fs.Duration("hold", 0, "once every node has had a report acknowledged, run this long more and print the figures of this hold alone (ack percentiles, samples/s), with when the fleet had registered (default 0: no hold)")
 	progress := fs.Duration("progress", 5*time.Second, "progress line every (0: none)")
 	asJSON := fs.Bool("json", false, "print the final figures as JSON")
 	verbose := fs.Bool("v", false, "log each stream's end")
+	pprofAddr := fs.String("debug.pprof-listen-address", "", "loopback address serving the simulator's own Go profiles at /debug/pprof/ (heap, goroutines, CPU), e.g. 127.0.0.1:7719 (default: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,17 +75,46 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	if *pprofAddr != "" {
+		stopProfiles, err := serveProfiles(*pprofAddr)
+		if err != nil {
+			return err
+		}
+		defer stopProfiles()
+	}
 	ramp := cfg.Ramp
 	if ramp <= 0 {
 		ramp = cfg.Interval
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, ramp+*duration)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	fmt.Fprintf(os.Stderr, "nbs-loadgen: %d nodes (%d metrics each, %.0f%% troubled) every %v against %s for %v\n",
-		cfg.Nodes, len(f.Tree().Defs), cfg.Troubled*100, cfg.Interval, cfg.Addr, ramp+*duration)
-	s := f.Run(ctx, os.Stderr, *progress)
+		cfg.Nodes, len(f.Tree().Defs), cfg.Troubled*100, cfg.Interval, cfg.Addr, ramp+*duration+*hold)
+	done := make(chan loadgen.Stats, 1)
+	go func() { done <- f.Run(ctx, os.Stderr, *progress) }()
+	held, err := holdAfterRegistration(ctx, f, ramp+*duration, *hold)
+	cancel()
+	s := <-done
+	if err != nil {
+		return err
+	}
+	if *hold > 0 {
+		// The hold's own figures; the counts of the whole run follow.
+		fmt.Fprintf(os.Stderr, "nbs-loadgen: registered after %v; the hold of %v: %v\n", s.AllRegistered.Round(time.Second), *hold, held)
+		if *asJSON {
+			return json.NewEncoder(os.Stdout).Encode(map[string]any{
+				"nodes": cfg.Nodes, "registered_s": s.AllRegistered.Seconds(), "hold_s": held.Elapsed.Seconds(),
+				"samples_per_s": held.SamplesPerSecond(), "offered_samples_per_s": held.OfferedPerSecond(),
+				"ack_p50_ms": ms(held.AckP50), "ack_p99_ms": ms(held.AckP99), "ack_max_ms": ms(held.AckMax),
+				"reports": held.Reports, "acked": held.Acked, "rejected": held.Rejected, "resent": held.Resent,
+				"reconnects": held.Reconnects, "stream_errors": held.Errors,
+			})
+		}
+		fmt.Println(held)
+		return nil
+	}
 	if *asJSON {
 		return json.NewEncoder(os.Stdout).Encode(map[string]any{
 			"nodes": cfg.Nodes, "elapsed_s": s.Elapsed.Seconds(), "reports": s.Reports, "acked": s.Acked,
@@ -91,6 +125,40 @@ func run(args []string) error {
 	}
 	fmt.Println(s)
 	return nil
+}
+
+// holdAfterRegistration waits up to limit for every node to have had a
+// report acknowledged (without hold: waits out limit), then runs hold
+// more with the latency percentiles reset, and returns the hold's figures.
+func holdAfterRegistration(ctx context.Context, f *loadgen.Fleet, limit, hold time.Duration) (loadgen.Stats, error) {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	if hold <= 0 {
+		select {
+		case <-ctx.Done():
+		case <-deadline.C:
+		}
+		return loadgen.Stats{}, nil
+	}
+	poll := time.NewTicker(200 * time.Millisecond)
+	defer poll.Stop()
+	for f.Stats().AllRegistered == 0 {
+		select {
+		case <-ctx.Done():
+			return loadgen.Stats{}, fmt.Errorf("interrupted before every node registered: %v", f.Stats())
+		case <-deadline.C:
+			return loadgen.Stats{}, fmt.Errorf("not every node registered within %v (the ramp and --duration): %v", limit, f.Stats())
+		case <-poll.C:
+		}
+	}
+	f.ResetLatency()
+	before := f.Stats()
+	select {
+	case <-ctx.Done():
+		return loadgen.Stats{}, fmt.Errorf("interrupted during the hold: %v", f.Stats())
+	case <-time.After(hold):
+	}
+	return f.Stats().Since(before), nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -152,4 +220,27 @@ func connections(nodes, perConn int) uint64 {
 func filesNeeded(nodes, perConn int) uint64 {
 	c := connections(nodes, perConn)
 	return c + c/10 + 256
+}
+
+// serveProfiles serves Go's profiles of this process on addr, which must
+// be a loopback address: a profile shows what the process holds.
+func serveProfiles(addr string) (func(), error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug.pprof-listen-address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("--debug.pprof-listen-address %q: not a loopback address", addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("serve profiles: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return func() { srv.Close() }, nil
 }
