@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -40,6 +41,9 @@ type Store struct {
 	// epoch is the dictionary_epoch the cached ids are valid for (-1:
 	// not read yet); a retention pass that deletes entries bumps it.
 	epoch int64
+	// latestSeed keys the hashes of node_latest's key sets (metrics_keys):
+	// the process's own, so a client cannot make two key sets collide.
+	latestSeed maphash.Seed
 }
 
 // DefaultMaxDefIDs bounds the definitions a collector remembers: a fleet runs a
@@ -77,7 +81,8 @@ func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
 }
 
 func newStore(pool *pgxpool.Pool, log *slog.Logger) *Store {
-	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, maxDefIDs: DefaultMaxDefIDs, partitions: map[string]bool{}, epoch: -1}
+	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, maxDefIDs: DefaultMaxDefIDs, partitions: map[string]bool{}, epoch: -1,
+		latestSeed: maphash.MakeSeed()}
 }
 
 func (s *Store) Close() { s.pool.Close() }
