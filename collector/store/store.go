@@ -44,6 +44,9 @@ type Store struct {
 	// latestSeed keys the hashes of node_latest's key sets (metrics_keys):
 	// the process's own, so a client cannot make two key sets collide.
 	latestSeed maphash.Seed
+	// latestBufs holds *[]byte buffers for a batch's latest values
+	// (WriteReports).
+	latestBufs sync.Pool
 }
 
 // DefaultMaxDefIDs bounds the definitions a collector remembers: a fleet runs a
@@ -82,7 +85,7 @@ func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
 
 func newStore(pool *pgxpool.Pool, log *slog.Logger) *Store {
 	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, maxDefIDs: DefaultMaxDefIDs, partitions: map[string]bool{}, epoch: -1,
-		latestSeed: maphash.MakeSeed()}
+		latestSeed: maphash.MakeSeed(), latestBufs: sync.Pool{New: func() any { return new([]byte) }}}
 }
 
 func (s *Store) Close() { s.pool.Close() }

@@ -137,6 +137,17 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 	if err != nil {
 		return nil, err
 	}
+	// The batch's latest values are written into a buffer kept from an
+	// earlier batch: grown from nothing, its copies were a sixth of the
+	// collector's allocations at a full tree per report. pgx has copied it
+	// into its messages once the transaction is over.
+	buf := s.latestBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxLatestBuf {
+			*buf = (*buf)[:0]
+			s.latestBufs.Put(buf)
+		}
+	}()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		stored, err := copyDirect(ctx, tx, rows)
 		if err != nil {
@@ -152,7 +163,7 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		// One round trip for the latest values. Rollups are the fold's
 		// (FoldRollups), from rollup_pending.
 		batch := &pgx.Batch{}
-		if err := queueLatest(batch, s.latestSeed, unique, result); err != nil {
+		if *buf, err = queueLatest(batch, s.latestSeed, (*buf)[:0], unique, result); err != nil {
 			return err
 		}
 		queueCounters(batch, unique, result)
@@ -329,7 +340,8 @@ func (s *Store) writeStaged(ctx context.Context, tx pgx.Tx, c copyRows, result m
 // queueLatest merges the batch's new reports into one row per node, so the
 // database sees one upsert per node and batch rather than one per sample.
 // seed keys the hash of each node's key set (metrics_keys, mergeLatest).
-func queueLatest(batch *pgx.Batch, seed maphash.Seed, reports []Report, inserted map[ReportKey]bool) error {
+// The JSON is appended to all, which it returns.
+func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Report, inserted map[ReportKey]bool) ([]byte, error) {
 	type acc struct {
 		ts         time.Time
 		intervalMS uint32
@@ -368,7 +380,7 @@ func queueLatest(batch *pgx.Batch, seed maphash.Seed, reports []Report, inserted
 		nodes = append(nodes, node)
 	}
 	if len(nodes) == 0 {
-		return nil
+		return all, nil
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
 	ts := make([]time.Time, len(nodes))
@@ -383,14 +395,13 @@ func queueLatest(batch *pgx.Batch, seed maphash.Seed, reports []Report, inserted
 	// was copied twice more (to a string, then into the statement's
 	// arguments), a sixth of the collector's allocations at a full tree
 	// per report.
-	var all []byte
 	ends := make([]int, len(nodes))
 	for i, node := range nodes {
 		a := byNode[node]
 		keys = sortedLatestKeys(keys[:0], a.metrics)
 		var err error
 		if all, err = appendLatestJSON(all, keys, a.metrics); err != nil {
-			return err
+			return all, err
 		}
 		keySets[i] = latestKeys(&h, keys)
 		ts[i], intervals[i], snapshots[i], ends[i] = a.ts, int32(a.intervalMS), a.snapshot, len(all)
@@ -405,8 +416,12 @@ func queueLatest(batch *pgx.Batch, seed maphash.Seed, reports []Report, inserted
 		metrics[i], start = all[start:end:end], end
 	}
 	batch.Queue(mergeLatest, nodes, ts, intervals, snapshots, metrics, states, keySets)
-	return nil
+	return all, nil
 }
+
+// maxLatestBuf is the largest latest-values buffer kept for the next
+// batch: a batch of the largest reports allowed must not pin its memory.
+const maxLatestBuf = 8 << 20
 
 // sortedLatestKeys appends metrics' keys to keys in the order jsonb keeps
 // an object's keys (shorter first, then bytewise): jsonb input sorts
