@@ -138,3 +138,80 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestLatestMergeKeySets: a report carrying more than roots replaces a
+// node's stored values outright only when it carries every key stored
+// (migration 031); whichever way it went, the newest values read back are
+// those of merging every report in turn, a key not reported since kept
+// with its time. metrics_keys is set exactly when the stored keys are the
+// last report's.
+func TestLatestMergeKeySets(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	id, err := st.UpsertNode(ctx, store.Node{Name: "keys-1", IntervalMS: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var defs []store.MetricDef
+	for _, p := range []string{"a", "a/x", "a/y", "b", "b/z", "c"} {
+		defs = append(defs, store.MetricDef{Path: p, Title: p, Unit: "x", Kind: store.KindGauge})
+	}
+	mids, err := st.UpsertDefinitions(ctx, id, defs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	model := map[string]store.LatestValue{}
+	for i, step := range []struct {
+		name  string
+		paths []string
+		// keysKnown: metrics_keys is set after it (the stored keys are
+		// the report's).
+		keysKnown bool
+	}{
+		{"first report", []string{"a", "a/x", "a/y", "b"}, true},
+		{"the same keys", []string{"a", "a/x", "a/y", "b"}, true},
+		{"a key gone", []string{"a", "a/x", "b"}, false},
+		{"still gone", []string{"a", "a/x", "b"}, false},
+		{"more keys than stored", []string{"a", "a/x", "a/y", "b", "b/z"}, true},
+		{"roots only, one new (into hot)", []string{"a", "b", "c"}, true},
+		{"the stored keys but not hot's", []string{"a", "a/x", "a/y", "b", "b/z"}, false},
+		{"every key", []string{"a", "a/x", "a/y", "b", "b/z", "c"}, true},
+	} {
+		at := t0.Add(time.Duration(i) * 10 * time.Second)
+		r := store.Report{NodeID: id, InstanceID: 1, Seq: uint64(i + 1), Time: at, IntervalMS: 10000}
+		for j, p := range step.paths {
+			v := float64(i*10 + j)
+			r.Samples = append(r.Samples, store.Sample{MetricID: mids[p], Path: p, Value: v, State: store.StateOK})
+			model[p] = store.LatestValue{Value: v, State: store.StateOK, TimeMS: at.UnixMilli(), IntervalMS: 10000}
+		}
+		if _, err := st.WriteReports(ctx, []store.Report{r}); err != nil {
+			t.Fatal(err)
+		}
+		l, ok, err := st.Latest(ctx, id)
+		if err != nil || !ok {
+			t.Fatalf("%s: Latest: ok %v, %v", step.name, ok, err)
+		}
+		if got, want := must(json.Marshal(l.Metrics)), must(json.Marshal(model)); string(got) != string(want) {
+			t.Errorf("%s: newest values\n%s\nwant\n%s", step.name, got, want)
+		}
+		var known bool
+		if err := st.Pool().QueryRow(ctx, `SELECT metrics_keys IS NOT NULL FROM node_latest WHERE node_id = $1`, id).Scan(&known); err != nil {
+			t.Fatal(err)
+		}
+		if known != step.keysKnown {
+			t.Errorf("%s: metrics_keys set %v, want %v", step.name, known, step.keysKnown)
+		}
+	}
+	// A prune changes the stored keys: the next report must look.
+	if _, err := st.PruneLatest(ctx, t0.Add(75*time.Second), 100); err != nil {
+		t.Fatal(err)
+	}
+	var known bool
+	if err := st.Pool().QueryRow(ctx, `SELECT metrics_keys IS NOT NULL FROM node_latest WHERE node_id = $1`, id).Scan(&known); err != nil {
+		t.Fatal(err)
+	}
+	if known {
+		t.Error("after a prune: metrics_keys still set")
+	}
+}

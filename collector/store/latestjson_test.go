@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"reflect"
@@ -30,7 +31,7 @@ func TestAppendLatestJSON(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := appendLatestJSON([]byte("prefix"), c.metrics)
+			got, err := appendLatestJSON([]byte("prefix"), sortedLatestKeys(nil, c.metrics), c.metrics)
 			_, jerr := json.Marshal(c.metrics)
 			if (err != nil) != c.wantErr || (jerr != nil) != c.wantErr {
 				t.Fatalf("error %v, encoding/json's %v, want an error: %v", err, jerr, c.wantErr)
@@ -47,6 +48,36 @@ func TestAppendLatestJSON(t *testing.T) {
 			}
 			if !reflect.DeepEqual(decoded, c.metrics) {
 				t.Fatalf("decodes to %+v, want %+v (%s)", decoded, c.metrics, got[6:])
+			}
+			// Every object's keys in jsonb's order (shorter first, then
+			// bytewise), which jsonb input checks in one pass.
+			dec := json.NewDecoder(bytes.NewReader(got[6:]))
+			var last []string // the last key of each open object
+			key := false      // the next token in the innermost object is a key
+			for {
+				tok, err := dec.Token()
+				if err != nil {
+					break
+				}
+				switch tok := tok.(type) {
+				case json.Delim:
+					if tok == '{' {
+						last, key = append(last, ""), true
+					} else {
+						last, key = last[:len(last)-1], true
+					}
+					continue
+				case string:
+					if key {
+						prev := last[len(last)-1]
+						if prev != "" && (len(prev) > len(tok) || len(prev) == len(tok) && prev >= tok) {
+							t.Fatalf("key %q after %q: not jsonb's order (%s)", tok, prev, got[6:])
+						}
+						last[len(last)-1], key = tok, false
+						continue
+					}
+				}
+				key = true
 			}
 		})
 	}

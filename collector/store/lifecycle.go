@@ -43,7 +43,7 @@ func (s *Store) PruneLatest(ctx context.Context, cutoff time.Time, batch int) (i
 				FROM old JOIN metric_paths p ON p.path = old.path
 				WHERE nm.node_id = old.node_id AND nm.metric_id = p.id
 			), cut AS (
-				UPDATE node_latest nl SET metrics = nl.metrics - o.paths, hot = nl.hot - o.paths, root_states = NULL
+				UPDATE node_latest nl SET metrics = nl.metrics - o.paths, hot = nl.hot - o.paths, root_states = NULL, metrics_keys = NULL
 				FROM (SELECT node_id, array_agg(path) AS paths FROM old GROUP BY node_id) o
 				WHERE nl.node_id = o.node_id
 			)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -40,6 +41,12 @@ type Store struct {
 	// epoch is the dictionary_epoch the cached ids are valid for (-1:
 	// not read yet); a retention pass that deletes entries bumps it.
 	epoch int64
+	// latestSeed keys the hashes of node_latest's key sets (metrics_keys):
+	// the process's own, so a client cannot make two key sets collide.
+	latestSeed maphash.Seed
+	// latestBufs holds *[]byte buffers for a batch's latest values
+	// (WriteReports).
+	latestBufs sync.Pool
 }
 
 // DefaultMaxDefIDs bounds the definitions a collector remembers: a fleet runs a
@@ -86,7 +93,8 @@ func OpenWithConns(ctx context.Context, url string, log *slog.Logger, minConns i
 }
 
 func newStore(pool *pgxpool.Pool, log *slog.Logger) *Store {
-	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, maxDefIDs: DefaultMaxDefIDs, partitions: map[string]bool{}, epoch: -1}
+	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, maxDefIDs: DefaultMaxDefIDs, partitions: map[string]bool{}, epoch: -1,
+		latestSeed: maphash.MakeSeed(), latestBufs: sync.Pool{New: func() any { return new([]byte) }}}
 }
 
 func (s *Store) Close() { s.pool.Close() }

@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 	"sort"
@@ -73,21 +75,40 @@ SELECT node_id, instance_id, seq FROM ins`
 // state (migration 023). A report that carries more has no root_states: it
 // folds hot, older than it and newer than metrics, into metrics.
 //
+// A report that carries more replaces metrics outright when it carries
+// every key of metrics and hot (migration 031): the same object the
+// concatenation would make, without rebuilding it. metrics_keys
+// (latestKeys) says so without reading metrics when the key set is the
+// one the last merge stored; otherwise each key of metrics is looked up
+// in the report, once per change of the node's key set.
+//
 // One statement for the batch rather than one per node: a pipeline of 500
 // upserts cost 1.24x the one statement (BenchmarkLatestMerge). Rows are
 // locked in the order of the arrays, node order, so concurrent batches
 // cannot deadlock.
 const mergeLatest = `
-INSERT INTO node_latest (node_id, ts, interval_ms, snapshot_ts, metrics, root_states)
-SELECT * FROM unnest($1::int[], $2::timestamptz[], $3::int[], $4::timestamptz[], $5::jsonb[], $6::text[])
+INSERT INTO node_latest (node_id, ts, interval_ms, snapshot_ts, metrics, root_states, metrics_keys)
+SELECT * FROM unnest($1::int[], $2::timestamptz[], $3::int[], $4::timestamptz[], $5::jsonb[], $6::text[], $7::bigint[])
 ON CONFLICT (node_id) DO UPDATE SET
-	metrics = CASE WHEN EXCLUDED.root_states IS NULL THEN node_latest.metrics || node_latest.hot || EXCLUDED.metrics ELSE node_latest.metrics END,
+	metrics = CASE WHEN EXCLUDED.root_states IS NOT NULL THEN node_latest.metrics
+		WHEN ` + latestCovered + ` THEN EXCLUDED.metrics
+		ELSE node_latest.metrics || node_latest.hot || EXCLUDED.metrics END,
+	metrics_keys = CASE WHEN EXCLUDED.root_states IS NOT NULL THEN node_latest.metrics_keys
+		WHEN ` + latestCovered + ` THEN EXCLUDED.metrics_keys END,
 	hot = CASE WHEN EXCLUDED.root_states IS NULL THEN '{}' ELSE node_latest.hot || EXCLUDED.metrics END,
 	root_states = EXCLUDED.root_states,
 	ts = EXCLUDED.ts,
 	interval_ms = EXCLUDED.interval_ms,
 	snapshot_ts = coalesce(EXCLUDED.snapshot_ts, node_latest.snapshot_ts)
 WHERE node_latest.ts <= EXCLUDED.ts`
+
+// latestCovered is whether the report (EXCLUDED) carries every key of the
+// stored metrics and hot: then metrics || hot || the report is the
+// report. hot is a few roots; metrics is looked up only when its key set
+// is not known to be the report's.
+const latestCovered = `(node_latest.metrics_keys = EXCLUDED.metrics_keys
+			OR NOT EXISTS (SELECT FROM jsonb_object_keys(node_latest.metrics) k WHERE NOT EXCLUDED.metrics ? k))
+		AND NOT EXISTS (SELECT FROM jsonb_object_keys(node_latest.hot) k WHERE NOT EXCLUDED.metrics ? k)`
 
 // latestValues is how a query reads a node's newest values from node_latest
 // (migration 021).
@@ -116,6 +137,17 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 	if err != nil {
 		return nil, err
 	}
+	// The batch's latest values are written into a buffer kept from an
+	// earlier batch: grown from nothing, its copies were a sixth of the
+	// collector's allocations at a full tree per report. pgx has copied it
+	// into its messages once the transaction is over.
+	buf := s.latestBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxLatestBuf {
+			*buf = (*buf)[:0]
+			s.latestBufs.Put(buf)
+		}
+	}()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		stored, err := copyDirect(ctx, tx, rows)
 		if err != nil {
@@ -131,7 +163,7 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		// One round trip for the latest values. Rollups are the fold's
 		// (FoldRollups), from rollup_pending.
 		batch := &pgx.Batch{}
-		if err := queueLatest(batch, unique, result); err != nil {
+		if *buf, err = queueLatest(batch, s.latestSeed, (*buf)[:0], unique, result); err != nil {
 			return err
 		}
 		queueCounters(batch, unique, result)
@@ -307,7 +339,9 @@ func (s *Store) writeStaged(ctx context.Context, tx pgx.Tx, c copyRows, result m
 
 // queueLatest merges the batch's new reports into one row per node, so the
 // database sees one upsert per node and batch rather than one per sample.
-func queueLatest(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool) error {
+// seed keys the hash of each node's key set (metrics_keys, mergeLatest).
+// The JSON is appended to all, which it returns.
+func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Report, inserted map[ReportKey]bool) ([]byte, error) {
 	type acc struct {
 		ts         time.Time
 		intervalMS uint32
@@ -346,25 +380,30 @@ func queueLatest(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool
 		nodes = append(nodes, node)
 	}
 	if len(nodes) == 0 {
-		return nil
+		return all, nil
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
 	ts := make([]time.Time, len(nodes))
 	intervals := make([]int32, len(nodes))
 	snapshots := make([]*time.Time, len(nodes))
 	states := make([]*string, len(nodes))
+	keySets := make([]int64, len(nodes))
+	var keys []string
+	var h maphash.Hash
+	h.SetSeed(seed)
 	// Every node's JSON in one array, each a slice of it: as strings, each
 	// was copied twice more (to a string, then into the statement's
 	// arguments), a sixth of the collector's allocations at a full tree
 	// per report.
-	var all []byte
 	ends := make([]int, len(nodes))
 	for i, node := range nodes {
 		a := byNode[node]
+		keys = sortedLatestKeys(keys[:0], a.metrics)
 		var err error
-		if all, err = appendLatestJSON(all, a.metrics); err != nil {
-			return err
+		if all, err = appendLatestJSON(all, keys, a.metrics); err != nil {
+			return all, err
 		}
+		keySets[i] = latestKeys(&h, keys)
 		ts[i], intervals[i], snapshots[i], ends[i] = a.ts, int32(a.intervalMS), a.snapshot, len(all)
 		if !a.deep && a.snapshot == nil {
 			rs := rootStates(a.metrics)
@@ -376,37 +415,74 @@ func queueLatest(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool
 	for i, end := range ends {
 		metrics[i], start = all[start:end:end], end
 	}
-	batch.Queue(mergeLatest, nodes, ts, intervals, snapshots, metrics, states)
-	return nil
+	batch.Queue(mergeLatest, nodes, ts, intervals, snapshots, metrics, states, keySets)
+	return all, nil
+}
+
+// maxLatestBuf is the largest latest-values buffer kept for the next
+// batch: a batch of the largest reports allowed must not pin its memory.
+const maxLatestBuf = 8 << 20
+
+// sortedLatestKeys appends metrics' keys to keys in the order jsonb keeps
+// an object's keys (shorter first, then bytewise): jsonb input sorts
+// every object, and an object already in order is checked in one pass
+// (migration 031).
+func sortedLatestKeys(keys []string, metrics map[string]LatestValue) []string {
+	for k := range metrics {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(a) - len(b)
+		}
+		return strings.Compare(a, b)
+	})
+	return keys
+}
+
+// latestKeys is a hash of a node's key set (sorted, sortedLatestKeys),
+// as metrics_keys keeps it: equal hashes, one seed, the same keys but
+// for a chance of 2^-64 that a client cannot aim at (the seed is the
+// process's own).
+func latestKeys(h *maphash.Hash, keys []string) int64 {
+	h.Reset()
+	var n [4]byte
+	for _, k := range keys {
+		// Each key after its length: keys cannot run together.
+		binary.LittleEndian.PutUint32(n[:], uint32(len(k)))
+		h.Write(n[:])
+		h.WriteString(k)
+	}
+	return int64(h.Sum64())
 }
 
 // appendLatestJSON appends metrics as the JSON object node_latest keeps
-// (LatestValue's encoding). Written by hand:
-// encoding/json's reflection and sorted keys were 15% of the collector's
-// CPU at a full tree per report (jsonb does not keep the order of keys).
-func appendLatestJSON(b []byte, metrics map[string]LatestValue) ([]byte, error) {
+// (LatestValue's encoding), in the order of keys (sortedLatestKeys: its
+// keys). Written by hand: encoding/json's reflection and sorted keys
+// were 15% of the collector's CPU at a full tree per report. Each value's
+// fields are in jsonb's order too ("i", "n", "s", "t", "v").
+func appendLatestJSON(b []byte, keys []string, metrics map[string]LatestValue) ([]byte, error) {
 	b = append(b, '{')
-	first := true
-	for k, v := range metrics {
-		if !first {
+	for i, k := range keys {
+		v := metrics[k]
+		if i > 0 {
 			b = append(b, ',')
 		}
-		first = false
 		b = appendJSONString(b, k)
-		b = append(b, `:{"v":`...)
 		if math.IsNaN(v.Value) || math.IsInf(v.Value, 0) {
 			return nil, fmt.Errorf("encode latest values: %s: unsupported value %v", k, v.Value)
 		}
-		b = appendJSONFloat(b, v.Value)
-		b = append(b, `,"s":`...)
-		b = strconv.AppendInt(b, int64(v.State), 10)
-		b = append(b, `,"t":`...)
-		b = strconv.AppendInt(b, v.TimeMS, 10)
-		b = append(b, `,"i":`...)
+		b = append(b, `:{"i":`...)
 		b = strconv.AppendUint(b, uint64(v.IntervalMS), 10)
 		if v.NoValue {
 			b = append(b, `,"n":true`...)
 		}
+		b = append(b, `,"s":`...)
+		b = strconv.AppendInt(b, int64(v.State), 10)
+		b = append(b, `,"t":`...)
+		b = strconv.AppendInt(b, v.TimeMS, 10)
+		b = append(b, `,"v":`...)
+		b = appendJSONFloat(b, v.Value)
 		b = append(b, '}')
 	}
 	return append(b, '}'), nil
