@@ -141,7 +141,7 @@ func must[T any](v T, err error) T {
 
 // TestLatestMergeKeySets: a report carrying more than roots replaces a
 // node's stored values outright only when it carries every key stored
-// (migration 031); whichever way it went, the newest values read back are
+// (migration 032); whichever way it went, the newest values read back are
 // those of merging every report in turn, a key not reported since kept
 // with its time. metrics_keys is set exactly when the stored keys are the
 // last report's.

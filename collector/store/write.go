@@ -76,7 +76,7 @@ SELECT node_id, instance_id, seq FROM ins`
 // folds hot, older than it and newer than metrics, into metrics.
 //
 // A report that carries more replaces metrics outright when it carries
-// every key of metrics and hot (migration 031): the same object the
+// every key of metrics and hot (migration 032): the same object the
 // concatenation would make, without rebuilding it. metrics_keys
 // (latestKeys) says so without reading metrics when the key set is the
 // one the last merge stored; otherwise each key of metrics is looked up
@@ -426,7 +426,7 @@ const maxLatestBuf = 8 << 20
 // sortedLatestKeys appends metrics' keys to keys in the order jsonb keeps
 // an object's keys (shorter first, then bytewise): jsonb input sorts
 // every object, and an object already in order is checked in one pass
-// (migration 031).
+// (migration 032).
 func sortedLatestKeys(keys []string, metrics map[string]LatestValue) []string {
 	for k := range metrics {
 		keys = append(keys, k)
