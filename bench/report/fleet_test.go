@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -274,6 +275,20 @@ func benchFleet(b *testing.B, n int, busy bool) {
 	}
 	var size, rows int
 	b.ResetTimer()
+	// NBS_REPORT_PPROF=file: a CPU profile of the JSON reports alone (the
+	// collector's side; PostgreSQL's is in NBS_REPORT_EXPLAIN's plans).
+	if f := os.Getenv("NBS_REPORT_PPROF"); f != "" {
+		out, err := os.Create(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(out); err != nil {
+			b.Fatal(err)
+		}
+		timeIt(b, runs, func() { serve(svc, q30) })
+		pprof.StopCPUProfile()
+		out.Close()
+	}
 	jsonP50 := timeIt(b, runs, func() { size = serve(svc, q30) })
 	b.Logf("30-day report, %d nodes, JSON: p50 %s over %d runs, %d bytes", n, jsonP50.Round(time.Millisecond), runs, size)
 	csvP50 := timeIt(b, runs, func() { size = serve(svc, q30+"&format=csv") })

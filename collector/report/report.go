@@ -72,6 +72,7 @@ type Query struct {
 type ScopeStore interface {
 	ReadScopeDays(ctx context.Context, q store.ScopeDayQuery) ([]store.SampleRow, []store.HistogramRow, bool, error)
 	ReadNodePeriodSamples(ctx context.Context, q store.NodePeriodQuery) ([]store.SampleRow, bool, error)
+	ReadNodeDayHistograms(ctx context.Context, q store.NodePeriodQuery) ([]store.HistogramRow, bool, error)
 }
 
 // Compute builds the report the principal in ctx may see: its scope is
@@ -414,27 +415,49 @@ func (s span) readScoped(ctx context.Context, from, to time.Time, match func(str
 	if err != nil || !ok {
 		return nil, nil, days, false, err
 	}
-	var ns []store.SampleRow
-	var nh []store.HistogramRow
+	// The rest side by side, each on a connection of its own: the per-node
+	// reads are most of a fleet report's time. One that cannot serve its
+	// part makes the whole fall back (ok false), as before.
+	var (
+		ns     []store.SampleRow
+		nh     []store.HistogramRow
+		nodeOK = true
+		edges  [2]struct {
+			s []store.SampleRow
+			h []store.HistogramRow
+		}
+	)
+	g, gctx := errgroup.WithContext(ctx)
 	if perNode {
-		ns, ok, err = s.scoped.ReadNodePeriodSamples(ctx, store.NodePeriodQuery{NodeIDs: s.ids, From: d0, To: d1,
-			Match: func(p string) bool { return match(p) && perNodeMetric(p) && !perNodeHistogram(p) }})
-		if err != nil || !ok {
-			return nil, nil, days, false, err
-		}
-		if _, nh, err = s.st.ReadRollups(ctx, store.RollupQuery{NodeIDs: s.ids, Res: store.RollupDay, From: d0, To: d1,
-			Match: func(p string) bool { return match(p) && perNodeHistogram(p) }}); err != nil {
-			return nil, nil, days, false, err
-		}
-	}
-	var edges [2]struct {
-		s []store.SampleRow
-		h []store.HistogramRow
+		g.Go(func() (err error) {
+			var ok bool
+			ns, ok, err = s.scoped.ReadNodePeriodSamples(gctx, store.NodePeriodQuery{NodeIDs: s.ids, From: d0, To: d1,
+				Match: func(p string) bool { return match(p) && perNodeMetric(p) && !perNodeHistogram(p) }})
+			if !ok {
+				nodeOK = false
+			}
+			return err
+		})
+		g.Go(func() (err error) {
+			// The fold's per-node copy of the days (one index range), else
+			// the day rollups.
+			q := store.NodePeriodQuery{NodeIDs: s.ids, From: d0, To: d1, Match: func(p string) bool { return match(p) && perNodeHistogram(p) }}
+			var ok bool
+			if nh, ok, err = s.scoped.ReadNodeDayHistograms(gctx, q); err != nil || ok {
+				return err
+			}
+			_, nh, err = s.st.ReadRollups(gctx, store.RollupQuery{NodeIDs: s.ids, Res: store.RollupDay, From: d0, To: d1, Match: q.Match})
+			return err
+		})
 	}
 	for i, r := range [2][2]time.Time{{from, d0}, {d1, to}} {
-		if edges[i].s, edges[i].h, err = s.st.ReadRollups(ctx, store.RollupQuery{NodeIDs: s.ids, Res: store.RollupHour, From: r[0], To: r[1], Match: match}); err != nil {
-			return nil, nil, days, false, err
-		}
+		g.Go(func() (err error) {
+			edges[i].s, edges[i].h, err = s.st.ReadRollups(gctx, store.RollupQuery{NodeIDs: s.ids, Res: store.RollupHour, From: r[0], To: r[1], Match: match})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil || !nodeOK {
+		return nil, nil, days, false, err
 	}
 	keep := func(p string) bool { return !perNode || !perNodeMetric(p) }
 	samples = append(slices.Concat(edges[0].s, edges[1].s), ns...)

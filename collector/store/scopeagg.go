@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,7 +33,7 @@ const FleetScope = ""
 // foldScopeDay recomputes the pre-aggregate of day from its day rollups,
 // in tx (the day fold's, after the day's rollups are written).
 func foldScopeDay(ctx context.Context, tx pgx.Tx, day time.Time) error {
-	for _, t := range []string{"rollup_scope_nodes", "rollup_scope_samples", "rollup_scope_histograms"} {
+	for _, t := range []string{"rollup_scope_nodes", "rollup_scope_samples", "rollup_scope_histograms", "rollup_node_day_samples", "rollup_node_day_histograms"} {
 		if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE day = $1`, day); err != nil {
 			return fmt.Errorf("replace the scope pre-aggregate of %s: %w", day.UTC().Format(time.DateOnly), err)
 		}
@@ -54,10 +55,13 @@ func foldScopeDay(ctx context.Context, tx pgx.Tx, day time.Time) error {
 			SELECT node_id FROM rollup_histograms WHERE res = 86400 AND node_id = ANY($2) AND ts = $1
 		), t AS (SELECT ids.node_id, n.tenant FROM ids JOIN nodes n ON n.id = ids.node_id),
 		scopes AS (SELECT '' AS scope UNION SELECT DISTINCT tenant FROM nodes WHERE tenant <> '')
-		INSERT INTO rollup_scope_nodes (scope, day, node_ids)
-		SELECT s.scope, $1, coalesce((SELECT array_agg(t.node_id ORDER BY t.node_id) FROM t WHERE s.scope = '' OR t.tenant = s.scope), '{}')
+		INSERT INTO rollup_scope_nodes (scope, day, node_ids, per_node)
+		SELECT s.scope, $1, coalesce((SELECT array_agg(t.node_id ORDER BY t.node_id) FROM t WHERE s.scope = '' OR t.tenant = s.scope), '{}'), true
 		FROM scopes s`, day, nodes); err != nil {
 		return fmt.Errorf("fold the scope nodes of %s: %w", day.UTC().Format(time.DateOnly), err)
+	}
+	if err := copyNodeDay(ctx, tx, day, nodes); err != nil {
+		return err
 	}
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO rollup_scope_samples (scope, day, metric_id, n, sum, min, max, ok_s, warn_s, crit_s)
@@ -70,6 +74,39 @@ func foldScopeDay(ctx context.Context, tx pgx.Tx, day time.Time) error {
 		return fmt.Errorf("fold the scope samples of %s: %w", day.UTC().Format(time.DateOnly), err)
 	}
 	return foldScopeHistograms(ctx, tx, day, nodes)
+}
+
+// NodeDayPath is whether the day fold copies a metric's day rollups per
+// node (migration 031): the roots and every ping target's metrics, a
+// superset of what a report's per-node tables read (report.perNodeMetric).
+// The SQL of copyNodeDay says the same.
+func NodeDayPath(path string) bool {
+	return !strings.Contains(path, "/") || strings.HasPrefix(path, "ping/")
+}
+
+// copyNodeDay copies the day rollups of the NodeDayPath metrics of day, in
+// tx (foldScopeDay's), by day first: what a report's per-node tables read
+// of a period is then one index range of a few MB, not a few rows of every
+// node's 185 a day scattered through the day rollups.
+func copyNodeDay(ctx context.Context, tx pgx.Tx, day time.Time, nodes []int32) error {
+	const paths = `(strpos(p.path, '/') = 0 OR starts_with(p.path, 'ping/'))`
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO rollup_node_day_samples (day, node_id, metric_id, n, sum, min, max, ok_s, warn_s, crit_s)
+		SELECT $1, r.node_id, r.metric_id, r.n, r.sum, r.min, r.max, r.ok_s, r.warn_s, r.crit_s
+		FROM rollup_samples r JOIN metric_paths p ON p.id = r.metric_id
+		WHERE r.res = 86400 AND r.node_id = ANY($2) AND r.ts = $1 AND `+paths+`
+		ORDER BY r.node_id, r.metric_id`, day, nodes); err != nil {
+		return fmt.Errorf("copy the per-node samples of %s: %w", day.UTC().Format(time.DateOnly), err)
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO rollup_node_day_histograms (day, node_id, metric_id, count, sum, buckets)
+		SELECT $1, r.node_id, r.metric_id, r.count, r.sum, r.buckets
+		FROM rollup_histograms r JOIN metric_paths p ON p.id = r.metric_id
+		WHERE r.res = 86400 AND r.node_id = ANY($2) AND r.ts = $1 AND `+paths+`
+		ORDER BY r.node_id, r.metric_id`, day, nodes); err != nil {
+		return fmt.Errorf("copy the per-node histograms of %s: %w", day.UTC().Format(time.DateOnly), err)
+	}
+	return nil
 }
 
 // foldScopeHistograms merges the day's histogram rollups per scope and
@@ -226,7 +263,8 @@ type NodePeriodQuery struct {
 // sum of its day rollups over [q.From, q.To), summed in SQL (TS is
 // q.From), for the per-node tables of a report whose days ReadScopeDays
 // served. ok is false, as there, when the day rollups alone are not what
-// ReadRollups would read.
+// ReadRollups would read. The days the fold copied per node (migration
+// 031) are read from the copy.
 func (s *Store) ReadNodePeriodSamples(ctx context.Context, q NodePeriodQuery) ([]SampleRow, bool, error) {
 	paths, err := s.metricPaths(ctx)
 	if err != nil {
@@ -236,32 +274,91 @@ func (s *Store) ReadNodePeriodSamples(ctx context.Context, q NodePeriodQuery) ([
 	var out rollupRows
 	ok := false
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		st, err := readFoldState(ctx, tx, q.From, q.To)
-		if err != nil {
+		var copied bool
+		var err error
+		if ok, copied, err = nodePeriodServed(ctx, tx, q, paths); err != nil || !ok {
 			return err
 		}
-		stored, srcs := foldedSources(RollupDay, q.From, q.To, st)
-		if len(srcs) > 0 || len(stored) != 1 || !stored[0].from.Equal(q.From) || !stored[0].to.Equal(q.To) {
-			return nil
+		from := `rollup_samples WHERE res = 86400 AND ts >= $3 AND ts < $4`
+		if copied {
+			from = `rollup_node_day_samples WHERE day >= $3 AND day < $4`
 		}
-		var pending bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rollup_pending WHERE ts >= $1 AND ts < $2)`, q.From, q.To).Scan(&pending); err != nil {
-			return fmt.Errorf("check for unfolded reports: %w", err)
-		}
-		if pending {
-			return nil
-		}
-		ok = true
 		return out.readSamples(ctx, tx, paths, `
 			SELECT node_id, metric_id, $3::timestamptz, sum(n)::bigint, sum(sum), min(min), max(max), sum(ok_s), sum(warn_s), sum(crit_s)
-			FROM rollup_samples
-			WHERE res = 86400 AND node_id = ANY($1) AND ts >= $3 AND ts < $4 AND ($2::integer[] IS NULL OR metric_id = ANY($2))
+			FROM `+from+` AND node_id = ANY($1) AND ($2::integer[] IS NULL OR metric_id = ANY($2))
 			GROUP BY node_id, metric_id`, q.NodeIDs, filter, q.From, q.To)
 	})
 	if err != nil || !ok {
 		return nil, false, err
 	}
 	return out.samples, true, nil
+}
+
+// ReadNodeDayHistograms returns the day rollups of histograms over whole
+// UTC days [q.From, q.To), a row per node, metric and day, as ReadRollups
+// would, from the fold's per-node copy (migration 031). ok is false, with
+// no rows, when the copy cannot serve them all: a day not folded, dirty or
+// with reports pending, a day folded before the migration and not rebuilt
+// since, or a metric q.Match accepts that is not copied (NodeDayPath).
+func (s *Store) ReadNodeDayHistograms(ctx context.Context, q NodePeriodQuery) ([]HistogramRow, bool, error) {
+	paths, err := s.metricPaths(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	filter := RollupQuery{Match: q.Match}.metricFilter(paths)
+	var out rollupRows
+	ok := false
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		served, copied, err := nodePeriodServed(ctx, tx, q, paths)
+		if err != nil || !served || !copied {
+			return err
+		}
+		ok = true
+		return out.readHistograms(ctx, tx, paths, `
+			SELECT node_id, metric_id, day, count, sum, buckets FROM rollup_node_day_histograms
+			WHERE day >= $3 AND day < $4 AND node_id = ANY($1) AND ($2::integer[] IS NULL OR metric_id = ANY($2))`,
+			q.NodeIDs, filter, q.From, q.To)
+	})
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	return out.hists, true, nil
+}
+
+// nodePeriodServed says, in tx's snapshot, whether the day rollups alone
+// are what ReadRollups would read of q's whole days (served: every day
+// folded, none dirty, no report pending), and whether the fold's per-node
+// copy holds them (copied: every day copied, every metric q.Match accepts
+// a NodeDayPath).
+func nodePeriodServed(ctx context.Context, tx pgx.Tx, q NodePeriodQuery, paths map[int32]string) (served, copied bool, err error) {
+	if !q.From.Before(q.To) || !q.From.Equal(q.From.Truncate(24*time.Hour)) || !q.To.Equal(q.To.Truncate(24*time.Hour)) {
+		return false, false, nil
+	}
+	st, err := readFoldState(ctx, tx, q.From, q.To)
+	if err != nil {
+		return false, false, err
+	}
+	stored, srcs := foldedSources(RollupDay, q.From, q.To, st)
+	if len(srcs) > 0 || len(stored) != 1 || !stored[0].from.Equal(q.From) || !stored[0].to.Equal(q.To) {
+		return false, false, nil
+	}
+	var pending bool
+	var days int
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rollup_pending WHERE ts >= $1 AND ts < $2),
+		(SELECT count(*) FROM rollup_scope_nodes WHERE scope = '' AND day >= $1 AND day < $2 AND per_node)`,
+		q.From, q.To).Scan(&pending, &days); err != nil {
+		return false, false, fmt.Errorf("check for unfolded reports: %w", err)
+	}
+	if pending {
+		return false, false, nil
+	}
+	copied = days == int(q.To.Sub(q.From)/(24*time.Hour))
+	for _, p := range paths {
+		if copied && (q.Match == nil || q.Match(p)) && !NodeDayPath(p) {
+			copied = false
+		}
+	}
+	return true, copied, nil
 }
 
 // RebuildScopeDays recomputes the pre-aggregate of the whole UTC days in
@@ -291,7 +388,7 @@ func (s *Store) RebuildScopeDays(ctx context.Context, from, to time.Time) error 
 func deleteScopeDaysBefore(ctx context.Context, db interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }, cutoff time.Time) error {
-	for _, t := range []string{"rollup_scope_nodes", "rollup_scope_samples", "rollup_scope_histograms"} {
+	for _, t := range []string{"rollup_scope_nodes", "rollup_scope_samples", "rollup_scope_histograms", "rollup_node_day_samples", "rollup_node_day_histograms"} {
 		if _, err := db.Exec(ctx, `DELETE FROM `+t+` WHERE day < $1`, cutoff); err != nil {
 			return fmt.Errorf("delete %s older than %s: %w", t, cutoff.Format(time.RFC3339), err)
 		}
@@ -327,9 +424,22 @@ func (r *Reads) ReadNodePeriodSamples(ctx context.Context, q NodePeriodQuery) ([
 	return v.s, v.ok, err
 }
 
+// ReadNodeDayHistograms is a heavy read, as ReadRollups.
+func (r *Reads) ReadNodeDayHistograms(ctx context.Context, q NodePeriodQuery) ([]HistogramRow, bool, error) {
+	type rows struct {
+		h  []HistogramRow
+		ok bool
+	}
+	v, err := heavyRead(ctx, r, "report's per-node histograms", func(s *Store) (rows, error) {
+		hr, ok, err := s.ReadNodeDayHistograms(ctx, q)
+		return rows{hr, ok}, err
+	})
+	return v.h, v.ok, err
+}
+
 // BackfillScopeDays builds the pre-aggregate of up to max folded days that
 // have none (days folded before migration 020; a day the fold writes has
-// one), newest first, back to retention before now (0: 800 days) but not
+// one) or no per-node copy (folded before migration 031), newest first, back to retention before now (0: 800 days) but not
 // before any node was seen: no day before that has rollups (two days
 // earlier, for reports an agent's spool kept from before its first Hello),
 // and a new database would otherwise build hundreds of empty days. The
@@ -349,7 +459,7 @@ func (s *Store) BackfillScopeDays(ctx context.Context, now time.Time, retention 
 			(SELECT through FROM rollup_folds WHERE res = 86400) - interval '1 day',
 			date_bin('1 day', greatest($1::timestamptz, coalesce((SELECT min(first_seen) FROM nodes), now()) - interval '2 days'), `+epoch+`),
 			interval '-1 day') d
-		WHERE NOT EXISTS (SELECT 1 FROM rollup_scope_nodes WHERE scope = '' AND day = d)
+		WHERE NOT EXISTS (SELECT 1 FROM rollup_scope_nodes WHERE scope = '' AND day = d AND per_node)
 		LIMIT $2`, now.Add(-retention+24*time.Hour), max)
 	if err != nil {
 		return 0, fmt.Errorf("find days without a scope pre-aggregate: %w", err)
@@ -388,7 +498,7 @@ func (s *Store) BackfillScopeDays(ctx context.Context, now time.Time, retention 
 // rebuilt them without the nodes (a fold rebuilding them here could take
 // minutes for a node with years of history).
 func forgetScopeDaysOf(ctx context.Context, tx pgx.Tx, ids []int32) error {
-	for _, t := range []string{"rollup_scope_samples", "rollup_scope_histograms", "rollup_scope_nodes"} {
+	for _, t := range []string{"rollup_scope_samples", "rollup_scope_histograms", "rollup_node_day_samples", "rollup_node_day_histograms", "rollup_scope_nodes"} {
 		if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE day IN (
 			SELECT day FROM rollup_scope_nodes WHERE scope = '' AND node_ids && $1::integer[])`, ids); err != nil {
 			return fmt.Errorf("forget the report pre-aggregate of its days: %w", err)
