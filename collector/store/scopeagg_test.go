@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 )
@@ -116,6 +119,75 @@ func TestScopeDaysFoldedWithTheDay(t *testing.T) {
 		}
 		if _, _, ok := read(t, FleetScope, f.nodes, d0, d1.Add(day)); ok {
 			t.Error("a day not folded served")
+		}
+	})
+	// The fold's per-node copy (migration 031) is the day rollups of the
+	// roots and ping targets, row for row; a day folded before it was
+	// there is read from the day rollups, and a metric it does not copy is
+	// refused.
+	t.Run("per-node copy", func(t *testing.T) {
+		q := NodePeriodQuery{NodeIDs: f.nodes, From: d0, To: d1}
+		key := func(r HistogramRow) string { return fmt.Sprintf("%d %s %s", r.NodeID, r.Path, r.TS.UTC()) }
+		_, wantH, err := st.ReadRollups(ctx, RollupQuery{NodeIDs: f.nodes, Res: RollupDay, From: d0, To: d1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotH, ok, err := st.ReadNodeDayHistograms(ctx, q)
+		if err != nil || !ok {
+			t.Fatalf("ReadNodeDayHistograms of a folded day: ok %v, %v", ok, err)
+		}
+		if len(gotH) == 0 || len(gotH) != len(wantH) {
+			t.Fatalf("%d histogram rows, want the day rollups' %d", len(gotH), len(wantH))
+		}
+		byKey := map[string]HistogramRow{}
+		for _, r := range wantH {
+			byKey[key(r)] = r
+		}
+		for _, r := range gotH {
+			w, ok := byKey[key(r)]
+			if !ok || r.Count != w.Count || r.Sum != w.Sum || !slices.Equal(r.Index, w.Index) || !slices.Equal(r.Counts, w.Counts) {
+				t.Errorf("copy %s: %d %g %v %v, want %+v", key(r), r.Count, r.Sum, r.Index, r.Counts, w)
+			}
+		}
+		sums := func(t *testing.T) map[string]SampleAgg {
+			t.Helper()
+			rows, ok, err := st.ReadNodePeriodSamples(ctx, q)
+			if err != nil || !ok {
+				t.Fatalf("ReadNodePeriodSamples: ok %v, %v", ok, err)
+			}
+			out := map[string]SampleAgg{}
+			for _, r := range rows {
+				out[fmt.Sprintf("%d %s", r.NodeID, r.Path)] = r.SampleAgg
+			}
+			return out
+		}
+		copied := sums(t)
+		if len(copied) != 2*len(f.nodes) {
+			t.Errorf("%d per-node sums, want 2 metrics of %d nodes", len(copied), len(f.nodes))
+		}
+		// As folded before the migration: no copy of the day.
+		if _, err := st.pool.Exec(ctx, `UPDATE rollup_scope_nodes SET per_node = false WHERE day = $1`, d0); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := st.ReadNodeDayHistograms(ctx, q); err != nil || ok {
+			t.Errorf("served a day without its copy (%v)", err)
+		}
+		if perNode := sums(t); !maps.Equal(perNode, copied) {
+			t.Errorf("sums of the copy %v, of the day rollups %v", copied, perNode)
+		}
+		if n, err := st.BackfillScopeDays(ctx, time.Time{}, 0, 10); err != nil || n != 1 {
+			t.Fatalf("backfilled %d days (%v), want the one without its copy", n, err)
+		}
+		if _, ok, err := st.ReadNodeDayHistograms(ctx, q); err != nil || !ok {
+			t.Errorf("not served after the backfill (%v)", err)
+		}
+		// A metric outside the copy, asked for: refused.
+		if _, err := st.pool.Exec(ctx, `INSERT INTO metric_paths (path) VALUES ('latency/tx')`); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := st.ReadNodeDayHistograms(ctx, NodePeriodQuery{NodeIDs: f.nodes, From: d0, To: d1,
+			Match: func(p string) bool { return p == "latency/tx" || p == "ping/a" }}); err != nil || ok {
+			t.Errorf("served a metric the fold does not copy (%v)", err)
 		}
 	})
 	t.Run("late report: refused until folded, then its sum", func(t *testing.T) {
