@@ -8,9 +8,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/nbs-project/nbs/collector/access"
 	"github.com/nbs-project/nbs/collector/store"
@@ -90,6 +94,27 @@ func BenchmarkFleet(b *testing.B) {
 		b.Fatal(err)
 	}
 
+	// NBS_API_FLEET_EXPLAIN=1: the plan of the page's read of every node.
+	if os.Getenv("NBS_API_FLEET_EXPLAIN") != "" {
+		for range 3 { // the last, warm
+			rows, err := st.Pool().Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) SELECT n.id, n.name, l.ts, coalesce(l.interval_ms, 0), coalesce(l.worst, 0)::smallint
+				FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id WHERE n.retired_at IS NULL`)
+			if err != nil {
+				b.Fatal(err)
+			}
+			plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("the fleet page's read of every node:\n%s", strings.Join(plan, "\n"))
+		}
+		var sizes string
+		if err := st.Pool().QueryRow(ctx, `SELECT format('nodes %s, node_latest %s (heap %s)', pg_size_pretty(pg_total_relation_size('nodes')),
+			pg_size_pretty(pg_total_relation_size('node_latest')), pg_size_pretty(pg_relation_size('node_latest')))`).Scan(&sizes); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%s", sizes)
+	}
 	srv, token := server(b, st)
 	client := srv.Client()
 	get := func(path string, q url.Values) func() error {

@@ -295,6 +295,26 @@ func benchFleet(b *testing.B, n int, busy bool) {
 	b.Logf("30-day report, %d nodes, CSV: p50 %s over %d runs, %d bytes", n, csvP50.Round(time.Millisecond), runs, size)
 	custP50 := timeIt(b, runs, func() { size = serve(svc, q30+"&selector=customer%3Dc3") })
 	b.Logf("30-day report, one customer (%d nodes), JSON: p50 %s", n/10, custP50.Round(time.Millisecond))
+	// The same-run anchor for the per-node copy (migration 031): the days
+	// marked as folded before it, so the per-node tables read the day
+	// rollups; then marked back. Alternated, so a trend in the load cancels.
+	withCopy := func(on bool) {
+		if _, err := st.Pool().Exec(ctx, `UPDATE rollup_scope_nodes SET per_node = $1`, on); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var noCopy, yesCopy []time.Duration
+	for _, on := range []bool{false, true, true, false, false, true} {
+		withCopy(on)
+		t := timeIt(b, 1, func() { serve(svc, q30) })
+		if on {
+			yesCopy = append(yesCopy, t)
+		} else {
+			noCopy = append(noCopy, t)
+		}
+	}
+	withCopy(true)
+	b.Logf("30-day report, %d nodes, JSON, alternated: with the per-node copy %v, without (the day rollups) %v", n, yesCopy, noCopy)
 	// The same-run anchor: the report read per node (as before the
 	// pre-aggregate), computed without JSON, against the same computed
 	// from the pre-aggregate; and the two must be the same report.
@@ -327,6 +347,32 @@ func benchFleet(b *testing.B, n int, busy bool) {
 			b.Errorf("the report from the pre-aggregate differs from the per-node one (/tmp/report-scope.json, /tmp/report-pernode.json)")
 		}
 	}
+	// The report's own reads one by one (the per-node tables' from the
+	// fold's per-node copy, migration 031), and its definitions.
+	perNodeMatch := func(p string) bool { return !strings.HasPrefix(p, "sock/") && (!strings.Contains(p, "/") || strings.HasPrefix(p, "ping/")) }
+	var nrows int
+	nodeSumsT := timeIt(b, runs, func() {
+		r, ok, err := st.ReadNodePeriodSamples(ctx, store.NodePeriodQuery{NodeIDs: ids, From: from, To: end, Match: perNodeMatch})
+		if err != nil || !ok {
+			b.Fatalf("ReadNodePeriodSamples: ok %v, %v", ok, err)
+		}
+		nrows = len(r)
+	})
+	b.Logf("its per-node sums (ReadNodePeriodSamples): p50 %s, %d rows", nodeSumsT.Round(time.Millisecond), nrows)
+	nodeHistT := timeIt(b, runs, func() {
+		r, ok, err := st.ReadNodeDayHistograms(ctx, store.NodePeriodQuery{NodeIDs: ids, From: from, To: end, Match: perNodeMatch})
+		if err != nil || !ok {
+			b.Fatalf("ReadNodeDayHistograms: ok %v, %v", ok, err)
+		}
+		nrows = len(r)
+	})
+	b.Logf("its per-node ping histograms (ReadNodeDayHistograms): p50 %s, %d rows", nodeHistT.Round(time.Millisecond), nrows)
+	defsT := timeIt(b, runs, func() {
+		if _, err := st.DefinitionsOf(ctx, ids); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Logf("its definitions (DefinitionsOf): p50 %s", defsT.Round(time.Millisecond))
 	readP50 := timeIt(b, runs, func() { rows = fetchDays(b, st, ids, shown, from, end) })
 	b.Logf("its rollup reads alone (the report's metrics, fetched, not decoded): p50 %s, %d rows", readP50.Round(time.Millisecond), rows)
 	if busy {

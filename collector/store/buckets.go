@@ -31,21 +31,15 @@ type bucketArena struct {
 
 // decode returns the current row's buckets from column col.
 func (a *bucketArena) decode(rows pgx.Rows, col int) ([]int32, []int64, error) {
-	src := rows.RawValues()[col]
-	if fd := rows.FieldDescriptions()[col]; fd.Format != pgx.BinaryFormatCode {
-		// The simple protocol sends bytea as hex text: let pgx undo that.
-		var b []byte
-		if err := rows.Conn().TypeMap().Scan(fd.DataTypeOID, fd.Format, src, &b); err != nil {
-			return nil, nil, fmt.Errorf("bucket bytes: %w", err)
-		}
-		src = b
+	src, err := byteaOf(rows, col)
+	if err != nil {
+		return nil, nil, err
 	}
 	// A row that does not fit starts a new chunk: rows already returned
 	// keep theirs, and nothing is copied as the arena grows.
 	a.idx = reserve(a.idx, len(src)/8)
 	a.cnt = reserve(a.cnt, len(src)/12)
 	i0, c0 := len(a.idx), len(a.cnt)
-	var err error
 	if a.idx, src, err = appendArray(a.idx, src, 4, func(b []byte) int32 { return int32(binary.BigEndian.Uint32(b)) }); err != nil {
 		return nil, nil, fmt.Errorf("bucket indexes: %w", err)
 	}
@@ -58,6 +52,21 @@ func (a *bucketArena) decode(rows pgx.Rows, col int) ([]int32, []int64, error) {
 	// Full slice expressions: a later append to the arena can never write
 	// into a returned row's buckets.
 	return a.idx[i0:len(a.idx):len(a.idx)], a.cnt[c0:len(a.cnt):len(a.cnt)], nil
+}
+
+// byteaOf is the current row's bytea column col, valid until the next
+// row: the bytes as received, or decoded from hex under the simple
+// protocol.
+func byteaOf(rows pgx.Rows, col int) ([]byte, error) {
+	src := rows.RawValues()[col]
+	if fd := rows.FieldDescriptions()[col]; fd.Format != pgx.BinaryFormatCode {
+		var b []byte
+		if err := rows.Conn().TypeMap().Scan(fd.DataTypeOID, fd.Format, src, &b); err != nil {
+			return nil, fmt.Errorf("bucket bytes: %w", err)
+		}
+		return b, nil
+	}
+	return src, nil
 }
 
 var errBadArray = errors.New("malformed binary array")

@@ -60,17 +60,26 @@ func foldScopeDay(ctx context.Context, tx pgx.Tx, day time.Time) error {
 		FROM scopes s`, day, nodes); err != nil {
 		return fmt.Errorf("fold the scope nodes of %s: %w", day.UTC().Format(time.DateOnly), err)
 	}
-	if err := copyNodeDay(ctx, tx, day, nodes); err != nil {
-		return err
-	}
+	// One scan of the day's sample rollups for both the scope sums and
+	// the per-node copy (a second scan of them was most of what the copy
+	// cost the fold).
 	if _, err := tx.Exec(ctx, `
+		WITH d AS MATERIALIZED (
+			SELECT r.node_id, r.metric_id, r.n, r.sum, r.min, r.max, r.ok_s, r.warn_s, r.crit_s, n.tenant
+			FROM rollup_samples r JOIN nodes n ON n.id = r.node_id
+			WHERE r.res = 86400 AND r.node_id = ANY($2) AND r.ts = $1
+		), copy AS (
+			INSERT INTO rollup_node_day_samples (day, node_id, metric_id, n, sum, min, max, ok_s, warn_s, crit_s)
+			SELECT $1, d.node_id, d.metric_id, d.n, d.sum, d.min, d.max, d.ok_s, d.warn_s, d.crit_s
+			FROM d JOIN metric_paths p ON p.id = d.metric_id
+			WHERE `+nodeDayPathSQL+`
+		)
 		INSERT INTO rollup_scope_samples (scope, day, metric_id, n, sum, min, max, ok_s, warn_s, crit_s)
-		SELECT CASE WHEN grouping(n.tenant) = 1 THEN '' ELSE n.tenant END, $1, r.metric_id,
-			sum(r.n)::bigint, sum(r.sum), min(r.min), max(r.max), sum(r.ok_s), sum(r.warn_s), sum(r.crit_s)
-		FROM rollup_samples r JOIN nodes n ON n.id = r.node_id
-		WHERE r.res = 86400 AND r.node_id = ANY($2) AND r.ts = $1
-		GROUP BY GROUPING SETS ((r.metric_id), (n.tenant, r.metric_id))
-		HAVING grouping(n.tenant) = 1 OR n.tenant <> ''`, day, nodes); err != nil {
+		SELECT CASE WHEN grouping(d.tenant) = 1 THEN '' ELSE d.tenant END, $1, d.metric_id,
+			sum(d.n)::bigint, sum(d.sum), min(d.min), max(d.max), sum(d.ok_s), sum(d.warn_s), sum(d.crit_s)
+		FROM d
+		GROUP BY GROUPING SETS ((d.metric_id), (d.tenant, d.metric_id))
+		HAVING grouping(d.tenant) = 1 OR d.tenant <> ''`, day, nodes); err != nil {
 		return fmt.Errorf("fold the scope samples of %s: %w", day.UTC().Format(time.DateOnly), err)
 	}
 	return foldScopeHistograms(ctx, tx, day, nodes)
@@ -78,44 +87,25 @@ func foldScopeDay(ctx context.Context, tx pgx.Tx, day time.Time) error {
 
 // NodeDayPath is whether the day fold copies a metric's day rollups per
 // node (migration 031): the roots and every ping target's metrics, a
-// superset of what a report's per-node tables read (report.perNodeMetric).
-// The SQL of copyNodeDay says the same.
+// superset of what a report's per-node tables read (report.perNodeMetric),
+// by day first, so that what those tables read of a period is one index
+// range of a few MB, not a few rows of every node's 185 a day scattered
+// through the day rollups. nodeDayPathSQL says the same of p.path.
 func NodeDayPath(path string) bool {
 	return !strings.Contains(path, "/") || strings.HasPrefix(path, "ping/")
 }
 
-// copyNodeDay copies the day rollups of the NodeDayPath metrics of day, in
-// tx (foldScopeDay's), by day first: what a report's per-node tables read
-// of a period is then one index range of a few MB, not a few rows of every
-// node's 185 a day scattered through the day rollups.
-func copyNodeDay(ctx context.Context, tx pgx.Tx, day time.Time, nodes []int32) error {
-	const paths = `(strpos(p.path, '/') = 0 OR starts_with(p.path, 'ping/'))`
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO rollup_node_day_samples (day, node_id, metric_id, n, sum, min, max, ok_s, warn_s, crit_s)
-		SELECT $1, r.node_id, r.metric_id, r.n, r.sum, r.min, r.max, r.ok_s, r.warn_s, r.crit_s
-		FROM rollup_samples r JOIN metric_paths p ON p.id = r.metric_id
-		WHERE r.res = 86400 AND r.node_id = ANY($2) AND r.ts = $1 AND `+paths+`
-		ORDER BY r.node_id, r.metric_id`, day, nodes); err != nil {
-		return fmt.Errorf("copy the per-node samples of %s: %w", day.UTC().Format(time.DateOnly), err)
-	}
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO rollup_node_day_histograms (day, node_id, metric_id, count, sum, buckets)
-		SELECT $1, r.node_id, r.metric_id, r.count, r.sum, r.buckets
-		FROM rollup_histograms r JOIN metric_paths p ON p.id = r.metric_id
-		WHERE r.res = 86400 AND r.node_id = ANY($2) AND r.ts = $1 AND `+paths+`
-		ORDER BY r.node_id, r.metric_id`, day, nodes); err != nil {
-		return fmt.Errorf("copy the per-node histograms of %s: %w", day.UTC().Format(time.DateOnly), err)
-	}
-	return nil
-}
+const nodeDayPathSQL = `(strpos(p.path, '/') = 0 OR starts_with(p.path, 'ping/'))`
 
 // foldScopeHistograms merges the day's histogram rollups per scope and
 // metric in Go, streaming (a day of 10,000 busy nodes is half a million
 // rows), as the fold merges its own (unnest and GROUP BY in SQL were
 // several times slower, BENCHMARKS.md).
 func foldScopeHistograms(ctx context.Context, tx pgx.Tx, day time.Time, nodes []int32) error {
-	rows, err := tx.Query(ctx, `SELECT n.tenant, r.metric_id, r.count, r.sum, r.buckets
-		FROM rollup_histograms r JOIN nodes n ON n.id = r.node_id WHERE r.res = 86400 AND r.node_id = ANY($2) AND r.ts = $1`, day, nodes)
+	// The same scan gives the per-node copy its rows (NodeDayPath).
+	rows, err := tx.Query(ctx, `SELECT n.tenant, r.metric_id, r.count, r.sum, r.buckets, r.node_id, `+nodeDayPathSQL+`
+		FROM rollup_histograms r JOIN nodes n ON n.id = r.node_id JOIN metric_paths p ON p.id = r.metric_id
+		WHERE r.res = 86400 AND r.node_id = ANY($2) AND r.ts = $1`, day, nodes)
 	if err != nil {
 		return fmt.Errorf("read the day's histogram rollups for their scopes: %w", err)
 	}
@@ -138,13 +128,23 @@ func foldScopeHistograms(ctx context.Context, tx pgx.Tx, day time.Time, nodes []
 	}
 	var arena bucketArena
 	var tenant string
-	var metric int32
+	var metric, node int32
 	var count int64
 	var sum float64
+	var copied bool
+	var perNode [][]any
 	for rows.Next() {
-		if err := rows.Scan(&tenant, &metric, &count, &sum, nil); err != nil {
+		if err := rows.Scan(&tenant, &metric, &count, &sum, nil, &node, &copied); err != nil {
 			rows.Close()
 			return fmt.Errorf("scan histogram rollup: %w", err)
+		}
+		if copied {
+			b, err := byteaOf(rows, 4)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("scan histogram rollup buckets: %w", err)
+			}
+			perNode = append(perNode, []any{day, node, metric, count, sum, slices.Clone(b)})
 		}
 		// Merged at once: the arena's slices are reused row after row.
 		arena.idx, arena.cnt = arena.idx[:0], arena.cnt[:0]
@@ -183,6 +183,10 @@ func foldScopeHistograms(ctx context.Context, tx pgx.Tx, day time.Time, nodes []
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"rollup_scope_histograms"},
 		[]string{"scope", "day", "metric_id", "count", "sum", "bucket_index", "bucket_count"}, pgx.CopyFromRows(src)); err != nil {
 		return fmt.Errorf("write the scope histograms of %s: %w", day.UTC().Format(time.DateOnly), err)
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"rollup_node_day_histograms"},
+		[]string{"day", "node_id", "metric_id", "count", "sum", "buckets"}, pgx.CopyFromRows(perNode)); err != nil {
+		return fmt.Errorf("copy the per-node histograms of %s: %w", day.UTC().Format(time.DateOnly), err)
 	}
 	return nil
 }
