@@ -96,17 +96,31 @@ func BenchmarkFleet(b *testing.B) {
 
 	// NBS_API_FLEET_EXPLAIN=1: the plan of the page's read of every node.
 	if os.Getenv("NBS_API_FLEET_EXPLAIN") != "" {
-		for range 3 { // the last, warm
-			rows, err := st.Pool().Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) SELECT n.id, n.name, l.ts, coalesce(l.interval_ms, 0), coalesce(l.worst, 0)::smallint
-				FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id WHERE n.retired_at IS NULL`)
-			if err != nil {
-				b.Fatal(err)
+		// As the store reads it, and by the key of node_latest, a probe a
+		// node (hash and merge joins off), each three times, the last warm.
+		for _, probe := range []bool{false, true, false, true} {
+			for range 3 {
+				tx, err := st.Pool().Begin(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if probe {
+					if _, err := tx.Exec(ctx, `SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off`); err != nil {
+						b.Fatal(err)
+					}
+				}
+				rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) SELECT n.id, n.name, l.ts, coalesce(l.interval_ms, 0), coalesce(l.worst, 0)::smallint
+					FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id WHERE n.retired_at IS NULL`)
+				if err != nil {
+					b.Fatal(err)
+				}
+				plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = tx.Rollback(ctx)
+				b.Logf("the fleet page's read of every node (probes %v):\n%s", probe, strings.Join(plan, "\n"))
 			}
-			plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Logf("the fleet page's read of every node:\n%s", strings.Join(plan, "\n"))
 		}
 		var sizes string
 		if err := st.Pool().QueryRow(ctx, `SELECT format('nodes %s, node_latest %s (heap %s)', pg_size_pretty(pg_total_relation_size('nodes')),
