@@ -349,7 +349,9 @@ func benchFleet(b *testing.B, n int, busy bool) {
 	}
 	// The report's own reads one by one (the per-node tables' from the
 	// fold's per-node copy, migration 031), and its definitions.
-	perNodeMatch := func(p string) bool { return !strings.HasPrefix(p, "sock/") && (!strings.Contains(p, "/") || strings.HasPrefix(p, "ping/")) }
+	perNodeMatch := func(p string) bool {
+		return !strings.HasPrefix(p, "sock/") && (!strings.Contains(p, "/") || strings.HasPrefix(p, "ping/"))
+	}
 	var nrows int
 	nodeSumsT := timeIt(b, runs, func() {
 		r, ok, err := st.ReadNodePeriodSamples(ctx, store.NodePeriodQuery{NodeIDs: ids, From: from, To: end, Match: perNodeMatch})
