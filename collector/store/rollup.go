@@ -731,10 +731,14 @@ func (s *Store) metricPaths(ctx context.Context) (map[int32]string, error) {
 // DefinitionsOf is one definition per metric path over some nodes (the
 // catalogue gives every node the same title, unit and scale for a path).
 func (s *Store) DefinitionsOf(ctx context.Context, nodeIDs []int32) (map[string]MetricDef, error) {
+	// The lowest node's definition of each path, chosen on the ids alone
+	// (a path is one metric id) before the joins: a report of 1,000 busy
+	// nodes otherwise joined and sorted 185,000 rows by path for 200-odd.
 	rows, err := s.pool.Query(ctx, `
-		SELECT DISTINCT ON (p.path) p.path, m.title, m.unit, m.kind, m.scale, m.quantile
-		FROM node_metrics nm JOIN metric_defs m ON m.id = nm.def_id JOIN metric_paths p ON p.id = nm.metric_id
-		WHERE nm.node_id = ANY($1) ORDER BY p.path, nm.node_id`, nodeIDs)
+		SELECT p.path, m.title, m.unit, m.kind, m.scale, m.quantile
+		FROM (SELECT DISTINCT ON (metric_id) metric_id, def_id FROM node_metrics
+			WHERE node_id = ANY($1) ORDER BY metric_id, node_id) nm
+		JOIN metric_defs m ON m.id = nm.def_id JOIN metric_paths p ON p.id = nm.metric_id`, nodeIDs)
 	if err != nil {
 		return nil, fmt.Errorf("read metric definitions: %w", err)
 	}
