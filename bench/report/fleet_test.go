@@ -295,7 +295,7 @@ func benchFleet(b *testing.B, n int, busy bool) {
 	b.Logf("30-day report, %d nodes, CSV: p50 %s over %d runs, %d bytes", n, csvP50.Round(time.Millisecond), runs, size)
 	custP50 := timeIt(b, runs, func() { size = serve(svc, q30+"&selector=customer%3Dc3") })
 	b.Logf("30-day report, one customer (%d nodes), JSON: p50 %s", n/10, custP50.Round(time.Millisecond))
-	// The same-run anchor for the per-node copy (migration 031): the days
+	// The same-run anchor for the per-node copy (migration 033): the days
 	// marked as folded before it, so the per-node tables read the day
 	// rollups; then marked back. Alternated, so a trend in the load cancels.
 	withCopy := func(on bool) {
@@ -348,7 +348,7 @@ func benchFleet(b *testing.B, n int, busy bool) {
 		}
 	}
 	// The report's own reads one by one (the per-node tables' from the
-	// fold's per-node copy, migration 031), and its definitions.
+	// fold's per-node copy, migration 033), and its definitions.
 	perNodeMatch := func(p string) bool {
 		return !strings.HasPrefix(p, "sock/") && (!strings.Contains(p, "/") || strings.HasPrefix(p, "ping/"))
 	}

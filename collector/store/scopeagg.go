@@ -86,7 +86,7 @@ func foldScopeDay(ctx context.Context, tx pgx.Tx, day time.Time) error {
 }
 
 // NodeDayPath is whether the day fold copies a metric's day rollups per
-// node (migration 031): the roots and every ping target's metrics, a
+// node (migration 033): the roots and every ping target's metrics, a
 // superset of what a report's per-node tables read (report.perNodeMetric),
 // by day first, so that what those tables read of a period is one index
 // range of a few MB, not a few rows of every node's 185 a day scattered
@@ -300,7 +300,7 @@ func (s *Store) ReadNodePeriodSamples(ctx context.Context, q NodePeriodQuery) ([
 
 // ReadNodeDayHistograms returns the day rollups of histograms over whole
 // UTC days [q.From, q.To), a row per node, metric and day, as ReadRollups
-// would, from the fold's per-node copy (migration 031). ok is false, with
+// would, from the fold's per-node copy (migration 033). ok is false, with
 // no rows, when the copy cannot serve them all: a day not folded, dirty or
 // with reports pending, a day folded before the migration and not rebuilt
 // since, or a metric q.Match accepts that is not copied (NodeDayPath).
@@ -452,7 +452,7 @@ func (r *Reads) ReadNodeDayHistograms(ctx context.Context, q NodePeriodQuery) ([
 
 // BackfillScopeDays builds the pre-aggregate of up to max folded days that
 // have none (days folded before migration 020; a day the fold writes has
-// one) or no per-node copy (folded before migration 031), newest first, back to retention before now (0: 800 days) but not
+// one) or no per-node copy (folded before migration 033), newest first, back to retention before now (0: 800 days) but not
 // before any node was seen: no day before that has rollups (two days
 // earlier, for reports an agent's spool kept from before its first Hello),
 // and a new database would otherwise build hundreds of empty days. The

@@ -121,7 +121,7 @@ func TestScopeDaysFoldedWithTheDay(t *testing.T) {
 			t.Error("a day not folded served")
 		}
 	})
-	// The fold's per-node copy (migration 031) is the day rollups of the
+	// The fold's per-node copy (migration 033) is the day rollups of the
 	// roots and ping targets, row for row; a day folded before it was
 	// there is read from the day rollups, and a metric it does not copy is
 	// refused.
