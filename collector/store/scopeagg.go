@@ -268,7 +268,7 @@ type NodePeriodQuery struct {
 // q.From), for the per-node tables of a report whose days ReadScopeDays
 // served. ok is false, as there, when the day rollups alone are not what
 // ReadRollups would read. The days the fold copied per node (migration
-// 031) are read from the copy.
+// 033) are read from the copy.
 func (s *Store) ReadNodePeriodSamples(ctx context.Context, q NodePeriodQuery) ([]SampleRow, bool, error) {
 	paths, err := s.metricPaths(ctx)
 	if err != nil {
