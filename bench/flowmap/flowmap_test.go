@@ -121,19 +121,9 @@ func BenchmarkFlowMap(b *testing.B) {
 	const owners, fanout = 50, 10
 	ctx := context.Background()
 	st := storetest.Open(b)
-	ids := make([]int32, nodes)
-	for i := range ids {
-		id, err := st.UpsertNode(ctx, store.Node{Name: fmt.Sprintf("node-%03d", i), Labels: map[string]string{"customer": "acme"}, Tenant: "acme", InstanceID: 1, IntervalMS: 60000})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ids[i] = id
-	}
+	ids := benchFleet(ctx, b, st, nodes)
 	total := nodes * owners
-	owner := func(g int) store.FlowOwner {
-		return store.FlowOwner{ID: fmt.Sprintf("pod:shop.app-%d", g), Kind: "pod", Name: fmt.Sprintf("shop/app-%d", g), Workload: fmt.Sprintf("shop/app%d", g%97)}
-	}
-	addr := func(g int) string { return fmt.Sprintf("10.%d.%d.%d", g>>16&255, g>>8&255, g&255) }
+	owner, addr := benchOwner, benchAddr
 	// Owner g connects to g + k·owners·7 + 1 (k < fanout): always another node.
 	peerOf := func(g, k int) int { return (g + (k+1)*owners*7 + 1) % total }
 	edgesOf := make([][]store.FlowEdge, nodes)
@@ -263,3 +253,24 @@ func BenchmarkFlowMap(b *testing.B) {
 	}
 	_ = total50
 }
+
+// benchFleet stores the benchmarks' nodes (node-000…, tenant acme).
+func benchFleet(ctx context.Context, b *testing.B, st *store.Store, nodes int) []int32 {
+	ids := make([]int32, nodes)
+	for i := range ids {
+		id, err := st.UpsertNode(ctx, store.Node{Name: fmt.Sprintf("node-%03d", i), Labels: map[string]string{"customer": "acme"}, Tenant: "acme", InstanceID: 1, IntervalMS: 60000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = id
+	}
+	return ids
+}
+
+// benchOwner is owner g of the benchmarks' fleet, a pod; benchAddr its
+// address.
+func benchOwner(g int) store.FlowOwner {
+	return store.FlowOwner{ID: fmt.Sprintf("pod:shop.app-%d", g), Kind: "pod", Name: fmt.Sprintf("shop/app-%d", g), Workload: fmt.Sprintf("shop/app%d", g%97)}
+}
+
+func benchAddr(g int) string { return fmt.Sprintf("10.%d.%d.%d", g>>16&255, g>>8&255, g&255) }

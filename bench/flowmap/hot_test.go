@@ -31,19 +31,9 @@ func BenchmarkFlowEdgesHOT(b *testing.B) {
 			if _, err := st.Pool().Exec(ctx, fmt.Sprintf(`ALTER TABLE flow_edges SET (fillfactor = %d)`, ff)); err != nil {
 				b.Fatal(err)
 			}
-			ids := make([]int32, nodes)
-			for i := range ids {
-				id, err := st.UpsertNode(ctx, store.Node{Name: fmt.Sprintf("node-%03d", i), Tenant: "acme", InstanceID: 1, IntervalMS: 60000})
-				if err != nil {
-					b.Fatal(err)
-				}
-				ids[i] = id
-			}
+			ids := benchFleet(ctx, b, st, nodes)
 			total := nodes * owners
-			owner := func(g int) store.FlowOwner {
-				return store.FlowOwner{ID: fmt.Sprintf("pod:shop.app-%d", g), Kind: "pod", Name: fmt.Sprintf("shop/app-%d", g), Workload: fmt.Sprintf("shop/app%d", g%97)}
-			}
-			addr := func(g int) string { return fmt.Sprintf("10.%d.%d.%d", g>>16&255, g>>8&255, g&255) }
+			owner, addr := benchOwner, benchAddr
 			edgesOf := make([][]store.FlowEdge, nodes)
 			for g := range total {
 				for k := range fanout {
