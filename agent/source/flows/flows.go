@@ -29,6 +29,7 @@ import (
 	"github.com/nbs-project/nbs/agent/probe/tcpreset"
 	"github.com/nbs-project/nbs/agent/source"
 	"github.com/nbs-project/nbs/internal/netns"
+	"github.com/nbs-project/nbs/internal/topk"
 	"github.com/nbs-project/nbs/internal/wire"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
@@ -381,7 +382,7 @@ func (s *Source) edges(iv probe.Interval, xlat map[int]netip.AddrPort) ([]*nbsv1
 	// ranking holds is K edges, not all of them; the rest goes to "other"
 	// as it is pushed out. Figures are computed once per edge; addresses
 	// compared only on ties, so the order is the same every time.
-	top := s.topHeap[:0]
+	top := topk.New(s.top, rankCmp, s.topHeap)
 	var other probe.Counts
 	addCounts(&other, iv.Overflow)
 	folded := 0
@@ -389,25 +390,14 @@ func (s *Source) edges(iv probe.Interval, xlat map[int]netip.AddrPort) ([]*nbsv1
 		a := &aggs[j]
 		r := rankedEdge{id: id, trouble: trouble(a.Counts), busy: a.Opened + a.Closed + a.Failed,
 			volume: a.BytesSent + a.BytesReceived}
-		if len(top) < s.top {
-			top = append(top, r)
-			siftUp(top, len(top)-1)
-			continue
-		}
-		if rankBefore(top[0], r) {
-			// r ranks below all K kept.
-			addCounts(&other, a.Counts)
+		if out, left := top.Push(r); left {
+			addCounts(&other, aggs[byID[out.id]].Counts)
 			folded++
-			continue
 		}
-		addCounts(&other, aggs[byID[top[0].id]].Counts)
-		folded++
-		top[0] = r
-		siftDown(top, 0)
 	}
-	slices.SortFunc(top, rankCmp)
-	out := make([]*nbsv1.FlowEdge, 0, len(top)+1)
-	for _, r := range top {
+	kept := top.Sorted()
+	out := make([]*nbsv1.FlowEdge, 0, len(kept)+1)
+	for _, r := range kept {
 		id := r.id
 		a := &aggs[byID[id]]
 		fe := s.counts(a.Counts)
@@ -427,8 +417,8 @@ func (s *Source) edges(iv probe.Interval, xlat map[int]netip.AddrPort) ([]*nbsv1
 		}
 		out = append(out, fe)
 	}
-	clear(top)
-	s.topHeap = top[:0]
+	clear(kept)
+	s.topHeap = kept[:0]
 	if folded > 0 || !empty(other) {
 		fe := s.counts(other)
 		fe.Other, fe.EdgesFolded = true, uint32(folded)
@@ -453,37 +443,6 @@ func rankCmp(a, b rankedEdge) int {
 	return cmp.Or(cmp.Compare(x.owner, y.owner), cmp.Compare(x.role, y.role), x.local.Compare(y.local),
 		cmp.Compare(x.localPort, y.localPort), x.peer.Compare(y.peer), cmp.Compare(x.peerPort, y.peerPort),
 		x.translated.Compare(y.translated))
-}
-
-func rankBefore(a, b rankedEdge) bool { return rankCmp(a, b) < 0 }
-
-// siftUp and siftDown keep h a heap with the lowest-ranked edge at h[0].
-func siftUp(h []rankedEdge, i int) {
-	for i > 0 {
-		parent := (i - 1) / 2
-		if !rankBefore(h[parent], h[i]) {
-			return
-		}
-		h[parent], h[i] = h[i], h[parent]
-		i = parent
-	}
-}
-
-func siftDown(h []rankedEdge, i int) {
-	for {
-		low, l, r := i, 2*i+1, 2*i+2
-		if l < len(h) && rankBefore(h[low], h[l]) {
-			low = l
-		}
-		if r < len(h) && rankBefore(h[low], h[r]) {
-			low = r
-		}
-		if low == i {
-			return
-		}
-		h[i], h[low] = h[low], h[i]
-		i = low
-	}
 }
 
 // trouble is how bad an edge's interval was, for the top-K's order.
