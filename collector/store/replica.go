@@ -147,6 +147,20 @@ func heavyRead[T any](ctx context.Context, r *Reads, what string, q func(*Store)
 	return v, r.tooSlow(ctx, what, err)
 }
 
+// heavyReadOK is heavyRead for a read that may decline (ok false: the
+// caller reads another way).
+func heavyReadOK[T any](ctx context.Context, r *Reads, what string, q func(*Store) (T, bool, error)) (T, bool, error) {
+	type answer struct {
+		v  T
+		ok bool
+	}
+	a, err := heavyRead(ctx, r, what, func(s *Store) (answer, error) {
+		v, ok, err := q(s)
+		return answer{v, ok}, err
+	})
+	return a.v, a.ok, err
+}
+
 // tooSlow turns a statement the server cancelled while its caller still
 // waited — its statement_timeout — into an error that says so and what to
 // do; retrying the same request would only be cancelled again.

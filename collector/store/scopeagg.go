@@ -30,10 +30,16 @@ import (
 // FleetScope is the scope of every node.
 const FleetScope = ""
 
+// scopeDayTables are what the day fold writes of a day beside its day
+// rollups (migrations 020, 033), each keyed by day: replaced, aged out and
+// forgotten together. rollup_scope_nodes comes last: forgetScopeDaysOf
+// finds the days to forget in it.
+var scopeDayTables = []string{"rollup_scope_samples", "rollup_scope_histograms", "rollup_node_day_samples", "rollup_node_day_histograms", "rollup_scope_nodes"}
+
 // foldScopeDay recomputes the pre-aggregate of day from its day rollups,
 // in tx (the day fold's, after the day's rollups are written).
 func foldScopeDay(ctx context.Context, tx pgx.Tx, day time.Time) error {
-	for _, t := range []string{"rollup_scope_nodes", "rollup_scope_samples", "rollup_scope_histograms", "rollup_node_day_samples", "rollup_node_day_histograms"} {
+	for _, t := range scopeDayTables {
 		if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE day = $1`, day); err != nil {
 			return fmt.Errorf("replace the scope pre-aggregate of %s: %w", day.UTC().Format(time.DateOnly), err)
 		}
@@ -365,13 +371,15 @@ func nodePeriodServed(ctx context.Context, tx pgx.Tx, q NodePeriodQuery, paths m
 	if pending {
 		return false, false, nil
 	}
-	copied = days == int(q.To.Sub(q.From)/(24*time.Hour))
+	if days != int(q.To.Sub(q.From)/(24*time.Hour)) {
+		return true, false, nil
+	}
 	for _, p := range paths {
-		if copied && (q.Match == nil || q.Match(p)) && !NodeDayPath(p) {
-			copied = false
+		if (q.Match == nil || q.Match(p)) && !NodeDayPath(p) {
+			return true, false, nil
 		}
 	}
-	return true, copied, nil
+	return true, true, nil
 }
 
 // RebuildScopeDays recomputes the pre-aggregate of the whole UTC days in
@@ -401,7 +409,7 @@ func (s *Store) RebuildScopeDays(ctx context.Context, from, to time.Time) error 
 func deleteScopeDaysBefore(ctx context.Context, db interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }, cutoff time.Time) error {
-	for _, t := range []string{"rollup_scope_nodes", "rollup_scope_samples", "rollup_scope_histograms", "rollup_node_day_samples", "rollup_node_day_histograms"} {
+	for _, t := range scopeDayTables {
 		if _, err := db.Exec(ctx, `DELETE FROM `+t+` WHERE day < $1`, cutoff); err != nil {
 			return fmt.Errorf("delete %s older than %s: %w", t, cutoff.Format(time.RFC3339), err)
 		}
@@ -426,28 +434,12 @@ func (r *Reads) ReadScopeDays(ctx context.Context, q ScopeDayQuery) ([]SampleRow
 
 // ReadNodePeriodSamples is a heavy read, as ReadRollups.
 func (r *Reads) ReadNodePeriodSamples(ctx context.Context, q NodePeriodQuery) ([]SampleRow, bool, error) {
-	type rows struct {
-		s  []SampleRow
-		ok bool
-	}
-	v, err := heavyRead(ctx, r, "report's per-node sums", func(s *Store) (rows, error) {
-		sr, ok, err := s.ReadNodePeriodSamples(ctx, q)
-		return rows{sr, ok}, err
-	})
-	return v.s, v.ok, err
+	return heavyReadOK(ctx, r, "report's per-node sums", func(s *Store) ([]SampleRow, bool, error) { return s.ReadNodePeriodSamples(ctx, q) })
 }
 
 // ReadNodeDayHistograms is a heavy read, as ReadRollups.
 func (r *Reads) ReadNodeDayHistograms(ctx context.Context, q NodePeriodQuery) ([]HistogramRow, bool, error) {
-	type rows struct {
-		h  []HistogramRow
-		ok bool
-	}
-	v, err := heavyRead(ctx, r, "report's per-node histograms", func(s *Store) (rows, error) {
-		hr, ok, err := s.ReadNodeDayHistograms(ctx, q)
-		return rows{hr, ok}, err
-	})
-	return v.h, v.ok, err
+	return heavyReadOK(ctx, r, "report's per-node histograms", func(s *Store) ([]HistogramRow, bool, error) { return s.ReadNodeDayHistograms(ctx, q) })
 }
 
 // BackfillScopeDays builds the pre-aggregate of up to max folded days that
@@ -511,7 +503,7 @@ func (s *Store) BackfillScopeDays(ctx context.Context, now time.Time, retention 
 // rebuilt them without the nodes (a fold rebuilding them here could take
 // minutes for a node with years of history).
 func forgetScopeDaysOf(ctx context.Context, tx pgx.Tx, ids []int32) error {
-	for _, t := range []string{"rollup_scope_samples", "rollup_scope_histograms", "rollup_node_day_samples", "rollup_node_day_histograms", "rollup_scope_nodes"} {
+	for _, t := range scopeDayTables {
 		if _, err := tx.Exec(ctx, `DELETE FROM `+t+` WHERE day IN (
 			SELECT day FROM rollup_scope_nodes WHERE scope = '' AND node_ids && $1::integer[])`, ids); err != nil {
 			return fmt.Errorf("forget the report pre-aggregate of its days: %w", err)
