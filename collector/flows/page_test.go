@@ -24,7 +24,7 @@ func TestFirstOfEqualsSortedPrefix(t *testing.T) {
 			slices.SortFunc(want, func(a, b keyed) int { return compareKeys(a.k, b.k) })
 			wantMore := len(want) > tc.limit
 			want = want[:min(tc.limit, len(want))]
-			got, more := firstOf(slices.Clone(ks), tc.limit)
+			got, more := firstOf(slices.Values(ks), tc.limit)
 			if more != wantMore {
 				t.Errorf("more = %v, want %v", more, wantMore)
 			}

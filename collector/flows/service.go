@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -588,10 +589,10 @@ type keyed struct {
 // more. A page is 500 of up to 50,000 edges: a heap of the page's size sees
 // most edges once, against its last, where sorting them all was a sixth of
 // a map's first read (bench/flowmap).
-func firstOf(ks []keyed, limit int) ([]keyed, bool) {
+func firstOf(ks iter.Seq[keyed], limit int) ([]keyed, bool) {
 	top := topk.New(limit, func(a, b keyed) int { return compareKeys(a.k, b.k) }, nil)
 	more := false
-	for _, k := range ks {
+	for k := range ks {
 		if _, left := top.Push(k); left {
 			more = true
 		}
@@ -601,21 +602,18 @@ func firstOf(ks []keyed, limit int) ([]keyed, bool) {
 
 func page(g *Graph, q Query, nodes map[int32]store.FlowNode) Map {
 	m := Map{From: q.From, To: q.To, Resolution: q.Resolution(), Owners: []Owner{}, Edges: []*Edge{}, Other: g.Other}
-	var kept []*Edge
-	for _, e := range g.Edges {
-		if keep(e, q.Filter, g, nodes) {
-			kept = append(kept, e)
+	pg, more := firstOf(func(yield func(keyed) bool) {
+		for _, e := range g.Edges {
+			if !keep(e, q.Filter, g, nodes) {
+				continue
+			}
+			m.TotalEdges++
+			k := keyed{e, sortKey(e, q.Sort)}
+			if (q.Cursor == nil || compareKeys(k.k, *q.Cursor) > 0) && !yield(k) {
+				return
+			}
 		}
-	}
-	m.TotalEdges = len(kept)
-	ks := make([]keyed, 0, len(kept))
-	for _, e := range kept {
-		k := keyed{e, sortKey(e, q.Sort)}
-		if q.Cursor == nil || compareKeys(k.k, *q.Cursor) > 0 {
-			ks = append(ks, k)
-		}
-	}
-	pg, more := firstOf(ks, q.Limit)
+	}, q.Limit)
 	// Copies: the graph may be cached and shared, and fillRTT sets the
 	// page's RTT.
 	for _, x := range pg {
