@@ -458,6 +458,21 @@ func TestTenancy(t *testing.T) {
 	if g, gb := l.flowMap(globexP, url.Values{}); len(g.Edges) != 2 || strings.Contains(string(gb), "cart") {
 		t.Fatalf("globex's map after acme's: %s", gb)
 	}
+	// Nor by the vertex of another tenant's owner (vertex=): acme's edge to
+	// the address secret-0 holds is found by the address, never the owner.
+	for _, c := range []struct {
+		vertex string
+		want   []string
+	}{
+		{"globex-1|pod:vault.secret-0", nil},
+		{"10.0.0.9", []string{"shop/cart-1 -> 10.0.0.9:443 opened=2 seen=client"}},
+	} {
+		m, vb := l.flowMap(acme, url.Values{"vertex": {c.vertex}})
+		same(t, "acme's vertex="+c.vertex, edges(m), c.want)
+		if strings.Contains(string(vb), "secret") || strings.Contains(string(vb), "globex") {
+			t.Errorf("acme's vertex=%s answer names globex's owner:\n%s", c.vertex, vb)
+		}
+	}
 	// Nor is an edge of another tenant found by its key.
 	m, _ = l.flowMap(staff, url.Values{"tenant": {"globex"}})
 	if code, _ := l.get(acme, "/flows/edge", url.Values{"key": {m.Edges[0].Key}}); code != 404 {
