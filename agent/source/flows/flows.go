@@ -277,12 +277,23 @@ func (s *Source) holdAddresses(hs []*nbsv1.AddressHolder) {
 	if s.heldAddrIdx == nil {
 		s.heldAddrIdx = map[[2]string]bool{}
 	}
+	left := 0
 	for _, h := range hs {
 		k := [2]string{h.GetAddress(), h.GetOwner().GetId()}
-		if !s.heldAddrIdx[k] && len(s.heldAddrs) < wire.MaxAddressHolders {
+		switch {
+		case s.heldAddrIdx[k]:
+		case len(s.heldAddrs) >= wire.MaxAddressHolders:
+			left++
+		default:
 			s.heldAddrIdx[k] = true
 			s.heldAddrs = append(s.heldAddrs, h)
 		}
+	}
+	if left > 0 {
+		// Counted as the interval's own cap is (holders.capped).
+		s.holders.capped += uint64(left)
+		s.log.Warn("flows: more addresses held since the last report with edges than a report carries; the rest are left out",
+			"left_out", left, "max", wire.MaxAddressHolders)
 	}
 }
 

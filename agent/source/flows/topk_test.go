@@ -1,6 +1,7 @@
 package flows
 
 import (
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net/netip"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/nbs-project/nbs/agent/owner"
 	probe "github.com/nbs-project/nbs/agent/probe/flows"
+	"github.com/nbs-project/nbs/internal/wire"
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
 // The top-K kept in a heap of K names the same edges, in the same order,
@@ -145,5 +148,25 @@ func TestStorageOfABurstIsLetGo(t *testing.T) {
 			t.Errorf("after %d edges: storage kept %v (held edges' capacity %d, by owner %d), want %v",
 				c.edges, kept, cap(s.pending.Edges), cap(s.aggs), c.kept)
 		}
+	}
+}
+
+// Holders gathered between two reports with edges past what a report
+// carries are left out and counted, as one interval's are.
+func TestHeldAddressesPastTheCapAreCounted(t *testing.T) {
+	s := &Source{log: slog.New(slog.DiscardHandler), holders: &holders{}}
+	batch := func(from, n int) []*nbsv1.AddressHolder {
+		var hs []*nbsv1.AddressHolder
+		for i := from; i < from+n; i++ {
+			hs = append(hs, &nbsv1.AddressHolder{Address: netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}).String(),
+				Owner: &nbsv1.FlowOwner{Id: "pod:a.b"}})
+		}
+		return hs
+	}
+	s.holdAddresses(batch(0, wire.MaxAddressHolders-10))
+	s.holdAddresses(batch(0, wire.MaxAddressHolders-10)) // the same again: none new
+	s.holdAddresses(batch(wire.MaxAddressHolders, 25))
+	if len(s.heldAddrs) != wire.MaxAddressHolders || s.holders.capped != 15 {
+		t.Fatalf("%d held, %d counted as left out; want %d and 15", len(s.heldAddrs), s.holders.capped, wire.MaxAddressHolders)
 	}
 }
