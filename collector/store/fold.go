@@ -185,22 +185,17 @@ func foldBucket(ctx context.Context, tx pgx.Tx, target int32, b time.Time, nodes
 	if _, err := tx.Exec(ctx, foldSamples, src, b, end, nodes, nil, float64(target), target); err != nil {
 		return fmt.Errorf("fold sample rollups: %w", err)
 	}
-	var part rollupRows
-	if err := part.readHistograms(ctx, tx, nil, readSourceHistograms, src, b, end, nodes, nil, float64(target)); err != nil {
+	var hists histMerge
+	if err := hists.read(ctx, tx, readSourceHistograms, src, b, end, nodes, nil, float64(target)); err != nil {
 		return err
 	}
-	if len(part.hists) == 0 {
+	if len(hists.out) == 0 {
 		return nil
-	}
-	merged := mergeHistograms(part.hists)
-	rows := make([][]any, len(merged))
-	for i, h := range merged {
-		rows[i] = []any{target, h.TS, h.NodeID, h.metricID, int64(h.Count), h.Sum, h.Index, h.Counts}
 	}
 	if _, err := tx.Exec(ctx, rollupStagingDDL); err != nil {
 		return fmt.Errorf("create rollup staging tables: %w", err)
 	}
-	if err := stageRollupHistograms(ctx, tx, rows); err != nil {
+	if err := hists.stage(ctx, tx, target); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, replaceRollupHistograms); err != nil {

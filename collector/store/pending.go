@@ -197,24 +197,20 @@ func foldPending(ctx context.Context, conn interface {
 		if _, err := tx.Exec(ctx, lockFoldNodes); err != nil {
 			return fmt.Errorf("lock the nodes of pending reports: %w", err)
 		}
-		var part rollupRows
-		if err := part.readHistograms(ctx, tx, nil, foldPendingHistograms); err != nil {
+		// Merged as they are read (histMerge), their arrays staged as
+		// they are: through a loglinear.Histogram (a map) and back, with
+		// its buckets sorted again, they were half the minute fold's Go
+		// time at 10,000 nodes. The statements below order the rows
+		// themselves.
+		var hists histMerge
+		if err := hists.read(ctx, tx, foldPendingHistograms); err != nil {
 			return err
 		}
-		if len(part.hists) > 0 {
+		if len(hists.out) > 0 {
 			if _, err := tx.Exec(ctx, rollupStagingDDL); err != nil {
 				return fmt.Errorf("create rollup staging tables: %w", err)
 			}
-			// The merged rows' arrays as they are: through a
-			// loglinear.Histogram (a map) and back, with its buckets sorted
-			// again, they were half the minute fold's Go time at 10,000
-			// nodes. The statements below order the rows themselves.
-			merged := mergeHistograms(part.hists)
-			rows := make([][]any, len(merged))
-			for i, h := range merged {
-				rows[i] = []any{int32(RollupMinute), h.TS, h.NodeID, h.metricID, int64(h.Count), h.Sum, h.Index, h.Counts}
-			}
-			if err := stageRollupHistograms(ctx, tx, rows); err != nil {
+			if err := hists.stage(ctx, tx, int32(RollupMinute)); err != nil {
 				return err
 			}
 		}
@@ -223,7 +219,7 @@ func foldPending(ctx context.Context, conn interface {
 				if _, err := tx.Exec(ctx, foldPendingSamples, fresh, cur.split); err != nil {
 					return fmt.Errorf("fold pending reports' samples: %w", err)
 				}
-				if len(part.hists) > 0 {
+				if len(hists.out) > 0 {
 					if _, err := tx.Exec(ctx, foldPendingStagedHistograms, fresh, cur.split); err != nil {
 						return fmt.Errorf("fold pending reports' histograms: %w", err)
 					}

@@ -1,0 +1,195 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nbs-project/nbs/internal/loglinear"
+)
+
+// histMerge is mergeHistograms as the rows are read: a fold keeps one
+// merged row per node, metric and bucket start, its buckets sparse, and
+// never the rows it read. Read whole first (rollupRows, then
+// mergeHistograms, then a [][]any of the merged rows), the minute fold of
+// 4,000 nodes held about 60 MB at once each minute, more than the rest of
+// the collector's live heap: every collection during a fold set the next
+// heap goal from it, and the collector's memory per connected node
+// followed (BENCHMARKS.md, "Collector memory per connected node").
+type histMerge struct {
+	at  map[histKey]int32
+	out []mergedHist
+	// Merged buckets live in chunks; a row that outgrows its place moves
+	// to a new one (rarely: one metric's reports in a minute share most
+	// of their buckets).
+	idxChunk []int32
+	cntChunk []int64
+	// One row's decoded buckets, and a merge's result, reused.
+	rowIdx, tmpIdx []int32
+	rowCnt, tmpCnt []int64
+	dense          *loglinear.Dense // for a row whose buckets are not in order
+}
+
+type histKey struct {
+	node, metric int32
+	ts           int64
+}
+
+type mergedHist struct {
+	histKey
+	count uint64
+	sum   float64
+	idx   []int32
+	cnt   []int64
+}
+
+// histChunk is how many buckets histMerge allocates at a time.
+const histChunk = 1 << 14
+
+// place returns room for n buckets with capacity for a few more.
+func (m *histMerge) place(n int) ([]int32, []int64) {
+	c := n + n/4 + 2
+	if cap(m.idxChunk)-len(m.idxChunk) < c {
+		m.idxChunk = make([]int32, 0, max(c, histChunk))
+		m.cntChunk = make([]int64, 0, max(c, histChunk))
+	}
+	at := len(m.idxChunk)
+	m.idxChunk, m.cntChunk = m.idxChunk[:at+c], m.cntChunk[:at+c]
+	// Full slice expressions: a row never grows into the next one's.
+	return m.idxChunk[at : at+n : at+c], m.cntChunk[at : at+n : at+c]
+}
+
+// add merges one row, whose buckets may be reused once it returns.
+func (m *histMerge) add(k histKey, count uint64, sum float64, idx []int32, cnt []int64) {
+	if m.at == nil {
+		m.at = map[histKey]int32{}
+	}
+	sorted := true
+	for i, b := range idx {
+		if i >= len(cnt) || b < 0 || b >= loglinear.Buckets || cnt[i] <= 0 || (i > 0 && b <= idx[i-1]) {
+			sorted = false
+			break
+		}
+	}
+	if !sorted || len(idx) != len(cnt) {
+		// As loglinear.Dense takes them (skipping what cannot be stored):
+		// ingest never stores such buckets, so this is never the fast path.
+		if m.dense == nil {
+			m.dense = new(loglinear.Dense)
+		}
+		m.dense.Reset()
+		m.dense.AddBuckets(idx, cnt, 0, 0)
+		m.rowIdx, m.rowCnt = m.dense.AppendBuckets(m.rowIdx[:0], m.rowCnt[:0])
+		idx, cnt = m.rowIdx, m.rowCnt
+	}
+	g, ok := m.at[k]
+	if !ok {
+		m.at[k] = int32(len(m.out))
+		i, c := m.place(len(idx))
+		copy(i, idx)
+		copy(c, cnt)
+		m.out = append(m.out, mergedHist{histKey: k, count: count, sum: sum, idx: i, cnt: c})
+		return
+	}
+	h := &m.out[g]
+	h.count += count
+	h.sum += sum
+	// Both in index order: one pass.
+	ti, tc := m.tmpIdx[:0], m.tmpCnt[:0]
+	a, b := 0, 0
+	for a < len(h.idx) || b < len(idx) {
+		switch {
+		case b == len(idx) || (a < len(h.idx) && h.idx[a] < idx[b]):
+			ti, tc = append(ti, h.idx[a]), append(tc, h.cnt[a])
+			a++
+		case a == len(h.idx) || idx[b] < h.idx[a]:
+			ti, tc = append(ti, idx[b]), append(tc, cnt[b])
+			b++
+		default:
+			ti, tc = append(ti, idx[b]), append(tc, h.cnt[a]+cnt[b])
+			a++
+			b++
+		}
+	}
+	m.tmpIdx, m.tmpCnt = ti, tc
+	if len(ti) <= cap(h.idx) {
+		h.idx, h.cnt = h.idx[:len(ti)], h.cnt[:len(ti)]
+	} else {
+		h.idx, h.cnt = m.place(len(ti))
+	}
+	copy(h.idx, ti)
+	copy(h.cnt, tc)
+}
+
+// read merges the rows of a query returning node_id, metric_id, bucket
+// start, count, sum and the buckets column (bucketArena), streamed.
+func (m *histMerge) read(ctx context.Context, db querier, query string, args ...any) error {
+	rows, err := db.Query(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("read histogram rollups: %w", err)
+	}
+	defer rows.Close()
+	var k histKey
+	var ts time.Time
+	var count int64
+	var sum float64
+	for rows.Next() {
+		if err := rows.Scan(&k.node, &k.metric, &ts, &count, &sum, nil); err != nil {
+			return fmt.Errorf("scan histogram rollup: %w", err)
+		}
+		src, err := byteaOf(rows, 5)
+		if err != nil {
+			return fmt.Errorf("scan histogram rollup buckets: %w", err)
+		}
+		idx, rest, err := appendArray(m.rowIdx[:0], src, 4, func(b []byte) int32 { return int32(binary.BigEndian.Uint32(b)) })
+		if err != nil {
+			return fmt.Errorf("scan histogram rollup buckets: bucket indexes: %w", err)
+		}
+		cnt, rest, err := appendArray(m.rowCnt[:0], rest, 8, func(b []byte) int64 { return int64(binary.BigEndian.Uint64(b)) })
+		if err != nil {
+			return fmt.Errorf("scan histogram rollup buckets: bucket counts: %w", err)
+		}
+		if len(rest) != 0 || len(idx) != len(cnt) {
+			return fmt.Errorf("scan histogram rollup buckets: %w: %d bucket indexes, %d counts and %d bytes more", errBadArray, len(idx), len(cnt), len(rest))
+		}
+		m.rowIdx, m.rowCnt = idx, cnt
+		k.ts = ts.Unix()
+		m.add(k, uint64(count), sum, idx, cnt)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read histogram rollups: %w", err)
+	}
+	return nil
+}
+
+// stage copies the merged rows, of resolution res, into
+// stage_rollup_histograms (rollupStagingDDL), one row at a time.
+func (m *histMerge) stage(ctx context.Context, tx pgx.Tx, res int32) error {
+	src := &mergedSource{rows: m.out, res: res, at: -1, vals: make([]any, 8)}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_rollup_histograms"},
+		[]string{"res", "ts", "node_id", "metric_id", "count", "sum", "bucket_index", "bucket_count"}, src); err != nil {
+		return fmt.Errorf("copy histogram rollups: %w", err)
+	}
+	return nil
+}
+
+// mergedSource is a pgx.CopyFromSource of merged rows. pgx encodes a
+// row's values before it asks for the next, so one slice serves them all.
+type mergedSource struct {
+	rows []mergedHist
+	res  int32
+	at   int
+	vals []any
+}
+
+func (s *mergedSource) Next() bool { s.at++; return s.at < len(s.rows) }
+func (s *mergedSource) Err() error { return nil }
+func (s *mergedSource) Values() ([]any, error) {
+	h := &s.rows[s.at]
+	s.vals[0], s.vals[1], s.vals[2], s.vals[3] = s.res, time.Unix(h.ts, 0).UTC(), h.node, h.metric
+	s.vals[4], s.vals[5], s.vals[6], s.vals[7] = int64(h.count), h.sum, h.idx, h.cnt
+	return s.vals, nil
+}

@@ -1,0 +1,85 @@
+package store
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/internal/loglinear"
+)
+
+// histMerge, merging rows as they come, gives mergeHistograms' rows for
+// whole-row reads: the same groups in the same order, the same buckets,
+// counts and sums, also for rows whose buckets are out of order, repeated,
+// empty or past the layout, and with a row's buckets reused after add.
+func TestHistMergeIsMergeHistograms(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		rows      int
+		groups    int
+		buckets   int
+		malformed bool
+	}{
+		{"one group", 20, 1, 12, false},
+		{"many groups, few rows each", 3000, 500, 16, false},
+		{"growing past a row's room", 200, 3, 300, false},
+		{"malformed buckets", 500, 40, 12, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, uint64(tc.rows)))
+			var rows []HistogramRow
+			var m histMerge
+			scratchIdx, scratchCnt := make([]int32, 0, 1024), make([]int64, 0, 1024)
+			for range tc.rows {
+				g := rng.IntN(tc.groups)
+				r := HistogramRow{NodeID: int32(g % 7), metricID: int32(g / 7), TS: time.Unix(int64(60*(g%3)), 0).UTC(),
+					Count: uint64(rng.IntN(1000)), Sum: rng.Float64() * 1e6}
+				base := int32(rng.IntN(200))
+				for b := base; b < base+int32(tc.buckets) && b < loglinear.Buckets; b++ {
+					if rng.IntN(3) == 0 {
+						r.Index, r.Counts = append(r.Index, b), append(r.Counts, int64(1+rng.IntN(50)))
+					}
+				}
+				if len(r.Index) == 0 {
+					r.Index, r.Counts = []int32{base}, []int64{1}
+				}
+				if tc.malformed && rng.IntN(2) == 0 {
+					switch rng.IntN(4) {
+					case 0:
+						r.Index[0], r.Index[len(r.Index)-1] = r.Index[len(r.Index)-1], r.Index[0]
+					case 1:
+						r.Index, r.Counts = append(r.Index, r.Index[0]), append(r.Counts, 5)
+					case 2:
+						r.Index, r.Counts = append(r.Index, loglinear.Buckets+3, -1), append(r.Counts, 7, 7)
+					case 3:
+						r.Counts[0] = 0
+					}
+				}
+				rows = append(rows, r)
+				// The row's buckets through a scratch that the next row
+				// overwrites, as read does.
+				scratchIdx, scratchCnt = append(scratchIdx[:0], r.Index...), append(scratchCnt[:0], r.Counts...)
+				m.add(histKey{r.NodeID, r.metricID, r.TS.Unix()}, r.Count, r.Sum, scratchIdx, scratchCnt)
+				clear(scratchIdx)
+				clear(scratchCnt)
+			}
+			want := mergeHistograms(rows)
+			if len(m.out) != len(want) {
+				t.Fatalf("%d merged rows, want %d", len(m.out), len(want))
+			}
+			for i, w := range want {
+				g := m.out[i]
+				if g.node != w.NodeID || g.metric != w.metricID || g.ts != w.TS.Unix() || g.count != w.Count || g.sum != w.Sum {
+					t.Fatalf("row %d: %+v, want node %d metric %d ts %d count %d sum %g", i, g.histKey, w.NodeID, w.metricID, w.TS.Unix(), w.Count, w.Sum)
+				}
+				if !slices.Equal(g.idx, w.Index) || !slices.Equal(g.cnt, w.Counts) {
+					t.Fatalf("row %d: buckets %v %v, want %v %v", i, g.idx, g.cnt, w.Index, w.Counts)
+				}
+				if g.idx == nil || g.cnt == nil {
+					t.Fatalf("row %d: nil buckets (the columns are NOT NULL)", i)
+				}
+			}
+		})
+	}
+}
