@@ -273,12 +273,21 @@ func (e *Engine) SeedNode(info NodeInfo, t time.Time, interval time.Duration, sa
 	e.setNodeView(info, t, interval, samples)
 }
 
+// setNodeView refills a node's view in place: a map a report was most of
+// the alert engine's garbage at 10,000 nodes. Only the engine's caller
+// reads views, between calls.
 func (e *Engine) setNodeView(info NodeInfo, t time.Time, interval time.Duration, samples []Sample) {
-	states := make(map[string]store.State, len(samples))
-	for _, s := range samples {
-		states[s.Path] = s.State
+	nv := e.nodes[info.ID]
+	if nv == nil {
+		nv = &nodeView{states: make(map[string]store.State, len(samples))}
+		e.nodes[info.ID] = nv
+	} else {
+		clear(nv.states)
 	}
-	e.nodes[info.ID] = &nodeView{info: info, time: t, interval: interval, states: states}
+	nv.info, nv.time, nv.interval = info, t, interval
+	for _, s := range samples {
+		nv.states[s.Path] = s.State
+	}
 }
 
 // Prune forgets resolved identities old enough that no replay reaches them.
@@ -300,10 +309,6 @@ func (e *Engine) Observe(o Observation, now time.Time) []Change {
 	e.setNodeView(o.Node, o.Time, o.Interval, o.Samples)
 	if o.Interval <= 0 {
 		o.Interval = time.Second
-	}
-	byPath := make(map[string]Sample, len(o.Samples))
-	for _, s := range o.Samples {
-		byPath[s.Path] = s
 	}
 	var changes []Change
 	for _, id := range e.ruleOrder {
@@ -333,7 +338,7 @@ func (e *Engine) Observe(o Observation, now time.Time) []Change {
 				changes = append(changes, e.end(inst, r, o.Time, now))
 				continue
 			}
-			inst.Evidence = evidence(o, byPath, s)
+			inst.Evidence = evidence(o, s)
 			if c, ok := e.progress(inst, r, o, now); ok {
 				changes = append(changes, c)
 			}
@@ -346,7 +351,7 @@ func (e *Engine) Observe(o Observation, now time.Time) []Change {
 			inst := &Instance{Fingerprint: fp, RuleID: r.ID, RuleName: r.Name, Kind: KindNode, Severity: r.Severity,
 				NodeID: o.Node.ID, Node: o.Node.Name, Metric: path, State: Pending,
 				Since: o.Time.Add(-o.Interval), LastTS: o.Time, lastSeen: o.Time,
-				Evidence: evidence(o, byPath, breaching[path])}
+				Evidence: evidence(o, breaching[path])}
 			e.Restore(inst)
 			if c, ok := e.fireIfHeld(inst, r, o.Time, o.Interval, now); ok {
 				changes = append(changes, c)
@@ -411,12 +416,17 @@ func (e *Engine) end(inst *Instance, r *Rule, at, now time.Time) Change {
 // it: the worst non-OK descendant in the same report, the deepest among
 // equally bad ones (a parent's state is the worst of its children's, so that
 // is where the cause is named most precisely).
-func evidence(o Observation, byPath map[string]Sample, s Sample) Evidence {
+//
+// The report's samples are read as they are, not through a map a report
+// built whether or not anything breached: a report holds each path once
+// (ingest refuses a repeated one), and the order below is total.
+func evidence(o Observation, s Sample) Evidence {
 	ev := Evidence{ObservedAt: o.Time, Interval: o.Interval, State: s.State, Value: s.Value,
 		Child: s.Path, ChildState: s.State, ChildValue: s.Value}
 	depth := strings.Count(s.Path, "/")
 	prefix := s.Path + "/"
-	for p, c := range byPath {
+	for _, c := range o.Samples {
+		p := c.Path
 		if !strings.HasPrefix(p, prefix) || c.State.Severity() <= store.StateOK.Severity() {
 			continue
 		}

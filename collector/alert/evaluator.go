@@ -59,6 +59,9 @@ type evaluator struct {
 	// once at a clamped time, by their own time: they stay after the
 	// watermark, so every cycle reads them again until the watermark passes them.
 	ahead map[store.ReportKey]time.Time
+	// samples is an observation's samples, reused: the engine keeps none
+	// of them (Observe copies what it keeps).
+	samples []Sample
 }
 
 // clampTime is the time a report is observed at: its own, but never after
@@ -460,7 +463,7 @@ func (ev *evaluator) feed(ctx context.Context, reports []store.Report, now time.
 			continue
 		}
 		o := Observation{Node: nodeInfo(n), Time: t, Interval: time.Duration(r.IntervalMS) * time.Millisecond,
-			Samples: make([]Sample, 0, len(r.Samples))}
+			Samples: ev.samples[:0]}
 		for _, smp := range r.Samples {
 			p := smp.Path
 			if p == "" {
@@ -469,6 +472,7 @@ func (ev *evaluator) feed(ctx context.Context, reports []store.Report, now time.
 			o.Samples = append(o.Samples, Sample{Path: p, Value: smp.Value, State: smp.State})
 		}
 		changes = append(changes, ev.eng.Observe(o, now)...)
+		ev.samples = o.Samples
 		ev.wm[r.NodeID] = t
 	}
 	return changes, nil
