@@ -109,6 +109,11 @@ type Other struct {
 	Drops       uint64 `json:"drops"`
 	Bytes       uint64 `json:"bytes"`
 	NodesCapped int    `json:"nodes_capped"`
+	// HoldersLeftOut: address holders agents left out of their reports
+	// past the most a report carries; peers at those addresses resolve to
+	// no owner (an agent with more addresses than wire.MaxAddressHolders
+	// between two reports: pod churn).
+	HoldersLeftOut uint64 `json:"holders_left_out"`
 }
 
 // Input is what a map is built from: the nodes the caller sees, their
@@ -316,6 +321,7 @@ func Build(in Input) *Graph {
 		if r.Role == store.FlowOther {
 			o := &g.Other
 			o.EdgesFolded += r.EdgesFolded
+			o.HoldersLeftOut += r.HoldersLeftOut
 			o.Opened += r.Opened
 			o.Failed += r.Failed
 			o.Retransmits += r.Retransmits

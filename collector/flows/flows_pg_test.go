@@ -132,9 +132,10 @@ type apiMap struct {
 		Explain     string
 	}
 	Other struct {
-		EdgesFolded uint64 `json:"edges_folded"`
-		Opened      uint64
-		NodesCapped int `json:"nodes_capped"`
+		EdgesFolded    uint64 `json:"edges_folded"`
+		Opened         uint64
+		NodesCapped    int    `json:"nodes_capped"`
+		HoldersLeftOut uint64 `json:"holders_left_out"`
 	}
 	TotalEdges int     `json:"total_edges"`
 	NextCursor *string `json:"next_cursor"`
@@ -497,8 +498,11 @@ func TestPaging(t *testing.T) {
 		es = append(es, e)
 		hs = append(hs, holds(fmt.Sprintf("10.1.0.%d", i), o))
 	}
-	es = append(es, store.FlowEdge{Role: store.FlowOther, EdgesFolded: 120, FlowCounters: store.FlowCounters{Opened: 300}})
+	es = append(es, store.FlowEdge{Role: store.FlowOther, EdgesFolded: 120, HoldersLeftOut: 5, FlowCounters: store.FlowCounters{Opened: 300}})
 	l.report("n1", 1, es, hs)
+	// n2 folded no edge but left address holders out: its other edge
+	// carries only that, and it counts as a capped node.
+	l.report("n2", 1, []store.FlowEdge{{Role: store.FlowOther, HoldersLeftOut: 9}}, nil)
 	for _, sort := range []string{"worst", "traffic"} {
 		seen := map[string]int{}
 		q := url.Values{"limit": {"5"}, "sort": {sort}}
@@ -527,7 +531,7 @@ func TestPaging(t *testing.T) {
 				t.Errorf("sort %s: edge %s seen %d times", sort, k, n)
 			}
 		}
-		if last.Other.EdgesFolded != 120 || last.Other.Opened != 300 || last.Other.NodesCapped != 1 {
+		if last.Other.EdgesFolded != 120 || last.Other.Opened != 300 || last.Other.NodesCapped != 2 || last.Other.HoldersLeftOut != 14 {
 			t.Errorf("other %+v", last.Other)
 		}
 	}

@@ -177,10 +177,14 @@ func (l Limits) checkFlowEdge(e *nbsv1.FlowEdge) (store.FlowEdge, error) {
 			return out, fmt.Errorf("an other edge (other=true) must leave local, role, addresses and ports empty")
 		}
 		out.Role = store.FlowOther
+		out.HoldersLeftOut = uint64(e.GetHoldersLeftOut())
 		return out, nil
 	}
 	if e.GetEdgesFolded() != 0 {
 		return out, fmt.Errorf("edges_folded %d on an edge that is not other", e.GetEdgesFolded())
+	}
+	if e.GetHoldersLeftOut() != 0 {
+		return out, fmt.Errorf("holders_left_out %d on an edge that is not other", e.GetHoldersLeftOut())
 	}
 	if e.GetLocal() == nil {
 		return out, fmt.Errorf("local owner is missing")

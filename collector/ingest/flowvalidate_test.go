@@ -87,6 +87,8 @@ func TestFlowLimits(t *testing.T) {
 		{"no role", client(func(e *nbsv1.FlowEdge) { e.Role = nbsv1.FlowRole_FLOW_ROLE_UNSPECIFIED }), "bad_flow", "is not client or server"},
 		{"an other edge naming an owner", &nbsv1.Report{Flows: []*nbsv1.FlowEdge{{Other: true, Local: pod()}}}, "bad_flow", "must leave local"},
 		{"edges folded on an edge", client(func(e *nbsv1.FlowEdge) { e.EdgesFolded = 3 }), "bad_flow", "edges_folded 3 on an edge that is not other"},
+		{"an other edge of holders left out alone", &nbsv1.Report{Flows: []*nbsv1.FlowEdge{{Other: true, HoldersLeftOut: 40}}}, "", ""},
+		{"holders left out on an edge", client(func(e *nbsv1.FlowEdge) { e.HoldersLeftOut = 3 }), "bad_flow", "holders_left_out 3 on an edge that is not other"},
 		{"a count past the limit", client(func(e *nbsv1.FlowEdge) { e.Retransmits = math.MaxUint64 }), "bad_flow", "retransmits 18446744073709551615 is above"},
 		{"too many reasons", client(func(e *nbsv1.FlowEdge) { e.Drops = many(65) }), "bad_flow", "drops has 65 reasons, at most 64"},
 		{"a reason that is no segment", client(func(e *nbsv1.FlowEdge) { e.ResetsSent = map[string]uint64{"No Socket": 1} }), "bad_flow", "is not a metric id segment"},

@@ -154,7 +154,7 @@ func FlowEdgesSQL(q FlowRead) (string, []any) {
 	// bucket anyway. Maps are empty for most rows ('{}').
 	sql := `SELECT node_id, tenant, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port, ts, res,
 	owner_kind, owner_name, owner_workload, edges_folded, opened, failed, closed, retransmits, bytes_sent, bytes_recv,
-	resets_sent, resets_recv, drops, ` + rtt + ` FROM flow_edges WHERE ` + where
+	resets_sent, resets_recv, drops, ` + rtt + `, holders_left FROM flow_edges WHERE ` + where
 	return sql, args
 }
 
@@ -226,6 +226,7 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 		r.Opened, r.Failed, r.Closed = uint64(raw.int(16)), uint64(raw.int(17)), uint64(raw.int(18))
 		r.Retransmits, r.BytesSent, r.BytesRecv = uint64(raw.int(19)), uint64(raw.int(20)), uint64(raw.int(21))
 		rs, rr, dr, rtt := raw.json(22), raw.json(23), raw.json(24), raw.json(25)
+		r.HoldersLeftOut = uint64(raw.int(26))
 		if raw.err != nil {
 			return nil, fmt.Errorf("read flow edges: %w", raw.err)
 		}
@@ -260,6 +261,7 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 			sum.Local = r.Local // the newest bucket's names
 		}
 		sum.EdgesFolded += r.EdgesFolded
+		sum.HoldersLeftOut += r.HoldersLeftOut
 		sum.Add(r.FlowCounters)
 	}
 	if err := rows.Err(); err != nil {

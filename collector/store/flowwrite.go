@@ -40,6 +40,9 @@ type FlowEdge struct {
 	XlatAddr    string
 	XlatPort    uint16
 	EdgesFolded uint64 // the other edge only
+	// The other edge only: address holders the node left out of the
+	// report past its cap (proto FlowEdge.holders_left_out).
+	HoldersLeftOut uint64
 	FlowCounters
 }
 
@@ -110,6 +113,7 @@ type flowRow struct {
 	key    flowKey
 	owner  FlowOwner
 	folded uint64
+	left   uint64 // holders left out
 	FlowCounters
 }
 
@@ -121,16 +125,16 @@ type flowRow struct {
 const upsertFlowEdges = `
 INSERT INTO flow_edges (res, node_id, ts, tenant, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port,
 	owner_kind, owner_name, owner_workload, edges_folded, opened, failed, closed, retransmits, bytes_sent, bytes_recv,
-	resets_sent, resets_recv, drops, rtt, rtt_n)
+	resets_sent, resets_recv, drops, rtt, rtt_n, holders_left)
 SELECT u.res, u.node_id, u.ts, coalesce(n.tenant, ''), u.role, u.owner_id, u.local_addr, u.local_port, u.peer_addr, u.peer_port, u.xlat_addr, u.xlat_port,
 	u.owner_kind, u.owner_name, u.owner_workload, u.edges_folded, u.opened, u.failed, u.closed, u.retransmits, u.bytes_sent, u.bytes_recv,
-	u.resets_sent, u.resets_recv, u.drops, u.rtt, u.rtt_n
+	u.resets_sent, u.resets_recv, u.drops, u.rtt, u.rtt_n, u.holders_left
 FROM unnest($1::int[], $2::int[], $3::timestamptz[], $4::smallint[], $5::text[], $6::text[], $7::int[], $8::text[], $9::int[], $10::text[], $11::int[],
 	$12::text[], $13::text[], $14::text[], $15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[], $20::bigint[], $21::bigint[],
-	$22::jsonb[], $23::jsonb[], $24::jsonb[], $25::jsonb[], $26::bigint[])
+	$22::jsonb[], $23::jsonb[], $24::jsonb[], $25::jsonb[], $26::bigint[], $27::bigint[])
 	WITH ORDINALITY AS u (res, node_id, ts, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port,
 	owner_kind, owner_name, owner_workload, edges_folded, opened, failed, closed, retransmits, bytes_sent, bytes_recv,
-	resets_sent, resets_recv, drops, rtt, rtt_n, ord)
+	resets_sent, resets_recv, drops, rtt, rtt_n, holders_left, ord)
 LEFT JOIN nodes n ON n.id = u.node_id
 ORDER BY u.ord
 ON CONFLICT (res, node_id, ts, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port) DO UPDATE SET
@@ -142,7 +146,8 @@ ON CONFLICT (res, node_id, ts, role, owner_id, local_addr, local_port, peer_addr
 	resets_sent = flow_counts_add(flow_edges.resets_sent, EXCLUDED.resets_sent),
 	resets_recv = flow_counts_add(flow_edges.resets_recv, EXCLUDED.resets_recv),
 	drops = flow_counts_add(flow_edges.drops, EXCLUDED.drops),
-	rtt = flow_counts_add(flow_edges.rtt, EXCLUDED.rtt), rtt_n = flow_edges.rtt_n + EXCLUDED.rtt_n`
+	rtt = flow_counts_add(flow_edges.rtt, EXCLUDED.rtt), rtt_n = flow_edges.rtt_n + EXCLUDED.rtt_n,
+	holders_left = flow_edges.holders_left + EXCLUDED.holders_left`
 
 // flowRowsOf sums the flows of the batch's new reports into the rows of
 // every resolution, sorted by key.
@@ -167,6 +172,7 @@ func flowRowsOf(reports []Report, inserted map[ReportKey]bool) []*flowRow {
 				}
 				row.owner = e.Local
 				row.folded += e.EdgesFolded
+				row.left += e.HoldersLeftOut
 				row.Add(e.FlowCounters)
 			}
 		}
@@ -212,7 +218,7 @@ func queueFlowEdges(batch *pgx.Batch, reports []Report, inserted map[ReportKey]b
 		owner, laddr, paddr, xaddr, kind, name, wl   = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		folded, opened, failed, closed, retr, bs, br = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		rs, rr, dr, rtt                              = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		rttN                                         = make([]int64, n)
+		rttN, left                                   = make([]int64, n), make([]int64, n)
 	)
 	for i, r := range rows {
 		k := r.key
@@ -220,7 +226,7 @@ func queueFlowEdges(batch *pgx.Batch, reports []Report, inserted map[ReportKey]b
 		owner[i], laddr[i], lport[i], paddr[i], pport[i], xaddr[i], xport[i] = k.owner, k.laddr, int32(k.lport), k.paddr, int32(k.pport), k.xaddr, int32(k.xport)
 		kind[i], name[i], wl[i] = r.owner.Kind, r.owner.Name, r.owner.Workload
 		folded[i], opened[i], failed[i], closed[i] = clampInt64(r.folded), clampInt64(r.Opened), clampInt64(r.Failed), clampInt64(r.Closed)
-		retr[i], bs[i], br[i] = clampInt64(r.Retransmits), clampInt64(r.BytesSent), clampInt64(r.BytesRecv)
+		retr[i], bs[i], br[i], left[i] = clampInt64(r.Retransmits), clampInt64(r.BytesSent), clampInt64(r.BytesRecv), clampInt64(r.left)
 		var err error
 		if rs[i], err = countsJSON(r.ResetsSent); err != nil {
 			return fmt.Errorf("encode flow resets: %w", err)
@@ -241,7 +247,7 @@ func queueFlowEdges(batch *pgx.Batch, reports []Report, inserted map[ReportKey]b
 		rttN[i] = clampInt64(total)
 	}
 	batch.Queue(upsertFlowEdges, res, node, ts, role, owner, laddr, lport, paddr, pport, xaddr, xport, kind, name, wl,
-		folded, opened, failed, closed, retr, bs, br, rs, rr, dr, rtt, rttN)
+		folded, opened, failed, closed, retr, bs, br, rs, rr, dr, rtt, rttN, left)
 	return nil
 }
 

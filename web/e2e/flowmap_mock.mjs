@@ -82,7 +82,7 @@ function page(map, q) {
     resolution: 'minute',
     owners: [...keys].map((k) => map.owners.get(k)),
     edges,
-    other: { edges_folded: 120, opened: 900, failed: 3, retransmits: 12, resets: 4, drops: 1, bytes: 1234567, nodes_capped: 3 },
+    other: { edges_folded: 120, opened: 900, failed: 3, retransmits: 12, resets: 4, drops: 1, bytes: 1234567, nodes_capped: 3, holders_left_out: 0 },
     total_edges: all.length,
     next_cursor: from + limit < all.length ? String(from + limit) : null,
   };

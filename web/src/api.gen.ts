@@ -1480,8 +1480,10 @@ export interface components {
       drops: number;
       /** @description Their bytes, both ways. */
       bytes: number;
-      /** @description Nodes that folded edges. */
+      /** @description Nodes that folded edges or left address holders out. */
       nodes_capped: number;
+      /** @description Address holders agents left out of their reports past the most a report carries (--ingest.max-address-holders, 4,000): peers at those addresses show as addresses, not owners. */
+      holders_left_out: number;
     };
     FlowMap: {
       /** Format: date-time */

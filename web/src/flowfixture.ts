@@ -45,7 +45,7 @@ export function graph(owners: FlowOwner[], edges: FlowEdge[], extra: Partial<Flo
     resolution: 'minute',
     owners,
     edges,
-    other: { edges_folded: 0, opened: 0, failed: 0, retransmits: 0, resets: 0, drops: 0, bytes: 0, nodes_capped: 0 },
+    other: { edges_folded: 0, opened: 0, failed: 0, retransmits: 0, resets: 0, drops: 0, bytes: 0, nodes_capped: 0, holders_left_out: 0 },
     total_edges: edges.length,
     next_cursor: null,
     ...extra,

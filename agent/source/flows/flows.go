@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"sync"
@@ -92,9 +93,12 @@ type Source struct {
 	pendingXlat map[int]netip.AddrPort
 	pendingIdx  map[heldKey]int // an edge of pending by its key
 	// heldAddrs are the address holders seen since the last report with
-	// edges, each (address, owner id) once (heldAddrIdx).
+	// edges, each (address, owner id) once (heldAddrIdx: true when held,
+	// false when left out past the cap); heldLeft counts those left out,
+	// for the report's other edge (FlowEdge.holders_left_out).
 	heldAddrs   []*nbsv1.AddressHolder
 	heldAddrIdx map[[2]string]bool
+	heldLeft    uint64
 	due         time.Time
 	// release makes the next collection carry everything held (Release).
 	release atomic.Bool
@@ -239,18 +243,33 @@ func (s *Source) collect(ctx context.Context, now time.Time) (source.Reading, er
 		// On the grid of every, so the nodes' edges land in the same
 		// minute buckets.
 		s.due = now.Truncate(s.every).Add(s.every)
-		// Every owner that held an address since the last report with
-		// edges, so one that came and went between two is named too.
-		s.holdAddresses(held)
-		held = s.heldAddrs
-		s.heldAddrs, s.heldAddrIdx = nil, nil
 	}
-	r.AddressHolders = held
+	// Every owner that held an address since the last report with edges,
+	// so one that came and went between two is named too.
+	s.holdAddresses(held)
+	left := s.heldLeft
+	r.AddressHolders = s.heldAddrs
+	s.heldAddrs, s.heldAddrIdx, s.heldLeft = nil, nil, 0
 	if s.probe == nil {
 		return r, nil
 	}
-	r.Flows = s.takeHeld()
+	r.Flows = withHoldersLeftOut(s.takeHeld(), left)
 	return r, nil
+}
+
+// withHoldersLeftOut puts the count of address holders a report left out
+// on its other edge, adding one that carries only that if there is none,
+// so the map says why some peers resolve to no owner.
+func withHoldersLeftOut(edges []*nbsv1.FlowEdge, left uint64) []*nbsv1.FlowEdge {
+	if left == 0 {
+		return edges
+	}
+	n := uint32(min(left, math.MaxUint32))
+	if k := len(edges); k > 0 && edges[k-1].GetOther() {
+		edges[k-1].HoldersLeftOut = n
+		return edges
+	}
+	return append(edges, &nbsv1.FlowEdge{Other: true, HoldersLeftOut: n})
 }
 
 // takeHeld turns the edges held since the last report into its edges.
@@ -271,28 +290,41 @@ func (s *Source) takeHeld() []*nbsv1.FlowEdge {
 	return edges
 }
 
+// maxLeftIndexed bounds the holders left out past a report's cap that are
+// remembered, so one left out again in the next interval is not counted
+// twice: past it (pod churn of tens of thousands of addresses a report),
+// each is counted as seen and the count is a ceiling.
+const maxLeftIndexed = 4 * wire.MaxAddressHolders
+
 // holdAddresses adds the holders of an interval to those waiting for a
-// report, each (address, owner) once.
+// report, each (address, owner) once; past the most a report carries they
+// are counted (heldLeft), each once.
 func (s *Source) holdAddresses(hs []*nbsv1.AddressHolder) {
+	if len(hs) == 0 {
+		return
+	}
 	if s.heldAddrIdx == nil {
 		s.heldAddrIdx = map[[2]string]bool{}
 	}
-	left := 0
+	left := uint64(0)
 	for _, h := range hs {
 		k := [2]string{h.GetAddress(), h.GetOwner().GetId()}
-		switch {
-		case s.heldAddrIdx[k]:
-		case len(s.heldAddrs) >= wire.MaxAddressHolders:
-			left++
-		default:
+		if _, seen := s.heldAddrIdx[k]; seen {
+			continue
+		}
+		if len(s.heldAddrs) < wire.MaxAddressHolders {
 			s.heldAddrIdx[k] = true
 			s.heldAddrs = append(s.heldAddrs, h)
+			continue
+		}
+		left++
+		if len(s.heldAddrIdx) < wire.MaxAddressHolders+maxLeftIndexed {
+			s.heldAddrIdx[k] = false
 		}
 	}
 	if left > 0 {
-		// Counted as the interval's own cap is (holders.capped).
-		s.holders.capped += uint64(left)
-		s.log.Warn("flows: more addresses held since the last report with edges than a report carries; the rest are left out",
+		s.heldLeft += left
+		s.log.Warn("flows: more addresses held since the last report with edges than a report carries; the rest are left out (counted on the report's other edge)",
 			"left_out", left, "max", wire.MaxAddressHolders)
 	}
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/nbs-project/nbs/agent/owner"
 	"github.com/nbs-project/nbs/internal/netns"
-	"github.com/nbs-project/nbs/internal/wire"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -50,8 +49,6 @@ type holders struct {
 
 	known map[nsKey]*nsAddrs
 	paths map[uint32]string // the live namespaces' paths, by inode
-	// capped counts holders left out of reports past MaxAddressHolders.
-	capped uint64
 }
 
 type nsKey struct {
@@ -161,11 +158,9 @@ func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
 	}
 	slices.SortFunc(all, func(x, y held) int { return cmp.Or(x.addr.Compare(y.addr), cmp.Compare(x.owner.ID(), y.owner.ID())) })
 	all = slices.CompactFunc(all, func(x, y held) bool { return x.addr == y.addr && x.owner.ID() == y.owner.ID() })
-	if len(all) > wire.MaxAddressHolders {
-		h.capped += uint64(len(all) - wire.MaxAddressHolders)
-		h.log.Warn("flows: more addresses than a report carries; the rest are left out", "addresses", len(all), "max", wire.MaxAddressHolders)
-		all = all[:wire.MaxAddressHolders]
-	}
+	// Not capped here: what a report carries is capped where reports are
+	// made (Source.holdAddresses), so a holder left out is counted once a
+	// report, not once an interval.
 	out := make([]*nbsv1.AddressHolder, 0, len(all))
 	for _, x := range all {
 		out = append(out, &nbsv1.AddressHolder{Address: x.addr.String(), Owner: flowOwner(x.owner)})

@@ -152,9 +152,9 @@ func TestStorageOfABurstIsLetGo(t *testing.T) {
 }
 
 // Holders gathered between two reports with edges past what a report
-// carries are left out and counted, as one interval's are.
+// carries are left out and counted, each once however many intervals
+// name it, and the count rides on the report's other edge.
 func TestHeldAddressesPastTheCapAreCounted(t *testing.T) {
-	s := &Source{log: slog.New(slog.DiscardHandler), holders: &holders{}}
 	batch := func(from, n int) []*nbsv1.AddressHolder {
 		var hs []*nbsv1.AddressHolder
 		for i := from; i < from+n; i++ {
@@ -163,10 +163,38 @@ func TestHeldAddressesPastTheCapAreCounted(t *testing.T) {
 		}
 		return hs
 	}
+	s := &Source{log: slog.New(slog.DiscardHandler), holders: &holders{}}
 	s.holdAddresses(batch(0, wire.MaxAddressHolders-10))
 	s.holdAddresses(batch(0, wire.MaxAddressHolders-10)) // the same again: none new
 	s.holdAddresses(batch(wire.MaxAddressHolders, 25))
-	if len(s.heldAddrs) != wire.MaxAddressHolders || s.holders.capped != 15 {
-		t.Fatalf("%d held, %d counted as left out; want %d and 15", len(s.heldAddrs), s.holders.capped, wire.MaxAddressHolders)
+	s.holdAddresses(batch(wire.MaxAddressHolders, 25)) // left out again: counted once
+	if len(s.heldAddrs) != wire.MaxAddressHolders || s.heldLeft != 15 {
+		t.Fatalf("%d held, %d counted as left out; want %d and 15", len(s.heldAddrs), s.heldLeft, wire.MaxAddressHolders)
+	}
+
+	cases := []struct {
+		name  string
+		edges []*nbsv1.FlowEdge
+		left  uint64
+		want  []uint32 // holders_left_out of each edge
+	}{
+		{"none left out", []*nbsv1.FlowEdge{{}}, 0, []uint32{0}},
+		{"on the other edge there is", []*nbsv1.FlowEdge{{}, {Other: true, EdgesFolded: 3}}, 15, []uint32{0, 15}},
+		{"an other edge of its own", []*nbsv1.FlowEdge{{}}, 15, []uint32{0, 15}},
+		{"no edges at all", nil, 7, []uint32{7}},
+		{"past 32 bits", nil, 1 << 40, []uint32{1<<32 - 1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := withHoldersLeftOut(c.edges, c.left)
+			if len(got) != len(c.want) {
+				t.Fatalf("%d edges, want %d", len(got), len(c.want))
+			}
+			for i, e := range got {
+				if e.GetHoldersLeftOut() != c.want[i] || (c.want[i] > 0 && !e.GetOther()) {
+					t.Errorf("edge %d: other %v, holders_left_out %d; want %d on the other edge", i, e.GetOther(), e.GetHoldersLeftOut(), c.want[i])
+				}
+			}
+		})
 	}
 }

@@ -1221,9 +1221,14 @@ type FlowEdge struct {
 	BytesReceived uint64            `protobuf:"varint,19,opt,name=bytes_received,json=bytesReceived,proto3" json:"bytes_received,omitempty"`
 	// Smoothed RTT samples of these connections (nanoseconds, log-linear
 	// like every histogram; metric_id is empty).
-	Rtt           *Histogram `protobuf:"bytes,20,opt,name=rtt,proto3" json:"rtt,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Rtt *Histogram `protobuf:"bytes,20,opt,name=rtt,proto3" json:"rtt,omitempty"`
+	// The other edge only: address holders the node saw since its previous
+	// report but left out of this one, past the most a report carries
+	// (wire.MaxAddressHolders). Peers at those addresses resolve to no owner
+	// on the map. An other edge may carry only this (every counter 0).
+	HoldersLeftOut uint32 `protobuf:"varint,21,opt,name=holders_left_out,json=holdersLeftOut,proto3" json:"holders_left_out,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *FlowEdge) Reset() {
@@ -1394,6 +1399,13 @@ func (x *FlowEdge) GetRtt() *Histogram {
 		return x.Rtt
 	}
 	return nil
+}
+
+func (x *FlowEdge) GetHoldersLeftOut() uint32 {
+	if x != nil {
+		return x.HoldersLeftOut
+	}
+	return 0
 }
 
 // AddressHolder says which owner held an address on this node during the
@@ -1966,7 +1978,7 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1a\n" +
-	"\bworkload\x18\x04 \x01(\tR\bworkload\"\xd6\a\n" +
+	"\bworkload\x18\x04 \x01(\tR\bworkload\"\x80\b\n" +
 	"\bFlowEdge\x12'\n" +
 	"\x05local\x18\x01 \x01(\v2\x11.nbs.v1.FlowOwnerR\x05local\x12$\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x10.nbs.v1.FlowRoleR\x04role\x12#\n" +
@@ -1991,7 +2003,8 @@ const file_nbs_v1_nbs_proto_rawDesc = "" +
 	"\n" +
 	"bytes_sent\x18\x12 \x01(\x04R\tbytesSent\x12%\n" +
 	"\x0ebytes_received\x18\x13 \x01(\x04R\rbytesReceived\x12#\n" +
-	"\x03rtt\x18\x14 \x01(\v2\x11.nbs.v1.HistogramR\x03rtt\x1a=\n" +
+	"\x03rtt\x18\x14 \x01(\v2\x11.nbs.v1.HistogramR\x03rtt\x12(\n" +
+	"\x10holders_left_out\x18\x15 \x01(\rR\x0eholdersLeftOut\x1a=\n" +
 	"\x0fResetsSentEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1aA\n" +

@@ -333,12 +333,23 @@ function FlowSummary({ data, f, narrow, csv }: { data: FlowGraph; f: FlowFilters
           {data.total_edges > n ? ', and Next the rest' : ''}.
         </p>
       )}
-      {o && (o.edges_folded > 0 || o.nodes_capped > 0) && (
+      {o && (o.edges_folded > 0 || o.holders_left_out > 0) && (
         <p class="note flow-other">
-          <strong>Other</strong>: {formatCount(o.edges_folded)} edge{o.edges_folded === 1 ? '' : 's'} fell past the agents' per-node cap
-          {o.nodes_capped > 0 ? ` on ${formatCount(o.nodes_capped)} node${o.nodes_capped === 1 ? '' : 's'}` : ''}; together {formatCount(o.opened)} opened,{' '}
-          {formatCount(o.failed)} failed, {formatCount(o.resets)} resets, {formatCount(o.drops)} drops, {formatCount(o.retransmits)} retransmits,{' '}
-          {formatBytes(o.bytes)}.
+          <strong>Other</strong>:{' '}
+          {o.edges_folded > 0 && (
+            <>
+              {formatCount(o.edges_folded)} edge{o.edges_folded === 1 ? '' : 's'} fell past the agents' per-node cap
+              {o.nodes_capped > 0 ? ` on ${formatCount(o.nodes_capped)} node${o.nodes_capped === 1 ? '' : 's'}` : ''}; together{' '}
+              {formatCount(o.opened)} opened, {formatCount(o.failed)} failed, {formatCount(o.resets)} resets, {formatCount(o.drops)}{' '}
+              drops, {formatCount(o.retransmits)} retransmits, {formatBytes(o.bytes)}.{' '}
+            </>
+          )}
+          {o.holders_left_out > 0 && (
+            <span class="holders-left-out">
+              {formatCount(o.holders_left_out)} address holder{o.holders_left_out === 1 ? ' was' : 's were'} left out of agents'
+              reports past the most a report carries: peers at those addresses show as addresses, not owners.
+            </span>
+          )}
         </p>
       )}
     </div>

@@ -21,7 +21,7 @@ const okEdge = edge('db-out', ownerEnd(db, '10.0.0.2'), { owner: null, address: 
 const answer = graph([cart, db], [critEdge, warnEdge, okEdge], {
   total_edges: 1234,
   next_cursor: 'page2',
-  other: { edges_folded: 40, opened: 400, failed: 1, retransmits: 5, resets: 2, drops: 0, bytes: 123456, nodes_capped: 2 },
+  other: { edges_folded: 40, opened: 400, failed: 1, retransmits: 5, resets: 2, drops: 0, bytes: 123456, nodes_capped: 2, holders_left_out: 1500 },
 });
 
 // An SVG element has no click(): a click as the browser dispatches it.
@@ -59,6 +59,7 @@ describe('FlowMapPage', () => {
     const other = $(el, '.flow-other').textContent!;
     expect(other).toContain('40 edges fell past the agents\' per-node cap on 2 nodes');
     expect(other).toContain('400 opened');
+    expect(other).toContain('1,500 address holders were left out of agents');
     expect(el.textContent).toContain('1,234 edges · minute resolution');
   });
 
