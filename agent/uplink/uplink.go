@@ -153,7 +153,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 func (u *Uplink) session(ctx context.Context, client nbsv1.AgentServiceClient) (int, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := client.Connect(sctx)
+	stream, err := client.Connect(sctx, grpc.ForceCodecV2(newExactCodec()))
 	if err != nil {
 		return 0, fmt.Errorf("open stream: %w", err)
 	}
