@@ -68,7 +68,7 @@ func (s *Spool) trim(i int) {
 	e := &s.entries[i]
 	// Trimmed from its encoding: the decoded one may be on its way out.
 	s.unfresh(e)
-	r, err := s.report(e)
+	r, _, err := s.report(e)
 	if err != nil {
 		s.log.Error("spool: dropping a report that cannot be read back", "seq", e.seq, "err", err)
 		s.full.reports++

@@ -92,8 +92,18 @@ type entry struct {
 	// uplink: the way out of a report sent at once, which would otherwise
 	// be read back from its file and decoded (a quarter of an idle agent's
 	// CPU with the encodings). Only up to maxFresh bytes of reports are
-	// held so; the rest, and a report sent again, are read back.
+	// held so; the rest, and a report sent again, are read back. enc is
+	// its encoding, which the uplink sends as it is.
 	fresh *nbsv1.Report
+	enc   []byte
+}
+
+// Sending is a report on its way to the collector: the report, and its
+// encoding (proto.Marshal's), which the uplink sends rather than encode
+// it again.
+type Sending struct {
+	Report  *nbsv1.Report
+	Encoded []byte
 }
 
 // maxFresh bounds the encoded bytes of the reports held decoded (entry.fresh)
@@ -207,7 +217,7 @@ func (s *Spool) store(reports []*nbsv1.Report) {
 			e.mem = b
 		}
 		if s.fresh+e.size <= maxFresh {
-			e.fresh = r
+			e.fresh, e.enc = r, b
 			s.fresh += e.size
 		}
 		s.push(e)
@@ -284,9 +294,19 @@ func (s *Spool) remove(i int, count bool) {
 // there is more to read: at once when the batch was cut short, otherwise
 // when a report is added.
 func (s *Spool) After(seq uint64, maxBytes int64) ([]*nbsv1.Report, <-chan struct{}) {
+	held, more := s.Take(seq, maxBytes)
+	out := make([]*nbsv1.Report, len(held))
+	for i, h := range held {
+		out[i] = h.Report
+	}
+	return out, more
+}
+
+// Take is After with each report's encoding.
+func (s *Spool) Take(seq uint64, maxBytes int64) ([]Sending, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*nbsv1.Report
+	var out []Sending
 	var total int64
 	var unreadable []uint64
 	// Removing reorganises the slice: only once the walk is over.
@@ -308,20 +328,20 @@ func (s *Spool) After(seq uint64, maxBytes int64) ([]*nbsv1.Report, <-chan struc
 			close(more)
 			return out, more
 		}
-		r := e.fresh
-		if r != nil {
+		h := Sending{Report: e.fresh, Encoded: e.enc}
+		if h.Report != nil {
 			// Handed over: the uplink holds it until it is sent, and a
 			// second sending reads it back like any other.
 			s.unfresh(e)
 		} else {
 			var err error
-			if r, err = s.report(e); err != nil {
+			if h.Report, h.Encoded, err = s.report(e); err != nil {
 				s.log.Error("spool: dropping a report that cannot be read back", "seq", e.seq, "err", err)
 				unreadable = append(unreadable, e.seq)
 				continue
 			}
 		}
-		out = append(out, r)
+		out = append(out, h)
 		total += e.size
 	}
 	return out, s.changed
@@ -331,20 +351,20 @@ func (s *Spool) After(seq uint64, maxBytes int64) ([]*nbsv1.Report, <-chan struc
 func (s *Spool) unfresh(e *entry) {
 	if e.fresh != nil {
 		s.fresh -= e.size
-		e.fresh = nil
+		e.fresh, e.enc = nil, nil
 	}
 }
 
-func (s *Spool) report(e *entry) (*nbsv1.Report, error) {
+// report reads an entry's report back, with its encoding.
+func (s *Spool) report(e *entry) (*nbsv1.Report, []byte, error) {
 	if e.mem != nil {
 		r := &nbsv1.Report{}
 		if err := proto.Unmarshal(e.mem, r); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return r, nil
+		return r, e.mem, nil
 	}
-	r, _, err := readReport(s.opts.Dir, e.seq)
-	return r, err
+	return readReport(s.opts.Dir, e.seq)
 }
 
 // Instance is the instance id reports are stored under: the previous

@@ -6,7 +6,10 @@ import (
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
 // exactCodec is gRPC's proto codec but for the messages the agent sends,
@@ -24,6 +27,9 @@ func newExactCodec() exactCodec {
 }
 
 func (exactCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(encodedReport); ok {
+		return mem.BufferSlice{mem.SliceBuffer(e.head), mem.SliceBuffer(e.report)}, nil
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("encode %T: not a protocol buffer", v)
@@ -34,3 +40,16 @@ func (exactCodec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 }
+
+// encodedReport is a ConnectRequest carrying a report that is already
+// encoded (the outbox's encoding): the request's encoding is the report
+// field's tag and length (head), then the report's bytes.
+type encodedReport struct{ head, report []byte }
+
+func newEncodedReport(report []byte) encodedReport {
+	field := (&nbsv1.ConnectRequest{}).ProtoReflect().Descriptor().Fields().ByName("report").Number()
+	head := protowire.AppendTag(make([]byte, 0, 12), field, protowire.BytesType)
+	return encodedReport{head: protowire.AppendVarint(head, uint64(len(report))), report: report}
+}
+
+func (e encodedReport) size() int { return len(e.head) + len(e.report) }
