@@ -66,7 +66,9 @@ func (s *Spool) oldestWithChildren() int {
 // keeping its roots.
 func (s *Spool) trim(i int) {
 	e := &s.entries[i]
-	r, err := s.report(e)
+	// Trimmed from its encoding: the decoded one may be on its way out.
+	s.unfresh(e)
+	r, _, err := s.report(e)
 	if err != nil {
 		s.log.Error("spool: dropping a report that cannot be read back", "seq", e.seq, "err", err)
 		s.full.reports++

@@ -10,8 +10,9 @@
 // A report's way in is Add, under one lock: its definitions are recorded
 // (registry.go), it is split to the collector's limits (split.go), its
 // parts are numbered and written (store; the files in disk.go, their format
-// in format.go), and the bounds are applied (evict.go). The uplink reads
-// them back with After and forgets them with Ack or Discard.
+// in format.go), and the bounds are applied (evict.go). The uplink takes
+// them with After (a report's first sending is the one Add was given, a
+// resend is read back) and forgets them with Ack or Discard.
 //
 // The directory holds:
 //
@@ -87,7 +88,28 @@ type entry struct {
 	rootsOnly bool   // no child left to trim
 	gone      bool   // acked or dropped: skipped, and removed at the front
 	mem       []byte // the encoded report when it is not on disk
+	// fresh is the report as Add was given it, until After hands it to the
+	// uplink: the way out of a report sent at once, which would otherwise
+	// be read back from its file and decoded (a quarter of an idle agent's
+	// CPU with the encodings). Only up to maxFresh bytes of reports are
+	// held so; the rest, and a report sent again, are read back. enc is
+	// its encoding, which the uplink sends as it is.
+	fresh *nbsv1.Report
+	enc   []byte
 }
+
+// Sending is a report on its way to the collector: the report, and its
+// encoding (proto.Marshal's), which the uplink sends rather than encode
+// it again.
+type Sending struct {
+	Report  *nbsv1.Report
+	Encoded []byte
+}
+
+// maxFresh bounds the encoded bytes of the reports held decoded (entry.fresh)
+// for their first sending: a few intervals' reports, so that a collector
+// out of reach does not keep the spool's backlog in memory too.
+const maxFresh = 1 << 20
 
 // Spool holds un-acked reports in sequence order. It is safe for concurrent
 // use; disk writes happen under its lock, which is fine at one report per
@@ -112,6 +134,7 @@ type Spool struct {
 	changed  chan struct{}
 	diskErr  error // logged once until a write succeeds again
 	full     fullness
+	fresh    int64 // encoded bytes of the entries holding fresh
 }
 
 // Open opens (creating it if needed) and locks the spool in opts.Dir, and
@@ -193,6 +216,10 @@ func (s *Spool) store(reports []*nbsv1.Report) {
 		} else {
 			e.mem = b
 		}
+		if s.fresh+e.size <= maxFresh {
+			e.fresh, e.enc = r, b
+			s.fresh += e.size
+		}
 		s.push(e)
 	}
 	s.enforce()
@@ -251,6 +278,7 @@ func (s *Spool) remove(i int, count bool) {
 		}
 	}
 	e.mem = nil
+	s.unfresh(e)
 	// Acks come mostly in order: dropping gone entries at the front keeps
 	// every operation cheap without moving the slice on each ack.
 	for len(s.entries) > 0 && s.entries[0].gone {
@@ -266,9 +294,19 @@ func (s *Spool) remove(i int, count bool) {
 // there is more to read: at once when the batch was cut short, otherwise
 // when a report is added.
 func (s *Spool) After(seq uint64, maxBytes int64) ([]*nbsv1.Report, <-chan struct{}) {
+	held, more := s.Take(seq, maxBytes)
+	out := make([]*nbsv1.Report, len(held))
+	for i, h := range held {
+		out[i] = h.Report
+	}
+	return out, more
+}
+
+// Take is After with each report's encoding.
+func (s *Spool) Take(seq uint64, maxBytes int64) ([]Sending, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*nbsv1.Report
+	var out []Sending
 	var total int64
 	var unreadable []uint64
 	// Removing reorganises the slice: only once the walk is over.
@@ -290,28 +328,43 @@ func (s *Spool) After(seq uint64, maxBytes int64) ([]*nbsv1.Report, <-chan struc
 			close(more)
 			return out, more
 		}
-		r, err := s.report(e)
-		if err != nil {
-			s.log.Error("spool: dropping a report that cannot be read back", "seq", e.seq, "err", err)
-			unreadable = append(unreadable, e.seq)
-			continue
+		h := Sending{Report: e.fresh, Encoded: e.enc}
+		if h.Report != nil {
+			// Handed over: the uplink holds it until it is sent, and a
+			// second sending reads it back like any other.
+			s.unfresh(e)
+		} else {
+			var err error
+			if h.Report, h.Encoded, err = s.report(e); err != nil {
+				s.log.Error("spool: dropping a report that cannot be read back", "seq", e.seq, "err", err)
+				unreadable = append(unreadable, e.seq)
+				continue
+			}
 		}
-		out = append(out, r)
+		out = append(out, h)
 		total += e.size
 	}
 	return out, s.changed
 }
 
-func (s *Spool) report(e *entry) (*nbsv1.Report, error) {
+// unfresh forgets an entry's decoded report (entry.fresh).
+func (s *Spool) unfresh(e *entry) {
+	if e.fresh != nil {
+		s.fresh -= e.size
+		e.fresh, e.enc = nil, nil
+	}
+}
+
+// report reads an entry's report back, with its encoding.
+func (s *Spool) report(e *entry) (*nbsv1.Report, []byte, error) {
 	if e.mem != nil {
 		r := &nbsv1.Report{}
 		if err := proto.Unmarshal(e.mem, r); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return r, nil
+		return r, e.mem, nil
 	}
-	r, _, err := readReport(s.opts.Dir, e.seq)
-	return r, err
+	return readReport(s.opts.Dir, e.seq)
 }
 
 // Instance is the instance id reports are stored under: the previous

@@ -488,6 +488,10 @@ func TestDiskFailureKeepsReportsInMemory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "spool")
 	s := open(t, Options{Dir: dir, Node: "n1"})
 	s.Add(report(1, 1, 0))
+	// Sent once (from memory) and not acked: a resend reads it back.
+	if got := seqs(all(s)); !slices.Equal(got, []uint64{1}) {
+		t.Fatalf("held %v, want [1]", got)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -559,5 +563,50 @@ func TestUnusedDefinitionsArePruned(t *testing.T) {
 	s2.mu.Unlock()
 	if n != held+1 {
 		t.Errorf("after a restart: %d definitions, want the %d the held reports use", n, held+1)
+	}
+}
+
+// A report's first sending is the report Add was given, not its file read
+// back and decoded; a resend reads the file, which holds the same report.
+// Only about maxFresh bytes of reports wait decoded: past them (a collector
+// out of reach) the rest are read back, the same reports in order.
+func TestFirstSendingIsFromMemory(t *testing.T) {
+	s := open(t, Options{Dir: t.TempDir(), Node: "n1"})
+	r := report(1, 3, 10)
+	s.Add(r)
+	got, _ := s.After(0, 1<<20)
+	if len(got) != 1 || got[0] != r {
+		t.Fatalf("first sending %v, want the report added (%p)", got, r)
+	}
+	again, _ := s.After(0, 1<<20)
+	if len(again) != 1 || again[0] == r || !proto.Equal(again[0], r) {
+		t.Fatalf("resend %v, want report 1 read back from its file, equal to the one added", again)
+	}
+	s.Ack(1)
+
+	var added []*nbsv1.Report
+	for i := range 4 * maxFresh / (100 << 10) {
+		r := report(int64(i+2), 10, 10<<10) // about 100 KiB
+		added = append(added, r)
+		s.Add(r)
+		if s.fresh > maxFresh {
+			t.Fatalf("after %d reports of about 100 KiB, %d bytes held decoded, over %d", i+1, s.fresh, maxFresh)
+		}
+	}
+	got = all(s)
+	if len(got) != len(added) {
+		t.Fatalf("%d reports sent, want %d", len(got), len(added))
+	}
+	var fromMemory int
+	for i, r := range got {
+		if r == added[i] {
+			fromMemory++
+		}
+		if !proto.Equal(r, added[i]) {
+			t.Fatalf("report %d sent differs from the one added", r.GetSequence())
+		}
+	}
+	if fromMemory == 0 || fromMemory == len(added) || s.fresh != 0 {
+		t.Fatalf("%d of %d sent from memory, %d bytes still held decoded; want some, not all, and none left", fromMemory, len(added), s.fresh)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nbs-project/nbs/agent/spool"
 	"github.com/nbs-project/nbs/internal/schema"
 	"github.com/nbs-project/nbs/internal/wire"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
@@ -29,10 +30,10 @@ import (
 // Outbox is the queue of reports the uplink sends (agent/spool's Spool):
 // it numbers them, cut to wire's limits, and keeps them until acked.
 type Outbox interface {
-	// After returns the reports with a sequence above seq, in order and at
-	// most about maxBytes of them (at least one), and a channel that is
-	// closed when there are more to read.
-	After(seq uint64, maxBytes int64) ([]*nbsv1.Report, <-chan struct{})
+	// Take returns the reports with a sequence above seq, in order and at
+	// most about maxBytes of them (at least one), each with its encoding,
+	// and a channel that is closed when there are more to read.
+	Take(seq uint64, maxBytes int64) ([]spool.Sending, <-chan struct{})
 	// Ack forgets a report the collector stored.
 	Ack(seq uint64)
 	// Discard forgets a report that can never be delivered, counting it as
@@ -153,7 +154,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 func (u *Uplink) session(ctx context.Context, client nbsv1.AgentServiceClient) (int, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := client.Connect(sctx)
+	stream, err := client.Connect(sctx, grpc.ForceCodecV2(newExactCodec()))
 	if err != nil {
 		return 0, fmt.Errorf("open stream: %w", err)
 	}
@@ -186,10 +187,20 @@ func (u *Uplink) session(ctx context.Context, client nbsv1.AgentServiceClient) (
 	var sendErr error
 send:
 	for {
-		reports, changed := u.outbox.After(cursor, wire.MaxMessageBytes)
-		for _, r := range reports {
-			req := &nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: u.withNewMetrics(r, announced)}}
-			if n := proto.Size(req); n > wire.MaxMessageBytes {
+		reports, changed := u.outbox.Take(cursor, wire.MaxMessageBytes)
+		for _, h := range reports {
+			r := h.Report
+			var req any
+			var n int
+			if sent := u.withNewMetrics(r, announced); sent == r && h.Encoded != nil {
+				// As the outbox encoded it: not a second time.
+				e := newEncodedReport(h.Encoded)
+				req, n = e, e.size()
+			} else {
+				m := &nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: sent}}
+				req, n = m, proto.Size(m)
+			}
+			if n > wire.MaxMessageBytes {
 				// The outbox splits reports well below this; sending it would
 				// end the stream on every attempt. The stream ends here
 				// instead, as the definitions it carried count as announced.
@@ -198,7 +209,7 @@ send:
 				sendErr = fmt.Errorf("report %d: %d bytes, over %d", r.GetSequence(), n, wire.MaxMessageBytes)
 				break send
 			}
-			if err := stream.Send(req); err != nil {
+			if err := stream.SendMsg(req); err != nil {
 				sendErr = err
 				break send
 			}

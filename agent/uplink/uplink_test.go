@@ -187,13 +187,17 @@ type unsplit struct {
 	discarded []uint64
 }
 
-func (u *unsplit) After(seq uint64, _ int64) ([]*nbsv1.Report, <-chan struct{}) {
+func (u *unsplit) Take(seq uint64, _ int64) ([]spool.Sending, <-chan struct{}) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	var out []*nbsv1.Report
+	var out []spool.Sending
 	for _, r := range u.held {
 		if r.GetSequence() > seq {
-			out = append(out, r)
+			b, err := proto.Marshal(r)
+			if err != nil {
+				panic(err)
+			}
+			out = append(out, spool.Sending{Report: r, Encoded: b})
 		}
 	}
 	return out, make(chan struct{}) // nothing is added later
@@ -244,5 +248,58 @@ func TestUnsendableReportDoesNotWedge(t *testing.T) {
 	if c.stored[2] == nil || c.stored[1] != nil || !slices.Equal(o.discarded, []uint64{1}) {
 		t.Fatalf("stored %d reports (seq 2: %v), discarded %v; want report 2 stored and the huge one discarded",
 			len(c.stored), c.stored[2] != nil, o.discarded)
+	}
+}
+
+// What the collector receives is the report the agent added, sent as the
+// spool encoded it (roots the Hello announced) or encoded anew with the
+// definitions the stream has not had (a child), from memory or read back
+// from the spool's files.
+func TestReportsArriveAsAdded(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		metric  string
+		started bool // the uplink runs when the reports are added: they are sent from memory
+	}{
+		{"announced, from memory", wiretest.RootRate, true},
+		{"announced, read back", wiretest.RootRate, false},
+		{"with new definitions, from memory", wiretest.RootRate + "/reason_1", true},
+		{"with new definitions, read back", wiretest.RootRate + "/reason_1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, dial := startCollector(t)
+			o, err := spool.Open(spool.Options{Dir: t.TempDir(), Node: "n1", Describe: wiretest.Definition})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = o.Close() })
+			if tc.started {
+				runUplink(t, o, dial)
+			}
+			var added []*nbsv1.Report
+			for i := range 3 {
+				r := &nbsv1.Report{TimeUnixNano: int64(i + 1), IntervalMs: 1000,
+					Samples: []*nbsv1.Sample{{MetricId: wiretest.RootRate, Value: 1}, {MetricId: tc.metric, Value: float64(i)}},
+					Events:  []*nbsv1.Event{{MetricId: tc.metric, TimeUnixNano: int64(i + 1), Fields: map[string]string{"a": "1", "b": "2"}}}}
+				o.Add(r)
+				added = append(added, proto.Clone(r).(*nbsv1.Report))
+			}
+			if !tc.started {
+				runUplink(t, o, dial)
+			}
+			waitEmpty(t, o)
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if len(c.rejected) > 0 || len(c.stored) != len(added) {
+				t.Fatalf("stored %d, rejected %v; want %d stored", len(c.stored), c.rejected, len(added))
+			}
+			for _, want := range added {
+				got := proto.Clone(c.stored[want.GetSequence()]).(*nbsv1.Report)
+				got.NewMetrics = nil
+				if !proto.Equal(got, want) {
+					t.Errorf("stored %v, want %v", got, want)
+				}
+			}
+		})
 	}
 }
