@@ -30,7 +30,6 @@ import (
 	"errors"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -177,8 +176,8 @@ func report(b *testing.B, s *bpfstats.Sampler, name string) bpfstats.Result {
 // BenchmarkEvidencePerEvent measures each program alone on its resets,
 // so none runs on caches another warmed: one program is attached at a
 // time, for one reset, and the agent and its anchor (the peer without a
-// wakeup) take turns reset by reset in ABBA order, so a change in the
-// machine's load weighs on both alike. NBS_EVIDENCE_ROUNDS rounds
+// wakeup) take turns reset by reset, so a change in the machine's load
+// weighs on both alike. NBS_EVIDENCE_ROUNDS rounds
 // (default 3) of NBS_EVIDENCE_SECONDS (default 5) at NBS_EVIDENCE_RATE
 // resets a second for each program (default 10).
 func BenchmarkEvidencePerEvent(b *testing.B) {
@@ -217,11 +216,16 @@ func cpus() string {
 			out = append(out, strconv.Itoa(c))
 		}
 	}
-	return strings.Join(out, ",") + " of " + strconv.Itoa(runtime.NumCPU())
+	n, err := ebpf.PossibleCPU() // runtime.NumCPU counts only the allowed
+	if err != nil {
+		return strings.Join(out, ",")
+	}
+	return strings.Join(out, ",") + " of " + strconv.Itoa(n)
 }
 
 // runVariants runs rounds; in each, the interleaved variants take turns
-// reset by reset (ABBA: each cycle reverses the last one's order), then
+// reset by reset, always in the same order (with two, each runs between
+// two runs of the other, each 1/rate after its last), then
 // each variant marked alone has its resets in a block. A program is
 // attached only for its own reset, each at rate resets a second. It
 // reports each variant's ratio to the anchor's (the variant whose metric
@@ -278,12 +282,9 @@ func runVariants(b *testing.B, l *netlab.Lab, variants []variant, anchor string,
 			}
 			if len(inter) > 0 {
 				tick := time.NewTicker(time.Second / time.Duration(rate*len(inter)))
-				for c := range n {
-					for k := range inter {
-						if c%2 == 1 {
-							k = len(inter) - 1 - k
-						}
-						one(inter[k], tick)
+				for range n {
+					for _, i := range inter {
+						one(i, tick)
 					}
 				}
 				tick.Stop()
