@@ -2,16 +2,21 @@
 // and drop counting cost per BPF run beside peer-shaped programs attached
 // to the same hook:
 //
-//	NBS_REQUIRE_BPF=1 go test -run '^$' -bench . -benchtime 1x ./bench/evidencecost/
+//	NBS_REQUIRE_BPF=1 taskset -c 1 go test -run '^$' -bench . -benchtime 1x ./bench/evidencecost/
 //
-// BenchmarkEvidencePerEvent: resets at a rare rate (NBS_EVIDENCE_RATE a
-// second, default 10, for NBS_EVIDENCE_SECONDS, default 10), every one
-// emitting evidence, through the agent's tcp_send_reset program (rate
-// limit, counters, ring record submitted without a wakeup) and a peer that
-// only emits the same record, once with the wakeup the kernel does by
-// default and once with BPF_RB_NO_WAKEUP; each ring has a reader like the
-// agent's (the peer with wakeups: one blocked on the ring; without: one
-// polling every evidence.PollPeriod).
+// BenchmarkEvidencePerEvent: resets at a rare rate for each program
+// (NBS_EVIDENCE_RATE a second, default 10, for NBS_EVIDENCE_SECONDS,
+// default 5, a round), every one emitting evidence, through the agent's
+// tcp_send_reset program (rate limit, counters, ring record submitted
+// without a wakeup) and a peer that only emits the same record, once with
+// the wakeup the kernel does by default and once with BPF_RB_NO_WAKEUP;
+// each ring has a reader like the agent's (the peer with wakeups: one
+// blocked on the ring; without: one polling every evidence.PollPeriod).
+// Only one program is attached at a time, for one reset: the agent and the
+// no-wakeup peer alternate reset by reset, the waking peer has its own
+// block. The resets run on the CPU of the thread that sends them, so
+// taskset pins them to one CPU for every program alike (the log says
+// which).
 //
 // BenchmarkKfreeSkbPeer: a UDP flood to a closed port and into an nftables
 // drop rule through the agent's kfree_skb program beside two programs
