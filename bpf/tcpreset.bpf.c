@@ -217,9 +217,10 @@ static __always_inline void count(struct nbs_rst_percpu *pc, __u32 netns, __u32 
  * now is the program's first act (see nbs_rst_send). The record is reserved
  * before the tuple is read: at a rare rate the ring's lines (its lock, its
  * positions, the record's) are cold, and the tuple's reads of lines the
- * kernel just used then follow them instead of preceding them; measured,
- * that order and the clock's place cost 0.94-1.10x the peer against
- * 1.11-1.33x (BENCHMARKS.md, "Evidence cost per event").
+ * kernel just used then follow them instead of preceding them. With the
+ * clock's place (nbs_rst_send), 0.91-1.25x the peer per rare reset where
+ * it was 1.43-1.51x in the same harness (BENCHMARKS.md, "Evidence cost
+ * per event").
  */
 static __always_inline void evidence(struct nbs_rst_percpu *st, const struct sock *sk,
 				     const struct sk_buff *skb, __u32 netns, __u8 direction, __u32 reason,
