@@ -2,7 +2,7 @@
 // and drop counting cost per BPF run beside peer-shaped programs attached
 // to the same hook:
 //
-//	NBS_REQUIRE_BPF=1 taskset -c 1 go test -run '^$' -bench . -benchtime 1x ./bench/evidencecost/
+//	NBS_REQUIRE_BPF=1 go test -run '^$' -bench . -benchtime 1x ./bench/evidencecost/
 //
 // BenchmarkEvidencePerEvent: resets at a rare rate for each program
 // (NBS_EVIDENCE_RATE a second, default 10, for NBS_EVIDENCE_SECONDS,
@@ -14,9 +14,8 @@
 // blocked on the ring; without: one polling every evidence.PollPeriod).
 // Only one program is attached at a time, for one reset: the agent and the
 // no-wakeup peer alternate reset by reset, the waking peer has its own
-// block. The resets run on the CPU of the thread that sends them, so
-// taskset pins them to one CPU for every program alike (the log says
-// which).
+// block. The benchmark pins itself to one CPU, so the resets run there for
+// every program alike (pin; the log says which).
 //
 // BenchmarkKfreeSkbPeer: a UDP flood to a closed port and into an nftables
 // drop rule through the agent's kfree_skb program beside two programs
@@ -33,6 +32,7 @@ package evidencecost
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"slices"
@@ -187,6 +187,7 @@ func report(b *testing.B, s *bpfstats.Sampler, name string) bpfstats.Result {
 // resets a second for each program (default 10).
 func BenchmarkEvidencePerEvent(b *testing.B) {
 	rate, secs, rounds := envInt("NBS_EVIDENCE_RATE", 10), envInt("NBS_EVIDENCE_SECONDS", 5), envInt("NBS_EVIDENCE_ROUNDS", 3)
+	pin(b)
 	l := netlab.New(b)
 	ns := l.Inode(b, l.B)
 	variants := []variant{
@@ -207,9 +208,63 @@ func loadavg() string {
 	return strings.Join(f[:min(3, len(f))], " ")
 }
 
-// cpus is the CPUs this process may run on (taskset), for the log of a
-// run: the resets run on the sending thread's CPU, so pinning the process
-// pins them, the same for every program.
+// pin puts every thread of the process on one CPU until the benchmark
+// ends (threads started later inherit it from the one that starts them):
+// a reset runs on the CPU of the thread that sends it, so every program
+// meets its resets on the same CPU, and one with its caches no other
+// reset of the run warmed. NBS_EVIDENCE_CPU chooses it (default the last
+// one allowed; -1 leaves the threads where they are).
+func pin(b *testing.B) {
+	b.Helper()
+	var orig unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &orig); err != nil {
+		b.Fatalf("read the CPU affinity: %v", err)
+	}
+	cpu := -1
+	for c := range 1024 {
+		if orig.IsSet(c) {
+			cpu = c
+		}
+	}
+	if v := os.Getenv("NBS_EVIDENCE_CPU"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatalf("NBS_EVIDENCE_CPU=%q: not a CPU number", v)
+		}
+		cpu = n
+	}
+	if cpu < 0 {
+		return
+	}
+	var one unix.CPUSet
+	one.Set(cpu)
+	setAll := func(set *unix.CPUSet) error {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return err
+		}
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, set); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("thread %d: %w", tid, err)
+			}
+		}
+		return nil
+	}
+	if err := setAll(&one); err != nil {
+		b.Fatalf("pin the benchmark to CPU %d: %v", cpu, err)
+	}
+	b.Cleanup(func() {
+		if err := setAll(&orig); err != nil {
+			b.Errorf("unpin the benchmark: %v", err)
+		}
+	})
+}
+
+// cpus is the CPUs this thread may run on, for the log of a run (see pin).
 func cpus() string {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
