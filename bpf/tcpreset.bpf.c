@@ -218,9 +218,9 @@ static __always_inline void count(struct nbs_rst_percpu *pc, __u32 netns, __u32 
  * before the tuple is read: at a rare rate the ring's lines (its lock, its
  * positions, the record's) are cold, and the tuple's reads of lines the
  * kernel just used then follow them instead of preceding them. With the
- * clock's place (nbs_rst_send), 0.91-1.25x the peer per rare reset where
- * it was 1.43-1.51x in the same harness (BENCHMARKS.md, "Evidence cost
- * per event").
+ * clock's place (nbs_rst_send): 1.01-1.13x and 1.09-1.19x the peer per
+ * rare reset where it was 1.43-1.51x and 1.24-1.43x, in back-to-back runs
+ * (BENCHMARKS.md, "Evidence cost per event").
  */
 static __always_inline void evidence(struct nbs_rst_percpu *st, const struct sock *sk,
 				     const struct sk_buff *skb, __u32 netns, __u8 direction, __u32 reason,
