@@ -4,14 +4,18 @@
 //
 //	NBS_REQUIRE_BPF=1 go test -run '^$' -bench . -benchtime 1x ./bench/evidencecost/
 //
-// BenchmarkEvidencePerEvent: resets at a rare rate (NBS_EVIDENCE_RATE a
-// second, default 10, for NBS_EVIDENCE_SECONDS, default 10), every one
-// emitting evidence, through the agent's tcp_send_reset program (rate
-// limit, counters, ring record submitted without a wakeup) and a peer that
-// only emits the same record, once with the wakeup the kernel does by
-// default and once with BPF_RB_NO_WAKEUP; each ring has a reader like the
-// agent's (the peer with wakeups: one blocked on the ring; without: one
-// polling every evidence.PollPeriod).
+// BenchmarkEvidencePerEvent: resets at a rare rate for each program
+// (NBS_EVIDENCE_RATE a second, default 10, for NBS_EVIDENCE_SECONDS,
+// default 5, a round), every one emitting evidence, through the agent's
+// tcp_send_reset program (rate limit, counters, ring record submitted
+// without a wakeup) and a peer that only emits the same record, once with
+// the wakeup the kernel does by default and once with BPF_RB_NO_WAKEUP;
+// each ring has a reader like the agent's (the peer with wakeups: one
+// blocked on the ring; without: one polling every evidence.PollPeriod).
+// Only one program is attached at a time, for one reset: the agent and the
+// no-wakeup peer alternate reset by reset, the waking peer has its own
+// block. The benchmark pins itself to one CPU, so the resets run there for
+// every program alike (pin; the log says which).
 //
 // BenchmarkKfreeSkbPeer: a UDP flood to a closed port and into an nftables
 // drop rule through the agent's kfree_skb program beside two programs
@@ -28,6 +32,7 @@ package evidencecost
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"slices"
@@ -40,6 +45,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/drops"
 	"github.com/nbs-project/nbs/agent/probe/evidence"
@@ -66,17 +72,22 @@ func attach(b *testing.B, p *ebpf.Program) link.Link {
 	return l
 }
 
-// variant is one program measured on its own: start attaches it and
-// returns the program and its reader's count of events; stop detaches it.
+// variant is one program measured on its own: loaded, with its reader,
+// for the whole run and attached only for its own resets (attach, detach).
 type variant struct {
-	name, metric string
-	start        func() (*ebpf.Program, *atomic.Int64)
-	stop         func()
+	name, metric   string
+	prog           *ebpf.Program
+	read           *atomic.Int64 // records its reader has read
+	attach, detach func()
+	// alone: measured in a block of its own after the interleaved
+	// variants (the waking peer: its reader's wakeups would land on the
+	// caches of whichever program ran next).
+	alone bool
 }
 
 // peerVariant loads the evidence peer with the given submit flags and
 // reads its ring as the agent would: polling without wakeups, else blocked
-// on the ring; each phase attaches it.
+// on the ring.
 func peerVariant(b *testing.B, name, metric string, netns uint32, flags uint64) variant {
 	spec, err := loadEvpeer()
 	if err != nil {
@@ -117,37 +128,44 @@ func peerVariant(b *testing.B, name, metric string, netns uint32, flags uint64) 
 		}
 	}()
 	var l link.Link
-	return variant{name: name, metric: metric,
-		start: func() (*ebpf.Program, *atomic.Int64) {
-			l = attach(b, objs.PeerRstEvidence)
-			return objs.PeerRstEvidence, &read
-		},
-		stop: func() { _ = l.Close() },
+	b.Cleanup(func() {
+		if l != nil {
+			_ = l.Close()
+		}
+	})
+	return variant{name: name, metric: metric, prog: objs.PeerRstEvidence, read: &read, alone: flags == 0,
+		attach: func() { l = attach(b, objs.PeerRstEvidence) },
+		detach: func() { _ = l.Close(); l = nil },
 	}
 }
 
-// agentVariant loads the agent's reset probe for each phase, with its
-// reader, as the agent runs it.
+// agentVariant loads the agent's reset probe as the agent runs it, with
+// its reader, and detaches it until its first reset.
 func agentVariant(b *testing.B, netns uint32) variant {
-	var (
-		p      *tcpreset.Probe
-		cancel context.CancelFunc
-		done   chan struct{}
-	)
+	p, err := tcpreset.Load(tcpreset.Options{NetnsInode: netns})
+	if err != nil {
+		netlab.SkipOrFail(b, "tcpreset: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var read atomic.Int64
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.ReadEvents(ctx, func(tcpreset.Event) { read.Add(1) }) }()
+	b.Cleanup(func() { cancel(); _ = p.Close(); <-done })
+	if err := p.Detach(); err != nil {
+		b.Fatal(err)
+	}
 	return variant{name: "agent tcp_send_reset (counters, rate limit, evidence without wakeup)", metric: "agent",
-		start: func() (*ebpf.Program, *atomic.Int64) {
-			var err error
-			if p, err = tcpreset.Load(tcpreset.Options{NetnsInode: netns}); err != nil {
-				netlab.SkipOrFail(b, "tcpreset: %v", err)
+		prog: p.Programs()["tcp_send_reset"], read: &read,
+		attach: func() {
+			if err := p.Attach(); err != nil {
+				b.Fatal(err)
 			}
-			var ctx context.Context
-			ctx, cancel = context.WithCancel(context.Background())
-			var read atomic.Int64
-			done = make(chan struct{})
-			go func() { defer close(done); _ = p.ReadEvents(ctx, func(tcpreset.Event) { read.Add(1) }) }()
-			return p.Programs()["tcp_send_reset"], &read
 		},
-		stop: func() { cancel(); _ = p.Close(); <-done },
+		detach: func() {
+			if err := p.Detach(); err != nil {
+				b.Fatal(err)
+			}
+		},
 	}
 }
 
@@ -160,17 +178,22 @@ func report(b *testing.B, s *bpfstats.Sampler, name string) bpfstats.Result {
 	return r
 }
 
-// BenchmarkEvidencePerEvent measures each program alone in its phase, so
-// none runs on caches another warmed; the phases rotate in order round by
-// round (NBS_EVIDENCE_ROUNDS, default 3).
+// BenchmarkEvidencePerEvent measures each program alone on its resets,
+// so none runs on caches another warmed: one program is attached at a
+// time, for one reset, and the agent and its anchor (the peer without a
+// wakeup) take turns reset by reset, so a change in the machine's load
+// weighs on both alike. NBS_EVIDENCE_ROUNDS rounds
+// (default 3) of NBS_EVIDENCE_SECONDS (default 5) at NBS_EVIDENCE_RATE
+// resets a second for each program (default 10).
 func BenchmarkEvidencePerEvent(b *testing.B) {
 	rate, secs, rounds := envInt("NBS_EVIDENCE_RATE", 10), envInt("NBS_EVIDENCE_SECONDS", 5), envInt("NBS_EVIDENCE_ROUNDS", 3)
+	pin(b)
 	l := netlab.New(b)
 	ns := l.Inode(b, l.B)
 	variants := []variant{
 		agentVariant(b, ns),
-		peerVariant(b, "peer, ring submit with wakeup", "peer_wakeup", ns, 0),
 		peerVariant(b, "peer, ring submit with BPF_RB_NO_WAKEUP", "peer_nowakeup", ns, 1),
+		peerVariant(b, "peer, ring submit with wakeup", "peer_wakeup", ns, 0),
 	}
 	runVariants(b, l, variants, "peer_nowakeup", rate, secs, rounds)
 }
@@ -185,68 +208,211 @@ func loadavg() string {
 	return strings.Join(f[:min(3, len(f))], " ")
 }
 
-// runVariants runs rounds of phases, one variant attached at a time, and
+// pin puts every thread of the process on one CPU until the benchmark
+// ends (threads started later inherit it from the one that starts them):
+// a reset runs on the CPU of the thread that sends it, so every program
+// meets its resets on the same CPU, and one with its caches no other
+// reset of the run warmed. NBS_EVIDENCE_CPU chooses it (default the last
+// one allowed; -1 leaves the threads where they are).
+func pin(b *testing.B) {
+	b.Helper()
+	var orig unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &orig); err != nil {
+		b.Fatalf("read the CPU affinity: %v", err)
+	}
+	cpu := -1
+	for c := range 1024 {
+		if orig.IsSet(c) {
+			cpu = c
+		}
+	}
+	if v := os.Getenv("NBS_EVIDENCE_CPU"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatalf("NBS_EVIDENCE_CPU=%q: not a CPU number", v)
+		}
+		cpu = n
+	}
+	if cpu < 0 {
+		return
+	}
+	var one unix.CPUSet
+	one.Set(cpu)
+	setAll := func(set *unix.CPUSet) error {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return err
+		}
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, set); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("thread %d: %w", tid, err)
+			}
+		}
+		return nil
+	}
+	if err := setAll(&one); err != nil {
+		b.Fatalf("pin the benchmark to CPU %d: %v", cpu, err)
+	}
+	b.Cleanup(func() {
+		if err := setAll(&orig); err != nil {
+			b.Errorf("unpin the benchmark: %v", err)
+		}
+	})
+}
+
+// cpus is the CPUs this thread may run on, for the log of a run (see pin).
+func cpus() string {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return "unknown"
+	}
+	var out []string
+	for c := range 1024 {
+		if set.IsSet(c) {
+			out = append(out, strconv.Itoa(c))
+		}
+	}
+	n, err := ebpf.PossibleCPU() // runtime.NumCPU counts only the allowed
+	if err != nil {
+		return strings.Join(out, ",")
+	}
+	return strings.Join(out, ",") + " of " + strconv.Itoa(n)
+}
+
+// others lists the programs attached to raw tracepoint tp that are none of
+// ours: another agent on the machine runs before ours at every reset and
+// warms what both read (the skb, the helpers' code), which shrinks the
+// shared part of each figure and so raises the ratio; the log says when.
+func others(b *testing.B, tp string, ours []*ebpf.Program) []ebpf.ProgramID {
+	b.Helper()
+	mine := map[ebpf.ProgramID]bool{}
+	for _, p := range ours {
+		if info, err := p.Info(); err == nil {
+			if id, ok := info.ID(); ok {
+				mine[id] = true
+			}
+		}
+	}
+	var out []ebpf.ProgramID
+	it := new(link.Iterator)
+	defer it.Close()
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err != nil {
+			continue // gone since listed
+		}
+		if rt := info.RawTracepoint(); rt != nil && rt.Name == tp && !mine[info.Program] {
+			out = append(out, info.Program)
+		}
+	}
+	if err := it.Err(); err != nil {
+		b.Logf("list the links on %s: %v", tp, err)
+	}
+	return out
+}
+
+// runVariants runs rounds; in each, the interleaved variants take turns
+// reset by reset, always in the same order (with two, each runs between
+// two runs of the other, each 1/rate after its last), then
+// each variant marked alone has its resets in a block. A program is
+// attached only for its own reset, each at rate resets a second. It
 // reports each variant's ratio to the anchor's (the variant whose metric
-// is anchor) round by round: the anchor's phase is in the same round, so
-// the two met the same machine within seconds of each other.
+// is anchor) round by round.
 func runVariants(b *testing.B, l *netlab.Lab, variants []variant, anchor string, rate, secs, rounds int) {
 	bpfstats.Enable(b)
+	var inter, alone []int
+	for i, v := range variants {
+		if v.alone {
+			alone = append(alone, i)
+		} else {
+			inter = append(inter, i)
+		}
+	}
+	n := rate * secs
 	for range b.N {
-		b.Logf("load average before: %s", loadavg())
+		b.Logf("load average before: %s; CPUs %s", loadavg(), cpus())
 		perEvent, upper := make([][]float64, len(variants)), make([][]float64, len(variants))
+		var progs []*ebpf.Program
+		for _, v := range variants {
+			progs = append(progs, v.prog)
+		}
 		for r := range rounds {
-			for k := range variants {
-				i := (k + r) % len(variants)
-				v := variants[i]
-				prog, read := v.start()
-				read0 := read.Load()
-				first, err := prog.Stats()
+			b.Logf("round %d: other programs on tcp_send_reset: %v", r+1, others(b, "tcp_send_reset", progs))
+			own := make([][]float64, len(variants))
+			read0 := make([]int64, len(variants))
+			first := make([]*ebpf.ProgramStats, len(variants))
+			for i, v := range variants {
+				read0[i] = v.read.Load()
+				st, err := v.prog.Stats()
 				if err != nil {
 					b.Fatal(err)
 				}
-				// Each reset alone: the program's statistics just before
-				// and just after it (ResetNoSocket returns once the reset
-				// was sent), so a run of the program for another
-				// namespace's reset (other work on the machine) is seen
-				// and left out rather than averaged in.
-				var own []float64
-				tick := time.NewTicker(time.Second / time.Duration(rate))
-				for range rate * secs {
-					<-tick.C
-					st0, err := prog.Stats()
-					if err != nil {
-						b.Fatal(err)
-					}
-					l.ResetNoSocket(b, 1)
-					st1, err := prog.Stats()
-					if err != nil {
-						b.Fatal(err)
-					}
-					if st1.RunCount-st0.RunCount == 1 {
-						own = append(own, float64(st1.Runtime-st0.Runtime))
+				first[i] = st
+			}
+			// One reset with program i alone, rate*len(group) resets a
+			// second, so each program meets its resets 1/rate apart.
+			// Statistics just before and after it (ResetNoSocket returns
+			// once the reset was sent): a run of the program for
+			// another namespace's reset (other work on the machine) is
+			// seen and left out rather than averaged in.
+			one := func(i int, tick *time.Ticker) {
+				v := variants[i]
+				v.attach()
+				<-tick.C
+				st0, err := v.prog.Stats()
+				if err != nil {
+					b.Fatal(err)
+				}
+				l.ResetNoSocket(b, 1)
+				st1, err := v.prog.Stats()
+				if err != nil {
+					b.Fatal(err)
+				}
+				v.detach()
+				if st1.RunCount-st0.RunCount == 1 {
+					own[i] = append(own[i], float64(st1.Runtime-st0.Runtime))
+				}
+			}
+			if len(inter) > 0 {
+				tick := time.NewTicker(time.Second / time.Duration(rate*len(inter)))
+				for range n {
+					for _, i := range inter {
+						one(i, tick)
 					}
 				}
 				tick.Stop()
-				time.Sleep(2 * evidence.PollPeriod) // the last records reach the reader
-				last, err := prog.Stats()
+			}
+			for _, i := range alone {
+				tick := time.NewTicker(time.Second / time.Duration(rate))
+				for range n {
+					one(i, tick)
+				}
+				tick.Stop()
+			}
+			time.Sleep(2 * evidence.PollPeriod) // the last records reach the readers
+			for i, v := range variants {
+				last, err := v.prog.Stats()
 				if err != nil {
 					b.Fatal(err)
 				}
-				events := read.Load() - read0
-				v.stop()
-				if events != int64(rate*secs) {
-					b.Errorf("%s: %d events read, want %d", v.name, events, rate*secs)
+				events := v.read.Load() - read0[i]
+				if events != int64(n) {
+					b.Errorf("%s: %d events read, want %d", v.name, events, n)
 				}
-				if len(own) < rate*secs/2 {
-					b.Fatalf("%s: only %d of %d resets ran the program alone", v.name, len(own), rate*secs)
+				if len(own[i]) < n/2 {
+					b.Fatalf("%s: only %d of %d resets ran the program alone", v.name, len(own[i]), n)
 				}
 				// The headline is the median over the resets that ran the
 				// program alone: robust to the rare preemption or host
 				// stall inside one run (tens of µs, which would dominate
 				// a mean of 50). All its time over the events emitted
 				// (other namespaces' runs included) bounds it from above.
-				perEvent[i] = append(perEvent[i], bpfstats.Median(own))
-				upper[i] = append(upper[i], float64(last.Runtime-first.Runtime)/float64(max(events, 1)))
+				perEvent[i] = append(perEvent[i], bpfstats.Median(own[i]))
+				upper[i] = append(upper[i], float64(last.Runtime-first[i].Runtime)/float64(max(events, 1)))
 			}
 		}
 		for i, v := range variants {

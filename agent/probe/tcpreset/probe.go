@@ -156,6 +156,13 @@ func Load(opts Options) (*Probe, error) {
 	return p, nil
 }
 
+// Detach detaches both programs; they stay loaded and the maps keep what
+// they counted (bench/evidencecost attaches one program at a time).
+func (p *Probe) Detach() error { return p.bpf.Detach() }
+
+// Attach attaches the programs again after Detach.
+func (p *Probe) Attach() error { return p.bpf.Attach() }
+
 // Continued says whether the counters continue those of a previous
 // agent: every pinned map was adopted.
 func (p *Probe) Continued() bool { return p.bpf.Continued() }
