@@ -24,6 +24,8 @@ func TestLatestHot(t *testing.T) {
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 
 	type raw struct {
+		// metrics: the values outside hot, the last covering report's
+		// (base_*, migration 034) under those merged since (metrics).
 		metrics, hot map[string]store.LatestValue
 		since        *int64
 		worst        int
@@ -32,7 +34,8 @@ func TestLatestHot(t *testing.T) {
 		t.Helper()
 		var m, h []byte
 		var r raw
-		if err := st.Pool().QueryRow(ctx, `SELECT metrics, hot, (roots->'ping'->>'since')::bigint, worst FROM node_latest WHERE node_id = $1`, id).
+		if err := st.Pool().QueryRow(ctx, `SELECT nbs_latest_base(base_paths, base_vals, base_states, base_times, base_intervals, base_novalue, false, NULL) || metrics,
+			hot, (roots->'ping'->>'since')::bigint, worst FROM node_latest WHERE node_id = $1`, id).
 			Scan(&m, &h, &r.since, &r.worst); err != nil {
 			t.Fatal(err)
 		}
