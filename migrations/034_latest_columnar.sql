@@ -11,7 +11,10 @@
 --   - base_*: the values of the last report that carried every key of the
 --     node's values (store.mergeLatest: "covered"), one array a field, in
 --     the order of base_paths (the collector's key order). NULL: none.
---     base_novalue is NULL when no value of the report was without one.
+--     base_novalue is NULL when no value of the report was without one;
+--     base_times and base_intervals hold one element when every value
+--     shares it (a report's own, the usual case): then a busy tree's row
+--     (185 values) stays small enough to be stored without TOAST.
 --   - metrics: values merged since that a report carried only some of
 --     (jsonb, as before), and whatever PruneLatest left;
 --   - hot: roots-only reports' values since (migration 021).
@@ -32,11 +35,12 @@ CREATE FUNCTION nbs_latest_base(paths text[], vals float8[], states smallint[], 
 	novalue boolean[], roots_only boolean, raised_since bigint) RETURNS jsonb
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-	SELECT coalesce(jsonb_object_agg(u.p, CASE WHEN u.n THEN jsonb_build_object('i', u.i, 'n', true, 's', u.s, 't', u.t, 'v', u.v)
-		ELSE jsonb_build_object('i', u.i, 's', u.s, 't', u.t, 'v', u.v) END), '{}')
-	FROM unnest(paths, vals, states, times, intervals, novalue) u(p, v, s, t, i, n)
+	SELECT coalesce(jsonb_object_agg(u.p, CASE WHEN u.n THEN jsonb_build_object('i', ti.i, 'n', true, 's', u.s, 't', ti.t, 'v', u.v)
+		ELSE jsonb_build_object('i', ti.i, 's', u.s, 't', ti.t, 'v', u.v) END), '{}')
+	FROM unnest(paths, vals, states, times, intervals, novalue) u(p, v, s, t0, i0, n),
+		LATERAL (SELECT coalesce(u.t0, times[1]) AS t, coalesce(u.i0, intervals[1]) AS i) ti
 	WHERE u.p IS NOT NULL AND (NOT roots_only OR strpos(u.p, '/') = 0)
-		AND (raised_since IS NULL OR (strpos(u.p, '/') > 0 AND u.s <> 1 AND u.t >= raised_since))
+		AND (raised_since IS NULL OR (strpos(u.p, '/') > 0 AND u.s <> 1 AND ti.t >= raised_since))
 $$;
 
 CREATE OR REPLACE FUNCTION nbs_latest_roots() RETURNS trigger

@@ -79,8 +79,14 @@ SELECT node_id, instance_id, seq FROM ins`
 // carries every key of them (migration 032): a node's values are base_*
 // (the last such report's, as arrays), metrics (values merged since from
 // reports that carried some keys) and hot, each newer than the one before
-// (migration 034). Such a report (deep, its values in $8.. as one slice
-// of each array a node, $14/$15 its bounds) replaces base_* and empties
+// (migration 034). Such a report (deep, its values in $9..$13 as one
+// slice of each array a node, $14/$15 its bounds, and its keys in $8, a
+// string a node, comma-separated: a slice of a text[] is found by walking
+// it from the start, which at 500 nodes a batch cost more than the jsonb
+// it replaced; its times and intervals in $11/$12 from $16 to $17, one
+// of each when every value shares them, the usual case, which keeps a
+// busy tree's row small enough to stay out of TOAST) replaces base_* and
+// empties
 // metrics and hot: written as arrays in binary, not parsed as a jsonb
 // object of every value. metrics_keys (latestKeys) says it is covered
 // without reading the stored keys when the key set is the one the last
@@ -99,11 +105,11 @@ const mergeLatest = `
 INSERT INTO node_latest (node_id, ts, interval_ms, snapshot_ts, metrics, root_states, metrics_keys,
 	base_paths, base_vals, base_states, base_times, base_intervals, base_novalue)
 SELECT u.n, u.ts, u.i, u.snap, coalesce(u.m, '{}'), u.rs, u.k,
-	CASE WHEN u.m IS NULL THEN ($8::text[])[u.lo + 1:u.hi] END, CASE WHEN u.m IS NULL THEN ($9::float8[])[u.lo + 1:u.hi] END,
-	CASE WHEN u.m IS NULL THEN ($10::smallint[])[u.lo + 1:u.hi] END, CASE WHEN u.m IS NULL THEN ($11::bigint[])[u.lo + 1:u.hi] END,
-	CASE WHEN u.m IS NULL THEN ($12::integer[])[u.lo + 1:u.hi] END, CASE WHEN u.m IS NULL THEN ($13::boolean[])[u.lo + 1:u.hi] END
-FROM unnest($1::int[], $2::timestamptz[], $3::int[], $4::timestamptz[], $5::jsonb[], $6::text[], $7::bigint[], $14::int[], $15::int[])
-	AS u(n, ts, i, snap, m, rs, k, lo, hi)
+	CASE WHEN u.m IS NULL THEN string_to_array(u.p, ',') END, CASE WHEN u.m IS NULL THEN ($9::float8[])[u.lo + 1:u.hi] END,
+	CASE WHEN u.m IS NULL THEN ($10::smallint[])[u.lo + 1:u.hi] END, CASE WHEN u.m IS NULL THEN ($11::bigint[])[u.tlo + 1:u.thi] END,
+	CASE WHEN u.m IS NULL THEN ($12::integer[])[u.tlo + 1:u.thi] END, CASE WHEN u.m IS NULL THEN ($13::boolean[])[u.lo + 1:u.hi] END
+FROM unnest($1::int[], $2::timestamptz[], $3::int[], $4::timestamptz[], $5::jsonb[], $6::text[], $7::bigint[], $14::int[], $15::int[],
+		$8::text[], $16::int[], $17::int[]) AS u(n, ts, i, snap, m, rs, k, lo, hi, p, tlo, thi)
 ON CONFLICT (node_id) DO UPDATE SET
 	(metrics, metrics_keys, base_paths, base_vals, base_states, base_times, base_intervals, base_novalue) = (
 		SELECT CASE WHEN x.roots THEN node_latest.metrics WHEN x.covered THEN '{}'
@@ -435,9 +441,11 @@ func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Repo
 	// per report.
 	ends := make([]int, len(nodes))
 	// A deep report's values as arrays (mergeLatest), node after node:
-	// node i's are [lo[i], hi[i]).
+	// node i's are [lo[i], hi[i]), its keys paths[i], comma-separated.
 	var (
-		paths   []string
+		paths   = make([]*string, len(nodes))
+		joined  strings.Builder
+		n       int32
 		vals    []float64
 		vstates []int16
 		times   []int64
@@ -445,13 +453,16 @@ func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Repo
 		novalue []bool
 		anyNone bool
 		lo, hi  = make([]int32, len(nodes)), make([]int32, len(nodes))
+		// times and ivals: node i's are [tlo[i], thi[i]), one of each
+		// when all of its values share them.
+		tlo, thi = make([]int32, len(nodes)), make([]int32, len(nodes))
 	)
 	for i, node := range nodes {
 		a := byNode[node]
 		keys = sortedLatestKeys(keys[:0], a.metrics)
 		keySets[i] = latestKeys(&h, keys)
 		ts[i], intervals[i], snapshots[i] = a.ts, int32(a.intervalMS), a.snapshot
-		lo[i] = int32(len(paths))
+		lo[i], tlo[i] = n, int32(len(times))
 		if !a.deep && a.snapshot == nil {
 			rs := rootStates(a.metrics)
 			states[i] = &rs
@@ -460,17 +471,33 @@ func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Repo
 				return all, err
 			}
 		} else {
-			for _, k := range keys {
+			joined.Reset()
+			for j, k := range keys {
 				v := a.metrics[k]
 				if math.IsNaN(v.Value) || math.IsInf(v.Value, 0) {
 					return all, fmt.Errorf("encode latest values: %s: unsupported value %v", k, v.Value)
 				}
-				paths, vals, vstates = append(paths, k), append(vals, v.Value), append(vstates, int16(v.State))
+				// A metric id has no comma (schema.CheckID): one here
+				// would be read back as two keys.
+				if strings.Contains(k, ",") {
+					return all, fmt.Errorf("encode latest values: %q: a comma in a metric id", k)
+				}
+				if j > 0 {
+					joined.WriteByte(',')
+				}
+				joined.WriteString(k)
+				vals, vstates = append(vals, v.Value), append(vstates, int16(v.State))
 				times, ivals, novalue = append(times, v.TimeMS), append(ivals, int32(v.IntervalMS)), append(novalue, v.NoValue)
 				anyNone = anyNone || v.NoValue
 			}
+			if t := times[tlo[i]:]; len(t) > 1 && !slices.ContainsFunc(t, func(x int64) bool { return x != t[0] }) &&
+				!slices.ContainsFunc(ivals[tlo[i]:], func(x int32) bool { return x != ivals[tlo[i]] }) {
+				times, ivals = times[:tlo[i]+1], ivals[:tlo[i]+1]
+			}
+			p := joined.String()
+			paths[i], n = &p, n+int32(len(keys))
 		}
-		hi[i], ends[i] = int32(len(paths)), len(all)
+		hi[i], thi[i], ends[i] = n, int32(len(times)), len(all)
 	}
 	metrics := make([][]byte, len(nodes))
 	start := 0
@@ -483,7 +510,7 @@ func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Repo
 	if !anyNone {
 		novalue = nil // NULL: no value is without one
 	}
-	batch.Queue(mergeLatest, nodes, ts, intervals, snapshots, metrics, states, keySets, paths, vals, vstates, times, ivals, novalue, lo, hi)
+	batch.Queue(mergeLatest, nodes, ts, intervals, snapshots, metrics, states, keySets, paths, vals, vstates, times, ivals, novalue, lo, hi, tlo, thi)
 	return all, nil
 }
 
