@@ -29,7 +29,10 @@ type dbBusy struct {
 	mu      sync.Mutex
 	samples int
 	busy    map[string]int
-	stop    func()
+	// locked: the samples of busy in which the statement waited on a
+	// lock (another transaction's rows), not working.
+	locked map[string]int
+	stop   func()
 }
 
 // statementKind names the write path's statements by their text.
@@ -58,7 +61,7 @@ func sampleDB(b *testing.B, dbURL string) *dbBusy {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d := &dbBusy{busy: map[string]int{}}
+	d := &dbBusy{busy: map[string]int{}, locked: map[string]int{}}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer conn.Close(context.Background())
@@ -70,19 +73,26 @@ func sampleDB(b *testing.B, dbURL string) *dbBusy {
 				return
 			case <-t.C:
 			}
-			rows, err := conn.Query(ctx, `SELECT query FROM pg_stat_activity
+			rows, err := conn.Query(ctx, `SELECT query, wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity
 				WHERE state = 'active' AND backend_type = 'client backend' AND pid <> pg_backend_pid()`)
 			if err != nil {
 				return
 			}
-			qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			type active struct {
+				Query  string
+				Locked bool
+			}
+			qs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[active])
 			if err != nil {
 				return
 			}
 			d.mu.Lock()
 			d.samples++
 			for _, q := range qs {
-				d.busy[statementKind(q)]++
+				d.busy[statementKind(q.Query)]++
+				if q.Locked {
+					d.locked[statementKind(q.Query)]++
+				}
 			}
 			d.mu.Unlock()
 		}
@@ -91,16 +101,20 @@ func sampleDB(b *testing.B, dbURL string) *dbBusy {
 	return d
 }
 
-// shares stops the sampling and returns each kind's mean backends busy.
-func (d *dbBusy) shares() map[string]float64 {
+// shares stops the sampling and returns each kind's mean backends busy,
+// and of those waiting on a lock.
+func (d *dbBusy) shares() (busy, locked map[string]float64) {
 	d.stop()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := map[string]float64{}
+	busy, locked = map[string]float64{}, map[string]float64{}
 	for k, n := range d.busy {
-		out[k] = float64(n) / float64(max(d.samples, 1))
+		busy[k] = float64(n) / float64(max(d.samples, 1))
 	}
-	return out
+	for k, n := range d.locked {
+		locked[k] = float64(n) / float64(max(d.samples, 1))
+	}
+	return busy, locked
 }
 
 // perReport turns mean backends busy over elapsed into backend

@@ -333,7 +333,7 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 		time.Sleep(hold)
 		s := f.Stats().Since(s0)
 		cpu := c.metrics(b)["process_cpu_seconds_total"] - cpu0
-		shares := db.shares()
+		shares, locked := db.shares()
 		emptyShare, medianQueue := queue.empty()
 		cancel()
 		all := <-ran
@@ -372,6 +372,7 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 			100*s.SendWait.Seconds()/(float64(nodes)*s.Elapsed.Seconds()), 100*emptyShare, medianQueue)
 		b.Logf("collector CPU %.2f cores; PostgreSQL client backends busy (mean backends): %s; per report stored, backend ms: %s",
 			cpu/s.Elapsed.Seconds(), formatShares(shares), formatShares(perReport(shares, s.Elapsed, s.Acked)))
+		b.Logf("of which waiting on a lock (another batch's rows), per report stored, backend ms: %s", formatShares(perReport(locked, s.Elapsed, s.Acked)))
 		if shares["copy"] > 0 {
 			b.Logf("beside the COPY they follow: node_latest merge %.2f, export counters %.2f", shares["node_latest merge"]/shares["copy"], shares["export counters"]/shares["copy"])
 		}

@@ -3,6 +3,9 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"math"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +27,8 @@ func TestLatestHot(t *testing.T) {
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 
 	type raw struct {
+		// metrics: the values outside hot, the last covering report's
+		// (base_*, migration 034) under those merged since (metrics).
 		metrics, hot map[string]store.LatestValue
 		since        *int64
 		worst        int
@@ -32,7 +37,8 @@ func TestLatestHot(t *testing.T) {
 		t.Helper()
 		var m, h []byte
 		var r raw
-		if err := st.Pool().QueryRow(ctx, `SELECT metrics, hot, (roots->'ping'->>'since')::bigint, worst FROM node_latest WHERE node_id = $1`, id).
+		if err := st.Pool().QueryRow(ctx, `SELECT nbs_latest_base(base_paths, base_vals, base_states, base_times, base_intervals, base_novalue, false, NULL) || metrics,
+			hot, (roots->'ping'->>'since')::bigint, worst FROM node_latest WHERE node_id = $1`, id).
 			Scan(&m, &h, &r.since, &r.worst); err != nil {
 			t.Fatal(err)
 		}
@@ -213,5 +219,117 @@ func TestLatestMergeKeySets(t *testing.T) {
 	}
 	if known {
 		t.Error("after a prune: metrics_keys still set")
+	}
+}
+
+// TestLatestArraysRoundTrip: a report that carries every key is stored as
+// arrays (base_*, migration 034) and built back into jsonb by readers; every
+// shape of value reads back as it was written, as it does through jsonb (a
+// roots-only report's, into hot), and a value that jsonb cannot hold is
+// refused rather than stored as something else.
+func TestLatestArraysRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	id, err := st.UpsertNode(ctx, store.Node{Name: "arrays-1", IntervalMS: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]store.Sample{
+		"a": {Value: 0}, "b": {Value: -0.5, State: store.StateWarn}, "c/d": {Value: 1e-7}, "c/e": {Value: 1e21},
+		"c/f": {Value: 123456789.125, State: store.StateCrit}, "c/g": {Value: -3e-300}, "c/h": {Value: math.MaxFloat64},
+		"c/i": {Value: 5e-324}, "c/j": {Value: 1e20}, "c/k": {Value: 0.000001}, "c/l": {NoValue: true, State: store.StateUnknown},
+		"c/m": {NoValue: true, Value: 7, State: store.StateOK},
+	}
+	var defs []store.MetricDef
+	for p := range values {
+		defs = append(defs, store.MetricDef{Path: p, Title: p, Unit: "x", Kind: store.KindGauge})
+	}
+	mids, err := st.UpsertDefinitions(ctx, id, defs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	report := func(seq uint64, at time.Time, paths ...string) store.Report {
+		r := store.Report{NodeID: id, InstanceID: 1, Seq: seq, Time: at, IntervalMS: 10000}
+		for _, p := range paths {
+			s := values[p]
+			s.MetricID, s.Path = mids[p], p
+			r.Samples = append(r.Samples, s)
+		}
+		return r
+	}
+	var all []string
+	for p := range values {
+		all = append(all, p)
+	}
+	if _, err := st.WriteReports(ctx, []store.Report{report(1, at, all...)}); err != nil {
+		t.Fatal(err)
+	}
+	var arrays int
+	if err := st.Pool().QueryRow(ctx, `SELECT coalesce(cardinality(base_paths), -1) FROM node_latest WHERE node_id = $1`, id).Scan(&arrays); err != nil {
+		t.Fatal(err)
+	}
+	if arrays != len(values) {
+		t.Fatalf("base_paths holds %d values, want all %d (the report carried every key)", arrays, len(values))
+	}
+	if err := st.Pool().QueryRow(ctx, `SELECT coalesce(cardinality(base_times), -1) FROM node_latest WHERE node_id = $1`, id).Scan(&arrays); err != nil {
+		t.Fatal(err)
+	}
+	if arrays != 1 {
+		t.Errorf("base_times holds %d times, want 1 (every value is of one report)", arrays)
+	}
+	l, ok, err := st.Latest(ctx, id)
+	if err != nil || !ok {
+		t.Fatalf("Latest: ok %v, %v", ok, err)
+	}
+	want := map[string]store.LatestValue{}
+	for p, s := range values {
+		want[p] = store.LatestValue{Value: s.Value, State: s.State, TimeMS: at.UnixMilli(), IntervalMS: 10000, NoValue: s.NoValue}
+	}
+	if !reflect.DeepEqual(l.Metrics, want) {
+		t.Errorf("read back from arrays:\n%+v\nwant\n%+v", l.Metrics, want)
+	}
+	// The roots the same through jsonb: a roots-only report goes to hot.
+	at2 := at.Add(10 * time.Second)
+	if _, err := st.WriteReports(ctx, []store.Report{report(2, at2, "a", "b")}); err != nil {
+		t.Fatal(err)
+	}
+	if l, _, err = st.Latest(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "b"} {
+		want[p] = store.LatestValue{Value: values[p].Value, State: values[p].State, TimeMS: at2.UnixMilli(), IntervalMS: 10000}
+	}
+	if !reflect.DeepEqual(l.Metrics, want) {
+		t.Errorf("after a roots-only report:\n%+v\nwant\n%+v", l.Metrics, want)
+	}
+	// Two reports of a batch: every key, then some (one below a root) 10 s
+	// later, one merge of values of two times.
+	at3, at4 := at2.Add(10*time.Second), at2.Add(20*time.Second)
+	if _, err := st.WriteReports(ctx, []store.Report{report(3, at3, all...), report(4, at4, "a", "c/d", "c/m")}); err != nil {
+		t.Fatal(err)
+	}
+	for p, s := range values {
+		want[p] = store.LatestValue{Value: s.Value, State: s.State, TimeMS: at3.UnixMilli(), IntervalMS: 10000, NoValue: s.NoValue}
+		if p == "a" || p == "c/d" || p == "c/m" {
+			want[p] = store.LatestValue{Value: s.Value, State: s.State, TimeMS: at4.UnixMilli(), IntervalMS: 10000, NoValue: s.NoValue}
+		}
+	}
+	if l, _, err = st.Latest(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(l.Metrics, want) {
+		t.Errorf("after a batch of two reports:\n%+v\nwant\n%+v", l.Metrics, want)
+	}
+	if err := st.Pool().QueryRow(ctx, `SELECT coalesce(cardinality(base_times), -1) FROM node_latest WHERE node_id = $1`, id).Scan(&arrays); err != nil {
+		t.Fatal(err)
+	}
+	if arrays != len(values) {
+		t.Errorf("base_times holds %d times, want one a value (%d): they differ", arrays, len(values))
+	}
+	bad := report(5, at4.Add(10*time.Second), all...)
+	bad.Samples[0].Value = math.Inf(1)
+	if _, err := st.WriteReports(ctx, []store.Report{bad}); err == nil || !strings.Contains(err.Error(), "unsupported value") {
+		t.Errorf("a report with an infinite value: %v, want refused (unsupported value)", err)
 	}
 }

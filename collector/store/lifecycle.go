@@ -43,7 +43,9 @@ func (s *Store) PruneLatest(ctx context.Context, cutoff time.Time, batch int) (i
 				FROM old JOIN metric_paths p ON p.path = old.path
 				WHERE nm.node_id = old.node_id AND nm.metric_id = p.id
 			), cut AS (
-				UPDATE node_latest nl SET metrics = nl.metrics - o.paths, hot = nl.hot - o.paths, root_states = NULL, metrics_keys = NULL
+				UPDATE node_latest nl SET metrics = (`+latestBase+` || nl.metrics) - o.paths, hot = nl.hot - o.paths,
+					base_paths = NULL, base_vals = NULL, base_states = NULL, base_times = NULL, base_intervals = NULL, base_novalue = NULL,
+					root_states = NULL, metrics_keys = NULL
 				FROM (SELECT node_id, array_agg(path) AS paths FROM old GROUP BY node_id) o
 				WHERE nl.node_id = o.node_id
 			)
@@ -77,7 +79,7 @@ func (s *Store) PruneDefinitions(ctx context.Context, cutoff time.Time, batch in
 				SELECT nm.node_id, nm.metric_id FROM node_metrics nm
 				WHERE nm.last_sample < $1
 				  AND NOT EXISTS (SELECT 1 FROM node_latest l JOIN metric_paths p ON p.id = nm.metric_id
-				                  WHERE l.node_id = nm.node_id AND (l.metrics ? p.path OR l.hot ? p.path))
+				                  WHERE l.node_id = nm.node_id AND (l.metrics ? p.path OR l.hot ? p.path OR p.path = ANY(l.base_paths)))
 				LIMIT $2
 			), del AS (
 				DELETE FROM node_metrics nm USING gone

@@ -95,7 +95,7 @@ func (s *Store) RootDefinitionsIn(ctx context.Context, scope Scope) (map[int32][
 // of the fleet view's time at 1,000 nodes (BENCHMARKS.md).
 func (s *Store) LatestRootsIn(ctx context.Context, scope Scope) (map[int32]Latest, error) {
 	ids, args := nodeIDsIn(scope, 1)
-	return s.latestAll(ctx, `(SELECT coalesce(jsonb_object_agg(k, v), '{}') FROM jsonb_each(`+latestValues+`) e(k, v) WHERE strpos(k, '/') = 0)`,
+	return s.latestAll(ctx, `(SELECT coalesce(jsonb_object_agg(k, v), '{}') FROM jsonb_each(`+latestRootValues+`) e(k, v) WHERE strpos(k, '/') = 0)`,
 		`WHERE node_id IN `+ids, args...)
 }
 
