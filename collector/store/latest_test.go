@@ -28,7 +28,7 @@ func TestLatestHot(t *testing.T) {
 
 	type raw struct {
 		// metrics: the values outside hot, the last covering report's
-		// (base_*, migration 034) under those merged since (metrics).
+		// (base_*, migration 035) under those merged since (metrics).
 		metrics, hot map[string]store.LatestValue
 		since        *int64
 		worst        int
@@ -223,7 +223,7 @@ func TestLatestMergeKeySets(t *testing.T) {
 }
 
 // TestLatestArraysRoundTrip: a report that carries every key is stored as
-// arrays (base_*, migration 034) and built back into jsonb by readers; every
+// arrays (base_*, migration 035) and built back into jsonb by readers; every
 // shape of value reads back as it was written, as it does through jsonb (a
 // roots-only report's, into hot), and a value that jsonb cannot hold is
 // refused rather than stored as something else.

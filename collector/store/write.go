@@ -79,7 +79,7 @@ SELECT node_id, instance_id, seq FROM ins`
 // carries every key of them (migration 032): a node's values are base_*
 // (the last such report's, as arrays), metrics (values merged since from
 // reports that carried some keys) and hot, each newer than the one before
-// (migration 034). Such a report (deep, its values in $9..$13 as one
+// (migration 035). Such a report (deep, its values in $9..$13 as one
 // slice of each array a node, $14/$15 its bounds, and its keys in $8, a
 // string a node, comma-separated: a slice of a text[] is found by walking
 // it from the start, which at 500 nodes a batch cost more than the jsonb
@@ -143,7 +143,7 @@ const latestCovered = `(node_latest.metrics_keys = EXCLUDED.metrics_keys
 const latestBaseExcluded = `nbs_latest_base(EXCLUDED.base_paths, EXCLUDED.base_vals, EXCLUDED.base_states,
 			EXCLUDED.base_times, EXCLUDED.base_intervals, EXCLUDED.base_novalue, false, NULL)`
 
-// latestBase is a node_latest row's base_* (migration 034) as jsonb, and
+// latestBase is a node_latest row's base_* (migration 035) as jsonb, and
 // latestBaseRoots its roots only.
 const (
 	latestBase      = `nbs_latest_base(base_paths, base_vals, base_states, base_times, base_intervals, base_novalue, false, NULL)`
