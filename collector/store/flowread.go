@@ -452,13 +452,25 @@ func flowRTTSQL(sources []FlowSource, keys []FlowRowKey, maxLookups int) (string
 		// planner (which cannot know that an edge has one row a bucket)
 		// read every row of the window's buckets and sorted them
 		// (bench/flowmap: 100,000 to 500,000 rows for a page's 1,000).
+		//
+		// The lookup is "the first row of the primary key's order at or
+		// after the key, if it is the key": a row comparison ordered as
+		// the primary key, LIMIT 1. Only the primary key serves it
+		// without sorting, whatever the statistics say. As equalities,
+		// a table never analyzed (a fresh install's first minutes) made
+		// the (res, ts) index look as cheap, and each lookup read its
+		// bucket's every row: 2 to 22 s a page at 3 to 8 nodes
+		// (TestFlowRTTWithoutStatistics).
+		const pk = `f.res, f.node_id, f.ts, f.role, f.owner_id, f.local_addr, f.local_port, f.peer_addr, f.peer_port, f.xlat_addr, f.xlat_port`
 		sql = `SELECT k.node_id, k.role, k.owner_id, k.local_addr, k.local_port, k.peer_addr, k.peer_port, k.xlat_addr, k.xlat_port, f.rtt
 FROM ` + keys9 + `
 CROSS JOIN unnest(` + arg(bres) + `::int[], ` + arg(bts) + `::timestamptz[]) AS b (res, ts)
-CROSS JOIN LATERAL (SELECT f.rtt FROM flow_edges f
-	WHERE f.res = b.res AND f.node_id = k.node_id AND f.ts = b.ts AND f.role = k.role AND f.owner_id = k.owner_id
+CROSS JOIN LATERAL (SELECT ` + pk + `, f.rtt FROM flow_edges f
+	WHERE (` + pk + `) >= (b.res, k.node_id, b.ts, k.role, k.owner_id, k.local_addr, k.local_port, k.peer_addr, k.peer_port, k.xlat_addr, k.xlat_port)
+	ORDER BY ` + pk + ` LIMIT 1) f
+WHERE f.res = b.res AND f.node_id = k.node_id AND f.ts = b.ts AND f.role = k.role AND f.owner_id = k.owner_id
 	AND f.local_addr = k.local_addr AND f.local_port = k.local_port AND f.peer_addr = k.peer_addr AND f.peer_port = k.peer_port
-	AND f.xlat_addr = k.xlat_addr AND f.xlat_port = k.xlat_port AND f.rtt <> '{}' OFFSET 0) f`
+	AND f.xlat_addr = k.xlat_addr AND f.xlat_port = k.xlat_port AND f.rtt <> '{}'`
 	} else {
 		var srcs []string
 		for _, src := range sources {
