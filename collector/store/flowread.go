@@ -166,11 +166,12 @@ func FlowEdgesSQL(q FlowRead) (string, []any) {
 // together.
 func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, error) {
 	if len(q.Nodes) < flowSplitNodes {
-		return s.readFlowEdges(ctx, q)
+		r, err := s.readFlowEdges(ctx, q)
+		return r.slice(), err
 	}
 	a, b := q, q
 	a.Nodes, b.Nodes = q.Nodes[:len(q.Nodes)/2], q.Nodes[len(q.Nodes)/2:]
-	var rb []FlowEdgeRow
+	var rb *rowChunks
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		var err error
@@ -184,14 +185,60 @@ func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 	if err != nil {
 		return nil, err
 	}
-	return append(ra, rb...), nil
+	return ra.slice(rb), nil
+}
+
+// rowChunks holds a read's rows in chunks, each row at a fixed place: a
+// slice grown by append copied 100,000 rows of 300 bytes several times and
+// left each old copy for the collector (bench/flowmap).
+type rowChunks struct {
+	chunks [][]FlowEdgeRow
+	n      int
+}
+
+const rowChunk = 4096
+
+// add appends r and returns its index.
+func (c *rowChunks) add(r FlowEdgeRow) int {
+	if c.n%rowChunk == 0 {
+		c.chunks = append(c.chunks, make([]FlowEdgeRow, 0, rowChunk))
+	}
+	last := &c.chunks[len(c.chunks)-1]
+	*last = append(*last, r)
+	c.n++
+	return c.n - 1
+}
+
+func (c *rowChunks) at(i int) *FlowEdgeRow { return &c.chunks[i/rowChunk][i%rowChunk] }
+
+// slice is the rows of c and then of more, in one slice of their length.
+func (c *rowChunks) slice(more ...*rowChunks) []FlowEdgeRow {
+	all := append([]*rowChunks{c}, more...)
+	n := 0
+	for _, x := range all {
+		if x != nil {
+			n += x.n
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]FlowEdgeRow, 0, n)
+	for _, x := range all {
+		if x != nil {
+			for _, ch := range x.chunks {
+				out = append(out, ch...)
+			}
+		}
+	}
+	return out
 }
 
 // flowSplitNodes is the fewest nodes ReadFlowEdges reads in two halves:
 // two, so that the map's tests (of two nodes or more) read through the split.
 const flowSplitNodes = 2
 
-func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, error) {
+func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) (*rowChunks, error) {
 	if len(q.Nodes) == 0 || len(q.Sources) == 0 {
 		return nil, nil
 	}
@@ -201,7 +248,7 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 		return nil, fmt.Errorf("read flow edges: %w", err)
 	}
 	defer rows.Close()
-	var out []FlowEdgeRow
+	out := &rowChunks{}
 	// A row's edge by the numbers of its interned strings: the same as
 	// its FlowRowKey within this read, hashed without its strings.
 	type rowKey struct {
@@ -241,17 +288,16 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 			return nil, fmt.Errorf("read flow edges: %w", err)
 		}
 		if q.PerBucket {
-			out = append(out, r)
+			out.add(r)
 			continue
 		}
 		k := rowKey{r.NodeID, r.Role, r.LocalPort, r.PeerPort, r.XlatPort, owner.id, laddr.id, paddr.id, xaddr.id}
 		i, ok := at[k]
 		if !ok {
-			at[k] = len(out)
-			out = append(out, r)
+			at[k] = out.add(r)
 			continue
 		}
-		sum := &out[i]
+		sum := out.at(i)
 		if r.First.Before(sum.First) {
 			sum.First = r.First
 		}
