@@ -236,6 +236,19 @@ func (idx holderIndex) ambiguous(tenant, address string, from, to time.Time) boo
 	return false
 }
 
+// anyShared says whether some address was held by more than one owner
+// (on any node, at any time).
+func (idx holderIndex) anyShared() bool {
+	for _, l := range idx {
+		for _, h := range l.hs[1:] {
+			if h.NodeID != l.hs[0].NodeID || h.Owner.ID != l.hs[0].Owner.ID {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func minTime(a, b time.Time) time.Time {
 	if a.Before(b) {
 		return a
@@ -256,6 +269,11 @@ func maxTime(a, b time.Time) time.Time {
 // holder (a pod address reused by another workload).
 func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder) []string {
 	idx := newHolderIndex(holders)
+	// Most windows have no address that two owners held: then no row
+	// needs asking (100,000 of them in a map's first read).
+	if !idx.anyShared() {
+		return nil
+	}
 	seen := map[string]bool{}
 	var out []string
 	for _, r := range rows {
@@ -311,8 +329,15 @@ func Build(in Input) *Graph {
 	if hide == nil {
 		hide = func(store.FlowOwner) bool { return false }
 	}
-	byKey := map[edgeID]*Edge{}
+	byKey := make(map[edgeID]*Edge, len(in.Rows)/2)
 	capped := map[int32]bool{}
+	// A map of 50,000 edges made a million small objects: its edges,
+	// halves, their rows and ports are cut from slabs instead, and the
+	// empty reason maps and seen_by lists are shared (read only, as every
+	// answer's parts are). bench/flowmap: allocation and its collection
+	// were most of Build.
+	sl := newSlabs(len(in.Rows))
+	var kb keyBuf
 	for _, r := range in.Rows {
 		node, ok := in.Nodes[r.NodeID]
 		if !ok {
@@ -371,7 +396,9 @@ func Build(in Input) *Graph {
 		id := edgeID{client.ref(), server.ref(), port, r.Tenant}
 		e := byKey[id]
 		if e == nil {
-			e = &Edge{Key: edgeKey(client.id(), server.id(), port, id.tenant), Client: client.api(0), Server: server.api(port)}
+			e = sl.edge()
+			e.Key = kb.key(client, server, port, id.tenant)
+			e.Client, e.Server = client.api(0, nil), server.api(port, sl.port(port))
 			if client.owner != nil {
 				e.clientNode = client.owner.nodeID
 			}
@@ -386,24 +413,94 @@ func Build(in Input) *Graph {
 			h = &e.server
 		}
 		if *h == nil {
-			*h = &half{}
+			*h = sl.half()
 		}
 		(*h).add(r.First.Truncate(in.Res), r.FlowCounters, in.Series)
 		// A half sums a row or a few (more only where per-bucket rows of
-		// a reused address were read): a list beats a map per half.
-		if k := r.Key(); !slices.Contains((*h).rows, k) {
+		// a reused address were read): a list beats a map per half. Its
+		// first row is a slab's, of capacity one: a second is appended to
+		// a copy.
+		if k := r.Key(); (*h).rows == nil {
+			(*h).rows = sl.row(k)
+		} else if !slices.Contains((*h).rows, k) {
 			(*h).rows = append((*h).rows, k)
 		}
-		if !slices.Contains(e.nodes, r.NodeID) {
+		if e.nodes == nil {
+			e.nodes = sl.nodes(r.NodeID)
+		} else if !slices.Contains(e.nodes, r.NodeID) {
 			e.nodes = append(e.nodes, r.NodeID)
 		}
 	}
 	g.Other.NodesCapped = len(capped)
 	g.owned, g.keyed = nil, nil
+	shared := newShared()
 	for _, e := range g.Edges {
-		e.finish(g.window)
+		e.finish(g.window, shared)
 	}
 	return g
+}
+
+// slabs hand out a build's edges, halves, rows, ports and node lists from
+// a few large allocations.
+type slabs struct {
+	n      int // the chunk: at most the rows, so a small map stays small
+	edges  []Edge
+	halves []half
+	rows   []store.FlowRowKey
+	ports  []int
+	ids    []int32
+}
+
+func newSlabs(rows int) *slabs { return &slabs{n: max(1, min(rows, 4096))} }
+
+func take[T any](s *[]T, n int) *T {
+	if len(*s) == cap(*s) {
+		*s = make([]T, 0, n)
+	}
+	*s = (*s)[:len(*s)+1]
+	return &(*s)[len(*s)-1]
+}
+
+func (s *slabs) edge() *Edge { return take(&s.edges, s.n) }
+func (s *slabs) half() *half { return take(&s.halves, s.n) }
+
+// row is a list of k of capacity one.
+func (s *slabs) row(k store.FlowRowKey) []store.FlowRowKey {
+	if len(s.rows) == cap(s.rows) {
+		s.rows = make([]store.FlowRowKey, 0, s.n)
+	}
+	i := len(s.rows)
+	s.rows = append(s.rows, k)
+	return s.rows[i : i+1 : i+1]
+}
+
+// nodes is a list of id with room for a second (an edge's other end).
+func (s *slabs) nodes(id int32) []int32 {
+	if cap(s.ids)-len(s.ids) < 2 {
+		s.ids = make([]int32, 0, 2*s.n)
+	}
+	s.ids = append(s.ids, id, 0)
+	return s.ids[len(s.ids)-2 : len(s.ids)-1 : len(s.ids)]
+}
+
+// port is a pointer to port, nil for 0.
+func (s *slabs) port(port uint16) *int {
+	if port == 0 {
+		return nil
+	}
+	p := take(&s.ports, s.n)
+	*p = int(port)
+	return p
+}
+
+// shared are the read-only parts that many edges of a build have alike.
+type shared struct {
+	empty                      map[string]uint64
+	client, server, clientServ []string
+}
+
+func newShared() *shared {
+	return &shared{empty: map[string]uint64{}, client: []string{"client"}, server: []string{"server"}, clientServ: []string{"client", "server"}}
 }
 
 // edgeID is a map edge's identity: its ends and port.
@@ -436,22 +533,27 @@ type end struct {
 }
 
 func (e end) id() string {
-	if e.owner != nil {
-		return "o:" + e.owner.Key
-	}
-	return "a:" + e.address
+	p, s := e.idParts()
+	return p + s
 }
 
-func (e end) api(port uint16) End {
-	out := End{Address: e.address, Label: e.address, Outside: e.owner == nil && !e.held}
+// idParts is id() in two parts, not joined.
+func (e end) idParts() (prefix, s string) {
+	if e.owner != nil {
+		return "o:", e.owner.Key
+	}
+	return "a:", e.address
+}
+
+// api is the end as the answer has it; p points to port (nil: none). Its
+// owner points to the owner's key: both are read only.
+func (e end) api(port uint16, p *int) End {
+	out := End{Address: e.address, Label: e.address, Outside: e.owner == nil && !e.held, Port: p}
 	if port != 0 {
-		p := int(port)
-		out.Port = &p
 		out.Label = hostPort(e.address, port)
 	}
 	if e.owner != nil {
-		k := e.owner.Key
-		out.Owner = &k
+		out.Owner = &e.owner.Key
 		out.Label = e.owner.Name
 		if out.Label == "" {
 			out.Label = e.owner.ID
@@ -508,23 +610,41 @@ func namespaceOf(o store.FlowOwner) string {
 // keeps two tenants' look-alike edges apart (staff see both; a node that
 // changed tenant keeps its name).
 func edgeKey(client, server string, port uint16, tenant string) string {
+	var kb keyBuf
+	return kb.write("", client, "", server, port, tenant)
+}
+
+// keyBuf writes edge keys with one allocation each, the key: a map's
+// first read makes 50,000.
+type keyBuf struct{ js, b64 []byte }
+
+// key is edgeKey(client.id(), server.id(), port, tenant).
+func (kb *keyBuf) key(client, server end, port uint16, tenant string) string {
+	cp, cs := client.idParts()
+	sp, ss := server.idParts()
+	return kb.write(cp, cs, sp, ss, port, tenant)
+}
+
+// write is edgeKey of the ends cp+cs and sp+ss. The prefixes are plain.
+func (kb *keyBuf) write(cp, cs, sp, ss string, port uint16, tenant string) string {
 	// json.Marshal's bytes, written directly when no string needs
-	// escaping (a map's first read makes 50,000 keys).
-	if plainJSON(client) && plainJSON(server) && plainJSON(tenant) {
-		b := make([]byte, 0, len(client)+len(server)+len(tenant)+16)
-		b = append(b, `["`...)
-		b = append(b, client...)
-		b = append(b, `","`...)
-		b = append(b, server...)
-		b = append(b, `",`...)
-		b = strconv.AppendUint(b, uint64(port), 10)
-		b = append(b, `,"`...)
-		b = append(b, tenant...)
-		b = append(b, `"]`...)
+	// escaping.
+	if !plainJSON(cs) || !plainJSON(ss) || !plainJSON(tenant) {
+		b, _ := json.Marshal([]any{cp + cs, sp + ss, port, tenant})
 		return base64.RawURLEncoding.EncodeToString(b)
 	}
-	b, _ := json.Marshal([]any{client, server, port, tenant})
-	return base64.RawURLEncoding.EncodeToString(b)
+	b := append(kb.js[:0], `["`...)
+	b = append(append(b, cp...), cs...)
+	b = append(b, `","`...)
+	b = append(append(b, sp...), ss...)
+	b = append(b, `",`...)
+	b = strconv.AppendUint(b, uint64(port), 10)
+	b = append(b, `,"`...)
+	b = append(b, tenant...)
+	b = append(b, `"]`...)
+	kb.js = b
+	kb.b64 = base64.RawURLEncoding.AppendEncode(kb.b64[:0], b)
+	return string(kb.b64)
 }
 
 // plainJSON says encoding/json writes s as itself between quotes: printable
@@ -562,19 +682,38 @@ func parseKey(key string) (client, server string, port uint16, err error) {
 // client when it reported, else the server), resets and drops per end,
 // retransmits summed (each end retransmits its own segments), RTT from
 // the client's samples, else the server's.
-func (e *Edge) finish(window time.Duration) {
+//
+// sh, when not nil, holds the empty map and seen_by lists the edge shares
+// with others (read only); nil makes the edge its own.
+func (e *Edge) finish(window time.Duration, sh *shared) {
+	if sh == nil {
+		sh = newShared()
+	}
+	orEmpty := func(m map[string]uint64) map[string]uint64 {
+		if m == nil {
+			return sh.empty
+		}
+		return m
+	}
 	c, s := e.client, e.server
-	e.SeenBy = e.SeenBy[:0]
+	switch {
+	case c != nil && s != nil:
+		e.SeenBy = sh.clientServ
+	case c != nil:
+		e.SeenBy = sh.client
+	case s != nil:
+		e.SeenBy = sh.server
+	default:
+		e.SeenBy = nil
+	}
 	e.Resets, e.Drops = Resets{}, Drops{}
 	if c != nil {
-		e.SeenBy = append(e.SeenBy, "client")
 		e.Opened, e.Failed, e.Closed = c.Opened, c.Failed, c.Closed
 		e.BytesC2S, e.BytesS2C = c.BytesSent, c.BytesRecv
 		e.Retransmits += c.Retransmits
 		e.Resets.ClientSent, e.Resets.ClientReceived, e.Drops.Client = orEmpty(c.ResetsSent), orEmpty(c.ResetsRecv), orEmpty(c.Drops)
 	}
 	if s != nil {
-		e.SeenBy = append(e.SeenBy, "server")
 		if c == nil {
 			e.Opened, e.Failed, e.Closed = s.Opened, s.Failed, s.Closed
 			e.BytesC2S, e.BytesS2C = s.BytesRecv, s.BytesSent
@@ -605,13 +744,6 @@ func (e *Edge) figures() Figures {
 	return Figures{Opened: e.Opened, Failed: e.Failed, Retransmits: e.Retransmits, Bytes: e.BytesC2S + e.BytesS2C,
 		ClientSent: e.Resets.ClientSent, ClientReceived: e.Resets.ClientReceived, ServerSent: e.Resets.ServerSent, ServerReceived: e.Resets.ServerReceived,
 		ClientDrops: e.Drops.Client, ServerDrops: e.Drops.Server}
-}
-
-func orEmpty(m map[string]uint64) map[string]uint64 {
-	if m == nil {
-		return map[string]uint64{}
-	}
-	return m
 }
 
 // quantileMS is the q-quantile of an RTT histogram (ns buckets) in ms; nil

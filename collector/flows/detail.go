@@ -198,7 +198,7 @@ func seriesOf(e *Edge) []Point {
 		if e.server != nil && e.server.buckets[t] != nil {
 			b.server = &half{FlowCounters: *e.server.buckets[t]}
 		}
-		b.finish(time.Minute)
+		b.finish(time.Minute, nil)
 		f := b.figures()
 		out = append(out, Point{T: time.Unix(t, 0).UTC(), Opened: b.Opened, Failed: b.Failed,
 			Resets: sum(f.ClientSent) + sum(f.ClientReceived) + sum(f.ServerSent) + sum(f.ServerReceived),

@@ -151,7 +151,11 @@ func FlowEdgesSQL(q FlowRead) (string, []any) {
 	// Rows are read per bucket and summed here: a GROUP BY of ten key
 	// columns cost PostgreSQL 2-3× reading the rows (a map of 50,000
 	// edges: 0.45 s against 0.17 s), and most edges have one row a
-	// bucket anyway. Maps are empty for most rows ('{}').
+	// bucket anyway. Measured again for the last 5 minutes' minute rows
+	// (half the nodes, 250,000 rows into 50,000; sums, the reason maps as
+	// arrays): read per bucket 0.26 s, grouped by hashing 0.58-0.80 s
+	// (work_mem 256MB), by sorting 1.06-1.10 s. Maps are empty for most
+	// rows ('{}').
 	sql := `SELECT node_id, tenant, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port, ts, res,
 	owner_kind, owner_name, owner_workload, edges_folded, opened, failed, closed, retransmits, bytes_sent, bytes_recv,
 	resets_sent, resets_recv, drops, ` + rtt + `, holders_left FROM flow_edges WHERE ` + where
@@ -166,11 +170,12 @@ func FlowEdgesSQL(q FlowRead) (string, []any) {
 // together.
 func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, error) {
 	if len(q.Nodes) < flowSplitNodes {
-		return s.readFlowEdges(ctx, q)
+		r, err := s.readFlowEdges(ctx, q)
+		return r.slice(), err
 	}
 	a, b := q, q
 	a.Nodes, b.Nodes = q.Nodes[:len(q.Nodes)/2], q.Nodes[len(q.Nodes)/2:]
-	var rb []FlowEdgeRow
+	var rb *rowChunks
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		var err error
@@ -184,14 +189,60 @@ func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 	if err != nil {
 		return nil, err
 	}
-	return append(ra, rb...), nil
+	return ra.slice(rb), nil
+}
+
+// rowChunks holds a read's rows in chunks, each row at a fixed place: a
+// slice grown by append copied 100,000 rows of 300 bytes several times and
+// left each old copy for the collector (bench/flowmap).
+type rowChunks struct {
+	chunks [][]FlowEdgeRow
+	n      int
+}
+
+const rowChunk = 4096
+
+// add appends r and returns its index.
+func (c *rowChunks) add(r FlowEdgeRow) int {
+	if c.n%rowChunk == 0 {
+		c.chunks = append(c.chunks, make([]FlowEdgeRow, 0, rowChunk))
+	}
+	last := &c.chunks[len(c.chunks)-1]
+	*last = append(*last, r)
+	c.n++
+	return c.n - 1
+}
+
+func (c *rowChunks) at(i int) *FlowEdgeRow { return &c.chunks[i/rowChunk][i%rowChunk] }
+
+// slice is the rows of c and then of more, in one slice of their length.
+func (c *rowChunks) slice(more ...*rowChunks) []FlowEdgeRow {
+	all := append([]*rowChunks{c}, more...)
+	n := 0
+	for _, x := range all {
+		if x != nil {
+			n += x.n
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]FlowEdgeRow, 0, n)
+	for _, x := range all {
+		if x != nil {
+			for _, ch := range x.chunks {
+				out = append(out, ch...)
+			}
+		}
+	}
+	return out
 }
 
 // flowSplitNodes is the fewest nodes ReadFlowEdges reads in two halves:
 // two, so that the map's tests (of two nodes or more) read through the split.
 const flowSplitNodes = 2
 
-func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, error) {
+func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) (*rowChunks, error) {
 	if len(q.Nodes) == 0 || len(q.Sources) == 0 {
 		return nil, nil
 	}
@@ -201,7 +252,7 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 		return nil, fmt.Errorf("read flow edges: %w", err)
 	}
 	defer rows.Close()
-	var out []FlowEdgeRow
+	out := &rowChunks{}
 	// A row's edge by the numbers of its interned strings: the same as
 	// its FlowRowKey within this read, hashed without its strings.
 	type rowKey struct {
@@ -242,17 +293,16 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 			return nil, fmt.Errorf("read flow edges: %w", err)
 		}
 		if q.PerBucket {
-			out = append(out, r)
+			out.add(r)
 			continue
 		}
 		k := rowKey{r.NodeID, r.Role, r.LocalPort, r.PeerPort, r.XlatPort, owner.id, laddr.id, paddr.id, xaddr.id}
 		i, ok := at[k]
 		if !ok {
-			at[k] = len(out)
-			out = append(out, r)
+			at[k] = out.add(r)
 			continue
 		}
-		sum := &out[i]
+		sum := out.at(i)
 		if r.First.Before(sum.First) {
 			sum.First = r.First
 		}
@@ -454,13 +504,25 @@ func flowRTTSQL(sources []FlowSource, keys []FlowRowKey, maxLookups int) (string
 		// planner (which cannot know that an edge has one row a bucket)
 		// read every row of the window's buckets and sorted them
 		// (bench/flowmap: 100,000 to 500,000 rows for a page's 1,000).
+		//
+		// The lookup is "the first row of the primary key's order at or
+		// after the key, if it is the key": a row comparison ordered as
+		// the primary key, LIMIT 1. Only the primary key serves it
+		// without sorting, whatever the statistics say. As equalities,
+		// a table never analyzed (a fresh install's first minutes) made
+		// the (res, ts) index look as cheap, and each lookup read its
+		// bucket's every row: 2 to 22 s a page at 3 to 8 nodes
+		// (TestFlowRTTWithoutStatistics).
+		const pk = `f.res, f.node_id, f.ts, f.role, f.owner_id, f.local_addr, f.local_port, f.peer_addr, f.peer_port, f.xlat_addr, f.xlat_port`
 		sql = `SELECT k.node_id, k.role, k.owner_id, k.local_addr, k.local_port, k.peer_addr, k.peer_port, k.xlat_addr, k.xlat_port, f.rtt
 FROM ` + keys9 + `
 CROSS JOIN unnest(` + arg(bres) + `::int[], ` + arg(bts) + `::timestamptz[]) AS b (res, ts)
-CROSS JOIN LATERAL (SELECT f.rtt FROM flow_edges f
-	WHERE f.res = b.res AND f.node_id = k.node_id AND f.ts = b.ts AND f.role = k.role AND f.owner_id = k.owner_id
+CROSS JOIN LATERAL (SELECT ` + pk + `, f.rtt FROM flow_edges f
+	WHERE (` + pk + `) >= (b.res, k.node_id, b.ts, k.role, k.owner_id, k.local_addr, k.local_port, k.peer_addr, k.peer_port, k.xlat_addr, k.xlat_port)
+	ORDER BY ` + pk + ` LIMIT 1) f
+WHERE f.res = b.res AND f.node_id = k.node_id AND f.ts = b.ts AND f.role = k.role AND f.owner_id = k.owner_id
 	AND f.local_addr = k.local_addr AND f.local_port = k.local_port AND f.peer_addr = k.peer_addr AND f.peer_port = k.peer_port
-	AND f.xlat_addr = k.xlat_addr AND f.xlat_port = k.xlat_port AND f.rtt <> '{}' OFFSET 0) f`
+	AND f.xlat_addr = k.xlat_addr AND f.xlat_port = k.xlat_port AND f.rtt <> '{}'`
 	} else {
 		var srcs []string
 		for _, src := range sources {
