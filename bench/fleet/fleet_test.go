@@ -143,7 +143,7 @@ func envDuration(name string, def time.Duration) time.Duration {
 }
 
 // BenchmarkFleet: fleets at the default interval (NBS_FLEET_NODES). Each
-// connects over one interval; once every node has had a report
+// connects over one interval (NBS_FLEET_RAMP: over less); once every node has had a report
 // acknowledged (registered_s) and two more intervals have passed, the
 // figures are taken over NBS_FLEET_DURATION (default 60s): steady-state
 // samples/s and report→ack percentiles, and the collector's memory per
@@ -155,13 +155,17 @@ func BenchmarkFleet(b *testing.B) {
 	bin := binary(b)
 	hold := envDuration("NBS_FLEET_DURATION", time.Minute)
 	const interval = 10 * time.Second
+	// NBS_FLEET_RAMP spreads the first connects over less than the
+	// interval (the default), to offer Hellos faster than the collector
+	// registers them: its registration rate, not the simulator's pacing.
+	ramp := envDuration("NBS_FLEET_RAMP", interval)
 	for _, nodes := range envList("NBS_FLEET_NODES", []int{1000, 4000}) {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
 			for range b.N {
 				c := startCollector(b, bin, pgcluster.Database(b), nodes)
 				idle := c.rssKiB(b)
 				perConn := nodesPerConn(nodes)
-				f, err := loadgen.New(loadgen.Config{Addr: c.GRPCAddr, Nodes: nodes, Interval: interval,
+				f, err := loadgen.New(loadgen.Config{Addr: c.GRPCAddr, Nodes: nodes, Interval: interval, Ramp: ramp,
 					Troubled: 0.05, ReconnectsPerHour: float64(nodes) / 10, Seed: uint64(nodes), NodesPerConn: perConn})
 				if err != nil {
 					b.Fatal(err)
@@ -177,11 +181,13 @@ func BenchmarkFleet(b *testing.B) {
 				var hellos time.Duration
 				var at20, at60 int
 				var last time.Duration
+				var series []string // Hellos registered, once a second
 				noteHellos := func() {
 					if hellos != 0 {
 						return
 					}
 					n, since := c.streams(b), time.Since(start)
+					series = append(series, strconv.Itoa(n))
 					if since.Truncate(10*time.Second) != last.Truncate(10*time.Second) {
 						fmt.Fprintf(os.Stderr, "collector: %d Hellos registered after %v\n", n, since.Round(time.Second))
 					}
@@ -231,6 +237,7 @@ func BenchmarkFleet(b *testing.B) {
 					nodes, perConn, registered.Round(time.Second), hold, steady, s1.AckP50, s1.AckP99, idle, regPeak, peak, steadyRSS, heap, stack, goroutines, s1)
 				b.Logf("%d nodes: every Hello registered (stored, Config sent) after %v (%.0f a second); %d after 20 s, %d after 60 s",
 					nodes, hellos.Round(time.Second), float64(nodes)/hellos.Seconds(), at20, at60)
+				b.Logf("%d nodes: Hellos registered, once a second: %s", nodes, strings.Join(series, " "))
 				if registered == 0 {
 					b.Errorf("not every node had a report acknowledged within 10 minutes")
 				}

@@ -16,6 +16,18 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, h *nbsv1.Hello) (Grant, error)
 }
 
+// SelfBounded is an Authenticator that bounds its own database use: it
+// holds at most one connection however many Hellos it serves at once
+// (nodeauth shares one read among the Hellos waiting). The server runs it
+// without an authentication slot, so that the Hellos waiting reach it
+// together instead of one at a time: one at a time, a read each, bounded
+// a fleet's registration at about 300 Hellos a second (BENCHMARKS.md,
+// "Fleet").
+type SelfBounded interface {
+	Authenticator
+	BoundsItsConnections()
+}
+
 // Grant is what an accepted Hello was given.
 type Grant struct {
 	// Credential, when set, was bound to the node just now; it is sent to

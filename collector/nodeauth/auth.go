@@ -86,6 +86,11 @@ type Authenticator struct {
 	bootstrap *BootstrapToken
 	idmap     *reload.Files[IdentityMap]
 	log       *slog.Logger
+	// db is the one database connection authenticating takes at a time:
+	// the shared reads of bindings (lookups) and, for one Hello at a time,
+	// what verifying its proof reads and writes.
+	db      chan struct{}
+	lookups *lookups
 }
 
 var _ ingest.Authenticator = (*Authenticator)(nil)
@@ -95,7 +100,8 @@ func NewAuthenticator(pool *pgxpool.Pool, opts Options, log *slog.Logger) (*Auth
 	if opts.Tenant == "" {
 		opts.Tenant = tenant.DefaultKey
 	}
-	a := &Authenticator{mode: opts.Mode, tenant: opts.Tenant, repo: repo{pool}, log: log}
+	a := &Authenticator{mode: opts.Mode, tenant: opts.Tenant, repo: repo{pool}, log: log, db: make(chan struct{}, 1)}
+	a.lookups = &lookups{repo: a.repo, db: a.db}
 	if opts.BootstrapTokenFile != "" {
 		t, err := LoadBootstrapToken(opts.BootstrapTokenFile)
 		if err != nil {
@@ -112,6 +118,11 @@ func NewAuthenticator(pool *pgxpool.Pool, opts Options, log *slog.Logger) (*Auth
 	}
 	return a, nil
 }
+
+// BoundsItsConnections says that Authenticate holds at most one database
+// connection however many Hellos call it at once (ingest.SelfBounded):
+// Hellos waiting share one read of their names' bindings.
+func (a *Authenticator) BoundsItsConnections() {}
 
 // Mode is the mode the authenticator runs in.
 func (a *Authenticator) Mode() Mode { return a.mode }
@@ -132,7 +143,7 @@ func reenrollHint(node string) string {
 // Hello.
 func (a *Authenticator) Authenticate(ctx context.Context, h *nbsv1.Hello) (ingest.Grant, error) {
 	node := h.GetNodeName()
-	b, bound, err := a.repo.get(ctx, node)
+	b, bound, err := a.lookups.get(ctx, node)
 	if err != nil {
 		a.log.Error("read node credential", "node", node, "err", err)
 		return ingest.Grant{}, status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
@@ -147,11 +158,19 @@ func (a *Authenticator) Authenticate(ctx context.Context, h *nbsv1.Hello) (inges
 		return ingest.Grant{}, denied("node %q was revoked by an operator%s and may not report; to let it back in: nbs-collector nodes reenroll %s",
 			node, when, node)
 	}
-	switch a.mode {
-	case ModeNone:
+	if a.mode == ModeNone {
 		// Nothing proves who the client is, so an unbound name's labels
 		// are its agent's word; labels an operator bound still hold.
 		return ingest.Grant{Bound: b.Labels}, nil
+	}
+	// Verifying a proof may read and write: one Hello at a time.
+	select {
+	case a.db <- struct{}{}:
+	case <-ctx.Done():
+		return ingest.Grant{}, status.FromContextError(ctx.Err()).Err()
+	}
+	defer func() { <-a.db }()
+	switch a.mode {
 	case ModeMTLS:
 		labels, err := a.checkCertificate(ctx, node, b.Labels)
 		if err != nil {

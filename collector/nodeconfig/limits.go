@@ -160,7 +160,7 @@ func (s *Service) checkScope(ctx context.Context, o Override) error {
 	})
 	overrides = append(overrides, o)
 	for _, c := range big {
-		has, err := s.repo.metricsOf(ctx, c.node.ID)
+		has, err := s.repo.metricsOf(ctx, c.node.ID, nil)
 		if err != nil {
 			return err
 		}

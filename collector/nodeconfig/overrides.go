@@ -209,9 +209,11 @@ func (r repo) list(ctx context.Context) ([]Override, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Override, error) { return scanOverride(row) })
 }
 
-// metricsOf returns the metric ids a node has defined.
-func (r repo) metricsOf(ctx context.Context, nodeID int32) (map[string]bool, error) {
-	rows, err := r.pool.Query(ctx, `SELECT p.path FROM node_metrics m JOIN metric_paths p ON p.id = m.metric_id WHERE m.node_id = $1`, nodeID)
+// metricsOf returns which of the metric ids among a node has defined (all
+// of them when among is nil).
+func (r repo) metricsOf(ctx context.Context, nodeID int32, among []string) (map[string]bool, error) {
+	rows, err := r.pool.Query(ctx, `SELECT p.path FROM node_metrics m JOIN metric_paths p ON p.id = m.metric_id
+		WHERE m.node_id = $1 AND ($2::text[] IS NULL OR p.path = ANY($2))`, nodeID, among)
 	if err != nil {
 		return nil, fmt.Errorf("read metric ids of node %d: %w", nodeID, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -42,6 +43,9 @@ type Service struct {
 	maxOverrides int
 
 	peers *peerSet
+	// shared is the overrides as of a read, shared by the configs
+	// computed while it was fresh (sharedOverrides).
+	shared sharedOverrides
 
 	mu     sync.Mutex
 	expand map[string]expansion // by node
@@ -72,16 +76,21 @@ var _ ingest.ConfigSource = (*Service)(nil)
 
 // ConfigFor computes a node's effective Config.
 func (s *Service) ConfigFor(ctx context.Context, n store.Node) (*nbsv1.Config, error) {
-	overrides, err := s.repo.list(ctx)
+	overrides, err := s.shared.get(ctx, s.repo)
 	if err != nil {
 		return nil, err
 	}
 	// Only the metrics the node has: overrides of others would do nothing
 	// there, and would let the overrides of a whole fleet outgrow the
-	// message every agent can receive.
-	has, err := s.repo.metricsOf(ctx, n.ID)
-	if err != nil {
-		return nil, err
+	// message every agent can receive. Only those with an override in
+	// force are looked up: the node's whole tree (about 200 rows), read
+	// for every Hello, was most of what a fleet registering asked of the
+	// database beside storing it (BENCHMARKS.md, "Fleet").
+	var has map[string]bool
+	if best := Resolve(n, overrides); len(best) > 0 {
+		if has, err = s.repo.metricsOf(ctx, n.ID, slices.Collect(maps.Keys(best))); err != nil {
+			return nil, err
+		}
 	}
 	cfg := thresholdsConfig(n, overrides, has)
 	cfg.Version = uint64(time.Now().UnixNano())
@@ -95,6 +104,37 @@ func (s *Service) ConfigFor(ctx context.Context, n store.Node) (*nbsv1.Config, e
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// sharedOverrides lets the configs computed at once share their reads of
+// the overrides: a fleet registering asks for a Config with every Hello,
+// and a read of every override for each, on the connections the writers
+// that ack reports need, queued the Hellos behind one another
+// (BENCHMARKS.md, "Fleet"). A config shares a read only if the read began
+// after it asked, so it reflects every change committed before: what a
+// read of its own would have seen.
+type sharedOverrides struct {
+	mu     sync.Mutex // held through a read: who asks meanwhile waits for it
+	list   []Override // read-only once stored: configs share it
+	readAt time.Time  // when the read of list began
+	reads  int        // for tests
+}
+
+func (o *sharedOverrides) get(ctx context.Context, r repo) ([]Override, error) {
+	asked := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.readAt.IsZero() && o.readAt.After(asked) {
+		return o.list, nil
+	}
+	began := time.Now()
+	list, err := r.list(ctx)
+	o.reads++
+	if err != nil {
+		return nil, err
+	}
+	o.list, o.readAt = list, began
+	return list, nil
 }
 
 // thresholdsConfig is the threshold part of a node's Config: the overrides
