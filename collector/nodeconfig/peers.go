@@ -51,8 +51,14 @@ const (
 	// is the point while it is down.
 	peerMaxAge = 15 * time.Minute
 	// peerPushDelay coalesces a burst of joins (a fleet starting) into one
-	// push of new peer sets to every node.
-	peerPushDelay = 5 * time.Second
+	// push of new peer sets to every node: the push waits until the fleet's
+	// peers have not changed for peerPushDelay, and at most
+	// peerPushMaxDelay after the first change. A push is a Config to every
+	// connected node, so a push every peerPushDelay while 30,000 register
+	// (a change each batch) sent some 180,000 Configs in that minute, each
+	// costing registration CPU, more the more nodes were connected.
+	peerPushDelay    = 5 * time.Second
+	peerPushMaxDelay = 30 * time.Second
 	// peerRefreshEvery re-reads the fleet to notice nodes that went silent.
 	peerRefreshEvery = time.Minute
 )
@@ -87,6 +93,8 @@ type peerSet struct {
 	readAt  time.Time
 	reads   int  // of the fleet so far
 	pending bool // a push of new peer sets is scheduled
+	// firstChange and lastChange bound the pending push (peerPushDelay).
+	firstChange, lastChange time.Time
 }
 
 // read returns the candidate peers, and every current node for the
@@ -344,12 +352,20 @@ func (s *Service) pingTargets(ctx context.Context, n store.Node) ([]string, erro
 func (s *Service) schedulePeerPush() {
 	s.peers.mu.Lock()
 	defer s.peers.mu.Unlock()
+	now := time.Now()
+	s.peers.lastChange = now
 	if s.peers.pending {
 		return
 	}
-	s.peers.pending = true
-	time.AfterFunc(peerPushDelay, func() {
+	s.peers.pending, s.peers.firstChange = true, now
+	var fire func()
+	fire = func() {
 		s.peers.mu.Lock()
+		if wait := pushWait(s.peers.firstChange, s.peers.lastChange, time.Now()); wait > 0 {
+			s.peers.mu.Unlock()
+			time.AfterFunc(wait, fire)
+			return
+		}
 		s.peers.pending = false
 		s.peers.mu.Unlock()
 		ctx := s.baseContext()
@@ -358,7 +374,15 @@ func (s *Service) schedulePeerPush() {
 		}
 		s.log.Info("ping peers changed; pushing new peer sets")
 		s.announce(ctx, change{Kind: "peers"})
-	})
+	}
+	time.AfterFunc(peerPushDelay, fire)
+}
+
+// pushWait is how much longer a pending push of peer sets waits at now:
+// until the peers have been still for peerPushDelay since the last
+// change, and no longer than peerPushMaxDelay after the first.
+func pushWait(first, last, now time.Time) time.Duration {
+	return min(last.Add(peerPushDelay).Sub(now), first.Add(peerPushMaxDelay).Sub(now))
 }
 
 // refreshPeers re-reads the fleet periodically, so a node that went silent

@@ -397,3 +397,31 @@ func TestNewNodesShareFleetReads(t *testing.T) {
 		t.Errorf("a node of another tenant stored just before: foreign %v, %v; want [ping/globex-1]", got, err)
 	}
 }
+
+// A push of new peer sets waits for the fleet's peers to be still for
+// peerPushDelay, and no longer than peerPushMaxDelay after the first
+// change: a fleet registering for a minute gets a push or two, not one
+// every peerPushDelay.
+func TestPushWaitsForTheFleetToSettle(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	cases := []struct {
+		name             string
+		first, last, now time.Duration // after t0
+		want             time.Duration
+	}{
+		{"one change, its delay passed", 0, 0, peerPushDelay, 0},
+		{"one change, waiting", 0, 0, time.Second, peerPushDelay - time.Second},
+		{"changes still coming", 0, 4 * time.Second, peerPushDelay, 4 * time.Second},
+		{"still for the delay since the last", 0, 10 * time.Second, 10*time.Second + peerPushDelay, 0},
+		{"changes for longer than the cap", 0, peerPushMaxDelay - time.Second, peerPushMaxDelay - time.Second, time.Second},
+		{"the cap reached", 0, peerPushMaxDelay, peerPushMaxDelay, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := max(pushWait(t0.Add(c.first), t0.Add(c.last), t0.Add(c.now)), 0)
+			if got != c.want {
+				t.Errorf("pushWait = %s, want %s", got, c.want)
+			}
+		})
+	}
+}
