@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -132,6 +133,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	restoreGC := tightGC()
 	sources, err := a.openSources(ctx, env, a.branches())
 	restoreGC()
+	if a.cfg.MaxProcs > 0 {
+		runtime.GOMAXPROCS(a.cfg.MaxProcs)
+	}
 	// Every program is loaded now (triggered ones attach later without
 	// BTF): the decoded kernel types would only hold memory.
 	env.BTF.Release()

@@ -109,6 +109,12 @@ type Config struct {
 	// collector to ack its final report (0: it does not wait; the report
 	// stays in the spool for the next agent).
 	FlushTimeout time.Duration
+	// MaxProcs, when above 0, is the running agent's GOMAXPROCS, set once
+	// its programs are loaded (the load decodes kernel BTF, and its garbage
+	// is collected faster on every CPU). It is the process's: nbs-agent
+	// sets it (runningMaxProcs), an agent run inside another program
+	// leaves it 0.
+	MaxProcs int
 }
 
 // minInterval is the shortest interval a report may cover: the collector

@@ -22,6 +22,14 @@ const (
 	DefaultMinScanGap   = 100 * time.Millisecond
 )
 
+// indexReuse is how old a walk of /proc (Namespaces' or a lookup's) may be
+// and still serve a lookup of inodes it found, instead of a walk of its
+// own: the flows source lists the namespaces, then looks up their owners,
+// and one walk serves both (two were 13% of an idle agent's CPU,
+// bench/agentcost BenchmarkAgentIdle). Never longer than RescanEvery, the
+// staleness a lookup accepts anyway.
+const indexReuse = time.Second
+
 // pidsPerNetns is how many of a namespace's lowest PIDs are looked at for a
 // pod or container cgroup: the first is usually the sandbox's pause process
 // or the container's init, so a few suffice.
@@ -66,6 +74,27 @@ type Resolver struct {
 	entries  map[uint32]*entry
 	lastScan time.Time
 	scans    uint64
+	walks    uint64
+	idx      index // the last walk's
+}
+
+// index is what one walk of /proc and the netns directories found.
+type index struct {
+	at    time.Time
+	pids  map[uint32][]int // each namespace's lowest PIDs, ascending
+	host  uint32
+	names map[uint32]string // `ip netns` names
+	paths map[uint32]string // the names' bind mounts
+}
+
+// holds says whether the index found every inode of inodes (0 aside).
+func (x *index) holds(inodes []uint32) bool {
+	for _, ino := range inodes {
+		if ino != 0 && len(x.pids[ino]) == 0 && x.names[ino] == "" {
+			return false
+		}
+	}
+	return true
 }
 
 type entry struct {
@@ -130,13 +159,19 @@ func (r *Resolver) Lookup(inodes ...uint32) map[uint32]Owner {
 			scan = scan || now.Sub(r.lastScan) >= r.opts.RescanEvery
 		}
 	}
-	if fresh {
-		if wait := r.opts.MinScanGap - now.Sub(r.lastScan); wait > 0 {
-			time.Sleep(wait)
-			now = time.Now()
-		}
-	}
 	if scan {
+		// A walk that just found every inode asked about serves: what
+		// the wait below guards against is a storm of walks, not a
+		// stale name.
+		if now.Sub(r.idx.at) >= min(indexReuse, r.opts.RescanEvery) || !r.idx.holds(inodes) {
+			if fresh {
+				if wait := r.opts.MinScanGap - now.Sub(r.lastScan); wait > 0 {
+					time.Sleep(wait)
+					now = time.Now()
+				}
+			}
+			r.walk(now)
+		}
 		r.scan(inodes, now)
 	}
 	out := make(map[uint32]Owner, len(inodes))
@@ -172,15 +207,50 @@ func (r *Resolver) Stats() (scans uint64, entries int) {
 	return r.scans, len(r.entries)
 }
 
-// scan indexes every process's namespace and the named namespaces, then
-// resolves the wanted inodes and the cached ones that are unknown or due a
-// refresh: a cached namespace that vanished is kept for Grace if it had
-// been named, dropped otherwise.
+// Walks returns how many times the resolver has walked /proc (Namespaces,
+// and lookups no recent walk could serve).
+func (r *Resolver) Walks() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.walks
+}
+
+// Namespaces walks /proc and the netns directories now and returns every
+// network namespace a process is in or an `ip netns` name holds, by inode,
+// with a path to enter it by: the name's bind mount, else the lowest PID's
+// /proc/PID/ns/net. A lookup of the inodes it found, within indexReuse,
+// resolves from this walk instead of walking again.
+func (r *Resolver) Namespaces() map[uint32]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.walk(time.Now())
+	out := make(map[uint32]string, len(r.idx.pids)+len(r.idx.paths))
+	for ino, p := range r.idx.paths {
+		out[ino] = p
+	}
+	for ino, pids := range r.idx.pids {
+		if _, ok := out[ino]; !ok && len(pids) > 0 {
+			out[ino] = filepath.Join(r.opts.Proc, strconv.Itoa(pids[0]), "ns", "net")
+		}
+	}
+	return out
+}
+
+// walk indexes every process's namespace and the named namespaces.
+func (r *Resolver) walk(now time.Time) {
+	r.walks++
+	r.idx.pids, r.idx.host = r.indexProcs()
+	r.idx.names, r.idx.paths = r.indexNames()
+	r.idx.at = now
+}
+
+// scan resolves, from the last walk, the wanted inodes and the cached ones
+// that are unknown or due a refresh: a cached namespace that vanished is
+// kept for Grace if it had been named, dropped otherwise.
 func (r *Resolver) scan(wanted []uint32, now time.Time) {
 	r.lastScan = now
 	r.scans++
-	pids, host := r.indexProcs()
-	names := r.indexNames()
+	pids, host, names := r.idx.pids, r.idx.host, r.idx.names
 	todo := make(map[uint32]bool, len(wanted)+len(r.entries))
 	for _, ino := range wanted {
 		if ino != 0 {
@@ -303,21 +373,22 @@ func nsInode(link string) (uint32, bool) {
 }
 
 // indexNames maps the inodes of the bind mounts `ip netns add` makes to
-// their names.
-func (r *Resolver) indexNames() map[uint32]string {
-	names := map[uint32]string{}
+// their names, and to the mounts' paths.
+func (r *Resolver) indexNames() (names, paths map[uint32]string) {
+	names, paths = map[uint32]string{}, map[uint32]string{}
 	for _, dir := range r.opts.NetnsDirs {
 		ents, err := os.ReadDir(dir)
 		if err != nil {
 			continue // no named namespaces on this node
 		}
 		for _, e := range ents {
-			if ino := statIno(filepath.Join(dir, e.Name())); ino != 0 && names[ino] == "" {
-				names[ino] = e.Name()
+			p := filepath.Join(dir, e.Name())
+			if ino := statIno(p); ino != 0 && names[ino] == "" {
+				names[ino], paths[ino] = e.Name(), p
 			}
 		}
 	}
-	return names
+	return names, paths
 }
 
 // resolve names one live namespace from its lowest PIDs and its name.

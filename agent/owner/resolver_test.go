@@ -164,3 +164,47 @@ func TestResolverForget(t *testing.T) {
 		t.Errorf("%d scans after Forget and a lookup, want %d", s, scans+1)
 	}
 }
+
+// One walk of /proc lists the namespaces and serves the lookup of their
+// owners that follows; an inode it did not find is walked for anew.
+func TestNamespacesServeTheLookupThatFollows(t *testing.T) {
+	if os.Geteuid() != 0 {
+		netlab.SkipOrFail(t, "needs root to make network namespaces")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		netlab.SkipOrFail(t, "unshare (util-linux) not found: %v", err)
+	}
+	cmd := exec.Command("unshare", "-n", "sleep", "600")
+	pid := netlab.StartHolder(t, cmd)
+	ino := inodeOf(t, pid)
+	dir := t.TempDir()
+	named := filepath.Join(dir, "named")
+	if err := os.WriteFile(named, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A bind mount of the holder's namespace, as `ip netns add` makes.
+	if out, err := exec.Command("mount", "--bind", filepath.Join("/proc", itoa(pid), "ns", "net"), named).CombinedOutput(); err != nil {
+		t.Fatalf("bind-mount the namespace: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", named).Run() })
+
+	r := New(Options{NetnsDirs: []string{dir}})
+	all := r.Namespaces()
+	if all[ino] != named {
+		t.Errorf("path of the named namespace: %q, want its bind mount %q", all[ino], named)
+	}
+	own, _ := nsInode("/proc/thread-self/ns/net")
+	if p := all[own]; p == "" || statIno(p) != own {
+		t.Errorf("path of this process's namespace %d: %q, which is not it", own, p)
+	}
+	if o := r.Owner(ino); o.Kind != Netns || o.NetnsName != "named" {
+		t.Errorf("owner: %+v, want the namespace named \"named\"", o)
+	}
+	if n := r.Walks(); n != 1 {
+		t.Errorf("namespaces then their owners: %d walks of /proc, want 1", n)
+	}
+	r.Lookup(1) // found by no walk: one of its own
+	if n := r.Walks(); n != 2 {
+		t.Errorf("an inode the walk did not find: %d walks in all, want 2", n)
+	}
+}

@@ -15,6 +15,15 @@ import (
 	"github.com/nbs-project/nbs/internal/buildinfo"
 )
 
+// runningMaxProcs is the running agent's GOMAXPROCS unless the operator set
+// one: its work (a collection every interval, the evidence rings' polls) is
+// a few ms a second and gains nothing from a second P, which cost it
+// wakeups of idle threads to run what one P would have run, and since Go
+// 1.25 a read of its cgroup's CPU limit every second (the runtime's
+// GOMAXPROCS updates, which a GOMAXPROCS set by the program ends):
+// bench/agentcost BenchmarkAgentIdle.
+const runningMaxProcs = 1
+
 func main() {
 	os.Exit(run())
 }
@@ -40,6 +49,9 @@ func run() int {
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(os.Stderr, "nbs-agent: %v\n", err)
 		return 2
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		cfg.MaxProcs = runningMaxProcs
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	if cfg.Unpin {

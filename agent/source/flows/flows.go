@@ -67,10 +67,6 @@ type Options struct {
 	Every time.Duration
 	// MaxEdges sizes the kernel's edge table (0: the probe's default).
 	MaxEdges uint32
-	// NetnsDirs and Proc are where namespaces are found (tests); /run/netns
-	// and /proc unless set.
-	NetnsDirs []string
-	Proc      string
 }
 
 // Source reads the flows probe and the owners' addresses.
@@ -135,7 +131,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 	if !opts.AllNetns {
 		only = &opts.Netns
 	}
-	s.holders = newHolders(s.resolver, opts.Proc, opts.NetnsDirs, only, s.log)
+	s.holders = newHolders(s.resolver, only, s.log)
 	if opts.DisableBPF {
 		s.why = source.BPFDisabled
 		return s, nil

@@ -6,14 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/owner"
 	"github.com/nbs-project/nbs/internal/netns"
@@ -28,8 +22,11 @@ const refreshEvery = 30 * time.Second
 // host's and each pod's, container's or `ip netns` one's), read by netlink
 // inside each, and cached: a namespace's addresses are read again when it
 // is new, when the set of namespaces changed (a pod came or went: its
-// address may pass to another), when it had none (a pod whose address the
-// CNI had not set yet) and every refreshEvery.
+// address may pass to another), when it had none and was found less than
+// refreshEvery ago (a pod whose address the CNI had not set yet) and every
+// refreshEvery. The namespaces are those the owners' resolver finds
+// (owner.Resolver.Namespaces): its walk of /proc serves the lookup of
+// their owners that follows.
 //
 // A namespace is known by its inode and the path it was found at: the
 // kernel reuses the inode of a namespace that went, so one found at another
@@ -38,8 +35,6 @@ const refreshEvery = 30 * time.Second
 // own owner, as every namespace that went is.
 type holders struct {
 	resolver *owner.Resolver
-	proc     string
-	dirs     []string
 	log      *slog.Logger
 
 	// only, when set, is the one namespace whose addresses are listed:
@@ -59,20 +54,15 @@ type nsKey struct {
 type nsAddrs struct {
 	addrs []netip.Addr
 	read  time.Time
+	found time.Time // first read
 	owner owner.Owner
 	// gone is set when the namespace was not found: it held its
 	// addresses during the interval it went, so it is reported once more.
 	gone bool
 }
 
-func newHolders(r *owner.Resolver, proc string, dirs []string, only *netns.Handle, log *slog.Logger) *holders {
-	if proc == "" {
-		proc = "/proc"
-	}
-	if dirs == nil {
-		dirs = []string{"/run/netns"}
-	}
-	return &holders{resolver: r, proc: proc, dirs: dirs, only: only, log: log, known: map[nsKey]*nsAddrs{}}
+func newHolders(r *owner.Resolver, only *netns.Handle, log *slog.Logger) *holders {
+	return &holders{resolver: r, only: only, log: log, known: map[nsKey]*nsAddrs{}}
 }
 
 // collect returns every (address, owner) held during the interval.
@@ -124,7 +114,14 @@ func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
 			ns = &nsAddrs{}
 			h.known[k] = ns
 		}
-		if ns.read.IsZero() || changed || len(ns.addrs) == 0 || now.Sub(ns.read) >= refreshEvery {
+		if ns.found.IsZero() {
+			ns.found = now
+		}
+		// An empty namespace is read each interval only while it is new:
+		// an idle node's namespaces without an address (a build's, a
+		// test's) cost a netlink dump each, every interval, otherwise.
+		empty := len(ns.addrs) == 0 && now.Sub(ns.found) < refreshEvery
+		if ns.read.IsZero() || changed || empty || now.Sub(ns.read) >= refreshEvery {
 			addrs, err := readAddrs(netns.Handle{Path: k.path, Inode: k.ino})
 			if err != nil {
 				// Gone between the scan and the read, usually.
@@ -174,49 +171,7 @@ func (h *holders) namespaces() map[uint32]string {
 	if h.only != nil {
 		return map[uint32]string{h.only.Inode: h.only.Path}
 	}
-	out := map[uint32]string{}
-	for _, dir := range h.dirs {
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			continue
-		}
-		for _, e := range ents {
-			p := filepath.Join(dir, e.Name())
-			var st unix.Stat_t
-			if unix.Stat(p, &st) == nil && st.Ino != 0 {
-				out[uint32(st.Ino)] = p
-			}
-		}
-	}
-	d, err := os.Open(h.proc)
-	if err != nil {
-		h.log.Warn("flows: read /proc", "err", err)
-		return out
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
-	for _, n := range names {
-		if _, err := strconv.Atoi(n); err != nil {
-			continue
-		}
-		p := filepath.Join(h.proc, n, "ns", "net")
-		link, err := os.Readlink(p)
-		if err != nil {
-			continue
-		}
-		s, ok := strings.CutPrefix(link, "net:[")
-		if !ok {
-			continue
-		}
-		ino, err := strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 32)
-		if err != nil {
-			continue
-		}
-		if _, ok := out[uint32(ino)]; !ok {
-			out[uint32(ino)] = p
-		}
-	}
-	return out
+	return h.resolver.Namespaces()
 }
 
 // readAddrs lists a namespace's addresses but loopback and link-local ones
