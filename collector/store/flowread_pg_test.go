@@ -20,14 +20,7 @@ import (
 func TestFlowReads(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t)
-	var ids []int32
-	for _, name := range []string{"n1", "n2", "n3"} {
-		id, err := st.UpsertNode(ctx, store.Node{Name: name, Tenant: "acme", InstanceID: 1, IntervalMS: 60000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
+	ids := acmeNodes(ctx, t, st, "n1", "n2", "n3")
 	owner := store.FlowOwner{ID: "pod:shop.cart-1", Kind: "pod", Name: "shop/cart-1", Workload: "shop/cart"}
 	edge := func(peer string, rtt int32) store.FlowEdge {
 		return store.FlowEdge{Local: owner, Role: store.FlowClient, LocalAddr: "10.0.0.1", PeerAddr: peer, PeerPort: 80,
@@ -120,14 +113,7 @@ func TestFlowReads(t *testing.T) {
 func TestFlowRTTWithoutStatistics(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t)
-	var ids []int32
-	for _, name := range []string{"n1", "n2", "n3"} {
-		id, err := st.UpsertNode(ctx, store.Node{Name: name, Tenant: "acme", InstanceID: 1, IntervalMS: 60000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
+	ids := acmeNodes(ctx, t, st, "n1", "n2", "n3")
 	if _, err := st.Pool().Exec(ctx, `ALTER TABLE flow_edges SET (autovacuum_enabled = false)`); err != nil {
 		t.Fatal(err)
 	}
@@ -187,4 +173,18 @@ FROM ends, b`, ids, t0); err != nil {
 			}
 		}
 	}
+}
+
+// acmeNodes registers nodes of tenant acme at a minute's interval.
+func acmeNodes(ctx context.Context, t *testing.T, st *store.Store, names ...string) []int32 {
+	t.Helper()
+	var ids []int32
+	for _, name := range names {
+		id, err := st.UpsertNode(ctx, store.Node{Name: name, Tenant: "acme", InstanceID: 1, IntervalMS: 60000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
 }
