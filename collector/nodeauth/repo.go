@@ -36,31 +36,16 @@ type binding struct {
 type repo struct{ pool *pgxpool.Pool }
 
 // get returns a name's binding: credential is false when no credential
-// (or revocation) is bound to it; Labels are read either way. One round
-// trip, since every Hello asks.
+// (or revocation) is bound to it; Labels are read either way (getMany of
+// one name; Hellos read through lookups, which share one getMany).
 func (r repo) get(ctx context.Context, node string) (b binding, credential bool, err error) {
-	var state *string
-	var labels []byte
-	err = r.pool.QueryRow(ctx, `
-		SELECT c.node IS NOT NULL, coalesce(c.state, ''), c.secret_hash, coalesce(c.enrolled_by, ''), c.enrolled_at, c.last_used_at,
-			coalesce(c.last_peer, ''), c.revoked_at, b.labels
-		FROM (SELECT $1::text AS node) x
-		LEFT JOIN node_credentials c ON c.node = x.node
-		LEFT JOIN node_bindings b ON b.node = x.node`, node).
-		Scan(&credential, &state, &b.SecretHash, &b.EnrolledBy, &b.EnrolledAt, &b.LastUsedAt, &b.LastPeer, &b.RevokedAt, &labels)
+	found, err := r.getMany(ctx, []string{node})
 	if err != nil {
-		return b, false, fmt.Errorf("read credential of node %q: %w", node, err)
+		return binding{Node: node}, false, err
 	}
-	b.Node = node
-	if state != nil {
-		b.State = *state
-	}
-	if labels != nil {
-		if err := json.Unmarshal(labels, &b.Labels); err != nil {
-			return b, false, fmt.Errorf("decode labels bound to node %q: %w", node, err)
-		}
-	}
-	return b, credential, nil
+	f := found[node]
+	f.b.Node = node
+	return f.b, f.credential, nil
 }
 
 // enroll binds a free name to a credential hash, and to labels when it has
