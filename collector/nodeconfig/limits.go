@@ -164,7 +164,7 @@ func (s *Service) checkScope(ctx context.Context, o Override) error {
 		if err != nil {
 			return err
 		}
-		cfg := thresholdsConfig(c.node, overrides, has)
+		cfg := thresholdsConfig(Resolve(c.node, overrides), has)
 		if size := int64(proto.Size(cfg)) + configOtherBytes(s.pingPeers()); size > MaxConfigBytes {
 			return fmt.Errorf("%w: with this override node %s's Config could be %d bytes (overrides for %d of its %d metrics), more than the %d bytes agents are sent; remove overrides that apply to it first",
 				ErrConfigSize, c.node.Name, size, len(cfg.GetThresholds())+len(cfg.GetDisabledThresholds()), c.paths, MaxConfigBytes)

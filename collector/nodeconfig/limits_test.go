@@ -21,7 +21,7 @@ func TestThresholdsConfigOnlyForTheNodesMetrics(t *testing.T) {
 		{ID: 3, Scope: Scope{Kind: "global"}, Metric: "udp_drop", Threshold: thr},
 		{ID: 4, Scope: Scope{Kind: "global"}, Metric: "tcp_retrans", Disabled: true},
 	}
-	cfg := thresholdsConfig(store.Node{Name: "web-1"}, overrides, map[string]bool{"tcp_reset": true, "tcp_reset/sent": true})
+	cfg := thresholdsConfig(Resolve(store.Node{Name: "web-1"}, overrides), map[string]bool{"tcp_reset": true, "tcp_reset/sent": true})
 	if len(cfg.GetThresholds()) != 1 || cfg.GetThresholds()["tcp_reset"] == nil {
 		t.Errorf("thresholds %v, want tcp_reset's alone", cfg.GetThresholds())
 	}
@@ -43,7 +43,7 @@ func TestThresholdEntryBytesBoundsAnEntry(t *testing.T) {
 		overrides = append(overrides, Override{ID: int64(i), Scope: Scope{Kind: "global"}, Metric: id, Threshold: widest})
 		has[id] = true
 	}
-	size := proto.Size(thresholdsConfig(store.Node{Name: "web-1"}, overrides, has))
+	size := proto.Size(thresholdsConfig(Resolve(store.Node{Name: "web-1"}, overrides), has))
 	if bound := n * (schema.MaxIDLen + thresholdEntryBytes); size > bound {
 		t.Errorf("%d widest entries take %d bytes, more than the bound %d", n, size, bound)
 	}

@@ -87,12 +87,13 @@ func (s *Service) ConfigFor(ctx context.Context, n store.Node) (*nbsv1.Config, e
 	// for every Hello, was most of what a fleet registering asked of the
 	// database beside storing it (BENCHMARKS.md, "Fleet").
 	var has map[string]bool
-	if best := Resolve(n, overrides); len(best) > 0 {
+	best := Resolve(n, overrides)
+	if len(best) > 0 {
 		if has, err = s.repo.metricsOf(ctx, n.ID, slices.Collect(maps.Keys(best))); err != nil {
 			return nil, err
 		}
 	}
-	cfg := thresholdsConfig(n, overrides, has)
+	cfg := thresholdsConfig(best, has)
 	cfg.Version = uint64(time.Now().UnixNano())
 	s.mu.Lock()
 	if e, ok := s.expand[n.Name]; ok && time.Now().Before(e.until) {
@@ -138,10 +139,10 @@ func (o *sharedOverrides) get(ctx context.Context, r repo) ([]Override, error) {
 }
 
 // thresholdsConfig is the threshold part of a node's Config: the overrides
-// in force on it, for the metrics it has.
-func thresholdsConfig(n store.Node, overrides []Override, has map[string]bool) *nbsv1.Config {
+// in force on it (Resolve's), for the metrics it has.
+func thresholdsConfig(best map[string]*Override, has map[string]bool) *nbsv1.Config {
 	cfg := &nbsv1.Config{Thresholds: map[string]*nbsv1.Threshold{}}
-	for metric, o := range Resolve(n, overrides) {
+	for metric, o := range best {
 		if !has[metric] {
 			continue
 		}
