@@ -85,10 +85,9 @@ SELECT node_id, instance_id, seq FROM ins`
 // it from the start, which at 500 nodes a batch cost more than the jsonb
 // it replaced; its times and intervals in $11/$12 from $16 to $17, one
 // of each when every value shares them, the usual case: 2.2 KB less to
-// write for a busy tree) replaces base_* and
-// empties
-// metrics and hot: written as arrays in binary, not parsed as a jsonb
-// object of every value. metrics_keys (latestKeys) says it is covered
+// write for a busy tree) replaces base_* and empties metrics and hot:
+// written as arrays in binary, not parsed as a jsonb object of every
+// value. metrics_keys (latestKeys) says it is covered
 // without reading the stored keys when the key set is the one the last
 // covered merge stored; then base_paths, the same keys in the same
 // order, is kept as it is (its TOAST not written again). Otherwise each
@@ -151,7 +150,7 @@ const (
 )
 
 // latestValues is how a query reads a node's newest values from node_latest
-// (migrations 021, 034): each layer newer than the one before.
+// (migrations 021, 035): each layer newer than the one before.
 const latestValues = `(` + latestBase + ` || metrics || hot)`
 
 // latestRootValues is latestValues with base_* built for its roots only:
