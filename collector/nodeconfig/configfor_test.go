@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/nbs-project/nbs/collector/store"
-	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/collector/store/storetest"
 )
 
 // ConfigFor looks up only the node's metrics that have an override, and
@@ -16,11 +16,8 @@ import (
 // still seeing every override stored before it asked.
 func TestConfigForReadsWhatItNeeds(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
+	var err error
 	svc := New(st, slog.New(slog.DiscardHandler))
 	n := store.Node{Name: "web-1", InstanceID: 1, IntervalMS: 1000}
 	if n.ID, err = st.UpsertNode(ctx, n); err != nil {

@@ -21,18 +21,15 @@ import (
 	"github.com/nbs-project/nbs/collector/api"
 	"github.com/nbs-project/nbs/collector/api/apitest"
 	"github.com/nbs-project/nbs/collector/store"
-	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/collector/store/storetest"
 )
 
 // TestHTTP drives the thresholds and expand routes through the API's route
 // table and holds every answer to openapi.json.
 func TestHTTP(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
+	var err error
 	n := store.Node{Name: "web-1", Labels: map[string]string{"customer": "acme"}, InstanceID: 1, IntervalMS: 1000}
 	if n.ID, err = st.UpsertNode(ctx, n); err != nil {
 		t.Fatal(err)

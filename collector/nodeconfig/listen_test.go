@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/nbs-project/nbs/collector/store"
-	"github.com/nbs-project/nbs/internal/pgcluster"
+	"github.com/nbs-project/nbs/collector/store/storetest"
 )
 
 // nodePusher records which nodes configs were pushed to.
@@ -34,11 +34,7 @@ func (p *nodePusher) pushed(node string) bool {
 // after the listener's connection was cut and reopened.
 func TestListenFollowsOtherCollectors(t *testing.T) {
 	ctx := t.Context()
-	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
 	announcer := New(st, slog.New(slog.DiscardHandler))
 	announcer.SetPusher(&nodePusher{})
 	follower := New(st, slog.New(slog.DiscardHandler))
@@ -84,11 +80,7 @@ func TestListenFollowsOtherCollectors(t *testing.T) {
 // made it was cancelled: the change is committed, so they must hear of it.
 func TestAnnounceSurvivesACancelledRequest(t *testing.T) {
 	ctx := t.Context()
-	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
 	announcer := New(st, slog.New(slog.DiscardHandler))
 	announcer.SetPusher(&nodePusher{})
 	follower := New(st, slog.New(slog.DiscardHandler))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nbs-project/nbs/collector/ingest"
 	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/store/storetest"
 	"github.com/nbs-project/nbs/collector/telemetry"
 	"github.com/nbs-project/nbs/internal/pgcluster"
 )
@@ -132,11 +133,8 @@ func (f *fakePusher) count() int {
 // to everyone, once per burst.
 func TestConfigForHandsOutPeers(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
+	var err error
 	svc := New(st, slog.New(slog.DiscardHandler))
 	push := &fakePusher{}
 	svc.SetPusher(push)
@@ -200,11 +198,8 @@ func TestConfigForHandsOutPeers(t *testing.T) {
 // peer, and one customer must never see another's node names.
 func TestPeersStayWithinACustomer(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
+	var err error
 	svc := New(st, slog.New(slog.DiscardHandler))
 	svc.SetPusher(&fakePusher{})
 	nodes := map[string]store.Node{}
@@ -258,11 +253,8 @@ func TestPeersStayWithinACustomer(t *testing.T) {
 // ping address another tenant's node announced first is no ping peer.
 func TestForeignPingTargetsAndTakenAddresses(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
+	var err error
 	svc := New(st, slog.New(slog.DiscardHandler))
 	svc.SetPusher(&fakePusher{})
 	metrics := telemetry.New()
@@ -340,11 +332,8 @@ func TestForeignPingTargetsAndTakenAddresses(t *testing.T) {
 // tenant stored just before is foreign at once.
 func TestNewNodesShareFleetReads(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgcluster.Database(t), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
+	var err error
 	svc := New(st, slog.New(slog.DiscardHandler))
 	svc.SetPusher(&fakePusher{})
 	for i := range 50 {
