@@ -12,10 +12,13 @@
 // the wakeup the kernel does by default and once with BPF_RB_NO_WAKEUP;
 // each ring has a reader like the agent's (the peer with wakeups: one
 // blocked on the ring; without: one polling every evidence.PollPeriod).
-// Only one program is attached at a time, for one reset: the agent and the
-// no-wakeup peer alternate reset by reset, the waking peer has its own
-// block. The benchmark pins itself to one CPU, so the resets run there for
-// every program alike (pin; the log says which).
+// Only one program is attached at a time, for one reset: the agent, the
+// no-wakeup peer and a second copy of that peer (its twin) take turns reset
+// by reset, in each of their orders in turn; the waking peer has its own
+// block (NBS_EVIDENCE_NO_WAKEUP_PEER=1 leaves it out). The twin's ratio to
+// the peer is the noise floor of the run: what two programs of one shape
+// differ by. The benchmark pins itself to one CPU, so the resets run there
+// for every program alike (pin; the log says which).
 //
 // BenchmarkKfreeSkbPeer: a UDP flood to a closed port and into an nftables
 // drop rule through the agent's kfree_skb program beside two programs
@@ -25,7 +28,8 @@
 // Figures are the kernel's run-time statistics (run_time_ns / run_cnt):
 // for BenchmarkEvidencePerEvent read just before and after each reset, the
 // median over the resets that ran the program alone (each round's ratio to
-// the no-wakeup peer is logged, with the load average); for
+// the no-wakeup peer and the agent's to the twin are logged, with the load
+// average); for
 // BenchmarkKfreeSkbPeer as bench/bpfstats samples them.
 package evidencecost
 
@@ -180,9 +184,9 @@ func report(b *testing.B, s *bpfstats.Sampler, name string) bpfstats.Result {
 
 // BenchmarkEvidencePerEvent measures each program alone on its resets,
 // so none runs on caches another warmed: one program is attached at a
-// time, for one reset, and the agent and its anchor (the peer without a
-// wakeup) take turns reset by reset, so a change in the machine's load
-// weighs on both alike. NBS_EVIDENCE_ROUNDS rounds
+// time, for one reset, and the agent, its anchor (the peer without a
+// wakeup) and the anchor's twin take turns reset by reset, so a change in
+// the machine's load weighs on all alike. NBS_EVIDENCE_ROUNDS rounds
 // (default 3) of NBS_EVIDENCE_SECONDS (default 5) at NBS_EVIDENCE_RATE
 // resets a second for each program (default 10).
 func BenchmarkEvidencePerEvent(b *testing.B) {
@@ -193,7 +197,14 @@ func BenchmarkEvidencePerEvent(b *testing.B) {
 	variants := []variant{
 		agentVariant(b, ns),
 		peerVariant(b, "peer, ring submit with BPF_RB_NO_WAKEUP", "peer_nowakeup", ns, 1),
-		peerVariant(b, "peer, ring submit with wakeup", "peer_wakeup", ns, 0),
+		// The same peer loaded again: its ratio to the first is what
+		// two programs of one shape differ by in this run (where each
+		// one's lines landed, its turn in the order), the noise floor
+		// of every ratio beside it.
+		peerVariant(b, "twin of the peer without wakeup (noise floor)", "twin", ns, 1),
+	}
+	if os.Getenv("NBS_EVIDENCE_NO_WAKEUP_PEER") == "" {
+		variants = append(variants, peerVariant(b, "peer, ring submit with wakeup", "peer_wakeup", ns, 0))
 	}
 	runVariants(b, l, variants, "peer_nowakeup", rate, secs, rounds)
 }
@@ -316,8 +327,8 @@ func others(b *testing.B, tp string, ours []*ebpf.Program) []ebpf.ProgramID {
 }
 
 // runVariants runs rounds; in each, the interleaved variants take turns
-// reset by reset, always in the same order (with two, each runs between
-// two runs of the other, each 1/rate after its last), then
+// reset by reset, each turn in the next of their orders (each variant runs
+// rate times a second, on average 1/rate after its last), then
 // each variant marked alone has its resets in a block. A program is
 // attached only for its own reset, each at rate resets a second. It
 // reports each variant's ratio to the anchor's (the variant whose metric
@@ -333,6 +344,7 @@ func runVariants(b *testing.B, l *netlab.Lab, variants []variant, anchor string,
 		}
 	}
 	n := rate * secs
+	orders := permutations(inter)
 	for range b.N {
 		b.Logf("load average before: %s; CPUs %s", loadavg(), cpus())
 		perEvent, upper := make([][]float64, len(variants)), make([][]float64, len(variants))
@@ -378,9 +390,13 @@ func runVariants(b *testing.B, l *netlab.Lab, variants []variant, anchor string,
 				}
 			}
 			if len(inter) > 0 {
+				// Each turn takes the next order of all of them, so each
+				// program holds each place and follows each other one
+				// equally often: in a fixed order the one after the agent
+				// ran up to 20% slower than its twin after it.
 				tick := time.NewTicker(time.Second / time.Duration(rate*len(inter)))
-				for range n {
-					for _, i := range inter {
+				for c := range n {
+					for _, i := range orders[c%len(orders)] {
 						one(i, tick)
 					}
 				}
@@ -412,6 +428,7 @@ func runVariants(b *testing.B, l *netlab.Lab, variants []variant, anchor string,
 				// a mean of 50). All its time over the events emitted
 				// (other namespaces' runs included) bounds it from above.
 				perEvent[i] = append(perEvent[i], bpfstats.Median(own[i]))
+
 				upper[i] = append(upper[i], float64(last.Runtime-first[i].Runtime)/float64(max(events, 1)))
 			}
 		}
@@ -421,20 +438,44 @@ func runVariants(b *testing.B, l *netlab.Lab, variants []variant, anchor string,
 				v.name, rate, rounds, fmtNs(perEvent[i]), x[len(x)/2], fmtNs(upper[i]))
 			b.ReportMetric(x[len(x)/2], v.metric+"_ns/event")
 		}
-		a := slices.IndexFunc(variants, func(v variant) bool { return v.metric == anchor })
-		for i, v := range variants {
-			if a < 0 || i == a {
-				continue
+		index := func(metric string) int {
+			return slices.IndexFunc(variants, func(v variant) bool { return v.metric == metric })
+		}
+		ratio := func(i, a int) {
+			if i < 0 || a < 0 || i == a {
+				return
 			}
 			ratios := make([]float64, rounds)
 			for r := range rounds {
 				ratios[r] = perEvent[i][r] / perEvent[a][r]
 			}
-			b.Logf("%s / %s, round by round: %s (max %.2f)", v.metric, anchor, fmtRatios(ratios), slices.Max(ratios))
-			b.ReportMetric(slices.Max(ratios), v.metric+"/"+anchor+"_max")
+			b.Logf("%s / %s, round by round: %s (max %.2f)", variants[i].metric, variants[a].metric, fmtRatios(ratios), slices.Max(ratios))
+			b.ReportMetric(slices.Max(ratios), variants[i].metric+"/"+variants[a].metric+"_max")
 		}
+		a := index(anchor)
+		for i := range variants {
+			ratio(i, a)
+		}
+		// The agent beside the anchor's twin too: the goal holds against
+		// either copy of the peer, not the kinder one.
+		ratio(index("agent"), index("twin"))
 		b.Logf("load average after: %s", loadavg())
 	}
+}
+
+// permutations is every order of v (v's own first).
+func permutations(v []int) [][]int {
+	if len(v) <= 1 {
+		return [][]int{slices.Clone(v)}
+	}
+	var out [][]int
+	for i := range v {
+		rest := append(slices.Clone(v[:i]), v[i+1:]...)
+		for _, p := range permutations(rest) {
+			out = append(out, append([]int{v[i]}, p...))
+		}
+	}
+	return out
 }
 
 func fmtRatios(v []float64) string {
