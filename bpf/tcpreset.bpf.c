@@ -181,10 +181,20 @@ static __always_inline struct nbs_rst_percpu *early(void)
 	return pc;
 }
 
+/* Count a reset in the hash (rst_counts): a code beyond the slots, or a
+ * namespace without a slot of its own. Not inlined: its code (and its key
+ * on the stack) stays out of the lines a common reset runs through. */
+static __noinline void count_hash(struct nbs_rst_percpu *pc, __u32 netns, __u32 direction, __u32 code)
+{
+	struct nbs_rst_key k = {.netns = netns, .direction = direction, .code = code};
+
+	if (!nbs_percpu_inc(&rst_counts, &k))
+		__sync_fetch_and_add(&pc->count_errors, 1);
+}
+
 /* Count one reset, in one place only (see struct nbs_rst_percpu). */
 static __always_inline void count(struct nbs_rst_percpu *pc, __u32 netns, __u32 direction, __u32 code)
 {
-	struct nbs_rst_key k = {.netns = netns, .direction = direction, .code = code};
 	__u32 d = (direction - 1) & 1;
 
 	if (target_netns) {
@@ -208,8 +218,7 @@ static __always_inline void count(struct nbs_rst_percpu *pc, __u32 netns, __u32 
 			return;
 		}
 	}
-	if (!nbs_percpu_inc(&rst_counts, &k))
-		__sync_fetch_and_add(&pc->count_errors, 1);
+	count_hash(pc, netns, direction, code);
 }
 
 /*
