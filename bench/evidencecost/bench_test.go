@@ -17,8 +17,10 @@
 // by reset, in each of their orders in turn; the waking peer has its own
 // block (NBS_EVIDENCE_NO_WAKEUP_PEER=1 leaves it out). The twin's ratio to
 // the peer is the noise floor of the run: what two programs of one shape
-// differ by. The benchmark pins itself to one CPU, so the resets run there
-// for every program alike (pin; the log says which).
+// differ by. Every program is loaded afresh each round (where its code and
+// maps land moved its figure by 10-20% from one load to the next). The
+// benchmark pins itself to one CPU, so the resets run there for every
+// program alike (pin; the log says which).
 //
 // BenchmarkKfreeSkbPeer: a UDP flood to a closed port and into an nftables
 // drop rule through the agent's kfree_skb program beside two programs
@@ -42,6 +44,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -77,12 +80,13 @@ func attach(b *testing.B, p *ebpf.Program) link.Link {
 }
 
 // variant is one program measured on its own: loaded, with its reader,
-// for the whole run and attached only for its own resets (attach, detach).
+// for a round and attached only for its own resets (attach, detach).
 type variant struct {
 	name, metric   string
 	prog           *ebpf.Program
 	read           *atomic.Int64 // records its reader has read
 	attach, detach func()
+	close          func() // detaches, unloads, stops the reader; once
 	// alone: measured in a block of its own after the interleaved
 	// variants (the waking peer: its reader's wakeups would land on the
 	// caches of whichever program ran next).
@@ -107,14 +111,23 @@ func peerVariant(b *testing.B, name, metric string, netns uint32, flags uint64) 
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		netlab.SkipOrFail(b, "load the evidence peer: %v", err)
 	}
-	b.Cleanup(func() { _ = objs.Close() })
 	rd, err := ringbuf.NewReader(objs.PeerEvents)
 	if err != nil {
+		_ = objs.Close()
 		b.Fatal(err)
 	}
 	var read atomic.Int64
 	done := make(chan struct{})
-	b.Cleanup(func() { _ = rd.Close(); <-done })
+	var l link.Link
+	closeAll := sync.OnceFunc(func() {
+		if l != nil {
+			_ = l.Close()
+		}
+		_ = rd.Close()
+		<-done
+		_ = objs.Close()
+	})
+	b.Cleanup(closeAll)
 	go func() {
 		defer close(done)
 		var rec ringbuf.Record
@@ -131,15 +144,10 @@ func peerVariant(b *testing.B, name, metric string, netns uint32, flags uint64) 
 			}
 		}
 	}()
-	var l link.Link
-	b.Cleanup(func() {
-		if l != nil {
-			_ = l.Close()
-		}
-	})
 	return variant{name: name, metric: metric, prog: objs.PeerRstEvidence, read: &read, alone: flags == 0,
 		attach: func() { l = attach(b, objs.PeerRstEvidence) },
 		detach: func() { _ = l.Close(); l = nil },
+		close:  closeAll,
 	}
 }
 
@@ -154,7 +162,8 @@ func agentVariant(b *testing.B, netns uint32) variant {
 	var read atomic.Int64
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.ReadEvents(ctx, func(tcpreset.Event) { read.Add(1) }) }()
-	b.Cleanup(func() { cancel(); _ = p.Close(); <-done })
+	closeAll := sync.OnceFunc(func() { cancel(); _ = p.Close(); <-done })
+	b.Cleanup(closeAll)
 	if err := p.Detach(); err != nil {
 		b.Fatal(err)
 	}
@@ -170,6 +179,7 @@ func agentVariant(b *testing.B, netns uint32) variant {
 				b.Fatal(err)
 			}
 		},
+		close: closeAll,
 	}
 }
 
@@ -194,19 +204,19 @@ func BenchmarkEvidencePerEvent(b *testing.B) {
 	pin(b)
 	l := netlab.New(b)
 	ns := l.Inode(b, l.B)
-	variants := []variant{
-		agentVariant(b, ns),
-		peerVariant(b, "peer, ring submit with BPF_RB_NO_WAKEUP", "peer_nowakeup", ns, 1),
+	loads := []func() variant{
+		func() variant { return agentVariant(b, ns) },
+		func() variant { return peerVariant(b, "peer, ring submit with BPF_RB_NO_WAKEUP", "peer_nowakeup", ns, 1) },
 		// The same peer loaded again: its ratio to the first is what
 		// two programs of one shape differ by in this run (where each
 		// one's lines landed, its turn in the order), the noise floor
 		// of every ratio beside it.
-		peerVariant(b, "twin of the peer without wakeup (noise floor)", "twin", ns, 1),
+		func() variant { return peerVariant(b, "twin of the peer without wakeup (noise floor)", "twin", ns, 1) },
 	}
 	if os.Getenv("NBS_EVIDENCE_NO_WAKEUP_PEER") == "" {
-		variants = append(variants, peerVariant(b, "peer, ring submit with wakeup", "peer_wakeup", ns, 0))
+		loads = append(loads, func() variant { return peerVariant(b, "peer, ring submit with wakeup", "peer_wakeup", ns, 0) })
 	}
-	runVariants(b, l, variants, "peer_nowakeup", rate, secs, rounds)
+	runVariants(b, l, loads, "peer_nowakeup", rate, secs, rounds)
 }
 
 // loadavg is /proc/loadavg's first three fields, for the log of a run.
@@ -333,8 +343,24 @@ func others(b *testing.B, tp string, ours []*ebpf.Program) []ebpf.ProgramID {
 // attached only for its own reset, each at rate resets a second. It
 // reports each variant's ratio to the anchor's (the variant whose metric
 // is anchor) round by round.
-func runVariants(b *testing.B, l *netlab.Lab, variants []variant, anchor string, rate, secs, rounds int) {
+func runVariants(b *testing.B, l *netlab.Lab, loads []func() variant, anchor string, rate, secs, rounds int) {
 	bpfstats.Enable(b)
+	n := rate * secs
+	variants := make([]variant, len(loads))
+	// load loads every variant afresh, in an order that turns each round:
+	// where a program's code, maps and ring land (and so which lines and
+	// pages of it share cache sets and page-table lines with what else
+	// runs) is fixed for as long as it stays loaded, and moved one
+	// program's figure by 10-20% from one load to the next. Reloaded each
+	// round, a run averages that over its rounds instead of keeping one
+	// draw for all of them.
+	load := func(r int) {
+		for k := range loads {
+			i := (k + r) % len(loads)
+			variants[i] = loads[i]()
+		}
+	}
+	load(0)
 	var inter, alone []int
 	for i, v := range variants {
 		if v.alone {
@@ -343,16 +369,21 @@ func runVariants(b *testing.B, l *netlab.Lab, variants []variant, anchor string,
 			inter = append(inter, i)
 		}
 	}
-	n := rate * secs
 	orders := permutations(inter)
 	for range b.N {
 		b.Logf("load average before: %s; CPUs %s", loadavg(), cpus())
 		perEvent, upper := make([][]float64, len(variants)), make([][]float64, len(variants))
-		var progs []*ebpf.Program
-		for _, v := range variants {
-			progs = append(progs, v.prog)
-		}
 		for r := range rounds {
+			if r > 0 {
+				for _, v := range variants {
+					v.close()
+				}
+				load(r)
+			}
+			var progs []*ebpf.Program
+			for _, v := range variants {
+				progs = append(progs, v.prog)
+			}
 			b.Logf("round %d: other programs on tcp_send_reset: %v", r+1, others(b, "tcp_send_reset", progs))
 			own := make([][]float64, len(variants))
 			read0 := make([]int64, len(variants))

@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type tcpresetNbsRstBucket struct {
+	_   structs.HostLayout
+	Tat uint64
+	Pad [7]uint64
+}
+
 type tcpresetNbsRstCpu struct {
 	_   structs.HostLayout
 	C   tcpresetNbsRstPercpu
@@ -66,6 +72,7 @@ type tcpresetNbsRstStats struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	tcpresetMapRstBucket         = "rst_bucket"
 	tcpresetMapRstCounts         = "rst_counts"
 	tcpresetMapRstCpus           = "rst_cpus"
 	tcpresetMapRstEvents         = "rst_events"
@@ -74,7 +81,6 @@ const (
 	tcpresetProgNbsRstRecv       = "nbs_rst_recv"
 	tcpresetProgNbsRstSend       = "nbs_rst_send"
 	tcpresetVarEvidencePerSec    = "evidence_per_sec"
-	tcpresetVarEvidenceTat       = "evidence_tat"
 	tcpresetVarNetnsTable        = "netns_table"
 	tcpresetVarTargetNetns       = "target_netns"
 	tcpresetVarUnusedNbsRstEvent = "unused_nbs_rst_event"
@@ -130,6 +136,7 @@ type tcpresetProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcpresetMapSpecs struct {
+	RstBucket *ebpf.MapSpec `ebpf:"rst_bucket"`
 	RstCounts *ebpf.MapSpec `ebpf:"rst_counts"`
 	RstCpus   *ebpf.MapSpec `ebpf:"rst_cpus"`
 	RstEvents *ebpf.MapSpec `ebpf:"rst_events"`
@@ -142,7 +149,6 @@ type tcpresetMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcpresetVariableSpecs struct {
 	EvidencePerSec    *ebpf.VariableSpec `ebpf:"evidence_per_sec"`
-	EvidenceTat       *ebpf.VariableSpec `ebpf:"evidence_tat"`
 	NetnsTable        *ebpf.VariableSpec `ebpf:"netns_table"`
 	TargetNetns       *ebpf.VariableSpec `ebpf:"target_netns"`
 	UnusedNbsRstEvent *ebpf.VariableSpec `ebpf:"unused_nbs_rst_event"`
@@ -168,6 +174,7 @@ func (o *tcpresetObjects) Close() error {
 //
 // It can be passed to loadTcpresetObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcpresetMaps struct {
+	RstBucket *ebpf.Map `ebpf:"rst_bucket"`
 	RstCounts *ebpf.Map `ebpf:"rst_counts"`
 	RstCpus   *ebpf.Map `ebpf:"rst_cpus"`
 	RstEvents *ebpf.Map `ebpf:"rst_events"`
@@ -177,6 +184,7 @@ type tcpresetMaps struct {
 
 func (m *tcpresetMaps) Close() error {
 	return _TcpresetClose(
+		m.RstBucket,
 		m.RstCounts,
 		m.RstCpus,
 		m.RstEvents,
@@ -190,7 +198,6 @@ func (m *tcpresetMaps) Close() error {
 // It can be passed to loadTcpresetObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcpresetVariables struct {
 	EvidencePerSec    *ebpf.Variable `ebpf:"evidence_per_sec"`
-	EvidenceTat       *ebpf.Variable `ebpf:"evidence_tat"`
 	NetnsTable        *ebpf.Variable `ebpf:"netns_table"`
 	TargetNetns       *ebpf.Variable `ebpf:"target_netns"`
 	UnusedNbsRstEvent *ebpf.Variable `ebpf:"unused_nbs_rst_event"`
