@@ -206,7 +206,9 @@ func BenchmarkEvidencePerEvent(b *testing.B) {
 	ns := l.Inode(b, l.B)
 	loads := []func() variant{
 		func() variant { return agentVariant(b, ns) },
-		func() variant { return peerVariant(b, "peer, ring submit with BPF_RB_NO_WAKEUP", "peer_nowakeup", ns, 1) },
+		func() variant {
+			return peerVariant(b, "peer, ring submit with BPF_RB_NO_WAKEUP", "peer_nowakeup", ns, 1)
+		},
 		// The same peer loaded again: its ratio to the first is what
 		// two programs of one shape differ by in this run (where each
 		// one's lines landed, its turn in the order), the noise floor
