@@ -492,6 +492,16 @@ func runVariants(b *testing.B, l *netlab.Lab, loads []func() variant, anchor str
 		// The agent beside the anchor's twin too: the goal holds against
 		// either copy of the peer, not the kinder one.
 		ratio(index("agent"), index("twin"))
+		// And beside the mean of the two copies: two draws of where the
+		// peer landed, so half the peer's share of the noise.
+		if ag, tw := index("agent"), index("twin"); ag >= 0 && a >= 0 && tw >= 0 {
+			ratios := make([]float64, rounds)
+			for r := range rounds {
+				ratios[r] = perEvent[ag][r] / ((perEvent[a][r] + perEvent[tw][r]) / 2)
+			}
+			b.Logf("agent / mean of %s and twin, round by round: %s (max %.2f)", anchor, fmtRatios(ratios), slices.Max(ratios))
+			b.ReportMetric(slices.Max(ratios), "agent/peers_mean_max")
+		}
 		b.Logf("load average after: %s", loadavg())
 	}
 }
