@@ -140,6 +140,12 @@ func startServerOn(t *testing.T, opts ServerOptions, grpcOpts ...grpc.ServerOpti
 	m := telemetry.New()
 	log := slog.New(slog.DiscardHandler)
 	srv := NewServer(reg, NewWriter(nil, WriterOptions{}, log, m), opts, log, m)
+	return srv, reg, serve(t, srv, grpcOpts...)
+}
+
+// serve serves srv over an in-memory connection until the test ends.
+func serve(t *testing.T, srv *Server, grpcOpts ...grpc.ServerOption) nbsv1.AgentServiceClient {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer(grpcOpts...)
 	nbsv1.RegisterAgentServiceServer(gs, srv)
@@ -152,7 +158,7 @@ func startServerOn(t *testing.T, opts ServerOptions, grpcOpts ...grpc.ServerOpti
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return srv, reg, nbsv1.NewAgentServiceClient(conn)
+	return nbsv1.NewAgentServiceClient(conn)
 }
 
 type agentStream struct {
