@@ -406,7 +406,7 @@ func (s *Server) start(ctx, made context.Context, cancel context.CancelCauseFunc
 		return nil, nil, err
 	}
 	registered()
-	st := &stream{node: node, peer: from, metrics: metricSet{base: base}, otherDefs: others, ctx: ctx, end: cancel}
+	st := &stream{node: node, peer: from, metrics: metricSet{base: base}, otherDefs: int32(others), ctx: ctx, end: cancel, runner: s.runner}
 	if len(foreign) > 0 {
 		st.tenancy = &streamTenancy{foreign: foreign}
 	}

@@ -301,8 +301,8 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 		return out, nil, reject("too_large", "report %d: %d events, at most %d allowed", r.GetSequence(), len(r.GetEvents()), l.MaxEvents)
 	case len(r.GetHistograms()) > l.MaxHistograms:
 		return out, nil, reject("too_large", "report %d: %d histograms, at most %d allowed", r.GetSequence(), len(r.GetHistograms()), l.MaxHistograms)
-	case st.metrics.len()+st.otherDefs+len(r.GetNewMetrics()) > l.MaxMetrics:
-		return out, nil, reject("too_many_metrics", "report %d: node would have more than %d metric definitions (%d defined so far, counting earlier streams)", r.GetSequence(), l.MaxMetrics, st.metrics.len()+st.otherDefs)
+	case st.metrics.len()+int(st.otherDefs)+len(r.GetNewMetrics()) > l.MaxMetrics:
+		return out, nil, reject("too_many_metrics", "report %d: node would have more than %d metric definitions (%d defined so far, counting earlier streams)", r.GetSequence(), l.MaxMetrics, st.metrics.len()+int(st.otherDefs))
 	}
 	// Most reports define nothing new: no definitions to check, and no
 	// map of them made for every report.
