@@ -191,6 +191,14 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 			s.latestBufs.Put(buf)
 		}
 	}()
+	// And the statements' arguments into another (sendEncoded).
+	args := s.latestBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*args) <= maxLatestBuf {
+			*args = (*args)[:0]
+			s.latestBufs.Put(args)
+		}
+	}()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		stored, err := copyDirect(ctx, tx, rows)
 		if err != nil {
@@ -206,7 +214,11 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		// One round trip for the latest values. Rollups are the fold's
 		// (FoldRollups), from rollup_pending.
 		batch := &pgx.Batch{}
-		if *buf, err = queueLatest(batch, s.latestSeed, (*buf)[:0], unique, result); err != nil {
+		sc := s.latestScratches.Get().(*latestScratch)
+		*buf, err = queueLatest(batch, s.latestSeed, (*buf)[:0], unique, result, sc)
+		sc.reset()
+		s.latestScratches.Put(sc)
+		if err != nil {
 			return err
 		}
 		queueCounters(batch, unique, result)
@@ -217,7 +229,7 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		if batch.Len() == 0 {
 			return nil
 		}
-		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		if *args, err = sendEncoded(ctx, tx, batch, *args); err != nil {
 			return fmt.Errorf("update latest values: %w", err)
 		}
 		return nil
@@ -384,26 +396,20 @@ func (s *Store) writeStaged(ctx context.Context, tx pgx.Tx, c copyRows, result m
 // database sees one upsert per node and batch rather than one per sample.
 // seed keys the hash of each node's key set (metrics_keys, mergeLatest).
 // The JSON is appended to all, which it returns.
-func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Report, inserted map[ReportKey]bool) ([]byte, error) {
-	type acc struct {
-		ts         time.Time
-		intervalMS uint32
-		snapshot   *time.Time
-		metrics    map[string]LatestValue
-		deep       bool // a metric below the roots
-	}
-	byNode := map[int32]*acc{}
-	sorted := make([]Report, 0, len(reports))
+func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Report, inserted map[ReportKey]bool, sc *latestScratch) ([]byte, error) {
+	byNode := sc.byNode
+	sorted := sc.sorted[:0]
 	for _, r := range reports {
 		if inserted[r.Key()] {
 			sorted = append(sorted, r)
 		}
 	}
+	sc.sorted = sorted
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].OrderTime().Before(sorted[j].OrderTime()) })
 	for _, r := range sorted {
 		a := byNode[r.NodeID]
 		if a == nil {
-			a = &acc{metrics: map[string]LatestValue{}}
+			a = sc.acc()
 			byNode[r.NodeID] = a
 		}
 		a.ts, a.intervalMS = r.OrderTime(), r.IntervalMS
@@ -511,6 +517,53 @@ func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Repo
 	}
 	batch.Queue(mergeLatest, nodes, ts, intervals, snapshots, metrics, states, keySets, paths, vals, vstates, times, ivals, novalue, lo, hi, tlo, thi)
 	return all, nil
+}
+
+// latestAcc is one node's newest values in a batch (queueLatest).
+type latestAcc struct {
+	ts         time.Time
+	intervalMS uint32
+	snapshot   *time.Time
+	metrics    map[string]LatestValue
+	deep       bool // a metric below the roots
+}
+
+// latestScratch is what queueLatest builds for a batch, kept for the next
+// one (Store.latestScratches) once reset: a node's values grown into a new
+// map each batch were a sixth of the write path's allocations.
+type latestScratch struct {
+	byNode map[int32]*latestAcc
+	accs   []*latestAcc // every one made, byNode's first
+	used   int
+	sorted []Report
+}
+
+// acc is a node's accumulator, emptied.
+func (sc *latestScratch) acc() *latestAcc {
+	if sc.used == len(sc.accs) {
+		sc.accs = append(sc.accs, &latestAcc{metrics: map[string]LatestValue{}})
+	}
+	a := sc.accs[sc.used]
+	sc.used++
+	return a
+}
+
+// reset empties the scratch, keeping its maps' room, but not more of it
+// than a batch of the largest reports needs now and then: nothing of the
+// batch stays reachable from it.
+func (sc *latestScratch) reset() {
+	for _, a := range sc.accs[:sc.used] {
+		clear(a.metrics)
+		if a.deep {
+			// A deep node's map may be large: not kept for a roots-only node.
+			a.metrics = map[string]LatestValue{}
+		}
+		*a = latestAcc{metrics: a.metrics}
+	}
+	sc.used = 0
+	clear(sc.byNode)
+	clear(sc.sorted)
+	sc.sorted = sc.sorted[:0]
 }
 
 // maxLatestBuf is the largest latest-values buffer kept for the next
