@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
@@ -27,7 +28,20 @@ type runner struct {
 	// work hands a task to an idle worker; unbuffered, so a task never
 	// waits for a busy one: without an idle worker, a new one starts.
 	work chan task
+	// idle counts the workers waiting for a task: a worker done with its
+	// task ends at once when maxIdle wait already. A burst of reports (a
+	// fleet's intervals fall together, or the writer's queue is full and
+	// each waits in Submit) takes a worker each; without the bound, the
+	// workers it started would pass the next tasks around and none would
+	// ever wait runnerIdle.
+	idle atomic.Int32
+	// live counts the workers (for tests that count a stream's goroutines).
+	live atomic.Int32
 }
+
+// maxIdle bounds the workers waiting for a task: a few times the cores, as
+// a task does not wait for long unless the writer's queue is full.
+const maxIdle = 16
 
 // runnerIdle is how long a worker waits for another task before it ends.
 const runnerIdle = 5 * time.Second
@@ -41,20 +55,28 @@ func (r *runner) run(t task) {
 	select {
 	case r.work <- t:
 	default:
+		r.live.Add(1)
 		go r.worker(t)
 	}
 }
 
 func (r *runner) worker(t task) {
+	defer r.live.Add(-1)
 	idle := time.NewTimer(runnerIdle)
 	defer idle.Stop()
 	for {
 		t.run()
 		t = nil // the task's owner may reuse it
+		if r.idle.Add(1) > maxIdle {
+			r.idle.Add(-1)
+			return
+		}
 		idle.Reset(runnerIdle)
 		select {
 		case t = <-r.work:
+			r.idle.Add(-1)
 		case <-idle.C:
+			r.idle.Add(-1)
 			return
 		}
 	}
