@@ -69,3 +69,51 @@ func TestAppendArrayAsPgx(t *testing.T) {
 		}
 	}
 }
+
+// A COPY field is its length and what pgx writes for the value, or -1 for
+// NULL, for the scalars and arrays appendField writes itself and for what
+// it leaves to pgx.
+func TestAppendFieldAsPgx(t *testing.T) {
+	m := pgtype.NewMap()
+	at := time.Date(2026, 11, 29, 22, 10, 0, 987654321, time.FixedZone("y", -7200))
+	for _, tc := range []struct {
+		oid uint32
+		arg any
+	}{
+		{pgtype.Int4OID, int32(-7)},
+		{pgtype.Int4OID, int32(1 << 30)},
+		{pgtype.Int8OID, int64(math.MinInt64)},
+		{pgtype.Float8OID, -1.5e-300},
+		{pgtype.BoolOID, true},
+		{pgtype.BoolOID, false},
+		{pgtype.TimestamptzOID, at},
+		{pgtype.JSONBOID, []byte(`{"k":"v"}`)},
+		{pgtype.JSONBOID, []byte(nil)},
+		{pgtype.Int4ArrayOID, []int32{3, 1}},
+		{pgtype.Int4ArrayOID, []int32(nil)},
+		{pgtype.Int8ArrayOID, []int64{5}},
+		{pgtype.TextOID, "left to pgx"},
+		{pgtype.Int8OID, int32(9)}, // not its type for the OID: pgx's
+		{pgtype.Int4OID, nil},
+	} {
+		t.Run(fmt.Sprintf("%d %T %v", tc.oid, tc.arg, tc.arg), func(t *testing.T) {
+			enc, err := m.Encode(tc.oid, pgtype.BinaryFormatCode, tc.arg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []byte("row")
+			if enc == nil {
+				want = append(want, 0xff, 0xff, 0xff, 0xff)
+			} else {
+				want = append(append(want, byte(len(enc)>>24), byte(len(enc)>>16), byte(len(enc)>>8), byte(len(enc))), enc...)
+			}
+			got, err := appendField(m, []byte("row"), tc.oid, tc.arg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("appendField = %x, want %x", got, want)
+			}
+		})
+	}
+}

@@ -191,7 +191,8 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 			s.latestBufs.Put(buf)
 		}
 	}()
-	// And the statements' arguments into another (sendEncoded).
+	// And the rows COPYed, then the statements' arguments, into another
+	// (copyEncoded, sendEncoded).
 	args := s.latestBufs.Get().(*[]byte)
 	defer func() {
 		if cap(*args) <= maxLatestBuf {
@@ -200,7 +201,7 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		}
 	}()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		stored, err := copyDirect(ctx, tx, rows)
+		stored, err := copyDirect(ctx, tx, rows, args)
 		if err != nil {
 			return err
 		}
@@ -208,7 +209,7 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 			for k := range result {
 				result[k] = true
 			}
-		} else if err := s.writeStaged(ctx, tx, rows, result); err != nil {
+		} else if err := s.writeStaged(ctx, tx, rows, result, args); err != nil {
 			return err
 		}
 		// One round trip for the latest values. Rollups are the fold's
@@ -318,12 +319,12 @@ func newCopyRows(reports []Report) (copyRows, error) {
 // returns false, for writeStaged. The staging tables' extra COPY and
 // INSERT … SELECT cost as much as the rest of a batch's write
 // (BENCHMARKS.md, "Fleet": "Ingest against raw COPY").
-func copyDirect(ctx context.Context, tx pgx.Tx, c copyRows) (bool, error) {
+func copyDirect(ctx context.Context, tx pgx.Tx, c copyRows, buf *[]byte) (bool, error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("begin savepoint: %w", err)
 	}
-	err = copyAll(ctx, sp, "", c, true)
+	err = copyAll(ctx, sp, "", c, true, buf)
 	if uniqueViolation(err) { // a resend
 		if err := sp.Rollback(ctx); err != nil {
 			return false, fmt.Errorf("roll back to savepoint: %w", err)
@@ -341,8 +342,9 @@ func copyDirect(ctx context.Context, tx pgx.Tx, c copyRows) (bool, error) {
 
 // copyAll COPYs a batch's rows into the tables named prefix+name: the
 // stored tables, or the staging ones ("stage_"), which take no pending
-// rows (moveStaged writes those for the new reports only).
-func copyAll(ctx context.Context, tx pgx.Tx, prefix string, c copyRows, pending bool) error {
+// rows (moveStaged writes those for the new reports only). The rows are
+// encoded into buf (copyEncoded).
+func copyAll(ctx context.Context, tx pgx.Tx, prefix string, c copyRows, pending bool, buf *[]byte) error {
 	for _, t := range []struct {
 		name string
 		cols []string
@@ -356,7 +358,8 @@ func copyAll(ctx context.Context, tx pgx.Tx, prefix string, c copyRows, pending 
 		if len(t.rows) == 0 || (t.name == "rollup_pending" && !pending) {
 			continue
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{prefix + t.name}, t.cols, pgx.CopyFromRows(t.rows)); err != nil {
+		var err error
+		if *buf, err = copyEncoded(ctx, tx, prefix+t.name, t.cols, t.rows, *buf); err != nil {
 			return fmt.Errorf("copy %s: %w", t.name, err)
 		}
 	}
@@ -365,11 +368,11 @@ func copyAll(ctx context.Context, tx pgx.Tx, prefix string, c copyRows, pending 
 
 // writeStaged stores the reports of a batch that are not stored yet: COPY
 // to staging tables, then moveStaged. It marks the new ones in result.
-func (s *Store) writeStaged(ctx context.Context, tx pgx.Tx, c copyRows, result map[ReportKey]bool) error {
+func (s *Store) writeStaged(ctx context.Context, tx pgx.Tx, c copyRows, result map[ReportKey]bool, buf *[]byte) error {
 	if _, err := tx.Exec(ctx, stagingDDL); err != nil {
 		return fmt.Errorf("create staging tables: %w", err)
 	}
-	if err := copyAll(ctx, tx, "stage_", c, false); err != nil {
+	if err := copyAll(ctx, tx, "stage_", c, false, buf); err != nil {
 		return err
 	}
 	rows, err := tx.Query(ctx, moveStaged(len(c.hists) > 0, len(c.events) > 0))
