@@ -224,8 +224,10 @@ func BenchmarkFleet(b *testing.B) {
 				wait(2*interval, nil)
 				f.ResetLatency()
 				s0 := f.Stats()
+				cpu0 := c.metrics(b)
 				rss = rss[:0]
 				wait(hold, nil)
+				cpu1 := c.metrics(b)
 				heap, stack, goroutines := c.goMetrics(b)
 				s1 := f.Stats()
 				cancel()
@@ -238,6 +240,18 @@ func BenchmarkFleet(b *testing.B) {
 				b.Logf("%d nodes: every Hello registered (stored, Config sent) after %v (%.0f a second); %d after 20 s, %d after 60 s",
 					nodes, hellos.Round(time.Second), float64(nodes)/hellos.Seconds(), at20, at60)
 				b.Logf("%d nodes: Hellos registered, once a second: %s", nodes, strings.Join(series, " "))
+				// The collector's CPU over the hold, and its GC's share of it
+				// (the Go runtime's estimate, runtime/metrics): a collector
+				// built before /metrics carried it has no GC figure.
+				procCPU := cpu1["process_cpu_seconds_total"] - cpu0["process_cpu_seconds_total"]
+				b.ReportMetric(100*procCPU/hold.Seconds(), "cpu_%core")
+				if gc, ok := cpu1[gcCPUMetric]; ok && procCPU > 0 {
+					gc -= cpu0[gcCPUMetric]
+					idle := cpu1[gcIdleMetric] - cpu0[gcIdleMetric]
+					b.Logf("%d nodes: collector CPU over the hold %.2f s (%.1f%% of a core), GC %.2f s (%.1f%%; idle-priority mark workers %.2f s)",
+						nodes, procCPU, 100*procCPU/hold.Seconds(), gc, 100*gc/procCPU, idle)
+					b.ReportMetric(100*gc/procCPU, "gc_%cpu")
+				}
 				if registered == 0 {
 					b.Errorf("not every node had a report acknowledged within 10 minutes")
 				}
@@ -258,6 +272,14 @@ func BenchmarkFleet(b *testing.B) {
 		})
 	}
 }
+
+// The Go runtime's estimate of its GC's CPU on the collector's /metrics,
+// in all and by its idle-priority mark workers (which run only on a P
+// with nothing else to do).
+const (
+	gcCPUMetric  = "go_cpu_classes_gc_total_cpu_seconds_total"
+	gcIdleMetric = "go_cpu_classes_gc_mark_idle_cpu_seconds_total"
+)
 
 // maxConnsPerProcess is how many agent connections one simulator holds: a
 // process here may hold at most 20,000 open files (a hard limit), and the

@@ -109,7 +109,7 @@ func TestReportLimits(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			st := &stream{metrics: metricSet{base: map[string]streamMetric{"lat": {id: 1, kind: store.KindHistogram}, "rst": {id: 2, kind: store.KindRate}}}, otherDefs: c.otherDefs}
+			st := &stream{metrics: metricSet{base: map[string]streamMetric{"lat": {id: 1, kind: store.KindHistogram}, "rst": {id: 2, kind: store.KindRate}}}, otherDefs: int32(c.otherDefs)}
 			c.r.Sequence, c.r.TimeUnixNano, c.r.IntervalMs = 1, now.UnixNano(), 1000
 			_, _, rej := DefaultLimits().checkReport(c.r, st, now)
 			switch {

@@ -75,8 +75,12 @@ type Server struct {
 	helloBytes  *semaphore.Weighted
 	helloBudget int64
 	catalogues  catalogues
-	log         *slog.Logger
-	metrics     *telemetry.Metrics
+	// runner handles reports off the streams' handler goroutines
+	// (handleAside), whose stacks then stay at 8 KiB.
+	runner  *runner
+	tasks   reportTasks
+	log     *slog.Logger
+	metrics *telemetry.Metrics
 
 	mu      sync.Mutex
 	streams map[string]*stream       // by node name: the one stream that speaks for it
@@ -193,7 +197,7 @@ func NewServer(reg Registry, w *Writer, opts ServerOptions, log *slog.Logger, m 
 		authenticating: make(chan struct{}, max(1, opts.Registrations-1)), registrar: newRegistrar(reg, opts.Limits, log),
 		helloBytes: semaphore.NewWeighted(opts.HelloBytes), helloBudget: opts.HelloBytes,
 		quotas: opts.Quotas, tenants: tenantGate{pending: map[string]int{}},
-		log: log, metrics: m, streams: map[string]*stream{}, perIP: map[string]int{}, clock: map[string]time.Duration{}}
+		runner: newRunner(), log: log, metrics: m, streams: map[string]*stream{}, perIP: map[string]int{}, clock: map[string]time.Duration{}}
 }
 
 // Connect serves one agent's stream: Hello, then reports until either side ends it.
@@ -227,7 +231,7 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 			s.countRecvError(err)
 			return s.finish(sv, err)
 		}
-		if err := s.handle(sv, m); err != nil {
+		if err := s.handleAside(sv, m); err != nil {
 			return s.finish(sv, err)
 		}
 	}
@@ -402,7 +406,7 @@ func (s *Server) start(ctx, made context.Context, cancel context.CancelCauseFunc
 		return nil, nil, err
 	}
 	registered()
-	st := &stream{node: node, peer: from, metrics: metricSet{base: base}, otherDefs: others, ctx: ctx, end: cancel}
+	st := &stream{node: node, peer: from, metrics: metricSet{base: base}, otherDefs: int32(others), ctx: ctx, end: cancel, runner: s.runner}
 	if len(foreign) > 0 {
 		st.tenancy = &streamTenancy{foreign: foreign}
 	}
@@ -560,7 +564,7 @@ func (s *Server) recvLoop(sv *served) error {
 			s.countRecvError(err)
 			return err
 		}
-		if err := s.handle(sv, m); err != nil {
+		if err := s.handleAside(sv, m); err != nil {
 			return err
 		}
 	}

@@ -8,10 +8,14 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 
+	"github.com/nbs-project/nbs/collector/store"
+	"github.com/nbs-project/nbs/collector/telemetry"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
 
@@ -90,4 +94,84 @@ func deepAuthenticate(ctx context.Context, h *nbsv1.Hello, depth int) (Grant, er
 		return g, err
 	}
 	return credentialAuth{}.Authenticate(ctx, h)
+}
+
+// storeAll stores every report it is given.
+type storeAll struct{}
+
+func (storeAll) WriteReports(_ context.Context, reports []store.Report) (map[store.ReportKey]bool, error) {
+	out := make(map[store.ReportKey]bool, len(reports))
+	for _, r := range reports {
+		out[r.Key()] = true
+	}
+	return out, nil
+}
+
+// Handling a report takes more stack than an idle stream's handler keeps
+// (8 KiB): handled on the handler's goroutine, each report grew its stack
+// to 16 KiB, a copy the next collection undid with another (runner).
+// Reports are handled on the runner's workers instead: a stream's
+// handler stack does not grow with its reports. Measured with the
+// collector's GC off, so nothing is shrunk back in between.
+func TestReportsLeaveHandlerStacks(t *testing.T) {
+	const streams = 200
+	limits := DefaultLimits()
+	limits.MaxStreamsPerIP = 2 * streams
+	log := slog.New(slog.DiscardHandler)
+	m := telemetry.New()
+	w := NewWriter(storeAll{}, WriterOptions{Workers: 1, QueueSize: 1000, MaxBatch: 500, MaxWait: time.Millisecond}, log, m)
+	go w.Run(t.Context())
+	srv := NewServer(&countingRegistry{upserts: map[string][]store.Node{}}, w, ServerOptions{Limits: limits}, log, m)
+	c := serve(t, srv, InterruptibleStreams())
+	report := func(s *agentStream, seq uint64) {
+		t.Helper()
+		r := &nbsv1.Report{Sequence: seq, TimeUnixNano: time.Now().UnixNano(), IntervalMs: 1000,
+			Samples: []*nbsv1.Sample{{MetricId: "tcp_reset", Value: 1, State: nbsv1.State_STATE_OK}}}
+		if err := s.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				t.Fatalf("report %d: %v", seq, err)
+			}
+			if a := m.GetAck(); a != nil && a.GetSequence() == seq {
+				return
+			}
+			if r := m.GetReject(); r != nil {
+				t.Fatalf("report %d rejected: %s", seq, r.GetReason())
+			}
+		}
+	}
+	var opened []*agentStream
+	for i := range streams {
+		name := fmt.Sprintf("reports-%03d", i)
+		s, m, err := open(t, c, name, nil, 1, nil)
+		if err != nil || m.GetConfig() == nil {
+			t.Fatalf("stream %d: %v, %v", i, m, err)
+		}
+		opened = append(opened, s)
+	}
+	report(opened[0], 1) // a worker's stack grows once
+	for range 3 {
+		runtime.GC() // the handlers' stacks halved where they can be
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	stackInuse := func() uint64 {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.StackInuse
+	}
+	before := stackInuse()
+	for _, s := range opened[1:] {
+		report(s, 1)
+	}
+	perStream := (float64(stackInuse()) - float64(before)) / (streams - 1) / 1024
+	t.Logf("a report on each of %d streams: %.2f KiB of stack more a stream", streams-1, perStream)
+	if perStream > 2 { // 8 KiB when each handler grew
+		t.Errorf("handling a report grew the stack by %.2f KiB a stream, want its handler's stack to stay at 8 KiB", perStream)
+	}
+	for _, s := range opened {
+		s.cancel()
+	}
 }

@@ -28,16 +28,21 @@ type stream struct {
 	node    store.Node
 	metrics metricSet
 	// otherDefs counts the node's stored definitions this stream's Hello
-	// did not repeat, so the per-node limit holds across streams.
-	otherDefs int
-	lastSeq   uint64
+	// did not repeat, so the per-node limit holds across streams (at most
+	// Limits.MaxMetrics). Beside nOffsets: together they take one word.
+	otherDefs int32
+	// nOffsets counts the reports noted in offsets (noteClock); wrapping
+	// keeps its place in them, as clockSamples divides 2^32.
+	nOffsets uint32
+	lastSeq  uint64
 	// tenancy is what tenancy checks found of the stream (tenancy.go):
 	// nil for most streams, which are kept to 512 bytes.
 	tenancy *streamTenancy
 	// offsets are the last reports' time minus their receipt time.
-	offsets  [clockSamples]time.Duration
-	nOffsets int
-	peer     string
+	offsets [clockSamples]time.Duration
+	peer    string
+	// runner runs the stream's sender (drain); nil: a goroutine of its own.
+	runner *runner
 	// What waits to be sent to the agent. No goroutine waits with it: a
 	// sender is started when there is something to send and ends when it
 	// has sent it all (an agent is acked once an interval, and each
@@ -131,8 +136,17 @@ func (st *stream) startSender() {
 	}
 	st.sending = true
 	st.senders.Add(1)
+	if st.runner != nil {
+		st.runner.run(st)
+		return
+	}
 	go st.drain()
 }
+
+// run is drain as the runner's task: on a worker whose stack has grown
+// to what a Send takes already, rather than on a new goroutine that grows
+// its stack each time an ack is sent (a few times an interval per node).
+func (st *stream) run() { st.drain() }
 
 // drain sends what waits, Configs first, so the agent has its Config
 // before the acks of its first reports, and ends when nothing is left.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -267,6 +268,10 @@ func ValidateThreshold(t store.Threshold) error {
 	return nil
 }
 
+// maxScanned is how many samples a report may have for checkReport to
+// find a metric twice by looking among those before it, not in a map.
+const maxScanned = 32
+
 // checkReport validates a report against the stream's state and converts it.
 // It does not change the stream: the caller commits new definitions and the
 // sequence only once the report is accepted.
@@ -296,16 +301,22 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 		return out, nil, reject("too_large", "report %d: %d events, at most %d allowed", r.GetSequence(), len(r.GetEvents()), l.MaxEvents)
 	case len(r.GetHistograms()) > l.MaxHistograms:
 		return out, nil, reject("too_large", "report %d: %d histograms, at most %d allowed", r.GetSequence(), len(r.GetHistograms()), l.MaxHistograms)
-	case st.metrics.len()+st.otherDefs+len(r.GetNewMetrics()) > l.MaxMetrics:
-		return out, nil, reject("too_many_metrics", "report %d: node would have more than %d metric definitions (%d defined so far, counting earlier streams)", r.GetSequence(), l.MaxMetrics, st.metrics.len()+st.otherDefs)
+	case st.metrics.len()+int(st.otherDefs)+len(r.GetNewMetrics()) > l.MaxMetrics:
+		return out, nil, reject("too_many_metrics", "report %d: node would have more than %d metric definitions (%d defined so far, counting earlier streams)", r.GetSequence(), l.MaxMetrics, st.metrics.len()+int(st.otherDefs))
 	}
-	newDefs, rej := l.checkDefinitions(r.GetNewMetrics(), &st.metrics)
-	if rej != nil {
-		return out, nil, reject(rej.reason, "report %d: %s", r.GetSequence(), rej.msg)
-	}
-	pending := make(map[string]store.Kind, len(newDefs))
-	for _, d := range newDefs {
-		pending[d.Path] = d.Kind
+	// Most reports define nothing new: no definitions to check, and no
+	// map of them made for every report.
+	var newDefs []store.MetricDef
+	var pending map[string]store.Kind
+	if len(r.GetNewMetrics()) > 0 {
+		var rej *rejection
+		if newDefs, rej = l.checkDefinitions(r.GetNewMetrics(), &st.metrics); rej != nil {
+			return out, nil, reject(rej.reason, "report %d: %s", r.GetSequence(), rej.msg)
+		}
+		pending = make(map[string]store.Kind, len(newDefs))
+		for _, d := range newDefs {
+			pending[d.Path] = d.Kind
+		}
 	}
 	kindOf := func(path string) (store.Kind, bool) {
 		if m, ok := st.metrics.get(path); ok {
@@ -324,17 +335,24 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 		buckets += len(h.GetBucketIndex())
 	}
 	indexes, counts := make([]int32, 0, buckets), make([]int64, 0, buckets)
-	seen := make(map[string]bool, len(r.GetSamples()))
+	// A metric twice: looked for among the samples before it while they
+	// are few (a healthy node's dozen roots), in a map beyond.
+	var seen map[string]bool
+	if len(r.GetSamples()) > maxScanned {
+		seen = make(map[string]bool, len(r.GetSamples()))
+	}
 	for _, s := range r.GetSamples() {
 		p := s.GetMetricId()
 		kind, ok := kindOf(p)
 		if !ok {
 			return out, nil, reject("unknown_metric", "report %d: unknown metric %q (not in the hello or new_metrics)", r.GetSequence(), p)
 		}
-		if seen[p] {
+		if seen != nil && seen[p] || seen == nil && slices.ContainsFunc(out.Samples, func(s store.Sample) bool { return s.Path == p }) {
 			return out, nil, reject("bad_value", "report %d: metric %s appears twice", r.GetSequence(), p)
 		}
-		seen[p] = true
+		if seen != nil {
+			seen[p] = true
+		}
 		v := s.GetValue()
 		if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) > l.MaxAbsoluteValue {
 			return out, nil, reject("bad_value", "report %d: metric %s: value %g is not a finite number below %g", r.GetSequence(), p, v, l.MaxAbsoluteValue)

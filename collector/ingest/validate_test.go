@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +109,62 @@ func TestSampleWithoutValue(t *testing.T) {
 	want := []store.Sample{{Path: "ping", Value: 0, State: store.StateUnknown, NoValue: true}, {Path: "drops", Value: 3, State: store.StateOK, Counter: true}}
 	if len(out.Samples) != 2 || out.Samples[0] != want[0] || out.Samples[1] != want[1] {
 		t.Errorf("samples %+v, want %+v", out.Samples, want)
+	}
+}
+
+// A metric twice in one report is refused, whether the report has few
+// samples (looked for among those before it) or many (in a map), and
+// first or last; a metric the report itself defines may have a sample.
+func TestSampleTwice(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name      string
+		samples   int // distinct metrics m000, m001, …
+		twice     int // index of the one sent again at the end; -1: none
+		newMetric bool
+	}{
+		{"few, none twice", 3, -1, false},
+		{"few, the first twice", 3, 0, false},
+		{"few, the last twice", 3, 2, false},
+		{"at the scan's bound, the first twice", maxScanned - 1, 0, false},
+		{"many, none twice", maxScanned + 5, -1, false},
+		{"many, the first twice", maxScanned + 5, 0, false},
+		{"many, the last twice", maxScanned + 5, maxScanned + 4, false},
+		{"a new metric's sample", 3, -1, true},
+		{"a new metric's sample twice", 3, 3, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &stream{metrics: metricSet{base: map[string]streamMetric{}}}
+			r := &nbsv1.Report{Sequence: 1, TimeUnixNano: now.UnixNano(), IntervalMs: 10000}
+			id := func(i int) string { return fmt.Sprintf("m%03d", i) }
+			for i := range tc.samples {
+				st.metrics.base[id(i)] = streamMetric{id: int32(i + 1), kind: store.KindGauge}
+				r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: id(i), Value: 1, State: nbsv1.State_STATE_OK})
+			}
+			if tc.newMetric {
+				r.NewMetrics = []*nbsv1.MetricDefinition{{Id: id(tc.samples), Title: "new", Kind: nbsv1.MetricKind_METRIC_KIND_GAUGE}}
+				r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: id(tc.samples), Value: 1, State: nbsv1.State_STATE_OK})
+			}
+			if tc.twice >= 0 {
+				r.Samples = append(r.Samples, &nbsv1.Sample{MetricId: id(tc.twice), Value: 2, State: nbsv1.State_STATE_OK})
+			}
+			out, defs, rej := DefaultLimits().checkReport(r, st, now)
+			if tc.twice >= 0 {
+				want := fmt.Sprintf("metric %s appears twice", id(tc.twice))
+				if rej == nil || rej.reason != "bad_value" || !strings.Contains(rej.msg, want) {
+					t.Fatalf("checkReport = %v, want a bad_value rejection: %s", rej, want)
+				}
+				return
+			}
+			if rej != nil {
+				t.Fatalf("checkReport = %v, want accepted", rej)
+			}
+			if len(out.Samples) != len(r.Samples) {
+				t.Errorf("%d samples stored, want %d", len(out.Samples), len(r.Samples))
+			}
+			if tc.newMetric != (len(defs) == 1) {
+				t.Errorf("new definitions %v, want one: %v", defs, tc.newMetric)
+			}
+		})
 	}
 }

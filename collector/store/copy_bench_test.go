@@ -68,14 +68,14 @@ func BenchmarkCopyDirect(b *testing.B) {
 		t0 := time.Now()
 		err = pgx.BeginFunc(ctx, st.pool, func(tx pgx.Tx) error {
 			if direct {
-				stored, err := copyDirect(ctx, tx, rows)
+				stored, err := copyDirect(ctx, tx, rows, new([]byte))
 				if err == nil && !stored {
 					err = fmt.Errorf("a new batch was refused")
 				}
 				return err
 			}
 			result := map[ReportKey]bool{}
-			if err := st.writeStaged(ctx, tx, rows, result); err != nil {
+			if err := st.writeStaged(ctx, tx, rows, result, new([]byte)); err != nil {
 				return err
 			}
 			if len(result) != len(batch) {

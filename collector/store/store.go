@@ -47,6 +47,9 @@ type Store struct {
 	// latestBufs holds *[]byte buffers for a batch's latest values
 	// (WriteReports).
 	latestBufs sync.Pool
+	// latestScratches holds *latestScratch: queueLatest's per-node
+	// values, kept from batch to batch.
+	latestScratches sync.Pool
 }
 
 // DefaultMaxDefIDs bounds the definitions a collector remembers: a fleet runs a
@@ -94,7 +97,8 @@ func OpenWithConns(ctx context.Context, url string, log *slog.Logger, minConns i
 
 func newStore(pool *pgxpool.Pool, log *slog.Logger) *Store {
 	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, maxDefIDs: DefaultMaxDefIDs, partitions: map[string]bool{}, epoch: -1,
-		latestSeed: maphash.MakeSeed(), latestBufs: sync.Pool{New: func() any { return new([]byte) }}}
+		latestSeed: maphash.MakeSeed(), latestBufs: sync.Pool{New: func() any { return new([]byte) }},
+		latestScratches: sync.Pool{New: func() any { return &latestScratch{byNode: map[int32]*latestAcc{}} }}}
 }
 
 func (s *Store) Close() { s.pool.Close() }

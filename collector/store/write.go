@@ -191,8 +191,17 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 			s.latestBufs.Put(buf)
 		}
 	}()
+	// And the rows COPYed, then the statements' arguments, into another
+	// (copyEncoded, sendEncoded).
+	args := s.latestBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*args) <= maxLatestBuf {
+			*args = (*args)[:0]
+			s.latestBufs.Put(args)
+		}
+	}()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		stored, err := copyDirect(ctx, tx, rows)
+		stored, err := copyDirect(ctx, tx, rows, args)
 		if err != nil {
 			return err
 		}
@@ -200,13 +209,17 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 			for k := range result {
 				result[k] = true
 			}
-		} else if err := s.writeStaged(ctx, tx, rows, result); err != nil {
+		} else if err := s.writeStaged(ctx, tx, rows, result, args); err != nil {
 			return err
 		}
 		// One round trip for the latest values. Rollups are the fold's
 		// (FoldRollups), from rollup_pending.
 		batch := &pgx.Batch{}
-		if *buf, err = queueLatest(batch, s.latestSeed, (*buf)[:0], unique, result); err != nil {
+		sc := s.latestScratches.Get().(*latestScratch)
+		*buf, err = queueLatest(batch, s.latestSeed, (*buf)[:0], unique, result, sc)
+		sc.reset()
+		s.latestScratches.Put(sc)
+		if err != nil {
 			return err
 		}
 		queueCounters(batch, unique, result)
@@ -217,7 +230,7 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		if batch.Len() == 0 {
 			return nil
 		}
-		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		if *args, err = sendEncoded(ctx, tx, batch, *args); err != nil {
 			return fmt.Errorf("update latest values: %w", err)
 		}
 		return nil
@@ -306,12 +319,12 @@ func newCopyRows(reports []Report) (copyRows, error) {
 // returns false, for writeStaged. The staging tables' extra COPY and
 // INSERT … SELECT cost as much as the rest of a batch's write
 // (BENCHMARKS.md, "Fleet": "Ingest against raw COPY").
-func copyDirect(ctx context.Context, tx pgx.Tx, c copyRows) (bool, error) {
+func copyDirect(ctx context.Context, tx pgx.Tx, c copyRows, buf *[]byte) (bool, error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("begin savepoint: %w", err)
 	}
-	err = copyAll(ctx, sp, "", c, true)
+	err = copyAll(ctx, sp, "", c, true, buf)
 	if uniqueViolation(err) { // a resend
 		if err := sp.Rollback(ctx); err != nil {
 			return false, fmt.Errorf("roll back to savepoint: %w", err)
@@ -329,8 +342,9 @@ func copyDirect(ctx context.Context, tx pgx.Tx, c copyRows) (bool, error) {
 
 // copyAll COPYs a batch's rows into the tables named prefix+name: the
 // stored tables, or the staging ones ("stage_"), which take no pending
-// rows (moveStaged writes those for the new reports only).
-func copyAll(ctx context.Context, tx pgx.Tx, prefix string, c copyRows, pending bool) error {
+// rows (moveStaged writes those for the new reports only). The rows are
+// encoded into buf (copyEncoded).
+func copyAll(ctx context.Context, tx pgx.Tx, prefix string, c copyRows, pending bool, buf *[]byte) error {
 	for _, t := range []struct {
 		name string
 		cols []string
@@ -344,7 +358,8 @@ func copyAll(ctx context.Context, tx pgx.Tx, prefix string, c copyRows, pending 
 		if len(t.rows) == 0 || (t.name == "rollup_pending" && !pending) {
 			continue
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{prefix + t.name}, t.cols, pgx.CopyFromRows(t.rows)); err != nil {
+		var err error
+		if *buf, err = copyEncoded(ctx, tx, prefix+t.name, t.cols, t.rows, *buf); err != nil {
 			return fmt.Errorf("copy %s: %w", t.name, err)
 		}
 	}
@@ -353,11 +368,11 @@ func copyAll(ctx context.Context, tx pgx.Tx, prefix string, c copyRows, pending 
 
 // writeStaged stores the reports of a batch that are not stored yet: COPY
 // to staging tables, then moveStaged. It marks the new ones in result.
-func (s *Store) writeStaged(ctx context.Context, tx pgx.Tx, c copyRows, result map[ReportKey]bool) error {
+func (s *Store) writeStaged(ctx context.Context, tx pgx.Tx, c copyRows, result map[ReportKey]bool, buf *[]byte) error {
 	if _, err := tx.Exec(ctx, stagingDDL); err != nil {
 		return fmt.Errorf("create staging tables: %w", err)
 	}
-	if err := copyAll(ctx, tx, "stage_", c, false); err != nil {
+	if err := copyAll(ctx, tx, "stage_", c, false, buf); err != nil {
 		return err
 	}
 	rows, err := tx.Query(ctx, moveStaged(len(c.hists) > 0, len(c.events) > 0))
@@ -384,26 +399,20 @@ func (s *Store) writeStaged(ctx context.Context, tx pgx.Tx, c copyRows, result m
 // database sees one upsert per node and batch rather than one per sample.
 // seed keys the hash of each node's key set (metrics_keys, mergeLatest).
 // The JSON is appended to all, which it returns.
-func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Report, inserted map[ReportKey]bool) ([]byte, error) {
-	type acc struct {
-		ts         time.Time
-		intervalMS uint32
-		snapshot   *time.Time
-		metrics    map[string]LatestValue
-		deep       bool // a metric below the roots
-	}
-	byNode := map[int32]*acc{}
-	sorted := make([]Report, 0, len(reports))
+func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Report, inserted map[ReportKey]bool, sc *latestScratch) ([]byte, error) {
+	byNode := sc.byNode
+	sorted := sc.sorted[:0]
 	for _, r := range reports {
 		if inserted[r.Key()] {
 			sorted = append(sorted, r)
 		}
 	}
+	sc.sorted = sorted
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].OrderTime().Before(sorted[j].OrderTime()) })
 	for _, r := range sorted {
 		a := byNode[r.NodeID]
 		if a == nil {
-			a = &acc{metrics: map[string]LatestValue{}}
+			a = sc.acc()
 			byNode[r.NodeID] = a
 		}
 		a.ts, a.intervalMS = r.OrderTime(), r.IntervalMS
@@ -511,6 +520,53 @@ func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Repo
 	}
 	batch.Queue(mergeLatest, nodes, ts, intervals, snapshots, metrics, states, keySets, paths, vals, vstates, times, ivals, novalue, lo, hi, tlo, thi)
 	return all, nil
+}
+
+// latestAcc is one node's newest values in a batch (queueLatest).
+type latestAcc struct {
+	ts         time.Time
+	intervalMS uint32
+	snapshot   *time.Time
+	metrics    map[string]LatestValue
+	deep       bool // a metric below the roots
+}
+
+// latestScratch is what queueLatest builds for a batch, kept for the next
+// one (Store.latestScratches) once reset: a node's values grown into a new
+// map each batch were a sixth of the write path's allocations.
+type latestScratch struct {
+	byNode map[int32]*latestAcc
+	accs   []*latestAcc // every one made, byNode's first
+	used   int
+	sorted []Report
+}
+
+// acc is a node's accumulator, emptied.
+func (sc *latestScratch) acc() *latestAcc {
+	if sc.used == len(sc.accs) {
+		sc.accs = append(sc.accs, &latestAcc{metrics: map[string]LatestValue{}})
+	}
+	a := sc.accs[sc.used]
+	sc.used++
+	return a
+}
+
+// reset empties the scratch, keeping its maps' room, but not more of it
+// than a batch of the largest reports needs now and then: nothing of the
+// batch stays reachable from it.
+func (sc *latestScratch) reset() {
+	for _, a := range sc.accs[:sc.used] {
+		clear(a.metrics)
+		if a.deep {
+			// A deep node's map may be large: not kept for a roots-only node.
+			a.metrics = map[string]LatestValue{}
+		}
+		*a = latestAcc{metrics: a.metrics}
+	}
+	sc.used = 0
+	clear(sc.byNode)
+	clear(sc.sorted)
+	sc.sorted = sc.sorted[:0]
 }
 
 // maxLatestBuf is the largest latest-values buffer kept for the next

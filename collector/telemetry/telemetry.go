@@ -4,6 +4,7 @@ package telemetry
 
 import (
 	"net/http"
+	"regexp"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,9 +92,16 @@ func New() *Metrics {
 			Name: "nbs_collector_export_seconds", Help: "Time to build one export of the metric trees, by kind.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"kind"}),
 	}
+	// The Go runtime's estimate of the CPU its garbage collector took
+	// (runtime/metrics /cpu/classes/gc/..., e.g.
+	// go_cpu_classes_gc_total_cpu_seconds_total), beside the process's
+	// own process_cpu_seconds_total: the share of the collector's CPU that
+	// is GC, without a profile (BENCHMARKS.md, "Collector memory per
+	// connected node").
+	gcCPU := collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/gc/`)}
 	m.Registry.MustRegister(m.Streams, m.Reports, m.Samples, m.Rejects, m.LabelConflicts, m.PingAddressesTaken, m.DBWrite, m.DBBatch, m.DBErrors,
 		m.WriteQueue, m.HTTPRequests, m.HTTPDurations, m.ExportSeries, m.ExportNodes, m.ExportOverflowed, m.ExportSeconds,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(gcCPU)), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Registry.MustRegister(m.Alert.collectors()...)
 	return m
 }

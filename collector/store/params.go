@@ -1,0 +1,337 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// sendEncoded sends a batch's statements in one round trip on tx's
+// connection, as tx.SendBatch(ctx, batch).Close() does, with their
+// arguments encoded into buf, which it returns (kept for the next batch).
+//
+// pgx encodes a statement's arguments into a buffer it shrinks back to
+// 256 bytes after every statement, boxing every element of an array into
+// an interface (and, for a slice of pointers or of []byte, allocating one
+// by reflection): the arrays of a batch's merge into node_latest were, with
+// their copies, a third of all the collector's allocations at 10,000 nodes,
+// and the collections they caused a fifth of its CPU (BENCHMARKS.md,
+// "Collector memory per connected node"). Here the arrays the write path
+// sends (appendParamArray) are written straight into buf; anything else is
+// encoded by the connection's own type map, into buf too.
+//
+// Each statement is prepared once a connection (by its SQL, as pgx's own
+// statement cache would). The batch's queries must not read their results
+// (QueuedQuery.Fn): nothing here reads them.
+func sendEncoded(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, buf []byte) ([]byte, error) {
+	conn := tx.Conn()
+	m := conn.TypeMap()
+	type param struct{ start, end int } // end < 0: NULL
+	var (
+		sds     = make([]*pgconn.StatementDescription, len(batch.QueuedQueries))
+		params  []param
+		formats []int16
+	)
+	buf = buf[:0]
+	for i, q := range batch.QueuedQueries {
+		if q.Fn != nil {
+			return buf, fmt.Errorf("queued query reads its results: not supported here")
+		}
+		sd, err := conn.Prepare(ctx, q.SQL, q.SQL)
+		if err != nil {
+			return buf, fmt.Errorf("prepare: %w", err)
+		}
+		if len(sd.ParamOIDs) != len(q.Arguments) {
+			return buf, fmt.Errorf("statement takes %d arguments, %d given", len(sd.ParamOIDs), len(q.Arguments))
+		}
+		sds[i] = sd
+		for j, arg := range q.Arguments {
+			oid, start := sd.ParamOIDs[j], len(buf)
+			out, ok, err := appendParamArray(buf, oid, arg)
+			format := int16(pgtype.BinaryFormatCode)
+			if !ok {
+				format = m.FormatCodeForOID(oid)
+				out, err = m.Encode(oid, format, arg, buf)
+			}
+			if err != nil {
+				return buf, fmt.Errorf("encode argument %d: %w", j+1, err)
+			}
+			p := param{start, -1}
+			if out != nil {
+				buf, p.end = out, len(out)
+			}
+			params, formats = append(params, p), append(formats, format)
+		}
+	}
+	// The values are slices of buf once it stopped growing.
+	values := make([][]byte, len(params))
+	for i, p := range params {
+		if p.end >= 0 {
+			values[i] = buf[p.start:p.end:p.end]
+		}
+	}
+	var pb pgconn.Batch
+	at := 0
+	for i, sd := range sds {
+		n := len(batch.QueuedQueries[i].Arguments)
+		pb.ExecStatement(sd, values[at:at+n], formats[at:at+n], nil)
+		at += n
+	}
+	mrr := conn.PgConn().ExecBatch(ctx, &pb)
+	for mrr.NextResult() {
+		if _, err := mrr.ResultReader().Close(); err != nil {
+			_ = mrr.Close()
+			return buf, err
+		}
+	}
+	return buf, mrr.Close()
+}
+
+// pgEpochMicros is 2000-01-01 UTC, PostgreSQL's epoch, in microseconds
+// since 1970.
+const pgEpochMicros = 946684800 * 1000000
+
+// appendParamArray appends arg as a PostgreSQL array of the type oid names in
+// binary, as pgx would encode it, for the slices the write path sends
+// (ok); a nil slice is NULL (nil, true). Any other pair is not its (false).
+func appendParamArray(buf []byte, oid uint32, arg any) (out []byte, ok bool, err error) {
+	switch v := arg.(type) {
+	case []int32:
+		if oid != pgtype.Int4ArrayOID {
+			return nil, false, nil
+		}
+		return appendElems(buf, pgtype.Int4OID, v, func(b []byte, x int32) ([]byte, bool) {
+			return binary.BigEndian.AppendUint32(appendLen(b, 4), uint32(x)), true
+		}), true, nil
+	case []int64:
+		if oid != pgtype.Int8ArrayOID {
+			return nil, false, nil
+		}
+		return appendElems(buf, pgtype.Int8OID, v, func(b []byte, x int64) ([]byte, bool) {
+			return binary.BigEndian.AppendUint64(appendLen(b, 8), uint64(x)), true
+		}), true, nil
+	case []int16:
+		if oid != pgtype.Int2ArrayOID {
+			return nil, false, nil
+		}
+		return appendElems(buf, pgtype.Int2OID, v, func(b []byte, x int16) ([]byte, bool) {
+			return binary.BigEndian.AppendUint16(appendLen(b, 2), uint16(x)), true
+		}), true, nil
+	case []float64:
+		if oid != pgtype.Float8ArrayOID {
+			return nil, false, nil
+		}
+		return appendElems(buf, pgtype.Float8OID, v, func(b []byte, x float64) ([]byte, bool) {
+			return binary.BigEndian.AppendUint64(appendLen(b, 8), math.Float64bits(x)), true
+		}), true, nil
+	case []bool:
+		if oid != pgtype.BoolArrayOID {
+			return nil, false, nil
+		}
+		return appendElems(buf, pgtype.BoolOID, v, func(b []byte, x bool) ([]byte, bool) {
+			c := byte(0)
+			if x {
+				c = 1
+			}
+			return append(appendLen(b, 1), c), true
+		}), true, nil
+	case []time.Time:
+		if oid != pgtype.TimestamptzArrayOID {
+			return nil, false, nil
+		}
+		return appendElems(buf, pgtype.TimestamptzOID, v, func(b []byte, x time.Time) ([]byte, bool) {
+			return appendTimestamptz(b, x), true
+		}), true, nil
+	case []*time.Time:
+		if oid != pgtype.TimestamptzArrayOID {
+			return nil, false, nil
+		}
+		return appendElems(buf, pgtype.TimestamptzOID, v, func(b []byte, x *time.Time) ([]byte, bool) {
+			if x == nil {
+				return b, false
+			}
+			return appendTimestamptz(b, *x), true
+		}), true, nil
+	case []*string:
+		if oid != pgtype.TextArrayOID {
+			return nil, false, nil
+		}
+		return appendElems(buf, pgtype.TextOID, v, func(b []byte, x *string) ([]byte, bool) {
+			if x == nil {
+				return b, false
+			}
+			return append(appendLen(b, len(*x)), *x...), true
+		}), true, nil
+	case []string:
+		if oid != pgtype.TextArrayOID {
+			return nil, false, nil
+		}
+		return appendElems(buf, pgtype.TextOID, v, func(b []byte, x string) ([]byte, bool) {
+			return append(appendLen(b, len(x)), x...), true
+		}), true, nil
+	case [][]byte:
+		// jsonb's binary form is a version byte and the text.
+		if oid != pgtype.JSONBArrayOID {
+			return nil, false, nil
+		}
+		return appendElems(buf, pgtype.JSONBOID, v, func(b []byte, x []byte) ([]byte, bool) {
+			if x == nil {
+				return b, false
+			}
+			return append(append(appendLen(b, 1+len(x)), 1), x...), true
+		}), true, nil
+	}
+	return nil, false, nil
+}
+
+// appendElems appends a one-dimensional array of elem (PostgreSQL's
+// array_send): a header, then each element as its length and bytes, or
+// -1 for NULL (elem returns false and appends nothing); nil is NULL
+// (returns nil), and an empty slice one dimension of length 0, as pgx
+// sends them.
+func appendElems[T any](buf []byte, elemOID uint32, v []T, elem func([]byte, T) ([]byte, bool)) []byte {
+	if v == nil {
+		return nil
+	}
+	if buf == nil {
+		buf = []byte{} // not NULL
+	}
+	buf = binary.BigEndian.AppendUint32(buf, 1) // dimensions
+	nulls := len(buf)
+	buf = binary.BigEndian.AppendUint32(buf, 0)
+	buf = binary.BigEndian.AppendUint32(buf, elemOID)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(v)))
+	buf = binary.BigEndian.AppendUint32(buf, 1) // lower bound
+	for _, x := range v {
+		var ok bool
+		if buf, ok = elem(buf, x); !ok {
+			buf = binary.BigEndian.AppendUint32(buf, math.MaxUint32) // -1: NULL
+			binary.BigEndian.PutUint32(buf[nulls:], 1)
+		}
+	}
+	return buf
+}
+
+// appendLen appends an element's length.
+func appendLen(b []byte, n int) []byte { return binary.BigEndian.AppendUint32(b, uint32(n)) }
+
+// appendTimestamptz appends t as a timestamptz element: microseconds
+// since 2000-01-01 UTC.
+func appendTimestamptz(b []byte, t time.Time) []byte {
+	us := t.Unix()*1000000 + int64(t.Nanosecond())/1000 - pgEpochMicros
+	return binary.BigEndian.AppendUint64(appendLen(b, 8), uint64(us))
+}
+
+// copyEncoded COPYs rows into table's columns, as pgx's CopyFrom would,
+// with the rows encoded into buf (returned, kept for the next batch) and
+// the columns' types from a statement prepared once a connection.
+//
+// pgx's CopyFrom encodes into a buffer grown anew from 1 KiB each call,
+// boxing every array element on the way, and asks the server for the
+// columns' types before each COPY (a round trip): at 10,000 nodes its
+// buffers were a sixth of the collector's allocations once the
+// statements' arguments were no longer (sendEncoded).
+func copyEncoded(ctx context.Context, tx pgx.Tx, table string, cols []string, rows [][]any, buf []byte) ([]byte, error) {
+	conn := tx.Conn()
+	quoted := make([]string, len(cols))
+	for i, c := range cols {
+		quoted[i] = pgx.Identifier{c}.Sanitize()
+	}
+	list, name := strings.Join(quoted, ", "), pgx.Identifier{table}.Sanitize()
+	describe := "select " + list + " from " + name
+	sd, err := conn.Prepare(ctx, describe, describe)
+	if err != nil {
+		return buf, fmt.Errorf("describe %s: %w", table, err)
+	}
+	m := conn.TypeMap()
+	buf = append(buf[:0], "PGCOPY\n\377\r\n\000"...)
+	buf = binary.BigEndian.AppendUint32(buf, 0) // flags
+	buf = binary.BigEndian.AppendUint32(buf, 0) // no header extension
+	for _, row := range rows {
+		if len(row) != len(cols) {
+			return buf, fmt.Errorf("a row of %d values for %d columns", len(row), len(cols))
+		}
+		buf = binary.BigEndian.AppendUint16(buf, uint16(len(cols)))
+		for i, v := range row {
+			if buf, err = appendField(m, buf, sd.Fields[i].DataTypeOID, v); err != nil {
+				return buf, fmt.Errorf("encode %s: %w", cols[i], err)
+			}
+		}
+	}
+	buf = binary.BigEndian.AppendUint16(buf, math.MaxUint16) // the trailer: -1
+	if _, err := conn.PgConn().CopyFrom(ctx, bytes.NewReader(buf), "copy "+name+" ( "+list+" ) from stdin binary;"); err != nil {
+		return buf, err
+	}
+	return buf, nil
+}
+
+// appendField appends v as a binary COPY field of the type oid names: its
+// length and bytes, or -1 for NULL.
+func appendField(m *pgtype.Map, buf []byte, oid uint32, v any) ([]byte, error) {
+	at := len(buf)
+	buf = binary.BigEndian.AppendUint32(buf, 0)
+	out, ok := appendScalar(buf, oid, v)
+	var err error
+	if !ok {
+		out, ok, err = appendParamArray(buf, oid, v)
+	}
+	if !ok {
+		out, err = m.Encode(oid, pgtype.BinaryFormatCode, v, buf)
+	}
+	if err != nil {
+		return buf[:at], err
+	}
+	if out == nil { // NULL
+		return binary.BigEndian.AppendUint32(buf[:at], math.MaxUint32), nil
+	}
+	binary.BigEndian.PutUint32(out[at:], uint32(len(out)-at-4))
+	return out, nil
+}
+
+// appendScalar appends the binary form of the scalars the write path
+// COPYs (ok), as pgx would encode them; a nil []byte is NULL (nil, true).
+func appendScalar(buf []byte, oid uint32, v any) ([]byte, bool) {
+	switch x := v.(type) {
+	case int32:
+		if oid == pgtype.Int4OID {
+			return binary.BigEndian.AppendUint32(buf, uint32(x)), true
+		}
+	case int64:
+		if oid == pgtype.Int8OID {
+			return binary.BigEndian.AppendUint64(buf, uint64(x)), true
+		}
+	case float64:
+		if oid == pgtype.Float8OID {
+			return binary.BigEndian.AppendUint64(buf, math.Float64bits(x)), true
+		}
+	case bool:
+		if oid == pgtype.BoolOID {
+			c := byte(0)
+			if x {
+				c = 1
+			}
+			return append(buf, c), true
+		}
+	case time.Time:
+		if oid == pgtype.TimestamptzOID {
+			us := x.Unix()*1000000 + int64(x.Nanosecond())/1000 - pgEpochMicros
+			return binary.BigEndian.AppendUint64(buf, uint64(us)), true
+		}
+	case []byte:
+		if oid == pgtype.JSONBOID {
+			if x == nil {
+				return nil, true
+			}
+			return append(append(buf, 1), x...), true
+		}
+	}
+	return nil, false
+}
