@@ -93,6 +93,9 @@ func TestExplainFoldHistograms(t *testing.T) {
 	}{
 		{"probe", foldPendingHistograms, `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = on`},
 		{"probe-nomemo", foldPendingHistograms, `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
+		{"probe-each", `
+SELECT p.node_id, h.metric_id, date_bin('1 minute', p.ts, ` + epoch + `), h.count, h.sum, array_send(h.bucket_index) || array_send(h.bucket_count)
+FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)` + histProbe, `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
 		{"probe-fn", strings.Replace(foldPendingHistograms, "array_send(h.bucket_index) || array_send(h.bucket_count)", "rollup_buckets(h.bucket_index, h.bucket_count)", 1), `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
 	}
 	if v := os.Getenv("NBS_FOLD_VARIANTS"); v != "" {
@@ -224,4 +227,107 @@ func TestExplainFoldHistograms(t *testing.T) {
 	t0 = time.Now()
 	explain(foldPendingStagedHistograms, fresh, 0)
 	t.Logf("histograms: %v", time.Since(t0))
+}
+
+// clusterCPU is the CPU time of every process of st's PostgreSQL server
+// (the postmaster's children: backends, writers) so far.
+func clusterCPU(tb testing.TB, st *Store) time.Duration {
+	tb.Helper()
+	var dir string
+	if err := st.pool.QueryRow(context.Background(), `SHOW data_directory`).Scan(&dir); err != nil {
+		tb.Fatal(err)
+	}
+	b, err := os.ReadFile(dir + "/postmaster.pid")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	postmaster := strings.SplitN(string(b), "\n", 2)[0]
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var ticks int
+	for _, p := range procs {
+		stat, err := os.ReadFile("/proc/" + p.Name() + "/stat")
+		if err != nil {
+			continue // not a process, or gone
+		}
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+2:]))
+		if len(f) < 13 || (f[1] != postmaster && p.Name() != postmaster) {
+			continue
+		}
+		ut, _ := strconv.Atoi(f[11])
+		st, _ := strconv.Atoi(f[12])
+		ticks += ut + st
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// selfCPU is this process's CPU time so far.
+func selfCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkFoldFullTrees folds what BenchmarkIngestVsCopy's drain folds
+// (seedFullTrees: NBS_FOLD_NODES nodes, default 800, NBS_FOLD_REPORTS full
+// trees each, default 23, over two minutes) NBS_FOLD_ROUNDS times (default
+// 3, a fresh database each), and reports the CPU time PostgreSQL's
+// processes and this one (the merge) spent on it: on a shared machine the
+// wall time follows the load, the CPU time much less. The watermark is
+// where migration 024 leaves it on a new database, inside the first
+// minute (NBS_FOLD_ALIGNED=1: at its start, as a running fleet's folds
+// leave it).
+func BenchmarkFoldFullTrees(b *testing.B) {
+	nodes, per, rounds := envInt("NBS_FOLD_NODES", 800), envInt("NBS_FOLD_REPORTS", 23), envInt("NBS_FOLD_ROUNDS", 3)
+	ctx := context.Background()
+	var pg, self, wall []time.Duration
+	for range rounds {
+		b.StopTimer()
+		st := openTest(b)
+		start := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+		watermark := start.Add(20 * time.Second)
+		if os.Getenv("NBS_FOLD_ALIGNED") != "" {
+			watermark = start
+		}
+		for res, at := range map[int32]time.Time{RollupMinute: watermark, RollupHour: start, RollupDay: start.Truncate(24 * time.Hour)} {
+			if err := st.SetFoldWatermark(ctx, res, at); err != nil {
+				b.Fatal(err)
+			}
+		}
+		seedFullTrees(b, st, nodes, per, 187, 52, start)
+		if _, err := st.pool.Exec(ctx, `CHECKPOINT`); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		pg0, self0, t0 := clusterCPU(b, st), selfCPU(b), time.Now()
+		r, err := st.FoldRollups(ctx, FoldOptions{Now: start.Add(time.Duration(per*4)*time.Second + time.Minute + MinuteGrace)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r.Reports != nodes*per {
+			b.Fatalf("folded %d reports, want %d", r.Reports, nodes*per)
+		}
+		wall = append(wall, time.Since(t0))
+		pg = append(pg, clusterCPU(b, st)-pg0)
+		self = append(self, selfCPU(b)-self0)
+	}
+	b.StopTimer()
+	median := func(d []time.Duration) time.Duration {
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	b.Logf("wall %v, PostgreSQL CPU %v, merge CPU %v", wall, pg, self)
+	per1 := float64(nodes * per)
+	b.ReportMetric(float64(median(wall).Microseconds())/1000/per1, "wall_ms/report")
+	b.ReportMetric(float64(median(pg).Microseconds())/1000/per1, "pg_cpu_ms/report")
+	b.ReportMetric(float64(median(self).Microseconds())/1000/per1, "merge_cpu_ms/report")
 }
