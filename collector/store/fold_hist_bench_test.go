@@ -58,10 +58,15 @@ SELECT node_id, instance_id, seq, ts, ARRAY(SELECT generate_series(1, $4)) FROM 
 }
 
 // TestExplainFoldHistograms times ways of reading a fold chunk's
-// histograms over BenchmarkIngestVsCopy's shape (seedFullTrees: 800 nodes,
-// NBS_FOLD_REPORTS reports each, 52 histograms a report), each merged as
-// the fold merges them, and checks they merge to the same rows. A tool,
-// not a check: run with NBS_FOLD_EXPLAIN=1.
+// histograms over BenchmarkIngestVsCopy's shape (seedFullTrees:
+// NBS_FOLD_NODES nodes, default 800, NBS_FOLD_REPORTS reports each,
+// default 23, 52 histograms a report), each merged as the fold merges
+// them, with the backend's and this process's CPU time, and checks they
+// merge to the same rows: the fold's read ("scan"), without Memoize, a
+// probe a histogram as before ("probe"), and through rollup_buckets()
+// ("scan-fn"); NBS_FOLD_VARIANTS picks some. Then it explains the
+// chunk's other statements (NBS_FOLD_UPSERT=1: its minutes' rows as
+// upserts). A tool, not a check: run with NBS_FOLD_EXPLAIN=1.
 func TestExplainFoldHistograms(t *testing.T) {
 	if os.Getenv("NBS_FOLD_EXPLAIN") == "" {
 		t.Skip("a measuring tool: NBS_FOLD_EXPLAIN=1")
@@ -91,12 +96,12 @@ func TestExplainFoldHistograms(t *testing.T) {
 	variants := []struct {
 		name, query, set string
 	}{
-		{"probe", foldPendingHistograms, `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = on`},
-		{"probe-nomemo", foldPendingHistograms, `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
-		{"probe-each", `
+		{"scan", foldPendingHistograms, `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = on`},
+		{"scan-nomemo", foldPendingHistograms, `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
+		{"probe", `
 SELECT p.node_id, h.metric_id, date_bin('1 minute', p.ts, ` + epoch + `), h.count, h.sum, array_send(h.bucket_index) || array_send(h.bucket_count)
 FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)` + histProbe, `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
-		{"probe-fn", strings.Replace(foldPendingHistograms, "array_send(h.bucket_index) || array_send(h.bucket_count)", "rollup_buckets(h.bucket_index, h.bucket_count)", 1), `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
+		{"scan-fn", strings.Replace(foldPendingHistograms, "array_send(h.bucket_index) || array_send(h.bucket_count)", "rollup_buckets(h.bucket_index, h.bucket_count)", 1), `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
 	}
 	if v := os.Getenv("NBS_FOLD_VARIANTS"); v != "" {
 		variants = slices.DeleteFunc(variants, func(x struct{ name, query, set string }) bool {
@@ -104,7 +109,7 @@ FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)` + histProbe,
 		})
 	}
 	extra := []struct{ name, query, set string }{
-		{"probe-count", "SELECT count(*) FROM (" + strings.Replace(foldPendingHistograms, "array_send(h.bucket_index) || array_send(h.bucket_count)", "1", 1) + ") x", `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
+		{"scan-count", "SELECT count(*) FROM (" + strings.Replace(foldPendingHistograms, "array_send(h.bucket_index) || array_send(h.bucket_count)", "1", 1) + ") x", `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
 	}
 	explain := func(q string, args ...any) {
 		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q, args...)
@@ -197,8 +202,8 @@ FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)` + histProbe,
 		t.Fatal(err)
 	}
 	fresh := start.Add(-time.Hour)
-	if os.Getenv("NBS_FOLD_FRESH") != "" {
-		fresh = start
+	if os.Getenv("NBS_FOLD_UPSERT") != "" {
+		fresh = start.Add(time.Hour)
 	}
 	samplesVariants := []struct{ name, query string }{
 		{"samples", foldPendingSamples},
