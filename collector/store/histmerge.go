@@ -31,6 +31,15 @@ type histMerge struct {
 	rowIdx, tmpIdx []int32
 	rowCnt, tmpCnt []int64
 	dense          *loglinear.Dense // for a row whose buckets are not in order
+	// The fold reads report by report, each report's metrics ascending,
+	// and a node's reports of one minute carry the same metrics: the k-th
+	// row of a report is usually the k-th row of the report before's
+	// merged row. guess holds those rows by position (checked before it
+	// is used), which spares the map lookup that was a fifth of the
+	// fold's merge (TestExplainFoldHistograms).
+	guess []int32
+	pos   int
+	last  histKey
 }
 
 type histKey struct {
@@ -85,9 +94,28 @@ func (m *histMerge) add(k histKey, count uint64, sum float64, idx []int32, cnt [
 		m.rowIdx, m.rowCnt = m.dense.AppendBuckets(m.rowIdx[:0], m.rowCnt[:0])
 		idx, cnt = m.rowIdx, m.rowCnt
 	}
-	g, ok := m.at[k]
+	if k.node == m.last.node && k.ts == m.last.ts && k.metric > m.last.metric {
+		m.pos++
+	} else {
+		m.pos = 0
+	}
+	m.last = k
+	var g int32
+	ok := m.pos < len(m.guess) && m.out[m.guess[m.pos]].histKey == k
+	if ok {
+		g = m.guess[m.pos]
+	} else {
+		g, ok = m.at[k]
+		if !ok {
+			g = int32(len(m.out))
+		}
+		for len(m.guess) <= m.pos {
+			m.guess = append(m.guess, 0)
+		}
+		m.guess[m.pos] = g
+	}
 	if !ok {
-		m.at[k] = int32(len(m.out))
+		m.at[k] = g
 		i, c := m.place(len(idx))
 		copy(i, idx)
 		copy(c, cnt)

@@ -20,20 +20,40 @@ func TestHistMergeIsMergeHistograms(t *testing.T) {
 		groups    int
 		buckets   int
 		malformed bool
+		// In the minute fold's order: report by report (node, then
+		// time), each report's metrics ascending, some left out.
+		fold bool
 	}{
-		{"one group", 20, 1, 12, false},
-		{"many groups, few rows each", 3000, 500, 16, false},
-		{"growing past a row's room", 200, 3, 300, false},
-		{"malformed buckets", 500, 40, 12, true},
+		{"one group", 20, 1, 12, false, false},
+		{"many groups, few rows each", 3000, 500, 16, false, false},
+		{"growing past a row's room", 200, 3, 300, false, false},
+		{"malformed buckets", 500, 40, 12, true, false},
+		{"the fold's order", 3000, 0, 16, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, uint64(tc.rows)))
+			var keys []histKey
+			for len(keys) < tc.rows {
+				if !tc.fold {
+					g := rng.IntN(tc.groups)
+					keys = append(keys, histKey{int32(g % 7), int32(g / 7), int64(60 * (g % 3))})
+					continue
+				}
+				for node := int32(1); node <= 9 && len(keys) < tc.rows; node++ {
+					for report := range 12 { // 6 a minute
+						for metric := int32(1); metric <= 10; metric++ {
+							if rng.IntN(5) > 0 || metric == 1 {
+								keys = append(keys, histKey{node, metric + int32(rng.IntN(2)*10*(report%5/4)), int64(60 * (report / 6))})
+							}
+						}
+					}
+				}
+			}
 			var rows []HistogramRow
 			var m histMerge
 			scratchIdx, scratchCnt := make([]int32, 0, 1024), make([]int64, 0, 1024)
-			for range tc.rows {
-				g := rng.IntN(tc.groups)
-				r := HistogramRow{NodeID: int32(g % 7), metricID: int32(g / 7), TS: time.Unix(int64(60*(g%3)), 0).UTC(),
+			for _, k := range keys[:tc.rows] {
+				r := HistogramRow{NodeID: k.node, metricID: k.metric, TS: time.Unix(k.ts, 0).UTC(),
 					Count: uint64(rng.IntN(1000)), Sum: rng.Float64() * 1e6}
 				base := int32(rng.IntN(200))
 				for b := base; b < base+int32(tc.buckets) && b < loglinear.Buckets; b++ {

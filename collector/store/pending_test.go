@@ -297,3 +297,31 @@ func TestFoldAddsToMinutesItDidNotWrite(t *testing.T) {
 		t.Fatal("the other writer's rows changed nothing; the test checks nothing")
 	}
 }
+
+// The fold's minute watermark is the start of its minute: migration 024
+// set it to the moment it ran, and no fold had written that minute, so its
+// rows are plain inserts (foldPendingSamples), not upserts.
+func TestFreshMinutesStartAtTheWatermarksMinute(t *testing.T) {
+	ctx := context.Background()
+	st := openTest(t)
+	at := time.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)
+	for _, tc := range []struct {
+		name      string
+		watermark time.Time
+	}{
+		{"aligned", at},
+		{"inside the minute, as migration 024 set it", at.Add(37*time.Second + 250*time.Millisecond)},
+		{"at its last microsecond", at.Add(time.Minute - time.Microsecond)},
+	} {
+		if err := st.SetFoldWatermark(ctx, RollupMinute, tc.watermark); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readFreshMinutes(ctx, st.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Equal(at) {
+			t.Errorf("%s: fresh minutes from %s, want %s", tc.name, got.UTC(), at)
+		}
+	}
+}
