@@ -1,7 +1,9 @@
 package owner
 
 import (
+	"bytes"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -335,7 +337,7 @@ func (r *Resolver) indexProcs() (map[uint32][]int, uint32) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		ino, ok := nsInode(filepath.Join(r.opts.Proc, n, "ns", "net"))
+		ino, ok := nsInode(r.opts.Proc + "/" + n + "/ns/net")
 		if !ok {
 			continue // gone, or a kernel thread's unreadable link
 		}
@@ -358,18 +360,33 @@ func (r *Resolver) indexProcs() (map[uint32][]int, uint32) {
 	return idx, host
 }
 
-// nsInode reads a namespace link ("net:[4026531840]").
+// nsInode reads a namespace link ("net:[4026531840]"). It is read into a
+// buffer on the stack and parsed in place: a walk reads one per process,
+// and os.Readlink's buffer and string were a third of the walk's garbage.
 func nsInode(link string) (uint32, bool) {
-	s, err := os.Readlink(link)
-	if err != nil {
+	var buf [32]byte
+	n, err := unix.Readlink(link, buf[:])
+	if err != nil || n >= len(buf) {
 		return 0, false
 	}
-	s, ok := strings.CutPrefix(s, "net:[")
+	b, ok := bytes.CutPrefix(buf[:n], []byte("net:["))
 	if !ok {
 		return 0, false
 	}
-	v, err := strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 32)
-	return uint32(v), err == nil
+	b, ok = bytes.CutSuffix(b, []byte("]"))
+	if !ok || len(b) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if v = v*10 + uint64(c-'0'); v > math.MaxUint32 {
+			return 0, false
+		}
+	}
+	return uint32(v), true
 }
 
 // indexNames maps the inodes of the bind mounts `ip netns add` makes to

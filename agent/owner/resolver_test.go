@@ -208,3 +208,37 @@ func TestNamespacesServeTheLookupThatFollows(t *testing.T) {
 		t.Errorf("an inode the walk did not find: %d walks in all, want 2", n)
 	}
 }
+
+// TestNsInode reads namespace links as the kernel writes them, and refuses
+// anything else rather than guess an inode.
+func TestNsInode(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		target string
+		ino    uint32
+		ok     bool
+	}{
+		{"net:[4026531840]", 4026531840, true},
+		{"net:[1]", 1, true},
+		{"net:[4294967295]", 4294967295, true},
+		{"net:[4294967296]", 0, false}, // beyond 32 bits
+		{"net:[]", 0, false},
+		{"net:[12a]", 0, false},
+		{"net:[12", 0, false},
+		{"mnt:[4026531840]", 0, false},
+		{"net:[40265318400000000000000000000]", 0, false}, // longer than the buffer
+	} {
+		link := filepath.Join(dir, "l")
+		_ = os.Remove(link)
+		if err := os.Symlink(c.target, link); err != nil {
+			t.Fatal(err)
+		}
+		ino, ok := nsInode(link)
+		if ino != c.ino || ok != c.ok {
+			t.Errorf("nsInode(-> %q) = %d, %v; want %d, %v", c.target, ino, ok, c.ino, c.ok)
+		}
+	}
+	if _, ok := nsInode(filepath.Join(dir, "missing")); ok {
+		t.Error("nsInode of a missing link: ok")
+	}
+}

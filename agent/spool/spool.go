@@ -135,7 +135,14 @@ type Spool struct {
 	diskErr  error // logged once until a write succeeds again
 	full     fullness
 	fresh    int64 // encoded bytes of the entries holding fresh
+	// frame is writeReport's buffer, kept for the next report unless it
+	// grew past maxFrameKept: each report was a copy of it in
+	// garbage, the largest part of an idle agent's after the encoding.
+	frame []byte
 }
+
+// maxFrameKept bounds the frame buffer kept between reports.
+const maxFrameKept = 256 << 10
 
 // Open opens (creating it if needed) and locks the spool in opts.Dir, and
 // loads what an earlier agent left there. With an empty Dir it returns a

@@ -29,6 +29,7 @@ type translator struct {
 	checked map[peerKey]bool
 	// dumps of the current collection, by namespace inode.
 	dumps map[uint32]*ctTable
+	buf   []byte // conntrackTCP's, made at the first dump
 }
 
 // ctTable is one namespace's conntrack table: the reply source of each
@@ -55,7 +56,10 @@ func (tr *translator) table(h netns.Handle) *ctTable {
 		return d
 	}
 	d := &ctTable{translated: map[netip.AddrPort]bool{}}
-	if r, err := conntrackTCP(h); err == nil {
+	if tr.buf == nil {
+		tr.buf = make([]byte, ctBufBytes)
+	}
+	if r, err := conntrackTCP(h, tr.buf); err == nil {
 		d.reply = r
 		for orig, to := range r {
 			if orig.dst != to {
