@@ -242,3 +242,68 @@ func TestNsInode(t *testing.T) {
 		t.Error("nsInode of a missing link: ok")
 	}
 }
+
+// TestNamespacesWalkOnlyOnChange: Namespaces keeps the last walk's index
+// while no task was made or ended and no netns directory changed, and walks
+// again when one of them did, when the index is maxUnchanged old, and
+// every time where the signal cannot be read.
+func TestNamespacesWalkOnlyOnChange(t *testing.T) {
+	proc, names := t.TempDir(), t.TempDir()
+	loadavg := func(tasks, last int) {
+		t.Helper()
+		s := "0.00 0.01 0.05 1/" + itoa(tasks) + " " + itoa(last) + "\n"
+		if err := os.WriteFile(filepath.Join(proc, "loadavg"), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	process := func(pid int, ino string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(proc, itoa(pid), "ns"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("net:["+ino+"]", filepath.Join(proc, itoa(pid), "ns", "net")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loadavg(100, 500)
+	process(10, "111")
+	r := New(Options{Proc: proc, NetnsDirs: []string{names}})
+	steps := []struct {
+		name   string
+		change func()
+		walks  uint64
+		inodes []uint32
+	}{
+		{"first", func() {}, 1, []uint32{111}},
+		{"nothing changed", func() {}, 1, []uint32{111}},
+		// Not what a kernel does (a process comes with a new PID), which
+		// shows the index is kept.
+		{"a process the signal does not show", func() { process(20, "222") }, 1, []uint32{111}},
+		{"a task made", func() { loadavg(101, 501) }, 2, []uint32{111, 222}},
+		{"a task ended", func() { loadavg(100, 501) }, 3, []uint32{111, 222}},
+		{"a name added", func() {
+			time.Sleep(20 * time.Millisecond) // past the directory's last timestamp tick
+			if err := os.WriteFile(filepath.Join(names, "x"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, 4, nil},
+		{"index too old", func() { r.idx.walked = r.idx.walked.Add(-maxUnchanged) }, 5, nil},
+		{"no signal", func() { _ = os.Remove(filepath.Join(proc, "loadavg")) }, 6, nil},
+		{"still no signal", func() {}, 7, nil},
+	}
+	for _, s := range steps {
+		s.change()
+		got := r.Namespaces()
+		if n := r.Walks(); n != s.walks {
+			t.Errorf("%s: %d walks, want %d", s.name, n, s.walks)
+		}
+		for _, ino := range s.inodes {
+			if got[ino] == "" {
+				t.Errorf("%s: namespace %d not found: %v", s.name, ino, got)
+			}
+		}
+		if s.inodes != nil && len(got) != len(s.inodes) {
+			t.Errorf("%s: namespaces %v, want %v", s.name, got, s.inodes)
+		}
+	}
+}
