@@ -29,7 +29,10 @@ type translator struct {
 	checked map[peerKey]bool
 	// dumps of the current collection, by namespace inode.
 	dumps map[uint32]*ctTable
-	buf   []byte // conntrackTCP's, made at the first dump
+	// buf is conntrackTCP's for the current collection, made at its
+	// first dump and shared by its others (it was made per dump), let go
+	// at its end: a node without translation keeps no 256 KiB for it.
+	buf []byte
 }
 
 // ctTable is one namespace's conntrack table: the reply source of each
@@ -88,6 +91,7 @@ func (tr *translator) tables(ino uint32) []*ctTable {
 // per-connection ones named by their backend (in xlat, by index).
 func (tr *translator) apply(iv probe.Interval) map[int]netip.AddrPort {
 	tr.dumps = map[uint32]*ctTable{}
+	defer func() { tr.buf = nil }()
 	xlat := map[int]netip.AddrPort{}
 	for i, e := range iv.Edges {
 		if e.Role != probe.Client {
