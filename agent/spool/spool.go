@@ -209,7 +209,13 @@ func (s *Spool) store(reports []*nbsv1.Report) {
 	for _, r := range reports {
 		r.Sequence = s.next
 		s.next++
-		b, err := proto.Marshal(r)
+		// split has just sized every message in r (proto.Size of the
+		// report or of each entry), and nothing in it changed since but
+		// the report's own sequence: the encoding reuses those sizes
+		// rather than size it all again (an event's fields, a map, were
+		// sized through reflection on every pass). The report's own size,
+		// stale by the sequence, only guesses the buffer's capacity.
+		b, err := proto.MarshalOptions{UseCachedSize: true}.Marshal(r)
 		if err != nil {
 			// Unencodable (invalid UTF-8 in a string): it could never be
 			// sent, and keeping it would stop every report behind it.
