@@ -53,7 +53,13 @@ type carry struct {
 	node string
 	here origin
 	log  *slog.Logger
-	last carryFile // as written last
+	// counted and pending are the file's counted and pending values,
+	// encoded (json.Marshal's map encoding) when they were recorded: each
+	// report's values are encoded once, where writing them as maps
+	// encoded them three times (pending, then counted twice), the largest
+	// part of an idle agent's garbage after the reports themselves.
+	countedJSON, pendingJSON json.RawMessage
+	pendingTime              int64
 	// sinceBoot are the counters whose values are the kernel's since boot
 	// (the ledger's set, read at each write).
 	sinceBoot map[string]bool
@@ -92,6 +98,17 @@ type carryFile struct {
 	BootID    string   `json:"boot_id,omitempty"`
 	Netns     uint32   `json:"netns,omitempty"`
 	SinceBoot []string `json:"since_boot,omitempty"`
+}
+
+// carryOut is carryFile as carry writes it, with its maps encoded already.
+type carryOut struct {
+	Node        string          `json:"node"`
+	Counted     json.RawMessage `json:"counted"`
+	PendingTime int64           `json:"pending_time,omitempty"`
+	Pending     json.RawMessage `json:"pending,omitempty"`
+	BootID      string          `json:"boot_id,omitempty"`
+	Netns       uint32          `json:"netns,omitempty"`
+	SinceBoot   []string        `json:"since_boot,omitempty"`
 }
 
 // carried is what the previous agent's reports carry.
@@ -174,7 +191,7 @@ func spooled(out *spool.Spool, t int64) bool {
 // (its baseline), in one write; sinceBoot is the ledger's set of the
 // kernel's own counters, read again at every write.
 func (c *carry) start(counters map[string]uint64, sinceBoot map[string]bool) {
-	c.last = carryFile{Counted: maps.Clone(counters)}
+	c.countedJSON, c.pendingJSON, c.pendingTime = c.encode(counters), nil, 0
 	c.sinceBoot = sinceBoot
 	c.write()
 }
@@ -182,14 +199,27 @@ func (c *carry) start(counters map[string]uint64, sinceBoot map[string]bool) {
 // pending records the values of the report made at t before the outbox
 // takes it.
 func (c *carry) pending(t int64, counters map[string]uint64) {
-	c.last.Pending, c.last.PendingTime = maps.Clone(counters), t
+	c.pendingJSON, c.pendingTime = c.encode(counters), t
 	c.write()
 }
 
 // commit records that the outbox took the pending report.
 func (c *carry) commit() {
-	c.last.Counted, c.last.Pending, c.last.PendingTime = c.last.Pending, nil, 0
+	c.countedJSON, c.pendingJSON, c.pendingTime = c.pendingJSON, nil, 0
 	c.write()
+}
+
+// encode is counters as the file holds them; nil (the file then is not
+// written) when the spool is in memory.
+func (c *carry) encode(counters map[string]uint64) json.RawMessage {
+	if c.path == "" {
+		return nil
+	}
+	b, err := json.Marshal(counters)
+	if err != nil {
+		return nil // a map of strings to integers always encodes
+	}
+	return b
 }
 
 // write replaces the file. A rename is atomic, and no fsync is needed: the
@@ -199,9 +229,12 @@ func (c *carry) write() {
 	if c.path == "" {
 		return
 	}
-	c.last.Node, c.last.BootID, c.last.Netns = c.node, c.here.Boot, c.here.Netns
-	c.last.SinceBoot = slices.Sorted(maps.Keys(c.sinceBoot))
-	b, err := json.Marshal(c.last)
+	pending := c.pendingJSON
+	if string(pending) == "{}" || string(pending) == "null" {
+		pending = nil // omitted, as carryFile's empty map is (omitempty)
+	}
+	b, err := json.Marshal(carryOut{Node: c.node, Counted: c.countedJSON, PendingTime: c.pendingTime, Pending: pending,
+		BootID: c.here.Boot, Netns: c.here.Netns, SinceBoot: slices.Sorted(maps.Keys(c.sinceBoot))})
 	if err == nil {
 		tmp := c.path + ".tmp"
 		if err = os.WriteFile(tmp, b, 0o600); err == nil {

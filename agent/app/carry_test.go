@@ -89,6 +89,57 @@ func TestCarryRestore(t *testing.T) {
 	}
 }
 
+// The file carry writes is the one its encoding of the values once per
+// report must not change: carryFile as json.Marshal writes it, at each of
+// its writes, for values with and without counters (an empty or nil set is
+// omitted as pending, and recorded as counted as it was).
+func TestCarryFileFormat(t *testing.T) {
+	here := origin{Boot: "b00t", Netns: 4026531840}
+	since := map[string]bool{"tcp/b": true, "tcp/a": true}
+	for _, tt := range []struct {
+		name              string
+		start, report     map[string]uint64
+		startSince, since map[string]bool
+	}{
+		{"counters", map[string]uint64{"tcp_reset": 10, "a<b&c": 1}, map[string]uint64{"tcp_reset": 17, "drops": 3}, nil, since},
+		{"empty report", map[string]uint64{"tcp_reset": 10}, map[string]uint64{}, since, since},
+		{"nil report", map[string]uint64{"tcp_reset": 10}, nil, since, nil},
+		{"nothing at the start", nil, map[string]uint64{"tcp_reset": 1}, nil, since},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			c := newCarry(dir, "n", here, slog.New(slog.DiscardHandler))
+			check := func(step string, want carryFile) {
+				t.Helper()
+				want.Node, want.BootID, want.Netns = "n", here.Boot, here.Netns
+				want.SinceBoot = slices.Sorted(maps.Keys(c.sinceBoot))
+				wantB, err := json.Marshal(want)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := os.ReadFile(filepath.Join(dir, carryName))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(got) != string(wantB) {
+					t.Errorf("%s: wrote\n%s\nwant\n%s", step, got, wantB)
+				}
+			}
+			c.start(tt.start, tt.startSince)
+			check("start", carryFile{Counted: maps.Clone(tt.start)})
+			c.sinceBoot = tt.since
+			c.pending(1234, tt.report)
+			check("pending", carryFile{Counted: maps.Clone(tt.start), Pending: maps.Clone(tt.report), PendingTime: 1234})
+			if tt.report != nil {
+				tt.report["later"] = 99 // the ledger's map goes on counting
+			}
+			c.commit()
+			delete(tt.report, "later")
+			check("commit", carryFile{Counted: maps.Clone(tt.report)})
+		})
+	}
+}
+
 // The baseline of a continuing counter is what was reported of it (0 for
 // one never reported); of any other, the first reading.
 func TestBaselineContinues(t *testing.T) {

@@ -1,7 +1,9 @@
 package owner
 
 import (
+	"bytes"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -80,11 +82,15 @@ type Resolver struct {
 
 // index is what one walk of /proc and the netns directories found.
 type index struct {
-	at    time.Time
-	pids  map[uint32][]int // each namespace's lowest PIDs, ascending
-	host  uint32
-	names map[uint32]string // `ip netns` names
-	paths map[uint32]string // the names' bind mounts
+	// at is when it was last known current: its walk, or a refresh that
+	// found nothing changed since (walked).
+	at, walked time.Time
+	sig        taskSignal // as the walk began
+	sigOK      bool
+	pids       map[uint32][]int // each namespace's lowest PIDs, ascending
+	host       uint32
+	names      map[uint32]string // `ip netns` names
+	paths      map[uint32]string // the names' bind mounts
 }
 
 // holds says whether the index found every inode of inodes (0 aside).
@@ -170,7 +176,11 @@ func (r *Resolver) Lookup(inodes ...uint32) map[uint32]Owner {
 					now = time.Now()
 				}
 			}
-			r.walk(now)
+			if r.idx.holds(inodes) {
+				r.refresh(now)
+			} else {
+				r.walk(now)
+			}
 		}
 		r.scan(inodes, now)
 	}
@@ -223,7 +233,7 @@ func (r *Resolver) Walks() uint64 {
 func (r *Resolver) Namespaces() map[uint32]string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.walk(time.Now())
+	r.refresh(time.Now())
 	out := make(map[uint32]string, len(r.idx.pids)+len(r.idx.paths))
 	for ino, p := range r.idx.paths {
 		out[ino] = p
@@ -239,9 +249,83 @@ func (r *Resolver) Namespaces() map[uint32]string {
 // walk indexes every process's namespace and the named namespaces.
 func (r *Resolver) walk(now time.Time) {
 	r.walks++
+	sig, ok := r.signal()
 	r.idx.pids, r.idx.host = r.indexProcs()
 	r.idx.names, r.idx.paths = r.indexNames()
-	r.idx.at = now
+	r.idx.at, r.idx.walked = now, now
+	r.idx.sig, r.idx.sigOK = sig, ok
+}
+
+// maxUnchanged is how long refresh keeps a walk's index while nothing says
+// the namespaces changed: a process that enters another namespace without
+// a task being made or ending (setns or unshare in place, rare: runtimes
+// do it in a child they make) is found within it.
+const maxUnchanged = 30 * time.Second
+
+// refresh walks unless nothing has changed since the last walk that a walk
+// could find: no task was made and none ended (the kernel's count of tasks
+// and the last PID it gave out, in /proc/loadavg), and no netns directory
+// changed (`ip netns add` and del). An idle node's collections then read
+// one small file instead of a link per process and a stat per name (most
+// of an idle agent's system calls, bench/agentcost BenchmarkAgentIdle).
+func (r *Resolver) refresh(now time.Time) {
+	if r.idx.sigOK && now.Sub(r.idx.walked) < maxUnchanged {
+		if sig, ok := r.signal(); ok && sig.equal(r.idx.sig) {
+			r.idx.at = now // what a walk would find now
+			return
+		}
+	}
+	r.walk(now)
+}
+
+// taskSignal is what changes whenever a walk could find something new.
+type taskSignal struct {
+	tasks, lastPID uint64
+	dirs           []int64 // the netns directories' modification times (ns; -1: none)
+}
+
+func (s taskSignal) equal(o taskSignal) bool {
+	return s.tasks == o.tasks && s.lastPID == o.lastPID && slices.Equal(s.dirs, o.dirs)
+}
+
+// signal reads the taskSignal; false when it cannot (no /proc/loadavg
+// where Proc points: a walk each time).
+func (r *Resolver) signal() (taskSignal, bool) {
+	var sig taskSignal
+	fd, err := unix.Open(r.opts.Proc+"/loadavg", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return sig, false
+	}
+	var buf [128]byte
+	n, err := unix.Read(fd, buf[:])
+	unix.Close(fd)
+	if err != nil || n <= 0 {
+		return sig, false
+	}
+	// "0.00 0.01 0.05 1/123 4567": runnable/total tasks, the last PID.
+	f := strings.Fields(string(buf[:n]))
+	if len(f) < 5 {
+		return sig, false
+	}
+	_, total, ok := strings.Cut(f[3], "/")
+	if !ok {
+		return sig, false
+	}
+	if sig.tasks, err = strconv.ParseUint(total, 10, 64); err != nil {
+		return sig, false
+	}
+	if sig.lastPID, err = strconv.ParseUint(f[4], 10, 64); err != nil {
+		return sig, false
+	}
+	for _, dir := range r.opts.NetnsDirs {
+		var st unix.Stat_t
+		m := int64(-1)
+		if unix.Stat(dir, &st) == nil {
+			m = st.Mtim.Nano()
+		}
+		sig.dirs = append(sig.dirs, m)
+	}
+	return sig, true
 }
 
 // scan resolves, from the last walk, the wanted inodes and the cached ones
@@ -335,7 +419,7 @@ func (r *Resolver) indexProcs() (map[uint32][]int, uint32) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		ino, ok := nsInode(filepath.Join(r.opts.Proc, n, "ns", "net"))
+		ino, ok := nsInode(r.opts.Proc + "/" + n + "/ns/net")
 		if !ok {
 			continue // gone, or a kernel thread's unreadable link
 		}
@@ -358,18 +442,33 @@ func (r *Resolver) indexProcs() (map[uint32][]int, uint32) {
 	return idx, host
 }
 
-// nsInode reads a namespace link ("net:[4026531840]").
+// nsInode reads a namespace link ("net:[4026531840]"). It is read into a
+// buffer on the stack and parsed in place: a walk reads one per process,
+// and os.Readlink's buffer and string were a third of the walk's garbage.
 func nsInode(link string) (uint32, bool) {
-	s, err := os.Readlink(link)
-	if err != nil {
+	var buf [32]byte
+	n, err := unix.Readlink(link, buf[:])
+	if err != nil || n >= len(buf) {
 		return 0, false
 	}
-	s, ok := strings.CutPrefix(s, "net:[")
+	b, ok := bytes.CutPrefix(buf[:n], []byte("net:["))
 	if !ok {
 		return 0, false
 	}
-	v, err := strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 32)
-	return uint32(v), err == nil
+	b, ok = bytes.CutSuffix(b, []byte("]"))
+	if !ok || len(b) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if v = v*10 + uint64(c-'0'); v > math.MaxUint32 {
+			return 0, false
+		}
+	}
+	return uint32(v), true
 }
 
 // indexNames maps the inodes of the bind mounts `ip netns add` makes to

@@ -208,3 +208,102 @@ func TestNamespacesServeTheLookupThatFollows(t *testing.T) {
 		t.Errorf("an inode the walk did not find: %d walks in all, want 2", n)
 	}
 }
+
+// TestNsInode reads namespace links as the kernel writes them, and refuses
+// anything else rather than guess an inode.
+func TestNsInode(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		target string
+		ino    uint32
+		ok     bool
+	}{
+		{"net:[4026531840]", 4026531840, true},
+		{"net:[1]", 1, true},
+		{"net:[4294967295]", 4294967295, true},
+		{"net:[4294967296]", 0, false}, // beyond 32 bits
+		{"net:[]", 0, false},
+		{"net:[12a]", 0, false},
+		{"net:[12", 0, false},
+		{"mnt:[4026531840]", 0, false},
+		{"net:[40265318400000000000000000000]", 0, false}, // longer than the buffer
+	} {
+		link := filepath.Join(dir, "l")
+		_ = os.Remove(link)
+		if err := os.Symlink(c.target, link); err != nil {
+			t.Fatal(err)
+		}
+		ino, ok := nsInode(link)
+		if ino != c.ino || ok != c.ok {
+			t.Errorf("nsInode(-> %q) = %d, %v; want %d, %v", c.target, ino, ok, c.ino, c.ok)
+		}
+	}
+	if _, ok := nsInode(filepath.Join(dir, "missing")); ok {
+		t.Error("nsInode of a missing link: ok")
+	}
+}
+
+// TestNamespacesWalkOnlyOnChange: Namespaces keeps the last walk's index
+// while no task was made or ended and no netns directory changed, and walks
+// again when one of them did, when the index is maxUnchanged old, and
+// every time where the signal cannot be read.
+func TestNamespacesWalkOnlyOnChange(t *testing.T) {
+	proc, names := t.TempDir(), t.TempDir()
+	loadavg := func(tasks, last int) {
+		t.Helper()
+		s := "0.00 0.01 0.05 1/" + itoa(tasks) + " " + itoa(last) + "\n"
+		if err := os.WriteFile(filepath.Join(proc, "loadavg"), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	process := func(pid int, ino string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(proc, itoa(pid), "ns"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("net:["+ino+"]", filepath.Join(proc, itoa(pid), "ns", "net")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loadavg(100, 500)
+	process(10, "111")
+	r := New(Options{Proc: proc, NetnsDirs: []string{names}})
+	steps := []struct {
+		name   string
+		change func()
+		walks  uint64
+		inodes []uint32
+	}{
+		{"first", func() {}, 1, []uint32{111}},
+		{"nothing changed", func() {}, 1, []uint32{111}},
+		// Not what a kernel does (a process comes with a new PID), which
+		// shows the index is kept.
+		{"a process the signal does not show", func() { process(20, "222") }, 1, []uint32{111}},
+		{"a task made", func() { loadavg(101, 501) }, 2, []uint32{111, 222}},
+		{"a task ended", func() { loadavg(100, 501) }, 3, []uint32{111, 222}},
+		{"a name added", func() {
+			time.Sleep(20 * time.Millisecond) // past the directory's last timestamp tick
+			if err := os.WriteFile(filepath.Join(names, "x"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, 4, nil},
+		{"index too old", func() { r.idx.walked = r.idx.walked.Add(-maxUnchanged) }, 5, nil},
+		{"no signal", func() { _ = os.Remove(filepath.Join(proc, "loadavg")) }, 6, nil},
+		{"still no signal", func() {}, 7, nil},
+	}
+	for _, s := range steps {
+		s.change()
+		got := r.Namespaces()
+		if n := r.Walks(); n != s.walks {
+			t.Errorf("%s: %d walks, want %d", s.name, n, s.walks)
+		}
+		for _, ino := range s.inodes {
+			if got[ino] == "" {
+				t.Errorf("%s: namespace %d not found: %v", s.name, ino, got)
+			}
+		}
+		if s.inodes != nil && len(got) != len(s.inodes) {
+			t.Errorf("%s: namespaces %v, want %v", s.name, got, s.inodes)
+		}
+	}
+}

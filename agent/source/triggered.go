@@ -103,6 +103,12 @@ func (t *Triggered[P, S]) RunsInScope() (map[string]uint64, error) {
 	if !t.loaded || t.spec.Runs == nil {
 		return nil, nil
 	}
+	// A probe that counts every namespace has no runs out of scope: its
+	// Stats (a probe's histograms, read twice an interval for nothing)
+	// are not read.
+	if sc, ok := any(t.probe).(interface{ Scoped() bool }); ok && !sc.Scoped() {
+		return nil, nil
+	}
 	st, err := t.probe.Stats()
 	if err != nil {
 		return nil, err

@@ -156,7 +156,12 @@ func (s *Spool) loseState(err error) {
 func (s *Spool) reportPath(seq uint64) string { return filepath.Join(s.opts.Dir, reportName(seq)) }
 
 func (s *Spool) writeReport(seq uint64, b []byte) bool {
-	if err := writeAtomic(s.opts.Dir, reportName(seq), appendFrame(nil, magicReport, b)); err != nil {
+	s.frame = appendFrame(s.frame[:0], magicReport, b)
+	err := writeAtomic(s.opts.Dir, reportName(seq), s.frame)
+	if cap(s.frame) > maxFrameKept {
+		s.frame = nil
+	}
+	if err != nil {
 		s.diskFailed(err)
 		return false
 	}

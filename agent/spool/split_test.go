@@ -142,3 +142,34 @@ func TestFlowsAndAddressHoldersAreSplitWithinLimits(t *testing.T) {
 		}
 	}
 }
+
+// The encoding each report is held and sent in (Take's, made with the
+// sizes split computed) decodes to the report with its sequence, whole or
+// in parts, with events whose fields are maps.
+func TestEncodingIsTheReport(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		r    *nbsv1.Report
+	}{
+		{"one part", report(1, 20, 100)},
+		{"parts", wiretest.Oversized(time.Now())},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := open(t, Options{Dir: t.TempDir(), Node: "n1"})
+			s.Add(tt.r)
+			held, _ := s.Take(0, 1<<40)
+			if len(held) == 0 {
+				t.Fatal("nothing held")
+			}
+			for _, h := range held {
+				var got nbsv1.Report
+				if err := proto.Unmarshal(h.Encoded, &got); err != nil {
+					t.Fatalf("part %d: %v", h.Report.GetSequence(), err)
+				}
+				if got.GetSequence() == 0 || !proto.Equal(&got, h.Report) {
+					t.Errorf("part %d: its encoding decodes to another report (sequence %d)", h.Report.GetSequence(), got.GetSequence())
+				}
+			}
+		})
+	}
+}

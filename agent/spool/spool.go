@@ -135,7 +135,14 @@ type Spool struct {
 	diskErr  error // logged once until a write succeeds again
 	full     fullness
 	fresh    int64 // encoded bytes of the entries holding fresh
+	// frame is writeReport's buffer, kept for the next report unless it
+	// grew past maxFrameKept: each report was a copy of it in
+	// garbage, the largest part of an idle agent's after the encoding.
+	frame []byte
 }
+
+// maxFrameKept bounds the frame buffer kept between reports.
+const maxFrameKept = 256 << 10
 
 // Open opens (creating it if needed) and locks the spool in opts.Dir, and
 // loads what an earlier agent left there. With an empty Dir it returns a
@@ -202,7 +209,13 @@ func (s *Spool) store(reports []*nbsv1.Report) {
 	for _, r := range reports {
 		r.Sequence = s.next
 		s.next++
-		b, err := proto.Marshal(r)
+		// split has just sized every message in r (proto.Size of the
+		// report or of each entry), and nothing in it changed since but
+		// the report's own sequence: the encoding reuses those sizes
+		// rather than size it all again (an event's fields, a map, were
+		// sized through reflection on every pass). The report's own size,
+		// stale by the sequence, only guesses the buffer's capacity.
+		b, err := proto.MarshalOptions{UseCachedSize: true}.Marshal(r)
 		if err != nil {
 			// Unencodable (invalid UTF-8 in a string): it could never be
 			// sent, and keeping it would stop every report behind it.

@@ -171,3 +171,101 @@ func TestDoLeavesNoThreadInNamespace(t *testing.T) {
 		t.Error(b)
 	}
 }
+
+// Do on the namespace the calling thread is in runs fn on the caller's own
+// thread (no entering and leaving), and nested in a Do of another
+// namespace, each runs where its handle says.
+func TestDoWhereItIs(t *testing.T) {
+	l := netlab.New(t)
+	own, err := netns.Resolve("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab, err := netns.Resolve(l.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// inside runs h.Do and says in which namespace and on which thread fn
+	// ran.
+	inside := func(h netns.Handle) (ino uint32, tid int) {
+		t.Helper()
+		err := h.Do(func() error {
+			var err error
+			ino, err = threadNetns()
+			tid = unix.Gettid()
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ino, tid
+	}
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	me := unix.Gettid()
+	if ino, tid := inside(own); ino != own.Inode || tid != me {
+		t.Errorf("own namespace: fn ran in %d on thread %d, want %d on the caller's %d", ino, tid, own.Inode, me)
+	}
+	if ino, tid := inside(lab); ino != lab.Inode || tid == me {
+		t.Errorf("lab namespace: fn ran in %d on thread %d, want %d on another thread than the caller's", ino, tid, lab.Inode)
+	}
+
+	tests := []struct {
+		name        string
+		inner       netns.Handle
+		sameThread  bool
+		innerWanted uint32
+	}{
+		{"own inside lab", own, false, own.Inode},
+		{"lab inside lab", lab, true, lab.Inode},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var outerTid int
+			var ino uint32
+			var tid int
+			err := lab.Do(func() error {
+				outerTid = unix.Gettid()
+				return tt.inner.Do(func() error {
+					var err error
+					ino, err = threadNetns()
+					tid = unix.Gettid()
+					return err
+				})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ino != tt.innerWanted || (tid == outerTid) != tt.sameThread {
+				t.Errorf("fn ran in %d on thread %d (outer %d), want %d, same thread %v", ino, tid, outerTid, tt.innerWanted, tt.sameThread)
+			}
+		})
+	}
+
+	// A handle without an inode is never taken for the caller's.
+	if ino, tid := inside(netns.Handle{Path: own.Path}); ino != own.Inode || tid == me {
+		t.Errorf("handle without inode: fn ran in %d on thread %d, want %d on another thread", ino, tid, own.Inode)
+	}
+}
+
+// ReadFile reads a file larger than its first buffer whole, and says which
+// file it could not read.
+func TestReadFileWhole(t *testing.T) {
+	own, err := netns.Resolve("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := t.TempDir() + "/f"
+	want := strings.Repeat("0123456789abcdef", 1000) // 16,000 bytes
+	if err := os.WriteFile(path, []byte(want), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := own.ReadFile(path)
+	if err != nil || string(got) != want {
+		t.Fatalf("ReadFile = %d bytes, %v; want %d bytes", len(got), err, len(want))
+	}
+	if _, err := own.ReadFile(path + ".missing"); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), path+".missing") {
+		t.Errorf("ReadFile of a missing file: %v, want not-exist naming the file", err)
+	}
+}

@@ -359,6 +359,10 @@ func (p *Probe) Pending() (int, error) {
 	return n, err
 }
 
+// Scoped says whether the probe counts one namespace, so that Stats'
+// runs count runs in scope apart from all.
+func (p *Probe) Scoped() bool { return p.scoped }
+
 // Stats returns the probe's counts.
 func (p *Probe) Stats() (Stats, error) {
 	var c dnsNbsDnsStats

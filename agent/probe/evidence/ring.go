@@ -35,13 +35,16 @@ import (
 
 // PollPeriod is how often Read looks at the ring for records the kernel did
 // neither wake it for nor were read by a Sync: it only keeps the ring from
-// filling between collections (intervals may be an hour; a quarter of the
-// ring holds the burst and 3 s of the rate limit, bpf/include/nbs.h). It
-// was 100 ms: each poll wakes the process (a timer, a thread, the runtime's
-// monitor), and those wakeups were most of what an idle agent cost; a
-// report does not wait for a poll since the collections Sync
-// (bench/agentcost BenchmarkAgentIdle).
-const PollPeriod = time.Second
+// filling between collections (intervals may be an hour). Below the rate at
+// which the programs wake the reader, a quarter of the ring holds the burst
+// and 3 s of the rate limit (bpf/include/nbs.h), the ring 16 s of it: a
+// poll every 4 s finds at most the burst and 4 s waiting, half the ring
+// with 3 s of a late poll. It was 100 ms, then 1 s: each poll wakes the
+// process (a timer, a thread, the runtime's monitor), and those wakeups
+// were most of what an idle agent cost (at 1 s: 20 context switches a
+// second, bench/agentcost BenchmarkAgentIdle); a report does not wait for
+// a poll since the collections Sync.
+const PollPeriod = 4 * time.Second
 
 // Ring is the consumer side of one ring buffer map.
 type Ring struct {

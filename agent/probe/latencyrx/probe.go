@@ -397,6 +397,10 @@ func (p *Probe) Stats() (Stats, error) {
 	return st, nil
 }
 
+// Scoped says whether the probe counts one namespace, so that Stats'
+// Runs count runs in scope apart from all.
+func (p *Probe) Scoped() bool { return p.scoped }
+
 // total is a histogram's count.
 func total(h *bpfhist.Hist) uint64 {
 	var n uint64

@@ -43,7 +43,11 @@ type ctTuple struct {
 // conntrackTCP lists the TCP connections the namespace's connection
 // tracking holds, by their original direction, with the reply direction's
 // source: for a DNAT'd connection, the backend it was translated to.
-func conntrackTCP(h netns.Handle) (map[ctTuple]netip.AddrPort, error) {
+// buf receives the dump (ctBufBytes: a recvmsg of a dump returns at most
+// a page's worth of messages, but the stats reply and large pages fit);
+// the caller keeps it across namespaces and collections, so a collection
+// does not allocate 256 KiB per table it reads.
+func conntrackTCP(h netns.Handle, buf []byte) (map[ctTuple]netip.AddrPort, error) {
 	out := map[ctTuple]netip.AddrPort{}
 	err := h.Do(func() error {
 		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
@@ -54,7 +58,6 @@ func conntrackTCP(h netns.Handle) (map[ctTuple]netip.AddrPort, error) {
 		if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 			return fmt.Errorf("bind ctnetlink: %w", err)
 		}
-		buf := make([]byte, 256<<10)
 		// The connections of every namespace share one hash table, and a
 		// dump walks all its buckets (nf_conntrack_buckets, 262,144 here)
 		// for each namespace's: most of the flows source's CPU under a
@@ -99,6 +102,9 @@ func conntrackTCP(h netns.Handle) (map[ctTuple]netip.AddrPort, error) {
 	})
 	return out, err
 }
+
+// ctBufBytes is the size of conntrackTCP's buffer.
+const ctBufBytes = 256 << 10
 
 // ctRequest sends a ctnetlink request without attributes.
 func ctRequest(fd int, msg uint16, flags uint16, seq uint32) error {

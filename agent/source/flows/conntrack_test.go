@@ -64,7 +64,7 @@ func TestConntrackCountSkipsOnlyEmptyTables(t *testing.T) {
 			if !ok {
 				t.Fatal("the kernel gave no conntrack count")
 			}
-			table, err := conntrackTCP(l.h)
+			table, err := conntrackTCP(l.h, make([]byte, ctBufBytes))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -29,6 +29,10 @@ type translator struct {
 	checked map[peerKey]bool
 	// dumps of the current collection, by namespace inode.
 	dumps map[uint32]*ctTable
+	// buf is conntrackTCP's for the current collection, made at its
+	// first dump and shared by its others (it was made per dump), let go
+	// at its end: a node without translation keeps no 256 KiB for it.
+	buf []byte
 }
 
 // ctTable is one namespace's conntrack table: the reply source of each
@@ -55,7 +59,10 @@ func (tr *translator) table(h netns.Handle) *ctTable {
 		return d
 	}
 	d := &ctTable{translated: map[netip.AddrPort]bool{}}
-	if r, err := conntrackTCP(h); err == nil {
+	if tr.buf == nil {
+		tr.buf = make([]byte, ctBufBytes)
+	}
+	if r, err := conntrackTCP(h, tr.buf); err == nil {
 		d.reply = r
 		for orig, to := range r {
 			if orig.dst != to {
@@ -84,6 +91,7 @@ func (tr *translator) tables(ino uint32) []*ctTable {
 // per-connection ones named by their backend (in xlat, by index).
 func (tr *translator) apply(iv probe.Interval) map[int]netip.AddrPort {
 	tr.dumps = map[uint32]*ctTable{}
+	defer func() { tr.buf = nil }()
 	xlat := map[int]netip.AddrPort{}
 	for i, e := range iv.Edges {
 		if e.Role != probe.Client {
