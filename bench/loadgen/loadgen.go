@@ -224,6 +224,49 @@ type Fleet struct {
 
 	connMu sync.Mutex
 	conns  map[int]*grpc.ClientConn // shared connections by slot / NodesPerConn
+
+	wg sync.WaitGroup // a count for each node until it stops (node.run)
+}
+
+// after runs fn on a goroutine of its own once d has passed, unless ctx
+// ends first: then the waiting node stops (its count of wg is given back)
+// without waiting for the timer. A node waiting holds a timer, not a
+// goroutine.
+func (f *Fleet) after(ctx context.Context, d time.Duration, fn func()) {
+	w := &wait{}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.timer = time.AfterFunc(d, func() {
+		if w.claim() {
+			w.stop()
+			fn()
+		}
+	})
+	w.stop = context.AfterFunc(ctx, func() {
+		if w.claim() {
+			w.timer.Stop()
+			f.wg.Done()
+		}
+	})
+}
+
+// wait is one of after's: its timer and ctx race, the first to claim it
+// acts.
+type wait struct {
+	mu      sync.Mutex // held while after sets timer and stop
+	claimed bool
+	timer   *time.Timer
+	stop    func() bool
+}
+
+func (w *wait) claim() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.claimed {
+		return false
+	}
+	w.claimed = true
+	return true
 }
 
 // dial returns the connection node slot's session uses and what the
@@ -287,7 +330,6 @@ func (f *Fleet) Tree() Tree { return f.tree }
 // returns. progress, when not nil, gets a line every progressEvery.
 func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.Duration) Stats {
 	f.start = time.Now()
-	var wg sync.WaitGroup
 	for i := range f.cfg.Nodes {
 		pcg := rand.NewPCG(f.cfg.Seed, uint64(i))
 		n := &node{
@@ -298,7 +340,8 @@ func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.
 		// Spread first connects over the ramp and reports over the
 		// interval, as a real fleet's clocks are spread.
 		n.delay = time.Duration(float64(f.cfg.Ramp) * float64(i) / float64(f.cfg.Nodes))
-		wg.Go(func() { n.run(ctx) })
+		f.wg.Add(1)
+		n.run(ctx)
 	}
 	if progress != nil && progressEvery > 0 {
 		t := time.NewTicker(progressEvery)
@@ -313,7 +356,7 @@ func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.
 			}
 		}
 	}
-	wg.Wait()
+	f.wg.Wait()
 	f.closeConns()
 	return f.Stats()
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -51,18 +52,25 @@ func BenchmarkNodeMemory(b *testing.B) {
 		}
 		hold = d
 	}
+	perConn := 4
+	if v := os.Getenv("NBS_LOADGEN_MEM_PER_CONN"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			b.Fatalf("NBS_LOADGEN_MEM_PER_CONN=%q: want 1..10000", v)
+		}
+		perConn = n
+	}
 	bin := collectorproc.Build(b)
 	for _, nodes := range sizes {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
 			for range b.N {
-				nodeMemory(b, bin, nodes, hold)
+				nodeMemory(b, bin, nodes, perConn, hold)
 			}
 		})
 	}
 }
 
-func nodeMemory(b *testing.B, bin string, nodes int, hold time.Duration) {
-	const perConn = 4
+func nodeMemory(b *testing.B, bin string, nodes, perConn int, hold time.Duration) {
 	grpcAddr := collectorproc.Start(b, bin, pgcluster.Database(b), nodes).GRPCAddr
 	f, err := New(Config{Addr: grpcAddr, Nodes: nodes, NodesPerConn: perConn, Troubled: 0.05, Seed: 31})
 	if err != nil {
@@ -97,6 +105,15 @@ func nodeMemory(b *testing.B, bin string, nodes int, hold time.Duration) {
 			b.Fatal(err)
 		}
 		w.Close()
+		// The goroutines by stack, as text: what each node holds.
+		w, err = os.Create(filepath.Join(dir, fmt.Sprintf("loadgen-goroutine-%d.txt", nodes)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.Lookup("goroutine").WriteTo(w, 1); err != nil {
+			b.Fatal(err)
+		}
+		w.Close()
 	}
 	s := f.Stats()
 	if s.Errors != 0 || s.Rejected != 0 || s.Acked == 0 {
@@ -113,8 +130,13 @@ func nodeMemory(b *testing.B, bin string, nodes int, hold time.Duration) {
 	b.ReportMetric(rssPer, "rss-B/node")
 	b.ReportMetric(peakPer, "peak-rss-B/node")
 	b.ReportMetric(float64(runtime.NumGoroutine())/float64(nodes), "goroutines/node")
-	b.Logf("%d nodes, %d a connection: registered in %v, then %v: heap in use %.1f KiB a node, stacks %.1f KiB, RSS %.1f KiB (%d MiB in all), peak RSS %.1f KiB a node; %v",
-		nodes, perConn, registered.Round(time.Second), hold, heapPer/1024, stackPer/1024, rssPer/1024, rss1>>20, peakPer/1024, s)
+	// A new goroutine's stack is the average in use at the last
+	// collection (the runtime's adaptive start), not 2 KiB.
+	start := []metrics.Sample{{Name: "/gc/stack/starting-size:bytes"}}
+	metrics.Read(start)
+	b.Logf("%d nodes, %d a connection: registered in %v, then %v: heap in use %.1f KiB a node, stacks %.1f KiB (%.2f goroutines a node, a new one's stack %d B), RSS %.1f KiB (%d MiB in all), peak RSS %.1f KiB a node; %v",
+		nodes, perConn, registered.Round(time.Second), hold, heapPer/1024, stackPer/1024, float64(runtime.NumGoroutine())/float64(nodes), start[0].Value.Uint64(),
+		rssPer/1024, rss1>>20, peakPer/1024, s)
 }
 
 // memNow is the Go heap in use and the goroutines' stacks, and the
