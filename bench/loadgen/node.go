@@ -166,11 +166,12 @@ type session struct {
 // session's timers.
 func (n *node) open(ctx context.Context) (_ *session, err error) {
 	cfg := n.f.cfg
-	conn, release, err := n.f.dial(n.slot)
+	sctx, cancel := context.WithCancelCause(ctx)
+	conn, streamCtx, release, err := n.f.dial(sctx, n.slot)
 	if err != nil {
+		cancel(nil)
 		return nil, fmt.Errorf("dial: %w", err)
 	}
-	sctx, cancel := context.WithCancelCause(ctx)
 	defer func() {
 		if err != nil {
 			cancel(nil)
@@ -182,7 +183,7 @@ func (n *node) open(ctx context.Context) (_ *session, err error) {
 	// response, to retry it transparently. A fleet registering waits
 	// minutes for that response, node after node, which held about a MiB a
 	// node; a lost stream is resent by the session, as the agent does.
-	stream, err := nbsv1.NewAgentServiceClient(conn).Connect(sctx, grpc.MaxRetryRPCBufferSize(0), grpc.ForceCodecV2(n.f.codec))
+	stream, err := nbsv1.NewAgentServiceClient(conn).Connect(streamCtx, grpc.MaxRetryRPCBufferSize(0), grpc.ForceCodecV2(n.f.codec))
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
