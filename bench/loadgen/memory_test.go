@@ -22,16 +22,18 @@ import (
 
 // BenchmarkNodeMemory measures what the simulator holds per simulated node:
 // a fleet of NBS_LOADGEN_MEM_NODES nodes (comma-separated; default
-// 2000,8000), four nodes' streams a connection, 5% troubled, registers
-// against the real nbs-collector binary (its own process, so its memory is
-// not counted here) and a real PostgreSQL, reports for a minute, and then
-// the simulator's Go heap in use and its resident memory are read, each
-// less what the process held before the fleet started, per node.
+// 2000,8000), four nodes' streams a connection (NBS_LOADGEN_MEM_PER_CONN),
+// 5% troubled, registers against the real nbs-collector binary (its own
+// process, so its memory is not counted here) and a real PostgreSQL,
+// reports for a minute (NBS_LOADGEN_MEM_HOLD), and then the simulator's Go
+// heap in use, its goroutines' stacks and its resident memory are read
+// (as it ran, and after two collections), each less what the process held
+// before the fleet started, per node.
 //
 //	NBS_REQUIRE_PG=1 go test -run '^$' -bench NodeMemory -benchtime 1x -timeout 30m ./bench/loadgen/
 //
-// NBS_LOADGEN_MEM_PROFILE=dir writes a heap profile (inuse) of each size
-// into dir at the moment of measurement.
+// NBS_LOADGEN_MEM_PROFILE=dir writes a heap profile (inuse) and the
+// goroutines by stack of each size into dir at the moment of measurement.
 func BenchmarkNodeMemory(b *testing.B) {
 	sizes := []int{2000, 8000}
 	if v := os.Getenv("NBS_LOADGEN_MEM_NODES"); v != "" {
@@ -95,6 +97,9 @@ func nodeMemory(b *testing.B, bin string, nodes, perConn int, hold time.Duration
 	}
 	registered := f.Stats().AllRegistered
 	time.Sleep(hold)
+	// As it runs, before memNow's collections: the heap's garbage until
+	// the next collection (GOGC) on top of what is live.
+	running := procStatus(b, "VmRSS")
 	heap1, stack1, rss1 := memNow(b)
 	if dir := os.Getenv("NBS_LOADGEN_MEM_PROFILE"); dir != "" {
 		w, err := os.Create(filepath.Join(dir, fmt.Sprintf("loadgen-heap-%d.pprof", nodes)))
@@ -122,21 +127,23 @@ func nodeMemory(b *testing.B, bin string, nodes, perConn int, hold time.Duration
 	heapPer := (float64(heap1) - float64(heap0)) / float64(nodes)
 	stackPer := (float64(stack1) - float64(stack0)) / float64(nodes)
 	rssPer := (float64(rss1) - float64(rss0)) / float64(nodes)
+	runningPer := (float64(running) - float64(rss0)) / float64(nodes)
 	// The most the process held at once, registering included (the
 	// benchmark binary holds nothing else of size).
 	peakPer := (float64(procStatus(b, "VmHWM")) - float64(rss0)) / float64(nodes)
 	b.ReportMetric(heapPer, "heap-B/node")
 	b.ReportMetric(stackPer, "stack-B/node")
 	b.ReportMetric(rssPer, "rss-B/node")
+	b.ReportMetric(runningPer, "running-rss-B/node")
 	b.ReportMetric(peakPer, "peak-rss-B/node")
 	b.ReportMetric(float64(runtime.NumGoroutine())/float64(nodes), "goroutines/node")
 	// A new goroutine's stack is the average in use at the last
 	// collection (the runtime's adaptive start), not 2 KiB.
 	start := []metrics.Sample{{Name: "/gc/stack/starting-size:bytes"}}
 	metrics.Read(start)
-	b.Logf("%d nodes, %d a connection: registered in %v, then %v: heap in use %.1f KiB a node, stacks %.1f KiB (%.2f goroutines a node, a new one's stack %d B), RSS %.1f KiB (%d MiB in all), peak RSS %.1f KiB a node; %v",
+	b.Logf("%d nodes, %d a connection: registered in %v, then %v: heap in use %.1f KiB a node, stacks %.1f KiB (%.2f goroutines a node, a new one's stack %d B), RSS %.1f KiB (%d MiB in all; %.1f KiB as it ran, before the collections), peak RSS %.1f KiB a node; %v",
 		nodes, perConn, registered.Round(time.Second), hold, heapPer/1024, stackPer/1024, float64(runtime.NumGoroutine())/float64(nodes), start[0].Value.Uint64(),
-		rssPer/1024, rss1>>20, peakPer/1024, s)
+		rssPer/1024, rss1>>20, runningPer/1024, peakPer/1024, s)
 }
 
 // memNow is the Go heap in use and the goroutines' stacks, and the
