@@ -139,17 +139,6 @@ func (n *node) start() {
 	n.mu.Unlock()
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // session is one connection and stream: Hello, resend what is unacked,
 // then a report every interval from timers until ctx ends, the stream
 // fails or the agent reconnects.

@@ -192,6 +192,18 @@ func startCollectorAt(t *testing.T, dbURL string, nodes int, grpcAddr string) (a
 	return addr, stop
 }
 
+// sleep waits d, or less when ctx ends first (false then).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // testWriterAt logs progress lines with the test.
 type testWriterAt struct{ t *testing.T }
 
