@@ -13,6 +13,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -62,17 +63,28 @@ func BenchmarkNodeMemory(b *testing.B) {
 		}
 		perConn = n
 	}
+	// NBS_LOADGEN_MEM_GOGC sets this process's GOGC (the simulator's
+	// alone: the collector's process does not inherit it).
+	gcPercent := 100
+	if v := os.Getenv("NBS_LOADGEN_MEM_GOGC"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("NBS_LOADGEN_MEM_GOGC=%q: want a percentage", v)
+		}
+		gcPercent = n
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(gcPercent))
 	bin := collectorproc.Build(b)
 	for _, nodes := range sizes {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
 			for range b.N {
-				nodeMemory(b, bin, nodes, perConn, hold)
+				nodeMemory(b, bin, nodes, perConn, gcPercent, hold)
 			}
 		})
 	}
 }
 
-func nodeMemory(b *testing.B, bin string, nodes, perConn int, hold time.Duration) {
+func nodeMemory(b *testing.B, bin string, nodes, perConn, gcPercent int, hold time.Duration) {
 	grpcAddr := collectorproc.Start(b, bin, pgcluster.Database(b), nodes).GRPCAddr
 	f, err := New(Config{Addr: grpcAddr, Nodes: nodes, NodesPerConn: perConn, Troubled: 0.05, Seed: 31})
 	if err != nil {
@@ -96,7 +108,11 @@ func nodeMemory(b *testing.B, bin string, nodes, perConn int, hold time.Duration
 		time.Sleep(200 * time.Millisecond)
 	}
 	registered := f.Stats().AllRegistered
+	cpu0 := cpuTime(b)
 	time.Sleep(hold)
+	// The simulator's CPU over the hold, collections included: what a
+	// smaller heap goal (GOGC) would cost.
+	cpuPer := float64((cpuTime(b) - cpu0).Microseconds()) / hold.Seconds() / float64(nodes)
 	// As it runs, before memNow's collections: the heap's garbage until
 	// the next collection (GOGC) on top of what is live.
 	running := procStatus(b, "VmRSS")
@@ -136,14 +152,15 @@ func nodeMemory(b *testing.B, bin string, nodes, perConn int, hold time.Duration
 	b.ReportMetric(rssPer, "rss-B/node")
 	b.ReportMetric(runningPer, "running-rss-B/node")
 	b.ReportMetric(peakPer, "peak-rss-B/node")
+	b.ReportMetric(cpuPer, "cpu-µs/node-s")
 	b.ReportMetric(float64(runtime.NumGoroutine())/float64(nodes), "goroutines/node")
 	// A new goroutine's stack is the average in use at the last
 	// collection (the runtime's adaptive start), not 2 KiB.
 	start := []metrics.Sample{{Name: "/gc/stack/starting-size:bytes"}}
 	metrics.Read(start)
-	b.Logf("%d nodes, %d a connection: registered in %v, then %v: heap in use %.1f KiB a node, stacks %.1f KiB (%.2f goroutines a node, a new one's stack %d B), RSS %.1f KiB (%d MiB in all; %.1f KiB as it ran, before the collections), peak RSS %.1f KiB a node; %v",
+	b.Logf("%d nodes, %d a connection: registered in %v, then %v: heap in use %.1f KiB a node, stacks %.1f KiB (%.2f goroutines a node, a new one's stack %d B), RSS %.1f KiB (%d MiB in all; %.1f KiB as it ran, before the collections), peak RSS %.1f KiB a node; CPU %.1f µs a node a second (GOGC %d); %v",
 		nodes, perConn, registered.Round(time.Second), hold, heapPer/1024, stackPer/1024, float64(runtime.NumGoroutine())/float64(nodes), start[0].Value.Uint64(),
-		rssPer/1024, rss1>>20, runningPer/1024, peakPer/1024, s)
+		rssPer/1024, rss1>>20, runningPer/1024, peakPer/1024, cpuPer, gcPercent, s)
 }
 
 // memNow is the Go heap in use and the goroutines' stacks, and the
@@ -155,6 +172,15 @@ func memNow(b *testing.B) (heap, stack, rss uint64) {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse, m.StackInuse, procStatus(b, "VmRSS")
+}
+
+// cpuTime is this process's CPU time so far, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // procStatus is a size in /proc/self/status (VmRSS, VmHWM), in bytes.
