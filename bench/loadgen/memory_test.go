@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,6 +14,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -86,7 +88,9 @@ func BenchmarkNodeMemory(b *testing.B) {
 
 func nodeMemory(b *testing.B, bin string, nodes, perConn, gcPercent int, hold time.Duration) {
 	grpcAddr := collectorproc.Start(b, bin, pgcluster.Database(b), nodes).GRPCAddr
-	f, err := New(Config{Addr: grpcAddr, Nodes: nodes, NodesPerConn: perConn, Troubled: 0.05, Seed: 31})
+	var ended firstBytes // why the first streams that ended did
+	f, err := New(Config{Addr: grpcAddr, Nodes: nodes, NodesPerConn: perConn, Troubled: 0.05, Seed: 31,
+		Log: slog.New(slog.NewTextHandler(&ended, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -137,9 +141,13 @@ func nodeMemory(b *testing.B, bin string, nodes, perConn, gcPercent int, hold ti
 		w.Close()
 	}
 	s := f.Stats()
-	if s.Errors != 0 || s.Rejected != 0 || s.Acked == 0 {
-		b.Fatalf("the fleet was not healthy while measured: %v", s)
-	}
+	// An unhealthy fleet's figures are logged (the memory of streams
+	// ending and reconnecting), then the run fails.
+	defer func() {
+		if s.Errors != 0 || s.Rejected != 0 || s.Acked == 0 {
+			b.Fatalf("the fleet was not healthy while measured: %v; the first streams that ended:\n%s", s, ended.String())
+		}
+	}()
 	heapPer := (float64(heap1) - float64(heap0)) / float64(nodes)
 	stackPer := (float64(stack1) - float64(stack0)) / float64(nodes)
 	rssPer := (float64(rss1) - float64(rss0)) / float64(nodes)
@@ -172,6 +180,27 @@ func memNow(b *testing.B) (heap, stack, rss uint64) {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse, m.StackInuse, procStatus(b, "VmRSS")
+}
+
+// firstBytes keeps the first 4 KiB written to it.
+type firstBytes struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (w *firstBytes) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if room := 4096 - w.buf.Len(); room > 0 {
+		w.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (w *firstBytes) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
 
 // cpuTime is this process's CPU time so far, user and system.
