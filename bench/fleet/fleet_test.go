@@ -100,15 +100,18 @@ func (c *collector) goMetrics(b *testing.B) (heapKiB, stackKiB, goroutines int) 
 func (c *collector) streams(b *testing.B) int { return int(c.metrics(b)["nbs_collector_streams"]) }
 
 // rssKiB is the collector's resident memory.
-func (c *collector) rssKiB(b *testing.B) int {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.Cmd.Process.Pid))
+func (c *collector) rssKiB(b *testing.B) int { return procKiB(b, c.Cmd.Process.Pid, "VmRSS") }
+
+// procKiB is a size in /proc/PID/status (VmRSS, VmHWM), in KiB.
+func procKiB(b *testing.B, pid int, field string) int {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
 			if err != nil {
 				b.Fatal(err)
@@ -116,7 +119,7 @@ func (c *collector) rssKiB(b *testing.B) int {
 			return n
 		}
 	}
-	b.Fatal("no VmRSS")
+	b.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
 }
 
@@ -229,6 +232,9 @@ func BenchmarkFleet(b *testing.B) {
 				wait(hold, nil)
 				cpu1 := c.metrics(b)
 				heap, stack, goroutines := c.goMetrics(b)
+				// The simulator is this process: its memory beside the
+				// collector's (BENCHMARKS.md, "The simulator's memory per node").
+				simRSS, simPeak := procKiB(b, os.Getpid(), "VmRSS"), procKiB(b, os.Getpid(), "VmHWM")
 				s1 := f.Stats()
 				cancel()
 				<-done
@@ -237,6 +243,8 @@ func BenchmarkFleet(b *testing.B) {
 				steady := float64(s1.Samples-s0.Samples) / (s1.Elapsed - s0.Elapsed).Seconds()
 				b.Logf("%d nodes, %d a connection: all registered after %v; steady state over %v: %.0f samples/s, ack p50 %v p99 %v; collector RSS idle %d KiB, peak while registering %d KiB, peak %d KiB, steady (median) %d KiB, Go heap in use at the end %d KiB, stacks %d KiB, %d goroutines; %v",
 					nodes, perConn, registered.Round(time.Second), hold, steady, s1.AckP50, s1.AckP99, idle, regPeak, peak, steadyRSS, heap, stack, goroutines, s1)
+				b.Logf("%d nodes: the simulator (this process) resident at the end %d KiB (%.1f KiB a node), at its peak %d KiB",
+					nodes, simRSS, float64(simRSS)/float64(nodes), simPeak)
 				b.Logf("%d nodes: every Hello registered (stored, Config sent) after %v (%.0f a second); %d after 20 s, %d after 60 s",
 					nodes, hellos.Round(time.Second), float64(nodes)/hellos.Seconds(), at20, at60)
 				b.Logf("%d nodes: Hellos registered, once a second: %s", nodes, strings.Join(series, " "))

@@ -50,7 +50,69 @@ func newCodec(defs []*nbsv1.MetricDefinition) (*codec, error) {
 
 func (c *codec) Name() string { return "proto" }
 
-func (c *codec) Unmarshal(data mem.BufferSlice, v any) error { return c.base.Unmarshal(data, v) }
+// Unmarshal decodes an Ack itself and leaves a Config undecoded: a
+// node's goroutine decodes its answers in Recv, and the protobuf
+// runtime's decoding (a Config's map of thresholds most) took that
+// goroutine's stack past 4 KiB, where it stayed while it waited: 8 KiB a
+// node (BENCHMARKS.md, "The simulator's memory per node"). The simulator
+// acts on no Config. Anything else, or an Ack with fields this does not
+// know, goes to the protobuf runtime.
+func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*nbsv1.ConnectResponse); ok && len(data) == 1 && decodeResponse(data[0].ReadOnlyData(), r) {
+		return nil
+	}
+	return c.base.Unmarshal(data, v)
+}
+
+var (
+	ackField    = (&nbsv1.ConnectResponse{}).ProtoReflect().Descriptor().Fields().ByName("ack").Number()
+	configField = (&nbsv1.ConnectResponse{}).ProtoReflect().Descriptor().Fields().ByName("config").Number()
+	ackSeqField = (&nbsv1.Ack{}).ProtoReflect().Descriptor().Fields().ByName("sequence").Number()
+	ackDupField = (&nbsv1.Ack{}).ProtoReflect().Descriptor().Fields().ByName("duplicate").Number()
+)
+
+// decodeResponse decodes b into r when it is one Ack or one Config (left
+// undecoded: r.Msg stays nil), and says whether it did.
+func decodeResponse(b []byte, r *nbsv1.ConnectResponse) bool {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || typ != protowire.BytesType {
+		return false
+	}
+	body, m := protowire.ConsumeBytes(b[n:])
+	if m < 0 || n+m != len(b) {
+		return false
+	}
+	switch num {
+	case configField:
+		r.Msg = nil
+		return true
+	case ackField:
+	default:
+		return false
+	}
+	ack := &nbsv1.Ack{}
+	for len(body) > 0 {
+		num, typ, n := protowire.ConsumeTag(body)
+		if n < 0 || typ != protowire.VarintType {
+			return false
+		}
+		v, m := protowire.ConsumeVarint(body[n:])
+		if m < 0 {
+			return false
+		}
+		switch num {
+		case ackSeqField:
+			ack.Sequence = v
+		case ackDupField:
+			ack.Duplicate = protowire.DecodeBool(v)
+		default:
+			return false
+		}
+		body = body[n+m:]
+	}
+	r.Msg = &nbsv1.ConnectResponse_Ack{Ack: ack}
+	return true
+}
 
 // treeHello is a Hello to be sent with the fleet's tree as its
 // definitions (Hello.Metrics is left empty: the codec adds the tree).

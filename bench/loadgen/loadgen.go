@@ -211,7 +211,7 @@ type Fleet struct {
 	tree   Tree
 	codec  *codec
 	shapes []shape
-	start  time.Time
+	start  time.Time // Run's, under mu (Stats may be called while Run starts)
 
 	connected, registered                                       atomic.Int64
 	allRegistered                                               atomic.Int64 // ns since start
@@ -223,46 +223,84 @@ type Fleet struct {
 	lat *loglinear.Histogram // ack latency, microseconds
 
 	connMu sync.Mutex
-	conns  map[int]*grpc.ClientConn // shared connections by slot / NodesPerConn
+	shared *grpc.ClientConn // whose SubConns are the connections NodesPerConn nodes share (conns.go)
+
+	wg sync.WaitGroup // a count for each node until it stops (node.run)
 }
 
-// dial returns the connection node slot's session uses and what the
-// session calls when it ends: its own connection is closed then, a shared
-// one only when Run ends.
-func (f *Fleet) dial(slot int) (*grpc.ClientConn, func(), error) {
+// after runs fn on a goroutine of its own once d has passed, unless ctx
+// ends first: then the waiting node stops (its count of wg is given back)
+// without waiting for the timer. A node waiting holds a timer, not a
+// goroutine.
+func (f *Fleet) after(ctx context.Context, d time.Duration, fn func()) {
+	w := &wait{}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.timer = time.AfterFunc(d, func() {
+		if w.claim() {
+			w.stop()
+			fn()
+		}
+	})
+	w.stop = context.AfterFunc(ctx, func() {
+		if w.claim() {
+			w.timer.Stop()
+			f.wg.Done()
+		}
+	})
+}
+
+// wait is one of after's: its timer and ctx race, the first to claim it
+// acts.
+type wait struct {
+	mu      sync.Mutex // held while after sets timer and stop
+	claimed bool
+	timer   *time.Timer
+	stop    func() bool
+}
+
+func (w *wait) claim() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.claimed {
+		return false
+	}
+	w.claimed = true
+	return true
+}
+
+// dial returns the connection node slot's session uses, the context
+// its stream is to have (a shared connection's index in it), and what the
+// session calls when it ends: its own connection is closed then, the
+// shared ones only when Run ends.
+func (f *Fleet) dial(ctx context.Context, slot int) (*grpc.ClientConn, context.Context, func(), error) {
 	if f.cfg.NodesPerConn <= 1 {
 		conn, err := grpc.NewClient(f.cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		f.dials.Add(1)
-		return conn, func() { conn.Close() }, nil
+		return conn, ctx, func() { conn.Close() }, nil
 	}
 	f.connMu.Lock()
 	defer f.connMu.Unlock()
-	i := slot / f.cfg.NodesPerConn
-	if c := f.conns[i]; c != nil {
-		return c, func() {}, nil
+	if f.shared == nil {
+		conn, err := sharedConn(f.cfg.Addr, &f.dials)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		f.shared = conn
 	}
-	conn, err := grpc.NewClient(f.cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, nil, err
-	}
-	f.dials.Add(1)
-	if f.conns == nil {
-		f.conns = map[int]*grpc.ClientConn{}
-	}
-	f.conns[i] = conn
-	return conn, func() {}, nil
+	return f.shared, onConn(ctx, slot/f.cfg.NodesPerConn), func() {}, nil
 }
 
 // closeConns closes the shared connections once every session has ended.
 func (f *Fleet) closeConns() {
 	f.connMu.Lock()
 	defer f.connMu.Unlock()
-	for i, c := range f.conns {
-		c.Close()
-		delete(f.conns, i)
+	if f.shared != nil {
+		f.shared.Close()
+		f.shared = nil
 	}
 }
 
@@ -286,8 +324,9 @@ func (f *Fleet) Tree() Tree { return f.tree }
 // Run runs every node until ctx ends, then closes their streams and
 // returns. progress, when not nil, gets a line every progressEvery.
 func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.Duration) Stats {
+	f.mu.Lock()
 	f.start = time.Now()
-	var wg sync.WaitGroup
+	f.mu.Unlock()
 	for i := range f.cfg.Nodes {
 		pcg := rand.NewPCG(f.cfg.Seed, uint64(i))
 		n := &node{
@@ -298,7 +337,8 @@ func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.
 		// Spread first connects over the ramp and reports over the
 		// interval, as a real fleet's clocks are spread.
 		n.delay = time.Duration(float64(f.cfg.Ramp) * float64(i) / float64(f.cfg.Nodes))
-		wg.Go(func() { n.run(ctx) })
+		f.wg.Add(1)
+		n.run(ctx)
 	}
 	if progress != nil && progressEvery > 0 {
 		t := time.NewTicker(progressEvery)
@@ -313,7 +353,7 @@ func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.
 			}
 		}
 	}
-	wg.Wait()
+	f.wg.Wait()
 	f.closeConns()
 	return f.Stats()
 }
@@ -321,7 +361,7 @@ func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.
 // Stats returns the counts so far.
 func (f *Fleet) Stats() Stats {
 	s := Stats{
-		Elapsed: time.Since(f.start), Connected: f.connected.Load(),
+		Connected:  f.connected.Load(),
 		Registered: f.registered.Load(), AllRegistered: time.Duration(f.allRegistered.Load()),
 		Reports: f.reports.Load(), Acked: f.acked.Load(), Samples: f.samples.Load(),
 		Rejected: f.rejected.Load(), Resent: f.resent.Load(), Reconnects: f.reconnects.Load(), Replaced: f.replaced.Load(), Pods: f.pods.Load(), Errors: f.errs.Load(), Dials: f.dials.Load(),
@@ -329,6 +369,7 @@ func (f *Fleet) Stats() Stats {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	s.Elapsed = time.Since(f.start)
 	if f.lat.Count > 0 {
 		s.AckP50 = time.Duration(f.lat.Quantile(0.5)) * time.Microsecond
 		s.AckP99 = time.Duration(f.lat.Quantile(0.99)) * time.Microsecond
@@ -348,7 +389,9 @@ func (f *Fleet) ResetLatency() {
 // firstAck counts a node's first acknowledged report.
 func (f *Fleet) firstAck() {
 	if f.registered.Add(1) == int64(f.cfg.Nodes) {
+		f.mu.Lock()
 		f.allRegistered.Store(int64(time.Since(f.start)))
+		f.mu.Unlock()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,4 +187,58 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
+}
+
+// Nodes sharing connections (one ClientConn's SubConns, conns.go) outlive
+// their collector as agents do: when it stops, their connections close;
+// when it is back at the same address, every node's stream is again on
+// one of the same few connections, and every node has reports
+// acknowledged again.
+func TestSharedConnectionsOutliveTheCollector(t *testing.T) {
+	dbURL := pgcluster.Database(t)
+	const nodes, perConn = 8, 4
+	addr, stop := startCollectorAt(t, dbURL, nodes, "127.0.0.1:0")
+	var (
+		mu       sync.Mutex
+		restart  time.Time
+		ackedNow = map[string]bool{} // nodes acknowledged since the restart
+	)
+	f, err := New(Config{Addr: addr, Nodes: nodes, NodesPerConn: perConn, Interval: 200 * time.Millisecond, Ramp: 200 * time.Millisecond, Seed: 3,
+		OnAcked: func(node string, _, _ uint64) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !restart.IsZero() {
+				ackedNow[node] = true
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan Stats, 1)
+	go func() { done <- f.Run(ctx, nil, 0) }()
+	defer func() { cancel(); <-done }()
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s within 60 s: %v", what, f.Stats())
+			}
+		}
+	}
+	waitFor("every node registered", func() bool { return f.Stats().Registered == nodes })
+	stop()
+	waitFor("every stream ended with the collector", func() bool { return f.Stats().Connected == 0 })
+	mu.Lock()
+	restart = time.Now()
+	mu.Unlock()
+	startCollectorAt(t, dbURL, nodes, addr)
+	waitFor("every node acknowledged after the restart", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ackedNow) == nodes
+	})
+	if s := f.Stats(); s.Dials != nodes/perConn || s.Errors == 0 {
+		t.Fatalf("%d connections for %d nodes, %d each, and %d streams ended with an error (the collector stopped): %v", s.Dials, nodes, perConn, s.Errors, s)
+	}
 }

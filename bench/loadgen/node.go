@@ -51,6 +51,7 @@ type node struct {
 	rng      *rand.Rand
 	troubled bool
 	delay    time.Duration
+	backoff  time.Duration // before the next try after a failed session
 
 	instance     uint64
 	seq          uint64
@@ -64,42 +65,68 @@ type node struct {
 	unacked    []pending // by sequence: sent in order, and few (a map costs a KiB a node)
 }
 
+// run starts the node after its delay. From then on the node holds a
+// goroutine of its own only while a stream is open, the one waiting in
+// Recv (receive), and that goroutine does nothing else: it starts afresh
+// for each stream, so its stack holds Recv's frames and not those of a
+// Hello or a resend sent before (a goroutine's stack, once grown, keeps
+// its size while it waits, and that was most of a simulated node's
+// memory: BENCHMARKS.md, "The simulator's memory per node"). Waits (the
+// ramp, a backoff) are timers, and a session is opened on the goroutine
+// that ended the previous one or on a timer's.
+//
+// The node holds one count of the fleet's WaitGroup from run until it
+// stops for good, when ctx ends; whichever of its timers or goroutines
+// has it then gives it back.
 func (n *node) run(ctx context.Context) {
-	if !sleep(ctx, n.delay) {
+	n.backoff = time.Second
+	n.f.after(ctx, n.delay, func() {
+		n.start()
+		n.connect(ctx)
+	})
+}
+
+// connect opens a session and leaves its stream to a goroutine of its
+// own, or schedules the next try after a backoff.
+func (n *node) connect(ctx context.Context) {
+	s, err := n.open(ctx)
+	if err != nil {
+		n.next(ctx, err, nil)
 		return
 	}
-	n.start()
-	backoff := time.Second
-	for ctx.Err() == nil {
-		err := n.session(ctx)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, errReplaced):
-			n.f.replaced.Add(1)
-			n.gen++
-			n.name = fmt.Sprintf("%s%d-%d", n.f.cfg.Prefix, n.slot, n.gen)
-			n.start()
-			backoff = time.Second
-			continue
-		case errors.Is(err, errReconnect):
-			n.f.reconnects.Add(1)
-			backoff = time.Second
-			continue
-		case status.Code(errors.Unwrap(err)) == codes.Aborted:
-			// The collector asked for a new stream (an operator's change,
-			// pruned definitions): an agent reconnects at once.
-			n.f.reconnects.Add(1)
-			backoff = time.Second
-			continue
-		}
-		n.f.errs.Add(1)
-		n.f.cfg.Log.Debug("stream ended", "node", n.name, "err", err)
-		if !sleep(ctx, backoff+time.Duration(n.rng.Int64N(int64(backoff)))) {
-			return
-		}
-		backoff = min(2*backoff, 30*time.Second)
+	go s.run(ctx)
+}
+
+// next follows a session that ended with err (recvErr: what Recv
+// returned, nil when the session did not open): the node stops when ctx
+// ended, starts again at once after a planned reconnect, a replacement or
+// the collector's asking for a new stream, and otherwise after a backoff.
+func (n *node) next(ctx context.Context, err, recvErr error) {
+	switch {
+	case ctx.Err() != nil:
+		n.f.wg.Done()
+		return
+	case errors.Is(err, errReplaced):
+		n.f.replaced.Add(1)
+		n.gen++
+		n.name = fmt.Sprintf("%s%d-%d", n.f.cfg.Prefix, n.slot, n.gen)
+		n.start()
+		n.backoff = time.Second
+		n.connect(ctx)
+		return
+	case errors.Is(err, errReconnect), recvErr != nil && status.Code(recvErr) == codes.Aborted:
+		// Aborted: the collector asked for a new stream (an operator's
+		// change, pruned definitions): an agent reconnects at once.
+		n.f.reconnects.Add(1)
+		n.backoff = time.Second
+		n.connect(ctx)
+		return
 	}
+	n.f.errs.Add(1)
+	n.f.cfg.Log.Debug("stream ended", "node", n.name, "err", err)
+	wait := n.backoff + time.Duration(n.rng.Int64N(int64(n.backoff)))
+	n.backoff = min(2*n.backoff, 30*time.Second)
+	n.f.after(ctx, wait, func() { n.connect(ctx) })
 }
 
 // start makes the node a fresh agent: a new instance with nothing sent.
@@ -112,70 +139,77 @@ func (n *node) start() {
 	n.mu.Unlock()
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+// session is one connection and stream: Hello, resend what is unacked,
+// then a report every interval from timers until ctx ends, the stream
+// fails or the agent reconnects.
+type session struct {
+	n       *node
+	stream  grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse]
+	ctx     context.Context // the stream's; its cause says why it was cancelled
+	cancel  context.CancelCauseFunc
+	release func() // the connection's, when the session ends
+	t       *ticker
 }
 
-// session is one connection and stream: Hello, resend what is unacked,
-// then a report every interval until ctx ends, the stream fails or the
-// agent reconnects.
-//
-// The session's goroutine waits in Recv for the stream's life; reports are
-// built and sent from timers (time.AfterFunc), each on a goroutine of its
-// own that ends once its report is sent. So a node holds one goroutine of
-// its own (and gRPC's stream watcher) while it waits between reports,
-// with only Recv's frames on its stack, instead of a second goroutine
-// whose stack had grown building and encoding reports: that was most of
-// a simulated node's memory (BENCHMARKS.md, "The simulator's memory per
-// node").
-func (n *node) session(ctx context.Context) error {
+// open dials, sends the Hello and what is unacknowledged, and starts the
+// session's timers.
+func (n *node) open(ctx context.Context) (_ *session, err error) {
 	cfg := n.f.cfg
-	conn, release, err := n.f.dial(n.slot)
-	if err != nil {
-		return fmt.Errorf("dial: %w", err)
-	}
-	defer release()
 	sctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	conn, streamCtx, release, err := n.f.dial(sctx, n.slot)
+	if err != nil {
+		cancel(nil)
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			cancel(nil)
+			release()
+		}
+	}()
 	// No replay buffer: gRPC keeps what a stream sent (up to 256 KiB, in
 	// pooled buffers of up to 1 MiB for a 73 KiB Hello) until its first
 	// response, to retry it transparently. A fleet registering waits
 	// minutes for that response, node after node, which held about a MiB a
 	// node; a lost stream is resent by the session, as the agent does.
-	stream, err := nbsv1.NewAgentServiceClient(conn).Connect(sctx, grpc.MaxRetryRPCBufferSize(0), grpc.ForceCodecV2(n.f.codec))
+	stream, err := nbsv1.NewAgentServiceClient(conn).Connect(streamCtx, grpc.MaxRetryRPCBufferSize(0), grpc.ForceCodecV2(n.f.codec))
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return nil, fmt.Errorf("connect: %w", err)
 	}
 	if err := stream.SendMsg(treeHello{n.hello()}); err != nil {
-		return fmt.Errorf("send hello: %w", err)
+		return nil, fmt.Errorf("send hello: %w", err)
 	}
-	n.f.connected.Add(1)
-	defer n.f.connected.Add(-1)
-
 	t := &ticker{n: n, stream: stream, end: cancel, began: time.Now(), announced: map[string]bool{}}
 	// Resent from here, before any timer runs: the timers' reports
 	// follow them in sequence.
 	for _, p := range n.resend() {
 		r := n.build(p, rand.New(&p.rng))
 		if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
-			return fmt.Errorf("resend: %w", err)
+			return nil, fmt.Errorf("resend: %w", err)
 		}
 		n.f.resent.Add(1)
 	}
+	n.f.connected.Add(1)
 	t.start(cfg)
-	recvErr := n.receive(stream)
+	return &session{n: n, stream: stream, ctx: sctx, cancel: cancel, release: release, t: t}, nil
+}
+
+// run is the goroutine of an open session: it waits in Recv for the
+// stream's life, then ends the session and goes on to the node's next.
+func (s *session) run(ctx context.Context) {
+	recvErr := s.n.receive(s.stream)
+	s.n.next(ctx, s.close(ctx, recvErr), recvErr)
+}
+
+// close ends the session once Recv has returned and says why it ended.
+func (s *session) close(ctx context.Context, recvErr error) error {
 	// Whatever ended the stream, no timer may touch the node once this
 	// returns: the next session (or a replacement node) owns it.
-	cancel(nil)
-	t.stop()
-	switch cause := context.Cause(sctx); {
+	s.cancel(nil)
+	s.t.stop()
+	s.release()
+	s.n.f.connected.Add(-1)
+	switch cause := context.Cause(s.ctx); {
 	case ctx.Err() != nil:
 		return nil
 	case errors.Is(cause, errReconnect), errors.Is(cause, errReplaced):
@@ -369,39 +403,45 @@ func (n *node) acked(seq uint64) (pending, bool) {
 	return p, true
 }
 
+// receive waits in Recv for the stream's life: the frames on the stack
+// of a node's one goroutine. What an answer does is handle's.
 func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse]) error {
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
 			return err
 		}
-		switch m := msg.Msg.(type) {
-		case *nbsv1.ConnectResponse_Ack:
-			n.mu.Lock()
-			p, ok := n.acked(m.Ack.GetSequence())
-			first := !n.registered
-			n.registered = true
-			n.mu.Unlock()
-			if first {
-				n.f.firstAck()
-			}
-			if ok {
-				n.f.observe(time.Since(p.sent), p.items)
-				if n.f.cfg.OnAcked != nil {
-					n.f.cfg.OnAcked(n.name, n.instance, m.Ack.GetSequence())
-				}
-			}
-		case *nbsv1.ConnectResponse_Reject:
-			n.mu.Lock()
-			n.acked(m.Reject.GetSequence())
-			n.mu.Unlock()
-			n.f.rejected.Add(1)
-			n.f.cfg.Log.Warn("report rejected", "node", n.name, "seq", m.Reject.GetSequence(), "reason", m.Reject.GetReason())
-		case *nbsv1.ConnectResponse_Enrolled:
-			n.mu.Lock()
-			n.credential = m.Enrolled.GetNodeCredential()
-			n.mu.Unlock()
+		n.handle(msg)
+	}
+}
+
+func (n *node) handle(msg *nbsv1.ConnectResponse) {
+	switch m := msg.Msg.(type) {
+	case *nbsv1.ConnectResponse_Ack:
+		n.mu.Lock()
+		p, ok := n.acked(m.Ack.GetSequence())
+		first := !n.registered
+		n.registered = true
+		n.mu.Unlock()
+		if first {
+			n.f.firstAck()
 		}
+		if ok {
+			n.f.observe(time.Since(p.sent), p.items)
+			if n.f.cfg.OnAcked != nil {
+				n.f.cfg.OnAcked(n.name, n.instance, m.Ack.GetSequence())
+			}
+		}
+	case *nbsv1.ConnectResponse_Reject:
+		n.mu.Lock()
+		n.acked(m.Reject.GetSequence())
+		n.mu.Unlock()
+		n.f.rejected.Add(1)
+		n.f.cfg.Log.Warn("report rejected", "node", n.name, "seq", m.Reject.GetSequence(), "reason", m.Reject.GetReason())
+	case *nbsv1.ConnectResponse_Enrolled:
+		n.mu.Lock()
+		n.credential = m.Enrolled.GetNodeCredential()
+		n.mu.Unlock()
 	}
 }
 

@@ -153,8 +153,16 @@ func TestFleetSizeInCI(t *testing.T) {
 // ends and returns its gRPC address.
 func startCollector(t *testing.T, dbURL string, nodes int) string {
 	t.Helper()
+	addr, _ := startCollectorAt(t, dbURL, nodes, "127.0.0.1:0")
+	return addr
+}
+
+// startCollectorAt is startCollector listening for gRPC on grpcAddr; stop
+// stops it before the test ends (once).
+func startCollectorAt(t *testing.T, dbURL string, nodes int, grpcAddr string) (addr string, stop func()) {
+	t.Helper()
 	cfg := collectorapp.DefaultConfig()
-	cfg.DBURL, cfg.GRPCAddr, cfg.HTTPAddr = dbURL, "127.0.0.1:0", "127.0.0.1:0"
+	cfg.DBURL, cfg.GRPCAddr, cfg.HTTPAddr = dbURL, grpcAddr, "127.0.0.1:0"
 	// Every simulated node comes from 127.0.0.1: allow the fleet's streams
 	// from one address, with room for reconnects overlapping a close.
 	room := nodes + 100
@@ -163,12 +171,16 @@ func startCollector(t *testing.T, dbURL string, nodes int) string {
 	c := collectorapp.New(cfg, slog.New(slog.DiscardHandler))
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("collector: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("collector: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	select {
 	case <-c.Ready():
 	case err := <-done:
@@ -176,8 +188,20 @@ func startCollector(t *testing.T, dbURL string, nodes int) string {
 	case <-time.After(30 * time.Second):
 		t.Fatal("collector not ready within 30s")
 	}
-	grpcAddr, _ := c.Addrs()
-	return grpcAddr
+	addr, _ = c.Addrs()
+	return addr, stop
+}
+
+// sleep waits d, or less when ctx ends first (false then).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // testWriterAt logs progress lines with the test.
