@@ -252,26 +252,15 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) (*rowChunks, erro
 		return nil, fmt.Errorf("read flow edges: %w", err)
 	}
 	defer rows.Close()
-	out := &rowChunks{}
-	// A row's edge by the numbers of its interned strings: the same as
-	// its FlowRowKey within this read, hashed without its strings.
-	type rowKey struct {
-		node                int32
-		role                FlowRole
-		lport, pport, xport uint16
-		owner, laddr, paddr uint32
-		xaddr               uint32
-	}
-	at := map[rowKey]int{}
+	var sums flowSums
 	raw := newRawRow(rows)
 	for raw.next() {
 		var r FlowEdgeRow
-		owner, laddr, paddr, xaddr := raw.istr(3), raw.istr(4), raw.istr(6), raw.istr(8)
 		r.NodeID, r.Tenant, r.Role = int32(raw.int(0)), raw.str(1), FlowRole(raw.int(2))
-		r.Local.ID, r.LocalAddr, r.LocalPort = owner.s, laddr.s, uint16(raw.int(5))
-		r.PeerAddr, r.PeerPort, r.XlatAddr, r.XlatPort = paddr.s, uint16(raw.int(7)), xaddr.s, uint16(raw.int(9))
+		r.LocalPort, r.PeerPort, r.XlatPort = uint16(raw.int(5)), uint16(raw.int(7)), uint16(raw.int(9))
 		r.First = raw.time(10)
-		r.End = r.First.Add(time.Duration(raw.int(11)) * time.Second)
+		res := raw.int(11)
+		r.End = r.First.Add(time.Duration(res) * time.Second)
 		r.Local.Kind, r.Local.Name, r.Local.Workload = raw.str(12), raw.str(13), raw.str(14)
 		r.EdgesFolded = uint64(raw.int(15))
 		r.Opened, r.Failed, r.Closed = uint64(raw.int(16)), uint64(raw.int(17)), uint64(raw.int(18))
@@ -292,32 +281,32 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) (*rowChunks, erro
 		if err != nil {
 			return nil, fmt.Errorf("read flow edges: %w", err)
 		}
+		var ns *nodeSums
+		if !q.PerBucket {
+			ns = sums.node(r.NodeID, flowBucket{res, r.First.Unix()})
+			// The guessed edge's key against the row's bytes: a right
+			// guess decodes none of the row's key strings.
+			if e := sums.expect(ns); e != nil && e.Role == r.Role && e.LocalPort == r.LocalPort && e.PeerPort == r.PeerPort &&
+				e.XlatPort == r.XlatPort && raw.is(3, e.Local.ID) && raw.is(4, e.LocalAddr) && raw.is(6, e.PeerAddr) && raw.is(8, e.XlatAddr) {
+				sums.hit(ns, &r)
+				continue
+			}
+		}
+		owner, laddr, paddr, xaddr := raw.istr(3), raw.istr(4), raw.istr(6), raw.istr(8)
+		if raw.err != nil {
+			return nil, fmt.Errorf("read flow edges: %w", raw.err)
+		}
+		r.Local.ID, r.LocalAddr, r.PeerAddr, r.XlatAddr = owner.s, laddr.s, paddr.s, xaddr.s
 		if q.PerBucket {
-			out.add(r)
+			sums.out.add(r)
 			continue
 		}
-		k := rowKey{r.NodeID, r.Role, r.LocalPort, r.PeerPort, r.XlatPort, owner.id, laddr.id, paddr.id, xaddr.id}
-		i, ok := at[k]
-		if !ok {
-			at[k] = out.add(r)
-			continue
-		}
-		sum := out.at(i)
-		if r.First.Before(sum.First) {
-			sum.First = r.First
-		}
-		if r.End.After(sum.End) {
-			sum.End = r.End
-			sum.Local = r.Local // the newest bucket's names
-		}
-		sum.EdgesFolded += r.EdgesFolded
-		sum.HoldersLeftOut += r.HoldersLeftOut
-		sum.Add(r.FlowCounters)
+		sums.add(ns, flowSumKey{r.NodeID, r.Role, r.LocalPort, r.PeerPort, r.XlatPort, owner.id, laddr.id, paddr.id, xaddr.id}, &r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read flow edges: %w", err)
 	}
-	return out, nil
+	return &sums.out, nil
 }
 
 func orEmptyStrings(s []string) []string {
