@@ -25,6 +25,7 @@ type Owner struct {
 	Workload  string `json:"workload"`
 	Namespace string `json:"namespace"`
 	nodeID    int32
+	ref       uint32 // its end's number in the build (endRefs)
 }
 
 // End is one end of an edge.
@@ -140,6 +141,7 @@ type Graph struct {
 	window time.Duration
 	owned  map[nodeOwner]*Owner // owner's answers while building
 	keyed  map[string]*Owner    // the same by key: one pointer an owner
+	refs   endRefs
 }
 
 type nodeOwner struct {
@@ -315,7 +317,8 @@ func peerOf(e store.FlowEdge) (string, uint16) {
 
 // Build builds the map of in.
 func Build(in Input) *Graph {
-	g := &Graph{Owners: map[string]Owner{}, window: in.To.Sub(in.From), owned: map[nodeOwner]*Owner{}, keyed: map[string]*Owner{}}
+	g := &Graph{Owners: map[string]Owner{}, window: in.To.Sub(in.From), owned: map[nodeOwner]*Owner{}, keyed: map[string]*Owner{},
+		refs: endRefs{addrs: map[string]uint32{}, tenants: map[string]uint32{}}}
 	idx := newHolderIndex(in.Holders)
 	// The addresses each tenant's owners held at any time of the window:
 	// an address no holder explains is outside.
@@ -338,10 +341,22 @@ func Build(in Input) *Graph {
 	// were most of Build.
 	sl := newSlabs(len(in.Rows))
 	var kb keyBuf
-	for _, r := range in.Rows {
-		node, ok := in.Nodes[r.NodeID]
-		if !ok {
-			continue
+	// Rows come a node's owner at a time: its node and owner are most
+	// often the row before's.
+	var node store.FlowNode
+	var nodeOK bool
+	var lastLocal struct {
+		node  int32
+		o     store.FlowOwner
+		owner *Owner
+		ok    bool
+	}
+	for i := range in.Rows {
+		r := &in.Rows[i]
+		if !nodeOK || node.ID != r.NodeID {
+			if node, nodeOK = in.Nodes[r.NodeID]; !nodeOK {
+				continue
+			}
 		}
 		if r.Role == store.FlowOther {
 			o := &g.Other
@@ -357,9 +372,13 @@ func Build(in Input) *Graph {
 			continue
 		}
 		local := end{address: r.LocalAddr}
-		if !hide(r.Local) {
-			local.owner = g.owner(node, r.Local)
+		if !lastLocal.ok || lastLocal.node != r.NodeID || lastLocal.o != r.Local {
+			lastLocal.node, lastLocal.o, lastLocal.owner, lastLocal.ok = r.NodeID, r.Local, nil, true
+			if !hide(r.Local) {
+				lastLocal.owner = g.owner(node, r.Local)
+			}
 		}
+		local.owner = lastLocal.owner
 		peerAddr, peerPort := peerOf(r.FlowEdge)
 		peer := end{address: peerAddr}
 		if loopback(peerAddr) {
@@ -393,11 +412,11 @@ func Build(in Input) *Graph {
 		default:
 			continue
 		}
-		id := edgeID{client.ref(), server.ref(), port, r.Tenant}
+		id := edgeID{g.refs.of(client), g.refs.of(server), port, g.refs.tenant(r.Tenant)}
 		e := byKey[id]
 		if e == nil {
 			e = sl.edge()
-			e.Key = kb.key(client, server, port, id.tenant)
+			e.Key = kb.key(client, server, port, r.Tenant)
 			e.Client, e.Server = client.api(0, nil), server.api(port, sl.port(port))
 			if client.owner != nil {
 				e.clientNode = client.owner.nodeID
@@ -432,7 +451,7 @@ func Build(in Input) *Graph {
 		}
 	}
 	g.Other.NodesCapped = len(capped)
-	g.owned, g.keyed = nil, nil
+	g.owned, g.keyed, g.refs = nil, nil, endRefs{}
 	shared := newShared()
 	for _, e := range g.Edges {
 		e.finish(g.window, shared)
@@ -503,26 +522,51 @@ func newShared() *shared {
 	return &shared{empty: map[string]uint64{}, client: []string{"client"}, server: []string{"server"}, clientServ: []string{"client", "server"}}
 }
 
-// edgeID is a map edge's identity: its ends and port.
+// edgeID is a map edge's identity: its ends, port and tenant, each by its
+// number in the build (endRefs). Numbers hash in a fraction of strings'
+// time, and the map of 50,000 edges is a third of the size: the lookup is
+// per row, and most of its cost was missing the cache (bench/flowmap).
 type edgeID struct {
-	client, server endRef
+	client, server uint32
 	port           uint16
-	tenant         string
+	tenant         uint32
 }
 
-// endRef is an end's id() without building the string: its owner (one
-// pointer an owner key, Graph.owner) or its address. A pointer hashes in
-// a fraction of a key's time: the lookup is per row.
-type endRef struct {
-	owner *Owner
-	addr  string
+// endRefs numbers a build's ends as end.id() would tell them apart: an
+// owner by its Owner (one an owner key, Graph.owner: odd numbers), an
+// address by the address (even numbers); and its tenants.
+type endRefs struct {
+	owners  uint32
+	addrs   map[string]uint32
+	tenants map[string]uint32
+	// lastTenant: rows come a node at a time, most of one tenant.
+	lastTenant string
+	lastID     uint32
 }
 
-func (e end) ref() endRef {
+func (r *endRefs) of(e end) uint32 {
 	if e.owner != nil {
-		return endRef{owner: e.owner}
+		return e.owner.ref
 	}
-	return endRef{addr: e.address}
+	n, ok := r.addrs[e.address]
+	if !ok {
+		n = 2 * uint32(len(r.addrs)+1)
+		r.addrs[e.address] = n
+	}
+	return n
+}
+
+func (r *endRefs) tenant(t string) uint32 {
+	if r.lastID != 0 && r.lastTenant == t {
+		return r.lastID
+	}
+	n, ok := r.tenants[t]
+	if !ok {
+		n = uint32(len(r.tenants) + 1)
+		r.tenants[t] = n
+	}
+	r.lastTenant, r.lastID = t, n
+	return n
 }
 
 // end is an edge's end while the map is built.
@@ -584,7 +628,9 @@ func (g *Graph) owner(n store.FlowNode, o store.FlowOwner) *Owner {
 		g.owned[nk] = have
 		return have
 	}
-	ow := &Owner{Key: key, Node: n.Name, ID: o.ID, Kind: o.Kind, Name: o.Name, Workload: o.Workload, Namespace: namespaceOf(o), nodeID: n.ID}
+	g.refs.owners++
+	ow := &Owner{Key: key, Node: n.Name, ID: o.ID, Kind: o.Kind, Name: o.Name, Workload: o.Workload, Namespace: namespaceOf(o), nodeID: n.ID,
+		ref: 2*g.refs.owners - 1}
 	g.Owners[key] = *ow
 	g.keyed[key] = ow
 	g.owned[nk] = ow
