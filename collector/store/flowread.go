@@ -144,9 +144,11 @@ func FlowEdgesSQL(q FlowRead) (string, []any) {
 	if q.OwnerIDs != nil || q.LocalAddrs != nil {
 		where += ` AND (owner_id = ANY(` + arg(orEmptyStrings(q.OwnerIDs)) + `) OR local_addr = ANY(` + arg(orEmptyStrings(q.LocalAddrs)) + `))`
 	}
-	rtt := `'{}'::jsonb`
+	// The RTT histograms only when asked: a column of '{}' costs both
+	// ends a datum a row.
+	rtt := ``
 	if q.RTT {
-		rtt = `rtt`
+		rtt = `, rtt`
 	}
 	// Rows are read per bucket and summed here: a GROUP BY of ten key
 	// columns cost PostgreSQL 2-3× reading the rows (a map of 50,000
@@ -158,7 +160,7 @@ func FlowEdgesSQL(q FlowRead) (string, []any) {
 	// rows ('{}').
 	sql := `SELECT node_id, tenant, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port, ts, res,
 	owner_kind, owner_name, owner_workload, edges_folded, opened, failed, closed, retransmits, bytes_sent, bytes_recv,
-	resets_sent, resets_recv, drops, ` + rtt + `, holders_left FROM flow_edges WHERE ` + where
+	resets_sent, resets_recv, drops, holders_left` + rtt + ` FROM flow_edges WHERE ` + where
 	return sql, args
 }
 
@@ -261,12 +263,15 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) (*rowChunks, erro
 		r.First = raw.time(10)
 		res := raw.int(11)
 		r.End = r.First.Add(time.Duration(res) * time.Second)
-		r.Local.Kind, r.Local.Name, r.Local.Workload = raw.str(12), raw.str(13), raw.str(14)
 		r.EdgesFolded = uint64(raw.int(15))
 		r.Opened, r.Failed, r.Closed = uint64(raw.int(16)), uint64(raw.int(17)), uint64(raw.int(18))
 		r.Retransmits, r.BytesSent, r.BytesRecv = uint64(raw.int(19)), uint64(raw.int(20)), uint64(raw.int(21))
-		rs, rr, dr, rtt := raw.json(22), raw.json(23), raw.json(24), raw.json(25)
-		r.HoldersLeftOut = uint64(raw.int(26))
+		rs, rr, dr := raw.json(22), raw.json(23), raw.json(24)
+		r.HoldersLeftOut = uint64(raw.int(25))
+		var rtt []byte
+		if q.RTT {
+			rtt = raw.json(26)
+		}
 		if raw.err != nil {
 			return nil, fmt.Errorf("read flow edges: %w", raw.err)
 		}
@@ -288,10 +293,19 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) (*rowChunks, erro
 			// guess decodes none of the row's key strings.
 			if e := sums.expect(ns); e != nil && e.Role == r.Role && e.LocalPort == r.LocalPort && e.PeerPort == r.PeerPort &&
 				e.XlatPort == r.XlatPort && raw.is(3, e.Local.ID) && raw.is(4, e.LocalAddr) && raw.is(6, e.PeerAddr) && raw.is(8, e.XlatAddr) {
+				// The owner's names are the newest bucket's: an older
+				// row's are not decoded.
+				if r.End.After(e.End) {
+					r.Local.Kind, r.Local.Name, r.Local.Workload = raw.str(12), raw.str(13), raw.str(14)
+					if raw.err != nil {
+						return nil, fmt.Errorf("read flow edges: %w", raw.err)
+					}
+				}
 				sums.hit(ns, &r)
 				continue
 			}
 		}
+		r.Local.Kind, r.Local.Name, r.Local.Workload = raw.str(12), raw.str(13), raw.str(14)
 		owner, laddr, paddr, xaddr := raw.istr(3), raw.istr(4), raw.istr(6), raw.istr(8)
 		if raw.err != nil {
 			return nil, fmt.Errorf("read flow edges: %w", raw.err)
