@@ -125,7 +125,7 @@ type Other struct {
 // edges and the address holders over the window.
 type Input struct {
 	Nodes    map[int32]store.FlowNode
-	Rows     []store.FlowEdgeRow
+	Rows     store.FlowRows
 	Holders  []store.FlowHolder
 	Res      time.Duration // of the series' buckets
 	From, To time.Time
@@ -280,7 +280,7 @@ func maxTime(a, b time.Time) time.Time {
 // more than one holder of their tenant held during the row's buckets:
 // those rows must be read per bucket, so that each bucket goes to its own
 // holder (a pod address reused by another workload).
-func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder) []string {
+func Ambiguous(rows store.FlowRows, holders []store.FlowHolder) []string {
 	idx := newHolderIndex(holders)
 	// Most windows have no address that two owners held: then no row
 	// needs asking (100,000 of them in a map's first read).
@@ -289,7 +289,7 @@ func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder) []string {
 	}
 	seen := map[string]bool{}
 	var out []string
-	for _, r := range rows {
+	for r := range rows.All() {
 		if r.Role == store.FlowOther {
 			continue
 		}
@@ -343,14 +343,15 @@ func Build(in Input) *Graph {
 	if hide == nil {
 		hide = func(store.FlowOwner) bool { return false }
 	}
-	byKey := make(map[edgeID]*Edge, len(in.Rows)/2)
+	nRows := in.Rows.Len()
+	byKey := make(map[edgeID]*Edge, nRows/2)
 	capped := map[int32]bool{}
 	// A map of 50,000 edges made a million small objects: its edges,
 	// halves, their rows and ports are cut from slabs instead, and the
 	// empty reason maps and seen_by lists are shared (read only, as every
 	// answer's parts are). bench/flowmap: allocation and its collection
 	// were most of Build.
-	sl := newSlabs(len(in.Rows))
+	sl := newSlabs(nRows)
 	var kb keyBuf
 	// Rows come a node's owner at a time: its node and owner are most
 	// often the row before's.
@@ -362,8 +363,7 @@ func Build(in Input) *Graph {
 		owner *Owner
 		ok    bool
 	}
-	for i := range in.Rows {
-		r := &in.Rows[i]
+	for r := range in.Rows.All() {
 		if !nodeOK || node.ID != r.NodeID {
 			if node, nodeOK = in.Nodes[r.NodeID]; !nodeOK {
 				continue

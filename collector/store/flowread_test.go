@@ -150,7 +150,7 @@ func TestFlowSums(t *testing.T) {
 			}
 			s.add(ns, k, &r)
 		}
-		got := s.out.slice()
+		got := s.out.rows().Slice()
 		if len(got) != len(want) {
 			t.Errorf("%s: %d sums, want %d", c.name, len(got), len(want))
 			continue
