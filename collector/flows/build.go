@@ -25,7 +25,6 @@ type Owner struct {
 	Workload  string `json:"workload"`
 	Namespace string `json:"namespace"`
 	nodeID    int32
-	ref       uint32 // its end's number in the build (endRefs)
 }
 
 // End is one end of an edge.
@@ -71,14 +70,17 @@ type Edge struct {
 	State       string   `json:"state"`
 	Explain     string   `json:"explain"`
 
-	client, server *half   // what each end reported, nil when it did not
+	client, server *half // what each end reported, nil when it did not
 	// halves hold client's and server's: beside the edge, a row's edge
 	// and half are one place in memory, not two (bench/flowmap: the
 	// halves' own slab missed the cache once more a row).
 	halves [2]half
-	nodes          []int32 // the reporting nodes
-	clientNode     int32   // the nodes of the ends' owners (0: an address)
-	serverNode     int32
+	// nodeBuf holds nodes' first two (an edge is reported by one node or
+	// two): beside the edge, as halves.
+	nodeBuf    [2]int32
+	nodes      []int32 // the reporting nodes
+	clientNode int32   // the nodes of the ends' owners (0: an address)
+	serverNode int32
 }
 
 // half is what one end reported of an edge: its counters, and per bucket.
@@ -423,7 +425,7 @@ func Build(in Input) *Graph {
 		default:
 			continue
 		}
-		id := edgeID{g.refs.of(client), g.refs.of(server), port, g.refs.tenant(r.Tenant)}
+		id := edgeID{client.owner, server.owner, g.refs.addr(client), g.refs.addr(server), port, g.refs.tenant(r.Tenant)}
 		e := byKey[id]
 		if e == nil {
 			e = sl.edge()
@@ -456,7 +458,8 @@ func Build(in Input) *Graph {
 			(*h).rows = append((*h).rows, k)
 		}
 		if e.nodes == nil {
-			e.nodes = sl.nodes(r.NodeID)
+			e.nodeBuf[0] = r.NodeID
+			e.nodes = e.nodeBuf[:1:2]
 		} else if !slices.Contains(e.nodes, r.NodeID) {
 			e.nodes = append(e.nodes, r.NodeID)
 		}
@@ -470,14 +473,13 @@ func Build(in Input) *Graph {
 	return g
 }
 
-// slabs hand out a build's edges (with their halves), rows, ports and node lists
-// from a few large allocations.
+// slabs hand out a build's edges (with their halves and nodes), rows and
+// ports from a few large allocations.
 type slabs struct {
-	n      int // the chunk: at most the rows, so a small map stays small
-	edges  []Edge
-	rows   []store.FlowRowKey
-	ports  []int
-	ids    []int32
+	n     int // the chunk: at most the rows, so a small map stays small
+	edges []Edge
+	rows  []store.FlowRowKey
+	ports []int
 }
 
 func newSlabs(rows int) *slabs { return &slabs{n: max(1, min(rows, 4096))} }
@@ -502,15 +504,6 @@ func (s *slabs) row(k store.FlowRowKey) []store.FlowRowKey {
 	return s.rows[i : i+1 : i+1]
 }
 
-// nodes is a list of id with room for a second (an edge's other end).
-func (s *slabs) nodes(id int32) []int32 {
-	if cap(s.ids)-len(s.ids) < 2 {
-		s.ids = make([]int32, 0, 2*s.n)
-	}
-	s.ids = append(s.ids, id, 0)
-	return s.ids[len(s.ids)-2 : len(s.ids)-1 : len(s.ids)]
-}
-
 // port is a pointer to port, nil for 0.
 func (s *slabs) port(port uint16) *int {
 	if port == 0 {
@@ -531,21 +524,21 @@ func newShared() *shared {
 	return &shared{empty: map[string]uint64{}, client: []string{"client"}, server: []string{"server"}, clientServ: []string{"client", "server"}}
 }
 
-// edgeID is a map edge's identity: its ends, port and tenant, each by its
-// number in the build (endRefs). Numbers hash in a fraction of strings'
-// time, and the map of 50,000 edges is a third of the size: the lookup is
-// per row, and most of its cost was missing the cache (bench/flowmap).
+// edgeID is a map edge's identity, as end.id() tells ends apart: an
+// owner end by its Owner (one an owner key, Graph.owner), an address end
+// by the address's number in the build (endRefs); its port; its tenant's
+// number. Without strings it hashes in a fraction of the time, and the
+// map of 50,000 edges is half the size: the lookup is per row, and most
+// of its cost was missing the cache (bench/flowmap).
 type edgeID struct {
-	client, server uint32
-	port           uint16
-	tenant         uint32
+	client, server         *Owner
+	clientAddr, serverAddr uint32 // 0: an owner end
+	port                   uint16
+	tenant                 uint32
 }
 
-// endRefs numbers a build's ends as end.id() would tell them apart: an
-// owner by its Owner (one an owner key, Graph.owner: odd numbers), an
-// address by the address (even numbers); and its tenants.
+// endRefs numbers a build's address ends and tenants.
 type endRefs struct {
-	owners  uint32
 	addrs   map[string]uint32
 	tenants map[string]uint32
 	// lastTenant: rows come a node at a time, most of one tenant.
@@ -553,13 +546,14 @@ type endRefs struct {
 	lastID     uint32
 }
 
-func (r *endRefs) of(e end) uint32 {
+// addr is an address end's number; 0 for an owner end.
+func (r *endRefs) addr(e end) uint32 {
 	if e.owner != nil {
-		return e.owner.ref
+		return 0
 	}
 	n, ok := r.addrs[e.address]
 	if !ok {
-		n = 2 * uint32(len(r.addrs)+1)
+		n = uint32(len(r.addrs) + 1)
 		r.addrs[e.address] = n
 	}
 	return n
@@ -637,9 +631,7 @@ func (g *Graph) owner(n store.FlowNode, o store.FlowOwner) *Owner {
 		g.owned[nk] = have
 		return have
 	}
-	g.refs.owners++
-	ow := &Owner{Key: key, Node: n.Name, ID: o.ID, Kind: o.Kind, Name: o.Name, Workload: o.Workload, Namespace: namespaceOf(o), nodeID: n.ID,
-		ref: 2*g.refs.owners - 1}
+	ow := &Owner{Key: key, Node: n.Name, ID: o.ID, Kind: o.Kind, Name: o.Name, Workload: o.Workload, Namespace: namespaceOf(o), nodeID: n.ID}
 	g.Owners[key] = *ow
 	g.keyed[key] = ow
 	g.owned[nk] = ow
