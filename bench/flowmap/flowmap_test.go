@@ -79,7 +79,10 @@ func explainReads(b *testing.B, st *store.Store, ids []int32, at time.Time) {
 		}
 		// A page's RTT: the histograms of 1,000 of the node's edges.
 		var keys []store.FlowRowKey
-		for _, e := range edges[:min(1000, len(edges))] {
+		for e := range edges.All() {
+			if len(keys) == 1000 {
+				break
+			}
 			keys = append(keys, e.Key())
 		}
 		sql, args := store.FlowEdgesSQL(read)

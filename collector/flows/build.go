@@ -70,10 +70,17 @@ type Edge struct {
 	State       string   `json:"state"`
 	Explain     string   `json:"explain"`
 
-	client, server *half   // what each end reported, nil when it did not
-	nodes          []int32 // the reporting nodes
-	clientNode     int32   // the nodes of the ends' owners (0: an address)
-	serverNode     int32
+	client, server *half // what each end reported, nil when it did not
+	// halves hold client's and server's: beside the edge, a row's edge
+	// and half are one place in memory, not two (bench/flowmap: the
+	// halves' own slab missed the cache once more a row).
+	halves [2]half
+	// nodeBuf holds nodes' first two (an edge is reported by one node or
+	// two): beside the edge, as halves.
+	nodeBuf    [2]int32
+	nodes      []int32 // the reporting nodes
+	clientNode int32   // the nodes of the ends' owners (0: an address)
+	serverNode int32
 }
 
 // half is what one end reported of an edge: its counters, and per bucket.
@@ -120,7 +127,7 @@ type Other struct {
 // edges and the address holders over the window.
 type Input struct {
 	Nodes    map[int32]store.FlowNode
-	Rows     []store.FlowEdgeRow
+	Rows     store.FlowRows
 	Holders  []store.FlowHolder
 	Res      time.Duration // of the series' buckets
 	From, To time.Time
@@ -140,6 +147,7 @@ type Graph struct {
 	window time.Duration
 	owned  map[nodeOwner]*Owner // owner's answers while building
 	keyed  map[string]*Owner    // the same by key: one pointer an owner
+	refs   endRefs
 }
 
 type nodeOwner struct {
@@ -156,10 +164,15 @@ type tenantAddr struct{ tenant, address string }
 // owner of each once Build has asked (a holder is a peer of many rows:
 // looking its owner up again per row was a tenth of a map's build).
 type holderList struct {
-	hs       []store.FlowHolder
+	hs []store.FlowHolder
+	// spans are hs' spans in Unix ns, apart: bestIn reads them for every
+	// row, and a holder is 150 bytes, most of them not its span.
+	spans    []holderSpan
 	owners   []*Owner
 	resolved []bool
 }
+
+type holderSpan struct{ first, last int64 }
 
 func newHolderIndex(hs []store.FlowHolder) holderIndex {
 	idx := holderIndex{}
@@ -171,6 +184,7 @@ func newHolderIndex(hs []store.FlowHolder) holderIndex {
 			idx[k] = l
 		}
 		l.hs = append(l.hs, h)
+		l.spans = append(l.spans, holderSpan{h.First.UnixNano(), h.Last.UnixNano()})
 		l.owners, l.resolved = append(l.owners, nil), append(l.resolved, false)
 	}
 	return idx
@@ -202,13 +216,14 @@ func (idx holderIndex) bestIn(tenant, address string, from, to time.Time) (*hold
 		return nil, -1
 	}
 	found := -1
-	var bestOverlap time.Duration
-	for i, h := range l.hs {
-		if !h.First.Before(to) || !h.Last.After(from) {
+	var bestOverlap int64
+	f, t := from.UnixNano(), to.UnixNano()
+	for i, h := range l.spans {
+		if h.first >= t || h.last <= f {
 			continue
 		}
-		o := minTime(h.Last, to).Sub(maxTime(h.First, from))
-		if found < 0 || o > bestOverlap || (o == bestOverlap && h.First.After(l.hs[found].First)) {
+		o := min(h.last, t) - max(h.first, f)
+		if found < 0 || o > bestOverlap || (o == bestOverlap && h.first > l.spans[found].first) {
 			found, bestOverlap = i, o
 		}
 	}
@@ -267,7 +282,7 @@ func maxTime(a, b time.Time) time.Time {
 // more than one holder of their tenant held during the row's buckets:
 // those rows must be read per bucket, so that each bucket goes to its own
 // holder (a pod address reused by another workload).
-func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder) []string {
+func Ambiguous(rows store.FlowRows, holders []store.FlowHolder) []string {
 	idx := newHolderIndex(holders)
 	// Most windows have no address that two owners held: then no row
 	// needs asking (100,000 of them in a map's first read).
@@ -276,7 +291,7 @@ func Ambiguous(rows []store.FlowEdgeRow, holders []store.FlowHolder) []string {
 	}
 	seen := map[string]bool{}
 	var out []string
-	for _, r := range rows {
+	for r := range rows.All() {
 		if r.Role == store.FlowOther {
 			continue
 		}
@@ -315,7 +330,8 @@ func peerOf(e store.FlowEdge) (string, uint16) {
 
 // Build builds the map of in.
 func Build(in Input) *Graph {
-	g := &Graph{Owners: map[string]Owner{}, window: in.To.Sub(in.From), owned: map[nodeOwner]*Owner{}, keyed: map[string]*Owner{}}
+	g := &Graph{Owners: map[string]Owner{}, window: in.To.Sub(in.From), owned: map[nodeOwner]*Owner{}, keyed: map[string]*Owner{},
+		refs: endRefs{addrs: map[string]uint32{}, tenants: map[string]uint32{}}}
 	idx := newHolderIndex(in.Holders)
 	// The addresses each tenant's owners held at any time of the window:
 	// an address no holder explains is outside.
@@ -329,19 +345,31 @@ func Build(in Input) *Graph {
 	if hide == nil {
 		hide = func(store.FlowOwner) bool { return false }
 	}
-	byKey := make(map[edgeID]*Edge, len(in.Rows)/2)
+	nRows := in.Rows.Len()
+	byKey := make(map[edgeID]*Edge, nRows/2)
 	capped := map[int32]bool{}
 	// A map of 50,000 edges made a million small objects: its edges,
 	// halves, their rows and ports are cut from slabs instead, and the
 	// empty reason maps and seen_by lists are shared (read only, as every
 	// answer's parts are). bench/flowmap: allocation and its collection
 	// were most of Build.
-	sl := newSlabs(len(in.Rows))
+	sl := newSlabs(nRows)
 	var kb keyBuf
-	for _, r := range in.Rows {
-		node, ok := in.Nodes[r.NodeID]
-		if !ok {
-			continue
+	// Rows come a node's owner at a time: its node and owner are most
+	// often the row before's.
+	var node store.FlowNode
+	var nodeOK bool
+	var lastLocal struct {
+		node  int32
+		o     store.FlowOwner
+		owner *Owner
+		ok    bool
+	}
+	for r := range in.Rows.All() {
+		if !nodeOK || node.ID != r.NodeID {
+			if node, nodeOK = in.Nodes[r.NodeID]; !nodeOK {
+				continue
+			}
 		}
 		if r.Role == store.FlowOther {
 			o := &g.Other
@@ -357,9 +385,13 @@ func Build(in Input) *Graph {
 			continue
 		}
 		local := end{address: r.LocalAddr}
-		if !hide(r.Local) {
-			local.owner = g.owner(node, r.Local)
+		if !lastLocal.ok || lastLocal.node != r.NodeID || lastLocal.o != r.Local {
+			lastLocal.node, lastLocal.o, lastLocal.owner, lastLocal.ok = r.NodeID, r.Local, nil, true
+			if !hide(r.Local) {
+				lastLocal.owner = g.owner(node, r.Local)
+			}
 		}
+		local.owner = lastLocal.owner
 		peerAddr, peerPort := peerOf(r.FlowEdge)
 		peer := end{address: peerAddr}
 		if loopback(peerAddr) {
@@ -393,11 +425,11 @@ func Build(in Input) *Graph {
 		default:
 			continue
 		}
-		id := edgeID{client.ref(), server.ref(), port, r.Tenant}
+		id := edgeID{client.owner, server.owner, g.refs.addr(client), g.refs.addr(server), port, g.refs.tenant(r.Tenant)}
 		e := byKey[id]
 		if e == nil {
 			e = sl.edge()
-			e.Key = kb.key(client, server, port, id.tenant)
+			e.Key = kb.key(client, server, port, r.Tenant)
 			e.Client, e.Server = client.api(0, nil), server.api(port, sl.port(port))
 			if client.owner != nil {
 				e.clientNode = client.owner.nodeID
@@ -408,12 +440,12 @@ func Build(in Input) *Graph {
 			byKey[id] = e
 			g.Edges = append(g.Edges, e)
 		}
-		h := &e.client
+		h, mine := &e.client, &e.halves[0]
 		if role == "server" {
-			h = &e.server
+			h, mine = &e.server, &e.halves[1]
 		}
 		if *h == nil {
-			*h = sl.half()
+			*h = mine
 		}
 		(*h).add(r.First.Truncate(in.Res), r.FlowCounters, in.Series)
 		// A half sums a row or a few (more only where per-bucket rows of
@@ -426,13 +458,14 @@ func Build(in Input) *Graph {
 			(*h).rows = append((*h).rows, k)
 		}
 		if e.nodes == nil {
-			e.nodes = sl.nodes(r.NodeID)
+			e.nodeBuf[0] = r.NodeID
+			e.nodes = e.nodeBuf[:1:2]
 		} else if !slices.Contains(e.nodes, r.NodeID) {
 			e.nodes = append(e.nodes, r.NodeID)
 		}
 	}
 	g.Other.NodesCapped = len(capped)
-	g.owned, g.keyed = nil, nil
+	g.owned, g.keyed, g.refs = nil, nil, endRefs{}
 	shared := newShared()
 	for _, e := range g.Edges {
 		e.finish(g.window, shared)
@@ -440,15 +473,13 @@ func Build(in Input) *Graph {
 	return g
 }
 
-// slabs hand out a build's edges, halves, rows, ports and node lists from
-// a few large allocations.
+// slabs hand out a build's edges (with their halves and nodes), rows and
+// ports from a few large allocations.
 type slabs struct {
-	n      int // the chunk: at most the rows, so a small map stays small
-	edges  []Edge
-	halves []half
-	rows   []store.FlowRowKey
-	ports  []int
-	ids    []int32
+	n     int // the chunk: at most the rows, so a small map stays small
+	edges []Edge
+	rows  []store.FlowRowKey
+	ports []int
 }
 
 func newSlabs(rows int) *slabs { return &slabs{n: max(1, min(rows, 4096))} }
@@ -462,7 +493,6 @@ func take[T any](s *[]T, n int) *T {
 }
 
 func (s *slabs) edge() *Edge { return take(&s.edges, s.n) }
-func (s *slabs) half() *half { return take(&s.halves, s.n) }
 
 // row is a list of k of capacity one.
 func (s *slabs) row(k store.FlowRowKey) []store.FlowRowKey {
@@ -472,15 +502,6 @@ func (s *slabs) row(k store.FlowRowKey) []store.FlowRowKey {
 	i := len(s.rows)
 	s.rows = append(s.rows, k)
 	return s.rows[i : i+1 : i+1]
-}
-
-// nodes is a list of id with room for a second (an edge's other end).
-func (s *slabs) nodes(id int32) []int32 {
-	if cap(s.ids)-len(s.ids) < 2 {
-		s.ids = make([]int32, 0, 2*s.n)
-	}
-	s.ids = append(s.ids, id, 0)
-	return s.ids[len(s.ids)-2 : len(s.ids)-1 : len(s.ids)]
 }
 
 // port is a pointer to port, nil for 0.
@@ -503,26 +524,52 @@ func newShared() *shared {
 	return &shared{empty: map[string]uint64{}, client: []string{"client"}, server: []string{"server"}, clientServ: []string{"client", "server"}}
 }
 
-// edgeID is a map edge's identity: its ends and port.
+// edgeID is a map edge's identity, as end.id() tells ends apart: an
+// owner end by its Owner (one an owner key, Graph.owner), an address end
+// by the address's number in the build (endRefs); its port; its tenant's
+// number. Without strings it hashes in a fraction of the time, and the
+// map of 50,000 edges is half the size: the lookup is per row, and most
+// of its cost was missing the cache (bench/flowmap).
 type edgeID struct {
-	client, server endRef
-	port           uint16
-	tenant         string
+	client, server         *Owner
+	clientAddr, serverAddr uint32 // 0: an owner end
+	port                   uint16
+	tenant                 uint32
 }
 
-// endRef is an end's id() without building the string: its owner (one
-// pointer an owner key, Graph.owner) or its address. A pointer hashes in
-// a fraction of a key's time: the lookup is per row.
-type endRef struct {
-	owner *Owner
-	addr  string
+// endRefs numbers a build's address ends and tenants.
+type endRefs struct {
+	addrs   map[string]uint32
+	tenants map[string]uint32
+	// lastTenant: rows come a node at a time, most of one tenant.
+	lastTenant string
+	lastID     uint32
 }
 
-func (e end) ref() endRef {
+// addr is an address end's number; 0 for an owner end.
+func (r *endRefs) addr(e end) uint32 {
 	if e.owner != nil {
-		return endRef{owner: e.owner}
+		return 0
 	}
-	return endRef{addr: e.address}
+	n, ok := r.addrs[e.address]
+	if !ok {
+		n = uint32(len(r.addrs) + 1)
+		r.addrs[e.address] = n
+	}
+	return n
+}
+
+func (r *endRefs) tenant(t string) uint32 {
+	if r.lastID != 0 && r.lastTenant == t {
+		return r.lastID
+	}
+	n, ok := r.tenants[t]
+	if !ok {
+		n = uint32(len(r.tenants) + 1)
+		r.tenants[t] = n
+	}
+	r.lastTenant, r.lastID = t, n
+	return n
 }
 
 // end is an edge's end while the map is built.

@@ -28,6 +28,7 @@ func BenchmarkBuild(b *testing.B) {
 	row := func(g int, e store.FlowEdge) store.FlowEdgeRow {
 		return store.FlowEdgeRow{NodeID: int32(g/owners + 1), Tenant: "acme", First: at, End: at.Add(time.Hour), FlowEdge: e}
 	}
+	var rows []store.FlowEdgeRow
 	for g := range total {
 		in.Holders = append(in.Holders, store.FlowHolder{NodeID: int32(g/owners + 1), Tenant: "acme", Address: addr(g), Owner: owner(g),
 			First: at.Add(-time.Hour), Last: at.Add(5 * time.Minute)})
@@ -37,11 +38,12 @@ func BenchmarkBuild(b *testing.B) {
 			if (g+k)%10 == 0 {
 				c.ResetsSent = map[string]uint64{"no_socket": 1}
 			}
-			in.Rows = append(in.Rows,
+			rows = append(rows,
 				row(g, store.FlowEdge{Local: owner(g), Role: store.FlowClient, LocalAddr: addr(g), PeerAddr: addr(p), PeerPort: 8080, FlowCounters: c}),
 				row(p, store.FlowEdge{Local: owner(p), Role: store.FlowServer, LocalAddr: addr(p), LocalPort: 8080, PeerAddr: addr(g), FlowCounters: c}))
 		}
 	}
+	in.Rows = store.FlowRows{rows}
 	for b.Loop() {
 		if g := Build(in); len(g.Edges) != total*fanout {
 			b.Fatalf("%d edges, want %d", len(g.Edges), total*fanout)

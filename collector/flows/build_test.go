@@ -101,3 +101,41 @@ func TestEdgeKeyIsJSON(t *testing.T) {
 		}
 	}
 }
+
+// An edge is its ends, port and tenant: a node that moved to another
+// tenant keeps its name, so its owner's edges before and after the move
+// are two edges (staff see both), and each half sums its own rows.
+func TestEdgesOfTwoTenantsApart(t *testing.T) {
+	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	owner := store.FlowOwner{ID: "pod:shop.cart-1", Kind: "pod", Name: "shop/cart-1"}
+	row := func(tenant, peer string, opened uint64) store.FlowEdgeRow {
+		return store.FlowEdgeRow{NodeID: 1, Tenant: tenant, First: at, End: at.Add(time.Minute), FlowEdge: store.FlowEdge{
+			Local: owner, Role: store.FlowClient, LocalAddr: "10.0.0.1", PeerAddr: peer, PeerPort: 443,
+			FlowCounters: store.FlowCounters{Opened: opened}}}
+	}
+	g := Build(Input{Nodes: map[int32]store.FlowNode{1: {ID: 1, Name: "n1", Tenant: "beta"}}, Res: time.Minute, From: at, To: at.Add(time.Minute),
+		Rows: store.FlowRows{{row("acme", "1.2.3.4", 1), row("beta", "1.2.3.4", 2), row("acme", "1.2.3.5", 4)}, {row("beta", "1.2.3.4", 8)}}})
+	got := map[string]uint64{}
+	for _, e := range g.Edges {
+		client, server, _, err := parseKey(e.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[fmt.Sprintf("%s %s %s", edgeTenant(t, e.Key), client, server)] = e.Opened
+	}
+	want := map[string]uint64{"acme o:n1|pod:shop.cart-1 a:1.2.3.4": 1, "beta o:n1|pod:shop.cart-1 a:1.2.3.4": 10, "acme o:n1|pod:shop.cart-1 a:1.2.3.5": 4}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("edges %v, want %v", got, want)
+	}
+}
+
+// edgeTenant is the tenant an edge key names.
+func edgeTenant(t *testing.T, key string) string {
+	b, err := base64.RawURLEncoding.DecodeString(key)
+	var v []any
+	if err != nil || json.Unmarshal(b, &v) != nil || len(v) != 4 {
+		t.Fatalf("key %q is not an edge key", key)
+	}
+	s, _ := v[3].(string)
+	return s
+}

@@ -58,7 +58,7 @@ const (
 // Reads are the store's reads the map needs (store.Reads).
 type Reads interface {
 	FlowNodesIn(ctx context.Context, scope store.Scope) ([]store.FlowNode, error)
-	ReadFlowEdges(ctx context.Context, q store.FlowRead) ([]store.FlowEdgeRow, error)
+	ReadFlowEdges(ctx context.Context, q store.FlowRead) (store.FlowRows, error)
 	ReadFlowHolders(ctx context.Context, nodes []int32, from, to time.Time) ([]store.FlowHolder, error)
 	ReadFlowRTT(ctx context.Context, sources []store.FlowSource, keys []store.FlowRowKey) (map[store.FlowRowKey]map[int32]uint64, error)
 }
@@ -417,23 +417,28 @@ func (s *Service) graph(ctx context.Context, scope store.Scope, customer bool, w
 		}
 		var per []store.FlowEdgeRow
 		if series {
-			for _, r := range in.Rows {
-				if isAmb(r) {
-					per = append(per, r)
+			for r := range in.Rows.All() {
+				if isAmb(*r) {
+					per = append(per, *r)
 				}
 			}
 		} else {
 			read.PerBucket, read.PeerAddrs = true, amb
-			if per, err = s.reads.ReadFlowEdges(ctx, read); err != nil {
+			rows, err := s.reads.ReadFlowEdges(ctx, read)
+			if err != nil {
 				return nil, nil, err
 			}
+			per = rows.Slice()
 		}
 		read.PerBucket, read.PeerAddrs = true, amb
 		if per, err = s.minutesOf(ctx, read, per, w); err != nil {
 			return nil, nil, err
 		}
-		in.Rows = slices.DeleteFunc(in.Rows, isAmb)
-		in.Rows = append(in.Rows, per...)
+		var kept store.FlowRows
+		for _, c := range in.Rows {
+			kept = append(kept, slices.DeleteFunc(c, isAmb))
+		}
+		in.Rows = append(kept, per)
 	}
 	return Build(in), nodes, nil
 }
@@ -450,15 +455,16 @@ func (s *Service) minutesOf(ctx context.Context, read store.FlowRead, per []stor
 		return per, nil
 	}
 	read.Sources = []store.FlowSource{{Res: store.RollupMinute, From: w.From, To: w.To}}
-	mins, err := s.reads.ReadFlowEdges(ctx, read)
-	if err != nil || len(mins) == 0 {
+	rows, err := s.reads.ReadFlowEdges(ctx, read)
+	if err != nil || rows.Len() == 0 {
 		return per, err
 	}
+	mins := rows.Slice()
 	at := map[store.FlowRowKey][]time.Time{}
 	for _, m := range mins {
 		at[m.Key()] = append(at[m.Key()], m.First)
 	}
-	out := slices.Clone(mins)
+	out := mins
 	for _, r := range per {
 		if r.End.Sub(r.First) <= time.Minute {
 			continue // mins holds every minute of the window

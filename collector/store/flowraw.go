@@ -104,6 +104,11 @@ func (r *rawRow) istr(col int) interned {
 	return in
 }
 
+// is says text column col is s, without making a string of it.
+func (r *rawRow) is(col int, s string) bool {
+	return col < len(r.vals) && r.vals[col] != nil && string(r.vals[col]) == s
+}
+
 // int is an int2, int4 or int8 column.
 func (r *rawRow) int(col int) int64 {
 	if r.null(col) {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"iter"
 	"strconv"
 	"strings"
 	"time"
@@ -144,9 +145,11 @@ func FlowEdgesSQL(q FlowRead) (string, []any) {
 	if q.OwnerIDs != nil || q.LocalAddrs != nil {
 		where += ` AND (owner_id = ANY(` + arg(orEmptyStrings(q.OwnerIDs)) + `) OR local_addr = ANY(` + arg(orEmptyStrings(q.LocalAddrs)) + `))`
 	}
-	rtt := `'{}'::jsonb`
+	// The RTT histograms only when asked: a column of '{}' costs both
+	// ends a datum a row.
+	rtt := ``
 	if q.RTT {
-		rtt = `rtt`
+		rtt = `, rtt`
 	}
 	// Rows are read per bucket and summed here: a GROUP BY of ten key
 	// columns cost PostgreSQL 2-3× reading the rows (a map of 50,000
@@ -158,7 +161,7 @@ func FlowEdgesSQL(q FlowRead) (string, []any) {
 	// rows ('{}').
 	sql := `SELECT node_id, tenant, role, owner_id, local_addr, local_port, peer_addr, peer_port, xlat_addr, xlat_port, ts, res,
 	owner_kind, owner_name, owner_workload, edges_folded, opened, failed, closed, retransmits, bytes_sent, bytes_recv,
-	resets_sent, resets_recv, drops, ` + rtt + `, holders_left FROM flow_edges WHERE ` + where
+	resets_sent, resets_recv, drops, holders_left` + rtt + ` FROM flow_edges WHERE ` + where
 	return sql, args
 }
 
@@ -168,10 +171,13 @@ func FlowEdgesSQL(q FlowRead) (string, []any) {
 // connections at once, decoded by two goroutines: decoding is most of a
 // map's first read (bench/flowmap), and rows of two nodes never sum
 // together.
-func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, error) {
+func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) (FlowRows, error) {
 	if len(q.Nodes) < flowSplitNodes {
 		r, err := s.readFlowEdges(ctx, q)
-		return r.slice(), err
+		if err != nil {
+			return nil, err
+		}
+		return r.rows(), nil
 	}
 	a, b := q, q
 	a.Nodes, b.Nodes = q.Nodes[:len(q.Nodes)/2], q.Nodes[len(q.Nodes)/2:]
@@ -189,7 +195,43 @@ func (s *Store) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, e
 	if err != nil {
 		return nil, err
 	}
-	return ra.slice(rb), nil
+	return append(ra.rows(), rb.rows()...), nil
+}
+
+// FlowRows are a read's rows, in the chunks they were read into: put in
+// one slice, a map's 100,000 rows of 300 bytes were copied once more, and
+// its old copy left to the collector (bench/flowmap).
+type FlowRows [][]FlowEdgeRow
+
+// Len is the number of rows.
+func (f FlowRows) Len() int {
+	n := 0
+	for _, c := range f {
+		n += len(c)
+	}
+	return n
+}
+
+// All is every row, in order.
+func (f FlowRows) All() iter.Seq[*FlowEdgeRow] {
+	return func(yield func(*FlowEdgeRow) bool) {
+		for _, c := range f {
+			for i := range c {
+				if !yield(&c[i]) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// Slice is the rows in one slice (a copy).
+func (f FlowRows) Slice() []FlowEdgeRow {
+	out := make([]FlowEdgeRow, 0, f.Len())
+	for _, c := range f {
+		out = append(out, c...)
+	}
+	return out
 }
 
 // rowChunks holds a read's rows in chunks, each row at a fixed place: a
@@ -215,27 +257,12 @@ func (c *rowChunks) add(r FlowEdgeRow) int {
 
 func (c *rowChunks) at(i int) *FlowEdgeRow { return &c.chunks[i/rowChunk][i%rowChunk] }
 
-// slice is the rows of c and then of more, in one slice of their length.
-func (c *rowChunks) slice(more ...*rowChunks) []FlowEdgeRow {
-	all := append([]*rowChunks{c}, more...)
-	n := 0
-	for _, x := range all {
-		if x != nil {
-			n += x.n
-		}
-	}
-	if n == 0 {
+// rows is c's rows (nil: none).
+func (c *rowChunks) rows() FlowRows {
+	if c == nil {
 		return nil
 	}
-	out := make([]FlowEdgeRow, 0, n)
-	for _, x := range all {
-		if x != nil {
-			for _, ch := range x.chunks {
-				out = append(out, ch...)
-			}
-		}
-	}
-	return out
+	return c.chunks
 }
 
 // flowSplitNodes is the fewest nodes ReadFlowEdges reads in two halves:
@@ -252,32 +279,24 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) (*rowChunks, erro
 		return nil, fmt.Errorf("read flow edges: %w", err)
 	}
 	defer rows.Close()
-	out := &rowChunks{}
-	// A row's edge by the numbers of its interned strings: the same as
-	// its FlowRowKey within this read, hashed without its strings.
-	type rowKey struct {
-		node                int32
-		role                FlowRole
-		lport, pport, xport uint16
-		owner, laddr, paddr uint32
-		xaddr               uint32
-	}
-	at := map[rowKey]int{}
+	var sums flowSums
 	raw := newRawRow(rows)
 	for raw.next() {
 		var r FlowEdgeRow
-		owner, laddr, paddr, xaddr := raw.istr(3), raw.istr(4), raw.istr(6), raw.istr(8)
 		r.NodeID, r.Tenant, r.Role = int32(raw.int(0)), raw.str(1), FlowRole(raw.int(2))
-		r.Local.ID, r.LocalAddr, r.LocalPort = owner.s, laddr.s, uint16(raw.int(5))
-		r.PeerAddr, r.PeerPort, r.XlatAddr, r.XlatPort = paddr.s, uint16(raw.int(7)), xaddr.s, uint16(raw.int(9))
+		r.LocalPort, r.PeerPort, r.XlatPort = uint16(raw.int(5)), uint16(raw.int(7)), uint16(raw.int(9))
 		r.First = raw.time(10)
-		r.End = r.First.Add(time.Duration(raw.int(11)) * time.Second)
-		r.Local.Kind, r.Local.Name, r.Local.Workload = raw.str(12), raw.str(13), raw.str(14)
+		res := raw.int(11)
+		r.End = r.First.Add(time.Duration(res) * time.Second)
 		r.EdgesFolded = uint64(raw.int(15))
 		r.Opened, r.Failed, r.Closed = uint64(raw.int(16)), uint64(raw.int(17)), uint64(raw.int(18))
 		r.Retransmits, r.BytesSent, r.BytesRecv = uint64(raw.int(19)), uint64(raw.int(20)), uint64(raw.int(21))
-		rs, rr, dr, rtt := raw.json(22), raw.json(23), raw.json(24), raw.json(25)
-		r.HoldersLeftOut = uint64(raw.int(26))
+		rs, rr, dr := raw.json(22), raw.json(23), raw.json(24)
+		r.HoldersLeftOut = uint64(raw.int(25))
+		var rtt []byte
+		if q.RTT {
+			rtt = raw.json(26)
+		}
 		if raw.err != nil {
 			return nil, fmt.Errorf("read flow edges: %w", raw.err)
 		}
@@ -292,32 +311,41 @@ func (s *Store) readFlowEdges(ctx context.Context, q FlowRead) (*rowChunks, erro
 		if err != nil {
 			return nil, fmt.Errorf("read flow edges: %w", err)
 		}
+		var ns *nodeSums
+		if !q.PerBucket {
+			ns = sums.node(r.NodeID, flowBucket{res, r.First.Unix()})
+			// The guessed edge's key against the row's bytes: a right
+			// guess decodes none of the row's key strings.
+			if e := sums.expect(ns); e != nil && e.Role == r.Role && e.LocalPort == r.LocalPort && e.PeerPort == r.PeerPort &&
+				e.XlatPort == r.XlatPort && raw.is(3, e.Local.ID) && raw.is(4, e.LocalAddr) && raw.is(6, e.PeerAddr) && raw.is(8, e.XlatAddr) {
+				// The owner's names are the newest bucket's: an older
+				// row's are not decoded.
+				if r.End.After(e.End) {
+					r.Local.Kind, r.Local.Name, r.Local.Workload = raw.str(12), raw.str(13), raw.str(14)
+					if raw.err != nil {
+						return nil, fmt.Errorf("read flow edges: %w", raw.err)
+					}
+				}
+				sums.hit(ns, &r)
+				continue
+			}
+		}
+		r.Local.Kind, r.Local.Name, r.Local.Workload = raw.str(12), raw.str(13), raw.str(14)
+		owner, laddr, paddr, xaddr := raw.istr(3), raw.istr(4), raw.istr(6), raw.istr(8)
+		if raw.err != nil {
+			return nil, fmt.Errorf("read flow edges: %w", raw.err)
+		}
+		r.Local.ID, r.LocalAddr, r.PeerAddr, r.XlatAddr = owner.s, laddr.s, paddr.s, xaddr.s
 		if q.PerBucket {
-			out.add(r)
+			sums.out.add(r)
 			continue
 		}
-		k := rowKey{r.NodeID, r.Role, r.LocalPort, r.PeerPort, r.XlatPort, owner.id, laddr.id, paddr.id, xaddr.id}
-		i, ok := at[k]
-		if !ok {
-			at[k] = out.add(r)
-			continue
-		}
-		sum := out.at(i)
-		if r.First.Before(sum.First) {
-			sum.First = r.First
-		}
-		if r.End.After(sum.End) {
-			sum.End = r.End
-			sum.Local = r.Local // the newest bucket's names
-		}
-		sum.EdgesFolded += r.EdgesFolded
-		sum.HoldersLeftOut += r.HoldersLeftOut
-		sum.Add(r.FlowCounters)
+		sums.add(ns, flowSumKey{r.NodeID, r.Role, r.LocalPort, r.PeerPort, r.XlatPort, owner.id, laddr.id, paddr.id, xaddr.id}, &r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read flow edges: %w", err)
 	}
-	return out, nil
+	return &sums.out, nil
 }
 
 func orEmptyStrings(s []string) []string {
@@ -596,8 +624,8 @@ func (r *Reads) FlowNodesIn(ctx context.Context, scope Scope) ([]FlowNode, error
 	return heavyRead(ctx, r, "flow map's nodes", func(s *Store) ([]FlowNode, error) { return s.FlowNodesIn(ctx, scope) })
 }
 
-func (r *Reads) ReadFlowEdges(ctx context.Context, q FlowRead) ([]FlowEdgeRow, error) {
-	return heavyRead(ctx, r, "flow edges", func(s *Store) ([]FlowEdgeRow, error) { return s.ReadFlowEdges(ctx, q) })
+func (r *Reads) ReadFlowEdges(ctx context.Context, q FlowRead) (FlowRows, error) {
+	return heavyRead(ctx, r, "flow edges", func(s *Store) (FlowRows, error) { return s.ReadFlowEdges(ctx, q) })
 }
 
 func (r *Reads) ReadFlowRTT(ctx context.Context, sources []FlowSource, keys []FlowRowKey) (map[FlowRowKey]map[int32]uint64, error) {

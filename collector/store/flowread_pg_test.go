@@ -52,7 +52,8 @@ func TestFlowReads(t *testing.T) {
 		{"hours per bucket", hours, true, 12},
 		{"minutes per bucket", minutes, true, 30},
 	} {
-		rows, err := st.ReadFlowEdges(ctx, store.FlowRead{Nodes: ids, Sources: c.sources, PerBucket: c.perBucket})
+		read, err := st.ReadFlowEdges(ctx, store.FlowRead{Nodes: ids, Sources: c.sources, PerBucket: c.perBucket})
+		rows := read.Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +141,8 @@ FROM ends, b`, ids, t0); err != nil {
 	if err := st.Pool().QueryRow(ctx, `SELECT last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'flow_edges'`).Scan(&analyzed); err != nil || analyzed {
 		t.Fatalf("flow_edges analyzed: %v (%v); the test needs it never analyzed", analyzed, err)
 	}
-	rows, err := st.ReadFlowEdges(ctx, store.FlowRead{Nodes: ids, Sources: []store.FlowSource{{Res: store.RollupHour, From: t0.Truncate(time.Hour), To: t0.Add(time.Hour)}}})
+	read, err := st.ReadFlowEdges(ctx, store.FlowRead{Nodes: ids, Sources: []store.FlowSource{{Res: store.RollupHour, From: t0.Truncate(time.Hour), To: t0.Add(time.Hour)}}})
+	rows := read.Slice()
 	if err != nil || len(rows) != 3000 {
 		t.Fatalf("%d rows (%v), want 3000", len(rows), err)
 	}
