@@ -185,16 +185,20 @@ func TestDoWhereItIs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// inside runs h.Do and says in which namespace and on which thread fn
+	// where runs h.Do and says in which namespace and on which thread fn
 	// ran.
-	inside := func(h netns.Handle) (ino uint32, tid int) {
-		t.Helper()
-		err := h.Do(func() error {
+	where := func(h netns.Handle) (ino uint32, tid int, err error) {
+		err = h.Do(func() error {
 			var err error
 			ino, err = threadNetns()
 			tid = unix.Gettid()
 			return err
 		})
+		return ino, tid, err
+	}
+	inside := func(h netns.Handle) (ino uint32, tid int) {
+		t.Helper()
+		ino, tid, err := where(h)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,12 +231,9 @@ func TestDoWhereItIs(t *testing.T) {
 			var tid int
 			err := lab.Do(func() error {
 				outerTid = unix.Gettid()
-				return tt.inner.Do(func() error {
-					var err error
-					ino, err = threadNetns()
-					tid = unix.Gettid()
-					return err
-				})
+				var err error
+				ino, tid, err = where(tt.inner)
+				return err
 			})
 			if err != nil {
 				t.Fatal(err)
