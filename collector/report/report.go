@@ -156,7 +156,7 @@ func Compute(ctx context.Context, st Store, q Query, now time.Time) (*Report, er
 		seriesStep *= 2
 	}
 	if len(ids) > 0 {
-		sp := span{st: st, ids: ids, res: res, raw: q.Raw}
+		sp := span{st: st, ids: ids, res: res, raw: q.Raw, today: now.UTC().Truncate(24 * time.Hour)}
 		if ss, ok := st.(ScopeStore); ok && !q.PerNode {
 			sp.scoped, sp.scope = ss, scopeOf(nodes)
 		}
@@ -356,6 +356,12 @@ type span struct {
 	// scoped, if set, serves whole days of scope (readScoped).
 	scoped ScopeStore
 	scope  string
+	// today is the start of the UTC day that holds the report's now. A
+	// period rounded up to its next hour ends at midnight after 23:00, but
+	// today is not a whole day yet: no day rollup or pre-aggregate holds
+	// it, and asking the pre-aggregate for it sent the whole period to the
+	// per-node reads for the last hour of every day.
+	today time.Time
 }
 
 // scopeOf is the pre-aggregate scope that could cover nodes exactly: their
@@ -484,6 +490,9 @@ func (s span) days(from, to time.Time) (d0, d1 time.Time) {
 		d0 = d0.Add(24 * time.Hour)
 	}
 	d1 = to.Truncate(24 * time.Hour)
+	if !s.today.IsZero() && d1.After(s.today) {
+		d1 = s.today
+	}
 	if s.raw || s.res == store.RollupMinute || !d0.Before(d1) {
 		return to, to
 	}
