@@ -77,7 +77,12 @@ func TestDeviceDropsAcrossAgentRestart(t *testing.T) {
 	first.kill(t)
 	netlab.SendUDPIn(t, h, into, gap, 64, 0)
 	second := startAgentProcess(t, "agent 2", bin, args...)
-	time.Sleep(2 * interval)
+	// Its first report is stored, so its baseline is taken: the gap is in
+	// the parent (counted.json continues the first agent's count), not in
+	// the device's child. Waiting on that, not on a fixed sleep, keeps a
+	// slow start on a busy machine from taking the drops after it as its
+	// baseline.
+	stored("agent 2's first report", before+gap, before)
 	netlab.SendUDPIn(t, h, into, after, 64, 0)
 	d := float64(tunTxDropped(t, lab, lab.A, "nbstun") - b0)
 	if d != before+gap+after {
