@@ -137,11 +137,7 @@ func appendParamArray(buf []byte, oid uint32, arg any) (out []byte, ok bool, err
 			return nil, false, nil
 		}
 		return appendElems(buf, pgtype.BoolOID, v, func(b []byte, x bool) ([]byte, bool) {
-			c := byte(0)
-			if x {
-				c = 1
-			}
-			return append(appendLen(b, 1), c), true
+			return appendBool(appendLen(b, 1), x), true
 		}), true, nil
 	case []time.Time:
 		if oid != pgtype.TimestamptzArrayOID {
@@ -186,7 +182,7 @@ func appendParamArray(buf []byte, oid uint32, arg any) (out []byte, ok bool, err
 			if x == nil {
 				return b, false
 			}
-			return append(append(appendLen(b, 1+len(x)), 1), x...), true
+			return appendJSONB(appendLen(b, 1+len(x)), x), true
 		}), true, nil
 	}
 	return nil, false, nil
@@ -223,12 +219,27 @@ func appendElems[T any](buf []byte, elemOID uint32, v []T, elem func([]byte, T) 
 // appendLen appends an element's length.
 func appendLen(b []byte, n int) []byte { return binary.BigEndian.AppendUint32(b, uint32(n)) }
 
-// appendTimestamptz appends t as a timestamptz element: microseconds
-// since 2000-01-01 UTC.
-func appendTimestamptz(b []byte, t time.Time) []byte {
+// appendTimestamptz appends t as a timestamptz element: its length and
+// the value (appendTime).
+func appendTimestamptz(b []byte, t time.Time) []byte { return appendTime(appendLen(b, 8), t) }
+
+// appendTime appends t in timestamptz's binary form: microseconds since
+// 2000-01-01 UTC.
+func appendTime(b []byte, t time.Time) []byte {
 	us := t.Unix()*1000000 + int64(t.Nanosecond())/1000 - pgEpochMicros
-	return binary.BigEndian.AppendUint64(appendLen(b, 8), uint64(us))
+	return binary.BigEndian.AppendUint64(b, uint64(us))
 }
+
+// appendBool appends b in bool's binary form.
+func appendBool(buf []byte, b bool) []byte {
+	if b {
+		return append(buf, 1)
+	}
+	return append(buf, 0)
+}
+
+// appendJSONB appends x in jsonb's binary form: a version byte and the text.
+func appendJSONB(b []byte, x []byte) []byte { return append(append(b, 1), x...) }
 
 // copyEncoded COPYs rows into table's columns, as pgx's CopyFrom would,
 // with the rows encoded into buf (returned, kept for the next batch) and
@@ -314,23 +325,18 @@ func appendScalar(buf []byte, oid uint32, v any) ([]byte, bool) {
 		}
 	case bool:
 		if oid == pgtype.BoolOID {
-			c := byte(0)
-			if x {
-				c = 1
-			}
-			return append(buf, c), true
+			return appendBool(buf, x), true
 		}
 	case time.Time:
 		if oid == pgtype.TimestamptzOID {
-			us := x.Unix()*1000000 + int64(x.Nanosecond())/1000 - pgEpochMicros
-			return binary.BigEndian.AppendUint64(buf, uint64(us)), true
+			return appendTime(buf, x), true
 		}
 	case []byte:
 		if oid == pgtype.JSONBOID {
 			if x == nil {
 				return nil, true
 			}
-			return append(append(buf, 1), x...), true
+			return appendJSONB(buf, x), true
 		}
 	}
 	return nil, false
