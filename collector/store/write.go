@@ -556,10 +556,11 @@ func (sc *latestScratch) acc() *latestAcc {
 // batch stays reachable from it.
 func (sc *latestScratch) reset() {
 	for _, a := range sc.accs[:sc.used] {
-		clear(a.metrics)
 		if a.deep {
 			// A deep node's map may be large: not kept for a roots-only node.
 			a.metrics = map[string]LatestValue{}
+		} else {
+			clear(a.metrics)
 		}
 		*a = latestAcc{metrics: a.metrics}
 	}
