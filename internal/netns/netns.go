@@ -95,6 +95,16 @@ func (h Handle) Do(fn func() error) error {
 		// A fresh goroutine, so the caller's own thread lock (if any)
 		// is never disturbed.
 		runtime.LockOSThread()
+		// A thread no goroutine had locked is in the process's own
+		// namespace. For that namespace, entering is not needed, and
+		// would be wrong when target came from /proc/self/ns/net: that
+		// follows the main thread, which another Do may hold elsewhere.
+		if h.here() {
+			err := fn()
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
 		errc <- doLocked(target, h.Path, fn)
 	}()
 	return <-errc
