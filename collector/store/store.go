@@ -615,12 +615,19 @@ func (s *Store) MarkDefinitions(ctx context.Context, nodeID int32, hash []byte) 
 
 // ensurePartitions creates the day partitions a batch needs. Creating them
 // on demand (rather than by a scheduler) means a report is never refused for
-// lack of a partition.
+// lack of a partition. An event's row goes by the event's own time, which
+// can be on the other side of midnight from its report's.
 func (s *Store) ensurePartitions(ctx context.Context, reports []Report) error {
 	days := map[string]time.Time{}
-	for _, r := range reports {
-		d := r.Time.UTC().Truncate(24 * time.Hour)
+	add := func(t time.Time) {
+		d := t.UTC().Truncate(24 * time.Hour)
 		days[d.Format("20060102")] = d
+	}
+	for _, r := range reports {
+		add(r.Time)
+		for _, e := range r.Events {
+			add(e.Time)
+		}
 	}
 	for suffix, day := range days {
 		for _, table := range []string{"reports", "histograms", "events"} {
