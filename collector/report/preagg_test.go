@@ -101,9 +101,25 @@ func TestPreAggregateEqualsPerNode(t *testing.T) {
 			}
 			t.Errorf("the report from the pre-aggregate differs from the per-node one at byte %d:\n got …%.600s\nwant …%.600s", i, g[max(0, i-200):], w[max(0, i-200):])
 		}
-		if served := sc.reach.Load() > 0; served != c.served {
+		// The seed leaves the day fold three hours behind end, as if it
+		// ran late: in the hours after midnight the day before is not
+		// folded, the pre-aggregate cannot serve it and the report reads
+		// per node (answers equal). In production the fold reaches it
+		// minutes after midnight.
+		// The period's whole days end at its end rounded up to the hour,
+		// and never after the day that holds end.
+		to := c.q.To.Truncate(time.Hour)
+		if to.Before(c.q.To) {
+			to = to.Add(time.Hour)
+		}
+		lastDay := to.Truncate(24 * time.Hour)
+		if d := end.Truncate(24 * time.Hour); d.Before(lastDay) {
+			lastDay = d
+		}
+		wantServed := c.served && !lastDay.After(today)
+		if served := sc.reach.Load() > 0; served != wantServed {
 			t.Errorf("pre-aggregate served %d reads (%d of the current period), refused %d: want the current period served %v",
-				sc.served.Load(), sc.reach.Load(), sc.refused.Load(), c.served)
+				sc.served.Load(), sc.reach.Load(), sc.refused.Load(), wantServed)
 		}
 	}
 	for _, c := range cases {
