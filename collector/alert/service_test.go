@@ -2,6 +2,7 @@ package alert
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -40,6 +41,8 @@ type receivers struct {
 	secret []byte
 	am     *httptest.Server
 	hook   *httptest.Server
+	// amPath and hookPath are where the receivers answer (see newReceivers).
+	amPath, hookPath string
 
 	mu       sync.Mutex
 	posts    [][]alertmanager.Alert
@@ -52,7 +55,18 @@ type receivers struct {
 
 func newReceivers(t *testing.T) *receivers {
 	r := &receivers{t: t, secret: []byte("a test secret of 32 bytes, long!")}
+	// Each receiver answers only under a path of its own: CI runs packages
+	// in parallel, and a port this test's server takes may have been
+	// another process's a moment ago (a real Prometheus still scraping it,
+	// an Alertmanager still posting to it). Those strays are not the
+	// collector's requests and must not fail this test.
+	r.amPath, r.hookPath = "/am-"+rand.Text(), "/hook-"+rand.Text()
 	r.am = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !strings.HasPrefix(req.URL.Path, r.amPath+"/") {
+			t.Logf("alertmanager receiver: ignoring a stray %s %s (%s)", req.Method, req.URL.Path, req.UserAgent())
+			http.NotFound(w, req)
+			return
+		}
 		var alerts []alertmanager.Alert
 		if err := json.NewDecoder(req.Body).Decode(&alerts); err != nil {
 			t.Errorf("alertmanager: decode: %v", err)
@@ -62,6 +76,11 @@ func newReceivers(t *testing.T) *receivers {
 		r.mu.Unlock()
 	}))
 	r.hook = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != r.hookPath {
+			t.Logf("webhook receiver: ignoring a stray %s %s (%s)", req.Method, req.URL.Path, req.UserAgent())
+			http.NotFound(w, req)
+			return
+		}
 		body, _ := io.ReadAll(req.Body)
 		if err := webhook.Verify(r.secret, req.Header.Get(webhook.SignatureHeader), req.Header.Get(webhook.TimestampHeader), body, time.Now(), time.Minute); err != nil {
 			t.Errorf("webhook: %v", err)
@@ -98,7 +117,7 @@ func (r *receivers) config(t *testing.T) Config {
 		t.Fatal(err)
 	}
 	c := DefaultConfig()
-	c.AlertmanagerURLs, c.WebhookURL, c.WebhookSecretFile = URLList{r.am.URL}, r.hook.URL, file
+	c.AlertmanagerURLs, c.WebhookURL, c.WebhookSecretFile = URLList{r.am.URL + r.amPath}, r.hook.URL+r.hookPath, file
 	c.ExternalURL, c.LeaderRetry = "https://nbs.example.com", 100*time.Millisecond
 	return c
 }
