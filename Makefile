@@ -129,23 +129,43 @@ BENCH_ENV := NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1
 FLEET_NODES ?= 10000,30000,50000
 FLEET_DURATION ?= 10m
 .PHONY: bench
-bench: ## run every benchmark of BENCHMARKS.md (about two hours; root for the BPF ones)
+bench: web ## run every benchmark of BENCHMARKS.md (about three hours; root for the BPF ones)
 	$(DEPS) test
+	@# The write path, folds and reads in collector/store.
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench WriteReports -benchtime 3s ./collector/store
-	$(BENCH_ENV) $(GO) test -run '^$$' -bench AdmitNode ./collector/store
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench 'AdmitNode|CopyDirect' ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench FoldRollups -benchtime 3x ./collector/store
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench 'FoldPending|FoldFullTrees' -benchtime 1x -timeout 60m ./collector/store
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench LatestMerge -benchtime 40x ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench RegisterDefinitions -benchtime 200x ./collector/store
-	$(BENCH_ENV) $(GO) test -run '^$$' -bench Counterparts -benchtime 3s ./collector/store
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench 'RegisterNodes|ReportsAfterSweep' -benchtime 20x ./collector/store
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench 'Counterparts|Tenancy' -benchtime 3s ./collector/store
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench AlertEvaluatorReads -benchtime 30x ./collector/alert/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench Gather -benchtime 3x ./collector/export/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 20x -count 5 -benchmem ./collector/export/otlp/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . ./collector/flows/ ./internal/loglinear/
+	@# The agent's BPF programs, each beside its floor and its peer.
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencydrops/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencytx/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencyrx/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencysizes/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/latencyecn/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./bench/dns/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/evidencecost/
-	$(BENCH_ENV) NBS_FLEET_NODES=$(FLEET_NODES) NBS_FLEET_DURATION=$(FLEET_DURATION) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 180m ./bench/fleet/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/flows/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . ./agent/source/flows/ ./agent/source/drops/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench Scan -count 3 ./agent/owner/
+	@# The agent on a node: throughput on/off, idle, start.
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 90m ./bench/agentcost/
+	@# The collector under a fleet, and the simulator's own cost.
+	$(BENCH_ENV) NBS_FLEET_NODES=$(FLEET_NODES) NBS_FLEET_DURATION=$(FLEET_DURATION) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 180m ./bench/fleet/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench NodeMemory -benchtime 1x -timeout 40m ./bench/loadgen/
+	@# Reads: reports, the API, the flow map, the lifecycle.
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/report/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench CompressedMonth -benchtime 1x -timeout 30m ./bench/lifecycle/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 90m ./bench/api/
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/flowmap/
+	$(BENCH_ENV) $(GO) test ./web/e2e -run '^$$' -bench FlowMapPage -benchtime 1x -timeout 30m
 	$(BENCH_ENV) $(GO) test ./e2e -run '^$$' -bench AlertLatency -benchtime 40x -timeout 30m
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench RemoteWriteThroughput -benchtime 1x ./bench/remotewrite/
 
