@@ -23,8 +23,9 @@ import (
 // dbBusy samples which statements PostgreSQL's client backends are
 // running (pg_stat_activity, every 50 ms) while the ingest runs: a kind's
 // share is the mean number of backends running it, "0.42 of a backend".
-// pg_stat_statements would need the server started with it preloaded;
-// sampling needs nothing and sees the same split.
+// Sampling needs nothing; pg_stat_statements (statementTotals), when the
+// server was started with it preloaded, adds each statement's execution
+// time and calls.
 type dbBusy struct {
 	mu      sync.Mutex
 	samples int
@@ -32,6 +33,8 @@ type dbBusy struct {
 	// locked: the samples of busy in which the statement waited on a
 	// lock (another transaction's rows), not working.
 	locked map[string]int
+	// others: the text (its start) of what "other" counted, to name it.
+	others map[string]int
 	stop   func()
 }
 
@@ -61,7 +64,7 @@ func sampleDB(b *testing.B, dbURL string) *dbBusy {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d := &dbBusy{busy: map[string]int{}, locked: map[string]int{}}
+	d := &dbBusy{busy: map[string]int{}, locked: map[string]int{}, others: map[string]int{}}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer conn.Close(context.Background())
@@ -90,6 +93,9 @@ func sampleDB(b *testing.B, dbURL string) *dbBusy {
 			d.samples++
 			for _, q := range qs {
 				d.busy[statementKind(q.Query)]++
+				if statementKind(q.Query) == "other" {
+					d.others[strings.Join(strings.Fields(q.Query), " ")[:min(len(strings.Join(strings.Fields(q.Query), " ")), 60)]]++
+				}
 				if q.Locked {
 					d.locked[statementKind(q.Query)]++
 				}
@@ -115,6 +121,81 @@ func (d *dbBusy) shares() (busy, locked map[string]float64) {
 		locked[k] = float64(n) / float64(max(d.samples, 1))
 	}
 	return busy, locked
+}
+
+// topOthers names the statements counted as "other", most sampled first.
+func (d *dbBusy) topOthers(n int) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	keys := make([]string, 0, len(d.others))
+	for k := range d.others {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return d.others[b] - d.others[a] })
+	var out []string
+	for _, k := range keys[:min(n, len(keys))] {
+		out = append(out, fmt.Sprintf("%q %.3f", k, float64(d.others[k])/float64(max(d.samples, 1))))
+	}
+	return strings.Join(out, "; ")
+}
+
+// statementTotals is pg_stat_statements over the window, when the server
+// has it loaded (shared_preload_libraries: e.g. NBS_PG_BINDIR naming a
+// directory whose pg_ctl starts the server with it): each statement
+// kind's execution time, exact where sampling estimates. Without it,
+// start and read return nothing.
+type statementTotals struct {
+	conn *pgx.Conn
+}
+
+func startStatementTotals(b *testing.B, dbURL string) *statementTotals {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close(ctx) })
+	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		b.Logf("pg_stat_statements: %v", err)
+		return &statementTotals{}
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+		b.Logf("pg_stat_statements not loaded (%v): the sampled split only", err)
+		return &statementTotals{}
+	}
+	return &statementTotals{conn: conn}
+}
+
+// read returns each kind's execution time (ms) and calls since start,
+// and the top statements by time, of this database only.
+func (t *statementTotals) read(b *testing.B) (ms map[string]float64, calls map[string]int64, top []string) {
+	if t.conn == nil {
+		return nil, nil, nil
+	}
+	rows, err := t.conn.Query(context.Background(), `SELECT query, calls, total_exec_time FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC`)
+	if err != nil {
+		b.Logf("pg_stat_statements: %v", err)
+		return nil, nil, nil
+	}
+	defer rows.Close()
+	ms, calls = map[string]float64{}, map[string]int64{}
+	for rows.Next() {
+		var q string
+		var n int64
+		var total float64
+		if err := rows.Scan(&q, &n, &total); err != nil {
+			b.Fatal(err)
+		}
+		k := statementKind(q)
+		ms[k] += total
+		calls[k] += n
+		if len(top) < 8 {
+			flat := strings.Join(strings.Fields(q), " ")
+			top = append(top, fmt.Sprintf("%.0f ms %d calls %q", total, n, flat[:min(len(flat), 70)]))
+		}
+	}
+	return ms, calls, top
 }
 
 // perReport turns mean backends busy over elapsed into backend

@@ -364,6 +364,7 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 		f.ResetLatency()
 		s0 := f.Stats()
 		db := sampleDB(b, dbURL)
+		totals := startStatementTotals(b, dbURL)
 		queue := sampleQueue(b, c)
 		profiled := profile(b, pprofAddr, hold/4, hold/2)
 		cpu0 := c.metrics(b)["process_cpu_seconds_total"]
@@ -371,6 +372,7 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 		s := f.Stats().Since(s0)
 		cpu := c.metrics(b)["process_cpu_seconds_total"] - cpu0
 		shares, locked := db.shares()
+		stmtMS, stmtCalls, stmtTop := totals.read(b)
 		emptyShare, medianQueue := queue.empty()
 		cancel()
 		all := <-ran
@@ -386,8 +388,12 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 				EXECUTE format('ALTER DATABASE %I SET auto_explain.log_nested_statements = on', current_database()); END $$`)
 		}
 		stopProfile := profileDrain(b)
+		drainTotals := startStatementTotals(b, dbURL)
 		backlog, foldTime := drainFolds(b, dbURL)
 		stopProfile()
+		if _, _, top := drainTotals.read(b); top != nil {
+			b.Logf("pg_stat_statements over the drain's fold: %s", strings.Join(top, "; "))
+		}
 		if dst := os.Getenv("NBS_INGEST_EXPLAIN"); dst != "" {
 			var dir string
 			if err := connect(b, dbURL).QueryRow(context.Background(), `SHOW data_directory`).Scan(&dir); err != nil {
@@ -410,6 +416,15 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 		b.Logf("collector CPU %.2f cores; PostgreSQL client backends busy (mean backends): %s; per report stored, backend ms: %s",
 			cpu/s.Elapsed.Seconds(), formatShares(shares), formatShares(perReport(shares, s.Elapsed, s.Acked)))
 		b.Logf("of which waiting on a lock (another batch's rows), per report stored, backend ms: %s", formatShares(perReport(locked, s.Elapsed, s.Acked)))
+		b.Logf("other, by statement (mean backends): %s", db.topOthers(5))
+		if stmtMS != nil {
+			perRep := map[string]float64{}
+			for k, v := range stmtMS {
+				perRep[k] = v / float64(max(s.Acked, 1))
+			}
+			b.Logf("pg_stat_statements over the window, backend ms per report stored: %s; calls: %v; the most: %s",
+				formatShares(perRep), stmtCalls, strings.Join(stmtTop, "; "))
+		}
 		if shares["copy"] > 0 {
 			b.Logf("beside the COPY they follow: node_latest merge %.2f, export counters %.2f", shares["node_latest merge"]/shares["copy"], shares["export counters"]/shares["copy"])
 		}
