@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -196,6 +197,85 @@ func (t *statementTotals) read(b *testing.B) (ms map[string]float64, calls map[s
 		}
 	}
 	return ms, calls, top
+}
+
+// tableWrites reads, for the write path's updated tables and their TOAST,
+// the rows inserted and updated, and how many updates were HOT (no index
+// entry), with the WAL position: the difference between two reads says
+// what a window wrote.
+type tableWrites struct {
+	wal  int64
+	rows map[string][3]int64 // ins, upd, hot_upd
+}
+
+func readTableWrites(b *testing.B, dbURL string) tableWrites {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// The counters are sent to the statistics system at a transaction's
+	// end, by each backend at most once a second.
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		b.Fatal(err)
+	}
+	w := tableWrites{rows: map[string][3]int64{}}
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0'`).Scan(&w.wal); err != nil {
+		b.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, `SELECT c.relname, coalesce(s.n_tup_ins, 0), coalesce(s.n_tup_upd, 0), coalesce(s.n_tup_hot_upd, 0)
+		FROM pg_class c JOIN pg_stat_all_tables s ON s.relid = c.oid
+		WHERE c.relname IN ('node_latest', 'export_counters')
+		UNION ALL
+		SELECT c.relname || ' toast', t.n_tup_ins, t.n_tup_upd, t.n_tup_hot_upd
+		FROM pg_class c JOIN pg_stat_all_tables t ON t.relid = c.reltoastrelid
+		WHERE c.relname IN ('node_latest', 'export_counters')`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var v [3]int64
+		if err := rows.Scan(&name, &v[0], &v[1], &v[2]); err != nil {
+			b.Fatal(err)
+		}
+		w.rows[name] = v
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return w
+}
+
+// latestRowSize is node_latest's mean row as stored (pg_column_size: a
+// value moved to TOAST counts its pointer), and its heap's pages a row.
+func latestRowSize(b *testing.B, dbURL string) string {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var row, vals, paths, pages float64
+	if err := conn.QueryRow(ctx, `SELECT avg(pg_column_size(l.*)), avg(pg_column_size(base_vals)), avg(pg_column_size(base_paths)),
+		pg_relation_size('node_latest') / 8192.0 / greatest(count(*), 1) FROM node_latest l`).Scan(&row, &vals, &paths, &pages); err != nil {
+		b.Fatal(err)
+	}
+	return fmt.Sprintf("row %.0f B inline (base_vals %.0f, base_paths %.0f), %.2f pages a row", row, vals, paths, pages)
+}
+
+// since formats what was written from w0 to w, per report stored.
+func (w tableWrites) since(w0 tableWrites, reports uint64) string {
+	n := float64(max(reports, 1))
+	out := []string{fmt.Sprintf("WAL %.0f B", float64(w.wal-w0.wal)/n)}
+	names := slices.Sorted(maps.Keys(w.rows))
+	for _, k := range names {
+		v, v0 := w.rows[k], w0.rows[k]
+		out = append(out, fmt.Sprintf("%s ins %.2f upd %.2f (hot %.2f)", k, float64(v[0]-v0[0])/n, float64(v[1]-v0[1])/n, float64(v[2]-v0[2])/n))
+	}
+	return strings.Join(out, ", ")
 }
 
 // perReport turns mean backends busy over elapsed into backend

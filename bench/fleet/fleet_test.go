@@ -365,6 +365,7 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 		s0 := f.Stats()
 		db := sampleDB(b, dbURL)
 		totals := startStatementTotals(b, dbURL)
+		writes0 := readTableWrites(b, dbURL)
 		queue := sampleQueue(b, c)
 		profiled := profile(b, pprofAddr, hold/4, hold/2)
 		cpu0 := c.metrics(b)["process_cpu_seconds_total"]
@@ -373,6 +374,7 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 		cpu := c.metrics(b)["process_cpu_seconds_total"] - cpu0
 		shares, locked := db.shares()
 		stmtMS, stmtCalls, stmtTop := totals.read(b)
+		writes := readTableWrites(b, dbURL)
 		emptyShare, medianQueue := queue.empty()
 		cancel()
 		all := <-ran
@@ -416,6 +418,7 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 		b.Logf("collector CPU %.2f cores; PostgreSQL client backends busy (mean backends): %s; per report stored, backend ms: %s",
 			cpu/s.Elapsed.Seconds(), formatShares(shares), formatShares(perReport(shares, s.Elapsed, s.Acked)))
 		b.Logf("of which waiting on a lock (another batch's rows), per report stored, backend ms: %s", formatShares(perReport(locked, s.Elapsed, s.Acked)))
+		b.Logf("written per report stored: %s; node_latest: %s", writes.since(writes0, s.Acked), latestRowSize(b, dbURL))
 		b.Logf("other, by statement (mean backends): %s", db.topOthers(5))
 		if stmtMS != nil {
 			perRep := map[string]float64{}
