@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -61,7 +62,7 @@ func statementKind(q string) string {
 
 func sampleDB(b *testing.B, dbURL string) *dbBusy {
 	ctx, cancel := context.WithCancel(context.Background())
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := benchConn(ctx, dbURL)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -151,7 +152,7 @@ type statementTotals struct {
 
 func startStatementTotals(b *testing.B, dbURL string) *statementTotals {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := benchConn(ctx, dbURL)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -210,7 +211,7 @@ type tableWrites struct {
 
 func readTableWrites(b *testing.B, dbURL string) tableWrites {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := benchConn(ctx, dbURL)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func readTableWrites(b *testing.B, dbURL string) tableWrites {
 // value moved to TOAST counts its pointer), and its heap's pages a row.
 func latestRowSize(b *testing.B, dbURL string) string {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := benchConn(ctx, dbURL)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -276,6 +277,86 @@ func (w tableWrites) since(w0 tableWrites, reports uint64) string {
 		out = append(out, fmt.Sprintf("%s ins %.2f upd %.2f (hot %.2f)", k, float64(v[0]-v0[0])/n, float64(v[1]-v0[1])/n, float64(v[2]-v0[2])/n))
 	}
 	return strings.Join(out, ", ")
+}
+
+// benchApp is the application_name of this benchmark's own connections
+// (benchConn), whose backends' CPU is not the collector's.
+const benchApp = "nbs-bench"
+
+// benchConn connects to dbURL as benchApp.
+func benchConn(ctx context.Context, dbURL string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["application_name"] = benchApp
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// backendCPU is the CPU time (user and system, from /proc) of the
+// database's client backends but this benchmark's own (benchConn): PostgreSQL's cost
+// of what they ran, which, unlike their time active, a busy machine moves
+// little. A backend that exits between two reads takes its time with it;
+// the collector's pool keeps its connections.
+func backendCPU(b *testing.B, conn *pgx.Conn) map[int32]time.Duration {
+	rows, err := conn.Query(context.Background(), `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND backend_type = 'client backend' AND application_name <> $1`, benchApp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[int32]time.Duration{}
+	for _, pid := range pids {
+		if d, ok := procCPU(pid); ok {
+			out[pid] = d
+		}
+	}
+	return out
+}
+
+// cpuSince is the CPU the backends of now spent since then.
+func cpuSince(then, now map[int32]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, t := range now {
+		d += t - then[pid]
+	}
+	return d
+}
+
+// procCPU is a process's user and system time, from /proc/PID/stat.
+func procCPU(pid int32) (time.Duration, bool) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// Fields after the command (in parentheses, which may hold spaces):
+	// state is field 3, utime 14 and stime 15, in clock ticks (100 a
+	// second on Linux).
+	i := strings.LastIndexByte(string(raw), ')')
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	var ut, st int64
+	if _, err := fmt.Sscan(f[11], &ut); err != nil {
+		return 0, false
+	}
+	if _, err := fmt.Sscan(f[12], &st); err != nil {
+		return 0, false
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, true
+}
+
+// processCPU is this process's user and system time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // perReport turns mean backends busy over elapsed into backend
@@ -439,7 +520,7 @@ const foldLockID = 0x6e6273_f0
 // measured on its own.
 func holdFolds(b *testing.B, dbURL string) func() {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := benchConn(ctx, dbURL)
 	if err != nil {
 		b.Fatal(err)
 	}
