@@ -321,7 +321,13 @@ func nodesPerConn(nodes int) int {
 // write queue was seldom empty. A run where either fails is an error, not
 // a figure: the simulator's ceiling would be measured instead.
 //
-// Where PostgreSQL's time goes is sampled from pg_stat_activity (dbBusy).
+// Where PostgreSQL's time goes is sampled from pg_stat_activity (dbBusy),
+// and timed by pg_stat_statements when the server has it loaded
+// (statementTotals), with the WAL, updates (HOT or not) and TOAST rows a
+// report. Beside the rates, which a busy machine moves by 2x between runs,
+// CPU a sample (cpu_ingest+fold/copy): the collector's and its backends'
+// over the window and the fold's share, against the COPY's client and
+// backend, from /proc.
 // NBS_INGEST_PROFILE (a directory) takes the collector's CPU and
 // allocation profiles over the window and this process's over the drain;
 // NBS_INGEST_EXPLAIN (a file) the plans of the drain's slow statements
