@@ -142,8 +142,8 @@ func (d *dbBusy) topOthers(n int) string {
 }
 
 // statementTotals is pg_stat_statements over the window, when the server
-// has it loaded (shared_preload_libraries: e.g. NBS_PG_BINDIR naming a
-// directory whose pg_ctl starts the server with it): each statement
+// has it loaded (shared_preload_libraries: NBS_PG_BINDIR naming a
+// directory made by tools/pg-stat-statements-bindir.sh): each statement
 // kind's execution time, exact where sampling estimates. Without it,
 // start and read return nothing.
 type statementTotals struct {
