@@ -321,7 +321,13 @@ func nodesPerConn(nodes int) int {
 // write queue was seldom empty. A run where either fails is an error, not
 // a figure: the simulator's ceiling would be measured instead.
 //
-// Where PostgreSQL's time goes is sampled from pg_stat_activity (dbBusy).
+// Where PostgreSQL's time goes is sampled from pg_stat_activity (dbBusy),
+// and timed by pg_stat_statements when the server has it loaded
+// (statementTotals), with the WAL, updates (HOT or not) and TOAST rows a
+// report. Beside the rates, which a busy machine moves by 2x between runs,
+// CPU a sample (cpu_ingest+fold/copy): the collector's and its backends'
+// over the window and the fold's share, against the COPY's client and
+// backend, from /proc.
 // NBS_INGEST_PROFILE (a directory) takes the collector's CPU and
 // allocation profiles over the window and this process's over the drain;
 // NBS_INGEST_EXPLAIN (a file) the plans of the drain's slow statements
@@ -364,13 +370,20 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 		f.ResetLatency()
 		s0 := f.Stats()
 		db := sampleDB(b, dbURL)
+		totals := startStatementTotals(b, dbURL)
+		writes0 := readTableWrites(b, dbURL)
+		cpuConn := connect(b, dbURL)
+		pgCPU0 := backendCPU(b, cpuConn)
 		queue := sampleQueue(b, c)
 		profiled := profile(b, pprofAddr, hold/4, hold/2)
 		cpu0 := c.metrics(b)["process_cpu_seconds_total"]
 		time.Sleep(hold)
 		s := f.Stats().Since(s0)
 		cpu := c.metrics(b)["process_cpu_seconds_total"] - cpu0
+		pgCPU := cpuSince(pgCPU0, backendCPU(b, cpuConn))
 		shares, locked := db.shares()
+		stmtMS, stmtCalls, stmtTop := totals.read(b)
+		writes := readTableWrites(b, dbURL)
 		emptyShare, medianQueue := queue.empty()
 		cancel()
 		all := <-ran
@@ -386,8 +399,12 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 				EXECUTE format('ALTER DATABASE %I SET auto_explain.log_nested_statements = on', current_database()); END $$`)
 		}
 		stopProfile := profileDrain(b)
-		backlog, foldTime := drainFolds(b, dbURL)
+		drainTotals := startStatementTotals(b, dbURL)
+		backlog, foldTime, foldPG, foldSelf := drainFolds(b, dbURL)
 		stopProfile()
+		if _, _, top := drainTotals.read(b); top != nil {
+			b.Logf("pg_stat_statements over the drain's fold: %s", strings.Join(top, "; "))
+		}
 		if dst := os.Getenv("NBS_INGEST_EXPLAIN"); dst != "" {
 			var dir string
 			if err := connect(b, dbURL).QueryRow(context.Background(), `SHOW data_directory`).Scan(&dir); err != nil {
@@ -397,7 +414,7 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 				b.Fatalf("copy the server's log: %v: %s", err, out)
 			}
 		}
-		copyRate, rows, samples := copyRate(b, dbURL)
+		copyRate, rows, samples, copyPG, copySelf := copyRate(b, dbURL)
 		// Folding the window's reports is charged at the drain's time per
 		// report.
 		windowFold := time.Duration(float64(foldTime) * float64(s.Acked) / float64(max(backlog, 1)))
@@ -410,12 +427,35 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 		b.Logf("collector CPU %.2f cores; PostgreSQL client backends busy (mean backends): %s; per report stored, backend ms: %s",
 			cpu/s.Elapsed.Seconds(), formatShares(shares), formatShares(perReport(shares, s.Elapsed, s.Acked)))
 		b.Logf("of which waiting on a lock (another batch's rows), per report stored, backend ms: %s", formatShares(perReport(locked, s.Elapsed, s.Acked)))
+		b.Logf("written per report stored: %s; node_latest: %s", writes.since(writes0, s.Acked), latestRowSize(b, dbURL))
+		b.Logf("other, by statement (mean backends): %s", db.topOthers(5))
+		if stmtMS != nil {
+			perRep := map[string]float64{}
+			for k, v := range stmtMS {
+				perRep[k] = v / float64(max(s.Acked, 1))
+			}
+			b.Logf("pg_stat_statements over the window, backend ms per report stored: %s; calls: %v; the most: %s",
+				formatShares(perRep), stmtCalls, strings.Join(stmtTop, "; "))
+		}
 		if shares["copy"] > 0 {
 			b.Logf("beside the COPY they follow: node_latest merge %.2f, export counters %.2f", shares["node_latest merge"]/shares["copy"], shares["export counters"]/shares["copy"])
 		}
 		b.Logf("rollup fold of every report stored (%d): %v (%.2f ms a report); the window's %d reports charged %v: ingest with the fold %.0f samples/s",
 			backlog, foldTime.Round(time.Millisecond), foldTime.Seconds()*1000/float64(max(backlog, 1)), s.Acked, windowFold.Round(time.Millisecond), sustained)
 		b.Logf("COPY of the same %d report rows (%d samples and histograms): %.0f samples/s", rows, samples, copyRate)
+		// CPU a sample, which a busy machine moves less than the rates:
+		// the collector's and its backends' over the window, the fold's
+		// (this process's and its backend's) charged at the drain's rate,
+		// against this process's and its backend's for the COPY.
+		ingestCPU := (time.Duration(cpu*float64(time.Second)) + pgCPU).Seconds() / float64(max(s.Samples, 1))
+		drainShare := float64(s.Acked) / float64(max(backlog, 1))
+		foldCPU := (foldSelf + foldPG).Seconds() * drainShare / float64(max(s.Samples, 1))
+		copyCPU := (copySelf + copyPG).Seconds() / float64(max(samples, 1))
+		b.Logf("CPU a sample: ingest %.2f µs (collector %.2f, PostgreSQL %.2f), its fold %.2f µs (Go %.2f, PostgreSQL %.2f); COPY %.2f µs (client %.2f, PostgreSQL %.2f): ingest with the fold %.2fx the COPY",
+			ingestCPU*1e6, cpu/float64(max(s.Samples, 1))*1e6, pgCPU.Seconds()/float64(max(s.Samples, 1))*1e6,
+			foldCPU*1e6, foldSelf.Seconds()*drainShare/float64(max(s.Samples, 1))*1e6, foldPG.Seconds()*drainShare/float64(max(s.Samples, 1))*1e6,
+			copyCPU*1e6, copySelf.Seconds()/float64(max(samples, 1))*1e6, copyPG.Seconds()/float64(max(samples, 1))*1e6, (ingestCPU+foldCPU)/copyCPU)
+		b.ReportMetric((ingestCPU+foldCPU)/copyCPU, "cpu_ingest+fold/copy")
 		if taken > 0.9 || emptyShare > 0.1 {
 			b.Errorf("the collector was not saturated (taken %.2f of offered, write queue empty in %.0f%% of samples): offer more (NBS_INGEST_NODES, NBS_INGEST_INTERVAL)", taken, 100*emptyShare)
 		}
@@ -436,33 +476,40 @@ func BenchmarkIngestVsCopy(b *testing.B) {
 // drainFolds folds every report still pending into the rollups, as the
 // collector's fold would a minute later, and returns how many there were
 // and how long it took.
-func drainFolds(b *testing.B, dbURL string) (int, time.Duration) {
+func drainFolds(b *testing.B, dbURL string) (pending int, took, pgCPU, selfCPU time.Duration) {
 	ctx := context.Background()
 	st, err := store.Open(ctx, dbURL, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	var pending int
 	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM rollup_pending`).Scan(&pending); err != nil {
 		b.Fatal(err)
 	}
+	// The fold's backends' CPU: read by another connection, which sees
+	// the pool's (it keeps them open).
+	cpuConn := connect(b, dbURL)
+	if _, err := st.Pool().Exec(ctx, `SELECT 1`); err != nil {
+		b.Fatal(err)
+	}
+	pg0, self0 := backendCPU(b, cpuConn), processCPU()
 	start := time.Now()
 	r, err := st.FoldRollups(ctx, store.FoldOptions{Now: time.Now().Add(store.MinuteGrace + time.Minute)})
-	took := time.Since(start)
+	took = time.Since(start)
+	pgCPU, selfCPU = cpuSince(pg0, backendCPU(b, cpuConn)), processCPU()-self0
 	if err != nil || r.Busy {
 		b.Fatalf("fold the pending reports: %+v, %v", r, err)
 	}
 	if r.Reports != pending {
 		b.Fatalf("folded %d reports of %d pending", r.Reports, pending)
 	}
-	return pending, took
+	return pending, took, pgCPU, selfCPU
 }
 
 // copyRate reads back every report and histogram row the collector stored
 // and COPYs them, 5,000 rows a commit, into tables of the same columns and
 // indexes; it returns samples (report samples plus histograms) per second.
-func copyRate(b *testing.B, dbURL string) (float64, int, int64) {
+func copyRate(b *testing.B, dbURL string) (rate float64, nrows int, samples int64, pgCPU, selfCPU time.Duration) {
 	ctx := context.Background()
 	conn := connect(b, dbURL,
 		`CREATE TABLE copy_reports (LIKE reports INCLUDING DEFAULTS INCLUDING INDEXES)`,
@@ -487,7 +534,6 @@ func copyRate(b *testing.B, dbURL string) (float64, int, int64) {
 	}
 	reports := read(`SELECT node_id, instance_id, seq, ts, interval_ms, snapshot, metric_ids, vals, states FROM reports`)
 	hists := read(`SELECT node_id, instance_id, seq, ts, metric_id, count, sum, bucket_index, bucket_count FROM histograms`)
-	var samples int64
 	for _, r := range reports {
 		samples += int64(len(r[6].([]any)))
 	}
@@ -506,10 +552,19 @@ func copyRate(b *testing.B, dbURL string) (float64, int, int64) {
 			}
 		}
 	}
+	var pid int32
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		b.Fatal(err)
+	}
+	cpu0, _ := procCPU(pid)
+	self0 := processCPU()
 	start := time.Now()
 	copyAll("copy_reports", []string{"node_id", "instance_id", "seq", "ts", "interval_ms", "snapshot", "metric_ids", "vals", "states"}, reports)
 	copyAll("copy_histograms", []string{"node_id", "instance_id", "seq", "ts", "metric_id", "count", "sum", "bucket_index", "bucket_count"}, hists)
-	return float64(samples) / time.Since(start).Seconds(), len(reports), samples
+	took := time.Since(start)
+	selfCPU = processCPU() - self0
+	cpu1, _ := procCPU(pid)
+	return float64(samples) / took.Seconds(), len(reports), samples, cpu1 - cpu0, selfCPU
 }
 
 // BenchmarkReregistration: NBS_REREG_NODES nodes (default 1000) connect
@@ -576,7 +631,7 @@ func catalogueBytes(b *testing.B, dbURL string) (shared, perNode float64) {
 // runs setup statements on it.
 func connect(b *testing.B, dbURL string, setup ...string) *pgx.Conn {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := benchConn(ctx, dbURL)
 	if err != nil {
 		b.Fatal(err)
 	}

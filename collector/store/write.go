@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -684,37 +685,53 @@ ON CONFLICT (node_id, metric_id) DO UPDATE SET total = c.total + EXCLUDED.total,
 // metric: a quiet counter costs no row, and a resend (not new) adds nothing.
 // The order of the reports does not matter to a sum, so a late report adds
 // its increase like any other.
+//
+// The increases are sorted by node and metric as one integer each and
+// summed where equal: a map of the sums, then sorting its keys by a
+// comparison of two fields, was 6% of the collector's CPU in
+// IngestVsCopy (87 counters a report).
 func queueCounters(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool) {
-	type key struct{ node, metric int32 }
-	sums := map[key]float64{}
+	var incs []counterInc
 	for _, r := range reports {
 		if !inserted[r.Key()] {
 			continue
 		}
 		for _, smp := range r.Samples {
 			if smp.Counter && !smp.NoValue && smp.Value > 0 && smp.MetricID != 0 {
-				sums[key{r.NodeID, smp.MetricID}] += smp.Value
+				incs = append(incs, counterInc{counterKey(r.NodeID, smp.MetricID), smp.Value})
 			}
 		}
 	}
-	if len(sums) == 0 {
+	if len(incs) == 0 {
 		return
 	}
-	keys := make([]key, 0, len(sums))
-	for k := range sums {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b key) int {
-		if a.node != b.node {
-			return int(a.node) - int(b.node)
+	slices.SortFunc(incs, func(a, b counterInc) int { return cmp.Compare(a.key, b.key) })
+	nodes, metrics, vals := make([]int32, 0, len(incs)), make([]int32, 0, len(incs)), make([]float64, 0, len(incs))
+	for i, inc := range incs {
+		if i > 0 && inc.key == incs[i-1].key {
+			vals[len(vals)-1] += inc.v
+			continue
 		}
-		return int(a.metric) - int(b.metric)
-	})
-	nodes, metrics, vals := make([]int32, len(keys)), make([]int32, len(keys)), make([]float64, len(keys))
-	for i, k := range keys {
-		nodes[i], metrics[i], vals[i] = k.node, k.metric, sums[k]
+		node, metric := inc.ids()
+		nodes, metrics, vals = append(nodes, node), append(metrics, metric), append(vals, inc.v)
 	}
 	batch.Queue(addCounters, nodes, metrics, vals)
+}
+
+// counterInc is one report's increase of a counter, keyed by counterKey.
+type counterInc struct {
+	key uint64
+	v   float64
+}
+
+// counterKey orders by node, then metric, as two int32 compare: each with
+// its sign bit flipped, so a negative id sorts before a positive one.
+func counterKey(node, metric int32) uint64 {
+	return uint64(uint32(node)^1<<31)<<32 | uint64(uint32(metric)^1<<31)
+}
+
+func (c counterInc) ids() (node, metric int32) {
+	return int32(uint32(c.key>>32) ^ 1<<31), int32(uint32(c.key) ^ 1<<31)
 }
 
 // rootStates renders the states of a roots-only report's metrics in one
