@@ -121,13 +121,10 @@ type treeHello struct{ hello *nbsv1.Hello }
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case treeHello:
-		body, err := proto.Marshal(m.hello)
+		head, err := c.helloHead(0, m.hello)
 		if err != nil {
 			return nil, err
 		}
-		head := protowire.AppendTag(make([]byte, 0, 10+len(body)), helloField, protowire.BytesType)
-		head = protowire.AppendVarint(head, uint64(len(body)+len(c.tree)))
-		head = append(head, body...)
 		return mem.BufferSlice{mem.SliceBuffer(head), mem.SliceBuffer(c.tree)}, nil
 	case proto.Message:
 		b, err := proto.Marshal(m)
@@ -137,4 +134,17 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
 	return c.base.Marshal(v)
+}
+
+// helloHead is the encoding of a ConnectRequest with Hello h up to the
+// fleet's tree, which follows it (c.tree), after prefix bytes left for
+// the caller (gRPC's message prefix).
+func (c *codec) helloHead(prefix int, h *nbsv1.Hello) ([]byte, error) {
+	body, err := proto.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	head := protowire.AppendTag(make([]byte, prefix, prefix+10+len(body)), helloField, protowire.BytesType)
+	head = protowire.AppendVarint(head, uint64(len(body)+len(c.tree)))
+	return append(head, body...), nil
 }
