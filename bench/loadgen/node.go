@@ -232,10 +232,8 @@ func (s *session) ended(err error) {
 // decoded by hand, a Config not at all (codec.go).
 func (s *session) message(b []byte) error {
 	var r nbsv1.ConnectResponse
-	if !decodeResponse(b, &r) {
-		if err := proto.Unmarshal(b, &r); err != nil {
-			return status.Errorf(codes.Internal, "decode an answer: %v", err)
-		}
+	if err := decodeAnswer(b, &r); err != nil {
+		return status.Errorf(codes.Internal, "decode an answer: %v", err)
 	}
 	s.n.handle(&r)
 	return nil
