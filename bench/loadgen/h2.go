@@ -171,6 +171,10 @@ func (c *h2conn) newStream(h streamHandler) (*h2stream, error) {
 	}
 	s := &h2stream{c: c, id: c.nextID, h: h, sendWindow: c.initWindow}
 	c.nextID += 2
+	if c.nextID > 1<<31-1 {
+		// Stream ids are spent: the next stream goes on a new connection.
+		c.err = status.Error(codes.Unavailable, "the connection's stream ids are spent")
+	}
 	c.streams[s.id] = s
 	c.mu.Unlock()
 	c.hbuf.Reset()
@@ -300,7 +304,9 @@ func (c *h2conn) fail(err error) {
 // read is the connection's one goroutine: it reads every frame the
 // collector sends until the connection ends.
 func (c *h2conn) read() {
-	fr := http2.NewFramer(io.Discard, bufio.NewReaderSize(c.nc, 2048))
+	// A small buffer: the collector's frames are mostly acks of a few
+	// dozen bytes, and a connection's buffer is a quarter of a node's.
+	fr := http2.NewFramer(io.Discard, bufio.NewReaderSize(c.nc, 512))
 	fr.SetReuseFrames()
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	fr.MaxHeaderListSize = 64 << 10
