@@ -167,6 +167,9 @@ func BenchmarkFleet(b *testing.B) {
 			for range b.N {
 				c := startCollector(b, bin, pgcluster.Database(b), nodes)
 				idle := c.rssKiB(b)
+				// The simulator is this process: its own resident set before
+				// the fleet, to count what the fleet adds.
+				simIdle := procKiB(b, os.Getpid(), "VmRSS")
 				perConn := nodesPerConn(nodes)
 				f, err := loadgen.New(loadgen.Config{Addr: c.GRPCAddr, Nodes: nodes, Interval: interval, Ramp: ramp,
 					Troubled: 0.05, ReconnectsPerHour: float64(nodes) / 10, Seed: uint64(nodes), NodesPerConn: perConn})
@@ -209,7 +212,7 @@ func BenchmarkFleet(b *testing.B) {
 				// RSS once a second: its peak while the fleet registers (every
 				// Hello at once), and its median over the steady hold, which
 				// is the cost of a connected node.
-				var rss []int
+				var rss, simRSS []int
 				peak := 0
 				wait := func(d time.Duration, until func() bool) {
 					end := time.Now().Add(d)
@@ -218,6 +221,7 @@ func BenchmarkFleet(b *testing.B) {
 						r := c.rssKiB(b)
 						peak = max(peak, r)
 						rss = append(rss, r)
+						simRSS = append(simRSS, procKiB(b, os.Getpid(), "VmRSS"))
 						time.Sleep(time.Second)
 					}
 				}
@@ -228,23 +232,25 @@ func BenchmarkFleet(b *testing.B) {
 				f.ResetLatency()
 				s0 := f.Stats()
 				cpu0 := c.metrics(b)
-				rss = rss[:0]
+				rss, simRSS = rss[:0], simRSS[:0]
 				wait(hold, nil)
 				cpu1 := c.metrics(b)
 				heap, stack, goroutines := c.goMetrics(b)
 				// The simulator is this process: its memory beside the
 				// collector's (BENCHMARKS.md, "The simulator's memory per node").
-				simRSS, simPeak := procKiB(b, os.Getpid(), "VmRSS"), procKiB(b, os.Getpid(), "VmHWM")
+				simEnd, simPeak := procKiB(b, os.Getpid(), "VmRSS"), procKiB(b, os.Getpid(), "VmHWM")
 				s1 := f.Stats()
 				cancel()
 				<-done
 				slices.Sort(rss)
 				steadyRSS := rss[len(rss)/2]
+				slices.Sort(simRSS)
+				simSteady := simRSS[len(simRSS)/2]
 				steady := float64(s1.Samples-s0.Samples) / (s1.Elapsed - s0.Elapsed).Seconds()
 				b.Logf("%d nodes, %d a connection: all registered after %v; steady state over %v: %.0f samples/s, ack p50 %v p99 %v; collector RSS idle %d KiB, peak while registering %d KiB, peak %d KiB, steady (median) %d KiB, Go heap in use at the end %d KiB, stacks %d KiB, %d goroutines; %v",
 					nodes, perConn, registered.Round(time.Second), hold, steady, s1.AckP50, s1.AckP99, idle, regPeak, peak, steadyRSS, heap, stack, goroutines, s1)
-				b.Logf("%d nodes: the simulator (this process) resident at the end %d KiB (%.1f KiB a node), at its peak %d KiB",
-					nodes, simRSS, float64(simRSS)/float64(nodes), simPeak)
+				b.Logf("%d nodes: the simulator (this process) resident before the fleet %d KiB, its median over the hold %d KiB (%.1f KiB a node more), at the end %d KiB, at its peak %d KiB (%.1f KiB a node more)",
+					nodes, simIdle, simSteady, float64(simSteady-simIdle)/float64(nodes), simEnd, simPeak, float64(simPeak-simIdle)/float64(nodes))
 				b.Logf("%d nodes: every Hello registered (stored, Config sent) after %v (%.0f a second); %d after 20 s, %d after 60 s",
 					nodes, hellos.Round(time.Second), float64(nodes)/hellos.Seconds(), at20, at60)
 				b.Logf("%d nodes: Hellos registered, once a second: %s", nodes, strings.Join(series, " "))
@@ -271,6 +277,7 @@ func BenchmarkFleet(b *testing.B) {
 				b.ReportMetric(float64(s1.AckP99)/1e6, "ack_p99_ms")
 				b.ReportMetric(perNode(peak-idle), "KiB/node")
 				b.ReportMetric(perNode(steadyRSS-idle), "steady_KiB/node")
+				b.ReportMetric(perNode(simSteady-simIdle), "sim_steady_KiB/node")
 				b.ReportMetric(perNode(heap), "heap_KiB/node")
 				b.ReportMetric(perNode(stack), "stack_KiB/node")
 				b.ReportMetric(float64(goroutines)/float64(nodes), "goroutines/node")

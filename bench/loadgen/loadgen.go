@@ -21,9 +21,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/nbs-project/nbs/internal/loglinear"
 )
 
@@ -222,8 +219,8 @@ type Fleet struct {
 	mu  sync.Mutex
 	lat *loglinear.Histogram // ack latency, microseconds
 
-	connMu sync.Mutex
-	shared *grpc.ClientConn // whose SubConns are the connections NodesPerConn nodes share (conns.go)
+	conns *conns    // the connections to the collector (conns.go)
+	bufs  sync.Pool // of *[]byte: a message's encoding while it is written (node.sendMsg)
 
 	wg sync.WaitGroup // a count for each node until it stops (node.run)
 }
@@ -269,41 +266,6 @@ func (w *wait) claim() bool {
 	return true
 }
 
-// dial returns the connection node slot's session uses, the context
-// its stream is to have (a shared connection's index in it), and what the
-// session calls when it ends: its own connection is closed then, the
-// shared ones only when Run ends.
-func (f *Fleet) dial(ctx context.Context, slot int) (*grpc.ClientConn, context.Context, func(), error) {
-	if f.cfg.NodesPerConn <= 1 {
-		conn, err := grpc.NewClient(f.cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		f.dials.Add(1)
-		return conn, ctx, func() { conn.Close() }, nil
-	}
-	f.connMu.Lock()
-	defer f.connMu.Unlock()
-	if f.shared == nil {
-		conn, err := sharedConn(f.cfg.Addr, &f.dials)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		f.shared = conn
-	}
-	return f.shared, onConn(ctx, slot/f.cfg.NodesPerConn), func() {}, nil
-}
-
-// closeConns closes the shared connections once every session has ended.
-func (f *Fleet) closeConns() {
-	f.connMu.Lock()
-	defer f.connMu.Unlock()
-	if f.shared != nil {
-		f.shared.Close()
-		f.shared = nil
-	}
-}
-
 // New prepares a fleet; Run runs it.
 func New(cfg Config) (*Fleet, error) {
 	if err := cfg.defaults(); err != nil {
@@ -314,8 +276,10 @@ func New(cfg Config) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Fleet{cfg: cfg, tree: tree, codec: c, lat: loglinear.New(),
-		shapes: newShapes(rand.New(rand.NewPCG(cfg.Seed, 0)), 64)}, nil
+	f := &Fleet{cfg: cfg, tree: tree, codec: c, lat: loglinear.New(),
+		shapes: newShapes(rand.New(rand.NewPCG(cfg.Seed, 0)), 64)}
+	f.conns = newConns(cfg.Addr, cfg.NodesPerConn, func() { f.dials.Add(1) })
+	return f, nil
 }
 
 // Tree is what every node announces.
@@ -327,6 +291,10 @@ func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.
 	f.mu.Lock()
 	f.start = time.Now()
 	f.mu.Unlock()
+	// When ctx ends, closing the connections ends every stream; each
+	// node then stops (node.next).
+	stop := context.AfterFunc(ctx, f.conns.close)
+	defer stop()
 	for i := range f.cfg.Nodes {
 		pcg := rand.NewPCG(f.cfg.Seed, uint64(i))
 		n := &node{
@@ -354,7 +322,7 @@ func (f *Fleet) Run(ctx context.Context, progress io.Writer, progressEvery time.
 		}
 	}
 	f.wg.Wait()
-	f.closeConns()
+	f.conns.close()
 	return f.Stats()
 }
 

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nbs-project/nbs/agent/catalog"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
@@ -86,15 +86,16 @@ func (n *node) run(ctx context.Context) {
 	})
 }
 
-// connect opens a session and leaves its stream to a goroutine of its
-// own, or schedules the next try after a backoff.
+// connect opens a session, whose stream's end is then handled on a
+// goroutine of its own (session.finish), or schedules the next try after
+// a backoff.
 func (n *node) connect(ctx context.Context) {
 	s, err := n.open(ctx)
 	if err != nil {
 		n.next(ctx, err, nil)
 		return
 	}
-	go s.run(ctx)
+	s.opened()
 }
 
 // next follows a session that ended with err (recvErr: what Recv
@@ -139,83 +140,137 @@ func (n *node) start() {
 	n.mu.Unlock()
 }
 
-// session is one connection and stream: Hello, resend what is unacked,
-// then a report every interval from timers until ctx ends, the stream
-// fails or the agent reconnects.
+// session is one stream: Hello, resend what is unacked, then a report
+// every interval from timers until the stream ends (the collector ended
+// it, the connection ended, or this side ended it: a reconnect, a
+// replacement, a failed send, the fleet's end). The node's answers are
+// handled on its connection's reader (message); it holds no goroutine
+// while the stream is open.
 type session struct {
 	n       *node
-	stream  grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse]
-	ctx     context.Context // the stream's; its cause says why it was cancelled
-	cancel  context.CancelCauseFunc
+	ctx     context.Context // the fleet's
+	stream  *h2stream
 	release func() // the connection's, when the session ends
 	t       *ticker
+
+	mu     sync.Mutex
+	cause  error // why this side ended the stream (end)
+	ready  bool  // open returned: the stream's end goes to finish
+	gone   bool  // the stream ended before that
+	endErr error // and why
 }
 
-// open dials, sends the Hello and what is unacknowledged, and starts the
-// session's timers.
+// open dials (or takes the node's shared connection), opens the stream,
+// sends the Hello and what is unacknowledged, and starts the session's
+// timers.
 func (n *node) open(ctx context.Context) (_ *session, err error) {
 	cfg := n.f.cfg
-	sctx, cancel := context.WithCancelCause(ctx)
-	conn, streamCtx, release, err := n.f.dial(sctx, n.slot)
+	conn, release, err := n.f.conns.get(ctx, n.slot)
 	if err != nil {
-		cancel(nil)
 		return nil, fmt.Errorf("dial: %w", err)
 	}
+	s := &session{n: n, ctx: ctx, release: release}
+	stream, err := conn.newStream(s)
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	s.stream = stream
 	defer func() {
 		if err != nil {
-			cancel(nil)
+			stream.cancel()
 			release()
 		}
 	}()
-	// No replay buffer: gRPC keeps what a stream sent (up to 256 KiB, in
-	// pooled buffers of up to 1 MiB for a 73 KiB Hello) until its first
-	// response, to retry it transparently. A fleet registering waits
-	// minutes for that response, node after node, which held about a MiB a
-	// node; a lost stream is resent by the session, as the agent does.
-	stream, err := nbsv1.NewAgentServiceClient(conn).Connect(streamCtx, grpc.MaxRetryRPCBufferSize(0), grpc.ForceCodecV2(n.f.codec))
+	head, err := n.f.codec.helloHead(5, n.hello())
 	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
+		return nil, fmt.Errorf("encode hello: %w", err)
 	}
-	if err := stream.SendMsg(treeHello{n.hello()}); err != nil {
+	if err := stream.send(head, n.f.codec.tree); err != nil {
 		return nil, fmt.Errorf("send hello: %w", err)
 	}
-	t := &ticker{n: n, stream: stream, end: cancel, began: time.Now(), announced: map[string]bool{}}
+	t := &ticker{n: n, stream: stream, end: s.end, began: time.Now(), announced: map[string]bool{}}
 	// Resent from here, before any timer runs: the timers' reports
 	// follow them in sequence.
 	for _, p := range n.resend() {
 		r := n.build(p, rand.New(&p.rng))
-		if err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
+		if err := n.sendMsg(stream, &nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}}); err != nil {
 			return nil, fmt.Errorf("resend: %w", err)
 		}
 		n.f.resent.Add(1)
 	}
 	n.f.connected.Add(1)
+	s.t = t
 	t.start(cfg)
-	return &session{n: n, stream: stream, ctx: sctx, cancel: cancel, release: release, t: t}, nil
+	return s, nil
 }
 
-// run is the goroutine of an open session: it waits in Recv for the
-// stream's life, then ends the session and goes on to the node's next.
-func (s *session) run(ctx context.Context) {
-	recvErr := s.n.receive(s.stream)
-	s.n.next(ctx, s.close(ctx, recvErr), recvErr)
+// opened hands the stream's end to finish from now on: at once if the
+// stream ended while open ran.
+func (s *session) opened() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ready = true
+	if s.gone {
+		go s.finish(s.endErr)
+	}
 }
 
-// close ends the session once Recv has returned and says why it ended.
+// ended is the stream's end (streamHandler): the session ends on a
+// goroutine of its own, which may wait for a timer still sending.
+func (s *session) ended(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ready {
+		s.gone, s.endErr = true, err
+		return
+	}
+	go s.finish(err)
+}
+
+// message is one of the collector's answers (streamHandler): an Ack is
+// decoded by hand, a Config not at all (codec.go).
+func (s *session) message(b []byte) error {
+	var r nbsv1.ConnectResponse
+	if err := decodeAnswer(b, &r); err != nil {
+		return status.Errorf(codes.Internal, "decode an answer: %v", err)
+	}
+	s.n.handle(&r)
+	return nil
+}
+
+// end ends the stream from this side for cause.
+func (s *session) end(cause error) {
+	s.mu.Lock()
+	if s.cause == nil {
+		s.cause = cause
+	}
+	s.mu.Unlock()
+	s.stream.cancel()
+}
+
+// finish ends the session once its stream has ended (recvErr: how) and
+// goes on to the node's next.
+func (s *session) finish(recvErr error) {
+	s.n.next(s.ctx, s.close(s.ctx, recvErr), recvErr)
+}
+
+// close ends the session once its stream ended and says why it ended.
 func (s *session) close(ctx context.Context, recvErr error) error {
 	// Whatever ended the stream, no timer may touch the node once this
 	// returns: the next session (or a replacement node) owns it.
-	s.cancel(nil)
+	s.stream.cancel()
 	s.t.stop()
 	s.release()
 	s.n.f.connected.Add(-1)
-	switch cause := context.Cause(s.ctx); {
+	s.mu.Lock()
+	cause := s.cause
+	s.mu.Unlock()
+	switch {
 	case ctx.Err() != nil:
 		return nil
-	case errors.Is(cause, errReconnect), errors.Is(cause, errReplaced):
-		return cause
-	case cause != nil && !errors.Is(cause, context.Canceled):
-		return cause // a send failed
+	case cause != nil:
+		return cause // a reconnect, a replacement, or a send failed
 	}
 	return fmt.Errorf("receive: %w", recvErr)
 }
@@ -224,8 +279,8 @@ func (s *session) close(ctx context.Context, recvErr error) error {
 // the session's schedule, and the reconnect, if one is due.
 type ticker struct {
 	n         *node
-	stream    grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse]
-	end       context.CancelCauseFunc
+	stream    *h2stream
+	end       func(cause error)
 	began     time.Time
 	announced map[string]bool // what this stream announced: the tree in its Hello, today's pods with the first report that carries them
 
@@ -344,13 +399,13 @@ func (t *ticker) reconnect() {
 }
 
 // send sends a new report, kept as unacknowledged until its ack comes.
-func (n *node) send(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse], p pending, r *nbsv1.Report) error {
+func (n *node) send(stream *h2stream, p pending, r *nbsv1.Report) error {
 	p.sent = time.Now()
 	n.mu.Lock()
 	n.unacked = append(n.unacked, p)
 	n.mu.Unlock()
 	n.f.reports.Add(1)
-	err := stream.Send(&nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}})
+	err := n.sendMsg(stream, &nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: r}})
 	n.f.sendWait.Add(uint64(time.Since(p.sent)))
 	if err != nil {
 		return fmt.Errorf("send report: %w", err)
@@ -403,16 +458,21 @@ func (n *node) acked(seq uint64) (pending, bool) {
 	return p, true
 }
 
-// receive waits in Recv for the stream's life: the frames on the stack
-// of a node's one goroutine. What an answer does is handle's.
-func (n *node) receive(stream grpc.BidiStreamingClient[nbsv1.ConnectRequest, nbsv1.ConnectResponse]) error {
-	for {
-		msg, err := stream.Recv()
-		if err != nil {
-			return err
-		}
-		n.handle(msg)
+// sendMsg encodes m into a buffer of the fleet's and writes it on
+// stream; the buffer goes back once written, so a node holds no encoded
+// report between its sends.
+func (n *node) sendMsg(stream *h2stream, m proto.Message) error {
+	bp, _ := n.f.bufs.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
 	}
+	b, err := proto.MarshalOptions{}.MarshalAppend(append((*bp)[:0], 0, 0, 0, 0, 0), m)
+	if err == nil {
+		err = stream.send(b)
+	}
+	*bp = b[:0]
+	n.f.bufs.Put(bp)
+	return err
 }
 
 func (n *node) handle(msg *nbsv1.ConnectResponse) {
