@@ -116,5 +116,6 @@ func (s *Server) handleAside(sv *served, m *nbsv1.ConnectRequest) error {
 	s.runner.run(t)
 	err := <-t.err
 	s.tasks.put(t)
+	sv.in.done()
 	return err
 }

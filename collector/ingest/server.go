@@ -226,12 +226,11 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	// this goroutine receives, and no other waits for it. This is
 	// recvLoop, in this frame: a frame less on the way to Recv.
 	for {
-		m := new(nbsv1.ConnectRequest)
-		if err := grpcStream.RecvMsg(m); err != nil {
+		if err := grpcStream.RecvMsg(&sv.in); err != nil {
 			s.countRecvError(err)
 			return s.finish(sv, err)
 		}
-		if err := s.handleAside(sv, m); err != nil {
+		if err := s.handleAside(sv, &sv.in.ConnectRequest); err != nil {
 			return s.finish(sv, err)
 		}
 	}
@@ -247,6 +246,9 @@ type served struct {
 	from          string
 	st            *stream
 	cat           *catalogue
+	// in is what each message is received into (Codec), reused: it
+	// holds nothing between two messages (handleAside releases it).
+	in inbound
 }
 
 // begin admits the stream and registers its Hello (start); on an error
@@ -264,7 +266,9 @@ func (s *Server) begin(grpcStream nbsv1.AgentService_ConnectServer) (*served, er
 		cancel(nil)
 		return nil, err
 	}
-	return &served{gs: grpcStream, ctx: ctx, cancel: cancel, interruptible: interruptible, from: from, st: st, cat: cat}, nil
+	sv := &served{gs: grpcStream, ctx: ctx, cancel: cancel, interruptible: interruptible, from: from, st: st, cat: cat}
+	sv.in.metrics = &st.metrics
+	return sv, nil
 }
 
 // finish ends a stream begin started, once receiving stopped with
@@ -559,12 +563,11 @@ func peerAddr(ctx context.Context) string {
 // handle, which has returned by the time it waits again.
 func (s *Server) recvLoop(sv *served) error {
 	for {
-		m := new(nbsv1.ConnectRequest)
-		if err := sv.gs.RecvMsg(m); err != nil {
+		if err := sv.gs.RecvMsg(&sv.in); err != nil {
 			s.countRecvError(err)
 			return err
 		}
-		if err := s.handleAside(sv, m); err != nil {
+		if err := s.handleAside(sv, &sv.in.ConnectRequest); err != nil {
 			return err
 		}
 	}
@@ -622,7 +625,7 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 			return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 		}
 		for _, d := range newDefs {
-			st.metrics.add(d.Path, streamMetric{id: ids[d.Path], kind: d.Kind})
+			st.metrics.add(d.Path, streamMetric{id: ids[d.Path], kind: d.Kind, path: d.Path})
 		}
 		// A Config carries only the overrides of metrics the node has: the
 		// new ones may have some.

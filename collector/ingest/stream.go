@@ -16,6 +16,9 @@ import (
 type streamMetric struct {
 	id   int32
 	kind store.Kind
+	// path is the metric's id, the string a decoded report's samples
+	// share (Codec) rather than one each.
+	path string
 }
 
 // stream is the state of one agent connection. Only the receiving goroutine
