@@ -145,7 +145,7 @@ func TestCodecAsRuntime(t *testing.T) {
 // is decoded without an allocation once the codec's scratch has grown.
 func TestCodecSharesIDsAndAllocatesNothing(t *testing.T) {
 	b := encoded(t, &nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: &nbsv1.Report{Sequence: 1, IntervalMs: 10000,
-		Samples: []*nbsv1.Sample{{MetricId: "tcp_reset", Value: 1}, {MetricId: "ping"}, {MetricId: "latency/rx", Value: 2}},
+		Samples:    []*nbsv1.Sample{{MetricId: "tcp_reset", Value: 1}, {MetricId: "ping"}, {MetricId: "latency/rx", Value: 2}},
 		Histograms: []*nbsv1.Histogram{{MetricId: "latency/rx", BucketIndex: []uint32{1, 2}, BucketCount: []uint64{3, 4}, Count: 7}}}}})
 	metrics := codecMetrics()
 	in := &inbound{metrics: metrics}
