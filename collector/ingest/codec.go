@@ -33,10 +33,19 @@ import (
 
 // Codec is the gRPC codec of the agents' service: protobuf, with a
 // report received by a stream's handler (an inbound) decoded here.
-type Codec struct{ base encoding.CodecV2 }
+type Codec struct {
+	base encoding.CodecV2
+	// scratches are the decoders' reports, reused: one is held only
+	// while its report is handled.
+	scratches *sync.Pool
+}
 
 // NewCodec wraps gRPC's protobuf codec.
-func NewCodec() Codec { return Codec{base: encoding.GetCodecV2("proto")} }
+func NewCodec() Codec {
+	c := Codec{base: encoding.GetCodecV2("proto"), scratches: &sync.Pool{}}
+	c.scratches.New = func() any { return &reportScratch{pool: c.scratches} }
+	return c
+}
 
 // ServerCodec is the gRPC server option that installs it.
 func ServerCodec() grpc.ServerOption { return grpc.ForceServerCodecV2(NewCodec()) }
@@ -58,7 +67,7 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		pooled, b = &buf, buf.ReadOnlyData()
 	}
-	sc := scratches.Get().(*reportScratch)
+	sc := c.scratches.Get().(*reportScratch)
 	if sc.decode(b, in.metrics) {
 		in.scratch = sc
 		in.ConnectRequest.Msg = &sc.oneof
@@ -95,16 +104,13 @@ func (in *inbound) done() {
 	}
 }
 
-// scratches are the decoders' reports, reused: one is held only while its
-// report is handled.
-var scratches = sync.Pool{New: func() any { return new(reportScratch) }}
-
 // maxKeptSamples bounds the samples and histograms a scratch keeps room
 // for: a full snapshot's fit, the largest allowed report's do not stay.
 const maxKeptSamples = 4096
 
 // reportScratch is one decoded report and the room it was decoded into.
 type reportScratch struct {
+	pool    *sync.Pool // the codec's, which it goes back to
 	oneof   nbsv1.ConnectRequest_Report
 	report  nbsv1.Report
 	samples []nbsv1.Sample
@@ -121,7 +127,7 @@ func (sc *reportScratch) release() {
 		return
 	}
 	sc.report.Samples, sc.report.Histograms = nil, nil
-	scratches.Put(sc)
+	sc.pool.Put(sc)
 }
 
 // Field numbers of what the decoder takes.
