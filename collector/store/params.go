@@ -305,7 +305,7 @@ func appendJSONB(b []byte, x []byte) []byte { return append(append(b, 1), x...) 
 // columns' types before each COPY (a round trip): at 10,000 nodes its
 // buffers were a sixth of the collector's allocations once the
 // statements' arguments were no longer (sendEncoded).
-func copyEncoded(ctx context.Context, tx pgx.Tx, table string, cols []string, rows [][]any, buf []byte) ([]byte, error) {
+func copyEncoded(ctx context.Context, tx pgx.Tx, table string, cols []string, rows copySource, buf []byte) ([]byte, error) {
 	conn := tx.Conn()
 	quoted := make([]string, len(cols))
 	for i, c := range cols {
@@ -321,15 +321,17 @@ func copyEncoded(ctx context.Context, tx pgx.Tx, table string, cols []string, ro
 	buf = append(buf[:0], "PGCOPY\n\377\r\n\000"...)
 	buf = binary.BigEndian.AppendUint32(buf, 0) // flags
 	buf = binary.BigEndian.AppendUint32(buf, 0) // no header extension
-	for _, row := range rows {
-		if len(row) != len(cols) {
-			return buf, fmt.Errorf("a row of %d values for %d columns", len(row), len(cols))
-		}
+	if len(sd.Fields) != len(cols) {
+		return buf, fmt.Errorf("describe %s: %d columns for %d", table, len(sd.Fields), len(cols))
+	}
+	oids := make([]uint32, len(cols))
+	for i, f := range sd.Fields {
+		oids[i] = f.DataTypeOID
+	}
+	for i := range rows.Len() {
 		buf = binary.BigEndian.AppendUint16(buf, uint16(len(cols)))
-		for i, v := range row {
-			if buf, err = appendField(m, buf, sd.Fields[i].DataTypeOID, v); err != nil {
-				return buf, fmt.Errorf("encode %s: %w", cols[i], err)
-			}
+		if buf, err = rows.appendRow(m, buf, i, oids); err != nil {
+			return buf, fmt.Errorf("encode a row of %s: %w", table, err)
 		}
 	}
 	buf = binary.BigEndian.AppendUint16(buf, math.MaxUint16) // the trailer: -1
