@@ -574,14 +574,15 @@ func (s *Server) recvLoop(sv *served) error {
 }
 
 // handle is one message from the agent.
-func (s *Server) handle(sv *served, m *nbsv1.ConnectRequest) error {
+// seen is room for checkReport (nil: it makes its own).
+func (s *Server) handle(sv *served, m *nbsv1.ConnectRequest, seen map[string]bool) error {
 	if sv.ctx.Err() != nil {
 		// Replaced or revoked while this message was on its way.
 		return sv.ctx.Err()
 	}
 	switch msg := m.GetMsg().(type) {
 	case *nbsv1.ConnectRequest_Report:
-		return s.handleReport(sv.ctx, sv.st, msg.Report)
+		return s.handleReport(sv.ctx, sv.st, msg.Report, seen)
 	case *nbsv1.ConnectRequest_Hello:
 		s.metrics.Rejects.WithLabelValues("protocol").Inc()
 		return status.Error(codes.InvalidArgument, "a second Hello on one stream: open a new stream to re-identify")
@@ -591,7 +592,7 @@ func (s *Server) handle(sv *served, m *nbsv1.ConnectRequest) error {
 	}
 }
 
-func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) error {
+func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report, seen map[string]bool) error {
 	received := time.Now()
 	if r.GetSequence() > st.lastSeq {
 		s.noteClock(st, time.Unix(0, r.GetTimeUnixNano()).Sub(received))
@@ -603,7 +604,7 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 	if err != nil {
 		return err
 	}
-	rep, newDefs, rej := s.limits.checkReport(r, st, received)
+	rep, newDefs, rej := s.limits.checkReportSeen(r, st, received, seen)
 	if rej != nil {
 		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
 		s.metrics.Reports.WithLabelValues("rejected").Inc()
