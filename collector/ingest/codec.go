@@ -68,19 +68,16 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 		pooled, b = &buf, buf.ReadOnlyData()
 	}
 	sc := c.scratches.Get().(*reportScratch)
-	if sc.decode(b, in.metrics) {
-		in.scratch = sc
-		in.ConnectRequest.Msg = &sc.oneof
-	} else {
-		sc.release()
-		in.ConnectRequest.Reset()
-	}
+	fast := sc.decode(b, in.metrics)
 	if pooled != nil {
 		(*pooled).Free()
 	}
-	if in.scratch != nil {
+	if fast {
+		in.scratch = sc
+		in.ConnectRequest.Msg = &sc.oneof
 		return nil
 	}
+	sc.release()
 	return c.base.Unmarshal(data, in)
 }
 
