@@ -3,10 +3,12 @@ package store
 import (
 	"bytes"
 	"math"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -79,5 +81,41 @@ func TestCopySourcesAsCopyRows(t *testing.T) {
 		if allocs := testing.AllocsPerRun(50, func() { buf = encodeInto(buf[:0], tc.got, tc.oids) }); allocs > 0 {
 			t.Errorf("%s: %.1f allocations to encode the rows", tc.name, allocs)
 		}
+	}
+}
+
+// queueCounters sums each node's and metric's increases over the new
+// reports of a batch, in node and metric order, and leaves out what adds
+// nothing (a resend, no value, zero, a gauge, an unknown metric).
+func TestQueueCountersSums(t *testing.T) {
+	rep := func(node int32, seq uint64, samples ...Sample) Report {
+		return Report{NodeID: node, InstanceID: 1, Seq: seq, Samples: samples}
+	}
+	inc := func(metric int32, v float64) Sample { return Sample{MetricID: metric, Value: v, Counter: true} }
+	batch := []Report{
+		rep(9, 1, inc(3, 0.1), inc(1, 2), Sample{MetricID: 4, Value: 5}),                             // 4: a gauge
+		rep(2, 1, inc(3, 1), inc(5, 0), Sample{MetricID: 6, Value: 7, Counter: true, NoValue: true}), // 5: zero, 6: no value
+		rep(9, 2, inc(3, 0.2), inc(0, 4)),                                                            // 0: no metric
+		rep(9, 3, inc(3, 100)),                                                                       // a resend
+		rep(9, 4, inc(3, 0.7)),
+	}
+	inserted := map[ReportKey]bool{}
+	for _, r := range batch {
+		inserted[r.Key()] = r.Seq != 3
+	}
+	b := &pgx.Batch{}
+	queueCounters(b, batch, inserted)
+	if len(b.QueuedQueries) != 1 {
+		t.Fatalf("%d statements queued, want 1", len(b.QueuedQueries))
+	}
+	args := b.QueuedQueries[0].Arguments
+	wantNodes, wantMetrics, wantVals := []int32{2, 9, 9}, []int32{3, 1, 3}, []float64{1, 2, 0.1 + 0.2 + 0.7}
+	if !reflect.DeepEqual(args, []any{wantNodes, wantMetrics, wantVals}) {
+		t.Errorf("queued %v, want %v %v %v", args, wantNodes, wantMetrics, wantVals)
+	}
+	b = &pgx.Batch{}
+	queueCounters(b, batch[3:4], inserted)
+	if b.Len() != 0 {
+		t.Errorf("a resend alone queued %v", b.QueuedQueries[0].Arguments)
 	}
 }

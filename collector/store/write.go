@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -683,34 +684,45 @@ ON CONFLICT (node_id, metric_id) DO UPDATE SET total = c.total + EXCLUDED.total,
 // The order of the reports does not matter to a sum, so a late report adds
 // its increase like any other.
 func queueCounters(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool) {
-	type key struct{ node, metric int32 }
-	sums := map[key]float64{}
+	// The increases in a slice, sorted by node and metric (stably: each
+	// sum adds in the batch's order, as a map of sums did) and summed in
+	// place: a map of them was 5% of the collector's allocations at
+	// 10,000 nodes.
+	type inc struct {
+		node, metric int32
+		val          float64
+	}
+	n := 0
+	for _, r := range reports {
+		n += len(r.Samples)
+	}
+	incs := make([]inc, 0, n)
 	for _, r := range reports {
 		if !inserted[r.Key()] {
 			continue
 		}
 		for _, smp := range r.Samples {
 			if smp.Counter && !smp.NoValue && smp.Value > 0 && smp.MetricID != 0 {
-				sums[key{r.NodeID, smp.MetricID}] += smp.Value
+				incs = append(incs, inc{r.NodeID, smp.MetricID, smp.Value})
 			}
 		}
 	}
-	if len(sums) == 0 {
+	if len(incs) == 0 {
 		return
 	}
-	keys := make([]key, 0, len(sums))
-	for k := range sums {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b key) int {
-		if a.node != b.node {
-			return int(a.node) - int(b.node)
+	slices.SortStableFunc(incs, func(a, b inc) int {
+		if c := cmp.Compare(a.node, b.node); c != 0 {
+			return c
 		}
-		return int(a.metric) - int(b.metric)
+		return cmp.Compare(a.metric, b.metric)
 	})
-	nodes, metrics, vals := make([]int32, len(keys)), make([]int32, len(keys)), make([]float64, len(keys))
-	for i, k := range keys {
-		nodes[i], metrics[i], vals[i] = k.node, k.metric, sums[k]
+	nodes, metrics, vals := make([]int32, 0, len(incs)), make([]int32, 0, len(incs)), make([]float64, 0, len(incs))
+	for i, x := range incs {
+		if i > 0 && x.node == incs[i-1].node && x.metric == incs[i-1].metric {
+			vals[len(vals)-1] += x.val
+			continue
+		}
+		nodes, metrics, vals = append(nodes, x.node), append(metrics, x.metric), append(vals, x.val)
 	}
 	batch.Queue(addCounters, nodes, metrics, vals)
 }
