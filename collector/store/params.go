@@ -120,14 +120,15 @@ func roundTrip(ctx context.Context, pc *pgconn.PgConn, msgs []byte) error {
 	}
 	nc := pc.Conn()
 	// A write the context ends stops at once; the connection is then
-	// broken mid-message and closed, which ends the transaction.
+	// broken mid-message and closed (closeBroken), which ends the
+	// transaction.
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetWriteDeadline(time.Unix(1, 0)) })
 	_, err := nc.Write(msgs)
 	if !stop() {
 		_ = nc.SetWriteDeadline(time.Time{})
 	}
 	if err != nil {
-		_ = nc.Close()
+		closeBroken(ctx, pc)
 		if ctx.Err() != nil {
 			return fmt.Errorf("send statements: %w", ctx.Err())
 		}
@@ -137,7 +138,9 @@ func roundTrip(ctx context.Context, pc *pgconn.PgConn, msgs []byte) error {
 	for {
 		msg, err := pc.ReceiveMessage(ctx)
 		if err != nil {
-			return err
+			// Answers may be left unread: the connection is done for.
+			closeBroken(ctx, pc)
+			return fmt.Errorf("read the statements' results: %w", err)
 		}
 		switch msg := msg.(type) {
 		case *pgproto3.ErrorResponse:
@@ -148,6 +151,15 @@ func roundTrip(ctx context.Context, pc *pgconn.PgConn, msgs []byte) error {
 			return first
 		}
 	}
+}
+
+// closeBroken closes a connection left mid-protocol (a message half
+// written, answers unread), as pgconn does its own: the pool then drops
+// it rather than lend it again.
+func closeBroken(ctx context.Context, pc *pgconn.PgConn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = pc.Close(ctx)
 }
 
 // pgEpochMicros is 2000-01-01 UTC, PostgreSQL's epoch, in microseconds

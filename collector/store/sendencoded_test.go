@@ -82,6 +82,21 @@ func TestSendEncodedAsPgxBatch(t *testing.T) {
 	if !errors.As(errEnc, &pgErr) || !errors.As(errPgx, &pgxErr) || pgErr.Code != pgxErr.Code || pgErr.Code != "23514" {
 		t.Fatalf("failing batch: sendEncoded %v, pgx's %v", errEnc, errPgx)
 	}
+	// A batch whose context ends fails with the context's error and its
+	// connection is closed, not lent again with answers unread.
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := sendEncoded(done, tx, queue("send_encoded", false), buf); !errors.Is(err, context.Canceled) {
+		t.Errorf("a batch sent with an ended context: %v, want context.Canceled", err)
+	}
+	if !tx.Conn().PgConn().IsClosed() {
+		t.Error("the connection of a batch cut short is not closed")
+	}
+	_ = tx.Rollback(ctx)
 	// Nothing of the failed batches stored, and every connection works.
 	for range 2 * int(s.pool.Stat().MaxConns()) {
 		if _, err := s.pool.Exec(ctx, `select 1`); err != nil {
