@@ -266,6 +266,23 @@ func BenchmarkFleet(b *testing.B) {
 						nodes, procCPU, 100*procCPU/hold.Seconds(), gc, 100*gc/procCPU, idle)
 					b.ReportMetric(100*gc/procCPU, "gc_%cpu")
 				}
+				// What drives the GC: its cycles a second and the bytes
+				// allocated a report received over the hold (each cycle
+				// scans every goroutine's stack; the allocation rate sets
+				// how often one starts).
+				cycles := cpu1[gcCyclesMetric] - cpu0[gcCyclesMetric]
+				allocs := cpu1[allocBytesMetric] - cpu0[allocBytesMetric]
+				reports := 0.0
+				for _, r := range []string{"stored", "duplicate", "rejected"} {
+					k := `nbs_collector_reports_total{result="` + r + `"}`
+					reports += cpu1[k] - cpu0[k]
+				}
+				if cycles > 0 && reports > 0 {
+					b.Logf("%d nodes: over the hold %.0f GC cycles (%.2f a second), %.0f MB allocated, %.0f reports: %.0f bytes a report",
+						nodes, cycles, cycles/hold.Seconds(), allocs/1e6, reports, allocs/reports)
+					b.ReportMetric(cycles/hold.Seconds(), "gc_cycles/s")
+					b.ReportMetric(allocs/reports, "alloc_B/report")
+				}
 				if registered == 0 {
 					b.Errorf("not every node had a report acknowledged within 10 minutes")
 				}
@@ -294,6 +311,10 @@ func BenchmarkFleet(b *testing.B) {
 const (
 	gcCPUMetric  = "go_cpu_classes_gc_total_cpu_seconds_total"
 	gcIdleMetric = "go_cpu_classes_gc_mark_idle_cpu_seconds_total"
+	// runtime/metrics /gc/cycles/total:gc-cycles and /gc/heap/allocs:bytes
+	// as client_golang's Go collector names them.
+	gcCyclesMetric   = "go_gc_duration_seconds_count"
+	allocBytesMetric = "go_memstats_alloc_bytes_total"
 )
 
 // maxConnsPerProcess is how many agent connections one simulator holds: a

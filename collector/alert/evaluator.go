@@ -292,6 +292,8 @@ func keys(m map[int32]bool) []int32 {
 func (ev *evaluator) read(ctx context.Context, now time.Time) ([]Change, error) {
 	dirty, all := ev.s.dirty.take()
 	mem, missed, lost := ev.s.handover.take()
+	// Read below (fromMemory and feed copy what they keep), then reused.
+	defer ev.s.handover.recycle(mem)
 	if dirty == nil {
 		dirty = map[int32]bool{}
 	}

@@ -31,8 +31,12 @@ const (
 // sees a node's later report without learning that an earlier one was
 // dropped.
 type handover struct {
-	mu         sync.Mutex
-	reports    []store.Report
+	mu      sync.Mutex
+	reports []store.Report
+	// spare is the array the evaluator gave back (recycle), which the
+	// next put fills: grown anew each cycle, the hand-over's arrays were a
+	// fifteenth of the collector's allocations at 10,000 nodes.
+	spare      []store.Report
 	bytes      int64
 	missed     map[int32]bool
 	all        bool // more nodes missed than handoverMissed: read every node
@@ -52,6 +56,9 @@ func newHandover() *handover {
 func (h *handover) put(reports []store.Report) (dropped int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.reports == nil && h.spare != nil {
+		h.reports, h.spare = h.spare, nil
+	}
 	for i := range reports {
 		r := &reports[i]
 		kept := store.Report{NodeID: r.NodeID, InstanceID: r.InstanceID, Seq: r.Seq,
@@ -76,6 +83,19 @@ func (h *handover) put(reports []store.Report) (dropped int) {
 		h.missed[r.NodeID] = true
 	}
 	return dropped
+}
+
+// recycle gives back an array take returned once nothing reads it any
+// more: emptied, the next put fills it.
+func (h *handover) recycle(reports []store.Report) {
+	if cap(reports) == 0 || cap(reports) > h.maxReports {
+		return
+	}
+	reports = reports[:cap(reports)]
+	clear(reports) // nothing of the reports stays reachable from it
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.spare = reports[:0]
 }
 
 // take empties the hand-over: the reports in the order they were

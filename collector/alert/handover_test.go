@@ -1,6 +1,8 @@
 package alert
 
 import (
+	"unsafe"
+
 	"fmt"
 	"slices"
 	"strings"
@@ -131,5 +133,34 @@ func TestAlertHandBack(t *testing.T) {
 				t.Errorf("hand-over not emptied: %d reports, %v, %v", len(r), m, a)
 			}
 		})
+	}
+}
+
+// The array take returned and the evaluator gave back is the next put's,
+// emptied: a cycle's hand-over allocates nothing once it has grown.
+func TestHandoverRecycles(t *testing.T) {
+	h := newHandover()
+	h.put([]store.Report{{NodeID: 1, Samples: []store.Sample{{Path: "a"}}}, {NodeID: 2}})
+	first, _, _ := h.take()
+	h.recycle(first)
+	h.put([]store.Report{{NodeID: 3}})
+	again, _, _ := h.take()
+	if len(again) != 1 || again[0].NodeID != 3 {
+		t.Fatalf("took %v, want node 3's report", again)
+	}
+	if unsafe.SliceData(again) != unsafe.SliceData(first) {
+		t.Error("the put after recycle grew a new array")
+	}
+	if old := again[:2][1]; old.NodeID != 0 || old.Samples != nil {
+		t.Errorf("the recycled array still holds %+v", old)
+	}
+	h.recycle(again)
+	batch := []store.Report{{NodeID: 4}, {NodeID: 5}}
+	if allocs := testing.AllocsPerRun(100, func() {
+		h.put(batch)
+		r, _, _ := h.take()
+		h.recycle(r)
+	}); allocs > 0 {
+		t.Errorf("a cycle's hand-over took %.1f allocations", allocs)
 	}
 }

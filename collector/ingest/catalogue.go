@@ -43,7 +43,7 @@ func (c *catalogue) resolve(ids map[string]int32) map[string]streamMetric {
 	}
 	m := make(map[string]streamMetric, len(c.defs))
 	for _, d := range c.defs {
-		m[d.Path] = streamMetric{id: ids[d.Path], kind: d.Kind}
+		m[d.Path] = streamMetric{id: ids[d.Path], kind: d.Kind, path: d.Path}
 	}
 	c.metrics = m
 	return c.metrics

@@ -161,7 +161,8 @@ const maxConnectionIdle = 2 * time.Minute
 
 // GRPCOptions are the gRPC server's options for agent streams: the
 // message size, the flow-control windows, keepalives, streams the service
-// can end while it receives (InterruptibleStreams) and, with a
+// can end while it receives (InterruptibleStreams), the codec that decodes
+// reports into reused messages (Codec) and, with a
 // certificate, TLS (mutual with a client CA).
 func (c *Config) GRPCOptions(log *slog.Logger) ([]grpc.ServerOption, error) {
 	opts := []grpc.ServerOption{
@@ -176,6 +177,7 @@ func (c *Config) GRPCOptions(log *slog.Logger) ([]grpc.ServerOption, error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: maxConnectionIdle}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		InterruptibleStreams(),
+		ServerCodec(),
 	}
 	if c.TLSCertFile != "" {
 		tlsCfg, err := tlsfiles.Server(c.TLSCertFile, c.TLSKeyFile, c.ClientCAFile, log)

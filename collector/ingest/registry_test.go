@@ -147,7 +147,9 @@ func startServerOn(t *testing.T, opts ServerOptions, grpcOpts ...grpc.ServerOpti
 func serve(t *testing.T, srv *Server, grpcOpts ...grpc.ServerOption) nbsv1.AgentServiceClient {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(grpcOpts...)
+	// The collector's codec, as GRPCOptions installs it: reports
+	// reach the server as the collector decodes them.
+	gs := grpc.NewServer(append([]grpc.ServerOption{ServerCodec()}, grpcOpts...)...)
 	nbsv1.RegisterAgentServiceServer(gs, srv)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)

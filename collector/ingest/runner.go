@@ -37,6 +37,11 @@ type runner struct {
 	idle atomic.Int32
 	// live counts the workers (for tests that count a stream's goroutines).
 	live atomic.Int32
+	// timers are ended workers' idle timers, for the next to start: a
+	// burst of reports starts workers past maxIdle, which end at once,
+	// and a timer each was 3% of the collector's allocations at 10,000
+	// nodes.
+	timers sync.Pool
 }
 
 // maxIdle bounds the workers waiting for a task: a few times the cores, as
@@ -62,8 +67,16 @@ func (r *runner) run(t task) {
 
 func (r *runner) worker(t task) {
 	defer r.live.Add(-1)
-	idle := time.NewTimer(runnerIdle)
-	defer idle.Stop()
+	idle, ok := r.timers.Get().(*time.Timer)
+	if !ok {
+		idle = time.NewTimer(runnerIdle)
+	}
+	defer func() {
+		// Stopped, its channel holds nothing for the next worker's
+		// Reset to leave behind (Go 1.23's timers).
+		idle.Stop()
+		r.timers.Put(idle)
+	}()
 	for {
 		t.run()
 		t = nil // the task's owner may reuse it
@@ -88,9 +101,20 @@ type reportTask struct {
 	sv  *served
 	m   *nbsv1.ConnectRequest
 	err chan error
+	// seen is checkReport's room for finding a metric twice in a large
+	// report, kept with the task (made a report, it was 3% of the
+	// collector's allocations at 10,000 nodes).
+	seen map[string]bool
 }
 
-func (t *reportTask) run() { t.err <- t.s.handle(t.sv, t.m) }
+func (t *reportTask) run() {
+	err := t.s.handle(t.sv, t.m, t.seen)
+	if len(t.seen) > maxKeptSamples {
+		t.seen = nil // a huge report's room is not kept
+	}
+	clear(t.seen)
+	t.err <- err
+}
 
 // reportTasks are reused: a task a message was an allocation a report.
 type reportTasks struct{ pool sync.Pool }
@@ -99,7 +123,7 @@ func (p *reportTasks) get(s *Server) *reportTask {
 	if t, ok := p.pool.Get().(*reportTask); ok {
 		return t
 	}
-	return &reportTask{s: s, err: make(chan error, 1)}
+	return &reportTask{s: s, err: make(chan error, 1), seen: map[string]bool{}}
 }
 
 func (p *reportTasks) put(t *reportTask) {
@@ -116,5 +140,6 @@ func (s *Server) handleAside(sv *served, m *nbsv1.ConnectRequest) error {
 	s.runner.run(t)
 	err := <-t.err
 	s.tasks.put(t)
+	sv.in.done()
 	return err
 }

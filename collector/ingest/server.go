@@ -226,12 +226,11 @@ func (s *Server) Connect(grpcStream nbsv1.AgentService_ConnectServer) error {
 	// this goroutine receives, and no other waits for it. This is
 	// recvLoop, in this frame: a frame less on the way to Recv.
 	for {
-		m := new(nbsv1.ConnectRequest)
-		if err := grpcStream.RecvMsg(m); err != nil {
+		if err := grpcStream.RecvMsg(&sv.in); err != nil {
 			s.countRecvError(err)
 			return s.finish(sv, err)
 		}
-		if err := s.handleAside(sv, m); err != nil {
+		if err := s.handleAside(sv, &sv.in.ConnectRequest); err != nil {
 			return s.finish(sv, err)
 		}
 	}
@@ -247,6 +246,9 @@ type served struct {
 	from          string
 	st            *stream
 	cat           *catalogue
+	// in is what each message is received into (Codec), reused: it
+	// holds nothing between two messages (handleAside releases it).
+	in inbound
 }
 
 // begin admits the stream and registers its Hello (start); on an error
@@ -264,7 +266,9 @@ func (s *Server) begin(grpcStream nbsv1.AgentService_ConnectServer) (*served, er
 		cancel(nil)
 		return nil, err
 	}
-	return &served{gs: grpcStream, ctx: ctx, cancel: cancel, interruptible: interruptible, from: from, st: st, cat: cat}, nil
+	sv := &served{gs: grpcStream, ctx: ctx, cancel: cancel, interruptible: interruptible, from: from, st: st, cat: cat}
+	sv.in.metrics = &st.metrics
+	return sv, nil
 }
 
 // finish ends a stream begin started, once receiving stopped with
@@ -559,26 +563,26 @@ func peerAddr(ctx context.Context) string {
 // handle, which has returned by the time it waits again.
 func (s *Server) recvLoop(sv *served) error {
 	for {
-		m := new(nbsv1.ConnectRequest)
-		if err := sv.gs.RecvMsg(m); err != nil {
+		if err := sv.gs.RecvMsg(&sv.in); err != nil {
 			s.countRecvError(err)
 			return err
 		}
-		if err := s.handleAside(sv, m); err != nil {
+		if err := s.handleAside(sv, &sv.in.ConnectRequest); err != nil {
 			return err
 		}
 	}
 }
 
 // handle is one message from the agent.
-func (s *Server) handle(sv *served, m *nbsv1.ConnectRequest) error {
+// seen is room for checkReport (nil: it makes its own).
+func (s *Server) handle(sv *served, m *nbsv1.ConnectRequest, seen map[string]bool) error {
 	if sv.ctx.Err() != nil {
 		// Replaced or revoked while this message was on its way.
 		return sv.ctx.Err()
 	}
 	switch msg := m.GetMsg().(type) {
 	case *nbsv1.ConnectRequest_Report:
-		return s.handleReport(sv.ctx, sv.st, msg.Report)
+		return s.handleReport(sv.ctx, sv.st, msg.Report, seen)
 	case *nbsv1.ConnectRequest_Hello:
 		s.metrics.Rejects.WithLabelValues("protocol").Inc()
 		return status.Error(codes.InvalidArgument, "a second Hello on one stream: open a new stream to re-identify")
@@ -588,7 +592,7 @@ func (s *Server) handle(sv *served, m *nbsv1.ConnectRequest) error {
 	}
 }
 
-func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) error {
+func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report, seen map[string]bool) error {
 	received := time.Now()
 	if r.GetSequence() > st.lastSeq {
 		s.noteClock(st, time.Unix(0, r.GetTimeUnixNano()).Sub(received))
@@ -600,7 +604,7 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 	if err != nil {
 		return err
 	}
-	rep, newDefs, rej := s.limits.checkReport(r, st, received)
+	rep, newDefs, rej := s.limits.checkReportSeen(r, st, received, seen)
 	if rej != nil {
 		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
 		s.metrics.Reports.WithLabelValues("rejected").Inc()
@@ -622,7 +626,7 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 			return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 		}
 		for _, d := range newDefs {
-			st.metrics.add(d.Path, streamMetric{id: ids[d.Path], kind: d.Kind})
+			st.metrics.add(d.Path, streamMetric{id: ids[d.Path], kind: d.Kind, path: d.Path})
 		}
 		// A Config carries only the overrides of metrics the node has: the
 		// new ones may have some.
@@ -647,8 +651,24 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report) 
 				Sequence: seq, Reason: "the database refused this report: " + err.Error()}}})
 			return
 		}
-		st.trySend(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Ack{Ack: &nbsv1.Ack{Sequence: seq, Duplicate: duplicate}}})
+		st.trySend(newAck(seq, duplicate))
 	})
+}
+
+// ackMessage is an Ack as sent, in one allocation rather than three: an
+// agent is acked every report.
+type ackMessage struct {
+	resp  nbsv1.ConnectResponse
+	oneof nbsv1.ConnectResponse_Ack
+	ack   nbsv1.Ack
+}
+
+func newAck(seq uint64, duplicate bool) *nbsv1.ConnectResponse {
+	m := new(ackMessage)
+	m.ack.Sequence, m.ack.Duplicate = seq, duplicate
+	m.oneof.Ack = &m.ack
+	m.resp.Msg = &m.oneof
+	return &m.resp
 }
 
 // metricID is the id of a metric checkReport accepted: every path it

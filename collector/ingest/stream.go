@@ -16,6 +16,9 @@ import (
 type streamMetric struct {
 	id   int32
 	kind store.Kind
+	// path is the metric's id, the string a decoded report's samples
+	// share (Codec) rather than one each.
+	path string
 }
 
 // stream is the state of one agent connection. Only the receiving goroutine
@@ -235,14 +238,24 @@ func (st *stream) markStuck() {
 // than the send timeout (the agent stopped reading, so gRPC's flow control
 // window is full) ends the stream: it then holds nothing more than its one
 // pending Config and its bounded queue.
+//
+// Its timer is made with the first Send and reset for each after: one a
+// Send was, with its function, 3% of the collector's allocations at
+// 10,000 nodes (an agent is acked every report). Only the stream's one
+// sender calls it, one Send at a time.
 func (s *Server) transmitter(gs nbsv1.AgentService_ConnectServer, st *stream) func(*nbsv1.ConnectResponse) error {
+	var t *time.Timer
 	return func(m *nbsv1.ConnectResponse) error {
-		t := time.AfterFunc(s.sendTimeout, func() {
-			s.metrics.Rejects.WithLabelValues("send_timeout").Inc()
-			s.log.Warn("agent stopped reading its stream; ending it", "node", st.node.Name, "peer", st.peer, "send_timeout", s.sendTimeout)
-			st.end(status.Errorf(codes.DeadlineExceeded, "the agent did not read its stream for %s", s.sendTimeout))
-			st.markStuck()
-		})
+		if t == nil {
+			t = time.AfterFunc(s.sendTimeout, func() {
+				s.metrics.Rejects.WithLabelValues("send_timeout").Inc()
+				s.log.Warn("agent stopped reading its stream; ending it", "node", st.node.Name, "peer", st.peer, "send_timeout", s.sendTimeout)
+				st.end(status.Errorf(codes.DeadlineExceeded, "the agent did not read its stream for %s", s.sendTimeout))
+				st.markStuck()
+			})
+		} else {
+			t.Reset(s.sendTimeout)
+		}
 		defer t.Stop()
 		return gs.Send(m)
 	}

@@ -276,6 +276,13 @@ const maxScanned = 32
 // It does not change the stream: the caller commits new definitions and the
 // sequence only once the report is accepted.
 func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.Report, []store.MetricDef, *rejection) {
+	return l.checkReportSeen(r, st, now, nil)
+}
+
+// checkReportSeen is checkReport with seen, an empty map the caller keeps,
+// as its room for finding a metric twice in a report of more than
+// maxScanned samples (nil: one is made).
+func (l Limits) checkReportSeen(r *nbsv1.Report, st *stream, now time.Time, seen map[string]bool) (store.Report, []store.MetricDef, *rejection) {
 	var out store.Report
 	if r.GetSequence() == 0 {
 		return out, nil, reject("bad_sequence", "report: sequence must start at 1")
@@ -337,8 +344,10 @@ func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.R
 	indexes, counts := make([]int32, 0, buckets), make([]int64, 0, buckets)
 	// A metric twice: looked for among the samples before it while they
 	// are few (a healthy node's dozen roots), in a map beyond.
-	var seen map[string]bool
-	if len(r.GetSamples()) > maxScanned {
+	switch {
+	case len(r.GetSamples()) <= maxScanned:
+		seen = nil
+	case seen == nil:
 		seen = make(map[string]bool, len(r.GetSamples()))
 	}
 	for _, s := range r.GetSamples() {

@@ -26,6 +26,7 @@ type Stored func(duplicate bool, err error)
 type pending struct {
 	report store.Report
 	done   Stored
+	bytes  int64 // of the writer's budget, released before done
 }
 
 // Writer batches reports from every stream into COPY transactions. Its queue
@@ -89,12 +90,8 @@ func (w *Writer) Submit(ctx context.Context, r store.Report, done Stored) error 
 	if err := w.bytes.Acquire(ctx, n); err != nil {
 		return err
 	}
-	stored := func(duplicate bool, err error) {
-		w.bytes.Release(n)
-		done(duplicate, err)
-	}
 	select {
-	case w.queue <- pending{report: r, done: stored}:
+	case w.queue <- pending{report: r, done: done, bytes: n}:
 		w.metrics.WriteQueue.Set(float64(len(w.queue)))
 		return nil
 	case <-ctx.Done():
@@ -180,7 +177,7 @@ func (w *Writer) write(ctx context.Context, batch []pending, scratch *writeScrat
 				} else {
 					w.metrics.Reports.WithLabelValues("duplicate").Inc()
 				}
-				p.done(!isNew, nil)
+				w.finish(p, !isNew, nil)
 			}
 			if w.onStored != nil && len(stored) > 0 {
 				w.onStored(stored)
@@ -196,7 +193,7 @@ func (w *Writer) write(ctx context.Context, batch []pending, scratch *writeScrat
 				w.log.Error("report refused by the database", "seq", batch[0].report.Seq, "node_id", batch[0].report.NodeID, "err", err)
 				w.metrics.Reports.WithLabelValues("rejected").Inc()
 				w.metrics.Rejects.WithLabelValues("database").Inc()
-				batch[0].done(false, err)
+				w.finish(batch[0], false, err)
 				return
 			}
 			mid := len(batch) / 2
@@ -212,6 +209,12 @@ func (w *Writer) write(ctx context.Context, batch []pending, scratch *writeScrat
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// finish releases a report's bytes and says how it ended.
+func (w *Writer) finish(p pending, duplicate bool, err error) {
+	w.bytes.Release(p.bytes)
+	p.done(duplicate, err)
 }
 
 // permanent reports errors caused by the data (SQL classes 22 and 23), which

@@ -11,12 +11,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // sendEncoded sends a batch's statements in one round trip on tx's
-// connection, as tx.SendBatch(ctx, batch).Close() does, with their
-// arguments encoded into buf, which it returns (kept for the next batch).
+// connection, as tx.SendBatch(ctx, batch).Close() does, with the protocol
+// messages (each statement's Bind and Execute, then Sync) built in buf,
+// which it returns (kept for the next batch).
 //
 // pgx encodes a statement's arguments into a buffer it shrinks back to
 // 256 bytes after every statement, boxing every element of an array into
@@ -25,23 +27,23 @@ import (
 // their copies, a third of all the collector's allocations at 10,000 nodes,
 // and the collections they caused a fifth of its CPU (BENCHMARKS.md,
 // "Collector memory per connected node"). Here the arrays the write path
-// sends (appendParamArray) are written straight into buf; anything else is
-// encoded by the connection's own type map, into buf too.
+// sends (appendParamArray) are written straight into the Bind messages;
+// anything else is encoded by the connection's own type map, in place too.
+// pgconn's own Batch copied the encoded arguments once more into Bind
+// messages in a buffer grown from nothing each batch (18% of the
+// collector's allocations at 10,000 nodes, after the rest): so the
+// messages go to the connection from buf, and the answers are read with
+// pgconn's ReceiveMessage.
 //
 // Each statement is prepared once a connection (by its SQL, as pgx's own
 // statement cache would). The batch's queries must not read their results
-// (QueuedQuery.Fn): nothing here reads them.
+// (QueuedQuery.Fn): nothing here reads them. The first statement that
+// fails is the error (a *pgconn.PgError), as pgx's batch returns it.
 func sendEncoded(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, buf []byte) ([]byte, error) {
 	conn := tx.Conn()
 	m := conn.TypeMap()
-	type param struct{ start, end int } // end < 0: NULL
-	var (
-		sds     = make([]*pgconn.StatementDescription, len(batch.QueuedQueries))
-		params  []param
-		formats []int16
-	)
 	buf = buf[:0]
-	for i, q := range batch.QueuedQueries {
+	for _, q := range batch.QueuedQueries {
 		if q.Fn != nil {
 			return buf, fmt.Errorf("queued query reads its results: not supported here")
 		}
@@ -52,47 +54,112 @@ func sendEncoded(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, buf []byte) (
 		if len(sd.ParamOIDs) != len(q.Arguments) {
 			return buf, fmt.Errorf("statement takes %d arguments, %d given", len(sd.ParamOIDs), len(q.Arguments))
 		}
-		sds[i] = sd
-		for j, arg := range q.Arguments {
-			oid, start := sd.ParamOIDs[j], len(buf)
-			out, ok, err := appendParamArray(buf, oid, arg)
-			format := int16(pgtype.BinaryFormatCode)
-			if !ok {
-				format = m.FormatCodeForOID(oid)
-				out, err = m.Encode(oid, format, arg, buf)
-			}
-			if err != nil {
-				return buf, fmt.Errorf("encode argument %d: %w", j+1, err)
-			}
-			p := param{start, -1}
-			if out != nil {
-				buf, p.end = out, len(out)
-			}
-			params, formats = append(params, p), append(formats, format)
-		}
-	}
-	// The values are slices of buf once it stopped growing.
-	values := make([][]byte, len(params))
-	for i, p := range params {
-		if p.end >= 0 {
-			values[i] = buf[p.start:p.end:p.end]
-		}
-	}
-	var pb pgconn.Batch
-	at := 0
-	for i, sd := range sds {
-		n := len(batch.QueuedQueries[i].Arguments)
-		pb.ExecStatement(sd, values[at:at+n], formats[at:at+n], nil)
-		at += n
-	}
-	mrr := conn.PgConn().ExecBatch(ctx, &pb)
-	for mrr.NextResult() {
-		if _, err := mrr.ResultReader().Close(); err != nil {
-			_ = mrr.Close()
+		if buf, err = appendBind(buf, m, sd, q.Arguments); err != nil {
 			return buf, err
 		}
+		// Execute the unnamed portal, every row.
+		buf = append(buf, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0)
 	}
-	return buf, mrr.Close()
+	buf = append(buf, 'S', 0, 0, 0, 4)
+	return buf, roundTrip(ctx, conn.PgConn(), buf)
+}
+
+// appendBind appends a Bind message of args to sd's statement into the
+// unnamed portal, as pgproto3.Bind encodes it: arrays the write path
+// sends in binary (appendParamArray), anything else as the connection's
+// type map encodes it, results in text (pgconn's default; none are read).
+func appendBind(buf []byte, m *pgtype.Map, sd *pgconn.StatementDescription, args []any) ([]byte, error) {
+	if len(args) > math.MaxUint16 {
+		return buf, fmt.Errorf("%d arguments, at most %d allowed", len(args), math.MaxUint16)
+	}
+	start := len(buf)
+	buf = append(buf, 'B', 0, 0, 0, 0, 0) // type, length (below), the unnamed portal
+	buf = append(append(buf, sd.Name...), 0)
+	buf = binary.BigEndian.AppendUint16(buf, uint16(len(args)))
+	formatsAt := len(buf)
+	for range args {
+		buf = append(buf, 0, 0) // each argument's format, once encoded
+	}
+	buf = binary.BigEndian.AppendUint16(buf, uint16(len(args)))
+	for j, arg := range args {
+		oid, at := sd.ParamOIDs[j], len(buf)
+		buf = append(buf, 0, 0, 0, 0) // its length
+		out, ok, err := appendParamArray(buf, oid, arg)
+		format := int16(pgtype.BinaryFormatCode)
+		if !ok {
+			format = m.FormatCodeForOID(oid)
+			out, err = m.Encode(oid, format, arg, buf)
+		}
+		if err != nil {
+			return buf[:start], fmt.Errorf("encode argument %d: %w", j+1, err)
+		}
+		if out == nil { // NULL: -1
+			buf = binary.BigEndian.AppendUint32(buf[:at], math.MaxUint32)
+		} else {
+			buf = out
+			binary.BigEndian.PutUint32(buf[at:], uint32(len(buf)-at-4))
+		}
+		binary.BigEndian.PutUint16(buf[formatsAt+2*j:], uint16(format))
+	}
+	buf = binary.BigEndian.AppendUint16(buf, 0) // result formats: text
+	if len(buf)-start-1 > math.MaxInt32 {
+		return buf[:start], fmt.Errorf("a Bind message of %d bytes, at most %d allowed", len(buf)-start-1, math.MaxInt32)
+	}
+	binary.BigEndian.PutUint32(buf[start+1:], uint32(len(buf)-start-1))
+	return buf, nil
+}
+
+// roundTrip writes msgs, which end with a Sync, to pc's connection and
+// reads the answers up to ReadyForQuery; the first error the server sent
+// is the result. The server answers each statement with a few bytes, so
+// it never waits for this side to read while this side writes (pgconn's
+// ExecBatch reads aside for batches whose answers may be large).
+func roundTrip(ctx context.Context, pc *pgconn.PgConn, msgs []byte) error {
+	if err := pc.SyncConn(ctx); err != nil {
+		return err
+	}
+	nc := pc.Conn()
+	// A write the context ends stops at once; the connection is then
+	// broken mid-message and closed (closeBroken), which ends the
+	// transaction.
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetWriteDeadline(time.Unix(1, 0)) })
+	_, err := nc.Write(msgs)
+	if !stop() {
+		_ = nc.SetWriteDeadline(time.Time{})
+	}
+	if err != nil {
+		closeBroken(ctx, pc)
+		if ctx.Err() != nil {
+			return fmt.Errorf("send statements: %w", ctx.Err())
+		}
+		return fmt.Errorf("send statements: %w", err)
+	}
+	var first error
+	for {
+		msg, err := pc.ReceiveMessage(ctx)
+		if err != nil {
+			// Answers may be left unread: the connection is done for.
+			closeBroken(ctx, pc)
+			return fmt.Errorf("read the statements' results: %w", err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			if first == nil {
+				first = pgconn.ErrorResponseToPgError(msg)
+			}
+		case *pgproto3.ReadyForQuery:
+			return first
+		}
+	}
+}
+
+// closeBroken closes a connection left mid-protocol (a message half
+// written, answers unread), as pgconn does its own: the pool then drops
+// it rather than lend it again.
+func closeBroken(ctx context.Context, pc *pgconn.PgConn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = pc.Close(ctx)
 }
 
 // pgEpochMicros is 2000-01-01 UTC, PostgreSQL's epoch, in microseconds
@@ -250,7 +317,7 @@ func appendJSONB(b []byte, x []byte) []byte { return append(append(b, 1), x...) 
 // columns' types before each COPY (a round trip): at 10,000 nodes its
 // buffers were a sixth of the collector's allocations once the
 // statements' arguments were no longer (sendEncoded).
-func copyEncoded(ctx context.Context, tx pgx.Tx, table string, cols []string, rows [][]any, buf []byte) ([]byte, error) {
+func copyEncoded(ctx context.Context, tx pgx.Tx, table string, cols []string, rows copySource, buf []byte) ([]byte, error) {
 	conn := tx.Conn()
 	quoted := make([]string, len(cols))
 	for i, c := range cols {
@@ -266,15 +333,17 @@ func copyEncoded(ctx context.Context, tx pgx.Tx, table string, cols []string, ro
 	buf = append(buf[:0], "PGCOPY\n\377\r\n\000"...)
 	buf = binary.BigEndian.AppendUint32(buf, 0) // flags
 	buf = binary.BigEndian.AppendUint32(buf, 0) // no header extension
-	for _, row := range rows {
-		if len(row) != len(cols) {
-			return buf, fmt.Errorf("a row of %d values for %d columns", len(row), len(cols))
-		}
+	if len(sd.Fields) != len(cols) {
+		return buf, fmt.Errorf("describe %s: %d columns for %d", table, len(sd.Fields), len(cols))
+	}
+	oids := make([]uint32, len(cols))
+	for i, f := range sd.Fields {
+		oids[i] = f.DataTypeOID
+	}
+	for i := range rows.Len() {
 		buf = binary.BigEndian.AppendUint16(buf, uint16(len(cols)))
-		for i, v := range row {
-			if buf, err = appendField(m, buf, sd.Fields[i].DataTypeOID, v); err != nil {
-				return buf, fmt.Errorf("encode %s: %w", cols[i], err)
-			}
+		if buf, err = rows.appendRow(m, buf, i, oids); err != nil {
+			return buf, fmt.Errorf("encode a row of %s: %w", table, err)
 		}
 	}
 	buf = binary.BigEndian.AppendUint16(buf, math.MaxUint16) // the trailer: -1

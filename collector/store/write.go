@@ -286,29 +286,27 @@ func CopyRows(r Report) (report []any, hists, events [][]any, err error) {
 	return report, hists, events, nil
 }
 
-// copyRows is a batch as the rows COPY writes.
+// copyRows is a batch as the rows COPY writes: the reports, histograms
+// and rollup_pending rows encoded straight from its reports (copyrows.go),
+// the events as CopyRows gives them.
 type copyRows struct {
-	reports, hists, events, pending [][]any
+	reports reportRows
+	hists   histRows
+	pending pendingRows
+	events  anyRows
 }
 
 func newCopyRows(reports []Report) (copyRows, error) {
-	c := copyRows{reports: make([][]any, 0, len(reports)), pending: make([][]any, 0, len(reports))}
+	c := copyRows{reports: reportRows(reports), hists: newHistRows(reports), pending: newPendingRows(reports)}
 	for _, r := range reports {
-		rep, hs, es, err := CopyRows(r)
+		if len(r.Events) == 0 {
+			continue
+		}
+		_, _, es, err := CopyRows(Report{NodeID: r.NodeID, InstanceID: r.InstanceID, Seq: r.Seq, Events: r.Events})
 		if err != nil {
 			return copyRows{}, err
 		}
-		c.reports = append(c.reports, rep)
-		c.hists = append(c.hists, hs...)
 		c.events = append(c.events, es...)
-		var histIDs []int32 // NULL without histograms, as moveStaged writes it
-		for _, h := range r.Histograms {
-			if !slices.Contains(histIDs, h.MetricID) {
-				histIDs = append(histIDs, h.MetricID)
-			}
-		}
-		slices.Sort(histIDs)
-		c.pending = append(c.pending, []any{r.NodeID, int64(r.InstanceID), int64(r.Seq), r.Time, histIDs})
 	}
 	return c, nil
 }
@@ -349,14 +347,14 @@ func copyAll(ctx context.Context, tx pgx.Tx, prefix string, c copyRows, pending 
 	for _, t := range []struct {
 		name string
 		cols []string
-		rows [][]any
+		rows copySource
 	}{
 		{"reports", []string{"node_id", "instance_id", "seq", "ts", "interval_ms", "snapshot", "metric_ids", "vals", "states"}, c.reports},
 		{"histograms", []string{"node_id", "instance_id", "seq", "ts", "metric_id", "count", "sum", "bucket_index", "bucket_count"}, c.hists},
 		{"events", []string{"node_id", "instance_id", "seq", "ts", "metric_id", "fields"}, c.events},
 		{"rollup_pending", []string{"node_id", "instance_id", "seq", "ts", "hist_ids"}, c.pending},
 	} {
-		if len(t.rows) == 0 || (t.name == "rollup_pending" && !pending) {
+		if t.rows.Len() == 0 || (t.name == "rollup_pending" && !pending) {
 			continue
 		}
 		var err error
@@ -376,7 +374,7 @@ func (s *Store) writeStaged(ctx context.Context, tx pgx.Tx, c copyRows, result m
 	if err := copyAll(ctx, tx, "stage_", c, false, buf); err != nil {
 		return err
 	}
-	rows, err := tx.Query(ctx, moveStaged(len(c.hists) > 0, len(c.events) > 0))
+	rows, err := tx.Query(ctx, moveStaged(c.hists.Len() > 0, len(c.events) > 0))
 	if err != nil {
 		return fmt.Errorf("insert staged reports: %w", err)
 	}
@@ -691,7 +689,11 @@ ON CONFLICT (node_id, metric_id) DO UPDATE SET total = c.total + EXCLUDED.total,
 // comparison of two fields, was 6% of the collector's CPU in
 // IngestVsCopy (87 counters a report).
 func queueCounters(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bool) {
-	var incs []counterInc
+	n := 0
+	for _, r := range reports {
+		n += len(r.Samples)
+	}
+	incs := make([]counterInc, 0, n)
 	for _, r := range reports {
 		if !inserted[r.Key()] {
 			continue
@@ -705,7 +707,8 @@ func queueCounters(batch *pgx.Batch, reports []Report, inserted map[ReportKey]bo
 	if len(incs) == 0 {
 		return
 	}
-	slices.SortFunc(incs, func(a, b counterInc) int { return cmp.Compare(a.key, b.key) })
+	// Stable: each sum adds in the batch's order, as a map of sums did.
+	slices.SortStableFunc(incs, func(a, b counterInc) int { return cmp.Compare(a.key, b.key) })
 	nodes, metrics, vals := make([]int32, 0, len(incs)), make([]int32, 0, len(incs)), make([]float64, 0, len(incs))
 	for i, inc := range incs {
 		if i > 0 && inc.key == incs[i-1].key {
