@@ -248,10 +248,10 @@ static __always_inline void count(struct nbs_rst_percpu *pc, __u32 netns, __u32 
 /*
  * The RST's ends, written straight into the record: no tuple on the stack
  * copied over, no swap (the peer's shape, bench/evidencecost evpeer.bpf.c,
- * does both). 1535 B of jited code where it was 1661, and per rare reset
- * 0.93-1.01x (median 0.95x) the program that copied a stack tuple, both
- * reloaded 5 times a round in one run (BENCHMARKS.md, "Evidence cost per
- * event"). saddr:sport sent the RST. For a socket's reset local_sent says
+ * does both): 1535 B of jited code where it was 1661. Per rare reset
+ * 0.90-1.05x the program that copied a stack tuple (median 0.99x over 10
+ * rounds in two runs, each reloaded 5 times a round): within the noise,
+ * less work all the same (bench/evidencecost). saddr:sport sent the RST. For a socket's reset local_sent says
  * whether its local end sent it (a sent reset) or received it.
  */
 static __always_inline void ends_of_sock(struct nbs_rst_event *ev, const struct sock *sk, bool local_sent)
