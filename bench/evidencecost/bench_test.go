@@ -413,6 +413,7 @@ func runVariants(b *testing.B, l *netlab.Lab, loads []func() variant, anchor str
 		}
 		turn := 0 // in this load
 		roundLoad := make([]string, rounds)
+		shared := make([]int, rounds) // loads with other programs on the hook (others)
 		for r := range rounds {
 			own := make([][]float64, len(variants))
 			total := make([][2]int64, len(variants)) // run time, events emitted
@@ -429,6 +430,7 @@ func runVariants(b *testing.B, l *netlab.Lab, loads []func() variant, anchor str
 				}
 				if o := others(b, "tcp_send_reset", progs); len(o) > 0 {
 					b.Logf("round %d, load %d: other programs on tcp_send_reset: %v", r+1, part+1, o)
+					shared[r]++
 				}
 				read0 := make([]int64, len(variants))
 				first := make([]*ebpf.ProgramStats, len(variants))
@@ -565,8 +567,8 @@ func runVariants(b *testing.B, l *netlab.Lab, loads []func() variant, anchor str
 			// that distance of 1.1 is not told apart from it.
 			agent, twin := ratios(ag, a), ratios(tw, a)
 			for r := range rounds {
-				b.Logf("round %d (load %s): agent / peer %.2f, twin / peer %.2f (noise floor ±%.0f%%), agent / twin %.2f",
-					r+1, roundLoad[r], agent[r], twin[r], 100*abs(twin[r]-1), perEvent[ag][r]/perEvent[tw][r])
+				b.Logf("round %d (load %s): agent / peer %.2f, twin / peer %.2f (noise floor ±%.0f%%), agent / twin %.2f; other programs on the hook in %d of %d loads",
+					r+1, roundLoad[r], agent[r], twin[r], 100*abs(twin[r]-1), perEvent[ag][r]/perEvent[tw][r], shared[r], parts)
 			}
 			// And beside the mean of the two copies: two draws of where
 			// the peer landed, so half the peer's share of the noise.
