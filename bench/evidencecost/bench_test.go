@@ -6,7 +6,7 @@
 //
 // BenchmarkEvidencePerEvent: resets at a rare rate for each program
 // (NBS_EVIDENCE_RATE a second, default 10, for NBS_EVIDENCE_SECONDS,
-// default 5, a round), every one emitting evidence, through the agent's
+// default 10, a round), every one emitting evidence, through the agent's
 // tcp_send_reset program (rate limit, counters, ring record submitted
 // without a wakeup) and a peer that only emits the same record, once with
 // the wakeup the kernel does by default and once with BPF_RB_NO_WAKEUP;
@@ -17,8 +17,10 @@
 // by reset, in each of their orders in turn; the waking peer has its own
 // block (NBS_EVIDENCE_NO_WAKEUP_PEER=1 leaves it out). The twin's ratio to
 // the peer is the noise floor of the run: what two programs of one shape
-// differ by. Every program is loaded afresh each round (where its code and
-// maps land moved its figure by 10-20% from one load to the next). The
+// differ by, reported beside the agent's ratio in every round. Every
+// program is loaded afresh NBS_EVIDENCE_LOADS times a round (default 5;
+// where its code and maps land moved its figure by 10-20% from one load to
+// the next), and a round's figure is the median over its loads' resets. The
 // benchmark pins itself to one CPU, so the resets run there for every
 // program alike (pin; the log says which).
 //
@@ -86,7 +88,10 @@ type variant struct {
 	prog           *ebpf.Program
 	read           *atomic.Int64 // records its reader has read
 	attach, detach func()
-	close          func() // detaches, unloads, stops the reader; once
+	// sync has the reader read what waits in the ring now, rather than
+	// at its next poll.
+	sync  func()
+	close func() // detaches, unloads, stops the reader; once
 	// alone: measured in a block of its own after the interleaved
 	// variants (the waking peer: its reader's wakeups would land on the
 	// caches of whichever program ran next).
@@ -139,7 +144,7 @@ func peerVariant(b *testing.B, name, metric string, netns uint32, flags uint64) 
 			switch {
 			case err == nil:
 				read.Add(1)
-			case !errors.Is(err, os.ErrDeadlineExceeded):
+			case !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, ringbuf.ErrFlushed):
 				return
 			}
 		}
@@ -147,6 +152,7 @@ func peerVariant(b *testing.B, name, metric string, netns uint32, flags uint64) 
 	return variant{name: name, metric: metric, prog: objs.PeerRstEvidence, read: &read, alone: flags == 0,
 		attach: func() { l = attach(b, objs.PeerRstEvidence) },
 		detach: func() { _ = l.Close(); l = nil },
+		sync:   func() { _ = rd.Flush() },
 		close:  closeAll,
 	}
 }
@@ -179,6 +185,11 @@ func agentVariant(b *testing.B, netns uint32) variant {
 				b.Fatal(err)
 			}
 		},
+		sync: func() {
+			sctx, scancel := context.WithTimeout(ctx, 2*evidence.PollPeriod)
+			defer scancel()
+			_ = p.SyncEvents(sctx)
+		},
 		close: closeAll,
 	}
 }
@@ -197,10 +208,17 @@ func report(b *testing.B, s *bpfstats.Sampler, name string) bpfstats.Result {
 // time, for one reset, and the agent, its anchor (the peer without a
 // wakeup) and the anchor's twin take turns reset by reset, so a change in
 // the machine's load weighs on all alike. NBS_EVIDENCE_ROUNDS rounds
-// (default 3) of NBS_EVIDENCE_SECONDS (default 5) at NBS_EVIDENCE_RATE
-// resets a second for each program (default 10).
+// (default 3) of NBS_EVIDENCE_SECONDS (default 10) at NBS_EVIDENCE_RATE
+// resets a second for each program (default 10), every program loaded
+// afresh NBS_EVIDENCE_LOADS times a round (default 5). Resets that ran
+// one program are independent of the others' in the same turn (their
+// times correlate by -0.2 to 0.13), so pairing them tells nothing more:
+// what narrows a round's ratio is more resets and more loads in it (with
+// 50 resets of one load, two copies of one program differed by up to 9%
+// round by round; with 100 over 5 loads, up to 6%).
 func BenchmarkEvidencePerEvent(b *testing.B) {
-	rate, secs, rounds := envInt("NBS_EVIDENCE_RATE", 10), envInt("NBS_EVIDENCE_SECONDS", 5), envInt("NBS_EVIDENCE_ROUNDS", 3)
+	rate, secs, rounds := envInt("NBS_EVIDENCE_RATE", 10), envInt("NBS_EVIDENCE_SECONDS", 10), envInt("NBS_EVIDENCE_ROUNDS", 3)
+	parts := envInt("NBS_EVIDENCE_LOADS", 5)
 	pin(b)
 	l := netlab.New(b)
 	ns := l.Inode(b, l.B)
@@ -218,7 +236,7 @@ func BenchmarkEvidencePerEvent(b *testing.B) {
 	if os.Getenv("NBS_EVIDENCE_NO_WAKEUP_PEER") == "" {
 		loads = append(loads, func() variant { return peerVariant(b, "peer, ring submit with wakeup", "peer_wakeup", ns, 0) })
 	}
-	runVariants(b, l, loads, "peer_nowakeup", rate, secs, rounds)
+	runVariants(b, l, loads, "peer_nowakeup", rate, secs, rounds, parts)
 }
 
 // loadavg is /proc/loadavg's first three fields, for the log of a run.
@@ -338,27 +356,34 @@ func others(b *testing.B, tp string, ours []*ebpf.Program) []ebpf.ProgramID {
 	return out
 }
 
-// runVariants runs rounds; in each, the interleaved variants take turns
-// reset by reset, each turn in the next of their orders (each variant runs
-// rate times a second, on average 1/rate after its last), then
-// each variant marked alone has its resets in a block. A program is
-// attached only for its own reset, each at rate resets a second. It
-// reports each variant's ratio to the anchor's (the variant whose metric
-// is anchor) round by round.
-func runVariants(b *testing.B, l *netlab.Lab, loads []func() variant, anchor string, rate, secs, rounds int) {
+// runVariants runs rounds of loads parts each; in each part every variant
+// is loaded afresh, the interleaved variants take turns reset by reset,
+// each turn in the next of their orders (each variant runs rate times a
+// second, on average 1/rate after its last), then each variant marked
+// alone has its resets in a block. A program is attached only for its own
+// reset, each at rate resets a second. A round's figure for a variant is
+// the median of its resets over the round's parts, so of loads placements;
+// each variant's ratio to the anchor's (the variant whose metric is
+// anchor) is reported round by round beside the twin's, the noise floor of
+// that round.
+func runVariants(b *testing.B, l *netlab.Lab, loads []func() variant, anchor string, rate, secs, rounds, parts int) {
 	bpfstats.Enable(b)
 	n := rate * secs
+	// Resets per program and part: a round still has n of them (rounded
+	// up to whole turns of every order), over parts placements.
+	perPart := (n + parts - 1) / parts
 	variants := make([]variant, len(loads))
-	// load loads every variant afresh, in an order that turns each round:
+	// load loads every variant afresh, in an order that turns each time:
 	// where a program's code, maps and ring land (and so which lines and
 	// pages of it share cache sets and page-table lines with what else
 	// runs) is fixed for as long as it stays loaded, and moved one
-	// program's figure by 10-20% from one load to the next. Reloaded each
-	// round, a run averages that over its rounds instead of keeping one
-	// draw for all of them.
-	load := func(r int) {
-		for k := range loads {
-			i := (k + r) % len(loads)
+	// program's figure by 10-20% from one load to the next. Reloaded
+	// several times a round, a round averages that over its parts instead
+	// of keeping one draw for all of its resets: one draw a round made the
+	// round-by-round ratio of two copies of one program spread 0.92-1.09.
+	load := func(k int) {
+		for j := range loads {
+			i := (j + k) % len(loads)
 			variants[i] = loads[i]()
 		}
 	}
@@ -373,96 +398,134 @@ func runVariants(b *testing.B, l *netlab.Lab, loads []func() variant, anchor str
 	}
 	orders := permutations(inter)
 	for range b.N {
-		b.Logf("load average before: %s; CPUs %s", loadavg(), cpus())
+		b.Logf("load average before: %s; CPUs %s; %d rounds of %d loads, %d resets per program and load at %d/s",
+			loadavg(), cpus(), rounds, parts, perPart, rate)
 		perEvent, upper := make([][]float64, len(variants)), make([][]float64, len(variants))
+		// NBS_EVIDENCE_RAW names a file for every reset's time (round,
+		// load, turn, program, ns), to study the spread.
+		var raw *os.File
+		if f := os.Getenv("NBS_EVIDENCE_RAW"); f != "" {
+			var err error
+			if raw, err = os.Create(f); err != nil {
+				b.Fatalf("NBS_EVIDENCE_RAW: %v", err)
+			}
+			defer raw.Close()
+		}
+		turn := 0 // in this load
+		roundLoad := make([]string, rounds)
+		shared := make([]int, rounds) // loads with other programs on the hook (others)
 		for r := range rounds {
-			if r > 0 {
-				for _, v := range variants {
-					v.close()
-				}
-				load(r)
-			}
-			var progs []*ebpf.Program
-			for _, v := range variants {
-				progs = append(progs, v.prog)
-			}
-			b.Logf("round %d: other programs on tcp_send_reset: %v", r+1, others(b, "tcp_send_reset", progs))
 			own := make([][]float64, len(variants))
-			read0 := make([]int64, len(variants))
-			first := make([]*ebpf.ProgramStats, len(variants))
-			for i, v := range variants {
-				read0[i] = v.read.Load()
-				st, err := v.prog.Stats()
-				if err != nil {
-					b.Fatal(err)
+			total := make([][2]int64, len(variants)) // run time, events emitted
+			for part := range parts {
+				if r > 0 || part > 0 {
+					for _, v := range variants {
+						v.close()
+					}
+					load(r*parts + part)
 				}
-				first[i] = st
-			}
-			// One reset with program i alone, rate*len(group) resets a
-			// second, so each program meets its resets 1/rate apart.
-			// Statistics just before and after it (ResetNoSocket returns
-			// once the reset was sent): a run of the program for
-			// another namespace's reset (other work on the machine) is
-			// seen and left out rather than averaged in.
-			one := func(i int, tick *time.Ticker) {
-				v := variants[i]
-				v.attach()
-				<-tick.C
-				st0, err := v.prog.Stats()
-				if err != nil {
-					b.Fatal(err)
+				var progs []*ebpf.Program
+				for _, v := range variants {
+					progs = append(progs, v.prog)
 				}
-				l.ResetNoSocket(b, 1)
-				st1, err := v.prog.Stats()
-				if err != nil {
-					b.Fatal(err)
+				if o := others(b, "tcp_send_reset", progs); len(o) > 0 {
+					b.Logf("round %d, load %d: other programs on tcp_send_reset: %v", r+1, part+1, o)
+					shared[r]++
 				}
-				v.detach()
-				if st1.RunCount-st0.RunCount == 1 {
-					own[i] = append(own[i], float64(st1.Runtime-st0.Runtime))
+				read0 := make([]int64, len(variants))
+				first := make([]*ebpf.ProgramStats, len(variants))
+				for i, v := range variants {
+					read0[i] = v.read.Load()
+					st, err := v.prog.Stats()
+					if err != nil {
+						b.Fatal(err)
+					}
+					first[i] = st
 				}
-			}
-			if len(inter) > 0 {
-				// Each turn takes the next order of all of them, so each
-				// program holds each place and follows each other one
-				// equally often: in a fixed order the one after the agent
-				// ran up to 20% slower than its twin after it.
-				tick := time.NewTicker(time.Second / time.Duration(rate*len(inter)))
-				for c := range n {
-					for _, i := range orders[c%len(orders)] {
-						one(i, tick)
+				// One reset with program i alone, rate*len(group) resets
+				// a second, so each program meets its resets 1/rate
+				// apart. Statistics just before and after it
+				// (ResetNoSocket returns once the reset was sent): a run
+				// of the program for another namespace's reset (other
+				// work on the machine) is seen and left out rather than
+				// averaged in.
+				one := func(i int, tick *time.Ticker) {
+					v := variants[i]
+					v.attach()
+					<-tick.C
+					st0, err := v.prog.Stats()
+					if err != nil {
+						b.Fatal(err)
+					}
+					l.ResetNoSocket(b, 1)
+					st1, err := v.prog.Stats()
+					if err != nil {
+						b.Fatal(err)
+					}
+					v.detach()
+					if st1.RunCount-st0.RunCount == 1 {
+						own[i] = append(own[i], float64(st1.Runtime-st0.Runtime))
+						if raw != nil {
+							fmt.Fprintf(raw, "%d %d %d %s %d\n", r+1, part+1, turn, v.metric, st1.Runtime-st0.Runtime)
+						}
 					}
 				}
-				tick.Stop()
-			}
-			for _, i := range alone {
-				tick := time.NewTicker(time.Second / time.Duration(rate))
-				for range n {
-					one(i, tick)
+				if len(inter) > 0 {
+					// Each turn takes the next order of all of them, so
+					// each program holds each place and follows each
+					// other one equally often: in a fixed order the one
+					// after the agent ran up to 20% slower than its twin
+					// after it.
+					tick := time.NewTicker(time.Second / time.Duration(rate*len(inter)))
+					for c := range perPart {
+						turn = c
+						for _, i := range orders[(c+part)%len(orders)] {
+							one(i, tick)
+						}
+					}
+					tick.Stop()
 				}
-				tick.Stop()
+				for _, i := range alone {
+					tick := time.NewTicker(time.Second / time.Duration(rate))
+					for c := range perPart {
+						turn = c
+						one(i, tick)
+					}
+					tick.Stop()
+				}
+				// Every record reaches its reader: asked to read what
+				// waits, or at its next poll.
+				for i, v := range variants {
+					want := read0[i] + int64(perPart)
+					v.sync()
+					deadline := time.Now().Add(3 * evidence.PollPeriod)
+					for v.read.Load() < want && time.Now().Before(deadline) {
+						time.Sleep(10 * time.Millisecond)
+					}
+					if got := v.read.Load() - read0[i]; got != int64(perPart) {
+						b.Errorf("%s: %d events read, want %d", v.name, got, perPart)
+					}
+					last, err := v.prog.Stats()
+					if err != nil {
+						b.Fatal(err)
+					}
+					total[i][0] += int64(last.Runtime - first[i].Runtime)
+					total[i][1] += v.read.Load() - read0[i]
+				}
 			}
-			time.Sleep(2 * evidence.PollPeriod) // the last records reach the readers
+			roundLoad[r] = loadavg()
 			for i, v := range variants {
-				last, err := v.prog.Stats()
-				if err != nil {
-					b.Fatal(err)
+				if len(own[i]) < parts*perPart/2 {
+					b.Fatalf("%s: only %d of %d resets ran the program alone", v.name, len(own[i]), parts*perPart)
 				}
-				events := v.read.Load() - read0[i]
-				if events != int64(n) {
-					b.Errorf("%s: %d events read, want %d", v.name, events, n)
-				}
-				if len(own[i]) < n/2 {
-					b.Fatalf("%s: only %d of %d resets ran the program alone", v.name, len(own[i]), n)
-				}
-				// The headline is the median over the resets that ran the
-				// program alone: robust to the rare preemption or host
-				// stall inside one run (tens of µs, which would dominate
-				// a mean of 50). All its time over the events emitted
-				// (other namespaces' runs included) bounds it from above.
+				// The headline is the median over the resets that ran
+				// the program alone: robust to the rare preemption or
+				// host stall inside one run (tens of µs, which would
+				// dominate a mean of 50). All its time over the events
+				// emitted (other namespaces' runs included) bounds it
+				// from above.
 				perEvent[i] = append(perEvent[i], bpfstats.Median(own[i]))
-
-				upper[i] = append(upper[i], float64(last.Runtime-first[i].Runtime)/float64(max(events, 1)))
+				upper[i] = append(upper[i], float64(total[i][0])/float64(max(total[i][1], 1)))
 			}
 		}
 		for i, v := range variants {
@@ -474,36 +537,57 @@ func runVariants(b *testing.B, l *netlab.Lab, loads []func() variant, anchor str
 		index := func(metric string) int {
 			return slices.IndexFunc(variants, func(v variant) bool { return v.metric == metric })
 		}
+		ratios := func(i, a int) []float64 {
+			out := make([]float64, rounds)
+			for r := range rounds {
+				out[r] = perEvent[i][r] / perEvent[a][r]
+			}
+			return out
+		}
 		ratio := func(i, a int) {
 			if i < 0 || a < 0 || i == a {
 				return
 			}
-			ratios := make([]float64, rounds)
-			for r := range rounds {
-				ratios[r] = perEvent[i][r] / perEvent[a][r]
-			}
-			b.Logf("%s / %s, round by round: %s (max %.2f)", variants[i].metric, variants[a].metric, fmtRatios(ratios), slices.Max(ratios))
-			b.ReportMetric(slices.Max(ratios), variants[i].metric+"/"+variants[a].metric+"_max")
+			rs := ratios(i, a)
+			b.Logf("%s / %s, round by round: %s (max %.2f)", variants[i].metric, variants[a].metric, fmtRatios(rs), slices.Max(rs))
+			b.ReportMetric(slices.Max(rs), variants[i].metric+"/"+variants[a].metric+"_max")
 		}
 		a := index(anchor)
 		for i := range variants {
 			ratio(i, a)
 		}
+		ag, tw := index("agent"), index("twin")
 		// The agent beside the anchor's twin too: the goal holds against
 		// either copy of the peer, not the kinder one.
-		ratio(index("agent"), index("twin"))
-		// And beside the mean of the two copies: two draws of where the
-		// peer landed, so half the peer's share of the noise.
-		if ag, tw := index("agent"), index("twin"); ag >= 0 && a >= 0 && tw >= 0 {
-			ratios := make([]float64, rounds)
+		ratio(ag, tw)
+		if ag >= 0 && a >= 0 && tw >= 0 {
+			// Each round's verdict is the agent against the peer; beside
+			// it, how far the twin (the same program as the peer) was
+			// from the peer in that round: a ratio of the agent's within
+			// that distance of 1.1 is not told apart from it.
+			agent, twin := ratios(ag, a), ratios(tw, a)
 			for r := range rounds {
-				ratios[r] = perEvent[ag][r] / ((perEvent[a][r] + perEvent[tw][r]) / 2)
+				b.Logf("round %d (load %s): agent / peer %.2f, twin / peer %.2f (noise floor ±%.0f%%), agent / twin %.2f; other programs on the hook in %d of %d loads",
+					r+1, roundLoad[r], agent[r], twin[r], 100*abs(twin[r]-1), perEvent[ag][r]/perEvent[tw][r], shared[r], parts)
 			}
-			b.Logf("agent / mean of %s and twin, round by round: %s (max %.2f)", anchor, fmtRatios(ratios), slices.Max(ratios))
-			b.ReportMetric(slices.Max(ratios), "agent/peers_mean_max")
+			// And beside the mean of the two copies: two draws of where
+			// the peer landed, so half the peer's share of the noise.
+			mean := make([]float64, rounds)
+			for r := range rounds {
+				mean[r] = perEvent[ag][r] / ((perEvent[a][r] + perEvent[tw][r]) / 2)
+			}
+			b.Logf("agent / mean of %s and twin, round by round: %s (max %.2f)", anchor, fmtRatios(mean), slices.Max(mean))
+			b.ReportMetric(slices.Max(mean), "agent/peers_mean_max")
 		}
 		b.Logf("load average after: %s", loadavg())
 	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // permutations is every order of v (v's own first).
