@@ -23,8 +23,9 @@ const procSelf = "/proc/self"
 // spool) it sleeps 20 µs at a time, and the kernel's default slack of
 // 50 µs lets each of those sleeps end alone, a context switch each. With
 // a slack of a millisecond the kernel ends them with other timers' expiries
-// instead: bench/agentcost BenchmarkAgentIdle, 34 → 15 context switches a
-// second and 13% less CPU, the same agent before and after. What the
+// instead: bench/agentcost BenchmarkAgentIdle, 12 rounds against the agent
+// before it at load 0.2–14, 5–14 context switches a second against 11–26
+// and less CPU in 8 of the 12 pairs (median ratio 0.87). What the
 // slack delays is what sysmon does for a program with many busy goroutines
 // (taking a P back from a system call, preempting one that ran 10 ms): the
 // agent's work is a collection every interval, and its timers (the
