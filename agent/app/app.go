@@ -136,6 +136,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.MaxProcs > 0 {
 		runtime.GOMAXPROCS(a.cfg.MaxProcs)
 	}
+	if a.cfg.TimerSlack > 0 {
+		if n, err := raiseTimerSlack(procSelf, a.cfg.TimerSlack); err != nil {
+			a.log.Debug("timer slack left as it was", "threads", n, "err", err)
+		}
+	}
 	// Every program is loaded now (triggered ones attach later without
 	// BTF): the decoded kernel types would only hold memory.
 	env.BTF.Release()

@@ -115,6 +115,11 @@ type Config struct {
 	// sets it (runningMaxProcs), an agent run inside another program
 	// leaves it 0.
 	MaxProcs int
+	// TimerSlack, when above 0, is the least timer slack (PR_SET_TIMERSLACK)
+	// of every thread of the running agent, set with MaxProcs: see
+	// raiseTimerSlack. Also the process's: nbs-agent sets it, an agent run
+	// inside another program leaves it 0.
+	TimerSlack time.Duration
 }
 
 // minInterval is the shortest interval a report may cover: the collector

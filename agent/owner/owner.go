@@ -145,7 +145,16 @@ func (o Owner) ID() string {
 // pod, pod_uid, container, container_name, runtime, netns_name, pid, comm
 // where known.
 func (o Owner) Fields() map[string]string {
-	f := map[string]string{"owner": o.Name(), "owner_kind": string(o.Kind)}
+	f := make(map[string]string, 4)
+	o.AddFields(f)
+	return f
+}
+
+// AddFields sets Fields' entries in f: an event's own fields take them
+// without a map of their own in between (an evidence reader annotates
+// every event it reads).
+func (o Owner) AddFields(f map[string]string) {
+	f["owner"], f["owner_kind"] = o.Name(), string(o.Kind)
 	add := func(k, v string) {
 		if v != "" {
 			f[k] = v
@@ -161,7 +170,6 @@ func (o Owner) Fields() map[string]string {
 		add("pid", strconv.Itoa(o.PID))
 		add("comm", o.Comm)
 	}
-	return f
 }
 
 func shortID(id string) string {

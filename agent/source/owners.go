@@ -205,6 +205,11 @@ func (sp *ownerSplit) apply(r *Reading, parent catalog.Metric, deltas map[uint32
 	}
 }
 
+// EventFields is room for an evidence event's own fields and those
+// Annotate adds (owner.Owner.AddFields' and owner_id): a map made with it
+// does not grow, and copy itself, as Annotate fills it.
+const EventFields = 16
+
 // Annotate adds the owner of the namespace an evidence event names (its
 // "netns" field, kept) to the event's fields, with owner_id, the id segment
 // of the owner's child, so that the collector can list a child's events
@@ -214,8 +219,9 @@ func (o *Owners) Annotate(e *nbsv1.Event, inode uint32) {
 		return
 	}
 	ow := o.resolver.Owner(inode)
-	for k, v := range ow.Fields() {
-		e.Fields[k] = v
+	if e.Fields == nil {
+		e.Fields = make(map[string]string, EventFields)
 	}
+	ow.AddFields(e.Fields)
 	e.Fields["owner_id"] = ow.ID()
 }

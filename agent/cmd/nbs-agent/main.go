@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/nbs-project/nbs/agent/app"
 	"github.com/nbs-project/nbs/internal/buildinfo"
@@ -23,6 +24,13 @@ import (
 // GOMAXPROCS updates, which a GOMAXPROCS set by the program ends):
 // bench/agentcost BenchmarkAgentIdle.
 const runningMaxProcs = 1
+
+// runningTimerSlack is the least timer slack of the running agent's
+// threads (app.Config.TimerSlack): the Go runtime's sysmon then wakes
+// with other timers rather than alone every 20 µs while the agent
+// collects, half of an idle agent's context switches
+// (bench/agentcost BenchmarkAgentIdle).
+const runningTimerSlack = time.Millisecond
 
 func main() {
 	os.Exit(run())
@@ -53,6 +61,7 @@ func run() int {
 	if os.Getenv("GOMAXPROCS") == "" {
 		cfg.MaxProcs = runningMaxProcs
 	}
+	cfg.TimerSlack = runningTimerSlack
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	if cfg.Unpin {
 		if err := app.Unpin(cfg, log); err != nil {

@@ -201,11 +201,11 @@ func event(e probe.Event) *nbsv1.Event {
 	if e.Code >= probe.Overflow {
 		id = catalog.DropsOverflow
 	}
-	fields := map[string]string{
-		"reason": e.Reason,
-		"code":   strconv.FormatUint(uint64(e.Code), 10),
-		"netns":  strconv.FormatUint(uint64(e.Netns), 10),
-	}
+	// Sized for the owner's fields too (source.Owners.Annotate).
+	fields := make(map[string]string, source.EventFields)
+	fields["reason"] = e.Reason
+	fields["code"] = strconv.FormatUint(uint64(e.Code), 10)
+	fields["netns"] = strconv.FormatUint(uint64(e.Netns), 10)
 	if e.Protocol != "" {
 		fields["protocol"] = e.Protocol
 	}

@@ -124,10 +124,10 @@ func event(e probe.Event) *nbsv1.Event {
 	if e.Direction == probe.DirectionReceived {
 		id = catalog.TCPResetReceived + "/" + e.State
 	}
-	fields := map[string]string{
-		"direction": e.Direction.String(),
-		"netns":     strconv.FormatUint(uint64(e.Netns), 10),
-	}
+	// Sized for the owner's fields too (source.Owners.Annotate).
+	fields := make(map[string]string, source.EventFields)
+	fields["direction"] = e.Direction.String()
+	fields["netns"] = strconv.FormatUint(uint64(e.Netns), 10)
 	if e.Reason != "" {
 		fields["reason"] = e.Reason
 	}
