@@ -3,7 +3,6 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -75,15 +74,9 @@ func (rs reportRows) appendRow(m *pgtype.Map, buf []byte, i int, oids []uint32) 
 	if samples == nil {
 		samples = []Sample{} // an empty array, as CopyRows' is, not NULL
 	}
-	buf = appendArrayField(buf, pgtype.Int4OID, samples, func(b []byte, s Sample) ([]byte, bool) {
-		return binary.BigEndian.AppendUint32(appendLen(b, 4), uint32(s.MetricID)), true
-	})
-	buf = appendArrayField(buf, pgtype.Float8OID, samples, func(b []byte, s Sample) ([]byte, bool) {
-		return binary.BigEndian.AppendUint64(appendLen(b, 8), math.Float64bits(storedValue(s))), true
-	})
-	return appendArrayField(buf, pgtype.Int2OID, samples, func(b []byte, s Sample) ([]byte, bool) {
-		return binary.BigEndian.AppendUint16(appendLen(b, 2), uint16(int16(s.State))), true
-	}), nil
+	buf = appendArrayField(buf, pgtype.Int4OID, samples, func(b []byte, s Sample) ([]byte, bool) { return int4Elem(b, s.MetricID) })
+	buf = appendArrayField(buf, pgtype.Float8OID, samples, func(b []byte, s Sample) ([]byte, bool) { return float8Elem(b, storedValue(s)) })
+	return appendArrayField(buf, pgtype.Int2OID, samples, func(b []byte, s Sample) ([]byte, bool) { return int2Elem(b, int16(s.State)) }), nil
 }
 
 // histRows are the batch's histograms rows: at[i] is the report and
@@ -124,15 +117,11 @@ func (hs histRows) appendRow(m *pgtype.Map, buf []byte, i int, oids []uint32) ([
 	}
 	buf = appendKeyFields(buf, r)
 	buf = appendInt4Field(buf, h.MetricID)
-	buf = binary.BigEndian.AppendUint64(appendLen(buf, 8), uint64(int64(h.Count)))
-	buf = binary.BigEndian.AppendUint64(appendLen(buf, 8), math.Float64bits(h.Sum))
+	buf, _ = int8Elem(buf, int64(h.Count))
+	buf, _ = float8Elem(buf, h.Sum)
 	// A nil bucket array is NULL, as pgx writes CopyRows' nil slice.
-	buf = appendArrayField(buf, pgtype.Int4OID, h.BucketIndex, func(b []byte, x int32) ([]byte, bool) {
-		return binary.BigEndian.AppendUint32(appendLen(b, 4), uint32(x)), true
-	})
-	return appendArrayField(buf, pgtype.Int8OID, h.BucketCount, func(b []byte, x int64) ([]byte, bool) {
-		return binary.BigEndian.AppendUint64(appendLen(b, 8), uint64(x)), true
-	}), nil
+	buf = appendArrayField(buf, pgtype.Int4OID, h.BucketIndex, int4Elem)
+	return appendArrayField(buf, pgtype.Int8OID, h.BucketCount, int8Elem), nil
 }
 
 // pendingRows are the batch's rollup_pending rows; ids is room for a
@@ -174,21 +163,20 @@ func (ps pendingRows) appendRow(m *pgtype.Map, buf []byte, i int, oids []uint32)
 		return appendAnyRow(m, buf, []any{r.NodeID, int64(r.InstanceID), int64(r.Seq), r.Time, slices.Clone(ids)}, oids)
 	}
 	buf = appendKeyFields(buf, r)
-	return appendArrayField(buf, pgtype.Int4OID, ids, func(b []byte, x int32) ([]byte, bool) {
-		return binary.BigEndian.AppendUint32(appendLen(b, 4), uint32(x)), true
-	}), nil
+	return appendArrayField(buf, pgtype.Int4OID, ids, int4Elem), nil
 }
 
 // appendKeyFields appends a report's node_id, instance_id, seq and ts.
 func appendKeyFields(buf []byte, r *Report) []byte {
 	buf = appendInt4Field(buf, r.NodeID)
-	buf = binary.BigEndian.AppendUint64(appendLen(buf, 8), uint64(int64(r.InstanceID)))
-	buf = binary.BigEndian.AppendUint64(appendLen(buf, 8), uint64(int64(r.Seq)))
+	buf, _ = int8Elem(buf, int64(r.InstanceID))
+	buf, _ = int8Elem(buf, int64(r.Seq))
 	return appendTimestamptz(buf, r.Time)
 }
 
 func appendInt4Field(buf []byte, v int32) []byte {
-	return binary.BigEndian.AppendUint32(appendLen(buf, 4), uint32(v))
+	buf, _ = int4Elem(buf, v)
+	return buf
 }
 
 // appendArrayField appends v as an array field: its length and the array

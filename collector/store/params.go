@@ -175,30 +175,22 @@ func appendParamArray(buf []byte, oid uint32, arg any) (out []byte, ok bool, err
 		if oid != pgtype.Int4ArrayOID {
 			return nil, false, nil
 		}
-		return appendElems(buf, pgtype.Int4OID, v, func(b []byte, x int32) ([]byte, bool) {
-			return binary.BigEndian.AppendUint32(appendLen(b, 4), uint32(x)), true
-		}), true, nil
+		return appendElems(buf, pgtype.Int4OID, v, int4Elem), true, nil
 	case []int64:
 		if oid != pgtype.Int8ArrayOID {
 			return nil, false, nil
 		}
-		return appendElems(buf, pgtype.Int8OID, v, func(b []byte, x int64) ([]byte, bool) {
-			return binary.BigEndian.AppendUint64(appendLen(b, 8), uint64(x)), true
-		}), true, nil
+		return appendElems(buf, pgtype.Int8OID, v, int8Elem), true, nil
 	case []int16:
 		if oid != pgtype.Int2ArrayOID {
 			return nil, false, nil
 		}
-		return appendElems(buf, pgtype.Int2OID, v, func(b []byte, x int16) ([]byte, bool) {
-			return binary.BigEndian.AppendUint16(appendLen(b, 2), uint16(x)), true
-		}), true, nil
+		return appendElems(buf, pgtype.Int2OID, v, int2Elem), true, nil
 	case []float64:
 		if oid != pgtype.Float8ArrayOID {
 			return nil, false, nil
 		}
-		return appendElems(buf, pgtype.Float8OID, v, func(b []byte, x float64) ([]byte, bool) {
-			return binary.BigEndian.AppendUint64(appendLen(b, 8), math.Float64bits(x)), true
-		}), true, nil
+		return appendElems(buf, pgtype.Float8OID, v, float8Elem), true, nil
 	case []bool:
 		if oid != pgtype.BoolArrayOID {
 			return nil, false, nil
@@ -285,6 +277,21 @@ func appendElems[T any](buf []byte, elemOID uint32, v []T, elem func([]byte, T) 
 
 // appendLen appends an element's length.
 func appendLen(b []byte, n int) []byte { return binary.BigEndian.AppendUint32(b, uint32(n)) }
+
+// The element encoders of appendElems, each a value's length and binary
+// form (also a COPY field's: appendRow).
+func int2Elem(b []byte, x int16) ([]byte, bool) {
+	return binary.BigEndian.AppendUint16(appendLen(b, 2), uint16(x)), true
+}
+func int4Elem(b []byte, x int32) ([]byte, bool) {
+	return binary.BigEndian.AppendUint32(appendLen(b, 4), uint32(x)), true
+}
+func int8Elem(b []byte, x int64) ([]byte, bool) {
+	return binary.BigEndian.AppendUint64(appendLen(b, 8), uint64(x)), true
+}
+func float8Elem(b []byte, x float64) ([]byte, bool) {
+	return binary.BigEndian.AppendUint64(appendLen(b, 8), math.Float64bits(x)), true
+}
 
 // appendTimestamptz appends t as a timestamptz element: its length and
 // the value (appendTime).
