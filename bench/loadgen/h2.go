@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -508,7 +509,7 @@ func trailerStatus(f *http2.MetaHeadersFrame) error {
 
 // decodeGRPCMessage undoes grpc-message's percent-encoding.
 func decodeGRPCMessage(v string) string {
-	if !bytes.ContainsRune([]byte(v), '%') {
+	if !strings.Contains(v, "%") {
 		return v
 	}
 	out := make([]byte, 0, len(v))
