@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -31,7 +32,7 @@ func TestAppendLatestJSON(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := appendLatestJSON([]byte("prefix"), sortedLatestKeys(nil, c.metrics), c.metrics)
+			got, err := appendLatestJSON([]byte("prefix"), latestEntries(c.metrics))
 			_, jerr := json.Marshal(c.metrics)
 			if (err != nil) != c.wantErr || (jerr != nil) != c.wantErr {
 				t.Fatalf("error %v, encoding/json's %v, want an error: %v", err, jerr, c.wantErr)
@@ -81,4 +82,15 @@ func TestAppendLatestJSON(t *testing.T) {
 			}
 		})
 	}
+}
+
+// latestEntries is metrics as queueLatest hands a node's values to
+// appendLatestJSON: by key, in jsonb's order.
+func latestEntries(metrics map[string]LatestValue) []latestEntry {
+	var ent []latestEntry
+	for k, v := range metrics {
+		ent = append(ent, latestEntry{path: k, v: v})
+	}
+	slices.SortFunc(ent, func(a, b latestEntry) int { return latestKeyCompare(a.path, b.path) })
+	return ent
 }

@@ -98,7 +98,7 @@ func OpenWithConns(ctx context.Context, url string, log *slog.Logger, minConns i
 func newStore(pool *pgxpool.Pool, log *slog.Logger) *Store {
 	return &Store{pool: pool, log: log, metricIDs: map[string]int32{}, defIDs: map[string]int32{}, maxDefIDs: DefaultMaxDefIDs, partitions: map[string]bool{}, epoch: -1,
 		latestSeed: maphash.MakeSeed(), latestBufs: sync.Pool{New: func() any { return new([]byte) }},
-		latestScratches: sync.Pool{New: func() any { return &latestScratch{byNode: map[int32]*latestAcc{}} }}}
+		latestScratches: sync.Pool{New: func() any { return new(latestScratch) }}}
 }
 
 func (s *Store) Close() { s.pool.Close() }

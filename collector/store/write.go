@@ -9,7 +9,6 @@ import (
 	"hash/maphash"
 	"math"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -201,6 +200,12 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 			s.latestBufs.Put(args)
 		}
 	}()
+	// And queueLatest's arguments, until the batch is sent.
+	sc := s.latestScratches.Get().(*latestScratch)
+	defer func() {
+		sc.reset()
+		s.latestScratches.Put(sc)
+	}()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		stored, err := copyDirect(ctx, tx, rows, args)
 		if err != nil {
@@ -216,10 +221,7 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		// One round trip for the latest values. Rollups are the fold's
 		// (FoldRollups), from rollup_pending.
 		batch := &pgx.Batch{}
-		sc := s.latestScratches.Get().(*latestScratch)
 		*buf, err = queueLatest(batch, s.latestSeed, (*buf)[:0], unique, result, sc)
-		sc.reset()
-		s.latestScratches.Put(sc)
 		if err != nil {
 			return err
 		}
@@ -397,207 +399,274 @@ func (s *Store) writeStaged(ctx context.Context, tx pgx.Tx, c copyRows, result m
 // queueLatest merges the batch's new reports into one row per node, so the
 // database sees one upsert per node and batch rather than one per sample.
 // seed keys the hash of each node's key set (metrics_keys, mergeLatest).
-// The JSON is appended to all, which it returns.
+// The JSON is appended to all, which it returns. The arguments queued
+// are sc's: sc must not be reset before the batch is sent.
+//
+// A node's values are its reports' samples, oldest report first, sorted
+// by key in jsonb's order with the newest of each key kept: no map a
+// node, no key strings joined a node (a map a node and the joined keys
+// were a third of the collector's allocations at 10,000 nodes).
 func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Report, inserted map[ReportKey]bool, sc *latestScratch) ([]byte, error) {
-	byNode := sc.byNode
-	sorted := sc.sorted[:0]
-	for _, r := range reports {
-		if inserted[r.Key()] {
-			sorted = append(sorted, r)
+	order := sc.order[:0]
+	for i := range reports {
+		if inserted[reports[i].Key()] {
+			order = append(order, int32(i))
 		}
 	}
-	sc.sorted = sorted
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].OrderTime().Before(sorted[j].OrderTime()) })
-	for _, r := range sorted {
-		a := byNode[r.NodeID]
-		if a == nil {
-			a = sc.acc()
-			byNode[r.NodeID] = a
-		}
-		a.ts, a.intervalMS = r.OrderTime(), r.IntervalMS
-		if r.Snapshot {
-			t := r.OrderTime()
-			a.snapshot = &t
-		}
-		for _, smp := range r.Samples {
-			a.deep = a.deep || strings.Contains(smp.Path, "/")
-			a.metrics[smp.Path] = LatestValue{Value: smp.Value, State: smp.State, TimeMS: r.OrderTime().UnixMilli(), IntervalMS: r.IntervalMS, NoValue: smp.NoValue}
-		}
-	}
-	// In node order, like the rollups, so concurrent batches lock rows in
-	// one order and cannot deadlock.
-	nodes := make([]int32, 0, len(byNode))
-	for node := range byNode {
-		nodes = append(nodes, node)
-	}
-	if len(nodes) == 0 {
+	sc.order = order
+	if len(order) == 0 {
 		return all, nil
 	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
-	ts := make([]time.Time, len(nodes))
-	intervals := make([]int32, len(nodes))
-	snapshots := make([]*time.Time, len(nodes))
-	states := make([]*string, len(nodes))
-	keySets := make([]int64, len(nodes))
-	var keys []string
-	var h maphash.Hash
-	h.SetSeed(seed)
-	// Every node's JSON in one array, each a slice of it: as strings, each
-	// was copied twice more (to a string, then into the statement's
-	// arguments), a sixth of the collector's allocations at a full tree
-	// per report.
-	ends := make([]int, len(nodes))
-	// A deep report's values as arrays (mergeLatest), node after node:
-	// node i's are [lo[i], hi[i]), its keys paths[i], comma-separated.
+	// Node by node, in node order like the rollups, so concurrent batches
+	// lock rows in one order and cannot deadlock; a node's reports oldest
+	// first, in the batch's order where their times are equal.
+	slices.SortStableFunc(order, func(a, b int32) int {
+		ra, rb := &reports[a], &reports[b]
+		if c := cmp.Compare(ra.NodeID, rb.NodeID); c != 0 {
+			return c
+		}
+		return ra.OrderTime().Compare(rb.OrderTime())
+	})
+	nodes := 0
+	for i, ri := range order {
+		if i == 0 || reports[ri].NodeID != reports[order[i-1]].NodeID {
+			nodes++
+		}
+	}
+	sc.size(nodes)
 	var (
-		paths   = make([]*string, len(nodes))
-		joined  strings.Builder
-		n       int32
-		vals    []float64
-		vstates []int16
-		times   []int64
-		ivals   []int32
-		novalue []bool
+		h       maphash.Hash
+		n       int32 // deep values so far
 		anyNone bool
-		lo, hi  = make([]int32, len(nodes)), make([]int32, len(nodes))
-		// times and ivals: node i's are [tlo[i], thi[i]), one of each
-		// when all of its values share them.
-		tlo, thi = make([]int32, len(nodes)), make([]int32, len(nodes))
+		text    = sc.text[:0] // every deep node's keys, then every roots-only node's states
+		entries = sc.entries[:0]
 	)
-	for i, node := range nodes {
-		a := byNode[node]
-		keys = sortedLatestKeys(keys[:0], a.metrics)
-		keySets[i] = latestKeys(&h, keys)
-		ts[i], intervals[i], snapshots[i] = a.ts, int32(a.intervalMS), a.snapshot
-		lo[i], tlo[i] = n, int32(len(times))
-		if !a.deep && a.snapshot == nil {
-			rs := rootStates(a.metrics)
-			states[i] = &rs
+	h.SetSeed(seed)
+	for g, i := 0, 0; g < len(order); i++ {
+		node := reports[order[g]].NodeID
+		e := g + 1
+		for e < len(order) && reports[order[e]].NodeID == node {
+			e++
+		}
+		last := &reports[order[e-1]]
+		sc.nodes[i], sc.ts[i], sc.intervals[i] = node, last.OrderTime(), int32(last.IntervalMS)
+		sc.snapshots[i], sc.states[i], sc.paths[i] = nil, nil, nil
+		start := len(entries)
+		deep := false
+		for _, ri := range order[g:e] {
+			r := &reports[ri]
+			if r.Snapshot {
+				sc.snapTimes[i] = r.OrderTime()
+				sc.snapshots[i] = &sc.snapTimes[i]
+			}
+			t := r.OrderTime().UnixMilli()
+			for _, smp := range r.Samples {
+				deep = deep || strings.IndexByte(smp.Path, '/') >= 0
+				entries = append(entries, latestEntry{path: smp.Path, ord: int32(len(entries) - start),
+					v: LatestValue{Value: smp.Value, State: smp.State, TimeMS: t, IntervalMS: r.IntervalMS, NoValue: smp.NoValue}})
+			}
+		}
+		g = e
+		// By key, the newest of each kept: of equal keys the one added
+		// last (ord), the newest report's.
+		ent := entries[start:]
+		slices.SortFunc(ent, func(a, b latestEntry) int {
+			if c := latestKeyCompare(a.path, b.path); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.ord, b.ord)
+		})
+		w := 0
+		for j := range ent {
+			if j+1 < len(ent) && ent[j+1].path == ent[j].path {
+				continue
+			}
+			ent[w] = ent[j]
+			w++
+		}
+		clear(ent[w:])
+		ent, entries = ent[:w], entries[:start+w]
+		sc.keySets[i] = latestKeyHash(&h, ent)
+		sc.lo[i], sc.tlo[i] = n, int32(len(sc.times))
+		if !deep && sc.snapshots[i] == nil {
+			sc.stateAt[i] = len(text)
+			text = appendRootStates(text, ent, &sc.byName)
+			sc.stateEnd[i] = len(text)
 			var err error
-			if all, err = appendLatestJSON(all, keys, a.metrics); err != nil {
+			if all, err = appendLatestJSON(all, ent); err != nil {
 				return all, err
 			}
 		} else {
-			joined.Reset()
-			for j, k := range keys {
-				v := a.metrics[k]
+			sc.stateAt[i] = len(text)
+			for j := range ent {
+				k, v := ent[j].path, &ent[j].v
 				if math.IsNaN(v.Value) || math.IsInf(v.Value, 0) {
 					return all, fmt.Errorf("encode latest values: %s: unsupported value %v", k, v.Value)
 				}
 				// A metric id has no comma (schema.CheckID): one here
 				// would be read back as two keys.
-				if strings.Contains(k, ",") {
+				if strings.IndexByte(k, ',') >= 0 {
 					return all, fmt.Errorf("encode latest values: %q: a comma in a metric id", k)
 				}
 				if j > 0 {
-					joined.WriteByte(',')
+					text = append(text, ',')
 				}
-				joined.WriteString(k)
-				vals, vstates = append(vals, v.Value), append(vstates, int16(v.State))
-				times, ivals, novalue = append(times, v.TimeMS), append(ivals, int32(v.IntervalMS)), append(novalue, v.NoValue)
+				text = append(text, k...)
+				sc.vals, sc.vstates = append(sc.vals, v.Value), append(sc.vstates, int16(v.State))
+				sc.times, sc.ivals, sc.novalue = append(sc.times, v.TimeMS), append(sc.ivals, int32(v.IntervalMS)), append(sc.novalue, v.NoValue)
 				anyNone = anyNone || v.NoValue
 			}
-			if t := times[tlo[i]:]; len(t) > 1 && !slices.ContainsFunc(t, func(x int64) bool { return x != t[0] }) &&
-				!slices.ContainsFunc(ivals[tlo[i]:], func(x int32) bool { return x != ivals[tlo[i]] }) {
-				times, ivals = times[:tlo[i]+1], ivals[:tlo[i]+1]
+			sc.stateEnd[i] = len(text)
+			if t := sc.times[sc.tlo[i]:]; len(t) > 1 && !slices.ContainsFunc(t, func(x int64) bool { return x != t[0] }) &&
+				!slices.ContainsFunc(sc.ivals[sc.tlo[i]:], func(x int32) bool { return x != sc.ivals[sc.tlo[i]] }) {
+				sc.times, sc.ivals = sc.times[:sc.tlo[i]+1], sc.ivals[:sc.tlo[i]+1]
 			}
-			p := joined.String()
-			paths[i], n = &p, n+int32(len(keys))
+			sc.deep[i] = true
+			n += int32(len(ent))
 		}
-		hi[i], thi[i], ends[i] = n, int32(len(times)), len(all)
+		sc.hi[i], sc.thi[i], sc.ends[i] = n, int32(len(sc.times)), len(all)
 	}
-	metrics := make([][]byte, len(nodes))
+	clear(entries)
+	sc.entries, sc.text = entries[:0], text
+	// Every node's keys and states in one string, each a slice of it: a
+	// string a node was an allocation a node.
+	str := string(text)
 	start := 0
-	for i, end := range ends {
-		if states[i] != nil {
-			metrics[i] = all[start:end:end]
+	for i := range nodes {
+		sc.metrics[i] = nil
+		if sc.deep[i] {
+			sc.strs[i] = str[sc.stateAt[i]:sc.stateEnd[i]]
+			sc.paths[i] = &sc.strs[i]
+		} else {
+			sc.strs[i] = str[sc.stateAt[i]:sc.stateEnd[i]]
+			sc.states[i] = &sc.strs[i]
+			sc.metrics[i] = all[start:sc.ends[i]:sc.ends[i]]
 		}
-		start = end
+		start = sc.ends[i]
 	}
+	// An empty array is NULL, as a slice never appended to was.
+	novalue := sc.novalue
 	if !anyNone {
 		novalue = nil // NULL: no value is without one
 	}
-	batch.Queue(mergeLatest, nodes, ts, intervals, snapshots, metrics, states, keySets, paths, vals, vstates, times, ivals, novalue, lo, hi, tlo, thi)
+	batch.Queue(mergeLatest, sc.nodes, sc.ts, sc.intervals, sc.snapshots, sc.metrics, sc.states, sc.keySets, sc.paths,
+		nilIfEmpty(sc.vals), nilIfEmpty(sc.vstates), nilIfEmpty(sc.times), nilIfEmpty(sc.ivals), nilIfEmpty(novalue),
+		sc.lo, sc.hi, sc.tlo, sc.thi)
 	return all, nil
 }
 
-// latestAcc is one node's newest values in a batch (queueLatest).
-type latestAcc struct {
-	ts         time.Time
-	intervalMS uint32
-	snapshot   *time.Time
-	metrics    map[string]LatestValue
-	deep       bool // a metric below the roots
+// nilIfEmpty is s, or nil (NULL to pgx) when it has nothing.
+func nilIfEmpty[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+// latestEntry is one value for a node's newest values (queueLatest): ord
+// is the order it was added in, so of equal keys the newest is known.
+type latestEntry struct {
+	path string
+	v    LatestValue
+	ord  int32
 }
 
 // latestScratch is what queueLatest builds for a batch, kept for the next
-// one (Store.latestScratches) once reset: a node's values grown into a new
-// map each batch were a sixth of the write path's allocations.
+// one (Store.latestScratches) once reset, and the arguments it queues: a
+// node's values grown into a new map each batch, and a slice an argument,
+// were a third of the write path's allocations.
 type latestScratch struct {
-	byNode map[int32]*latestAcc
-	accs   []*latestAcc // every one made, byNode's first
-	used   int
-	sorted []Report
+	order   []int32 // the new reports, by node and time
+	entries []latestEntry
+	text    []byte
+	byName  []int // appendRootStates' room
+	// An element a node, the batch's arguments (mergeLatest).
+	nodes, intervals, lo, hi, tlo, thi []int32
+	ts, snapTimes                      []time.Time
+	snapshots                          []*time.Time
+	metrics                            [][]byte
+	states, paths                      []*string
+	strs                               []string
+	keySets                            []int64
+	ends, stateAt, stateEnd            []int
+	deep                               []bool
+	// A deep node's values, node after node: node i's are [lo[i], hi[i]),
+	// its times and intervals [tlo[i], thi[i]), one of each when all of
+	// its values share them.
+	vals    []float64
+	vstates []int16
+	times   []int64
+	ivals   []int32
+	novalue []bool
 }
 
-// acc is a node's accumulator, emptied.
-func (sc *latestScratch) acc() *latestAcc {
-	if sc.used == len(sc.accs) {
-		sc.accs = append(sc.accs, &latestAcc{metrics: map[string]LatestValue{}})
+// size gives every per-node slice n elements and empties the values'.
+func (sc *latestScratch) size(n int) {
+	sc.nodes, sc.intervals = resize(sc.nodes, n), resize(sc.intervals, n)
+	sc.lo, sc.hi, sc.tlo, sc.thi = resize(sc.lo, n), resize(sc.hi, n), resize(sc.tlo, n), resize(sc.thi, n)
+	sc.ts, sc.snapTimes, sc.snapshots = resize(sc.ts, n), resize(sc.snapTimes, n), resize(sc.snapshots, n)
+	sc.metrics, sc.states, sc.paths, sc.strs = resize(sc.metrics, n), resize(sc.states, n), resize(sc.paths, n), resize(sc.strs, n)
+	sc.keySets, sc.ends, sc.stateAt, sc.stateEnd = resize(sc.keySets, n), resize(sc.ends, n), resize(sc.stateAt, n), resize(sc.stateEnd, n)
+	sc.deep = resize(sc.deep, n)
+	clear(sc.deep)
+	sc.vals, sc.vstates, sc.times, sc.ivals, sc.novalue = sc.vals[:0], sc.vstates[:0], sc.times[:0], sc.ivals[:0], sc.novalue[:0]
+}
+
+// resize is s with n elements, grown when it has not the room.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n, n+n/4)
 	}
-	a := sc.accs[sc.used]
-	sc.used++
-	return a
+	return s[:n]
 }
 
-// reset empties the scratch, keeping its maps' room, but not more of it
-// than a batch of the largest reports needs now and then: nothing of the
-// batch stays reachable from it.
+// reset lets go of what the batch's arguments refer to (its strings, its
+// JSON), and of room that a batch of the largest reports needed: nothing
+// of the batch stays reachable from the scratch.
 func (sc *latestScratch) reset() {
-	for _, a := range sc.accs[:sc.used] {
-		if a.deep {
-			// A deep node's map may be large: not kept for a roots-only node.
-			a.metrics = map[string]LatestValue{}
-		} else {
-			clear(a.metrics)
-		}
-		*a = latestAcc{metrics: a.metrics}
+	if cap(sc.entries) > maxLatestEntries {
+		sc.entries = nil
 	}
-	sc.used = 0
-	clear(sc.byNode)
-	clear(sc.sorted)
-	sc.sorted = sc.sorted[:0]
+	if cap(sc.text) > maxLatestBuf {
+		sc.text = nil
+	}
+	if cap(sc.vals) > maxLatestEntries {
+		sc.vals, sc.vstates, sc.times, sc.ivals, sc.novalue = nil, nil, nil, nil, nil
+	}
+	clear(sc.strs[:cap(sc.strs)])
+	clear(sc.metrics[:cap(sc.metrics)])
+	clear(sc.states[:cap(sc.states)])
+	clear(sc.paths[:cap(sc.paths)])
+	clear(sc.snapshots[:cap(sc.snapshots)])
+	sc.order = sc.order[:0]
 }
 
 // maxLatestBuf is the largest latest-values buffer kept for the next
 // batch: a batch of the largest reports allowed must not pin its memory.
 const maxLatestBuf = 8 << 20
 
-// sortedLatestKeys appends metrics' keys to keys in the order jsonb keeps
-// an object's keys (shorter first, then bytewise): jsonb input sorts
-// every object, and an object already in order is checked in one pass
-// (migration 032).
-func sortedLatestKeys(keys []string, metrics map[string]LatestValue) []string {
-	for k := range metrics {
-		keys = append(keys, k)
+// maxLatestEntries is as many values as a scratch keeps room for.
+const maxLatestEntries = maxLatestBuf / 48
+
+// latestKeyCompare orders keys as jsonb keeps an object's keys (shorter
+// first, then bytewise): jsonb input sorts every object, and an object
+// already in order is checked in one pass (migration 032).
+func latestKeyCompare(a, b string) int {
+	if len(a) != len(b) {
+		return len(a) - len(b)
 	}
-	slices.SortFunc(keys, func(a, b string) int {
-		if len(a) != len(b) {
-			return len(a) - len(b)
-		}
-		return strings.Compare(a, b)
-	})
-	return keys
+	return strings.Compare(a, b)
 }
 
-// latestKeys is a hash of a node's key set (sorted, sortedLatestKeys),
-// as metrics_keys keeps it: equal hashes, one seed, the same keys but
-// for a chance of 2^-64 that a client cannot aim at (the seed is the
-// process's own).
-func latestKeys(h *maphash.Hash, keys []string) int64 {
+// latestKeyHash is a hash of a node's key set (its entries, sorted by
+// latestKeyCompare), as metrics_keys keeps it: equal hashes, one seed,
+// the same keys but for a chance of 2^-64 that a client cannot aim at
+// (the seed is the process's own).
+func latestKeyHash(h *maphash.Hash, ent []latestEntry) int64 {
 	h.Reset()
 	var n [4]byte
-	for _, k := range keys {
+	for i := range ent {
+		k := ent[i].path
 		// Each key after its length: keys cannot run together.
 		binary.LittleEndian.PutUint32(n[:], uint32(len(k)))
 		h.Write(n[:])
@@ -606,15 +675,15 @@ func latestKeys(h *maphash.Hash, keys []string) int64 {
 	return int64(h.Sum64())
 }
 
-// appendLatestJSON appends metrics as the JSON object node_latest keeps
-// (LatestValue's encoding), in the order of keys (sortedLatestKeys: its
-// keys). Written by hand: encoding/json's reflection and sorted keys
+// appendLatestJSON appends a node's values (ent, by latestKeyCompare) as
+// the JSON object node_latest keeps (LatestValue's encoding), in their
+// order. Written by hand: encoding/json's reflection and sorted keys
 // were 15% of the collector's CPU at a full tree per report. Each value's
 // fields are in jsonb's order too ("i", "n", "s", "t", "v").
-func appendLatestJSON(b []byte, keys []string, metrics map[string]LatestValue) ([]byte, error) {
+func appendLatestJSON(b []byte, ent []latestEntry) ([]byte, error) {
 	b = append(b, '{')
-	for i, k := range keys {
-		v := metrics[k]
+	for i := range ent {
+		k, v := ent[i].path, &ent[i].v
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -737,23 +806,24 @@ func (c counterInc) ids() (node, metric int32) {
 	return int32(uint32(c.key>>32) ^ 1<<31), int32(uint32(c.key) ^ 1<<31)
 }
 
-// rootStates renders the states of a roots-only report's metrics in one
-// canonical string ("drops=1,ping=3"): equal strings, equal states, which
-// is all the fleet summary's trigger needs to know to skip (migration 023).
-func rootStates(metrics map[string]LatestValue) string {
-	keys := make([]string, 0, len(metrics))
-	for k := range metrics {
-		keys = append(keys, k)
+// appendRootStates appends the states of a roots-only report's metrics
+// (ent) in one canonical string ("drops=1,ping=3": by key, bytewise):
+// equal strings, equal states, which is all the fleet summary's trigger
+// needs to know to skip (migration 023). byName is its room to sort in.
+func appendRootStates(b []byte, ent []latestEntry, byName *[]int) []byte {
+	idx := (*byName)[:0]
+	for i := range ent {
+		idx = append(idx, i)
 	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(',')
+	slices.SortFunc(idx, func(x, y int) int { return strings.Compare(ent[x].path, ent[y].path) })
+	*byName = idx
+	for j, i := range idx {
+		if j > 0 {
+			b = append(b, ',')
 		}
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(strconv.Itoa(int(metrics[k].State)))
+		b = append(b, ent[i].path...)
+		b = append(b, '=')
+		b = strconv.AppendInt(b, int64(ent[i].v.State), 10)
 	}
-	return b.String()
+	return b
 }
