@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"hash/maphash"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -38,11 +39,16 @@ const (
 // evaluator is the leader's state for one term; a database error discards
 // it and the next one starts again from what PostgreSQL holds.
 type evaluator struct {
-	s         *Service
-	term      leader.Term
-	eng       *Engine
-	paths     map[int32]string
-	nodes     map[int32]store.Node
+	s     *Service
+	term  leader.Term
+	eng   *Engine
+	paths map[int32]string
+	nodes map[int32]store.Node
+	// nodeSums, nodeSeed and nodeGen let loadNodes decode only the node
+	// rows that changed.
+	nodeSums  map[int32]nodeSum
+	nodeSeed  maphash.Seed
+	nodeGen   uint32
 	known     map[int32]bool // nodes whose watermark is persisted
 	synced    map[int32]bool // nodes read from the database by this evaluator (see read)
 	wm        map[int32]time.Time
@@ -182,16 +188,45 @@ func (ev *evaluator) init(ctx context.Context) error {
 
 func nodeInfo(n store.Node) NodeInfo { return NodeInfo{ID: n.ID, Name: n.Name, Labels: n.Labels} }
 
+// loadNodes rereads the nodes, decoding only the rows that changed since
+// the last time (store.NodesChanged): every 30 s every node's labels and
+// capabilities decoded anew, and a new map of them, were a tenth of the
+// collector's allocations at 10,000 nodes. A node no longer there is
+// forgotten.
 func (ev *evaluator) loadNodes(ctx context.Context) error {
-	nodes, err := ev.s.st.Nodes(ctx)
+	if ev.nodes == nil {
+		ev.nodes, ev.nodeSums, ev.nodeSeed = map[int32]store.Node{}, map[int32]nodeSum{}, maphash.MakeSeed()
+	}
+	ev.nodeGen++
+	gen := ev.nodeGen
+	err := ev.s.st.NodesChanged(ctx, ev.nodeSeed, func(id int32, sum store.NodeSum) bool {
+		if s, ok := ev.nodeSums[id]; ok && s.sum == sum {
+			ev.nodeSums[id] = nodeSum{sum: sum, gen: gen}
+			return false
+		}
+		return true
+	}, func(n store.Node, sum store.NodeSum) {
+		ev.nodes[n.ID], ev.nodeSums[n.ID] = n, nodeSum{sum: sum, gen: gen}
+	})
 	if err != nil {
+		// Half read: the next load decodes every node again.
+		ev.nodes, ev.nodeSums = nil, nil
 		return err
 	}
-	ev.nodes = make(map[int32]store.Node, len(nodes))
-	for _, n := range nodes {
-		ev.nodes[n.ID] = n
+	for id, s := range ev.nodeSums {
+		if s.gen != gen {
+			delete(ev.nodeSums, id)
+			delete(ev.nodes, id)
+		}
 	}
 	return nil
+}
+
+// nodeSum is a node's row as the evaluator last read it (loadNodes): its
+// sum, and the load that saw it.
+type nodeSum struct {
+	sum store.NodeSum
+	gen uint32
 }
 
 func (ev *evaluator) loadRules(ctx context.Context) ([]Change, error) {
