@@ -2,6 +2,7 @@ package alert
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/nbs-project/nbs/collector/store"
 )
@@ -36,8 +37,15 @@ type handover struct {
 	// spare is the array the evaluator gave back (recycle), which the
 	// next put fills: grown anew each cycle, the hand-over's arrays were a
 	// fifteenth of the collector's allocations at 10,000 nodes.
-	spare      []store.Report
-	bytes      int64
+	spare []store.Report
+	// samples holds the held reports' samples, copied: the writer
+	// reuses a report's arrays once OnStored returns. spareSamples is
+	// the array recycle gave back with spare, and lent the one the
+	// last take returned (with the reports at lentAt).
+	samples, spareSamples, lent []store.Sample
+	lentAt                      uintptr
+	bytes                       int64
+
 	missed     map[int32]bool
 	all        bool // more nodes missed than handoverMissed: read every node
 	maxReports int
@@ -59,12 +67,19 @@ func (h *handover) put(reports []store.Report) (dropped int) {
 	if h.reports == nil && h.spare != nil {
 		h.reports, h.spare = h.spare, nil
 	}
+	if h.samples == nil && h.spareSamples != nil {
+		h.samples, h.spareSamples = h.spareSamples, nil
+	}
 	for i := range reports {
 		r := &reports[i]
 		kept := store.Report{NodeID: r.NodeID, InstanceID: r.InstanceID, Seq: r.Seq,
 			Time: r.Time, Received: r.Received, IntervalMS: r.IntervalMS, Samples: r.Samples}
 		n := kept.Bytes()
 		if len(h.reports) < h.maxReports && h.bytes+n <= h.maxBytes {
+			// Grown, the array moves; what was held keeps the old one.
+			at := len(h.samples)
+			h.samples = append(h.samples, r.Samples...)
+			kept.Samples = h.samples[at:len(h.samples):len(h.samples)]
 			h.reports = append(h.reports, kept)
 			h.bytes += n
 			continue
@@ -96,6 +111,13 @@ func (h *handover) recycle(reports []store.Report) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.spare = reports[:0]
+	// Their samples too, if these are what the last take lent (another
+	// take since may have lent its own, still read).
+	if h.lentAt == uintptr(unsafe.Pointer(unsafe.SliceData(reports))) && int64(cap(h.lent)) <= h.maxBytes/int64(unsafe.Sizeof(store.Sample{})) {
+		clear(h.lent)
+		h.spareSamples = h.lent[:0]
+	}
+	h.lent, h.lentAt = nil, 0
 }
 
 // take empties the hand-over: the reports in the order they were
@@ -105,6 +127,7 @@ func (h *handover) take() (reports []store.Report, missed map[int32]bool, all bo
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	reports, missed, all = h.reports, h.missed, h.all
-	h.reports, h.missed, h.all, h.bytes = nil, nil, false, 0
+	h.lent, h.lentAt = h.samples, uintptr(unsafe.Pointer(unsafe.SliceData(reports)))
+	h.reports, h.samples, h.missed, h.all, h.bytes = nil, nil, nil, false, 0
 	return reports, missed, all
 }

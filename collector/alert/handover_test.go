@@ -164,3 +164,49 @@ func TestHandoverRecycles(t *testing.T) {
 		t.Errorf("a cycle's hand-over took %.1f allocations", allocs)
 	}
 }
+
+// The hand-over holds copies of the samples (the writer fills a report's
+// arrays again once OnStored returns), in an array that recycle gives back
+// for the next put only when nothing it lent is still read: the reports
+// of the last take. Reports an earlier take lent keep their samples.
+func TestAlertHandoverCopiesSamples(t *testing.T) {
+	h := newHandover()
+	report := func(node int32, v float64) store.Report {
+		return store.Report{NodeID: node, Samples: []store.Sample{{Path: "tcp_reset", Value: v}, {Path: "tcp_reset/sent", Value: v}}}
+	}
+	want := func(held []store.Report, v float64) {
+		t.Helper()
+		for _, r := range held {
+			if !slices.Equal(r.Samples, report(0, v).Samples) {
+				t.Fatalf("held %+v, want the samples put (value %g)", r.Samples, v)
+			}
+		}
+	}
+	src := []store.Report{report(1, 1)}
+	h.put(src)
+	for i := range src {
+		clear(src[i].Samples) // the writer's next report
+	}
+	first, _, _ := h.take()
+	want(first, 1)
+	arena := unsafe.SliceData(first[0].Samples)
+	h.recycle(first)
+	h.put([]store.Report{report(3, 2)})
+	second, _, _ := h.take()
+	want(second, 2)
+	if unsafe.SliceData(second[0].Samples) != arena {
+		t.Errorf("the recycled samples' array was not filled again")
+	}
+
+	// Two takes, the first recycled last: the second's samples stay.
+	h.put([]store.Report{report(4, 3)})
+	third, _, _ := h.take()
+	h.recycle(second)
+	h.put([]store.Report{report(5, 4)})
+	want(third, 3)
+	fourth, _, _ := h.take()
+	want(fourth, 4)
+	if unsafe.SliceData(fourth[0].Samples) == unsafe.SliceData(third[0].Samples) {
+		t.Errorf("a put wrote into samples a take still lends")
+	}
+}
