@@ -604,8 +604,11 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report, 
 	if err != nil {
 		return err
 	}
-	rep, newDefs, rej := s.limits.checkReportSeen(r, st, received, seen)
+	arr := s.writer.arrays.get()
+	rep, newDefs, rej := s.limits.checkReportInto(r, st, received, seen, arr)
+	arr.hold(&rep)
 	if rej != nil {
+		s.writer.arrays.put(arr)
 		s.metrics.Rejects.WithLabelValues(rej.reason).Inc()
 		s.metrics.Reports.WithLabelValues("rejected").Inc()
 		s.log.Warn("report rejected", "node", st.node.Name, "seq", r.GetSequence(), "reason", rej.msg)
@@ -622,6 +625,7 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report, 
 			_, err = s.registry.UpsertDefinitions(ctx, dest, newDefs)
 		}
 		if err != nil {
+			s.writer.arrays.put(arr)
 			s.log.Error("register new metric definitions", "node", st.node.Name, "err", err)
 			return status.Error(codes.Unavailable, "collector cannot reach its database; retry later")
 		}
@@ -645,7 +649,7 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report, 
 		rep.Events[i].MetricID = metricID(&st.metrics, rep.Events[i].Path)
 	}
 	seq := rep.Seq
-	return s.writer.Submit(ctx, rep, func(duplicate bool, err error) {
+	return s.writer.submit(ctx, rep, arr, func(duplicate bool, err error) {
 		if err != nil {
 			st.trySend(&nbsv1.ConnectResponse{Msg: &nbsv1.ConnectResponse_Reject{Reject: &nbsv1.Reject{
 				Sequence: seq, Reason: "the database refused this report: " + err.Error()}}})

@@ -276,13 +276,17 @@ const maxScanned = 32
 // It does not change the stream: the caller commits new definitions and the
 // sequence only once the report is accepted.
 func (l Limits) checkReport(r *nbsv1.Report, st *stream, now time.Time) (store.Report, []store.MetricDef, *rejection) {
-	return l.checkReportSeen(r, st, now, nil)
+	return l.checkReportInto(r, st, now, nil, nil)
 }
 
-// checkReportSeen is checkReport with seen, an empty map the caller keeps,
+// checkReportInto is checkReport with seen, an empty map the caller keeps,
 // as its room for finding a metric twice in a report of more than
-// maxScanned samples (nil: one is made).
-func (l Limits) checkReportSeen(r *nbsv1.Report, st *stream, now time.Time, seen map[string]bool) (store.Report, []store.MetricDef, *rejection) {
+// maxScanned samples (nil: one is made), and arr, the arrays to fill
+// (nil: new ones). The caller then holds arr with the report (hold).
+func (l Limits) checkReportInto(r *nbsv1.Report, st *stream, now time.Time, seen map[string]bool, arr *reportArrays) (store.Report, []store.MetricDef, *rejection) {
+	if arr == nil {
+		arr = new(reportArrays)
+	}
 	var out store.Report
 	if r.GetSequence() == 0 {
 		return out, nil, reject("bad_sequence", "report: sequence must start at 1")
@@ -334,14 +338,15 @@ func (l Limits) checkReportSeen(r *nbsv1.Report, st *stream, now time.Time, seen
 	}
 
 	out = store.Report{InstanceID: st.node.InstanceID, Seq: r.GetSequence(), Time: ts, IntervalMS: r.GetIntervalMs(), Snapshot: r.GetSnapshot(),
-		Samples: make([]store.Sample, 0, len(r.GetSamples())), Histograms: make([]store.Histogram, 0, len(r.GetHistograms()))}
+		Samples: room(arr.samples, len(r.GetSamples())), Histograms: room(arr.hists, len(r.GetHistograms()))}
 	// The histograms' buckets in two arrays for the report rather than two
 	// a histogram: a full tree's 50 histograms were 100 allocations.
 	var buckets int
 	for _, h := range r.GetHistograms() {
 		buckets += len(h.GetBucketIndex())
 	}
-	indexes, counts := make([]int32, 0, buckets), make([]int64, 0, buckets)
+	arr.indexes, arr.counts = room(arr.indexes, buckets), room(arr.counts, buckets)
+	indexes, counts := arr.indexes, arr.counts
 	// A metric twice: looked for among the samples before it while they
 	// are few (a healthy node's dozen roots), in a map beyond.
 	switch {

@@ -27,6 +27,9 @@ type pending struct {
 	report store.Report
 	done   Stored
 	bytes  int64 // of the writer's budget, released before done
+	// arrays, if not nil, are the report's (checkReport), given back to
+	// the writer's pool once the report is done with.
+	arrays *reportArrays
 }
 
 // Writer batches reports from every stream into COPY transactions. Its queue
@@ -48,6 +51,8 @@ type Writer struct {
 	maxWait  time.Duration
 	// OnStored, if set, sees every newly stored report after commit (alert evaluation).
 	onStored func([]store.Report)
+	// arrays are the arrays of reports done with, for checkReport.
+	arrays reportArrayPool
 }
 
 type WriterOptions struct {
@@ -85,13 +90,20 @@ func NewWriter(st ReportWriter, opts WriterOptions, log *slog.Logger, m *telemet
 // Submit queues a report; it blocks while the queue is full, in reports
 // or in bytes.
 func (w *Writer) Submit(ctx context.Context, r store.Report, done Stored) error {
+	return w.submit(ctx, r, nil, done)
+}
+
+// submit is Submit of a report checked into arr (checkReportInto), which
+// the writer takes back once the report is done with; if it returns an
+// error, arr is the caller's again.
+func (w *Writer) submit(ctx context.Context, r store.Report, arr *reportArrays, done Stored) error {
 	// A report larger than the whole budget waits for all of it.
 	n := min(r.Bytes(), w.maxBytes)
 	if err := w.bytes.Acquire(ctx, n); err != nil {
 		return err
 	}
 	select {
-	case w.queue <- pending{report: r, done: done, bytes: n}:
+	case w.queue <- pending{report: r, done: done, bytes: n, arrays: arr}:
 		w.metrics.WriteQueue.Set(float64(len(w.queue)))
 		return nil
 	case <-ctx.Done():
@@ -182,6 +194,12 @@ func (w *Writer) write(ctx context.Context, batch []pending, scratch *writeScrat
 			if w.onStored != nil && len(stored) > 0 {
 				w.onStored(stored)
 			}
+			// Stored, acked, and seen by OnStored (which keeps none of
+			// the arrays): checkReport may fill them again.
+			for i := range batch {
+				w.arrays.put(batch[i].arrays)
+				batch[i].arrays = nil
+			}
 			return
 		}
 		if ctx.Err() != nil {
@@ -194,6 +212,8 @@ func (w *Writer) write(ctx context.Context, batch []pending, scratch *writeScrat
 				w.metrics.Reports.WithLabelValues("rejected").Inc()
 				w.metrics.Rejects.WithLabelValues("database").Inc()
 				w.finish(batch[0], false, err)
+				w.arrays.put(batch[0].arrays)
+				batch[0].arrays = nil
 				return
 			}
 			mid := len(batch) / 2

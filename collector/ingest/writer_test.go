@@ -2,9 +2,12 @@ package ingest
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nbs-project/nbs/collector/store"
 	"github.com/nbs-project/nbs/collector/telemetry"
@@ -75,5 +78,94 @@ func TestWriterQueueIsBoundedInBytes(t *testing.T) {
 	g.gate <- struct{}{}
 	if seq := <-stored; seq != 3 {
 		t.Fatalf("stored report %d, want 3", seq)
+	}
+}
+
+// refusingStore stores every batch but one holding report refuse, which
+// the database refuses for good (as a value out of range).
+type refusingStore struct{ refuse uint64 }
+
+func (s refusingStore) WriteReports(ctx context.Context, reports []store.Report) (map[store.ReportKey]bool, error) {
+	out := map[store.ReportKey]bool{}
+	for _, r := range reports {
+		if r.Seq == s.refuse {
+			return nil, &pgconn.PgError{Code: "22003", Message: "numeric value out of range"}
+		}
+		out[r.Key()] = true
+	}
+	return out, nil
+}
+
+// The arrays a report was checked into go back to be filled again only
+// once the writer is done with it: its agent told (stored or refused)
+// and, if stored, OnStored has seen it, each with its samples as
+// checked; then they are emptied (nothing of the report stays reachable).
+func TestWriterGivesArraysBackWhenDone(t *testing.T) {
+	const refused = 3
+	checked := func(seq uint64) (store.Report, *reportArrays) {
+		arr := new(reportArrays)
+		arr.samples = make([]store.Sample, 0, 4)
+		r := store.Report{NodeID: 1, InstanceID: 1, Seq: seq, Samples: arr.samples[:2]}
+		r.Samples[0] = store.Sample{Path: "tcp_reset", Value: float64(seq)}
+		r.Samples[1] = store.Sample{Path: "tcp_reset/sent", Value: float64(seq)}
+		arr.hold(&r)
+		return r, arr
+	}
+	intact := func(r store.Report) bool {
+		return len(r.Samples) == 2 && r.Samples[0].Path == "tcp_reset" && r.Samples[1].Path == "tcp_reset/sent" &&
+			r.Samples[0].Value == float64(r.Seq) && r.Samples[1].Value == float64(r.Seq)
+	}
+	problems := make(chan string, 10)
+	var w *Writer
+	w = NewWriter(refusingStore{refuse: refused}, WriterOptions{Workers: 1, QueueSize: 10, MaxBatch: 10, MaxWait: 50 * time.Millisecond,
+		OnStored: func(reports []store.Report) {
+			for _, r := range reports {
+				if !intact(r) {
+					problems <- fmt.Sprintf("OnStored saw report %d's samples as %+v", r.Seq, r.Samples)
+				}
+			}
+		}}, slog.New(slog.DiscardHandler), telemetry.New())
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var reports []store.Report
+	told := make(chan uint64, 4)
+	for seq := uint64(1); seq <= 4; seq++ {
+		r, arr := checked(seq)
+		reports = append(reports, r)
+		err := w.submit(ctx, r, arr, func(_ bool, err error) {
+			if !intact(r) {
+				problems <- fmt.Sprintf("report %d's agent told (%v) with its samples as %+v", r.Seq, err, r.Samples)
+			}
+			if (err != nil) != (r.Seq == refused) {
+				problems <- fmt.Sprintf("report %d ended with %v", r.Seq, err)
+			}
+			told <- r.Seq
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	run, stop := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { w.Run(run); close(ran) }()
+	for range reports {
+		select {
+		case <-told:
+		case <-ctx.Done():
+			t.Fatal("not every report's agent was told")
+		}
+	}
+	// The writer is done with all of them: stopped, what it gave back is
+	// seen here.
+	stop()
+	<-ran
+	for _, r := range reports {
+		if r.Samples[0] != (store.Sample{}) || r.Samples[1] != (store.Sample{}) {
+			t.Errorf("report %d's arrays not given back: %+v", r.Seq, r.Samples)
+		}
+	}
+	close(problems)
+	for p := range problems {
+		t.Error(p)
 	}
 }

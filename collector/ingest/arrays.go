@@ -1,0 +1,60 @@
+package ingest
+
+import (
+	"sync"
+
+	"github.com/nbs-project/nbs/collector/store"
+)
+
+// reportArrays are the arrays checkReport fills with a report's samples,
+// histograms and buckets, kept from report to report: the writer gives
+// them back once the report is stored and its agent told (or the server,
+// once it refused the report). Made a report, they were a seventh of the
+// collector's allocations at 10,000 nodes. Nothing that outlives the
+// writer's batch keeps them: the alert hand-over copies the samples it
+// holds.
+type reportArrays struct {
+	samples []store.Sample
+	hists   []store.Histogram
+	indexes []int32
+	counts  []int64
+}
+
+// hold records what of the arrays r uses (checkReport may have grown
+// them), so that release empties exactly that.
+func (a *reportArrays) hold(r *store.Report) {
+	a.samples, a.hists = r.Samples, r.Histograms
+}
+
+// reportArrayPool holds reportArrays for checkReport.
+type reportArrayPool struct{ pool sync.Pool }
+
+func (p *reportArrayPool) get() *reportArrays {
+	if a, ok := p.pool.Get().(*reportArrays); ok {
+		return a
+	}
+	return new(reportArrays)
+}
+
+// put empties a's arrays (nothing of the report stays reachable from
+// them) and keeps them, unless a huge report grew them. nil is nothing.
+func (p *reportArrayPool) put(a *reportArrays) {
+	if a == nil {
+		return
+	}
+	if cap(a.samples) > maxKeptSamples || cap(a.hists) > maxKeptSamples || cap(a.indexes) > maxKeptSamples*64 {
+		return
+	}
+	clear(a.samples)
+	clear(a.hists)
+	a.samples, a.hists, a.indexes, a.counts = a.samples[:0], a.hists[:0], a.indexes[:0], a.counts[:0]
+	p.pool.Put(a)
+}
+
+// room is s emptied with room for n, grown when it has not.
+func room[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	return s[:0]
+}
