@@ -104,7 +104,7 @@ func TestExplainFoldPending(t *testing.T) {
 	if err := st.SetFoldWatermark(ctx, RollupMinute, m.Add(-time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := foldPending(ctx, st.pool, m, foldCursor{fresh: m.Add(-time.Minute)}, 1<<30); err != nil {
+	if _, _, _, err := foldPending(ctx, st.pool, m, foldCursor{fresh: m.Add(-time.Minute)}, 1<<30, new(histMerge)); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := st.pool.Begin(ctx)

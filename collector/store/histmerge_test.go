@@ -13,7 +13,10 @@ import (
 // whole-row reads: the same groups in the same order, the same buckets,
 // counts and sums, also for rows whose buckets are out of order, repeated,
 // empty or past the layout, and with a row's buckets reused after add.
+// One histMerge serves every case, reset before each, as the minute fold
+// keeps one from fold to fold.
 func TestHistMergeIsMergeHistograms(t *testing.T) {
+	m := new(histMerge)
 	for _, tc := range []struct {
 		name      string
 		rows      int
@@ -29,6 +32,8 @@ func TestHistMergeIsMergeHistograms(t *testing.T) {
 		{"growing past a row's room", 200, 3, 300, false, false},
 		{"malformed buckets", 500, 40, 12, true, false},
 		{"the fold's order", 3000, 0, 16, false, true},
+		{"many groups again", 3000, 500, 16, false, false},
+		{"growing past a row's room again", 200, 3, 300, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, uint64(tc.rows)))
@@ -50,7 +55,7 @@ func TestHistMergeIsMergeHistograms(t *testing.T) {
 				}
 			}
 			var rows []HistogramRow
-			var m histMerge
+			m.reset()
 			scratchIdx, scratchCnt := make([]int32, 0, 1024), make([]int64, 0, 1024)
 			for _, k := range keys[:tc.rows] {
 				r := HistogramRow{NodeID: k.node, metricID: k.metric, TS: time.Unix(k.ts, 0).UTC(),

@@ -179,7 +179,7 @@ type foldCursor struct {
 // the next chunk starts, and whether there may be more.
 func foldPending(ctx context.Context, conn interface {
 	Begin(context.Context) (pgx.Tx, error)
-}, before time.Time, cur foldCursor, limit int) (int, foldCursor, bool, error) {
+}, before time.Time, cur foldCursor, limit int, hists *histMerge) (int, foldCursor, bool, error) {
 	var n, seen int
 	var last int32
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -216,7 +216,7 @@ func foldPending(ctx context.Context, conn interface {
 		// its buckets sorted again, they were half the minute fold's Go
 		// time at 10,000 nodes. The statements below order the rows
 		// themselves.
-		var hists histMerge
+		hists.reset() // hists is kept from chunk to chunk and fold to fold
 		if err := hists.read(ctx, tx, foldPendingHistograms); err != nil {
 			return err
 		}
