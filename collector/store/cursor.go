@@ -70,12 +70,22 @@ func (s *Store) ReportsAfter(ctx context.Context, cursors []ReportCursor) ([]Rep
 // OrderTime): what a reader compares with its cursors to know which nodes
 // have anything newer, without sending a cursor per node.
 func (s *Store) NewestTimes(ctx context.Context) (map[int32]time.Time, error) {
+	return s.NewestTimesInto(ctx, nil)
+}
+
+// NewestTimesInto is NewestTimes into out, emptied first, which it
+// returns: a reader that asks every few seconds (the alert evaluator's
+// sweep) keeps one map rather than growing a new one of every node.
+func (s *Store) NewestTimesInto(ctx context.Context, out map[int32]time.Time) (map[int32]time.Time, error) {
+	if out == nil {
+		out = map[int32]time.Time{}
+	}
+	clear(out)
 	rows, err := s.pool.Query(ctx, `SELECT node_id, ts FROM node_latest`)
 	if err != nil {
 		return nil, fmt.Errorf("read newest report times: %w", err)
 	}
-	out, err := NodeTimes(rows)
-	if err != nil {
+	if err := nodeTimesInto(rows, out); err != nil {
 		return nil, fmt.Errorf("read newest report times: %w", err)
 	}
 	return out, nil
@@ -83,17 +93,24 @@ func (s *Store) NewestTimes(ctx context.Context) (map[int32]time.Time, error) {
 
 // NodeTimes collects rows of (node id, time) into a map, closing rows.
 func NodeTimes(rows pgx.Rows) (map[int32]time.Time, error) {
-	defer rows.Close()
 	out := map[int32]time.Time{}
+	if err := nodeTimesInto(rows, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func nodeTimesInto(rows pgx.Rows, out map[int32]time.Time) error {
+	defer rows.Close()
 	for rows.Next() {
 		var id int32
 		var ts time.Time
 		if err := rows.Scan(&id, &ts); err != nil {
-			return nil, err
+			return err
 		}
 		out[id] = ts
 	}
-	return out, rows.Err()
+	return rows.Err()
 }
 
 // MetricPaths resolves metric ids to their paths; unknown ids are left out.

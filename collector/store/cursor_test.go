@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +79,11 @@ func TestReportsAfterCursors(t *testing.T) {
 	newest, err := st.NewestTimes(ctx)
 	if err != nil || len(newest) != 2 || !newest[nodes["a"]].Equal(at(10)) || !newest[nodes["b"]].Equal(at(10)) {
 		t.Errorf("NewestTimes = %v, %v; want a and b at their tenth second, quiet absent", newest, err)
+	}
+	// Into a map kept from an earlier read: what it held is gone.
+	kept := map[int32]time.Time{nodes["quiet"]: at(3), nodes["a"]: at(1)}
+	if again, err := st.NewestTimesInto(ctx, kept); err != nil || !maps.Equal(again, newest) || !maps.Equal(kept, newest) {
+		t.Errorf("NewestTimesInto = %v, %v, into %v; want %v in the map it was given", again, err, kept, newest)
 	}
 	paths, err := st.MetricPaths(ctx, []int32{ids["tcp_reset"], ids["tcp_reset/sent"], 1_000_000})
 	if err != nil || len(paths) != 2 || paths[ids["tcp_reset/sent"]] != "tcp_reset/sent" {
