@@ -46,9 +46,12 @@ type evaluator struct {
 	nodes map[int32]store.Node
 	// nodeSums, nodeSeed and nodeGen let loadNodes decode only the node
 	// rows that changed.
-	nodeSums  map[int32]nodeSum
-	nodeSeed  maphash.Seed
-	nodeGen   uint32
+	nodeSums map[int32]nodeSum
+	nodeSeed maphash.Seed
+	nodeGen  uint32
+	// newest is sweep's room for every node's newest report time, kept
+	// (store.NewestTimesInto).
+	newest    map[int32]time.Time
 	known     map[int32]bool // nodes whose watermark is persisted
 	synced    map[int32]bool // nodes read from the database by this evaluator (see read)
 	wm        map[int32]time.Time
@@ -377,10 +380,11 @@ func (ev *evaluator) read(ctx context.Context, now time.Time) ([]Change, error) 
 // are read from the database as far as it matters: from now on their
 // reports may come from memory.
 func (ev *evaluator) sweep(ctx context.Context, dirty map[int32]bool) error {
-	newest, err := ev.s.st.NewestTimes(ctx)
+	newest, err := ev.s.st.NewestTimesInto(ctx, ev.newest)
 	if err != nil {
 		return err
 	}
+	ev.newest = newest
 	for id := range ev.nodes {
 		if dirty[id] {
 			continue
