@@ -161,7 +161,26 @@ const latestRootValues = `(` + latestBaseRoots + ` || metrics || hot)`
 // report of the batch, whether it was new; false means it was already stored.
 func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportKey]bool, error) {
 	result := make(map[ReportKey]bool, len(reports))
-	unique := make([]Report, 0, len(reports))
+	if err := s.WriteReportsInto(ctx, reports, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// WriteReportsInto is WriteReports into result, a map the caller keeps
+// from batch to batch (emptied first): made a batch, with the batch's
+// reports without duplicates, they were a twentieth of the collector's
+// allocations at 10,000 nodes. On an error result means nothing.
+func (s *Store) WriteReportsInto(ctx context.Context, reports []Report, result map[ReportKey]bool) error {
+	clear(result)
+	// queueLatest's arguments until the batch is sent, and the batch's
+	// reports without duplicates.
+	sc := s.latestScratches.Get().(*latestScratch)
+	defer func() {
+		sc.reset()
+		s.latestScratches.Put(sc)
+	}()
+	unique := sc.unique[:0]
 	for _, r := range reports {
 		if _, seen := result[r.Key()]; seen {
 			continue
@@ -169,16 +188,17 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		result[r.Key()] = false
 		unique = append(unique, r)
 	}
+	sc.unique = unique
 	if len(unique) == 0 {
-		return result, nil
+		return nil
 	}
 	if err := s.ensurePartitions(ctx, unique); err != nil {
-		return nil, err
+		return err
 	}
 
 	rows, err := newCopyRows(unique)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// The batch's latest values are written into a buffer kept from an
 	// earlier batch: grown from nothing, its copies were a sixth of the
@@ -199,12 +219,6 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 			*args = (*args)[:0]
 			s.latestBufs.Put(args)
 		}
-	}()
-	// And queueLatest's arguments, until the batch is sent.
-	sc := s.latestScratches.Get().(*latestScratch)
-	defer func() {
-		sc.reset()
-		s.latestScratches.Put(sc)
 	}()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		stored, err := copyDirect(ctx, tx, rows, args)
@@ -239,9 +253,9 @@ func (s *Store) WriteReports(ctx context.Context, reports []Report) (map[ReportK
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("write %d reports: %w", len(unique), err)
+		return fmt.Errorf("write %d reports: %w", len(unique), err)
 	}
-	return result, nil
+	return nil
 }
 
 // storedValue is a sample's value as reports.vals keeps it: NaN for no
@@ -576,7 +590,8 @@ type latestEntry struct {
 // node's values grown into a new map each batch, and a slice an argument,
 // were a third of the write path's allocations.
 type latestScratch struct {
-	order   []int32 // the new reports, by node and time
+	unique  []Report // the batch without duplicates (WriteReportsInto)
+	order   []int32  // the new reports, by node and time
 	entries []latestEntry
 	text    []byte
 	byName  []int // appendRootStates' room
@@ -639,6 +654,11 @@ func (sc *latestScratch) reset() {
 	clear(sc.paths[:cap(sc.paths)])
 	clear(sc.snapshots[:cap(sc.snapshots)])
 	sc.order = sc.order[:0]
+	if cap(sc.unique) > maxLatestEntries {
+		sc.unique = nil
+	}
+	clear(sc.unique)
+	sc.unique = sc.unique[:0]
 }
 
 // maxLatestBuf is the largest latest-values buffer kept for the next
