@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -198,15 +199,18 @@ type storedReports struct {
 	reports []store.Report
 }
 
-func (s *storedReports) WriteReports(_ context.Context, reports []store.Report) (map[store.ReportKey]bool, error) {
+func (s *storedReports) WriteReportsInto(_ context.Context, reports []store.Report, inserted map[store.ReportKey]bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	inserted := make(map[store.ReportKey]bool, len(reports))
+	clear(inserted)
 	for _, r := range reports {
+		// A copy: the collector fills a report's arrays again once it
+		// is stored (ingest.ReportWriter).
+		r.Samples, r.Histograms = slices.Clone(r.Samples), slices.Clone(r.Histograms)
 		s.reports = append(s.reports, r)
 		inserted[r.Key()] = true
 	}
-	return inserted, nil
+	return nil
 }
 
 func (s *storedReports) count() (reports, samples, histograms, events int) {

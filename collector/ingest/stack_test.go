@@ -99,12 +99,12 @@ func deepAuthenticate(ctx context.Context, h *nbsv1.Hello, depth int) (Grant, er
 // storeAll stores every report it is given.
 type storeAll struct{}
 
-func (storeAll) WriteReports(_ context.Context, reports []store.Report) (map[store.ReportKey]bool, error) {
-	out := make(map[store.ReportKey]bool, len(reports))
+func (storeAll) WriteReportsInto(_ context.Context, reports []store.Report, out map[store.ReportKey]bool) error {
+	clear(out)
 	for _, r := range reports {
 		out[r.Key()] = true
 	}
-	return out, nil
+	return nil
 }
 
 // Handling a report takes more stack than an idle stream's handler keeps

@@ -17,7 +17,11 @@ import (
 
 // ReportWriter is what the writer needs from the store.
 type ReportWriter interface {
-	WriteReports(ctx context.Context, reports []store.Report) (map[store.ReportKey]bool, error)
+	// WriteReportsInto stores a batch and sets, in inserted (emptied
+	// first), every report's key to whether it was new. It keeps none
+	// of the reports' arrays: the writer fills them with other reports
+	// once they are stored (reportArrays).
+	WriteReportsInto(ctx context.Context, reports []store.Report, inserted map[store.ReportKey]bool) error
 }
 
 // Stored is called once a report is durably stored, or refused for good.
@@ -158,6 +162,7 @@ func (w *Writer) work(ctx context.Context) {
 // collector's allocator besides its own samples.
 type writeScratch struct {
 	reports, stored []store.Report
+	inserted        map[store.ReportKey]bool
 }
 
 // write commits a batch, retrying transient failures until ctx ends. A batch
@@ -174,7 +179,11 @@ func (w *Writer) write(ctx context.Context, batch []pending, scratch *writeScrat
 	backoff := 100 * time.Millisecond
 	for {
 		start := time.Now()
-		inserted, err := w.store.WriteReports(ctx, reports)
+		if scratch.inserted == nil || len(scratch.inserted) > 4*w.maxBatch {
+			scratch.inserted = make(map[store.ReportKey]bool, len(reports))
+		}
+		inserted := scratch.inserted
+		err := w.store.WriteReportsInto(ctx, reports, inserted)
 		if err == nil {
 			w.metrics.DBWrite.Observe(time.Since(start).Seconds())
 			w.metrics.DBBatch.Observe(float64(len(batch)))

@@ -16,17 +16,17 @@ import (
 // gatedStore holds every write until its gate has a token, then stores it.
 type gatedStore struct{ gate chan struct{} }
 
-func (g gatedStore) WriteReports(ctx context.Context, reports []store.Report) (map[store.ReportKey]bool, error) {
+func (g gatedStore) WriteReportsInto(ctx context.Context, reports []store.Report, out map[store.ReportKey]bool) error {
 	select {
 	case <-g.gate:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	out := map[store.ReportKey]bool{}
+	clear(out)
 	for _, r := range reports {
 		out[r.Key()] = true
 	}
-	return out, nil
+	return nil
 }
 
 // The writer's queue is bounded in bytes as well as in reports: with room
@@ -85,15 +85,15 @@ func TestWriterQueueIsBoundedInBytes(t *testing.T) {
 // the database refuses for good (as a value out of range).
 type refusingStore struct{ refuse uint64 }
 
-func (s refusingStore) WriteReports(ctx context.Context, reports []store.Report) (map[store.ReportKey]bool, error) {
-	out := map[store.ReportKey]bool{}
+func (s refusingStore) WriteReportsInto(ctx context.Context, reports []store.Report, out map[store.ReportKey]bool) error {
+	clear(out)
 	for _, r := range reports {
 		if r.Seq == s.refuse {
-			return nil, &pgconn.PgError{Code: "22003", Message: "numeric value out of range"}
+			return &pgconn.PgError{Code: "22003", Message: "numeric value out of range"}
 		}
 		out[r.Key()] = true
 	}
-	return out, nil
+	return nil
 }
 
 // The arrays a report was checked into go back to be filled again only
