@@ -428,10 +428,9 @@ func (s *Store) FoldRollups(ctx context.Context, o FoldOptions) (FoldResult, err
 	if err != nil {
 		return res, fmt.Errorf("fold pending reports into minute rollups: %w", err)
 	}
-	hists := s.foldHists.get()
-	defer s.foldHists.put(hists)
+	var hists histMerge // kept from chunk to chunk
 	for cur := (foldCursor{fresh: fresh}); ; {
-		n, next, more, err := foldPending(ctx, conn, before, cur, perFold, hists)
+		n, next, more, err := foldPending(ctx, conn, before, cur, perFold, &hists)
 		cur = next
 		res.Reports += n
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,10 +28,11 @@ type histMerge struct {
 	idxChunk []int32
 	cntChunk []int64
 	// idxChunks and cntChunks are every chunk of histChunk made, kept
-	// for the next fold (reset, histMerges): made anew each minute, the
-	// chunks, the map and the rows were a third of the collector's
-	// allocations at 10,000 nodes once the write path's were gone.
-	// used counts those in use.
+	// for the fold's next chunk of reports (reset): made anew for each,
+	// the chunks, the map and the rows were a third of the collector's
+	// allocations at 10,000 nodes once the write path's were gone. Not
+	// kept from fold to fold, a minute apart: the collector's heap
+	// would hold them in between. used counts those in use.
 	idxChunks [][]int32
 	cntChunks [][]int64
 	used      int
@@ -88,55 +88,12 @@ func (m *histMerge) place(n int) ([]int32, []int64) {
 	return m.idxChunk[at : at+n : at+c], m.cntChunk[at : at+n : at+c]
 }
 
-// maxKeptChunks and maxKeptRows bound what reset keeps for the next
-// fold: a fold of many more histograms than usual does not stay.
-const (
-	maxKeptChunks = 64
-	maxKeptRows   = 1 << 16
-)
-
-// reset empties m for another fold, keeping its room.
+// reset empties m for another chunk of the fold, keeping its room.
 func (m *histMerge) reset() {
-	if len(m.out) > maxKeptRows {
-		m.at, m.out, m.guess = nil, nil, nil
-	}
 	clear(m.at)
-	clear(m.out) // their buckets: no chunk let go stays reachable
+	clear(m.out)
 	m.out, m.guess, m.pos, m.last = m.out[:0], m.guess[:0], 0, histKey{}
-	if len(m.idxChunks) > maxKeptChunks {
-		clear(m.idxChunks[maxKeptChunks:])
-		clear(m.cntChunks[maxKeptChunks:])
-		m.idxChunks, m.cntChunks = m.idxChunks[:maxKeptChunks], m.cntChunks[:maxKeptChunks]
-	}
 	m.idxChunk, m.cntChunk, m.used = nil, nil, 0
-}
-
-// histMerges keeps a Store's minute fold's histMerge from fold to fold:
-// not a sync.Pool, which a collection or two between two folds (a minute
-// apart) would empty.
-type histMerges struct {
-	mu sync.Mutex
-	m  *histMerge
-}
-
-// get is the kept histMerge, emptied, or a new one.
-func (p *histMerges) get() *histMerge {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m := p.m
-	p.m = nil
-	if m == nil {
-		m = new(histMerge)
-	}
-	return m
-}
-
-// put keeps m, emptied, for the next fold.
-func (p *histMerges) put(m *histMerge) {
-	m.reset()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.m = m
 }
 
 // add merges one row, whose buckets may be reused once it returns.

@@ -14,7 +14,7 @@ import (
 // counts and sums, also for rows whose buckets are out of order, repeated,
 // empty or past the layout, and with a row's buckets reused after add.
 // One histMerge serves every case, reset before each, as the minute fold
-// keeps one from fold to fold.
+// keeps one from chunk to chunk.
 func TestHistMergeIsMergeHistograms(t *testing.T) {
 	m := new(histMerge)
 	for _, tc := range []struct {

@@ -216,7 +216,7 @@ func foldPending(ctx context.Context, conn interface {
 		// its buckets sorted again, they were half the minute fold's Go
 		// time at 10,000 nodes. The statements below order the rows
 		// themselves.
-		hists.reset() // hists is kept from chunk to chunk and fold to fold
+		hists.reset() // kept from chunk to chunk (FoldRollups)
 		if err := hists.read(ctx, tx, foldPendingHistograms); err != nil {
 			return err
 		}

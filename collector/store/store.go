@@ -50,8 +50,6 @@ type Store struct {
 	// latestScratches holds *latestScratch: queueLatest's per-node
 	// values, kept from batch to batch.
 	latestScratches sync.Pool
-	// foldHists is the minute fold's histMerge, kept from fold to fold.
-	foldHists histMerges
 }
 
 // DefaultMaxDefIDs bounds the definitions a collector remembers: a fleet runs a
