@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"math/bits"
 	"sync"
 
 	"github.com/nbs-project/nbs/collector/store"
@@ -51,10 +52,12 @@ func (p *reportArrayPool) put(a *reportArrays) {
 	p.pool.Put(a)
 }
 
-// room is s emptied with room for n, grown when it has not.
+// room is s emptied with room for n, grown when it has not: to a power of
+// two, so that arrays kept from reports of many sizes (a troubled node's
+// histograms) fit the next ones more often than not.
 func room[T any](s []T, n int) []T {
 	if cap(s) < n {
-		return make([]T, 0, n)
+		return make([]T, 0, 1<<bits.Len(uint(n-1)))
 	}
 	return s[:0]
 }
