@@ -299,8 +299,11 @@ func (e *Engine) setNodeView(info NodeInfo, t time.Time, interval time.Duration,
 	nv.info, nv.time, nv.interval = info, t, interval
 	states := nv.states[:0]
 	if cap(states) < len(samples) || cap(states) > 2*len(samples)+16 {
-		// A snapshot's room is not kept for the roots that follow it.
-		states = make([]nodeState, 0, len(samples))
+		// A snapshot's room is not kept for the roots that follow it;
+		// a report a little larger than the last fits (a troubled
+		// node's reports vary by a few samples: each one larger was an
+		// array).
+		states = make([]nodeState, 0, len(samples)+len(samples)/4+4)
 	}
 	for _, s := range samples {
 		states = append(states, nodeState{path: s.Path, state: s.State})
