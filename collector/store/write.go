@@ -452,6 +452,7 @@ func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Repo
 		h       maphash.Hash
 		n       int32 // deep values so far
 		anyNone bool
+		most    int           // the most entries a node had
 		text    = sc.text[:0] // every deep node's keys, then every roots-only node's states
 		entries = sc.entries[:0]
 	)
@@ -465,7 +466,7 @@ func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Repo
 		last := &reports[order[e-1]]
 		sc.nodes[i], sc.ts[i], sc.intervals[i] = node, last.OrderTime(), int32(last.IntervalMS)
 		sc.snapshots[i], sc.states[i], sc.paths[i] = nil, nil, nil
-		start := len(entries)
+		entries = entries[:0]
 		deep := false
 		for _, ri := range order[g:e] {
 			r := &reports[ri]
@@ -476,30 +477,34 @@ func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Repo
 			t := r.OrderTime().UnixMilli()
 			for _, smp := range r.Samples {
 				deep = deep || strings.IndexByte(smp.Path, '/') >= 0
-				entries = append(entries, latestEntry{path: smp.Path, ord: int32(len(entries) - start),
+				entries = append(entries, latestEntry{path: smp.Path,
 					v: LatestValue{Value: smp.Value, State: smp.State, TimeMS: t, IntervalMS: r.IntervalMS, NoValue: smp.NoValue}})
 			}
 		}
 		g = e
 		// By key, the newest of each kept: of equal keys the one added
-		// last (ord), the newest report's.
-		ent := entries[start:]
-		slices.SortFunc(ent, func(a, b latestEntry) int {
-			if c := latestKeyCompare(a.path, b.path); c != 0 {
+		// last, the newest report's. Their indexes sorted, not the
+		// entries themselves: a swap moves 4 bytes rather than 48.
+		perm := sc.perm[:0]
+		for j := range entries {
+			perm = append(perm, int32(j))
+		}
+		slices.SortFunc(perm, func(a, b int32) int {
+			if c := latestKeyCompare(entries[a].path, entries[b].path); c != 0 {
 				return c
 			}
-			return cmp.Compare(a.ord, b.ord)
+			return cmp.Compare(a, b)
 		})
-		w := 0
-		for j := range ent {
-			if j+1 < len(ent) && ent[j+1].path == ent[j].path {
+		sc.perm = perm
+		ent := sc.sorted[:0]
+		for j, x := range perm {
+			if j+1 < len(perm) && entries[perm[j+1]].path == entries[x].path {
 				continue
 			}
-			ent[w] = ent[j]
-			w++
+			ent = append(ent, entries[x])
 		}
-		clear(ent[w:])
-		ent, entries = ent[:w], entries[:start+w]
+		sc.sorted = ent
+		most = max(most, len(entries))
 		sc.keySets[i] = latestKeyHash(&h, ent)
 		sc.lo[i], sc.tlo[i] = n, int32(len(sc.times))
 		if !deep && sc.snapshots[i] == nil {
@@ -540,8 +545,10 @@ func queueLatest(batch *pgx.Batch, seed maphash.Seed, all []byte, reports []Repo
 		}
 		sc.hi[i], sc.thi[i], sc.ends[i] = n, int32(len(sc.times)), len(all)
 	}
-	clear(entries)
-	sc.entries, sc.text = entries[:0], text
+	// No node's paths stay reachable from the room kept.
+	clear(entries[:most])
+	clear(sc.sorted[:min(most, cap(sc.sorted))])
+	sc.entries, sc.sorted, sc.text = entries[:0], sc.sorted[:0], text
 	// Every node's keys and states in one string, each a slice of it: a
 	// string a node was an allocation a node.
 	str := string(text)
@@ -577,12 +584,10 @@ func nilIfEmpty[T any](s []T) []T {
 	return s
 }
 
-// latestEntry is one value for a node's newest values (queueLatest): ord
-// is the order it was added in, so of equal keys the newest is known.
+// latestEntry is one value for a node's newest values (queueLatest).
 type latestEntry struct {
 	path string
 	v    LatestValue
-	ord  int32
 }
 
 // latestScratch is what queueLatest builds for a batch, kept for the next
@@ -590,9 +595,11 @@ type latestEntry struct {
 // node's values grown into a new map each batch, and a slice an argument,
 // were a third of the write path's allocations.
 type latestScratch struct {
-	unique  []Report // the batch without duplicates (WriteReportsInto)
-	order   []int32  // the new reports, by node and time
-	entries []latestEntry
+	unique  []Report      // the batch without duplicates (WriteReportsInto)
+	order   []int32       // the new reports, by node and time
+	entries []latestEntry // a node's values, report after report
+	perm    []int32       // entries' indexes by key
+	sorted  []latestEntry // a node's newest values by key
 	text    []byte
 	byName  []int // appendRootStates' room
 	// An element a node, the batch's arguments (mergeLatest).
@@ -639,8 +646,8 @@ func resize[T any](s []T, n int) []T {
 // JSON), and of room that a batch of the largest reports needed: nothing
 // of the batch stays reachable from the scratch.
 func (sc *latestScratch) reset() {
-	if cap(sc.entries) > maxLatestEntries {
-		sc.entries = nil
+	if cap(sc.entries) > maxLatestEntries || cap(sc.sorted) > maxLatestEntries {
+		sc.entries, sc.perm, sc.sorted = nil, nil, nil
 	}
 	if cap(sc.text) > maxLatestBuf {
 		sc.text = nil
@@ -665,8 +672,10 @@ func (sc *latestScratch) reset() {
 // batch: a batch of the largest reports allowed must not pin its memory.
 const maxLatestBuf = 8 << 20
 
-// maxLatestEntries is as many values as a scratch keeps room for.
-const maxLatestEntries = maxLatestBuf / 48
+// maxLatestEntries is as many values as a scratch keeps room for: a
+// batch of 500 full trees (150,000 values) and its growth fit, so a
+// saturated writer keeps its room (12 MB of entries).
+const maxLatestEntries = 1 << 18
 
 // latestKeyCompare orders keys as jsonb keeps an object's keys (shorter
 // first, then bytewise): jsonb input sorts every object, and an object
