@@ -604,7 +604,7 @@ func (s *Server) handleReport(ctx context.Context, st *stream, r *nbsv1.Report, 
 	if err != nil {
 		return err
 	}
-	arr := s.writer.arrays.get()
+	arr := s.writer.arrays.get(arrayClass(r))
 	rep, newDefs, rej := s.limits.checkReportInto(r, st, received, seen, arr)
 	arr.hold(&rep)
 	if rej != nil {
