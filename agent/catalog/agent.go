@@ -24,7 +24,7 @@ func AgentTree() []Metric {
 				"every third interval and measures its programs over that second; the intervals between report " +
 				"that second's figures. It measures every interval while a triggered source is attached, an " +
 				"operator has the node expanded, something was just attached or detached, or the last figure " +
-				"was half the budget or more. Always-on programs cost little per " +
+				"was over the budget. Always-on programs cost little per " +
 				"event but run on every reset, retransmit, drop or sampled write; triggered programs run on every " +
 				"packet and are detached when they would take the total over --overhead.budget. The children show " +
 				"each program's cost, the report backlog and which triggered sources are attached.",

@@ -64,8 +64,9 @@ type Options struct {
 	// StatsEvery, with a StatsWindow, opens the window before one Collect
 	// in StatsEvery only (≤ 1: before every one), cutting the duty cycle
 	// again, while nothing needs a fresh figure: a window opens before the
-	// next Collect whenever the last one measured the programs at half the
-	// budget or more, a triggered source (not an always-on one) is
+	// next Collect whenever the last one measured the programs over the
+	// budget (the controller's next step must see its own effect), a
+	// triggered source (not an always-on one) is
 	// attached, an operator's expand is in force, or Adapt attached,
 	// detached or re-sampled anything. The Collects between report the
 	// last window's figures.
@@ -602,7 +603,7 @@ func (s *Source) windowDue() bool {
 	if s.opts.StatsEvery <= 1 || s.skipped+1 >= s.opts.StatsEvery || s.fresh || s.expandBudget > 0 || s.lastFig == nil {
 		return true
 	}
-	if s.total >= s.ctl.Budget/2 {
+	if s.total > s.ctl.Budget {
 		return true
 	}
 	for _, a := range s.adaptive {
