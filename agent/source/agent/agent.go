@@ -65,7 +65,7 @@ type Options struct {
 	// in StatsEvery only (≤ 1: before every one), cutting the duty cycle
 	// again, while nothing needs a fresh figure: a window opens before the
 	// next Collect whenever the last one measured the programs over the
-	// budget (the controller's next step must see its own effect), a
+	// budget with a source attached that the controller may shed, a
 	// triggered source (not an always-on one) is
 	// attached, an operator's expand is in force, or Adapt attached,
 	// detached or re-sampled anything. The Collects between report the
@@ -603,12 +603,14 @@ func (s *Source) windowDue() bool {
 	if s.opts.StatsEvery <= 1 || s.skipped+1 >= s.opts.StatsEvery || s.fresh || s.expandBudget > 0 || s.lastFig == nil {
 		return true
 	}
-	if s.total > s.ctl.Budget {
-		return true
-	}
 	for _, a := range s.adaptive {
 		if !a.Active() {
 			continue
+		}
+		// Over the budget with something attached that the controller
+		// may shed: its next step must see the figure of now.
+		if s.total > s.ctl.Budget {
+			return true
 		}
 		if st, ok := a.(source.Standing); !ok || !st.AlwaysOn() {
 			return true
