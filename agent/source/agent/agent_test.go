@@ -286,6 +286,19 @@ func TestStatsEvery(t *testing.T) {
 		if g, ok := r.Gauges[catalog.Agent]; !ok || g != total {
 			t.Errorf("collection %d without a window: %s = %v (reported %v), want the window's %v", i, catalog.Agent, g, ok, total)
 		}
+		carried := 0
+		for id, v := range measured.Gauges {
+			if !strings.HasPrefix(id, catalog.AgentBPF+"/") {
+				continue
+			}
+			carried++
+			if g, ok := r.Gauges[id]; !ok || g != v {
+				t.Errorf("collection %d without a window: %s = %v (reported %v), want the window's %v", i, id, g, ok, v)
+			}
+		}
+		if carried == 0 {
+			t.Errorf("the window reported no program's figures: %v", measured.Gauges)
+		}
 	}
 	if _, scheduled := state(); !scheduled {
 		t.Fatal("no window scheduled for the third collection after the last")
