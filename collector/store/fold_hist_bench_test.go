@@ -208,6 +208,11 @@ FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)` + histProbe,
 	samplesVariants := []struct{ name, query string }{
 		{"samples", foldPendingSamples},
 	}
+	for i, v := range strings.Split(os.Getenv("NBS_FOLD_SAMPLES_VARIANTS"), ";;") {
+		if v != "" {
+			samplesVariants = append(samplesVariants, struct{ name, query string }{fmt.Sprintf("samples-%d", i), v})
+		}
+	}
 	for round := range 2 {
 		for _, v := range samplesVariants {
 			if _, err := tx.Exec(ctx, `SAVEPOINT s`); err != nil {
