@@ -68,6 +68,13 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM k), coalesce((SELECT max(
 	// state only, with min +Inf and max -Inf where a bucket has no value
 	// at all (SampleAgg). Rows in key order (sortedKeys).
 	//
+	// The arrays unnested in the select list, in step (as unnest(a, b, c)
+	// does: the shorter ones padded with NULL), rather than in FROM: there
+	// each report's three arrays were put in a tuplestore each (a
+	// function scan), here each element is handed on as it is read:
+	// 11-19% less backend CPU for the statement over 9,200 full trees
+	// (TestExplainFoldHistograms, NBS_FOLD_SAMPLES_VARIANTS).
+	//
 	// A row of a minute from $1 on (rollup_folds' minute watermark when
 	// the fold began: no fold had reached it) of a node other than $2
 	// (one whose reports the chunk before took some of) is new: a plain
@@ -84,11 +91,11 @@ WITH agg AS MATERIALIZED (
 		coalesce(sum(secs) FILTER (WHERE s = 1), 0) AS ok_s, coalesce(sum(secs) FILTER (WHERE s = 2), 0) AS warn_s,
 		coalesce(sum(secs) FILTER (WHERE s = 3), 0) AS crit_s
 	FROM (
-		SELECT p.node_id, date_bin('1 minute', p.ts, ` + epoch + `) AS b, u.m, u.v, u.s, rp.interval_ms::float8 / 1000 AS secs
+		SELECT p.node_id, date_bin('1 minute', p.ts, ` + epoch + `) AS b, unnest(rp.metric_ids) AS m, unnest(rp.vals) AS v,
+			unnest(rp.states) AS s, rp.interval_ms::float8 / 1000 AS secs
 		FROM fold_pending p JOIN reports rp USING (node_id, instance_id, seq, ts)
-		CROSS JOIN LATERAL unnest(rp.metric_ids, rp.vals, rp.states) AS u(m, v, s)
-		WHERE u.m IS NOT NULL AND u.s IS NOT NULL AND u.v IS NOT NULL AND u.v NOT IN ('Infinity', '-Infinity')
 	) x
+	WHERE m IS NOT NULL AND s IS NOT NULL AND v IS NOT NULL AND v NOT IN ('Infinity', '-Infinity')
 	GROUP BY node_id, b, m
 ), fresh AS (
 	INSERT INTO rollup_samples (res, ts, node_id, metric_id, n, sum, min, max, ok_s, warn_s, crit_s)
