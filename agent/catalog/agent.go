@@ -21,7 +21,10 @@ func AgentTree() []Metric {
 				"the kernel's own run-time statistics (BPF_ENABLE_STATS, the mechanism behind " +
 				"kernel.bpf_stats_enabled). While they are on, every run of every BPF program on the node reads the " +
 				"clock twice, so at intervals of 5 s or more the agent turns them on only for the last second of " +
-				"each interval and measures its programs over that second. Always-on programs cost little per " +
+				"every third interval and measures its programs over that second; the intervals between report " +
+				"that second's figures. It measures every interval while a triggered source is attached, an " +
+				"operator has the node expanded, something was just attached or detached, or the last figure " +
+				"was over the budget. Always-on programs cost little per " +
 				"event but run on every reset, retransmit, drop or sampled write; triggered programs run on every " +
 				"packet and are detached when they would take the total over --overhead.budget. The children show " +
 				"each program's cost, the report backlog and which triggered sources are attached.",
@@ -74,15 +77,15 @@ func AgentProgram(name string) []Metric {
 	id := AgentBPF + "/" + name
 	return []Metric{
 		{ID: id, Title: name + " CPU", Unit: "% of a CPU", Kind: Gauge,
-			Description: "CPU time BPF program " + name + " used during the interval (its last second at " +
-				"intervals of 5 s or more), in percent of one CPU. Its children give runs per second and " +
+			Description: "CPU time BPF program " + name + " used during the interval (at intervals of 5 s or more, " +
+				"the last second of the last interval measured: see agent), in percent of one CPU. Its children give runs per second and " +
 				"nanoseconds per run (the kernel's run-time statistics)."},
 		{ID: id + "/ns_per_run", Title: name + " ns/run", Unit: "ns", Kind: Gauge,
 			Description: "Average nanoseconds per run of BPF program " + name + " during the interval (over the " +
 				"seconds measured of its whole life when it did not run then). Map updates and hash lookups cost most."},
 		{ID: id + "/runs_per_sec", Title: name + " runs/s", Unit: "runs/s", Kind: Gauge,
-			Description: "Runs per second of BPF program " + name + " during the interval (its last second at " +
-				"intervals of 5 s or more): how often its attach point fired (packets, segments, events)."},
+			Description: "Runs per second of BPF program " + name + " during the interval (at intervals of 5 s or " +
+				"more, the last second of the last interval measured: see agent): how often its attach point fired (packets, segments, events)."},
 	}
 }
 

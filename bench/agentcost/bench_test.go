@@ -524,6 +524,11 @@ func costConfigs(rest time.Duration) map[string]costConfig {
 		"no-tx":    {name: "default agent without TX timestamping", flags: []string{"--tx-timestamping.sample", "0"}, rest: rest},
 		"no-rx-tx": {name: "default agent without RX latency and TX timestamping", flags: []string{"--latency.rx.always=false", "--tx-timestamping.sample", "0"}, rest: rest},
 		"no-bpf":   {name: "agent without BPF (/proc only)", flags: []string{"--bpf=false"}, rest: rest},
+		"no-dns":   {name: "default agent without the DNS programs", flags: []string{"--dns.always=false"}, rest: rest},
+		"no-flows": {name: "default agent without the flow map", flags: []string{"--flows.enable=false"}, rest: rest},
+		// At an interval under 5 s the run-time statistics stay on for
+		// good: beside "default" (on a tenth of the time) it prices them.
+		"stats-on": {name: "default agent, run-time statistics always on (4 s interval)", flags: []string{"--interval", "4s"}, rest: rest},
 	}
 }
 

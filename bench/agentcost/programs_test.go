@@ -81,7 +81,10 @@ type progCost struct {
 //	NBS_REQUIRE_BPF=1 NBS_REQUIRE_PG=1 go test -v -run '^$' -bench TriggeredPrograms -benchtime 1x -timeout 30m ./bench/agentcost/
 //
 // NBS_AGENTCOST_ROUNDS (default 3) runs of each build, NBS_AGENTCOST_SECONDS
-// (default 5) each. The tracepoints are machine-wide and the agent watches
+// (default 5) each. NBS_AGENTCOST_CONFIG=default measures the default agent
+// instead (no expand, its default interval and budget: what every node
+// pays), and NBS_AGENTCOST_FLAGS adds flags to every agent (an ablation:
+// e.g. "--dns=false"). The tracepoints are machine-wide and the agent watches
 // every namespace, so other traffic on the machine counts too (it is small
 // beside the stream's, and the runs per MB say so).
 func BenchmarkTriggeredPrograms(b *testing.B) {
@@ -99,12 +102,24 @@ func BenchmarkTriggeredPrograms(b *testing.B) {
 	// agent's own switching then changes nothing).
 	bpfstats.Enable(b)
 	rounds, secs := envInt("NBS_AGENTCOST_ROUNDS", 3), envInt("NBS_AGENTCOST_SECONDS", 5)
+	triggered := true
+	switch c := os.Getenv("NBS_AGENTCOST_CONFIG"); c {
+	case "", "triggered":
+	case "default":
+		triggered = false
+	default:
+		b.Fatalf("NBS_AGENTCOST_CONFIG: unknown configuration %q (known: default, triggered)", c)
+	}
+	extra := strings.Fields(os.Getenv("NBS_AGENTCOST_FLAGS"))
 
 	// measure runs one build's agent, triggered, under one stream.
 	measure := func(bin string) (costs []progCost, gbps float64) {
+		if !triggered {
+			return measureDefault(b, bin, col, lab, secs, extra)
+		}
 		// A short interval: the expand reaches the agent and attaches
 		// at its next collection within a few seconds.
-		a := launchAgent(b, bin, col.grpcAddr, "--overhead.budget", "100", "--interval", "2s")
+		a := launchAgent(b, bin, col.grpcAddr, append([]string{"--overhead.budget", "100", "--interval", "2s"}, extra...)...)
 		t0 := time.Now()
 		for !col.expand(b, a.node, 120) {
 			if time.Since(t0) > 30*time.Second {
@@ -119,37 +134,7 @@ func BenchmarkTriggeredPrograms(b *testing.B) {
 		// Every triggered source attaches in the same step; let the
 		// machine settle after the start.
 		time.Sleep(2 * time.Second)
-		type sampled struct {
-			name string
-			s    *bpfstats.Sampler
-			prog *ebpf.Program
-		}
-		var ss []sampled
-		for _, id := range agentProgramIDs(b, a.cmd.Process.Pid) {
-			p, err := ebpf.NewProgramFromID(id)
-			if err != nil {
-				continue
-			}
-			info, err := p.Info()
-			if err != nil {
-				p.Close()
-				continue
-			}
-			ss = append(ss, sampled{name: info.Name, s: bpfstats.Start(b, p), prog: p})
-		}
-		bps, bytes := iperfBytes(b, lab, secs, 1)
-		for _, s := range ss {
-			r, ok := s.s.Stop()
-			s.prog.Close()
-			if !ok {
-				costs = append(costs, progCost{name: s.name})
-				continue
-			}
-			mb := bytes / 1e6
-			costs = append(costs, progCost{name: s.name, runsPerSec: float64(r.Runs) / float64(secs),
-				medianNs: r.MedianNs, meanNs: r.MeanNs,
-				nsPerMB: r.MeanNs * float64(r.Runs) / mb, runsPerM: float64(r.Runs) / mb})
-		}
+		costs, gbps = sampleAgent(b, a, lab, secs)
 		a.stop()
 		// The run measures the triggered configuration only if the
 		// triggered programs ran under the stream.
@@ -159,7 +144,7 @@ func BenchmarkTriggeredPrograms(b *testing.B) {
 			}
 		}
 		time.Sleep(3 * time.Second) // cooldown, as BenchmarkAgentCost's
-		return costs, bps / 1e9
+		return costs, gbps
 	}
 
 	for range b.N {
@@ -255,6 +240,58 @@ func BenchmarkTriggeredPrograms(b *testing.B) {
 			b.ReportMetric(ratio(added[0], added[1]), "triggered_ns/MB_ratio")
 		}
 	}
+}
+
+// sampleAgent samples every program the running agent holds over one
+// iperf3 stream of secs seconds.
+func sampleAgent(b *testing.B, a *agent, lab *netlab.Lab, secs int) (costs []progCost, gbps float64) {
+	type sampled struct {
+		name string
+		s    *bpfstats.Sampler
+		prog *ebpf.Program
+	}
+	var ss []sampled
+	for _, id := range agentProgramIDs(b, a.cmd.Process.Pid) {
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		info, err := p.Info()
+		if err != nil {
+			p.Close()
+			continue
+		}
+		ss = append(ss, sampled{name: info.Name, s: bpfstats.Start(b, p), prog: p})
+	}
+	bps, bytes := iperfBytes(b, lab, secs, 1)
+	mb := bytes / 1e6
+	for _, s := range ss {
+		r, ok := s.s.Stop()
+		s.prog.Close()
+		if !ok {
+			costs = append(costs, progCost{name: s.name})
+			continue
+		}
+		costs = append(costs, progCost{name: s.name, runsPerSec: float64(r.Runs) / float64(secs),
+			medianNs: r.MedianNs, meanNs: r.MeanNs,
+			nsPerMB: r.MeanNs * float64(r.Runs) / mb, runsPerM: float64(r.Runs) / mb})
+	}
+	return costs, bps / 1e9
+}
+
+// measureDefault runs one build's default agent (its default interval and
+// budget, nothing expanded) under one stream, once its first report is
+// acked and its start is over.
+func measureDefault(b *testing.B, bin string, col collector, lab *netlab.Lab, secs int, extra []string) ([]progCost, float64) {
+	a := launchAgent(b, bin, col.grpcAddr, extra...)
+	// Past the start: programs attached, the first report acked (every
+	// source has collected once), as BenchmarkAgentCost's "on" runs.
+	col.ready(b, a, costConfig{name: "default agent"}, 0, time.Now().Add(30*time.Second))
+	time.Sleep(time.Second)
+	costs, gbps := sampleAgent(b, a, lab, secs)
+	a.stop()
+	time.Sleep(3 * time.Second) // cooldown, as BenchmarkAgentCost's
+	return costs, gbps
 }
 
 func list0(v []float64) string {

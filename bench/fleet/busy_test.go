@@ -169,12 +169,13 @@ func startStatementTotals(b *testing.B, dbURL string) *statementTotals {
 }
 
 // read returns each kind's execution time (ms) and calls since start,
-// and the top statements by time, of this database only.
+// and the top statements by time, with the WAL each wrote, of this
+// database only.
 func (t *statementTotals) read(b *testing.B) (ms map[string]float64, calls map[string]int64, top []string) {
 	if t.conn == nil {
 		return nil, nil, nil
 	}
-	rows, err := t.conn.Query(context.Background(), `SELECT query, calls, total_exec_time FROM pg_stat_statements
+	rows, err := t.conn.Query(context.Background(), `SELECT query, calls, total_exec_time, wal_bytes FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC`)
 	if err != nil {
 		b.Logf("pg_stat_statements: %v", err)
@@ -185,8 +186,8 @@ func (t *statementTotals) read(b *testing.B) (ms map[string]float64, calls map[s
 	for rows.Next() {
 		var q string
 		var n int64
-		var total float64
-		if err := rows.Scan(&q, &n, &total); err != nil {
+		var total, wal float64
+		if err := rows.Scan(&q, &n, &total, &wal); err != nil {
 			b.Fatal(err)
 		}
 		k := statementKind(q)
@@ -194,7 +195,7 @@ func (t *statementTotals) read(b *testing.B) (ms map[string]float64, calls map[s
 		calls[k] += n
 		if len(top) < 8 {
 			flat := strings.Join(strings.Fields(q), " ")
-			top = append(top, fmt.Sprintf("%.0f ms %d calls %q", total, n, flat[:min(len(flat), 70)]))
+			top = append(top, fmt.Sprintf("%.0f ms %d calls WAL %.0f MB %q", total, n, wal/1e6, flat[:min(len(flat), 70)]))
 		}
 	}
 	return ms, calls, top

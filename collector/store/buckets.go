@@ -69,6 +69,15 @@ func byteaOf(rows pgx.Rows, col int) ([]byte, error) {
 	return src, nil
 }
 
+// binaryValue is column col of the current row as PostgreSQL sent it,
+// which must be in binary (pgx asks for arrays of integers in binary).
+func binaryValue(rows pgx.Rows, col int) ([]byte, error) {
+	if fd := rows.FieldDescriptions()[col]; fd.Format != pgx.BinaryFormatCode {
+		return nil, fmt.Errorf("column %s: format %d, want binary", fd.Name, fd.Format)
+	}
+	return rows.RawValues()[col], nil
+}
+
 var errBadArray = errors.New("malformed binary array")
 
 // appendArray appends the elements of a one-dimensional binary-format

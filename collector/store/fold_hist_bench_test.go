@@ -63,8 +63,9 @@ SELECT node_id, instance_id, seq, ts, ARRAY(SELECT generate_series(1, $4)) FROM 
 // default 23, 52 histograms a report), each merged as the fold merges
 // them, with the backend's and this process's CPU time, and checks they
 // merge to the same rows: the fold's read ("scan"), without Memoize, a
-// probe a histogram as before ("probe"), and through rollup_buckets()
-// ("scan-fn"); NBS_FOLD_VARIANTS picks some. Then it explains the
+// probe a histogram as before ("probe"), through rollup_buckets()
+// ("scan-fn"), and binned and concatenated in the query as before
+// ("scan-concat"); NBS_FOLD_VARIANTS picks some. Then it explains the
 // chunk's other statements (NBS_FOLD_UPSERT=1: its minutes' rows as
 // upserts). A tool, not a check: run with NBS_FOLD_EXPLAIN=1.
 func TestExplainFoldHistograms(t *testing.T) {
@@ -101,7 +102,10 @@ func TestExplainFoldHistograms(t *testing.T) {
 		{"probe", `
 SELECT p.node_id, h.metric_id, date_bin('1 minute', p.ts, ` + epoch + `), h.count, h.sum, array_send(h.bucket_index) || array_send(h.bucket_count)
 FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)` + histProbe, `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
-		{"scan-fn", strings.Replace(foldPendingHistograms, "array_send(h.bucket_index) || array_send(h.bucket_count)", "rollup_buckets(h.bucket_index, h.bucket_count)", 1), `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
+		{"scan-fn", strings.Replace(foldPendingHistograms, "p.ts, h.count, h.sum, h.bucket_index, h.bucket_count",
+			"date_bin('1 minute', p.ts, "+epoch+"), h.count, h.sum, rollup_buckets(h.bucket_index, h.bucket_count)", 1), `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
+		{"scan-concat", strings.Replace(foldPendingHistograms, "p.ts, h.count, h.sum, h.bucket_index, h.bucket_count",
+			"date_bin('1 minute', p.ts, "+epoch+"), h.count, h.sum, array_send(h.bucket_index) || array_send(h.bucket_count)", 1), `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = on`},
 	}
 	if v := os.Getenv("NBS_FOLD_VARIANTS"); v != "" {
 		variants = slices.DeleteFunc(variants, func(x struct{ name, query, set string }) bool {
@@ -109,7 +113,7 @@ FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)` + histProbe,
 		})
 	}
 	extra := []struct{ name, query, set string }{
-		{"scan-count", "SELECT count(*) FROM (" + strings.Replace(foldPendingHistograms, "array_send(h.bucket_index) || array_send(h.bucket_count)", "1", 1) + ") x", `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
+		{"scan-count", "SELECT count(*) FROM (" + strings.Replace(foldPendingHistograms, "h.bucket_index, h.bucket_count\nFROM", "1\nFROM", 1) + ") x", `SET LOCAL enable_hashjoin = off; SET LOCAL enable_memoize = off`},
 	}
 	explain := func(q string, args ...any) {
 		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q, args...)
@@ -154,7 +158,13 @@ FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)` + histProbe,
 			t0 := time.Now()
 			b0, s0 := cpu()
 			var m histMerge
-			if err := m.read(ctx, tx, v.query); err != nil {
+			// The fold's own query returns a report's time and its arrays
+			// (readReports); the others, a minute and one bytea.
+			read := m.read
+			if strings.HasPrefix(v.name, "scan") && v.name != "scan-fn" && v.name != "scan-concat" {
+				read = m.readReports
+			}
+			if err := read(ctx, tx, v.query); err != nil {
 				t.Fatalf("%s: %v", v.name, err)
 			}
 			b1, s1 := cpu()
@@ -190,7 +200,7 @@ FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)` + histProbe,
 		t.Fatal(err)
 	}
 	var hists histMerge
-	if err := hists.read(ctx, tx, foldPendingHistograms); err != nil {
+	if err := hists.readReports(ctx, tx, foldPendingHistograms); err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range []string{rollupStagingDDL, `SET LOCAL enable_sort = off`} {
@@ -207,6 +217,11 @@ FROM fold_pending p CROSS JOIN LATERAL unnest(p.hist_ids) AS m(id)` + histProbe,
 	}
 	samplesVariants := []struct{ name, query string }{
 		{"samples", foldPendingSamples},
+	}
+	for i, v := range strings.Split(os.Getenv("NBS_FOLD_SAMPLES_VARIANTS"), ";;") {
+		if v != "" {
+			samplesVariants = append(samplesVariants, struct{ name, query string }{fmt.Sprintf("samples-%d", i), v})
+		}
 	}
 	for round := range 2 {
 		for _, v := range samplesVariants {

@@ -180,6 +180,21 @@ func (m *histMerge) add(k histKey, count uint64, sum float64, idx []int32, cnt [
 // read merges the rows of a query returning node_id, metric_id, bucket
 // start, count, sum and the buckets column (bucketArena), streamed.
 func (m *histMerge) read(ctx context.Context, db querier, query string, args ...any) error {
+	return m.readRows(ctx, db, false, query, args...)
+}
+
+// readReports merges the rows of a query returning node_id, metric_id,
+// a report's time, count, sum, bucket_index and bucket_count, as stored
+// (histograms), each into its minute: the minute fold's read
+// (foldPendingHistograms). The time is binned here and the arrays are
+// read as PostgreSQL sends them: date_bin and array_send(…) ||
+// array_send(…) in the query were a function call and a copy of the
+// buckets more for every histogram.
+func (m *histMerge) readReports(ctx context.Context, db querier, query string, args ...any) error {
+	return m.readRows(ctx, db, true, query, args...)
+}
+
+func (m *histMerge) readRows(ctx context.Context, db querier, reports bool, query string, args ...any) error {
 	rows, err := db.Query(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("read histogram rollups: %w", err)
@@ -189,17 +204,34 @@ func (m *histMerge) read(ctx context.Context, db querier, query string, args ...
 	var ts time.Time
 	var count int64
 	var sum float64
+	dest := []any{&k.node, &k.metric, &ts, &count, &sum, nil}
+	if reports {
+		dest = append(dest, nil)
+	}
 	for rows.Next() {
-		if err := rows.Scan(&k.node, &k.metric, &ts, &count, &sum, nil); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("scan histogram rollup: %w", err)
 		}
-		src, err := byteaOf(rows, 5)
+		var idxSrc, cntSrc []byte
+		if reports {
+			if idxSrc, err = binaryValue(rows, 5); err == nil {
+				cntSrc, err = binaryValue(rows, 6)
+			}
+		} else {
+			idxSrc, err = byteaOf(rows, 5)
+		}
 		if err != nil {
 			return fmt.Errorf("scan histogram rollup buckets: %w", err)
 		}
-		idx, rest, err := appendArray(m.rowIdx[:0], src, 4, func(b []byte) int32 { return int32(binary.BigEndian.Uint32(b)) })
+		idx, rest, err := appendArray(m.rowIdx[:0], idxSrc, 4, func(b []byte) int32 { return int32(binary.BigEndian.Uint32(b)) })
 		if err != nil {
 			return fmt.Errorf("scan histogram rollup buckets: bucket indexes: %w", err)
+		}
+		if reports {
+			if len(rest) != 0 {
+				return fmt.Errorf("scan histogram rollup buckets: %w: %d bytes after the bucket indexes", errBadArray, len(rest))
+			}
+			rest = cntSrc
 		}
 		cnt, rest, err := appendArray(m.rowCnt[:0], rest, 8, func(b []byte) int64 { return int64(binary.BigEndian.Uint64(b)) })
 		if err != nil {
@@ -210,6 +242,10 @@ func (m *histMerge) read(ctx context.Context, db querier, query string, args ...
 		}
 		m.rowIdx, m.rowCnt = idx, cnt
 		k.ts = ts.Unix()
+		if reports {
+			// date_bin('1 minute', ts, epoch): the minute's start.
+			k.ts -= (k.ts%60 + 60) % 60
+		}
 		m.add(k, uint64(count), sum, idx, cnt)
 	}
 	if err := rows.Err(); err != nil {

@@ -68,6 +68,13 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM k), coalesce((SELECT max(
 	// state only, with min +Inf and max -Inf where a bucket has no value
 	// at all (SampleAgg). Rows in key order (sortedKeys).
 	//
+	// The arrays unnested in the select list, in step (as unnest(a, b, c)
+	// does: the shorter ones padded with NULL), rather than in FROM: there
+	// each report's three arrays were put in a tuplestore each (a
+	// function scan), here each element is handed on as it is read:
+	// 11-19% less backend CPU for the statement over 9,200 full trees
+	// (TestExplainFoldHistograms, NBS_FOLD_SAMPLES_VARIANTS).
+	//
 	// A row of a minute from $1 on (rollup_folds' minute watermark when
 	// the fold began: no fold had reached it) of a node other than $2
 	// (one whose reports the chunk before took some of) is new: a plain
@@ -84,11 +91,11 @@ WITH agg AS MATERIALIZED (
 		coalesce(sum(secs) FILTER (WHERE s = 1), 0) AS ok_s, coalesce(sum(secs) FILTER (WHERE s = 2), 0) AS warn_s,
 		coalesce(sum(secs) FILTER (WHERE s = 3), 0) AS crit_s
 	FROM (
-		SELECT p.node_id, date_bin('1 minute', p.ts, ` + epoch + `) AS b, u.m, u.v, u.s, rp.interval_ms::float8 / 1000 AS secs
+		SELECT p.node_id, date_bin('1 minute', p.ts, ` + epoch + `) AS b, unnest(rp.metric_ids) AS m, unnest(rp.vals) AS v,
+			unnest(rp.states) AS s, rp.interval_ms::float8 / 1000 AS secs
 		FROM fold_pending p JOIN reports rp USING (node_id, instance_id, seq, ts)
-		CROSS JOIN LATERAL unnest(rp.metric_ids, rp.vals, rp.states) AS u(m, v, s)
-		WHERE u.m IS NOT NULL AND u.s IS NOT NULL AND u.v IS NOT NULL AND u.v NOT IN ('Infinity', '-Infinity')
 	) x
+	WHERE m IS NOT NULL AND s IS NOT NULL AND v IS NOT NULL AND v NOT IN ('Infinity', '-Infinity')
 	GROUP BY node_id, b, m
 ), fresh AS (
 	INSERT INTO rollup_samples (res, ts, node_id, metric_id, n, sum, min, max, ok_s, warn_s, crit_s)
@@ -107,25 +114,31 @@ WITH fresh AS (
 )` + mergeRollupHistogramsWhere + `
 WHERE NOT (ts >= $1 AND node_id <> $2)` + mergeRollupHistogramsSet
 	// foldPendingHistograms reads the taken reports' histograms, each
-	// given its minute, through the histograms index: one scan a report,
-	// its metrics as an array (metric_id = ANY: a descent each, in
-	// order), where a probe a histogram (histProbe) restarted an index
-	// scan for every one: 7-8% less backend CPU and a quarter fewer
-	// buffer hits over 956,800 histograms (TestExplainFoldHistograms).
-	// hist_ids holds each metric once (moveStaged, newCopyRows), as the
-	// probe needed too. OFFSET 0: as histProbe.
+	// given its minute, through the histograms index by report (node_id,
+	// ts, metric_id; migration 037): one descent a report and its rows in
+	// metric order (histMerge's guess relies on it), where by metric
+	// (metric_id = ANY(hist_ids) over the index of migration 001) each
+	// histogram was a descent of its own: a third less backend CPU over
+	// 9,200 full trees (TestExplainFoldHistograms). The instance and
+	// sequence tell two reports of one node at one time apart; a report
+	// without histograms (hist_ids NULL: a healthy node's) costs nothing.
+	// OFFSET 0: as histProbe.
 	//
-	// Their buckets are rollup_buckets' bytes written out: the function
-	// is not inlined (it is IMMUTABLE for the generated columns,
-	// array_send only STABLE), and as a SQL function call per histogram
-	// it cost a fifth of the read's backend CPU.
+	// Each row is read as stored (histMerge.readReports bins its time
+	// and reads its arrays as PostgreSQL sends them): rollup_buckets()
+	// was a SQL function call per histogram (not inlined: it is
+	// IMMUTABLE for the generated columns, array_send only STABLE), a
+	// fifth of the read's backend CPU, and date_bin and array_send(…) ||
+	// array_send(…) in its place a call and a copy more a histogram
+	// (5% of the read's backend CPU, "scan-concat").
 	foldPendingHistograms = `
-SELECT p.node_id, h.metric_id, date_bin('1 minute', p.ts, ` + epoch + `), h.count, h.sum, array_send(h.bucket_index) || array_send(h.bucket_count)
+SELECT p.node_id, h.metric_id, p.ts, h.count, h.sum, h.bucket_index, h.bucket_count
 FROM fold_pending p CROSS JOIN LATERAL (
 	SELECT h.metric_id, h.count, h.sum, h.bucket_index, h.bucket_count FROM histograms h
-	WHERE h.node_id = p.node_id AND h.metric_id = ANY(p.hist_ids) AND h.ts = p.ts AND h.instance_id = p.instance_id AND h.seq = p.seq
+	WHERE h.node_id = p.node_id AND h.ts = p.ts AND h.instance_id = p.instance_id AND h.seq = p.seq
 	OFFSET 0
-) h`
+) h
+WHERE p.hist_ids IS NOT NULL`
 	// histProbe finds the histogram m.id of report p. OFFSET 0 keeps the
 	// subquery as it is written, a probe with all three index columns:
 	// flattened, the planner (which cannot know a temporary table's rows)
@@ -217,7 +230,7 @@ func foldPending(ctx context.Context, conn interface {
 		// time at 10,000 nodes. The statements below order the rows
 		// themselves.
 		hists.reset() // kept from chunk to chunk (FoldRollups)
-		if err := hists.read(ctx, tx, foldPendingHistograms); err != nil {
+		if err := hists.readReports(ctx, tx, foldPendingHistograms); err != nil {
 			return err
 		}
 		if len(hists.out) > 0 {

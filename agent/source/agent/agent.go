@@ -61,7 +61,17 @@ type Options struct {
 	// of every BPF program on the node (85–90 ns a run here, BENCHMARKS.md):
 	// a window cuts that by the duty cycle. Zero keeps them on for good.
 	Interval, StatsWindow time.Duration
-	Logger                *slog.Logger
+	// StatsEvery, with a StatsWindow, opens the window before one Collect
+	// in StatsEvery only (≤ 1: before every one), cutting the duty cycle
+	// again, while nothing needs a fresh figure: a window opens before the
+	// next Collect whenever the last one measured the programs over the
+	// budget with a source attached that the controller may shed, a
+	// triggered source (not an always-on one) is
+	// attached, an operator's expand is in force, or Adapt attached,
+	// detached or re-sampled anything. The Collects between report the
+	// last window's figures.
+	StatsEvery int
+	Logger     *slog.Logger
 }
 
 type program struct {
@@ -77,14 +87,21 @@ type Source struct {
 	adaptive []source.Adaptive
 	names    map[source.Adaptive]string
 
-	restore   string // kernel.bpf_stats_enabled to put back at Close
-	statsWhy  string
-	statsOK   bool
-	ctl       Controller
-	mu        sync.Mutex
-	statsOn   io.Closer // BPF_ENABLE_STATS descriptor; nil while a window is shut
-	windowed  bool      // statistics on only for Options.StatsWindow before each Collect
-	opened    time.Time // when the statistics' window opened; zero while shut
+	restore  string // kernel.bpf_stats_enabled to put back at Close
+	statsWhy string
+	statsOK  bool
+	ctl      Controller
+	mu       sync.Mutex
+	statsOn  io.Closer // BPF_ENABLE_STATS descriptor; nil while a window is shut
+	windowed bool      // statistics on only for Options.StatsWindow before each Collect
+	opened   time.Time // when the statistics' window opened; zero while shut
+	// skipped counts the Collects since the last window (StatsEvery);
+	// fresh says the next Collect needs a window whatever the count.
+	skipped int
+	fresh   bool
+	// lastFig are the gauges of the last measured window (program figures
+	// and totals), reported by the Collects that had none.
+	lastFig   map[string]float64
 	timer     *time.Timer
 	closed    bool
 	progs     []program // as the last Collect found them
@@ -420,9 +437,17 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 	cost := map[source.Source]float64{}
 	for _, p := range progs {
 		if !measured {
-			// Called before its window opened: nothing was counted, and
-			// zeros would be wrong. The budget keeps the last window's.
-			r.Metrics = append(r.Metrics, catalog.AgentProgram(p.id)...)
+			// Called before its window opened, or a Collect without one
+			// (StatsEvery): nothing was counted, and zeros would be wrong.
+			// The last window's figures stand, for the budget and in the
+			// report.
+			ms := catalog.AgentProgram(p.id)
+			r.Metrics = append(r.Metrics, ms...)
+			for _, m := range ms {
+				if v, ok := s.lastFig[m.ID]; ok {
+					r.Gauges[m.ID] = v
+				}
+			}
 			continue
 		}
 		st, err := p.prog.Stats()
@@ -470,6 +495,22 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 		s.total, s.cost = charged, cost
 		r.Gauges[catalog.Agent] = 100 * total
 		r.Gauges[catalog.AgentBPF] = runs
+		if !first {
+			// The first Collect's runs per second are not figures (no
+			// interval before it): nothing to carry.
+			s.lastFig = map[string]float64{}
+			for id, v := range r.Gauges {
+				if id == catalog.Agent || schema.Within(id, catalog.AgentBPF) {
+					s.lastFig[id] = v
+				}
+			}
+		}
+	} else {
+		for _, id := range []string{catalog.Agent, catalog.AgentBPF} {
+			if v, ok := s.lastFig[id]; ok {
+				r.Gauges[id] = v
+			}
+		}
 	}
 
 	attached := 0
@@ -522,8 +563,10 @@ func (s *Source) runsInScope(progs []program) map[*ebpf.Program]uint64 {
 }
 
 // shutWindow turns the statistics off after a Collect (under s.mu) and
-// opens the next window StatsWindow before the next Collect is due.
+// opens the next window StatsWindow before the next Collect is due, if
+// that Collect is to have one (windowDue).
 func (s *Source) shutWindow(now time.Time) {
+	measured := !s.opened.IsZero()
 	if s.statsOn != nil {
 		if err := s.statsOn.Close(); err != nil {
 			s.log.Warn("turn BPF run-time statistics off", "err", err)
@@ -533,12 +576,59 @@ func (s *Source) shutWindow(now time.Time) {
 	s.opened = time.Time{}
 	if s.timer != nil {
 		s.timer.Stop()
+		s.timer = nil
 	}
-	if s.closed {
+	if measured {
+		s.skipped, s.fresh = 0, false
+	} else {
+		s.skipped++
+	}
+	if s.closed || !s.windowDue() {
 		return
 	}
-	next := now.Add(s.opts.Interval - s.opts.StatsWindow)
+	s.scheduleWindow()
+}
+
+// scheduleWindow opens a window StatsWindow before the Collect after the
+// last one (under s.mu).
+func (s *Source) scheduleWindow() {
+	next := s.lastAt.Add(s.opts.Interval - s.opts.StatsWindow)
 	s.timer = time.AfterFunc(time.Until(next), s.openWindow)
+}
+
+// windowDue says whether the next Collect is to have a window (under
+// s.mu): Options.StatsEvery's count is up, or something needs a fresh
+// figure (see there).
+func (s *Source) windowDue() bool {
+	if s.opts.StatsEvery <= 1 || s.skipped+1 >= s.opts.StatsEvery || s.fresh || s.expandBudget > 0 || s.lastFig == nil {
+		return true
+	}
+	for _, a := range s.adaptive {
+		if !a.Active() {
+			continue
+		}
+		// Over the budget with something attached that the controller
+		// may shed: its next step must see the figure of now.
+		if s.total > s.ctl.Budget {
+			return true
+		}
+		if st, ok := a.(source.Standing); !ok || !st.AlwaysOn() {
+			return true
+		}
+	}
+	return false
+}
+
+// needFresh asks for a window before the next Collect: Adapt changed what
+// is attached or sampled, so the figures of the last window are not what
+// runs now.
+func (s *Source) needFresh() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fresh = true
+	if s.windowed && !s.closed && s.timer == nil && s.statsOn == nil && !s.lastAt.IsZero() {
+		s.scheduleWindow()
+	}
 }
 
 // openWindow turns the statistics on from the programs' counts now, which
@@ -602,7 +692,11 @@ func (s *Source) Adapt(ctx context.Context, now time.Time, res tree.Result, expa
 		}
 		in = append(in, Input{Name: name, Trouble: s.trouble(res, a), On: a.Active(), Cost: cost[a], Always: always})
 	}
-	for _, d := range s.ctl.Step(now, expandUntil, total, in) {
+	decisions := s.ctl.Step(now, expandUntil, total, in)
+	if len(decisions) > 0 {
+		s.needFresh()
+	}
+	for _, d := range decisions {
 		a := byName[d.Name]
 		err := a.SetActive(ctx, d.On)
 		action := "detached"
@@ -672,6 +766,7 @@ func (s *Source) expand(now, expandUntil time.Time, total float64, cost map[sour
 			continue
 		}
 		s.log.Info("expandable source "+action, "source", a.Name(), "reason", reason)
+		s.needFresh()
 		total -= cost[a]
 		delete(cost, a)
 		s.ctl.ForgetCost(name)

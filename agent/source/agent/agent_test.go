@@ -240,6 +240,92 @@ func TestStatsWindow(t *testing.T) {
 	}
 }
 
+// With StatsEvery the statistics' window opens before one collection in
+// that many while nothing needs a fresh figure; the collections between
+// report the last window's figures; attaching a triggered source opens
+// one before the next collection and keeps them opening while it is
+// attached.
+func TestStatsEvery(t *testing.T) {
+	lab := netlab.New(t)
+	qd := openQdisc(t, lab)
+	const interval, window = 1200 * time.Millisecond, 300 * time.Millisecond
+	s := newSelf(t, Options{Sources: []source.Source{qd}, BudgetPercent: 100, Hold: time.Hour, MaxOn: time.Hour,
+		Interval: interval, StatsWindow: window, StatsEvery: 3})
+	if !s.windowed {
+		netlab.SkipOrFail(t, "agent: statistics not switchable: %s", s.statsWhy)
+	}
+	state := func() (on, scheduled bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.statsOn != nil, s.timer != nil
+	}
+	waitOpen := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(2 * interval)
+		for on, _ := state(); !on; on, _ = state() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the window did not open within %s", what, 2*interval)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	collect(t, s) // the first: no figures yet, so the next has a window
+	waitOpen("after the first collection")
+	measured := collect(t, s)
+	total, ok := measured.Gauges[catalog.Agent]
+	if !ok {
+		t.Fatalf("a collection after a window reported no %s: %v", catalog.Agent, measured.Gauges)
+	}
+	// Two collections without a window, which report the last one's
+	// figures; the third has one again.
+	for i := 1; i <= 2; i++ {
+		if on, scheduled := state(); on || scheduled {
+			t.Fatalf("before collection %d after the window: statistics on %v, a window scheduled %v; want neither", i, on, scheduled)
+		}
+		r := collect(t, s)
+		if g, ok := r.Gauges[catalog.Agent]; !ok || g != total {
+			t.Errorf("collection %d without a window: %s = %v (reported %v), want the window's %v", i, catalog.Agent, g, ok, total)
+		}
+		carried := 0
+		for id, v := range measured.Gauges {
+			if !strings.HasPrefix(id, catalog.AgentBPF+"/") {
+				continue
+			}
+			carried++
+			if g, ok := r.Gauges[id]; !ok || g != v {
+				t.Errorf("collection %d without a window: %s = %v (reported %v), want the window's %v", i, id, g, ok, v)
+			}
+		}
+		if carried == 0 {
+			t.Errorf("the window reported no program's figures: %v", measured.Gauges)
+		}
+	}
+	if _, scheduled := state(); !scheduled {
+		t.Fatal("no window scheduled for the third collection after the last")
+	}
+	waitOpen("the third collection")
+	collect(t, s)
+	if _, scheduled := state(); scheduled {
+		t.Fatal("a window scheduled right after a measured one, with nothing attached")
+	}
+	// An expand attaches the qdisc programs: the next collection has a
+	// window, and so does every one while they are attached.
+	now := time.Now()
+	s.Adapt(context.Background(), now, result(nil), now.Add(time.Minute))
+	if !qd.Active() {
+		t.Fatal("expand did not attach the qdisc programs")
+	}
+	for i := 1; i <= 2; i++ {
+		waitOpen("with the qdisc programs attached")
+		lab.Exec(t, lab.A, "ping", "-c", "20", "-i", "0.002", "-q", lab.IPB.String())
+		r := collect(t, s)
+		if g := r.Gauges[catalog.AgentBPF+"/net_dev_queue/ns_per_run"]; i == 2 && g <= 0 {
+			// The first window may have opened before the attach.
+			t.Errorf("collection %d with the qdisc programs attached: net_dev_queue %v ns/run", i, g)
+		}
+	}
+}
+
 // evidenceSource is a source whose evidence caps gave up the given counts.
 type evidenceSource struct {
 	source.Source
