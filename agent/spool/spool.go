@@ -86,14 +86,14 @@ type Options struct {
 
 type entry struct {
 	seq       uint64
-	size      int64  // bytes counted against MaxBytes
-	items     int    // samples, histograms and events
-	rootsOnly bool   // no child left to trim
-	gone      bool   // acked or dropped: skipped, and removed at the front
+	size      int64 // bytes counted against MaxBytes
+	items     int   // samples, histograms and events
+	rootsOnly bool  // no child left to trim
+	gone      bool  // acked or dropped: skipped, and removed at the front
 	// unsynced is a report written to its file but not yet fsync'd: one
 	// the collector acks before the next report comes never is (syncHeld).
 	unsynced bool
-	mem       []byte // the encoded report when it is not on disk
+	mem      []byte // the encoded report when it is not on disk
 	// fresh is the report as Add was given it, until After hands it to the
 	// uplink: the way out of a report sent at once, which would otherwise
 	// be read back from its file and decoded (a quarter of an idle agent's
