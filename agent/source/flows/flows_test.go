@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"slices"
 	"strings"
@@ -682,5 +683,50 @@ func TestAddressHoldersFollowAnInodeToItsNewOwner(t *testing.T) {
 	}
 	if got := holders(); !slices.Equal(got, []string{ownerID(y)}) {
 		t.Errorf("after: %v, want only %s", got, ownerID(y))
+	}
+}
+
+// A namespace that comes is read alone: the others' addresses are not read
+// again until refreshEvery (a netlink dump in each namespace of a busy node,
+// where namespaces come and go nearly every interval).
+func TestANewNamespaceIsReadAlone(t *testing.T) {
+	lab := newStar(t)
+	a := lab.add(t, "a", 70)
+	src, err := Open(context.Background(), Options{Env: source.Env{AllNetns: true, DisableBPF: true, Owners: owner.New(owner.Options{})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	read := func(ns string) time.Time {
+		t.Helper()
+		for k, v := range src.holders.known {
+			if filepath.Base(k.path) == ns {
+				return v.read
+			}
+		}
+		t.Fatalf("namespace %s not known", ns)
+		return time.Time{}
+	}
+	if _, err := src.Collect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := read(a.ns)
+	b := lab.add(t, "b", 71)
+	r, err := src.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(a.ns); !got.Equal(before) {
+		t.Errorf("a's addresses read again (%v, before %v) when b came", got, before)
+	}
+	if read(b.ns).IsZero() {
+		t.Errorf("b's addresses not read")
+	}
+	var held bool
+	for _, h := range r.AddressHolders {
+		held = held || h.GetAddress() == b.addr.String() && h.GetOwner().GetName() == b.ns
+	}
+	if !held {
+		t.Errorf("holders %v: %s not held by %s", r.AddressHolders, b.addr, b.ns)
 	}
 }

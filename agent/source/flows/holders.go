@@ -20,11 +20,13 @@ const refreshEvery = 30 * time.Second
 
 // holders lists the addresses of every network namespace on the node (the
 // host's and each pod's, container's or `ip netns` one's), read by netlink
-// inside each, and cached: a namespace's addresses are read again when it
-// is new, when the set of namespaces changed (a pod came or went: its
-// address may pass to another), when it had none and was found less than
+// inside each, and cached: a namespace's addresses are read when it is new
+// (an address a pod that went held passes to a new pod: it is read as its
+// namespace is found), when it had none and was found less than
 // refreshEvery ago (a pod whose address the CNI had not set yet) and every
-// refreshEvery. The namespaces are those the owners' resolver finds
+// refreshEvery. Not every namespace's when one came or went: on a busy node
+// that is nearly every interval, a netlink dump in each namespace (most of
+// an idle agent's reading of addresses, bench/agentcost BenchmarkAgentIdle). The namespaces are those the owners' resolver finds
 // (owner.Resolver.Namespaces): its walk of /proc serves the lookup of
 // their owners that follows.
 //
@@ -73,7 +75,6 @@ func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
 	for ino, path := range h.paths {
 		live[nsKey{ino, path}] = true
 	}
-	changed := false
 	byIno := map[uint32]nsKey{}
 	for k, ns := range h.known {
 		if !ns.gone {
@@ -85,7 +86,6 @@ func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
 		if _, ok := h.known[k]; ok {
 			continue
 		}
-		changed = true
 		if old, ok := byIno[k.ino]; ok && old != k {
 			reused = append(reused, k.ino)
 		}
@@ -94,7 +94,6 @@ func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
 		if live[k] {
 			continue
 		}
-		changed = true
 		if ns.gone {
 			delete(h.known, k)
 		} else {
@@ -121,7 +120,7 @@ func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
 		// an idle node's namespaces without an address (a build's, a
 		// test's) cost a netlink dump each, every interval, otherwise.
 		empty := len(ns.addrs) == 0 && now.Sub(ns.found) < refreshEvery
-		if ns.read.IsZero() || changed || empty || now.Sub(ns.read) >= refreshEvery {
+		if ns.read.IsZero() || empty || now.Sub(ns.read) >= refreshEvery {
 			addrs, err := readAddrs(netns.Handle{Path: k.path, Inode: k.ino})
 			if err != nil {
 				// Gone between the scan and the read, usually.
