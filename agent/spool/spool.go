@@ -224,9 +224,12 @@ func (s *Spool) store(reports []*nbsv1.Report) {
 		// report or of each entry), and nothing in it changed since but
 		// the report's own sequence: the encoding reuses those sizes
 		// rather than size it all again (an event's fields, a map, were
-		// sized through reflection on every pass). The report's own size,
-		// stale by the sequence, only guesses the buffer's capacity.
-		b, err := proto.MarshalOptions{UseCachedSize: true}.Marshal(r)
+		// sized through reflection on every pass). The report's own size
+		// is stale by the sequence (its tag and at most 10 bytes): the
+		// buffer has room for them, or the last append would double it
+		// (as much garbage again as the report, every report).
+		enc := proto.MarshalOptions{UseCachedSize: true}
+		b, err := enc.MarshalAppend(make([]byte, 0, enc.Size(r)+1+binary.MaxVarintLen64), r)
 		if err != nil {
 			// Unencodable (invalid UTF-8 in a string): it could never be
 			// sent, and keeping it would stop every report behind it.

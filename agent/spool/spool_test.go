@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -656,5 +657,23 @@ func TestOnlyReportsHeldAnIntervalAreSynced(t *testing.T) {
 	s2 := open(t, Options{Dir: dir, Node: "n1"})
 	if got := seqs(all(s2)); !slices.Equal(got, []uint64{3, 4, 5}) {
 		t.Fatalf("replayed %v, want [3 4 5]", got)
+	}
+}
+
+// A report is encoded into a buffer of its size: the encoding reuses the
+// sizes split worked out, and a buffer short by the sequence would be
+// doubled by its last append.
+func TestReportEncodedInItsSize(t *testing.T) {
+	s := open(t, Options{Dir: t.TempDir(), Node: "n1"})
+	for i := range 3 {
+		s.Add(report(int64(i+1), 50, 100))
+	}
+	for _, e := range s.entries {
+		if e.enc == nil {
+			t.Fatalf("report %d not held encoded", e.seq)
+		}
+		if len(e.enc) < 5000 || cap(e.enc)-len(e.enc) > 1+binary.MaxVarintLen64 {
+			t.Errorf("report %d: %d bytes in a buffer of %d", e.seq, len(e.enc), cap(e.enc))
+		}
 	}
 }
