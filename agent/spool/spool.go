@@ -113,9 +113,17 @@ type Sending struct {
 }
 
 // maxFresh bounds the encoded bytes of the reports held decoded (entry.fresh)
-// for their first sending: a few intervals' reports, so that a collector
-// out of reach does not keep the spool's backlog in memory too.
+// for their first sending, so that a collector out of reach does not keep
+// the spool's backlog in memory too; and at most maxFreshReports of them.
 const maxFresh = 1 << 20
+
+// maxFreshReports bounds how many reports are held decoded for their first
+// sending: the uplink takes a report as soon as it is added, so one is
+// held at a time while the stream is up. While it is down they were held
+// up to maxFresh (25 reports of an idle node, each decoded and encoded
+// about 4.5 times its encoding: 26.9 MiB peak resident memory against
+// 23.2), and a resend after the outage reads most of them back anyway.
+const maxFreshReports = 2
 
 // Spool holds un-acked reports in sequence order. It is safe for concurrent
 // use; disk writes happen under its lock, which is fine at one report per
@@ -141,6 +149,7 @@ type Spool struct {
 	diskErr  error // logged once until a write succeeds again
 	full     fullness
 	fresh    int64 // encoded bytes of the entries holding fresh
+	freshN   int   // entries holding fresh
 	// frame is writeReport's buffer, kept for the next report unless it
 	// grew past maxFrameKept: each report was a copy of it in
 	// garbage, the largest part of an idle agent's after the encoding.
@@ -243,9 +252,10 @@ func (s *Spool) store(reports []*nbsv1.Report) {
 		} else {
 			e.mem = b
 		}
-		if s.fresh+e.size <= maxFresh {
+		if s.freshN < maxFreshReports && s.fresh+e.size <= maxFresh {
 			e.fresh, e.enc = r, b
 			s.fresh += e.size
+			s.freshN++
 		}
 		s.push(e)
 	}
@@ -407,6 +417,7 @@ func (s *Spool) Take(seq uint64, maxBytes int64) ([]Sending, <-chan struct{}) {
 func (s *Spool) unfresh(e *entry) {
 	if e.fresh != nil {
 		s.fresh -= e.size
+		s.freshN--
 		e.fresh, e.enc = nil, nil
 	}
 }

@@ -590,8 +590,8 @@ func TestFirstSendingIsFromMemory(t *testing.T) {
 		r := report(int64(i+2), 10, 10<<10) // about 100 KiB
 		added = append(added, r)
 		s.Add(r)
-		if s.fresh > maxFresh {
-			t.Fatalf("after %d reports of about 100 KiB, %d bytes held decoded, over %d", i+1, s.fresh, maxFresh)
+		if s.fresh > maxFresh || s.freshN > maxFreshReports {
+			t.Fatalf("after %d reports of about 100 KiB, %d bytes in %d reports held decoded, over %d or %d", i+1, s.fresh, s.freshN, maxFresh, maxFreshReports)
 		}
 	}
 	got = all(s)
@@ -607,8 +607,8 @@ func TestFirstSendingIsFromMemory(t *testing.T) {
 			t.Fatalf("report %d sent differs from the one added", r.GetSequence())
 		}
 	}
-	if fromMemory == 0 || fromMemory == len(added) || s.fresh != 0 {
-		t.Fatalf("%d of %d sent from memory, %d bytes still held decoded; want some, not all, and none left", fromMemory, len(added), s.fresh)
+	if fromMemory != maxFreshReports || s.fresh != 0 || s.freshN != 0 {
+		t.Fatalf("%d of %d sent from memory, %d bytes in %d reports still held decoded; want %d, and none left", fromMemory, len(added), s.fresh, s.freshN, maxFreshReports)
 	}
 }
 
@@ -665,7 +665,7 @@ func TestOnlyReportsHeldAnIntervalAreSynced(t *testing.T) {
 // doubled by its last append.
 func TestReportEncodedInItsSize(t *testing.T) {
 	s := open(t, Options{Dir: t.TempDir(), Node: "n1"})
-	for i := range 3 {
+	for i := range maxFreshReports {
 		s.Add(report(int64(i+1), 50, 100))
 	}
 	for _, e := range s.entries {
