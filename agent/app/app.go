@@ -71,6 +71,11 @@ type Agent struct {
 	// takes away is then either not read or forgotten after it was
 	// defined, never defined again after it was forgotten.
 	collecting sync.Mutex
+	// sizes are the last reading's, under collecting: the next one's
+	// maps are made that large, where growing them to it was most of
+	// what a collection allocated for them (a map of hundreds of
+	// counters, gauges and flags, each a few times over).
+	sizes readingSizes
 
 	expandUntil atomic.Int64 // Unix nanoseconds
 	reports     atomic.Uint64
@@ -477,14 +482,23 @@ type reading struct {
 	holders []*nbsv1.AddressHolder
 }
 
+// readingSizes are the sizes of a reading's maps.
+type readingSizes struct{ counters, gauges, histograms, idle, continued, sinceBoot int }
+
 func (a *Agent) collect(ctx context.Context, led *ledger) reading {
 	a.collecting.Lock()
 	defer a.collecting.Unlock()
 	if a.proc != nil {
 		a.proc.Next()
 	}
-	r := reading{counters: map[string]uint64{}, gauges: map[string]float64{}, histograms: map[string]*loglinear.Histogram{}, idle: map[string]bool{},
-		continued: map[string]bool{}, sinceBoot: map[string]bool{}}
+	z := a.sizes
+	r := reading{counters: make(map[string]uint64, z.counters), gauges: make(map[string]float64, z.gauges),
+		histograms: make(map[string]*loglinear.Histogram, z.histograms), idle: make(map[string]bool, z.idle),
+		continued: make(map[string]bool, z.continued), sinceBoot: make(map[string]bool, z.sinceBoot)}
+	defer func() {
+		a.sizes = readingSizes{counters: len(r.counters), gauges: len(r.gauges), histograms: len(r.histograms), idle: len(r.idle),
+			continued: len(r.continued), sinceBoot: len(r.sinceBoot)}
+	}()
 	for _, s := range a.sources {
 		got, err := s.Collect(ctx)
 		if err != nil {
