@@ -3,7 +3,9 @@ package bpfload
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 )
@@ -158,14 +160,27 @@ func DeleteIf[K any, V any](m *ebpf.Map, drop func(K, *V) bool) error {
 // EachSum calls fn for every key of the per-CPU hash map m with its values
 // summed over CPUs (see Sum).
 func EachSum[K any, V any](m *ebpf.Map, fn func(K, V)) error {
-	var (
-		k   K
-		per []V
-	)
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", m, err)
+	}
+	// One slice for every entry (given a slice of the right length,
+	// cilium/ebpf decodes into it rather than make one an entry), added
+	// up as words where V is made of uint64s (Sum goes through reflect).
+	var k K
+	per := make([]V, cpus)
+	n, byWords := words(reflect.TypeFor[V]())
 	it := m.Iterate()
-	for it.Next(&k, &per) {
-		sum, err := Sum(per)
-		if err != nil {
+	for it.Next(&k, per) {
+		var sum V
+		if byWords && n > 0 {
+			dst := unsafe.Slice((*uint64)(unsafe.Pointer(&sum)), n)
+			for i := range per {
+				for j, v := range unsafe.Slice((*uint64)(unsafe.Pointer(&per[i])), n) {
+					dst[j] += v
+				}
+			}
+		} else if sum, err = Sum(per); err != nil {
 			return err
 		}
 		fn(k, sum)
