@@ -21,6 +21,7 @@ import (
 	"github.com/nbs-project/nbs/agent/owner"
 	probe "github.com/nbs-project/nbs/agent/probe/flows"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/internal/netns"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
@@ -728,5 +729,63 @@ func TestANewNamespaceIsReadAlone(t *testing.T) {
 	}
 	if !held {
 		t.Errorf("holders %v: %s not held by %s", r.AddressHolders, b.addr, b.ns)
+	}
+}
+
+// A namespace's addresses from one dump of its addresses are those
+// net.InterfaceAddrs lists (which dumps its links too), less loopback,
+// link-local and unspecified ones: in the agent's own namespace and in a
+// leaf's, with an IPv6 address and a point-to-point one added.
+func TestReadAddrsAsInterfaceAddrs(t *testing.T) {
+	lab := newStar(t)
+	a := lab.add(t, "a", 80)
+	for _, cmd := range [][]string{
+		{"ip", "-n", a.ns, "addr", "add", "fd00:77::5/64", "dev", "lo"},
+		{"ip", "-n", a.ns, "addr", "add", "10.99.0.1", "peer", "10.99.0.2", "dev", "lo"},
+	} {
+		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", cmd, err, out)
+		}
+	}
+	viaNet := func() ([]netip.Addr, error) {
+		as, err := net.InterfaceAddrs()
+		if err != nil {
+			return nil, err
+		}
+		var out []netip.Addr
+		for _, x := range as {
+			ip, ok := netip.AddrFromSlice(x.(*net.IPNet).IP)
+			if ip = ip.Unmap(); ok && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() && !ip.IsUnspecified() {
+				out = append(out, ip)
+			}
+		}
+		slices.SortFunc(out, netip.Addr.Compare)
+		return slices.Compact(out), nil
+	}
+	own, err := netns.Resolve("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []netns.Handle{own, a.h} {
+		got, err := readAddrs(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []netip.Addr
+		if err := h.Do(func() (err error) { want, err = viaNet(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) || len(got) == 0 {
+			t.Errorf("netns %q: %v, want %v", h.Path, got, want)
+		}
+	}
+	got, _ := readAddrs(a.h)
+	for _, w := range []string{a.addr.String(), "fd00:77::5", "10.99.0.1"} {
+		if !slices.Contains(got, netip.MustParseAddr(w)) {
+			t.Errorf("leaf's addresses %v: no %s", got, w)
+		}
+	}
+	if slices.Contains(got, netip.MustParseAddr("10.99.0.2")) {
+		t.Errorf("leaf's addresses %v: the point-to-point peer 10.99.0.2 listed", got)
 	}
 }

@@ -4,9 +4,10 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
-	"net"
 	"net/netip"
+	"os"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/nbs-project/nbs/agent/owner"
@@ -178,29 +179,69 @@ func (h *holders) namespaces() map[uint32]string {
 func readAddrs(h netns.Handle) ([]netip.Addr, error) {
 	var out []netip.Addr
 	err := h.Do(func() error {
-		as, err := net.InterfaceAddrs()
-		if err != nil {
-			return err
-		}
-		for _, a := range as {
-			ipn, ok := a.(*net.IPNet)
-			if !ok {
-				continue
-			}
-			ip, ok := netip.AddrFromSlice(ipn.IP)
-			if !ok {
-				continue
-			}
-			ip = ip.Unmap()
-			if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() {
-				continue
-			}
-			out = append(out, ip)
-		}
-		return nil
+		var err error
+		out, err = interfaceAddrs()
+		return err
 	})
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out), err
+}
+
+// interfaceAddrs is net.InterfaceAddrs' addresses, as netip.Addrs, but
+// loopback, link-local and unspecified ones, from one netlink dump of the
+// addresses: net.InterfaceAddrs dumps the links too, to name each
+// address's interface, which is never used here and was the larger half of
+// the work (a link's dump carries its statistics and attributes).
+func interfaceAddrs() ([]netip.Addr, error) {
+	tab, err := syscall.NetlinkRIB(syscall.RTM_GETADDR, syscall.AF_UNSPEC)
+	if err != nil {
+		return nil, os.NewSyscallError("netlinkrib", err)
+	}
+	msgs, err := syscall.ParseNetlinkMessage(tab)
+	if err != nil {
+		return nil, os.NewSyscallError("parsenetlinkmessage", err)
+	}
+	var out []netip.Addr
+	for _, m := range msgs {
+		if m.Header.Type == syscall.NLMSG_DONE {
+			break
+		}
+		if m.Header.Type != syscall.RTM_NEWADDR || len(m.Data) < syscall.SizeofIfAddrmsg {
+			continue
+		}
+		family := m.Data[0] // struct ifaddrmsg's ifa_family
+		attrs, err := syscall.ParseNetlinkRouteAttr(&m)
+		if err != nil {
+			return nil, os.NewSyscallError("parsenetlinkrouteattr", err)
+		}
+		if ip, ok := ifAddr(family, attrs); ok {
+			ip = ip.Unmap()
+			if !ip.IsLoopback() && !ip.IsLinkLocalUnicast() && !ip.IsUnspecified() {
+				out = append(out, ip)
+			}
+		}
+	}
+	return out, nil
+}
+
+// ifAddr is the address of an RTM_NEWADDR as net.InterfaceAddrs takes it:
+// the local address of a point-to-point one (IFA_LOCAL), else the first
+// attribute's value.
+func ifAddr(family byte, attrs []syscall.NetlinkRouteAttr) (netip.Addr, bool) {
+	p2p := slices.ContainsFunc(attrs, func(a syscall.NetlinkRouteAttr) bool { return a.Attr.Type == syscall.IFA_LOCAL })
+	for _, a := range attrs {
+		if p2p && a.Attr.Type == syscall.IFA_ADDRESS {
+			continue
+		}
+		switch {
+		case family == syscall.AF_INET && len(a.Value) >= 4:
+			return netip.AddrFrom4([4]byte(a.Value[:4])), true
+		case family == syscall.AF_INET6 && len(a.Value) >= 16:
+			return netip.AddrFrom16([16]byte(a.Value[:16])), true
+		}
+		return netip.Addr{}, false
+	}
+	return netip.Addr{}, false
 }
 
 // path is a way into namespace ino, as last found.
