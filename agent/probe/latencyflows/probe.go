@@ -9,12 +9,14 @@
 package latencyflows
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
 	"github.com/nbs-project/nbs/agent/probe/evidence"
@@ -71,7 +73,19 @@ type Stats struct {
 type Probe struct {
 	objs latencyflowsObjects
 	bpf  bpfload.Guarded
+
+	// Flows' buffers, kept from call to call (under bpf's lock): the table
+	// is read whole every collection while the probe is attached, up to
+	// 8,192 flows on a busy node, which read one by one (a key, then its
+	// value) was two system calls a flow and twice the flows in garbage.
+	flows   []Flow
+	keys    []uint64
+	vals    []latencyflowsNbsFlow
+	noBatch bool // the kernel has no batch lookup of a hash map (before 5.6)
 }
+
+// flowsBatch is how many flows one batch lookup reads.
+const flowsBatch = 256
 
 // Load loads the program without attaching it.
 func Load(opts Options) (*Probe, error) {
@@ -121,15 +135,85 @@ func (p *Probe) Attached() bool { return p.bpf.Attached() }
 func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 
 // Flows returns every flow in the table.
+// The slice is valid until the next call.
 func (p *Probe) Flows() ([]Flow, error) {
 	var out []Flow
 	err := p.bpf.Do("read tcp flows", func() error {
-		return bpfload.Each(p.objs.Flows, func(k uint64, v *latencyflowsNbsFlow) { out = append(out, decode(k, v)) })
+		p.flows = p.flows[:0]
+		if done, err := p.batchFlows(); done {
+			out = p.flows
+			return err
+		}
+		p.flows = p.flows[:0]
+		err := bpfload.Each(p.objs.Flows, func(k uint64, v *latencyflowsNbsFlow) { p.flows = append(p.flows, decode(k, v)) })
+		out = p.flows
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// batchFlows reads the table into p.flows flowsBatch flows a system call;
+// done is false where the kernel cannot (then p.flows is to be read again
+// one by one).
+func (p *Probe) batchFlows() (done bool, err error) {
+	if p.noBatch {
+		return false, nil
+	}
+	if p.keys == nil {
+		p.keys, p.vals = make([]uint64, flowsBatch), make([]latencyflowsNbsFlow, flowsBatch)
+	}
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := p.objs.Flows.BatchLookup(&cursor, p.keys, p.vals, nil)
+		for i := range n {
+			p.flows = append(p.flows, decode(p.keys[i], &p.vals[i]))
+		}
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			return true, nil // the end
+		case err == nil:
+		case errors.Is(err, unix.ENOSPC):
+			return false, nil // a bucket larger than a batch: one by one, this time
+		case errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.EINVAL):
+			p.noBatch = true
+			return false, nil
+		default:
+			return true, fmt.Errorf("read tcp flows: %w", err)
+		}
+	}
+}
+
+// Delete removes flows by their cookies (flows an earlier Flows listed that
+// were not sampled for a while), with one system call where the kernel
+// can: a caller that just read the table needs no second pass over it, as
+// Forget makes.
+func (p *Probe) Delete(cookies []uint64) error {
+	if len(cookies) == 0 {
+		return nil
+	}
+	return p.bpf.Do("forget tcp flows", func() error {
+		if !p.noBatch {
+			// Where one went meanwhile (ENOENT), the batch stops there:
+			// the rest one by one.
+			_, err := p.objs.Flows.BatchDelete(cookies, nil)
+			switch {
+			case err == nil:
+				return nil
+			case errors.Is(err, ebpf.ErrKeyNotExist), errors.Is(err, ebpf.ErrNotSupported), errors.Is(err, unix.EINVAL):
+			default:
+				return fmt.Errorf("forget tcp flows: %w", err)
+			}
+		}
+		for _, c := range cookies {
+			if err := p.objs.Flows.Delete(c); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("forget tcp flows: %w", err)
+			}
+		}
+		return nil
+	})
 }
 
 func decode(cookie uint64, v *latencyflowsNbsFlow) Flow {
