@@ -54,3 +54,42 @@ func TestBatchEach(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// EachSum sums every key's per-CPU values past several batches, for a
+// struct of uint64s.
+func TestEachSumInBatches(t *testing.T) {
+	type pair struct{ A, B uint64 }
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUHash, KeySize: 4, ValueSize: 16, MaxEntries: 4096})
+	if err != nil {
+		netlab.SkipOrFail(t, "create per-CPU hash map: %v", err)
+	}
+	defer m.Close()
+	const n = 2*batchSize + 88
+	for k := range uint32(n) {
+		per := make([]pair, cpus)
+		for c := range per {
+			per[c] = pair{A: uint64(k), B: uint64(c + 1)}
+		}
+		if err := m.Put(k, per); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[uint32]pair{}
+	visits := 0
+	if err := EachSum(m, func(k uint32, v pair) { got[k] = v; visits++ }); err != nil {
+		t.Fatal(err)
+	}
+	if visits != n || len(got) != n {
+		t.Fatalf("%d visits of %d keys, want %d", visits, len(got), n)
+	}
+	wantB := uint64(cpus * (cpus + 1) / 2)
+	for k, v := range got {
+		if v.A != uint64(k)*uint64(cpus) || v.B != wantB {
+			t.Fatalf("key %d summed to %+v, want {%d %d}", k, v, uint64(k)*uint64(cpus), wantB)
+		}
+	}
+}
