@@ -46,6 +46,9 @@ type Source struct {
 	// Guarded by Triggered's lock.
 	lastMono uint64            // CLOCK_MONOTONIC ns of the previous collection
 	retrans  map[uint64]uint32 // total_retrans per flow at the previous collection
+	// spare is the map before retrans, cleared and filled anew by the
+	// next collection: a full table is 8,192 flows, every collection.
+	spare map[uint64]uint32
 
 	mu     sync.Mutex // guards kept and capped, read by the agent branch
 	kept   uint64     // flows named in events, since the start
@@ -89,7 +92,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 			return probe.Load(probe.Options{NetnsInode: netnsInode, MinGap: opts.MinGap, SamplesPerSec: opts.SamplesPerSec, Logger: log, BTF: opts.BTF})
 		},
 		Attached: func(*probe.Probe) error {
-			s.lastMono, s.retrans = monoNow(), map[uint64]uint32{}
+			s.lastMono, s.retrans, s.spare = monoNow(), map[uint64]uint32{}, nil
 			return nil
 		},
 	})
@@ -121,7 +124,11 @@ func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 	var sampled, retransmitting int
 	var moved []flowDelta
 	var stale []uint64
-	seen := make(map[uint64]uint32, len(fs))
+	seen := s.spare
+	if seen == nil {
+		seen = make(map[uint64]uint32, len(fs))
+	}
+	clear(seen)
 	for _, f := range fs {
 		seen[f.Cookie] = f.TotalRetrans
 		if now-f.LastNs > uint64(forgetAfter) {
@@ -141,7 +148,7 @@ func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 			moved = append(moved, flowDelta{f: f, retrans: f.TotalRetrans - prev})
 		}
 	}
-	s.retrans, s.lastMono = seen, now
+	s.retrans, s.spare, s.lastMono = seen, s.retrans, now
 	// The flows just read say which to forget: no second pass over the
 	// table (a full one of a busy node is 8,192 flows).
 	if err := p.Delete(stale); err != nil {
