@@ -74,18 +74,14 @@ type Probe struct {
 	objs latencyflowsObjects
 	bpf  bpfload.Guarded
 
-	// Flows' buffers, kept from call to call (under bpf's lock): the table
-	// is read whole every collection while the probe is attached, up to
-	// 8,192 flows on a busy node, which read one by one (a key, then its
-	// value) was two system calls a flow and twice the flows in garbage.
-	flows   []Flow
-	keys    []uint64
-	vals    []latencyflowsNbsFlow
-	noBatch bool // the kernel has no batch lookup of a hash map (before 5.6)
+	// read reads the table in batches (bpfload.Batch): it is read whole
+	// every collection while the probe is attached, up to 8,192 flows on
+	// a busy node, which read one by one (a key, then its value) was two
+	// system calls a flow, and the flows were a slice of their own.
+	read bpfload.Batch[uint64, latencyflowsNbsFlow]
+	// noBatch is set where the kernel has no batch delete (before 5.6).
+	noBatch bool
 }
-
-// flowsBatch is how many flows one batch lookup reads.
-const flowsBatch = 256
 
 // Load loads the program without attaching it.
 func Load(opts Options) (*Probe, error) {
@@ -135,55 +131,21 @@ func (p *Probe) Attached() bool { return p.bpf.Attached() }
 func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 
 // Flows returns every flow in the table.
-// The slice is valid until the next call.
 func (p *Probe) Flows() ([]Flow, error) {
 	var out []Flow
-	err := p.bpf.Do("read tcp flows", func() error {
-		p.flows = p.flows[:0]
-		if done, err := p.batchFlows(); done {
-			out = p.flows
-			return err
-		}
-		p.flows = p.flows[:0]
-		err := bpfload.Each(p.objs.Flows, func(k uint64, v *latencyflowsNbsFlow) { p.flows = append(p.flows, decode(k, v)) })
-		out = p.flows
-		return err
-	})
+	err := p.EachFlow(func(f Flow) { out = append(out, f) })
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// batchFlows reads the table into p.flows flowsBatch flows a system call;
-// done is false where the kernel cannot (then p.flows is to be read again
-// one by one).
-func (p *Probe) batchFlows() (done bool, err error) {
-	if p.noBatch {
-		return false, nil
-	}
-	if p.keys == nil {
-		p.keys, p.vals = make([]uint64, flowsBatch), make([]latencyflowsNbsFlow, flowsBatch)
-	}
-	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := p.objs.Flows.BatchLookup(&cursor, p.keys, p.vals, nil)
-		for i := range n {
-			p.flows = append(p.flows, decode(p.keys[i], &p.vals[i]))
-		}
-		switch {
-		case errors.Is(err, ebpf.ErrKeyNotExist):
-			return true, nil // the end
-		case err == nil:
-		case errors.Is(err, unix.ENOSPC):
-			return false, nil // a bucket larger than a batch: one by one, this time
-		case errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.EINVAL):
-			p.noBatch = true
-			return false, nil
-		default:
-			return true, fmt.Errorf("read tcp flows: %w", err)
-		}
-	}
+// EachFlow calls fn with every flow in the table, without a slice of them
+// (a full table is 8,192 flows, read every collection).
+func (p *Probe) EachFlow(fn func(Flow)) error {
+	return p.bpf.Do("read tcp flows", func() error {
+		return p.read.Each(p.objs.Flows, func(k uint64, v *latencyflowsNbsFlow) { fn(decode(k, v)) })
+	})
 }
 
 // Delete removes flows by their cookies (flows an earlier Flows listed that
@@ -202,7 +164,9 @@ func (p *Probe) Delete(cookies []uint64) error {
 			switch {
 			case err == nil:
 				return nil
-			case errors.Is(err, ebpf.ErrKeyNotExist), errors.Is(err, ebpf.ErrNotSupported), errors.Is(err, unix.EINVAL):
+			case errors.Is(err, ebpf.ErrKeyNotExist):
+			case errors.Is(err, ebpf.ErrNotSupported), errors.Is(err, unix.EINVAL):
+				p.noBatch = true
 			default:
 				return fmt.Errorf("forget tcp flows: %w", err)
 			}

@@ -116,26 +116,22 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 
 func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 	now := monoNow()
-	fs, err := p.Flows()
-	if err != nil {
-		return fmt.Errorf("read sampled flows: %w", err)
-	}
 	srtt := loglinear.New()
 	var sampled, retransmitting int
 	var moved []flowDelta
 	var stale []uint64
 	seen := s.spare
 	if seen == nil {
-		seen = make(map[uint64]uint32, len(fs))
+		seen = map[uint64]uint32{}
 	}
 	clear(seen)
-	for _, f := range fs {
+	err := p.EachFlow(func(f probe.Flow) {
 		seen[f.Cookie] = f.TotalRetrans
 		if now-f.LastNs > uint64(forgetAfter) {
 			stale = append(stale, f.Cookie)
 		}
 		if f.LastNs <= s.lastMono {
-			continue // not sampled this interval
+			return // not sampled this interval
 		}
 		sampled++
 		srtt.Record(uint64(f.SRTT.Nanoseconds()))
@@ -147,6 +143,11 @@ func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 			retransmitting++
 			moved = append(moved, flowDelta{f: f, retrans: f.TotalRetrans - prev})
 		}
+	})
+	if err != nil {
+		// The map just filled is of no use: the next collection
+		// compares with the last complete one.
+		return fmt.Errorf("read sampled flows: %w", err)
 	}
 	s.retrans, s.spare, s.lastMono = seen, s.retrans, now
 	// The flows just read say which to forget: no second pass over the
