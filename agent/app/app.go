@@ -71,6 +71,11 @@ type Agent struct {
 	// takes away is then either not read or forgotten after it was
 	// defined, never defined again after it was forgotten.
 	collecting sync.Mutex
+	// sizes are the last reading's, under collecting: the next one's
+	// maps are made that large, where growing them to it was most of
+	// what a collection allocated for them (a map of hundreds of
+	// counters, gauges and flags, each a few times over).
+	sizes readingSizes
 
 	expandUntil atomic.Int64 // Unix nanoseconds
 	reports     atomic.Uint64
@@ -344,7 +349,12 @@ const loadMemoryLimit = 10 << 20
 // and it allocates little between collections, so collecting at half the
 // heap's growth keeps 1–2 MB less resident (the peak of a running agent is
 // its binary's pages and its heap's growth) for a GC cycle every few
-// intervals more.
+// intervals more. At 50 a collection of an idle node with 50 namespaces
+// runs two cycles (a live heap of 2 MB, goals of 2–4 MB); 100 was measured
+// (bench/agentcost BenchmarkAgentIdle, 2026-11-30, alternated): no CPU
+// difference the machine's load let through (0.112–0.166% of a core against
+// 0.107–0.260%), peak resident memory 24.2–26.6 MiB against 23.3–27.1, over
+// the 24 MiB goal in every round.
 const runningGCPercent = 50
 
 // ownerCapability says whether pods' container names can be read from the
@@ -484,14 +494,23 @@ type reading struct {
 	holders []*nbsv1.AddressHolder
 }
 
+// readingSizes are the sizes of a reading's maps.
+type readingSizes struct{ counters, gauges, histograms, idle, continued, sinceBoot int }
+
 func (a *Agent) collect(ctx context.Context, led *ledger) reading {
 	a.collecting.Lock()
 	defer a.collecting.Unlock()
 	if a.proc != nil {
 		a.proc.Next()
 	}
-	r := reading{counters: map[string]uint64{}, gauges: map[string]float64{}, histograms: map[string]*loglinear.Histogram{}, idle: map[string]bool{},
-		continued: map[string]bool{}, sinceBoot: map[string]bool{}}
+	z := a.sizes
+	r := reading{counters: make(map[string]uint64, z.counters), gauges: make(map[string]float64, z.gauges),
+		histograms: make(map[string]*loglinear.Histogram, z.histograms), idle: make(map[string]bool, z.idle),
+		continued: make(map[string]bool, z.continued), sinceBoot: make(map[string]bool, z.sinceBoot)}
+	defer func() {
+		a.sizes = readingSizes{counters: len(r.counters), gauges: len(r.gauges), histograms: len(r.histograms), idle: len(r.idle),
+			continued: len(r.continued), sinceBoot: len(r.sinceBoot)}
+	}()
 	for _, s := range a.sources {
 		got, err := s.Collect(ctx)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/nbs-project/nbs/agent/spool"
@@ -63,6 +64,47 @@ type carry struct {
 	// sinceBoot are the counters whose values are the kernel's since boot
 	// (the ledger's set, read at each write).
 	sinceBoot map[string]bool
+	// What the file is written from, kept from write to write: the
+	// counters' keys as last encoded (sorted, as json.Marshal sorts a
+	// map's) with each key encoded, since_boot encoded, and the file's
+	// buffer. The counters are the same from report to report but for a
+	// metric that comes or goes, and json.Marshal sorted and encoded them
+	// all (through reflect) twice a report.
+	keys      keyCodec
+	sinceKeys keyCodec
+	sinceJSON []byte
+	buf       []byte
+}
+
+// keyCodec holds a map's keys sorted and JSON-encoded, for maps with the
+// same keys, which is what they have from one report to the next.
+type keyCodec struct {
+	sorted  []string
+	encoded [][]byte
+}
+
+// use makes the codec the keys of m, unless it is already, and says
+// whether it changed.
+func use[V any](k *keyCodec, m map[string]V) (changed bool) {
+	if len(k.sorted) == len(m) {
+		same := true
+		for _, key := range k.sorted {
+			if _, ok := m[key]; !ok {
+				same = false
+				break
+			}
+		}
+		if same && k.sorted != nil {
+			return false
+		}
+	}
+	k.sorted = slices.Sorted(maps.Keys(m))
+	k.encoded = k.encoded[:0]
+	for _, key := range k.sorted {
+		b, _ := json.Marshal(key) // a string always encodes
+		k.encoded = append(k.encoded, b)
+	}
+	return true
 }
 
 // origin is where the kernel's own counters an agent reads come from.
@@ -209,17 +251,29 @@ func (c *carry) commit() {
 	c.write()
 }
 
-// encode is counters as the file holds them; nil (the file then is not
-// written) when the spool is in memory.
+// encode is counters as the file holds them (as json.Marshal encodes the
+// map); nil (the file then is not written) when the spool is in memory.
 func (c *carry) encode(counters map[string]uint64) json.RawMessage {
 	if c.path == "" {
 		return nil
 	}
-	b, err := json.Marshal(counters)
-	if err != nil {
-		return nil // a map of strings to integers always encodes
+	if counters == nil {
+		return json.RawMessage("null")
 	}
-	return b
+	use(&c.keys, counters)
+	n := 2
+	for _, k := range c.keys.encoded {
+		n += len(k) + 22
+	}
+	b := append(make([]byte, 0, n), '{')
+	for i, k := range c.keys.sorted {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(append(b, c.keys.encoded[i]...), ':')
+		b = strconv.AppendUint(b, counters[k], 10)
+	}
+	return append(b, '}')
 }
 
 // write replaces the file. A rename is atomic, and no fsync is needed: the
@@ -233,17 +287,58 @@ func (c *carry) write() {
 	if string(pending) == "{}" || string(pending) == "null" {
 		pending = nil // omitted, as carryFile's empty map is (omitempty)
 	}
-	b, err := json.Marshal(carryOut{Node: c.node, Counted: c.countedJSON, PendingTime: c.pendingTime, Pending: pending,
-		BootID: c.here.Boot, Netns: c.here.Netns, SinceBoot: slices.Sorted(maps.Keys(c.sinceBoot))})
+	b := c.appendFile(c.buf[:0], pending)
+	c.buf = b
+	tmp := c.path + ".tmp"
+	err := os.WriteFile(tmp, b, 0o600)
 	if err == nil {
-		tmp := c.path + ".tmp"
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, c.path)
-		}
+		err = os.Rename(tmp, c.path)
 	}
 	if err != nil {
 		c.log.Warn("cannot record which counts were reported; a restart will not report what was counted while no agent ran", "file", c.path, "err", err)
 	}
+}
+
+// appendFile appends the file's bytes: json.Marshal's encoding of
+// carryOut, written out (TestCarryFileFormat holds them equal).
+func (c *carry) appendFile(b []byte, pending json.RawMessage) []byte {
+	str := func(b []byte, s string) []byte {
+		e, _ := json.Marshal(s) // a string always encodes
+		return append(b, e...)
+	}
+	b = str(append(b, `{"node":`...), c.node)
+	b = append(b, `,"counted":`...)
+	if c.countedJSON == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, c.countedJSON...)
+	}
+	if c.pendingTime != 0 {
+		b = strconv.AppendInt(append(b, `,"pending_time":`...), c.pendingTime, 10)
+	}
+	if len(pending) > 0 {
+		b = append(append(b, `,"pending":`...), pending...)
+	}
+	if c.here.Boot != "" {
+		b = str(append(b, `,"boot_id":`...), c.here.Boot)
+	}
+	if c.here.Netns != 0 {
+		b = strconv.AppendUint(append(b, `,"netns":`...), uint64(c.here.Netns), 10)
+	}
+	if len(c.sinceBoot) > 0 {
+		if use(&c.sinceKeys, c.sinceBoot) || c.sinceJSON == nil {
+			c.sinceJSON = append(c.sinceJSON[:0], '[')
+			for i, k := range c.sinceKeys.encoded {
+				if i > 0 {
+					c.sinceJSON = append(c.sinceJSON, ',')
+				}
+				c.sinceJSON = append(c.sinceJSON, k...)
+			}
+			c.sinceJSON = append(c.sinceJSON, ']')
+		}
+		b = append(append(b, `,"since_boot":`...), c.sinceJSON...)
+	}
+	return append(b, '}')
 }
 
 // forget removes the file (uninstall: the pins it refers to are gone).

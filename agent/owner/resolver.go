@@ -78,6 +78,23 @@ type Resolver struct {
 	scans    uint64
 	walks    uint64
 	idx      index // the last walk's
+	procs    procTable
+}
+
+// procTable is every process's network namespace as the walks found it,
+// kept so that a walk reads the namespace link only of the processes made
+// since the last one (see indexProcs): on a busy node a walk is due nearly
+// every collection (tasks come and go), and a link read per process was most
+// of an idle agent's walk.
+type procTable struct {
+	ns, spare map[int]uint32 // by PID; 0: unreadable (a kernel thread's)
+	// lastPID is the last PID given out as the walk that made ns began:
+	// every PID in ns up to it was given out before the walk's readdir.
+	lastPID uint64
+	full    time.Time // the last walk that read every link
+	// samePIDNS is set when Proc is a /proc of the agent's own PID
+	// namespace, whose last PID /proc/loadavg shows.
+	samePIDNS, checked bool
 }
 
 // index is what one walk of /proc and the netns directories found.
@@ -250,16 +267,17 @@ func (r *Resolver) Namespaces() map[uint32]string {
 func (r *Resolver) walk(now time.Time) {
 	r.walks++
 	sig, ok := r.signal()
-	r.idx.pids, r.idx.host = r.indexProcs()
+	r.idx.pids, r.idx.host = r.indexProcs(now, sig, ok)
 	r.idx.names, r.idx.paths = r.indexNames()
 	r.idx.at, r.idx.walked = now, now
 	r.idx.sig, r.idx.sigOK = sig, ok
 }
 
 // maxUnchanged is how long refresh keeps a walk's index while nothing says
-// the namespaces changed: a process that enters another namespace without
-// a task being made or ending (setns or unshare in place, rare: runtimes
-// do it in a child they make) is found within it.
+// the namespaces changed, and how long a walk takes a process's namespace
+// from the last one (indexProcs): a process that enters another namespace
+// in place (setns or unshare, rare: runtimes do it in a child they make) is
+// found within it.
 const maxUnchanged = 30 * time.Second
 
 // refresh walks unless nothing has changed since the last walk that a walk
@@ -401,7 +419,25 @@ func (r *Resolver) evict() {
 // agent's own (it runs in the host's, hostNetwork on Kubernetes). The
 // calling thread's, not /proc/self's: that is the main thread's, which
 // netns.Handle.Do may have moved into another namespace for a moment.
-func (r *Resolver) indexProcs() (map[uint32][]int, uint32) {
+//
+// A process keeps the namespace it had at the last walk unless it moved
+// (setns or unshare in place, rare: every maxUnchanged a walk reads every
+// link), and its PID names it until the kernel gives the PID out again,
+// which it does only after wrapping around: PIDs are given out upwards from
+// the last one (/proc/loadavg's). So a walk reads the link of a PID the
+// last walk did not find, or above the last PID as it began (given out
+// since, perhaps again), and takes the others' namespaces from the last
+// walk; when the last PID went down (wrapped), it reads every link.
+func (r *Resolver) indexProcs(now time.Time, sig taskSignal, sigOK bool) (map[uint32][]int, uint32) {
+	t := &r.procs
+	if !t.checked {
+		// /proc/loadavg shows the reader's PID namespace's last PID: of use
+		// only when Proc shows the same one.
+		t.checked = true
+		self, err := os.Readlink(filepath.Join(r.opts.Proc, "self"))
+		t.samePIDNS = err == nil && self == strconv.Itoa(os.Getpid())
+	}
+	reuse := t.samePIDNS && sigOK && t.ns != nil && sig.lastPID >= t.lastPID && now.Sub(t.full) < maxUnchanged
 	d, err := os.Open(r.opts.Proc)
 	if err != nil {
 		r.opts.Logger.Warn("owner: read /proc", "err", err)
@@ -414,13 +450,22 @@ func (r *Resolver) indexProcs() (map[uint32][]int, uint32) {
 	}
 	idx := map[uint32][]int{}
 	var host uint32
+	if t.spare == nil {
+		t.spare = make(map[int]uint32, len(ents))
+	}
+	next := t.spare
+	clear(next)
 	for _, n := range ents {
 		pid, err := strconv.Atoi(n)
 		if err != nil || pid <= 0 {
 			continue
 		}
-		ino, ok := nsInode(r.opts.Proc + "/" + n + "/ns/net")
-		if !ok {
+		ino, known := t.ns[pid]
+		if !reuse || !known || uint64(pid) > t.lastPID {
+			ino, _ = nsInode(r.opts.Proc + "/" + n + "/ns/net")
+		}
+		next[pid] = ino
+		if ino == 0 {
 			continue // gone, or a kernel thread's unreadable link
 		}
 		if pid == 1 {
@@ -438,6 +483,15 @@ func (r *Resolver) indexProcs() (map[uint32][]int, uint32) {
 	}
 	if host == 0 {
 		host, _ = nsInode(filepath.Join(r.opts.Proc, "thread-self", "ns", "net"))
+	}
+	if sigOK && t.samePIDNS {
+		t.ns, t.spare, t.lastPID = next, t.ns, sig.lastPID
+	} else {
+		// Nothing tells a PID given out again: every link next time.
+		t.ns, t.spare, t.lastPID = nil, next, 0
+	}
+	if !reuse {
+		t.full = now
 	}
 	return idx, host
 }

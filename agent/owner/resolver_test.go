@@ -1,9 +1,11 @@
 package owner
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -304,6 +306,79 @@ func TestNamespacesWalkOnlyOnChange(t *testing.T) {
 		}
 		if s.inodes != nil && len(got) != len(s.inodes) {
 			t.Errorf("%s: namespaces %v, want %v", s.name, got, s.inodes)
+		}
+	}
+}
+
+// A walk reads the namespace link only of processes it has not seen and of
+// PIDs given out since the last walk began; the others keep what the last
+// walk read, until the PIDs wrap around or the index is maxUnchanged old.
+// Links changed in place (which a kernel does only for setns or unshare)
+// show what was read.
+func TestWalkReadsOnlyNewProcesses(t *testing.T) {
+	proc := t.TempDir()
+	if err := os.Symlink(itoa(os.Getpid()), filepath.Join(proc, "self")); err != nil {
+		t.Fatal(err)
+	}
+	tasks := 100
+	loadavg := func(last int) {
+		t.Helper()
+		tasks++ // a task made or ended: a walk is due
+		s := "0.00 0.01 0.05 1/" + itoa(tasks) + " " + itoa(last) + "\n"
+		if err := os.WriteFile(filepath.Join(proc, "loadavg"), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	process := func(pid int, ino string) {
+		t.Helper()
+		dir := filepath.Join(proc, itoa(pid), "ns")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_ = os.Remove(filepath.Join(dir, "net"))
+		if err := os.Symlink("net:["+ino+"]", filepath.Join(dir, "net")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := func(pid int) {
+		t.Helper()
+		if err := os.RemoveAll(filepath.Join(proc, itoa(pid))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loadavg(500)
+	process(10, "111")
+	process(520, "222") // above the last PID: from before a wrap
+	r := New(Options{Proc: proc, NetnsDirs: []string{t.TempDir()}})
+	steps := []struct {
+		name   string
+		change func()
+		want   []uint32
+	}{
+		{"first", func() {}, []uint32{111, 222}},
+		{"a process made, one moved in place", func() {
+			process(501, "333")
+			process(10, "444")
+			loadavg(501)
+		}, []uint32{111, 222, 333}},
+		{"a PID above the last given out again", func() {
+			process(520, "555")
+			loadavg(530)
+		}, []uint32{111, 333, 555}},
+		{"a process gone", func() { gone(501); loadavg(530) }, []uint32{111, 555}},
+		{"PIDs wrapped", func() { loadavg(7) }, []uint32{444, 555}},
+		{"moved in place, index too old", func() {
+			process(10, "666")
+			loadavg(8)
+			r.idx.walked = r.idx.walked.Add(-maxUnchanged)
+			r.procs.full = r.procs.full.Add(-maxUnchanged)
+		}, []uint32{555, 666}},
+	}
+	for _, s := range steps {
+		s.change()
+		got := slices.Sorted(maps.Keys(r.Namespaces()))
+		if !slices.Equal(got, s.want) {
+			t.Errorf("%s: namespaces %v, want %v", s.name, got, s.want)
 		}
 	}
 }

@@ -16,7 +16,53 @@ type Counters map[string]uint64
 
 // Parse reads one file's content into c. Negative values (a few Tcp fields
 // are signed, like MaxConn = -1) are skipped rather than wrapped.
-func Parse(data []byte, c Counters) error {
+func Parse(data []byte, c Counters) error { return parseInto(data, c, nil) }
+
+// keys interns the counters' names ("Tcp.OutRsts"): a file's names are the
+// same from read to read, and making each again was most of what reading
+// the agent's counters allocated every collection (hundreds of names).
+type keys struct {
+	m   map[string]string
+	buf []byte
+}
+
+// maxKeys bounds the names interned; a kernel has a few hundred.
+const maxKeys = 4096
+
+// key returns group+"."+name, interned when k is not nil.
+func (k *keys) key(group, name string) string {
+	if k == nil {
+		return group + "." + name
+	}
+	k.buf = append(append(append(k.buf[:0], group...), '.'), name...)
+	return k.intern()
+}
+
+// keyBytes is key of bytes.
+func (k *keys) keyBytes(group, name []byte) string {
+	if k == nil {
+		return string(group) + "." + string(name)
+	}
+	k.buf = append(append(append(k.buf[:0], group...), '.'), name...)
+	return k.intern()
+}
+
+// intern returns k.buf as an interned string.
+func (k *keys) intern() string {
+	if s, ok := k.m[string(k.buf)]; ok {
+		return s
+	}
+	s := string(k.buf)
+	if k.m == nil {
+		k.m = map[string]string{}
+	}
+	if len(k.m) < maxKeys {
+		k.m[s] = s
+	}
+	return s
+}
+
+func parseInto(data []byte, c Counters, k *keys) error {
 	var header []string
 	var group string
 	line := 0
@@ -43,7 +89,7 @@ func Parse(data []byte, c Counters) error {
 		}
 		for i, name := range header {
 			if v, err := strconv.ParseUint(fields[i], 10, 64); err == nil {
-				c[g+"."+name] = v
+				c[k.key(g, name)] = v
 			}
 		}
 		header = nil

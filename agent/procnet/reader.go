@@ -26,6 +26,7 @@ type Reader struct {
 	read func(path string) ([]byte, error)
 
 	mu    sync.Mutex
+	keys  keys // the names read, interned
 	cycle uint64
 	snmp  snapshot
 	snmp6 snapshot
@@ -54,9 +55,9 @@ func (r *Reader) Next() {
 // not change it.
 func (r *Reader) SNMP() (Counters, error) {
 	return r.get(&r.snmp, func() (Counters, error) {
-		c := Counters{}
+		c := make(Counters, len(r.snmp.c))
 		for _, f := range []string{SNMPPath, NetstatPath} {
-			if err := r.parse(f, Parse, c); err != nil {
+			if err := r.parse(f, parseInto, c); err != nil {
 				return nil, err
 			}
 		}
@@ -69,8 +70,8 @@ func (r *Reader) SNMP() (Counters, error) {
 // not change it.
 func (r *Reader) SNMP6() (Counters, error) {
 	return r.get(&r.snmp6, func() (Counters, error) {
-		c := Counters{}
-		if err := r.parse(SNMP6Path, ParseSNMP6, c); err != nil {
+		c := make(Counters, len(r.snmp6.c))
+		if err := r.parse(SNMP6Path, parseSNMP6Into, c); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return Counters{}, nil
 			}
@@ -92,12 +93,12 @@ func (r *Reader) get(s *snapshot, read func() (Counters, error)) (Counters, erro
 	return s.c, s.err
 }
 
-func (r *Reader) parse(path string, parse func([]byte, Counters) error, c Counters) error {
+func (r *Reader) parse(path string, parse func([]byte, Counters, *keys) error, c Counters) error {
 	data, err := r.read(path)
 	if err != nil {
 		return err
 	}
-	if err := parse(data, c); err != nil {
+	if err := parse(data, c, &r.keys); err != nil {
 		return fmt.Errorf("parse %s: %w", path, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"os"
 	"strings"
 	"testing"
 )
@@ -102,6 +103,79 @@ func TestReader(t *testing.T) {
 				}
 				if err != nil || !maps.Equal(got, s.want) {
 					t.Errorf("step %d: %v, %v; want %v", i, got, err, s.want)
+				}
+			}
+		})
+	}
+}
+
+// A cycle's counters are this machine's files parsed as Parse and
+// ParseSNMP6 parse them, and their names are made once: a cycle after the
+// first allocates a few objects a file, not one a counter.
+func TestReaderNamesOnce(t *testing.T) {
+	files := map[string][]byte{}
+	for _, p := range []string{SNMPPath, NetstatPath, SNMP6Path} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Skipf("no %s: %v", p, err)
+		}
+		files[p] = b
+	}
+	r := NewReader(func(p string) ([]byte, error) { return files[p], nil })
+	want, want6 := Counters{}, Counters{}
+	for _, p := range []string{SNMPPath, NetstatPath} {
+		if err := Parse(files[p], want); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ParseSNMP6(files[SNMP6Path], want6); err != nil {
+		t.Fatal(err)
+	}
+	cycle := func() {
+		r.Next()
+		c, err := r.SNMP()
+		if err != nil || !maps.Equal(c, want) {
+			t.Fatalf("SNMP = %d counters, %v; want Parse's %d", len(c), err, len(want))
+		}
+		c6, err := r.SNMP6()
+		if err != nil || !maps.Equal(c6, want6) {
+			t.Fatalf("SNMP6 = %d counters, %v; want ParseSNMP6's %d", len(c6), err, len(want6))
+		}
+	}
+	cycle()
+	n := len(want) + len(want6)
+	allocs := testing.AllocsPerRun(5, cycle)
+	t.Logf("%.0f allocations a cycle for %d counters", allocs, n)
+	if allocs > float64(n)/4 {
+		t.Errorf("%.0f allocations a cycle for %d counters", allocs, n)
+	}
+}
+
+// ParseSNMP6's edge cases, with the names interned and not.
+func TestParseSNMP6Cases(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     Counters
+		wantErr  string
+	}{
+		{"counters", "Ip6InReceives  \t 12\nUdp6NoPorts 5\r\n\nIcmp6OutMsgs 0", Counters{"Ip6.InReceives": 12, "Udp6.NoPorts": 5, "Icmp6.OutMsgs": 0}, ""},
+		{"negative or too large skipped", "Udp6X -1\nUdp6Y 18446744073709551616\nUdp6Z 7\n", Counters{"Udp6.Z": 7}, ""},
+		{"three fields", "Udp6NoPorts 5 6\n", nil, "line 1"},
+		{"one field", "Udp6NoPorts\n", nil, "line 1"},
+		{"no group", "NoPorts 5\n", nil, "no group"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, k := range []*keys{nil, {}} {
+				got := Counters{}
+				err := parseSNMP6Into([]byte(tc.in), got, k)
+				if tc.wantErr != "" {
+					if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+						t.Fatalf("error %v, want one saying %q", err, tc.wantErr)
+					}
+					continue
+				}
+				if err != nil || !maps.Equal(got, tc.want) {
+					t.Fatalf("got %v, %v; want %v", got, err, tc.want)
 				}
 			}
 		})

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -77,28 +78,64 @@ func ParseSoftnet(data []byte) (Softnet, error) {
 // ParseSNMP6 reads /proc/net/snmp6, one "Name value" pair a line, into c
 // under the same "Group.Field" keys as Parse: Udp6NoPorts becomes
 // "Udp6.NoPorts", Ip6InDiscards "Ip6.InDiscards".
-func ParseSNMP6(data []byte, c Counters) error {
-	sc := bufio.NewScanner(bytes.NewReader(data))
+func ParseSNMP6(data []byte, c Counters) error { return parseSNMP6Into(data, c, nil) }
+
+func parseSNMP6Into(data []byte, c Counters, k *keys) error {
+	// Cut in place, as Parse does: a scanner's line and fields were an
+	// allocation or two each of some ninety lines, every collection.
 	line := 0
-	for sc.Scan() {
+	for len(data) > 0 {
+		var raw []byte
+		raw, data, _ = bytes.Cut(data, []byte{'\n'})
 		line++
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
-			continue
+		raw = bytes.TrimSuffix(raw, []byte{'\r'})
+		name, value, ok := twoFields(raw)
+		if !ok {
+			if len(bytes.TrimSpace(raw)) == 0 {
+				continue
+			}
+			return fmt.Errorf("snmp6 line %d: %q is not a name and a value", line, raw)
 		}
-		if len(f) != 2 {
-			return fmt.Errorf("snmp6 line %d: %q is not a name and a value", line, sc.Text())
+		i := bytes.IndexByte(name, '6')
+		if i <= 0 || i == len(name)-1 {
+			return fmt.Errorf("snmp6 line %d: no group in %q", line, name)
 		}
-		i := strings.IndexByte(f[0], '6')
-		if i <= 0 || i == len(f[0])-1 {
-			return fmt.Errorf("snmp6 line %d: no group in %q", line, f[0])
+		if v, ok := parseUint(value); ok {
+			c[k.keyBytes(name[:i+1], name[i+1:])] = v
 		}
-		if v, err := strconv.ParseUint(f[1], 10, 64); err == nil {
-			c[f[0][:i+1]+"."+f[0][i+1:]] = v
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read snmp6: %w", err)
 	}
 	return nil
+}
+
+// twoFields splits a line of exactly two whitespace-separated fields.
+func twoFields(b []byte) (first, second []byte, ok bool) {
+	b = bytes.TrimSpace(b)
+	i := bytes.IndexAny(b, " \t")
+	if i < 0 {
+		return nil, nil, false
+	}
+	first, second = b[:i], bytes.TrimSpace(b[i:])
+	if len(second) == 0 || bytes.ContainsAny(second, " \t") {
+		return nil, nil, false
+	}
+	return first, second, true
+}
+
+// parseUint is strconv.ParseUint(string(b), 10, 64) without the string.
+func parseUint(b []byte) (uint64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, ch := range b {
+		if ch < '0' || ch > '9' {
+			return 0, false
+		}
+		d := uint64(ch - '0')
+		if v > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
 }

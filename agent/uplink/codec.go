@@ -28,6 +28,9 @@ func newExactCodec() exactCodec {
 
 func (exactCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if e, ok := v.(encodedReport); ok {
+		if len(e.defs) > 0 {
+			return mem.BufferSlice{mem.SliceBuffer(e.head), mem.SliceBuffer(e.report), mem.SliceBuffer(e.defs)}, nil
+		}
 		return mem.BufferSlice{mem.SliceBuffer(e.head), mem.SliceBuffer(e.report)}, nil
 	}
 	m, ok := v.(proto.Message)
@@ -43,13 +46,27 @@ func (exactCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 // encodedReport is a ConnectRequest carrying a report that is already
 // encoded (the outbox's encoding): the request's encoding is the report
-// field's tag and length (head), then the report's bytes.
-type encodedReport struct{ head, report []byte }
+// field's tag and length (head), then the report's bytes, then the
+// encoding of the definitions sent with it (Report.new_metrics, which the
+// outbox's encoding does not hold): elements of a repeated field may come
+// anywhere in a message, so the collector decodes the report with them.
+type encodedReport struct{ head, report, defs []byte }
 
-func newEncodedReport(report []byte) encodedReport {
+func newEncodedReport(report []byte, defs []*nbsv1.MetricDefinition) (encodedReport, error) {
+	var extra []byte
+	if len(defs) > 0 {
+		field := (&nbsv1.Report{}).ProtoReflect().Descriptor().Fields().ByName("new_metrics").Number()
+		for _, d := range defs {
+			extra = protowire.AppendTag(extra, field, protowire.BytesType)
+			var err error
+			if extra, err = (proto.MarshalOptions{}).MarshalAppend(protowire.AppendVarint(extra, uint64(proto.Size(d))), d); err != nil {
+				return encodedReport{}, fmt.Errorf("encode the definition of %s: %w", d.GetId(), err)
+			}
+		}
+	}
 	field := (&nbsv1.ConnectRequest{}).ProtoReflect().Descriptor().Fields().ByName("report").Number()
 	head := protowire.AppendTag(make([]byte, 0, 12), field, protowire.BytesType)
-	return encodedReport{head: protowire.AppendVarint(head, uint64(len(report))), report: report}
+	return encodedReport{head: protowire.AppendVarint(head, uint64(len(report)+len(extra))), report: report, defs: extra}, nil
 }
 
-func (e encodedReport) size() int { return len(e.head) + len(e.report) }
+func (e encodedReport) size() int { return len(e.head) + len(e.report) + len(e.defs) }

@@ -62,3 +62,45 @@ func TestExactCodecEncodesIntoTheMessagesSize(t *testing.T) {
 		})
 	}
 }
+
+// A report sent as the outbox encoded it, with the definitions of its new
+// metrics appended, decodes to the report with those definitions, as the
+// collector would have received a copy carrying them; without any, to the
+// report itself.
+func TestEncodedReportWithDefinitions(t *testing.T) {
+	r := &nbsv1.Report{Sequence: 9, TimeUnixNano: 5, IntervalMs: 10000,
+		Samples: []*nbsv1.Sample{{MetricId: "drops/x", Value: 2}, {MetricId: "tcp_reset", Value: 1}},
+		Events:  []*nbsv1.Event{{MetricId: "drops/x", TimeUnixNano: 4, Fields: map[string]string{"netns": "1", "reason": "x"}}}}
+	encoded, err := proto.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs := []*nbsv1.MetricDefinition{{Id: "drops", Title: "Drops"}, {Id: "drops/x", Title: "x", Unit: "packets", DefaultThreshold: &nbsv1.Threshold{}}}
+	for _, tc := range []struct {
+		name string
+		defs []*nbsv1.MetricDefinition
+	}{{"none", nil}, {"two", defs}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := newEncodedReport(encoded, tc.defs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := newExactCodec().Marshal(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if data.Len() != e.size() {
+				t.Fatalf("%d bytes encoded, size says %d", data.Len(), e.size())
+			}
+			var back nbsv1.ConnectRequest
+			if err := newExactCodec().Unmarshal(data, &back); err != nil {
+				t.Fatal(err)
+			}
+			want := proto.Clone(r).(*nbsv1.Report)
+			want.NewMetrics = tc.defs
+			if !proto.Equal(back.GetReport(), want) {
+				t.Errorf("decoded %v, want %v", back.GetReport(), want)
+			}
+		})
+	}
+}

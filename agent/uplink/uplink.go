@@ -192,11 +192,26 @@ send:
 			r := h.Report
 			var req any
 			var n int
-			if sent := u.withNewMetrics(r, announced); sent == r && h.Encoded != nil {
-				// As the outbox encoded it: not a second time.
-				e := newEncodedReport(h.Encoded)
+			defs := u.newMetrics(r, announced)
+			if h.Encoded != nil && len(r.GetNewMetrics()) == 0 {
+				// As the outbox encoded it, not a second time; the
+				// definitions it brings, appended (a repeated field's
+				// elements may come anywhere in a message): on a busy
+				// node nearly every report brings one, and the report
+				// was copied and encoded again for it.
+				e, err := newEncodedReport(h.Encoded, defs)
+				if err != nil {
+					// A definition the agent made: cannot fail to encode.
+					sendErr = fmt.Errorf("report %d: %w", r.GetSequence(), err)
+					break send
+				}
 				req, n = e, e.size()
 			} else {
+				sent := r
+				if len(defs) > 0 {
+					sent = proto.Clone(r).(*nbsv1.Report)
+					sent.NewMetrics = defs
+				}
 				m := &nbsv1.ConnectRequest{Msg: &nbsv1.ConnectRequest_Report{Report: sent}}
 				req, n = m, proto.Size(m)
 			}
@@ -231,10 +246,11 @@ send:
 	return res.acked, sendErr
 }
 
-// withNewMetrics attaches definitions of metrics this stream's Hello did not
-// announce. The stored report is not modified: on another stream it may be
-// announced differently.
-func (u *Uplink) withNewMetrics(r *nbsv1.Report, announced map[string]bool) *nbsv1.Report {
+// newMetrics returns the definitions of the metrics r uses that this
+// stream's Hello did not announce, each after its parents, and records them
+// announced. They go with the report as it is sent; the stored report is
+// not modified: on another stream it may be announced differently.
+func (u *Uplink) newMetrics(r *nbsv1.Report, announced map[string]bool) []*nbsv1.MetricDefinition {
 	var defs []*nbsv1.MetricDefinition
 	for _, id := range wire.MetricIDs(r) {
 		if announced[id] {
@@ -246,7 +262,7 @@ func (u *Uplink) withNewMetrics(r *nbsv1.Report, announced map[string]bool) *nbs
 		}
 	}
 	if len(defs) == 0 {
-		return r
+		return nil
 	}
 	// Parents must be defined before (or with) their children.
 	var withParents []*nbsv1.MetricDefinition
@@ -254,9 +270,7 @@ func (u *Uplink) withNewMetrics(r *nbsv1.Report, announced map[string]bool) *nbs
 		withParents = append(withParents, u.missingAncestors(d.GetId(), announced)...)
 		withParents = append(withParents, d)
 	}
-	c := proto.Clone(r).(*nbsv1.Report)
-	c.NewMetrics = withParents
-	return c
+	return withParents
 }
 
 func (u *Uplink) missingAncestors(id string, announced map[string]bool) []*nbsv1.MetricDefinition {

@@ -78,10 +78,12 @@ func BenchmarkAgentIdle(b *testing.B) {
 				a := launchAgent(b, builds[k].bin, col.grpcAddr, flags...)
 				col.ready(b, a, ready, 0, time.Now().Add(60*time.Second))
 				time.Sleep(quiet)
+				before := a.triggered()
 				c0, t0, w0 := a.cpu(b), time.Now(), a.switches()
 				time.Sleep(idle)
 				idleCPU := float64(a.cpu(b)-c0) / float64(time.Since(t0))
 				wakeups := float64(a.switches()-w0) / time.Since(t0).Seconds()
+				triggered := triggeredNote(before, a.triggered()[len(before):])
 				c0, t0 = a.cpu(b), time.Now()
 				bps := iperfArgs(b, lab, secs, 1, "-b", "10G")
 				loadCPU := float64(a.cpu(b)-c0) / float64(time.Since(t0))
@@ -92,8 +94,8 @@ func BenchmarkAgentIdle(b *testing.B) {
 				r.peak = append(r.peak, float64(a.peakKiB(b))/1024)
 				r.wakeups = append(r.wakeups, wakeups)
 				a.stop()
-				b.Logf("round %d, %s: idle %.3f%% of a core (%.0f context switches a second), %.3f%% under %.1f Gbit/s, peak RSS %.1f MiB (load average %s)",
-					i+1, builds[k].name, 100*idleCPU, wakeups, 100*loadCPU, bps/1e9, r.peak[len(r.peak)-1], loadavg())
+				b.Logf("round %d, %s: idle %.3f%% of a core (%.0f context switches a second), %.3f%% under %.1f Gbit/s, peak RSS %.1f MiB (load average %s)%s",
+					i+1, builds[k].name, 100*idleCPU, wakeups, 100*loadCPU, bps/1e9, r.peak[len(r.peak)-1], loadavg(), triggered)
 			}
 		}
 		for k, r := range results {
@@ -105,6 +107,50 @@ func BenchmarkAgentIdle(b *testing.B) {
 		b.ReportMetric(bpfstats.Median(r.loaded), "10G_cpu%")
 		b.ReportMetric(slices.Max(r.peak), "peak_MiB")
 	}
+}
+
+// triggered lists the agent's log lines that say a triggered source was
+// attached or detached, in order: a busy machine's trouble (other tenants'
+// retransmits, resets, drops) attaches sources an idle one does not, whose
+// reading is in the round's figures.
+func (a *agent) triggered() []string {
+	log, _ := os.ReadFile(a.log)
+	var out []string
+	for line := range strings.SplitSeq(string(log), "\n") {
+		if _, rest, ok := strings.Cut(line, `msg="triggered source `); ok {
+			action, _, _ := strings.Cut(rest, `"`)
+			name := ""
+			if _, n, ok := strings.Cut(rest, `triggered="`); ok {
+				name, _, _ = strings.Cut(n, `"`)
+			}
+			out = append(out, action+" "+name)
+		}
+	}
+	return out
+}
+
+// triggeredNote says which triggered sources (but the always-on ones) were
+// attached as a window began, and which came or went during it.
+func triggeredNote(before, during []string) string {
+	var on []string
+	for _, l := range before {
+		action, name, _ := strings.Cut(l, " ")
+		switch {
+		case strings.Contains(name, "always on"):
+		case action == "attached":
+			on = append(on, name)
+		case action == "detached":
+			on = slices.DeleteFunc(on, func(n string) bool { return n == name })
+		}
+	}
+	var note string
+	if len(on) > 0 {
+		note += "; attached: " + strings.Join(on, ", ")
+	}
+	if len(during) > 0 {
+		note += "; during the window: " + strings.Join(during, ", ")
+	}
+	return note
 }
 
 // makeNamespaces adds n named network namespaces, each with its loopback

@@ -3,9 +3,12 @@ package bpfload
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // ErrClosed is returned by a probe's methods called after its Close.
@@ -156,19 +159,66 @@ func DeleteIf[K any, V any](m *ebpf.Map, drop func(K, *V) bool) error {
 }
 
 // EachSum calls fn for every key of the per-CPU hash map m with its values
-// summed over CPUs (see Sum).
+// summed over CPUs (see Sum). It reads the map in batches where the kernel
+// can (BPF_MAP_LOOKUP_BATCH, see Batch), else an entry at a time.
 func EachSum[K any, V any](m *ebpf.Map, fn func(K, V)) error {
-	var (
-		k   K
-		per []V
-	)
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", m, err)
+	}
+	// Added up as words where V is made of uint64s (Sum goes through
+	// reflect).
+	n, byWords := words(reflect.TypeFor[V]())
+	sum := func(per []V) (V, error) {
+		var sum V
+		if !byWords || n == 0 {
+			return Sum(per)
+		}
+		dst := unsafe.Slice((*uint64)(unsafe.Pointer(&sum)), n)
+		for i := range per {
+			for j, v := range unsafe.Slice((*uint64)(unsafe.Pointer(&per[i])), n) {
+				dst[j] += v
+			}
+		}
+		return sum, nil
+	}
+	// A batch of at most 32 KiB of values (every CPU's), 16 to 256 keys.
+	size := max(16, min(batchSize, (32<<10)/max(1, cpus*int(m.ValueSize()))))
+	keys, vals := make([]K, size), make([]V, size*cpus)
+	var cursor ebpf.MapBatchCursor
+	delivered := false
+	for {
+		got, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range got {
+			s, err := sum(vals[i*cpus : (i+1)*cpus])
+			if err != nil {
+				return err
+			}
+			fn(keys[i], s)
+		}
+		delivered = delivered || got > 0
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			return nil // the end
+		case err == nil:
+			continue
+		case !delivered && (errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSPC)):
+		default:
+			return fmt.Errorf("read %s: %w", m, err)
+		}
+		break
+	}
+	// One slice for every entry (given a slice of the right length,
+	// cilium/ebpf decodes into it rather than make one an entry).
+	var k K
+	per := make([]V, cpus)
 	it := m.Iterate()
-	for it.Next(&k, &per) {
-		sum, err := Sum(per)
+	for it.Next(&k, per) {
+		s, err := sum(per)
 		if err != nil {
 			return err
 		}
-		fn(k, sum)
+		fn(k, s)
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read %s: %w", m, err)

@@ -12,6 +12,9 @@ import (
 // caller to say what it was reading; errors.Is(err, ebpf.ErrKeyNotExist)
 // tells an absent key.
 func LookupSum[T any](m *ebpf.Map, key any) (T, error) {
+	if sum, ok, err := lookupWords[T](m, key); ok {
+		return sum, err
+	}
 	var per []T
 	if err := m.Lookup(key, &per); err != nil {
 		var zero T

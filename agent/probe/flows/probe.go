@@ -119,12 +119,15 @@ type Probe struct {
 	// only: the keys read (to delete), the edges by key, the overflow
 	// records; bounded by the tables' sizes. lastEdges sizes the next
 	// interval's edges.
-	keys      []flowsNbsFedgeKey
-	dkeys     []flowsNbsFdetailKey
-	idx       map[flowsNbsFedgeKey]int
-	over      []flowsNbsFover
-	zero      []flowsNbsFover
-	lastEdges int
+	keys  []flowsNbsFedgeKey
+	dkeys []flowsNbsFdetailKey
+	// edgesRead and detailsRead read the tables in batches.
+	edgesRead   bpfload.Batch[flowsNbsFedgeKey, flowsNbsFedgeVal]
+	detailsRead bpfload.Batch[flowsNbsFdetailKey, uint64]
+	idx         map[flowsNbsFedgeKey]int
+	over        []flowsNbsFover
+	zero        []flowsNbsFover
+	lastEdges   int
 }
 
 // Load loads the programs and the iterator of live connections; Attach
@@ -278,28 +281,22 @@ func (p *Probe) drain(gen uint32, out *Interval) error {
 	clear(p.idx)
 	idx, keys := p.idx, p.keys[:0]
 	out.Edges = make([]Edge, 0, p.lastEdges)
-	var k flowsNbsFedgeKey
-	var v flowsNbsFedgeVal
-	it := p.objs.FlowEdges.Iterate()
-	for it.Next(&k, &v) {
+	err := p.edgesRead.Each(p.objs.FlowEdges, func(k flowsNbsFedgeKey, v *flowsNbsFedgeVal) {
 		if k.Gen != gen {
-			continue
+			return
 		}
 		keys = append(keys, k)
 		idx[k] = len(out.Edges)
-		out.Edges = append(out.Edges, Edge{Key: decodeKey(k), Counts: decodeVal(v)})
-	}
-	if err := it.Err(); err != nil {
+		out.Edges = append(out.Edges, Edge{Key: decodeKey(k), Counts: decodeVal(*v)})
+	})
+	if err != nil {
 		return fmt.Errorf("iterate edges: %w", err)
 	}
 	p.lastEdges = len(out.Edges)
-	var dk flowsNbsFdetailKey
-	var dv uint64
 	dkeys := p.dkeys[:0]
-	dit := p.objs.FlowDetails.Iterate()
-	for dit.Next(&dk, &dv) {
+	err = p.detailsRead.Each(p.objs.FlowDetails, func(dk flowsNbsFdetailKey, dv *uint64) {
 		if dk.Edge.Gen != gen {
-			continue
+			return
 		}
 		dkeys = append(dkeys, dk)
 		i, ok := idx[dk.Edge]
@@ -310,9 +307,9 @@ func (p *Probe) drain(gen uint32, out *Interval) error {
 			// Its edge found no room: the overflow holds its counts.
 			c = &out.Overflow
 		}
-		addDetail(c, dk.Kind, dk.Code, dv)
-	}
-	if err := dit.Err(); err != nil {
+		addDetail(c, dk.Kind, dk.Code, *dv)
+	})
+	if err != nil {
 		return fmt.Errorf("iterate edge details: %w", err)
 	}
 	if err := deleteAll(p.objs.FlowDetails, dkeys); err != nil {

@@ -9,12 +9,14 @@
 package latencyflows
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/nbs-project/nbs/agent/probe/bpfload"
 	"github.com/nbs-project/nbs/agent/probe/evidence"
@@ -71,6 +73,14 @@ type Stats struct {
 type Probe struct {
 	objs latencyflowsObjects
 	bpf  bpfload.Guarded
+
+	// read reads the table in batches (bpfload.Batch): it is read whole
+	// every collection while the probe is attached, up to 8,192 flows on
+	// a busy node, which read one by one (a key, then its value) was two
+	// system calls a flow, and the flows were a slice of their own.
+	read bpfload.Batch[uint64, latencyflowsNbsFlow]
+	// noBatch is set where the kernel has no batch delete (before 5.6).
+	noBatch bool
 }
 
 // Load loads the program without attaching it.
@@ -123,13 +133,51 @@ func (p *Probe) Programs() map[string]*ebpf.Program { return p.bpf.Programs() }
 // Flows returns every flow in the table.
 func (p *Probe) Flows() ([]Flow, error) {
 	var out []Flow
-	err := p.bpf.Do("read tcp flows", func() error {
-		return bpfload.Each(p.objs.Flows, func(k uint64, v *latencyflowsNbsFlow) { out = append(out, decode(k, v)) })
-	})
+	err := p.EachFlow(func(f Flow) { out = append(out, f) })
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// EachFlow calls fn with every flow in the table, without a slice of them
+// (a full table is 8,192 flows, read every collection).
+func (p *Probe) EachFlow(fn func(Flow)) error {
+	return p.bpf.Do("read tcp flows", func() error {
+		return p.read.Each(p.objs.Flows, func(k uint64, v *latencyflowsNbsFlow) { fn(decode(k, v)) })
+	})
+}
+
+// Delete removes flows by their cookies (flows an earlier Flows listed that
+// were not sampled for a while), with one system call where the kernel
+// can: a caller that just read the table needs no second pass over it, as
+// Forget makes.
+func (p *Probe) Delete(cookies []uint64) error {
+	if len(cookies) == 0 {
+		return nil
+	}
+	return p.bpf.Do("forget tcp flows", func() error {
+		if !p.noBatch {
+			// Where one went meanwhile (ENOENT), the batch stops there:
+			// the rest one by one.
+			_, err := p.objs.Flows.BatchDelete(cookies, nil)
+			switch {
+			case err == nil:
+				return nil
+			case errors.Is(err, ebpf.ErrKeyNotExist):
+			case errors.Is(err, ebpf.ErrNotSupported), errors.Is(err, unix.EINVAL):
+				p.noBatch = true
+			default:
+				return fmt.Errorf("forget tcp flows: %w", err)
+			}
+		}
+		for _, c := range cookies {
+			if err := p.objs.Flows.Delete(c); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("forget tcp flows: %w", err)
+			}
+		}
+		return nil
+	})
 }
 
 func decode(cookie uint64, v *latencyflowsNbsFlow) Flow {

@@ -1,16 +1,19 @@
 package latencyflows
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nbs-project/nbs/agent/probe/bpfload"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 	"github.com/nbs-project/nbs/internal/testlab/txlab"
 )
@@ -223,5 +226,71 @@ func TestRateLimit(t *testing.T) {
 	// at most 1000) per socket, far fewer times than it receives segments.
 	if ticks := uint64(2 * 1000 * 2 * (secs + 1)); st.Considered > ticks || st.Considered >= st.Seen/2 || st.Sampled > st.Considered {
 		t.Errorf("considered %d of %d seen (at most %d ticks of 2 sockets each side), sampled %d", st.Considered, st.Seen, ticks, st.Sampled)
+	}
+}
+
+// Flows reads the table in batches as it reads it one by one, past one
+// batch and empty; Delete forgets the cookies given, one of them gone
+// already, and leaves the rest.
+func TestFlowsInBatchesAndDelete(t *testing.T) {
+	p := load(t, Options{})
+	const n = 2*256 + 37 // past two batches (bpfload.Batch)
+	for i := range uint64(n) {
+		v := latencyflowsNbsFlow{Sport: uint16(i), Dport: 80, Family: 2, Netns: 7, SrttUs: uint32(100 + i), LastNs: 1000 + i, Samples: i}
+		v.Saddr[0], v.Daddr[0] = 10, byte(i)
+		if err := p.objs.Flows.Put(i+1, &v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oneByOne := func() []Flow {
+		var out []Flow
+		if err := bpfload.Each(p.objs.Flows, func(k uint64, v *latencyflowsNbsFlow) { out = append(out, decode(k, v)) }); err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(out, func(a, b Flow) int { return cmp.Compare(a.Cookie, b.Cookie) })
+		return out
+	}
+	batched := func() []Flow {
+		fs, err := p.Flows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = slices.Clone(fs)
+		slices.SortFunc(fs, func(a, b Flow) int { return cmp.Compare(a.Cookie, b.Cookie) })
+		return fs
+	}
+	if got, want := batched(), oneByOne(); len(got) != n || !slices.Equal(got, want) {
+		t.Fatalf("batched %d flows, one by one %d (equal: %v)", len(got), len(want), slices.Equal(got, want))
+	}
+	var del []uint64
+	for c := uint64(1); c <= n; c += 2 {
+		del = append(del, c)
+	}
+	if err := p.objs.Flows.Delete(del[3]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Delete(del); err != nil {
+		t.Fatal(err)
+	}
+	got := batched()
+	if len(got) != n/2 {
+		t.Fatalf("%d flows left, want %d", len(got), n/2)
+	}
+	for _, f := range got {
+		if f.Cookie%2 != 0 {
+			t.Fatalf("flow %d left, which was deleted", f.Cookie)
+		}
+	}
+	if err := p.Delete(slices.Collect(func(yield func(uint64) bool) {
+		for _, f := range got {
+			if !yield(f.Cookie) {
+				return
+			}
+		}
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if got := batched(); len(got) != 0 {
+		t.Fatalf("%d flows left after deleting all", len(got))
 	}
 }

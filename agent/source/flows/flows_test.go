@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/nbs-project/nbs/agent/owner"
 	probe "github.com/nbs-project/nbs/agent/probe/flows"
 	"github.com/nbs-project/nbs/agent/source"
+	"github.com/nbs-project/nbs/internal/netns"
 	"github.com/nbs-project/nbs/internal/testlab/netlab"
 	nbsv1 "github.com/nbs-project/nbs/proto/nbs/v1"
 )
@@ -682,5 +684,108 @@ func TestAddressHoldersFollowAnInodeToItsNewOwner(t *testing.T) {
 	}
 	if got := holders(); !slices.Equal(got, []string{ownerID(y)}) {
 		t.Errorf("after: %v, want only %s", got, ownerID(y))
+	}
+}
+
+// A namespace that comes is read alone: the others' addresses are not read
+// again until refreshEvery (a netlink dump in each namespace of a busy node,
+// where namespaces come and go nearly every interval).
+func TestANewNamespaceIsReadAlone(t *testing.T) {
+	lab := newStar(t)
+	a := lab.add(t, "a", 70)
+	src, err := Open(context.Background(), Options{Env: source.Env{AllNetns: true, DisableBPF: true, Owners: owner.New(owner.Options{})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	read := func(ns string) time.Time {
+		t.Helper()
+		for k, v := range src.holders.known {
+			if filepath.Base(k.path) == ns {
+				return v.read
+			}
+		}
+		t.Fatalf("namespace %s not known", ns)
+		return time.Time{}
+	}
+	if _, err := src.Collect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := read(a.ns)
+	b := lab.add(t, "b", 71)
+	r, err := src.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(a.ns); !got.Equal(before) {
+		t.Errorf("a's addresses read again (%v, before %v) when b came", got, before)
+	}
+	if read(b.ns).IsZero() {
+		t.Errorf("b's addresses not read")
+	}
+	var held bool
+	for _, h := range r.AddressHolders {
+		held = held || h.GetAddress() == b.addr.String() && h.GetOwner().GetName() == b.ns
+	}
+	if !held {
+		t.Errorf("holders %v: %s not held by %s", r.AddressHolders, b.addr, b.ns)
+	}
+}
+
+// A namespace's addresses from one dump of its addresses are those
+// net.InterfaceAddrs lists (which dumps its links too), less loopback,
+// link-local and unspecified ones: in the agent's own namespace and in a
+// leaf's, with an IPv6 address and a point-to-point one added.
+func TestReadAddrsAsInterfaceAddrs(t *testing.T) {
+	lab := newStar(t)
+	a := lab.add(t, "a", 80)
+	for _, cmd := range [][]string{
+		{"ip", "-n", a.ns, "addr", "add", "fd00:77::5/64", "dev", "lo"},
+		{"ip", "-n", a.ns, "addr", "add", "10.99.0.1", "peer", "10.99.0.2", "dev", "lo"},
+	} {
+		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", cmd, err, out)
+		}
+	}
+	viaNet := func() ([]netip.Addr, error) {
+		as, err := net.InterfaceAddrs()
+		if err != nil {
+			return nil, err
+		}
+		var out []netip.Addr
+		for _, x := range as {
+			ip, ok := netip.AddrFromSlice(x.(*net.IPNet).IP)
+			if ip = ip.Unmap(); ok && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() && !ip.IsUnspecified() {
+				out = append(out, ip)
+			}
+		}
+		slices.SortFunc(out, netip.Addr.Compare)
+		return slices.Compact(out), nil
+	}
+	own, err := netns.Resolve("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []netns.Handle{own, a.h} {
+		got, err := readAddrs(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []netip.Addr
+		if err := h.Do(func() (err error) { want, err = viaNet(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) || len(got) == 0 {
+			t.Errorf("netns %q: %v, want %v", h.Path, got, want)
+		}
+	}
+	got, _ := readAddrs(a.h)
+	for _, w := range []string{a.addr.String(), "fd00:77::5", "10.99.0.1"} {
+		if !slices.Contains(got, netip.MustParseAddr(w)) {
+			t.Errorf("leaf's addresses %v: no %s", got, w)
+		}
+	}
+	if slices.Contains(got, netip.MustParseAddr("10.99.0.2")) {
+		t.Errorf("leaf's addresses %v: the point-to-point peer 10.99.0.2 listed", got)
 	}
 }

@@ -4,9 +4,10 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
-	"net"
 	"net/netip"
+	"os"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/nbs-project/nbs/agent/owner"
@@ -20,11 +21,13 @@ const refreshEvery = 30 * time.Second
 
 // holders lists the addresses of every network namespace on the node (the
 // host's and each pod's, container's or `ip netns` one's), read by netlink
-// inside each, and cached: a namespace's addresses are read again when it
-// is new, when the set of namespaces changed (a pod came or went: its
-// address may pass to another), when it had none and was found less than
+// inside each, and cached: a namespace's addresses are read when it is new
+// (an address a pod that went held passes to a new pod: it is read as its
+// namespace is found), when it had none and was found less than
 // refreshEvery ago (a pod whose address the CNI had not set yet) and every
-// refreshEvery. The namespaces are those the owners' resolver finds
+// refreshEvery. Not every namespace's when one came or went: on a busy node
+// that is nearly every interval, a netlink dump in each namespace (most of
+// an idle agent's reading of addresses, bench/agentcost BenchmarkAgentIdle). The namespaces are those the owners' resolver finds
 // (owner.Resolver.Namespaces): its walk of /proc serves the lookup of
 // their owners that follows.
 //
@@ -73,7 +76,6 @@ func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
 	for ino, path := range h.paths {
 		live[nsKey{ino, path}] = true
 	}
-	changed := false
 	byIno := map[uint32]nsKey{}
 	for k, ns := range h.known {
 		if !ns.gone {
@@ -85,7 +87,6 @@ func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
 		if _, ok := h.known[k]; ok {
 			continue
 		}
-		changed = true
 		if old, ok := byIno[k.ino]; ok && old != k {
 			reused = append(reused, k.ino)
 		}
@@ -94,7 +95,6 @@ func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
 		if live[k] {
 			continue
 		}
-		changed = true
 		if ns.gone {
 			delete(h.known, k)
 		} else {
@@ -121,7 +121,7 @@ func (h *holders) collect(ctx context.Context) []*nbsv1.AddressHolder {
 		// an idle node's namespaces without an address (a build's, a
 		// test's) cost a netlink dump each, every interval, otherwise.
 		empty := len(ns.addrs) == 0 && now.Sub(ns.found) < refreshEvery
-		if ns.read.IsZero() || changed || empty || now.Sub(ns.read) >= refreshEvery {
+		if ns.read.IsZero() || empty || now.Sub(ns.read) >= refreshEvery {
 			addrs, err := readAddrs(netns.Handle{Path: k.path, Inode: k.ino})
 			if err != nil {
 				// Gone between the scan and the read, usually.
@@ -179,29 +179,69 @@ func (h *holders) namespaces() map[uint32]string {
 func readAddrs(h netns.Handle) ([]netip.Addr, error) {
 	var out []netip.Addr
 	err := h.Do(func() error {
-		as, err := net.InterfaceAddrs()
-		if err != nil {
-			return err
-		}
-		for _, a := range as {
-			ipn, ok := a.(*net.IPNet)
-			if !ok {
-				continue
-			}
-			ip, ok := netip.AddrFromSlice(ipn.IP)
-			if !ok {
-				continue
-			}
-			ip = ip.Unmap()
-			if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() {
-				continue
-			}
-			out = append(out, ip)
-		}
-		return nil
+		var err error
+		out, err = interfaceAddrs()
+		return err
 	})
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out), err
+}
+
+// interfaceAddrs is net.InterfaceAddrs' addresses, as netip.Addrs, but
+// loopback, link-local and unspecified ones, from one netlink dump of the
+// addresses: net.InterfaceAddrs dumps the links too, to name each
+// address's interface, which is never used here and was the larger half of
+// the work (a link's dump carries its statistics and attributes).
+func interfaceAddrs() ([]netip.Addr, error) {
+	tab, err := syscall.NetlinkRIB(syscall.RTM_GETADDR, syscall.AF_UNSPEC)
+	if err != nil {
+		return nil, os.NewSyscallError("netlinkrib", err)
+	}
+	msgs, err := syscall.ParseNetlinkMessage(tab)
+	if err != nil {
+		return nil, os.NewSyscallError("parsenetlinkmessage", err)
+	}
+	var out []netip.Addr
+	for _, m := range msgs {
+		if m.Header.Type == syscall.NLMSG_DONE {
+			break
+		}
+		if m.Header.Type != syscall.RTM_NEWADDR || len(m.Data) < syscall.SizeofIfAddrmsg {
+			continue
+		}
+		family := m.Data[0] // struct ifaddrmsg's ifa_family
+		attrs, err := syscall.ParseNetlinkRouteAttr(&m)
+		if err != nil {
+			return nil, os.NewSyscallError("parsenetlinkrouteattr", err)
+		}
+		if ip, ok := ifAddr(family, attrs); ok {
+			ip = ip.Unmap()
+			if !ip.IsLoopback() && !ip.IsLinkLocalUnicast() && !ip.IsUnspecified() {
+				out = append(out, ip)
+			}
+		}
+	}
+	return out, nil
+}
+
+// ifAddr is the address of an RTM_NEWADDR as net.InterfaceAddrs takes it:
+// the local address of a point-to-point one (IFA_LOCAL), else the first
+// attribute's value.
+func ifAddr(family byte, attrs []syscall.NetlinkRouteAttr) (netip.Addr, bool) {
+	p2p := slices.ContainsFunc(attrs, func(a syscall.NetlinkRouteAttr) bool { return a.Attr.Type == syscall.IFA_LOCAL })
+	for _, a := range attrs {
+		if p2p && a.Attr.Type == syscall.IFA_ADDRESS {
+			continue
+		}
+		switch {
+		case family == syscall.AF_INET && len(a.Value) >= 4:
+			return netip.AddrFrom4([4]byte(a.Value[:4])), true
+		case family == syscall.AF_INET6 && len(a.Value) >= 16:
+			return netip.AddrFrom16([16]byte(a.Value[:16])), true
+		}
+		return netip.Addr{}, false
+	}
+	return netip.Addr{}, false
 }
 
 // path is a way into namespace ino, as last found.

@@ -46,6 +46,9 @@ type Source struct {
 	// Guarded by Triggered's lock.
 	lastMono uint64            // CLOCK_MONOTONIC ns of the previous collection
 	retrans  map[uint64]uint32 // total_retrans per flow at the previous collection
+	// spare is the map before retrans, cleared and filled anew by the
+	// next collection: a full table is 8,192 flows, every collection.
+	spare map[uint64]uint32
 
 	mu     sync.Mutex // guards kept and capped, read by the agent branch
 	kept   uint64     // flows named in events, since the start
@@ -89,7 +92,7 @@ func Open(_ context.Context, opts Options) (*Source, error) {
 			return probe.Load(probe.Options{NetnsInode: netnsInode, MinGap: opts.MinGap, SamplesPerSec: opts.SamplesPerSec, Logger: log, BTF: opts.BTF})
 		},
 		Attached: func(*probe.Probe) error {
-			s.lastMono, s.retrans = monoNow(), map[uint64]uint32{}
+			s.lastMono, s.retrans, s.spare = monoNow(), map[uint64]uint32{}, nil
 			return nil
 		},
 	})
@@ -113,18 +116,22 @@ func (s *Source) Collect(context.Context) (source.Reading, error) {
 
 func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 	now := monoNow()
-	fs, err := p.Flows()
-	if err != nil {
-		return fmt.Errorf("read sampled flows: %w", err)
-	}
 	srtt := loglinear.New()
 	var sampled, retransmitting int
 	var moved []flowDelta
-	seen := make(map[uint64]uint32, len(fs))
-	for _, f := range fs {
+	var stale []uint64
+	seen := s.spare
+	if seen == nil {
+		seen = map[uint64]uint32{}
+	}
+	clear(seen)
+	err := p.EachFlow(func(f probe.Flow) {
 		seen[f.Cookie] = f.TotalRetrans
+		if now-f.LastNs > uint64(forgetAfter) {
+			stale = append(stale, f.Cookie)
+		}
 		if f.LastNs <= s.lastMono {
-			continue // not sampled this interval
+			return // not sampled this interval
 		}
 		sampled++
 		srtt.Record(uint64(f.SRTT.Nanoseconds()))
@@ -136,9 +143,16 @@ func (s *Source) collect(p *probe.Probe, r *source.Reading) error {
 			retransmitting++
 			moved = append(moved, flowDelta{f: f, retrans: f.TotalRetrans - prev})
 		}
+	})
+	if err != nil {
+		// The map just filled is of no use: the next collection
+		// compares with the last complete one.
+		return fmt.Errorf("read sampled flows: %w", err)
 	}
-	s.retrans, s.lastMono = seen, now
-	if err := p.Forget(func(f probe.Flow) bool { return now-f.LastNs > uint64(forgetAfter) }); err != nil {
+	s.retrans, s.spare, s.lastMono = seen, s.retrans, now
+	// The flows just read say which to forget: no second pass over the
+	// table (a full one of a busy node is 8,192 flows).
+	if err := p.Delete(stale); err != nil {
 		s.log.Warn("latency/flows: forget idle flows", "err", err)
 	}
 
