@@ -157,7 +157,7 @@ func (s *Spool) reportPath(seq uint64) string { return filepath.Join(s.opts.Dir,
 
 func (s *Spool) writeReport(seq uint64, b []byte) bool {
 	s.frame = appendFrame(s.frame[:0], magicReport, b)
-	err := writeAtomic(s.opts.Dir, reportName(seq), s.frame, false)
+	err := writeAtomic(s.opts.Dir, reportName(seq), s.frame)
 	if cap(s.frame) > maxFrameKept {
 		s.frame = nil
 	}

@@ -101,7 +101,5 @@ func (s *Spool) trim(i int) {
 		// The untrimmed file stays on disk for a restart; this run holds
 		// the trimmed one in memory.
 		e.mem = b
-		return
 	}
-	e.unsynced = true
 }

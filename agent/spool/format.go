@@ -104,18 +104,16 @@ func readUpTo(path string, n int64) ([]byte, error) {
 
 // writeAtomic replaces dir/name with data so that after a crash the file is
 // either the old one or the new one, never a mix: a temporary file is
-// written, fsync'd when sync is set, then renamed over the old one. The
-// caller fsyncs the directory to make the rename itself durable. Without
-// sync (a report: see Spool.syncHeld) a power loss may leave the renamed
-// file empty or torn, which its frame's CRC tells.
-func writeAtomic(dir, name string, data []byte, sync bool) error {
+// written and fsync'd, then renamed over the old one. The caller fsyncs the
+// directory to make the rename itself durable.
+func writeAtomic(dir, name string, data []byte) error {
 	tmp := filepath.Join(dir, name+tmpSuffix)
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
 	_, werr := f.Write(data)
-	if werr == nil && sync {
+	if werr == nil {
 		werr = f.Sync()
 	}
 	if cerr := f.Close(); werr == nil {
@@ -157,7 +155,7 @@ func writeState(dir string, st state) error {
 	payload := binary.LittleEndian.AppendUint64(nil, st.instance)
 	payload = binary.LittleEndian.AppendUint64(payload, st.reserved)
 	payload = append(payload, st.node...)
-	return writeAtomic(dir, stateName, appendFrame(nil, magicState, payload), true)
+	return writeAtomic(dir, stateName, appendFrame(nil, magicState, payload))
 }
 
 func reportName(seq uint64) string { return fmt.Sprintf("%020d%s", seq, reportSuffix) }

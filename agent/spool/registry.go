@@ -138,7 +138,7 @@ func (s *Spool) rewriteDefinitions() error {
 		_ = s.defsFile.Close()
 		s.defsFile = nil
 	}
-	if err := writeAtomic(s.opts.Dir, definitionsName, buf, true); err != nil {
+	if err := writeAtomic(s.opts.Dir, definitionsName, buf); err != nil {
 		return err
 	}
 	// Before appending to the new file: a rename undone by a power loss

@@ -22,13 +22,10 @@
 //	00000000000000000042.report   one report, named by its sequence
 //
 // Each file is made of CRC-checked frames (format.go). A report or the state
-// is written to a temporary file and renamed into place, so a crash leaves
-// the old file or the new one; the state is fsync'd first, a report only
-// once it has waited an interval without an ack (syncHeld: most are acked
-// and removed first), so a power loss can take the last interval's reports
-// but no older one, and a killed agent loses none. Definitions are appended
-// and fsync'd, and a torn last frame is cut off at the next start. Anything
-// damaged is logged and skipped, never fatal.
+// is written to a temporary file, fsync'd and renamed into place, so a crash
+// leaves the old file or the new one; definitions are appended and fsync'd,
+// and a torn last frame is cut off at the next start. Anything damaged is
+// logged and skipped, never fatal.
 //
 // Why the instance and the sequence persist: the collector stores a report
 // once per (node, instance, sequence) and acks one it already has without
@@ -86,14 +83,11 @@ type Options struct {
 
 type entry struct {
 	seq       uint64
-	size      int64 // bytes counted against MaxBytes
-	items     int   // samples, histograms and events
-	rootsOnly bool  // no child left to trim
-	gone      bool  // acked or dropped: skipped, and removed at the front
-	// unsynced is a report written to its file but not yet fsync'd: one
-	// the collector acks before the next report comes never is (syncHeld).
-	unsynced bool
-	mem      []byte // the encoded report when it is not on disk
+	size      int64  // bytes counted against MaxBytes
+	items     int    // samples, histograms and events
+	rootsOnly bool   // no child left to trim
+	gone      bool   // acked or dropped: skipped, and removed at the front
+	mem       []byte // the encoded report when it is not on disk
 	// fresh is the report as Add was given it, until After hands it to the
 	// uplink: the way out of a report sent at once, which would otherwise
 	// be read back from its file and decoded (a quarter of an idle agent's
@@ -154,8 +148,6 @@ type Spool struct {
 	// grew past maxFrameKept: each report was a copy of it in
 	// garbage, the largest part of an idle agent's after the encoding.
 	frame []byte
-	// syncFile fsyncs a report's file ((*os.File).Sync; tests count).
-	syncFile func(*os.File) error
 }
 
 // maxFrameKept bounds the frame buffer kept between reports.
@@ -179,7 +171,7 @@ func Open(opts Options) (*Spool, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Spool{opts: opts, log: opts.Logger, defs: map[string]*definition{}, defsBase: minDefinitions,
-		changed: make(chan struct{}), syncFile: (*os.File).Sync}
+		changed: make(chan struct{})}
 	if opts.Dir == "" {
 		s.instance, s.next, s.reserved = newInstance(), 1, math.MaxUint64
 		return s, nil
@@ -200,11 +192,8 @@ func newInstance() uint64 {
 // Add holds a report until the collector acks it, giving it the next
 // sequence, or its parts consecutive ones when it is too large to send as
 // one. The report's own Sequence is ignored. When the spool is on disk the
-// report is written to its file before Add returns, so a killed agent loses
-// nothing (the kernel holds the write), and it is made durable against a
-// power loss by the next Add, or Close, if the collector has not acked it by
-// then (syncHeld); when a disk write fails it is kept in memory instead,
-// lost only if the agent stops before it is delivered.
+// report is durable before Add returns; when a disk write fails it is kept
+// in memory instead, lost only if the agent stops before it is delivered.
 func (s *Spool) Add(r *nbsv1.Report) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -221,11 +210,11 @@ func (s *Spool) store(reports []*nbsv1.Report) {
 		return
 	}
 	if s.dir != nil {
-		s.syncHeld()
 		if err := s.reserve(len(reports)); err != nil {
 			s.loseState(err)
 		}
 	}
+	wrote := false
 	for _, r := range reports {
 		r.Sequence = s.next
 		s.next++
@@ -248,7 +237,7 @@ func (s *Spool) store(reports []*nbsv1.Report) {
 		}
 		e := entry{seq: r.Sequence, size: int64(len(b)) + frameHeader, items: items(r), rootsOnly: !hasChildren(r)}
 		if s.dir != nil && s.writeReport(e.seq, b) {
-			e.unsynced = true
+			wrote = true
 		} else {
 			e.mem = b
 		}
@@ -260,42 +249,13 @@ func (s *Spool) store(reports []*nbsv1.Report) {
 		s.push(e)
 	}
 	s.enforce()
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
-// syncHeld fsyncs the reports written since the last call that the
-// collector has not acked, and the directory that names them. A report the
-// collector acks within the interval it was made in (the usual case) is
-// never fsync'd: its file is written, sent from memory and removed, which
-// an idle agent did for every report with two fsyncs (the file and the
-// directory), each a wait on the disk's journal. What a power loss can take
-// is the reports written since the last call: the last interval's, as the
-// interval's own measurements in memory and in the kernel are.
-func (s *Spool) syncHeld() {
-	synced := false
-	for i := range s.entries {
-		e := &s.entries[i]
-		if !e.unsynced || e.gone || e.mem != nil {
-			continue
-		}
-		e.unsynced = false
-		f, err := os.Open(s.reportPath(e.seq))
-		if err == nil {
-			err = s.syncFile(f)
-			_ = f.Close()
-		}
-		if err != nil {
-			s.diskFailed(fmt.Errorf("sync report %d: %w", e.seq, err))
-			continue
-		}
-		synced = true
-	}
-	if synced {
+	if wrote {
 		if err := s.dir.Sync(); err != nil {
 			s.diskFailed(fmt.Errorf("sync: %w", err))
 		}
 	}
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 func (s *Spool) push(e entry) {
@@ -477,9 +437,6 @@ func (s *Spool) Dropped() uint64 {
 func (s *Spool) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dir != nil {
-		s.syncHeld() // what is not acked waits on disk for the next agent
-	}
 	var errs []error
 	for _, f := range []*os.File{s.defsFile, s.dir, s.lock} {
 		if f != nil {

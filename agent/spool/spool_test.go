@@ -612,54 +612,6 @@ func TestFirstSendingIsFromMemory(t *testing.T) {
 	}
 }
 
-// A report the collector acks before the next one is added is never
-// fsync'd; one still held then is, before the next is written, and what is
-// held at Close is too: a power loss can take the last interval's reports,
-// no older one, and a report written is on disk for a killed agent's
-// successor at once.
-func TestOnlyReportsHeldAnIntervalAreSynced(t *testing.T) {
-	dir := t.TempDir()
-	s := open(t, Options{Dir: dir, Node: "n1"})
-	var synced []string
-	s.syncFile = func(f *os.File) error {
-		synced = append(synced, filepath.Base(f.Name()))
-		return f.Sync()
-	}
-	steps := []struct {
-		name string
-		do   func()
-		want []string // report files fsync'd by the step
-	}{
-		{"add 1", func() { s.Add(report(1, 1, 0)) }, nil},
-		{"ack 1, add 2", func() { s.Ack(1); s.Add(report(2, 1, 0)) }, nil},
-		{"add 3 with 2 unacked", func() { s.Add(report(3, 1, 0)) }, []string{reportName(2)}},
-		{"ack 2, add 4 with 3 unacked", func() { s.Ack(2); s.Add(report(4, 1, 0)) }, []string{reportName(3)}},
-		{"add 5 with 3 and 4 unacked", func() { s.Add(report(5, 1, 0)) }, []string{reportName(4)}},
-		{"close with 3, 4, 5 unacked", func() {
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-		}, []string{reportName(5)}},
-	}
-	for _, step := range steps {
-		synced = nil
-		step.do()
-		if !slices.Equal(synced, step.want) {
-			t.Fatalf("%s: fsync'd %v, want %v", step.name, synced, step.want)
-		}
-		// Written before Add returned, whether or not fsync'd: a killed
-		// agent's successor finds every unacked report.
-		names, _ := reportFiles(t, dir)
-		if want := s.Len(); len(names) != want {
-			t.Fatalf("%s: report files %v, want %d", step.name, names, want)
-		}
-	}
-	s2 := open(t, Options{Dir: dir, Node: "n1"})
-	if got := seqs(all(s2)); !slices.Equal(got, []uint64{3, 4, 5}) {
-		t.Fatalf("replayed %v, want [3 4 5]", got)
-	}
-}
-
 // A report is encoded into a buffer of its size: the encoding reuses the
 // sizes split worked out, and a buffer short by the sequence would be
 // doubled by its last append.
