@@ -11,9 +11,10 @@ import (
 // TenantQuotas tells how many nodes a tenant has and may have
 // (store.TenantNodes).
 type TenantQuotas interface {
-	// TenantNodes is the tenant's registered nodes, and the quota an
-	// operator set for it (nbs-collector nodes quota); set false: none.
-	TenantNodes(ctx context.Context, tenant string) (count, quota int, set bool, err error)
+	// TenantNodes is the quota an operator set for the tenant
+	// (nbs-collector nodes quota; set false: none) and, when a quota
+	// applies (set, or always), the tenant's registered nodes.
+	TenantNodes(ctx context.Context, tenant string, always bool) (count, quota int, set bool, err error)
 }
 
 // tenantGate counts, per tenant, the new nodes admitted under their
@@ -46,7 +47,7 @@ func (s *Server) admitTenant(ctx context.Context, tenant string) (done func(), e
 			delete(s.tenants.pending, tenant)
 		}
 	}
-	count, quota, set, err := s.quotas.TenantNodes(ctx, tenant)
+	count, quota, set, err := s.quotas.TenantNodes(ctx, tenant, s.limits.MaxNodesPerTenant > 0)
 	if err != nil {
 		done()
 		return none, err

@@ -17,7 +17,7 @@ type fakeQuotas struct {
 	quota map[string]int
 }
 
-func (q *fakeQuotas) TenantNodes(_ context.Context, tenant string) (count, quota int, set bool, err error) {
+func (q *fakeQuotas) TenantNodes(_ context.Context, tenant string, _ bool) (count, quota int, set bool, err error) {
 	q.reg.mu.Lock()
 	defer q.reg.mu.Unlock()
 	for _, ns := range q.reg.upserts {

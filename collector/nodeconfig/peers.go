@@ -102,9 +102,16 @@ type peerSet struct {
 // read once a minute by each collector.
 func (p *peerSet) read(ctx context.Context) ([]peer, map[string]fleetNode, error) {
 	var refused []peer
+	// A node is fresh by its last Hello or its last report. The report's
+	// time is looked up only for a node whose Hello is old: a fleet
+	// registering (each Hello of which asks for a read: currentAsOf) is
+	// all recent Hellos, and a probe into node_latest's wide rows for
+	// each of its nodes was most of the read (50,000 nodes: 260 against
+	// 54-74 ms, the same rows; BENCHMARKS.md, "Fleet").
 	rows, err := p.pool.Query(ctx, `
-		SELECT n.name, n.ping_address, n.tenant, greatest(n.last_hello, l.ts) > now() - make_interval(secs => $1)
-		FROM nodes n LEFT JOIN node_latest l ON l.node_id = n.id
+		SELECT n.name, n.ping_address, n.tenant, n.last_hello > now() - make_interval(secs => $1)
+			OR (SELECT l.ts FROM node_latest l WHERE l.node_id = n.id) > now() - make_interval(secs => $1)
+		FROM nodes n
 		WHERE n.retired_at IS NULL
 		ORDER BY n.first_seen, n.id`, peerMaxAge.Seconds())
 	if err != nil {

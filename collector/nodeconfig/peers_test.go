@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -412,5 +413,50 @@ func TestPushWaitsForTheFleetToSettle(t *testing.T) {
 				t.Errorf("pushWait = %s, want %s", got, c.want)
 			}
 		})
+	}
+}
+
+// A node is a candidate peer while its last Hello or its last report is
+// recent (peerMaxAge): a node connected for days says Hello only once, and
+// one that went silent leaves the mesh.
+func TestPeersAreFreshByHelloOrReport(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	svc := New(st, slog.New(slog.DiscardHandler))
+	pool := st.Pool()
+	old := time.Now().Add(-2 * peerMaxAge)
+	cases := []struct {
+		name   string
+		hello  time.Time
+		report time.Time // zero: none
+		want   bool
+	}{
+		{"hello-now", time.Now(), time.Time{}, true},
+		{"hello-old-report-now", old, time.Now(), true},
+		{"hello-old-no-report", old, time.Time{}, false},
+		{"hello-old-report-old", old, old, false},
+	}
+	for _, c := range cases {
+		id, err := st.UpsertNode(ctx, store.Node{Name: c.name, InstanceID: 1, IntervalMS: 1000, PingAddress: "198.18.1." + strconv.Itoa(len(c.name))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `UPDATE nodes SET last_hello = $2 WHERE id = $1`, id, c.hello); err != nil {
+			t.Fatal(err)
+		}
+		if !c.report.IsZero() {
+			if _, err := pool.Exec(ctx, `INSERT INTO node_latest (node_id, ts, interval_ms, metrics) VALUES ($1, $2, 1000, '{}')`, id, c.report); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	list, _, err := svc.peers.read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		if got := slices.ContainsFunc(list, func(p peer) bool { return p.name == c.name }); got != c.want {
+			t.Errorf("%s a candidate peer: %v, want %v", c.name, got, c.want)
+		}
 	}
 }

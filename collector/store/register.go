@@ -258,8 +258,12 @@ func (s *Store) registerBatch(ctx context.Context, batch []Registration, maxMetr
 		}
 		var (
 			nodeIDs, metricIDs, defIDs []int32
-			marked                     []int32
-			hashes                     [][]byte
+			// fresh are the rows of nodes this transaction inserted:
+			// none of them can conflict, so they are copied.
+			fresh    [][]any
+			marked   []int32
+			hashes   [][]byte
+			checkIDs = map[[2]int32]bool{} // (metric, def) pairs fresh rows use
 		)
 		for k, i := range live {
 			r := batch[i]
@@ -320,12 +324,47 @@ func (s *Store) registerBatch(ctx context.Context, batch []Registration, maxMetr
 				if err != nil {
 					return err
 				}
-				nodeIDs, metricIDs, defIDs = append(nodeIDs, u.id), append(metricIDs, ids[d.Path]), append(defIDs, defID[defKey(d, thr)])
+				m, def := ids[d.Path], defID[defKey(d, thr)]
+				if u.inserted {
+					fresh = append(fresh, []any{u.id, m, def})
+					checkIDs[[2]int32{m, def}] = true
+					continue
+				}
+				nodeIDs, metricIDs, defIDs = append(nodeIDs, u.id), append(metricIDs, m), append(defIDs, def)
 			}
 			marked, hashes = append(marked, u.id), append(hashes, r.Hash)
 		}
 		if len(marked) == 0 {
 			return nil
+		}
+		// A new node's definitions are copied: a fleet's first Hellos
+		// write some 190 rows a node, and COPY writes them a page at a
+		// time (heap_multi_insert) without the upsert's speculative
+		// insertion, in about half the WAL and time (BENCHMARKS.md,
+		// "Fleet"). Its ids are checked after it, once per distinct pair:
+		// the COPY took its lock on node_metrics before the check's
+		// snapshot is taken, so, as for the upsert below, either a
+		// retention pass waited for this transaction and sees these rows,
+		// or the COPY waited for the pass and the check sees the entries
+		// gone.
+		if len(fresh) > 0 {
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"node_metrics"}, []string{"node_id", "metric_id", "def_id"}, pgx.CopyFromRows(fresh)); err != nil {
+				return fmt.Errorf("copy metric definitions: %w", err)
+			}
+			ms, ds := make([]int32, 0, len(checkIDs)), make([]int32, 0, len(checkIDs))
+			for k := range checkIDs {
+				ms, ds = append(ms, k[0]), append(ds, k[1])
+			}
+			var missing int
+			if err := tx.QueryRow(ctx, `
+				SELECT count(*) FROM unnest($1::int[], $2::int[]) AS u (m, d)
+				WHERE NOT EXISTS (SELECT 1 FROM metric_paths WHERE id = u.m)
+				   OR NOT EXISTS (SELECT 1 FROM metric_defs WHERE id = u.d)`, ms, ds).Scan(&missing); err != nil {
+				return fmt.Errorf("check metric definitions: %w", err)
+			}
+			if missing > 0 {
+				return errStaleIDs
+			}
 		}
 		// The ids are checked in the insert's own statement: it takes its
 		// lock on node_metrics when it is bound, before its snapshot is
@@ -334,7 +373,9 @@ func (s *Store) registerBatch(ctx context.Context, batch []Registration, maxMetr
 		// pass waited for this transaction and sees these rows, or this
 		// statement waited for the pass and sees the entries gone.
 		var missing int
-		if err := tx.QueryRow(ctx, `
+		if len(nodeIDs) == 0 {
+			// Only new nodes' rows: copied and checked above.
+		} else if err := tx.QueryRow(ctx, `
 			WITH u AS (SELECT * FROM unnest($1::int[], $2::int[], $3::int[]) AS u (n, m, d)),
 			ins AS (
 				INSERT INTO node_metrics AS nm (node_id, metric_id, def_id)

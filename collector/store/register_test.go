@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/nbs-project/nbs/internal/pgcluster"
 )
 
 func regDefs(n int, title string) []MetricDef {
@@ -245,5 +249,68 @@ func TestNodeMetricsFollowTheirNode(t *testing.T) {
 	}
 	if n := count(res[0].ID); n != 0 {
 		t.Fatalf("%d definitions written for a deleted node", n)
+	}
+}
+
+// A new node's definitions are copied, and checked after the copy: a
+// registration whose cached dictionary ids a retention pass deleted (the
+// collector read the epoch just before the pass bumped it) finds them gone
+// and registers the node with fresh ones, and no row names a deleted entry.
+func TestRegisterNodesStaleIDs(t *testing.T) {
+	ctx := context.Background()
+	url := pgcluster.Database(t)
+	open := func() *Store {
+		st, err := Open(ctx, url, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		return st
+	}
+	st, other := open(), open()
+	defs := regDefs(3, "stale")
+	// other caches the catalogue's ids, registering a node whose
+	// definitions then go, leaving the entries unnamed.
+	first := other.RegisterNodes(ctx, []Registration{registration("stale-a", "", defs)}, 100)
+	if first[0].Err != nil {
+		t.Fatal(first[0].Err)
+	}
+	if _, err := st.pool.Exec(ctx, `DELETE FROM node_metrics WHERE node_id = $1`, first[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, _, err := st.CollectDictionaries(ctx, now, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if p, d, err := st.CollectDictionaries(ctx, now.Add(2*time.Hour), time.Hour); err != nil || p != 3 || d == 0 {
+		t.Fatalf("CollectDictionaries = %d paths, %d definitions, %v; want the catalogue's 3 paths and its definitions", p, d, err)
+	}
+	var epoch int64
+	if err := st.pool.QueryRow(ctx, `SELECT epoch FROM dictionary_epoch`).Scan(&epoch); err != nil {
+		t.Fatal(err)
+	}
+	other.mu.Lock()
+	other.epoch = epoch
+	other.mu.Unlock()
+
+	out := other.RegisterNodes(ctx, []Registration{registration("stale-b", "", defs)}, 100)
+	if out[0].Err != nil {
+		t.Fatal(out[0].Err)
+	}
+	got, _, total := nodeDefs(t, st, out[0].ID)
+	if len(got) != 3 || got["m/0"] != "stale" || total == nil || *total != 3 {
+		t.Fatalf("stale-b's definitions = %v (total %v), want its 3", got, total)
+	}
+	var dangling int
+	if err := st.pool.QueryRow(ctx, `SELECT count(*) FROM node_metrics nm WHERE node_id = $1
+		AND (NOT EXISTS (SELECT 1 FROM metric_paths WHERE id = nm.metric_id) OR NOT EXISTS (SELECT 1 FROM metric_defs WHERE id = nm.def_id))`,
+		out[0].ID).Scan(&dangling); err != nil || dangling != 0 {
+		t.Fatalf("%d of stale-b's rows name deleted entries (%v)", dangling, err)
+	}
+	for p, id := range out[0].IDs {
+		var path string
+		if err := st.pool.QueryRow(ctx, `SELECT path FROM metric_paths WHERE id = $1`, id).Scan(&path); err != nil || path != p {
+			t.Errorf("id %d for %s names %q (%v)", id, p, path, err)
+		}
 	}
 }

@@ -18,13 +18,20 @@ type TenantQuota struct {
 	SetAt    time.Time `json:"set_at"`
 }
 
-// TenantNodes returns the tenant's registered nodes (its current rows)
-// and the quota an operator set for it (set false: none).
-func (s *Store) TenantNodes(ctx context.Context, tenant string) (count, quota int, set bool, err error) {
-	var q *int
-	if err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM nodes WHERE tenant = $1 AND retired_at IS NULL),
-		(SELECT max_nodes FROM tenant_quotas WHERE tenant = $1)`, tenant).Scan(&count, &q); err != nil {
+// TenantNodes returns the quota an operator set for the tenant (set
+// false: none) and, when a quota applies (set, or always: the caller has
+// a default one), the tenant's registered nodes (its current rows). The
+// count reads the tenant's every row: without a quota to hold it to, a
+// Hello of each new node paid it for nothing (BENCHMARKS.md, "Fleet").
+func (s *Store) TenantNodes(ctx context.Context, tenant string, always bool) (count, quota int, set bool, err error) {
+	var q, n *int
+	if err := s.pool.QueryRow(ctx, `SELECT q.max_nodes,
+		CASE WHEN $2 OR q.max_nodes IS NOT NULL THEN (SELECT count(*) FROM nodes WHERE tenant = $1 AND retired_at IS NULL) END
+		FROM (VALUES (1)) AS one (x) LEFT JOIN tenant_quotas q ON q.tenant = $1`, tenant, always).Scan(&q, &n); err != nil {
 		return 0, 0, false, fmt.Errorf("count nodes of tenant %q: %w", tenant, err)
+	}
+	if n != nil {
+		count = *n
 	}
 	if q != nil {
 		return count, *q, true, nil
