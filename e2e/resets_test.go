@@ -23,7 +23,14 @@ const withinTwoIntervals = 2*interval + 3*time.Second
 
 func waitNode(t testing.TB, c *collector, node string) {
 	t.Helper()
-	eventually(t, 20*time.Second, func() string {
+	waitReportAfter(t, c, node, time.Time{})
+}
+
+// waitReportAfter waits until node's newest stored report was made after
+// from: an agent started at from has attached its programs and reported.
+func waitReportAfter(t testing.TB, c *collector, node string, from time.Time) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() string {
 		var nodes struct {
 			Nodes []struct {
 				Name       string     `json:"name"`
@@ -32,11 +39,11 @@ func waitNode(t testing.TB, c *collector, node string) {
 		}
 		c.getJSON(t, "/api/v1/nodes", &nodes)
 		for _, n := range nodes.Nodes {
-			if n.Name == node && n.LastReport != nil {
+			if n.Name == node && n.LastReport != nil && n.LastReport.After(from) {
 				return ""
 			}
 		}
-		return fmt.Sprintf("node %s has not reported; nodes: %+v", node, nodes.Nodes)
+		return fmt.Sprintf("node %s has no report made after %s; nodes: %+v", node, from.Format(time.RFC3339Nano), nodes.Nodes)
 	})
 }
 

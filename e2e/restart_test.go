@@ -155,8 +155,13 @@ func TestAgentUpgradeAndRestartsLoseNoReset(t *testing.T) {
 	droppedAtBooks := max(storedTotal(t, col, "lab-b", "agent/evidence/dropped/tcp_reset"), 0) // -1: the old agent had no such metric
 
 	// 2. SIGKILL in a storm; 3 s later a new agent.
+	firstFrom := time.Now()
 	first := startAgentProcess(t, "new agent 1", bin, newArgs...)
-	time.Sleep(2 * interval) // it has reported
+	// Its programs count from their attach: a storm before it would make
+	// resets nstat sees and no agent could. On a loaded machine loading
+	// them takes seconds, so wait for its first report, not a fixed time.
+	waitReportAfter(t, col, "lab-b", firstFrom)
+	time.Sleep(interval)
 	s = startStorm(t, lab)
 	time.Sleep(2500 * time.Millisecond)
 	first.kill(t)

@@ -20,15 +20,7 @@ import (
 func TestCatalogueLifecycle(t *testing.T) {
 	ctx := context.Background()
 	url := pgcluster.Database(t)
-	open := func() *Store {
-		st, err := Open(ctx, url, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Close)
-		return st
-	}
-	st, other := open(), open()
+	st, other := openStore(t, url), openStore(t, url)
 	now := time.Now().UTC().Truncate(time.Second)
 	defs := func(paths ...string) []MetricDef {
 		var out []MetricDef
@@ -180,4 +172,16 @@ func TestExpiredNodes(t *testing.T) {
 	if err != nil || !slices.Equal(got, []string{"exp-old", "exp-new", "exp-silent"}) {
 		t.Errorf("expired now: %v, %v; want all three, oldest first", got, err)
 	}
+}
+
+// openStore opens a Store of its own on url, closed when t ends: tests of
+// two collectors sharing a database.
+func openStore(t *testing.T, url string) *Store {
+	t.Helper()
+	st, err := Open(context.Background(), url, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
 }

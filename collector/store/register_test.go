@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -259,15 +258,7 @@ func TestNodeMetricsFollowTheirNode(t *testing.T) {
 func TestRegisterNodesStaleIDs(t *testing.T) {
 	ctx := context.Background()
 	url := pgcluster.Database(t)
-	open := func() *Store {
-		st, err := Open(ctx, url, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Close)
-		return st
-	}
-	st, other := open(), open()
+	st, other := openStore(t, url), openStore(t, url)
 	defs := regDefs(3, "stale")
 	// other caches the catalogue's ids, registering a node whose
 	// definitions then go, leaving the entries unnamed.

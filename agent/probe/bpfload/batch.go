@@ -52,14 +52,5 @@ func (b *Batch[K, V]) Each(m *ebpf.Map, fn func(K, *V)) error {
 			break
 		}
 	}
-	var k K
-	var v V
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		fn(k, &v)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", m, err)
-	}
-	return nil
+	return Each(m, fn)
 }
