@@ -137,8 +137,10 @@ bench: web ## run every benchmark of BENCHMARKS.md (about three hours; root for 
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench FoldRollups -benchtime 3x ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench 'FoldPending|FoldFullTrees' -benchtime 1x -timeout 60m ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench LatestMerge -benchtime 40x ./collector/store
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench QueueLatest ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench RegisterDefinitions -benchtime 200x ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench 'RegisterNodes|ReportsAfterSweep' -benchtime 20x ./collector/store
+	$(BENCH_ENV) $(GO) test -run '^$$' -bench RegisterFleet -benchtime 1x -timeout 30m ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench 'Counterparts|Tenancy' -benchtime 3s ./collector/store
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench AlertEvaluatorReads -benchtime 30x ./collector/alert/
 	$(BENCH_ENV) $(GO) test -run '^$$' -bench Gather -benchtime 3x ./collector/export/
