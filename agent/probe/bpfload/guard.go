@@ -174,11 +174,8 @@ func EachSum[K any, V any](m *ebpf.Map, fn func(K, V)) error {
 		if !byWords || n == 0 {
 			return Sum(per)
 		}
-		dst := unsafe.Slice((*uint64)(unsafe.Pointer(&sum)), n)
-		for i := range per {
-			for j, v := range unsafe.Slice((*uint64)(unsafe.Pointer(&per[i])), n) {
-				dst[j] += v
-			}
+		if len(per) > 0 {
+			addWords(unsafe.Slice((*uint64)(unsafe.Pointer(&sum)), n), unsafe.Slice((*uint64)(unsafe.Pointer(&per[0])), len(per)*n))
 		}
 		return sum, nil
 	}

@@ -67,13 +67,21 @@ func lookupWords[T any](m *ebpf.Map, key any) (sum T, ok bool, err error) {
 		}
 		return sum, true, fmt.Errorf("lookup in %s: %w", m, errno)
 	}
-	dst := unsafe.Slice((*uint64)(unsafe.Pointer(&sum)), n)
-	for cpu := range cpus {
-		for i, v := range buf[1+cpu*n : 1+(cpu+1)*n] {
+	addWords(unsafe.Slice((*uint64)(unsafe.Pointer(&sum)), n), buf[1:1+cpus*n])
+	return sum, true, nil
+}
+
+// addWords adds each len(dst)-word value of src, one a CPU, into dst.
+func addWords(dst, src []uint64) {
+	n := len(dst)
+	if n == 0 {
+		return
+	}
+	for off := 0; off+n <= len(src); off += n {
+		for i, v := range src[off : off+n] {
 			dst[i] += v
 		}
 	}
-	return sum, true, nil
 }
 
 // words is how many uint64s t is, when it is made of nothing else (blank
